@@ -1,0 +1,40 @@
+# How anvil's own tests, examples and benchmarks are built: one shared precompiled header
+# for torch (a translation unit that includes <torch/torch.h> costs ~15 s and 1.3 GB here
+# without it), the same warnings everywhere, and a tuned environment for running them.
+
+# GCC 12 reports false positives inside yaml-cpp and libstdc++ headers (dangling-pointer,
+# restrict); they are not ours and not real.
+set(ANVIL_WARNINGS -Wall -Wextra -Wno-unused-parameter -Wno-dangling-pointer -Wno-restrict)
+
+# The precompiled header lives in a tiny object library; every heavy program reuses it.
+add_library(anvil_pch OBJECT ${PROJECT_SOURCE_DIR}/cmake/pch.cpp)
+target_link_libraries(anvil_pch PUBLIC anvil::anvil)
+target_compile_options(anvil_pch PRIVATE ${ANVIL_WARNINGS})
+target_precompile_headers(anvil_pch PRIVATE
+  <torch/torch.h> <yaml-cpp/yaml.h> <boost/pfr.hpp>
+  <algorithm> <chrono> <cstdint> <functional> <map> <memory> <optional> <span> <string>
+  <string_view> <thread> <vector>)
+
+# anvil_program(<name> <sources>... [LIGHT]): an executable linked with anvil. LIGHT ones
+# include no torch and skip the precompiled header (it would only slow them down).
+function(anvil_program name)
+  cmake_parse_arguments(ARG "LIGHT" "" "" ${ARGN})
+  add_executable(${name} ${ARG_UNPARSED_ARGUMENTS})
+  target_link_libraries(${name} PRIVATE anvil::anvil)
+  target_compile_options(${name} PRIVATE ${ANVIL_WARNINGS})
+  if(NOT ARG_LIGHT)
+    target_precompile_headers(${name} REUSE_FROM anvil_pch)
+  endif()
+endfunction()
+
+# Environment for running anvil programs from ctest: BLAS and OpenMP settings that are
+# measured to be faster here (see README, "Performance settings"). Applied to tests only;
+# users choose their own.
+set(ANVIL_RUN_ENV "OMP_WAIT_POLICY=PASSIVE")
+if(EXISTS /proc/cpuinfo)
+  file(STRINGS /proc/cpuinfo _anvil_flags REGEX "^flags" LIMIT_COUNT 1)
+  if(_anvil_flags MATCHES " avx512f " AND _anvil_flags MATCHES " avx512bw ")
+    # Debian's OpenBLAS 0.3.21 does not know newer AVX-512 CPUs and falls back to AVX2.
+    list(APPEND ANVIL_RUN_ENV "OPENBLAS_CORETYPE=SkylakeX")
+  endif()
+endif()

@@ -1,0 +1,1 @@
+// Translation unit that exists only to build the shared precompiled header.

@@ -1,0 +1,44 @@
+#pragma once
+/// @file
+/// The data that passes between policies, as named structs of tensors.
+
+#include <ATen/core/Tensor.h>
+
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace anvil {
+
+/// One step of N envs, as the trainer hands it to a buffer: row i is env i.
+/// `next_obs` is the observation the step led to, before any autoreset, so a truncated
+/// episode can bootstrap from its true last state.
+struct StepBatch {
+  at::Tensor obs;         ///< [N, obs_dim]
+  at::Tensor action;      ///< [N, act_dim] (float) or [N] (int64, discrete)
+  at::Tensor reward;      ///< [N]
+  at::Tensor next_obs;    ///< [N, obs_dim]
+  at::Tensor terminated;  ///< [N] float 0/1: terminal state, do not bootstrap
+  at::Tensor truncated;   ///< [N] float 0/1: cut by a time limit, bootstrap
+};
+
+/// A batch sampled from a replay buffer.
+struct ReplayBatch {
+  at::Tensor obs;         ///< [B, obs_dim]
+  at::Tensor action;      ///< [B, act_dim]
+  at::Tensor reward;      ///< [B] (an n-step return when the buffer computes them)
+  at::Tensor next_obs;    ///< [B, obs_dim]
+  at::Tensor terminated;  ///< [B] float 0/1
+  at::Tensor discount;    ///< [B] gamma^n for the bootstrap term (gamma for 1-step)
+  at::Tensor weight;      ///< [B] importance weights (ones for uniform sampling)
+  at::Tensor index;       ///< [B] int64 slots, for priority updates
+};
+
+/// What one call of an algorithm's `update` reports: scalar metrics for logging, and for
+/// prioritized replay the new priorities of the batch's rows (|TD error|), else undefined.
+struct UpdateInfo {
+  std::vector<std::pair<std::string, double>> metrics;
+  at::Tensor td_error;
+};
+
+}  // namespace anvil

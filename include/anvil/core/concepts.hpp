@@ -1,0 +1,278 @@
+#pragma once
+/// @file
+/// The four policy kinds as concepts, built from small named rungs so that a compiler
+/// diagnostic names the missing piece, and the rules for combining them in a Trainer.
+///
+/// Light header: no torch. Tensor-valued members are checked through forward declarations,
+/// so including this costs almost nothing.
+
+#include <concepts>
+#include <cstdint>
+#include <string_view>
+#include <type_traits>
+#include <vector>
+
+#include <anvil/core/param.hpp>
+
+namespace at {
+class Tensor;
+}
+
+namespace anvil {
+
+namespace envs {
+struct EnvSpec;
+}
+struct RunContext;
+struct ReplayBatch;
+struct RolloutBatch;
+struct UpdateInfo;
+class StepContext;
+
+/// Tags a policy declares with `using policy_kind = anvil::AlgorithmKind;` etc. The kind
+/// is declared, not guessed from members, so a type in the wrong slot is named as such.
+struct AlgorithmKind {};
+struct BufferKind {};
+struct ParallelismKind {};
+struct PrecisionKind {};
+
+/// How an action is chosen: sampled for exploration, or the deterministic mode for evaluation.
+enum class ActMode { explore, deterministic };
+
+// ---------------------------------------------------------------------------------------
+// Rungs shared by all kinds.
+
+/// `P` says it is a policy of kind `Kind`.
+template <class P, class Kind>
+concept DeclaresKind = requires { typename P::policy_kind; } &&
+                       std::same_as<typename P::policy_kind, Kind>;
+
+/// `P` has a nested `Config` aggregate (of `Param`s), default-constructible, whose fields
+/// appear under the key prefix `P::config_section` (e.g. "sac").
+template <class P>
+concept HasConfig = requires {
+  typename P::Config;
+  { P::config_section } -> std::convertible_to<std::string_view>;
+} && std::is_aggregate_v<typename P::Config> && std::default_initializable<typename P::Config>;
+
+/// `P` says whether it learns only from data of its current policy.
+template <class P>
+concept DeclaresDataRegime = requires {
+  { P::on_policy } -> std::convertible_to<bool>;
+};
+
+// ---------------------------------------------------------------------------------------
+// Algorithm: owns networks, losses and optimizers. Built from the env's spaces, its
+// config and the run's context (device, seed); acts on a batch of observations (one row
+// per env) and updates from a batch its buffer produces. Its `update` runs the losses
+// through a `StepContext`, which owns autocast, loss scaling, gradient all-reduce and the
+// optimizer step, so one algorithm serves every precision and parallelism policy.
+
+/// `A` acts on a batch of observations.
+template <class A>
+concept ActsOnBatches = requires(A& a, const at::Tensor& obs, ActMode mode) {
+  { a.act(obs, mode) } -> std::same_as<at::Tensor>;
+};
+
+/// `A` names the batch type it learns from and updates from it through a StepContext.
+template <class A>
+concept UpdatesFromBatches = requires { typename A::Batch; } &&
+                             requires(A& a, const typename A::Batch& b, StepContext& ctx) {
+                               { a.update(b, ctx) } -> std::same_as<UpdateInfo>;
+                             };
+
+/// `A` can be built from the env's spaces, its config and the run's context.
+template <class A>
+concept ConstructibleFromSpec =
+    std::constructible_from<A, const envs::EnvSpec&, const typename A::Config&, const RunContext&>;
+
+/// An algorithm policy (SAC, TD3, PPO, ...).
+template <class A>
+concept Algorithm = DeclaresKind<A, AlgorithmKind> && HasConfig<A> && DeclaresDataRegime<A> &&
+                    ActsOnBatches<A> && UpdatesFromBatches<A> && ConstructibleFromSpec<A>;
+
+// ---------------------------------------------------------------------------------------
+// Buffer: preallocated storage of transitions. Takes one step of N envs in one call and
+// produces the batch type its algorithms learn from. Replay buffers sample at random; a
+// rollout buffer hands out its whole rollout in minibatches and is cleared each iteration.
+
+/// `B` names the batch type it produces and reports its fill level.
+template <class B>
+concept ProducesBatches = requires(const B& b) {
+  typename B::Batch;
+  { b.size() } -> std::convertible_to<std::int64_t>;
+  { b.capacity() } -> std::convertible_to<std::int64_t>;
+};
+
+/// A buffer policy (UniformBuffer, PrioritizedBuffer, RolloutBuffer).
+template <class B>
+concept Buffer = DeclaresKind<B, BufferKind> && HasConfig<B> && DeclaresDataRegime<B> &&
+                 ProducesBatches<B>;
+
+/// A replay buffer: samples a batch of `n` stored transitions at random.
+template <class B>
+concept ReplayBuffer = Buffer<B> && requires(B& b, std::int64_t n) {
+  { b.sample(n) } -> std::same_as<typename B::Batch>;
+};
+
+/// A replay buffer that also takes back priorities (e.g. |TD error|) for the sampled rows.
+template <class B>
+concept PrioritizedReplay = ReplayBuffer<B> &&
+                            requires(B& b, const at::Tensor& index, const at::Tensor& priority) {
+                              { b.update_priorities(index, priority) };
+                            };
+
+// ---------------------------------------------------------------------------------------
+// Parallelism: how many processes train together and how they agree. Knows its rank and
+// world size, averages gradients (and any learned scalar) across ranks, broadcasts rank 0's
+// state at start, and reduces metrics for logging.
+
+/// `P` reports where this process stands in the world.
+template <class P>
+concept KnowsWorld = requires(const P& p) {
+  { p.rank() } -> std::convertible_to<int>;
+  { p.world_size() } -> std::convertible_to<int>;
+  { p.is_main() } -> std::convertible_to<bool>;
+  { P::can_use_cuda } -> std::convertible_to<bool>;
+};
+
+/// `P` averages tensors across ranks in place and broadcasts rank 0's tensors.
+template <class P>
+concept SynchronisesTensors = requires(P& p, std::vector<at::Tensor>& ts) {
+  { p.all_reduce_mean(ts) };
+  { p.broadcast(ts) };
+};
+
+/// A parallelism policy (SingleDevice, DDP<N>).
+template <class P>
+concept Parallelism = DeclaresKind<P, ParallelismKind> && HasConfig<P> && KnowsWorld<P> &&
+                      SynchronisesTensors<P>;
+
+// ---------------------------------------------------------------------------------------
+// Precision: the numeric types of a step. A type-level description the StepContext turns
+// into an autocast scope and, for float16, a dynamic loss scaler.
+
+/// `X` states its compute dtype and whether it scales losses and needs CUDA.
+template <class X>
+concept DescribesNumerics = requires {
+  { X::name } -> std::convertible_to<std::string_view>;
+  { X::autocast } -> std::convertible_to<bool>;
+  { X::loss_scaling } -> std::convertible_to<bool>;
+  { X::needs_cuda } -> std::convertible_to<bool>;
+};
+
+/// A precision policy (FP32, TF32, BF16, FP16).
+template <class X>
+concept Precision = DeclaresKind<X, PrecisionKind> && HasConfig<X> && DescribesNumerics<X>;
+
+// ---------------------------------------------------------------------------------------
+// The rules for a Trainer. Each check is guarded by the ones before it, so a bad
+// combination yields exactly one sentence: what is wrong; why; what to use instead.
+
+namespace detail {
+
+template <class T>
+constexpr int declared_kind() {
+  if constexpr (DeclaresKind<T, AlgorithmKind>) return 1;
+  else if constexpr (DeclaresKind<T, BufferKind>) return 2;
+  else if constexpr (DeclaresKind<T, ParallelismKind>) return 3;
+  else if constexpr (DeclaresKind<T, PrecisionKind>) return 4;
+  else return 0;
+}
+
+template <class T>
+constexpr bool on_policy_of() {
+  if constexpr (DeclaresDataRegime<T>) return T::on_policy;
+  else return false;
+}
+template <class T>
+constexpr bool needs_cuda_of() {
+  if constexpr (DescribesNumerics<T>) return T::needs_cuda;
+  else return false;
+}
+template <class T>
+constexpr bool can_use_cuda_of() {
+  if constexpr (requires { { T::can_use_cuda } -> std::convertible_to<bool>; }) return T::can_use_cuda;
+  else return true;
+}
+
+template <class A, class B>
+constexpr bool batches_match() {
+  if constexpr (requires { typename A::Batch; typename B::Batch; })
+    return std::same_as<typename A::Batch, typename B::Batch>;
+  else
+    return false;
+}
+
+}  // namespace detail
+
+/// Checks a Trainer's four policies. `ok` is true when they combine; otherwise exactly one
+/// static_assert fires with a sentence that says what to change.
+template <class A, class B, class P, class X>
+struct TrainerRules {
+  static constexpr int ka = detail::declared_kind<A>(), kb = detail::declared_kind<B>(),
+                       kp = detail::declared_kind<P>(), kx = detail::declared_kind<X>();
+  static constexpr bool slots_ok = ka == 1 && kb == 2 && kp == 3 && kx == 4;
+
+  static constexpr bool swapped = ka == 2 || kb == 1;
+  static_assert(!swapped,
+                "Trainer<Algorithm, Buffer, ...>: an Algorithm and a Buffer are in each other's "
+                "slot; the order is Trainer<Algorithm, Buffer, Parallelism, Precision>, e.g. "
+                "Trainer<SAC, UniformBuffer>");
+  static_assert(swapped || ka != 0,
+                "Trainer's first argument is not an Algorithm: an algorithm declares "
+                "`using policy_kind = anvil::AlgorithmKind;`; use SAC, TD3 or PPO");
+  static_assert(swapped || (ka != 3 && ka != 4),
+                "Trainer's first argument is a Parallelism or Precision policy: the order is "
+                "Trainer<Algorithm, Buffer, Parallelism, Precision>");
+  static_assert(swapped || ka != 1 || kb == 2,
+                "Trainer's second argument is not a Buffer: a buffer declares "
+                "`using policy_kind = anvil::BufferKind;`; use UniformBuffer, PrioritizedBuffer "
+                "or RolloutBuffer");
+  static_assert(!(ka == 1 && kb == 2) || kp == 3,
+                "Trainer's third argument is not a Parallelism policy: use SingleDevice or DDP<N>");
+  static_assert(!(ka == 1 && kb == 2 && kp == 3) || kx == 4,
+                "Trainer's fourth argument is not a Precision policy: use FP32, TF32, BF16 or FP16");
+
+  static constexpr bool a_ok = slots_ok && Algorithm<A>;
+  static_assert(!slots_ok || Algorithm<A>,
+                "Trainer: the Algorithm declares AlgorithmKind but does not satisfy "
+                "anvil::Algorithm; the notes below name the missing member");
+  static constexpr bool b_ok = a_ok && Buffer<B>;
+  static_assert(!a_ok || Buffer<B>,
+                "Trainer: the Buffer declares BufferKind but does not satisfy anvil::Buffer; the "
+                "notes below name the missing member");
+  static constexpr bool p_ok = b_ok && Parallelism<P>;
+  static_assert(!b_ok || Parallelism<P>,
+                "Trainer: the Parallelism policy does not satisfy anvil::Parallelism; the notes "
+                "below name the missing member");
+  static constexpr bool x_ok = p_ok && Precision<X>;
+  static_assert(!p_ok || Precision<X>,
+                "Trainer: the Precision policy does not satisfy anvil::Precision; the notes below "
+                "name the missing member");
+
+  static constexpr bool a_on = detail::on_policy_of<A>(), b_on = detail::on_policy_of<B>();
+  static constexpr bool regime_ok = !x_ok || a_on == b_on;
+  static_assert(!x_ok || !a_on || b_on,
+                "Trainer: the Algorithm is on-policy (it learns only from fresh rollouts of its "
+                "current policy) but the Buffer replays old transitions; use RolloutBuffer");
+  static_assert(!x_ok || a_on || !b_on,
+                "Trainer: the Algorithm is off-policy (it samples past transitions at random) but "
+                "a RolloutBuffer keeps only the current rollout and clears it; use UniformBuffer "
+                "or PrioritizedBuffer");
+
+  static constexpr bool batch_ok = !(x_ok && regime_ok) || detail::batches_match<A, B>();
+  static_assert(batch_ok,
+                "Trainer: the Buffer's Batch type is not the Batch the Algorithm's update takes; "
+                "pick a buffer whose batches the algorithm learns from");
+
+  static constexpr bool device_ok = !(x_ok && regime_ok && batch_ok) ||
+                                    !detail::needs_cuda_of<X>() || detail::can_use_cuda_of<P>();
+  static_assert(device_ok,
+                "Trainer: this Precision autocasts to float16, which needs CUDA, but the "
+                "Parallelism policy keeps every tensor on the CPU; use BF16 on CPU");
+
+  static constexpr bool ok = x_ok && regime_ok && batch_ok && device_ok;
+};
+
+}  // namespace anvil

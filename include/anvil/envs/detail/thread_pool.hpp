@@ -1,0 +1,107 @@
+#pragma once
+/// @file
+/// A minimal fork-join pool for stepping envs: `parallel_for` splits [0, n) into one
+/// contiguous chunk per thread, the caller runs the first, and the first exception thrown
+/// is rethrown in the caller. Workers sleep on a condition variable between calls, so an
+/// idle pool takes no CPU from training.
+
+#include <condition_variable>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace anvil::envs::detail {
+
+class ThreadPool {
+ public:
+  /// `threads` counts the caller: 1 means no worker threads at all.
+  explicit ThreadPool(int threads) : threads_(threads < 1 ? 1 : threads) {
+    for (int w = 1; w < threads_; ++w) workers_.emplace_back([this, w] { work(w); });
+  }
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+  ~ThreadPool() {
+    {
+      std::lock_guard lock(mu_);
+      stop_ = true;
+    }
+    wake_.notify_all();
+    for (auto& t : workers_) t.join();
+  }
+
+  [[nodiscard]] int threads() const noexcept { return threads_; }
+
+  /// Runs `fn(begin, end)` over contiguous chunks covering [0, n) and waits for all.
+  void parallel_for(std::int64_t n, const std::function<void(std::int64_t, std::int64_t)>& fn) {
+    if (threads_ == 1 || n <= 1) {
+      fn(0, n);
+      return;
+    }
+    {
+      std::lock_guard lock(mu_);
+      fn_ = &fn;
+      n_ = n;
+      pending_ = threads_ - 1;
+      error_ = nullptr;
+      ++generation_;
+    }
+    wake_.notify_all();
+    std::exception_ptr mine;
+    try {
+      auto [b, e] = chunk(0);
+      fn(b, e);
+    } catch (...) {
+      mine = std::current_exception();
+    }
+    std::unique_lock lock(mu_);
+    done_.wait(lock, [this] { return pending_ == 0; });
+    fn_ = nullptr;
+    if (mine) std::rethrow_exception(mine);
+    if (error_) std::rethrow_exception(error_);
+  }
+
+ private:
+  std::pair<std::int64_t, std::int64_t> chunk(int w) const {
+    const std::int64_t per = n_ / threads_, extra = n_ % threads_;
+    const std::int64_t b = w * per + std::min<std::int64_t>(w, extra);
+    return {b, b + per + (w < extra ? 1 : 0)};
+  }
+
+  void work(int w) {
+    std::uint64_t seen = 0;
+    for (;;) {
+      std::unique_lock lock(mu_);
+      wake_.wait(lock, [&] { return stop_ || generation_ != seen; });
+      if (stop_) return;
+      seen = generation_;
+      auto [b, e] = chunk(w);
+      const auto* fn = fn_;
+      lock.unlock();
+      std::exception_ptr err;
+      try {
+        if (b < e) (*fn)(b, e);
+      } catch (...) {
+        err = std::current_exception();
+      }
+      lock.lock();
+      if (err && !error_) error_ = err;
+      if (--pending_ == 0) done_.notify_one();
+    }
+  }
+
+  int threads_;
+  std::vector<std::thread> workers_;
+  std::mutex mu_;
+  std::condition_variable wake_, done_;
+  const std::function<void(std::int64_t, std::int64_t)>* fn_ = nullptr;
+  std::int64_t n_ = 0;
+  int pending_ = 0;
+  std::uint64_t generation_ = 0;
+  std::exception_ptr error_;
+  bool stop_ = false;
+};
+
+}  // namespace anvil::envs::detail

@@ -1,0 +1,290 @@
+#pragma once
+/// @file
+/// `VecEnv`: N copies of an env stepped together, with autoreset, distinct seeds, and
+/// batched tensors out. Storage is allocated once; a step copies each env's observation
+/// into preallocated rows and allocates nothing.
+///
+/// Sync mode steps inside `step()`. Async mode steps on a background thread between
+/// `step_async(actions)` and `step_wait()`, so a trainer can run gradient updates while
+/// the envs step (the updates do not need the newest transition).
+
+#include <ATen/ATen.h>
+
+#include <array>
+#include <condition_variable>
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <anvil/core/param.hpp>
+#include <anvil/core/random.hpp>
+#include <anvil/envs/detail/thread_pool.hpp>
+#include <anvil/envs/env.hpp>
+
+namespace anvil::envs {
+
+/// Sync: step inside `step()`; async: step on a background thread (see file comment).
+enum class VecMode { sync, async };
+constexpr auto enum_names(VecMode) { return std::array<std::string_view, 2>{"sync", "async"}; }
+
+/// The `env` section of a run's config.
+struct VecEnvConfig {
+  Param<int, "num_envs", "environments stepped together (one batched action per step)",
+        in_range(1, 1 << 20)>
+      num_envs{1};
+  Param<int, "threads", "threads stepping the envs (1: the calling thread only)", in_range(1, 1024)>
+      threads{1};
+  Param<VecMode, "mode", "sync: step in step(); async: step in the background during updates">
+      mode{VecMode::sync};
+};
+
+/// An episode that ended during a step.
+struct EpisodeEnd {
+  std::int64_t env = 0;
+  double episode_return = 0.0;
+  std::int64_t length = 0;
+  bool terminated = false;  ///< false: truncated by the time limit
+};
+
+/// One step of all envs. Tensors are views of the VecEnv's storage, valid until the step
+/// after next (`obs` is double-buffered so the previous observation survives one step).
+struct VecStep {
+  at::Tensor obs;         ///< [N, obs_dim] what to act on next (the first of a new episode where one ended)
+  at::Tensor next_obs;    ///< [N, obs_dim] what the step led to (the last of an ended episode)
+  at::Tensor reward;      ///< [N] float
+  at::Tensor terminated;  ///< [N] float 0/1
+  at::Tensor truncated;   ///< [N] float 0/1
+  std::vector<EpisodeEnd> ended;
+};
+
+/// The env-type-independent face of a VecEnv, so a Trainer's type does not depend on the
+/// env's type. One virtual call per batched step.
+class VecEnvBase {
+ public:
+  virtual ~VecEnvBase() = default;
+  [[nodiscard]] const EnvSpec& spec() const noexcept { return spec_; }
+  [[nodiscard]] std::int64_t num_envs() const noexcept { return n_; }
+  /// Resets every env (env i with its own seed stream) and returns the observations.
+  virtual at::Tensor reset() = 0;
+  /// Starts a step with `actions`: [N, act_dim] float for a Box, [N] int64 for Discrete.
+  virtual void step_async(const at::Tensor& actions) = 0;
+  /// Finishes the step started by step_async.
+  virtual const VecStep& step_wait() = 0;
+  /// step_async then step_wait.
+  const VecStep& step(const at::Tensor& actions) {
+    step_async(actions);
+    return step_wait();
+  }
+
+ protected:
+  VecEnvBase(EnvSpec spec, std::int64_t n) : spec_(std::move(spec)), n_(n) {}
+  EnvSpec spec_;
+  std::int64_t n_;
+};
+
+/// N envs of type `E` (see file comment). Env i's episodes are seeded from the stream
+/// `Rng(derive(seed, i))`, so no two envs, and no two episodes, share a seed.
+template <Env E>
+class VecEnv final : public VecEnvBase {
+ public:
+  VecEnv(const E& prototype, const VecEnvConfig& cfg, std::uint64_t seed)
+      : VecEnvBase(spec_of(prototype), cfg.num_envs), mode_(cfg.mode), pool_(cfg.threads) {
+    envs_.assign(static_cast<std::size_t>(n_), prototype);
+    for (std::int64_t i = 0; i < n_; ++i)
+      seeds_.emplace_back(derive_seed(seed, Stream::env, static_cast<std::uint64_t>(i)));
+    const auto d = spec_.obs_dim();
+    const auto f = at::TensorOptions().dtype(at::kFloat);
+    for (auto& o : obs_) o = at::zeros({n_, d}, f);
+    next_obs_ = at::zeros({n_, d}, f);
+    reward_ = at::zeros({n_}, f);
+    terminated_ = at::zeros({n_}, f);
+    truncated_ = at::zeros({n_}, f);
+    returns_.assign(static_cast<std::size_t>(n_), 0.0);
+    lengths_.assign(static_cast<std::size_t>(n_), 0);
+    ended_.resize(static_cast<std::size_t>(n_));
+    if (mode_ == VecMode::async) stepper_ = std::thread([this] { run_stepper(); });
+  }
+  VecEnv(const VecEnv&) = delete;
+  VecEnv& operator=(const VecEnv&) = delete;
+  ~VecEnv() override {
+    if (stepper_.joinable()) {
+      {
+        std::lock_guard lock(mu_);
+        stop_ = true;
+      }
+      cv_.notify_all();
+      stepper_.join();
+    }
+  }
+
+  at::Tensor reset() override {
+    wait_idle();
+    float* o = obs_[cur_].data_ptr<float>();
+    const auto d = spec_.obs_dim();
+    for (std::int64_t i = 0; i < n_; ++i) {
+      auto first = envs_[i].reset(seeds_[i]());
+      std::copy(first.begin(), first.end(), o + i * d);
+      returns_[i] = 0.0;
+      lengths_[i] = 0;
+    }
+    started_ = true;
+    return obs_[cur_];
+  }
+
+  void step_async(const at::Tensor& actions) override {
+    if (!started_) throw EnvError(std::string(E::name) + ": VecEnv stepped before reset()");
+    if (in_flight_) throw EnvError(std::string(E::name) + ": step_async called twice without step_wait");
+    check_actions(actions);
+    actions_ = actions;
+    in_flight_ = true;
+    if (mode_ == VecMode::sync) return;
+    {
+      std::lock_guard lock(mu_);
+      requested_ = true;
+    }
+    cv_.notify_all();
+  }
+
+  const VecStep& step_wait() override {
+    if (!in_flight_) throw EnvError(std::string(E::name) + ": step_wait without step_async");
+    if (mode_ == VecMode::sync) {
+      do_step();
+    } else {
+      std::unique_lock lock(mu_);
+      cv_.wait(lock, [this] { return !requested_; });
+    }
+    in_flight_ = false;
+    if (auto err = std::exchange(error_, nullptr)) std::rethrow_exception(err);
+    out_.obs = obs_[cur_];
+    out_.next_obs = next_obs_;
+    out_.reward = reward_;
+    out_.terminated = terminated_;
+    out_.truncated = truncated_;
+    out_.ended.clear();
+    for (std::int64_t i = 0; i < n_; ++i)
+      if (ended_[i].length > 0) out_.ended.push_back(ended_[i]);
+    return out_;
+  }
+
+  /// Env `i`, e.g. to inspect its state in tests.
+  [[nodiscard]] const E& env(std::int64_t i) const { return envs_.at(static_cast<std::size_t>(i)); }
+
+ private:
+  void check_actions(const at::Tensor& a) const {
+    const std::string who = std::string(E::name) + " VecEnv: ";
+    if (a.device().type() != at::kCPU) throw EnvError(who + "actions must be on the CPU");
+    if constexpr (DiscreteEnv<E>) {
+      if (a.scalar_type() != at::kLong || a.numel() != n_)
+        throw EnvError(who + "discrete actions must be an int64 tensor of " + std::to_string(n_) +
+                       " indices, got " + std::string(a.dtype().name()) + " with " +
+                       std::to_string(a.numel()) + " elements");
+    } else {
+      const auto ad = spec_.action_dim();
+      if (a.scalar_type() != at::kFloat || a.dim() != 2 || a.size(0) != n_ || a.size(1) != ad)
+        throw EnvError(who + "actions must be a float32 tensor of shape [" + std::to_string(n_) +
+                       ", " + std::to_string(ad) + "], got " + std::string(a.dtype().name()) +
+                       " " + shape(a));
+    }
+  }
+  static std::string shape(const at::Tensor& t) {
+    std::string s = "[";
+    for (std::int64_t i = 0; i < t.dim(); ++i) s += (i ? ", " : "") + std::to_string(t.size(i));
+    return s + "]";
+  }
+
+  void do_step() {
+    const int next = 1 - cur_;
+    const auto d = spec_.obs_dim();
+    at::Tensor actions = actions_.contiguous();
+    float* obs_out = obs_[next].data_ptr<float>();
+    float* next_out = next_obs_.data_ptr<float>();
+    float* rew = reward_.data_ptr<float>();
+    float* term = terminated_.data_ptr<float>();
+    float* trunc = truncated_.data_ptr<float>();
+    try {
+      pool_.parallel_for(n_, [&](std::int64_t b, std::int64_t e) {
+        for (std::int64_t i = b; i < e; ++i) {
+          StepResult r;
+          try {
+            if constexpr (DiscreteEnv<E>) {
+              r = envs_[i].step(actions.data_ptr<std::int64_t>()[i]);
+            } else {
+              const auto ad = spec_.action_dim();
+              r = envs_[i].step(std::span<const float>(actions.data_ptr<float>() + i * ad,
+                                                       static_cast<std::size_t>(ad)));
+            }
+          } catch (const EnvError& err) {
+            throw EnvError("env " + std::to_string(i) + " of " + std::to_string(n_) + ": " + err.what());
+          }
+          std::copy(r.observation.begin(), r.observation.end(), next_out + i * d);
+          rew[i] = static_cast<float>(r.reward);
+          term[i] = r.terminated ? 1.0f : 0.0f;
+          trunc[i] = r.truncated ? 1.0f : 0.0f;
+          returns_[i] += r.reward;
+          ++lengths_[i];
+          ended_[i] = EpisodeEnd{};
+          if (r.terminated || r.truncated) {
+            ended_[i] = EpisodeEnd{i, returns_[i], lengths_[i], r.terminated};
+            returns_[i] = 0.0;
+            lengths_[i] = 0;
+            auto first = envs_[i].reset(seeds_[i]());
+            std::copy(first.begin(), first.end(), obs_out + i * d);
+          } else {
+            std::copy(r.observation.begin(), r.observation.end(), obs_out + i * d);
+          }
+        }
+      });
+      cur_ = next;
+    } catch (...) {
+      error_ = std::current_exception();
+    }
+  }
+
+  void run_stepper() {
+    std::unique_lock lock(mu_);
+    for (;;) {
+      cv_.wait(lock, [this] { return stop_ || requested_; });
+      if (stop_) return;
+      lock.unlock();
+      do_step();
+      lock.lock();
+      requested_ = false;
+      cv_.notify_all();
+    }
+  }
+
+  void wait_idle() {
+    if (in_flight_) step_wait();
+  }
+
+  std::vector<E> envs_;
+  std::vector<Rng> seeds_;
+  VecMode mode_;
+  detail::ThreadPool pool_;
+  std::array<at::Tensor, 2> obs_;
+  int cur_ = 0;
+  at::Tensor next_obs_, reward_, terminated_, truncated_, actions_;
+  std::vector<double> returns_;
+  std::vector<std::int64_t> lengths_;
+  std::vector<EpisodeEnd> ended_;
+  VecStep out_;
+  bool started_ = false, in_flight_ = false;
+  std::exception_ptr error_;
+  std::thread stepper_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool requested_ = false, stop_ = false;
+};
+
+/// A VecEnv of `cfg.num_envs` copies of `prototype`, behind the type-erased interface.
+template <Env E>
+std::unique_ptr<VecEnvBase> make_vec_env(const E& prototype, const VecEnvConfig& cfg,
+                                         std::uint64_t seed) {
+  return std::make_unique<VecEnv<E>>(prototype, cfg, seed);
+}
+
+}  // namespace anvil::envs

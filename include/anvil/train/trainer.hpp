@@ -1,0 +1,483 @@
+#pragma once
+/// @file
+/// `anvil::Trainer<Algorithm, Buffer, Parallelism, Precision>`: the host class whose four
+/// policy slots read as a sentence. It owns the loop: collect with a VecEnv, store in the
+/// buffer, update on the schedule, evaluate, log. A custom main may call the phases itself
+/// (`collect`, `update`, `evaluate`); `fit()` runs them all.
+
+#include <torch/utils.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <deque>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <numeric>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <anvil/core/batch.hpp>
+#include <anvil/core/concepts.hpp>
+#include <anvil/core/config.hpp>
+#include <anvil/core/context.hpp>
+#include <anvil/core/error.hpp>
+#include <anvil/envs/env.hpp>
+#include <anvil/envs/vec_env.hpp>
+#include <anvil/observe/progress.hpp>
+#include <anvil/observe/run_files.hpp>
+#include <anvil/observe/timers.hpp>
+#include <anvil/parallel/single_device.hpp>
+#include <anvil/precision/fp32.hpp>
+#include <anvil/train/run_config.hpp>
+#include <anvil/train/step_context.hpp>
+
+namespace anvil {
+
+/// Mean, spread and range of evaluation returns.
+struct EvalResult {
+  double mean = NAN, std = NAN, min = NAN, max = NAN;
+  int episodes = 0;
+};
+
+/// What `fit()` achieved; also written to `summary.json`.
+struct FitResult {
+  double final_eval_return = NAN;
+  double best_eval_return = NAN;
+  std::int64_t env_steps = 0;
+  std::int64_t updates = 0;
+  double wall_seconds = 0.0;
+};
+
+/// The Trainer for a valid combination of policies (see `Trainer`).
+/// @tparam A an `Algorithm` (SAC, ...)
+/// @tparam B a `Buffer` the algorithm learns from (UniformBuffer, ...)
+/// @tparam P a `Parallelism` policy (SingleDevice, DDP<N>)
+/// @tparam X a `Precision` policy (FP32, TF32, BF16, FP16)
+template <class A, class B, class P, class X>
+class BasicTrainer {
+ public:
+  /// Every knob of a run, one section per policy; keys are `<section>.<field>`.
+  struct Config {
+    Section<"run", RunConfig> run;
+    Section<"train", TrainConfig> train;
+    Section<"env", envs::VecEnvConfig> env;
+    Section<A::config_section, typename A::Config> algorithm;
+    Section<B::config_section, typename B::Config> buffer;
+    Section<P::config_section, typename P::Config> parallel;
+    Section<X::config_section, typename X::Config> precision;
+
+    /// Rules across sections.
+    void validate() const {
+      if (train->eval_interval > 0 && train->eval_interval < env->num_envs)
+        throw ConfigError("train.eval_interval (" + std::to_string(*train->eval_interval) +
+                          ") is shorter than one step of env.num_envs (" +
+                          std::to_string(*env->num_envs) + ") envs");
+    }
+  };
+
+  /// Builds the run from the command line: `args` (from `parse_config`) is applied over
+  /// `defaults`. Answers `--help` and `--print-config`; a bad key or value ends the program
+  /// with a message naming it (exit status 2).
+  template <envs::Env E>
+  BasicTrainer(const E& env, const Args& args, Config defaults = {})
+      : BasicTrainer(env, configure<Config>(args, std::move(defaults)), args.program) {}
+
+  /// Builds the run from a typed config (validated here; throws ConfigError).
+  template <envs::Env E>
+  BasicTrainer(const E& env, Config cfg, std::string program = "anvil")
+      : cfg_(prepare(std::move(cfg))), program_(std::move(program)) {
+    torch::set_num_threads(cfg_.run->threads);
+    parallel_ = std::make_unique<P>(*cfg_.parallel);
+    ctx_.device = resolve_device(cfg_.run->device, parallel_->local_rank());
+    ctx_.seed = cfg_.run->seed;
+    ctx_.rank = parallel_->rank();
+    ctx_.world_size = parallel_->world_size();
+    if constexpr (X::needs_cuda) {
+      if (!ctx_.device.is_cuda())
+        throw DeviceError(std::string(X::name) + " autocast needs a CUDA device but run.device is " +
+                          ctx_.device.str() + "; use BF16 on CPU");
+    }
+    ctx_.lr_scale = lr_scale();
+    seed_torch(ctx_);
+
+    venv_ = envs::make_vec_env(env, *cfg_.env, ctx_.seed_for(Stream::env));
+    make_eval_env_ = [env](int episodes, std::uint64_t seed) {
+      envs::VecEnvConfig c;
+      c.num_envs = episodes;
+      return envs::make_vec_env(env, c, seed);
+    };
+    spec_ = venv_->spec();
+    if (spec_.discrete())
+      throw ConfigError(std::string(E::name) + " has discrete actions; " +
+                        std::string(A::config_section.view()) + " with " +
+                        std::string(B::config_section.view()) + " needs a Box action space");
+    const auto& box = std::get<envs::Box>(spec_.action);
+    action_scale_ = torch::empty({spec_.action_dim()});
+    action_offset_ = torch::empty({spec_.action_dim()});
+    for (std::int64_t i = 0; i < spec_.action_dim(); ++i) {
+      action_scale_[i] = 0.5 * (box.high[i] - box.low[i]);
+      action_offset_[i] = 0.5 * (box.high[i] + box.low[i]);
+    }
+
+    algo_ = std::make_unique<A>(spec_, *cfg_.algorithm, ctx_);
+    buffer_ = std::make_unique<B>(spec_, *cfg_.buffer, ctx_);
+    StepContext::Options so;
+    so.device = ctx_.device;
+    so.autocast = X::autocast;
+    so.autocast_dtype = X::compute_dtype;
+    if (parallel_->world_size() > 1)
+      so.all_reduce_mean = [p = parallel_.get()](std::vector<at::Tensor>& g) { p->all_reduce_mean(g); };
+    step_ctx_ = StepContext(std::move(so));
+    rng_ = Rng(ctx_.seed_for(Stream::exploration));
+    eval_seed_ = ctx_.seed_for(Stream::eval_env);
+  }
+
+  BasicTrainer(const BasicTrainer&) = delete;
+  BasicTrainer& operator=(const BasicTrainer&) = delete;
+
+  /// Trains for `train.steps` env steps: collect, update on the schedule, evaluate every
+  /// `train.eval_interval` steps and at the end, log every `run.log_interval` steps.
+  FitResult fit() {
+    open_run_dir();
+    const auto& t = *cfg_.train;
+    std::int64_t next_eval = t.eval_interval > 0 ? *t.eval_interval : INT64_MAX;
+    std::int64_t next_log = cfg_.run->log_interval;
+    while (env_steps_ < t.steps) {
+      collect_one();
+      if (env_steps_ >= t.learning_starts) {
+        since_update_ += venv_->num_envs();
+        while (since_update_ >= t.update_interval) {
+          update(t.updates_per_interval);
+          since_update_ -= t.update_interval;
+        }
+      }
+      if (env_steps_ >= next_eval) {
+        record_eval(evaluate(t.eval_episodes));
+        while (next_eval <= env_steps_) next_eval += t.eval_interval;
+      }
+      if (env_steps_ >= next_log) {
+        log_row();
+        while (next_log <= env_steps_) next_log += cfg_.run->log_interval;
+      }
+      show_progress();
+    }
+    record_eval(evaluate(t.eval_episodes));
+    log_row();
+    csv_.flush_pending();
+    progress_.finish();
+    result_.env_steps = env_steps_;
+    result_.updates = updates_;
+    result_.wall_seconds = elapsed();
+    write_summary();
+    if (parallel_->is_main()) {
+      progress_.message(summary_line());
+      progress_.message("logs: " + run_dir_.string() + " (metrics.csv, summary.json, config.yaml)");
+    }
+    return result_;
+  }
+
+  /// Steps the envs until at least `n` more env steps are stored (random actions until
+  /// `train.learning_starts`, then the algorithm's exploration).
+  void collect(std::int64_t n) {
+    const std::int64_t target = env_steps_ + n;
+    while (env_steps_ < target) collect_one();
+  }
+
+  /// `n` gradient updates, each on a fresh batch from the buffer.
+  void update(int n) {
+    for (int i = 0; i < n; ++i) {
+      ReplayBatch batch;
+      {
+        ScopedPhase ph(times_, Phase::sample);
+        batch = buffer_->sample(algo_->batch_size());
+      }
+      UpdateInfo info;
+      {
+        ScopedPhase ph(times_, Phase::update);
+        info = algo_->update(batch, step_ctx_);
+      }
+      if constexpr (PrioritizedReplay<B>) {
+        if (info.td_error.defined()) buffer_->update_priorities(batch.index, info.td_error);
+      }
+      for (const auto& [k, v] : info.metrics) {
+        auto& m = metrics_[k];
+        m.first += v;
+        m.second += 1;
+      }
+      ++updates_;
+    }
+  }
+
+  /// Mean return of `episodes` episodes with deterministic actions, on envs seeded apart
+  /// from the training envs.
+  EvalResult evaluate(int episodes) {
+    ScopedPhase ph(times_, Phase::eval);
+    auto venv = make_eval_env_(episodes, eval_seed_++);
+    auto obs = venv->reset();
+    std::vector<double> returns(static_cast<std::size_t>(episodes), NAN);
+    int done = 0;
+    while (done < episodes) {
+      auto a = algo_->act(obs, ActMode::deterministic).to(at::kCPU, at::kFloat);
+      const auto& s = venv->step(a * action_scale_ + action_offset_);
+      for (const auto& e : s.ended)
+        if (std::isnan(returns[static_cast<std::size_t>(e.env)])) {
+          returns[static_cast<std::size_t>(e.env)] = e.episode_return;
+          ++done;
+        }
+      obs = s.obs;
+    }
+    EvalResult r;
+    r.episodes = episodes;
+    r.mean = std::accumulate(returns.begin(), returns.end(), 0.0) / episodes;
+    double var = 0;
+    for (double x : returns) var += (x - r.mean) * (x - r.mean);
+    r.std = std::sqrt(var / episodes);
+    r.min = *std::min_element(returns.begin(), returns.end());
+    r.max = *std::max_element(returns.begin(), returns.end());
+    return r;
+  }
+
+  [[nodiscard]] const Config& config() const noexcept { return cfg_; }
+  [[nodiscard]] A& algorithm() noexcept { return *algo_; }
+  [[nodiscard]] B& buffer() noexcept { return *buffer_; }
+  [[nodiscard]] P& parallelism() noexcept { return *parallel_; }
+  [[nodiscard]] const RunContext& context() const noexcept { return ctx_; }
+  [[nodiscard]] std::int64_t env_steps() const noexcept { return env_steps_; }
+  [[nodiscard]] std::int64_t updates() const noexcept { return updates_; }
+  [[nodiscard]] const PhaseTimes& times() const noexcept { return times_; }
+  /// Returns of the most recent training episodes (up to 100).
+  [[nodiscard]] const std::deque<double>& recent_returns() const noexcept { return recent_; }
+  [[nodiscard]] const std::filesystem::path& run_dir() const noexcept { return run_dir_; }
+
+ private:
+  static Config prepare(Config c) {
+    if (c.run->smoke) {
+      // Seconds, not minutes: enough steps to pass learning_starts and update a little.
+      c.train->steps = std::min<std::int64_t>(c.train->steps, 600);
+      c.train->learning_starts = std::min<std::int64_t>(c.train->learning_starts, 200);
+      c.train->eval_interval = 0;
+      c.train->eval_episodes = std::min(*c.train->eval_episodes, 2);
+      c.run->log_interval = std::min<std::int64_t>(c.run->log_interval, 200);
+    }
+    validate(c);
+    return c;
+  }
+
+  double lr_scale() const {
+    switch (*cfg_.train->lr_scaling) {
+      case LrScaling::none: return 1.0;
+      case LrScaling::sqrt: {
+        if constexpr (requires { cfg_.algorithm->batch_size; })
+          return std::sqrt(static_cast<double>(cfg_.algorithm->batch_size) / cfg_.train->base_batch);
+        return 1.0;
+      }
+      case LrScaling::linear: return static_cast<double>(parallel_->world_size());
+    }
+    return 1.0;
+  }
+
+  void collect_one() {
+    if (!obs_.defined()) obs_ = venv_->reset();
+    const auto n = venv_->num_envs();
+    at::Tensor a;
+    {
+      ScopedPhase ph(times_, Phase::act);
+      if (env_steps_ < cfg_.train->learning_starts)
+        a = torch::rand({n, spec_.action_dim()}) * 2.0 - 1.0;
+      else
+        a = algo_->act(obs_, ActMode::explore).to(at::kCPU, at::kFloat);
+    }
+    const envs::VecStep* s = nullptr;
+    {
+      ScopedPhase ph(times_, Phase::env);
+      s = &venv_->step(a * action_scale_ + action_offset_);
+    }
+    {
+      ScopedPhase ph(times_, Phase::buffer_add);
+      buffer_->add(StepBatch{obs_, a, s->reward, s->next_obs, s->terminated, s->truncated});
+    }
+    obs_ = s->obs;
+    env_steps_ += n;
+    for (const auto& e : s->ended) {
+      recent_.push_back(e.episode_return);
+      if (recent_.size() > 100) recent_.pop_front();
+      ++episodes_;
+    }
+  }
+
+  double elapsed() const {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  }
+
+  double recent_return() const {
+    if (recent_.empty()) return NAN;
+    const std::size_t k = std::min<std::size_t>(recent_.size(), 10);
+    return std::accumulate(recent_.end() - static_cast<std::ptrdiff_t>(k), recent_.end(), 0.0) /
+           static_cast<double>(k);
+  }
+
+  void record_eval(const EvalResult& r) {
+    last_eval_ = r;
+    result_.final_eval_return = r.mean;
+    if (std::isnan(result_.best_eval_return) || r.mean > result_.best_eval_return)
+      result_.best_eval_return = r.mean;
+  }
+
+  void open_run_dir() {
+    start_ = std::chrono::steady_clock::now();
+    if (!parallel_->is_main()) return;
+    run_dir_ = cfg_.run->run_dir->empty()
+                   ? std::filesystem::path("runs") /
+                         (std::string(A::config_section.view()) + "-" + spec_.name + "-" +
+                          timestamp_for_path())
+                   : std::filesystem::path(*cfg_.run->run_dir);
+    std::error_code ec;
+    std::filesystem::create_directories(run_dir_, ec);
+    if (ec) throw Error("run.run_dir: cannot create '" + run_dir_.string() + "': " + ec.message());
+    write_file_atomic(run_dir_ / "config.yaml", "# " + program_ + ", config hash " +
+                                                    config_hash_hex(cfg_) + "\n" + to_yaml(cfg_));
+    csv_ = MetricsCsv(run_dir_ / "metrics.csv");
+    auto style = *cfg_.run->progress;
+    progress_ = Progress(style == ProgressMode::auto_ ? Progress::detect()
+                         : style == ProgressMode::bar ? Progress::Style::bar
+                         : style == ProgressMode::lines ? Progress::Style::lines
+                                                        : Progress::Style::off);
+    progress_.message(program_ + ": " + std::string(A::config_section.view()) + " on " + spec_.name +
+                      ", " + std::to_string(*cfg_.env->num_envs) + " env(s), device " +
+                      ctx_.device.str() + ", " + std::to_string(*cfg_.train->steps) +
+                      " steps, config hash " + config_hash_hex(cfg_));
+  }
+
+  void log_row() {
+    if (!parallel_->is_main()) return;
+    ScopedPhase ph(times_, Phase::log);
+    const double wall = elapsed();
+    std::vector<std::pair<std::string, double>> row{
+        {"env_steps", static_cast<double>(env_steps_)},
+        {"updates", static_cast<double>(updates_)},
+        {"wall_s", wall},
+        {"env_steps_per_s", wall > 0 ? static_cast<double>(env_steps_) / wall : 0.0},
+        {"episodes", static_cast<double>(episodes_)},
+        {"recent_return", recent_return()},
+        {"eval_return", last_eval_.mean}};
+    for (auto& [k, m] : metrics_) row.emplace_back(k, m.second ? m.first / m.second : NAN);
+    for (auto& [k, m] : metrics_) m = {0.0, 0};
+    csv_.row(row, updates_ > 0);
+    if (progress_.style() == Progress::Style::lines) show_progress(true);
+  }
+
+  void show_progress(bool force = false) {
+    if (!parallel_->is_main() || progress_.style() != Progress::Style::bar) {
+      if (!force) return;
+    }
+    progress_.show(ProgressState{env_steps_, *cfg_.train->steps, updates_, elapsed(),
+                                 recent_return(), last_eval_.mean},
+                   force);
+  }
+
+  std::string summary_line() const {
+    char buf[256];
+    std::snprintf(buf, sizeof buf,
+                  "done: %lld env steps, %lld updates in %.1f s (%.0f steps/s); eval return %.1f "
+                  "(best %.1f)",
+                  static_cast<long long>(env_steps_), static_cast<long long>(updates_),
+                  result_.wall_seconds, static_cast<double>(env_steps_) / result_.wall_seconds,
+                  result_.final_eval_return, result_.best_eval_return);
+    return buf;
+  }
+
+  void write_summary() {
+    if (!parallel_->is_main()) return;
+    const double wall = result_.wall_seconds;
+    std::string j = "{\n";
+    j += "  \"final_eval_return\": " + json_number(result_.final_eval_return) + ",\n";
+    j += "  \"best_eval_return\": " + json_number(result_.best_eval_return) + ",\n";
+    j += "  \"env_steps\": " + std::to_string(env_steps_) + ",\n";
+    j += "  \"updates\": " + std::to_string(updates_) + ",\n";
+    j += "  \"wall_seconds\": " + json_number(wall) + ",\n";
+    j += "  \"env_steps_per_s\": " + json_number(static_cast<double>(env_steps_) / wall) + ",\n";
+    j += "  \"updates_per_s\": " + json_number(static_cast<double>(updates_) / wall) + ",\n";
+    j += "  \"phase_share\": {";
+    for (std::size_t i = 0; i < kPhaseNames.size(); ++i)
+      j += std::string(i ? ", " : "") + json_string(std::string(kPhaseNames[i])) + ": " +
+           json_number(times_.share(static_cast<Phase>(i)));
+    j += "},\n  \"phase_seconds\": {";
+    for (std::size_t i = 0; i < kPhaseNames.size(); ++i)
+      j += std::string(i ? ", " : "") + json_string(std::string(kPhaseNames[i])) + ": " +
+           json_number(times_.seconds(static_cast<Phase>(i)));
+    j += "},\n  \"config_hash\": " + json_string(config_hash_hex(cfg_)) + ",\n";
+    j += "  \"config\": {";
+    bool first = true;
+    for (const auto& [k, v] : flatten(cfg_)) {
+      j += std::string(first ? "\n" : ",\n") + "    " + json_string(k) + ": " + json_string(v);
+      first = false;
+    }
+    j += "\n  }\n}\n";
+    write_file_atomic(run_dir_ / "summary.json", j);
+  }
+
+  Config cfg_;
+  std::string program_;
+  std::unique_ptr<P> parallel_;
+  RunContext ctx_;
+  std::unique_ptr<envs::VecEnvBase> venv_;
+  std::function<std::unique_ptr<envs::VecEnvBase>(int, std::uint64_t)> make_eval_env_;
+  envs::EnvSpec spec_;
+  at::Tensor action_scale_, action_offset_, obs_;
+  std::unique_ptr<A> algo_;
+  std::unique_ptr<B> buffer_;
+  StepContext step_ctx_;
+  Rng rng_;
+  std::uint64_t eval_seed_ = 0;
+  std::int64_t env_steps_ = 0, updates_ = 0, episodes_ = 0, since_update_ = 0;
+  std::map<std::string, std::pair<double, int>> metrics_;
+  std::deque<double> recent_;
+  EvalResult last_eval_;
+  FitResult result_;
+  PhaseTimes times_;
+  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+  std::filesystem::path run_dir_;
+  MetricsCsv csv_;
+  Progress progress_;
+};
+
+namespace detail {
+
+/// Stands in for the Trainer of a rejected combination, so that after the one sentence
+/// from `TrainerRules` the compiler has nothing else to complain about.
+struct RejectedTrainer {
+  struct Config {};
+  template <class... T>
+  explicit RejectedTrainer(T&&...) {}
+  template <class... T>
+  FitResult fit(T&&...) {
+    return {};
+  }
+  template <class... T>
+  void collect(T&&...) {}
+  template <class... T>
+  void update(T&&...) {}
+  template <class... T>
+  EvalResult evaluate(T&&...) {
+    return {};
+  }
+};
+
+template <class A, class B, class P, class X>
+struct TrainerSelect {
+  using type = std::conditional_t<TrainerRules<A, B, P, X>::ok, BasicTrainer<A, B, P, X>,
+                                  RejectedTrainer>;
+};
+
+}  // namespace detail
+
+/// The Trainer for Algorithm `A` learning from Buffer `B`, run by Parallelism `P` in
+/// Precision `X`: `Trainer<SAC, UniformBuffer>`, `Trainer<SAC, PrioritizedBuffer, DDP<4>, BF16>`.
+/// A combination that cannot work fails to compile with one sentence saying what to use.
+template <class A, class B, class P = SingleDevice, class X = FP32>
+using Trainer = typename detail::TrainerSelect<A, B, P, X>::type;
+
+}  // namespace anvil
