@@ -34,6 +34,16 @@ struct ReplayBatch {
   at::Tensor index;       ///< [B] int64 slots, for priority updates
 };
 
+/// A minibatch of an on-policy rollout, with advantages already computed.
+struct RolloutBatch {
+  at::Tensor obs;        ///< [B, obs_dim]
+  at::Tensor action;     ///< [B, act_dim] or [B] (discrete)
+  at::Tensor log_prob;   ///< [B] log-probability of `action` under the policy that acted
+  at::Tensor advantage;  ///< [B]
+  at::Tensor returns;    ///< [B] targets for the value function
+  at::Tensor value;      ///< [B] value estimates at collection time
+};
+
 /// What one call of an algorithm's `update` reports: scalar metrics for logging, and for
 /// prioritized replay the new priorities of the batch's rows (|TD error|), else undefined.
 struct UpdateInfo {

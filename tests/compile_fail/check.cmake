@@ -1,0 +1,25 @@
+# cmake -DBUILD_DIR=... -DTARGET=... -DSRC=... -P check.cmake
+# Passes when building TARGET fails, its first error carries the sentence on SRC's
+# `// expect:` line, and exactly one static_assert fired.
+file(READ "${SRC}" text)
+string(REGEX MATCH "// expect: [^\n]*" expect_line "${text}")
+string(REGEX REPLACE "^// expect: " "" expect "${expect_line}")
+if(expect STREQUAL "")
+  message(FATAL_ERROR "${SRC} has no '// expect: <sentence>' line")
+endif()
+execute_process(COMMAND "${CMAKE_COMMAND}" --build "${BUILD_DIR}" --target "${TARGET}"
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
+if(rc EQUAL 0)
+  message(FATAL_ERROR "${TARGET} compiled, but this combination must be rejected")
+endif()
+string(REGEX MATCH "error: [^\n]*" first_error "${out}")
+string(FIND "${first_error}" "${expect}" pos)
+if(pos EQUAL -1)
+  message(FATAL_ERROR "first error is not the expected sentence.\nexpected: ${expect}\nfirst error: ${first_error}\n\nfull output:\n${out}")
+endif()
+string(REGEX MATCHALL "static assertion failed" asserts "${out}")
+list(LENGTH asserts n)
+if(NOT n EQUAL 1)
+  message(FATAL_ERROR "expected exactly one static_assert to fire, got ${n}:\n${out}")
+endif()
+message(STATUS "rejected as intended: ${expect}")

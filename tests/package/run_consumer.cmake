@@ -1,0 +1,30 @@
+# cmake -DMODE=install|subdirectory -DBUILD_DIR= -DSOURCE_DIR= -DCONSUMER_DIR= -DWORK_DIR= -P run_consumer.cmake
+file(REMOVE_RECURSE "${WORK_DIR}")
+file(MAKE_DIRECTORY "${WORK_DIR}")
+
+function(run)
+  execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "failed (${rc}): ${ARGN}\n${out}")
+  endif()
+  set(last_output "${out}" PARENT_SCOPE)
+endfunction()
+
+if(MODE STREQUAL "install")
+  run("${CMAKE_COMMAND}" --install "${BUILD_DIR}" --prefix "${WORK_DIR}/prefix")
+  if(NOT EXISTS "${WORK_DIR}/prefix/lib/cmake/anvil/anvilConfig.cmake")
+    message(FATAL_ERROR "cmake --install did not install anvilConfig.cmake")
+  endif()
+  set(configure_args -DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix)
+else()
+  set(configure_args -DANVIL_SOURCE_DIR=${SOURCE_DIR})
+endif()
+
+run("${CMAKE_COMMAND}" -S "${CONSUMER_DIR}" -B "${WORK_DIR}/build" -G "${GENERATOR}"
+    -DCMAKE_BUILD_TYPE=Release ${configure_args})
+run("${CMAKE_COMMAND}" --build "${WORK_DIR}/build")
+run("${WORK_DIR}/build/consumer" --config=${CONSUMER_DIR}/consumer.yaml steps=5)
+if(NOT last_output MATCHES "seed=42 steps=5 obs_dim=3")
+  message(FATAL_ERROR "consumer printed:\n${last_output}")
+endif()
+message(STATUS "consumer (${MODE}) ran: ${last_output}")
