@@ -15,6 +15,7 @@
 #define ANVIL_VERSION_PATCH 0
 
 #include <anvil/core/batch.hpp>
+#include <anvil/core/blas.hpp>
 #include <anvil/core/concepts.hpp>
 #include <anvil/core/config.hpp>
 #include <anvil/core/context.hpp>

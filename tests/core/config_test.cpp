@@ -50,7 +50,7 @@ anvil::Args args(std::initializer_list<std::string> a) {
 
 Cfg resolve(std::initializer_list<std::string> a) {
   Cfg c;
-  anvil::apply(c, args(a).settings);
+  anvil::apply_settings(c, args(a).settings);
   return c;
 }
 
@@ -242,7 +242,7 @@ TEST_CASE("Config: the printed YAML reads back to the same config") {
   const std::string yaml = anvil::to_yaml(c);
   CHECK(yaml.find("algo:\n  batch_size: 77\n") != std::string::npos);
   Cfg d;
-  anvil::apply(d, anvil::parse_yaml(yaml, "printed"));
+  anvil::apply_settings(d, anvil::parse_yaml(yaml, "printed"));
   CHECK(anvil::flatten(c) == anvil::flatten(d));
   CHECK(anvil::config_hash(c) == anvil::config_hash(d));
 }

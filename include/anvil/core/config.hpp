@@ -17,6 +17,8 @@
 ///
 /// Keys are `section.field` (`sac.batch_size`); a key without a section refers to the `run`
 /// section (`--seed=3`, `--device=cuda`). Dashes in keys read as underscores (`--run-dir`).
+///
+/// Light header: no torch (yaml-cpp and Boost.PFR only).
 
 #include <boost/pfr.hpp>
 #include <yaml-cpp/yaml.h>
@@ -38,6 +40,7 @@
 #include <string_view>
 #include <vector>
 
+#include <anvil/core/blas.hpp>
 #include <anvil/core/error.hpp>
 #include <anvil/core/param.hpp>
 
@@ -501,8 +504,10 @@ inline Args parse_args(std::span<const std::string> argv) {
 
 /// `parse_args` for `main`'s arguments. Also installs anvil's error handler, so a bad
 /// command line (here or later, when the Trainer applies it) ends the program with a
-/// one-line message and exit status 2 rather than an abort.
+/// one-line message and exit status 2 rather than an abort; and makes sure the fast BLAS
+/// kernels are in use (`prefer_fast_blas`, which may restart the program once).
 inline Args parse_config(int argc, char** argv) {
+  prefer_fast_blas(argc, argv);
   install_error_handler();
   std::vector<std::string> v(argv, argv + argc);
   return parse_args(v);
@@ -537,7 +542,7 @@ void validate(const Cfg& cfg) {
 /// the key and where it came from: unknown key (with the nearest known key), wrong type,
 /// value out of range.
 template <class Cfg>
-void apply(Cfg& cfg, const std::vector<Setting>& settings) {
+void apply_settings(Cfg& cfg, const std::vector<Setting>& settings) {
   auto fs = fields(cfg);
   std::map<std::string, detail::FieldRef*, std::less<>> by_key;
   for (auto& f : fs) by_key[f.key] = &f;
@@ -683,7 +688,7 @@ Cfg configure(const Args& args, Cfg cfg = Cfg{}) {
     std::fflush(stdout);
     std::exit(0);
   }
-  apply(cfg, args.settings);
+  apply_settings(cfg, args.settings);
   if (args.print_config) {
     std::printf("# %s config, hash %s\n%s", args.program.c_str(), config_hash_hex(cfg).c_str(),
                 to_yaml(cfg).c_str());

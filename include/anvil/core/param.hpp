@@ -123,6 +123,13 @@ struct Param {
     value = std::move(v);
     return *this;
   }
+  template <class U>
+  constexpr Param& operator=(std::initializer_list<U> l)
+    requires detail::is_vector<T>::value && std::convertible_to<U, typename T::value_type>
+  {
+    value.assign(l.begin(), l.end());
+    return *this;
+  }
   constexpr Param& operator=(const char* s)
     requires std::same_as<T, std::string>
   {

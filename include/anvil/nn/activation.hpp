@@ -1,6 +1,6 @@
 #pragma once
 /// @file
-/// Activation functions selectable from configs. Light header apart from the apply step.
+/// Activation functions selectable from configs.
 
 #include <array>
 #include <string_view>

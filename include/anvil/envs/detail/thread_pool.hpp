@@ -3,7 +3,7 @@
 /// A minimal fork-join pool for stepping envs: `parallel_for` splits [0, n) into one
 /// contiguous chunk per thread, the caller runs the first, and the first exception thrown
 /// is rethrown in the caller. Workers sleep on a condition variable between calls, so an
-/// idle pool takes no CPU from training.
+/// idle pool takes no CPU from training. Light header.
 
 #include <condition_variable>
 #include <cstdint>

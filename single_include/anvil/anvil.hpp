@@ -1,0 +1,4651 @@
+// anvil 0.1.0: single-header edition, generated from include/ by
+// `python3 scripts/amalgamate.py`. Do not edit: change include/ and regenerate.
+#pragma once
+// ---- begin <anvil/anvil.hpp> ----
+/// @file
+/// anvil: a header-only C++20 toolkit for training policies on LibTorch. This umbrella
+/// header brings in every public header; include single ones to compile faster.
+///
+///     #include <anvil/anvil.hpp>
+///     int main(int argc, char** argv) {
+///       anvil::Trainer<anvil::SAC, anvil::UniformBuffer> t(anvil::envs::Pendulum{},
+///                                                          anvil::parse_config(argc, argv));
+///       t.fit();
+///     }
+
+#define ANVIL_VERSION_MAJOR 0
+#define ANVIL_VERSION_MINOR 1
+#define ANVIL_VERSION_PATCH 0
+
+// ---- begin <anvil/core/batch.hpp> ----
+/// @file
+/// The data that passes between policies, as named structs of tensors.
+
+#include <ATen/core/Tensor.h>
+
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace anvil {
+
+/// One step of N envs, as the trainer hands it to a buffer: row i is env i.
+/// `next_obs` is the observation the step led to, before any autoreset, so a truncated
+/// episode can bootstrap from its true last state.
+struct StepBatch {
+  at::Tensor obs;         ///< [N, obs_dim]
+  at::Tensor action;      ///< [N, act_dim] (float) or [N] (int64, discrete)
+  at::Tensor reward;      ///< [N]
+  at::Tensor next_obs;    ///< [N, obs_dim]
+  at::Tensor terminated;  ///< [N] float 0/1: terminal state, do not bootstrap
+  at::Tensor truncated;   ///< [N] float 0/1: cut by a time limit, bootstrap
+};
+
+/// A batch sampled from a replay buffer.
+struct ReplayBatch {
+  at::Tensor obs;         ///< [B, obs_dim]
+  at::Tensor action;      ///< [B, act_dim]
+  at::Tensor reward;      ///< [B] (an n-step return when the buffer computes them)
+  at::Tensor next_obs;    ///< [B, obs_dim]
+  at::Tensor terminated;  ///< [B] float 0/1
+  at::Tensor discount;    ///< [B] gamma^n for the bootstrap term (gamma for 1-step)
+  at::Tensor weight;      ///< [B] importance weights (ones for uniform sampling)
+  at::Tensor index;       ///< [B] int64 slots, for priority updates
+};
+
+/// A minibatch of an on-policy rollout, with advantages already computed.
+struct RolloutBatch {
+  at::Tensor obs;        ///< [B, obs_dim]
+  at::Tensor action;     ///< [B, act_dim] or [B] (discrete)
+  at::Tensor log_prob;   ///< [B] log-probability of `action` under the policy that acted
+  at::Tensor advantage;  ///< [B]
+  at::Tensor returns;    ///< [B] targets for the value function
+  at::Tensor value;      ///< [B] value estimates at collection time
+};
+
+/// What one call of an algorithm's `update` reports: scalar metrics for logging, and for
+/// prioritized replay the new priorities of the batch's rows (|TD error|), else undefined.
+struct UpdateInfo {
+  std::vector<std::pair<std::string, double>> metrics;
+  at::Tensor td_error;
+};
+
+}  // namespace anvil
+// ---- end <anvil/core/batch.hpp> ----
+// ---- begin <anvil/core/blas.hpp> ----
+/// @file
+/// Which BLAS does Torch's CPU matrix products, and making the fast one the default.
+///
+/// Two facts measured on the machines anvil is developed on (Debian bookworm, AVX-512
+/// CPUs): Debian's reference BLAS makes Torch's matrix products about 10x slower than
+/// OpenBLAS; and Debian's OpenBLAS 0.3.21 does not recognise newer AVX-512 CPU families and
+/// falls back to AVX2 kernels, where forcing its SkylakeX kernels
+/// (`OPENBLAS_CORETYPE=SkylakeX`) made a 256-wide SAC update 46% faster. OpenBLAS reads that
+/// variable only when it loads, so `prefer_fast_blas` restarts the program once with it
+/// set. A user who sets OPENBLAS_CORETYPE themselves keeps their choice. Light header.
+
+#include <dlfcn.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <string>
+
+namespace anvil {
+
+/// What the running process uses for BLAS.
+struct BlasInfo {
+  std::string library;  ///< path of the libblas in use, from /proc/self/maps ("" if unknown)
+  std::string core;     ///< OpenBLAS's kernel family ("Haswell", "SkylakeX", ...), "" otherwise
+  bool openblas = false;
+  bool reference = false;  ///< Netlib's reference BLAS: about 10x slower matrix products
+};
+
+/// Inspects the BLAS loaded into this process.
+inline BlasInfo blas_info() {
+  BlasInfo info;
+  std::ifstream maps("/proc/self/maps");
+  for (std::string line; std::getline(maps, line);) {
+    const auto slash = line.find('/');
+    if (slash == std::string::npos) continue;
+    const std::string path = line.substr(slash);
+    if (path.find("libopenblas") != std::string::npos) info.openblas = true;
+    if (path.find("libblas.so") != std::string::npos && info.library.empty()) info.library = path;
+  }
+  if (!info.library.empty() && info.library.find("openblas") == std::string::npos &&
+      info.library.find("/blas/") != std::string::npos)
+    info.reference = true;
+  using corename_fn = char* (*)();
+  if (auto fn = reinterpret_cast<corename_fn>(::dlsym(RTLD_DEFAULT, "openblas_get_corename"))) {
+    info.openblas = true;
+    if (const char* c = fn()) info.core = c;
+  }
+  return info;
+}
+
+/// True when the CPU runs AVX-512 (the F, BW, DQ and VL subsets OpenBLAS's SkylakeX kernels use).
+inline bool cpu_has_avx512() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
+#else
+  return false;
+#endif
+}
+
+/// OpenBLAS kernel families that already use AVX-512.
+inline bool is_avx512_core(const std::string& core) {
+  for (const char* k : {"SkylakeX", "skylakex", "Cooperlake", "cooperlake", "SapphireRapids",
+                        "sapphirerapids", "Zen4", "zen4"})
+    if (core.find(k) != std::string::npos) return true;
+  return false;
+}
+
+/// Restarts this program (same arguments) with OPENBLAS_CORETYPE=SkylakeX when OpenBLAS
+/// chose non-AVX-512 kernels on an AVX-512 CPU; returns normally in every other case,
+/// including when OPENBLAS_CORETYPE is already set. Call first thing in main (before any
+/// threads start); `parse_config(argc, argv)` does.
+inline void prefer_fast_blas(int argc, char** argv) {
+  if (argc < 1 || std::getenv("OPENBLAS_CORETYPE") != nullptr) return;
+  const BlasInfo b = blas_info();
+  if (!b.openblas || b.core.empty() || is_avx512_core(b.core) || !cpu_has_avx512()) return;
+  std::fprintf(stderr,
+               "anvil: OpenBLAS chose its %s kernels on this AVX-512 CPU; restarting with "
+               "OPENBLAS_CORETYPE=SkylakeX for faster matrix products (set OPENBLAS_CORETYPE "
+               "yourself to choose)\n",
+               b.core.c_str());
+  std::fflush(stderr);
+  ::setenv("OPENBLAS_CORETYPE", "SkylakeX", 1);
+  ::execv("/proc/self/exe", argv);
+  // exec failed: carry on with the kernels we have.
+}
+
+}  // namespace anvil
+// ---- end <anvil/core/blas.hpp> ----
+// ---- begin <anvil/core/concepts.hpp> ----
+/// @file
+/// The four policy kinds as concepts, built from small named rungs so that a compiler
+/// diagnostic names the missing piece, and the rules for combining them in a Trainer.
+///
+/// Light header: no torch. Tensor-valued members are checked through forward declarations,
+/// so including this costs almost nothing.
+
+#include <concepts>
+#include <cstdint>
+#include <string_view>
+#include <type_traits>
+#include <vector>
+
+// ---- begin <anvil/core/param.hpp> ----
+/// @file
+/// Typed, self-describing configuration fields.
+///
+/// A policy's `Config` is a plain aggregate whose fields are `Param`s. Each `Param` carries
+/// its key, its help text and its validation rule in its type, so `config.hpp` can walk a
+/// config with Boost.PFR and derive the command line, YAML files, `--help`, printing,
+/// hashing and validation from the struct alone, with no hand-kept list of keys:
+///
+///     struct Config {
+///       Param<int, "batch_size", "samples per gradient step", at_least(1)> batch_size{256};
+///       Param<double, "gamma", "discount factor", in_range(0, 1)> gamma{0.99};
+///     };
+///     Config c{.batch_size = 512};    // designated initializers work
+///     int b = c.batch_size;           // reads like the value
+///
+/// Light header: standard library only.
+
+#include <algorithm>
+#include <array>
+#include <concepts>
+#include <cstddef>
+#include <initializer_list>
+#include <limits>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+namespace anvil {
+
+/// A string usable as a template argument (`Param<int, "batch_size", ...>`).
+template <std::size_t N>
+struct FixedString {
+  char data[N]{};
+  constexpr FixedString(const char (&s)[N]) noexcept { std::copy_n(s, N, data); }  // NOLINT
+  [[nodiscard]] constexpr std::string_view view() const noexcept { return {data, N - 1}; }
+  constexpr operator std::string_view() const noexcept { return view(); }  // NOLINT
+};
+
+/// A validation rule for numbers: `lo <= x <= hi`, either end open or unbounded.
+/// Written as a template argument, so the rule lives in the field's type.
+struct Range {
+  double lo = -std::numeric_limits<double>::infinity();
+  double hi = std::numeric_limits<double>::infinity();
+  bool lo_open = false;
+  bool hi_open = false;
+
+  [[nodiscard]] constexpr bool contains(double x) const noexcept {
+    return (lo_open ? x > lo : x >= lo) && (hi_open ? x < hi : x <= hi);
+  }
+  [[nodiscard]] constexpr bool bounded() const noexcept {
+    return lo != -std::numeric_limits<double>::infinity() ||
+           hi != std::numeric_limits<double>::infinity();
+  }
+};
+
+/// No constraint beyond the type.
+inline constexpr Range any_value{};
+/// `x >= lo`.
+constexpr Range at_least(double lo) noexcept { return Range{.lo = lo}; }
+/// `x > lo`.
+constexpr Range greater_than(double lo) noexcept { return Range{.lo = lo, .lo_open = true}; }
+/// `lo <= x <= hi`.
+constexpr Range in_range(double lo, double hi) noexcept { return Range{.lo = lo, .hi = hi}; }
+/// `lo < x <= hi`.
+constexpr Range in_range_open_low(double lo, double hi) noexcept {
+  return Range{.lo = lo, .hi = hi, .lo_open = true};
+}
+/// `x > 0`.
+inline constexpr Range positive = greater_than(0.0);
+
+/// Names of an enum's values, for configs: declare next to the enum
+///     constexpr auto enum_names(LrScaling) { return std::array<std::string_view, 3>{...}; }
+/// and found by argument-dependent lookup. Value i is named `enum_names(E{})[i]`.
+template <class E>
+concept NamedEnum = std::is_enum_v<E> && requires(E e) {
+  { enum_names(e) };
+  { enum_names(e)[0] } -> std::convertible_to<std::string_view>;
+};
+
+namespace detail {
+template <class T> struct is_vector : std::false_type {};
+template <class T, class A> struct is_vector<std::vector<T, A>> : std::true_type {};
+}  // namespace detail
+
+/// Value types a `Param` may hold.
+template <class T>
+concept ParamScalar = std::same_as<T, bool> || std::integral<T> || std::floating_point<T> ||
+                      std::same_as<T, std::string> || NamedEnum<T>;
+template <class T>
+concept ParamValue = ParamScalar<T> ||
+                     (detail::is_vector<T>::value && ParamScalar<typename T::value_type> &&
+                      !std::same_as<typename T::value_type, bool>);
+
+/// One configuration field: a value of type `T` with its key, help and rule in its type.
+/// For vectors the rule applies to each element.
+template <ParamValue T, FixedString Name, FixedString Help, Range Rule = any_value>
+struct Param {
+  using value_type = T;
+  static constexpr std::string_view name = Name.view();
+  static constexpr std::string_view help = Help.view();
+  static constexpr Range rule = Rule;
+
+  T value{};
+
+  constexpr Param() = default;
+  constexpr Param(T v) : value(std::move(v)) {}  // NOLINT: implicit, so `.x = 3` works
+  constexpr Param(const char* s)                 // NOLINT: `.device = "cpu"`
+    requires std::same_as<T, std::string>
+      : value(s) {}
+  template <class U>
+  constexpr Param(std::initializer_list<U> l)  // `.hidden = {256, 256}`
+    requires detail::is_vector<T>::value && std::convertible_to<U, typename T::value_type>
+      : value(l.begin(), l.end()) {}
+
+  constexpr operator const T&() const noexcept { return value; }  // NOLINT
+  constexpr const T& operator*() const noexcept { return value; }
+  constexpr T& operator*() noexcept { return value; }
+  constexpr const T* operator->() const noexcept { return &value; }
+  constexpr Param& operator=(T v) {
+    value = std::move(v);
+    return *this;
+  }
+  template <class U>
+  constexpr Param& operator=(std::initializer_list<U> l)
+    requires detail::is_vector<T>::value && std::convertible_to<U, typename T::value_type>
+  {
+    value.assign(l.begin(), l.end());
+    return *this;
+  }
+  constexpr Param& operator=(const char* s)
+    requires std::same_as<T, std::string>
+  {
+    value = s;
+    return *this;
+  }
+  friend constexpr bool operator==(const Param& a, const Param& b) { return a.value == b.value; }
+};
+
+/// A named group of fields inside a config: `Section<"actor", ActorConfig> actor;` gives keys
+/// `actor.<field>`. The Trainer's config is a struct of sections, one per policy.
+template <FixedString Name, class Cfg>
+struct Section {
+  static constexpr std::string_view name = Name.view();
+  using config_type = Cfg;
+  Cfg value{};
+
+  constexpr const Cfg* operator->() const noexcept { return &value; }
+  constexpr Cfg* operator->() noexcept { return &value; }
+  constexpr const Cfg& operator*() const noexcept { return value; }
+  constexpr Cfg& operator*() noexcept { return value; }
+};
+
+namespace detail {
+template <class T> struct is_param : std::false_type {};
+template <class T, FixedString N, FixedString H, Range R>
+struct is_param<Param<T, N, H, R>> : std::true_type {};
+template <class T> struct is_section : std::false_type {};
+template <FixedString N, class C> struct is_section<Section<N, C>> : std::true_type {};
+}  // namespace detail
+
+/// `T` is a `Param<...>`.
+template <class T>
+concept IsParam = detail::is_param<std::remove_cvref_t<T>>::value;
+/// `T` is a `Section<...>`.
+template <class T>
+concept IsSection = detail::is_section<std::remove_cvref_t<T>>::value;
+
+}  // namespace anvil
+// ---- end <anvil/core/param.hpp> ----
+
+namespace at {
+class Tensor;
+}
+
+namespace anvil {
+
+namespace envs {
+struct EnvSpec;
+}
+struct RunContext;
+struct ReplayBatch;
+struct RolloutBatch;
+struct UpdateInfo;
+class StepContext;
+
+/// Tags a policy declares with `using policy_kind = anvil::AlgorithmKind;` etc. The kind
+/// is declared, not guessed from members, so a type in the wrong slot is named as such.
+struct AlgorithmKind {};
+struct BufferKind {};
+struct ParallelismKind {};
+struct PrecisionKind {};
+
+/// How an action is chosen: sampled for exploration, or the deterministic mode for evaluation.
+enum class ActMode { explore, deterministic };
+
+// ---------------------------------------------------------------------------------------
+// Rungs shared by all kinds.
+
+/// `P` says it is a policy of kind `Kind`.
+template <class P, class Kind>
+concept DeclaresKind = requires { typename P::policy_kind; } &&
+                       std::same_as<typename P::policy_kind, Kind>;
+
+/// `P` has a nested `Config` aggregate (of `Param`s), default-constructible, whose fields
+/// appear under the key prefix `P::config_section` (e.g. "sac").
+template <class P>
+concept HasConfig = requires {
+  typename P::Config;
+  { P::config_section } -> std::convertible_to<std::string_view>;
+} && std::is_aggregate_v<typename P::Config> && std::default_initializable<typename P::Config>;
+
+/// `P` says whether it learns only from data of its current policy.
+template <class P>
+concept DeclaresDataRegime = requires {
+  { P::on_policy } -> std::convertible_to<bool>;
+};
+
+// ---------------------------------------------------------------------------------------
+// Algorithm: owns networks, losses and optimizers. Built from the env's spaces, its
+// config and the run's context (device, seed); acts on a batch of observations (one row
+// per env) and updates from a batch its buffer produces. Its `update` runs the losses
+// through a `StepContext`, which owns autocast, loss scaling, gradient all-reduce and the
+// optimizer step, so one algorithm serves every precision and parallelism policy.
+
+/// `A` acts on a batch of observations.
+template <class A>
+concept ActsOnBatches = requires(A& a, const at::Tensor& obs, ActMode mode) {
+  { a.act(obs, mode) } -> std::same_as<at::Tensor>;
+};
+
+/// `A` names the batch type it learns from and updates from it through a StepContext.
+template <class A>
+concept UpdatesFromBatches = requires { typename A::Batch; } &&
+                             requires(A& a, const typename A::Batch& b, StepContext& ctx) {
+                               { a.update(b, ctx) } -> std::same_as<UpdateInfo>;
+                             };
+
+/// `A` can be built from the env's spaces, its config and the run's context.
+template <class A>
+concept ConstructibleFromSpec =
+    std::constructible_from<A, const envs::EnvSpec&, const typename A::Config&, const RunContext&>;
+
+/// An algorithm policy (SAC, TD3, PPO, ...).
+template <class A>
+concept Algorithm = DeclaresKind<A, AlgorithmKind> && HasConfig<A> && DeclaresDataRegime<A> &&
+                    ActsOnBatches<A> && UpdatesFromBatches<A> && ConstructibleFromSpec<A>;
+
+// ---------------------------------------------------------------------------------------
+// Buffer: preallocated storage of transitions. Takes one step of N envs in one call and
+// produces the batch type its algorithms learn from. Replay buffers sample at random; a
+// rollout buffer hands out its whole rollout in minibatches and is cleared each iteration.
+
+/// `B` names the batch type it produces and reports its fill level.
+template <class B>
+concept ProducesBatches = requires(const B& b) {
+  typename B::Batch;
+  { b.size() } -> std::convertible_to<std::int64_t>;
+  { b.capacity() } -> std::convertible_to<std::int64_t>;
+};
+
+/// A buffer policy (UniformBuffer, PrioritizedBuffer, RolloutBuffer).
+template <class B>
+concept Buffer = DeclaresKind<B, BufferKind> && HasConfig<B> && DeclaresDataRegime<B> &&
+                 ProducesBatches<B>;
+
+/// A replay buffer: samples a batch of `n` stored transitions at random.
+template <class B>
+concept ReplayBuffer = Buffer<B> && requires(B& b, std::int64_t n) {
+  { b.sample(n) } -> std::same_as<typename B::Batch>;
+};
+
+/// A replay buffer that also takes back priorities (e.g. |TD error|) for the sampled rows.
+template <class B>
+concept PrioritizedReplay = ReplayBuffer<B> &&
+                            requires(B& b, const at::Tensor& index, const at::Tensor& priority) {
+                              { b.update_priorities(index, priority) };
+                            };
+
+// ---------------------------------------------------------------------------------------
+// Parallelism: how many processes train together and how they agree. Knows its rank and
+// world size, averages gradients (and any learned scalar) across ranks, broadcasts rank 0's
+// state at start, and reduces metrics for logging.
+
+/// `P` reports where this process stands in the world.
+template <class P>
+concept KnowsWorld = requires(const P& p) {
+  { p.rank() } -> std::convertible_to<int>;
+  { p.world_size() } -> std::convertible_to<int>;
+  { p.is_main() } -> std::convertible_to<bool>;
+  { P::can_use_cuda } -> std::convertible_to<bool>;
+};
+
+/// `P` averages tensors across ranks in place and broadcasts rank 0's tensors.
+template <class P>
+concept SynchronisesTensors = requires(P& p, std::vector<at::Tensor>& ts) {
+  { p.all_reduce_mean(ts) };
+  { p.broadcast(ts) };
+};
+
+/// A parallelism policy (SingleDevice, DDP<N>).
+template <class P>
+concept Parallelism = DeclaresKind<P, ParallelismKind> && HasConfig<P> && KnowsWorld<P> &&
+                      SynchronisesTensors<P>;
+
+// ---------------------------------------------------------------------------------------
+// Precision: the numeric types of a step. A type-level description the StepContext turns
+// into an autocast scope and, for float16, a dynamic loss scaler.
+
+/// `X` states its compute dtype and whether it scales losses and needs CUDA.
+template <class X>
+concept DescribesNumerics = requires {
+  { X::name } -> std::convertible_to<std::string_view>;
+  { X::autocast } -> std::convertible_to<bool>;
+  { X::loss_scaling } -> std::convertible_to<bool>;
+  { X::needs_cuda } -> std::convertible_to<bool>;
+};
+
+/// A precision policy (FP32, TF32, BF16, FP16).
+template <class X>
+concept Precision = DeclaresKind<X, PrecisionKind> && HasConfig<X> && DescribesNumerics<X>;
+
+// ---------------------------------------------------------------------------------------
+// The rules for a Trainer. Each check is guarded by the ones before it, so a bad
+// combination yields exactly one sentence: what is wrong; why; what to use instead.
+
+namespace detail {
+
+template <class T>
+constexpr int declared_kind() {
+  if constexpr (DeclaresKind<T, AlgorithmKind>) return 1;
+  else if constexpr (DeclaresKind<T, BufferKind>) return 2;
+  else if constexpr (DeclaresKind<T, ParallelismKind>) return 3;
+  else if constexpr (DeclaresKind<T, PrecisionKind>) return 4;
+  else return 0;
+}
+
+template <class T>
+constexpr bool on_policy_of() {
+  if constexpr (DeclaresDataRegime<T>) return T::on_policy;
+  else return false;
+}
+template <class T>
+constexpr bool needs_cuda_of() {
+  if constexpr (DescribesNumerics<T>) return T::needs_cuda;
+  else return false;
+}
+template <class T>
+constexpr bool can_use_cuda_of() {
+  if constexpr (requires { { T::can_use_cuda } -> std::convertible_to<bool>; }) return T::can_use_cuda;
+  else return true;
+}
+
+template <class A, class B>
+constexpr bool batches_match() {
+  if constexpr (requires { typename A::Batch; typename B::Batch; })
+    return std::same_as<typename A::Batch, typename B::Batch>;
+  else
+    return false;
+}
+
+}  // namespace detail
+
+/// Checks a Trainer's four policies. `ok` is true when they combine; otherwise exactly one
+/// static_assert fires with a sentence that says what to change.
+template <class A, class B, class P, class X>
+struct TrainerRules {
+  static constexpr int ka = detail::declared_kind<A>(), kb = detail::declared_kind<B>(),
+                       kp = detail::declared_kind<P>(), kx = detail::declared_kind<X>();
+  static constexpr bool slots_ok = ka == 1 && kb == 2 && kp == 3 && kx == 4;
+
+  static constexpr bool swapped = ka == 2 || kb == 1;
+  static_assert(!swapped,
+                "Trainer<Algorithm, Buffer, ...>: an Algorithm and a Buffer are in each other's "
+                "slot; the order is Trainer<Algorithm, Buffer, Parallelism, Precision>, e.g. "
+                "Trainer<SAC, UniformBuffer>");
+  static_assert(swapped || ka != 0,
+                "Trainer's first argument is not an Algorithm: an algorithm declares "
+                "`using policy_kind = anvil::AlgorithmKind;`; use SAC, TD3 or PPO");
+  static_assert(swapped || (ka != 3 && ka != 4),
+                "Trainer's first argument is a Parallelism or Precision policy: the order is "
+                "Trainer<Algorithm, Buffer, Parallelism, Precision>");
+  static_assert(swapped || ka != 1 || kb == 2,
+                "Trainer's second argument is not a Buffer: a buffer declares "
+                "`using policy_kind = anvil::BufferKind;`; use UniformBuffer, PrioritizedBuffer "
+                "or RolloutBuffer");
+  static_assert(!(ka == 1 && kb == 2) || kp == 3,
+                "Trainer's third argument is not a Parallelism policy: use SingleDevice or DDP<N>");
+  static_assert(!(ka == 1 && kb == 2 && kp == 3) || kx == 4,
+                "Trainer's fourth argument is not a Precision policy: use FP32, TF32, BF16 or FP16");
+
+  static constexpr bool a_ok = slots_ok && Algorithm<A>;
+  static_assert(!slots_ok || Algorithm<A>,
+                "Trainer: the Algorithm declares AlgorithmKind but does not satisfy "
+                "anvil::Algorithm; the notes below name the missing member");
+  static constexpr bool b_ok = a_ok && Buffer<B>;
+  static_assert(!a_ok || Buffer<B>,
+                "Trainer: the Buffer declares BufferKind but does not satisfy anvil::Buffer; the "
+                "notes below name the missing member");
+  static constexpr bool p_ok = b_ok && Parallelism<P>;
+  static_assert(!b_ok || Parallelism<P>,
+                "Trainer: the Parallelism policy does not satisfy anvil::Parallelism; the notes "
+                "below name the missing member");
+  static constexpr bool x_ok = p_ok && Precision<X>;
+  static_assert(!p_ok || Precision<X>,
+                "Trainer: the Precision policy does not satisfy anvil::Precision; the notes below "
+                "name the missing member");
+
+  static constexpr bool a_on = detail::on_policy_of<A>(), b_on = detail::on_policy_of<B>();
+  static constexpr bool regime_ok = !x_ok || a_on == b_on;
+  static_assert(!x_ok || !a_on || b_on,
+                "Trainer: the Algorithm is on-policy (it learns only from fresh rollouts of its "
+                "current policy) but the Buffer replays old transitions; use RolloutBuffer");
+  static_assert(!x_ok || a_on || !b_on,
+                "Trainer: the Algorithm is off-policy (it samples past transitions at random) but "
+                "a RolloutBuffer keeps only the current rollout and clears it; use UniformBuffer "
+                "or PrioritizedBuffer");
+
+  static constexpr bool batch_ok = !(x_ok && regime_ok) || detail::batches_match<A, B>();
+  static_assert(batch_ok,
+                "Trainer: the Buffer's Batch type is not the Batch the Algorithm's update takes; "
+                "pick a buffer whose batches the algorithm learns from");
+
+  static constexpr bool device_ok = !(x_ok && regime_ok && batch_ok) ||
+                                    !detail::needs_cuda_of<X>() || detail::can_use_cuda_of<P>();
+  static_assert(device_ok,
+                "Trainer: this Precision autocasts to float16, which needs CUDA, but the "
+                "Parallelism policy keeps every tensor on the CPU; use BF16 on CPU");
+
+  static constexpr bool ok = x_ok && regime_ok && batch_ok && device_ok;
+};
+
+}  // namespace anvil
+// ---- end <anvil/core/concepts.hpp> ----
+// ---- begin <anvil/core/config.hpp> ----
+/// @file
+/// The config system: command line, YAML files, `--help`, printing, hashing and validation,
+/// all derived from `Param` fields by walking config structs with Boost.PFR.
+///
+/// Two steps, so that `parse_config(argc, argv)` needs no knowledge of the Trainer type:
+///  1. `parse_config` reads the command line and any `--config FILE` into `Args`: an ordered
+///     list of `key = value` settings, each remembering where it came from (file:line:column
+///     or the command-line argument). Syntax errors (malformed YAML, duplicate keys, a stray
+///     argument) are reported here.
+///  2. `configure<Cfg>(args)` applies the settings to a typed config: unknown keys (with
+///     "did you mean"), wrong types and values out of range are reported with the field and
+///     the place they came from; `--help` and `--print-config` are answered here, because
+///     only now are the fields known.
+/// Every error is an `anvil::ConfigError`; `parse_config` installs a handler that turns an
+/// uncaught one into a one-line message and exit status 2.
+///
+/// Keys are `section.field` (`sac.batch_size`); a key without a section refers to the `run`
+/// section (`--seed=3`, `--device=cuda`). Dashes in keys read as underscores (`--run-dir`).
+///
+/// Light header: no torch (yaml-cpp and Boost.PFR only).
+
+#include <boost/pfr.hpp>
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <cstdint>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <cstdlib>
+#include <functional>
+#include <map>
+#include <optional>
+#include <span>
+#include <sstream>
+#include <string>
+#include <string_view>
+#include <vector>
+
+// ---- begin <anvil/core/error.hpp> ----
+/// @file
+/// anvil's exception types. Light header.
+///
+/// Every error anvil raises derives from `anvil::Error` and names what is at fault (the
+/// field, file, rank or env). `install_error_handler()` (called by `parse_config`) turns
+/// an uncaught `anvil::Error` into a one-line message and a non-zero exit instead of an
+/// abort, so bad input never looks like a crash.
+
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <stdexcept>
+#include <string>
+
+namespace anvil {
+
+/// Base of every anvil error. `exit_code()` is what the process exits with when the
+/// error is not caught.
+class Error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+  [[nodiscard]] virtual int exit_code() const noexcept { return 1; }
+};
+
+/// Bad configuration: an unknown key, a wrong type, a value out of range, a malformed
+/// file. Exit status 2, as for any command-line usage error.
+class ConfigError : public Error {
+ public:
+  using Error::Error;
+  [[nodiscard]] int exit_code() const noexcept override { return 2; }
+};
+
+/// A requested device or feature that this build or machine does not have.
+class DeviceError : public Error {
+ public:
+  using Error::Error;
+  [[nodiscard]] int exit_code() const noexcept override { return 2; }
+};
+
+namespace detail {
+[[noreturn]] inline void terminate_with_message() {
+  std::fflush(stdout);
+  if (auto p = std::current_exception()) {
+    try {
+      std::rethrow_exception(p);
+    } catch (const Error& e) {
+      std::fprintf(stderr, "error: %s\n", e.what());
+      std::fflush(stderr);
+      std::_Exit(e.exit_code());
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "error: %s\n", e.what());
+      std::fflush(stderr);
+      std::_Exit(1);
+    } catch (...) {
+    }
+  }
+  std::fputs("error: terminated by an unknown exception\n", stderr);
+  std::abort();
+}
+}  // namespace detail
+
+/// Make uncaught exceptions end the program with `error: <message>` on stderr and the
+/// error's exit code (2 for configuration errors, 1 otherwise), not an abort and a core
+/// dump. Idempotent.
+inline void install_error_handler() { std::set_terminate(&detail::terminate_with_message); }
+
+}  // namespace anvil
+// ---- end <anvil/core/error.hpp> ----
+
+namespace anvil {
+
+/// One `key = value` setting before it is applied to a typed config.
+struct Setting {
+  std::string key;                  ///< dotted key as written, dashes turned to underscores
+  std::vector<std::string> values;  ///< one entry for a scalar, one per element for a list
+  bool is_list = false;             ///< written as a YAML sequence
+  bool bare_flag = false;           ///< `--flag` with no value: means true for a bool field
+  std::string origin;               ///< "run.yaml:4:3" or "command line '--x=1'"
+};
+
+/// The parsed command line: settings in the order they apply (files first, then the
+/// command line, later ones override earlier ones), plus the informational flags.
+struct Args {
+  std::string program = "anvil";
+  std::vector<Setting> settings;
+  std::vector<std::string> config_files;
+  bool help = false;          ///< `--help`: print every field with default and help, exit 0
+  bool print_config = false;  ///< `--print-config`: print the resolved config as YAML, exit 0
+};
+
+namespace detail {
+
+inline std::string lower(std::string_view s) {
+  std::string out(s);
+  for (auto& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+inline std::string normalize_key(std::string_view key) {
+  std::string k(key);
+  std::replace(k.begin(), k.end(), '-', '_');
+  return k;
+}
+
+/// Edit distance with transpositions (optimal string alignment), for "did you mean".
+inline std::size_t edit_distance(std::string_view a, std::string_view b) {
+  const std::size_t n = a.size(), m = b.size();
+  std::vector<std::size_t> d((n + 1) * (m + 1));
+  auto at = [&](std::size_t i, std::size_t j) -> std::size_t& { return d[i * (m + 1) + j]; };
+  for (std::size_t i = 0; i <= n; ++i) at(i, 0) = i;
+  for (std::size_t j = 0; j <= m; ++j) at(0, j) = j;
+  for (std::size_t i = 1; i <= n; ++i)
+    for (std::size_t j = 1; j <= m; ++j) {
+      const std::size_t cost = a[i - 1] == b[j - 1] ? 0 : 1;
+      at(i, j) = std::min({at(i - 1, j) + 1, at(i, j - 1) + 1, at(i - 1, j - 1) + cost});
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1])
+        at(i, j) = std::min(at(i, j), at(i - 2, j - 2) + 1);
+    }
+  return at(n, m);
+}
+
+/// Shortest text that reads back as the same double.
+inline std::string format_double(double x) {
+  char buf[64];
+  auto [end, ec] = std::to_chars(buf, buf + sizeof buf, x, std::chars_format::general);
+  std::string s(buf, end);
+  // Keep a marker that this is a float, so YAML readers and humans see 1.0, not 1.
+  if (s.find_first_of(".eEn") == std::string::npos) s += ".0";
+  return s;
+}
+
+inline std::string format_range(const Range& r) {
+  if (!r.bounded()) return {};
+  constexpr double inf = std::numeric_limits<double>::infinity();
+  auto num = [](double v) {
+    if (v == std::floor(v) && std::abs(v) < 1e15) return std::to_string(static_cast<long long>(v));
+    return format_double(v);
+  };
+  if (r.hi == inf) return std::string(r.lo_open ? "> " : ">= ") + num(r.lo);
+  if (r.lo == -inf) return std::string(r.hi_open ? "< " : "<= ") + num(r.hi);
+  return std::string(r.lo_open ? "(" : "[") + num(r.lo) + ", " + num(r.hi) + (r.hi_open ? ")" : "]");
+}
+
+template <class T> std::string type_name();
+template <class T>
+std::string type_name() {
+  if constexpr (std::same_as<T, bool>) return "bool";
+  else if constexpr (std::same_as<T, std::string>) return "string";
+  else if constexpr (NamedEnum<T>) {
+    std::string s;
+    for (std::string_view n : enum_names(T{})) s += (s.empty() ? "" : "|") + std::string(n);
+    return s;
+  } else if constexpr (std::integral<T>) return std::is_unsigned_v<T> ? "uint" : "int";
+  else if constexpr (std::floating_point<T>) return "float";
+  else return "list of " + type_name<typename T::value_type>();
+}
+
+template <class T>
+std::string format_value(const T& v) {
+  if constexpr (std::same_as<T, bool>) return v ? "true" : "false";
+  else if constexpr (std::same_as<T, std::string>) return v;
+  else if constexpr (NamedEnum<T>) return std::string(enum_names(v)[static_cast<std::size_t>(v)]);
+  else if constexpr (std::integral<T>) return std::to_string(v);
+  else if constexpr (std::floating_point<T>) return format_double(static_cast<double>(v));
+  else {
+    std::string s = "[";
+    for (std::size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + format_value(v[i]);
+    return s + "]";
+  }
+}
+
+/// A YAML scalar that reads back as the same string.
+inline std::string yaml_quote(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    out += c;
+  }
+  return out + "\"";
+}
+
+template <class T>
+std::string format_yaml(const T& v) {
+  if constexpr (std::same_as<T, std::string>) return yaml_quote(v);
+  else if constexpr (is_vector<T>::value) {
+    std::string s = "[";
+    for (std::size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + format_yaml(v[i]);
+    return s + "]";
+  } else return format_value(v);
+}
+
+inline std::string strip_underscores(std::string_view s) {
+  std::string out;
+  for (char c : s)
+    if (c != '_') out += c;
+  return out;
+}
+
+/// Parses one scalar; on failure returns nullopt and sets `why` (no field name in it).
+template <class T>
+std::optional<T> parse_scalar(std::string_view text, std::string& why) {
+  const std::string s = [&] {
+    auto b = text.find_first_not_of(" \t"), e = text.find_last_not_of(" \t");
+    return b == std::string_view::npos ? std::string() : std::string(text.substr(b, e - b + 1));
+  }();
+  if constexpr (std::same_as<T, std::string>) {
+    return std::string(text);
+  } else if constexpr (std::same_as<T, bool>) {
+    const std::string l = lower(s);
+    if (l == "true" || l == "yes" || l == "on" || l == "1") return true;
+    if (l == "false" || l == "no" || l == "off" || l == "0") return false;
+    why = "expected a bool (true or false), got '" + s + "'";
+    return std::nullopt;
+  } else if constexpr (NamedEnum<T>) {
+    const auto names = enum_names(T{});
+    std::string best;
+    std::size_t best_d = SIZE_MAX;
+    for (std::size_t i = 0; i < names.size(); ++i) {
+      if (lower(names[i]) == lower(s)) return static_cast<T>(i);
+      if (auto d = edit_distance(lower(s), lower(names[i])); d < best_d) best_d = d, best = names[i];
+    }
+    why = "expected one of " + type_name<T>() + ", got '" + s + "'";
+    if (best_d <= 2) why += "; did you mean '" + best + "'?";
+    return std::nullopt;
+  } else if constexpr (std::integral<T>) {
+    const std::string digits = strip_underscores(s);
+    if (std::is_unsigned_v<T> && !digits.empty() && digits.front() == '-') {
+      why = "expected a non-negative integer, got '" + s + "'";
+      return std::nullopt;
+    }
+    T v{};
+    auto [p, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), v);
+    if (ec == std::errc() && p == digits.data() + digits.size() && !digits.empty()) return v;
+    if (ec == std::errc::result_out_of_range) {
+      why = "'" + s + "' does not fit in " + type_name<T>();
+      return std::nullopt;
+    }
+    // 1e6 is a common way to write step counts: accept it when it is a whole number.
+    double d{};
+    auto [pd, ecd] = std::from_chars(digits.data(), digits.data() + digits.size(), d);
+    if (ecd == std::errc() && pd == digits.data() + digits.size() && std::isfinite(d) &&
+        d == std::floor(d)) {
+      if (d >= static_cast<double>(std::numeric_limits<T>::min()) &&
+          d <= static_cast<double>(std::numeric_limits<T>::max()))
+        return static_cast<T>(d);
+      why = "'" + s + "' does not fit in " + type_name<T>();
+      return std::nullopt;
+    }
+    why = std::string("expected ") + (std::is_unsigned_v<T> ? "a non-negative integer" : "an integer") +
+          ", got '" + s + "'";
+    return std::nullopt;
+  } else {
+    static_assert(std::floating_point<T>);
+    const std::string digits = strip_underscores(s);
+    double v{};
+    auto [p, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), v);
+    if (ec == std::errc() && p == digits.data() + digits.size() && !digits.empty()) {
+      if (!std::isfinite(v)) {
+        why = "expected a finite number, got '" + s + "'";
+        return std::nullopt;
+      }
+      return static_cast<T>(v);
+    }
+    why = "expected a number, got '" + s + "'";
+    return std::nullopt;
+  }
+}
+
+/// Empty when `v` satisfies `rule`, else why not (no field name in it).
+template <class T>
+std::string check_rule(const T& v, const Range& rule) {
+  if constexpr (std::integral<T> || std::floating_point<T>) {
+    if constexpr (std::floating_point<T>)
+      if (!std::isfinite(v)) return "must be a finite number";
+    if (!rule.contains(static_cast<double>(v))) return "must be " + format_range(rule);
+    return {};
+  } else if constexpr (is_vector<T>::value) {
+    for (std::size_t i = 0; i < v.size(); ++i)
+      if (auto e = check_rule(v[i], rule); !e.empty())
+        return "element " + std::to_string(i) + " (" + format_value(v[i]) + ") " + e;
+    return {};
+  } else {
+    return {};
+  }
+}
+
+/// Type-erased view of one field of a config object, built by `fields()`.
+struct FieldRef {
+  std::string key;  ///< full dotted key
+  std::string_view leaf;
+  std::string_view help;
+  std::string type;
+  std::string rule;  ///< e.g. ">= 1", empty when unconstrained
+  bool is_bool = false;
+  std::function<std::string(const Setting&)> assign;  ///< empty string on success
+  std::function<std::string()> format;                ///< value as text
+  std::function<std::string()> format_yaml;           ///< value as a YAML scalar
+  std::function<std::string()> check;                 ///< rule violation, or empty
+};
+
+template <class T> struct always_false : std::false_type {};
+
+template <class Cfg>
+void collect_fields(Cfg& cfg, const std::string& prefix, std::vector<FieldRef>& out) {
+  static_assert(std::is_aggregate_v<Cfg>,
+                "a config must be an aggregate struct of Param<...> and Section<...> fields");
+  boost::pfr::for_each_field(cfg, [&](auto& field) {
+    using F = std::remove_cvref_t<decltype(field)>;
+    if constexpr (IsSection<F>) {
+      collect_fields(field.value, prefix + std::string(F::name) + ".", out);
+    } else if constexpr (IsParam<F>) {
+      using T = typename F::value_type;
+      FieldRef r;
+      r.key = prefix + std::string(F::name);
+      r.leaf = F::name;
+      r.help = F::help;
+      r.type = type_name<T>();
+      r.rule = format_range(F::rule);
+      r.is_bool = std::same_as<T, bool>;
+      auto* p = &field;
+      r.assign = [p](const Setting& s) -> std::string {
+        std::string why;
+        if constexpr (is_vector<T>::value) {
+          using E = typename T::value_type;
+          std::vector<std::string> parts;
+          if (s.is_list) {
+            parts = s.values;
+          } else {  // "256,256" or "[256, 256]" from the command line
+            std::string_view v = s.values.empty() ? std::string_view() : s.values.front();
+            while (!v.empty() && (v.front() == '[' || v.front() == ' ')) v.remove_prefix(1);
+            while (!v.empty() && (v.back() == ']' || v.back() == ' ')) v.remove_suffix(1);
+            while (!v.empty()) {
+              auto comma = v.find(',');
+              parts.emplace_back(v.substr(0, comma));
+              if (comma == std::string_view::npos) break;
+              v.remove_prefix(comma + 1);
+            }
+          }
+          T out;
+          for (std::size_t i = 0; i < parts.size(); ++i) {
+            auto e = parse_scalar<E>(parts[i], why);
+            if (!e) return "element " + std::to_string(i) + ": " + why;
+            out.push_back(*e);
+          }
+          p->value = std::move(out);
+          return {};
+        } else {
+          if (s.is_list) return "expected a single " + type_name<T>() + ", got a list";
+          if (s.bare_flag) {
+            if constexpr (std::same_as<T, bool>) {
+              p->value = true;
+              return {};
+            } else {
+              return "needs a value (" + type_name<T>() + ")";
+            }
+          }
+          auto v = parse_scalar<T>(s.values.empty() ? std::string_view() : s.values.front(), why);
+          if (!v) return why;
+          p->value = std::move(*v);
+          return {};
+        }
+      };
+      r.format = [p] { return format_value(p->value); };
+      r.format_yaml = [p] { return detail::format_yaml(p->value); };
+      r.check = [p] { return check_rule(p->value, F::rule); };
+      out.push_back(std::move(r));
+    } else {
+      static_assert(always_false<F>::value,
+                    "every field of a config must be a Param<T, \"name\", \"help\"> or a "
+                    "Section<\"name\", Config>");
+    }
+  });
+}
+
+inline std::string origin_prefix(const Setting& s) { return s.origin.empty() ? "" : s.origin + ": "; }
+
+inline void flatten_yaml(const YAML::Node& node, const std::string& prefix, const std::string& file,
+                         std::vector<Setting>& out) {
+  auto where = [&](const YAML::Node& n) {
+    const auto m = n.Mark();
+    return file + ":" + std::to_string(m.line + 1) + ":" + std::to_string(m.column + 1);
+  };
+  std::map<std::string, int> seen;  // key -> line where first seen
+  for (auto it = node.begin(); it != node.end(); ++it) {
+    const YAML::Node& k = it->first;
+    const YAML::Node& v = it->second;
+    if (!k.IsScalar())
+      throw ConfigError(where(k) + ": keys must be plain names, not lists or mappings");
+    const std::string name = normalize_key(k.Scalar());
+    if (auto [pos, fresh] = seen.emplace(name, k.Mark().line + 1); !fresh)
+      throw ConfigError(where(k) + ": duplicate key '" + prefix + name + "' (first given at line " +
+                        std::to_string(pos->second) + ")");
+    const std::string key = prefix + name;
+    if (v.IsMap()) {
+      flatten_yaml(v, key + ".", file, out);
+      continue;
+    }
+    Setting s;
+    s.key = key;
+    s.origin = where(k);
+    if (v.IsNull() || !v.IsDefined()) {
+      throw ConfigError(s.origin + ": '" + key + "' has no value");
+    } else if (v.IsSequence()) {
+      s.is_list = true;
+      for (const auto& e : v) {
+        if (!e.IsScalar())
+          throw ConfigError(where(e) + ": '" + key + "' must be a list of plain values");
+        s.values.push_back(e.Scalar());
+      }
+    } else {
+      s.values.push_back(v.Scalar());
+    }
+    out.push_back(std::move(s));
+  }
+}
+
+}  // namespace detail
+
+/// Parses YAML text (nested mappings by section, scalars or lists at the leaves) into
+/// settings. `name` is used in messages (usually the file name).
+inline std::vector<Setting> parse_yaml(const std::string& text, const std::string& name) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(text);
+  } catch (const YAML::Exception& e) {
+    throw ConfigError(name + ":" + std::to_string(e.mark.line + 1) + ":" +
+                      std::to_string(e.mark.column + 1) + ": malformed YAML: " + e.msg);
+  }
+  std::vector<Setting> out;
+  if (root.IsNull()) return out;  // an empty file sets nothing
+  if (!root.IsMap())
+    throw ConfigError(name + ": expected a mapping of sections (e.g. 'sac:' then indented "
+                             "'batch_size: 512'), got " +
+                      (root.IsSequence() ? "a list" : "a single value"));
+  detail::flatten_yaml(root, "", name, out);
+  return out;
+}
+
+/// Reads a YAML config file into settings; a missing or unreadable file is a ConfigError.
+inline std::vector<Setting> load_yaml_file(const std::string& path) {
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (!f) throw ConfigError("config file '" + path + "' cannot be opened: " + std::strerror(errno));
+  std::string text;
+  char buf[4096];
+  for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, f)) > 0;) text.append(buf, n);
+  std::fclose(f);
+  return parse_yaml(text, path);
+}
+
+/// Parses a command line: `--config FILE` (repeatable), `--help`, `--print-config`, and
+/// overrides as `--key=value`, `--key value`, `key=value` or a bare `--flag` (true).
+/// Throws ConfigError on a stray argument or a key given twice.
+inline Args parse_args(std::span<const std::string> argv) {
+  Args a;
+  if (!argv.empty()) {
+    a.program = argv[0];
+    if (auto slash = a.program.rfind('/'); slash != std::string::npos)
+      a.program = a.program.substr(slash + 1);
+  }
+  std::vector<Setting> cli;
+  for (std::size_t i = 1; i < argv.size(); ++i) {
+    const std::string& arg = argv[i];
+    const std::string origin = "command line '" + arg + "'";
+    if (arg == "--help" || arg == "-h") {
+      a.help = true;
+      continue;
+    }
+    if (arg == "--print-config" || arg == "--print_config") {
+      a.print_config = true;
+      continue;
+    }
+    if (arg == "--config" || arg.starts_with("--config=")) {
+      std::string path;
+      if (arg == "--config") {
+        if (i + 1 >= argv.size()) throw ConfigError(origin + ": --config needs a file name");
+        path = argv[++i];
+      } else {
+        path = arg.substr(9);
+      }
+      if (path.empty()) throw ConfigError(origin + ": --config needs a file name");
+      a.config_files.push_back(path);
+      continue;
+    }
+    Setting s;
+    s.origin = origin;
+    std::string_view body = arg;
+    const bool dashed = body.starts_with("--");
+    if (dashed) body.remove_prefix(2);
+    const auto eq = body.find('=');
+    if (eq != std::string_view::npos) {
+      s.key = detail::normalize_key(body.substr(0, eq));
+      s.values.emplace_back(body.substr(eq + 1));
+    } else if (dashed && !body.empty()) {
+      s.key = detail::normalize_key(body);
+      // `--key value` unless the next token is another option or override.
+      const bool next_is_value =
+          i + 1 < argv.size() && argv[i + 1].find('=') == std::string::npos &&
+          (!argv[i + 1].starts_with("-") ||
+           (argv[i + 1].size() > 1 && (std::isdigit(static_cast<unsigned char>(argv[i + 1][1])) ||
+                                       argv[i + 1][1] == '.')));
+      if (next_is_value) {
+        s.values.push_back(argv[++i]);
+        s.origin = "command line '" + arg + " " + argv[i] + "'";
+      } else {
+        s.bare_flag = true;
+        s.values.emplace_back("true");
+      }
+    } else {
+      throw ConfigError(origin + ": unexpected argument; overrides are written key=value or "
+                                 "--key=value (run with --help for the keys)");
+    }
+    if (s.key.empty() || s.key.front() == '.' || s.key.back() == '.')
+      throw ConfigError(origin + ": '" + s.key + "' is not a key");
+    for (const auto& prev : cli)
+      if (prev.key == s.key)
+        throw ConfigError(origin + ": '" + s.key + "' is given twice on the command line (also " +
+                          prev.origin + ")");
+    cli.push_back(std::move(s));
+  }
+  for (const auto& f : a.config_files) {
+    auto file_settings = load_yaml_file(f);
+    a.settings.insert(a.settings.end(), file_settings.begin(), file_settings.end());
+  }
+  a.settings.insert(a.settings.end(), cli.begin(), cli.end());
+  return a;
+}
+
+/// `parse_args` for `main`'s arguments. Also installs anvil's error handler, so a bad
+/// command line (here or later, when the Trainer applies it) ends the program with a
+/// one-line message and exit status 2 rather than an abort; and makes sure the fast BLAS
+/// kernels are in use (`prefer_fast_blas`, which may restart the program once).
+inline Args parse_config(int argc, char** argv) {
+  prefer_fast_blas(argc, argv);
+  install_error_handler();
+  std::vector<std::string> v(argv, argv + argc);
+  return parse_args(v);
+}
+
+/// Every field of `cfg`, in declaration order, as type-erased references into `cfg`.
+template <class Cfg>
+std::vector<detail::FieldRef> fields(Cfg& cfg) {
+  std::vector<detail::FieldRef> out;
+  detail::collect_fields(cfg, "", out);
+  return out;
+}
+
+/// Checks every field's rule, then the config's own `validate()` if it has one (for rules
+/// across fields). Throws ConfigError naming the field.
+template <class Cfg>
+void validate(const Cfg& cfg) {
+  auto fs = fields(const_cast<Cfg&>(cfg));
+  for (const auto& f : fs)
+    if (auto why = f.check(); !why.empty())
+      throw ConfigError(f.key + " = " + f.format() + " is out of range: " + why);
+  boost::pfr::for_each_field(cfg, [](const auto& field) {
+    using F = std::remove_cvref_t<decltype(field)>;
+    if constexpr (IsSection<F>) {
+      if constexpr (requires { field.value.validate(); }) field.value.validate();
+    }
+  });
+  if constexpr (requires { cfg.validate(); }) cfg.validate();
+}
+
+/// Applies settings to `cfg` in order and validates the result. Throws ConfigError naming
+/// the key and where it came from: unknown key (with the nearest known key), wrong type,
+/// value out of range.
+template <class Cfg>
+void apply_settings(Cfg& cfg, const std::vector<Setting>& settings) {
+  auto fs = fields(cfg);
+  std::map<std::string, detail::FieldRef*, std::less<>> by_key;
+  for (auto& f : fs) by_key[f.key] = &f;
+  const bool has_run = std::any_of(fs.begin(), fs.end(),
+                                   [](const auto& f) { return f.key.starts_with("run."); });
+  for (const Setting& s : settings) {
+    std::string key = s.key;
+    if (key.find('.') == std::string::npos && has_run && by_key.count("run." + key)) key = "run." + key;
+    auto it = by_key.find(key);
+    if (it == by_key.end()) {
+      std::string msg = detail::origin_prefix(s) + "unknown key '" + s.key + "'";
+      // A section named as a field, e.g. 'sac.batch_size.x'.
+      for (const auto& f : fs)
+        if (key.starts_with(f.key + ".")) {
+          throw ConfigError(msg + "; '" + f.key + "' is a field, not a section");
+        }
+      const detail::FieldRef* best = nullptr;
+      std::size_t best_d = SIZE_MAX;
+      const bool qualified = key.find('.') != std::string::npos;
+      for (const auto& f : fs) {
+        std::size_t d = detail::edit_distance(key, f.key);
+        if (!qualified) d = std::min(d, detail::edit_distance(key, f.leaf));
+        if (d < best_d) best_d = d, best = &f;
+      }
+      if (best && best_d <= std::max<std::size_t>(2, key.size() / 4))
+        msg += "; did you mean '" + best->key + "'?";
+      else
+        msg += "; run with --help to list the keys";
+      throw ConfigError(msg);
+    }
+    detail::FieldRef& f = *it->second;
+    if (auto why = f.assign(s); !why.empty())
+      throw ConfigError(detail::origin_prefix(s) + f.key + ": " + why);
+    if (auto why = f.check(); !why.empty())
+      throw ConfigError(detail::origin_prefix(s) + f.key + " = " + f.format() +
+                        " is out of range: " + why);
+  }
+  validate(cfg);
+}
+
+/// Help for every field of `Cfg`: key, type, default, help and allowed range.
+template <class Cfg>
+std::string help_text(std::string_view program, const Cfg& defaults = Cfg{}) {
+  auto fs = fields(const_cast<Cfg&>(defaults));
+  std::ostringstream o;
+  o << "usage: " << program
+    << " [--config FILE]... [KEY=VALUE | --KEY=VALUE]... [--print-config] [--help]\n\n"
+       "Keys without a section refer to 'run' (--seed=3 is run.seed=3). A YAML file nests\n"
+       "keys by section; the command line overrides it.\n";
+  std::size_t wk = 0, wt = 0, wd = 0;
+  for (const auto& f : fs) {
+    wk = std::max(wk, f.key.size());
+    wt = std::max(wt, f.type.size());
+    wd = std::max(wd, f.format().size());
+  }
+  wt = std::min<std::size_t>(wt, 14);
+  wd = std::min<std::size_t>(wd, 16);
+  std::string section;
+  for (const auto& f : fs) {
+    const auto dot = f.key.rfind('.');
+    const std::string sec = dot == std::string::npos ? "" : f.key.substr(0, dot);
+    if (sec != section || &f == &fs.front()) {
+      section = sec;
+      o << "\n" << (sec.empty() ? "options" : sec) << ":\n";
+    }
+    std::string line = "  " + f.key;
+    line.resize(2 + wk + 2, ' ');
+    std::string t = f.type;
+    t.resize(std::max(t.size(), wt) + 2, ' ');
+    std::string d = f.format();
+    d.resize(std::max(d.size(), wd) + 2, ' ');
+    o << line << t << d << f.help;
+    if (!f.rule.empty()) o << " (" << f.rule << ")";
+    o << "\n";
+  }
+  return o.str();
+}
+
+/// The config as YAML, nested by section; `parse_yaml` reads it back to the same values.
+template <class Cfg>
+std::string to_yaml(const Cfg& cfg) {
+  auto fs = fields(const_cast<Cfg&>(cfg));
+  std::ostringstream o;
+  std::vector<std::string> open;  // currently open sections
+  for (const auto& f : fs) {
+    std::vector<std::string> parts;
+    for (std::size_t b = 0, e; b <= f.key.size(); b = e + 1) {
+      e = f.key.find('.', b);
+      if (e == std::string::npos) e = f.key.size();
+      parts.push_back(f.key.substr(b, e - b));
+    }
+    const std::size_t depth = parts.size() - 1;
+    std::size_t common = 0;
+    while (common < open.size() && common < depth && open[common] == parts[common]) ++common;
+    open.resize(common);
+    for (std::size_t i = common; i < depth; ++i) {
+      o << std::string(2 * i, ' ') << parts[i] << ":\n";
+      open.push_back(parts[i]);
+    }
+    o << std::string(2 * depth, ' ') << parts.back() << ": " << f.format_yaml() << "\n";
+  }
+  return o.str();
+}
+
+/// `key=value` for every field, in declaration order: the canonical form that is hashed
+/// and compared (e.g. when a checkpoint's config differs from the run's).
+template <class Cfg>
+std::vector<std::pair<std::string, std::string>> flatten(const Cfg& cfg) {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const auto& f : fields(const_cast<Cfg&>(cfg))) out.emplace_back(f.key, f.format());
+  return out;
+}
+
+/// Stable 64-bit hash (FNV-1a) of the canonical `key=value` lines: the same config gives
+/// the same hash on every machine and build.
+template <class Cfg>
+std::uint64_t config_hash(const Cfg& cfg) {
+  std::uint64_t h = 0xcbf29ce484222325ull;
+  for (const auto& [k, v] : flatten(cfg)) {
+    for (char c : k + "=" + v + "\n") {
+      h ^= static_cast<unsigned char>(c);
+      h *= 0x100000001b3ull;
+    }
+  }
+  return h;
+}
+
+/// `config_hash` as 16 hex digits.
+template <class Cfg>
+std::string config_hash_hex(const Cfg& cfg) {
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(config_hash(cfg)));
+  return buf;
+}
+
+/// Builds a `Cfg` from defaults and `args`. Answers `--help` (prints every field, exits 0)
+/// and `--print-config` (prints the resolved config as YAML, exits 0); throws ConfigError
+/// on bad input.
+template <class Cfg>
+Cfg configure(const Args& args, Cfg cfg = Cfg{}) {
+  if (args.help) {
+    std::fputs(help_text<Cfg>(args.program, cfg).c_str(), stdout);
+    std::fflush(stdout);
+    std::exit(0);
+  }
+  apply_settings(cfg, args.settings);
+  if (args.print_config) {
+    std::printf("# %s config, hash %s\n%s", args.program.c_str(), config_hash_hex(cfg).c_str(),
+                to_yaml(cfg).c_str());
+    std::fflush(stdout);
+    std::exit(0);
+  }
+  return cfg;
+}
+
+/// Typed one-step form: `auto cfg = parse_config<MyConfig>(argc, argv);`.
+template <class Cfg>
+Cfg parse_config(int argc, char** argv) {
+  return configure<Cfg>(parse_config(argc, argv));
+}
+
+}  // namespace anvil
+// ---- end <anvil/core/config.hpp> ----
+// ---- begin <anvil/core/context.hpp> ----
+/// @file
+/// The device policy and the run context every algorithm and buffer is built with: which
+/// device, which seed, which rank. `--device cpu|cuda|cuda:N|auto` is resolved here, with a
+/// clear error when CUDA is asked for and absent.
+
+#include <ATen/Context.h>
+#include <c10/core/Device.h>
+#include <torch/cuda.h>
+#include <torch/utils.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cstdint>
+#include <string>
+
+// ---- begin <anvil/core/random.hpp> ----
+/// @file
+/// Seeding: one `seed` field gives every random stream of a run (torch, each env, the
+/// buffer, exploration) its own independent seed. Light header: no torch.
+
+#include <cstdint>
+#include <limits>
+
+namespace anvil {
+
+/// One step of SplitMix64 (Steele, Lea, Flood 2014): a bijective 64-bit mixer. Used to
+/// derive well-separated seeds from one user seed.
+[[nodiscard]] constexpr std::uint64_t splitmix64(std::uint64_t x) noexcept {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+/// The random streams of a run. Each gets seeds no other stream gets.
+enum class Stream : std::uint64_t { torch = 1, env = 2, eval_env = 3, buffer = 4, exploration = 5 };
+
+/// Seed for stream `s`, instance `index` (env number, rank, ...), derived from `seed`.
+[[nodiscard]] constexpr std::uint64_t derive_seed(std::uint64_t seed, Stream s,
+                                                  std::uint64_t index = 0) noexcept {
+  return splitmix64(splitmix64(splitmix64(seed) ^ static_cast<std::uint64_t>(s)) + index);
+}
+
+/// Small, fast, seedable generator (xoshiro256** by Blackman and Vigna) for envs and
+/// buffers. Satisfies std::uniform_random_bit_generator; its state is four words, so it
+/// is cheap to save in checkpoints.
+class Rng {
+ public:
+  using result_type = std::uint64_t;
+  constexpr explicit Rng(std::uint64_t seed = 0) noexcept { reseed(seed); }
+
+  constexpr void reseed(std::uint64_t seed) noexcept {
+    for (auto& w : s_) {
+      seed = splitmix64(seed);
+      w = seed;
+    }
+  }
+  static constexpr result_type min() noexcept { return 0; }
+  static constexpr result_type max() noexcept { return std::numeric_limits<result_type>::max(); }
+
+  constexpr result_type operator()() noexcept {
+    const std::uint64_t result = rotl(s_[1] * 5, 7) * 9;
+    const std::uint64_t t = s_[1] << 17;
+    s_[2] ^= s_[0];
+    s_[3] ^= s_[1];
+    s_[1] ^= s_[2];
+    s_[0] ^= s_[3];
+    s_[2] ^= t;
+    s_[3] = rotl(s_[3], 45);
+    return result;
+  }
+  /// Uniform double in [0, 1) with 53 random bits.
+  constexpr double uniform() noexcept { return static_cast<double>((*this)() >> 11) * 0x1.0p-53; }
+  /// Uniform double in [lo, hi).
+  constexpr double uniform(double lo, double hi) noexcept { return lo + (hi - lo) * uniform(); }
+  /// Uniform integer in [0, n), n > 0 (Lemire's multiply-shift; bias below 2^-64 * n).
+  constexpr std::uint64_t below(std::uint64_t n) noexcept {
+    return static_cast<std::uint64_t>((static_cast<unsigned __int128>((*this)()) * n) >> 64);
+  }
+
+  /// The generator's state, for checkpoints.
+  struct State {
+    std::uint64_t s[4];
+  };
+  [[nodiscard]] constexpr State state() const noexcept { return {{s_[0], s_[1], s_[2], s_[3]}}; }
+  constexpr void set_state(const State& st) noexcept {
+    for (int i = 0; i < 4; ++i) s_[i] = st.s[i];
+  }
+  friend constexpr bool operator==(const Rng& a, const Rng& b) noexcept {
+    return a.s_[0] == b.s_[0] && a.s_[1] == b.s_[1] && a.s_[2] == b.s_[2] && a.s_[3] == b.s_[3];
+  }
+
+ private:
+  static constexpr std::uint64_t rotl(std::uint64_t x, int k) noexcept {
+    return (x << k) | (x >> (64 - k));
+  }
+  std::uint64_t s_[4]{};
+};
+
+}  // namespace anvil
+// ---- end <anvil/core/random.hpp> ----
+
+namespace anvil {
+
+/// Where this process runs and how its randomness is seeded; passed to every policy's
+/// constructor so none of them reads global state.
+struct RunContext {
+  c10::Device device{c10::kCPU};
+  std::uint64_t seed = 0;  ///< the run's seed; streams derive their own with derive_seed
+  int rank = 0;
+  int world_size = 1;
+  double lr_scale = 1.0;  ///< factor on every learning rate (the trainer's lr_scaling)
+
+  /// Seed for stream `s`, instance `index`, distinct across ranks.
+  [[nodiscard]] std::uint64_t seed_for(Stream s, std::uint64_t index = 0) const noexcept {
+    return derive_seed(seed + 0x1000003ull * static_cast<std::uint64_t>(rank), s, index);
+  }
+};
+
+/// Turns a device string into a device. "auto" is CUDA device `local_rank` when CUDA is
+/// present, else the CPU. Throws DeviceError, naming the field, when CUDA is asked for and
+/// this build or machine has none, or the index is out of range.
+inline c10::Device resolve_device(const std::string& spec, int local_rank = 0,
+                                  const std::string& field = "run.device") {
+  const bool cuda_built = at::hasCUDA();
+  const long long count = cuda_built ? static_cast<long long>(torch::cuda::device_count()) : 0;
+  if (spec == "auto")
+    return count > 0 ? c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(local_rank % count))
+                     : c10::Device(c10::kCPU);
+  if (spec == "cpu") return c10::Device(c10::kCPU);
+  if (spec == "cuda" || spec.starts_with("cuda:")) {
+    long long index = local_rank;
+    if (spec != "cuda") {
+      const std::string digits = spec.substr(5);
+      if (digits.empty() || digits.size() > 3 ||
+          !std::all_of(digits.begin(), digits.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); }))
+        throw DeviceError(field + "='" + spec + "' is not a device: use cpu, cuda, cuda:N or auto");
+      index = std::stoll(digits);
+    }
+    if (!cuda_built)
+      throw DeviceError(field + "='" + spec +
+                        "' but this LibTorch is a CPU-only build (no CUDA support); use "
+                        "--device=cpu, or build against a CUDA LibTorch");
+    if (count == 0)
+      throw DeviceError(field + "='" + spec +
+                        "' but no CUDA device is visible (check the driver and "
+                        "CUDA_VISIBLE_DEVICES); use --device=cpu");
+    if (index >= count)
+      throw DeviceError(field + "='" + spec + "' but only " + std::to_string(count) +
+                        " CUDA device(s) are visible (cuda:0 .. cuda:" + std::to_string(count - 1) + ")");
+    return c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(index));
+  }
+  throw DeviceError(field + "='" + spec + "' is not a device: use cpu, cuda, cuda:N or auto");
+}
+
+/// Seeds torch's global generators (CPU and CUDA) for this rank from the run's seed.
+/// Envs, buffers and exploration take their own streams from `RunContext::seed_for`.
+inline void seed_torch(const RunContext& ctx) { torch::manual_seed(ctx.seed_for(Stream::torch)); }
+
+}  // namespace anvil
+// ---- end <anvil/core/context.hpp> ----
+// ---- begin <anvil/core/torch_compat.hpp> ----
+/// @file
+/// The one place that knows which LibTorch it is built against. Debian's LibTorch 1.13
+/// (CPU) and LibTorch 2.x (CUDA builds) differ in a few C++ APIs that anvil uses: the
+/// autocast switches and the c10d process-group classes. Everything else in anvil calls
+/// the functions here and never checks a Torch version itself.
+
+#include <ATen/autocast_mode.h>
+#include <c10/core/DeviceType.h>
+#include <c10/core/ScalarType.h>
+#include <torch/version.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include <torch/csrc/distributed/c10d/FileStore.hpp>
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+namespace anvil::compat {
+
+/// LibTorch version, e.g. 113 for 1.13 and 205 for 2.5.
+inline constexpr int torch_version = TORCH_VERSION_MAJOR * 100 + TORCH_VERSION_MINOR;
+/// "1.13.0" and so on.
+inline std::string torch_version_string() {
+  return std::to_string(TORCH_VERSION_MAJOR) + "." + std::to_string(TORCH_VERSION_MINOR) + "." +
+         std::to_string(TORCH_VERSION_PATCH);
+}
+
+// ---- autocast --------------------------------------------------------------------------
+// 2.3 introduced device-generic switches (set_autocast_enabled(device_type, on)); earlier
+// versions have one switch per device (set_enabled for CUDA, set_cpu_enabled for CPU).
+
+/// Whether autocast is on for `device`.
+inline bool autocast_enabled(c10::DeviceType device) {
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 3)
+  return at::autocast::is_autocast_enabled(device);
+#else
+  return device == c10::DeviceType::CUDA ? at::autocast::is_enabled()
+                                         : at::autocast::is_cpu_enabled();
+#endif
+}
+
+/// Turns autocast on or off for `device`.
+inline void set_autocast_enabled(c10::DeviceType device, bool on) {
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 3)
+  at::autocast::set_autocast_enabled(device, on);
+#else
+  if (device == c10::DeviceType::CUDA) at::autocast::set_enabled(on);
+  else at::autocast::set_cpu_enabled(on);
+#endif
+}
+
+/// The reduced dtype autocast casts to on `device`.
+inline c10::ScalarType autocast_dtype(c10::DeviceType device) {
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 3)
+  return at::autocast::get_autocast_dtype(device);
+#else
+  return device == c10::DeviceType::CUDA ? at::autocast::get_autocast_gpu_dtype()
+                                         : at::autocast::get_autocast_cpu_dtype();
+#endif
+}
+
+/// Sets the reduced dtype autocast casts to on `device`.
+inline void set_autocast_dtype(c10::DeviceType device, c10::ScalarType dtype) {
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 3)
+  at::autocast::set_autocast_dtype(device, dtype);
+#else
+  if (device == c10::DeviceType::CUDA) at::autocast::set_autocast_gpu_dtype(dtype);
+  else at::autocast::set_autocast_cpu_dtype(dtype);
+#endif
+}
+
+/// Autocast keeps casted weights in a cache while nested scopes are open; the outermost
+/// scope clears it on exit (the same protocol Python's torch.autocast follows).
+inline int autocast_enter() { return at::autocast::increment_nesting(); }
+inline void autocast_exit() {
+  if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
+}
+
+// ---- c10d ------------------------------------------------------------------------------
+// The headers live under torch/csrc/distributed/c10d in both versions. 2.x splits a
+// ProcessGroup (the front end) from its Backend (Gloo, NCCL); collectives on a backend
+// object are the same calls with the same option structs in both.
+
+/// Handle of an asynchronous collective (`wait()` blocks until it is done).
+using Work = c10d::Work;
+/// Key-value store used for rendezvous.
+using Store = c10d::Store;
+
+/// A Gloo process group over `store` (ranks find each other through it). `hostname` is the
+/// address this rank's Gloo transport binds to.
+inline c10::intrusive_ptr<c10d::ProcessGroupGloo> make_gloo_group(
+    const c10::intrusive_ptr<Store>& store, int rank, int world_size, const std::string& hostname,
+    std::chrono::milliseconds timeout) {
+  auto opts = c10d::ProcessGroupGloo::Options::create();
+  opts->timeout = timeout;
+  opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(hostname));
+  return c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, world_size, opts);
+}
+
+/// A TCP store: rank 0 (`is_server`) listens on `port`, the others connect to `host:port`.
+inline c10::intrusive_ptr<Store> make_tcp_store(const std::string& host, std::uint16_t port,
+                                                int world_size, bool is_server,
+                                                std::chrono::milliseconds timeout) {
+  c10d::TCPStoreOptions opts;
+  opts.port = port;
+  opts.isServer = is_server;
+  opts.numWorkers = world_size;
+  opts.waitWorkers = false;
+  opts.timeout = timeout;
+  return c10::make_intrusive<c10d::TCPStore>(host, opts);
+}
+
+/// A store backed by a file all ranks can see (single machine or shared file system).
+inline c10::intrusive_ptr<Store> make_file_store(const std::string& path, int world_size) {
+  return c10::make_intrusive<c10d::FileStore>(path, world_size);
+}
+
+}  // namespace anvil::compat
+// ---- end <anvil/core/torch_compat.hpp> ----
+
+// ---- begin <anvil/envs/acrobot.hpp> ----
+/// @file
+/// The acrobot swing-up, the same MDP as Gymnasium's Acrobot-v1 so that returns can be
+/// compared with published results. Light header: no torch.
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdint>
+#include <numbers>
+#include <span>
+#include <string>
+#include <string_view>
+
+// ---- begin <anvil/envs/env.hpp> ----
+/// @file
+/// The environment contract: spaces, one step's result, and the `Env` concept.
+///
+/// Light header: no torch. Environments own their observation storage and hand out
+/// views of it, so stepping allocates nothing; `VecEnv` copies those views into its
+/// batched tensors.
+
+#include <concepts>
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+
+namespace anvil::envs {
+
+/// A box in R^n: `low[i] <= x[i] <= high[i]` (bounds may be +-infinity).
+struct Box {
+  std::vector<float> low;
+  std::vector<float> high;
+
+  /// Number of dimensions.
+  [[nodiscard]] std::size_t size() const noexcept { return low.size(); }
+  /// True when `x` has the right size and every element is finite and inside the bounds.
+  [[nodiscard]] bool contains(std::span<const float> x) const noexcept {
+    if (x.size() != low.size()) return false;
+    for (std::size_t i = 0; i < x.size(); ++i)
+      if (!(x[i] >= low[i] && x[i] <= high[i])) return false;  // also false for NaN
+    return true;
+  }
+};
+
+/// `n` discrete choices, 0 .. n-1.
+struct Discrete {
+  std::int64_t n = 0;
+  [[nodiscard]] bool contains(std::int64_t a) const noexcept { return a >= 0 && a < n; }
+};
+
+/// What one step returns. `observation` views storage owned by the env and stays valid
+/// until the env is stepped or reset again.
+struct StepResult {
+  std::span<const float> observation;
+  double reward = 0.0;
+  bool terminated = false;  ///< the MDP reached a terminal state: do not bootstrap
+  bool truncated = false;   ///< stopped by a time limit: bootstrap from `observation`
+};
+
+/// Action type an env with action space `S` takes.
+template <class S> struct action_for;
+template <> struct action_for<Box> { using type = std::span<const float>; };
+template <> struct action_for<Discrete> { using type = std::int64_t; };
+
+template <class E>
+using action_space_t = std::remove_cvref_t<decltype(std::declval<const E&>().action_space())>;
+template <class E>
+using action_t = typename action_for<action_space_t<E>>::type;
+
+/// Bad input to an env (NaN or out-of-bounds action, step before reset). The message
+/// names the env and the step; `VecEnv` adds the env index.
+class EnvError : public Error {
+ public:
+  using Error::Error;
+};
+
+/// An environment: `reset(seed)` starts an episode and returns its first observation;
+/// `step(action)` advances it by one step. The observation space is a `Box`; the action
+/// space a `Box` (action is a span of floats) or a `Discrete` (action is an index).
+/// Time limits are part of the env: `step` sets `truncated` when the episode's step
+/// budget is used up. Envs are not thread-safe; `VecEnv` steps each from one thread at a time.
+template <class E>
+concept Env = std::movable<E> &&
+    requires(E& e, const E& ce, std::uint64_t seed, action_t<E> a) {
+      { E::name } -> std::convertible_to<std::string_view>;
+      { ce.observation_space() } -> std::same_as<Box>;
+      { e.reset(seed) } -> std::same_as<std::span<const float>>;
+      { e.step(a) } -> std::same_as<StepResult>;
+    };
+
+/// An env whose actions are continuous (a `Box`).
+/// What a policy needs to know about an env to be built: its spaces.
+struct EnvSpec {
+  std::string name;
+  Box observation;
+  std::variant<Box, Discrete> action;
+
+  [[nodiscard]] bool discrete() const noexcept { return std::holds_alternative<Discrete>(action); }
+  [[nodiscard]] std::int64_t obs_dim() const noexcept {
+    return static_cast<std::int64_t>(observation.size());
+  }
+  /// Width of an action row: the Box's size, or 1 for a discrete index.
+  [[nodiscard]] std::int64_t action_dim() const noexcept {
+    return discrete() ? 1 : static_cast<std::int64_t>(std::get<Box>(action).size());
+  }
+  /// Number of discrete actions (0 for a Box).
+  [[nodiscard]] std::int64_t num_actions() const noexcept {
+    return discrete() ? std::get<Discrete>(action).n : 0;
+  }
+};
+
+/// The spec of env `e`.
+template <class E>
+EnvSpec spec_of(const E& e) {
+  return EnvSpec{std::string(E::name), e.observation_space(), e.action_space()};
+}
+
+template <class E>
+concept ContinuousEnv = Env<E> && std::same_as<action_space_t<E>, Box>;
+/// An env whose actions are discrete choices.
+template <class E>
+concept DiscreteEnv = Env<E> && std::same_as<action_space_t<E>, Discrete>;
+
+}  // namespace anvil::envs
+// ---- end <anvil/envs/env.hpp> ----
+
+namespace anvil::envs {
+
+/// Swing the tip of a two-link pendulum, actuated only at the elbow, above a line one
+/// link length over the shoulder. The acrobot of R. S. Sutton, "Generalization in
+/// reinforcement learning: successful examples using sparse coarse coding" (NIPS 8,
+/// 1996) and Sutton & Barto, "Reinforcement Learning: An Introduction" (sec. 11.3 of
+/// the 1998 edition), with the constants, reward, start distribution and time limit of
+/// Gymnasium's Acrobot-v1
+/// (https://gymnasium.farama.org/environments/classic_control/acrobot/).
+///
+/// State (theta1, theta2, theta1_dot, theta2_dot): theta1 is the shoulder angle from
+/// hanging straight down, theta2 the elbow angle relative to link 1; computed in double
+/// as the published env computes in float64. Links of length 1 and mass 1, centres of
+/// mass at 0.5, moments of inertia 1, g = 9.8, torque tau in {-1, 0, +1} for actions
+/// {0, 1, 2}. The *book* equations of motion (Gymnasium's default; the NIPS paper
+/// drops the theta1_dot^2 term of theta2_acc):
+///
+///     d1 = m1 lc1^2 + m2 (l1^2 + lc2^2 + 2 l1 lc2 cos theta2) + I1 + I2
+///     d2 = m2 (lc2^2 + l1 lc2 cos theta2) + I2
+///     phi2 = m2 lc2 g cos(theta1 + theta2 - pi/2)
+///     phi1 = -m2 l1 lc2 theta2_dot^2 sin theta2 - 2 m2 l1 lc2 theta2_dot theta1_dot sin theta2
+///            + (m1 lc1 + m2 l1) g cos(theta1 - pi/2) + phi2
+///     theta2_acc = (tau + d2/d1 phi1 - m2 l1 lc2 theta1_dot^2 sin theta2 - phi2)
+///                  / (m2 lc2^2 + I2 - d2^2/d1)
+///     theta1_acc = -(d2 theta2_acc + phi1) / d1
+///
+/// integrated by one classical Runge-Kutta (RK4) step of dt = 0.2 s with the torque held
+/// constant. Afterwards the angles are wrapped into [-pi, pi] (the published wrap adds
+/// or subtracts 2 pi while outside, so exactly +-pi is kept) and the velocities clipped
+/// to [-4 pi, 4 pi] and [-9 pi, 9 pi]. Terminated when the tip height
+/// -cos(theta1) - cos(theta1 + theta2) exceeds 1.0; reward -1 per step and 0 on the
+/// terminating step; truncated after 500 steps. Observation [cos theta1, sin theta1,
+/// cos theta2, sin theta2, theta1_dot, theta2_dot] (float32), so angles have no seam.
+/// Start: every state variable ~ U(-0.1, 0.1) rounded to float32 (the published env
+/// casts its start state to float32), drawn from `Rng(seed)`.
+///
+/// Bad input throws `EnvError`: an action outside {0, 1, 2}, stepping before `reset` or
+/// after the episode has ended. A step that throws leaves the env unchanged. Error
+/// messages say "step k" with k = `elapsed_steps()`, the number of steps the episode had
+/// completed.
+struct Acrobot {
+  /// The Gymnasium id, so logs and errors name the MDP they ran.
+  static constexpr std::string_view name = "Acrobot-v1";
+  /// Gymnasium's time limit (max_episode_steps) for Acrobot-v1.
+  static constexpr std::int64_t kMaxEpisodeSteps = 500;
+  /// Integration time step in seconds: one RK4 step per env step.
+  static constexpr double kDt = 0.2;
+  /// Length of link 1 (shoulder to elbow); link 2's length only matters for drawing.
+  static constexpr double kLinkLength1 = 1.0;
+  /// Mass of link 1.
+  static constexpr double kLinkMass1 = 1.0;
+  /// Mass of link 2.
+  static constexpr double kLinkMass2 = 1.0;
+  /// Distance from the shoulder to link 1's centre of mass.
+  static constexpr double kLinkComPos1 = 0.5;
+  /// Distance from the elbow to link 2's centre of mass.
+  static constexpr double kLinkComPos2 = 0.5;
+  /// Moment of inertia of each link.
+  static constexpr double kLinkMoi = 1.0;
+  /// Gravity.
+  static constexpr double kGravity = 9.8;
+  /// Shoulder speed limit; velocities are clipped to it after each step.
+  static constexpr double kMaxVel1 = 4 * std::numbers::pi;
+  /// Elbow speed limit; velocities are clipped to it after each step.
+  static constexpr double kMaxVel2 = 9 * std::numbers::pi;
+  /// Tip height above the shoulder that ends the episode.
+  static constexpr double kGoalHeight = 1.0;
+
+  /// The physical state, named so a custom start cannot swap its fields.
+  struct State {
+    double theta1 = 0.0;      ///< shoulder angle from hanging down, radians
+    double theta2 = 0.0;      ///< elbow angle relative to link 1, radians
+    double theta1_dot = 0.0;  ///< shoulder angular velocity
+    double theta2_dot = 0.0;  ///< elbow angular velocity
+  };
+
+  /// As published: cosines and sines in [-1, 1], velocities within their limits.
+  [[nodiscard]] Box observation_space() const {
+    const auto v1 = static_cast<float>(kMaxVel1);
+    const auto v2 = static_cast<float>(kMaxVel2);
+    return Box{{-1.0f, -1.0f, -1.0f, -1.0f, -v1, -v2}, {1.0f, 1.0f, 1.0f, 1.0f, v1, v2}};
+  }
+  /// 0, 1, 2 apply torque -1, 0, +1 at the elbow.
+  [[nodiscard]] Discrete action_space() const { return Discrete{3}; }
+
+  /// Start an episode from the published start distribution. The generator is reseeded
+  /// from `seed` on every call, so an episode depends on its seed alone.
+  std::span<const float> reset(std::uint64_t seed) {
+    rng_.reseed(seed);
+    const auto draw = [this] {
+      return static_cast<double>(static_cast<float>(rng_.uniform(-0.1, 0.1)));
+    };
+    State s;
+    s.theta1 = draw();
+    s.theta2 = draw();
+    s.theta1_dot = draw();
+    s.theta2_dot = draw();
+    return set_state(s);
+  }
+
+  /// Start an episode from `s` instead of a random state: the step counter restarts at
+  /// 0 and the generator is left alone. For tests and for custom starts (curricula,
+  /// evaluation from fixed states). Throws `EnvError` if a field is not finite.
+  std::span<const float> set_state(const State& s) {
+    check_finite_state("theta1", s.theta1);
+    check_finite_state("theta2", s.theta2);
+    check_finite_state("theta1_dot", s.theta1_dot);
+    check_finite_state("theta2_dot", s.theta2_dot);
+    state_ = s;
+    steps_ = 0;
+    phase_ = Phase::kRunning;
+    write_observation();
+    return obs_;
+  }
+
+  /// Apply elbow torque `action - 1` for dt.
+  StepResult step(std::int64_t action) {
+    check_can_step();
+    if (!action_space().contains(action))
+      fail("action " + std::to_string(action) + " is not in Discrete(3)");
+    const double torque = static_cast<double>(action - 1);
+
+    using Vec = std::array<double, 4>;
+    const Vec y0{state_.theta1, state_.theta2, state_.theta1_dot, state_.theta2_dot};
+    const auto along = [](const Vec& y, double h, const Vec& k) {
+      return Vec{y[0] + h * k[0], y[1] + h * k[1], y[2] + h * k[2], y[3] + h * k[3]};
+    };
+    const Vec k1 = derivatives(y0, torque);
+    const Vec k2 = derivatives(along(y0, kDt / 2, k1), torque);
+    const Vec k3 = derivatives(along(y0, kDt / 2, k2), torque);
+    const Vec k4 = derivatives(along(y0, kDt, k3), torque);
+    Vec y;
+    for (std::size_t i = 0; i < 4; ++i)
+      y[i] = y0[i] + kDt / 6.0 * (k1[i] + 2 * k2[i] + 2 * k3[i] + k4[i]);
+
+    state_.theta1 = wrap_angle(y[0]);
+    state_.theta2 = wrap_angle(y[1]);
+    state_.theta1_dot = std::clamp(y[2], -kMaxVel1, kMaxVel1);
+    state_.theta2_dot = std::clamp(y[3], -kMaxVel2, kMaxVel2);
+    write_observation();
+
+    ++steps_;
+    const bool terminated =
+        -std::cos(state_.theta1) - std::cos(state_.theta2 + state_.theta1) > kGoalHeight;
+    const bool truncated = !terminated && steps_ >= kMaxEpisodeSteps;
+    if (terminated) phase_ = Phase::kTerminated;
+    if (truncated) phase_ = Phase::kTruncated;
+    return StepResult{obs_, terminated ? 0.0 : -1.0, terminated, truncated};
+  }
+
+  /// Steps taken in the current episode; the time limit and error messages count these.
+  [[nodiscard]] std::int64_t elapsed_steps() const noexcept { return steps_; }
+  /// The physical state, in double, for tests and for logging what the observation's
+  /// sines and cosines hide.
+  [[nodiscard]] State state() const noexcept { return state_; }
+
+ private:
+  enum class Phase { kNotStarted, kRunning, kTerminated, kTruncated };
+
+  /// The book equations of motion (see the struct comment): d/dt of the state. Locals
+  /// are named as in the equations so the two can be read side by side.
+  static std::array<double, 4> derivatives(const std::array<double, 4>& s, double torque) {
+    constexpr double m1 = kLinkMass1, m2 = kLinkMass2, l1 = kLinkLength1;
+    constexpr double lc1 = kLinkComPos1, lc2 = kLinkComPos2, i1 = kLinkMoi, i2 = kLinkMoi;
+    constexpr double g = kGravity, pi = std::numbers::pi;
+    const double theta1 = s[0], theta2 = s[1], dtheta1 = s[2], dtheta2 = s[3];
+    const double d1 =
+        m1 * lc1 * lc1 + m2 * (l1 * l1 + lc2 * lc2 + 2 * l1 * lc2 * std::cos(theta2)) + i1 + i2;
+    const double d2 = m2 * (lc2 * lc2 + l1 * lc2 * std::cos(theta2)) + i2;
+    const double phi2 = m2 * lc2 * g * std::cos(theta1 + theta2 - pi / 2);
+    const double phi1 = -m2 * l1 * lc2 * dtheta2 * dtheta2 * std::sin(theta2) -
+                        2 * m2 * l1 * lc2 * dtheta2 * dtheta1 * std::sin(theta2) +
+                        (m1 * lc1 + m2 * l1) * g * std::cos(theta1 - pi / 2) + phi2;
+    const double ddtheta2 =
+        (torque + d2 / d1 * phi1 - m2 * l1 * lc2 * dtheta1 * dtheta1 * std::sin(theta2) - phi2) /
+        (m2 * lc2 * lc2 + i2 - d2 * d2 / d1);
+    const double ddtheta1 = -(d2 * ddtheta2 + phi1) / d1;
+    return {dtheta1, dtheta2, ddtheta1, ddtheta2};
+  }
+
+  /// The published wrap: add or subtract 2 pi until inside [-pi, pi]. Angles from a step
+  /// are within a few turns; std::remainder first keeps a huge angle given to set_state
+  /// from looping (almost) forever.
+  static double wrap_angle(double x) noexcept {
+    constexpr double kPi = std::numbers::pi;
+    if (std::abs(x) > 8 * kPi) x = std::remainder(x, 2 * kPi);
+    while (x > kPi) x -= 2 * kPi;
+    while (x < -kPi) x += 2 * kPi;
+    return x;
+  }
+
+  void write_observation() noexcept {
+    obs_[0] = static_cast<float>(std::cos(state_.theta1));
+    obs_[1] = static_cast<float>(std::sin(state_.theta1));
+    obs_[2] = static_cast<float>(std::cos(state_.theta2));
+    obs_[3] = static_cast<float>(std::sin(state_.theta2));
+    obs_[4] = static_cast<float>(state_.theta1_dot);
+    obs_[5] = static_cast<float>(state_.theta2_dot);
+  }
+
+  [[noreturn]] void fail(const std::string& what) const {
+    throw EnvError(std::string(name) + ": step " + std::to_string(steps_) + ": " + what);
+  }
+  void check_can_step() const {
+    if (phase_ == Phase::kNotStarted)
+      throw EnvError(std::string(name) + ": step() called before reset()");
+    if (phase_ == Phase::kTerminated)
+      fail("the episode has ended (terminated); call reset() first");
+    if (phase_ == Phase::kTruncated)
+      fail("the episode has ended (truncated at the time limit); call reset() first");
+  }
+  static void check_finite_state(const char* field, double v) {
+    if (!std::isfinite(v))
+      throw EnvError(std::string(name) + ": set_state: " + field + " is " +
+                     (std::isnan(v) ? "nan" : v > 0 ? "inf" : "-inf"));
+  }
+
+  State state_{};
+  std::array<float, 6> obs_{};
+  std::int64_t steps_ = 0;
+  Phase phase_ = Phase::kNotStarted;
+  Rng rng_{};
+};
+
+static_assert(Env<Acrobot>);
+static_assert(DiscreteEnv<Acrobot>);
+
+}  // namespace anvil::envs
+// ---- end <anvil/envs/acrobot.hpp> ----
+// ---- begin <anvil/envs/cart_pole.hpp> ----
+/// @file
+/// Cart-pole balancing, the same MDP as Gymnasium's CartPole-v1 so that returns can be
+/// compared with published results. Light header: no torch.
+
+#include <array>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <numbers>
+#include <span>
+#include <string>
+#include <string_view>
+
+
+namespace anvil::envs {
+
+/// Keep a pole balanced on a cart by pushing the cart left or right: the cart-pole of
+/// Barto, Sutton and Anderson, "Neuronlike adaptive elements that can solve difficult
+/// learning control problems" (IEEE Trans. SMC, 1983), with the constants, reward, start
+/// distribution and time limit of Gymnasium's CartPole-v1
+/// (https://gymnasium.farama.org/environments/classic_control/cart_pole/).
+///
+/// State (x, x_dot, theta, theta_dot), theta = 0 upright; computed in double as the
+/// published env computes in float64. With F = +10 for action 1 and -10 for action 0,
+/// g = 9.8, cart mass 1.0, pole mass m = 0.1, total mass M = 1.1, half pole length
+/// l = 0.5:
+///
+///     temp      = (F + m l theta_dot^2 sin(theta)) / M
+///     theta_acc = (g sin(theta) - cos(theta) temp) / (l (4/3 - m cos(theta)^2 / M))
+///     x_acc     = temp - m l theta_acc cos(theta) / M
+///
+/// then one explicit Euler step of tau = 0.02 s (positions move with the *old*
+/// velocities). Reward 1 on every step, the terminating one included (Gymnasium's
+/// default, not the Sutton-Barto 0/-1 variant). Terminated when |x| > 2.4 or
+/// |theta| > 12 degrees; truncated after 500 steps. Observation = the state (float32).
+/// Start: every state variable ~ U(-0.05, 0.05), drawn from `Rng(seed)`.
+///
+/// Bad input throws `EnvError`: an action outside {0, 1}, stepping before `reset` or
+/// after the episode has ended. A step that throws leaves the env unchanged. Error
+/// messages say "step k" with k = `elapsed_steps()`, the number of steps the episode had
+/// completed.
+struct CartPole {
+  /// The Gymnasium id, so logs and errors name the MDP they ran.
+  static constexpr std::string_view name = "CartPole-v1";
+  /// Gymnasium's time limit (max_episode_steps) for CartPole-v1.
+  static constexpr std::int64_t kMaxEpisodeSteps = 500;
+  /// Gravity.
+  static constexpr double kGravity = 9.8;
+  /// Cart mass.
+  static constexpr double kCartMass = 1.0;
+  /// Pole mass.
+  static constexpr double kPoleMass = 0.1;
+  /// Half the pole's length (the published `length` is the half-length).
+  static constexpr double kHalfPoleLength = 0.5;
+  /// Magnitude of the push on the cart.
+  static constexpr double kForce = 10.0;
+  /// Integration time step in seconds.
+  static constexpr double kTau = 0.02;
+  /// Cart position beyond which the episode terminates.
+  static constexpr double kXThreshold = 2.4;
+  /// Pole angle beyond which the episode terminates: 12 degrees, in radians.
+  static constexpr double kThetaThreshold = 12 * 2 * std::numbers::pi / 360;
+
+  /// The physical state, named so a custom start cannot swap its fields.
+  struct State {
+    double x = 0.0;          ///< cart position
+    double x_dot = 0.0;      ///< cart velocity
+    double theta = 0.0;      ///< pole angle from upright, radians
+    double theta_dot = 0.0;  ///< pole angular velocity
+  };
+
+  /// As published: position within twice the termination threshold (so the observation
+  /// that terminates an episode is still inside), angle within twice 12 degrees,
+  /// velocities unbounded.
+  [[nodiscard]] Box observation_space() const {
+    constexpr float kInf = std::numeric_limits<float>::infinity();
+    const auto x = static_cast<float>(kXThreshold * 2);
+    const auto th = static_cast<float>(kThetaThreshold * 2);
+    return Box{{-x, -kInf, -th, -kInf}, {x, kInf, th, kInf}};
+  }
+  /// 0 pushes the cart left, 1 pushes it right.
+  [[nodiscard]] Discrete action_space() const { return Discrete{2}; }
+
+  /// Start an episode from the published start distribution. The generator is reseeded
+  /// from `seed` on every call, so an episode depends on its seed alone.
+  std::span<const float> reset(std::uint64_t seed) {
+    rng_.reseed(seed);
+    State s;
+    s.x = rng_.uniform(-0.05, 0.05);
+    s.x_dot = rng_.uniform(-0.05, 0.05);
+    s.theta = rng_.uniform(-0.05, 0.05);
+    s.theta_dot = rng_.uniform(-0.05, 0.05);
+    return set_state(s);
+  }
+
+  /// Start an episode from `s` instead of a random state: the step counter restarts at
+  /// 0 and the generator is left alone. For tests and for custom starts (curricula,
+  /// evaluation from fixed states). Throws `EnvError` if a field is not finite.
+  std::span<const float> set_state(const State& s) {
+    check_finite_state("x", s.x);
+    check_finite_state("x_dot", s.x_dot);
+    check_finite_state("theta", s.theta);
+    check_finite_state("theta_dot", s.theta_dot);
+    state_ = s;
+    steps_ = 0;
+    phase_ = Phase::kRunning;
+    write_observation();
+    return obs_;
+  }
+
+  /// Push the cart left (0) or right (1) for one step of tau.
+  StepResult step(std::int64_t action) {
+    check_can_step();
+    if (!action_space().contains(action))
+      fail("action " + std::to_string(action) + " is not in Discrete(2)");
+
+    const double force = action == 1 ? kForce : -kForce;
+    const double total_mass = kPoleMass + kCartMass;
+    const double pole_mass_length = kPoleMass * kHalfPoleLength;
+    const auto [x, x_dot, theta, theta_dot] = state_;
+    const double cos_theta = std::cos(theta);
+    const double sin_theta = std::sin(theta);
+    const double temp = (force + pole_mass_length * theta_dot * theta_dot * sin_theta) / total_mass;
+    const double theta_acc =
+        (kGravity * sin_theta - cos_theta * temp) /
+        (kHalfPoleLength * (4.0 / 3.0 - kPoleMass * cos_theta * cos_theta / total_mass));
+    const double x_acc = temp - pole_mass_length * theta_acc * cos_theta / total_mass;
+
+    state_.x = x + kTau * x_dot;
+    state_.x_dot = x_dot + kTau * x_acc;
+    state_.theta = theta + kTau * theta_dot;
+    state_.theta_dot = theta_dot + kTau * theta_acc;
+    write_observation();
+
+    ++steps_;
+    const bool terminated = state_.x < -kXThreshold || state_.x > kXThreshold ||
+                            state_.theta < -kThetaThreshold || state_.theta > kThetaThreshold;
+    const bool truncated = !terminated && steps_ >= kMaxEpisodeSteps;
+    if (terminated) phase_ = Phase::kTerminated;
+    if (truncated) phase_ = Phase::kTruncated;
+    return StepResult{obs_, /*reward=*/1.0, terminated, truncated};
+  }
+
+  /// Steps taken in the current episode; the time limit and error messages count these.
+  [[nodiscard]] std::int64_t elapsed_steps() const noexcept { return steps_; }
+  /// The physical state, in double, for tests and for logging what the float32
+  /// observation rounds away.
+  [[nodiscard]] State state() const noexcept { return state_; }
+
+ private:
+  enum class Phase { kNotStarted, kRunning, kTerminated, kTruncated };
+
+  void write_observation() noexcept {
+    obs_[0] = static_cast<float>(state_.x);
+    obs_[1] = static_cast<float>(state_.x_dot);
+    obs_[2] = static_cast<float>(state_.theta);
+    obs_[3] = static_cast<float>(state_.theta_dot);
+  }
+
+  [[noreturn]] void fail(const std::string& what) const {
+    throw EnvError(std::string(name) + ": step " + std::to_string(steps_) + ": " + what);
+  }
+  void check_can_step() const {
+    if (phase_ == Phase::kNotStarted)
+      throw EnvError(std::string(name) + ": step() called before reset()");
+    if (phase_ == Phase::kTerminated)
+      fail("the episode has ended (terminated); call reset() first");
+    if (phase_ == Phase::kTruncated)
+      fail("the episode has ended (truncated at the time limit); call reset() first");
+  }
+  static void check_finite_state(const char* field, double v) {
+    if (!std::isfinite(v))
+      throw EnvError(std::string(name) + ": set_state: " + field + " is " +
+                     (std::isnan(v) ? "nan" : v > 0 ? "inf" : "-inf"));
+  }
+
+  State state_{};
+  std::array<float, 4> obs_{};
+  std::int64_t steps_ = 0;
+  Phase phase_ = Phase::kNotStarted;
+  Rng rng_{};
+};
+
+static_assert(Env<CartPole>);
+static_assert(DiscreteEnv<CartPole>);
+
+}  // namespace anvil::envs
+// ---- end <anvil/envs/cart_pole.hpp> ----
+// ---- begin <anvil/envs/mountain_car_continuous.hpp> ----
+/// @file
+/// Mountain car with a continuous throttle, the same MDP as Gymnasium's
+/// MountainCarContinuous-v0 so that returns can be compared with published results.
+/// Light header: no torch.
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+
+
+namespace anvil::envs {
+
+/// Drive an under-powered car out of a valley: it must rock back and forth to build
+/// momentum, so greedy throttle fails and exploration is the whole difficulty. The
+/// mountain car of A. W. Moore, "Efficient memory-based learning for robot control"
+/// (PhD thesis, Cambridge, 1990; tech. report UCAM-CL-TR-209), with the constants,
+/// reward, start distribution and time limit of Gymnasium's MountainCarContinuous-v0
+/// (https://gymnasium.farama.org/environments/classic_control/mountain_car_continuous/).
+///
+/// State (position, velocity). With force = clip(action, -1, 1) and power 0.0015:
+///
+///     velocity' = clip(velocity + force * 0.0015 - 0.0025 cos(3 position), -0.07, 0.07)
+///     position' = clip(position + velocity', -1.2, 0.6)
+///     velocity' = 0 if position' == -1.2 and velocity' < 0   (inelastic left wall)
+///
+/// Terminated when position' >= 0.45 and velocity' >= 0 (goal_velocity 0); truncated
+/// after 999 steps. Reward -0.1 action^2 on every step, plus 100 on the terminating one.
+/// Observation = the state (float32). Start: position ~ U(-0.6, -0.4), velocity 0,
+/// drawn from `Rng(seed)`. Each step computes in double and then rounds the stored
+/// state to float32, because the published env stores its state as a float32 array.
+///
+/// Out-of-range actions: the published env CLIPS the action to [-1, 1] for the force
+/// only; its control cost uses the action as given (`-0.1 * action[0]^2`), so an action
+/// of 3 pushes exactly as hard as 1 but costs 0.9, not 0.1. We do the same. A NaN or
+/// infinite action is a bug upstream, not a throttle, so it throws `EnvError` instead;
+/// so does a wrong action length, and stepping before `reset` or after the episode has
+/// ended. A step that throws leaves the env unchanged. Error messages say "step k" with
+/// k = `elapsed_steps()`, the number of steps the episode had completed.
+struct MountainCarContinuous {
+  /// The Gymnasium id, so logs and errors name the MDP they ran.
+  static constexpr std::string_view name = "MountainCarContinuous-v0";
+  /// Gymnasium's time limit (max_episode_steps) for MountainCarContinuous-v0.
+  static constexpr std::int64_t kMaxEpisodeSteps = 999;
+  /// Smallest action that still changes the force; smaller ones are clipped to it.
+  static constexpr double kMinAction = -1.0;
+  /// Largest action that still changes the force; larger ones are clipped to it.
+  static constexpr double kMaxAction = 1.0;
+  /// Left wall.
+  static constexpr double kMinPosition = -1.2;
+  /// Right edge of the track.
+  static constexpr double kMaxPosition = 0.6;
+  /// Speed limit; velocities are clipped to it.
+  static constexpr double kMaxSpeed = 0.07;
+  /// Position at (or beyond) which the car has escaped.
+  static constexpr double kGoalPosition = 0.45;
+  /// Least velocity at the goal that counts (Gymnasium's default goal_velocity).
+  static constexpr double kGoalVelocity = 0.0;
+  /// Force per unit of clipped action.
+  static constexpr double kPower = 0.0015;
+
+  /// The physical state, named so a custom start cannot swap its fields.
+  struct State {
+    double position = 0.0;  ///< along the track; the valley floor is at -pi/6
+    double velocity = 0.0;  ///< position change per step
+  };
+
+  /// [position, velocity] in [-1.2, 0.6] x [-0.07, 0.07], as published.
+  [[nodiscard]] Box observation_space() const {
+    const auto v = static_cast<float>(kMaxSpeed);
+    return Box{{static_cast<float>(kMinPosition), -v}, {static_cast<float>(kMaxPosition), v}};
+  }
+  /// One throttle value in [-1, 1], as published.
+  [[nodiscard]] Box action_space() const {
+    return Box{{static_cast<float>(kMinAction)}, {static_cast<float>(kMaxAction)}};
+  }
+
+  /// Start an episode from the published start distribution. The generator is reseeded
+  /// from `seed` on every call, so an episode depends on its seed alone.
+  std::span<const float> reset(std::uint64_t seed) {
+    rng_.reseed(seed);
+    return set_state(State{.position = rng_.uniform(-0.6, -0.4), .velocity = 0.0});
+  }
+
+  /// Start an episode from `s` instead of a random state: the step counter restarts at
+  /// 0 and the generator is left alone. For tests and for custom starts (curricula,
+  /// evaluation from fixed states). Throws `EnvError` if a field is not finite.
+  std::span<const float> set_state(const State& s) {
+    check_finite_state("position", s.position);
+    check_finite_state("velocity", s.velocity);
+    state_ = s;
+    steps_ = 0;
+    phase_ = Phase::kRunning;
+    write_observation();
+    return obs_;
+  }
+
+  /// Apply throttle `action[0]` (force clipped to [-1, 1], cost not, as published).
+  StepResult step(std::span<const float> action) {
+    check_can_step();
+    check_action(action);
+    const double a = static_cast<double>(action[0]);
+    const double force = std::clamp(a, kMinAction, kMaxAction);
+
+    double position = state_.position;
+    double velocity = state_.velocity;
+    velocity += force * kPower - 0.0025 * std::cos(3.0 * position);
+    velocity = std::clamp(velocity, -kMaxSpeed, kMaxSpeed);
+    position += velocity;
+    position = std::clamp(position, kMinPosition, kMaxPosition);
+    if (position == kMinPosition && velocity < 0.0) velocity = 0.0;
+
+    const bool terminated = position >= kGoalPosition && velocity >= kGoalVelocity;
+    const double reward = (terminated ? 100.0 : 0.0) - 0.1 * a * a;
+    state_.position = static_cast<float>(position);
+    state_.velocity = static_cast<float>(velocity);
+    write_observation();
+
+    ++steps_;
+    const bool truncated = !terminated && steps_ >= kMaxEpisodeSteps;
+    if (terminated) phase_ = Phase::kTerminated;
+    if (truncated) phase_ = Phase::kTruncated;
+    return StepResult{obs_, reward, terminated, truncated};
+  }
+
+  /// Steps taken in the current episode; the time limit and error messages count these.
+  [[nodiscard]] std::int64_t elapsed_steps() const noexcept { return steps_; }
+  /// The physical state, for tests and for logging.
+  [[nodiscard]] State state() const noexcept { return state_; }
+
+ private:
+  enum class Phase { kNotStarted, kRunning, kTerminated, kTruncated };
+
+  void write_observation() noexcept {
+    obs_[0] = static_cast<float>(state_.position);
+    obs_[1] = static_cast<float>(state_.velocity);
+  }
+
+  [[noreturn]] void fail(const std::string& what) const {
+    throw EnvError(std::string(name) + ": step " + std::to_string(steps_) + ": " + what);
+  }
+  void check_can_step() const {
+    if (phase_ == Phase::kNotStarted)
+      throw EnvError(std::string(name) + ": step() called before reset()");
+    if (phase_ == Phase::kTerminated)
+      fail("the episode has ended (terminated); call reset() first");
+    if (phase_ == Phase::kTruncated)
+      fail("the episode has ended (truncated at the time limit); call reset() first");
+  }
+  void check_action(std::span<const float> action) const {
+    if (action.size() != 1)
+      fail("action has " + std::to_string(action.size()) + " elements, expected 1");
+    if (!std::isfinite(action[0])) fail("action[0] is " + describe_non_finite(action[0]));
+  }
+  static void check_finite_state(const char* field, double v) {
+    if (!std::isfinite(v))
+      throw EnvError(std::string(name) + ": set_state: " + field + " is " + describe_non_finite(v));
+  }
+  static std::string describe_non_finite(double v) {
+    return std::isnan(v) ? "nan" : v > 0 ? "inf" : "-inf";
+  }
+
+  State state_{};
+  std::array<float, 2> obs_{};
+  std::int64_t steps_ = 0;
+  Phase phase_ = Phase::kNotStarted;
+  Rng rng_{};
+};
+
+static_assert(Env<MountainCarContinuous>);
+static_assert(ContinuousEnv<MountainCarContinuous>);
+
+}  // namespace anvil::envs
+// ---- end <anvil/envs/mountain_car_continuous.hpp> ----
+// ---- begin <anvil/envs/pendulum.hpp> ----
+/// @file
+/// Pendulum swing-up, the same MDP as Gymnasium's Pendulum-v1 so that returns can be
+/// compared with published results. Light header: no torch.
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdint>
+#include <numbers>
+#include <span>
+#include <string>
+#include <string_view>
+
+
+namespace anvil::envs {
+
+/// Swing a frictionless pendulum up and hold it upright with a bounded torque: the
+/// classic under-actuated swing-up problem of control theory, with the constants,
+/// reward, start distribution and time limit of Gymnasium's Pendulum-v1
+/// (https://gymnasium.farama.org/environments/classic_control/pendulum/).
+///
+/// State (theta, theta_dot), theta = 0 upright, counter-clockwise positive; computed in
+/// double as the published env computes in float64. With u the torque clipped to
+/// [-2, 2], dt = 0.05, g = 10, m = 1, l = 1:
+///
+///     theta_dot' = clip(theta_dot + (3 g / (2 l) sin(theta) + 3 / (m l^2) u) dt, -8, 8)
+///     theta'     = theta + theta_dot' dt        (semi-implicit Euler)
+///     reward     = -(normalize(theta)^2 + 0.1 theta_dot^2 + 0.001 u^2)
+///
+/// where the reward uses the state *before* the step and normalize() maps to [-pi, pi).
+/// The episode never terminates; it is truncated after 200 steps. Observation
+/// [cos theta, sin theta, theta_dot] (float32), so the angle has no seam at +-pi.
+/// Start: theta ~ U(-pi, pi), theta_dot ~ U(-1, 1), drawn from `Rng(seed)`.
+///
+/// Out-of-range actions: the published env CLIPS the torque to [-2, 2] before it enters
+/// either the dynamics or the cost, so we do the same: an action of 5 is exactly an
+/// action of 2, and it is not penalised beyond it. A NaN or infinite action is a bug
+/// upstream, not a torque, so it throws `EnvError` instead; so does a wrong action
+/// length, and stepping before `reset` or after the episode has ended. A step that
+/// throws leaves the env unchanged. Error messages say "step k" with k =
+/// `elapsed_steps()`, the number of steps the episode had completed.
+struct Pendulum {
+  /// The Gymnasium id, so logs and errors name the MDP they ran.
+  static constexpr std::string_view name = "Pendulum-v1";
+  /// Gymnasium's time limit (max_episode_steps) for Pendulum-v1.
+  static constexpr std::int64_t kMaxEpisodeSteps = 200;
+  /// Largest angular speed; the dynamics clip to it, which keeps observations bounded.
+  static constexpr double kMaxSpeed = 8.0;
+  /// Largest torque; larger actions are clipped to it, as published.
+  static constexpr double kMaxTorque = 2.0;
+  /// Integration time step in seconds.
+  static constexpr double kDt = 0.05;
+  /// Gravity; Gymnasium's default `g` (10, not 9.81).
+  static constexpr double kGravity = 10.0;
+  /// Pendulum mass.
+  static constexpr double kMass = 1.0;
+  /// Pendulum length.
+  static constexpr double kLength = 1.0;
+
+  /// The physical state, named so a custom start cannot swap its fields.
+  struct State {
+    double theta = 0.0;      ///< angle from upright, radians, not wrapped
+    double theta_dot = 0.0;  ///< angular velocity, radians per second
+  };
+
+  /// [cos theta, sin theta, theta_dot] in [-1, 1] x [-1, 1] x [-8, 8], as published.
+  [[nodiscard]] Box observation_space() const {
+    const auto v = static_cast<float>(kMaxSpeed);
+    return Box{{-1.0f, -1.0f, -v}, {1.0f, 1.0f, v}};
+  }
+  /// One torque in [-2, 2], as published.
+  [[nodiscard]] Box action_space() const {
+    const auto t = static_cast<float>(kMaxTorque);
+    return Box{{-t}, {t}};
+  }
+
+  /// Start an episode from the published start distribution. The generator is reseeded
+  /// from `seed` on every call, so an episode depends on its seed alone.
+  std::span<const float> reset(std::uint64_t seed) {
+    rng_.reseed(seed);
+    State s;
+    s.theta = rng_.uniform(-std::numbers::pi, std::numbers::pi);
+    s.theta_dot = rng_.uniform(-1.0, 1.0);
+    return set_state(s);
+  }
+
+  /// Start an episode from `s` instead of a random state: the step counter restarts at
+  /// 0 and the generator is left alone. For tests and for custom starts (curricula,
+  /// evaluation from fixed states). Throws `EnvError` if a field is not finite.
+  std::span<const float> set_state(const State& s) {
+    check_finite_state("theta", s.theta);
+    check_finite_state("theta_dot", s.theta_dot);
+    state_ = s;
+    steps_ = 0;
+    phase_ = Phase::kRunning;
+    write_observation();
+    return obs_;
+  }
+
+  /// Advance one step of dt with torque `action[0]` (clipped to [-2, 2], as published).
+  StepResult step(std::span<const float> action) {
+    check_can_step();
+    check_action(action);
+    const double u = std::clamp(static_cast<double>(action[0]), -kMaxTorque, kMaxTorque);
+    const double th = state_.theta;
+    const double thdot = state_.theta_dot;
+    const double cost = normalize_angle(th) * normalize_angle(th) + 0.1 * thdot * thdot +
+                        0.001 * u * u;
+    double new_thdot =
+        thdot + (3.0 * kGravity / (2.0 * kLength) * std::sin(th) +
+                 3.0 / (kMass * kLength * kLength) * u) *
+                    kDt;
+    new_thdot = std::clamp(new_thdot, -kMaxSpeed, kMaxSpeed);
+    state_.theta = th + new_thdot * kDt;
+    state_.theta_dot = new_thdot;
+    write_observation();
+
+    ++steps_;
+    const bool truncated = steps_ >= kMaxEpisodeSteps;
+    if (truncated) phase_ = Phase::kTruncated;
+    return StepResult{obs_, -cost, /*terminated=*/false, truncated};
+  }
+
+  /// Steps taken in the current episode; the time limit and error messages count these.
+  [[nodiscard]] std::int64_t elapsed_steps() const noexcept { return steps_; }
+  /// The physical state, in double, for tests and for logging what the float32
+  /// observation rounds away.
+  [[nodiscard]] State state() const noexcept { return state_; }
+
+  /// Map an angle to [-pi, pi), as the published reward does before squaring it, so a
+  /// pendulum that has spun round n times is not penalised for it.
+  [[nodiscard]] static double normalize_angle(double x) noexcept {
+    constexpr double kTwoPi = 2.0 * std::numbers::pi;
+    double r = std::fmod(x + std::numbers::pi, kTwoPi);  // sign of x + pi
+    if (r < 0.0) r += kTwoPi;                            // floored modulo, as Python's %
+    return r - std::numbers::pi;
+  }
+
+ private:
+  enum class Phase { kNotStarted, kRunning, kTerminated, kTruncated };
+
+  void write_observation() noexcept {
+    obs_[0] = static_cast<float>(std::cos(state_.theta));
+    obs_[1] = static_cast<float>(std::sin(state_.theta));
+    obs_[2] = static_cast<float>(state_.theta_dot);
+  }
+
+  [[noreturn]] void fail(const std::string& what) const {
+    throw EnvError(std::string(name) + ": step " + std::to_string(steps_) + ": " + what);
+  }
+  void check_can_step() const {
+    if (phase_ == Phase::kNotStarted)
+      throw EnvError(std::string(name) + ": step() called before reset()");
+    if (phase_ == Phase::kTruncated)
+      fail("the episode has ended (truncated at the time limit); call reset() first");
+  }
+  void check_action(std::span<const float> action) const {
+    if (action.size() != 1)
+      fail("action has " + std::to_string(action.size()) + " elements, expected 1");
+    if (!std::isfinite(action[0])) fail("action[0] is " + describe_non_finite(action[0]));
+  }
+  static void check_finite_state(const char* field, double v) {
+    if (!std::isfinite(v))
+      throw EnvError(std::string(name) + ": set_state: " + field + " is " + describe_non_finite(v));
+  }
+  static std::string describe_non_finite(double v) {
+    return std::isnan(v) ? "nan" : v > 0 ? "inf" : "-inf";
+  }
+
+  State state_{};
+  std::array<float, 3> obs_{};
+  std::int64_t steps_ = 0;
+  Phase phase_ = Phase::kNotStarted;
+  Rng rng_{};
+};
+
+static_assert(Env<Pendulum>);
+static_assert(ContinuousEnv<Pendulum>);
+
+}  // namespace anvil::envs
+// ---- end <anvil/envs/pendulum.hpp> ----
+// ---- begin <anvil/envs/vec_env.hpp> ----
+/// @file
+/// `VecEnv`: N copies of an env stepped together, with autoreset, distinct seeds, and
+/// batched tensors out. Storage is allocated once; a step copies each env's observation
+/// into preallocated rows and allocates nothing.
+///
+/// Sync mode steps inside `step()`. Async mode steps on a background thread between
+/// `step_async(actions)` and `step_wait()`, so a trainer can run gradient updates while
+/// the envs step (the updates do not need the newest transition).
+
+#include <ATen/ATen.h>
+
+#include <array>
+#include <condition_variable>
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+// ---- begin <anvil/envs/detail/thread_pool.hpp> ----
+/// @file
+/// A minimal fork-join pool for stepping envs: `parallel_for` splits [0, n) into one
+/// contiguous chunk per thread, the caller runs the first, and the first exception thrown
+/// is rethrown in the caller. Workers sleep on a condition variable between calls, so an
+/// idle pool takes no CPU from training. Light header.
+
+#include <condition_variable>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace anvil::envs::detail {
+
+class ThreadPool {
+ public:
+  /// `threads` counts the caller: 1 means no worker threads at all.
+  explicit ThreadPool(int threads) : threads_(threads < 1 ? 1 : threads) {
+    for (int w = 1; w < threads_; ++w) workers_.emplace_back([this, w] { work(w); });
+  }
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+  ~ThreadPool() {
+    {
+      std::lock_guard lock(mu_);
+      stop_ = true;
+    }
+    wake_.notify_all();
+    for (auto& t : workers_) t.join();
+  }
+
+  [[nodiscard]] int threads() const noexcept { return threads_; }
+
+  /// Runs `fn(begin, end)` over contiguous chunks covering [0, n) and waits for all.
+  void parallel_for(std::int64_t n, const std::function<void(std::int64_t, std::int64_t)>& fn) {
+    if (threads_ == 1 || n <= 1) {
+      fn(0, n);
+      return;
+    }
+    {
+      std::lock_guard lock(mu_);
+      fn_ = &fn;
+      n_ = n;
+      pending_ = threads_ - 1;
+      error_ = nullptr;
+      ++generation_;
+    }
+    wake_.notify_all();
+    std::exception_ptr mine;
+    try {
+      auto [b, e] = chunk(0);
+      fn(b, e);
+    } catch (...) {
+      mine = std::current_exception();
+    }
+    std::unique_lock lock(mu_);
+    done_.wait(lock, [this] { return pending_ == 0; });
+    fn_ = nullptr;
+    if (mine) std::rethrow_exception(mine);
+    if (error_) std::rethrow_exception(error_);
+  }
+
+ private:
+  std::pair<std::int64_t, std::int64_t> chunk(int w) const {
+    const std::int64_t per = n_ / threads_, extra = n_ % threads_;
+    const std::int64_t b = w * per + std::min<std::int64_t>(w, extra);
+    return {b, b + per + (w < extra ? 1 : 0)};
+  }
+
+  void work(int w) {
+    std::uint64_t seen = 0;
+    for (;;) {
+      std::unique_lock lock(mu_);
+      wake_.wait(lock, [&] { return stop_ || generation_ != seen; });
+      if (stop_) return;
+      seen = generation_;
+      auto [b, e] = chunk(w);
+      const auto* fn = fn_;
+      lock.unlock();
+      std::exception_ptr err;
+      try {
+        if (b < e) (*fn)(b, e);
+      } catch (...) {
+        err = std::current_exception();
+      }
+      lock.lock();
+      if (err && !error_) error_ = err;
+      if (--pending_ == 0) done_.notify_one();
+    }
+  }
+
+  int threads_;
+  std::vector<std::thread> workers_;
+  std::mutex mu_;
+  std::condition_variable wake_, done_;
+  const std::function<void(std::int64_t, std::int64_t)>* fn_ = nullptr;
+  std::int64_t n_ = 0;
+  int pending_ = 0;
+  std::uint64_t generation_ = 0;
+  std::exception_ptr error_;
+  bool stop_ = false;
+};
+
+}  // namespace anvil::envs::detail
+// ---- end <anvil/envs/detail/thread_pool.hpp> ----
+
+namespace anvil::envs {
+
+/// Sync: step inside `step()`; async: step on a background thread (see file comment).
+enum class VecMode { sync, async };
+constexpr auto enum_names(VecMode) { return std::array<std::string_view, 2>{"sync", "async"}; }
+
+/// The `env` section of a run's config.
+struct VecEnvConfig {
+  Param<int, "num_envs", "environments stepped together (one batched action per step)",
+        in_range(1, 1 << 20)>
+      num_envs{1};
+  Param<int, "threads", "threads stepping the envs (1: the calling thread only)", in_range(1, 1024)>
+      threads{1};
+  Param<VecMode, "mode", "sync: step in step(); async: step in the background during updates">
+      mode{VecMode::sync};
+};
+
+/// An episode that ended during a step.
+struct EpisodeEnd {
+  std::int64_t env = 0;
+  double episode_return = 0.0;
+  std::int64_t length = 0;
+  bool terminated = false;  ///< false: truncated by the time limit
+};
+
+/// One step of all envs. Tensors are views of the VecEnv's storage, valid until the step
+/// after next (`obs` is double-buffered so the previous observation survives one step).
+struct VecStep {
+  at::Tensor obs;         ///< [N, obs_dim] what to act on next (the first of a new episode where one ended)
+  at::Tensor next_obs;    ///< [N, obs_dim] what the step led to (the last of an ended episode)
+  at::Tensor reward;      ///< [N] float
+  at::Tensor terminated;  ///< [N] float 0/1
+  at::Tensor truncated;   ///< [N] float 0/1
+  std::vector<EpisodeEnd> ended;
+};
+
+/// The env-type-independent face of a VecEnv, so a Trainer's type does not depend on the
+/// env's type. One virtual call per batched step.
+class VecEnvBase {
+ public:
+  virtual ~VecEnvBase() = default;
+  [[nodiscard]] const EnvSpec& spec() const noexcept { return spec_; }
+  [[nodiscard]] std::int64_t num_envs() const noexcept { return n_; }
+  /// Resets every env (env i with its own seed stream) and returns the observations.
+  virtual at::Tensor reset() = 0;
+  /// Starts a step with `actions`: [N, act_dim] float for a Box, [N] int64 for Discrete.
+  virtual void step_async(const at::Tensor& actions) = 0;
+  /// Finishes the step started by step_async.
+  virtual const VecStep& step_wait() = 0;
+  /// step_async then step_wait.
+  const VecStep& step(const at::Tensor& actions) {
+    step_async(actions);
+    return step_wait();
+  }
+
+ protected:
+  VecEnvBase(EnvSpec spec, std::int64_t n) : spec_(std::move(spec)), n_(n) {}
+  EnvSpec spec_;
+  std::int64_t n_;
+};
+
+/// N envs of type `E` (see file comment). Env i's episodes are seeded from the stream
+/// `Rng(derive(seed, i))`, so no two envs, and no two episodes, share a seed.
+template <Env E>
+class VecEnv final : public VecEnvBase {
+ public:
+  VecEnv(const E& prototype, const VecEnvConfig& cfg, std::uint64_t seed)
+      : VecEnvBase(spec_of(prototype), cfg.num_envs), mode_(cfg.mode), pool_(cfg.threads) {
+    envs_.assign(static_cast<std::size_t>(n_), prototype);
+    for (std::int64_t i = 0; i < n_; ++i)
+      seeds_.emplace_back(derive_seed(seed, Stream::env, static_cast<std::uint64_t>(i)));
+    const auto d = spec_.obs_dim();
+    const auto f = at::TensorOptions().dtype(at::kFloat);
+    for (auto& o : obs_) o = at::zeros({n_, d}, f);
+    next_obs_ = at::zeros({n_, d}, f);
+    reward_ = at::zeros({n_}, f);
+    terminated_ = at::zeros({n_}, f);
+    truncated_ = at::zeros({n_}, f);
+    returns_.assign(static_cast<std::size_t>(n_), 0.0);
+    lengths_.assign(static_cast<std::size_t>(n_), 0);
+    ended_.resize(static_cast<std::size_t>(n_));
+    if (mode_ == VecMode::async) stepper_ = std::thread([this] { run_stepper(); });
+  }
+  VecEnv(const VecEnv&) = delete;
+  VecEnv& operator=(const VecEnv&) = delete;
+  ~VecEnv() override {
+    if (stepper_.joinable()) {
+      {
+        std::lock_guard lock(mu_);
+        stop_ = true;
+      }
+      cv_.notify_all();
+      stepper_.join();
+    }
+  }
+
+  at::Tensor reset() override {
+    wait_idle();
+    float* o = obs_[cur_].data_ptr<float>();
+    const auto d = spec_.obs_dim();
+    for (std::int64_t i = 0; i < n_; ++i) {
+      auto first = envs_[i].reset(seeds_[i]());
+      std::copy(first.begin(), first.end(), o + i * d);
+      returns_[i] = 0.0;
+      lengths_[i] = 0;
+    }
+    started_ = true;
+    return obs_[cur_];
+  }
+
+  void step_async(const at::Tensor& actions) override {
+    if (!started_) throw EnvError(std::string(E::name) + ": VecEnv stepped before reset()");
+    if (in_flight_) throw EnvError(std::string(E::name) + ": step_async called twice without step_wait");
+    check_actions(actions);
+    actions_ = actions;
+    in_flight_ = true;
+    if (mode_ == VecMode::sync) return;
+    {
+      std::lock_guard lock(mu_);
+      requested_ = true;
+    }
+    cv_.notify_all();
+  }
+
+  const VecStep& step_wait() override {
+    if (!in_flight_) throw EnvError(std::string(E::name) + ": step_wait without step_async");
+    if (mode_ == VecMode::sync) {
+      do_step();
+    } else {
+      std::unique_lock lock(mu_);
+      cv_.wait(lock, [this] { return !requested_; });
+    }
+    in_flight_ = false;
+    if (auto err = std::exchange(error_, nullptr)) std::rethrow_exception(err);
+    out_.obs = obs_[cur_];
+    out_.next_obs = next_obs_;
+    out_.reward = reward_;
+    out_.terminated = terminated_;
+    out_.truncated = truncated_;
+    out_.ended.clear();
+    for (std::int64_t i = 0; i < n_; ++i)
+      if (ended_[i].length > 0) out_.ended.push_back(ended_[i]);
+    return out_;
+  }
+
+  /// Env `i`, e.g. to inspect its state in tests.
+  [[nodiscard]] const E& env(std::int64_t i) const { return envs_.at(static_cast<std::size_t>(i)); }
+
+ private:
+  void check_actions(const at::Tensor& a) const {
+    const std::string who = std::string(E::name) + " VecEnv: ";
+    if (a.device().type() != at::kCPU) throw EnvError(who + "actions must be on the CPU");
+    if constexpr (DiscreteEnv<E>) {
+      if (a.scalar_type() != at::kLong || a.numel() != n_)
+        throw EnvError(who + "discrete actions must be an int64 tensor of " + std::to_string(n_) +
+                       " indices, got " + std::string(a.dtype().name()) + " with " +
+                       std::to_string(a.numel()) + " elements");
+    } else {
+      const auto ad = spec_.action_dim();
+      if (a.scalar_type() != at::kFloat || a.dim() != 2 || a.size(0) != n_ || a.size(1) != ad)
+        throw EnvError(who + "actions must be a float32 tensor of shape [" + std::to_string(n_) +
+                       ", " + std::to_string(ad) + "], got " + std::string(a.dtype().name()) +
+                       " " + shape(a));
+    }
+  }
+  static std::string shape(const at::Tensor& t) {
+    std::string s = "[";
+    for (std::int64_t i = 0; i < t.dim(); ++i) s += (i ? ", " : "") + std::to_string(t.size(i));
+    return s + "]";
+  }
+
+  void do_step() {
+    const int next = 1 - cur_;
+    const auto d = spec_.obs_dim();
+    at::Tensor actions = actions_.contiguous();
+    float* obs_out = obs_[next].data_ptr<float>();
+    float* next_out = next_obs_.data_ptr<float>();
+    float* rew = reward_.data_ptr<float>();
+    float* term = terminated_.data_ptr<float>();
+    float* trunc = truncated_.data_ptr<float>();
+    try {
+      pool_.parallel_for(n_, [&](std::int64_t b, std::int64_t e) {
+        for (std::int64_t i = b; i < e; ++i) {
+          StepResult r;
+          try {
+            if constexpr (DiscreteEnv<E>) {
+              r = envs_[i].step(actions.data_ptr<std::int64_t>()[i]);
+            } else {
+              const auto ad = spec_.action_dim();
+              r = envs_[i].step(std::span<const float>(actions.data_ptr<float>() + i * ad,
+                                                       static_cast<std::size_t>(ad)));
+            }
+          } catch (const EnvError& err) {
+            throw EnvError("env " + std::to_string(i) + " of " + std::to_string(n_) + ": " + err.what());
+          }
+          std::copy(r.observation.begin(), r.observation.end(), next_out + i * d);
+          rew[i] = static_cast<float>(r.reward);
+          term[i] = r.terminated ? 1.0f : 0.0f;
+          trunc[i] = r.truncated ? 1.0f : 0.0f;
+          returns_[i] += r.reward;
+          ++lengths_[i];
+          ended_[i] = EpisodeEnd{};
+          if (r.terminated || r.truncated) {
+            ended_[i] = EpisodeEnd{i, returns_[i], lengths_[i], r.terminated};
+            returns_[i] = 0.0;
+            lengths_[i] = 0;
+            auto first = envs_[i].reset(seeds_[i]());
+            std::copy(first.begin(), first.end(), obs_out + i * d);
+          } else {
+            std::copy(r.observation.begin(), r.observation.end(), obs_out + i * d);
+          }
+        }
+      });
+      cur_ = next;
+    } catch (...) {
+      error_ = std::current_exception();
+    }
+  }
+
+  void run_stepper() {
+    std::unique_lock lock(mu_);
+    for (;;) {
+      cv_.wait(lock, [this] { return stop_ || requested_; });
+      if (stop_) return;
+      lock.unlock();
+      do_step();
+      lock.lock();
+      requested_ = false;
+      cv_.notify_all();
+    }
+  }
+
+  void wait_idle() {
+    if (in_flight_) step_wait();
+  }
+
+  std::vector<E> envs_;
+  std::vector<Rng> seeds_;
+  VecMode mode_;
+  detail::ThreadPool pool_;
+  std::array<at::Tensor, 2> obs_;
+  int cur_ = 0;
+  at::Tensor next_obs_, reward_, terminated_, truncated_, actions_;
+  std::vector<double> returns_;
+  std::vector<std::int64_t> lengths_;
+  std::vector<EpisodeEnd> ended_;
+  VecStep out_;
+  bool started_ = false, in_flight_ = false;
+  std::exception_ptr error_;
+  std::thread stepper_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool requested_ = false, stop_ = false;
+};
+
+/// A VecEnv of `cfg.num_envs` copies of `prototype`, behind the type-erased interface.
+template <Env E>
+std::unique_ptr<VecEnvBase> make_vec_env(const E& prototype, const VecEnvConfig& cfg,
+                                         std::uint64_t seed) {
+  return std::make_unique<VecEnv<E>>(prototype, cfg, seed);
+}
+
+}  // namespace anvil::envs
+// ---- end <anvil/envs/vec_env.hpp> ----
+
+// ---- begin <anvil/nn/activation.hpp> ----
+/// @file
+/// Activation functions selectable from configs.
+
+#include <array>
+#include <string_view>
+
+#include <ATen/core/Tensor.h>
+
+namespace anvil::nn {
+
+/// Hidden-layer activation.
+enum class Activation { relu, tanh, elu, gelu, silu, leaky_relu };
+/// Names for configs (`sac.actor.activation=tanh`).
+constexpr auto enum_names(Activation) {
+  return std::array<std::string_view, 6>{"relu", "tanh", "elu", "gelu", "silu", "leaky_relu"};
+}
+
+/// Applies `a` element-wise.
+inline at::Tensor activate(const at::Tensor& x, Activation a) {
+  switch (a) {
+    case Activation::relu: return x.relu();
+    case Activation::tanh: return x.tanh();
+    case Activation::elu: return at::elu(x);
+    case Activation::gelu: return at::gelu(x);
+    case Activation::silu: return at::silu(x);
+    case Activation::leaky_relu: return at::leaky_relu(x, 0.01);
+  }
+  return x;
+}
+
+}  // namespace anvil::nn
+// ---- end <anvil/nn/activation.hpp> ----
+// ---- begin <anvil/nn/gaussian_actor.hpp> ----
+/// @file
+/// `GaussianActor`: the tanh-squashed Gaussian policy of SAC (Haarnoja et al. 2018,
+/// "Soft Actor-Critic: Off-Policy Maximum Entropy Deep RL with a Stochastic Actor", app. C).
+
+#include <torch/nn/cloneable.h>
+
+#include <cmath>
+#include <cstdint>
+
+// ---- begin <anvil/nn/mlp.hpp> ----
+/// @file
+/// `Mlp`: a multilayer perceptron with configurable widths and activation.
+
+#include <torch/nn/cloneable.h>
+#include <torch/nn/modules/linear.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+
+namespace anvil::nn {
+
+/// Fully connected network `in -> hidden... -> out`, activation after every hidden layer,
+/// none after the output. Cloneable, so target networks are deep copies.
+class MlpImpl : public torch::nn::Cloneable<MlpImpl> {
+ public:
+  MlpImpl(std::int64_t in, std::vector<std::int64_t> hidden, std::int64_t out,
+          Activation activation = Activation::relu)
+      : in_(in), hidden_(std::move(hidden)), out_(out), activation_(activation) {
+    reset();
+  }
+
+  /// (Re)creates the layers with fresh default initialisation (Cloneable's contract).
+  void reset() override {
+    layers_.clear();
+    std::int64_t width = in_;
+    for (std::size_t i = 0; i <= hidden_.size(); ++i) {
+      const std::int64_t next = i < hidden_.size() ? hidden_[i] : out_;
+      layers_.push_back(register_module("fc" + std::to_string(i), torch::nn::Linear(width, next)));
+      width = next;
+    }
+  }
+
+  at::Tensor forward(at::Tensor x) {
+    for (std::size_t i = 0; i + 1 < layers_.size(); ++i) x = activate(layers_[i]->forward(x), activation_);
+    return layers_.back()->forward(x);
+  }
+
+  /// The output layer, e.g. to rescale its initial weights.
+  torch::nn::Linear& output_layer() { return layers_.back(); }
+  [[nodiscard]] std::int64_t in_features() const noexcept { return in_; }
+  [[nodiscard]] std::int64_t out_features() const noexcept { return out_; }
+
+ private:
+  std::int64_t in_;
+  std::vector<std::int64_t> hidden_;
+  std::int64_t out_;
+  Activation activation_;
+  std::vector<torch::nn::Linear> layers_;
+};
+TORCH_MODULE(Mlp);
+
+/// Converts config widths (int) to the int64 layer sizes torch takes.
+inline std::vector<std::int64_t> widths(const std::vector<int>& w) { return {w.begin(), w.end()}; }
+
+}  // namespace anvil::nn
+// ---- end <anvil/nn/mlp.hpp> ----
+
+namespace anvil::nn {
+
+/// An action drawn from the policy with its log-density.
+struct PolicySample {
+  at::Tensor action;    ///< [B, act_dim] in [-1, 1]
+  at::Tensor log_prob;  ///< [B], log-density of `action` (change of variables through tanh)
+};
+
+/// Maps observations to a diagonal Gaussian over pre-squash actions; actions are
+/// tanh(u), so they lie in [-1, 1] (the Trainer rescales them to the env's bounds).
+class GaussianActorImpl : public torch::nn::Cloneable<GaussianActorImpl> {
+ public:
+  /// Network shape, under the algorithm's `actor` section (`sac.actor.hidden=64,64`).
+  struct Config {
+    Param<std::vector<int>, "hidden", "hidden layer widths", at_least(1)> hidden{256, 256};
+    Param<Activation, "activation", "hidden-layer activation"> activation{Activation::relu};
+    Param<double, "log_std_min", "lower bound of the log standard deviation"> log_std_min{-5.0};
+    Param<double, "log_std_max", "upper bound of the log standard deviation"> log_std_max{2.0};
+  };
+
+  GaussianActorImpl(std::int64_t obs_dim, std::int64_t act_dim, const Config& cfg)
+      : obs_dim_(obs_dim), act_dim_(act_dim), cfg_(cfg) {
+    reset();
+  }
+
+  void reset() override {
+    net_ = register_module("net", Mlp(obs_dim_, widths(cfg_.hidden), 2 * act_dim_, cfg_.activation));
+  }
+
+  /// Mean and log standard deviation of the pre-squash Gaussian. The log std is squashed
+  /// smoothly into [log_std_min, log_std_max] (a hard clamp would zero its gradient).
+  std::pair<at::Tensor, at::Tensor> forward(const at::Tensor& obs) {
+    auto out = net_->forward(obs);
+    auto mean = out.narrow(-1, 0, act_dim_);
+    auto raw = out.narrow(-1, act_dim_, act_dim_).tanh();
+    const double lo = cfg_.log_std_min, hi = cfg_.log_std_max;
+    return {mean, raw.mul(0.5 * (hi - lo)).add(0.5 * (hi + lo))};
+  }
+
+  /// A reparameterised sample (gradients flow through it) and its log-density.
+  PolicySample sample(const at::Tensor& obs) {
+    auto [mean, log_std] = forward(obs);
+    auto eps = at::randn_like(mean);
+    auto u = mean + eps * log_std.exp();
+    // log N(u; mean, std) summed over dims, minus log|d tanh(u)/du|, written with
+    // log(1 - tanh(u)^2) = 2 (log 2 - u - softplus(-2u)) for numerical stability.
+    constexpr double kHalfLog2Pi = 0.91893853320467274178;
+    auto gauss = (-0.5 * eps.square() - log_std - kHalfLog2Pi).sum(-1);
+    auto correction = (2.0 * (std::log(2.0) - u - at::softplus(-2.0 * u))).sum(-1);
+    return {u.tanh(), gauss - correction};
+  }
+
+  /// The deterministic action used for evaluation: tanh of the mean.
+  at::Tensor mode(const at::Tensor& obs) { return forward(obs).first.tanh(); }
+
+  [[nodiscard]] std::int64_t action_dim() const noexcept { return act_dim_; }
+
+ private:
+  std::int64_t obs_dim_, act_dim_;
+  Config cfg_;
+  Mlp net_{nullptr};
+};
+TORCH_MODULE(GaussianActor);
+
+}  // namespace anvil::nn
+// ---- end <anvil/nn/gaussian_actor.hpp> ----
+// ---- begin <anvil/nn/twin_q.hpp> ----
+/// @file
+/// `TwinQ`: two independent Q-networks (clipped double Q, Fujimoto et al. 2018, as used by
+/// SAC: Haarnoja et al. 2018).
+
+#include <torch/nn/cloneable.h>
+
+#include <cstdint>
+#include <utility>
+
+
+namespace anvil::nn {
+
+/// Q(s, a) twice, from two networks with separate weights; the minimum of the two
+/// counters the overestimation a single maximised Q-network suffers.
+class TwinQImpl : public torch::nn::Cloneable<TwinQImpl> {
+ public:
+  /// Network shape, under the algorithm's `critic` section (`sac.critic.hidden=256,256`).
+  struct Config {
+    Param<std::vector<int>, "hidden", "hidden layer widths", at_least(1)> hidden{256, 256};
+    Param<Activation, "activation", "hidden-layer activation"> activation{Activation::relu};
+  };
+
+  TwinQImpl(std::int64_t obs_dim, std::int64_t act_dim, const Config& cfg)
+      : obs_dim_(obs_dim), act_dim_(act_dim), cfg_(cfg) {
+    reset();
+  }
+
+  void reset() override {
+    q1_ = register_module("q1", Mlp(obs_dim_ + act_dim_, widths(cfg_.hidden), 1, cfg_.activation));
+    q2_ = register_module("q2", Mlp(obs_dim_ + act_dim_, widths(cfg_.hidden), 1, cfg_.activation));
+  }
+
+  /// Both estimates, each [B].
+  std::pair<at::Tensor, at::Tensor> forward(const at::Tensor& obs, const at::Tensor& action) {
+    auto x = at::cat({obs, action}, -1);
+    return {q1_->forward(x).squeeze(-1), q2_->forward(x).squeeze(-1)};
+  }
+
+ private:
+  std::int64_t obs_dim_, act_dim_;
+  Config cfg_;
+  Mlp q1_{nullptr}, q2_{nullptr};
+};
+TORCH_MODULE(TwinQ);
+
+}  // namespace anvil::nn
+// ---- end <anvil/nn/twin_q.hpp> ----
+
+// ---- begin <anvil/algorithms/sac.hpp> ----
+/// @file
+/// Soft Actor-Critic (Haarnoja, Zhou, Abbeel, Levine 2018, "Soft Actor-Critic: Off-Policy
+/// Maximum Entropy Deep Reinforcement Learning with a Stochastic Actor"; with automatic
+/// entropy tuning from Haarnoja et al. 2018, "Soft Actor-Critic Algorithms and
+/// Applications"). Defaults are the published hyperparameters: Adam at 3e-4, batch 256,
+/// gamma 0.99, tau 0.005, 256x256 networks, target entropy -|A|.
+
+#include <torch/nn/module.h>
+#include <torch/optim/adam.h>
+#include <torch/utils.h>
+
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+// ---- begin <anvil/train/step_context.hpp> ----
+/// @file
+/// `StepContext`: what an algorithm's `update` runs its losses through. It owns the parts
+/// of a gradient step that belong to the precision and parallelism policies: the autocast
+/// scope around forward passes and losses, backward, the gradient all-reduce across ranks,
+/// gradient clipping, and the optimizer step. Algorithms never call autocast or c10d
+/// themselves, so one algorithm serves every Trainer combination.
+
+#include <torch/autograd.h>
+#include <torch/nn/utils/clip_grad.h>
+#include <torch/optim/optimizer.h>
+
+#include <functional>
+#include <utility>
+#include <vector>
+
+
+namespace anvil {
+
+/// Turns autocast on for one device type while alive and restores the previous state after.
+class AutocastGuard {
+ public:
+  AutocastGuard(c10::DeviceType device, bool enable, c10::ScalarType dtype) : device_(device) {
+    if (!enable) return;
+    active_ = true;
+    prev_enabled_ = compat::autocast_enabled(device_);
+    prev_dtype_ = compat::autocast_dtype(device_);
+    compat::set_autocast_enabled(device_, true);
+    compat::set_autocast_dtype(device_, dtype);
+    compat::autocast_enter();
+  }
+  AutocastGuard(const AutocastGuard&) = delete;
+  AutocastGuard& operator=(const AutocastGuard&) = delete;
+  ~AutocastGuard() {
+    if (!active_) return;
+    compat::autocast_exit();
+    compat::set_autocast_enabled(device_, prev_enabled_);
+    compat::set_autocast_dtype(device_, prev_dtype_);
+  }
+
+ private:
+  c10::DeviceType device_;
+  bool active_ = false;
+  bool prev_enabled_ = false;
+  c10::ScalarType prev_dtype_ = c10::ScalarType::Float;
+};
+
+/// The gradient-step services a Trainer gives its algorithm (see file comment).
+class StepContext {
+ public:
+  struct Options {
+    c10::Device device{c10::kCPU};
+    bool autocast = false;                             ///< run forward passes under autocast
+    c10::ScalarType autocast_dtype = c10::ScalarType::Float;
+    /// Averages gradients across ranks in place; empty for one process.
+    std::function<void(std::vector<at::Tensor>&)> all_reduce_mean;
+  };
+
+  StepContext() = default;
+  explicit StepContext(Options o) : opt_(std::move(o)) {}
+
+  /// The device the algorithm's tensors live on.
+  [[nodiscard]] const c10::Device& device() const noexcept { return opt_.device; }
+
+  /// Scope for forward passes and losses: autocast to the precision's dtype when it has one.
+  /// Keep targets, losses' reductions and anything numerically delicate in float32 (cast
+  /// with `.to(torch::kFloat)`); autocast already keeps reductions and softplus in float32.
+  [[nodiscard]] AutocastGuard autocast() const {
+    return AutocastGuard(opt_.device.type(), opt_.autocast, opt_.autocast_dtype);
+  }
+
+  /// One optimizer step on `loss` for the parameters `optimizer` holds. Gradients are
+  /// computed for those parameters only (not for other networks the loss passes through,
+  /// e.g. the critic inside the actor loss), averaged across ranks, clipped to
+  /// `max_grad_norm` when it is positive, then applied. Returns whether the step was taken.
+  bool minimize(const at::Tensor& loss, torch::optim::Optimizer& optimizer,
+                double max_grad_norm = 0.0) {
+    std::vector<at::Tensor> params;
+    for (auto& group : optimizer.param_groups())
+      for (auto& p : group.params()) params.push_back(p);
+    auto grads = torch::autograd::grad({loss}, params, /*grad_outputs=*/{},
+                                       /*retain_graph=*/false, /*create_graph=*/false,
+                                       /*allow_unused=*/true);
+    for (std::size_t i = 0; i < params.size(); ++i)
+      if (!grads[i].defined()) grads[i] = torch::zeros_like(params[i]);
+    if (opt_.all_reduce_mean) opt_.all_reduce_mean(grads);
+    for (std::size_t i = 0; i < params.size(); ++i) params[i].mutable_grad() = grads[i];
+    if (max_grad_norm > 0) torch::nn::utils::clip_grad_norm_(params, max_grad_norm);
+    optimizer.step();
+    ++steps_;
+    return true;
+  }
+
+  /// Optimizer steps taken through this context.
+  [[nodiscard]] std::int64_t steps() const noexcept { return steps_; }
+
+ private:
+  Options opt_;
+  std::int64_t steps_ = 0;
+};
+
+}  // namespace anvil
+// ---- end <anvil/train/step_context.hpp> ----
+
+namespace anvil {
+
+namespace detail {
+template <class M>
+using module_config_t = typename M::ContainedType::Config;
+}  // namespace detail
+
+/// What SAC needs of its actor: built from (obs_dim, act_dim, Config); `sample(obs)` gives a
+/// reparameterised action in [-1, 1] with its log-density; `mode(obs)` the deterministic one.
+template <class Actor>
+concept SquashedPolicyNetwork =
+    requires { typename detail::module_config_t<Actor>; } &&
+    std::constructible_from<Actor, std::int64_t, std::int64_t, const detail::module_config_t<Actor>&> &&
+    requires(Actor& a, const at::Tensor& obs) {
+      { a->sample(obs) } -> std::same_as<nn::PolicySample>;
+      { a->mode(obs) } -> std::same_as<at::Tensor>;
+      { a->clone() };
+    };
+
+/// What SAC needs of its critic: built from (obs_dim, act_dim, Config); `forward(obs, act)`
+/// gives two independent Q estimates, each [B]; cloneable for its target copy.
+template <class Critic>
+concept TwinCriticNetwork =
+    requires { typename detail::module_config_t<Critic>; } &&
+    std::constructible_from<Critic, std::int64_t, std::int64_t, const detail::module_config_t<Critic>&> &&
+    requires(Critic& c, const at::Tensor& obs, const at::Tensor& act) {
+      { c->forward(obs, act) } -> std::same_as<std::pair<at::Tensor, at::Tensor>>;
+      { c->clone() };
+    };
+
+/// Algorithm policy: Soft Actor-Critic (see file comment) with swappable networks.
+/// @tparam Actor  a `SquashedPolicyNetwork` (default: tanh-Gaussian MLP)
+/// @tparam Critic a `TwinCriticNetwork` (default: two MLP Q-functions)
+template <class Actor = nn::GaussianActor, class Critic = nn::TwinQ>
+class BasicSAC {
+  static_assert(SquashedPolicyNetwork<Actor>,
+                "BasicSAC<Actor, ...>: Actor must be a torch module holder built from "
+                "(obs_dim, act_dim, Config) with sample(obs) -> nn::PolicySample and "
+                "mode(obs) -> Tensor; see nn::GaussianActor");
+  static_assert(TwinCriticNetwork<Critic>,
+                "BasicSAC<..., Critic>: Critic must be a torch module holder built from "
+                "(obs_dim, act_dim, Config) with forward(obs, act) -> pair of Q tensors; see "
+                "nn::TwinQ");
+
+ public:
+  using policy_kind = AlgorithmKind;
+  static constexpr FixedString config_section = "sac";
+  static constexpr bool on_policy = false;
+  using Batch = ReplayBatch;
+
+  struct Config {
+    Param<int, "batch_size", "transitions per gradient update", at_least(1)> batch_size{256};
+    Param<double, "gamma", "discount factor", in_range(0, 1)> gamma{0.99};
+    Param<double, "tau", "Polyak coefficient of the target networks", in_range(0, 1)> tau{0.005};
+    Param<double, "actor_lr", "actor learning rate (Adam)", positive> actor_lr{3e-4};
+    Param<double, "critic_lr", "critic learning rate (Adam)", positive> critic_lr{3e-4};
+    Param<double, "alpha_lr", "entropy temperature learning rate (Adam)", positive> alpha_lr{3e-4};
+    Param<double, "init_alpha", "initial entropy temperature", positive> init_alpha{1.0};
+    Param<bool, "auto_alpha", "tune the temperature towards the target entropy"> auto_alpha{true};
+    Param<double, "target_entropy_scale", "target entropy is -scale * action_dim", at_least(0)>
+        target_entropy_scale{1.0};
+    Param<int, "actor_update_freq", "update the actor and temperature every N updates", at_least(1)>
+        actor_update_freq{1};
+    Param<int, "target_update_freq", "Polyak-average the targets every N updates", at_least(1)>
+        target_update_freq{1};
+    Param<double, "max_grad_norm", "clip each gradient's global norm (0: off)", at_least(0)>
+        max_grad_norm{0.0};
+    Section<"actor", detail::module_config_t<Actor>> actor;
+    Section<"critic", detail::module_config_t<Critic>> critic;
+  };
+
+  BasicSAC(const envs::EnvSpec& spec, const Config& cfg, const RunContext& ctx)
+      : cfg_(cfg), device_(ctx.device) {
+    if (spec.discrete())
+      throw ConfigError("SAC needs a continuous (Box) action space; " + spec.name +
+                        " has discrete actions: use PPO");
+    const auto& box = std::get<envs::Box>(spec.action);
+    for (std::size_t i = 0; i < box.size(); ++i)
+      if (!std::isfinite(box.low[i]) || !std::isfinite(box.high[i]))
+        throw ConfigError("SAC squashes actions into the action space's bounds, but " + spec.name +
+                          "'s action " + std::to_string(i) + " is unbounded");
+    const auto od = spec.obs_dim(), ad = spec.action_dim();
+    actor_ = Actor(od, ad, *cfg.actor);
+    critic_ = Critic(od, ad, *cfg.critic);
+    critic_target_ = std::dynamic_pointer_cast<typename Critic::ContainedType>(critic_->clone());
+    actor_->to(device_);
+    critic_->to(device_);
+    critic_target_->to(device_);
+    for (auto& p : critic_target_->parameters()) p.set_requires_grad(false);
+    log_alpha_ = torch::full({1}, std::log(*cfg.init_alpha),
+                             torch::TensorOptions().device(device_).requires_grad(true));
+    target_entropy_ = -cfg.target_entropy_scale * static_cast<double>(ad);
+    const double s = ctx.lr_scale;
+    actor_opt_ = std::make_unique<torch::optim::Adam>(actor_->parameters(),
+                                                      torch::optim::AdamOptions(cfg.actor_lr * s));
+    critic_opt_ = std::make_unique<torch::optim::Adam>(critic_->parameters(),
+                                                       torch::optim::AdamOptions(cfg.critic_lr * s));
+    alpha_opt_ = std::make_unique<torch::optim::Adam>(std::vector<at::Tensor>{log_alpha_},
+                                                      torch::optim::AdamOptions(cfg.alpha_lr * s));
+    critic_params_ = critic_->parameters();
+    target_params_ = critic_target_->parameters();
+  }
+
+  /// Actions in [-1, 1] for a batch of observations: sampled to explore, or the mean.
+  at::Tensor act(const at::Tensor& obs, ActMode mode) {
+    torch::NoGradGuard no_grad;
+    auto o = obs.to(device_, at::kFloat);
+    return mode == ActMode::explore ? actor_->sample(o).action : actor_->mode(o);
+  }
+
+  /// One SAC update: critic, then (every actor_update_freq) actor and temperature, then
+  /// (every target_update_freq) the Polyak average of the target critic.
+  UpdateInfo update(const ReplayBatch& b, StepContext& ctx) {
+    UpdateInfo info;
+    const auto alpha = log_alpha_.detach().exp();
+
+    // Soft Bellman target, in float32 and without gradients.
+    at::Tensor target;
+    {
+      torch::NoGradGuard no_grad;
+      auto guard = ctx.autocast();
+      auto next = actor_->sample(b.next_obs);
+      auto [tq1, tq2] = critic_target_->forward(b.next_obs, next.action);
+      auto v = at::min(tq1, tq2).to(at::kFloat) - alpha * next.log_prob.to(at::kFloat);
+      auto discount = b.discount.defined() ? b.discount : torch::full({}, *cfg_.gamma, v.options());
+      target = b.reward + discount * (1.0 - b.terminated) * v;
+    }
+
+    at::Tensor td;
+    {
+      auto guard = ctx.autocast();
+      auto [q1, q2] = critic_->forward(b.obs, b.action);
+      auto e1 = q1.to(at::kFloat) - target, e2 = q2.to(at::kFloat) - target;
+      auto per_sample = 0.5 * (e1.square() + e2.square());
+      auto critic_loss = b.weight.defined() ? (b.weight * per_sample).mean() : per_sample.mean();
+      ctx.minimize(critic_loss, *critic_opt_, cfg_.max_grad_norm);
+      td = 0.5 * (e1.abs() + e2.abs()).detach();
+      info.metrics.emplace_back("critic_loss", critic_loss.item().toDouble());
+      info.metrics.emplace_back("q_mean", q1.detach().mean().item().toDouble());
+    }
+
+    if (updates_ % cfg_.actor_update_freq == 0) {
+      auto guard = ctx.autocast();
+      auto s = actor_->sample(b.obs);
+      auto [q1, q2] = critic_->forward(b.obs, s.action);
+      auto log_prob = s.log_prob.to(at::kFloat);
+      auto actor_loss = (alpha * log_prob - at::min(q1, q2).to(at::kFloat)).mean();
+      ctx.minimize(actor_loss, *actor_opt_, cfg_.max_grad_norm);
+      info.metrics.emplace_back("actor_loss", actor_loss.item().toDouble());
+      info.metrics.emplace_back("entropy", -log_prob.detach().mean().item().toDouble());
+      if (cfg_.auto_alpha) {
+        auto alpha_loss = -(log_alpha_ * (log_prob.detach() + target_entropy_)).mean();
+        ctx.minimize(alpha_loss, *alpha_opt_);
+        info.metrics.emplace_back("alpha_loss", alpha_loss.item().toDouble());
+      }
+    }
+    info.metrics.emplace_back("alpha", log_alpha_.detach().exp().item().toDouble());
+
+    if (updates_ % cfg_.target_update_freq == 0) {
+      torch::NoGradGuard no_grad;
+      at::_foreach_mul_(target_params_, 1.0 - cfg_.tau);
+      at::_foreach_add_(target_params_, critic_params_, *cfg_.tau);
+    }
+    ++updates_;
+    info.td_error = td;
+    return info;
+  }
+
+  [[nodiscard]] Actor& actor() noexcept { return actor_; }
+  [[nodiscard]] Critic& critic() noexcept { return critic_; }
+  [[nodiscard]] Critic& critic_target() noexcept { return critic_target_; }
+  [[nodiscard]] double alpha() const { return log_alpha_.detach().exp().item().toDouble(); }
+  [[nodiscard]] const Config& config() const noexcept { return cfg_; }
+  [[nodiscard]] std::int64_t updates() const noexcept { return updates_; }
+  /// Batch size the trainer samples for each update.
+  [[nodiscard]] std::int64_t batch_size() const noexcept { return cfg_.batch_size; }
+
+ private:
+  Config cfg_;
+  c10::Device device_;
+  Actor actor_{nullptr};
+  Critic critic_{nullptr}, critic_target_{nullptr};
+  at::Tensor log_alpha_;
+  double target_entropy_ = 0.0;
+  std::unique_ptr<torch::optim::Adam> actor_opt_, critic_opt_, alpha_opt_;
+  std::vector<at::Tensor> critic_params_, target_params_;
+  std::int64_t updates_ = 0;
+};
+
+/// SAC with the default networks: tanh-Gaussian actor and twin-Q critic, 256x256 MLPs.
+using SAC = BasicSAC<>;
+
+static_assert(Algorithm<SAC>);
+
+}  // namespace anvil
+// ---- end <anvil/algorithms/sac.hpp> ----
+// ---- begin <anvil/buffers/uniform_buffer.hpp> ----
+/// @file
+/// `UniformBuffer`: experience replay with uniform sampling (Lin 1992; Mnih et al. 2015).
+
+#include <ATen/ATen.h>
+
+#include <array>
+#include <cstdint>
+#include <string>
+
+
+namespace anvil {
+
+/// Where a replay buffer keeps its tensors: with the networks (no copy per sample; the
+/// default) or in host memory (for buffers larger than the GPU's memory).
+enum class Storage { compute, cpu };
+constexpr auto enum_names(Storage) { return std::array<std::string_view, 2>{"compute", "cpu"}; }
+
+/// Buffer policy: a ring of `capacity` transitions in preallocated tensors. One call adds a
+/// whole step of N envs; one call samples a batch; when full, new transitions overwrite the
+/// oldest. Terminated and truncated are kept apart: only `terminated` stops bootstrapping.
+class UniformBuffer {
+ public:
+  using policy_kind = BufferKind;
+  static constexpr FixedString config_section = "buffer";
+  static constexpr bool on_policy = false;
+  using Batch = ReplayBatch;
+
+  struct Config {
+    Param<std::int64_t, "capacity", "transitions kept; the oldest are overwritten", at_least(1)>
+        capacity{1'000'000};
+    Param<Storage, "storage", "compute: tensors on the training device; cpu: in host memory">
+        storage{Storage::compute};
+  };
+
+  UniformBuffer(const envs::EnvSpec& spec, const Config& cfg, const RunContext& ctx)
+      : capacity_(cfg.capacity),
+        device_(*cfg.storage == Storage::cpu ? c10::Device(c10::kCPU) : ctx.device),
+        rng_(ctx.seed_for(Stream::buffer)) {
+    const auto f = at::TensorOptions().dtype(at::kFloat).device(device_);
+    obs_ = at::empty({capacity_, spec.obs_dim()}, f);
+    next_obs_ = at::empty({capacity_, spec.obs_dim()}, f);
+    action_ = spec.discrete() ? at::empty({capacity_}, f.dtype(at::kLong))
+                              : at::empty({capacity_, spec.action_dim()}, f);
+    reward_ = at::empty({capacity_}, f);
+    terminated_ = at::empty({capacity_}, f);
+  }
+
+  /// Adds one step of N envs (row i = env i). N may exceed the free space: the ring wraps.
+  void add(const StepBatch& s) {
+    const std::int64_t n = s.obs.size(0);
+    if (n > capacity_)
+      throw Error("UniformBuffer: adding " + std::to_string(n) +
+                  " transitions at once exceeds buffer.capacity=" + std::to_string(capacity_));
+    std::int64_t done = 0;
+    while (done < n) {
+      const std::int64_t k = std::min(n - done, capacity_ - next_);
+      auto dst = [&](at::Tensor& t) { return t.narrow(0, next_, k); };
+      auto src = [&](const at::Tensor& t) { return t.narrow(0, done, k); };
+      dst(obs_).copy_(src(s.obs));
+      dst(next_obs_).copy_(src(s.next_obs));
+      dst(action_).copy_(src(s.action).view(dst(action_).sizes()));
+      dst(reward_).copy_(src(s.reward));
+      dst(terminated_).copy_(src(s.terminated));
+      next_ = (next_ + k) % capacity_;
+      size_ = std::min(size_ + k, capacity_);
+      done += k;
+    }
+    added_ += n;
+  }
+
+  /// `n` transitions drawn uniformly with replacement.
+  ReplayBatch sample(std::int64_t n) {
+    if (size_ == 0) throw Error("UniformBuffer: sample() from an empty buffer");
+    auto idx = at::empty({n}, at::TensorOptions().dtype(at::kLong));
+    auto* p = idx.data_ptr<std::int64_t>();
+    for (std::int64_t i = 0; i < n; ++i) p[i] = static_cast<std::int64_t>(rng_.below(static_cast<std::uint64_t>(size_)));
+    const auto di = device_.is_cpu() ? idx : idx.to(device_, /*non_blocking=*/true);
+    ReplayBatch b;
+    b.obs = obs_.index_select(0, di);
+    b.action = action_.index_select(0, di);
+    b.reward = reward_.index_select(0, di);
+    b.next_obs = next_obs_.index_select(0, di);
+    b.terminated = terminated_.index_select(0, di);
+    b.index = idx;
+    return b;
+  }
+
+  [[nodiscard]] std::int64_t size() const noexcept { return size_; }
+  [[nodiscard]] std::int64_t capacity() const noexcept { return capacity_; }
+  /// Transitions added since construction (including overwritten ones).
+  [[nodiscard]] std::int64_t added() const noexcept { return added_; }
+  /// Bytes of preallocated storage.
+  [[nodiscard]] std::int64_t bytes() const noexcept {
+    std::int64_t b = 0;
+    for (const auto* t : {&obs_, &next_obs_, &action_, &reward_, &terminated_})
+      b += t->numel() * static_cast<std::int64_t>(t->element_size());
+    return b;
+  }
+  [[nodiscard]] const c10::Device& device() const noexcept { return device_; }
+
+ private:
+  std::int64_t capacity_;
+  c10::Device device_;
+  Rng rng_;
+  at::Tensor obs_, next_obs_, action_, reward_, terminated_;
+  std::int64_t next_ = 0, size_ = 0, added_ = 0;
+};
+
+static_assert(ReplayBuffer<UniformBuffer>);
+
+}  // namespace anvil
+// ---- end <anvil/buffers/uniform_buffer.hpp> ----
+// ---- begin <anvil/parallel/single_device.hpp> ----
+/// @file
+/// `SingleDevice`: one process, one device. Light header.
+
+#include <vector>
+
+
+namespace anvil {
+
+/// Parallelism policy for one process on one device (CPU or one GPU): nothing to agree on,
+/// so every collective is a no-op and costs nothing.
+struct SingleDevice {
+  using policy_kind = ParallelismKind;
+  static constexpr FixedString config_section = "parallel";
+  /// Runs on CUDA when the run's device is CUDA.
+  static constexpr bool can_use_cuda = true;
+  /// No settings: one process has nothing to configure.
+  struct Config {};
+
+  SingleDevice() = default;
+  explicit SingleDevice(const Config&) {}
+
+  [[nodiscard]] int rank() const noexcept { return 0; }
+  [[nodiscard]] int local_rank() const noexcept { return 0; }
+  [[nodiscard]] int world_size() const noexcept { return 1; }
+  [[nodiscard]] bool is_main() const noexcept { return true; }
+  /// The mean over one rank is the tensor itself.
+  void all_reduce_mean(std::vector<at::Tensor>&) noexcept {}
+  /// Rank 0 is this process.
+  void broadcast(std::vector<at::Tensor>&) noexcept {}
+};
+
+static_assert(Parallelism<SingleDevice>);
+
+}  // namespace anvil
+// ---- end <anvil/parallel/single_device.hpp> ----
+// ---- begin <anvil/precision/bf16.hpp> ----
+/// @file
+/// `BF16`: autocast to bfloat16 (CPU and CUDA); float32 master weights, no loss scaling. Light header.
+
+#include <string_view>
+
+// ---- begin <anvil/precision/detail/common.hpp> ----
+/// @file
+/// Pieces shared by the precision policies. Light header.
+
+#include <c10/core/ScalarType.h>
+
+
+namespace anvil::detail {
+
+/// Settings every precision policy has. cuDNN benchmark mode picks the fastest convolution
+/// algorithms for fixed shapes (RL batches are fixed); anomaly detection finds the op that
+/// made a NaN but slows every backward pass, so it is off unless asked for.
+struct PrecisionConfig {
+  Param<bool, "cudnn_benchmark", "let cuDNN benchmark and pick the fastest kernels (CUDA)">
+      cudnn_benchmark{true};
+  Param<bool, "detect_anomaly", "autograd anomaly detection: names the op that made a NaN (slow)">
+      detect_anomaly{false};
+};
+
+}  // namespace anvil::detail
+// ---- end <anvil/precision/detail/common.hpp> ----
+
+namespace anvil {
+
+/// Precision policy: autocast to bfloat16 (CPU and CUDA); float32 master weights, no loss scaling.
+struct BF16 {
+  using policy_kind = PrecisionKind;
+  static constexpr std::string_view name = "bf16";
+  static constexpr FixedString config_section = "precision";
+  /// Forward passes and losses run inside an autocast scope.
+  static constexpr bool autocast = true;
+  /// Losses are multiplied by a dynamic scale before backward (float16's narrow range).
+  static constexpr bool loss_scaling = false;
+  /// Only CUDA runs this precision.
+  static constexpr bool needs_cuda = false;
+  /// Matrix products may use TF32 tensor cores (CUDA, Ampere and later).
+  static constexpr bool allow_tf32 = false;
+  /// The dtype autocast computes in (float32 when there is no autocast).
+  static constexpr c10::ScalarType compute_dtype = c10::ScalarType::BFloat16;
+  using Config = detail::PrecisionConfig;
+};
+
+static_assert(Precision<BF16>);
+
+}  // namespace anvil
+// ---- end <anvil/precision/bf16.hpp> ----
+// ---- begin <anvil/precision/fp16.hpp> ----
+/// @file
+/// `FP16`: autocast to float16 on CUDA with a dynamic loss scaler. Light header.
+
+#include <string_view>
+
+
+namespace anvil {
+
+/// Precision policy: autocast to float16 on CUDA; float32 master weights; losses scaled by
+/// a dynamic factor (Micikevicius et al. 2018, "Mixed Precision Training") so small
+/// gradients survive float16's range; a step whose gradients overflow is skipped.
+struct FP16 {
+  using policy_kind = PrecisionKind;
+  static constexpr std::string_view name = "fp16";
+  static constexpr FixedString config_section = "precision";
+  static constexpr bool autocast = true;
+  static constexpr bool loss_scaling = true;
+  static constexpr bool needs_cuda = true;
+  static constexpr bool allow_tf32 = false;
+  static constexpr c10::ScalarType compute_dtype = c10::ScalarType::Half;
+
+  /// The loss scaler's schedule, as in the standard dynamic scaler.
+  struct Config {
+    Param<bool, "cudnn_benchmark", "let cuDNN benchmark and pick the fastest kernels (CUDA)">
+        cudnn_benchmark{true};
+    Param<bool, "detect_anomaly", "autograd anomaly detection: names the op that made a NaN (slow)">
+        detect_anomaly{false};
+    Param<double, "init_scale", "initial loss scale", positive> init_scale{65536.0};
+    Param<double, "growth_factor", "scale multiplier after growth_interval finite steps",
+          greater_than(1.0)>
+        growth_factor{2.0};
+    Param<double, "backoff_factor", "scale multiplier after a step with inf/nan gradients",
+          Range{.lo = 0, .hi = 1, .lo_open = true, .hi_open = true}>
+        backoff_factor{0.5};
+    Param<int, "growth_interval", "consecutive finite steps before the scale grows", at_least(1)>
+        growth_interval{2000};
+  };
+};
+
+static_assert(Precision<FP16>);
+
+}  // namespace anvil
+// ---- end <anvil/precision/fp16.hpp> ----
+// ---- begin <anvil/precision/fp32.hpp> ----
+/// @file
+/// `FP32`: float32 everywhere; the reference for the others. Light header.
+
+#include <string_view>
+
+
+namespace anvil {
+
+/// Precision policy: float32 everywhere; the reference for the others.
+struct FP32 {
+  using policy_kind = PrecisionKind;
+  static constexpr std::string_view name = "fp32";
+  static constexpr FixedString config_section = "precision";
+  /// Forward passes and losses run inside an autocast scope.
+  static constexpr bool autocast = false;
+  /// Losses are multiplied by a dynamic scale before backward (float16's narrow range).
+  static constexpr bool loss_scaling = false;
+  /// Only CUDA runs this precision.
+  static constexpr bool needs_cuda = false;
+  /// Matrix products may use TF32 tensor cores (CUDA, Ampere and later).
+  static constexpr bool allow_tf32 = false;
+  /// The dtype autocast computes in (float32 when there is no autocast).
+  static constexpr c10::ScalarType compute_dtype = c10::ScalarType::Float;
+  using Config = detail::PrecisionConfig;
+};
+
+static_assert(Precision<FP32>);
+
+}  // namespace anvil
+// ---- end <anvil/precision/fp32.hpp> ----
+// ---- begin <anvil/precision/tf32.hpp> ----
+/// @file
+/// `TF32`: float32 storage with TF32 matrix products on CUDA (same as FP32 on CPU). Light header.
+
+#include <string_view>
+
+
+namespace anvil {
+
+/// Precision policy: float32 storage with TF32 matrix products on CUDA (same as FP32 on CPU).
+struct TF32 {
+  using policy_kind = PrecisionKind;
+  static constexpr std::string_view name = "tf32";
+  static constexpr FixedString config_section = "precision";
+  /// Forward passes and losses run inside an autocast scope.
+  static constexpr bool autocast = false;
+  /// Losses are multiplied by a dynamic scale before backward (float16's narrow range).
+  static constexpr bool loss_scaling = false;
+  /// Only CUDA runs this precision.
+  static constexpr bool needs_cuda = false;
+  /// Matrix products may use TF32 tensor cores (CUDA, Ampere and later).
+  static constexpr bool allow_tf32 = true;
+  /// The dtype autocast computes in (float32 when there is no autocast).
+  static constexpr c10::ScalarType compute_dtype = c10::ScalarType::Float;
+  using Config = detail::PrecisionConfig;
+};
+
+static_assert(Precision<TF32>);
+
+}  // namespace anvil
+// ---- end <anvil/precision/tf32.hpp> ----
+
+// ---- begin <anvil/observe/progress.hpp> ----
+/// @file
+/// Progress on the console: a live bar on a terminal (steps, steps/s, ETA, recent return),
+/// plain periodic lines when output goes to a file or a pipe. Light header.
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <string>
+
+namespace anvil {
+
+/// What the progress display shows at one moment.
+struct ProgressState {
+  std::int64_t step = 0, total = 0, updates = 0;
+  double elapsed_s = 0.0;
+  double recent_return = NAN;  ///< mean return of recent training episodes
+  double eval_return = NAN;    ///< latest evaluation
+};
+
+/// Renders `ProgressState` as a bar (`bar == true`) or as lines.
+class Progress {
+ public:
+  enum class Style { bar, lines, off };
+
+  explicit Progress(Style style = Style::lines) : style_(style) {}
+  /// `bar` on a terminal, `lines` otherwise.
+  static Style detect() { return ::isatty(::fileno(stdout)) ? Style::bar : Style::lines; }
+
+  /// Redraws the bar (at most 10 times a second) or prints a line (callers decide when).
+  void show(const ProgressState& s, bool force = false) {
+    if (style_ == Style::off) return;
+    const auto now = std::chrono::steady_clock::now();
+    if (style_ == Style::bar && !force && now - last_draw_ < std::chrono::milliseconds(100)) return;
+    last_draw_ = now;
+    const double sps = s.elapsed_s > 0 ? static_cast<double>(s.step) / s.elapsed_s : 0.0;
+    const double eta = sps > 0 ? static_cast<double>(s.total - s.step) / sps : 0.0;
+    std::string ret = std::isnan(s.recent_return) ? "    -  " : fmt("%7.1f", s.recent_return);
+    std::string ev = std::isnan(s.eval_return) ? "" : fmt("  eval %.1f", s.eval_return);
+    if (style_ == Style::bar) {
+      constexpr int kWidth = 24;
+      const double frac = s.total > 0 ? std::min(1.0, static_cast<double>(s.step) / static_cast<double>(s.total)) : 0.0;
+      const int filled = static_cast<int>(frac * kWidth);
+      std::string bar(static_cast<std::size_t>(filled), '=');
+      if (filled < kWidth) bar += '>';
+      bar.resize(kWidth, ' ');
+      std::printf("\r[%s] %3.0f%% %lld/%lld steps  %.0f steps/s  ETA %s  return %s%s\033[K",
+                  bar.c_str(), 100 * frac, static_cast<long long>(s.step),
+                  static_cast<long long>(s.total), sps, clock(eta).c_str(), ret.c_str(), ev.c_str());
+      drawn_ = true;
+    } else {
+      std::printf("step %lld/%lld  %.0f steps/s  %lld updates  ETA %s  return %s%s\n",
+                  static_cast<long long>(s.step), static_cast<long long>(s.total), sps,
+                  static_cast<long long>(s.updates), clock(eta).c_str(), ret.c_str(), ev.c_str());
+    }
+    std::fflush(stdout);
+  }
+
+  /// Ends the bar's line so later output starts on a fresh one.
+  void finish() {
+    if (drawn_) std::printf("\n");
+    drawn_ = false;
+    std::fflush(stdout);
+  }
+  /// Prints a message on its own line without breaking the bar.
+  void message(const std::string& m) {
+    if (drawn_) std::printf("\r\033[K");
+    std::printf("%s\n", m.c_str());
+    drawn_ = false;
+    std::fflush(stdout);
+  }
+  [[nodiscard]] Style style() const noexcept { return style_; }
+
+ private:
+  template <class... T>
+  static std::string fmt(const char* f, T... v) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, f, v...);
+    return buf;
+  }
+  static std::string clock(double s) {
+    const auto t = static_cast<long long>(std::max(0.0, s));
+    return t >= 3600 ? fmt("%lld:%02lld:%02lld", t / 3600, t / 60 % 60, t % 60)
+                     : fmt("%lld:%02lld", t / 60, t % 60);
+  }
+
+  Style style_;
+  std::chrono::steady_clock::time_point last_draw_{};
+  bool drawn_ = false;
+};
+
+}  // namespace anvil
+// ---- end <anvil/observe/progress.hpp> ----
+// ---- begin <anvil/observe/run_files.hpp> ----
+/// @file
+/// The files a run writes in its run directory: `config.yaml`, `metrics.csv` and
+/// `summary.json`, each written so that a crash never leaves a half-written file in place
+/// of a good one. Light header.
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+
+namespace anvil {
+
+/// Writes `text` to `path` atomically: a temporary file beside it, flushed, then renamed
+/// over the target, so readers see the old file or the new one, never a torn one.
+inline void write_file_atomic(const std::filesystem::path& path, const std::string& text) {
+  const auto tmp = path.string() + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!out) throw Error("cannot write '" + tmp + "'");
+    out << text;
+    out.flush();
+    if (!out) throw Error("writing '" + tmp + "' failed (disk full?)");
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) throw Error("cannot rename '" + tmp + "' to '" + path.string() + "': " + ec.message());
+}
+
+/// A JSON string literal for `s`.
+inline std::string json_string(const std::string& s) {
+  std::string out = "\"";
+  for (unsigned char c : s) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\t': out += "\\t"; break;
+      default:
+        if (c < 0x20) {
+          char buf[8];
+          std::snprintf(buf, sizeof buf, "\\u%04x", c);
+          out += buf;
+        } else {
+          out += static_cast<char>(c);
+        }
+    }
+  }
+  return out + "\"";
+}
+
+/// A JSON number for `x` (null for NaN and infinities, which JSON cannot hold).
+inline std::string json_number(double x) {
+  if (!std::isfinite(x)) return "null";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.10g", x);
+  return buf;
+}
+
+/// A CSV file of metrics, one row per log interval. Columns are fixed by the first row
+/// that has every metric the algorithm reports (its first update); rows logged before that
+/// are held back and written then, with their missing cells empty.
+class MetricsCsv {
+ public:
+  MetricsCsv() = default;
+  explicit MetricsCsv(std::filesystem::path path) : path_(std::move(path)) {}
+
+  /// Appends a row; `complete` says the row's keys are all the columns there will be.
+  void row(const std::vector<std::pair<std::string, double>>& values, bool complete) {
+    if (path_.empty()) return;
+    pending_.push_back(values);
+    if (!header_written_ && !complete) return;
+    if (!header_written_) {
+      for (const auto& [k, v] : values) columns_.push_back(k);
+      for (const auto& r : pending_)
+        for (const auto& [k, v] : r)
+          if (std::find(columns_.begin(), columns_.end(), k) == columns_.end()) columns_.push_back(k);
+      out_.open(path_, std::ios::trunc);
+      if (!out_) throw Error("cannot write '" + path_.string() + "'");
+      for (std::size_t i = 0; i < columns_.size(); ++i) out_ << (i ? "," : "") << columns_[i];
+      out_ << "\n";
+      header_written_ = true;
+    }
+    for (const auto& r : pending_) {
+      std::map<std::string, double> m(r.begin(), r.end());
+      for (std::size_t i = 0; i < columns_.size(); ++i) {
+        if (i) out_ << ",";
+        if (auto it = m.find(columns_[i]); it != m.end() && std::isfinite(it->second)) {
+          char buf[32];
+          std::snprintf(buf, sizeof buf, "%.8g", it->second);
+          out_ << buf;
+        }
+      }
+      out_ << "\n";
+    }
+    pending_.clear();
+    out_.flush();
+  }
+  /// Writes held-back rows (with whatever columns they have) when the run ends early.
+  void flush_pending() {
+    if (!pending_.empty()) {
+      auto last = pending_.back();
+      pending_.pop_back();
+      row(last, true);
+    }
+  }
+  [[nodiscard]] const std::filesystem::path& path() const noexcept { return path_; }
+
+ private:
+  std::filesystem::path path_;
+  std::ofstream out_;
+  std::vector<std::string> columns_;
+  std::vector<std::vector<std::pair<std::string, double>>> pending_;
+  bool header_written_ = false;
+};
+
+/// Local time as `YYYYmmdd-HHMMSS`, for run directory names.
+inline std::string timestamp_for_path() {
+  const std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  localtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y%m%d-%H%M%S", &tm);
+  return buf;
+}
+
+}  // namespace anvil
+// ---- end <anvil/observe/run_files.hpp> ----
+// ---- begin <anvil/observe/timers.hpp> ----
+/// @file
+/// Where the time goes: wall-clock totals for each phase of a trainer step. Light header.
+/// A phase is timed with `ScopedPhase`; two clock reads per phase, about 50 ns.
+
+#include <array>
+#include <chrono>
+#include <cstddef>
+#include <string_view>
+
+namespace anvil {
+
+/// The phases of a trainer step that are timed separately.
+enum class Phase : std::size_t { env, act, buffer_add, sample, update, eval, log, count };
+
+/// Name of each phase as it appears in logs and summary.json.
+inline constexpr std::array<std::string_view, static_cast<std::size_t>(Phase::count)> kPhaseNames{
+    "env", "act", "buffer_add", "sample", "update", "eval", "log"};
+
+/// Accumulated seconds per phase.
+class PhaseTimes {
+ public:
+  using clock = std::chrono::steady_clock;
+  void add(Phase p, clock::duration d) noexcept { total_[static_cast<std::size_t>(p)] += d; }
+  [[nodiscard]] double seconds(Phase p) const noexcept {
+    return std::chrono::duration<double>(total_[static_cast<std::size_t>(p)]).count();
+  }
+  [[nodiscard]] double total_seconds() const noexcept {
+    double s = 0;
+    for (std::size_t i = 0; i < total_.size(); ++i) s += seconds(static_cast<Phase>(i));
+    return s;
+  }
+  /// Share of the timed total spent in `p` (0 when nothing was timed).
+  [[nodiscard]] double share(Phase p) const noexcept {
+    const double t = total_seconds();
+    return t > 0 ? seconds(p) / t : 0.0;
+  }
+
+ private:
+  std::array<clock::duration, static_cast<std::size_t>(Phase::count)> total_{};
+};
+
+/// Adds the time from construction to destruction to one phase.
+class ScopedPhase {
+ public:
+  ScopedPhase(PhaseTimes& t, Phase p) noexcept : t_(t), p_(p), start_(PhaseTimes::clock::now()) {}
+  ScopedPhase(const ScopedPhase&) = delete;
+  ScopedPhase& operator=(const ScopedPhase&) = delete;
+  ~ScopedPhase() { t_.add(p_, PhaseTimes::clock::now() - start_); }
+
+ private:
+  PhaseTimes& t_;
+  Phase p_;
+  PhaseTimes::clock::time_point start_;
+};
+
+}  // namespace anvil
+// ---- end <anvil/observe/timers.hpp> ----
+
+// ---- begin <anvil/train/run_config.hpp> ----
+/// @file
+/// The Trainer's own config sections: `run` (where and how a run executes) and `train`
+/// (the schedule: how much to collect, when and how often to update). Light header.
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+
+namespace anvil {
+
+/// How learning rates follow the batch size and the number of ranks.
+enum class LrScaling { none, sqrt, linear };
+constexpr auto enum_names(LrScaling) {
+  return std::array<std::string_view, 3>{"none", "sqrt", "linear"};
+}
+
+/// How progress is shown: a live bar on a terminal, periodic lines otherwise.
+enum class ProgressMode { auto_, bar, lines, off };
+constexpr auto enum_names(ProgressMode) {
+  return std::array<std::string_view, 4>{"auto", "bar", "lines", "off"};
+}
+
+/// The `run` section; its keys may be written without the section (`--seed=3`).
+struct RunConfig {
+  Param<std::uint64_t, "seed", "seed of torch, every env, the buffer and exploration"> seed{0};
+  Param<std::string, "device", "cpu, cuda, cuda:N, or auto (CUDA when present)"> device{"auto"};
+  Param<std::string, "run_dir", "where logs go (empty: runs/<algorithm>-<env>-<time>)"> run_dir{""};
+  Param<int, "threads", "intra-op threads of torch (1 is fastest for small nets on CPU)",
+        in_range(1, 1024)>
+      threads{1};
+  Param<std::int64_t, "log_interval", "env steps between log lines and CSV rows", at_least(1)>
+      log_interval{1000};
+  Param<ProgressMode, "progress", "auto: a bar on a terminal, lines otherwise"> progress{
+      ProgressMode::auto_};
+  Param<bool, "smoke", "a run of seconds that checks everything works"> smoke{false};
+};
+
+/// The `train` section: the schedule of collection and updates.
+struct TrainConfig {
+  Param<std::int64_t, "steps", "env steps to train for (all envs together)", at_least(1)> steps{100'000};
+  Param<std::int64_t, "learning_starts", "env steps of uniform random actions before learning",
+        at_least(0)>
+      learning_starts{1000};
+  Param<int, "update_interval", "env steps between rounds of updates", at_least(1)> update_interval{1};
+  Param<int, "updates_per_interval", "gradient updates per round (update-to-data ratio)", at_least(1)>
+      updates_per_interval{1};
+  Param<LrScaling, "lr_scaling", "none; sqrt: lr*sqrt(batch/base_batch); linear: lr*world_size">
+      lr_scaling{LrScaling::none};
+  Param<int, "base_batch", "batch size the learning rates were tuned for (sqrt scaling)", at_least(1)>
+      base_batch{256};
+  Param<std::int64_t, "eval_interval", "env steps between evaluations (0: only at the end)", at_least(0)>
+      eval_interval{5000};
+  Param<int, "eval_episodes", "episodes per evaluation, deterministic actions", at_least(1)>
+      eval_episodes{10};
+};
+
+}  // namespace anvil
+// ---- end <anvil/train/run_config.hpp> ----
+// ---- begin <anvil/train/trainer.hpp> ----
+/// @file
+/// `anvil::Trainer<Algorithm, Buffer, Parallelism, Precision>`: the host class whose four
+/// policy slots read as a sentence. It owns the loop: collect with a VecEnv, store in the
+/// buffer, update on the schedule, evaluate, log. A custom main may call the phases itself
+/// (`collect`, `update`, `evaluate`); `fit()` runs them all.
+
+#include <torch/utils.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <deque>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <numeric>
+#include <string>
+#include <utility>
+#include <vector>
+
+
+namespace anvil {
+
+/// Mean, spread and range of evaluation returns.
+struct EvalResult {
+  double mean = NAN, std = NAN, min = NAN, max = NAN;
+  int episodes = 0;
+};
+
+/// What `fit()` achieved; also written to `summary.json`.
+struct FitResult {
+  double final_eval_return = NAN;
+  double best_eval_return = NAN;
+  std::int64_t env_steps = 0;
+  std::int64_t updates = 0;
+  double wall_seconds = 0.0;
+};
+
+/// The Trainer for a valid combination of policies (see `Trainer`).
+/// @tparam A an `Algorithm` (SAC, ...)
+/// @tparam B a `Buffer` the algorithm learns from (UniformBuffer, ...)
+/// @tparam P a `Parallelism` policy (SingleDevice, DDP<N>)
+/// @tparam X a `Precision` policy (FP32, TF32, BF16, FP16)
+template <class A, class B, class P, class X>
+class BasicTrainer {
+ public:
+  /// Every knob of a run, one section per policy; keys are `<section>.<field>`.
+  struct Config {
+    Section<"run", RunConfig> run;
+    Section<"train", TrainConfig> train;
+    Section<"env", envs::VecEnvConfig> env;
+    Section<A::config_section, typename A::Config> algorithm;
+    Section<B::config_section, typename B::Config> buffer;
+    Section<P::config_section, typename P::Config> parallel;
+    Section<X::config_section, typename X::Config> precision;
+
+    /// Rules across sections.
+    void validate() const {
+      if (train->eval_interval > 0 && train->eval_interval < env->num_envs)
+        throw ConfigError("train.eval_interval (" + std::to_string(*train->eval_interval) +
+                          ") is shorter than one step of env.num_envs (" +
+                          std::to_string(*env->num_envs) + ") envs");
+    }
+  };
+
+  /// Builds the run from the command line: `args` (from `parse_config`) is applied over
+  /// `defaults`. Answers `--help` and `--print-config`; a bad key or value ends the program
+  /// with a message naming it (exit status 2).
+  template <envs::Env E>
+  BasicTrainer(const E& env, const Args& args, Config defaults = {})
+      : BasicTrainer(env, configure<Config>(args, std::move(defaults)), args.program) {}
+
+  /// Builds the run from a typed config (validated here; throws ConfigError).
+  template <envs::Env E>
+  BasicTrainer(const E& env, Config cfg, std::string program = "anvil")
+      : cfg_(prepare(std::move(cfg))), program_(std::move(program)) {
+    torch::set_num_threads(cfg_.run->threads);
+    parallel_ = std::make_unique<P>(*cfg_.parallel);
+    ctx_.device = resolve_device(cfg_.run->device, parallel_->local_rank());
+    ctx_.seed = cfg_.run->seed;
+    ctx_.rank = parallel_->rank();
+    ctx_.world_size = parallel_->world_size();
+    if constexpr (X::needs_cuda) {
+      if (!ctx_.device.is_cuda())
+        throw DeviceError(std::string(X::name) + " autocast needs a CUDA device but run.device is " +
+                          ctx_.device.str() + "; use BF16 on CPU");
+    }
+    ctx_.lr_scale = lr_scale();
+    seed_torch(ctx_);
+
+    venv_ = envs::make_vec_env(env, *cfg_.env, ctx_.seed_for(Stream::env));
+    make_eval_env_ = [env](int episodes, std::uint64_t seed) {
+      envs::VecEnvConfig c;
+      c.num_envs = episodes;
+      return envs::make_vec_env(env, c, seed);
+    };
+    spec_ = venv_->spec();
+    if (spec_.discrete())
+      throw ConfigError(std::string(E::name) + " has discrete actions; " +
+                        std::string(A::config_section.view()) + " with " +
+                        std::string(B::config_section.view()) + " needs a Box action space");
+    const auto& box = std::get<envs::Box>(spec_.action);
+    action_scale_ = torch::empty({spec_.action_dim()});
+    action_offset_ = torch::empty({spec_.action_dim()});
+    for (std::int64_t i = 0; i < spec_.action_dim(); ++i) {
+      action_scale_[i] = 0.5 * (box.high[i] - box.low[i]);
+      action_offset_[i] = 0.5 * (box.high[i] + box.low[i]);
+    }
+
+    algo_ = std::make_unique<A>(spec_, *cfg_.algorithm, ctx_);
+    buffer_ = std::make_unique<B>(spec_, *cfg_.buffer, ctx_);
+    StepContext::Options so;
+    so.device = ctx_.device;
+    so.autocast = X::autocast;
+    so.autocast_dtype = X::compute_dtype;
+    if (parallel_->world_size() > 1)
+      so.all_reduce_mean = [p = parallel_.get()](std::vector<at::Tensor>& g) { p->all_reduce_mean(g); };
+    step_ctx_ = StepContext(std::move(so));
+    rng_ = Rng(ctx_.seed_for(Stream::exploration));
+    eval_seed_ = ctx_.seed_for(Stream::eval_env);
+  }
+
+  BasicTrainer(const BasicTrainer&) = delete;
+  BasicTrainer& operator=(const BasicTrainer&) = delete;
+
+  /// Trains for `train.steps` env steps: collect, update on the schedule, evaluate every
+  /// `train.eval_interval` steps and at the end, log every `run.log_interval` steps.
+  FitResult fit() {
+    open_run_dir();
+    const auto& t = *cfg_.train;
+    std::int64_t next_eval = t.eval_interval > 0 ? *t.eval_interval : INT64_MAX;
+    std::int64_t next_log = cfg_.run->log_interval;
+    while (env_steps_ < t.steps) {
+      collect_one();
+      if (env_steps_ >= t.learning_starts) {
+        since_update_ += venv_->num_envs();
+        while (since_update_ >= t.update_interval) {
+          update(t.updates_per_interval);
+          since_update_ -= t.update_interval;
+        }
+      }
+      if (env_steps_ >= next_eval) {
+        record_eval(evaluate(t.eval_episodes));
+        while (next_eval <= env_steps_) next_eval += t.eval_interval;
+      }
+      if (env_steps_ >= next_log) {
+        log_row();
+        while (next_log <= env_steps_) next_log += cfg_.run->log_interval;
+      }
+      show_progress();
+    }
+    record_eval(evaluate(t.eval_episodes));
+    log_row();
+    csv_.flush_pending();
+    progress_.finish();
+    result_.env_steps = env_steps_;
+    result_.updates = updates_;
+    result_.wall_seconds = elapsed();
+    write_summary();
+    if (parallel_->is_main()) {
+      progress_.message(summary_line());
+      progress_.message("logs: " + run_dir_.string() + " (metrics.csv, summary.json, config.yaml)");
+    }
+    return result_;
+  }
+
+  /// Steps the envs until at least `n` more env steps are stored (random actions until
+  /// `train.learning_starts`, then the algorithm's exploration).
+  void collect(std::int64_t n) {
+    const std::int64_t target = env_steps_ + n;
+    while (env_steps_ < target) collect_one();
+  }
+
+  /// `n` gradient updates, each on a fresh batch from the buffer.
+  void update(int n) {
+    for (int i = 0; i < n; ++i) {
+      ReplayBatch batch;
+      {
+        ScopedPhase ph(times_, Phase::sample);
+        batch = buffer_->sample(algo_->batch_size());
+      }
+      UpdateInfo info;
+      {
+        ScopedPhase ph(times_, Phase::update);
+        info = algo_->update(batch, step_ctx_);
+      }
+      if constexpr (PrioritizedReplay<B>) {
+        if (info.td_error.defined()) buffer_->update_priorities(batch.index, info.td_error);
+      }
+      for (const auto& [k, v] : info.metrics) {
+        auto& m = metrics_[k];
+        m.first += v;
+        m.second += 1;
+      }
+      ++updates_;
+    }
+  }
+
+  /// Mean return of `episodes` episodes with deterministic actions, on envs seeded apart
+  /// from the training envs.
+  EvalResult evaluate(int episodes) {
+    ScopedPhase ph(times_, Phase::eval);
+    auto venv = make_eval_env_(episodes, eval_seed_++);
+    auto obs = venv->reset();
+    std::vector<double> returns(static_cast<std::size_t>(episodes), NAN);
+    int done = 0;
+    while (done < episodes) {
+      auto a = algo_->act(obs, ActMode::deterministic).to(at::kCPU, at::kFloat);
+      const auto& s = venv->step(a * action_scale_ + action_offset_);
+      for (const auto& e : s.ended)
+        if (std::isnan(returns[static_cast<std::size_t>(e.env)])) {
+          returns[static_cast<std::size_t>(e.env)] = e.episode_return;
+          ++done;
+        }
+      obs = s.obs;
+    }
+    EvalResult r;
+    r.episodes = episodes;
+    r.mean = std::accumulate(returns.begin(), returns.end(), 0.0) / episodes;
+    double var = 0;
+    for (double x : returns) var += (x - r.mean) * (x - r.mean);
+    r.std = std::sqrt(var / episodes);
+    r.min = *std::min_element(returns.begin(), returns.end());
+    r.max = *std::max_element(returns.begin(), returns.end());
+    return r;
+  }
+
+  [[nodiscard]] const Config& config() const noexcept { return cfg_; }
+  [[nodiscard]] A& algorithm() noexcept { return *algo_; }
+  [[nodiscard]] B& buffer() noexcept { return *buffer_; }
+  [[nodiscard]] P& parallelism() noexcept { return *parallel_; }
+  [[nodiscard]] const RunContext& context() const noexcept { return ctx_; }
+  [[nodiscard]] std::int64_t env_steps() const noexcept { return env_steps_; }
+  [[nodiscard]] std::int64_t updates() const noexcept { return updates_; }
+  [[nodiscard]] const PhaseTimes& times() const noexcept { return times_; }
+  /// Returns of the most recent training episodes (up to 100).
+  [[nodiscard]] const std::deque<double>& recent_returns() const noexcept { return recent_; }
+  [[nodiscard]] const std::filesystem::path& run_dir() const noexcept { return run_dir_; }
+
+ private:
+  static Config prepare(Config c) {
+    if (c.run->smoke) {
+      // Seconds, not minutes: enough steps to pass learning_starts and update a little.
+      c.train->steps = std::min<std::int64_t>(c.train->steps, 600);
+      c.train->learning_starts = std::min<std::int64_t>(c.train->learning_starts, 200);
+      c.train->eval_interval = 0;
+      c.train->eval_episodes = std::min(*c.train->eval_episodes, 2);
+      c.run->log_interval = std::min<std::int64_t>(c.run->log_interval, 200);
+    }
+    validate(c);
+    return c;
+  }
+
+  double lr_scale() const {
+    switch (*cfg_.train->lr_scaling) {
+      case LrScaling::none: return 1.0;
+      case LrScaling::sqrt: {
+        if constexpr (requires { cfg_.algorithm->batch_size; })
+          return std::sqrt(static_cast<double>(cfg_.algorithm->batch_size) / cfg_.train->base_batch);
+        return 1.0;
+      }
+      case LrScaling::linear: return static_cast<double>(parallel_->world_size());
+    }
+    return 1.0;
+  }
+
+  void collect_one() {
+    if (!obs_.defined()) obs_ = venv_->reset();
+    const auto n = venv_->num_envs();
+    at::Tensor a;
+    {
+      ScopedPhase ph(times_, Phase::act);
+      if (env_steps_ < cfg_.train->learning_starts)
+        a = torch::rand({n, spec_.action_dim()}) * 2.0 - 1.0;
+      else
+        a = algo_->act(obs_, ActMode::explore).to(at::kCPU, at::kFloat);
+    }
+    const envs::VecStep* s = nullptr;
+    {
+      ScopedPhase ph(times_, Phase::env);
+      s = &venv_->step(a * action_scale_ + action_offset_);
+    }
+    {
+      ScopedPhase ph(times_, Phase::buffer_add);
+      buffer_->add(StepBatch{obs_, a, s->reward, s->next_obs, s->terminated, s->truncated});
+    }
+    obs_ = s->obs;
+    env_steps_ += n;
+    for (const auto& e : s->ended) {
+      recent_.push_back(e.episode_return);
+      if (recent_.size() > 100) recent_.pop_front();
+      ++episodes_;
+    }
+  }
+
+  double elapsed() const {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  }
+
+  double recent_return() const {
+    if (recent_.empty()) return NAN;
+    const std::size_t k = std::min<std::size_t>(recent_.size(), 10);
+    return std::accumulate(recent_.end() - static_cast<std::ptrdiff_t>(k), recent_.end(), 0.0) /
+           static_cast<double>(k);
+  }
+
+  void record_eval(const EvalResult& r) {
+    last_eval_ = r;
+    result_.final_eval_return = r.mean;
+    if (std::isnan(result_.best_eval_return) || r.mean > result_.best_eval_return)
+      result_.best_eval_return = r.mean;
+  }
+
+  void open_run_dir() {
+    start_ = std::chrono::steady_clock::now();
+    if (!parallel_->is_main()) return;
+    run_dir_ = cfg_.run->run_dir->empty()
+                   ? std::filesystem::path("runs") /
+                         (std::string(A::config_section.view()) + "-" + spec_.name + "-" +
+                          timestamp_for_path())
+                   : std::filesystem::path(*cfg_.run->run_dir);
+    std::error_code ec;
+    std::filesystem::create_directories(run_dir_, ec);
+    if (ec) throw Error("run.run_dir: cannot create '" + run_dir_.string() + "': " + ec.message());
+    write_file_atomic(run_dir_ / "config.yaml", "# " + program_ + ", config hash " +
+                                                    config_hash_hex(cfg_) + "\n" + to_yaml(cfg_));
+    csv_ = MetricsCsv(run_dir_ / "metrics.csv");
+    auto style = *cfg_.run->progress;
+    progress_ = Progress(style == ProgressMode::auto_ ? Progress::detect()
+                         : style == ProgressMode::bar ? Progress::Style::bar
+                         : style == ProgressMode::lines ? Progress::Style::lines
+                                                        : Progress::Style::off);
+    progress_.message(program_ + ": " + std::string(A::config_section.view()) + " on " + spec_.name +
+                      ", " + std::to_string(*cfg_.env->num_envs) + " env(s), device " +
+                      ctx_.device.str() + ", " + std::to_string(*cfg_.train->steps) +
+                      " steps, config hash " + config_hash_hex(cfg_));
+  }
+
+  void log_row() {
+    if (!parallel_->is_main()) return;
+    ScopedPhase ph(times_, Phase::log);
+    const double wall = elapsed();
+    std::vector<std::pair<std::string, double>> row{
+        {"env_steps", static_cast<double>(env_steps_)},
+        {"updates", static_cast<double>(updates_)},
+        {"wall_s", wall},
+        {"env_steps_per_s", wall > 0 ? static_cast<double>(env_steps_) / wall : 0.0},
+        {"episodes", static_cast<double>(episodes_)},
+        {"recent_return", recent_return()},
+        {"eval_return", last_eval_.mean}};
+    for (auto& [k, m] : metrics_) row.emplace_back(k, m.second ? m.first / m.second : NAN);
+    for (auto& [k, m] : metrics_) m = {0.0, 0};
+    csv_.row(row, updates_ > 0);
+    if (progress_.style() == Progress::Style::lines) show_progress(true);
+  }
+
+  void show_progress(bool force = false) {
+    if (!parallel_->is_main() || progress_.style() != Progress::Style::bar) {
+      if (!force) return;
+    }
+    progress_.show(ProgressState{env_steps_, *cfg_.train->steps, updates_, elapsed(),
+                                 recent_return(), last_eval_.mean},
+                   force);
+  }
+
+  std::string summary_line() const {
+    char buf[256];
+    std::snprintf(buf, sizeof buf,
+                  "done: %lld env steps, %lld updates in %.1f s (%.0f steps/s); eval return %.1f "
+                  "(best %.1f)",
+                  static_cast<long long>(env_steps_), static_cast<long long>(updates_),
+                  result_.wall_seconds, static_cast<double>(env_steps_) / result_.wall_seconds,
+                  result_.final_eval_return, result_.best_eval_return);
+    return buf;
+  }
+
+  void write_summary() {
+    if (!parallel_->is_main()) return;
+    const double wall = result_.wall_seconds;
+    std::string j = "{\n";
+    j += "  \"final_eval_return\": " + json_number(result_.final_eval_return) + ",\n";
+    j += "  \"best_eval_return\": " + json_number(result_.best_eval_return) + ",\n";
+    j += "  \"env_steps\": " + std::to_string(env_steps_) + ",\n";
+    j += "  \"updates\": " + std::to_string(updates_) + ",\n";
+    j += "  \"wall_seconds\": " + json_number(wall) + ",\n";
+    j += "  \"env_steps_per_s\": " + json_number(static_cast<double>(env_steps_) / wall) + ",\n";
+    j += "  \"updates_per_s\": " + json_number(static_cast<double>(updates_) / wall) + ",\n";
+    j += "  \"phase_share\": {";
+    for (std::size_t i = 0; i < kPhaseNames.size(); ++i)
+      j += std::string(i ? ", " : "") + json_string(std::string(kPhaseNames[i])) + ": " +
+           json_number(times_.share(static_cast<Phase>(i)));
+    j += "},\n  \"phase_seconds\": {";
+    for (std::size_t i = 0; i < kPhaseNames.size(); ++i)
+      j += std::string(i ? ", " : "") + json_string(std::string(kPhaseNames[i])) + ": " +
+           json_number(times_.seconds(static_cast<Phase>(i)));
+    j += "},\n  \"config_hash\": " + json_string(config_hash_hex(cfg_)) + ",\n";
+    j += "  \"config\": {";
+    bool first = true;
+    for (const auto& [k, v] : flatten(cfg_)) {
+      j += std::string(first ? "\n" : ",\n") + "    " + json_string(k) + ": " + json_string(v);
+      first = false;
+    }
+    j += "\n  }\n}\n";
+    write_file_atomic(run_dir_ / "summary.json", j);
+  }
+
+  Config cfg_;
+  std::string program_;
+  std::unique_ptr<P> parallel_;
+  RunContext ctx_;
+  std::unique_ptr<envs::VecEnvBase> venv_;
+  std::function<std::unique_ptr<envs::VecEnvBase>(int, std::uint64_t)> make_eval_env_;
+  envs::EnvSpec spec_;
+  at::Tensor action_scale_, action_offset_, obs_;
+  std::unique_ptr<A> algo_;
+  std::unique_ptr<B> buffer_;
+  StepContext step_ctx_;
+  Rng rng_;
+  std::uint64_t eval_seed_ = 0;
+  std::int64_t env_steps_ = 0, updates_ = 0, episodes_ = 0, since_update_ = 0;
+  std::map<std::string, std::pair<double, int>> metrics_;
+  std::deque<double> recent_;
+  EvalResult last_eval_;
+  FitResult result_;
+  PhaseTimes times_;
+  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+  std::filesystem::path run_dir_;
+  MetricsCsv csv_;
+  Progress progress_;
+};
+
+namespace detail {
+
+/// Stands in for the Trainer of a rejected combination, so that after the one sentence
+/// from `TrainerRules` the compiler has nothing else to complain about.
+struct RejectedTrainer {
+  struct Config {};
+  template <class... T>
+  explicit RejectedTrainer(T&&...) {}
+  template <class... T>
+  FitResult fit(T&&...) {
+    return {};
+  }
+  template <class... T>
+  void collect(T&&...) {}
+  template <class... T>
+  void update(T&&...) {}
+  template <class... T>
+  EvalResult evaluate(T&&...) {
+    return {};
+  }
+};
+
+template <class A, class B, class P, class X>
+struct TrainerSelect {
+  using type = std::conditional_t<TrainerRules<A, B, P, X>::ok, BasicTrainer<A, B, P, X>,
+                                  RejectedTrainer>;
+};
+
+}  // namespace detail
+
+/// The Trainer for Algorithm `A` learning from Buffer `B`, run by Parallelism `P` in
+/// Precision `X`: `Trainer<SAC, UniformBuffer>`, `Trainer<SAC, PrioritizedBuffer, DDP<4>, BF16>`.
+/// A combination that cannot work fails to compile with one sentence saying what to use.
+template <class A, class B, class P = SingleDevice, class X = FP32>
+using Trainer = typename detail::TrainerSelect<A, B, P, X>::type;
+
+}  // namespace anvil
+// ---- end <anvil/train/trainer.hpp> ----
+// ---- end <anvil/anvil.hpp> ----

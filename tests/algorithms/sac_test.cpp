@@ -1,0 +1,148 @@
+// SAC's parts: target networks are deep copies, Polyak averaging, actions in bounds,
+// the temperature moves toward the target entropy, and a swapped-in network works.
+#include <doctest/doctest.h>
+
+#include <torch/torch.h>
+
+#include <anvil/algorithms/sac.hpp>
+#include <anvil/core/config.hpp>
+#include <anvil/envs/pendulum.hpp>
+
+using namespace anvil;
+
+namespace {
+SAC::Config small() {
+  SAC::Config c;
+  c.actor->hidden = {32, 32};
+  c.critic->hidden = {32, 32};
+  return c;
+}
+ReplayBatch random_batch(std::int64_t n) {
+  ReplayBatch b;
+  b.obs = torch::randn({n, 3});
+  b.action = torch::rand({n, 1}) * 2 - 1;
+  b.reward = torch::randn({n});
+  b.next_obs = torch::randn({n, 3});
+  b.terminated = (torch::rand({n}) < 0.1).to(torch::kFloat);
+  return b;
+}
+}  // namespace
+
+TEST_CASE("SAC: the target critic is a deep copy, not an alias of the critic") {
+  torch::manual_seed(0);
+  SAC sac(envs::spec_of(envs::Pendulum{}), small(), RunContext{});
+  auto p = sac.critic()->parameters(), t = sac.critic_target()->parameters();
+  REQUIRE(p.size() == t.size());
+  for (std::size_t i = 0; i < p.size(); ++i) {
+    CHECK(torch::equal(p[i], t[i]));
+    CHECK(p[i].data_ptr() != t[i].data_ptr());
+    CHECK_FALSE(t[i].requires_grad());
+  }
+}
+
+TEST_CASE("SAC: one update moves the target critic by exactly tau towards the critic") {
+  torch::manual_seed(1);
+  auto cfg = small();
+  cfg.tau = 0.25;
+  SAC sac(envs::spec_of(envs::Pendulum{}), cfg, RunContext{});
+  std::vector<at::Tensor> before_target;
+  for (auto& t : sac.critic_target()->parameters()) before_target.push_back(t.clone());
+  StepContext ctx;
+  sac.update(random_batch(16), ctx);
+  auto p = sac.critic()->parameters(), t = sac.critic_target()->parameters();
+  for (std::size_t i = 0; i < p.size(); ++i)
+    CHECK(torch::allclose(t[i], 0.75 * before_target[i] + 0.25 * p[i], 1e-6, 1e-7));
+}
+
+TEST_CASE("SAC: target_update_freq and actor_update_freq skip updates as configured") {
+  torch::manual_seed(2);
+  auto cfg = small();
+  cfg.target_update_freq = 2;
+  cfg.actor_update_freq = 3;
+  SAC sac(envs::spec_of(envs::Pendulum{}), cfg, RunContext{});
+  StepContext ctx;
+  auto t0 = sac.critic_target()->parameters()[0].clone();
+  auto a0 = sac.actor()->parameters()[0].clone();
+  sac.update(random_batch(8), ctx);  // update 0: targets and actor move
+  auto t1 = sac.critic_target()->parameters()[0].clone();
+  auto a1 = sac.actor()->parameters()[0].clone();
+  CHECK_FALSE(torch::equal(t0, t1));
+  CHECK_FALSE(torch::equal(a0, a1));
+  auto info = sac.update(random_batch(8), ctx);  // update 1: neither
+  CHECK(torch::equal(t1, sac.critic_target()->parameters()[0]));
+  CHECK(torch::equal(a1, sac.actor()->parameters()[0]));
+  const bool has_actor_loss = std::any_of(info.metrics.begin(), info.metrics.end(),
+                                          [](const auto& m) { return m.first == "actor_loss"; });
+  CHECK_FALSE(has_actor_loss);
+}
+
+TEST_CASE("SAC: actions lie in [-1, 1] and the deterministic action is repeatable") {
+  torch::manual_seed(4);
+  SAC sac(envs::spec_of(envs::Pendulum{}), small(), RunContext{});
+  auto obs = torch::randn({64, 3}) * 5;
+  auto a = sac.act(obs, ActMode::explore);
+  CHECK(a.sizes() == torch::IntArrayRef{64, 1});
+  CHECK(a.abs().max().item<float>() <= 1.0f);
+  CHECK(torch::equal(sac.act(obs, ActMode::deterministic), sac.act(obs, ActMode::deterministic)));
+  CHECK_FALSE(torch::equal(sac.act(obs, ActMode::explore), sac.act(obs, ActMode::explore)));
+}
+
+TEST_CASE("SAC: the temperature falls when entropy is above the target") {
+  torch::manual_seed(5);
+  auto cfg = small();
+  cfg.alpha_lr = 0.05;
+  SAC sac(envs::spec_of(envs::Pendulum{}), cfg, RunContext{});
+  StepContext ctx;
+  const double a0 = sac.alpha();
+  // A fresh policy's entropy (std ~ 1 per dim) is far above the target -1.
+  for (int i = 0; i < 10; ++i) sac.update(random_batch(32), ctx);
+  CHECK(sac.alpha() < a0);
+}
+
+TEST_CASE("SAC: a discrete or unbounded action space is refused with the reason") {
+  envs::EnvSpec discrete{"Grid", envs::Box{{0.f}, {1.f}}, envs::Discrete{4}};
+  CHECK_THROWS_WITH_AS(SAC(discrete, small(), RunContext{}),
+                       "SAC needs a continuous (Box) action space; Grid has discrete actions: use PPO",
+                       ConfigError);
+  const float inf = std::numeric_limits<float>::infinity();
+  envs::EnvSpec unbounded{"Free", envs::Box{{0.f}, {1.f}}, envs::Box{{-inf}, {inf}}};
+  CHECK_THROWS_AS(SAC(unbounded, small(), RunContext{}), ConfigError);
+}
+
+namespace {
+// A user's actor: a deterministic-looking policy with a fixed small noise, to show that
+// BasicSAC takes any network that meets its contract.
+class NarrowActorImpl : public torch::nn::Cloneable<NarrowActorImpl> {
+ public:
+  struct Config {
+    Param<int, "width", "hidden width", at_least(1)> width{16};
+  };
+  NarrowActorImpl(std::int64_t obs, std::int64_t act, const Config& c) : obs_(obs), act_(act), c_(c) { reset(); }
+  void reset() override { net_ = register_module("net", nn::Mlp(obs_, std::vector<std::int64_t>{*c_.width}, act_)); }
+  nn::PolicySample sample(const at::Tensor& o) {
+    auto u = net_->forward(o) + 0.1 * torch::randn({o.size(0), act_});
+    auto logp = torch::full({o.size(0)}, -1.0) - (1 - u.tanh().square() + 1e-6).log().sum(-1);
+    return {u.tanh(), logp};
+  }
+  at::Tensor mode(const at::Tensor& o) { return net_->forward(o).tanh(); }
+
+ private:
+  std::int64_t obs_, act_;
+  Config c_;
+  nn::Mlp net_{nullptr};
+};
+TORCH_MODULE(NarrowActor);
+}  // namespace
+
+TEST_CASE("SAC: a user network plugs into BasicSAC and brings its own config section") {
+  using MySAC = BasicSAC<NarrowActor, nn::TwinQ>;
+  static_assert(Algorithm<MySAC>);
+  MySAC::Config cfg;
+  cfg.actor->width = 8;
+  MySAC sac(envs::spec_of(envs::Pendulum{}), cfg, RunContext{});
+  StepContext ctx;
+  auto info = sac.update(random_batch(8), ctx);
+  CHECK_FALSE(info.metrics.empty());
+  const auto keys = flatten(cfg);
+  CHECK(std::any_of(keys.begin(), keys.end(), [](const auto& kv) { return kv.first == "actor.width"; }));
+}

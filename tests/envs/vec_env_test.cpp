@@ -1,0 +1,114 @@
+// VecEnv: batched stepping, autoreset, distinct seeds, errors naming the env, sync = async.
+#include <doctest/doctest.h>
+
+#include <torch/torch.h>
+
+#include <anvil/envs/cart_pole.hpp>
+#include <anvil/envs/pendulum.hpp>
+#include <anvil/envs/vec_env.hpp>
+
+using namespace anvil;
+
+namespace {
+envs::VecEnvConfig vcfg(int n, int threads = 1, envs::VecMode mode = envs::VecMode::sync) {
+  envs::VecEnvConfig c;
+  c.num_envs = n;
+  c.threads = threads;
+  c.mode = mode;
+  return c;
+}
+}  // namespace
+
+TEST_CASE("VecEnv: each env starts from its own seed and a seed repeats exactly") {
+  envs::VecEnv<envs::Pendulum> a(envs::Pendulum{}, vcfg(4), 9), b(envs::Pendulum{}, vcfg(4), 9);
+  auto oa = a.reset().clone(), ob = b.reset().clone();
+  CHECK(torch::equal(oa, ob));
+  for (int i = 0; i < 4; ++i)
+    for (int j = i + 1; j < 4; ++j) CHECK_FALSE(torch::equal(oa[i], oa[j]));
+}
+
+TEST_CASE("VecEnv: a step matches stepping each env alone, rows in env order") {
+  envs::VecEnv<envs::Pendulum> v(envs::Pendulum{}, vcfg(3), 1);
+  auto obs = v.reset().clone();
+  auto act = torch::tensor({{0.5f}, {-1.0f}, {2.0f}});
+  const auto& s = v.step(act);
+  for (int i = 0; i < 3; ++i) {
+    const float c = obs[i][0].item<float>(), sn = obs[i][1].item<float>(), w = obs[i][2].item<float>();
+    envs::Pendulum q;
+    q.set_state({std::atan2(static_cast<double>(sn), static_cast<double>(c)), static_cast<double>(w)});
+    auto r = q.step(std::array<float, 1>{act[i][0].item<float>()});
+    CHECK(s.reward[i].item<float>() == doctest::Approx(r.reward).epsilon(1e-4));
+    CHECK(s.next_obs[i][2].item<float>() == doctest::Approx(r.observation[2]).epsilon(1e-4));
+  }
+  CHECK(s.terminated.sum().item<float>() == 0.0f);
+}
+
+TEST_CASE("VecEnv: autoreset keeps the last observation of an ended episode apart from the next first one") {
+  envs::VecEnv<envs::Pendulum> v(envs::Pendulum{}, vcfg(2), 3);
+  v.reset();
+  auto zero = torch::zeros({2, 1});
+  for (int t = 0; t < 199; ++t) CHECK(v.step(zero).ended.empty());
+  const auto& s = v.step(zero);  // step 200: the time limit
+  REQUIRE(s.ended.size() == 2);
+  CHECK(s.ended[0].length == 200);
+  CHECK_FALSE(s.ended[0].terminated);
+  CHECK(s.truncated.sum().item<float>() == 2.0f);
+  CHECK(s.terminated.sum().item<float>() == 0.0f);
+  CHECK_FALSE(torch::equal(s.obs, s.next_obs));  // new episode vs. true final state
+  CHECK(v.env(0).elapsed_steps() == 0);
+}
+
+TEST_CASE("VecEnv: a bad action names the env index and the step") {
+  envs::VecEnv<envs::Pendulum> v(envs::Pendulum{}, vcfg(3), 3);
+  v.reset();
+  auto a = torch::zeros({3, 1});
+  a[2][0] = std::numeric_limits<float>::quiet_NaN();
+  try {
+    v.step(a);
+    FAIL("expected EnvError");
+  } catch (const envs::EnvError& e) {
+    CHECK(std::string(e.what()) == "env 2 of 3: Pendulum-v1: step 0: action[0] is nan");
+  }
+  try {
+    v.step(torch::zeros({3, 2}));
+    FAIL("expected EnvError");
+  } catch (const envs::EnvError& e) {
+    CHECK(std::string(e.what()).find("actions must be a float32 tensor of shape [3, 1], got float [3, 2]") !=
+          std::string::npos);
+  }
+}
+
+TEST_CASE("VecEnv: discrete envs take int64 indices and terminate with the published rule") {
+  envs::VecEnv<envs::CartPole> v(envs::CartPole{}, vcfg(2), 5);
+  v.reset();
+  auto push_right = torch::ones({2}, torch::kLong);
+  bool ended = false;
+  for (int t = 0; t < 200 && !ended; ++t) {
+    const auto& s = v.step(push_right);
+    if (!s.ended.empty()) {
+      ended = true;
+      CHECK(s.ended[0].terminated);
+      CHECK(s.terminated[s.ended[0].env].item<float>() == 1.0f);
+    }
+  }
+  CHECK(ended);
+}
+
+TEST_CASE("VecEnv: threaded and async stepping give the same results as sync") {
+  envs::VecEnv<envs::Pendulum> sync(envs::Pendulum{}, vcfg(16), 2);
+  envs::VecEnv<envs::Pendulum> pool(envs::Pendulum{}, vcfg(16, 2), 2);
+  envs::VecEnv<envs::Pendulum> async(envs::Pendulum{}, vcfg(16, 2, envs::VecMode::async), 2);
+  auto first = sync.reset().clone();
+  CHECK(torch::equal(first, pool.reset()));
+  CHECK(torch::equal(first, async.reset()));
+  torch::manual_seed(0);
+  for (int t = 0; t < 450; ++t) {
+    auto a = torch::rand({16, 1}) * 4 - 2;
+    auto s1 = sync.step(a).next_obs.clone();
+    auto s2 = pool.step(a).next_obs.clone();
+    async.step_async(a);
+    auto s3 = async.step_wait().next_obs.clone();
+    REQUIRE(torch::equal(s1, s2));
+    REQUIRE(torch::equal(s1, s3));
+  }
+}

@@ -1,0 +1,30 @@
+# cmake -DPROGRAM= -DRUN_DIR= -P run_smoke.cmake
+# Runs an example with --smoke; it must exit 0 and leave config.yaml, metrics.csv and a
+# summary.json with the fields a user reads.
+file(REMOVE_RECURSE "${RUN_DIR}")
+execute_process(COMMAND "${PROGRAM}" --smoke --run_dir=${RUN_DIR}
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "exit status ${rc}\nstdout:\n${out}\nstderr:\n${err}")
+endif()
+foreach(f config.yaml metrics.csv summary.json)
+  if(NOT EXISTS "${RUN_DIR}/${f}")
+    message(FATAL_ERROR "${f} missing from the run directory\n${out}")
+  endif()
+endforeach()
+file(READ "${RUN_DIR}/summary.json" summary)
+foreach(key final_eval_return best_eval_return env_steps updates wall_seconds env_steps_per_s
+            updates_per_s phase_share config_hash config)
+  string(JSON v ERROR_VARIABLE jerr GET "${summary}" ${key})
+  if(jerr)
+    message(FATAL_ERROR "summary.json lacks '${key}': ${jerr}\n${summary}")
+  endif()
+endforeach()
+string(JSON steps GET "${summary}" env_steps)
+if(steps LESS 1)
+  message(FATAL_ERROR "summary.json says no env steps were taken")
+endif()
+string(FIND "${out}" "logs: ${RUN_DIR}" pos)
+if(pos EQUAL -1)
+  message(FATAL_ERROR "the program did not say where its logs went:\n${out}")
+endif()
