@@ -34,7 +34,8 @@ set(ANVIL_RUN_ENV "OMP_WAIT_POLICY=PASSIVE")
 if(EXISTS /proc/cpuinfo)
   file(STRINGS /proc/cpuinfo _anvil_flags REGEX "^flags" LIMIT_COUNT 1)
   if(_anvil_flags MATCHES " avx512f " AND _anvil_flags MATCHES " avx512bw ")
-    # Debian's OpenBLAS 0.3.21 does not know newer AVX-512 CPUs and falls back to AVX2.
+    # Pin OpenBLAS's AVX-512 kernels so test timings do not depend on an inherited
+    # OPENBLAS_CORETYPE (some shells force AVX2 ones).
     list(APPEND ANVIL_RUN_ENV "OPENBLAS_CORETYPE=SkylakeX")
   endif()
 endif()

@@ -78,10 +78,11 @@ struct UpdateInfo {
 ///
 /// Two facts measured on the machines anvil is developed on (Debian bookworm, AVX-512
 /// CPUs): Debian's reference BLAS makes Torch's matrix products about 10x slower than
-/// OpenBLAS; and Debian's OpenBLAS 0.3.21 does not recognise newer AVX-512 CPU families and
-/// falls back to AVX2 kernels, where forcing its SkylakeX kernels
-/// (`OPENBLAS_CORETYPE=SkylakeX`) made a 256-wide SAC update 46% faster. OpenBLAS reads that
-/// variable only when it loads, so `prefer_fast_blas` restarts the program once with it
+/// OpenBLAS; and OpenBLAS's AVX-512 kernels (SkylakeX family) make a 256-wide SAC update about
+/// 46% faster than its AVX2 (Haswell) ones. OpenBLAS 0.3.21 picks AVX-512 kernels for the CPUs
+/// it knows; for one it does not know it may settle on AVX2 kernels. `prefer_fast_blas` then
+/// restarts the program once with `OPENBLAS_CORETYPE=SkylakeX` (OpenBLAS reads the variable
+/// only when it loads). It does nothing when the variable is already
 /// set. A user who sets OPENBLAS_CORETYPE themselves keeps their choice. Light header.
 
 #include <dlfcn.h>
@@ -807,7 +808,10 @@ std::string type_name() {
   else if constexpr (std::same_as<T, std::string>) return "string";
   else if constexpr (NamedEnum<T>) {
     std::string s;
-    for (std::string_view n : enum_names(T{})) s += (s.empty() ? "" : "|") + std::string(n);
+    for (std::string_view n : enum_names(T{})) {
+      if (!s.empty()) s += '|';
+      s.append(n);
+    }
     return s;
   } else if constexpr (std::integral<T>) return std::is_unsigned_v<T> ? "uint" : "int";
   else if constexpr (std::floating_point<T>) return "float";
@@ -1686,6 +1690,19 @@ inline c10::intrusive_ptr<Store> make_file_store(const std::string& path, int wo
 #include <cstdint>
 #include <numbers>
 #include <span>
+#include <string_view>
+
+// ---- begin <anvil/envs/detail/episode.hpp> ----
+/// @file
+/// The bookkeeping every built-in env shares: the episode's phase and step count, its
+/// time limit, and the checks (and their error messages) that make bad input throw
+/// `EnvError` before the env's state is touched. Light header: no torch.
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <initializer_list>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -1808,6 +1825,105 @@ concept DiscreteEnv = Env<E> && std::same_as<action_space_t<E>, Discrete>;
 }  // namespace anvil::envs
 // ---- end <anvil/envs/env.hpp> ----
 
+namespace anvil::envs::detail {
+
+/// One env's episode, held by the env as a member so that the built-in envs word their
+/// errors alike ("NAME: step k: ...", with k the steps completed) and apply their time
+/// limits alike. The checks only read, so an env that calls them all before changing its
+/// own state keeps its promise that a step which throws leaves it unchanged.
+class Episode {
+ public:
+  /// One field of a start state, named so that the error for a bad one can say which.
+  struct StateField {
+    const char* name;  ///< as the field is spelled in the env's `State`
+    double value;      ///< the value `set_state` was given
+  };
+
+  /// `env_name` must outlive the episode (the envs pass their static `name`);
+  /// `max_steps` is the time limit after which a step reports `truncated`.
+  Episode(std::string_view env_name, std::int64_t max_steps) noexcept
+      : env_name_(env_name), max_steps_(max_steps) {}
+
+  /// Begin a new episode (from `set_state`, which `reset` goes through) at the state made
+  /// of `state`: the step count restarts at 0 and stepping is allowed again, whatever
+  /// ended the last one. Throws, changing nothing, if a field is not finite: the dynamics
+  /// would carry a NaN into every later observation.
+  void start(std::initializer_list<StateField> state) {
+    for (const StateField& f : state)
+      if (!std::isfinite(f.value))
+        throw EnvError(std::string(env_name_) + ": set_state: " + f.name + " is " +
+                       describe_non_finite(f.value));
+    steps_ = 0;
+    phase_ = Phase::kRunning;
+  }
+
+  /// Throw unless a step may run with this Box action: an episode is running and the
+  /// action has `size` elements, all finite. Values outside the box are let through,
+  /// because the published envs clip them; a NaN or infinity is a bug upstream that
+  /// clipping would hide.
+  void check_step(std::span<const float> action, std::size_t size) const {
+    check_running();
+    if (action.size() != size)
+      fail("action has " + std::to_string(action.size()) + " elements, expected " +
+           std::to_string(size));
+    for (std::size_t i = 0; i < action.size(); ++i)
+      if (!std::isfinite(action[i]))
+        fail("action[" + std::to_string(i) + "] is " + describe_non_finite(action[i]));
+  }
+
+  /// Throw unless a step may run with this discrete action: an episode is running and the
+  /// action is one of `space`'s choices (there is nothing to clip an index to).
+  void check_step(std::int64_t action, const Discrete& space) const {
+    check_running();
+    if (!space.contains(action))
+      fail("action " + std::to_string(action) + " is not in Discrete(" +
+           std::to_string(space.n) + ")");
+  }
+
+  /// Count the step the env has just applied and close the episode if it ended there,
+  /// so the next step throws. A terminating step is never also truncated: terminal
+  /// states must not be bootstrapped from, whatever the step count.
+  StepResult finish_step(std::span<const float> observation, double reward, bool terminated) {
+    ++steps_;
+    const bool truncated = !terminated && steps_ >= max_steps_;
+    if (terminated) phase_ = Phase::kTerminated;
+    if (truncated) phase_ = Phase::kTruncated;
+    return StepResult{observation, reward, terminated, truncated};
+  }
+
+  /// Steps completed in the current episode (0 before the first `start`).
+  [[nodiscard]] std::int64_t steps() const noexcept { return steps_; }
+
+ private:
+  enum class Phase { kNotStarted, kRunning, kTerminated, kTruncated };
+
+  // Stepping before `reset` or past the end of an episode is a bug in the caller's loop,
+  // not something to step through silently.
+  void check_running() const {
+    if (phase_ == Phase::kNotStarted)
+      throw EnvError(std::string(env_name_) + ": step() called before reset()");
+    if (phase_ == Phase::kTerminated)
+      fail("the episode has ended (terminated); call reset() first");
+    if (phase_ == Phase::kTruncated)
+      fail("the episode has ended (truncated at the time limit); call reset() first");
+  }
+
+  [[noreturn]] void fail(const std::string& what) const {
+    throw EnvError(std::string(env_name_) + ": step " + std::to_string(steps_) + ": " + what);
+  }
+  static std::string describe_non_finite(double v) {
+    return std::isnan(v) ? "nan" : v > 0 ? "inf" : "-inf";
+  }
+
+  std::string_view env_name_;
+  std::int64_t max_steps_;
+  std::int64_t steps_ = 0;
+  Phase phase_ = Phase::kNotStarted;
+};
+
+}  // namespace anvil::envs::detail
+// ---- end <anvil/envs/detail/episode.hpp> ----
+
 namespace anvil::envs {
 
 /// Swing the tip of a two-link pendulum, actuated only at the elbow, above a line one
@@ -1912,22 +2028,18 @@ struct Acrobot {
   /// 0 and the generator is left alone. For tests and for custom starts (curricula,
   /// evaluation from fixed states). Throws `EnvError` if a field is not finite.
   std::span<const float> set_state(const State& s) {
-    check_finite_state("theta1", s.theta1);
-    check_finite_state("theta2", s.theta2);
-    check_finite_state("theta1_dot", s.theta1_dot);
-    check_finite_state("theta2_dot", s.theta2_dot);
+    episode_.start({{"theta1", s.theta1},
+                    {"theta2", s.theta2},
+                    {"theta1_dot", s.theta1_dot},
+                    {"theta2_dot", s.theta2_dot}});
     state_ = s;
-    steps_ = 0;
-    phase_ = Phase::kRunning;
     write_observation();
     return obs_;
   }
 
   /// Apply elbow torque `action - 1` for dt.
   StepResult step(std::int64_t action) {
-    check_can_step();
-    if (!action_space().contains(action))
-      fail("action " + std::to_string(action) + " is not in Discrete(3)");
+    episode_.check_step(action, action_space());
     const double torque = static_cast<double>(action - 1);
 
     using Vec = std::array<double, 4>;
@@ -1949,24 +2061,18 @@ struct Acrobot {
     state_.theta2_dot = std::clamp(y[3], -kMaxVel2, kMaxVel2);
     write_observation();
 
-    ++steps_;
     const bool terminated =
         -std::cos(state_.theta1) - std::cos(state_.theta2 + state_.theta1) > kGoalHeight;
-    const bool truncated = !terminated && steps_ >= kMaxEpisodeSteps;
-    if (terminated) phase_ = Phase::kTerminated;
-    if (truncated) phase_ = Phase::kTruncated;
-    return StepResult{obs_, terminated ? 0.0 : -1.0, terminated, truncated};
+    return episode_.finish_step(obs_, terminated ? 0.0 : -1.0, terminated);
   }
 
   /// Steps taken in the current episode; the time limit and error messages count these.
-  [[nodiscard]] std::int64_t elapsed_steps() const noexcept { return steps_; }
+  [[nodiscard]] std::int64_t elapsed_steps() const noexcept { return episode_.steps(); }
   /// The physical state, in double, for tests and for logging what the observation's
   /// sines and cosines hide.
   [[nodiscard]] State state() const noexcept { return state_; }
 
  private:
-  enum class Phase { kNotStarted, kRunning, kTerminated, kTruncated };
-
   /// The book equations of motion (see the struct comment): d/dt of the state. Locals
   /// are named as in the equations so the two can be read side by side.
   static std::array<double, 4> derivatives(const std::array<double, 4>& s, double torque) {
@@ -2008,27 +2114,9 @@ struct Acrobot {
     obs_[5] = static_cast<float>(state_.theta2_dot);
   }
 
-  [[noreturn]] void fail(const std::string& what) const {
-    throw EnvError(std::string(name) + ": step " + std::to_string(steps_) + ": " + what);
-  }
-  void check_can_step() const {
-    if (phase_ == Phase::kNotStarted)
-      throw EnvError(std::string(name) + ": step() called before reset()");
-    if (phase_ == Phase::kTerminated)
-      fail("the episode has ended (terminated); call reset() first");
-    if (phase_ == Phase::kTruncated)
-      fail("the episode has ended (truncated at the time limit); call reset() first");
-  }
-  static void check_finite_state(const char* field, double v) {
-    if (!std::isfinite(v))
-      throw EnvError(std::string(name) + ": set_state: " + field + " is " +
-                     (std::isnan(v) ? "nan" : v > 0 ? "inf" : "-inf"));
-  }
-
   State state_{};
   std::array<float, 6> obs_{};
-  std::int64_t steps_ = 0;
-  Phase phase_ = Phase::kNotStarted;
+  detail::Episode episode_{name, kMaxEpisodeSteps};
   Rng rng_{};
 };
 
@@ -2048,7 +2136,6 @@ static_assert(DiscreteEnv<Acrobot>);
 #include <limits>
 #include <numbers>
 #include <span>
-#include <string>
 #include <string_view>
 
 
@@ -2137,22 +2224,18 @@ struct CartPole {
   /// 0 and the generator is left alone. For tests and for custom starts (curricula,
   /// evaluation from fixed states). Throws `EnvError` if a field is not finite.
   std::span<const float> set_state(const State& s) {
-    check_finite_state("x", s.x);
-    check_finite_state("x_dot", s.x_dot);
-    check_finite_state("theta", s.theta);
-    check_finite_state("theta_dot", s.theta_dot);
+    episode_.start({{"x", s.x},
+                    {"x_dot", s.x_dot},
+                    {"theta", s.theta},
+                    {"theta_dot", s.theta_dot}});
     state_ = s;
-    steps_ = 0;
-    phase_ = Phase::kRunning;
     write_observation();
     return obs_;
   }
 
   /// Push the cart left (0) or right (1) for one step of tau.
   StepResult step(std::int64_t action) {
-    check_can_step();
-    if (!action_space().contains(action))
-      fail("action " + std::to_string(action) + " is not in Discrete(2)");
+    episode_.check_step(action, action_space());
 
     const double force = action == 1 ? kForce : -kForce;
     const double total_mass = kPoleMass + kCartMass;
@@ -2172,24 +2255,18 @@ struct CartPole {
     state_.theta_dot = theta_dot + kTau * theta_acc;
     write_observation();
 
-    ++steps_;
     const bool terminated = state_.x < -kXThreshold || state_.x > kXThreshold ||
                             state_.theta < -kThetaThreshold || state_.theta > kThetaThreshold;
-    const bool truncated = !terminated && steps_ >= kMaxEpisodeSteps;
-    if (terminated) phase_ = Phase::kTerminated;
-    if (truncated) phase_ = Phase::kTruncated;
-    return StepResult{obs_, /*reward=*/1.0, terminated, truncated};
+    return episode_.finish_step(obs_, /*reward=*/1.0, terminated);
   }
 
   /// Steps taken in the current episode; the time limit and error messages count these.
-  [[nodiscard]] std::int64_t elapsed_steps() const noexcept { return steps_; }
+  [[nodiscard]] std::int64_t elapsed_steps() const noexcept { return episode_.steps(); }
   /// The physical state, in double, for tests and for logging what the float32
   /// observation rounds away.
   [[nodiscard]] State state() const noexcept { return state_; }
 
  private:
-  enum class Phase { kNotStarted, kRunning, kTerminated, kTruncated };
-
   void write_observation() noexcept {
     obs_[0] = static_cast<float>(state_.x);
     obs_[1] = static_cast<float>(state_.x_dot);
@@ -2197,27 +2274,9 @@ struct CartPole {
     obs_[3] = static_cast<float>(state_.theta_dot);
   }
 
-  [[noreturn]] void fail(const std::string& what) const {
-    throw EnvError(std::string(name) + ": step " + std::to_string(steps_) + ": " + what);
-  }
-  void check_can_step() const {
-    if (phase_ == Phase::kNotStarted)
-      throw EnvError(std::string(name) + ": step() called before reset()");
-    if (phase_ == Phase::kTerminated)
-      fail("the episode has ended (terminated); call reset() first");
-    if (phase_ == Phase::kTruncated)
-      fail("the episode has ended (truncated at the time limit); call reset() first");
-  }
-  static void check_finite_state(const char* field, double v) {
-    if (!std::isfinite(v))
-      throw EnvError(std::string(name) + ": set_state: " + field + " is " +
-                     (std::isnan(v) ? "nan" : v > 0 ? "inf" : "-inf"));
-  }
-
   State state_{};
   std::array<float, 4> obs_{};
-  std::int64_t steps_ = 0;
-  Phase phase_ = Phase::kNotStarted;
+  detail::Episode episode_{name, kMaxEpisodeSteps};
   Rng rng_{};
 };
 
@@ -2237,7 +2296,6 @@ static_assert(DiscreteEnv<CartPole>);
 #include <cmath>
 #include <cstdint>
 #include <span>
-#include <string>
 #include <string_view>
 
 
@@ -2318,19 +2376,15 @@ struct MountainCarContinuous {
   /// 0 and the generator is left alone. For tests and for custom starts (curricula,
   /// evaluation from fixed states). Throws `EnvError` if a field is not finite.
   std::span<const float> set_state(const State& s) {
-    check_finite_state("position", s.position);
-    check_finite_state("velocity", s.velocity);
+    episode_.start({{"position", s.position}, {"velocity", s.velocity}});
     state_ = s;
-    steps_ = 0;
-    phase_ = Phase::kRunning;
     write_observation();
     return obs_;
   }
 
   /// Apply throttle `action[0]` (force clipped to [-1, 1], cost not, as published).
   StepResult step(std::span<const float> action) {
-    check_can_step();
-    check_action(action);
+    episode_.check_step(action, /*size=*/1);
     const double a = static_cast<double>(action[0]);
     const double force = std::clamp(a, kMinAction, kMaxAction);
 
@@ -2347,55 +2401,23 @@ struct MountainCarContinuous {
     state_.position = static_cast<float>(position);
     state_.velocity = static_cast<float>(velocity);
     write_observation();
-
-    ++steps_;
-    const bool truncated = !terminated && steps_ >= kMaxEpisodeSteps;
-    if (terminated) phase_ = Phase::kTerminated;
-    if (truncated) phase_ = Phase::kTruncated;
-    return StepResult{obs_, reward, terminated, truncated};
+    return episode_.finish_step(obs_, reward, terminated);
   }
 
   /// Steps taken in the current episode; the time limit and error messages count these.
-  [[nodiscard]] std::int64_t elapsed_steps() const noexcept { return steps_; }
+  [[nodiscard]] std::int64_t elapsed_steps() const noexcept { return episode_.steps(); }
   /// The physical state, for tests and for logging.
   [[nodiscard]] State state() const noexcept { return state_; }
 
  private:
-  enum class Phase { kNotStarted, kRunning, kTerminated, kTruncated };
-
   void write_observation() noexcept {
     obs_[0] = static_cast<float>(state_.position);
     obs_[1] = static_cast<float>(state_.velocity);
   }
 
-  [[noreturn]] void fail(const std::string& what) const {
-    throw EnvError(std::string(name) + ": step " + std::to_string(steps_) + ": " + what);
-  }
-  void check_can_step() const {
-    if (phase_ == Phase::kNotStarted)
-      throw EnvError(std::string(name) + ": step() called before reset()");
-    if (phase_ == Phase::kTerminated)
-      fail("the episode has ended (terminated); call reset() first");
-    if (phase_ == Phase::kTruncated)
-      fail("the episode has ended (truncated at the time limit); call reset() first");
-  }
-  void check_action(std::span<const float> action) const {
-    if (action.size() != 1)
-      fail("action has " + std::to_string(action.size()) + " elements, expected 1");
-    if (!std::isfinite(action[0])) fail("action[0] is " + describe_non_finite(action[0]));
-  }
-  static void check_finite_state(const char* field, double v) {
-    if (!std::isfinite(v))
-      throw EnvError(std::string(name) + ": set_state: " + field + " is " + describe_non_finite(v));
-  }
-  static std::string describe_non_finite(double v) {
-    return std::isnan(v) ? "nan" : v > 0 ? "inf" : "-inf";
-  }
-
   State state_{};
   std::array<float, 2> obs_{};
-  std::int64_t steps_ = 0;
-  Phase phase_ = Phase::kNotStarted;
+  detail::Episode episode_{name, kMaxEpisodeSteps};
   Rng rng_{};
 };
 
@@ -2415,7 +2437,6 @@ static_assert(ContinuousEnv<MountainCarContinuous>);
 #include <cstdint>
 #include <numbers>
 #include <span>
-#include <string>
 #include <string_view>
 
 
@@ -2495,19 +2516,15 @@ struct Pendulum {
   /// 0 and the generator is left alone. For tests and for custom starts (curricula,
   /// evaluation from fixed states). Throws `EnvError` if a field is not finite.
   std::span<const float> set_state(const State& s) {
-    check_finite_state("theta", s.theta);
-    check_finite_state("theta_dot", s.theta_dot);
+    episode_.start({{"theta", s.theta}, {"theta_dot", s.theta_dot}});
     state_ = s;
-    steps_ = 0;
-    phase_ = Phase::kRunning;
     write_observation();
     return obs_;
   }
 
   /// Advance one step of dt with torque `action[0]` (clipped to [-2, 2], as published).
   StepResult step(std::span<const float> action) {
-    check_can_step();
-    check_action(action);
+    episode_.check_step(action, /*size=*/1);
     const double u = std::clamp(static_cast<double>(action[0]), -kMaxTorque, kMaxTorque);
     const double th = state_.theta;
     const double thdot = state_.theta_dot;
@@ -2521,15 +2538,11 @@ struct Pendulum {
     state_.theta = th + new_thdot * kDt;
     state_.theta_dot = new_thdot;
     write_observation();
-
-    ++steps_;
-    const bool truncated = steps_ >= kMaxEpisodeSteps;
-    if (truncated) phase_ = Phase::kTruncated;
-    return StepResult{obs_, -cost, /*terminated=*/false, truncated};
+    return episode_.finish_step(obs_, -cost, /*terminated=*/false);
   }
 
   /// Steps taken in the current episode; the time limit and error messages count these.
-  [[nodiscard]] std::int64_t elapsed_steps() const noexcept { return steps_; }
+  [[nodiscard]] std::int64_t elapsed_steps() const noexcept { return episode_.steps(); }
   /// The physical state, in double, for tests and for logging what the float32
   /// observation rounds away.
   [[nodiscard]] State state() const noexcept { return state_; }
@@ -2544,40 +2557,15 @@ struct Pendulum {
   }
 
  private:
-  enum class Phase { kNotStarted, kRunning, kTerminated, kTruncated };
-
   void write_observation() noexcept {
     obs_[0] = static_cast<float>(std::cos(state_.theta));
     obs_[1] = static_cast<float>(std::sin(state_.theta));
     obs_[2] = static_cast<float>(state_.theta_dot);
   }
 
-  [[noreturn]] void fail(const std::string& what) const {
-    throw EnvError(std::string(name) + ": step " + std::to_string(steps_) + ": " + what);
-  }
-  void check_can_step() const {
-    if (phase_ == Phase::kNotStarted)
-      throw EnvError(std::string(name) + ": step() called before reset()");
-    if (phase_ == Phase::kTruncated)
-      fail("the episode has ended (truncated at the time limit); call reset() first");
-  }
-  void check_action(std::span<const float> action) const {
-    if (action.size() != 1)
-      fail("action has " + std::to_string(action.size()) + " elements, expected 1");
-    if (!std::isfinite(action[0])) fail("action[0] is " + describe_non_finite(action[0]));
-  }
-  static void check_finite_state(const char* field, double v) {
-    if (!std::isfinite(v))
-      throw EnvError(std::string(name) + ": set_state: " + field + " is " + describe_non_finite(v));
-  }
-  static std::string describe_non_finite(double v) {
-    return std::isnan(v) ? "nan" : v > 0 ? "inf" : "-inf";
-  }
-
   State state_{};
   std::array<float, 3> obs_{};
-  std::int64_t steps_ = 0;
-  Phase phase_ = Phase::kNotStarted;
+  detail::Episode episode_{name, kMaxEpisodeSteps};
   Rng rng_{};
 };
 
@@ -2608,28 +2596,37 @@ static_assert(ContinuousEnv<Pendulum>);
 #include <thread>
 #include <vector>
 
-// ---- begin <anvil/envs/detail/thread_pool.hpp> ----
+// ---- begin <anvil/core/detail/thread_pool.hpp> ----
 /// @file
-/// A minimal fork-join pool for stepping envs: `parallel_for` splits [0, n) into one
-/// contiguous chunk per thread, the caller runs the first, and the first exception thrown
-/// is rethrown in the caller. Workers sleep on a condition variable between calls, so an
+/// A minimal fork-join pool, for stepping envs and for the independent gradients of an
+/// update: `parallel_for` splits [0, n) into one contiguous chunk per thread, the caller
+/// runs the first, and the first exception thrown is rethrown in the caller. Workers sleep on a condition variable between calls, so an
 /// idle pool takes no CPU from training. Light header.
 
+#include <algorithm>
 #include <condition_variable>
 #include <cstdint>
 #include <exception>
 #include <functional>
 #include <mutex>
 #include <thread>
+#include <utility>
 #include <vector>
 
-namespace anvil::envs::detail {
+namespace anvil::detail {
 
 class ThreadPool {
  public:
-  /// `threads` counts the caller: 1 means no worker threads at all.
-  explicit ThreadPool(int threads) : threads_(threads < 1 ? 1 : threads) {
-    for (int w = 1; w < threads_; ++w) workers_.emplace_back([this, w] { work(w); });
+  /// `threads` counts the caller: 1 means no worker threads at all. `on_start` runs first
+  /// in each worker (e.g. to give it the caller's OpenMP thread count, which OpenMP keeps
+  /// per thread).
+  explicit ThreadPool(int threads, std::function<void()> on_start = {})
+      : threads_(threads < 1 ? 1 : threads) {
+    for (int w = 1; w < threads_; ++w)
+      workers_.emplace_back([this, w, on_start] {
+        if (on_start) on_start();
+        work(w);
+      });
   }
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;
@@ -2714,8 +2711,8 @@ class ThreadPool {
   bool stop_ = false;
 };
 
-}  // namespace anvil::envs::detail
-// ---- end <anvil/envs/detail/thread_pool.hpp> ----
+}  // namespace anvil::detail
+// ---- end <anvil/core/detail/thread_pool.hpp> ----
 
 namespace anvil::envs {
 
@@ -2956,7 +2953,7 @@ class VecEnv final : public VecEnvBase {
   std::vector<E> envs_;
   std::vector<Rng> seeds_;
   VecMode mode_;
-  detail::ThreadPool pool_;
+  anvil::detail::ThreadPool pool_;
   std::array<at::Tensor, 2> obs_;
   int cur_ = 0;
   at::Tensor next_obs_, reward_, terminated_, truncated_, actions_;
@@ -3124,10 +3121,12 @@ class GaussianActorImpl : public torch::nn::Cloneable<GaussianActorImpl> {
     return {mean, raw.mul(0.5 * (hi - lo)).add(0.5 * (hi + lo))};
   }
 
-  /// A reparameterised sample (gradients flow through it) and its log-density.
-  PolicySample sample(const at::Tensor& obs) {
+  /// A reparameterised sample (gradients flow through it) and its log-density, from
+  /// standard normal `noise` [B, act_dim]. Taking the noise as an argument keeps an update
+  /// reproducible when its parts run on several threads.
+  PolicySample sample(const at::Tensor& obs, const at::Tensor& noise) {
     auto [mean, log_std] = forward(obs);
-    auto eps = at::randn_like(mean);
+    const auto& eps = noise;
     auto u = mean + eps * log_std.exp();
     // log N(u; mean, std) summed over dims, minus log|d tanh(u)/du|, written with
     // log(1 - tanh(u)^2) = 2 (log 2 - u - softplus(-2u)) for numerical stability.
@@ -3135,6 +3134,11 @@ class GaussianActorImpl : public torch::nn::Cloneable<GaussianActorImpl> {
     auto gauss = (-0.5 * eps.square() - log_std - kHalfLog2Pi).sum(-1);
     auto correction = (2.0 * (std::log(2.0) - u - at::softplus(-2.0 * u))).sum(-1);
     return {u.tanh(), gauss - correction};
+  }
+
+  /// `sample` with fresh noise from torch's generator.
+  PolicySample sample(const at::Tensor& obs) {
+    return sample(obs, at::randn({obs.size(0), act_dim_}, obs.options()));
   }
 
   /// The deterministic action used for evaluation: tanh of the mean.
@@ -3209,7 +3213,6 @@ TORCH_MODULE(TwinQ);
 /// gamma 0.99, tau 0.005, 256x256 networks, target entropy -|A|.
 
 #include <torch/nn/module.h>
-#include <torch/optim/adam.h>
 #include <torch/utils.h>
 
 #include <cmath>
@@ -3218,6 +3221,118 @@ TORCH_MODULE(TwinQ);
 #include <string>
 #include <vector>
 
+// ---- begin <anvil/train/flat_adam.hpp> ----
+/// @file
+/// `FlatAdam`: Adam (Kingma and Ba 2015) over parameters that live in one contiguous
+/// buffer. RL networks are small, so per-tensor optimizers spend their time on per-op
+/// overhead: torch's Adam issues about ten ops per parameter tensor (~150 for SAC's three
+/// networks). Here each network's parameters are views into one flat tensor, so a step is
+/// six ops whatever the number of layers, gradient clipping is one norm, an all-reduce
+/// across ranks is one call, and Polyak averaging of a target network is one `lerp_`.
+
+#include <ATen/ATen.h>
+#include <torch/autograd.h>
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+
+namespace anvil {
+
+/// A set of parameter tensors re-pointed into one contiguous buffer (`flat()`); each
+/// parameter is a view of its slice, so modules keep using their tensors unchanged.
+class FlatParameters {
+ public:
+  FlatParameters() = default;
+  explicit FlatParameters(std::vector<at::Tensor> params) : params_(std::move(params)) {
+    if (params_.empty()) throw Error("FlatParameters: no parameters given");
+    const auto opts = params_.front().options();
+    std::int64_t n = 0;
+    for (const auto& p : params_) {
+      if (p.device() != opts.device() || p.scalar_type() != opts.dtype().toScalarType())
+        throw Error("FlatParameters: parameters must share one device and dtype");
+      n += p.numel();
+    }
+    flat_ = at::empty({n}, opts.requires_grad(false));
+    std::int64_t off = 0;
+    for (auto& p : params_) {
+      auto slice = flat_.narrow(0, off, p.numel()).view(p.sizes());
+      slice.copy_(p.detach());
+      p.set_data(slice);
+      off += p.numel();
+    }
+  }
+
+  /// The buffer every parameter views.
+  [[nodiscard]] const at::Tensor& flat() const noexcept { return flat_; }
+  /// The parameters, in the order they were given (same tensor objects as the module's).
+  [[nodiscard]] const std::vector<at::Tensor>& params() const noexcept { return params_; }
+  [[nodiscard]] std::int64_t numel() const noexcept { return flat_.numel(); }
+
+  /// Concatenates per-parameter gradients into one flat gradient; an undefined gradient
+  /// (a parameter the loss does not reach) counts as zeros.
+  [[nodiscard]] at::Tensor gather(const std::vector<at::Tensor>& grads) const {
+    std::vector<at::Tensor> parts;
+    parts.reserve(grads.size());
+    for (std::size_t i = 0; i < grads.size(); ++i)
+      parts.push_back(grads[i].defined() ? grads[i].reshape(-1) : at::zeros({params_[i].numel()}, flat_.options()));
+    return at::cat(parts);
+  }
+
+ private:
+  std::vector<at::Tensor> params_;
+  at::Tensor flat_;
+};
+
+/// Adam with torch's defaults and update rule (bias-corrected moments, eps outside the
+/// square root), stepping a `FlatParameters` with a flat gradient.
+class FlatAdam {
+ public:
+  struct Options {
+    double lr = 1e-3;
+    double beta1 = 0.9;
+    double beta2 = 0.999;
+    double eps = 1e-8;
+  };
+
+  FlatAdam() = default;
+  FlatAdam(std::vector<at::Tensor> params, Options o) : params_(std::move(params)), opt_(o) {
+    m_ = at::zeros_like(params_.flat());
+    v_ = at::zeros_like(params_.flat());
+    denom_ = at::empty_like(params_.flat());
+  }
+
+  /// One Adam step with flat gradient `g` (same size as the parameters).
+  void step(const at::Tensor& g) {
+    ++steps_;
+    const double bc1 = 1.0 - std::pow(opt_.beta1, static_cast<double>(steps_));
+    const double bc2 = 1.0 - std::pow(opt_.beta2, static_cast<double>(steps_));
+    m_.mul_(opt_.beta1).add_(g, 1.0 - opt_.beta1);
+    v_.mul_(opt_.beta2).addcmul_(g, g, 1.0 - opt_.beta2);
+    at::sqrt_out(denom_, v_);
+    denom_.div_(std::sqrt(bc2)).add_(opt_.eps);
+    params_.flat().addcdiv_(m_, denom_, -opt_.lr / bc1);
+  }
+
+  [[nodiscard]] const FlatParameters& parameters() const noexcept { return params_; }
+  [[nodiscard]] double lr() const noexcept { return opt_.lr; }
+  void set_lr(double lr) noexcept { opt_.lr = lr; }
+  [[nodiscard]] std::int64_t steps() const noexcept { return steps_; }
+  /// First and second moment estimates, for checkpoints.
+  [[nodiscard]] const at::Tensor& exp_avg() const noexcept { return m_; }
+  [[nodiscard]] const at::Tensor& exp_avg_sq() const noexcept { return v_; }
+
+ private:
+  FlatParameters params_;
+  Options opt_;
+  at::Tensor m_, v_, denom_;
+  std::int64_t steps_ = 0;
+};
+
+}  // namespace anvil
+// ---- end <anvil/train/flat_adam.hpp> ----
 // ---- begin <anvil/train/step_context.hpp> ----
 /// @file
 /// `StepContext`: what an algorithm's `update` runs its losses through. It owns the parts
@@ -3226,14 +3341,90 @@ TORCH_MODULE(TwinQ);
 /// gradient clipping, and the optimizer step. Algorithms never call autocast or c10d
 /// themselves, so one algorithm serves every Trainer combination.
 
+#include <ATen/Parallel.h>
+#include <dlfcn.h>
 #include <torch/autograd.h>
 #include <torch/nn/utils/clip_grad.h>
 #include <torch/optim/optimizer.h>
 
 #include <functional>
+#include <memory>
+#include <optional>
 #include <utility>
 #include <vector>
 
+// ---- begin <anvil/precision/loss_scaler.hpp> ----
+/// @file
+/// `LossScaler`: the dynamic loss scaling of mixed-precision training (Micikevicius et al.
+/// 2018), with the schedule of the standard scaler: start at 2^16, double after
+/// `growth_interval` consecutive finite steps, halve on a step whose gradients hold an inf
+/// or a NaN and skip that step. It sees one flat gradient per optimizer step (the
+/// StepContext gathers it), so the check for infs is one reduction.
+
+#include <ATen/ATen.h>
+
+#include <cstdint>
+
+namespace anvil {
+
+/// Dynamic loss scale (see file comment). Counts optimizer steps.
+class LossScaler {
+ public:
+  struct Options {
+    double init_scale = 65536.0;
+    double growth_factor = 2.0;
+    double backoff_factor = 0.5;
+    int growth_interval = 2000;
+  };
+
+  LossScaler() = default;
+  explicit LossScaler(Options o) : opt_(o), scale_(o.init_scale) {}
+
+  /// The loss to differentiate: `loss * scale`.
+  [[nodiscard]] at::Tensor scale(const at::Tensor& loss) const { return loss * scale_; }
+
+  /// Divides the flat gradient by the scale in place and reports whether it is finite. A
+  /// non-finite gradient backs the scale off and resets the growth count: the caller must
+  /// skip the step. A finite one counts towards growth.
+  [[nodiscard]] bool unscale_and_check(at::Tensor& flat_grad) {
+    flat_grad.mul_(1.0 / scale_);
+    const bool finite = flat_grad.isfinite().all().item<bool>();
+    if (!finite) {
+      scale_ *= opt_.backoff_factor;
+      good_steps_ = 0;
+      ++skipped_;
+      return false;
+    }
+    if (++good_steps_ >= opt_.growth_interval) {
+      scale_ *= opt_.growth_factor;
+      good_steps_ = 0;
+    }
+    return true;
+  }
+
+  [[nodiscard]] double current_scale() const noexcept { return scale_; }
+  /// Finite steps since the last growth or backoff.
+  [[nodiscard]] std::int64_t good_steps() const noexcept { return good_steps_; }
+  /// Steps skipped for non-finite gradients since construction.
+  [[nodiscard]] std::int64_t skipped() const noexcept { return skipped_; }
+  [[nodiscard]] const Options& options() const noexcept { return opt_; }
+
+  /// For checkpoints: the scale and the growth count are the whole state.
+  void restore(double scale, std::int64_t good_steps, std::int64_t skipped = 0) noexcept {
+    scale_ = scale;
+    good_steps_ = good_steps;
+    skipped_ = skipped;
+  }
+
+ private:
+  Options opt_{};
+  double scale_ = 65536.0;
+  std::int64_t good_steps_ = 0;
+  std::int64_t skipped_ = 0;
+};
+
+}  // namespace anvil
+// ---- end <anvil/precision/loss_scaler.hpp> ----
 
 namespace anvil {
 
@@ -3274,10 +3465,25 @@ class StepContext {
     c10::ScalarType autocast_dtype = c10::ScalarType::Float;
     /// Averages gradients across ranks in place; empty for one process.
     std::function<void(std::vector<at::Tensor>&)> all_reduce_mean;
+    /// Dynamic loss scaling (float16); empty for no scaling.
+    std::optional<LossScaler::Options> loss_scaling;
+    /// Threads that run an update's independent parts at once (`concurrently`); 1 runs
+    /// them one after another. Only used on the CPU: CUDA work is already asynchronous.
+    int threads = 1;
   };
 
   StepContext() = default;
-  explicit StepContext(Options o) : opt_(std::move(o)) {}
+  explicit StepContext(Options o) : opt_(std::move(o)) {
+    if (opt_.loss_scaling) scaler_ = LossScaler(*opt_.loss_scaling);
+    if (opt_.threads > 1 && opt_.device.is_cpu())
+      // A new thread starts with OpenMP's default thread count (all cores), not the one
+      // torch was given, and OpenBLAS's GEMMs follow OpenMP's: give each worker torch's.
+      pool_ = std::make_shared<detail::ThreadPool>(opt_.threads, [n = at::get_num_threads()] {
+        at::init_num_threads();
+        using set_fn = void (*)(int);
+        if (auto f = reinterpret_cast<set_fn>(::dlsym(RTLD_DEFAULT, "omp_set_num_threads"))) f(n);
+      });
+  }
 
   /// The device the algorithm's tensors live on.
   [[nodiscard]] const c10::Device& device() const noexcept { return opt_.device; }
@@ -3298,12 +3504,21 @@ class StepContext {
     std::vector<at::Tensor> params;
     for (auto& group : optimizer.param_groups())
       for (auto& p : group.params()) params.push_back(p);
-    auto grads = torch::autograd::grad({loss}, params, /*grad_outputs=*/{},
-                                       /*retain_graph=*/false, /*create_graph=*/false,
-                                       /*allow_unused=*/true);
+    auto grads = gradients(loss, params);
     for (std::size_t i = 0; i < params.size(); ++i)
       if (!grads[i].defined()) grads[i] = torch::zeros_like(params[i]);
     if (opt_.all_reduce_mean) opt_.all_reduce_mean(grads);
+    if (scaler_) {
+      std::vector<at::Tensor> parts;
+      for (auto& g : grads) parts.push_back(g.reshape(-1));
+      auto flat = at::cat(parts);
+      if (!scaler_->unscale_and_check(flat)) return skip();
+      std::int64_t off = 0;
+      for (auto& g : grads) {
+        g = flat.narrow(0, off, g.numel()).view(g.sizes());
+        off += g.numel();
+      }
+    }
     for (std::size_t i = 0; i < params.size(); ++i) params[i].mutable_grad() = grads[i];
     if (max_grad_norm > 0) torch::nn::utils::clip_grad_norm_(params, max_grad_norm);
     optimizer.step();
@@ -3311,11 +3526,67 @@ class StepContext {
     return true;
   }
 
-  /// Optimizer steps taken through this context.
+  /// `minimize` for a `FlatAdam`: the same contract, with the gradient gathered into one
+  /// flat tensor, so the all-reduce is one call and clipping one norm.
+  bool minimize(const at::Tensor& loss, FlatAdam& optimizer, double max_grad_norm = 0.0) {
+    return apply(optimizer, gradient(loss, optimizer), max_grad_norm);
+  }
+
+  /// The first half of `minimize`: the flat gradient of `loss` for `optimizer`'s parameters
+  /// (scaled, if the precision scales losses). Changes nothing, so the gradients of an
+  /// update's independent losses can be computed at once (`concurrently`).
+  [[nodiscard]] at::Tensor gradient(const at::Tensor& loss, const FlatAdam& optimizer) const {
+    return optimizer.parameters().gather(gradients(loss, optimizer.parameters().params()));
+  }
+
+  /// The second half of `minimize`: averages `flat_grad` across ranks, unscales it and skips
+  /// the step if it is not finite, clips it, and steps `optimizer`. Returns whether it stepped.
+  bool apply(FlatAdam& optimizer, at::Tensor flat_grad, double max_grad_norm = 0.0) {
+    std::vector<at::Tensor> flat{std::move(flat_grad)};
+    if (opt_.all_reduce_mean) opt_.all_reduce_mean(flat);
+    if (scaler_ && !scaler_->unscale_and_check(flat[0])) return skip();
+    if (max_grad_norm > 0)  // as torch's clip_grad_norm_, without a host sync
+      flat[0].mul_((max_grad_norm / (flat[0].norm() + 1e-6)).clamp_max(1.0));
+    optimizer.step(flat[0]);
+    ++steps_;
+    return true;
+  }
+
+  /// Runs `tasks` at once on the context's threads (one after another when it has one
+  /// thread or runs on CUDA) and returns when all are done. Each task must only read shared
+  /// state: compute gradients with `gradient`, and `apply` them afterwards. Autocast and
+  /// no-grad scopes are per thread, so each task opens its own.
+  void concurrently(const std::vector<std::function<void()>>& tasks) {
+    if (!pool_) {
+      for (const auto& t : tasks) t();
+      return;
+    }
+    pool_->parallel_for(static_cast<std::int64_t>(tasks.size()), [&](std::int64_t b, std::int64_t e) {
+      for (std::int64_t i = b; i < e; ++i) tasks[static_cast<std::size_t>(i)]();
+    });
+  }
+  [[nodiscard]] int threads() const noexcept { return pool_ ? pool_->threads() : 1; }
+
+  /// Optimizer steps taken through this context (skipped ones not counted).
   [[nodiscard]] std::int64_t steps() const noexcept { return steps_; }
+  /// The loss scaler, when the precision scales losses.
+  [[nodiscard]] LossScaler* scaler() noexcept { return scaler_ ? &*scaler_ : nullptr; }
 
  private:
+  // Gradients of `loss` (scaled when a scaler is on) for `params` only: autograd prunes
+  // every branch that does not lead to them.
+  std::vector<at::Tensor> gradients(const at::Tensor& loss,
+                                    const std::vector<at::Tensor>& params) const {
+    return torch::autograd::grad({scaler_ ? scaler_->scale(loss) : loss}, params,
+                                 /*grad_outputs=*/{}, /*retain_graph=*/false,
+                                 /*create_graph=*/false, /*allow_unused=*/true);
+  }
+  // A step with non-finite gradients: parameters and optimizer state stay as they were.
+  static bool skip() noexcept { return false; }
+
   Options opt_;
+  std::optional<LossScaler> scaler_;
+  std::shared_ptr<detail::ThreadPool> pool_;
   std::int64_t steps_ = 0;
 };
 
@@ -3329,14 +3600,15 @@ template <class M>
 using module_config_t = typename M::ContainedType::Config;
 }  // namespace detail
 
-/// What SAC needs of its actor: built from (obs_dim, act_dim, Config); `sample(obs)` gives a
-/// reparameterised action in [-1, 1] with its log-density; `mode(obs)` the deterministic one.
+/// What SAC needs of its actor: built from (obs_dim, act_dim, Config); `sample(obs, noise)`
+/// gives a reparameterised action in [-1, 1] with its log-density from standard normal
+/// noise [B, act_dim]; `mode(obs)` the deterministic action.
 template <class Actor>
 concept SquashedPolicyNetwork =
     requires { typename detail::module_config_t<Actor>; } &&
     std::constructible_from<Actor, std::int64_t, std::int64_t, const detail::module_config_t<Actor>&> &&
-    requires(Actor& a, const at::Tensor& obs) {
-      { a->sample(obs) } -> std::same_as<nn::PolicySample>;
+    requires(Actor& a, const at::Tensor& obs, const at::Tensor& noise) {
+      { a->sample(obs, noise) } -> std::same_as<nn::PolicySample>;
       { a->mode(obs) } -> std::same_as<at::Tensor>;
       { a->clone() };
     };
@@ -3359,7 +3631,7 @@ template <class Actor = nn::GaussianActor, class Critic = nn::TwinQ>
 class BasicSAC {
   static_assert(SquashedPolicyNetwork<Actor>,
                 "BasicSAC<Actor, ...>: Actor must be a torch module holder built from "
-                "(obs_dim, act_dim, Config) with sample(obs) -> nn::PolicySample and "
+                "(obs_dim, act_dim, Config) with sample(obs, noise) -> nn::PolicySample and "
                 "mode(obs) -> Tensor; see nn::GaussianActor");
   static_assert(TwinCriticNetwork<Critic>,
                 "BasicSAC<..., Critic>: Critic must be a torch module holder built from "
@@ -3404,6 +3676,7 @@ class BasicSAC {
         throw ConfigError("SAC squashes actions into the action space's bounds, but " + spec.name +
                           "'s action " + std::to_string(i) + " is unbounded");
     const auto od = spec.obs_dim(), ad = spec.action_dim();
+    act_dim_ = ad;
     actor_ = Actor(od, ad, *cfg.actor);
     critic_ = Critic(od, ad, *cfg.critic);
     critic_target_ = std::dynamic_pointer_cast<typename Critic::ContainedType>(critic_->clone());
@@ -3414,67 +3687,89 @@ class BasicSAC {
     log_alpha_ = torch::full({1}, std::log(*cfg.init_alpha),
                              torch::TensorOptions().device(device_).requires_grad(true));
     target_entropy_ = -cfg.target_entropy_scale * static_cast<double>(ad);
+    // Each network's parameters move into one flat buffer: Adam, clipping, all-reduce and
+    // the Polyak average become a handful of ops (see train/flat_adam.hpp).
     const double s = ctx.lr_scale;
-    actor_opt_ = std::make_unique<torch::optim::Adam>(actor_->parameters(),
-                                                      torch::optim::AdamOptions(cfg.actor_lr * s));
-    critic_opt_ = std::make_unique<torch::optim::Adam>(critic_->parameters(),
-                                                       torch::optim::AdamOptions(cfg.critic_lr * s));
-    alpha_opt_ = std::make_unique<torch::optim::Adam>(std::vector<at::Tensor>{log_alpha_},
-                                                      torch::optim::AdamOptions(cfg.alpha_lr * s));
-    critic_params_ = critic_->parameters();
-    target_params_ = critic_target_->parameters();
+    actor_opt_ = FlatAdam(actor_->parameters(), {.lr = cfg.actor_lr * s});
+    critic_opt_ = FlatAdam(critic_->parameters(), {.lr = cfg.critic_lr * s});
+    alpha_opt_ = FlatAdam({log_alpha_}, {.lr = cfg.alpha_lr * s});
+    target_ = FlatParameters(critic_target_->parameters());
   }
 
   /// Actions in [-1, 1] for a batch of observations: sampled to explore, or the mean.
   at::Tensor act(const at::Tensor& obs, ActMode mode) {
     torch::NoGradGuard no_grad;
     auto o = obs.to(device_, at::kFloat);
-    return mode == ActMode::explore ? actor_->sample(o).action : actor_->mode(o);
+    return mode == ActMode::explore
+               ? actor_->sample(o, at::randn({o.size(0), act_dim_}, o.options())).action
+               : actor_->mode(o);
   }
 
-  /// One SAC update: critic, then (every actor_update_freq) actor and temperature, then
-  /// (every target_update_freq) the Polyak average of the target critic.
+  /// One SAC update. The critic loss, the actor loss and the temperature loss are all
+  /// computed from the parameters as they were before this update, as in the authors'
+  /// reference implementation (which runs the three training ops in one session call); so
+  /// the critic's and the actor's gradients are independent and `ctx` computes them at
+  /// once when it has two threads, with the same result as one after another. Then the
+  /// optimizers step, and (every target_update_freq updates) the target critic moves
+  /// towards the critic by Polyak averaging. The actor and temperature update every
+  /// actor_update_freq updates.
   UpdateInfo update(const ReplayBatch& b, StepContext& ctx) {
-    UpdateInfo info;
     const auto alpha = log_alpha_.detach().exp();
+    const bool actor_step = updates_ % cfg_.actor_update_freq == 0;
+    // Noise drawn here, in a fixed order, so the update is reproducible on any thread count.
+    const auto noise_next = at::randn({b.obs.size(0), act_dim_}, b.obs.options());
+    const auto noise_obs = actor_step ? at::randn({b.obs.size(0), act_dim_}, b.obs.options()) : at::Tensor();
 
-    // Soft Bellman target, in float32 and without gradients.
-    at::Tensor target;
-    {
-      torch::NoGradGuard no_grad;
-      auto guard = ctx.autocast();
-      auto next = actor_->sample(b.next_obs);
-      auto [tq1, tq2] = critic_target_->forward(b.next_obs, next.action);
-      auto v = at::min(tq1, tq2).to(at::kFloat) - alpha * next.log_prob.to(at::kFloat);
-      auto discount = b.discount.defined() ? b.discount : torch::full({}, *cfg_.gamma, v.options());
-      target = b.reward + discount * (1.0 - b.terminated) * v;
-    }
-
-    at::Tensor td;
-    {
+    at::Tensor critic_grad, critic_loss, td, q_mean;
+    auto critic_part = [&] {
+      at::Tensor target;
+      {  // soft Bellman target, in float32 and without gradients
+        torch::NoGradGuard no_grad;
+        auto guard = ctx.autocast();
+        auto next = actor_->sample(b.next_obs, noise_next);
+        auto [tq1, tq2] = critic_target_->forward(b.next_obs, next.action);
+        auto v = at::min(tq1, tq2).to(at::kFloat) - alpha * next.log_prob.to(at::kFloat);
+        auto discount = b.discount.defined() ? b.discount : torch::full({}, *cfg_.gamma, v.options());
+        target = b.reward + discount * (1.0 - b.terminated) * v;
+      }
       auto guard = ctx.autocast();
       auto [q1, q2] = critic_->forward(b.obs, b.action);
       auto e1 = q1.to(at::kFloat) - target, e2 = q2.to(at::kFloat) - target;
       auto per_sample = 0.5 * (e1.square() + e2.square());
-      auto critic_loss = b.weight.defined() ? (b.weight * per_sample).mean() : per_sample.mean();
-      ctx.minimize(critic_loss, *critic_opt_, cfg_.max_grad_norm);
+      critic_loss = b.weight.defined() ? (b.weight * per_sample).mean() : per_sample.mean();
+      critic_grad = ctx.gradient(critic_loss, critic_opt_);
       td = 0.5 * (e1.abs() + e2.abs()).detach();
-      info.metrics.emplace_back("critic_loss", critic_loss.item().toDouble());
-      info.metrics.emplace_back("q_mean", q1.detach().mean().item().toDouble());
-    }
+      q_mean = q1.detach().mean();
+    };
 
-    if (updates_ % cfg_.actor_update_freq == 0) {
+    at::Tensor actor_grad, alpha_grad, actor_loss, alpha_loss, entropy;
+    auto actor_part = [&] {
       auto guard = ctx.autocast();
-      auto s = actor_->sample(b.obs);
+      auto s = actor_->sample(b.obs, noise_obs);
       auto [q1, q2] = critic_->forward(b.obs, s.action);
       auto log_prob = s.log_prob.to(at::kFloat);
-      auto actor_loss = (alpha * log_prob - at::min(q1, q2).to(at::kFloat)).mean();
-      ctx.minimize(actor_loss, *actor_opt_, cfg_.max_grad_norm);
-      info.metrics.emplace_back("actor_loss", actor_loss.item().toDouble());
-      info.metrics.emplace_back("entropy", -log_prob.detach().mean().item().toDouble());
+      actor_loss = (alpha * log_prob - at::min(q1, q2).to(at::kFloat)).mean();
+      actor_grad = ctx.gradient(actor_loss, actor_opt_);
+      entropy = -log_prob.detach().mean();
       if (cfg_.auto_alpha) {
-        auto alpha_loss = -(log_alpha_ * (log_prob.detach() + target_entropy_)).mean();
-        ctx.minimize(alpha_loss, *alpha_opt_);
+        alpha_loss = -(log_alpha_ * (log_prob.detach() + target_entropy_)).mean();
+        alpha_grad = ctx.gradient(alpha_loss, alpha_opt_);
+      }
+    };
+
+    if (actor_step) ctx.concurrently({critic_part, actor_part});
+    else critic_part();
+
+    UpdateInfo info;
+    ctx.apply(critic_opt_, critic_grad, cfg_.max_grad_norm);
+    info.metrics.emplace_back("critic_loss", critic_loss.item().toDouble());
+    info.metrics.emplace_back("q_mean", q_mean.item().toDouble());
+    if (actor_step) {
+      ctx.apply(actor_opt_, actor_grad, cfg_.max_grad_norm);
+      info.metrics.emplace_back("actor_loss", actor_loss.item().toDouble());
+      info.metrics.emplace_back("entropy", entropy.item().toDouble());
+      if (cfg_.auto_alpha) {
+        ctx.apply(alpha_opt_, alpha_grad);
         info.metrics.emplace_back("alpha_loss", alpha_loss.item().toDouble());
       }
     }
@@ -3482,8 +3777,7 @@ class BasicSAC {
 
     if (updates_ % cfg_.target_update_freq == 0) {
       torch::NoGradGuard no_grad;
-      at::_foreach_mul_(target_params_, 1.0 - cfg_.tau);
-      at::_foreach_add_(target_params_, critic_params_, *cfg_.tau);
+      target_.flat().lerp_(critic_opt_.parameters().flat(), *cfg_.tau);
     }
     ++updates_;
     info.td_error = td;
@@ -3506,8 +3800,9 @@ class BasicSAC {
   Critic critic_{nullptr}, critic_target_{nullptr};
   at::Tensor log_alpha_;
   double target_entropy_ = 0.0;
-  std::unique_ptr<torch::optim::Adam> actor_opt_, critic_opt_, alpha_opt_;
-  std::vector<at::Tensor> critic_params_, target_params_;
+  std::int64_t act_dim_ = 0;
+  FlatAdam actor_opt_, critic_opt_, alpha_opt_;
+  FlatParameters target_;
   std::int64_t updates_ = 0;
 };
 
@@ -4150,6 +4445,10 @@ struct RunConfig {
   Param<int, "threads", "intra-op threads of torch (1 is fastest for small nets on CPU)",
         in_range(1, 1024)>
       threads{1};
+  Param<int, "update_threads",
+        "threads computing an update's independent gradients at once (CPU; SAC: critic and actor)",
+        in_range(1, 64)>
+      update_threads{1};
   Param<std::int64_t, "log_interval", "env steps between log lines and CSV rows", at_least(1)>
       log_interval{1000};
   Param<ProgressMode, "progress", "auto: a bar on a terminal, lines otherwise"> progress{
@@ -4185,6 +4484,8 @@ struct TrainConfig {
 /// buffer, update on the schedule, evaluate, log. A custom main may call the phases itself
 /// (`collect`, `update`, `evaluate`); `fit()` runs them all.
 
+#include <ATen/Context.h>
+#include <torch/csrc/autograd/anomaly_mode.h>
 #include <torch/utils.h>
 
 #include <algorithm>
@@ -4263,9 +4564,10 @@ class BasicTrainer {
     ctx_.world_size = parallel_->world_size();
     if constexpr (X::needs_cuda) {
       if (!ctx_.device.is_cuda())
-        throw DeviceError(std::string(X::name) + " autocast needs a CUDA device but run.device is " +
-                          ctx_.device.str() + "; use BF16 on CPU");
+        throw DeviceError("FP16 autocast needs a CUDA device; use BF16 on CPU (run.device is " +
+                          ctx_.device.str() + ")");
     }
+    apply_precision_settings();
     ctx_.lr_scale = lr_scale();
     seed_torch(ctx_);
 
@@ -4294,6 +4596,10 @@ class BasicTrainer {
     so.device = ctx_.device;
     so.autocast = X::autocast;
     so.autocast_dtype = X::compute_dtype;
+    so.threads = cfg_.run->update_threads;
+    if constexpr (X::loss_scaling)
+      so.loss_scaling = LossScaler::Options{cfg_.precision->init_scale, cfg_.precision->growth_factor,
+                                            cfg_.precision->backoff_factor, cfg_.precision->growth_interval};
     if (parallel_->world_size() > 1)
       so.all_reduce_mean = [p = parallel_.get()](std::vector<at::Tensor>& g) { p->all_reduce_mean(g); };
     step_ctx_ = StepContext(std::move(so));
@@ -4432,6 +4738,28 @@ class BasicTrainer {
     return c;
   }
 
+  // Process-wide switches of the precision policy, set once here.
+  void apply_precision_settings() {
+    auto& g = at::globalContext();
+    g.setBenchmarkCuDNN(cfg_.precision->cudnn_benchmark);
+    torch::autograd::AnomalyMode::set_enabled(cfg_.precision->detect_anomaly);
+    g.setAllowTF32CuBLAS(X::allow_tf32);
+    g.setAllowTF32CuDNN(X::allow_tf32);
+    if (X::allow_tf32 && !ctx_.device.is_cuda())
+      notes_.push_back("precision: TF32 changes only CUDA matrix products; on the CPU this run is FP32");
+    if (cfg_.precision->detect_anomaly)
+      notes_.push_back("precision: autograd anomaly detection is on (slow; for debugging NaNs)");
+    if (!ctx_.device.is_cuda()) {
+      const BlasInfo b = blas_info();
+      if (b.reference)
+        notes_.push_back("cpu: Torch uses the reference BLAS (" + b.library +
+                         "): matrix products are about 10x slower; run scripts/install-deps.sh");
+      else if (b.openblas)
+        notes_.push_back("cpu: OpenBLAS" + (b.core.empty() ? std::string() : " (" + b.core + " kernels)") +
+                         ", " + std::to_string(at::get_num_threads()) + " intra-op thread(s)");
+    }
+  }
+
   double lr_scale() const {
     switch (*cfg_.train->lr_scaling) {
       case LrScaling::none: return 1.0;
@@ -4515,6 +4843,7 @@ class BasicTrainer {
                       ", " + std::to_string(*cfg_.env->num_envs) + " env(s), device " +
                       ctx_.device.str() + ", " + std::to_string(*cfg_.train->steps) +
                       " steps, config hash " + config_hash_hex(cfg_));
+    for (const auto& n : notes_) progress_.message(n);
   }
 
   void log_row() {
@@ -4587,6 +4916,7 @@ class BasicTrainer {
 
   Config cfg_;
   std::string program_;
+  std::vector<std::string> notes_;  ///< said once when the run starts
   std::unique_ptr<P> parallel_;
   RunContext ctx_;
   std::unique_ptr<envs::VecEnvBase> venv_;

@@ -119,8 +119,8 @@ class NarrowActorImpl : public torch::nn::Cloneable<NarrowActorImpl> {
   };
   NarrowActorImpl(std::int64_t obs, std::int64_t act, const Config& c) : obs_(obs), act_(act), c_(c) { reset(); }
   void reset() override { net_ = register_module("net", nn::Mlp(obs_, std::vector<std::int64_t>{*c_.width}, act_)); }
-  nn::PolicySample sample(const at::Tensor& o) {
-    auto u = net_->forward(o) + 0.1 * torch::randn({o.size(0), act_});
+  nn::PolicySample sample(const at::Tensor& o, const at::Tensor& noise) {
+    auto u = net_->forward(o) + 0.1 * noise;
     auto logp = torch::full({o.size(0)}, -1.0) - (1 - u.tanh().square() + 1e-6).log().sum(-1);
     return {u.tanh(), logp};
   }
@@ -143,6 +143,27 @@ TEST_CASE("SAC: a user network plugs into BasicSAC and brings its own config sec
   StepContext ctx;
   auto info = sac.update(random_batch(8), ctx);
   CHECK_FALSE(info.metrics.empty());
+  (void)sac.act(torch::randn({2, 3}), ActMode::explore);
   const auto keys = flatten(cfg);
   CHECK(std::any_of(keys.begin(), keys.end(), [](const auto& kv) { return kv.first == "actor.width"; }));
+}
+
+TEST_CASE("SAC: an update gives the same result with one thread and with two") {
+  auto run = [](int threads) {
+    torch::manual_seed(6);
+    SAC sac(envs::spec_of(envs::Pendulum{}), small(), RunContext{});
+    StepContext::Options o;
+    o.threads = threads;
+    StepContext ctx(o);
+    torch::manual_seed(7);
+    for (int i = 0; i < 5; ++i) sac.update(random_batch(16), ctx);
+    std::vector<at::Tensor> w;
+    for (auto& p : sac.actor()->parameters()) w.push_back(p.detach().clone());
+    for (auto& p : sac.critic()->parameters()) w.push_back(p.detach().clone());
+    w.push_back(torch::tensor(sac.alpha()));
+    return w;
+  };
+  auto one = run(1), two = run(2);
+  REQUIRE(one.size() == two.size());
+  for (std::size_t i = 0; i < one.size(); ++i) CHECK(torch::equal(one[i], two[i]));
 }

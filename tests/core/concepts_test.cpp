@@ -54,6 +54,6 @@ TEST_CASE("Concepts: FP16 on a CPU device is refused at construction with a clea
     T t(envs::Pendulum{}, c);
     FAIL("FP16 on the CPU must be refused");
   } catch (const DeviceError& e) {
-    CHECK(std::string(e.what()) == "fp16 autocast needs a CUDA device but run.device is cpu; use BF16 on CPU");
+    CHECK(std::string(e.what()) == "FP16 autocast needs a CUDA device; use BF16 on CPU (run.device is cpu)");
   }
 }

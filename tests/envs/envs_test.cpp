@@ -44,6 +44,62 @@ StepResult step_with(E& env, float a) {
 
 std::vector<float> copy(std::span<const float> s) { return {s.begin(), s.end()}; }
 
+/// What one step did, copied out of the env so that it outlives the env.
+struct Outcome {
+  std::vector<float> observation;
+  double reward = 0.0;
+};
+
+/// Step a fresh one-dimensional Box env from state `s` with the scalar action `a`, so a
+/// test can compare two actions (or two states) without one env's step touching the other.
+template <class E>
+Outcome step_from(const typename E::State& s, float a) {
+  E env;
+  env.set_state(s);
+  const StepResult r = step_with(env, a);
+  return {copy(r.observation), r.reward};
+}
+
+/// Compare a Box with its published bounds, low and high apart so a failure says which.
+void check_bounds(const Box& box, const std::vector<float>& low, const std::vector<float>& high) {
+  CHECK(box.low == low);
+  CHECK(box.high == high);
+}
+
+/// Run `env` to its time limit with `step_once`: no step before step `limit` may end the
+/// episode, and step `limit` must truncate it without terminating it. Returns that last
+/// step's result for the env's own checks.
+template <class E, class StepOnce>
+StepResult check_truncates_at(E& env, std::int64_t limit, StepOnce step_once) {
+  for (std::int64_t i = 1; i < limit; ++i) {
+    const StepResult r = step_once();
+    REQUIRE_FALSE(r.terminated);
+    REQUIRE_FALSE(r.truncated);
+  }
+  const StepResult last = step_once();
+  CHECK(last.truncated);
+  CHECK_FALSE(last.terminated);
+  CHECK(env.elapsed_steps() == limit);
+  return last;
+}
+
+/// Check the reset contract every env shares: a seed fixes the start, even after
+/// `step_once` has moved the episode on; another seed gives another start; and each of
+/// 200 seeded starts lies in the observation space and passes the env's own
+/// `check_start`, called with the start's observation.
+template <class E, class StepOnce, class CheckStart>
+void check_seeded_resets(E& env, StepOnce step_once, CheckStart check_start) {
+  const std::vector<float> first = copy(env.reset(42));
+  step_once();
+  CHECK(copy(env.reset(42)) == first);
+  CHECK(copy(env.reset(43)) != first);
+  for (std::uint64_t seed = 0; seed < 200; ++seed) {
+    const std::span<const float> obs = env.reset(seed);
+    CHECK(env.observation_space().contains(obs));
+    check_start(obs);
+  }
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------------------------------
@@ -78,16 +134,14 @@ TEST_CASE("Pendulum: one step matches the published dynamics computed by hand") 
 }
 
 TEST_CASE("Pendulum: the cost normalises the angle and the speed is clipped to 8") {
-  Pendulum a;
-  Pendulum b;
-  a.set_state({.theta = 0.5, .theta_dot = 0.0});
-  b.set_state({.theta = 0.5 + 3 * 2 * kPi, .theta_dot = 0.0});  // three turns further
-  CHECK(step_with(a, 0.0f).reward == near(step_with(b, 0.0f).reward));
+  const Outcome a = step_from<Pendulum>({.theta = 0.5, .theta_dot = 0.0}, 0.0f);
+  const Outcome b =  // three turns further
+      step_from<Pendulum>({.theta = 0.5 + 3 * 2 * kPi, .theta_dot = 0.0}, 0.0f);
+  CHECK(a.reward == near(b.reward));
 
   // theta = 3.5 is 3.5 - 2 pi = -2.7831853 from upright: cost 2.7831853^2 = 7.7461204.
-  Pendulum c;
-  c.set_state({.theta = 3.5, .theta_dot = 0.0});
-  CHECK(step_with(c, 0.0f).reward == near(-(3.5 - 2 * kPi) * (3.5 - 2 * kPi)));
+  const Outcome c = step_from<Pendulum>({.theta = 3.5, .theta_dot = 0.0}, 0.0f);
+  CHECK(c.reward == near(-(3.5 - 2 * kPi) * (3.5 - 2 * kPi)));
   CHECK(Pendulum::normalize_angle(3.5) == near(3.5 - 2 * kPi));
   CHECK(Pendulum::normalize_angle(-3.5) == near(-3.5 + 2 * kPi));
 
@@ -102,40 +156,24 @@ TEST_CASE("Pendulum: the cost normalises the angle and the speed is clipped to 8
 
 TEST_CASE("Pendulum: an out-of-range torque acts exactly as the bound it is clipped to") {
   for (const auto [outside, bound] : {std::array{5.0f, 2.0f}, std::array{-100.0f, -2.0f}}) {
-    Pendulum clipped;
-    Pendulum at_bound;
-    clipped.set_state({.theta = 1.0, .theta_dot = 0.5});
-    at_bound.set_state({.theta = 1.0, .theta_dot = 0.5});
-    const StepResult r1 = step_with(clipped, outside);
-    const std::vector<float> obs1 = copy(r1.observation);
-    const StepResult r2 = step_with(at_bound, bound);
-    CHECK(obs1 == copy(r2.observation));
-    CHECK(r1.reward == r2.reward);  // the cost uses the clipped torque too
+    const Pendulum::State start{.theta = 1.0, .theta_dot = 0.5};
+    const Outcome clipped = step_from<Pendulum>(start, outside);
+    const Outcome at_bound = step_from<Pendulum>(start, bound);
+    CHECK(clipped.observation == at_bound.observation);
+    CHECK(clipped.reward == at_bound.reward);  // the cost uses the clipped torque too
   }
 }
 
 TEST_CASE("Pendulum: spaces have the published bounds") {
   const Pendulum env;
-  const Box obs = env.observation_space();
-  CHECK(obs.low == std::vector<float>{-1.0f, -1.0f, -8.0f});
-  CHECK(obs.high == std::vector<float>{1.0f, 1.0f, 8.0f});
-  const Box act = env.action_space();
-  CHECK(act.low == std::vector<float>{-2.0f});
-  CHECK(act.high == std::vector<float>{2.0f});
+  check_bounds(env.observation_space(), {-1.0f, -1.0f, -8.0f}, {1.0f, 1.0f, 8.0f});
+  check_bounds(env.action_space(), {-2.0f}, {2.0f});
 }
 
 TEST_CASE("Pendulum: the time limit truncates at step 200 and not before") {
   Pendulum env;
   env.reset(7);
-  for (int i = 1; i < 200; ++i) {
-    const StepResult r = step_with(env, 0.0f);
-    REQUIRE_FALSE(r.truncated);
-    REQUIRE_FALSE(r.terminated);
-  }
-  const StepResult last = step_with(env, 0.0f);
-  CHECK(last.truncated);
-  CHECK_FALSE(last.terminated);
-  CHECK(env.elapsed_steps() == 200);
+  check_truncates_at(env, 200, [&] { return step_with(env, 0.0f); });
   CHECK_THROWS_WITH_AS(
       step_with(env, 0.0f),
       "Pendulum-v1: step 200: the episode has ended (truncated at the time limit); "
@@ -148,18 +186,12 @@ TEST_CASE("Pendulum: the time limit truncates at step 200 and not before") {
 
 TEST_CASE("Pendulum: reset draws the published start state, reproducibly from the seed") {
   Pendulum env;
-  const std::vector<float> first = copy(env.reset(42));
-  step_with(env, 1.0f);
-  CHECK(copy(env.reset(42)) == first);
-  CHECK(copy(env.reset(43)) != first);
-  for (std::uint64_t seed = 0; seed < 200; ++seed) {
-    const auto obs = env.reset(seed);
-    CHECK(env.observation_space().contains(obs));
+  check_seeded_resets(env, [&] { step_with(env, 1.0f); }, [&](std::span<const float>) {
     CHECK(env.state().theta >= -kPi);
     CHECK(env.state().theta < kPi);
     CHECK(std::abs(env.state().theta_dot) <= 1.0);
     CHECK(env.elapsed_steps() == 0);
-  }
+  });
 }
 
 TEST_CASE("Pendulum: a NaN or infinite torque throws and names the env and the step") {
@@ -280,10 +312,9 @@ TEST_CASE("CartPole: the episode terminates when the pole passes 12 degrees or t
 
 TEST_CASE("CartPole: spaces have the published bounds") {
   const CartPole env;
-  const Box obs = env.observation_space();
   const auto theta_high = static_cast<float>(12 * 2 * kPi / 360 * 2);  // 24 degrees
-  CHECK(obs.high == std::vector<float>{4.8f, kInf, theta_high, kInf});
-  CHECK(obs.low == std::vector<float>{-4.8f, -kInf, -theta_high, -kInf});
+  check_bounds(env.observation_space(), {-4.8f, -kInf, -theta_high, -kInf},
+               {4.8f, kInf, theta_high, kInf});
   CHECK(theta_high == near(0.4188790205));
   CHECK(env.action_space().n == 2);
 }
@@ -295,33 +326,22 @@ TEST_CASE("CartPole: the time limit truncates at step 500 and not before") {
   const auto policy = [](const std::vector<float>& o) -> std::int64_t {
     return o[2] + 0.5 * o[3] + 0.05 * o[0] + 0.1 * o[1] > 0 ? 1 : 0;
   };
-  for (int i = 1; i < 500; ++i) {
+  check_truncates_at(env, 500, [&] {
     const StepResult r = env.step(policy(obs));
-    REQUIRE_FALSE(r.terminated);
-    REQUIRE_FALSE(r.truncated);
     obs = copy(r.observation);
-  }
-  const StepResult last = env.step(policy(obs));
-  CHECK(last.truncated);
-  CHECK_FALSE(last.terminated);
-  CHECK(env.elapsed_steps() == 500);
+    return r;
+  });
   CHECK_THROWS_AS(env.step(0), EnvError);
 }
 
 TEST_CASE("CartPole: reset draws the published start state, reproducibly from the seed") {
   CartPole env;
-  const std::vector<float> first = copy(env.reset(42));
-  env.step(1);
-  CHECK(copy(env.reset(42)) == first);
-  CHECK(copy(env.reset(43)) != first);
-  for (std::uint64_t seed = 0; seed < 200; ++seed) {
-    const auto obs = env.reset(seed);
-    CHECK(env.observation_space().contains(obs));
+  check_seeded_resets(env, [&] { env.step(1); }, [](std::span<const float> obs) {
     for (const float v : obs) {
       CHECK(v >= -0.05f);
       CHECK(v <= 0.05f);
     }
-  }
+  });
 }
 
 TEST_CASE("CartPole: an action outside Discrete(2) throws and names the env and the step") {
@@ -413,56 +433,34 @@ TEST_CASE("MountainCarContinuous: reaching the goal moving right terminates with
 
 TEST_CASE("MountainCarContinuous: the force is clipped to [-1, 1] but the cost is not") {
   // As published: force = clip(action, -1, 1), reward -= 0.1 * action^2 (unclipped).
-  MountainCarContinuous clipped;
-  MountainCarContinuous at_bound;
-  clipped.set_state({.position = -0.5, .velocity = 0.0});
-  at_bound.set_state({.position = -0.5, .velocity = 0.0});
-  const StepResult r1 = step_with(clipped, 3.0f);
-  const std::vector<float> obs1 = copy(r1.observation);
-  const StepResult r2 = step_with(at_bound, 1.0f);
-  CHECK(obs1 == copy(r2.observation));
-  CHECK(r1.reward == near(-0.1 * 3.0 * 3.0));  // -0.9
-  CHECK(r2.reward == near(-0.1 * 1.0 * 1.0));  // -0.1
+  const MountainCarContinuous::State start{.position = -0.5, .velocity = 0.0};
+  const Outcome clipped = step_from<MountainCarContinuous>(start, 3.0f);
+  const Outcome at_bound = step_from<MountainCarContinuous>(start, 1.0f);
+  CHECK(clipped.observation == at_bound.observation);
+  CHECK(clipped.reward == near(-0.1 * 3.0 * 3.0));  // -0.9
+  CHECK(at_bound.reward == near(-0.1 * 1.0 * 1.0));  // -0.1
 }
 
 TEST_CASE("MountainCarContinuous: spaces have the published bounds") {
   const MountainCarContinuous env;
-  const Box obs = env.observation_space();
-  CHECK(obs.low == std::vector<float>{-1.2f, -0.07f});
-  CHECK(obs.high == std::vector<float>{0.6f, 0.07f});
-  const Box act = env.action_space();
-  CHECK(act.low == std::vector<float>{-1.0f});
-  CHECK(act.high == std::vector<float>{1.0f});
+  check_bounds(env.observation_space(), {-1.2f, -0.07f}, {0.6f, 0.07f});
+  check_bounds(env.action_space(), {-1.0f}, {1.0f});
 }
 
 TEST_CASE("MountainCarContinuous: the time limit truncates at step 999 and not before") {
   MountainCarContinuous env;
   env.reset(3);
   // With no throttle the car only rocks in the valley; it cannot reach the goal.
-  for (int i = 1; i < 999; ++i) {
-    const StepResult r = step_with(env, 0.0f);
-    REQUIRE_FALSE(r.terminated);
-    REQUIRE_FALSE(r.truncated);
-  }
-  const StepResult last = step_with(env, 0.0f);
-  CHECK(last.truncated);
-  CHECK_FALSE(last.terminated);
-  CHECK(env.elapsed_steps() == 999);
+  check_truncates_at(env, 999, [&] { return step_with(env, 0.0f); });
 }
 
 TEST_CASE("MountainCarContinuous: reset draws the published start state, reproducibly") {
   MountainCarContinuous env;
-  const std::vector<float> first = copy(env.reset(42));
-  step_with(env, 1.0f);
-  CHECK(copy(env.reset(42)) == first);
-  CHECK(copy(env.reset(43)) != first);
-  for (std::uint64_t seed = 0; seed < 200; ++seed) {
-    const auto obs = env.reset(seed);
-    CHECK(env.observation_space().contains(obs));
+  check_seeded_resets(env, [&] { step_with(env, 1.0f); }, [&](std::span<const float>) {
     CHECK(env.state().position >= -0.6);
     CHECK(env.state().position < -0.4);
     CHECK(env.state().velocity == 0.0);
-  }
+  });
 }
 
 TEST_CASE("MountainCarContinuous: bad actions and stepping before reset throw") {
@@ -601,11 +599,10 @@ TEST_CASE("Acrobot: swinging the tip above the line terminates with reward 0") {
 
 TEST_CASE("Acrobot: spaces have the published bounds") {
   const Acrobot env;
-  const Box obs = env.observation_space();
   const auto v1 = static_cast<float>(4 * kPi);
   const auto v2 = static_cast<float>(9 * kPi);
-  CHECK(obs.high == std::vector<float>{1.0f, 1.0f, 1.0f, 1.0f, v1, v2});
-  CHECK(obs.low == std::vector<float>{-1.0f, -1.0f, -1.0f, -1.0f, -v1, -v2});
+  check_bounds(env.observation_space(), {-1.0f, -1.0f, -1.0f, -1.0f, -v1, -v2},
+               {1.0f, 1.0f, 1.0f, 1.0f, v1, v2});
   CHECK(env.action_space().n == 3);
 }
 
@@ -613,33 +610,19 @@ TEST_CASE("Acrobot: the time limit truncates at step 500 and not before") {
   Acrobot env;
   env.reset(9);
   // Without torque the acrobot only sways near the bottom; it cannot swing up.
-  for (int i = 1; i < 500; ++i) {
-    const StepResult r = env.step(1);
-    REQUIRE_FALSE(r.terminated);
-    REQUIRE_FALSE(r.truncated);
-  }
-  const StepResult last = env.step(1);
-  CHECK(last.truncated);
-  CHECK_FALSE(last.terminated);
+  const StepResult last = check_truncates_at(env, 500, [&] { return env.step(1); });
   CHECK(last.reward == -1.0);
-  CHECK(env.elapsed_steps() == 500);
 }
 
 TEST_CASE("Acrobot: reset draws the published start state, reproducibly from the seed") {
   Acrobot env;
-  const std::vector<float> first = copy(env.reset(42));
-  env.step(0);
-  CHECK(copy(env.reset(42)) == first);
-  CHECK(copy(env.reset(43)) != first);
-  for (std::uint64_t seed = 0; seed < 200; ++seed) {
-    const auto obs = env.reset(seed);
-    CHECK(env.observation_space().contains(obs));
+  check_seeded_resets(env, [&] { env.step(0); }, [&](std::span<const float>) {
     const Acrobot::State s = env.state();
     for (const double v : {s.theta1, s.theta2, s.theta1_dot, s.theta2_dot}) {
       CHECK(std::abs(v) <= 0.1f);
       CHECK(v == static_cast<double>(static_cast<float>(v)));  // rounded to float32
     }
-  }
+  });
 }
 
 TEST_CASE("Acrobot: an action outside Discrete(3) and stepping before reset throw") {

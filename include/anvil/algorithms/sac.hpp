@@ -7,7 +7,6 @@
 /// gamma 0.99, tau 0.005, 256x256 networks, target entropy -|A|.
 
 #include <torch/nn/module.h>
-#include <torch/optim/adam.h>
 #include <torch/utils.h>
 
 #include <cmath>
@@ -23,6 +22,7 @@
 #include <anvil/envs/env.hpp>
 #include <anvil/nn/gaussian_actor.hpp>
 #include <anvil/nn/twin_q.hpp>
+#include <anvil/train/flat_adam.hpp>
 #include <anvil/train/step_context.hpp>
 
 namespace anvil {
@@ -32,14 +32,15 @@ template <class M>
 using module_config_t = typename M::ContainedType::Config;
 }  // namespace detail
 
-/// What SAC needs of its actor: built from (obs_dim, act_dim, Config); `sample(obs)` gives a
-/// reparameterised action in [-1, 1] with its log-density; `mode(obs)` the deterministic one.
+/// What SAC needs of its actor: built from (obs_dim, act_dim, Config); `sample(obs, noise)`
+/// gives a reparameterised action in [-1, 1] with its log-density from standard normal
+/// noise [B, act_dim]; `mode(obs)` the deterministic action.
 template <class Actor>
 concept SquashedPolicyNetwork =
     requires { typename detail::module_config_t<Actor>; } &&
     std::constructible_from<Actor, std::int64_t, std::int64_t, const detail::module_config_t<Actor>&> &&
-    requires(Actor& a, const at::Tensor& obs) {
-      { a->sample(obs) } -> std::same_as<nn::PolicySample>;
+    requires(Actor& a, const at::Tensor& obs, const at::Tensor& noise) {
+      { a->sample(obs, noise) } -> std::same_as<nn::PolicySample>;
       { a->mode(obs) } -> std::same_as<at::Tensor>;
       { a->clone() };
     };
@@ -62,7 +63,7 @@ template <class Actor = nn::GaussianActor, class Critic = nn::TwinQ>
 class BasicSAC {
   static_assert(SquashedPolicyNetwork<Actor>,
                 "BasicSAC<Actor, ...>: Actor must be a torch module holder built from "
-                "(obs_dim, act_dim, Config) with sample(obs) -> nn::PolicySample and "
+                "(obs_dim, act_dim, Config) with sample(obs, noise) -> nn::PolicySample and "
                 "mode(obs) -> Tensor; see nn::GaussianActor");
   static_assert(TwinCriticNetwork<Critic>,
                 "BasicSAC<..., Critic>: Critic must be a torch module holder built from "
@@ -107,6 +108,7 @@ class BasicSAC {
         throw ConfigError("SAC squashes actions into the action space's bounds, but " + spec.name +
                           "'s action " + std::to_string(i) + " is unbounded");
     const auto od = spec.obs_dim(), ad = spec.action_dim();
+    act_dim_ = ad;
     actor_ = Actor(od, ad, *cfg.actor);
     critic_ = Critic(od, ad, *cfg.critic);
     critic_target_ = std::dynamic_pointer_cast<typename Critic::ContainedType>(critic_->clone());
@@ -117,67 +119,89 @@ class BasicSAC {
     log_alpha_ = torch::full({1}, std::log(*cfg.init_alpha),
                              torch::TensorOptions().device(device_).requires_grad(true));
     target_entropy_ = -cfg.target_entropy_scale * static_cast<double>(ad);
+    // Each network's parameters move into one flat buffer: Adam, clipping, all-reduce and
+    // the Polyak average become a handful of ops (see train/flat_adam.hpp).
     const double s = ctx.lr_scale;
-    actor_opt_ = std::make_unique<torch::optim::Adam>(actor_->parameters(),
-                                                      torch::optim::AdamOptions(cfg.actor_lr * s));
-    critic_opt_ = std::make_unique<torch::optim::Adam>(critic_->parameters(),
-                                                       torch::optim::AdamOptions(cfg.critic_lr * s));
-    alpha_opt_ = std::make_unique<torch::optim::Adam>(std::vector<at::Tensor>{log_alpha_},
-                                                      torch::optim::AdamOptions(cfg.alpha_lr * s));
-    critic_params_ = critic_->parameters();
-    target_params_ = critic_target_->parameters();
+    actor_opt_ = FlatAdam(actor_->parameters(), {.lr = cfg.actor_lr * s});
+    critic_opt_ = FlatAdam(critic_->parameters(), {.lr = cfg.critic_lr * s});
+    alpha_opt_ = FlatAdam({log_alpha_}, {.lr = cfg.alpha_lr * s});
+    target_ = FlatParameters(critic_target_->parameters());
   }
 
   /// Actions in [-1, 1] for a batch of observations: sampled to explore, or the mean.
   at::Tensor act(const at::Tensor& obs, ActMode mode) {
     torch::NoGradGuard no_grad;
     auto o = obs.to(device_, at::kFloat);
-    return mode == ActMode::explore ? actor_->sample(o).action : actor_->mode(o);
+    return mode == ActMode::explore
+               ? actor_->sample(o, at::randn({o.size(0), act_dim_}, o.options())).action
+               : actor_->mode(o);
   }
 
-  /// One SAC update: critic, then (every actor_update_freq) actor and temperature, then
-  /// (every target_update_freq) the Polyak average of the target critic.
+  /// One SAC update. The critic loss, the actor loss and the temperature loss are all
+  /// computed from the parameters as they were before this update, as in the authors'
+  /// reference implementation (which runs the three training ops in one session call); so
+  /// the critic's and the actor's gradients are independent and `ctx` computes them at
+  /// once when it has two threads, with the same result as one after another. Then the
+  /// optimizers step, and (every target_update_freq updates) the target critic moves
+  /// towards the critic by Polyak averaging. The actor and temperature update every
+  /// actor_update_freq updates.
   UpdateInfo update(const ReplayBatch& b, StepContext& ctx) {
-    UpdateInfo info;
     const auto alpha = log_alpha_.detach().exp();
+    const bool actor_step = updates_ % cfg_.actor_update_freq == 0;
+    // Noise drawn here, in a fixed order, so the update is reproducible on any thread count.
+    const auto noise_next = at::randn({b.obs.size(0), act_dim_}, b.obs.options());
+    const auto noise_obs = actor_step ? at::randn({b.obs.size(0), act_dim_}, b.obs.options()) : at::Tensor();
 
-    // Soft Bellman target, in float32 and without gradients.
-    at::Tensor target;
-    {
-      torch::NoGradGuard no_grad;
-      auto guard = ctx.autocast();
-      auto next = actor_->sample(b.next_obs);
-      auto [tq1, tq2] = critic_target_->forward(b.next_obs, next.action);
-      auto v = at::min(tq1, tq2).to(at::kFloat) - alpha * next.log_prob.to(at::kFloat);
-      auto discount = b.discount.defined() ? b.discount : torch::full({}, *cfg_.gamma, v.options());
-      target = b.reward + discount * (1.0 - b.terminated) * v;
-    }
-
-    at::Tensor td;
-    {
+    at::Tensor critic_grad, critic_loss, td, q_mean;
+    auto critic_part = [&] {
+      at::Tensor target;
+      {  // soft Bellman target, in float32 and without gradients
+        torch::NoGradGuard no_grad;
+        auto guard = ctx.autocast();
+        auto next = actor_->sample(b.next_obs, noise_next);
+        auto [tq1, tq2] = critic_target_->forward(b.next_obs, next.action);
+        auto v = at::min(tq1, tq2).to(at::kFloat) - alpha * next.log_prob.to(at::kFloat);
+        auto discount = b.discount.defined() ? b.discount : torch::full({}, *cfg_.gamma, v.options());
+        target = b.reward + discount * (1.0 - b.terminated) * v;
+      }
       auto guard = ctx.autocast();
       auto [q1, q2] = critic_->forward(b.obs, b.action);
       auto e1 = q1.to(at::kFloat) - target, e2 = q2.to(at::kFloat) - target;
       auto per_sample = 0.5 * (e1.square() + e2.square());
-      auto critic_loss = b.weight.defined() ? (b.weight * per_sample).mean() : per_sample.mean();
-      ctx.minimize(critic_loss, *critic_opt_, cfg_.max_grad_norm);
+      critic_loss = b.weight.defined() ? (b.weight * per_sample).mean() : per_sample.mean();
+      critic_grad = ctx.gradient(critic_loss, critic_opt_);
       td = 0.5 * (e1.abs() + e2.abs()).detach();
-      info.metrics.emplace_back("critic_loss", critic_loss.item().toDouble());
-      info.metrics.emplace_back("q_mean", q1.detach().mean().item().toDouble());
-    }
+      q_mean = q1.detach().mean();
+    };
 
-    if (updates_ % cfg_.actor_update_freq == 0) {
+    at::Tensor actor_grad, alpha_grad, actor_loss, alpha_loss, entropy;
+    auto actor_part = [&] {
       auto guard = ctx.autocast();
-      auto s = actor_->sample(b.obs);
+      auto s = actor_->sample(b.obs, noise_obs);
       auto [q1, q2] = critic_->forward(b.obs, s.action);
       auto log_prob = s.log_prob.to(at::kFloat);
-      auto actor_loss = (alpha * log_prob - at::min(q1, q2).to(at::kFloat)).mean();
-      ctx.minimize(actor_loss, *actor_opt_, cfg_.max_grad_norm);
-      info.metrics.emplace_back("actor_loss", actor_loss.item().toDouble());
-      info.metrics.emplace_back("entropy", -log_prob.detach().mean().item().toDouble());
+      actor_loss = (alpha * log_prob - at::min(q1, q2).to(at::kFloat)).mean();
+      actor_grad = ctx.gradient(actor_loss, actor_opt_);
+      entropy = -log_prob.detach().mean();
       if (cfg_.auto_alpha) {
-        auto alpha_loss = -(log_alpha_ * (log_prob.detach() + target_entropy_)).mean();
-        ctx.minimize(alpha_loss, *alpha_opt_);
+        alpha_loss = -(log_alpha_ * (log_prob.detach() + target_entropy_)).mean();
+        alpha_grad = ctx.gradient(alpha_loss, alpha_opt_);
+      }
+    };
+
+    if (actor_step) ctx.concurrently({critic_part, actor_part});
+    else critic_part();
+
+    UpdateInfo info;
+    ctx.apply(critic_opt_, critic_grad, cfg_.max_grad_norm);
+    info.metrics.emplace_back("critic_loss", critic_loss.item().toDouble());
+    info.metrics.emplace_back("q_mean", q_mean.item().toDouble());
+    if (actor_step) {
+      ctx.apply(actor_opt_, actor_grad, cfg_.max_grad_norm);
+      info.metrics.emplace_back("actor_loss", actor_loss.item().toDouble());
+      info.metrics.emplace_back("entropy", entropy.item().toDouble());
+      if (cfg_.auto_alpha) {
+        ctx.apply(alpha_opt_, alpha_grad);
         info.metrics.emplace_back("alpha_loss", alpha_loss.item().toDouble());
       }
     }
@@ -185,8 +209,7 @@ class BasicSAC {
 
     if (updates_ % cfg_.target_update_freq == 0) {
       torch::NoGradGuard no_grad;
-      at::_foreach_mul_(target_params_, 1.0 - cfg_.tau);
-      at::_foreach_add_(target_params_, critic_params_, *cfg_.tau);
+      target_.flat().lerp_(critic_opt_.parameters().flat(), *cfg_.tau);
     }
     ++updates_;
     info.td_error = td;
@@ -209,8 +232,9 @@ class BasicSAC {
   Critic critic_{nullptr}, critic_target_{nullptr};
   at::Tensor log_alpha_;
   double target_entropy_ = 0.0;
-  std::unique_ptr<torch::optim::Adam> actor_opt_, critic_opt_, alpha_opt_;
-  std::vector<at::Tensor> critic_params_, target_params_;
+  std::int64_t act_dim_ = 0;
+  FlatAdam actor_opt_, critic_opt_, alpha_opt_;
+  FlatParameters target_;
   std::int64_t updates_ = 0;
 };
 

@@ -4,10 +4,11 @@
 ///
 /// Two facts measured on the machines anvil is developed on (Debian bookworm, AVX-512
 /// CPUs): Debian's reference BLAS makes Torch's matrix products about 10x slower than
-/// OpenBLAS; and Debian's OpenBLAS 0.3.21 does not recognise newer AVX-512 CPU families and
-/// falls back to AVX2 kernels, where forcing its SkylakeX kernels
-/// (`OPENBLAS_CORETYPE=SkylakeX`) made a 256-wide SAC update 46% faster. OpenBLAS reads that
-/// variable only when it loads, so `prefer_fast_blas` restarts the program once with it
+/// OpenBLAS; and OpenBLAS's AVX-512 kernels (SkylakeX family) make a 256-wide SAC update about
+/// 46% faster than its AVX2 (Haswell) ones. OpenBLAS 0.3.21 picks AVX-512 kernels for the CPUs
+/// it knows; for one it does not know it may settle on AVX2 kernels. `prefer_fast_blas` then
+/// restarts the program once with `OPENBLAS_CORETYPE=SkylakeX` (OpenBLAS reads the variable
+/// only when it loads). It does nothing when the variable is already
 /// set. A user who sets OPENBLAS_CORETYPE themselves keeps their choice. Light header.
 
 #include <dlfcn.h>

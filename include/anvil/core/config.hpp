@@ -125,7 +125,10 @@ std::string type_name() {
   else if constexpr (std::same_as<T, std::string>) return "string";
   else if constexpr (NamedEnum<T>) {
     std::string s;
-    for (std::string_view n : enum_names(T{})) s += (s.empty() ? "" : "|") + std::string(n);
+    for (std::string_view n : enum_names(T{})) {
+      if (!s.empty()) s += '|';
+      s.append(n);
+    }
     return s;
   } else if constexpr (std::integral<T>) return std::is_unsigned_v<T> ? "uint" : "int";
   else if constexpr (std::floating_point<T>) return "float";

@@ -9,10 +9,10 @@
 #include <cstdint>
 #include <numbers>
 #include <span>
-#include <string>
 #include <string_view>
 
 #include <anvil/core/random.hpp>
+#include <anvil/envs/detail/episode.hpp>
 #include <anvil/envs/env.hpp>
 
 namespace anvil::envs {
@@ -119,22 +119,18 @@ struct Acrobot {
   /// 0 and the generator is left alone. For tests and for custom starts (curricula,
   /// evaluation from fixed states). Throws `EnvError` if a field is not finite.
   std::span<const float> set_state(const State& s) {
-    check_finite_state("theta1", s.theta1);
-    check_finite_state("theta2", s.theta2);
-    check_finite_state("theta1_dot", s.theta1_dot);
-    check_finite_state("theta2_dot", s.theta2_dot);
+    episode_.start({{"theta1", s.theta1},
+                    {"theta2", s.theta2},
+                    {"theta1_dot", s.theta1_dot},
+                    {"theta2_dot", s.theta2_dot}});
     state_ = s;
-    steps_ = 0;
-    phase_ = Phase::kRunning;
     write_observation();
     return obs_;
   }
 
   /// Apply elbow torque `action - 1` for dt.
   StepResult step(std::int64_t action) {
-    check_can_step();
-    if (!action_space().contains(action))
-      fail("action " + std::to_string(action) + " is not in Discrete(3)");
+    episode_.check_step(action, action_space());
     const double torque = static_cast<double>(action - 1);
 
     using Vec = std::array<double, 4>;
@@ -156,24 +152,18 @@ struct Acrobot {
     state_.theta2_dot = std::clamp(y[3], -kMaxVel2, kMaxVel2);
     write_observation();
 
-    ++steps_;
     const bool terminated =
         -std::cos(state_.theta1) - std::cos(state_.theta2 + state_.theta1) > kGoalHeight;
-    const bool truncated = !terminated && steps_ >= kMaxEpisodeSteps;
-    if (terminated) phase_ = Phase::kTerminated;
-    if (truncated) phase_ = Phase::kTruncated;
-    return StepResult{obs_, terminated ? 0.0 : -1.0, terminated, truncated};
+    return episode_.finish_step(obs_, terminated ? 0.0 : -1.0, terminated);
   }
 
   /// Steps taken in the current episode; the time limit and error messages count these.
-  [[nodiscard]] std::int64_t elapsed_steps() const noexcept { return steps_; }
+  [[nodiscard]] std::int64_t elapsed_steps() const noexcept { return episode_.steps(); }
   /// The physical state, in double, for tests and for logging what the observation's
   /// sines and cosines hide.
   [[nodiscard]] State state() const noexcept { return state_; }
 
  private:
-  enum class Phase { kNotStarted, kRunning, kTerminated, kTruncated };
-
   /// The book equations of motion (see the struct comment): d/dt of the state. Locals
   /// are named as in the equations so the two can be read side by side.
   static std::array<double, 4> derivatives(const std::array<double, 4>& s, double torque) {
@@ -215,27 +205,9 @@ struct Acrobot {
     obs_[5] = static_cast<float>(state_.theta2_dot);
   }
 
-  [[noreturn]] void fail(const std::string& what) const {
-    throw EnvError(std::string(name) + ": step " + std::to_string(steps_) + ": " + what);
-  }
-  void check_can_step() const {
-    if (phase_ == Phase::kNotStarted)
-      throw EnvError(std::string(name) + ": step() called before reset()");
-    if (phase_ == Phase::kTerminated)
-      fail("the episode has ended (terminated); call reset() first");
-    if (phase_ == Phase::kTruncated)
-      fail("the episode has ended (truncated at the time limit); call reset() first");
-  }
-  static void check_finite_state(const char* field, double v) {
-    if (!std::isfinite(v))
-      throw EnvError(std::string(name) + ": set_state: " + field + " is " +
-                     (std::isnan(v) ? "nan" : v > 0 ? "inf" : "-inf"));
-  }
-
   State state_{};
   std::array<float, 6> obs_{};
-  std::int64_t steps_ = 0;
-  Phase phase_ = Phase::kNotStarted;
+  detail::Episode episode_{name, kMaxEpisodeSteps};
   Rng rng_{};
 };
 

@@ -9,10 +9,10 @@
 #include <limits>
 #include <numbers>
 #include <span>
-#include <string>
 #include <string_view>
 
 #include <anvil/core/random.hpp>
+#include <anvil/envs/detail/episode.hpp>
 #include <anvil/envs/env.hpp>
 
 namespace anvil::envs {
@@ -100,22 +100,18 @@ struct CartPole {
   /// 0 and the generator is left alone. For tests and for custom starts (curricula,
   /// evaluation from fixed states). Throws `EnvError` if a field is not finite.
   std::span<const float> set_state(const State& s) {
-    check_finite_state("x", s.x);
-    check_finite_state("x_dot", s.x_dot);
-    check_finite_state("theta", s.theta);
-    check_finite_state("theta_dot", s.theta_dot);
+    episode_.start({{"x", s.x},
+                    {"x_dot", s.x_dot},
+                    {"theta", s.theta},
+                    {"theta_dot", s.theta_dot}});
     state_ = s;
-    steps_ = 0;
-    phase_ = Phase::kRunning;
     write_observation();
     return obs_;
   }
 
   /// Push the cart left (0) or right (1) for one step of tau.
   StepResult step(std::int64_t action) {
-    check_can_step();
-    if (!action_space().contains(action))
-      fail("action " + std::to_string(action) + " is not in Discrete(2)");
+    episode_.check_step(action, action_space());
 
     const double force = action == 1 ? kForce : -kForce;
     const double total_mass = kPoleMass + kCartMass;
@@ -135,24 +131,18 @@ struct CartPole {
     state_.theta_dot = theta_dot + kTau * theta_acc;
     write_observation();
 
-    ++steps_;
     const bool terminated = state_.x < -kXThreshold || state_.x > kXThreshold ||
                             state_.theta < -kThetaThreshold || state_.theta > kThetaThreshold;
-    const bool truncated = !terminated && steps_ >= kMaxEpisodeSteps;
-    if (terminated) phase_ = Phase::kTerminated;
-    if (truncated) phase_ = Phase::kTruncated;
-    return StepResult{obs_, /*reward=*/1.0, terminated, truncated};
+    return episode_.finish_step(obs_, /*reward=*/1.0, terminated);
   }
 
   /// Steps taken in the current episode; the time limit and error messages count these.
-  [[nodiscard]] std::int64_t elapsed_steps() const noexcept { return steps_; }
+  [[nodiscard]] std::int64_t elapsed_steps() const noexcept { return episode_.steps(); }
   /// The physical state, in double, for tests and for logging what the float32
   /// observation rounds away.
   [[nodiscard]] State state() const noexcept { return state_; }
 
  private:
-  enum class Phase { kNotStarted, kRunning, kTerminated, kTruncated };
-
   void write_observation() noexcept {
     obs_[0] = static_cast<float>(state_.x);
     obs_[1] = static_cast<float>(state_.x_dot);
@@ -160,27 +150,9 @@ struct CartPole {
     obs_[3] = static_cast<float>(state_.theta_dot);
   }
 
-  [[noreturn]] void fail(const std::string& what) const {
-    throw EnvError(std::string(name) + ": step " + std::to_string(steps_) + ": " + what);
-  }
-  void check_can_step() const {
-    if (phase_ == Phase::kNotStarted)
-      throw EnvError(std::string(name) + ": step() called before reset()");
-    if (phase_ == Phase::kTerminated)
-      fail("the episode has ended (terminated); call reset() first");
-    if (phase_ == Phase::kTruncated)
-      fail("the episode has ended (truncated at the time limit); call reset() first");
-  }
-  static void check_finite_state(const char* field, double v) {
-    if (!std::isfinite(v))
-      throw EnvError(std::string(name) + ": set_state: " + field + " is " +
-                     (std::isnan(v) ? "nan" : v > 0 ? "inf" : "-inf"));
-  }
-
   State state_{};
   std::array<float, 4> obs_{};
-  std::int64_t steps_ = 0;
-  Phase phase_ = Phase::kNotStarted;
+  detail::Episode episode_{name, kMaxEpisodeSteps};
   Rng rng_{};
 };
 

@@ -9,10 +9,10 @@
 #include <cmath>
 #include <cstdint>
 #include <span>
-#include <string>
 #include <string_view>
 
 #include <anvil/core/random.hpp>
+#include <anvil/envs/detail/episode.hpp>
 #include <anvil/envs/env.hpp>
 
 namespace anvil::envs {
@@ -92,19 +92,15 @@ struct MountainCarContinuous {
   /// 0 and the generator is left alone. For tests and for custom starts (curricula,
   /// evaluation from fixed states). Throws `EnvError` if a field is not finite.
   std::span<const float> set_state(const State& s) {
-    check_finite_state("position", s.position);
-    check_finite_state("velocity", s.velocity);
+    episode_.start({{"position", s.position}, {"velocity", s.velocity}});
     state_ = s;
-    steps_ = 0;
-    phase_ = Phase::kRunning;
     write_observation();
     return obs_;
   }
 
   /// Apply throttle `action[0]` (force clipped to [-1, 1], cost not, as published).
   StepResult step(std::span<const float> action) {
-    check_can_step();
-    check_action(action);
+    episode_.check_step(action, /*size=*/1);
     const double a = static_cast<double>(action[0]);
     const double force = std::clamp(a, kMinAction, kMaxAction);
 
@@ -121,55 +117,23 @@ struct MountainCarContinuous {
     state_.position = static_cast<float>(position);
     state_.velocity = static_cast<float>(velocity);
     write_observation();
-
-    ++steps_;
-    const bool truncated = !terminated && steps_ >= kMaxEpisodeSteps;
-    if (terminated) phase_ = Phase::kTerminated;
-    if (truncated) phase_ = Phase::kTruncated;
-    return StepResult{obs_, reward, terminated, truncated};
+    return episode_.finish_step(obs_, reward, terminated);
   }
 
   /// Steps taken in the current episode; the time limit and error messages count these.
-  [[nodiscard]] std::int64_t elapsed_steps() const noexcept { return steps_; }
+  [[nodiscard]] std::int64_t elapsed_steps() const noexcept { return episode_.steps(); }
   /// The physical state, for tests and for logging.
   [[nodiscard]] State state() const noexcept { return state_; }
 
  private:
-  enum class Phase { kNotStarted, kRunning, kTerminated, kTruncated };
-
   void write_observation() noexcept {
     obs_[0] = static_cast<float>(state_.position);
     obs_[1] = static_cast<float>(state_.velocity);
   }
 
-  [[noreturn]] void fail(const std::string& what) const {
-    throw EnvError(std::string(name) + ": step " + std::to_string(steps_) + ": " + what);
-  }
-  void check_can_step() const {
-    if (phase_ == Phase::kNotStarted)
-      throw EnvError(std::string(name) + ": step() called before reset()");
-    if (phase_ == Phase::kTerminated)
-      fail("the episode has ended (terminated); call reset() first");
-    if (phase_ == Phase::kTruncated)
-      fail("the episode has ended (truncated at the time limit); call reset() first");
-  }
-  void check_action(std::span<const float> action) const {
-    if (action.size() != 1)
-      fail("action has " + std::to_string(action.size()) + " elements, expected 1");
-    if (!std::isfinite(action[0])) fail("action[0] is " + describe_non_finite(action[0]));
-  }
-  static void check_finite_state(const char* field, double v) {
-    if (!std::isfinite(v))
-      throw EnvError(std::string(name) + ": set_state: " + field + " is " + describe_non_finite(v));
-  }
-  static std::string describe_non_finite(double v) {
-    return std::isnan(v) ? "nan" : v > 0 ? "inf" : "-inf";
-  }
-
   State state_{};
   std::array<float, 2> obs_{};
-  std::int64_t steps_ = 0;
-  Phase phase_ = Phase::kNotStarted;
+  detail::Episode episode_{name, kMaxEpisodeSteps};
   Rng rng_{};
 };
 

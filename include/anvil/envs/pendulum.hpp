@@ -9,10 +9,10 @@
 #include <cstdint>
 #include <numbers>
 #include <span>
-#include <string>
 #include <string_view>
 
 #include <anvil/core/random.hpp>
+#include <anvil/envs/detail/episode.hpp>
 #include <anvil/envs/env.hpp>
 
 namespace anvil::envs {
@@ -91,19 +91,15 @@ struct Pendulum {
   /// 0 and the generator is left alone. For tests and for custom starts (curricula,
   /// evaluation from fixed states). Throws `EnvError` if a field is not finite.
   std::span<const float> set_state(const State& s) {
-    check_finite_state("theta", s.theta);
-    check_finite_state("theta_dot", s.theta_dot);
+    episode_.start({{"theta", s.theta}, {"theta_dot", s.theta_dot}});
     state_ = s;
-    steps_ = 0;
-    phase_ = Phase::kRunning;
     write_observation();
     return obs_;
   }
 
   /// Advance one step of dt with torque `action[0]` (clipped to [-2, 2], as published).
   StepResult step(std::span<const float> action) {
-    check_can_step();
-    check_action(action);
+    episode_.check_step(action, /*size=*/1);
     const double u = std::clamp(static_cast<double>(action[0]), -kMaxTorque, kMaxTorque);
     const double th = state_.theta;
     const double thdot = state_.theta_dot;
@@ -117,15 +113,11 @@ struct Pendulum {
     state_.theta = th + new_thdot * kDt;
     state_.theta_dot = new_thdot;
     write_observation();
-
-    ++steps_;
-    const bool truncated = steps_ >= kMaxEpisodeSteps;
-    if (truncated) phase_ = Phase::kTruncated;
-    return StepResult{obs_, -cost, /*terminated=*/false, truncated};
+    return episode_.finish_step(obs_, -cost, /*terminated=*/false);
   }
 
   /// Steps taken in the current episode; the time limit and error messages count these.
-  [[nodiscard]] std::int64_t elapsed_steps() const noexcept { return steps_; }
+  [[nodiscard]] std::int64_t elapsed_steps() const noexcept { return episode_.steps(); }
   /// The physical state, in double, for tests and for logging what the float32
   /// observation rounds away.
   [[nodiscard]] State state() const noexcept { return state_; }
@@ -140,40 +132,15 @@ struct Pendulum {
   }
 
  private:
-  enum class Phase { kNotStarted, kRunning, kTerminated, kTruncated };
-
   void write_observation() noexcept {
     obs_[0] = static_cast<float>(std::cos(state_.theta));
     obs_[1] = static_cast<float>(std::sin(state_.theta));
     obs_[2] = static_cast<float>(state_.theta_dot);
   }
 
-  [[noreturn]] void fail(const std::string& what) const {
-    throw EnvError(std::string(name) + ": step " + std::to_string(steps_) + ": " + what);
-  }
-  void check_can_step() const {
-    if (phase_ == Phase::kNotStarted)
-      throw EnvError(std::string(name) + ": step() called before reset()");
-    if (phase_ == Phase::kTruncated)
-      fail("the episode has ended (truncated at the time limit); call reset() first");
-  }
-  void check_action(std::span<const float> action) const {
-    if (action.size() != 1)
-      fail("action has " + std::to_string(action.size()) + " elements, expected 1");
-    if (!std::isfinite(action[0])) fail("action[0] is " + describe_non_finite(action[0]));
-  }
-  static void check_finite_state(const char* field, double v) {
-    if (!std::isfinite(v))
-      throw EnvError(std::string(name) + ": set_state: " + field + " is " + describe_non_finite(v));
-  }
-  static std::string describe_non_finite(double v) {
-    return std::isnan(v) ? "nan" : v > 0 ? "inf" : "-inf";
-  }
-
   State state_{};
   std::array<float, 3> obs_{};
-  std::int64_t steps_ = 0;
-  Phase phase_ = Phase::kNotStarted;
+  detail::Episode episode_{name, kMaxEpisodeSteps};
   Rng rng_{};
 };
 

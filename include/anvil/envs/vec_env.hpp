@@ -22,7 +22,7 @@
 
 #include <anvil/core/param.hpp>
 #include <anvil/core/random.hpp>
-#include <anvil/envs/detail/thread_pool.hpp>
+#include <anvil/core/detail/thread_pool.hpp>
 #include <anvil/envs/env.hpp>
 
 namespace anvil::envs {
@@ -264,7 +264,7 @@ class VecEnv final : public VecEnvBase {
   std::vector<E> envs_;
   std::vector<Rng> seeds_;
   VecMode mode_;
-  detail::ThreadPool pool_;
+  anvil::detail::ThreadPool pool_;
   std::array<at::Tensor, 2> obs_;
   int cur_ = 0;
   at::Tensor next_obs_, reward_, terminated_, truncated_, actions_;

@@ -50,10 +50,12 @@ class GaussianActorImpl : public torch::nn::Cloneable<GaussianActorImpl> {
     return {mean, raw.mul(0.5 * (hi - lo)).add(0.5 * (hi + lo))};
   }
 
-  /// A reparameterised sample (gradients flow through it) and its log-density.
-  PolicySample sample(const at::Tensor& obs) {
+  /// A reparameterised sample (gradients flow through it) and its log-density, from
+  /// standard normal `noise` [B, act_dim]. Taking the noise as an argument keeps an update
+  /// reproducible when its parts run on several threads.
+  PolicySample sample(const at::Tensor& obs, const at::Tensor& noise) {
     auto [mean, log_std] = forward(obs);
-    auto eps = at::randn_like(mean);
+    const auto& eps = noise;
     auto u = mean + eps * log_std.exp();
     // log N(u; mean, std) summed over dims, minus log|d tanh(u)/du|, written with
     // log(1 - tanh(u)^2) = 2 (log 2 - u - softplus(-2u)) for numerical stability.
@@ -61,6 +63,11 @@ class GaussianActorImpl : public torch::nn::Cloneable<GaussianActorImpl> {
     auto gauss = (-0.5 * eps.square() - log_std - kHalfLog2Pi).sum(-1);
     auto correction = (2.0 * (std::log(2.0) - u - at::softplus(-2.0 * u))).sum(-1);
     return {u.tanh(), gauss - correction};
+  }
+
+  /// `sample` with fresh noise from torch's generator.
+  PolicySample sample(const at::Tensor& obs) {
+    return sample(obs, at::randn({obs.size(0), act_dim_}, obs.options()));
   }
 
   /// The deterministic action used for evaluation: tanh of the mean.

@@ -6,15 +6,22 @@
 /// gradient clipping, and the optimizer step. Algorithms never call autocast or c10d
 /// themselves, so one algorithm serves every Trainer combination.
 
+#include <ATen/Parallel.h>
+#include <dlfcn.h>
 #include <torch/autograd.h>
 #include <torch/nn/utils/clip_grad.h>
 #include <torch/optim/optimizer.h>
 
 #include <functional>
+#include <memory>
+#include <optional>
 #include <utility>
 #include <vector>
 
+#include <anvil/core/detail/thread_pool.hpp>
 #include <anvil/core/torch_compat.hpp>
+#include <anvil/precision/loss_scaler.hpp>
+#include <anvil/train/flat_adam.hpp>
 
 namespace anvil {
 
@@ -55,10 +62,25 @@ class StepContext {
     c10::ScalarType autocast_dtype = c10::ScalarType::Float;
     /// Averages gradients across ranks in place; empty for one process.
     std::function<void(std::vector<at::Tensor>&)> all_reduce_mean;
+    /// Dynamic loss scaling (float16); empty for no scaling.
+    std::optional<LossScaler::Options> loss_scaling;
+    /// Threads that run an update's independent parts at once (`concurrently`); 1 runs
+    /// them one after another. Only used on the CPU: CUDA work is already asynchronous.
+    int threads = 1;
   };
 
   StepContext() = default;
-  explicit StepContext(Options o) : opt_(std::move(o)) {}
+  explicit StepContext(Options o) : opt_(std::move(o)) {
+    if (opt_.loss_scaling) scaler_ = LossScaler(*opt_.loss_scaling);
+    if (opt_.threads > 1 && opt_.device.is_cpu())
+      // A new thread starts with OpenMP's default thread count (all cores), not the one
+      // torch was given, and OpenBLAS's GEMMs follow OpenMP's: give each worker torch's.
+      pool_ = std::make_shared<detail::ThreadPool>(opt_.threads, [n = at::get_num_threads()] {
+        at::init_num_threads();
+        using set_fn = void (*)(int);
+        if (auto f = reinterpret_cast<set_fn>(::dlsym(RTLD_DEFAULT, "omp_set_num_threads"))) f(n);
+      });
+  }
 
   /// The device the algorithm's tensors live on.
   [[nodiscard]] const c10::Device& device() const noexcept { return opt_.device; }
@@ -79,12 +101,21 @@ class StepContext {
     std::vector<at::Tensor> params;
     for (auto& group : optimizer.param_groups())
       for (auto& p : group.params()) params.push_back(p);
-    auto grads = torch::autograd::grad({loss}, params, /*grad_outputs=*/{},
-                                       /*retain_graph=*/false, /*create_graph=*/false,
-                                       /*allow_unused=*/true);
+    auto grads = gradients(loss, params);
     for (std::size_t i = 0; i < params.size(); ++i)
       if (!grads[i].defined()) grads[i] = torch::zeros_like(params[i]);
     if (opt_.all_reduce_mean) opt_.all_reduce_mean(grads);
+    if (scaler_) {
+      std::vector<at::Tensor> parts;
+      for (auto& g : grads) parts.push_back(g.reshape(-1));
+      auto flat = at::cat(parts);
+      if (!scaler_->unscale_and_check(flat)) return skip();
+      std::int64_t off = 0;
+      for (auto& g : grads) {
+        g = flat.narrow(0, off, g.numel()).view(g.sizes());
+        off += g.numel();
+      }
+    }
     for (std::size_t i = 0; i < params.size(); ++i) params[i].mutable_grad() = grads[i];
     if (max_grad_norm > 0) torch::nn::utils::clip_grad_norm_(params, max_grad_norm);
     optimizer.step();
@@ -92,11 +123,67 @@ class StepContext {
     return true;
   }
 
-  /// Optimizer steps taken through this context.
+  /// `minimize` for a `FlatAdam`: the same contract, with the gradient gathered into one
+  /// flat tensor, so the all-reduce is one call and clipping one norm.
+  bool minimize(const at::Tensor& loss, FlatAdam& optimizer, double max_grad_norm = 0.0) {
+    return apply(optimizer, gradient(loss, optimizer), max_grad_norm);
+  }
+
+  /// The first half of `minimize`: the flat gradient of `loss` for `optimizer`'s parameters
+  /// (scaled, if the precision scales losses). Changes nothing, so the gradients of an
+  /// update's independent losses can be computed at once (`concurrently`).
+  [[nodiscard]] at::Tensor gradient(const at::Tensor& loss, const FlatAdam& optimizer) const {
+    return optimizer.parameters().gather(gradients(loss, optimizer.parameters().params()));
+  }
+
+  /// The second half of `minimize`: averages `flat_grad` across ranks, unscales it and skips
+  /// the step if it is not finite, clips it, and steps `optimizer`. Returns whether it stepped.
+  bool apply(FlatAdam& optimizer, at::Tensor flat_grad, double max_grad_norm = 0.0) {
+    std::vector<at::Tensor> flat{std::move(flat_grad)};
+    if (opt_.all_reduce_mean) opt_.all_reduce_mean(flat);
+    if (scaler_ && !scaler_->unscale_and_check(flat[0])) return skip();
+    if (max_grad_norm > 0)  // as torch's clip_grad_norm_, without a host sync
+      flat[0].mul_((max_grad_norm / (flat[0].norm() + 1e-6)).clamp_max(1.0));
+    optimizer.step(flat[0]);
+    ++steps_;
+    return true;
+  }
+
+  /// Runs `tasks` at once on the context's threads (one after another when it has one
+  /// thread or runs on CUDA) and returns when all are done. Each task must only read shared
+  /// state: compute gradients with `gradient`, and `apply` them afterwards. Autocast and
+  /// no-grad scopes are per thread, so each task opens its own.
+  void concurrently(const std::vector<std::function<void()>>& tasks) {
+    if (!pool_) {
+      for (const auto& t : tasks) t();
+      return;
+    }
+    pool_->parallel_for(static_cast<std::int64_t>(tasks.size()), [&](std::int64_t b, std::int64_t e) {
+      for (std::int64_t i = b; i < e; ++i) tasks[static_cast<std::size_t>(i)]();
+    });
+  }
+  [[nodiscard]] int threads() const noexcept { return pool_ ? pool_->threads() : 1; }
+
+  /// Optimizer steps taken through this context (skipped ones not counted).
   [[nodiscard]] std::int64_t steps() const noexcept { return steps_; }
+  /// The loss scaler, when the precision scales losses.
+  [[nodiscard]] LossScaler* scaler() noexcept { return scaler_ ? &*scaler_ : nullptr; }
 
  private:
+  // Gradients of `loss` (scaled when a scaler is on) for `params` only: autograd prunes
+  // every branch that does not lead to them.
+  std::vector<at::Tensor> gradients(const at::Tensor& loss,
+                                    const std::vector<at::Tensor>& params) const {
+    return torch::autograd::grad({scaler_ ? scaler_->scale(loss) : loss}, params,
+                                 /*grad_outputs=*/{}, /*retain_graph=*/false,
+                                 /*create_graph=*/false, /*allow_unused=*/true);
+  }
+  // A step with non-finite gradients: parameters and optimizer state stay as they were.
+  static bool skip() noexcept { return false; }
+
   Options opt_;
+  std::optional<LossScaler> scaler_;
+  std::shared_ptr<detail::ThreadPool> pool_;
   std::int64_t steps_ = 0;
 };
 

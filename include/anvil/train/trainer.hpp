@@ -5,6 +5,8 @@
 /// buffer, update on the schedule, evaluate, log. A custom main may call the phases itself
 /// (`collect`, `update`, `evaluate`); `fit()` runs them all.
 
+#include <ATen/Context.h>
+#include <torch/csrc/autograd/anomaly_mode.h>
 #include <torch/utils.h>
 
 #include <algorithm>
@@ -20,6 +22,7 @@
 #include <vector>
 
 #include <anvil/core/batch.hpp>
+#include <anvil/core/blas.hpp>
 #include <anvil/core/concepts.hpp>
 #include <anvil/core/config.hpp>
 #include <anvil/core/context.hpp>
@@ -97,9 +100,10 @@ class BasicTrainer {
     ctx_.world_size = parallel_->world_size();
     if constexpr (X::needs_cuda) {
       if (!ctx_.device.is_cuda())
-        throw DeviceError(std::string(X::name) + " autocast needs a CUDA device but run.device is " +
-                          ctx_.device.str() + "; use BF16 on CPU");
+        throw DeviceError("FP16 autocast needs a CUDA device; use BF16 on CPU (run.device is " +
+                          ctx_.device.str() + ")");
     }
+    apply_precision_settings();
     ctx_.lr_scale = lr_scale();
     seed_torch(ctx_);
 
@@ -128,6 +132,10 @@ class BasicTrainer {
     so.device = ctx_.device;
     so.autocast = X::autocast;
     so.autocast_dtype = X::compute_dtype;
+    so.threads = cfg_.run->update_threads;
+    if constexpr (X::loss_scaling)
+      so.loss_scaling = LossScaler::Options{cfg_.precision->init_scale, cfg_.precision->growth_factor,
+                                            cfg_.precision->backoff_factor, cfg_.precision->growth_interval};
     if (parallel_->world_size() > 1)
       so.all_reduce_mean = [p = parallel_.get()](std::vector<at::Tensor>& g) { p->all_reduce_mean(g); };
     step_ctx_ = StepContext(std::move(so));
@@ -266,6 +274,28 @@ class BasicTrainer {
     return c;
   }
 
+  // Process-wide switches of the precision policy, set once here.
+  void apply_precision_settings() {
+    auto& g = at::globalContext();
+    g.setBenchmarkCuDNN(cfg_.precision->cudnn_benchmark);
+    torch::autograd::AnomalyMode::set_enabled(cfg_.precision->detect_anomaly);
+    g.setAllowTF32CuBLAS(X::allow_tf32);
+    g.setAllowTF32CuDNN(X::allow_tf32);
+    if (X::allow_tf32 && !ctx_.device.is_cuda())
+      notes_.push_back("precision: TF32 changes only CUDA matrix products; on the CPU this run is FP32");
+    if (cfg_.precision->detect_anomaly)
+      notes_.push_back("precision: autograd anomaly detection is on (slow; for debugging NaNs)");
+    if (!ctx_.device.is_cuda()) {
+      const BlasInfo b = blas_info();
+      if (b.reference)
+        notes_.push_back("cpu: Torch uses the reference BLAS (" + b.library +
+                         "): matrix products are about 10x slower; run scripts/install-deps.sh");
+      else if (b.openblas)
+        notes_.push_back("cpu: OpenBLAS" + (b.core.empty() ? std::string() : " (" + b.core + " kernels)") +
+                         ", " + std::to_string(at::get_num_threads()) + " intra-op thread(s)");
+    }
+  }
+
   double lr_scale() const {
     switch (*cfg_.train->lr_scaling) {
       case LrScaling::none: return 1.0;
@@ -349,6 +379,7 @@ class BasicTrainer {
                       ", " + std::to_string(*cfg_.env->num_envs) + " env(s), device " +
                       ctx_.device.str() + ", " + std::to_string(*cfg_.train->steps) +
                       " steps, config hash " + config_hash_hex(cfg_));
+    for (const auto& n : notes_) progress_.message(n);
   }
 
   void log_row() {
@@ -421,6 +452,7 @@ class BasicTrainer {
 
   Config cfg_;
   std::string program_;
+  std::vector<std::string> notes_;  ///< said once when the run starts
   std::unique_ptr<P> parallel_;
   RunContext ctx_;
   std::unique_ptr<envs::VecEnvBase> venv_;

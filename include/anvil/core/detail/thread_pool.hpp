@@ -1,25 +1,34 @@
 #pragma once
 /// @file
-/// A minimal fork-join pool for stepping envs: `parallel_for` splits [0, n) into one
-/// contiguous chunk per thread, the caller runs the first, and the first exception thrown
-/// is rethrown in the caller. Workers sleep on a condition variable between calls, so an
+/// A minimal fork-join pool, for stepping envs and for the independent gradients of an
+/// update: `parallel_for` splits [0, n) into one contiguous chunk per thread, the caller
+/// runs the first, and the first exception thrown is rethrown in the caller. Workers sleep on a condition variable between calls, so an
 /// idle pool takes no CPU from training. Light header.
 
+#include <algorithm>
 #include <condition_variable>
 #include <cstdint>
 #include <exception>
 #include <functional>
 #include <mutex>
 #include <thread>
+#include <utility>
 #include <vector>
 
-namespace anvil::envs::detail {
+namespace anvil::detail {
 
 class ThreadPool {
  public:
-  /// `threads` counts the caller: 1 means no worker threads at all.
-  explicit ThreadPool(int threads) : threads_(threads < 1 ? 1 : threads) {
-    for (int w = 1; w < threads_; ++w) workers_.emplace_back([this, w] { work(w); });
+  /// `threads` counts the caller: 1 means no worker threads at all. `on_start` runs first
+  /// in each worker (e.g. to give it the caller's OpenMP thread count, which OpenMP keeps
+  /// per thread).
+  explicit ThreadPool(int threads, std::function<void()> on_start = {})
+      : threads_(threads < 1 ? 1 : threads) {
+    for (int w = 1; w < threads_; ++w)
+      workers_.emplace_back([this, w, on_start] {
+        if (on_start) on_start();
+        work(w);
+      });
   }
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;
@@ -104,4 +113,4 @@ class ThreadPool {
   bool stop_ = false;
 };
 
-}  // namespace anvil::envs::detail
+}  // namespace anvil::detail
