@@ -2600,10 +2600,14 @@ static_assert(ContinuousEnv<Pendulum>);
 /// @file
 /// A minimal fork-join pool, for stepping envs and for the independent gradients of an
 /// update: `parallel_for` splits [0, n) into one contiguous chunk per thread, the caller
-/// runs the first, and the first exception thrown is rethrown in the caller. Workers sleep on a condition variable between calls, so an
-/// idle pool takes no CPU from training. Light header.
+/// runs the first, and the first exception thrown is rethrown in the caller. Between calls
+/// workers spin for a few tens of microseconds (a training loop calls again that soon, and
+/// waking a sleeping thread costs about as long on a VM), then sleep on a condition
+/// variable, so an idle pool takes no CPU from training. Light header.
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <exception>
@@ -2651,9 +2655,9 @@ class ThreadPool {
       std::lock_guard lock(mu_);
       fn_ = &fn;
       n_ = n;
-      pending_ = threads_ - 1;
+      pending_.store(threads_ - 1);
       error_ = nullptr;
-      ++generation_;
+      generation_.fetch_add(1, std::memory_order_release);
     }
     wake_.notify_all();
     std::exception_ptr mine;
@@ -2663,8 +2667,9 @@ class ThreadPool {
     } catch (...) {
       mine = std::current_exception();
     }
+    spin_until([this] { return pending_.load(std::memory_order_acquire) == 0; });
     std::unique_lock lock(mu_);
-    done_.wait(lock, [this] { return pending_ == 0; });
+    done_.wait(lock, [this] { return pending_.load() == 0; });
     fn_ = nullptr;
     if (mine) std::rethrow_exception(mine);
     if (error_) std::rethrow_exception(error_);
@@ -2677,13 +2682,30 @@ class ThreadPool {
     return {b, b + per + (w < extra ? 1 : 0)};
   }
 
+  // Busy-waits up to kSpin for `ready`; returns whether it came true.
+  template <class Pred>
+  static bool spin_until(Pred ready) {
+    constexpr auto kSpin = std::chrono::microseconds(50);
+    const auto until = std::chrono::steady_clock::now() + kSpin;
+    do {
+      for (int i = 0; i < 64; ++i) {
+        if (ready()) return true;
+#if defined(__x86_64__) || defined(__i386__)
+        __builtin_ia32_pause();
+#endif
+      }
+    } while (std::chrono::steady_clock::now() < until);
+    return false;
+  }
+
   void work(int w) {
     std::uint64_t seen = 0;
     for (;;) {
+      spin_until([&] { return generation_.load(std::memory_order_acquire) != seen || stop_.load(); });
       std::unique_lock lock(mu_);
-      wake_.wait(lock, [&] { return stop_ || generation_ != seen; });
+      wake_.wait(lock, [&] { return stop_.load() || generation_.load() != seen; });
       if (stop_) return;
-      seen = generation_;
+      seen = generation_.load();
       auto [b, e] = chunk(w);
       const auto* fn = fn_;
       lock.unlock();
@@ -2695,7 +2717,7 @@ class ThreadPool {
       }
       lock.lock();
       if (err && !error_) error_ = err;
-      if (--pending_ == 0) done_.notify_one();
+      if (pending_.fetch_sub(1) == 1) done_.notify_one();
     }
   }
 
@@ -2705,10 +2727,10 @@ class ThreadPool {
   std::condition_variable wake_, done_;
   const std::function<void(std::int64_t, std::int64_t)>* fn_ = nullptr;
   std::int64_t n_ = 0;
-  int pending_ = 0;
-  std::uint64_t generation_ = 0;
+  std::atomic<int> pending_{0};
+  std::atomic<std::uint64_t> generation_{0};
   std::exception_ptr error_;
-  bool stop_ = false;
+  std::atomic<bool> stop_{false};
 };
 
 }  // namespace anvil::detail
@@ -3019,8 +3041,29 @@ inline at::Tensor activate(const at::Tensor& x, Activation a) {
 
 #include <torch/nn/cloneable.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+
+// ---- begin <anvil/nn/manual_mlp.hpp> ----
+/// @file
+/// Forward and backward passes of an `Mlp` written out by hand, for float32 on the CPU.
+///
+/// RL networks are small: a 64-wide MLP layer on a batch of 256 is a 16-microsecond matrix
+/// product, while autograd spends about as long again per op on bookkeeping (graph nodes,
+/// saved tensors, a fresh output allocation). `MlpTape` runs the same arithmetic as
+/// `Mlp::forward` plus autograd (one `addmm` per layer, the activation in place) into
+/// buffers it keeps between calls, and its backward computes exactly the gradients asked
+/// for: weight gradients straight into the caller's buffers (e.g. views of a `FlatAdam`'s
+/// flat gradient), the input gradient only when wanted. Algorithms use it as a fast path
+/// for their default networks and keep autograd for everything else.
+
+#include <ATen/ATen.h>
+#include <torch/nn/modules/linear.h>
+
+#include <cmath>
+#include <cstdint>
+#include <vector>
 
 // ---- begin <anvil/nn/mlp.hpp> ----
 /// @file
@@ -3064,6 +3107,9 @@ class MlpImpl : public torch::nn::Cloneable<MlpImpl> {
 
   /// The output layer, e.g. to rescale its initial weights.
   torch::nn::Linear& output_layer() { return layers_.back(); }
+  /// All layers, input first.
+  [[nodiscard]] const std::vector<torch::nn::Linear>& layers() const noexcept { return layers_; }
+  [[nodiscard]] Activation activation() const noexcept { return activation_; }
   [[nodiscard]] std::int64_t in_features() const noexcept { return in_; }
   [[nodiscard]] std::int64_t out_features() const noexcept { return out_; }
 
@@ -3081,6 +3127,127 @@ inline std::vector<std::int64_t> widths(const std::vector<int>& w) { return {w.b
 
 }  // namespace anvil::nn
 // ---- end <anvil/nn/mlp.hpp> ----
+
+namespace anvil::nn {
+
+/// Activations whose derivative `MlpTape` can take from the activation's output alone.
+constexpr bool has_manual_backward(Activation a) noexcept {
+  return a == Activation::relu || a == Activation::tanh || a == Activation::leaky_relu ||
+         a == Activation::elu;
+}
+
+namespace detail {
+
+// In-place activation of n floats (same definitions as `activate`).
+inline void activate_inplace(float* x, std::int64_t n, Activation a) {
+  switch (a) {
+    case Activation::relu:
+      for (std::int64_t i = 0; i < n; ++i) x[i] = x[i] > 0.f ? x[i] : 0.f;
+      return;
+    case Activation::leaky_relu:
+      for (std::int64_t i = 0; i < n; ++i) x[i] = x[i] > 0.f ? x[i] : 0.01f * x[i];
+      return;
+    case Activation::tanh:
+      for (std::int64_t i = 0; i < n; ++i) x[i] = std::tanh(x[i]);
+      return;
+    case Activation::elu:
+      for (std::int64_t i = 0; i < n; ++i) x[i] = x[i] > 0.f ? x[i] : std::expm1(x[i]);
+      return;
+    default: return;  // not reached: callers check has_manual_backward
+  }
+}
+
+// g *= activation'(pre-activation), with the derivative written in terms of the output y.
+inline void activation_backward_inplace(float* g, const float* y, std::int64_t n, Activation a) {
+  switch (a) {
+    case Activation::relu:
+      for (std::int64_t i = 0; i < n; ++i) g[i] = y[i] > 0.f ? g[i] : 0.f;
+      return;
+    case Activation::leaky_relu:
+      for (std::int64_t i = 0; i < n; ++i) g[i] = y[i] > 0.f ? g[i] : 0.01f * g[i];
+      return;
+    case Activation::tanh:
+      for (std::int64_t i = 0; i < n; ++i) g[i] *= 1.f - y[i] * y[i];
+      return;
+    case Activation::elu:
+      for (std::int64_t i = 0; i < n; ++i) g[i] = y[i] > 0.f ? g[i] : g[i] * (y[i] + 1.f);
+      return;
+    default: return;
+  }
+}
+
+}  // namespace detail
+
+/// One hand-written forward pass of an `Mlp` and what its backward needs (see file comment).
+/// Inputs and gradients are contiguous float32 CPU tensors; run it under `torch::NoGradGuard`.
+/// A tape belongs to one pass at a time: use one per concurrent forward.
+class MlpTape {
+ public:
+  /// Whether `m` can run on a tape: float32 CPU parameters and a supported activation.
+  static bool supports(const MlpImpl& m) {
+    if (!has_manual_backward(m.activation())) return false;
+    for (const auto& l : m.layers())
+      if (!l->weight.device().is_cpu() || l->weight.scalar_type() != at::kFloat) return false;
+    return true;
+  }
+
+  /// m(x) for x [B, in]. The result is a buffer of this tape, valid until its next forward.
+  const at::Tensor& forward(const MlpImpl& m, const at::Tensor& x) {
+    const auto& layers = m.layers();
+    const std::int64_t batch = x.size(0);
+    if (h_.size() != layers.size() || h_.front().size(0) != batch) {
+      h_.clear();
+      g_.clear();
+      for (const auto& l : layers) {
+        h_.push_back(at::empty({batch, l->weight.size(0)}, x.options()));
+        g_.push_back(at::empty({batch, l->weight.size(0)}, x.options()));
+      }
+    }
+    x_ = x;
+    for (std::size_t i = 0; i < layers.size(); ++i) {
+      at::addmm_out(h_[i], layers[i]->bias, i ? h_[i - 1] : x_, layers[i]->weight.t());
+      if (i + 1 < layers.size())
+        detail::activate_inplace(h_[i].data_ptr<float>(), h_[i].numel(), m.activation());
+    }
+    return h_.back();
+  }
+
+  /// Backpropagates `dy` [B, out] through the last `forward`. When `grads` is given it
+  /// receives the parameter gradients, overwritten, in `MlpImpl::parameters()` order
+  /// (fc0.weight, fc0.bias, fc1.weight, ...). When `dx` is given it receives the input
+  /// gradient [B, in]. Nothing else is computed.
+  void backward(const MlpImpl& m, const at::Tensor& dy, std::vector<at::Tensor>* grads,
+                at::Tensor* dx) {
+    const auto& layers = m.layers();
+    const at::Tensor* d = &dy;
+    for (std::size_t k = layers.size(); k-- > 0;) {
+      const at::Tensor& in = k ? h_[k - 1] : x_;
+      if (grads) {
+        at::mm_out((*grads)[2 * k], d->t(), in);
+        at::sum_out((*grads)[2 * k + 1], *d, {0});
+      }
+      if (k > 0) {
+        at::mm_out(g_[k - 1], *d, layers[k]->weight);
+        detail::activation_backward_inplace(g_[k - 1].data_ptr<float>(), h_[k - 1].data_ptr<float>(),
+                                            g_[k - 1].numel(), m.activation());
+        d = &g_[k - 1];
+      } else if (dx) {
+        at::mm_out(*dx, *d, layers[0]->weight);
+      }
+    }
+  }
+
+  /// Output of hidden layer `i` (after its activation) from the last forward.
+  [[nodiscard]] const at::Tensor& hidden(std::size_t i) const { return h_.at(i); }
+
+ private:
+  at::Tensor x_;
+  std::vector<at::Tensor> h_;  // each layer's output (activated for hidden layers)
+  std::vector<at::Tensor> g_;  // gradient buffers, one per layer
+};
+
+}  // namespace anvil::nn
+// ---- end <anvil/nn/manual_mlp.hpp> ----
 
 namespace anvil::nn {
 
@@ -3145,6 +3312,9 @@ class GaussianActorImpl : public torch::nn::Cloneable<GaussianActorImpl> {
   at::Tensor mode(const at::Tensor& obs) { return forward(obs).first.tanh(); }
 
   [[nodiscard]] std::int64_t action_dim() const noexcept { return act_dim_; }
+  /// The network from observations to [mean, raw log std].
+  [[nodiscard]] const Mlp& net() const noexcept { return net_; }
+  [[nodiscard]] const Config& config() const noexcept { return cfg_; }
 
  private:
   std::int64_t obs_dim_, act_dim_;
@@ -3152,6 +3322,97 @@ class GaussianActorImpl : public torch::nn::Cloneable<GaussianActorImpl> {
   Mlp net_{nullptr};
 };
 TORCH_MODULE(GaussianActor);
+
+/// `GaussianActor::sample` and its backward written out by hand, for float32 on the CPU (see
+/// nn/manual_mlp.hpp for why). The same arithmetic as `sample`; run under NoGradGuard.
+class GaussianActorTape {
+ public:
+  static bool supports(const GaussianActorImpl& a) { return MlpTape::supports(*a.net()); }
+
+  /// Draws actions like `sample(obs, noise)` and writes them into `action`, row i at
+  /// `action + i * stride` (so they can land inside a critic's input rows). The
+  /// log-densities are in `log_prob()` until the next call.
+  void sample(const GaussianActorImpl& actor, const at::Tensor& obs, const at::Tensor& noise,
+              float* action, std::int64_t stride) {
+    const auto& out = net_.forward(*actor.net(), obs);
+    const std::int64_t batch = obs.size(0), ad = actor.action_dim();
+    if (log_prob_.numel() != batch || t_.size(1) != ad) {
+      log_prob_ = at::empty({batch}, obs.options());
+      t_ = at::empty({batch, ad}, obs.options());
+      std_ = at::empty({batch, ad}, obs.options());
+      a_ = at::empty({batch, ad}, obs.options());
+      dout_ = at::empty({batch, 2 * ad}, obs.options());
+    }
+    noise_ = noise;
+    const double lo = actor.config().log_std_min, hi = actor.config().log_std_max;
+    const float k = static_cast<float>(0.5 * (hi - lo)), c = static_cast<float>(0.5 * (hi + lo));
+    const float* o = out.data_ptr<float>();
+    const float* eps = noise.data_ptr<float>();
+    float *t = t_.data_ptr<float>(), *sd = std_.data_ptr<float>(), *a = a_.data_ptr<float>();
+    float* lp = log_prob_.data_ptr<float>();
+    constexpr float kHalfLog2Pi = 0.91893853320467274178f;
+    const float log2 = std::log(2.0f);
+    for (std::int64_t i = 0; i < batch; ++i) {
+      float sum = 0.f;
+      for (std::int64_t j = 0; j < ad; ++j) {
+        const std::int64_t ij = i * ad + j;
+        const float mean = o[i * 2 * ad + j];
+        const float th = std::tanh(o[i * 2 * ad + ad + j]);
+        const float log_std = k * th + c;
+        const float s = std::exp(log_std);
+        const float u = mean + eps[ij] * s;
+        const float act = std::tanh(u);
+        // softplus(-2u), stable for either sign of u
+        const float sp = std::max(-2.f * u, 0.f) + std::log1p(std::exp(-std::abs(2.f * u)));
+        sum += -0.5f * eps[ij] * eps[ij] - log_std - kHalfLog2Pi - 2.f * (log2 - u - sp);
+        t[ij] = th;
+        sd[ij] = s;
+        a[ij] = act;
+        action[i * stride + j] = act;
+      }
+      lp[i] = sum;
+    }
+  }
+
+  /// The deterministic action tanh(mean), written like `sample`'s.
+  void mode(const GaussianActorImpl& actor, const at::Tensor& obs, float* action, std::int64_t stride) {
+    const auto& out = net_.forward(*actor.net(), obs);
+    const std::int64_t batch = obs.size(0), ad = actor.action_dim();
+    const float* o = out.data_ptr<float>();
+    for (std::int64_t i = 0; i < batch; ++i)
+      for (std::int64_t j = 0; j < ad; ++j) action[i * stride + j] = std::tanh(o[i * 2 * ad + j]);
+  }
+
+  [[nodiscard]] const at::Tensor& log_prob() const noexcept { return log_prob_; }
+
+  /// Backpropagates a loss through the last `sample`: `d_action` [B, act_dim] is dL/daction
+  /// and every log-density has dL/dlog_prob = `d_log_prob`. Writes the network's parameter
+  /// gradients into `grads` (as `MlpTape::backward`).
+  void backward(const GaussianActorImpl& actor, const at::Tensor& d_action, float d_log_prob,
+                std::vector<at::Tensor>& grads) {
+    const std::int64_t batch = a_.size(0), ad = a_.size(1);
+    const double lo = actor.config().log_std_min, hi = actor.config().log_std_max;
+    const float k = static_cast<float>(0.5 * (hi - lo));
+    const float *t = t_.data_ptr<float>(), *sd = std_.data_ptr<float>(), *a = a_.data_ptr<float>();
+    const float *eps = noise_.data_ptr<float>(), *da = d_action.data_ptr<float>();
+    float* d = dout_.data_ptr<float>();
+    for (std::int64_t i = 0; i < batch; ++i)
+      for (std::int64_t j = 0; j < ad; ++j) {
+        const std::int64_t ij = i * ad + j;
+        // log_prob depends on u through the tanh correction: d/du = 2 tanh(u).
+        const float du = da[ij] * (1.f - a[ij] * a[ij]) + d_log_prob * 2.f * a[ij];
+        // u = mean + eps * exp(log_std); log_prob has -log_std.
+        const float dlog_std = du * eps[ij] * sd[ij] - d_log_prob;
+        d[i * 2 * ad + j] = du;
+        d[i * 2 * ad + ad + j] = dlog_std * k * (1.f - t[ij] * t[ij]);
+      }
+    net_.backward(*actor.net(), dout_, &grads, nullptr);
+  }
+
+ private:
+  MlpTape net_;
+  at::Tensor noise_, log_prob_, t_, std_, a_, dout_;
+};
 
 }  // namespace anvil::nn
 // ---- end <anvil/nn/gaussian_actor.hpp> ----
@@ -3193,6 +3454,10 @@ class TwinQImpl : public torch::nn::Cloneable<TwinQImpl> {
     auto x = at::cat({obs, action}, -1);
     return {q1_->forward(x).squeeze(-1), q2_->forward(x).squeeze(-1)};
   }
+
+  /// The two Q-networks; each takes the observation and the action concatenated, in that order.
+  [[nodiscard]] const Mlp& q1() const noexcept { return q1_; }
+  [[nodiscard]] const Mlp& q2() const noexcept { return q2_; }
 
  private:
   std::int64_t obs_dim_, act_dim_;
@@ -3270,6 +3535,15 @@ class FlatParameters {
   /// The parameters, in the order they were given (same tensor objects as the module's).
   [[nodiscard]] const std::vector<at::Tensor>& params() const noexcept { return params_; }
   [[nodiscard]] std::int64_t numel() const noexcept { return flat_.numel(); }
+
+  /// The part of `flat_like` (a tensor shaped like `flat()`, e.g. a flat gradient) that
+  /// belongs to parameter `p` (one of `params()`), shaped like `p`.
+  [[nodiscard]] at::Tensor slice_for(const at::Tensor& flat_like, const at::Tensor& p) const {
+    if (!p.is_alias_of(flat_) || flat_like.numel() != flat_.numel())
+      throw Error("FlatParameters::slice_for: the tensor is not one of these parameters, or the "
+                  "flat tensor has the wrong size");
+    return flat_like.narrow(0, p.storage_offset() - flat_.storage_offset(), p.numel()).view(p.sizes());
+  }
 
   /// Concatenates per-parameter gradients into one flat gradient; an undefined gradient
   /// (a parameter the loss does not reach) counts as zeros.
@@ -3488,6 +3762,9 @@ class StepContext {
   /// The device the algorithm's tensors live on.
   [[nodiscard]] const c10::Device& device() const noexcept { return opt_.device; }
 
+  /// Whether forward passes run under autocast (a lower-precision policy).
+  [[nodiscard]] bool autocasts() const noexcept { return opt_.autocast; }
+
   /// Scope for forward passes and losses: autocast to the precision's dtype when it has one.
   /// Keep targets, losses' reductions and anything numerically delicate in float32 (cast
   /// with `.to(torch::kFloat)`); autocast already keeps reductions and softplus in float32.
@@ -3624,6 +3901,178 @@ concept TwinCriticNetwork =
       { c->clone() };
     };
 
+namespace detail {
+
+/// Buffers of SAC's hand-written fast path (`manual_backward`): one set per part of the
+/// update, so the critic part and the actor part can run at once (see nn/manual_mlp.hpp).
+struct SacManual {
+  SacManual(const FlatParameters& critic, const nn::TwinQ& q, const FlatParameters& actor,
+            const nn::GaussianActor& pi) {
+    const auto grads_of = [](const FlatParameters& fp, const at::Tensor& flat, const nn::Mlp& m) {
+      std::vector<at::Tensor> v;
+      for (const auto& p : m->parameters()) v.push_back(fp.slice_for(flat, p));
+      return v;
+    };
+    critic_grad = at::empty({critic.numel()}, critic.flat().options());
+    q1_grads = grads_of(critic, critic_grad, q->q1());
+    q2_grads = grads_of(critic, critic_grad, q->q2());
+    actor_grad = at::empty({actor.numel()}, actor.flat().options());
+    actor_grads = grads_of(actor, actor_grad, pi->net());
+    alpha_grad = at::empty({1}, actor.flat().options());
+  }
+  // critic part
+  nn::GaussianActorTape next_tape;
+  nn::MlpTape tq1, tq2, q1, q2;
+  at::Tensor x_next, x, dq1, dq2, critic_grad;
+  std::vector<at::Tensor> q1_grads, q2_grads;
+  // actor part
+  nn::GaussianActorTape actor_tape;
+  nn::MlpTape aq1, aq2;
+  at::Tensor xa, dqa1, dqa2, dx1, dx2, da, actor_grad, alpha_grad;
+  std::vector<at::Tensor> actor_grads;
+  // act()
+  nn::GaussianActorTape act_tape;
+};
+
+struct SacCriticResult {
+  at::Tensor grad, td;  // flat critic gradient; per-sample |TD error| (mean of both Qs)
+  double loss = 0, q_mean = 0;
+};
+struct SacActorResult {
+  at::Tensor grad, alpha_grad;
+  double loss = 0, entropy = 0, alpha_loss = 0;
+};
+
+// Rows of [obs | action] for the critics: copies `obs` [B, od] into the first od columns of
+// `x` [B, od + ad], (re)allocating x for the batch size.
+inline void obs_into(at::Tensor& x, const at::Tensor& obs, std::int64_t ad) {
+  const std::int64_t batch = obs.size(0), od = obs.size(1), w = od + ad;
+  if (!x.defined() || x.size(0) != batch) x = at::empty({batch, w}, obs.options());
+  const float* o = obs.data_ptr<float>();
+  float* p = x.data_ptr<float>();
+  for (std::int64_t i = 0; i < batch; ++i)
+    for (std::int64_t j = 0; j < od; ++j) p[i * w + j] = o[i * od + j];
+}
+inline void ensure(at::Tensor& t, std::initializer_list<std::int64_t> sizes, const at::Tensor& like) {
+  if (!t.defined() || t.sizes() != at::IntArrayRef(sizes)) t = at::empty(sizes, like.options());
+}
+inline const float* opt_ptr(const at::Tensor& t) { return t.defined() ? t.data_ptr<float>() : nullptr; }
+
+// SAC's critic part with hand-written gradients: the same arithmetic as autograd_critic.
+inline SacCriticResult manual_critic(SacManual& m, const nn::GaussianActorImpl& actor,
+                                   const nn::TwinQImpl& critic, const nn::TwinQImpl& target,
+                                   const ReplayBatch& batch, double alpha, double gamma_,
+                                   const at::Tensor& noise_next) {
+  torch::NoGradGuard no_grad;
+  const auto obs = batch.obs.contiguous(), next_obs = batch.next_obs.contiguous();
+  const auto action = batch.action.contiguous(), reward = batch.reward.contiguous();
+  const auto terminated = batch.terminated.contiguous();
+  const auto discount = batch.discount.defined() ? batch.discount.contiguous() : at::Tensor();
+  const auto weight = batch.weight.defined() ? batch.weight.contiguous() : at::Tensor();
+  const std::int64_t n = obs.size(0), od = obs.size(1), ad = actor.action_dim(), w = od + ad;
+
+  obs_into(m.x_next, next_obs, ad);
+  m.next_tape.sample(actor, next_obs, noise_next, m.x_next.data_ptr<float>() + od, w);
+  const float* lp = m.next_tape.log_prob().data_ptr<float>();
+  const float* tq1 = m.tq1.forward(*target.q1(), m.x_next).data_ptr<float>();
+  const float* tq2 = m.tq2.forward(*target.q2(), m.x_next).data_ptr<float>();
+
+  obs_into(m.x, obs, ad);
+  {
+    const float* a = action.data_ptr<float>();
+    float* x = m.x.data_ptr<float>();
+    for (std::int64_t i = 0; i < n; ++i)
+      for (std::int64_t j = 0; j < ad; ++j) x[i * w + od + j] = a[i * ad + j];
+  }
+  const float* q1 = m.q1.forward(*critic.q1(), m.x).data_ptr<float>();
+  const float* q2 = m.q2.forward(*critic.q2(), m.x).data_ptr<float>();
+
+  ensure(m.dq1, {n, 1}, obs);
+  ensure(m.dq2, {n, 1}, obs);
+  SacCriticResult r;
+  r.td = at::empty({n}, obs.options());
+  const float *rw = reward.data_ptr<float>(), *term = terminated.data_ptr<float>();
+  const float *disc = opt_ptr(discount), *wt = opt_ptr(weight);
+  float *d1 = m.dq1.data_ptr<float>(), *d2 = m.dq2.data_ptr<float>(), *td = r.td.data_ptr<float>();
+  const float gamma = static_cast<float>(gamma_), fa = static_cast<float>(alpha);
+  const float inv_n = 1.0f / static_cast<float>(n);
+  double loss = 0, q_sum = 0;
+  for (std::int64_t i = 0; i < n; ++i) {
+    const float v = std::min(tq1[i], tq2[i]) - fa * lp[i];
+    const float y = rw[i] + (disc ? disc[i] : gamma) * (1.0f - term[i]) * v;
+    const float e1 = q1[i] - y, e2 = q2[i] - y, wi = wt ? wt[i] : 1.0f;
+    loss += static_cast<double>(wi * 0.5f * (e1 * e1 + e2 * e2));
+    q_sum += q1[i];
+    d1[i] = wi * e1 * inv_n;
+    d2[i] = wi * e2 * inv_n;
+    td[i] = 0.5f * (std::abs(e1) + std::abs(e2));
+  }
+  m.q1.backward(*critic.q1(), m.dq1, &m.q1_grads, nullptr);
+  m.q2.backward(*critic.q2(), m.dq2, &m.q2_grads, nullptr);
+  r.grad = m.critic_grad;
+  r.loss = loss / static_cast<double>(n);
+  r.q_mean = q_sum / static_cast<double>(n);
+  return r;
+}
+
+// SAC's actor and temperature part with hand-written gradients (as autograd_actor).
+inline SacActorResult manual_actor(SacManual& m, const nn::GaussianActorImpl& actor,
+                                 const nn::TwinQImpl& critic, const ReplayBatch& batch,
+                                 double alpha, bool auto_alpha, double target_entropy,
+                                 const at::Tensor& noise) {
+  torch::NoGradGuard no_grad;
+  const auto obs = batch.obs.contiguous();
+  const std::int64_t n = obs.size(0), od = obs.size(1), ad = actor.action_dim(), w = od + ad;
+
+  obs_into(m.xa, obs, ad);
+  m.actor_tape.sample(actor, obs, noise, m.xa.data_ptr<float>() + od, w);
+  const float* lp = m.actor_tape.log_prob().data_ptr<float>();
+  const float* q1 = m.aq1.forward(*critic.q1(), m.xa).data_ptr<float>();
+  const float* q2 = m.aq2.forward(*critic.q2(), m.xa).data_ptr<float>();
+
+  ensure(m.dqa1, {n, 1}, obs);
+  ensure(m.dqa2, {n, 1}, obs);
+  float *d1 = m.dqa1.data_ptr<float>(), *d2 = m.dqa2.data_ptr<float>();
+  const float fa = static_cast<float>(alpha), inv_n = 1.0f / static_cast<float>(n);
+  double loss = 0, lp_sum = 0;
+  for (std::int64_t i = 0; i < n; ++i) {
+    // d min(q1, q2) goes to the smaller one (ties: to both halves, as torch's minimum)
+    const float qmin = std::min(q1[i], q2[i]);
+    loss += static_cast<double>(fa * lp[i] - qmin);
+    lp_sum += lp[i];
+    const float g1 = q1[i] < q2[i] ? 1.0f : q1[i] > q2[i] ? 0.0f : 0.5f;
+    d1[i] = -g1 * inv_n;
+    d2[i] = -(1.0f - g1) * inv_n;
+  }
+  ensure(m.dx1, {n, w}, obs);
+  ensure(m.dx2, {n, w}, obs);
+  m.aq1.backward(*critic.q1(), m.dqa1, nullptr, &m.dx1);
+  m.aq2.backward(*critic.q2(), m.dqa2, nullptr, &m.dx2);
+  ensure(m.da, {n, ad}, obs);
+  {
+    const float *x1 = m.dx1.data_ptr<float>(), *x2 = m.dx2.data_ptr<float>();
+    float* da = m.da.data_ptr<float>();
+    for (std::int64_t i = 0; i < n; ++i)
+      for (std::int64_t j = 0; j < ad; ++j) da[i * ad + j] = x1[i * w + od + j] + x2[i * w + od + j];
+  }
+  m.actor_tape.backward(actor, m.da, fa * inv_n, m.actor_grads);
+
+  SacActorResult r;
+  r.grad = m.actor_grad;
+  const double mean_lp = lp_sum / static_cast<double>(n);
+  r.loss = loss / static_cast<double>(n);
+  r.entropy = -mean_lp;
+  if (auto_alpha) {
+    // d/dlog_alpha of -(log_alpha (log_prob + target_entropy)).mean()
+    r.alpha_grad = m.alpha_grad;
+    r.alpha_grad.data_ptr<float>()[0] = static_cast<float>(-(mean_lp + target_entropy));
+    r.alpha_loss = -std::log(alpha) * (mean_lp + target_entropy);
+  }
+  return r;
+}
+
+}  // namespace detail
+
 /// Algorithm policy: Soft Actor-Critic (see file comment) with swappable networks.
 /// @tparam Actor  a `SquashedPolicyNetwork` (default: tanh-Gaussian MLP)
 /// @tparam Critic a `TwinCriticNetwork` (default: two MLP Q-functions)
@@ -3661,6 +4110,10 @@ class BasicSAC {
         target_update_freq{1};
     Param<double, "max_grad_norm", "clip each gradient's global norm (0: off)", at_least(0)>
         max_grad_norm{0.0};
+    Param<bool, "manual_backward",
+          "hand-written gradients for the default networks in float32 on the CPU (false: "
+          "autograd; same result, slower)">
+        manual_backward{true};
     Section<"actor", detail::module_config_t<Actor>> actor;
     Section<"critic", detail::module_config_t<Critic>> critic;
   };
@@ -3694,12 +4147,30 @@ class BasicSAC {
     critic_opt_ = FlatAdam(critic_->parameters(), {.lr = cfg.critic_lr * s});
     alpha_opt_ = FlatAdam({log_alpha_}, {.lr = cfg.alpha_lr * s});
     target_ = FlatParameters(critic_target_->parameters());
+    if constexpr (kDefaultNetworks) {
+      if (cfg.manual_backward && device_.is_cpu() && nn::GaussianActorTape::supports(*actor_) &&
+          nn::MlpTape::supports(*critic_->q1()))
+        manual_ = std::make_unique<detail::SacManual>(critic_opt_.parameters(), critic_,
+                                                     actor_opt_.parameters(), actor_);
+    }
   }
 
   /// Actions in [-1, 1] for a batch of observations: sampled to explore, or the mean.
   at::Tensor act(const at::Tensor& obs, ActMode mode) {
     torch::NoGradGuard no_grad;
     auto o = obs.to(device_, at::kFloat);
+    if constexpr (kDefaultNetworks) {
+      if (manual_) {
+        o = o.contiguous();
+        auto action = at::empty({o.size(0), act_dim_}, o.options());
+        if (mode == ActMode::explore)
+          manual_->act_tape.sample(*actor_, o, at::randn({o.size(0), act_dim_}, o.options()),
+                                   action.data_ptr<float>(), act_dim_);
+        else
+          manual_->act_tape.mode(*actor_, o, action.data_ptr<float>(), act_dim_);
+        return action;
+      }
+    }
     return mode == ActMode::explore
                ? actor_->sample(o, at::randn({o.size(0), act_dim_}, o.options())).action
                : actor_->mode(o);
@@ -3714,63 +4185,46 @@ class BasicSAC {
   /// towards the critic by Polyak averaging. The actor and temperature update every
   /// actor_update_freq updates.
   UpdateInfo update(const ReplayBatch& b, StepContext& ctx) {
-    const auto alpha = log_alpha_.detach().exp();
+    const double alpha = log_alpha_.detach().exp().item().toDouble();
     const bool actor_step = updates_ % cfg_.actor_update_freq == 0;
     // Noise drawn here, in a fixed order, so the update is reproducible on any thread count.
     const auto noise_next = at::randn({b.obs.size(0), act_dim_}, b.obs.options());
     const auto noise_obs = actor_step ? at::randn({b.obs.size(0), act_dim_}, b.obs.options()) : at::Tensor();
 
-    at::Tensor critic_grad, critic_loss, td, q_mean;
+    bool manual = false;
+    if constexpr (kDefaultNetworks)
+      manual = manual_ && !ctx.autocasts() && b.obs.device().is_cpu() && b.obs.scalar_type() == at::kFloat;
+
+    detail::SacCriticResult critic;
+    detail::SacActorResult actor;
     auto critic_part = [&] {
-      at::Tensor target;
-      {  // soft Bellman target, in float32 and without gradients
-        torch::NoGradGuard no_grad;
-        auto guard = ctx.autocast();
-        auto next = actor_->sample(b.next_obs, noise_next);
-        auto [tq1, tq2] = critic_target_->forward(b.next_obs, next.action);
-        auto v = at::min(tq1, tq2).to(at::kFloat) - alpha * next.log_prob.to(at::kFloat);
-        auto discount = b.discount.defined() ? b.discount : torch::full({}, *cfg_.gamma, v.options());
-        target = b.reward + discount * (1.0 - b.terminated) * v;
-      }
-      auto guard = ctx.autocast();
-      auto [q1, q2] = critic_->forward(b.obs, b.action);
-      auto e1 = q1.to(at::kFloat) - target, e2 = q2.to(at::kFloat) - target;
-      auto per_sample = 0.5 * (e1.square() + e2.square());
-      critic_loss = b.weight.defined() ? (b.weight * per_sample).mean() : per_sample.mean();
-      critic_grad = ctx.gradient(critic_loss, critic_opt_);
-      td = 0.5 * (e1.abs() + e2.abs()).detach();
-      q_mean = q1.detach().mean();
+      if constexpr (kDefaultNetworks)
+        if (manual)
+          return void(critic = detail::manual_critic(*manual_, *actor_, *critic_, *critic_target_, b,
+                                                     alpha, *cfg_.gamma, noise_next));
+      critic = autograd_critic(b, alpha, noise_next, ctx);
     };
-
-    at::Tensor actor_grad, alpha_grad, actor_loss, alpha_loss, entropy;
     auto actor_part = [&] {
-      auto guard = ctx.autocast();
-      auto s = actor_->sample(b.obs, noise_obs);
-      auto [q1, q2] = critic_->forward(b.obs, s.action);
-      auto log_prob = s.log_prob.to(at::kFloat);
-      actor_loss = (alpha * log_prob - at::min(q1, q2).to(at::kFloat)).mean();
-      actor_grad = ctx.gradient(actor_loss, actor_opt_);
-      entropy = -log_prob.detach().mean();
-      if (cfg_.auto_alpha) {
-        alpha_loss = -(log_alpha_ * (log_prob.detach() + target_entropy_)).mean();
-        alpha_grad = ctx.gradient(alpha_loss, alpha_opt_);
-      }
+      if constexpr (kDefaultNetworks)
+        if (manual)
+          return void(actor = detail::manual_actor(*manual_, *actor_, *critic_, b, alpha,
+                                                   cfg_.auto_alpha, target_entropy_, noise_obs));
+      actor = autograd_actor(b, alpha, noise_obs, ctx);
     };
-
     if (actor_step) ctx.concurrently({critic_part, actor_part});
     else critic_part();
 
     UpdateInfo info;
-    ctx.apply(critic_opt_, critic_grad, cfg_.max_grad_norm);
-    info.metrics.emplace_back("critic_loss", critic_loss.item().toDouble());
-    info.metrics.emplace_back("q_mean", q_mean.item().toDouble());
+    ctx.apply(critic_opt_, critic.grad, cfg_.max_grad_norm);
+    info.metrics.emplace_back("critic_loss", critic.loss);
+    info.metrics.emplace_back("q_mean", critic.q_mean);
     if (actor_step) {
-      ctx.apply(actor_opt_, actor_grad, cfg_.max_grad_norm);
-      info.metrics.emplace_back("actor_loss", actor_loss.item().toDouble());
-      info.metrics.emplace_back("entropy", entropy.item().toDouble());
+      ctx.apply(actor_opt_, actor.grad, cfg_.max_grad_norm);
+      info.metrics.emplace_back("actor_loss", actor.loss);
+      info.metrics.emplace_back("entropy", actor.entropy);
       if (cfg_.auto_alpha) {
-        ctx.apply(alpha_opt_, alpha_grad);
-        info.metrics.emplace_back("alpha_loss", alpha_loss.item().toDouble());
+        ctx.apply(alpha_opt_, actor.alpha_grad);
+        info.metrics.emplace_back("alpha_loss", actor.alpha_loss);
       }
     }
     info.metrics.emplace_back("alpha", log_alpha_.detach().exp().item().toDouble());
@@ -3780,9 +4234,12 @@ class BasicSAC {
       target_.flat().lerp_(critic_opt_.parameters().flat(), *cfg_.tau);
     }
     ++updates_;
-    info.td_error = td;
+    info.td_error = critic.td;
     return info;
   }
+
+  /// Whether updates and actions take the hand-written fast path (`manual_backward`).
+  [[nodiscard]] bool manual_backward() const noexcept { return manual_ != nullptr; }
 
   [[nodiscard]] Actor& actor() noexcept { return actor_; }
   [[nodiscard]] Critic& critic() noexcept { return critic_; }
@@ -3794,6 +4251,57 @@ class BasicSAC {
   [[nodiscard]] std::int64_t batch_size() const noexcept { return cfg_.batch_size; }
 
  private:
+  static constexpr bool kDefaultNetworks =
+      std::same_as<Actor, nn::GaussianActor> && std::same_as<Critic, nn::TwinQ>;
+
+  // Soft Bellman target y = r + discount (1 - terminated) (min target Q - alpha log pi).
+  at::Tensor discount_of(const ReplayBatch& b, const at::Tensor& like) const {
+    return b.discount.defined() ? b.discount : at::full({}, *cfg_.gamma, like.options());
+  }
+
+  detail::SacCriticResult autograd_critic(const ReplayBatch& b, double alpha, const at::Tensor& noise_next,
+                               StepContext& ctx) {
+    at::Tensor target;
+    {  // in float32 and without gradients
+      torch::NoGradGuard no_grad;
+      auto guard = ctx.autocast();
+      auto next = actor_->sample(b.next_obs, noise_next);
+      auto [tq1, tq2] = critic_target_->forward(b.next_obs, next.action);
+      auto v = at::min(tq1, tq2).to(at::kFloat) - alpha * next.log_prob.to(at::kFloat);
+      target = b.reward + discount_of(b, v) * (1.0 - b.terminated) * v;
+    }
+    auto guard = ctx.autocast();
+    auto [q1, q2] = critic_->forward(b.obs, b.action);
+    auto e1 = q1.to(at::kFloat) - target, e2 = q2.to(at::kFloat) - target;
+    auto per_sample = 0.5 * (e1.square() + e2.square());
+    auto loss = b.weight.defined() ? (b.weight * per_sample).mean() : per_sample.mean();
+    detail::SacCriticResult r;
+    r.grad = ctx.gradient(loss, critic_opt_);
+    r.td = 0.5 * (e1.abs() + e2.abs()).detach();
+    r.loss = loss.item().toDouble();
+    r.q_mean = q1.detach().mean().item().toDouble();
+    return r;
+  }
+
+  detail::SacActorResult autograd_actor(const ReplayBatch& b, double alpha, const at::Tensor& noise,
+                             StepContext& ctx) {
+    auto guard = ctx.autocast();
+    auto s = actor_->sample(b.obs, noise);
+    auto [q1, q2] = critic_->forward(b.obs, s.action);
+    auto log_prob = s.log_prob.to(at::kFloat);
+    auto loss = (alpha * log_prob - at::min(q1, q2).to(at::kFloat)).mean();
+    detail::SacActorResult r;
+    r.grad = ctx.gradient(loss, actor_opt_);
+    r.loss = loss.item().toDouble();
+    r.entropy = -log_prob.detach().mean().item().toDouble();
+    if (cfg_.auto_alpha) {
+      auto alpha_loss = -(log_alpha_ * (log_prob.detach() + target_entropy_)).mean();
+      r.alpha_grad = ctx.gradient(alpha_loss, alpha_opt_);
+      r.alpha_loss = alpha_loss.item().toDouble();
+    }
+    return r;
+  }
+
   Config cfg_;
   c10::Device device_;
   Actor actor_{nullptr};
@@ -3804,6 +4312,7 @@ class BasicSAC {
   FlatAdam actor_opt_, critic_opt_, alpha_opt_;
   FlatParameters target_;
   std::int64_t updates_ = 0;
+  std::unique_ptr<detail::SacManual> manual_;  // the fast path, when it applies
 };
 
 /// SAC with the default networks: tanh-Gaussian actor and twin-Q critic, 256x256 MLPs.
@@ -4446,9 +4955,10 @@ struct RunConfig {
         in_range(1, 1024)>
       threads{1};
   Param<int, "update_threads",
-        "threads computing an update's independent gradients at once (CPU; SAC: critic and actor)",
-        in_range(1, 64)>
-      update_threads{1};
+        "threads computing an update's independent gradients at once (CPU; SAC: critic and "
+        "actor; 0: 2 when each process has 2 cores)",
+        in_range(0, 64)>
+      update_threads{0};
   Param<std::int64_t, "log_interval", "env steps between log lines and CSV rows", at_least(1)>
       log_interval{1000};
   Param<ProgressMode, "progress", "auto: a bar on a terminal, lines otherwise"> progress{
@@ -4497,6 +5007,7 @@ struct TrainConfig {
 #include <memory>
 #include <numeric>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -4596,7 +5107,7 @@ class BasicTrainer {
     so.device = ctx_.device;
     so.autocast = X::autocast;
     so.autocast_dtype = X::compute_dtype;
-    so.threads = cfg_.run->update_threads;
+    so.threads = update_threads();
     if constexpr (X::loss_scaling)
       so.loss_scaling = LossScaler::Options{cfg_.precision->init_scale, cfg_.precision->growth_factor,
                                             cfg_.precision->backoff_factor, cfg_.precision->growth_interval};
@@ -4756,8 +5267,17 @@ class BasicTrainer {
                          "): matrix products are about 10x slower; run scripts/install-deps.sh");
       else if (b.openblas)
         notes_.push_back("cpu: OpenBLAS" + (b.core.empty() ? std::string() : " (" + b.core + " kernels)") +
-                         ", " + std::to_string(at::get_num_threads()) + " intra-op thread(s)");
+                         ", " + std::to_string(at::get_num_threads()) + " intra-op thread(s), " +
+                         std::to_string(update_threads()) + " update thread(s)");
     }
+  }
+
+  // run.update_threads, with 0 resolved: SAC's update has two independent parts, so two
+  // threads when this process has two cores to itself (measured 1.2-1.5x faster updates).
+  int update_threads() const {
+    if (*cfg_.run->update_threads > 0) return cfg_.run->update_threads;
+    const int cores = static_cast<int>(std::thread::hardware_concurrency());
+    return std::clamp(cores / std::max(1, parallel_->world_size()), 1, 2);
   }
 
   double lr_scale() const {

@@ -167,3 +167,73 @@ TEST_CASE("SAC: an update gives the same result with one thread and with two") {
   REQUIRE(one.size() == two.size());
   for (std::size_t i = 0; i < one.size(); ++i) CHECK(torch::equal(one[i], two[i]));
 }
+
+namespace {
+// Parameters and temperature of a SAC after `updates` updates on fixed random batches.
+std::vector<at::Tensor> train_briefly(SAC::Config cfg, bool manual, int updates, bool weighted,
+                                      int threads = 1) {
+  cfg.manual_backward = manual;
+  torch::manual_seed(11);
+  SAC sac(envs::spec_of(envs::Pendulum{}), cfg, RunContext{});
+  CHECK(sac.manual_backward() == manual);
+  StepContext::Options o;
+  o.threads = threads;
+  StepContext ctx(o);
+  torch::manual_seed(12);
+  std::vector<at::Tensor> td;
+  for (int i = 0; i < updates; ++i) {
+    auto b = random_batch(64);
+    if (weighted) {
+      b.weight = torch::rand({64}) + 0.5;
+      b.discount = torch::full({64}, 0.9f) * (torch::rand({64}) < 0.5).to(torch::kFloat) + 0.05;
+    }
+    td.push_back(sac.update(b, ctx).td_error);
+  }
+  std::vector<at::Tensor> w;
+  for (auto& p : sac.actor()->parameters()) w.push_back(p.detach().clone());
+  for (auto& p : sac.critic()->parameters()) w.push_back(p.detach().clone());
+  for (auto& p : sac.critic_target()->parameters()) w.push_back(p.detach().clone());
+  w.push_back(torch::tensor(sac.alpha()));
+  w.push_back(torch::stack(td));
+  torch::manual_seed(13);
+  w.push_back(sac.act(torch::randn({5, 3}), ActMode::explore));
+  w.push_back(sac.act(torch::randn({5, 3}), ActMode::deterministic));
+  return w;
+}
+void check_close(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b) {
+  REQUIRE(a.size() == b.size());
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    INFO("tensor " << i << ", max difference " << (a[i] - b[i]).abs().max().item<double>());
+    CHECK(torch::allclose(a[i], b[i], 1e-4, 1e-5));
+  }
+}
+}  // namespace
+
+TEST_CASE("SAC: hand-written gradients match autograd's") {
+  auto cfg = small();
+  cfg.max_grad_norm = 5.0;
+  SUBCASE("relu, uniform batches") { check_close(train_briefly(cfg, true, 10, false), train_briefly(cfg, false, 10, false)); }
+  SUBCASE("importance weights and per-sample discounts") {
+    check_close(train_briefly(cfg, true, 10, true), train_briefly(cfg, false, 10, true));
+  }
+  SUBCASE("tanh and elu networks, three layers") {
+    cfg.actor->activation = nn::Activation::tanh;
+    cfg.actor->hidden = {16, 24, 8};
+    cfg.critic->activation = nn::Activation::elu;
+    cfg.critic->hidden = {24, 16, 8};
+    check_close(train_briefly(cfg, true, 10, false), train_briefly(cfg, false, 10, false));
+  }
+  SUBCASE("actor every second update, two threads") {
+    cfg.actor_update_freq = 2;
+    check_close(train_briefly(cfg, true, 10, false, 2), train_briefly(cfg, false, 10, false, 1));
+  }
+}
+
+TEST_CASE("SAC: activations without a hand-written derivative use autograd") {
+  auto cfg = small();
+  cfg.critic->activation = nn::Activation::gelu;
+  SAC sac(envs::spec_of(envs::Pendulum{}), cfg, RunContext{});
+  CHECK_FALSE(sac.manual_backward());
+  StepContext ctx;
+  CHECK_FALSE(sac.update(random_batch(8), ctx).metrics.empty());
+}

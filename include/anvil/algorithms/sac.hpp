@@ -56,6 +56,178 @@ concept TwinCriticNetwork =
       { c->clone() };
     };
 
+namespace detail {
+
+/// Buffers of SAC's hand-written fast path (`manual_backward`): one set per part of the
+/// update, so the critic part and the actor part can run at once (see nn/manual_mlp.hpp).
+struct SacManual {
+  SacManual(const FlatParameters& critic, const nn::TwinQ& q, const FlatParameters& actor,
+            const nn::GaussianActor& pi) {
+    const auto grads_of = [](const FlatParameters& fp, const at::Tensor& flat, const nn::Mlp& m) {
+      std::vector<at::Tensor> v;
+      for (const auto& p : m->parameters()) v.push_back(fp.slice_for(flat, p));
+      return v;
+    };
+    critic_grad = at::empty({critic.numel()}, critic.flat().options());
+    q1_grads = grads_of(critic, critic_grad, q->q1());
+    q2_grads = grads_of(critic, critic_grad, q->q2());
+    actor_grad = at::empty({actor.numel()}, actor.flat().options());
+    actor_grads = grads_of(actor, actor_grad, pi->net());
+    alpha_grad = at::empty({1}, actor.flat().options());
+  }
+  // critic part
+  nn::GaussianActorTape next_tape;
+  nn::MlpTape tq1, tq2, q1, q2;
+  at::Tensor x_next, x, dq1, dq2, critic_grad;
+  std::vector<at::Tensor> q1_grads, q2_grads;
+  // actor part
+  nn::GaussianActorTape actor_tape;
+  nn::MlpTape aq1, aq2;
+  at::Tensor xa, dqa1, dqa2, dx1, dx2, da, actor_grad, alpha_grad;
+  std::vector<at::Tensor> actor_grads;
+  // act()
+  nn::GaussianActorTape act_tape;
+};
+
+struct SacCriticResult {
+  at::Tensor grad, td;  // flat critic gradient; per-sample |TD error| (mean of both Qs)
+  double loss = 0, q_mean = 0;
+};
+struct SacActorResult {
+  at::Tensor grad, alpha_grad;
+  double loss = 0, entropy = 0, alpha_loss = 0;
+};
+
+// Rows of [obs | action] for the critics: copies `obs` [B, od] into the first od columns of
+// `x` [B, od + ad], (re)allocating x for the batch size.
+inline void obs_into(at::Tensor& x, const at::Tensor& obs, std::int64_t ad) {
+  const std::int64_t batch = obs.size(0), od = obs.size(1), w = od + ad;
+  if (!x.defined() || x.size(0) != batch) x = at::empty({batch, w}, obs.options());
+  const float* o = obs.data_ptr<float>();
+  float* p = x.data_ptr<float>();
+  for (std::int64_t i = 0; i < batch; ++i)
+    for (std::int64_t j = 0; j < od; ++j) p[i * w + j] = o[i * od + j];
+}
+inline void ensure(at::Tensor& t, std::initializer_list<std::int64_t> sizes, const at::Tensor& like) {
+  if (!t.defined() || t.sizes() != at::IntArrayRef(sizes)) t = at::empty(sizes, like.options());
+}
+inline const float* opt_ptr(const at::Tensor& t) { return t.defined() ? t.data_ptr<float>() : nullptr; }
+
+// SAC's critic part with hand-written gradients: the same arithmetic as autograd_critic.
+inline SacCriticResult manual_critic(SacManual& m, const nn::GaussianActorImpl& actor,
+                                   const nn::TwinQImpl& critic, const nn::TwinQImpl& target,
+                                   const ReplayBatch& batch, double alpha, double gamma_,
+                                   const at::Tensor& noise_next) {
+  torch::NoGradGuard no_grad;
+  const auto obs = batch.obs.contiguous(), next_obs = batch.next_obs.contiguous();
+  const auto action = batch.action.contiguous(), reward = batch.reward.contiguous();
+  const auto terminated = batch.terminated.contiguous();
+  const auto discount = batch.discount.defined() ? batch.discount.contiguous() : at::Tensor();
+  const auto weight = batch.weight.defined() ? batch.weight.contiguous() : at::Tensor();
+  const std::int64_t n = obs.size(0), od = obs.size(1), ad = actor.action_dim(), w = od + ad;
+
+  obs_into(m.x_next, next_obs, ad);
+  m.next_tape.sample(actor, next_obs, noise_next, m.x_next.data_ptr<float>() + od, w);
+  const float* lp = m.next_tape.log_prob().data_ptr<float>();
+  const float* tq1 = m.tq1.forward(*target.q1(), m.x_next).data_ptr<float>();
+  const float* tq2 = m.tq2.forward(*target.q2(), m.x_next).data_ptr<float>();
+
+  obs_into(m.x, obs, ad);
+  {
+    const float* a = action.data_ptr<float>();
+    float* x = m.x.data_ptr<float>();
+    for (std::int64_t i = 0; i < n; ++i)
+      for (std::int64_t j = 0; j < ad; ++j) x[i * w + od + j] = a[i * ad + j];
+  }
+  const float* q1 = m.q1.forward(*critic.q1(), m.x).data_ptr<float>();
+  const float* q2 = m.q2.forward(*critic.q2(), m.x).data_ptr<float>();
+
+  ensure(m.dq1, {n, 1}, obs);
+  ensure(m.dq2, {n, 1}, obs);
+  SacCriticResult r;
+  r.td = at::empty({n}, obs.options());
+  const float *rw = reward.data_ptr<float>(), *term = terminated.data_ptr<float>();
+  const float *disc = opt_ptr(discount), *wt = opt_ptr(weight);
+  float *d1 = m.dq1.data_ptr<float>(), *d2 = m.dq2.data_ptr<float>(), *td = r.td.data_ptr<float>();
+  const float gamma = static_cast<float>(gamma_), fa = static_cast<float>(alpha);
+  const float inv_n = 1.0f / static_cast<float>(n);
+  double loss = 0, q_sum = 0;
+  for (std::int64_t i = 0; i < n; ++i) {
+    const float v = std::min(tq1[i], tq2[i]) - fa * lp[i];
+    const float y = rw[i] + (disc ? disc[i] : gamma) * (1.0f - term[i]) * v;
+    const float e1 = q1[i] - y, e2 = q2[i] - y, wi = wt ? wt[i] : 1.0f;
+    loss += static_cast<double>(wi * 0.5f * (e1 * e1 + e2 * e2));
+    q_sum += q1[i];
+    d1[i] = wi * e1 * inv_n;
+    d2[i] = wi * e2 * inv_n;
+    td[i] = 0.5f * (std::abs(e1) + std::abs(e2));
+  }
+  m.q1.backward(*critic.q1(), m.dq1, &m.q1_grads, nullptr);
+  m.q2.backward(*critic.q2(), m.dq2, &m.q2_grads, nullptr);
+  r.grad = m.critic_grad;
+  r.loss = loss / static_cast<double>(n);
+  r.q_mean = q_sum / static_cast<double>(n);
+  return r;
+}
+
+// SAC's actor and temperature part with hand-written gradients (as autograd_actor).
+inline SacActorResult manual_actor(SacManual& m, const nn::GaussianActorImpl& actor,
+                                 const nn::TwinQImpl& critic, const ReplayBatch& batch,
+                                 double alpha, bool auto_alpha, double target_entropy,
+                                 const at::Tensor& noise) {
+  torch::NoGradGuard no_grad;
+  const auto obs = batch.obs.contiguous();
+  const std::int64_t n = obs.size(0), od = obs.size(1), ad = actor.action_dim(), w = od + ad;
+
+  obs_into(m.xa, obs, ad);
+  m.actor_tape.sample(actor, obs, noise, m.xa.data_ptr<float>() + od, w);
+  const float* lp = m.actor_tape.log_prob().data_ptr<float>();
+  const float* q1 = m.aq1.forward(*critic.q1(), m.xa).data_ptr<float>();
+  const float* q2 = m.aq2.forward(*critic.q2(), m.xa).data_ptr<float>();
+
+  ensure(m.dqa1, {n, 1}, obs);
+  ensure(m.dqa2, {n, 1}, obs);
+  float *d1 = m.dqa1.data_ptr<float>(), *d2 = m.dqa2.data_ptr<float>();
+  const float fa = static_cast<float>(alpha), inv_n = 1.0f / static_cast<float>(n);
+  double loss = 0, lp_sum = 0;
+  for (std::int64_t i = 0; i < n; ++i) {
+    // d min(q1, q2) goes to the smaller one (ties: to both halves, as torch's minimum)
+    const float qmin = std::min(q1[i], q2[i]);
+    loss += static_cast<double>(fa * lp[i] - qmin);
+    lp_sum += lp[i];
+    const float g1 = q1[i] < q2[i] ? 1.0f : q1[i] > q2[i] ? 0.0f : 0.5f;
+    d1[i] = -g1 * inv_n;
+    d2[i] = -(1.0f - g1) * inv_n;
+  }
+  ensure(m.dx1, {n, w}, obs);
+  ensure(m.dx2, {n, w}, obs);
+  m.aq1.backward(*critic.q1(), m.dqa1, nullptr, &m.dx1);
+  m.aq2.backward(*critic.q2(), m.dqa2, nullptr, &m.dx2);
+  ensure(m.da, {n, ad}, obs);
+  {
+    const float *x1 = m.dx1.data_ptr<float>(), *x2 = m.dx2.data_ptr<float>();
+    float* da = m.da.data_ptr<float>();
+    for (std::int64_t i = 0; i < n; ++i)
+      for (std::int64_t j = 0; j < ad; ++j) da[i * ad + j] = x1[i * w + od + j] + x2[i * w + od + j];
+  }
+  m.actor_tape.backward(actor, m.da, fa * inv_n, m.actor_grads);
+
+  SacActorResult r;
+  r.grad = m.actor_grad;
+  const double mean_lp = lp_sum / static_cast<double>(n);
+  r.loss = loss / static_cast<double>(n);
+  r.entropy = -mean_lp;
+  if (auto_alpha) {
+    // d/dlog_alpha of -(log_alpha (log_prob + target_entropy)).mean()
+    r.alpha_grad = m.alpha_grad;
+    r.alpha_grad.data_ptr<float>()[0] = static_cast<float>(-(mean_lp + target_entropy));
+    r.alpha_loss = -std::log(alpha) * (mean_lp + target_entropy);
+  }
+  return r;
+}
+
+}  // namespace detail
+
 /// Algorithm policy: Soft Actor-Critic (see file comment) with swappable networks.
 /// @tparam Actor  a `SquashedPolicyNetwork` (default: tanh-Gaussian MLP)
 /// @tparam Critic a `TwinCriticNetwork` (default: two MLP Q-functions)
@@ -93,6 +265,10 @@ class BasicSAC {
         target_update_freq{1};
     Param<double, "max_grad_norm", "clip each gradient's global norm (0: off)", at_least(0)>
         max_grad_norm{0.0};
+    Param<bool, "manual_backward",
+          "hand-written gradients for the default networks in float32 on the CPU (false: "
+          "autograd; same result, slower)">
+        manual_backward{true};
     Section<"actor", detail::module_config_t<Actor>> actor;
     Section<"critic", detail::module_config_t<Critic>> critic;
   };
@@ -126,12 +302,30 @@ class BasicSAC {
     critic_opt_ = FlatAdam(critic_->parameters(), {.lr = cfg.critic_lr * s});
     alpha_opt_ = FlatAdam({log_alpha_}, {.lr = cfg.alpha_lr * s});
     target_ = FlatParameters(critic_target_->parameters());
+    if constexpr (kDefaultNetworks) {
+      if (cfg.manual_backward && device_.is_cpu() && nn::GaussianActorTape::supports(*actor_) &&
+          nn::MlpTape::supports(*critic_->q1()))
+        manual_ = std::make_unique<detail::SacManual>(critic_opt_.parameters(), critic_,
+                                                     actor_opt_.parameters(), actor_);
+    }
   }
 
   /// Actions in [-1, 1] for a batch of observations: sampled to explore, or the mean.
   at::Tensor act(const at::Tensor& obs, ActMode mode) {
     torch::NoGradGuard no_grad;
     auto o = obs.to(device_, at::kFloat);
+    if constexpr (kDefaultNetworks) {
+      if (manual_) {
+        o = o.contiguous();
+        auto action = at::empty({o.size(0), act_dim_}, o.options());
+        if (mode == ActMode::explore)
+          manual_->act_tape.sample(*actor_, o, at::randn({o.size(0), act_dim_}, o.options()),
+                                   action.data_ptr<float>(), act_dim_);
+        else
+          manual_->act_tape.mode(*actor_, o, action.data_ptr<float>(), act_dim_);
+        return action;
+      }
+    }
     return mode == ActMode::explore
                ? actor_->sample(o, at::randn({o.size(0), act_dim_}, o.options())).action
                : actor_->mode(o);
@@ -146,63 +340,46 @@ class BasicSAC {
   /// towards the critic by Polyak averaging. The actor and temperature update every
   /// actor_update_freq updates.
   UpdateInfo update(const ReplayBatch& b, StepContext& ctx) {
-    const auto alpha = log_alpha_.detach().exp();
+    const double alpha = log_alpha_.detach().exp().item().toDouble();
     const bool actor_step = updates_ % cfg_.actor_update_freq == 0;
     // Noise drawn here, in a fixed order, so the update is reproducible on any thread count.
     const auto noise_next = at::randn({b.obs.size(0), act_dim_}, b.obs.options());
     const auto noise_obs = actor_step ? at::randn({b.obs.size(0), act_dim_}, b.obs.options()) : at::Tensor();
 
-    at::Tensor critic_grad, critic_loss, td, q_mean;
+    bool manual = false;
+    if constexpr (kDefaultNetworks)
+      manual = manual_ && !ctx.autocasts() && b.obs.device().is_cpu() && b.obs.scalar_type() == at::kFloat;
+
+    detail::SacCriticResult critic;
+    detail::SacActorResult actor;
     auto critic_part = [&] {
-      at::Tensor target;
-      {  // soft Bellman target, in float32 and without gradients
-        torch::NoGradGuard no_grad;
-        auto guard = ctx.autocast();
-        auto next = actor_->sample(b.next_obs, noise_next);
-        auto [tq1, tq2] = critic_target_->forward(b.next_obs, next.action);
-        auto v = at::min(tq1, tq2).to(at::kFloat) - alpha * next.log_prob.to(at::kFloat);
-        auto discount = b.discount.defined() ? b.discount : torch::full({}, *cfg_.gamma, v.options());
-        target = b.reward + discount * (1.0 - b.terminated) * v;
-      }
-      auto guard = ctx.autocast();
-      auto [q1, q2] = critic_->forward(b.obs, b.action);
-      auto e1 = q1.to(at::kFloat) - target, e2 = q2.to(at::kFloat) - target;
-      auto per_sample = 0.5 * (e1.square() + e2.square());
-      critic_loss = b.weight.defined() ? (b.weight * per_sample).mean() : per_sample.mean();
-      critic_grad = ctx.gradient(critic_loss, critic_opt_);
-      td = 0.5 * (e1.abs() + e2.abs()).detach();
-      q_mean = q1.detach().mean();
+      if constexpr (kDefaultNetworks)
+        if (manual)
+          return void(critic = detail::manual_critic(*manual_, *actor_, *critic_, *critic_target_, b,
+                                                     alpha, *cfg_.gamma, noise_next));
+      critic = autograd_critic(b, alpha, noise_next, ctx);
     };
-
-    at::Tensor actor_grad, alpha_grad, actor_loss, alpha_loss, entropy;
     auto actor_part = [&] {
-      auto guard = ctx.autocast();
-      auto s = actor_->sample(b.obs, noise_obs);
-      auto [q1, q2] = critic_->forward(b.obs, s.action);
-      auto log_prob = s.log_prob.to(at::kFloat);
-      actor_loss = (alpha * log_prob - at::min(q1, q2).to(at::kFloat)).mean();
-      actor_grad = ctx.gradient(actor_loss, actor_opt_);
-      entropy = -log_prob.detach().mean();
-      if (cfg_.auto_alpha) {
-        alpha_loss = -(log_alpha_ * (log_prob.detach() + target_entropy_)).mean();
-        alpha_grad = ctx.gradient(alpha_loss, alpha_opt_);
-      }
+      if constexpr (kDefaultNetworks)
+        if (manual)
+          return void(actor = detail::manual_actor(*manual_, *actor_, *critic_, b, alpha,
+                                                   cfg_.auto_alpha, target_entropy_, noise_obs));
+      actor = autograd_actor(b, alpha, noise_obs, ctx);
     };
-
     if (actor_step) ctx.concurrently({critic_part, actor_part});
     else critic_part();
 
     UpdateInfo info;
-    ctx.apply(critic_opt_, critic_grad, cfg_.max_grad_norm);
-    info.metrics.emplace_back("critic_loss", critic_loss.item().toDouble());
-    info.metrics.emplace_back("q_mean", q_mean.item().toDouble());
+    ctx.apply(critic_opt_, critic.grad, cfg_.max_grad_norm);
+    info.metrics.emplace_back("critic_loss", critic.loss);
+    info.metrics.emplace_back("q_mean", critic.q_mean);
     if (actor_step) {
-      ctx.apply(actor_opt_, actor_grad, cfg_.max_grad_norm);
-      info.metrics.emplace_back("actor_loss", actor_loss.item().toDouble());
-      info.metrics.emplace_back("entropy", entropy.item().toDouble());
+      ctx.apply(actor_opt_, actor.grad, cfg_.max_grad_norm);
+      info.metrics.emplace_back("actor_loss", actor.loss);
+      info.metrics.emplace_back("entropy", actor.entropy);
       if (cfg_.auto_alpha) {
-        ctx.apply(alpha_opt_, alpha_grad);
-        info.metrics.emplace_back("alpha_loss", alpha_loss.item().toDouble());
+        ctx.apply(alpha_opt_, actor.alpha_grad);
+        info.metrics.emplace_back("alpha_loss", actor.alpha_loss);
       }
     }
     info.metrics.emplace_back("alpha", log_alpha_.detach().exp().item().toDouble());
@@ -212,9 +389,12 @@ class BasicSAC {
       target_.flat().lerp_(critic_opt_.parameters().flat(), *cfg_.tau);
     }
     ++updates_;
-    info.td_error = td;
+    info.td_error = critic.td;
     return info;
   }
+
+  /// Whether updates and actions take the hand-written fast path (`manual_backward`).
+  [[nodiscard]] bool manual_backward() const noexcept { return manual_ != nullptr; }
 
   [[nodiscard]] Actor& actor() noexcept { return actor_; }
   [[nodiscard]] Critic& critic() noexcept { return critic_; }
@@ -226,6 +406,57 @@ class BasicSAC {
   [[nodiscard]] std::int64_t batch_size() const noexcept { return cfg_.batch_size; }
 
  private:
+  static constexpr bool kDefaultNetworks =
+      std::same_as<Actor, nn::GaussianActor> && std::same_as<Critic, nn::TwinQ>;
+
+  // Soft Bellman target y = r + discount (1 - terminated) (min target Q - alpha log pi).
+  at::Tensor discount_of(const ReplayBatch& b, const at::Tensor& like) const {
+    return b.discount.defined() ? b.discount : at::full({}, *cfg_.gamma, like.options());
+  }
+
+  detail::SacCriticResult autograd_critic(const ReplayBatch& b, double alpha, const at::Tensor& noise_next,
+                               StepContext& ctx) {
+    at::Tensor target;
+    {  // in float32 and without gradients
+      torch::NoGradGuard no_grad;
+      auto guard = ctx.autocast();
+      auto next = actor_->sample(b.next_obs, noise_next);
+      auto [tq1, tq2] = critic_target_->forward(b.next_obs, next.action);
+      auto v = at::min(tq1, tq2).to(at::kFloat) - alpha * next.log_prob.to(at::kFloat);
+      target = b.reward + discount_of(b, v) * (1.0 - b.terminated) * v;
+    }
+    auto guard = ctx.autocast();
+    auto [q1, q2] = critic_->forward(b.obs, b.action);
+    auto e1 = q1.to(at::kFloat) - target, e2 = q2.to(at::kFloat) - target;
+    auto per_sample = 0.5 * (e1.square() + e2.square());
+    auto loss = b.weight.defined() ? (b.weight * per_sample).mean() : per_sample.mean();
+    detail::SacCriticResult r;
+    r.grad = ctx.gradient(loss, critic_opt_);
+    r.td = 0.5 * (e1.abs() + e2.abs()).detach();
+    r.loss = loss.item().toDouble();
+    r.q_mean = q1.detach().mean().item().toDouble();
+    return r;
+  }
+
+  detail::SacActorResult autograd_actor(const ReplayBatch& b, double alpha, const at::Tensor& noise,
+                             StepContext& ctx) {
+    auto guard = ctx.autocast();
+    auto s = actor_->sample(b.obs, noise);
+    auto [q1, q2] = critic_->forward(b.obs, s.action);
+    auto log_prob = s.log_prob.to(at::kFloat);
+    auto loss = (alpha * log_prob - at::min(q1, q2).to(at::kFloat)).mean();
+    detail::SacActorResult r;
+    r.grad = ctx.gradient(loss, actor_opt_);
+    r.loss = loss.item().toDouble();
+    r.entropy = -log_prob.detach().mean().item().toDouble();
+    if (cfg_.auto_alpha) {
+      auto alpha_loss = -(log_alpha_ * (log_prob.detach() + target_entropy_)).mean();
+      r.alpha_grad = ctx.gradient(alpha_loss, alpha_opt_);
+      r.alpha_loss = alpha_loss.item().toDouble();
+    }
+    return r;
+  }
+
   Config cfg_;
   c10::Device device_;
   Actor actor_{nullptr};
@@ -236,6 +467,7 @@ class BasicSAC {
   FlatAdam actor_opt_, critic_opt_, alpha_opt_;
   FlatParameters target_;
   std::int64_t updates_ = 0;
+  std::unique_ptr<detail::SacManual> manual_;  // the fast path, when it applies
 };
 
 /// SAC with the default networks: tanh-Gaussian actor and twin-Q critic, 256x256 MLPs.

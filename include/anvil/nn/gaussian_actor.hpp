@@ -5,10 +5,12 @@
 
 #include <torch/nn/cloneable.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 
 #include <anvil/core/param.hpp>
+#include <anvil/nn/manual_mlp.hpp>
 #include <anvil/nn/mlp.hpp>
 
 namespace anvil::nn {
@@ -74,6 +76,9 @@ class GaussianActorImpl : public torch::nn::Cloneable<GaussianActorImpl> {
   at::Tensor mode(const at::Tensor& obs) { return forward(obs).first.tanh(); }
 
   [[nodiscard]] std::int64_t action_dim() const noexcept { return act_dim_; }
+  /// The network from observations to [mean, raw log std].
+  [[nodiscard]] const Mlp& net() const noexcept { return net_; }
+  [[nodiscard]] const Config& config() const noexcept { return cfg_; }
 
  private:
   std::int64_t obs_dim_, act_dim_;
@@ -81,5 +86,96 @@ class GaussianActorImpl : public torch::nn::Cloneable<GaussianActorImpl> {
   Mlp net_{nullptr};
 };
 TORCH_MODULE(GaussianActor);
+
+/// `GaussianActor::sample` and its backward written out by hand, for float32 on the CPU (see
+/// nn/manual_mlp.hpp for why). The same arithmetic as `sample`; run under NoGradGuard.
+class GaussianActorTape {
+ public:
+  static bool supports(const GaussianActorImpl& a) { return MlpTape::supports(*a.net()); }
+
+  /// Draws actions like `sample(obs, noise)` and writes them into `action`, row i at
+  /// `action + i * stride` (so they can land inside a critic's input rows). The
+  /// log-densities are in `log_prob()` until the next call.
+  void sample(const GaussianActorImpl& actor, const at::Tensor& obs, const at::Tensor& noise,
+              float* action, std::int64_t stride) {
+    const auto& out = net_.forward(*actor.net(), obs);
+    const std::int64_t batch = obs.size(0), ad = actor.action_dim();
+    if (log_prob_.numel() != batch || t_.size(1) != ad) {
+      log_prob_ = at::empty({batch}, obs.options());
+      t_ = at::empty({batch, ad}, obs.options());
+      std_ = at::empty({batch, ad}, obs.options());
+      a_ = at::empty({batch, ad}, obs.options());
+      dout_ = at::empty({batch, 2 * ad}, obs.options());
+    }
+    noise_ = noise;
+    const double lo = actor.config().log_std_min, hi = actor.config().log_std_max;
+    const float k = static_cast<float>(0.5 * (hi - lo)), c = static_cast<float>(0.5 * (hi + lo));
+    const float* o = out.data_ptr<float>();
+    const float* eps = noise.data_ptr<float>();
+    float *t = t_.data_ptr<float>(), *sd = std_.data_ptr<float>(), *a = a_.data_ptr<float>();
+    float* lp = log_prob_.data_ptr<float>();
+    constexpr float kHalfLog2Pi = 0.91893853320467274178f;
+    const float log2 = std::log(2.0f);
+    for (std::int64_t i = 0; i < batch; ++i) {
+      float sum = 0.f;
+      for (std::int64_t j = 0; j < ad; ++j) {
+        const std::int64_t ij = i * ad + j;
+        const float mean = o[i * 2 * ad + j];
+        const float th = std::tanh(o[i * 2 * ad + ad + j]);
+        const float log_std = k * th + c;
+        const float s = std::exp(log_std);
+        const float u = mean + eps[ij] * s;
+        const float act = std::tanh(u);
+        // softplus(-2u), stable for either sign of u
+        const float sp = std::max(-2.f * u, 0.f) + std::log1p(std::exp(-std::abs(2.f * u)));
+        sum += -0.5f * eps[ij] * eps[ij] - log_std - kHalfLog2Pi - 2.f * (log2 - u - sp);
+        t[ij] = th;
+        sd[ij] = s;
+        a[ij] = act;
+        action[i * stride + j] = act;
+      }
+      lp[i] = sum;
+    }
+  }
+
+  /// The deterministic action tanh(mean), written like `sample`'s.
+  void mode(const GaussianActorImpl& actor, const at::Tensor& obs, float* action, std::int64_t stride) {
+    const auto& out = net_.forward(*actor.net(), obs);
+    const std::int64_t batch = obs.size(0), ad = actor.action_dim();
+    const float* o = out.data_ptr<float>();
+    for (std::int64_t i = 0; i < batch; ++i)
+      for (std::int64_t j = 0; j < ad; ++j) action[i * stride + j] = std::tanh(o[i * 2 * ad + j]);
+  }
+
+  [[nodiscard]] const at::Tensor& log_prob() const noexcept { return log_prob_; }
+
+  /// Backpropagates a loss through the last `sample`: `d_action` [B, act_dim] is dL/daction
+  /// and every log-density has dL/dlog_prob = `d_log_prob`. Writes the network's parameter
+  /// gradients into `grads` (as `MlpTape::backward`).
+  void backward(const GaussianActorImpl& actor, const at::Tensor& d_action, float d_log_prob,
+                std::vector<at::Tensor>& grads) {
+    const std::int64_t batch = a_.size(0), ad = a_.size(1);
+    const double lo = actor.config().log_std_min, hi = actor.config().log_std_max;
+    const float k = static_cast<float>(0.5 * (hi - lo));
+    const float *t = t_.data_ptr<float>(), *sd = std_.data_ptr<float>(), *a = a_.data_ptr<float>();
+    const float *eps = noise_.data_ptr<float>(), *da = d_action.data_ptr<float>();
+    float* d = dout_.data_ptr<float>();
+    for (std::int64_t i = 0; i < batch; ++i)
+      for (std::int64_t j = 0; j < ad; ++j) {
+        const std::int64_t ij = i * ad + j;
+        // log_prob depends on u through the tanh correction: d/du = 2 tanh(u).
+        const float du = da[ij] * (1.f - a[ij] * a[ij]) + d_log_prob * 2.f * a[ij];
+        // u = mean + eps * exp(log_std); log_prob has -log_std.
+        const float dlog_std = du * eps[ij] * sd[ij] - d_log_prob;
+        d[i * 2 * ad + j] = du;
+        d[i * 2 * ad + ad + j] = dlog_std * k * (1.f - t[ij] * t[ij]);
+      }
+    net_.backward(*actor.net(), dout_, &grads, nullptr);
+  }
+
+ private:
+  MlpTape net_;
+  at::Tensor noise_, log_prob_, t_, std_, a_, dout_;
+};
 
 }  // namespace anvil::nn

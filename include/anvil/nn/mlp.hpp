@@ -41,6 +41,9 @@ class MlpImpl : public torch::nn::Cloneable<MlpImpl> {
 
   /// The output layer, e.g. to rescale its initial weights.
   torch::nn::Linear& output_layer() { return layers_.back(); }
+  /// All layers, input first.
+  [[nodiscard]] const std::vector<torch::nn::Linear>& layers() const noexcept { return layers_; }
+  [[nodiscard]] Activation activation() const noexcept { return activation_; }
   [[nodiscard]] std::int64_t in_features() const noexcept { return in_; }
   [[nodiscard]] std::int64_t out_features() const noexcept { return out_; }
 

@@ -39,6 +39,10 @@ class TwinQImpl : public torch::nn::Cloneable<TwinQImpl> {
     return {q1_->forward(x).squeeze(-1), q2_->forward(x).squeeze(-1)};
   }
 
+  /// The two Q-networks; each takes the observation and the action concatenated, in that order.
+  [[nodiscard]] const Mlp& q1() const noexcept { return q1_; }
+  [[nodiscard]] const Mlp& q2() const noexcept { return q2_; }
+
  private:
   std::int64_t obs_dim_, act_dim_;
   Config cfg_;

@@ -49,6 +49,15 @@ class FlatParameters {
   [[nodiscard]] const std::vector<at::Tensor>& params() const noexcept { return params_; }
   [[nodiscard]] std::int64_t numel() const noexcept { return flat_.numel(); }
 
+  /// The part of `flat_like` (a tensor shaped like `flat()`, e.g. a flat gradient) that
+  /// belongs to parameter `p` (one of `params()`), shaped like `p`.
+  [[nodiscard]] at::Tensor slice_for(const at::Tensor& flat_like, const at::Tensor& p) const {
+    if (!p.is_alias_of(flat_) || flat_like.numel() != flat_.numel())
+      throw Error("FlatParameters::slice_for: the tensor is not one of these parameters, or the "
+                  "flat tensor has the wrong size");
+    return flat_like.narrow(0, p.storage_offset() - flat_.storage_offset(), p.numel()).view(p.sizes());
+  }
+
   /// Concatenates per-parameter gradients into one flat gradient; an undefined gradient
   /// (a parameter the loss does not reach) counts as zeros.
   [[nodiscard]] at::Tensor gather(const std::vector<at::Tensor>& grads) const {

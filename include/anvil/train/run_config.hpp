@@ -33,9 +33,10 @@ struct RunConfig {
         in_range(1, 1024)>
       threads{1};
   Param<int, "update_threads",
-        "threads computing an update's independent gradients at once (CPU; SAC: critic and actor)",
-        in_range(1, 64)>
-      update_threads{1};
+        "threads computing an update's independent gradients at once (CPU; SAC: critic and "
+        "actor; 0: 2 when each process has 2 cores)",
+        in_range(0, 64)>
+      update_threads{0};
   Param<std::int64_t, "log_interval", "env steps between log lines and CSV rows", at_least(1)>
       log_interval{1000};
   Param<ProgressMode, "progress", "auto: a bar on a terminal, lines otherwise"> progress{

@@ -85,6 +85,9 @@ class StepContext {
   /// The device the algorithm's tensors live on.
   [[nodiscard]] const c10::Device& device() const noexcept { return opt_.device; }
 
+  /// Whether forward passes run under autocast (a lower-precision policy).
+  [[nodiscard]] bool autocasts() const noexcept { return opt_.autocast; }
+
   /// Scope for forward passes and losses: autocast to the precision's dtype when it has one.
   /// Keep targets, losses' reductions and anything numerically delicate in float32 (cast
   /// with `.to(torch::kFloat)`); autocast already keeps reductions and softplus in float32.

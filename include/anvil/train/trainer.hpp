@@ -18,6 +18,7 @@
 #include <memory>
 #include <numeric>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -132,7 +133,7 @@ class BasicTrainer {
     so.device = ctx_.device;
     so.autocast = X::autocast;
     so.autocast_dtype = X::compute_dtype;
-    so.threads = cfg_.run->update_threads;
+    so.threads = update_threads();
     if constexpr (X::loss_scaling)
       so.loss_scaling = LossScaler::Options{cfg_.precision->init_scale, cfg_.precision->growth_factor,
                                             cfg_.precision->backoff_factor, cfg_.precision->growth_interval};
@@ -292,8 +293,17 @@ class BasicTrainer {
                          "): matrix products are about 10x slower; run scripts/install-deps.sh");
       else if (b.openblas)
         notes_.push_back("cpu: OpenBLAS" + (b.core.empty() ? std::string() : " (" + b.core + " kernels)") +
-                         ", " + std::to_string(at::get_num_threads()) + " intra-op thread(s)");
+                         ", " + std::to_string(at::get_num_threads()) + " intra-op thread(s), " +
+                         std::to_string(update_threads()) + " update thread(s)");
     }
+  }
+
+  // run.update_threads, with 0 resolved: SAC's update has two independent parts, so two
+  // threads when this process has two cores to itself (measured 1.2-1.5x faster updates).
+  int update_threads() const {
+    if (*cfg_.run->update_threads > 0) return cfg_.run->update_threads;
+    const int cores = static_cast<int>(std::thread::hardware_concurrency());
+    return std::clamp(cores / std::max(1, parallel_->world_size()), 1, 2);
   }
 
   double lr_scale() const {

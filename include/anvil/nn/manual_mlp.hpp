@@ -1,0 +1,142 @@
+#pragma once
+/// @file
+/// Forward and backward passes of an `Mlp` written out by hand, for float32 on the CPU.
+///
+/// RL networks are small: a 64-wide MLP layer on a batch of 256 is a 16-microsecond matrix
+/// product, while autograd spends about as long again per op on bookkeeping (graph nodes,
+/// saved tensors, a fresh output allocation). `MlpTape` runs the same arithmetic as
+/// `Mlp::forward` plus autograd (one `addmm` per layer, the activation in place) into
+/// buffers it keeps between calls, and its backward computes exactly the gradients asked
+/// for: weight gradients straight into the caller's buffers (e.g. views of a `FlatAdam`'s
+/// flat gradient), the input gradient only when wanted. Algorithms use it as a fast path
+/// for their default networks and keep autograd for everything else.
+
+#include <ATen/ATen.h>
+#include <torch/nn/modules/linear.h>
+
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include <anvil/nn/activation.hpp>
+#include <anvil/nn/mlp.hpp>
+
+namespace anvil::nn {
+
+/// Activations whose derivative `MlpTape` can take from the activation's output alone.
+constexpr bool has_manual_backward(Activation a) noexcept {
+  return a == Activation::relu || a == Activation::tanh || a == Activation::leaky_relu ||
+         a == Activation::elu;
+}
+
+namespace detail {
+
+// In-place activation of n floats (same definitions as `activate`).
+inline void activate_inplace(float* x, std::int64_t n, Activation a) {
+  switch (a) {
+    case Activation::relu:
+      for (std::int64_t i = 0; i < n; ++i) x[i] = x[i] > 0.f ? x[i] : 0.f;
+      return;
+    case Activation::leaky_relu:
+      for (std::int64_t i = 0; i < n; ++i) x[i] = x[i] > 0.f ? x[i] : 0.01f * x[i];
+      return;
+    case Activation::tanh:
+      for (std::int64_t i = 0; i < n; ++i) x[i] = std::tanh(x[i]);
+      return;
+    case Activation::elu:
+      for (std::int64_t i = 0; i < n; ++i) x[i] = x[i] > 0.f ? x[i] : std::expm1(x[i]);
+      return;
+    default: return;  // not reached: callers check has_manual_backward
+  }
+}
+
+// g *= activation'(pre-activation), with the derivative written in terms of the output y.
+inline void activation_backward_inplace(float* g, const float* y, std::int64_t n, Activation a) {
+  switch (a) {
+    case Activation::relu:
+      for (std::int64_t i = 0; i < n; ++i) g[i] = y[i] > 0.f ? g[i] : 0.f;
+      return;
+    case Activation::leaky_relu:
+      for (std::int64_t i = 0; i < n; ++i) g[i] = y[i] > 0.f ? g[i] : 0.01f * g[i];
+      return;
+    case Activation::tanh:
+      for (std::int64_t i = 0; i < n; ++i) g[i] *= 1.f - y[i] * y[i];
+      return;
+    case Activation::elu:
+      for (std::int64_t i = 0; i < n; ++i) g[i] = y[i] > 0.f ? g[i] : g[i] * (y[i] + 1.f);
+      return;
+    default: return;
+  }
+}
+
+}  // namespace detail
+
+/// One hand-written forward pass of an `Mlp` and what its backward needs (see file comment).
+/// Inputs and gradients are contiguous float32 CPU tensors; run it under `torch::NoGradGuard`.
+/// A tape belongs to one pass at a time: use one per concurrent forward.
+class MlpTape {
+ public:
+  /// Whether `m` can run on a tape: float32 CPU parameters and a supported activation.
+  static bool supports(const MlpImpl& m) {
+    if (!has_manual_backward(m.activation())) return false;
+    for (const auto& l : m.layers())
+      if (!l->weight.device().is_cpu() || l->weight.scalar_type() != at::kFloat) return false;
+    return true;
+  }
+
+  /// m(x) for x [B, in]. The result is a buffer of this tape, valid until its next forward.
+  const at::Tensor& forward(const MlpImpl& m, const at::Tensor& x) {
+    const auto& layers = m.layers();
+    const std::int64_t batch = x.size(0);
+    if (h_.size() != layers.size() || h_.front().size(0) != batch) {
+      h_.clear();
+      g_.clear();
+      for (const auto& l : layers) {
+        h_.push_back(at::empty({batch, l->weight.size(0)}, x.options()));
+        g_.push_back(at::empty({batch, l->weight.size(0)}, x.options()));
+      }
+    }
+    x_ = x;
+    for (std::size_t i = 0; i < layers.size(); ++i) {
+      at::addmm_out(h_[i], layers[i]->bias, i ? h_[i - 1] : x_, layers[i]->weight.t());
+      if (i + 1 < layers.size())
+        detail::activate_inplace(h_[i].data_ptr<float>(), h_[i].numel(), m.activation());
+    }
+    return h_.back();
+  }
+
+  /// Backpropagates `dy` [B, out] through the last `forward`. When `grads` is given it
+  /// receives the parameter gradients, overwritten, in `MlpImpl::parameters()` order
+  /// (fc0.weight, fc0.bias, fc1.weight, ...). When `dx` is given it receives the input
+  /// gradient [B, in]. Nothing else is computed.
+  void backward(const MlpImpl& m, const at::Tensor& dy, std::vector<at::Tensor>* grads,
+                at::Tensor* dx) {
+    const auto& layers = m.layers();
+    const at::Tensor* d = &dy;
+    for (std::size_t k = layers.size(); k-- > 0;) {
+      const at::Tensor& in = k ? h_[k - 1] : x_;
+      if (grads) {
+        at::mm_out((*grads)[2 * k], d->t(), in);
+        at::sum_out((*grads)[2 * k + 1], *d, {0});
+      }
+      if (k > 0) {
+        at::mm_out(g_[k - 1], *d, layers[k]->weight);
+        detail::activation_backward_inplace(g_[k - 1].data_ptr<float>(), h_[k - 1].data_ptr<float>(),
+                                            g_[k - 1].numel(), m.activation());
+        d = &g_[k - 1];
+      } else if (dx) {
+        at::mm_out(*dx, *d, layers[0]->weight);
+      }
+    }
+  }
+
+  /// Output of hidden layer `i` (after its activation) from the last forward.
+  [[nodiscard]] const at::Tensor& hidden(std::size_t i) const { return h_.at(i); }
+
+ private:
+  at::Tensor x_;
+  std::vector<at::Tensor> h_;  // each layer's output (activated for hidden layers)
+  std::vector<at::Tensor> g_;  // gradient buffers, one per layer
+};
+
+}  // namespace anvil::nn
