@@ -33,21 +33,26 @@
 
 #include <anvil/nn/activation.hpp>
 #include <anvil/nn/gaussian_actor.hpp>
+#include <anvil/nn/manual_mlp.hpp>
 #include <anvil/nn/mlp.hpp>
 #include <anvil/nn/twin_q.hpp>
 
 #include <anvil/algorithms/sac.hpp>
+#include <anvil/buffers/prioritized_buffer.hpp>
+#include <anvil/buffers/sum_tree.hpp>
 #include <anvil/buffers/uniform_buffer.hpp>
 #include <anvil/parallel/single_device.hpp>
 #include <anvil/precision/bf16.hpp>
 #include <anvil/precision/fp16.hpp>
 #include <anvil/precision/fp32.hpp>
+#include <anvil/precision/loss_scaler.hpp>
 #include <anvil/precision/tf32.hpp>
 
 #include <anvil/observe/progress.hpp>
 #include <anvil/observe/run_files.hpp>
 #include <anvil/observe/timers.hpp>
 
+#include <anvil/train/flat_adam.hpp>
 #include <anvil/train/run_config.hpp>
 #include <anvil/train/step_context.hpp>
 #include <anvil/train/trainer.hpp>

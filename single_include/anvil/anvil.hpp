@@ -50,7 +50,7 @@ struct ReplayBatch {
   at::Tensor terminated;  ///< [B] float 0/1
   at::Tensor discount;    ///< [B] gamma^n for the bootstrap term (gamma for 1-step)
   at::Tensor weight;      ///< [B] importance weights (ones for uniform sampling)
-  at::Tensor index;       ///< [B] int64 slots, for priority updates
+  at::Tensor index;       ///< [B] int64 ids (the order transitions were added in), for priority updates
 };
 
 /// A minibatch of an on-policy rollout, with advantages already computed.
@@ -2587,6 +2587,7 @@ static_assert(ContinuousEnv<Pendulum>);
 #include <ATen/ATen.h>
 
 #include <array>
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <exception>
@@ -2618,6 +2619,25 @@ static_assert(ContinuousEnv<Pendulum>);
 #include <vector>
 
 namespace anvil::detail {
+
+/// Busy-waits up to 50 microseconds for `ready()`; returns whether it came true. Waking a
+/// thread blocked on a condition variable takes tens of microseconds on a VM; a handoff
+/// that is about to happen is cheaper to wait for this way.
+template <class Pred>
+inline bool spin_until(Pred ready) {
+  constexpr auto kSpin = std::chrono::microseconds(50);
+  const auto until = std::chrono::steady_clock::now() + kSpin;
+  do {
+    for (int i = 0; i < 64; ++i) {
+      if (ready()) return true;
+#if defined(__x86_64__) || defined(__i386__)
+      __builtin_ia32_pause();
+#endif
+    }
+  } while (std::chrono::steady_clock::now() < until);
+  return false;
+}
+
 
 class ThreadPool {
  public:
@@ -2680,22 +2700,6 @@ class ThreadPool {
     const std::int64_t per = n_ / threads_, extra = n_ % threads_;
     const std::int64_t b = w * per + std::min<std::int64_t>(w, extra);
     return {b, b + per + (w < extra ? 1 : 0)};
-  }
-
-  // Busy-waits up to kSpin for `ready`; returns whether it came true.
-  template <class Pred>
-  static bool spin_until(Pred ready) {
-    constexpr auto kSpin = std::chrono::microseconds(50);
-    const auto until = std::chrono::steady_clock::now() + kSpin;
-    do {
-      for (int i = 0; i < 64; ++i) {
-        if (ready()) return true;
-#if defined(__x86_64__) || defined(__i386__)
-        __builtin_ia32_pause();
-#endif
-      }
-    } while (std::chrono::steady_clock::now() < until);
-    return false;
   }
 
   void work(int w) {
@@ -2865,8 +2869,9 @@ class VecEnv final : public VecEnvBase {
     if (mode_ == VecMode::sync) {
       do_step();
     } else {
+      anvil::detail::spin_until([this] { return !requested_.load(std::memory_order_acquire); });
       std::unique_lock lock(mu_);
-      cv_.wait(lock, [this] { return !requested_; });
+      cv_.wait(lock, [this] { return !requested_.load(); });
     }
     in_flight_ = false;
     if (auto err = std::exchange(error_, nullptr)) std::rethrow_exception(err);
@@ -2956,14 +2961,18 @@ class VecEnv final : public VecEnvBase {
   }
 
   void run_stepper() {
-    std::unique_lock lock(mu_);
     for (;;) {
-      cv_.wait(lock, [this] { return stop_ || requested_; });
-      if (stop_) return;
-      lock.unlock();
+      anvil::detail::spin_until([this] { return requested_.load(std::memory_order_acquire) || stop_.load(); });
+      {
+        std::unique_lock lock(mu_);
+        cv_.wait(lock, [this] { return stop_.load() || requested_.load(); });
+        if (stop_) return;
+      }
       do_step();
-      lock.lock();
-      requested_ = false;
+      {
+        std::lock_guard lock(mu_);
+        requested_.store(false, std::memory_order_release);
+      }
       cv_.notify_all();
     }
   }
@@ -2988,7 +2997,7 @@ class VecEnv final : public VecEnvBase {
   std::thread stepper_;
   std::mutex mu_;
   std::condition_variable cv_;
-  bool requested_ = false, stop_ = false;
+  std::atomic<bool> requested_{false}, stop_{false};
 };
 
 /// A VecEnv of `cfg.num_envs` copies of `prototype`, behind the type-erased interface.
@@ -4322,6 +4331,438 @@ static_assert(Algorithm<SAC>);
 
 }  // namespace anvil
 // ---- end <anvil/algorithms/sac.hpp> ----
+// ---- begin <anvil/buffers/prioritized_buffer.hpp> ----
+/// @file
+/// `PrioritizedBuffer`: proportional prioritized experience replay (Schaul, Quan,
+/// Antonoglou, Silver 2016, "Prioritized Experience Replay", ICLR), on the cache-line sum
+/// tree of buffers/sum_tree.hpp. Defaults are the paper's proportional variant: alpha 0.6,
+/// beta annealed from 0.4 to 1.
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+// ---- begin <anvil/buffers/detail/transition_store.hpp> ----
+/// @file
+/// `TransitionStore`: the preallocated ring of transitions both replay buffers keep, and
+/// the ids that name a transition for as long as it is stored.
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+
+namespace anvil {
+
+/// Where a replay buffer keeps its tensors: with the networks (no copy per sample; the
+/// default) or in host memory (for buffers larger than the GPU's memory).
+enum class Storage { compute, cpu };
+constexpr auto enum_names(Storage) { return std::array<std::string_view, 2>{"compute", "cpu"}; }
+
+namespace detail {
+
+/// A ring of `capacity` transitions in preallocated tensors. Transition number k (counting
+/// every transition ever added, from 0) is its id; it lives in slot k % capacity until
+/// `capacity` more are added after it.
+class TransitionStore {
+ public:
+  TransitionStore(const envs::EnvSpec& spec, std::int64_t capacity, c10::Device device, std::string owner)
+      : capacity_(capacity), device_(device), owner_(std::move(owner)) {
+    const auto f = at::TensorOptions().dtype(at::kFloat).device(device_);
+    obs_ = at::empty({capacity_, spec.obs_dim()}, f);
+    next_obs_ = at::empty({capacity_, spec.obs_dim()}, f);
+    action_ = spec.discrete() ? at::empty({capacity_}, f.dtype(at::kLong))
+                              : at::empty({capacity_, spec.action_dim()}, f);
+    reward_ = at::empty({capacity_}, f);
+    terminated_ = at::empty({capacity_}, f);
+  }
+
+  /// Stores one step of N envs (row i = env i); N may exceed the free space: the ring wraps.
+  /// Returns the id of the first; the rest follow in order.
+  std::int64_t add(const StepBatch& s) {
+    const std::int64_t n = s.obs.size(0);
+    if (n > capacity_)
+      throw Error(owner_ + ": adding " + std::to_string(n) +
+                  " transitions at once exceeds buffer.capacity=" + std::to_string(capacity_));
+    const std::int64_t first = added_;
+    std::int64_t done = 0;
+    while (done < n) {
+      const std::int64_t slot = added_ % capacity_;
+      const std::int64_t k = std::min(n - done, capacity_ - slot);
+      auto dst = [&](at::Tensor& t) { return t.narrow(0, slot, k); };
+      auto src = [&](const at::Tensor& t) { return t.narrow(0, done, k); };
+      dst(obs_).copy_(src(s.obs));
+      dst(next_obs_).copy_(src(s.next_obs));
+      dst(action_).copy_(src(s.action).view(dst(action_).sizes()));
+      dst(reward_).copy_(src(s.reward));
+      dst(terminated_).copy_(src(s.terminated));
+      added_ += k;
+      done += k;
+    }
+    return first;
+  }
+
+  /// The transitions in `slots` (int64, on the CPU) as a batch on the storage device, with
+  /// their ids in `index`.
+  ReplayBatch gather(const at::Tensor& slots) const {
+    const auto di = device_.is_cpu() ? slots : slots.to(device_, /*non_blocking=*/true);
+    ReplayBatch b;
+    b.obs = obs_.index_select(0, di);
+    b.action = action_.index_select(0, di);
+    b.reward = reward_.index_select(0, di);
+    b.next_obs = next_obs_.index_select(0, di);
+    b.terminated = terminated_.index_select(0, di);
+    b.index = at::empty_like(slots);
+    const auto* s = slots.data_ptr<std::int64_t>();
+    auto* id = b.index.data_ptr<std::int64_t>();
+    for (std::int64_t i = 0; i < slots.numel(); ++i) id[i] = id_of(s[i]);
+    return b;
+  }
+
+  /// The id of the transition now in `slot` (slot < size()).
+  [[nodiscard]] std::int64_t id_of(std::int64_t slot) const noexcept {
+    const std::int64_t newest_slot = (added_ - 1) % capacity_;
+    const std::int64_t base = added_ - 1 - newest_slot;  // id stored in slot 0 of this lap
+    return slot <= newest_slot ? base + slot : base - capacity_ + slot;
+  }
+  /// Whether transition `id` is still stored (not yet overwritten).
+  [[nodiscard]] bool live(std::int64_t id) const noexcept { return id >= 0 && id < added_ && id + capacity_ >= added_; }
+  [[nodiscard]] std::int64_t slot_of(std::int64_t id) const noexcept { return id % capacity_; }
+
+  [[nodiscard]] std::int64_t size() const noexcept { return std::min(added_, capacity_); }
+  [[nodiscard]] std::int64_t capacity() const noexcept { return capacity_; }
+  [[nodiscard]] std::int64_t added() const noexcept { return added_; }
+  [[nodiscard]] const c10::Device& device() const noexcept { return device_; }
+  [[nodiscard]] const std::string& owner() const noexcept { return owner_; }
+  /// Bytes of preallocated storage.
+  [[nodiscard]] std::int64_t bytes() const noexcept {
+    std::int64_t b = 0;
+    for (const auto* t : {&obs_, &next_obs_, &action_, &reward_, &terminated_})
+      b += t->numel() * static_cast<std::int64_t>(t->element_size());
+    return b;
+  }
+
+ private:
+  std::int64_t capacity_;
+  c10::Device device_;
+  std::string owner_;
+  at::Tensor obs_, next_obs_, action_, reward_, terminated_;
+  std::int64_t added_ = 0;
+};
+
+}  // namespace detail
+}  // namespace anvil
+// ---- end <anvil/buffers/detail/transition_store.hpp> ----
+// ---- begin <anvil/buffers/sum_tree.hpp> ----
+/// @file
+/// `PriorityTree`: the sum tree and min tree behind prioritized replay, built for batches.
+///
+/// A binary sum tree over a million leaves costs about 20 dependent cache misses per
+/// sample. Here every node has 8 children that fill one 64-byte cache line (doubles), so a
+/// descent is 7 levels deep and the top levels stay in cache; and a batch descends level
+/// by level, all of its samples at once, prefetching each next line, so the misses of one
+/// batch overlap instead of queueing. Sums are recomputed from the 8 children after each
+/// change, never adjusted by differences, so they do not drift over millions of updates.
+/// Light header.
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <limits>
+#include <memory>
+#include <new>
+#include <span>
+#include <vector>
+
+namespace anvil::detail {
+
+/// Sums and minimums over `capacity` non-negative priorities (see file comment).
+class PriorityTree {
+ public:
+  static constexpr std::int64_t kFanout = 8;  ///< children per node: one cache line of doubles
+
+  PriorityTree() = default;
+  explicit PriorityTree(std::int64_t capacity) : capacity_(capacity) {
+    std::int64_t n = capacity;
+    do {
+      n = (n + kFanout - 1) / kFanout * kFanout;  // whole cache lines per level
+      width_.push_back(n);
+      n /= kFanout;
+    } while (width_.back() > kFanout);
+    width_.push_back(1);  // the root
+    for (std::int64_t w : width_) {  // 8 spare doubles to start each level on a line boundary
+      sum_.emplace_back(static_cast<std::size_t>(w + kFanout), 0.0);
+      min_.emplace_back(static_cast<std::size_t>(w + kFanout), std::numeric_limits<double>::infinity());
+    }
+  }
+
+  [[nodiscard]] std::int64_t capacity() const noexcept { return capacity_; }
+  [[nodiscard]] double total() const noexcept { return line(sum_, sum_.size() - 1)[0]; }
+  /// The smallest priority among the leaves set so far (+inf when none is).
+  [[nodiscard]] double min() const noexcept { return line(min_, min_.size() - 1)[0]; }
+  [[nodiscard]] double get(std::int64_t i) const noexcept { return line(sum_, 0)[i]; }
+
+  /// Sets leaf `idx[k]` to `value[k]` for every k, then recomputes the ancestors once per
+  /// touched node. Indices must be in [0, capacity) and values finite and >= 0 (the caller
+  /// checks: the buffer names the offending entry).
+  void set(std::span<const std::int64_t> idx, std::span<const double> value) {
+    double* leaf = line(sum_, 0);
+    double* leaf_min = line(min_, 0);
+    touched_.assign(idx.begin(), idx.end());
+    for (std::size_t k = 0; k < idx.size(); ++k) {
+      leaf[idx[k]] = value[k];
+      leaf_min[idx[k]] = value[k];
+    }
+    for (std::size_t level = 1; level < sum_.size(); ++level) {
+      for (auto& t : touched_) t /= kFanout;
+      std::sort(touched_.begin(), touched_.end());
+      touched_.erase(std::unique(touched_.begin(), touched_.end()), touched_.end());
+      for (auto t : touched_) {
+        const double* s = line(sum_, level - 1) + t * kFanout;
+        const double* m = line(min_, level - 1) + t * kFanout;
+        double acc = 0, lo = m[0];
+        for (std::int64_t c = 0; c < kFanout; ++c) {
+          acc += s[c];
+          lo = std::min(lo, m[c]);
+        }
+        line(sum_, level)[t] = acc;
+        line(min_, level)[t] = lo;
+      }
+    }
+  }
+
+  /// For each `mass[k]` in [0, total()), the leaf whose prefix-sum interval holds it, into
+  /// `out[k]`. All the batch's descents advance one level at a time (see file comment).
+  void find(std::span<const double> mass, std::span<std::int64_t> out) {
+    const std::size_t n = mass.size();
+    rest_.assign(mass.begin(), mass.end());
+    std::fill(out.begin(), out.end(), 0);
+    for (std::size_t level = sum_.size() - 1; level-- > 0;) {
+      const double* s = line(sum_, level);
+      for (std::size_t k = 0; k < n; ++k) {
+        const double* child = s + out[k] * kFanout;
+        std::int64_t c = 0;
+        double r = rest_[k];
+        while (c < kFanout - 1 && (r >= child[c] || child[c] <= 0.0)) {
+          r -= child[c];
+          ++c;
+        }
+        // round-off can leave r past the last non-empty child: step back to it
+        while (c > 0 && child[c] <= 0.0) --c;
+        rest_[k] = std::max(r, 0.0);
+        out[k] = out[k] * kFanout + c;
+        if (level > 0) __builtin_prefetch(line(sum_, level - 1) + out[k] * kFanout);
+      }
+    }
+  }
+
+  /// Bytes held by the two trees.
+  [[nodiscard]] std::int64_t bytes() const noexcept {
+    std::int64_t b = 0;
+    for (const auto& l : sum_) b += static_cast<std::int64_t>(l.capacity() * sizeof(double));
+    return 2 * b;
+  }
+
+ private:
+  // Level `l` of `tree`, from its first 64-byte boundary.
+  static double* line(std::vector<std::vector<double>>& tree, std::size_t l) noexcept {
+    const auto p = reinterpret_cast<std::uintptr_t>(tree[l].data());
+    return reinterpret_cast<double*>((p + 63) & ~std::uintptr_t{63});
+  }
+  static const double* line(const std::vector<std::vector<double>>& tree, std::size_t l) noexcept {
+    return line(const_cast<std::vector<std::vector<double>>&>(tree), l);
+  }
+
+  std::int64_t capacity_ = 0;
+  std::vector<std::int64_t> width_;           // nodes per level, leaves first
+  std::vector<std::vector<double>> sum_, min_;  // level 0 = leaves; last = root
+  std::vector<std::int64_t> touched_;
+  std::vector<double> rest_;
+};
+
+}  // namespace anvil::detail
+// ---- end <anvil/buffers/sum_tree.hpp> ----
+
+namespace anvil {
+
+/// Buffer policy: a ring of transitions like `UniformBuffer`, sampled in proportion to
+/// priority p = (|TD error| + eps)^alpha. New transitions enter at the largest priority
+/// seen so far, so each is replayed at least about once. A batch of n is drawn stratified:
+/// one transition from each of n equal slices of the total priority. Each comes with the
+/// importance weight (p / p_min)^-beta, i.e. (N P(i))^-beta divided by the largest weight
+/// any stored transition could get, with beta rising linearly to 1 over the run. The
+/// Trainer feeds each update's TD errors back through `update_priorities`.
+class PrioritizedBuffer {
+ public:
+  using policy_kind = BufferKind;
+  static constexpr FixedString config_section = "buffer";
+  static constexpr bool on_policy = false;
+  using Batch = ReplayBatch;
+
+  struct Config {
+    Param<std::int64_t, "capacity", "transitions kept; the oldest are overwritten", at_least(1)>
+        capacity{1'000'000};
+    Param<Storage, "storage", "compute: tensors on the training device; cpu: in host memory">
+        storage{Storage::compute};
+    Param<double, "alpha", "priority exponent: 0 samples uniformly, 1 in proportion to |TD error|",
+          in_range(0, 1)>
+        alpha{0.6};
+    Param<double, "beta", "importance-weight exponent at the start; rises linearly to 1", in_range(0, 1)>
+        beta{0.4};
+    Param<std::int64_t, "beta_steps", "env steps over which beta reaches 1 (0: the whole run)",
+          at_least(0)>
+        beta_steps{0};
+    Param<double, "eps", "added to |TD error| so no transition's priority is zero", positive> eps{1e-6};
+  };
+
+  PrioritizedBuffer(const envs::EnvSpec& spec, const Config& cfg, const RunContext& ctx)
+      : store_(spec, cfg.capacity, *cfg.storage == Storage::cpu ? c10::Device(c10::kCPU) : ctx.device,
+               "PrioritizedBuffer"),
+        tree_(cfg.capacity),
+        cfg_(cfg),
+        horizon_(cfg.beta_steps),
+        rng_(ctx.seed_for(Stream::buffer)) {}
+
+  /// Adds one step of N envs (row i = env i) at the largest priority so far.
+  void add(const StepBatch& s) {
+    const std::int64_t first = store_.add(s), n = s.obs.size(0);
+    slots_.resize(static_cast<std::size_t>(n));
+    values_.assign(static_cast<std::size_t>(n), max_priority_);
+    for (std::int64_t i = 0; i < n; ++i) slots_[static_cast<std::size_t>(i)] = store_.slot_of(first + i);
+    tree_.set(slots_, values_);
+  }
+
+  /// `n` transitions, one from each of n equal slices of the total priority, with their
+  /// importance weights in `weight` and ids in `index`.
+  ReplayBatch sample(std::int64_t n) {
+    if (n < 1 || n > size())
+      throw Error("PrioritizedBuffer: sample(" + std::to_string(n) + ") from a buffer holding " +
+                  std::to_string(size()) + " transitions; the batch size must be between 1 and the size");
+    const double total = tree_.total();
+    mass_.resize(static_cast<std::size_t>(n));
+    const double slice = total / static_cast<double>(n);
+    for (std::int64_t k = 0; k < n; ++k)
+      mass_[static_cast<std::size_t>(k)] = std::min((static_cast<double>(k) + rng_.uniform()) * slice,
+                                                   std::nextafter(total, 0.0));
+    auto slots = at::empty({n}, at::TensorOptions().dtype(at::kLong));
+    tree_.find(mass_, {slots.data_ptr<std::int64_t>(), static_cast<std::size_t>(n)});
+
+    auto w = at::empty({n}, at::TensorOptions().dtype(at::kFloat));
+    const double b = beta(), p_min = tree_.min();
+    const auto* s = slots.data_ptr<std::int64_t>();
+    auto* wp = w.data_ptr<float>();
+    for (std::int64_t k = 0; k < n; ++k)
+      wp[k] = static_cast<float>(std::pow(tree_.get(s[k]) / p_min, -b));
+    auto batch = store_.gather(slots);
+    batch.weight = store_.device().is_cpu() ? w : w.to(store_.device(), /*non_blocking=*/true);
+    return batch;
+  }
+
+  /// Sets the priorities of transitions `index` (ids from `sample`) to
+  /// (|td_error| + eps)^alpha. Ids of transitions overwritten since they were sampled are
+  /// skipped. `td_error` must be finite; ids must come from this buffer.
+  void update_priorities(const at::Tensor& index, const at::Tensor& td_error) {
+    assign("update_priorities", "TD error", index, td_error, [&](double td) {
+      return std::pow(std::abs(td) + cfg_.eps, *cfg_.alpha);
+    });
+  }
+
+  /// Sets the sampling priorities of transitions `index` directly (no eps, no exponent).
+  /// Priorities must be finite and >= 0.
+  void set_priorities(const at::Tensor& index, const at::Tensor& priority) {
+    assign("set_priorities", "priority", index, priority, [](double p) { return p; });
+  }
+
+  /// The importance-weight exponent now: `beta` rising linearly to 1 over the horizon.
+  [[nodiscard]] double beta() const noexcept {
+    if (horizon_ <= 0) return cfg_.beta;
+    const double f = std::min(1.0, static_cast<double>(store_.added()) / static_cast<double>(horizon_));
+    return cfg_.beta + (1.0 - cfg_.beta) * f;
+  }
+  /// The run's length in env steps, for the beta schedule when `beta_steps` is 0 (the
+  /// Trainer calls this with train.steps).
+  void set_horizon(std::int64_t env_steps) noexcept {
+    if (*cfg_.beta_steps == 0) horizon_ = env_steps;
+  }
+
+  /// The priority of stored transition `id`.
+  [[nodiscard]] double priority(std::int64_t id) const {
+    if (!store_.live(id)) throw Error("PrioritizedBuffer::priority: id " + std::to_string(id) + " is not stored");
+    return tree_.get(store_.slot_of(id));
+  }
+  /// Sum of all stored priorities.
+  [[nodiscard]] double total_priority() const noexcept { return tree_.total(); }
+  /// Priority updates skipped because their transition had been overwritten.
+  [[nodiscard]] std::int64_t stale_updates() const noexcept { return stale_; }
+
+  [[nodiscard]] std::int64_t size() const noexcept { return store_.size(); }
+  [[nodiscard]] std::int64_t capacity() const noexcept { return store_.capacity(); }
+  [[nodiscard]] std::int64_t added() const noexcept { return store_.added(); }
+  /// Bytes of preallocated storage, trees included.
+  [[nodiscard]] std::int64_t bytes() const noexcept { return store_.bytes() + tree_.bytes(); }
+  [[nodiscard]] const c10::Device& device() const noexcept { return store_.device(); }
+
+ private:
+  // Checks ids and values, maps each value through `to_priority`, and sets the live ones.
+  template <class F>
+  void assign(const char* fn, const char* what, const at::Tensor& index, const at::Tensor& values,
+              F to_priority) {
+    const std::string who = std::string("PrioritizedBuffer::") + fn + ": ";
+    const auto idx = index.to(at::kCPU, at::kLong).contiguous().view(-1);
+    const auto val = values.detach().to(at::kCPU, at::kDouble).contiguous().view(-1);
+    if (idx.numel() != val.numel())
+      throw Error(who + std::to_string(idx.numel()) + " ids but " + std::to_string(val.numel()) + " " +
+                  what + " values");
+    const auto* ip = idx.data_ptr<std::int64_t>();
+    const auto* vp = val.data_ptr<double>();
+    slots_.clear();
+    values_.clear();
+    for (std::int64_t k = 0; k < idx.numel(); ++k) {
+      const double p = std::isfinite(vp[k]) ? to_priority(vp[k]) : vp[k];
+      if (!std::isfinite(p) || p < 0)
+        throw Error(who + what + " " + std::to_string(k) + " (id " + std::to_string(ip[k]) + ") is " +
+                    std::to_string(vp[k]) + "; priorities must be finite and >= 0 (a NaN TD error "
+                    "usually means the losses diverged)");
+      if (ip[k] < 0 || ip[k] >= store_.added())
+        throw Error(who + "id " + std::to_string(ip[k]) + " (entry " + std::to_string(k) +
+                    ") is out of range: " + std::to_string(store_.added()) + " transitions were added");
+      if (!store_.live(ip[k])) {  // overwritten since it was sampled
+        ++stale_;
+        continue;
+      }
+      slots_.push_back(store_.slot_of(ip[k]));
+      values_.push_back(p);
+      max_priority_ = std::max(max_priority_, p);
+    }
+    tree_.set(slots_, values_);
+  }
+
+  detail::TransitionStore store_;
+  detail::PriorityTree tree_;
+  Config cfg_;
+  std::int64_t horizon_;
+  Rng rng_;
+  double max_priority_ = 1.0;
+  std::int64_t stale_ = 0;
+  std::vector<std::int64_t> slots_;
+  std::vector<double> values_, mass_;
+};
+
+static_assert(PrioritizedReplay<PrioritizedBuffer>);
+
+}  // namespace anvil
+// ---- end <anvil/buffers/prioritized_buffer.hpp> ----
 // ---- begin <anvil/buffers/uniform_buffer.hpp> ----
 /// @file
 /// `UniformBuffer`: experience replay with uniform sampling (Lin 1992; Mnih et al. 2015).
@@ -4334,11 +4775,6 @@ static_assert(Algorithm<SAC>);
 
 
 namespace anvil {
-
-/// Where a replay buffer keeps its tensors: with the networks (no copy per sample; the
-/// default) or in host memory (for buffers larger than the GPU's memory).
-enum class Storage { compute, cpu };
-constexpr auto enum_names(Storage) { return std::array<std::string_view, 2>{"compute", "cpu"}; }
 
 /// Buffer policy: a ring of `capacity` transitions in preallocated tensors. One call adds a
 /// whole step of N envs; one call samples a batch; when full, new transitions overwrite the
@@ -4358,77 +4794,36 @@ class UniformBuffer {
   };
 
   UniformBuffer(const envs::EnvSpec& spec, const Config& cfg, const RunContext& ctx)
-      : capacity_(cfg.capacity),
-        device_(*cfg.storage == Storage::cpu ? c10::Device(c10::kCPU) : ctx.device),
-        rng_(ctx.seed_for(Stream::buffer)) {
-    const auto f = at::TensorOptions().dtype(at::kFloat).device(device_);
-    obs_ = at::empty({capacity_, spec.obs_dim()}, f);
-    next_obs_ = at::empty({capacity_, spec.obs_dim()}, f);
-    action_ = spec.discrete() ? at::empty({capacity_}, f.dtype(at::kLong))
-                              : at::empty({capacity_, spec.action_dim()}, f);
-    reward_ = at::empty({capacity_}, f);
-    terminated_ = at::empty({capacity_}, f);
-  }
+      : store_(spec, cfg.capacity, *cfg.storage == Storage::cpu ? c10::Device(c10::kCPU) : ctx.device,
+               "UniformBuffer"),
+        rng_(ctx.seed_for(Stream::buffer)) {}
 
   /// Adds one step of N envs (row i = env i). N may exceed the free space: the ring wraps.
-  void add(const StepBatch& s) {
-    const std::int64_t n = s.obs.size(0);
-    if (n > capacity_)
-      throw Error("UniformBuffer: adding " + std::to_string(n) +
-                  " transitions at once exceeds buffer.capacity=" + std::to_string(capacity_));
-    std::int64_t done = 0;
-    while (done < n) {
-      const std::int64_t k = std::min(n - done, capacity_ - next_);
-      auto dst = [&](at::Tensor& t) { return t.narrow(0, next_, k); };
-      auto src = [&](const at::Tensor& t) { return t.narrow(0, done, k); };
-      dst(obs_).copy_(src(s.obs));
-      dst(next_obs_).copy_(src(s.next_obs));
-      dst(action_).copy_(src(s.action).view(dst(action_).sizes()));
-      dst(reward_).copy_(src(s.reward));
-      dst(terminated_).copy_(src(s.terminated));
-      next_ = (next_ + k) % capacity_;
-      size_ = std::min(size_ + k, capacity_);
-      done += k;
-    }
-    added_ += n;
-  }
+  void add(const StepBatch& s) { store_.add(s); }
 
-  /// `n` transitions drawn uniformly with replacement.
+  /// `n` transitions drawn uniformly with replacement; `index` holds their ids.
   ReplayBatch sample(std::int64_t n) {
-    if (size_ == 0) throw Error("UniformBuffer: sample() from an empty buffer");
-    auto idx = at::empty({n}, at::TensorOptions().dtype(at::kLong));
-    auto* p = idx.data_ptr<std::int64_t>();
-    for (std::int64_t i = 0; i < n; ++i) p[i] = static_cast<std::int64_t>(rng_.below(static_cast<std::uint64_t>(size_)));
-    const auto di = device_.is_cpu() ? idx : idx.to(device_, /*non_blocking=*/true);
-    ReplayBatch b;
-    b.obs = obs_.index_select(0, di);
-    b.action = action_.index_select(0, di);
-    b.reward = reward_.index_select(0, di);
-    b.next_obs = next_obs_.index_select(0, di);
-    b.terminated = terminated_.index_select(0, di);
-    b.index = idx;
-    return b;
+    if (n < 1 || n > size())
+      throw Error("UniformBuffer: sample(" + std::to_string(n) + ") from a buffer holding " +
+                  std::to_string(size()) + " transitions; the batch size must be between 1 and the size");
+    auto slots = at::empty({n}, at::TensorOptions().dtype(at::kLong));
+    auto* p = slots.data_ptr<std::int64_t>();
+    for (std::int64_t i = 0; i < n; ++i)
+      p[i] = static_cast<std::int64_t>(rng_.below(static_cast<std::uint64_t>(size())));
+    return store_.gather(slots);
   }
 
-  [[nodiscard]] std::int64_t size() const noexcept { return size_; }
-  [[nodiscard]] std::int64_t capacity() const noexcept { return capacity_; }
+  [[nodiscard]] std::int64_t size() const noexcept { return store_.size(); }
+  [[nodiscard]] std::int64_t capacity() const noexcept { return store_.capacity(); }
   /// Transitions added since construction (including overwritten ones).
-  [[nodiscard]] std::int64_t added() const noexcept { return added_; }
+  [[nodiscard]] std::int64_t added() const noexcept { return store_.added(); }
   /// Bytes of preallocated storage.
-  [[nodiscard]] std::int64_t bytes() const noexcept {
-    std::int64_t b = 0;
-    for (const auto* t : {&obs_, &next_obs_, &action_, &reward_, &terminated_})
-      b += t->numel() * static_cast<std::int64_t>(t->element_size());
-    return b;
-  }
-  [[nodiscard]] const c10::Device& device() const noexcept { return device_; }
+  [[nodiscard]] std::int64_t bytes() const noexcept { return store_.bytes(); }
+  [[nodiscard]] const c10::Device& device() const noexcept { return store_.device(); }
 
  private:
-  std::int64_t capacity_;
-  c10::Device device_;
+  detail::TransitionStore store_;
   Rng rng_;
-  at::Tensor obs_, next_obs_, action_, reward_, terminated_;
-  std::int64_t next_ = 0, size_ = 0, added_ = 0;
 };
 
 static_assert(ReplayBuffer<UniformBuffer>);
@@ -5103,6 +5498,7 @@ class BasicTrainer {
 
     algo_ = std::make_unique<A>(spec_, *cfg_.algorithm, ctx_);
     buffer_ = std::make_unique<B>(spec_, *cfg_.buffer, ctx_);
+    if constexpr (requires { buffer_->set_horizon(std::int64_t{}); }) buffer_->set_horizon(cfg_.train->steps);
     StepContext::Options so;
     so.device = ctx_.device;
     so.autocast = X::autocast;
@@ -5130,7 +5526,7 @@ class BasicTrainer {
     std::int64_t next_log = cfg_.run->log_interval;
     while (env_steps_ < t.steps) {
       collect_one();
-      if (env_steps_ >= t.learning_starts) {
+      if (env_steps_ >= t.learning_starts && buffer_->size() >= first_batch()) {
         since_update_ += venv_->num_envs();
         while (since_update_ >= t.update_interval) {
           update(t.updates_per_interval);
@@ -5270,6 +5666,13 @@ class BasicTrainer {
                          ", " + std::to_string(at::get_num_threads()) + " intra-op thread(s), " +
                          std::to_string(update_threads()) + " update thread(s)");
     }
+  }
+
+  // Transitions the buffer must hold before the first update: one batch for replay
+  // buffers, which refuse to sample more than they hold.
+  std::int64_t first_batch() const {
+    if constexpr (requires { algo_->batch_size(); }) return algo_->batch_size();
+    return 0;
   }
 
   // run.update_threads, with 0 resolved: SAC's update has two independent parts, so two

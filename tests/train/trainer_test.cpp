@@ -21,8 +21,9 @@ std::string temp_run_dir(const std::string& name) {
 }
 
 /// A small, quick SAC setup for Pendulum: 64x64 networks, lr 1e-3.
-SacTrainer::Config pendulum_config(std::int64_t steps, const std::string& run) {
-  SacTrainer::Config c;
+template <class T = SacTrainer>
+typename T::Config pendulum_config(std::int64_t steps, const std::string& run) {
+  typename T::Config c;
   c.run->device = "cpu";
   c.run->run_dir = temp_run_dir(run);
   c.run->progress = ProgressMode::off;
@@ -68,6 +69,7 @@ TEST_CASE("Trainer: update_interval and updates_per_interval set the update-to-d
   c.env->num_envs = 2;
   c.algorithm->actor->hidden = {8};
   c.algorithm->critic->hidden = {8};
+  c.algorithm->batch_size = 64;  // updates wait for learning_starts and for one whole batch
   SacTrainer t(envs::Pendulum{}, c);
   auto r = t.fit();
   // Updates start at 200 steps; each vector step adds 2 env steps: 800 steps / 10 * 3.
@@ -123,6 +125,21 @@ TEST_CASE("Trainer: SAC reaches a mean eval return of at least -250 on Pendulum 
   auto r = t.fit();
   MESSAGE("final eval return " << r.final_eval_return << " after " << r.env_steps << " steps");
   CHECK(r.final_eval_return >= -250.0);
+  std::filesystem::remove_all(*c.run->run_dir);
+}
+
+TEST_CASE("Trainer: Trainer<SAC, PrioritizedBuffer> learns Pendulum with no extra code") {
+  using PerTrainer = Trainer<SAC, PrioritizedBuffer>;
+  auto c = pendulum_config<PerTrainer>(15000, "learn_per");
+  c.run->seed = 1;  // the seed of the uniform-buffer test above
+  PerTrainer t(envs::Pendulum{}, c);
+  auto r = t.fit();
+  MESSAGE("final eval return " << r.final_eval_return);
+  CHECK(r.final_eval_return >= -250.0);
+  // The Trainer fed TD errors back: priorities are no longer all the initial 1.0, and beta
+  // reached 1 at the end of the run.
+  CHECK(t.buffer().total_priority() != doctest::Approx(static_cast<double>(t.buffer().size())));
+  CHECK(t.buffer().beta() == doctest::Approx(1.0));
   std::filesystem::remove_all(*c.run->run_dir);
 }
 

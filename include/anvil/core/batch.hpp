@@ -31,7 +31,7 @@ struct ReplayBatch {
   at::Tensor terminated;  ///< [B] float 0/1
   at::Tensor discount;    ///< [B] gamma^n for the bootstrap term (gamma for 1-step)
   at::Tensor weight;      ///< [B] importance weights (ones for uniform sampling)
-  at::Tensor index;       ///< [B] int64 slots, for priority updates
+  at::Tensor index;       ///< [B] int64 ids (the order transitions were added in), for priority updates
 };
 
 /// A minibatch of an on-policy rollout, with advantages already computed.

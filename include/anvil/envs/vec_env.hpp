@@ -11,6 +11,7 @@
 #include <ATen/ATen.h>
 
 #include <array>
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <exception>
@@ -154,8 +155,9 @@ class VecEnv final : public VecEnvBase {
     if (mode_ == VecMode::sync) {
       do_step();
     } else {
+      anvil::detail::spin_until([this] { return !requested_.load(std::memory_order_acquire); });
       std::unique_lock lock(mu_);
-      cv_.wait(lock, [this] { return !requested_; });
+      cv_.wait(lock, [this] { return !requested_.load(); });
     }
     in_flight_ = false;
     if (auto err = std::exchange(error_, nullptr)) std::rethrow_exception(err);
@@ -245,14 +247,18 @@ class VecEnv final : public VecEnvBase {
   }
 
   void run_stepper() {
-    std::unique_lock lock(mu_);
     for (;;) {
-      cv_.wait(lock, [this] { return stop_ || requested_; });
-      if (stop_) return;
-      lock.unlock();
+      anvil::detail::spin_until([this] { return requested_.load(std::memory_order_acquire) || stop_.load(); });
+      {
+        std::unique_lock lock(mu_);
+        cv_.wait(lock, [this] { return stop_.load() || requested_.load(); });
+        if (stop_) return;
+      }
       do_step();
-      lock.lock();
-      requested_ = false;
+      {
+        std::lock_guard lock(mu_);
+        requested_.store(false, std::memory_order_release);
+      }
       cv_.notify_all();
     }
   }
@@ -277,7 +283,7 @@ class VecEnv final : public VecEnvBase {
   std::thread stepper_;
   std::mutex mu_;
   std::condition_variable cv_;
-  bool requested_ = false, stop_ = false;
+  std::atomic<bool> requested_{false}, stop_{false};
 };
 
 /// A VecEnv of `cfg.num_envs` copies of `prototype`, behind the type-erased interface.

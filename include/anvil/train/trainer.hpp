@@ -129,6 +129,7 @@ class BasicTrainer {
 
     algo_ = std::make_unique<A>(spec_, *cfg_.algorithm, ctx_);
     buffer_ = std::make_unique<B>(spec_, *cfg_.buffer, ctx_);
+    if constexpr (requires { buffer_->set_horizon(std::int64_t{}); }) buffer_->set_horizon(cfg_.train->steps);
     StepContext::Options so;
     so.device = ctx_.device;
     so.autocast = X::autocast;
@@ -156,7 +157,7 @@ class BasicTrainer {
     std::int64_t next_log = cfg_.run->log_interval;
     while (env_steps_ < t.steps) {
       collect_one();
-      if (env_steps_ >= t.learning_starts) {
+      if (env_steps_ >= t.learning_starts && buffer_->size() >= first_batch()) {
         since_update_ += venv_->num_envs();
         while (since_update_ >= t.update_interval) {
           update(t.updates_per_interval);
@@ -296,6 +297,13 @@ class BasicTrainer {
                          ", " + std::to_string(at::get_num_threads()) + " intra-op thread(s), " +
                          std::to_string(update_threads()) + " update thread(s)");
     }
+  }
+
+  // Transitions the buffer must hold before the first update: one batch for replay
+  // buffers, which refuse to sample more than they hold.
+  std::int64_t first_batch() const {
+    if constexpr (requires { algo_->batch_size(); }) return algo_->batch_size();
+    return 0;
   }
 
   // run.update_threads, with 0 resolved: SAC's update has two independent parts, so two

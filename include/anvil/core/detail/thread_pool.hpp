@@ -21,6 +21,25 @@
 
 namespace anvil::detail {
 
+/// Busy-waits up to 50 microseconds for `ready()`; returns whether it came true. Waking a
+/// thread blocked on a condition variable takes tens of microseconds on a VM; a handoff
+/// that is about to happen is cheaper to wait for this way.
+template <class Pred>
+inline bool spin_until(Pred ready) {
+  constexpr auto kSpin = std::chrono::microseconds(50);
+  const auto until = std::chrono::steady_clock::now() + kSpin;
+  do {
+    for (int i = 0; i < 64; ++i) {
+      if (ready()) return true;
+#if defined(__x86_64__) || defined(__i386__)
+      __builtin_ia32_pause();
+#endif
+    }
+  } while (std::chrono::steady_clock::now() < until);
+  return false;
+}
+
+
 class ThreadPool {
  public:
   /// `threads` counts the caller: 1 means no worker threads at all. `on_start` runs first
@@ -82,22 +101,6 @@ class ThreadPool {
     const std::int64_t per = n_ / threads_, extra = n_ % threads_;
     const std::int64_t b = w * per + std::min<std::int64_t>(w, extra);
     return {b, b + per + (w < extra ? 1 : 0)};
-  }
-
-  // Busy-waits up to kSpin for `ready`; returns whether it came true.
-  template <class Pred>
-  static bool spin_until(Pred ready) {
-    constexpr auto kSpin = std::chrono::microseconds(50);
-    const auto until = std::chrono::steady_clock::now() + kSpin;
-    do {
-      for (int i = 0; i < 64; ++i) {
-        if (ready()) return true;
-#if defined(__x86_64__) || defined(__i386__)
-        __builtin_ia32_pause();
-#endif
-      }
-    } while (std::chrono::steady_clock::now() < until);
-    return false;
   }
 
   void work(int w) {

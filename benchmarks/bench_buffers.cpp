@@ -1,0 +1,159 @@
+// Replay buffer throughput at capacity 1,000,000 (observations 17, actions 6): adds of
+// 16 transitions (one step of 16 envs), and sample + priority update of batches of 256,
+// for UniformBuffer and PrioritizedBuffer. The prioritized figure is timed in interleaved
+// rounds with a vectorised numpy sum tree (benchmarks/reference/sum_tree_numpy.py), as
+// bench_sac_update does with its reference. `bench.memory_transitions` > 0 instead fills
+// one buffer of that many transitions (observations 39, actions 4) and reports its bytes
+// and the process's peak resident memory. One JSON line per figure.
+#include "bench_common.hpp"
+
+#include <sys/resource.h>
+
+#include <cstdio>
+#include <cstdlib>
+
+#include <anvil/buffers/prioritized_buffer.hpp>
+#include <anvil/buffers/uniform_buffer.hpp>
+#include <anvil/core/config.hpp>
+
+#ifndef ANVIL_BENCH_SUM_TREE_REFERENCE
+#define ANVIL_BENCH_SUM_TREE_REFERENCE ""
+#endif
+
+struct BenchConfig {
+  anvil::Param<double, "seconds", "seconds per timed repeat", anvil::positive> seconds{2.0};
+  anvil::Param<int, "rounds", "interleaved rounds of anvil and numpy timings", anvil::at_least(1)> rounds{3};
+  anvil::Param<std::int64_t, "capacity", "buffer capacity", anvil::at_least(1)> capacity{1'000'000};
+  anvil::Param<int, "add_batch", "transitions per add (envs stepped together)", anvil::at_least(1)> add_batch{16};
+  anvil::Param<int, "batch", "transitions per sample", anvil::at_least(1)> batch{256};
+  anvil::Param<std::string, "python", "interpreter of the numpy reference (empty: skip it)"> python{"/usr/bin/python3"};
+  anvil::Param<std::string, "reference", "the numpy sum-tree reference"> reference{ANVIL_BENCH_SUM_TREE_REFERENCE};
+  anvil::Param<std::int64_t, "memory_transitions", "fill one buffer this large and report memory (0: throughput)",
+               anvil::at_least(0)> memory_transitions{0};
+  anvil::Param<std::string, "memory_buffer", "uniform or prioritized, for the memory figure"> memory_buffer{"uniform"};
+};
+struct Config {
+  anvil::Section<"bench", BenchConfig> bench;
+};
+
+namespace {
+
+anvil::envs::EnvSpec spec(int obs, int act) {
+  return {"bench", anvil::envs::Box{std::vector<float>(obs, -1e9f), std::vector<float>(obs, 1e9f)},
+          anvil::envs::Box{std::vector<float>(act, -1.f), std::vector<float>(act, 1.f)}};
+}
+
+anvil::StepBatch random_step(std::int64_t n, int obs, int act) {
+  return {torch::randn({n, obs}), torch::rand({n, act}) * 2 - 1, torch::randn({n}), torch::randn({n, obs}),
+          (torch::rand({n}) < 0.01).to(torch::kFloat), torch::zeros({n})};
+}
+
+template <class B>
+void fill(B& b, std::int64_t n, int obs, int act) {
+  for (std::int64_t done = 0; done < n; done += 8192) b.add(random_step(std::min<std::int64_t>(8192, n - done), obs, act));
+}
+
+double peak_rss_bytes() {
+  rusage u{};
+  ::getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_maxrss) * 1024.0;
+}
+
+double numpy_rate(const BenchConfig& b) {
+  const std::string cmd = *b.python + " " + *b.reference + " --capacity " + std::to_string(*b.capacity) +
+                          " --batch " + std::to_string(*b.batch) + " --seconds " + std::to_string(*b.seconds) +
+                          " --repeats 1 2>/dev/null";
+  FILE* p = ::popen(cmd.c_str(), "r");
+  if (!p) return 0;
+  std::string out;
+  char buf[4096];
+  while (std::fgets(buf, sizeof buf, p)) out += buf;
+  if (::pclose(p) != 0) return 0;
+  const auto k = out.find("\"value\": ");
+  return k == std::string::npos ? 0 : std::atof(out.c_str() + k + 9);
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const auto cfg = anvil::parse_config<Config>(argc, argv);
+  const auto& b = *cfg.bench;
+  torch::set_num_threads(1);
+
+  if (b.memory_transitions > 0) {
+    const int obs = 39, act = 4;
+    const double before = peak_rss_bytes();
+    double bytes = 0;
+    auto measure = [&](auto& buffer) {
+      fill(buffer, b.memory_transitions, obs, act);
+      bytes = static_cast<double>(buffer.bytes());
+    };
+    if (*b.memory_buffer == "prioritized") {
+      anvil::PrioritizedBuffer::Config c;
+      c.capacity = b.memory_transitions;
+      anvil::PrioritizedBuffer buffer(spec(obs, act), c, anvil::RunContext{});
+      measure(buffer);
+    } else {
+      anvil::UniformBuffer::Config c;
+      c.capacity = b.memory_transitions;
+      anvil::UniformBuffer buffer(spec(obs, act), c, anvil::RunContext{});
+      measure(buffer);
+    }
+    const std::vector<std::pair<std::string, bench::Value>> conf{
+        {"buffer", *b.memory_buffer}, {"transitions", static_cast<long long>(*b.memory_transitions)},
+        {"obs_dim", obs}, {"act_dim", act}, {"obs_storage", "float32"}};
+    bench::emit("buffer_bytes", bytes, "bytes", conf);
+    bench::emit("buffer_peak_rss", peak_rss_bytes(), "bytes", conf);
+    bench::emit("process_rss_before_buffer", before, "bytes", conf);
+    return 0;
+  }
+
+  const int obs = 17, act = 6;
+  const auto sp = spec(obs, act);
+  anvil::UniformBuffer::Config uc;
+  uc.capacity = b.capacity;
+  anvil::UniformBuffer uniform(sp, uc, anvil::RunContext{});
+  anvil::PrioritizedBuffer::Config pc;
+  pc.capacity = b.capacity;
+  anvil::PrioritizedBuffer prioritized(sp, pc, anvil::RunContext{});
+  fill(uniform, b.capacity, obs, act);
+  fill(prioritized, b.capacity, obs, act);
+
+  const auto step = random_step(b.add_batch, obs, act);
+  const auto td = torch::rand({*b.batch}) * 2;
+  const bool with_numpy = !b.python->empty() && !b.reference->empty();
+  std::vector<double> add_u, add_p, su_u, su_p, ref;
+  for (int r = 0; r < b.rounds; ++r) {
+    add_u.push_back(bench::median_rate([&] { uniform.add(step); }, b.seconds, 1));
+    add_p.push_back(bench::median_rate([&] { prioritized.add(step); }, b.seconds, 1));
+    su_u.push_back(bench::median_rate([&] { (void)uniform.sample(b.batch); }, b.seconds, 1));
+    su_p.push_back(bench::median_rate([&] {
+      auto s = prioritized.sample(b.batch);
+      prioritized.update_priorities(s.index, td);
+    }, b.seconds, 1));
+    if (with_numpy) ref.push_back(numpy_rate(b));
+  }
+  const auto base = [&](const char* buffer) {
+    return std::vector<std::pair<std::string, bench::Value>>{
+        {"buffer", buffer}, {"capacity", static_cast<long long>(*b.capacity)}, {"obs_dim", obs},
+        {"act_dim", act}, {"rounds", *b.rounds}};
+  };
+  auto with = [](auto v, const char* k, bench::Value x) { v.emplace_back(k, x); return v; };
+  bench::emit("buffer_add", median(add_u) * b.add_batch, "transitions/s", with(base("uniform"), "add_batch", *b.add_batch));
+  bench::emit("buffer_add", median(add_p) * b.add_batch, "transitions/s", with(base("prioritized"), "add_batch", *b.add_batch));
+  bench::emit("buffer_sample", median(su_u) * b.batch, "transitions/s", with(base("uniform"), "batch", *b.batch));
+  bench::emit("buffer_sample_update", median(su_p) * b.batch, "transitions/s", with(base("prioritized"), "batch", *b.batch));
+  bench::emit("buffer_sample_update_batches", median(su_p), "batches/s", with(base("prioritized"), "batch", *b.batch));
+  if (with_numpy && median(ref) > 0) {
+    bench::emit("numpy_sum_tree_sample_update_batches", median(ref), "batches/s", with(base("numpy"), "batch", *b.batch));
+    std::vector<double> ratios;
+    for (int r = 0; r < b.rounds; ++r)
+      if (ref[static_cast<std::size_t>(r)] > 0) ratios.push_back(su_p[static_cast<std::size_t>(r)] / ref[static_cast<std::size_t>(r)]);
+    bench::emit("sample_update_speedup_vs_numpy", median(ratios), "x", with(base("prioritized"), "batch", *b.batch));
+  }
+}

@@ -1,0 +1,192 @@
+#pragma once
+/// @file
+/// `PrioritizedBuffer`: proportional prioritized experience replay (Schaul, Quan,
+/// Antonoglou, Silver 2016, "Prioritized Experience Replay", ICLR), on the cache-line sum
+/// tree of buffers/sum_tree.hpp. Defaults are the paper's proportional variant: alpha 0.6,
+/// beta annealed from 0.4 to 1.
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <anvil/buffers/detail/transition_store.hpp>
+#include <anvil/buffers/sum_tree.hpp>
+#include <anvil/core/batch.hpp>
+#include <anvil/core/concepts.hpp>
+#include <anvil/core/context.hpp>
+#include <anvil/core/error.hpp>
+#include <anvil/core/random.hpp>
+#include <anvil/envs/env.hpp>
+
+namespace anvil {
+
+/// Buffer policy: a ring of transitions like `UniformBuffer`, sampled in proportion to
+/// priority p = (|TD error| + eps)^alpha. New transitions enter at the largest priority
+/// seen so far, so each is replayed at least about once. A batch of n is drawn stratified:
+/// one transition from each of n equal slices of the total priority. Each comes with the
+/// importance weight (p / p_min)^-beta, i.e. (N P(i))^-beta divided by the largest weight
+/// any stored transition could get, with beta rising linearly to 1 over the run. The
+/// Trainer feeds each update's TD errors back through `update_priorities`.
+class PrioritizedBuffer {
+ public:
+  using policy_kind = BufferKind;
+  static constexpr FixedString config_section = "buffer";
+  static constexpr bool on_policy = false;
+  using Batch = ReplayBatch;
+
+  struct Config {
+    Param<std::int64_t, "capacity", "transitions kept; the oldest are overwritten", at_least(1)>
+        capacity{1'000'000};
+    Param<Storage, "storage", "compute: tensors on the training device; cpu: in host memory">
+        storage{Storage::compute};
+    Param<double, "alpha", "priority exponent: 0 samples uniformly, 1 in proportion to |TD error|",
+          in_range(0, 1)>
+        alpha{0.6};
+    Param<double, "beta", "importance-weight exponent at the start; rises linearly to 1", in_range(0, 1)>
+        beta{0.4};
+    Param<std::int64_t, "beta_steps", "env steps over which beta reaches 1 (0: the whole run)",
+          at_least(0)>
+        beta_steps{0};
+    Param<double, "eps", "added to |TD error| so no transition's priority is zero", positive> eps{1e-6};
+  };
+
+  PrioritizedBuffer(const envs::EnvSpec& spec, const Config& cfg, const RunContext& ctx)
+      : store_(spec, cfg.capacity, *cfg.storage == Storage::cpu ? c10::Device(c10::kCPU) : ctx.device,
+               "PrioritizedBuffer"),
+        tree_(cfg.capacity),
+        cfg_(cfg),
+        horizon_(cfg.beta_steps),
+        rng_(ctx.seed_for(Stream::buffer)) {}
+
+  /// Adds one step of N envs (row i = env i) at the largest priority so far.
+  void add(const StepBatch& s) {
+    const std::int64_t first = store_.add(s), n = s.obs.size(0);
+    slots_.resize(static_cast<std::size_t>(n));
+    values_.assign(static_cast<std::size_t>(n), max_priority_);
+    for (std::int64_t i = 0; i < n; ++i) slots_[static_cast<std::size_t>(i)] = store_.slot_of(first + i);
+    tree_.set(slots_, values_);
+  }
+
+  /// `n` transitions, one from each of n equal slices of the total priority, with their
+  /// importance weights in `weight` and ids in `index`.
+  ReplayBatch sample(std::int64_t n) {
+    if (n < 1 || n > size())
+      throw Error("PrioritizedBuffer: sample(" + std::to_string(n) + ") from a buffer holding " +
+                  std::to_string(size()) + " transitions; the batch size must be between 1 and the size");
+    const double total = tree_.total();
+    mass_.resize(static_cast<std::size_t>(n));
+    const double slice = total / static_cast<double>(n);
+    for (std::int64_t k = 0; k < n; ++k)
+      mass_[static_cast<std::size_t>(k)] = std::min((static_cast<double>(k) + rng_.uniform()) * slice,
+                                                   std::nextafter(total, 0.0));
+    auto slots = at::empty({n}, at::TensorOptions().dtype(at::kLong));
+    tree_.find(mass_, {slots.data_ptr<std::int64_t>(), static_cast<std::size_t>(n)});
+
+    auto w = at::empty({n}, at::TensorOptions().dtype(at::kFloat));
+    const double b = beta(), p_min = tree_.min();
+    const auto* s = slots.data_ptr<std::int64_t>();
+    auto* wp = w.data_ptr<float>();
+    for (std::int64_t k = 0; k < n; ++k)
+      wp[k] = static_cast<float>(std::pow(tree_.get(s[k]) / p_min, -b));
+    auto batch = store_.gather(slots);
+    batch.weight = store_.device().is_cpu() ? w : w.to(store_.device(), /*non_blocking=*/true);
+    return batch;
+  }
+
+  /// Sets the priorities of transitions `index` (ids from `sample`) to
+  /// (|td_error| + eps)^alpha. Ids of transitions overwritten since they were sampled are
+  /// skipped. `td_error` must be finite; ids must come from this buffer.
+  void update_priorities(const at::Tensor& index, const at::Tensor& td_error) {
+    assign("update_priorities", "TD error", index, td_error, [&](double td) {
+      return std::pow(std::abs(td) + cfg_.eps, *cfg_.alpha);
+    });
+  }
+
+  /// Sets the sampling priorities of transitions `index` directly (no eps, no exponent).
+  /// Priorities must be finite and >= 0.
+  void set_priorities(const at::Tensor& index, const at::Tensor& priority) {
+    assign("set_priorities", "priority", index, priority, [](double p) { return p; });
+  }
+
+  /// The importance-weight exponent now: `beta` rising linearly to 1 over the horizon.
+  [[nodiscard]] double beta() const noexcept {
+    if (horizon_ <= 0) return cfg_.beta;
+    const double f = std::min(1.0, static_cast<double>(store_.added()) / static_cast<double>(horizon_));
+    return cfg_.beta + (1.0 - cfg_.beta) * f;
+  }
+  /// The run's length in env steps, for the beta schedule when `beta_steps` is 0 (the
+  /// Trainer calls this with train.steps).
+  void set_horizon(std::int64_t env_steps) noexcept {
+    if (*cfg_.beta_steps == 0) horizon_ = env_steps;
+  }
+
+  /// The priority of stored transition `id`.
+  [[nodiscard]] double priority(std::int64_t id) const {
+    if (!store_.live(id)) throw Error("PrioritizedBuffer::priority: id " + std::to_string(id) + " is not stored");
+    return tree_.get(store_.slot_of(id));
+  }
+  /// Sum of all stored priorities.
+  [[nodiscard]] double total_priority() const noexcept { return tree_.total(); }
+  /// Priority updates skipped because their transition had been overwritten.
+  [[nodiscard]] std::int64_t stale_updates() const noexcept { return stale_; }
+
+  [[nodiscard]] std::int64_t size() const noexcept { return store_.size(); }
+  [[nodiscard]] std::int64_t capacity() const noexcept { return store_.capacity(); }
+  [[nodiscard]] std::int64_t added() const noexcept { return store_.added(); }
+  /// Bytes of preallocated storage, trees included.
+  [[nodiscard]] std::int64_t bytes() const noexcept { return store_.bytes() + tree_.bytes(); }
+  [[nodiscard]] const c10::Device& device() const noexcept { return store_.device(); }
+
+ private:
+  // Checks ids and values, maps each value through `to_priority`, and sets the live ones.
+  template <class F>
+  void assign(const char* fn, const char* what, const at::Tensor& index, const at::Tensor& values,
+              F to_priority) {
+    const std::string who = std::string("PrioritizedBuffer::") + fn + ": ";
+    const auto idx = index.to(at::kCPU, at::kLong).contiguous().view(-1);
+    const auto val = values.detach().to(at::kCPU, at::kDouble).contiguous().view(-1);
+    if (idx.numel() != val.numel())
+      throw Error(who + std::to_string(idx.numel()) + " ids but " + std::to_string(val.numel()) + " " +
+                  what + " values");
+    const auto* ip = idx.data_ptr<std::int64_t>();
+    const auto* vp = val.data_ptr<double>();
+    slots_.clear();
+    values_.clear();
+    for (std::int64_t k = 0; k < idx.numel(); ++k) {
+      const double p = std::isfinite(vp[k]) ? to_priority(vp[k]) : vp[k];
+      if (!std::isfinite(p) || p < 0)
+        throw Error(who + what + " " + std::to_string(k) + " (id " + std::to_string(ip[k]) + ") is " +
+                    std::to_string(vp[k]) + "; priorities must be finite and >= 0 (a NaN TD error "
+                    "usually means the losses diverged)");
+      if (ip[k] < 0 || ip[k] >= store_.added())
+        throw Error(who + "id " + std::to_string(ip[k]) + " (entry " + std::to_string(k) +
+                    ") is out of range: " + std::to_string(store_.added()) + " transitions were added");
+      if (!store_.live(ip[k])) {  // overwritten since it was sampled
+        ++stale_;
+        continue;
+      }
+      slots_.push_back(store_.slot_of(ip[k]));
+      values_.push_back(p);
+      max_priority_ = std::max(max_priority_, p);
+    }
+    tree_.set(slots_, values_);
+  }
+
+  detail::TransitionStore store_;
+  detail::PriorityTree tree_;
+  Config cfg_;
+  std::int64_t horizon_;
+  Rng rng_;
+  double max_priority_ = 1.0;
+  std::int64_t stale_ = 0;
+  std::vector<std::int64_t> slots_;
+  std::vector<double> values_, mass_;
+};
+
+static_assert(PrioritizedReplay<PrioritizedBuffer>);
+
+}  // namespace anvil

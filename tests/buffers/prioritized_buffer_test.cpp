@@ -1,0 +1,143 @@
+// PrioritizedBuffer: sampling follows the priorities, importance weights follow the
+// formula, the ring wraps, stale priority updates are skipped, and bad input is refused.
+#include <doctest/doctest.h>
+
+#include <torch/torch.h>
+
+#include <cmath>
+#include <set>
+
+#include <anvil/buffers/prioritized_buffer.hpp>
+#include <anvil/envs/pendulum.hpp>
+
+using namespace anvil;
+
+namespace {
+StepBatch step_of(std::int64_t n, float base) {
+  auto ids = torch::arange(n, torch::kFloat) + base;  // row value = transition id
+  return StepBatch{ids.unsqueeze(1).repeat({1, 3}), ids.unsqueeze(1) / 1000.0f, ids,
+                   ids.unsqueeze(1).repeat({1, 3}) + 0.5f, torch::zeros({n}), torch::zeros({n})};
+}
+PrioritizedBuffer make(std::int64_t capacity, double alpha = 0.6, double beta = 0.4) {
+  PrioritizedBuffer::Config c;
+  c.capacity = capacity;
+  c.alpha = alpha;
+  c.beta = beta;
+  return PrioritizedBuffer(envs::spec_of(envs::Pendulum{}), c, RunContext{.seed = 5});
+}
+}  // namespace
+
+TEST_CASE("PrioritizedBuffer: sampling frequencies match the priorities (chi-square)") {
+  auto b = make(100, 0.7);
+  b.add(step_of(100, 0));
+  // TD errors 0.1 .. 10: priorities (|td| + eps)^0.7 span a factor of about 25.
+  auto td = torch::linspace(0.1, 10.0, 100).to(torch::kDouble);
+  b.update_priorities(torch::arange(100, torch::kLong), td);
+  std::vector<double> expect(100);
+  double total = 0;
+  for (int i = 0; i < 100; ++i) total += expect[i] = std::pow(td[i].item<double>() + 1e-6, 0.7);
+  CHECK(b.total_priority() == doctest::Approx(total).epsilon(1e-12));
+  std::vector<double> counts(100, 0);
+  const int draws = 100'000, batch = 100;
+  for (int r = 0; r < draws / batch; ++r) {
+    auto s = b.sample(batch);
+    const auto* id = s.index.data_ptr<std::int64_t>();
+    for (int k = 0; k < batch; ++k) ++counts[static_cast<std::size_t>(id[k])];
+  }
+  double chi2 = 0;
+  for (int i = 0; i < 100; ++i) {
+    const double e = draws * expect[i] / total;
+    chi2 += (counts[i] - e) * (counts[i] - e) / e;
+  }
+  // 99 degrees of freedom: the 99.9% point is 148.2 (stratified sampling makes it smaller).
+  CHECK(chi2 < 148.2);
+  // A wrong distribution fails the same test: uniform expectations give a huge statistic.
+  double chi2_uniform = 0;
+  for (int i = 0; i < 100; ++i) chi2_uniform += (counts[i] - 1000.0) * (counts[i] - 1000.0) / 1000.0;
+  CHECK(chi2_uniform > 1000);
+}
+
+TEST_CASE("PrioritizedBuffer: importance weights are (p / p_min)^-beta, beta rising to 1") {
+  PrioritizedBuffer::Config c;
+  c.capacity = 50;
+  c.beta = 0.4;
+  c.beta_steps = 100;
+  PrioritizedBuffer b(envs::spec_of(envs::Pendulum{}), c, RunContext{.seed = 6});
+  b.add(step_of(50, 0));
+  CHECK(b.beta() == doctest::Approx(0.4 + 0.6 * 0.5));
+  auto td = torch::rand({50}, torch::kDouble) * 5;
+  b.update_priorities(torch::arange(50, torch::kLong), td);
+  double p_min = INFINITY;
+  for (int i = 0; i < 50; ++i) p_min = std::min(p_min, b.priority(i));
+  auto s = b.sample(40);
+  for (int k = 0; k < 40; ++k) {
+    const auto id = s.index[k].item<std::int64_t>();
+    const double p = std::pow(std::abs(td[id].item<double>()) + 1e-6, 0.6);
+    CHECK(b.priority(id) == doctest::Approx(p));
+    CHECK(s.weight[k].item<float>() == doctest::Approx(std::pow(p / p_min, -0.7)).epsilon(1e-6));
+  }
+  CHECK(s.weight.max().item<float>() <= 1.0f);
+  b.add(step_of(50, 50));
+  b.add(step_of(50, 100));
+  CHECK(b.beta() == 1.0);
+}
+
+TEST_CASE("PrioritizedBuffer: new transitions enter at the largest priority so far") {
+  auto b = make(10);
+  b.add(step_of(4, 0));
+  CHECK(b.priority(0) == 1.0);
+  b.set_priorities(torch::tensor({0, 1}, torch::kLong), torch::tensor({7.0, 0.5}));
+  b.add(step_of(2, 4));
+  CHECK(b.priority(4) == 7.0);
+  CHECK(b.priority(5) == 7.0);
+  CHECK(b.priority(1) == 0.5);
+}
+
+TEST_CASE("PrioritizedBuffer: the ring overwrites the oldest, and their late updates are skipped") {
+  auto b = make(5);
+  b.add(step_of(4, 0));  // ids 0..3
+  auto s = b.sample(4);
+  b.add(step_of(3, 4));  // ids 4..6 overwrite slots of ids 0 and 1
+  CHECK(b.size() == 5);
+  CHECK(b.added() == 7);
+  b.update_priorities(s.index, torch::full({4}, 3.0));
+  std::int64_t stale = 0;
+  for (int k = 0; k < 4; ++k) stale += s.index[k].item<std::int64_t>() < 2 ? 1 : 0;
+  CHECK(b.stale_updates() == stale);
+  double total = 0;
+  for (int id = 2; id < 7; ++id) total += b.priority(id);
+  CHECK(b.total_priority() == doctest::Approx(total));
+  std::set<std::int64_t> seen;
+  for (int r = 0; r < 50; ++r) {
+    auto t = b.sample(5);
+    for (int k = 0; k < 5; ++k) {
+      seen.insert(t.index[k].item<std::int64_t>());
+      CHECK(t.reward[k].item<float>() == static_cast<float>(t.index[k].item<std::int64_t>()));
+    }
+  }
+  CHECK(seen == std::set<std::int64_t>{2, 3, 4, 5, 6});
+  CHECK_THROWS_AS((void)b.priority(1), anvil::Error);
+}
+
+TEST_CASE("PrioritizedBuffer: bad priorities, ids and batch sizes are clear errors") {
+  auto b = make(8);
+  b.add(step_of(4, 0));
+  CHECK_THROWS_WITH_AS(b.update_priorities(torch::tensor({0, 1}, torch::kLong), torch::tensor({1.0, std::nan("")})),
+                       doctest::Contains("PrioritizedBuffer::update_priorities: TD error 1 (id 1) is nan"),
+                       anvil::Error);
+  CHECK_THROWS_WITH_AS(b.set_priorities(torch::tensor({2}, torch::kLong), torch::tensor({-1.0})),
+                       doctest::Contains("PrioritizedBuffer::set_priorities: priority 0 (id 2) is -1"),
+                       anvil::Error);
+  CHECK_THROWS_WITH_AS(b.update_priorities(torch::tensor({9}, torch::kLong), torch::tensor({1.0})),
+                       "PrioritizedBuffer::update_priorities: id 9 (entry 0) is out of range: 4 "
+                       "transitions were added",
+                       anvil::Error);
+  CHECK_THROWS_WITH_AS(b.update_priorities(torch::tensor({1, 2}, torch::kLong), torch::tensor({1.0})),
+                       "PrioritizedBuffer::update_priorities: 2 ids but 1 TD error values", anvil::Error);
+  CHECK_THROWS_WITH_AS(b.sample(5),
+                       "PrioritizedBuffer: sample(5) from a buffer holding 4 transitions; the batch "
+                       "size must be between 1 and the size",
+                       anvil::Error);
+  // Nothing changed: the refused calls set no priority.
+  CHECK(b.total_priority() == 4.0);
+}

@@ -1,0 +1,94 @@
+// PriorityTree: sums and minimums stay exact under batched updates, and `find` maps each
+// prefix mass to the leaf whose interval holds it.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include <anvil/buffers/sum_tree.hpp>
+
+using anvil::detail::PriorityTree;
+
+namespace {
+// The leaf holding `mass`, by a linear scan over the priorities.
+std::int64_t scan(const std::vector<double>& p, double mass) {
+  double acc = 0;
+  for (std::size_t i = 0; i < p.size(); ++i) {
+    acc += p[i];
+    if (mass < acc) return static_cast<std::int64_t>(i);
+  }
+  return -1;
+}
+}  // namespace
+
+TEST_CASE("PriorityTree: find agrees with a linear scan; total and min follow every update") {
+  for (std::int64_t capacity : {1, 7, 8, 9, 64, 1000, 4099}) {
+    CAPTURE(capacity);
+    PriorityTree tree(capacity);
+    std::vector<double> p(static_cast<std::size_t>(capacity), 0.0);
+    std::mt19937_64 gen(static_cast<std::uint64_t>(capacity));
+    std::uniform_real_distribution<double> u(0.0, 1.0);
+    for (int round = 0; round < 20; ++round) {
+      std::vector<std::int64_t> idx;
+      std::vector<double> val;
+      for (int k = 0; k < 37; ++k) {
+        idx.push_back(static_cast<std::int64_t>(gen() % static_cast<std::uint64_t>(capacity)));
+        val.push_back(u(gen) < 0.1 ? 0.0 : u(gen) * 10);
+      }
+      for (std::size_t k = 0; k < idx.size(); ++k) p[static_cast<std::size_t>(idx[k])] = val[k];  // last write wins
+      tree.set(idx, val);
+      const double total = std::accumulate(p.begin(), p.end(), 0.0);
+      CHECK(tree.total() == doctest::Approx(total).epsilon(1e-12));
+      double lo = INFINITY;
+      for (std::size_t i = 0; i < p.size(); ++i)
+        if (p[i] < lo) lo = p[i];
+      CHECK(tree.min() == lo);
+      if (total <= 0) continue;
+      std::vector<double> mass;
+      for (int k = 0; k < 50; ++k) mass.push_back(u(gen) * total);
+      std::vector<std::int64_t> out(mass.size());
+      tree.find(mass, out);
+      for (std::size_t k = 0; k < mass.size(); ++k) {
+        const auto expect = scan(p, mass[k]);
+        // masses within round-off of an interval's edge may land on either side
+        if (out[k] != expect) CHECK(std::abs(std::accumulate(p.begin(), p.begin() + std::max(out[k], expect), 0.0) - mass[k]) < 1e-9 * total);
+        CHECK(p[static_cast<std::size_t>(out[k])] > 0.0);
+      }
+    }
+  }
+}
+
+TEST_CASE("PriorityTree: a million updates leave no drift in the total") {
+  PriorityTree tree(100'000);
+  std::vector<double> p(100'000, 0.0);
+  std::mt19937_64 gen(3);
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  for (int round = 0; round < 4000; ++round) {
+    std::vector<std::int64_t> idx(256);
+    std::vector<double> val(256);
+    for (int k = 0; k < 256; ++k) {
+      idx[static_cast<std::size_t>(k)] = static_cast<std::int64_t>(gen() % 100'000);
+      val[static_cast<std::size_t>(k)] = std::pow(u(gen), 4) * 1e3;
+    }
+    for (int k = 0; k < 256; ++k) p[static_cast<std::size_t>(idx[static_cast<std::size_t>(k)])] = val[static_cast<std::size_t>(k)];
+    tree.set(idx, val);
+  }
+  CHECK(tree.total() == doctest::Approx(std::accumulate(p.begin(), p.end(), 0.0)).epsilon(1e-12));
+}
+
+TEST_CASE("PriorityTree: masses at the very top of the total still land on a non-empty leaf") {
+  PriorityTree tree(20);
+  std::vector<std::int64_t> idx{3, 17};
+  std::vector<double> val{0.1, 0.2};
+  tree.set(idx, val);
+  std::vector<double> mass{0.0, 0.1, std::nextafter(0.3, 0.0), 0.30000000000000004};
+  std::vector<std::int64_t> out(mass.size());
+  tree.find(mass, out);
+  CHECK(out[0] == 3);
+  CHECK(out[1] == 17);
+  CHECK(out[2] == 17);
+  CHECK(out[3] == 17);
+}
