@@ -39,6 +39,7 @@ struct StepBatch {
   at::Tensor next_obs;    ///< [N, obs_dim]
   at::Tensor terminated;  ///< [N] float 0/1: terminal state, do not bootstrap
   at::Tensor truncated;   ///< [N] float 0/1: cut by a time limit, bootstrap
+  at::Tensor discount = {};  ///< [N] optional: gamma^k for a k-step transition (buffers' n-step returns)
 };
 
 /// A batch sampled from a replay buffer.
@@ -2869,7 +2870,9 @@ class VecEnv final : public VecEnvBase {
     if (mode_ == VecMode::sync) {
       do_step();
     } else {
-      anvil::detail::spin_until([this] { return !requested_.load(std::memory_order_acquire); });
+      // Spin only when a core is free for it: the stepper and its pool are busy meanwhile.
+      if (pool_.threads() + 1 <= static_cast<int>(std::thread::hardware_concurrency()))
+        anvil::detail::spin_until([this] { return !requested_.load(std::memory_order_acquire); });
       std::unique_lock lock(mu_);
       cv_.wait(lock, [this] { return !requested_.load(); });
     }
@@ -4346,6 +4349,126 @@ static_assert(Algorithm<SAC>);
 #include <string>
 #include <vector>
 
+// ---- begin <anvil/buffers/detail/n_step.hpp> ----
+/// @file
+/// `NStepWindow`: turns each env's stream of one-step transitions into n-step ones
+/// (Sutton 1988; as used with replay by Hessel et al. 2018, "Rainbow"), before they are
+/// stored. A stored transition is then self-contained: obs_t, action_t, the discounted sum
+/// of up to n rewards, the observation it leads to, whether that one is terminal, and the
+/// discount gamma^k of its bootstrap term. So sampling needs no look-ahead and the ring's
+/// wraparound cannot split a window.
+
+#include <ATen/ATen.h>
+
+#include <cmath>
+#include <cstdint>
+#include <deque>
+#include <vector>
+
+
+namespace anvil::detail {
+
+class NStepWindow {
+ public:
+  NStepWindow() = default;
+  NStepWindow(int n, double gamma) : n_(n), gamma_(gamma) {}
+
+  [[nodiscard]] int n() const noexcept { return n_; }
+  void set_gamma(double gamma) noexcept { gamma_ = gamma; }
+  [[nodiscard]] double gamma() const noexcept { return gamma_; }
+
+  /// Takes one step of N envs (row i = env i, every call the same N) and returns the
+  /// transitions it completes: for each env, its oldest pending step once n are pending,
+  /// and all of its pending steps when this step ended its episode (terminated or
+  /// truncated). The result has `discount` set; `obs` is undefined when nothing completed.
+  StepBatch push(const StepBatch& s) {
+    const std::int64_t envs = s.obs.size(0);
+    if (pending_.size() != static_cast<std::size_t>(envs)) pending_.assign(static_cast<std::size_t>(envs), {});
+    const auto obs = s.obs.to(at::kFloat).contiguous(), next = s.next_obs.to(at::kFloat).contiguous();
+    const auto act = s.action.to(at::kFloat).contiguous().view({envs, -1});
+    const auto rew = s.reward.to(at::kDouble).contiguous(), term = s.terminated.to(at::kFloat).contiguous();
+    const auto trunc = s.truncated.defined() ? s.truncated.to(at::kFloat).contiguous() : at::zeros({envs});
+    od_ = obs.size(1);
+    ad_ = act.size(1);
+    out_.clear();
+    for (std::int64_t i = 0; i < envs; ++i) {
+      auto& q = pending_[static_cast<std::size_t>(i)];
+      Step st;
+      st.obs.assign(obs.data_ptr<float>() + i * od_, obs.data_ptr<float>() + (i + 1) * od_);
+      st.action.assign(act.data_ptr<float>() + i * ad_, act.data_ptr<float>() + (i + 1) * ad_);
+      st.next_obs.assign(next.data_ptr<float>() + i * od_, next.data_ptr<float>() + (i + 1) * od_);
+      st.reward = rew.data_ptr<double>()[i];
+      st.terminated = term.data_ptr<float>()[i] > 0.5f;
+      const bool ended = st.terminated || trunc.data_ptr<float>()[i] > 0.5f;
+      q.push_back(std::move(st));
+      if (ended) {
+        while (!q.empty()) emit(q);
+      } else if (static_cast<int>(q.size()) == n_) {
+        emit(q);
+      }
+    }
+    StepBatch b;
+    const auto m = static_cast<std::int64_t>(out_.size());
+    if (m == 0) return b;
+    b.obs = at::empty({m, od_});
+    b.next_obs = at::empty({m, od_});
+    b.action = at::empty({m, ad_});
+    b.reward = at::empty({m});
+    b.terminated = at::empty({m});
+    b.truncated = at::zeros({m});
+    b.discount = at::empty({m});
+    for (std::int64_t k = 0; k < m; ++k) {
+      const auto& o = out_[static_cast<std::size_t>(k)];
+      std::copy(o.obs.begin(), o.obs.end(), b.obs.data_ptr<float>() + k * od_);
+      std::copy(o.next_obs.begin(), o.next_obs.end(), b.next_obs.data_ptr<float>() + k * od_);
+      std::copy(o.action.begin(), o.action.end(), b.action.data_ptr<float>() + k * ad_);
+      b.reward.data_ptr<float>()[k] = static_cast<float>(o.reward);
+      b.terminated.data_ptr<float>()[k] = o.terminated ? 1.f : 0.f;
+      b.discount.data_ptr<float>()[k] = static_cast<float>(o.discount);
+    }
+    return b;
+  }
+
+  /// Steps waiting for their window to fill, over all envs.
+  [[nodiscard]] std::int64_t pending() const noexcept {
+    std::int64_t p = 0;
+    for (const auto& q : pending_) p += static_cast<std::int64_t>(q.size());
+    return p;
+  }
+
+ private:
+  struct Step {
+    std::vector<float> obs, action, next_obs;
+    double reward = 0;
+    bool terminated = false;
+  };
+  struct Done {
+    std::vector<float> obs, action, next_obs;
+    double reward, discount;
+    bool terminated;
+  };
+
+  // Emits the oldest pending step of one env as a k-step transition over all k pending.
+  void emit(std::deque<Step>& q) {
+    double ret = 0, g = 1;
+    for (const auto& st : q) {
+      ret += g * st.reward;
+      g *= gamma_;
+    }
+    out_.push_back(Done{std::move(q.front().obs), std::move(q.front().action), q.back().next_obs, ret, g,
+                        q.back().terminated});
+    q.pop_front();
+  }
+
+  int n_ = 1;
+  double gamma_ = 0.99;
+  std::int64_t od_ = 0, ad_ = 0;
+  std::vector<std::deque<Step>> pending_;
+  std::vector<Done> out_;
+};
+
+}  // namespace anvil::detail
+// ---- end <anvil/buffers/detail/n_step.hpp> ----
 // ---- begin <anvil/buffers/detail/transition_store.hpp> ----
 /// @file
 /// `TransitionStore`: the preallocated ring of transitions both replay buffers keep, and
@@ -4354,6 +4477,7 @@ static_assert(Algorithm<SAC>);
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <span>
 #include <array>
 #include <cstdint>
 #include <string>
@@ -4370,20 +4494,27 @@ constexpr auto enum_names(Storage) { return std::array<std::string_view, 2>{"com
 
 namespace detail {
 
-/// A ring of `capacity` transitions in preallocated tensors. Transition number k (counting
-/// every transition ever added, from 0) is its id; it lives in slot k % capacity until
-/// `capacity` more are added after it.
+/// A ring of `capacity` transitions in one preallocated row-major float tensor, a row per
+/// transition: [obs | next_obs | action | reward | terminated (| discount)]. One row is one or a few
+/// adjacent cache lines, so gathering a random batch costs one memory round trip per
+/// transition rather than one per field. On the CPU a batch comes out as contiguous tensors;
+/// on a GPU as column views of one gathered tensor. Transition number k (counting every transition
+/// ever added, from 0) is its id; it lives in row k % capacity until `capacity` more are
+/// added after it. Discrete actions are stored as floats (exact below 2^24).
 class TransitionStore {
  public:
-  TransitionStore(const envs::EnvSpec& spec, std::int64_t capacity, c10::Device device, std::string owner)
-      : capacity_(capacity), device_(device), owner_(std::move(owner)) {
-    const auto f = at::TensorOptions().dtype(at::kFloat).device(device_);
-    obs_ = at::empty({capacity_, spec.obs_dim()}, f);
-    next_obs_ = at::empty({capacity_, spec.obs_dim()}, f);
-    action_ = spec.discrete() ? at::empty({capacity_}, f.dtype(at::kLong))
-                              : at::empty({capacity_, spec.action_dim()}, f);
-    reward_ = at::empty({capacity_}, f);
-    terminated_ = at::empty({capacity_}, f);
+  /// `with_discount`: rows also keep a per-transition bootstrap discount (n-step returns).
+  TransitionStore(const envs::EnvSpec& spec, std::int64_t capacity, c10::Device device, std::string owner,
+                  bool with_discount = false)
+      : capacity_(capacity),
+        device_(device),
+        owner_(std::move(owner)),
+        od_(spec.obs_dim()),
+        ad_(spec.action_dim()),
+        discrete_(spec.discrete()),
+        with_discount_(with_discount),
+        width_(2 * od_ + ad_ + 2 + (with_discount ? 1 : 0)) {
+    data_ = at::empty({capacity_, width_}, at::TensorOptions().dtype(at::kFloat).device(device_));
   }
 
   /// Stores one step of N envs (row i = env i); N may exceed the free space: the ring wraps.
@@ -4398,33 +4529,69 @@ class TransitionStore {
     while (done < n) {
       const std::int64_t slot = added_ % capacity_;
       const std::int64_t k = std::min(n - done, capacity_ - slot);
-      auto dst = [&](at::Tensor& t) { return t.narrow(0, slot, k); };
-      auto src = [&](const at::Tensor& t) { return t.narrow(0, done, k); };
-      dst(obs_).copy_(src(s.obs));
-      dst(next_obs_).copy_(src(s.next_obs));
-      dst(action_).copy_(src(s.action).view(dst(action_).sizes()));
-      dst(reward_).copy_(src(s.reward));
-      dst(terminated_).copy_(src(s.terminated));
+      auto rows = data_.narrow(0, slot, k);
+      auto put = [&](std::int64_t col, std::int64_t w, const at::Tensor& t) {
+        rows.narrow(1, col, w).copy_(t.narrow(0, done, k).reshape({k, w}));
+      };
+      put(0, od_, s.obs);
+      put(od_, od_, s.next_obs);
+      put(2 * od_, ad_, s.action);
+      put(2 * od_ + ad_, 1, s.reward);
+      put(2 * od_ + ad_ + 1, 1, s.terminated);
+      if (with_discount_) {
+        if (!s.discount.defined()) throw Error(owner_ + ": n-step storage needs each transition's discount");
+        put(2 * od_ + ad_ + 2, 1, s.discount);
+      }
       added_ += k;
       done += k;
     }
     return first;
   }
 
-  /// The transitions in `slots` (int64, on the CPU) as a batch on the storage device, with
-  /// their ids in `index`.
-  ReplayBatch gather(const at::Tensor& slots) const {
-    const auto di = device_.is_cpu() ? slots : slots.to(device_, /*non_blocking=*/true);
+  /// The transitions in rows `slots` as a batch of contiguous tensors on the storage
+  /// device, with their ids in `index`.
+  ReplayBatch gather(std::span<const std::int64_t> slots) const {
+    const auto n = static_cast<std::int64_t>(slots.size());
     ReplayBatch b;
-    b.obs = obs_.index_select(0, di);
-    b.action = action_.index_select(0, di);
-    b.reward = reward_.index_select(0, di);
-    b.next_obs = next_obs_.index_select(0, di);
-    b.terminated = terminated_.index_select(0, di);
-    b.index = at::empty_like(slots);
-    const auto* s = slots.data_ptr<std::int64_t>();
+    if (device_.is_cpu()) {
+      const auto f = data_.options();
+      b.obs = at::empty({n, od_}, f);
+      b.next_obs = at::empty({n, od_}, f);
+      at::Tensor action = at::empty({n, ad_}, f);
+      b.reward = at::empty({n}, f);
+      b.terminated = at::empty({n}, f);
+      if (with_discount_) b.discount = at::empty({n}, f);
+      const float* src = data_.data_ptr<float>();
+      float *o = b.obs.data_ptr<float>(), *no = b.next_obs.data_ptr<float>(), *a = action.data_ptr<float>();
+      float *r = b.reward.data_ptr<float>(), *t = b.terminated.data_ptr<float>();
+      float* d = with_discount_ ? b.discount.data_ptr<float>() : nullptr;
+      constexpr std::int64_t kAhead = 8;  // rows in flight: random rows miss every cache
+      for (std::int64_t i = 0; i < std::min(kAhead, n); ++i) __builtin_prefetch(src + slots[i] * width_);
+      for (std::int64_t i = 0; i < n; ++i) {
+        if (i + kAhead < n) __builtin_prefetch(src + slots[i + kAhead] * width_);
+        const float* row = src + slots[i] * width_;
+        std::copy(row, row + od_, o + i * od_);
+        std::copy(row + od_, row + 2 * od_, no + i * od_);
+        std::copy(row + 2 * od_, row + 2 * od_ + ad_, a + i * ad_);
+        r[i] = row[2 * od_ + ad_];
+        t[i] = row[2 * od_ + ad_ + 1];
+        if (d) d[i] = row[2 * od_ + ad_ + 2];
+      }
+      b.action = discrete_ ? action.view({n}).to(at::kLong) : action;
+    } else {
+      auto idx = at::empty({n}, at::TensorOptions().dtype(at::kLong));
+      std::copy(slots.begin(), slots.end(), idx.data_ptr<std::int64_t>());
+      const auto rows = data_.index_select(0, idx.to(device_, /*non_blocking=*/true));
+      b.obs = rows.narrow(1, 0, od_);
+      b.next_obs = rows.narrow(1, od_, od_);
+      b.action = discrete_ ? rows.select(1, 2 * od_).to(at::kLong) : rows.narrow(1, 2 * od_, ad_);
+      b.reward = rows.select(1, 2 * od_ + ad_);
+      b.terminated = rows.select(1, 2 * od_ + ad_ + 1);
+      if (with_discount_) b.discount = rows.select(1, 2 * od_ + ad_ + 2);
+    }
+    b.index = at::empty({n}, at::TensorOptions().dtype(at::kLong));
     auto* id = b.index.data_ptr<std::int64_t>();
-    for (std::int64_t i = 0; i < slots.numel(); ++i) id[i] = id_of(s[i]);
+    for (std::int64_t i = 0; i < n; ++i) id[i] = id_of(slots[i]);
     return b;
   }
 
@@ -4445,17 +4612,17 @@ class TransitionStore {
   [[nodiscard]] const std::string& owner() const noexcept { return owner_; }
   /// Bytes of preallocated storage.
   [[nodiscard]] std::int64_t bytes() const noexcept {
-    std::int64_t b = 0;
-    for (const auto* t : {&obs_, &next_obs_, &action_, &reward_, &terminated_})
-      b += t->numel() * static_cast<std::int64_t>(t->element_size());
-    return b;
+    return data_.numel() * static_cast<std::int64_t>(data_.element_size());
   }
 
  private:
   std::int64_t capacity_;
   c10::Device device_;
   std::string owner_;
-  at::Tensor obs_, next_obs_, action_, reward_, terminated_;
+  std::int64_t od_, ad_;
+  bool discrete_, with_discount_;
+  std::int64_t width_;
+  at::Tensor data_;
   std::int64_t added_ = 0;
 };
 
@@ -4524,9 +4691,9 @@ class PriorityTree {
       leaf[idx[k]] = value[k];
       leaf_min[idx[k]] = value[k];
     }
+    std::sort(touched_.begin(), touched_.end());  // stays sorted as it is divided below
     for (std::size_t level = 1; level < sum_.size(); ++level) {
       for (auto& t : touched_) t /= kFanout;
-      std::sort(touched_.begin(), touched_.end());
       touched_.erase(std::unique(touched_.begin(), touched_.end()), touched_.end());
       for (auto t : touched_) {
         const double* s = line(sum_, level - 1) + t * kFanout;
@@ -4615,6 +4782,9 @@ class PrioritizedBuffer {
         capacity{1'000'000};
     Param<Storage, "storage", "compute: tensors on the training device; cpu: in host memory">
         storage{Storage::compute};
+    Param<int, "n_step", "store n-step returns: rewards summed over up to n steps, discounted by "
+                         "the algorithm's gamma (1: one-step transitions)", in_range(1, 1000)>
+        n_step{1};
     Param<double, "alpha", "priority exponent: 0 samples uniformly, 1 in proportion to |TD error|",
           in_range(0, 1)>
         alpha{0.6};
@@ -4628,14 +4798,21 @@ class PrioritizedBuffer {
 
   PrioritizedBuffer(const envs::EnvSpec& spec, const Config& cfg, const RunContext& ctx)
       : store_(spec, cfg.capacity, *cfg.storage == Storage::cpu ? c10::Device(c10::kCPU) : ctx.device,
-               "PrioritizedBuffer"),
+               "PrioritizedBuffer", cfg.n_step > 1),
+        nstep_(cfg.n_step, 0.99),
         tree_(cfg.capacity),
         cfg_(cfg),
         horizon_(cfg.beta_steps),
         rng_(ctx.seed_for(Stream::buffer)) {}
 
   /// Adds one step of N envs (row i = env i) at the largest priority so far.
-  void add(const StepBatch& s) {
+  void add(const StepBatch& step) {
+    StepBatch done;
+    if (nstep_.n() > 1) {
+      done = nstep_.push(step);
+      if (!done.obs.defined()) return;
+    }
+    const StepBatch& s = nstep_.n() > 1 ? done : step;
     const std::int64_t first = store_.add(s), n = s.obs.size(0);
     slots_.resize(static_cast<std::size_t>(n));
     values_.assign(static_cast<std::size_t>(n), max_priority_);
@@ -4655,16 +4832,16 @@ class PrioritizedBuffer {
     for (std::int64_t k = 0; k < n; ++k)
       mass_[static_cast<std::size_t>(k)] = std::min((static_cast<double>(k) + rng_.uniform()) * slice,
                                                    std::nextafter(total, 0.0));
-    auto slots = at::empty({n}, at::TensorOptions().dtype(at::kLong));
-    tree_.find(mass_, {slots.data_ptr<std::int64_t>(), static_cast<std::size_t>(n)});
+    sampled_.resize(static_cast<std::size_t>(n));
+    tree_.find(mass_, sampled_);
 
+    // (p / p_min)^-beta = exp(-beta log(p / p_min))
     auto w = at::empty({n}, at::TensorOptions().dtype(at::kFloat));
-    const double b = beta(), p_min = tree_.min();
-    const auto* s = slots.data_ptr<std::int64_t>();
+    const double b = beta(), log_min = std::log(tree_.min());
     auto* wp = w.data_ptr<float>();
     for (std::int64_t k = 0; k < n; ++k)
-      wp[k] = static_cast<float>(std::pow(tree_.get(s[k]) / p_min, -b));
-    auto batch = store_.gather(slots);
+      wp[k] = static_cast<float>(std::exp(-b * (std::log(tree_.get(sampled_[static_cast<std::size_t>(k)])) - log_min)));
+    auto batch = store_.gather(sampled_);
     batch.weight = store_.device().is_cpu() ? w : w.to(store_.device(), /*non_blocking=*/true);
     return batch;
   }
@@ -4673,9 +4850,9 @@ class PrioritizedBuffer {
   /// (|td_error| + eps)^alpha. Ids of transitions overwritten since they were sampled are
   /// skipped. `td_error` must be finite; ids must come from this buffer.
   void update_priorities(const at::Tensor& index, const at::Tensor& td_error) {
-    assign("update_priorities", "TD error", index, td_error, [&](double td) {
-      return std::pow(std::abs(td) + cfg_.eps, *cfg_.alpha);
-    });
+    const double a = cfg_.alpha, eps = cfg_.eps;
+    assign("update_priorities", "TD error", index, td_error,
+           [a, eps](double td) { return std::exp(a * std::log(std::abs(td) + eps)); });
   }
 
   /// Sets the sampling priorities of transitions `index` directly (no eps, no exponent).
@@ -4706,6 +4883,9 @@ class PrioritizedBuffer {
   /// Priority updates skipped because their transition had been overwritten.
   [[nodiscard]] std::int64_t stale_updates() const noexcept { return stale_; }
 
+  /// The discount of n-step returns (the Trainer passes the algorithm's gamma; 0.99 before).
+  void set_discount(double gamma) noexcept { nstep_.set_gamma(gamma); }
+
   [[nodiscard]] std::int64_t size() const noexcept { return store_.size(); }
   [[nodiscard]] std::int64_t capacity() const noexcept { return store_.capacity(); }
   [[nodiscard]] std::int64_t added() const noexcept { return store_.added(); }
@@ -4719,20 +4899,24 @@ class PrioritizedBuffer {
   void assign(const char* fn, const char* what, const at::Tensor& index, const at::Tensor& values,
               F to_priority) {
     const std::string who = std::string("PrioritizedBuffer::") + fn + ": ";
-    const auto idx = index.to(at::kCPU, at::kLong).contiguous().view(-1);
-    const auto val = values.detach().to(at::kCPU, at::kDouble).contiguous().view(-1);
+    const auto idx = index.to(at::kCPU, at::kLong).contiguous();
+    const auto val = values.detach().to(at::kCPU).contiguous();
     if (idx.numel() != val.numel())
       throw Error(who + std::to_string(idx.numel()) + " ids but " + std::to_string(val.numel()) + " " +
                   what + " values");
+    const bool is_float = val.scalar_type() == at::kFloat;
+    const auto val64 = is_float ? at::Tensor() : val.to(at::kDouble);
+    const float* vf = is_float ? val.data_ptr<float>() : nullptr;
+    const double* vd = is_float ? nullptr : val64.data_ptr<double>();
     const auto* ip = idx.data_ptr<std::int64_t>();
-    const auto* vp = val.data_ptr<double>();
     slots_.clear();
     values_.clear();
     for (std::int64_t k = 0; k < idx.numel(); ++k) {
-      const double p = std::isfinite(vp[k]) ? to_priority(vp[k]) : vp[k];
+      const double v = vf ? static_cast<double>(vf[k]) : vd[k];
+      const double p = std::isfinite(v) ? to_priority(v) : v;
       if (!std::isfinite(p) || p < 0)
         throw Error(who + what + " " + std::to_string(k) + " (id " + std::to_string(ip[k]) + ") is " +
-                    std::to_string(vp[k]) + "; priorities must be finite and >= 0 (a NaN TD error "
+                    std::to_string(v) + "; priorities must be finite and >= 0 (a NaN TD error "
                     "usually means the losses diverged)");
       if (ip[k] < 0 || ip[k] >= store_.added())
         throw Error(who + "id " + std::to_string(ip[k]) + " (entry " + std::to_string(k) +
@@ -4749,13 +4933,14 @@ class PrioritizedBuffer {
   }
 
   detail::TransitionStore store_;
+  detail::NStepWindow nstep_;
   detail::PriorityTree tree_;
   Config cfg_;
   std::int64_t horizon_;
   Rng rng_;
   double max_priority_ = 1.0;
   std::int64_t stale_ = 0;
-  std::vector<std::int64_t> slots_;
+  std::vector<std::int64_t> slots_, sampled_;
   std::vector<double> values_, mass_;
 };
 
@@ -4772,6 +4957,7 @@ static_assert(PrioritizedReplay<PrioritizedBuffer>);
 #include <array>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 
 namespace anvil {
@@ -4791,27 +4977,37 @@ class UniformBuffer {
         capacity{1'000'000};
     Param<Storage, "storage", "compute: tensors on the training device; cpu: in host memory">
         storage{Storage::compute};
+    Param<int, "n_step", "store n-step returns: rewards summed over up to n steps, discounted by "
+                         "the algorithm's gamma (1: one-step transitions)", in_range(1, 1000)>
+        n_step{1};
   };
 
   UniformBuffer(const envs::EnvSpec& spec, const Config& cfg, const RunContext& ctx)
       : store_(spec, cfg.capacity, *cfg.storage == Storage::cpu ? c10::Device(c10::kCPU) : ctx.device,
-               "UniformBuffer"),
+               "UniformBuffer", cfg.n_step > 1),
+        nstep_(cfg.n_step, 0.99),
         rng_(ctx.seed_for(Stream::buffer)) {}
 
   /// Adds one step of N envs (row i = env i). N may exceed the free space: the ring wraps.
-  void add(const StepBatch& s) { store_.add(s); }
+  /// With n-step returns, what is stored is the transitions this step completes.
+  void add(const StepBatch& s) {
+    if (nstep_.n() == 1) return void(store_.add(s));
+    auto done = nstep_.push(s);
+    if (done.obs.defined()) store_.add(done);
+  }
 
   /// `n` transitions drawn uniformly with replacement; `index` holds their ids.
   ReplayBatch sample(std::int64_t n) {
     if (n < 1 || n > size())
       throw Error("UniformBuffer: sample(" + std::to_string(n) + ") from a buffer holding " +
                   std::to_string(size()) + " transitions; the batch size must be between 1 and the size");
-    auto slots = at::empty({n}, at::TensorOptions().dtype(at::kLong));
-    auto* p = slots.data_ptr<std::int64_t>();
-    for (std::int64_t i = 0; i < n; ++i)
-      p[i] = static_cast<std::int64_t>(rng_.below(static_cast<std::uint64_t>(size())));
-    return store_.gather(slots);
+    slots_.resize(static_cast<std::size_t>(n));
+    for (auto& s : slots_) s = static_cast<std::int64_t>(rng_.below(static_cast<std::uint64_t>(size())));
+    return store_.gather(slots_);
   }
+
+  /// The discount of n-step returns (the Trainer passes the algorithm's gamma; 0.99 before).
+  void set_discount(double gamma) noexcept { nstep_.set_gamma(gamma); }
 
   [[nodiscard]] std::int64_t size() const noexcept { return store_.size(); }
   [[nodiscard]] std::int64_t capacity() const noexcept { return store_.capacity(); }
@@ -4823,7 +5019,9 @@ class UniformBuffer {
 
  private:
   detail::TransitionStore store_;
+  detail::NStepWindow nstep_;
   Rng rng_;
+  std::vector<std::int64_t> slots_;
 };
 
 static_assert(ReplayBuffer<UniformBuffer>);
@@ -5499,6 +5697,8 @@ class BasicTrainer {
     algo_ = std::make_unique<A>(spec_, *cfg_.algorithm, ctx_);
     buffer_ = std::make_unique<B>(spec_, *cfg_.buffer, ctx_);
     if constexpr (requires { buffer_->set_horizon(std::int64_t{}); }) buffer_->set_horizon(cfg_.train->steps);
+    if constexpr (requires { buffer_->set_discount(0.0); } && requires { cfg_.algorithm->gamma; })
+      buffer_->set_discount(cfg_.algorithm->gamma);
     StepContext::Options so;
     so.device = ctx_.device;
     so.autocast = X::autocast;

@@ -141,3 +141,22 @@ TEST_CASE("PrioritizedBuffer: bad priorities, ids and batch sizes are clear erro
   // Nothing changed: the refused calls set no priority.
   CHECK(b.total_priority() == 4.0);
 }
+
+TEST_CASE("PrioritizedBuffer: n-step transitions enter at the largest priority when their window completes") {
+  PrioritizedBuffer::Config c;
+  c.capacity = 10;
+  c.n_step = 3;
+  PrioritizedBuffer b(envs::spec_of(envs::Pendulum{}), c, RunContext{});
+  b.set_discount(0.5);
+  b.add(step_of(1, 0));
+  b.add(step_of(1, 1));
+  CHECK(b.size() == 0);
+  b.add(step_of(1, 2));
+  REQUIRE(b.size() == 1);
+  auto s = b.sample(1);
+  CHECK(s.reward[0].item<float>() == doctest::Approx(0 + 0.5 * 1 + 0.25 * 2));
+  CHECK(s.discount[0].item<float>() == doctest::Approx(0.125));
+  CHECK(s.obs[0][0].item<float>() == 0.0f);
+  CHECK(s.next_obs[0][0].item<float>() == 2.5f);
+  CHECK(b.priority(0) == 1.0);
+}

@@ -6,6 +6,10 @@
 #include <anvil/buffers/uniform_buffer.hpp>
 #include <anvil/envs/pendulum.hpp>
 
+#include <map>
+#include <set>
+#include <tuple>
+
 using namespace anvil;
 
 namespace {
@@ -38,6 +42,7 @@ TEST_CASE("UniformBuffer: batched adds wrap around and overwrite the oldest tran
     CHECK(torch::allclose(s.next_obs.select(1, 0), s.reward + 0.5f));
     CHECK(torch::allclose(s.action.squeeze(1) * 1000.0f, s.reward));
     CHECK(torch::equal(s.index.to(torch::kFloat), s.reward));  // index holds the ids
+    for (const auto* t : {&s.obs, &s.action, &s.reward, &s.next_obs, &s.terminated}) CHECK(t->is_contiguous());
   }
   CHECK(seen == std::set<int>{2, 3, 4, 5, 6, 7, 8, 9, 10, 11});
 }
@@ -77,4 +82,70 @@ TEST_CASE("UniformBuffer: reports its preallocated bytes") {
   auto b = make(1000);
   // obs and next_obs 3 floats each, action 1, reward and terminated 1 each: 9 floats a row.
   CHECK(b.bytes() == 1000 * 9 * 4);
+}
+
+namespace {
+// One step of 2 envs: env i gets reward r[i]; ended episodes as flagged.
+StepBatch two_env_step(float r0, float r1, float obs, bool term0 = false, bool trunc1 = false) {
+  StepBatch s;
+  s.obs = torch::tensor({{obs, 0.f, 0.f}, {obs, 1.f, 0.f}});
+  s.action = torch::tensor({{0.5f}, {-0.5f}});
+  s.reward = torch::tensor({r0, r1});
+  s.next_obs = torch::tensor({{obs + 1, 0.f, 0.f}, {obs + 1, 1.f, 0.f}});
+  s.terminated = torch::tensor({term0 ? 1.f : 0.f, 0.f});
+  s.truncated = torch::tensor({0.f, trunc1 ? 1.f : 0.f});
+  return s;
+}
+}  // namespace
+
+TEST_CASE("UniformBuffer: n-step returns sum discounted rewards and stop at episode ends") {
+  UniformBuffer::Config c;
+  c.capacity = 100;
+  c.n_step = 3;
+  UniformBuffer b(envs::spec_of(envs::Pendulum{}), c, RunContext{});
+  b.set_discount(0.5);
+  b.add(two_env_step(1, 10, 0));
+  b.add(two_env_step(2, 20, 1));
+  CHECK(b.size() == 0);  // windows not full yet
+  b.add(two_env_step(4, 40, 2, /*term0=*/true, /*trunc1=*/true));
+  // env 0 terminated at its third step: windows of 3, 2 and 1 steps, all terminal;
+  // env 1 was truncated: the same windows, bootstrapping from the last observation.
+  REQUIRE(b.size() == 6);
+  std::map<std::pair<int, int>, std::tuple<float, float, float, float>> seen;  // (env, start) -> r, term, disc, next
+  for (int i = 0; i < 60; ++i) {
+    auto s = b.sample(6);
+    for (int k = 0; k < 6; ++k)
+      seen[{static_cast<int>(s.obs[k][1].item<float>()), static_cast<int>(s.obs[k][0].item<float>())}] = {
+          s.reward[k].item<float>(), s.terminated[k].item<float>(), s.discount[k].item<float>(),
+          s.next_obs[k][0].item<float>()};
+  }
+  REQUIRE(seen.size() == 6);
+  using T = std::tuple<float, float, float, float>;
+  CHECK(seen[{0, 0}] == T{1 + 0.5f * 2 + 0.25f * 4, 1, 0.125f, 3});
+  CHECK(seen[{0, 1}] == T{2 + 0.5f * 4, 1, 0.25f, 3});
+  CHECK(seen[{0, 2}] == T{4, 1, 0.5f, 3});
+  CHECK(seen[{1, 0}] == T{10 + 0.5f * 20 + 0.25f * 40, 0, 0.125f, 3});
+  CHECK(seen[{1, 2}] == T{40, 0, 0.5f, 3});
+}
+
+TEST_CASE("UniformBuffer: n-step windows slide by one and survive the ring's wraparound") {
+  UniformBuffer::Config c;
+  c.capacity = 4;
+  c.n_step = 2;
+  UniformBuffer b(envs::spec_of(envs::Pendulum{}), c, RunContext{});
+  b.set_discount(0.9);
+  for (int t = 0; t < 9; ++t) b.add(two_env_step(static_cast<float>(t), 0, static_cast<float>(t)));
+  // 8 complete 2-step windows per env (starts 0..7), 16 in all; the last 4 are kept.
+  CHECK(b.added() == 16);
+  for (int i = 0; i < 30; ++i) {
+    auto s = b.sample(4);
+    for (int k = 0; k < 4; ++k) {
+      const float start = s.obs[k][0].item<float>();
+      CHECK(start >= 6);
+      const float expect = s.obs[k][1].item<float>() == 0 ? start + 0.9f * (start + 1) : 0.f;
+      CHECK(s.reward[k].item<float>() == doctest::Approx(expect));
+      CHECK(s.next_obs[k][0].item<float>() == start + 2);
+      CHECK(s.discount[k].item<float>() == doctest::Approx(0.81f));
+    }
+  }
 }

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include <anvil/buffers/detail/n_step.hpp>
 #include <anvil/buffers/detail/transition_store.hpp>
 #include <anvil/buffers/sum_tree.hpp>
 #include <anvil/core/batch.hpp>
@@ -43,6 +44,9 @@ class PrioritizedBuffer {
         capacity{1'000'000};
     Param<Storage, "storage", "compute: tensors on the training device; cpu: in host memory">
         storage{Storage::compute};
+    Param<int, "n_step", "store n-step returns: rewards summed over up to n steps, discounted by "
+                         "the algorithm's gamma (1: one-step transitions)", in_range(1, 1000)>
+        n_step{1};
     Param<double, "alpha", "priority exponent: 0 samples uniformly, 1 in proportion to |TD error|",
           in_range(0, 1)>
         alpha{0.6};
@@ -56,14 +60,21 @@ class PrioritizedBuffer {
 
   PrioritizedBuffer(const envs::EnvSpec& spec, const Config& cfg, const RunContext& ctx)
       : store_(spec, cfg.capacity, *cfg.storage == Storage::cpu ? c10::Device(c10::kCPU) : ctx.device,
-               "PrioritizedBuffer"),
+               "PrioritizedBuffer", cfg.n_step > 1),
+        nstep_(cfg.n_step, 0.99),
         tree_(cfg.capacity),
         cfg_(cfg),
         horizon_(cfg.beta_steps),
         rng_(ctx.seed_for(Stream::buffer)) {}
 
   /// Adds one step of N envs (row i = env i) at the largest priority so far.
-  void add(const StepBatch& s) {
+  void add(const StepBatch& step) {
+    StepBatch done;
+    if (nstep_.n() > 1) {
+      done = nstep_.push(step);
+      if (!done.obs.defined()) return;
+    }
+    const StepBatch& s = nstep_.n() > 1 ? done : step;
     const std::int64_t first = store_.add(s), n = s.obs.size(0);
     slots_.resize(static_cast<std::size_t>(n));
     values_.assign(static_cast<std::size_t>(n), max_priority_);
@@ -83,16 +94,16 @@ class PrioritizedBuffer {
     for (std::int64_t k = 0; k < n; ++k)
       mass_[static_cast<std::size_t>(k)] = std::min((static_cast<double>(k) + rng_.uniform()) * slice,
                                                    std::nextafter(total, 0.0));
-    auto slots = at::empty({n}, at::TensorOptions().dtype(at::kLong));
-    tree_.find(mass_, {slots.data_ptr<std::int64_t>(), static_cast<std::size_t>(n)});
+    sampled_.resize(static_cast<std::size_t>(n));
+    tree_.find(mass_, sampled_);
 
+    // (p / p_min)^-beta = exp(-beta log(p / p_min))
     auto w = at::empty({n}, at::TensorOptions().dtype(at::kFloat));
-    const double b = beta(), p_min = tree_.min();
-    const auto* s = slots.data_ptr<std::int64_t>();
+    const double b = beta(), log_min = std::log(tree_.min());
     auto* wp = w.data_ptr<float>();
     for (std::int64_t k = 0; k < n; ++k)
-      wp[k] = static_cast<float>(std::pow(tree_.get(s[k]) / p_min, -b));
-    auto batch = store_.gather(slots);
+      wp[k] = static_cast<float>(std::exp(-b * (std::log(tree_.get(sampled_[static_cast<std::size_t>(k)])) - log_min)));
+    auto batch = store_.gather(sampled_);
     batch.weight = store_.device().is_cpu() ? w : w.to(store_.device(), /*non_blocking=*/true);
     return batch;
   }
@@ -101,9 +112,9 @@ class PrioritizedBuffer {
   /// (|td_error| + eps)^alpha. Ids of transitions overwritten since they were sampled are
   /// skipped. `td_error` must be finite; ids must come from this buffer.
   void update_priorities(const at::Tensor& index, const at::Tensor& td_error) {
-    assign("update_priorities", "TD error", index, td_error, [&](double td) {
-      return std::pow(std::abs(td) + cfg_.eps, *cfg_.alpha);
-    });
+    const double a = cfg_.alpha, eps = cfg_.eps;
+    assign("update_priorities", "TD error", index, td_error,
+           [a, eps](double td) { return std::exp(a * std::log(std::abs(td) + eps)); });
   }
 
   /// Sets the sampling priorities of transitions `index` directly (no eps, no exponent).
@@ -134,6 +145,9 @@ class PrioritizedBuffer {
   /// Priority updates skipped because their transition had been overwritten.
   [[nodiscard]] std::int64_t stale_updates() const noexcept { return stale_; }
 
+  /// The discount of n-step returns (the Trainer passes the algorithm's gamma; 0.99 before).
+  void set_discount(double gamma) noexcept { nstep_.set_gamma(gamma); }
+
   [[nodiscard]] std::int64_t size() const noexcept { return store_.size(); }
   [[nodiscard]] std::int64_t capacity() const noexcept { return store_.capacity(); }
   [[nodiscard]] std::int64_t added() const noexcept { return store_.added(); }
@@ -147,20 +161,24 @@ class PrioritizedBuffer {
   void assign(const char* fn, const char* what, const at::Tensor& index, const at::Tensor& values,
               F to_priority) {
     const std::string who = std::string("PrioritizedBuffer::") + fn + ": ";
-    const auto idx = index.to(at::kCPU, at::kLong).contiguous().view(-1);
-    const auto val = values.detach().to(at::kCPU, at::kDouble).contiguous().view(-1);
+    const auto idx = index.to(at::kCPU, at::kLong).contiguous();
+    const auto val = values.detach().to(at::kCPU).contiguous();
     if (idx.numel() != val.numel())
       throw Error(who + std::to_string(idx.numel()) + " ids but " + std::to_string(val.numel()) + " " +
                   what + " values");
+    const bool is_float = val.scalar_type() == at::kFloat;
+    const auto val64 = is_float ? at::Tensor() : val.to(at::kDouble);
+    const float* vf = is_float ? val.data_ptr<float>() : nullptr;
+    const double* vd = is_float ? nullptr : val64.data_ptr<double>();
     const auto* ip = idx.data_ptr<std::int64_t>();
-    const auto* vp = val.data_ptr<double>();
     slots_.clear();
     values_.clear();
     for (std::int64_t k = 0; k < idx.numel(); ++k) {
-      const double p = std::isfinite(vp[k]) ? to_priority(vp[k]) : vp[k];
+      const double v = vf ? static_cast<double>(vf[k]) : vd[k];
+      const double p = std::isfinite(v) ? to_priority(v) : v;
       if (!std::isfinite(p) || p < 0)
         throw Error(who + what + " " + std::to_string(k) + " (id " + std::to_string(ip[k]) + ") is " +
-                    std::to_string(vp[k]) + "; priorities must be finite and >= 0 (a NaN TD error "
+                    std::to_string(v) + "; priorities must be finite and >= 0 (a NaN TD error "
                     "usually means the losses diverged)");
       if (ip[k] < 0 || ip[k] >= store_.added())
         throw Error(who + "id " + std::to_string(ip[k]) + " (entry " + std::to_string(k) +
@@ -177,13 +195,14 @@ class PrioritizedBuffer {
   }
 
   detail::TransitionStore store_;
+  detail::NStepWindow nstep_;
   detail::PriorityTree tree_;
   Config cfg_;
   std::int64_t horizon_;
   Rng rng_;
   double max_priority_ = 1.0;
   std::int64_t stale_ = 0;
-  std::vector<std::int64_t> slots_;
+  std::vector<std::int64_t> slots_, sampled_;
   std::vector<double> values_, mass_;
 };
 

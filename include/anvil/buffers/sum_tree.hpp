@@ -60,9 +60,9 @@ class PriorityTree {
       leaf[idx[k]] = value[k];
       leaf_min[idx[k]] = value[k];
     }
+    std::sort(touched_.begin(), touched_.end());  // stays sorted as it is divided below
     for (std::size_t level = 1; level < sum_.size(); ++level) {
       for (auto& t : touched_) t /= kFanout;
-      std::sort(touched_.begin(), touched_.end());
       touched_.erase(std::unique(touched_.begin(), touched_.end()), touched_.end());
       for (auto t : touched_) {
         const double* s = line(sum_, level - 1) + t * kFanout;

@@ -7,7 +7,9 @@
 #include <array>
 #include <cstdint>
 #include <string>
+#include <vector>
 
+#include <anvil/buffers/detail/n_step.hpp>
 #include <anvil/buffers/detail/transition_store.hpp>
 #include <anvil/core/batch.hpp>
 #include <anvil/core/concepts.hpp>
@@ -33,27 +35,37 @@ class UniformBuffer {
         capacity{1'000'000};
     Param<Storage, "storage", "compute: tensors on the training device; cpu: in host memory">
         storage{Storage::compute};
+    Param<int, "n_step", "store n-step returns: rewards summed over up to n steps, discounted by "
+                         "the algorithm's gamma (1: one-step transitions)", in_range(1, 1000)>
+        n_step{1};
   };
 
   UniformBuffer(const envs::EnvSpec& spec, const Config& cfg, const RunContext& ctx)
       : store_(spec, cfg.capacity, *cfg.storage == Storage::cpu ? c10::Device(c10::kCPU) : ctx.device,
-               "UniformBuffer"),
+               "UniformBuffer", cfg.n_step > 1),
+        nstep_(cfg.n_step, 0.99),
         rng_(ctx.seed_for(Stream::buffer)) {}
 
   /// Adds one step of N envs (row i = env i). N may exceed the free space: the ring wraps.
-  void add(const StepBatch& s) { store_.add(s); }
+  /// With n-step returns, what is stored is the transitions this step completes.
+  void add(const StepBatch& s) {
+    if (nstep_.n() == 1) return void(store_.add(s));
+    auto done = nstep_.push(s);
+    if (done.obs.defined()) store_.add(done);
+  }
 
   /// `n` transitions drawn uniformly with replacement; `index` holds their ids.
   ReplayBatch sample(std::int64_t n) {
     if (n < 1 || n > size())
       throw Error("UniformBuffer: sample(" + std::to_string(n) + ") from a buffer holding " +
                   std::to_string(size()) + " transitions; the batch size must be between 1 and the size");
-    auto slots = at::empty({n}, at::TensorOptions().dtype(at::kLong));
-    auto* p = slots.data_ptr<std::int64_t>();
-    for (std::int64_t i = 0; i < n; ++i)
-      p[i] = static_cast<std::int64_t>(rng_.below(static_cast<std::uint64_t>(size())));
-    return store_.gather(slots);
+    slots_.resize(static_cast<std::size_t>(n));
+    for (auto& s : slots_) s = static_cast<std::int64_t>(rng_.below(static_cast<std::uint64_t>(size())));
+    return store_.gather(slots_);
   }
+
+  /// The discount of n-step returns (the Trainer passes the algorithm's gamma; 0.99 before).
+  void set_discount(double gamma) noexcept { nstep_.set_gamma(gamma); }
 
   [[nodiscard]] std::int64_t size() const noexcept { return store_.size(); }
   [[nodiscard]] std::int64_t capacity() const noexcept { return store_.capacity(); }
@@ -65,7 +77,9 @@ class UniformBuffer {
 
  private:
   detail::TransitionStore store_;
+  detail::NStepWindow nstep_;
   Rng rng_;
+  std::vector<std::int64_t> slots_;
 };
 
 static_assert(ReplayBuffer<UniformBuffer>);

@@ -130,6 +130,8 @@ class BasicTrainer {
     algo_ = std::make_unique<A>(spec_, *cfg_.algorithm, ctx_);
     buffer_ = std::make_unique<B>(spec_, *cfg_.buffer, ctx_);
     if constexpr (requires { buffer_->set_horizon(std::int64_t{}); }) buffer_->set_horizon(cfg_.train->steps);
+    if constexpr (requires { buffer_->set_discount(0.0); } && requires { cfg_.algorithm->gamma; })
+      buffer_->set_discount(cfg_.algorithm->gamma);
     StepContext::Options so;
     so.device = ctx_.device;
     so.autocast = X::autocast;

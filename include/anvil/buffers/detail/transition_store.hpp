@@ -6,6 +6,7 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <span>
 #include <array>
 #include <cstdint>
 #include <string>
@@ -25,20 +26,27 @@ constexpr auto enum_names(Storage) { return std::array<std::string_view, 2>{"com
 
 namespace detail {
 
-/// A ring of `capacity` transitions in preallocated tensors. Transition number k (counting
-/// every transition ever added, from 0) is its id; it lives in slot k % capacity until
-/// `capacity` more are added after it.
+/// A ring of `capacity` transitions in one preallocated row-major float tensor, a row per
+/// transition: [obs | next_obs | action | reward | terminated (| discount)]. One row is one or a few
+/// adjacent cache lines, so gathering a random batch costs one memory round trip per
+/// transition rather than one per field. On the CPU a batch comes out as contiguous tensors;
+/// on a GPU as column views of one gathered tensor. Transition number k (counting every transition
+/// ever added, from 0) is its id; it lives in row k % capacity until `capacity` more are
+/// added after it. Discrete actions are stored as floats (exact below 2^24).
 class TransitionStore {
  public:
-  TransitionStore(const envs::EnvSpec& spec, std::int64_t capacity, c10::Device device, std::string owner)
-      : capacity_(capacity), device_(device), owner_(std::move(owner)) {
-    const auto f = at::TensorOptions().dtype(at::kFloat).device(device_);
-    obs_ = at::empty({capacity_, spec.obs_dim()}, f);
-    next_obs_ = at::empty({capacity_, spec.obs_dim()}, f);
-    action_ = spec.discrete() ? at::empty({capacity_}, f.dtype(at::kLong))
-                              : at::empty({capacity_, spec.action_dim()}, f);
-    reward_ = at::empty({capacity_}, f);
-    terminated_ = at::empty({capacity_}, f);
+  /// `with_discount`: rows also keep a per-transition bootstrap discount (n-step returns).
+  TransitionStore(const envs::EnvSpec& spec, std::int64_t capacity, c10::Device device, std::string owner,
+                  bool with_discount = false)
+      : capacity_(capacity),
+        device_(device),
+        owner_(std::move(owner)),
+        od_(spec.obs_dim()),
+        ad_(spec.action_dim()),
+        discrete_(spec.discrete()),
+        with_discount_(with_discount),
+        width_(2 * od_ + ad_ + 2 + (with_discount ? 1 : 0)) {
+    data_ = at::empty({capacity_, width_}, at::TensorOptions().dtype(at::kFloat).device(device_));
   }
 
   /// Stores one step of N envs (row i = env i); N may exceed the free space: the ring wraps.
@@ -53,33 +61,69 @@ class TransitionStore {
     while (done < n) {
       const std::int64_t slot = added_ % capacity_;
       const std::int64_t k = std::min(n - done, capacity_ - slot);
-      auto dst = [&](at::Tensor& t) { return t.narrow(0, slot, k); };
-      auto src = [&](const at::Tensor& t) { return t.narrow(0, done, k); };
-      dst(obs_).copy_(src(s.obs));
-      dst(next_obs_).copy_(src(s.next_obs));
-      dst(action_).copy_(src(s.action).view(dst(action_).sizes()));
-      dst(reward_).copy_(src(s.reward));
-      dst(terminated_).copy_(src(s.terminated));
+      auto rows = data_.narrow(0, slot, k);
+      auto put = [&](std::int64_t col, std::int64_t w, const at::Tensor& t) {
+        rows.narrow(1, col, w).copy_(t.narrow(0, done, k).reshape({k, w}));
+      };
+      put(0, od_, s.obs);
+      put(od_, od_, s.next_obs);
+      put(2 * od_, ad_, s.action);
+      put(2 * od_ + ad_, 1, s.reward);
+      put(2 * od_ + ad_ + 1, 1, s.terminated);
+      if (with_discount_) {
+        if (!s.discount.defined()) throw Error(owner_ + ": n-step storage needs each transition's discount");
+        put(2 * od_ + ad_ + 2, 1, s.discount);
+      }
       added_ += k;
       done += k;
     }
     return first;
   }
 
-  /// The transitions in `slots` (int64, on the CPU) as a batch on the storage device, with
-  /// their ids in `index`.
-  ReplayBatch gather(const at::Tensor& slots) const {
-    const auto di = device_.is_cpu() ? slots : slots.to(device_, /*non_blocking=*/true);
+  /// The transitions in rows `slots` as a batch of contiguous tensors on the storage
+  /// device, with their ids in `index`.
+  ReplayBatch gather(std::span<const std::int64_t> slots) const {
+    const auto n = static_cast<std::int64_t>(slots.size());
     ReplayBatch b;
-    b.obs = obs_.index_select(0, di);
-    b.action = action_.index_select(0, di);
-    b.reward = reward_.index_select(0, di);
-    b.next_obs = next_obs_.index_select(0, di);
-    b.terminated = terminated_.index_select(0, di);
-    b.index = at::empty_like(slots);
-    const auto* s = slots.data_ptr<std::int64_t>();
+    if (device_.is_cpu()) {
+      const auto f = data_.options();
+      b.obs = at::empty({n, od_}, f);
+      b.next_obs = at::empty({n, od_}, f);
+      at::Tensor action = at::empty({n, ad_}, f);
+      b.reward = at::empty({n}, f);
+      b.terminated = at::empty({n}, f);
+      if (with_discount_) b.discount = at::empty({n}, f);
+      const float* src = data_.data_ptr<float>();
+      float *o = b.obs.data_ptr<float>(), *no = b.next_obs.data_ptr<float>(), *a = action.data_ptr<float>();
+      float *r = b.reward.data_ptr<float>(), *t = b.terminated.data_ptr<float>();
+      float* d = with_discount_ ? b.discount.data_ptr<float>() : nullptr;
+      constexpr std::int64_t kAhead = 8;  // rows in flight: random rows miss every cache
+      for (std::int64_t i = 0; i < std::min(kAhead, n); ++i) __builtin_prefetch(src + slots[i] * width_);
+      for (std::int64_t i = 0; i < n; ++i) {
+        if (i + kAhead < n) __builtin_prefetch(src + slots[i + kAhead] * width_);
+        const float* row = src + slots[i] * width_;
+        std::copy(row, row + od_, o + i * od_);
+        std::copy(row + od_, row + 2 * od_, no + i * od_);
+        std::copy(row + 2 * od_, row + 2 * od_ + ad_, a + i * ad_);
+        r[i] = row[2 * od_ + ad_];
+        t[i] = row[2 * od_ + ad_ + 1];
+        if (d) d[i] = row[2 * od_ + ad_ + 2];
+      }
+      b.action = discrete_ ? action.view({n}).to(at::kLong) : action;
+    } else {
+      auto idx = at::empty({n}, at::TensorOptions().dtype(at::kLong));
+      std::copy(slots.begin(), slots.end(), idx.data_ptr<std::int64_t>());
+      const auto rows = data_.index_select(0, idx.to(device_, /*non_blocking=*/true));
+      b.obs = rows.narrow(1, 0, od_);
+      b.next_obs = rows.narrow(1, od_, od_);
+      b.action = discrete_ ? rows.select(1, 2 * od_).to(at::kLong) : rows.narrow(1, 2 * od_, ad_);
+      b.reward = rows.select(1, 2 * od_ + ad_);
+      b.terminated = rows.select(1, 2 * od_ + ad_ + 1);
+      if (with_discount_) b.discount = rows.select(1, 2 * od_ + ad_ + 2);
+    }
+    b.index = at::empty({n}, at::TensorOptions().dtype(at::kLong));
     auto* id = b.index.data_ptr<std::int64_t>();
-    for (std::int64_t i = 0; i < slots.numel(); ++i) id[i] = id_of(s[i]);
+    for (std::int64_t i = 0; i < n; ++i) id[i] = id_of(slots[i]);
     return b;
   }
 
@@ -100,17 +144,17 @@ class TransitionStore {
   [[nodiscard]] const std::string& owner() const noexcept { return owner_; }
   /// Bytes of preallocated storage.
   [[nodiscard]] std::int64_t bytes() const noexcept {
-    std::int64_t b = 0;
-    for (const auto* t : {&obs_, &next_obs_, &action_, &reward_, &terminated_})
-      b += t->numel() * static_cast<std::int64_t>(t->element_size());
-    return b;
+    return data_.numel() * static_cast<std::int64_t>(data_.element_size());
   }
 
  private:
   std::int64_t capacity_;
   c10::Device device_;
   std::string owner_;
-  at::Tensor obs_, next_obs_, action_, reward_, terminated_;
+  std::int64_t od_, ad_;
+  bool discrete_, with_discount_;
+  std::int64_t width_;
+  at::Tensor data_;
   std::int64_t added_ = 0;
 };
 
