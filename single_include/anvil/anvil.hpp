@@ -4670,13 +4670,16 @@ class PriorityTree {
     width_.push_back(1);  // the root
     for (std::int64_t w : width_) {  // 8 spare doubles to start each level on a line boundary
       sum_.emplace_back(static_cast<std::size_t>(w + kFanout), 0.0);
-      min_.emplace_back(static_cast<std::size_t>(w + kFanout), std::numeric_limits<double>::infinity());
+      // The min tree shares the sum tree's leaves: its level 0 stays empty.
+      min_.emplace_back(min_.empty() ? 0 : static_cast<std::size_t>(w + kFanout),
+                        std::numeric_limits<double>::infinity());
     }
   }
 
   [[nodiscard]] std::int64_t capacity() const noexcept { return capacity_; }
   [[nodiscard]] double total() const noexcept { return line(sum_, sum_.size() - 1)[0]; }
-  /// The smallest priority among the leaves set so far (+inf when none is).
+  /// The smallest positive priority (+inf when there is none): the one that gives the
+  /// largest importance weight among transitions that can be sampled.
   [[nodiscard]] double min() const noexcept { return line(min_, min_.size() - 1)[0]; }
   [[nodiscard]] double get(std::int64_t i) const noexcept { return line(sum_, 0)[i]; }
 
@@ -4685,23 +4688,28 @@ class PriorityTree {
   /// checks: the buffer names the offending entry).
   void set(std::span<const std::int64_t> idx, std::span<const double> value) {
     double* leaf = line(sum_, 0);
-    double* leaf_min = line(min_, 0);
     touched_.assign(idx.begin(), idx.end());
-    for (std::size_t k = 0; k < idx.size(); ++k) {
-      leaf[idx[k]] = value[k];
-      leaf_min[idx[k]] = value[k];
-    }
-    std::sort(touched_.begin(), touched_.end());  // stays sorted as it is divided below
+    for (std::size_t k = 0; k < idx.size(); ++k) leaf[idx[k]] = value[k];
+    // Sorted, it stays sorted as it is divided below. Batches from `find` come sorted
+    // already (stratified masses ascend), so the sort is usually skipped.
+    if (!std::is_sorted(touched_.begin(), touched_.end())) std::sort(touched_.begin(), touched_.end());
     for (std::size_t level = 1; level < sum_.size(); ++level) {
       for (auto& t : touched_) t /= kFanout;
       touched_.erase(std::unique(touched_.begin(), touched_.end()), touched_.end());
       for (auto t : touched_) {
         const double* s = line(sum_, level - 1) + t * kFanout;
-        const double* m = line(min_, level - 1) + t * kFanout;
-        double acc = 0, lo = m[0];
-        for (std::int64_t c = 0; c < kFanout; ++c) {
-          acc += s[c];
-          lo = std::min(lo, m[c]);
+        double acc = 0, lo = std::numeric_limits<double>::infinity();
+        if (level == 1) {  // leaves: empty (zero) ones do not count towards the minimum
+          for (std::int64_t c = 0; c < kFanout; ++c) {
+            acc += s[c];
+            lo = std::min(lo, s[c] > 0.0 ? s[c] : std::numeric_limits<double>::infinity());
+          }
+        } else {
+          const double* m = line(min_, level - 1) + t * kFanout;
+          for (std::int64_t c = 0; c < kFanout; ++c) {
+            acc += s[c];
+            lo = std::min(lo, m[c]);
+          }
         }
         line(sum_, level)[t] = acc;
         line(min_, level)[t] = lo;
@@ -4718,16 +4726,22 @@ class PriorityTree {
     for (std::size_t level = sum_.size() - 1; level-- > 0;) {
       const double* s = line(sum_, level);
       for (std::size_t k = 0; k < n; ++k) {
+        // Branch-free: the child is the number of prefix sums r has reached (empty children
+        // have the same prefix as the one before them, so they are passed over). Without
+        // branches to mispredict, the CPU overlaps the descents of many samples.
         const double* child = s + out[k] * kFanout;
+        const double r = rest_[k];
+        double prefix[kFanout];
+        double acc = 0;
         std::int64_t c = 0;
-        double r = rest_[k];
-        while (c < kFanout - 1 && (r >= child[c] || child[c] <= 0.0)) {
-          r -= child[c];
-          ++c;
+        for (std::int64_t j = 0; j < kFanout; ++j) {
+          acc += child[j];
+          prefix[j] = acc;
+          c += (j < kFanout - 1) & (r >= acc);
         }
-        // round-off can leave r past the last non-empty child: step back to it
+        // round-off can leave r past the last non-empty child: step back to it (rare)
         while (c > 0 && child[c] <= 0.0) --c;
-        rest_[k] = std::max(r, 0.0);
+        rest_[k] = std::max(r - (c > 0 ? prefix[c - 1] : 0.0), 0.0);
         out[k] = out[k] * kFanout + c;
         if (level > 0) __builtin_prefetch(line(sum_, level - 1) + out[k] * kFanout);
       }
@@ -4737,8 +4751,9 @@ class PriorityTree {
   /// Bytes held by the two trees.
   [[nodiscard]] std::int64_t bytes() const noexcept {
     std::int64_t b = 0;
-    for (const auto& l : sum_) b += static_cast<std::int64_t>(l.capacity() * sizeof(double));
-    return 2 * b;
+    for (const auto* tree : {&sum_, &min_})
+      for (const auto& l : *tree) b += static_cast<std::int64_t>(l.capacity() * sizeof(double));
+    return b;
   }
 
  private:

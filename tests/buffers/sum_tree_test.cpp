@@ -42,9 +42,9 @@ TEST_CASE("PriorityTree: find agrees with a linear scan; total and min follow ev
       tree.set(idx, val);
       const double total = std::accumulate(p.begin(), p.end(), 0.0);
       CHECK(tree.total() == doctest::Approx(total).epsilon(1e-12));
-      double lo = INFINITY;
+      double lo = INFINITY;  // the smallest priority that can be sampled (zeros cannot)
       for (std::size_t i = 0; i < p.size(); ++i)
-        if (p[i] < lo) lo = p[i];
+        if (p[i] > 0 && p[i] < lo) lo = p[i];
       CHECK(tree.min() == lo);
       if (total <= 0) continue;
       std::vector<double> mass;
