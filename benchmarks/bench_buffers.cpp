@@ -9,9 +9,6 @@
 
 #include <sys/resource.h>
 
-#include <cstdio>
-#include <cstdlib>
-
 #include <anvil/buffers/prioritized_buffer.hpp>
 #include <anvil/buffers/sum_tree.hpp>
 #include <anvil/buffers/uniform_buffer.hpp>
@@ -62,23 +59,12 @@ double peak_rss_bytes() {
 }
 
 double numpy_rate(const BenchConfig& b) {
-  const std::string cmd = *b.python + " " + *b.reference + " --capacity " + std::to_string(*b.capacity) +
-                          " --batch " + std::to_string(*b.batch) + " --seconds " + std::to_string(*b.seconds) +
-                          " --repeats 1 2>/dev/null";
-  FILE* p = ::popen(cmd.c_str(), "r");
-  if (!p) return 0;
-  std::string out;
-  char buf[4096];
-  while (std::fgets(buf, sizeof buf, p)) out += buf;
-  if (::pclose(p) != 0) return 0;
-  const auto k = out.find("\"value\": ");
-  return k == std::string::npos ? 0 : std::atof(out.c_str() + k + 9);
+  return bench::run_reference(*b.python + " " + *b.reference + " --capacity " + std::to_string(*b.capacity) +
+                              " --batch " + std::to_string(*b.batch) + " --seconds " +
+                              std::to_string(*b.seconds) + " --repeats 1");
 }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
-}
+using bench::median;
 
 }  // namespace
 
@@ -184,12 +170,7 @@ int main(int argc, char** argv) {
   bench::emit("sum_tree_sample_update_batches", median(tr), "batches/s", with(base("sum_tree"), "batch", *b.batch));
   if (with_numpy && median(ref) > 0) {
     bench::emit("numpy_sum_tree_sample_update_batches", median(ref), "batches/s", with(base("numpy"), "batch", *b.batch));
-    auto ratio = [&](const std::vector<double>& ours) {
-      std::vector<double> r;
-      for (std::size_t i = 0; i < ref.size(); ++i)
-        if (ref[i] > 0) r.push_back(ours[i] / ref[i]);
-      return median(r);
-    };
+    auto ratio = [&](const std::vector<double>& ours) { return bench::median_ratio(ours, ref); };
     // like for like: the tree against the numpy tree
     bench::emit("sum_tree_speedup_vs_numpy", ratio(tr), "x", with(base("sum_tree"), "batch", *b.batch));
     // the whole buffer call (also gathers the transitions and computes importance weights)

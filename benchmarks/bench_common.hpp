@@ -6,6 +6,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <chrono>
 #include <cstdio>
 #include <functional>
@@ -53,6 +55,32 @@ inline void emit(const std::string& name, double value, const std::string& unit,
               anvil::json_string(host()).c_str(),
               anvil::json_string(blas.openblas ? "OpenBLAS " + blas.core : blas.library).c_str());
   std::fflush(stdout);
+}
+
+/// Runs a reference implementation's command (stdout captured, stderr dropped) and returns
+/// the number after `"value": ` in its JSON line; 0 if it failed.
+inline double run_reference(const std::string& command) {
+  FILE* p = ::popen((command + " 2>/dev/null").c_str(), "r");
+  if (!p) return 0;
+  std::string out;
+  char buf[4096];
+  while (std::fgets(buf, sizeof buf, p)) out += buf;
+  if (::pclose(p) != 0) return 0;
+  const auto k = out.find("\"value\": ");
+  return k == std::string::npos ? 0 : std::atof(out.c_str() + k + 9);
+}
+
+inline double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+/// Median over rounds of ours[r] / theirs[r], skipping rounds where theirs failed (0).
+inline double median_ratio(const std::vector<double>& ours, const std::vector<double>& theirs) {
+  std::vector<double> r;
+  for (std::size_t i = 0; i < std::min(ours.size(), theirs.size()); ++i)
+    if (theirs[i] > 0) r.push_back(ours[i] / theirs[i]);
+  return median(std::move(r));
 }
 
 /// Runs `once()` repeatedly for about `seconds`, `repeats` times; returns the median rate

@@ -9,10 +9,6 @@
 // both halves of a ratio saw the same machine. One JSON line per figure.
 #include "bench_common.hpp"
 
-#include <cstdio>
-#include <cstdlib>
-#include <sys/wait.h>
-
 #include <anvil/anvil.hpp>
 
 #ifndef ANVIL_BENCH_REFERENCE
@@ -40,24 +36,13 @@ namespace {
 
 // One timed repeat of the Python reference; 0 if it could not run.
 double python_rate(const BenchConfig& b, int hidden, int threads) {
-  const std::string cmd = *b.python + " " + *b.reference + " --hidden " + std::to_string(hidden) +
-                          " --batch " + std::to_string(*b.batch) + " --threads " +
-                          std::to_string(threads) + " --seconds " + std::to_string(*b.seconds) +
-                          " --repeats 1 2>/dev/null";
-  FILE* p = ::popen(cmd.c_str(), "r");
-  if (!p) return 0;
-  std::string out;
-  char buf[4096];
-  while (std::fgets(buf, sizeof buf, p)) out += buf;
-  if (::pclose(p) != 0) return 0;
-  const auto k = out.find("\"value\": ");
-  return k == std::string::npos ? 0 : std::atof(out.c_str() + k + 9);
+  return bench::run_reference(*b.python + " " + *b.reference + " --hidden " + std::to_string(hidden) +
+                              " --batch " + std::to_string(*b.batch) + " --threads " +
+                              std::to_string(threads) + " --seconds " + std::to_string(*b.seconds) +
+                              " --repeats 1");
 }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
-}
+using bench::median;
 
 struct Setting {
   int threads, update_threads, manual;
@@ -137,15 +122,11 @@ int main(int argc, char** argv) {
                    {"rounds", *b.rounds}, {"impl", "pytorch-python"}});
       if (!best_py || median(p.rates) > median(best_py->rates)) best_py = &p;
     }
-    if (best && best_py) {
-      std::vector<double> ratios;
-      for (int r = 0; r < b.rounds; ++r)
-        if (best_py->rates[r] > 0) ratios.push_back(best->rates[r] / best_py->rates[r]);
-      bench::emit("sac_update_speedup_vs_python", median(ratios), "x",
+    if (best && best_py)
+      bench::emit("sac_update_speedup_vs_python", bench::median_ratio(best->rates, best_py->rates), "x",
                   {{"hidden", size}, {"batch", *b.batch}, {"threads", best->threads},
                    {"update_threads", best->update_threads}, {"python_threads", best_py->threads},
                    {"rounds", *b.rounds}});
-    }
   }
 
   if (b.run_steps > 0) {

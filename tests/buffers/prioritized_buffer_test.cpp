@@ -10,14 +10,12 @@
 #include <anvil/buffers/prioritized_buffer.hpp>
 #include <anvil/envs/pendulum.hpp>
 
+#include "steps.hpp"
+
 using namespace anvil;
 
 namespace {
-StepBatch step_of(std::int64_t n, float base) {
-  auto ids = torch::arange(n, torch::kFloat) + base;  // row value = transition id
-  return StepBatch{ids.unsqueeze(1).repeat({1, 3}), ids.unsqueeze(1) / 1000.0f, ids,
-                   ids.unsqueeze(1).repeat({1, 3}) + 0.5f, torch::zeros({n}), torch::zeros({n})};
-}
+using test::step_of;
 PrioritizedBuffer make(std::int64_t capacity, double alpha = 0.6, double beta = 0.4) {
   PrioritizedBuffer::Config c;
   c.capacity = capacity;

@@ -6,6 +6,8 @@
 #include <anvil/buffers/uniform_buffer.hpp>
 #include <anvil/envs/pendulum.hpp>
 
+#include "steps.hpp"
+
 #include <map>
 #include <set>
 #include <tuple>
@@ -13,11 +15,7 @@
 using namespace anvil;
 
 namespace {
-StepBatch step_of(std::int64_t n, float base) {
-  auto ids = torch::arange(n, torch::kFloat) + base;  // row value = transition id
-  return StepBatch{ids.unsqueeze(1).repeat({1, 3}), ids.unsqueeze(1) / 1000.0f, ids,
-                   ids.unsqueeze(1).repeat({1, 3}) + 0.5f, torch::zeros({n}), torch::zeros({n})};
-}
+using test::step_of;
 UniformBuffer make(std::int64_t capacity) {
   UniformBuffer::Config c;
   c.capacity = capacity;

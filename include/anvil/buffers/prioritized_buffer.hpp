@@ -13,8 +13,7 @@
 #include <string>
 #include <vector>
 
-#include <anvil/buffers/detail/n_step.hpp>
-#include <anvil/buffers/detail/transition_store.hpp>
+#include <anvil/buffers/detail/replay_core.hpp>
 #include <anvil/buffers/sum_tree.hpp>
 #include <anvil/core/batch.hpp>
 #include <anvil/core/concepts.hpp>
@@ -40,13 +39,9 @@ class PrioritizedBuffer {
   using Batch = ReplayBatch;
 
   struct Config {
-    Param<std::int64_t, "capacity", "transitions kept; the oldest are overwritten", at_least(1)>
-        capacity{1'000'000};
-    Param<Storage, "storage", "compute: tensors on the training device; cpu: in host memory">
-        storage{Storage::compute};
-    Param<int, "n_step", "store n-step returns: rewards summed over up to n steps, discounted by "
-                         "the algorithm's gamma (1: one-step transitions)", in_range(1, 1000)>
-        n_step{1};
+    detail::CapacityParam capacity{1'000'000};
+    detail::StorageParam storage{Storage::compute};
+    detail::NStepParam n_step{1};
     Param<double, "alpha", "priority exponent: 0 samples uniformly, 1 in proportion to |TD error|",
           in_range(0, 1)>
         alpha{0.6};
@@ -59,9 +54,7 @@ class PrioritizedBuffer {
   };
 
   PrioritizedBuffer(const envs::EnvSpec& spec, const Config& cfg, const RunContext& ctx)
-      : store_(spec, cfg.capacity, *cfg.storage == Storage::cpu ? c10::Device(c10::kCPU) : ctx.device,
-               "PrioritizedBuffer", cfg.n_step > 1),
-        nstep_(cfg.n_step, 0.99),
+      : core_(spec, cfg.capacity, cfg.storage, cfg.n_step, ctx, "PrioritizedBuffer"),
         tree_(cfg.capacity),
         cfg_(cfg),
         horizon_(cfg.beta_steps),
@@ -69,25 +62,17 @@ class PrioritizedBuffer {
 
   /// Adds one step of N envs (row i = env i) at the largest priority so far.
   void add(const StepBatch& step) {
-    StepBatch done;
-    if (nstep_.n() > 1) {
-      done = nstep_.push(step);
-      if (!done.obs.defined()) return;
-    }
-    const StepBatch& s = nstep_.n() > 1 ? done : step;
-    const std::int64_t first = store_.add(s), n = s.obs.size(0);
+    const auto [first, n] = core_.add(step);
     slots_.resize(static_cast<std::size_t>(n));
     values_.assign(static_cast<std::size_t>(n), max_priority_);
-    for (std::int64_t i = 0; i < n; ++i) slots_[static_cast<std::size_t>(i)] = store_.slot_of(first + i);
+    for (std::int64_t i = 0; i < n; ++i) slots_[static_cast<std::size_t>(i)] = core_.slot_of(first + i);
     tree_.set(slots_, values_);
   }
 
   /// `n` transitions, one from each of n equal slices of the total priority, with their
   /// importance weights in `weight` and ids in `index`.
   ReplayBatch sample(std::int64_t n) {
-    if (n < 1 || n > size())
-      throw Error("PrioritizedBuffer: sample(" + std::to_string(n) + ") from a buffer holding " +
-                  std::to_string(size()) + " transitions; the batch size must be between 1 and the size");
+    core_.check_batch(n);
     const double total = tree_.total();
     mass_.resize(static_cast<std::size_t>(n));
     const double slice = total / static_cast<double>(n);
@@ -103,8 +88,8 @@ class PrioritizedBuffer {
     auto* wp = w.data_ptr<float>();
     for (std::int64_t k = 0; k < n; ++k)
       wp[k] = static_cast<float>(std::exp(-b * (std::log(tree_.get(sampled_[static_cast<std::size_t>(k)])) - log_min)));
-    auto batch = store_.gather(sampled_);
-    batch.weight = store_.device().is_cpu() ? w : w.to(store_.device(), /*non_blocking=*/true);
+    auto batch = core_.gather(sampled_);
+    batch.weight = core_.device().is_cpu() ? w : w.to(core_.device(), /*non_blocking=*/true);
     return batch;
   }
 
@@ -126,7 +111,7 @@ class PrioritizedBuffer {
   /// The importance-weight exponent now: `beta` rising linearly to 1 over the horizon.
   [[nodiscard]] double beta() const noexcept {
     if (horizon_ <= 0) return cfg_.beta;
-    const double f = std::min(1.0, static_cast<double>(store_.added()) / static_cast<double>(horizon_));
+    const double f = std::min(1.0, static_cast<double>(core_.added()) / static_cast<double>(horizon_));
     return cfg_.beta + (1.0 - cfg_.beta) * f;
   }
   /// The run's length in env steps, for the beta schedule when `beta_steps` is 0 (the
@@ -137,8 +122,8 @@ class PrioritizedBuffer {
 
   /// The priority of stored transition `id`.
   [[nodiscard]] double priority(std::int64_t id) const {
-    if (!store_.live(id)) throw Error("PrioritizedBuffer::priority: id " + std::to_string(id) + " is not stored");
-    return tree_.get(store_.slot_of(id));
+    if (!core_.live(id)) throw Error("PrioritizedBuffer::priority: id " + std::to_string(id) + " is not stored");
+    return tree_.get(core_.slot_of(id));
   }
   /// Sum of all stored priorities.
   [[nodiscard]] double total_priority() const noexcept { return tree_.total(); }
@@ -146,14 +131,14 @@ class PrioritizedBuffer {
   [[nodiscard]] std::int64_t stale_updates() const noexcept { return stale_; }
 
   /// The discount of n-step returns (the Trainer passes the algorithm's gamma; 0.99 before).
-  void set_discount(double gamma) noexcept { nstep_.set_gamma(gamma); }
+  void set_discount(double gamma) noexcept { core_.set_discount(gamma); }
 
-  [[nodiscard]] std::int64_t size() const noexcept { return store_.size(); }
-  [[nodiscard]] std::int64_t capacity() const noexcept { return store_.capacity(); }
-  [[nodiscard]] std::int64_t added() const noexcept { return store_.added(); }
+  [[nodiscard]] std::int64_t size() const noexcept { return core_.size(); }
+  [[nodiscard]] std::int64_t capacity() const noexcept { return core_.capacity(); }
+  [[nodiscard]] std::int64_t added() const noexcept { return core_.added(); }
   /// Bytes of preallocated storage, trees included.
-  [[nodiscard]] std::int64_t bytes() const noexcept { return store_.bytes() + tree_.bytes(); }
-  [[nodiscard]] const c10::Device& device() const noexcept { return store_.device(); }
+  [[nodiscard]] std::int64_t bytes() const noexcept { return core_.bytes() + tree_.bytes(); }
+  [[nodiscard]] const c10::Device& device() const noexcept { return core_.device(); }
 
  private:
   // Checks ids and values, maps each value through `to_priority`, and sets the live ones.
@@ -180,22 +165,21 @@ class PrioritizedBuffer {
         throw Error(who + what + " " + std::to_string(k) + " (id " + std::to_string(ip[k]) + ") is " +
                     std::to_string(v) + "; priorities must be finite and >= 0 (a NaN TD error "
                     "usually means the losses diverged)");
-      if (ip[k] < 0 || ip[k] >= store_.added())
+      if (ip[k] < 0 || ip[k] >= core_.added())
         throw Error(who + "id " + std::to_string(ip[k]) + " (entry " + std::to_string(k) +
-                    ") is out of range: " + std::to_string(store_.added()) + " transitions were added");
-      if (!store_.live(ip[k])) {  // overwritten since it was sampled
+                    ") is out of range: " + std::to_string(core_.added()) + " transitions were added");
+      if (!core_.live(ip[k])) {  // overwritten since it was sampled
         ++stale_;
         continue;
       }
-      slots_.push_back(store_.slot_of(ip[k]));
+      slots_.push_back(core_.slot_of(ip[k]));
       values_.push_back(p);
       max_priority_ = std::max(max_priority_, p);
     }
     tree_.set(slots_, values_);
   }
 
-  detail::TransitionStore store_;
-  detail::NStepWindow nstep_;
+  detail::ReplayCore core_;
   detail::PriorityTree tree_;
   Config cfg_;
   std::int64_t horizon_;

@@ -9,8 +9,7 @@
 #include <string>
 #include <vector>
 
-#include <anvil/buffers/detail/n_step.hpp>
-#include <anvil/buffers/detail/transition_store.hpp>
+#include <anvil/buffers/detail/replay_core.hpp>
 #include <anvil/core/batch.hpp>
 #include <anvil/core/concepts.hpp>
 #include <anvil/core/context.hpp>
@@ -31,53 +30,40 @@ class UniformBuffer {
   using Batch = ReplayBatch;
 
   struct Config {
-    Param<std::int64_t, "capacity", "transitions kept; the oldest are overwritten", at_least(1)>
-        capacity{1'000'000};
-    Param<Storage, "storage", "compute: tensors on the training device; cpu: in host memory">
-        storage{Storage::compute};
-    Param<int, "n_step", "store n-step returns: rewards summed over up to n steps, discounted by "
-                         "the algorithm's gamma (1: one-step transitions)", in_range(1, 1000)>
-        n_step{1};
+    detail::CapacityParam capacity{1'000'000};
+    detail::StorageParam storage{Storage::compute};
+    detail::NStepParam n_step{1};
   };
 
   UniformBuffer(const envs::EnvSpec& spec, const Config& cfg, const RunContext& ctx)
-      : store_(spec, cfg.capacity, *cfg.storage == Storage::cpu ? c10::Device(c10::kCPU) : ctx.device,
-               "UniformBuffer", cfg.n_step > 1),
-        nstep_(cfg.n_step, 0.99),
+      : core_(spec, cfg.capacity, cfg.storage, cfg.n_step, ctx, "UniformBuffer"),
         rng_(ctx.seed_for(Stream::buffer)) {}
 
   /// Adds one step of N envs (row i = env i). N may exceed the free space: the ring wraps.
   /// With n-step returns, what is stored is the transitions this step completes.
-  void add(const StepBatch& s) {
-    if (nstep_.n() == 1) return void(store_.add(s));
-    auto done = nstep_.push(s);
-    if (done.obs.defined()) store_.add(done);
-  }
+  void add(const StepBatch& s) { core_.add(s); }
 
   /// `n` transitions drawn uniformly with replacement; `index` holds their ids.
   ReplayBatch sample(std::int64_t n) {
-    if (n < 1 || n > size())
-      throw Error("UniformBuffer: sample(" + std::to_string(n) + ") from a buffer holding " +
-                  std::to_string(size()) + " transitions; the batch size must be between 1 and the size");
+    core_.check_batch(n);
     slots_.resize(static_cast<std::size_t>(n));
     for (auto& s : slots_) s = static_cast<std::int64_t>(rng_.below(static_cast<std::uint64_t>(size())));
-    return store_.gather(slots_);
+    return core_.gather(slots_);
   }
 
   /// The discount of n-step returns (the Trainer passes the algorithm's gamma; 0.99 before).
-  void set_discount(double gamma) noexcept { nstep_.set_gamma(gamma); }
+  void set_discount(double gamma) noexcept { core_.set_discount(gamma); }
 
-  [[nodiscard]] std::int64_t size() const noexcept { return store_.size(); }
-  [[nodiscard]] std::int64_t capacity() const noexcept { return store_.capacity(); }
-  /// Transitions added since construction (including overwritten ones).
-  [[nodiscard]] std::int64_t added() const noexcept { return store_.added(); }
+  [[nodiscard]] std::int64_t size() const noexcept { return core_.size(); }
+  [[nodiscard]] std::int64_t capacity() const noexcept { return core_.capacity(); }
+  /// Transitions stored since construction (including overwritten ones).
+  [[nodiscard]] std::int64_t added() const noexcept { return core_.added(); }
   /// Bytes of preallocated storage.
-  [[nodiscard]] std::int64_t bytes() const noexcept { return store_.bytes(); }
-  [[nodiscard]] const c10::Device& device() const noexcept { return store_.device(); }
+  [[nodiscard]] std::int64_t bytes() const noexcept { return core_.bytes(); }
+  [[nodiscard]] const c10::Device& device() const noexcept { return core_.device(); }
 
  private:
-  detail::TransitionStore store_;
-  detail::NStepWindow nstep_;
+  detail::ReplayCore core_;
   Rng rng_;
   std::vector<std::int64_t> slots_;
 };

@@ -1,0 +1,69 @@
+#pragma once
+/// @file
+/// `ReplayCore`: what every replay buffer shares: the transition store, n-step windows,
+/// the config fields for them, and the checks on a batch size.
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <utility>
+
+#include <anvil/buffers/detail/n_step.hpp>
+#include <anvil/buffers/detail/transition_store.hpp>
+#include <anvil/core/batch.hpp>
+#include <anvil/core/context.hpp>
+#include <anvil/core/error.hpp>
+#include <anvil/core/param.hpp>
+#include <anvil/envs/env.hpp>
+
+namespace anvil::detail {
+
+// Config fields every replay buffer has (each buffer's Config lists them by these names).
+using CapacityParam = Param<std::int64_t, "capacity", "transitions kept; the oldest are overwritten", at_least(1)>;
+using StorageParam = Param<Storage, "storage", "compute: tensors on the training device; cpu: in host memory">;
+using NStepParam = Param<int, "n_step",
+                         "store n-step returns: rewards summed over up to n steps, discounted by the "
+                         "algorithm's gamma (1: one-step transitions)",
+                         in_range(1, 1000)>;
+
+class ReplayCore {
+ public:
+  ReplayCore(const envs::EnvSpec& spec, std::int64_t capacity, Storage storage, int n_step,
+             const RunContext& ctx, std::string owner)
+      : store_(spec, capacity, storage == Storage::cpu ? c10::Device(c10::kCPU) : ctx.device, std::move(owner),
+               n_step > 1),
+        nstep_(n_step, 0.99) {}
+
+  /// Stores what one step of N envs completes (the step itself for 1-step transitions).
+  /// Returns the id of the first stored transition and how many were stored.
+  std::pair<std::int64_t, std::int64_t> add(const StepBatch& step) {
+    if (nstep_.n() == 1) return {store_.add(step), step.obs.size(0)};
+    const auto done = nstep_.push(step);
+    if (!done.obs.defined()) return {store_.added(), 0};
+    return {store_.add(done), done.obs.size(0)};
+  }
+
+  /// Throws unless 1 <= n <= size().
+  void check_batch(std::int64_t n) const {
+    if (n < 1 || n > size())
+      throw Error(store_.owner() + ": sample(" + std::to_string(n) + ") from a buffer holding " +
+                  std::to_string(size()) + " transitions; the batch size must be between 1 and the size");
+  }
+
+  [[nodiscard]] ReplayBatch gather(std::span<const std::int64_t> slots) const { return store_.gather(slots); }
+  [[nodiscard]] bool live(std::int64_t id) const noexcept { return store_.live(id); }
+  [[nodiscard]] std::int64_t slot_of(std::int64_t id) const noexcept { return store_.slot_of(id); }
+  void set_discount(double gamma) noexcept { nstep_.set_gamma(gamma); }
+
+  [[nodiscard]] std::int64_t size() const noexcept { return store_.size(); }
+  [[nodiscard]] std::int64_t capacity() const noexcept { return store_.capacity(); }
+  [[nodiscard]] std::int64_t added() const noexcept { return store_.added(); }
+  [[nodiscard]] std::int64_t bytes() const noexcept { return store_.bytes(); }
+  [[nodiscard]] const c10::Device& device() const noexcept { return store_.device(); }
+
+ private:
+  TransitionStore store_;
+  NStepWindow nstep_;
+};
+
+}  // namespace anvil::detail
