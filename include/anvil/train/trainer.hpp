@@ -176,7 +176,7 @@ class BasicTrainer {
       }
       show_progress();
     }
-    record_eval(evaluate(t.eval_episodes));
+    if (eval_step_ != env_steps_) record_eval(evaluate(t.eval_episodes));  // not twice at one step
     log_row();
     csv_.flush_pending();
     progress_.finish();
@@ -371,6 +371,7 @@ class BasicTrainer {
 
   void record_eval(const EvalResult& r) {
     last_eval_ = r;
+    eval_step_ = env_steps_;
     result_.final_eval_return = r.mean;
     if (std::isnan(result_.best_eval_return) || r.mean > result_.best_eval_return)
       result_.best_eval_return = r.mean;
@@ -472,6 +473,7 @@ class BasicTrainer {
 
   Config cfg_;
   std::string program_;
+  std::int64_t eval_step_ = -1;  ///< env steps at the last evaluation
   std::vector<std::string> notes_;  ///< said once when the run starts
   std::unique_ptr<P> parallel_;
   RunContext ctx_;
