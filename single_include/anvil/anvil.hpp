@@ -4346,6 +4346,7 @@ static_assert(Algorithm<SAC>);
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -4375,11 +4376,142 @@ static_assert(Algorithm<SAC>);
 #include <deque>
 #include <vector>
 
+// ---- begin <anvil/core/binary_io.hpp> ----
+/// @file
+/// Binary files that are replaced atomically and read back with checks: `BinaryWriter`
+/// writes next to the target and renames over it only when everything is written and
+/// flushed, so a crash or kill mid-save leaves the previous file intact; `BinaryReader`
+/// names the file and the field when a file is short, foreign or from another shape.
+/// Light header.
+
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include <unistd.h>
+
+
+namespace anvil {
+
+class BinaryWriter {
+ public:
+  /// Starts writing `path` (into `path` + ".tmp" until `commit`), with a format tag.
+  BinaryWriter(std::filesystem::path path, const std::string& format)
+      : path_(std::move(path)), tmp_(path_.string() + ".tmp") {
+    f_ = std::fopen(tmp_.c_str(), "wb");
+    if (!f_) throw Error("cannot write '" + tmp_ + "' (does its directory exist?)");
+    string(format);
+  }
+  BinaryWriter(const BinaryWriter&) = delete;
+  BinaryWriter& operator=(const BinaryWriter&) = delete;
+  ~BinaryWriter() {
+    if (f_) {  // not committed: drop the partial file, keep the old one
+      std::fclose(f_);
+      std::remove(tmp_.c_str());
+    }
+  }
+
+  template <class T>
+    requires std::is_trivially_copyable_v<T>
+  void value(const T& v) { bytes(&v, sizeof v); }
+  void string(const std::string& s) {
+    value<std::uint64_t>(s.size());
+    bytes(s.data(), s.size());
+  }
+  void bytes(const void* p, std::size_t n) {
+    if (n && std::fwrite(p, 1, n, f_) != n) throw Error("writing '" + tmp_ + "' failed (disk full?)");
+  }
+
+  /// Flushes to disk and renames over the target.
+  void commit() {
+    if (std::fflush(f_) != 0 || ::fsync(::fileno(f_)) != 0) throw Error("writing '" + tmp_ + "' failed (disk full?)");
+    std::fclose(f_);
+    f_ = nullptr;
+    std::error_code ec;
+    std::filesystem::rename(tmp_, path_, ec);
+    if (ec) throw Error("cannot rename '" + tmp_ + "' to '" + path_.string() + "': " + ec.message());
+  }
+
+ private:
+  std::filesystem::path path_;
+  std::string tmp_;
+  std::FILE* f_ = nullptr;
+};
+
+class BinaryReader {
+ public:
+  /// Opens `path` and checks its format tag.
+  BinaryReader(std::filesystem::path path, const std::string& format) : path_(std::move(path)) {
+    f_ = std::fopen(path_.c_str(), "rb");
+    if (!f_) throw Error("cannot read '" + path_.string() + "'");
+    std::string tag;
+    try {
+      tag = string("format tag");
+    } catch (const Error&) {
+      tag.clear();
+    }
+    if (tag != format) {
+      std::fclose(f_);
+      f_ = nullptr;
+      throw Error("'" + path_.string() + "' is not a " + format + " file");
+    }
+  }
+  BinaryReader(const BinaryReader&) = delete;
+  BinaryReader& operator=(const BinaryReader&) = delete;
+  ~BinaryReader() {
+    if (f_) std::fclose(f_);
+  }
+
+  template <class T>
+    requires std::is_trivially_copyable_v<T>
+  T value(const char* what) {
+    T v;
+    bytes(&v, sizeof v, what);
+    return v;
+  }
+  std::string string(const char* what) {
+    const auto n = value<std::uint64_t>(what);
+    if (n > (1u << 20)) fail(what, "has an implausible length");
+    std::string s(n, '\0');
+    bytes(s.data(), n, what);
+    return s;
+  }
+  void bytes(void* p, std::size_t n, const char* what) {
+    if (n && std::fread(p, 1, n, f_) != n) fail(what, "is cut short (truncated file?)");
+  }
+  /// Reads a value and checks it equals `expected`.
+  template <class T>
+  void expect(const T& expected, const char* what) {
+    const T v = value<T>(what);
+    if (v != expected) fail(what, "is " + std::to_string(v) + " in the file but " + std::to_string(expected) + " here");
+  }
+  [[noreturn]] void fail(const char* what, const std::string& why) const {
+    throw Error("'" + path_.string() + "': " + what + " " + why);
+  }
+  [[nodiscard]] const std::filesystem::path& path() const noexcept { return path_; }
+
+ private:
+  std::filesystem::path path_;
+  std::FILE* f_ = nullptr;
+};
+
+}  // namespace anvil
+// ---- end <anvil/core/binary_io.hpp> ----
 
 namespace anvil::detail {
 
 class NStepWindow {
  public:
+  /// One env's step waiting in its window.
+  struct Step {
+    std::vector<float> obs, action, next_obs;
+    double reward = 0;
+    bool terminated = false;
+  };
+
   NStepWindow() = default;
   NStepWindow(int n, double gamma) : n_(n), gamma_(gamma) {}
 
@@ -4439,6 +4571,65 @@ class NStepWindow {
     return b;
   }
 
+  /// Writes the windows still filling, so a restored buffer continues them.
+  void save(BinaryWriter& w) const {
+    w.value<std::int32_t>(n_);
+    w.value(gamma_);
+    w.value(od_);
+    w.value(ad_);
+    w.value<std::uint64_t>(pending_.size());
+    for (const auto& q : pending_) {
+      w.value<std::uint64_t>(q.size());
+      for (const auto& st : q) {
+        w.bytes(st.obs.data(), st.obs.size() * sizeof(float));
+        w.bytes(st.action.data(), st.action.size() * sizeof(float));
+        w.bytes(st.next_obs.data(), st.next_obs.size() * sizeof(float));
+        w.value(st.reward);
+        w.value<std::uint8_t>(st.terminated);
+      }
+    }
+  }
+  /// What `save` wrote, checked and not yet applied.
+  struct Saved {
+    double gamma = 0;
+    std::int64_t od = 0, ad = 0;
+    std::vector<std::deque<Step>> pending;
+  };
+  Saved read(BinaryReader& r) const {
+    r.expect<std::int32_t>(n_, "buffer.n_step");
+    Saved s;
+    s.gamma = r.value<double>("n-step gamma");
+    s.od = r.value<std::int64_t>("n-step observation size");
+    s.ad = r.value<std::int64_t>("n-step action size");
+    const auto envs = r.value<std::uint64_t>("n-step env count");
+    if (envs > (1u << 20) || s.od < 0 || s.ad < 0 || s.od > (1 << 24) || s.ad > (1 << 24))
+      r.fail("n-step windows", "have implausible sizes");
+    s.pending.resize(envs);
+    for (auto& q : s.pending) {
+      const auto len = r.value<std::uint64_t>("n-step window length");
+      if (len >= static_cast<std::uint64_t>(n_)) r.fail("n-step window length", "is not below buffer.n_step");
+      for (std::uint64_t k = 0; k < len; ++k) {
+        Step st;
+        st.obs.resize(static_cast<std::size_t>(s.od));
+        st.action.resize(static_cast<std::size_t>(s.ad));
+        st.next_obs.resize(static_cast<std::size_t>(s.od));
+        r.bytes(st.obs.data(), st.obs.size() * sizeof(float), "n-step observations");
+        r.bytes(st.action.data(), st.action.size() * sizeof(float), "n-step actions");
+        r.bytes(st.next_obs.data(), st.next_obs.size() * sizeof(float), "n-step next observations");
+        st.reward = r.value<double>("n-step rewards");
+        st.terminated = r.value<std::uint8_t>("n-step terminal flags") != 0;
+        q.push_back(std::move(st));
+      }
+    }
+    return s;
+  }
+  void restore(Saved&& s) {
+    gamma_ = s.gamma;
+    od_ = s.od;
+    ad_ = s.ad;
+    pending_ = std::move(s.pending);
+  }
+
   /// Steps waiting for their window to fill, over all envs.
   [[nodiscard]] std::int64_t pending() const noexcept {
     std::int64_t p = 0;
@@ -4447,11 +4638,6 @@ class NStepWindow {
   }
 
  private:
-  struct Step {
-    std::vector<float> obs, action, next_obs;
-    double reward = 0;
-    bool terminated = false;
-  };
   struct Done {
     std::vector<float> obs, action, next_obs;
     double reward, discount;
@@ -4605,6 +4791,41 @@ class TransitionStore {
     return b;
   }
 
+  /// Writes the stored rows and counters.
+  void save(BinaryWriter& w) const {
+    w.value(capacity_);
+    w.value(width_);
+    w.value(od_);
+    w.value(ad_);
+    w.value<std::uint8_t>(with_discount_);
+    w.value(added_);
+    const auto rows = data_.narrow(0, 0, size()).to(at::kCPU).contiguous();
+    w.bytes(rows.data_ptr<float>(), static_cast<std::size_t>(rows.numel()) * sizeof(float));
+  }
+  /// What `save` wrote, read and checked against this store's shape, not yet applied.
+  struct Saved {
+    at::Tensor rows;
+    std::int64_t added = 0;
+  };
+  Saved read(BinaryReader& r) const {
+    r.expect(capacity_, "buffer.capacity");
+    r.expect(width_, "row width");
+    r.expect(od_, "observation size");
+    r.expect(ad_, "action size");
+    r.expect<std::uint8_t>(with_discount_, "n-step storage (1: rows keep a discount)");
+    Saved s;
+    s.added = r.value<std::int64_t>("transitions added");
+    if (s.added < 0) r.fail("transitions added", "is negative");
+    const std::int64_t n = std::min(s.added, capacity_);
+    s.rows = at::empty({n, width_}, at::kFloat);
+    r.bytes(s.rows.data_ptr<float>(), static_cast<std::size_t>(n * width_) * sizeof(float), "transitions");
+    return s;
+  }
+  void restore(Saved&& s) {
+    data_.narrow(0, 0, s.rows.size(0)).copy_(s.rows);
+    added_ = s.added;
+  }
+
   /// The id of the transition now in `slot` (slot < size()).
   [[nodiscard]] std::int64_t id_of(std::int64_t slot) const noexcept {
     const std::int64_t newest_slot = (added_ - 1) % capacity_;
@@ -4672,6 +4893,25 @@ class ReplayCore {
     if (n < 1 || n > size())
       throw Error(store_.owner() + ": sample(" + std::to_string(n) + ") from a buffer holding " +
                   std::to_string(size()) + " transitions; the batch size must be between 1 and the size");
+  }
+
+  void save(BinaryWriter& w) const {
+    store_.save(w);
+    nstep_.save(w);
+  }
+  struct Saved {
+    TransitionStore::Saved store;
+    NStepWindow::Saved nstep;
+  };
+  Saved read(BinaryReader& r) const {
+    Saved s;
+    s.store = store_.read(r);
+    s.nstep = nstep_.read(r);
+    return s;
+  }
+  void restore(Saved&& s) {
+    store_.restore(std::move(s.store));
+    nstep_.restore(std::move(s.nstep));
   }
 
   [[nodiscard]] ReplayBatch gather(std::span<const std::int64_t> slots) const { return store_.gather(slots); }
@@ -4950,6 +5190,43 @@ class PrioritizedBuffer {
   /// The discount of n-step returns (the Trainer passes the algorithm's gamma; 0.99 before).
   void set_discount(double gamma) noexcept { core_.set_discount(gamma); }
 
+  /// Writes the buffer (transitions, priorities, n-step windows, sampling state) to
+  /// `path`, atomically: a crash mid-save leaves the previous file intact.
+  void save(const std::filesystem::path& path) const {
+    BinaryWriter w(path, "anvil PrioritizedBuffer v1");
+    core_.save(w);
+    w.value(rng_.state());
+    w.value(max_priority_);
+    w.value(stale_);
+    w.value(horizon_);
+    for (std::int64_t i = 0; i < size(); ++i) w.value(tree_.get(i));
+    w.commit();
+  }
+  /// Restores what `save` wrote; the buffer's config must match. On any error the buffer
+  /// is unchanged.
+  void load(const std::filesystem::path& path) {
+    BinaryReader r(path, "anvil PrioritizedBuffer v1");
+    auto saved = core_.read(r);
+    const auto rng = r.value<Rng::State>("sampling state");
+    const auto max_p = r.value<double>("largest priority");
+    const auto stale = r.value<std::int64_t>("stale update count");
+    const auto horizon = r.value<std::int64_t>("beta horizon");
+    const std::int64_t n = std::min(saved.store.added, capacity());
+    std::vector<double> p(static_cast<std::size_t>(n));
+    r.bytes(p.data(), p.size() * sizeof(double), "priorities");
+    for (double v : p)
+      if (!std::isfinite(v) || v < 0) r.fail("priorities", "contain a negative or non-finite value");
+    core_.restore(std::move(saved));
+    rng_.set_state(rng);
+    max_priority_ = max_p;
+    stale_ = stale;
+    horizon_ = horizon;
+    tree_ = detail::PriorityTree(capacity());
+    std::vector<std::int64_t> idx(p.size());
+    for (std::size_t i = 0; i < idx.size(); ++i) idx[i] = static_cast<std::int64_t>(i);
+    tree_.set(idx, p);
+  }
+
   [[nodiscard]] std::int64_t size() const noexcept { return core_.size(); }
   [[nodiscard]] std::int64_t capacity() const noexcept { return core_.capacity(); }
   [[nodiscard]] std::int64_t added() const noexcept { return core_.added(); }
@@ -5018,6 +5295,7 @@ static_assert(PrioritizedReplay<PrioritizedBuffer>);
 #include <ATen/ATen.h>
 
 #include <array>
+#include <filesystem>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -5059,6 +5337,24 @@ class UniformBuffer {
 
   /// The discount of n-step returns (the Trainer passes the algorithm's gamma; 0.99 before).
   void set_discount(double gamma) noexcept { core_.set_discount(gamma); }
+
+  /// Writes the buffer (transitions, n-step windows, sampling state) to `path`,
+  /// atomically: a crash mid-save leaves the previous file intact.
+  void save(const std::filesystem::path& path) const {
+    BinaryWriter w(path, "anvil UniformBuffer v1");
+    core_.save(w);
+    w.value(rng_.state());
+    w.commit();
+  }
+  /// Restores what `save` wrote; the buffer's config must match. On any error the buffer
+  /// is unchanged.
+  void load(const std::filesystem::path& path) {
+    BinaryReader r(path, "anvil UniformBuffer v1");
+    auto saved = core_.read(r);
+    const auto rng = r.value<Rng::State>("sampling state");
+    core_.restore(std::move(saved));
+    rng_.set_state(rng);
+  }
 
   [[nodiscard]] std::int64_t size() const noexcept { return core_.size(); }
   [[nodiscard]] std::int64_t capacity() const noexcept { return core_.capacity(); }

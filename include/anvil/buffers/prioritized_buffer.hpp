@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -132,6 +133,43 @@ class PrioritizedBuffer {
 
   /// The discount of n-step returns (the Trainer passes the algorithm's gamma; 0.99 before).
   void set_discount(double gamma) noexcept { core_.set_discount(gamma); }
+
+  /// Writes the buffer (transitions, priorities, n-step windows, sampling state) to
+  /// `path`, atomically: a crash mid-save leaves the previous file intact.
+  void save(const std::filesystem::path& path) const {
+    BinaryWriter w(path, "anvil PrioritizedBuffer v1");
+    core_.save(w);
+    w.value(rng_.state());
+    w.value(max_priority_);
+    w.value(stale_);
+    w.value(horizon_);
+    for (std::int64_t i = 0; i < size(); ++i) w.value(tree_.get(i));
+    w.commit();
+  }
+  /// Restores what `save` wrote; the buffer's config must match. On any error the buffer
+  /// is unchanged.
+  void load(const std::filesystem::path& path) {
+    BinaryReader r(path, "anvil PrioritizedBuffer v1");
+    auto saved = core_.read(r);
+    const auto rng = r.value<Rng::State>("sampling state");
+    const auto max_p = r.value<double>("largest priority");
+    const auto stale = r.value<std::int64_t>("stale update count");
+    const auto horizon = r.value<std::int64_t>("beta horizon");
+    const std::int64_t n = std::min(saved.store.added, capacity());
+    std::vector<double> p(static_cast<std::size_t>(n));
+    r.bytes(p.data(), p.size() * sizeof(double), "priorities");
+    for (double v : p)
+      if (!std::isfinite(v) || v < 0) r.fail("priorities", "contain a negative or non-finite value");
+    core_.restore(std::move(saved));
+    rng_.set_state(rng);
+    max_priority_ = max_p;
+    stale_ = stale;
+    horizon_ = horizon;
+    tree_ = detail::PriorityTree(capacity());
+    std::vector<std::int64_t> idx(p.size());
+    for (std::size_t i = 0; i < idx.size(); ++i) idx[i] = static_cast<std::int64_t>(i);
+    tree_.set(idx, p);
+  }
 
   [[nodiscard]] std::int64_t size() const noexcept { return core_.size(); }
   [[nodiscard]] std::int64_t capacity() const noexcept { return core_.capacity(); }

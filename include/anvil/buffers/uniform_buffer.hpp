@@ -5,6 +5,7 @@
 #include <ATen/ATen.h>
 
 #include <array>
+#include <filesystem>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -53,6 +54,24 @@ class UniformBuffer {
 
   /// The discount of n-step returns (the Trainer passes the algorithm's gamma; 0.99 before).
   void set_discount(double gamma) noexcept { core_.set_discount(gamma); }
+
+  /// Writes the buffer (transitions, n-step windows, sampling state) to `path`,
+  /// atomically: a crash mid-save leaves the previous file intact.
+  void save(const std::filesystem::path& path) const {
+    BinaryWriter w(path, "anvil UniformBuffer v1");
+    core_.save(w);
+    w.value(rng_.state());
+    w.commit();
+  }
+  /// Restores what `save` wrote; the buffer's config must match. On any error the buffer
+  /// is unchanged.
+  void load(const std::filesystem::path& path) {
+    BinaryReader r(path, "anvil UniformBuffer v1");
+    auto saved = core_.read(r);
+    const auto rng = r.value<Rng::State>("sampling state");
+    core_.restore(std::move(saved));
+    rng_.set_state(rng);
+  }
 
   [[nodiscard]] std::int64_t size() const noexcept { return core_.size(); }
   [[nodiscard]] std::int64_t capacity() const noexcept { return core_.capacity(); }

@@ -15,11 +15,19 @@
 #include <vector>
 
 #include <anvil/core/batch.hpp>
+#include <anvil/core/binary_io.hpp>
 
 namespace anvil::detail {
 
 class NStepWindow {
  public:
+  /// One env's step waiting in its window.
+  struct Step {
+    std::vector<float> obs, action, next_obs;
+    double reward = 0;
+    bool terminated = false;
+  };
+
   NStepWindow() = default;
   NStepWindow(int n, double gamma) : n_(n), gamma_(gamma) {}
 
@@ -79,6 +87,65 @@ class NStepWindow {
     return b;
   }
 
+  /// Writes the windows still filling, so a restored buffer continues them.
+  void save(BinaryWriter& w) const {
+    w.value<std::int32_t>(n_);
+    w.value(gamma_);
+    w.value(od_);
+    w.value(ad_);
+    w.value<std::uint64_t>(pending_.size());
+    for (const auto& q : pending_) {
+      w.value<std::uint64_t>(q.size());
+      for (const auto& st : q) {
+        w.bytes(st.obs.data(), st.obs.size() * sizeof(float));
+        w.bytes(st.action.data(), st.action.size() * sizeof(float));
+        w.bytes(st.next_obs.data(), st.next_obs.size() * sizeof(float));
+        w.value(st.reward);
+        w.value<std::uint8_t>(st.terminated);
+      }
+    }
+  }
+  /// What `save` wrote, checked and not yet applied.
+  struct Saved {
+    double gamma = 0;
+    std::int64_t od = 0, ad = 0;
+    std::vector<std::deque<Step>> pending;
+  };
+  Saved read(BinaryReader& r) const {
+    r.expect<std::int32_t>(n_, "buffer.n_step");
+    Saved s;
+    s.gamma = r.value<double>("n-step gamma");
+    s.od = r.value<std::int64_t>("n-step observation size");
+    s.ad = r.value<std::int64_t>("n-step action size");
+    const auto envs = r.value<std::uint64_t>("n-step env count");
+    if (envs > (1u << 20) || s.od < 0 || s.ad < 0 || s.od > (1 << 24) || s.ad > (1 << 24))
+      r.fail("n-step windows", "have implausible sizes");
+    s.pending.resize(envs);
+    for (auto& q : s.pending) {
+      const auto len = r.value<std::uint64_t>("n-step window length");
+      if (len >= static_cast<std::uint64_t>(n_)) r.fail("n-step window length", "is not below buffer.n_step");
+      for (std::uint64_t k = 0; k < len; ++k) {
+        Step st;
+        st.obs.resize(static_cast<std::size_t>(s.od));
+        st.action.resize(static_cast<std::size_t>(s.ad));
+        st.next_obs.resize(static_cast<std::size_t>(s.od));
+        r.bytes(st.obs.data(), st.obs.size() * sizeof(float), "n-step observations");
+        r.bytes(st.action.data(), st.action.size() * sizeof(float), "n-step actions");
+        r.bytes(st.next_obs.data(), st.next_obs.size() * sizeof(float), "n-step next observations");
+        st.reward = r.value<double>("n-step rewards");
+        st.terminated = r.value<std::uint8_t>("n-step terminal flags") != 0;
+        q.push_back(std::move(st));
+      }
+    }
+    return s;
+  }
+  void restore(Saved&& s) {
+    gamma_ = s.gamma;
+    od_ = s.od;
+    ad_ = s.ad;
+    pending_ = std::move(s.pending);
+  }
+
   /// Steps waiting for their window to fill, over all envs.
   [[nodiscard]] std::int64_t pending() const noexcept {
     std::int64_t p = 0;
@@ -87,11 +154,6 @@ class NStepWindow {
   }
 
  private:
-  struct Step {
-    std::vector<float> obs, action, next_obs;
-    double reward = 0;
-    bool terminated = false;
-  };
   struct Done {
     std::vector<float> obs, action, next_obs;
     double reward, discount;

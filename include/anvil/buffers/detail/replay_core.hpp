@@ -50,6 +50,25 @@ class ReplayCore {
                   std::to_string(size()) + " transitions; the batch size must be between 1 and the size");
   }
 
+  void save(BinaryWriter& w) const {
+    store_.save(w);
+    nstep_.save(w);
+  }
+  struct Saved {
+    TransitionStore::Saved store;
+    NStepWindow::Saved nstep;
+  };
+  Saved read(BinaryReader& r) const {
+    Saved s;
+    s.store = store_.read(r);
+    s.nstep = nstep_.read(r);
+    return s;
+  }
+  void restore(Saved&& s) {
+    store_.restore(std::move(s.store));
+    nstep_.restore(std::move(s.nstep));
+  }
+
   [[nodiscard]] ReplayBatch gather(std::span<const std::int64_t> slots) const { return store_.gather(slots); }
   [[nodiscard]] bool live(std::int64_t id) const noexcept { return store_.live(id); }
   [[nodiscard]] std::int64_t slot_of(std::int64_t id) const noexcept { return store_.slot_of(id); }

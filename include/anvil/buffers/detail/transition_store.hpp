@@ -14,6 +14,7 @@
 #include <vector>
 
 #include <anvil/core/batch.hpp>
+#include <anvil/core/binary_io.hpp>
 #include <anvil/core/error.hpp>
 #include <anvil/envs/env.hpp>
 
@@ -125,6 +126,41 @@ class TransitionStore {
     auto* id = b.index.data_ptr<std::int64_t>();
     for (std::int64_t i = 0; i < n; ++i) id[i] = id_of(slots[i]);
     return b;
+  }
+
+  /// Writes the stored rows and counters.
+  void save(BinaryWriter& w) const {
+    w.value(capacity_);
+    w.value(width_);
+    w.value(od_);
+    w.value(ad_);
+    w.value<std::uint8_t>(with_discount_);
+    w.value(added_);
+    const auto rows = data_.narrow(0, 0, size()).to(at::kCPU).contiguous();
+    w.bytes(rows.data_ptr<float>(), static_cast<std::size_t>(rows.numel()) * sizeof(float));
+  }
+  /// What `save` wrote, read and checked against this store's shape, not yet applied.
+  struct Saved {
+    at::Tensor rows;
+    std::int64_t added = 0;
+  };
+  Saved read(BinaryReader& r) const {
+    r.expect(capacity_, "buffer.capacity");
+    r.expect(width_, "row width");
+    r.expect(od_, "observation size");
+    r.expect(ad_, "action size");
+    r.expect<std::uint8_t>(with_discount_, "n-step storage (1: rows keep a discount)");
+    Saved s;
+    s.added = r.value<std::int64_t>("transitions added");
+    if (s.added < 0) r.fail("transitions added", "is negative");
+    const std::int64_t n = std::min(s.added, capacity_);
+    s.rows = at::empty({n, width_}, at::kFloat);
+    r.bytes(s.rows.data_ptr<float>(), static_cast<std::size_t>(n * width_) * sizeof(float), "transitions");
+    return s;
+  }
+  void restore(Saved&& s) {
+    data_.narrow(0, 0, s.rows.size(0)).copy_(s.rows);
+    added_ = s.added;
   }
 
   /// The id of the transition now in `slot` (slot < size()).

@@ -1,0 +1,124 @@
+#pragma once
+/// @file
+/// Binary files that are replaced atomically and read back with checks: `BinaryWriter`
+/// writes next to the target and renames over it only when everything is written and
+/// flushed, so a crash or kill mid-save leaves the previous file intact; `BinaryReader`
+/// names the file and the field when a file is short, foreign or from another shape.
+/// Light header.
+
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include <unistd.h>
+
+#include <anvil/core/error.hpp>
+
+namespace anvil {
+
+class BinaryWriter {
+ public:
+  /// Starts writing `path` (into `path` + ".tmp" until `commit`), with a format tag.
+  BinaryWriter(std::filesystem::path path, const std::string& format)
+      : path_(std::move(path)), tmp_(path_.string() + ".tmp") {
+    f_ = std::fopen(tmp_.c_str(), "wb");
+    if (!f_) throw Error("cannot write '" + tmp_ + "' (does its directory exist?)");
+    string(format);
+  }
+  BinaryWriter(const BinaryWriter&) = delete;
+  BinaryWriter& operator=(const BinaryWriter&) = delete;
+  ~BinaryWriter() {
+    if (f_) {  // not committed: drop the partial file, keep the old one
+      std::fclose(f_);
+      std::remove(tmp_.c_str());
+    }
+  }
+
+  template <class T>
+    requires std::is_trivially_copyable_v<T>
+  void value(const T& v) { bytes(&v, sizeof v); }
+  void string(const std::string& s) {
+    value<std::uint64_t>(s.size());
+    bytes(s.data(), s.size());
+  }
+  void bytes(const void* p, std::size_t n) {
+    if (n && std::fwrite(p, 1, n, f_) != n) throw Error("writing '" + tmp_ + "' failed (disk full?)");
+  }
+
+  /// Flushes to disk and renames over the target.
+  void commit() {
+    if (std::fflush(f_) != 0 || ::fsync(::fileno(f_)) != 0) throw Error("writing '" + tmp_ + "' failed (disk full?)");
+    std::fclose(f_);
+    f_ = nullptr;
+    std::error_code ec;
+    std::filesystem::rename(tmp_, path_, ec);
+    if (ec) throw Error("cannot rename '" + tmp_ + "' to '" + path_.string() + "': " + ec.message());
+  }
+
+ private:
+  std::filesystem::path path_;
+  std::string tmp_;
+  std::FILE* f_ = nullptr;
+};
+
+class BinaryReader {
+ public:
+  /// Opens `path` and checks its format tag.
+  BinaryReader(std::filesystem::path path, const std::string& format) : path_(std::move(path)) {
+    f_ = std::fopen(path_.c_str(), "rb");
+    if (!f_) throw Error("cannot read '" + path_.string() + "'");
+    std::string tag;
+    try {
+      tag = string("format tag");
+    } catch (const Error&) {
+      tag.clear();
+    }
+    if (tag != format) {
+      std::fclose(f_);
+      f_ = nullptr;
+      throw Error("'" + path_.string() + "' is not a " + format + " file");
+    }
+  }
+  BinaryReader(const BinaryReader&) = delete;
+  BinaryReader& operator=(const BinaryReader&) = delete;
+  ~BinaryReader() {
+    if (f_) std::fclose(f_);
+  }
+
+  template <class T>
+    requires std::is_trivially_copyable_v<T>
+  T value(const char* what) {
+    T v;
+    bytes(&v, sizeof v, what);
+    return v;
+  }
+  std::string string(const char* what) {
+    const auto n = value<std::uint64_t>(what);
+    if (n > (1u << 20)) fail(what, "has an implausible length");
+    std::string s(n, '\0');
+    bytes(s.data(), n, what);
+    return s;
+  }
+  void bytes(void* p, std::size_t n, const char* what) {
+    if (n && std::fread(p, 1, n, f_) != n) fail(what, "is cut short (truncated file?)");
+  }
+  /// Reads a value and checks it equals `expected`.
+  template <class T>
+  void expect(const T& expected, const char* what) {
+    const T v = value<T>(what);
+    if (v != expected) fail(what, "is " + std::to_string(v) + " in the file but " + std::to_string(expected) + " here");
+  }
+  [[noreturn]] void fail(const char* what, const std::string& why) const {
+    throw Error("'" + path_.string() + "': " + what + " " + why);
+  }
+  [[nodiscard]] const std::filesystem::path& path() const noexcept { return path_; }
+
+ private:
+  std::filesystem::path path_;
+  std::FILE* f_ = nullptr;
+};
+
+}  // namespace anvil
