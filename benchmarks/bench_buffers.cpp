@@ -30,6 +30,7 @@ struct BenchConfig {
   anvil::Param<std::int64_t, "memory_transitions", "fill one buffer this large and report memory (0: throughput)",
                anvil::at_least(0)> memory_transitions{0};
   anvil::Param<std::string, "memory_buffer", "uniform or prioritized, for the memory figure"> memory_buffer{"uniform"};
+  anvil::Param<anvil::ObsDtype, "obs_dtype", "observation storage of the memory figure"> obs_dtype{anvil::ObsDtype::float32};
 };
 struct Config {
   anvil::Section<"bench", BenchConfig> bench;
@@ -84,17 +85,20 @@ int main(int argc, char** argv) {
     if (*b.memory_buffer == "prioritized") {
       anvil::PrioritizedBuffer::Config c;
       c.capacity = b.memory_transitions;
+      c.obs_dtype = b.obs_dtype;
       anvil::PrioritizedBuffer buffer(spec(obs, act), c, anvil::RunContext{});
       measure(buffer);
     } else {
       anvil::UniformBuffer::Config c;
       c.capacity = b.memory_transitions;
+      c.obs_dtype = b.obs_dtype;
       anvil::UniformBuffer buffer(spec(obs, act), c, anvil::RunContext{});
       measure(buffer);
     }
     const std::vector<std::pair<std::string, bench::Value>> conf{
         {"buffer", *b.memory_buffer}, {"transitions", static_cast<long long>(*b.memory_transitions)},
-        {"obs_dim", obs}, {"act_dim", act}, {"obs_storage", "float32"}};
+        {"obs_dim", obs}, {"act_dim", act},
+        {"obs_storage", std::string(enum_names(anvil::ObsDtype{})[static_cast<std::size_t>(*b.obs_dtype)])}};
     bench::emit("buffer_bytes", bytes, "bytes", conf);
     bench::emit("buffer_peak_rss", peak_rss_bytes(), "bytes", conf);
     bench::emit("process_rss_before_buffer", before, "bytes", conf);

@@ -8,6 +8,9 @@
 
 #include "steps.hpp"
 
+#include <unistd.h>
+
+#include <filesystem>
 #include <map>
 #include <set>
 #include <tuple>
@@ -145,5 +148,35 @@ TEST_CASE("UniformBuffer: n-step windows slide by one and survive the ring's wra
       CHECK(s.next_obs[k][0].item<float>() == start + 2);
       CHECK(s.discount[k].item<float>() == doctest::Approx(0.81f));
     }
+  }
+}
+
+TEST_CASE("UniformBuffer: 16-bit observation storage halves its memory and gives float32 batches") {
+  for (auto dtype : {ObsDtype::bfloat16, ObsDtype::float16}) {
+    UniformBuffer::Config c;
+    c.capacity = 1000;
+    c.obs_dtype = dtype;
+    UniformBuffer b(envs::spec_of(envs::Pendulum{}), c, RunContext{});
+    // obs and next_obs 3 half floats each (12 bytes), action, reward, terminated 4 bytes each
+    CHECK(b.bytes() == 1000 * (12 + 12));
+    b.add(step_of(100, 0));  // ids up to 99 and id + 0.5 are exact in both 16-bit types
+    auto s = b.sample(100);
+    CHECK((s.obs.scalar_type() == torch::kFloat));
+    CHECK(torch::equal(s.obs.select(1, 0), s.reward));
+    CHECK(torch::equal(s.next_obs.select(1, 2), s.reward + 0.5f));
+    const auto file = std::filesystem::temp_directory_path() / ("anvil_obs16_" + std::to_string(::getpid()) + ".bin");
+    b.save(file);
+    UniformBuffer back(envs::spec_of(envs::Pendulum{}), c, RunContext{.seed = 99});
+    back.load(file);
+    std::filesystem::remove(file);
+    CHECK(torch::equal(back.sample(50).obs, b.sample(50).obs));
+    // a value that is not representable comes back rounded, not garbled
+    StepBatch odd = step_of(1, 0);
+    odd.obs.fill_(1.0f / 3.0f);
+    UniformBuffer::Config one = c;
+    one.capacity = 1;
+    UniformBuffer u(envs::spec_of(envs::Pendulum{}), one, RunContext{});
+    u.add(odd);
+    CHECK(u.sample(1).obs[0][0].item<float>() == doctest::Approx(1.0 / 3.0).epsilon(dtype == ObsDtype::bfloat16 ? 4e-3 : 5e-4));
   }
 }

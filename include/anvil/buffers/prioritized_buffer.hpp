@@ -42,6 +42,7 @@ class PrioritizedBuffer {
   struct Config {
     detail::CapacityParam capacity{1'000'000};
     detail::StorageParam storage{Storage::compute};
+    detail::ObsDtypeParam obs_dtype{ObsDtype::float32};
     detail::NStepParam n_step{1};
     Param<double, "alpha", "priority exponent: 0 samples uniformly, 1 in proportion to |TD error|",
           in_range(0, 1)>
@@ -55,7 +56,7 @@ class PrioritizedBuffer {
   };
 
   PrioritizedBuffer(const envs::EnvSpec& spec, const Config& cfg, const RunContext& ctx)
-      : core_(spec, cfg.capacity, cfg.storage, cfg.n_step, ctx, "PrioritizedBuffer"),
+      : core_(spec, cfg.capacity, cfg.storage, cfg.obs_dtype, cfg.n_step, ctx, "PrioritizedBuffer"),
         tree_(cfg.capacity),
         cfg_(cfg),
         horizon_(cfg.beta_steps),

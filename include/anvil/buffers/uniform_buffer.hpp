@@ -33,11 +33,12 @@ class UniformBuffer {
   struct Config {
     detail::CapacityParam capacity{1'000'000};
     detail::StorageParam storage{Storage::compute};
+    detail::ObsDtypeParam obs_dtype{ObsDtype::float32};
     detail::NStepParam n_step{1};
   };
 
   UniformBuffer(const envs::EnvSpec& spec, const Config& cfg, const RunContext& ctx)
-      : core_(spec, cfg.capacity, cfg.storage, cfg.n_step, ctx, "UniformBuffer"),
+      : core_(spec, cfg.capacity, cfg.storage, cfg.obs_dtype, cfg.n_step, ctx, "UniformBuffer"),
         rng_(ctx.seed_for(Stream::buffer)) {}
 
   /// Adds one step of N envs (row i = env i). N may exceed the free space: the ring wraps.

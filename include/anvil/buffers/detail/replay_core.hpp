@@ -21,6 +21,8 @@ namespace anvil::detail {
 // Config fields every replay buffer has (each buffer's Config lists them by these names).
 using CapacityParam = Param<std::int64_t, "capacity", "transitions kept; the oldest are overwritten", at_least(1)>;
 using StorageParam = Param<Storage, "storage", "compute: tensors on the training device; cpu: in host memory">;
+using ObsDtypeParam = Param<ObsDtype, "obs_dtype",
+                            "observation storage: float32, or bfloat16/float16 for half the memory">;
 using NStepParam = Param<int, "n_step",
                          "store n-step returns: rewards summed over up to n steps, discounted by the "
                          "algorithm's gamma (1: one-step transitions)",
@@ -28,10 +30,10 @@ using NStepParam = Param<int, "n_step",
 
 class ReplayCore {
  public:
-  ReplayCore(const envs::EnvSpec& spec, std::int64_t capacity, Storage storage, int n_step,
-             const RunContext& ctx, std::string owner)
+  ReplayCore(const envs::EnvSpec& spec, std::int64_t capacity, Storage storage, ObsDtype obs_dtype,
+             int n_step, const RunContext& ctx, std::string owner)
       : store_(spec, capacity, storage == Storage::cpu ? c10::Device(c10::kCPU) : ctx.device, std::move(owner),
-               n_step > 1),
+               n_step > 1, obs_dtype),
         nstep_(n_step, 0.99) {}
 
   /// Stores what one step of N envs completes (the step itself for 1-step transitions).
