@@ -4,7 +4,9 @@
 // rounds with a vectorised numpy sum tree (benchmarks/reference/sum_tree_numpy.py), as
 // bench_sac_update does with its reference. `bench.memory_transitions` > 0 instead fills
 // one buffer of that many transitions (observations 39, actions 4) and reports its bytes
-// and the process's peak resident memory. One JSON line per figure.
+// and the process's peak resident memory. Transitions come from chained envs (next_obs is
+// the next step's obs), so the buffers store each observation once, as in training. One
+// JSON line per figure.
 #include "bench_common.hpp"
 
 #include <sys/resource.h>
@@ -43,14 +45,33 @@ anvil::envs::EnvSpec spec(int obs, int act) {
           anvil::envs::Box{std::vector<float>(act, -1.f), std::vector<float>(act, 1.f)}};
 }
 
-anvil::StepBatch random_step(std::int64_t n, int obs, int act) {
-  return {torch::randn({n, obs}), torch::rand({n, act}) * 2 - 1, torch::randn({n}), torch::randn({n, obs}),
-          (torch::rand({n}) < 0.01).to(torch::kFloat), torch::zeros({n})};
-}
+// Steps of n envs with random observations that chain as a real env's do: each step's
+// next_obs is the following step's obs, and every `episode` steps the episode is cut
+// (truncated) and the next starts from a fresh observation.
+class ChainedSteps {
+ public:
+  ChainedSteps(std::int64_t n, int obs, int act, std::int64_t episode)
+      : n_(n), obs_(obs), act_(act), episode_(episode), cur_(torch::randn({n, obs})) {}
+  anvil::StepBatch next() {
+    const bool ends = (++t_ % episode_) == 0;
+    anvil::StepBatch s{cur_, torch::rand({n_, act_}) * 2 - 1, torch::randn({n_}), torch::randn({n_, obs_}),
+                       torch::zeros({n_}), torch::full({n_}, ends ? 1.f : 0.f)};
+    cur_ = ends ? torch::randn({n_, obs_}) : s.next_obs;
+    return s;
+  }
 
+ private:
+  std::int64_t n_;
+  int obs_, act_;
+  std::int64_t episode_, t_ = 0;
+  torch::Tensor cur_;
+};
+
+// Fills `b` with `n` transitions from `envs` chained envs with episodes of `episode` steps.
 template <class B>
-void fill(B& b, std::int64_t n, int obs, int act) {
-  for (std::int64_t done = 0; done < n; done += 8192) b.add(random_step(std::min<std::int64_t>(8192, n - done), obs, act));
+void fill(B& b, std::int64_t n, int obs, int act, std::int64_t envs, std::int64_t episode) {
+  ChainedSteps steps(envs, obs, act, episode);
+  for (std::int64_t done = 0; done < n; done += envs) b.add(steps.next());
 }
 
 double peak_rss_bytes() {
@@ -77,10 +98,11 @@ int main(int argc, char** argv) {
   if (b.memory_transitions > 0) {
     const int obs = 39, act = 4;
     const double before = peak_rss_bytes();
-    double bytes = 0;
+    double bytes = 0, size = 0;
     auto measure = [&](auto& buffer) {
-      fill(buffer, b.memory_transitions, obs, act);
+      fill(buffer, b.memory_transitions, obs, act, 64, 500);  // 64 envs, 500-step episodes
       bytes = static_cast<double>(buffer.bytes());
+      size = static_cast<double>(buffer.size());
     };
     if (*b.memory_buffer == "prioritized") {
       anvil::PrioritizedBuffer::Config c;
@@ -100,6 +122,7 @@ int main(int argc, char** argv) {
         {"obs_dim", obs}, {"act_dim", act},
         {"obs_storage", std::string(enum_names(anvil::ObsDtype{})[static_cast<std::size_t>(*b.obs_dtype)])}};
     bench::emit("buffer_bytes", bytes, "bytes", conf);
+    bench::emit("buffer_transitions_stored", size, "transitions", conf);
     bench::emit("buffer_peak_rss", peak_rss_bytes(), "bytes", conf);
     bench::emit("process_rss_before_buffer", before, "bytes", conf);
     return 0;
@@ -113,8 +136,8 @@ int main(int argc, char** argv) {
   anvil::PrioritizedBuffer::Config pc;
   pc.capacity = b.capacity;
   anvil::PrioritizedBuffer prioritized(sp, pc, anvil::RunContext{});
-  fill(uniform, b.capacity, obs, act);
-  fill(prioritized, b.capacity, obs, act);
+  fill(uniform, b.capacity, obs, act, 1024, 200);
+  fill(prioritized, b.capacity, obs, act, 1024, 200);
 
   // The sum tree alone, doing what the numpy reference does per batch: stratified masses,
   // descend, new priorities (|td| + eps)^alpha, update.
@@ -145,13 +168,18 @@ int main(int argc, char** argv) {
     tree.set(found, prio);
   };
 
-  const auto step = random_step(b.add_batch, obs, act);
+  // Adds cycle through 64 chained steps of add_batch envs (one episode end per cycle).
+  std::vector<anvil::StepBatch> cycle;
+  ChainedSteps chain(b.add_batch, obs, act, 64);
+  for (int k = 0; k < 64; ++k) cycle.push_back(chain.next());
+  std::size_t at = 0;
+  auto step = [&]() -> const anvil::StepBatch& { return cycle[at++ % cycle.size()]; };
   const auto td = torch::rand({*b.batch}) * 2;
   const bool with_numpy = !b.python->empty() && !b.reference->empty();
   std::vector<double> add_u, add_p, su_u, su_p, tr, ref;
   for (int r = 0; r < b.rounds; ++r) {
-    add_u.push_back(bench::median_rate([&] { uniform.add(step); }, b.seconds, 1));
-    add_p.push_back(bench::median_rate([&] { prioritized.add(step); }, b.seconds, 1));
+    add_u.push_back(bench::median_rate([&] { uniform.add(step()); }, b.seconds, 1));
+    add_p.push_back(bench::median_rate([&] { prioritized.add(step()); }, b.seconds, 1));
     su_u.push_back(bench::median_rate([&] { (void)uniform.sample(b.batch); }, b.seconds, 1));
     su_p.push_back(bench::median_rate([&] {
       auto s = prioritized.sample(b.batch);

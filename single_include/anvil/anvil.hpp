@@ -39,7 +39,6 @@ struct StepBatch {
   at::Tensor next_obs;    ///< [N, obs_dim]
   at::Tensor terminated;  ///< [N] float 0/1: terminal state, do not bootstrap
   at::Tensor truncated;   ///< [N] float 0/1: cut by a time limit, bootstrap
-  at::Tensor discount = {};  ///< [N] optional: gamma^k for a k-step transition (buffers' n-step returns)
 };
 
 /// A batch sampled from a replay buffer.
@@ -4352,13 +4351,31 @@ static_assert(Algorithm<SAC>);
 
 // ---- begin <anvil/buffers/detail/replay_core.hpp> ----
 /// @file
-/// `ReplayCore`: what every replay buffer shares: the transition store, n-step windows,
-/// the config fields for them, and the checks on a batch size.
+/// `ReplayCore`: what every replay buffer shares: the transition store (with its n-step
+/// windows), the config fields for it, and the checks on a batch size.
 
 #include <cstdint>
 #include <span>
 #include <string>
 #include <utility>
+
+// ---- begin <anvil/buffers/detail/transition_store.hpp> ----
+/// @file
+/// `TransitionStore`: the preallocated rings both replay buffers keep (transitions, and
+/// observations stored once), and the ids that name a transition while it is stored.
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <array>
+#include <climits>
+#include <cstdint>
+#include <cstring>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
 
 // ---- begin <anvil/buffers/detail/n_step.hpp> ----
 /// @file
@@ -4367,13 +4384,12 @@ static_assert(Algorithm<SAC>);
 /// stored. A stored transition is then self-contained: obs_t, action_t, the discounted sum
 /// of up to n rewards, the observation it leads to, whether that one is terminal, and the
 /// discount gamma^k of its bootstrap term. So sampling needs no look-ahead and the ring's
-/// wraparound cannot split a window.
+/// wraparound cannot split a window. Observations are named by their ids in the
+/// buffer's observation ring (see transition_store.hpp), so a window holds no copies.
 
-#include <ATen/ATen.h>
-
-#include <cmath>
 #include <cstdint>
 #include <deque>
+#include <utility>
 #include <vector>
 
 // ---- begin <anvil/core/binary_io.hpp> ----
@@ -4505,10 +4521,18 @@ namespace anvil::detail {
 
 class NStepWindow {
  public:
-  /// One env's step waiting in its window.
+  /// One env's step waiting in its window; `obs` and `next` are observation ids.
   struct Step {
-    std::vector<float> obs, action, next_obs;
+    std::int64_t obs = -1, next = -1;
+    std::vector<float> action;
     double reward = 0;
+    bool terminated = false;
+  };
+  /// A completed k-step transition, k <= n.
+  struct Done {
+    std::int64_t obs = -1, next = -1;
+    std::vector<float> action;
+    double reward = 0, discount = 1;
     bool terminated = false;
   };
 
@@ -4519,71 +4543,36 @@ class NStepWindow {
   void set_gamma(double gamma) noexcept { gamma_ = gamma; }
   [[nodiscard]] double gamma() const noexcept { return gamma_; }
 
-  /// Takes one step of N envs (row i = env i, every call the same N) and returns the
-  /// transitions it completes: for each env, its oldest pending step once n are pending,
-  /// and all of its pending steps when this step ended its episode (terminated or
-  /// truncated). The result has `discount` set; `obs` is undefined when nothing completed.
-  StepBatch push(const StepBatch& s) {
-    const std::int64_t envs = s.obs.size(0);
-    if (pending_.size() != static_cast<std::size_t>(envs)) pending_.assign(static_cast<std::size_t>(envs), {});
-    const auto obs = s.obs.to(at::kFloat).contiguous(), next = s.next_obs.to(at::kFloat).contiguous();
-    const auto act = s.action.to(at::kFloat).contiguous().view({envs, -1});
-    const auto rew = s.reward.to(at::kDouble).contiguous(), term = s.terminated.to(at::kFloat).contiguous();
-    const auto trunc = s.truncated.defined() ? s.truncated.to(at::kFloat).contiguous() : at::zeros({envs});
-    od_ = obs.size(1);
-    ad_ = act.size(1);
-    out_.clear();
-    for (std::int64_t i = 0; i < envs; ++i) {
-      auto& q = pending_[static_cast<std::size_t>(i)];
-      Step st;
-      st.obs.assign(obs.data_ptr<float>() + i * od_, obs.data_ptr<float>() + (i + 1) * od_);
-      st.action.assign(act.data_ptr<float>() + i * ad_, act.data_ptr<float>() + (i + 1) * ad_);
-      st.next_obs.assign(next.data_ptr<float>() + i * od_, next.data_ptr<float>() + (i + 1) * od_);
-      st.reward = rew.data_ptr<double>()[i];
-      st.terminated = term.data_ptr<float>()[i] > 0.5f;
-      const bool ended = st.terminated || trunc.data_ptr<float>()[i] > 0.5f;
-      q.push_back(std::move(st));
-      if (ended) {
-        while (!q.empty()) emit(q);
-      } else if (static_cast<int>(q.size()) == n_) {
-        emit(q);
-      }
+  /// Starts over with `envs` empty windows unless there are that many already.
+  void resize(std::size_t envs) {
+    if (pending_.size() != envs) pending_.assign(envs, {});
+  }
+
+  /// Takes env `env`'s next step and appends what it completes to `out`: the oldest
+  /// pending step once n are pending, or every pending step when this one `ended` its
+  /// episode (terminated or truncated).
+  void push(std::size_t env, Step st, bool ended, std::vector<Done>& out) {
+    auto& q = pending_[env];
+    q.push_back(std::move(st));
+    if (ended) {
+      while (!q.empty()) emit(q, out);
+    } else if (static_cast<int>(q.size()) == n_) {
+      emit(q, out);
     }
-    StepBatch b;
-    const auto m = static_cast<std::int64_t>(out_.size());
-    if (m == 0) return b;
-    b.obs = at::empty({m, od_});
-    b.next_obs = at::empty({m, od_});
-    b.action = at::empty({m, ad_});
-    b.reward = at::empty({m});
-    b.terminated = at::empty({m});
-    b.truncated = at::zeros({m});
-    b.discount = at::empty({m});
-    for (std::int64_t k = 0; k < m; ++k) {
-      const auto& o = out_[static_cast<std::size_t>(k)];
-      std::copy(o.obs.begin(), o.obs.end(), b.obs.data_ptr<float>() + k * od_);
-      std::copy(o.next_obs.begin(), o.next_obs.end(), b.next_obs.data_ptr<float>() + k * od_);
-      std::copy(o.action.begin(), o.action.end(), b.action.data_ptr<float>() + k * ad_);
-      b.reward.data_ptr<float>()[k] = static_cast<float>(o.reward);
-      b.terminated.data_ptr<float>()[k] = o.terminated ? 1.f : 0.f;
-      b.discount.data_ptr<float>()[k] = static_cast<float>(o.discount);
-    }
-    return b;
   }
 
   /// Writes the windows still filling, so a restored buffer continues them.
   void save(BinaryWriter& w) const {
     w.value<std::int32_t>(n_);
     w.value(gamma_);
-    w.value(od_);
-    w.value(ad_);
     w.value<std::uint64_t>(pending_.size());
     for (const auto& q : pending_) {
       w.value<std::uint64_t>(q.size());
       for (const auto& st : q) {
-        w.bytes(st.obs.data(), st.obs.size() * sizeof(float));
+        w.value(st.obs);
+        w.value(st.next);
+        w.value<std::uint64_t>(st.action.size());
         w.bytes(st.action.data(), st.action.size() * sizeof(float));
-        w.bytes(st.next_obs.data(), st.next_obs.size() * sizeof(float));
         w.value(st.reward);
         w.value<std::uint8_t>(st.terminated);
       }
@@ -4592,30 +4581,26 @@ class NStepWindow {
   /// What `save` wrote, checked and not yet applied.
   struct Saved {
     double gamma = 0;
-    std::int64_t od = 0, ad = 0;
     std::vector<std::deque<Step>> pending;
   };
   Saved read(BinaryReader& r) const {
     r.expect<std::int32_t>(n_, "buffer.n_step");
     Saved s;
     s.gamma = r.value<double>("n-step gamma");
-    s.od = r.value<std::int64_t>("n-step observation size");
-    s.ad = r.value<std::int64_t>("n-step action size");
     const auto envs = r.value<std::uint64_t>("n-step env count");
-    if (envs > (1u << 20) || s.od < 0 || s.ad < 0 || s.od > (1 << 24) || s.ad > (1 << 24))
-      r.fail("n-step windows", "have implausible sizes");
+    if (envs > (1u << 20)) r.fail("n-step env count", "is implausibly large");
     s.pending.resize(envs);
     for (auto& q : s.pending) {
       const auto len = r.value<std::uint64_t>("n-step window length");
       if (len >= static_cast<std::uint64_t>(n_)) r.fail("n-step window length", "is not below buffer.n_step");
       for (std::uint64_t k = 0; k < len; ++k) {
         Step st;
-        st.obs.resize(static_cast<std::size_t>(s.od));
-        st.action.resize(static_cast<std::size_t>(s.ad));
-        st.next_obs.resize(static_cast<std::size_t>(s.od));
-        r.bytes(st.obs.data(), st.obs.size() * sizeof(float), "n-step observations");
+        st.obs = r.value<std::int64_t>("n-step observation ids");
+        st.next = r.value<std::int64_t>("n-step observation ids");
+        const auto ad = r.value<std::uint64_t>("n-step action size");
+        if (ad > (1u << 24)) r.fail("n-step action size", "is implausibly large");
+        st.action.resize(ad);
         r.bytes(st.action.data(), st.action.size() * sizeof(float), "n-step actions");
-        r.bytes(st.next_obs.data(), st.next_obs.size() * sizeof(float), "n-step next observations");
         st.reward = r.value<double>("n-step rewards");
         st.terminated = r.value<std::uint8_t>("n-step terminal flags") != 0;
         q.push_back(std::move(st));
@@ -4625,8 +4610,6 @@ class NStepWindow {
   }
   void restore(Saved&& s) {
     gamma_ = s.gamma;
-    od_ = s.od;
-    ad_ = s.ad;
     pending_ = std::move(s.pending);
   }
 
@@ -4638,48 +4621,108 @@ class NStepWindow {
   }
 
  private:
-  struct Done {
-    std::vector<float> obs, action, next_obs;
-    double reward, discount;
-    bool terminated;
-  };
-
   // Emits the oldest pending step of one env as a k-step transition over all k pending.
-  void emit(std::deque<Step>& q) {
+  void emit(std::deque<Step>& q, std::vector<Done>& out) const {
     double ret = 0, g = 1;
     for (const auto& st : q) {
       ret += g * st.reward;
       g *= gamma_;
     }
-    out_.push_back(Done{std::move(q.front().obs), std::move(q.front().action), q.back().next_obs, ret, g,
-                        q.back().terminated});
+    out.push_back(Done{q.front().obs, q.back().next, std::move(q.front().action), ret, g, q.back().terminated});
     q.pop_front();
   }
 
   int n_ = 1;
   double gamma_ = 0.99;
-  std::int64_t od_ = 0, ad_ = 0;
   std::vector<std::deque<Step>> pending_;
-  std::vector<Done> out_;
 };
 
 }  // namespace anvil::detail
 // ---- end <anvil/buffers/detail/n_step.hpp> ----
-// ---- begin <anvil/buffers/detail/transition_store.hpp> ----
+// ---- begin <anvil/core/detail/huge_pages.hpp> ----
 /// @file
-/// `TransitionStore`: the preallocated ring of transitions both replay buffers keep, and
-/// the ids that name a transition for as long as it is stored.
-
-#include <ATen/ATen.h>
+/// Large arrays that are read at random (replay storage, priority trees) backed by 2 MiB
+/// pages where the OS offers them, so a random access costs one cache miss and rarely a
+/// TLB miss too: with 4 KiB pages, a 100 MB array spans 25,000 pages, far more than the TLB
+/// holds. On Linux with transparent huge pages in "madvise" mode (Debian's default) this
+/// needs an madvise(MADV_HUGEPAGE) before the memory is first touched. Light header.
 
 #include <algorithm>
-#include <span>
-#include <array>
+#include <cstddef>
 #include <cstdint>
-#include <string>
-#include <string_view>
-#include <vector>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <type_traits>
+#include <utility>
 
+#if defined(__linux__)
+#include <sys/mman.h>
+#include <unistd.h>
+#endif
+
+namespace anvil::detail {
+
+inline constexpr std::size_t kHugePage = std::size_t{2} << 20;
+
+/// Asks for huge pages over the whole pages inside [p, p + bytes), for regions of at least
+/// two huge pages; a no-op elsewhere. Call it before the memory is first written.
+inline void advise_huge_pages(void* p, std::size_t bytes) noexcept {
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+  if (p == nullptr || bytes < 2 * kHugePage) return;
+  const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const auto a = (reinterpret_cast<std::uintptr_t>(p) + page - 1) & ~(page - 1);
+  const auto e = (reinterpret_cast<std::uintptr_t>(p) + bytes) & ~(page - 1);
+  if (e > a) (void)::madvise(reinterpret_cast<void*>(a), e - a, MADV_HUGEPAGE);
+#else
+  (void)p;
+  (void)bytes;
+#endif
+}
+
+/// A fixed-size array of trivially copyable `T`, aligned to a cache line (to a huge page
+/// when large, and advised to use huge pages), every element set to `fill`.
+template <class T>
+class HugeArray {
+  static_assert(std::is_trivially_copyable_v<T>);
+
+ public:
+  HugeArray() = default;
+  HugeArray(std::size_t n, const T& fill) : n_(n) {
+    if (n == 0) return;
+    const std::size_t bytes = n * sizeof(T);
+    const std::size_t align = bytes >= 2 * kHugePage ? kHugePage : 64;
+    p_ = static_cast<T*>(std::aligned_alloc(align, (bytes + align - 1) / align * align));
+    if (p_ == nullptr) throw std::bad_alloc();
+    advise_huge_pages(p_, bytes);
+    std::fill(p_, p_ + n, fill);
+  }
+  HugeArray(const HugeArray& o) : HugeArray(o.n_, T{}) { std::copy(o.begin(), o.end(), p_); }
+  HugeArray(HugeArray&& o) noexcept : p_(std::exchange(o.p_, nullptr)), n_(std::exchange(o.n_, 0)) {}
+  HugeArray& operator=(HugeArray o) noexcept {
+    std::swap(p_, o.p_);
+    std::swap(n_, o.n_);
+    return *this;
+  }
+  ~HugeArray() { std::free(p_); }
+
+  [[nodiscard]] std::size_t size() const noexcept { return n_; }
+  [[nodiscard]] T* data() noexcept { return p_; }
+  [[nodiscard]] const T* data() const noexcept { return p_; }
+  T& operator[](std::size_t i) noexcept { return p_[i]; }
+  const T& operator[](std::size_t i) const noexcept { return p_[i]; }
+  T* begin() noexcept { return p_; }
+  T* end() noexcept { return p_ + n_; }
+  const T* begin() const noexcept { return p_; }
+  const T* end() const noexcept { return p_ + n_; }
+
+ private:
+  T* p_ = nullptr;
+  std::size_t n_ = 0;
+};
+
+}  // namespace anvil::detail
+// ---- end <anvil/core/detail/huge_pages.hpp> ----
 
 namespace anvil {
 
@@ -4697,70 +4740,123 @@ constexpr auto enum_names(ObsDtype) {
 
 namespace detail {
 
-/// A ring of `capacity` transitions in one preallocated row-major float tensor, a row per
-/// transition: [obs | next_obs | action | reward | terminated (| discount)]. One row is one
-/// or a few adjacent cache lines, so gathering a random batch costs one memory round trip
-/// per transition rather than one per field. With 16-bit observations, [obs | next_obs]
-/// rows live in a second tensor of that type. On the CPU a batch comes out as contiguous
-/// float32 tensors; on a GPU as column views of the gathered rows. Transition number k
-/// (counting every transition ever added, from 0) is its id; it lives in row k % capacity
-/// until `capacity` more are added after it. Discrete actions are stored as floats (exact
-/// below 2^24).
+/// Replay storage in two preallocated rings.
+///
+/// Transitions: `capacity` rows of [action | reward | terminated (| discount)] floats,
+/// plus, for each, the slots of its obs and next_obs in the observation ring. Transition
+/// number k (counting every transition ever added, from 0) is its id; it lives in row
+/// k % capacity until `capacity` more are added after it.
+///
+/// Observations are stored once. When env i's observation at this step is bitwise the one
+/// its previous step led to (always, within an episode), the transition reuses that row,
+/// so an episode of L steps costs L + 1 observations instead of 2L: about half the memory
+/// of observation-heavy buffers. The observation ring has capacity * 5/4 + 256 rows, which
+/// covers episodes of 4 steps or more. With shorter episodes, or transitions whose
+/// observations do not chain, a transition whose observation is overwritten leaves
+/// early; `size()` counts what is stored and `dropped()` what left early.
+///
+/// n-step returns (`n_step` > 1) are formed before storing by an `NStepWindow` per env.
+/// Rows live with the networks (`device`); on the CPU a batch comes out as contiguous
+/// float32 tensors gathered with prefetching; on a GPU by `index_select`, so transitions
+/// never cross to the host. Discrete actions are stored as floats (exact below 2^24).
 class TransitionStore {
  public:
-  /// `with_discount`: rows also keep a per-transition bootstrap discount (n-step returns).
+  /// The observation rows of a transition's obs and next_obs; -1 when the row holds none.
+  struct Link {
+    std::int32_t obs = -1, next = -1;
+  };
+
   TransitionStore(const envs::EnvSpec& spec, std::int64_t capacity, c10::Device device, std::string owner,
-                  bool with_discount = false, ObsDtype obs_dtype = ObsDtype::float32)
+                  int n_step = 1, ObsDtype obs_dtype = ObsDtype::float32)
       : capacity_(capacity),
+        obs_capacity_(capacity + (capacity + 3) / 4 + 256),
         device_(device),
         owner_(std::move(owner)),
         od_(spec.obs_dim()),
         ad_(spec.action_dim()),
         discrete_(spec.discrete()),
-        with_discount_(with_discount),
+        with_discount_(n_step > 1),
         obs_dtype_(obs_dtype),
-        so_(obs_dtype == ObsDtype::float32 ? 2 * od_ : 0),
-        width_(so_ + ad_ + 2 + (with_discount ? 1 : 0)) {
+        width_(ad_ + 2 + (n_step > 1 ? 1 : 0)),
+        window_(n_step, 0.99) {
+    if (obs_capacity_ > INT32_MAX)
+      throw Error(owner_ + ": buffer.capacity=" + std::to_string(capacity) +
+                  " is above the largest supported (1,700,000,000 transitions)");
     const auto f = at::TensorOptions().dtype(at::kFloat).device(device_);
     data_ = at::empty({capacity_, width_}, f);
-    if (obs_dtype_ != ObsDtype::float32)
-      obs_ = at::empty({capacity_, 2 * od_}, f.dtype(obs_dtype_ == ObsDtype::bfloat16 ? at::kBFloat16 : at::kHalf));
+    obs_ = at::empty({obs_capacity_, od_}, f.dtype(obs_dtype_ == ObsDtype::float32    ? at::kFloat
+                                                   : obs_dtype_ == ObsDtype::bfloat16 ? at::kBFloat16
+                                                                                      : at::kHalf));
+    if (device_.is_cpu()) {  // read at random: huge pages spare most TLB misses
+      advise_huge_pages(data_.data_ptr(), static_cast<std::size_t>(data_.nbytes()));
+      advise_huge_pages(obs_.data_ptr(), static_cast<std::size_t>(obs_.nbytes()));
+    }
+    link_ = HugeArray<Link>(static_cast<std::size_t>(capacity_), Link{});
+    owner_of_ = HugeArray<std::int32_t>(static_cast<std::size_t>(obs_capacity_), -1);
   }
 
-  /// Stores one step of N envs (row i = env i); N may exceed the free space: the ring wraps.
-  /// Returns the id of the first; the rest follow in order.
-  std::int64_t add(const StepBatch& s) {
+  /// Stores one step of N envs (row i = env i; the ring wraps as needed), or with n-step
+  /// returns the transitions it completes. Returns the id of the first stored transition
+  /// and how many were stored; `killed()` then lists the rows of older transitions that
+  /// left early because their observations were overwritten.
+  std::pair<std::int64_t, std::int64_t> add(const StepBatch& s) {
     const std::int64_t n = s.obs.size(0);
     if (n > capacity_)
       throw Error(owner_ + ": adding " + std::to_string(n) +
                   " transitions at once exceeds buffer.capacity=" + std::to_string(capacity_));
-    const std::int64_t first = added_;
-    std::int64_t done = 0;
-    while (done < n) {
-      const std::int64_t slot = added_ % capacity_;
-      const std::int64_t k = std::min(n - done, capacity_ - slot);
-      auto rows = data_.narrow(0, slot, k);
-      auto obs_rows = obs_.defined() ? obs_.narrow(0, slot, k) : rows;
-      auto put = [&](at::Tensor& dst, std::int64_t col, std::int64_t w, const at::Tensor& t) {
-        dst.narrow(1, col, w).copy_(t.narrow(0, done, k).reshape({k, w}));
-      };
-      put(obs_rows, 0, od_, s.obs);
-      put(obs_rows, od_, od_, s.next_obs);
-      put(rows, so_, ad_, s.action);
-      put(rows, so_ + ad_, 1, s.reward);
-      put(rows, so_ + ad_ + 1, 1, s.terminated);
-      if (with_discount_) {
-        if (!s.discount.defined()) throw Error(owner_ + ": n-step storage needs each transition's discount");
-        put(rows, so_ + ad_ + 2, 1, s.discount);
-      }
-      added_ += k;
-      done += k;
+    if (2 * n > obs_capacity_)
+      throw Error(owner_ + ": adding " + std::to_string(n) + " transitions at once needs up to " +
+                  std::to_string(2 * n) + " observation rows; this buffer has " + std::to_string(obs_capacity_) +
+                  " (buffer.capacity=" + std::to_string(capacity_) + ")");
+    const auto obs = host(s.obs, n, od_, "obs"), next = host(s.next_obs, n, od_, "next_obs");
+    const auto act = host(s.action, n, ad_, "action"), rew = host(s.reward, n, 1, "reward");
+    const auto term = host(s.terminated, n, 1, "terminated");
+    const auto trunc = s.truncated.defined() ? host(s.truncated, n, 1, "truncated") : at::zeros({n});
+    const float *o = obs.data_ptr<float>(), *no = next.data_ptr<float>(), *a = act.data_ptr<float>();
+    const float *r = rew.data_ptr<float>(), *t = term.data_ptr<float>(), *tr = trunc.data_ptr<float>();
+
+    killed_.clear();
+    first_obs_ = obs_added_;
+    first_row_ = added_;
+    obs_stage_.clear();
+    row_stage_.clear();
+    if (open_.size() != static_cast<std::size_t>(n)) {
+      open_.assign(static_cast<std::size_t>(n), -1);
+      open_obs_.assign(static_cast<std::size_t>(n * od_), 0.f);
+      window_.resize(static_cast<std::size_t>(n));
     }
-    return first;
+    for (std::int64_t i = 0; i < n; ++i) {
+      const auto e = static_cast<std::size_t>(i);
+      const float* oi = o + i * od_;
+      float* open = open_obs_.data() + i * od_;
+      std::int64_t oid = open_[e];
+      if (!obs_live(oid) ||
+          std::memcmp(oi, open, static_cast<std::size_t>(od_) * sizeof(float)) != 0)
+        oid = append_obs(oi);
+      const std::int64_t nid = append_obs(no + i * od_);
+      open_[e] = nid;
+      std::copy(no + i * od_, no + (i + 1) * od_, open);
+      if (window_.n() == 1) {
+        put(oid, nid, a + i * ad_, r[i], t[i], 1.0);
+      } else {
+        window_.push(e, {oid, nid, std::vector<float>(a + i * ad_, a + (i + 1) * ad_), r[i], t[i] > 0.5f},
+                     t[i] > 0.5f || tr[i] > 0.5f, done_);
+        for (const auto& d : done_) {
+          if (obs_live(d.obs)) {
+            put(d.obs, d.next, d.action.data(), static_cast<float>(d.reward), d.terminated ? 1.f : 0.f, d.discount);
+          } else {
+            ++dropped_;  // its first observation was overwritten while the window filled
+          }
+        }
+        done_.clear();
+      }
+    }
+    flush();
+    return {first_row_, added_ - first_row_};
   }
 
-  /// The transitions in rows `slots` as a batch of contiguous tensors on the storage
-  /// device, with their ids in `index`.
+  /// The transitions in rows `slots` (each must be `valid`) as a batch of contiguous
+  /// tensors on the storage device, with their ids in `index`.
   ReplayBatch gather(std::span<const std::int64_t> slots) const {
     const auto n = static_cast<std::int64_t>(slots.size());
     ReplayBatch b;
@@ -4776,131 +4872,288 @@ class TransitionStore {
       float *o = b.obs.data_ptr<float>(), *no = b.next_obs.data_ptr<float>(), *a = action.data_ptr<float>();
       float *r = b.reward.data_ptr<float>(), *t = b.terminated.data_ptr<float>();
       float* d = with_discount_ ? b.discount.data_ptr<float>() : nullptr;
-      constexpr std::int64_t kAhead = 8;  // rows in flight: random rows miss every cache
-      auto observations = [&](const auto* obs_src, std::int64_t stride) {
-        for (std::int64_t i = 0; i < std::min(kAhead, n); ++i) __builtin_prefetch(obs_src + slots[i] * stride);
-        for (std::int64_t i = 0; i < n; ++i) {
-          if (i + kAhead < n) __builtin_prefetch(obs_src + slots[i + kAhead] * stride);
-          const auto* row = obs_src + slots[i] * stride;
-          for (std::int64_t j = 0; j < od_; ++j) {
-            o[i * od_ + j] = static_cast<float>(row[j]);
-            no[i * od_ + j] = static_cast<float>(row[od_ + j]);
+      // Rows of random transitions miss every cache, so they are fetched ahead in two
+      // stages: a transition's link and action row 2 * kAhead samples ahead, its two
+      // observation rows (whose places the link gives) kAhead samples ahead.
+      constexpr std::int64_t kAhead = 8;
+      const Link* link = link_.data();
+      auto run = [&](const auto* obs_src) {
+        auto slot = [&](std::int64_t i) { return slots[static_cast<std::size_t>(i)]; };
+        auto first = [&](std::int64_t i) {
+          __builtin_prefetch(link + slot(i));
+          __builtin_prefetch(src + slot(i) * width_);
+        };
+        auto second = [&](std::int64_t i) {
+          const Link l = link[slot(i)];
+          for (const auto* row : {obs_src + l.obs * od_, obs_src + l.next * od_}) {
+            __builtin_prefetch(row);
+            __builtin_prefetch(row + od_ - 1);
           }
+        };
+        for (std::int64_t i = 0; i < std::min(2 * kAhead, n); ++i) first(i);
+        for (std::int64_t i = 0; i < std::min(kAhead, n); ++i) second(i);
+        for (std::int64_t i = 0; i < n; ++i) {
+          if (i + 2 * kAhead < n) first(i + 2 * kAhead);
+          if (i + kAhead < n) second(i + kAhead);
+          const auto s = slot(i);
+          const auto* ro = obs_src + link[s].obs * od_;
+          const auto* rn = obs_src + link[s].next * od_;
+          for (std::int64_t j = 0; j < od_; ++j) {
+            o[i * od_ + j] = static_cast<float>(ro[j]);
+            no[i * od_ + j] = static_cast<float>(rn[j]);
+          }
+          const float* row = src + s * width_;
+          std::copy(row, row + ad_, a + i * ad_);
+          r[i] = row[ad_];
+          t[i] = row[ad_ + 1];
+          if (d) d[i] = row[ad_ + 2];
         }
       };
       switch (obs_dtype_) {
-        case ObsDtype::float32: observations(src, width_); break;
-        case ObsDtype::bfloat16: observations(obs_.data_ptr<c10::BFloat16>(), 2 * od_); break;
-        case ObsDtype::float16: observations(obs_.data_ptr<c10::Half>(), 2 * od_); break;
-      }
-      for (std::int64_t i = 0; i < std::min(kAhead, n); ++i) __builtin_prefetch(src + slots[i] * width_ + so_);
-      for (std::int64_t i = 0; i < n; ++i) {
-        if (i + kAhead < n) __builtin_prefetch(src + slots[i + kAhead] * width_ + so_);
-        const float* row = src + slots[i] * width_ + so_;
-        std::copy(row, row + ad_, a + i * ad_);
-        r[i] = row[ad_];
-        t[i] = row[ad_ + 1];
-        if (d) d[i] = row[ad_ + 2];
+        case ObsDtype::float32: run(obs_.data_ptr<float>()); break;
+        case ObsDtype::bfloat16: run(obs_.data_ptr<c10::BFloat16>()); break;
+        case ObsDtype::float16: run(obs_.data_ptr<c10::Half>()); break;
       }
       b.action = discrete_ ? action.view({n}).to(at::kLong) : action;
     } else {
-      auto idx = at::empty({n}, at::TensorOptions().dtype(at::kLong));
-      std::copy(slots.begin(), slots.end(), idx.data_ptr<std::int64_t>());
+      // One host-to-device copy of 3n indices; the rows themselves stay on the device.
+      auto idx = at::empty({3 * n}, at::TensorOptions().dtype(at::kLong));
+      auto* ip = idx.data_ptr<std::int64_t>();
+      for (std::int64_t i = 0; i < n; ++i) {
+        const auto s = static_cast<std::size_t>(slots[static_cast<std::size_t>(i)]);
+        ip[i] = slots[static_cast<std::size_t>(i)];
+        ip[n + i] = link_[s].obs;
+        ip[2 * n + i] = link_[s].next;
+      }
       const auto di = idx.to(device_, /*non_blocking=*/true);
-      const auto rows = data_.index_select(0, di);
-      const auto obs_rows = obs_.defined() ? obs_.index_select(0, di).to(at::kFloat) : rows;
-      b.obs = obs_rows.narrow(1, 0, od_);
-      b.next_obs = obs_rows.narrow(1, od_, od_);
-      b.action = discrete_ ? rows.select(1, so_).to(at::kLong) : rows.narrow(1, so_, ad_);
-      b.reward = rows.select(1, so_ + ad_);
-      b.terminated = rows.select(1, so_ + ad_ + 1);
-      if (with_discount_) b.discount = rows.select(1, so_ + ad_ + 2);
+      const auto rows = data_.index_select(0, di.narrow(0, 0, n));
+      const auto both = obs_.index_select(0, di.narrow(0, n, 2 * n)).to(at::kFloat);
+      b.obs = both.narrow(0, 0, n);
+      b.next_obs = both.narrow(0, n, n);
+      b.action = discrete_ ? rows.select(1, 0).to(at::kLong) : rows.narrow(1, 0, ad_);
+      b.reward = rows.select(1, ad_);
+      b.terminated = rows.select(1, ad_ + 1);
+      if (with_discount_) b.discount = rows.select(1, ad_ + 2);
     }
     b.index = at::empty({n}, at::TensorOptions().dtype(at::kLong));
     auto* id = b.index.data_ptr<std::int64_t>();
-    for (std::int64_t i = 0; i < n; ++i) id[i] = id_of(slots[i]);
+    for (std::int64_t i = 0; i < n; ++i) id[i] = id_of(slots[static_cast<std::size_t>(i)]);
     return b;
   }
 
-  /// Writes the stored rows and counters.
+  /// Writes the stored rows, links, counters and n-step windows.
   void save(BinaryWriter& w) const {
     w.value(capacity_);
+    w.value(obs_capacity_);
     w.value(width_);
     w.value(od_);
     w.value(ad_);
-    w.value<std::uint8_t>(with_discount_);
-    w.value(added_);
     w.value<std::uint8_t>(static_cast<std::uint8_t>(obs_dtype_));
-    const auto rows = data_.narrow(0, 0, size()).to(at::kCPU).contiguous();
+    w.value(added_);
+    w.value(obs_added_);
+    w.value(live_);
+    w.value(dropped_);
+    const auto rows = data_.narrow(0, 0, stored()).to(at::kCPU).contiguous();
     w.bytes(rows.data_ptr<float>(), static_cast<std::size_t>(rows.numel()) * sizeof(float));
-    if (obs_.defined()) {
-      const auto o = obs_.narrow(0, 0, size()).to(at::kCPU).contiguous();
-      w.bytes(o.data_ptr(), static_cast<std::size_t>(o.numel()) * 2);
-    }
+    const auto obs = obs_.narrow(0, 0, obs_stored()).to(at::kCPU).contiguous();
+    w.bytes(obs.data_ptr(), static_cast<std::size_t>(obs.numel() * obs.element_size()));
+    w.bytes(link_.data(), static_cast<std::size_t>(stored()) * sizeof(Link));
+    w.bytes(owner_of_.data(), static_cast<std::size_t>(obs_stored()) * sizeof(std::int32_t));
+    w.value<std::uint64_t>(open_.size());
+    w.bytes(open_.data(), open_.size() * sizeof(std::int64_t));
+    w.bytes(open_obs_.data(), open_obs_.size() * sizeof(float));
+    window_.save(w);
   }
   /// What `save` wrote, read and checked against this store's shape, not yet applied.
   struct Saved {
     at::Tensor rows, obs;
-    std::int64_t added = 0;
+    std::int64_t added = 0, obs_added = 0, live = 0, dropped = 0;
+    std::vector<Link> links;
+    std::vector<std::int32_t> owner_of;
+    std::vector<std::int64_t> open;
+    std::vector<float> open_obs;
+    NStepWindow::Saved window;
   };
   Saved read(BinaryReader& r) const {
     r.expect(capacity_, "buffer.capacity");
+    r.expect(obs_capacity_, "observation ring size");
     r.expect(width_, "row width");
     r.expect(od_, "observation size");
     r.expect(ad_, "action size");
-    r.expect<std::uint8_t>(with_discount_, "n-step storage (1: rows keep a discount)");
+    r.expect<std::uint8_t>(static_cast<std::uint8_t>(obs_dtype_), "buffer.obs_dtype (0 float32, 1 bfloat16, 2 float16)");
     Saved s;
     s.added = r.value<std::int64_t>("transitions added");
-    if (s.added < 0) r.fail("transitions added", "is negative");
-    r.expect<std::uint8_t>(static_cast<std::uint8_t>(obs_dtype_), "buffer.obs_dtype (0 float32, 1 bfloat16, 2 float16)");
-    const std::int64_t n = std::min(s.added, capacity_);
+    s.obs_added = r.value<std::int64_t>("observations added");
+    s.live = r.value<std::int64_t>("transitions stored");
+    s.dropped = r.value<std::int64_t>("transitions dropped");
+    if (s.added < 0 || s.obs_added < 0 || s.live < 0 || s.dropped < 0)
+      r.fail("transition counters", "are negative");
+    const std::int64_t n = std::min(s.added, capacity_), m = std::min(s.obs_added, obs_capacity_);
     s.rows = at::empty({n, width_}, at::kFloat);
     r.bytes(s.rows.data_ptr<float>(), static_cast<std::size_t>(n * width_) * sizeof(float), "transitions");
-    if (obs_.defined()) {
-      s.obs = at::empty({n, 2 * od_}, obs_.options().device(at::kCPU));
-      r.bytes(s.obs.data_ptr(), static_cast<std::size_t>(n * 2 * od_) * 2, "observations");
+    s.obs = at::empty({m, od_}, obs_.options().device(at::kCPU));
+    r.bytes(s.obs.data_ptr(), static_cast<std::size_t>(m * od_ * s.obs.element_size()), "observations");
+    auto ints = [&](std::vector<std::int32_t>& v, std::int64_t k, const char* what) {
+      v.resize(static_cast<std::size_t>(k));
+      r.bytes(v.data(), v.size() * sizeof(std::int32_t), what);
+    };
+    s.links.resize(static_cast<std::size_t>(n));
+    r.bytes(s.links.data(), s.links.size() * sizeof(Link), "observation links");
+    ints(s.owner_of, m, "observation owners");
+    std::int64_t live = 0;
+    for (const auto& l : s.links) {
+      const auto a = l.obs, b = l.next;
+      if (a < -1 || a >= m || b < -1 || b >= m || (a >= 0) != (b >= 0))
+        r.fail("observation links", "point outside the stored observations");
+      live += a >= 0;
     }
+    if (live != s.live) r.fail("transitions stored", "does not match the observation links");
+    for (auto t : s.owner_of)
+      if (t < -1 || t >= n) r.fail("observation owners", "point outside the stored transitions");
+    const auto envs = r.value<std::uint64_t>("env count");
+    if (envs > (1u << 20)) r.fail("env count", "is implausibly large");
+    s.open.resize(envs);
+    r.bytes(s.open.data(), s.open.size() * sizeof(std::int64_t), "current observation ids");
+    s.open_obs.resize(envs * static_cast<std::size_t>(od_));
+    r.bytes(s.open_obs.data(), s.open_obs.size() * sizeof(float), "current observations");
+    s.window = window_.read(r);
     return s;
   }
   void restore(Saved&& s) {
     data_.narrow(0, 0, s.rows.size(0)).copy_(s.rows);
-    if (obs_.defined()) obs_.narrow(0, 0, s.obs.size(0)).copy_(s.obs);
+    obs_.narrow(0, 0, s.obs.size(0)).copy_(s.obs);
+    std::fill(link_.begin(), link_.end(), Link{});
+    std::fill(owner_of_.begin(), owner_of_.end(), -1);
+    std::copy(s.links.begin(), s.links.end(), link_.begin());
+    std::copy(s.owner_of.begin(), s.owner_of.end(), owner_of_.begin());
     added_ = s.added;
+    obs_added_ = s.obs_added;
+    live_ = s.live;
+    dropped_ = s.dropped;
+    open_ = std::move(s.open);
+    open_obs_ = std::move(s.open_obs);
+    window_.restore(std::move(s.window));
+    window_.resize(open_.size());
   }
 
-  /// The id of the transition now in `slot` (slot < size()).
+  /// The id of the transition now in `slot` (slot < stored()).
   [[nodiscard]] std::int64_t id_of(std::int64_t slot) const noexcept {
     const std::int64_t newest_slot = (added_ - 1) % capacity_;
     const std::int64_t base = added_ - 1 - newest_slot;  // id stored in slot 0 of this lap
     return slot <= newest_slot ? base + slot : base - capacity_ + slot;
   }
-  /// Whether transition `id` is still stored (not yet overwritten).
-  [[nodiscard]] bool live(std::int64_t id) const noexcept { return id >= 0 && id < added_ && id + capacity_ >= added_; }
+  /// Whether transition `id` is still stored.
+  [[nodiscard]] bool live(std::int64_t id) const noexcept {
+    return id >= 0 && id < added_ && id + capacity_ >= added_ && valid(slot_of(id));
+  }
+  /// Whether row `slot` holds a stored transition.
+  [[nodiscard]] bool valid(std::int64_t slot) const noexcept { return link_[static_cast<std::size_t>(slot)].obs >= 0; }
   [[nodiscard]] std::int64_t slot_of(std::int64_t id) const noexcept { return id % capacity_; }
+  /// Rows of the transition ring written so far: samples are drawn from [0, stored()).
+  [[nodiscard]] std::int64_t stored() const noexcept { return std::min(added_, capacity_); }
+  /// Rows of older transitions that the last `add` dropped (see the class comment).
+  [[nodiscard]] std::span<const std::int64_t> killed() const noexcept { return killed_; }
 
-  [[nodiscard]] std::int64_t size() const noexcept { return std::min(added_, capacity_); }
+  /// Transitions stored now.
+  [[nodiscard]] std::int64_t size() const noexcept { return live_; }
   [[nodiscard]] std::int64_t capacity() const noexcept { return capacity_; }
+  [[nodiscard]] std::int64_t obs_capacity() const noexcept { return obs_capacity_; }
   [[nodiscard]] std::int64_t added() const noexcept { return added_; }
+  /// Transitions that left before `capacity` newer ones arrived (see the class comment).
+  [[nodiscard]] std::int64_t dropped() const noexcept { return dropped_; }
   [[nodiscard]] const c10::Device& device() const noexcept { return device_; }
   [[nodiscard]] const std::string& owner() const noexcept { return owner_; }
+  void set_gamma(double gamma) noexcept { window_.set_gamma(gamma); }
   /// Bytes of preallocated storage.
   [[nodiscard]] std::int64_t bytes() const noexcept {
-    std::int64_t b = data_.numel() * static_cast<std::int64_t>(data_.element_size());
-    if (obs_.defined()) b += obs_.numel() * static_cast<std::int64_t>(obs_.element_size());
-    return b;
+    return data_.numel() * static_cast<std::int64_t>(data_.element_size()) +
+           obs_.numel() * static_cast<std::int64_t>(obs_.element_size()) +
+           static_cast<std::int64_t>(link_.size() * sizeof(Link) + owner_of_.size() * sizeof(std::int32_t));
   }
 
  private:
-  std::int64_t capacity_;
+  // `t` on the host as contiguous float32 [n, w], or a clear error naming the field.
+  at::Tensor host(const at::Tensor& t, std::int64_t n, std::int64_t w, const char* field) const {
+    if (!t.defined() || t.numel() != n * w)
+      throw Error(owner_ + ": StepBatch." + field + " has " + (t.defined() ? std::to_string(t.numel()) : "no") +
+                  " values; expected " + std::to_string(n) + " envs x " + std::to_string(w));
+    return t.to(at::kCPU).to(at::kFloat).contiguous().view({n, w});
+  }
+  [[nodiscard]] std::int64_t obs_stored() const noexcept { return std::min(obs_added_, obs_capacity_); }
+  [[nodiscard]] bool obs_live(std::int64_t id) const noexcept { return id >= 0 && id + obs_capacity_ >= obs_added_; }
+
+  // Appends one observation; a stored transition that still uses the row it overwrites
+  // is dropped.
+  std::int64_t append_obs(const float* o) {
+    const std::int64_t id = obs_added_++;
+    const auto slot = static_cast<std::int32_t>(id % obs_capacity_);
+    const std::int32_t t = owner_of_[static_cast<std::size_t>(slot)];
+    if (t >= 0 && link_[static_cast<std::size_t>(t)].obs == slot) {
+      link_[static_cast<std::size_t>(t)] = Link{};
+      --live_;
+      ++dropped_;
+      killed_.push_back(t);
+    }
+    owner_of_[static_cast<std::size_t>(slot)] = -1;
+    obs_stage_.insert(obs_stage_.end(), o, o + od_);
+    return id;
+  }
+
+  // Stores one transition from observation `oid` to `nid`.
+  void put(std::int64_t oid, std::int64_t nid, const float* action, float reward, float terminated, double discount) {
+    const auto slot = static_cast<std::size_t>(added_ % capacity_);
+    if (link_[slot].obs >= 0) --live_;
+    link_[slot] = Link{static_cast<std::int32_t>(oid % obs_capacity_), static_cast<std::int32_t>(nid % obs_capacity_)};
+    owner_of_[static_cast<std::size_t>(link_[slot].obs)] = static_cast<std::int32_t>(slot);
+    row_stage_.insert(row_stage_.end(), action, action + ad_);
+    row_stage_.push_back(reward);
+    row_stage_.push_back(terminated);
+    if (with_discount_) row_stage_.push_back(static_cast<float>(discount));
+    ++live_;
+    ++added_;
+  }
+
+  // Copies the rows staged by this add into the rings (at most two pieces each: the ids
+  // of one add are consecutive).
+  void flush() {
+    auto copy_in = [](at::Tensor& ring, std::int64_t first, std::vector<float>& stage, std::int64_t w) {
+      const auto k = static_cast<std::int64_t>(stage.size()) / w;
+      const std::int64_t cap = ring.size(0);
+      if (k == 0) return;
+      // Only the last `cap` rows survive when more than `cap` were staged.
+      const std::int64_t skip = std::max<std::int64_t>(0, k - cap);
+      const auto src = at::from_blob(stage.data() + skip * w, {k - skip, w}, at::kFloat);
+      std::int64_t done = 0;
+      while (done < k - skip) {
+        const std::int64_t slot = (first + skip + done) % cap;
+        const std::int64_t len = std::min(k - skip - done, cap - slot);
+        ring.narrow(0, slot, len).copy_(src.narrow(0, done, len));
+        done += len;
+      }
+    };
+    copy_in(obs_, first_obs_, obs_stage_, od_);
+    copy_in(data_, first_row_, row_stage_, width_);
+  }
+
+  std::int64_t capacity_, obs_capacity_;
   c10::Device device_;
   std::string owner_;
   std::int64_t od_, ad_;
   bool discrete_, with_discount_;
   ObsDtype obs_dtype_;
-  std::int64_t so_;     // first column of action, reward, ... in data_
-  std::int64_t width_;  // columns of data_
-  at::Tensor data_, obs_;  // obs_: [obs | next_obs] rows when they are 16-bit
-  std::int64_t added_ = 0;
+  std::int64_t width_;             // columns of data_
+  at::Tensor data_;                // [capacity, width]: action, reward, terminated (, discount)
+  at::Tensor obs_;                 // [obs_capacity, obs_dim] in the storage dtype
+  HugeArray<Link> link_;           // per transition row
+  HugeArray<std::int32_t> owner_of_;  // per observation row: the transition row using it as obs
+  std::int64_t added_ = 0, obs_added_ = 0, live_ = 0, dropped_ = 0;
+  std::vector<std::int64_t> open_;  // per env: id of the observation its last step led to
+  std::vector<float> open_obs_;     // ... and that observation, to recognise it
+  NStepWindow window_;
+  std::vector<NStepWindow::Done> done_;
+  std::vector<std::int64_t> killed_;
+  std::int64_t first_obs_ = 0, first_row_ = 0;
+  std::vector<float> obs_stage_, row_stage_;
 };
 
 }  // namespace detail
@@ -4924,17 +5177,11 @@ class ReplayCore {
   ReplayCore(const envs::EnvSpec& spec, std::int64_t capacity, Storage storage, ObsDtype obs_dtype,
              int n_step, const RunContext& ctx, std::string owner)
       : store_(spec, capacity, storage == Storage::cpu ? c10::Device(c10::kCPU) : ctx.device, std::move(owner),
-               n_step > 1, obs_dtype),
-        nstep_(n_step, 0.99) {}
+               n_step, obs_dtype) {}
 
   /// Stores what one step of N envs completes (the step itself for 1-step transitions).
   /// Returns the id of the first stored transition and how many were stored.
-  std::pair<std::int64_t, std::int64_t> add(const StepBatch& step) {
-    if (nstep_.n() == 1) return {store_.add(step), step.obs.size(0)};
-    const auto done = nstep_.push(step);
-    if (!done.obs.defined()) return {store_.added(), 0};
-    return {store_.add(done), done.obs.size(0)};
-  }
+  std::pair<std::int64_t, std::int64_t> add(const StepBatch& step) { return store_.add(step); }
 
   /// Throws unless 1 <= n <= size().
   void check_batch(std::int64_t n) const {
@@ -4943,39 +5190,28 @@ class ReplayCore {
                   std::to_string(size()) + " transitions; the batch size must be between 1 and the size");
   }
 
-  void save(BinaryWriter& w) const {
-    store_.save(w);
-    nstep_.save(w);
-  }
-  struct Saved {
-    TransitionStore::Saved store;
-    NStepWindow::Saved nstep;
-  };
-  Saved read(BinaryReader& r) const {
-    Saved s;
-    s.store = store_.read(r);
-    s.nstep = nstep_.read(r);
-    return s;
-  }
-  void restore(Saved&& s) {
-    store_.restore(std::move(s.store));
-    nstep_.restore(std::move(s.nstep));
-  }
+  void save(BinaryWriter& w) const { store_.save(w); }
+  using Saved = TransitionStore::Saved;
+  Saved read(BinaryReader& r) const { return store_.read(r); }
+  void restore(Saved&& s) { store_.restore(std::move(s)); }
 
   [[nodiscard]] ReplayBatch gather(std::span<const std::int64_t> slots) const { return store_.gather(slots); }
   [[nodiscard]] bool live(std::int64_t id) const noexcept { return store_.live(id); }
+  [[nodiscard]] bool valid(std::int64_t slot) const noexcept { return store_.valid(slot); }
   [[nodiscard]] std::int64_t slot_of(std::int64_t id) const noexcept { return store_.slot_of(id); }
-  void set_discount(double gamma) noexcept { nstep_.set_gamma(gamma); }
+  [[nodiscard]] std::int64_t stored() const noexcept { return store_.stored(); }
+  [[nodiscard]] std::span<const std::int64_t> killed() const noexcept { return store_.killed(); }
+  void set_discount(double gamma) noexcept { store_.set_gamma(gamma); }
 
   [[nodiscard]] std::int64_t size() const noexcept { return store_.size(); }
   [[nodiscard]] std::int64_t capacity() const noexcept { return store_.capacity(); }
   [[nodiscard]] std::int64_t added() const noexcept { return store_.added(); }
+  [[nodiscard]] std::int64_t dropped() const noexcept { return store_.dropped(); }
   [[nodiscard]] std::int64_t bytes() const noexcept { return store_.bytes(); }
   [[nodiscard]] const c10::Device& device() const noexcept { return store_.device(); }
 
  private:
   TransitionStore store_;
-  NStepWindow nstep_;
 };
 
 }  // namespace anvil::detail
@@ -5003,6 +5239,7 @@ class ReplayCore {
 #include <span>
 #include <vector>
 
+
 namespace anvil::detail {
 
 /// Sums and minimums over `capacity` non-negative priorities (see file comment).
@@ -5019,11 +5256,10 @@ class PriorityTree {
       n /= kFanout;
     } while (width_.back() > kFanout);
     width_.push_back(1);  // the root
-    for (std::int64_t w : width_) {  // 8 spare doubles to start each level on a line boundary
-      sum_.emplace_back(static_cast<std::size_t>(w + kFanout), 0.0);
+    for (std::int64_t w : width_) {  // each level starts on a cache line (and huge pages)
+      sum_.emplace_back(static_cast<std::size_t>(w), 0.0);
       // The min tree shares the sum tree's leaves: its level 0 stays empty.
-      min_.emplace_back(min_.empty() ? 0 : static_cast<std::size_t>(w + kFanout),
-                        std::numeric_limits<double>::infinity());
+      min_.emplace_back(min_.empty() ? 0 : static_cast<std::size_t>(w), std::numeric_limits<double>::infinity());
     }
   }
 
@@ -5103,23 +5339,20 @@ class PriorityTree {
   [[nodiscard]] std::int64_t bytes() const noexcept {
     std::int64_t b = 0;
     for (const auto* tree : {&sum_, &min_})
-      for (const auto& l : *tree) b += static_cast<std::int64_t>(l.capacity() * sizeof(double));
+      for (const auto& l : *tree) b += static_cast<std::int64_t>(l.size() * sizeof(double));
     return b;
   }
 
  private:
-  // Level `l` of `tree`, from its first 64-byte boundary.
-  static double* line(std::vector<std::vector<double>>& tree, std::size_t l) noexcept {
-    const auto p = reinterpret_cast<std::uintptr_t>(tree[l].data());
-    return reinterpret_cast<double*>((p + 63) & ~std::uintptr_t{63});
-  }
-  static const double* line(const std::vector<std::vector<double>>& tree, std::size_t l) noexcept {
-    return line(const_cast<std::vector<std::vector<double>>&>(tree), l);
+  // Level `l` of `tree` (64-byte aligned).
+  static double* line(std::vector<HugeArray<double>>& tree, std::size_t l) noexcept { return tree[l].data(); }
+  static const double* line(const std::vector<HugeArray<double>>& tree, std::size_t l) noexcept {
+    return tree[l].data();
   }
 
   std::int64_t capacity_ = 0;
   std::vector<std::int64_t> width_;           // nodes per level, leaves first
-  std::vector<std::vector<double>> sum_, min_;  // level 0 = leaves; last = root
+  std::vector<HugeArray<double>> sum_, min_;  // level 0 = leaves; last = root
   std::vector<std::int64_t> touched_;
   std::vector<double> rest_;
 };
@@ -5173,6 +5406,14 @@ class PrioritizedBuffer {
     values_.assign(static_cast<std::size_t>(n), max_priority_);
     for (std::int64_t i = 0; i < n; ++i) slots_[static_cast<std::size_t>(i)] = core_.slot_of(first + i);
     tree_.set(slots_, values_);
+    // Transitions that left early (their observation was overwritten) can no longer be drawn.
+    slots_.clear();
+    for (auto k : core_.killed())
+      if (!core_.valid(k)) slots_.push_back(k);
+    if (!slots_.empty()) {
+      values_.assign(slots_.size(), 0.0);
+      tree_.set(slots_, values_);
+    }
   }
 
   /// `n` transitions, one from each of n equal slices of the total priority, with their
@@ -5242,25 +5483,25 @@ class PrioritizedBuffer {
   /// Writes the buffer (transitions, priorities, n-step windows, sampling state) to
   /// `path`, atomically: a crash mid-save leaves the previous file intact.
   void save(const std::filesystem::path& path) const {
-    BinaryWriter w(path, "anvil PrioritizedBuffer v1");
+    BinaryWriter w(path, "anvil PrioritizedBuffer v2");
     core_.save(w);
     w.value(rng_.state());
     w.value(max_priority_);
     w.value(stale_);
     w.value(horizon_);
-    for (std::int64_t i = 0; i < size(); ++i) w.value(tree_.get(i));
+    for (std::int64_t i = 0; i < core_.stored(); ++i) w.value(tree_.get(i));
     w.commit();
   }
   /// Restores what `save` wrote; the buffer's config must match. On any error the buffer
   /// is unchanged.
   void load(const std::filesystem::path& path) {
-    BinaryReader r(path, "anvil PrioritizedBuffer v1");
+    BinaryReader r(path, "anvil PrioritizedBuffer v2");
     auto saved = core_.read(r);
     const auto rng = r.value<Rng::State>("sampling state");
     const auto max_p = r.value<double>("largest priority");
     const auto stale = r.value<std::int64_t>("stale update count");
     const auto horizon = r.value<std::int64_t>("beta horizon");
-    const std::int64_t n = std::min(saved.store.added, capacity());
+    const std::int64_t n = std::min(saved.added, capacity());
     std::vector<double> p(static_cast<std::size_t>(n));
     r.bytes(p.data(), p.size() * sizeof(double), "priorities");
     for (double v : p)
@@ -5279,6 +5520,8 @@ class PrioritizedBuffer {
   [[nodiscard]] std::int64_t size() const noexcept { return core_.size(); }
   [[nodiscard]] std::int64_t capacity() const noexcept { return core_.capacity(); }
   [[nodiscard]] std::int64_t added() const noexcept { return core_.added(); }
+  /// Transitions that left early (see `UniformBuffer::dropped`).
+  [[nodiscard]] std::int64_t dropped() const noexcept { return core_.dropped(); }
   /// Bytes of preallocated storage, trees included.
   [[nodiscard]] std::int64_t bytes() const noexcept { return core_.bytes() + tree_.bytes(); }
   [[nodiscard]] const c10::Device& device() const noexcept { return core_.device(); }
@@ -5352,8 +5595,9 @@ static_assert(PrioritizedReplay<PrioritizedBuffer>);
 
 namespace anvil {
 
-/// Buffer policy: a ring of `capacity` transitions in preallocated tensors. One call adds a
-/// whole step of N envs; one call samples a batch; when full, new transitions overwrite the
+/// Buffer policy: a ring of `capacity` transitions in preallocated tensors, each
+/// observation stored once (buffers/detail/transition_store.hpp). One call adds a whole
+/// step of N envs; one call samples a batch; when full, new transitions overwrite the
 /// oldest. Terminated and truncated are kept apart: only `terminated` stops bootstrapping.
 class UniformBuffer {
  public:
@@ -5381,7 +5625,12 @@ class UniformBuffer {
   ReplayBatch sample(std::int64_t n) {
     core_.check_batch(n);
     slots_.resize(static_cast<std::size_t>(n));
-    for (auto& s : slots_) s = static_cast<std::int64_t>(rng_.below(static_cast<std::uint64_t>(size())));
+    const auto rows = static_cast<std::uint64_t>(core_.stored());
+    const bool gaps = core_.size() < core_.stored();  // rows of transitions that left early
+    for (auto& s : slots_) {
+      do s = static_cast<std::int64_t>(rng_.below(rows));
+      while (gaps && !core_.valid(s));  // (rare) are drawn again
+    }
     return core_.gather(slots_);
   }
 
@@ -5391,7 +5640,7 @@ class UniformBuffer {
   /// Writes the buffer (transitions, n-step windows, sampling state) to `path`,
   /// atomically: a crash mid-save leaves the previous file intact.
   void save(const std::filesystem::path& path) const {
-    BinaryWriter w(path, "anvil UniformBuffer v1");
+    BinaryWriter w(path, "anvil UniformBuffer v2");
     core_.save(w);
     w.value(rng_.state());
     w.commit();
@@ -5399,7 +5648,7 @@ class UniformBuffer {
   /// Restores what `save` wrote; the buffer's config must match. On any error the buffer
   /// is unchanged.
   void load(const std::filesystem::path& path) {
-    BinaryReader r(path, "anvil UniformBuffer v1");
+    BinaryReader r(path, "anvil UniformBuffer v2");
     auto saved = core_.read(r);
     const auto rng = r.value<Rng::State>("sampling state");
     core_.restore(std::move(saved));
@@ -5410,6 +5659,9 @@ class UniformBuffer {
   [[nodiscard]] std::int64_t capacity() const noexcept { return core_.capacity(); }
   /// Transitions stored since construction (including overwritten ones).
   [[nodiscard]] std::int64_t added() const noexcept { return core_.added(); }
+  /// Transitions that left before `capacity` newer ones arrived, because the observation
+  /// ring ran out (episodes under 4 steps, or observations that do not chain).
+  [[nodiscard]] std::int64_t dropped() const noexcept { return core_.dropped(); }
   /// Bytes of preallocated storage.
   [[nodiscard]] std::int64_t bytes() const noexcept { return core_.bytes(); }
   [[nodiscard]] const c10::Device& device() const noexcept { return core_.device(); }

@@ -163,6 +163,19 @@ TEST_CASE("PrioritizedBuffer: n-step transitions enter at the largest priority w
   CHECK(b.priority(0) == 1.0);
 }
 
+TEST_CASE("PrioritizedBuffer: transitions that leave early get priority zero and are never sampled") {
+  auto b = make(1000);
+  for (int k = 0; k < 10; ++k) b.add(step_of(100, static_cast<float>(100 * k)));  // see the UniformBuffer case
+  REQUIRE(b.dropped() == 247);
+  double total = 0;
+  for (int id = 247; id < 1000; ++id) total += b.priority(id);
+  CHECK(b.total_priority() == doctest::Approx(total));
+  CHECK_THROWS_AS((void)b.priority(0), anvil::Error);
+  for (int r = 0; r < 20; ++r) CHECK(b.sample(256).index.min().item<std::int64_t>() >= 247);
+  b.update_priorities(torch::arange(0, 300, torch::kLong), torch::ones({300}));
+  CHECK(b.stale_updates() == 247);
+}
+
 TEST_CASE("Replay buffers: save and load round-trip exactly, and a bad file changes nothing") {
   const auto dir = std::filesystem::temp_directory_path() / ("anvil_buffer_io_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
@@ -171,7 +184,7 @@ TEST_CASE("Replay buffers: save and load round-trip exactly, and a bad file chan
   c.n_step = 3;
   auto make_per = [&] { return PrioritizedBuffer(envs::spec_of(envs::Pendulum{}), c, RunContext{.seed = 9}); };
   auto a = make_per();
-  for (int t = 0; t < 30; ++t) a.add(step_of(2, static_cast<float>(2 * t)));  // wraps; windows still filling
+  for (int t = 0; t < 30; ++t) a.add(test::chain_step(2, t, 7));  // wraps; windows still filling
   auto s = a.sample(16);
   a.update_priorities(s.index, torch::rand({16}) * 3);
   a.save(dir / "per.bin");
@@ -181,9 +194,9 @@ TEST_CASE("Replay buffers: save and load round-trip exactly, and a bad file chan
   CHECK(b.size() == a.size());
   CHECK(b.added() == a.added());
   CHECK(b.total_priority() == a.total_priority());
-  for (int t = 0; t < 3; ++t) {  // the same future: samples, and n-step windows that complete
-    a.add(step_of(2, 100.0f + 2 * t));
-    b.add(step_of(2, 100.0f + 2 * t));
+  for (int t = 30; t < 33; ++t) {  // the same future: shared observations, samples, n-step windows
+    a.add(test::chain_step(2, t, 7));
+    b.add(test::chain_step(2, t, 7));
     auto x = a.sample(8), y = b.sample(8);
     CHECK(torch::equal(x.index, y.index));
     CHECK(torch::equal(x.obs, y.obs));
@@ -208,7 +221,7 @@ TEST_CASE("Replay buffers: save and load round-trip exactly, and a bad file chan
   auto fresh = make_per();
   CHECK_THROWS_WITH_AS(fresh.load(dir / "cut.bin"), doctest::Contains("is cut short (truncated file?)"), anvil::Error);
   CHECK(fresh.size() == 0);
-  CHECK_THROWS_WITH_AS(fresh.load(dir / "uniform.bin"), doctest::Contains("is not a anvil PrioritizedBuffer v1 file"),
+  CHECK_THROWS_WITH_AS(fresh.load(dir / "uniform.bin"), doctest::Contains("is not a anvil PrioritizedBuffer v2 file"),
                        anvil::Error);
   UniformBuffer::Config other = uc;
   other.capacity = 21;

@@ -16,3 +16,25 @@ inline StepBatch step_of(std::int64_t n, float base) {
 }
 
 }  // namespace anvil::test
+
+namespace anvil::test {
+
+/// Step t of n envs whose observations chain, as a real env's do: env i observes
+/// [t, i, 0] and moves to [t + 1, i, 0]; its episodes end (truncated) every `episode`
+/// steps, and the next one starts from the reset observation [t + 1, i, 1]. The action is
+/// the env's index and the reward is t.
+inline StepBatch chain_step(std::int64_t n, std::int64_t t, std::int64_t episode) {
+  StepBatch s;
+  auto i = torch::arange(n, torch::kFloat);
+  auto tt = torch::full({n}, static_cast<float>(t));
+  const bool starts = t > 0 && t % episode == 0, ends = (t + 1) % episode == 0;
+  s.obs = torch::stack({tt, i, torch::full({n}, starts ? 1.f : 0.f)}, 1);
+  s.next_obs = torch::stack({tt + 1, i, torch::zeros({n})}, 1);
+  s.action = i.unsqueeze(1);
+  s.reward = tt;
+  s.terminated = torch::zeros({n});
+  s.truncated = torch::full({n}, ends ? 1.f : 0.f);
+  return s;
+}
+
+}  // namespace anvil::test

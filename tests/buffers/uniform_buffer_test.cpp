@@ -81,8 +81,55 @@ TEST_CASE("UniformBuffer: too many transitions at once and a batch larger than t
 
 TEST_CASE("UniformBuffer: reports its preallocated bytes") {
   auto b = make(1000);
-  // obs and next_obs 3 floats each, action 1, reward and terminated 1 each: 9 floats a row.
-  CHECK(b.bytes() == 1000 * 9 * 4);
+  // Transition rows: action, reward, terminated (3 floats) and two int32 observation links.
+  // Observation ring: 1000 * 5/4 + 256 rows of 3 floats, and an int32 owner each.
+  CHECK(b.bytes() == 1000 * (3 * 4 + 2 * 4) + 1506 * (3 * 4 + 4));
+}
+
+TEST_CASE("Replay buffers: observations are stored once, and an episode's end keeps its last observation") {
+  auto b = make(1000);
+  // 2 envs, 700 steps, truncated every 10: 1400 transitions and 1540 observations, of
+  // which the 1000 newest transitions need about 1100: the ring of 1506 holds them all.
+  for (std::int64_t t = 0; t < 700; ++t) b.add(test::chain_step(2, t, 10));
+  CHECK(b.size() == 1000);
+  CHECK(b.dropped() == 0);
+  std::set<int> starts;
+  for (int r = 0; r < 20; ++r) {
+    auto s = b.sample(500);
+    for (int k = 0; k < 500; ++k) {
+      const float t = s.obs[k][0].item<float>();
+      CHECK(t >= 200);  // the 1000 newest: steps 200..699 of both envs
+      CHECK(s.reward[k].item<float>() == t);
+      CHECK(s.obs[k][1].item<float>() == s.action[k][0].item<float>());  // the right env's row
+      CHECK(s.next_obs[k][0].item<float>() == t + 1);
+      CHECK(s.next_obs[k][1].item<float>() == s.obs[k][1].item<float>());
+      // The last transition of an episode leads to its final observation, not the reset one.
+      CHECK(s.next_obs[k][2].item<float>() == 0.f);
+      const bool first = static_cast<int>(t) % 10 == 0;
+      CHECK(s.obs[k][2].item<float>() == (first ? 1.f : 0.f));
+      if (first) starts.insert(static_cast<int>(t));
+    }
+  }
+  CHECK(starts.size() == 50);
+}
+
+TEST_CASE("Replay buffers: when observations do not chain, the oldest transitions leave early, cleanly") {
+  // 1000 transitions that share no observations need 2000 rows; the ring has 1506, so the
+  // transitions whose observations were overwritten (ids 0..246: obs rows 0..493) leave.
+  auto b = make(1000);
+  for (int k = 0; k < 10; ++k) b.add(step_of(100, static_cast<float>(100 * k)));
+  CHECK(b.dropped() == 247);
+  CHECK(b.size() == 753);
+  for (int r = 0; r < 20; ++r) {
+    auto s = b.sample(500);
+    CHECK(s.index.min().item<std::int64_t>() >= 247);
+    CHECK(torch::equal(s.index.to(torch::kFloat), s.reward));
+    CHECK(torch::equal(s.obs.select(1, 0), s.reward));
+    CHECK(torch::allclose(s.next_obs.select(1, 0), s.reward + 0.5f));
+  }
+  // New transitions replace the dropped rows first: the size grows back to the capacity.
+  for (std::int64_t t = 0; t < 1000; ++t) b.add(test::chain_step(1, t, 100));
+  CHECK(b.size() == 1000);
 }
 
 namespace {
@@ -157,8 +204,8 @@ TEST_CASE("UniformBuffer: 16-bit observation storage halves its memory and gives
     c.capacity = 1000;
     c.obs_dtype = dtype;
     UniformBuffer b(envs::spec_of(envs::Pendulum{}), c, RunContext{});
-    // obs and next_obs 3 half floats each (12 bytes), action, reward, terminated 4 bytes each
-    CHECK(b.bytes() == 1000 * (12 + 12));
+    // as the float32 layout (above), with observations of 3 half floats
+    CHECK(b.bytes() == 1000 * (3 * 4 + 2 * 4) + 1506 * (3 * 2 + 4));
     b.add(step_of(100, 0));  // ids up to 99 and id + 0.5 are exact in both 16-bit types
     auto s = b.sample(100);
     CHECK((s.obs.scalar_type() == torch::kFloat));

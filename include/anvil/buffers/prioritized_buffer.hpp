@@ -69,6 +69,14 @@ class PrioritizedBuffer {
     values_.assign(static_cast<std::size_t>(n), max_priority_);
     for (std::int64_t i = 0; i < n; ++i) slots_[static_cast<std::size_t>(i)] = core_.slot_of(first + i);
     tree_.set(slots_, values_);
+    // Transitions that left early (their observation was overwritten) can no longer be drawn.
+    slots_.clear();
+    for (auto k : core_.killed())
+      if (!core_.valid(k)) slots_.push_back(k);
+    if (!slots_.empty()) {
+      values_.assign(slots_.size(), 0.0);
+      tree_.set(slots_, values_);
+    }
   }
 
   /// `n` transitions, one from each of n equal slices of the total priority, with their
@@ -138,25 +146,25 @@ class PrioritizedBuffer {
   /// Writes the buffer (transitions, priorities, n-step windows, sampling state) to
   /// `path`, atomically: a crash mid-save leaves the previous file intact.
   void save(const std::filesystem::path& path) const {
-    BinaryWriter w(path, "anvil PrioritizedBuffer v1");
+    BinaryWriter w(path, "anvil PrioritizedBuffer v2");
     core_.save(w);
     w.value(rng_.state());
     w.value(max_priority_);
     w.value(stale_);
     w.value(horizon_);
-    for (std::int64_t i = 0; i < size(); ++i) w.value(tree_.get(i));
+    for (std::int64_t i = 0; i < core_.stored(); ++i) w.value(tree_.get(i));
     w.commit();
   }
   /// Restores what `save` wrote; the buffer's config must match. On any error the buffer
   /// is unchanged.
   void load(const std::filesystem::path& path) {
-    BinaryReader r(path, "anvil PrioritizedBuffer v1");
+    BinaryReader r(path, "anvil PrioritizedBuffer v2");
     auto saved = core_.read(r);
     const auto rng = r.value<Rng::State>("sampling state");
     const auto max_p = r.value<double>("largest priority");
     const auto stale = r.value<std::int64_t>("stale update count");
     const auto horizon = r.value<std::int64_t>("beta horizon");
-    const std::int64_t n = std::min(saved.store.added, capacity());
+    const std::int64_t n = std::min(saved.added, capacity());
     std::vector<double> p(static_cast<std::size_t>(n));
     r.bytes(p.data(), p.size() * sizeof(double), "priorities");
     for (double v : p)
@@ -175,6 +183,8 @@ class PrioritizedBuffer {
   [[nodiscard]] std::int64_t size() const noexcept { return core_.size(); }
   [[nodiscard]] std::int64_t capacity() const noexcept { return core_.capacity(); }
   [[nodiscard]] std::int64_t added() const noexcept { return core_.added(); }
+  /// Transitions that left early (see `UniformBuffer::dropped`).
+  [[nodiscard]] std::int64_t dropped() const noexcept { return core_.dropped(); }
   /// Bytes of preallocated storage, trees included.
   [[nodiscard]] std::int64_t bytes() const noexcept { return core_.bytes() + tree_.bytes(); }
   [[nodiscard]] const c10::Device& device() const noexcept { return core_.device(); }

@@ -21,6 +21,8 @@
 #include <span>
 #include <vector>
 
+#include <anvil/core/detail/huge_pages.hpp>
+
 namespace anvil::detail {
 
 /// Sums and minimums over `capacity` non-negative priorities (see file comment).
@@ -37,11 +39,10 @@ class PriorityTree {
       n /= kFanout;
     } while (width_.back() > kFanout);
     width_.push_back(1);  // the root
-    for (std::int64_t w : width_) {  // 8 spare doubles to start each level on a line boundary
-      sum_.emplace_back(static_cast<std::size_t>(w + kFanout), 0.0);
+    for (std::int64_t w : width_) {  // each level starts on a cache line (and huge pages)
+      sum_.emplace_back(static_cast<std::size_t>(w), 0.0);
       // The min tree shares the sum tree's leaves: its level 0 stays empty.
-      min_.emplace_back(min_.empty() ? 0 : static_cast<std::size_t>(w + kFanout),
-                        std::numeric_limits<double>::infinity());
+      min_.emplace_back(min_.empty() ? 0 : static_cast<std::size_t>(w), std::numeric_limits<double>::infinity());
     }
   }
 
@@ -121,23 +122,20 @@ class PriorityTree {
   [[nodiscard]] std::int64_t bytes() const noexcept {
     std::int64_t b = 0;
     for (const auto* tree : {&sum_, &min_})
-      for (const auto& l : *tree) b += static_cast<std::int64_t>(l.capacity() * sizeof(double));
+      for (const auto& l : *tree) b += static_cast<std::int64_t>(l.size() * sizeof(double));
     return b;
   }
 
  private:
-  // Level `l` of `tree`, from its first 64-byte boundary.
-  static double* line(std::vector<std::vector<double>>& tree, std::size_t l) noexcept {
-    const auto p = reinterpret_cast<std::uintptr_t>(tree[l].data());
-    return reinterpret_cast<double*>((p + 63) & ~std::uintptr_t{63});
-  }
-  static const double* line(const std::vector<std::vector<double>>& tree, std::size_t l) noexcept {
-    return line(const_cast<std::vector<std::vector<double>>&>(tree), l);
+  // Level `l` of `tree` (64-byte aligned).
+  static double* line(std::vector<HugeArray<double>>& tree, std::size_t l) noexcept { return tree[l].data(); }
+  static const double* line(const std::vector<HugeArray<double>>& tree, std::size_t l) noexcept {
+    return tree[l].data();
   }
 
   std::int64_t capacity_ = 0;
   std::vector<std::int64_t> width_;           // nodes per level, leaves first
-  std::vector<std::vector<double>> sum_, min_;  // level 0 = leaves; last = root
+  std::vector<HugeArray<double>> sum_, min_;  // level 0 = leaves; last = root
   std::vector<std::int64_t> touched_;
   std::vector<double> rest_;
 };

@@ -20,8 +20,9 @@
 
 namespace anvil {
 
-/// Buffer policy: a ring of `capacity` transitions in preallocated tensors. One call adds a
-/// whole step of N envs; one call samples a batch; when full, new transitions overwrite the
+/// Buffer policy: a ring of `capacity` transitions in preallocated tensors, each
+/// observation stored once (buffers/detail/transition_store.hpp). One call adds a whole
+/// step of N envs; one call samples a batch; when full, new transitions overwrite the
 /// oldest. Terminated and truncated are kept apart: only `terminated` stops bootstrapping.
 class UniformBuffer {
  public:
@@ -49,7 +50,12 @@ class UniformBuffer {
   ReplayBatch sample(std::int64_t n) {
     core_.check_batch(n);
     slots_.resize(static_cast<std::size_t>(n));
-    for (auto& s : slots_) s = static_cast<std::int64_t>(rng_.below(static_cast<std::uint64_t>(size())));
+    const auto rows = static_cast<std::uint64_t>(core_.stored());
+    const bool gaps = core_.size() < core_.stored();  // rows of transitions that left early
+    for (auto& s : slots_) {
+      do s = static_cast<std::int64_t>(rng_.below(rows));
+      while (gaps && !core_.valid(s));  // (rare) are drawn again
+    }
     return core_.gather(slots_);
   }
 
@@ -59,7 +65,7 @@ class UniformBuffer {
   /// Writes the buffer (transitions, n-step windows, sampling state) to `path`,
   /// atomically: a crash mid-save leaves the previous file intact.
   void save(const std::filesystem::path& path) const {
-    BinaryWriter w(path, "anvil UniformBuffer v1");
+    BinaryWriter w(path, "anvil UniformBuffer v2");
     core_.save(w);
     w.value(rng_.state());
     w.commit();
@@ -67,7 +73,7 @@ class UniformBuffer {
   /// Restores what `save` wrote; the buffer's config must match. On any error the buffer
   /// is unchanged.
   void load(const std::filesystem::path& path) {
-    BinaryReader r(path, "anvil UniformBuffer v1");
+    BinaryReader r(path, "anvil UniformBuffer v2");
     auto saved = core_.read(r);
     const auto rng = r.value<Rng::State>("sampling state");
     core_.restore(std::move(saved));
@@ -78,6 +84,9 @@ class UniformBuffer {
   [[nodiscard]] std::int64_t capacity() const noexcept { return core_.capacity(); }
   /// Transitions stored since construction (including overwritten ones).
   [[nodiscard]] std::int64_t added() const noexcept { return core_.added(); }
+  /// Transitions that left before `capacity` newer ones arrived, because the observation
+  /// ring ran out (episodes under 4 steps, or observations that do not chain).
+  [[nodiscard]] std::int64_t dropped() const noexcept { return core_.dropped(); }
   /// Bytes of preallocated storage.
   [[nodiscard]] std::int64_t bytes() const noexcept { return core_.bytes(); }
   [[nodiscard]] const c10::Device& device() const noexcept { return core_.device(); }

@@ -20,7 +20,6 @@ struct StepBatch {
   at::Tensor next_obs;    ///< [N, obs_dim]
   at::Tensor terminated;  ///< [N] float 0/1: terminal state, do not bootstrap
   at::Tensor truncated;   ///< [N] float 0/1: cut by a time limit, bootstrap
-  at::Tensor discount = {};  ///< [N] optional: gamma^k for a k-step transition (buffers' n-step returns)
 };
 
 /// A batch sampled from a replay buffer.

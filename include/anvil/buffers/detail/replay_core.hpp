@@ -1,14 +1,13 @@
 #pragma once
 /// @file
-/// `ReplayCore`: what every replay buffer shares: the transition store, n-step windows,
-/// the config fields for them, and the checks on a batch size.
+/// `ReplayCore`: what every replay buffer shares: the transition store (with its n-step
+/// windows), the config fields for it, and the checks on a batch size.
 
 #include <cstdint>
 #include <span>
 #include <string>
 #include <utility>
 
-#include <anvil/buffers/detail/n_step.hpp>
 #include <anvil/buffers/detail/transition_store.hpp>
 #include <anvil/core/batch.hpp>
 #include <anvil/core/context.hpp>
@@ -33,17 +32,11 @@ class ReplayCore {
   ReplayCore(const envs::EnvSpec& spec, std::int64_t capacity, Storage storage, ObsDtype obs_dtype,
              int n_step, const RunContext& ctx, std::string owner)
       : store_(spec, capacity, storage == Storage::cpu ? c10::Device(c10::kCPU) : ctx.device, std::move(owner),
-               n_step > 1, obs_dtype),
-        nstep_(n_step, 0.99) {}
+               n_step, obs_dtype) {}
 
   /// Stores what one step of N envs completes (the step itself for 1-step transitions).
   /// Returns the id of the first stored transition and how many were stored.
-  std::pair<std::int64_t, std::int64_t> add(const StepBatch& step) {
-    if (nstep_.n() == 1) return {store_.add(step), step.obs.size(0)};
-    const auto done = nstep_.push(step);
-    if (!done.obs.defined()) return {store_.added(), 0};
-    return {store_.add(done), done.obs.size(0)};
-  }
+  std::pair<std::int64_t, std::int64_t> add(const StepBatch& step) { return store_.add(step); }
 
   /// Throws unless 1 <= n <= size().
   void check_batch(std::int64_t n) const {
@@ -52,39 +45,28 @@ class ReplayCore {
                   std::to_string(size()) + " transitions; the batch size must be between 1 and the size");
   }
 
-  void save(BinaryWriter& w) const {
-    store_.save(w);
-    nstep_.save(w);
-  }
-  struct Saved {
-    TransitionStore::Saved store;
-    NStepWindow::Saved nstep;
-  };
-  Saved read(BinaryReader& r) const {
-    Saved s;
-    s.store = store_.read(r);
-    s.nstep = nstep_.read(r);
-    return s;
-  }
-  void restore(Saved&& s) {
-    store_.restore(std::move(s.store));
-    nstep_.restore(std::move(s.nstep));
-  }
+  void save(BinaryWriter& w) const { store_.save(w); }
+  using Saved = TransitionStore::Saved;
+  Saved read(BinaryReader& r) const { return store_.read(r); }
+  void restore(Saved&& s) { store_.restore(std::move(s)); }
 
   [[nodiscard]] ReplayBatch gather(std::span<const std::int64_t> slots) const { return store_.gather(slots); }
   [[nodiscard]] bool live(std::int64_t id) const noexcept { return store_.live(id); }
+  [[nodiscard]] bool valid(std::int64_t slot) const noexcept { return store_.valid(slot); }
   [[nodiscard]] std::int64_t slot_of(std::int64_t id) const noexcept { return store_.slot_of(id); }
-  void set_discount(double gamma) noexcept { nstep_.set_gamma(gamma); }
+  [[nodiscard]] std::int64_t stored() const noexcept { return store_.stored(); }
+  [[nodiscard]] std::span<const std::int64_t> killed() const noexcept { return store_.killed(); }
+  void set_discount(double gamma) noexcept { store_.set_gamma(gamma); }
 
   [[nodiscard]] std::int64_t size() const noexcept { return store_.size(); }
   [[nodiscard]] std::int64_t capacity() const noexcept { return store_.capacity(); }
   [[nodiscard]] std::int64_t added() const noexcept { return store_.added(); }
+  [[nodiscard]] std::int64_t dropped() const noexcept { return store_.dropped(); }
   [[nodiscard]] std::int64_t bytes() const noexcept { return store_.bytes(); }
   [[nodiscard]] const c10::Device& device() const noexcept { return store_.device(); }
 
  private:
   TransitionStore store_;
-  NStepWindow nstep_;
 };
 
 }  // namespace anvil::detail

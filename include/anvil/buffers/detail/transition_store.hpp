@@ -1,20 +1,25 @@
 #pragma once
 /// @file
-/// `TransitionStore`: the preallocated ring of transitions both replay buffers keep, and
-/// the ids that name a transition for as long as it is stored.
+/// `TransitionStore`: the preallocated rings both replay buffers keep (transitions, and
+/// observations stored once), and the ids that name a transition while it is stored.
 
 #include <ATen/ATen.h>
 
 #include <algorithm>
-#include <span>
 #include <array>
+#include <climits>
 #include <cstdint>
+#include <cstring>
+#include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
+#include <anvil/buffers/detail/n_step.hpp>
 #include <anvil/core/batch.hpp>
 #include <anvil/core/binary_io.hpp>
+#include <anvil/core/detail/huge_pages.hpp>
 #include <anvil/core/error.hpp>
 #include <anvil/envs/env.hpp>
 
@@ -34,70 +39,123 @@ constexpr auto enum_names(ObsDtype) {
 
 namespace detail {
 
-/// A ring of `capacity` transitions in one preallocated row-major float tensor, a row per
-/// transition: [obs | next_obs | action | reward | terminated (| discount)]. One row is one
-/// or a few adjacent cache lines, so gathering a random batch costs one memory round trip
-/// per transition rather than one per field. With 16-bit observations, [obs | next_obs]
-/// rows live in a second tensor of that type. On the CPU a batch comes out as contiguous
-/// float32 tensors; on a GPU as column views of the gathered rows. Transition number k
-/// (counting every transition ever added, from 0) is its id; it lives in row k % capacity
-/// until `capacity` more are added after it. Discrete actions are stored as floats (exact
-/// below 2^24).
+/// Replay storage in two preallocated rings.
+///
+/// Transitions: `capacity` rows of [action | reward | terminated (| discount)] floats,
+/// plus, for each, the slots of its obs and next_obs in the observation ring. Transition
+/// number k (counting every transition ever added, from 0) is its id; it lives in row
+/// k % capacity until `capacity` more are added after it.
+///
+/// Observations are stored once. When env i's observation at this step is bitwise the one
+/// its previous step led to (always, within an episode), the transition reuses that row,
+/// so an episode of L steps costs L + 1 observations instead of 2L: about half the memory
+/// of observation-heavy buffers. The observation ring has capacity * 5/4 + 256 rows, which
+/// covers episodes of 4 steps or more. With shorter episodes, or transitions whose
+/// observations do not chain, a transition whose observation is overwritten leaves
+/// early; `size()` counts what is stored and `dropped()` what left early.
+///
+/// n-step returns (`n_step` > 1) are formed before storing by an `NStepWindow` per env.
+/// Rows live with the networks (`device`); on the CPU a batch comes out as contiguous
+/// float32 tensors gathered with prefetching; on a GPU by `index_select`, so transitions
+/// never cross to the host. Discrete actions are stored as floats (exact below 2^24).
 class TransitionStore {
  public:
-  /// `with_discount`: rows also keep a per-transition bootstrap discount (n-step returns).
+  /// The observation rows of a transition's obs and next_obs; -1 when the row holds none.
+  struct Link {
+    std::int32_t obs = -1, next = -1;
+  };
+
   TransitionStore(const envs::EnvSpec& spec, std::int64_t capacity, c10::Device device, std::string owner,
-                  bool with_discount = false, ObsDtype obs_dtype = ObsDtype::float32)
+                  int n_step = 1, ObsDtype obs_dtype = ObsDtype::float32)
       : capacity_(capacity),
+        obs_capacity_(capacity + (capacity + 3) / 4 + 256),
         device_(device),
         owner_(std::move(owner)),
         od_(spec.obs_dim()),
         ad_(spec.action_dim()),
         discrete_(spec.discrete()),
-        with_discount_(with_discount),
+        with_discount_(n_step > 1),
         obs_dtype_(obs_dtype),
-        so_(obs_dtype == ObsDtype::float32 ? 2 * od_ : 0),
-        width_(so_ + ad_ + 2 + (with_discount ? 1 : 0)) {
+        width_(ad_ + 2 + (n_step > 1 ? 1 : 0)),
+        window_(n_step, 0.99) {
+    if (obs_capacity_ > INT32_MAX)
+      throw Error(owner_ + ": buffer.capacity=" + std::to_string(capacity) +
+                  " is above the largest supported (1,700,000,000 transitions)");
     const auto f = at::TensorOptions().dtype(at::kFloat).device(device_);
     data_ = at::empty({capacity_, width_}, f);
-    if (obs_dtype_ != ObsDtype::float32)
-      obs_ = at::empty({capacity_, 2 * od_}, f.dtype(obs_dtype_ == ObsDtype::bfloat16 ? at::kBFloat16 : at::kHalf));
+    obs_ = at::empty({obs_capacity_, od_}, f.dtype(obs_dtype_ == ObsDtype::float32    ? at::kFloat
+                                                   : obs_dtype_ == ObsDtype::bfloat16 ? at::kBFloat16
+                                                                                      : at::kHalf));
+    if (device_.is_cpu()) {  // read at random: huge pages spare most TLB misses
+      advise_huge_pages(data_.data_ptr(), static_cast<std::size_t>(data_.nbytes()));
+      advise_huge_pages(obs_.data_ptr(), static_cast<std::size_t>(obs_.nbytes()));
+    }
+    link_ = HugeArray<Link>(static_cast<std::size_t>(capacity_), Link{});
+    owner_of_ = HugeArray<std::int32_t>(static_cast<std::size_t>(obs_capacity_), -1);
   }
 
-  /// Stores one step of N envs (row i = env i); N may exceed the free space: the ring wraps.
-  /// Returns the id of the first; the rest follow in order.
-  std::int64_t add(const StepBatch& s) {
+  /// Stores one step of N envs (row i = env i; the ring wraps as needed), or with n-step
+  /// returns the transitions it completes. Returns the id of the first stored transition
+  /// and how many were stored; `killed()` then lists the rows of older transitions that
+  /// left early because their observations were overwritten.
+  std::pair<std::int64_t, std::int64_t> add(const StepBatch& s) {
     const std::int64_t n = s.obs.size(0);
     if (n > capacity_)
       throw Error(owner_ + ": adding " + std::to_string(n) +
                   " transitions at once exceeds buffer.capacity=" + std::to_string(capacity_));
-    const std::int64_t first = added_;
-    std::int64_t done = 0;
-    while (done < n) {
-      const std::int64_t slot = added_ % capacity_;
-      const std::int64_t k = std::min(n - done, capacity_ - slot);
-      auto rows = data_.narrow(0, slot, k);
-      auto obs_rows = obs_.defined() ? obs_.narrow(0, slot, k) : rows;
-      auto put = [&](at::Tensor& dst, std::int64_t col, std::int64_t w, const at::Tensor& t) {
-        dst.narrow(1, col, w).copy_(t.narrow(0, done, k).reshape({k, w}));
-      };
-      put(obs_rows, 0, od_, s.obs);
-      put(obs_rows, od_, od_, s.next_obs);
-      put(rows, so_, ad_, s.action);
-      put(rows, so_ + ad_, 1, s.reward);
-      put(rows, so_ + ad_ + 1, 1, s.terminated);
-      if (with_discount_) {
-        if (!s.discount.defined()) throw Error(owner_ + ": n-step storage needs each transition's discount");
-        put(rows, so_ + ad_ + 2, 1, s.discount);
-      }
-      added_ += k;
-      done += k;
+    if (2 * n > obs_capacity_)
+      throw Error(owner_ + ": adding " + std::to_string(n) + " transitions at once needs up to " +
+                  std::to_string(2 * n) + " observation rows; this buffer has " + std::to_string(obs_capacity_) +
+                  " (buffer.capacity=" + std::to_string(capacity_) + ")");
+    const auto obs = host(s.obs, n, od_, "obs"), next = host(s.next_obs, n, od_, "next_obs");
+    const auto act = host(s.action, n, ad_, "action"), rew = host(s.reward, n, 1, "reward");
+    const auto term = host(s.terminated, n, 1, "terminated");
+    const auto trunc = s.truncated.defined() ? host(s.truncated, n, 1, "truncated") : at::zeros({n});
+    const float *o = obs.data_ptr<float>(), *no = next.data_ptr<float>(), *a = act.data_ptr<float>();
+    const float *r = rew.data_ptr<float>(), *t = term.data_ptr<float>(), *tr = trunc.data_ptr<float>();
+
+    killed_.clear();
+    first_obs_ = obs_added_;
+    first_row_ = added_;
+    obs_stage_.clear();
+    row_stage_.clear();
+    if (open_.size() != static_cast<std::size_t>(n)) {
+      open_.assign(static_cast<std::size_t>(n), -1);
+      open_obs_.assign(static_cast<std::size_t>(n * od_), 0.f);
+      window_.resize(static_cast<std::size_t>(n));
     }
-    return first;
+    for (std::int64_t i = 0; i < n; ++i) {
+      const auto e = static_cast<std::size_t>(i);
+      const float* oi = o + i * od_;
+      float* open = open_obs_.data() + i * od_;
+      std::int64_t oid = open_[e];
+      if (!obs_live(oid) ||
+          std::memcmp(oi, open, static_cast<std::size_t>(od_) * sizeof(float)) != 0)
+        oid = append_obs(oi);
+      const std::int64_t nid = append_obs(no + i * od_);
+      open_[e] = nid;
+      std::copy(no + i * od_, no + (i + 1) * od_, open);
+      if (window_.n() == 1) {
+        put(oid, nid, a + i * ad_, r[i], t[i], 1.0);
+      } else {
+        window_.push(e, {oid, nid, std::vector<float>(a + i * ad_, a + (i + 1) * ad_), r[i], t[i] > 0.5f},
+                     t[i] > 0.5f || tr[i] > 0.5f, done_);
+        for (const auto& d : done_) {
+          if (obs_live(d.obs)) {
+            put(d.obs, d.next, d.action.data(), static_cast<float>(d.reward), d.terminated ? 1.f : 0.f, d.discount);
+          } else {
+            ++dropped_;  // its first observation was overwritten while the window filled
+          }
+        }
+        done_.clear();
+      }
+    }
+    flush();
+    return {first_row_, added_ - first_row_};
   }
 
-  /// The transitions in rows `slots` as a batch of contiguous tensors on the storage
-  /// device, with their ids in `index`.
+  /// The transitions in rows `slots` (each must be `valid`) as a batch of contiguous
+  /// tensors on the storage device, with their ids in `index`.
   ReplayBatch gather(std::span<const std::int64_t> slots) const {
     const auto n = static_cast<std::int64_t>(slots.size());
     ReplayBatch b;
@@ -113,131 +171,288 @@ class TransitionStore {
       float *o = b.obs.data_ptr<float>(), *no = b.next_obs.data_ptr<float>(), *a = action.data_ptr<float>();
       float *r = b.reward.data_ptr<float>(), *t = b.terminated.data_ptr<float>();
       float* d = with_discount_ ? b.discount.data_ptr<float>() : nullptr;
-      constexpr std::int64_t kAhead = 8;  // rows in flight: random rows miss every cache
-      auto observations = [&](const auto* obs_src, std::int64_t stride) {
-        for (std::int64_t i = 0; i < std::min(kAhead, n); ++i) __builtin_prefetch(obs_src + slots[i] * stride);
-        for (std::int64_t i = 0; i < n; ++i) {
-          if (i + kAhead < n) __builtin_prefetch(obs_src + slots[i + kAhead] * stride);
-          const auto* row = obs_src + slots[i] * stride;
-          for (std::int64_t j = 0; j < od_; ++j) {
-            o[i * od_ + j] = static_cast<float>(row[j]);
-            no[i * od_ + j] = static_cast<float>(row[od_ + j]);
+      // Rows of random transitions miss every cache, so they are fetched ahead in two
+      // stages: a transition's link and action row 2 * kAhead samples ahead, its two
+      // observation rows (whose places the link gives) kAhead samples ahead.
+      constexpr std::int64_t kAhead = 8;
+      const Link* link = link_.data();
+      auto run = [&](const auto* obs_src) {
+        auto slot = [&](std::int64_t i) { return slots[static_cast<std::size_t>(i)]; };
+        auto first = [&](std::int64_t i) {
+          __builtin_prefetch(link + slot(i));
+          __builtin_prefetch(src + slot(i) * width_);
+        };
+        auto second = [&](std::int64_t i) {
+          const Link l = link[slot(i)];
+          for (const auto* row : {obs_src + l.obs * od_, obs_src + l.next * od_}) {
+            __builtin_prefetch(row);
+            __builtin_prefetch(row + od_ - 1);
           }
+        };
+        for (std::int64_t i = 0; i < std::min(2 * kAhead, n); ++i) first(i);
+        for (std::int64_t i = 0; i < std::min(kAhead, n); ++i) second(i);
+        for (std::int64_t i = 0; i < n; ++i) {
+          if (i + 2 * kAhead < n) first(i + 2 * kAhead);
+          if (i + kAhead < n) second(i + kAhead);
+          const auto s = slot(i);
+          const auto* ro = obs_src + link[s].obs * od_;
+          const auto* rn = obs_src + link[s].next * od_;
+          for (std::int64_t j = 0; j < od_; ++j) {
+            o[i * od_ + j] = static_cast<float>(ro[j]);
+            no[i * od_ + j] = static_cast<float>(rn[j]);
+          }
+          const float* row = src + s * width_;
+          std::copy(row, row + ad_, a + i * ad_);
+          r[i] = row[ad_];
+          t[i] = row[ad_ + 1];
+          if (d) d[i] = row[ad_ + 2];
         }
       };
       switch (obs_dtype_) {
-        case ObsDtype::float32: observations(src, width_); break;
-        case ObsDtype::bfloat16: observations(obs_.data_ptr<c10::BFloat16>(), 2 * od_); break;
-        case ObsDtype::float16: observations(obs_.data_ptr<c10::Half>(), 2 * od_); break;
-      }
-      for (std::int64_t i = 0; i < std::min(kAhead, n); ++i) __builtin_prefetch(src + slots[i] * width_ + so_);
-      for (std::int64_t i = 0; i < n; ++i) {
-        if (i + kAhead < n) __builtin_prefetch(src + slots[i + kAhead] * width_ + so_);
-        const float* row = src + slots[i] * width_ + so_;
-        std::copy(row, row + ad_, a + i * ad_);
-        r[i] = row[ad_];
-        t[i] = row[ad_ + 1];
-        if (d) d[i] = row[ad_ + 2];
+        case ObsDtype::float32: run(obs_.data_ptr<float>()); break;
+        case ObsDtype::bfloat16: run(obs_.data_ptr<c10::BFloat16>()); break;
+        case ObsDtype::float16: run(obs_.data_ptr<c10::Half>()); break;
       }
       b.action = discrete_ ? action.view({n}).to(at::kLong) : action;
     } else {
-      auto idx = at::empty({n}, at::TensorOptions().dtype(at::kLong));
-      std::copy(slots.begin(), slots.end(), idx.data_ptr<std::int64_t>());
+      // One host-to-device copy of 3n indices; the rows themselves stay on the device.
+      auto idx = at::empty({3 * n}, at::TensorOptions().dtype(at::kLong));
+      auto* ip = idx.data_ptr<std::int64_t>();
+      for (std::int64_t i = 0; i < n; ++i) {
+        const auto s = static_cast<std::size_t>(slots[static_cast<std::size_t>(i)]);
+        ip[i] = slots[static_cast<std::size_t>(i)];
+        ip[n + i] = link_[s].obs;
+        ip[2 * n + i] = link_[s].next;
+      }
       const auto di = idx.to(device_, /*non_blocking=*/true);
-      const auto rows = data_.index_select(0, di);
-      const auto obs_rows = obs_.defined() ? obs_.index_select(0, di).to(at::kFloat) : rows;
-      b.obs = obs_rows.narrow(1, 0, od_);
-      b.next_obs = obs_rows.narrow(1, od_, od_);
-      b.action = discrete_ ? rows.select(1, so_).to(at::kLong) : rows.narrow(1, so_, ad_);
-      b.reward = rows.select(1, so_ + ad_);
-      b.terminated = rows.select(1, so_ + ad_ + 1);
-      if (with_discount_) b.discount = rows.select(1, so_ + ad_ + 2);
+      const auto rows = data_.index_select(0, di.narrow(0, 0, n));
+      const auto both = obs_.index_select(0, di.narrow(0, n, 2 * n)).to(at::kFloat);
+      b.obs = both.narrow(0, 0, n);
+      b.next_obs = both.narrow(0, n, n);
+      b.action = discrete_ ? rows.select(1, 0).to(at::kLong) : rows.narrow(1, 0, ad_);
+      b.reward = rows.select(1, ad_);
+      b.terminated = rows.select(1, ad_ + 1);
+      if (with_discount_) b.discount = rows.select(1, ad_ + 2);
     }
     b.index = at::empty({n}, at::TensorOptions().dtype(at::kLong));
     auto* id = b.index.data_ptr<std::int64_t>();
-    for (std::int64_t i = 0; i < n; ++i) id[i] = id_of(slots[i]);
+    for (std::int64_t i = 0; i < n; ++i) id[i] = id_of(slots[static_cast<std::size_t>(i)]);
     return b;
   }
 
-  /// Writes the stored rows and counters.
+  /// Writes the stored rows, links, counters and n-step windows.
   void save(BinaryWriter& w) const {
     w.value(capacity_);
+    w.value(obs_capacity_);
     w.value(width_);
     w.value(od_);
     w.value(ad_);
-    w.value<std::uint8_t>(with_discount_);
-    w.value(added_);
     w.value<std::uint8_t>(static_cast<std::uint8_t>(obs_dtype_));
-    const auto rows = data_.narrow(0, 0, size()).to(at::kCPU).contiguous();
+    w.value(added_);
+    w.value(obs_added_);
+    w.value(live_);
+    w.value(dropped_);
+    const auto rows = data_.narrow(0, 0, stored()).to(at::kCPU).contiguous();
     w.bytes(rows.data_ptr<float>(), static_cast<std::size_t>(rows.numel()) * sizeof(float));
-    if (obs_.defined()) {
-      const auto o = obs_.narrow(0, 0, size()).to(at::kCPU).contiguous();
-      w.bytes(o.data_ptr(), static_cast<std::size_t>(o.numel()) * 2);
-    }
+    const auto obs = obs_.narrow(0, 0, obs_stored()).to(at::kCPU).contiguous();
+    w.bytes(obs.data_ptr(), static_cast<std::size_t>(obs.numel() * obs.element_size()));
+    w.bytes(link_.data(), static_cast<std::size_t>(stored()) * sizeof(Link));
+    w.bytes(owner_of_.data(), static_cast<std::size_t>(obs_stored()) * sizeof(std::int32_t));
+    w.value<std::uint64_t>(open_.size());
+    w.bytes(open_.data(), open_.size() * sizeof(std::int64_t));
+    w.bytes(open_obs_.data(), open_obs_.size() * sizeof(float));
+    window_.save(w);
   }
   /// What `save` wrote, read and checked against this store's shape, not yet applied.
   struct Saved {
     at::Tensor rows, obs;
-    std::int64_t added = 0;
+    std::int64_t added = 0, obs_added = 0, live = 0, dropped = 0;
+    std::vector<Link> links;
+    std::vector<std::int32_t> owner_of;
+    std::vector<std::int64_t> open;
+    std::vector<float> open_obs;
+    NStepWindow::Saved window;
   };
   Saved read(BinaryReader& r) const {
     r.expect(capacity_, "buffer.capacity");
+    r.expect(obs_capacity_, "observation ring size");
     r.expect(width_, "row width");
     r.expect(od_, "observation size");
     r.expect(ad_, "action size");
-    r.expect<std::uint8_t>(with_discount_, "n-step storage (1: rows keep a discount)");
+    r.expect<std::uint8_t>(static_cast<std::uint8_t>(obs_dtype_), "buffer.obs_dtype (0 float32, 1 bfloat16, 2 float16)");
     Saved s;
     s.added = r.value<std::int64_t>("transitions added");
-    if (s.added < 0) r.fail("transitions added", "is negative");
-    r.expect<std::uint8_t>(static_cast<std::uint8_t>(obs_dtype_), "buffer.obs_dtype (0 float32, 1 bfloat16, 2 float16)");
-    const std::int64_t n = std::min(s.added, capacity_);
+    s.obs_added = r.value<std::int64_t>("observations added");
+    s.live = r.value<std::int64_t>("transitions stored");
+    s.dropped = r.value<std::int64_t>("transitions dropped");
+    if (s.added < 0 || s.obs_added < 0 || s.live < 0 || s.dropped < 0)
+      r.fail("transition counters", "are negative");
+    const std::int64_t n = std::min(s.added, capacity_), m = std::min(s.obs_added, obs_capacity_);
     s.rows = at::empty({n, width_}, at::kFloat);
     r.bytes(s.rows.data_ptr<float>(), static_cast<std::size_t>(n * width_) * sizeof(float), "transitions");
-    if (obs_.defined()) {
-      s.obs = at::empty({n, 2 * od_}, obs_.options().device(at::kCPU));
-      r.bytes(s.obs.data_ptr(), static_cast<std::size_t>(n * 2 * od_) * 2, "observations");
+    s.obs = at::empty({m, od_}, obs_.options().device(at::kCPU));
+    r.bytes(s.obs.data_ptr(), static_cast<std::size_t>(m * od_ * s.obs.element_size()), "observations");
+    auto ints = [&](std::vector<std::int32_t>& v, std::int64_t k, const char* what) {
+      v.resize(static_cast<std::size_t>(k));
+      r.bytes(v.data(), v.size() * sizeof(std::int32_t), what);
+    };
+    s.links.resize(static_cast<std::size_t>(n));
+    r.bytes(s.links.data(), s.links.size() * sizeof(Link), "observation links");
+    ints(s.owner_of, m, "observation owners");
+    std::int64_t live = 0;
+    for (const auto& l : s.links) {
+      const auto a = l.obs, b = l.next;
+      if (a < -1 || a >= m || b < -1 || b >= m || (a >= 0) != (b >= 0))
+        r.fail("observation links", "point outside the stored observations");
+      live += a >= 0;
     }
+    if (live != s.live) r.fail("transitions stored", "does not match the observation links");
+    for (auto t : s.owner_of)
+      if (t < -1 || t >= n) r.fail("observation owners", "point outside the stored transitions");
+    const auto envs = r.value<std::uint64_t>("env count");
+    if (envs > (1u << 20)) r.fail("env count", "is implausibly large");
+    s.open.resize(envs);
+    r.bytes(s.open.data(), s.open.size() * sizeof(std::int64_t), "current observation ids");
+    s.open_obs.resize(envs * static_cast<std::size_t>(od_));
+    r.bytes(s.open_obs.data(), s.open_obs.size() * sizeof(float), "current observations");
+    s.window = window_.read(r);
     return s;
   }
   void restore(Saved&& s) {
     data_.narrow(0, 0, s.rows.size(0)).copy_(s.rows);
-    if (obs_.defined()) obs_.narrow(0, 0, s.obs.size(0)).copy_(s.obs);
+    obs_.narrow(0, 0, s.obs.size(0)).copy_(s.obs);
+    std::fill(link_.begin(), link_.end(), Link{});
+    std::fill(owner_of_.begin(), owner_of_.end(), -1);
+    std::copy(s.links.begin(), s.links.end(), link_.begin());
+    std::copy(s.owner_of.begin(), s.owner_of.end(), owner_of_.begin());
     added_ = s.added;
+    obs_added_ = s.obs_added;
+    live_ = s.live;
+    dropped_ = s.dropped;
+    open_ = std::move(s.open);
+    open_obs_ = std::move(s.open_obs);
+    window_.restore(std::move(s.window));
+    window_.resize(open_.size());
   }
 
-  /// The id of the transition now in `slot` (slot < size()).
+  /// The id of the transition now in `slot` (slot < stored()).
   [[nodiscard]] std::int64_t id_of(std::int64_t slot) const noexcept {
     const std::int64_t newest_slot = (added_ - 1) % capacity_;
     const std::int64_t base = added_ - 1 - newest_slot;  // id stored in slot 0 of this lap
     return slot <= newest_slot ? base + slot : base - capacity_ + slot;
   }
-  /// Whether transition `id` is still stored (not yet overwritten).
-  [[nodiscard]] bool live(std::int64_t id) const noexcept { return id >= 0 && id < added_ && id + capacity_ >= added_; }
+  /// Whether transition `id` is still stored.
+  [[nodiscard]] bool live(std::int64_t id) const noexcept {
+    return id >= 0 && id < added_ && id + capacity_ >= added_ && valid(slot_of(id));
+  }
+  /// Whether row `slot` holds a stored transition.
+  [[nodiscard]] bool valid(std::int64_t slot) const noexcept { return link_[static_cast<std::size_t>(slot)].obs >= 0; }
   [[nodiscard]] std::int64_t slot_of(std::int64_t id) const noexcept { return id % capacity_; }
+  /// Rows of the transition ring written so far: samples are drawn from [0, stored()).
+  [[nodiscard]] std::int64_t stored() const noexcept { return std::min(added_, capacity_); }
+  /// Rows of older transitions that the last `add` dropped (see the class comment).
+  [[nodiscard]] std::span<const std::int64_t> killed() const noexcept { return killed_; }
 
-  [[nodiscard]] std::int64_t size() const noexcept { return std::min(added_, capacity_); }
+  /// Transitions stored now.
+  [[nodiscard]] std::int64_t size() const noexcept { return live_; }
   [[nodiscard]] std::int64_t capacity() const noexcept { return capacity_; }
+  [[nodiscard]] std::int64_t obs_capacity() const noexcept { return obs_capacity_; }
   [[nodiscard]] std::int64_t added() const noexcept { return added_; }
+  /// Transitions that left before `capacity` newer ones arrived (see the class comment).
+  [[nodiscard]] std::int64_t dropped() const noexcept { return dropped_; }
   [[nodiscard]] const c10::Device& device() const noexcept { return device_; }
   [[nodiscard]] const std::string& owner() const noexcept { return owner_; }
+  void set_gamma(double gamma) noexcept { window_.set_gamma(gamma); }
   /// Bytes of preallocated storage.
   [[nodiscard]] std::int64_t bytes() const noexcept {
-    std::int64_t b = data_.numel() * static_cast<std::int64_t>(data_.element_size());
-    if (obs_.defined()) b += obs_.numel() * static_cast<std::int64_t>(obs_.element_size());
-    return b;
+    return data_.numel() * static_cast<std::int64_t>(data_.element_size()) +
+           obs_.numel() * static_cast<std::int64_t>(obs_.element_size()) +
+           static_cast<std::int64_t>(link_.size() * sizeof(Link) + owner_of_.size() * sizeof(std::int32_t));
   }
 
  private:
-  std::int64_t capacity_;
+  // `t` on the host as contiguous float32 [n, w], or a clear error naming the field.
+  at::Tensor host(const at::Tensor& t, std::int64_t n, std::int64_t w, const char* field) const {
+    if (!t.defined() || t.numel() != n * w)
+      throw Error(owner_ + ": StepBatch." + field + " has " + (t.defined() ? std::to_string(t.numel()) : "no") +
+                  " values; expected " + std::to_string(n) + " envs x " + std::to_string(w));
+    return t.to(at::kCPU).to(at::kFloat).contiguous().view({n, w});
+  }
+  [[nodiscard]] std::int64_t obs_stored() const noexcept { return std::min(obs_added_, obs_capacity_); }
+  [[nodiscard]] bool obs_live(std::int64_t id) const noexcept { return id >= 0 && id + obs_capacity_ >= obs_added_; }
+
+  // Appends one observation; a stored transition that still uses the row it overwrites
+  // is dropped.
+  std::int64_t append_obs(const float* o) {
+    const std::int64_t id = obs_added_++;
+    const auto slot = static_cast<std::int32_t>(id % obs_capacity_);
+    const std::int32_t t = owner_of_[static_cast<std::size_t>(slot)];
+    if (t >= 0 && link_[static_cast<std::size_t>(t)].obs == slot) {
+      link_[static_cast<std::size_t>(t)] = Link{};
+      --live_;
+      ++dropped_;
+      killed_.push_back(t);
+    }
+    owner_of_[static_cast<std::size_t>(slot)] = -1;
+    obs_stage_.insert(obs_stage_.end(), o, o + od_);
+    return id;
+  }
+
+  // Stores one transition from observation `oid` to `nid`.
+  void put(std::int64_t oid, std::int64_t nid, const float* action, float reward, float terminated, double discount) {
+    const auto slot = static_cast<std::size_t>(added_ % capacity_);
+    if (link_[slot].obs >= 0) --live_;
+    link_[slot] = Link{static_cast<std::int32_t>(oid % obs_capacity_), static_cast<std::int32_t>(nid % obs_capacity_)};
+    owner_of_[static_cast<std::size_t>(link_[slot].obs)] = static_cast<std::int32_t>(slot);
+    row_stage_.insert(row_stage_.end(), action, action + ad_);
+    row_stage_.push_back(reward);
+    row_stage_.push_back(terminated);
+    if (with_discount_) row_stage_.push_back(static_cast<float>(discount));
+    ++live_;
+    ++added_;
+  }
+
+  // Copies the rows staged by this add into the rings (at most two pieces each: the ids
+  // of one add are consecutive).
+  void flush() {
+    auto copy_in = [](at::Tensor& ring, std::int64_t first, std::vector<float>& stage, std::int64_t w) {
+      const auto k = static_cast<std::int64_t>(stage.size()) / w;
+      const std::int64_t cap = ring.size(0);
+      if (k == 0) return;
+      // Only the last `cap` rows survive when more than `cap` were staged.
+      const std::int64_t skip = std::max<std::int64_t>(0, k - cap);
+      const auto src = at::from_blob(stage.data() + skip * w, {k - skip, w}, at::kFloat);
+      std::int64_t done = 0;
+      while (done < k - skip) {
+        const std::int64_t slot = (first + skip + done) % cap;
+        const std::int64_t len = std::min(k - skip - done, cap - slot);
+        ring.narrow(0, slot, len).copy_(src.narrow(0, done, len));
+        done += len;
+      }
+    };
+    copy_in(obs_, first_obs_, obs_stage_, od_);
+    copy_in(data_, first_row_, row_stage_, width_);
+  }
+
+  std::int64_t capacity_, obs_capacity_;
   c10::Device device_;
   std::string owner_;
   std::int64_t od_, ad_;
   bool discrete_, with_discount_;
   ObsDtype obs_dtype_;
-  std::int64_t so_;     // first column of action, reward, ... in data_
-  std::int64_t width_;  // columns of data_
-  at::Tensor data_, obs_;  // obs_: [obs | next_obs] rows when they are 16-bit
-  std::int64_t added_ = 0;
+  std::int64_t width_;             // columns of data_
+  at::Tensor data_;                // [capacity, width]: action, reward, terminated (, discount)
+  at::Tensor obs_;                 // [obs_capacity, obs_dim] in the storage dtype
+  HugeArray<Link> link_;           // per transition row
+  HugeArray<std::int32_t> owner_of_;  // per observation row: the transition row using it as obs
+  std::int64_t added_ = 0, obs_added_ = 0, live_ = 0, dropped_ = 0;
+  std::vector<std::int64_t> open_;  // per env: id of the observation its last step led to
+  std::vector<float> open_obs_;     // ... and that observation, to recognise it
+  NStepWindow window_;
+  std::vector<NStepWindow::Done> done_;
+  std::vector<std::int64_t> killed_;
+  std::int64_t first_obs_ = 0, first_row_ = 0;
+  std::vector<float> obs_stage_, row_stage_;
 };
 
 }  // namespace detail
