@@ -2,6 +2,7 @@
 // prefix mass to the leaf whose interval holds it.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <numeric>
@@ -49,13 +50,18 @@ TEST_CASE("PriorityTree: find agrees with a linear scan; total and min follow ev
       if (total <= 0) continue;
       std::vector<double> mass;
       for (int k = 0; k < 50; ++k) mass.push_back(u(gen) * total);
-      std::vector<std::int64_t> out(mass.size());
-      tree.find(mass, out);
-      for (std::size_t k = 0; k < mass.size(); ++k) {
-        const auto expect = scan(p, mass[k]);
-        // masses within round-off of an interval's edge may land on either side
-        if (out[k] != expect) CHECK(std::abs(std::accumulate(p.begin(), p.begin() + std::max(out[k], expect), 0.0) - mass[k]) < 1e-9 * total);
-        CHECK(p[static_cast<std::size_t>(out[k])] > 0.0);
+      // In any order the batch descends from the root; ascending, the top levels are merged.
+      for (bool sorted : {false, true}) {
+        CAPTURE(sorted);
+        if (sorted) std::sort(mass.begin(), mass.end());
+        std::vector<std::int64_t> out(mass.size());
+        tree.find(mass, out);
+        for (std::size_t k = 0; k < mass.size(); ++k) {
+          const auto expect = scan(p, mass[k]);
+          // masses within round-off of an interval's edge may land on either side
+          if (out[k] != expect) CHECK(std::abs(std::accumulate(p.begin(), p.begin() + std::max(out[k], expect), 0.0) - mass[k]) < 1e-9 * total);
+          CHECK(p[static_cast<std::size_t>(out[k])] > 0.0);
+        }
       }
     }
   }
@@ -91,4 +97,14 @@ TEST_CASE("PriorityTree: masses at the very top of the total still land on a non
   CHECK(out[1] == 17);
   CHECK(out[2] == 17);
   CHECK(out[3] == 17);
+  // The same, ascending and enough of them for the merge through the top levels.
+  PriorityTree big(5000);
+  std::vector<std::int64_t> at{3, 4000, 4001};
+  std::vector<double> pv{0.1, 0.2, 0.0};
+  big.set(at, pv);
+  std::vector<double> many(32, 0.0);
+  for (std::size_t k = 0; k < many.size(); ++k) many[k] = k < 16 ? 0.05 : std::nextafter(0.3, 1.0);
+  std::vector<std::int64_t> got(many.size());
+  big.find(many, got);
+  for (std::size_t k = 0; k < many.size(); ++k) CHECK(got[k] == (k < 16 ? 3 : 4000));
 }

@@ -227,3 +227,23 @@ TEST_CASE("UniformBuffer: 16-bit observation storage halves its memory and gives
     CHECK(u.sample(1).obs[0][0].item<float>() == doctest::Approx(1.0 / 3.0).epsilon(dtype == ObsDtype::bfloat16 ? 4e-3 : 5e-4));
   }
 }
+
+TEST_CASE("Replay storage: the indexed gather (how a GPU-resident buffer samples) matches the CPU gather") {
+  for (auto dtype : {ObsDtype::float32, ObsDtype::bfloat16}) {
+    anvil::detail::TransitionStore store(envs::spec_of(envs::Pendulum{}), 300, c10::Device(c10::kCPU), "test", 3, dtype);
+    store.set_gamma(0.9);
+    for (std::int64_t t = 0; t < 200; ++t) store.add(test::chain_step(3, t, 25));  // wraps; n-step windows flush
+    std::vector<std::int64_t> slots;
+    for (std::int64_t s = 0; s < store.stored(); s += 7)
+      if (store.valid(s)) slots.push_back(s);
+    REQUIRE(slots.size() > 30);
+    const auto a = store.gather(slots), b = store.gather_indexed(slots);
+    CHECK(torch::equal(a.obs, b.obs));
+    CHECK(torch::equal(a.next_obs, b.next_obs));
+    CHECK(torch::equal(a.action, b.action));
+    CHECK(torch::equal(a.reward, b.reward));
+    CHECK(torch::equal(a.terminated, b.terminated));
+    CHECK(torch::equal(a.discount, b.discount));
+    CHECK(torch::equal(a.index, b.index));
+  }
+}

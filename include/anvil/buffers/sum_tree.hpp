@@ -93,7 +93,30 @@ class PriorityTree {
     const std::size_t n = mass.size();
     rest_.assign(mass.begin(), mass.end());
     std::fill(out.begin(), out.end(), 0);
-    for (std::size_t level = sum_.size() - 1; level-- > 0;) {
+    std::size_t top = sum_.size() - 1;  // the level the descents start from
+    // Ascending masses (stratified sampling gives them) pass the top levels in one merge:
+    // a walk along the deepest level no wider than 4 nodes per sample, keeping a running
+    // prefix sum, costs less than that many levels of descents.
+    if (n >= 16 && std::is_sorted(mass.begin(), mass.end())) {
+      std::size_t level = top;
+      while (level > 1 && width_[level - 1] <= static_cast<std::int64_t>(4 * n)) --level;
+      if (level < top) {
+        top = level;
+        const double* s = line(sum_, level);
+        const std::int64_t w = width_[level];
+        std::int64_t j = 0;
+        double before = 0;  // sum of the nodes left of j
+        for (std::size_t k = 0; k < n; ++k) {
+          const double r = mass[k];
+          while (j < w - 1 && before + s[j] <= r) before += s[j++];
+          while (j > 0 && s[j] <= 0.0) before -= s[--j];  // round-off past the last non-empty node
+          rest_[k] = std::max(r - before, 0.0);
+          out[k] = j;
+          __builtin_prefetch(line(sum_, level - 1) + j * kFanout);
+        }
+      }
+    }
+    for (std::size_t level = top; level-- > 0;) {
       const double* s = line(sum_, level);
       for (std::size_t k = 0; k < n; ++k) {
         // Branch-free: the child is the number of prefix sums r has reached (empty children
@@ -101,14 +124,18 @@ class PriorityTree {
         // branches to mispredict, the CPU overlaps the descents of many samples.
         const double* child = s + out[k] * kFanout;
         const double r = rest_[k];
+        // Prefix sums by a 3-deep tree of additions rather than a chain of 7.
         double prefix[kFanout];
-        double acc = 0;
+        const double s01 = child[0] + child[1], s23 = child[2] + child[3], s45 = child[4] + child[5];
+        prefix[0] = child[0];
+        prefix[1] = s01;
+        prefix[2] = s01 + child[2];
+        prefix[3] = s01 + s23;
+        prefix[4] = prefix[3] + child[4];
+        prefix[5] = prefix[3] + s45;
+        prefix[6] = prefix[5] + child[6];
         std::int64_t c = 0;
-        for (std::int64_t j = 0; j < kFanout; ++j) {
-          acc += child[j];
-          prefix[j] = acc;
-          c += (j < kFanout - 1) & (r >= acc);
-        }
+        for (std::int64_t j = 0; j < kFanout - 1; ++j) c += r >= prefix[j];
         // round-off can leave r past the last non-empty child: step back to it (rare)
         while (c > 0 && child[c] <= 0.0) --c;
         rest_[k] = std::max(r - (c > 0 ? prefix[c - 1] : 0.0), 0.0);

@@ -215,7 +215,19 @@ class TransitionStore {
       }
       b.action = discrete_ ? action.view({n}).to(at::kLong) : action;
     } else {
-      // One host-to-device copy of 3n indices; the rows themselves stay on the device.
+      return gather_indexed(slots);
+    }
+    b.index = ids(slots);
+    return b;
+  }
+
+  /// `gather` by tensor indexing on the storage device: how a batch is drawn from storage
+  /// on a GPU, where the rows never cross to the host (one host-to-device copy of 3n
+  /// indices). On the CPU, the same batch as `gather`, as columns of the gathered rows.
+  ReplayBatch gather_indexed(std::span<const std::int64_t> slots) const {
+    const auto n = static_cast<std::int64_t>(slots.size());
+    ReplayBatch b;
+    {
       auto idx = at::empty({3 * n}, at::TensorOptions().dtype(at::kLong));
       auto* ip = idx.data_ptr<std::int64_t>();
       for (std::int64_t i = 0; i < n; ++i) {
@@ -234,9 +246,7 @@ class TransitionStore {
       b.terminated = rows.select(1, ad_ + 1);
       if (with_discount_) b.discount = rows.select(1, ad_ + 2);
     }
-    b.index = at::empty({n}, at::TensorOptions().dtype(at::kLong));
-    auto* id = b.index.data_ptr<std::int64_t>();
-    for (std::int64_t i = 0; i < n; ++i) id[i] = id_of(slots[static_cast<std::size_t>(i)]);
+    b.index = ids(slots);
     return b;
   }
 
@@ -377,6 +387,13 @@ class TransitionStore {
       throw Error(owner_ + ": StepBatch." + field + " has " + (t.defined() ? std::to_string(t.numel()) : "no") +
                   " values; expected " + std::to_string(n) + " envs x " + std::to_string(w));
     return t.to(at::kCPU).to(at::kFloat).contiguous().view({n, w});
+  }
+  // The ids of the transitions in rows `slots`, as a host int64 tensor.
+  at::Tensor ids(std::span<const std::int64_t> slots) const {
+    auto t = at::empty({static_cast<std::int64_t>(slots.size())}, at::TensorOptions().dtype(at::kLong));
+    auto* id = t.data_ptr<std::int64_t>();
+    for (std::size_t i = 0; i < slots.size(); ++i) id[i] = id_of(slots[i]);
+    return t;
   }
   [[nodiscard]] std::int64_t obs_stored() const noexcept { return std::min(obs_added_, obs_capacity_); }
   [[nodiscard]] bool obs_live(std::int64_t id) const noexcept { return id >= 0 && id + obs_capacity_ >= obs_added_; }
