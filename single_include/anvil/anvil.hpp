@@ -4816,8 +4816,7 @@ class TransitionStore {
     const float *r = rew.data_ptr<float>(), *t = term.data_ptr<float>(), *tr = trunc.data_ptr<float>();
 
     killed_.clear();
-    first_obs_ = obs_added_;
-    first_row_ = added_;
+    const std::int64_t first_obs = obs_added_, first_row = added_;  // this add's ids are consecutive
     obs_stage_.clear();
     row_stage_.clear();
     if (open_.size() != static_cast<std::size_t>(n)) {
@@ -4851,8 +4850,8 @@ class TransitionStore {
         done_.clear();
       }
     }
-    flush();
-    return {first_row_, added_ - first_row_};
+    flush(first_obs, first_row);
+    return {first_row, added_ - first_row};
   }
 
   /// The transitions in rows `slots` (each must be `valid`) as a batch of contiguous
@@ -5132,7 +5131,7 @@ class TransitionStore {
 
   // Copies the rows staged by this add into the rings (at most two pieces each: the ids
   // of one add are consecutive).
-  void flush() {
+  void flush(std::int64_t first_obs, std::int64_t first_row) {
     auto copy_in = [](at::Tensor& ring, std::int64_t first, std::vector<float>& stage, std::int64_t w) {
       const auto k = static_cast<std::int64_t>(stage.size()) / w;
       const std::int64_t cap = ring.size(0);
@@ -5148,8 +5147,8 @@ class TransitionStore {
         done += len;
       }
     };
-    copy_in(obs_, first_obs_, obs_stage_, od_);
-    copy_in(data_, first_row_, row_stage_, width_);
+    copy_in(obs_, first_obs, obs_stage_, od_);
+    copy_in(data_, first_row, row_stage_, width_);
   }
 
   std::int64_t capacity_, obs_capacity_;
@@ -5169,7 +5168,6 @@ class TransitionStore {
   NStepWindow window_;
   std::vector<NStepWindow::Done> done_;
   std::vector<std::int64_t> killed_;
-  std::int64_t first_obs_ = 0, first_row_ = 0;
   std::vector<float> obs_stage_, row_stage_;
 };
 
