@@ -45,35 +45,6 @@ anvil::envs::EnvSpec spec(int obs, int act) {
           anvil::envs::Box{std::vector<float>(act, -1.f), std::vector<float>(act, 1.f)}};
 }
 
-// Steps of n envs with random observations that chain as a real env's do: each step's
-// next_obs is the following step's obs, and every `episode` steps the episode is cut
-// (truncated) and the next starts from a fresh observation.
-class ChainedSteps {
- public:
-  ChainedSteps(std::int64_t n, int obs, int act, std::int64_t episode)
-      : n_(n), obs_(obs), act_(act), episode_(episode), cur_(torch::randn({n, obs})) {}
-  anvil::StepBatch next() {
-    const bool ends = (++t_ % episode_) == 0;
-    anvil::StepBatch s{cur_, torch::rand({n_, act_}) * 2 - 1, torch::randn({n_}), torch::randn({n_, obs_}),
-                       torch::zeros({n_}), torch::full({n_}, ends ? 1.f : 0.f)};
-    cur_ = ends ? torch::randn({n_, obs_}) : s.next_obs;
-    return s;
-  }
-
- private:
-  std::int64_t n_;
-  int obs_, act_;
-  std::int64_t episode_, t_ = 0;
-  torch::Tensor cur_;
-};
-
-// Fills `b` with `n` transitions from `envs` chained envs with episodes of `episode` steps.
-template <class B>
-void fill(B& b, std::int64_t n, int obs, int act, std::int64_t envs, std::int64_t episode) {
-  ChainedSteps steps(envs, obs, act, episode);
-  for (std::int64_t done = 0; done < n; done += envs) b.add(steps.next());
-}
-
 double peak_rss_bytes() {
   rusage u{};
   ::getrusage(RUSAGE_SELF, &u);
@@ -100,7 +71,7 @@ int main(int argc, char** argv) {
     const double before = peak_rss_bytes();
     double bytes = 0, size = 0;
     auto measure = [&](auto& buffer) {
-      fill(buffer, b.memory_transitions, obs, act, 64, 500);  // 64 envs, 500-step episodes
+      bench::fill(buffer, b.memory_transitions, obs, act, 64, 500);  // 64 envs, 500-step episodes
       bytes = static_cast<double>(buffer.bytes());
       size = static_cast<double>(buffer.size());
     };
@@ -136,8 +107,8 @@ int main(int argc, char** argv) {
   anvil::PrioritizedBuffer::Config pc;
   pc.capacity = b.capacity;
   anvil::PrioritizedBuffer prioritized(sp, pc, anvil::RunContext{});
-  fill(uniform, b.capacity, obs, act, 1024, 200);
-  fill(prioritized, b.capacity, obs, act, 1024, 200);
+  bench::fill(uniform, b.capacity, obs, act, 1024, 200);
+  bench::fill(prioritized, b.capacity, obs, act, 1024, 200);
 
   // The sum tree alone, doing what the numpy reference does per batch: stratified masses,
   // descend, new priorities (|td| + eps)^alpha, update.
@@ -170,7 +141,7 @@ int main(int argc, char** argv) {
 
   // Adds cycle through 64 chained steps of add_batch envs (one episode end per cycle).
   std::vector<anvil::StepBatch> cycle;
-  ChainedSteps chain(b.add_batch, obs, act, 64);
+  bench::ChainedSteps chain(b.add_batch, obs, act, 64);
   for (int k = 0; k < 64; ++k) cycle.push_back(chain.next());
   std::size_t at = 0;
   auto step = [&]() -> const anvil::StepBatch& { return cycle[at++ % cycle.size()]; };

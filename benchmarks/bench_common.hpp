@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include <anvil/core/batch.hpp>
 #include <anvil/core/blas.hpp>
 #include <anvil/core/torch_compat.hpp>
 #include <anvil/observe/run_files.hpp>
@@ -102,6 +103,35 @@ inline double median_rate(const std::function<void()>& once, double seconds, int
   }
   std::sort(rates.begin(), rates.end());
   return rates[rates.size() / 2];
+}
+
+// Steps of n envs with random observations that chain as a real env's do: each step's
+// next_obs is the following step's obs, and every `episode` steps the episode is cut
+// (truncated) and the next starts from a fresh observation.
+class ChainedSteps {
+ public:
+  ChainedSteps(std::int64_t n, std::int64_t obs, std::int64_t act, std::int64_t episode)
+      : n_(n), obs_(obs), act_(act), episode_(episode), cur_(torch::randn({n, obs})) {}
+  anvil::StepBatch next() {
+    const bool ends = (++t_ % episode_) == 0;
+    anvil::StepBatch s{cur_, torch::rand({n_, act_}) * 2 - 1, torch::randn({n_}), torch::randn({n_, obs_}),
+                       torch::zeros({n_}), torch::full({n_}, ends ? 1.f : 0.f)};
+    cur_ = ends ? torch::randn({n_, obs_}) : s.next_obs;
+    return s;
+  }
+
+ private:
+  std::int64_t n_;
+  std::int64_t obs_, act_;
+  std::int64_t episode_, t_ = 0;
+  torch::Tensor cur_;
+};
+
+// Fills `b` with `n` transitions from `envs` chained envs with episodes of `episode` steps.
+template <class B>
+void fill(B& b, std::int64_t n, std::int64_t obs, std::int64_t act, std::int64_t envs, std::int64_t episode) {
+  ChainedSteps steps(envs, obs, act, episode);
+  for (std::int64_t done = 0; done < n; done += envs) b.add(steps.next());
 }
 
 }  // namespace bench

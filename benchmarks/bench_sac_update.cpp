@@ -84,10 +84,7 @@ int main(int argc, char** argv) {
           anvil::UniformBuffer::Config bc;
           bc.capacity = 100'000;
           r.buffer = std::make_unique<anvil::UniformBuffer>(spec, bc, anvil::RunContext{});
-          const std::int64_t n = 100'000;
-          r.buffer->add(anvil::StepBatch{torch::randn({n, 3}), torch::rand({n, 1}) * 2 - 1, torch::randn({n}),
-                                         torch::randn({n, 3}), (torch::rand({n}) < 0.01).to(torch::kFloat),
-                                         torch::zeros({n})});
+          bench::fill(*r.buffer, bc.capacity, 3, 1, 100, 200);  // random Pendulum-shaped steps
           anvil::StepContext::Options so;
           so.threads = tasks;
           r.ctx = std::make_unique<anvil::StepContext>(so);

@@ -9,7 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${ANVIL_BUILD_DIR:-build}
 cmake -S . -B "$build" -G Ninja >/dev/null
-cmake --build "$build" --target bench_sac_update bench_vec_env bench_buffers
+cmake --build "$build" --target bench_sac_update bench_vec_env bench_buffers bench_precision
 mkdir -p benchmarks/results
 out="benchmarks/results/$(date +%Y-%m-%d)-$(hostname).jsonl"
 # The settings the test suite runs with (see cmake/anvil_programs.cmake): OpenMP workers
@@ -19,10 +19,10 @@ export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}
 if [[ $# -gt 0 ]]; then
   which=$1
   shift
-  [[ -x "$build/benchmarks/bench_$which" ]] || { echo "scripts/bench.sh: no benchmark 'bench_$which' (sac_update, vec_env, buffers)" >&2; exit 2; }
+  [[ -x "$build/benchmarks/bench_$which" ]] || { echo "scripts/bench.sh: no benchmark 'bench_$which' (sac_update, vec_env, buffers, precision)" >&2; exit 2; }
   benches=("bench_$which")
 else
-  benches=(bench_vec_env bench_buffers bench_sac_update)
+  benches=(bench_vec_env bench_buffers bench_sac_update bench_precision)
 fi
 for b in "${benches[@]}"; do
   echo "== $b $*" >&2

@@ -3,6 +3,7 @@
 
 #include <torch/torch.h>
 
+#include <anvil/nn/mlp.hpp>
 #include <anvil/train/step_context.hpp>
 
 TEST_CASE("StepContext: minimize differentiates only the optimizer's parameters") {
@@ -57,4 +58,33 @@ TEST_CASE("StepContext: the autocast scope is bfloat16 inside and float32 after"
   }
   CHECK((inside.scalar_type() == torch::kBFloat16));
   CHECK((torch::mm(torch::ones({2, 2}), torch::ones({2, 2})).scalar_type() == torch::kFloat));
+}
+
+TEST_CASE("StepContext: under BF16 an Mlp's hidden layers run in bfloat16, its output layer and gradients in float32") {
+  anvil::StepContext::Options o;
+  o.autocast = true;
+  o.autocast_dtype = torch::kBFloat16;
+  anvil::StepContext ctx(o);
+  torch::manual_seed(3);
+  anvil::nn::Mlp net(4, std::vector<std::int64_t>{8, 8}, 1);
+  torch::Tensor hidden, out;
+  {
+    auto guard = ctx.autocast();
+    auto first = net->layers()[0];
+    hidden = first->forward(torch::randn({16, 4}));
+    out = net->forward(torch::randn({16, 4}));
+    // Float32Scope turned autocast off for the output layer only: it is back on here.
+    CHECK((torch::mm(torch::ones({2, 2}), torch::ones({2, 2})).scalar_type() == torch::kBFloat16));
+  }
+  CHECK((hidden.scalar_type() == torch::kBFloat16));
+  CHECK((out.scalar_type() == torch::kFloat));
+  // Master weights stay float32, and so do their gradients.
+  auto grads = torch::autograd::grad({out.square().mean()}, net->parameters());
+  for (std::size_t i = 0; i < grads.size(); ++i) {
+    CHECK((net->parameters()[i].scalar_type() == torch::kFloat));
+    CHECK((grads[i].scalar_type() == torch::kFloat));
+  }
+  // Outside an autocast scope, Float32Scope changes nothing.
+  const anvil::Float32Scope none(c10::DeviceType::CPU);
+  CHECK_FALSE(none.active());
 }

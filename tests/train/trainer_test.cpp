@@ -143,6 +143,19 @@ TEST_CASE("Trainer: Trainer<SAC, PrioritizedBuffer> learns Pendulum with no extr
   std::filesystem::remove_all(*c.run->run_dir);
 }
 
+TEST_CASE("Trainer: Trainer<SAC, UniformBuffer, SingleDevice, BF16> learns Pendulum on the CPU to the FP32 bar") {
+  using Bf16Trainer = Trainer<SAC, UniformBuffer, SingleDevice, BF16>;
+  auto c = pendulum_config<Bf16Trainer>(15000, "learn_bf16");
+  c.run->seed = 1;  // the seed of the FP32 test above
+  Bf16Trainer t(envs::Pendulum{}, c);
+  auto r = t.fit();
+  MESSAGE("final eval return " << r.final_eval_return);
+  CHECK(r.final_eval_return >= -250.0);
+  // The master weights stayed float32.
+  for (const auto& p : t.algorithm().critic()->parameters()) CHECK((p.scalar_type() == torch::kFloat));
+  std::filesystem::remove_all(*c.run->run_dir);
+}
+
 TEST_CASE("Trainer: update_interval=10 with updates_per_interval=10 also learns Pendulum") {
   auto c = pendulum_config(15000, "learn10");
   c.run->seed = 2;

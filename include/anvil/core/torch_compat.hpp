@@ -1,14 +1,15 @@
 #pragma once
 /// @file
-/// The one place that knows which LibTorch it is built against. Debian's LibTorch 1.13
-/// (CPU) and LibTorch 2.x (CUDA builds) differ in a few C++ APIs that anvil uses: the
-/// autocast switches and the c10d process-group classes. Everything else in anvil calls
-/// the functions here and never checks a Torch version itself.
+/// The one place, with core/autocast.hpp, that knows which LibTorch it is built against.
+/// Debian's LibTorch 1.13 (CPU) and LibTorch 2.x (CUDA builds) differ in a few C++ APIs that
+/// anvil uses: the autocast switches (core/autocast.hpp) and the c10d process-group classes
+/// (here). Everything else in anvil calls these functions and never checks a Torch version.
 
-#include <ATen/autocast_mode.h>
 #include <c10/core/DeviceType.h>
 #include <c10/core/ScalarType.h>
 #include <torch/version.h>
+
+#include <anvil/core/autocast.hpp>
 
 #include <chrono>
 #include <memory>
@@ -30,56 +31,7 @@ inline std::string torch_version_string() {
          std::to_string(TORCH_VERSION_PATCH);
 }
 
-// ---- autocast --------------------------------------------------------------------------
-// 2.3 introduced device-generic switches (set_autocast_enabled(device_type, on)); earlier
-// versions have one switch per device (set_enabled for CUDA, set_cpu_enabled for CPU).
-
-/// Whether autocast is on for `device`.
-inline bool autocast_enabled(c10::DeviceType device) {
-#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 3)
-  return at::autocast::is_autocast_enabled(device);
-#else
-  return device == c10::DeviceType::CUDA ? at::autocast::is_enabled()
-                                         : at::autocast::is_cpu_enabled();
-#endif
-}
-
-/// Turns autocast on or off for `device`.
-inline void set_autocast_enabled(c10::DeviceType device, bool on) {
-#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 3)
-  at::autocast::set_autocast_enabled(device, on);
-#else
-  if (device == c10::DeviceType::CUDA) at::autocast::set_enabled(on);
-  else at::autocast::set_cpu_enabled(on);
-#endif
-}
-
-/// The reduced dtype autocast casts to on `device`.
-inline c10::ScalarType autocast_dtype(c10::DeviceType device) {
-#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 3)
-  return at::autocast::get_autocast_dtype(device);
-#else
-  return device == c10::DeviceType::CUDA ? at::autocast::get_autocast_gpu_dtype()
-                                         : at::autocast::get_autocast_cpu_dtype();
-#endif
-}
-
-/// Sets the reduced dtype autocast casts to on `device`.
-inline void set_autocast_dtype(c10::DeviceType device, c10::ScalarType dtype) {
-#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 3)
-  at::autocast::set_autocast_dtype(device, dtype);
-#else
-  if (device == c10::DeviceType::CUDA) at::autocast::set_autocast_gpu_dtype(dtype);
-  else at::autocast::set_autocast_cpu_dtype(dtype);
-#endif
-}
-
-/// Autocast keeps casted weights in a cache while nested scopes are open; the outermost
-/// scope clears it on exit (the same protocol Python's torch.autocast follows).
-inline int autocast_enter() { return at::autocast::increment_nesting(); }
-inline void autocast_exit() {
-  if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
-}
+// Autocast switches: core/autocast.hpp (included above).
 
 // ---- c10d ------------------------------------------------------------------------------
 // The headers live under torch/csrc/distributed/c10d in both versions. 2.x splits a

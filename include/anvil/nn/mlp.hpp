@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include <anvil/core/autocast.hpp>
 #include <anvil/nn/activation.hpp>
 
 namespace anvil::nn {
@@ -34,9 +35,14 @@ class MlpImpl : public torch::nn::Cloneable<MlpImpl> {
     }
   }
 
+  /// Under autocast (BF16, FP16) the hidden layers run in the reduced dtype and the output
+  /// layer in float32: outputs such as Q-values of several hundred need float32's 24-bit
+  /// significand, since bfloat16 keeps 8 bits (steps of 2 to 4 at |Q| = 500, larger than
+  /// a typical reward), and the output layer is a small part of the network's work.
   at::Tensor forward(at::Tensor x) {
     for (std::size_t i = 0; i + 1 < layers_.size(); ++i) x = activate(layers_[i]->forward(x), activation_);
-    return layers_.back()->forward(x);
+    const Float32Scope float32(x.device().type());
+    return layers_.back()->forward(float32.active() ? x.to(at::kFloat) : x);
   }
 
   /// The output layer, e.g. to rescale its initial weights.

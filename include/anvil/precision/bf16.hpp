@@ -1,6 +1,23 @@
 #pragma once
 /// @file
-/// `BF16`: autocast to bfloat16 (CPU and CUDA); float32 master weights, no loss scaling. Light header.
+/// `BF16`: autocast to bfloat16 (CPU and CUDA); float32 master weights, no loss scaling.
+///
+/// Numerics (the same for `FP16`, which adds loss scaling). Autocast computes the matrix
+/// products of the hidden layers, and the activations after them, in bfloat16: that is
+/// where the time goes and where 8 significant bits are enough. Everything whose error
+/// would steer learning stays float32:
+/// - master weights, their gradients and the Adam moments (autocast casts copies of the
+///   weights for each product; gradients flow back to the float32 originals);
+/// - every network's output layer (`nn::Mlp` runs it under `Float32Scope`): Q-values, and
+///   the policy's mean and log standard deviation, hence log-probabilities and entropy;
+/// - the Bellman target r + gamma (1 - done) (min Q' - alpha log pi), built from those
+///   float32 outputs with float32 arithmetic;
+/// - the losses (squared TD errors, importance weighting, the actor loss) and their means;
+/// - the entropy temperature log alpha, its loss and its optimizer;
+/// - Polyak averaging of the target networks (a float32 lerp over flat parameters, outside
+///   autocast), gradient averaging across ranks, unscaling and clipping;
+/// - the TD errors fed back to a prioritized buffer.
+/// Light header.
 
 #include <string_view>
 

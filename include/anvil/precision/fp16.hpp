@@ -1,6 +1,7 @@
 #pragma once
 /// @file
-/// `FP16`: autocast to float16 on CUDA with a dynamic loss scaler. Light header.
+/// `FP16`: autocast to float16 on CUDA with a dynamic loss scaler. What stays float32 is as
+/// for `BF16` (see precision/bf16.hpp). Light header.
 
 #include <string_view>
 

@@ -19,39 +19,11 @@
 #include <vector>
 
 #include <anvil/core/detail/thread_pool.hpp>
-#include <anvil/core/torch_compat.hpp>
+#include <anvil/core/autocast.hpp>
 #include <anvil/precision/loss_scaler.hpp>
 #include <anvil/train/flat_adam.hpp>
 
 namespace anvil {
-
-/// Turns autocast on for one device type while alive and restores the previous state after.
-class AutocastGuard {
- public:
-  AutocastGuard(c10::DeviceType device, bool enable, c10::ScalarType dtype) : device_(device) {
-    if (!enable) return;
-    active_ = true;
-    prev_enabled_ = compat::autocast_enabled(device_);
-    prev_dtype_ = compat::autocast_dtype(device_);
-    compat::set_autocast_enabled(device_, true);
-    compat::set_autocast_dtype(device_, dtype);
-    compat::autocast_enter();
-  }
-  AutocastGuard(const AutocastGuard&) = delete;
-  AutocastGuard& operator=(const AutocastGuard&) = delete;
-  ~AutocastGuard() {
-    if (!active_) return;
-    compat::autocast_exit();
-    compat::set_autocast_enabled(device_, prev_enabled_);
-    compat::set_autocast_dtype(device_, prev_dtype_);
-  }
-
- private:
-  c10::DeviceType device_;
-  bool active_ = false;
-  bool prev_enabled_ = false;
-  c10::ScalarType prev_dtype_ = c10::ScalarType::Float;
-};
 
 /// The gradient-step services a Trainer gives its algorithm (see file comment).
 class StepContext {

@@ -1,0 +1,115 @@
+// SAC updates per second under each precision policy, at 256x256 and 1024x1024 networks
+// and batches of 256 and 2048, on the device given (`bench.device`, default: CUDA when
+// present). On the CPU that is FP32 (with and without the hand-written float32 fast path,
+// sac.manual_backward) against BF16; TF32 is FP32 there and FP16 needs CUDA, so both are
+// left out. On CUDA: FP32, TF32, BF16 and FP16. Each update samples its batch from a
+// replay buffer stored on the same device, as the Trainer does.
+//
+// Settings are timed in interleaved rounds (every setting once per round), and each figure
+// is the median over rounds; the ratio to FP32 is the median of per-round ratios, so both
+// halves of a ratio saw the same machine. One JSON line per figure.
+#include "bench_common.hpp"
+
+#include <anvil/anvil.hpp>
+
+struct BenchConfig {
+  anvil::Param<double, "seconds", "seconds per timed repeat", anvil::positive> seconds{2.0};
+  anvil::Param<int, "rounds", "interleaved rounds over all settings", anvil::at_least(1)> rounds{3};
+  anvil::Param<std::vector<int>, "hidden", "network widths (two hidden layers each)", anvil::at_least(1)> hidden{256, 1024};
+  anvil::Param<std::vector<int>, "batch", "batch sizes", anvil::at_least(1)> batch{256, 2048};
+  anvil::Param<std::string, "device", "auto (CUDA when present), cpu, cuda or cuda:N"> device{"auto"};
+  anvil::Param<int, "threads", "intra-op threads on the CPU (0: torch's default)", anvil::at_least(0)> threads{0};
+};
+struct Config {
+  anvil::Section<"bench", BenchConfig> bench;
+};
+
+namespace {
+
+// One measured setting: a precision (and, for FP32 on the CPU, the fast-path switch) at one
+// network width and batch size, with its own SAC, buffer and step context.
+struct Setting {
+  std::string precision;
+  bool manual = false;
+  int hidden = 0, batch = 0;
+  bool tf32 = false;
+  std::unique_ptr<anvil::SAC> sac;
+  std::unique_ptr<anvil::UniformBuffer> buffer;
+  std::unique_ptr<anvil::StepContext> ctx;
+  std::vector<double> rates;
+};
+
+template <class X>
+Setting make(const anvil::RunContext& run, int hidden, int batch, bool manual) {
+  const auto spec = anvil::envs::spec_of(anvil::envs::Pendulum{});
+  torch::manual_seed(0);
+  anvil::SAC::Config sc;
+  sc.batch_size = batch;
+  sc.actor->hidden = {hidden, hidden};
+  sc.critic->hidden = {hidden, hidden};
+  sc.manual_backward = manual;
+  Setting s{std::string(X::name), manual, hidden, batch, X::allow_tf32, std::make_unique<anvil::SAC>(spec, sc, run),
+            {}, {}, {}};
+  anvil::UniformBuffer::Config bc;
+  bc.capacity = 100'000;
+  s.buffer = std::make_unique<anvil::UniformBuffer>(spec, bc, run);
+  bench::fill(*s.buffer, bc.capacity, 3, 1, 100, 200);  // random Pendulum-shaped steps
+  anvil::StepContext::Options so;
+  so.device = run.device;
+  so.autocast = X::autocast;
+  so.autocast_dtype = X::compute_dtype;
+  if constexpr (X::loss_scaling) so.loss_scaling = anvil::LossScaler::Options{};
+  s.ctx = std::make_unique<anvil::StepContext>(so);
+  return s;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const auto cfg = anvil::parse_config<Config>(argc, argv);
+  const auto& b = *cfg.bench;
+  if (b.threads > 0) torch::set_num_threads(b.threads);
+  anvil::RunContext run;
+  run.device = anvil::resolve_device(b.device, 0);
+  const bool cuda = run.device.is_cuda();
+  at::globalContext().setBenchmarkCuDNN(true);
+
+  std::vector<Setting> settings;
+  for (int h : *b.hidden)
+    for (int n : *b.batch) {
+      if (cuda) {
+        settings.push_back(make<anvil::FP32>(run, h, n, false));
+        settings.push_back(make<anvil::TF32>(run, h, n, false));
+        settings.push_back(make<anvil::BF16>(run, h, n, false));
+        settings.push_back(make<anvil::FP16>(run, h, n, false));
+      } else {
+        settings.push_back(make<anvil::FP32>(run, h, n, true));
+        settings.push_back(make<anvil::FP32>(run, h, n, false));
+        settings.push_back(make<anvil::BF16>(run, h, n, false));
+      }
+    }
+
+  for (int round = 0; round < b.rounds; ++round)
+    for (auto& s : settings) {
+      at::globalContext().setAllowTF32CuBLAS(s.tf32);
+      at::globalContext().setAllowTF32CuDNN(s.tf32);
+      // Each update ends in a host read of its losses, so CUDA work is finished when it returns.
+      s.rates.push_back(bench::median_rate([&] { s.sac->update(s.buffer->sample(s.batch), *s.ctx); }, b.seconds, 1,
+                                           round ? 2 : 10));
+    }
+
+  const std::string device = run.device.str();
+  for (const auto& s : settings) {
+    const bool fast_path = s.manual && s.sac->manual_backward();
+    std::vector<std::pair<std::string, bench::Value>> conf{
+        {"precision", s.precision}, {"hidden", std::to_string(s.hidden) + "x" + std::to_string(s.hidden)},
+        {"batch", s.batch}, {"manual_backward", fast_path ? 1 : 0}, {"rounds", *b.rounds},
+        {"threads", at::get_num_threads()}};
+    bench::emit("sac_update_precision", bench::median(s.rates), "updates/s", conf, device);
+    // The ratio to FP32 with autograd at the same size: the same computation in float32.
+    for (const auto& base : settings)
+      if (&base != &s && base.precision == "fp32" && !base.manual && base.hidden == s.hidden &&
+          base.batch == s.batch)
+        bench::emit("sac_update_precision_vs_fp32", bench::median_ratio(s.rates, base.rates), "x", conf, device);
+  }
+}
