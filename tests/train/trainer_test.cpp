@@ -156,6 +156,27 @@ TEST_CASE("Trainer: Trainer<SAC, UniformBuffer, SingleDevice, BF16> learns Pendu
   std::filesystem::remove_all(*c.run->run_dir);
 }
 
+TEST_CASE("Trainer: precision settings are applied once at construction, and TF32 on the CPU says it is FP32") {
+  using Tf32Trainer = Trainer<SAC, UniformBuffer, SingleDevice, TF32>;
+  auto c = pendulum_config<Tf32Trainer>(100, "precision_settings");
+  c.precision->detect_anomaly = true;
+  c.precision->cudnn_benchmark = false;
+  {
+    Tf32Trainer t(envs::Pendulum{}, c);
+    CHECK(torch::autograd::AnomalyMode::is_enabled());
+    CHECK_FALSE(at::globalContext().benchmarkCuDNN());
+    CHECK(std::count(t.notes().begin(), t.notes().end(),
+                     "precision: TF32 changes only CUDA matrix products; on the CPU this run is FP32") == 1);
+    CHECK(std::count(t.notes().begin(), t.notes().end(),
+                     "precision: autograd anomaly detection is on (slow; for debugging NaNs)") == 1);
+  }
+  // The defaults: cuDNN benchmark mode on, anomaly detection off, nothing said about TF32.
+  SacTrainer d(envs::Pendulum{}, pendulum_config(100, "precision_defaults"));
+  CHECK_FALSE(torch::autograd::AnomalyMode::is_enabled());
+  CHECK(at::globalContext().benchmarkCuDNN());
+  for (const auto& n : d.notes()) CHECK(n.find("precision:") == std::string::npos);
+}
+
 TEST_CASE("Trainer: update_interval=10 with updates_per_interval=10 also learns Pendulum") {
   auto c = pendulum_config(15000, "learn10");
   c.run->seed = 2;

@@ -263,6 +263,8 @@ class BasicTrainer {
   /// Returns of the most recent training episodes (up to 100).
   [[nodiscard]] const std::deque<double>& recent_returns() const noexcept { return recent_; }
   [[nodiscard]] const std::filesystem::path& run_dir() const noexcept { return run_dir_; }
+  /// What the run says once when it starts (precision and BLAS settings), one line each.
+  [[nodiscard]] const std::vector<std::string>& notes() const noexcept { return notes_; }
 
  private:
   static Config prepare(Config c) {
