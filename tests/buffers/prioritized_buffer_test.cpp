@@ -2,6 +2,8 @@
 // formula, the ring wraps, stale priority updates are skipped, and bad input is refused.
 #include <doctest/doctest.h>
 
+#include <fstream>
+
 #include <torch/torch.h>
 
 #include <unistd.h>
@@ -221,7 +223,20 @@ TEST_CASE("Replay buffers: save and load round-trip exactly, and a bad file chan
   auto fresh = make_per();
   CHECK_THROWS_WITH_AS(fresh.load(dir / "cut.bin"), doctest::Contains("is cut short (truncated file?)"), anvil::Error);
   CHECK(fresh.size() == 0);
-  CHECK_THROWS_WITH_AS(fresh.load(dir / "uniform.bin"), doctest::Contains("is not a anvil PrioritizedBuffer v2 file"),
+  // One flipped bit in the middle (stored transitions): the checksum refuses it.
+  std::filesystem::copy_file(dir / "per.bin", dir / "flipped.bin");
+  {
+    std::fstream f(dir / "flipped.bin", std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(static_cast<std::streamoff>(bytes / 2));
+    char c = 0;
+    f.get(c);
+    f.seekp(static_cast<std::streamoff>(bytes / 2));
+    f.put(static_cast<char>(c ^ 0x01));
+  }
+  CHECK_THROWS_WITH_AS(fresh.load(dir / "flipped.bin"),
+                       doctest::Contains("checksum does not match the contents (corrupted file?)"), anvil::Error);
+  CHECK(fresh.size() == 0);
+  CHECK_THROWS_WITH_AS(fresh.load(dir / "uniform.bin"), doctest::Contains("is not an anvil PrioritizedBuffer v3 file"),
                        anvil::Error);
   UniformBuffer::Config other = uc;
   other.capacity = 21;

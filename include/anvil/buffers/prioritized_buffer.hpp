@@ -146,7 +146,7 @@ class PrioritizedBuffer {
   /// Writes the buffer (transitions, priorities, n-step windows, sampling state) to
   /// `path`, atomically: a crash mid-save leaves the previous file intact.
   void save(const std::filesystem::path& path) const {
-    BinaryWriter w(path, "anvil PrioritizedBuffer v2");
+    BinaryWriter w(path, "anvil PrioritizedBuffer v3");
     core_.save(w);
     w.value(rng_.state());
     w.value(max_priority_);
@@ -158,7 +158,7 @@ class PrioritizedBuffer {
   /// Restores what `save` wrote; the buffer's config must match. On any error the buffer
   /// is unchanged.
   void load(const std::filesystem::path& path) {
-    BinaryReader r(path, "anvil PrioritizedBuffer v2");
+    BinaryReader r(path, "anvil PrioritizedBuffer v3");
     auto saved = core_.read(r);
     const auto rng = r.value<Rng::State>("sampling state");
     const auto max_p = r.value<double>("largest priority");
@@ -169,6 +169,7 @@ class PrioritizedBuffer {
     r.bytes(p.data(), p.size() * sizeof(double), "priorities");
     for (double v : p)
       if (!std::isfinite(v) || v < 0) r.fail("priorities", "contain a negative or non-finite value");
+    r.finish();
     core_.restore(std::move(saved));
     rng_.set_state(rng);
     max_priority_ = max_p;

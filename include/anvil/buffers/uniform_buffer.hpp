@@ -65,7 +65,7 @@ class UniformBuffer {
   /// Writes the buffer (transitions, n-step windows, sampling state) to `path`,
   /// atomically: a crash mid-save leaves the previous file intact.
   void save(const std::filesystem::path& path) const {
-    BinaryWriter w(path, "anvil UniformBuffer v2");
+    BinaryWriter w(path, "anvil UniformBuffer v3");
     core_.save(w);
     w.value(rng_.state());
     w.commit();
@@ -73,9 +73,10 @@ class UniformBuffer {
   /// Restores what `save` wrote; the buffer's config must match. On any error the buffer
   /// is unchanged.
   void load(const std::filesystem::path& path) {
-    BinaryReader r(path, "anvil UniformBuffer v2");
+    BinaryReader r(path, "anvil UniformBuffer v3");
     auto saved = core_.read(r);
     const auto rng = r.value<Rng::State>("sampling state");
+    r.finish();
     core_.restore(std::move(saved));
     rng_.set_state(rng);
   }

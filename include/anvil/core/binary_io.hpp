@@ -3,8 +3,10 @@
 /// Binary files that are replaced atomically and read back with checks: `BinaryWriter`
 /// writes next to the target and renames over it only when everything is written and
 /// flushed, so a crash or kill mid-save leaves the previous file intact; `BinaryReader`
-/// names the file and the field when a file is short, foreign or from another shape.
-/// Light header.
+/// names the file and the field when a file is short, foreign, from another shape or
+/// damaged. Every file ends with a CRC-32C of all bytes before it, which the reader checks
+/// in `finish`: a loader reads into temporaries, calls `finish`, and only then replaces
+/// its state, so a corrupted file changes nothing. Light header.
 
 #include <cstdint>
 #include <cstdio>
@@ -15,6 +17,9 @@
 
 #include <unistd.h>
 
+#include <fcntl.h>
+
+#include <anvil/core/detail/crc32c.hpp>
 #include <anvil/core/error.hpp>
 
 namespace anvil {
@@ -45,23 +50,37 @@ class BinaryWriter {
     bytes(s.data(), s.size());
   }
   void bytes(const void* p, std::size_t n) {
-    if (n && std::fwrite(p, 1, n, f_) != n) throw Error("writing '" + tmp_ + "' failed (disk full?)");
+    raw(p, n);
+    crc_.update(p, n);
   }
 
-  /// Flushes to disk and renames over the target.
+  /// Appends the checksum, flushes to disk and renames over the target; then syncs the
+  /// directory, so the rename itself survives a power cut.
   void commit() {
+    const std::uint32_t crc = crc_.value();
+    raw(&crc, sizeof crc);
     if (std::fflush(f_) != 0 || ::fsync(::fileno(f_)) != 0) throw Error("writing '" + tmp_ + "' failed (disk full?)");
     std::fclose(f_);
     f_ = nullptr;
     std::error_code ec;
     std::filesystem::rename(tmp_, path_, ec);
     if (ec) throw Error("cannot rename '" + tmp_ + "' to '" + path_.string() + "': " + ec.message());
+    const auto dir = path_.has_parent_path() ? path_.parent_path() : std::filesystem::path(".");
+    if (const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY); fd >= 0) {
+      (void)::fsync(fd);
+      ::close(fd);
+    }
   }
 
  private:
+  void raw(const void* p, std::size_t n) {
+    if (n && std::fwrite(p, 1, n, f_) != n) throw Error("writing '" + tmp_ + "' failed (disk full?)");
+  }
+
   std::filesystem::path path_;
   std::string tmp_;
   std::FILE* f_ = nullptr;
+  detail::Crc32c crc_;
 };
 
 class BinaryReader {
@@ -79,7 +98,7 @@ class BinaryReader {
     if (tag != format) {
       std::fclose(f_);
       f_ = nullptr;
-      throw Error("'" + path_.string() + "' is not a " + format + " file");
+      throw Error("'" + path_.string() + "' is not an " + format + " file");
     }
   }
   BinaryReader(const BinaryReader&) = delete;
@@ -104,6 +123,16 @@ class BinaryReader {
   }
   void bytes(void* p, std::size_t n, const char* what) {
     if (n && std::fread(p, 1, n, f_) != n) fail(what, "is cut short (truncated file?)");
+    crc_.update(p, n);
+  }
+  /// Checks the checksum at the end of the file against the bytes read, and that nothing
+  /// follows it. Call it after reading everything and before using what was read.
+  void finish() {
+    const std::uint32_t computed = crc_.value();
+    std::uint32_t stored = 0;
+    if (std::fread(&stored, 1, sizeof stored, f_) != sizeof stored) fail("checksum", "is missing (truncated file?)");
+    if (stored != computed) fail("checksum", "does not match the contents (corrupted file?)");
+    if (std::fgetc(f_) != EOF) fail("end", "is followed by unexpected bytes");
   }
   /// Reads a value and checks it equals `expected`.
   template <class T>
@@ -119,6 +148,7 @@ class BinaryReader {
  private:
   std::filesystem::path path_;
   std::FILE* f_ = nullptr;
+  detail::Crc32c crc_;
 };
 
 }  // namespace anvil
