@@ -3571,6 +3571,275 @@ TORCH_MODULE(TwinQ);
 #include <string>
 #include <vector>
 
+// ---- begin <anvil/core/binary_io.hpp> ----
+/// @file
+/// Binary files that are replaced atomically and read back with checks: `BinaryWriter`
+/// writes next to the target and renames over it only when everything is written and
+/// flushed, so a crash or kill mid-save leaves the previous file intact; `BinaryReader`
+/// names the file and the field when a file is short, foreign, from another shape or
+/// damaged. Every file ends with a CRC-32C of all bytes before it, which the reader checks
+/// in `finish`: a loader reads into temporaries, calls `finish`, and only then replaces
+/// its state, so a corrupted file changes nothing. Light header.
+
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include <unistd.h>
+
+#include <fcntl.h>
+
+// ---- begin <anvil/core/detail/crc32c.hpp> ----
+/// @file
+/// CRC-32C (Castagnoli), the checksum anvil's binary files (buffers, checkpoints) end with,
+/// so a file damaged on disk or in transit is refused instead of silently loaded. It is
+/// computed as the bytes stream through, at memory speed where the CPU has SSE4.2's crc32
+/// instruction (chosen at run time: the build stays baseline x86-64), and with a table
+/// elsewhere. Light header.
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define ANVIL_CRC32C_X86 1
+#include <immintrin.h>
+#endif
+
+namespace anvil::detail {
+
+/// A running CRC-32C: `update` with each piece, `value` at the end. Same result however
+/// the bytes are split.
+class Crc32c {
+ public:
+  void update(const void* data, std::size_t n) noexcept { crc_ = impl()(crc_, static_cast<const unsigned char*>(data), n); }
+  /// The checksum of everything passed to `update` so far.
+  [[nodiscard]] std::uint32_t value() const noexcept { return ~crc_; }
+
+  /// The table-driven version, whatever the CPU (the tests compare both).
+  static std::uint32_t portable(std::uint32_t crc, const unsigned char* p, std::size_t n) noexcept {
+    static const auto table = [] {
+      std::array<std::uint32_t, 256> t{};
+      for (std::uint32_t i = 0; i < 256; ++i) {
+        std::uint32_t c = i;
+        for (int k = 0; k < 8; ++k) c = (c & 1u) ? (c >> 1) ^ 0x82F63B78u : c >> 1;  // reflected polynomial
+        t[i] = c;
+      }
+      return t;
+    }();
+    for (std::size_t i = 0; i < n; ++i) crc = table[(crc ^ p[i]) & 0xFFu] ^ (crc >> 8);
+    return crc;
+  }
+
+ private:
+  using Fn = std::uint32_t (*)(std::uint32_t, const unsigned char*, std::size_t) noexcept;
+
+#if defined(ANVIL_CRC32C_X86)
+  __attribute__((target("sse4.2"))) static std::uint32_t hardware(std::uint32_t crc, const unsigned char* p,
+                                                                  std::size_t n) noexcept {
+    std::uint64_t c = crc;
+    for (; n >= 8; n -= 8, p += 8) {
+      std::uint64_t w;
+      std::memcpy(&w, p, 8);
+      c = _mm_crc32_u64(c, w);
+    }
+    auto c32 = static_cast<std::uint32_t>(c);
+    for (; n > 0; --n, ++p) c32 = _mm_crc32_u8(c32, *p);
+    return c32;
+  }
+#endif
+
+  static Fn impl() noexcept {
+#if defined(ANVIL_CRC32C_X86)
+    static const Fn f = __builtin_cpu_supports("sse4.2") ? &hardware : &portable;
+    return f;
+#else
+    return &portable;
+#endif
+  }
+
+  std::uint32_t crc_ = 0xFFFFFFFFu;
+};
+
+}  // namespace anvil::detail
+// ---- end <anvil/core/detail/crc32c.hpp> ----
+
+namespace anvil {
+
+class BinaryWriter {
+ public:
+  /// Starts writing `path` (into `path` + ".tmp" until `commit`), with a format tag.
+  BinaryWriter(std::filesystem::path path, const std::string& format)
+      : path_(std::move(path)), tmp_(path_.string() + ".tmp") {
+    f_ = std::fopen(tmp_.c_str(), "wb");
+    if (!f_) throw Error("cannot write '" + tmp_ + "' (does its directory exist?)");
+    string(format);
+  }
+  BinaryWriter(const BinaryWriter&) = delete;
+  BinaryWriter& operator=(const BinaryWriter&) = delete;
+  ~BinaryWriter() {
+    if (f_) {  // not committed: drop the partial file, keep the old one
+      std::fclose(f_);
+      std::remove(tmp_.c_str());
+    }
+  }
+
+  template <class T>
+    requires std::is_trivially_copyable_v<T>
+  void value(const T& v) { bytes(&v, sizeof v); }
+  void string(const std::string& s) {
+    value<std::uint64_t>(s.size());
+    bytes(s.data(), s.size());
+  }
+  void bytes(const void* p, std::size_t n) {
+    raw(p, n);
+    crc_.update(p, n);
+  }
+
+  /// Appends the checksum, flushes to disk and renames over the target; then syncs the
+  /// directory, so the rename itself survives a power cut.
+  void commit() {
+    const std::uint32_t crc = crc_.value();
+    raw(&crc, sizeof crc);
+    if (std::fflush(f_) != 0 || ::fsync(::fileno(f_)) != 0) throw Error("writing '" + tmp_ + "' failed (disk full?)");
+    std::fclose(f_);
+    f_ = nullptr;
+    std::error_code ec;
+    std::filesystem::rename(tmp_, path_, ec);
+    if (ec) throw Error("cannot rename '" + tmp_ + "' to '" + path_.string() + "': " + ec.message());
+    const auto dir = path_.has_parent_path() ? path_.parent_path() : std::filesystem::path(".");
+    if (const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY); fd >= 0) {
+      (void)::fsync(fd);
+      ::close(fd);
+    }
+  }
+
+ private:
+  void raw(const void* p, std::size_t n) {
+    if (n && std::fwrite(p, 1, n, f_) != n) throw Error("writing '" + tmp_ + "' failed (disk full?)");
+  }
+
+  std::filesystem::path path_;
+  std::string tmp_;
+  std::FILE* f_ = nullptr;
+  detail::Crc32c crc_;
+};
+
+class BinaryReader {
+ public:
+  /// Opens `path` and checks its format tag.
+  BinaryReader(std::filesystem::path path, const std::string& format) : path_(std::move(path)) {
+    f_ = std::fopen(path_.c_str(), "rb");
+    if (!f_) throw Error("cannot read '" + path_.string() + "'");
+    std::string tag;
+    try {
+      tag = string("format tag");
+    } catch (const Error&) {
+      tag.clear();
+    }
+    if (tag != format) {
+      std::fclose(f_);
+      f_ = nullptr;
+      throw Error("'" + path_.string() + "' is not an " + format + " file");
+    }
+  }
+  BinaryReader(const BinaryReader&) = delete;
+  BinaryReader& operator=(const BinaryReader&) = delete;
+  ~BinaryReader() {
+    if (f_) std::fclose(f_);
+  }
+
+  template <class T>
+    requires std::is_trivially_copyable_v<T>
+  T value(const char* what) {
+    T v;
+    bytes(&v, sizeof v, what);
+    return v;
+  }
+  std::string string(const char* what) {
+    const auto n = value<std::uint64_t>(what);
+    if (n > (1u << 20)) fail(what, "has an implausible length");
+    std::string s(n, '\0');
+    bytes(s.data(), n, what);
+    return s;
+  }
+  void bytes(void* p, std::size_t n, const char* what) {
+    if (n && std::fread(p, 1, n, f_) != n) fail(what, "is cut short (truncated file?)");
+    crc_.update(p, n);
+  }
+  /// Checks the checksum at the end of the file against the bytes read, and that nothing
+  /// follows it. Call it after reading everything and before using what was read.
+  void finish() {
+    const std::uint32_t computed = crc_.value();
+    std::uint32_t stored = 0;
+    if (std::fread(&stored, 1, sizeof stored, f_) != sizeof stored) fail("checksum", "is missing (truncated file?)");
+    if (stored != computed) fail("checksum", "does not match the contents (corrupted file?)");
+    if (std::fgetc(f_) != EOF) fail("end", "is followed by unexpected bytes");
+  }
+  /// Reads a value and checks it equals `expected`.
+  template <class T>
+  void expect(const T& expected, const char* what) {
+    const T v = value<T>(what);
+    if (v != expected) fail(what, "is " + std::to_string(v) + " in the file but " + std::to_string(expected) + " here");
+  }
+  [[noreturn]] void fail(const char* what, const std::string& why) const {
+    throw Error("'" + path_.string() + "': " + what + " " + why);
+  }
+  [[nodiscard]] const std::filesystem::path& path() const noexcept { return path_; }
+
+ private:
+  std::filesystem::path path_;
+  std::FILE* f_ = nullptr;
+  detail::Crc32c crc_;
+};
+
+}  // namespace anvil
+// ---- end <anvil/core/binary_io.hpp> ----
+// ---- begin <anvil/core/tensor_io.hpp> ----
+/// @file
+/// Tensors in anvil's binary files (see core/binary_io.hpp): dtype, element count, then
+/// the raw elements of a contiguous host copy. Reading checks both against the tensor the
+/// values are meant for and names the field when they differ, so a file from another
+/// network shape is refused rather than loaded into the wrong places.
+
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <string>
+
+
+namespace anvil {
+
+/// Writes `t` (any device; copied to the host).
+inline void write_tensor(BinaryWriter& w, const at::Tensor& t) {
+  const auto host = t.detach().to(at::kCPU).contiguous();
+  w.value(static_cast<std::int8_t>(host.scalar_type()));
+  w.value(static_cast<std::int64_t>(host.numel()));
+  w.bytes(host.data_ptr(), static_cast<std::size_t>(host.numel()) * host.element_size());
+}
+
+/// Reads a tensor written by `write_tensor` into a new host tensor shaped like `like`,
+/// which must have the same dtype and element count (else the error names `what`).
+inline at::Tensor read_tensor(BinaryReader& r, const char* what, const at::Tensor& like) {
+  const auto dtype = static_cast<at::ScalarType>(r.value<std::int8_t>(what));
+  if (dtype != like.scalar_type())
+    r.fail(what, std::string("are ") + c10::toString(dtype) + " in the file but " + c10::toString(like.scalar_type()) +
+                     " here");
+  const auto n = r.value<std::int64_t>(what);
+  if (n != like.numel())
+    r.fail(what, "have " + std::to_string(n) + " values in the file but " + std::to_string(like.numel()) +
+                     " here (another network shape?)");
+  auto t = at::empty(like.sizes(), like.options().device(at::kCPU));
+  r.bytes(t.data_ptr(), static_cast<std::size_t>(n) * t.element_size(), what);
+  return t;
+}
+
+}  // namespace anvil
+// ---- end <anvil/core/tensor_io.hpp> ----
 // ---- begin <anvil/train/flat_adam.hpp> ----
 /// @file
 /// `FlatAdam`: Adam (Kingma and Ba 2015) over parameters that live in one contiguous
@@ -3682,6 +3951,41 @@ class FlatAdam {
   /// First and second moment estimates, for checkpoints.
   [[nodiscard]] const at::Tensor& exp_avg() const noexcept { return m_; }
   [[nodiscard]] const at::Tensor& exp_avg_sq() const noexcept { return v_; }
+
+  /// What a checkpoint holds of an optimizer: its parameters, both moments, the step
+  /// count (for bias correction) and the learning rate.
+  struct Saved {
+    at::Tensor params, m, v;
+    std::int64_t steps = 0;
+    double lr = 0;
+  };
+  /// Writes the parameters and the optimizer state.
+  void save(BinaryWriter& w) const {
+    write_tensor(w, params_.flat());
+    write_tensor(w, m_);
+    write_tensor(w, v_);
+    w.value(steps_);
+    w.value(opt_.lr);
+  }
+  /// Reads what `save` wrote into host tensors, checking sizes; changes nothing here.
+  [[nodiscard]] Saved read(BinaryReader& r, const std::string& what) const {
+    Saved s;
+    s.params = read_tensor(r, (what + " parameters").c_str(), params_.flat());
+    s.m = read_tensor(r, (what + " first moments").c_str(), m_);
+    s.v = read_tensor(r, (what + " second moments").c_str(), v_);
+    s.steps = r.value<std::int64_t>((what + " step count").c_str());
+    s.lr = r.value<double>((what + " learning rate").c_str());
+    return s;
+  }
+  /// Copies a read state in place (the modules' parameter views stay valid).
+  void restore(const Saved& s) {
+    at::NoGradGuard no_grad;
+    params_.flat().copy_(s.params);
+    m_.copy_(s.m);
+    v_.copy_(s.v);
+    steps_ = s.steps;
+    opt_.lr = s.lr;
+  }
 
  private:
   FlatParameters params_;
@@ -4298,6 +4602,41 @@ class BasicSAC {
   /// Whether updates and actions take the hand-written fast path (`manual_backward`).
   [[nodiscard]] bool manual_backward() const noexcept { return manual_ != nullptr; }
 
+  /// Everything a checkpoint holds of SAC: the actor and the critic with their Adam
+  /// states, the target critic, the learned temperature with its optimizer, and the update
+  /// count (which schedules actor and target updates).
+  struct Saved {
+    FlatAdam::Saved actor, critic, alpha;
+    at::Tensor target;
+    std::int64_t updates = 0;
+  };
+  void save(BinaryWriter& w) const {
+    actor_opt_.save(w);
+    critic_opt_.save(w);
+    alpha_opt_.save(w);
+    write_tensor(w, target_.flat());
+    w.value(updates_);
+  }
+  /// Reads what `save` wrote, checking every size against this SAC; changes nothing here,
+  /// so a caller can check the whole file before `restore`.
+  [[nodiscard]] Saved read(BinaryReader& r) const {
+    Saved s;
+    s.actor = actor_opt_.read(r, "sac actor");
+    s.critic = critic_opt_.read(r, "sac critic");
+    s.alpha = alpha_opt_.read(r, "sac temperature");
+    s.target = read_tensor(r, "sac target critic parameters", target_.flat());
+    s.updates = r.value<std::int64_t>("sac update count");
+    return s;
+  }
+  void restore(const Saved& s) {
+    actor_opt_.restore(s.actor);
+    critic_opt_.restore(s.critic);
+    alpha_opt_.restore(s.alpha);
+    torch::NoGradGuard no_grad;
+    target_.flat().copy_(s.target);
+    updates_ = s.updates;
+  }
+
   [[nodiscard]] Actor& actor() noexcept { return actor_; }
   [[nodiscard]] Critic& critic() noexcept { return critic_; }
   [[nodiscard]] Critic& critic_target() noexcept { return critic_target_; }
@@ -4438,234 +4777,6 @@ static_assert(Algorithm<SAC>);
 #include <utility>
 #include <vector>
 
-// ---- begin <anvil/core/binary_io.hpp> ----
-/// @file
-/// Binary files that are replaced atomically and read back with checks: `BinaryWriter`
-/// writes next to the target and renames over it only when everything is written and
-/// flushed, so a crash or kill mid-save leaves the previous file intact; `BinaryReader`
-/// names the file and the field when a file is short, foreign, from another shape or
-/// damaged. Every file ends with a CRC-32C of all bytes before it, which the reader checks
-/// in `finish`: a loader reads into temporaries, calls `finish`, and only then replaces
-/// its state, so a corrupted file changes nothing. Light header.
-
-#include <cstdint>
-#include <cstdio>
-#include <filesystem>
-#include <string>
-#include <type_traits>
-#include <vector>
-
-#include <unistd.h>
-
-#include <fcntl.h>
-
-// ---- begin <anvil/core/detail/crc32c.hpp> ----
-/// @file
-/// CRC-32C (Castagnoli), the checksum anvil's binary files (buffers, checkpoints) end with,
-/// so a file damaged on disk or in transit is refused instead of silently loaded. It is
-/// computed as the bytes stream through, at memory speed where the CPU has SSE4.2's crc32
-/// instruction (chosen at run time: the build stays baseline x86-64), and with a table
-/// elsewhere. Light header.
-
-#include <array>
-#include <cstddef>
-#include <cstdint>
-#include <cstring>
-
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#define ANVIL_CRC32C_X86 1
-#include <immintrin.h>
-#endif
-
-namespace anvil::detail {
-
-/// A running CRC-32C: `update` with each piece, `value` at the end. Same result however
-/// the bytes are split.
-class Crc32c {
- public:
-  void update(const void* data, std::size_t n) noexcept { crc_ = impl()(crc_, static_cast<const unsigned char*>(data), n); }
-  /// The checksum of everything passed to `update` so far.
-  [[nodiscard]] std::uint32_t value() const noexcept { return ~crc_; }
-
-  /// The table-driven version, whatever the CPU (the tests compare both).
-  static std::uint32_t portable(std::uint32_t crc, const unsigned char* p, std::size_t n) noexcept {
-    static const auto table = [] {
-      std::array<std::uint32_t, 256> t{};
-      for (std::uint32_t i = 0; i < 256; ++i) {
-        std::uint32_t c = i;
-        for (int k = 0; k < 8; ++k) c = (c & 1u) ? (c >> 1) ^ 0x82F63B78u : c >> 1;  // reflected polynomial
-        t[i] = c;
-      }
-      return t;
-    }();
-    for (std::size_t i = 0; i < n; ++i) crc = table[(crc ^ p[i]) & 0xFFu] ^ (crc >> 8);
-    return crc;
-  }
-
- private:
-  using Fn = std::uint32_t (*)(std::uint32_t, const unsigned char*, std::size_t) noexcept;
-
-#if defined(ANVIL_CRC32C_X86)
-  __attribute__((target("sse4.2"))) static std::uint32_t hardware(std::uint32_t crc, const unsigned char* p,
-                                                                  std::size_t n) noexcept {
-    std::uint64_t c = crc;
-    for (; n >= 8; n -= 8, p += 8) {
-      std::uint64_t w;
-      std::memcpy(&w, p, 8);
-      c = _mm_crc32_u64(c, w);
-    }
-    auto c32 = static_cast<std::uint32_t>(c);
-    for (; n > 0; --n, ++p) c32 = _mm_crc32_u8(c32, *p);
-    return c32;
-  }
-#endif
-
-  static Fn impl() noexcept {
-#if defined(ANVIL_CRC32C_X86)
-    static const Fn f = __builtin_cpu_supports("sse4.2") ? &hardware : &portable;
-    return f;
-#else
-    return &portable;
-#endif
-  }
-
-  std::uint32_t crc_ = 0xFFFFFFFFu;
-};
-
-}  // namespace anvil::detail
-// ---- end <anvil/core/detail/crc32c.hpp> ----
-
-namespace anvil {
-
-class BinaryWriter {
- public:
-  /// Starts writing `path` (into `path` + ".tmp" until `commit`), with a format tag.
-  BinaryWriter(std::filesystem::path path, const std::string& format)
-      : path_(std::move(path)), tmp_(path_.string() + ".tmp") {
-    f_ = std::fopen(tmp_.c_str(), "wb");
-    if (!f_) throw Error("cannot write '" + tmp_ + "' (does its directory exist?)");
-    string(format);
-  }
-  BinaryWriter(const BinaryWriter&) = delete;
-  BinaryWriter& operator=(const BinaryWriter&) = delete;
-  ~BinaryWriter() {
-    if (f_) {  // not committed: drop the partial file, keep the old one
-      std::fclose(f_);
-      std::remove(tmp_.c_str());
-    }
-  }
-
-  template <class T>
-    requires std::is_trivially_copyable_v<T>
-  void value(const T& v) { bytes(&v, sizeof v); }
-  void string(const std::string& s) {
-    value<std::uint64_t>(s.size());
-    bytes(s.data(), s.size());
-  }
-  void bytes(const void* p, std::size_t n) {
-    raw(p, n);
-    crc_.update(p, n);
-  }
-
-  /// Appends the checksum, flushes to disk and renames over the target; then syncs the
-  /// directory, so the rename itself survives a power cut.
-  void commit() {
-    const std::uint32_t crc = crc_.value();
-    raw(&crc, sizeof crc);
-    if (std::fflush(f_) != 0 || ::fsync(::fileno(f_)) != 0) throw Error("writing '" + tmp_ + "' failed (disk full?)");
-    std::fclose(f_);
-    f_ = nullptr;
-    std::error_code ec;
-    std::filesystem::rename(tmp_, path_, ec);
-    if (ec) throw Error("cannot rename '" + tmp_ + "' to '" + path_.string() + "': " + ec.message());
-    const auto dir = path_.has_parent_path() ? path_.parent_path() : std::filesystem::path(".");
-    if (const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY); fd >= 0) {
-      (void)::fsync(fd);
-      ::close(fd);
-    }
-  }
-
- private:
-  void raw(const void* p, std::size_t n) {
-    if (n && std::fwrite(p, 1, n, f_) != n) throw Error("writing '" + tmp_ + "' failed (disk full?)");
-  }
-
-  std::filesystem::path path_;
-  std::string tmp_;
-  std::FILE* f_ = nullptr;
-  detail::Crc32c crc_;
-};
-
-class BinaryReader {
- public:
-  /// Opens `path` and checks its format tag.
-  BinaryReader(std::filesystem::path path, const std::string& format) : path_(std::move(path)) {
-    f_ = std::fopen(path_.c_str(), "rb");
-    if (!f_) throw Error("cannot read '" + path_.string() + "'");
-    std::string tag;
-    try {
-      tag = string("format tag");
-    } catch (const Error&) {
-      tag.clear();
-    }
-    if (tag != format) {
-      std::fclose(f_);
-      f_ = nullptr;
-      throw Error("'" + path_.string() + "' is not an " + format + " file");
-    }
-  }
-  BinaryReader(const BinaryReader&) = delete;
-  BinaryReader& operator=(const BinaryReader&) = delete;
-  ~BinaryReader() {
-    if (f_) std::fclose(f_);
-  }
-
-  template <class T>
-    requires std::is_trivially_copyable_v<T>
-  T value(const char* what) {
-    T v;
-    bytes(&v, sizeof v, what);
-    return v;
-  }
-  std::string string(const char* what) {
-    const auto n = value<std::uint64_t>(what);
-    if (n > (1u << 20)) fail(what, "has an implausible length");
-    std::string s(n, '\0');
-    bytes(s.data(), n, what);
-    return s;
-  }
-  void bytes(void* p, std::size_t n, const char* what) {
-    if (n && std::fread(p, 1, n, f_) != n) fail(what, "is cut short (truncated file?)");
-    crc_.update(p, n);
-  }
-  /// Checks the checksum at the end of the file against the bytes read, and that nothing
-  /// follows it. Call it after reading everything and before using what was read.
-  void finish() {
-    const std::uint32_t computed = crc_.value();
-    std::uint32_t stored = 0;
-    if (std::fread(&stored, 1, sizeof stored, f_) != sizeof stored) fail("checksum", "is missing (truncated file?)");
-    if (stored != computed) fail("checksum", "does not match the contents (corrupted file?)");
-    if (std::fgetc(f_) != EOF) fail("end", "is followed by unexpected bytes");
-  }
-  /// Reads a value and checks it equals `expected`.
-  template <class T>
-  void expect(const T& expected, const char* what) {
-    const T v = value<T>(what);
-    if (v != expected) fail(what, "is " + std::to_string(v) + " in the file but " + std::to_string(expected) + " here");
-  }
-  [[noreturn]] void fail(const char* what, const std::string& why) const {
-    throw Error("'" + path_.string() + "': " + what + " " + why);
-  }
-  [[nodiscard]] const std::filesystem::path& path() const noexcept { return path_; }
-
- private:
-  std::filesystem::path path_;
-  std::FILE* f_ = nullptr;
-  detail::Crc32c crc_;
-};
-
-}  // namespace anvil
-// ---- end <anvil/core/binary_io.hpp> ----
 
 namespace anvil::detail {
 

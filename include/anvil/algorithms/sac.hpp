@@ -16,9 +16,11 @@
 #include <vector>
 
 #include <anvil/core/batch.hpp>
+#include <anvil/core/binary_io.hpp>
 #include <anvil/core/concepts.hpp>
 #include <anvil/core/context.hpp>
 #include <anvil/core/error.hpp>
+#include <anvil/core/tensor_io.hpp>
 #include <anvil/envs/env.hpp>
 #include <anvil/nn/gaussian_actor.hpp>
 #include <anvil/nn/twin_q.hpp>
@@ -395,6 +397,41 @@ class BasicSAC {
 
   /// Whether updates and actions take the hand-written fast path (`manual_backward`).
   [[nodiscard]] bool manual_backward() const noexcept { return manual_ != nullptr; }
+
+  /// Everything a checkpoint holds of SAC: the actor and the critic with their Adam
+  /// states, the target critic, the learned temperature with its optimizer, and the update
+  /// count (which schedules actor and target updates).
+  struct Saved {
+    FlatAdam::Saved actor, critic, alpha;
+    at::Tensor target;
+    std::int64_t updates = 0;
+  };
+  void save(BinaryWriter& w) const {
+    actor_opt_.save(w);
+    critic_opt_.save(w);
+    alpha_opt_.save(w);
+    write_tensor(w, target_.flat());
+    w.value(updates_);
+  }
+  /// Reads what `save` wrote, checking every size against this SAC; changes nothing here,
+  /// so a caller can check the whole file before `restore`.
+  [[nodiscard]] Saved read(BinaryReader& r) const {
+    Saved s;
+    s.actor = actor_opt_.read(r, "sac actor");
+    s.critic = critic_opt_.read(r, "sac critic");
+    s.alpha = alpha_opt_.read(r, "sac temperature");
+    s.target = read_tensor(r, "sac target critic parameters", target_.flat());
+    s.updates = r.value<std::int64_t>("sac update count");
+    return s;
+  }
+  void restore(const Saved& s) {
+    actor_opt_.restore(s.actor);
+    critic_opt_.restore(s.critic);
+    alpha_opt_.restore(s.alpha);
+    torch::NoGradGuard no_grad;
+    target_.flat().copy_(s.target);
+    updates_ = s.updates;
+  }
 
   [[nodiscard]] Actor& actor() noexcept { return actor_; }
   [[nodiscard]] Critic& critic() noexcept { return critic_; }

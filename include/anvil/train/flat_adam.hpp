@@ -15,7 +15,9 @@
 #include <string>
 #include <vector>
 
+#include <anvil/core/binary_io.hpp>
 #include <anvil/core/error.hpp>
+#include <anvil/core/tensor_io.hpp>
 
 namespace anvil {
 
@@ -110,6 +112,41 @@ class FlatAdam {
   /// First and second moment estimates, for checkpoints.
   [[nodiscard]] const at::Tensor& exp_avg() const noexcept { return m_; }
   [[nodiscard]] const at::Tensor& exp_avg_sq() const noexcept { return v_; }
+
+  /// What a checkpoint holds of an optimizer: its parameters, both moments, the step
+  /// count (for bias correction) and the learning rate.
+  struct Saved {
+    at::Tensor params, m, v;
+    std::int64_t steps = 0;
+    double lr = 0;
+  };
+  /// Writes the parameters and the optimizer state.
+  void save(BinaryWriter& w) const {
+    write_tensor(w, params_.flat());
+    write_tensor(w, m_);
+    write_tensor(w, v_);
+    w.value(steps_);
+    w.value(opt_.lr);
+  }
+  /// Reads what `save` wrote into host tensors, checking sizes; changes nothing here.
+  [[nodiscard]] Saved read(BinaryReader& r, const std::string& what) const {
+    Saved s;
+    s.params = read_tensor(r, (what + " parameters").c_str(), params_.flat());
+    s.m = read_tensor(r, (what + " first moments").c_str(), m_);
+    s.v = read_tensor(r, (what + " second moments").c_str(), v_);
+    s.steps = r.value<std::int64_t>((what + " step count").c_str());
+    s.lr = r.value<double>((what + " learning rate").c_str());
+    return s;
+  }
+  /// Copies a read state in place (the modules' parameter views stay valid).
+  void restore(const Saved& s) {
+    at::NoGradGuard no_grad;
+    params_.flat().copy_(s.params);
+    m_.copy_(s.m);
+    v_.copy_(s.v);
+    steps_ = s.steps;
+    opt_.lr = s.lr;
+  }
 
  private:
   FlatParameters params_;
