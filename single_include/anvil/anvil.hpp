@@ -2660,12 +2660,242 @@ static_assert(ContinuousEnv<Pendulum>);
 #include <condition_variable>
 #include <cstdint>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
+// ---- begin <anvil/core/binary_io.hpp> ----
+/// @file
+/// Binary files that are replaced atomically and read back with checks: `BinaryWriter`
+/// writes next to the target and renames over it only when everything is written and
+/// flushed, so a crash or kill mid-save leaves the previous file intact; `BinaryReader`
+/// names the file and the field when a file is short, foreign, from another shape or
+/// damaged. Every file ends with a CRC-32C of all bytes before it, which the reader checks
+/// in `finish`: a loader reads into temporaries, calls `finish`, and only then replaces
+/// its state, so a corrupted file changes nothing. Light header.
+
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include <unistd.h>
+
+#include <fcntl.h>
+
+// ---- begin <anvil/core/detail/crc32c.hpp> ----
+/// @file
+/// CRC-32C (Castagnoli), the checksum anvil's binary files (buffers, checkpoints) end with,
+/// so a file damaged on disk or in transit is refused instead of silently loaded. It is
+/// computed as the bytes stream through, at memory speed where the CPU has SSE4.2's crc32
+/// instruction (chosen at run time: the build stays baseline x86-64), and with a table
+/// elsewhere. Light header.
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define ANVIL_CRC32C_X86 1
+#include <immintrin.h>
+#endif
+
+namespace anvil::detail {
+
+/// A running CRC-32C: `update` with each piece, `value` at the end. Same result however
+/// the bytes are split.
+class Crc32c {
+ public:
+  void update(const void* data, std::size_t n) noexcept { crc_ = impl()(crc_, static_cast<const unsigned char*>(data), n); }
+  /// The checksum of everything passed to `update` so far.
+  [[nodiscard]] std::uint32_t value() const noexcept { return ~crc_; }
+
+  /// The table-driven version, whatever the CPU (the tests compare both).
+  static std::uint32_t portable(std::uint32_t crc, const unsigned char* p, std::size_t n) noexcept {
+    static const auto table = [] {
+      std::array<std::uint32_t, 256> t{};
+      for (std::uint32_t i = 0; i < 256; ++i) {
+        std::uint32_t c = i;
+        for (int k = 0; k < 8; ++k) c = (c & 1u) ? (c >> 1) ^ 0x82F63B78u : c >> 1;  // reflected polynomial
+        t[i] = c;
+      }
+      return t;
+    }();
+    for (std::size_t i = 0; i < n; ++i) crc = table[(crc ^ p[i]) & 0xFFu] ^ (crc >> 8);
+    return crc;
+  }
+
+ private:
+  using Fn = std::uint32_t (*)(std::uint32_t, const unsigned char*, std::size_t) noexcept;
+
+#if defined(ANVIL_CRC32C_X86)
+  __attribute__((target("sse4.2"))) static std::uint32_t hardware(std::uint32_t crc, const unsigned char* p,
+                                                                  std::size_t n) noexcept {
+    std::uint64_t c = crc;
+    for (; n >= 8; n -= 8, p += 8) {
+      std::uint64_t w;
+      std::memcpy(&w, p, 8);
+      c = _mm_crc32_u64(c, w);
+    }
+    auto c32 = static_cast<std::uint32_t>(c);
+    for (; n > 0; --n, ++p) c32 = _mm_crc32_u8(c32, *p);
+    return c32;
+  }
+#endif
+
+  static Fn impl() noexcept {
+#if defined(ANVIL_CRC32C_X86)
+    static const Fn f = __builtin_cpu_supports("sse4.2") ? &hardware : &portable;
+    return f;
+#else
+    return &portable;
+#endif
+  }
+
+  std::uint32_t crc_ = 0xFFFFFFFFu;
+};
+
+}  // namespace anvil::detail
+// ---- end <anvil/core/detail/crc32c.hpp> ----
+
+namespace anvil {
+
+class BinaryWriter {
+ public:
+  /// Starts writing `path` (into `path` + ".tmp" until `commit`), with a format tag.
+  BinaryWriter(std::filesystem::path path, const std::string& format)
+      : path_(std::move(path)), tmp_(path_.string() + ".tmp") {
+    f_ = std::fopen(tmp_.c_str(), "wb");
+    if (!f_) throw Error("cannot write '" + tmp_ + "' (does its directory exist?)");
+    string(format);
+  }
+  BinaryWriter(const BinaryWriter&) = delete;
+  BinaryWriter& operator=(const BinaryWriter&) = delete;
+  ~BinaryWriter() {
+    if (f_) {  // not committed: drop the partial file, keep the old one
+      std::fclose(f_);
+      std::remove(tmp_.c_str());
+    }
+  }
+
+  template <class T>
+    requires std::is_trivially_copyable_v<T>
+  void value(const T& v) { bytes(&v, sizeof v); }
+  void string(const std::string& s) {
+    value<std::uint64_t>(s.size());
+    bytes(s.data(), s.size());
+  }
+  void bytes(const void* p, std::size_t n) {
+    raw(p, n);
+    crc_.update(p, n);
+  }
+
+  /// Appends the checksum, flushes to disk and renames over the target; then syncs the
+  /// directory, so the rename itself survives a power cut.
+  void commit() {
+    const std::uint32_t crc = crc_.value();
+    raw(&crc, sizeof crc);
+    if (std::fflush(f_) != 0 || ::fsync(::fileno(f_)) != 0) throw Error("writing '" + tmp_ + "' failed (disk full?)");
+    std::fclose(f_);
+    f_ = nullptr;
+    std::error_code ec;
+    std::filesystem::rename(tmp_, path_, ec);
+    if (ec) throw Error("cannot rename '" + tmp_ + "' to '" + path_.string() + "': " + ec.message());
+    const auto dir = path_.has_parent_path() ? path_.parent_path() : std::filesystem::path(".");
+    if (const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY); fd >= 0) {
+      (void)::fsync(fd);
+      ::close(fd);
+    }
+  }
+
+ private:
+  void raw(const void* p, std::size_t n) {
+    if (n && std::fwrite(p, 1, n, f_) != n) throw Error("writing '" + tmp_ + "' failed (disk full?)");
+  }
+
+  std::filesystem::path path_;
+  std::string tmp_;
+  std::FILE* f_ = nullptr;
+  detail::Crc32c crc_;
+};
+
+class BinaryReader {
+ public:
+  /// Opens `path` and checks its format tag.
+  BinaryReader(std::filesystem::path path, const std::string& format) : path_(std::move(path)) {
+    f_ = std::fopen(path_.c_str(), "rb");
+    if (!f_) throw Error("cannot read '" + path_.string() + "'");
+    std::string tag;
+    try {
+      tag = string("format tag");
+    } catch (const Error&) {
+      tag.clear();
+    }
+    if (tag != format) {
+      std::fclose(f_);
+      f_ = nullptr;
+      throw Error("'" + path_.string() + "' is not an " + format + " file");
+    }
+  }
+  BinaryReader(const BinaryReader&) = delete;
+  BinaryReader& operator=(const BinaryReader&) = delete;
+  ~BinaryReader() {
+    if (f_) std::fclose(f_);
+  }
+
+  template <class T>
+    requires std::is_trivially_copyable_v<T>
+  T value(const char* what) {
+    T v;
+    bytes(&v, sizeof v, what);
+    return v;
+  }
+  std::string string(const char* what) {
+    const auto n = value<std::uint64_t>(what);
+    if (n > (1u << 20)) fail(what, "has an implausible length");
+    std::string s(n, '\0');
+    bytes(s.data(), n, what);
+    return s;
+  }
+  void bytes(void* p, std::size_t n, const char* what) {
+    if (n && std::fread(p, 1, n, f_) != n) fail(what, "is cut short (truncated file?)");
+    crc_.update(p, n);
+  }
+  /// Checks the checksum at the end of the file against the bytes read, and that nothing
+  /// follows it. Call it after reading everything and before using what was read.
+  void finish() {
+    const std::uint32_t computed = crc_.value();
+    std::uint32_t stored = 0;
+    if (std::fread(&stored, 1, sizeof stored, f_) != sizeof stored) fail("checksum", "is missing (truncated file?)");
+    if (stored != computed) fail("checksum", "does not match the contents (corrupted file?)");
+    if (std::fgetc(f_) != EOF) fail("end", "is followed by unexpected bytes");
+  }
+  /// Reads a value and checks it equals `expected`.
+  template <class T>
+  void expect(const T& expected, const char* what) {
+    const T v = value<T>(what);
+    if (v != expected) fail(what, "is " + std::to_string(v) + " in the file but " + std::to_string(expected) + " here");
+  }
+  [[noreturn]] void fail(const char* what, const std::string& why) const {
+    throw Error("'" + path_.string() + "': " + what + " " + why);
+  }
+  [[nodiscard]] const std::filesystem::path& path() const noexcept { return path_; }
+
+ private:
+  std::filesystem::path path_;
+  std::FILE* f_ = nullptr;
+  detail::Crc32c crc_;
+};
+
+}  // namespace anvil
+// ---- end <anvil/core/binary_io.hpp> ----
 // ---- begin <anvil/core/detail/thread_pool.hpp> ----
 /// @file
 /// A minimal fork-join pool, for stepping envs and for the independent gradients of an
@@ -2864,6 +3094,15 @@ class VecEnvBase {
     return step_wait();
   }
 
+  /// Writes every env's state, its seed stream, the current observations and the running
+  /// episode returns and lengths, so a resumed run steps on exactly as this one would.
+  /// Built-in envs are trivially copyable and saved as bytes; an env type that is not
+  /// gets a clear error here.
+  virtual void save(BinaryWriter& w) const = 0;
+  /// Reads what `save` wrote, checking the env and the env count; changes nothing until the
+  /// returned function is called (after the whole file has been checked).
+  [[nodiscard]] virtual std::function<void()> read(BinaryReader& r) = 0;
+
  protected:
   VecEnvBase(EnvSpec spec, std::int64_t n) : spec_(std::move(spec)), n_(n) {}
   EnvSpec spec_;
@@ -2902,6 +3141,56 @@ class VecEnv final : public VecEnvBase {
       }
       cv_.notify_all();
       stepper_.join();
+    }
+  }
+
+  void save(BinaryWriter& w) const override {
+    if constexpr (!std::is_trivially_copyable_v<E>) {
+      throw Error(spec_.name + ": this env type is not trivially copyable, so its state cannot be saved in a "
+                  "checkpoint (keep its state in plain members)");
+    } else {
+      if (in_flight_) throw Error("VecEnv::save: a step is in flight; save between steps");
+      w.string(spec_.name);
+      w.value(n_);
+      w.value(static_cast<std::uint64_t>(sizeof(E)));
+      w.bytes(envs_.data(), envs_.size() * sizeof(E));
+      for (const auto& g : seeds_) w.value(g.state());
+      w.value(started_);
+      const auto o = obs_[cur_].contiguous();
+      w.bytes(o.data_ptr(), static_cast<std::size_t>(o.numel()) * sizeof(float));
+      w.bytes(returns_.data(), returns_.size() * sizeof(double));
+      w.bytes(lengths_.data(), lengths_.size() * sizeof(std::int64_t));
+    }
+  }
+
+  std::function<void()> read(BinaryReader& r) override {
+    if constexpr (!std::is_trivially_copyable_v<E>) {
+      r.fail("envs", "cannot be restored: " + spec_.name + " is not trivially copyable");
+    } else {
+      const auto name = r.string("env name");
+      if (name != spec_.name) r.fail("env name", "is '" + name + "' in the file but '" + spec_.name + "' here");
+      r.expect(n_, "env.num_envs");
+      r.expect(static_cast<std::uint64_t>(sizeof(E)), "env state size");
+      auto envs = std::make_shared<std::vector<E>>(envs_);
+      r.bytes(envs->data(), envs->size() * sizeof(E), "env states");
+      auto seeds = std::make_shared<std::vector<Rng::State>>();
+      for (std::int64_t i = 0; i < n_; ++i) seeds->push_back(r.value<Rng::State>("env seed streams"));
+      const bool started = r.value<bool>("env started flag");
+      auto obs = at::empty_like(obs_[cur_]);
+      r.bytes(obs.data_ptr(), static_cast<std::size_t>(obs.numel()) * sizeof(float), "env observations");
+      auto returns = std::make_shared<std::vector<double>>(returns_.size());
+      r.bytes(returns->data(), returns->size() * sizeof(double), "episode returns");
+      auto lengths = std::make_shared<std::vector<std::int64_t>>(lengths_.size());
+      r.bytes(lengths->data(), lengths->size() * sizeof(std::int64_t), "episode lengths");
+      return [this, envs, seeds, started, obs, returns, lengths] {
+        wait_idle();
+        envs_ = std::move(*envs);
+        for (std::size_t i = 0; i < seeds_.size(); ++i) seeds_[i].set_state((*seeds)[i]);
+        started_ = started;
+        obs_[cur_].copy_(obs);
+        returns_ = std::move(*returns);
+        lengths_ = std::move(*lengths);
+      };
     }
   }
 
@@ -3571,234 +3860,6 @@ TORCH_MODULE(TwinQ);
 #include <string>
 #include <vector>
 
-// ---- begin <anvil/core/binary_io.hpp> ----
-/// @file
-/// Binary files that are replaced atomically and read back with checks: `BinaryWriter`
-/// writes next to the target and renames over it only when everything is written and
-/// flushed, so a crash or kill mid-save leaves the previous file intact; `BinaryReader`
-/// names the file and the field when a file is short, foreign, from another shape or
-/// damaged. Every file ends with a CRC-32C of all bytes before it, which the reader checks
-/// in `finish`: a loader reads into temporaries, calls `finish`, and only then replaces
-/// its state, so a corrupted file changes nothing. Light header.
-
-#include <cstdint>
-#include <cstdio>
-#include <filesystem>
-#include <string>
-#include <type_traits>
-#include <vector>
-
-#include <unistd.h>
-
-#include <fcntl.h>
-
-// ---- begin <anvil/core/detail/crc32c.hpp> ----
-/// @file
-/// CRC-32C (Castagnoli), the checksum anvil's binary files (buffers, checkpoints) end with,
-/// so a file damaged on disk or in transit is refused instead of silently loaded. It is
-/// computed as the bytes stream through, at memory speed where the CPU has SSE4.2's crc32
-/// instruction (chosen at run time: the build stays baseline x86-64), and with a table
-/// elsewhere. Light header.
-
-#include <array>
-#include <cstddef>
-#include <cstdint>
-#include <cstring>
-
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#define ANVIL_CRC32C_X86 1
-#include <immintrin.h>
-#endif
-
-namespace anvil::detail {
-
-/// A running CRC-32C: `update` with each piece, `value` at the end. Same result however
-/// the bytes are split.
-class Crc32c {
- public:
-  void update(const void* data, std::size_t n) noexcept { crc_ = impl()(crc_, static_cast<const unsigned char*>(data), n); }
-  /// The checksum of everything passed to `update` so far.
-  [[nodiscard]] std::uint32_t value() const noexcept { return ~crc_; }
-
-  /// The table-driven version, whatever the CPU (the tests compare both).
-  static std::uint32_t portable(std::uint32_t crc, const unsigned char* p, std::size_t n) noexcept {
-    static const auto table = [] {
-      std::array<std::uint32_t, 256> t{};
-      for (std::uint32_t i = 0; i < 256; ++i) {
-        std::uint32_t c = i;
-        for (int k = 0; k < 8; ++k) c = (c & 1u) ? (c >> 1) ^ 0x82F63B78u : c >> 1;  // reflected polynomial
-        t[i] = c;
-      }
-      return t;
-    }();
-    for (std::size_t i = 0; i < n; ++i) crc = table[(crc ^ p[i]) & 0xFFu] ^ (crc >> 8);
-    return crc;
-  }
-
- private:
-  using Fn = std::uint32_t (*)(std::uint32_t, const unsigned char*, std::size_t) noexcept;
-
-#if defined(ANVIL_CRC32C_X86)
-  __attribute__((target("sse4.2"))) static std::uint32_t hardware(std::uint32_t crc, const unsigned char* p,
-                                                                  std::size_t n) noexcept {
-    std::uint64_t c = crc;
-    for (; n >= 8; n -= 8, p += 8) {
-      std::uint64_t w;
-      std::memcpy(&w, p, 8);
-      c = _mm_crc32_u64(c, w);
-    }
-    auto c32 = static_cast<std::uint32_t>(c);
-    for (; n > 0; --n, ++p) c32 = _mm_crc32_u8(c32, *p);
-    return c32;
-  }
-#endif
-
-  static Fn impl() noexcept {
-#if defined(ANVIL_CRC32C_X86)
-    static const Fn f = __builtin_cpu_supports("sse4.2") ? &hardware : &portable;
-    return f;
-#else
-    return &portable;
-#endif
-  }
-
-  std::uint32_t crc_ = 0xFFFFFFFFu;
-};
-
-}  // namespace anvil::detail
-// ---- end <anvil/core/detail/crc32c.hpp> ----
-
-namespace anvil {
-
-class BinaryWriter {
- public:
-  /// Starts writing `path` (into `path` + ".tmp" until `commit`), with a format tag.
-  BinaryWriter(std::filesystem::path path, const std::string& format)
-      : path_(std::move(path)), tmp_(path_.string() + ".tmp") {
-    f_ = std::fopen(tmp_.c_str(), "wb");
-    if (!f_) throw Error("cannot write '" + tmp_ + "' (does its directory exist?)");
-    string(format);
-  }
-  BinaryWriter(const BinaryWriter&) = delete;
-  BinaryWriter& operator=(const BinaryWriter&) = delete;
-  ~BinaryWriter() {
-    if (f_) {  // not committed: drop the partial file, keep the old one
-      std::fclose(f_);
-      std::remove(tmp_.c_str());
-    }
-  }
-
-  template <class T>
-    requires std::is_trivially_copyable_v<T>
-  void value(const T& v) { bytes(&v, sizeof v); }
-  void string(const std::string& s) {
-    value<std::uint64_t>(s.size());
-    bytes(s.data(), s.size());
-  }
-  void bytes(const void* p, std::size_t n) {
-    raw(p, n);
-    crc_.update(p, n);
-  }
-
-  /// Appends the checksum, flushes to disk and renames over the target; then syncs the
-  /// directory, so the rename itself survives a power cut.
-  void commit() {
-    const std::uint32_t crc = crc_.value();
-    raw(&crc, sizeof crc);
-    if (std::fflush(f_) != 0 || ::fsync(::fileno(f_)) != 0) throw Error("writing '" + tmp_ + "' failed (disk full?)");
-    std::fclose(f_);
-    f_ = nullptr;
-    std::error_code ec;
-    std::filesystem::rename(tmp_, path_, ec);
-    if (ec) throw Error("cannot rename '" + tmp_ + "' to '" + path_.string() + "': " + ec.message());
-    const auto dir = path_.has_parent_path() ? path_.parent_path() : std::filesystem::path(".");
-    if (const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY); fd >= 0) {
-      (void)::fsync(fd);
-      ::close(fd);
-    }
-  }
-
- private:
-  void raw(const void* p, std::size_t n) {
-    if (n && std::fwrite(p, 1, n, f_) != n) throw Error("writing '" + tmp_ + "' failed (disk full?)");
-  }
-
-  std::filesystem::path path_;
-  std::string tmp_;
-  std::FILE* f_ = nullptr;
-  detail::Crc32c crc_;
-};
-
-class BinaryReader {
- public:
-  /// Opens `path` and checks its format tag.
-  BinaryReader(std::filesystem::path path, const std::string& format) : path_(std::move(path)) {
-    f_ = std::fopen(path_.c_str(), "rb");
-    if (!f_) throw Error("cannot read '" + path_.string() + "'");
-    std::string tag;
-    try {
-      tag = string("format tag");
-    } catch (const Error&) {
-      tag.clear();
-    }
-    if (tag != format) {
-      std::fclose(f_);
-      f_ = nullptr;
-      throw Error("'" + path_.string() + "' is not an " + format + " file");
-    }
-  }
-  BinaryReader(const BinaryReader&) = delete;
-  BinaryReader& operator=(const BinaryReader&) = delete;
-  ~BinaryReader() {
-    if (f_) std::fclose(f_);
-  }
-
-  template <class T>
-    requires std::is_trivially_copyable_v<T>
-  T value(const char* what) {
-    T v;
-    bytes(&v, sizeof v, what);
-    return v;
-  }
-  std::string string(const char* what) {
-    const auto n = value<std::uint64_t>(what);
-    if (n > (1u << 20)) fail(what, "has an implausible length");
-    std::string s(n, '\0');
-    bytes(s.data(), n, what);
-    return s;
-  }
-  void bytes(void* p, std::size_t n, const char* what) {
-    if (n && std::fread(p, 1, n, f_) != n) fail(what, "is cut short (truncated file?)");
-    crc_.update(p, n);
-  }
-  /// Checks the checksum at the end of the file against the bytes read, and that nothing
-  /// follows it. Call it after reading everything and before using what was read.
-  void finish() {
-    const std::uint32_t computed = crc_.value();
-    std::uint32_t stored = 0;
-    if (std::fread(&stored, 1, sizeof stored, f_) != sizeof stored) fail("checksum", "is missing (truncated file?)");
-    if (stored != computed) fail("checksum", "does not match the contents (corrupted file?)");
-    if (std::fgetc(f_) != EOF) fail("end", "is followed by unexpected bytes");
-  }
-  /// Reads a value and checks it equals `expected`.
-  template <class T>
-  void expect(const T& expected, const char* what) {
-    const T v = value<T>(what);
-    if (v != expected) fail(what, "is " + std::to_string(v) + " in the file but " + std::to_string(expected) + " here");
-  }
-  [[noreturn]] void fail(const char* what, const std::string& why) const {
-    throw Error("'" + path_.string() + "': " + what + " " + why);
-  }
-  [[nodiscard]] const std::filesystem::path& path() const noexcept { return path_; }
-
- private:
-  std::filesystem::path path_;
-  std::FILE* f_ = nullptr;
-  detail::Crc32c crc_;
-};
-
-}  // namespace anvil
-// ---- end <anvil/core/binary_io.hpp> ----
 // ---- begin <anvil/core/tensor_io.hpp> ----
 /// @file
 /// Tensors in anvil's binary files (see core/binary_io.hpp): dtype, element count, then

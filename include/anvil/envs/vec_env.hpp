@@ -15,12 +15,16 @@
 #include <condition_variable>
 #include <cstdint>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
+#include <anvil/core/binary_io.hpp>
+#include <anvil/core/error.hpp>
 #include <anvil/core/param.hpp>
 #include <anvil/core/random.hpp>
 #include <anvil/core/detail/thread_pool.hpp>
@@ -81,6 +85,15 @@ class VecEnvBase {
     return step_wait();
   }
 
+  /// Writes every env's state, its seed stream, the current observations and the running
+  /// episode returns and lengths, so a resumed run steps on exactly as this one would.
+  /// Built-in envs are trivially copyable and saved as bytes; an env type that is not
+  /// gets a clear error here.
+  virtual void save(BinaryWriter& w) const = 0;
+  /// Reads what `save` wrote, checking the env and the env count; changes nothing until the
+  /// returned function is called (after the whole file has been checked).
+  [[nodiscard]] virtual std::function<void()> read(BinaryReader& r) = 0;
+
  protected:
   VecEnvBase(EnvSpec spec, std::int64_t n) : spec_(std::move(spec)), n_(n) {}
   EnvSpec spec_;
@@ -119,6 +132,56 @@ class VecEnv final : public VecEnvBase {
       }
       cv_.notify_all();
       stepper_.join();
+    }
+  }
+
+  void save(BinaryWriter& w) const override {
+    if constexpr (!std::is_trivially_copyable_v<E>) {
+      throw Error(spec_.name + ": this env type is not trivially copyable, so its state cannot be saved in a "
+                  "checkpoint (keep its state in plain members)");
+    } else {
+      if (in_flight_) throw Error("VecEnv::save: a step is in flight; save between steps");
+      w.string(spec_.name);
+      w.value(n_);
+      w.value(static_cast<std::uint64_t>(sizeof(E)));
+      w.bytes(envs_.data(), envs_.size() * sizeof(E));
+      for (const auto& g : seeds_) w.value(g.state());
+      w.value(started_);
+      const auto o = obs_[cur_].contiguous();
+      w.bytes(o.data_ptr(), static_cast<std::size_t>(o.numel()) * sizeof(float));
+      w.bytes(returns_.data(), returns_.size() * sizeof(double));
+      w.bytes(lengths_.data(), lengths_.size() * sizeof(std::int64_t));
+    }
+  }
+
+  std::function<void()> read(BinaryReader& r) override {
+    if constexpr (!std::is_trivially_copyable_v<E>) {
+      r.fail("envs", "cannot be restored: " + spec_.name + " is not trivially copyable");
+    } else {
+      const auto name = r.string("env name");
+      if (name != spec_.name) r.fail("env name", "is '" + name + "' in the file but '" + spec_.name + "' here");
+      r.expect(n_, "env.num_envs");
+      r.expect(static_cast<std::uint64_t>(sizeof(E)), "env state size");
+      auto envs = std::make_shared<std::vector<E>>(envs_);
+      r.bytes(envs->data(), envs->size() * sizeof(E), "env states");
+      auto seeds = std::make_shared<std::vector<Rng::State>>();
+      for (std::int64_t i = 0; i < n_; ++i) seeds->push_back(r.value<Rng::State>("env seed streams"));
+      const bool started = r.value<bool>("env started flag");
+      auto obs = at::empty_like(obs_[cur_]);
+      r.bytes(obs.data_ptr(), static_cast<std::size_t>(obs.numel()) * sizeof(float), "env observations");
+      auto returns = std::make_shared<std::vector<double>>(returns_.size());
+      r.bytes(returns->data(), returns->size() * sizeof(double), "episode returns");
+      auto lengths = std::make_shared<std::vector<std::int64_t>>(lengths_.size());
+      r.bytes(lengths->data(), lengths->size() * sizeof(std::int64_t), "episode lengths");
+      return [this, envs, seeds, started, obs, returns, lengths] {
+        wait_idle();
+        envs_ = std::move(*envs);
+        for (std::size_t i = 0; i < seeds_.size(); ++i) seeds_[i].set_state((*seeds)[i]);
+        started_ = started;
+        obs_[cur_].copy_(obs);
+        returns_ = std::move(*returns);
+        lengths_ = std::move(*lengths);
+      };
     }
   }
 
