@@ -4071,6 +4071,7 @@ class FlatAdam {
 #include <torch/nn/utils/clip_grad.h>
 #include <torch/optim/optimizer.h>
 
+#include <cmath>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -4270,6 +4271,42 @@ class StepContext {
   [[nodiscard]] std::int64_t steps() const noexcept { return steps_; }
   /// The loss scaler, when the precision scales losses.
   [[nodiscard]] LossScaler* scaler() noexcept { return scaler_ ? &*scaler_ : nullptr; }
+
+  /// For checkpoints: the step count and the loss scaler's state (scale, finite steps since
+  /// the last change, skipped steps).
+  struct Saved {
+    std::int64_t steps = 0;
+    double scale = 0;
+    std::int64_t good_steps = 0, skipped = 0;
+  };
+  void save(BinaryWriter& w) const {
+    w.value(steps_);
+    w.value(scaler_.has_value());
+    if (scaler_) {
+      w.value(scaler_->current_scale());
+      w.value(scaler_->good_steps());
+      w.value(scaler_->skipped());
+    }
+  }
+  [[nodiscard]] Saved read(BinaryReader& r) const {
+    Saved s;
+    s.steps = r.value<std::int64_t>("optimizer step count");
+    const bool scaled = r.value<bool>("loss scaler flag");
+    if (scaled != scaler_.has_value())
+      r.fail("loss scaler flag", scaled ? "says the run scaled losses (FP16) but this one does not"
+                                         : "says the run did not scale losses but this one does (FP16)");
+    if (scaled) {
+      s.scale = r.value<double>("loss scale");
+      s.good_steps = r.value<std::int64_t>("loss scaler finite steps");
+      s.skipped = r.value<std::int64_t>("loss scaler skipped steps");
+      if (!(s.scale > 0) || !std::isfinite(s.scale)) r.fail("loss scale", "is not a positive finite number");
+    }
+    return s;
+  }
+  void restore(const Saved& s) noexcept {
+    steps_ = s.steps;
+    if (scaler_) scaler_->restore(s.scale, s.good_steps, s.skipped);
+  }
 
  private:
   // Gradients of `loss` (scaled when a scaler is on) for `params` only: autograd prunes
@@ -6652,7 +6689,9 @@ class Progress {
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
@@ -6717,6 +6756,33 @@ class MetricsCsv {
  public:
   MetricsCsv() = default;
   explicit MetricsCsv(std::filesystem::path path) : path_(std::move(path)) {}
+
+  /// Continues the file of a resumed run: keeps its header and the rows up to `env_steps`
+  /// (the checkpoint's step; rows the interrupted run wrote after it are dropped, since the
+  /// resumed run writes them again), and appends from there. A missing or empty file starts
+  /// afresh.
+  static MetricsCsv resume(std::filesystem::path path, std::int64_t env_steps) {
+    MetricsCsv csv(path);
+    std::ifstream in(path);
+    std::string header, line;
+    if (!in || !std::getline(in, header) || header.empty()) return csv;
+    std::vector<std::string> keep;
+    while (std::getline(in, line))
+      if (!line.empty() && std::strtod(line.c_str(), nullptr) <= static_cast<double>(env_steps)) keep.push_back(line);
+    in.close();
+    std::string text = header + "\n";
+    for (const auto& l : keep) text += l + "\n";
+    write_file_atomic(path, text);
+    for (std::size_t b = 0, e; b <= header.size(); b = e + 1) {
+      e = header.find(',', b);
+      if (e == std::string::npos) e = header.size();
+      csv.columns_.push_back(header.substr(b, e - b));
+    }
+    csv.out_.open(path, std::ios::app);
+    if (!csv.out_) throw Error("cannot write '" + path.string() + "'");
+    csv.header_written_ = true;
+    return csv;
+  }
 
   /// Appends a row; `complete` says the row's keys are all the columns there will be.
   void row(const std::vector<std::pair<std::string, double>>& values, bool complete) {
@@ -6881,6 +6947,15 @@ struct RunConfig {
   Param<ProgressMode, "progress", "auto: a bar on a terminal, lines otherwise"> progress{
       ProgressMode::auto_};
   Param<bool, "smoke", "a run of seconds that checks everything works"> smoke{false};
+  Param<std::int64_t, "checkpoint_interval",
+        "env steps between checkpoints in the run directory (0: only at the end)", at_least(0)>
+      checkpoint_interval{10'000};
+  Param<int, "keep_last", "checkpoints kept; older ones are deleted", at_least(1)> keep_last{3};
+  Param<bool, "checkpoint_buffer", "also save the replay buffer with each checkpoint (exact resume)">
+      checkpoint_buffer{false};
+  Param<std::string, "resume",
+        "a checkpoint to continue from, or auto: the latest in run_dir (none there: start afresh)">
+      resume{""};
 };
 
 /// The `train` section: the schedule of collection and updates.
@@ -6911,11 +6986,13 @@ struct TrainConfig {
 /// buffer, update on the schedule, evaluate, log. A custom main may call the phases itself
 /// (`collect`, `update`, `evaluate`); `fit()` runs them all.
 
+#include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Context.h>
 #include <torch/csrc/autograd/anomaly_mode.h>
 #include <torch/utils.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <deque>
@@ -7045,9 +7122,18 @@ class BasicTrainer {
   /// `train.eval_interval` steps and at the end, log every `run.log_interval` steps.
   FitResult fit() {
     open_run_dir();
+    resume_if_asked();
+    first_step_ = env_steps_;  // rates count what this process did (a resumed run started here)
+    first_update_ = updates_;
     const auto& t = *cfg_.train;
-    std::int64_t next_eval = t.eval_interval > 0 ? *t.eval_interval : INT64_MAX;
-    std::int64_t next_log = cfg_.run->log_interval;
+    // The next multiple of `every` after the current step (so a resumed run keeps the
+    // schedule of the run it continues); `none` when `every` is 0.
+    auto next_after = [&](std::int64_t every, std::int64_t none) {
+      return every > 0 ? (env_steps_ / every + 1) * every : none;
+    };
+    std::int64_t next_eval = next_after(t.eval_interval, INT64_MAX);
+    std::int64_t next_log = next_after(cfg_.run->log_interval, INT64_MAX);
+    std::int64_t next_checkpoint = next_after(cfg_.run->checkpoint_interval, INT64_MAX);
     while (env_steps_ < t.steps) {
       collect_one();
       if (env_steps_ >= t.learning_starts && buffer_->size() >= first_batch()) {
@@ -7065,10 +7151,15 @@ class BasicTrainer {
         log_row();
         while (next_log <= env_steps_) next_log += cfg_.run->log_interval;
       }
+      if (env_steps_ >= next_checkpoint && env_steps_ < t.steps) {
+        checkpoint();
+        while (next_checkpoint <= env_steps_) next_checkpoint += cfg_.run->checkpoint_interval;
+      }
       show_progress();
     }
     if (eval_step_ != env_steps_) record_eval(evaluate(t.eval_episodes));  // not twice at one step
     log_row();
+    checkpoint();
     csv_.flush_pending();
     progress_.finish();
     result_.env_steps = env_steps_;
@@ -7156,6 +7247,149 @@ class BasicTrainer {
   [[nodiscard]] const std::filesystem::path& run_dir() const noexcept { return run_dir_; }
   /// What the run says once when it starts (precision and BLAS settings), one line each.
   [[nodiscard]] const std::vector<std::string>& notes() const noexcept { return notes_; }
+
+  /// Writes everything a resumed run needs to continue exactly as this one would: the
+  /// algorithm (networks, targets, optimizers, temperature), the step context (loss
+  /// scaler), the envs, every random stream (torch's generators, the envs' seed streams,
+  /// exploration; the buffer's with the buffer), the counters and the schedule, and the
+  /// config with its hash; with `run.checkpoint_buffer`, the replay buffer too, in a file
+  /// beside it (`<name>.buffer`, written first). Atomic: a crash mid-save leaves the
+  /// previous checkpoint intact.
+  void save_checkpoint(const std::filesystem::path& file) {
+    static_assert(requires(const A& a, BinaryWriter& w) { a.save(w); },
+                  "Trainer: this Algorithm has no save(BinaryWriter&) for checkpoints");
+    const bool with_buffer = cfg_.run->checkpoint_buffer;
+    if constexpr (requires { buffer_->save(file); }) {
+      if (with_buffer) buffer_->save(buffer_file(file));
+    } else if (with_buffer) {
+      throw ConfigError("run.checkpoint_buffer: " + std::string(B::config_section.view()) + " cannot be saved");
+    }
+    BinaryWriter w(file, "anvil Checkpoint v1");
+    w.string(config_hash_hex(cfg_));
+    const auto flat = flatten(cfg_);
+    w.value(static_cast<std::uint64_t>(flat.size()));
+    for (const auto& [k, v] : flat) {
+      w.string(k);
+      w.string(v);
+    }
+    w.value(with_buffer);
+    for (std::int64_t c : {env_steps_, updates_, episodes_, since_update_, eval_step_}) w.value(c);
+    w.value(eval_seed_);
+    w.value(rng_.state());
+    for (double x : {result_.final_eval_return, result_.best_eval_return, last_eval_.mean, last_eval_.std,
+                     last_eval_.min, last_eval_.max})
+      w.value(x);
+    w.value(last_eval_.episodes);
+    w.value(static_cast<std::uint64_t>(recent_.size()));
+    for (double x : recent_) w.value(x);
+    w.value(static_cast<std::uint64_t>(metrics_.size()));
+    for (const auto& [k, m] : metrics_) {
+      w.string(k);
+      w.value(m.first);
+      w.value(m.second);
+    }
+    write_tensor(w, at::detail::getDefaultCPUGenerator().get_state());
+    w.value(ctx_.device.is_cuda());
+    if (ctx_.device.is_cuda()) write_tensor(w, at::globalContext().defaultGenerator(ctx_.device).get_state());
+    w.value(obs_.defined());
+    if (obs_.defined()) write_tensor(w, obs_);
+    venv_->save(w);
+    algo_->save(w);
+    step_ctx_.save(w);
+    w.commit();
+  }
+
+  /// Restores what `save_checkpoint` wrote. The checkpoint must come from the same
+  /// algorithm, networks, buffer, envs and precision: the error names the first config field
+  /// that differs (`run.*` and `train.steps`, `train.eval_interval`, `train.eval_episodes`
+  /// may differ). Everything is read and checked (the checksum too) before anything
+  /// changes: on any error the trainer is as it was.
+  void load_checkpoint(const std::filesystem::path& file) {
+    if (!std::filesystem::exists(file)) throw Error("run.resume: no checkpoint at '" + file.string() + "'");
+    BinaryReader r(file, "anvil Checkpoint v1");
+    (void)r.string("config hash");
+    const auto n = r.value<std::uint64_t>("config");
+    if (n > 100'000) r.fail("config", "has an implausible number of fields");
+    std::map<std::string, std::string> saved;
+    for (std::uint64_t i = 0; i < n; ++i) {
+      auto k = r.string("config key");
+      saved[k] = r.string("config value");
+    }
+    for (const auto& [k, v] : flatten(cfg_)) {
+      if (k.rfind("run.", 0) == 0 || k == "train.steps" || k == "train.eval_interval" || k == "train.eval_episodes")
+        continue;
+      if (auto it = saved.find(k); it != saved.end() && it->second != v)
+        throw Error("'" + file.string() + "' was written by a run with " + k + " = " + it->second +
+                    "; this run has " + k + " = " + v + " (a resumed run needs the same algorithm, networks, "
+                    "buffer, envs and precision)");
+    }
+    const bool with_buffer = r.value<bool>("buffer flag");
+    std::array<std::int64_t, 5> counters{};
+    for (auto& c : counters) c = r.value<std::int64_t>("counters");
+    const auto eval_seed = r.value<std::uint64_t>("eval seed");
+    const auto rng = r.value<Rng::State>("exploration stream");
+    std::array<double, 6> evals{};
+    for (auto& x : evals) x = r.value<double>("evaluation results");
+    const int eval_episodes = r.value<int>("evaluation episodes");
+    const auto n_recent = r.value<std::uint64_t>("recent returns");
+    if (n_recent > 100) r.fail("recent returns", "are more than the 100 a run keeps");
+    std::deque<double> recent;
+    for (std::uint64_t i = 0; i < n_recent; ++i) recent.push_back(r.value<double>("recent returns"));
+    const auto n_metrics = r.value<std::uint64_t>("metrics");
+    if (n_metrics > 10'000) r.fail("metrics", "has an implausible number of entries");
+    std::map<std::string, std::pair<double, int>> metrics;
+    for (std::uint64_t i = 0; i < n_metrics; ++i) {
+      auto k = r.string("metric name");
+      const auto sum = r.value<double>("metric sum");
+      metrics[k] = {sum, r.value<int>("metric count")};
+    }
+    const auto& cpu_gen = at::detail::getDefaultCPUGenerator();
+    const auto cpu_state = read_tensor(r, "torch CPU generator state", cpu_gen.get_state());
+    const bool was_cuda = r.value<bool>("CUDA flag");
+    if (was_cuda != ctx_.device.is_cuda())
+      r.fail("CUDA flag", was_cuda ? "says the run was on CUDA; this one is on " + ctx_.device.str()
+                                   : "says the run was on the CPU; this one is on " + ctx_.device.str());
+    at::Tensor cuda_state;
+    if (was_cuda)
+      cuda_state = read_tensor(r, "torch CUDA generator state", at::globalContext().defaultGenerator(ctx_.device).get_state());
+    at::Tensor obs;
+    if (r.value<bool>("observation flag"))
+      obs = read_tensor(r, "current observations", at::empty({venv_->num_envs(), spec_.obs_dim()}));
+    auto apply_envs = venv_->read(r);
+    const auto algo = algo_->read(r);
+    const auto step = step_ctx_.read(r);
+    r.finish();
+    if constexpr (requires { buffer_->load(file); }) {
+      if (with_buffer) buffer_->load(buffer_file(file));  // checks its whole file before changing
+    }
+    // Nothing can fail from here on.
+    apply_envs();
+    algo_->restore(algo);
+    step_ctx_.restore(step);
+    env_steps_ = counters[0];
+    updates_ = counters[1];
+    episodes_ = counters[2];
+    since_update_ = counters[3];
+    eval_step_ = counters[4];
+    eval_seed_ = eval_seed;
+    rng_.set_state(rng);
+    result_.final_eval_return = evals[0];
+    result_.best_eval_return = evals[1];
+    last_eval_ = EvalResult{evals[2], evals[3], evals[4], evals[5], eval_episodes};
+    recent_ = std::move(recent);
+    metrics_ = std::move(metrics);
+    at::Generator cpu = at::detail::getDefaultCPUGenerator();
+    cpu.set_state(cpu_state);
+    if (was_cuda) {
+      at::Generator cuda = at::globalContext().defaultGenerator(ctx_.device);
+      cuda.set_state(cuda_state);
+    }
+    obs_ = obs;
+    resumed_from_ = file;
+  }
+
+  /// The checkpoint this run continued from (empty when it started afresh).
+  [[nodiscard]] const std::filesystem::path& resumed_from() const noexcept { return resumed_from_; }
 
  private:
   static Config prepare(Config c) {
@@ -7255,6 +7489,62 @@ class BasicTrainer {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
   }
 
+  // Checkpoints are `checkpoint-<env steps, 12 digits>.ckpt` in the run directory, so that
+  // names sort by step; the buffer, when saved, is the same name with `.buffer`.
+  static std::filesystem::path buffer_file(std::filesystem::path checkpoint) {
+    return checkpoint.replace_extension(".buffer");
+  }
+  std::filesystem::path checkpoint_file(std::int64_t step) const {
+    char name[64];
+    std::snprintf(name, sizeof name, "checkpoint-%012lld.ckpt", static_cast<long long>(step));
+    return run_dir_ / name;
+  }
+  // The checkpoints in `dir`, oldest first.
+  static std::vector<std::filesystem::path> checkpoints_in(const std::filesystem::path& dir) {
+    std::vector<std::filesystem::path> found;
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+      const auto name = e.path().filename().string();
+      if (name.rfind("checkpoint-", 0) == 0 && e.path().extension() == ".ckpt") found.push_back(e.path());
+    }
+    std::sort(found.begin(), found.end());
+    return found;
+  }
+
+  // A checkpoint at the current step (rank 0 only), then the oldest beyond run.keep_last go.
+  void checkpoint() {
+    if (!parallel_->is_main()) return;
+    ScopedPhase ph(times_, Phase::log);
+    save_checkpoint(checkpoint_file(env_steps_));
+    auto all = checkpoints_in(run_dir_);
+    for (std::size_t i = 0; i + static_cast<std::size_t>(*cfg_.run->keep_last) < all.size(); ++i) {
+      std::error_code ec;
+      std::filesystem::remove(all[i], ec);
+      std::filesystem::remove(buffer_file(all[i]), ec);
+    }
+  }
+
+  // run.resume: a path, or auto (the latest checkpoint in the run directory, if any).
+  void resume_if_asked() {
+    const std::string& what = cfg_.run->resume;
+    if (what.empty()) return;
+    std::filesystem::path file = what;
+    if (what == "auto") {
+      const auto all = checkpoints_in(run_dir_);
+      if (all.empty()) {
+        if (parallel_->is_main()) progress_.message("resume: no checkpoint in " + run_dir_.string() + "; starting afresh");
+        return;
+      }
+      file = all.back();
+    }
+    load_checkpoint(file);
+    // A longer (or shorter) run than the checkpoint's anneals over its own length.
+    if constexpr (requires { buffer_->set_horizon(std::int64_t{}); }) buffer_->set_horizon(cfg_.train->steps);
+    csv_ = parallel_->is_main() ? MetricsCsv::resume(run_dir_ / "metrics.csv", env_steps_) : MetricsCsv();
+    if (parallel_->is_main())
+      progress_.message("resumed from " + file.string() + " at env step " + std::to_string(env_steps_));
+  }
+
   double recent_return() const {
     if (recent_.empty()) return NAN;
     const std::size_t k = std::min<std::size_t>(recent_.size(), 10);
@@ -7273,11 +7563,15 @@ class BasicTrainer {
   void open_run_dir() {
     start_ = std::chrono::steady_clock::now();
     if (!parallel_->is_main()) return;
-    run_dir_ = cfg_.run->run_dir->empty()
-                   ? std::filesystem::path("runs") /
-                         (std::string(A::config_section.view()) + "-" + spec_.name + "-" +
-                          timestamp_for_path())
-                   : std::filesystem::path(*cfg_.run->run_dir);
+    const std::string& resume = cfg_.run->resume;
+    if (resume == "auto" && cfg_.run->run_dir->empty())
+      throw ConfigError("run.resume=auto looks for the latest checkpoint in run.run_dir, which is not set");
+    // A resumed run without run.run_dir continues in its checkpoint's directory.
+    run_dir_ = !cfg_.run->run_dir->empty() ? std::filesystem::path(*cfg_.run->run_dir)
+               : !resume.empty()           ? std::filesystem::absolute(resume).parent_path()
+                                           : std::filesystem::path("runs") /
+                                       (std::string(A::config_section.view()) + "-" + spec_.name + "-" +
+                                        timestamp_for_path());
     std::error_code ec;
     std::filesystem::create_directories(run_dir_, ec);
     if (ec) throw Error("run.run_dir: cannot create '" + run_dir_.string() + "': " + ec.message());
@@ -7304,7 +7598,7 @@ class BasicTrainer {
         {"env_steps", static_cast<double>(env_steps_)},
         {"updates", static_cast<double>(updates_)},
         {"wall_s", wall},
-        {"env_steps_per_s", wall > 0 ? static_cast<double>(env_steps_) / wall : 0.0},
+        {"env_steps_per_s", wall > 0 ? static_cast<double>(env_steps_ - first_step_) / wall : 0.0},
         {"episodes", static_cast<double>(episodes_)},
         {"recent_return", recent_return()},
         {"eval_return", last_eval_.mean}};
@@ -7329,7 +7623,7 @@ class BasicTrainer {
                   "done: %lld env steps, %lld updates in %.1f s (%.0f steps/s); eval return %.1f "
                   "(best %.1f)",
                   static_cast<long long>(env_steps_), static_cast<long long>(updates_),
-                  result_.wall_seconds, static_cast<double>(env_steps_) / result_.wall_seconds,
+                  result_.wall_seconds, static_cast<double>(env_steps_ - first_step_) / result_.wall_seconds,
                   result_.final_eval_return, result_.best_eval_return);
     return buf;
   }
@@ -7343,8 +7637,8 @@ class BasicTrainer {
     j += "  \"env_steps\": " + std::to_string(env_steps_) + ",\n";
     j += "  \"updates\": " + std::to_string(updates_) + ",\n";
     j += "  \"wall_seconds\": " + json_number(wall) + ",\n";
-    j += "  \"env_steps_per_s\": " + json_number(static_cast<double>(env_steps_) / wall) + ",\n";
-    j += "  \"updates_per_s\": " + json_number(static_cast<double>(updates_) / wall) + ",\n";
+    j += "  \"env_steps_per_s\": " + json_number(static_cast<double>(env_steps_ - first_step_) / wall) + ",\n";
+    j += "  \"updates_per_s\": " + json_number(static_cast<double>(updates_ - first_update_) / wall) + ",\n";
     j += "  \"phase_share\": {";
     for (std::size_t i = 0; i < kPhaseNames.size(); ++i)
       j += std::string(i ? ", " : "") + json_string(std::string(kPhaseNames[i])) + ": " +
@@ -7380,6 +7674,7 @@ class BasicTrainer {
   Rng rng_;
   std::uint64_t eval_seed_ = 0;
   std::int64_t env_steps_ = 0, updates_ = 0, episodes_ = 0, since_update_ = 0;
+  std::int64_t first_step_ = 0, first_update_ = 0;  ///< counters when this fit() began
   std::map<std::string, std::pair<double, int>> metrics_;
   std::deque<double> recent_;
   EvalResult last_eval_;
@@ -7387,6 +7682,7 @@ class BasicTrainer {
   PhaseTimes times_;
   std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
   std::filesystem::path run_dir_;
+  std::filesystem::path resumed_from_;
   MetricsCsv csv_;
   Progress progress_;
 };

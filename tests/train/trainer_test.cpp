@@ -188,3 +188,147 @@ TEST_CASE("Trainer: update_interval=10 with updates_per_interval=10 also learns 
   CHECK(r.final_eval_return >= -250.0);
   std::filesystem::remove_all(*c.run->run_dir);
 }
+
+namespace {
+template <class T>
+std::vector<at::Tensor> weights_of(T& t) {
+  std::vector<at::Tensor> w;
+  for (auto& p : t.algorithm().actor()->parameters()) w.push_back(p.detach().clone());
+  for (auto& p : t.algorithm().critic()->parameters()) w.push_back(p.detach().clone());
+  for (auto& p : t.algorithm().critic_target()->parameters()) w.push_back(p.detach().clone());
+  return w;
+}
+bool bitwise_equal(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b) {
+  if (a.size() != b.size()) return false;
+  for (std::size_t i = 0; i < a.size(); ++i)
+    if (!torch::equal(a[i], b[i])) return false;
+  return true;
+}
+}  // namespace
+
+TEST_CASE("Trainer: resuming from a checkpoint with its buffer continues bitwise like the uninterrupted run") {
+  auto c = pendulum_config(2400, "resume_a");
+  c.train->learning_starts = 400;
+  c.train->eval_episodes = 2;
+  c.algorithm->actor->hidden = {16, 16};
+  c.algorithm->critic->hidden = {16, 16};
+  c.run->seed = 5;
+  c.run->checkpoint_interval = 1200;
+  c.run->checkpoint_buffer = true;
+  SacTrainer a(envs::Pendulum{}, c);
+  a.fit();
+  const auto ckpt = std::filesystem::path(*c.run->run_dir) / "checkpoint-000000001200.ckpt";
+  REQUIRE(std::filesystem::exists(ckpt));
+  CHECK(std::filesystem::exists(std::filesystem::path(*c.run->run_dir) / "checkpoint-000000001200.buffer"));
+  CHECK(std::filesystem::exists(std::filesystem::path(*c.run->run_dir) / "checkpoint-000000002400.ckpt"));
+
+  auto rc = c;
+  rc.run->run_dir = temp_run_dir("resume_b");
+  rc.run->resume = ckpt.string();
+  rc.run->seed = 6;  // restored from the checkpoint, not re-derived
+  SacTrainer b(envs::Pendulum{}, rc);
+  b.fit();
+  CHECK(b.resumed_from() == ckpt);
+  CHECK(b.env_steps() == a.env_steps());
+  CHECK(b.updates() == a.updates());
+  CHECK(bitwise_equal(weights_of(a), weights_of(b)));
+  CHECK(b.algorithm().alpha() == a.algorithm().alpha());
+
+  // Without the resume, the same second half gives other weights: the test can tell.
+  auto fresh = c;
+  fresh.run->run_dir = temp_run_dir("resume_c");
+  fresh.run->seed = 6;
+  SacTrainer f(envs::Pendulum{}, fresh);
+  f.fit();
+  CHECK_FALSE(bitwise_equal(weights_of(a), weights_of(f)));
+  for (const auto& d : {*c.run->run_dir, *rc.run->run_dir, *fresh.run->run_dir}) std::filesystem::remove_all(d);
+}
+
+TEST_CASE("Trainer: bad checkpoints are refused with the reason and change nothing") {
+  auto c = pendulum_config(600, "bad_ckpt");
+  c.train->learning_starts = 200;
+  c.train->eval_episodes = 1;
+  c.algorithm->actor->hidden = {16, 16};
+  c.algorithm->critic->hidden = {16, 16};
+  SacTrainer a(envs::Pendulum{}, c);
+  a.fit();
+  const auto dir = std::filesystem::path(*c.run->run_dir);
+  const auto ckpt = dir / "checkpoint-000000000600.ckpt";
+  REQUIRE(std::filesystem::exists(ckpt));
+
+  // Another network shape: the error names the field and both values.
+  auto wide = c;
+  wide.algorithm->critic->hidden = {32, 16};
+  SacTrainer w(envs::Pendulum{}, wide);
+  const auto before = weights_of(w);
+  CHECK_THROWS_WITH_AS(w.load_checkpoint(ckpt),
+                       doctest::Contains("was written by a run with sac.critic.hidden = [16, 16]; this run has "
+                                         "sac.critic.hidden = [32, 16]"),
+                       Error);
+  CHECK(bitwise_equal(before, weights_of(w)));
+  CHECK(w.env_steps() == 0);
+
+  // A flipped byte: the checksum refuses it.
+  const auto size = std::filesystem::file_size(ckpt);
+  std::filesystem::copy_file(ckpt, dir / "flipped.ckpt");
+  {
+    std::fstream f(dir / "flipped.ckpt", std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(static_cast<std::streamoff>(size - 100));
+    char ch = 0;
+    f.get(ch);
+    f.seekp(static_cast<std::streamoff>(size - 100));
+    f.put(static_cast<char>(ch ^ 0x01));
+  }
+  SacTrainer b(envs::Pendulum{}, c);
+  const auto b_before = weights_of(b);
+  CHECK_THROWS_WITH_AS(b.load_checkpoint(dir / "flipped.ckpt"), doctest::Contains("(corrupted file?)"), Error);
+  CHECK(bitwise_equal(b_before, weights_of(b)));
+  // Truncated, and missing.
+  std::filesystem::copy_file(ckpt, dir / "cut.ckpt");
+  std::filesystem::resize_file(dir / "cut.ckpt", size / 2);
+  CHECK_THROWS_WITH_AS(b.load_checkpoint(dir / "cut.ckpt"), doctest::Contains("(truncated file?)"), Error);
+  CHECK_THROWS_WITH_AS(b.load_checkpoint(dir / "none.ckpt"), doctest::Contains("run.resume: no checkpoint at"), Error);
+  CHECK(b.env_steps() == 0);
+  // A good one loads.
+  b.load_checkpoint(ckpt);
+  CHECK(b.env_steps() == 600);
+  CHECK(bitwise_equal(weights_of(a), weights_of(b)));
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("Trainer: checkpoints every checkpoint_interval steps, keep_last of them, and resume=auto takes the latest") {
+  auto c = pendulum_config(1000, "keep_last");
+  c.train->learning_starts = 200;
+  c.train->eval_episodes = 1;
+  c.algorithm->actor->hidden = {16, 16};
+  c.algorithm->critic->hidden = {16, 16};
+  c.run->checkpoint_interval = 200;
+  c.run->keep_last = 2;
+  SacTrainer a(envs::Pendulum{}, c);
+  a.fit();
+  std::vector<std::string> names;
+  for (const auto& e : std::filesystem::directory_iterator(*c.run->run_dir))
+    if (e.path().extension() == ".ckpt") names.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());
+  CHECK(names == std::vector<std::string>{"checkpoint-000000000800.ckpt", "checkpoint-000000001000.ckpt"});
+
+  auto more = c;
+  more.train->steps = 1200;
+  more.run->resume = "auto";
+  SacTrainer b(envs::Pendulum{}, more);
+  b.fit();
+  CHECK(b.resumed_from().filename() == "checkpoint-000000001000.ckpt");
+  CHECK(b.env_steps() == 1200);
+  // metrics.csv continues: one header, rows up to 1200 steps.
+  std::ifstream csv(std::filesystem::path(*c.run->run_dir) / "metrics.csv");
+  std::string line;
+  int headers = 0;
+  double last = 0;
+  while (std::getline(csv, line)) {
+    if (line.rfind("env_steps", 0) == 0) ++headers;
+    else if (!line.empty()) last = std::stod(line.substr(0, line.find(',')));
+  }
+  CHECK(headers == 1);
+  CHECK(last == 1200);
+  std::filesystem::remove_all(*c.run->run_dir);
+}

@@ -7,7 +7,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
@@ -73,6 +75,33 @@ class MetricsCsv {
  public:
   MetricsCsv() = default;
   explicit MetricsCsv(std::filesystem::path path) : path_(std::move(path)) {}
+
+  /// Continues the file of a resumed run: keeps its header and the rows up to `env_steps`
+  /// (the checkpoint's step; rows the interrupted run wrote after it are dropped, since the
+  /// resumed run writes them again), and appends from there. A missing or empty file starts
+  /// afresh.
+  static MetricsCsv resume(std::filesystem::path path, std::int64_t env_steps) {
+    MetricsCsv csv(path);
+    std::ifstream in(path);
+    std::string header, line;
+    if (!in || !std::getline(in, header) || header.empty()) return csv;
+    std::vector<std::string> keep;
+    while (std::getline(in, line))
+      if (!line.empty() && std::strtod(line.c_str(), nullptr) <= static_cast<double>(env_steps)) keep.push_back(line);
+    in.close();
+    std::string text = header + "\n";
+    for (const auto& l : keep) text += l + "\n";
+    write_file_atomic(path, text);
+    for (std::size_t b = 0, e; b <= header.size(); b = e + 1) {
+      e = header.find(',', b);
+      if (e == std::string::npos) e = header.size();
+      csv.columns_.push_back(header.substr(b, e - b));
+    }
+    csv.out_.open(path, std::ios::app);
+    if (!csv.out_) throw Error("cannot write '" + path.string() + "'");
+    csv.header_written_ = true;
+    return csv;
+  }
 
   /// Appends a row; `complete` says the row's keys are all the columns there will be.
   void row(const std::vector<std::pair<std::string, double>>& values, bool complete) {

@@ -42,6 +42,15 @@ struct RunConfig {
   Param<ProgressMode, "progress", "auto: a bar on a terminal, lines otherwise"> progress{
       ProgressMode::auto_};
   Param<bool, "smoke", "a run of seconds that checks everything works"> smoke{false};
+  Param<std::int64_t, "checkpoint_interval",
+        "env steps between checkpoints in the run directory (0: only at the end)", at_least(0)>
+      checkpoint_interval{10'000};
+  Param<int, "keep_last", "checkpoints kept; older ones are deleted", at_least(1)> keep_last{3};
+  Param<bool, "checkpoint_buffer", "also save the replay buffer with each checkpoint (exact resume)">
+      checkpoint_buffer{false};
+  Param<std::string, "resume",
+        "a checkpoint to continue from, or auto: the latest in run_dir (none there: start afresh)">
+      resume{""};
 };
 
 /// The `train` section: the schedule of collection and updates.

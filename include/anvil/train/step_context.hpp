@@ -12,6 +12,7 @@
 #include <torch/nn/utils/clip_grad.h>
 #include <torch/optim/optimizer.h>
 
+#include <cmath>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -20,6 +21,7 @@
 
 #include <anvil/core/detail/thread_pool.hpp>
 #include <anvil/core/autocast.hpp>
+#include <anvil/core/binary_io.hpp>
 #include <anvil/precision/loss_scaler.hpp>
 #include <anvil/train/flat_adam.hpp>
 
@@ -143,6 +145,42 @@ class StepContext {
   [[nodiscard]] std::int64_t steps() const noexcept { return steps_; }
   /// The loss scaler, when the precision scales losses.
   [[nodiscard]] LossScaler* scaler() noexcept { return scaler_ ? &*scaler_ : nullptr; }
+
+  /// For checkpoints: the step count and the loss scaler's state (scale, finite steps since
+  /// the last change, skipped steps).
+  struct Saved {
+    std::int64_t steps = 0;
+    double scale = 0;
+    std::int64_t good_steps = 0, skipped = 0;
+  };
+  void save(BinaryWriter& w) const {
+    w.value(steps_);
+    w.value(scaler_.has_value());
+    if (scaler_) {
+      w.value(scaler_->current_scale());
+      w.value(scaler_->good_steps());
+      w.value(scaler_->skipped());
+    }
+  }
+  [[nodiscard]] Saved read(BinaryReader& r) const {
+    Saved s;
+    s.steps = r.value<std::int64_t>("optimizer step count");
+    const bool scaled = r.value<bool>("loss scaler flag");
+    if (scaled != scaler_.has_value())
+      r.fail("loss scaler flag", scaled ? "says the run scaled losses (FP16) but this one does not"
+                                         : "says the run did not scale losses but this one does (FP16)");
+    if (scaled) {
+      s.scale = r.value<double>("loss scale");
+      s.good_steps = r.value<std::int64_t>("loss scaler finite steps");
+      s.skipped = r.value<std::int64_t>("loss scaler skipped steps");
+      if (!(s.scale > 0) || !std::isfinite(s.scale)) r.fail("loss scale", "is not a positive finite number");
+    }
+    return s;
+  }
+  void restore(const Saved& s) noexcept {
+    steps_ = s.steps;
+    if (scaler_) scaler_->restore(s.scale, s.good_steps, s.skipped);
+  }
 
  private:
   // Gradients of `loss` (scaled when a scaler is on) for `params` only: autograd prunes
