@@ -53,6 +53,14 @@ struct ReplayBatch {
   at::Tensor index;       ///< [B] int64 ids (the order transitions were added in), for priority updates
 };
 
+/// Rows [begin, begin + n) of every defined field of `b` (views, no copies): the micro-
+/// batches of gradient accumulation.
+inline ReplayBatch rows_of(const ReplayBatch& b, std::int64_t begin, std::int64_t n) {
+  auto part = [&](const at::Tensor& t) { return t.defined() ? t.narrow(0, begin, n) : t; };
+  return {part(b.obs), part(b.action), part(b.reward), part(b.next_obs),
+          part(b.terminated), part(b.discount), part(b.weight), part(b.index)};
+}
+
 /// A minibatch of an on-policy rollout, with advantages already computed.
 struct RolloutBatch {
   at::Tensor obs;        ///< [B, obs_dim]
@@ -3854,6 +3862,7 @@ TORCH_MODULE(TwinQ);
 #include <torch/nn/module.h>
 #include <torch/utils.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <memory>
@@ -4167,6 +4176,9 @@ class StepContext {
     /// Threads that run an update's independent parts at once (`concurrently`); 1 runs
     /// them one after another. Only used on the CPU: CUDA work is already asynchronous.
     int threads = 1;
+    /// Gradient accumulation: an update splits its batch into this many micro-batches and
+    /// takes one optimizer step on their averaged gradient (`train.grad_accumulation`).
+    int micro_batches = 1;
   };
 
   StepContext() = default;
@@ -4266,6 +4278,11 @@ class StepContext {
     });
   }
   [[nodiscard]] int threads() const noexcept { return pool_ ? pool_->threads() : 1; }
+  /// Micro-batches per optimizer step (gradient accumulation; 1: none). An algorithm
+  /// computes the gradient of each, weighs it by its share of the batch, and `apply`s the
+  /// sum once: so the all-reduce across ranks, the loss scaler's check and clipping run
+  /// once per step, on the whole batch's gradient.
+  [[nodiscard]] int micro_batches() const noexcept { return opt_.micro_batches; }
 
   /// Optimizer steps taken through this context (skipped ones not counted).
   [[nodiscard]] std::int64_t steps() const noexcept { return steps_; }
@@ -4656,22 +4673,53 @@ class BasicSAC {
 
     detail::SacCriticResult critic;
     detail::SacActorResult actor;
-    auto critic_part = [&] {
-      if constexpr (kDefaultNetworks)
-        if (manual)
-          return void(critic = detail::manual_critic(*manual_, *actor_, *critic_, *critic_target_, b,
-                                                     alpha, *cfg_.gamma, noise_next));
-      critic = autograd_critic(b, alpha, noise_next, ctx);
-    };
-    auto actor_part = [&] {
-      if constexpr (kDefaultNetworks)
-        if (manual)
-          return void(actor = detail::manual_actor(*manual_, *actor_, *critic_, b, alpha,
-                                                   cfg_.auto_alpha, target_entropy_, noise_obs));
-      actor = autograd_actor(b, alpha, noise_obs, ctx);
-    };
-    if (actor_step) ctx.concurrently({critic_part, actor_part});
-    else critic_part();
+    // Gradient accumulation: the batch in `parts` micro-batches, each gradient weighed by
+    // its share of the batch, so the sum is the whole batch's gradient (losses are means).
+    const std::int64_t batch = b.obs.size(0);
+    const std::int64_t parts = std::clamp<std::int64_t>(ctx.micro_batches(), 1, batch);
+    std::vector<at::Tensor> td_parts;
+    for (std::int64_t i = 0; i < parts; ++i) {
+      const std::int64_t begin = batch * i / parts, n = batch * (i + 1) / parts - begin;
+      const ReplayBatch mb = parts == 1 ? b : rows_of(b, begin, n);
+      const auto nn = parts == 1 ? noise_next : noise_next.narrow(0, begin, n);
+      const auto no = parts == 1 || !actor_step ? noise_obs : noise_obs.narrow(0, begin, n);
+      detail::SacCriticResult c;
+      detail::SacActorResult a;
+      auto critic_part = [&] {
+        if constexpr (kDefaultNetworks)
+          if (manual)
+            return void(c = detail::manual_critic(*manual_, *actor_, *critic_, *critic_target_, mb, alpha,
+                                                  *cfg_.gamma, nn));
+        c = autograd_critic(mb, alpha, nn, ctx);
+      };
+      auto actor_part = [&] {
+        if constexpr (kDefaultNetworks)
+          if (manual)
+            return void(a = detail::manual_actor(*manual_, *actor_, *critic_, mb, alpha, cfg_.auto_alpha,
+                                                 target_entropy_, no));
+        a = autograd_actor(mb, alpha, no, ctx);
+      };
+      if (actor_step) ctx.concurrently({critic_part, actor_part});
+      else critic_part();
+      if (parts == 1) {
+        critic = std::move(c);
+        actor = std::move(a);
+        break;
+      }
+      const double share = static_cast<double>(n) / static_cast<double>(batch);
+      accumulate(critic.grad, c.grad, share);
+      critic.loss += share * c.loss;
+      critic.q_mean += share * c.q_mean;
+      td_parts.push_back(c.td.clone());  // the fast path reuses its buffers
+      if (actor_step) {
+        accumulate(actor.grad, a.grad, share);
+        if (a.alpha_grad.defined()) accumulate(actor.alpha_grad, a.alpha_grad, share);
+        actor.loss += share * a.loss;
+        actor.entropy += share * a.entropy;
+        actor.alpha_loss += share * a.alpha_loss;
+      }
+    }
+    if (parts > 1) critic.td = at::cat(td_parts);
 
     UpdateInfo info;
     ctx.apply(critic_opt_, critic.grad, cfg_.max_grad_norm);
@@ -4738,6 +4786,10 @@ class BasicSAC {
   [[nodiscard]] Actor& actor() noexcept { return actor_; }
   [[nodiscard]] Critic& critic() noexcept { return critic_; }
   [[nodiscard]] Critic& critic_target() noexcept { return critic_target_; }
+  /// The optimizers (their moments show the gradients they were given).
+  [[nodiscard]] const FlatAdam& actor_optimizer() const noexcept { return actor_opt_; }
+  [[nodiscard]] const FlatAdam& critic_optimizer() const noexcept { return critic_opt_; }
+  [[nodiscard]] const FlatAdam& alpha_optimizer() const noexcept { return alpha_opt_; }
   [[nodiscard]] double alpha() const { return log_alpha_.detach().exp().item().toDouble(); }
   [[nodiscard]] const Config& config() const noexcept { return cfg_; }
   [[nodiscard]] std::int64_t updates() const noexcept { return updates_; }
@@ -4747,6 +4799,12 @@ class BasicSAC {
  private:
   static constexpr bool kDefaultNetworks =
       std::same_as<Actor, nn::GaussianActor> && std::same_as<Critic, nn::TwinQ>;
+
+  // sum += share * part (sum starts undefined).
+  static void accumulate(at::Tensor& sum, const at::Tensor& part, double share) {
+    if (!sum.defined()) sum = part * share;
+    else sum.add_(part, share);
+  }
 
   // Soft Bellman target y = r + discount (1 - terminated) (min target Q - alpha log pi).
   at::Tensor discount_of(const ReplayBatch& b, const at::Tensor& like) const {
@@ -6967,6 +7025,10 @@ struct TrainConfig {
   Param<int, "update_interval", "env steps between rounds of updates", at_least(1)> update_interval{1};
   Param<int, "updates_per_interval", "gradient updates per round (update-to-data ratio)", at_least(1)>
       updates_per_interval{1};
+  Param<int, "grad_accumulation",
+        "micro-batches per optimizer step: the batch's gradient is accumulated over k parts (memory)",
+        at_least(1)>
+      grad_accumulation{1};
   Param<LrScaling, "lr_scaling", "none; sqrt: lr*sqrt(batch/base_batch); linear: lr*world_size">
       lr_scaling{LrScaling::none};
   Param<int, "base_batch", "batch size the learning rates were tuned for (sqrt scaling)", at_least(1)>
@@ -7047,6 +7109,11 @@ class BasicTrainer {
         throw ConfigError("train.eval_interval (" + std::to_string(*train->eval_interval) +
                           ") is shorter than one step of env.num_envs (" +
                           std::to_string(*env->num_envs) + ") envs");
+      if constexpr (requires { algorithm->batch_size; })
+        if (train->grad_accumulation > algorithm->batch_size)
+          throw ConfigError("train.grad_accumulation (" + std::to_string(*train->grad_accumulation) +
+                            ") is larger than " + std::string(A::config_section.view()) + ".batch_size (" +
+                            std::to_string(*algorithm->batch_size) + "): micro-batches would be empty");
     }
   };
 
@@ -7105,6 +7172,7 @@ class BasicTrainer {
     so.autocast = X::autocast;
     so.autocast_dtype = X::compute_dtype;
     so.threads = update_threads();
+    so.micro_batches = cfg_.train->grad_accumulation;
     if constexpr (X::loss_scaling)
       so.loss_scaling = LossScaler::Options{cfg_.precision->init_scale, cfg_.precision->growth_factor,
                                             cfg_.precision->backoff_factor, cfg_.precision->growth_interval};

@@ -297,3 +297,52 @@ TEST_CASE("SAC: save and restore give the exact state: later updates are bitwise
   CHECK(torch::equal(before, c.critic()->parameters()[0]));
   std::filesystem::remove_all(dir);
 }
+
+TEST_CASE("SAC: k micro-batches of B/k give the same update as one batch of B (gradient accumulation)") {
+  const auto spec = envs::spec_of(envs::Pendulum{});
+  for (bool manual : {true, false})
+    for (int k : {2, 4, 3}) {  // 3 does not divide 64: parts of 21 and 22, weighed by size
+      CAPTURE(manual);
+      CAPTURE(k);
+      auto cfg = small();
+      cfg.manual_backward = manual;
+      cfg.max_grad_norm = 1.0;  // clipping applies to the accumulated gradient, once
+      torch::manual_seed(0);
+      SAC one(spec, cfg, RunContext{});
+      torch::manual_seed(0);
+      SAC acc(spec, cfg, RunContext{});
+      StepContext whole;
+      StepContext::Options o;
+      o.micro_batches = k;
+      StepContext split(o);
+      torch::manual_seed(3);
+      std::vector<ReplayBatch> batches;
+      for (int i = 0; i < 3; ++i) {
+        batches.push_back(random_batch(64));
+        batches.back().weight = torch::rand({64}) + 0.5;  // importance weights are split too
+      }
+      UpdateInfo a, b;
+      for (int i = 0; i < 3; ++i) {
+        torch::manual_seed(50 + i);
+        a = one.update(batches[static_cast<std::size_t>(i)], whole);
+        torch::manual_seed(50 + i);
+        b = acc.update(batches[static_cast<std::size_t>(i)], split);
+      }
+      auto close = [](const std::vector<at::Tensor>& x, const std::vector<at::Tensor>& y) {
+        bool ok = x.size() == y.size();
+        for (std::size_t i = 0; ok && i < x.size(); ++i) ok = torch::allclose(x[i], y[i], 1e-5, 1e-6);
+        return ok;
+      };
+      CHECK(close(one.actor()->parameters(), acc.actor()->parameters()));
+      CHECK(close(one.critic()->parameters(), acc.critic()->parameters()));
+      CHECK(close(one.critic_target()->parameters(), acc.critic_target()->parameters()));
+      CHECK(one.alpha() == doctest::Approx(acc.alpha()).epsilon(1e-6));
+      // Adam is nearly blind to the gradient's scale; its moments are not.
+      for (auto opt : {&SAC::actor_optimizer, &SAC::critic_optimizer, &SAC::alpha_optimizer}) {
+        CHECK(torch::allclose((one.*opt)().exp_avg(), (acc.*opt)().exp_avg(), 1e-4, 1e-7));
+        CHECK(torch::allclose((one.*opt)().exp_avg_sq(), (acc.*opt)().exp_avg_sq(), 1e-4, 1e-10));
+      }
+      CHECK(torch::allclose(a.td_error, b.td_error, 1e-5, 1e-6));
+      CHECK(a.td_error.size(0) == 64);
+    }
+}

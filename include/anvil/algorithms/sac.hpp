@@ -9,6 +9,7 @@
 #include <torch/nn/module.h>
 #include <torch/utils.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <memory>
@@ -354,22 +355,53 @@ class BasicSAC {
 
     detail::SacCriticResult critic;
     detail::SacActorResult actor;
-    auto critic_part = [&] {
-      if constexpr (kDefaultNetworks)
-        if (manual)
-          return void(critic = detail::manual_critic(*manual_, *actor_, *critic_, *critic_target_, b,
-                                                     alpha, *cfg_.gamma, noise_next));
-      critic = autograd_critic(b, alpha, noise_next, ctx);
-    };
-    auto actor_part = [&] {
-      if constexpr (kDefaultNetworks)
-        if (manual)
-          return void(actor = detail::manual_actor(*manual_, *actor_, *critic_, b, alpha,
-                                                   cfg_.auto_alpha, target_entropy_, noise_obs));
-      actor = autograd_actor(b, alpha, noise_obs, ctx);
-    };
-    if (actor_step) ctx.concurrently({critic_part, actor_part});
-    else critic_part();
+    // Gradient accumulation: the batch in `parts` micro-batches, each gradient weighed by
+    // its share of the batch, so the sum is the whole batch's gradient (losses are means).
+    const std::int64_t batch = b.obs.size(0);
+    const std::int64_t parts = std::clamp<std::int64_t>(ctx.micro_batches(), 1, batch);
+    std::vector<at::Tensor> td_parts;
+    for (std::int64_t i = 0; i < parts; ++i) {
+      const std::int64_t begin = batch * i / parts, n = batch * (i + 1) / parts - begin;
+      const ReplayBatch mb = parts == 1 ? b : rows_of(b, begin, n);
+      const auto nn = parts == 1 ? noise_next : noise_next.narrow(0, begin, n);
+      const auto no = parts == 1 || !actor_step ? noise_obs : noise_obs.narrow(0, begin, n);
+      detail::SacCriticResult c;
+      detail::SacActorResult a;
+      auto critic_part = [&] {
+        if constexpr (kDefaultNetworks)
+          if (manual)
+            return void(c = detail::manual_critic(*manual_, *actor_, *critic_, *critic_target_, mb, alpha,
+                                                  *cfg_.gamma, nn));
+        c = autograd_critic(mb, alpha, nn, ctx);
+      };
+      auto actor_part = [&] {
+        if constexpr (kDefaultNetworks)
+          if (manual)
+            return void(a = detail::manual_actor(*manual_, *actor_, *critic_, mb, alpha, cfg_.auto_alpha,
+                                                 target_entropy_, no));
+        a = autograd_actor(mb, alpha, no, ctx);
+      };
+      if (actor_step) ctx.concurrently({critic_part, actor_part});
+      else critic_part();
+      if (parts == 1) {
+        critic = std::move(c);
+        actor = std::move(a);
+        break;
+      }
+      const double share = static_cast<double>(n) / static_cast<double>(batch);
+      accumulate(critic.grad, c.grad, share);
+      critic.loss += share * c.loss;
+      critic.q_mean += share * c.q_mean;
+      td_parts.push_back(c.td.clone());  // the fast path reuses its buffers
+      if (actor_step) {
+        accumulate(actor.grad, a.grad, share);
+        if (a.alpha_grad.defined()) accumulate(actor.alpha_grad, a.alpha_grad, share);
+        actor.loss += share * a.loss;
+        actor.entropy += share * a.entropy;
+        actor.alpha_loss += share * a.alpha_loss;
+      }
+    }
+    if (parts > 1) critic.td = at::cat(td_parts);
 
     UpdateInfo info;
     ctx.apply(critic_opt_, critic.grad, cfg_.max_grad_norm);
@@ -436,6 +468,10 @@ class BasicSAC {
   [[nodiscard]] Actor& actor() noexcept { return actor_; }
   [[nodiscard]] Critic& critic() noexcept { return critic_; }
   [[nodiscard]] Critic& critic_target() noexcept { return critic_target_; }
+  /// The optimizers (their moments show the gradients they were given).
+  [[nodiscard]] const FlatAdam& actor_optimizer() const noexcept { return actor_opt_; }
+  [[nodiscard]] const FlatAdam& critic_optimizer() const noexcept { return critic_opt_; }
+  [[nodiscard]] const FlatAdam& alpha_optimizer() const noexcept { return alpha_opt_; }
   [[nodiscard]] double alpha() const { return log_alpha_.detach().exp().item().toDouble(); }
   [[nodiscard]] const Config& config() const noexcept { return cfg_; }
   [[nodiscard]] std::int64_t updates() const noexcept { return updates_; }
@@ -445,6 +481,12 @@ class BasicSAC {
  private:
   static constexpr bool kDefaultNetworks =
       std::same_as<Actor, nn::GaussianActor> && std::same_as<Critic, nn::TwinQ>;
+
+  // sum += share * part (sum starts undefined).
+  static void accumulate(at::Tensor& sum, const at::Tensor& part, double share) {
+    if (!sum.defined()) sum = part * share;
+    else sum.add_(part, share);
+  }
 
   // Soft Bellman target y = r + discount (1 - terminated) (min target Q - alpha log pi).
   at::Tensor discount_of(const ReplayBatch& b, const at::Tensor& like) const {

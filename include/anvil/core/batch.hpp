@@ -34,6 +34,14 @@ struct ReplayBatch {
   at::Tensor index;       ///< [B] int64 ids (the order transitions were added in), for priority updates
 };
 
+/// Rows [begin, begin + n) of every defined field of `b` (views, no copies): the micro-
+/// batches of gradient accumulation.
+inline ReplayBatch rows_of(const ReplayBatch& b, std::int64_t begin, std::int64_t n) {
+  auto part = [&](const at::Tensor& t) { return t.defined() ? t.narrow(0, begin, n) : t; };
+  return {part(b.obs), part(b.action), part(b.reward), part(b.next_obs),
+          part(b.terminated), part(b.discount), part(b.weight), part(b.index)};
+}
+
 /// A minibatch of an on-policy rollout, with advantages already computed.
 struct RolloutBatch {
   at::Tensor obs;        ///< [B, obs_dim]

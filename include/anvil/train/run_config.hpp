@@ -62,6 +62,10 @@ struct TrainConfig {
   Param<int, "update_interval", "env steps between rounds of updates", at_least(1)> update_interval{1};
   Param<int, "updates_per_interval", "gradient updates per round (update-to-data ratio)", at_least(1)>
       updates_per_interval{1};
+  Param<int, "grad_accumulation",
+        "micro-batches per optimizer step: the batch's gradient is accumulated over k parts (memory)",
+        at_least(1)>
+      grad_accumulation{1};
   Param<LrScaling, "lr_scaling", "none; sqrt: lr*sqrt(batch/base_batch); linear: lr*world_size">
       lr_scaling{LrScaling::none};
   Param<int, "base_batch", "batch size the learning rates were tuned for (sqrt scaling)", at_least(1)>

@@ -41,6 +41,9 @@ class StepContext {
     /// Threads that run an update's independent parts at once (`concurrently`); 1 runs
     /// them one after another. Only used on the CPU: CUDA work is already asynchronous.
     int threads = 1;
+    /// Gradient accumulation: an update splits its batch into this many micro-batches and
+    /// takes one optimizer step on their averaged gradient (`train.grad_accumulation`).
+    int micro_batches = 1;
   };
 
   StepContext() = default;
@@ -140,6 +143,11 @@ class StepContext {
     });
   }
   [[nodiscard]] int threads() const noexcept { return pool_ ? pool_->threads() : 1; }
+  /// Micro-batches per optimizer step (gradient accumulation; 1: none). An algorithm
+  /// computes the gradient of each, weighs it by its share of the batch, and `apply`s the
+  /// sum once: so the all-reduce across ranks, the loss scaler's check and clipping run
+  /// once per step, on the whole batch's gradient.
+  [[nodiscard]] int micro_batches() const noexcept { return opt_.micro_batches; }
 
   /// Optimizer steps taken through this context (skipped ones not counted).
   [[nodiscard]] std::int64_t steps() const noexcept { return steps_; }

@@ -83,6 +83,11 @@ class BasicTrainer {
         throw ConfigError("train.eval_interval (" + std::to_string(*train->eval_interval) +
                           ") is shorter than one step of env.num_envs (" +
                           std::to_string(*env->num_envs) + ") envs");
+      if constexpr (requires { algorithm->batch_size; })
+        if (train->grad_accumulation > algorithm->batch_size)
+          throw ConfigError("train.grad_accumulation (" + std::to_string(*train->grad_accumulation) +
+                            ") is larger than " + std::string(A::config_section.view()) + ".batch_size (" +
+                            std::to_string(*algorithm->batch_size) + "): micro-batches would be empty");
     }
   };
 
@@ -141,6 +146,7 @@ class BasicTrainer {
     so.autocast = X::autocast;
     so.autocast_dtype = X::compute_dtype;
     so.threads = update_threads();
+    so.micro_batches = cfg_.train->grad_accumulation;
     if constexpr (X::loss_scaling)
       so.loss_scaling = LossScaler::Options{cfg_.precision->init_scale, cfg_.precision->growth_factor,
                                             cfg_.precision->backoff_factor, cfg_.precision->growth_interval};
