@@ -37,6 +37,7 @@
 #include <anvil/nn/mlp.hpp>
 #include <anvil/nn/twin_q.hpp>
 
+#include <anvil/algorithms/policy.hpp>
 #include <anvil/algorithms/sac.hpp>
 #include <anvil/buffers/prioritized_buffer.hpp>
 #include <anvil/buffers/sum_tree.hpp>

@@ -3851,21 +3851,18 @@ TORCH_MODULE(TwinQ);
 }  // namespace anvil::nn
 // ---- end <anvil/nn/twin_q.hpp> ----
 
-// ---- begin <anvil/algorithms/sac.hpp> ----
+// ---- begin <anvil/algorithms/policy.hpp> ----
 /// @file
-/// Soft Actor-Critic (Haarnoja, Zhou, Abbeel, Levine 2018, "Soft Actor-Critic: Off-Policy
-/// Maximum Entropy Deep Reinforcement Learning with a Stochastic Actor"; with automatic
-/// entropy tuning from Haarnoja et al. 2018, "Soft Actor-Critic Algorithms and
-/// Applications"). Defaults are the published hyperparameters: Adam at 3e-4, batch 256,
-/// gamma 0.99, tau 0.005, 256x256 networks, target entropy -|A|.
+/// `load_policy`: a trained policy without its trainer, for deployment. A run writes
+/// `policy.bin` in its directory with every checkpoint: the actor's shape, its weights (the
+/// averaged ones when `train.ema_decay` is on) and the env's action bounds. `load_policy`
+/// rebuilds the actor from that file alone and acts deterministically in env units.
 
 #include <torch/nn/module.h>
 #include <torch/utils.h>
 
-#include <algorithm>
-#include <cmath>
 #include <cstdint>
-#include <memory>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -3910,6 +3907,105 @@ inline at::Tensor read_tensor(BinaryReader& r, const char* what, const at::Tenso
 
 }  // namespace anvil
 // ---- end <anvil/core/tensor_io.hpp> ----
+
+namespace anvil {
+
+/// The format tag of policy files.
+inline constexpr const char* kPolicyFormat = "anvil Policy v1";
+
+/// A deterministic policy loaded from a policy file (see file comment).
+class Policy {
+ public:
+  /// Actions for observations [B, obs_dim] (or [obs_dim]), in the env's units: the mean
+  /// action squashed to [-1, 1], then scaled to the action bounds.
+  [[nodiscard]] at::Tensor act(const at::Tensor& obs) const {
+    torch::NoGradGuard no_grad;
+    const bool single = obs.dim() == 1;
+    auto o = obs.to(at::kFloat);
+    if (single) o = o.unsqueeze(0);
+    nn::GaussianActor net = actor_;  // a handle to the same module (acting changes nothing)
+    auto a = net->mode(o) * scale_ + offset_;
+    return single ? a.squeeze(0) : a;
+  }
+  /// The network (for export or inspection).
+  [[nodiscard]] const nn::GaussianActor& network() const noexcept { return actor_; }
+  /// The env the policy was trained on.
+  [[nodiscard]] const std::string& env_name() const noexcept { return env_; }
+  [[nodiscard]] std::int64_t obs_dim() const noexcept { return obs_dim_; }
+  [[nodiscard]] std::int64_t action_dim() const noexcept { return act_dim_; }
+
+ private:
+  friend Policy load_policy(const std::filesystem::path& path);
+  nn::GaussianActor actor_{nullptr};
+  at::Tensor scale_, offset_;
+  std::string env_;
+  std::int64_t obs_dim_ = 0, act_dim_ = 0;
+};
+
+/// Reads a policy file written by a run (see file comment); a missing, truncated, corrupted
+/// or foreign file gets an error naming it and the field at fault.
+inline Policy load_policy(const std::filesystem::path& path) {
+  BinaryReader r(path, kPolicyFormat);
+  Policy p;
+  p.env_ = r.string("env name");
+  const auto kind = r.string("actor kind");
+  if (kind != "GaussianActor") r.fail("actor kind", "'" + kind + "' is not one this build knows");
+  p.obs_dim_ = r.value<std::int64_t>("observation size");
+  p.act_dim_ = r.value<std::int64_t>("action size");
+  if (p.obs_dim_ < 1 || p.act_dim_ < 1) r.fail("observation or action size", "is not positive");
+  nn::GaussianActorImpl::Config cfg;
+  const auto layers = r.value<std::uint64_t>("hidden layer count");
+  if (layers < 1 || layers > 64) r.fail("hidden layer count", "is out of range");
+  std::vector<int> hidden;
+  for (std::uint64_t i = 0; i < layers; ++i) hidden.push_back(r.value<int>("hidden layer widths"));
+  for (int h : hidden)
+    if (h < 1) r.fail("hidden layer widths", "contain a width below 1");
+  cfg.hidden = hidden;
+  const int activation = r.value<int>("activation");
+  if (activation < 0 || activation >= static_cast<int>(enum_names(nn::Activation{}).size()))
+    r.fail("activation", "is not a known activation");
+  cfg.activation = static_cast<nn::Activation>(activation);
+  cfg.log_std_min = r.value<double>("log_std_min");
+  cfg.log_std_max = r.value<double>("log_std_max");
+  p.actor_ = nn::GaussianActor(p.obs_dim_, p.act_dim_, cfg);
+  std::vector<at::Tensor> params = p.actor_->parameters();
+  std::int64_t n = 0;
+  for (const auto& t : params) n += t.numel();
+  const auto flat = read_tensor(r, "actor parameters", at::empty({n}));
+  const auto like = at::empty({p.act_dim_});
+  p.scale_ = read_tensor(r, "action scale", like);
+  p.offset_ = read_tensor(r, "action offset", like);
+  r.finish();
+  torch::NoGradGuard no_grad;
+  std::int64_t off = 0;
+  for (auto& t : params) {
+    t.copy_(flat.narrow(0, off, t.numel()).view(t.sizes()));
+    off += t.numel();
+  }
+  p.actor_->eval();
+  return p;
+}
+
+}  // namespace anvil
+// ---- end <anvil/algorithms/policy.hpp> ----
+// ---- begin <anvil/algorithms/sac.hpp> ----
+/// @file
+/// Soft Actor-Critic (Haarnoja, Zhou, Abbeel, Levine 2018, "Soft Actor-Critic: Off-Policy
+/// Maximum Entropy Deep Reinforcement Learning with a Stochastic Actor"; with automatic
+/// entropy tuning from Haarnoja et al. 2018, "Soft Actor-Critic Algorithms and
+/// Applications"). Defaults are the published hyperparameters: Adam at 3e-4, batch 256,
+/// gamma 0.99, tau 0.005, 256x256 networks, target entropy -|A|.
+
+#include <torch/nn/module.h>
+#include <torch/utils.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
 // ---- begin <anvil/train/flat_adam.hpp> ----
 /// @file
 /// `FlatAdam`: Adam (Kingma and Ba 2015) over parameters that live in one contiguous
@@ -4748,12 +4844,62 @@ class BasicSAC {
   /// Whether updates and actions take the hand-written fast path (`manual_backward`).
   [[nodiscard]] bool manual_backward() const noexcept { return manual_ != nullptr; }
 
+  /// Moves the exponential moving average of the actor's weights towards the current ones:
+  /// ema = decay ema + (1 - decay) weights (Polyak averaging of the policy, as a run's
+  /// `train.ema_decay` asks for after each update). The first call starts it at the weights.
+  void ema_update(double decay) {
+    torch::NoGradGuard no_grad;
+    const auto& w = actor_opt_.parameters().flat();
+    if (!ema_.defined()) ema_ = w.clone();
+    else ema_.lerp_(w, 1.0 - decay);
+  }
+  /// The averaged actor weights (flat, in the order of `actor()->parameters()`); undefined
+  /// until the first `ema_update`.
+  [[nodiscard]] const at::Tensor& ema_weights() const noexcept { return ema_; }
+  /// Runs `f` with the averaged weights in the actor (when there are any), then puts the
+  /// trained weights back, whatever `f` does.
+  template <class F>
+  decltype(auto) with_ema_weights(F&& f) {
+    if (!ema_.defined()) return f();
+    struct Swap {
+      at::Tensor w, saved;
+      Swap(const at::Tensor& weights, const at::Tensor& ema) : w(weights), saved(weights.clone()) {
+        torch::NoGradGuard no_grad;
+        w.copy_(ema);
+      }
+      ~Swap() {
+        torch::NoGradGuard no_grad;
+        w.copy_(saved);
+      }
+    } swap(actor_opt_.parameters().flat(), ema_);
+    return f();
+  }
+
+  /// Writes the policy alone, for deployment (`anvil::load_policy`): the actor's shape and
+  /// its weights (the averaged ones when there are any).
+  void save_policy(BinaryWriter& w) const {
+    if constexpr (!std::same_as<Actor, nn::GaussianActor>) {
+      throw Error("SAC::save_policy: policy files hold the default GaussianActor only");
+    } else {
+    w.string("GaussianActor");
+    w.value(static_cast<std::int64_t>(actor_->net()->in_features()));
+    w.value(act_dim_);
+    const auto& ac = *cfg_.actor;
+    w.value(static_cast<std::uint64_t>(ac.hidden->size()));
+    for (int h : *ac.hidden) w.value(h);
+    w.value(static_cast<int>(*ac.activation));
+    w.value(*ac.log_std_min);
+    w.value(*ac.log_std_max);
+    write_tensor(w, ema_.defined() ? ema_ : actor_opt_.parameters().flat());
+    }
+  }
+
   /// Everything a checkpoint holds of SAC: the actor and the critic with their Adam
   /// states, the target critic, the learned temperature with its optimizer, and the update
   /// count (which schedules actor and target updates).
   struct Saved {
     FlatAdam::Saved actor, critic, alpha;
-    at::Tensor target;
+    at::Tensor target, ema;
     std::int64_t updates = 0;
   };
   void save(BinaryWriter& w) const {
@@ -4762,6 +4908,8 @@ class BasicSAC {
     alpha_opt_.save(w);
     write_tensor(w, target_.flat());
     w.value(updates_);
+    w.value(ema_.defined());
+    if (ema_.defined()) write_tensor(w, ema_);
   }
   /// Reads what `save` wrote, checking every size against this SAC; changes nothing here,
   /// so a caller can check the whole file before `restore`.
@@ -4772,6 +4920,8 @@ class BasicSAC {
     s.alpha = alpha_opt_.read(r, "sac temperature");
     s.target = read_tensor(r, "sac target critic parameters", target_.flat());
     s.updates = r.value<std::int64_t>("sac update count");
+    if (r.value<bool>("sac policy average flag"))
+      s.ema = read_tensor(r, "sac averaged actor parameters", actor_opt_.parameters().flat());
     return s;
   }
   void restore(const Saved& s) {
@@ -4781,6 +4931,7 @@ class BasicSAC {
     torch::NoGradGuard no_grad;
     target_.flat().copy_(s.target);
     updates_ = s.updates;
+    ema_ = s.ema.defined() ? s.ema.to(device_) : at::Tensor();
   }
 
   [[nodiscard]] Actor& actor() noexcept { return actor_; }
@@ -4865,6 +5016,7 @@ class BasicSAC {
   FlatParameters target_;
   std::int64_t updates_ = 0;
   std::unique_ptr<detail::SacManual> manual_;  // the fast path, when it applies
+  at::Tensor ema_;                              // averaged actor weights (train.ema_decay)
 };
 
 /// SAC with the default networks: tanh-Gaussian actor and twin-Q critic, 256x256 MLPs.
@@ -7029,6 +7181,11 @@ struct TrainConfig {
         "micro-batches per optimizer step: the batch's gradient is accumulated over k parts (memory)",
         at_least(1)>
       grad_accumulation{1};
+  Param<double, "ema_decay",
+        "exponential moving average of the policy's weights after each update, used to evaluate "
+        "and in policy.bin (0: off; e.g. 0.995)",
+        Range{.lo = 0, .hi = 1, .hi_open = true}>
+      ema_decay{0.0};
   Param<LrScaling, "lr_scaling", "none; sqrt: lr*sqrt(batch/base_batch); linear: lr*world_size">
       lr_scaling{LrScaling::none};
   Param<int, "base_batch", "batch size the learning rates were tuned for (sqrt scaling)", at_least(1)>
@@ -7109,6 +7266,10 @@ class BasicTrainer {
         throw ConfigError("train.eval_interval (" + std::to_string(*train->eval_interval) +
                           ") is shorter than one step of env.num_envs (" +
                           std::to_string(*env->num_envs) + ") envs");
+      if constexpr (!requires(A& a) { a.ema_update(0.0); })
+        if (train->ema_decay > 0)
+          throw ConfigError("train.ema_decay: " + std::string(A::config_section.view()) +
+                            " keeps no average of its policy's weights");
       if constexpr (requires { algorithm->batch_size; })
         if (train->grad_accumulation > algorithm->batch_size)
           throw ConfigError("train.grad_accumulation (" + std::to_string(*train->grad_accumulation) +
@@ -7270,12 +7431,34 @@ class BasicTrainer {
         m.second += 1;
       }
       ++updates_;
+      if constexpr (requires { algo_->ema_update(0.0); })
+        if (cfg_.train->ema_decay > 0) algo_->ema_update(cfg_.train->ema_decay);
     }
   }
 
   /// Mean return of `episodes` episodes with deterministic actions, on envs seeded apart
   /// from the training envs.
   EvalResult evaluate(int episodes) {
+    if constexpr (requires { algo_->with_ema_weights([] {}); }) {
+      if (cfg_.train->ema_decay > 0) return algo_->with_ema_weights([&] { return evaluate_now(episodes); });
+    }
+    return evaluate_now(episodes);
+  }
+
+  /// Writes the policy alone (`anvil::load_policy` reads it back without a trainer): the
+  /// averaged weights when `train.ema_decay` is on, and the env's action bounds. Atomic.
+  void save_policy(const std::filesystem::path& file) const {
+    BinaryWriter w(file, kPolicyFormat);
+    w.string(spec_.name);
+    algo_->save_policy(w);
+    write_tensor(w, action_scale_);
+    write_tensor(w, action_offset_);
+    w.commit();
+  }
+
+ private:
+  // One evaluation with the actor's current weights (see `evaluate`).
+  EvalResult evaluate_now(int episodes) {
     ScopedPhase ph(times_, Phase::eval);
     auto venv = make_eval_env_(episodes, eval_seed_++);
     auto obs = venv->reset();
@@ -7302,6 +7485,8 @@ class BasicTrainer {
     return r;
   }
 
+
+ public:
   [[nodiscard]] const Config& config() const noexcept { return cfg_; }
   [[nodiscard]] A& algorithm() noexcept { return *algo_; }
   [[nodiscard]] B& buffer() noexcept { return *buffer_; }
@@ -7333,6 +7518,8 @@ class BasicTrainer {
       throw ConfigError("run.checkpoint_buffer: " + std::string(B::config_section.view()) + " cannot be saved");
     }
     BinaryWriter w(file, "anvil Checkpoint v1");
+    w.string(std::string(A::config_section.view()));
+    w.string(std::string(X::name));
     w.string(config_hash_hex(cfg_));
     const auto flat = flatten(cfg_);
     w.value(static_cast<std::uint64_t>(flat.size()));
@@ -7375,6 +7562,14 @@ class BasicTrainer {
   void load_checkpoint(const std::filesystem::path& file) {
     if (!std::filesystem::exists(file)) throw Error("run.resume: no checkpoint at '" + file.string() + "'");
     BinaryReader r(file, "anvil Checkpoint v1");
+    const auto algorithm = r.string("algorithm");
+    if (algorithm != A::config_section.view())
+      throw Error("'" + file.string() + "' was written by a " + algorithm + " run; this run is " +
+                  std::string(A::config_section.view()));
+    const auto precision = r.string("precision");
+    if (precision != X::name)
+      throw Error("'" + file.string() + "' was written by a run in " + precision + " precision; this run is " +
+                  std::string(X::name) + " (resume needs the same precision)");
     (void)r.string("config hash");
     const auto n = r.value<std::uint64_t>("config");
     if (n > 100'000) r.fail("config", "has an implausible number of fields");
@@ -7584,6 +7779,7 @@ class BasicTrainer {
     if (!parallel_->is_main()) return;
     ScopedPhase ph(times_, Phase::log);
     save_checkpoint(checkpoint_file(env_steps_));
+    if constexpr (requires(BinaryWriter& w) { algo_->save_policy(w); }) save_policy(run_dir_ / "policy.bin");
     auto all = checkpoints_in(run_dir_);
     for (std::size_t i = 0; i + static_cast<std::size_t>(*cfg_.run->keep_last) < all.size(); ++i) {
       std::error_code ec;

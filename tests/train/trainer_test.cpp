@@ -268,6 +268,13 @@ TEST_CASE("Trainer: bad checkpoints are refused with the reason and change nothi
   CHECK(bitwise_equal(before, weights_of(w)));
   CHECK(w.env_steps() == 0);
 
+  // Another precision: named.
+  using Bf16Trainer = Trainer<SAC, UniformBuffer, SingleDevice, BF16>;
+  Bf16Trainer bf(envs::Pendulum{}, pendulum_config<Bf16Trainer>(600, "bad_ckpt_bf16"));
+  CHECK_THROWS_WITH_AS(bf.load_checkpoint(ckpt), doctest::Contains("was written by a run in fp32 precision; this run is bf16"),
+                       Error);
+  CHECK(bf.env_steps() == 0);
+
   // A flipped byte: the checksum refuses it.
   const auto size = std::filesystem::file_size(ckpt);
   std::filesystem::copy_file(ckpt, dir / "flipped.ckpt");
@@ -330,5 +337,51 @@ TEST_CASE("Trainer: checkpoints every checkpoint_interval steps, keep_last of th
   }
   CHECK(headers == 1);
   CHECK(last == 1200);
+  std::filesystem::remove_all(*c.run->run_dir);
+}
+
+TEST_CASE("Trainer: ema_decay keeps an average of the policy, evaluates with it, and load_policy acts without a trainer") {
+  auto c = pendulum_config(1200, "ema");
+  c.train->learning_starts = 400;
+  c.train->eval_episodes = 1;
+  c.algorithm->actor->hidden = {16, 16};
+  c.algorithm->critic->hidden = {16, 16};
+  c.train->ema_decay = 0.9;
+  SacTrainer t(envs::Pendulum{}, c);
+  // The average follows ema = d ema + (1 - d) w after each update, from the first weights.
+  auto& sac = t.algorithm();
+  const auto flat = [&] {
+    std::vector<at::Tensor> parts;
+    for (auto& p : sac.actor()->parameters()) parts.push_back(p.detach().reshape(-1));
+    return torch::cat(parts);
+  };
+  t.collect(600);
+  t.update(1);
+  at::Tensor expected = flat();
+  for (int i = 0; i < 5; ++i) {
+    t.update(1);
+    expected = 0.9 * expected + 0.1 * flat();
+  }
+  REQUIRE(sac.ema_weights().defined());
+  CHECK(torch::allclose(sac.ema_weights(), expected, 1e-5, 1e-7));
+  // Evaluation swaps the average in and the trained weights back.
+  const auto trained = flat();
+  const auto with_ema = sac.with_ema_weights([&] { return flat(); });
+  CHECK(torch::equal(with_ema, sac.ema_weights()));
+  CHECK(torch::equal(flat(), trained));
+
+  t.fit();
+  const auto file = std::filesystem::path(*c.run->run_dir) / "policy.bin";
+  REQUIRE(std::filesystem::exists(file));
+  const Policy p = load_policy(file);
+  CHECK(p.env_name() == "Pendulum-v1");
+  CHECK(p.obs_dim() == 3);
+  const auto obs = torch::randn({5, 3});
+  const auto ours = sac.with_ema_weights([&] { return sac.act(obs, ActMode::deterministic); }) * 2.0;  // bounds +-2
+  CHECK(torch::allclose(p.act(obs), ours, 1e-6, 1e-6));
+  CHECK(p.act(obs[0]).sizes() == std::vector<std::int64_t>{1});
+  // A damaged policy file is refused.
+  std::filesystem::resize_file(file, std::filesystem::file_size(file) - 3);
+  CHECK_THROWS_WITH_AS((void)load_policy(file), doctest::Contains("(truncated file?)"), Error);
   std::filesystem::remove_all(*c.run->run_dir);
 }

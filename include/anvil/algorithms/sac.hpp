@@ -430,12 +430,62 @@ class BasicSAC {
   /// Whether updates and actions take the hand-written fast path (`manual_backward`).
   [[nodiscard]] bool manual_backward() const noexcept { return manual_ != nullptr; }
 
+  /// Moves the exponential moving average of the actor's weights towards the current ones:
+  /// ema = decay ema + (1 - decay) weights (Polyak averaging of the policy, as a run's
+  /// `train.ema_decay` asks for after each update). The first call starts it at the weights.
+  void ema_update(double decay) {
+    torch::NoGradGuard no_grad;
+    const auto& w = actor_opt_.parameters().flat();
+    if (!ema_.defined()) ema_ = w.clone();
+    else ema_.lerp_(w, 1.0 - decay);
+  }
+  /// The averaged actor weights (flat, in the order of `actor()->parameters()`); undefined
+  /// until the first `ema_update`.
+  [[nodiscard]] const at::Tensor& ema_weights() const noexcept { return ema_; }
+  /// Runs `f` with the averaged weights in the actor (when there are any), then puts the
+  /// trained weights back, whatever `f` does.
+  template <class F>
+  decltype(auto) with_ema_weights(F&& f) {
+    if (!ema_.defined()) return f();
+    struct Swap {
+      at::Tensor w, saved;
+      Swap(const at::Tensor& weights, const at::Tensor& ema) : w(weights), saved(weights.clone()) {
+        torch::NoGradGuard no_grad;
+        w.copy_(ema);
+      }
+      ~Swap() {
+        torch::NoGradGuard no_grad;
+        w.copy_(saved);
+      }
+    } swap(actor_opt_.parameters().flat(), ema_);
+    return f();
+  }
+
+  /// Writes the policy alone, for deployment (`anvil::load_policy`): the actor's shape and
+  /// its weights (the averaged ones when there are any).
+  void save_policy(BinaryWriter& w) const {
+    if constexpr (!std::same_as<Actor, nn::GaussianActor>) {
+      throw Error("SAC::save_policy: policy files hold the default GaussianActor only");
+    } else {
+    w.string("GaussianActor");
+    w.value(static_cast<std::int64_t>(actor_->net()->in_features()));
+    w.value(act_dim_);
+    const auto& ac = *cfg_.actor;
+    w.value(static_cast<std::uint64_t>(ac.hidden->size()));
+    for (int h : *ac.hidden) w.value(h);
+    w.value(static_cast<int>(*ac.activation));
+    w.value(*ac.log_std_min);
+    w.value(*ac.log_std_max);
+    write_tensor(w, ema_.defined() ? ema_ : actor_opt_.parameters().flat());
+    }
+  }
+
   /// Everything a checkpoint holds of SAC: the actor and the critic with their Adam
   /// states, the target critic, the learned temperature with its optimizer, and the update
   /// count (which schedules actor and target updates).
   struct Saved {
     FlatAdam::Saved actor, critic, alpha;
-    at::Tensor target;
+    at::Tensor target, ema;
     std::int64_t updates = 0;
   };
   void save(BinaryWriter& w) const {
@@ -444,6 +494,8 @@ class BasicSAC {
     alpha_opt_.save(w);
     write_tensor(w, target_.flat());
     w.value(updates_);
+    w.value(ema_.defined());
+    if (ema_.defined()) write_tensor(w, ema_);
   }
   /// Reads what `save` wrote, checking every size against this SAC; changes nothing here,
   /// so a caller can check the whole file before `restore`.
@@ -454,6 +506,8 @@ class BasicSAC {
     s.alpha = alpha_opt_.read(r, "sac temperature");
     s.target = read_tensor(r, "sac target critic parameters", target_.flat());
     s.updates = r.value<std::int64_t>("sac update count");
+    if (r.value<bool>("sac policy average flag"))
+      s.ema = read_tensor(r, "sac averaged actor parameters", actor_opt_.parameters().flat());
     return s;
   }
   void restore(const Saved& s) {
@@ -463,6 +517,7 @@ class BasicSAC {
     torch::NoGradGuard no_grad;
     target_.flat().copy_(s.target);
     updates_ = s.updates;
+    ema_ = s.ema.defined() ? s.ema.to(device_) : at::Tensor();
   }
 
   [[nodiscard]] Actor& actor() noexcept { return actor_; }
@@ -547,6 +602,7 @@ class BasicSAC {
   FlatParameters target_;
   std::int64_t updates_ = 0;
   std::unique_ptr<detail::SacManual> manual_;  // the fast path, when it applies
+  at::Tensor ema_;                              // averaged actor weights (train.ema_decay)
 };
 
 /// SAC with the default networks: tanh-Gaussian actor and twin-Q critic, 256x256 MLPs.

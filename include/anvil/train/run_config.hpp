@@ -66,6 +66,11 @@ struct TrainConfig {
         "micro-batches per optimizer step: the batch's gradient is accumulated over k parts (memory)",
         at_least(1)>
       grad_accumulation{1};
+  Param<double, "ema_decay",
+        "exponential moving average of the policy's weights after each update, used to evaluate "
+        "and in policy.bin (0: off; e.g. 0.995)",
+        Range{.lo = 0, .hi = 1, .hi_open = true}>
+      ema_decay{0.0};
   Param<LrScaling, "lr_scaling", "none; sqrt: lr*sqrt(batch/base_batch); linear: lr*world_size">
       lr_scaling{LrScaling::none};
   Param<int, "base_batch", "batch size the learning rates were tuned for (sqrt scaling)", at_least(1)>

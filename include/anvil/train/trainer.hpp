@@ -24,6 +24,7 @@
 #include <utility>
 #include <vector>
 
+#include <anvil/algorithms/policy.hpp>
 #include <anvil/core/batch.hpp>
 #include <anvil/core/binary_io.hpp>
 #include <anvil/core/blas.hpp>
@@ -83,6 +84,10 @@ class BasicTrainer {
         throw ConfigError("train.eval_interval (" + std::to_string(*train->eval_interval) +
                           ") is shorter than one step of env.num_envs (" +
                           std::to_string(*env->num_envs) + ") envs");
+      if constexpr (!requires(A& a) { a.ema_update(0.0); })
+        if (train->ema_decay > 0)
+          throw ConfigError("train.ema_decay: " + std::string(A::config_section.view()) +
+                            " keeps no average of its policy's weights");
       if constexpr (requires { algorithm->batch_size; })
         if (train->grad_accumulation > algorithm->batch_size)
           throw ConfigError("train.grad_accumulation (" + std::to_string(*train->grad_accumulation) +
@@ -244,12 +249,34 @@ class BasicTrainer {
         m.second += 1;
       }
       ++updates_;
+      if constexpr (requires { algo_->ema_update(0.0); })
+        if (cfg_.train->ema_decay > 0) algo_->ema_update(cfg_.train->ema_decay);
     }
   }
 
   /// Mean return of `episodes` episodes with deterministic actions, on envs seeded apart
   /// from the training envs.
   EvalResult evaluate(int episodes) {
+    if constexpr (requires { algo_->with_ema_weights([] {}); }) {
+      if (cfg_.train->ema_decay > 0) return algo_->with_ema_weights([&] { return evaluate_now(episodes); });
+    }
+    return evaluate_now(episodes);
+  }
+
+  /// Writes the policy alone (`anvil::load_policy` reads it back without a trainer): the
+  /// averaged weights when `train.ema_decay` is on, and the env's action bounds. Atomic.
+  void save_policy(const std::filesystem::path& file) const {
+    BinaryWriter w(file, kPolicyFormat);
+    w.string(spec_.name);
+    algo_->save_policy(w);
+    write_tensor(w, action_scale_);
+    write_tensor(w, action_offset_);
+    w.commit();
+  }
+
+ private:
+  // One evaluation with the actor's current weights (see `evaluate`).
+  EvalResult evaluate_now(int episodes) {
     ScopedPhase ph(times_, Phase::eval);
     auto venv = make_eval_env_(episodes, eval_seed_++);
     auto obs = venv->reset();
@@ -276,6 +303,8 @@ class BasicTrainer {
     return r;
   }
 
+
+ public:
   [[nodiscard]] const Config& config() const noexcept { return cfg_; }
   [[nodiscard]] A& algorithm() noexcept { return *algo_; }
   [[nodiscard]] B& buffer() noexcept { return *buffer_; }
@@ -307,6 +336,8 @@ class BasicTrainer {
       throw ConfigError("run.checkpoint_buffer: " + std::string(B::config_section.view()) + " cannot be saved");
     }
     BinaryWriter w(file, "anvil Checkpoint v1");
+    w.string(std::string(A::config_section.view()));
+    w.string(std::string(X::name));
     w.string(config_hash_hex(cfg_));
     const auto flat = flatten(cfg_);
     w.value(static_cast<std::uint64_t>(flat.size()));
@@ -349,6 +380,14 @@ class BasicTrainer {
   void load_checkpoint(const std::filesystem::path& file) {
     if (!std::filesystem::exists(file)) throw Error("run.resume: no checkpoint at '" + file.string() + "'");
     BinaryReader r(file, "anvil Checkpoint v1");
+    const auto algorithm = r.string("algorithm");
+    if (algorithm != A::config_section.view())
+      throw Error("'" + file.string() + "' was written by a " + algorithm + " run; this run is " +
+                  std::string(A::config_section.view()));
+    const auto precision = r.string("precision");
+    if (precision != X::name)
+      throw Error("'" + file.string() + "' was written by a run in " + precision + " precision; this run is " +
+                  std::string(X::name) + " (resume needs the same precision)");
     (void)r.string("config hash");
     const auto n = r.value<std::uint64_t>("config");
     if (n > 100'000) r.fail("config", "has an implausible number of fields");
@@ -558,6 +597,7 @@ class BasicTrainer {
     if (!parallel_->is_main()) return;
     ScopedPhase ph(times_, Phase::log);
     save_checkpoint(checkpoint_file(env_steps_));
+    if constexpr (requires(BinaryWriter& w) { algo_->save_policy(w); }) save_policy(run_dir_ / "policy.bin");
     auto all = checkpoints_in(run_dir_);
     for (std::size_t i = 0; i + static_cast<std::size_t>(*cfg_.run->keep_last) < all.size(); ++i) {
       std::error_code ec;

@@ -1,0 +1,99 @@
+#pragma once
+/// @file
+/// `load_policy`: a trained policy without its trainer, for deployment. A run writes
+/// `policy.bin` in its directory with every checkpoint: the actor's shape, its weights (the
+/// averaged ones when `train.ema_decay` is on) and the env's action bounds. `load_policy`
+/// rebuilds the actor from that file alone and acts deterministically in env units.
+
+#include <torch/nn/module.h>
+#include <torch/utils.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <anvil/core/binary_io.hpp>
+#include <anvil/core/error.hpp>
+#include <anvil/core/tensor_io.hpp>
+#include <anvil/nn/gaussian_actor.hpp>
+
+namespace anvil {
+
+/// The format tag of policy files.
+inline constexpr const char* kPolicyFormat = "anvil Policy v1";
+
+/// A deterministic policy loaded from a policy file (see file comment).
+class Policy {
+ public:
+  /// Actions for observations [B, obs_dim] (or [obs_dim]), in the env's units: the mean
+  /// action squashed to [-1, 1], then scaled to the action bounds.
+  [[nodiscard]] at::Tensor act(const at::Tensor& obs) const {
+    torch::NoGradGuard no_grad;
+    const bool single = obs.dim() == 1;
+    auto o = obs.to(at::kFloat);
+    if (single) o = o.unsqueeze(0);
+    nn::GaussianActor net = actor_;  // a handle to the same module (acting changes nothing)
+    auto a = net->mode(o) * scale_ + offset_;
+    return single ? a.squeeze(0) : a;
+  }
+  /// The network (for export or inspection).
+  [[nodiscard]] const nn::GaussianActor& network() const noexcept { return actor_; }
+  /// The env the policy was trained on.
+  [[nodiscard]] const std::string& env_name() const noexcept { return env_; }
+  [[nodiscard]] std::int64_t obs_dim() const noexcept { return obs_dim_; }
+  [[nodiscard]] std::int64_t action_dim() const noexcept { return act_dim_; }
+
+ private:
+  friend Policy load_policy(const std::filesystem::path& path);
+  nn::GaussianActor actor_{nullptr};
+  at::Tensor scale_, offset_;
+  std::string env_;
+  std::int64_t obs_dim_ = 0, act_dim_ = 0;
+};
+
+/// Reads a policy file written by a run (see file comment); a missing, truncated, corrupted
+/// or foreign file gets an error naming it and the field at fault.
+inline Policy load_policy(const std::filesystem::path& path) {
+  BinaryReader r(path, kPolicyFormat);
+  Policy p;
+  p.env_ = r.string("env name");
+  const auto kind = r.string("actor kind");
+  if (kind != "GaussianActor") r.fail("actor kind", "'" + kind + "' is not one this build knows");
+  p.obs_dim_ = r.value<std::int64_t>("observation size");
+  p.act_dim_ = r.value<std::int64_t>("action size");
+  if (p.obs_dim_ < 1 || p.act_dim_ < 1) r.fail("observation or action size", "is not positive");
+  nn::GaussianActorImpl::Config cfg;
+  const auto layers = r.value<std::uint64_t>("hidden layer count");
+  if (layers < 1 || layers > 64) r.fail("hidden layer count", "is out of range");
+  std::vector<int> hidden;
+  for (std::uint64_t i = 0; i < layers; ++i) hidden.push_back(r.value<int>("hidden layer widths"));
+  for (int h : hidden)
+    if (h < 1) r.fail("hidden layer widths", "contain a width below 1");
+  cfg.hidden = hidden;
+  const int activation = r.value<int>("activation");
+  if (activation < 0 || activation >= static_cast<int>(enum_names(nn::Activation{}).size()))
+    r.fail("activation", "is not a known activation");
+  cfg.activation = static_cast<nn::Activation>(activation);
+  cfg.log_std_min = r.value<double>("log_std_min");
+  cfg.log_std_max = r.value<double>("log_std_max");
+  p.actor_ = nn::GaussianActor(p.obs_dim_, p.act_dim_, cfg);
+  std::vector<at::Tensor> params = p.actor_->parameters();
+  std::int64_t n = 0;
+  for (const auto& t : params) n += t.numel();
+  const auto flat = read_tensor(r, "actor parameters", at::empty({n}));
+  const auto like = at::empty({p.act_dim_});
+  p.scale_ = read_tensor(r, "action scale", like);
+  p.offset_ = read_tensor(r, "action offset", like);
+  r.finish();
+  torch::NoGradGuard no_grad;
+  std::int64_t off = 0;
+  for (auto& t : params) {
+    t.copy_(flat.narrow(0, off, t.numel()).view(t.sizes()));
+    off += t.numel();
+  }
+  p.actor_->eval();
+  return p;
+}
+
+}  // namespace anvil
