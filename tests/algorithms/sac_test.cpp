@@ -346,3 +346,33 @@ TEST_CASE("SAC: k micro-batches of B/k give the same update as one batch of B (g
       CHECK(a.td_error.size(0) == 64);
     }
 }
+
+TEST_CASE("SAC: with micro-batches, gradients cross ranks once per optimizer step, and the loss scaler sees their sum") {
+  const auto spec = envs::spec_of(envs::Pendulum{});
+  auto cfg = small();
+  cfg.manual_backward = false;
+  torch::manual_seed(0);
+  SAC one(spec, cfg, RunContext{});
+  torch::manual_seed(0);
+  SAC acc(spec, cfg, RunContext{});
+  int reduces = 0;
+  StepContext::Options whole_opt, split_opt;
+  whole_opt.loss_scaling = LossScaler::Options{};
+  split_opt.loss_scaling = LossScaler::Options{};
+  split_opt.micro_batches = 4;
+  // Stands in for DDP's all-reduce: counts calls and leaves the gradients as they are.
+  split_opt.all_reduce_mean = [&](std::vector<at::Tensor>&) { ++reduces; };
+  StepContext whole(whole_opt), split(split_opt);
+  torch::manual_seed(4);
+  const auto batch = random_batch(64);
+  torch::manual_seed(9);
+  one.update(batch, whole);
+  torch::manual_seed(9);
+  acc.update(batch, split);
+  CHECK(reduces == 3);  // critic, actor, temperature: one each, not one per micro-batch
+  CHECK(split.steps() == whole.steps());
+  CHECK(split.scaler()->current_scale() == whole.scaler()->current_scale());
+  for (std::size_t i = 0; i < one.critic()->parameters().size(); ++i)
+    CHECK(torch::allclose(one.critic()->parameters()[i], acc.critic()->parameters()[i], 1e-5, 1e-6));
+  CHECK(torch::allclose(one.critic_optimizer().exp_avg_sq(), acc.critic_optimizer().exp_avg_sq(), 1e-4, 1e-10));
+}
