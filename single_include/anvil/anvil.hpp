@@ -3102,13 +3102,17 @@ class VecEnvBase {
     return step_wait();
   }
 
+  /// Whether `save` records the envs' state: env types that are trivially copyable (all the
+  /// built-in ones) are saved as bytes; others are not saved, and a resumed run starts
+  /// their episodes afresh.
+  [[nodiscard]] virtual bool saves_state() const noexcept = 0;
   /// Writes every env's state, its seed stream, the current observations and the running
-  /// episode returns and lengths, so a resumed run steps on exactly as this one would.
-  /// Built-in envs are trivially copyable and saved as bytes; an env type that is not
-  /// gets a clear error here.
+  /// episode returns and lengths, so a resumed run steps on exactly as this one would (only
+  /// a flag when `saves_state()` is false).
   virtual void save(BinaryWriter& w) const = 0;
   /// Reads what `save` wrote, checking the env and the env count; changes nothing until the
-  /// returned function is called (after the whole file has been checked).
+  /// returned function is called (after the whole file has been checked). Returns an empty
+  /// function when the file holds no env state.
   [[nodiscard]] virtual std::function<void()> read(BinaryReader& r) = 0;
 
  protected:
@@ -3152,11 +3156,11 @@ class VecEnv final : public VecEnvBase {
     }
   }
 
+  bool saves_state() const noexcept override { return std::is_trivially_copyable_v<E>; }
+
   void save(BinaryWriter& w) const override {
-    if constexpr (!std::is_trivially_copyable_v<E>) {
-      throw Error(spec_.name + ": this env type is not trivially copyable, so its state cannot be saved in a "
-                  "checkpoint (keep its state in plain members)");
-    } else {
+    w.value(saves_state());
+    if constexpr (std::is_trivially_copyable_v<E>) {
       if (in_flight_) throw Error("VecEnv::save: a step is in flight; save between steps");
       w.string(spec_.name);
       w.value(n_);
@@ -3172,8 +3176,9 @@ class VecEnv final : public VecEnvBase {
   }
 
   std::function<void()> read(BinaryReader& r) override {
+    if (!r.value<bool>("env state flag")) return {};
     if constexpr (!std::is_trivially_copyable_v<E>) {
-      r.fail("envs", "cannot be restored: " + spec_.name + " is not trivially copyable");
+      r.fail("env state flag", "says the envs were saved, but " + spec_.name + " is not trivially copyable here");
     } else {
       const auto name = r.string("env name");
       if (name != spec_.name) r.fail("env name", "is '" + name + "' in the file but '" + spec_.name + "' here");
@@ -7221,6 +7226,7 @@ struct TrainConfig {
 #include <numeric>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -7301,6 +7307,10 @@ class BasicTrainer {
                           ctx_.device.str() + ")");
     }
     apply_precision_settings();
+    if constexpr (!std::is_trivially_copyable_v<E>)
+      notes_.push_back(std::string("checkpoints: ") + std::string(E::name) +
+                       " is not trivially copyable, so checkpoints hold no env state (a resumed run starts "
+                       "new episodes)");
     ctx_.lr_scale = lr_scale();
     seed_torch(ctx_);
 
@@ -7626,7 +7636,8 @@ class BasicTrainer {
       if (with_buffer) buffer_->load(buffer_file(file));  // checks its whole file before changing
     }
     // Nothing can fail from here on.
-    apply_envs();
+    if (apply_envs) apply_envs();
+    else obs = at::Tensor();  // no env state saved: the run starts new episodes
     algo_->restore(algo);
     step_ctx_.restore(step);
     env_steps_ = counters[0];

@@ -385,3 +385,30 @@ TEST_CASE("Trainer: ema_decay keeps an average of the policy, evaluates with it,
   CHECK_THROWS_WITH_AS((void)load_policy(file), doctest::Contains("(truncated file?)"), Error);
   std::filesystem::remove_all(*c.run->run_dir);
 }
+
+namespace {
+// An env whose type is not trivially copyable (a user env with a vector member).
+struct LoggingPendulum : envs::Pendulum {
+  std::vector<float> log;
+};
+}  // namespace
+
+TEST_CASE("Trainer: an env that cannot be saved as bytes still checkpoints; a resumed run starts new episodes") {
+  auto c = pendulum_config(600, "untyped_env");
+  c.train->learning_starts = 200;
+  c.train->eval_episodes = 1;
+  c.algorithm->actor->hidden = {16, 16};
+  c.algorithm->critic->hidden = {16, 16};
+  SacTrainer a(LoggingPendulum{}, c);
+  CHECK(std::count_if(a.notes().begin(), a.notes().end(),
+                      [](const std::string& n) { return n.find("not trivially copyable") != std::string::npos; }) == 1);
+  a.fit();
+  auto more = c;
+  more.train->steps = 800;
+  more.run->resume = "auto";
+  SacTrainer b(LoggingPendulum{}, more);
+  b.fit();
+  CHECK(b.resumed_from().filename() == "checkpoint-000000000600.ckpt");
+  CHECK(b.env_steps() == 800);
+  std::filesystem::remove_all(*c.run->run_dir);
+}

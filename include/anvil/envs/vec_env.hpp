@@ -85,13 +85,17 @@ class VecEnvBase {
     return step_wait();
   }
 
+  /// Whether `save` records the envs' state: env types that are trivially copyable (all the
+  /// built-in ones) are saved as bytes; others are not saved, and a resumed run starts
+  /// their episodes afresh.
+  [[nodiscard]] virtual bool saves_state() const noexcept = 0;
   /// Writes every env's state, its seed stream, the current observations and the running
-  /// episode returns and lengths, so a resumed run steps on exactly as this one would.
-  /// Built-in envs are trivially copyable and saved as bytes; an env type that is not
-  /// gets a clear error here.
+  /// episode returns and lengths, so a resumed run steps on exactly as this one would (only
+  /// a flag when `saves_state()` is false).
   virtual void save(BinaryWriter& w) const = 0;
   /// Reads what `save` wrote, checking the env and the env count; changes nothing until the
-  /// returned function is called (after the whole file has been checked).
+  /// returned function is called (after the whole file has been checked). Returns an empty
+  /// function when the file holds no env state.
   [[nodiscard]] virtual std::function<void()> read(BinaryReader& r) = 0;
 
  protected:
@@ -135,11 +139,11 @@ class VecEnv final : public VecEnvBase {
     }
   }
 
+  bool saves_state() const noexcept override { return std::is_trivially_copyable_v<E>; }
+
   void save(BinaryWriter& w) const override {
-    if constexpr (!std::is_trivially_copyable_v<E>) {
-      throw Error(spec_.name + ": this env type is not trivially copyable, so its state cannot be saved in a "
-                  "checkpoint (keep its state in plain members)");
-    } else {
+    w.value(saves_state());
+    if constexpr (std::is_trivially_copyable_v<E>) {
       if (in_flight_) throw Error("VecEnv::save: a step is in flight; save between steps");
       w.string(spec_.name);
       w.value(n_);
@@ -155,8 +159,9 @@ class VecEnv final : public VecEnvBase {
   }
 
   std::function<void()> read(BinaryReader& r) override {
+    if (!r.value<bool>("env state flag")) return {};
     if constexpr (!std::is_trivially_copyable_v<E>) {
-      r.fail("envs", "cannot be restored: " + spec_.name + " is not trivially copyable");
+      r.fail("env state flag", "says the envs were saved, but " + spec_.name + " is not trivially copyable here");
     } else {
       const auto name = r.string("env name");
       if (name != spec_.name) r.fail("env name", "is '" + name + "' in the file but '" + spec_.name + "' here");

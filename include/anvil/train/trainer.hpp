@@ -21,6 +21,7 @@
 #include <numeric>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -119,6 +120,10 @@ class BasicTrainer {
                           ctx_.device.str() + ")");
     }
     apply_precision_settings();
+    if constexpr (!std::is_trivially_copyable_v<E>)
+      notes_.push_back(std::string("checkpoints: ") + std::string(E::name) +
+                       " is not trivially copyable, so checkpoints hold no env state (a resumed run starts "
+                       "new episodes)");
     ctx_.lr_scale = lr_scale();
     seed_torch(ctx_);
 
@@ -444,7 +449,8 @@ class BasicTrainer {
       if (with_buffer) buffer_->load(buffer_file(file));  // checks its whole file before changing
     }
     // Nothing can fail from here on.
-    apply_envs();
+    if (apply_envs) apply_envs();
+    else obs = at::Tensor();  // no env state saved: the run starts new episodes
     algo_->restore(algo);
     step_ctx_.restore(step);
     env_steps_ = counters[0];
