@@ -3102,6 +3102,9 @@ class VecEnvBase {
     return step_wait();
   }
 
+  /// The observations the envs show now (the `obs` of the last step or reset); undefined
+  /// before the first reset.
+  [[nodiscard]] virtual at::Tensor observations() const = 0;
   /// Whether `save` records the envs' state: env types that are trivially copyable (all the
   /// built-in ones) are saved as bytes; others are not saved, and a resumed run starts
   /// their episodes afresh.
@@ -3156,6 +3159,7 @@ class VecEnv final : public VecEnvBase {
     }
   }
 
+  at::Tensor observations() const override { return started_ ? obs_[cur_] : at::Tensor(); }
   bool saves_state() const noexcept override { return std::is_trivially_copyable_v<E>; }
 
   void save(BinaryWriter& w) const override {
@@ -4781,7 +4785,8 @@ class BasicSAC {
     std::vector<at::Tensor> td_parts;
     for (std::int64_t i = 0; i < parts; ++i) {
       const std::int64_t begin = batch * i / parts, n = batch * (i + 1) / parts - begin;
-      const ReplayBatch mb = parts == 1 ? b : rows_of(b, begin, n);
+      ReplayBatch part;  // a micro-batch's rows; the whole batch is used as it is
+      const ReplayBatch& mb = parts == 1 ? b : (part = rows_of(b, begin, n));
       const auto nn = parts == 1 ? noise_next : noise_next.narrow(0, begin, n);
       const auto no = parts == 1 || !actor_step ? noise_obs : noise_obs.narrow(0, begin, n);
       detail::SacCriticResult c;
@@ -7556,8 +7561,6 @@ class BasicTrainer {
     write_tensor(w, at::detail::getDefaultCPUGenerator().get_state());
     w.value(ctx_.device.is_cuda());
     if (ctx_.device.is_cuda()) write_tensor(w, at::globalContext().defaultGenerator(ctx_.device).get_state());
-    w.value(obs_.defined());
-    if (obs_.defined()) write_tensor(w, obs_);
     venv_->save(w);
     algo_->save(w);
     step_ctx_.save(w);
@@ -7580,7 +7583,7 @@ class BasicTrainer {
     if (precision != X::name)
       throw Error("'" + file.string() + "' was written by a run in " + precision + " precision; this run is " +
                   std::string(X::name) + " (resume needs the same precision)");
-    (void)r.string("config hash");
+    (void)r.string("config hash");  // for people and tools reading the file; the fields are compared below
     const auto n = r.value<std::uint64_t>("config");
     if (n > 100'000) r.fail("config", "has an implausible number of fields");
     std::map<std::string, std::string> saved;
@@ -7625,9 +7628,6 @@ class BasicTrainer {
     at::Tensor cuda_state;
     if (was_cuda)
       cuda_state = read_tensor(r, "torch CUDA generator state", at::globalContext().defaultGenerator(ctx_.device).get_state());
-    at::Tensor obs;
-    if (r.value<bool>("observation flag"))
-      obs = read_tensor(r, "current observations", at::empty({venv_->num_envs(), spec_.obs_dim()}));
     auto apply_envs = venv_->read(r);
     const auto algo = algo_->read(r);
     const auto step = step_ctx_.read(r);
@@ -7637,7 +7637,6 @@ class BasicTrainer {
     }
     // Nothing can fail from here on.
     if (apply_envs) apply_envs();
-    else obs = at::Tensor();  // no env state saved: the run starts new episodes
     algo_->restore(algo);
     step_ctx_.restore(step);
     env_steps_ = counters[0];
@@ -7658,7 +7657,8 @@ class BasicTrainer {
       at::Generator cuda = at::globalContext().defaultGenerator(ctx_.device);
       cuda.set_state(cuda_state);
     }
-    obs_ = obs;
+    // What the envs show now (undefined without saved env state: the run starts new episodes).
+    obs_ = apply_envs ? venv_->observations() : at::Tensor();
     resumed_from_ = file;
   }
 

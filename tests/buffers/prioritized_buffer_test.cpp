@@ -2,7 +2,6 @@
 // formula, the ring wraps, stale priority updates are skipped, and bad input is refused.
 #include <doctest/doctest.h>
 
-#include <fstream>
 
 #include <torch/torch.h>
 
@@ -16,6 +15,7 @@
 #include <anvil/buffers/uniform_buffer.hpp>
 #include <anvil/envs/pendulum.hpp>
 
+#include "../damaged_files.hpp"
 #include "steps.hpp"
 
 using namespace anvil;
@@ -218,22 +218,13 @@ TEST_CASE("Replay buffers: save and load round-trip exactly, and a bad file chan
 
   // A truncated file, another buffer's file, another shape: clear errors, nothing changed.
   const auto bytes = std::filesystem::file_size(dir / "per.bin");
-  std::filesystem::copy_file(dir / "per.bin", dir / "cut.bin");
-  std::filesystem::resize_file(dir / "cut.bin", bytes - 20);
+  test::copy_truncated(dir / "per.bin", dir / "cut.bin", bytes - 20);
   auto fresh = make_per();
   CHECK_THROWS_WITH_AS(fresh.load(dir / "cut.bin"), doctest::Contains("is cut short (truncated file?)"), anvil::Error);
   CHECK(fresh.size() == 0);
   // One flipped bit in the middle (stored transitions): the checksum refuses it.
-  std::filesystem::copy_file(dir / "per.bin", dir / "flipped.bin");
-  {
-    std::fstream f(dir / "flipped.bin", std::ios::in | std::ios::out | std::ios::binary);
-    f.seekg(static_cast<std::streamoff>(bytes / 2));
-    char c = 0;
-    f.get(c);
-    f.seekp(static_cast<std::streamoff>(bytes / 2));
-    f.put(static_cast<char>(c ^ 0x01));
-  }
-  CHECK_THROWS_WITH_AS(fresh.load(dir / "flipped.bin"),
+  const auto flipped = test::copy_with_flipped_bit(dir / "per.bin", dir / "flipped.bin", static_cast<std::int64_t>(bytes / 2));
+  CHECK_THROWS_WITH_AS(fresh.load(flipped),
                        doctest::Contains("checksum does not match the contents (corrupted file?)"), anvil::Error);
   CHECK(fresh.size() == 0);
   CHECK_THROWS_WITH_AS(fresh.load(dir / "uniform.bin"), doctest::Contains("is not an anvil PrioritizedBuffer v3 file"),

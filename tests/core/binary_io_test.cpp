@@ -16,6 +16,8 @@
 #include <anvil/core/binary_io.hpp>
 #include <anvil/core/detail/crc32c.hpp>
 
+#include "../damaged_files.hpp"
+
 namespace fs = std::filesystem;
 using anvil::BinaryReader;
 using anvil::BinaryWriter;
@@ -46,14 +48,6 @@ std::int64_t read_file(const fs::path& p, std::size_t payload) {
   return v;
 }
 
-void flip_byte(const fs::path& p, std::uintmax_t at) {
-  std::fstream f(p, std::ios::in | std::ios::out | std::ios::binary);
-  f.seekg(static_cast<std::streamoff>(at));
-  char c = 0;
-  f.get(c);
-  f.seekp(static_cast<std::streamoff>(at));
-  f.put(static_cast<char>(c ^ 0x10));
-}
 }  // namespace
 
 TEST_CASE("Crc32c: the published check value, and the hardware path agrees with the table in any split") {
@@ -81,17 +75,13 @@ TEST_CASE("BinaryReader: a file round-trips; truncated, corrupted, extended and 
   CHECK(read_file(file, 1000) == 42);
   const auto size = fs::file_size(file);
 
-  fs::copy_file(file, dir / "cut.bin");
-  fs::resize_file(dir / "cut.bin", size - 100);
-  CHECK_THROWS_WITH_AS(read_file(dir / "cut.bin", 1000), doctest::Contains("payload is cut short (truncated file?)"),
+  CHECK_THROWS_WITH_AS(read_file(anvil::test::copy_truncated(file, dir / "cut.bin", size - 100), 1000), doctest::Contains("payload is cut short (truncated file?)"),
                        anvil::Error);
-  fs::copy_file(file, dir / "nocrc.bin");
-  fs::resize_file(dir / "nocrc.bin", size - 2);
-  CHECK_THROWS_WITH_AS(read_file(dir / "nocrc.bin", 1000), doctest::Contains("checksum is missing"), anvil::Error);
+  CHECK_THROWS_WITH_AS(read_file(anvil::test::copy_truncated(file, dir / "nocrc.bin", size - 2), 1000), doctest::Contains("checksum is missing"), anvil::Error);
 
-  fs::copy_file(file, dir / "flipped.bin");
-  flip_byte(dir / "flipped.bin", size / 2);
-  CHECK_THROWS_WITH_AS(read_file(dir / "flipped.bin", 1000),
+  CHECK_THROWS_WITH_AS(read_file(anvil::test::copy_with_flipped_bit(file, dir / "flipped.bin",
+                                                                     static_cast<std::int64_t>(size / 2)),
+                                 1000),
                        doctest::Contains("flipped.bin': checksum does not match the contents (corrupted file?)"),
                        anvil::Error);
 

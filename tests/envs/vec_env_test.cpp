@@ -138,6 +138,7 @@ TEST_CASE("VecEnv: a saved state restores exactly: the restored envs step on bit
     r.finish();
     apply();
   }
+  CHECK(torch::equal(a.observations(), b.observations()));
   for (int t = 150; t < 450; ++t) {
     const auto& sa = a.step(actions[static_cast<std::size_t>(t)]);
     const auto& sb = b.step(actions[static_cast<std::size_t>(t)]);

@@ -8,6 +8,8 @@
 
 #include <anvil/anvil.hpp>
 
+#include "../damaged_files.hpp"
+
 using namespace anvil;
 
 namespace {
@@ -37,15 +39,24 @@ typename T::Config pendulum_config(std::int64_t steps, const std::string& run) {
   c.algorithm->alpha_lr = 1e-3;
   return c;
 }
+
+/// `pendulum_config` shrunk for tests of mechanics, not of learning: 16x16 networks, few
+/// random steps, short evaluations.
+template <class T = SacTrainer>
+typename T::Config tiny_config(std::int64_t steps, const std::string& run, std::int64_t learning_starts = 200,
+                               int eval_episodes = 1) {
+  auto c = pendulum_config<T>(steps, run);
+  c.train->learning_starts = learning_starts;
+  c.train->eval_episodes = eval_episodes;
+  c.algorithm->actor->hidden = {16, 16};
+  c.algorithm->critic->hidden = {16, 16};
+  return c;
+}
 }  // namespace
 
 TEST_CASE("Trainer: two runs with the same seed on the CPU give identical returns and weights") {
   auto run = [](const std::string& name) {
-    auto c = pendulum_config(1200, name);
-    c.train->learning_starts = 400;
-    c.train->eval_episodes = 2;
-    c.algorithm->actor->hidden = {16, 16};
-    c.algorithm->critic->hidden = {16, 16};
+    auto c = tiny_config(1200, name, 400, 2);
     c.run->seed = 11;
     SacTrainer t(envs::Pendulum{}, c);
     auto r = t.fit();
@@ -207,11 +218,7 @@ bool bitwise_equal(const std::vector<at::Tensor>& a, const std::vector<at::Tenso
 }  // namespace
 
 TEST_CASE("Trainer: resuming from a checkpoint with its buffer continues bitwise like the uninterrupted run") {
-  auto c = pendulum_config(2400, "resume_a");
-  c.train->learning_starts = 400;
-  c.train->eval_episodes = 2;
-  c.algorithm->actor->hidden = {16, 16};
-  c.algorithm->critic->hidden = {16, 16};
+  auto c = tiny_config(2400, "resume_a", 400, 2);
   c.run->seed = 5;
   c.run->checkpoint_interval = 1200;
   c.run->checkpoint_buffer = true;
@@ -245,11 +252,7 @@ TEST_CASE("Trainer: resuming from a checkpoint with its buffer continues bitwise
 }
 
 TEST_CASE("Trainer: bad checkpoints are refused with the reason and change nothing") {
-  auto c = pendulum_config(600, "bad_ckpt");
-  c.train->learning_starts = 200;
-  c.train->eval_episodes = 1;
-  c.algorithm->actor->hidden = {16, 16};
-  c.algorithm->critic->hidden = {16, 16};
+  auto c = tiny_config(600, "bad_ckpt");
   SacTrainer a(envs::Pendulum{}, c);
   a.fit();
   const auto dir = std::filesystem::path(*c.run->run_dir);
@@ -276,24 +279,13 @@ TEST_CASE("Trainer: bad checkpoints are refused with the reason and change nothi
   CHECK(bf.env_steps() == 0);
 
   // A flipped byte: the checksum refuses it.
-  const auto size = std::filesystem::file_size(ckpt);
-  std::filesystem::copy_file(ckpt, dir / "flipped.ckpt");
-  {
-    std::fstream f(dir / "flipped.ckpt", std::ios::in | std::ios::out | std::ios::binary);
-    f.seekg(static_cast<std::streamoff>(size - 100));
-    char ch = 0;
-    f.get(ch);
-    f.seekp(static_cast<std::streamoff>(size - 100));
-    f.put(static_cast<char>(ch ^ 0x01));
-  }
   SacTrainer b(envs::Pendulum{}, c);
   const auto b_before = weights_of(b);
-  CHECK_THROWS_WITH_AS(b.load_checkpoint(dir / "flipped.ckpt"), doctest::Contains("(corrupted file?)"), Error);
+  CHECK_THROWS_WITH_AS(b.load_checkpoint(test::copy_with_flipped_bit(ckpt, dir / "flipped.ckpt", -100)),
+                       doctest::Contains("(corrupted file?)"), Error);
   CHECK(bitwise_equal(b_before, weights_of(b)));
   // Truncated, and missing.
-  std::filesystem::copy_file(ckpt, dir / "cut.ckpt");
-  std::filesystem::resize_file(dir / "cut.ckpt", size / 2);
-  CHECK_THROWS_WITH_AS(b.load_checkpoint(dir / "cut.ckpt"), doctest::Contains("(truncated file?)"), Error);
+  CHECK_THROWS_WITH_AS(b.load_checkpoint(test::copy_truncated(ckpt, dir / "cut.ckpt", std::filesystem::file_size(ckpt) / 2)), doctest::Contains("(truncated file?)"), Error);
   CHECK_THROWS_WITH_AS(b.load_checkpoint(dir / "none.ckpt"), doctest::Contains("run.resume: no checkpoint at"), Error);
   CHECK(b.env_steps() == 0);
   // A good one loads.
@@ -304,11 +296,7 @@ TEST_CASE("Trainer: bad checkpoints are refused with the reason and change nothi
 }
 
 TEST_CASE("Trainer: checkpoints every checkpoint_interval steps, keep_last of them, and resume=auto takes the latest") {
-  auto c = pendulum_config(1000, "keep_last");
-  c.train->learning_starts = 200;
-  c.train->eval_episodes = 1;
-  c.algorithm->actor->hidden = {16, 16};
-  c.algorithm->critic->hidden = {16, 16};
+  auto c = tiny_config(1000, "keep_last");
   c.run->checkpoint_interval = 200;
   c.run->keep_last = 2;
   SacTrainer a(envs::Pendulum{}, c);
@@ -341,11 +329,7 @@ TEST_CASE("Trainer: checkpoints every checkpoint_interval steps, keep_last of th
 }
 
 TEST_CASE("Trainer: ema_decay keeps an average of the policy, evaluates with it, and load_policy acts without a trainer") {
-  auto c = pendulum_config(1200, "ema");
-  c.train->learning_starts = 400;
-  c.train->eval_episodes = 1;
-  c.algorithm->actor->hidden = {16, 16};
-  c.algorithm->critic->hidden = {16, 16};
+  auto c = tiny_config(1200, "ema", 400);
   c.train->ema_decay = 0.9;
   SacTrainer t(envs::Pendulum{}, c);
   // The average follows ema = d ema + (1 - d) w after each update, from the first weights.
@@ -394,11 +378,7 @@ struct LoggingPendulum : envs::Pendulum {
 }  // namespace
 
 TEST_CASE("Trainer: an env that cannot be saved as bytes still checkpoints; a resumed run starts new episodes") {
-  auto c = pendulum_config(600, "untyped_env");
-  c.train->learning_starts = 200;
-  c.train->eval_episodes = 1;
-  c.algorithm->actor->hidden = {16, 16};
-  c.algorithm->critic->hidden = {16, 16};
+  auto c = tiny_config(600, "untyped_env");
   SacTrainer a(LoggingPendulum{}, c);
   CHECK(std::count_if(a.notes().begin(), a.notes().end(),
                       [](const std::string& n) { return n.find("not trivially copyable") != std::string::npos; }) == 1);

@@ -362,7 +362,8 @@ class BasicSAC {
     std::vector<at::Tensor> td_parts;
     for (std::int64_t i = 0; i < parts; ++i) {
       const std::int64_t begin = batch * i / parts, n = batch * (i + 1) / parts - begin;
-      const ReplayBatch mb = parts == 1 ? b : rows_of(b, begin, n);
+      ReplayBatch part;  // a micro-batch's rows; the whole batch is used as it is
+      const ReplayBatch& mb = parts == 1 ? b : (part = rows_of(b, begin, n));
       const auto nn = parts == 1 ? noise_next : noise_next.narrow(0, begin, n);
       const auto no = parts == 1 || !actor_step ? noise_obs : noise_obs.narrow(0, begin, n);
       detail::SacCriticResult c;

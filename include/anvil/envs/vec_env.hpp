@@ -85,6 +85,9 @@ class VecEnvBase {
     return step_wait();
   }
 
+  /// The observations the envs show now (the `obs` of the last step or reset); undefined
+  /// before the first reset.
+  [[nodiscard]] virtual at::Tensor observations() const = 0;
   /// Whether `save` records the envs' state: env types that are trivially copyable (all the
   /// built-in ones) are saved as bytes; others are not saved, and a resumed run starts
   /// their episodes afresh.
@@ -139,6 +142,7 @@ class VecEnv final : public VecEnvBase {
     }
   }
 
+  at::Tensor observations() const override { return started_ ? obs_[cur_] : at::Tensor(); }
   bool saves_state() const noexcept override { return std::is_trivially_copyable_v<E>; }
 
   void save(BinaryWriter& w) const override {

@@ -369,8 +369,6 @@ class BasicTrainer {
     write_tensor(w, at::detail::getDefaultCPUGenerator().get_state());
     w.value(ctx_.device.is_cuda());
     if (ctx_.device.is_cuda()) write_tensor(w, at::globalContext().defaultGenerator(ctx_.device).get_state());
-    w.value(obs_.defined());
-    if (obs_.defined()) write_tensor(w, obs_);
     venv_->save(w);
     algo_->save(w);
     step_ctx_.save(w);
@@ -393,7 +391,7 @@ class BasicTrainer {
     if (precision != X::name)
       throw Error("'" + file.string() + "' was written by a run in " + precision + " precision; this run is " +
                   std::string(X::name) + " (resume needs the same precision)");
-    (void)r.string("config hash");
+    (void)r.string("config hash");  // for people and tools reading the file; the fields are compared below
     const auto n = r.value<std::uint64_t>("config");
     if (n > 100'000) r.fail("config", "has an implausible number of fields");
     std::map<std::string, std::string> saved;
@@ -438,9 +436,6 @@ class BasicTrainer {
     at::Tensor cuda_state;
     if (was_cuda)
       cuda_state = read_tensor(r, "torch CUDA generator state", at::globalContext().defaultGenerator(ctx_.device).get_state());
-    at::Tensor obs;
-    if (r.value<bool>("observation flag"))
-      obs = read_tensor(r, "current observations", at::empty({venv_->num_envs(), spec_.obs_dim()}));
     auto apply_envs = venv_->read(r);
     const auto algo = algo_->read(r);
     const auto step = step_ctx_.read(r);
@@ -450,7 +445,6 @@ class BasicTrainer {
     }
     // Nothing can fail from here on.
     if (apply_envs) apply_envs();
-    else obs = at::Tensor();  // no env state saved: the run starts new episodes
     algo_->restore(algo);
     step_ctx_.restore(step);
     env_steps_ = counters[0];
@@ -471,7 +465,8 @@ class BasicTrainer {
       at::Generator cuda = at::globalContext().defaultGenerator(ctx_.device);
       cuda.set_state(cuda_state);
     }
-    obs_ = obs;
+    // What the envs show now (undefined without saved env state: the run starts new episodes).
+    obs_ = apply_envs ? venv_->observations() : at::Tensor();
     resumed_from_ = file;
   }
 
