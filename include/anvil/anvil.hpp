@@ -42,7 +42,10 @@
 #include <anvil/buffers/prioritized_buffer.hpp>
 #include <anvil/buffers/sum_tree.hpp>
 #include <anvil/buffers/uniform_buffer.hpp>
+#include <anvil/parallel/ddp.hpp>
+#include <anvil/parallel/launch.hpp>
 #include <anvil/parallel/single_device.hpp>
+#include <anvil/parallel/world.hpp>
 #include <anvil/precision/bf16.hpp>
 #include <anvil/precision/fp16.hpp>
 #include <anvil/precision/fp32.hpp>

@@ -65,7 +65,7 @@ TEST_CASE("Compat: a Gloo process group of one rank all-reduces through c10d") {
                     ("anvil_gloo_" + std::to_string(::getpid()));
   std::filesystem::remove(path);
   auto store = anvil::compat::make_file_store(path.string(), 1);
-  auto pg = anvil::compat::make_gloo_group(store, 0, 1, "127.0.0.1", std::chrono::seconds(30));
+  auto pg = anvil::compat::make_gloo_group(store, 0, 1, anvil::compat::gloo_device("", "127.0.0.1"), std::chrono::seconds(30));
   std::vector<at::Tensor> t{torch::full({3}, 2.5f)};
   pg->allreduce(t)->wait();
   CHECK(torch::allclose(t[0], torch::full({3}, 2.5f)));

@@ -343,11 +343,26 @@ class BasicSAC {
   /// towards the critic by Polyak averaging. The actor and temperature update every
   /// actor_update_freq updates.
   UpdateInfo update(const ReplayBatch& b, StepContext& ctx) {
+    // Noise drawn here, in a fixed order, so the update is reproducible on any thread count.
+    UpdateNoise noise;
+    noise.next = at::randn({b.obs.size(0), act_dim_}, b.obs.options());
+    if (updates_ % cfg_.actor_update_freq == 0) noise.obs = at::randn({b.obs.size(0), act_dim_}, b.obs.options());
+    return update(b, ctx, noise);
+  }
+
+  /// The standard-normal draws of one update, one row per transition: for the actions
+  /// at the next states and (on actor steps) at the current states.
+  struct UpdateNoise {
+    at::Tensor next, obs;
+  };
+
+  /// `update` with given noise: the same draws give the same update however the batch is
+  /// split, e.g. across ranks (the data-parallel equivalence test uses this).
+  UpdateInfo update(const ReplayBatch& b, StepContext& ctx, const UpdateNoise& noise) {
     const double alpha = log_alpha_.detach().exp().item().toDouble();
     const bool actor_step = updates_ % cfg_.actor_update_freq == 0;
-    // Noise drawn here, in a fixed order, so the update is reproducible on any thread count.
-    const auto noise_next = at::randn({b.obs.size(0), act_dim_}, b.obs.options());
-    const auto noise_obs = actor_step ? at::randn({b.obs.size(0), act_dim_}, b.obs.options()) : at::Tensor();
+    const auto& noise_next = noise.next;
+    const auto& noise_obs = noise.obs;
 
     bool manual = false;
     if constexpr (kDefaultNetworks)
@@ -405,18 +420,20 @@ class BasicSAC {
     if (parts > 1) critic.td = at::cat(td_parts);
 
     UpdateInfo info;
-    ctx.apply(critic_opt_, critic.grad, cfg_.max_grad_norm);
+    // One step for the three optimizers: their gradients cross ranks in one all-reduce.
+    std::vector<StepContext::Step> steps{{&critic_opt_, critic.grad, cfg_.max_grad_norm}};
     info.metrics.emplace_back("critic_loss", critic.loss);
     info.metrics.emplace_back("q_mean", critic.q_mean);
     if (actor_step) {
-      ctx.apply(actor_opt_, actor.grad, cfg_.max_grad_norm);
+      steps.push_back({&actor_opt_, actor.grad, cfg_.max_grad_norm});
       info.metrics.emplace_back("actor_loss", actor.loss);
       info.metrics.emplace_back("entropy", actor.entropy);
       if (cfg_.auto_alpha) {
-        ctx.apply(alpha_opt_, actor.alpha_grad);
+        steps.push_back({&alpha_opt_, actor.alpha_grad, 0.0});
         info.metrics.emplace_back("alpha_loss", actor.alpha_loss);
       }
     }
+    ctx.apply(std::move(steps));
     info.metrics.emplace_back("alpha", log_alpha_.detach().exp().item().toDouble());
 
     if (updates_ % cfg_.target_update_freq == 0) {

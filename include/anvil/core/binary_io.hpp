@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <string>
 #include <type_traits>
@@ -33,13 +34,27 @@ class BinaryWriter {
     if (!f_) throw Error("cannot write '" + tmp_ + "' (does its directory exist?)");
     string(format);
   }
+  /// Writes into memory instead of a file (`take_bytes()` ends it): the same format, checksum
+  /// included, e.g. to send state from one rank to the others.
+  static BinaryWriter in_memory(const std::string& format) { return BinaryWriter(format); }
   BinaryWriter(const BinaryWriter&) = delete;
   BinaryWriter& operator=(const BinaryWriter&) = delete;
   ~BinaryWriter() {
     if (f_) {  // not committed: drop the partial file, keep the old one
       std::fclose(f_);
-      std::remove(tmp_.c_str());
+      if (!memory_) std::remove(tmp_.c_str());
     }
+    std::free(mem_);
+  }
+
+  /// Ends an `in_memory` writer: its bytes, checksum appended.
+  [[nodiscard]] std::vector<std::uint8_t> take_bytes() {
+    const std::uint32_t crc = crc_.value();
+    raw(&crc, sizeof crc);
+    std::fclose(f_);  // sets mem_ and mem_size_
+    f_ = nullptr;
+    return std::vector<std::uint8_t>(reinterpret_cast<std::uint8_t*>(mem_),
+                                     reinterpret_cast<std::uint8_t*>(mem_) + mem_size_);
   }
 
   template <class T>
@@ -73,6 +88,11 @@ class BinaryWriter {
   }
 
  private:
+  explicit BinaryWriter(const std::string& format) : tmp_("(memory)"), memory_(true) {
+    f_ = ::open_memstream(&mem_, &mem_size_);
+    if (!f_) throw Error("cannot open a memory stream");
+    string(format);
+  }
   void raw(const void* p, std::size_t n) {
     if (n && std::fwrite(p, 1, n, f_) != n) throw Error("writing '" + tmp_ + "' failed (disk full?)");
   }
@@ -81,6 +101,9 @@ class BinaryWriter {
   std::string tmp_;
   std::FILE* f_ = nullptr;
   detail::Crc32c crc_;
+  bool memory_ = false;
+  char* mem_ = nullptr;
+  std::size_t mem_size_ = 0;
 };
 
 class BinaryReader {
@@ -89,23 +112,22 @@ class BinaryReader {
   BinaryReader(std::filesystem::path path, const std::string& format) : path_(std::move(path)) {
     f_ = std::fopen(path_.c_str(), "rb");
     if (!f_) throw Error("cannot read '" + path_.string() + "'");
-    std::string tag;
-    try {
-      tag = string("format tag");
-    } catch (const Error&) {
-      tag.clear();
-    }
-    if (tag != format) {
-      std::fclose(f_);
-      f_ = nullptr;
-      throw Error("'" + path_.string() + "' is not an " + format + " file");
-    }
+    check_tag(format);
+  }
+  /// Reads what an `in_memory` writer wrote (`take_bytes`); `name` stands for the file in messages.
+  BinaryReader(const std::vector<std::uint8_t>& bytes, std::string name, const std::string& format)
+      : path_(std::move(name)) {
+    if (bytes.empty()) throw Error("'" + path_.string() + "' is empty");
+    f_ = ::fmemopen(const_cast<std::uint8_t*>(bytes.data()), bytes.size(), "rb");
+    if (!f_) throw Error("cannot open a memory stream");
+    check_tag(format);
   }
   BinaryReader(const BinaryReader&) = delete;
   BinaryReader& operator=(const BinaryReader&) = delete;
   ~BinaryReader() {
     if (f_) std::fclose(f_);
   }
+
 
   template <class T>
     requires std::is_trivially_copyable_v<T>
@@ -146,6 +168,20 @@ class BinaryReader {
   [[nodiscard]] const std::filesystem::path& path() const noexcept { return path_; }
 
  private:
+  void check_tag(const std::string& format) {
+    std::string tag;
+    try {
+      tag = string("format tag");
+    } catch (const Error&) {
+      tag.clear();
+    }
+    if (tag != format) {
+      std::fclose(f_);
+      f_ = nullptr;
+      throw Error("'" + path_.string() + "' is not an " + format + " file");
+    }
+  }
+
   std::filesystem::path path_;
   std::FILE* f_ = nullptr;
   detail::Crc32c crc_;

@@ -549,11 +549,15 @@ void apply_settings(Cfg& cfg, const std::vector<Setting>& settings) {
   auto fs = fields(cfg);
   std::map<std::string, detail::FieldRef*, std::less<>> by_key;
   for (auto& f : fs) by_key[f.key] = &f;
-  const bool has_run = std::any_of(fs.begin(), fs.end(),
-                                   [](const auto& f) { return f.key.starts_with("run."); });
   for (const Setting& s : settings) {
     std::string key = s.key;
-    if (key.find('.') == std::string::npos && has_run && by_key.count("run." + key)) key = "run." + key;
+    // Keys without a section: run's first, then parallel's (--seed=3, --num-gpus=2).
+    if (key.find('.') == std::string::npos)
+      for (const char* section : {"run.", "parallel."})
+        if (by_key.count(section + key)) {
+          key = section + key;
+          break;
+        }
     auto it = by_key.find(key);
     if (it == by_key.end()) {
       std::string msg = detail::origin_prefix(s) + "unknown key '" + s.key + "'";
@@ -593,7 +597,7 @@ std::string help_text(std::string_view program, const Cfg& defaults = Cfg{}) {
   std::ostringstream o;
   o << "usage: " << program
     << " [--config FILE]... [KEY=VALUE | --KEY=VALUE]... [--print-config] [--help]\n\n"
-       "Keys without a section refer to 'run' (--seed=3 is run.seed=3). A YAML file nests\n"
+       "Keys without a section refer to 'run' or 'parallel' (--seed=3 is run.seed=3). A YAML file nests\n"
        "keys by section; the command line overrides it.\n";
   std::size_t wk = 0, wt = 0, wd = 0;
   for (const auto& f : fs) {

@@ -121,12 +121,27 @@ class StepContext {
   bool apply(FlatAdam& optimizer, at::Tensor flat_grad, double max_grad_norm = 0.0) {
     std::vector<at::Tensor> flat{std::move(flat_grad)};
     if (opt_.all_reduce_mean) opt_.all_reduce_mean(flat);
-    if (scaler_ && !scaler_->unscale_and_check(flat[0])) return skip();
-    if (max_grad_norm > 0)  // as torch's clip_grad_norm_, without a host sync
-      flat[0].mul_((max_grad_norm / (flat[0].norm() + 1e-6)).clamp_max(1.0));
-    optimizer.step(flat[0]);
-    ++steps_;
-    return true;
+    return step_reduced(optimizer, flat[0], max_grad_norm);
+  }
+
+  /// One optimizer's part of a combined step (`apply(std::vector<Step>)`).
+  struct Step {
+    FlatAdam* optimizer;
+    at::Tensor flat_grad;
+    double max_grad_norm = 0.0;
+  };
+
+  /// `apply` for several optimizers at once: their gradients cross ranks in one all-reduce
+  /// (one bucketed call instead of one per network), then each is unscaled, checked,
+  /// clipped and stepped on its own, as `apply` does. Returns how many stepped.
+  int apply(std::vector<Step> steps) {
+    std::vector<at::Tensor> grads;
+    grads.reserve(steps.size());
+    for (auto& s : steps) grads.push_back(std::move(s.flat_grad));
+    if (opt_.all_reduce_mean) opt_.all_reduce_mean(grads);
+    int stepped = 0;
+    for (std::size_t i = 0; i < steps.size(); ++i) stepped += step_reduced(*steps[i].optimizer, grads[i], steps[i].max_grad_norm);
+    return stepped;
   }
 
   /// Runs `tasks` at once on the context's threads (one after another when it has one
@@ -198,6 +213,15 @@ class StepContext {
     return torch::autograd::grad({scaler_ ? scaler_->scale(loss) : loss}, params,
                                  /*grad_outputs=*/{}, /*retain_graph=*/false,
                                  /*create_graph=*/false, /*allow_unused=*/true);
+  }
+  // The rest of `apply` once `grad` is averaged across ranks: unscale and check, clip, step.
+  bool step_reduced(FlatAdam& optimizer, at::Tensor& grad, double max_grad_norm) {
+    if (scaler_ && !scaler_->unscale_and_check(grad)) return skip();
+    if (max_grad_norm > 0)  // as torch's clip_grad_norm_, without a host sync
+      grad.mul_((max_grad_norm / (grad.norm() + 1e-6)).clamp_max(1.0));
+    optimizer.step(grad);
+    ++steps_;
+    return true;
   }
   // A step with non-finite gradients: parameters and optimizer state stay as they were.
   static bool skip() noexcept { return false; }

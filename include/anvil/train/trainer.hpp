@@ -11,6 +11,7 @@
 #include <torch/utils.h>
 
 #include <algorithm>
+#include <cstring>
 #include <array>
 #include <cmath>
 #include <cstdint>
@@ -31,6 +32,7 @@
 #include <anvil/core/blas.hpp>
 #include <anvil/core/concepts.hpp>
 #include <anvil/core/config.hpp>
+#include <anvil/core/detail/crc32c.hpp>
 #include <anvil/core/context.hpp>
 #include <anvil/core/error.hpp>
 #include <anvil/core/tensor_io.hpp>
@@ -40,6 +42,7 @@
 #include <anvil/observe/run_files.hpp>
 #include <anvil/observe/timers.hpp>
 #include <anvil/parallel/single_device.hpp>
+#include <anvil/parallel/world.hpp>
 #include <anvil/precision/fp32.hpp>
 #include <anvil/train/run_config.hpp>
 #include <anvil/train/step_context.hpp>
@@ -109,8 +112,9 @@ class BasicTrainer {
   BasicTrainer(const E& env, Config cfg, std::string program = "anvil")
       : cfg_(prepare(std::move(cfg))), program_(std::move(program)) {
     torch::set_num_threads(cfg_.run->threads);
-    parallel_ = std::make_unique<P>(*cfg_.parallel);
-    ctx_.device = resolve_device(cfg_.run->device, parallel_->local_rank());
+    parallel_ = std::make_unique<P>(*cfg_.parallel);  // DDP started plainly: launches its ranks here
+    ctx_.device = resolve_device(cfg_.run->device, device_index());
+    if constexpr (requires { parallel_->connect(ctx_.device); }) parallel_->connect(ctx_.device);
     ctx_.seed = cfg_.run->seed;
     ctx_.rank = parallel_->rank();
     ctx_.world_size = parallel_->world_size();
@@ -165,6 +169,9 @@ class BasicTrainer {
     step_ctx_ = StepContext(std::move(so));
     rng_ = Rng(ctx_.seed_for(Stream::exploration));
     eval_seed_ = ctx_.seed_for(Stream::eval_env);
+    if constexpr (requires { parallel_->describe(); })
+      notes_.insert(notes_.begin(), "world: " + parallel_->describe());
+    sync_from_main();  // every rank starts from rank 0's networks and optimizer state
   }
 
   BasicTrainer(const BasicTrainer&) = delete;
@@ -175,6 +182,7 @@ class BasicTrainer {
   FitResult fit() {
     open_run_dir();
     resume_if_asked();
+    sync_from_main();  // a resumed rank 0 hands its state to the others
     first_step_ = env_steps_;  // rates count what this process did (a resumed run started here)
     first_update_ = updates_;
     const auto& t = *cfg_.train;
@@ -188,7 +196,7 @@ class BasicTrainer {
     std::int64_t next_checkpoint = next_after(cfg_.run->checkpoint_interval, INT64_MAX);
     while (env_steps_ < t.steps) {
       collect_one();
-      if (env_steps_ >= t.learning_starts && buffer_->size() >= first_batch()) {
+      if (env_steps_ >= t.learning_starts && can_update()) {
         since_update_ += venv_->num_envs();
         while (since_update_ >= t.update_interval) {
           update(t.updates_per_interval);
@@ -212,6 +220,7 @@ class BasicTrainer {
     if (eval_step_ != env_steps_) record_eval(evaluate(t.eval_episodes));  // not twice at one step
     log_row();
     checkpoint();
+    if (parallel_->world_size() > 1 && parallel_->is_main()) progress_.message(sync_line_);
     csv_.flush_pending();
     progress_.finish();
     result_.env_steps = env_steps_;
@@ -281,21 +290,34 @@ class BasicTrainer {
 
  private:
   // One evaluation with the actor's current weights (see `evaluate`).
+  // With several ranks, each runs its share of the episodes and all see every return.
   EvalResult evaluate_now(int episodes) {
     ScopedPhase ph(times_, Phase::eval);
-    auto venv = make_eval_env_(episodes, eval_seed_++);
-    auto obs = venv->reset();
-    std::vector<double> returns(static_cast<std::size_t>(episodes), NAN);
-    int done = 0;
-    while (done < episodes) {
-      auto a = algo_->act(obs, ActMode::deterministic).to(at::kCPU, at::kFloat);
-      const auto& s = venv->step(a * action_scale_ + action_offset_);
-      for (const auto& e : s.ended)
-        if (std::isnan(returns[static_cast<std::size_t>(e.env)])) {
-          returns[static_cast<std::size_t>(e.env)] = e.episode_return;
-          ++done;
-        }
-      obs = s.obs;
+    const int world = parallel_->world_size(), rank = parallel_->rank();
+    const int mine = episodes / world + (rank < episodes % world ? 1 : 0);
+    const int first = rank * (episodes / world) + std::min(rank, episodes % world);
+    std::vector<double> returns(static_cast<std::size_t>(episodes), 0.0);
+    const std::uint64_t seed = eval_seed_++;
+    if (mine > 0) {
+      auto venv = make_eval_env_(mine, seed);
+      auto obs = venv->reset();
+      std::vector<bool> ended(static_cast<std::size_t>(mine), false);
+      int done = 0;
+      while (done < mine) {
+        auto a = algo_->act(obs, ActMode::deterministic).to(at::kCPU, at::kFloat);
+        const auto& s = venv->step(a * action_scale_ + action_offset_);
+        for (const auto& e : s.ended)
+          if (!ended[static_cast<std::size_t>(e.env)]) {
+            ended[static_cast<std::size_t>(e.env)] = true;
+            returns[static_cast<std::size_t>(first + e.env)] = e.episode_return;
+            ++done;
+          }
+        obs = s.obs;
+      }
+    }
+    if (world > 1) {
+      auto all = torch::from_blob(returns.data(), {episodes}, at::kDouble);
+      reduce_sum(all);
     }
     EvalResult r;
     r.episodes = episodes;
@@ -400,7 +422,7 @@ class BasicTrainer {
       saved[k] = r.string("config value");
     }
     for (const auto& [k, v] : flatten(cfg_)) {
-      if (k.rfind("run.", 0) == 0 || k == "train.steps" || k == "train.eval_interval" || k == "train.eval_episodes")
+      if (k.rfind("run.", 0) == 0 || k.rfind("parallel.", 0) == 0 || k == "train.steps" || k == "train.eval_interval" || k == "train.eval_episodes")
         continue;
       if (auto it = saved.find(k); it != saved.end() && it->second != v)
         throw Error("'" + file.string() + "' was written by a run with " + k + " = " + it->second +
@@ -510,6 +532,125 @@ class BasicTrainer {
     }
   }
 
+  // The CUDA device index of this rank: the parallelism's choice (--gpu-ids) or its local rank.
+  int device_index() const {
+    if constexpr (requires { parallel_->cuda_index(); }) return parallel_->cuda_index();
+    else if constexpr (requires { parallel_->local_rank(); }) return parallel_->local_rank();
+    return 0;
+  }
+
+  // Whether the buffer can give a batch. Ranks must update in lockstep (each update is a
+  // collective), so with several ranks all must be able to: their buffers can differ after
+  // a resume (only rank 0 restores one). Asked each step until the answer is yes, which
+  // stays yes: buffers only grow.
+  bool can_update() {
+    if (ready_) return true;
+    double short_of = buffer_->size() >= first_batch() ? 0.0 : 1.0;
+    if (parallel_->world_size() > 1) {
+      auto t = torch::full({1}, short_of, at::kDouble);
+      reduce_sum(t);
+      short_of = t.item<double>();
+    }
+    return ready_ = short_of == 0.0;
+  }
+
+  // Sums `t` (CPU, float64) over the ranks with the parallelism's all-reduce.
+  void reduce_sum(at::Tensor& t) {
+    const int world = parallel_->world_size();
+    if (world == 1) return;
+    std::vector<at::Tensor> v{t.to(ctx_.device)};
+    parallel_->all_reduce_mean(v);
+    t.copy_(v[0].to(at::kCPU).mul_(world));
+  }
+
+  // Rank 0's bytes on every rank, through the parallelism's broadcast.
+  void broadcast_bytes(std::vector<std::uint8_t>& bytes) {
+    std::vector<at::Tensor> n{torch::full({1}, static_cast<std::int64_t>(bytes.size()), at::kLong).to(ctx_.device)};
+    parallel_->broadcast(n);
+    bytes.resize(static_cast<std::size_t>(n[0].item<std::int64_t>()));
+    std::vector<at::Tensor> b{torch::from_blob(bytes.data(), {static_cast<std::int64_t>(bytes.size())}, at::kByte)
+                                  .to(ctx_.device)};
+    parallel_->broadcast(b);
+    if (!ctx_.device.is_cpu()) std::memcpy(bytes.data(), b[0].cpu().data_ptr(), bytes.size());
+  }
+
+  // What every rank must hold identically: the algorithm (networks, targets, optimizers,
+  // temperature, averaged weights) and the step context (loss scaler).
+  std::vector<std::uint8_t> learned_state() const {
+    auto w = BinaryWriter::in_memory(kRankStateFormat);
+    algo_->save(w);
+    step_ctx_.save(w);
+    return w.take_bytes();
+  }
+
+  // Rank 0's learned state and schedule on every rank: at construction (ranks seed their
+  // networks apart) and after rank 0 resumed from a checkpoint.
+  void sync_from_main() {
+    if (parallel_->world_size() == 1) return;
+    static_assert(requires(const A& a, BinaryWriter& w) { a.save(w); },
+                  "Trainer: with several ranks, the Algorithm needs save(BinaryWriter&) and read/restore to share rank 0's state");
+    std::vector<std::uint8_t> bytes;
+    if (parallel_->is_main()) {
+      auto w = BinaryWriter::in_memory(kRankStateFormat);
+      algo_->save(w);
+      step_ctx_.save(w);
+      for (std::int64_t c : {env_steps_, updates_, since_update_, eval_step_}) w.value(c);
+      for (double x : {result_.final_eval_return, result_.best_eval_return, last_eval_.mean, last_eval_.std,
+                       last_eval_.min, last_eval_.max})
+        w.value(x);
+      w.value(last_eval_.episodes);
+      bytes = w.take_bytes();
+    }
+    broadcast_bytes(bytes);
+    if (parallel_->is_main()) return;
+    BinaryReader r(bytes, "rank 0's state", kRankStateFormat);
+    const auto algo = algo_->read(r);
+    const auto step = step_ctx_.read(r);
+    std::array<std::int64_t, 4> counters{};
+    for (auto& c : counters) c = r.value<std::int64_t>("counters");
+    std::array<double, 6> evals{};
+    for (auto& x : evals) x = r.value<double>("evaluation results");
+    const int eval_episodes = r.value<int>("evaluation episodes");
+    r.finish();
+    algo_->restore(algo);
+    step_ctx_.restore(step);
+    env_steps_ = counters[0];
+    updates_ = counters[1];
+    since_update_ = counters[2];
+    eval_step_ = counters[3];
+    result_.final_eval_return = evals[0];
+    result_.best_eval_return = evals[1];
+    last_eval_ = EvalResult{evals[2], evals[3], evals[4], evals[5], eval_episodes};
+  }
+
+  // Checks that every rank holds bitwise the same learned state as rank 0 (they apply the
+  // same averaged gradients, so they must); a DistributedError naming the ranks that differ.
+  void check_in_sync() {
+    const int world = parallel_->world_size();
+    if (world == 1) return;
+    const auto bytes = learned_state();
+    detail::Crc32c crc;
+    crc.update(bytes.data(), bytes.size());
+    std::vector<at::Tensor> mine{torch::full({1}, static_cast<std::int64_t>(crc.value()), at::kLong).to(ctx_.device)};
+    parallel_->broadcast(mine);
+    const auto main_crc = static_cast<std::uint32_t>(mine[0].item<std::int64_t>());
+    auto differs = torch::zeros({world}, at::kDouble);
+    if (main_crc != crc.value()) differs[parallel_->rank()] = 1.0;
+    reduce_sum(differs);
+    std::string bad;
+    for (int r = 0; r < world; ++r)
+      if (differs[r].item<double>() > 0) bad += (bad.empty() ? "" : ", ") + std::to_string(r);
+    if (!bad.empty())
+      throw DistributedError("rank " + std::to_string(parallel_->rank()) + ": ranks out of sync at env step " +
+                             std::to_string(env_steps_) + ": the learned state of rank(s) " + bad +
+                             " differs from rank 0's");
+    char hex[16];
+    std::snprintf(hex, sizeof hex, "%08x", main_crc);
+    sync_line_ = "ranks in sync: all " + std::to_string(world) +
+                 " ranks hold bitwise-identical parameters and optimizer state (crc32c " + hex + ", env step " +
+                 std::to_string(env_steps_) + ")";
+  }
+
   // Transitions the buffer must hold before the first update: one batch for replay
   // buffers, which refuse to sample more than they hold.
   std::int64_t first_batch() const {
@@ -559,7 +700,7 @@ class BasicTrainer {
       buffer_->add(StepBatch{obs_, a, s->reward, s->next_obs, s->terminated, s->truncated});
     }
     obs_ = s->obs;
-    env_steps_ += n;
+    env_steps_ += n * parallel_->world_size();  // every rank steps as many envs at once
     for (const auto& e : s->ended) {
       recent_.push_back(e.episode_return);
       if (recent_.size() > 100) recent_.pop_front();
@@ -595,6 +736,7 @@ class BasicTrainer {
 
   // A checkpoint at the current step (rank 0 only), then the oldest beyond run.keep_last go.
   void checkpoint() {
+    check_in_sync();
     if (!parallel_->is_main()) return;
     ScopedPhase ph(times_, Phase::log);
     save_checkpoint(checkpoint_file(env_steps_));
@@ -610,7 +752,7 @@ class BasicTrainer {
   // run.resume: a path, or auto (the latest checkpoint in the run directory, if any).
   void resume_if_asked() {
     const std::string& what = cfg_.run->resume;
-    if (what.empty()) return;
+    if (what.empty() || !parallel_->is_main()) return;  // other ranks get rank 0's state from sync_from_main
     std::filesystem::path file = what;
     if (what == "auto") {
       const auto all = checkpoints_in(run_dir_);
@@ -673,20 +815,37 @@ class BasicTrainer {
     for (const auto& n : notes_) progress_.message(n);
   }
 
+  // A row of metrics.csv. With several ranks every rank takes part: episodes, recent
+  // returns and the algorithm's metrics are reduced over the ranks, then rank 0 writes.
   void log_row() {
-    if (!parallel_->is_main()) return;
     ScopedPhase ph(times_, Phase::log);
     const double wall = elapsed();
+    const std::size_t k = std::min<std::size_t>(recent_.size(), 10);
+    std::vector<double> sums{static_cast<double>(episodes_), static_cast<double>(k),
+                             std::accumulate(recent_.end() - static_cast<std::ptrdiff_t>(k), recent_.end(), 0.0)};
+    for (auto& [name, m] : metrics_) {
+      sums.push_back(m.first);
+      sums.push_back(m.second);
+    }
+    for (auto& [name, m] : metrics_) m = {0.0, 0};
+    if (parallel_->world_size() > 1) {
+      auto t = torch::from_blob(sums.data(), {static_cast<std::int64_t>(sums.size())}, at::kDouble);
+      reduce_sum(t);
+    }
+    if (!parallel_->is_main()) return;
     std::vector<std::pair<std::string, double>> row{
         {"env_steps", static_cast<double>(env_steps_)},
         {"updates", static_cast<double>(updates_)},
         {"wall_s", wall},
         {"env_steps_per_s", wall > 0 ? static_cast<double>(env_steps_ - first_step_) / wall : 0.0},
-        {"episodes", static_cast<double>(episodes_)},
-        {"recent_return", recent_return()},
+        {"episodes", sums[0]},
+        {"recent_return", sums[1] > 0 ? sums[2] / sums[1] : NAN},
         {"eval_return", last_eval_.mean}};
-    for (auto& [k, m] : metrics_) row.emplace_back(k, m.second ? m.first / m.second : NAN);
-    for (auto& [k, m] : metrics_) m = {0.0, 0};
+    std::size_t i = 3;
+    for (auto& [name, m] : metrics_) {
+      row.emplace_back(name, sums[i + 1] > 0 ? sums[i] / sums[i + 1] : NAN);
+      i += 2;
+    }
     csv_.row(row, updates_ > 0);
     if (progress_.style() == Progress::Style::lines) show_progress(true);
   }
@@ -766,6 +925,9 @@ class BasicTrainer {
   std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
   std::filesystem::path run_dir_;
   std::filesystem::path resumed_from_;
+  bool ready_ = false;     ///< every rank's buffer can give a batch (can_update)
+  std::string sync_line_;  ///< what the last in-sync check found (several ranks)
+  static constexpr const char* kRankStateFormat = "anvil Rank State v1";
   MetricsCsv csv_;
   Progress progress_;
 };
