@@ -9,7 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${ANVIL_BUILD_DIR:-build}
 cmake -S . -B "$build" -G Ninja >/dev/null
-cmake --build "$build" --target bench_sac_update bench_vec_env bench_buffers bench_precision
+cmake --build "$build" --target bench_sac_update bench_vec_env bench_buffers bench_precision bench_ddp
 mkdir -p benchmarks/results
 out="benchmarks/results/$(date +%Y-%m-%d)-$(hostname).jsonl"
 # The settings the test suite runs with (see cmake/anvil_programs.cmake): OpenMP workers
@@ -19,13 +19,19 @@ export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}
 if [[ $# -gt 0 ]]; then
   which=$1
   shift
-  [[ -x "$build/benchmarks/bench_$which" ]] || { echo "scripts/bench.sh: no benchmark 'bench_$which' (sac_update, vec_env, buffers, precision)" >&2; exit 2; }
+  [[ -x "$build/benchmarks/bench_$which" ]] || { echo "scripts/bench.sh: no benchmark 'bench_$which' (sac_update, vec_env, buffers, precision, ddp)" >&2; exit 2; }
   benches=("bench_$which")
 else
-  benches=(bench_vec_env bench_buffers bench_sac_update bench_precision)
+  benches=(bench_vec_env bench_buffers bench_sac_update bench_precision bench_ddp)
 fi
 for b in "${benches[@]}"; do
-  echo "== $b $*" >&2
-  "$build/benchmarks/$b" "$@" | tee -a "$out"
+  runs=("")
+  # DDP: the same run with 1 and 2 ranks (unless the caller chose), for the ratio.
+  if [[ $b == bench_ddp && " $* " != *" bench.ranks="* ]]; then runs=("bench.ranks=1" "bench.ranks=2"); fi
+  for extra in "${runs[@]}"; do
+    echo "== $b $extra $*" >&2
+    # Only the JSON lines go to the results (a trainer's own messages are dropped).
+    "$build/benchmarks/$b" $extra "$@" | { grep --line-buffered '^{' || true; } | tee -a "$out"
+  done
 done
 echo "appended to $out" >&2

@@ -1240,11 +1240,15 @@ void apply_settings(Cfg& cfg, const std::vector<Setting>& settings) {
   auto fs = fields(cfg);
   std::map<std::string, detail::FieldRef*, std::less<>> by_key;
   for (auto& f : fs) by_key[f.key] = &f;
-  const bool has_run = std::any_of(fs.begin(), fs.end(),
-                                   [](const auto& f) { return f.key.starts_with("run."); });
   for (const Setting& s : settings) {
     std::string key = s.key;
-    if (key.find('.') == std::string::npos && has_run && by_key.count("run." + key)) key = "run." + key;
+    // Keys without a section: run's first, then parallel's (--seed=3, --num-gpus=2).
+    if (key.find('.') == std::string::npos)
+      for (const char* section : {"run.", "parallel."})
+        if (by_key.count(section + key)) {
+          key = section + key;
+          break;
+        }
     auto it = by_key.find(key);
     if (it == by_key.end()) {
       std::string msg = detail::origin_prefix(s) + "unknown key '" + s.key + "'";
@@ -1284,7 +1288,7 @@ std::string help_text(std::string_view program, const Cfg& defaults = Cfg{}) {
   std::ostringstream o;
   o << "usage: " << program
     << " [--config FILE]... [KEY=VALUE | --KEY=VALUE]... [--print-config] [--help]\n\n"
-       "Keys without a section refer to 'run' (--seed=3 is run.seed=3). A YAML file nests\n"
+       "Keys without a section refer to 'run' or 'parallel' (--seed=3 is run.seed=3). A YAML file nests\n"
        "keys by section; the command line overrides it.\n";
   std::size_t wk = 0, wt = 0, wd = 0;
   for (const auto& f : fs) {
@@ -1693,6 +1697,8 @@ class Float32Scope {
 // ---- end <anvil/core/autocast.hpp> ----
 
 #include <chrono>
+#include <cstdlib>
+#include <stdexcept>
 #include <memory>
 #include <string>
 
@@ -1701,6 +1707,9 @@ class Float32Scope {
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#ifdef USE_C10D_NCCL
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#endif
 
 namespace anvil::compat {
 
@@ -1721,18 +1730,65 @@ inline std::string torch_version_string() {
 
 /// Handle of an asynchronous collective (`wait()` blocks until it is done).
 using Work = c10d::Work;
+/// What runs collectives: a `ProcessGroup` in 1.13, a `Backend` (behind a ProcessGroup) in 2.x.
+#if TORCH_VERSION_MAJOR >= 2
+using Collectives = c10d::Backend;
+#else
+using Collectives = c10d::ProcessGroup;
+#endif
+/// Whether this LibTorch was built with NCCL (CUDA builds of 2.x; never Debian's 1.13).
+#ifdef USE_C10D_NCCL
+inline constexpr bool has_nccl = true;
+#else
+inline constexpr bool has_nccl = false;
+#endif
 /// Key-value store used for rendezvous.
 using Store = c10d::Store;
 
-/// A Gloo process group over `store` (ranks find each other through it). `hostname` is the
-/// address this rank's Gloo transport binds to.
-inline c10::intrusive_ptr<c10d::ProcessGroupGloo> make_gloo_group(
-    const c10::intrusive_ptr<Store>& store, int rank, int world_size, const std::string& hostname,
-    std::chrono::milliseconds timeout) {
+/// The network device Gloo's transport uses: the interface named by `interface` (or by
+/// GLOO_SOCKET_IFNAME, PyTorch's variable), else loopback when `master_addr` is a loopback
+/// address (one machine), else the address this host's name resolves to.
+inline std::shared_ptr<::gloo::transport::Device> gloo_device(const std::string& interface,
+                                                              const std::string& master_addr) {
+  std::string ifname = interface;
+  if (ifname.empty())
+    if (const char* e = std::getenv("GLOO_SOCKET_IFNAME")) ifname = e;
+  if (!ifname.empty()) return c10d::ProcessGroupGloo::createDeviceForInterface(ifname);
+  if (master_addr == "localhost" || master_addr.rfind("127.", 0) == 0 || master_addr == "::1")
+    return c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1");
+  return c10d::ProcessGroupGloo::createDefaultDevice();
+}
+
+/// A Gloo process group over `store` (ranks find each other through it), on the transport
+/// `device` (see `gloo_device`); collectives that wait longer than `timeout` fail.
+inline c10::intrusive_ptr<Collectives> make_gloo_group(const c10::intrusive_ptr<Store>& store, int rank,
+                                                       int world_size,
+                                                       std::shared_ptr<::gloo::transport::Device> device,
+                                                       std::chrono::milliseconds timeout) {
   auto opts = c10d::ProcessGroupGloo::Options::create();
   opts->timeout = timeout;
-  opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(hostname));
+  opts->devices.push_back(std::move(device));
   return c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, world_size, opts);
+}
+
+/// An NCCL group (CUDA builds with NCCL only; the caller checks `has_nccl`). The current
+/// CUDA device must be set before the first collective.
+inline c10::intrusive_ptr<Collectives> make_nccl_group([[maybe_unused]] const c10::intrusive_ptr<Store>& store,
+                                                       [[maybe_unused]] int rank,
+                                                       [[maybe_unused]] int world_size,
+                                                       [[maybe_unused]] std::chrono::milliseconds timeout) {
+#ifdef USE_C10D_NCCL
+  auto opts = c10d::ProcessGroupNCCL::Options::create();
+  opts->timeout = timeout;
+  return c10::make_intrusive<c10d::ProcessGroupNCCL>(store, rank, world_size, opts);
+#else
+  throw std::logic_error("make_nccl_group: this LibTorch has no NCCL");
+#endif
+}
+
+/// The port a TCP store listens on or talks to (the one the system chose when asked for 0).
+inline std::uint16_t store_port(const c10::intrusive_ptr<Store>& store) {
+  return static_cast<const c10d::TCPStore&>(*store).getPort();
 }
 
 /// A TCP store: rank 0 (`is_server`) listens on `port`, the others connect to `host:port`.
@@ -2688,6 +2744,7 @@ static_assert(ContinuousEnv<Pendulum>);
 
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <string>
 #include <type_traits>
@@ -2784,13 +2841,27 @@ class BinaryWriter {
     if (!f_) throw Error("cannot write '" + tmp_ + "' (does its directory exist?)");
     string(format);
   }
+  /// Writes into memory instead of a file (`take_bytes()` ends it): the same format, checksum
+  /// included, e.g. to send state from one rank to the others.
+  static BinaryWriter in_memory(const std::string& format) { return BinaryWriter(format); }
   BinaryWriter(const BinaryWriter&) = delete;
   BinaryWriter& operator=(const BinaryWriter&) = delete;
   ~BinaryWriter() {
     if (f_) {  // not committed: drop the partial file, keep the old one
       std::fclose(f_);
-      std::remove(tmp_.c_str());
+      if (!memory_) std::remove(tmp_.c_str());
     }
+    std::free(mem_);
+  }
+
+  /// Ends an `in_memory` writer: its bytes, checksum appended.
+  [[nodiscard]] std::vector<std::uint8_t> take_bytes() {
+    const std::uint32_t crc = crc_.value();
+    raw(&crc, sizeof crc);
+    std::fclose(f_);  // sets mem_ and mem_size_
+    f_ = nullptr;
+    return std::vector<std::uint8_t>(reinterpret_cast<std::uint8_t*>(mem_),
+                                     reinterpret_cast<std::uint8_t*>(mem_) + mem_size_);
   }
 
   template <class T>
@@ -2824,6 +2895,11 @@ class BinaryWriter {
   }
 
  private:
+  explicit BinaryWriter(const std::string& format) : tmp_("(memory)"), memory_(true) {
+    f_ = ::open_memstream(&mem_, &mem_size_);
+    if (!f_) throw Error("cannot open a memory stream");
+    string(format);
+  }
   void raw(const void* p, std::size_t n) {
     if (n && std::fwrite(p, 1, n, f_) != n) throw Error("writing '" + tmp_ + "' failed (disk full?)");
   }
@@ -2832,6 +2908,9 @@ class BinaryWriter {
   std::string tmp_;
   std::FILE* f_ = nullptr;
   detail::Crc32c crc_;
+  bool memory_ = false;
+  char* mem_ = nullptr;
+  std::size_t mem_size_ = 0;
 };
 
 class BinaryReader {
@@ -2840,23 +2919,22 @@ class BinaryReader {
   BinaryReader(std::filesystem::path path, const std::string& format) : path_(std::move(path)) {
     f_ = std::fopen(path_.c_str(), "rb");
     if (!f_) throw Error("cannot read '" + path_.string() + "'");
-    std::string tag;
-    try {
-      tag = string("format tag");
-    } catch (const Error&) {
-      tag.clear();
-    }
-    if (tag != format) {
-      std::fclose(f_);
-      f_ = nullptr;
-      throw Error("'" + path_.string() + "' is not an " + format + " file");
-    }
+    check_tag(format);
+  }
+  /// Reads what an `in_memory` writer wrote (`take_bytes`); `name` stands for the file in messages.
+  BinaryReader(const std::vector<std::uint8_t>& bytes, std::string name, const std::string& format)
+      : path_(std::move(name)) {
+    if (bytes.empty()) throw Error("'" + path_.string() + "' is empty");
+    f_ = ::fmemopen(const_cast<std::uint8_t*>(bytes.data()), bytes.size(), "rb");
+    if (!f_) throw Error("cannot open a memory stream");
+    check_tag(format);
   }
   BinaryReader(const BinaryReader&) = delete;
   BinaryReader& operator=(const BinaryReader&) = delete;
   ~BinaryReader() {
     if (f_) std::fclose(f_);
   }
+
 
   template <class T>
     requires std::is_trivially_copyable_v<T>
@@ -2897,6 +2975,20 @@ class BinaryReader {
   [[nodiscard]] const std::filesystem::path& path() const noexcept { return path_; }
 
  private:
+  void check_tag(const std::string& format) {
+    std::string tag;
+    try {
+      tag = string("format tag");
+    } catch (const Error&) {
+      tag.clear();
+    }
+    if (tag != format) {
+      std::fclose(f_);
+      f_ = nullptr;
+      throw Error("'" + path_.string() + "' is not an " + format + " file");
+    }
+  }
+
   std::filesystem::path path_;
   std::FILE* f_ = nullptr;
   detail::Crc32c crc_;
@@ -4361,12 +4453,27 @@ class StepContext {
   bool apply(FlatAdam& optimizer, at::Tensor flat_grad, double max_grad_norm = 0.0) {
     std::vector<at::Tensor> flat{std::move(flat_grad)};
     if (opt_.all_reduce_mean) opt_.all_reduce_mean(flat);
-    if (scaler_ && !scaler_->unscale_and_check(flat[0])) return skip();
-    if (max_grad_norm > 0)  // as torch's clip_grad_norm_, without a host sync
-      flat[0].mul_((max_grad_norm / (flat[0].norm() + 1e-6)).clamp_max(1.0));
-    optimizer.step(flat[0]);
-    ++steps_;
-    return true;
+    return step_reduced(optimizer, flat[0], max_grad_norm);
+  }
+
+  /// One optimizer's part of a combined step (`apply(std::vector<Step>)`).
+  struct Step {
+    FlatAdam* optimizer;
+    at::Tensor flat_grad;
+    double max_grad_norm = 0.0;
+  };
+
+  /// `apply` for several optimizers at once: their gradients cross ranks in one all-reduce
+  /// (one bucketed call instead of one per network), then each is unscaled, checked,
+  /// clipped and stepped on its own, as `apply` does. Returns how many stepped.
+  int apply(std::vector<Step> steps) {
+    std::vector<at::Tensor> grads;
+    grads.reserve(steps.size());
+    for (auto& s : steps) grads.push_back(std::move(s.flat_grad));
+    if (opt_.all_reduce_mean) opt_.all_reduce_mean(grads);
+    int stepped = 0;
+    for (std::size_t i = 0; i < steps.size(); ++i) stepped += step_reduced(*steps[i].optimizer, grads[i], steps[i].max_grad_norm);
+    return stepped;
   }
 
   /// Runs `tasks` at once on the context's threads (one after another when it has one
@@ -4438,6 +4545,15 @@ class StepContext {
     return torch::autograd::grad({scaler_ ? scaler_->scale(loss) : loss}, params,
                                  /*grad_outputs=*/{}, /*retain_graph=*/false,
                                  /*create_graph=*/false, /*allow_unused=*/true);
+  }
+  // The rest of `apply` once `grad` is averaged across ranks: unscale and check, clip, step.
+  bool step_reduced(FlatAdam& optimizer, at::Tensor& grad, double max_grad_norm) {
+    if (scaler_ && !scaler_->unscale_and_check(grad)) return skip();
+    if (max_grad_norm > 0)  // as torch's clip_grad_norm_, without a host sync
+      grad.mul_((max_grad_norm / (grad.norm() + 1e-6)).clamp_max(1.0));
+    optimizer.step(grad);
+    ++steps_;
+    return true;
   }
   // A step with non-finite gradients: parameters and optimizer state stay as they were.
   static bool skip() noexcept { return false; }
@@ -4766,11 +4882,26 @@ class BasicSAC {
   /// towards the critic by Polyak averaging. The actor and temperature update every
   /// actor_update_freq updates.
   UpdateInfo update(const ReplayBatch& b, StepContext& ctx) {
+    // Noise drawn here, in a fixed order, so the update is reproducible on any thread count.
+    UpdateNoise noise;
+    noise.next = at::randn({b.obs.size(0), act_dim_}, b.obs.options());
+    if (updates_ % cfg_.actor_update_freq == 0) noise.obs = at::randn({b.obs.size(0), act_dim_}, b.obs.options());
+    return update(b, ctx, noise);
+  }
+
+  /// The standard-normal draws of one update, one row per transition: for the actions
+  /// at the next states and (on actor steps) at the current states.
+  struct UpdateNoise {
+    at::Tensor next, obs;
+  };
+
+  /// `update` with given noise: the same draws give the same update however the batch is
+  /// split, e.g. across ranks (the data-parallel equivalence test uses this).
+  UpdateInfo update(const ReplayBatch& b, StepContext& ctx, const UpdateNoise& noise) {
     const double alpha = log_alpha_.detach().exp().item().toDouble();
     const bool actor_step = updates_ % cfg_.actor_update_freq == 0;
-    // Noise drawn here, in a fixed order, so the update is reproducible on any thread count.
-    const auto noise_next = at::randn({b.obs.size(0), act_dim_}, b.obs.options());
-    const auto noise_obs = actor_step ? at::randn({b.obs.size(0), act_dim_}, b.obs.options()) : at::Tensor();
+    const auto& noise_next = noise.next;
+    const auto& noise_obs = noise.obs;
 
     bool manual = false;
     if constexpr (kDefaultNetworks)
@@ -4828,18 +4959,20 @@ class BasicSAC {
     if (parts > 1) critic.td = at::cat(td_parts);
 
     UpdateInfo info;
-    ctx.apply(critic_opt_, critic.grad, cfg_.max_grad_norm);
+    // One step for the three optimizers: their gradients cross ranks in one all-reduce.
+    std::vector<StepContext::Step> steps{{&critic_opt_, critic.grad, cfg_.max_grad_norm}};
     info.metrics.emplace_back("critic_loss", critic.loss);
     info.metrics.emplace_back("q_mean", critic.q_mean);
     if (actor_step) {
-      ctx.apply(actor_opt_, actor.grad, cfg_.max_grad_norm);
+      steps.push_back({&actor_opt_, actor.grad, cfg_.max_grad_norm});
       info.metrics.emplace_back("actor_loss", actor.loss);
       info.metrics.emplace_back("entropy", actor.entropy);
       if (cfg_.auto_alpha) {
-        ctx.apply(alpha_opt_, actor.alpha_grad);
+        steps.push_back({&alpha_opt_, actor.alpha_grad, 0.0});
         info.metrics.emplace_back("alpha_loss", actor.alpha_loss);
       }
     }
+    ctx.apply(std::move(steps));
     info.metrics.emplace_back("alpha", log_alpha_.detach().exp().item().toDouble());
 
     if (updates_ % cfg_.target_update_freq == 0) {
@@ -6591,6 +6724,776 @@ static_assert(ReplayBuffer<UniformBuffer>);
 
 }  // namespace anvil
 // ---- end <anvil/buffers/uniform_buffer.hpp> ----
+// ---- begin <anvil/parallel/ddp.hpp> ----
+/// @file
+/// `DDP<N>`: data-parallel training on PyTorch's c10d (NCCL on CUDA devices, Gloo on the
+/// CPU). One rank per device; each rank has its own envs (distinct seeds) and its own
+/// buffer, and every optimizer step averages the ranks' gradients (one flat, bucketed
+/// all-reduce) so that parameters stay bitwise identical across ranks.
+///
+/// Two ways in, one code path:
+/// - under torchrun, SLURM wrappers or any launcher that sets RANK, WORLD_SIZE, LOCAL_RANK,
+///   MASTER_ADDR and MASTER_PORT, the process joins that world (multi-node included);
+/// - started plainly, it becomes the launcher of its node (parallel/launch.hpp): it starts N
+///   ranks of the same executable and supervises them. With NNODES and NODE_RANK set, one
+///   such launcher per node makes a multi-node world.
+/// `DDP<0>` (`DDPAuto`) takes N from parallel.nproc_per_node, --gpu-ids, --num-gpus, or the
+/// visible GPUs.
+
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <thread>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <unistd.h>
+
+// ---- begin <anvil/parallel/launch.hpp> ----
+/// @file
+/// anvil's launcher: a program started plainly with `DDP<N>` becomes the launcher of its
+/// node. It serves the rendezvous store (node 0), starts N ranks of the same executable
+/// with the same arguments and the variables torchrun would set, and supervises them:
+/// when a rank dies or fails, it names it, stops the others (SIGTERM, then SIGKILL after
+/// `grace`) and exits non-zero. Ranks die with the launcher (PR_SET_PDEATHSIG), so nothing
+/// is left behind, and signals sent to the launcher (Ctrl-C, SIGTERM) reach every rank.
+/// Linux only.
+
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+// ---- begin <anvil/parallel/world.hpp> ----
+/// @file
+/// Which ranks make up a run and how they meet: `World`, read from the variables that
+/// torchrun, SLURM wrappers and anvil's own launcher set (RANK, WORLD_SIZE, LOCAL_RANK,
+/// MASTER_ADDR, MASTER_PORT, ...). Light header: no Torch.
+
+#include <cerrno>
+#include <cstdint>
+#include <cstdlib>
+#include <optional>
+#include <string>
+
+
+namespace anvil {
+
+/// A failure between ranks: a rank died or stopped answering, the rendezvous could not be
+/// reached, ranks disagree. The message names the rank it comes from and, where it can
+/// be told, the rank at fault. Exit status 3.
+class DistributedError : public Error {
+ public:
+  using Error::Error;
+  [[nodiscard]] int exit_code() const noexcept override { return 3; }
+};
+
+namespace dist {
+
+/// This process's place among the ranks of a run, and where they meet.
+struct World {
+  int rank = 0;
+  int world_size = 1;
+  int local_rank = 0;        ///< rank among the ranks on this node: picks the GPU
+  int local_world_size = 1;  ///< ranks on this node
+  int node_rank = 0;
+  int nnodes = 1;
+  std::string master_addr = "127.0.0.1";  ///< host of the rendezvous store
+  int master_port = 0;
+  /// The store is served by a launcher (anvil's, or torchrun's agent): every rank is a
+  /// client. Otherwise rank 0 serves it.
+  bool agent_store = false;
+  /// Key prefix in the store, so that a restarted attempt does not read stale keys.
+  std::string store_prefix = "anvil";
+
+  /// "127.0.0.1:29500": where the rendezvous is, for messages.
+  [[nodiscard]] std::string rendezvous() const { return master_addr + ":" + std::to_string(master_port); }
+};
+
+namespace detail {
+
+inline const char* getenv_nonempty(const char* name) {
+  const char* v = std::getenv(name);
+  return v && *v ? v : nullptr;
+}
+
+/// The integer in environment variable `name`, or `fallback` when it is unset; an error
+/// naming the variable when it is not a number in [lo, hi].
+inline long env_int(const char* name, long fallback, long lo, long hi) {
+  const char* v = getenv_nonempty(name);
+  if (!v) return fallback;
+  char* end = nullptr;
+  errno = 0;
+  const long x = std::strtol(v, &end, 10);
+  if (errno || end == v || *end != '\0')
+    throw ConfigError(std::string("environment variable ") + name + "='" + v + "' is not an integer");
+  if (x < lo || x > hi)
+    throw ConfigError(std::string("environment variable ") + name + "=" + v + " is out of range [" +
+                      std::to_string(lo) + ", " + std::to_string(hi) + "]");
+  return x;
+}
+
+}  // namespace detail
+
+/// The world a launcher put this process in, when RANK is set (torchrun, SLURM wrappers,
+/// anvil's launcher): RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT are
+/// required, LOCAL_WORLD_SIZE, GROUP_RANK (or NODE_RANK) and NNODES are read when set.
+/// Empty when RANK is not set (a plain start). Throws ConfigError naming the variable that
+/// is missing or malformed.
+inline std::optional<World> world_from_env() {
+  if (!detail::getenv_nonempty("RANK")) return std::nullopt;
+  for (const char* required : {"WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"})
+    if (!detail::getenv_nonempty(required))
+      throw ConfigError(std::string("RANK is set (a launcher started this rank) but ") + required +
+                        " is not: set RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT together");
+  World w;
+  w.world_size = static_cast<int>(detail::env_int("WORLD_SIZE", 1, 1, 1 << 20));
+  w.rank = static_cast<int>(detail::env_int("RANK", 0, 0, w.world_size - 1));
+  w.local_world_size = static_cast<int>(detail::env_int("LOCAL_WORLD_SIZE", w.world_size, 1, w.world_size));
+  w.local_rank = static_cast<int>(detail::env_int("LOCAL_RANK", 0, 0, w.world_size - 1));
+  w.node_rank = static_cast<int>(detail::env_int("GROUP_RANK", detail::env_int("NODE_RANK", 0, 0, 1 << 20), 0, 1 << 20));
+  w.nnodes = static_cast<int>(detail::env_int("NNODES", 1, 1, 1 << 20));
+  w.master_addr = detail::getenv_nonempty("MASTER_ADDR");
+  w.master_port = static_cast<int>(detail::env_int("MASTER_PORT", 0, 1, 65535));
+  // torchrun's agent serves the store; workers of attempt k use keys under /worker/attempt_k.
+  if (const char* a = detail::getenv_nonempty("TORCHELASTIC_USE_AGENT_STORE"); a && std::string(a) == "True") {
+    w.agent_store = true;
+    w.store_prefix = "/worker/attempt_" + std::to_string(detail::env_int("TORCHELASTIC_RESTART_COUNT", 0, 0, 1 << 20));
+  }
+  if (const char* a = detail::getenv_nonempty("ANVIL_AGENT_STORE"); a && std::string(a) == "1") w.agent_store = true;
+  return w;
+}
+
+}  // namespace dist
+}  // namespace anvil
+// ---- end <anvil/parallel/world.hpp> ----
+
+extern char** environ;
+
+namespace anvil::dist {
+
+/// What a launcher starts on its node.
+struct LaunchPlan {
+  int nproc_per_node = 1;
+  int nnodes = 1;
+  int node_rank = 0;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 0;  ///< 0: any free port (one node only)
+  std::chrono::milliseconds timeout{120'000};  ///< how long the store waits for ranks
+  std::chrono::milliseconds grace{5'000};      ///< SIGTERM to SIGKILL when stopping ranks
+};
+
+namespace detail {
+
+// Ranks' pids, for the signal handler (only async-signal-safe calls there).
+inline pid_t g_children[1024];
+inline volatile std::sig_atomic_t g_child_count = 0;
+
+inline void forward_signal(int sig) {
+  for (int i = 0; i < g_child_count; ++i)
+    if (g_children[i] > 0) ::kill(g_children[i], sig);
+}
+
+// This program's arguments, as it was started.
+inline std::vector<std::string> own_arguments() {
+  std::ifstream in("/proc/self/cmdline", std::ios::binary);
+  const std::string all((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::vector<std::string> args;
+  std::string cur;
+  for (char c : all) {
+    if (c == '\0') {
+      args.push_back(cur);
+      cur.clear();
+    } else {
+      cur += c;
+    }
+  }
+  if (!cur.empty()) args.push_back(cur);
+  return args;
+}
+
+inline std::string describe_status(int status) {
+  if (WIFEXITED(status)) return "exited with status " + std::to_string(WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) {
+    const int sig = WTERMSIG(status);
+    const char* name = sigabbrev_np(sig);
+    return "was killed by signal " + std::to_string(sig) + (name ? std::string(" (SIG") + name + ")" : "");
+  }
+  return "stopped with status " + std::to_string(status);
+}
+
+inline bool env_is_ours(const char* kv) {
+  static constexpr const char* kOurs[] = {"RANK=",        "WORLD_SIZE=",   "LOCAL_RANK=",        "LOCAL_WORLD_SIZE=",
+                                          "GROUP_RANK=",  "NODE_RANK=",    "MASTER_ADDR=",       "MASTER_PORT=",
+                                          "NNODES=",      "ANVIL_AGENT_STORE=", "TORCHELASTIC_USE_AGENT_STORE="};
+  for (const char* p : kOurs)
+    if (std::strncmp(kv, p, std::strlen(p)) == 0) return true;
+  return false;
+}
+
+}  // namespace detail
+
+/// Runs the ranks of this node and exits with their outcome: 0 when all succeed, else the
+/// status of the first rank that failed (128 + signal for a rank that was killed). Never
+/// returns. Prints one line when it starts and one naming the rank at fault.
+[[noreturn]] inline void launch(const LaunchPlan& plan) {
+  const int world = plan.nproc_per_node * plan.nnodes;
+  if (plan.nproc_per_node > static_cast<int>(std::size(detail::g_children)))
+    throw ConfigError("parallel: " + std::to_string(plan.nproc_per_node) + " ranks per node is more than the launcher supports");
+  // Node 0's launcher serves the store, so it outlives any rank (and a survivor can still
+  // ask it which rank died).
+  c10::intrusive_ptr<compat::Store> store;
+  int port = plan.master_port;
+  if (plan.node_rank == 0) {
+    try {
+      store = compat::make_tcp_store(plan.master_addr, static_cast<std::uint16_t>(port), world, /*is_server=*/true,
+                                     plan.timeout);
+    } catch (const std::exception& e) {
+      throw DistributedError("launcher: cannot serve the rendezvous store on port " + std::to_string(port) +
+                             " (MASTER_PORT): " + std::string(e.what()).substr(0, std::string(e.what()).find('\n')));
+    }
+    port = compat::store_port(store);
+  }
+  const auto args = detail::own_arguments();
+  std::vector<char*> argv;
+  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+
+  std::vector<std::string> base_env;
+  for (char** e = environ; *e; ++e)
+    if (!detail::env_is_ours(*e)) base_env.emplace_back(*e);
+  auto set = [](std::vector<std::string>& env, const std::string& k, const std::string& v) { env.push_back(k + "=" + v); };
+
+  std::fprintf(stderr, "launcher: starting %d rank(s) on node %d of %d (world of %d), rendezvous at %s:%d\n",
+               plan.nproc_per_node, plan.node_rank, plan.nnodes, world, plan.master_addr.c_str(), port);
+  std::fflush(stderr);
+  struct sigaction sa {};
+  sa.sa_handler = &detail::forward_signal;
+  sigemptyset(&sa.sa_mask);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT}) ::sigaction(sig, &sa, nullptr);
+
+  const pid_t me = ::getpid();
+  std::vector<pid_t> pids(static_cast<std::size_t>(plan.nproc_per_node), -1);
+  for (int local = 0; local < plan.nproc_per_node; ++local) {
+    const int rank = plan.node_rank * plan.nproc_per_node + local;
+    auto env = base_env;
+    set(env, "RANK", std::to_string(rank));
+    set(env, "WORLD_SIZE", std::to_string(world));
+    set(env, "LOCAL_RANK", std::to_string(local));
+    set(env, "LOCAL_WORLD_SIZE", std::to_string(plan.nproc_per_node));
+    set(env, "GROUP_RANK", std::to_string(plan.node_rank));
+    set(env, "NNODES", std::to_string(plan.nnodes));
+    set(env, "MASTER_ADDR", plan.master_addr);
+    set(env, "MASTER_PORT", std::to_string(port));
+    set(env, "ANVIL_AGENT_STORE", "1");
+    std::vector<char*> envp;
+    for (auto& kv : env) envp.push_back(kv.data());
+    envp.push_back(nullptr);
+    std::fflush(nullptr);
+    const pid_t pid = ::fork();
+    if (pid < 0) {
+      detail::forward_signal(SIGKILL);
+      throw DistributedError("launcher: cannot start rank " + std::to_string(rank) + ": fork failed");
+    }
+    if (pid == 0) {  // the rank: only async-signal-safe calls until exec
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (::getppid() != me) ::_exit(1);  // the launcher died before the line above
+      ::execve("/proc/self/exe", argv.data(), envp.data());
+      static const char msg[] = "launcher: cannot run this program again (execve of /proc/self/exe failed)\n";
+      (void)!::write(2, msg, sizeof msg - 1);
+      ::_exit(127);
+    }
+    pids[static_cast<std::size_t>(local)] = pid;
+    detail::g_children[local] = pid;
+    detail::g_child_count = local + 1;
+  }
+
+  // Supervise: wait for every rank; the first failure stops the others.
+  int exit_code = 0;
+  int running = plan.nproc_per_node;
+  auto rank_of = [&](pid_t pid) {
+    for (std::size_t i = 0; i < pids.size(); ++i)
+      if (pids[i] == pid) return plan.node_rank * plan.nproc_per_node + static_cast<int>(i);
+    return -1;
+  };
+  auto forget = [&](pid_t pid) {
+    for (int i = 0; i < plan.nproc_per_node; ++i)
+      if (detail::g_children[i] == pid) detail::g_children[i] = -1;
+  };
+  std::chrono::steady_clock::time_point kill_at{};
+  bool stopping = false;
+  while (running > 0) {
+    int status = 0;
+    const pid_t pid = ::waitpid(-1, &status, stopping ? WNOHANG : 0);
+    if (pid < 0) {
+      if (errno == EINTR) continue;
+      break;  // no children left
+    }
+    if (pid == 0) {  // stopping, none exited yet
+      if (std::chrono::steady_clock::now() >= kill_at) detail::forward_signal(SIGKILL);
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      continue;
+    }
+    const int rank = rank_of(pid);
+    if (rank < 0) continue;
+    forget(pid);
+    --running;
+    const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    if (!ok && !stopping) {
+      exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      std::fprintf(stderr, "launcher: rank %d (pid %d) %s; stopping the other %d rank(s) on this node\n", rank,
+                   static_cast<int>(pid), detail::describe_status(status).c_str(), running);
+      std::fflush(stderr);
+      stopping = true;
+      kill_at = std::chrono::steady_clock::now() + plan.grace;
+      detail::forward_signal(SIGTERM);
+    }
+  }
+  store.reset();
+  std::fflush(nullptr);
+  std::_Exit(exit_code);
+}
+
+}  // namespace anvil::dist
+// ---- end <anvil/parallel/launch.hpp> ----
+
+namespace anvil {
+
+/// Which c10d backend runs the collectives.
+enum class DistBackend { auto_, gloo, nccl };
+constexpr auto enum_names(DistBackend) { return std::array<std::string_view, 3>{"auto", "gloo", "nccl"}; }
+
+/// Settings of `DDP<N>` (section `parallel`; its keys may be written without the section:
+/// `--num-gpus 2`, `--gpu-ids 0,2`).
+struct DDPConfig {
+  Param<int, "nproc_per_node",
+        "ranks this node starts when run plainly (0: DDP<N>'s N, else one per GPU chosen)", in_range(0, 1024)>
+      nproc_per_node{0};
+  Param<int, "num_gpus", "GPUs to use, one rank each: cuda:0 .. cuda:n-1 (0: as nproc_per_node says)",
+        in_range(0, 1024)>
+      num_gpus{0};
+  Param<std::vector<int>, "gpu_ids", "the GPUs to use, one rank each (rank with LOCAL_RANK i uses the i-th)">
+      gpu_ids{};
+  Param<DistBackend, "backend", "auto: nccl on CUDA devices, gloo on the CPU"> backend{DistBackend::auto_};
+  Param<double, "timeout_s",
+        "how long a collective or the rendezvous waits for the other ranks before the run fails",
+        Range{.lo = 0.1, .hi = 86'400}>
+      timeout_s{300};
+  Param<double, "stop_grace_s", "when a rank fails, seconds the launcher gives the others to stop before SIGKILL",
+        Range{.lo = 0, .hi = 3600}>
+      stop_grace_s{5};
+  Param<int, "nnodes", "nodes in the run (0: NNODES from the environment, else 1)", in_range(0, 1 << 20)> nnodes{0};
+  Param<int, "node_rank", "this node's index (-1: NODE_RANK from the environment, else 0)", in_range(-1, 1 << 20)>
+      node_rank{-1};
+  Param<std::string, "master_addr", "host of the rendezvous (empty: MASTER_ADDR, else 127.0.0.1)"> master_addr{""};
+  Param<int, "master_port", "port of the rendezvous (0: MASTER_PORT, else a free port on one node)",
+        in_range(0, 65535)>
+      master_port{0};
+  Param<std::string, "interface", "network interface Gloo uses (empty: GLOO_SOCKET_IFNAME, else by address)">
+      interface{""};
+  Param<double, "bucket_mb", "largest piece of the gradient all-reduced in one call", Range{.lo = 0.01, .hi = 4096}>
+      bucket_mb{25};
+};
+
+namespace dist {
+
+/// Collectives over c10d for one rank: the part of `DDP<N>` that does not depend on N
+/// (tests and benchmarks build it directly on a store of their own).
+class Group {
+ public:
+  Group() = default;
+  /// Joins `world` through `store` with `backend` on `device`. Throws DistributedError
+  /// naming this rank when the others do not arrive within `timeout`.
+  Group(const World& world, c10::intrusive_ptr<compat::Store> store, c10::Device device, DistBackend backend,
+        std::chrono::milliseconds timeout, const std::string& interface = "", double bucket_mb = 25)
+      : world_(world), store_(std::move(store)), device_(device), timeout_(timeout),
+        bucket_elems_(std::max<std::int64_t>(1, static_cast<std::int64_t>(bucket_mb * (1 << 20) / 4))) {
+    if (world_.world_size == 1) return;
+    if (backend == DistBackend::auto_)
+      backend = device.is_cuda() && compat::has_nccl ? DistBackend::nccl : DistBackend::gloo;
+    if (backend == DistBackend::nccl && !device.is_cuda())
+      throw ConfigError("parallel.backend=nccl runs on CUDA devices; this run is on " + device.str() + " (use gloo)");
+    if (backend == DistBackend::nccl && !compat::has_nccl)
+      throw DeviceError("parallel.backend=nccl but this LibTorch was built without NCCL (use gloo)");
+    backend_ = backend;
+    try {
+      // This rank's address, for survivors who need to name a rank that died.
+      char host[256] = {};
+      ::gethostname(host, sizeof host - 1);
+      host_ = host;
+      const std::string me = host_ + " " + std::to_string(::getpid());
+      store_->set(pid_key(world_.rank), std::vector<std::uint8_t>(me.begin(), me.end()));
+      if (backend == DistBackend::nccl) {
+        c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->setDevice(device);
+        pg_ = compat::make_nccl_group(store_, world_.rank, world_.world_size, timeout_);
+      } else {
+        pg_ = compat::make_gloo_group(store_, world_.rank, world_.world_size,
+                                      compat::gloo_device(interface, world_.master_addr), timeout_);
+      }
+      // Every rank is here once one collective has gone round.
+      auto t = at::ones({1}, at::TensorOptions().device(device_));
+      std::vector<at::Tensor> v{t};
+      pg_->allreduce(v)->wait(timeout_);
+    } catch (const DistributedError&) {
+      throw;
+    } catch (const std::exception& e) {
+      fail("joining the world of " + std::to_string(world_.world_size) + " ranks at " + world_.rendezvous(), e);
+    }
+  }
+  Group(Group&&) noexcept = default;
+  Group& operator=(Group&&) noexcept = default;
+  ~Group() {
+    // After a failed collective the backend's threads may still wait on a dead peer;
+    // destroying it would join them. Let the process end instead.
+    if (failed_ && pg_) (void)pg_.release();
+  }
+
+  [[nodiscard]] const World& world() const noexcept { return world_; }
+  [[nodiscard]] int rank() const noexcept { return world_.rank; }
+  [[nodiscard]] int world_size() const noexcept { return world_.world_size; }
+  [[nodiscard]] DistBackend backend() const noexcept { return backend_; }
+  /// Seconds spent in collectives so far (wall time, this rank).
+  [[nodiscard]] double comm_seconds() const noexcept { return comm_seconds_; }
+  [[nodiscard]] std::int64_t collectives() const noexcept { return calls_; }
+
+  /// Averages `ts` across ranks in place: the tensors are packed into one flat buffer (each
+  /// of the flat optimizers' gradients is one tensor already), reduced in pieces of at most
+  /// `bucket_mb` that are all in flight at once, and unpacked.
+  void all_reduce_mean(std::vector<at::Tensor>& ts) {
+    if (world_.world_size == 1 || ts.empty()) return;
+    timed("all-reduce of the gradients", [&] {
+      at::Tensor flat;
+      const bool one = ts.size() == 1 && ts[0].is_contiguous() && ts[0].dim() == 1;
+      if (one) {
+        flat = ts[0];
+      } else {
+        std::vector<at::Tensor> parts;
+        parts.reserve(ts.size());
+        for (auto& t : ts) parts.push_back(t.reshape(-1));
+        flat = at::cat(parts);
+      }
+      reduce_in_buckets(flat, c10d::ReduceOp::SUM);
+      flat.div_(world_.world_size);
+      if (!one) {
+        std::int64_t off = 0;
+        for (auto& t : ts) {
+          t.copy_(flat.narrow(0, off, t.numel()).view(t.sizes()));
+          off += t.numel();
+        }
+      }
+    });
+  }
+
+  /// Sums `t` across ranks in place.
+  void all_reduce_sum(at::Tensor& t) { reduce(t, c10d::ReduceOp::SUM, "all-reduce of the metrics"); }
+  /// The largest value of each element across ranks, in place.
+  void all_reduce_max(at::Tensor& t) { reduce(t, c10d::ReduceOp::MAX, "all-reduce (max)"); }
+
+  /// Rank 0's tensors on every rank, in place.
+  void broadcast(std::vector<at::Tensor>& ts) {
+    if (world_.world_size == 1 || ts.empty()) return;
+    timed("broadcast from rank 0", [&] {
+      for (auto& t : ts) {
+        auto d = t.is_contiguous() && t.device() == device_ ? t : t.to(device_).contiguous();
+        std::vector<at::Tensor> v{d};
+        c10d::BroadcastOptions o;
+        o.rootRank = 0;
+        pg_->broadcast(v, o)->wait(timeout_);
+        if (!d.is_same(t)) t.copy_(d);
+      }
+    });
+  }
+
+  /// Rank 0's bytes on every rank (any length).
+  void broadcast_bytes(std::vector<std::uint8_t>& bytes) {
+    if (world_.world_size == 1) return;
+    std::vector<at::Tensor> n{at::full({1}, static_cast<std::int64_t>(bytes.size()), at::kLong)};
+    broadcast(n);
+    bytes.resize(static_cast<std::size_t>(n[0].item<std::int64_t>()));
+    std::vector<at::Tensor> b{at::from_blob(bytes.data(), {static_cast<std::int64_t>(bytes.size())}, at::kByte)};
+    broadcast(b);
+  }
+
+  /// Throws DistributedError: `what` failed on this rank because of `e`, naming the rank at
+  /// fault when it can be told (a rank on this host whose process is gone, or rank 0 when it
+  /// served the store and the store is unreachable).
+  [[noreturn]] void fail(const std::string& what, const std::exception& e) {
+    failed_ = true;
+    std::string why = e.what();
+    why = why.substr(0, why.find('\n'));
+    throw DistributedError("rank " + std::to_string(world_.rank) + ": " + what + " failed: " + culprit() + " (" +
+                           why + ")");
+  }
+
+ private:
+  static std::string pid_key(int rank) { return "pid/" + std::to_string(rank); }
+
+  template <class F>
+  void timed(const char* what, F&& f) {
+    const auto t0 = std::chrono::steady_clock::now();
+    try {
+      f();
+    } catch (const DistributedError&) {
+      throw;
+    } catch (const std::exception& e) {
+      fail(what, e);
+    }
+    comm_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    ++calls_;
+  }
+
+  void reduce(at::Tensor& t, c10d::ReduceOp op, const char* what) {
+    if (world_.world_size == 1) return;
+    timed(what, [&] {
+      auto d = t.is_contiguous() && t.device() == device_ ? t : t.to(device_).contiguous();
+      auto flat = d.view({-1});
+      reduce_in_buckets(flat, op);
+      if (!d.is_same(t)) t.copy_(d);
+    });
+  }
+
+  void reduce_in_buckets(at::Tensor& flat, c10d::ReduceOp op) {
+    std::vector<c10::intrusive_ptr<compat::Work>> pending;
+    std::vector<std::vector<at::Tensor>> pieces;
+    const std::int64_t n = flat.numel();
+    pieces.reserve(static_cast<std::size_t>((n + bucket_elems_ - 1) / bucket_elems_));
+    c10d::AllreduceOptions o;
+    o.reduceOp = op;
+    for (std::int64_t off = 0; off < n; off += bucket_elems_) {
+      pieces.push_back({flat.narrow(0, off, std::min(bucket_elems_, n - off))});
+      pending.push_back(pg_->allreduce(pieces.back(), o));
+    }
+    for (auto& w : pending) w->wait(timeout_);
+  }
+
+  // Whether process `pid` of this host has ended (gone, or a zombie not yet reaped).
+  static bool has_ended(pid_t pid) {
+    if (::kill(pid, 0) != 0) return errno == ESRCH;
+    std::FILE* f = std::fopen(("/proc/" + std::to_string(pid) + "/stat").c_str(), "r");
+    if (!f) return true;
+    char state = '?';
+    // The state follows the command name in parentheses, which may itself hold spaces.
+    char line[512] = {};
+    const bool got = std::fgets(line, sizeof line, f) != nullptr;
+    std::fclose(f);
+    if (const char* p = got ? std::strrchr(line, ')') : nullptr; p && p[1] == ' ') state = p[2];
+    return state == 'Z' || state == 'X';
+  }
+
+  // Which rank is at fault, as far as this rank can tell. A peer killed a moment ago may
+  // still be tearing down when its socket closes, so look for up to a second.
+  std::string culprit() {
+    std::string dead;
+    try {
+      store_->setTimeout(std::chrono::seconds(2));
+      std::vector<std::pair<int, pid_t>> local;  // the other ranks on this host
+      for (int r = 0; r < world_.world_size; ++r) {
+        if (r == world_.rank) continue;
+        const auto v = store_->get(pid_key(r));
+        const std::string s(v.begin(), v.end());
+        const auto sp = s.find(' ');
+        if (sp == std::string::npos || s.substr(0, sp) != host_) continue;  // another host: cannot tell
+        local.emplace_back(r, static_cast<pid_t>(std::stol(s.substr(sp + 1))));
+      }
+      for (int attempt = 0; attempt < 20 && dead.empty() && !local.empty(); ++attempt) {
+        if (attempt) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        for (const auto& [r, pid] : local)
+          if (has_ended(pid))
+            dead += (dead.empty() ? "" : ", ") + std::string("rank ") + std::to_string(r) + " (pid " +
+                    std::to_string(pid) + ")";
+      }
+    } catch (const std::exception&) {
+      if (!world_.agent_store && world_.rank != 0)
+        return "rank 0, which serves the rendezvous store at " + world_.rendezvous() + ", is unreachable: it has died";
+      return "the rendezvous store at " + world_.rendezvous() + " is unreachable (its launcher has stopped)";
+    }
+    if (!dead.empty()) return dead + (dead.find(',') == std::string::npos ? " has died" : " have died");
+    char secs[32];
+    std::snprintf(secs, sizeof secs, "%g", static_cast<double>(timeout_.count()) / 1000.0);
+    return std::string("a rank died or did not answer within parallel.timeout_s (") + secs + " s)";
+  }
+
+  World world_;
+  c10::intrusive_ptr<compat::Store> store_;
+  c10::intrusive_ptr<compat::Collectives> pg_;
+  c10::Device device_{c10::kCPU};
+  std::chrono::milliseconds timeout_{300'000};
+  std::int64_t bucket_elems_ = 1 << 22;
+  DistBackend backend_ = DistBackend::gloo;
+  std::string host_;
+  bool failed_ = false;
+  double comm_seconds_ = 0;
+  std::int64_t calls_ = 0;
+};
+
+/// The store a rank of `world` meets the others through: a client of the launcher's store,
+/// or (without one) served by rank 0. Throws DistributedError naming the address tried.
+inline c10::intrusive_ptr<compat::Store> connect_store(const World& world, std::chrono::milliseconds timeout) {
+  const bool serve = world.rank == 0 && !world.agent_store;
+  try {
+    auto tcp = compat::make_tcp_store(world.master_addr, static_cast<std::uint16_t>(world.master_port),
+                                      world.world_size, serve, timeout);
+    return c10::make_intrusive<c10d::PrefixStore>(world.store_prefix, tcp);
+  } catch (const std::exception& e) {
+    std::string why = e.what();
+    why = why.substr(0, why.find('\n'));
+    throw DistributedError("rank " + std::to_string(world.rank) + ": " +
+                           (serve ? "cannot serve the rendezvous store at " + world.rendezvous()
+                                  : "cannot reach the rendezvous at " + world.rendezvous() + " within " +
+                                        std::to_string(timeout.count() / 1000) + " s") +
+                           " (MASTER_ADDR:MASTER_PORT): " + why);
+  }
+}
+
+}  // namespace dist
+
+/// Parallelism policy: data-parallel over `N` ranks per node (see file comment). `DDP<0>`
+/// decides N at run time.
+template <int N>
+class DDP {
+  static_assert(N >= 0, "DDP<N>: N is the number of ranks per node (0: decided at run time)");
+
+ public:
+  using policy_kind = ParallelismKind;
+  static constexpr FixedString config_section = "parallel";
+  static constexpr bool can_use_cuda = true;
+  using Config = DDPConfig;
+
+  /// Joins the world a launcher set up, or (started plainly) launches this node's ranks and
+  /// never returns: the launcher exits with their outcome. A single rank on a single node
+  /// runs in this process.
+  explicit DDP(const Config& cfg) : cfg_(cfg) {
+    if (auto w = dist::world_from_env()) {
+      world_ = *w;
+      joined_ = true;
+      if (N > 0 && world_.local_world_size != N)
+        note_ = "DDP<" + std::to_string(N) + "> joined a launcher's world of " + std::to_string(world_.local_world_size) +
+                " rank(s) per node (LOCAL_WORLD_SIZE)";
+    } else {
+      const int per_node = ranks_per_node(cfg);
+      dist::LaunchPlan plan;
+      plan.nproc_per_node = per_node;
+      plan.nnodes = *cfg.nnodes > 0 ? *cfg.nnodes : static_cast<int>(dist::detail::env_int("NNODES", 1, 1, 1 << 20));
+      plan.node_rank = *cfg.node_rank >= 0 ? *cfg.node_rank
+                                           : static_cast<int>(dist::detail::env_int("NODE_RANK", 0, 0, plan.nnodes - 1));
+      if (plan.node_rank >= plan.nnodes)
+        throw ConfigError("parallel.node_rank=" + std::to_string(plan.node_rank) + " is not below parallel.nnodes=" +
+                          std::to_string(plan.nnodes));
+      plan.master_addr = !cfg.master_addr->empty() ? *cfg.master_addr
+                         : dist::detail::getenv_nonempty("MASTER_ADDR") ? std::string(std::getenv("MASTER_ADDR"))
+                                                                       : std::string("127.0.0.1");
+      plan.master_port = *cfg.master_port > 0 ? *cfg.master_port
+                                              : static_cast<int>(dist::detail::env_int("MASTER_PORT", 0, 1, 65535));
+      if (plan.nnodes > 1 && plan.master_port == 0)
+        throw ConfigError("parallel.nnodes=" + std::to_string(plan.nnodes) +
+                          ": every node must meet at the same port; set MASTER_PORT (or parallel.master_port)");
+      plan.timeout = timeout();
+      plan.grace = std::chrono::milliseconds(static_cast<std::int64_t>(*cfg.stop_grace_s * 1000));
+      if (per_node == 1 && plan.nnodes == 1) {
+        world_ = dist::World{};  // one rank: nothing to launch or agree on
+      } else {
+        dist::launch(plan);
+      }
+    }
+    if (!cfg.gpu_ids->empty() && world_.local_rank >= static_cast<int>(cfg.gpu_ids->size()))
+      throw ConfigError("parallel.gpu_ids lists " + std::to_string(cfg.gpu_ids->size()) + " GPU(s) but this rank has LOCAL_RANK=" +
+                        std::to_string(world_.local_rank));
+  }
+
+  [[nodiscard]] int rank() const noexcept { return world_.rank; }
+  [[nodiscard]] int local_rank() const noexcept { return world_.local_rank; }
+  [[nodiscard]] int world_size() const noexcept { return world_.world_size; }
+  [[nodiscard]] bool is_main() const noexcept { return world_.rank == 0; }
+  [[nodiscard]] const dist::World& world() const noexcept { return world_; }
+  /// The CUDA device this rank uses when the run is on CUDA: the LOCAL_RANK-th of
+  /// parallel.gpu_ids, or cuda:LOCAL_RANK.
+  [[nodiscard]] int cuda_index() const {
+    return cfg_.gpu_ids->empty() ? world_.local_rank : (*cfg_.gpu_ids)[static_cast<std::size_t>(world_.local_rank)];
+  }
+
+  /// Builds the process group once the run's device is known (NCCL needs it).
+  void connect(c10::Device device) {
+    if (!device.is_cuda() && (*cfg_.num_gpus > 0 || !cfg_.gpu_ids->empty()))
+      throw ConfigError(std::string(*cfg_.num_gpus > 0 ? "parallel.num_gpus" : "parallel.gpu_ids") +
+                        " chooses GPUs but this run is on " + device.str() +
+                        " (run.device); for ranks on the CPU use parallel.nproc_per_node");
+    if (world_.world_size == 1) return;
+    group_ = dist::Group(world_, dist::connect_store(world_, timeout()), device, cfg_.backend, timeout(),
+                         cfg_.interface, cfg_.bucket_mb);
+  }
+
+  void all_reduce_mean(std::vector<at::Tensor>& ts) { group_.all_reduce_mean(ts); }
+  void broadcast(std::vector<at::Tensor>& ts) { group_.broadcast(ts); }
+  void all_reduce_sum(at::Tensor& t) { group_.all_reduce_sum(t); }
+  void broadcast_bytes(std::vector<std::uint8_t>& b) { group_.broadcast_bytes(b); }
+  [[nodiscard]] double comm_seconds() const noexcept { return group_.comm_seconds(); }
+
+  /// One line for the log: ranks, nodes, backend, how this process got here.
+  [[nodiscard]] std::string describe() const {
+    std::string s = std::to_string(world_.world_size) + " rank(s)";
+    if (world_.nnodes > 1) s += " on " + std::to_string(world_.nnodes) + " nodes";
+    if (world_.world_size > 1) s += std::string(", ") + (group_.backend() == DistBackend::nccl ? "nccl" : "gloo");
+    s += joined_ ? (world_.agent_store ? ", started by a launcher" : ", joined via RANK/WORLD_SIZE") : ", one process";
+    if (world_.world_size > 1) s += ", rendezvous " + world_.rendezvous();
+    if (!note_.empty()) s += "; " + note_;
+    return s;
+  }
+
+ private:
+  std::chrono::milliseconds timeout() const {
+    return std::chrono::milliseconds(static_cast<std::int64_t>(*cfg_.timeout_s * 1000));
+  }
+
+  // Ranks this node starts (see DDPConfig); a ConfigError naming the field when they disagree.
+  static int ranks_per_node(const Config& cfg) {
+    const int by_ids = static_cast<int>(cfg.gpu_ids->size());
+    auto agree = [&](int n, const std::string& source) {
+      if (*cfg.nproc_per_node > 0 && *cfg.nproc_per_node != n)
+        throw ConfigError("parallel.nproc_per_node=" + std::to_string(*cfg.nproc_per_node) + " but " + source);
+      if (by_ids > 0 && by_ids != n)
+        throw ConfigError("parallel.gpu_ids lists " + std::to_string(by_ids) + " GPU(s) but " + source);
+      if (*cfg.num_gpus > 0 && *cfg.num_gpus != n)
+        throw ConfigError("parallel.num_gpus=" + std::to_string(*cfg.num_gpus) + " but " + source);
+      return n;
+    };
+    if constexpr (N > 0) return agree(N, "the program uses DDP<" + std::to_string(N) + ">");
+    if (*cfg.nproc_per_node > 0) return agree(cfg.nproc_per_node, "parallel.nproc_per_node=" + std::to_string(*cfg.nproc_per_node));
+    if (by_ids > 0) return agree(by_ids, "parallel.gpu_ids lists " + std::to_string(by_ids));
+    if (*cfg.num_gpus > 0) return cfg.num_gpus;
+    throw ConfigError(
+        "DDP<0> needs the number of ranks: set parallel.nproc_per_node, --num-gpus or --gpu-ids, or start it "
+        "under torchrun");
+  }
+
+  Config cfg_;
+  dist::World world_;
+  bool joined_ = false;
+  std::string note_;
+  dist::Group group_;
+};
+
+/// `DDP<0>`: the number of ranks comes from the command line or the launcher.
+using DDPAuto = DDP<0>;
+
+static_assert(Parallelism<DDP<2>>);
+
+}  // namespace anvil
+// ---- end <anvil/parallel/ddp.hpp> ----
 // ---- begin <anvil/parallel/single_device.hpp> ----
 /// @file
 /// `SingleDevice`: one process, one device. Light header.
@@ -7221,6 +8124,7 @@ struct TrainConfig {
 #include <torch/utils.h>
 
 #include <algorithm>
+#include <cstring>
 #include <array>
 #include <cmath>
 #include <cstdint>
@@ -7301,8 +8205,9 @@ class BasicTrainer {
   BasicTrainer(const E& env, Config cfg, std::string program = "anvil")
       : cfg_(prepare(std::move(cfg))), program_(std::move(program)) {
     torch::set_num_threads(cfg_.run->threads);
-    parallel_ = std::make_unique<P>(*cfg_.parallel);
-    ctx_.device = resolve_device(cfg_.run->device, parallel_->local_rank());
+    parallel_ = std::make_unique<P>(*cfg_.parallel);  // DDP started plainly: launches its ranks here
+    ctx_.device = resolve_device(cfg_.run->device, device_index());
+    if constexpr (requires { parallel_->connect(ctx_.device); }) parallel_->connect(ctx_.device);
     ctx_.seed = cfg_.run->seed;
     ctx_.rank = parallel_->rank();
     ctx_.world_size = parallel_->world_size();
@@ -7357,6 +8262,9 @@ class BasicTrainer {
     step_ctx_ = StepContext(std::move(so));
     rng_ = Rng(ctx_.seed_for(Stream::exploration));
     eval_seed_ = ctx_.seed_for(Stream::eval_env);
+    if constexpr (requires { parallel_->describe(); })
+      notes_.insert(notes_.begin(), "world: " + parallel_->describe());
+    sync_from_main();  // every rank starts from rank 0's networks and optimizer state
   }
 
   BasicTrainer(const BasicTrainer&) = delete;
@@ -7367,6 +8275,7 @@ class BasicTrainer {
   FitResult fit() {
     open_run_dir();
     resume_if_asked();
+    sync_from_main();  // a resumed rank 0 hands its state to the others
     first_step_ = env_steps_;  // rates count what this process did (a resumed run started here)
     first_update_ = updates_;
     const auto& t = *cfg_.train;
@@ -7380,7 +8289,7 @@ class BasicTrainer {
     std::int64_t next_checkpoint = next_after(cfg_.run->checkpoint_interval, INT64_MAX);
     while (env_steps_ < t.steps) {
       collect_one();
-      if (env_steps_ >= t.learning_starts && buffer_->size() >= first_batch()) {
+      if (env_steps_ >= t.learning_starts && can_update()) {
         since_update_ += venv_->num_envs();
         while (since_update_ >= t.update_interval) {
           update(t.updates_per_interval);
@@ -7404,6 +8313,7 @@ class BasicTrainer {
     if (eval_step_ != env_steps_) record_eval(evaluate(t.eval_episodes));  // not twice at one step
     log_row();
     checkpoint();
+    if (parallel_->world_size() > 1 && parallel_->is_main()) progress_.message(sync_line_);
     csv_.flush_pending();
     progress_.finish();
     result_.env_steps = env_steps_;
@@ -7473,21 +8383,34 @@ class BasicTrainer {
 
  private:
   // One evaluation with the actor's current weights (see `evaluate`).
+  // With several ranks, each runs its share of the episodes and all see every return.
   EvalResult evaluate_now(int episodes) {
     ScopedPhase ph(times_, Phase::eval);
-    auto venv = make_eval_env_(episodes, eval_seed_++);
-    auto obs = venv->reset();
-    std::vector<double> returns(static_cast<std::size_t>(episodes), NAN);
-    int done = 0;
-    while (done < episodes) {
-      auto a = algo_->act(obs, ActMode::deterministic).to(at::kCPU, at::kFloat);
-      const auto& s = venv->step(a * action_scale_ + action_offset_);
-      for (const auto& e : s.ended)
-        if (std::isnan(returns[static_cast<std::size_t>(e.env)])) {
-          returns[static_cast<std::size_t>(e.env)] = e.episode_return;
-          ++done;
-        }
-      obs = s.obs;
+    const int world = parallel_->world_size(), rank = parallel_->rank();
+    const int mine = episodes / world + (rank < episodes % world ? 1 : 0);
+    const int first = rank * (episodes / world) + std::min(rank, episodes % world);
+    std::vector<double> returns(static_cast<std::size_t>(episodes), 0.0);
+    const std::uint64_t seed = eval_seed_++;
+    if (mine > 0) {
+      auto venv = make_eval_env_(mine, seed);
+      auto obs = venv->reset();
+      std::vector<bool> ended(static_cast<std::size_t>(mine), false);
+      int done = 0;
+      while (done < mine) {
+        auto a = algo_->act(obs, ActMode::deterministic).to(at::kCPU, at::kFloat);
+        const auto& s = venv->step(a * action_scale_ + action_offset_);
+        for (const auto& e : s.ended)
+          if (!ended[static_cast<std::size_t>(e.env)]) {
+            ended[static_cast<std::size_t>(e.env)] = true;
+            returns[static_cast<std::size_t>(first + e.env)] = e.episode_return;
+            ++done;
+          }
+        obs = s.obs;
+      }
+    }
+    if (world > 1) {
+      auto all = torch::from_blob(returns.data(), {episodes}, at::kDouble);
+      reduce_sum(all);
     }
     EvalResult r;
     r.episodes = episodes;
@@ -7592,7 +8515,7 @@ class BasicTrainer {
       saved[k] = r.string("config value");
     }
     for (const auto& [k, v] : flatten(cfg_)) {
-      if (k.rfind("run.", 0) == 0 || k == "train.steps" || k == "train.eval_interval" || k == "train.eval_episodes")
+      if (k.rfind("run.", 0) == 0 || k.rfind("parallel.", 0) == 0 || k == "train.steps" || k == "train.eval_interval" || k == "train.eval_episodes")
         continue;
       if (auto it = saved.find(k); it != saved.end() && it->second != v)
         throw Error("'" + file.string() + "' was written by a run with " + k + " = " + it->second +
@@ -7702,6 +8625,134 @@ class BasicTrainer {
     }
   }
 
+  // The CUDA device index of this rank: the parallelism's choice (--gpu-ids) or its local rank.
+  int device_index() const {
+    if constexpr (requires { parallel_->cuda_index(); }) return parallel_->cuda_index();
+    else if constexpr (requires { parallel_->local_rank(); }) return parallel_->local_rank();
+    return 0;
+  }
+
+  // Whether the buffer can give a batch. Ranks must update in lockstep (each update is a
+  // collective), so with several ranks all must be able to: their buffers can differ after
+  // a resume (only rank 0 restores one). Asked each step until the answer is yes, which
+  // stays yes: buffers only grow.
+  bool can_update() {
+    if (ready_) return true;
+    double short_of = buffer_->size() >= first_batch() ? 0.0 : 1.0;
+    if (parallel_->world_size() > 1) {
+      auto t = torch::full({1}, short_of, at::kDouble);
+      reduce_sum(t);
+      short_of = t.item<double>();
+    }
+    return ready_ = short_of == 0.0;
+  }
+
+  // Sums `t` (CPU, float64) over the ranks with the parallelism's all-reduce.
+  void reduce_sum(at::Tensor& t) {
+    const int world = parallel_->world_size();
+    if (world == 1) return;
+    std::vector<at::Tensor> v{t.to(ctx_.device)};
+    parallel_->all_reduce_mean(v);
+    t.copy_(v[0].to(at::kCPU).mul_(world));
+  }
+
+  // Rank 0's bytes on every rank, through the parallelism's broadcast.
+  void broadcast_bytes(std::vector<std::uint8_t>& bytes) {
+    std::vector<at::Tensor> n{torch::full({1}, static_cast<std::int64_t>(bytes.size()), at::kLong).to(ctx_.device)};
+    parallel_->broadcast(n);
+    bytes.resize(static_cast<std::size_t>(n[0].item<std::int64_t>()));
+    std::vector<at::Tensor> b{torch::from_blob(bytes.data(), {static_cast<std::int64_t>(bytes.size())}, at::kByte)
+                                  .to(ctx_.device)};
+    parallel_->broadcast(b);
+    if (!ctx_.device.is_cpu()) std::memcpy(bytes.data(), b[0].cpu().data_ptr(), bytes.size());
+  }
+
+  // What every rank must hold identically: the algorithm (networks, targets, optimizers,
+  // temperature, averaged weights) and the step context (loss scaler).
+  std::vector<std::uint8_t> learned_state() const {
+    auto w = BinaryWriter::in_memory(kRankStateFormat);
+    algo_->save(w);
+    step_ctx_.save(w);
+    return w.take_bytes();
+  }
+
+  // Rank 0's learned state and schedule on every rank: at construction (ranks seed their
+  // networks apart) and after rank 0 resumed from a checkpoint.
+  void sync_from_main() {
+    if (parallel_->world_size() == 1) return;
+    static_assert(requires(const A& a, BinaryWriter& w) { a.save(w); },
+                  "Trainer: with several ranks, the Algorithm needs save(BinaryWriter&) and read/restore to share rank 0's state");
+    std::vector<std::uint8_t> bytes;
+    if (parallel_->is_main()) {
+      auto w = BinaryWriter::in_memory(kRankStateFormat);
+      algo_->save(w);
+      step_ctx_.save(w);
+      for (std::int64_t c : {env_steps_, updates_, since_update_, eval_step_}) w.value(c);
+      for (double x : {result_.final_eval_return, result_.best_eval_return, last_eval_.mean, last_eval_.std,
+                       last_eval_.min, last_eval_.max})
+        w.value(x);
+      w.value(last_eval_.episodes);
+      // The names of the metrics being accumulated (a resumed rank 0 has some), so that
+      // every rank reduces the same list in log_row.
+      w.value(static_cast<std::uint64_t>(metrics_.size()));
+      for (const auto& [k, m] : metrics_) w.string(k);
+      bytes = w.take_bytes();
+    }
+    broadcast_bytes(bytes);
+    if (parallel_->is_main()) return;
+    BinaryReader r(bytes, "rank 0's state", kRankStateFormat);
+    const auto algo = algo_->read(r);
+    const auto step = step_ctx_.read(r);
+    std::array<std::int64_t, 4> counters{};
+    for (auto& c : counters) c = r.value<std::int64_t>("counters");
+    std::array<double, 6> evals{};
+    for (auto& x : evals) x = r.value<double>("evaluation results");
+    const int eval_episodes = r.value<int>("evaluation episodes");
+    const auto n_metrics = r.value<std::uint64_t>("metrics");
+    if (n_metrics > 10'000) r.fail("metrics", "has an implausible number of entries");
+    std::vector<std::string> metric_names(n_metrics);
+    for (auto& k : metric_names) k = r.string("metric name");
+    r.finish();
+    for (const auto& k : metric_names) metrics_.try_emplace(k, 0.0, 0);
+    algo_->restore(algo);
+    step_ctx_.restore(step);
+    env_steps_ = counters[0];
+    updates_ = counters[1];
+    since_update_ = counters[2];
+    eval_step_ = counters[3];
+    result_.final_eval_return = evals[0];
+    result_.best_eval_return = evals[1];
+    last_eval_ = EvalResult{evals[2], evals[3], evals[4], evals[5], eval_episodes};
+  }
+
+  // Checks that every rank holds bitwise the same learned state as rank 0 (they apply the
+  // same averaged gradients, so they must); a DistributedError naming the ranks that differ.
+  void check_in_sync() {
+    const int world = parallel_->world_size();
+    if (world == 1) return;
+    const auto bytes = learned_state();
+    detail::Crc32c crc;
+    crc.update(bytes.data(), bytes.size());
+    std::vector<at::Tensor> mine{torch::full({1}, static_cast<std::int64_t>(crc.value()), at::kLong).to(ctx_.device)};
+    parallel_->broadcast(mine);
+    const auto main_crc = static_cast<std::uint32_t>(mine[0].item<std::int64_t>());
+    auto differs = torch::zeros({world}, at::kDouble);
+    if (main_crc != crc.value()) differs[parallel_->rank()] = 1.0;
+    reduce_sum(differs);
+    std::string bad;
+    for (int r = 0; r < world; ++r)
+      if (differs[r].item<double>() > 0) bad += (bad.empty() ? "" : ", ") + std::to_string(r);
+    if (!bad.empty())
+      throw DistributedError("rank " + std::to_string(parallel_->rank()) + ": ranks out of sync at env step " +
+                             std::to_string(env_steps_) + ": the learned state of rank(s) " + bad +
+                             " differs from rank 0's");
+    char hex[16];
+    std::snprintf(hex, sizeof hex, "%08x", main_crc);
+    sync_line_ = "ranks in sync: all " + std::to_string(world) +
+                 " ranks hold bitwise-identical parameters and optimizer state (crc32c " + hex + ", env step " +
+                 std::to_string(env_steps_) + ")";
+  }
+
   // Transitions the buffer must hold before the first update: one batch for replay
   // buffers, which refuse to sample more than they hold.
   std::int64_t first_batch() const {
@@ -7751,7 +8802,7 @@ class BasicTrainer {
       buffer_->add(StepBatch{obs_, a, s->reward, s->next_obs, s->terminated, s->truncated});
     }
     obs_ = s->obs;
-    env_steps_ += n;
+    env_steps_ += n * parallel_->world_size();  // every rank steps as many envs at once
     for (const auto& e : s->ended) {
       recent_.push_back(e.episode_return);
       if (recent_.size() > 100) recent_.pop_front();
@@ -7787,6 +8838,7 @@ class BasicTrainer {
 
   // A checkpoint at the current step (rank 0 only), then the oldest beyond run.keep_last go.
   void checkpoint() {
+    check_in_sync();
     if (!parallel_->is_main()) return;
     ScopedPhase ph(times_, Phase::log);
     save_checkpoint(checkpoint_file(env_steps_));
@@ -7802,7 +8854,7 @@ class BasicTrainer {
   // run.resume: a path, or auto (the latest checkpoint in the run directory, if any).
   void resume_if_asked() {
     const std::string& what = cfg_.run->resume;
-    if (what.empty()) return;
+    if (what.empty() || !parallel_->is_main()) return;  // other ranks get rank 0's state from sync_from_main
     std::filesystem::path file = what;
     if (what == "auto") {
       const auto all = checkpoints_in(run_dir_);
@@ -7865,20 +8917,37 @@ class BasicTrainer {
     for (const auto& n : notes_) progress_.message(n);
   }
 
+  // A row of metrics.csv. With several ranks every rank takes part: episodes, recent
+  // returns and the algorithm's metrics are reduced over the ranks, then rank 0 writes.
   void log_row() {
-    if (!parallel_->is_main()) return;
     ScopedPhase ph(times_, Phase::log);
     const double wall = elapsed();
+    const std::size_t k = std::min<std::size_t>(recent_.size(), 10);
+    std::vector<double> sums{static_cast<double>(episodes_), static_cast<double>(k),
+                             std::accumulate(recent_.end() - static_cast<std::ptrdiff_t>(k), recent_.end(), 0.0)};
+    for (auto& [name, m] : metrics_) {
+      sums.push_back(m.first);
+      sums.push_back(m.second);
+    }
+    for (auto& [name, m] : metrics_) m = {0.0, 0};
+    if (parallel_->world_size() > 1) {
+      auto t = torch::from_blob(sums.data(), {static_cast<std::int64_t>(sums.size())}, at::kDouble);
+      reduce_sum(t);
+    }
+    if (!parallel_->is_main()) return;
     std::vector<std::pair<std::string, double>> row{
         {"env_steps", static_cast<double>(env_steps_)},
         {"updates", static_cast<double>(updates_)},
         {"wall_s", wall},
         {"env_steps_per_s", wall > 0 ? static_cast<double>(env_steps_ - first_step_) / wall : 0.0},
-        {"episodes", static_cast<double>(episodes_)},
-        {"recent_return", recent_return()},
+        {"episodes", sums[0]},
+        {"recent_return", sums[1] > 0 ? sums[2] / sums[1] : NAN},
         {"eval_return", last_eval_.mean}};
-    for (auto& [k, m] : metrics_) row.emplace_back(k, m.second ? m.first / m.second : NAN);
-    for (auto& [k, m] : metrics_) m = {0.0, 0};
+    std::size_t i = 3;
+    for (auto& [name, m] : metrics_) {
+      row.emplace_back(name, sums[i + 1] > 0 ? sums[i] / sums[i + 1] : NAN);
+      i += 2;
+    }
     csv_.row(row, updates_ > 0);
     if (progress_.style() == Progress::Style::lines) show_progress(true);
   }
@@ -7958,6 +9027,9 @@ class BasicTrainer {
   std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
   std::filesystem::path run_dir_;
   std::filesystem::path resumed_from_;
+  bool ready_ = false;     ///< every rank's buffer can give a batch (can_update)
+  std::string sync_line_;  ///< what the last in-sync check found (several ranks)
+  static constexpr const char* kRankStateFormat = "anvil Rank State v1";
   MetricsCsv csv_;
   Progress progress_;
 };

@@ -21,6 +21,8 @@
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <cstring>
+#include <thread>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -242,21 +244,41 @@ class Group {
     for (auto& w : pending) w->wait(timeout_);
   }
 
-  // Which rank is at fault, as far as this rank can tell.
+  // Whether process `pid` of this host has ended (gone, or a zombie not yet reaped).
+  static bool has_ended(pid_t pid) {
+    if (::kill(pid, 0) != 0) return errno == ESRCH;
+    std::FILE* f = std::fopen(("/proc/" + std::to_string(pid) + "/stat").c_str(), "r");
+    if (!f) return true;
+    char state = '?';
+    // The state follows the command name in parentheses, which may itself hold spaces.
+    char line[512] = {};
+    const bool got = std::fgets(line, sizeof line, f) != nullptr;
+    std::fclose(f);
+    if (const char* p = got ? std::strrchr(line, ')') : nullptr; p && p[1] == ' ') state = p[2];
+    return state == 'Z' || state == 'X';
+  }
+
+  // Which rank is at fault, as far as this rank can tell. A peer killed a moment ago may
+  // still be tearing down when its socket closes, so look for up to a second.
   std::string culprit() {
     std::string dead;
     try {
       store_->setTimeout(std::chrono::seconds(2));
+      std::vector<std::pair<int, pid_t>> local;  // the other ranks on this host
       for (int r = 0; r < world_.world_size; ++r) {
         if (r == world_.rank) continue;
         const auto v = store_->get(pid_key(r));
         const std::string s(v.begin(), v.end());
         const auto sp = s.find(' ');
         if (sp == std::string::npos || s.substr(0, sp) != host_) continue;  // another host: cannot tell
-        const auto pid = static_cast<pid_t>(std::stol(s.substr(sp + 1)));
-        if (::kill(pid, 0) != 0 && errno == ESRCH)
-          dead += (dead.empty() ? "" : ", ") + std::string("rank ") + std::to_string(r) + " (pid " +
-                  std::to_string(pid) + ")";
+        local.emplace_back(r, static_cast<pid_t>(std::stol(s.substr(sp + 1))));
+      }
+      for (int attempt = 0; attempt < 20 && dead.empty() && !local.empty(); ++attempt) {
+        if (attempt) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        for (const auto& [r, pid] : local)
+          if (has_ended(pid))
+            dead += (dead.empty() ? "" : ", ") + std::string("rank ") + std::to_string(r) + " (pid " +
+                    std::to_string(pid) + ")";
       }
     } catch (const std::exception&) {
       if (!world_.agent_store && world_.rank != 0)
@@ -369,6 +391,10 @@ class DDP {
 
   /// Builds the process group once the run's device is known (NCCL needs it).
   void connect(c10::Device device) {
+    if (!device.is_cuda() && (*cfg_.num_gpus > 0 || !cfg_.gpu_ids->empty()))
+      throw ConfigError(std::string(*cfg_.num_gpus > 0 ? "parallel.num_gpus" : "parallel.gpu_ids") +
+                        " chooses GPUs but this run is on " + device.str() +
+                        " (run.device); for ranks on the CPU use parallel.nproc_per_node");
     if (world_.world_size == 1) return;
     group_ = dist::Group(world_, dist::connect_store(world_, timeout()), device, cfg_.backend, timeout(),
                          cfg_.interface, cfg_.bucket_mb);

@@ -599,6 +599,10 @@ class BasicTrainer {
                        last_eval_.min, last_eval_.max})
         w.value(x);
       w.value(last_eval_.episodes);
+      // The names of the metrics being accumulated (a resumed rank 0 has some), so that
+      // every rank reduces the same list in log_row.
+      w.value(static_cast<std::uint64_t>(metrics_.size()));
+      for (const auto& [k, m] : metrics_) w.string(k);
       bytes = w.take_bytes();
     }
     broadcast_bytes(bytes);
@@ -611,7 +615,12 @@ class BasicTrainer {
     std::array<double, 6> evals{};
     for (auto& x : evals) x = r.value<double>("evaluation results");
     const int eval_episodes = r.value<int>("evaluation episodes");
+    const auto n_metrics = r.value<std::uint64_t>("metrics");
+    if (n_metrics > 10'000) r.fail("metrics", "has an implausible number of entries");
+    std::vector<std::string> metric_names(n_metrics);
+    for (auto& k : metric_names) k = r.string("metric name");
     r.finish();
+    for (const auto& k : metric_names) metrics_.try_emplace(k, 0.0, 0);
     algo_->restore(algo);
     step_ctx_.restore(step);
     env_steps_ = counters[0];

@@ -1,0 +1,181 @@
+// DDP's collectives on real c10d Gloo: two ranks as two threads of this process, meeting
+// through an in-memory store and talking over loopback TCP.
+#include <doctest/doctest.h>
+
+#include <torch/torch.h>
+
+#include <array>
+#include <functional>
+#include <thread>
+
+#include <anvil/algorithms/sac.hpp>
+#include <anvil/core/batch.hpp>
+#include <anvil/envs/pendulum.hpp>
+#include <anvil/parallel/ddp.hpp>
+
+using namespace anvil;
+
+namespace {
+
+// Runs `body(rank, group)` on `world` threads, each a rank of one Gloo group.
+void with_ranks(int world, const std::function<void(int, dist::Group&)>& body, double bucket_mb = 25) {
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  std::vector<std::thread> threads;
+  std::vector<std::exception_ptr> errors(static_cast<std::size_t>(world));
+  for (int r = 0; r < world; ++r)
+    threads.emplace_back([&, r] {
+      try {
+        dist::World w;
+        w.rank = r;
+        w.world_size = world;
+        w.local_rank = r;
+        w.local_world_size = world;
+        dist::Group g(w, store, c10::Device(c10::kCPU), DistBackend::gloo, std::chrono::seconds(60), "", bucket_mb);
+        body(r, g);
+      } catch (...) {
+        errors[static_cast<std::size_t>(r)] = std::current_exception();
+      }
+    });
+  for (auto& t : threads) t.join();
+  for (auto& e : errors)
+    if (e) std::rethrow_exception(e);
+}
+
+SAC::Config small() {
+  SAC::Config c;
+  c.actor->hidden = {32, 32};
+  c.critic->hidden = {32, 32};
+  return c;
+}
+
+std::vector<at::Tensor> state_of(SAC& s) {
+  std::vector<at::Tensor> v{s.actor_optimizer().parameters().flat(), s.critic_optimizer().parameters().flat(),
+                            s.alpha_optimizer().parameters().flat(), s.actor_optimizer().exp_avg_sq(),
+                            s.critic_optimizer().exp_avg_sq()};
+  for (auto& p : s.critic_target()->parameters()) v.push_back(p);
+  return v;
+}
+
+}  // namespace
+
+TEST_CASE("DDP: all_reduce_mean averages several tensors across ranks, in one bucket or many") {
+  for (double bucket_mb : {25.0, 0.001}) {  // 0.001 MB: 262 floats per bucket, so 4 buckets
+    std::array<std::vector<at::Tensor>, 2> got;
+    with_ranks(2, [&](int r, dist::Group& g) {
+      std::vector<at::Tensor> ts{torch::full({500}, 1.0f + r), torch::full({3, 100}, 10.0f * (r + 1)),
+                                 torch::arange(200, torch::kFloat) * (r + 1)};
+      g.all_reduce_mean(ts);
+      CHECK(g.collectives() == 1);
+      got[static_cast<std::size_t>(r)] = ts;
+    }, bucket_mb);
+    for (const auto& ts : got) {
+      CHECK(torch::equal(ts[0], torch::full({500}, 1.5f)));
+      CHECK(torch::equal(ts[1], torch::full({3, 100}, 15.0f)));
+      CHECK(torch::allclose(ts[2], torch::arange(200, torch::kFloat) * 1.5f));
+    }
+  }
+}
+
+TEST_CASE("DDP: broadcast_bytes hands rank 0's bytes of any length to every rank") {
+  std::array<std::vector<std::uint8_t>, 3> got;
+  with_ranks(3, [&](int r, dist::Group& g) {
+    std::vector<std::uint8_t> b;
+    if (r == 0)
+      for (int i = 0; i < 1001; ++i) b.push_back(static_cast<std::uint8_t>(i * 7));
+    else
+      b.assign(5, 0xff);
+    g.broadcast_bytes(b);
+    got[static_cast<std::size_t>(r)] = b;
+  });
+  CHECK(got[0].size() == 1001);
+  CHECK(got[1] == got[0]);
+  CHECK(got[2] == got[0]);
+}
+
+TEST_CASE("DDP: 2 ranks taking half a batch each end, after 20 SAC updates, where one process taking the whole batch ends") {
+  torch::set_num_threads(1);
+  const auto spec = envs::spec_of(envs::Pendulum{});
+  const auto cfg = small();
+  constexpr int kUpdates = 20;
+  constexpr std::int64_t kBatch = 64, kHalf = kBatch / 2;
+  // The fixed batches and the noise of each update, shared by every run.
+  torch::manual_seed(11);
+  std::vector<ReplayBatch> batches;
+  std::vector<SAC::UpdateNoise> noise;
+  for (int i = 0; i < kUpdates; ++i) {
+    ReplayBatch b;
+    b.obs = torch::randn({kBatch, 3});
+    b.action = torch::rand({kBatch, 1}) * 2 - 1;
+    b.reward = torch::randn({kBatch});
+    b.next_obs = torch::randn({kBatch, 3});
+    b.terminated = (torch::rand({kBatch}) < 0.1).to(torch::kFloat);
+    batches.push_back(b);
+    noise.push_back({torch::randn({kBatch, 1}), torch::randn({kBatch, 1})});
+  }
+  auto half = [&](int i, int r) {
+    return std::pair{rows_of(batches[static_cast<std::size_t>(i)], r * kHalf, kHalf),
+                     SAC::UpdateNoise{noise[static_cast<std::size_t>(i)].next.narrow(0, r * kHalf, kHalf),
+                                      noise[static_cast<std::size_t>(i)].obs.narrow(0, r * kHalf, kHalf)}};
+  };
+
+  // One process, whole batches.
+  torch::manual_seed(0);
+  SAC one(spec, cfg, RunContext{});
+  StepContext whole;
+  for (int i = 0; i < kUpdates; ++i) one.update(batches[static_cast<std::size_t>(i)], whole, noise[static_cast<std::size_t>(i)]);
+
+  // Two ranks, built with different weights (as ranks seeded apart are); rank 0's state is
+  // broadcast first, as the Trainer does.
+  torch::manual_seed(0);
+  SAC rank0(spec, cfg, RunContext{});
+  torch::manual_seed(5);
+  SAC rank1(spec, cfg, RunContext{});
+  CHECK_FALSE(torch::equal(rank0.critic_optimizer().parameters().flat(), rank1.critic_optimizer().parameters().flat()));
+  std::array<SAC*, 2> ranks{&rank0, &rank1};
+  std::array<int, 2> reduces{};
+  with_ranks(2, [&](int r, dist::Group& g) {
+    SAC& me = *ranks[static_cast<std::size_t>(r)];
+    std::vector<std::uint8_t> bytes;
+    if (r == 0) {
+      auto w = BinaryWriter::in_memory("state");
+      me.save(w);
+      bytes = w.take_bytes();
+    }
+    g.broadcast_bytes(bytes);
+    if (r != 0) {
+      BinaryReader rd(bytes, "rank 0's state", "state");
+      auto s = me.read(rd);
+      rd.finish();
+      me.restore(s);
+    }
+    StepContext::Options o;
+    o.all_reduce_mean = [&, r](std::vector<at::Tensor>& ts) {
+      ++reduces[static_cast<std::size_t>(r)];
+      g.all_reduce_mean(ts);
+    };
+    StepContext ctx(o);
+    for (int i = 0; i < kUpdates; ++i) {
+      auto [b, n] = half(i, r);
+      me.update(b, ctx, n);
+    }
+  });
+  CHECK(reduces[0] == kUpdates);  // one all-reduce per update: critic, actor and temperature together
+  CHECK(reduces[1] == kUpdates);
+
+  const auto s1 = state_of(one), s0 = state_of(rank0), s2 = state_of(rank1);
+  for (std::size_t i = 0; i < s1.size(); ++i) {
+    CHECK(torch::allclose(s0[i], s1[i], 1e-4, 1e-6));  // float tolerance: sums in another order
+    CHECK(torch::equal(s0[i], s2[i]));                  // the ranks: bitwise
+  }
+
+  // The control: a rank that learns from its half alone, without the all-reduce, does not
+  // end where the whole batch ends (so the checks above can fail).
+  torch::manual_seed(0);
+  SAC alone(spec, cfg, RunContext{});
+  StepContext own;
+  for (int i = 0; i < kUpdates; ++i) {
+    auto [b, n] = half(i, 0);
+    alone.update(b, own, n);
+  }
+  CHECK_FALSE(torch::allclose(state_of(alone)[1], s1[1], 1e-4, 1e-6));
+}
