@@ -50,19 +50,29 @@ int main(int argc, char** argv) {
   const std::int64_t floats = critic_floats + actor_floats + 1;
   const auto device = trainer.context().device;
   const std::string dev = device.str();
-  const std::string backend = par.world_size() == 1 ? "none" : device.is_cuda() ? "nccl" : "gloo";
 
-  if (par.world_size() > 1) {
+  // One rank: a backend of its own over an in-memory store (NCCL on CUDA: its kernels
+  // still run; Gloo on the CPU: copies only), to time it alone.
+  anvil::dist::Group alone;
+  if (par.world_size() == 1)
+    alone = anvil::dist::Group(anvil::dist::World{}, c10::make_intrusive<c10d::HashStore>(), device,
+                               anvil::DistBackend::auto_, std::chrono::seconds(60), "", 25, /*even_alone=*/true);
+  auto all_reduce = [&](std::vector<at::Tensor>& g) {
+    if (par.world_size() == 1) alone.all_reduce_mean(g);
+    else par.all_reduce_mean(g);
+  };
+  const std::string backend = device.is_cuda() && anvil::compat::has_nccl ? "nccl" : "gloo";
+  {
     // The update's three flat gradients, sent together as the trainer sends them.
     auto critic = torch::randn({critic_floats}, at::TensorOptions().device(device));
     auto actor = torch::randn({actor_floats}, at::TensorOptions().device(device));
     auto alpha = torch::randn({1}, at::TensorOptions().device(device));
     std::vector<at::Tensor> grads{critic, actor, alpha};
-    for (int i = 0; i < 20; ++i) par.all_reduce_mean(grads);  // warm-up: connections, buffers
+    for (int i = 0; i < 20; ++i) all_reduce(grads);  // warm-up: connections, buffers
     std::vector<double> per_call;
     for (int r = 0; r < b.rounds; ++r) {
       const auto t0 = std::chrono::steady_clock::now();
-      for (int i = 0; i < b.reduces; ++i) par.all_reduce_mean(grads);
+      for (int i = 0; i < b.reduces; ++i) all_reduce(grads);
       if (device.is_cuda()) (void)grads[2].cpu();  // NCCL is asynchronous: wait for the last one
       per_call.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / b.reduces);
     }

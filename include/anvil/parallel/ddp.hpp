@@ -81,12 +81,14 @@ class Group {
  public:
   Group() = default;
   /// Joins `world` through `store` with `backend` on `device`. Throws DistributedError
-  /// naming this rank when the others do not arrive within `timeout`.
+  /// naming this rank when the others do not arrive within `timeout`. A world of one rank
+  /// has no backend (collectives do nothing) unless `even_alone` (to time a backend alone).
   Group(const World& world, c10::intrusive_ptr<compat::Store> store, c10::Device device, DistBackend backend,
-        std::chrono::milliseconds timeout, const std::string& interface = "", double bucket_mb = 25)
+        std::chrono::milliseconds timeout, const std::string& interface = "", double bucket_mb = 25,
+        bool even_alone = false)
       : world_(world), store_(std::move(store)), device_(device), timeout_(timeout),
         bucket_elems_(std::max<std::int64_t>(1, static_cast<std::int64_t>(bucket_mb * (1 << 20) / 4))) {
-    if (world_.world_size == 1) return;
+    if (world_.world_size == 1 && !even_alone) return;
     if (backend == DistBackend::auto_)
       backend = device.is_cuda() && compat::has_nccl ? DistBackend::nccl : DistBackend::gloo;
     if (backend == DistBackend::nccl && !device.is_cuda())
@@ -138,7 +140,7 @@ class Group {
   /// of the flat optimizers' gradients is one tensor already), reduced in pieces of at most
   /// `bucket_mb` that are all in flight at once, and unpacked.
   void all_reduce_mean(std::vector<at::Tensor>& ts) {
-    if (world_.world_size == 1 || ts.empty()) return;
+    if (!pg_ || ts.empty()) return;
     timed("all-reduce of the gradients", [&] {
       at::Tensor flat;
       const bool one = ts.size() == 1 && ts[0].is_contiguous() && ts[0].dim() == 1;
@@ -169,7 +171,7 @@ class Group {
 
   /// Rank 0's tensors on every rank, in place.
   void broadcast(std::vector<at::Tensor>& ts) {
-    if (world_.world_size == 1 || ts.empty()) return;
+    if (!pg_ || ts.empty()) return;
     timed("broadcast from rank 0", [&] {
       for (auto& t : ts) {
         auto d = t.is_contiguous() && t.device() == device_ ? t : t.to(device_).contiguous();
@@ -184,7 +186,7 @@ class Group {
 
   /// Rank 0's bytes on every rank (any length).
   void broadcast_bytes(std::vector<std::uint8_t>& bytes) {
-    if (world_.world_size == 1) return;
+    if (!pg_) return;
     std::vector<at::Tensor> n{at::full({1}, static_cast<std::int64_t>(bytes.size()), at::kLong)};
     broadcast(n);
     bytes.resize(static_cast<std::size_t>(n[0].item<std::int64_t>()));
@@ -221,7 +223,7 @@ class Group {
   }
 
   void reduce(at::Tensor& t, c10d::ReduceOp op, const char* what) {
-    if (world_.world_size == 1) return;
+    if (!pg_) return;
     timed(what, [&] {
       auto d = t.is_contiguous() && t.device() == device_ ? t : t.to(device_).contiguous();
       auto flat = d.view({-1});
