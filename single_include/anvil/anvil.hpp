@@ -4284,6 +4284,167 @@ class FlatAdam {
 #include <utility>
 #include <vector>
 
+// ---- begin <anvil/observe/timers.hpp> ----
+/// @file
+/// Where the time goes: wall-clock totals for each phase of a trainer step, and what they
+/// say about what bounds a run. Light header. A phase is timed with `ScopedPhase`: two clock
+/// reads (about 50 ns), plus a device synchronisation before each when a sync function is
+/// set (CUDA, where work is asynchronous and would otherwise be billed to whoever waits).
+
+#include <array>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace anvil {
+
+/// The phases of a trainer step that are timed separately. `all_reduce` and `optimizer`
+/// happen inside an update and are taken out of `update`, which keeps the forward and
+/// backward passes (and the losses).
+enum class Phase : std::size_t { env, act, buffer_add, sample, update, all_reduce, optimizer, eval, log, checkpoint, count };
+
+/// Name of each phase as it appears in logs and summary.json.
+inline constexpr std::array<std::string_view, static_cast<std::size_t>(Phase::count)> kPhaseNames{
+    "env", "act", "buffer_add", "sample", "update", "all_reduce", "optimizer", "eval", "log", "checkpoint"};
+
+/// Accumulated seconds per phase.
+class PhaseTimes {
+ public:
+  using clock = std::chrono::steady_clock;
+  void add(Phase p, clock::duration d) noexcept {
+    total_[static_cast<std::size_t>(p)] += d;
+    ++calls_;
+  }
+  /// Time spent in `inner` while `outer` was open: moved from `outer` to `inner`.
+  void add_nested(Phase inner, Phase outer, clock::duration d) noexcept {
+    total_[static_cast<std::size_t>(inner)] += d;
+    total_[static_cast<std::size_t>(outer)] -= d;
+    ++calls_;
+  }
+  [[nodiscard]] double seconds(Phase p) const noexcept {
+    return std::chrono::duration<double>(total_[static_cast<std::size_t>(p)]).count();
+  }
+  [[nodiscard]] double total_seconds() const noexcept {
+    double s = 0;
+    for (std::size_t i = 0; i < total_.size(); ++i) s += seconds(static_cast<Phase>(i));
+    return s;
+  }
+  /// Share of the timed total spent in `p` (0 when nothing was timed).
+  [[nodiscard]] double share(Phase p) const noexcept {
+    const double t = total_seconds();
+    return t > 0 ? seconds(p) / t : 0.0;
+  }
+  /// Phases timed so far (for the timers' own cost: calls x cost of one).
+  [[nodiscard]] std::int64_t calls() const noexcept { return calls_; }
+  /// The times accumulated since `before` (a copy taken earlier).
+  [[nodiscard]] PhaseTimes since(const PhaseTimes& before) const noexcept {
+    PhaseTimes d;
+    for (std::size_t i = 0; i < total_.size(); ++i) d.total_[i] = total_[i] - before.total_[i];
+    d.calls_ = calls_ - before.calls_;
+    return d;
+  }
+
+  /// Called before each clock read when set: a device synchronisation (CUDA).
+  void (*sync)() = nullptr;
+  /// Off: phases are not timed (ScopedPhase does nothing).
+  bool enabled = true;
+
+ private:
+  std::array<clock::duration, static_cast<std::size_t>(Phase::count)> total_{};
+  std::int64_t calls_ = 0;
+};
+
+/// Adds the time from construction to destruction to one phase (and, when `outer` is
+/// given, takes it out of that enclosing phase).
+class ScopedPhase {
+ public:
+  ScopedPhase(PhaseTimes& t, Phase p) noexcept : ScopedPhase(t, p, Phase::count) {}
+  ScopedPhase(PhaseTimes& t, Phase p, Phase outer) noexcept : t_(t), p_(p), outer_(outer) {
+    if (!t_.enabled) return;
+    if (t_.sync) t_.sync();
+    start_ = PhaseTimes::clock::now();
+  }
+  ScopedPhase(const ScopedPhase&) = delete;
+  ScopedPhase& operator=(const ScopedPhase&) = delete;
+  ~ScopedPhase() {
+    if (!t_.enabled) return;
+    if (t_.sync) t_.sync();
+    const auto d = PhaseTimes::clock::now() - start_;
+    if (outer_ == Phase::count) t_.add(p_, d);
+    else t_.add_nested(p_, outer_, d);
+  }
+
+ private:
+  PhaseTimes& t_;
+  Phase p_, outer_;
+  PhaseTimes::clock::time_point start_{};
+};
+
+/// The cost of timing one phase without a sync (two clock reads and the bookkeeping),
+/// measured on this machine, in seconds.
+inline double phase_timer_cost() {
+  PhaseTimes t;
+  constexpr int kN = 20000;
+  const auto t0 = PhaseTimes::clock::now();
+  for (int i = 0; i < kN; ++i) ScopedPhase p(t, Phase::env);
+  return std::chrono::duration<double>(PhaseTimes::clock::now() - t0).count() / kN;
+}
+
+/// What bounds a run, from its phase times: the largest share, named, with what to change.
+/// Empty when nothing was timed.
+inline std::string bottleneck(const PhaseTimes& t) {
+  const double total = t.total_seconds();
+  if (total <= 0) return "";
+  auto pct = [&](double share) {
+    char b[16];
+    std::snprintf(b, sizeof b, "%.0f%%", 100 * share);
+    return std::string(b);
+  };
+  const double env = t.share(Phase::env), act = t.share(Phase::act), sample = t.share(Phase::sample);
+  const double learn = t.share(Phase::update) + t.share(Phase::optimizer), comm = t.share(Phase::all_reduce);
+  const double store = t.share(Phase::buffer_add), side = t.share(Phase::eval) + t.share(Phase::log) + t.share(Phase::checkpoint);
+  struct Verdict {
+    double share;
+    std::string text;
+  };
+  const std::vector<Verdict> v{
+      {env, "env-bound: " + pct(env) + " of the time in env.step; raise env.num_envs (or use env.async) "
+                                        "or train.update_interval"},
+      {learn, "update-bound: " + pct(learn) + " of the time in updates (forward, backward, optimizer); raise "
+                                              "train.update_interval, use BF16, or add ranks"},
+      {comm, "communication-bound: " + pct(comm) + " of the time in the gradient all-reduce; fewer, larger "
+                                                   "updates (sac.batch_size, train.update_interval) or fewer ranks"},
+      {act, "action-bound: " + pct(act) + " of the time choosing actions; raise env.num_envs so each forward "
+                                          "pass serves more envs"},
+      {sample, "sampling-bound: " + pct(sample) + " of the time sampling the buffer; raise the batch size or "
+                                                  "train.update_interval"},
+      {store, "storage-bound: " + pct(store) + " of the time adding to the buffer"},
+      {side, "bookkeeping-bound: " + pct(side) + " of the time in evaluation, logging and checkpoints; raise "
+                                                "train.eval_interval, run.log_interval or run.checkpoint_interval"}};
+  const Verdict* best = &v[0];
+  for (const auto& x : v)
+    if (x.share > best->share) best = &x;
+  return best->text;
+}
+
+/// One line of shares: "env 41% | act 9% | ... ".
+inline std::string shares_line(const PhaseTimes& t) {
+  std::string s;
+  for (std::size_t i = 0; i < kPhaseNames.size(); ++i) {
+    char b[48];
+    std::snprintf(b, sizeof b, "%s%.*s %.0f%%", s.empty() ? "" : " | ", static_cast<int>(kPhaseNames[i].size()),
+                  kPhaseNames[i].data(), 100 * t.share(static_cast<Phase>(i)));
+    s += b;
+  }
+  return s;
+}
+
+}  // namespace anvil
+// ---- end <anvil/observe/timers.hpp> ----
 // ---- begin <anvil/precision/loss_scaler.hpp> ----
 /// @file
 /// `LossScaler`: the dynamic loss scaling of mixed-precision training (Micikevicius et al.
@@ -4376,6 +4537,9 @@ class StepContext {
     /// Gradient accumulation: an update splits its batch into this many micro-batches and
     /// takes one optimizer step on their averaged gradient (`train.grad_accumulation`).
     int micro_batches = 1;
+    /// When set, the all-reduce and the optimizer step are timed into it (taken out of the
+    /// update phase, which keeps the forward and backward passes).
+    PhaseTimes* times = nullptr;
   };
 
   StepContext() = default;
@@ -4416,7 +4580,7 @@ class StepContext {
     auto grads = gradients(loss, params);
     for (std::size_t i = 0; i < params.size(); ++i)
       if (!grads[i].defined()) grads[i] = torch::zeros_like(params[i]);
-    if (opt_.all_reduce_mean) opt_.all_reduce_mean(grads);
+    all_reduce(grads);
     if (scaler_) {
       std::vector<at::Tensor> parts;
       for (auto& g : grads) parts.push_back(g.reshape(-1));
@@ -4428,6 +4592,7 @@ class StepContext {
         off += g.numel();
       }
     }
+    InnerPhase timer(opt_.times, Phase::optimizer);
     for (std::size_t i = 0; i < params.size(); ++i) params[i].mutable_grad() = grads[i];
     if (max_grad_norm > 0) torch::nn::utils::clip_grad_norm_(params, max_grad_norm);
     optimizer.step();
@@ -4452,7 +4617,7 @@ class StepContext {
   /// the step if it is not finite, clips it, and steps `optimizer`. Returns whether it stepped.
   bool apply(FlatAdam& optimizer, at::Tensor flat_grad, double max_grad_norm = 0.0) {
     std::vector<at::Tensor> flat{std::move(flat_grad)};
-    if (opt_.all_reduce_mean) opt_.all_reduce_mean(flat);
+    all_reduce(flat);
     return step_reduced(optimizer, flat[0], max_grad_norm);
   }
 
@@ -4470,7 +4635,7 @@ class StepContext {
     std::vector<at::Tensor> grads;
     grads.reserve(steps.size());
     for (auto& s : steps) grads.push_back(std::move(s.flat_grad));
-    if (opt_.all_reduce_mean) opt_.all_reduce_mean(grads);
+    all_reduce(grads);
     int stepped = 0;
     for (std::size_t i = 0; i < steps.size(); ++i) stepped += step_reduced(*steps[i].optimizer, grads[i], steps[i].max_grad_norm);
     return stepped;
@@ -4548,6 +4713,7 @@ class StepContext {
   }
   // The rest of `apply` once `grad` is averaged across ranks: unscale and check, clip, step.
   bool step_reduced(FlatAdam& optimizer, at::Tensor& grad, double max_grad_norm) {
+    InnerPhase timer(opt_.times, Phase::optimizer);
     if (scaler_ && !scaler_->unscale_and_check(grad)) return skip();
     if (max_grad_norm > 0)  // as torch's clip_grad_norm_, without a host sync
       grad.mul_((max_grad_norm / (grad.norm() + 1e-6)).clamp_max(1.0));
@@ -4555,6 +4721,22 @@ class StepContext {
     ++steps_;
     return true;
   }
+  // Averages `grads` across ranks (timed as the all-reduce phase).
+  void all_reduce(std::vector<at::Tensor>& grads) {
+    if (!opt_.all_reduce_mean) return;
+    InnerPhase timer(opt_.times, Phase::all_reduce);
+    opt_.all_reduce_mean(grads);
+  }
+  // Times phase `p` inside the update phase, or nothing when the context is not timed.
+  class InnerPhase {
+   public:
+    InnerPhase(PhaseTimes* t, Phase p) {
+      if (t) s_.emplace(*t, p, Phase::update);
+    }
+
+   private:
+    std::optional<ScopedPhase> s_;
+  };
   // A step with non-finite gradients: parameters and optimizer state stay as they were.
   static bool skip() noexcept { return false; }
 
@@ -4982,6 +5164,15 @@ class BasicSAC {
     ++updates_;
     info.td_error = critic.td;
     return info;
+  }
+
+  /// The learning rates now, by optimizer (for logs).
+  [[nodiscard]] std::vector<std::pair<std::string, double>> learning_rates() const {
+    return {{"actor", actor_opt_.lr()}, {"critic", critic_opt_.lr()}, {"alpha", alpha_opt_.lr()}};
+  }
+  /// Each network's parameters as one flat tensor (for weight histograms).
+  [[nodiscard]] std::vector<std::pair<std::string, at::Tensor>> flat_parameters() const {
+    return {{"actor", actor_opt_.parameters().flat()}, {"critic", critic_opt_.parameters().flat()}};
   }
 
   /// Whether updates and actions take the hand-written fast path (`manual_backward`).
@@ -7970,64 +8161,6 @@ inline std::string timestamp_for_path() {
 
 }  // namespace anvil
 // ---- end <anvil/observe/run_files.hpp> ----
-// ---- begin <anvil/observe/timers.hpp> ----
-/// @file
-/// Where the time goes: wall-clock totals for each phase of a trainer step. Light header.
-/// A phase is timed with `ScopedPhase`; two clock reads per phase, about 50 ns.
-
-#include <array>
-#include <chrono>
-#include <cstddef>
-#include <string_view>
-
-namespace anvil {
-
-/// The phases of a trainer step that are timed separately.
-enum class Phase : std::size_t { env, act, buffer_add, sample, update, eval, log, count };
-
-/// Name of each phase as it appears in logs and summary.json.
-inline constexpr std::array<std::string_view, static_cast<std::size_t>(Phase::count)> kPhaseNames{
-    "env", "act", "buffer_add", "sample", "update", "eval", "log"};
-
-/// Accumulated seconds per phase.
-class PhaseTimes {
- public:
-  using clock = std::chrono::steady_clock;
-  void add(Phase p, clock::duration d) noexcept { total_[static_cast<std::size_t>(p)] += d; }
-  [[nodiscard]] double seconds(Phase p) const noexcept {
-    return std::chrono::duration<double>(total_[static_cast<std::size_t>(p)]).count();
-  }
-  [[nodiscard]] double total_seconds() const noexcept {
-    double s = 0;
-    for (std::size_t i = 0; i < total_.size(); ++i) s += seconds(static_cast<Phase>(i));
-    return s;
-  }
-  /// Share of the timed total spent in `p` (0 when nothing was timed).
-  [[nodiscard]] double share(Phase p) const noexcept {
-    const double t = total_seconds();
-    return t > 0 ? seconds(p) / t : 0.0;
-  }
-
- private:
-  std::array<clock::duration, static_cast<std::size_t>(Phase::count)> total_{};
-};
-
-/// Adds the time from construction to destruction to one phase.
-class ScopedPhase {
- public:
-  ScopedPhase(PhaseTimes& t, Phase p) noexcept : t_(t), p_(p), start_(PhaseTimes::clock::now()) {}
-  ScopedPhase(const ScopedPhase&) = delete;
-  ScopedPhase& operator=(const ScopedPhase&) = delete;
-  ~ScopedPhase() { t_.add(p_, PhaseTimes::clock::now() - start_); }
-
- private:
-  PhaseTimes& t_;
-  Phase p_;
-  PhaseTimes::clock::time_point start_;
-};
-
-}  // namespace anvil
-// ---- end <anvil/observe/timers.hpp> ----
 
 // ---- begin <anvil/train/run_config.hpp> ----
 /// @file
@@ -8078,6 +8211,12 @@ struct RunConfig {
   Param<int, "keep_last", "checkpoints kept; older ones are deleted", at_least(1)> keep_last{3};
   Param<bool, "checkpoint_buffer", "also save the replay buffer with each checkpoint (exact resume)">
       checkpoint_buffer{false};
+  Param<bool, "tensorboard", "write TensorBoard event files in the run directory"> tensorboard{true};
+  Param<bool, "tensorboard_histograms", "also histograms of the networks' weights at each log row">
+      tensorboard_histograms{false};
+  Param<bool, "timings", "time each phase of a step (env, act, sample, update, all-reduce, ...)"> timings{true};
+  Param<bool, "sync_timings", "on CUDA, synchronise the device around each timed phase (true times)">
+      sync_timings{true};
   Param<std::string, "resume",
         "a checkpoint to continue from, or auto: the latest in run_dir (none there: start afresh)">
       resume{""};
@@ -8123,6 +8262,7 @@ struct TrainConfig {
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Context.h>
 #include <torch/csrc/autograd/anomaly_mode.h>
+#include <torch/cuda.h>
 #include <torch/utils.h>
 
 #include <algorithm>
@@ -8132,6 +8272,8 @@ struct TrainConfig {
 #include <cstdint>
 #include <deque>
 #include <filesystem>
+#include <fstream>
+#include <span>
 #include <map>
 #include <memory>
 #include <numeric>
@@ -8141,6 +8283,365 @@ struct TrainConfig {
 #include <utility>
 #include <vector>
 
+// ---- begin <anvil/observe/gpu_monitor.hpp> ----
+/// @file
+/// `GpuMonitor`: utilisation, memory and power of each visible NVIDIA GPU, read through
+/// NVML, which is loaded at run time (dlopen of libnvidia-ml.so.1, installed with the
+/// driver): anvil neither links nor needs it. Without NVML or without a GPU the monitor is
+/// off and says why once. Light header.
+
+#include <dlfcn.h>
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+namespace anvil {
+
+/// One GPU at one moment.
+struct GpuSample {
+  int index = 0;
+  double utilization = 0;  ///< percent of the last sample period a kernel ran
+  double memory_used_gb = 0, memory_total_gb = 0;
+  double power_w = 0;  ///< 0 when the GPU does not report it
+};
+
+class GpuMonitor {
+ public:
+  /// Loads NVML and counts the GPUs; `available()` says whether it worked, `status()` why not.
+  GpuMonitor() {
+    lib_ = ::dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!lib_) {
+      status_ = "GPU monitor off: NVML (libnvidia-ml.so.1) is not installed, so there is no NVIDIA driver here";
+      return;
+    }
+    auto sym = [&](const char* name) { return ::dlsym(lib_, name); };
+    init_ = reinterpret_cast<int (*)()>(sym("nvmlInit_v2"));
+    shutdown_ = reinterpret_cast<int (*)()>(sym("nvmlShutdown"));
+    count_ = reinterpret_cast<int (*)(unsigned*)>(sym("nvmlDeviceGetCount_v2"));
+    handle_ = reinterpret_cast<int (*)(unsigned, void**)>(sym("nvmlDeviceGetHandleByIndex_v2"));
+    util_ = reinterpret_cast<int (*)(void*, Utilization*)>(sym("nvmlDeviceGetUtilizationRates"));
+    memory_ = reinterpret_cast<int (*)(void*, Memory*)>(sym("nvmlDeviceGetMemoryInfo"));
+    power_ = reinterpret_cast<int (*)(void*, unsigned*)>(sym("nvmlDeviceGetPowerUsage"));
+    if (!init_ || !shutdown_ || !count_ || !handle_ || !util_ || !memory_) {
+      status_ = "GPU monitor off: this NVML lacks the functions anvil reads";
+      return;
+    }
+    if (const int rc = init_(); rc != 0) {
+      status_ = "GPU monitor off: NVML failed to start (error " + std::to_string(rc) + "; is the driver loaded?)";
+      return;
+    }
+    started_ = true;
+    unsigned n = 0;
+    if (count_(&n) != 0 || n == 0) {
+      status_ = "GPU monitor off: NVML sees no GPU";
+      return;
+    }
+    for (unsigned i = 0; i < n; ++i) {
+      void* h = nullptr;
+      if (handle_(i, &h) == 0) devices_.push_back({static_cast<int>(i), h});
+    }
+    status_ = "GPU monitor: " + std::to_string(devices_.size()) + " GPU(s) through NVML";
+  }
+  GpuMonitor(const GpuMonitor&) = delete;
+  GpuMonitor& operator=(const GpuMonitor&) = delete;
+  ~GpuMonitor() {
+    if (started_) shutdown_();
+    if (lib_) ::dlclose(lib_);
+  }
+
+  [[nodiscard]] bool available() const noexcept { return !devices_.empty(); }
+  /// One line: how many GPUs it watches, or why it is off.
+  [[nodiscard]] const std::string& status() const noexcept { return status_; }
+
+  /// Every GPU now (empty when off).
+  [[nodiscard]] std::vector<GpuSample> sample() const {
+    std::vector<GpuSample> out;
+    for (const auto& d : devices_) {
+      GpuSample s;
+      s.index = d.index;
+      Utilization u{};
+      if (util_(d.handle, &u) == 0) s.utilization = u.gpu;
+      Memory m{};
+      if (memory_(d.handle, &m) == 0) {
+        s.memory_used_gb = static_cast<double>(m.used) / 1e9;
+        s.memory_total_gb = static_cast<double>(m.total) / 1e9;
+      }
+      unsigned mw = 0;
+      if (power_ && power_(d.handle, &mw) == 0) s.power_w = mw / 1000.0;
+      out.push_back(s);
+    }
+    return out;
+  }
+
+  /// "gpu0 97% 12.3/80.0 GB 301 W" for each GPU, for a progress line.
+  [[nodiscard]] static std::string describe(const std::vector<GpuSample>& samples) {
+    std::string s;
+    for (const auto& g : samples) {
+      char b[96];
+      std::snprintf(b, sizeof b, "%sgpu%d %.0f%% %.1f/%.1f GB %.0f W", s.empty() ? "" : "  ", g.index, g.utilization,
+                    g.memory_used_gb, g.memory_total_gb, g.power_w);
+      s += b;
+    }
+    return s;
+  }
+
+ private:
+  // NVML's structs, as its header declares them.
+  struct Utilization {
+    unsigned gpu, memory;
+  };
+  struct Memory {
+    unsigned long long total, free, used;
+  };
+  struct Device {
+    int index;
+    void* handle;
+  };
+
+  void* lib_ = nullptr;
+  bool started_ = false;
+  int (*init_)() = nullptr;
+  int (*shutdown_)() = nullptr;
+  int (*count_)(unsigned*) = nullptr;
+  int (*handle_)(unsigned, void**) = nullptr;
+  int (*util_)(void*, Utilization*) = nullptr;
+  int (*memory_)(void*, Memory*) = nullptr;
+  int (*power_)(void*, unsigned*) = nullptr;
+  std::vector<Device> devices_;
+  std::string status_;
+};
+
+}  // namespace anvil
+// ---- end <anvil/observe/gpu_monitor.hpp> ----
+// ---- begin <anvil/observe/tensorboard.hpp> ----
+/// @file
+/// `TensorBoardWriter`: TensorBoard event files (`events.out.tfevents.<time>.<host>`)
+/// written directly: each record is TFRecord-framed (length, masked CRC-32C of the length,
+/// payload, masked CRC-32C of the payload) around a serialized `tensorflow.Event` protocol
+/// buffer holding scalars (`Summary.Value.simple_value`) or histograms (`HistogramProto`).
+/// The three messages are encoded by hand here (a few dozen lines) rather than with
+/// libprotobuf: generated code would need protoc and TensorBoard's .proto files at build
+/// time for three messages; the CRC-32C is the one checkpoints use. Light header.
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <limits>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+
+namespace anvil {
+
+namespace tb {
+
+/// TFRecord's masked CRC-32C (a rotation plus a constant, so that a CRC of data holding
+/// CRCs stays well distributed).
+inline std::uint32_t masked_crc(const void* data, std::size_t n) {
+  detail::Crc32c c;
+  c.update(data, n);
+  const std::uint32_t crc = c.value();
+  return ((crc >> 15) | (crc << 17)) + 0xa282ead8u;
+}
+
+/// Protocol-buffer encoding, the parts an Event needs.
+class ProtoWriter {
+ public:
+  void varint(std::uint64_t v) {
+    while (v >= 0x80) {
+      out_.push_back(static_cast<char>((v & 0x7f) | 0x80));
+      v >>= 7;
+    }
+    out_.push_back(static_cast<char>(v));
+  }
+  void key(int field, int wire) { varint(static_cast<std::uint64_t>(field) << 3 | static_cast<std::uint64_t>(wire)); }
+  void double_field(int field, double v) {
+    key(field, 1);
+    raw(&v, 8);
+  }
+  void float_field(int field, float v) {
+    key(field, 5);
+    raw(&v, 4);
+  }
+  void int_field(int field, std::int64_t v) {
+    key(field, 0);
+    varint(static_cast<std::uint64_t>(v));
+  }
+  void bytes_field(int field, const std::string& s) {
+    key(field, 2);
+    varint(s.size());
+    out_ += s;
+  }
+  /// A packed repeated double.
+  void packed_doubles(int field, std::span<const double> v) {
+    key(field, 2);
+    varint(v.size() * 8);
+    raw(v.data(), v.size() * 8);
+  }
+  [[nodiscard]] const std::string& str() const noexcept { return out_; }
+
+ private:
+  void raw(const void* p, std::size_t n) { out_.append(static_cast<const char*>(p), n); }
+  std::string out_;
+};
+
+/// A histogram in TensorBoard's layout: bucket i counts the values from limit[i-1] (or the
+/// minimum) up to limit[i], the last bucket including the maximum.
+struct Histogram {
+  double min = 0, max = 0, num = 0, sum = 0, sum_squares = 0;
+  std::vector<double> bucket_limit, bucket;
+
+  /// `bins` equal-width buckets over the values' range (NaNs and infinities skipped).
+  static Histogram of(std::span<const float> values, int bins = 30) {
+    Histogram h;
+    h.min = std::numeric_limits<double>::infinity();
+    h.max = -h.min;
+    for (float f : values) {
+      if (!std::isfinite(f)) continue;
+      const double x = f;
+      h.min = std::min(h.min, x);
+      h.max = std::max(h.max, x);
+      h.num += 1;
+      h.sum += x;
+      h.sum_squares += x * x;
+    }
+    if (h.num == 0) return Histogram{};
+    const double width = h.max > h.min ? (h.max - h.min) / bins : 1.0;
+    h.bucket.assign(static_cast<std::size_t>(bins), 0.0);
+    for (int i = 0; i < bins; ++i) h.bucket_limit.push_back(h.min + width * (i + 1));
+    h.bucket_limit.back() = std::max(h.bucket_limit.back(), h.max);
+    for (float f : values) {
+      if (!std::isfinite(f)) continue;
+      auto i = static_cast<std::ptrdiff_t>((f - h.min) / width);
+      i = std::clamp<std::ptrdiff_t>(i, 0, bins - 1);
+      h.bucket[static_cast<std::size_t>(i)] += 1;
+    }
+    return h;
+  }
+};
+
+}  // namespace tb
+
+/// Appends events to one TensorBoard event file in `dir`. Each `scalar` or `histogram` is
+/// one event; `flush` makes them visible to TensorBoard (also done every `flush_every`
+/// events and on destruction).
+class TensorBoardWriter {
+ public:
+  TensorBoardWriter() = default;
+  explicit TensorBoardWriter(const std::filesystem::path& dir, int flush_every = 64) : flush_every_(flush_every) {
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+    char host[256] = "localhost";
+    ::gethostname(host, sizeof host - 1);
+    const auto secs = static_cast<long long>(now());
+    path_ = dir / ("events.out.tfevents." + std::to_string(secs) + "." + host + "." + std::to_string(::getpid()));
+    f_ = std::fopen(path_.c_str(), "wb");
+    if (!f_) throw Error("cannot write TensorBoard events to '" + path_.string() + "'");
+    tb::ProtoWriter e;  // the first event names the format version
+    e.double_field(1, now());
+    e.bytes_field(3, "brain.Event:2");
+    record(e.str());
+    flush();
+  }
+  TensorBoardWriter(TensorBoardWriter&& o) noexcept { *this = std::move(o); }
+  TensorBoardWriter& operator=(TensorBoardWriter&& o) noexcept {
+    if (this != &o) {
+      close();
+      f_ = std::exchange(o.f_, nullptr);
+      path_ = std::move(o.path_);
+      flush_every_ = o.flush_every_;
+      pending_ = o.pending_;
+    }
+    return *this;
+  }
+  ~TensorBoardWriter() { close(); }
+
+  [[nodiscard]] bool is_open() const noexcept { return f_ != nullptr; }
+  [[nodiscard]] const std::filesystem::path& path() const noexcept { return path_; }
+
+  /// A scalar `tag` = `value` at `step`.
+  void scalar(const std::string& tag, double value, std::int64_t step) {
+    if (!f_) return;
+    tb::ProtoWriter v;
+    v.bytes_field(1, tag);
+    v.float_field(2, static_cast<float>(value));
+    event(v.str(), step);
+  }
+
+  /// A histogram of `values` (e.g. a layer's weights) under `tag` at `step`.
+  void histogram(const std::string& tag, std::span<const float> values, std::int64_t step, int bins = 30) {
+    if (!f_) return;
+    const auto h = tb::Histogram::of(values, bins);
+    tb::ProtoWriter hp;
+    hp.double_field(1, h.min);
+    hp.double_field(2, h.max);
+    hp.double_field(3, h.num);
+    hp.double_field(4, h.sum);
+    hp.double_field(5, h.sum_squares);
+    hp.packed_doubles(6, h.bucket_limit);
+    hp.packed_doubles(7, h.bucket);
+    tb::ProtoWriter v;
+    v.bytes_field(1, tag);
+    v.bytes_field(5, hp.str());
+    event(v.str(), step);
+  }
+
+  void flush() {
+    if (!f_) return;
+    if (std::fflush(f_) != 0) throw Error("writing '" + path_.string() + "' failed (disk full?)");
+    pending_ = 0;
+  }
+
+ private:
+  static double now() {
+    return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  }
+  // An Event holding a Summary with one Value.
+  void event(const std::string& value, std::int64_t step) {
+    tb::ProtoWriter summary;
+    summary.bytes_field(1, value);
+    tb::ProtoWriter e;
+    e.double_field(1, now());
+    e.int_field(2, step);
+    e.bytes_field(5, summary.str());
+    record(e.str());
+    if (++pending_ >= flush_every_) flush();
+  }
+  // TFRecord framing.
+  void record(const std::string& data) {
+    const std::uint64_t n = data.size();
+    const std::uint32_t len_crc = tb::masked_crc(&n, sizeof n);
+    const std::uint32_t data_crc = tb::masked_crc(data.data(), data.size());
+    const bool ok = std::fwrite(&n, 8, 1, f_) == 1 && std::fwrite(&len_crc, 4, 1, f_) == 1 &&
+                    (data.empty() || std::fwrite(data.data(), data.size(), 1, f_) == 1) &&
+                    std::fwrite(&data_crc, 4, 1, f_) == 1;
+    if (!ok) throw Error("writing '" + path_.string() + "' failed (disk full?)");
+  }
+  void close() noexcept {
+    if (f_) {
+      std::fflush(f_);
+      std::fclose(f_);
+      f_ = nullptr;
+    }
+  }
+
+  std::FILE* f_ = nullptr;
+  std::filesystem::path path_;
+  int flush_every_ = 64;
+  int pending_ = 0;
+};
+
+}  // namespace anvil
+// ---- end <anvil/observe/tensorboard.hpp> ----
 
 namespace anvil {
 
@@ -8256,6 +8757,9 @@ class BasicTrainer {
     so.autocast_dtype = X::compute_dtype;
     so.threads = update_threads();
     so.micro_batches = cfg_.train->grad_accumulation;
+    so.times = &times_;
+    times_.enabled = cfg_.run->timings;
+    if (ctx_.device.is_cuda() && cfg_.run->sync_timings) times_.sync = [] { torch::cuda::synchronize(); };
     if constexpr (X::loss_scaling)
       so.loss_scaling = LossScaler::Options{cfg_.precision->init_scale, cfg_.precision->growth_factor,
                                             cfg_.precision->backoff_factor, cfg_.precision->growth_interval};
@@ -8313,9 +8817,13 @@ class BasicTrainer {
       show_progress();
     }
     if (eval_step_ != env_steps_) record_eval(evaluate(t.eval_episodes));  // not twice at one step
-    log_row();
+    if (log_step_ != env_steps_ || logged_eval_step_ != eval_step_) log_row();  // not the same row twice
     checkpoint();
-    if (parallel_->world_size() > 1 && parallel_->is_main()) progress_.message(sync_line_);
+    if (parallel_->world_size() > 1 && parallel_->is_main()) say(sync_line_);
+    if (parallel_->is_main() && times_.enabled) {
+      say("time: " + shares_line(times_));
+      say(bottleneck(times_));
+    }
     csv_.flush_pending();
     progress_.finish();
     result_.env_steps = env_steps_;
@@ -8323,8 +8831,9 @@ class BasicTrainer {
     result_.wall_seconds = elapsed();
     write_summary();
     if (parallel_->is_main()) {
-      progress_.message(summary_line());
-      progress_.message("logs: " + run_dir_.string() + " (metrics.csv, summary.json, config.yaml)");
+      say(summary_line());
+      say("logs: " + run_dir_.string() + " (training.log, metrics.csv, TensorBoard events, summary.json, config.yaml)");
+      tb_.flush();
     }
     return result_;
   }
@@ -8842,7 +9351,7 @@ class BasicTrainer {
   void checkpoint() {
     check_in_sync();
     if (!parallel_->is_main()) return;
-    ScopedPhase ph(times_, Phase::log);
+    ScopedPhase ph(times_, Phase::checkpoint);
     save_checkpoint(checkpoint_file(env_steps_));
     if constexpr (requires(BinaryWriter& w) { algo_->save_policy(w); }) save_policy(run_dir_ / "policy.bin");
     auto all = checkpoints_in(run_dir_);
@@ -8861,7 +9370,7 @@ class BasicTrainer {
     if (what == "auto") {
       const auto all = checkpoints_in(run_dir_);
       if (all.empty()) {
-        if (parallel_->is_main()) progress_.message("resume: no checkpoint in " + run_dir_.string() + "; starting afresh");
+        if (parallel_->is_main()) say("resume: no checkpoint in " + run_dir_.string() + "; starting afresh");
         return;
       }
       file = all.back();
@@ -8871,7 +9380,7 @@ class BasicTrainer {
     if constexpr (requires { buffer_->set_horizon(std::int64_t{}); }) buffer_->set_horizon(cfg_.train->steps);
     csv_ = parallel_->is_main() ? MetricsCsv::resume(run_dir_ / "metrics.csv", env_steps_) : MetricsCsv();
     if (parallel_->is_main())
-      progress_.message("resumed from " + file.string() + " at env step " + std::to_string(env_steps_));
+      say("resumed from " + file.string() + " at env step " + std::to_string(env_steps_));
   }
 
   double recent_return() const {
@@ -8907,22 +9416,32 @@ class BasicTrainer {
     write_file_atomic(run_dir_ / "config.yaml", "# " + program_ + ", config hash " +
                                                     config_hash_hex(cfg_) + "\n" + to_yaml(cfg_));
     csv_ = MetricsCsv(run_dir_ / "metrics.csv");
+    log_file_.open(run_dir_ / "training.log", std::ios::app);
+    if (!log_file_) throw Error("run.run_dir: cannot write '" + (run_dir_ / "training.log").string() + "'");
+    log_file_ << "==== " << timestamp_for_path() << " " << program_ << ", config hash " << config_hash_hex(cfg_)
+              << "\n# resolved config\n" << to_yaml(cfg_) << "# end of config\n";
+    if (cfg_.run->tensorboard) tb_ = TensorBoardWriter(run_dir_);
+    gpu_ = std::make_unique<GpuMonitor>();
+    notes_.push_back(gpu_->status());  // once, whether it found GPUs or not
+    timer_cost_ = phase_timer_cost();
     auto style = *cfg_.run->progress;
     progress_ = Progress(style == ProgressMode::auto_ ? Progress::detect()
                          : style == ProgressMode::bar ? Progress::Style::bar
                          : style == ProgressMode::lines ? Progress::Style::lines
                                                         : Progress::Style::off);
-    progress_.message(program_ + ": " + std::string(A::config_section.view()) + " on " + spec_.name +
+    say(program_ + ": " + std::string(A::config_section.view()) + " on " + spec_.name +
                       ", " + std::to_string(*cfg_.env->num_envs) + " env(s), device " +
                       ctx_.device.str() + ", " + std::to_string(*cfg_.train->steps) +
                       " steps, config hash " + config_hash_hex(cfg_));
-    for (const auto& n : notes_) progress_.message(n);
+    for (const auto& n : notes_) say(n);
   }
 
   // A row of metrics.csv. With several ranks every rank takes part: episodes, recent
   // returns and the algorithm's metrics are reduced over the ranks, then rank 0 writes.
   void log_row() {
     ScopedPhase ph(times_, Phase::log);
+    log_step_ = env_steps_;
+    logged_eval_step_ = eval_step_;
     const double wall = elapsed();
     const std::size_t k = std::min<std::size_t>(recent_.size(), 10);
     std::vector<double> sums{static_cast<double>(episodes_), static_cast<double>(k),
@@ -8952,6 +9471,72 @@ class BasicTrainer {
     }
     csv_.row(row, updates_ > 0);
     if (progress_.style() == Progress::Style::lines) show_progress(true);
+    observe_row(row, wall);
+  }
+
+  // The TensorBoard scalars, training.log lines and timing table of one log row.
+  void observe_row(const std::vector<std::pair<std::string, double>>& row, double wall) {
+    const std::int64_t step = env_steps_;
+    const std::string algo(A::config_section.view());
+    for (const auto& [k, v] : row) {
+      if (k == "env_steps" || k == "wall_s" || std::isnan(v)) continue;
+      const std::string tag = k == "recent_return"     ? "return/recent"
+                              : k == "eval_return"     ? "return/eval"
+                              : k == "env_steps_per_s" ? "speed/env_steps_per_s"
+                              : k == "updates" || k == "episodes" ? "progress/" + k
+                                                                  : algo + "/" + k;
+      tb_.scalar(tag, v, step);
+    }
+    if (wall > 0) tb_.scalar("speed/updates_per_s", static_cast<double>(updates_ - first_update_) / wall, step);
+    if constexpr (requires { algo_->learning_rates(); })
+      for (const auto& [name, lr] : algo_->learning_rates()) tb_.scalar("lr/" + name, lr, step);
+    if constexpr (requires { algo_->flat_parameters(); })
+      if (cfg_.run->tensorboard_histograms && tb_.is_open())
+        for (const auto& [name, w] : algo_->flat_parameters()) {
+          const at::Tensor c = w.detach().to(at::kCPU, at::kFloat).contiguous();
+          const auto* data = static_cast<const float*>(c.data_ptr());
+          tb_.histogram("weights/" + name, std::span<const float>(data, static_cast<std::size_t>(c.numel())), step);
+        }
+    std::string line = "step " + std::to_string(step) + ":";
+    for (const auto& [k, v] : row) {
+      char b[64];
+      std::snprintf(b, sizeof b, " %s=%.6g", k.c_str(), v);
+      line += b;
+    }
+    log_file_ << line << "\n";
+    std::vector<std::string> extra;
+    if (times_.enabled) {
+      const auto d = times_.since(last_row_times_);
+      last_row_times_ = times_;
+      for (std::size_t p = 0; p < kPhaseNames.size(); ++p)
+        tb_.scalar("time/" + std::string(kPhaseNames[p]), d.share(static_cast<Phase>(p)), step);
+      if (d.total_seconds() > 0) extra.push_back("time: " + shares_line(d) + "\n  " + bottleneck(d));
+    }
+    if (gpu_ && gpu_->available()) {
+      const auto g = gpu_->sample();
+      for (const auto& s : g) {
+        const std::string p = "gpu" + std::to_string(s.index) + "/";
+        tb_.scalar(p + "utilization_pct", s.utilization, step);
+        tb_.scalar(p + "memory_used_gb", s.memory_used_gb, step);
+        tb_.scalar(p + "memory_total_gb", s.memory_total_gb, step);
+        tb_.scalar(p + "power_w", s.power_w, step);
+      }
+      extra.push_back(GpuMonitor::describe(g));
+    }
+    for (const auto& e : extra) {
+      log_file_ << "  " << e << "\n";
+      if (progress_.style() == Progress::Style::lines) std::printf("  %s\n", e.c_str());
+    }
+    log_file_.flush();
+  }
+
+  // A message for the user: on the terminal and in training.log (rank 0).
+  void say(const std::string& m) {
+    progress_.message(m);
+    if (log_file_.is_open()) {
+      log_file_ << m << "\n";
+      log_file_.flush();
+    }
   }
 
   void show_progress(bool force = false) {
@@ -8993,7 +9578,10 @@ class BasicTrainer {
     for (std::size_t i = 0; i < kPhaseNames.size(); ++i)
       j += std::string(i ? ", " : "") + json_string(std::string(kPhaseNames[i])) + ": " +
            json_number(times_.seconds(static_cast<Phase>(i)));
-    j += "},\n  \"config_hash\": " + json_string(config_hash_hex(cfg_)) + ",\n";
+    j += "},\n  \"bottleneck\": " + json_string(bottleneck(times_)) + ",\n";
+    j += "  \"timer_overhead\": " + json_number(wall > 0 ? timer_cost_ * static_cast<double>(times_.calls()) / wall : 0.0) + ",\n";
+    j += "  \"world_size\": " + std::to_string(parallel_->world_size()) + ",\n";
+    j += "  \"config_hash\": " + json_string(config_hash_hex(cfg_)) + ",\n";
     j += "  \"config\": {";
     bool first = true;
     for (const auto& [k, v] : flatten(cfg_)) {
@@ -9030,10 +9618,16 @@ class BasicTrainer {
   std::filesystem::path run_dir_;
   std::filesystem::path resumed_from_;
   bool ready_ = false;     ///< every rank's buffer can give a batch (can_update)
+  std::int64_t log_step_ = -1, logged_eval_step_ = -1;  ///< env steps at the last log row, and of the eval in it
   std::string sync_line_;  ///< what the last in-sync check found (several ranks)
   static constexpr const char* kRankStateFormat = "anvil Rank State v1";
   MetricsCsv csv_;
   Progress progress_;
+  TensorBoardWriter tb_;
+  std::ofstream log_file_;
+  std::unique_ptr<GpuMonitor> gpu_;
+  PhaseTimes last_row_times_;  ///< phase times at the last log row
+  double timer_cost_ = 0;      ///< seconds one ScopedPhase costs here
 };
 
 namespace detail {

@@ -1,20 +1,32 @@
 # cmake -DPROGRAM= -DRUN_DIR= -P run_smoke.cmake
-# Runs an example with --smoke; it must exit 0 and leave config.yaml, metrics.csv and a
-# summary.json with the fields a user reads.
+# Runs an example with --smoke; it must exit 0 and leave config.yaml, metrics.csv,
+# training.log (with the resolved config), a TensorBoard event file and a summary.json with
+# the fields a user reads.
 file(REMOVE_RECURSE "${RUN_DIR}")
 execute_process(COMMAND "${PROGRAM}" --smoke --run_dir=${RUN_DIR}
                 RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
 if(NOT rc EQUAL 0)
   message(FATAL_ERROR "exit status ${rc}\nstdout:\n${out}\nstderr:\n${err}")
 endif()
-foreach(f config.yaml metrics.csv summary.json)
+foreach(f config.yaml metrics.csv summary.json training.log)
   if(NOT EXISTS "${RUN_DIR}/${f}")
     message(FATAL_ERROR "${f} missing from the run directory\n${out}")
   endif()
 endforeach()
+file(GLOB events "${RUN_DIR}/events.out.tfevents.*")
+if(NOT events)
+  message(FATAL_ERROR "no TensorBoard event file in the run directory\n${out}")
+endif()
+file(READ "${RUN_DIR}/training.log" log)
+foreach(expect "# resolved config" "step " "time: env ")
+  string(FIND "${log}" "${expect}" pos)
+  if(pos EQUAL -1)
+    message(FATAL_ERROR "training.log lacks '${expect}':\n${log}")
+  endif()
+endforeach()
 file(READ "${RUN_DIR}/summary.json" summary)
 foreach(key final_eval_return best_eval_return env_steps updates wall_seconds env_steps_per_s
-            updates_per_s phase_share config_hash config)
+            updates_per_s phase_share bottleneck timer_overhead world_size config_hash config)
   string(JSON v ERROR_VARIABLE jerr GET "${summary}" ${key})
   if(jerr)
     message(FATAL_ERROR "summary.json lacks '${key}': ${jerr}\n${summary}")

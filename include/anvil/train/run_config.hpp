@@ -48,6 +48,12 @@ struct RunConfig {
   Param<int, "keep_last", "checkpoints kept; older ones are deleted", at_least(1)> keep_last{3};
   Param<bool, "checkpoint_buffer", "also save the replay buffer with each checkpoint (exact resume)">
       checkpoint_buffer{false};
+  Param<bool, "tensorboard", "write TensorBoard event files in the run directory"> tensorboard{true};
+  Param<bool, "tensorboard_histograms", "also histograms of the networks' weights at each log row">
+      tensorboard_histograms{false};
+  Param<bool, "timings", "time each phase of a step (env, act, sample, update, all-reduce, ...)"> timings{true};
+  Param<bool, "sync_timings", "on CUDA, synchronise the device around each timed phase (true times)">
+      sync_timings{true};
   Param<std::string, "resume",
         "a checkpoint to continue from, or auto: the latest in run_dir (none there: start afresh)">
       resume{""};

@@ -22,6 +22,7 @@
 #include <anvil/core/detail/thread_pool.hpp>
 #include <anvil/core/autocast.hpp>
 #include <anvil/core/binary_io.hpp>
+#include <anvil/observe/timers.hpp>
 #include <anvil/precision/loss_scaler.hpp>
 #include <anvil/train/flat_adam.hpp>
 
@@ -44,6 +45,9 @@ class StepContext {
     /// Gradient accumulation: an update splits its batch into this many micro-batches and
     /// takes one optimizer step on their averaged gradient (`train.grad_accumulation`).
     int micro_batches = 1;
+    /// When set, the all-reduce and the optimizer step are timed into it (taken out of the
+    /// update phase, which keeps the forward and backward passes).
+    PhaseTimes* times = nullptr;
   };
 
   StepContext() = default;
@@ -84,7 +88,7 @@ class StepContext {
     auto grads = gradients(loss, params);
     for (std::size_t i = 0; i < params.size(); ++i)
       if (!grads[i].defined()) grads[i] = torch::zeros_like(params[i]);
-    if (opt_.all_reduce_mean) opt_.all_reduce_mean(grads);
+    all_reduce(grads);
     if (scaler_) {
       std::vector<at::Tensor> parts;
       for (auto& g : grads) parts.push_back(g.reshape(-1));
@@ -96,6 +100,7 @@ class StepContext {
         off += g.numel();
       }
     }
+    InnerPhase timer(opt_.times, Phase::optimizer);
     for (std::size_t i = 0; i < params.size(); ++i) params[i].mutable_grad() = grads[i];
     if (max_grad_norm > 0) torch::nn::utils::clip_grad_norm_(params, max_grad_norm);
     optimizer.step();
@@ -120,7 +125,7 @@ class StepContext {
   /// the step if it is not finite, clips it, and steps `optimizer`. Returns whether it stepped.
   bool apply(FlatAdam& optimizer, at::Tensor flat_grad, double max_grad_norm = 0.0) {
     std::vector<at::Tensor> flat{std::move(flat_grad)};
-    if (opt_.all_reduce_mean) opt_.all_reduce_mean(flat);
+    all_reduce(flat);
     return step_reduced(optimizer, flat[0], max_grad_norm);
   }
 
@@ -138,7 +143,7 @@ class StepContext {
     std::vector<at::Tensor> grads;
     grads.reserve(steps.size());
     for (auto& s : steps) grads.push_back(std::move(s.flat_grad));
-    if (opt_.all_reduce_mean) opt_.all_reduce_mean(grads);
+    all_reduce(grads);
     int stepped = 0;
     for (std::size_t i = 0; i < steps.size(); ++i) stepped += step_reduced(*steps[i].optimizer, grads[i], steps[i].max_grad_norm);
     return stepped;
@@ -216,6 +221,7 @@ class StepContext {
   }
   // The rest of `apply` once `grad` is averaged across ranks: unscale and check, clip, step.
   bool step_reduced(FlatAdam& optimizer, at::Tensor& grad, double max_grad_norm) {
+    InnerPhase timer(opt_.times, Phase::optimizer);
     if (scaler_ && !scaler_->unscale_and_check(grad)) return skip();
     if (max_grad_norm > 0)  // as torch's clip_grad_norm_, without a host sync
       grad.mul_((max_grad_norm / (grad.norm() + 1e-6)).clamp_max(1.0));
@@ -223,6 +229,22 @@ class StepContext {
     ++steps_;
     return true;
   }
+  // Averages `grads` across ranks (timed as the all-reduce phase).
+  void all_reduce(std::vector<at::Tensor>& grads) {
+    if (!opt_.all_reduce_mean) return;
+    InnerPhase timer(opt_.times, Phase::all_reduce);
+    opt_.all_reduce_mean(grads);
+  }
+  // Times phase `p` inside the update phase, or nothing when the context is not timed.
+  class InnerPhase {
+   public:
+    InnerPhase(PhaseTimes* t, Phase p) {
+      if (t) s_.emplace(*t, p, Phase::update);
+    }
+
+   private:
+    std::optional<ScopedPhase> s_;
+  };
   // A step with non-finite gradients: parameters and optimizer state stay as they were.
   static bool skip() noexcept { return false; }
 

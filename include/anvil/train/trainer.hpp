@@ -8,6 +8,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Context.h>
 #include <torch/csrc/autograd/anomaly_mode.h>
+#include <torch/cuda.h>
 #include <torch/utils.h>
 
 #include <algorithm>
@@ -17,6 +18,8 @@
 #include <cstdint>
 #include <deque>
 #include <filesystem>
+#include <fstream>
+#include <span>
 #include <map>
 #include <memory>
 #include <numeric>
@@ -38,8 +41,10 @@
 #include <anvil/core/tensor_io.hpp>
 #include <anvil/envs/env.hpp>
 #include <anvil/envs/vec_env.hpp>
+#include <anvil/observe/gpu_monitor.hpp>
 #include <anvil/observe/progress.hpp>
 #include <anvil/observe/run_files.hpp>
+#include <anvil/observe/tensorboard.hpp>
 #include <anvil/observe/timers.hpp>
 #include <anvil/parallel/single_device.hpp>
 #include <anvil/parallel/world.hpp>
@@ -161,6 +166,9 @@ class BasicTrainer {
     so.autocast_dtype = X::compute_dtype;
     so.threads = update_threads();
     so.micro_batches = cfg_.train->grad_accumulation;
+    so.times = &times_;
+    times_.enabled = cfg_.run->timings;
+    if (ctx_.device.is_cuda() && cfg_.run->sync_timings) times_.sync = [] { torch::cuda::synchronize(); };
     if constexpr (X::loss_scaling)
       so.loss_scaling = LossScaler::Options{cfg_.precision->init_scale, cfg_.precision->growth_factor,
                                             cfg_.precision->backoff_factor, cfg_.precision->growth_interval};
@@ -218,9 +226,13 @@ class BasicTrainer {
       show_progress();
     }
     if (eval_step_ != env_steps_) record_eval(evaluate(t.eval_episodes));  // not twice at one step
-    log_row();
+    if (log_step_ != env_steps_ || logged_eval_step_ != eval_step_) log_row();  // not the same row twice
     checkpoint();
-    if (parallel_->world_size() > 1 && parallel_->is_main()) progress_.message(sync_line_);
+    if (parallel_->world_size() > 1 && parallel_->is_main()) say(sync_line_);
+    if (parallel_->is_main() && times_.enabled) {
+      say("time: " + shares_line(times_));
+      say(bottleneck(times_));
+    }
     csv_.flush_pending();
     progress_.finish();
     result_.env_steps = env_steps_;
@@ -228,8 +240,9 @@ class BasicTrainer {
     result_.wall_seconds = elapsed();
     write_summary();
     if (parallel_->is_main()) {
-      progress_.message(summary_line());
-      progress_.message("logs: " + run_dir_.string() + " (metrics.csv, summary.json, config.yaml)");
+      say(summary_line());
+      say("logs: " + run_dir_.string() + " (training.log, metrics.csv, TensorBoard events, summary.json, config.yaml)");
+      tb_.flush();
     }
     return result_;
   }
@@ -747,7 +760,7 @@ class BasicTrainer {
   void checkpoint() {
     check_in_sync();
     if (!parallel_->is_main()) return;
-    ScopedPhase ph(times_, Phase::log);
+    ScopedPhase ph(times_, Phase::checkpoint);
     save_checkpoint(checkpoint_file(env_steps_));
     if constexpr (requires(BinaryWriter& w) { algo_->save_policy(w); }) save_policy(run_dir_ / "policy.bin");
     auto all = checkpoints_in(run_dir_);
@@ -766,7 +779,7 @@ class BasicTrainer {
     if (what == "auto") {
       const auto all = checkpoints_in(run_dir_);
       if (all.empty()) {
-        if (parallel_->is_main()) progress_.message("resume: no checkpoint in " + run_dir_.string() + "; starting afresh");
+        if (parallel_->is_main()) say("resume: no checkpoint in " + run_dir_.string() + "; starting afresh");
         return;
       }
       file = all.back();
@@ -776,7 +789,7 @@ class BasicTrainer {
     if constexpr (requires { buffer_->set_horizon(std::int64_t{}); }) buffer_->set_horizon(cfg_.train->steps);
     csv_ = parallel_->is_main() ? MetricsCsv::resume(run_dir_ / "metrics.csv", env_steps_) : MetricsCsv();
     if (parallel_->is_main())
-      progress_.message("resumed from " + file.string() + " at env step " + std::to_string(env_steps_));
+      say("resumed from " + file.string() + " at env step " + std::to_string(env_steps_));
   }
 
   double recent_return() const {
@@ -812,22 +825,32 @@ class BasicTrainer {
     write_file_atomic(run_dir_ / "config.yaml", "# " + program_ + ", config hash " +
                                                     config_hash_hex(cfg_) + "\n" + to_yaml(cfg_));
     csv_ = MetricsCsv(run_dir_ / "metrics.csv");
+    log_file_.open(run_dir_ / "training.log", std::ios::app);
+    if (!log_file_) throw Error("run.run_dir: cannot write '" + (run_dir_ / "training.log").string() + "'");
+    log_file_ << "==== " << timestamp_for_path() << " " << program_ << ", config hash " << config_hash_hex(cfg_)
+              << "\n# resolved config\n" << to_yaml(cfg_) << "# end of config\n";
+    if (cfg_.run->tensorboard) tb_ = TensorBoardWriter(run_dir_);
+    gpu_ = std::make_unique<GpuMonitor>();
+    notes_.push_back(gpu_->status());  // once, whether it found GPUs or not
+    timer_cost_ = phase_timer_cost();
     auto style = *cfg_.run->progress;
     progress_ = Progress(style == ProgressMode::auto_ ? Progress::detect()
                          : style == ProgressMode::bar ? Progress::Style::bar
                          : style == ProgressMode::lines ? Progress::Style::lines
                                                         : Progress::Style::off);
-    progress_.message(program_ + ": " + std::string(A::config_section.view()) + " on " + spec_.name +
+    say(program_ + ": " + std::string(A::config_section.view()) + " on " + spec_.name +
                       ", " + std::to_string(*cfg_.env->num_envs) + " env(s), device " +
                       ctx_.device.str() + ", " + std::to_string(*cfg_.train->steps) +
                       " steps, config hash " + config_hash_hex(cfg_));
-    for (const auto& n : notes_) progress_.message(n);
+    for (const auto& n : notes_) say(n);
   }
 
   // A row of metrics.csv. With several ranks every rank takes part: episodes, recent
   // returns and the algorithm's metrics are reduced over the ranks, then rank 0 writes.
   void log_row() {
     ScopedPhase ph(times_, Phase::log);
+    log_step_ = env_steps_;
+    logged_eval_step_ = eval_step_;
     const double wall = elapsed();
     const std::size_t k = std::min<std::size_t>(recent_.size(), 10);
     std::vector<double> sums{static_cast<double>(episodes_), static_cast<double>(k),
@@ -857,6 +880,72 @@ class BasicTrainer {
     }
     csv_.row(row, updates_ > 0);
     if (progress_.style() == Progress::Style::lines) show_progress(true);
+    observe_row(row, wall);
+  }
+
+  // The TensorBoard scalars, training.log lines and timing table of one log row.
+  void observe_row(const std::vector<std::pair<std::string, double>>& row, double wall) {
+    const std::int64_t step = env_steps_;
+    const std::string algo(A::config_section.view());
+    for (const auto& [k, v] : row) {
+      if (k == "env_steps" || k == "wall_s" || std::isnan(v)) continue;
+      const std::string tag = k == "recent_return"     ? "return/recent"
+                              : k == "eval_return"     ? "return/eval"
+                              : k == "env_steps_per_s" ? "speed/env_steps_per_s"
+                              : k == "updates" || k == "episodes" ? "progress/" + k
+                                                                  : algo + "/" + k;
+      tb_.scalar(tag, v, step);
+    }
+    if (wall > 0) tb_.scalar("speed/updates_per_s", static_cast<double>(updates_ - first_update_) / wall, step);
+    if constexpr (requires { algo_->learning_rates(); })
+      for (const auto& [name, lr] : algo_->learning_rates()) tb_.scalar("lr/" + name, lr, step);
+    if constexpr (requires { algo_->flat_parameters(); })
+      if (cfg_.run->tensorboard_histograms && tb_.is_open())
+        for (const auto& [name, w] : algo_->flat_parameters()) {
+          const at::Tensor c = w.detach().to(at::kCPU, at::kFloat).contiguous();
+          const auto* data = static_cast<const float*>(c.data_ptr());
+          tb_.histogram("weights/" + name, std::span<const float>(data, static_cast<std::size_t>(c.numel())), step);
+        }
+    std::string line = "step " + std::to_string(step) + ":";
+    for (const auto& [k, v] : row) {
+      char b[64];
+      std::snprintf(b, sizeof b, " %s=%.6g", k.c_str(), v);
+      line += b;
+    }
+    log_file_ << line << "\n";
+    std::vector<std::string> extra;
+    if (times_.enabled) {
+      const auto d = times_.since(last_row_times_);
+      last_row_times_ = times_;
+      for (std::size_t p = 0; p < kPhaseNames.size(); ++p)
+        tb_.scalar("time/" + std::string(kPhaseNames[p]), d.share(static_cast<Phase>(p)), step);
+      if (d.total_seconds() > 0) extra.push_back("time: " + shares_line(d) + "\n  " + bottleneck(d));
+    }
+    if (gpu_ && gpu_->available()) {
+      const auto g = gpu_->sample();
+      for (const auto& s : g) {
+        const std::string p = "gpu" + std::to_string(s.index) + "/";
+        tb_.scalar(p + "utilization_pct", s.utilization, step);
+        tb_.scalar(p + "memory_used_gb", s.memory_used_gb, step);
+        tb_.scalar(p + "memory_total_gb", s.memory_total_gb, step);
+        tb_.scalar(p + "power_w", s.power_w, step);
+      }
+      extra.push_back(GpuMonitor::describe(g));
+    }
+    for (const auto& e : extra) {
+      log_file_ << "  " << e << "\n";
+      if (progress_.style() == Progress::Style::lines) std::printf("  %s\n", e.c_str());
+    }
+    log_file_.flush();
+  }
+
+  // A message for the user: on the terminal and in training.log (rank 0).
+  void say(const std::string& m) {
+    progress_.message(m);
+    if (log_file_.is_open()) {
+      log_file_ << m << "\n";
+      log_file_.flush();
+    }
   }
 
   void show_progress(bool force = false) {
@@ -898,7 +987,10 @@ class BasicTrainer {
     for (std::size_t i = 0; i < kPhaseNames.size(); ++i)
       j += std::string(i ? ", " : "") + json_string(std::string(kPhaseNames[i])) + ": " +
            json_number(times_.seconds(static_cast<Phase>(i)));
-    j += "},\n  \"config_hash\": " + json_string(config_hash_hex(cfg_)) + ",\n";
+    j += "},\n  \"bottleneck\": " + json_string(bottleneck(times_)) + ",\n";
+    j += "  \"timer_overhead\": " + json_number(wall > 0 ? timer_cost_ * static_cast<double>(times_.calls()) / wall : 0.0) + ",\n";
+    j += "  \"world_size\": " + std::to_string(parallel_->world_size()) + ",\n";
+    j += "  \"config_hash\": " + json_string(config_hash_hex(cfg_)) + ",\n";
     j += "  \"config\": {";
     bool first = true;
     for (const auto& [k, v] : flatten(cfg_)) {
@@ -935,10 +1027,16 @@ class BasicTrainer {
   std::filesystem::path run_dir_;
   std::filesystem::path resumed_from_;
   bool ready_ = false;     ///< every rank's buffer can give a batch (can_update)
+  std::int64_t log_step_ = -1, logged_eval_step_ = -1;  ///< env steps at the last log row, and of the eval in it
   std::string sync_line_;  ///< what the last in-sync check found (several ranks)
   static constexpr const char* kRankStateFormat = "anvil Rank State v1";
   MetricsCsv csv_;
   Progress progress_;
+  TensorBoardWriter tb_;
+  std::ofstream log_file_;
+  std::unique_ptr<GpuMonitor> gpu_;
+  PhaseTimes last_row_times_;  ///< phase times at the last log row
+  double timer_cost_ = 0;      ///< seconds one ScopedPhase costs here
 };
 
 namespace detail {
