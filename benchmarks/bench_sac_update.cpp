@@ -144,5 +144,9 @@ int main(int argc, char** argv) {
                 {{"env", "Pendulum-v1"}, {"steps", static_cast<long long>(r.env_steps)},
                  {"final_eval_return", r.final_eval_return}, {"threads", *c.run->threads},
                  {"update_threads", *c.run->update_threads}});
+    // The phase timers are on by default; their cost must stay far under 2% of a run.
+    bench::emit("main_job_timer_overhead_share", t.timer_overhead(), "fraction",
+                {{"env", "Pendulum-v1"}, {"steps", static_cast<long long>(r.env_steps)},
+                 {"phases_timed", static_cast<long long>(t.times().calls())}});
   }
 }

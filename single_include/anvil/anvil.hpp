@@ -7921,6 +7921,7 @@ struct ProgressState {
   double elapsed_s = 0.0;
   double recent_return = NAN;  ///< mean return of recent training episodes
   double eval_return = NAN;    ///< latest evaluation
+  std::string gpu;             ///< GPU utilisation at the last log row ("gpu0 97%"), if any
 };
 
 /// Renders `ProgressState` as a bar (`bar == true`) or as lines.
@@ -7942,6 +7943,7 @@ class Progress {
     const double eta = sps > 0 ? static_cast<double>(s.total - s.step) / sps : 0.0;
     std::string ret = std::isnan(s.recent_return) ? "    -  " : fmt("%7.1f", s.recent_return);
     std::string ev = std::isnan(s.eval_return) ? "" : fmt("  eval %.1f", s.eval_return);
+    if (!s.gpu.empty()) ev += "  " + s.gpu;
     if (style_ == Style::bar) {
       constexpr int kWidth = 24;
       const double frac = s.total > 0 ? std::min(1.0, static_cast<double>(s.step) / static_cast<double>(s.total)) : 0.0;
@@ -8947,6 +8949,12 @@ class BasicTrainer {
   /// Returns of the most recent training episodes (up to 100).
   [[nodiscard]] const std::deque<double>& recent_returns() const noexcept { return recent_; }
   [[nodiscard]] const std::filesystem::path& run_dir() const noexcept { return run_dir_; }
+  /// The phase timers' own share of the run so far: calls times the cost of one, as
+  /// measured on this machine when the run started, over the wall time.
+  [[nodiscard]] double timer_overhead() const {
+    const double wall = elapsed();
+    return wall > 0 ? timer_cost_ * static_cast<double>(times_.calls()) / wall : 0.0;
+  }
   /// What the run says once when it starts (precision and BLAS settings), one line each.
   [[nodiscard]] const std::vector<std::string>& notes() const noexcept { return notes_; }
 
@@ -9522,6 +9530,10 @@ class BasicTrainer {
         tb_.scalar(p + "power_w", s.power_w, step);
       }
       extra.push_back(GpuMonitor::describe(g));
+      gpu_line_.clear();
+      for (const auto& x : g)
+        gpu_line_ += (gpu_line_.empty() ? "" : " ") + ("gpu" + std::to_string(x.index) + " " +
+                                                       std::to_string(static_cast<int>(x.utilization)) + "%");
     }
     for (const auto& e : extra) {
       log_file_ << "  " << e << "\n";
@@ -9543,8 +9555,8 @@ class BasicTrainer {
     if (!parallel_->is_main() || progress_.style() != Progress::Style::bar) {
       if (!force) return;
     }
-    progress_.show(ProgressState{env_steps_, *cfg_.train->steps, updates_, elapsed(),
-                                 recent_return(), last_eval_.mean},
+    progress_.show(ProgressState{env_steps_, *cfg_.train->steps, updates_, elapsed(), recent_return(),
+                                 last_eval_.mean, gpu_line_},
                    force);
   }
 
@@ -9579,7 +9591,7 @@ class BasicTrainer {
       j += std::string(i ? ", " : "") + json_string(std::string(kPhaseNames[i])) + ": " +
            json_number(times_.seconds(static_cast<Phase>(i)));
     j += "},\n  \"bottleneck\": " + json_string(bottleneck(times_)) + ",\n";
-    j += "  \"timer_overhead\": " + json_number(wall > 0 ? timer_cost_ * static_cast<double>(times_.calls()) / wall : 0.0) + ",\n";
+    j += "  \"timer_overhead\": " + json_number(timer_overhead()) + ",\n";
     j += "  \"world_size\": " + std::to_string(parallel_->world_size()) + ",\n";
     j += "  \"config_hash\": " + json_string(config_hash_hex(cfg_)) + ",\n";
     j += "  \"config\": {";
@@ -9628,6 +9640,7 @@ class BasicTrainer {
   std::unique_ptr<GpuMonitor> gpu_;
   PhaseTimes last_row_times_;  ///< phase times at the last log row
   double timer_cost_ = 0;      ///< seconds one ScopedPhase costs here
+  std::string gpu_line_;       ///< GPU utilisation for the progress bar
 };
 
 namespace detail {

@@ -9,6 +9,7 @@
 #include <anvil/anvil.hpp>
 
 #include "../damaged_files.hpp"
+#include "../observe/tfevents.hpp"
 
 using namespace anvil;
 
@@ -391,4 +392,34 @@ TEST_CASE("Trainer: an env that cannot be saved as bytes still checkpoints; a re
   CHECK(b.resumed_from().filename() == "checkpoint-000000000600.ckpt");
   CHECK(b.env_steps() == 800);
   std::filesystem::remove_all(*c.run->run_dir);
+}
+
+TEST_CASE("Trainer: a run's TensorBoard events hold its metrics at its log steps, every record's CRC intact") {
+  auto c = tiny_config(1200, "tensorboard_events", 400, 2);
+  c.run->log_interval = 400;
+  c.train->eval_interval = 600;
+  c.run->tensorboard_histograms = true;
+  SacTrainer t(envs::Pendulum{}, c);
+  const auto r = t.fit();
+  std::filesystem::path events;
+  for (const auto& e : std::filesystem::directory_iterator(t.run_dir()))
+    if (e.path().filename().string().rfind("events.out.tfevents.", 0) == 0) events = e.path();
+  REQUIRE_FALSE(events.empty());
+  const auto all = test::scalars(events);  // checks both CRCs of every record
+  std::map<std::string, std::vector<std::pair<std::int64_t, float>>> by_tag;
+  for (const auto& s : all) by_tag[s.tag].emplace_back(s.step, s.value);
+  for (const char* tag : {"return/eval", "return/recent", "sac/critic_loss", "sac/alpha", "lr/actor", "lr/critic",
+                          "speed/env_steps_per_s", "speed/updates_per_s", "time/env", "time/update"})
+    CHECK_MESSAGE(by_tag.count(tag) == 1, tag);
+  // Rows at 400, 800 and 1200; the last one holds the final evaluation.
+  REQUIRE(by_tag["return/recent"].size() == 3);
+  CHECK(by_tag["return/recent"].back().first == 1200);
+  CHECK(by_tag["return/eval"].back().second == doctest::Approx(r.final_eval_return).epsilon(1e-6));
+  CHECK(by_tag["lr/actor"].back().second == doctest::Approx(*c.algorithm->actor_lr));
+  // The phase shares of a row add up to 1.
+  double sum = 0;
+  for (const auto& name : kPhaseNames) sum += by_tag["time/" + std::string(name)].back().second;
+  CHECK(sum == doctest::Approx(1.0).epsilon(1e-4));
+  // And the histograms are there: 4 records per row beyond the scalars' (actor, critic).
+  CHECK(test::records(events).size() == all.size() + 1 + 2 * 3);
 }

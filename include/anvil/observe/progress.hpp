@@ -19,6 +19,7 @@ struct ProgressState {
   double elapsed_s = 0.0;
   double recent_return = NAN;  ///< mean return of recent training episodes
   double eval_return = NAN;    ///< latest evaluation
+  std::string gpu;             ///< GPU utilisation at the last log row ("gpu0 97%"), if any
 };
 
 /// Renders `ProgressState` as a bar (`bar == true`) or as lines.
@@ -40,6 +41,7 @@ class Progress {
     const double eta = sps > 0 ? static_cast<double>(s.total - s.step) / sps : 0.0;
     std::string ret = std::isnan(s.recent_return) ? "    -  " : fmt("%7.1f", s.recent_return);
     std::string ev = std::isnan(s.eval_return) ? "" : fmt("  eval %.1f", s.eval_return);
+    if (!s.gpu.empty()) ev += "  " + s.gpu;
     if (style_ == Style::bar) {
       constexpr int kWidth = 24;
       const double frac = s.total > 0 ? std::min(1.0, static_cast<double>(s.step) / static_cast<double>(s.total)) : 0.0;
