@@ -5210,11 +5210,12 @@ class BasicSAC {
   }
 
   /// Writes the policy alone, for deployment (`anvil::load_policy`): the actor's shape and
-  /// its weights (the averaged ones when there are any).
-  void save_policy(BinaryWriter& w) const {
-    if constexpr (!std::same_as<Actor, nn::GaussianActor>) {
-      throw Error("SAC::save_policy: policy files hold the default GaussianActor only");
-    } else {
+  /// its weights (the averaged ones when there are any). Policy files hold the default
+  /// GaussianActor only; with a user actor this does not exist and the Trainer writes no
+  /// policy.bin (its checkpoints hold the actor).
+  void save_policy(BinaryWriter& w) const
+    requires std::same_as<Actor, nn::GaussianActor>
+  {
     w.string("GaussianActor");
     w.value(static_cast<std::int64_t>(actor_->net()->in_features()));
     w.value(act_dim_);
@@ -5225,7 +5226,6 @@ class BasicSAC {
     w.value(*ac.log_std_min);
     w.value(*ac.log_std_max);
     write_tensor(w, ema_.defined() ? ema_ : actor_opt_.parameters().flat());
-    }
   }
 
   /// Everything a checkpoint holds of SAC: the actor and the critic with their Adam
@@ -8780,12 +8780,9 @@ class BasicTrainer {
 
   /// Trains for `train.steps` env steps: collect, update on the schedule, evaluate every
   /// `train.eval_interval` steps and at the end, log every `run.log_interval` steps.
+  /// The same as `begin()`, the loop, then `finish()`.
   FitResult fit() {
-    open_run_dir();
-    resume_if_asked();
-    sync_from_main();  // a resumed rank 0 hands its state to the others
-    first_step_ = env_steps_;  // rates count what this process did (a resumed run started here)
-    first_update_ = updates_;
+    begin();
     const auto& t = *cfg_.train;
     // The next multiple of `every` after the current step (so a resumed run keeps the
     // schedule of the run it continues); `none` when `every` is 0.
@@ -8818,6 +8815,24 @@ class BasicTrainer {
       }
       show_progress();
     }
+    return finish();
+  }
+
+  /// For a main that runs its own loop: opens the run directory (config.yaml, training.log,
+  /// metrics.csv, TensorBoard events), resumes when run.resume asks, and gives every rank
+  /// rank 0's state. Call it once before collecting.
+  void begin() {
+    open_run_dir();
+    resume_if_asked();
+    sync_from_main();  // a resumed rank 0 hands its state to the others
+    first_step_ = env_steps_;  // rates count what this process did (a resumed run started here)
+    first_update_ = updates_;
+  }
+
+  /// Ends a run begun with `begin()`: a last evaluation (unless one was recorded at this
+  /// step), a last log row, a checkpoint, the timing verdict and summary.json.
+  FitResult finish() {
+    const auto& t = *cfg_.train;
     if (eval_step_ != env_steps_) record_eval(evaluate(t.eval_episodes));  // not twice at one step
     if (log_step_ != env_steps_ || logged_eval_step_ != eval_step_) log_row();  // not the same row twice
     checkpoint();
@@ -8839,6 +8854,14 @@ class BasicTrainer {
     }
     return result_;
   }
+
+  /// Writes a row of metrics (metrics.csv, training.log, TensorBoard) now: the metrics
+  /// accumulated since the last row. With several ranks, every rank must call it.
+  void log() { log_row(); }
+
+  /// Makes `r` the run's latest evaluation (in the next log row, summary.json and the best
+  /// return so far), as `fit()` does with its own evaluations.
+  void record_evaluation(const EvalResult& r) { record_eval(r); }
 
   /// Steps the envs until at least `n` more env steps are stored (random actions until
   /// `train.learning_starts`, then the algorithm's exploration).

@@ -489,11 +489,12 @@ class BasicSAC {
   }
 
   /// Writes the policy alone, for deployment (`anvil::load_policy`): the actor's shape and
-  /// its weights (the averaged ones when there are any).
-  void save_policy(BinaryWriter& w) const {
-    if constexpr (!std::same_as<Actor, nn::GaussianActor>) {
-      throw Error("SAC::save_policy: policy files hold the default GaussianActor only");
-    } else {
+  /// its weights (the averaged ones when there are any). Policy files hold the default
+  /// GaussianActor only; with a user actor this does not exist and the Trainer writes no
+  /// policy.bin (its checkpoints hold the actor).
+  void save_policy(BinaryWriter& w) const
+    requires std::same_as<Actor, nn::GaussianActor>
+  {
     w.string("GaussianActor");
     w.value(static_cast<std::int64_t>(actor_->net()->in_features()));
     w.value(act_dim_);
@@ -504,7 +505,6 @@ class BasicSAC {
     w.value(*ac.log_std_min);
     w.value(*ac.log_std_max);
     write_tensor(w, ema_.defined() ? ema_ : actor_opt_.parameters().flat());
-    }
   }
 
   /// Everything a checkpoint holds of SAC: the actor and the critic with their Adam

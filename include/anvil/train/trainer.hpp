@@ -187,12 +187,9 @@ class BasicTrainer {
 
   /// Trains for `train.steps` env steps: collect, update on the schedule, evaluate every
   /// `train.eval_interval` steps and at the end, log every `run.log_interval` steps.
+  /// The same as `begin()`, the loop, then `finish()`.
   FitResult fit() {
-    open_run_dir();
-    resume_if_asked();
-    sync_from_main();  // a resumed rank 0 hands its state to the others
-    first_step_ = env_steps_;  // rates count what this process did (a resumed run started here)
-    first_update_ = updates_;
+    begin();
     const auto& t = *cfg_.train;
     // The next multiple of `every` after the current step (so a resumed run keeps the
     // schedule of the run it continues); `none` when `every` is 0.
@@ -225,6 +222,24 @@ class BasicTrainer {
       }
       show_progress();
     }
+    return finish();
+  }
+
+  /// For a main that runs its own loop: opens the run directory (config.yaml, training.log,
+  /// metrics.csv, TensorBoard events), resumes when run.resume asks, and gives every rank
+  /// rank 0's state. Call it once before collecting.
+  void begin() {
+    open_run_dir();
+    resume_if_asked();
+    sync_from_main();  // a resumed rank 0 hands its state to the others
+    first_step_ = env_steps_;  // rates count what this process did (a resumed run started here)
+    first_update_ = updates_;
+  }
+
+  /// Ends a run begun with `begin()`: a last evaluation (unless one was recorded at this
+  /// step), a last log row, a checkpoint, the timing verdict and summary.json.
+  FitResult finish() {
+    const auto& t = *cfg_.train;
     if (eval_step_ != env_steps_) record_eval(evaluate(t.eval_episodes));  // not twice at one step
     if (log_step_ != env_steps_ || logged_eval_step_ != eval_step_) log_row();  // not the same row twice
     checkpoint();
@@ -246,6 +261,14 @@ class BasicTrainer {
     }
     return result_;
   }
+
+  /// Writes a row of metrics (metrics.csv, training.log, TensorBoard) now: the metrics
+  /// accumulated since the last row. With several ranks, every rank must call it.
+  void log() { log_row(); }
+
+  /// Makes `r` the run's latest evaluation (in the next log row, summary.json and the best
+  /// return so far), as `fit()` does with its own evaluations.
+  void record_evaluation(const EvalResult& r) { record_eval(r); }
 
   /// Steps the envs until at least `n` more env steps are stored (random actions until
   /// `train.learning_starts`, then the algorithm's exploration).
