@@ -42,6 +42,7 @@
 #include <anvil/buffers/prioritized_buffer.hpp>
 #include <anvil/buffers/sum_tree.hpp>
 #include <anvil/buffers/uniform_buffer.hpp>
+#include <anvil/parallel/collectives.hpp>
 #include <anvil/parallel/ddp.hpp>
 #include <anvil/parallel/launch.hpp>
 #include <anvil/parallel/single_device.hpp>

@@ -6915,6 +6915,46 @@ static_assert(ReplayBuffer<UniformBuffer>);
 
 }  // namespace anvil
 // ---- end <anvil/buffers/uniform_buffer.hpp> ----
+// ---- begin <anvil/parallel/collectives.hpp> ----
+/// @file
+/// Collectives built from the two every `Parallelism` has (`all_reduce_mean`, `broadcast`),
+/// so the Trainer, DDP's tests and user parallelisms share one implementation: a sum over
+/// ranks, and rank 0's bytes on every rank.
+
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+namespace anvil {
+
+/// Sums `t` (a CPU tensor) over the ranks of `p` in place, through its all-reduce on `device`.
+template <class P>
+void sum_over_ranks(P& p, at::Tensor& t, c10::Device device) {
+  const int world = p.world_size();
+  if (world == 1) return;
+  std::vector<at::Tensor> v{t.to(device)};
+  p.all_reduce_mean(v);
+  t.copy_(v[0].to(at::kCPU).mul_(world));
+}
+
+/// Rank 0's `bytes` (any length) on every rank of `p`, through its broadcast on `device`.
+template <class P>
+void broadcast_bytes(P& p, std::vector<std::uint8_t>& bytes, c10::Device device) {
+  if (p.world_size() == 1) return;
+  std::vector<at::Tensor> n{at::full({1}, static_cast<std::int64_t>(bytes.size()), at::kLong).to(device)};
+  p.broadcast(n);
+  bytes.resize(static_cast<std::size_t>(n[0].item<std::int64_t>()));
+  std::vector<at::Tensor> b{
+      at::from_blob(bytes.data(), {static_cast<std::int64_t>(bytes.size())}, at::kByte).to(device)};
+  p.broadcast(b);
+  if (!b[0].is_cpu() || b[0].data_ptr() != bytes.data())
+    std::memcpy(bytes.data(), b[0].cpu().data_ptr(), bytes.size());
+}
+
+}  // namespace anvil
+// ---- end <anvil/parallel/collectives.hpp> ----
 // ---- begin <anvil/parallel/ddp.hpp> ----
 /// @file
 /// `DDP<N>`: data-parallel training on PyTorch's c10d (NCCL on CUDA devices, Gloo on the
@@ -7392,11 +7432,6 @@ class Group {
     });
   }
 
-  /// Sums `t` across ranks in place.
-  void all_reduce_sum(at::Tensor& t) { reduce(t, c10d::ReduceOp::SUM, "all-reduce of the metrics"); }
-  /// The largest value of each element across ranks, in place.
-  void all_reduce_max(at::Tensor& t) { reduce(t, c10d::ReduceOp::MAX, "all-reduce (max)"); }
-
   /// Rank 0's tensors on every rank, in place.
   void broadcast(std::vector<at::Tensor>& ts) {
     if (!pg_ || ts.empty()) return;
@@ -7410,16 +7445,6 @@ class Group {
         if (!d.is_same(t)) t.copy_(d);
       }
     });
-  }
-
-  /// Rank 0's bytes on every rank (any length).
-  void broadcast_bytes(std::vector<std::uint8_t>& bytes) {
-    if (!pg_) return;
-    std::vector<at::Tensor> n{at::full({1}, static_cast<std::int64_t>(bytes.size()), at::kLong)};
-    broadcast(n);
-    bytes.resize(static_cast<std::size_t>(n[0].item<std::int64_t>()));
-    std::vector<at::Tensor> b{at::from_blob(bytes.data(), {static_cast<std::int64_t>(bytes.size())}, at::kByte)};
-    broadcast(b);
   }
 
   /// Throws DistributedError: `what` failed on this rank because of `e`, naming the rank at
@@ -7448,16 +7473,6 @@ class Group {
     }
     comm_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     ++calls_;
-  }
-
-  void reduce(at::Tensor& t, c10d::ReduceOp op, const char* what) {
-    if (!pg_) return;
-    timed(what, [&] {
-      auto d = t.is_contiguous() && t.device() == device_ ? t : t.to(device_).contiguous();
-      auto flat = d.view({-1});
-      reduce_in_buckets(flat, op);
-      if (!d.is_same(t)) t.copy_(d);
-    });
   }
 
   void reduce_in_buckets(at::Tensor& flat, c10d::ReduceOp op) {
@@ -7632,8 +7647,6 @@ class DDP {
 
   void all_reduce_mean(std::vector<at::Tensor>& ts) { group_.all_reduce_mean(ts); }
   void broadcast(std::vector<at::Tensor>& ts) { group_.broadcast(ts); }
-  void all_reduce_sum(at::Tensor& t) { group_.all_reduce_sum(t); }
-  void broadcast_bytes(std::vector<std::uint8_t>& b) { group_.broadcast_bytes(b); }
   [[nodiscard]] double comm_seconds() const noexcept { return group_.comm_seconds(); }
 
   /// One line for the log: ranks, nodes, backend, how this process got here.
@@ -8268,7 +8281,6 @@ struct TrainConfig {
 #include <torch/utils.h>
 
 #include <algorithm>
-#include <cstring>
 #include <array>
 #include <cmath>
 #include <cstdint>
@@ -8946,7 +8958,7 @@ class BasicTrainer {
     }
     if (world > 1) {
       auto all = torch::from_blob(returns.data(), {episodes}, at::kDouble);
-      reduce_sum(all);
+      sum_over_ranks(*parallel_, all, ctx_.device);
     }
     EvalResult r;
     r.episodes = episodes;
@@ -9183,39 +9195,17 @@ class BasicTrainer {
     double short_of = buffer_->size() >= first_batch() ? 0.0 : 1.0;
     if (parallel_->world_size() > 1) {
       auto t = torch::full({1}, short_of, at::kDouble);
-      reduce_sum(t);
+      sum_over_ranks(*parallel_, t, ctx_.device);
       short_of = t.item<double>();
     }
     return ready_ = short_of == 0.0;
   }
 
-  // Sums `t` (CPU, float64) over the ranks with the parallelism's all-reduce.
-  void reduce_sum(at::Tensor& t) {
-    const int world = parallel_->world_size();
-    if (world == 1) return;
-    std::vector<at::Tensor> v{t.to(ctx_.device)};
-    parallel_->all_reduce_mean(v);
-    t.copy_(v[0].to(at::kCPU).mul_(world));
-  }
-
-  // Rank 0's bytes on every rank, through the parallelism's broadcast.
-  void broadcast_bytes(std::vector<std::uint8_t>& bytes) {
-    std::vector<at::Tensor> n{torch::full({1}, static_cast<std::int64_t>(bytes.size()), at::kLong).to(ctx_.device)};
-    parallel_->broadcast(n);
-    bytes.resize(static_cast<std::size_t>(n[0].item<std::int64_t>()));
-    std::vector<at::Tensor> b{torch::from_blob(bytes.data(), {static_cast<std::int64_t>(bytes.size())}, at::kByte)
-                                  .to(ctx_.device)};
-    parallel_->broadcast(b);
-    if (!ctx_.device.is_cpu()) std::memcpy(bytes.data(), b[0].cpu().data_ptr(), bytes.size());
-  }
-
   // What every rank must hold identically: the algorithm (networks, targets, optimizers,
   // temperature, averaged weights) and the step context (loss scaler).
-  std::vector<std::uint8_t> learned_state() const {
-    auto w = BinaryWriter::in_memory(kRankStateFormat);
+  void write_learned_state(BinaryWriter& w) const {
     algo_->save(w);
     step_ctx_.save(w);
-    return w.take_bytes();
   }
 
   // Rank 0's learned state and schedule on every rank: at construction (ranks seed their
@@ -9227,8 +9217,7 @@ class BasicTrainer {
     std::vector<std::uint8_t> bytes;
     if (parallel_->is_main()) {
       auto w = BinaryWriter::in_memory(kRankStateFormat);
-      algo_->save(w);
-      step_ctx_.save(w);
+      write_learned_state(w);
       for (std::int64_t c : {env_steps_, updates_, since_update_, eval_step_}) w.value(c);
       for (double x : {result_.final_eval_return, result_.best_eval_return, last_eval_.mean, last_eval_.std,
                        last_eval_.min, last_eval_.max})
@@ -9240,7 +9229,7 @@ class BasicTrainer {
       for (const auto& [k, m] : metrics_) w.string(k);
       bytes = w.take_bytes();
     }
-    broadcast_bytes(bytes);
+    broadcast_bytes(*parallel_, bytes, ctx_.device);
     if (parallel_->is_main()) return;
     BinaryReader r(bytes, "rank 0's state", kRankStateFormat);
     const auto algo = algo_->read(r);
@@ -9272,7 +9261,9 @@ class BasicTrainer {
   void check_in_sync() {
     const int world = parallel_->world_size();
     if (world == 1) return;
-    const auto bytes = learned_state();
+    auto w = BinaryWriter::in_memory(kRankStateFormat);
+    write_learned_state(w);
+    const auto bytes = w.take_bytes();
     detail::Crc32c crc;
     crc.update(bytes.data(), bytes.size());
     std::vector<at::Tensor> mine{torch::full({1}, static_cast<std::int64_t>(crc.value()), at::kLong).to(ctx_.device)};
@@ -9280,7 +9271,7 @@ class BasicTrainer {
     const auto main_crc = static_cast<std::uint32_t>(mine[0].item<std::int64_t>());
     auto differs = torch::zeros({world}, at::kDouble);
     if (main_crc != crc.value()) differs[parallel_->rank()] = 1.0;
-    reduce_sum(differs);
+    sum_over_ranks(*parallel_, differs, ctx_.device);
     std::string bad;
     for (int r = 0; r < world; ++r)
       if (differs[r].item<double>() > 0) bad += (bad.empty() ? "" : ", ") + std::to_string(r);
@@ -9484,7 +9475,7 @@ class BasicTrainer {
     for (auto& [name, m] : metrics_) m = {0.0, 0};
     if (parallel_->world_size() > 1) {
       auto t = torch::from_blob(sums.data(), {static_cast<std::int64_t>(sums.size())}, at::kDouble);
-      reduce_sum(t);
+      sum_over_ranks(*parallel_, t, ctx_.device);
     }
     if (!parallel_->is_main()) return;
     std::vector<std::pair<std::string, double>> row{

@@ -11,6 +11,7 @@
 #include <anvil/algorithms/sac.hpp>
 #include <anvil/core/batch.hpp>
 #include <anvil/envs/pendulum.hpp>
+#include <anvil/parallel/collectives.hpp>
 #include <anvil/parallel/ddp.hpp>
 
 using namespace anvil;
@@ -76,7 +77,7 @@ TEST_CASE("DDP: all_reduce_mean averages several tensors across ranks, in one bu
   }
 }
 
-TEST_CASE("DDP: broadcast_bytes hands rank 0's bytes of any length to every rank") {
+TEST_CASE("DDP: broadcast_bytes over a Gloo group hands rank 0's bytes of any length to every rank") {
   std::array<std::vector<std::uint8_t>, 3> got;
   with_ranks(3, [&](int r, dist::Group& g) {
     std::vector<std::uint8_t> b;
@@ -84,7 +85,7 @@ TEST_CASE("DDP: broadcast_bytes hands rank 0's bytes of any length to every rank
       for (int i = 0; i < 1001; ++i) b.push_back(static_cast<std::uint8_t>(i * 7));
     else
       b.assign(5, 0xff);
-    g.broadcast_bytes(b);
+    broadcast_bytes(g, b, c10::Device(c10::kCPU));
     got[static_cast<std::size_t>(r)] = b;
   });
   CHECK(got[0].size() == 1001);
@@ -141,7 +142,7 @@ TEST_CASE("DDP: 2 ranks taking half a batch each end, after 20 SAC updates, wher
       me.save(w);
       bytes = w.take_bytes();
     }
-    g.broadcast_bytes(bytes);
+    broadcast_bytes(g, bytes, c10::Device(c10::kCPU));
     if (r != 0) {
       BinaryReader rd(bytes, "rank 0's state", "state");
       auto s = me.read(rd);

@@ -164,11 +164,6 @@ class Group {
     });
   }
 
-  /// Sums `t` across ranks in place.
-  void all_reduce_sum(at::Tensor& t) { reduce(t, c10d::ReduceOp::SUM, "all-reduce of the metrics"); }
-  /// The largest value of each element across ranks, in place.
-  void all_reduce_max(at::Tensor& t) { reduce(t, c10d::ReduceOp::MAX, "all-reduce (max)"); }
-
   /// Rank 0's tensors on every rank, in place.
   void broadcast(std::vector<at::Tensor>& ts) {
     if (!pg_ || ts.empty()) return;
@@ -182,16 +177,6 @@ class Group {
         if (!d.is_same(t)) t.copy_(d);
       }
     });
-  }
-
-  /// Rank 0's bytes on every rank (any length).
-  void broadcast_bytes(std::vector<std::uint8_t>& bytes) {
-    if (!pg_) return;
-    std::vector<at::Tensor> n{at::full({1}, static_cast<std::int64_t>(bytes.size()), at::kLong)};
-    broadcast(n);
-    bytes.resize(static_cast<std::size_t>(n[0].item<std::int64_t>()));
-    std::vector<at::Tensor> b{at::from_blob(bytes.data(), {static_cast<std::int64_t>(bytes.size())}, at::kByte)};
-    broadcast(b);
   }
 
   /// Throws DistributedError: `what` failed on this rank because of `e`, naming the rank at
@@ -220,16 +205,6 @@ class Group {
     }
     comm_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     ++calls_;
-  }
-
-  void reduce(at::Tensor& t, c10d::ReduceOp op, const char* what) {
-    if (!pg_) return;
-    timed(what, [&] {
-      auto d = t.is_contiguous() && t.device() == device_ ? t : t.to(device_).contiguous();
-      auto flat = d.view({-1});
-      reduce_in_buckets(flat, op);
-      if (!d.is_same(t)) t.copy_(d);
-    });
   }
 
   void reduce_in_buckets(at::Tensor& flat, c10d::ReduceOp op) {
@@ -404,8 +379,6 @@ class DDP {
 
   void all_reduce_mean(std::vector<at::Tensor>& ts) { group_.all_reduce_mean(ts); }
   void broadcast(std::vector<at::Tensor>& ts) { group_.broadcast(ts); }
-  void all_reduce_sum(at::Tensor& t) { group_.all_reduce_sum(t); }
-  void broadcast_bytes(std::vector<std::uint8_t>& b) { group_.broadcast_bytes(b); }
   [[nodiscard]] double comm_seconds() const noexcept { return group_.comm_seconds(); }
 
   /// One line for the log: ranks, nodes, backend, how this process got here.

@@ -12,7 +12,6 @@
 #include <torch/utils.h>
 
 #include <algorithm>
-#include <cstring>
 #include <array>
 #include <cmath>
 #include <cstdint>
@@ -46,6 +45,7 @@
 #include <anvil/observe/run_files.hpp>
 #include <anvil/observe/tensorboard.hpp>
 #include <anvil/observe/timers.hpp>
+#include <anvil/parallel/collectives.hpp>
 #include <anvil/parallel/single_device.hpp>
 #include <anvil/parallel/world.hpp>
 #include <anvil/precision/fp32.hpp>
@@ -353,7 +353,7 @@ class BasicTrainer {
     }
     if (world > 1) {
       auto all = torch::from_blob(returns.data(), {episodes}, at::kDouble);
-      reduce_sum(all);
+      sum_over_ranks(*parallel_, all, ctx_.device);
     }
     EvalResult r;
     r.episodes = episodes;
@@ -590,39 +590,17 @@ class BasicTrainer {
     double short_of = buffer_->size() >= first_batch() ? 0.0 : 1.0;
     if (parallel_->world_size() > 1) {
       auto t = torch::full({1}, short_of, at::kDouble);
-      reduce_sum(t);
+      sum_over_ranks(*parallel_, t, ctx_.device);
       short_of = t.item<double>();
     }
     return ready_ = short_of == 0.0;
   }
 
-  // Sums `t` (CPU, float64) over the ranks with the parallelism's all-reduce.
-  void reduce_sum(at::Tensor& t) {
-    const int world = parallel_->world_size();
-    if (world == 1) return;
-    std::vector<at::Tensor> v{t.to(ctx_.device)};
-    parallel_->all_reduce_mean(v);
-    t.copy_(v[0].to(at::kCPU).mul_(world));
-  }
-
-  // Rank 0's bytes on every rank, through the parallelism's broadcast.
-  void broadcast_bytes(std::vector<std::uint8_t>& bytes) {
-    std::vector<at::Tensor> n{torch::full({1}, static_cast<std::int64_t>(bytes.size()), at::kLong).to(ctx_.device)};
-    parallel_->broadcast(n);
-    bytes.resize(static_cast<std::size_t>(n[0].item<std::int64_t>()));
-    std::vector<at::Tensor> b{torch::from_blob(bytes.data(), {static_cast<std::int64_t>(bytes.size())}, at::kByte)
-                                  .to(ctx_.device)};
-    parallel_->broadcast(b);
-    if (!ctx_.device.is_cpu()) std::memcpy(bytes.data(), b[0].cpu().data_ptr(), bytes.size());
-  }
-
   // What every rank must hold identically: the algorithm (networks, targets, optimizers,
   // temperature, averaged weights) and the step context (loss scaler).
-  std::vector<std::uint8_t> learned_state() const {
-    auto w = BinaryWriter::in_memory(kRankStateFormat);
+  void write_learned_state(BinaryWriter& w) const {
     algo_->save(w);
     step_ctx_.save(w);
-    return w.take_bytes();
   }
 
   // Rank 0's learned state and schedule on every rank: at construction (ranks seed their
@@ -634,8 +612,7 @@ class BasicTrainer {
     std::vector<std::uint8_t> bytes;
     if (parallel_->is_main()) {
       auto w = BinaryWriter::in_memory(kRankStateFormat);
-      algo_->save(w);
-      step_ctx_.save(w);
+      write_learned_state(w);
       for (std::int64_t c : {env_steps_, updates_, since_update_, eval_step_}) w.value(c);
       for (double x : {result_.final_eval_return, result_.best_eval_return, last_eval_.mean, last_eval_.std,
                        last_eval_.min, last_eval_.max})
@@ -647,7 +624,7 @@ class BasicTrainer {
       for (const auto& [k, m] : metrics_) w.string(k);
       bytes = w.take_bytes();
     }
-    broadcast_bytes(bytes);
+    broadcast_bytes(*parallel_, bytes, ctx_.device);
     if (parallel_->is_main()) return;
     BinaryReader r(bytes, "rank 0's state", kRankStateFormat);
     const auto algo = algo_->read(r);
@@ -679,7 +656,9 @@ class BasicTrainer {
   void check_in_sync() {
     const int world = parallel_->world_size();
     if (world == 1) return;
-    const auto bytes = learned_state();
+    auto w = BinaryWriter::in_memory(kRankStateFormat);
+    write_learned_state(w);
+    const auto bytes = w.take_bytes();
     detail::Crc32c crc;
     crc.update(bytes.data(), bytes.size());
     std::vector<at::Tensor> mine{torch::full({1}, static_cast<std::int64_t>(crc.value()), at::kLong).to(ctx_.device)};
@@ -687,7 +666,7 @@ class BasicTrainer {
     const auto main_crc = static_cast<std::uint32_t>(mine[0].item<std::int64_t>());
     auto differs = torch::zeros({world}, at::kDouble);
     if (main_crc != crc.value()) differs[parallel_->rank()] = 1.0;
-    reduce_sum(differs);
+    sum_over_ranks(*parallel_, differs, ctx_.device);
     std::string bad;
     for (int r = 0; r < world; ++r)
       if (differs[r].item<double>() > 0) bad += (bad.empty() ? "" : ", ") + std::to_string(r);
@@ -891,7 +870,7 @@ class BasicTrainer {
     for (auto& [name, m] : metrics_) m = {0.0, 0};
     if (parallel_->world_size() > 1) {
       auto t = torch::from_blob(sums.data(), {static_cast<std::int64_t>(sums.size())}, at::kDouble);
-      reduce_sum(t);
+      sum_over_ranks(*parallel_, t, ctx_.device);
     }
     if (!parallel_->is_main()) return;
     std::vector<std::pair<std::string, double>> row{
