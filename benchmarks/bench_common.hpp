@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <chrono>
+#include <ctime>
 #include <cstdio>
 #include <functional>
 #include <map>
@@ -39,7 +40,7 @@ inline std::string host() {
   return buf;
 }
 
-/// Prints {"name", "value", "unit", "config", "device", "torch", "host", "blas"} on one line.
+/// Prints {"name", "value", "unit", "config", "device", "torch", "host", "blas", "date"} on one line.
 inline void emit(const std::string& name, double value, const std::string& unit,
                  const std::vector<std::pair<std::string, Value>>& config,
                  const std::string& device = "cpu") {
@@ -48,13 +49,16 @@ inline void emit(const std::string& name, double value, const std::string& unit,
     c += (i ? ", " : "") + anvil::json_string(config[i].first) + ": " + config[i].second.json;
   c += "}";
   const auto blas = anvil::blas_info();
+  char date[32];
+  const std::time_t now = std::time(nullptr);
+  std::strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
   std::printf("{\"name\": %s, \"value\": %s, \"unit\": %s, \"config\": %s, \"device\": %s, "
-              "\"torch\": %s, \"host\": %s, \"blas\": %s}\n",
+              "\"torch\": %s, \"host\": %s, \"blas\": %s, \"date\": %s}\n",
               anvil::json_string(name).c_str(), anvil::json_number(value).c_str(),
               anvil::json_string(unit).c_str(), c.c_str(), anvil::json_string(device).c_str(),
               anvil::json_string(anvil::compat::torch_version_string()).c_str(),
               anvil::json_string(host()).c_str(),
-              anvil::json_string(blas.openblas ? "OpenBLAS " + blas.core : blas.library).c_str());
+              anvil::json_string(blas.openblas ? "OpenBLAS " + blas.core : blas.library).c_str(), anvil::json_string(date).c_str());
   std::fflush(stdout);
 }
 

@@ -210,9 +210,12 @@ int main(int argc, char** argv) {
     const bool valid = validate_config<Trainer<SAC, UniformBuffer, DDPAuto, FP32>, Trainer<SAC, UniformBuffer, DDPAuto, BF16>,
                                        Trainer<SAC, PrioritizedBuffer, DDPAuto, FP32>,
                                        Trainer<SAC, PrioritizedBuffer, DDPAuto, BF16>, Trainer<SAC, UniformBuffer, DDPAuto, FP16>,
-                                       Trainer<SAC, PrioritizedBuffer, DDPAuto, FP16>>(
+                                       Trainer<SAC, PrioritizedBuffer, DDPAuto, FP16>,
+                                       Trainer<PPO, RolloutBuffer, DDPAuto, FP32>, Trainer<PPO, RolloutBuffer, DDPAuto, BF16>,
+                                       Trainer<PPO, RolloutBuffer, DDPAuto, FP16>>(
         config, {"SAC+UniformBuffer (FP32/TF32)", "SAC+UniformBuffer+BF16", "SAC+PrioritizedBuffer (FP32/TF32)",
-                 "SAC+PrioritizedBuffer+BF16", "SAC+UniformBuffer+FP16", "SAC+PrioritizedBuffer+FP16"});
+                 "SAC+PrioritizedBuffer+BF16", "SAC+UniformBuffer+FP16", "SAC+PrioritizedBuffer+FP16",
+                 "PPO+RolloutBuffer (FP32/TF32)", "PPO+RolloutBuffer+BF16", "PPO+RolloutBuffer+FP16"});
     if (!valid) return 2;
   }
   std::printf("%s\n", failures ? "anvil-doctor: some checks FAILED (see above)" : "anvil-doctor: all checks passed");

@@ -28,6 +28,7 @@
 #include <anvil/envs/cart_pole.hpp>
 #include <anvil/envs/env.hpp>
 #include <anvil/envs/mountain_car_continuous.hpp>
+#include <anvil/envs/normalize.hpp>
 #include <anvil/envs/pendulum.hpp>
 #include <anvil/envs/vec_env.hpp>
 
@@ -38,8 +39,10 @@
 #include <anvil/nn/twin_q.hpp>
 
 #include <anvil/algorithms/policy.hpp>
+#include <anvil/algorithms/ppo.hpp>
 #include <anvil/algorithms/sac.hpp>
 #include <anvil/buffers/prioritized_buffer.hpp>
+#include <anvil/buffers/rollout_buffer.hpp>
 #include <anvil/buffers/sum_tree.hpp>
 #include <anvil/buffers/uniform_buffer.hpp>
 #include <anvil/parallel/collectives.hpp>

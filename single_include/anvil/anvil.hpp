@@ -71,6 +71,26 @@ struct RolloutBatch {
   at::Tensor value;      ///< [B] value estimates at collection time
 };
 
+/// One step of N envs as an on-policy algorithm collects it: what the policy did and what
+/// it expected, for a rollout buffer to compute advantages from.
+struct RolloutStep {
+  at::Tensor obs;             ///< [N, obs_dim] what the policy acted on
+  at::Tensor action;          ///< [N, act_dim] (float) or [N] (int64, discrete)
+  at::Tensor log_prob;        ///< [N] log-probability of `action` under the acting policy
+  at::Tensor value;           ///< [N] value estimate of `obs`
+  at::Tensor reward;          ///< [N]
+  at::Tensor terminated;      ///< [N] float 0/1: terminal state, the return ends here
+  at::Tensor truncated;       ///< [N] float 0/1: cut by a time limit, bootstrap from the last state
+  at::Tensor bootstrap_value; ///< [N] value of the last state where truncated (undefined: none truncated)
+};
+
+/// What an on-policy algorithm returns when it acts for a rollout.
+struct RolloutAct {
+  at::Tensor action;    ///< [N, act_dim] or [N] (discrete)
+  at::Tensor log_prob;  ///< [N]
+  at::Tensor value;     ///< [N]
+};
+
 /// What one call of an algorithm's `update` reports: scalar metrics for logging, and for
 /// prioritized replay the new priorities of the batch's rows (|TD error|), else undefined.
 struct UpdateInfo {
@@ -372,6 +392,7 @@ struct EnvSpec;
 struct RunContext;
 struct ReplayBatch;
 struct RolloutBatch;
+struct RolloutAct;
 struct UpdateInfo;
 class StepContext;
 
@@ -436,6 +457,20 @@ concept ConstructibleFromSpec =
 template <class A>
 concept Algorithm = DeclaresKind<A, AlgorithmKind> && HasConfig<A> && DeclaresDataRegime<A> &&
                     ActsOnBatches<A> && UpdatesFromBatches<A> && ConstructibleFromSpec<A>;
+
+/// What an on-policy Trainer needs of its algorithm besides `act` and `update`: an action
+/// with its log-probability and value for the rollout, values alone for bootstrapping, the
+/// schedule of its epochs, and where the run is (for annealing).
+template <class A>
+concept OnPolicyAlgorithm = Algorithm<A> && A::on_policy &&
+                            requires(A& a, const A& ca, const at::Tensor& obs, double progress) {
+                              { a.act_for_rollout(obs) } -> std::same_as<RolloutAct>;
+                              { a.value(obs) } -> std::same_as<at::Tensor>;
+                              { ca.epochs() } -> std::convertible_to<int>;
+                              { ca.minibatch_size() } -> std::convertible_to<std::int64_t>;
+                              { ca.target_kl() } -> std::convertible_to<double>;
+                              { a.set_progress(progress) };
+                            };
 
 // ---------------------------------------------------------------------------------------
 // Buffer: preallocated storage of transitions. Takes one step of N envs in one call and
@@ -2559,177 +2594,30 @@ static_assert(ContinuousEnv<MountainCarContinuous>);
 
 }  // namespace anvil::envs
 // ---- end <anvil/envs/mountain_car_continuous.hpp> ----
-// ---- begin <anvil/envs/pendulum.hpp> ----
+// ---- begin <anvil/envs/normalize.hpp> ----
 /// @file
-/// Pendulum swing-up, the same MDP as Gymnasium's Pendulum-v1 so that returns can be
-/// compared with published results. Light header: no torch.
-
-#include <algorithm>
-#include <array>
-#include <cmath>
-#include <cstdint>
-#include <numbers>
-#include <span>
-#include <string_view>
-
-
-namespace anvil::envs {
-
-/// Swing a frictionless pendulum up and hold it upright with a bounded torque: the
-/// classic under-actuated swing-up problem of control theory, with the constants,
-/// reward, start distribution and time limit of Gymnasium's Pendulum-v1
-/// (https://gymnasium.farama.org/environments/classic_control/pendulum/).
+/// Observation and reward normalisation as a vectorised-env wrapper, so any algorithm can
+/// use it (`normalize.obs=true`, `normalize.reward=true`).
 ///
-/// State (theta, theta_dot), theta = 0 upright, counter-clockwise positive; computed in
-/// double as the published env computes in float64. With u the torque clipped to
-/// [-2, 2], dt = 0.05, g = 10, m = 1, l = 1:
+/// Observations are shifted and scaled by a running mean and variance of every
+/// observation seen, then clipped. Rewards are divided by the running standard deviation
+/// of the discounted return (not shifted, which would change the optimal policy), then
+/// clipped: the scheme of the PPO reference implementation (OpenAI Baselines' VecNormalize;
+/// Engstrom et al. 2020, "Implementation Matters in Deep Policy Gradients", sec. 3).
 ///
-///     theta_dot' = clip(theta_dot + (3 g / (2 l) sin(theta) + 3 / (m l^2) u) dt, -8, 8)
-///     theta'     = theta + theta_dot' dt        (semi-implicit Euler)
-///     reward     = -(normalize(theta)^2 + 0.1 theta_dot^2 + 0.001 u^2)
-///
-/// where the reward uses the state *before* the step and normalize() maps to [-pi, pi).
-/// The episode never terminates; it is truncated after 200 steps. Observation
-/// [cos theta, sin theta, theta_dot] (float32), so the angle has no seam at +-pi.
-/// Start: theta ~ U(-pi, pi), theta_dot ~ U(-1, 1), drawn from `Rng(seed)`.
-///
-/// Out-of-range actions: the published env CLIPS the torque to [-2, 2] before it enters
-/// either the dynamics or the cost, so we do the same: an action of 5 is exactly an
-/// action of 2, and it is not penalised beyond it. A NaN or infinite action is a bug
-/// upstream, not a torque, so it throws `EnvError` instead; so does a wrong action
-/// length, and stepping before `reset` or after the episode has ended. A step that
-/// throws leaves the env unchanged. Error messages say "step k" with k =
-/// `elapsed_steps()`, the number of steps the episode had completed.
-struct Pendulum {
-  /// The Gymnasium id, so logs and errors name the MDP they ran.
-  static constexpr std::string_view name = "Pendulum-v1";
-  /// Gymnasium's time limit (max_episode_steps) for Pendulum-v1.
-  static constexpr std::int64_t kMaxEpisodeSteps = 200;
-  /// Largest angular speed; the dynamics clip to it, which keeps observations bounded.
-  static constexpr double kMaxSpeed = 8.0;
-  /// Largest torque; larger actions are clipped to it, as published.
-  static constexpr double kMaxTorque = 2.0;
-  /// Integration time step in seconds.
-  static constexpr double kDt = 0.05;
-  /// Gravity; Gymnasium's default `g` (10, not 9.81).
-  static constexpr double kGravity = 10.0;
-  /// Pendulum mass.
-  static constexpr double kMass = 1.0;
-  /// Pendulum length.
-  static constexpr double kLength = 1.0;
-
-  /// The physical state, named so a custom start cannot swap its fields.
-  struct State {
-    double theta = 0.0;      ///< angle from upright, radians, not wrapped
-    double theta_dot = 0.0;  ///< angular velocity, radians per second
-  };
-
-  /// [cos theta, sin theta, theta_dot] in [-1, 1] x [-1, 1] x [-8, 8], as published.
-  [[nodiscard]] Box observation_space() const {
-    const auto v = static_cast<float>(kMaxSpeed);
-    return Box{{-1.0f, -1.0f, -v}, {1.0f, 1.0f, v}};
-  }
-  /// One torque in [-2, 2], as published.
-  [[nodiscard]] Box action_space() const {
-    const auto t = static_cast<float>(kMaxTorque);
-    return Box{{-t}, {t}};
-  }
-
-  /// Start an episode from the published start distribution. The generator is reseeded
-  /// from `seed` on every call, so an episode depends on its seed alone.
-  std::span<const float> reset(std::uint64_t seed) {
-    rng_.reseed(seed);
-    State s;
-    s.theta = rng_.uniform(-std::numbers::pi, std::numbers::pi);
-    s.theta_dot = rng_.uniform(-1.0, 1.0);
-    return set_state(s);
-  }
-
-  /// Start an episode from `s` instead of a random state: the step counter restarts at
-  /// 0 and the generator is left alone. For tests and for custom starts (curricula,
-  /// evaluation from fixed states). Throws `EnvError` if a field is not finite.
-  std::span<const float> set_state(const State& s) {
-    episode_.start({{"theta", s.theta}, {"theta_dot", s.theta_dot}});
-    state_ = s;
-    write_observation();
-    return obs_;
-  }
-
-  /// Advance one step of dt with torque `action[0]` (clipped to [-2, 2], as published).
-  StepResult step(std::span<const float> action) {
-    episode_.check_step(action, /*size=*/1);
-    const double u = std::clamp(static_cast<double>(action[0]), -kMaxTorque, kMaxTorque);
-    const double th = state_.theta;
-    const double thdot = state_.theta_dot;
-    const double cost = normalize_angle(th) * normalize_angle(th) + 0.1 * thdot * thdot +
-                        0.001 * u * u;
-    double new_thdot =
-        thdot + (3.0 * kGravity / (2.0 * kLength) * std::sin(th) +
-                 3.0 / (kMass * kLength * kLength) * u) *
-                    kDt;
-    new_thdot = std::clamp(new_thdot, -kMaxSpeed, kMaxSpeed);
-    state_.theta = th + new_thdot * kDt;
-    state_.theta_dot = new_thdot;
-    write_observation();
-    return episode_.finish_step(obs_, -cost, /*terminated=*/false);
-  }
-
-  /// Steps taken in the current episode; the time limit and error messages count these.
-  [[nodiscard]] std::int64_t elapsed_steps() const noexcept { return episode_.steps(); }
-  /// The physical state, in double, for tests and for logging what the float32
-  /// observation rounds away.
-  [[nodiscard]] State state() const noexcept { return state_; }
-
-  /// Map an angle to [-pi, pi), as the published reward does before squaring it, so a
-  /// pendulum that has spun round n times is not penalised for it.
-  [[nodiscard]] static double normalize_angle(double x) noexcept {
-    constexpr double kTwoPi = 2.0 * std::numbers::pi;
-    double r = std::fmod(x + std::numbers::pi, kTwoPi);  // sign of x + pi
-    if (r < 0.0) r += kTwoPi;                            // floored modulo, as Python's %
-    return r - std::numbers::pi;
-  }
-
- private:
-  void write_observation() noexcept {
-    obs_[0] = static_cast<float>(std::cos(state_.theta));
-    obs_[1] = static_cast<float>(std::sin(state_.theta));
-    obs_[2] = static_cast<float>(state_.theta_dot);
-  }
-
-  State state_{};
-  std::array<float, 3> obs_{};
-  detail::Episode episode_{name, kMaxEpisodeSteps};
-  Rng rng_{};
-};
-
-static_assert(Env<Pendulum>);
-static_assert(ContinuousEnv<Pendulum>);
-
-}  // namespace anvil::envs
-// ---- end <anvil/envs/pendulum.hpp> ----
-// ---- begin <anvil/envs/vec_env.hpp> ----
-/// @file
-/// `VecEnv`: N copies of an env stepped together, with autoreset, distinct seeds, and
-/// batched tensors out. Storage is allocated once; a step copies each env's observation
-/// into preallocated rows and allocates nothing.
-///
-/// Sync mode steps inside `step()`. Async mode steps on a background thread between
-/// `step_async(actions)` and `step_wait()`, so a trainer can run gradient updates while
-/// the envs step (the updates do not need the newest transition).
+/// The statistics are shared with evaluation envs, which normalise observations with them
+/// frozen (not updated) and see raw rewards; episode returns are always reported raw. They
+/// are saved in checkpoints with the envs. With several ranks, each rank's new statistics
+/// are merged over all ranks at `sync_statistics`, so every rank normalises alike.
 
 #include <ATen/ATen.h>
 
-#include <array>
-#include <atomic>
-#include <condition_variable>
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
-#include <exception>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
-#include <thread>
-#include <type_traits>
 #include <vector>
 
 // ---- begin <anvil/core/binary_io.hpp> ----
@@ -2996,6 +2884,31 @@ class BinaryReader {
 
 }  // namespace anvil
 // ---- end <anvil/core/binary_io.hpp> ----
+// ---- begin <anvil/envs/vec_env.hpp> ----
+/// @file
+/// `VecEnv`: N copies of an env stepped together, with autoreset, distinct seeds, and
+/// batched tensors out. Storage is allocated once; a step copies each env's observation
+/// into preallocated rows and allocates nothing.
+///
+/// Sync mode steps inside `step()`. Async mode steps on a background thread between
+/// `step_async(actions)` and `step_wait()`, so a trainer can run gradient updates while
+/// the envs step (the updates do not need the newest transition).
+
+#include <ATen/ATen.h>
+
+#include <array>
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <type_traits>
+#include <vector>
+
 // ---- begin <anvil/core/detail/thread_pool.hpp> ----
 /// @file
 /// A minimal fork-join pool, for stepping envs and for the independent gradients of an
@@ -3209,6 +3122,10 @@ class VecEnvBase {
   /// returned function is called (after the whole file has been checked). Returns an empty
   /// function when the file holds no env state.
   [[nodiscard]] virtual std::function<void()> read(BinaryReader& r) = 0;
+  /// With several ranks: merges statistics the envs keep (a normalising wrapper's running
+  /// means) over the ranks, `sum` adding a double tensor over them in place. Plain envs
+  /// keep none.
+  virtual void sync_statistics(const std::function<void(at::Tensor&)>& sum) { (void)sum; }
 
  protected:
   VecEnvBase(EnvSpec spec, std::int64_t n) : spec_(std::move(spec)), n_(n) {}
@@ -3478,6 +3395,436 @@ std::unique_ptr<VecEnvBase> make_vec_env(const E& prototype, const VecEnvConfig&
 
 }  // namespace anvil::envs
 // ---- end <anvil/envs/vec_env.hpp> ----
+
+namespace anvil::envs {
+
+/// The `normalize` section of a run's config.
+struct NormalizeConfig {
+  Param<bool, "obs", "normalise observations by their running mean and variance"> obs{false};
+  Param<bool, "reward", "scale rewards by the running std of the discounted return"> reward{false};
+  Param<double, "clip_obs", "clip normalised observations to [-clip, clip]", positive> clip_obs{10.0};
+  Param<double, "clip_reward", "clip scaled rewards to [-clip, clip]", positive> clip_reward{10.0};
+  Param<double, "gamma", "discount of the return whose std scales rewards (0: the algorithm's gamma)",
+        in_range(0, 1)>
+      gamma{0.0};
+  Param<double, "epsilon", "added to variances before the square root", positive> epsilon{1e-8};
+};
+
+/// Running mean and variance of vectors (Chan, Golub, LeVeque 1979, parallel update), in
+/// double precision. Holds the merged statistics of every rank (`base`) and this rank's
+/// data since the last merge (`fresh`); their combination is what normalises.
+class RunningMeanVar {
+ public:
+  struct Moments {
+    double count = 0;
+    std::vector<double> mean, m2;  ///< m2: sum of squared deviations from the mean
+  };
+
+  RunningMeanVar() = default;
+  explicit RunningMeanVar(std::size_t dim) {
+    for (auto* m : {&base_, &fresh_}) {
+      m->mean.assign(dim, 0.0);
+      m->m2.assign(dim, 0.0);
+    }
+    refresh();
+  }
+
+  /// Adds the rows of `x` [B, dim] (or a [B] batch of scalars when dim is 1).
+  void update(const at::Tensor& x) {
+    const auto c = x.to(at::kCPU, at::kDouble).reshape({x.size(0), -1}).contiguous();
+    const std::int64_t b = c.size(0), d = c.size(1);
+    if (b == 0) return;
+    Moments batch{static_cast<double>(b), std::vector<double>(d, 0.0), std::vector<double>(d, 0.0)};
+    const double* p = c.data_ptr<double>();
+    for (std::int64_t i = 0; i < b; ++i)
+      for (std::int64_t j = 0; j < d; ++j) batch.mean[j] += p[i * d + j];
+    for (auto& m : batch.mean) m /= static_cast<double>(b);
+    for (std::int64_t i = 0; i < b; ++i)
+      for (std::int64_t j = 0; j < d; ++j) {
+        const double e = p[i * d + j] - batch.mean[j];
+        batch.m2[j] += e * e;
+      }
+    merge(fresh_, batch);
+    refresh();
+  }
+
+  /// Merges every rank's fresh statistics into the shared ones: `sum` adds a double tensor
+  /// over the ranks in place. Afterwards every rank holds the same statistics.
+  void sync(const std::function<void(at::Tensor&)>& sum) {
+    const auto d = static_cast<std::int64_t>(fresh_.mean.size());
+    // (n, sum x, sum x^2 about zero) add up across ranks.
+    auto t = at::empty({1 + 2 * d}, at::kDouble);
+    double* p = t.data_ptr<double>();
+    p[0] = fresh_.count;
+    for (std::int64_t j = 0; j < d; ++j) {
+      p[1 + j] = fresh_.count * fresh_.mean[j];
+      p[1 + d + j] = fresh_.m2[j] + fresh_.count * fresh_.mean[j] * fresh_.mean[j];
+    }
+    sum(t);
+    p = t.data_ptr<double>();
+    Moments all{p[0], std::vector<double>(d, 0.0), std::vector<double>(d, 0.0)};
+    if (all.count > 0)
+      for (std::int64_t j = 0; j < d; ++j) {
+        all.mean[j] = p[1 + j] / all.count;
+        all.m2[j] = std::max(0.0, p[1 + d + j] - all.count * all.mean[j] * all.mean[j]);
+      }
+    fresh_ = all;  // every rank's, now the same on all
+    refresh();
+    consolidate();
+  }
+
+  /// Folds this rank's fresh statistics into the shared ones (without other ranks'): so a
+  /// copy sent to other ranks counts nothing twice at the next `sync`.
+  void consolidate() {
+    base_ = now_;
+    fresh_.count = 0;
+    std::fill(fresh_.mean.begin(), fresh_.mean.end(), 0.0);
+    std::fill(fresh_.m2.begin(), fresh_.m2.end(), 0.0);
+  }
+
+  [[nodiscard]] double count() const noexcept { return now_.count; }
+  [[nodiscard]] const std::vector<double>& mean() const noexcept { return now_.mean; }
+  /// Population variance of everything seen (1 before anything was).
+  [[nodiscard]] std::vector<double> variance() const {
+    std::vector<double> v(now_.m2.size(), 1.0);
+    if (now_.count > 0)
+      for (std::size_t j = 0; j < v.size(); ++j) v[j] = now_.m2[j] / now_.count;
+    return v;
+  }
+
+  void save(BinaryWriter& w) const {
+    for (const auto* m : {&base_, &fresh_}) {
+      w.value(m->count);
+      w.value(static_cast<std::uint64_t>(m->mean.size()));
+      w.bytes(m->mean.data(), m->mean.size() * sizeof(double));
+      w.bytes(m->m2.data(), m->m2.size() * sizeof(double));
+    }
+  }
+  /// Reads what `save` wrote into a copy (checking the dimension); `*this` is unchanged.
+  [[nodiscard]] RunningMeanVar read(BinaryReader& r, const std::string& what) const {
+    RunningMeanVar s = *this;
+    for (auto* m : {&s.base_, &s.fresh_}) {
+      m->count = r.value<double>((what + " count").c_str());
+      if (!(m->count >= 0) || !std::isfinite(m->count)) r.fail((what + " count").c_str(), "is not a finite count");
+      r.expect(static_cast<std::uint64_t>(m->mean.size()), (what + " dimension").c_str());
+      r.bytes(m->mean.data(), m->mean.size() * sizeof(double), (what + " mean").c_str());
+      r.bytes(m->m2.data(), m->m2.size() * sizeof(double), (what + " variance").c_str());
+    }
+    s.refresh();
+    return s;
+  }
+
+ private:
+  static void merge(Moments& into, const Moments& b) {
+    if (b.count == 0) return;
+    const double n = into.count + b.count;
+    for (std::size_t j = 0; j < into.mean.size(); ++j) {
+      const double delta = b.mean[j] - into.mean[j];
+      into.m2[j] += b.m2[j] + delta * delta * into.count * b.count / n;
+      into.mean[j] += delta * b.count / n;
+    }
+    into.count = n;
+  }
+  void refresh() {
+    now_ = base_;
+    merge(now_, fresh_);
+  }
+
+  Moments base_, fresh_, now_;
+};
+
+/// What a `NormalizedVecEnv` shares with the evaluation envs built beside it.
+struct NormalizeState {
+  RunningMeanVar obs, ret;
+};
+
+/// A `VecEnvBase` that normalises another (see file comment). Training mode updates the
+/// statistics and scales rewards; frozen mode (evaluation) only normalises observations.
+class NormalizedVecEnv final : public VecEnvBase {
+ public:
+  /// Wraps `inner`. `state` is shared with other wrappers (a new one when null); `gamma`
+  /// is the discount of the return whose spread scales rewards.
+  NormalizedVecEnv(std::unique_ptr<VecEnvBase> inner, const NormalizeConfig& cfg, double gamma,
+                   std::shared_ptr<NormalizeState> state = nullptr, bool frozen = false)
+      : VecEnvBase(inner->spec(), inner->num_envs()), inner_(std::move(inner)), cfg_(cfg),
+        gamma_(cfg.gamma > 0 ? *cfg.gamma : gamma), frozen_(frozen), state_(std::move(state)) {
+    if (!state_) {
+      state_ = std::make_shared<NormalizeState>();
+      state_->obs = RunningMeanVar(static_cast<std::size_t>(spec_.obs_dim()));
+      state_->ret = RunningMeanVar(1);
+    }
+    const auto f = at::TensorOptions().dtype(at::kFloat);
+    for (auto& o : obs_) o = at::zeros({n_, spec_.obs_dim()}, f);
+    next_obs_ = at::zeros({n_, spec_.obs_dim()}, f);
+    reward_ = at::zeros({n_}, f);
+    running_return_.assign(static_cast<std::size_t>(n_), 0.0);
+  }
+
+  /// The statistics, for evaluation envs built to share them.
+  [[nodiscard]] const std::shared_ptr<NormalizeState>& state() const noexcept { return state_; }
+  [[nodiscard]] const VecEnvBase& inner() const noexcept { return *inner_; }
+
+  at::Tensor reset() override {
+    auto o = inner_->reset();
+    if (cfg_.obs && !frozen_) state_->obs.update(o);
+    std::fill(running_return_.begin(), running_return_.end(), 0.0);
+    normalize_obs(o, obs_[cur_]);
+    started_ = true;
+    return obs_[cur_];
+  }
+  void step_async(const at::Tensor& actions) override { inner_->step_async(actions); }
+  const VecStep& step_wait() override {
+    const auto& s = inner_->step_wait();
+    if (cfg_.obs && !frozen_) state_->obs.update(s.obs);
+    cur_ = 1 - cur_;
+    normalize_obs(s.obs, obs_[cur_]);
+    normalize_obs(s.next_obs, next_obs_);
+    out_ = s;
+    out_.obs = obs_[cur_];
+    out_.next_obs = next_obs_;
+    if (cfg_.reward && !frozen_) {
+      scale_rewards(s);
+      out_.reward = reward_;
+    }
+    return out_;
+  }
+  at::Tensor observations() const override { return started_ ? obs_[cur_] : at::Tensor(); }
+  bool saves_state() const noexcept override { return inner_->saves_state(); }
+
+  /// Merges every rank's new statistics (see RunningMeanVar::sync).
+  void sync_statistics(const std::function<void(at::Tensor&)>& sum) override {
+    if (frozen_) return;
+    if (cfg_.obs) state_->obs.sync(sum);
+    if (cfg_.reward) state_->ret.sync(sum);
+  }
+
+  void save(BinaryWriter& w) const override {
+    state_->obs.save(w);
+    state_->ret.save(w);
+    w.bytes(running_return_.data(), running_return_.size() * sizeof(double));
+    w.value(started_);
+    w.bytes(obs_[cur_].data_ptr(), static_cast<std::size_t>(obs_[cur_].numel()) * sizeof(float));
+    inner_->save(w);
+  }
+  std::function<void()> read(BinaryReader& r) override {
+    auto obs = std::make_shared<RunningMeanVar>(state_->obs.read(r, "observation statistics"));
+    auto ret = std::make_shared<RunningMeanVar>(state_->ret.read(r, "return statistics"));
+    auto running = std::make_shared<std::vector<double>>(running_return_.size());
+    r.bytes(running->data(), running->size() * sizeof(double), "running discounted returns");
+    const bool started = r.value<bool>("normaliser started flag");
+    auto current = at::empty_like(obs_[cur_]);
+    r.bytes(current.data_ptr(), static_cast<std::size_t>(current.numel()) * sizeof(float), "normalised observations");
+    auto inner = inner_->read(r);
+    // Without env state the run starts new episodes, so only the statistics carry over.
+    return [this, obs, ret, running, started, current, inner] {
+      state_->obs = *obs;
+      state_->ret = *ret;
+      if (inner) {
+        inner();
+        running_return_ = *running;
+        started_ = started;
+        obs_[cur_].copy_(current);
+      }
+    };
+  }
+
+ private:
+  void normalize_obs(const at::Tensor& raw, at::Tensor& out) const {
+    if (!cfg_.obs) {
+      out.copy_(raw);
+      return;
+    }
+    const auto& mean = state_->obs.mean();
+    const auto var = state_->obs.variance();
+    const auto c = raw.contiguous();
+    const float* x = c.data_ptr<float>();
+    float* y = out.data_ptr<float>();
+    const std::int64_t n = c.size(0), d = c.size(1);
+    const double clip = cfg_.clip_obs, eps = cfg_.epsilon;
+    for (std::int64_t j = 0; j < d; ++j) {
+      const double m = mean[static_cast<std::size_t>(j)], inv = 1.0 / std::sqrt(var[static_cast<std::size_t>(j)] + eps);
+      for (std::int64_t i = 0; i < n; ++i)
+        y[i * d + j] = static_cast<float>(std::clamp((x[i * d + j] - m) * inv, -clip, clip));
+    }
+  }
+  void scale_rewards(const VecStep& s) {
+    const float* r = s.reward.data_ptr<float>();
+    const float *term = s.terminated.data_ptr<float>(), *trunc = s.truncated.data_ptr<float>();
+    auto rets = at::empty({n_}, at::kDouble);
+    double* p = rets.data_ptr<double>();
+    for (std::int64_t i = 0; i < n_; ++i) p[i] = running_return_[i] = running_return_[i] * gamma_ + r[i];
+    state_->ret.update(rets);
+    const double scale = 1.0 / std::sqrt(state_->ret.variance()[0] + cfg_.epsilon), clip = cfg_.clip_reward;
+    float* out = reward_.data_ptr<float>();
+    for (std::int64_t i = 0; i < n_; ++i) {
+      out[i] = static_cast<float>(std::clamp(r[i] * scale, -clip, clip));
+      if (term[i] > 0 || trunc[i] > 0) running_return_[i] = 0.0;
+    }
+  }
+
+  std::unique_ptr<VecEnvBase> inner_;
+  NormalizeConfig cfg_;
+  double gamma_;
+  bool frozen_;
+  std::shared_ptr<NormalizeState> state_;
+  std::array<at::Tensor, 2> obs_;
+  int cur_ = 0;
+  at::Tensor next_obs_, reward_;
+  std::vector<double> running_return_;
+  VecStep out_;
+  bool started_ = false;
+};
+
+}  // namespace anvil::envs
+// ---- end <anvil/envs/normalize.hpp> ----
+// ---- begin <anvil/envs/pendulum.hpp> ----
+/// @file
+/// Pendulum swing-up, the same MDP as Gymnasium's Pendulum-v1 so that returns can be
+/// compared with published results. Light header: no torch.
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdint>
+#include <numbers>
+#include <span>
+#include <string_view>
+
+
+namespace anvil::envs {
+
+/// Swing a frictionless pendulum up and hold it upright with a bounded torque: the
+/// classic under-actuated swing-up problem of control theory, with the constants,
+/// reward, start distribution and time limit of Gymnasium's Pendulum-v1
+/// (https://gymnasium.farama.org/environments/classic_control/pendulum/).
+///
+/// State (theta, theta_dot), theta = 0 upright, counter-clockwise positive; computed in
+/// double as the published env computes in float64. With u the torque clipped to
+/// [-2, 2], dt = 0.05, g = 10, m = 1, l = 1:
+///
+///     theta_dot' = clip(theta_dot + (3 g / (2 l) sin(theta) + 3 / (m l^2) u) dt, -8, 8)
+///     theta'     = theta + theta_dot' dt        (semi-implicit Euler)
+///     reward     = -(normalize(theta)^2 + 0.1 theta_dot^2 + 0.001 u^2)
+///
+/// where the reward uses the state *before* the step and normalize() maps to [-pi, pi).
+/// The episode never terminates; it is truncated after 200 steps. Observation
+/// [cos theta, sin theta, theta_dot] (float32), so the angle has no seam at +-pi.
+/// Start: theta ~ U(-pi, pi), theta_dot ~ U(-1, 1), drawn from `Rng(seed)`.
+///
+/// Out-of-range actions: the published env CLIPS the torque to [-2, 2] before it enters
+/// either the dynamics or the cost, so we do the same: an action of 5 is exactly an
+/// action of 2, and it is not penalised beyond it. A NaN or infinite action is a bug
+/// upstream, not a torque, so it throws `EnvError` instead; so does a wrong action
+/// length, and stepping before `reset` or after the episode has ended. A step that
+/// throws leaves the env unchanged. Error messages say "step k" with k =
+/// `elapsed_steps()`, the number of steps the episode had completed.
+struct Pendulum {
+  /// The Gymnasium id, so logs and errors name the MDP they ran.
+  static constexpr std::string_view name = "Pendulum-v1";
+  /// Gymnasium's time limit (max_episode_steps) for Pendulum-v1.
+  static constexpr std::int64_t kMaxEpisodeSteps = 200;
+  /// Largest angular speed; the dynamics clip to it, which keeps observations bounded.
+  static constexpr double kMaxSpeed = 8.0;
+  /// Largest torque; larger actions are clipped to it, as published.
+  static constexpr double kMaxTorque = 2.0;
+  /// Integration time step in seconds.
+  static constexpr double kDt = 0.05;
+  /// Gravity; Gymnasium's default `g` (10, not 9.81).
+  static constexpr double kGravity = 10.0;
+  /// Pendulum mass.
+  static constexpr double kMass = 1.0;
+  /// Pendulum length.
+  static constexpr double kLength = 1.0;
+
+  /// The physical state, named so a custom start cannot swap its fields.
+  struct State {
+    double theta = 0.0;      ///< angle from upright, radians, not wrapped
+    double theta_dot = 0.0;  ///< angular velocity, radians per second
+  };
+
+  /// [cos theta, sin theta, theta_dot] in [-1, 1] x [-1, 1] x [-8, 8], as published.
+  [[nodiscard]] Box observation_space() const {
+    const auto v = static_cast<float>(kMaxSpeed);
+    return Box{{-1.0f, -1.0f, -v}, {1.0f, 1.0f, v}};
+  }
+  /// One torque in [-2, 2], as published.
+  [[nodiscard]] Box action_space() const {
+    const auto t = static_cast<float>(kMaxTorque);
+    return Box{{-t}, {t}};
+  }
+
+  /// Start an episode from the published start distribution. The generator is reseeded
+  /// from `seed` on every call, so an episode depends on its seed alone.
+  std::span<const float> reset(std::uint64_t seed) {
+    rng_.reseed(seed);
+    State s;
+    s.theta = rng_.uniform(-std::numbers::pi, std::numbers::pi);
+    s.theta_dot = rng_.uniform(-1.0, 1.0);
+    return set_state(s);
+  }
+
+  /// Start an episode from `s` instead of a random state: the step counter restarts at
+  /// 0 and the generator is left alone. For tests and for custom starts (curricula,
+  /// evaluation from fixed states). Throws `EnvError` if a field is not finite.
+  std::span<const float> set_state(const State& s) {
+    episode_.start({{"theta", s.theta}, {"theta_dot", s.theta_dot}});
+    state_ = s;
+    write_observation();
+    return obs_;
+  }
+
+  /// Advance one step of dt with torque `action[0]` (clipped to [-2, 2], as published).
+  StepResult step(std::span<const float> action) {
+    episode_.check_step(action, /*size=*/1);
+    const double u = std::clamp(static_cast<double>(action[0]), -kMaxTorque, kMaxTorque);
+    const double th = state_.theta;
+    const double thdot = state_.theta_dot;
+    const double cost = normalize_angle(th) * normalize_angle(th) + 0.1 * thdot * thdot +
+                        0.001 * u * u;
+    double new_thdot =
+        thdot + (3.0 * kGravity / (2.0 * kLength) * std::sin(th) +
+                 3.0 / (kMass * kLength * kLength) * u) *
+                    kDt;
+    new_thdot = std::clamp(new_thdot, -kMaxSpeed, kMaxSpeed);
+    state_.theta = th + new_thdot * kDt;
+    state_.theta_dot = new_thdot;
+    write_observation();
+    return episode_.finish_step(obs_, -cost, /*terminated=*/false);
+  }
+
+  /// Steps taken in the current episode; the time limit and error messages count these.
+  [[nodiscard]] std::int64_t elapsed_steps() const noexcept { return episode_.steps(); }
+  /// The physical state, in double, for tests and for logging what the float32
+  /// observation rounds away.
+  [[nodiscard]] State state() const noexcept { return state_; }
+
+  /// Map an angle to [-pi, pi), as the published reward does before squaring it, so a
+  /// pendulum that has spun round n times is not penalised for it.
+  [[nodiscard]] static double normalize_angle(double x) noexcept {
+    constexpr double kTwoPi = 2.0 * std::numbers::pi;
+    double r = std::fmod(x + std::numbers::pi, kTwoPi);  // sign of x + pi
+    if (r < 0.0) r += kTwoPi;                            // floored modulo, as Python's %
+    return r - std::numbers::pi;
+  }
+
+ private:
+  void write_observation() noexcept {
+    obs_[0] = static_cast<float>(std::cos(state_.theta));
+    obs_[1] = static_cast<float>(std::sin(state_.theta));
+    obs_[2] = static_cast<float>(state_.theta_dot);
+  }
+
+  State state_{};
+  std::array<float, 3> obs_{};
+  detail::Episode episode_{name, kMaxEpisodeSteps};
+  Rng rng_{};
+};
+
+static_assert(Env<Pendulum>);
+static_assert(ContinuousEnv<Pendulum>);
+
+}  // namespace anvil::envs
+// ---- end <anvil/envs/pendulum.hpp> ----
 
 // ---- begin <anvil/nn/activation.hpp> ----
 /// @file
@@ -3956,7 +4303,8 @@ TORCH_MODULE(TwinQ);
 /// @file
 /// `load_policy`: a trained policy without its trainer, for deployment. A run writes
 /// `policy.bin` in its directory with every checkpoint: the actor's shape, its weights (the
-/// averaged ones when `train.ema_decay` is on) and the env's action bounds. `load_policy`
+/// averaged ones when `train.ema_decay` is on), the env's action bounds, and the observation
+/// normaliser's statistics when the run normalised observations (`normalize.obs`). `load_policy`
 /// rebuilds the actor from that file alone and acts deterministically in env units.
 
 #include <torch/nn/module.h>
@@ -4012,7 +4360,7 @@ inline at::Tensor read_tensor(BinaryReader& r, const char* what, const at::Tenso
 namespace anvil {
 
 /// The format tag of policy files.
-inline constexpr const char* kPolicyFormat = "anvil Policy v1";
+inline constexpr const char* kPolicyFormat = "anvil Policy v2";
 
 /// A deterministic policy loaded from a policy file (see file comment).
 class Policy {
@@ -4024,6 +4372,7 @@ class Policy {
     const bool single = obs.dim() == 1;
     auto o = obs.to(at::kFloat);
     if (single) o = o.unsqueeze(0);
+    if (obs_mean_.defined()) o = ((o - obs_mean_) * obs_inv_std_).clamp(-obs_clip_, obs_clip_);
     nn::GaussianActor net = actor_;  // a handle to the same module (acting changes nothing)
     auto a = net->mode(o) * scale_ + offset_;
     return single ? a.squeeze(0) : a;
@@ -4039,6 +4388,8 @@ class Policy {
   friend Policy load_policy(const std::filesystem::path& path);
   nn::GaussianActor actor_{nullptr};
   at::Tensor scale_, offset_;
+  at::Tensor obs_mean_, obs_inv_std_;  ///< the run's observation normaliser (undefined: none)
+  double obs_clip_ = 0;
   std::string env_;
   std::int64_t obs_dim_ = 0, act_dim_ = 0;
 };
@@ -4076,6 +4427,13 @@ inline Policy load_policy(const std::filesystem::path& path) {
   const auto like = at::empty({p.act_dim_});
   p.scale_ = read_tensor(r, "action scale", like);
   p.offset_ = read_tensor(r, "action offset", like);
+  if (r.value<bool>("observation normaliser flag")) {
+    const auto obs_like = at::empty({p.obs_dim_});
+    p.obs_mean_ = read_tensor(r, "observation mean", obs_like);
+    p.obs_inv_std_ = read_tensor(r, "observation scale", obs_like);
+    p.obs_clip_ = r.value<double>("observation clip");
+    if (!(p.obs_clip_ > 0)) r.fail("observation clip", "is not positive");
+  }
   r.finish();
   torch::NoGradGuard no_grad;
   std::int64_t off = 0;
@@ -4089,22 +4447,36 @@ inline Policy load_policy(const std::filesystem::path& path) {
 
 }  // namespace anvil
 // ---- end <anvil/algorithms/policy.hpp> ----
-// ---- begin <anvil/algorithms/sac.hpp> ----
+// ---- begin <anvil/algorithms/ppo.hpp> ----
 /// @file
-/// Soft Actor-Critic (Haarnoja, Zhou, Abbeel, Levine 2018, "Soft Actor-Critic: Off-Policy
-/// Maximum Entropy Deep Reinforcement Learning with a Stochastic Actor"; with automatic
-/// entropy tuning from Haarnoja et al. 2018, "Soft Actor-Critic Algorithms and
-/// Applications"). Defaults are the published hyperparameters: Adam at 3e-4, batch 256,
-/// gamma 0.99, tau 0.005, 256x256 networks, target entropy -|A|.
+/// Proximal Policy Optimization (Schulman, Wolski, Dhariwal, Radford, Klimov 2017,
+/// "Proximal Policy Optimization Algorithms"): the clipped surrogate objective, a value
+/// loss (optionally clipped), an entropy bonus, gradient-norm clipping, a learning rate
+/// annealed linearly to zero, and an early stop of the epochs when the policy moves too far
+/// from the one that collected the rollout (target KL).
+///
+/// A categorical policy for `Discrete` actions, a Gaussian with a state-independent log
+/// standard deviation for `Box` actions, both on separate actor and critic MLPs.
+/// Defaults are the paper's MuJoCo settings (Adam 3e-4, 10 epochs, minibatches of 64,
+/// gamma 0.99, clip 0.2; lambda 0.95 and 2048 steps are the RolloutBuffer's) with the
+/// details of its reference implementation: orthogonal initialisation (gain sqrt 2, 0.01
+/// on the policy head, 1 on the value head), Adam's epsilon 1e-5, gradient norm 0.5, value
+/// loss coefficient 0.5 (Huang et al. 2022, "The 37 Implementation Details of PPO").
+///
+/// Continuous actions are in the Trainer's normalised units: the Trainer clips them to
+/// [-1, 1] and scales them to the env's bounds; the rollout keeps the unclipped sample,
+/// whose probability the policy gave.
 
+#include <torch/nn/init.h>
 #include <torch/nn/module.h>
 #include <torch/utils.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <memory>
+#include <numbers>
 #include <string>
+#include <utility>
 #include <vector>
 
 // ---- begin <anvil/train/flat_adam.hpp> ----
@@ -4396,7 +4768,16 @@ inline double phase_timer_cost() {
 
 /// What bounds a run, from its phase times: the largest share, named, with what to change.
 /// Empty when nothing was timed.
-inline std::string bottleneck(const PhaseTimes& t) {
+/// What to change for each kind of bottleneck: the knobs differ between off-policy
+/// algorithms (update interval, batch size) and on-policy ones (epochs, minibatches).
+struct BottleneckAdvice {
+  std::string env = "raise env.num_envs (or use env.async) or train.update_interval";
+  std::string learn = "raise train.update_interval, use BF16, or add ranks";
+  std::string comm = "fewer, larger updates (sac.batch_size, train.update_interval) or fewer ranks";
+  std::string sample = "raise the batch size or train.update_interval";
+};
+
+inline std::string bottleneck(const PhaseTimes& t, const BottleneckAdvice& advice = {}) {
   const double total = t.total_seconds();
   if (total <= 0) return "";
   auto pct = [&](double share) {
@@ -4412,16 +4793,12 @@ inline std::string bottleneck(const PhaseTimes& t) {
     std::string text;
   };
   const std::vector<Verdict> v{
-      {env, "env-bound: " + pct(env) + " of the time in env.step; raise env.num_envs (or use env.async) "
-                                        "or train.update_interval"},
-      {learn, "update-bound: " + pct(learn) + " of the time in updates (forward, backward, optimizer); raise "
-                                              "train.update_interval, use BF16, or add ranks"},
-      {comm, "communication-bound: " + pct(comm) + " of the time in the gradient all-reduce; fewer, larger "
-                                                   "updates (sac.batch_size, train.update_interval) or fewer ranks"},
+      {env, "env-bound: " + pct(env) + " of the time in env.step; " + advice.env},
+      {learn, "update-bound: " + pct(learn) + " of the time in updates (forward, backward, optimizer); " + advice.learn},
+      {comm, "communication-bound: " + pct(comm) + " of the time in the gradient all-reduce; " + advice.comm},
       {act, "action-bound: " + pct(act) + " of the time choosing actions; raise env.num_envs so each forward "
                                           "pass serves more envs"},
-      {sample, "sampling-bound: " + pct(sample) + " of the time sampling the buffer; raise the batch size or "
-                                                  "train.update_interval"},
+      {sample, "sampling-bound: " + pct(sample) + " of the time sampling the buffer; " + advice.sample},
       {store, "storage-bound: " + pct(store) + " of the time adding to the buffer"},
       {side, "bookkeeping-bound: " + pct(side) + " of the time in evaluation, logging and checkpoints; raise "
                                                 "train.eval_interval, run.log_interval or run.checkpoint_interval"}};
@@ -4748,6 +5125,279 @@ class StepContext {
 
 }  // namespace anvil
 // ---- end <anvil/train/step_context.hpp> ----
+
+namespace anvil {
+
+/// Algorithm policy: PPO (see file comment).
+class PPO {
+ public:
+  using policy_kind = AlgorithmKind;
+  static constexpr FixedString config_section = "ppo";
+  static constexpr bool on_policy = true;
+  using Batch = RolloutBatch;
+
+  /// Shape of the actor's and the critic's MLPs.
+  struct NetConfig {
+    Param<std::vector<int>, "hidden", "hidden layer widths", at_least(1)> hidden{64, 64};
+    Param<nn::Activation, "activation", "hidden-layer activation"> activation{nn::Activation::tanh};
+  };
+
+  struct Config {
+    Param<double, "gamma", "discount factor", in_range(0, 1)> gamma{0.99};
+    Param<double, "lr", "learning rate (Adam) of actor and critic", positive> lr{3e-4};
+    Param<bool, "anneal_lr", "decay the learning rate linearly to 0 over train.steps"> anneal_lr{true};
+    Param<int, "epochs", "passes over each rollout", in_range(1, 1000)> epochs{10};
+    Param<std::int64_t, "minibatch_size", "rollout rows per gradient step (per rank)", at_least(1)>
+        minibatch_size{64};
+    Param<double, "clip", "clip range of the probability ratio", positive> clip{0.2};
+    Param<double, "clip_value", "clip the value's change to +-this in the value loss (0: off)", at_least(0)>
+        clip_value{0.0};
+    Param<double, "vf_coef", "weight of the value loss", at_least(0)> vf_coef{0.5};
+    Param<double, "ent_coef", "weight of the entropy bonus", at_least(0)> ent_coef{0.0};
+    Param<double, "max_grad_norm", "clip the gradient's global norm (0: off)", at_least(0)> max_grad_norm{0.5};
+    Param<double, "target_kl",
+          "stop a rollout's epochs once the mean approximate KL of an epoch exceeds this (0: off)", at_least(0)>
+        target_kl{0.0};
+    Param<double, "adam_eps", "Adam's epsilon", positive> adam_eps{1e-5};
+    Param<double, "init_log_std", "initial log standard deviation of continuous actions"> init_log_std{0.0};
+    Param<bool, "ortho_init", "orthogonal initialisation of the layers (gain sqrt 2; heads 0.01 and 1)">
+        ortho_init{true};
+    Section<"actor", NetConfig> actor;
+    Section<"critic", NetConfig> critic;
+  };
+
+  PPO(const envs::EnvSpec& spec, const Config& cfg, const RunContext& ctx)
+      : cfg_(cfg), device_(ctx.device), discrete_(spec.discrete()),
+        act_dim_(spec.discrete() ? spec.num_actions() : spec.action_dim()) {
+    if (discrete_ && act_dim_ < 2)
+      throw ConfigError("PPO: " + spec.name + " has " + std::to_string(act_dim_) + " discrete action(s); needs 2 or more");
+    const auto od = spec.obs_dim();
+    actor_ = nn::Mlp(od, nn::widths(cfg.actor->hidden), act_dim_, cfg.actor->activation);
+    critic_ = nn::Mlp(od, nn::widths(cfg.critic->hidden), 1, cfg.critic->activation);
+    if (cfg.ortho_init) {
+      init_orthogonal(actor_, 0.01);
+      init_orthogonal(critic_, 1.0);
+    }
+    actor_->to(device_);
+    critic_->to(device_);
+    std::vector<at::Tensor> params = actor_->parameters();
+    if (!discrete_) {
+      log_std_ = torch::full({act_dim_}, *cfg.init_log_std, at::TensorOptions().device(device_).requires_grad(true));
+      params.push_back(log_std_);
+    }
+    for (const auto& p : critic_->parameters()) params.push_back(p);
+    base_lr_ = cfg.lr * ctx.lr_scale;
+    opt_ = FlatAdam(std::move(params), {.lr = base_lr_, .eps = cfg.adam_eps});
+  }
+
+  /// Actions for a batch of observations: sampled to explore, the mode (argmax or mean)
+  /// when deterministic. Discrete: int64 [N]; continuous: float [N, act_dim].
+  at::Tensor act(const at::Tensor& obs, ActMode mode) {
+    torch::NoGradGuard no_grad;
+    const auto out = actor_->forward(obs.to(device_, at::kFloat));
+    if (discrete_) return mode == ActMode::explore ? sample_categorical(out) : out.argmax(-1);
+    return mode == ActMode::explore ? out + log_std_.exp() * at::randn_like(out) : out;
+  }
+
+  /// A sampled action with its log-probability and the value of `obs`, for the rollout.
+  RolloutAct act_for_rollout(const at::Tensor& obs) {
+    torch::NoGradGuard no_grad;
+    const auto o = obs.to(device_, at::kFloat);
+    const auto out = actor_->forward(o);
+    RolloutAct r;
+    if (discrete_) {
+      r.action = sample_categorical(out);
+      r.log_prob = out.log_softmax(-1).gather(-1, r.action.unsqueeze(-1)).squeeze(-1);
+    } else {
+      r.action = out + log_std_.exp() * at::randn_like(out);
+      r.log_prob = gaussian_log_prob(out, r.action);
+    }
+    r.value = critic_->forward(o).squeeze(-1);
+    return r;
+  }
+
+  /// Value estimates [N] of observations (no gradients).
+  at::Tensor value(const at::Tensor& obs) {
+    torch::NoGradGuard no_grad;
+    return critic_->forward(obs.to(device_, at::kFloat)).squeeze(-1);
+  }
+
+  /// One gradient step on a minibatch: clipped surrogate + vf_coef * value loss -
+  /// ent_coef * entropy. With gradient accumulation the minibatch is split into the
+  /// context's micro-batches and their weighted gradients summed before one step.
+  UpdateInfo update(const RolloutBatch& b, StepContext& ctx) {
+    const std::int64_t rows = b.obs.size(0);
+    const std::int64_t parts = std::clamp<std::int64_t>(ctx.micro_batches(), 1, rows);
+    at::Tensor grad;
+    Losses sum;
+    for (std::int64_t i = 0; i < parts; ++i) {
+      const std::int64_t begin = rows * i / parts, n = rows * (i + 1) / parts - begin;
+      const double share = static_cast<double>(n) / static_cast<double>(rows);
+      const auto part = parts == 1 ? b : slice(b, begin, n);
+      Losses l;
+      auto g = ctx.gradient(losses(part, ctx, l), opt_);
+      if (parts == 1) grad = std::move(g);
+      else if (!grad.defined()) grad = g * share;
+      else grad.add_(g, share);
+      sum.add(l, share);
+    }
+    ctx.apply(opt_, grad, cfg_.max_grad_norm);
+    ++updates_;
+    UpdateInfo info;
+    info.metrics = {{"policy_loss", sum.policy},       {"value_loss", sum.value},
+                    {"entropy", sum.entropy},          {"approx_kl", sum.approx_kl},
+                    {"clip_fraction", sum.clip_fraction}};
+    if (!discrete_) info.metrics.emplace_back("action_std", log_std_.detach().exp().mean().item().toDouble());
+    return info;
+  }
+
+  /// Where the run is, as the fraction of train.steps done: anneals the learning rate.
+  void set_progress(double done) {
+    if (cfg_.anneal_lr) opt_.set_lr(base_lr_ * std::clamp(1.0 - done, 0.0, 1.0));
+  }
+  [[nodiscard]] int epochs() const noexcept { return cfg_.epochs; }
+  [[nodiscard]] std::int64_t minibatch_size() const noexcept { return cfg_.minibatch_size; }
+  [[nodiscard]] double target_kl() const noexcept { return cfg_.target_kl; }
+
+  [[nodiscard]] std::vector<std::pair<std::string, double>> learning_rates() const { return {{"ppo", opt_.lr()}}; }
+  [[nodiscard]] std::vector<std::pair<std::string, at::Tensor>> flat_parameters() const {
+    return {{"actor_critic", opt_.parameters().flat()}};
+  }
+
+  struct Saved {
+    FlatAdam::Saved opt;
+    std::int64_t updates = 0;
+  };
+  void save(BinaryWriter& w) const {
+    opt_.save(w);
+    w.value(updates_);
+  }
+  [[nodiscard]] Saved read(BinaryReader& r) const {
+    Saved s;
+    s.opt = opt_.read(r, "ppo actor-critic");
+    s.updates = r.value<std::int64_t>("ppo update count");
+    return s;
+  }
+  void restore(const Saved& s) {
+    opt_.restore(s.opt);
+    updates_ = s.updates;
+  }
+
+  [[nodiscard]] nn::Mlp& actor() noexcept { return actor_; }
+  [[nodiscard]] nn::Mlp& critic() noexcept { return critic_; }
+  /// Log standard deviation of continuous actions (undefined for discrete ones).
+  [[nodiscard]] const at::Tensor& log_std() const noexcept { return log_std_; }
+  [[nodiscard]] const FlatAdam& optimizer() const noexcept { return opt_; }
+  [[nodiscard]] const Config& config() const noexcept { return cfg_; }
+  [[nodiscard]] std::int64_t updates() const noexcept { return updates_; }
+  [[nodiscard]] bool discrete() const noexcept { return discrete_; }
+
+ private:
+  struct Losses {
+    double policy = 0, value = 0, entropy = 0, approx_kl = 0, clip_fraction = 0;
+    void add(const Losses& o, double w) {
+      policy += w * o.policy;
+      value += w * o.value;
+      entropy += w * o.entropy;
+      approx_kl += w * o.approx_kl;
+      clip_fraction += w * o.clip_fraction;
+    }
+  };
+
+  // The loss of a (micro-)batch; its parts reported in `out`.
+  at::Tensor losses(const RolloutBatch& b, StepContext& ctx, Losses& out) {
+    auto guard = ctx.autocast();
+    const auto logits = actor_->forward(b.obs).to(at::kFloat);
+    at::Tensor log_prob, entropy;
+    if (discrete_) {
+      const auto lp = logits.log_softmax(-1);
+      log_prob = lp.gather(-1, b.action.unsqueeze(-1)).squeeze(-1);
+      entropy = -(lp.exp() * lp).sum(-1);
+    } else {
+      log_prob = gaussian_log_prob(logits, b.action);
+      entropy = (log_std_ + 0.5 * (1.0 + std::log(2.0 * std::numbers::pi))).sum().expand({b.obs.size(0)});
+    }
+    const auto log_ratio = log_prob - b.log_prob;
+    const auto ratio = log_ratio.exp();
+    const double c = cfg_.clip;
+    const auto policy_loss = at::max(-b.advantage * ratio, -b.advantage * ratio.clamp(1.0 - c, 1.0 + c)).mean();
+    const auto v = critic_->forward(b.obs).squeeze(-1).to(at::kFloat);
+    at::Tensor value_loss;
+    if (cfg_.clip_value > 0) {
+      const auto clipped = b.value + (v - b.value).clamp(-*cfg_.clip_value, *cfg_.clip_value);
+      value_loss = 0.5 * at::max((v - b.returns).square(), (clipped - b.returns).square()).mean();
+    } else {
+      value_loss = 0.5 * (v - b.returns).square().mean();
+    }
+    const auto ent = entropy.mean();
+    auto loss = policy_loss + *cfg_.vf_coef * value_loss - *cfg_.ent_coef * ent;
+    {
+      torch::NoGradGuard no_grad;
+      // KL(old || new) estimated as E[(r - 1) - log r], unbiased and never negative.
+      out.approx_kl = ((ratio - 1.0) - log_ratio).mean().item().toDouble();
+      out.clip_fraction = ((ratio - 1.0).abs() > c).to(at::kFloat).mean().item().toDouble();
+      out.policy = policy_loss.item().toDouble();
+      out.value = value_loss.item().toDouble();
+      out.entropy = ent.item().toDouble();
+    }
+    return loss;
+  }
+
+  at::Tensor gaussian_log_prob(const at::Tensor& mean, const at::Tensor& action) const {
+    const auto z = (action - mean) * (-log_std_).exp();
+    return (-0.5 * z.square() - log_std_ - 0.5 * std::log(2.0 * std::numbers::pi)).sum(-1);
+  }
+  static at::Tensor sample_categorical(const at::Tensor& logits) {
+    return at::multinomial(logits.softmax(-1), 1).squeeze(-1);
+  }
+  static RolloutBatch slice(const RolloutBatch& b, std::int64_t begin, std::int64_t n) {
+    return {b.obs.narrow(0, begin, n),       b.action.narrow(0, begin, n),  b.log_prob.narrow(0, begin, n),
+            b.advantage.narrow(0, begin, n), b.returns.narrow(0, begin, n), b.value.narrow(0, begin, n)};
+  }
+  // Orthogonal weights with gain sqrt(2) in hidden layers and `head_gain` in the output
+  // layer, zero biases.
+  static void init_orthogonal(nn::Mlp& net, double head_gain) {
+    torch::NoGradGuard no_grad;
+    const auto& layers = net->layers();
+    for (std::size_t i = 0; i < layers.size(); ++i) {
+      torch::nn::init::orthogonal_(layers[i]->weight, i + 1 < layers.size() ? std::sqrt(2.0) : head_gain);
+      layers[i]->bias.zero_();
+    }
+  }
+
+  Config cfg_;
+  c10::Device device_;
+  bool discrete_;
+  std::int64_t act_dim_;  ///< action dimensions, or the number of discrete actions
+  nn::Mlp actor_{nullptr}, critic_{nullptr};
+  at::Tensor log_std_;
+  double base_lr_ = 0;
+  FlatAdam opt_;
+  std::int64_t updates_ = 0;
+};
+
+static_assert(OnPolicyAlgorithm<PPO>);
+
+}  // namespace anvil
+// ---- end <anvil/algorithms/ppo.hpp> ----
+// ---- begin <anvil/algorithms/sac.hpp> ----
+/// @file
+/// Soft Actor-Critic (Haarnoja, Zhou, Abbeel, Levine 2018, "Soft Actor-Critic: Off-Policy
+/// Maximum Entropy Deep Reinforcement Learning with a Stochastic Actor"; with automatic
+/// entropy tuning from Haarnoja et al. 2018, "Soft Actor-Critic Algorithms and
+/// Applications"). Defaults are the published hyperparameters: Adam at 3e-4, batch 256,
+/// gamma 0.99, tau 0.005, 256x256 networks, target entropy -|A|.
+
+#include <torch/nn/module.h>
+#include <torch/utils.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
 
 namespace anvil {
 
@@ -6818,6 +7468,199 @@ static_assert(PrioritizedReplay<PrioritizedBuffer>);
 
 }  // namespace anvil
 // ---- end <anvil/buffers/prioritized_buffer.hpp> ----
+// ---- begin <anvil/buffers/rollout_buffer.hpp> ----
+/// @file
+/// `RolloutBuffer`: the storage of an on-policy algorithm (PPO). It holds one rollout of
+/// `rollout.steps` steps of N envs in tensors allocated once, computes generalised
+/// advantage estimates (Schulman, Moritz, Levine, Jordan, Abbeel 2016, "High-Dimensional
+/// Continuous Control Using Generalized Advantage Estimation") and the value targets, then
+/// hands the rollout out in shuffled minibatches, once per epoch. It is cleared for the
+/// next rollout, so no transition is learned from by a policy other than the one that
+/// collected it (and the epochs right after).
+///
+/// Episode ends are told apart, as in the replay buffers: where an episode *terminated*
+/// the return ends (no bootstrap); where it was *truncated* by a time limit the return
+/// continues past the cut as the value of the episode's true last state, which the
+/// collector passes as `bootstrap_value`. Either way the advantage does not run on into
+/// the next episode, which the vectorised env has already started in that row.
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <ranges>
+#include <string>
+#include <vector>
+
+
+namespace anvil {
+
+/// Buffer policy for on-policy algorithms (see file comment).
+class RolloutBuffer {
+ public:
+  using policy_kind = BufferKind;
+  static constexpr FixedString config_section = "rollout";
+  static constexpr bool on_policy = true;
+  using Batch = RolloutBatch;
+
+  struct Config {
+    Param<std::int64_t, "steps", "env steps per env in one rollout (the rollout is steps x num_envs)",
+          in_range(1, 1 << 24)>
+        steps{2048};
+    Param<double, "gae_lambda", "GAE's lambda: 0 is the one-step TD error, 1 the Monte Carlo return",
+          in_range(0, 1)>
+        gae_lambda{0.95};
+    Param<bool, "normalize_advantage", "scale each minibatch's advantages to mean 0, std 1">
+        normalize_advantage{true};
+  };
+
+  RolloutBuffer(const envs::EnvSpec& spec, const Config& cfg, const RunContext& ctx)
+      : cfg_(cfg), device_(ctx.device), obs_dim_(spec.obs_dim()), act_dim_(spec.action_dim()),
+        discrete_(spec.discrete()) {}
+
+  /// Allocates storage for `n` envs (the Trainer calls it with env.num_envs).
+  void set_num_envs(std::int64_t n) {
+    if (n < 1) throw ConfigError("RolloutBuffer: needs at least one env, got " + std::to_string(n));
+    envs_ = n;
+    const std::int64_t t = cfg_.steps;
+    const auto f = at::TensorOptions().dtype(at::kFloat);
+    obs_ = at::zeros({t, n, obs_dim_}, f);
+    action_ = discrete_ ? at::zeros({t, n}, f.dtype(at::kLong)) : at::zeros({t, n, act_dim_}, f);
+    for (auto* x : {&log_prob_, &value_, &reward_, &terminated_, &truncated_, &bootstrap_, &advantage_, &returns_})
+      *x = at::zeros({t, n}, f);
+    clear();
+  }
+  /// The discount of the returns (the Trainer passes the algorithm's gamma; 0.99 before).
+  void set_discount(double gamma) noexcept { gamma_ = gamma; }
+
+  /// Stores one step of every env (row i = env i). Throws when the rollout is full.
+  void add(const RolloutStep& s) {
+    if (envs_ == 0) throw Error("RolloutBuffer::add: set_num_envs was not called");
+    if (full()) throw Error("RolloutBuffer::add: the rollout holds " + std::to_string(*cfg_.steps) +
+                            " steps already; learn from it and clear() it first");
+    check_rows(s.obs, "obs");
+    const std::int64_t t = steps_;
+    obs_[t].copy_(s.obs);
+    action_[t].copy_(discrete_ ? s.action.reshape({envs_}) : s.action);
+    log_prob_[t].copy_(s.log_prob.reshape({envs_}));
+    value_[t].copy_(s.value.reshape({envs_}));
+    reward_[t].copy_(s.reward);
+    terminated_[t].copy_(s.terminated);
+    truncated_[t].copy_(s.truncated);
+    if (s.bootstrap_value.defined()) bootstrap_[t].copy_(s.bootstrap_value.reshape({envs_}));
+    else bootstrap_[t].zero_();
+    ++steps_;
+    ready_ = false;
+  }
+
+  /// Computes advantages and value targets once the rollout is full. `last_value` [N] is
+  /// the value of the observations the envs show after the last step (the bootstrap of
+  /// episodes still running).
+  void finish(const at::Tensor& last_value) {
+    if (!full()) throw Error("RolloutBuffer::finish: the rollout has " + std::to_string(steps_) + " of " +
+                             std::to_string(*cfg_.steps) + " steps");
+    const auto last = last_value.to(at::kCPU, at::kFloat).reshape({envs_}).contiguous();
+    const float g = static_cast<float>(gamma_), gl = static_cast<float>(gamma_ * cfg_.gae_lambda);
+    const std::int64_t n = envs_;
+    const float *r = reward_.data_ptr<float>(), *v = value_.data_ptr<float>();
+    const float *term = terminated_.data_ptr<float>(), *trunc = truncated_.data_ptr<float>();
+    const float *boot = bootstrap_.data_ptr<float>(), *lv = last.data_ptr<float>();
+    float *adv = advantage_.data_ptr<float>(), *ret = returns_.data_ptr<float>();
+    // Backwards through time: A_t = delta_t + gamma lambda A_{t+1} within an episode.
+    for (const std::int64_t t : std::views::iota(std::int64_t{0}, steps_) | std::views::reverse) {
+      for (std::int64_t i = 0; i < n; ++i) {
+        const std::int64_t k = t * n + i;
+        const float next_value = t + 1 < steps_ ? v[k + n] : lv[i];
+        const float later = t + 1 < steps_ ? adv[k + n] : 0.0f;
+        float a;
+        if (term[k] > 0) a = r[k] - v[k];                             // the return ends here
+        else if (trunc[k] > 0) a = r[k] + g * boot[k] - v[k];         // cut: bootstrap, stop
+        else a = r[k] + g * next_value - v[k] + gl * later;           // the episode goes on
+        adv[k] = a;
+        ret[k] = a + v[k];
+      }
+    }
+    // The learning rows, flattened to [steps * N] and on the algorithm's device once.
+    const std::int64_t m = steps_ * n;
+    flat_.obs = obs_.view({m, obs_dim_}).to(device_);
+    flat_.action = (discrete_ ? action_.view({m}) : action_.view({m, act_dim_})).to(device_);
+    flat_.log_prob = log_prob_.view({m}).to(device_);
+    flat_.value = value_.view({m}).to(device_);
+    flat_.advantage = advantage_.view({m}).to(device_);
+    flat_.returns = returns_.view({m}).to(device_);
+    ready_ = true;
+  }
+
+  /// One epoch of the finished rollout: its rows in a fresh random order (torch's
+  /// generator, which checkpoints save), cut into minibatches of `size` rows (the last may
+  /// be smaller). A lazy view: each minibatch is gathered when it is reached.
+  [[nodiscard]] auto minibatches(std::int64_t size) const {
+    if (!ready_) throw Error("RolloutBuffer::minibatches: call finish() on a full rollout first");
+    if (size < 1) throw ConfigError("RolloutBuffer: minibatch size must be at least 1, got " + std::to_string(size));
+    const std::int64_t m = flat_.obs.size(0);
+    const auto order = at::randperm(m, at::TensorOptions().dtype(at::kLong)).to(device_);
+    const std::int64_t count = (m + size - 1) / size;
+    return std::views::iota(std::int64_t{0}, count) | std::views::transform([this, order, size, m](std::int64_t i) {
+             const std::int64_t begin = i * size;
+             return rows(order.narrow(0, begin, std::min(size, m - begin)));
+           });
+  }
+
+  /// The rollout's rows `index` (int64 on the algorithm's device), advantages normalised
+  /// when `rollout.normalize_advantage` is on and there are at least two rows.
+  [[nodiscard]] RolloutBatch rows(const at::Tensor& index) const {
+    RolloutBatch b{flat_.obs.index_select(0, index),      flat_.action.index_select(0, index),
+                   flat_.log_prob.index_select(0, index), flat_.advantage.index_select(0, index),
+                   flat_.returns.index_select(0, index),  flat_.value.index_select(0, index)};
+    if (cfg_.normalize_advantage && index.numel() > 1)
+      b.advantage = (b.advantage - b.advantage.mean()) / (b.advantage.std() + 1e-8);
+    return b;
+  }
+
+  /// Empties the buffer for the next rollout (storage is kept).
+  void clear() noexcept {
+    steps_ = 0;
+    ready_ = false;
+  }
+
+  /// Transitions held (steps x envs) and the most it holds.
+  [[nodiscard]] std::int64_t size() const noexcept { return steps_ * envs_; }
+  [[nodiscard]] std::int64_t capacity() const noexcept { return *cfg_.steps * envs_; }
+  [[nodiscard]] bool full() const noexcept { return envs_ > 0 && steps_ == *cfg_.steps; }
+  /// Whether `finish` has computed the advantages of the rollout held.
+  [[nodiscard]] bool finished() const noexcept { return ready_; }
+  [[nodiscard]] std::int64_t num_envs() const noexcept { return envs_; }
+  [[nodiscard]] const Config& config() const noexcept { return cfg_; }
+
+  /// [steps, N] advantages and value targets of the finished rollout (before any
+  /// minibatch normalisation), and the values the policy estimated.
+  [[nodiscard]] const at::Tensor& advantages() const noexcept { return advantage_; }
+  [[nodiscard]] const at::Tensor& returns() const noexcept { return returns_; }
+  [[nodiscard]] const at::Tensor& values() const noexcept { return value_; }
+
+ private:
+  void check_rows(const at::Tensor& t, const char* what) const {
+    if (t.dim() < 1 || t.size(0) != envs_)
+      throw Error(std::string("RolloutBuffer::add: ") + what + " has " + std::to_string(t.dim() ? t.size(0) : 0) +
+                  " rows but the buffer was set up for " + std::to_string(envs_) + " envs");
+  }
+
+  Config cfg_;
+  c10::Device device_;
+  std::int64_t obs_dim_, act_dim_;
+  bool discrete_;
+  double gamma_ = 0.99;
+  std::int64_t envs_ = 0, steps_ = 0;
+  bool ready_ = false;
+  at::Tensor obs_, action_, log_prob_, value_, reward_, terminated_, truncated_, bootstrap_, advantage_, returns_;
+  RolloutBatch flat_;
+};
+
+static_assert(Buffer<RolloutBuffer>);
+
+}  // namespace anvil
+// ---- end <anvil/buffers/rollout_buffer.hpp> ----
 // ---- begin <anvil/buffers/uniform_buffer.hpp> ----
 /// @file
 /// `UniformBuffer`: experience replay with uniform sampling (Lin 1992; Mnih et al. 2015).
@@ -8291,6 +9134,7 @@ struct TrainConfig {
 #include <map>
 #include <memory>
 #include <numeric>
+#include <optional>
 #include <string>
 #include <thread>
 #include <type_traits>
@@ -8685,8 +9529,9 @@ class BasicTrainer {
   /// Every knob of a run, one section per policy; keys are `<section>.<field>`.
   struct Config {
     Section<"run", RunConfig> run;
-    Section<"train", TrainConfig> train;
+    Section<"train", TrainConfig> train = default_schedule();
     Section<"env", envs::VecEnvConfig> env;
+    Section<"normalize", envs::NormalizeConfig> normalize;
     Section<A::config_section, typename A::Config> algorithm;
     Section<B::config_section, typename B::Config> buffer;
     Section<P::config_section, typename P::Config> parallel;
@@ -8702,13 +9547,45 @@ class BasicTrainer {
         if (train->ema_decay > 0)
           throw ConfigError("train.ema_decay: " + std::string(A::config_section.view()) +
                             " keeps no average of its policy's weights");
+      const std::string algo(A::config_section.view());
       if constexpr (requires { algorithm->batch_size; })
         if (train->grad_accumulation > algorithm->batch_size)
           throw ConfigError("train.grad_accumulation (" + std::to_string(*train->grad_accumulation) +
-                            ") is larger than " + std::string(A::config_section.view()) + ".batch_size (" +
+                            ") is larger than " + algo + ".batch_size (" +
                             std::to_string(*algorithm->batch_size) + "): micro-batches would be empty");
+      if constexpr (A::on_policy) {
+        // An on-policy algorithm learns once per rollout, from its own actions only.
+        if (train->learning_starts > 0)
+          throw ConfigError("train.learning_starts (" + std::to_string(*train->learning_starts) + "): " + algo +
+                            " is on-policy and learns from its own actions from the first rollout; set 0");
+        if (*train->update_interval != 1 || *train->updates_per_interval != 1)
+          throw ConfigError(std::string(*train->update_interval != 1 ? "train.update_interval" : "train.updates_per_interval") +
+                            ": " + algo + " updates once per rollout (" + std::string(B::config_section.view()) +
+                            ".steps x env.num_envs env steps), " + algo + ".epochs passes in minibatches of " + algo +
+                            ".minibatch_size; leave it at 1");
+        if constexpr (requires { algorithm->minibatch_size; buffer->steps; }) {
+          const std::int64_t rollout = *buffer->steps * *env->num_envs;
+          if (algorithm->minibatch_size > rollout)
+            throw ConfigError(algo + ".minibatch_size (" + std::to_string(*algorithm->minibatch_size) +
+                              ") is larger than a rollout: " + std::string(B::config_section.view()) + ".steps (" +
+                              std::to_string(*buffer->steps) + ") x env.num_envs (" + std::to_string(*env->num_envs) +
+                              ") = " + std::to_string(rollout) + " rows");
+          if (train->grad_accumulation > algorithm->minibatch_size)
+            throw ConfigError("train.grad_accumulation (" + std::to_string(*train->grad_accumulation) +
+                              ") is larger than " + algo + ".minibatch_size (" +
+                              std::to_string(*algorithm->minibatch_size) + "): micro-batches would be empty");
+        }
+      }
     }
   };
+
+  /// The `train` section's defaults for this algorithm: on-policy ones start learning at
+  /// once (no steps of random actions).
+  static Section<"train", TrainConfig> default_schedule() {
+    Section<"train", TrainConfig> t;
+    if constexpr (A::on_policy) t->learning_starts = 0;
+    return t;
+  }
 
   /// Builds the run from the command line: `args` (from `parse_config`) is applied over
   /// `defaults`. Answers `--help` and `--print-config`; a bad key or value ends the program
@@ -8742,29 +9619,46 @@ class BasicTrainer {
     seed_torch(ctx_);
 
     venv_ = envs::make_vec_env(env, *cfg_.env, ctx_.seed_for(Stream::env));
-    make_eval_env_ = [env](int episodes, std::uint64_t seed) {
+    std::shared_ptr<envs::NormalizeState> norm;
+    if (cfg_.normalize->obs || cfg_.normalize->reward) {
+      auto wrapped = std::make_unique<envs::NormalizedVecEnv>(std::move(venv_), *cfg_.normalize, discount());
+      norm = norm_ = wrapped->state();
+      venv_ = std::move(wrapped);
+    }
+    // Evaluation envs normalise observations with the training statistics, frozen.
+    make_eval_env_ = [env, norm, ncfg = *cfg_.normalize](int episodes, std::uint64_t seed) {
       envs::VecEnvConfig c;
       c.num_envs = episodes;
-      return envs::make_vec_env(env, c, seed);
+      auto v = envs::make_vec_env(env, c, seed);
+      if (!norm) return v;
+      return std::unique_ptr<envs::VecEnvBase>(
+          std::make_unique<envs::NormalizedVecEnv>(std::move(v), ncfg, 0.99, norm, /*frozen=*/true));
     };
     spec_ = venv_->spec();
-    if (spec_.discrete())
-      throw ConfigError(std::string(E::name) + " has discrete actions; " +
-                        std::string(A::config_section.view()) + " with " +
-                        std::string(B::config_section.view()) + " needs a Box action space");
-    const auto& box = std::get<envs::Box>(spec_.action);
-    action_scale_ = torch::empty({spec_.action_dim()});
-    action_offset_ = torch::empty({spec_.action_dim()});
-    for (std::int64_t i = 0; i < spec_.action_dim(); ++i) {
-      action_scale_[i] = 0.5 * (box.high[i] - box.low[i]);
-      action_offset_[i] = 0.5 * (box.high[i] + box.low[i]);
+    if (!spec_.discrete()) {
+      // Algorithms act in [-1, 1] per bounded dimension; unbounded ones pass through.
+      const auto& box = std::get<envs::Box>(spec_.action);
+      const auto d = spec_.action_dim();
+      action_scale_ = torch::ones({d});
+      action_offset_ = torch::zeros({d});
+      action_low_ = torch::full({d}, -1.0);
+      action_high_ = torch::full({d}, 1.0);
+      for (std::int64_t i = 0; i < d; ++i) {
+        if (std::isfinite(box.low[i]) && std::isfinite(box.high[i])) {
+          action_scale_[i] = 0.5 * (box.high[i] - box.low[i]);
+          action_offset_[i] = 0.5 * (box.high[i] + box.low[i]);
+        } else {
+          action_low_[i] = -INFINITY;
+          action_high_[i] = INFINITY;
+        }
+      }
     }
 
     algo_ = std::make_unique<A>(spec_, *cfg_.algorithm, ctx_);
     buffer_ = std::make_unique<B>(spec_, *cfg_.buffer, ctx_);
+    if constexpr (requires { buffer_->set_num_envs(std::int64_t{}); }) buffer_->set_num_envs(venv_->num_envs());
     if constexpr (requires { buffer_->set_horizon(std::int64_t{}); }) buffer_->set_horizon(cfg_.train->steps);
-    if constexpr (requires { buffer_->set_discount(0.0); } && requires { cfg_.algorithm->gamma; })
-      buffer_->set_discount(cfg_.algorithm->gamma);
+    if constexpr (requires { buffer_->set_discount(0.0); }) buffer_->set_discount(discount());
     StepContext::Options so;
     so.device = ctx_.device;
     so.autocast = X::autocast;
@@ -8805,12 +9699,17 @@ class BasicTrainer {
     std::int64_t next_log = next_after(cfg_.run->log_interval, INT64_MAX);
     std::int64_t next_checkpoint = next_after(cfg_.run->checkpoint_interval, INT64_MAX);
     while (env_steps_ < t.steps) {
-      collect_one();
-      if (env_steps_ >= t.learning_starts && can_update()) {
-        since_update_ += venv_->num_envs();
-        while (since_update_ >= t.update_interval) {
-          update(t.updates_per_interval);
-          since_update_ -= t.update_interval;
+      if constexpr (A::on_policy) {
+        collect_rollout();
+        learn_rollout();
+      } else {
+        collect_one();
+        if (env_steps_ >= t.learning_starts && can_update()) {
+          since_update_ += venv_->num_envs();
+          while (since_update_ >= t.update_interval) {
+            update(t.updates_per_interval);
+            since_update_ -= t.update_interval;
+          }
         }
       }
       if (env_steps_ >= next_eval) {
@@ -8851,7 +9750,7 @@ class BasicTrainer {
     if (parallel_->world_size() > 1 && parallel_->is_main()) say(sync_line_);
     if (parallel_->is_main() && times_.enabled) {
       say("time: " + shares_line(times_));
-      say(bottleneck(times_));
+      say(bottleneck(times_, advice()));
     }
     csv_.flush_pending();
     progress_.finish();
@@ -8877,13 +9776,81 @@ class BasicTrainer {
 
   /// Steps the envs until at least `n` more env steps are stored (random actions until
   /// `train.learning_starts`, then the algorithm's exploration).
-  void collect(std::int64_t n) {
+  void collect(std::int64_t n)
+    requires(!A::on_policy)
+  {
     const std::int64_t target = env_steps_ + n;
     while (env_steps_ < target) collect_one();
   }
 
+  /// On-policy: fills the rollout buffer with `rollout.steps` steps of every env, acting
+  /// with the current policy, and computes its advantages.
+  void collect_rollout()
+    requires(A::on_policy)
+  {
+    static_assert(OnPolicyAlgorithm<A>,
+                  "Trainer: an on-policy Algorithm needs act_for_rollout, value, epochs, minibatch_size, "
+                  "target_kl and set_progress (see anvil::OnPolicyAlgorithm)");
+    buffer_->clear();
+    if (!obs_.defined()) obs_ = venv_->reset();
+    while (!buffer_->full()) collect_rollout_step();
+    ScopedPhase ph(times_, Phase::buffer_add);
+    buffer_->finish(algo_->value(obs_));
+  }
+
+  /// On-policy: learns from the rollout collected: `epochs` passes over it in shuffled
+  /// minibatches, stopping early once an epoch's mean approximate KL (averaged over the
+  /// ranks) exceeds `target_kl`. Then the buffer is cleared.
+  void learn_rollout()
+    requires(A::on_policy)
+  {
+    // Every rank normalises with the same statistics from here on.
+    if (parallel_->world_size() > 1)
+      venv_->sync_statistics([this](at::Tensor& t) { sum_over_ranks(*parallel_, t, ctx_.device); });
+    algo_->set_progress(static_cast<double>(env_steps_) / static_cast<double>(*cfg_.train->steps));
+    const double target_kl = algo_->target_kl();
+    int epochs = 0;
+    for (int e = 0; e < algo_->epochs(); ++e) {
+      double kl = 0;
+      int n = 0;
+      std::optional<ScopedPhase> sampling(std::in_place, times_, Phase::sample);
+      for (const auto& batch : buffer_->minibatches(algo_->minibatch_size())) {
+        sampling.reset();
+        UpdateInfo info;
+        {
+          ScopedPhase ph(times_, Phase::update);
+          info = algo_->update(batch, step_ctx_);
+        }
+        for (const auto& [k, v] : info.metrics) {
+          if (k == "approx_kl") {
+            kl += v;
+            ++n;
+          }
+          auto& m = metrics_[k];
+          m.first += v;
+          m.second += 1;
+        }
+        ++updates_;
+        sampling.emplace(times_, Phase::sample);
+      }
+      sampling.reset();
+      ++epochs;
+      if (target_kl > 0 && n > 0) {
+        auto t = torch::full({1}, kl / n, at::kDouble);
+        if (parallel_->world_size() > 1) sum_over_ranks(*parallel_, t, ctx_.device);
+        if (t.item<double>() / parallel_->world_size() > target_kl) break;
+      }
+    }
+    auto& m = metrics_["epochs"];
+    m.first += epochs;
+    m.second += 1;
+    buffer_->clear();
+  }
+
   /// `n` gradient updates, each on a fresh batch from the buffer.
-  void update(int n) {
+  void update(int n)
+    requires(!A::on_policy)
+  {
     for (int i = 0; i < n; ++i) {
       ReplayBatch batch;
       {
@@ -8919,13 +9886,28 @@ class BasicTrainer {
   }
 
   /// Writes the policy alone (`anvil::load_policy` reads it back without a trainer): the
-  /// averaged weights when `train.ema_decay` is on, and the env's action bounds. Atomic.
+  /// averaged weights when `train.ema_decay` is on, the env's action bounds, and the
+  /// observation normaliser's statistics with `normalize.obs`. Atomic.
   void save_policy(const std::filesystem::path& file) const {
     BinaryWriter w(file, kPolicyFormat);
     w.string(spec_.name);
     algo_->save_policy(w);
     write_tensor(w, action_scale_);
     write_tensor(w, action_offset_);
+    const bool normalised = norm_ && cfg_.normalize->obs;
+    w.value(normalised);  // the policy acts on observations normalised as in training
+    if (normalised) {
+      const auto& mean = norm_->obs.mean();
+      const auto var = norm_->obs.variance();
+      auto m = torch::empty({spec_.obs_dim()}), inv = torch::empty({spec_.obs_dim()});
+      for (std::int64_t j = 0; j < spec_.obs_dim(); ++j) {
+        m[j] = mean[static_cast<std::size_t>(j)];
+        inv[j] = 1.0 / std::sqrt(var[static_cast<std::size_t>(j)] + cfg_.normalize->epsilon);
+      }
+      write_tensor(w, m);
+      write_tensor(w, inv);
+      w.value(*cfg_.normalize->clip_obs);
+    }
     w.commit();
   }
 
@@ -8945,8 +9927,7 @@ class BasicTrainer {
       std::vector<bool> ended(static_cast<std::size_t>(mine), false);
       int done = 0;
       while (done < mine) {
-        auto a = algo_->act(obs, ActMode::deterministic).to(at::kCPU, at::kFloat);
-        const auto& s = venv->step(a * action_scale_ + action_offset_);
+        const auto& s = venv->step(to_env_action(algo_->act(obs, ActMode::deterministic)));
         for (const auto& e : s.ended)
           if (!ended[static_cast<std::size_t>(e.env)]) {
             ended[static_cast<std::size_t>(e.env)] = true;
@@ -8981,6 +9962,9 @@ class BasicTrainer {
   [[nodiscard]] std::int64_t env_steps() const noexcept { return env_steps_; }
   [[nodiscard]] std::int64_t updates() const noexcept { return updates_; }
   [[nodiscard]] const PhaseTimes& times() const noexcept { return times_; }
+  /// The running statistics of observations and returns (`normalize.obs`, `normalize.reward`);
+  /// null when the run does not normalise.
+  [[nodiscard]] const envs::NormalizeState* normalizer() const noexcept { return norm_.get(); }
   /// Returns of the most recent training episodes (up to 100).
   [[nodiscard]] const std::deque<double>& recent_returns() const noexcept { return recent_; }
   [[nodiscard]] const std::filesystem::path& run_dir() const noexcept { return run_dir_; }
@@ -9151,6 +10135,11 @@ class BasicTrainer {
       c.train->eval_interval = 0;
       c.train->eval_episodes = std::min(*c.train->eval_episodes, 2);
       c.run->log_interval = std::min<std::int64_t>(c.run->log_interval, 200);
+      if constexpr (requires { c.buffer->steps; c.algorithm->minibatch_size; }) {
+        c.buffer->steps = std::min<std::int64_t>(c.buffer->steps, 32);
+        c.algorithm->minibatch_size =
+            std::min<std::int64_t>(c.algorithm->minibatch_size, *c.buffer->steps * *c.env->num_envs);
+      }
     }
     validate(c);
     return c;
@@ -9227,6 +10216,12 @@ class BasicTrainer {
       // every rank reduces the same list in log_row.
       w.value(static_cast<std::uint64_t>(metrics_.size()));
       for (const auto& [k, m] : metrics_) w.string(k);
+      if (norm_) {  // every rank normalises with rank 0's statistics
+        norm_->obs.consolidate();
+        norm_->ret.consolidate();
+        norm_->obs.save(w);
+        norm_->ret.save(w);
+      }
       bytes = w.take_bytes();
     }
     broadcast_bytes(*parallel_, bytes, ctx_.device);
@@ -9243,7 +10238,16 @@ class BasicTrainer {
     if (n_metrics > 10'000) r.fail("metrics", "has an implausible number of entries");
     std::vector<std::string> metric_names(n_metrics);
     for (auto& k : metric_names) k = r.string("metric name");
+    std::optional<envs::RunningMeanVar> obs_stats, ret_stats;
+    if (norm_) {
+      obs_stats = norm_->obs.read(r, "rank 0's observation statistics");
+      ret_stats = norm_->ret.read(r, "rank 0's return statistics");
+    }
     r.finish();
+    if (norm_) {
+      norm_->obs = *obs_stats;
+      norm_->ret = *ret_stats;
+    }
     for (const auto& k : metric_names) metrics_.try_emplace(k, 0.0, 0);
     algo_->restore(algo);
     step_ctx_.restore(step);
@@ -9307,11 +10311,28 @@ class BasicTrainer {
       case LrScaling::sqrt: {
         if constexpr (requires { cfg_.algorithm->batch_size; })
           return std::sqrt(static_cast<double>(cfg_.algorithm->batch_size) / cfg_.train->base_batch);
+        else if constexpr (requires { cfg_.algorithm->minibatch_size; })
+          return std::sqrt(static_cast<double>(cfg_.algorithm->minibatch_size) / cfg_.train->base_batch);
         return 1.0;
       }
       case LrScaling::linear: return static_cast<double>(parallel_->world_size());
     }
     return 1.0;
+  }
+
+  // The algorithm's actions as the env takes them: discrete indices as int64 on the CPU;
+  // continuous ones clipped to [-1, 1] and scaled to the bounds (unbounded dimensions as
+  // they are). The algorithm may keep the unclipped action.
+  at::Tensor to_env_action(const at::Tensor& a) const {
+    if (spec_.discrete()) return a.to(at::kCPU, at::kLong).reshape({-1});
+    const auto c = a.to(at::kCPU, at::kFloat);
+    return at::max(at::min(c, action_high_), action_low_) * action_scale_ + action_offset_;
+  }
+
+  // Actions drawn uniformly (before train.learning_starts), in the algorithm's units.
+  at::Tensor random_actions(std::int64_t n) const {
+    if (spec_.discrete()) return torch::randint(spec_.num_actions(), {n}, at::kLong);
+    return torch::rand({n, spec_.action_dim()}) * 2.0 - 1.0;
   }
 
   void collect_one() {
@@ -9321,26 +10342,76 @@ class BasicTrainer {
     {
       ScopedPhase ph(times_, Phase::act);
       if (env_steps_ < cfg_.train->learning_starts)
-        a = torch::rand({n, spec_.action_dim()}) * 2.0 - 1.0;
+        a = random_actions(n);
       else
-        a = algo_->act(obs_, ActMode::explore).to(at::kCPU, at::kFloat);
+        a = algo_->act(obs_, ActMode::explore).to(at::kCPU);
     }
     const envs::VecStep* s = nullptr;
     {
       ScopedPhase ph(times_, Phase::env);
-      s = &venv_->step(a * action_scale_ + action_offset_);
+      s = &venv_->step(to_env_action(a));
     }
     {
       ScopedPhase ph(times_, Phase::buffer_add);
       buffer_->add(StepBatch{obs_, a, s->reward, s->next_obs, s->terminated, s->truncated});
     }
     obs_ = s->obs;
-    env_steps_ += n * parallel_->world_size();  // every rank steps as many envs at once
-    for (const auto& e : s->ended) {
+    count_step(*s);
+  }
+
+  // One step of every env for the rollout: act, step, and for rows cut by the time limit
+  // the value of their true last state (the bootstrap; see RolloutBuffer).
+  void collect_rollout_step() {
+    RolloutAct act;
+    {
+      ScopedPhase ph(times_, Phase::act);
+      act = algo_->act_for_rollout(obs_);
+    }
+    const envs::VecStep* s = nullptr;
+    {
+      ScopedPhase ph(times_, Phase::env);
+      s = &venv_->step(to_env_action(act.action));
+    }
+    at::Tensor bootstrap;
+    if (s->truncated.any().item<bool>()) {
+      ScopedPhase ph(times_, Phase::act);
+      bootstrap = algo_->value(s->next_obs);
+    }
+    {
+      ScopedPhase ph(times_, Phase::buffer_add);
+      buffer_->add(RolloutStep{obs_, act.action, act.log_prob, act.value, s->reward, s->terminated, s->truncated,
+                               bootstrap});
+    }
+    obs_ = s->obs;
+    count_step(*s);
+  }
+
+  void count_step(const envs::VecStep& s) {
+    env_steps_ += venv_->num_envs() * parallel_->world_size();  // every rank steps as many envs at once
+    for (const auto& e : s.ended) {
       recent_.push_back(e.episode_return);
       if (recent_.size() > 100) recent_.pop_front();
       ++episodes_;
     }
+  }
+
+  // What the timing verdict suggests, in this algorithm's knobs.
+  static BottleneckAdvice advice() {
+    BottleneckAdvice a;
+    if constexpr (A::on_policy) {
+      const std::string algo(A::config_section.view());
+      a.env = "raise env.num_envs or env.threads";
+      a.learn = "fewer " + algo + ".epochs or larger " + algo + ".minibatch_size, BF16, or more ranks";
+      a.comm = "larger " + algo + ".minibatch_size (fewer all-reduces per rollout) or fewer ranks";
+      a.sample = "larger " + algo + ".minibatch_size";
+    }
+    return a;
+  }
+
+  // The algorithm's discount (the buffer's n-step returns, the reward normaliser).
+  double discount() const {
+    if constexpr (requires { cfg_.algorithm->gamma; }) return cfg_.algorithm->gamma;
+    return 0.99;
   }
 
   double elapsed() const {
@@ -9462,6 +10533,8 @@ class BasicTrainer {
   // returns and the algorithm's metrics are reduced over the ranks, then rank 0 writes.
   void log_row() {
     ScopedPhase ph(times_, Phase::log);
+    if (!A::on_policy && parallel_->world_size() > 1)  // on-policy runs merge them before each update
+      venv_->sync_statistics([this](at::Tensor& t) { sum_over_ranks(*parallel_, t, ctx_.device); });
     log_step_ = env_steps_;
     logged_eval_step_ = eval_step_;
     const double wall = elapsed();
@@ -9532,7 +10605,7 @@ class BasicTrainer {
       last_row_times_ = times_;
       for (std::size_t p = 0; p < kPhaseNames.size(); ++p)
         tb_.scalar("time/" + std::string(kPhaseNames[p]), d.share(static_cast<Phase>(p)), step);
-      if (d.total_seconds() > 0) extra.push_back("time: " + shares_line(d) + "\n  " + bottleneck(d));
+      if (d.total_seconds() > 0) extra.push_back("time: " + shares_line(d) + "\n  " + bottleneck(d, advice()));
     }
     if (gpu_ && gpu_->available()) {
       const auto g = gpu_->sample();
@@ -9604,7 +10677,7 @@ class BasicTrainer {
     for (std::size_t i = 0; i < kPhaseNames.size(); ++i)
       j += std::string(i ? ", " : "") + json_string(std::string(kPhaseNames[i])) + ": " +
            json_number(times_.seconds(static_cast<Phase>(i)));
-    j += "},\n  \"bottleneck\": " + json_string(bottleneck(times_)) + ",\n";
+    j += "},\n  \"bottleneck\": " + json_string(bottleneck(times_, advice())) + ",\n";
     j += "  \"timer_overhead\": " + json_number(timer_overhead()) + ",\n";
     j += "  \"world_size\": " + std::to_string(parallel_->world_size()) + ",\n";
     j += "  \"config_hash\": " + json_string(config_hash_hex(cfg_)) + ",\n";
@@ -9625,9 +10698,10 @@ class BasicTrainer {
   std::unique_ptr<P> parallel_;
   RunContext ctx_;
   std::unique_ptr<envs::VecEnvBase> venv_;
+  std::shared_ptr<envs::NormalizeState> norm_;  ///< normalisation statistics (normalize.obs/reward)
   std::function<std::unique_ptr<envs::VecEnvBase>(int, std::uint64_t)> make_eval_env_;
   envs::EnvSpec spec_;
-  at::Tensor action_scale_, action_offset_, obs_;
+  at::Tensor action_scale_, action_offset_, action_low_, action_high_, obs_;
   std::unique_ptr<A> algo_;
   std::unique_ptr<B> buffer_;
   StepContext step_ctx_;

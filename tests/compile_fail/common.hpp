@@ -1,9 +1,13 @@
 // Shared by the compile-fail programs: the headers a user would include, plus a small
-// user-written on-policy algorithm and rollout buffer (stand-ins until PPO and
-// RolloutBuffer ship) that satisfy the concepts, so only the combination is wrong.
+// user-written on-policy algorithm and rollout buffer that satisfy the concepts (the rules
+// hold for users' policies as for anvil's own), so only the combination is wrong.
 #pragma once
+#include <anvil/algorithms/ppo.hpp>
 #include <anvil/algorithms/sac.hpp>
+#include <anvil/buffers/prioritized_buffer.hpp>
+#include <anvil/buffers/rollout_buffer.hpp>
 #include <anvil/buffers/uniform_buffer.hpp>
+#include <anvil/envs/cart_pole.hpp>
 #include <anvil/envs/pendulum.hpp>
 #include <anvil/parallel/single_device.hpp>
 #include <anvil/precision/bf16.hpp>

@@ -8,6 +8,9 @@ namespace {
 using namespace anvil;
 
 static_assert(Algorithm<SAC>);
+static_assert(Algorithm<PPO> && OnPolicyAlgorithm<PPO> && !OnPolicyAlgorithm<SAC>);
+static_assert(Buffer<RolloutBuffer> && !ReplayBuffer<RolloutBuffer>);
+static_assert(TrainerRules<PPO, RolloutBuffer, SingleDevice, FP32>::ok);
 static_assert(ReplayBuffer<UniformBuffer>);
 static_assert(!PrioritizedReplay<UniformBuffer>);
 static_assert(Parallelism<SingleDevice>);
@@ -23,6 +26,7 @@ static_assert(is_real_trainer<Trainer<SAC, UniformBuffer>>);
 static_assert(is_real_trainer<Trainer<SAC, UniformBuffer, SingleDevice, BF16>>);
 static_assert(is_real_trainer<Trainer<SAC, UniformBuffer, SingleDevice, TF32>>);
 static_assert(is_real_trainer<Trainer<SAC, UniformBuffer, SingleDevice, FP16>>);
+static_assert(is_real_trainer<Trainer<PPO, RolloutBuffer, SingleDevice, BF16>>);
 static_assert(std::same_as<Trainer<SAC, UniformBuffer>, BasicTrainer<SAC, UniformBuffer, SingleDevice, FP32>>);
 
 // A user network satisfies SAC's network concepts and makes a valid algorithm.

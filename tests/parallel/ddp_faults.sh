@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # DDP as users meet it: real processes, real Gloo over loopback, real signals.
-#   ddp_faults.sh CASE DDP_SAC ONE_PER_NODE WORK_DIR
+#   ddp_faults.sh CASE DDP_SAC ONE_PER_NODE WORK_DIR [DDP_PPO]
 # CASE:
 #   launcher-kill   a rank of a launched run is killed: the launcher names it, stops the
 #                   other, exits non-zero in bounded time, and leaves no process behind
@@ -12,8 +12,10 @@
 #   learns          DDP<2> learns Pendulum (fixed seed) and its ranks end bitwise identical
 #   resume          a DDP run resumes from its checkpoint: rank 0 reads it, the others
 #                   take its state, and the ranks stay in sync
+#   ppo             Trainer<PPO, RolloutBuffer, DDP<2>> with normalised observations
+#                   solves CartPole (fixed seed) and its ranks end bitwise identical
 set -u
-case_name=$1 ddp=$2 one=$3 work=$4
+case_name=$1 ddp=$2 one=$3 work=$4 ppo=${5:-}
 rm -rf "$work" && mkdir -p "$work"
 export OPENBLAS_NUM_THREADS=1
 fail() { echo "FAIL ($case_name): $*"; for f in "$work"/*.log; do echo "--- $f"; tail -n 20 "$f"; done; exit 1; }
@@ -150,6 +152,15 @@ resume)
   grep -q "ranks in sync: all 2 ranks hold bitwise-identical .* env step 2400" "$work/resumed.log" || fail "not in sync"
   grep -q "done: 2400 env steps" "$work/resumed.log" || fail "did not finish at 2400"
   echo "ok: resumed at step 800 with 2 ranks, in sync at 2400"
+  ;;
+ppo)
+  "$ppo" --seed=1 --progress=lines --log_interval=10000 --run_dir="$work/run" > "$work/ppo.log" 2>&1 ||
+    fail "exit status $?"
+  grep -q "ranks in sync: all 2 ranks hold bitwise-identical parameters and optimizer state" "$work/ppo.log" ||
+    fail "no in-sync line"
+  final=$(python3 -c "import json; print(json.load(open('$work/run/summary.json'))['final_eval_return'])")
+  python3 -c "import sys; sys.exit(0 if $final >= 475 else 1)" || fail "final eval return $final < 475"
+  echo "ok: PPO with DDP<2> reached eval return $final in 100,000 env steps; ranks bitwise identical"
   ;;
 *) echo "unknown case $case_name"; exit 2 ;;
 esac

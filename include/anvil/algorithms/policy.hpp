@@ -2,7 +2,8 @@
 /// @file
 /// `load_policy`: a trained policy without its trainer, for deployment. A run writes
 /// `policy.bin` in its directory with every checkpoint: the actor's shape, its weights (the
-/// averaged ones when `train.ema_decay` is on) and the env's action bounds. `load_policy`
+/// averaged ones when `train.ema_decay` is on), the env's action bounds, and the observation
+/// normaliser's statistics when the run normalised observations (`normalize.obs`). `load_policy`
 /// rebuilds the actor from that file alone and acts deterministically in env units.
 
 #include <torch/nn/module.h>
@@ -21,7 +22,7 @@
 namespace anvil {
 
 /// The format tag of policy files.
-inline constexpr const char* kPolicyFormat = "anvil Policy v1";
+inline constexpr const char* kPolicyFormat = "anvil Policy v2";
 
 /// A deterministic policy loaded from a policy file (see file comment).
 class Policy {
@@ -33,6 +34,7 @@ class Policy {
     const bool single = obs.dim() == 1;
     auto o = obs.to(at::kFloat);
     if (single) o = o.unsqueeze(0);
+    if (obs_mean_.defined()) o = ((o - obs_mean_) * obs_inv_std_).clamp(-obs_clip_, obs_clip_);
     nn::GaussianActor net = actor_;  // a handle to the same module (acting changes nothing)
     auto a = net->mode(o) * scale_ + offset_;
     return single ? a.squeeze(0) : a;
@@ -48,6 +50,8 @@ class Policy {
   friend Policy load_policy(const std::filesystem::path& path);
   nn::GaussianActor actor_{nullptr};
   at::Tensor scale_, offset_;
+  at::Tensor obs_mean_, obs_inv_std_;  ///< the run's observation normaliser (undefined: none)
+  double obs_clip_ = 0;
   std::string env_;
   std::int64_t obs_dim_ = 0, act_dim_ = 0;
 };
@@ -85,6 +89,13 @@ inline Policy load_policy(const std::filesystem::path& path) {
   const auto like = at::empty({p.act_dim_});
   p.scale_ = read_tensor(r, "action scale", like);
   p.offset_ = read_tensor(r, "action offset", like);
+  if (r.value<bool>("observation normaliser flag")) {
+    const auto obs_like = at::empty({p.obs_dim_});
+    p.obs_mean_ = read_tensor(r, "observation mean", obs_like);
+    p.obs_inv_std_ = read_tensor(r, "observation scale", obs_like);
+    p.obs_clip_ = r.value<double>("observation clip");
+    if (!(p.obs_clip_ > 0)) r.fail("observation clip", "is not positive");
+  }
   r.finish();
   torch::NoGradGuard no_grad;
   std::int64_t off = 0;

@@ -52,6 +52,26 @@ struct RolloutBatch {
   at::Tensor value;      ///< [B] value estimates at collection time
 };
 
+/// One step of N envs as an on-policy algorithm collects it: what the policy did and what
+/// it expected, for a rollout buffer to compute advantages from.
+struct RolloutStep {
+  at::Tensor obs;             ///< [N, obs_dim] what the policy acted on
+  at::Tensor action;          ///< [N, act_dim] (float) or [N] (int64, discrete)
+  at::Tensor log_prob;        ///< [N] log-probability of `action` under the acting policy
+  at::Tensor value;           ///< [N] value estimate of `obs`
+  at::Tensor reward;          ///< [N]
+  at::Tensor terminated;      ///< [N] float 0/1: terminal state, the return ends here
+  at::Tensor truncated;       ///< [N] float 0/1: cut by a time limit, bootstrap from the last state
+  at::Tensor bootstrap_value; ///< [N] value of the last state where truncated (undefined: none truncated)
+};
+
+/// What an on-policy algorithm returns when it acts for a rollout.
+struct RolloutAct {
+  at::Tensor action;    ///< [N, act_dim] or [N] (discrete)
+  at::Tensor log_prob;  ///< [N]
+  at::Tensor value;     ///< [N]
+};
+
 /// What one call of an algorithm's `update` reports: scalar metrics for logging, and for
 /// prioritized replay the new priorities of the batch's rows (|TD error|), else undefined.
 struct UpdateInfo {

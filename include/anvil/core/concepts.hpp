@@ -26,6 +26,7 @@ struct EnvSpec;
 struct RunContext;
 struct ReplayBatch;
 struct RolloutBatch;
+struct RolloutAct;
 struct UpdateInfo;
 class StepContext;
 
@@ -90,6 +91,20 @@ concept ConstructibleFromSpec =
 template <class A>
 concept Algorithm = DeclaresKind<A, AlgorithmKind> && HasConfig<A> && DeclaresDataRegime<A> &&
                     ActsOnBatches<A> && UpdatesFromBatches<A> && ConstructibleFromSpec<A>;
+
+/// What an on-policy Trainer needs of its algorithm besides `act` and `update`: an action
+/// with its log-probability and value for the rollout, values alone for bootstrapping, the
+/// schedule of its epochs, and where the run is (for annealing).
+template <class A>
+concept OnPolicyAlgorithm = Algorithm<A> && A::on_policy &&
+                            requires(A& a, const A& ca, const at::Tensor& obs, double progress) {
+                              { a.act_for_rollout(obs) } -> std::same_as<RolloutAct>;
+                              { a.value(obs) } -> std::same_as<at::Tensor>;
+                              { ca.epochs() } -> std::convertible_to<int>;
+                              { ca.minibatch_size() } -> std::convertible_to<std::int64_t>;
+                              { ca.target_kl() } -> std::convertible_to<double>;
+                              { a.set_progress(progress) };
+                            };
 
 // ---------------------------------------------------------------------------------------
 // Buffer: preallocated storage of transitions. Takes one step of N envs in one call and

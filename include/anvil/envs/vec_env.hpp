@@ -100,6 +100,10 @@ class VecEnvBase {
   /// returned function is called (after the whole file has been checked). Returns an empty
   /// function when the file holds no env state.
   [[nodiscard]] virtual std::function<void()> read(BinaryReader& r) = 0;
+  /// With several ranks: merges statistics the envs keep (a normalising wrapper's running
+  /// means) over the ranks, `sum` adding a double tensor over them in place. Plain envs
+  /// keep none.
+  virtual void sync_statistics(const std::function<void(at::Tensor&)>& sum) { (void)sum; }
 
  protected:
   VecEnvBase(EnvSpec spec, std::int64_t n) : spec_(std::move(spec)), n_(n) {}

@@ -110,7 +110,16 @@ inline double phase_timer_cost() {
 
 /// What bounds a run, from its phase times: the largest share, named, with what to change.
 /// Empty when nothing was timed.
-inline std::string bottleneck(const PhaseTimes& t) {
+/// What to change for each kind of bottleneck: the knobs differ between off-policy
+/// algorithms (update interval, batch size) and on-policy ones (epochs, minibatches).
+struct BottleneckAdvice {
+  std::string env = "raise env.num_envs (or use env.async) or train.update_interval";
+  std::string learn = "raise train.update_interval, use BF16, or add ranks";
+  std::string comm = "fewer, larger updates (sac.batch_size, train.update_interval) or fewer ranks";
+  std::string sample = "raise the batch size or train.update_interval";
+};
+
+inline std::string bottleneck(const PhaseTimes& t, const BottleneckAdvice& advice = {}) {
   const double total = t.total_seconds();
   if (total <= 0) return "";
   auto pct = [&](double share) {
@@ -126,16 +135,12 @@ inline std::string bottleneck(const PhaseTimes& t) {
     std::string text;
   };
   const std::vector<Verdict> v{
-      {env, "env-bound: " + pct(env) + " of the time in env.step; raise env.num_envs (or use env.async) "
-                                        "or train.update_interval"},
-      {learn, "update-bound: " + pct(learn) + " of the time in updates (forward, backward, optimizer); raise "
-                                              "train.update_interval, use BF16, or add ranks"},
-      {comm, "communication-bound: " + pct(comm) + " of the time in the gradient all-reduce; fewer, larger "
-                                                   "updates (sac.batch_size, train.update_interval) or fewer ranks"},
+      {env, "env-bound: " + pct(env) + " of the time in env.step; " + advice.env},
+      {learn, "update-bound: " + pct(learn) + " of the time in updates (forward, backward, optimizer); " + advice.learn},
+      {comm, "communication-bound: " + pct(comm) + " of the time in the gradient all-reduce; " + advice.comm},
       {act, "action-bound: " + pct(act) + " of the time choosing actions; raise env.num_envs so each forward "
                                           "pass serves more envs"},
-      {sample, "sampling-bound: " + pct(sample) + " of the time sampling the buffer; raise the batch size or "
-                                                  "train.update_interval"},
+      {sample, "sampling-bound: " + pct(sample) + " of the time sampling the buffer; " + advice.sample},
       {store, "storage-bound: " + pct(store) + " of the time adding to the buffer"},
       {side, "bookkeeping-bound: " + pct(side) + " of the time in evaluation, logging and checkpoints; raise "
                                                 "train.eval_interval, run.log_interval or run.checkpoint_interval"}};

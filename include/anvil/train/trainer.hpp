@@ -22,6 +22,7 @@
 #include <map>
 #include <memory>
 #include <numeric>
+#include <optional>
 #include <string>
 #include <thread>
 #include <type_traits>
@@ -39,6 +40,7 @@
 #include <anvil/core/error.hpp>
 #include <anvil/core/tensor_io.hpp>
 #include <anvil/envs/env.hpp>
+#include <anvil/envs/normalize.hpp>
 #include <anvil/envs/vec_env.hpp>
 #include <anvil/observe/gpu_monitor.hpp>
 #include <anvil/observe/progress.hpp>
@@ -80,8 +82,9 @@ class BasicTrainer {
   /// Every knob of a run, one section per policy; keys are `<section>.<field>`.
   struct Config {
     Section<"run", RunConfig> run;
-    Section<"train", TrainConfig> train;
+    Section<"train", TrainConfig> train = default_schedule();
     Section<"env", envs::VecEnvConfig> env;
+    Section<"normalize", envs::NormalizeConfig> normalize;
     Section<A::config_section, typename A::Config> algorithm;
     Section<B::config_section, typename B::Config> buffer;
     Section<P::config_section, typename P::Config> parallel;
@@ -97,13 +100,45 @@ class BasicTrainer {
         if (train->ema_decay > 0)
           throw ConfigError("train.ema_decay: " + std::string(A::config_section.view()) +
                             " keeps no average of its policy's weights");
+      const std::string algo(A::config_section.view());
       if constexpr (requires { algorithm->batch_size; })
         if (train->grad_accumulation > algorithm->batch_size)
           throw ConfigError("train.grad_accumulation (" + std::to_string(*train->grad_accumulation) +
-                            ") is larger than " + std::string(A::config_section.view()) + ".batch_size (" +
+                            ") is larger than " + algo + ".batch_size (" +
                             std::to_string(*algorithm->batch_size) + "): micro-batches would be empty");
+      if constexpr (A::on_policy) {
+        // An on-policy algorithm learns once per rollout, from its own actions only.
+        if (train->learning_starts > 0)
+          throw ConfigError("train.learning_starts (" + std::to_string(*train->learning_starts) + "): " + algo +
+                            " is on-policy and learns from its own actions from the first rollout; set 0");
+        if (*train->update_interval != 1 || *train->updates_per_interval != 1)
+          throw ConfigError(std::string(*train->update_interval != 1 ? "train.update_interval" : "train.updates_per_interval") +
+                            ": " + algo + " updates once per rollout (" + std::string(B::config_section.view()) +
+                            ".steps x env.num_envs env steps), " + algo + ".epochs passes in minibatches of " + algo +
+                            ".minibatch_size; leave it at 1");
+        if constexpr (requires { algorithm->minibatch_size; buffer->steps; }) {
+          const std::int64_t rollout = *buffer->steps * *env->num_envs;
+          if (algorithm->minibatch_size > rollout)
+            throw ConfigError(algo + ".minibatch_size (" + std::to_string(*algorithm->minibatch_size) +
+                              ") is larger than a rollout: " + std::string(B::config_section.view()) + ".steps (" +
+                              std::to_string(*buffer->steps) + ") x env.num_envs (" + std::to_string(*env->num_envs) +
+                              ") = " + std::to_string(rollout) + " rows");
+          if (train->grad_accumulation > algorithm->minibatch_size)
+            throw ConfigError("train.grad_accumulation (" + std::to_string(*train->grad_accumulation) +
+                              ") is larger than " + algo + ".minibatch_size (" +
+                              std::to_string(*algorithm->minibatch_size) + "): micro-batches would be empty");
+        }
+      }
     }
   };
+
+  /// The `train` section's defaults for this algorithm: on-policy ones start learning at
+  /// once (no steps of random actions).
+  static Section<"train", TrainConfig> default_schedule() {
+    Section<"train", TrainConfig> t;
+    if constexpr (A::on_policy) t->learning_starts = 0;
+    return t;
+  }
 
   /// Builds the run from the command line: `args` (from `parse_config`) is applied over
   /// `defaults`. Answers `--help` and `--print-config`; a bad key or value ends the program
@@ -137,29 +172,46 @@ class BasicTrainer {
     seed_torch(ctx_);
 
     venv_ = envs::make_vec_env(env, *cfg_.env, ctx_.seed_for(Stream::env));
-    make_eval_env_ = [env](int episodes, std::uint64_t seed) {
+    std::shared_ptr<envs::NormalizeState> norm;
+    if (cfg_.normalize->obs || cfg_.normalize->reward) {
+      auto wrapped = std::make_unique<envs::NormalizedVecEnv>(std::move(venv_), *cfg_.normalize, discount());
+      norm = norm_ = wrapped->state();
+      venv_ = std::move(wrapped);
+    }
+    // Evaluation envs normalise observations with the training statistics, frozen.
+    make_eval_env_ = [env, norm, ncfg = *cfg_.normalize](int episodes, std::uint64_t seed) {
       envs::VecEnvConfig c;
       c.num_envs = episodes;
-      return envs::make_vec_env(env, c, seed);
+      auto v = envs::make_vec_env(env, c, seed);
+      if (!norm) return v;
+      return std::unique_ptr<envs::VecEnvBase>(
+          std::make_unique<envs::NormalizedVecEnv>(std::move(v), ncfg, 0.99, norm, /*frozen=*/true));
     };
     spec_ = venv_->spec();
-    if (spec_.discrete())
-      throw ConfigError(std::string(E::name) + " has discrete actions; " +
-                        std::string(A::config_section.view()) + " with " +
-                        std::string(B::config_section.view()) + " needs a Box action space");
-    const auto& box = std::get<envs::Box>(spec_.action);
-    action_scale_ = torch::empty({spec_.action_dim()});
-    action_offset_ = torch::empty({spec_.action_dim()});
-    for (std::int64_t i = 0; i < spec_.action_dim(); ++i) {
-      action_scale_[i] = 0.5 * (box.high[i] - box.low[i]);
-      action_offset_[i] = 0.5 * (box.high[i] + box.low[i]);
+    if (!spec_.discrete()) {
+      // Algorithms act in [-1, 1] per bounded dimension; unbounded ones pass through.
+      const auto& box = std::get<envs::Box>(spec_.action);
+      const auto d = spec_.action_dim();
+      action_scale_ = torch::ones({d});
+      action_offset_ = torch::zeros({d});
+      action_low_ = torch::full({d}, -1.0);
+      action_high_ = torch::full({d}, 1.0);
+      for (std::int64_t i = 0; i < d; ++i) {
+        if (std::isfinite(box.low[i]) && std::isfinite(box.high[i])) {
+          action_scale_[i] = 0.5 * (box.high[i] - box.low[i]);
+          action_offset_[i] = 0.5 * (box.high[i] + box.low[i]);
+        } else {
+          action_low_[i] = -INFINITY;
+          action_high_[i] = INFINITY;
+        }
+      }
     }
 
     algo_ = std::make_unique<A>(spec_, *cfg_.algorithm, ctx_);
     buffer_ = std::make_unique<B>(spec_, *cfg_.buffer, ctx_);
+    if constexpr (requires { buffer_->set_num_envs(std::int64_t{}); }) buffer_->set_num_envs(venv_->num_envs());
     if constexpr (requires { buffer_->set_horizon(std::int64_t{}); }) buffer_->set_horizon(cfg_.train->steps);
-    if constexpr (requires { buffer_->set_discount(0.0); } && requires { cfg_.algorithm->gamma; })
-      buffer_->set_discount(cfg_.algorithm->gamma);
+    if constexpr (requires { buffer_->set_discount(0.0); }) buffer_->set_discount(discount());
     StepContext::Options so;
     so.device = ctx_.device;
     so.autocast = X::autocast;
@@ -200,12 +252,17 @@ class BasicTrainer {
     std::int64_t next_log = next_after(cfg_.run->log_interval, INT64_MAX);
     std::int64_t next_checkpoint = next_after(cfg_.run->checkpoint_interval, INT64_MAX);
     while (env_steps_ < t.steps) {
-      collect_one();
-      if (env_steps_ >= t.learning_starts && can_update()) {
-        since_update_ += venv_->num_envs();
-        while (since_update_ >= t.update_interval) {
-          update(t.updates_per_interval);
-          since_update_ -= t.update_interval;
+      if constexpr (A::on_policy) {
+        collect_rollout();
+        learn_rollout();
+      } else {
+        collect_one();
+        if (env_steps_ >= t.learning_starts && can_update()) {
+          since_update_ += venv_->num_envs();
+          while (since_update_ >= t.update_interval) {
+            update(t.updates_per_interval);
+            since_update_ -= t.update_interval;
+          }
         }
       }
       if (env_steps_ >= next_eval) {
@@ -246,7 +303,7 @@ class BasicTrainer {
     if (parallel_->world_size() > 1 && parallel_->is_main()) say(sync_line_);
     if (parallel_->is_main() && times_.enabled) {
       say("time: " + shares_line(times_));
-      say(bottleneck(times_));
+      say(bottleneck(times_, advice()));
     }
     csv_.flush_pending();
     progress_.finish();
@@ -272,13 +329,81 @@ class BasicTrainer {
 
   /// Steps the envs until at least `n` more env steps are stored (random actions until
   /// `train.learning_starts`, then the algorithm's exploration).
-  void collect(std::int64_t n) {
+  void collect(std::int64_t n)
+    requires(!A::on_policy)
+  {
     const std::int64_t target = env_steps_ + n;
     while (env_steps_ < target) collect_one();
   }
 
+  /// On-policy: fills the rollout buffer with `rollout.steps` steps of every env, acting
+  /// with the current policy, and computes its advantages.
+  void collect_rollout()
+    requires(A::on_policy)
+  {
+    static_assert(OnPolicyAlgorithm<A>,
+                  "Trainer: an on-policy Algorithm needs act_for_rollout, value, epochs, minibatch_size, "
+                  "target_kl and set_progress (see anvil::OnPolicyAlgorithm)");
+    buffer_->clear();
+    if (!obs_.defined()) obs_ = venv_->reset();
+    while (!buffer_->full()) collect_rollout_step();
+    ScopedPhase ph(times_, Phase::buffer_add);
+    buffer_->finish(algo_->value(obs_));
+  }
+
+  /// On-policy: learns from the rollout collected: `epochs` passes over it in shuffled
+  /// minibatches, stopping early once an epoch's mean approximate KL (averaged over the
+  /// ranks) exceeds `target_kl`. Then the buffer is cleared.
+  void learn_rollout()
+    requires(A::on_policy)
+  {
+    // Every rank normalises with the same statistics from here on.
+    if (parallel_->world_size() > 1)
+      venv_->sync_statistics([this](at::Tensor& t) { sum_over_ranks(*parallel_, t, ctx_.device); });
+    algo_->set_progress(static_cast<double>(env_steps_) / static_cast<double>(*cfg_.train->steps));
+    const double target_kl = algo_->target_kl();
+    int epochs = 0;
+    for (int e = 0; e < algo_->epochs(); ++e) {
+      double kl = 0;
+      int n = 0;
+      std::optional<ScopedPhase> sampling(std::in_place, times_, Phase::sample);
+      for (const auto& batch : buffer_->minibatches(algo_->minibatch_size())) {
+        sampling.reset();
+        UpdateInfo info;
+        {
+          ScopedPhase ph(times_, Phase::update);
+          info = algo_->update(batch, step_ctx_);
+        }
+        for (const auto& [k, v] : info.metrics) {
+          if (k == "approx_kl") {
+            kl += v;
+            ++n;
+          }
+          auto& m = metrics_[k];
+          m.first += v;
+          m.second += 1;
+        }
+        ++updates_;
+        sampling.emplace(times_, Phase::sample);
+      }
+      sampling.reset();
+      ++epochs;
+      if (target_kl > 0 && n > 0) {
+        auto t = torch::full({1}, kl / n, at::kDouble);
+        if (parallel_->world_size() > 1) sum_over_ranks(*parallel_, t, ctx_.device);
+        if (t.item<double>() / parallel_->world_size() > target_kl) break;
+      }
+    }
+    auto& m = metrics_["epochs"];
+    m.first += epochs;
+    m.second += 1;
+    buffer_->clear();
+  }
+
   /// `n` gradient updates, each on a fresh batch from the buffer.
-  void update(int n) {
+  void update(int n)
+    requires(!A::on_policy)
+  {
     for (int i = 0; i < n; ++i) {
       ReplayBatch batch;
       {
@@ -314,13 +439,28 @@ class BasicTrainer {
   }
 
   /// Writes the policy alone (`anvil::load_policy` reads it back without a trainer): the
-  /// averaged weights when `train.ema_decay` is on, and the env's action bounds. Atomic.
+  /// averaged weights when `train.ema_decay` is on, the env's action bounds, and the
+  /// observation normaliser's statistics with `normalize.obs`. Atomic.
   void save_policy(const std::filesystem::path& file) const {
     BinaryWriter w(file, kPolicyFormat);
     w.string(spec_.name);
     algo_->save_policy(w);
     write_tensor(w, action_scale_);
     write_tensor(w, action_offset_);
+    const bool normalised = norm_ && cfg_.normalize->obs;
+    w.value(normalised);  // the policy acts on observations normalised as in training
+    if (normalised) {
+      const auto& mean = norm_->obs.mean();
+      const auto var = norm_->obs.variance();
+      auto m = torch::empty({spec_.obs_dim()}), inv = torch::empty({spec_.obs_dim()});
+      for (std::int64_t j = 0; j < spec_.obs_dim(); ++j) {
+        m[j] = mean[static_cast<std::size_t>(j)];
+        inv[j] = 1.0 / std::sqrt(var[static_cast<std::size_t>(j)] + cfg_.normalize->epsilon);
+      }
+      write_tensor(w, m);
+      write_tensor(w, inv);
+      w.value(*cfg_.normalize->clip_obs);
+    }
     w.commit();
   }
 
@@ -340,8 +480,7 @@ class BasicTrainer {
       std::vector<bool> ended(static_cast<std::size_t>(mine), false);
       int done = 0;
       while (done < mine) {
-        auto a = algo_->act(obs, ActMode::deterministic).to(at::kCPU, at::kFloat);
-        const auto& s = venv->step(a * action_scale_ + action_offset_);
+        const auto& s = venv->step(to_env_action(algo_->act(obs, ActMode::deterministic)));
         for (const auto& e : s.ended)
           if (!ended[static_cast<std::size_t>(e.env)]) {
             ended[static_cast<std::size_t>(e.env)] = true;
@@ -376,6 +515,9 @@ class BasicTrainer {
   [[nodiscard]] std::int64_t env_steps() const noexcept { return env_steps_; }
   [[nodiscard]] std::int64_t updates() const noexcept { return updates_; }
   [[nodiscard]] const PhaseTimes& times() const noexcept { return times_; }
+  /// The running statistics of observations and returns (`normalize.obs`, `normalize.reward`);
+  /// null when the run does not normalise.
+  [[nodiscard]] const envs::NormalizeState* normalizer() const noexcept { return norm_.get(); }
   /// Returns of the most recent training episodes (up to 100).
   [[nodiscard]] const std::deque<double>& recent_returns() const noexcept { return recent_; }
   [[nodiscard]] const std::filesystem::path& run_dir() const noexcept { return run_dir_; }
@@ -546,6 +688,11 @@ class BasicTrainer {
       c.train->eval_interval = 0;
       c.train->eval_episodes = std::min(*c.train->eval_episodes, 2);
       c.run->log_interval = std::min<std::int64_t>(c.run->log_interval, 200);
+      if constexpr (requires { c.buffer->steps; c.algorithm->minibatch_size; }) {
+        c.buffer->steps = std::min<std::int64_t>(c.buffer->steps, 32);
+        c.algorithm->minibatch_size =
+            std::min<std::int64_t>(c.algorithm->minibatch_size, *c.buffer->steps * *c.env->num_envs);
+      }
     }
     validate(c);
     return c;
@@ -622,6 +769,12 @@ class BasicTrainer {
       // every rank reduces the same list in log_row.
       w.value(static_cast<std::uint64_t>(metrics_.size()));
       for (const auto& [k, m] : metrics_) w.string(k);
+      if (norm_) {  // every rank normalises with rank 0's statistics
+        norm_->obs.consolidate();
+        norm_->ret.consolidate();
+        norm_->obs.save(w);
+        norm_->ret.save(w);
+      }
       bytes = w.take_bytes();
     }
     broadcast_bytes(*parallel_, bytes, ctx_.device);
@@ -638,7 +791,16 @@ class BasicTrainer {
     if (n_metrics > 10'000) r.fail("metrics", "has an implausible number of entries");
     std::vector<std::string> metric_names(n_metrics);
     for (auto& k : metric_names) k = r.string("metric name");
+    std::optional<envs::RunningMeanVar> obs_stats, ret_stats;
+    if (norm_) {
+      obs_stats = norm_->obs.read(r, "rank 0's observation statistics");
+      ret_stats = norm_->ret.read(r, "rank 0's return statistics");
+    }
     r.finish();
+    if (norm_) {
+      norm_->obs = *obs_stats;
+      norm_->ret = *ret_stats;
+    }
     for (const auto& k : metric_names) metrics_.try_emplace(k, 0.0, 0);
     algo_->restore(algo);
     step_ctx_.restore(step);
@@ -702,11 +864,28 @@ class BasicTrainer {
       case LrScaling::sqrt: {
         if constexpr (requires { cfg_.algorithm->batch_size; })
           return std::sqrt(static_cast<double>(cfg_.algorithm->batch_size) / cfg_.train->base_batch);
+        else if constexpr (requires { cfg_.algorithm->minibatch_size; })
+          return std::sqrt(static_cast<double>(cfg_.algorithm->minibatch_size) / cfg_.train->base_batch);
         return 1.0;
       }
       case LrScaling::linear: return static_cast<double>(parallel_->world_size());
     }
     return 1.0;
+  }
+
+  // The algorithm's actions as the env takes them: discrete indices as int64 on the CPU;
+  // continuous ones clipped to [-1, 1] and scaled to the bounds (unbounded dimensions as
+  // they are). The algorithm may keep the unclipped action.
+  at::Tensor to_env_action(const at::Tensor& a) const {
+    if (spec_.discrete()) return a.to(at::kCPU, at::kLong).reshape({-1});
+    const auto c = a.to(at::kCPU, at::kFloat);
+    return at::max(at::min(c, action_high_), action_low_) * action_scale_ + action_offset_;
+  }
+
+  // Actions drawn uniformly (before train.learning_starts), in the algorithm's units.
+  at::Tensor random_actions(std::int64_t n) const {
+    if (spec_.discrete()) return torch::randint(spec_.num_actions(), {n}, at::kLong);
+    return torch::rand({n, spec_.action_dim()}) * 2.0 - 1.0;
   }
 
   void collect_one() {
@@ -716,26 +895,76 @@ class BasicTrainer {
     {
       ScopedPhase ph(times_, Phase::act);
       if (env_steps_ < cfg_.train->learning_starts)
-        a = torch::rand({n, spec_.action_dim()}) * 2.0 - 1.0;
+        a = random_actions(n);
       else
-        a = algo_->act(obs_, ActMode::explore).to(at::kCPU, at::kFloat);
+        a = algo_->act(obs_, ActMode::explore).to(at::kCPU);
     }
     const envs::VecStep* s = nullptr;
     {
       ScopedPhase ph(times_, Phase::env);
-      s = &venv_->step(a * action_scale_ + action_offset_);
+      s = &venv_->step(to_env_action(a));
     }
     {
       ScopedPhase ph(times_, Phase::buffer_add);
       buffer_->add(StepBatch{obs_, a, s->reward, s->next_obs, s->terminated, s->truncated});
     }
     obs_ = s->obs;
-    env_steps_ += n * parallel_->world_size();  // every rank steps as many envs at once
-    for (const auto& e : s->ended) {
+    count_step(*s);
+  }
+
+  // One step of every env for the rollout: act, step, and for rows cut by the time limit
+  // the value of their true last state (the bootstrap; see RolloutBuffer).
+  void collect_rollout_step() {
+    RolloutAct act;
+    {
+      ScopedPhase ph(times_, Phase::act);
+      act = algo_->act_for_rollout(obs_);
+    }
+    const envs::VecStep* s = nullptr;
+    {
+      ScopedPhase ph(times_, Phase::env);
+      s = &venv_->step(to_env_action(act.action));
+    }
+    at::Tensor bootstrap;
+    if (s->truncated.any().item<bool>()) {
+      ScopedPhase ph(times_, Phase::act);
+      bootstrap = algo_->value(s->next_obs);
+    }
+    {
+      ScopedPhase ph(times_, Phase::buffer_add);
+      buffer_->add(RolloutStep{obs_, act.action, act.log_prob, act.value, s->reward, s->terminated, s->truncated,
+                               bootstrap});
+    }
+    obs_ = s->obs;
+    count_step(*s);
+  }
+
+  void count_step(const envs::VecStep& s) {
+    env_steps_ += venv_->num_envs() * parallel_->world_size();  // every rank steps as many envs at once
+    for (const auto& e : s.ended) {
       recent_.push_back(e.episode_return);
       if (recent_.size() > 100) recent_.pop_front();
       ++episodes_;
     }
+  }
+
+  // What the timing verdict suggests, in this algorithm's knobs.
+  static BottleneckAdvice advice() {
+    BottleneckAdvice a;
+    if constexpr (A::on_policy) {
+      const std::string algo(A::config_section.view());
+      a.env = "raise env.num_envs or env.threads";
+      a.learn = "fewer " + algo + ".epochs or larger " + algo + ".minibatch_size, BF16, or more ranks";
+      a.comm = "larger " + algo + ".minibatch_size (fewer all-reduces per rollout) or fewer ranks";
+      a.sample = "larger " + algo + ".minibatch_size";
+    }
+    return a;
+  }
+
+  // The algorithm's discount (the buffer's n-step returns, the reward normaliser).
+  double discount() const {
+    if constexpr (requires { cfg_.algorithm->gamma; }) return cfg_.algorithm->gamma;
+    return 0.99;
   }
 
   double elapsed() const {
@@ -857,6 +1086,8 @@ class BasicTrainer {
   // returns and the algorithm's metrics are reduced over the ranks, then rank 0 writes.
   void log_row() {
     ScopedPhase ph(times_, Phase::log);
+    if (!A::on_policy && parallel_->world_size() > 1)  // on-policy runs merge them before each update
+      venv_->sync_statistics([this](at::Tensor& t) { sum_over_ranks(*parallel_, t, ctx_.device); });
     log_step_ = env_steps_;
     logged_eval_step_ = eval_step_;
     const double wall = elapsed();
@@ -927,7 +1158,7 @@ class BasicTrainer {
       last_row_times_ = times_;
       for (std::size_t p = 0; p < kPhaseNames.size(); ++p)
         tb_.scalar("time/" + std::string(kPhaseNames[p]), d.share(static_cast<Phase>(p)), step);
-      if (d.total_seconds() > 0) extra.push_back("time: " + shares_line(d) + "\n  " + bottleneck(d));
+      if (d.total_seconds() > 0) extra.push_back("time: " + shares_line(d) + "\n  " + bottleneck(d, advice()));
     }
     if (gpu_ && gpu_->available()) {
       const auto g = gpu_->sample();
@@ -999,7 +1230,7 @@ class BasicTrainer {
     for (std::size_t i = 0; i < kPhaseNames.size(); ++i)
       j += std::string(i ? ", " : "") + json_string(std::string(kPhaseNames[i])) + ": " +
            json_number(times_.seconds(static_cast<Phase>(i)));
-    j += "},\n  \"bottleneck\": " + json_string(bottleneck(times_)) + ",\n";
+    j += "},\n  \"bottleneck\": " + json_string(bottleneck(times_, advice())) + ",\n";
     j += "  \"timer_overhead\": " + json_number(timer_overhead()) + ",\n";
     j += "  \"world_size\": " + std::to_string(parallel_->world_size()) + ",\n";
     j += "  \"config_hash\": " + json_string(config_hash_hex(cfg_)) + ",\n";
@@ -1020,9 +1251,10 @@ class BasicTrainer {
   std::unique_ptr<P> parallel_;
   RunContext ctx_;
   std::unique_ptr<envs::VecEnvBase> venv_;
+  std::shared_ptr<envs::NormalizeState> norm_;  ///< normalisation statistics (normalize.obs/reward)
   std::function<std::unique_ptr<envs::VecEnvBase>(int, std::uint64_t)> make_eval_env_;
   envs::EnvSpec spec_;
-  at::Tensor action_scale_, action_offset_, obs_;
+  at::Tensor action_scale_, action_offset_, action_low_, action_high_, obs_;
   std::unique_ptr<A> algo_;
   std::unique_ptr<B> buffer_;
   StepContext step_ctx_;

@@ -1,0 +1,296 @@
+#pragma once
+/// @file
+/// Proximal Policy Optimization (Schulman, Wolski, Dhariwal, Radford, Klimov 2017,
+/// "Proximal Policy Optimization Algorithms"): the clipped surrogate objective, a value
+/// loss (optionally clipped), an entropy bonus, gradient-norm clipping, a learning rate
+/// annealed linearly to zero, and an early stop of the epochs when the policy moves too far
+/// from the one that collected the rollout (target KL).
+///
+/// A categorical policy for `Discrete` actions, a Gaussian with a state-independent log
+/// standard deviation for `Box` actions, both on separate actor and critic MLPs.
+/// Defaults are the paper's MuJoCo settings (Adam 3e-4, 10 epochs, minibatches of 64,
+/// gamma 0.99, clip 0.2; lambda 0.95 and 2048 steps are the RolloutBuffer's) with the
+/// details of its reference implementation: orthogonal initialisation (gain sqrt 2, 0.01
+/// on the policy head, 1 on the value head), Adam's epsilon 1e-5, gradient norm 0.5, value
+/// loss coefficient 0.5 (Huang et al. 2022, "The 37 Implementation Details of PPO").
+///
+/// Continuous actions are in the Trainer's normalised units: the Trainer clips them to
+/// [-1, 1] and scales them to the env's bounds; the rollout keeps the unclipped sample,
+/// whose probability the policy gave.
+
+#include <torch/nn/init.h>
+#include <torch/nn/module.h>
+#include <torch/utils.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <numbers>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <anvil/core/batch.hpp>
+#include <anvil/core/binary_io.hpp>
+#include <anvil/core/concepts.hpp>
+#include <anvil/core/context.hpp>
+#include <anvil/core/error.hpp>
+#include <anvil/core/tensor_io.hpp>
+#include <anvil/envs/env.hpp>
+#include <anvil/nn/mlp.hpp>
+#include <anvil/train/flat_adam.hpp>
+#include <anvil/train/step_context.hpp>
+
+namespace anvil {
+
+/// Algorithm policy: PPO (see file comment).
+class PPO {
+ public:
+  using policy_kind = AlgorithmKind;
+  static constexpr FixedString config_section = "ppo";
+  static constexpr bool on_policy = true;
+  using Batch = RolloutBatch;
+
+  /// Shape of the actor's and the critic's MLPs.
+  struct NetConfig {
+    Param<std::vector<int>, "hidden", "hidden layer widths", at_least(1)> hidden{64, 64};
+    Param<nn::Activation, "activation", "hidden-layer activation"> activation{nn::Activation::tanh};
+  };
+
+  struct Config {
+    Param<double, "gamma", "discount factor", in_range(0, 1)> gamma{0.99};
+    Param<double, "lr", "learning rate (Adam) of actor and critic", positive> lr{3e-4};
+    Param<bool, "anneal_lr", "decay the learning rate linearly to 0 over train.steps"> anneal_lr{true};
+    Param<int, "epochs", "passes over each rollout", in_range(1, 1000)> epochs{10};
+    Param<std::int64_t, "minibatch_size", "rollout rows per gradient step (per rank)", at_least(1)>
+        minibatch_size{64};
+    Param<double, "clip", "clip range of the probability ratio", positive> clip{0.2};
+    Param<double, "clip_value", "clip the value's change to +-this in the value loss (0: off)", at_least(0)>
+        clip_value{0.0};
+    Param<double, "vf_coef", "weight of the value loss", at_least(0)> vf_coef{0.5};
+    Param<double, "ent_coef", "weight of the entropy bonus", at_least(0)> ent_coef{0.0};
+    Param<double, "max_grad_norm", "clip the gradient's global norm (0: off)", at_least(0)> max_grad_norm{0.5};
+    Param<double, "target_kl",
+          "stop a rollout's epochs once the mean approximate KL of an epoch exceeds this (0: off)", at_least(0)>
+        target_kl{0.0};
+    Param<double, "adam_eps", "Adam's epsilon", positive> adam_eps{1e-5};
+    Param<double, "init_log_std", "initial log standard deviation of continuous actions"> init_log_std{0.0};
+    Param<bool, "ortho_init", "orthogonal initialisation of the layers (gain sqrt 2; heads 0.01 and 1)">
+        ortho_init{true};
+    Section<"actor", NetConfig> actor;
+    Section<"critic", NetConfig> critic;
+  };
+
+  PPO(const envs::EnvSpec& spec, const Config& cfg, const RunContext& ctx)
+      : cfg_(cfg), device_(ctx.device), discrete_(spec.discrete()),
+        act_dim_(spec.discrete() ? spec.num_actions() : spec.action_dim()) {
+    if (discrete_ && act_dim_ < 2)
+      throw ConfigError("PPO: " + spec.name + " has " + std::to_string(act_dim_) + " discrete action(s); needs 2 or more");
+    const auto od = spec.obs_dim();
+    actor_ = nn::Mlp(od, nn::widths(cfg.actor->hidden), act_dim_, cfg.actor->activation);
+    critic_ = nn::Mlp(od, nn::widths(cfg.critic->hidden), 1, cfg.critic->activation);
+    if (cfg.ortho_init) {
+      init_orthogonal(actor_, 0.01);
+      init_orthogonal(critic_, 1.0);
+    }
+    actor_->to(device_);
+    critic_->to(device_);
+    std::vector<at::Tensor> params = actor_->parameters();
+    if (!discrete_) {
+      log_std_ = torch::full({act_dim_}, *cfg.init_log_std, at::TensorOptions().device(device_).requires_grad(true));
+      params.push_back(log_std_);
+    }
+    for (const auto& p : critic_->parameters()) params.push_back(p);
+    base_lr_ = cfg.lr * ctx.lr_scale;
+    opt_ = FlatAdam(std::move(params), {.lr = base_lr_, .eps = cfg.adam_eps});
+  }
+
+  /// Actions for a batch of observations: sampled to explore, the mode (argmax or mean)
+  /// when deterministic. Discrete: int64 [N]; continuous: float [N, act_dim].
+  at::Tensor act(const at::Tensor& obs, ActMode mode) {
+    torch::NoGradGuard no_grad;
+    const auto out = actor_->forward(obs.to(device_, at::kFloat));
+    if (discrete_) return mode == ActMode::explore ? sample_categorical(out) : out.argmax(-1);
+    return mode == ActMode::explore ? out + log_std_.exp() * at::randn_like(out) : out;
+  }
+
+  /// A sampled action with its log-probability and the value of `obs`, for the rollout.
+  RolloutAct act_for_rollout(const at::Tensor& obs) {
+    torch::NoGradGuard no_grad;
+    const auto o = obs.to(device_, at::kFloat);
+    const auto out = actor_->forward(o);
+    RolloutAct r;
+    if (discrete_) {
+      r.action = sample_categorical(out);
+      r.log_prob = out.log_softmax(-1).gather(-1, r.action.unsqueeze(-1)).squeeze(-1);
+    } else {
+      r.action = out + log_std_.exp() * at::randn_like(out);
+      r.log_prob = gaussian_log_prob(out, r.action);
+    }
+    r.value = critic_->forward(o).squeeze(-1);
+    return r;
+  }
+
+  /// Value estimates [N] of observations (no gradients).
+  at::Tensor value(const at::Tensor& obs) {
+    torch::NoGradGuard no_grad;
+    return critic_->forward(obs.to(device_, at::kFloat)).squeeze(-1);
+  }
+
+  /// One gradient step on a minibatch: clipped surrogate + vf_coef * value loss -
+  /// ent_coef * entropy. With gradient accumulation the minibatch is split into the
+  /// context's micro-batches and their weighted gradients summed before one step.
+  UpdateInfo update(const RolloutBatch& b, StepContext& ctx) {
+    const std::int64_t rows = b.obs.size(0);
+    const std::int64_t parts = std::clamp<std::int64_t>(ctx.micro_batches(), 1, rows);
+    at::Tensor grad;
+    Losses sum;
+    for (std::int64_t i = 0; i < parts; ++i) {
+      const std::int64_t begin = rows * i / parts, n = rows * (i + 1) / parts - begin;
+      const double share = static_cast<double>(n) / static_cast<double>(rows);
+      const auto part = parts == 1 ? b : slice(b, begin, n);
+      Losses l;
+      auto g = ctx.gradient(losses(part, ctx, l), opt_);
+      if (parts == 1) grad = std::move(g);
+      else if (!grad.defined()) grad = g * share;
+      else grad.add_(g, share);
+      sum.add(l, share);
+    }
+    ctx.apply(opt_, grad, cfg_.max_grad_norm);
+    ++updates_;
+    UpdateInfo info;
+    info.metrics = {{"policy_loss", sum.policy},       {"value_loss", sum.value},
+                    {"entropy", sum.entropy},          {"approx_kl", sum.approx_kl},
+                    {"clip_fraction", sum.clip_fraction}};
+    if (!discrete_) info.metrics.emplace_back("action_std", log_std_.detach().exp().mean().item().toDouble());
+    return info;
+  }
+
+  /// Where the run is, as the fraction of train.steps done: anneals the learning rate.
+  void set_progress(double done) {
+    if (cfg_.anneal_lr) opt_.set_lr(base_lr_ * std::clamp(1.0 - done, 0.0, 1.0));
+  }
+  [[nodiscard]] int epochs() const noexcept { return cfg_.epochs; }
+  [[nodiscard]] std::int64_t minibatch_size() const noexcept { return cfg_.minibatch_size; }
+  [[nodiscard]] double target_kl() const noexcept { return cfg_.target_kl; }
+
+  [[nodiscard]] std::vector<std::pair<std::string, double>> learning_rates() const { return {{"ppo", opt_.lr()}}; }
+  [[nodiscard]] std::vector<std::pair<std::string, at::Tensor>> flat_parameters() const {
+    return {{"actor_critic", opt_.parameters().flat()}};
+  }
+
+  struct Saved {
+    FlatAdam::Saved opt;
+    std::int64_t updates = 0;
+  };
+  void save(BinaryWriter& w) const {
+    opt_.save(w);
+    w.value(updates_);
+  }
+  [[nodiscard]] Saved read(BinaryReader& r) const {
+    Saved s;
+    s.opt = opt_.read(r, "ppo actor-critic");
+    s.updates = r.value<std::int64_t>("ppo update count");
+    return s;
+  }
+  void restore(const Saved& s) {
+    opt_.restore(s.opt);
+    updates_ = s.updates;
+  }
+
+  [[nodiscard]] nn::Mlp& actor() noexcept { return actor_; }
+  [[nodiscard]] nn::Mlp& critic() noexcept { return critic_; }
+  /// Log standard deviation of continuous actions (undefined for discrete ones).
+  [[nodiscard]] const at::Tensor& log_std() const noexcept { return log_std_; }
+  [[nodiscard]] const FlatAdam& optimizer() const noexcept { return opt_; }
+  [[nodiscard]] const Config& config() const noexcept { return cfg_; }
+  [[nodiscard]] std::int64_t updates() const noexcept { return updates_; }
+  [[nodiscard]] bool discrete() const noexcept { return discrete_; }
+
+ private:
+  struct Losses {
+    double policy = 0, value = 0, entropy = 0, approx_kl = 0, clip_fraction = 0;
+    void add(const Losses& o, double w) {
+      policy += w * o.policy;
+      value += w * o.value;
+      entropy += w * o.entropy;
+      approx_kl += w * o.approx_kl;
+      clip_fraction += w * o.clip_fraction;
+    }
+  };
+
+  // The loss of a (micro-)batch; its parts reported in `out`.
+  at::Tensor losses(const RolloutBatch& b, StepContext& ctx, Losses& out) {
+    auto guard = ctx.autocast();
+    const auto logits = actor_->forward(b.obs).to(at::kFloat);
+    at::Tensor log_prob, entropy;
+    if (discrete_) {
+      const auto lp = logits.log_softmax(-1);
+      log_prob = lp.gather(-1, b.action.unsqueeze(-1)).squeeze(-1);
+      entropy = -(lp.exp() * lp).sum(-1);
+    } else {
+      log_prob = gaussian_log_prob(logits, b.action);
+      entropy = (log_std_ + 0.5 * (1.0 + std::log(2.0 * std::numbers::pi))).sum().expand({b.obs.size(0)});
+    }
+    const auto log_ratio = log_prob - b.log_prob;
+    const auto ratio = log_ratio.exp();
+    const double c = cfg_.clip;
+    const auto policy_loss = at::max(-b.advantage * ratio, -b.advantage * ratio.clamp(1.0 - c, 1.0 + c)).mean();
+    const auto v = critic_->forward(b.obs).squeeze(-1).to(at::kFloat);
+    at::Tensor value_loss;
+    if (cfg_.clip_value > 0) {
+      const auto clipped = b.value + (v - b.value).clamp(-*cfg_.clip_value, *cfg_.clip_value);
+      value_loss = 0.5 * at::max((v - b.returns).square(), (clipped - b.returns).square()).mean();
+    } else {
+      value_loss = 0.5 * (v - b.returns).square().mean();
+    }
+    const auto ent = entropy.mean();
+    auto loss = policy_loss + *cfg_.vf_coef * value_loss - *cfg_.ent_coef * ent;
+    {
+      torch::NoGradGuard no_grad;
+      // KL(old || new) estimated as E[(r - 1) - log r], unbiased and never negative.
+      out.approx_kl = ((ratio - 1.0) - log_ratio).mean().item().toDouble();
+      out.clip_fraction = ((ratio - 1.0).abs() > c).to(at::kFloat).mean().item().toDouble();
+      out.policy = policy_loss.item().toDouble();
+      out.value = value_loss.item().toDouble();
+      out.entropy = ent.item().toDouble();
+    }
+    return loss;
+  }
+
+  at::Tensor gaussian_log_prob(const at::Tensor& mean, const at::Tensor& action) const {
+    const auto z = (action - mean) * (-log_std_).exp();
+    return (-0.5 * z.square() - log_std_ - 0.5 * std::log(2.0 * std::numbers::pi)).sum(-1);
+  }
+  static at::Tensor sample_categorical(const at::Tensor& logits) {
+    return at::multinomial(logits.softmax(-1), 1).squeeze(-1);
+  }
+  static RolloutBatch slice(const RolloutBatch& b, std::int64_t begin, std::int64_t n) {
+    return {b.obs.narrow(0, begin, n),       b.action.narrow(0, begin, n),  b.log_prob.narrow(0, begin, n),
+            b.advantage.narrow(0, begin, n), b.returns.narrow(0, begin, n), b.value.narrow(0, begin, n)};
+  }
+  // Orthogonal weights with gain sqrt(2) in hidden layers and `head_gain` in the output
+  // layer, zero biases.
+  static void init_orthogonal(nn::Mlp& net, double head_gain) {
+    torch::NoGradGuard no_grad;
+    const auto& layers = net->layers();
+    for (std::size_t i = 0; i < layers.size(); ++i) {
+      torch::nn::init::orthogonal_(layers[i]->weight, i + 1 < layers.size() ? std::sqrt(2.0) : head_gain);
+      layers[i]->bias.zero_();
+    }
+  }
+
+  Config cfg_;
+  c10::Device device_;
+  bool discrete_;
+  std::int64_t act_dim_;  ///< action dimensions, or the number of discrete actions
+  nn::Mlp actor_{nullptr}, critic_{nullptr};
+  at::Tensor log_std_;
+  double base_lr_ = 0;
+  FlatAdam opt_;
+  std::int64_t updates_ = 0;
+};
+
+static_assert(OnPolicyAlgorithm<PPO>);
+
+}  // namespace anvil

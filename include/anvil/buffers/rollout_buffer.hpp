@@ -1,0 +1,197 @@
+#pragma once
+/// @file
+/// `RolloutBuffer`: the storage of an on-policy algorithm (PPO). It holds one rollout of
+/// `rollout.steps` steps of N envs in tensors allocated once, computes generalised
+/// advantage estimates (Schulman, Moritz, Levine, Jordan, Abbeel 2016, "High-Dimensional
+/// Continuous Control Using Generalized Advantage Estimation") and the value targets, then
+/// hands the rollout out in shuffled minibatches, once per epoch. It is cleared for the
+/// next rollout, so no transition is learned from by a policy other than the one that
+/// collected it (and the epochs right after).
+///
+/// Episode ends are told apart, as in the replay buffers: where an episode *terminated*
+/// the return ends (no bootstrap); where it was *truncated* by a time limit the return
+/// continues past the cut as the value of the episode's true last state, which the
+/// collector passes as `bootstrap_value`. Either way the advantage does not run on into
+/// the next episode, which the vectorised env has already started in that row.
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <ranges>
+#include <string>
+#include <vector>
+
+#include <anvil/core/batch.hpp>
+#include <anvil/core/concepts.hpp>
+#include <anvil/core/context.hpp>
+#include <anvil/core/error.hpp>
+#include <anvil/envs/env.hpp>
+
+namespace anvil {
+
+/// Buffer policy for on-policy algorithms (see file comment).
+class RolloutBuffer {
+ public:
+  using policy_kind = BufferKind;
+  static constexpr FixedString config_section = "rollout";
+  static constexpr bool on_policy = true;
+  using Batch = RolloutBatch;
+
+  struct Config {
+    Param<std::int64_t, "steps", "env steps per env in one rollout (the rollout is steps x num_envs)",
+          in_range(1, 1 << 24)>
+        steps{2048};
+    Param<double, "gae_lambda", "GAE's lambda: 0 is the one-step TD error, 1 the Monte Carlo return",
+          in_range(0, 1)>
+        gae_lambda{0.95};
+    Param<bool, "normalize_advantage", "scale each minibatch's advantages to mean 0, std 1">
+        normalize_advantage{true};
+  };
+
+  RolloutBuffer(const envs::EnvSpec& spec, const Config& cfg, const RunContext& ctx)
+      : cfg_(cfg), device_(ctx.device), obs_dim_(spec.obs_dim()), act_dim_(spec.action_dim()),
+        discrete_(spec.discrete()) {}
+
+  /// Allocates storage for `n` envs (the Trainer calls it with env.num_envs).
+  void set_num_envs(std::int64_t n) {
+    if (n < 1) throw ConfigError("RolloutBuffer: needs at least one env, got " + std::to_string(n));
+    envs_ = n;
+    const std::int64_t t = cfg_.steps;
+    const auto f = at::TensorOptions().dtype(at::kFloat);
+    obs_ = at::zeros({t, n, obs_dim_}, f);
+    action_ = discrete_ ? at::zeros({t, n}, f.dtype(at::kLong)) : at::zeros({t, n, act_dim_}, f);
+    for (auto* x : {&log_prob_, &value_, &reward_, &terminated_, &truncated_, &bootstrap_, &advantage_, &returns_})
+      *x = at::zeros({t, n}, f);
+    clear();
+  }
+  /// The discount of the returns (the Trainer passes the algorithm's gamma; 0.99 before).
+  void set_discount(double gamma) noexcept { gamma_ = gamma; }
+
+  /// Stores one step of every env (row i = env i). Throws when the rollout is full.
+  void add(const RolloutStep& s) {
+    if (envs_ == 0) throw Error("RolloutBuffer::add: set_num_envs was not called");
+    if (full()) throw Error("RolloutBuffer::add: the rollout holds " + std::to_string(*cfg_.steps) +
+                            " steps already; learn from it and clear() it first");
+    check_rows(s.obs, "obs");
+    const std::int64_t t = steps_;
+    obs_[t].copy_(s.obs);
+    action_[t].copy_(discrete_ ? s.action.reshape({envs_}) : s.action);
+    log_prob_[t].copy_(s.log_prob.reshape({envs_}));
+    value_[t].copy_(s.value.reshape({envs_}));
+    reward_[t].copy_(s.reward);
+    terminated_[t].copy_(s.terminated);
+    truncated_[t].copy_(s.truncated);
+    if (s.bootstrap_value.defined()) bootstrap_[t].copy_(s.bootstrap_value.reshape({envs_}));
+    else bootstrap_[t].zero_();
+    ++steps_;
+    ready_ = false;
+  }
+
+  /// Computes advantages and value targets once the rollout is full. `last_value` [N] is
+  /// the value of the observations the envs show after the last step (the bootstrap of
+  /// episodes still running).
+  void finish(const at::Tensor& last_value) {
+    if (!full()) throw Error("RolloutBuffer::finish: the rollout has " + std::to_string(steps_) + " of " +
+                             std::to_string(*cfg_.steps) + " steps");
+    const auto last = last_value.to(at::kCPU, at::kFloat).reshape({envs_}).contiguous();
+    const float g = static_cast<float>(gamma_), gl = static_cast<float>(gamma_ * cfg_.gae_lambda);
+    const std::int64_t n = envs_;
+    const float *r = reward_.data_ptr<float>(), *v = value_.data_ptr<float>();
+    const float *term = terminated_.data_ptr<float>(), *trunc = truncated_.data_ptr<float>();
+    const float *boot = bootstrap_.data_ptr<float>(), *lv = last.data_ptr<float>();
+    float *adv = advantage_.data_ptr<float>(), *ret = returns_.data_ptr<float>();
+    // Backwards through time: A_t = delta_t + gamma lambda A_{t+1} within an episode.
+    for (const std::int64_t t : std::views::iota(std::int64_t{0}, steps_) | std::views::reverse) {
+      for (std::int64_t i = 0; i < n; ++i) {
+        const std::int64_t k = t * n + i;
+        const float next_value = t + 1 < steps_ ? v[k + n] : lv[i];
+        const float later = t + 1 < steps_ ? adv[k + n] : 0.0f;
+        float a;
+        if (term[k] > 0) a = r[k] - v[k];                             // the return ends here
+        else if (trunc[k] > 0) a = r[k] + g * boot[k] - v[k];         // cut: bootstrap, stop
+        else a = r[k] + g * next_value - v[k] + gl * later;           // the episode goes on
+        adv[k] = a;
+        ret[k] = a + v[k];
+      }
+    }
+    // The learning rows, flattened to [steps * N] and on the algorithm's device once.
+    const std::int64_t m = steps_ * n;
+    flat_.obs = obs_.view({m, obs_dim_}).to(device_);
+    flat_.action = (discrete_ ? action_.view({m}) : action_.view({m, act_dim_})).to(device_);
+    flat_.log_prob = log_prob_.view({m}).to(device_);
+    flat_.value = value_.view({m}).to(device_);
+    flat_.advantage = advantage_.view({m}).to(device_);
+    flat_.returns = returns_.view({m}).to(device_);
+    ready_ = true;
+  }
+
+  /// One epoch of the finished rollout: its rows in a fresh random order (torch's
+  /// generator, which checkpoints save), cut into minibatches of `size` rows (the last may
+  /// be smaller). A lazy view: each minibatch is gathered when it is reached.
+  [[nodiscard]] auto minibatches(std::int64_t size) const {
+    if (!ready_) throw Error("RolloutBuffer::minibatches: call finish() on a full rollout first");
+    if (size < 1) throw ConfigError("RolloutBuffer: minibatch size must be at least 1, got " + std::to_string(size));
+    const std::int64_t m = flat_.obs.size(0);
+    const auto order = at::randperm(m, at::TensorOptions().dtype(at::kLong)).to(device_);
+    const std::int64_t count = (m + size - 1) / size;
+    return std::views::iota(std::int64_t{0}, count) | std::views::transform([this, order, size, m](std::int64_t i) {
+             const std::int64_t begin = i * size;
+             return rows(order.narrow(0, begin, std::min(size, m - begin)));
+           });
+  }
+
+  /// The rollout's rows `index` (int64 on the algorithm's device), advantages normalised
+  /// when `rollout.normalize_advantage` is on and there are at least two rows.
+  [[nodiscard]] RolloutBatch rows(const at::Tensor& index) const {
+    RolloutBatch b{flat_.obs.index_select(0, index),      flat_.action.index_select(0, index),
+                   flat_.log_prob.index_select(0, index), flat_.advantage.index_select(0, index),
+                   flat_.returns.index_select(0, index),  flat_.value.index_select(0, index)};
+    if (cfg_.normalize_advantage && index.numel() > 1)
+      b.advantage = (b.advantage - b.advantage.mean()) / (b.advantage.std() + 1e-8);
+    return b;
+  }
+
+  /// Empties the buffer for the next rollout (storage is kept).
+  void clear() noexcept {
+    steps_ = 0;
+    ready_ = false;
+  }
+
+  /// Transitions held (steps x envs) and the most it holds.
+  [[nodiscard]] std::int64_t size() const noexcept { return steps_ * envs_; }
+  [[nodiscard]] std::int64_t capacity() const noexcept { return *cfg_.steps * envs_; }
+  [[nodiscard]] bool full() const noexcept { return envs_ > 0 && steps_ == *cfg_.steps; }
+  /// Whether `finish` has computed the advantages of the rollout held.
+  [[nodiscard]] bool finished() const noexcept { return ready_; }
+  [[nodiscard]] std::int64_t num_envs() const noexcept { return envs_; }
+  [[nodiscard]] const Config& config() const noexcept { return cfg_; }
+
+  /// [steps, N] advantages and value targets of the finished rollout (before any
+  /// minibatch normalisation), and the values the policy estimated.
+  [[nodiscard]] const at::Tensor& advantages() const noexcept { return advantage_; }
+  [[nodiscard]] const at::Tensor& returns() const noexcept { return returns_; }
+  [[nodiscard]] const at::Tensor& values() const noexcept { return value_; }
+
+ private:
+  void check_rows(const at::Tensor& t, const char* what) const {
+    if (t.dim() < 1 || t.size(0) != envs_)
+      throw Error(std::string("RolloutBuffer::add: ") + what + " has " + std::to_string(t.dim() ? t.size(0) : 0) +
+                  " rows but the buffer was set up for " + std::to_string(envs_) + " envs");
+  }
+
+  Config cfg_;
+  c10::Device device_;
+  std::int64_t obs_dim_, act_dim_;
+  bool discrete_;
+  double gamma_ = 0.99;
+  std::int64_t envs_ = 0, steps_ = 0;
+  bool ready_ = false;
+  at::Tensor obs_, action_, log_prob_, value_, reward_, terminated_, truncated_, bootstrap_, advantage_, returns_;
+  RolloutBatch flat_;
+};
+
+static_assert(Buffer<RolloutBuffer>);
+
+}  // namespace anvil

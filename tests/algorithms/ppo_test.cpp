@@ -1,0 +1,412 @@
+// PPO, the RolloutBuffer's advantages and minibatches, and the normalisation wrappers.
+#include <doctest/doctest.h>
+
+#include <torch/torch.h>
+
+#include <filesystem>
+#include <latch>
+#include <thread>
+
+#include <anvil/anvil.hpp>
+
+using namespace anvil;
+
+namespace {
+using PpoTrainer = Trainer<PPO, RolloutBuffer>;
+
+std::string temp_run_dir(const std::string& name) {
+  auto p = std::filesystem::temp_directory_path() / ("anvil_test_" + std::to_string(::getpid()) + "_" + name);
+  std::filesystem::remove_all(p);
+  return p.string();
+}
+
+envs::EnvSpec spec(std::int64_t obs_dim, std::variant<envs::Box, envs::Discrete> action) {
+  return envs::EnvSpec{"test", envs::Box{std::vector<float>(obs_dim, -1), std::vector<float>(obs_dim, 1)}, action};
+}
+
+/// The CartPole settings of the RL Baselines3 Zoo (Raffin 2020, hyperparams/ppo.yml,
+/// CartPole-v1): 8 envs, 32 steps each per rollout, minibatches of 256, 20 epochs,
+/// gamma 0.98, lambda 0.8, no entropy bonus, Adam 1e-3 annealed to 0.
+template <class T = PpoTrainer>
+typename T::Config cartpole_config(std::int64_t steps, const std::string& run) {
+  typename T::Config c;
+  c.run->device = "cpu";
+  c.run->run_dir = temp_run_dir(run);
+  c.run->progress = ProgressMode::off;
+  c.run->log_interval = 10'000;
+  c.run->checkpoint_interval = 0;
+  c.train->steps = steps;
+  c.train->eval_interval = 25'000;
+  c.train->eval_episodes = 10;
+  c.env->num_envs = 8;
+  c.buffer->steps = 32;
+  c.buffer->gae_lambda = 0.8;
+  c.algorithm->gamma = 0.98;
+  c.algorithm->lr = 1e-3;
+  c.algorithm->epochs = 20;
+  c.algorithm->minibatch_size = 256;
+  return c;
+}
+
+/// A quick continuous setup (Pendulum) for tests of mechanics.
+template <class T = PpoTrainer>
+typename T::Config pendulum_config(std::int64_t steps, const std::string& run) {
+  typename T::Config c;
+  c.run->device = "cpu";
+  c.run->run_dir = temp_run_dir(run);
+  c.run->progress = ProgressMode::off;
+  c.run->log_interval = 1000;
+  c.train->steps = steps;
+  c.train->eval_interval = 0;
+  c.train->eval_episodes = 2;
+  c.env->num_envs = 4;
+  c.buffer->steps = 64;
+  c.algorithm->minibatch_size = 64;
+  c.algorithm->epochs = 2;
+  c.normalize->obs = true;
+  c.normalize->reward = true;
+  return c;
+}
+
+std::vector<at::Tensor> weights_of(PPO& p) { return {p.optimizer().parameters().flat().clone()}; }
+
+// Advantages by their definition, forwards: A_t = sum_k (gamma lambda)^k delta_{t+k} over
+// the rest of the episode within the rollout, with the episode's end handled as the
+// buffer's contract says (terminated: no bootstrap; truncated: the given bootstrap value).
+float reference_advantage(int t, int env, int steps, const std::vector<std::vector<float>>& r,
+                          const std::vector<std::vector<float>>& v, const std::vector<std::vector<int>>& end,
+                          const std::vector<std::vector<float>>& boot, const std::vector<float>& last,
+                          float gamma, float lambda) {
+  float sum = 0, w = 1;
+  for (int k = t; k < steps; ++k) {
+    const float next = end[k][env] == 1 ? 0.0f : end[k][env] == 2 ? boot[k][env] : (k + 1 < steps ? v[k + 1][env] : last[env]);
+    sum += w * (r[k][env] + gamma * next - v[k][env]);
+    if (end[k][env] != 0) break;
+    w *= gamma * lambda;
+  }
+  return sum;
+}
+}  // namespace
+
+TEST_CASE("RolloutBuffer: GAE stops at terminations, bootstraps truncations from their last state, and runs on otherwise") {
+  RolloutBuffer::Config cfg;
+  cfg.steps = 4;
+  cfg.gae_lambda = 0.8;
+  RolloutBuffer buf(spec(3, envs::Box{{-1}, {1}}), cfg, RunContext{});
+  buf.set_num_envs(3);
+  buf.set_discount(0.9);
+  // end: 0 goes on, 1 terminated, 2 truncated (env 2 runs through the whole rollout)
+  const std::vector<std::vector<int>> end{{0, 2, 0}, {1, 0, 0}, {0, 0, 0}, {0, 1, 0}};
+  const std::vector<std::vector<float>> r{{1, 2, 0.5f}, {-1, 0.5f, 1}, {3, 1, 1}, {0.25f, -2, 1}};
+  const std::vector<std::vector<float>> v{{0.5f, 1, 2}, {0.1f, -0.3f, 1.5f}, {2, 0.7f, 0.2f}, {1, 1, 1}};
+  const std::vector<std::vector<float>> boot{{0, 5, 0}, {0, 0, 0}, {0, 0, 0}, {0, 0, 0}};
+  const std::vector<float> last{4, -7, 2.5f};
+  for (int t = 0; t < 4; ++t) {
+    RolloutStep s;
+    s.obs = torch::full({3, 3}, static_cast<float>(t));
+    s.action = torch::full({3, 1}, 0.1f * t);
+    s.log_prob = torch::full({3}, -1.0f);
+    s.value = torch::tensor(v[t]);
+    s.reward = torch::tensor(r[t]);
+    s.terminated = torch::tensor(std::vector<float>{end[t][0] == 1 ? 1.f : 0.f, end[t][1] == 1 ? 1.f : 0.f, end[t][2] == 1 ? 1.f : 0.f});
+    s.truncated = torch::tensor(std::vector<float>{end[t][0] == 2 ? 1.f : 0.f, end[t][1] == 2 ? 1.f : 0.f, end[t][2] == 2 ? 1.f : 0.f});
+    s.bootstrap_value = torch::tensor(boot[t]);
+    buf.add(s);
+  }
+  CHECK(buf.full());
+  CHECK_THROWS_WITH_AS(buf.add(RolloutStep{}), doctest::Contains("holds 4 steps already"), Error);
+  buf.finish(torch::tensor(last));
+  for (int t = 0; t < 4; ++t)
+    for (int e = 0; e < 3; ++e) {
+      const float want = reference_advantage(t, e, 4, r, v, end, boot, last, 0.9f, 0.8f);
+      CAPTURE(t);
+      CAPTURE(e);
+      CHECK(buf.advantages()[t][e].item<float>() == doctest::Approx(want).epsilon(1e-5));
+      CHECK(buf.returns()[t][e].item<float>() == doctest::Approx(want + v[t][e]).epsilon(1e-5));
+    }
+  // Spot checks by hand: a termination ends the return; a truncation adds gamma * V(last state).
+  CHECK(buf.advantages()[1][0].item<float>() == doctest::Approx(-1 - 0.1f));
+  CHECK(buf.advantages()[0][1].item<float>() == doctest::Approx(2 + 0.9f * 5 - 1));
+}
+
+TEST_CASE("RolloutBuffer: each epoch hands out every row once, in a new order, in minibatches with normalised advantages") {
+  RolloutBuffer::Config cfg;
+  cfg.steps = 10;
+  RolloutBuffer buf(spec(1, envs::Discrete{3}), cfg, RunContext{});
+  buf.set_num_envs(5);
+  torch::manual_seed(3);
+  for (int t = 0; t < 10; ++t) {
+    RolloutStep s;
+    s.obs = (torch::arange(5) + 5 * t).to(torch::kFloat).unsqueeze(1);  // row id
+    s.action = torch::randint(3, {5}, torch::kLong);
+    s.log_prob = torch::zeros({5});
+    s.value = torch::zeros({5});
+    s.reward = torch::randn({5});
+    s.terminated = torch::zeros({5});
+    s.truncated = torch::zeros({5});
+    buf.add(s);
+  }
+  CHECK(buf.size() == 50);
+  CHECK(buf.capacity() == 50);
+  buf.finish(torch::zeros({5}));
+  std::vector<std::vector<std::int64_t>> orders;
+  for (int epoch = 0; epoch < 2; ++epoch) {
+    std::vector<std::int64_t> seen, sizes;
+    for (const RolloutBatch& b : buf.minibatches(16)) {
+      sizes.push_back(b.obs.size(0));
+      CHECK(b.action.dtype() == torch::kLong);
+      if (b.obs.size(0) > 1) {
+        CHECK(b.advantage.mean().item<float>() == doctest::Approx(0).epsilon(1e-5));
+        CHECK(b.advantage.std().item<float>() == doctest::Approx(1).epsilon(1e-4));
+      }
+      for (std::int64_t i = 0; i < b.obs.size(0); ++i) seen.push_back(static_cast<std::int64_t>(b.obs[i][0].item<float>()));
+    }
+    CHECK(sizes == std::vector<std::int64_t>{16, 16, 16, 2});
+    orders.push_back(seen);
+    std::sort(seen.begin(), seen.end());
+    std::vector<std::int64_t> all(50);
+    std::iota(all.begin(), all.end(), 0);
+    CHECK(seen == all);
+  }
+  CHECK(orders[0] != orders[1]);
+  buf.clear();
+  CHECK(buf.size() == 0);
+  CHECK_THROWS_WITH_AS((void)buf.minibatches(16), doctest::Contains("finish()"), Error);
+}
+
+TEST_CASE("PPO: the log-probabilities it acts with are the ones its update recomputes (first step's KL is 0)") {
+  for (const bool discrete : {true, false}) {
+    CAPTURE(discrete);
+    torch::manual_seed(1);
+    const auto s = discrete ? spec(4, envs::Discrete{3}) : spec(4, envs::Box{{-1, -1}, {1, 1}});
+    PPO::Config cfg;
+    PPO ppo(s, cfg, RunContext{});
+    const auto obs = torch::randn({32, 4});
+    const auto a = ppo.act_for_rollout(obs);
+    CHECK(a.action.size(0) == 32);
+    CHECK(a.log_prob.sizes() == at::IntArrayRef{32});
+    CHECK(a.value.sizes() == at::IntArrayRef{32});
+    if (discrete) CHECK(a.action.dtype() == torch::kLong);
+    RolloutBatch b{obs, a.action, a.log_prob, torch::randn({32}), torch::randn({32}), a.value};
+    StepContext ctx;
+    const auto before = ppo.optimizer().parameters().flat().clone();
+    const auto info = ppo.update(b, ctx);
+    std::map<std::string, double> m(info.metrics.begin(), info.metrics.end());
+    CHECK(m.at("approx_kl") == doctest::Approx(0).epsilon(1e-6));
+    CHECK(m.at("clip_fraction") == 0);
+    CHECK(m.at("entropy") > 0);
+    CHECK_FALSE(torch::equal(before, ppo.optimizer().parameters().flat()));  // it stepped
+    // Deterministic actions are the mode.
+    const auto d = ppo.act(obs, ActMode::deterministic);
+    if (discrete) CHECK(torch::equal(d, ppo.actor()->forward(obs).argmax(-1)));
+    else CHECK(torch::allclose(d, ppo.actor()->forward(obs)));
+  }
+}
+
+TEST_CASE("PPO: gradient accumulation over micro-batches gives the whole minibatch's step") {
+  torch::manual_seed(2);
+  const auto s = spec(4, envs::Box{{-1}, {1}});
+  PPO::Config cfg;
+  PPO a(s, cfg, RunContext{}), b(s, cfg, RunContext{});
+  b.optimizer().parameters().flat().copy_(a.optimizer().parameters().flat());
+  const auto obs = torch::randn({40, 4});
+  const auto act = a.act_for_rollout(obs);
+  RolloutBatch batch{obs, act.action, act.log_prob + 0.05 * torch::randn({40}), torch::randn({40}), torch::randn({40}), act.value};
+  StepContext one;
+  StepContext::Options o;
+  o.micro_batches = 4;
+  StepContext four(o);
+  a.update(batch, one);
+  b.update(batch, four);
+  CHECK(torch::allclose(a.optimizer().parameters().flat(), b.optimizer().parameters().flat(), 1e-5, 1e-6));
+}
+
+TEST_CASE("RunningMeanVar: matches the batch mean and variance, and two ranks' statistics merge to the same") {
+  torch::manual_seed(4);
+  const auto x = torch::randn({300, 3}) * torch::tensor({1.0f, 5.0f, 0.1f}) + torch::tensor({2.0f, -3.0f, 0.0f});
+  envs::RunningMeanVar s(3);
+  for (int i = 0; i < 300; i += 37) s.update(x.narrow(0, i, std::min(37, 300 - i)));
+  CHECK(s.count() == 300);
+  for (int j = 0; j < 3; ++j) {
+    CHECK(s.mean()[j] == doctest::Approx(x.select(1, j).to(torch::kDouble).mean().item<double>()).epsilon(1e-9));
+    CHECK(s.variance()[j] ==
+          doctest::Approx(x.select(1, j).to(torch::kDouble).var(/*unbiased=*/false).item<double>()).epsilon(1e-9));
+  }
+  // Two ranks see different halves; after sync both hold the statistics of all of it.
+  envs::RunningMeanVar r0(3), r1(3);
+  r0.update(x.narrow(0, 0, 100));
+  r1.update(x.narrow(0, 100, 200));
+  std::latch ready(2);
+  at::Tensor t0, t1;
+  std::mutex mu;
+  auto sum_with = [&](at::Tensor& mine, at::Tensor& slot) {
+    {
+      std::lock_guard lock(mu);
+      slot = mine.clone();
+    }
+    ready.arrive_and_wait();
+    std::lock_guard lock(mu);
+    mine = t0 + t1;
+  };
+  std::thread a([&] { r0.sync([&](at::Tensor& t) { sum_with(t, t0); }); });
+  std::thread b([&] { r1.sync([&](at::Tensor& t) { sum_with(t, t1); }); });
+  a.join();
+  b.join();
+  for (int j = 0; j < 3; ++j) {
+    CHECK(r0.mean()[j] == doctest::Approx(s.mean()[j]).epsilon(1e-9));
+    CHECK(r0.variance()[j] == doctest::Approx(s.variance()[j]).epsilon(1e-9));
+    CHECK(r1.mean()[j] == r0.mean()[j]);
+    CHECK(r1.variance()[j] == r0.variance()[j]);
+  }
+  CHECK(r0.count() == 300);
+}
+
+TEST_CASE("NormalizedVecEnv: observations standardised, rewards scaled, evaluation envs frozen, raw episode returns") {
+  envs::NormalizeConfig cfg;
+  cfg.obs = true;
+  cfg.reward = true;
+  envs::VecEnvConfig vc;
+  vc.num_envs = 4;
+  envs::NormalizedVecEnv v(envs::make_vec_env(envs::Pendulum{}, vc, 1), cfg, 0.99);
+  auto plain = envs::make_vec_env(envs::Pendulum{}, vc, 1);  // the same envs, unwrapped
+  std::vector<at::Tensor> raw{plain->reset().clone()};
+  auto obs = v.reset();
+  torch::manual_seed(0);
+  std::vector<at::Tensor> seen;
+  double raw_sum = 0;
+  int ended = 0;
+  for (int i = 0; i < 600; ++i) {
+    const auto a = torch::rand({4, 1}) * 4 - 2;
+    const auto& s = v.step(a);
+    raw.push_back(plain->step(a).obs.clone());
+    seen.push_back(s.obs.clone());
+    CHECK(s.reward.abs().max().item<float>() <= 10.0f);
+    for (const auto& e : s.ended) {
+      raw_sum += e.episode_return;
+      ++ended;
+    }
+  }
+  REQUIRE(ended == 12);  // Pendulum's episodes are 200 steps: 3 each
+  CHECK(raw_sum / ended < -500);  // raw returns of random torques, not scaled ones
+  // The statistics are exactly those of every observation the policy was shown.
+  const auto all_raw = torch::cat(raw).to(torch::kDouble);
+  CHECK(v.state()->obs.count() == 2404);
+  for (int j = 0; j < 3; ++j) {
+    CHECK(v.state()->obs.mean()[j] == doctest::Approx(all_raw.select(1, j).mean().item<double>()).epsilon(1e-9));
+    CHECK(v.state()->obs.variance()[j] ==
+          doctest::Approx(all_raw.select(1, j).var(/*unbiased=*/false).item<double>()).epsilon(1e-9));
+  }
+  // ... and what it was shown was roughly standardised (each step with the statistics so far).
+  const auto all = torch::cat(seen).narrow(0, 800, 1600);
+  CHECK(all.mean(0).abs().max().item<float>() < 0.5f);
+  CHECK((all.std(0) - 1).abs().max().item<float>() < 0.5f);
+  // An evaluation env shares the statistics and leaves them as they are.
+  const auto count = v.state()->obs.count();
+  envs::NormalizedVecEnv eval(envs::make_vec_env(envs::Pendulum{}, vc, 2), cfg, 0.99, v.state(), /*frozen=*/true);
+  eval.reset();
+  for (int i = 0; i < 10; ++i) {
+    const auto& s = eval.step(torch::zeros({4, 1}));
+    CHECK(s.reward.min().item<float>() < -0.5f);  // raw Pendulum costs, unscaled
+  }
+  CHECK(v.state()->obs.count() == count);
+}
+
+TEST_CASE("Trainer: PPO solves CartPole (mean eval return >= 475) within 150,000 env steps with 8 envs") {
+  auto c = cartpole_config(150'000, "ppo_cartpole");
+  c.run->seed = 1;
+  PpoTrainer t(envs::CartPole{}, c);
+  const auto r = t.fit();
+  MESSAGE("PPO CartPole: final eval " << r.final_eval_return << ", best " << r.best_eval_return << ", "
+                                      << r.wall_seconds << " s, " << r.updates << " updates");
+  CHECK(r.env_steps == 150'016);  // 8 envs x 32 steps per rollout
+  CHECK(r.final_eval_return >= 475);
+  std::filesystem::remove_all(*c.run->run_dir);
+}
+
+TEST_CASE("Trainer: Trainer<PPO, RolloutBuffer, SingleDevice, BF16> learns CartPole on the CPU") {
+  using T = Trainer<PPO, RolloutBuffer, SingleDevice, BF16>;
+  auto c = cartpole_config<T>(60'000, "ppo_bf16");
+  c.run->seed = 2;
+  T t(envs::CartPole{}, c);
+  const auto r = t.fit();
+  MESSAGE("PPO CartPole BF16: best eval " << r.best_eval_return);
+  CHECK(r.best_eval_return >= 200);  // random actions average about 22
+  std::filesystem::remove_all(*c.run->run_dir);
+}
+
+TEST_CASE("Trainer: PPO with normalisation resumes from a checkpoint bitwise like the uninterrupted run") {
+  auto c = pendulum_config(2048, "ppo_resume_a");
+  c.run->seed = 7;
+  c.run->checkpoint_interval = 1024;
+  PpoTrainer a(envs::Pendulum{}, c);
+  a.fit();
+  const auto ckpt = std::filesystem::path(*c.run->run_dir) / "checkpoint-000000001024.ckpt";
+  REQUIRE(std::filesystem::exists(ckpt));
+  auto rc = c;
+  rc.run->run_dir = temp_run_dir("ppo_resume_b");
+  rc.run->resume = ckpt.string();
+  PpoTrainer b(envs::Pendulum{}, rc);
+  b.fit();
+  CHECK(b.env_steps() == a.env_steps());
+  CHECK(b.updates() == a.updates());
+  CHECK(torch::equal(weights_of(a.algorithm())[0], weights_of(b.algorithm())[0]));
+  CHECK(b.algorithm().optimizer().lr() == a.algorithm().optimizer().lr());
+  CHECK(a.algorithm().optimizer().lr() < 3e-4 * 0.01);  // annealed to about 0 at the end
+  // Without the checkpoint's normaliser and envs, the second half differs: the test can tell.
+  auto fc = c;
+  fc.run->run_dir = temp_run_dir("ppo_resume_c");
+  fc.run->seed = 8;
+  PpoTrainer f(envs::Pendulum{}, fc);
+  f.fit();
+  CHECK_FALSE(torch::equal(weights_of(a.algorithm())[0], weights_of(f.algorithm())[0]));
+  for (const auto& d : {*c.run->run_dir, *rc.run->run_dir, *fc.run->run_dir}) std::filesystem::remove_all(d);
+}
+
+TEST_CASE("Trainer: PPO's bad schedules are refused naming the field") {
+  auto c = pendulum_config(1000, "ppo_bad");
+  c.train->learning_starts = 100;
+  CHECK_THROWS_WITH_AS(PpoTrainer(envs::Pendulum{}, c), doctest::Contains("train.learning_starts (100)"), ConfigError);
+  c = pendulum_config(1000, "ppo_bad");
+  c.algorithm->minibatch_size = 1000;
+  CHECK_THROWS_WITH_AS(PpoTrainer(envs::Pendulum{}, c),
+                       doctest::Contains("ppo.minibatch_size (1000) is larger than a rollout: rollout.steps (64) x env.num_envs (4)"),
+                       ConfigError);
+  c = pendulum_config(1000, "ppo_bad");
+  c.train->updates_per_interval = 4;
+  CHECK_THROWS_WITH_AS(PpoTrainer(envs::Pendulum{}, c), doctest::Contains("train.updates_per_interval"), ConfigError);
+  // SAC refuses discrete actions, pointing to PPO.
+  Trainer<SAC, UniformBuffer>::Config sc;
+  sc.run->device = "cpu";
+  CHECK_THROWS_WITH_AS((Trainer<SAC, UniformBuffer>(envs::CartPole{}, sc)), doctest::Contains("use PPO"), ConfigError);
+}
+
+TEST_CASE("Trainer: with normalize.obs, policy.bin carries the statistics and load_policy acts on raw observations") {
+  using SacTrainer = Trainer<SAC, UniformBuffer>;
+  SacTrainer::Config c;
+  c.run->device = "cpu";
+  c.run->run_dir = temp_run_dir("sac_norm_policy");
+  c.run->progress = ProgressMode::off;
+  c.train->steps = 600;
+  c.train->learning_starts = 200;
+  c.train->eval_interval = 0;
+  c.train->eval_episodes = 1;
+  c.algorithm->actor->hidden = {16, 16};
+  c.algorithm->critic->hidden = {16, 16};
+  c.normalize->obs = true;
+  SacTrainer t(envs::Pendulum{}, c);
+  t.fit();
+  const auto policy = load_policy(std::filesystem::path(*c.run->run_dir) / "policy.bin");
+  const auto raw = torch::tensor({{1.0f, 0.0f, 2.0f}, {-0.5f, 0.8f, -6.0f}, {0.0f, -1.0f, 0.5f}});
+  // What the trainer's policy does: normalise as in training, act, scale to the bounds (Pendulum: +-2).
+  REQUIRE(t.normalizer() != nullptr);
+  const auto& stats = t.normalizer()->obs;
+  CHECK(stats.count() >= 600);
+  auto normalised = raw.clone();
+  for (int j = 0; j < 3; ++j)
+    normalised.select(1, j).sub_(stats.mean()[j]).div_(std::sqrt(stats.variance()[j] + 1e-8));
+  const auto expected = t.algorithm().act(normalised.clamp(-10, 10), ActMode::deterministic) * 2.0;
+  const auto loaded = policy.act(raw);
+  CHECK(torch::allclose(loaded, expected, 1e-5, 1e-5));
+  CHECK_FALSE(torch::allclose(loaded, t.algorithm().act(raw, ActMode::deterministic) * 2.0, 1e-5, 1e-5));
+  std::filesystem::remove_all(*c.run->run_dir);
+}
