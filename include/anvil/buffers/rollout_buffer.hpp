@@ -16,9 +16,13 @@
 
 #include <ATen/ATen.h>
 
+#include <range/v3/view/chunk.hpp>
+#include <range/v3/view/transform.hpp>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <memory>
 #include <ranges>
 #include <string>
 #include <vector>
@@ -134,11 +138,15 @@ class RolloutBuffer {
     if (!ready_) throw Error("RolloutBuffer::minibatches: call finish() on a full rollout first");
     if (size < 1) throw ConfigError("RolloutBuffer: minibatch size must be at least 1, got " + std::to_string(size));
     const std::int64_t m = flat_.obs.size(0);
-    const auto order = at::randperm(m, at::TensorOptions().dtype(at::kLong)).to(device_);
-    const std::int64_t count = (m + size - 1) / size;
-    return std::views::iota(std::int64_t{0}, count) | std::views::transform([this, order, size, m](std::int64_t i) {
-             const std::int64_t begin = i * size;
-             return rows(order.narrow(0, begin, std::min(size, m - begin)));
+    const auto perm = at::randperm(m, at::TensorOptions().dtype(at::kLong));
+    auto order = std::make_shared<const std::vector<std::int64_t>>(perm.data_ptr<std::int64_t>(),
+                                                                  perm.data_ptr<std::int64_t>() + m);
+    // The shuffled row ids, in chunks of `size`, each gathered into a batch (the view keeps
+    // the ids alive through the lambda's copy of `order`).
+    return *order | ranges::views::chunk(size) | ranges::views::transform([this, order](const auto& ids) {
+             auto index = at::from_blob(const_cast<std::int64_t*>(&*ranges::begin(ids)),
+                                        {static_cast<std::int64_t>(ranges::distance(ids))}, at::kLong);
+             return rows(index.to(device_));
            });
   }
 
