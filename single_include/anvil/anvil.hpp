@@ -9829,16 +9829,12 @@ class BasicTrainer {
           ScopedPhase ph(times_, Phase::update);
           info = algo_->update(batch, step_ctx_);
         }
-        for (const auto& [k, v] : info.metrics) {
+        for (const auto& [k, v] : info.metrics)
           if (k == "approx_kl") {
             kl += v;
             ++n;
           }
-          auto& m = metrics_[k];
-          m.first += v;
-          m.second += 1;
-        }
-        ++updates_;
+        record_update(info);
         sampling.emplace(times_, Phase::sample);
       }
       sampling.reset();
@@ -9849,9 +9845,7 @@ class BasicTrainer {
         if (t.item<double>() / parallel_->world_size() > target_kl) break;
       }
     }
-    auto& m = metrics_["epochs"];
-    m.first += epochs;
-    m.second += 1;
+    add_metric("epochs", epochs);
     buffer_->clear();
   }
 
@@ -9873,12 +9867,7 @@ class BasicTrainer {
       if constexpr (PrioritizedReplay<B>) {
         if (info.td_error.defined()) buffer_->update_priorities(batch.index, info.td_error);
       }
-      for (const auto& [k, v] : info.metrics) {
-        auto& m = metrics_[k];
-        m.first += v;
-        m.second += 1;
-      }
-      ++updates_;
+      record_update(info);
       if constexpr (requires { algo_->ema_update(0.0); })
         if (cfg_.train->ema_decay > 0) algo_->ema_update(cfg_.train->ema_decay);
     }
@@ -10381,7 +10370,7 @@ class BasicTrainer {
       s = &venv_->step(to_env_action(act.action));
     }
     at::Tensor bootstrap;
-    if (s->truncated.any().item<bool>()) {
+    if (std::any_of(s->ended.begin(), s->ended.end(), [](const envs::EpisodeEnd& e) { return !e.terminated; })) {
       ScopedPhase ph(times_, Phase::act);
       bootstrap = algo_->value(s->next_obs);
     }
@@ -10401,6 +10390,17 @@ class BasicTrainer {
       if (recent_.size() > 100) recent_.pop_front();
       ++episodes_;
     }
+  }
+
+  // One update done: its metrics join the means of the next log row.
+  void record_update(const UpdateInfo& info) {
+    for (const auto& [k, v] : info.metrics) add_metric(k, v);
+    ++updates_;
+  }
+  void add_metric(const std::string& name, double v) {
+    auto& m = metrics_[name];
+    m.first += v;
+    m.second += 1;
   }
 
   // What the timing verdict suggests, in this algorithm's knobs.
