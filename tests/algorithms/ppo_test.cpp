@@ -9,16 +9,12 @@
 
 #include <anvil/anvil.hpp>
 
+#include "../temp_run_dir.hpp"
+
 using namespace anvil;
 
 namespace {
 using PpoTrainer = Trainer<PPO, RolloutBuffer>;
-
-std::string temp_run_dir(const std::string& name) {
-  auto p = std::filesystem::temp_directory_path() / ("anvil_test_" + std::to_string(::getpid()) + "_" + name);
-  std::filesystem::remove_all(p);
-  return p.string();
-}
 
 envs::EnvSpec spec(std::int64_t obs_dim, std::variant<envs::Box, envs::Discrete> action) {
   return envs::EnvSpec{"test", envs::Box{std::vector<float>(obs_dim, -1), std::vector<float>(obs_dim, 1)}, action};

@@ -9,19 +9,13 @@
 #include <anvil/anvil.hpp>
 
 #include "../damaged_files.hpp"
+#include "../temp_run_dir.hpp"
 #include "../observe/tfevents.hpp"
 
 using namespace anvil;
 
 namespace {
 using SacTrainer = Trainer<SAC, UniformBuffer>;
-
-std::string temp_run_dir(const std::string& name) {
-  auto p = std::filesystem::temp_directory_path() /
-           ("anvil_test_" + std::to_string(::getpid()) + "_" + name);
-  std::filesystem::remove_all(p);
-  return p.string();
-}
 
 /// A small, quick SAC setup for Pendulum: 64x64 networks, lr 1e-3.
 template <class T = SacTrainer>
