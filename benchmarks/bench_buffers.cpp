@@ -40,9 +40,9 @@ struct Config {
 
 namespace {
 
-anvil::envs::EnvSpec spec(int obs, int act) {
-  return {"bench", anvil::envs::Box{std::vector<float>(obs, -1e9f), std::vector<float>(obs, 1e9f)},
-          anvil::envs::Box{std::vector<float>(act, -1.f), std::vector<float>(act, 1.f)}};
+anvil::EnvSpec spec(int obs, int act) {
+  return {"bench", anvil::Box{std::vector<float>(obs, -1e9f), std::vector<float>(obs, 1e9f)},
+          anvil::Box{std::vector<float>(act, -1.f), std::vector<float>(act, 1.f)}};
 }
 
 double peak_rss_bytes() {
@@ -62,7 +62,7 @@ using bench::median;
 }  // namespace
 
 int main(int argc, char** argv) {
-  const auto cfg = anvil::parse_config<Config>(argc, argv);
+  const auto cfg = anvil::start_config<Config>(argc, argv);
   const auto& b = *cfg.bench;
   torch::set_num_threads(1);
 

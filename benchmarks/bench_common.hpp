@@ -20,6 +20,7 @@
 #include <anvil/core/blas.hpp>
 #include <anvil/core/torch_compat.hpp>
 #include <anvil/observe/run_files.hpp>
+#include <anvil/train/start.hpp>
 
 namespace bench {
 

@@ -27,7 +27,7 @@ struct Config {
 };
 
 int main(int argc, char** argv) {
-  const auto cfg = anvil::parse_config<Config>(argc, argv);
+  const auto cfg = anvil::start_config<Config>(argc, argv);
   const auto& b = *cfg.bench;
   using Trainer = anvil::Trainer<anvil::SAC, anvil::UniformBuffer, anvil::DDPAuto>;
   Trainer::Config t;
@@ -42,7 +42,8 @@ int main(int argc, char** argv) {
   t.train->learning_starts = std::min<std::int64_t>(1000, *b.steps / 2);
   t.algorithm->actor->hidden = {*b.hidden, *b.hidden};
   t.algorithm->critic->hidden = {*b.hidden, *b.hidden};
-  Trainer trainer(anvil::envs::Pendulum{}, t, "bench_ddp");  // more than one rank: launches them here
+  Trainer::Parallelism::start_ranks(*t.parallel);  // more than one rank: this process launches them
+  Trainer trainer(anvil::envs::Pendulum{}, t, "bench_ddp");
   auto& par = trainer.parallelism();
   auto& sac = trainer.algorithm();
   const std::int64_t critic_floats = sac.critic_optimizer().parameters().numel();

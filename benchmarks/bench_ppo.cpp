@@ -33,7 +33,7 @@ struct Config {
 };
 
 int main(int argc, char** argv) {
-  const auto cfg = anvil::parse_config<Config>(argc, argv);
+  const auto cfg = anvil::start_config<Config>(argc, argv);
   const auto& b = *cfg.bench;
   using Trainer = anvil::Trainer<anvil::PPO, anvil::RolloutBuffer>;
   for (int n : *b.num_envs) {

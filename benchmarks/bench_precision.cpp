@@ -66,7 +66,7 @@ Setting make(const anvil::RunContext& run, int hidden, int batch, bool manual) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const auto cfg = anvil::parse_config<Config>(argc, argv);
+  const auto cfg = anvil::start_config<Config>(argc, argv);
   const auto& b = *cfg.bench;
   if (b.threads > 0) torch::set_num_threads(b.threads);
   anvil::RunContext run;

@@ -52,7 +52,7 @@ struct Setting {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const auto cfg = anvil::parse_config<Config>(argc, argv);
+  const auto cfg = anvil::start_config<Config>(argc, argv);
   const auto& b = *cfg.bench;
   const auto spec = anvil::envs::spec_of(anvil::envs::Pendulum{});
   const bool with_python = !b.python->empty() && !b.reference->empty() &&

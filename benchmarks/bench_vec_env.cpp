@@ -16,7 +16,7 @@ struct Config {
 };
 
 int main(int argc, char** argv) {
-  const auto cfg = anvil::parse_config<Config>(argc, argv);
+  const auto cfg = anvil::start_config<Config>(argc, argv);
   const auto& b = *cfg.bench;
   torch::set_num_threads(1);
   struct Mode {

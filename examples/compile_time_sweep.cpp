@@ -16,7 +16,7 @@ struct Named {
 };
 
 int main(int argc, char** argv) {
-  const auto args = parse_config(argc, argv);  // e.g. --train.steps=8000 --smoke
+  const auto args = start(argc, argv);  // BLAS kernels, error handler, the command line (e.g. --smoke)
   const auto sweep = std::make_tuple(Named<Trainer<SAC, UniformBuffer>>{"SAC + UniformBuffer + FP32"},
                                      Named<Trainer<SAC, PrioritizedBuffer>>{"SAC + PrioritizedBuffer + FP32"},
                                      Named<Trainer<SAC, UniformBuffer, SingleDevice, BF16>>{"SAC + UniformBuffer + BF16"});
@@ -35,7 +35,7 @@ int main(int argc, char** argv) {
           defaults.algorithm->actor_lr = 1e-3;
           defaults.algorithm->critic_lr = 1e-3;
           defaults.algorithm->alpha_lr = 1e-3;
-          auto cfg = configure<typename T::Config>(args, defaults);
+          auto cfg = start<T>(args, defaults);  // --help and bad input answered for the first type
           T trainer(envs::Pendulum{}, cfg, "compile_time_sweep");
           const auto r = trainer.fit();
           char row[128];

@@ -52,7 +52,8 @@ int main(int argc, char** argv) {
   defaults.algorithm->critic->hidden = {64, 64};
   defaults.algorithm->actor_lr = 1e-3;
   defaults.algorithm->critic_lr = 1e-3;
-  Trainer trainer(PointMass{}, anvil::parse_config(argc, argv), defaults);
+  // anvil::start answers --help and bad input (exit 0 / 2) and, for DDP, launches the ranks.
+  Trainer trainer(PointMass{}, anvil::start<Trainer>(argc, argv, defaults));
 
   const auto& cfg = trainer.config();
   const std::int64_t steps = cfg.train->steps, chunk = 1'000;

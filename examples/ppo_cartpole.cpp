@@ -21,6 +21,7 @@ int main(int argc, char** argv) {
   defaults.algorithm->epochs = 20;
   defaults.algorithm->minibatch_size = 256;
 
-  Trainer trainer(anvil::envs::CartPole{}, anvil::parse_config(argc, argv), defaults);
+  // anvil::start answers --help and bad input (exit 0 / 2) and, for DDP, launches the ranks.
+  Trainer trainer(anvil::envs::CartPole{}, anvil::start<Trainer>(argc, argv, defaults));
   trainer.fit();
 }

@@ -31,6 +31,7 @@ int main(int argc, char** argv) {
   defaults.algorithm->epochs = 10;
   defaults.algorithm->minibatch_size = 64;
 
-  Trainer trainer(anvil::envs::Pendulum{}, anvil::parse_config(argc, argv), defaults);
+  // anvil::start answers --help and bad input (exit 0 / 2) and, for DDP, launches the ranks.
+  Trainer trainer(anvil::envs::Pendulum{}, anvil::start<Trainer>(argc, argv, defaults));
   trainer.fit();
 }

@@ -63,6 +63,7 @@ int main(int argc, char** argv) {
   defaults.algorithm->critic_lr = 1e-3;
   defaults.algorithm->alpha_lr = 1e-3;
 
-  Trainer trainer(anvil::envs::Pendulum{}, anvil::parse_config(argc, argv), defaults);
+  // anvil::start answers --help and bad input (exit 0 / 2) and, for DDP, launches the ranks.
+  Trainer trainer(anvil::envs::Pendulum{}, anvil::start<Trainer>(argc, argv, defaults));
   trainer.fit();
 }

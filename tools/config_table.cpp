@@ -49,17 +49,22 @@ void policy(std::string& out, const std::string& name) {
 std::string table() {
   using namespace anvil;
   std::string t = "| policy | key | type | default (range) | what it does |\n|---|---|---|---|---|\n";
-  // Every Trainer's own sections (defaults as an off-policy run has them; an on-policy
-  // Trainer starts with train.learning_starts = 0).
+  // Every Trainer's own sections, then its loop's `train` section (the loop follows from
+  // the algorithm: off-policy for SAC, on-policy for PPO; a Staged<A, B> run nests each
+  // stage's section under train.<stage>).
   rows<RunConfig>(t, "Trainer: run", "run");
-  rows<TrainConfig>(t, "Trainer: schedule", "train");
   rows<envs::VecEnvConfig>(t, "Trainer: envs", "env");
   rows<envs::NormalizeConfig>(t, "Trainer: normalisation", "normalize");
+  policy<OffPolicyLoop>(t, "`OffPolicyLoop`");
+  policy<OnPolicyLoop>(t, "`OnPolicyLoop`");
+  policy<OfflineLoop>(t, "`OfflineLoop`");
+  policy<EpisodicLoop>(t, "`EpisodicLoop`");
   policy<SAC>(t, "`SAC`");
   policy<PPO>(t, "`PPO`");
   policy<UniformBuffer>(t, "`UniformBuffer`");
   policy<PrioritizedBuffer>(t, "`PrioritizedBuffer`");
   policy<RolloutBuffer>(t, "`RolloutBuffer`");
+  policy<EpisodeBuffer>(t, "`EpisodeBuffer`");
   policy<SingleDevice>(t, "`SingleDevice`");
   policy<DDPAuto>(t, "`DDP<N>`");
   policy<FP32>(t, "`FP32`");

@@ -5,8 +5,8 @@
 ///
 ///     #include <anvil/anvil.hpp>
 ///     int main(int argc, char** argv) {
-///       anvil::Trainer<anvil::SAC, anvil::UniformBuffer> t(anvil::envs::Pendulum{},
-///                                                          anvil::parse_config(argc, argv));
+///       using Trainer = anvil::Trainer<anvil::SAC, anvil::UniformBuffer>;
+///       Trainer t(anvil::envs::Pendulum{}, anvil::start<Trainer>(argc, argv));
 ///       t.fit();
 ///     }
 
@@ -20,8 +20,11 @@
 #include <anvil/core/config.hpp>
 #include <anvil/core/context.hpp>
 #include <anvil/core/error.hpp>
+#include <anvil/core/lr_scaling.hpp>
 #include <anvil/core/param.hpp>
 #include <anvil/core/random.hpp>
+#include <anvil/core/spaces.hpp>
+#include <anvil/core/state.hpp>
 #include <anvil/core/torch_compat.hpp>
 
 #include <anvil/envs/acrobot.hpp>
@@ -38,13 +41,12 @@
 #include <anvil/nn/mlp.hpp>
 #include <anvil/nn/twin_q.hpp>
 
-#include <anvil/algorithms/policy.hpp>
-#include <anvil/algorithms/ppo.hpp>
-#include <anvil/algorithms/sac.hpp>
-#include <anvil/buffers/prioritized_buffer.hpp>
-#include <anvil/buffers/rollout_buffer.hpp>
-#include <anvil/buffers/sum_tree.hpp>
-#include <anvil/buffers/uniform_buffer.hpp>
+#include <anvil/optim/ema.hpp>
+#include <anvil/optim/flat_adam.hpp>
+#include <anvil/optim/micro_batches.hpp>
+#include <anvil/optim/step_context.hpp>
+
+#include <anvil/parallel/c10d.hpp>
 #include <anvil/parallel/collectives.hpp>
 #include <anvil/parallel/ddp.hpp>
 #include <anvil/parallel/launch.hpp>
@@ -56,11 +58,37 @@
 #include <anvil/precision/loss_scaler.hpp>
 #include <anvil/precision/tf32.hpp>
 
+#include <anvil/observe/gpu_monitor.hpp>
 #include <anvil/observe/progress.hpp>
 #include <anvil/observe/run_files.hpp>
+#include <anvil/observe/tensorboard.hpp>
 #include <anvil/observe/timers.hpp>
+#include <anvil/observe/update_metrics.hpp>
 
-#include <anvil/train/flat_adam.hpp>
+#include <anvil/buffers/episode_buffer.hpp>
+#include <anvil/buffers/prioritized_buffer.hpp>
+#include <anvil/buffers/rollout_buffer.hpp>
+#include <anvil/buffers/sum_tree.hpp>
+#include <anvil/buffers/uniform_buffer.hpp>
+#include <anvil/data/episode_stats.hpp>
+#include <anvil/data/step_collector.hpp>
+
+#include <anvil/algorithms/policy.hpp>
+#include <anvil/algorithms/ppo.hpp>
+#include <anvil/algorithms/sac.hpp>
+
+#include <anvil/train/clock.hpp>
+#include <anvil/train/loops/episodic.hpp>
+#include <anvil/train/loops/loop.hpp>
+#include <anvil/train/loops/off_policy.hpp>
+#include <anvil/train/loops/offline.hpp>
+#include <anvil/train/loops/on_policy.hpp>
+#include <anvil/train/loops/staged.hpp>
+#include <anvil/train/hooks/checkpoint.hpp>
+#include <anvil/train/hooks/evaluation.hpp>
+#include <anvil/train/hooks/metrics.hpp>
+#include <anvil/train/hooks/progress.hpp>
+#include <anvil/train/run.hpp>
 #include <anvil/train/run_config.hpp>
-#include <anvil/train/step_context.hpp>
+#include <anvil/train/start.hpp>
 #include <anvil/train/trainer.hpp>

@@ -8,8 +8,8 @@
 ///
 ///     #include <anvil/anvil.hpp>
 ///     int main(int argc, char** argv) {
-///       anvil::Trainer<anvil::SAC, anvil::UniformBuffer> t(anvil::envs::Pendulum{},
-///                                                          anvil::parse_config(argc, argv));
+///       using Trainer = anvil::Trainer<anvil::SAC, anvil::UniformBuffer>;
+///       Trainer t(anvil::envs::Pendulum{}, anvil::start<Trainer>(argc, argv));
 ///       t.fit();
 ///     }
 
@@ -23,6 +23,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <cstdint>
 #include <string>
 #include <utility>
 #include <vector>
@@ -89,6 +90,37 @@ struct RolloutAct {
   at::Tensor action;    ///< [N, act_dim] or [N] (discrete)
   at::Tensor log_prob;  ///< [N]
   at::Tensor value;     ///< [N]
+};
+
+/// One step of N envs as the episodic loop collects it: row i is env i. `live` is 1 for
+/// the envs still in the episode this round collects (0 for those whose episode has ended
+/// and which now run on into one that is not kept).
+struct EpisodeStep {
+  at::Tensor obs;         ///< [N, obs_dim] what the policy acted on
+  at::Tensor action;      ///< [N, act_dim] (float) or [N] (int64, discrete)
+  at::Tensor reward;      ///< [N]
+  at::Tensor terminated;  ///< [N] float 0/1
+  at::Tensor truncated;   ///< [N] float 0/1
+  at::Tensor live;        ///< [N] float 0/1
+  at::Tensor next_obs;    ///< [N, obs_dim] what the step led to (the last of an ended episode)
+};
+
+/// A round of whole episodes, one per env, padded to the longest: row i is env i's episode.
+struct EpisodeBatch {
+  at::Tensor obs;         ///< [N, T, obs_dim]
+  at::Tensor action;      ///< [N, T, act_dim] or [N, T] (discrete)
+  at::Tensor reward;      ///< [N, T]
+  at::Tensor terminated;  ///< [N, T] 1 at a terminal step (the return ends there)
+  at::Tensor mask;        ///< [N, T] 1 where the step belongs to the episode, 0 in the padding
+  at::Tensor length;      ///< [N] int64: each episode's steps
+  at::Tensor last_obs;    ///< [N, obs_dim] the observation after each episode's last step
+};
+
+/// What a buffer is told of the run before it starts, and again after a resume (`plan`).
+struct StoragePlan {
+  std::int64_t num_envs = 1;  ///< envs stepped together on this rank: the rows of each `add`
+  std::int64_t horizon = 0;   ///< the run's length in env steps (schedules such as PER's beta)
+  double discount = 0.99;     ///< the algorithm's discount (n-step returns, advantages)
 };
 
 /// What one call of an algorithm's `update` reports: scalar metrics for logging, and for
@@ -195,16 +227,24 @@ inline void prefer_fast_blas(int argc, char** argv) {
 // ---- end <anvil/core/blas.hpp> ----
 // ---- begin <anvil/core/concepts.hpp> ----
 /// @file
-/// The four policy kinds as concepts, built from small named rungs so that a compiler
+/// The policy kinds as concepts, built from small named rungs so that a compiler
 /// diagnostic names the missing piece, and the rules for combining them in a Trainer.
+/// Besides the four kinds a Trainer is written with (Algorithm, Buffer, Parallelism,
+/// Precision), a Trainer runs a Loop, chosen from the algorithm's data regime
+/// (train/loops/); the rungs below named after a loop say what that loop uses.
 ///
-/// Light header: no torch. Tensor-valued members are checked through forward declarations,
-/// so including this costs almost nothing.
+/// Light header: no torch beyond the scalar types. Tensor-valued members are checked
+/// through forward declarations, so including this costs almost nothing.
+
+#include <c10/core/Device.h>
 
 #include <concepts>
 #include <cstdint>
+#include <filesystem>
+#include <string>
 #include <string_view>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 // ---- begin <anvil/core/param.hpp> ----
@@ -379,6 +419,572 @@ concept IsSection = detail::is_section<std::remove_cvref_t<T>>::value;
 
 }  // namespace anvil
 // ---- end <anvil/core/param.hpp> ----
+// ---- begin <anvil/core/state.hpp> ----
+/// @file
+/// The state protocol: how every part of a run that must survive a restart, or be the same
+/// on every rank, writes and reads itself; and `StateSections`, the named list of those
+/// parts that checkpoints, the replay buffer's file, DDP's start-up broadcast and the
+/// ranks' in-sync check all walk. Light header.
+///
+/// A part is `Stateful` when it has three members:
+///
+///     void save(BinaryWriter& w) const;   // writes its state
+///     Saved read(BinaryReader& r);        // reads what save wrote and checks it against
+///                                         // this object (sizes, names); changes NOTHING
+///     void restore(Saved s);              // applies what read returned; cannot fail
+///
+/// Splitting read from restore is what makes a load all-or-nothing: a checkpoint reads
+/// every section, then checks the file's checksum, and only then restores any of them, so
+/// a bad file leaves the run exactly as it was.
+///
+/// A file (or a message between ranks) holds sections as a table: their count, then for
+/// each its name, its bytes and their length. Reading names the section that is unknown,
+/// missing, given twice or of the wrong length, and every message from inside a section
+/// says which section it was.
+
+#include <algorithm>
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+// ---- begin <anvil/core/binary_io.hpp> ----
+/// @file
+/// Binary files that are replaced atomically and read back with checks: `BinaryWriter`
+/// writes next to the target and renames over it only when everything is written and
+/// flushed, so a crash or kill mid-save leaves the previous file intact; `BinaryReader`
+/// names the file and the field when a file is short, foreign, from another shape or
+/// damaged. Every file ends with a CRC-32C of all bytes before it, which the reader checks
+/// in `finish`: a loader reads into temporaries, calls `finish`, and only then replaces
+/// its state, so a corrupted file changes nothing. Light header.
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include <unistd.h>
+
+#include <fcntl.h>
+
+// ---- begin <anvil/core/detail/crc32c.hpp> ----
+/// @file
+/// CRC-32C (Castagnoli), the checksum anvil's binary files (buffers, checkpoints) end with,
+/// so a file damaged on disk or in transit is refused instead of silently loaded. It is
+/// computed as the bytes stream through, at memory speed where the CPU has SSE4.2's crc32
+/// instruction (chosen at run time: the build stays baseline x86-64), and with a table
+/// elsewhere. Light header.
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define ANVIL_CRC32C_X86 1
+#include <immintrin.h>
+#endif
+
+namespace anvil::detail {
+
+/// A running CRC-32C: `update` with each piece, `value` at the end. Same result however
+/// the bytes are split.
+class Crc32c {
+ public:
+  void update(const void* data, std::size_t n) noexcept { crc_ = impl()(crc_, static_cast<const unsigned char*>(data), n); }
+  /// The checksum of everything passed to `update` so far.
+  [[nodiscard]] std::uint32_t value() const noexcept { return ~crc_; }
+
+  /// The table-driven version, whatever the CPU (the tests compare both).
+  static std::uint32_t portable(std::uint32_t crc, const unsigned char* p, std::size_t n) noexcept {
+    static const auto table = [] {
+      std::array<std::uint32_t, 256> t{};
+      for (std::uint32_t i = 0; i < 256; ++i) {
+        std::uint32_t c = i;
+        for (int k = 0; k < 8; ++k) c = (c & 1u) ? (c >> 1) ^ 0x82F63B78u : c >> 1;  // reflected polynomial
+        t[i] = c;
+      }
+      return t;
+    }();
+    for (std::size_t i = 0; i < n; ++i) crc = table[(crc ^ p[i]) & 0xFFu] ^ (crc >> 8);
+    return crc;
+  }
+
+ private:
+  using Fn = std::uint32_t (*)(std::uint32_t, const unsigned char*, std::size_t) noexcept;
+
+#if defined(ANVIL_CRC32C_X86)
+  __attribute__((target("sse4.2"))) static std::uint32_t hardware(std::uint32_t crc, const unsigned char* p,
+                                                                  std::size_t n) noexcept {
+    std::uint64_t c = crc;
+    for (; n >= 8; n -= 8, p += 8) {
+      std::uint64_t w;
+      std::memcpy(&w, p, 8);
+      c = _mm_crc32_u64(c, w);
+    }
+    auto c32 = static_cast<std::uint32_t>(c);
+    for (; n > 0; --n, ++p) c32 = _mm_crc32_u8(c32, *p);
+    return c32;
+  }
+#endif
+
+  static Fn impl() noexcept {
+#if defined(ANVIL_CRC32C_X86)
+    static const Fn f = __builtin_cpu_supports("sse4.2") ? &hardware : &portable;
+    return f;
+#else
+    return &portable;
+#endif
+  }
+
+  std::uint32_t crc_ = 0xFFFFFFFFu;
+};
+
+}  // namespace anvil::detail
+// ---- end <anvil/core/detail/crc32c.hpp> ----
+// ---- begin <anvil/core/error.hpp> ----
+/// @file
+/// anvil's exception types. Light header.
+///
+/// Every error anvil raises derives from `anvil::Error` and names what is at fault (the
+/// field, file, rank or env). `install_error_handler()` (called by `parse_config`) turns
+/// an uncaught `anvil::Error` into a one-line message and a non-zero exit instead of an
+/// abort, so bad input never looks like a crash.
+
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <stdexcept>
+#include <string>
+
+namespace anvil {
+
+/// Base of every anvil error. `exit_code()` is what the process exits with when the
+/// error is not caught.
+class Error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+  [[nodiscard]] virtual int exit_code() const noexcept { return 1; }
+};
+
+/// Bad configuration: an unknown key, a wrong type, a value out of range, a malformed
+/// file. Exit status 2, as for any command-line usage error.
+class ConfigError : public Error {
+ public:
+  using Error::Error;
+  [[nodiscard]] int exit_code() const noexcept override { return 2; }
+};
+
+/// A requested device or feature that this build or machine does not have.
+class DeviceError : public Error {
+ public:
+  using Error::Error;
+  [[nodiscard]] int exit_code() const noexcept override { return 2; }
+};
+
+namespace detail {
+[[noreturn]] inline void terminate_with_message() {
+  std::fflush(stdout);
+  if (auto p = std::current_exception()) {
+    try {
+      std::rethrow_exception(p);
+    } catch (const Error& e) {
+      std::fprintf(stderr, "error: %s\n", e.what());
+      std::fflush(stderr);
+      std::_Exit(e.exit_code());
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "error: %s\n", e.what());
+      std::fflush(stderr);
+      std::_Exit(1);
+    } catch (...) {
+    }
+  }
+  std::fputs("error: terminated by an unknown exception\n", stderr);
+  std::abort();
+}
+}  // namespace detail
+
+/// Make uncaught exceptions end the program with `error: <message>` on stderr and the
+/// error's exit code (2 for configuration errors, 1 otherwise), not an abort and a core
+/// dump. Idempotent.
+inline void install_error_handler() { std::set_terminate(&detail::terminate_with_message); }
+
+}  // namespace anvil
+// ---- end <anvil/core/error.hpp> ----
+
+namespace anvil {
+
+class BinaryWriter {
+ public:
+  /// Starts writing `path` (into `path` + ".tmp" until `commit`), with a format tag.
+  BinaryWriter(std::filesystem::path path, const std::string& format)
+      : path_(std::move(path)), tmp_(path_.string() + ".tmp") {
+    f_ = std::fopen(tmp_.c_str(), "wb");
+    if (!f_) throw Error("cannot write '" + tmp_ + "' (does its directory exist?)");
+    string(format);
+  }
+  /// Writes into memory instead of a file (`take_bytes()` ends it): the same format, checksum
+  /// included, e.g. to send state from one rank to the others.
+  static BinaryWriter in_memory(const std::string& format) { return BinaryWriter(format); }
+  BinaryWriter(const BinaryWriter&) = delete;
+  BinaryWriter& operator=(const BinaryWriter&) = delete;
+  ~BinaryWriter() {
+    if (f_) {  // not committed: drop the partial file, keep the old one
+      std::fclose(f_);
+      if (!memory_) std::remove(tmp_.c_str());
+    }
+    std::free(mem_);
+  }
+
+  /// Ends an `in_memory` writer: its bytes, checksum appended.
+  [[nodiscard]] std::vector<std::uint8_t> take_bytes() {
+    const std::uint32_t crc = crc_.value();
+    raw(&crc, sizeof crc);
+    std::fclose(f_);  // sets mem_ and mem_size_
+    f_ = nullptr;
+    return std::vector<std::uint8_t>(reinterpret_cast<std::uint8_t*>(mem_),
+                                     reinterpret_cast<std::uint8_t*>(mem_) + mem_size_);
+  }
+
+  template <class T>
+    requires std::is_trivially_copyable_v<T>
+  void value(const T& v) { bytes(&v, sizeof v); }
+  void string(const std::string& s) {
+    value<std::uint64_t>(s.size());
+    bytes(s.data(), s.size());
+  }
+  void bytes(const void* p, std::size_t n) {
+    raw(p, n);
+    crc_.update(p, n);
+  }
+
+  /// Bytes written so far (the format tag included).
+  [[nodiscard]] std::uint64_t written() const noexcept { return written_; }
+
+  /// Appends the checksum, flushes to disk and renames over the target; then syncs the
+  /// directory, so the rename itself survives a power cut.
+  void commit() {
+    const std::uint32_t crc = crc_.value();
+    raw(&crc, sizeof crc);
+    if (std::fflush(f_) != 0 || ::fsync(::fileno(f_)) != 0) throw Error("writing '" + tmp_ + "' failed (disk full?)");
+    std::fclose(f_);
+    f_ = nullptr;
+    std::error_code ec;
+    std::filesystem::rename(tmp_, path_, ec);
+    if (ec) throw Error("cannot rename '" + tmp_ + "' to '" + path_.string() + "': " + ec.message());
+    const auto dir = path_.has_parent_path() ? path_.parent_path() : std::filesystem::path(".");
+    if (const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY); fd >= 0) {
+      (void)::fsync(fd);
+      ::close(fd);
+    }
+  }
+
+ private:
+  explicit BinaryWriter(const std::string& format) : tmp_("(memory)"), memory_(true) {
+    f_ = ::open_memstream(&mem_, &mem_size_);
+    if (!f_) throw Error("cannot open a memory stream");
+    string(format);
+  }
+  void raw(const void* p, std::size_t n) {
+    if (n && std::fwrite(p, 1, n, f_) != n) throw Error("writing '" + tmp_ + "' failed (disk full?)");
+    written_ += n;
+  }
+
+  std::filesystem::path path_;
+  std::string tmp_;
+  std::FILE* f_ = nullptr;
+  detail::Crc32c crc_;
+  bool memory_ = false;
+  char* mem_ = nullptr;
+  std::size_t mem_size_ = 0;
+  std::uint64_t written_ = 0;
+};
+
+class BinaryReader {
+ public:
+  /// Opens `path` and checks its format tag.
+  BinaryReader(std::filesystem::path path, const std::string& format) : path_(std::move(path)) {
+    f_ = std::fopen(path_.c_str(), "rb");
+    if (!f_) throw Error("cannot read '" + path_.string() + "'");
+    check_tag(format);
+  }
+  /// Reads what an `in_memory` writer wrote (`take_bytes`); `name` stands for the file in messages.
+  BinaryReader(const std::vector<std::uint8_t>& bytes, std::string name, const std::string& format)
+      : path_(std::move(name)) {
+    if (bytes.empty()) throw Error("'" + path_.string() + "' is empty");
+    f_ = ::fmemopen(const_cast<std::uint8_t*>(bytes.data()), bytes.size(), "rb");
+    if (!f_) throw Error("cannot open a memory stream");
+    check_tag(format);
+  }
+  BinaryReader(const BinaryReader&) = delete;
+  BinaryReader& operator=(const BinaryReader&) = delete;
+  ~BinaryReader() {
+    if (f_) std::fclose(f_);
+  }
+
+
+  template <class T>
+    requires std::is_trivially_copyable_v<T>
+  T value(const char* what) {
+    T v;
+    bytes(&v, sizeof v, what);
+    return v;
+  }
+  std::string string(const char* what) {
+    const auto n = value<std::uint64_t>(what);
+    if (n > (1u << 20)) fail(what, "has an implausible length");
+    std::string s(n, '\0');
+    bytes(s.data(), n, what);
+    return s;
+  }
+  void bytes(void* p, std::size_t n, const char* what) {
+    if (n && std::fread(p, 1, n, f_) != n) fail(what, "is cut short (truncated file?)");
+    crc_.update(p, n);
+    consumed_ += n;
+  }
+  /// Bytes read so far (the format tag included).
+  [[nodiscard]] std::uint64_t consumed() const noexcept { return consumed_; }
+  /// Names the part of the file being read in every message from here on (e.g. "section
+  /// 'algorithm'"); empty for none.
+  void set_context(std::string context) { context_ = std::move(context); }
+  /// Checks the checksum at the end of the file against the bytes read, and that nothing
+  /// follows it. Call it after reading everything and before using what was read.
+  void finish() {
+    const std::uint32_t computed = crc_.value();
+    std::uint32_t stored = 0;
+    if (std::fread(&stored, 1, sizeof stored, f_) != sizeof stored) fail("checksum", "is missing (truncated file?)");
+    if (stored != computed) fail("checksum", "does not match the contents (corrupted file?)");
+    if (std::fgetc(f_) != EOF) fail("end", "is followed by unexpected bytes");
+  }
+  /// Reads a value and checks it equals `expected`.
+  template <class T>
+  void expect(const T& expected, const char* what) {
+    const T v = value<T>(what);
+    if (v != expected) fail(what, "is " + std::to_string(v) + " in the file but " + std::to_string(expected) + " here");
+  }
+  /// Throws naming the file, the part being read and `what` is wrong with it. When the
+  /// bytes after this point do not match the file's checksum, the file is damaged and that
+  /// is what the message says (a flipped bit in a size field would otherwise read as a
+  /// misleading "wrong size").
+  [[noreturn]] void fail(const std::string& what, const std::string& why) {
+    const std::string where = "'" + path_.string() + "'" + (context_.empty() ? "" : " (" + context_ + ")") + ": ";
+    if (!failing_ && f_) {
+      failing_ = true;
+      if (damaged()) throw Error("'" + path_.string() + "': checksum does not match the contents (corrupted file?); " +
+                                 "reading it found: " + what + " " + why);
+    }
+    throw Error(where + what + " " + why);
+  }
+  [[nodiscard]] const std::filesystem::path& path() const noexcept { return path_; }
+
+ private:
+  // Whether the rest of the file fails its checksum (the last 4 bytes). Unknown (false)
+  // when the file ends too soon to tell: a "cut short" message says more.
+  bool damaged() {
+    detail::Crc32c crc = crc_;
+    std::vector<unsigned char> held;  // the last 4 bytes read, which may be the checksum
+    unsigned char buf[65536];
+    for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, f_)) > 0;) {
+      held.insert(held.end(), buf, buf + n);
+      if (held.size() > 4) {
+        crc.update(held.data(), held.size() - 4);
+        held.erase(held.begin(), held.end() - 4);
+      }
+    }
+    if (held.size() < 4) return false;
+    std::uint32_t stored = 0;
+    std::memcpy(&stored, held.data(), 4);
+    return stored != crc.value();
+  }
+
+  void check_tag(const std::string& format) {
+    std::string tag;
+    try {
+      tag = string("format tag");
+    } catch (const Error&) {
+      tag.clear();
+    }
+    if (tag != format) {
+      std::fclose(f_);
+      f_ = nullptr;
+      throw Error("'" + path_.string() + "' is not an " + format + " file");
+    }
+  }
+
+  std::filesystem::path path_;
+  std::FILE* f_ = nullptr;
+  detail::Crc32c crc_;
+  std::uint64_t consumed_ = 0;
+  std::string context_;
+  bool failing_ = false;
+};
+
+}  // namespace anvil
+// ---- end <anvil/core/binary_io.hpp> ----
+
+namespace anvil {
+
+/// The state protocol (see file comment): `save`, a `read` that changes nothing, `restore`.
+template <class T>
+concept Stateful = requires(const T& c, T& m, BinaryWriter& w, BinaryReader& r) {
+  { c.save(w) };
+  { m.restore(m.read(r)) };
+};
+
+/// Where a section goes besides checkpoints (which hold every section).
+enum class Scope : unsigned {
+  /// In checkpoints only: state of this rank (its envs, random streams, episode returns).
+  checkpoint = 0,
+  /// The same on every rank: rank 0's is sent to the others when a run starts and after it
+  /// resumes (the networks, the optimizers, the clock, the schedule's position).
+  shared = 1,
+  /// Shared, and compared bitwise across ranks at each checkpoint and at the end: the
+  /// learned state, which ranks that average the same gradients must hold identically.
+  checked = 2,
+};
+
+/// The named parts of a run's state (see file comment).
+class StateSections {
+ public:
+  /// What applies a section once every section of a file has been read and checked.
+  using Apply = std::function<void()>;
+
+  /// One section: how it writes itself and how it reads itself (changing nothing until the
+  /// returned `Apply` runs).
+  struct Section {
+    std::string name;
+    Scope scope = Scope::checkpoint;
+    std::function<void(BinaryWriter&)> save;
+    std::function<Apply(BinaryReader&)> read;
+  };
+
+  /// Adds `part` (which must outlive this list) as section `name`.
+  template <Stateful T>
+  void add(std::string name, T& part, Scope scope = Scope::checkpoint) {
+    T* p = &part;
+    add(Section{std::move(name), scope, [p](BinaryWriter& w) { p->save(w); },
+                [p](BinaryReader& r) -> Apply {
+                  using Saved = std::remove_cvref_t<decltype(p->read(r))>;
+                  auto s = std::make_shared<Saved>(p->read(r));
+                  return [p, s] { p->restore(std::move(*s)); };
+                }});
+  }
+  /// Adds a section given by its functions.
+  void add(Section s) {
+    if (s.name.empty()) throw Error("StateSections: a section needs a name");
+    for (const auto& x : sections_)
+      if (x.name == s.name) throw Error("StateSections: section '" + s.name + "' is added twice");
+    sections_.push_back(std::move(s));
+  }
+
+  /// The names of the sections that go where `scope` says, in the order they were added
+  /// (`Scope::checkpoint`: all of them).
+  [[nodiscard]] std::vector<std::string> names(Scope scope = Scope::checkpoint) const {
+    std::vector<std::string> out;
+    for (const auto& s : sections_)
+      if (in(s, scope)) out.push_back(s.name);
+    return out;
+  }
+
+  /// Writes the sections of `scope` as a table (see file comment).
+  void write(BinaryWriter& w, Scope scope = Scope::checkpoint) const {
+    w.value(static_cast<std::uint64_t>(names(scope).size()));
+    for (const auto& s : sections_) {
+      if (!in(s, scope)) continue;
+      w.string(s.name);
+      const auto start = w.written();
+      s.save(w);
+      w.value(static_cast<std::uint64_t>(w.written() - start));
+    }
+  }
+
+  /// Reads a table written by `write(w, scope)`: every section of `scope` exactly once, no
+  /// other. Changes nothing; the returned function applies them all. Throws naming the
+  /// section at fault.
+  [[nodiscard]] Apply read(BinaryReader& r, Scope scope = Scope::checkpoint) const {
+    const auto count = r.value<std::uint64_t>("section count");
+    if (count > 10'000) r.fail("section count", "is implausible (" + std::to_string(count) + ")");
+    const auto expected = names(scope);
+    std::vector<std::string> seen;  // in the file's order
+    std::vector<Apply> applies;
+    for (std::uint64_t i = 0; i < count; ++i) {
+      const auto name = r.string("section name");
+      const Section* s = find(name, scope);
+      if (!s) r.fail("section '" + name + "'", "is not a section of this run (it has: " + list(expected) + ")");
+      if (std::find(seen.begin(), seen.end(), name) != seen.end()) r.fail("section '" + name + "'", "appears twice");
+      seen.push_back(name);
+      r.set_context("section '" + name + "'");
+      const auto start = r.consumed();
+      auto apply = s->read(r);
+      const auto length = r.consumed() - start;
+      const auto stored = r.value<std::uint64_t>("section length");
+      if (stored != length)
+        r.fail("its end", "was not where reading it ended (after " + std::to_string(length) +
+                              " bytes): the section was written by another version of the program");
+      r.set_context("");
+      if (apply) applies.push_back(std::move(apply));
+    }
+    for (const auto& n : expected)
+      if (std::find(seen.begin(), seen.end(), n) == seen.end())
+        r.fail("section '" + n + "'", "is missing (the file holds: " + list(seen) + ")");
+    return [applies = std::move(applies)] {
+      for (const auto& a : applies) a();
+    };
+  }
+
+  [[nodiscard]] bool empty() const noexcept { return sections_.empty(); }
+
+ private:
+  static bool in(const Section& s, Scope scope) { return static_cast<unsigned>(s.scope) >= static_cast<unsigned>(scope); }
+  const Section* find(const std::string& name, Scope scope) const {
+    for (const auto& s : sections_)
+      if (s.name == name && in(s, scope)) return &s;
+    return nullptr;
+  }
+  static std::string list(const std::vector<std::string>& v) {
+    std::string out;
+    for (const auto& n : v) out += (out.empty() ? "" : ", ") + n;
+    return out.empty() ? "none" : out;
+  }
+
+  std::vector<Section> sections_;
+};
+
+/// The format tag of a buffer file beside a checkpoint (`run.checkpoint_buffer`), which the
+/// offline loop also reads as a dataset: a table (see file comment) holding one section
+/// named after the buffer's config section ("buffer", "rollout").
+inline constexpr const char* kBufferFileFormat = "anvil Buffer v1";
+
+/// Writes `part` alone to `path` under the format tag `format`, atomically (a crash
+/// mid-save leaves the previous file intact).
+template <Stateful T>
+void save_file(const T& part, const std::filesystem::path& path, const std::string& format) {
+  BinaryWriter w(path, format);
+  part.save(w);
+  w.commit();
+}
+
+/// Reads a file `save_file` wrote into `part`'s state, checking all of it (the checksum
+/// too); changes nothing until the returned function runs.
+template <Stateful T>
+[[nodiscard]] StateSections::Apply read_file(T& part, const std::filesystem::path& path, const std::string& format) {
+  BinaryReader r(path, format);
+  using Saved = std::remove_cvref_t<decltype(part.read(r))>;
+  auto s = std::make_shared<Saved>(part.read(r));
+  r.finish();
+  return [p = &part, s] { p->restore(std::move(*s)); };
+}
+
+}  // namespace anvil
+// ---- end <anvil/core/state.hpp> ----
 
 namespace at {
 class Tensor;
@@ -386,14 +992,16 @@ class Tensor;
 
 namespace anvil {
 
-namespace envs {
 struct EnvSpec;
-}
 struct RunContext;
 struct ReplayBatch;
 struct RolloutBatch;
 struct RolloutAct;
+struct StepBatch;
+struct RolloutStep;
+struct StoragePlan;
 struct UpdateInfo;
+struct PrecisionSettings;
 class StepContext;
 
 /// Tags a policy declares with `using policy_kind = anvil::AlgorithmKind;` etc. The kind
@@ -402,6 +1010,7 @@ struct AlgorithmKind {};
 struct BufferKind {};
 struct ParallelismKind {};
 struct PrecisionKind {};
+struct LoopKind {};
 
 /// How an action is chosen: sampled for exploration, or the deterministic mode for evaluation.
 enum class ActMode { explore, deterministic };
@@ -448,29 +1057,71 @@ concept UpdatesFromBatches = requires { typename A::Batch; } &&
                                { a.update(b, ctx) } -> std::same_as<UpdateInfo>;
                              };
 
-/// `A` can be built from the env's spaces, its config and the run's context.
-template <class A>
+/// `P` (a policy of any kind) can be built from the env's spaces, its config and the run's context.
+template <class P>
 concept ConstructibleFromSpec =
-    std::constructible_from<A, const envs::EnvSpec&, const typename A::Config&, const RunContext&>;
+    std::constructible_from<P, const EnvSpec&, const typename P::Config&, const RunContext&>;
+
+/// `P` saves and restores its state through the state protocol (core/state.hpp), so that
+/// checkpoints hold it and, for an algorithm, every rank starts from rank 0's.
+template <class P>
+concept SavesState = Stateful<P>;
 
 /// An algorithm policy (SAC, TD3, PPO, ...).
 template <class A>
 concept Algorithm = DeclaresKind<A, AlgorithmKind> && HasConfig<A> && DeclaresDataRegime<A> &&
-                    ActsOnBatches<A> && UpdatesFromBatches<A> && ConstructibleFromSpec<A>;
+                    ActsOnBatches<A> && UpdatesFromBatches<A> && ConstructibleFromSpec<A> && SavesState<A>;
 
-/// What an on-policy Trainer needs of its algorithm besides `act` and `update`: an action
+/// What the off-policy loop needs of its algorithm besides `act` and `update`: how many
+/// transitions to sample per update, and the discount its buffer's n-step returns use.
+template <class A>
+concept OffPolicyAlgorithm = Algorithm<A> && !A::on_policy && requires(const A& a) {
+  { a.batch_size() } -> std::convertible_to<std::int64_t>;
+  { a.discount() } -> std::convertible_to<double>;
+};
+
+/// What the on-policy loop needs of its algorithm besides `act` and `update`: an action
 /// with its log-probability and value for the rollout, values alone for bootstrapping, the
-/// schedule of its epochs, and where the run is (for annealing).
+/// schedule of its epochs and whether to go on after each (PPO's KL early stop lives in
+/// `end_epoch`, which may agree with the other ranks through the StepContext), where the
+/// run is (for annealing), and its discount (for the rollout's advantages).
 template <class A>
 concept OnPolicyAlgorithm = Algorithm<A> && A::on_policy &&
-                            requires(A& a, const A& ca, const at::Tensor& obs, double progress) {
+                            requires(A& a, const A& ca, const at::Tensor& obs, double progress, StepContext& ctx) {
                               { a.act_for_rollout(obs) } -> std::same_as<RolloutAct>;
                               { a.value(obs) } -> std::same_as<at::Tensor>;
                               { ca.epochs() } -> std::convertible_to<int>;
                               { ca.minibatch_size() } -> std::convertible_to<std::int64_t>;
-                              { ca.target_kl() } -> std::convertible_to<double>;
+                              { a.end_epoch(ctx) } -> std::convertible_to<bool>;
                               { a.set_progress(progress) };
+                              { ca.discount() } -> std::convertible_to<double>;
                             };
+
+// Optional capabilities: a loop or hook uses them where an algorithm has them, and a
+// config field that needs one is refused, naming the field, where it does not.
+
+/// `A` keeps an exponential moving average of its policy's weights (`train.ema_decay`) and
+/// can act with it (evaluation, policy.bin).
+template <class A>
+concept AveragesPolicy = requires(A& a, double decay) {
+  { a.ema_update(decay) };
+  { a.with_ema_weights([] { return 0; }) } -> std::same_as<int>;
+};
+/// `A` reports its learning rates by optimizer (TensorBoard `lr/<name>`).
+template <class A>
+concept ReportsLearningRates = requires(const A& a) {
+  { a.learning_rates() } -> std::convertible_to<std::vector<std::pair<std::string, double>>>;
+};
+/// `A` shows each network's weights as one flat tensor (TensorBoard weight histograms).
+template <class A>
+concept ExposesWeights = requires(const A& a) {
+  { a.flat_parameters() } -> std::convertible_to<std::vector<std::pair<std::string, at::Tensor>>>;
+};
+/// `A` writes its policy alone for `load_policy` (policy.bin beside each checkpoint).
+template <class A>
+concept ExportsPolicy = requires(const A& a, BinaryWriter& w) {
+  { a.save_policy(w) };
+};
 
 // ---------------------------------------------------------------------------------------
 // Buffer: preallocated storage of transitions. Takes one step of N envs in one call and
@@ -485,15 +1136,48 @@ concept ProducesBatches = requires(const B& b) {
   { b.capacity() } -> std::convertible_to<std::int64_t>;
 };
 
+/// `B` names the step type a loop hands it (`StepBatch` for replay buffers, `RolloutStep`
+/// for rollouts) and stores one step of every env with `add`.
+template <class B>
+concept StoresSteps = requires { typename B::Step; } && requires(B& b, const typename B::Step& s) {
+  { b.add(s) };
+};
+
+/// `B` is told the plan of the run before it starts (and again after a resume): envs per
+/// rank, the run's length, the algorithm's discount (see `StoragePlan`).
+template <class B>
+concept PlansStorage = requires(B& b, const StoragePlan& plan) {
+  { b.plan(plan) };
+};
+
 /// A buffer policy (UniformBuffer, PrioritizedBuffer, RolloutBuffer).
 template <class B>
 concept Buffer = DeclaresKind<B, BufferKind> && HasConfig<B> && DeclaresDataRegime<B> &&
-                 ProducesBatches<B>;
+                 ProducesBatches<B> && StoresSteps<B> && PlansStorage<B> && ConstructibleFromSpec<B> &&
+                 SavesState<B>;
 
 /// A replay buffer: samples a batch of `n` stored transitions at random.
 template <class B>
 concept ReplayBuffer = Buffer<B> && requires(B& b, std::int64_t n) {
   { b.sample(n) } -> std::same_as<typename B::Batch>;
+};
+
+/// A replay buffer that can be filled from a file `save(path)` wrote (the offline loop's
+/// dataset).
+template <class B>
+concept LoadsDataset = ReplayBuffer<B> && requires(B& b, const std::filesystem::path& p) {
+  { b.load(p) };
+};
+
+/// What the on-policy loop needs of its buffer: whether the rollout is full, the
+/// advantages computed from the value after its last step, the rollout in minibatches for
+/// each epoch, and clearing it for the next.
+template <class B>
+concept RolloutStorage = Buffer<B> && requires(B& b, const B& cb, const at::Tensor& last_value, std::int64_t n) {
+  { cb.full() } -> std::convertible_to<bool>;
+  { b.finish(last_value) };
+  { b.minibatches(n) };
+  { b.clear() };
 };
 
 /// A replay buffer that also takes back priorities (e.g. |TD error|) for the sampled rows.
@@ -524,10 +1208,22 @@ concept SynchronisesTensors = requires(P& p, std::vector<at::Tensor>& ts) {
   { p.broadcast(ts) };
 };
 
+/// `P` sets up its processes explicitly: `P::start_ranks(cfg)` (called by `anvil::start`
+/// from main, never by a constructor) may make this process the launcher of several ranks;
+/// `connect(device)` joins the world once the run's device is known; `device_index()` is
+/// the CUDA device this rank uses; `describe()` is one line for the log.
+template <class P>
+concept SetsUpRanks = requires(P& p, const P& cp, const typename P::Config& cfg, c10::Device device) {
+  { P::start_ranks(cfg) };
+  { p.connect(device) };
+  { cp.device_index() } -> std::convertible_to<int>;
+  { cp.describe() } -> std::convertible_to<std::string>;
+};
+
 /// A parallelism policy (SingleDevice, DDP<N>).
 template <class P>
 concept Parallelism = DeclaresKind<P, ParallelismKind> && HasConfig<P> && KnowsWorld<P> &&
-                      SynchronisesTensors<P>;
+                      SynchronisesTensors<P> && SetsUpRanks<P>;
 
 // ---------------------------------------------------------------------------------------
 // Precision: the numeric types of a step. A type-level description the StepContext turns
@@ -542,9 +1238,33 @@ concept DescribesNumerics = requires {
   { X::needs_cuda } -> std::convertible_to<bool>;
 };
 
+/// `X` turns its config into the settings a run applies (autocast, loss scaling, TF32,
+/// cuDNN, anomaly detection), so the code that applies them is not a template.
+template <class X>
+concept HasSettings = requires(const typename X::Config& cfg) {
+  { X::settings(cfg) } -> std::same_as<PrecisionSettings>;
+};
+
 /// A precision policy (FP32, TF32, BF16, FP16).
 template <class X>
-concept Precision = DeclaresKind<X, PrecisionKind> && HasConfig<X> && DescribesNumerics<X>;
+concept Precision = DeclaresKind<X, PrecisionKind> && HasConfig<X> && DescribesNumerics<X> && HasSettings<X>;
+
+// ---------------------------------------------------------------------------------------
+// Loop: the order of collect, store and update for one data regime (train/loops/). A
+// loop declares its kind, its config (the `train` section) and its name; its `Rules<A, B>`
+// check, with one sentence each, that the algorithm and buffer have what it uses, and its
+// `Runner<A, B>` runs it.
+
+/// A loop policy (OffPolicyLoop, OnPolicyLoop, EpisodicLoop, OfflineLoop, Staged<...>).
+template <class L>
+concept Loop = DeclaresKind<L, LoopKind> && HasConfig<L> && requires {
+  { L::name } -> std::convertible_to<std::string_view>;
+};
+
+/// An algorithm may name the loop it trains in (`using loop = anvil::EpisodicLoop;`);
+/// otherwise its data regime chooses (train/trainer.hpp, `default_loop`).
+template <class A>
+concept NamesItsLoop = requires { typename A::loop; } && Loop<typename A::loop>;
 
 // ---------------------------------------------------------------------------------------
 // The rules for a Trainer. Each check is guarded by the ones before it, so a bad
@@ -670,10 +1390,10 @@ struct TrainerRules {
 ///     argument) are reported here.
 ///  2. `configure<Cfg>(args)` applies the settings to a typed config: unknown keys (with
 ///     "did you mean"), wrong types and values out of range are reported with the field and
-///     the place they came from; `--help` and `--print-config` are answered here, because
-///     only now are the fields known.
-/// Every error is an `anvil::ConfigError`; `parse_config` installs a handler that turns an
-/// uncaught one into a one-line message and exit status 2.
+///     the place they came from.
+/// Every error is an `anvil::ConfigError`. Neither step prints, exits or restarts anything:
+/// `anvil::start` (train/start.hpp), the one line a main calls first, answers `--help` and
+/// `--print-config`, and turns a ConfigError into a one-line message and exit status 2.
 ///
 /// Keys are `section.field` (`sac.batch_size`); a key without a section refers to the `run`
 /// section (`--seed=3`, `--device=cuda`). Dashes in keys read as underscores (`--run-dir`).
@@ -700,75 +1420,6 @@ struct TrainerRules {
 #include <string_view>
 #include <vector>
 
-// ---- begin <anvil/core/error.hpp> ----
-/// @file
-/// anvil's exception types. Light header.
-///
-/// Every error anvil raises derives from `anvil::Error` and names what is at fault (the
-/// field, file, rank or env). `install_error_handler()` (called by `parse_config`) turns
-/// an uncaught `anvil::Error` into a one-line message and a non-zero exit instead of an
-/// abort, so bad input never looks like a crash.
-
-#include <cstdio>
-#include <cstdlib>
-#include <exception>
-#include <stdexcept>
-#include <string>
-
-namespace anvil {
-
-/// Base of every anvil error. `exit_code()` is what the process exits with when the
-/// error is not caught.
-class Error : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-  [[nodiscard]] virtual int exit_code() const noexcept { return 1; }
-};
-
-/// Bad configuration: an unknown key, a wrong type, a value out of range, a malformed
-/// file. Exit status 2, as for any command-line usage error.
-class ConfigError : public Error {
- public:
-  using Error::Error;
-  [[nodiscard]] int exit_code() const noexcept override { return 2; }
-};
-
-/// A requested device or feature that this build or machine does not have.
-class DeviceError : public Error {
- public:
-  using Error::Error;
-  [[nodiscard]] int exit_code() const noexcept override { return 2; }
-};
-
-namespace detail {
-[[noreturn]] inline void terminate_with_message() {
-  std::fflush(stdout);
-  if (auto p = std::current_exception()) {
-    try {
-      std::rethrow_exception(p);
-    } catch (const Error& e) {
-      std::fprintf(stderr, "error: %s\n", e.what());
-      std::fflush(stderr);
-      std::_Exit(e.exit_code());
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "error: %s\n", e.what());
-      std::fflush(stderr);
-      std::_Exit(1);
-    } catch (...) {
-    }
-  }
-  std::fputs("error: terminated by an unknown exception\n", stderr);
-  std::abort();
-}
-}  // namespace detail
-
-/// Make uncaught exceptions end the program with `error: <message>` on stderr and the
-/// error's exit code (2 for configuration errors, 1 otherwise), not an abort and a core
-/// dump. Idempotent.
-inline void install_error_handler() { std::set_terminate(&detail::terminate_with_message); }
-
-}  // namespace anvil
-// ---- end <anvil/core/error.hpp> ----
 
 namespace anvil {
 
@@ -1231,13 +1882,9 @@ inline Args parse_args(std::span<const std::string> argv) {
   return a;
 }
 
-/// `parse_args` for `main`'s arguments. Also installs anvil's error handler, so a bad
-/// command line (here or later, when the Trainer applies it) ends the program with a
-/// one-line message and exit status 2 rather than an abort; and makes sure the fast BLAS
-/// kernels are in use (`prefer_fast_blas`, which may restart the program once).
+/// `parse_args` for `main`'s arguments (throws ConfigError; see `anvil::start` for the
+/// line a main calls, which reports it).
 inline Args parse_config(int argc, char** argv) {
-  prefer_fast_blas(argc, argv);
-  install_error_handler();
   std::vector<std::string> v(argv, argv + argc);
   return parse_args(v);
 }
@@ -1411,24 +2058,25 @@ std::string config_hash_hex(const Cfg& cfg) {
   return buf;
 }
 
-/// Builds a `Cfg` from defaults and `args`. Answers `--help` (prints every field, exits 0)
-/// and `--print-config` (prints the resolved config as YAML, exits 0); throws ConfigError
-/// on bad input.
+/// Builds a `Cfg` from defaults and `args` (the settings applied in order, then validated);
+/// throws ConfigError on bad input. `--help` and `--print-config` are left to the caller
+/// (`anvil::start` answers them).
 template <class Cfg>
 Cfg configure(const Args& args, Cfg cfg = Cfg{}) {
-  if (args.help) {
-    std::fputs(help_text<Cfg>(args.program, cfg).c_str(), stdout);
-    std::fflush(stdout);
-    std::exit(0);
-  }
   apply_settings(cfg, args.settings);
-  if (args.print_config) {
-    std::printf("# %s config, hash %s\n%s", args.program.c_str(), config_hash_hex(cfg).c_str(),
-                to_yaml(cfg).c_str());
-    std::fflush(stdout);
-    std::exit(0);
-  }
   return cfg;
+}
+
+/// Shrinks `cfg` for a run of seconds (`run.smoke`): every section whose config has a
+/// `shrink()` shrinks itself.
+template <class Cfg>
+void shrink_for_smoke(Cfg& cfg) {
+  boost::pfr::for_each_field(cfg, [](auto& field) {
+    using F = std::remove_cvref_t<decltype(field)>;
+    if constexpr (IsSection<F>) {
+      if constexpr (requires { field.value.shrink(); }) field.value.shrink();
+    }
+  });
 }
 
 /// Typed one-step form: `auto cfg = parse_config<MyConfig>(argc, argv);`.
@@ -1455,6 +2103,40 @@ Cfg parse_config(int argc, char** argv) {
 #include <cstdint>
 #include <string>
 
+// ---- begin <anvil/core/lr_scaling.hpp> ----
+/// @file
+/// How learning rates follow the batch size and the number of ranks (`train.lr_scaling`).
+/// Each algorithm applies the rule to the batch its learning rates were tuned for (SAC's
+/// batch, PPO's minibatch), through `RunContext::lr_scale`. Light header.
+
+#include <array>
+#include <cmath>
+#include <cstdint>
+#include <string_view>
+
+namespace anvil {
+
+/// none: as configured; sqrt: lr * sqrt(batch / base_batch) (Krizhevsky 2014, "One weird
+/// trick"; the rule our users' multi-task SAC uses); linear: lr * number of ranks (Goyal et
+/// al. 2017, for data-parallel runs whose global batch grows with the ranks).
+enum class LrScaling { none, sqrt, linear };
+constexpr auto enum_names(LrScaling) {
+  return std::array<std::string_view, 3>{"none", "sqrt", "linear"};
+}
+
+/// The factor on learning rates tuned for `base_batch` rows per step, for a run taking
+/// `batch` rows per step on `world_size` ranks.
+[[nodiscard]] inline double lr_scale(LrScaling rule, std::int64_t batch, std::int64_t base_batch, int world_size) {
+  switch (rule) {
+    case LrScaling::none: return 1.0;
+    case LrScaling::sqrt: return std::sqrt(static_cast<double>(batch) / static_cast<double>(base_batch));
+    case LrScaling::linear: return static_cast<double>(world_size);
+  }
+  return 1.0;
+}
+
+}  // namespace anvil
+// ---- end <anvil/core/lr_scaling.hpp> ----
 // ---- begin <anvil/core/random.hpp> ----
 /// @file
 /// Seeding: one `seed` field gives every random stream of a run (torch, each env, the
@@ -1544,14 +2226,22 @@ class Rng {
 
 namespace anvil {
 
-/// Where this process runs and how its randomness is seeded; passed to every policy's
-/// constructor so none of them reads global state.
+/// Where this process runs, how its randomness is seeded and what the run asks of every
+/// policy; passed to every policy's constructor so none of them reads global state.
 struct RunContext {
   c10::Device device{c10::kCPU};
   std::uint64_t seed = 0;  ///< the run's seed; streams derive their own with derive_seed
   int rank = 0;
   int world_size = 1;
-  double lr_scale = 1.0;  ///< factor on every learning rate (the trainer's lr_scaling)
+  LrScaling lr_scaling = LrScaling::none;  ///< train.lr_scaling
+  std::int64_t base_batch = 256;           ///< train.base_batch: the batch learning rates were tuned for
+  int micro_batches = 1;                   ///< train.grad_accumulation: micro-batches per optimizer step
+
+  /// The factor on learning rates for an algorithm taking `batch` rows per gradient step
+  /// (see core/lr_scaling.hpp).
+  [[nodiscard]] double lr_scale(std::int64_t batch) const noexcept {
+    return anvil::lr_scale(lr_scaling, batch, base_batch, world_size);
+  }
 
   /// Seed for stream `s`, instance `index`, distinct across ranks.
   [[nodiscard]] std::uint64_t seed_for(Stream s, std::uint64_t index = 0) const noexcept {
@@ -1601,12 +2291,72 @@ inline void seed_torch(const RunContext& ctx) { torch::manual_seed(ctx.seed_for(
 
 }  // namespace anvil
 // ---- end <anvil/core/context.hpp> ----
+// ---- begin <anvil/core/spaces.hpp> ----
+/// @file
+/// Spaces and the env spec: what a policy needs to know about an environment to be built
+/// (its observation and action spaces). They live in core, below every layer that builds
+/// networks or storage from them; the env contract (envs/env.hpp) uses them. Light header.
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <variant>
+#include <vector>
+
+namespace anvil {
+
+/// A box in R^n: `low[i] <= x[i] <= high[i]` (bounds may be +-infinity).
+struct Box {
+  std::vector<float> low;
+  std::vector<float> high;
+
+  /// Number of dimensions.
+  [[nodiscard]] std::size_t size() const noexcept { return low.size(); }
+  /// True when `x` has the right size and every element is finite and inside the bounds.
+  [[nodiscard]] bool contains(std::span<const float> x) const noexcept {
+    if (x.size() != low.size()) return false;
+    for (std::size_t i = 0; i < x.size(); ++i)
+      if (!(x[i] >= low[i] && x[i] <= high[i])) return false;  // also false for NaN
+    return true;
+  }
+};
+
+/// `n` discrete choices, 0 .. n-1.
+struct Discrete {
+  std::int64_t n = 0;
+  [[nodiscard]] bool contains(std::int64_t a) const noexcept { return a >= 0 && a < n; }
+};
+
+/// What a policy needs to know about an env to be built: its name and spaces.
+struct EnvSpec {
+  std::string name;
+  Box observation;
+  std::variant<Box, Discrete> action;
+
+  [[nodiscard]] bool discrete() const noexcept { return std::holds_alternative<Discrete>(action); }
+  [[nodiscard]] std::int64_t obs_dim() const noexcept {
+    return static_cast<std::int64_t>(observation.size());
+  }
+  /// Width of an action row: the Box's size, or 1 for a discrete index.
+  [[nodiscard]] std::int64_t action_dim() const noexcept {
+    return discrete() ? 1 : static_cast<std::int64_t>(std::get<Box>(action).size());
+  }
+  /// Number of discrete actions (0 for a Box).
+  [[nodiscard]] std::int64_t num_actions() const noexcept {
+    return discrete() ? std::get<Discrete>(action).n : 0;
+  }
+};
+
+}  // namespace anvil
+// ---- end <anvil/core/spaces.hpp> ----
 // ---- begin <anvil/core/torch_compat.hpp> ----
 /// @file
-/// The one place, with core/autocast.hpp, that knows which LibTorch it is built against.
-/// Debian's LibTorch 1.13 (CPU) and LibTorch 2.x (CUDA builds) differ in a few C++ APIs that
-/// anvil uses: the autocast switches (core/autocast.hpp) and the c10d process-group classes
-/// (here). Everything else in anvil calls these functions and never checks a Torch version.
+/// Which LibTorch anvil is built against. Debian's LibTorch 1.13 (CPU) and LibTorch 2.x
+/// (CUDA builds) differ in a few C++ APIs that anvil uses; each difference sits behind one
+/// small header: the autocast switches in core/autocast.hpp (included here) and the c10d
+/// process-group classes in parallel/c10d.hpp. Everything else calls those functions and
+/// never checks a Torch version.
 
 #include <c10/core/DeviceType.h>
 #include <c10/core/ScalarType.h>
@@ -1731,20 +2481,7 @@ class Float32Scope {
 }  // namespace anvil
 // ---- end <anvil/core/autocast.hpp> ----
 
-#include <chrono>
-#include <cstdlib>
-#include <stdexcept>
-#include <memory>
 #include <string>
-
-#include <torch/csrc/distributed/c10d/FileStore.hpp>
-#include <torch/csrc/distributed/c10d/HashStore.hpp>
-#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
-#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
-#include <torch/csrc/distributed/c10d/TCPStore.hpp>
-#ifdef USE_C10D_NCCL
-#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
-#endif
 
 namespace anvil::compat {
 
@@ -1756,93 +2493,7 @@ inline std::string torch_version_string() {
          std::to_string(TORCH_VERSION_PATCH);
 }
 
-// Autocast switches: core/autocast.hpp (included above).
-
-// ---- c10d ------------------------------------------------------------------------------
-// The headers live under torch/csrc/distributed/c10d in both versions. 2.x splits a
-// ProcessGroup (the front end) from its Backend (Gloo, NCCL); collectives on a backend
-// object are the same calls with the same option structs in both.
-
-/// Handle of an asynchronous collective (`wait()` blocks until it is done).
-using Work = c10d::Work;
-/// What runs collectives: a `ProcessGroup` in 1.13, a `Backend` (behind a ProcessGroup) in 2.x.
-#if TORCH_VERSION_MAJOR >= 2
-using Collectives = c10d::Backend;
-#else
-using Collectives = c10d::ProcessGroup;
-#endif
-/// Whether this LibTorch was built with NCCL (CUDA builds of 2.x; never Debian's 1.13).
-#ifdef USE_C10D_NCCL
-inline constexpr bool has_nccl = true;
-#else
-inline constexpr bool has_nccl = false;
-#endif
-/// Key-value store used for rendezvous.
-using Store = c10d::Store;
-
-/// The network device Gloo's transport uses: the interface named by `interface` (or by
-/// GLOO_SOCKET_IFNAME, PyTorch's variable), else loopback when `master_addr` is a loopback
-/// address (one machine), else the address this host's name resolves to.
-inline std::shared_ptr<::gloo::transport::Device> gloo_device(const std::string& interface,
-                                                              const std::string& master_addr) {
-  std::string ifname = interface;
-  if (ifname.empty())
-    if (const char* e = std::getenv("GLOO_SOCKET_IFNAME")) ifname = e;
-  if (!ifname.empty()) return c10d::ProcessGroupGloo::createDeviceForInterface(ifname);
-  if (master_addr == "localhost" || master_addr.rfind("127.", 0) == 0 || master_addr == "::1")
-    return c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1");
-  return c10d::ProcessGroupGloo::createDefaultDevice();
-}
-
-/// A Gloo process group over `store` (ranks find each other through it), on the transport
-/// `device` (see `gloo_device`); collectives that wait longer than `timeout` fail.
-inline c10::intrusive_ptr<Collectives> make_gloo_group(const c10::intrusive_ptr<Store>& store, int rank,
-                                                       int world_size,
-                                                       std::shared_ptr<::gloo::transport::Device> device,
-                                                       std::chrono::milliseconds timeout) {
-  auto opts = c10d::ProcessGroupGloo::Options::create();
-  opts->timeout = timeout;
-  opts->devices.push_back(std::move(device));
-  return c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, world_size, opts);
-}
-
-/// An NCCL group (CUDA builds with NCCL only; the caller checks `has_nccl`). The current
-/// CUDA device must be set before the first collective.
-inline c10::intrusive_ptr<Collectives> make_nccl_group([[maybe_unused]] const c10::intrusive_ptr<Store>& store,
-                                                       [[maybe_unused]] int rank,
-                                                       [[maybe_unused]] int world_size,
-                                                       [[maybe_unused]] std::chrono::milliseconds timeout) {
-#ifdef USE_C10D_NCCL
-  auto opts = c10d::ProcessGroupNCCL::Options::create();
-  opts->timeout = timeout;
-  return c10::make_intrusive<c10d::ProcessGroupNCCL>(store, rank, world_size, opts);
-#else
-  throw std::logic_error("make_nccl_group: this LibTorch has no NCCL");
-#endif
-}
-
-/// The port a TCP store listens on or talks to (the one the system chose when asked for 0).
-inline std::uint16_t store_port(const c10::intrusive_ptr<Store>& store) {
-  return static_cast<const c10d::TCPStore&>(*store).getPort();
-}
-
-/// A TCP store: rank 0 (`is_server`) listens on `port`, the others connect to `host:port`.
-inline c10::intrusive_ptr<Store> make_tcp_store(const std::string& host, std::uint16_t port,
-                                                int world_size, bool is_server,
-                                                std::chrono::milliseconds timeout) {
-  c10d::TCPStoreOptions opts;
-  opts.port = port;
-  opts.isServer = is_server;
-  opts.numWorkers = world_size;
-  opts.waitWorkers = false;
-  opts.timeout = timeout;
-  return c10::make_intrusive<c10d::TCPStore>(host, opts);
-}
-
-/// A store backed by a file all ranks can see (single machine or shared file system).
-inline c10::intrusive_ptr<Store> make_file_store(const std::string& path, int world_size) {
-  return c10::make_intrusive<c10d::FileStore>(path, world_size);
-}
+// Autocast switches: core/autocast.hpp (included above). c10d: parallel/c10d.hpp.
 
 }  // namespace anvil::compat
 // ---- end <anvil/core/torch_compat.hpp> ----
@@ -1889,33 +2540,15 @@ inline c10::intrusive_ptr<Store> make_file_store(const std::string& path, int wo
 #include <span>
 #include <string>
 #include <string_view>
-#include <variant>
 #include <vector>
 
 
 namespace anvil::envs {
 
-/// A box in R^n: `low[i] <= x[i] <= high[i]` (bounds may be +-infinity).
-struct Box {
-  std::vector<float> low;
-  std::vector<float> high;
-
-  /// Number of dimensions.
-  [[nodiscard]] std::size_t size() const noexcept { return low.size(); }
-  /// True when `x` has the right size and every element is finite and inside the bounds.
-  [[nodiscard]] bool contains(std::span<const float> x) const noexcept {
-    if (x.size() != low.size()) return false;
-    for (std::size_t i = 0; i < x.size(); ++i)
-      if (!(x[i] >= low[i] && x[i] <= high[i])) return false;  // also false for NaN
-    return true;
-  }
-};
-
-/// `n` discrete choices, 0 .. n-1.
-struct Discrete {
-  std::int64_t n = 0;
-  [[nodiscard]] bool contains(std::int64_t a) const noexcept { return a >= 0 && a < n; }
-};
+// The spaces (core/spaces.hpp) under the names envs have always used.
+using anvil::Box;
+using anvil::Discrete;
+using anvil::EnvSpec;
 
 /// What one step returns. `observation` views storage owned by the env and stays valid
 /// until the env is stepped or reset again.
@@ -1957,33 +2590,22 @@ concept Env = std::movable<E> &&
       { e.step(a) } -> std::same_as<StepResult>;
     };
 
-/// An env whose actions are continuous (a `Box`).
-/// What a policy needs to know about an env to be built: its spaces.
-struct EnvSpec {
-  std::string name;
-  Box observation;
-  std::variant<Box, Discrete> action;
-
-  [[nodiscard]] bool discrete() const noexcept { return std::holds_alternative<Discrete>(action); }
-  [[nodiscard]] std::int64_t obs_dim() const noexcept {
-    return static_cast<std::int64_t>(observation.size());
-  }
-  /// Width of an action row: the Box's size, or 1 for a discrete index.
-  [[nodiscard]] std::int64_t action_dim() const noexcept {
-    return discrete() ? 1 : static_cast<std::int64_t>(std::get<Box>(action).size());
-  }
-  /// Number of discrete actions (0 for a Box).
-  [[nodiscard]] std::int64_t num_actions() const noexcept {
-    return discrete() ? std::get<Discrete>(action).n : 0;
-  }
-};
-
 /// The spec of env `e`.
 template <class E>
 EnvSpec spec_of(const E& e) {
   return EnvSpec{std::string(E::name), e.observation_space(), e.action_space()};
 }
 
+/// An env that tells which of several tasks its current episode is (a multi-task env, or
+/// one that draws a task per episode): `task_names()` lists them all, `task_index()` is the
+/// current episode's. Evaluations report each task apart.
+template <class E>
+concept TaskTagged = Env<E> && requires(const E& e) {
+  { e.task_names() } -> std::convertible_to<std::vector<std::string>>;
+  { e.task_index() } -> std::convertible_to<std::int64_t>;
+};
+
+/// An env whose actions are continuous (a `Box`).
 template <class E>
 concept ContinuousEnv = Env<E> && std::same_as<action_space_t<E>, Box>;
 /// An env whose actions are discrete choices.
@@ -2620,270 +3242,6 @@ static_assert(ContinuousEnv<MountainCarContinuous>);
 #include <string>
 #include <vector>
 
-// ---- begin <anvil/core/binary_io.hpp> ----
-/// @file
-/// Binary files that are replaced atomically and read back with checks: `BinaryWriter`
-/// writes next to the target and renames over it only when everything is written and
-/// flushed, so a crash or kill mid-save leaves the previous file intact; `BinaryReader`
-/// names the file and the field when a file is short, foreign, from another shape or
-/// damaged. Every file ends with a CRC-32C of all bytes before it, which the reader checks
-/// in `finish`: a loader reads into temporaries, calls `finish`, and only then replaces
-/// its state, so a corrupted file changes nothing. Light header.
-
-#include <cstdint>
-#include <cstdio>
-#include <cstdlib>
-#include <filesystem>
-#include <string>
-#include <type_traits>
-#include <vector>
-
-#include <unistd.h>
-
-#include <fcntl.h>
-
-// ---- begin <anvil/core/detail/crc32c.hpp> ----
-/// @file
-/// CRC-32C (Castagnoli), the checksum anvil's binary files (buffers, checkpoints) end with,
-/// so a file damaged on disk or in transit is refused instead of silently loaded. It is
-/// computed as the bytes stream through, at memory speed where the CPU has SSE4.2's crc32
-/// instruction (chosen at run time: the build stays baseline x86-64), and with a table
-/// elsewhere. Light header.
-
-#include <array>
-#include <cstddef>
-#include <cstdint>
-#include <cstring>
-
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#define ANVIL_CRC32C_X86 1
-#include <immintrin.h>
-#endif
-
-namespace anvil::detail {
-
-/// A running CRC-32C: `update` with each piece, `value` at the end. Same result however
-/// the bytes are split.
-class Crc32c {
- public:
-  void update(const void* data, std::size_t n) noexcept { crc_ = impl()(crc_, static_cast<const unsigned char*>(data), n); }
-  /// The checksum of everything passed to `update` so far.
-  [[nodiscard]] std::uint32_t value() const noexcept { return ~crc_; }
-
-  /// The table-driven version, whatever the CPU (the tests compare both).
-  static std::uint32_t portable(std::uint32_t crc, const unsigned char* p, std::size_t n) noexcept {
-    static const auto table = [] {
-      std::array<std::uint32_t, 256> t{};
-      for (std::uint32_t i = 0; i < 256; ++i) {
-        std::uint32_t c = i;
-        for (int k = 0; k < 8; ++k) c = (c & 1u) ? (c >> 1) ^ 0x82F63B78u : c >> 1;  // reflected polynomial
-        t[i] = c;
-      }
-      return t;
-    }();
-    for (std::size_t i = 0; i < n; ++i) crc = table[(crc ^ p[i]) & 0xFFu] ^ (crc >> 8);
-    return crc;
-  }
-
- private:
-  using Fn = std::uint32_t (*)(std::uint32_t, const unsigned char*, std::size_t) noexcept;
-
-#if defined(ANVIL_CRC32C_X86)
-  __attribute__((target("sse4.2"))) static std::uint32_t hardware(std::uint32_t crc, const unsigned char* p,
-                                                                  std::size_t n) noexcept {
-    std::uint64_t c = crc;
-    for (; n >= 8; n -= 8, p += 8) {
-      std::uint64_t w;
-      std::memcpy(&w, p, 8);
-      c = _mm_crc32_u64(c, w);
-    }
-    auto c32 = static_cast<std::uint32_t>(c);
-    for (; n > 0; --n, ++p) c32 = _mm_crc32_u8(c32, *p);
-    return c32;
-  }
-#endif
-
-  static Fn impl() noexcept {
-#if defined(ANVIL_CRC32C_X86)
-    static const Fn f = __builtin_cpu_supports("sse4.2") ? &hardware : &portable;
-    return f;
-#else
-    return &portable;
-#endif
-  }
-
-  std::uint32_t crc_ = 0xFFFFFFFFu;
-};
-
-}  // namespace anvil::detail
-// ---- end <anvil/core/detail/crc32c.hpp> ----
-
-namespace anvil {
-
-class BinaryWriter {
- public:
-  /// Starts writing `path` (into `path` + ".tmp" until `commit`), with a format tag.
-  BinaryWriter(std::filesystem::path path, const std::string& format)
-      : path_(std::move(path)), tmp_(path_.string() + ".tmp") {
-    f_ = std::fopen(tmp_.c_str(), "wb");
-    if (!f_) throw Error("cannot write '" + tmp_ + "' (does its directory exist?)");
-    string(format);
-  }
-  /// Writes into memory instead of a file (`take_bytes()` ends it): the same format, checksum
-  /// included, e.g. to send state from one rank to the others.
-  static BinaryWriter in_memory(const std::string& format) { return BinaryWriter(format); }
-  BinaryWriter(const BinaryWriter&) = delete;
-  BinaryWriter& operator=(const BinaryWriter&) = delete;
-  ~BinaryWriter() {
-    if (f_) {  // not committed: drop the partial file, keep the old one
-      std::fclose(f_);
-      if (!memory_) std::remove(tmp_.c_str());
-    }
-    std::free(mem_);
-  }
-
-  /// Ends an `in_memory` writer: its bytes, checksum appended.
-  [[nodiscard]] std::vector<std::uint8_t> take_bytes() {
-    const std::uint32_t crc = crc_.value();
-    raw(&crc, sizeof crc);
-    std::fclose(f_);  // sets mem_ and mem_size_
-    f_ = nullptr;
-    return std::vector<std::uint8_t>(reinterpret_cast<std::uint8_t*>(mem_),
-                                     reinterpret_cast<std::uint8_t*>(mem_) + mem_size_);
-  }
-
-  template <class T>
-    requires std::is_trivially_copyable_v<T>
-  void value(const T& v) { bytes(&v, sizeof v); }
-  void string(const std::string& s) {
-    value<std::uint64_t>(s.size());
-    bytes(s.data(), s.size());
-  }
-  void bytes(const void* p, std::size_t n) {
-    raw(p, n);
-    crc_.update(p, n);
-  }
-
-  /// Appends the checksum, flushes to disk and renames over the target; then syncs the
-  /// directory, so the rename itself survives a power cut.
-  void commit() {
-    const std::uint32_t crc = crc_.value();
-    raw(&crc, sizeof crc);
-    if (std::fflush(f_) != 0 || ::fsync(::fileno(f_)) != 0) throw Error("writing '" + tmp_ + "' failed (disk full?)");
-    std::fclose(f_);
-    f_ = nullptr;
-    std::error_code ec;
-    std::filesystem::rename(tmp_, path_, ec);
-    if (ec) throw Error("cannot rename '" + tmp_ + "' to '" + path_.string() + "': " + ec.message());
-    const auto dir = path_.has_parent_path() ? path_.parent_path() : std::filesystem::path(".");
-    if (const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY); fd >= 0) {
-      (void)::fsync(fd);
-      ::close(fd);
-    }
-  }
-
- private:
-  explicit BinaryWriter(const std::string& format) : tmp_("(memory)"), memory_(true) {
-    f_ = ::open_memstream(&mem_, &mem_size_);
-    if (!f_) throw Error("cannot open a memory stream");
-    string(format);
-  }
-  void raw(const void* p, std::size_t n) {
-    if (n && std::fwrite(p, 1, n, f_) != n) throw Error("writing '" + tmp_ + "' failed (disk full?)");
-  }
-
-  std::filesystem::path path_;
-  std::string tmp_;
-  std::FILE* f_ = nullptr;
-  detail::Crc32c crc_;
-  bool memory_ = false;
-  char* mem_ = nullptr;
-  std::size_t mem_size_ = 0;
-};
-
-class BinaryReader {
- public:
-  /// Opens `path` and checks its format tag.
-  BinaryReader(std::filesystem::path path, const std::string& format) : path_(std::move(path)) {
-    f_ = std::fopen(path_.c_str(), "rb");
-    if (!f_) throw Error("cannot read '" + path_.string() + "'");
-    check_tag(format);
-  }
-  /// Reads what an `in_memory` writer wrote (`take_bytes`); `name` stands for the file in messages.
-  BinaryReader(const std::vector<std::uint8_t>& bytes, std::string name, const std::string& format)
-      : path_(std::move(name)) {
-    if (bytes.empty()) throw Error("'" + path_.string() + "' is empty");
-    f_ = ::fmemopen(const_cast<std::uint8_t*>(bytes.data()), bytes.size(), "rb");
-    if (!f_) throw Error("cannot open a memory stream");
-    check_tag(format);
-  }
-  BinaryReader(const BinaryReader&) = delete;
-  BinaryReader& operator=(const BinaryReader&) = delete;
-  ~BinaryReader() {
-    if (f_) std::fclose(f_);
-  }
-
-
-  template <class T>
-    requires std::is_trivially_copyable_v<T>
-  T value(const char* what) {
-    T v;
-    bytes(&v, sizeof v, what);
-    return v;
-  }
-  std::string string(const char* what) {
-    const auto n = value<std::uint64_t>(what);
-    if (n > (1u << 20)) fail(what, "has an implausible length");
-    std::string s(n, '\0');
-    bytes(s.data(), n, what);
-    return s;
-  }
-  void bytes(void* p, std::size_t n, const char* what) {
-    if (n && std::fread(p, 1, n, f_) != n) fail(what, "is cut short (truncated file?)");
-    crc_.update(p, n);
-  }
-  /// Checks the checksum at the end of the file against the bytes read, and that nothing
-  /// follows it. Call it after reading everything and before using what was read.
-  void finish() {
-    const std::uint32_t computed = crc_.value();
-    std::uint32_t stored = 0;
-    if (std::fread(&stored, 1, sizeof stored, f_) != sizeof stored) fail("checksum", "is missing (truncated file?)");
-    if (stored != computed) fail("checksum", "does not match the contents (corrupted file?)");
-    if (std::fgetc(f_) != EOF) fail("end", "is followed by unexpected bytes");
-  }
-  /// Reads a value and checks it equals `expected`.
-  template <class T>
-  void expect(const T& expected, const char* what) {
-    const T v = value<T>(what);
-    if (v != expected) fail(what, "is " + std::to_string(v) + " in the file but " + std::to_string(expected) + " here");
-  }
-  [[noreturn]] void fail(const char* what, const std::string& why) const {
-    throw Error("'" + path_.string() + "': " + what + " " + why);
-  }
-  [[nodiscard]] const std::filesystem::path& path() const noexcept { return path_; }
-
- private:
-  void check_tag(const std::string& format) {
-    std::string tag;
-    try {
-      tag = string("format tag");
-    } catch (const Error&) {
-      tag.clear();
-    }
-    if (tag != format) {
-      std::fclose(f_);
-      f_ = nullptr;
-      throw Error("'" + path_.string() + "' is not an " + format + " file");
-    }
-  }
-
-  std::filesystem::path path_;
-  std::FILE* f_ = nullptr;
-  detail::Crc32c crc_;
-};
-
-}  // namespace anvil
-// ---- end <anvil/core/binary_io.hpp> ----
 // ---- begin <anvil/envs/vec_env.hpp> ----
 /// @file
 /// `VecEnv`: N copies of an env stepped together, with autoreset, distinct seeds, and
@@ -3075,6 +3433,7 @@ struct EpisodeEnd {
   double episode_return = 0.0;
   std::int64_t length = 0;
   bool terminated = false;  ///< false: truncated by the time limit
+  std::int32_t group = -1;  ///< its task (index into `VecEnvBase::groups()`), -1 when the env has none
 };
 
 /// One step of all envs. Tensors are views of the VecEnv's storage, valid until the step
@@ -3095,6 +3454,8 @@ class VecEnvBase {
   virtual ~VecEnvBase() = default;
   [[nodiscard]] const EnvSpec& spec() const noexcept { return spec_; }
   [[nodiscard]] std::int64_t num_envs() const noexcept { return n_; }
+  /// Whether steps run inside `step_wait` (sync) or in the background from `step_async` on.
+  [[nodiscard]] virtual VecMode mode() const noexcept = 0;
   /// Resets every env (env i with its own seed stream) and returns the observations.
   virtual at::Tensor reset() = 0;
   /// Starts a step with `actions`: [N, act_dim] float for a Box, [N] int64 for Discrete.
@@ -3122,15 +3483,29 @@ class VecEnvBase {
   /// returned function is called (after the whole file has been checked). Returns an empty
   /// function when the file holds no env state.
   [[nodiscard]] virtual std::function<void()> read(BinaryReader& r) = 0;
+  /// Applies what `read` returned (the state protocol, core/state.hpp).
+  void restore(const std::function<void()>& apply) {
+    if (apply) apply();
+  }
+  /// The discount of the algorithm learning from these envs (a reward normaliser scales by
+  /// the spread of the discounted return); the loop gives it before the run starts.
+  virtual void set_discount(double gamma) { (void)gamma; }
   /// With several ranks: merges statistics the envs keep (a normalising wrapper's running
   /// means) over the ranks, `sum` adding a double tensor over them in place. Plain envs
   /// keep none.
   virtual void sync_statistics(const std::function<void(at::Tensor&)>& sum) { (void)sum; }
 
+  /// The groups episodes fall into, for breakdowns in evaluations: the tasks of a
+  /// task-tagged env (`envs::TaskTagged`), in the order the env names them; empty when the
+  /// env has no tasks. `EpisodeEnd::group` indexes it.
+  [[nodiscard]] const std::vector<std::string>& groups() const noexcept { return groups_; }
+
  protected:
-  VecEnvBase(EnvSpec spec, std::int64_t n) : spec_(std::move(spec)), n_(n) {}
+  VecEnvBase(EnvSpec spec, std::int64_t n, std::vector<std::string> groups = {})
+      : spec_(std::move(spec)), n_(n), groups_(std::move(groups)) {}
   EnvSpec spec_;
   std::int64_t n_;
+  std::vector<std::string> groups_;
 };
 
 /// N envs of type `E` (see file comment). Env i's episodes are seeded from the stream
@@ -3139,7 +3514,7 @@ template <Env E>
 class VecEnv final : public VecEnvBase {
  public:
   VecEnv(const E& prototype, const VecEnvConfig& cfg, std::uint64_t seed)
-      : VecEnvBase(spec_of(prototype), cfg.num_envs), mode_(cfg.mode), pool_(cfg.threads) {
+      : VecEnvBase(spec_of(prototype), cfg.num_envs, groups_of(prototype)), mode_(cfg.mode), pool_(cfg.threads) {
     envs_.assign(static_cast<std::size_t>(n_), prototype);
     for (std::int64_t i = 0; i < n_; ++i)
       seeds_.emplace_back(derive_seed(seed, Stream::env, static_cast<std::uint64_t>(i)));
@@ -3170,6 +3545,7 @@ class VecEnv final : public VecEnvBase {
 
   at::Tensor observations() const override { return started_ ? obs_[cur_] : at::Tensor(); }
   bool saves_state() const noexcept override { return std::is_trivially_copyable_v<E>; }
+  VecMode mode() const noexcept override { return mode_; }
 
   void save(BinaryWriter& w) const override {
     w.value(saves_state());
@@ -3276,6 +3652,15 @@ class VecEnv final : public VecEnvBase {
   [[nodiscard]] const E& env(std::int64_t i) const { return envs_.at(static_cast<std::size_t>(i)); }
 
  private:
+  static std::vector<std::string> groups_of(const E& e) {
+    if constexpr (TaskTagged<E>) return e.task_names();
+    else return {};
+  }
+  static std::int32_t group_of(const E& e) {
+    if constexpr (TaskTagged<E>) return static_cast<std::int32_t>(e.task_index());
+    else return -1;
+  }
+
   void check_actions(const at::Tensor& a) const {
     const std::string who = std::string(E::name) + " VecEnv: ";
     if (a.device().type() != at::kCPU) throw EnvError(who + "actions must be on the CPU");
@@ -3330,7 +3715,7 @@ class VecEnv final : public VecEnvBase {
           ++lengths_[i];
           ended_[i] = EpisodeEnd{};
           if (r.terminated || r.truncated) {
-            ended_[i] = EpisodeEnd{i, returns_[i], lengths_[i], r.terminated};
+            ended_[i] = EpisodeEnd{i, returns_[i], lengths_[i], r.terminated, group_of(envs_[i])};
             returns_[i] = 0.0;
             lengths_[i] = 0;
             auto first = envs_[i].reset(seeds_[i]());
@@ -3492,29 +3877,43 @@ class RunningMeanVar {
     return v;
   }
 
-  void save(BinaryWriter& w) const {
-    for (const auto* m : {&base_, &fresh_}) {
-      w.value(m->count);
-      w.value(static_cast<std::uint64_t>(m->mean.size()));
-      w.bytes(m->mean.data(), m->mean.size() * sizeof(double));
-      w.bytes(m->m2.data(), m->m2.size() * sizeof(double));
-    }
+  // The statistics in two parts, saved apart: the merged ones every rank holds alike (the
+  // `normalizer` section of a run's state, sent from rank 0 to the others) and this rank's
+  // fresh ones since the last merge (with the envs, which are this rank's own).
+
+  /// Writes the merged part.
+  void save_merged(BinaryWriter& w) const { save_moments(w, base_); }
+  /// Writes this rank's fresh part.
+  void save_fresh(BinaryWriter& w) const { save_moments(w, fresh_); }
+  /// Reads a part written by `save_merged` or `save_fresh`, checking its dimension; `what`
+  /// names it in messages. Changes nothing.
+  [[nodiscard]] Moments read_moments(BinaryReader& r, const std::string& what) const {
+    Moments m;
+    m.count = r.value<double>((what + " count").c_str());
+    if (!(m.count >= 0) || !std::isfinite(m.count)) r.fail(what + " count", "is not a finite count");
+    r.expect(static_cast<std::uint64_t>(base_.mean.size()), (what + " dimension").c_str());
+    m.mean.resize(base_.mean.size());
+    m.m2.resize(base_.m2.size());
+    r.bytes(m.mean.data(), m.mean.size() * sizeof(double), (what + " mean").c_str());
+    r.bytes(m.m2.data(), m.m2.size() * sizeof(double), (what + " variance").c_str());
+    return m;
   }
-  /// Reads what `save` wrote into a copy (checking the dimension); `*this` is unchanged.
-  [[nodiscard]] RunningMeanVar read(BinaryReader& r, const std::string& what) const {
-    RunningMeanVar s = *this;
-    for (auto* m : {&s.base_, &s.fresh_}) {
-      m->count = r.value<double>((what + " count").c_str());
-      if (!(m->count >= 0) || !std::isfinite(m->count)) r.fail((what + " count").c_str(), "is not a finite count");
-      r.expect(static_cast<std::uint64_t>(m->mean.size()), (what + " dimension").c_str());
-      r.bytes(m->mean.data(), m->mean.size() * sizeof(double), (what + " mean").c_str());
-      r.bytes(m->m2.data(), m->m2.size() * sizeof(double), (what + " variance").c_str());
-    }
-    s.refresh();
-    return s;
+  void restore_merged(const Moments& m) {
+    base_ = m;
+    refresh();
+  }
+  void restore_fresh(const Moments& m) {
+    fresh_ = m;
+    refresh();
   }
 
  private:
+  static void save_moments(BinaryWriter& w, const Moments& m) {
+    w.value(m.count);
+    w.value(static_cast<std::uint64_t>(m.mean.size()));
+    w.bytes(m.mean.data(), m.mean.size() * sizeof(double));
+    w.bytes(m.m2.data(), m.m2.size() * sizeof(double));
+  }
   static void merge(Moments& into, const Moments& b) {
     if (b.count == 0) return;
     const double n = into.count + b.count;
@@ -3533,9 +3932,26 @@ class RunningMeanVar {
   Moments base_, fresh_, now_;
 };
 
-/// What a `NormalizedVecEnv` shares with the evaluation envs built beside it.
+/// What a `NormalizedVecEnv` shares with the evaluation envs built beside it. Its state
+/// (the `normalizer` section) is the merged statistics, which every rank holds alike; each
+/// rank's fresh statistics are saved with its envs (`NormalizedVecEnv::save`).
 struct NormalizeState {
   RunningMeanVar obs, ret;
+
+  void save(BinaryWriter& w) const {
+    obs.save_merged(w);
+    ret.save_merged(w);
+  }
+  struct Saved {
+    RunningMeanVar::Moments obs, ret;
+  };
+  [[nodiscard]] Saved read(BinaryReader& r) const {
+    return {obs.read_moments(r, "merged observation statistics"), ret.read_moments(r, "merged return statistics")};
+  }
+  void restore(const Saved& s) {
+    obs.restore_merged(s.obs);
+    ret.restore_merged(s.ret);
+  }
 };
 
 /// A `VecEnvBase` that normalises another (see file comment). Training mode updates the
@@ -3543,10 +3959,11 @@ struct NormalizeState {
 class NormalizedVecEnv final : public VecEnvBase {
  public:
   /// Wraps `inner`. `state` is shared with other wrappers (a new one when null); `gamma`
-  /// is the discount of the return whose spread scales rewards.
+  /// is the discount of the return whose spread scales rewards (NaN: given later by
+  /// `set_discount`; `normalize.gamma` overrides both).
   NormalizedVecEnv(std::unique_ptr<VecEnvBase> inner, const NormalizeConfig& cfg, double gamma,
                    std::shared_ptr<NormalizeState> state = nullptr, bool frozen = false)
-      : VecEnvBase(inner->spec(), inner->num_envs()), inner_(std::move(inner)), cfg_(cfg),
+      : VecEnvBase(inner->spec(), inner->num_envs(), inner->groups()), inner_(std::move(inner)), cfg_(cfg),
         gamma_(cfg.gamma > 0 ? *cfg.gamma : gamma), frozen_(frozen), state_(std::move(state)) {
     if (!state_) {
       state_ = std::make_shared<NormalizeState>();
@@ -3590,7 +4007,12 @@ class NormalizedVecEnv final : public VecEnvBase {
   }
   at::Tensor observations() const override { return started_ ? obs_[cur_] : at::Tensor(); }
   bool saves_state() const noexcept override { return inner_->saves_state(); }
+  VecMode mode() const noexcept override { return inner_->mode(); }
 
+  /// The discount of the return whose spread scales rewards, unless `normalize.gamma` set it.
+  void set_discount(double gamma) override {
+    if (!(cfg_.gamma > 0)) gamma_ = gamma;
+  }
   /// Merges every rank's new statistics (see RunningMeanVar::sync).
   void sync_statistics(const std::function<void(at::Tensor&)>& sum) override {
     if (frozen_) return;
@@ -3598,17 +4020,20 @@ class NormalizedVecEnv final : public VecEnvBase {
     if (cfg_.reward) state_->ret.sync(sum);
   }
 
+  /// This rank's part: the fresh statistics (the merged ones are the `normalizer` section,
+  /// `NormalizeState`), the running discounted returns, the normalised observations, and the
+  /// wrapped envs.
   void save(BinaryWriter& w) const override {
-    state_->obs.save(w);
-    state_->ret.save(w);
+    state_->obs.save_fresh(w);
+    state_->ret.save_fresh(w);
     w.bytes(running_return_.data(), running_return_.size() * sizeof(double));
     w.value(started_);
     w.bytes(obs_[cur_].data_ptr(), static_cast<std::size_t>(obs_[cur_].numel()) * sizeof(float));
     inner_->save(w);
   }
   std::function<void()> read(BinaryReader& r) override {
-    auto obs = std::make_shared<RunningMeanVar>(state_->obs.read(r, "observation statistics"));
-    auto ret = std::make_shared<RunningMeanVar>(state_->ret.read(r, "return statistics"));
+    auto obs = std::make_shared<RunningMeanVar::Moments>(state_->obs.read_moments(r, "fresh observation statistics"));
+    auto ret = std::make_shared<RunningMeanVar::Moments>(state_->ret.read_moments(r, "fresh return statistics"));
     auto running = std::make_shared<std::vector<double>>(running_return_.size());
     r.bytes(running->data(), running->size() * sizeof(double), "running discounted returns");
     const bool started = r.value<bool>("normaliser started flag");
@@ -3617,8 +4042,8 @@ class NormalizedVecEnv final : public VecEnvBase {
     auto inner = inner_->read(r);
     // Without env state the run starts new episodes, so only the statistics carry over.
     return [this, obs, ret, running, started, current, inner] {
-      state_->obs = *obs;
-      state_->ret = *ret;
+      state_->obs.restore_fresh(*obs);
+      state_->ret.restore_fresh(*ret);
       if (inner) {
         inner();
         running_return_ = *running;
@@ -3648,6 +4073,9 @@ class NormalizedVecEnv final : public VecEnvBase {
     }
   }
   void scale_rewards(const VecStep& s) {
+    if (std::isnan(gamma_))
+      throw ConfigError("normalize.reward: the discount of the return is unknown (the algorithm has none); set "
+                        "normalize.gamma");
     const float* r = s.reward.data_ptr<float>();
     const float *term = s.terminated.data_ptr<float>(), *trunc = s.truncated.data_ptr<float>();
     auto rets = at::empty({n_}, at::kDouble);
@@ -4299,21 +4727,18 @@ TORCH_MODULE(TwinQ);
 }  // namespace anvil::nn
 // ---- end <anvil/nn/twin_q.hpp> ----
 
-// ---- begin <anvil/algorithms/policy.hpp> ----
+// ---- begin <anvil/optim/ema.hpp> ----
 /// @file
-/// `load_policy`: a trained policy without its trainer, for deployment. A run writes
-/// `policy.bin` in its directory with every checkpoint: the actor's shape, its weights (the
-/// averaged ones when `train.ema_decay` is on), the env's action bounds, and the observation
-/// normaliser's statistics when the run normalised observations (`normalize.obs`). `load_policy`
-/// rebuilds the actor from that file alone and acts deterministically in env units.
+/// `Ema`: an exponential moving average of a set of weights (Polyak averaging of a policy),
+/// kept as one flat tensor beside the flat weights it follows (optim/flat_adam.hpp), so an
+/// update is one `lerp_` whatever the network. A run's `train.ema_decay` asks for one after
+/// each update; evaluation and policy.bin then use the average (`with_weights`).
 
-#include <torch/nn/module.h>
+#include <ATen/ATen.h>
 #include <torch/utils.h>
 
 #include <cstdint>
-#include <filesystem>
-#include <string>
-#include <vector>
+#include <utility>
 
 // ---- begin <anvil/core/tensor_io.hpp> ----
 /// @file
@@ -4359,127 +4784,76 @@ inline at::Tensor read_tensor(BinaryReader& r, const char* what, const at::Tenso
 
 namespace anvil {
 
-/// The format tag of policy files.
-inline constexpr const char* kPolicyFormat = "anvil Policy v2";
-
-/// A deterministic policy loaded from a policy file (see file comment).
-class Policy {
+/// The average `ema = decay ema + (1 - decay) weights`, started at the weights by the first
+/// update (see file comment).
+class Ema {
  public:
-  /// Actions for observations [B, obs_dim] (or [obs_dim]), in the env's units: the mean
-  /// action squashed to [-1, 1], then scaled to the action bounds.
-  [[nodiscard]] at::Tensor act(const at::Tensor& obs) const {
+  /// Moves the average towards `weights` (a flat tensor; the same one each time).
+  void update(const at::Tensor& weights, double decay) {
     torch::NoGradGuard no_grad;
-    const bool single = obs.dim() == 1;
-    auto o = obs.to(at::kFloat);
-    if (single) o = o.unsqueeze(0);
-    if (obs_mean_.defined()) o = ((o - obs_mean_) * obs_inv_std_).clamp(-obs_clip_, obs_clip_);
-    nn::GaussianActor net = actor_;  // a handle to the same module (acting changes nothing)
-    auto a = net->mode(o) * scale_ + offset_;
-    return single ? a.squeeze(0) : a;
+    if (!avg_.defined()) avg_ = weights.detach().clone();
+    else avg_.lerp_(weights.detach(), 1.0 - decay);
+    ++updates_;
   }
-  /// The network (for export or inspection).
-  [[nodiscard]] const nn::GaussianActor& network() const noexcept { return actor_; }
-  /// The env the policy was trained on.
-  [[nodiscard]] const std::string& env_name() const noexcept { return env_; }
-  [[nodiscard]] std::int64_t obs_dim() const noexcept { return obs_dim_; }
-  [[nodiscard]] std::int64_t action_dim() const noexcept { return act_dim_; }
+  /// The average; undefined until the first update.
+  [[nodiscard]] const at::Tensor& weights() const noexcept { return avg_; }
+  [[nodiscard]] bool defined() const noexcept { return avg_.defined(); }
+  /// Updates so far.
+  [[nodiscard]] std::int64_t updates() const noexcept { return updates_; }
+
+  /// Runs `f` with the average copied into `live` (the flat weights it follows), then puts
+  /// the trained weights back, whatever `f` does. Without an average, just runs `f`.
+  template <class F>
+  decltype(auto) with_weights(const at::Tensor& live, F&& f) const {
+    if (!avg_.defined()) return std::forward<F>(f)();
+    struct Swap {
+      at::Tensor w, saved;
+      Swap(const at::Tensor& weights, const at::Tensor& avg) : w(weights), saved(weights.detach().clone()) {
+        torch::NoGradGuard no_grad;
+        w.copy_(avg);
+      }
+      ~Swap() {
+        torch::NoGradGuard no_grad;
+        w.copy_(saved);
+      }
+    } swap(live, avg_);
+    return std::forward<F>(f)();
+  }
+
+  /// State protocol (core/state.hpp); `read` checks the average against `like` (the
+  /// weights it follows) and names it `what` in messages.
+  void save(BinaryWriter& w) const {
+    w.value(avg_.defined());
+    w.value(updates_);
+    if (avg_.defined()) write_tensor(w, avg_);
+  }
+  struct Saved {
+    at::Tensor avg;
+    std::int64_t updates = 0;
+  };
+  [[nodiscard]] Saved read(BinaryReader& r, const char* what, const at::Tensor& like) const {
+    Saved s;
+    const bool defined = r.value<bool>("policy average flag");
+    s.updates = r.value<std::int64_t>("policy average updates");
+    if (defined) s.avg = read_tensor(r, what, like);
+    return s;
+  }
+  void restore(const Saved& s) {
+    avg_ = s.avg.defined() ? s.avg.to(device_) : at::Tensor();
+    updates_ = s.updates;
+  }
+  /// Where restored averages go (the device of the weights they follow).
+  void set_device(c10::Device d) noexcept { device_ = d; }
 
  private:
-  friend Policy load_policy(const std::filesystem::path& path);
-  nn::GaussianActor actor_{nullptr};
-  at::Tensor scale_, offset_;
-  at::Tensor obs_mean_, obs_inv_std_;  ///< the run's observation normaliser (undefined: none)
-  double obs_clip_ = 0;
-  std::string env_;
-  std::int64_t obs_dim_ = 0, act_dim_ = 0;
+  at::Tensor avg_;
+  std::int64_t updates_ = 0;
+  c10::Device device_{c10::kCPU};
 };
 
-/// Reads a policy file written by a run (see file comment); a missing, truncated, corrupted
-/// or foreign file gets an error naming it and the field at fault.
-inline Policy load_policy(const std::filesystem::path& path) {
-  BinaryReader r(path, kPolicyFormat);
-  Policy p;
-  p.env_ = r.string("env name");
-  const auto kind = r.string("actor kind");
-  if (kind != "GaussianActor") r.fail("actor kind", "'" + kind + "' is not one this build knows");
-  p.obs_dim_ = r.value<std::int64_t>("observation size");
-  p.act_dim_ = r.value<std::int64_t>("action size");
-  if (p.obs_dim_ < 1 || p.act_dim_ < 1) r.fail("observation or action size", "is not positive");
-  nn::GaussianActorImpl::Config cfg;
-  const auto layers = r.value<std::uint64_t>("hidden layer count");
-  if (layers < 1 || layers > 64) r.fail("hidden layer count", "is out of range");
-  std::vector<int> hidden;
-  for (std::uint64_t i = 0; i < layers; ++i) hidden.push_back(r.value<int>("hidden layer widths"));
-  for (int h : hidden)
-    if (h < 1) r.fail("hidden layer widths", "contain a width below 1");
-  cfg.hidden = hidden;
-  const int activation = r.value<int>("activation");
-  if (activation < 0 || activation >= static_cast<int>(enum_names(nn::Activation{}).size()))
-    r.fail("activation", "is not a known activation");
-  cfg.activation = static_cast<nn::Activation>(activation);
-  cfg.log_std_min = r.value<double>("log_std_min");
-  cfg.log_std_max = r.value<double>("log_std_max");
-  p.actor_ = nn::GaussianActor(p.obs_dim_, p.act_dim_, cfg);
-  std::vector<at::Tensor> params = p.actor_->parameters();
-  std::int64_t n = 0;
-  for (const auto& t : params) n += t.numel();
-  const auto flat = read_tensor(r, "actor parameters", at::empty({n}));
-  const auto like = at::empty({p.act_dim_});
-  p.scale_ = read_tensor(r, "action scale", like);
-  p.offset_ = read_tensor(r, "action offset", like);
-  if (r.value<bool>("observation normaliser flag")) {
-    const auto obs_like = at::empty({p.obs_dim_});
-    p.obs_mean_ = read_tensor(r, "observation mean", obs_like);
-    p.obs_inv_std_ = read_tensor(r, "observation scale", obs_like);
-    p.obs_clip_ = r.value<double>("observation clip");
-    if (!(p.obs_clip_ > 0)) r.fail("observation clip", "is not positive");
-  }
-  r.finish();
-  torch::NoGradGuard no_grad;
-  std::int64_t off = 0;
-  for (auto& t : params) {
-    t.copy_(flat.narrow(0, off, t.numel()).view(t.sizes()));
-    off += t.numel();
-  }
-  p.actor_->eval();
-  return p;
-}
-
 }  // namespace anvil
-// ---- end <anvil/algorithms/policy.hpp> ----
-// ---- begin <anvil/algorithms/ppo.hpp> ----
-/// @file
-/// Proximal Policy Optimization (Schulman, Wolski, Dhariwal, Radford, Klimov 2017,
-/// "Proximal Policy Optimization Algorithms"): the clipped surrogate objective, a value
-/// loss (optionally clipped), an entropy bonus, gradient-norm clipping, a learning rate
-/// annealed linearly to zero, and an early stop of the epochs when the policy moves too far
-/// from the one that collected the rollout (target KL).
-///
-/// A categorical policy for `Discrete` actions, a Gaussian with a state-independent log
-/// standard deviation for `Box` actions, both on separate actor and critic MLPs.
-/// Defaults are the paper's MuJoCo settings (Adam 3e-4, 10 epochs, minibatches of 64,
-/// gamma 0.99, clip 0.2; lambda 0.95 and 2048 steps are the RolloutBuffer's) with the
-/// details of its reference implementation: orthogonal initialisation (gain sqrt 2, 0.01
-/// on the policy head, 1 on the value head), Adam's epsilon 1e-5, gradient norm 0.5, value
-/// loss coefficient 0.5 (Huang et al. 2022, "The 37 Implementation Details of PPO").
-///
-/// Continuous actions are in the Trainer's normalised units: the Trainer clips them to
-/// [-1, 1] and scales them to the env's bounds; the rollout keeps the unclipped sample,
-/// whose probability the policy gave.
-
-#include <torch/nn/init.h>
-#include <torch/nn/module.h>
-#include <torch/utils.h>
-
-#include <algorithm>
-#include <cmath>
-#include <cstdint>
-#include <numbers>
-#include <string>
-#include <utility>
-#include <vector>
-
-// ---- begin <anvil/train/flat_adam.hpp> ----
+// ---- end <anvil/optim/ema.hpp> ----
+// ---- begin <anvil/optim/flat_adam.hpp> ----
 /// @file
 /// `FlatAdam`: Adam (Kingma and Ba 2015) over parameters that live in one contiguous
 /// buffer. RL networks are small, so per-tensor optimizers spend their time on per-op
@@ -4634,8 +5008,44 @@ class FlatAdam {
 };
 
 }  // namespace anvil
-// ---- end <anvil/train/flat_adam.hpp> ----
-// ---- begin <anvil/train/step_context.hpp> ----
+// ---- end <anvil/optim/flat_adam.hpp> ----
+// ---- begin <anvil/optim/micro_batches.hpp> ----
+/// @file
+/// The micro-batches of gradient accumulation: a batch of `rows` split into `parts` runs of
+/// consecutive rows, each with its share of the batch. An algorithm computes the gradient of
+/// each part's mean loss, weighs it by the share and sums: the whole batch's gradient (its
+/// losses are means), so the optimizer, the all-reduce across ranks, the loss scaler's check
+/// and clipping each run once per step. Light header.
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+namespace anvil {
+
+/// Rows [begin, begin + rows) of a batch, `share` = rows / batch rows.
+struct MicroBatch {
+  std::int64_t begin = 0;
+  std::int64_t rows = 0;
+  double share = 1.0;
+};
+
+/// `parts` micro-batches of a batch of `rows` (at most one per row; sizes differ by at most
+/// one). One part is the whole batch.
+[[nodiscard]] inline std::vector<MicroBatch> micro_batches(std::int64_t rows, std::int64_t parts) {
+  parts = std::clamp<std::int64_t>(parts, 1, std::max<std::int64_t>(rows, 1));
+  std::vector<MicroBatch> out;
+  out.reserve(static_cast<std::size_t>(parts));
+  for (std::int64_t i = 0; i < parts; ++i) {
+    const std::int64_t begin = rows * i / parts, n = rows * (i + 1) / parts - begin;
+    out.push_back({begin, n, static_cast<double>(n) / static_cast<double>(rows)});
+  }
+  return out;
+}
+
+}  // namespace anvil
+// ---- end <anvil/optim/micro_batches.hpp> ----
+// ---- begin <anvil/optim/step_context.hpp> ----
 /// @file
 /// `StepContext`: what an algorithm's `update` runs its losses through. It owns the parts
 /// of a gradient step that belong to the precision and parallelism policies: the autocast
@@ -4649,6 +5059,7 @@ class FlatAdam {
 #include <torch/nn/utils/clip_grad.h>
 #include <torch/optim/optimizer.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <memory>
@@ -4834,17 +5245,73 @@ inline std::string shares_line(const PhaseTimes& t) {
 
 #include <cstdint>
 
+// ---- begin <anvil/precision/detail/common.hpp> ----
+/// @file
+/// Pieces shared by the precision policies: the settings a run applies, and the config
+/// every policy has. Light header.
+
+#include <c10/core/ScalarType.h>
+
+#include <optional>
+#include <string_view>
+
+
+namespace anvil {
+
+/// The schedule of a dynamic loss scaler (precision/loss_scaler.hpp): start at
+/// `init_scale`, multiply by `growth_factor` after `growth_interval` consecutive finite
+/// steps, by `backoff_factor` after a step with inf/nan gradients (which is skipped).
+struct LossScaling {
+  double init_scale = 65536.0;
+  double growth_factor = 2.0;
+  double backoff_factor = 0.5;
+  int growth_interval = 2000;
+};
+
+/// What a precision policy asks of a run, as plain values (`X::settings(cfg)`), so that the
+/// code applying them is compiled once, not once per Trainer type.
+struct PrecisionSettings {
+  std::string_view name;                                     ///< "fp32", "bf16", ...
+  bool autocast = false;                                     ///< forward passes under autocast
+  c10::ScalarType compute_dtype = c10::ScalarType::Float;    ///< the dtype autocast computes in
+  bool needs_cuda = false;                                   ///< refused on other devices
+  bool allow_tf32 = false;                                   ///< TF32 matrix products (CUDA)
+  bool cudnn_benchmark = true;                               ///< cuDNN picks kernels by benchmark
+  bool detect_anomaly = false;                               ///< autograd anomaly detection (slow)
+  std::optional<LossScaling> loss_scaling;                   ///< dynamic loss scaling (float16)
+};
+
+}  // namespace anvil
+
+namespace anvil::detail {
+
+/// The settings of a precision policy `X` whose config has the common fields only.
+template <class X, class Config>
+PrecisionSettings settings_of(const Config& c) {
+  return PrecisionSettings{X::name, X::autocast, X::compute_dtype, X::needs_cuda, X::allow_tf32,
+                           c.cudnn_benchmark, c.detect_anomaly, std::nullopt};
+}
+
+/// Settings every precision policy has. cuDNN benchmark mode picks the fastest convolution
+/// algorithms for fixed shapes (RL batches are fixed); anomaly detection finds the op that
+/// made a NaN but slows every backward pass, so it is off unless asked for.
+struct PrecisionConfig {
+  Param<bool, "cudnn_benchmark", "let cuDNN benchmark and pick the fastest kernels (CUDA)">
+      cudnn_benchmark{true};
+  Param<bool, "detect_anomaly", "autograd anomaly detection: names the op that made a NaN (slow)">
+      detect_anomaly{false};
+};
+
+}  // namespace anvil::detail
+// ---- end <anvil/precision/detail/common.hpp> ----
+
 namespace anvil {
 
 /// Dynamic loss scale (see file comment). Counts optimizer steps.
 class LossScaler {
  public:
-  struct Options {
-    double init_scale = 65536.0;
-    double growth_factor = 2.0;
-    double backoff_factor = 0.5;
-    int growth_interval = 2000;
-  };
+  /// The scaler's schedule (precision/detail/common.hpp).
+  using Options = LossScaling;
 
   LossScaler() = default;
   explicit LossScaler(Options o) : opt_(o), scale_(o.init_scale) {}
@@ -5037,6 +5504,21 @@ class StepContext {
   /// sum once: so the all-reduce across ranks, the loss scaler's check and clipping run
   /// once per step, on the whole batch's gradient.
   [[nodiscard]] int micro_batches() const noexcept { return opt_.micro_batches; }
+  /// Changes the micro-batches per optimizer step (a `Staged` run whose stages differ).
+  void set_micro_batches(int k) noexcept { opt_.micro_batches = std::max(1, k); }
+  /// The micro-batches of a batch of `rows` (optim/micro_batches.hpp).
+  [[nodiscard]] std::vector<MicroBatch> micro_batches(std::int64_t rows) const {
+    return anvil::micro_batches(rows, opt_.micro_batches);
+  }
+
+  /// The mean of `x` over the ranks (`x` itself in one process), for a decision every rank
+  /// must take alike, e.g. PPO's stop once an epoch's mean KL over all ranks is too large.
+  [[nodiscard]] double mean_over_ranks(double x) {
+    if (!opt_.all_reduce_mean) return x;
+    std::vector<at::Tensor> v{at::full({1}, x, at::TensorOptions().dtype(at::kDouble).device(opt_.device))};
+    opt_.all_reduce_mean(v);
+    return v[0].item<double>();
+  }
 
   /// Optimizer steps taken through this context (skipped ones not counted).
   [[nodiscard]] std::int64_t steps() const noexcept { return steps_; }
@@ -5124,2658 +5606,133 @@ class StepContext {
 };
 
 }  // namespace anvil
-// ---- end <anvil/train/step_context.hpp> ----
+// ---- end <anvil/optim/step_context.hpp> ----
 
-namespace anvil {
-
-/// Algorithm policy: PPO (see file comment).
-class PPO {
- public:
-  using policy_kind = AlgorithmKind;
-  static constexpr FixedString config_section = "ppo";
-  static constexpr bool on_policy = true;
-  using Batch = RolloutBatch;
-
-  /// Shape of the actor's and the critic's MLPs.
-  struct NetConfig {
-    Param<std::vector<int>, "hidden", "hidden layer widths", at_least(1)> hidden{64, 64};
-    Param<nn::Activation, "activation", "hidden-layer activation"> activation{nn::Activation::tanh};
-  };
-
-  struct Config {
-    Param<double, "gamma", "discount factor", in_range(0, 1)> gamma{0.99};
-    Param<double, "lr", "learning rate (Adam) of actor and critic", positive> lr{3e-4};
-    Param<bool, "anneal_lr", "decay the learning rate linearly to 0 over train.steps"> anneal_lr{true};
-    Param<int, "epochs", "passes over each rollout", in_range(1, 1000)> epochs{10};
-    Param<std::int64_t, "minibatch_size", "rollout rows per gradient step (per rank)", at_least(1)>
-        minibatch_size{64};
-    Param<double, "clip", "clip range of the probability ratio", positive> clip{0.2};
-    Param<double, "clip_value", "clip the value's change to +-this in the value loss (0: off)", at_least(0)>
-        clip_value{0.0};
-    Param<double, "vf_coef", "weight of the value loss", at_least(0)> vf_coef{0.5};
-    Param<double, "ent_coef", "weight of the entropy bonus", at_least(0)> ent_coef{0.0};
-    Param<double, "max_grad_norm", "clip the gradient's global norm (0: off)", at_least(0)> max_grad_norm{0.5};
-    Param<double, "target_kl",
-          "stop a rollout's epochs once the mean approximate KL of an epoch exceeds this (0: off)", at_least(0)>
-        target_kl{0.0};
-    Param<double, "adam_eps", "Adam's epsilon", positive> adam_eps{1e-5};
-    Param<double, "init_log_std", "initial log standard deviation of continuous actions"> init_log_std{0.0};
-    Param<bool, "ortho_init", "orthogonal initialisation of the layers (gain sqrt 2; heads 0.01 and 1)">
-        ortho_init{true};
-    Section<"actor", NetConfig> actor;
-    Section<"critic", NetConfig> critic;
-  };
-
-  PPO(const envs::EnvSpec& spec, const Config& cfg, const RunContext& ctx)
-      : cfg_(cfg), device_(ctx.device), discrete_(spec.discrete()),
-        act_dim_(spec.discrete() ? spec.num_actions() : spec.action_dim()) {
-    if (discrete_ && act_dim_ < 2)
-      throw ConfigError("PPO: " + spec.name + " has " + std::to_string(act_dim_) + " discrete action(s); needs 2 or more");
-    const auto od = spec.obs_dim();
-    actor_ = nn::Mlp(od, nn::widths(cfg.actor->hidden), act_dim_, cfg.actor->activation);
-    critic_ = nn::Mlp(od, nn::widths(cfg.critic->hidden), 1, cfg.critic->activation);
-    if (cfg.ortho_init) {
-      init_orthogonal(actor_, 0.01);
-      init_orthogonal(critic_, 1.0);
-    }
-    actor_->to(device_);
-    critic_->to(device_);
-    std::vector<at::Tensor> params = actor_->parameters();
-    if (!discrete_) {
-      log_std_ = torch::full({act_dim_}, *cfg.init_log_std, at::TensorOptions().device(device_).requires_grad(true));
-      params.push_back(log_std_);
-    }
-    for (const auto& p : critic_->parameters()) params.push_back(p);
-    base_lr_ = cfg.lr * ctx.lr_scale;
-    opt_ = FlatAdam(std::move(params), {.lr = base_lr_, .eps = cfg.adam_eps});
-  }
-
-  /// Actions for a batch of observations: sampled to explore, the mode (argmax or mean)
-  /// when deterministic. Discrete: int64 [N]; continuous: float [N, act_dim].
-  at::Tensor act(const at::Tensor& obs, ActMode mode) {
-    torch::NoGradGuard no_grad;
-    const auto out = actor_->forward(obs.to(device_, at::kFloat));
-    if (discrete_) return mode == ActMode::explore ? sample_categorical(out) : out.argmax(-1);
-    return mode == ActMode::explore ? out + log_std_.exp() * at::randn_like(out) : out;
-  }
-
-  /// A sampled action with its log-probability and the value of `obs`, for the rollout.
-  RolloutAct act_for_rollout(const at::Tensor& obs) {
-    torch::NoGradGuard no_grad;
-    const auto o = obs.to(device_, at::kFloat);
-    const auto out = actor_->forward(o);
-    RolloutAct r;
-    if (discrete_) {
-      r.action = sample_categorical(out);
-      r.log_prob = out.log_softmax(-1).gather(-1, r.action.unsqueeze(-1)).squeeze(-1);
-    } else {
-      r.action = out + log_std_.exp() * at::randn_like(out);
-      r.log_prob = gaussian_log_prob(out, r.action);
-    }
-    r.value = critic_->forward(o).squeeze(-1);
-    return r;
-  }
-
-  /// Value estimates [N] of observations (no gradients).
-  at::Tensor value(const at::Tensor& obs) {
-    torch::NoGradGuard no_grad;
-    return critic_->forward(obs.to(device_, at::kFloat)).squeeze(-1);
-  }
-
-  /// One gradient step on a minibatch: clipped surrogate + vf_coef * value loss -
-  /// ent_coef * entropy. With gradient accumulation the minibatch is split into the
-  /// context's micro-batches and their weighted gradients summed before one step.
-  UpdateInfo update(const RolloutBatch& b, StepContext& ctx) {
-    const std::int64_t rows = b.obs.size(0);
-    const std::int64_t parts = std::clamp<std::int64_t>(ctx.micro_batches(), 1, rows);
-    at::Tensor grad;
-    Losses sum;
-    for (std::int64_t i = 0; i < parts; ++i) {
-      const std::int64_t begin = rows * i / parts, n = rows * (i + 1) / parts - begin;
-      const double share = static_cast<double>(n) / static_cast<double>(rows);
-      const auto part = parts == 1 ? b : slice(b, begin, n);
-      Losses l;
-      auto g = ctx.gradient(losses(part, ctx, l), opt_);
-      if (parts == 1) grad = std::move(g);
-      else if (!grad.defined()) grad = g * share;
-      else grad.add_(g, share);
-      sum.add(l, share);
-    }
-    ctx.apply(opt_, grad, cfg_.max_grad_norm);
-    ++updates_;
-    UpdateInfo info;
-    info.metrics = {{"policy_loss", sum.policy},       {"value_loss", sum.value},
-                    {"entropy", sum.entropy},          {"approx_kl", sum.approx_kl},
-                    {"clip_fraction", sum.clip_fraction}};
-    if (!discrete_) info.metrics.emplace_back("action_std", log_std_.detach().exp().mean().item().toDouble());
-    return info;
-  }
-
-  /// Where the run is, as the fraction of train.steps done: anneals the learning rate.
-  void set_progress(double done) {
-    if (cfg_.anneal_lr) opt_.set_lr(base_lr_ * std::clamp(1.0 - done, 0.0, 1.0));
-  }
-  [[nodiscard]] int epochs() const noexcept { return cfg_.epochs; }
-  [[nodiscard]] std::int64_t minibatch_size() const noexcept { return cfg_.minibatch_size; }
-  [[nodiscard]] double target_kl() const noexcept { return cfg_.target_kl; }
-
-  [[nodiscard]] std::vector<std::pair<std::string, double>> learning_rates() const { return {{"ppo", opt_.lr()}}; }
-  [[nodiscard]] std::vector<std::pair<std::string, at::Tensor>> flat_parameters() const {
-    return {{"actor_critic", opt_.parameters().flat()}};
-  }
-
-  struct Saved {
-    FlatAdam::Saved opt;
-    std::int64_t updates = 0;
-  };
-  void save(BinaryWriter& w) const {
-    opt_.save(w);
-    w.value(updates_);
-  }
-  [[nodiscard]] Saved read(BinaryReader& r) const {
-    Saved s;
-    s.opt = opt_.read(r, "ppo actor-critic");
-    s.updates = r.value<std::int64_t>("ppo update count");
-    return s;
-  }
-  void restore(const Saved& s) {
-    opt_.restore(s.opt);
-    updates_ = s.updates;
-  }
-
-  [[nodiscard]] nn::Mlp& actor() noexcept { return actor_; }
-  [[nodiscard]] nn::Mlp& critic() noexcept { return critic_; }
-  /// Log standard deviation of continuous actions (undefined for discrete ones).
-  [[nodiscard]] const at::Tensor& log_std() const noexcept { return log_std_; }
-  [[nodiscard]] const FlatAdam& optimizer() const noexcept { return opt_; }
-  [[nodiscard]] const Config& config() const noexcept { return cfg_; }
-  [[nodiscard]] std::int64_t updates() const noexcept { return updates_; }
-  [[nodiscard]] bool discrete() const noexcept { return discrete_; }
-
- private:
-  struct Losses {
-    double policy = 0, value = 0, entropy = 0, approx_kl = 0, clip_fraction = 0;
-    void add(const Losses& o, double w) {
-      policy += w * o.policy;
-      value += w * o.value;
-      entropy += w * o.entropy;
-      approx_kl += w * o.approx_kl;
-      clip_fraction += w * o.clip_fraction;
-    }
-  };
-
-  // The loss of a (micro-)batch; its parts reported in `out`.
-  at::Tensor losses(const RolloutBatch& b, StepContext& ctx, Losses& out) {
-    auto guard = ctx.autocast();
-    const auto logits = actor_->forward(b.obs).to(at::kFloat);
-    at::Tensor log_prob, entropy;
-    if (discrete_) {
-      const auto lp = logits.log_softmax(-1);
-      log_prob = lp.gather(-1, b.action.unsqueeze(-1)).squeeze(-1);
-      entropy = -(lp.exp() * lp).sum(-1);
-    } else {
-      log_prob = gaussian_log_prob(logits, b.action);
-      entropy = (log_std_ + 0.5 * (1.0 + std::log(2.0 * std::numbers::pi))).sum().expand({b.obs.size(0)});
-    }
-    const auto log_ratio = log_prob - b.log_prob;
-    const auto ratio = log_ratio.exp();
-    const double c = cfg_.clip;
-    const auto policy_loss = at::max(-b.advantage * ratio, -b.advantage * ratio.clamp(1.0 - c, 1.0 + c)).mean();
-    const auto v = critic_->forward(b.obs).squeeze(-1).to(at::kFloat);
-    at::Tensor value_loss;
-    if (cfg_.clip_value > 0) {
-      const auto clipped = b.value + (v - b.value).clamp(-*cfg_.clip_value, *cfg_.clip_value);
-      value_loss = 0.5 * at::max((v - b.returns).square(), (clipped - b.returns).square()).mean();
-    } else {
-      value_loss = 0.5 * (v - b.returns).square().mean();
-    }
-    const auto ent = entropy.mean();
-    auto loss = policy_loss + *cfg_.vf_coef * value_loss - *cfg_.ent_coef * ent;
-    {
-      torch::NoGradGuard no_grad;
-      // KL(old || new) estimated as E[(r - 1) - log r], unbiased and never negative.
-      out.approx_kl = ((ratio - 1.0) - log_ratio).mean().item().toDouble();
-      out.clip_fraction = ((ratio - 1.0).abs() > c).to(at::kFloat).mean().item().toDouble();
-      out.policy = policy_loss.item().toDouble();
-      out.value = value_loss.item().toDouble();
-      out.entropy = ent.item().toDouble();
-    }
-    return loss;
-  }
-
-  at::Tensor gaussian_log_prob(const at::Tensor& mean, const at::Tensor& action) const {
-    const auto z = (action - mean) * (-log_std_).exp();
-    return (-0.5 * z.square() - log_std_ - 0.5 * std::log(2.0 * std::numbers::pi)).sum(-1);
-  }
-  static at::Tensor sample_categorical(const at::Tensor& logits) {
-    return at::multinomial(logits.softmax(-1), 1).squeeze(-1);
-  }
-  static RolloutBatch slice(const RolloutBatch& b, std::int64_t begin, std::int64_t n) {
-    return {b.obs.narrow(0, begin, n),       b.action.narrow(0, begin, n),  b.log_prob.narrow(0, begin, n),
-            b.advantage.narrow(0, begin, n), b.returns.narrow(0, begin, n), b.value.narrow(0, begin, n)};
-  }
-  // Orthogonal weights with gain sqrt(2) in hidden layers and `head_gain` in the output
-  // layer, zero biases.
-  static void init_orthogonal(nn::Mlp& net, double head_gain) {
-    torch::NoGradGuard no_grad;
-    const auto& layers = net->layers();
-    for (std::size_t i = 0; i < layers.size(); ++i) {
-      torch::nn::init::orthogonal_(layers[i]->weight, i + 1 < layers.size() ? std::sqrt(2.0) : head_gain);
-      layers[i]->bias.zero_();
-    }
-  }
-
-  Config cfg_;
-  c10::Device device_;
-  bool discrete_;
-  std::int64_t act_dim_;  ///< action dimensions, or the number of discrete actions
-  nn::Mlp actor_{nullptr}, critic_{nullptr};
-  at::Tensor log_std_;
-  double base_lr_ = 0;
-  FlatAdam opt_;
-  std::int64_t updates_ = 0;
-};
-
-static_assert(OnPolicyAlgorithm<PPO>);
-
-}  // namespace anvil
-// ---- end <anvil/algorithms/ppo.hpp> ----
-// ---- begin <anvil/algorithms/sac.hpp> ----
+// ---- begin <anvil/parallel/c10d.hpp> ----
 /// @file
-/// Soft Actor-Critic (Haarnoja, Zhou, Abbeel, Levine 2018, "Soft Actor-Critic: Off-Policy
-/// Maximum Entropy Deep Reinforcement Learning with a Stochastic Actor"; with automatic
-/// entropy tuning from Haarnoja et al. 2018, "Soft Actor-Critic Algorithms and
-/// Applications"). Defaults are the published hyperparameters: Adam at 3e-4, batch 256,
-/// gamma 0.99, tau 0.005, 256x256 networks, target entropy -|A|.
-
-#include <torch/nn/module.h>
-#include <torch/utils.h>
-
-#include <algorithm>
-#include <cmath>
-#include <cstdint>
-#include <memory>
-#include <string>
-#include <vector>
-
-
-namespace anvil {
-
-namespace detail {
-template <class M>
-using module_config_t = typename M::ContainedType::Config;
-}  // namespace detail
-
-/// What SAC needs of its actor: built from (obs_dim, act_dim, Config); `sample(obs, noise)`
-/// gives a reparameterised action in [-1, 1] with its log-density from standard normal
-/// noise [B, act_dim]; `mode(obs)` the deterministic action.
-template <class Actor>
-concept SquashedPolicyNetwork =
-    requires { typename detail::module_config_t<Actor>; } &&
-    std::constructible_from<Actor, std::int64_t, std::int64_t, const detail::module_config_t<Actor>&> &&
-    requires(Actor& a, const at::Tensor& obs, const at::Tensor& noise) {
-      { a->sample(obs, noise) } -> std::same_as<nn::PolicySample>;
-      { a->mode(obs) } -> std::same_as<at::Tensor>;
-      { a->clone() };
-    };
-
-/// What SAC needs of its critic: built from (obs_dim, act_dim, Config); `forward(obs, act)`
-/// gives two independent Q estimates, each [B]; cloneable for its target copy.
-template <class Critic>
-concept TwinCriticNetwork =
-    requires { typename detail::module_config_t<Critic>; } &&
-    std::constructible_from<Critic, std::int64_t, std::int64_t, const detail::module_config_t<Critic>&> &&
-    requires(Critic& c, const at::Tensor& obs, const at::Tensor& act) {
-      { c->forward(obs, act) } -> std::same_as<std::pair<at::Tensor, at::Tensor>>;
-      { c->clone() };
-    };
-
-namespace detail {
-
-/// Buffers of SAC's hand-written fast path (`manual_backward`): one set per part of the
-/// update, so the critic part and the actor part can run at once (see nn/manual_mlp.hpp).
-struct SacManual {
-  SacManual(const FlatParameters& critic, const nn::TwinQ& q, const FlatParameters& actor,
-            const nn::GaussianActor& pi) {
-    const auto grads_of = [](const FlatParameters& fp, const at::Tensor& flat, const nn::Mlp& m) {
-      std::vector<at::Tensor> v;
-      for (const auto& p : m->parameters()) v.push_back(fp.slice_for(flat, p));
-      return v;
-    };
-    critic_grad = at::empty({critic.numel()}, critic.flat().options());
-    q1_grads = grads_of(critic, critic_grad, q->q1());
-    q2_grads = grads_of(critic, critic_grad, q->q2());
-    actor_grad = at::empty({actor.numel()}, actor.flat().options());
-    actor_grads = grads_of(actor, actor_grad, pi->net());
-    alpha_grad = at::empty({1}, actor.flat().options());
-  }
-  // critic part
-  nn::GaussianActorTape next_tape;
-  nn::MlpTape tq1, tq2, q1, q2;
-  at::Tensor x_next, x, dq1, dq2, critic_grad;
-  std::vector<at::Tensor> q1_grads, q2_grads;
-  // actor part
-  nn::GaussianActorTape actor_tape;
-  nn::MlpTape aq1, aq2;
-  at::Tensor xa, dqa1, dqa2, dx1, dx2, da, actor_grad, alpha_grad;
-  std::vector<at::Tensor> actor_grads;
-  // act()
-  nn::GaussianActorTape act_tape;
-};
-
-struct SacCriticResult {
-  at::Tensor grad, td;  // flat critic gradient; per-sample |TD error| (mean of both Qs)
-  double loss = 0, q_mean = 0;
-};
-struct SacActorResult {
-  at::Tensor grad, alpha_grad;
-  double loss = 0, entropy = 0, alpha_loss = 0;
-};
-
-// Rows of [obs | action] for the critics: copies `obs` [B, od] into the first od columns of
-// `x` [B, od + ad], (re)allocating x for the batch size.
-inline void obs_into(at::Tensor& x, const at::Tensor& obs, std::int64_t ad) {
-  const std::int64_t batch = obs.size(0), od = obs.size(1), w = od + ad;
-  if (!x.defined() || x.size(0) != batch) x = at::empty({batch, w}, obs.options());
-  const float* o = obs.data_ptr<float>();
-  float* p = x.data_ptr<float>();
-  for (std::int64_t i = 0; i < batch; ++i)
-    for (std::int64_t j = 0; j < od; ++j) p[i * w + j] = o[i * od + j];
-}
-inline void ensure(at::Tensor& t, std::initializer_list<std::int64_t> sizes, const at::Tensor& like) {
-  if (!t.defined() || t.sizes() != at::IntArrayRef(sizes)) t = at::empty(sizes, like.options());
-}
-inline const float* opt_ptr(const at::Tensor& t) { return t.defined() ? t.data_ptr<float>() : nullptr; }
-
-// SAC's critic part with hand-written gradients: the same arithmetic as autograd_critic.
-inline SacCriticResult manual_critic(SacManual& m, const nn::GaussianActorImpl& actor,
-                                   const nn::TwinQImpl& critic, const nn::TwinQImpl& target,
-                                   const ReplayBatch& batch, double alpha, double gamma_,
-                                   const at::Tensor& noise_next) {
-  torch::NoGradGuard no_grad;
-  const auto obs = batch.obs.contiguous(), next_obs = batch.next_obs.contiguous();
-  const auto action = batch.action.contiguous(), reward = batch.reward.contiguous();
-  const auto terminated = batch.terminated.contiguous();
-  const auto discount = batch.discount.defined() ? batch.discount.contiguous() : at::Tensor();
-  const auto weight = batch.weight.defined() ? batch.weight.contiguous() : at::Tensor();
-  const std::int64_t n = obs.size(0), od = obs.size(1), ad = actor.action_dim(), w = od + ad;
-
-  obs_into(m.x_next, next_obs, ad);
-  m.next_tape.sample(actor, next_obs, noise_next, m.x_next.data_ptr<float>() + od, w);
-  const float* lp = m.next_tape.log_prob().data_ptr<float>();
-  const float* tq1 = m.tq1.forward(*target.q1(), m.x_next).data_ptr<float>();
-  const float* tq2 = m.tq2.forward(*target.q2(), m.x_next).data_ptr<float>();
-
-  obs_into(m.x, obs, ad);
-  {
-    const float* a = action.data_ptr<float>();
-    float* x = m.x.data_ptr<float>();
-    for (std::int64_t i = 0; i < n; ++i)
-      for (std::int64_t j = 0; j < ad; ++j) x[i * w + od + j] = a[i * ad + j];
-  }
-  const float* q1 = m.q1.forward(*critic.q1(), m.x).data_ptr<float>();
-  const float* q2 = m.q2.forward(*critic.q2(), m.x).data_ptr<float>();
-
-  ensure(m.dq1, {n, 1}, obs);
-  ensure(m.dq2, {n, 1}, obs);
-  SacCriticResult r;
-  r.td = at::empty({n}, obs.options());
-  const float *rw = reward.data_ptr<float>(), *term = terminated.data_ptr<float>();
-  const float *disc = opt_ptr(discount), *wt = opt_ptr(weight);
-  float *d1 = m.dq1.data_ptr<float>(), *d2 = m.dq2.data_ptr<float>(), *td = r.td.data_ptr<float>();
-  const float gamma = static_cast<float>(gamma_), fa = static_cast<float>(alpha);
-  const float inv_n = 1.0f / static_cast<float>(n);
-  double loss = 0, q_sum = 0;
-  for (std::int64_t i = 0; i < n; ++i) {
-    const float v = std::min(tq1[i], tq2[i]) - fa * lp[i];
-    const float y = rw[i] + (disc ? disc[i] : gamma) * (1.0f - term[i]) * v;
-    const float e1 = q1[i] - y, e2 = q2[i] - y, wi = wt ? wt[i] : 1.0f;
-    loss += static_cast<double>(wi * 0.5f * (e1 * e1 + e2 * e2));
-    q_sum += q1[i];
-    d1[i] = wi * e1 * inv_n;
-    d2[i] = wi * e2 * inv_n;
-    td[i] = 0.5f * (std::abs(e1) + std::abs(e2));
-  }
-  m.q1.backward(*critic.q1(), m.dq1, &m.q1_grads, nullptr);
-  m.q2.backward(*critic.q2(), m.dq2, &m.q2_grads, nullptr);
-  r.grad = m.critic_grad;
-  r.loss = loss / static_cast<double>(n);
-  r.q_mean = q_sum / static_cast<double>(n);
-  return r;
-}
-
-// SAC's actor and temperature part with hand-written gradients (as autograd_actor).
-inline SacActorResult manual_actor(SacManual& m, const nn::GaussianActorImpl& actor,
-                                 const nn::TwinQImpl& critic, const ReplayBatch& batch,
-                                 double alpha, bool auto_alpha, double target_entropy,
-                                 const at::Tensor& noise) {
-  torch::NoGradGuard no_grad;
-  const auto obs = batch.obs.contiguous();
-  const std::int64_t n = obs.size(0), od = obs.size(1), ad = actor.action_dim(), w = od + ad;
-
-  obs_into(m.xa, obs, ad);
-  m.actor_tape.sample(actor, obs, noise, m.xa.data_ptr<float>() + od, w);
-  const float* lp = m.actor_tape.log_prob().data_ptr<float>();
-  const float* q1 = m.aq1.forward(*critic.q1(), m.xa).data_ptr<float>();
-  const float* q2 = m.aq2.forward(*critic.q2(), m.xa).data_ptr<float>();
-
-  ensure(m.dqa1, {n, 1}, obs);
-  ensure(m.dqa2, {n, 1}, obs);
-  float *d1 = m.dqa1.data_ptr<float>(), *d2 = m.dqa2.data_ptr<float>();
-  const float fa = static_cast<float>(alpha), inv_n = 1.0f / static_cast<float>(n);
-  double loss = 0, lp_sum = 0;
-  for (std::int64_t i = 0; i < n; ++i) {
-    // d min(q1, q2) goes to the smaller one (ties: to both halves, as torch's minimum)
-    const float qmin = std::min(q1[i], q2[i]);
-    loss += static_cast<double>(fa * lp[i] - qmin);
-    lp_sum += lp[i];
-    const float g1 = q1[i] < q2[i] ? 1.0f : q1[i] > q2[i] ? 0.0f : 0.5f;
-    d1[i] = -g1 * inv_n;
-    d2[i] = -(1.0f - g1) * inv_n;
-  }
-  ensure(m.dx1, {n, w}, obs);
-  ensure(m.dx2, {n, w}, obs);
-  m.aq1.backward(*critic.q1(), m.dqa1, nullptr, &m.dx1);
-  m.aq2.backward(*critic.q2(), m.dqa2, nullptr, &m.dx2);
-  ensure(m.da, {n, ad}, obs);
-  {
-    const float *x1 = m.dx1.data_ptr<float>(), *x2 = m.dx2.data_ptr<float>();
-    float* da = m.da.data_ptr<float>();
-    for (std::int64_t i = 0; i < n; ++i)
-      for (std::int64_t j = 0; j < ad; ++j) da[i * ad + j] = x1[i * w + od + j] + x2[i * w + od + j];
-  }
-  m.actor_tape.backward(actor, m.da, fa * inv_n, m.actor_grads);
-
-  SacActorResult r;
-  r.grad = m.actor_grad;
-  const double mean_lp = lp_sum / static_cast<double>(n);
-  r.loss = loss / static_cast<double>(n);
-  r.entropy = -mean_lp;
-  if (auto_alpha) {
-    // d/dlog_alpha of -(log_alpha (log_prob + target_entropy)).mean()
-    r.alpha_grad = m.alpha_grad;
-    r.alpha_grad.data_ptr<float>()[0] = static_cast<float>(-(mean_lp + target_entropy));
-    r.alpha_loss = -std::log(alpha) * (mean_lp + target_entropy);
-  }
-  return r;
-}
-
-}  // namespace detail
-
-/// Algorithm policy: Soft Actor-Critic (see file comment) with swappable networks.
-/// @tparam Actor  a `SquashedPolicyNetwork` (default: tanh-Gaussian MLP)
-/// @tparam Critic a `TwinCriticNetwork` (default: two MLP Q-functions)
-template <class Actor = nn::GaussianActor, class Critic = nn::TwinQ>
-class BasicSAC {
-  static_assert(SquashedPolicyNetwork<Actor>,
-                "BasicSAC<Actor, ...>: Actor must be a torch module holder built from "
-                "(obs_dim, act_dim, Config) with sample(obs, noise) -> nn::PolicySample and "
-                "mode(obs) -> Tensor; see nn::GaussianActor");
-  static_assert(TwinCriticNetwork<Critic>,
-                "BasicSAC<..., Critic>: Critic must be a torch module holder built from "
-                "(obs_dim, act_dim, Config) with forward(obs, act) -> pair of Q tensors; see "
-                "nn::TwinQ");
-
- public:
-  using policy_kind = AlgorithmKind;
-  static constexpr FixedString config_section = "sac";
-  static constexpr bool on_policy = false;
-  using Batch = ReplayBatch;
-
-  struct Config {
-    Param<int, "batch_size", "transitions per gradient update", at_least(1)> batch_size{256};
-    Param<double, "gamma", "discount factor", in_range(0, 1)> gamma{0.99};
-    Param<double, "tau", "Polyak coefficient of the target networks", in_range(0, 1)> tau{0.005};
-    Param<double, "actor_lr", "actor learning rate (Adam)", positive> actor_lr{3e-4};
-    Param<double, "critic_lr", "critic learning rate (Adam)", positive> critic_lr{3e-4};
-    Param<double, "alpha_lr", "entropy temperature learning rate (Adam)", positive> alpha_lr{3e-4};
-    Param<double, "init_alpha", "initial entropy temperature", positive> init_alpha{1.0};
-    Param<bool, "auto_alpha", "tune the temperature towards the target entropy"> auto_alpha{true};
-    Param<double, "target_entropy_scale", "target entropy is -scale * action_dim", at_least(0)>
-        target_entropy_scale{1.0};
-    Param<int, "actor_update_freq", "update the actor and temperature every N updates", at_least(1)>
-        actor_update_freq{1};
-    Param<int, "target_update_freq", "Polyak-average the targets every N updates", at_least(1)>
-        target_update_freq{1};
-    Param<double, "max_grad_norm", "clip each gradient's global norm (0: off)", at_least(0)>
-        max_grad_norm{0.0};
-    Param<bool, "manual_backward",
-          "hand-written gradients for the default networks in float32 on the CPU (false: "
-          "autograd; same result, slower)">
-        manual_backward{true};
-    Section<"actor", detail::module_config_t<Actor>> actor;
-    Section<"critic", detail::module_config_t<Critic>> critic;
-  };
-
-  BasicSAC(const envs::EnvSpec& spec, const Config& cfg, const RunContext& ctx)
-      : cfg_(cfg), device_(ctx.device) {
-    if (spec.discrete())
-      throw ConfigError("SAC needs a continuous (Box) action space; " + spec.name +
-                        " has discrete actions: use PPO");
-    const auto& box = std::get<envs::Box>(spec.action);
-    for (std::size_t i = 0; i < box.size(); ++i)
-      if (!std::isfinite(box.low[i]) || !std::isfinite(box.high[i]))
-        throw ConfigError("SAC squashes actions into the action space's bounds, but " + spec.name +
-                          "'s action " + std::to_string(i) + " is unbounded");
-    const auto od = spec.obs_dim(), ad = spec.action_dim();
-    act_dim_ = ad;
-    actor_ = Actor(od, ad, *cfg.actor);
-    critic_ = Critic(od, ad, *cfg.critic);
-    critic_target_ = std::dynamic_pointer_cast<typename Critic::ContainedType>(critic_->clone());
-    actor_->to(device_);
-    critic_->to(device_);
-    critic_target_->to(device_);
-    for (auto& p : critic_target_->parameters()) p.set_requires_grad(false);
-    log_alpha_ = torch::full({1}, std::log(*cfg.init_alpha),
-                             torch::TensorOptions().device(device_).requires_grad(true));
-    target_entropy_ = -cfg.target_entropy_scale * static_cast<double>(ad);
-    // Each network's parameters move into one flat buffer: Adam, clipping, all-reduce and
-    // the Polyak average become a handful of ops (see train/flat_adam.hpp).
-    const double s = ctx.lr_scale;
-    actor_opt_ = FlatAdam(actor_->parameters(), {.lr = cfg.actor_lr * s});
-    critic_opt_ = FlatAdam(critic_->parameters(), {.lr = cfg.critic_lr * s});
-    alpha_opt_ = FlatAdam({log_alpha_}, {.lr = cfg.alpha_lr * s});
-    target_ = FlatParameters(critic_target_->parameters());
-    if constexpr (kDefaultNetworks) {
-      if (cfg.manual_backward && device_.is_cpu() && nn::GaussianActorTape::supports(*actor_) &&
-          nn::MlpTape::supports(*critic_->q1()))
-        manual_ = std::make_unique<detail::SacManual>(critic_opt_.parameters(), critic_,
-                                                     actor_opt_.parameters(), actor_);
-    }
-  }
-
-  /// Actions in [-1, 1] for a batch of observations: sampled to explore, or the mean.
-  at::Tensor act(const at::Tensor& obs, ActMode mode) {
-    torch::NoGradGuard no_grad;
-    auto o = obs.to(device_, at::kFloat);
-    if constexpr (kDefaultNetworks) {
-      if (manual_) {
-        o = o.contiguous();
-        auto action = at::empty({o.size(0), act_dim_}, o.options());
-        if (mode == ActMode::explore)
-          manual_->act_tape.sample(*actor_, o, at::randn({o.size(0), act_dim_}, o.options()),
-                                   action.data_ptr<float>(), act_dim_);
-        else
-          manual_->act_tape.mode(*actor_, o, action.data_ptr<float>(), act_dim_);
-        return action;
-      }
-    }
-    return mode == ActMode::explore
-               ? actor_->sample(o, at::randn({o.size(0), act_dim_}, o.options())).action
-               : actor_->mode(o);
-  }
-
-  /// One SAC update. The critic loss, the actor loss and the temperature loss are all
-  /// computed from the parameters as they were before this update, as in the authors'
-  /// reference implementation (which runs the three training ops in one session call); so
-  /// the critic's and the actor's gradients are independent and `ctx` computes them at
-  /// once when it has two threads, with the same result as one after another. Then the
-  /// optimizers step, and (every target_update_freq updates) the target critic moves
-  /// towards the critic by Polyak averaging. The actor and temperature update every
-  /// actor_update_freq updates.
-  UpdateInfo update(const ReplayBatch& b, StepContext& ctx) {
-    // Noise drawn here, in a fixed order, so the update is reproducible on any thread count.
-    UpdateNoise noise;
-    noise.next = at::randn({b.obs.size(0), act_dim_}, b.obs.options());
-    if (updates_ % cfg_.actor_update_freq == 0) noise.obs = at::randn({b.obs.size(0), act_dim_}, b.obs.options());
-    return update(b, ctx, noise);
-  }
-
-  /// The standard-normal draws of one update, one row per transition: for the actions
-  /// at the next states and (on actor steps) at the current states.
-  struct UpdateNoise {
-    at::Tensor next, obs;
-  };
-
-  /// `update` with given noise: the same draws give the same update however the batch is
-  /// split, e.g. across ranks (the data-parallel equivalence test uses this).
-  UpdateInfo update(const ReplayBatch& b, StepContext& ctx, const UpdateNoise& noise) {
-    const double alpha = log_alpha_.detach().exp().item().toDouble();
-    const bool actor_step = updates_ % cfg_.actor_update_freq == 0;
-    const auto& noise_next = noise.next;
-    const auto& noise_obs = noise.obs;
-
-    bool manual = false;
-    if constexpr (kDefaultNetworks)
-      manual = manual_ && !ctx.autocasts() && b.obs.device().is_cpu() && b.obs.scalar_type() == at::kFloat;
-
-    detail::SacCriticResult critic;
-    detail::SacActorResult actor;
-    // Gradient accumulation: the batch in `parts` micro-batches, each gradient weighed by
-    // its share of the batch, so the sum is the whole batch's gradient (losses are means).
-    const std::int64_t batch = b.obs.size(0);
-    const std::int64_t parts = std::clamp<std::int64_t>(ctx.micro_batches(), 1, batch);
-    std::vector<at::Tensor> td_parts;
-    for (std::int64_t i = 0; i < parts; ++i) {
-      const std::int64_t begin = batch * i / parts, n = batch * (i + 1) / parts - begin;
-      ReplayBatch part;  // a micro-batch's rows; the whole batch is used as it is
-      const ReplayBatch& mb = parts == 1 ? b : (part = rows_of(b, begin, n));
-      const auto nn = parts == 1 ? noise_next : noise_next.narrow(0, begin, n);
-      const auto no = parts == 1 || !actor_step ? noise_obs : noise_obs.narrow(0, begin, n);
-      detail::SacCriticResult c;
-      detail::SacActorResult a;
-      auto critic_part = [&] {
-        if constexpr (kDefaultNetworks)
-          if (manual)
-            return void(c = detail::manual_critic(*manual_, *actor_, *critic_, *critic_target_, mb, alpha,
-                                                  *cfg_.gamma, nn));
-        c = autograd_critic(mb, alpha, nn, ctx);
-      };
-      auto actor_part = [&] {
-        if constexpr (kDefaultNetworks)
-          if (manual)
-            return void(a = detail::manual_actor(*manual_, *actor_, *critic_, mb, alpha, cfg_.auto_alpha,
-                                                 target_entropy_, no));
-        a = autograd_actor(mb, alpha, no, ctx);
-      };
-      if (actor_step) ctx.concurrently({critic_part, actor_part});
-      else critic_part();
-      if (parts == 1) {
-        critic = std::move(c);
-        actor = std::move(a);
-        break;
-      }
-      const double share = static_cast<double>(n) / static_cast<double>(batch);
-      accumulate(critic.grad, c.grad, share);
-      critic.loss += share * c.loss;
-      critic.q_mean += share * c.q_mean;
-      td_parts.push_back(c.td.clone());  // the fast path reuses its buffers
-      if (actor_step) {
-        accumulate(actor.grad, a.grad, share);
-        if (a.alpha_grad.defined()) accumulate(actor.alpha_grad, a.alpha_grad, share);
-        actor.loss += share * a.loss;
-        actor.entropy += share * a.entropy;
-        actor.alpha_loss += share * a.alpha_loss;
-      }
-    }
-    if (parts > 1) critic.td = at::cat(td_parts);
-
-    UpdateInfo info;
-    // One step for the three optimizers: their gradients cross ranks in one all-reduce.
-    std::vector<StepContext::Step> steps{{&critic_opt_, critic.grad, cfg_.max_grad_norm}};
-    info.metrics.emplace_back("critic_loss", critic.loss);
-    info.metrics.emplace_back("q_mean", critic.q_mean);
-    if (actor_step) {
-      steps.push_back({&actor_opt_, actor.grad, cfg_.max_grad_norm});
-      info.metrics.emplace_back("actor_loss", actor.loss);
-      info.metrics.emplace_back("entropy", actor.entropy);
-      if (cfg_.auto_alpha) {
-        steps.push_back({&alpha_opt_, actor.alpha_grad, 0.0});
-        info.metrics.emplace_back("alpha_loss", actor.alpha_loss);
-      }
-    }
-    ctx.apply(std::move(steps));
-    info.metrics.emplace_back("alpha", log_alpha_.detach().exp().item().toDouble());
-
-    if (updates_ % cfg_.target_update_freq == 0) {
-      torch::NoGradGuard no_grad;
-      target_.flat().lerp_(critic_opt_.parameters().flat(), *cfg_.tau);
-    }
-    ++updates_;
-    info.td_error = critic.td;
-    return info;
-  }
-
-  /// The learning rates now, by optimizer (for logs).
-  [[nodiscard]] std::vector<std::pair<std::string, double>> learning_rates() const {
-    return {{"actor", actor_opt_.lr()}, {"critic", critic_opt_.lr()}, {"alpha", alpha_opt_.lr()}};
-  }
-  /// Each network's parameters as one flat tensor (for weight histograms).
-  [[nodiscard]] std::vector<std::pair<std::string, at::Tensor>> flat_parameters() const {
-    return {{"actor", actor_opt_.parameters().flat()}, {"critic", critic_opt_.parameters().flat()}};
-  }
-
-  /// Whether updates and actions take the hand-written fast path (`manual_backward`).
-  [[nodiscard]] bool manual_backward() const noexcept { return manual_ != nullptr; }
-
-  /// Moves the exponential moving average of the actor's weights towards the current ones:
-  /// ema = decay ema + (1 - decay) weights (Polyak averaging of the policy, as a run's
-  /// `train.ema_decay` asks for after each update). The first call starts it at the weights.
-  void ema_update(double decay) {
-    torch::NoGradGuard no_grad;
-    const auto& w = actor_opt_.parameters().flat();
-    if (!ema_.defined()) ema_ = w.clone();
-    else ema_.lerp_(w, 1.0 - decay);
-  }
-  /// The averaged actor weights (flat, in the order of `actor()->parameters()`); undefined
-  /// until the first `ema_update`.
-  [[nodiscard]] const at::Tensor& ema_weights() const noexcept { return ema_; }
-  /// Runs `f` with the averaged weights in the actor (when there are any), then puts the
-  /// trained weights back, whatever `f` does.
-  template <class F>
-  decltype(auto) with_ema_weights(F&& f) {
-    if (!ema_.defined()) return f();
-    struct Swap {
-      at::Tensor w, saved;
-      Swap(const at::Tensor& weights, const at::Tensor& ema) : w(weights), saved(weights.clone()) {
-        torch::NoGradGuard no_grad;
-        w.copy_(ema);
-      }
-      ~Swap() {
-        torch::NoGradGuard no_grad;
-        w.copy_(saved);
-      }
-    } swap(actor_opt_.parameters().flat(), ema_);
-    return f();
-  }
-
-  /// Writes the policy alone, for deployment (`anvil::load_policy`): the actor's shape and
-  /// its weights (the averaged ones when there are any). Policy files hold the default
-  /// GaussianActor only; with a user actor this does not exist and the Trainer writes no
-  /// policy.bin (its checkpoints hold the actor).
-  void save_policy(BinaryWriter& w) const
-    requires std::same_as<Actor, nn::GaussianActor>
-  {
-    w.string("GaussianActor");
-    w.value(static_cast<std::int64_t>(actor_->net()->in_features()));
-    w.value(act_dim_);
-    const auto& ac = *cfg_.actor;
-    w.value(static_cast<std::uint64_t>(ac.hidden->size()));
-    for (int h : *ac.hidden) w.value(h);
-    w.value(static_cast<int>(*ac.activation));
-    w.value(*ac.log_std_min);
-    w.value(*ac.log_std_max);
-    write_tensor(w, ema_.defined() ? ema_ : actor_opt_.parameters().flat());
-  }
-
-  /// Everything a checkpoint holds of SAC: the actor and the critic with their Adam
-  /// states, the target critic, the learned temperature with its optimizer, and the update
-  /// count (which schedules actor and target updates).
-  struct Saved {
-    FlatAdam::Saved actor, critic, alpha;
-    at::Tensor target, ema;
-    std::int64_t updates = 0;
-  };
-  void save(BinaryWriter& w) const {
-    actor_opt_.save(w);
-    critic_opt_.save(w);
-    alpha_opt_.save(w);
-    write_tensor(w, target_.flat());
-    w.value(updates_);
-    w.value(ema_.defined());
-    if (ema_.defined()) write_tensor(w, ema_);
-  }
-  /// Reads what `save` wrote, checking every size against this SAC; changes nothing here,
-  /// so a caller can check the whole file before `restore`.
-  [[nodiscard]] Saved read(BinaryReader& r) const {
-    Saved s;
-    s.actor = actor_opt_.read(r, "sac actor");
-    s.critic = critic_opt_.read(r, "sac critic");
-    s.alpha = alpha_opt_.read(r, "sac temperature");
-    s.target = read_tensor(r, "sac target critic parameters", target_.flat());
-    s.updates = r.value<std::int64_t>("sac update count");
-    if (r.value<bool>("sac policy average flag"))
-      s.ema = read_tensor(r, "sac averaged actor parameters", actor_opt_.parameters().flat());
-    return s;
-  }
-  void restore(const Saved& s) {
-    actor_opt_.restore(s.actor);
-    critic_opt_.restore(s.critic);
-    alpha_opt_.restore(s.alpha);
-    torch::NoGradGuard no_grad;
-    target_.flat().copy_(s.target);
-    updates_ = s.updates;
-    ema_ = s.ema.defined() ? s.ema.to(device_) : at::Tensor();
-  }
-
-  [[nodiscard]] Actor& actor() noexcept { return actor_; }
-  [[nodiscard]] Critic& critic() noexcept { return critic_; }
-  [[nodiscard]] Critic& critic_target() noexcept { return critic_target_; }
-  /// The optimizers (their moments show the gradients they were given).
-  [[nodiscard]] const FlatAdam& actor_optimizer() const noexcept { return actor_opt_; }
-  [[nodiscard]] const FlatAdam& critic_optimizer() const noexcept { return critic_opt_; }
-  [[nodiscard]] const FlatAdam& alpha_optimizer() const noexcept { return alpha_opt_; }
-  [[nodiscard]] double alpha() const { return log_alpha_.detach().exp().item().toDouble(); }
-  [[nodiscard]] const Config& config() const noexcept { return cfg_; }
-  [[nodiscard]] std::int64_t updates() const noexcept { return updates_; }
-  /// Batch size the trainer samples for each update.
-  [[nodiscard]] std::int64_t batch_size() const noexcept { return cfg_.batch_size; }
-
- private:
-  static constexpr bool kDefaultNetworks =
-      std::same_as<Actor, nn::GaussianActor> && std::same_as<Critic, nn::TwinQ>;
-
-  // sum += share * part (sum starts undefined).
-  static void accumulate(at::Tensor& sum, const at::Tensor& part, double share) {
-    if (!sum.defined()) sum = part * share;
-    else sum.add_(part, share);
-  }
-
-  // Soft Bellman target y = r + discount (1 - terminated) (min target Q - alpha log pi).
-  at::Tensor discount_of(const ReplayBatch& b, const at::Tensor& like) const {
-    return b.discount.defined() ? b.discount : at::full({}, *cfg_.gamma, like.options());
-  }
-
-  detail::SacCriticResult autograd_critic(const ReplayBatch& b, double alpha, const at::Tensor& noise_next,
-                               StepContext& ctx) {
-    at::Tensor target;
-    {  // in float32 and without gradients
-      torch::NoGradGuard no_grad;
-      auto guard = ctx.autocast();
-      auto next = actor_->sample(b.next_obs, noise_next);
-      auto [tq1, tq2] = critic_target_->forward(b.next_obs, next.action);
-      auto v = at::min(tq1, tq2).to(at::kFloat) - alpha * next.log_prob.to(at::kFloat);
-      target = b.reward + discount_of(b, v) * (1.0 - b.terminated) * v;
-    }
-    auto guard = ctx.autocast();
-    auto [q1, q2] = critic_->forward(b.obs, b.action);
-    auto e1 = q1.to(at::kFloat) - target, e2 = q2.to(at::kFloat) - target;
-    auto per_sample = 0.5 * (e1.square() + e2.square());
-    auto loss = b.weight.defined() ? (b.weight * per_sample).mean() : per_sample.mean();
-    detail::SacCriticResult r;
-    r.grad = ctx.gradient(loss, critic_opt_);
-    r.td = 0.5 * (e1.abs() + e2.abs()).detach();
-    r.loss = loss.item().toDouble();
-    r.q_mean = q1.detach().mean().item().toDouble();
-    return r;
-  }
-
-  detail::SacActorResult autograd_actor(const ReplayBatch& b, double alpha, const at::Tensor& noise,
-                             StepContext& ctx) {
-    auto guard = ctx.autocast();
-    auto s = actor_->sample(b.obs, noise);
-    auto [q1, q2] = critic_->forward(b.obs, s.action);
-    auto log_prob = s.log_prob.to(at::kFloat);
-    auto loss = (alpha * log_prob - at::min(q1, q2).to(at::kFloat)).mean();
-    detail::SacActorResult r;
-    r.grad = ctx.gradient(loss, actor_opt_);
-    r.loss = loss.item().toDouble();
-    r.entropy = -log_prob.detach().mean().item().toDouble();
-    if (cfg_.auto_alpha) {
-      auto alpha_loss = -(log_alpha_ * (log_prob.detach() + target_entropy_)).mean();
-      r.alpha_grad = ctx.gradient(alpha_loss, alpha_opt_);
-      r.alpha_loss = alpha_loss.item().toDouble();
-    }
-    return r;
-  }
-
-  Config cfg_;
-  c10::Device device_;
-  Actor actor_{nullptr};
-  Critic critic_{nullptr}, critic_target_{nullptr};
-  at::Tensor log_alpha_;
-  double target_entropy_ = 0.0;
-  std::int64_t act_dim_ = 0;
-  FlatAdam actor_opt_, critic_opt_, alpha_opt_;
-  FlatParameters target_;
-  std::int64_t updates_ = 0;
-  std::unique_ptr<detail::SacManual> manual_;  // the fast path, when it applies
-  at::Tensor ema_;                              // averaged actor weights (train.ema_decay)
-};
-
-/// SAC with the default networks: tanh-Gaussian actor and twin-Q critic, 256x256 MLPs.
-using SAC = BasicSAC<>;
-
-static_assert(Algorithm<SAC>);
-
-}  // namespace anvil
-// ---- end <anvil/algorithms/sac.hpp> ----
-// ---- begin <anvil/buffers/prioritized_buffer.hpp> ----
-/// @file
-/// `PrioritizedBuffer`: proportional prioritized experience replay (Schaul, Quan,
-/// Antonoglou, Silver 2016, "Prioritized Experience Replay", ICLR), on the cache-line sum
-/// tree of buffers/sum_tree.hpp. Defaults are the paper's proportional variant: alpha 0.6,
-/// beta annealed from 0.4 to 1.
-
-#include <ATen/ATen.h>
-
-#include <algorithm>
-#include <cmath>
-#include <cstdint>
-#include <filesystem>
-#include <string>
-#include <vector>
-
-// ---- begin <anvil/buffers/detail/replay_core.hpp> ----
-/// @file
-/// `ReplayCore`: what every replay buffer shares: the transition store (with its n-step
-/// windows), the config fields for it, and the checks on a batch size.
-
-#include <cstdint>
-#include <span>
-#include <string>
-#include <utility>
-
-// ---- begin <anvil/buffers/detail/transition_store.hpp> ----
-/// @file
-/// `TransitionStore`: the preallocated rings both replay buffers keep (transitions, and
-/// observations stored once), and the ids that name a transition while it is stored.
-
-#include <ATen/ATen.h>
-
-#include <algorithm>
-#include <array>
-#include <climits>
-#include <cstdint>
-#include <cstring>
-#include <span>
-#include <string>
-#include <string_view>
-#include <utility>
-#include <vector>
-
-// ---- begin <anvil/buffers/detail/n_step.hpp> ----
-/// @file
-/// `NStepWindow`: turns each env's stream of one-step transitions into n-step ones
-/// (Sutton 1988; as used with replay by Hessel et al. 2018, "Rainbow"), before they are
-/// stored. A stored transition is then self-contained: obs_t, action_t, the discounted sum
-/// of up to n rewards, the observation it leads to, whether that one is terminal, and the
-/// discount gamma^k of its bootstrap term. So sampling needs no look-ahead and the ring's
-/// wraparound cannot split a window. Observations are named by their ids in the
-/// buffer's observation ring (see transition_store.hpp), so a window holds no copies.
-
-#include <cstdint>
-#include <deque>
-#include <utility>
-#include <vector>
-
-
-namespace anvil::detail {
-
-class NStepWindow {
- public:
-  /// One env's step waiting in its window; `obs` and `next` are observation ids.
-  struct Step {
-    std::int64_t obs = -1, next = -1;
-    std::vector<float> action;
-    double reward = 0;
-    bool terminated = false;
-  };
-  /// A completed k-step transition, k <= n.
-  struct Done {
-    std::int64_t obs = -1, next = -1;
-    std::vector<float> action;
-    double reward = 0, discount = 1;
-    bool terminated = false;
-  };
-
-  NStepWindow() = default;
-  NStepWindow(int n, double gamma) : n_(n), gamma_(gamma) {}
-
-  [[nodiscard]] int n() const noexcept { return n_; }
-  void set_gamma(double gamma) noexcept { gamma_ = gamma; }
-  [[nodiscard]] double gamma() const noexcept { return gamma_; }
-
-  /// Starts over with `envs` empty windows unless there are that many already.
-  void resize(std::size_t envs) {
-    if (pending_.size() != envs) pending_.assign(envs, {});
-  }
-
-  /// Takes env `env`'s next step and appends what it completes to `out`: the oldest
-  /// pending step once n are pending, or every pending step when this one `ended` its
-  /// episode (terminated or truncated).
-  void push(std::size_t env, Step st, bool ended, std::vector<Done>& out) {
-    auto& q = pending_[env];
-    q.push_back(std::move(st));
-    if (ended) {
-      while (!q.empty()) emit(q, out);
-    } else if (static_cast<int>(q.size()) == n_) {
-      emit(q, out);
-    }
-  }
-
-  /// Writes the windows still filling, so a restored buffer continues them.
-  void save(BinaryWriter& w) const {
-    w.value<std::int32_t>(n_);
-    w.value(gamma_);
-    w.value<std::uint64_t>(pending_.size());
-    for (const auto& q : pending_) {
-      w.value<std::uint64_t>(q.size());
-      for (const auto& st : q) {
-        w.value(st.obs);
-        w.value(st.next);
-        w.value<std::uint64_t>(st.action.size());
-        w.bytes(st.action.data(), st.action.size() * sizeof(float));
-        w.value(st.reward);
-        w.value<std::uint8_t>(st.terminated);
-      }
-    }
-  }
-  /// What `save` wrote, checked and not yet applied.
-  struct Saved {
-    double gamma = 0;
-    std::vector<std::deque<Step>> pending;
-  };
-  Saved read(BinaryReader& r) const {
-    r.expect<std::int32_t>(n_, "buffer.n_step");
-    Saved s;
-    s.gamma = r.value<double>("n-step gamma");
-    const auto envs = r.value<std::uint64_t>("n-step env count");
-    if (envs > (1u << 20)) r.fail("n-step env count", "is implausibly large");
-    s.pending.resize(envs);
-    for (auto& q : s.pending) {
-      const auto len = r.value<std::uint64_t>("n-step window length");
-      if (len >= static_cast<std::uint64_t>(n_)) r.fail("n-step window length", "is not below buffer.n_step");
-      for (std::uint64_t k = 0; k < len; ++k) {
-        Step st;
-        st.obs = r.value<std::int64_t>("n-step observation ids");
-        st.next = r.value<std::int64_t>("n-step observation ids");
-        const auto ad = r.value<std::uint64_t>("n-step action size");
-        if (ad > (1u << 24)) r.fail("n-step action size", "is implausibly large");
-        st.action.resize(ad);
-        r.bytes(st.action.data(), st.action.size() * sizeof(float), "n-step actions");
-        st.reward = r.value<double>("n-step rewards");
-        st.terminated = r.value<std::uint8_t>("n-step terminal flags") != 0;
-        q.push_back(std::move(st));
-      }
-    }
-    return s;
-  }
-  void restore(Saved&& s) {
-    gamma_ = s.gamma;
-    pending_ = std::move(s.pending);
-  }
-
-  /// Steps waiting for their window to fill, over all envs.
-  [[nodiscard]] std::int64_t pending() const noexcept {
-    std::int64_t p = 0;
-    for (const auto& q : pending_) p += static_cast<std::int64_t>(q.size());
-    return p;
-  }
-
- private:
-  // Emits the oldest pending step of one env as a k-step transition over all k pending.
-  void emit(std::deque<Step>& q, std::vector<Done>& out) const {
-    double ret = 0, g = 1;
-    for (const auto& st : q) {
-      ret += g * st.reward;
-      g *= gamma_;
-    }
-    out.push_back(Done{q.front().obs, q.back().next, std::move(q.front().action), ret, g, q.back().terminated});
-    q.pop_front();
-  }
-
-  int n_ = 1;
-  double gamma_ = 0.99;
-  std::vector<std::deque<Step>> pending_;
-};
-
-}  // namespace anvil::detail
-// ---- end <anvil/buffers/detail/n_step.hpp> ----
-// ---- begin <anvil/core/detail/huge_pages.hpp> ----
-/// @file
-/// Large arrays that are read at random (replay storage, priority trees) backed by 2 MiB
-/// pages where the OS offers them, so a random access costs one cache miss and rarely a
-/// TLB miss too: with 4 KiB pages, a 100 MB array spans 25,000 pages, far more than the TLB
-/// holds. On Linux with transparent huge pages in "madvise" mode (Debian's default) this
-/// needs an madvise(MADV_HUGEPAGE) before the memory is first touched. Light header.
-
-#include <algorithm>
-#include <cstddef>
+/// The c10d classes anvil's parallelism uses, the same on LibTorch 1.13 and 2.x: 2.x splits
+/// a ProcessGroup (the front end) from its Backend (Gloo, NCCL); collectives on a backend
+/// object are the same calls with the same option structs in both. The one place in anvil
+/// that knows this difference (with core/torch_compat.hpp for the version itself).
+
+#include <c10/core/DeviceType.h>
+#include <torch/version.h>
+
+#include <chrono>
 #include <cstdint>
 #include <cstdlib>
-#include <cstring>
-#include <new>
-#include <type_traits>
-#include <utility>
+#include <memory>
+#include <stdexcept>
+#include <string>
 
-#if defined(__linux__)
-#include <sys/mman.h>
-#include <unistd.h>
+#include <torch/csrc/distributed/c10d/FileStore.hpp>
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#ifdef USE_C10D_NCCL
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
 
-namespace anvil::detail {
+namespace anvil::compat {
 
-inline constexpr std::size_t kHugePage = std::size_t{2} << 20;
-
-/// Asks for huge pages over the whole pages inside [p, p + bytes), for regions of at least
-/// two huge pages; a no-op elsewhere. Call it before the memory is first written.
-inline void advise_huge_pages(void* p, std::size_t bytes) noexcept {
-#if defined(__linux__) && defined(MADV_HUGEPAGE)
-  if (p == nullptr || bytes < 2 * kHugePage) return;
-  const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
-  const auto a = (reinterpret_cast<std::uintptr_t>(p) + page - 1) & ~(page - 1);
-  const auto e = (reinterpret_cast<std::uintptr_t>(p) + bytes) & ~(page - 1);
-  if (e > a) (void)::madvise(reinterpret_cast<void*>(a), e - a, MADV_HUGEPAGE);
+/// Handle of an asynchronous collective (`wait()` blocks until it is done).
+using Work = c10d::Work;
+/// What runs collectives: a `ProcessGroup` in 1.13, a `Backend` (behind a ProcessGroup) in 2.x.
+#if TORCH_VERSION_MAJOR >= 2
+using Collectives = c10d::Backend;
 #else
-  (void)p;
-  (void)bytes;
+using Collectives = c10d::ProcessGroup;
+#endif
+/// Whether this LibTorch was built with NCCL (CUDA builds of 2.x; never Debian's 1.13).
+#ifdef USE_C10D_NCCL
+inline constexpr bool has_nccl = true;
+#else
+inline constexpr bool has_nccl = false;
+#endif
+/// Key-value store used for rendezvous.
+using Store = c10d::Store;
+
+/// The network device Gloo's transport uses: the interface named by `interface` (or by
+/// GLOO_SOCKET_IFNAME, PyTorch's variable), else loopback when `master_addr` is a loopback
+/// address (one machine), else the address this host's name resolves to.
+inline std::shared_ptr<::gloo::transport::Device> gloo_device(const std::string& interface,
+                                                              const std::string& master_addr) {
+  std::string ifname = interface;
+  if (ifname.empty())
+    if (const char* e = std::getenv("GLOO_SOCKET_IFNAME")) ifname = e;
+  if (!ifname.empty()) return c10d::ProcessGroupGloo::createDeviceForInterface(ifname);
+  if (master_addr == "localhost" || master_addr.rfind("127.", 0) == 0 || master_addr == "::1")
+    return c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1");
+  return c10d::ProcessGroupGloo::createDefaultDevice();
+}
+
+/// A Gloo process group over `store` (ranks find each other through it), on the transport
+/// `device` (see `gloo_device`); collectives that wait longer than `timeout` fail.
+inline c10::intrusive_ptr<Collectives> make_gloo_group(const c10::intrusive_ptr<Store>& store, int rank,
+                                                       int world_size,
+                                                       std::shared_ptr<::gloo::transport::Device> device,
+                                                       std::chrono::milliseconds timeout) {
+  auto opts = c10d::ProcessGroupGloo::Options::create();
+  opts->timeout = timeout;
+  opts->devices.push_back(std::move(device));
+  return c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, world_size, opts);
+}
+
+/// An NCCL group (CUDA builds with NCCL only; the caller checks `has_nccl`). The current
+/// CUDA device must be set before the first collective.
+inline c10::intrusive_ptr<Collectives> make_nccl_group([[maybe_unused]] const c10::intrusive_ptr<Store>& store,
+                                                       [[maybe_unused]] int rank,
+                                                       [[maybe_unused]] int world_size,
+                                                       [[maybe_unused]] std::chrono::milliseconds timeout) {
+#ifdef USE_C10D_NCCL
+  auto opts = c10d::ProcessGroupNCCL::Options::create();
+  opts->timeout = timeout;
+  return c10::make_intrusive<c10d::ProcessGroupNCCL>(store, rank, world_size, opts);
+#else
+  throw std::logic_error("make_nccl_group: this LibTorch has no NCCL");
 #endif
 }
 
-/// A fixed-size array of trivially copyable `T`, aligned to a cache line (to a huge page
-/// when large, and advised to use huge pages), every element set to `fill`.
-template <class T>
-class HugeArray {
-  static_assert(std::is_trivially_copyable_v<T>);
-
- public:
-  HugeArray() = default;
-  HugeArray(std::size_t n, const T& fill) : n_(n) {
-    if (n == 0) return;
-    const std::size_t bytes = n * sizeof(T);
-    const std::size_t align = bytes >= 2 * kHugePage ? kHugePage : 64;
-    p_ = static_cast<T*>(std::aligned_alloc(align, (bytes + align - 1) / align * align));
-    if (p_ == nullptr) throw std::bad_alloc();
-    advise_huge_pages(p_, bytes);
-    std::fill(p_, p_ + n, fill);
-  }
-  HugeArray(const HugeArray& o) : HugeArray(o.n_, T{}) { std::copy(o.begin(), o.end(), p_); }
-  HugeArray(HugeArray&& o) noexcept : p_(std::exchange(o.p_, nullptr)), n_(std::exchange(o.n_, 0)) {}
-  HugeArray& operator=(HugeArray o) noexcept {
-    std::swap(p_, o.p_);
-    std::swap(n_, o.n_);
-    return *this;
-  }
-  ~HugeArray() { std::free(p_); }
-
-  [[nodiscard]] std::size_t size() const noexcept { return n_; }
-  [[nodiscard]] T* data() noexcept { return p_; }
-  [[nodiscard]] const T* data() const noexcept { return p_; }
-  T& operator[](std::size_t i) noexcept { return p_[i]; }
-  const T& operator[](std::size_t i) const noexcept { return p_[i]; }
-  T* begin() noexcept { return p_; }
-  T* end() noexcept { return p_ + n_; }
-  const T* begin() const noexcept { return p_; }
-  const T* end() const noexcept { return p_ + n_; }
-
- private:
-  T* p_ = nullptr;
-  std::size_t n_ = 0;
-};
-
-}  // namespace anvil::detail
-// ---- end <anvil/core/detail/huge_pages.hpp> ----
-
-namespace anvil {
-
-/// Where a replay buffer keeps its tensors: with the networks (no copy per sample; the
-/// default) or in host memory (for buffers larger than the GPU's memory).
-enum class Storage { compute, cpu };
-constexpr auto enum_names(Storage) { return std::array<std::string_view, 2>{"compute", "cpu"}; }
-
-/// How a replay buffer stores observations: full float32, or 16-bit floats to halve the
-/// memory of observation-heavy buffers (batches always come out as float32).
-enum class ObsDtype { float32, bfloat16, float16 };
-constexpr auto enum_names(ObsDtype) {
-  return std::array<std::string_view, 3>{"float32", "bfloat16", "float16"};
+/// The port a TCP store listens on or talks to (the one the system chose when asked for 0).
+inline std::uint16_t store_port(const c10::intrusive_ptr<Store>& store) {
+  return static_cast<const c10d::TCPStore&>(*store).getPort();
 }
 
-namespace detail {
-
-/// Replay storage in two preallocated rings.
-///
-/// Transitions: `capacity` rows of [action | reward | terminated (| discount)] floats,
-/// plus, for each, the slots of its obs and next_obs in the observation ring. Transition
-/// number k (counting every transition ever added, from 0) is its id; it lives in row
-/// k % capacity until `capacity` more are added after it.
-///
-/// Observations are stored once. When env i's observation at this step is bitwise the one
-/// its previous step led to (always, within an episode), the transition reuses that row,
-/// so an episode of L steps costs L + 1 observations instead of 2L: about half the memory
-/// of observation-heavy buffers. The observation ring has capacity * 5/4 + 256 rows, which
-/// covers episodes of 4 steps or more. With shorter episodes, or transitions whose
-/// observations do not chain, a transition whose observation is overwritten leaves
-/// early; `size()` counts what is stored and `dropped()` what left early.
-///
-/// n-step returns (`n_step` > 1) are formed before storing by an `NStepWindow` per env.
-/// Rows live with the networks (`device`); on the CPU a batch comes out as contiguous
-/// float32 tensors gathered with prefetching; on a GPU by `index_select`, so transitions
-/// never cross to the host. Discrete actions are stored as floats (exact below 2^24).
-class TransitionStore {
- public:
-  /// The observation rows of a transition's obs and next_obs; -1 when the row holds none.
-  struct Link {
-    std::int32_t obs = -1, next = -1;
-  };
-
-  TransitionStore(const envs::EnvSpec& spec, std::int64_t capacity, c10::Device device, std::string owner,
-                  int n_step = 1, ObsDtype obs_dtype = ObsDtype::float32)
-      : capacity_(capacity),
-        obs_capacity_(capacity + (capacity + 3) / 4 + 256),
-        device_(device),
-        owner_(std::move(owner)),
-        od_(spec.obs_dim()),
-        ad_(spec.action_dim()),
-        discrete_(spec.discrete()),
-        with_discount_(n_step > 1),
-        obs_dtype_(obs_dtype),
-        width_(ad_ + 2 + (n_step > 1 ? 1 : 0)),
-        window_(n_step, 0.99) {
-    if (obs_capacity_ > INT32_MAX)
-      throw Error(owner_ + ": buffer.capacity=" + std::to_string(capacity) +
-                  " is above the largest supported (1,700,000,000 transitions)");
-    const auto f = at::TensorOptions().dtype(at::kFloat).device(device_);
-    data_ = at::empty({capacity_, width_}, f);
-    obs_ = at::empty({obs_capacity_, od_}, f.dtype(obs_dtype_ == ObsDtype::float32    ? at::kFloat
-                                                   : obs_dtype_ == ObsDtype::bfloat16 ? at::kBFloat16
-                                                                                      : at::kHalf));
-    if (device_.is_cpu()) {  // read at random: huge pages spare most TLB misses
-      advise_huge_pages(data_.data_ptr(), static_cast<std::size_t>(data_.nbytes()));
-      advise_huge_pages(obs_.data_ptr(), static_cast<std::size_t>(obs_.nbytes()));
-    }
-    link_ = HugeArray<Link>(static_cast<std::size_t>(capacity_), Link{});
-    owner_of_ = HugeArray<std::int32_t>(static_cast<std::size_t>(obs_capacity_), -1);
-  }
-
-  /// Stores one step of N envs (row i = env i; the ring wraps as needed), or with n-step
-  /// returns the transitions it completes. Returns the id of the first stored transition
-  /// and how many were stored; `killed()` then lists the rows of older transitions that
-  /// left early because their observations were overwritten.
-  std::pair<std::int64_t, std::int64_t> add(const StepBatch& s) {
-    const std::int64_t n = s.obs.size(0);
-    if (n > capacity_)
-      throw Error(owner_ + ": adding " + std::to_string(n) +
-                  " transitions at once exceeds buffer.capacity=" + std::to_string(capacity_));
-    if (2 * n > obs_capacity_)
-      throw Error(owner_ + ": adding " + std::to_string(n) + " transitions at once needs up to " +
-                  std::to_string(2 * n) + " observation rows; this buffer has " + std::to_string(obs_capacity_) +
-                  " (buffer.capacity=" + std::to_string(capacity_) + ")");
-    const auto obs = host(s.obs, n, od_, "obs"), next = host(s.next_obs, n, od_, "next_obs");
-    const auto act = host(s.action, n, ad_, "action"), rew = host(s.reward, n, 1, "reward");
-    const auto term = host(s.terminated, n, 1, "terminated");
-    const auto trunc = s.truncated.defined() ? host(s.truncated, n, 1, "truncated") : at::zeros({n});
-    const float *o = obs.data_ptr<float>(), *no = next.data_ptr<float>(), *a = act.data_ptr<float>();
-    const float *r = rew.data_ptr<float>(), *t = term.data_ptr<float>(), *tr = trunc.data_ptr<float>();
-
-    killed_.clear();
-    const std::int64_t first_obs = obs_added_, first_row = added_;  // this add's ids are consecutive
-    obs_stage_.clear();
-    row_stage_.clear();
-    if (open_.size() != static_cast<std::size_t>(n)) {
-      open_.assign(static_cast<std::size_t>(n), -1);
-      open_obs_.assign(static_cast<std::size_t>(n * od_), 0.f);
-      window_.resize(static_cast<std::size_t>(n));
-    }
-    for (std::int64_t i = 0; i < n; ++i) {
-      const auto e = static_cast<std::size_t>(i);
-      const float* oi = o + i * od_;
-      float* open = open_obs_.data() + i * od_;
-      std::int64_t oid = open_[e];
-      if (!obs_live(oid) ||
-          std::memcmp(oi, open, static_cast<std::size_t>(od_) * sizeof(float)) != 0)
-        oid = append_obs(oi);
-      const std::int64_t nid = append_obs(no + i * od_);
-      open_[e] = nid;
-      std::copy(no + i * od_, no + (i + 1) * od_, open);
-      if (window_.n() == 1) {
-        put(oid, nid, a + i * ad_, r[i], t[i], 1.0);
-      } else {
-        window_.push(e, {oid, nid, std::vector<float>(a + i * ad_, a + (i + 1) * ad_), r[i], t[i] > 0.5f},
-                     t[i] > 0.5f || tr[i] > 0.5f, done_);
-        for (const auto& d : done_) {
-          if (obs_live(d.obs)) {
-            put(d.obs, d.next, d.action.data(), static_cast<float>(d.reward), d.terminated ? 1.f : 0.f, d.discount);
-          } else {
-            ++dropped_;  // its first observation was overwritten while the window filled
-          }
-        }
-        done_.clear();
-      }
-    }
-    flush(first_obs, first_row);
-    return {first_row, added_ - first_row};
-  }
-
-  /// The transitions in rows `slots` (each must be `valid`) as a batch of contiguous
-  /// tensors on the storage device, with their ids in `index`.
-  ReplayBatch gather(std::span<const std::int64_t> slots) const {
-    const auto n = static_cast<std::int64_t>(slots.size());
-    ReplayBatch b;
-    if (device_.is_cpu()) {
-      const auto f = data_.options();
-      b.obs = at::empty({n, od_}, f);
-      b.next_obs = at::empty({n, od_}, f);
-      at::Tensor action = at::empty({n, ad_}, f);
-      b.reward = at::empty({n}, f);
-      b.terminated = at::empty({n}, f);
-      if (with_discount_) b.discount = at::empty({n}, f);
-      const float* src = data_.data_ptr<float>();
-      float *o = b.obs.data_ptr<float>(), *no = b.next_obs.data_ptr<float>(), *a = action.data_ptr<float>();
-      float *r = b.reward.data_ptr<float>(), *t = b.terminated.data_ptr<float>();
-      float* d = with_discount_ ? b.discount.data_ptr<float>() : nullptr;
-      // Rows of random transitions miss every cache, so they are fetched ahead in two
-      // stages: a transition's link and action row 2 * kAhead samples ahead, its two
-      // observation rows (whose places the link gives) kAhead samples ahead.
-      constexpr std::int64_t kAhead = 8;
-      const Link* link = link_.data();
-      auto run = [&](const auto* obs_src) {
-        auto slot = [&](std::int64_t i) { return slots[static_cast<std::size_t>(i)]; };
-        auto first = [&](std::int64_t i) {
-          __builtin_prefetch(link + slot(i));
-          __builtin_prefetch(src + slot(i) * width_);
-        };
-        auto second = [&](std::int64_t i) {
-          const Link l = link[slot(i)];
-          for (const auto* row : {obs_src + l.obs * od_, obs_src + l.next * od_}) {
-            __builtin_prefetch(row);
-            __builtin_prefetch(row + od_ - 1);
-          }
-        };
-        for (std::int64_t i = 0; i < std::min(2 * kAhead, n); ++i) first(i);
-        for (std::int64_t i = 0; i < std::min(kAhead, n); ++i) second(i);
-        for (std::int64_t i = 0; i < n; ++i) {
-          if (i + 2 * kAhead < n) first(i + 2 * kAhead);
-          if (i + kAhead < n) second(i + kAhead);
-          const auto s = slot(i);
-          const auto* ro = obs_src + link[s].obs * od_;
-          const auto* rn = obs_src + link[s].next * od_;
-          for (std::int64_t j = 0; j < od_; ++j) {
-            o[i * od_ + j] = static_cast<float>(ro[j]);
-            no[i * od_ + j] = static_cast<float>(rn[j]);
-          }
-          const float* row = src + s * width_;
-          std::copy(row, row + ad_, a + i * ad_);
-          r[i] = row[ad_];
-          t[i] = row[ad_ + 1];
-          if (d) d[i] = row[ad_ + 2];
-        }
-      };
-      switch (obs_dtype_) {
-        case ObsDtype::float32: run(obs_.data_ptr<float>()); break;
-        case ObsDtype::bfloat16: run(obs_.data_ptr<c10::BFloat16>()); break;
-        case ObsDtype::float16: run(obs_.data_ptr<c10::Half>()); break;
-      }
-      b.action = discrete_ ? action.view({n}).to(at::kLong) : action;
-    } else {
-      return gather_indexed(slots);
-    }
-    b.index = ids(slots);
-    return b;
-  }
-
-  /// `gather` by tensor indexing on the storage device: how a batch is drawn from storage
-  /// on a GPU, where the rows never cross to the host (one host-to-device copy of 3n
-  /// indices). On the CPU, the same batch as `gather`, as columns of the gathered rows.
-  ReplayBatch gather_indexed(std::span<const std::int64_t> slots) const {
-    const auto n = static_cast<std::int64_t>(slots.size());
-    ReplayBatch b;
-    {
-      auto idx = at::empty({3 * n}, at::TensorOptions().dtype(at::kLong));
-      auto* ip = idx.data_ptr<std::int64_t>();
-      for (std::int64_t i = 0; i < n; ++i) {
-        const auto s = static_cast<std::size_t>(slots[static_cast<std::size_t>(i)]);
-        ip[i] = slots[static_cast<std::size_t>(i)];
-        ip[n + i] = link_[s].obs;
-        ip[2 * n + i] = link_[s].next;
-      }
-      const auto di = idx.to(device_, /*non_blocking=*/true);
-      const auto rows = data_.index_select(0, di.narrow(0, 0, n));
-      const auto both = obs_.index_select(0, di.narrow(0, n, 2 * n)).to(at::kFloat);
-      b.obs = both.narrow(0, 0, n);
-      b.next_obs = both.narrow(0, n, n);
-      b.action = discrete_ ? rows.select(1, 0).to(at::kLong) : rows.narrow(1, 0, ad_);
-      b.reward = rows.select(1, ad_);
-      b.terminated = rows.select(1, ad_ + 1);
-      if (with_discount_) b.discount = rows.select(1, ad_ + 2);
-    }
-    b.index = ids(slots);
-    return b;
-  }
-
-  /// Writes the stored rows, links, counters and n-step windows.
-  void save(BinaryWriter& w) const {
-    w.value(capacity_);
-    w.value(obs_capacity_);
-    w.value(width_);
-    w.value(od_);
-    w.value(ad_);
-    w.value<std::uint8_t>(static_cast<std::uint8_t>(obs_dtype_));
-    w.value(added_);
-    w.value(obs_added_);
-    w.value(live_);
-    w.value(dropped_);
-    const auto rows = data_.narrow(0, 0, stored()).to(at::kCPU).contiguous();
-    w.bytes(rows.data_ptr<float>(), static_cast<std::size_t>(rows.numel()) * sizeof(float));
-    const auto obs = obs_.narrow(0, 0, obs_stored()).to(at::kCPU).contiguous();
-    w.bytes(obs.data_ptr(), static_cast<std::size_t>(obs.numel() * obs.element_size()));
-    w.bytes(link_.data(), static_cast<std::size_t>(stored()) * sizeof(Link));
-    w.bytes(owner_of_.data(), static_cast<std::size_t>(obs_stored()) * sizeof(std::int32_t));
-    w.value<std::uint64_t>(open_.size());
-    w.bytes(open_.data(), open_.size() * sizeof(std::int64_t));
-    w.bytes(open_obs_.data(), open_obs_.size() * sizeof(float));
-    window_.save(w);
-  }
-  /// What `save` wrote, read and checked against this store's shape, not yet applied.
-  struct Saved {
-    at::Tensor rows, obs;
-    std::int64_t added = 0, obs_added = 0, live = 0, dropped = 0;
-    std::vector<Link> links;
-    std::vector<std::int32_t> owner_of;
-    std::vector<std::int64_t> open;
-    std::vector<float> open_obs;
-    NStepWindow::Saved window;
-  };
-  Saved read(BinaryReader& r) const {
-    r.expect(capacity_, "buffer.capacity");
-    r.expect(obs_capacity_, "observation ring size");
-    r.expect(width_, "row width");
-    r.expect(od_, "observation size");
-    r.expect(ad_, "action size");
-    r.expect<std::uint8_t>(static_cast<std::uint8_t>(obs_dtype_), "buffer.obs_dtype (0 float32, 1 bfloat16, 2 float16)");
-    Saved s;
-    s.added = r.value<std::int64_t>("transitions added");
-    s.obs_added = r.value<std::int64_t>("observations added");
-    s.live = r.value<std::int64_t>("transitions stored");
-    s.dropped = r.value<std::int64_t>("transitions dropped");
-    if (s.added < 0 || s.obs_added < 0 || s.live < 0 || s.dropped < 0)
-      r.fail("transition counters", "are negative");
-    const std::int64_t n = std::min(s.added, capacity_), m = std::min(s.obs_added, obs_capacity_);
-    s.rows = at::empty({n, width_}, at::kFloat);
-    r.bytes(s.rows.data_ptr<float>(), static_cast<std::size_t>(n * width_) * sizeof(float), "transitions");
-    s.obs = at::empty({m, od_}, obs_.options().device(at::kCPU));
-    r.bytes(s.obs.data_ptr(), static_cast<std::size_t>(m * od_ * s.obs.element_size()), "observations");
-    auto ints = [&](std::vector<std::int32_t>& v, std::int64_t k, const char* what) {
-      v.resize(static_cast<std::size_t>(k));
-      r.bytes(v.data(), v.size() * sizeof(std::int32_t), what);
-    };
-    s.links.resize(static_cast<std::size_t>(n));
-    r.bytes(s.links.data(), s.links.size() * sizeof(Link), "observation links");
-    ints(s.owner_of, m, "observation owners");
-    std::int64_t live = 0;
-    for (const auto& l : s.links) {
-      const auto a = l.obs, b = l.next;
-      if (a < -1 || a >= m || b < -1 || b >= m || (a >= 0) != (b >= 0))
-        r.fail("observation links", "point outside the stored observations");
-      live += a >= 0;
-    }
-    if (live != s.live) r.fail("transitions stored", "does not match the observation links");
-    for (auto t : s.owner_of)
-      if (t < -1 || t >= n) r.fail("observation owners", "point outside the stored transitions");
-    const auto envs = r.value<std::uint64_t>("env count");
-    if (envs > (1u << 20)) r.fail("env count", "is implausibly large");
-    s.open.resize(envs);
-    r.bytes(s.open.data(), s.open.size() * sizeof(std::int64_t), "current observation ids");
-    s.open_obs.resize(envs * static_cast<std::size_t>(od_));
-    r.bytes(s.open_obs.data(), s.open_obs.size() * sizeof(float), "current observations");
-    s.window = window_.read(r);
-    return s;
-  }
-  void restore(Saved&& s) {
-    data_.narrow(0, 0, s.rows.size(0)).copy_(s.rows);
-    obs_.narrow(0, 0, s.obs.size(0)).copy_(s.obs);
-    std::fill(link_.begin(), link_.end(), Link{});
-    std::fill(owner_of_.begin(), owner_of_.end(), -1);
-    std::copy(s.links.begin(), s.links.end(), link_.begin());
-    std::copy(s.owner_of.begin(), s.owner_of.end(), owner_of_.begin());
-    added_ = s.added;
-    obs_added_ = s.obs_added;
-    live_ = s.live;
-    dropped_ = s.dropped;
-    open_ = std::move(s.open);
-    open_obs_ = std::move(s.open_obs);
-    window_.restore(std::move(s.window));
-    window_.resize(open_.size());
-  }
-
-  /// The id of the transition now in `slot` (slot < stored()).
-  [[nodiscard]] std::int64_t id_of(std::int64_t slot) const noexcept {
-    const std::int64_t newest_slot = (added_ - 1) % capacity_;
-    const std::int64_t base = added_ - 1 - newest_slot;  // id stored in slot 0 of this lap
-    return slot <= newest_slot ? base + slot : base - capacity_ + slot;
-  }
-  /// Whether transition `id` is still stored.
-  [[nodiscard]] bool live(std::int64_t id) const noexcept {
-    return id >= 0 && id < added_ && id + capacity_ >= added_ && valid(slot_of(id));
-  }
-  /// Whether row `slot` holds a stored transition.
-  [[nodiscard]] bool valid(std::int64_t slot) const noexcept { return link_[static_cast<std::size_t>(slot)].obs >= 0; }
-  [[nodiscard]] std::int64_t slot_of(std::int64_t id) const noexcept { return id % capacity_; }
-  /// Rows of the transition ring written so far: samples are drawn from [0, stored()).
-  [[nodiscard]] std::int64_t stored() const noexcept { return std::min(added_, capacity_); }
-  /// Rows of older transitions that the last `add` dropped (see the class comment).
-  [[nodiscard]] std::span<const std::int64_t> killed() const noexcept { return killed_; }
-
-  /// Transitions stored now.
-  [[nodiscard]] std::int64_t size() const noexcept { return live_; }
-  [[nodiscard]] std::int64_t capacity() const noexcept { return capacity_; }
-  [[nodiscard]] std::int64_t obs_capacity() const noexcept { return obs_capacity_; }
-  [[nodiscard]] std::int64_t added() const noexcept { return added_; }
-  /// Transitions that left before `capacity` newer ones arrived (see the class comment).
-  [[nodiscard]] std::int64_t dropped() const noexcept { return dropped_; }
-  [[nodiscard]] const c10::Device& device() const noexcept { return device_; }
-  [[nodiscard]] const std::string& owner() const noexcept { return owner_; }
-  void set_gamma(double gamma) noexcept { window_.set_gamma(gamma); }
-  /// Bytes of preallocated storage.
-  [[nodiscard]] std::int64_t bytes() const noexcept {
-    return data_.numel() * static_cast<std::int64_t>(data_.element_size()) +
-           obs_.numel() * static_cast<std::int64_t>(obs_.element_size()) +
-           static_cast<std::int64_t>(link_.size() * sizeof(Link) + owner_of_.size() * sizeof(std::int32_t));
-  }
-
- private:
-  // `t` on the host as contiguous float32 [n, w], or a clear error naming the field.
-  at::Tensor host(const at::Tensor& t, std::int64_t n, std::int64_t w, const char* field) const {
-    if (!t.defined() || t.numel() != n * w)
-      throw Error(owner_ + ": StepBatch." + field + " has " + (t.defined() ? std::to_string(t.numel()) : "no") +
-                  " values; expected " + std::to_string(n) + " envs x " + std::to_string(w));
-    return t.to(at::kCPU).to(at::kFloat).contiguous().view({n, w});
-  }
-  // The ids of the transitions in rows `slots`, as a host int64 tensor.
-  at::Tensor ids(std::span<const std::int64_t> slots) const {
-    auto t = at::empty({static_cast<std::int64_t>(slots.size())}, at::TensorOptions().dtype(at::kLong));
-    auto* id = t.data_ptr<std::int64_t>();
-    for (std::size_t i = 0; i < slots.size(); ++i) id[i] = id_of(slots[i]);
-    return t;
-  }
-  [[nodiscard]] std::int64_t obs_stored() const noexcept { return std::min(obs_added_, obs_capacity_); }
-  [[nodiscard]] bool obs_live(std::int64_t id) const noexcept { return id >= 0 && id + obs_capacity_ >= obs_added_; }
-
-  // Appends one observation; a stored transition that still uses the row it overwrites
-  // is dropped.
-  std::int64_t append_obs(const float* o) {
-    const std::int64_t id = obs_added_++;
-    const auto slot = static_cast<std::int32_t>(id % obs_capacity_);
-    const std::int32_t t = owner_of_[static_cast<std::size_t>(slot)];
-    if (t >= 0 && link_[static_cast<std::size_t>(t)].obs == slot) {
-      link_[static_cast<std::size_t>(t)] = Link{};
-      --live_;
-      ++dropped_;
-      killed_.push_back(t);
-    }
-    owner_of_[static_cast<std::size_t>(slot)] = -1;
-    obs_stage_.insert(obs_stage_.end(), o, o + od_);
-    return id;
-  }
-
-  // Stores one transition from observation `oid` to `nid`.
-  void put(std::int64_t oid, std::int64_t nid, const float* action, float reward, float terminated, double discount) {
-    const auto slot = static_cast<std::size_t>(added_ % capacity_);
-    if (link_[slot].obs >= 0) --live_;
-    link_[slot] = Link{static_cast<std::int32_t>(oid % obs_capacity_), static_cast<std::int32_t>(nid % obs_capacity_)};
-    owner_of_[static_cast<std::size_t>(link_[slot].obs)] = static_cast<std::int32_t>(slot);
-    row_stage_.insert(row_stage_.end(), action, action + ad_);
-    row_stage_.push_back(reward);
-    row_stage_.push_back(terminated);
-    if (with_discount_) row_stage_.push_back(static_cast<float>(discount));
-    ++live_;
-    ++added_;
-  }
-
-  // Copies the rows staged by this add into the rings (at most two pieces each: the ids
-  // of one add are consecutive).
-  void flush(std::int64_t first_obs, std::int64_t first_row) {
-    auto copy_in = [](at::Tensor& ring, std::int64_t first, std::vector<float>& stage, std::int64_t w) {
-      const auto k = static_cast<std::int64_t>(stage.size()) / w;
-      const std::int64_t cap = ring.size(0);
-      if (k == 0) return;
-      // Only the last `cap` rows survive when more than `cap` were staged.
-      const std::int64_t skip = std::max<std::int64_t>(0, k - cap);
-      const auto src = at::from_blob(stage.data() + skip * w, {k - skip, w}, at::kFloat);
-      std::int64_t done = 0;
-      while (done < k - skip) {
-        const std::int64_t slot = (first + skip + done) % cap;
-        const std::int64_t len = std::min(k - skip - done, cap - slot);
-        ring.narrow(0, slot, len).copy_(src.narrow(0, done, len));
-        done += len;
-      }
-    };
-    copy_in(obs_, first_obs, obs_stage_, od_);
-    copy_in(data_, first_row, row_stage_, width_);
-  }
-
-  std::int64_t capacity_, obs_capacity_;
-  c10::Device device_;
-  std::string owner_;
-  std::int64_t od_, ad_;
-  bool discrete_, with_discount_;
-  ObsDtype obs_dtype_;
-  std::int64_t width_;             // columns of data_
-  at::Tensor data_;                // [capacity, width]: action, reward, terminated (, discount)
-  at::Tensor obs_;                 // [obs_capacity, obs_dim] in the storage dtype
-  HugeArray<Link> link_;           // per transition row
-  HugeArray<std::int32_t> owner_of_;  // per observation row: the transition row using it as obs
-  std::int64_t added_ = 0, obs_added_ = 0, live_ = 0, dropped_ = 0;
-  std::vector<std::int64_t> open_;  // per env: id of the observation its last step led to
-  std::vector<float> open_obs_;     // ... and that observation, to recognise it
-  NStepWindow window_;
-  std::vector<NStepWindow::Done> done_;
-  std::vector<std::int64_t> killed_;
-  std::vector<float> obs_stage_, row_stage_;
-};
-
-}  // namespace detail
-}  // namespace anvil
-// ---- end <anvil/buffers/detail/transition_store.hpp> ----
-
-namespace anvil::detail {
-
-// Config fields every replay buffer has (each buffer's Config lists them by these names).
-using CapacityParam = Param<std::int64_t, "capacity", "transitions kept; the oldest are overwritten", at_least(1)>;
-using StorageParam = Param<Storage, "storage", "compute: tensors on the training device; cpu: in host memory">;
-using ObsDtypeParam = Param<ObsDtype, "obs_dtype",
-                            "observation storage: float32, or bfloat16/float16 for half the memory">;
-using NStepParam = Param<int, "n_step",
-                         "store n-step returns: rewards summed over up to n steps, discounted by the "
-                         "algorithm's gamma (1: one-step transitions)",
-                         in_range(1, 1000)>;
-
-class ReplayCore {
- public:
-  ReplayCore(const envs::EnvSpec& spec, std::int64_t capacity, Storage storage, ObsDtype obs_dtype,
-             int n_step, const RunContext& ctx, std::string owner)
-      : store_(spec, capacity, storage == Storage::cpu ? c10::Device(c10::kCPU) : ctx.device, std::move(owner),
-               n_step, obs_dtype) {}
-
-  /// Stores what one step of N envs completes (the step itself for 1-step transitions).
-  /// Returns the id of the first stored transition and how many were stored.
-  std::pair<std::int64_t, std::int64_t> add(const StepBatch& step) { return store_.add(step); }
-
-  /// Throws unless 1 <= n <= size().
-  void check_batch(std::int64_t n) const {
-    if (n < 1 || n > size())
-      throw Error(store_.owner() + ": sample(" + std::to_string(n) + ") from a buffer holding " +
-                  std::to_string(size()) + " transitions; the batch size must be between 1 and the size");
-  }
-
-  void save(BinaryWriter& w) const { store_.save(w); }
-  using Saved = TransitionStore::Saved;
-  Saved read(BinaryReader& r) const { return store_.read(r); }
-  void restore(Saved&& s) { store_.restore(std::move(s)); }
-
-  [[nodiscard]] ReplayBatch gather(std::span<const std::int64_t> slots) const { return store_.gather(slots); }
-  [[nodiscard]] bool live(std::int64_t id) const noexcept { return store_.live(id); }
-  [[nodiscard]] bool valid(std::int64_t slot) const noexcept { return store_.valid(slot); }
-  [[nodiscard]] std::int64_t slot_of(std::int64_t id) const noexcept { return store_.slot_of(id); }
-  [[nodiscard]] std::int64_t stored() const noexcept { return store_.stored(); }
-  [[nodiscard]] std::span<const std::int64_t> killed() const noexcept { return store_.killed(); }
-  void set_discount(double gamma) noexcept { store_.set_gamma(gamma); }
-
-  [[nodiscard]] std::int64_t size() const noexcept { return store_.size(); }
-  [[nodiscard]] std::int64_t capacity() const noexcept { return store_.capacity(); }
-  [[nodiscard]] std::int64_t added() const noexcept { return store_.added(); }
-  [[nodiscard]] std::int64_t dropped() const noexcept { return store_.dropped(); }
-  [[nodiscard]] std::int64_t bytes() const noexcept { return store_.bytes(); }
-  [[nodiscard]] const c10::Device& device() const noexcept { return store_.device(); }
-
- private:
-  TransitionStore store_;
-};
-
-}  // namespace anvil::detail
-// ---- end <anvil/buffers/detail/replay_core.hpp> ----
-// ---- begin <anvil/buffers/sum_tree.hpp> ----
-/// @file
-/// `PriorityTree`: the sum tree and min tree behind prioritized replay, built for batches.
-///
-/// A binary sum tree over a million leaves costs about 20 dependent cache misses per
-/// sample. Here every node has 8 children that fill one 64-byte cache line (doubles), so a
-/// descent is 7 levels deep and the top levels stay in cache; and a batch descends level
-/// by level, all of its samples at once, prefetching each next line, so the misses of one
-/// batch overlap instead of queueing. Sums are recomputed from the 8 children after each
-/// change, never adjusted by differences, so they do not drift over millions of updates.
-///
-/// With the misses overlapped, what is left is arithmetic on lines: a prefix sum of 8
-/// children per sample and level in `find`, a sum and a minimum of 8 children per touched
-/// node in `set`. On x86-64 CPUs with AVX-512 one line is one register, and these run as a
-/// few shuffles and masked adds instead of some 40 scalar instructions. The project builds
-/// for baseline x86-64, so the AVX-512 kernels carry their own target attribute and are
-/// chosen once at run time (`__builtin_cpu_supports`); elsewhere portable scalar kernels
-/// run. Both do the same floating-point operations in the same order (the order of the
-/// vector shuffles, written out in `sum8` and `prefix8`), so they pick the same leaves and
-/// store the same sums, bit for bit; the tests hold them to that. The rest is bookkeeping
-/// kept small: ascending masses pass the top levels by counting, against running prefix
-/// sums, how many nodes each has passed (compares only, 8 at a time, in 4 interleaved runs
-/// so that the walks overlap); `set` drops repeated parents as they come (sorted children
-/// give sorted parents) and sweeps whole levels once a level has no more nodes than the
-/// batch touched. Light header.
-
-#include <algorithm>
-#include <cmath>
-#include <cstddef>
-#include <cstdint>
-#include <cstdlib>
-#include <limits>
-#include <memory>
-#include <new>
-#include <span>
-#include <vector>
-
-
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#define ANVIL_SUM_TREE_X86 1
-#include <immintrin.h>
-#endif
-
-namespace anvil::detail {
-
-/// The per-line arithmetic of `PriorityTree`, one set of kernels per instruction set.
-namespace sum_tree {
-
-inline constexpr std::int64_t kFanout = 8;
-inline constexpr double kInf = std::numeric_limits<double>::infinity();
-
-/// The sum of one line, pairwise: the order in which the vector kernels add (halves of
-/// halves). The prefix sums of `prefix8` end in this same value, so the sum a parent stores
-/// and the last prefix its children give in `find` agree exactly.
-inline double sum8(const double* x) noexcept {
-  return ((x[0] + x[1]) + (x[2] + x[3])) + ((x[4] + x[5]) + (x[6] + x[7]));
+/// A TCP store: rank 0 (`is_server`) listens on `port`, the others connect to `host:port`.
+inline c10::intrusive_ptr<Store> make_tcp_store(const std::string& host, std::uint16_t port,
+                                                int world_size, bool is_server,
+                                                std::chrono::milliseconds timeout) {
+  c10d::TCPStoreOptions opts;
+  opts.port = port;
+  opts.isServer = is_server;
+  opts.numWorkers = world_size;
+  opts.waitWorkers = false;
+  opts.timeout = timeout;
+  return c10::make_intrusive<c10d::TCPStore>(host, opts);
 }
 
-/// Inclusive prefix sums of one line in three rounds of additions (pairs, then pairs of
-/// pairs, then halves), the order of the vector kernel's three masked adds.
-inline void prefix8(const double* x, double* p) noexcept {
-  const double s01 = x[0] + x[1], s23 = x[2] + x[3], s45 = x[4] + x[5], s67 = x[6] + x[7];
-  p[0] = x[0];
-  p[1] = s01;
-  p[2] = x[2] + s01;
-  p[3] = s23 + s01;
-  const double s456 = x[6] + s45, s4567 = s67 + s45;
-  p[4] = x[4] + p[3];
-  p[5] = s45 + p[3];
-  p[6] = s456 + p[3];
-  p[7] = s4567 + p[3];
+/// A store backed by a file all ranks can see (single machine or shared file system).
+inline c10::intrusive_ptr<Store> make_file_store(const std::string& path, int world_size) {
+  return c10::make_intrusive<c10d::FileStore>(path, world_size);
 }
 
-/// One level of descents: sample k sits at node `node[k]` of the level above `s` with
-/// `rest[k]` of mass left; it moves to the child whose prefix interval holds the rest.
-/// `next` (the level below `s`, or null) gets the chosen lines prefetched.
-using DescendFn = void (*)(const double* s, const double* next, std::size_t n, double* rest,
-                           std::int64_t* node);
-/// Recomputes the parents of the sorted nodes `list[0, n)` of the level below (sums from
-/// `s`, minimums from `m`, or from the positive values of `s` at the leaves, where `m` is
-/// null) into `s_up` and `m_up`; leaves the distinct parents, sorted, in `list` and returns
-/// how many.
-using RecomputeListFn = std::size_t (*)(const double* s, const double* m, std::int64_t* list,
-                                        std::size_t n, double* s_up, double* m_up);
-/// Recomputes every node in [0, nodes) of a level (see `RecomputeListFn`).
-using RecomputeAllFn = void (*)(const double* s, const double* m, std::int64_t nodes,
-                                double* s_up, double* m_up);
-/// Running prefix sums over the `lines` lines of `s` into `p`: line i's `prefix8` plus the
-/// sum of the lines before it (which is the previous line's last prefix).
-using LevelPrefixFn = void (*)(const double* s, std::int64_t lines, double* p);
-
-/// For each of the ascending `mass[0, n)`, how many of the ascending `before[0, last)` it has
-/// reached (is >= to), into `count`. `before` holds at least 16 entries of +inf from `last`
-/// on. Counting compares and never adds, so every kernel gives the same counts.
-using MergeFn = void (*)(const double* before, std::int64_t last, const double* mass, std::size_t n,
-                         std::int64_t* count);
-
-struct Kernels {
-  DescendFn descend;
-  RecomputeListFn recompute_list[2];  ///< [0]: above the leaves, [1]: leaves (min of positive values)
-  RecomputeAllFn recompute_all[2];
-  LevelPrefixFn level_prefix;
-  MergeFn merge;
-};
-
-// ---- portable scalar kernels -------------------------------------------------------------
-
-inline void descend_scalar(const double* s, const double* next, std::size_t n, double* rest,
-                           std::int64_t* node) {
-  for (std::size_t k = 0; k < n; ++k) {
-    // Branch-free: the child is the number of prefix sums r has reached (empty children
-    // have the same prefix as the one before them, so they are passed over). Without
-    // branches to mispredict, the CPU overlaps the descents of many samples.
-    const double* child = s + node[k] * kFanout;
-    const double r = rest[k];
-    double p[kFanout];
-    prefix8(child, p);
-    std::int64_t c = 0;
-    for (std::int64_t j = 0; j < kFanout - 1; ++j) c += r >= p[j];
-    // round-off can leave r past the last non-empty child: step back to it (rare)
-    while (c > 0 && child[c] <= 0.0) --c;
-    const double d = r - (c > 0 ? p[c - 1] : 0.0);
-    rest[k] = d > 0.0 ? d : 0.0;  // (not std::max: +0 for -0, as the vector kernel's maxsd)
-    node[k] = node[k] * kFanout + c;
-    if (next != nullptr) __builtin_prefetch(next + node[k] * kFanout);
-  }
-}
-
-template <bool kLeaves>
-inline void node_scalar(const double* s, const double* m, std::int64_t p, double* s_up, double* m_up) {
-  const double* x = s + p * kFanout;
-  double lo = kInf;
-  for (std::int64_t c = 0; c < kFanout; ++c) {
-    // at the leaves, empty (zero) ones do not count towards the minimum
-    if constexpr (kLeaves) lo = std::min(lo, x[c] > 0.0 ? x[c] : kInf);
-    else lo = std::min(lo, m[p * kFanout + c]);
-  }
-  s_up[p] = sum8(x);
-  m_up[p] = lo;
-}
-
-template <bool kLeaves>
-inline std::size_t recompute_list_scalar(const double* s, const double* m, std::int64_t* list,
-                                         std::size_t n, double* s_up, double* m_up) {
-  std::size_t out = 0;
-  std::int64_t last = -1;
-  for (std::size_t i = 0; i < n; ++i) {
-    const std::int64_t p = list[i] >> 3;  // indices are >= 0
-    if (p == last) continue;
-    node_scalar<kLeaves>(s, m, p, s_up, m_up);
-    list[out++] = last = p;
-  }
-  return out;
-}
-
-template <bool kLeaves>
-inline void recompute_all_scalar(const double* s, const double* m, std::int64_t nodes, double* s_up,
-                                 double* m_up) {
-  for (std::int64_t p = 0; p < nodes; ++p) node_scalar<kLeaves>(s, m, p, s_up, m_up);
-}
-
-inline void level_prefix_scalar(const double* s, std::int64_t lines, double* p) {
-  double carry = 0;
-  for (std::int64_t i = 0; i < lines; ++i) {
-    double q[kFanout];
-    prefix8(s + i * kFanout, q);
-    for (std::int64_t j = 0; j < kFanout; ++j) p[i * kFanout + j] = carry + q[j];
-    carry = p[i * kFanout + kFanout - 1];
-  }
-}
-
-inline void merge_scalar(const double* before, std::int64_t last, const double* mass, std::size_t n,
-                         std::int64_t* count) {
-  std::int64_t j = 0;
-  for (std::size_t k = 0; k < n; ++k) {
-    while (j < last && before[j] <= mass[k]) ++j;
-    count[k] = j;
-  }
-}
-
-inline constexpr Kernels kScalar{&descend_scalar,
-                                 {&recompute_list_scalar<false>, &recompute_list_scalar<true>},
-                                 {&recompute_all_scalar<false>, &recompute_all_scalar<true>},
-                                 &level_prefix_scalar, &merge_scalar};
-
-// ---- AVX-512 kernels ----------------------------------------------------------------------
-
-#if defined(ANVIL_SUM_TREE_X86)
-#define ANVIL_SUM_TREE_AVX512 __attribute__((target("avx512f,popcnt")))
-// GCC 12 flags the undefined pass-through operand inside its own AVX-512 intrinsics
-// (GCC bug 105593, fixed in 13): not ours to fix, and noise in every file that includes this.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
-
-/// `prefix8` of the line in `x`: pairs (lanes 1, 3, 5, 7 add their left neighbour), pairs
-/// of pairs (lanes 2, 3 and 6, 7 add lanes 1 and 5), halves (lanes 4-7 add lane 3).
-ANVIL_SUM_TREE_AVX512 inline __m512d prefix8_avx512(__m512d x) noexcept {
-  x = _mm512_mask_add_pd(x, 0xAA, x, _mm512_movedup_pd(x));
-  x = _mm512_mask_add_pd(x, 0xCC, x, _mm512_permutex_pd(x, 0x55));
-  return _mm512_mask_add_pd(x, 0xF0, x, _mm512_permutexvar_pd(_mm512_set1_epi64(3), x));
-}
-
-/// `sum8` of the line in every lane: neighbours, then pairs, then halves (addition
-/// commutes exactly, so each lane holds the same pairwise sum).
-ANVIL_SUM_TREE_AVX512 inline __m512d sum8_avx512(__m512d x) noexcept {
-  x = _mm512_add_pd(x, _mm512_permute_pd(x, 0x55));
-  x = _mm512_add_pd(x, _mm512_permutex_pd(x, 0x4E));
-  return _mm512_add_pd(x, _mm512_shuffle_f64x2(x, x, 0x4E));
-}
-
-ANVIL_SUM_TREE_AVX512 inline __m512d min8_avx512(__m512d x) noexcept {
-  x = _mm512_min_pd(x, _mm512_permute_pd(x, 0x55));
-  x = _mm512_min_pd(x, _mm512_permutex_pd(x, 0x4E));
-  return _mm512_min_pd(x, _mm512_shuffle_f64x2(x, x, 0x4E));
-}
-
-template <bool kPrefetch>
-ANVIL_SUM_TREE_AVX512 inline void descend_avx512_impl(const double* s, const double* next, std::size_t n,
-                                                       double* rest, std::int64_t* node) {
-  const __m512i zero = _mm512_setzero_si512();
-  for (std::size_t k = 0; k < n; ++k) {
-    const std::int64_t at = node[k] * kFanout;
-    const __m512d x = _mm512_load_pd(s + at);
-    const double r = rest[k];
-    // the prefix before each child: (0, p0, ..., p6)
-    const __m512d before = _mm512_castsi512_pd(_mm512_alignr_epi64(_mm512_castpd_si512(prefix8_avx512(x)), zero, 7));
-    // The prefix sums ascend (the children are >= 0), so the children r has reached are the
-    // low bits of this mask and the child is the highest; only non-empty ones count, which
-    // steps back over trailing empty children (or to child 0).
-    const __mmask8 full = _mm512_cmp_pd_mask(x, _mm512_castsi512_pd(zero), _CMP_GT_OQ);
-    const unsigned reach = _mm512_mask_cmp_pd_mask(full, before, _mm512_set1_pd(r), _CMP_LE_OQ);
-    const auto c = static_cast<unsigned>(31 ^ __builtin_clz(reach | 1u));
-    const double d = r - _mm512_cvtsd_f64(_mm512_permutexvar_pd(_mm512_set1_epi64(c), before));
-    rest[k] = d > 0.0 ? d : 0.0;
-    node[k] = at + c;
-    if constexpr (kPrefetch) __builtin_prefetch(next + node[k] * kFanout);
-  }
-}
-
-ANVIL_SUM_TREE_AVX512 inline void descend_avx512(const double* s, const double* next, std::size_t n,
-                                                  double* rest, std::int64_t* node) {
-  if (next != nullptr) descend_avx512_impl<true>(s, next, n, rest, node);
-  else descend_avx512_impl<false>(s, next, n, rest, node);
-}
-
-template <bool kLeaves>
-ANVIL_SUM_TREE_AVX512 inline void node_avx512(const double* s, const double* m, std::int64_t p, double* s_up,
-                                              double* m_up) noexcept {
-  const __m512d x = _mm512_load_pd(s + p * kFanout);
-  __m512d lo;
-  if constexpr (kLeaves) {
-    lo = _mm512_mask_blend_pd(_mm512_cmp_pd_mask(x, _mm512_setzero_pd(), _CMP_GT_OQ), _mm512_set1_pd(kInf), x);
-  } else {
-    lo = _mm512_load_pd(m + p * kFanout);
-  }
-  s_up[p] = _mm512_cvtsd_f64(sum8_avx512(x));
-  m_up[p] = _mm512_cvtsd_f64(min8_avx512(lo));
-}
-
-template <bool kLeaves>
-ANVIL_SUM_TREE_AVX512 inline std::size_t recompute_list_avx512(const double* s, const double* m,
-                                                               std::int64_t* list, std::size_t n,
-                                                               double* s_up, double* m_up) {
-  std::size_t out = 0;
-  std::int64_t last = -1;
-  for (std::size_t i = 0; i < n; ++i) {
-    const std::int64_t p = list[i] >> 3;  // indices are >= 0
-    if (p == last) continue;
-    node_avx512<kLeaves>(s, m, p, s_up, m_up);
-    list[out++] = last = p;
-  }
-  return out;
-}
-
-template <bool kLeaves>
-ANVIL_SUM_TREE_AVX512 inline void recompute_all_avx512(const double* s, const double* m, std::int64_t nodes,
-                                                       double* s_up, double* m_up) {
-  for (std::int64_t p = 0; p < nodes; ++p) node_avx512<kLeaves>(s, m, p, s_up, m_up);
-}
-
-ANVIL_SUM_TREE_AVX512 inline void level_prefix_avx512(const double* s, std::int64_t lines, double* p) {
-  __m512d carry = _mm512_setzero_pd();
-  for (std::int64_t i = 0; i < lines; ++i) {
-    const __m512d q = _mm512_add_pd(carry, prefix8_avx512(_mm512_load_pd(s + i * kFanout)));
-    _mm512_storeu_pd(p + i * kFanout, q);
-    carry = _mm512_permutexvar_pd(_mm512_set1_epi64(7), q);
-  }
-}
-
-/// `merge_scalar`, 8 entries a compare, and the samples in 4 runs advanced in turn: one
-/// walk is a chain of dependent loads and compares, and 4 of them overlap.
-ANVIL_SUM_TREE_AVX512 inline void merge_avx512(const double* before, std::int64_t last, const double* mass,
-                                                std::size_t n, std::int64_t* count) {
-  constexpr std::size_t kRuns = 4;
-  std::size_t start[kRuns + 1];
-  std::int64_t j[kRuns];
-  for (std::size_t run = 0; run <= kRuns; ++run) start[run] = run * n / kRuns;
-  for (std::size_t run = 0; run < kRuns; ++run)
-    j[run] = start[run] < n ? std::upper_bound(before, before + last, mass[start[run]]) - before : 0;
-  const std::size_t len = start[1] - start[0] + 1;  // the runs differ by at most one
-  for (std::size_t i = 0; i < len; ++i) {
-    for (std::size_t run = 0; run < kRuns; ++run) {
-      const std::size_t k = start[run] + i;
-      if (k >= start[run + 1]) continue;
-      const __m512d r = _mm512_set1_pd(mass[k]);
-      std::int64_t at = j[run];
-      unsigned step;
-      do {  // the entries ascend: those reached are the low bits of the mask
-        step = static_cast<unsigned>(__builtin_popcount(_mm512_cmp_pd_mask(_mm512_loadu_pd(before + at), r, _CMP_LE_OQ)));
-        at += step;
-      } while (step == 8 && at < last);
-      count[k] = j[run] = std::min(at, last);
-    }
-  }
-}
-
-inline constexpr Kernels kAvx512{&descend_avx512,
-                                 {&recompute_list_avx512<false>, &recompute_list_avx512<true>},
-                                 {&recompute_all_avx512<false>, &recompute_all_avx512<true>},
-                                 &level_prefix_avx512, &merge_avx512};
-
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
-#undef ANVIL_SUM_TREE_AVX512
-#endif
-
-/// Set, trees built afterwards use the scalar kernels (the tests compare the two).
-inline bool force_scalar = false;
-
-/// The kernels for this CPU: checked once, at the first tree built.
-inline const Kernels& kernels() {
-#if defined(ANVIL_SUM_TREE_X86)
-  static const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("popcnt");
-  if (avx512 && !force_scalar) return kAvx512;
-#endif
-  return kScalar;
-}
-
-}  // namespace sum_tree
-
-/// Sums and minimums over `capacity` non-negative priorities (see file comment).
-class PriorityTree {
- public:
-  static constexpr std::int64_t kFanout = sum_tree::kFanout;  ///< children per node: one cache line of doubles
-
-  PriorityTree() = default;
-  explicit PriorityTree(std::int64_t capacity) : capacity_(capacity), kernels_(&sum_tree::kernels()) {
-    std::int64_t n = capacity;
-    do {
-      n = (n + kFanout - 1) / kFanout * kFanout;  // whole cache lines per level
-      width_.push_back(n);
-      n /= kFanout;
-    } while (width_.back() > kFanout);
-    width_.push_back(1);  // the root
-    for (std::int64_t w : width_) {  // each level starts on a cache line (and huge pages)
-      sum_.emplace_back(static_cast<std::size_t>(w), 0.0);
-      // The min tree shares the sum tree's leaves: its level 0 stays empty.
-      min_.emplace_back(min_.empty() ? 0 : static_cast<std::size_t>(w), sum_tree::kInf);
-    }
-  }
-
-  [[nodiscard]] std::int64_t capacity() const noexcept { return capacity_; }
-  [[nodiscard]] double total() const noexcept { return line(sum_, sum_.size() - 1)[0]; }
-  /// The smallest positive priority (+inf when there is none): the one that gives the
-  /// largest importance weight among transitions that can be sampled.
-  [[nodiscard]] double min() const noexcept { return line(min_, min_.size() - 1)[0]; }
-  [[nodiscard]] double get(std::int64_t i) const noexcept { return line(sum_, 0)[i]; }
-
-  /// Sets leaf `idx[k]` to `value[k]` for every k, then recomputes the ancestors once per
-  /// touched node. Indices must be in [0, capacity) and values finite and >= 0 (the caller
-  /// checks: the buffer names the offending entry).
-  void set(std::span<const std::int64_t> idx, std::span<const double> value) {
-    double* leaf = line(sum_, 0);
-    touched_.assign(idx.begin(), idx.end());
-    for (std::size_t k = 0; k < idx.size(); ++k) leaf[idx[k]] = value[k];
-    // Sorted, a level's touched nodes give their parents sorted too, and repeats side by
-    // side, dropped as they come. Batches from `find` come sorted already (stratified masses
-    // ascend), so the sort is usually skipped.
-    if (!std::is_sorted(touched_.begin(), touched_.end())) std::sort(touched_.begin(), touched_.end());
-    std::size_t n = touched_.size();
-    for (std::size_t level = 1; level < sum_.size(); ++level) {
-      const double* s = line(sum_, level - 1);
-      const double* m = level > 1 ? line(min_, level - 1) : nullptr;
-      const std::int64_t nodes = width_[level - 1] / kFanout;  // the level's nodes that have children
-      // With at least as many touched children as the level has nodes (the top levels, or
-      // large batches), a sweep over all of them costs less than the list, here and above.
-      if (static_cast<std::int64_t>(n) >= nodes) {
-        for (; level < sum_.size(); ++level) {
-          kernels_->recompute_all[level == 1](line(sum_, level - 1), level > 1 ? line(min_, level - 1) : nullptr,
-                                              width_[level - 1] / kFanout, line(sum_, level), line(min_, level));
-        }
-        break;
-      }
-      n = kernels_->recompute_list[level == 1](s, m, touched_.data(), n, line(sum_, level), line(min_, level));
-    }
-  }
-
-  /// For each `mass[k]` in [0, total()), the leaf whose prefix-sum interval holds it, into
-  /// `out[k]`. All the batch's descents advance one level at a time (see file comment).
-  void find(std::span<const double> mass, std::span<std::int64_t> out) {
-    const std::size_t n = mass.size();
-    rest_.assign(mass.begin(), mass.end());
-    std::fill(out.begin(), out.end(), 0);
-    std::size_t top = sum_.size() - 1;  // the level the descents start from
-    // Ascending masses (stratified sampling gives them) pass the top levels in one merge:
-    // a walk along the deepest level no wider than 4 nodes per sample, against its running
-    // prefix sums, costs less than that many levels of descents.
-    if (n >= 16 && std::is_sorted(mass.begin(), mass.end())) {
-      std::size_t level = top;
-      while (level > 1 && width_[level - 1] <= static_cast<std::int64_t>(4 * n)) --level;
-      if (level < top) {
-        top = level;
-        const double* s = line(sum_, level);
-        const std::int64_t w = width_[level];  // whole lines: only the root level is not
-        prefix_.resize(static_cast<std::size_t>(w) + 16);
-        kernels_->level_prefix(s, w / kFanout, prefix_.data());
-        // the last node is never passed (round-off may leave masses at or past the total)
-        std::fill(prefix_.begin() + (w - 1), prefix_.end(), sum_tree::kInf);
-        const double* before = prefix_.data();  // before[j]: the sum of nodes 0..j
-        kernels_->merge(before, w - 1, mass.data(), n, out.data());
-        const double* next = line(sum_, level - 1);
-        for (std::size_t k = 0; k < n; ++k) {
-          std::int64_t c = out[k];
-          while (c > 0 && s[c] <= 0.0) --c;  // round-off past the last non-empty node
-          rest_[k] = std::max(mass[k] - (c > 0 ? before[c - 1] : 0.0), 0.0);
-          out[k] = c;
-          __builtin_prefetch(next + c * kFanout);
-        }
-      }
-    }
-    for (std::size_t level = top; level-- > 0;)
-      kernels_->descend(line(sum_, level), level > 0 ? line(sum_, level - 1) : nullptr, n, rest_.data(), out.data());
-  }
-
-  /// Bytes held by the two trees.
-  [[nodiscard]] std::int64_t bytes() const noexcept {
-    std::int64_t b = 0;
-    for (const auto* tree : {&sum_, &min_})
-      for (const auto& l : *tree) b += static_cast<std::int64_t>(l.size() * sizeof(double));
-    return b;
-  }
-
- private:
-  // Level `l` of `tree` (64-byte aligned).
-  static double* line(std::vector<HugeArray<double>>& tree, std::size_t l) noexcept { return tree[l].data(); }
-  static const double* line(const std::vector<HugeArray<double>>& tree, std::size_t l) noexcept {
-    return tree[l].data();
-  }
-
-  std::int64_t capacity_ = 0;
-  const sum_tree::Kernels* kernels_ = &sum_tree::kScalar;
-  std::vector<std::int64_t> width_;           // nodes per level, leaves first
-  std::vector<HugeArray<double>> sum_, min_;  // level 0 = leaves; last = root
-  std::vector<std::int64_t> touched_;
-  std::vector<double> rest_, prefix_;
-};
-
-}  // namespace anvil::detail
-// ---- end <anvil/buffers/sum_tree.hpp> ----
-
-namespace anvil {
-
-/// Buffer policy: a ring of transitions like `UniformBuffer`, sampled in proportion to
-/// priority p = (|TD error| + eps)^alpha. New transitions enter at the largest priority
-/// seen so far, so each is replayed at least about once. A batch of n is drawn stratified:
-/// one transition from each of n equal slices of the total priority. Each comes with the
-/// importance weight (p / p_min)^-beta, i.e. (N P(i))^-beta divided by the largest weight
-/// any stored transition could get, with beta rising linearly to 1 over the run. The
-/// Trainer feeds each update's TD errors back through `update_priorities`.
-class PrioritizedBuffer {
- public:
-  using policy_kind = BufferKind;
-  static constexpr FixedString config_section = "buffer";
-  static constexpr bool on_policy = false;
-  using Batch = ReplayBatch;
-
-  struct Config {
-    detail::CapacityParam capacity{1'000'000};
-    detail::StorageParam storage{Storage::compute};
-    detail::ObsDtypeParam obs_dtype{ObsDtype::float32};
-    detail::NStepParam n_step{1};
-    Param<double, "alpha", "priority exponent: 0 samples uniformly, 1 in proportion to |TD error|",
-          in_range(0, 1)>
-        alpha{0.6};
-    Param<double, "beta", "importance-weight exponent at the start; rises linearly to 1", in_range(0, 1)>
-        beta{0.4};
-    Param<std::int64_t, "beta_steps", "env steps over which beta reaches 1 (0: the whole run)",
-          at_least(0)>
-        beta_steps{0};
-    Param<double, "eps", "added to |TD error| so no transition's priority is zero", positive> eps{1e-6};
-  };
-
-  PrioritizedBuffer(const envs::EnvSpec& spec, const Config& cfg, const RunContext& ctx)
-      : core_(spec, cfg.capacity, cfg.storage, cfg.obs_dtype, cfg.n_step, ctx, "PrioritizedBuffer"),
-        tree_(cfg.capacity),
-        cfg_(cfg),
-        horizon_(cfg.beta_steps),
-        rng_(ctx.seed_for(Stream::buffer)) {}
-
-  /// Adds one step of N envs (row i = env i) at the largest priority so far.
-  void add(const StepBatch& step) {
-    const auto [first, n] = core_.add(step);
-    slots_.resize(static_cast<std::size_t>(n));
-    values_.assign(static_cast<std::size_t>(n), max_priority_);
-    for (std::int64_t i = 0; i < n; ++i) slots_[static_cast<std::size_t>(i)] = core_.slot_of(first + i);
-    tree_.set(slots_, values_);
-    // Transitions that left early (their observation was overwritten) can no longer be drawn.
-    slots_.clear();
-    for (auto k : core_.killed())
-      if (!core_.valid(k)) slots_.push_back(k);
-    if (!slots_.empty()) {
-      values_.assign(slots_.size(), 0.0);
-      tree_.set(slots_, values_);
-    }
-  }
-
-  /// `n` transitions, one from each of n equal slices of the total priority, with their
-  /// importance weights in `weight` and ids in `index`.
-  ReplayBatch sample(std::int64_t n) {
-    core_.check_batch(n);
-    const double total = tree_.total();
-    mass_.resize(static_cast<std::size_t>(n));
-    const double slice = total / static_cast<double>(n);
-    for (std::int64_t k = 0; k < n; ++k)
-      mass_[static_cast<std::size_t>(k)] = std::min((static_cast<double>(k) + rng_.uniform()) * slice,
-                                                   std::nextafter(total, 0.0));
-    sampled_.resize(static_cast<std::size_t>(n));
-    tree_.find(mass_, sampled_);
-
-    // (p / p_min)^-beta = exp(-beta log(p / p_min))
-    auto w = at::empty({n}, at::TensorOptions().dtype(at::kFloat));
-    const double b = beta(), log_min = std::log(tree_.min());
-    auto* wp = w.data_ptr<float>();
-    for (std::int64_t k = 0; k < n; ++k)
-      wp[k] = static_cast<float>(std::exp(-b * (std::log(tree_.get(sampled_[static_cast<std::size_t>(k)])) - log_min)));
-    auto batch = core_.gather(sampled_);
-    batch.weight = core_.device().is_cpu() ? w : w.to(core_.device(), /*non_blocking=*/true);
-    return batch;
-  }
-
-  /// Sets the priorities of transitions `index` (ids from `sample`) to
-  /// (|td_error| + eps)^alpha. Ids of transitions overwritten since they were sampled are
-  /// skipped. `td_error` must be finite; ids must come from this buffer.
-  void update_priorities(const at::Tensor& index, const at::Tensor& td_error) {
-    const double a = cfg_.alpha, eps = cfg_.eps;
-    assign("update_priorities", "TD error", index, td_error,
-           [a, eps](double td) { return std::exp(a * std::log(std::abs(td) + eps)); });
-  }
-
-  /// Sets the sampling priorities of transitions `index` directly (no eps, no exponent).
-  /// Priorities must be finite and >= 0.
-  void set_priorities(const at::Tensor& index, const at::Tensor& priority) {
-    assign("set_priorities", "priority", index, priority, [](double p) { return p; });
-  }
-
-  /// The importance-weight exponent now: `beta` rising linearly to 1 over the horizon.
-  [[nodiscard]] double beta() const noexcept {
-    if (horizon_ <= 0) return cfg_.beta;
-    const double f = std::min(1.0, static_cast<double>(core_.added()) / static_cast<double>(horizon_));
-    return cfg_.beta + (1.0 - cfg_.beta) * f;
-  }
-  /// The run's length in env steps, for the beta schedule when `beta_steps` is 0 (the
-  /// Trainer calls this with train.steps).
-  void set_horizon(std::int64_t env_steps) noexcept {
-    if (*cfg_.beta_steps == 0) horizon_ = env_steps;
-  }
-
-  /// The priority of stored transition `id`.
-  [[nodiscard]] double priority(std::int64_t id) const {
-    if (!core_.live(id)) throw Error("PrioritizedBuffer::priority: id " + std::to_string(id) + " is not stored");
-    return tree_.get(core_.slot_of(id));
-  }
-  /// Sum of all stored priorities.
-  [[nodiscard]] double total_priority() const noexcept { return tree_.total(); }
-  /// Priority updates skipped because their transition had been overwritten.
-  [[nodiscard]] std::int64_t stale_updates() const noexcept { return stale_; }
-
-  /// The discount of n-step returns (the Trainer passes the algorithm's gamma; 0.99 before).
-  void set_discount(double gamma) noexcept { core_.set_discount(gamma); }
-
-  /// Writes the buffer (transitions, priorities, n-step windows, sampling state) to
-  /// `path`, atomically: a crash mid-save leaves the previous file intact.
-  void save(const std::filesystem::path& path) const {
-    BinaryWriter w(path, "anvil PrioritizedBuffer v3");
-    core_.save(w);
-    w.value(rng_.state());
-    w.value(max_priority_);
-    w.value(stale_);
-    w.value(horizon_);
-    for (std::int64_t i = 0; i < core_.stored(); ++i) w.value(tree_.get(i));
-    w.commit();
-  }
-  /// Restores what `save` wrote; the buffer's config must match. On any error the buffer
-  /// is unchanged.
-  void load(const std::filesystem::path& path) {
-    BinaryReader r(path, "anvil PrioritizedBuffer v3");
-    auto saved = core_.read(r);
-    const auto rng = r.value<Rng::State>("sampling state");
-    const auto max_p = r.value<double>("largest priority");
-    const auto stale = r.value<std::int64_t>("stale update count");
-    const auto horizon = r.value<std::int64_t>("beta horizon");
-    const std::int64_t n = std::min(saved.added, capacity());
-    std::vector<double> p(static_cast<std::size_t>(n));
-    r.bytes(p.data(), p.size() * sizeof(double), "priorities");
-    for (double v : p)
-      if (!std::isfinite(v) || v < 0) r.fail("priorities", "contain a negative or non-finite value");
-    r.finish();
-    core_.restore(std::move(saved));
-    rng_.set_state(rng);
-    max_priority_ = max_p;
-    stale_ = stale;
-    horizon_ = horizon;
-    tree_ = detail::PriorityTree(capacity());
-    std::vector<std::int64_t> idx(p.size());
-    for (std::size_t i = 0; i < idx.size(); ++i) idx[i] = static_cast<std::int64_t>(i);
-    tree_.set(idx, p);
-  }
-
-  [[nodiscard]] std::int64_t size() const noexcept { return core_.size(); }
-  [[nodiscard]] std::int64_t capacity() const noexcept { return core_.capacity(); }
-  [[nodiscard]] std::int64_t added() const noexcept { return core_.added(); }
-  /// Transitions that left early (see `UniformBuffer::dropped`).
-  [[nodiscard]] std::int64_t dropped() const noexcept { return core_.dropped(); }
-  /// Bytes of preallocated storage, trees included.
-  [[nodiscard]] std::int64_t bytes() const noexcept { return core_.bytes() + tree_.bytes(); }
-  [[nodiscard]] const c10::Device& device() const noexcept { return core_.device(); }
-
- private:
-  // Checks ids and values, maps each value through `to_priority`, and sets the live ones.
-  template <class F>
-  void assign(const char* fn, const char* what, const at::Tensor& index, const at::Tensor& values,
-              F to_priority) {
-    const std::string who = std::string("PrioritizedBuffer::") + fn + ": ";
-    const auto idx = index.to(at::kCPU, at::kLong).contiguous();
-    const auto val = values.detach().to(at::kCPU).contiguous();
-    if (idx.numel() != val.numel())
-      throw Error(who + std::to_string(idx.numel()) + " ids but " + std::to_string(val.numel()) + " " +
-                  what + " values");
-    const bool is_float = val.scalar_type() == at::kFloat;
-    const auto val64 = is_float ? at::Tensor() : val.to(at::kDouble);
-    const float* vf = is_float ? val.data_ptr<float>() : nullptr;
-    const double* vd = is_float ? nullptr : val64.data_ptr<double>();
-    const auto* ip = idx.data_ptr<std::int64_t>();
-    slots_.clear();
-    values_.clear();
-    for (std::int64_t k = 0; k < idx.numel(); ++k) {
-      const double v = vf ? static_cast<double>(vf[k]) : vd[k];
-      const double p = std::isfinite(v) ? to_priority(v) : v;
-      if (!std::isfinite(p) || p < 0)
-        throw Error(who + what + " " + std::to_string(k) + " (id " + std::to_string(ip[k]) + ") is " +
-                    std::to_string(v) + "; priorities must be finite and >= 0 (a NaN TD error "
-                    "usually means the losses diverged)");
-      if (ip[k] < 0 || ip[k] >= core_.added())
-        throw Error(who + "id " + std::to_string(ip[k]) + " (entry " + std::to_string(k) +
-                    ") is out of range: " + std::to_string(core_.added()) + " transitions were added");
-      if (!core_.live(ip[k])) {  // overwritten since it was sampled
-        ++stale_;
-        continue;
-      }
-      slots_.push_back(core_.slot_of(ip[k]));
-      values_.push_back(p);
-      max_priority_ = std::max(max_priority_, p);
-    }
-    tree_.set(slots_, values_);
-  }
-
-  detail::ReplayCore core_;
-  detail::PriorityTree tree_;
-  Config cfg_;
-  std::int64_t horizon_;
-  Rng rng_;
-  double max_priority_ = 1.0;
-  std::int64_t stale_ = 0;
-  std::vector<std::int64_t> slots_, sampled_;
-  std::vector<double> values_, mass_;
-};
-
-static_assert(PrioritizedReplay<PrioritizedBuffer>);
-
-}  // namespace anvil
-// ---- end <anvil/buffers/prioritized_buffer.hpp> ----
-// ---- begin <anvil/buffers/rollout_buffer.hpp> ----
-/// @file
-/// `RolloutBuffer`: the storage of an on-policy algorithm (PPO). It holds one rollout of
-/// `rollout.steps` steps of N envs in tensors allocated once, computes generalised
-/// advantage estimates (Schulman, Moritz, Levine, Jordan, Abbeel 2016, "High-Dimensional
-/// Continuous Control Using Generalized Advantage Estimation") and the value targets, then
-/// hands the rollout out in shuffled minibatches, once per epoch. It is cleared for the
-/// next rollout, so no transition is learned from by a policy other than the one that
-/// collected it (and the epochs right after).
-///
-/// Episode ends are told apart, as in the replay buffers: where an episode *terminated*
-/// the return ends (no bootstrap); where it was *truncated* by a time limit the return
-/// continues past the cut as the value of the episode's true last state, which the
-/// collector passes as `bootstrap_value`. Either way the advantage does not run on into
-/// the next episode, which the vectorised env has already started in that row.
-
-#include <ATen/ATen.h>
-
-#include <range/v3/view/chunk.hpp>
-#include <range/v3/view/transform.hpp>
-
-#include <algorithm>
-#include <cmath>
-#include <cstdint>
-#include <memory>
-#include <ranges>
-#include <string>
-#include <vector>
-
-
-namespace anvil {
-
-/// Buffer policy for on-policy algorithms (see file comment).
-class RolloutBuffer {
- public:
-  using policy_kind = BufferKind;
-  static constexpr FixedString config_section = "rollout";
-  static constexpr bool on_policy = true;
-  using Batch = RolloutBatch;
-
-  struct Config {
-    Param<std::int64_t, "steps", "env steps per env in one rollout (the rollout is steps x num_envs)",
-          in_range(1, 1 << 24)>
-        steps{2048};
-    Param<double, "gae_lambda", "GAE's lambda: 0 is the one-step TD error, 1 the Monte Carlo return",
-          in_range(0, 1)>
-        gae_lambda{0.95};
-    Param<bool, "normalize_advantage", "scale each minibatch's advantages to mean 0, std 1">
-        normalize_advantage{true};
-  };
-
-  RolloutBuffer(const envs::EnvSpec& spec, const Config& cfg, const RunContext& ctx)
-      : cfg_(cfg), device_(ctx.device), obs_dim_(spec.obs_dim()), act_dim_(spec.action_dim()),
-        discrete_(spec.discrete()) {}
-
-  /// Allocates storage for `n` envs (the Trainer calls it with env.num_envs).
-  void set_num_envs(std::int64_t n) {
-    if (n < 1) throw ConfigError("RolloutBuffer: needs at least one env, got " + std::to_string(n));
-    envs_ = n;
-    const std::int64_t t = cfg_.steps;
-    const auto f = at::TensorOptions().dtype(at::kFloat);
-    obs_ = at::zeros({t, n, obs_dim_}, f);
-    action_ = discrete_ ? at::zeros({t, n}, f.dtype(at::kLong)) : at::zeros({t, n, act_dim_}, f);
-    for (auto* x : {&log_prob_, &value_, &reward_, &terminated_, &truncated_, &bootstrap_, &advantage_, &returns_})
-      *x = at::zeros({t, n}, f);
-    clear();
-  }
-  /// The discount of the returns (the Trainer passes the algorithm's gamma; 0.99 before).
-  void set_discount(double gamma) noexcept { gamma_ = gamma; }
-
-  /// Stores one step of every env (row i = env i). Throws when the rollout is full.
-  void add(const RolloutStep& s) {
-    if (envs_ == 0) throw Error("RolloutBuffer::add: set_num_envs was not called");
-    if (full()) throw Error("RolloutBuffer::add: the rollout holds " + std::to_string(*cfg_.steps) +
-                            " steps already; learn from it and clear() it first");
-    check_rows(s.obs, "obs");
-    const std::int64_t t = steps_;
-    obs_[t].copy_(s.obs);
-    action_[t].copy_(discrete_ ? s.action.reshape({envs_}) : s.action);
-    log_prob_[t].copy_(s.log_prob.reshape({envs_}));
-    value_[t].copy_(s.value.reshape({envs_}));
-    reward_[t].copy_(s.reward);
-    terminated_[t].copy_(s.terminated);
-    truncated_[t].copy_(s.truncated);
-    if (s.bootstrap_value.defined()) bootstrap_[t].copy_(s.bootstrap_value.reshape({envs_}));
-    else bootstrap_[t].zero_();
-    ++steps_;
-    ready_ = false;
-  }
-
-  /// Computes advantages and value targets once the rollout is full. `last_value` [N] is
-  /// the value of the observations the envs show after the last step (the bootstrap of
-  /// episodes still running).
-  void finish(const at::Tensor& last_value) {
-    if (!full()) throw Error("RolloutBuffer::finish: the rollout has " + std::to_string(steps_) + " of " +
-                             std::to_string(*cfg_.steps) + " steps");
-    const auto last = last_value.to(at::kCPU, at::kFloat).reshape({envs_}).contiguous();
-    const float g = static_cast<float>(gamma_), gl = static_cast<float>(gamma_ * cfg_.gae_lambda);
-    const std::int64_t n = envs_;
-    const float *r = reward_.data_ptr<float>(), *v = value_.data_ptr<float>();
-    const float *term = terminated_.data_ptr<float>(), *trunc = truncated_.data_ptr<float>();
-    const float *boot = bootstrap_.data_ptr<float>(), *lv = last.data_ptr<float>();
-    float *adv = advantage_.data_ptr<float>(), *ret = returns_.data_ptr<float>();
-    // Backwards through time: A_t = delta_t + gamma lambda A_{t+1} within an episode.
-    for (const std::int64_t t : std::views::iota(std::int64_t{0}, steps_) | std::views::reverse) {
-      for (std::int64_t i = 0; i < n; ++i) {
-        const std::int64_t k = t * n + i;
-        const float next_value = t + 1 < steps_ ? v[k + n] : lv[i];
-        const float later = t + 1 < steps_ ? adv[k + n] : 0.0f;
-        float a;
-        if (term[k] > 0) a = r[k] - v[k];                             // the return ends here
-        else if (trunc[k] > 0) a = r[k] + g * boot[k] - v[k];         // cut: bootstrap, stop
-        else a = r[k] + g * next_value - v[k] + gl * later;           // the episode goes on
-        adv[k] = a;
-        ret[k] = a + v[k];
-      }
-    }
-    // The learning rows, flattened to [steps * N] and on the algorithm's device once.
-    const std::int64_t m = steps_ * n;
-    flat_.obs = obs_.view({m, obs_dim_}).to(device_);
-    flat_.action = (discrete_ ? action_.view({m}) : action_.view({m, act_dim_})).to(device_);
-    flat_.log_prob = log_prob_.view({m}).to(device_);
-    flat_.value = value_.view({m}).to(device_);
-    flat_.advantage = advantage_.view({m}).to(device_);
-    flat_.returns = returns_.view({m}).to(device_);
-    ready_ = true;
-  }
-
-  /// One epoch of the finished rollout: its rows in a fresh random order (torch's
-  /// generator, which checkpoints save), cut into minibatches of `size` rows (the last may
-  /// be smaller). A lazy view: each minibatch is gathered when it is reached.
-  [[nodiscard]] auto minibatches(std::int64_t size) const {
-    if (!ready_) throw Error("RolloutBuffer::minibatches: call finish() on a full rollout first");
-    if (size < 1) throw ConfigError("RolloutBuffer: minibatch size must be at least 1, got " + std::to_string(size));
-    const std::int64_t m = flat_.obs.size(0);
-    const auto perm = at::randperm(m, at::TensorOptions().dtype(at::kLong));
-    auto order = std::make_shared<const std::vector<std::int64_t>>(perm.data_ptr<std::int64_t>(),
-                                                                  perm.data_ptr<std::int64_t>() + m);
-    // The shuffled row ids, in chunks of `size`, each gathered into a batch (the view keeps
-    // the ids alive through the lambda's copy of `order`).
-    return *order | ranges::views::chunk(size) | ranges::views::transform([this, order](const auto& ids) {
-             auto index = at::from_blob(const_cast<std::int64_t*>(&*ranges::begin(ids)),
-                                        {static_cast<std::int64_t>(ranges::distance(ids))}, at::kLong);
-             return rows(index.to(device_));
-           });
-  }
-
-  /// The rollout's rows `index` (int64 on the algorithm's device), advantages normalised
-  /// when `rollout.normalize_advantage` is on and there are at least two rows.
-  [[nodiscard]] RolloutBatch rows(const at::Tensor& index) const {
-    RolloutBatch b{flat_.obs.index_select(0, index),      flat_.action.index_select(0, index),
-                   flat_.log_prob.index_select(0, index), flat_.advantage.index_select(0, index),
-                   flat_.returns.index_select(0, index),  flat_.value.index_select(0, index)};
-    if (cfg_.normalize_advantage && index.numel() > 1)
-      b.advantage = (b.advantage - b.advantage.mean()) / (b.advantage.std() + 1e-8);
-    return b;
-  }
-
-  /// Empties the buffer for the next rollout (storage is kept).
-  void clear() noexcept {
-    steps_ = 0;
-    ready_ = false;
-  }
-
-  /// Transitions held (steps x envs) and the most it holds.
-  [[nodiscard]] std::int64_t size() const noexcept { return steps_ * envs_; }
-  [[nodiscard]] std::int64_t capacity() const noexcept { return *cfg_.steps * envs_; }
-  [[nodiscard]] bool full() const noexcept { return envs_ > 0 && steps_ == *cfg_.steps; }
-  /// Whether `finish` has computed the advantages of the rollout held.
-  [[nodiscard]] bool finished() const noexcept { return ready_; }
-  [[nodiscard]] std::int64_t num_envs() const noexcept { return envs_; }
-  [[nodiscard]] const Config& config() const noexcept { return cfg_; }
-
-  /// [steps, N] advantages and value targets of the finished rollout (before any
-  /// minibatch normalisation), and the values the policy estimated.
-  [[nodiscard]] const at::Tensor& advantages() const noexcept { return advantage_; }
-  [[nodiscard]] const at::Tensor& returns() const noexcept { return returns_; }
-  [[nodiscard]] const at::Tensor& values() const noexcept { return value_; }
-
- private:
-  void check_rows(const at::Tensor& t, const char* what) const {
-    if (t.dim() < 1 || t.size(0) != envs_)
-      throw Error(std::string("RolloutBuffer::add: ") + what + " has " + std::to_string(t.dim() ? t.size(0) : 0) +
-                  " rows but the buffer was set up for " + std::to_string(envs_) + " envs");
-  }
-
-  Config cfg_;
-  c10::Device device_;
-  std::int64_t obs_dim_, act_dim_;
-  bool discrete_;
-  double gamma_ = 0.99;
-  std::int64_t envs_ = 0, steps_ = 0;
-  bool ready_ = false;
-  at::Tensor obs_, action_, log_prob_, value_, reward_, terminated_, truncated_, bootstrap_, advantage_, returns_;
-  RolloutBatch flat_;
-};
-
-static_assert(Buffer<RolloutBuffer>);
-
-}  // namespace anvil
-// ---- end <anvil/buffers/rollout_buffer.hpp> ----
-// ---- begin <anvil/buffers/uniform_buffer.hpp> ----
-/// @file
-/// `UniformBuffer`: experience replay with uniform sampling (Lin 1992; Mnih et al. 2015).
-
-#include <ATen/ATen.h>
-
-#include <array>
-#include <filesystem>
-#include <cstdint>
-#include <string>
-#include <vector>
-
-
-namespace anvil {
-
-/// Buffer policy: a ring of `capacity` transitions in preallocated tensors, each
-/// observation stored once (buffers/detail/transition_store.hpp). One call adds a whole
-/// step of N envs; one call samples a batch; when full, new transitions overwrite the
-/// oldest. Terminated and truncated are kept apart: only `terminated` stops bootstrapping.
-class UniformBuffer {
- public:
-  using policy_kind = BufferKind;
-  static constexpr FixedString config_section = "buffer";
-  static constexpr bool on_policy = false;
-  using Batch = ReplayBatch;
-
-  struct Config {
-    detail::CapacityParam capacity{1'000'000};
-    detail::StorageParam storage{Storage::compute};
-    detail::ObsDtypeParam obs_dtype{ObsDtype::float32};
-    detail::NStepParam n_step{1};
-  };
-
-  UniformBuffer(const envs::EnvSpec& spec, const Config& cfg, const RunContext& ctx)
-      : core_(spec, cfg.capacity, cfg.storage, cfg.obs_dtype, cfg.n_step, ctx, "UniformBuffer"),
-        rng_(ctx.seed_for(Stream::buffer)) {}
-
-  /// Adds one step of N envs (row i = env i). N may exceed the free space: the ring wraps.
-  /// With n-step returns, what is stored is the transitions this step completes.
-  void add(const StepBatch& s) { core_.add(s); }
-
-  /// `n` transitions drawn uniformly with replacement; `index` holds their ids.
-  ReplayBatch sample(std::int64_t n) {
-    core_.check_batch(n);
-    slots_.resize(static_cast<std::size_t>(n));
-    const auto rows = static_cast<std::uint64_t>(core_.stored());
-    const bool gaps = core_.size() < core_.stored();  // rows of transitions that left early
-    for (auto& s : slots_) {
-      do s = static_cast<std::int64_t>(rng_.below(rows));
-      while (gaps && !core_.valid(s));  // (rare) are drawn again
-    }
-    return core_.gather(slots_);
-  }
-
-  /// The discount of n-step returns (the Trainer passes the algorithm's gamma; 0.99 before).
-  void set_discount(double gamma) noexcept { core_.set_discount(gamma); }
-
-  /// Writes the buffer (transitions, n-step windows, sampling state) to `path`,
-  /// atomically: a crash mid-save leaves the previous file intact.
-  void save(const std::filesystem::path& path) const {
-    BinaryWriter w(path, "anvil UniformBuffer v3");
-    core_.save(w);
-    w.value(rng_.state());
-    w.commit();
-  }
-  /// Restores what `save` wrote; the buffer's config must match. On any error the buffer
-  /// is unchanged.
-  void load(const std::filesystem::path& path) {
-    BinaryReader r(path, "anvil UniformBuffer v3");
-    auto saved = core_.read(r);
-    const auto rng = r.value<Rng::State>("sampling state");
-    r.finish();
-    core_.restore(std::move(saved));
-    rng_.set_state(rng);
-  }
-
-  [[nodiscard]] std::int64_t size() const noexcept { return core_.size(); }
-  [[nodiscard]] std::int64_t capacity() const noexcept { return core_.capacity(); }
-  /// Transitions stored since construction (including overwritten ones).
-  [[nodiscard]] std::int64_t added() const noexcept { return core_.added(); }
-  /// Transitions that left before `capacity` newer ones arrived, because the observation
-  /// ring ran out (episodes under 4 steps, or observations that do not chain).
-  [[nodiscard]] std::int64_t dropped() const noexcept { return core_.dropped(); }
-  /// Bytes of preallocated storage.
-  [[nodiscard]] std::int64_t bytes() const noexcept { return core_.bytes(); }
-  [[nodiscard]] const c10::Device& device() const noexcept { return core_.device(); }
-
- private:
-  detail::ReplayCore core_;
-  Rng rng_;
-  std::vector<std::int64_t> slots_;
-};
-
-static_assert(ReplayBuffer<UniformBuffer>);
-
-}  // namespace anvil
-// ---- end <anvil/buffers/uniform_buffer.hpp> ----
+}  // namespace anvil::compat
+// ---- end <anvil/parallel/c10d.hpp> ----
 // ---- begin <anvil/parallel/collectives.hpp> ----
 /// @file
 /// Collectives built from the two every `Parallelism` has (`all_reduce_mean`, `broadcast`),
-/// so the Trainer, DDP's tests and user parallelisms share one implementation: a sum over
-/// ranks, and rank 0's bytes on every rank.
+/// so the Trainer, its loops and hooks, DDP's tests and user parallelisms share one
+/// implementation: a sum over ranks, and rank 0's bytes on every rank. `Ranks` is a
+/// Parallelism seen without its type, so that code which only needs these (hooks, loops'
+/// agreement between ranks) is compiled once rather than once per Trainer type.
 
 #include <ATen/ATen.h>
 
 #include <cstdint>
 #include <cstring>
+#include <functional>
+#include <string>
 #include <vector>
 
 namespace anvil {
@@ -7803,6 +5760,76 @@ void broadcast_bytes(P& p, std::vector<std::uint8_t>& bytes, c10::Device device)
   if (!b[0].is_cpu() || b[0].data_ptr() != bytes.data())
     std::memcpy(bytes.data(), b[0].cpu().data_ptr(), bytes.size());
 }
+
+/// The ranks of a run, whatever its Parallelism type: who this process is, and the
+/// collectives on the run's device. Default-constructed: one process.
+class Ranks {
+ public:
+  Ranks() = default;
+  /// A view of `p` (which must outlive it) whose collectives run on `device`.
+  template <class P>
+  Ranks(P& p, c10::Device device)
+      : rank_(p.rank()), world_(p.world_size()), device_(device),
+        all_reduce_([&p](std::vector<at::Tensor>& t) { p.all_reduce_mean(t); }),
+        broadcast_([&p](std::vector<at::Tensor>& t) { p.broadcast(t); }) {}
+
+  [[nodiscard]] int rank() const noexcept { return rank_; }
+  [[nodiscard]] int world_size() const noexcept { return world_; }
+  [[nodiscard]] bool is_main() const noexcept { return rank_ == 0; }
+  [[nodiscard]] const c10::Device& device() const noexcept { return device_; }
+
+  /// Averages `ts` across ranks in place (nothing for one process).
+  void all_reduce_mean(std::vector<at::Tensor>& ts) {
+    if (world_ > 1) all_reduce_(ts);
+  }
+  /// Rank 0's `ts` on every rank, in place.
+  void broadcast(std::vector<at::Tensor>& ts) {
+    if (world_ > 1) broadcast_(ts);
+  }
+  /// Sums the CPU tensor `t` over the ranks in place.
+  void sum(at::Tensor& t) { sum_over_ranks(*this, t, device_); }
+  /// The sum of `x` over the ranks.
+  [[nodiscard]] double sum(double x) {
+    if (world_ == 1) return x;
+    auto t = at::full({1}, x, at::kDouble);
+    sum(t);
+    return t.item<double>();
+  }
+  /// Sums each element of `v` over the ranks (one collective for all of them).
+  void sum(std::vector<double>& v) {
+    if (world_ == 1 || v.empty()) return;
+    auto t = at::from_blob(v.data(), {static_cast<std::int64_t>(v.size())}, at::kDouble);
+    sum(t);
+  }
+  /// Rank 0's bytes on every rank.
+  void broadcast(std::vector<std::uint8_t>& bytes) { broadcast_bytes(*this, bytes, device_); }
+  /// Rank 0's strings on every rank.
+  void broadcast(std::vector<std::string>& strings) {
+    if (world_ == 1) return;
+    std::vector<std::uint8_t> bytes;
+    if (is_main())
+      for (const auto& s : strings) {
+        bytes.insert(bytes.end(), s.begin(), s.end());
+        bytes.push_back(0);
+      }
+    broadcast(bytes);
+    strings.clear();
+    std::string cur;
+    for (auto b : bytes) {
+      if (b == 0) {
+        strings.push_back(cur);
+        cur.clear();
+      } else {
+        cur += static_cast<char>(b);
+      }
+    }
+  }
+
+ private:
+  int rank_ = 0, world_ = 1;
+  c10::Device device_{c10::kCPU};
+  std::function<void(std::vector<at::Tensor>&)> all_reduce_, broadcast_;
+};
 
 }  // namespace anvil
 // ---- end <anvil/parallel/collectives.hpp> ----
@@ -8433,9 +6460,21 @@ class DDP {
   static constexpr bool can_use_cuda = true;
   using Config = DDPConfig;
 
-  /// Joins the world a launcher set up, or (started plainly) launches this node's ranks and
-  /// never returns: the launcher exits with their outcome. A single rank on a single node
-  /// runs in this process.
+  /// Started plainly (no RANK, WORLD_SIZE, ... in the environment) with several ranks per
+  /// node or several nodes: makes this process the launcher of its node's ranks, which run
+  /// the same program with the same arguments; never returns (the launcher exits with their
+  /// outcome). Otherwise returns at once. `anvil::start` calls it from main; nothing else
+  /// may (a constructor must not fork).
+  static void start_ranks(const Config& cfg) {
+    if (dist::world_from_env()) return;  // a rank already
+    const auto plan = launch_plan(cfg);
+    if (plan.nproc_per_node == 1 && plan.nnodes == 1) return;  // one rank: this process
+    dist::launch(plan);
+  }
+
+  /// Joins the world a launcher set up. A process started plainly is the only rank when the
+  /// config asks for one; when it asks for more, the ranks must have been launched
+  /// (`anvil::start` in main does it), else a ConfigError says so.
   explicit DDP(const Config& cfg) : cfg_(cfg) {
     if (auto w = dist::world_from_env()) {
       world_ = *w;
@@ -8444,30 +6483,13 @@ class DDP {
         note_ = "DDP<" + std::to_string(N) + "> joined a launcher's world of " + std::to_string(world_.local_world_size) +
                 " rank(s) per node (LOCAL_WORLD_SIZE)";
     } else {
-      const int per_node = ranks_per_node(cfg);
-      dist::LaunchPlan plan;
-      plan.nproc_per_node = per_node;
-      plan.nnodes = *cfg.nnodes > 0 ? *cfg.nnodes : static_cast<int>(dist::detail::env_int("NNODES", 1, 1, 1 << 20));
-      plan.node_rank = *cfg.node_rank >= 0 ? *cfg.node_rank
-                                           : static_cast<int>(dist::detail::env_int("NODE_RANK", 0, 0, plan.nnodes - 1));
-      if (plan.node_rank >= plan.nnodes)
-        throw ConfigError("parallel.node_rank=" + std::to_string(plan.node_rank) + " is not below parallel.nnodes=" +
-                          std::to_string(plan.nnodes));
-      plan.master_addr = !cfg.master_addr->empty() ? *cfg.master_addr
-                         : dist::detail::getenv_nonempty("MASTER_ADDR") ? std::string(std::getenv("MASTER_ADDR"))
-                                                                       : std::string("127.0.0.1");
-      plan.master_port = *cfg.master_port > 0 ? *cfg.master_port
-                                              : static_cast<int>(dist::detail::env_int("MASTER_PORT", 0, 1, 65535));
-      if (plan.nnodes > 1 && plan.master_port == 0)
-        throw ConfigError("parallel.nnodes=" + std::to_string(plan.nnodes) +
-                          ": every node must meet at the same port; set MASTER_PORT (or parallel.master_port)");
-      plan.timeout = timeout();
-      plan.grace = std::chrono::milliseconds(static_cast<std::int64_t>(*cfg.stop_grace_s * 1000));
-      if (per_node == 1 && plan.nnodes == 1) {
-        world_ = dist::World{};  // one rank: nothing to launch or agree on
-      } else {
-        dist::launch(plan);
-      }
+      const auto plan = launch_plan(cfg);
+      if (plan.nproc_per_node != 1 || plan.nnodes != 1)
+        throw ConfigError("DDP<" + std::to_string(N) + ">: this process was started plainly and is not a rank of a world of " +
+                          std::to_string(plan.nproc_per_node * plan.nnodes) +
+                          " ranks; call anvil::start(argc, argv, ...) first in main (it launches them), or start it "
+                          "under torchrun");
+      world_ = dist::World{};  // one rank: nothing to launch or agree on
     }
     if (!cfg.gpu_ids->empty() && world_.local_rank >= static_cast<int>(cfg.gpu_ids->size()))
       throw ConfigError("parallel.gpu_ids lists " + std::to_string(cfg.gpu_ids->size()) + " GPU(s) but this rank has LOCAL_RANK=" +
@@ -8481,7 +6503,7 @@ class DDP {
   [[nodiscard]] const dist::World& world() const noexcept { return world_; }
   /// The CUDA device this rank uses when the run is on CUDA: the LOCAL_RANK-th of
   /// parallel.gpu_ids, or cuda:LOCAL_RANK.
-  [[nodiscard]] int cuda_index() const {
+  [[nodiscard]] int device_index() const {
     return cfg_.gpu_ids->empty() ? world_.local_rank : (*cfg_.gpu_ids)[static_cast<std::size_t>(world_.local_rank)];
   }
 
@@ -8512,8 +6534,34 @@ class DDP {
   }
 
  private:
-  std::chrono::milliseconds timeout() const {
-    return std::chrono::milliseconds(static_cast<std::int64_t>(*cfg_.timeout_s * 1000));
+  static std::chrono::milliseconds timeout_of(const Config& cfg) {
+    return std::chrono::milliseconds(static_cast<std::int64_t>(*cfg.timeout_s * 1000));
+  }
+  std::chrono::milliseconds timeout() const { return timeout_of(cfg_); }
+
+  // What this node's launcher starts: ranks per node, nodes, this node's index, the
+  // rendezvous (from the config, else the environment); a ConfigError naming the fields
+  // that disagree.
+  static dist::LaunchPlan launch_plan(const Config& cfg) {
+    dist::LaunchPlan plan;
+    plan.nproc_per_node = ranks_per_node(cfg);
+    plan.nnodes = *cfg.nnodes > 0 ? *cfg.nnodes : static_cast<int>(dist::detail::env_int("NNODES", 1, 1, 1 << 20));
+    plan.node_rank = *cfg.node_rank >= 0 ? *cfg.node_rank
+                                         : static_cast<int>(dist::detail::env_int("NODE_RANK", 0, 0, plan.nnodes - 1));
+    if (plan.node_rank >= plan.nnodes)
+      throw ConfigError("parallel.node_rank=" + std::to_string(plan.node_rank) + " is not below parallel.nnodes=" +
+                        std::to_string(plan.nnodes));
+    plan.master_addr = !cfg.master_addr->empty() ? *cfg.master_addr
+                       : dist::detail::getenv_nonempty("MASTER_ADDR") ? std::string(std::getenv("MASTER_ADDR"))
+                                                                     : std::string("127.0.0.1");
+    plan.master_port = *cfg.master_port > 0 ? *cfg.master_port
+                                            : static_cast<int>(dist::detail::env_int("MASTER_PORT", 0, 1, 65535));
+    if (plan.nnodes > 1 && plan.master_port == 0)
+      throw ConfigError("parallel.nnodes=" + std::to_string(plan.nnodes) +
+                        ": every node must meet at the same port; set MASTER_PORT (or parallel.master_port)");
+    plan.timeout = timeout_of(cfg);
+    plan.grace = std::chrono::milliseconds(static_cast<std::int64_t>(*cfg.stop_grace_s * 1000));
+    return plan;
   }
 
   // Ranks this node starts (see DDPConfig); a ConfigError naming the field when they disagree.
@@ -8555,7 +6603,10 @@ static_assert(Parallelism<DDP<2>>);
 /// @file
 /// `SingleDevice`: one process, one device. Light header.
 
+#include <string>
 #include <vector>
+
+#include <c10/core/Device.h>
 
 
 namespace anvil {
@@ -8572,6 +6623,14 @@ struct SingleDevice {
 
   SingleDevice() = default;
   explicit SingleDevice(const Config&) {}
+
+  /// Nothing to start: this process is the run.
+  static void start_ranks(const Config&) noexcept {}
+  /// Nothing to join.
+  void connect(c10::Device) noexcept {}
+  /// CUDA device 0 when the run is on CUDA (`run.device` may name another).
+  [[nodiscard]] int device_index() const noexcept { return 0; }
+  [[nodiscard]] std::string describe() const { return "1 rank, one process"; }
 
   [[nodiscard]] int rank() const noexcept { return 0; }
   [[nodiscard]] int local_rank() const noexcept { return 0; }
@@ -8610,27 +6669,6 @@ static_assert(Parallelism<SingleDevice>);
 
 #include <string_view>
 
-// ---- begin <anvil/precision/detail/common.hpp> ----
-/// @file
-/// Pieces shared by the precision policies. Light header.
-
-#include <c10/core/ScalarType.h>
-
-
-namespace anvil::detail {
-
-/// Settings every precision policy has. cuDNN benchmark mode picks the fastest convolution
-/// algorithms for fixed shapes (RL batches are fixed); anomaly detection finds the op that
-/// made a NaN but slows every backward pass, so it is off unless asked for.
-struct PrecisionConfig {
-  Param<bool, "cudnn_benchmark", "let cuDNN benchmark and pick the fastest kernels (CUDA)">
-      cudnn_benchmark{true};
-  Param<bool, "detect_anomaly", "autograd anomaly detection: names the op that made a NaN (slow)">
-      detect_anomaly{false};
-};
-
-}  // namespace anvil::detail
-// ---- end <anvil/precision/detail/common.hpp> ----
 
 namespace anvil {
 
@@ -8650,6 +6688,8 @@ struct BF16 {
   /// The dtype autocast computes in (float32 when there is no autocast).
   static constexpr c10::ScalarType compute_dtype = c10::ScalarType::BFloat16;
   using Config = detail::PrecisionConfig;
+  /// What a run applies (see PrecisionSettings).
+  static PrecisionSettings settings(const Config& c) { return detail::settings_of<BF16>(c); }
 };
 
 static_assert(Precision<BF16>);
@@ -8695,6 +6735,12 @@ struct FP16 {
     Param<int, "growth_interval", "consecutive finite steps before the scale grows", at_least(1)>
         growth_interval{2000};
   };
+  /// What a run applies (see PrecisionSettings): the common settings and the scaler's schedule.
+  static PrecisionSettings settings(const Config& c) {
+    auto s = detail::settings_of<FP16>(c);
+    s.loss_scaling = LossScaling{c.init_scale, c.growth_factor, c.backoff_factor, c.growth_interval};
+    return s;
+  }
 };
 
 static_assert(Precision<FP16>);
@@ -8726,6 +6772,8 @@ struct FP32 {
   /// The dtype autocast computes in (float32 when there is no autocast).
   static constexpr c10::ScalarType compute_dtype = c10::ScalarType::Float;
   using Config = detail::PrecisionConfig;
+  /// What a run applies (see PrecisionSettings).
+  static PrecisionSettings settings(const Config& c) { return detail::settings_of<FP32>(c); }
 };
 
 static_assert(Precision<FP32>);
@@ -8757,6 +6805,8 @@ struct TF32 {
   /// The dtype autocast computes in (float32 when there is no autocast).
   static constexpr c10::ScalarType compute_dtype = c10::ScalarType::Float;
   using Config = detail::PrecisionConfig;
+  /// What a run applies (see PrecisionSettings).
+  static PrecisionSettings settings(const Config& c) { return detail::settings_of<TF32>(c); }
 };
 
 static_assert(Precision<TF32>);
@@ -8764,6 +6814,137 @@ static_assert(Precision<TF32>);
 }  // namespace anvil
 // ---- end <anvil/precision/tf32.hpp> ----
 
+// ---- begin <anvil/observe/gpu_monitor.hpp> ----
+/// @file
+/// `GpuMonitor`: utilisation, memory and power of each visible NVIDIA GPU, read through
+/// NVML, which is loaded at run time (dlopen of libnvidia-ml.so.1, installed with the
+/// driver): anvil neither links nor needs it. Without NVML or without a GPU the monitor is
+/// off and says why once. Light header.
+
+#include <dlfcn.h>
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+namespace anvil {
+
+/// One GPU at one moment.
+struct GpuSample {
+  int index = 0;
+  double utilization = 0;  ///< percent of the last sample period a kernel ran
+  double memory_used_gb = 0, memory_total_gb = 0;
+  double power_w = 0;  ///< 0 when the GPU does not report it
+};
+
+class GpuMonitor {
+ public:
+  /// Loads NVML and counts the GPUs; `available()` says whether it worked, `status()` why not.
+  GpuMonitor() {
+    lib_ = ::dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!lib_) {
+      status_ = "GPU monitor off: NVML (libnvidia-ml.so.1) is not installed, so there is no NVIDIA driver here";
+      return;
+    }
+    auto sym = [&](const char* name) { return ::dlsym(lib_, name); };
+    init_ = reinterpret_cast<int (*)()>(sym("nvmlInit_v2"));
+    shutdown_ = reinterpret_cast<int (*)()>(sym("nvmlShutdown"));
+    count_ = reinterpret_cast<int (*)(unsigned*)>(sym("nvmlDeviceGetCount_v2"));
+    handle_ = reinterpret_cast<int (*)(unsigned, void**)>(sym("nvmlDeviceGetHandleByIndex_v2"));
+    util_ = reinterpret_cast<int (*)(void*, Utilization*)>(sym("nvmlDeviceGetUtilizationRates"));
+    memory_ = reinterpret_cast<int (*)(void*, Memory*)>(sym("nvmlDeviceGetMemoryInfo"));
+    power_ = reinterpret_cast<int (*)(void*, unsigned*)>(sym("nvmlDeviceGetPowerUsage"));
+    if (!init_ || !shutdown_ || !count_ || !handle_ || !util_ || !memory_) {
+      status_ = "GPU monitor off: this NVML lacks the functions anvil reads";
+      return;
+    }
+    if (const int rc = init_(); rc != 0) {
+      status_ = "GPU monitor off: NVML failed to start (error " + std::to_string(rc) + "; is the driver loaded?)";
+      return;
+    }
+    started_ = true;
+    unsigned n = 0;
+    if (count_(&n) != 0 || n == 0) {
+      status_ = "GPU monitor off: NVML sees no GPU";
+      return;
+    }
+    for (unsigned i = 0; i < n; ++i) {
+      void* h = nullptr;
+      if (handle_(i, &h) == 0) devices_.push_back({static_cast<int>(i), h});
+    }
+    status_ = "GPU monitor: " + std::to_string(devices_.size()) + " GPU(s) through NVML";
+  }
+  GpuMonitor(const GpuMonitor&) = delete;
+  GpuMonitor& operator=(const GpuMonitor&) = delete;
+  ~GpuMonitor() {
+    if (started_) shutdown_();
+    if (lib_) ::dlclose(lib_);
+  }
+
+  [[nodiscard]] bool available() const noexcept { return !devices_.empty(); }
+  /// One line: how many GPUs it watches, or why it is off.
+  [[nodiscard]] const std::string& status() const noexcept { return status_; }
+
+  /// Every GPU now (empty when off).
+  [[nodiscard]] std::vector<GpuSample> sample() const {
+    std::vector<GpuSample> out;
+    for (const auto& d : devices_) {
+      GpuSample s;
+      s.index = d.index;
+      Utilization u{};
+      if (util_(d.handle, &u) == 0) s.utilization = u.gpu;
+      Memory m{};
+      if (memory_(d.handle, &m) == 0) {
+        s.memory_used_gb = static_cast<double>(m.used) / 1e9;
+        s.memory_total_gb = static_cast<double>(m.total) / 1e9;
+      }
+      unsigned mw = 0;
+      if (power_ && power_(d.handle, &mw) == 0) s.power_w = mw / 1000.0;
+      out.push_back(s);
+    }
+    return out;
+  }
+
+  /// "gpu0 97% 12.3/80.0 GB 301 W" for each GPU, for a progress line.
+  [[nodiscard]] static std::string describe(const std::vector<GpuSample>& samples) {
+    std::string s;
+    for (const auto& g : samples) {
+      char b[96];
+      std::snprintf(b, sizeof b, "%sgpu%d %.0f%% %.1f/%.1f GB %.0f W", s.empty() ? "" : "  ", g.index, g.utilization,
+                    g.memory_used_gb, g.memory_total_gb, g.power_w);
+      s += b;
+    }
+    return s;
+  }
+
+ private:
+  // NVML's structs, as its header declares them.
+  struct Utilization {
+    unsigned gpu, memory;
+  };
+  struct Memory {
+    unsigned long long total, free, used;
+  };
+  struct Device {
+    int index;
+    void* handle;
+  };
+
+  void* lib_ = nullptr;
+  bool started_ = false;
+  int (*init_)() = nullptr;
+  int (*shutdown_)() = nullptr;
+  int (*count_)(unsigned*) = nullptr;
+  int (*handle_)(unsigned, void**) = nullptr;
+  int (*util_)(void*, Utilization*) = nullptr;
+  int (*memory_)(void*, Memory*) = nullptr;
+  int (*power_)(void*, unsigned*) = nullptr;
+  std::vector<Device> devices_;
+  std::string status_;
+};
+
+}  // namespace anvil
+// ---- end <anvil/observe/gpu_monitor.hpp> ----
 // ---- begin <anvil/observe/progress.hpp> ----
 /// @file
 /// Progress on the console: a live bar on a terminal (steps, steps/s, ETA, recent return),
@@ -8939,18 +7120,23 @@ class MetricsCsv {
   MetricsCsv() = default;
   explicit MetricsCsv(std::filesystem::path path) : path_(std::move(path)) {}
 
-  /// Continues the file of a resumed run: keeps its header and the rows up to `env_steps`
-  /// (the checkpoint's step; rows the interrupted run wrote after it are dropped, since the
-  /// resumed run writes them again), and appends from there. A missing or empty file starts
-  /// afresh.
-  static MetricsCsv resume(std::filesystem::path path, std::int64_t env_steps) {
+  /// Continues the file of a resumed run: keeps its header and the rows up to the
+  /// checkpoint's clock (`env_steps` and `updates`, the first two columns; rows the
+  /// interrupted run wrote after it are dropped, since the resumed run writes them again),
+  /// and appends from there. A missing or empty file starts afresh.
+  static MetricsCsv resume(std::filesystem::path path, std::int64_t env_steps, std::int64_t updates) {
     MetricsCsv csv(path);
     std::ifstream in(path);
     std::string header, line;
     if (!in || !std::getline(in, header) || header.empty()) return csv;
     std::vector<std::string> keep;
-    while (std::getline(in, line))
-      if (!line.empty() && std::strtod(line.c_str(), nullptr) <= static_cast<double>(env_steps)) keep.push_back(line);
+    while (std::getline(in, line)) {
+      if (line.empty()) continue;
+      char* end = nullptr;
+      const double steps = std::strtod(line.c_str(), &end);
+      const double ups = end && *end == ',' ? std::strtod(end + 1, nullptr) : 0.0;
+      if (steps <= static_cast<double>(env_steps) && ups <= static_cast<double>(updates)) keep.push_back(line);
+    }
     in.close();
     std::string text = header + "\n";
     for (const auto& l : keep) text += l + "\n";
@@ -9027,259 +7213,6 @@ inline std::string timestamp_for_path() {
 
 }  // namespace anvil
 // ---- end <anvil/observe/run_files.hpp> ----
-
-// ---- begin <anvil/train/run_config.hpp> ----
-/// @file
-/// The Trainer's own config sections: `run` (where and how a run executes) and `train`
-/// (the schedule: how much to collect, when and how often to update). Light header.
-
-#include <array>
-#include <cstdint>
-#include <string>
-#include <string_view>
-
-
-namespace anvil {
-
-/// How learning rates follow the batch size and the number of ranks.
-enum class LrScaling { none, sqrt, linear };
-constexpr auto enum_names(LrScaling) {
-  return std::array<std::string_view, 3>{"none", "sqrt", "linear"};
-}
-
-/// How progress is shown: a live bar on a terminal, periodic lines otherwise.
-enum class ProgressMode { auto_, bar, lines, off };
-constexpr auto enum_names(ProgressMode) {
-  return std::array<std::string_view, 4>{"auto", "bar", "lines", "off"};
-}
-
-/// The `run` section; its keys may be written without the section (`--seed=3`).
-struct RunConfig {
-  Param<std::uint64_t, "seed", "seed of torch, every env, the buffer and exploration"> seed{0};
-  Param<std::string, "device", "cpu, cuda, cuda:N, or auto (CUDA when present)"> device{"auto"};
-  Param<std::string, "run_dir", "where logs go (empty: runs/<algorithm>-<env>-<time>)"> run_dir{""};
-  Param<int, "threads", "intra-op threads of torch (1 is fastest for small nets on CPU)",
-        in_range(1, 1024)>
-      threads{1};
-  Param<int, "update_threads",
-        "threads computing an update's independent gradients at once (CPU; SAC: critic and "
-        "actor; 0: 2 when each process has 2 cores)",
-        in_range(0, 64)>
-      update_threads{0};
-  Param<std::int64_t, "log_interval", "env steps between log lines and CSV rows", at_least(1)>
-      log_interval{1000};
-  Param<ProgressMode, "progress", "auto: a bar on a terminal, lines otherwise"> progress{
-      ProgressMode::auto_};
-  Param<bool, "smoke", "a run of seconds that checks everything works"> smoke{false};
-  Param<std::int64_t, "checkpoint_interval",
-        "env steps between checkpoints in the run directory (0: only at the end)", at_least(0)>
-      checkpoint_interval{10'000};
-  Param<int, "keep_last", "checkpoints kept; older ones are deleted", at_least(1)> keep_last{3};
-  Param<bool, "checkpoint_buffer", "also save the replay buffer with each checkpoint (exact resume)">
-      checkpoint_buffer{false};
-  Param<bool, "tensorboard", "write TensorBoard event files in the run directory"> tensorboard{true};
-  Param<bool, "tensorboard_histograms", "also histograms of the networks' weights at each log row">
-      tensorboard_histograms{false};
-  Param<bool, "timings", "time each phase of a step (env, act, sample, update, all-reduce, ...)"> timings{true};
-  Param<bool, "sync_timings", "on CUDA, synchronise the device around each timed phase (true times)">
-      sync_timings{true};
-  Param<std::string, "resume",
-        "a checkpoint to continue from, or auto: the latest in run_dir (none there: start afresh)">
-      resume{""};
-};
-
-/// The `train` section: the schedule of collection and updates.
-struct TrainConfig {
-  Param<std::int64_t, "steps", "env steps to train for (all envs together)", at_least(1)> steps{100'000};
-  Param<std::int64_t, "learning_starts", "env steps of uniform random actions before learning",
-        at_least(0)>
-      learning_starts{1000};
-  Param<int, "update_interval", "env steps between rounds of updates", at_least(1)> update_interval{1};
-  Param<int, "updates_per_interval", "gradient updates per round (update-to-data ratio)", at_least(1)>
-      updates_per_interval{1};
-  Param<int, "grad_accumulation",
-        "micro-batches per optimizer step: the batch's gradient is accumulated over k parts (memory)",
-        at_least(1)>
-      grad_accumulation{1};
-  Param<double, "ema_decay",
-        "exponential moving average of the policy's weights after each update, used to evaluate "
-        "and in policy.bin (0: off; e.g. 0.995)",
-        Range{.lo = 0, .hi = 1, .hi_open = true}>
-      ema_decay{0.0};
-  Param<LrScaling, "lr_scaling", "none; sqrt: lr*sqrt(batch/base_batch); linear: lr*world_size">
-      lr_scaling{LrScaling::none};
-  Param<int, "base_batch", "batch size the learning rates were tuned for (sqrt scaling)", at_least(1)>
-      base_batch{256};
-  Param<std::int64_t, "eval_interval", "env steps between evaluations (0: only at the end)", at_least(0)>
-      eval_interval{5000};
-  Param<int, "eval_episodes", "episodes per evaluation, deterministic actions", at_least(1)>
-      eval_episodes{10};
-};
-
-}  // namespace anvil
-// ---- end <anvil/train/run_config.hpp> ----
-// ---- begin <anvil/train/trainer.hpp> ----
-/// @file
-/// `anvil::Trainer<Algorithm, Buffer, Parallelism, Precision>`: the host class whose four
-/// policy slots read as a sentence. It owns the loop: collect with a VecEnv, store in the
-/// buffer, update on the schedule, evaluate, log. A custom main may call the phases itself
-/// (`collect`, `update`, `evaluate`); `fit()` runs them all.
-
-#include <ATen/CPUGeneratorImpl.h>
-#include <ATen/Context.h>
-#include <torch/csrc/autograd/anomaly_mode.h>
-#include <torch/cuda.h>
-#include <torch/utils.h>
-
-#include <algorithm>
-#include <array>
-#include <cmath>
-#include <cstdint>
-#include <deque>
-#include <filesystem>
-#include <fstream>
-#include <span>
-#include <map>
-#include <memory>
-#include <numeric>
-#include <optional>
-#include <string>
-#include <thread>
-#include <type_traits>
-#include <utility>
-#include <vector>
-
-// ---- begin <anvil/observe/gpu_monitor.hpp> ----
-/// @file
-/// `GpuMonitor`: utilisation, memory and power of each visible NVIDIA GPU, read through
-/// NVML, which is loaded at run time (dlopen of libnvidia-ml.so.1, installed with the
-/// driver): anvil neither links nor needs it. Without NVML or without a GPU the monitor is
-/// off and says why once. Light header.
-
-#include <dlfcn.h>
-
-#include <cstdio>
-#include <string>
-#include <vector>
-
-namespace anvil {
-
-/// One GPU at one moment.
-struct GpuSample {
-  int index = 0;
-  double utilization = 0;  ///< percent of the last sample period a kernel ran
-  double memory_used_gb = 0, memory_total_gb = 0;
-  double power_w = 0;  ///< 0 when the GPU does not report it
-};
-
-class GpuMonitor {
- public:
-  /// Loads NVML and counts the GPUs; `available()` says whether it worked, `status()` why not.
-  GpuMonitor() {
-    lib_ = ::dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
-    if (!lib_) {
-      status_ = "GPU monitor off: NVML (libnvidia-ml.so.1) is not installed, so there is no NVIDIA driver here";
-      return;
-    }
-    auto sym = [&](const char* name) { return ::dlsym(lib_, name); };
-    init_ = reinterpret_cast<int (*)()>(sym("nvmlInit_v2"));
-    shutdown_ = reinterpret_cast<int (*)()>(sym("nvmlShutdown"));
-    count_ = reinterpret_cast<int (*)(unsigned*)>(sym("nvmlDeviceGetCount_v2"));
-    handle_ = reinterpret_cast<int (*)(unsigned, void**)>(sym("nvmlDeviceGetHandleByIndex_v2"));
-    util_ = reinterpret_cast<int (*)(void*, Utilization*)>(sym("nvmlDeviceGetUtilizationRates"));
-    memory_ = reinterpret_cast<int (*)(void*, Memory*)>(sym("nvmlDeviceGetMemoryInfo"));
-    power_ = reinterpret_cast<int (*)(void*, unsigned*)>(sym("nvmlDeviceGetPowerUsage"));
-    if (!init_ || !shutdown_ || !count_ || !handle_ || !util_ || !memory_) {
-      status_ = "GPU monitor off: this NVML lacks the functions anvil reads";
-      return;
-    }
-    if (const int rc = init_(); rc != 0) {
-      status_ = "GPU monitor off: NVML failed to start (error " + std::to_string(rc) + "; is the driver loaded?)";
-      return;
-    }
-    started_ = true;
-    unsigned n = 0;
-    if (count_(&n) != 0 || n == 0) {
-      status_ = "GPU monitor off: NVML sees no GPU";
-      return;
-    }
-    for (unsigned i = 0; i < n; ++i) {
-      void* h = nullptr;
-      if (handle_(i, &h) == 0) devices_.push_back({static_cast<int>(i), h});
-    }
-    status_ = "GPU monitor: " + std::to_string(devices_.size()) + " GPU(s) through NVML";
-  }
-  GpuMonitor(const GpuMonitor&) = delete;
-  GpuMonitor& operator=(const GpuMonitor&) = delete;
-  ~GpuMonitor() {
-    if (started_) shutdown_();
-    if (lib_) ::dlclose(lib_);
-  }
-
-  [[nodiscard]] bool available() const noexcept { return !devices_.empty(); }
-  /// One line: how many GPUs it watches, or why it is off.
-  [[nodiscard]] const std::string& status() const noexcept { return status_; }
-
-  /// Every GPU now (empty when off).
-  [[nodiscard]] std::vector<GpuSample> sample() const {
-    std::vector<GpuSample> out;
-    for (const auto& d : devices_) {
-      GpuSample s;
-      s.index = d.index;
-      Utilization u{};
-      if (util_(d.handle, &u) == 0) s.utilization = u.gpu;
-      Memory m{};
-      if (memory_(d.handle, &m) == 0) {
-        s.memory_used_gb = static_cast<double>(m.used) / 1e9;
-        s.memory_total_gb = static_cast<double>(m.total) / 1e9;
-      }
-      unsigned mw = 0;
-      if (power_ && power_(d.handle, &mw) == 0) s.power_w = mw / 1000.0;
-      out.push_back(s);
-    }
-    return out;
-  }
-
-  /// "gpu0 97% 12.3/80.0 GB 301 W" for each GPU, for a progress line.
-  [[nodiscard]] static std::string describe(const std::vector<GpuSample>& samples) {
-    std::string s;
-    for (const auto& g : samples) {
-      char b[96];
-      std::snprintf(b, sizeof b, "%sgpu%d %.0f%% %.1f/%.1f GB %.0f W", s.empty() ? "" : "  ", g.index, g.utilization,
-                    g.memory_used_gb, g.memory_total_gb, g.power_w);
-      s += b;
-    }
-    return s;
-  }
-
- private:
-  // NVML's structs, as its header declares them.
-  struct Utilization {
-    unsigned gpu, memory;
-  };
-  struct Memory {
-    unsigned long long total, free, used;
-  };
-  struct Device {
-    int index;
-    void* handle;
-  };
-
-  void* lib_ = nullptr;
-  bool started_ = false;
-  int (*init_)() = nullptr;
-  int (*shutdown_)() = nullptr;
-  int (*count_)(unsigned*) = nullptr;
-  int (*handle_)(unsigned, void**) = nullptr;
-  int (*util_)(void*, Utilization*) = nullptr;
-  int (*memory_)(void*, Memory*) = nullptr;
-  int (*power_)(void*, unsigned*) = nullptr;
-  std::vector<Device> devices_;
-  std::string status_;
-};
-
-}  // namespace anvil
-// ---- end <anvil/observe/gpu_monitor.hpp> ----
 // ---- begin <anvil/observe/tensorboard.hpp> ----
 /// @file
 /// `TensorBoardWriter`: TensorBoard event files (`events.out.tfevents.<time>.<host>`)
@@ -9508,14 +7441,4778 @@ class TensorBoardWriter {
 
 }  // namespace anvil
 // ---- end <anvil/observe/tensorboard.hpp> ----
+// ---- begin <anvil/observe/update_metrics.hpp> ----
+/// @file
+/// `UpdateMetrics`: the scalars algorithms report with each update (`UpdateInfo::metrics`:
+/// losses, Q means, temperatures, KL, ...) and loops add (PPO's epochs), summed by name
+/// until the next log row, which writes their means. Light header.
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
 
 namespace anvil {
 
-/// Mean, spread and range of evaluation returns.
+/// Sums and counts of named metrics since the last log row (see file comment).
+class UpdateMetrics {
+ public:
+  /// Adds one value of metric `name`.
+  void add(const std::string& name, double v) {
+    auto& m = sums_[name];
+    m.first += v;
+    m.second += 1;
+  }
+  /// Adds every `(name, value)` of one update.
+  void add(const std::vector<std::pair<std::string, double>>& values) {
+    for (const auto& [k, v] : values) add(k, v);
+  }
+  /// Sum and count of each metric, by name (alphabetical: the columns' order).
+  [[nodiscard]] const std::map<std::string, std::pair<double, int>>& sums() const noexcept { return sums_; }
+  /// Zeroes every sum, keeping the names (a log row's columns stay).
+  void clear_values() {
+    for (auto& [name, m] : sums_) m = {0.0, 0};
+  }
+  /// Makes sure every name in `names` is known (with nothing summed yet), so that ranks
+  /// reduce the same list.
+  void know(const std::vector<std::string>& names) {
+    for (const auto& n : names) sums_.try_emplace(n, 0.0, 0);
+  }
+  [[nodiscard]] std::vector<std::string> names() const {
+    std::vector<std::string> out;
+    for (const auto& [k, m] : sums_) out.push_back(k);
+    return out;
+  }
+
+  /// State protocol (core/state.hpp): the sums since the last log row.
+  void save(BinaryWriter& w) const {
+    w.value(static_cast<std::uint64_t>(sums_.size()));
+    for (const auto& [k, m] : sums_) {
+      w.string(k);
+      w.value(m.first);
+      w.value(m.second);
+    }
+  }
+  using Saved = std::map<std::string, std::pair<double, int>>;
+  [[nodiscard]] Saved read(BinaryReader& r) const {
+    const auto n = r.value<std::uint64_t>("metrics");
+    if (n > 10'000) r.fail("metrics", "has an implausible number of entries");
+    Saved s;
+    for (std::uint64_t i = 0; i < n; ++i) {
+      auto k = r.string("metric name");
+      const auto sum = r.value<double>("metric sum");
+      s[k] = {sum, r.value<int>("metric count")};
+    }
+    return s;
+  }
+  void restore(Saved s) { sums_ = std::move(s); }
+
+ private:
+  std::map<std::string, std::pair<double, int>> sums_;
+};
+
+}  // namespace anvil
+// ---- end <anvil/observe/update_metrics.hpp> ----
+
+// ---- begin <anvil/buffers/episode_buffer.hpp> ----
+/// @file
+/// `EpisodeBuffer`: the storage of the episodic loop. It holds one round of whole episodes,
+/// one per env, in tensors allocated once ([max_steps, N] rows), and hands the round out as
+/// one `EpisodeBatch` padded to the longest episode with a mask. It is cleared for the next
+/// round: like a rollout, it is learned from by the policy that collected it.
+
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+
+namespace anvil {
+
+/// Buffer policy for whole episodes (see file comment).
+class EpisodeBuffer {
+ public:
+  using policy_kind = BufferKind;
+  static constexpr FixedString config_section = "episodes";
+  static constexpr bool on_policy = true;
+  using Batch = EpisodeBatch;
+  using Step = EpisodeStep;
+
+  struct Config {
+    Param<std::int64_t, "max_steps", "the longest episode a round holds (longer ones are an error)",
+          in_range(1, 1 << 24)>
+        max_steps{1000};
+  };
+
+  EpisodeBuffer(const EnvSpec& spec, const Config& cfg, const RunContext& ctx)
+      : cfg_(cfg), device_(ctx.device), obs_dim_(spec.obs_dim()), act_dim_(spec.action_dim()),
+        discrete_(spec.discrete()) {}
+
+  /// Storage for the run's envs (the loop calls it before the run and after a resume).
+  void plan(const StoragePlan& p) {
+    if (p.num_envs == envs_) return;
+    envs_ = p.num_envs;
+    const std::int64_t t = cfg_.max_steps, n = envs_;
+    const auto f = at::TensorOptions().dtype(at::kFloat);
+    obs_ = at::zeros({t, n, obs_dim_}, f);
+    action_ = discrete_ ? at::zeros({t, n}, f.dtype(at::kLong)) : at::zeros({t, n, act_dim_}, f);
+    for (auto* x : {&reward_, &terminated_, &mask_}) *x = at::zeros({t, n}, f);
+    length_ = at::zeros({n}, f.dtype(at::kLong));
+    last_obs_ = at::zeros({n, obs_dim_}, f);
+    clear();
+  }
+
+  /// Stores one step of every env; the rows of envs no longer live are kept out of the
+  /// episodes. Throws when an episode outgrows `episodes.max_steps`.
+  void add(const EpisodeStep& s) {
+    if (envs_ == 0) throw Error("EpisodeBuffer::add: plan() was not called");
+    if (steps_ >= *cfg_.max_steps)
+      throw Error("EpisodeBuffer: an episode is longer than episodes.max_steps (" + std::to_string(*cfg_.max_steps) +
+                  "); raise it");
+    const std::int64_t t = steps_;
+    const auto live = s.live.to(at::kFloat).reshape({envs_});
+    obs_[t].copy_(s.obs);
+    action_[t].copy_(discrete_ ? s.action.reshape({envs_}) : s.action);
+    reward_[t].copy_(s.reward * live);
+    terminated_[t].copy_(s.terminated * live);
+    mask_[t].copy_(live);
+    const auto on = live.to(at::kBool);
+    length_.masked_fill_(on, t + 1);
+    const auto rows = on.nonzero().reshape({-1});
+    last_obs_.index_copy_(0, rows, s.next_obs.index_select(0, rows));
+    ++steps_;
+    live_ += static_cast<std::int64_t>(live.sum().item<float>());
+  }
+
+  /// The round's episodes, [N, T, ...] with T the longest (on the algorithm's device).
+  [[nodiscard]] EpisodeBatch episodes() const {
+    if (steps_ == 0) throw Error("EpisodeBuffer::episodes: the round holds no steps");
+    auto rows = [&](const at::Tensor& x) { return x.narrow(0, 0, steps_).transpose(0, 1).contiguous().to(device_); };
+    return EpisodeBatch{rows(obs_), rows(action_), rows(reward_), rows(terminated_), rows(mask_), length_.to(device_),
+                        last_obs_.to(device_)};
+  }
+
+  /// Empties the buffer for the next round (storage is kept).
+  void clear() {
+    steps_ = 0;
+    live_ = 0;
+    if (envs_ > 0) {
+      mask_.zero_();
+      length_.zero_();
+    }
+  }
+
+  /// Steps stored that belong to episodes, and the most a round holds.
+  [[nodiscard]] std::int64_t size() const noexcept { return live_; }
+  [[nodiscard]] std::int64_t capacity() const noexcept { return *cfg_.max_steps * envs_; }
+  /// Steps of the longest episode so far this round.
+  [[nodiscard]] std::int64_t steps() const noexcept { return steps_; }
+
+  /// State protocol: nothing between rounds, where the episodic loop checkpoints; a round
+  /// in progress is refused.
+  void save(BinaryWriter& w) const {
+    if (steps_ > 0) throw Error("EpisodeBuffer::save: a round is in progress; save between rounds");
+    w.value(envs_);
+  }
+  [[nodiscard]] std::int64_t read(BinaryReader& r) const {
+    r.expect(envs_, "env.num_envs");
+    return 0;
+  }
+  void restore(std::int64_t) { clear(); }
+
+ private:
+  Config cfg_;
+  c10::Device device_;
+  std::int64_t obs_dim_, act_dim_;
+  bool discrete_;
+  std::int64_t envs_ = 0, steps_ = 0, live_ = 0;
+  at::Tensor obs_, action_, reward_, terminated_, mask_, length_, last_obs_;
+};
+
+static_assert(Buffer<EpisodeBuffer>);
+
+}  // namespace anvil
+// ---- end <anvil/buffers/episode_buffer.hpp> ----
+// ---- begin <anvil/buffers/prioritized_buffer.hpp> ----
+/// @file
+/// `PrioritizedBuffer`: proportional prioritized experience replay (Schaul, Quan,
+/// Antonoglou, Silver 2016, "Prioritized Experience Replay", ICLR), on the cache-line sum
+/// tree of buffers/sum_tree.hpp. Defaults are the paper's proportional variant: alpha 0.6,
+/// beta annealed from 0.4 to 1.
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+// ---- begin <anvil/buffers/detail/replay_core.hpp> ----
+/// @file
+/// `ReplayCore`: what every replay buffer shares: the transition store (with its n-step
+/// windows), the config fields for it, and the checks on a batch size.
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <utility>
+
+// ---- begin <anvil/buffers/detail/transition_store.hpp> ----
+/// @file
+/// `TransitionStore`: the preallocated rings both replay buffers keep (transitions, and
+/// observations stored once), and the ids that name a transition while it is stored.
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <array>
+#include <climits>
+#include <cstdint>
+#include <cstring>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+// ---- begin <anvil/buffers/detail/n_step.hpp> ----
+/// @file
+/// `NStepWindow`: turns each env's stream of one-step transitions into n-step ones
+/// (Sutton 1988; as used with replay by Hessel et al. 2018, "Rainbow"), before they are
+/// stored. A stored transition is then self-contained: obs_t, action_t, the discounted sum
+/// of up to n rewards, the observation it leads to, whether that one is terminal, and the
+/// discount gamma^k of its bootstrap term. So sampling needs no look-ahead and the ring's
+/// wraparound cannot split a window. Observations are named by their ids in the
+/// buffer's observation ring (see transition_store.hpp), so a window holds no copies.
+
+#include <cstdint>
+#include <deque>
+#include <utility>
+#include <vector>
+
+
+namespace anvil::detail {
+
+class NStepWindow {
+ public:
+  /// One env's step waiting in its window; `obs` and `next` are observation ids.
+  struct Step {
+    std::int64_t obs = -1, next = -1;
+    std::vector<float> action;
+    double reward = 0;
+    bool terminated = false;
+  };
+  /// A completed k-step transition, k <= n.
+  struct Done {
+    std::int64_t obs = -1, next = -1;
+    std::vector<float> action;
+    double reward = 0, discount = 1;
+    bool terminated = false;
+  };
+
+  NStepWindow() = default;
+  NStepWindow(int n, double gamma) : n_(n), gamma_(gamma) {}
+
+  [[nodiscard]] int n() const noexcept { return n_; }
+  void set_gamma(double gamma) noexcept { gamma_ = gamma; }
+  [[nodiscard]] double gamma() const noexcept { return gamma_; }
+
+  /// Starts over with `envs` empty windows unless there are that many already.
+  void resize(std::size_t envs) {
+    if (pending_.size() != envs) pending_.assign(envs, {});
+  }
+
+  /// Takes env `env`'s next step and appends what it completes to `out`: the oldest
+  /// pending step once n are pending, or every pending step when this one `ended` its
+  /// episode (terminated or truncated).
+  void push(std::size_t env, Step st, bool ended, std::vector<Done>& out) {
+    auto& q = pending_[env];
+    q.push_back(std::move(st));
+    if (ended) {
+      while (!q.empty()) emit(q, out);
+    } else if (static_cast<int>(q.size()) == n_) {
+      emit(q, out);
+    }
+  }
+
+  /// Writes the windows still filling, so a restored buffer continues them.
+  void save(BinaryWriter& w) const {
+    w.value<std::int32_t>(n_);
+    w.value(gamma_);
+    w.value<std::uint64_t>(pending_.size());
+    for (const auto& q : pending_) {
+      w.value<std::uint64_t>(q.size());
+      for (const auto& st : q) {
+        w.value(st.obs);
+        w.value(st.next);
+        w.value<std::uint64_t>(st.action.size());
+        w.bytes(st.action.data(), st.action.size() * sizeof(float));
+        w.value(st.reward);
+        w.value<std::uint8_t>(st.terminated);
+      }
+    }
+  }
+  /// What `save` wrote, checked and not yet applied.
+  struct Saved {
+    double gamma = 0;
+    std::vector<std::deque<Step>> pending;
+  };
+  Saved read(BinaryReader& r) const {
+    r.expect<std::int32_t>(n_, "buffer.n_step");
+    Saved s;
+    s.gamma = r.value<double>("n-step gamma");
+    const auto envs = r.value<std::uint64_t>("n-step env count");
+    if (envs > (1u << 20)) r.fail("n-step env count", "is implausibly large");
+    s.pending.resize(envs);
+    for (auto& q : s.pending) {
+      const auto len = r.value<std::uint64_t>("n-step window length");
+      if (len >= static_cast<std::uint64_t>(n_)) r.fail("n-step window length", "is not below buffer.n_step");
+      for (std::uint64_t k = 0; k < len; ++k) {
+        Step st;
+        st.obs = r.value<std::int64_t>("n-step observation ids");
+        st.next = r.value<std::int64_t>("n-step observation ids");
+        const auto ad = r.value<std::uint64_t>("n-step action size");
+        if (ad > (1u << 24)) r.fail("n-step action size", "is implausibly large");
+        st.action.resize(ad);
+        r.bytes(st.action.data(), st.action.size() * sizeof(float), "n-step actions");
+        st.reward = r.value<double>("n-step rewards");
+        st.terminated = r.value<std::uint8_t>("n-step terminal flags") != 0;
+        q.push_back(std::move(st));
+      }
+    }
+    return s;
+  }
+  void restore(Saved&& s) {
+    gamma_ = s.gamma;
+    pending_ = std::move(s.pending);
+  }
+
+  /// Steps waiting for their window to fill, over all envs.
+  [[nodiscard]] std::int64_t pending() const noexcept {
+    std::int64_t p = 0;
+    for (const auto& q : pending_) p += static_cast<std::int64_t>(q.size());
+    return p;
+  }
+
+ private:
+  // Emits the oldest pending step of one env as a k-step transition over all k pending.
+  void emit(std::deque<Step>& q, std::vector<Done>& out) const {
+    double ret = 0, g = 1;
+    for (const auto& st : q) {
+      ret += g * st.reward;
+      g *= gamma_;
+    }
+    out.push_back(Done{q.front().obs, q.back().next, std::move(q.front().action), ret, g, q.back().terminated});
+    q.pop_front();
+  }
+
+  int n_ = 1;
+  double gamma_ = 0.99;
+  std::vector<std::deque<Step>> pending_;
+};
+
+}  // namespace anvil::detail
+// ---- end <anvil/buffers/detail/n_step.hpp> ----
+// ---- begin <anvil/core/detail/huge_pages.hpp> ----
+/// @file
+/// Large arrays that are read at random (replay storage, priority trees) backed by 2 MiB
+/// pages where the OS offers them, so a random access costs one cache miss and rarely a
+/// TLB miss too: with 4 KiB pages, a 100 MB array spans 25,000 pages, far more than the TLB
+/// holds. On Linux with transparent huge pages in "madvise" mode (Debian's default) this
+/// needs an madvise(MADV_HUGEPAGE) before the memory is first touched. Light header.
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <type_traits>
+#include <utility>
+
+#if defined(__linux__)
+#include <sys/mman.h>
+#include <unistd.h>
+#endif
+
+namespace anvil::detail {
+
+inline constexpr std::size_t kHugePage = std::size_t{2} << 20;
+
+/// Asks for huge pages over the whole pages inside [p, p + bytes), for regions of at least
+/// two huge pages; a no-op elsewhere. Call it before the memory is first written.
+inline void advise_huge_pages(void* p, std::size_t bytes) noexcept {
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+  if (p == nullptr || bytes < 2 * kHugePage) return;
+  const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const auto a = (reinterpret_cast<std::uintptr_t>(p) + page - 1) & ~(page - 1);
+  const auto e = (reinterpret_cast<std::uintptr_t>(p) + bytes) & ~(page - 1);
+  if (e > a) (void)::madvise(reinterpret_cast<void*>(a), e - a, MADV_HUGEPAGE);
+#else
+  (void)p;
+  (void)bytes;
+#endif
+}
+
+/// A fixed-size array of trivially copyable `T`, aligned to a cache line (to a huge page
+/// when large, and advised to use huge pages), every element set to `fill`.
+template <class T>
+class HugeArray {
+  static_assert(std::is_trivially_copyable_v<T>);
+
+ public:
+  HugeArray() = default;
+  HugeArray(std::size_t n, const T& fill) : n_(n) {
+    if (n == 0) return;
+    const std::size_t bytes = n * sizeof(T);
+    const std::size_t align = bytes >= 2 * kHugePage ? kHugePage : 64;
+    p_ = static_cast<T*>(std::aligned_alloc(align, (bytes + align - 1) / align * align));
+    if (p_ == nullptr) throw std::bad_alloc();
+    advise_huge_pages(p_, bytes);
+    std::fill(p_, p_ + n, fill);
+  }
+  HugeArray(const HugeArray& o) : HugeArray(o.n_, T{}) { std::copy(o.begin(), o.end(), p_); }
+  HugeArray(HugeArray&& o) noexcept : p_(std::exchange(o.p_, nullptr)), n_(std::exchange(o.n_, 0)) {}
+  HugeArray& operator=(HugeArray o) noexcept {
+    std::swap(p_, o.p_);
+    std::swap(n_, o.n_);
+    return *this;
+  }
+  ~HugeArray() { std::free(p_); }
+
+  [[nodiscard]] std::size_t size() const noexcept { return n_; }
+  [[nodiscard]] T* data() noexcept { return p_; }
+  [[nodiscard]] const T* data() const noexcept { return p_; }
+  T& operator[](std::size_t i) noexcept { return p_[i]; }
+  const T& operator[](std::size_t i) const noexcept { return p_[i]; }
+  T* begin() noexcept { return p_; }
+  T* end() noexcept { return p_ + n_; }
+  const T* begin() const noexcept { return p_; }
+  const T* end() const noexcept { return p_ + n_; }
+
+ private:
+  T* p_ = nullptr;
+  std::size_t n_ = 0;
+};
+
+}  // namespace anvil::detail
+// ---- end <anvil/core/detail/huge_pages.hpp> ----
+
+namespace anvil {
+
+/// Where a replay buffer keeps its tensors: with the networks (no copy per sample; the
+/// default) or in host memory (for buffers larger than the GPU's memory).
+enum class Storage { compute, cpu };
+constexpr auto enum_names(Storage) { return std::array<std::string_view, 2>{"compute", "cpu"}; }
+
+/// How a replay buffer stores observations: full float32, or 16-bit floats to halve the
+/// memory of observation-heavy buffers (batches always come out as float32).
+enum class ObsDtype { float32, bfloat16, float16 };
+constexpr auto enum_names(ObsDtype) {
+  return std::array<std::string_view, 3>{"float32", "bfloat16", "float16"};
+}
+
+namespace detail {
+
+/// Replay storage in two preallocated rings.
+///
+/// Transitions: `capacity` rows of [action | reward | terminated (| discount)] floats,
+/// plus, for each, the slots of its obs and next_obs in the observation ring. Transition
+/// number k (counting every transition ever added, from 0) is its id; it lives in row
+/// k % capacity until `capacity` more are added after it.
+///
+/// Observations are stored once. When env i's observation at this step is bitwise the one
+/// its previous step led to (always, within an episode), the transition reuses that row,
+/// so an episode of L steps costs L + 1 observations instead of 2L: about half the memory
+/// of observation-heavy buffers. The observation ring has capacity * 5/4 + 256 rows, which
+/// covers episodes of 4 steps or more. With shorter episodes, or transitions whose
+/// observations do not chain, a transition whose observation is overwritten leaves
+/// early; `size()` counts what is stored and `dropped()` what left early.
+///
+/// n-step returns (`n_step` > 1) are formed before storing by an `NStepWindow` per env.
+/// Rows live with the networks (`device`); on the CPU a batch comes out as contiguous
+/// float32 tensors gathered with prefetching; on a GPU by `index_select`, so transitions
+/// never cross to the host. Discrete actions are stored as floats (exact below 2^24).
+class TransitionStore {
+ public:
+  /// The observation rows of a transition's obs and next_obs; -1 when the row holds none.
+  struct Link {
+    std::int32_t obs = -1, next = -1;
+  };
+
+  TransitionStore(const EnvSpec& spec, std::int64_t capacity, c10::Device device, std::string owner,
+                  int n_step = 1, ObsDtype obs_dtype = ObsDtype::float32)
+      : capacity_(capacity),
+        obs_capacity_(capacity + (capacity + 3) / 4 + 256),
+        device_(device),
+        owner_(std::move(owner)),
+        od_(spec.obs_dim()),
+        ad_(spec.action_dim()),
+        discrete_(spec.discrete()),
+        with_discount_(n_step > 1),
+        obs_dtype_(obs_dtype),
+        width_(ad_ + 2 + (n_step > 1 ? 1 : 0)),
+        window_(n_step, 0.99) {
+    if (obs_capacity_ > INT32_MAX)
+      throw Error(owner_ + ": buffer.capacity=" + std::to_string(capacity) +
+                  " is above the largest supported (1,700,000,000 transitions)");
+    const auto f = at::TensorOptions().dtype(at::kFloat).device(device_);
+    data_ = at::empty({capacity_, width_}, f);
+    obs_ = at::empty({obs_capacity_, od_}, f.dtype(obs_dtype_ == ObsDtype::float32    ? at::kFloat
+                                                   : obs_dtype_ == ObsDtype::bfloat16 ? at::kBFloat16
+                                                                                      : at::kHalf));
+    if (device_.is_cpu()) {  // read at random: huge pages spare most TLB misses
+      advise_huge_pages(data_.data_ptr(), static_cast<std::size_t>(data_.nbytes()));
+      advise_huge_pages(obs_.data_ptr(), static_cast<std::size_t>(obs_.nbytes()));
+    }
+    link_ = HugeArray<Link>(static_cast<std::size_t>(capacity_), Link{});
+    owner_of_ = HugeArray<std::int32_t>(static_cast<std::size_t>(obs_capacity_), -1);
+  }
+
+  /// Stores one step of N envs (row i = env i; the ring wraps as needed), or with n-step
+  /// returns the transitions it completes. Returns the id of the first stored transition
+  /// and how many were stored; `killed()` then lists the rows of older transitions that
+  /// left early because their observations were overwritten.
+  std::pair<std::int64_t, std::int64_t> add(const StepBatch& s) {
+    const std::int64_t n = s.obs.size(0);
+    if (n > capacity_)
+      throw Error(owner_ + ": adding " + std::to_string(n) +
+                  " transitions at once exceeds buffer.capacity=" + std::to_string(capacity_));
+    if (2 * n > obs_capacity_)
+      throw Error(owner_ + ": adding " + std::to_string(n) + " transitions at once needs up to " +
+                  std::to_string(2 * n) + " observation rows; this buffer has " + std::to_string(obs_capacity_) +
+                  " (buffer.capacity=" + std::to_string(capacity_) + ")");
+    const auto obs = host(s.obs, n, od_, "obs"), next = host(s.next_obs, n, od_, "next_obs");
+    const auto act = host(s.action, n, ad_, "action"), rew = host(s.reward, n, 1, "reward");
+    const auto term = host(s.terminated, n, 1, "terminated");
+    const auto trunc = s.truncated.defined() ? host(s.truncated, n, 1, "truncated") : at::zeros({n});
+    const float *o = obs.data_ptr<float>(), *no = next.data_ptr<float>(), *a = act.data_ptr<float>();
+    const float *r = rew.data_ptr<float>(), *t = term.data_ptr<float>(), *tr = trunc.data_ptr<float>();
+
+    killed_.clear();
+    const std::int64_t first_obs = obs_added_, first_row = added_;  // this add's ids are consecutive
+    obs_stage_.clear();
+    row_stage_.clear();
+    if (open_.size() != static_cast<std::size_t>(n)) {
+      open_.assign(static_cast<std::size_t>(n), -1);
+      open_obs_.assign(static_cast<std::size_t>(n * od_), 0.f);
+      window_.resize(static_cast<std::size_t>(n));
+    }
+    for (std::int64_t i = 0; i < n; ++i) {
+      const auto e = static_cast<std::size_t>(i);
+      const float* oi = o + i * od_;
+      float* open = open_obs_.data() + i * od_;
+      std::int64_t oid = open_[e];
+      if (!obs_live(oid) ||
+          std::memcmp(oi, open, static_cast<std::size_t>(od_) * sizeof(float)) != 0)
+        oid = append_obs(oi);
+      const std::int64_t nid = append_obs(no + i * od_);
+      open_[e] = nid;
+      std::copy(no + i * od_, no + (i + 1) * od_, open);
+      if (window_.n() == 1) {
+        put(oid, nid, a + i * ad_, r[i], t[i], 1.0);
+      } else {
+        window_.push(e, {oid, nid, std::vector<float>(a + i * ad_, a + (i + 1) * ad_), r[i], t[i] > 0.5f},
+                     t[i] > 0.5f || tr[i] > 0.5f, done_);
+        for (const auto& d : done_) {
+          if (obs_live(d.obs)) {
+            put(d.obs, d.next, d.action.data(), static_cast<float>(d.reward), d.terminated ? 1.f : 0.f, d.discount);
+          } else {
+            ++dropped_;  // its first observation was overwritten while the window filled
+          }
+        }
+        done_.clear();
+      }
+    }
+    flush(first_obs, first_row);
+    return {first_row, added_ - first_row};
+  }
+
+  /// The transitions in rows `slots` (each must be `valid`) as a batch of contiguous
+  /// tensors on the storage device, with their ids in `index`.
+  ReplayBatch gather(std::span<const std::int64_t> slots) const {
+    const auto n = static_cast<std::int64_t>(slots.size());
+    ReplayBatch b;
+    if (device_.is_cpu()) {
+      const auto f = data_.options();
+      b.obs = at::empty({n, od_}, f);
+      b.next_obs = at::empty({n, od_}, f);
+      at::Tensor action = at::empty({n, ad_}, f);
+      b.reward = at::empty({n}, f);
+      b.terminated = at::empty({n}, f);
+      if (with_discount_) b.discount = at::empty({n}, f);
+      const float* src = data_.data_ptr<float>();
+      float *o = b.obs.data_ptr<float>(), *no = b.next_obs.data_ptr<float>(), *a = action.data_ptr<float>();
+      float *r = b.reward.data_ptr<float>(), *t = b.terminated.data_ptr<float>();
+      float* d = with_discount_ ? b.discount.data_ptr<float>() : nullptr;
+      // Rows of random transitions miss every cache, so they are fetched ahead in two
+      // stages: a transition's link and action row 2 * kAhead samples ahead, its two
+      // observation rows (whose places the link gives) kAhead samples ahead.
+      constexpr std::int64_t kAhead = 8;
+      const Link* link = link_.data();
+      auto run = [&](const auto* obs_src) {
+        auto slot = [&](std::int64_t i) { return slots[static_cast<std::size_t>(i)]; };
+        auto first = [&](std::int64_t i) {
+          __builtin_prefetch(link + slot(i));
+          __builtin_prefetch(src + slot(i) * width_);
+        };
+        auto second = [&](std::int64_t i) {
+          const Link l = link[slot(i)];
+          for (const auto* row : {obs_src + l.obs * od_, obs_src + l.next * od_}) {
+            __builtin_prefetch(row);
+            __builtin_prefetch(row + od_ - 1);
+          }
+        };
+        for (std::int64_t i = 0; i < std::min(2 * kAhead, n); ++i) first(i);
+        for (std::int64_t i = 0; i < std::min(kAhead, n); ++i) second(i);
+        for (std::int64_t i = 0; i < n; ++i) {
+          if (i + 2 * kAhead < n) first(i + 2 * kAhead);
+          if (i + kAhead < n) second(i + kAhead);
+          const auto s = slot(i);
+          const auto* ro = obs_src + link[s].obs * od_;
+          const auto* rn = obs_src + link[s].next * od_;
+          for (std::int64_t j = 0; j < od_; ++j) {
+            o[i * od_ + j] = static_cast<float>(ro[j]);
+            no[i * od_ + j] = static_cast<float>(rn[j]);
+          }
+          const float* row = src + s * width_;
+          std::copy(row, row + ad_, a + i * ad_);
+          r[i] = row[ad_];
+          t[i] = row[ad_ + 1];
+          if (d) d[i] = row[ad_ + 2];
+        }
+      };
+      switch (obs_dtype_) {
+        case ObsDtype::float32: run(obs_.data_ptr<float>()); break;
+        case ObsDtype::bfloat16: run(obs_.data_ptr<c10::BFloat16>()); break;
+        case ObsDtype::float16: run(obs_.data_ptr<c10::Half>()); break;
+      }
+      b.action = discrete_ ? action.view({n}).to(at::kLong) : action;
+    } else {
+      return gather_indexed(slots);
+    }
+    b.index = ids(slots);
+    return b;
+  }
+
+  /// `gather` by tensor indexing on the storage device: how a batch is drawn from storage
+  /// on a GPU, where the rows never cross to the host (one host-to-device copy of 3n
+  /// indices). On the CPU, the same batch as `gather`, as columns of the gathered rows.
+  ReplayBatch gather_indexed(std::span<const std::int64_t> slots) const {
+    const auto n = static_cast<std::int64_t>(slots.size());
+    ReplayBatch b;
+    {
+      auto idx = at::empty({3 * n}, at::TensorOptions().dtype(at::kLong));
+      auto* ip = idx.data_ptr<std::int64_t>();
+      for (std::int64_t i = 0; i < n; ++i) {
+        const auto s = static_cast<std::size_t>(slots[static_cast<std::size_t>(i)]);
+        ip[i] = slots[static_cast<std::size_t>(i)];
+        ip[n + i] = link_[s].obs;
+        ip[2 * n + i] = link_[s].next;
+      }
+      const auto di = idx.to(device_, /*non_blocking=*/true);
+      const auto rows = data_.index_select(0, di.narrow(0, 0, n));
+      const auto both = obs_.index_select(0, di.narrow(0, n, 2 * n)).to(at::kFloat);
+      b.obs = both.narrow(0, 0, n);
+      b.next_obs = both.narrow(0, n, n);
+      b.action = discrete_ ? rows.select(1, 0).to(at::kLong) : rows.narrow(1, 0, ad_);
+      b.reward = rows.select(1, ad_);
+      b.terminated = rows.select(1, ad_ + 1);
+      if (with_discount_) b.discount = rows.select(1, ad_ + 2);
+    }
+    b.index = ids(slots);
+    return b;
+  }
+
+  /// Writes the stored rows, links, counters and n-step windows.
+  void save(BinaryWriter& w) const {
+    w.value(capacity_);
+    w.value(obs_capacity_);
+    w.value(width_);
+    w.value(od_);
+    w.value(ad_);
+    w.value<std::uint8_t>(static_cast<std::uint8_t>(obs_dtype_));
+    w.value(added_);
+    w.value(obs_added_);
+    w.value(live_);
+    w.value(dropped_);
+    const auto rows = data_.narrow(0, 0, stored()).to(at::kCPU).contiguous();
+    w.bytes(rows.data_ptr<float>(), static_cast<std::size_t>(rows.numel()) * sizeof(float));
+    const auto obs = obs_.narrow(0, 0, obs_stored()).to(at::kCPU).contiguous();
+    w.bytes(obs.data_ptr(), static_cast<std::size_t>(obs.numel() * obs.element_size()));
+    w.bytes(link_.data(), static_cast<std::size_t>(stored()) * sizeof(Link));
+    w.bytes(owner_of_.data(), static_cast<std::size_t>(obs_stored()) * sizeof(std::int32_t));
+    w.value<std::uint64_t>(open_.size());
+    w.bytes(open_.data(), open_.size() * sizeof(std::int64_t));
+    w.bytes(open_obs_.data(), open_obs_.size() * sizeof(float));
+    window_.save(w);
+  }
+  /// What `save` wrote, read and checked against this store's shape, not yet applied.
+  struct Saved {
+    at::Tensor rows, obs;
+    std::int64_t added = 0, obs_added = 0, live = 0, dropped = 0;
+    std::vector<Link> links;
+    std::vector<std::int32_t> owner_of;
+    std::vector<std::int64_t> open;
+    std::vector<float> open_obs;
+    NStepWindow::Saved window;
+  };
+  Saved read(BinaryReader& r) const {
+    r.expect(capacity_, "buffer.capacity");
+    r.expect(obs_capacity_, "observation ring size");
+    r.expect(width_, "row width");
+    r.expect(od_, "observation size");
+    r.expect(ad_, "action size");
+    r.expect<std::uint8_t>(static_cast<std::uint8_t>(obs_dtype_), "buffer.obs_dtype (0 float32, 1 bfloat16, 2 float16)");
+    Saved s;
+    s.added = r.value<std::int64_t>("transitions added");
+    s.obs_added = r.value<std::int64_t>("observations added");
+    s.live = r.value<std::int64_t>("transitions stored");
+    s.dropped = r.value<std::int64_t>("transitions dropped");
+    if (s.added < 0 || s.obs_added < 0 || s.live < 0 || s.dropped < 0)
+      r.fail("transition counters", "are negative");
+    const std::int64_t n = std::min(s.added, capacity_), m = std::min(s.obs_added, obs_capacity_);
+    s.rows = at::empty({n, width_}, at::kFloat);
+    r.bytes(s.rows.data_ptr<float>(), static_cast<std::size_t>(n * width_) * sizeof(float), "transitions");
+    s.obs = at::empty({m, od_}, obs_.options().device(at::kCPU));
+    r.bytes(s.obs.data_ptr(), static_cast<std::size_t>(m * od_ * s.obs.element_size()), "observations");
+    auto ints = [&](std::vector<std::int32_t>& v, std::int64_t k, const char* what) {
+      v.resize(static_cast<std::size_t>(k));
+      r.bytes(v.data(), v.size() * sizeof(std::int32_t), what);
+    };
+    s.links.resize(static_cast<std::size_t>(n));
+    r.bytes(s.links.data(), s.links.size() * sizeof(Link), "observation links");
+    ints(s.owner_of, m, "observation owners");
+    std::int64_t live = 0;
+    for (const auto& l : s.links) {
+      const auto a = l.obs, b = l.next;
+      if (a < -1 || a >= m || b < -1 || b >= m || (a >= 0) != (b >= 0))
+        r.fail("observation links", "point outside the stored observations");
+      live += a >= 0;
+    }
+    if (live != s.live) r.fail("transitions stored", "does not match the observation links");
+    for (auto t : s.owner_of)
+      if (t < -1 || t >= n) r.fail("observation owners", "point outside the stored transitions");
+    const auto envs = r.value<std::uint64_t>("env count");
+    if (envs > (1u << 20)) r.fail("env count", "is implausibly large");
+    s.open.resize(envs);
+    r.bytes(s.open.data(), s.open.size() * sizeof(std::int64_t), "current observation ids");
+    s.open_obs.resize(envs * static_cast<std::size_t>(od_));
+    r.bytes(s.open_obs.data(), s.open_obs.size() * sizeof(float), "current observations");
+    s.window = window_.read(r);
+    return s;
+  }
+  void restore(Saved&& s) {
+    data_.narrow(0, 0, s.rows.size(0)).copy_(s.rows);
+    obs_.narrow(0, 0, s.obs.size(0)).copy_(s.obs);
+    std::fill(link_.begin(), link_.end(), Link{});
+    std::fill(owner_of_.begin(), owner_of_.end(), -1);
+    std::copy(s.links.begin(), s.links.end(), link_.begin());
+    std::copy(s.owner_of.begin(), s.owner_of.end(), owner_of_.begin());
+    added_ = s.added;
+    obs_added_ = s.obs_added;
+    live_ = s.live;
+    dropped_ = s.dropped;
+    open_ = std::move(s.open);
+    open_obs_ = std::move(s.open_obs);
+    window_.restore(std::move(s.window));
+    window_.resize(open_.size());
+  }
+
+  /// The id of the transition now in `slot` (slot < stored()).
+  [[nodiscard]] std::int64_t id_of(std::int64_t slot) const noexcept {
+    const std::int64_t newest_slot = (added_ - 1) % capacity_;
+    const std::int64_t base = added_ - 1 - newest_slot;  // id stored in slot 0 of this lap
+    return slot <= newest_slot ? base + slot : base - capacity_ + slot;
+  }
+  /// Whether transition `id` is still stored.
+  [[nodiscard]] bool live(std::int64_t id) const noexcept {
+    return id >= 0 && id < added_ && id + capacity_ >= added_ && valid(slot_of(id));
+  }
+  /// Whether row `slot` holds a stored transition.
+  [[nodiscard]] bool valid(std::int64_t slot) const noexcept { return link_[static_cast<std::size_t>(slot)].obs >= 0; }
+  [[nodiscard]] std::int64_t slot_of(std::int64_t id) const noexcept { return id % capacity_; }
+  /// Rows of the transition ring written so far: samples are drawn from [0, stored()).
+  [[nodiscard]] std::int64_t stored() const noexcept { return std::min(added_, capacity_); }
+  /// Rows of older transitions that the last `add` dropped (see the class comment).
+  [[nodiscard]] std::span<const std::int64_t> killed() const noexcept { return killed_; }
+
+  /// Transitions stored now.
+  [[nodiscard]] std::int64_t size() const noexcept { return live_; }
+  [[nodiscard]] std::int64_t capacity() const noexcept { return capacity_; }
+  [[nodiscard]] std::int64_t obs_capacity() const noexcept { return obs_capacity_; }
+  [[nodiscard]] std::int64_t added() const noexcept { return added_; }
+  /// Transitions that left before `capacity` newer ones arrived (see the class comment).
+  [[nodiscard]] std::int64_t dropped() const noexcept { return dropped_; }
+  [[nodiscard]] const c10::Device& device() const noexcept { return device_; }
+  [[nodiscard]] const std::string& owner() const noexcept { return owner_; }
+  void set_gamma(double gamma) noexcept { window_.set_gamma(gamma); }
+  /// Bytes of preallocated storage.
+  [[nodiscard]] std::int64_t bytes() const noexcept {
+    return data_.numel() * static_cast<std::int64_t>(data_.element_size()) +
+           obs_.numel() * static_cast<std::int64_t>(obs_.element_size()) +
+           static_cast<std::int64_t>(link_.size() * sizeof(Link) + owner_of_.size() * sizeof(std::int32_t));
+  }
+
+ private:
+  // `t` on the host as contiguous float32 [n, w], or a clear error naming the field.
+  at::Tensor host(const at::Tensor& t, std::int64_t n, std::int64_t w, const char* field) const {
+    if (!t.defined() || t.numel() != n * w)
+      throw Error(owner_ + ": StepBatch." + field + " has " + (t.defined() ? std::to_string(t.numel()) : "no") +
+                  " values; expected " + std::to_string(n) + " envs x " + std::to_string(w));
+    return t.to(at::kCPU).to(at::kFloat).contiguous().view({n, w});
+  }
+  // The ids of the transitions in rows `slots`, as a host int64 tensor.
+  at::Tensor ids(std::span<const std::int64_t> slots) const {
+    auto t = at::empty({static_cast<std::int64_t>(slots.size())}, at::TensorOptions().dtype(at::kLong));
+    auto* id = t.data_ptr<std::int64_t>();
+    for (std::size_t i = 0; i < slots.size(); ++i) id[i] = id_of(slots[i]);
+    return t;
+  }
+  [[nodiscard]] std::int64_t obs_stored() const noexcept { return std::min(obs_added_, obs_capacity_); }
+  [[nodiscard]] bool obs_live(std::int64_t id) const noexcept { return id >= 0 && id + obs_capacity_ >= obs_added_; }
+
+  // Appends one observation; a stored transition that still uses the row it overwrites
+  // is dropped.
+  std::int64_t append_obs(const float* o) {
+    const std::int64_t id = obs_added_++;
+    const auto slot = static_cast<std::int32_t>(id % obs_capacity_);
+    const std::int32_t t = owner_of_[static_cast<std::size_t>(slot)];
+    if (t >= 0 && link_[static_cast<std::size_t>(t)].obs == slot) {
+      link_[static_cast<std::size_t>(t)] = Link{};
+      --live_;
+      ++dropped_;
+      killed_.push_back(t);
+    }
+    owner_of_[static_cast<std::size_t>(slot)] = -1;
+    obs_stage_.insert(obs_stage_.end(), o, o + od_);
+    return id;
+  }
+
+  // Stores one transition from observation `oid` to `nid`.
+  void put(std::int64_t oid, std::int64_t nid, const float* action, float reward, float terminated, double discount) {
+    const auto slot = static_cast<std::size_t>(added_ % capacity_);
+    if (link_[slot].obs >= 0) --live_;
+    link_[slot] = Link{static_cast<std::int32_t>(oid % obs_capacity_), static_cast<std::int32_t>(nid % obs_capacity_)};
+    owner_of_[static_cast<std::size_t>(link_[slot].obs)] = static_cast<std::int32_t>(slot);
+    row_stage_.insert(row_stage_.end(), action, action + ad_);
+    row_stage_.push_back(reward);
+    row_stage_.push_back(terminated);
+    if (with_discount_) row_stage_.push_back(static_cast<float>(discount));
+    ++live_;
+    ++added_;
+  }
+
+  // Copies the rows staged by this add into the rings (at most two pieces each: the ids
+  // of one add are consecutive).
+  void flush(std::int64_t first_obs, std::int64_t first_row) {
+    auto copy_in = [](at::Tensor& ring, std::int64_t first, std::vector<float>& stage, std::int64_t w) {
+      const auto k = static_cast<std::int64_t>(stage.size()) / w;
+      const std::int64_t cap = ring.size(0);
+      if (k == 0) return;
+      // Only the last `cap` rows survive when more than `cap` were staged.
+      const std::int64_t skip = std::max<std::int64_t>(0, k - cap);
+      const auto src = at::from_blob(stage.data() + skip * w, {k - skip, w}, at::kFloat);
+      std::int64_t done = 0;
+      while (done < k - skip) {
+        const std::int64_t slot = (first + skip + done) % cap;
+        const std::int64_t len = std::min(k - skip - done, cap - slot);
+        ring.narrow(0, slot, len).copy_(src.narrow(0, done, len));
+        done += len;
+      }
+    };
+    copy_in(obs_, first_obs, obs_stage_, od_);
+    copy_in(data_, first_row, row_stage_, width_);
+  }
+
+  std::int64_t capacity_, obs_capacity_;
+  c10::Device device_;
+  std::string owner_;
+  std::int64_t od_, ad_;
+  bool discrete_, with_discount_;
+  ObsDtype obs_dtype_;
+  std::int64_t width_;             // columns of data_
+  at::Tensor data_;                // [capacity, width]: action, reward, terminated (, discount)
+  at::Tensor obs_;                 // [obs_capacity, obs_dim] in the storage dtype
+  HugeArray<Link> link_;           // per transition row
+  HugeArray<std::int32_t> owner_of_;  // per observation row: the transition row using it as obs
+  std::int64_t added_ = 0, obs_added_ = 0, live_ = 0, dropped_ = 0;
+  std::vector<std::int64_t> open_;  // per env: id of the observation its last step led to
+  std::vector<float> open_obs_;     // ... and that observation, to recognise it
+  NStepWindow window_;
+  std::vector<NStepWindow::Done> done_;
+  std::vector<std::int64_t> killed_;
+  std::vector<float> obs_stage_, row_stage_;
+};
+
+}  // namespace detail
+}  // namespace anvil
+// ---- end <anvil/buffers/detail/transition_store.hpp> ----
+
+namespace anvil::detail {
+
+// Config fields every replay buffer has (each buffer's Config lists them by these names).
+using CapacityParam = Param<std::int64_t, "capacity", "transitions kept; the oldest are overwritten", at_least(1)>;
+using StorageParam = Param<Storage, "storage", "compute: tensors on the training device; cpu: in host memory">;
+using ObsDtypeParam = Param<ObsDtype, "obs_dtype",
+                            "observation storage: float32, or bfloat16/float16 for half the memory">;
+using NStepParam = Param<int, "n_step",
+                         "store n-step returns: rewards summed over up to n steps, discounted by the "
+                         "algorithm's gamma (1: one-step transitions)",
+                         in_range(1, 1000)>;
+
+class ReplayCore {
+ public:
+  ReplayCore(const EnvSpec& spec, std::int64_t capacity, Storage storage, ObsDtype obs_dtype,
+             int n_step, const RunContext& ctx, std::string owner)
+      : store_(spec, capacity, storage == Storage::cpu ? c10::Device(c10::kCPU) : ctx.device, std::move(owner),
+               n_step, obs_dtype) {}
+
+  /// Stores what one step of N envs completes (the step itself for 1-step transitions).
+  /// Returns the id of the first stored transition and how many were stored.
+  std::pair<std::int64_t, std::int64_t> add(const StepBatch& step) { return store_.add(step); }
+
+  /// Throws unless 1 <= n <= size().
+  void check_batch(std::int64_t n) const {
+    if (n < 1 || n > size())
+      throw Error(store_.owner() + ": sample(" + std::to_string(n) + ") from a buffer holding " +
+                  std::to_string(size()) + " transitions; the batch size must be between 1 and the size");
+  }
+
+  void save(BinaryWriter& w) const { store_.save(w); }
+  using Saved = TransitionStore::Saved;
+  Saved read(BinaryReader& r) const { return store_.read(r); }
+  void restore(Saved&& s) { store_.restore(std::move(s)); }
+
+  [[nodiscard]] ReplayBatch gather(std::span<const std::int64_t> slots) const { return store_.gather(slots); }
+  [[nodiscard]] bool live(std::int64_t id) const noexcept { return store_.live(id); }
+  [[nodiscard]] bool valid(std::int64_t slot) const noexcept { return store_.valid(slot); }
+  [[nodiscard]] std::int64_t slot_of(std::int64_t id) const noexcept { return store_.slot_of(id); }
+  [[nodiscard]] std::int64_t stored() const noexcept { return store_.stored(); }
+  [[nodiscard]] std::span<const std::int64_t> killed() const noexcept { return store_.killed(); }
+  void set_discount(double gamma) noexcept { store_.set_gamma(gamma); }
+
+  [[nodiscard]] std::int64_t size() const noexcept { return store_.size(); }
+  [[nodiscard]] std::int64_t capacity() const noexcept { return store_.capacity(); }
+  [[nodiscard]] std::int64_t added() const noexcept { return store_.added(); }
+  [[nodiscard]] std::int64_t dropped() const noexcept { return store_.dropped(); }
+  [[nodiscard]] std::int64_t bytes() const noexcept { return store_.bytes(); }
+  [[nodiscard]] const c10::Device& device() const noexcept { return store_.device(); }
+
+ private:
+  TransitionStore store_;
+};
+
+}  // namespace anvil::detail
+// ---- end <anvil/buffers/detail/replay_core.hpp> ----
+// ---- begin <anvil/buffers/sum_tree.hpp> ----
+/// @file
+/// `PriorityTree`: the sum tree and min tree behind prioritized replay, built for batches.
+///
+/// A binary sum tree over a million leaves costs about 20 dependent cache misses per
+/// sample. Here every node has 8 children that fill one 64-byte cache line (doubles), so a
+/// descent is 7 levels deep and the top levels stay in cache; and a batch descends level
+/// by level, all of its samples at once, prefetching each next line, so the misses of one
+/// batch overlap instead of queueing. Sums are recomputed from the 8 children after each
+/// change, never adjusted by differences, so they do not drift over millions of updates.
+///
+/// With the misses overlapped, what is left is arithmetic on lines: a prefix sum of 8
+/// children per sample and level in `find`, a sum and a minimum of 8 children per touched
+/// node in `set`. On x86-64 CPUs with AVX-512 one line is one register, and these run as a
+/// few shuffles and masked adds instead of some 40 scalar instructions. The project builds
+/// for baseline x86-64, so the AVX-512 kernels carry their own target attribute and are
+/// chosen once at run time (`__builtin_cpu_supports`); elsewhere portable scalar kernels
+/// run. Both do the same floating-point operations in the same order (the order of the
+/// vector shuffles, written out in `sum8` and `prefix8`), so they pick the same leaves and
+/// store the same sums, bit for bit; the tests hold them to that. The rest is bookkeeping
+/// kept small: ascending masses pass the top levels by counting, against running prefix
+/// sums, how many nodes each has passed (compares only, 8 at a time, in 4 interleaved runs
+/// so that the walks overlap); `set` drops repeated parents as they come (sorted children
+/// give sorted parents) and sweeps whole levels once a level has no more nodes than the
+/// batch touched. Light header.
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <limits>
+#include <memory>
+#include <new>
+#include <span>
+#include <vector>
+
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define ANVIL_SUM_TREE_X86 1
+#include <immintrin.h>
+#endif
+
+namespace anvil::detail {
+
+/// The per-line arithmetic of `PriorityTree`, one set of kernels per instruction set.
+namespace sum_tree {
+
+inline constexpr std::int64_t kFanout = 8;
+inline constexpr double kInf = std::numeric_limits<double>::infinity();
+
+/// The sum of one line, pairwise: the order in which the vector kernels add (halves of
+/// halves). The prefix sums of `prefix8` end in this same value, so the sum a parent stores
+/// and the last prefix its children give in `find` agree exactly.
+inline double sum8(const double* x) noexcept {
+  return ((x[0] + x[1]) + (x[2] + x[3])) + ((x[4] + x[5]) + (x[6] + x[7]));
+}
+
+/// Inclusive prefix sums of one line in three rounds of additions (pairs, then pairs of
+/// pairs, then halves), the order of the vector kernel's three masked adds.
+inline void prefix8(const double* x, double* p) noexcept {
+  const double s01 = x[0] + x[1], s23 = x[2] + x[3], s45 = x[4] + x[5], s67 = x[6] + x[7];
+  p[0] = x[0];
+  p[1] = s01;
+  p[2] = x[2] + s01;
+  p[3] = s23 + s01;
+  const double s456 = x[6] + s45, s4567 = s67 + s45;
+  p[4] = x[4] + p[3];
+  p[5] = s45 + p[3];
+  p[6] = s456 + p[3];
+  p[7] = s4567 + p[3];
+}
+
+/// One level of descents: sample k sits at node `node[k]` of the level above `s` with
+/// `rest[k]` of mass left; it moves to the child whose prefix interval holds the rest.
+/// `next` (the level below `s`, or null) gets the chosen lines prefetched.
+using DescendFn = void (*)(const double* s, const double* next, std::size_t n, double* rest,
+                           std::int64_t* node);
+/// Recomputes the parents of the sorted nodes `list[0, n)` of the level below (sums from
+/// `s`, minimums from `m`, or from the positive values of `s` at the leaves, where `m` is
+/// null) into `s_up` and `m_up`; leaves the distinct parents, sorted, in `list` and returns
+/// how many.
+using RecomputeListFn = std::size_t (*)(const double* s, const double* m, std::int64_t* list,
+                                        std::size_t n, double* s_up, double* m_up);
+/// Recomputes every node in [0, nodes) of a level (see `RecomputeListFn`).
+using RecomputeAllFn = void (*)(const double* s, const double* m, std::int64_t nodes,
+                                double* s_up, double* m_up);
+/// Running prefix sums over the `lines` lines of `s` into `p`: line i's `prefix8` plus the
+/// sum of the lines before it (which is the previous line's last prefix).
+using LevelPrefixFn = void (*)(const double* s, std::int64_t lines, double* p);
+
+/// For each of the ascending `mass[0, n)`, how many of the ascending `before[0, last)` it has
+/// reached (is >= to), into `count`. `before` holds at least 16 entries of +inf from `last`
+/// on. Counting compares and never adds, so every kernel gives the same counts.
+using MergeFn = void (*)(const double* before, std::int64_t last, const double* mass, std::size_t n,
+                         std::int64_t* count);
+
+struct Kernels {
+  DescendFn descend;
+  RecomputeListFn recompute_list[2];  ///< [0]: above the leaves, [1]: leaves (min of positive values)
+  RecomputeAllFn recompute_all[2];
+  LevelPrefixFn level_prefix;
+  MergeFn merge;
+};
+
+// ---- portable scalar kernels -------------------------------------------------------------
+
+inline void descend_scalar(const double* s, const double* next, std::size_t n, double* rest,
+                           std::int64_t* node) {
+  for (std::size_t k = 0; k < n; ++k) {
+    // Branch-free: the child is the number of prefix sums r has reached (empty children
+    // have the same prefix as the one before them, so they are passed over). Without
+    // branches to mispredict, the CPU overlaps the descents of many samples.
+    const double* child = s + node[k] * kFanout;
+    const double r = rest[k];
+    double p[kFanout];
+    prefix8(child, p);
+    std::int64_t c = 0;
+    for (std::int64_t j = 0; j < kFanout - 1; ++j) c += r >= p[j];
+    // round-off can leave r past the last non-empty child: step back to it (rare)
+    while (c > 0 && child[c] <= 0.0) --c;
+    const double d = r - (c > 0 ? p[c - 1] : 0.0);
+    rest[k] = d > 0.0 ? d : 0.0;  // (not std::max: +0 for -0, as the vector kernel's maxsd)
+    node[k] = node[k] * kFanout + c;
+    if (next != nullptr) __builtin_prefetch(next + node[k] * kFanout);
+  }
+}
+
+template <bool kLeaves>
+inline void node_scalar(const double* s, const double* m, std::int64_t p, double* s_up, double* m_up) {
+  const double* x = s + p * kFanout;
+  double lo = kInf;
+  for (std::int64_t c = 0; c < kFanout; ++c) {
+    // at the leaves, empty (zero) ones do not count towards the minimum
+    if constexpr (kLeaves) lo = std::min(lo, x[c] > 0.0 ? x[c] : kInf);
+    else lo = std::min(lo, m[p * kFanout + c]);
+  }
+  s_up[p] = sum8(x);
+  m_up[p] = lo;
+}
+
+template <bool kLeaves>
+inline std::size_t recompute_list_scalar(const double* s, const double* m, std::int64_t* list,
+                                         std::size_t n, double* s_up, double* m_up) {
+  std::size_t out = 0;
+  std::int64_t last = -1;
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::int64_t p = list[i] >> 3;  // indices are >= 0
+    if (p == last) continue;
+    node_scalar<kLeaves>(s, m, p, s_up, m_up);
+    list[out++] = last = p;
+  }
+  return out;
+}
+
+template <bool kLeaves>
+inline void recompute_all_scalar(const double* s, const double* m, std::int64_t nodes, double* s_up,
+                                 double* m_up) {
+  for (std::int64_t p = 0; p < nodes; ++p) node_scalar<kLeaves>(s, m, p, s_up, m_up);
+}
+
+inline void level_prefix_scalar(const double* s, std::int64_t lines, double* p) {
+  double carry = 0;
+  for (std::int64_t i = 0; i < lines; ++i) {
+    double q[kFanout];
+    prefix8(s + i * kFanout, q);
+    for (std::int64_t j = 0; j < kFanout; ++j) p[i * kFanout + j] = carry + q[j];
+    carry = p[i * kFanout + kFanout - 1];
+  }
+}
+
+inline void merge_scalar(const double* before, std::int64_t last, const double* mass, std::size_t n,
+                         std::int64_t* count) {
+  std::int64_t j = 0;
+  for (std::size_t k = 0; k < n; ++k) {
+    while (j < last && before[j] <= mass[k]) ++j;
+    count[k] = j;
+  }
+}
+
+inline constexpr Kernels kScalar{&descend_scalar,
+                                 {&recompute_list_scalar<false>, &recompute_list_scalar<true>},
+                                 {&recompute_all_scalar<false>, &recompute_all_scalar<true>},
+                                 &level_prefix_scalar, &merge_scalar};
+
+// ---- AVX-512 kernels ----------------------------------------------------------------------
+
+#if defined(ANVIL_SUM_TREE_X86)
+#define ANVIL_SUM_TREE_AVX512 __attribute__((target("avx512f,popcnt")))
+// GCC 12 flags the undefined pass-through operand inside its own AVX-512 intrinsics
+// (GCC bug 105593, fixed in 13): not ours to fix, and noise in every file that includes this.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
+/// `prefix8` of the line in `x`: pairs (lanes 1, 3, 5, 7 add their left neighbour), pairs
+/// of pairs (lanes 2, 3 and 6, 7 add lanes 1 and 5), halves (lanes 4-7 add lane 3).
+ANVIL_SUM_TREE_AVX512 inline __m512d prefix8_avx512(__m512d x) noexcept {
+  x = _mm512_mask_add_pd(x, 0xAA, x, _mm512_movedup_pd(x));
+  x = _mm512_mask_add_pd(x, 0xCC, x, _mm512_permutex_pd(x, 0x55));
+  return _mm512_mask_add_pd(x, 0xF0, x, _mm512_permutexvar_pd(_mm512_set1_epi64(3), x));
+}
+
+/// `sum8` of the line in every lane: neighbours, then pairs, then halves (addition
+/// commutes exactly, so each lane holds the same pairwise sum).
+ANVIL_SUM_TREE_AVX512 inline __m512d sum8_avx512(__m512d x) noexcept {
+  x = _mm512_add_pd(x, _mm512_permute_pd(x, 0x55));
+  x = _mm512_add_pd(x, _mm512_permutex_pd(x, 0x4E));
+  return _mm512_add_pd(x, _mm512_shuffle_f64x2(x, x, 0x4E));
+}
+
+ANVIL_SUM_TREE_AVX512 inline __m512d min8_avx512(__m512d x) noexcept {
+  x = _mm512_min_pd(x, _mm512_permute_pd(x, 0x55));
+  x = _mm512_min_pd(x, _mm512_permutex_pd(x, 0x4E));
+  return _mm512_min_pd(x, _mm512_shuffle_f64x2(x, x, 0x4E));
+}
+
+template <bool kPrefetch>
+ANVIL_SUM_TREE_AVX512 inline void descend_avx512_impl(const double* s, const double* next, std::size_t n,
+                                                       double* rest, std::int64_t* node) {
+  const __m512i zero = _mm512_setzero_si512();
+  for (std::size_t k = 0; k < n; ++k) {
+    const std::int64_t at = node[k] * kFanout;
+    const __m512d x = _mm512_load_pd(s + at);
+    const double r = rest[k];
+    // the prefix before each child: (0, p0, ..., p6)
+    const __m512d before = _mm512_castsi512_pd(_mm512_alignr_epi64(_mm512_castpd_si512(prefix8_avx512(x)), zero, 7));
+    // The prefix sums ascend (the children are >= 0), so the children r has reached are the
+    // low bits of this mask and the child is the highest; only non-empty ones count, which
+    // steps back over trailing empty children (or to child 0).
+    const __mmask8 full = _mm512_cmp_pd_mask(x, _mm512_castsi512_pd(zero), _CMP_GT_OQ);
+    const unsigned reach = _mm512_mask_cmp_pd_mask(full, before, _mm512_set1_pd(r), _CMP_LE_OQ);
+    const auto c = static_cast<unsigned>(31 ^ __builtin_clz(reach | 1u));
+    const double d = r - _mm512_cvtsd_f64(_mm512_permutexvar_pd(_mm512_set1_epi64(c), before));
+    rest[k] = d > 0.0 ? d : 0.0;
+    node[k] = at + c;
+    if constexpr (kPrefetch) __builtin_prefetch(next + node[k] * kFanout);
+  }
+}
+
+ANVIL_SUM_TREE_AVX512 inline void descend_avx512(const double* s, const double* next, std::size_t n,
+                                                  double* rest, std::int64_t* node) {
+  if (next != nullptr) descend_avx512_impl<true>(s, next, n, rest, node);
+  else descend_avx512_impl<false>(s, next, n, rest, node);
+}
+
+template <bool kLeaves>
+ANVIL_SUM_TREE_AVX512 inline void node_avx512(const double* s, const double* m, std::int64_t p, double* s_up,
+                                              double* m_up) noexcept {
+  const __m512d x = _mm512_load_pd(s + p * kFanout);
+  __m512d lo;
+  if constexpr (kLeaves) {
+    lo = _mm512_mask_blend_pd(_mm512_cmp_pd_mask(x, _mm512_setzero_pd(), _CMP_GT_OQ), _mm512_set1_pd(kInf), x);
+  } else {
+    lo = _mm512_load_pd(m + p * kFanout);
+  }
+  s_up[p] = _mm512_cvtsd_f64(sum8_avx512(x));
+  m_up[p] = _mm512_cvtsd_f64(min8_avx512(lo));
+}
+
+template <bool kLeaves>
+ANVIL_SUM_TREE_AVX512 inline std::size_t recompute_list_avx512(const double* s, const double* m,
+                                                               std::int64_t* list, std::size_t n,
+                                                               double* s_up, double* m_up) {
+  std::size_t out = 0;
+  std::int64_t last = -1;
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::int64_t p = list[i] >> 3;  // indices are >= 0
+    if (p == last) continue;
+    node_avx512<kLeaves>(s, m, p, s_up, m_up);
+    list[out++] = last = p;
+  }
+  return out;
+}
+
+template <bool kLeaves>
+ANVIL_SUM_TREE_AVX512 inline void recompute_all_avx512(const double* s, const double* m, std::int64_t nodes,
+                                                       double* s_up, double* m_up) {
+  for (std::int64_t p = 0; p < nodes; ++p) node_avx512<kLeaves>(s, m, p, s_up, m_up);
+}
+
+ANVIL_SUM_TREE_AVX512 inline void level_prefix_avx512(const double* s, std::int64_t lines, double* p) {
+  __m512d carry = _mm512_setzero_pd();
+  for (std::int64_t i = 0; i < lines; ++i) {
+    const __m512d q = _mm512_add_pd(carry, prefix8_avx512(_mm512_load_pd(s + i * kFanout)));
+    _mm512_storeu_pd(p + i * kFanout, q);
+    carry = _mm512_permutexvar_pd(_mm512_set1_epi64(7), q);
+  }
+}
+
+/// `merge_scalar`, 8 entries a compare, and the samples in 4 runs advanced in turn: one
+/// walk is a chain of dependent loads and compares, and 4 of them overlap.
+ANVIL_SUM_TREE_AVX512 inline void merge_avx512(const double* before, std::int64_t last, const double* mass,
+                                                std::size_t n, std::int64_t* count) {
+  constexpr std::size_t kRuns = 4;
+  std::size_t start[kRuns + 1];
+  std::int64_t j[kRuns];
+  for (std::size_t run = 0; run <= kRuns; ++run) start[run] = run * n / kRuns;
+  for (std::size_t run = 0; run < kRuns; ++run)
+    j[run] = start[run] < n ? std::upper_bound(before, before + last, mass[start[run]]) - before : 0;
+  const std::size_t len = start[1] - start[0] + 1;  // the runs differ by at most one
+  for (std::size_t i = 0; i < len; ++i) {
+    for (std::size_t run = 0; run < kRuns; ++run) {
+      const std::size_t k = start[run] + i;
+      if (k >= start[run + 1]) continue;
+      const __m512d r = _mm512_set1_pd(mass[k]);
+      std::int64_t at = j[run];
+      unsigned step;
+      do {  // the entries ascend: those reached are the low bits of the mask
+        step = static_cast<unsigned>(__builtin_popcount(_mm512_cmp_pd_mask(_mm512_loadu_pd(before + at), r, _CMP_LE_OQ)));
+        at += step;
+      } while (step == 8 && at < last);
+      count[k] = j[run] = std::min(at, last);
+    }
+  }
+}
+
+inline constexpr Kernels kAvx512{&descend_avx512,
+                                 {&recompute_list_avx512<false>, &recompute_list_avx512<true>},
+                                 {&recompute_all_avx512<false>, &recompute_all_avx512<true>},
+                                 &level_prefix_avx512, &merge_avx512};
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+#undef ANVIL_SUM_TREE_AVX512
+#endif
+
+/// Set, trees built afterwards use the scalar kernels (the tests compare the two).
+inline bool force_scalar = false;
+
+/// The kernels for this CPU: checked once, at the first tree built.
+inline const Kernels& kernels() {
+#if defined(ANVIL_SUM_TREE_X86)
+  static const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("popcnt");
+  if (avx512 && !force_scalar) return kAvx512;
+#endif
+  return kScalar;
+}
+
+}  // namespace sum_tree
+
+/// Sums and minimums over `capacity` non-negative priorities (see file comment).
+class PriorityTree {
+ public:
+  static constexpr std::int64_t kFanout = sum_tree::kFanout;  ///< children per node: one cache line of doubles
+
+  PriorityTree() = default;
+  explicit PriorityTree(std::int64_t capacity) : capacity_(capacity), kernels_(&sum_tree::kernels()) {
+    std::int64_t n = capacity;
+    do {
+      n = (n + kFanout - 1) / kFanout * kFanout;  // whole cache lines per level
+      width_.push_back(n);
+      n /= kFanout;
+    } while (width_.back() > kFanout);
+    width_.push_back(1);  // the root
+    for (std::int64_t w : width_) {  // each level starts on a cache line (and huge pages)
+      sum_.emplace_back(static_cast<std::size_t>(w), 0.0);
+      // The min tree shares the sum tree's leaves: its level 0 stays empty.
+      min_.emplace_back(min_.empty() ? 0 : static_cast<std::size_t>(w), sum_tree::kInf);
+    }
+  }
+
+  [[nodiscard]] std::int64_t capacity() const noexcept { return capacity_; }
+  [[nodiscard]] double total() const noexcept { return line(sum_, sum_.size() - 1)[0]; }
+  /// The smallest positive priority (+inf when there is none): the one that gives the
+  /// largest importance weight among transitions that can be sampled.
+  [[nodiscard]] double min() const noexcept { return line(min_, min_.size() - 1)[0]; }
+  [[nodiscard]] double get(std::int64_t i) const noexcept { return line(sum_, 0)[i]; }
+
+  /// Sets leaf `idx[k]` to `value[k]` for every k, then recomputes the ancestors once per
+  /// touched node. Indices must be in [0, capacity) and values finite and >= 0 (the caller
+  /// checks: the buffer names the offending entry).
+  void set(std::span<const std::int64_t> idx, std::span<const double> value) {
+    double* leaf = line(sum_, 0);
+    touched_.assign(idx.begin(), idx.end());
+    for (std::size_t k = 0; k < idx.size(); ++k) leaf[idx[k]] = value[k];
+    // Sorted, a level's touched nodes give their parents sorted too, and repeats side by
+    // side, dropped as they come. Batches from `find` come sorted already (stratified masses
+    // ascend), so the sort is usually skipped.
+    if (!std::is_sorted(touched_.begin(), touched_.end())) std::sort(touched_.begin(), touched_.end());
+    std::size_t n = touched_.size();
+    for (std::size_t level = 1; level < sum_.size(); ++level) {
+      const double* s = line(sum_, level - 1);
+      const double* m = level > 1 ? line(min_, level - 1) : nullptr;
+      const std::int64_t nodes = width_[level - 1] / kFanout;  // the level's nodes that have children
+      // With at least as many touched children as the level has nodes (the top levels, or
+      // large batches), a sweep over all of them costs less than the list, here and above.
+      if (static_cast<std::int64_t>(n) >= nodes) {
+        for (; level < sum_.size(); ++level) {
+          kernels_->recompute_all[level == 1](line(sum_, level - 1), level > 1 ? line(min_, level - 1) : nullptr,
+                                              width_[level - 1] / kFanout, line(sum_, level), line(min_, level));
+        }
+        break;
+      }
+      n = kernels_->recompute_list[level == 1](s, m, touched_.data(), n, line(sum_, level), line(min_, level));
+    }
+  }
+
+  /// For each `mass[k]` in [0, total()), the leaf whose prefix-sum interval holds it, into
+  /// `out[k]`. All the batch's descents advance one level at a time (see file comment).
+  void find(std::span<const double> mass, std::span<std::int64_t> out) {
+    const std::size_t n = mass.size();
+    rest_.assign(mass.begin(), mass.end());
+    std::fill(out.begin(), out.end(), 0);
+    std::size_t top = sum_.size() - 1;  // the level the descents start from
+    // Ascending masses (stratified sampling gives them) pass the top levels in one merge:
+    // a walk along the deepest level no wider than 4 nodes per sample, against its running
+    // prefix sums, costs less than that many levels of descents.
+    if (n >= 16 && std::is_sorted(mass.begin(), mass.end())) {
+      std::size_t level = top;
+      while (level > 1 && width_[level - 1] <= static_cast<std::int64_t>(4 * n)) --level;
+      if (level < top) {
+        top = level;
+        const double* s = line(sum_, level);
+        const std::int64_t w = width_[level];  // whole lines: only the root level is not
+        prefix_.resize(static_cast<std::size_t>(w) + 16);
+        kernels_->level_prefix(s, w / kFanout, prefix_.data());
+        // the last node is never passed (round-off may leave masses at or past the total)
+        std::fill(prefix_.begin() + (w - 1), prefix_.end(), sum_tree::kInf);
+        const double* before = prefix_.data();  // before[j]: the sum of nodes 0..j
+        kernels_->merge(before, w - 1, mass.data(), n, out.data());
+        const double* next = line(sum_, level - 1);
+        for (std::size_t k = 0; k < n; ++k) {
+          std::int64_t c = out[k];
+          while (c > 0 && s[c] <= 0.0) --c;  // round-off past the last non-empty node
+          rest_[k] = std::max(mass[k] - (c > 0 ? before[c - 1] : 0.0), 0.0);
+          out[k] = c;
+          __builtin_prefetch(next + c * kFanout);
+        }
+      }
+    }
+    for (std::size_t level = top; level-- > 0;)
+      kernels_->descend(line(sum_, level), level > 0 ? line(sum_, level - 1) : nullptr, n, rest_.data(), out.data());
+  }
+
+  /// Bytes held by the two trees.
+  [[nodiscard]] std::int64_t bytes() const noexcept {
+    std::int64_t b = 0;
+    for (const auto* tree : {&sum_, &min_})
+      for (const auto& l : *tree) b += static_cast<std::int64_t>(l.size() * sizeof(double));
+    return b;
+  }
+
+ private:
+  // Level `l` of `tree` (64-byte aligned).
+  static double* line(std::vector<HugeArray<double>>& tree, std::size_t l) noexcept { return tree[l].data(); }
+  static const double* line(const std::vector<HugeArray<double>>& tree, std::size_t l) noexcept {
+    return tree[l].data();
+  }
+
+  std::int64_t capacity_ = 0;
+  const sum_tree::Kernels* kernels_ = &sum_tree::kScalar;
+  std::vector<std::int64_t> width_;           // nodes per level, leaves first
+  std::vector<HugeArray<double>> sum_, min_;  // level 0 = leaves; last = root
+  std::vector<std::int64_t> touched_;
+  std::vector<double> rest_, prefix_;
+};
+
+}  // namespace anvil::detail
+// ---- end <anvil/buffers/sum_tree.hpp> ----
+
+namespace anvil {
+
+/// Buffer policy: a ring of transitions like `UniformBuffer`, sampled in proportion to
+/// priority p = (|TD error| + eps)^alpha. New transitions enter at the largest priority
+/// seen so far, so each is replayed at least about once. A batch of n is drawn stratified:
+/// one transition from each of n equal slices of the total priority. Each comes with the
+/// importance weight (p / p_min)^-beta, i.e. (N P(i))^-beta divided by the largest weight
+/// any stored transition could get, with beta rising linearly to 1 over the run. The
+/// Trainer feeds each update's TD errors back through `update_priorities`.
+class PrioritizedBuffer {
+ public:
+  using policy_kind = BufferKind;
+  static constexpr FixedString config_section = "buffer";
+  static constexpr bool on_policy = false;
+  using Batch = ReplayBatch;
+  using Step = StepBatch;
+  /// The format tag of the files `save(path)` writes.
+  static constexpr const char* file_format = "anvil PrioritizedBuffer v3";
+
+  struct Config {
+    detail::CapacityParam capacity{1'000'000};
+    detail::StorageParam storage{Storage::compute};
+    detail::ObsDtypeParam obs_dtype{ObsDtype::float32};
+    detail::NStepParam n_step{1};
+    Param<double, "alpha", "priority exponent: 0 samples uniformly, 1 in proportion to |TD error|",
+          in_range(0, 1)>
+        alpha{0.6};
+    Param<double, "beta", "importance-weight exponent at the start; rises linearly to 1", in_range(0, 1)>
+        beta{0.4};
+    Param<std::int64_t, "beta_steps", "env steps over which beta reaches 1 (0: the whole run)",
+          at_least(0)>
+        beta_steps{0};
+    Param<double, "eps", "added to |TD error| so no transition's priority is zero", positive> eps{1e-6};
+  };
+
+  PrioritizedBuffer(const EnvSpec& spec, const Config& cfg, const RunContext& ctx)
+      : core_(spec, cfg.capacity, cfg.storage, cfg.obs_dtype, cfg.n_step, ctx, "PrioritizedBuffer"),
+        tree_(cfg.capacity),
+        cfg_(cfg),
+        horizon_(cfg.beta_steps),
+        rng_(ctx.seed_for(Stream::buffer)) {}
+
+  /// Adds one step of N envs (row i = env i) at the largest priority so far.
+  void add(const StepBatch& step) {
+    const auto [first, n] = core_.add(step);
+    slots_.resize(static_cast<std::size_t>(n));
+    values_.assign(static_cast<std::size_t>(n), max_priority_);
+    for (std::int64_t i = 0; i < n; ++i) slots_[static_cast<std::size_t>(i)] = core_.slot_of(first + i);
+    tree_.set(slots_, values_);
+    // Transitions that left early (their observation was overwritten) can no longer be drawn.
+    slots_.clear();
+    for (auto k : core_.killed())
+      if (!core_.valid(k)) slots_.push_back(k);
+    if (!slots_.empty()) {
+      values_.assign(slots_.size(), 0.0);
+      tree_.set(slots_, values_);
+    }
+  }
+
+  /// `n` transitions, one from each of n equal slices of the total priority, with their
+  /// importance weights in `weight` and ids in `index`.
+  ReplayBatch sample(std::int64_t n) {
+    core_.check_batch(n);
+    const double total = tree_.total();
+    mass_.resize(static_cast<std::size_t>(n));
+    const double slice = total / static_cast<double>(n);
+    for (std::int64_t k = 0; k < n; ++k)
+      mass_[static_cast<std::size_t>(k)] = std::min((static_cast<double>(k) + rng_.uniform()) * slice,
+                                                   std::nextafter(total, 0.0));
+    sampled_.resize(static_cast<std::size_t>(n));
+    tree_.find(mass_, sampled_);
+
+    // (p / p_min)^-beta = exp(-beta log(p / p_min))
+    auto w = at::empty({n}, at::TensorOptions().dtype(at::kFloat));
+    const double b = beta(), log_min = std::log(tree_.min());
+    auto* wp = w.data_ptr<float>();
+    for (std::int64_t k = 0; k < n; ++k)
+      wp[k] = static_cast<float>(std::exp(-b * (std::log(tree_.get(sampled_[static_cast<std::size_t>(k)])) - log_min)));
+    auto batch = core_.gather(sampled_);
+    batch.weight = core_.device().is_cpu() ? w : w.to(core_.device(), /*non_blocking=*/true);
+    return batch;
+  }
+
+  /// Sets the priorities of transitions `index` (ids from `sample`) to
+  /// (|td_error| + eps)^alpha. Ids of transitions overwritten since they were sampled are
+  /// skipped. `td_error` must be finite; ids must come from this buffer.
+  void update_priorities(const at::Tensor& index, const at::Tensor& td_error) {
+    const double a = cfg_.alpha, eps = cfg_.eps;
+    assign("update_priorities", "TD error", index, td_error,
+           [a, eps](double td) { return std::exp(a * std::log(std::abs(td) + eps)); });
+  }
+
+  /// Sets the sampling priorities of transitions `index` directly (no eps, no exponent).
+  /// Priorities must be finite and >= 0.
+  void set_priorities(const at::Tensor& index, const at::Tensor& priority) {
+    assign("set_priorities", "priority", index, priority, [](double p) { return p; });
+  }
+
+  /// The importance-weight exponent now: `beta` rising linearly to 1 over the horizon.
+  [[nodiscard]] double beta() const noexcept {
+    if (horizon_ <= 0) return cfg_.beta;
+    const double f = std::min(1.0, static_cast<double>(core_.added()) / static_cast<double>(horizon_));
+    return cfg_.beta + (1.0 - cfg_.beta) * f;
+  }
+  /// The run's length in env steps, for the beta schedule when `beta_steps` is 0 (the
+  /// Trainer calls this with train.steps).
+  void set_horizon(std::int64_t env_steps) noexcept {
+    if (*cfg_.beta_steps == 0) horizon_ = env_steps;
+  }
+
+  /// The priority of stored transition `id`.
+  [[nodiscard]] double priority(std::int64_t id) const {
+    if (!core_.live(id)) throw Error("PrioritizedBuffer::priority: id " + std::to_string(id) + " is not stored");
+    return tree_.get(core_.slot_of(id));
+  }
+  /// Sum of all stored priorities.
+  [[nodiscard]] double total_priority() const noexcept { return tree_.total(); }
+  /// Priority updates skipped because their transition had been overwritten.
+  [[nodiscard]] std::int64_t stale_updates() const noexcept { return stale_; }
+
+  /// The discount of n-step returns (the Trainer passes the algorithm's gamma; 0.99 before).
+  void set_discount(double gamma) noexcept { core_.set_discount(gamma); }
+
+  /// The run's plan (the loop calls it before the run and after a resume): the discount of
+  /// n-step returns, and the run's length for the beta schedule.
+  void plan(const StoragePlan& p) noexcept {
+    set_discount(p.discount);
+    set_horizon(p.horizon);
+  }
+
+  /// State protocol (core/state.hpp): transitions, priorities, n-step windows, sampling state.
+  void save(BinaryWriter& w) const {
+    core_.save(w);
+    w.value(rng_.state());
+    w.value(max_priority_);
+    w.value(stale_);
+    w.value(horizon_);
+    for (std::int64_t i = 0; i < core_.stored(); ++i) w.value(tree_.get(i));
+  }
+  struct Saved {
+    detail::ReplayCore::Saved core;
+    Rng::State rng{};
+    double max_priority = 1.0;
+    std::int64_t stale = 0, horizon = 0;
+    std::vector<double> priorities;
+  };
+  /// Reads what `save` wrote, checked against this buffer's config; changes nothing.
+  [[nodiscard]] Saved read(BinaryReader& r) const {
+    Saved s{core_.read(r), {}, 1.0, 0, 0, {}};
+    s.rng = r.value<Rng::State>("sampling state");
+    s.max_priority = r.value<double>("largest priority");
+    s.stale = r.value<std::int64_t>("stale update count");
+    s.horizon = r.value<std::int64_t>("beta horizon");
+    s.priorities.resize(static_cast<std::size_t>(std::min(s.core.added, capacity())));
+    r.bytes(s.priorities.data(), s.priorities.size() * sizeof(double), "priorities");
+    for (double v : s.priorities)
+      if (!std::isfinite(v) || v < 0) r.fail("priorities", "contain a negative or non-finite value");
+    return s;
+  }
+  void restore(Saved&& s) {
+    core_.restore(std::move(s.core));
+    rng_.set_state(s.rng);
+    max_priority_ = s.max_priority;
+    stale_ = s.stale;
+    horizon_ = s.horizon;
+    tree_ = detail::PriorityTree(capacity());
+    std::vector<std::int64_t> idx(s.priorities.size());
+    for (std::size_t i = 0; i < idx.size(); ++i) idx[i] = static_cast<std::int64_t>(i);
+    tree_.set(idx, s.priorities);
+  }
+
+  /// Writes the buffer to `path`, atomically: a crash mid-save leaves the previous file intact.
+  void save(const std::filesystem::path& path) const { save_file(*this, path, file_format); }
+  /// Restores what `save(path)` wrote; the buffer's config must match. On any error the
+  /// buffer is unchanged.
+  void load(const std::filesystem::path& path) { read_file(*this, path, file_format)(); }
+
+  [[nodiscard]] std::int64_t size() const noexcept { return core_.size(); }
+  [[nodiscard]] std::int64_t capacity() const noexcept { return core_.capacity(); }
+  [[nodiscard]] std::int64_t added() const noexcept { return core_.added(); }
+  /// Transitions that left early (see `UniformBuffer::dropped`).
+  [[nodiscard]] std::int64_t dropped() const noexcept { return core_.dropped(); }
+  /// Bytes of preallocated storage, trees included.
+  [[nodiscard]] std::int64_t bytes() const noexcept { return core_.bytes() + tree_.bytes(); }
+  [[nodiscard]] const c10::Device& device() const noexcept { return core_.device(); }
+
+ private:
+  // Checks ids and values, maps each value through `to_priority`, and sets the live ones.
+  template <class F>
+  void assign(const char* fn, const char* what, const at::Tensor& index, const at::Tensor& values,
+              F to_priority) {
+    const std::string who = std::string("PrioritizedBuffer::") + fn + ": ";
+    const auto idx = index.to(at::kCPU, at::kLong).contiguous();
+    const auto val = values.detach().to(at::kCPU).contiguous();
+    if (idx.numel() != val.numel())
+      throw Error(who + std::to_string(idx.numel()) + " ids but " + std::to_string(val.numel()) + " " +
+                  what + " values");
+    const bool is_float = val.scalar_type() == at::kFloat;
+    const auto val64 = is_float ? at::Tensor() : val.to(at::kDouble);
+    const float* vf = is_float ? val.data_ptr<float>() : nullptr;
+    const double* vd = is_float ? nullptr : val64.data_ptr<double>();
+    const auto* ip = idx.data_ptr<std::int64_t>();
+    slots_.clear();
+    values_.clear();
+    for (std::int64_t k = 0; k < idx.numel(); ++k) {
+      const double v = vf ? static_cast<double>(vf[k]) : vd[k];
+      const double p = std::isfinite(v) ? to_priority(v) : v;
+      if (!std::isfinite(p) || p < 0)
+        throw Error(who + what + " " + std::to_string(k) + " (id " + std::to_string(ip[k]) + ") is " +
+                    std::to_string(v) + "; priorities must be finite and >= 0 (a NaN TD error "
+                    "usually means the losses diverged)");
+      if (ip[k] < 0 || ip[k] >= core_.added())
+        throw Error(who + "id " + std::to_string(ip[k]) + " (entry " + std::to_string(k) +
+                    ") is out of range: " + std::to_string(core_.added()) + " transitions were added");
+      if (!core_.live(ip[k])) {  // overwritten since it was sampled
+        ++stale_;
+        continue;
+      }
+      slots_.push_back(core_.slot_of(ip[k]));
+      values_.push_back(p);
+      max_priority_ = std::max(max_priority_, p);
+    }
+    tree_.set(slots_, values_);
+  }
+
+  detail::ReplayCore core_;
+  detail::PriorityTree tree_;
+  Config cfg_;
+  std::int64_t horizon_;
+  Rng rng_;
+  double max_priority_ = 1.0;
+  std::int64_t stale_ = 0;
+  std::vector<std::int64_t> slots_, sampled_;
+  std::vector<double> values_, mass_;
+};
+
+static_assert(PrioritizedReplay<PrioritizedBuffer>);
+
+}  // namespace anvil
+// ---- end <anvil/buffers/prioritized_buffer.hpp> ----
+// ---- begin <anvil/buffers/rollout_buffer.hpp> ----
+/// @file
+/// `RolloutBuffer`: the storage of an on-policy algorithm (PPO). It holds one rollout of
+/// `rollout.steps` steps of N envs in tensors allocated once, computes generalised
+/// advantage estimates (Schulman, Moritz, Levine, Jordan, Abbeel 2016, "High-Dimensional
+/// Continuous Control Using Generalized Advantage Estimation") and the value targets, then
+/// hands the rollout out in shuffled minibatches, once per epoch. It is cleared for the
+/// next rollout, so no transition is learned from by a policy other than the one that
+/// collected it (and the epochs right after).
+///
+/// Episode ends are told apart, as in the replay buffers: where an episode *terminated*
+/// the return ends (no bootstrap); where it was *truncated* by a time limit the return
+/// continues past the cut as the value of the episode's true last state, which the
+/// collector passes as `bootstrap_value`. Either way the advantage does not run on into
+/// the next episode, which the vectorised env has already started in that row.
+
+#include <ATen/ATen.h>
+
+#include <range/v3/view/chunk.hpp>
+#include <range/v3/view/transform.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <ranges>
+#include <string>
+#include <vector>
+
+
+namespace anvil {
+
+/// Buffer policy for on-policy algorithms (see file comment).
+class RolloutBuffer {
+ public:
+  using policy_kind = BufferKind;
+  static constexpr FixedString config_section = "rollout";
+  static constexpr bool on_policy = true;
+  using Batch = RolloutBatch;
+  using Step = RolloutStep;
+
+  struct Config {
+    Param<std::int64_t, "steps", "env steps per env in one rollout (the rollout is steps x num_envs)",
+          in_range(1, 1 << 24)>
+        steps{2048};
+    Param<double, "gae_lambda", "GAE's lambda: 0 is the one-step TD error, 1 the Monte Carlo return",
+          in_range(0, 1)>
+        gae_lambda{0.95};
+    Param<bool, "normalize_advantage", "scale each minibatch's advantages to mean 0, std 1">
+        normalize_advantage{true};
+  };
+
+  RolloutBuffer(const EnvSpec& spec, const Config& cfg, const RunContext& ctx)
+      : cfg_(cfg), device_(ctx.device), obs_dim_(spec.obs_dim()), act_dim_(spec.action_dim()),
+        discrete_(spec.discrete()) {}
+
+  /// Allocates storage for `n` envs (the Trainer calls it with env.num_envs).
+  void set_num_envs(std::int64_t n) {
+    if (n < 1) throw ConfigError("RolloutBuffer: needs at least one env, got " + std::to_string(n));
+    envs_ = n;
+    const std::int64_t t = cfg_.steps;
+    const auto f = at::TensorOptions().dtype(at::kFloat);
+    obs_ = at::zeros({t, n, obs_dim_}, f);
+    action_ = discrete_ ? at::zeros({t, n}, f.dtype(at::kLong)) : at::zeros({t, n, act_dim_}, f);
+    for (auto* x : {&log_prob_, &value_, &reward_, &terminated_, &truncated_, &bootstrap_, &advantage_, &returns_})
+      *x = at::zeros({t, n}, f);
+    clear();
+  }
+  /// The discount of the returns (the Trainer passes the algorithm's gamma; 0.99 before).
+  void set_discount(double gamma) noexcept { gamma_ = gamma; }
+  /// The run's plan (the loop calls it before the run and after a resume): storage for the
+  /// envs (allocated when their number changes), the discount.
+  void plan(const StoragePlan& p) {
+    if (p.num_envs != envs_) set_num_envs(p.num_envs);
+    set_discount(p.discount);
+  }
+
+  /// State protocol (core/state.hpp): the steps collected so far of the current rollout
+  /// (none between rollouts, where the on-policy loop checkpoints).
+  void save(BinaryWriter& w) const {
+    w.value(envs_);
+    w.value(steps_);
+    for (const auto* t : {&obs_, &action_, &log_prob_, &value_, &reward_, &terminated_, &truncated_, &bootstrap_})
+      if (steps_ > 0) write_tensor(w, t->narrow(0, 0, steps_));
+  }
+  struct Saved {
+    std::int64_t steps = 0;
+    std::vector<at::Tensor> rows;
+  };
+  [[nodiscard]] Saved read(BinaryReader& r) const {
+    r.expect(envs_, "env.num_envs");
+    Saved s;
+    s.steps = r.value<std::int64_t>("rollout steps");
+    if (s.steps < 0 || s.steps > *cfg_.steps) r.fail("rollout steps", "are outside [0, rollout.steps]");
+    if (s.steps > 0)
+      for (const auto* t : {&obs_, &action_, &log_prob_, &value_, &reward_, &terminated_, &truncated_, &bootstrap_})
+        s.rows.push_back(read_tensor(r, "rollout rows", t->narrow(0, 0, s.steps)));
+    return s;
+  }
+  void restore(const Saved& s) {
+    clear();
+    std::size_t i = 0;
+    if (s.steps > 0)
+      for (auto* t : {&obs_, &action_, &log_prob_, &value_, &reward_, &terminated_, &truncated_, &bootstrap_})
+        t->narrow(0, 0, s.steps).copy_(s.rows[i++]);
+    steps_ = s.steps;
+  }
+
+  /// Stores one step of every env (row i = env i). Throws when the rollout is full.
+  void add(const RolloutStep& s) {
+    if (envs_ == 0) throw Error("RolloutBuffer::add: set_num_envs was not called");
+    if (full()) throw Error("RolloutBuffer::add: the rollout holds " + std::to_string(*cfg_.steps) +
+                            " steps already; learn from it and clear() it first");
+    check_rows(s.obs, "obs");
+    const std::int64_t t = steps_;
+    obs_[t].copy_(s.obs);
+    action_[t].copy_(discrete_ ? s.action.reshape({envs_}) : s.action);
+    log_prob_[t].copy_(s.log_prob.reshape({envs_}));
+    value_[t].copy_(s.value.reshape({envs_}));
+    reward_[t].copy_(s.reward);
+    terminated_[t].copy_(s.terminated);
+    truncated_[t].copy_(s.truncated);
+    if (s.bootstrap_value.defined()) bootstrap_[t].copy_(s.bootstrap_value.reshape({envs_}));
+    else bootstrap_[t].zero_();
+    ++steps_;
+    ready_ = false;
+  }
+
+  /// Computes advantages and value targets once the rollout is full. `last_value` [N] is
+  /// the value of the observations the envs show after the last step (the bootstrap of
+  /// episodes still running).
+  void finish(const at::Tensor& last_value) {
+    if (!full()) throw Error("RolloutBuffer::finish: the rollout has " + std::to_string(steps_) + " of " +
+                             std::to_string(*cfg_.steps) + " steps");
+    const auto last = last_value.to(at::kCPU, at::kFloat).reshape({envs_}).contiguous();
+    const float g = static_cast<float>(gamma_), gl = static_cast<float>(gamma_ * cfg_.gae_lambda);
+    const std::int64_t n = envs_;
+    const float *r = reward_.data_ptr<float>(), *v = value_.data_ptr<float>();
+    const float *term = terminated_.data_ptr<float>(), *trunc = truncated_.data_ptr<float>();
+    const float *boot = bootstrap_.data_ptr<float>(), *lv = last.data_ptr<float>();
+    float *adv = advantage_.data_ptr<float>(), *ret = returns_.data_ptr<float>();
+    // Backwards through time: A_t = delta_t + gamma lambda A_{t+1} within an episode.
+    for (const std::int64_t t : std::views::iota(std::int64_t{0}, steps_) | std::views::reverse) {
+      for (std::int64_t i = 0; i < n; ++i) {
+        const std::int64_t k = t * n + i;
+        const float next_value = t + 1 < steps_ ? v[k + n] : lv[i];
+        const float later = t + 1 < steps_ ? adv[k + n] : 0.0f;
+        float a;
+        if (term[k] > 0) a = r[k] - v[k];                             // the return ends here
+        else if (trunc[k] > 0) a = r[k] + g * boot[k] - v[k];         // cut: bootstrap, stop
+        else a = r[k] + g * next_value - v[k] + gl * later;           // the episode goes on
+        adv[k] = a;
+        ret[k] = a + v[k];
+      }
+    }
+    // The learning rows, flattened to [steps * N] and on the algorithm's device once.
+    const std::int64_t m = steps_ * n;
+    flat_.obs = obs_.view({m, obs_dim_}).to(device_);
+    flat_.action = (discrete_ ? action_.view({m}) : action_.view({m, act_dim_})).to(device_);
+    flat_.log_prob = log_prob_.view({m}).to(device_);
+    flat_.value = value_.view({m}).to(device_);
+    flat_.advantage = advantage_.view({m}).to(device_);
+    flat_.returns = returns_.view({m}).to(device_);
+    ready_ = true;
+  }
+
+  /// One epoch of the finished rollout: its rows in a fresh random order (torch's
+  /// generator, which checkpoints save), cut into minibatches of `size` rows (the last may
+  /// be smaller). A lazy view: each minibatch is gathered when it is reached.
+  [[nodiscard]] auto minibatches(std::int64_t size) const {
+    if (!ready_) throw Error("RolloutBuffer::minibatches: call finish() on a full rollout first");
+    if (size < 1) throw ConfigError("RolloutBuffer: minibatch size must be at least 1, got " + std::to_string(size));
+    const std::int64_t m = flat_.obs.size(0);
+    const auto perm = at::randperm(m, at::TensorOptions().dtype(at::kLong));
+    auto order = std::make_shared<const std::vector<std::int64_t>>(perm.data_ptr<std::int64_t>(),
+                                                                  perm.data_ptr<std::int64_t>() + m);
+    // The shuffled row ids, in chunks of `size`, each gathered into a batch (the view keeps
+    // the ids alive through the lambda's copy of `order`).
+    return *order | ranges::views::chunk(size) | ranges::views::transform([this, order](const auto& ids) {
+             auto index = at::from_blob(const_cast<std::int64_t*>(&*ranges::begin(ids)),
+                                        {static_cast<std::int64_t>(ranges::distance(ids))}, at::kLong);
+             return rows(index.to(device_));
+           });
+  }
+
+  /// The rollout's rows `index` (int64 on the algorithm's device), advantages normalised
+  /// when `rollout.normalize_advantage` is on and there are at least two rows.
+  [[nodiscard]] RolloutBatch rows(const at::Tensor& index) const {
+    RolloutBatch b{flat_.obs.index_select(0, index),      flat_.action.index_select(0, index),
+                   flat_.log_prob.index_select(0, index), flat_.advantage.index_select(0, index),
+                   flat_.returns.index_select(0, index),  flat_.value.index_select(0, index)};
+    if (cfg_.normalize_advantage && index.numel() > 1)
+      b.advantage = (b.advantage - b.advantage.mean()) / (b.advantage.std() + 1e-8);
+    return b;
+  }
+
+  /// Empties the buffer for the next rollout (storage is kept).
+  void clear() noexcept {
+    steps_ = 0;
+    ready_ = false;
+  }
+
+  /// Transitions held (steps x envs) and the most it holds.
+  [[nodiscard]] std::int64_t size() const noexcept { return steps_ * envs_; }
+  [[nodiscard]] std::int64_t capacity() const noexcept { return *cfg_.steps * envs_; }
+  [[nodiscard]] bool full() const noexcept { return envs_ > 0 && steps_ == *cfg_.steps; }
+  /// Whether `finish` has computed the advantages of the rollout held.
+  [[nodiscard]] bool finished() const noexcept { return ready_; }
+  [[nodiscard]] std::int64_t num_envs() const noexcept { return envs_; }
+  [[nodiscard]] const Config& config() const noexcept { return cfg_; }
+
+  /// [steps, N] advantages and value targets of the finished rollout (before any
+  /// minibatch normalisation), and the values the policy estimated.
+  [[nodiscard]] const at::Tensor& advantages() const noexcept { return advantage_; }
+  [[nodiscard]] const at::Tensor& returns() const noexcept { return returns_; }
+  [[nodiscard]] const at::Tensor& values() const noexcept { return value_; }
+
+ private:
+  void check_rows(const at::Tensor& t, const char* what) const {
+    if (t.dim() < 1 || t.size(0) != envs_)
+      throw Error(std::string("RolloutBuffer::add: ") + what + " has " + std::to_string(t.dim() ? t.size(0) : 0) +
+                  " rows but the buffer was set up for " + std::to_string(envs_) + " envs");
+  }
+
+  Config cfg_;
+  c10::Device device_;
+  std::int64_t obs_dim_, act_dim_;
+  bool discrete_;
+  double gamma_ = 0.99;
+  std::int64_t envs_ = 0, steps_ = 0;
+  bool ready_ = false;
+  at::Tensor obs_, action_, log_prob_, value_, reward_, terminated_, truncated_, bootstrap_, advantage_, returns_;
+  RolloutBatch flat_;
+};
+
+static_assert(Buffer<RolloutBuffer>);
+
+}  // namespace anvil
+// ---- end <anvil/buffers/rollout_buffer.hpp> ----
+// ---- begin <anvil/buffers/uniform_buffer.hpp> ----
+/// @file
+/// `UniformBuffer`: experience replay with uniform sampling (Lin 1992; Mnih et al. 2015).
+
+#include <ATen/ATen.h>
+
+#include <array>
+#include <filesystem>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+
+namespace anvil {
+
+/// Buffer policy: a ring of `capacity` transitions in preallocated tensors, each
+/// observation stored once (buffers/detail/transition_store.hpp). One call adds a whole
+/// step of N envs; one call samples a batch; when full, new transitions overwrite the
+/// oldest. Terminated and truncated are kept apart: only `terminated` stops bootstrapping.
+class UniformBuffer {
+ public:
+  using policy_kind = BufferKind;
+  static constexpr FixedString config_section = "buffer";
+  static constexpr bool on_policy = false;
+  using Batch = ReplayBatch;
+  using Step = StepBatch;
+  /// The format tag of the files `save(path)` writes.
+  static constexpr const char* file_format = "anvil UniformBuffer v3";
+
+  struct Config {
+    detail::CapacityParam capacity{1'000'000};
+    detail::StorageParam storage{Storage::compute};
+    detail::ObsDtypeParam obs_dtype{ObsDtype::float32};
+    detail::NStepParam n_step{1};
+  };
+
+  UniformBuffer(const EnvSpec& spec, const Config& cfg, const RunContext& ctx)
+      : core_(spec, cfg.capacity, cfg.storage, cfg.obs_dtype, cfg.n_step, ctx, "UniformBuffer"),
+        rng_(ctx.seed_for(Stream::buffer)) {}
+
+  /// Adds one step of N envs (row i = env i). N may exceed the free space: the ring wraps.
+  /// With n-step returns, what is stored is the transitions this step completes.
+  void add(const StepBatch& s) { core_.add(s); }
+
+  /// `n` transitions drawn uniformly with replacement; `index` holds their ids.
+  ReplayBatch sample(std::int64_t n) {
+    core_.check_batch(n);
+    slots_.resize(static_cast<std::size_t>(n));
+    const auto rows = static_cast<std::uint64_t>(core_.stored());
+    const bool gaps = core_.size() < core_.stored();  // rows of transitions that left early
+    for (auto& s : slots_) {
+      do s = static_cast<std::int64_t>(rng_.below(rows));
+      while (gaps && !core_.valid(s));  // (rare) are drawn again
+    }
+    return core_.gather(slots_);
+  }
+
+  /// The discount of n-step returns (the Trainer passes the algorithm's gamma; 0.99 before).
+  void set_discount(double gamma) noexcept { core_.set_discount(gamma); }
+  /// The run's plan (the loop calls it before the run and after a resume): the discount.
+  void plan(const StoragePlan& p) noexcept { set_discount(p.discount); }
+
+  /// State protocol (core/state.hpp): the transitions, n-step windows and sampling state.
+  void save(BinaryWriter& w) const {
+    core_.save(w);
+    w.value(rng_.state());
+  }
+  struct Saved {
+    detail::ReplayCore::Saved core;
+    Rng::State rng{};
+  };
+  /// Reads what `save` wrote, checked against this buffer's config; changes nothing.
+  [[nodiscard]] Saved read(BinaryReader& r) const {
+    Saved s{core_.read(r), {}};
+    s.rng = r.value<Rng::State>("sampling state");
+    return s;
+  }
+  void restore(Saved&& s) {
+    core_.restore(std::move(s.core));
+    rng_.set_state(s.rng);
+  }
+
+  /// Writes the buffer to `path`, atomically: a crash mid-save leaves the previous file intact.
+  void save(const std::filesystem::path& path) const { save_file(*this, path, file_format); }
+  /// Restores what `save(path)` wrote; the buffer's config must match. On any error the
+  /// buffer is unchanged.
+  void load(const std::filesystem::path& path) { read_file(*this, path, file_format)(); }
+
+  [[nodiscard]] std::int64_t size() const noexcept { return core_.size(); }
+  [[nodiscard]] std::int64_t capacity() const noexcept { return core_.capacity(); }
+  /// Transitions stored since construction (including overwritten ones).
+  [[nodiscard]] std::int64_t added() const noexcept { return core_.added(); }
+  /// Transitions that left before `capacity` newer ones arrived, because the observation
+  /// ring ran out (episodes under 4 steps, or observations that do not chain).
+  [[nodiscard]] std::int64_t dropped() const noexcept { return core_.dropped(); }
+  /// Bytes of preallocated storage.
+  [[nodiscard]] std::int64_t bytes() const noexcept { return core_.bytes(); }
+  [[nodiscard]] const c10::Device& device() const noexcept { return core_.device(); }
+
+ private:
+  detail::ReplayCore core_;
+  Rng rng_;
+  std::vector<std::int64_t> slots_;
+};
+
+static_assert(ReplayBuffer<UniformBuffer>);
+
+}  // namespace anvil
+// ---- end <anvil/buffers/uniform_buffer.hpp> ----
+// ---- begin <anvil/data/episode_stats.hpp> ----
+/// @file
+/// `EpisodeStats`: the returns of the episodes this rank's envs finished during training:
+/// the most recent ones (for the running mean in logs and on the progress bar) and how many
+/// finished since the ranks last added up their counts (`Clock::episodes`). Light header.
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <deque>
+#include <numeric>
+#include <string>
+#include <utility>
+#include <vector>
+
+
+namespace anvil {
+
+/// Training episodes' returns on this rank (see file comment).
+class EpisodeStats {
+ public:
+  /// Returns kept for the running mean.
+  static constexpr std::size_t kKept = 100;
+
+  /// Counts one finished episode.
+  void record(double episode_return) {
+    recent_.push_back(episode_return);
+    if (recent_.size() > kKept) recent_.pop_front();
+    ++unfolded_;
+  }
+
+  /// The last (up to) `kKept` returns, oldest first.
+  [[nodiscard]] const std::deque<double>& recent() const noexcept { return recent_; }
+  /// How many of the last `k` returns there are, and their sum.
+  [[nodiscard]] std::pair<std::size_t, double> last(std::size_t k) const {
+    k = std::min(k, recent_.size());
+    return {k, std::accumulate(recent_.end() - static_cast<std::ptrdiff_t>(k), recent_.end(), 0.0)};
+  }
+  /// Mean of the last `k` returns (NaN before the first episode ends).
+  [[nodiscard]] double recent_mean(std::size_t k = 10) const {
+    const auto [n, sum] = last(k);
+    return n > 0 ? sum / static_cast<double>(n) : NAN;
+  }
+  /// Episodes finished since the last `take_unfolded`.
+  [[nodiscard]] std::int64_t unfolded() const noexcept { return unfolded_; }
+  /// Those episodes' count, and resets it (the caller adds it to the clock's total).
+  std::int64_t take_unfolded() noexcept { return std::exchange(unfolded_, 0); }
+
+  /// State protocol (core/state.hpp).
+  void save(BinaryWriter& w) const {
+    w.value(unfolded_);
+    w.value(static_cast<std::uint64_t>(recent_.size()));
+    for (double x : recent_) w.value(x);
+  }
+  struct Saved {
+    std::int64_t unfolded = 0;
+    std::deque<double> recent;
+  };
+  [[nodiscard]] Saved read(BinaryReader& r) const {
+    Saved s;
+    s.unfolded = r.value<std::int64_t>("episodes since the last count");
+    const auto n = r.value<std::uint64_t>("recent returns");
+    if (n > kKept) r.fail("recent returns", "are more than the " + std::to_string(kKept) + " a run keeps");
+    for (std::uint64_t i = 0; i < n; ++i) s.recent.push_back(r.value<double>("recent returns"));
+    return s;
+  }
+  void restore(Saved s) {
+    unfolded_ = s.unfolded;
+    recent_ = std::move(s.recent);
+  }
+
+ private:
+  std::deque<double> recent_;
+  std::int64_t unfolded_ = 0;
+};
+
+}  // namespace anvil
+// ---- end <anvil/data/episode_stats.hpp> ----
+// ---- begin <anvil/data/step_collector.hpp> ----
+/// @file
+/// `StepCollector`: what stands between a loop and its envs. It owns the vectorised envs and
+/// the observations they show now, maps the algorithm's actions to the env's units (and
+/// draws the uniform random actions of the warm-up), steps the envs (at once, or started in
+/// the background and landed later: `env.mode=async`), times the env phase, and keeps the
+/// training episodes' returns. Not a template: one copy serves every Trainer type.
+
+#include <ATen/ATen.h>
+
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+
+
+namespace anvil {
+
+/// The envs of one rank, as a loop collects from them (see file comment).
+class StepCollector {
+ public:
+  /// Collects from `envs`, timing env steps into `times` (which must outlive it).
+  StepCollector(std::unique_ptr<envs::VecEnvBase> envs, PhaseTimes& times)
+      : envs_(std::move(envs)), times_(&times) {
+    const auto& spec = envs_->spec();
+    if (!spec.discrete()) {
+      // Algorithms act in [-1, 1] per bounded dimension; unbounded ones pass through.
+      const auto& box = std::get<Box>(spec.action);
+      const auto d = spec.action_dim();
+      scale_ = at::ones({d});
+      offset_ = at::zeros({d});
+      low_ = at::full({d}, -1.0);
+      high_ = at::full({d}, 1.0);
+      for (std::int64_t i = 0; i < d; ++i) {
+        if (std::isfinite(box.low[static_cast<std::size_t>(i)]) && std::isfinite(box.high[static_cast<std::size_t>(i)])) {
+          scale_[i] = 0.5 * (box.high[static_cast<std::size_t>(i)] - box.low[static_cast<std::size_t>(i)]);
+          offset_[i] = 0.5 * (box.high[static_cast<std::size_t>(i)] + box.low[static_cast<std::size_t>(i)]);
+        } else {
+          low_[i] = -INFINITY;
+          high_[i] = INFINITY;
+        }
+      }
+    }
+  }
+
+  [[nodiscard]] const EnvSpec& spec() const noexcept { return envs_->spec(); }
+  [[nodiscard]] std::int64_t num_envs() const noexcept { return envs_->num_envs(); }
+  [[nodiscard]] envs::VecEnvBase& envs() noexcept { return *envs_; }
+  [[nodiscard]] const envs::VecEnvBase& envs() const noexcept { return *envs_; }
+  [[nodiscard]] EpisodeStats& episodes() noexcept { return stats_; }
+  [[nodiscard]] const EpisodeStats& episodes() const noexcept { return stats_; }
+
+  /// The observations to act on: those the last step left (the first of a new episode
+  /// where one ended); the envs are reset the first time.
+  [[nodiscard]] const at::Tensor& observations() {
+    if (!obs_.defined()) obs_ = envs_->reset();
+    return obs_;
+  }
+
+  /// The algorithm's actions as the env takes them: discrete indices as int64 on the CPU;
+  /// continuous ones clipped to [-1, 1] and scaled to the bounds (unbounded dimensions as
+  /// they are). The algorithm may keep the unclipped action.
+  [[nodiscard]] at::Tensor to_env(const at::Tensor& a) const {
+    if (spec().discrete()) return a.to(at::kCPU, at::kLong).reshape({-1});
+    const auto c = a.to(at::kCPU, at::kFloat);
+    return at::max(at::min(c, high_), low_) * scale_ + offset_;
+  }
+  /// The env-unit scale and offset of continuous actions (for policy files); undefined
+  /// for discrete ones.
+  [[nodiscard]] const at::Tensor& action_scale() const noexcept { return scale_; }
+  [[nodiscard]] const at::Tensor& action_offset() const noexcept { return offset_; }
+
+  /// Actions drawn uniformly in the algorithm's units, one row per env (the warm-up before
+  /// learning starts), from torch's generator.
+  [[nodiscard]] at::Tensor random_actions() const {
+    const auto n = num_envs();
+    if (spec().discrete()) return at::randint(spec().num_actions(), {n}, at::kLong);
+    return at::rand({n, spec().action_dim()}) * 2.0 - 1.0;
+  }
+
+  /// Steps every env with `actions` (the algorithm's units) and returns the step; the
+  /// observations move on and finished episodes are counted (unless the caller counts them
+  /// itself: `count_episodes` false). The step's tensors stay valid until the step after next.
+  const envs::VecStep& step(const at::Tensor& actions, bool count_episodes = true) {
+    launch(actions);
+    return land(count_episodes);
+  }
+
+  /// Starts a step with `actions` without waiting for it: with `env.mode=async` the envs
+  /// step in the background while the caller works (e.g. updates) until `land`.
+  void launch(const at::Tensor& actions) {
+    if (in_flight_) throw Error("StepCollector::launch: a step is already in flight; land() it first");
+    ScopedPhase ph(*times_, Phase::env);
+    if (!obs_.defined()) obs_ = envs_->reset();
+    envs_->step_async(to_env(actions));
+    in_flight_ = true;
+  }
+  /// Whether a launched step has not landed yet.
+  [[nodiscard]] bool in_flight() const noexcept { return in_flight_; }
+  /// Waits for the launched step and takes it in (as `step` does).
+  const envs::VecStep& land(bool count_episodes = true) {
+    if (!in_flight_) throw Error("StepCollector::land: no step in flight");
+    const envs::VecStep* s = nullptr;
+    {
+      ScopedPhase ph(*times_, Phase::env);
+      in_flight_ = false;
+      s = &envs_->step_wait();
+    }
+    last_obs_ = obs_;
+    obs_ = s->obs;
+    if (count_episodes)
+      for (const auto& e : s->ended) stats_.record(e.episode_return);
+    return *s;
+  }
+
+  /// Every env starts a new episode now (the episodic loop's rounds); a step in flight
+  /// lands first.
+  void restart() {
+    if (in_flight_) (void)land();
+    obs_ = envs_->reset();
+    last_obs_ = at::Tensor();
+  }
+  /// The observations the step that landed last was taken from (what a transition stores).
+  [[nodiscard]] const at::Tensor& previous_observations() const noexcept { return last_obs_; }
+
+  /// After the envs' state was restored (a resume): act on what they show now, or start
+  /// new episodes when their state was not saved.
+  void restored() {
+    obs_ = envs_->observations();
+    last_obs_ = at::Tensor();
+  }
+
+ private:
+  std::unique_ptr<envs::VecEnvBase> envs_;
+  PhaseTimes* times_;
+  at::Tensor obs_, last_obs_;
+  at::Tensor scale_, offset_, low_, high_;
+  bool in_flight_ = false;
+  EpisodeStats stats_;
+};
+
+}  // namespace anvil
+// ---- end <anvil/data/step_collector.hpp> ----
+
+// ---- begin <anvil/algorithms/policy.hpp> ----
+/// @file
+/// `load_policy`: a trained policy without its trainer, for deployment. A run writes
+/// `policy.bin` in its directory with every checkpoint: the actor's shape, its weights (the
+/// averaged ones when `train.ema_decay` is on), the env's action bounds, and the observation
+/// normaliser's statistics when the run normalised observations (`normalize.obs`). `load_policy`
+/// rebuilds the actor from that file alone and acts deterministically in env units.
+
+#include <torch/nn/module.h>
+#include <torch/utils.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+
+namespace anvil {
+
+/// The format tag of policy files.
+inline constexpr const char* kPolicyFormat = "anvil Policy v2";
+
+/// A deterministic policy loaded from a policy file (see file comment).
+class Policy {
+ public:
+  /// Actions for observations [B, obs_dim] (or [obs_dim]), in the env's units: the mean
+  /// action squashed to [-1, 1], then scaled to the action bounds.
+  [[nodiscard]] at::Tensor act(const at::Tensor& obs) const {
+    torch::NoGradGuard no_grad;
+    const bool single = obs.dim() == 1;
+    auto o = obs.to(at::kFloat);
+    if (single) o = o.unsqueeze(0);
+    if (obs_mean_.defined()) o = ((o - obs_mean_) * obs_inv_std_).clamp(-obs_clip_, obs_clip_);
+    nn::GaussianActor net = actor_;  // a handle to the same module (acting changes nothing)
+    auto a = net->mode(o) * scale_ + offset_;
+    return single ? a.squeeze(0) : a;
+  }
+  /// The network (for export or inspection).
+  [[nodiscard]] const nn::GaussianActor& network() const noexcept { return actor_; }
+  /// The env the policy was trained on.
+  [[nodiscard]] const std::string& env_name() const noexcept { return env_; }
+  [[nodiscard]] std::int64_t obs_dim() const noexcept { return obs_dim_; }
+  [[nodiscard]] std::int64_t action_dim() const noexcept { return act_dim_; }
+
+ private:
+  friend Policy load_policy(const std::filesystem::path& path);
+  nn::GaussianActor actor_{nullptr};
+  at::Tensor scale_, offset_;
+  at::Tensor obs_mean_, obs_inv_std_;  ///< the run's observation normaliser (undefined: none)
+  double obs_clip_ = 0;
+  std::string env_;
+  std::int64_t obs_dim_ = 0, act_dim_ = 0;
+};
+
+/// Reads a policy file written by a run (see file comment); a missing, truncated, corrupted
+/// or foreign file gets an error naming it and the field at fault.
+inline Policy load_policy(const std::filesystem::path& path) {
+  BinaryReader r(path, kPolicyFormat);
+  Policy p;
+  p.env_ = r.string("env name");
+  const auto kind = r.string("actor kind");
+  if (kind != "GaussianActor") r.fail("actor kind", "'" + kind + "' is not one this build knows");
+  p.obs_dim_ = r.value<std::int64_t>("observation size");
+  p.act_dim_ = r.value<std::int64_t>("action size");
+  if (p.obs_dim_ < 1 || p.act_dim_ < 1) r.fail("observation or action size", "is not positive");
+  nn::GaussianActorImpl::Config cfg;
+  const auto layers = r.value<std::uint64_t>("hidden layer count");
+  if (layers < 1 || layers > 64) r.fail("hidden layer count", "is out of range");
+  std::vector<int> hidden;
+  for (std::uint64_t i = 0; i < layers; ++i) hidden.push_back(r.value<int>("hidden layer widths"));
+  for (int h : hidden)
+    if (h < 1) r.fail("hidden layer widths", "contain a width below 1");
+  cfg.hidden = hidden;
+  const int activation = r.value<int>("activation");
+  if (activation < 0 || activation >= static_cast<int>(enum_names(nn::Activation{}).size()))
+    r.fail("activation", "is not a known activation");
+  cfg.activation = static_cast<nn::Activation>(activation);
+  cfg.log_std_min = r.value<double>("log_std_min");
+  cfg.log_std_max = r.value<double>("log_std_max");
+  p.actor_ = nn::GaussianActor(p.obs_dim_, p.act_dim_, cfg);
+  std::vector<at::Tensor> params = p.actor_->parameters();
+  std::int64_t n = 0;
+  for (const auto& t : params) n += t.numel();
+  const auto flat = read_tensor(r, "actor parameters", at::empty({n}));
+  const auto like = at::empty({p.act_dim_});
+  p.scale_ = read_tensor(r, "action scale", like);
+  p.offset_ = read_tensor(r, "action offset", like);
+  if (r.value<bool>("observation normaliser flag")) {
+    const auto obs_like = at::empty({p.obs_dim_});
+    p.obs_mean_ = read_tensor(r, "observation mean", obs_like);
+    p.obs_inv_std_ = read_tensor(r, "observation scale", obs_like);
+    p.obs_clip_ = r.value<double>("observation clip");
+    if (!(p.obs_clip_ > 0)) r.fail("observation clip", "is not positive");
+  }
+  r.finish();
+  torch::NoGradGuard no_grad;
+  std::int64_t off = 0;
+  for (auto& t : params) {
+    t.copy_(flat.narrow(0, off, t.numel()).view(t.sizes()));
+    off += t.numel();
+  }
+  p.actor_->eval();
+  return p;
+}
+
+}  // namespace anvil
+// ---- end <anvil/algorithms/policy.hpp> ----
+// ---- begin <anvil/algorithms/ppo.hpp> ----
+/// @file
+/// Proximal Policy Optimization (Schulman, Wolski, Dhariwal, Radford, Klimov 2017,
+/// "Proximal Policy Optimization Algorithms"): the clipped surrogate objective, a value
+/// loss (optionally clipped), an entropy bonus, gradient-norm clipping, a learning rate
+/// annealed linearly to zero, and an early stop of the epochs when the policy moves too far
+/// from the one that collected the rollout (target KL).
+///
+/// A categorical policy for `Discrete` actions, a Gaussian with a state-independent log
+/// standard deviation for `Box` actions, both on separate actor and critic MLPs.
+/// Defaults are the paper's MuJoCo settings (Adam 3e-4, 10 epochs, minibatches of 64,
+/// gamma 0.99, clip 0.2; lambda 0.95 and 2048 steps are the RolloutBuffer's) with the
+/// details of its reference implementation: orthogonal initialisation (gain sqrt 2, 0.01
+/// on the policy head, 1 on the value head), Adam's epsilon 1e-5, gradient norm 0.5, value
+/// loss coefficient 0.5 (Huang et al. 2022, "The 37 Implementation Details of PPO").
+///
+/// Continuous actions are in the Trainer's normalised units: the Trainer clips them to
+/// [-1, 1] and scales them to the env's bounds; the rollout keeps the unclipped sample,
+/// whose probability the policy gave.
+
+#include <torch/nn/init.h>
+#include <torch/nn/module.h>
+#include <torch/utils.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <numbers>
+#include <string>
+#include <utility>
+#include <vector>
+
+
+namespace anvil {
+
+/// Algorithm policy: PPO (see file comment).
+class PPO {
+ public:
+  using policy_kind = AlgorithmKind;
+  static constexpr FixedString config_section = "ppo";
+  static constexpr bool on_policy = true;
+  using Batch = RolloutBatch;
+
+  /// Shape of the actor's and the critic's MLPs.
+  struct NetConfig {
+    Param<std::vector<int>, "hidden", "hidden layer widths", at_least(1)> hidden{64, 64};
+    Param<nn::Activation, "activation", "hidden-layer activation"> activation{nn::Activation::tanh};
+  };
+
+  struct Config {
+    Param<double, "gamma", "discount factor", in_range(0, 1)> gamma{0.99};
+    Param<double, "lr", "learning rate (Adam) of actor and critic", positive> lr{3e-4};
+    Param<bool, "anneal_lr", "decay the learning rate linearly to 0 over train.steps"> anneal_lr{true};
+    Param<int, "epochs", "passes over each rollout", in_range(1, 1000)> epochs{10};
+    Param<std::int64_t, "minibatch_size", "rollout rows per gradient step (per rank)", at_least(1)>
+        minibatch_size{64};
+    Param<double, "clip", "clip range of the probability ratio", positive> clip{0.2};
+    Param<double, "clip_value", "clip the value's change to +-this in the value loss (0: off)", at_least(0)>
+        clip_value{0.0};
+    Param<double, "vf_coef", "weight of the value loss", at_least(0)> vf_coef{0.5};
+    Param<double, "ent_coef", "weight of the entropy bonus", at_least(0)> ent_coef{0.0};
+    Param<double, "max_grad_norm", "clip the gradient's global norm (0: off)", at_least(0)> max_grad_norm{0.5};
+    Param<double, "target_kl",
+          "stop a rollout's epochs once the mean approximate KL of an epoch exceeds this (0: off)", at_least(0)>
+        target_kl{0.0};
+    Param<double, "adam_eps", "Adam's epsilon", positive> adam_eps{1e-5};
+    Param<double, "init_log_std", "initial log standard deviation of continuous actions"> init_log_std{0.0};
+    Param<bool, "ortho_init", "orthogonal initialisation of the layers (gain sqrt 2; heads 0.01 and 1)">
+        ortho_init{true};
+    Section<"actor", NetConfig> actor;
+    Section<"critic", NetConfig> critic;
+  };
+
+  PPO(const EnvSpec& spec, const Config& cfg, const RunContext& ctx)
+      : cfg_(cfg), device_(ctx.device), discrete_(spec.discrete()),
+        act_dim_(spec.discrete() ? spec.num_actions() : spec.action_dim()) {
+    if (discrete_ && act_dim_ < 2)
+      throw ConfigError("PPO: " + spec.name + " has " + std::to_string(act_dim_) + " discrete action(s); needs 2 or more");
+    if (ctx.micro_batches > cfg.minibatch_size)
+      throw ConfigError("train.grad_accumulation (" + std::to_string(ctx.micro_batches) + ") is larger than " +
+                        std::string(config_section.view()) + ".minibatch_size (" + std::to_string(*cfg.minibatch_size) +
+                        "): micro-batches would be empty");
+    const auto od = spec.obs_dim();
+    actor_ = nn::Mlp(od, nn::widths(cfg.actor->hidden), act_dim_, cfg.actor->activation);
+    critic_ = nn::Mlp(od, nn::widths(cfg.critic->hidden), 1, cfg.critic->activation);
+    if (cfg.ortho_init) {
+      init_orthogonal(actor_, 0.01);
+      init_orthogonal(critic_, 1.0);
+    }
+    actor_->to(device_);
+    critic_->to(device_);
+    std::vector<at::Tensor> params = actor_->parameters();
+    if (!discrete_) {
+      log_std_ = torch::full({act_dim_}, *cfg.init_log_std, at::TensorOptions().device(device_).requires_grad(true));
+      params.push_back(log_std_);
+    }
+    for (const auto& p : critic_->parameters()) params.push_back(p);
+    base_lr_ = cfg.lr * ctx.lr_scale(cfg.minibatch_size);
+    opt_ = FlatAdam(std::move(params), {.lr = base_lr_, .eps = cfg.adam_eps});
+    ema_.set_device(device_);
+  }
+
+  /// Actions for a batch of observations: sampled to explore, the mode (argmax or mean)
+  /// when deterministic. Discrete: int64 [N]; continuous: float [N, act_dim].
+  at::Tensor act(const at::Tensor& obs, ActMode mode) {
+    torch::NoGradGuard no_grad;
+    const auto out = actor_->forward(obs.to(device_, at::kFloat));
+    if (discrete_) return mode == ActMode::explore ? sample_categorical(out) : out.argmax(-1);
+    return mode == ActMode::explore ? out + log_std_.exp() * at::randn_like(out) : out;
+  }
+
+  /// A sampled action with its log-probability and the value of `obs`, for the rollout.
+  RolloutAct act_for_rollout(const at::Tensor& obs) {
+    torch::NoGradGuard no_grad;
+    const auto o = obs.to(device_, at::kFloat);
+    const auto out = actor_->forward(o);
+    RolloutAct r;
+    if (discrete_) {
+      r.action = sample_categorical(out);
+      r.log_prob = out.log_softmax(-1).gather(-1, r.action.unsqueeze(-1)).squeeze(-1);
+    } else {
+      r.action = out + log_std_.exp() * at::randn_like(out);
+      r.log_prob = gaussian_log_prob(out, r.action);
+    }
+    r.value = critic_->forward(o).squeeze(-1);
+    return r;
+  }
+
+  /// Value estimates [N] of observations (no gradients).
+  at::Tensor value(const at::Tensor& obs) {
+    torch::NoGradGuard no_grad;
+    return critic_->forward(obs.to(device_, at::kFloat)).squeeze(-1);
+  }
+
+  /// One gradient step on a minibatch: clipped surrogate + vf_coef * value loss -
+  /// ent_coef * entropy. With gradient accumulation the minibatch is split into the
+  /// context's micro-batches and their weighted gradients summed before one step.
+  UpdateInfo update(const RolloutBatch& b, StepContext& ctx) {
+    const auto parts = ctx.micro_batches(b.obs.size(0));
+    at::Tensor grad;
+    Losses sum;
+    for (const auto& part : parts) {
+      const bool whole = parts.size() == 1;
+      Losses l;
+      auto g = ctx.gradient(losses(whole ? b : slice(b, part.begin, part.rows), ctx, l), opt_);
+      if (whole) grad = std::move(g);
+      else if (!grad.defined()) grad = g * part.share;
+      else grad.add_(g, part.share);
+      sum.add(l, part.share);
+    }
+    ctx.apply(opt_, grad, cfg_.max_grad_norm);
+    ++updates_;
+    epoch_kl_ += sum.approx_kl;
+    ++epoch_minibatches_;
+    UpdateInfo info;
+    info.metrics = {{"policy_loss", sum.policy},       {"value_loss", sum.value},
+                    {"entropy", sum.entropy},          {"approx_kl", sum.approx_kl},
+                    {"clip_fraction", sum.clip_fraction}};
+    if (!discrete_) info.metrics.emplace_back("action_std", log_std_.detach().exp().mean().item().toDouble());
+    return info;
+  }
+
+  /// Ends an epoch over the rollout: whether to run another. With `target_kl` set, the
+  /// epochs stop once the epoch's mean approximate KL between the policy that collected the
+  /// rollout and the current one, averaged over the ranks (so every rank stops at the same
+  /// epoch), exceeds it.
+  bool end_epoch(StepContext& ctx) {
+    const double kl = epoch_minibatches_ > 0 ? epoch_kl_ / epoch_minibatches_ : 0.0;
+    const bool any = epoch_minibatches_ > 0;
+    epoch_kl_ = 0;
+    epoch_minibatches_ = 0;
+    if (!(cfg_.target_kl > 0) || !any) return true;
+    return ctx.mean_over_ranks(kl) <= cfg_.target_kl;
+  }
+
+  /// Where the run is, as the fraction of train.steps done: anneals the learning rate.
+  void set_progress(double done) {
+    if (cfg_.anneal_lr) opt_.set_lr(base_lr_ * std::clamp(1.0 - done, 0.0, 1.0));
+  }
+  [[nodiscard]] int epochs() const noexcept { return cfg_.epochs; }
+  [[nodiscard]] std::int64_t minibatch_size() const noexcept { return cfg_.minibatch_size; }
+  [[nodiscard]] double target_kl() const noexcept { return cfg_.target_kl; }
+  /// The discount (the rollout's advantages, a reward normaliser's return).
+  [[nodiscard]] double discount() const noexcept { return cfg_.gamma; }
+
+  /// Moves the average of the actor-critic's weights towards the current ones
+  /// (`train.ema_decay`; see optim/ema.hpp); evaluation and checkpoints use it.
+  void ema_update(double decay) { ema_.update(opt_.parameters().flat(), decay); }
+  /// Runs `f` with the averaged weights in place (when there are any), then restores them.
+  template <class F>
+  decltype(auto) with_ema_weights(F&& f) {
+    return ema_.with_weights(opt_.parameters().flat(), std::forward<F>(f));
+  }
+
+  [[nodiscard]] std::vector<std::pair<std::string, double>> learning_rates() const { return {{"ppo", opt_.lr()}}; }
+  [[nodiscard]] std::vector<std::pair<std::string, at::Tensor>> flat_parameters() const {
+    return {{"actor_critic", opt_.parameters().flat()}};
+  }
+
+  /// State protocol (core/state.hpp): the actor-critic with its Adam state, the update
+  /// count, the averaged weights.
+  struct Saved {
+    FlatAdam::Saved opt;
+    std::int64_t updates = 0;
+    Ema::Saved ema;
+  };
+  void save(BinaryWriter& w) const {
+    opt_.save(w);
+    w.value(updates_);
+    ema_.save(w);
+  }
+  [[nodiscard]] Saved read(BinaryReader& r) const {
+    Saved s;
+    s.opt = opt_.read(r, "ppo actor-critic");
+    s.updates = r.value<std::int64_t>("ppo update count");
+    s.ema = ema_.read(r, "ppo averaged parameters", opt_.parameters().flat());
+    return s;
+  }
+  void restore(const Saved& s) {
+    opt_.restore(s.opt);
+    updates_ = s.updates;
+    ema_.restore(s.ema);
+  }
+
+  [[nodiscard]] nn::Mlp& actor() noexcept { return actor_; }
+  [[nodiscard]] nn::Mlp& critic() noexcept { return critic_; }
+  /// Log standard deviation of continuous actions (undefined for discrete ones).
+  [[nodiscard]] const at::Tensor& log_std() const noexcept { return log_std_; }
+  [[nodiscard]] const FlatAdam& optimizer() const noexcept { return opt_; }
+  [[nodiscard]] const Config& config() const noexcept { return cfg_; }
+  [[nodiscard]] std::int64_t updates() const noexcept { return updates_; }
+  [[nodiscard]] bool discrete() const noexcept { return discrete_; }
+
+ private:
+  struct Losses {
+    double policy = 0, value = 0, entropy = 0, approx_kl = 0, clip_fraction = 0;
+    void add(const Losses& o, double w) {
+      policy += w * o.policy;
+      value += w * o.value;
+      entropy += w * o.entropy;
+      approx_kl += w * o.approx_kl;
+      clip_fraction += w * o.clip_fraction;
+    }
+  };
+
+  // The loss of a (micro-)batch; its parts reported in `out`.
+  at::Tensor losses(const RolloutBatch& b, StepContext& ctx, Losses& out) {
+    auto guard = ctx.autocast();
+    const auto logits = actor_->forward(b.obs).to(at::kFloat);
+    at::Tensor log_prob, entropy;
+    if (discrete_) {
+      const auto lp = logits.log_softmax(-1);
+      log_prob = lp.gather(-1, b.action.unsqueeze(-1)).squeeze(-1);
+      entropy = -(lp.exp() * lp).sum(-1);
+    } else {
+      log_prob = gaussian_log_prob(logits, b.action);
+      entropy = (log_std_ + 0.5 * (1.0 + std::log(2.0 * std::numbers::pi))).sum().expand({b.obs.size(0)});
+    }
+    const auto log_ratio = log_prob - b.log_prob;
+    const auto ratio = log_ratio.exp();
+    const double c = cfg_.clip;
+    const auto policy_loss = at::max(-b.advantage * ratio, -b.advantage * ratio.clamp(1.0 - c, 1.0 + c)).mean();
+    const auto v = critic_->forward(b.obs).squeeze(-1).to(at::kFloat);
+    at::Tensor value_loss;
+    if (cfg_.clip_value > 0) {
+      const auto clipped = b.value + (v - b.value).clamp(-*cfg_.clip_value, *cfg_.clip_value);
+      value_loss = 0.5 * at::max((v - b.returns).square(), (clipped - b.returns).square()).mean();
+    } else {
+      value_loss = 0.5 * (v - b.returns).square().mean();
+    }
+    const auto ent = entropy.mean();
+    auto loss = policy_loss + *cfg_.vf_coef * value_loss - *cfg_.ent_coef * ent;
+    {
+      torch::NoGradGuard no_grad;
+      // KL(old || new) estimated as E[(r - 1) - log r], unbiased and never negative.
+      out.approx_kl = ((ratio - 1.0) - log_ratio).mean().item().toDouble();
+      out.clip_fraction = ((ratio - 1.0).abs() > c).to(at::kFloat).mean().item().toDouble();
+      out.policy = policy_loss.item().toDouble();
+      out.value = value_loss.item().toDouble();
+      out.entropy = ent.item().toDouble();
+    }
+    return loss;
+  }
+
+  at::Tensor gaussian_log_prob(const at::Tensor& mean, const at::Tensor& action) const {
+    const auto z = (action - mean) * (-log_std_).exp();
+    return (-0.5 * z.square() - log_std_ - 0.5 * std::log(2.0 * std::numbers::pi)).sum(-1);
+  }
+  static at::Tensor sample_categorical(const at::Tensor& logits) {
+    return at::multinomial(logits.softmax(-1), 1).squeeze(-1);
+  }
+  static RolloutBatch slice(const RolloutBatch& b, std::int64_t begin, std::int64_t n) {
+    return {b.obs.narrow(0, begin, n),       b.action.narrow(0, begin, n),  b.log_prob.narrow(0, begin, n),
+            b.advantage.narrow(0, begin, n), b.returns.narrow(0, begin, n), b.value.narrow(0, begin, n)};
+  }
+  // Orthogonal weights with gain sqrt(2) in hidden layers and `head_gain` in the output
+  // layer, zero biases.
+  static void init_orthogonal(nn::Mlp& net, double head_gain) {
+    torch::NoGradGuard no_grad;
+    const auto& layers = net->layers();
+    for (std::size_t i = 0; i < layers.size(); ++i) {
+      torch::nn::init::orthogonal_(layers[i]->weight, i + 1 < layers.size() ? std::sqrt(2.0) : head_gain);
+      layers[i]->bias.zero_();
+    }
+  }
+
+  Config cfg_;
+  c10::Device device_;
+  bool discrete_;
+  std::int64_t act_dim_;  ///< action dimensions, or the number of discrete actions
+  nn::Mlp actor_{nullptr}, critic_{nullptr};
+  at::Tensor log_std_;
+  double base_lr_ = 0;
+  FlatAdam opt_;
+  std::int64_t updates_ = 0;
+  double epoch_kl_ = 0;              ///< approximate KL summed over this epoch's minibatches
+  std::int64_t epoch_minibatches_ = 0;
+  Ema ema_;                          ///< averaged weights (train.ema_decay)
+};
+
+static_assert(OnPolicyAlgorithm<PPO>);
+
+}  // namespace anvil
+// ---- end <anvil/algorithms/ppo.hpp> ----
+// ---- begin <anvil/algorithms/sac.hpp> ----
+/// @file
+/// Soft Actor-Critic (Haarnoja, Zhou, Abbeel, Levine 2018, "Soft Actor-Critic: Off-Policy
+/// Maximum Entropy Deep Reinforcement Learning with a Stochastic Actor"; with automatic
+/// entropy tuning from Haarnoja et al. 2018, "Soft Actor-Critic Algorithms and
+/// Applications"). Defaults are the published hyperparameters: Adam at 3e-4, batch 256,
+/// gamma 0.99, tau 0.005, 256x256 networks, target entropy -|A|.
+
+#include <torch/nn/module.h>
+#include <torch/utils.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+
+namespace anvil {
+
+namespace detail {
+template <class M>
+using module_config_t = typename M::ContainedType::Config;
+}  // namespace detail
+
+/// What SAC needs of its actor: built from (obs_dim, act_dim, Config); `sample(obs, noise)`
+/// gives a reparameterised action in [-1, 1] with its log-density from standard normal
+/// noise [B, act_dim]; `mode(obs)` the deterministic action.
+template <class Actor>
+concept SquashedPolicyNetwork =
+    requires { typename detail::module_config_t<Actor>; } &&
+    std::constructible_from<Actor, std::int64_t, std::int64_t, const detail::module_config_t<Actor>&> &&
+    requires(Actor& a, const at::Tensor& obs, const at::Tensor& noise) {
+      { a->sample(obs, noise) } -> std::same_as<nn::PolicySample>;
+      { a->mode(obs) } -> std::same_as<at::Tensor>;
+      { a->clone() };
+    };
+
+/// What SAC needs of its critic: built from (obs_dim, act_dim, Config); `forward(obs, act)`
+/// gives two independent Q estimates, each [B]; cloneable for its target copy.
+template <class Critic>
+concept TwinCriticNetwork =
+    requires { typename detail::module_config_t<Critic>; } &&
+    std::constructible_from<Critic, std::int64_t, std::int64_t, const detail::module_config_t<Critic>&> &&
+    requires(Critic& c, const at::Tensor& obs, const at::Tensor& act) {
+      { c->forward(obs, act) } -> std::same_as<std::pair<at::Tensor, at::Tensor>>;
+      { c->clone() };
+    };
+
+namespace detail {
+
+/// Buffers of SAC's hand-written fast path (`manual_backward`): one set per part of the
+/// update, so the critic part and the actor part can run at once (see nn/manual_mlp.hpp).
+struct SacManual {
+  SacManual(const FlatParameters& critic, const nn::TwinQ& q, const FlatParameters& actor,
+            const nn::GaussianActor& pi) {
+    const auto grads_of = [](const FlatParameters& fp, const at::Tensor& flat, const nn::Mlp& m) {
+      std::vector<at::Tensor> v;
+      for (const auto& p : m->parameters()) v.push_back(fp.slice_for(flat, p));
+      return v;
+    };
+    critic_grad = at::empty({critic.numel()}, critic.flat().options());
+    q1_grads = grads_of(critic, critic_grad, q->q1());
+    q2_grads = grads_of(critic, critic_grad, q->q2());
+    actor_grad = at::empty({actor.numel()}, actor.flat().options());
+    actor_grads = grads_of(actor, actor_grad, pi->net());
+    alpha_grad = at::empty({1}, actor.flat().options());
+  }
+  // critic part
+  nn::GaussianActorTape next_tape;
+  nn::MlpTape tq1, tq2, q1, q2;
+  at::Tensor x_next, x, dq1, dq2, critic_grad;
+  std::vector<at::Tensor> q1_grads, q2_grads;
+  // actor part
+  nn::GaussianActorTape actor_tape;
+  nn::MlpTape aq1, aq2;
+  at::Tensor xa, dqa1, dqa2, dx1, dx2, da, actor_grad, alpha_grad;
+  std::vector<at::Tensor> actor_grads;
+  // act()
+  nn::GaussianActorTape act_tape;
+};
+
+struct SacCriticResult {
+  at::Tensor grad, td;  // flat critic gradient; per-sample |TD error| (mean of both Qs)
+  double loss = 0, q_mean = 0;
+};
+struct SacActorResult {
+  at::Tensor grad, alpha_grad;
+  double loss = 0, entropy = 0, alpha_loss = 0;
+};
+
+// Rows of [obs | action] for the critics: copies `obs` [B, od] into the first od columns of
+// `x` [B, od + ad], (re)allocating x for the batch size.
+inline void obs_into(at::Tensor& x, const at::Tensor& obs, std::int64_t ad) {
+  const std::int64_t batch = obs.size(0), od = obs.size(1), w = od + ad;
+  if (!x.defined() || x.size(0) != batch) x = at::empty({batch, w}, obs.options());
+  const float* o = obs.data_ptr<float>();
+  float* p = x.data_ptr<float>();
+  for (std::int64_t i = 0; i < batch; ++i)
+    for (std::int64_t j = 0; j < od; ++j) p[i * w + j] = o[i * od + j];
+}
+inline void ensure(at::Tensor& t, std::initializer_list<std::int64_t> sizes, const at::Tensor& like) {
+  if (!t.defined() || t.sizes() != at::IntArrayRef(sizes)) t = at::empty(sizes, like.options());
+}
+inline const float* opt_ptr(const at::Tensor& t) { return t.defined() ? t.data_ptr<float>() : nullptr; }
+
+// SAC's critic part with hand-written gradients: the same arithmetic as autograd_critic.
+inline SacCriticResult manual_critic(SacManual& m, const nn::GaussianActorImpl& actor,
+                                   const nn::TwinQImpl& critic, const nn::TwinQImpl& target,
+                                   const ReplayBatch& batch, double alpha, double gamma_,
+                                   const at::Tensor& noise_next) {
+  torch::NoGradGuard no_grad;
+  const auto obs = batch.obs.contiguous(), next_obs = batch.next_obs.contiguous();
+  const auto action = batch.action.contiguous(), reward = batch.reward.contiguous();
+  const auto terminated = batch.terminated.contiguous();
+  const auto discount = batch.discount.defined() ? batch.discount.contiguous() : at::Tensor();
+  const auto weight = batch.weight.defined() ? batch.weight.contiguous() : at::Tensor();
+  const std::int64_t n = obs.size(0), od = obs.size(1), ad = actor.action_dim(), w = od + ad;
+
+  obs_into(m.x_next, next_obs, ad);
+  m.next_tape.sample(actor, next_obs, noise_next, m.x_next.data_ptr<float>() + od, w);
+  const float* lp = m.next_tape.log_prob().data_ptr<float>();
+  const float* tq1 = m.tq1.forward(*target.q1(), m.x_next).data_ptr<float>();
+  const float* tq2 = m.tq2.forward(*target.q2(), m.x_next).data_ptr<float>();
+
+  obs_into(m.x, obs, ad);
+  {
+    const float* a = action.data_ptr<float>();
+    float* x = m.x.data_ptr<float>();
+    for (std::int64_t i = 0; i < n; ++i)
+      for (std::int64_t j = 0; j < ad; ++j) x[i * w + od + j] = a[i * ad + j];
+  }
+  const float* q1 = m.q1.forward(*critic.q1(), m.x).data_ptr<float>();
+  const float* q2 = m.q2.forward(*critic.q2(), m.x).data_ptr<float>();
+
+  ensure(m.dq1, {n, 1}, obs);
+  ensure(m.dq2, {n, 1}, obs);
+  SacCriticResult r;
+  r.td = at::empty({n}, obs.options());
+  const float *rw = reward.data_ptr<float>(), *term = terminated.data_ptr<float>();
+  const float *disc = opt_ptr(discount), *wt = opt_ptr(weight);
+  float *d1 = m.dq1.data_ptr<float>(), *d2 = m.dq2.data_ptr<float>(), *td = r.td.data_ptr<float>();
+  const float gamma = static_cast<float>(gamma_), fa = static_cast<float>(alpha);
+  const float inv_n = 1.0f / static_cast<float>(n);
+  double loss = 0, q_sum = 0;
+  for (std::int64_t i = 0; i < n; ++i) {
+    const float v = std::min(tq1[i], tq2[i]) - fa * lp[i];
+    const float y = rw[i] + (disc ? disc[i] : gamma) * (1.0f - term[i]) * v;
+    const float e1 = q1[i] - y, e2 = q2[i] - y, wi = wt ? wt[i] : 1.0f;
+    loss += static_cast<double>(wi * 0.5f * (e1 * e1 + e2 * e2));
+    q_sum += q1[i];
+    d1[i] = wi * e1 * inv_n;
+    d2[i] = wi * e2 * inv_n;
+    td[i] = 0.5f * (std::abs(e1) + std::abs(e2));
+  }
+  m.q1.backward(*critic.q1(), m.dq1, &m.q1_grads, nullptr);
+  m.q2.backward(*critic.q2(), m.dq2, &m.q2_grads, nullptr);
+  r.grad = m.critic_grad;
+  r.loss = loss / static_cast<double>(n);
+  r.q_mean = q_sum / static_cast<double>(n);
+  return r;
+}
+
+// SAC's actor and temperature part with hand-written gradients (as autograd_actor).
+inline SacActorResult manual_actor(SacManual& m, const nn::GaussianActorImpl& actor,
+                                 const nn::TwinQImpl& critic, const ReplayBatch& batch,
+                                 double alpha, bool auto_alpha, double target_entropy,
+                                 const at::Tensor& noise) {
+  torch::NoGradGuard no_grad;
+  const auto obs = batch.obs.contiguous();
+  const std::int64_t n = obs.size(0), od = obs.size(1), ad = actor.action_dim(), w = od + ad;
+
+  obs_into(m.xa, obs, ad);
+  m.actor_tape.sample(actor, obs, noise, m.xa.data_ptr<float>() + od, w);
+  const float* lp = m.actor_tape.log_prob().data_ptr<float>();
+  const float* q1 = m.aq1.forward(*critic.q1(), m.xa).data_ptr<float>();
+  const float* q2 = m.aq2.forward(*critic.q2(), m.xa).data_ptr<float>();
+
+  ensure(m.dqa1, {n, 1}, obs);
+  ensure(m.dqa2, {n, 1}, obs);
+  float *d1 = m.dqa1.data_ptr<float>(), *d2 = m.dqa2.data_ptr<float>();
+  const float fa = static_cast<float>(alpha), inv_n = 1.0f / static_cast<float>(n);
+  double loss = 0, lp_sum = 0;
+  for (std::int64_t i = 0; i < n; ++i) {
+    // d min(q1, q2) goes to the smaller one (ties: to both halves, as torch's minimum)
+    const float qmin = std::min(q1[i], q2[i]);
+    loss += static_cast<double>(fa * lp[i] - qmin);
+    lp_sum += lp[i];
+    const float g1 = q1[i] < q2[i] ? 1.0f : q1[i] > q2[i] ? 0.0f : 0.5f;
+    d1[i] = -g1 * inv_n;
+    d2[i] = -(1.0f - g1) * inv_n;
+  }
+  ensure(m.dx1, {n, w}, obs);
+  ensure(m.dx2, {n, w}, obs);
+  m.aq1.backward(*critic.q1(), m.dqa1, nullptr, &m.dx1);
+  m.aq2.backward(*critic.q2(), m.dqa2, nullptr, &m.dx2);
+  ensure(m.da, {n, ad}, obs);
+  {
+    const float *x1 = m.dx1.data_ptr<float>(), *x2 = m.dx2.data_ptr<float>();
+    float* da = m.da.data_ptr<float>();
+    for (std::int64_t i = 0; i < n; ++i)
+      for (std::int64_t j = 0; j < ad; ++j) da[i * ad + j] = x1[i * w + od + j] + x2[i * w + od + j];
+  }
+  m.actor_tape.backward(actor, m.da, fa * inv_n, m.actor_grads);
+
+  SacActorResult r;
+  r.grad = m.actor_grad;
+  const double mean_lp = lp_sum / static_cast<double>(n);
+  r.loss = loss / static_cast<double>(n);
+  r.entropy = -mean_lp;
+  if (auto_alpha) {
+    // d/dlog_alpha of -(log_alpha (log_prob + target_entropy)).mean()
+    r.alpha_grad = m.alpha_grad;
+    r.alpha_grad.data_ptr<float>()[0] = static_cast<float>(-(mean_lp + target_entropy));
+    r.alpha_loss = -std::log(alpha) * (mean_lp + target_entropy);
+  }
+  return r;
+}
+
+}  // namespace detail
+
+/// Algorithm policy: Soft Actor-Critic (see file comment) with swappable networks.
+/// @tparam Actor  a `SquashedPolicyNetwork` (default: tanh-Gaussian MLP)
+/// @tparam Critic a `TwinCriticNetwork` (default: two MLP Q-functions)
+template <class Actor = nn::GaussianActor, class Critic = nn::TwinQ>
+class BasicSAC {
+  static_assert(SquashedPolicyNetwork<Actor>,
+                "BasicSAC<Actor, ...>: Actor must be a torch module holder built from "
+                "(obs_dim, act_dim, Config) with sample(obs, noise) -> nn::PolicySample and "
+                "mode(obs) -> Tensor; see nn::GaussianActor");
+  static_assert(TwinCriticNetwork<Critic>,
+                "BasicSAC<..., Critic>: Critic must be a torch module holder built from "
+                "(obs_dim, act_dim, Config) with forward(obs, act) -> pair of Q tensors; see "
+                "nn::TwinQ");
+
+ public:
+  using policy_kind = AlgorithmKind;
+  static constexpr FixedString config_section = "sac";
+  static constexpr bool on_policy = false;
+  using Batch = ReplayBatch;
+
+  struct Config {
+    Param<int, "batch_size", "transitions per gradient update", at_least(1)> batch_size{256};
+    Param<double, "gamma", "discount factor", in_range(0, 1)> gamma{0.99};
+    Param<double, "tau", "Polyak coefficient of the target networks", in_range(0, 1)> tau{0.005};
+    Param<double, "actor_lr", "actor learning rate (Adam)", positive> actor_lr{3e-4};
+    Param<double, "critic_lr", "critic learning rate (Adam)", positive> critic_lr{3e-4};
+    Param<double, "alpha_lr", "entropy temperature learning rate (Adam)", positive> alpha_lr{3e-4};
+    Param<double, "init_alpha", "initial entropy temperature", positive> init_alpha{1.0};
+    Param<bool, "auto_alpha", "tune the temperature towards the target entropy"> auto_alpha{true};
+    Param<double, "target_entropy_scale", "target entropy is -scale * action_dim", at_least(0)>
+        target_entropy_scale{1.0};
+    Param<int, "actor_update_freq", "update the actor and temperature every N updates", at_least(1)>
+        actor_update_freq{1};
+    Param<int, "target_update_freq", "Polyak-average the targets every N updates", at_least(1)>
+        target_update_freq{1};
+    Param<double, "max_grad_norm", "clip each gradient's global norm (0: off)", at_least(0)>
+        max_grad_norm{0.0};
+    Param<bool, "manual_backward",
+          "hand-written gradients for the default networks in float32 on the CPU (false: "
+          "autograd; same result, slower)">
+        manual_backward{true};
+    Section<"actor", detail::module_config_t<Actor>> actor;
+    Section<"critic", detail::module_config_t<Critic>> critic;
+  };
+
+  BasicSAC(const EnvSpec& spec, const Config& cfg, const RunContext& ctx)
+      : cfg_(cfg), device_(ctx.device) {
+    if (spec.discrete())
+      throw ConfigError("SAC needs a continuous (Box) action space; " + spec.name +
+                        " has discrete actions: use PPO");
+    const auto& box = std::get<Box>(spec.action);
+    for (std::size_t i = 0; i < box.size(); ++i)
+      if (!std::isfinite(box.low[i]) || !std::isfinite(box.high[i]))
+        throw ConfigError("SAC squashes actions into the action space's bounds, but " + spec.name +
+                          "'s action " + std::to_string(i) + " is unbounded");
+    if (ctx.micro_batches > cfg.batch_size)
+      throw ConfigError("train.grad_accumulation (" + std::to_string(ctx.micro_batches) + ") is larger than " +
+                        std::string(config_section.view()) + ".batch_size (" + std::to_string(*cfg.batch_size) +
+                        "): micro-batches would be empty");
+    const auto od = spec.obs_dim(), ad = spec.action_dim();
+    act_dim_ = ad;
+    actor_ = Actor(od, ad, *cfg.actor);
+    critic_ = Critic(od, ad, *cfg.critic);
+    critic_target_ = std::dynamic_pointer_cast<typename Critic::ContainedType>(critic_->clone());
+    actor_->to(device_);
+    critic_->to(device_);
+    critic_target_->to(device_);
+    for (auto& p : critic_target_->parameters()) p.set_requires_grad(false);
+    log_alpha_ = torch::full({1}, std::log(*cfg.init_alpha),
+                             torch::TensorOptions().device(device_).requires_grad(true));
+    target_entropy_ = -cfg.target_entropy_scale * static_cast<double>(ad);
+    // Each network's parameters move into one flat buffer: Adam, clipping, all-reduce and
+    // the Polyak average become a handful of ops (see train/flat_adam.hpp).
+    const double s = ctx.lr_scale(cfg.batch_size);
+    actor_opt_ = FlatAdam(actor_->parameters(), {.lr = cfg.actor_lr * s});
+    critic_opt_ = FlatAdam(critic_->parameters(), {.lr = cfg.critic_lr * s});
+    alpha_opt_ = FlatAdam({log_alpha_}, {.lr = cfg.alpha_lr * s});
+    target_ = FlatParameters(critic_target_->parameters());
+    ema_.set_device(device_);
+    if constexpr (kDefaultNetworks) {
+      if (cfg.manual_backward && device_.is_cpu() && nn::GaussianActorTape::supports(*actor_) &&
+          nn::MlpTape::supports(*critic_->q1()))
+        manual_ = std::make_unique<detail::SacManual>(critic_opt_.parameters(), critic_,
+                                                     actor_opt_.parameters(), actor_);
+    }
+  }
+
+  /// Actions in [-1, 1] for a batch of observations: sampled to explore, or the mean.
+  at::Tensor act(const at::Tensor& obs, ActMode mode) {
+    torch::NoGradGuard no_grad;
+    auto o = obs.to(device_, at::kFloat);
+    if constexpr (kDefaultNetworks) {
+      if (manual_) {
+        o = o.contiguous();
+        auto action = at::empty({o.size(0), act_dim_}, o.options());
+        if (mode == ActMode::explore)
+          manual_->act_tape.sample(*actor_, o, at::randn({o.size(0), act_dim_}, o.options()),
+                                   action.data_ptr<float>(), act_dim_);
+        else
+          manual_->act_tape.mode(*actor_, o, action.data_ptr<float>(), act_dim_);
+        return action;
+      }
+    }
+    return mode == ActMode::explore
+               ? actor_->sample(o, at::randn({o.size(0), act_dim_}, o.options())).action
+               : actor_->mode(o);
+  }
+
+  /// One SAC update. The critic loss, the actor loss and the temperature loss are all
+  /// computed from the parameters as they were before this update, as in the authors'
+  /// reference implementation (which runs the three training ops in one session call); so
+  /// the critic's and the actor's gradients are independent and `ctx` computes them at
+  /// once when it has two threads, with the same result as one after another. Then the
+  /// optimizers step, and (every target_update_freq updates) the target critic moves
+  /// towards the critic by Polyak averaging. The actor and temperature update every
+  /// actor_update_freq updates.
+  UpdateInfo update(const ReplayBatch& b, StepContext& ctx) {
+    // Noise drawn here, in a fixed order, so the update is reproducible on any thread count.
+    UpdateNoise noise;
+    noise.next = at::randn({b.obs.size(0), act_dim_}, b.obs.options());
+    if (updates_ % cfg_.actor_update_freq == 0) noise.obs = at::randn({b.obs.size(0), act_dim_}, b.obs.options());
+    return update(b, ctx, noise);
+  }
+
+  /// The standard-normal draws of one update, one row per transition: for the actions
+  /// at the next states and (on actor steps) at the current states.
+  struct UpdateNoise {
+    at::Tensor next, obs;
+  };
+
+  /// `update` with given noise: the same draws give the same update however the batch is
+  /// split, e.g. across ranks (the data-parallel equivalence test uses this).
+  UpdateInfo update(const ReplayBatch& b, StepContext& ctx, const UpdateNoise& noise) {
+    const double alpha = log_alpha_.detach().exp().item().toDouble();
+    const bool actor_step = updates_ % cfg_.actor_update_freq == 0;
+    const auto& noise_next = noise.next;
+    const auto& noise_obs = noise.obs;
+
+    bool manual = false;
+    if constexpr (kDefaultNetworks)
+      manual = manual_ && !ctx.autocasts() && b.obs.device().is_cpu() && b.obs.scalar_type() == at::kFloat;
+
+    detail::SacCriticResult critic;
+    detail::SacActorResult actor;
+    // Gradient accumulation: the batch in micro-batches, each gradient weighed by its share
+    // of the batch, so the sum is the whole batch's gradient (losses are means).
+    const auto parts = ctx.micro_batches(b.obs.size(0));
+    std::vector<at::Tensor> td_parts;
+    for (const auto& part : parts) {
+      const bool whole = parts.size() == 1;
+      ReplayBatch rows;  // a micro-batch's rows; the whole batch is used as it is
+      const ReplayBatch& mb = whole ? b : (rows = rows_of(b, part.begin, part.rows));
+      const auto nn = whole ? noise_next : noise_next.narrow(0, part.begin, part.rows);
+      const auto no = whole || !actor_step ? noise_obs : noise_obs.narrow(0, part.begin, part.rows);
+      detail::SacCriticResult c;
+      detail::SacActorResult a;
+      auto critic_part = [&] {
+        if constexpr (kDefaultNetworks)
+          if (manual)
+            return void(c = detail::manual_critic(*manual_, *actor_, *critic_, *critic_target_, mb, alpha,
+                                                  *cfg_.gamma, nn));
+        c = autograd_critic(mb, alpha, nn, ctx);
+      };
+      auto actor_part = [&] {
+        if constexpr (kDefaultNetworks)
+          if (manual)
+            return void(a = detail::manual_actor(*manual_, *actor_, *critic_, mb, alpha, cfg_.auto_alpha,
+                                                 target_entropy_, no));
+        a = autograd_actor(mb, alpha, no, ctx);
+      };
+      if (actor_step) ctx.concurrently({critic_part, actor_part});
+      else critic_part();
+      if (whole) {
+        critic = std::move(c);
+        actor = std::move(a);
+        break;
+      }
+      const double share = part.share;
+      accumulate(critic.grad, c.grad, share);
+      critic.loss += share * c.loss;
+      critic.q_mean += share * c.q_mean;
+      td_parts.push_back(c.td.clone());  // the fast path reuses its buffers
+      if (actor_step) {
+        accumulate(actor.grad, a.grad, share);
+        if (a.alpha_grad.defined()) accumulate(actor.alpha_grad, a.alpha_grad, share);
+        actor.loss += share * a.loss;
+        actor.entropy += share * a.entropy;
+        actor.alpha_loss += share * a.alpha_loss;
+      }
+    }
+    if (parts.size() > 1) critic.td = at::cat(td_parts);
+
+    UpdateInfo info;
+    // One step for the three optimizers: their gradients cross ranks in one all-reduce.
+    std::vector<StepContext::Step> steps{{&critic_opt_, critic.grad, cfg_.max_grad_norm}};
+    info.metrics.emplace_back("critic_loss", critic.loss);
+    info.metrics.emplace_back("q_mean", critic.q_mean);
+    if (actor_step) {
+      steps.push_back({&actor_opt_, actor.grad, cfg_.max_grad_norm});
+      info.metrics.emplace_back("actor_loss", actor.loss);
+      info.metrics.emplace_back("entropy", actor.entropy);
+      if (cfg_.auto_alpha) {
+        steps.push_back({&alpha_opt_, actor.alpha_grad, 0.0});
+        info.metrics.emplace_back("alpha_loss", actor.alpha_loss);
+      }
+    }
+    ctx.apply(std::move(steps));
+    info.metrics.emplace_back("alpha", log_alpha_.detach().exp().item().toDouble());
+
+    if (updates_ % cfg_.target_update_freq == 0) {
+      torch::NoGradGuard no_grad;
+      target_.flat().lerp_(critic_opt_.parameters().flat(), *cfg_.tau);
+    }
+    ++updates_;
+    info.td_error = critic.td;
+    return info;
+  }
+
+  /// The learning rates now, by optimizer (for logs).
+  [[nodiscard]] std::vector<std::pair<std::string, double>> learning_rates() const {
+    return {{"actor", actor_opt_.lr()}, {"critic", critic_opt_.lr()}, {"alpha", alpha_opt_.lr()}};
+  }
+  /// Each network's parameters as one flat tensor (for weight histograms).
+  [[nodiscard]] std::vector<std::pair<std::string, at::Tensor>> flat_parameters() const {
+    return {{"actor", actor_opt_.parameters().flat()}, {"critic", critic_opt_.parameters().flat()}};
+  }
+
+  /// Whether updates and actions take the hand-written fast path (`manual_backward`).
+  [[nodiscard]] bool manual_backward() const noexcept { return manual_ != nullptr; }
+
+  /// Moves the exponential moving average of the actor's weights towards the current ones:
+  /// ema = decay ema + (1 - decay) weights (Polyak averaging of the policy, as a run's
+  /// `train.ema_decay` asks for after each update). The first call starts it at the weights.
+  void ema_update(double decay) { ema_.update(actor_opt_.parameters().flat(), decay); }
+  /// The averaged actor weights (flat, in the order of `actor()->parameters()`); undefined
+  /// until the first `ema_update`.
+  [[nodiscard]] const at::Tensor& ema_weights() const noexcept { return ema_.weights(); }
+  /// Runs `f` with the averaged weights in the actor (when there are any), then puts the
+  /// trained weights back, whatever `f` does.
+  template <class F>
+  decltype(auto) with_ema_weights(F&& f) {
+    return ema_.with_weights(actor_opt_.parameters().flat(), std::forward<F>(f));
+  }
+
+  /// Writes the policy alone, for deployment (`anvil::load_policy`): the actor's shape and
+  /// its weights (the averaged ones when there are any). Policy files hold the default
+  /// GaussianActor only; with a user actor this does not exist and the Trainer writes no
+  /// policy.bin (its checkpoints hold the actor).
+  void save_policy(BinaryWriter& w) const
+    requires std::same_as<Actor, nn::GaussianActor>
+  {
+    w.string("GaussianActor");
+    w.value(static_cast<std::int64_t>(actor_->net()->in_features()));
+    w.value(act_dim_);
+    const auto& ac = *cfg_.actor;
+    w.value(static_cast<std::uint64_t>(ac.hidden->size()));
+    for (int h : *ac.hidden) w.value(h);
+    w.value(static_cast<int>(*ac.activation));
+    w.value(*ac.log_std_min);
+    w.value(*ac.log_std_max);
+    write_tensor(w, ema_.defined() ? ema_.weights() : actor_opt_.parameters().flat());
+  }
+
+  /// Everything a checkpoint holds of SAC: the actor and the critic with their Adam
+  /// states, the target critic, the learned temperature with its optimizer, and the update
+  /// count (which schedules actor and target updates).
+  struct Saved {
+    FlatAdam::Saved actor, critic, alpha;
+    at::Tensor target;
+    Ema::Saved ema;
+    std::int64_t updates = 0;
+  };
+  void save(BinaryWriter& w) const {
+    actor_opt_.save(w);
+    critic_opt_.save(w);
+    alpha_opt_.save(w);
+    write_tensor(w, target_.flat());
+    w.value(updates_);
+    ema_.save(w);
+  }
+  /// Reads what `save` wrote, checking every size against this SAC; changes nothing here,
+  /// so a caller can check the whole file before `restore`.
+  [[nodiscard]] Saved read(BinaryReader& r) const {
+    Saved s;
+    s.actor = actor_opt_.read(r, "sac actor");
+    s.critic = critic_opt_.read(r, "sac critic");
+    s.alpha = alpha_opt_.read(r, "sac temperature");
+    s.target = read_tensor(r, "sac target critic parameters", target_.flat());
+    s.updates = r.value<std::int64_t>("sac update count");
+    s.ema = ema_.read(r, "sac averaged actor parameters", actor_opt_.parameters().flat());
+    return s;
+  }
+  void restore(const Saved& s) {
+    actor_opt_.restore(s.actor);
+    critic_opt_.restore(s.critic);
+    alpha_opt_.restore(s.alpha);
+    torch::NoGradGuard no_grad;
+    target_.flat().copy_(s.target);
+    updates_ = s.updates;
+    ema_.restore(s.ema);
+  }
+
+  [[nodiscard]] Actor& actor() noexcept { return actor_; }
+  [[nodiscard]] Critic& critic() noexcept { return critic_; }
+  [[nodiscard]] Critic& critic_target() noexcept { return critic_target_; }
+  /// The optimizers (their moments show the gradients they were given).
+  [[nodiscard]] const FlatAdam& actor_optimizer() const noexcept { return actor_opt_; }
+  [[nodiscard]] const FlatAdam& critic_optimizer() const noexcept { return critic_opt_; }
+  [[nodiscard]] const FlatAdam& alpha_optimizer() const noexcept { return alpha_opt_; }
+  [[nodiscard]] double alpha() const { return log_alpha_.detach().exp().item().toDouble(); }
+  [[nodiscard]] const Config& config() const noexcept { return cfg_; }
+  [[nodiscard]] std::int64_t updates() const noexcept { return updates_; }
+  /// Batch size the trainer samples for each update.
+  [[nodiscard]] std::int64_t batch_size() const noexcept { return cfg_.batch_size; }
+  /// The discount (n-step returns in the buffer, a reward normaliser's return).
+  [[nodiscard]] double discount() const noexcept { return cfg_.gamma; }
+
+ private:
+  static constexpr bool kDefaultNetworks =
+      std::same_as<Actor, nn::GaussianActor> && std::same_as<Critic, nn::TwinQ>;
+
+  // sum += share * part (sum starts undefined).
+  static void accumulate(at::Tensor& sum, const at::Tensor& part, double share) {
+    if (!sum.defined()) sum = part * share;
+    else sum.add_(part, share);
+  }
+
+  // Soft Bellman target y = r + discount (1 - terminated) (min target Q - alpha log pi).
+  at::Tensor discount_of(const ReplayBatch& b, const at::Tensor& like) const {
+    return b.discount.defined() ? b.discount : at::full({}, *cfg_.gamma, like.options());
+  }
+
+  detail::SacCriticResult autograd_critic(const ReplayBatch& b, double alpha, const at::Tensor& noise_next,
+                               StepContext& ctx) {
+    at::Tensor target;
+    {  // in float32 and without gradients
+      torch::NoGradGuard no_grad;
+      auto guard = ctx.autocast();
+      auto next = actor_->sample(b.next_obs, noise_next);
+      auto [tq1, tq2] = critic_target_->forward(b.next_obs, next.action);
+      auto v = at::min(tq1, tq2).to(at::kFloat) - alpha * next.log_prob.to(at::kFloat);
+      target = b.reward + discount_of(b, v) * (1.0 - b.terminated) * v;
+    }
+    auto guard = ctx.autocast();
+    auto [q1, q2] = critic_->forward(b.obs, b.action);
+    auto e1 = q1.to(at::kFloat) - target, e2 = q2.to(at::kFloat) - target;
+    auto per_sample = 0.5 * (e1.square() + e2.square());
+    auto loss = b.weight.defined() ? (b.weight * per_sample).mean() : per_sample.mean();
+    detail::SacCriticResult r;
+    r.grad = ctx.gradient(loss, critic_opt_);
+    r.td = 0.5 * (e1.abs() + e2.abs()).detach();
+    r.loss = loss.item().toDouble();
+    r.q_mean = q1.detach().mean().item().toDouble();
+    return r;
+  }
+
+  detail::SacActorResult autograd_actor(const ReplayBatch& b, double alpha, const at::Tensor& noise,
+                             StepContext& ctx) {
+    auto guard = ctx.autocast();
+    auto s = actor_->sample(b.obs, noise);
+    auto [q1, q2] = critic_->forward(b.obs, s.action);
+    auto log_prob = s.log_prob.to(at::kFloat);
+    auto loss = (alpha * log_prob - at::min(q1, q2).to(at::kFloat)).mean();
+    detail::SacActorResult r;
+    r.grad = ctx.gradient(loss, actor_opt_);
+    r.loss = loss.item().toDouble();
+    r.entropy = -log_prob.detach().mean().item().toDouble();
+    if (cfg_.auto_alpha) {
+      auto alpha_loss = -(log_alpha_ * (log_prob.detach() + target_entropy_)).mean();
+      r.alpha_grad = ctx.gradient(alpha_loss, alpha_opt_);
+      r.alpha_loss = alpha_loss.item().toDouble();
+    }
+    return r;
+  }
+
+  Config cfg_;
+  c10::Device device_;
+  Actor actor_{nullptr};
+  Critic critic_{nullptr}, critic_target_{nullptr};
+  at::Tensor log_alpha_;
+  double target_entropy_ = 0.0;
+  std::int64_t act_dim_ = 0;
+  FlatAdam actor_opt_, critic_opt_, alpha_opt_;
+  FlatParameters target_;
+  std::int64_t updates_ = 0;
+  std::unique_ptr<detail::SacManual> manual_;  // the fast path, when it applies
+  Ema ema_;                                     // averaged actor weights (train.ema_decay)
+};
+
+/// SAC with the default networks: tanh-Gaussian actor and twin-Q critic, 256x256 MLPs.
+using SAC = BasicSAC<>;
+
+static_assert(Algorithm<SAC>);
+
+}  // namespace anvil
+// ---- end <anvil/algorithms/sac.hpp> ----
+
+// ---- begin <anvil/train/clock.hpp> ----
+/// @file
+/// `Clock`: where a run is. Loops advance it; hooks (evaluation, logging, checkpoints,
+/// progress) fire on it. It is the same on every rank. Light header.
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+
+namespace anvil {
+
+/// What a loop's schedule counts: env steps (online loops) or gradient updates (offline
+/// loops, which take no env steps while they learn).
+enum class ClockUnit { env_steps, updates };
+constexpr std::string_view unit_name(ClockUnit u) { return u == ClockUnit::env_steps ? "env steps" : "gradient updates"; }
+/// One of `u`, for messages ("at env step 1200").
+constexpr std::string_view step_name(ClockUnit u) { return u == ClockUnit::env_steps ? "env step" : "gradient update"; }
+
+/// Where a run is (see file comment).
+struct Clock {
+  /// Env steps of every rank's envs together (what `train.steps` counts in online loops).
+  std::int64_t env_steps = 0;
+  /// Gradient updates (each a step of the algorithm's optimizers), the same on every rank.
+  std::int64_t updates = 0;
+  /// Finished training episodes of every rank's envs, as of the last time the ranks added up
+  /// their counts (each log row); episodes since then are in the collector's count.
+  std::int64_t episodes = 0;
+  /// What `now()` counts: the unit of the loop's schedule and of the hooks' intervals.
+  ClockUnit unit = ClockUnit::env_steps;
+
+  /// The count in the loop's unit.
+  [[nodiscard]] std::int64_t now() const noexcept { return unit == ClockUnit::env_steps ? env_steps : updates; }
+  /// The count in `u`.
+  [[nodiscard]] std::int64_t in(ClockUnit u) const noexcept { return u == ClockUnit::env_steps ? env_steps : updates; }
+
+  void save(BinaryWriter& w) const {
+    w.value(env_steps);
+    w.value(updates);
+    w.value(episodes);
+  }
+  struct Saved {
+    std::int64_t env_steps = 0, updates = 0, episodes = 0;
+  };
+  [[nodiscard]] Saved read(BinaryReader& r) const {
+    Saved s{r.value<std::int64_t>("env steps"), r.value<std::int64_t>("updates"), r.value<std::int64_t>("episodes")};
+    if (s.env_steps < 0 || s.updates < 0 || s.episodes < 0) r.fail("clock", "holds a negative count");
+    return s;
+  }
+  void restore(const Saved& s) noexcept {
+    env_steps = s.env_steps;
+    updates = s.updates;
+    episodes = s.episodes;
+  }
+};
+
+/// When a hook fires: every `every` units of the clock (0: never, except where the hook
+/// says, e.g. at the end). Keeps the schedule of a resumed run: the next time is the next
+/// multiple of `every` after where the run stands.
+class Every {
+ public:
+  Every() = default;
+  explicit Every(std::int64_t every) : every_(every) {}
+
+  /// Starts (or restarts, after a resume) at clock value `now`.
+  void start(std::int64_t now) noexcept { next_ = every_ > 0 ? (now / every_ + 1) * every_ : INT64_MAX; }
+  /// Whether the hook is due at `now`; when it is, the next time moves past `now`.
+  [[nodiscard]] bool due(std::int64_t now) noexcept {
+    if (now < next_) return false;
+    while (next_ <= now) next_ += every_;
+    return true;
+  }
+  /// The next clock value at which it is due (INT64_MAX: never).
+  [[nodiscard]] std::int64_t next() const noexcept { return next_; }
+  [[nodiscard]] std::int64_t every() const noexcept { return every_; }
+
+ private:
+  std::int64_t every_ = 0;
+  std::int64_t next_ = INT64_MAX;
+};
+
+}  // namespace anvil
+// ---- end <anvil/train/clock.hpp> ----
+// ---- begin <anvil/train/loops/episodic.hpp> ----
+/// @file
+/// `EpisodicLoop`: the loop of algorithms that learn from whole episodes (Monte-Carlo
+/// policy gradients; COMA's rounds of episodes). Each iteration is a round: every env starts
+/// a new episode, the envs step together with the algorithm's exploration until each has
+/// finished its episode (an env whose episode ended runs on, but those steps are not kept),
+/// the round's episodes go to the buffer as one padded batch, and the algorithm updates from
+/// it (as many passes as it likes, inside its `update`). The clock counts the kept steps of
+/// every rank (one sum over the ranks per round) and, every rank running as many episodes
+/// per round, the ranks stay in lockstep.
+///
+/// An algorithm chooses this loop by naming it: `using loop = anvil::EpisodicLoop;`.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+// ---- begin <anvil/train/loops/loop.hpp> ----
+/// @file
+/// What every loop shares: the parts of a run a loop orders (`LoopParts`), the settings a
+/// loop gives the Trainer (`LoopSettings`: its unit, length, evaluation schedule and the
+/// optimizer-step settings), and the config fields several loops have, declared once.
+///
+/// A loop is a policy of kind `LoopKind` (core/concepts.hpp): a tag type with a `name`, a
+/// `Config` (the `train` section), `Rules<A, B>` (one static_assert sentence for each thing
+/// the loop needs of the algorithm A or the buffer B that is missing; `ok` when all hold)
+/// and `Runner<A, B>`, which runs it. A runner has:
+///
+///     Runner(const Config&, LoopParts<A, B>);
+///     LoopSettings settings() const;   // the current stage's settings
+///     void begin();                    // its stage starts: sets the clock's unit, plans the buffer
+///     bool done() const;               // the stage's length is reached
+///     void iterate(std::int64_t quiet_until);  // one iteration; see below
+///     void at_log_row();               // its part of a log row (e.g. merge normalisers over ranks)
+///     void resumed();                  // after a resume restored the run's state
+///     int stage() const;               // which stage runs (0 but for Staged)
+///     BottleneckAdvice advice() const; // what the timing verdict suggests, in its knobs
+///     save / read / restore            // its state (section "loop"), the same on every rank
+///
+/// A stage counts its length from where the clock stood when it began (`origin`), so a
+/// loop can follow another in a `Staged` run.
+///
+/// `quiet_until` is the next clock value at which a hook (evaluation, log row, checkpoint)
+/// fires: a loop that overlaps work (the off-policy loop's async env steps) leaves nothing
+/// in flight when it reaches it, so hooks see the run at rest.
+
+#include <cstdint>
+#include <string>
+
+
+namespace anvil {
+
+/// The parts of a run a loop orders; the Trainer owns them all.
+template <class A, class B>
+struct LoopParts {
+  A& algorithm;
+  B& buffer;
+  StepContext& step;           ///< autocast, loss scaling, all-reduce, optimizer steps
+  StepCollector& collector;    ///< the training envs
+  Clock& clock;
+  Ranks& ranks;
+  PhaseTimes& times;
+  UpdateMetrics& metrics;      ///< update metrics until the next log row
+};
+
+/// What a loop's config says that the Trainer and its hooks use.
+struct LoopSettings {
+  ClockUnit unit = ClockUnit::env_steps;    ///< what `steps` and the hooks' intervals count
+  ClockUnit record_unit = ClockUnit::env_steps;  ///< the step of TensorBoard records and the progress bar
+  std::int64_t steps = 0;                   ///< the stage's length, in `unit`
+  std::int64_t origin = 0;                  ///< the clock (in `unit`) when the stage began
+  std::int64_t eval_interval = 0;           ///< in `unit`; 0: only at the end
+  int eval_episodes = 10;
+  int grad_accumulation = 1;                ///< micro-batches per optimizer step
+  double ema_decay = 0;                     ///< policy average after each update (0: off)
+  LrScaling lr_scaling = LrScaling::none;
+  std::int64_t base_batch = 256;
+};
+
+/// A loop a custom main can drive a step at a time (`collect(n)` env steps, `update(k)`
+/// updates): the off-policy loop.
+template <class R>
+concept StepwiseLoop = requires(R& r, std::int64_t n, int k) {
+  { r.collect(n) };
+  { r.update(k) };
+};
+
+/// Config fields several loops have, declared once (each loop's Config lists the ones it has).
+namespace loops {
+using EnvStepsParam = Param<std::int64_t, "steps", "env steps to train for (all envs together)", at_least(1)>;
+using UpdateStepsParam = Param<std::int64_t, "steps", "gradient updates to train for", at_least(1)>;
+using LearningStartsParam =
+    Param<std::int64_t, "learning_starts", "env steps of uniform random actions before learning", at_least(0)>;
+using GradAccumulationParam =
+    Param<int, "grad_accumulation", "micro-batches per optimizer step: the batch's gradient is accumulated over k parts (memory)",
+          at_least(1)>;
+using EmaDecayParam = Param<double, "ema_decay",
+                            "exponential moving average of the policy's weights after each update, used to evaluate "
+                            "and in policy.bin (0: off; e.g. 0.995)",
+                            Range{.lo = 0, .hi = 1, .hi_open = true}>;
+using LrScalingParam =
+    Param<LrScaling, "lr_scaling", "none; sqrt: lr*sqrt(batch/base_batch); linear: lr*world_size">;
+using BaseBatchParam =
+    Param<int, "base_batch", "batch size the learning rates were tuned for (sqrt scaling)", at_least(1)>;
+using EvalIntervalParam =
+    Param<std::int64_t, "eval_interval", "env steps between evaluations (0: only at the end)", at_least(0)>;
+using EvalUpdatesParam =
+    Param<std::int64_t, "eval_interval", "gradient updates between evaluations (0: only at the end)", at_least(0)>;
+using EvalEpisodesParam = Param<int, "eval_episodes", "episodes per evaluation, deterministic actions", at_least(1)>;
+
+/// The settings every loop's config gives in the same fields.
+template <class Config>
+LoopSettings common_settings(const Config& c, ClockUnit unit) {
+  LoopSettings s;
+  s.unit = s.record_unit = unit;
+  s.steps = c.steps;
+  s.eval_interval = c.eval_interval;
+  s.eval_episodes = c.eval_episodes;
+  s.grad_accumulation = c.grad_accumulation;
+  s.ema_decay = c.ema_decay;
+  s.lr_scaling = c.lr_scaling;
+  s.base_batch = c.base_batch;
+  return s;
+}
+
+/// One update from `batch` through the parts' step context, timed as the update phase;
+/// its metrics are kept for the next log row, the clock counts it, and the policy average
+/// moves when `ema_decay` is on. Returns what the algorithm reported.
+template <class A, class B>
+UpdateInfo update_once(LoopParts<A, B>& p, const typename A::Batch& batch, double ema_decay) {
+  UpdateInfo info;
+  {
+    ScopedPhase ph(p.times, Phase::update);
+    info = p.algorithm.update(batch, p.step);
+  }
+  p.metrics.add(info.metrics);
+  ++p.clock.updates;
+  if constexpr (AveragesPolicy<A>)
+    if (ema_decay > 0) p.algorithm.ema_update(ema_decay);
+  return info;
+}
+
+/// Refuses `train.ema_decay` for an algorithm that keeps no average of its policy.
+template <class A>
+void check_ema(double ema_decay) {
+  if constexpr (!AveragesPolicy<A>)
+    if (ema_decay > 0)
+      throw ConfigError("train.ema_decay: " + std::string(A::config_section.view()) +
+                        " keeps no average of its policy's weights (see anvil::AveragesPolicy)");
+}
+
+}  // namespace loops
+
+}  // namespace anvil
+// ---- end <anvil/train/loops/loop.hpp> ----
+
+namespace anvil {
+
+/// What the episodic loop needs of its buffer: episode steps in, a round of episodes out.
+template <class B>
+concept EpisodeStorage = Buffer<B> && std::same_as<typename B::Step, EpisodeStep> &&
+                         requires(B& b, const B& cb) {
+                           { cb.episodes() } -> std::same_as<typename B::Batch>;
+                           { b.clear() };
+                         };
+
+/// Loop policy for learning from whole episodes (see file comment).
+struct EpisodicLoop {
+  using policy_kind = LoopKind;
+  static constexpr std::string_view name = "episodic";
+  static constexpr FixedString config_section = "train";
+  static constexpr FixedString stage_name = "episodic";
+
+  /// The `train` section of an episodic run.
+  struct Config {
+    loops::EnvStepsParam steps{100'000};
+    loops::GradAccumulationParam grad_accumulation{1};
+    loops::EmaDecayParam ema_decay{0.0};
+    loops::LrScalingParam lr_scaling{LrScaling::none};
+    loops::BaseBatchParam base_batch{256};
+    loops::EvalIntervalParam eval_interval{5000};
+    loops::EvalEpisodesParam eval_episodes{10};
+
+    /// A run of seconds (`run.smoke`).
+    void shrink() {
+      steps = std::min<std::int64_t>(steps, 600);
+      eval_interval = 0;
+      eval_episodes = std::min(*eval_episodes, 2);
+    }
+  };
+
+  [[nodiscard]] static LoopSettings settings(const Config& c) { return loops::common_settings(c, ClockUnit::env_steps); }
+
+  /// What this loop needs of the algorithm and the buffer, one sentence each.
+  template <class A, class B>
+  struct Rules {
+    static constexpr bool buffer_ok = EpisodeStorage<B>;
+    static_assert(buffer_ok,
+                  "Trainer: the episodic loop stores rounds of EpisodeSteps and learns from their episodes(); the "
+                  "Buffer cannot (see anvil::EpisodeStorage); use EpisodeBuffer");
+    static constexpr bool batch_ok = !buffer_ok || std::same_as<typename A::Batch, typename B::Batch>;
+    static_assert(batch_ok, "Trainer: the episodic loop hands the Algorithm the Buffer's episodes, which are not its Batch");
+    static constexpr bool ok = buffer_ok && batch_ok;
+  };
+
+  /// Runs the loop (see file comment).
+  template <class A, class B>
+  class Runner {
+   public:
+    Runner(const Config& cfg, LoopParts<A, B> parts) : cfg_(cfg), p_(parts) { loops::check_ema<A>(cfg.ema_decay); }
+
+    [[nodiscard]] LoopSettings settings() const {
+      auto s = EpisodicLoop::settings(cfg_);
+      s.origin = origin_;
+      return s;
+    }
+    [[nodiscard]] int stage() const noexcept { return 0; }
+
+    /// The stage starts: the clock counts env steps from here.
+    void begin() {
+      origin_ = p_.clock.env_steps;
+      resumed();
+    }
+    void resumed() {
+      p_.clock.unit = ClockUnit::env_steps;
+      p_.buffer.plan(StoragePlan{p_.collector.num_envs(), cfg_.steps, 0.0});
+    }
+    [[nodiscard]] bool done() const noexcept { return p_.clock.env_steps - origin_ >= cfg_.steps; }
+
+    /// One round: an episode of every env, then an update from them.
+    void iterate(std::int64_t /*quiet_until*/ = INT64_MAX) {
+      collect_round();
+      loops::update_once(p_, p_.buffer.episodes(), cfg_.ema_decay);
+    }
+
+    /// Collects one episode of every env into the buffer (cleared first).
+    void collect_round() {
+      p_.buffer.clear();
+      p_.collector.restart();
+      const std::int64_t n = p_.collector.num_envs();
+      std::vector<bool> live(static_cast<std::size_t>(n), true);
+      at::Tensor live_t = at::ones({n});
+      std::int64_t running = n, kept = 0;
+      while (running > 0) {
+        at::Tensor action;
+        {
+          const auto& obs = p_.collector.observations();
+          ScopedPhase ph(p_.times, Phase::act);
+          action = p_.algorithm.act(obs, ActMode::explore).to(at::kCPU);
+        }
+        const envs::VecStep& s = p_.collector.step(action, /*count_episodes=*/false);
+        {
+          ScopedPhase ph(p_.times, Phase::buffer_add);
+          p_.buffer.add(EpisodeStep{p_.collector.previous_observations(), action, s.reward, s.terminated, s.truncated,
+                                    live_t.clone(), s.next_obs});
+        }
+        kept += running;
+        for (const auto& e : s.ended) {
+          const auto i = static_cast<std::size_t>(e.env);
+          if (!live[i]) continue;
+          live[i] = false;
+          live_t[e.env] = 0.0f;
+          --running;
+          p_.collector.episodes().record(e.episode_return);
+        }
+      }
+      p_.clock.env_steps += static_cast<std::int64_t>(p_.ranks.sum(static_cast<double>(kept)));
+    }
+
+    void at_log_row() {
+      if (p_.ranks.world_size() > 1) p_.collector.envs().sync_statistics([this](at::Tensor& t) { p_.ranks.sum(t); });
+    }
+
+    /// What the timing verdict suggests (the general advice: update interval, batch size, envs).
+    [[nodiscard]] BottleneckAdvice advice() const { return {}; }
+
+    /// State protocol: where the stage began (a checkpoint falls between rounds).
+    void save(BinaryWriter& w) const { w.value(origin_); }
+    [[nodiscard]] std::int64_t read(BinaryReader& r) const { return r.value<std::int64_t>("stage origin"); }
+    void restore(std::int64_t origin) noexcept { origin_ = origin; }
+
+   private:
+    Config cfg_;
+    LoopParts<A, B> p_;
+    std::int64_t origin_ = 0;
+  };
+};
+
+}  // namespace anvil
+// ---- end <anvil/train/loops/episodic.hpp> ----
+// ---- begin <anvil/train/loops/off_policy.hpp> ----
+/// @file
+/// `OffPolicyLoop`: the loop of off-policy algorithms (SAC, TD3, ...) with a replay buffer.
+/// Each iteration steps every env once (uniform random actions until
+/// `train.learning_starts`, then the algorithm's exploration), stores the step, and once
+/// the buffer holds a batch runs `train.updates_per_interval` updates every
+/// `train.update_interval` env steps of this rank, each on a fresh batch; prioritized
+/// buffers get each batch's TD errors back.
+///
+/// With `env.mode=async` the envs step in the background while the updates run: after a
+/// step lands and is stored, the next actions are chosen and the next step started, then
+/// the updates run. So the policy that acts is one round of updates behind the one a sync
+/// run would act with; the data the updates see is the same (the newest step included).
+/// An env whose step costs about as much as the updates takes about half the time.
+
+#include <cstdint>
+#include <string>
+
+
+namespace anvil {
+
+/// Loop policy for off-policy algorithms (see file comment).
+struct OffPolicyLoop {
+  using policy_kind = LoopKind;
+  static constexpr std::string_view name = "off-policy";
+  static constexpr FixedString config_section = "train";
+  static constexpr FixedString stage_name = "off_policy";
+
+  /// The `train` section of an off-policy run.
+  struct Config {
+    loops::EnvStepsParam steps{100'000};
+    loops::LearningStartsParam learning_starts{1000};
+    Param<int, "update_interval", "env steps (of this rank) between rounds of updates", at_least(1)> update_interval{1};
+    Param<int, "updates_per_interval", "gradient updates per round (update-to-data ratio)", at_least(1)>
+        updates_per_interval{1};
+    loops::GradAccumulationParam grad_accumulation{1};
+    loops::EmaDecayParam ema_decay{0.0};
+    loops::LrScalingParam lr_scaling{LrScaling::none};
+    loops::BaseBatchParam base_batch{256};
+    loops::EvalIntervalParam eval_interval{5000};
+    loops::EvalEpisodesParam eval_episodes{10};
+
+    /// A run of seconds (`run.smoke`): enough steps to pass the warm-up and update a little.
+    void shrink() {
+      steps = std::min<std::int64_t>(steps, 600);
+      learning_starts = std::min<std::int64_t>(learning_starts, 200);
+      eval_interval = 0;
+      eval_episodes = std::min(*eval_episodes, 2);
+    }
+  };
+
+  [[nodiscard]] static LoopSettings settings(const Config& c) { return loops::common_settings(c, ClockUnit::env_steps); }
+
+  /// What this loop needs of the algorithm and the buffer, one sentence each.
+  template <class A, class B>
+  struct Rules {
+    static constexpr bool algorithm_ok = OffPolicyAlgorithm<A>;
+    static_assert(algorithm_ok,
+                  "Trainer: the off-policy loop samples batch_size() transitions per update and stores "
+                  "n-step returns with discount(); the Algorithm lacks one (see anvil::OffPolicyAlgorithm)");
+    static constexpr bool buffer_ok = !algorithm_ok || ReplayBuffer<B>;
+    static_assert(buffer_ok,
+                  "Trainer: the off-policy loop samples random batches, but the Buffer has no sample(n) "
+                  "(see anvil::ReplayBuffer); use UniformBuffer or PrioritizedBuffer");
+    static constexpr bool step_ok = !(algorithm_ok && buffer_ok) || std::same_as<typename B::Step, StepBatch>;
+    static_assert(step_ok,
+                  "Trainer: the off-policy loop stores each env step as a StepBatch, but the Buffer's Step "
+                  "is another type");
+    static constexpr bool ok = algorithm_ok && buffer_ok && step_ok;
+  };
+
+  /// Runs the loop (see file comment).
+  template <class A, class B>
+  class Runner {
+   public:
+    Runner(const Config& cfg, LoopParts<A, B> parts) : cfg_(cfg), p_(parts) { loops::check_ema<A>(cfg.ema_decay); }
+
+    [[nodiscard]] LoopSettings settings() const {
+      auto s = OffPolicyLoop::settings(cfg_);
+      s.origin = origin_;
+      return s;
+    }
+    [[nodiscard]] int stage() const noexcept { return 0; }
+
+    /// The stage starts: the clock counts env steps from here; the buffer learns the plan.
+    void begin() {
+      origin_ = p_.clock.env_steps;
+      resumed();
+    }
+    /// After a resume restored the run (this loop's state included).
+    void resumed() {
+      p_.clock.unit = ClockUnit::env_steps;
+      p_.collector.envs().set_discount(p_.algorithm.discount());
+      p_.buffer.plan(StoragePlan{p_.collector.num_envs(), cfg_.steps, p_.algorithm.discount()});
+    }
+
+    [[nodiscard]] bool done() const noexcept { return p_.clock.env_steps - origin_ >= cfg_.steps; }
+
+    /// One iteration: a step of every env, stored, then the updates due.
+    void iterate(std::int64_t quiet_until = INT64_MAX) {
+      if (async()) {
+        if (!p_.collector.in_flight()) launch();
+        store(p_.collector.land());
+        // The envs take their next step while this iteration's updates run, unless a hook
+        // is due (it must see the run at rest) or the run is over.
+        if (!done() && p_.clock.now() < quiet_until) launch();
+      } else {
+        act_now();
+        store(p_.collector.step(actions_));
+      }
+      update_when_due();
+    }
+
+    /// Steps the envs until at least `n` more env steps are stored (a custom main's own
+    /// schedule; no updates).
+    void collect(std::int64_t n) {
+      const std::int64_t target = p_.clock.env_steps + n;
+      while (p_.clock.env_steps < target) {
+        if (p_.collector.in_flight()) {
+          store(p_.collector.land());
+        } else {
+          act_now();
+          store(p_.collector.step(actions_));
+        }
+      }
+    }
+
+    /// `n` gradient updates, each on a fresh batch from the buffer.
+    void update(int n) {
+      for (int i = 0; i < n; ++i) {
+        ReplayBatch batch;
+        {
+          ScopedPhase ph(p_.times, Phase::sample);
+          batch = p_.buffer.sample(p_.algorithm.batch_size());
+        }
+        const auto info = loops::update_once(p_, batch, cfg_.ema_decay);
+        if constexpr (PrioritizedReplay<B>)
+          if (info.td_error.defined()) p_.buffer.update_priorities(batch.index, info.td_error);
+      }
+    }
+
+    /// At a log row with several ranks: every rank's new normaliser statistics are merged.
+    void at_log_row() {
+      if (p_.ranks.world_size() > 1) p_.collector.envs().sync_statistics([this](at::Tensor& t) { p_.ranks.sum(t); });
+    }
+
+    /// What the timing verdict suggests (the general advice: update interval, batch size, envs).
+    [[nodiscard]] BottleneckAdvice advice() const { return {}; }
+
+    /// State protocol: where the stage began and where the update schedule stands (the
+    /// same on every rank).
+    void save(BinaryWriter& w) const {
+      w.value(origin_);
+      w.value(since_update_);
+    }
+    struct Saved {
+      std::int64_t origin = 0, since_update = 0;
+    };
+    [[nodiscard]] Saved read(BinaryReader& r) const {
+      Saved s{r.value<std::int64_t>("stage origin"), r.value<std::int64_t>("env steps since the last updates")};
+      if (s.origin < 0 || s.since_update < 0) r.fail("update schedule", "holds a negative count");
+      return s;
+    }
+    void restore(const Saved& s) noexcept {
+      origin_ = s.origin;
+      since_update_ = s.since_update;
+    }
+
+   private:
+    [[nodiscard]] bool async() const { return p_.collector.envs().mode() == envs::VecMode::async; }
+
+    // Actions for the observations the envs show (random until learning starts), timed.
+    void act_now() {
+      const auto& obs = p_.collector.observations();
+      ScopedPhase ph(p_.times, Phase::act);
+      actions_ = p_.clock.env_steps - origin_ < cfg_.learning_starts ? p_.collector.random_actions()
+                                                           : p_.algorithm.act(obs, ActMode::explore).to(at::kCPU);
+    }
+    void launch() {
+      act_now();
+      p_.collector.launch(actions_);
+    }
+
+    // The step that landed, into the buffer; the clock counts every rank's envs (they step
+    // in lockstep).
+    void store(const envs::VecStep& s) {
+      {
+        ScopedPhase ph(p_.times, Phase::buffer_add);
+        p_.buffer.add(StepBatch{p_.collector.previous_observations(), actions_, s.reward, s.next_obs, s.terminated,
+                                s.truncated});
+      }
+      p_.clock.env_steps += p_.collector.num_envs() * p_.ranks.world_size();
+    }
+
+    void update_when_due() {
+      if (p_.clock.env_steps - origin_ < cfg_.learning_starts || !can_update()) return;
+      since_update_ += p_.collector.num_envs();
+      while (since_update_ >= cfg_.update_interval) {
+        update(cfg_.updates_per_interval);
+        since_update_ -= cfg_.update_interval;
+      }
+    }
+
+    // Whether the buffer can give a batch. Ranks must update in lockstep (each update is a
+    // collective), so with several ranks all must be able to: their buffers can differ
+    // after a resume (only rank 0 restores one). Asked each step until the answer is yes,
+    // which stays yes: buffers only grow.
+    bool can_update() {
+      if (ready_) return true;
+      const double short_of = p_.buffer.size() >= p_.algorithm.batch_size() ? 0.0 : 1.0;
+      return ready_ = p_.ranks.sum(short_of) == 0.0;
+    }
+
+    Config cfg_;
+    LoopParts<A, B> p_;
+    at::Tensor actions_;            ///< the actions of the step in flight or last taken
+    std::int64_t origin_ = 0;        ///< env steps when the stage began
+    std::int64_t since_update_ = 0;  ///< this rank's env steps since the last round of updates
+    bool ready_ = false;            ///< every rank's buffer can give a batch
+  };
+};
+
+}  // namespace anvil
+// ---- end <anvil/train/loops/off_policy.hpp> ----
+// ---- begin <anvil/train/loops/offline.hpp> ----
+/// @file
+/// `OfflineLoop`: learning from data already stored, without stepping the envs: each
+/// iteration is one gradient update on a batch sampled from the buffer, and the clock
+/// counts gradient updates (`train.steps`, `train.eval_interval`, `run.log_interval` and
+/// `run.checkpoint_interval` are in updates). The data is a buffer file
+/// (`train.dataset`: the `checkpoint-*.buffer` a run with `run.checkpoint_buffer` writes
+/// beside each checkpoint) or, in a `Staged` run, what the stages before left in the
+/// buffer. Evaluations still run episodes on the envs.
+///
+/// A resumed offline run continues its sampling exactly where it stopped only when the
+/// checkpoint saved the buffer too (`run.checkpoint_buffer`), since the sampling state
+/// lives in the buffer; otherwise it samples the dataset afresh.
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+
+
+namespace anvil {
+
+/// Loop policy for learning from stored data (see file comment).
+struct OfflineLoop {
+  using policy_kind = LoopKind;
+  static constexpr std::string_view name = "offline";
+  static constexpr FixedString config_section = "train";
+  static constexpr FixedString stage_name = "offline";
+
+  /// The `train` section of an offline run; its counts are gradient updates.
+  struct Config {
+    loops::UpdateStepsParam steps{100'000};
+    Param<std::string, "dataset",
+          "buffer file to learn from (a run's checkpoint-*.buffer; empty: the buffer as the stages before left it)">
+        dataset{""};
+    loops::GradAccumulationParam grad_accumulation{1};
+    loops::EmaDecayParam ema_decay{0.0};
+    loops::LrScalingParam lr_scaling{LrScaling::none};
+    loops::BaseBatchParam base_batch{256};
+    loops::EvalUpdatesParam eval_interval{5000};
+    loops::EvalEpisodesParam eval_episodes{10};
+
+    /// A run of seconds (`run.smoke`).
+    void shrink() {
+      steps = std::min<std::int64_t>(steps, 200);
+      eval_interval = 0;
+      eval_episodes = std::min(*eval_episodes, 2);
+    }
+  };
+
+  [[nodiscard]] static LoopSettings settings(const Config& c) { return loops::common_settings(c, ClockUnit::updates); }
+
+  /// What this loop needs of the algorithm and the buffer, one sentence each.
+  template <class A, class B>
+  struct Rules {
+    static constexpr bool algorithm_ok = OffPolicyAlgorithm<A>;
+    static_assert(algorithm_ok,
+                  "Trainer: the offline loop samples batch_size() stored transitions per update; the Algorithm "
+                  "lacks batch_size() or discount() (see anvil::OffPolicyAlgorithm)");
+    static constexpr bool buffer_ok = !algorithm_ok || LoadsDataset<B>;
+    static_assert(buffer_ok,
+                  "Trainer: the offline loop samples random batches from data it loads from a file; the Buffer "
+                  "lacks sample(n) or load(path) (see anvil::LoadsDataset)");
+    static constexpr bool ok = algorithm_ok && buffer_ok;
+  };
+
+  /// Runs the loop (see file comment).
+  template <class A, class B>
+  class Runner {
+   public:
+    Runner(const Config& cfg, LoopParts<A, B> parts) : cfg_(cfg), p_(parts) { loops::check_ema<A>(cfg.ema_decay); }
+
+    [[nodiscard]] LoopSettings settings() const {
+      auto s = OfflineLoop::settings(cfg_);
+      s.origin = origin_;
+      return s;
+    }
+    [[nodiscard]] int stage() const noexcept { return 0; }
+
+    /// The stage starts: the clock counts updates, the buffer learns the plan, and the
+    /// dataset is read (once, when the run is built; a resume that restores a saved buffer
+    /// replaces it).
+    void begin() {
+      origin_ = p_.clock.updates;
+      resumed();
+    }
+    /// After a resume restored the run (this loop's state included).
+    void resumed() {
+      p_.clock.unit = ClockUnit::updates;
+      p_.collector.envs().set_discount(p_.algorithm.discount());
+      p_.buffer.plan(StoragePlan{p_.collector.num_envs(), 0, p_.algorithm.discount()});
+      if (!loaded_ && !cfg_.dataset->empty()) {
+        if (!std::filesystem::exists(*cfg_.dataset))
+          throw ConfigError("train.dataset: no buffer file at '" + *cfg_.dataset + "'");
+        StateSections data;
+        data.add(std::string(B::config_section.view()), p_.buffer);
+        BinaryReader r(*cfg_.dataset, kBufferFileFormat);
+        auto apply = data.read(r);
+        r.finish();
+        apply();
+      }
+      loaded_ = true;
+    }
+
+    [[nodiscard]] bool done() const noexcept { return p_.clock.updates - origin_ >= cfg_.steps; }
+
+    /// One iteration: one update on a batch sampled from the buffer.
+    void iterate(std::int64_t /*quiet_until*/ = INT64_MAX) {
+      if (p_.buffer.size() < p_.algorithm.batch_size())
+        throw ConfigError("train.dataset: the buffer holds " + std::to_string(p_.buffer.size()) +
+                          " transitions, fewer than one batch (" + std::string(A::config_section.view()) +
+                          ".batch_size = " + std::to_string(p_.algorithm.batch_size()) +
+                          "); give a buffer file with more");
+      ReplayBatch batch;
+      {
+        ScopedPhase ph(p_.times, Phase::sample);
+        batch = p_.buffer.sample(p_.algorithm.batch_size());
+      }
+      const auto info = loops::update_once(p_, batch, cfg_.ema_decay);
+      if constexpr (PrioritizedReplay<B>)
+        if (info.td_error.defined()) p_.buffer.update_priorities(batch.index, info.td_error);
+    }
+
+    void at_log_row() {}
+
+    /// What the timing verdict suggests (the general advice: update interval, batch size, envs).
+    [[nodiscard]] BottleneckAdvice advice() const { return {}; }
+
+    /// State protocol: where the stage began (the data is the buffer's, saved on its own).
+    void save(BinaryWriter& w) const { w.value(origin_); }
+    [[nodiscard]] std::int64_t read(BinaryReader& r) const { return r.value<std::int64_t>("stage origin"); }
+    void restore(std::int64_t origin) noexcept { origin_ = origin; }
+
+   private:
+    Config cfg_;
+    LoopParts<A, B> p_;
+    std::int64_t origin_ = 0;  ///< updates when the stage began
+    bool loaded_ = false;
+  };
+};
+
+}  // namespace anvil
+// ---- end <anvil/train/loops/offline.hpp> ----
+// ---- begin <anvil/train/loops/on_policy.hpp> ----
+/// @file
+/// `OnPolicyLoop`: the loop of on-policy algorithms (PPO, ...) with a rollout buffer. Each
+/// iteration collects a rollout (`rollout.steps` steps of every env with the current
+/// policy, the value of a truncated episode's last state kept to bootstrap from), computes
+/// its advantages, and learns from it: the algorithm's `epochs()` passes in shuffled
+/// minibatches of `minibatch_size()` rows, after each of which the algorithm's
+/// `end_epoch` says whether to go on (PPO stops early once the policy has moved too far:
+/// `ppo.target_kl`). Then the rollout is cleared: no step is learned from by a policy other
+/// than the one that collected it and the epochs right after.
+
+#include <algorithm>
+#include <cstdint>
+#include <optional>
+#include <string>
+
+
+namespace anvil {
+
+/// Loop policy for on-policy algorithms (see file comment).
+struct OnPolicyLoop {
+  using policy_kind = LoopKind;
+  static constexpr std::string_view name = "on-policy";
+  static constexpr FixedString config_section = "train";
+  static constexpr FixedString stage_name = "on_policy";
+
+  /// The `train` section of an on-policy run: no warm-up and no update schedule, since the
+  /// algorithm learns once per rollout from its own actions.
+  struct Config {
+    loops::EnvStepsParam steps{100'000};
+    loops::GradAccumulationParam grad_accumulation{1};
+    loops::EmaDecayParam ema_decay{0.0};
+    loops::LrScalingParam lr_scaling{LrScaling::none};
+    loops::BaseBatchParam base_batch{256};
+    loops::EvalIntervalParam eval_interval{5000};
+    loops::EvalEpisodesParam eval_episodes{10};
+
+    /// A run of seconds (`run.smoke`).
+    void shrink() {
+      steps = std::min<std::int64_t>(steps, 600);
+      eval_interval = 0;
+      eval_episodes = std::min(*eval_episodes, 2);
+    }
+  };
+
+  [[nodiscard]] static LoopSettings settings(const Config& c) { return loops::common_settings(c, ClockUnit::env_steps); }
+
+  /// What this loop needs of the algorithm and the buffer, one sentence each.
+  template <class A, class B>
+  struct Rules {
+    static constexpr bool algorithm_ok = OnPolicyAlgorithm<A>;
+    static_assert(algorithm_ok,
+                  "Trainer: the on-policy loop needs act_for_rollout, value, epochs, minibatch_size, end_epoch, "
+                  "set_progress and discount of the Algorithm; one is missing (see anvil::OnPolicyAlgorithm)");
+    static constexpr bool buffer_ok = !algorithm_ok || RolloutStorage<B>;
+    static_assert(buffer_ok,
+                  "Trainer: the on-policy loop fills a rollout, computes its advantages and hands it out in "
+                  "minibatches; the Buffer lacks full, finish, minibatches or clear (see anvil::RolloutStorage)");
+    static constexpr bool step_ok = !(algorithm_ok && buffer_ok) || std::same_as<typename B::Step, RolloutStep>;
+    static_assert(step_ok,
+                  "Trainer: the on-policy loop stores each env step as a RolloutStep, but the Buffer's Step "
+                  "is another type");
+    static constexpr bool ok = algorithm_ok && buffer_ok && step_ok;
+  };
+
+  /// Runs the loop (see file comment).
+  template <class A, class B>
+  class Runner {
+   public:
+    Runner(const Config& cfg, LoopParts<A, B> parts) : cfg_(cfg), p_(parts) { loops::check_ema<A>(cfg.ema_decay); }
+
+    [[nodiscard]] LoopSettings settings() const {
+      auto s = OnPolicyLoop::settings(cfg_);
+      s.origin = origin_;
+      return s;
+    }
+    [[nodiscard]] int stage() const noexcept { return 0; }
+
+    /// The stage starts: the clock counts env steps from here; the rollout is sized for the
+    /// envs. A minibatch larger than a rollout is refused, naming both.
+    void begin() {
+      origin_ = p_.clock.env_steps;
+      resumed();
+    }
+    /// After a resume restored the run (this loop's state included).
+    void resumed() {
+      p_.clock.unit = ClockUnit::env_steps;
+      p_.collector.envs().set_discount(p_.algorithm.discount());
+      p_.buffer.plan(StoragePlan{p_.collector.num_envs(), cfg_.steps, p_.algorithm.discount()});
+      const std::int64_t rows = p_.buffer.capacity(), envs = p_.collector.num_envs();
+      if (p_.algorithm.minibatch_size() > rows)
+        throw ConfigError(std::string(A::config_section.view()) + ".minibatch_size (" +
+                          std::to_string(p_.algorithm.minibatch_size()) + ") is larger than a rollout: " +
+                          std::string(B::config_section.view()) + ".steps (" + std::to_string(rows / envs) +
+                          ") x env.num_envs (" + std::to_string(envs) + ") = " + std::to_string(rows) + " rows");
+    }
+
+    [[nodiscard]] bool done() const noexcept { return p_.clock.env_steps - origin_ >= cfg_.steps; }
+
+    /// One iteration: collect a rollout, learn from it.
+    void iterate(std::int64_t /*quiet_until*/ = INT64_MAX) {
+      collect_rollout();
+      learn_rollout();
+    }
+
+    /// Fills the rollout buffer with `rollout.steps` steps of every env, acting with the
+    /// current policy, and computes its advantages.
+    void collect_rollout() {
+      p_.buffer.clear();
+      while (!p_.buffer.full()) step();
+      ScopedPhase ph(p_.times, Phase::buffer_add);
+      p_.buffer.finish(p_.algorithm.value(p_.collector.observations()));
+    }
+
+    /// Learns from the collected rollout (see file comment), then clears it.
+    void learn_rollout() {
+      // Every rank normalises with the same statistics from here on.
+      if (p_.ranks.world_size() > 1) p_.collector.envs().sync_statistics([this](at::Tensor& t) { p_.ranks.sum(t); });
+      p_.algorithm.set_progress(static_cast<double>(p_.clock.env_steps - origin_) / static_cast<double>(*cfg_.steps));
+      int epochs = 0;
+      for (int e = 0; e < p_.algorithm.epochs(); ++e) {
+        std::optional<ScopedPhase> sampling(std::in_place, p_.times, Phase::sample);
+        for (const auto& batch : p_.buffer.minibatches(p_.algorithm.minibatch_size())) {
+          sampling.reset();
+          loops::update_once(p_, batch, cfg_.ema_decay);
+          sampling.emplace(p_.times, Phase::sample);
+        }
+        sampling.reset();
+        ++epochs;
+        if (!p_.algorithm.end_epoch(p_.step)) break;
+      }
+      p_.metrics.add("epochs", epochs);
+      p_.buffer.clear();
+    }
+
+    void at_log_row() {}  // the normalisers were merged before the last update
+
+    /// What the timing verdict suggests, in this loop's and its algorithm's knobs.
+    [[nodiscard]] BottleneckAdvice advice() const {
+      const std::string algo(A::config_section.view());
+      BottleneckAdvice a;
+      a.env = "raise env.num_envs or env.threads";
+      a.learn = "fewer " + algo + ".epochs or larger " + algo + ".minibatch_size, BF16, or more ranks";
+      a.comm = "larger " + algo + ".minibatch_size (fewer all-reduces per rollout) or fewer ranks";
+      a.sample = "larger " + algo + ".minibatch_size";
+      return a;
+    }
+
+    /// State protocol: where the stage began (a checkpoint falls between rollouts).
+    void save(BinaryWriter& w) const { w.value(origin_); }
+    [[nodiscard]] std::int64_t read(BinaryReader& r) const { return r.value<std::int64_t>("stage origin"); }
+    void restore(std::int64_t origin) noexcept { origin_ = origin; }
+
+   private:
+    // One step of every env for the rollout: act, step, and for rows cut by the time limit
+    // the value of their true last state (the bootstrap; see RolloutBuffer).
+    void step() {
+      RolloutAct act;
+      {
+        const auto& obs = p_.collector.observations();
+        ScopedPhase ph(p_.times, Phase::act);
+        act = p_.algorithm.act_for_rollout(obs);
+      }
+      const envs::VecStep& s = p_.collector.step(act.action);
+      at::Tensor bootstrap;
+      if (std::any_of(s.ended.begin(), s.ended.end(), [](const envs::EpisodeEnd& e) { return !e.terminated; })) {
+        ScopedPhase ph(p_.times, Phase::act);
+        bootstrap = p_.algorithm.value(s.next_obs);
+      }
+      {
+        ScopedPhase ph(p_.times, Phase::buffer_add);
+        p_.buffer.add(RolloutStep{p_.collector.previous_observations(), act.action, act.log_prob, act.value, s.reward,
+                                  s.terminated, s.truncated, bootstrap});
+      }
+      p_.clock.env_steps += p_.collector.num_envs() * p_.ranks.world_size();
+    }
+
+    Config cfg_;
+    LoopParts<A, B> p_;
+    std::int64_t origin_ = 0;  ///< env steps when the stage began
+  };
+};
+
+}  // namespace anvil
+// ---- end <anvil/train/loops/on_policy.hpp> ----
+// ---- begin <anvil/train/loops/staged.hpp> ----
+/// @file
+/// `Staged<First, Second>`: one loop, then another, on the same algorithm and buffer, e.g.
+/// `Staged<OfflineLoop, OffPolicyLoop>` learns from a dataset first and then goes on
+/// online with what it learned (and with the dataset in its replay buffer). Each stage has
+/// its own section under `train` (`train.offline.steps`, `train.off_policy.learning_starts`)
+/// and its own unit: the clock counts updates in an offline stage and env steps in an
+/// online one, and the hooks' intervals follow the stage that runs. TensorBoard records a
+/// staged run by gradient updates, the one count that grows through every stage.
+///
+/// Checkpoints record the stage (the `loop` section), so a resumed run continues in the
+/// stage it stopped in and does not run the first one again. Learning rates are scaled
+/// once, when the algorithm is built, so both stages must agree on `lr_scaling` and
+/// `base_batch`; micro-batches and the policy average follow each stage's settings.
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <utility>
+
+
+namespace anvil {
+
+/// Loop policy: `First`'s loop until its `steps`, then `Second`'s (see file comment).
+template <Loop First, Loop Second>
+struct Staged {
+  static_assert(First::stage_name.view() != Second::stage_name.view(),
+                "Staged<First, Second>: both stages are the same loop, whose config sections would clash; "
+                "run one loop with more steps instead");
+
+  using policy_kind = LoopKind;
+  static constexpr std::string_view name = "staged";
+  static constexpr FixedString config_section = "train";
+
+  /// One section per stage, named after its loop (`train.offline`, `train.off_policy`, ...).
+  struct Config {
+    Section<First::stage_name, typename First::Config> first;
+    Section<Second::stage_name, typename Second::Config> second;
+
+    void validate() const {
+      const auto a = First::settings(*first), b = Second::settings(*second);
+      const std::string f(First::stage_name.view()), s(Second::stage_name.view());
+      if (a.lr_scaling != b.lr_scaling)
+        throw ConfigError("train." + s + ".lr_scaling differs from train." + f +
+                          ".lr_scaling: learning rates are scaled once, when the algorithm is built");
+      if (a.base_batch != b.base_batch)
+        throw ConfigError("train." + s + ".base_batch differs from train." + f +
+                          ".base_batch: learning rates are scaled once, when the algorithm is built");
+    }
+    void shrink() {
+      first->shrink();
+      second->shrink();
+    }
+  };
+
+  /// The settings the run is built with: the first stage's.
+  [[nodiscard]] static LoopSettings settings(const Config& c) {
+    auto s = First::settings(*c.first);
+    s.record_unit = ClockUnit::updates;
+    return s;
+  }
+
+  /// Both stages' rules (the second's only once the first's hold: one sentence).
+  template <class A, class B>
+  struct Rules {
+    static constexpr bool first_ok = First::template Rules<A, B>::ok;
+    template <bool Check>
+    static constexpr bool second_ok() {
+      if constexpr (Check) return Second::template Rules<A, B>::ok;
+      else return true;
+    }
+    static constexpr bool ok = first_ok && second_ok<first_ok>();
+  };
+
+  /// Runs the stages in turn (see file comment).
+  template <class A, class B>
+  class Runner {
+    using FirstRunner = typename First::template Runner<A, B>;
+    using SecondRunner = typename Second::template Runner<A, B>;
+
+   public:
+    Runner(const Config& cfg, LoopParts<A, B> parts)
+        : first_(*cfg.first, parts), second_(*cfg.second, parts), step_(parts.step) {}
+
+    [[nodiscard]] LoopSettings settings() const {
+      auto s = stage_ == 0 ? first_.settings() : second_.settings();
+      s.record_unit = ClockUnit::updates;
+      return s;
+    }
+    [[nodiscard]] int stage() const noexcept { return stage_; }
+
+    void begin() {
+      stage_ == 0 ? first_.begin() : second_.begin();
+      step_.set_micro_batches(settings().grad_accumulation);
+    }
+    void resumed() {
+      stage_ == 0 ? first_.resumed() : second_.resumed();
+      step_.set_micro_batches(settings().grad_accumulation);
+    }
+    [[nodiscard]] bool done() const noexcept { return stage_ == 1 && second_.done(); }
+
+    /// An iteration of the stage that runs; when the first stage ends, the second begins.
+    void iterate(std::int64_t quiet_until = INT64_MAX) {
+      if (stage_ == 1) return second_.iterate(quiet_until);
+      if (!first_.done()) first_.iterate(quiet_until);
+      if (first_.done()) {
+        stage_ = 1;
+        begin();
+      }
+    }
+    void at_log_row() { stage_ == 0 ? first_.at_log_row() : second_.at_log_row(); }
+    [[nodiscard]] BottleneckAdvice advice() const { return stage_ == 0 ? first_.advice() : second_.advice(); }
+
+    /// The stages' runners (e.g. for a custom main).
+    [[nodiscard]] auto& first() noexcept { return first_; }
+    [[nodiscard]] auto& second() noexcept { return second_; }
+
+    /// State protocol: the stage, and each stage's own state.
+    void save(BinaryWriter& w) const {
+      w.value(stage_);
+      first_.save(w);
+      second_.save(w);
+    }
+    struct Saved {
+      int stage = 0;
+      decltype(std::declval<const FirstRunner&>().read(std::declval<BinaryReader&>())) first;
+      decltype(std::declval<const SecondRunner&>().read(std::declval<BinaryReader&>())) second;
+    };
+    [[nodiscard]] Saved read(BinaryReader& r) const {
+      const int stage = r.value<int>("stage");
+      if (stage < 0 || stage > 1) r.fail("stage", "is " + std::to_string(stage) + "; a Staged run has stages 0 and 1");
+      auto a = first_.read(r);
+      auto b = second_.read(r);
+      return Saved{stage, std::move(a), std::move(b)};
+    }
+    void restore(const Saved& s) {
+      stage_ = s.stage;
+      first_.restore(s.first);
+      second_.restore(s.second);
+    }
+
+   private:
+    FirstRunner first_;
+    SecondRunner second_;
+    StepContext& step_;
+    int stage_ = 0;
+  };
+};
+
+}  // namespace anvil
+// ---- end <anvil/train/loops/staged.hpp> ----
+// ---- begin <anvil/train/hooks/checkpoint.hpp> ----
+/// @file
+/// `Checkpoints`: a run's state on disk. A checkpoint is `checkpoint-<step, 12 digits>.ckpt`
+/// in the run directory (names sort by step): a header naming the run that wrote it (its
+/// algorithm, precision and every config field), then every section of the run's state
+/// (core/state.hpp), then a checksum. With `run.checkpoint_buffer` the buffer goes beside it
+/// in `checkpoint-<step>.buffer`, written first, so a checkpoint never names a buffer file
+/// that is not there. Both are replaced atomically: a crash or a kill mid-save leaves the
+/// previous checkpoint intact. The oldest beyond `run.keep_last` are deleted.
+///
+/// Reading checks the header against this run (the error names the first config field that
+/// differs; `run.*`, `parallel.*` and a loop's `steps`, `eval_interval` and
+/// `eval_episodes` may differ), then reads every section and the buffer file, then the
+/// checksums, and changes nothing until all of it has passed. Not a template.
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+
+namespace anvil {
+
+/// A run's checkpoints (see file comment).
+class Checkpoints {
+ public:
+  /// The format tag of checkpoint files.
+  static constexpr const char* kFormat = "anvil Checkpoint v2";
+
+  /// What a checkpoint says about the run that wrote it.
+  struct Identity {
+    std::string algorithm;  ///< the algorithm's config section, e.g. "sac"
+    std::string precision;  ///< e.g. "fp32"
+    std::string config_hash;
+    std::vector<std::pair<std::string, std::string>> config;  ///< every field, `key = value`
+  };
+  struct Options {
+    std::filesystem::path dir;  ///< where `save_at` writes (the run directory)
+    int keep_last = 3;          ///< checkpoints kept by `save_at`
+    bool with_buffer = false;   ///< also write the buffer beside each checkpoint
+  };
+
+  Checkpoints() = default;
+  /// Checkpoints of the run `id` whose state is `state` and whose buffer is `buffer` (both
+  /// must outlive this object).
+  Checkpoints(Options o, Identity id, const StateSections& state, const StateSections& buffer)
+      : opt_(std::move(o)), id_(std::move(id)), state_(&state), buffer_(&buffer) {}
+
+  /// Writes a checkpoint to `file` (and the buffer beside it with `with_buffer`).
+  void save(const std::filesystem::path& file) const {
+    if (opt_.with_buffer) {
+      BinaryWriter b(buffer_file(file), kBufferFileFormat);
+      buffer_->write(b);
+      b.commit();
+    }
+    BinaryWriter w(file, kFormat);
+    w.string(id_.algorithm);
+    w.string(id_.precision);
+    w.string(id_.config_hash);
+    w.value(static_cast<std::uint64_t>(id_.config.size()));
+    for (const auto& [k, v] : id_.config) {
+      w.string(k);
+      w.string(v);
+    }
+    w.value(opt_.with_buffer);
+    state_->write(w);
+    w.commit();
+  }
+
+  /// A checkpoint at clock value `step` in the run directory; then the oldest beyond
+  /// `keep_last` (and their buffers) are deleted. Returns its path.
+  std::filesystem::path save_at(std::int64_t step) const {
+    const auto file = file_for(step);
+    save(file);
+    auto all = in(opt_.dir);
+    for (std::size_t i = 0; i + static_cast<std::size_t>(opt_.keep_last) < all.size(); ++i) {
+      std::error_code ec;
+      std::filesystem::remove(all[i], ec);
+      std::filesystem::remove(buffer_file(all[i]), ec);
+    }
+    return file;
+  }
+
+  /// Reads and checks `file` (and its buffer file when it has one) against this run (see
+  /// file comment); the returned function applies it.
+  [[nodiscard]] StateSections::Apply read(const std::filesystem::path& file) const {
+    if (!std::filesystem::exists(file)) throw Error("run.resume: no checkpoint at '" + file.string() + "'");
+    BinaryReader r(file, kFormat);
+    const auto algorithm = r.string("algorithm");
+    if (algorithm != id_.algorithm)
+      throw Error("'" + file.string() + "' was written by a " + algorithm + " run; this run is " + id_.algorithm);
+    const auto precision = r.string("precision");
+    if (precision != id_.precision)
+      throw Error("'" + file.string() + "' was written by a run in " + precision + " precision; this run is " +
+                  id_.precision + " (resume needs the same precision)");
+    (void)r.string("config hash");  // for people and tools reading the file; the fields are compared below
+    const auto n = r.value<std::uint64_t>("config");
+    if (n > 100'000) r.fail("config", "has an implausible number of fields");
+    std::map<std::string, std::string> saved;
+    for (std::uint64_t i = 0; i < n; ++i) {
+      auto k = r.string("config key");
+      saved[k] = r.string("config value");
+    }
+    for (const auto& [k, v] : id_.config) {
+      if (may_differ(k)) continue;
+      if (auto it = saved.find(k); it != saved.end() && it->second != v)
+        throw Error("'" + file.string() + "' was written by a run with " + k + " = " + it->second + "; this run has " +
+                    k + " = " + v +
+                    " (a resumed run needs the same algorithm, networks, buffer, envs and precision)");
+    }
+    const bool with_buffer = r.value<bool>("buffer flag");
+    auto apply = state_->read(r);
+    r.finish();
+    StateSections::Apply apply_buffer;
+    if (with_buffer) {
+      const auto bfile = buffer_file(file);
+      if (!std::filesystem::exists(bfile))
+        throw Error("'" + file.string() + "' was saved with its buffer, but '" + bfile.string() + "' is missing");
+      BinaryReader b(bfile, kBufferFileFormat);
+      apply_buffer = buffer_->read(b);
+      b.finish();
+    }
+    return [apply = std::move(apply), apply_buffer = std::move(apply_buffer)] {
+      apply();
+      if (apply_buffer) apply_buffer();
+    };
+  }
+
+  /// The checkpoint `run.resume` names: a path as it is, or "auto": the latest in the run
+  /// directory (empty when there is none).
+  [[nodiscard]] std::filesystem::path resolve(const std::string& resume) const {
+    if (resume != "auto") return resume;
+    const auto all = in(opt_.dir);
+    return all.empty() ? std::filesystem::path() : all.back();
+  }
+
+  /// The checkpoint file for clock value `step` in the run directory.
+  [[nodiscard]] std::filesystem::path file_for(std::int64_t step) const {
+    char name[64];
+    std::snprintf(name, sizeof name, "checkpoint-%012lld.ckpt", static_cast<long long>(step));
+    return opt_.dir / name;
+  }
+  /// The checkpoints in `dir`, oldest first.
+  [[nodiscard]] static std::vector<std::filesystem::path> in(const std::filesystem::path& dir) {
+    std::vector<std::filesystem::path> found;
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+      const auto name = e.path().filename().string();
+      if (name.rfind("checkpoint-", 0) == 0 && e.path().extension() == ".ckpt") found.push_back(e.path());
+    }
+    std::sort(found.begin(), found.end());
+    return found;
+  }
+  /// The buffer file beside `checkpoint`.
+  [[nodiscard]] static std::filesystem::path buffer_file(std::filesystem::path checkpoint) {
+    return checkpoint.replace_extension(".buffer");
+  }
+  [[nodiscard]] const Options& options() const noexcept { return opt_; }
+  /// Where `save_at` writes and `resolve("auto")` looks (the run directory, once known).
+  void set_dir(std::filesystem::path dir) { opt_.dir = std::move(dir); }
+
+ private:
+  // Fields a resumed run may change: where and how it runs, and how long and how often it
+  // evaluates (a loop's own `steps`, `eval_interval`, `eval_episodes`, at any depth).
+  static bool may_differ(const std::string& key) {
+    if (key.rfind("run.", 0) == 0 || key.rfind("parallel.", 0) == 0) return true;
+    if (key.rfind("train.", 0) != 0) return false;
+    const auto leaf = key.substr(key.rfind('.') + 1);
+    return leaf == "steps" || leaf == "eval_interval" || leaf == "eval_episodes";
+  }
+
+  Options opt_;
+  Identity id_;
+  const StateSections* state_ = nullptr;
+  const StateSections* buffer_ = nullptr;
+};
+
+}  // namespace anvil
+// ---- end <anvil/train/hooks/checkpoint.hpp> ----
+// ---- begin <anvil/train/hooks/evaluation.hpp> ----
+/// @file
+/// `Evaluation`: how well the policy does, measured on envs of its own. Each evaluation
+/// runs a number of whole episodes with deterministic actions on fresh envs seeded apart
+/// from the training envs (a new seed each time), split over the ranks, and reports the
+/// returns' mean, spread and range, broken down by task where the env has tasks
+/// (`envs::TaskTagged`). It keeps the latest result and the best mean so far, which every
+/// rank holds alike. Not a template: it acts through a function it is given.
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <numeric>
+#include <optional>
+#include <string>
+#include <vector>
+
+
+namespace anvil {
+
+/// Mean, spread and range of evaluation returns, and the mean of each task.
 struct EvalResult {
   double mean = NAN, std = NAN, min = NAN, max = NAN;
   int episodes = 0;
+  /// The returns of one task (or agent) of an env that has several.
+  struct Group {
+    std::string name;
+    double mean = NAN;
+    int episodes = 0;
+  };
+  std::vector<Group> groups;  ///< empty when the env has no tasks
 };
+
+/// Evaluations of a run (see file comment).
+class Evaluation {
+ public:
+  /// Envs to evaluate on: `n` copies seeded from `seed`, each to run one episode.
+  using MakeEnvs = std::function<std::unique_ptr<envs::VecEnvBase>(int n, std::uint64_t seed)>;
+  /// Actions in the env's units for a batch of observations (deterministic).
+  using Act = std::function<at::Tensor(const at::Tensor& obs)>;
+
+  Evaluation() = default;
+  /// Evaluates on envs from `make`, seeded from `seed` on (one seed per evaluation), with
+  /// the episodes split over `ranks`; times itself as the eval phase when `times` is given.
+  Evaluation(MakeEnvs make, std::uint64_t seed, Ranks ranks, PhaseTimes* times = nullptr)
+      : make_(std::move(make)), seed_(seed), ranks_(std::move(ranks)), times_(times) {}
+
+  /// Runs `episodes` episodes acting with `act`; every rank runs its share and sees every
+  /// return. All ranks must call it together.
+  EvalResult run(const Act& act, int episodes) {
+    std::optional<ScopedPhase> ph;
+    if (times_) ph.emplace(*times_, Phase::eval);
+    const int world = ranks_.world_size(), rank = ranks_.rank();
+    const int mine = episodes / world + (rank < episodes % world ? 1 : 0);
+    const int first = rank * (episodes / world) + std::min(rank, episodes % world);
+    // Per episode: its return, and its task + 1 (0: none), summed over the ranks.
+    std::vector<double> all(static_cast<std::size_t>(2 * episodes), 0.0);
+    const std::uint64_t seed = seed_ + static_cast<std::uint64_t>(count_++);
+    std::vector<std::string> names;
+    if (mine > 0) {
+      auto venv = make_(mine, seed);
+      names = venv->groups();
+      auto obs = venv->reset();
+      std::vector<bool> ended(static_cast<std::size_t>(mine), false);
+      int done = 0;
+      while (done < mine) {
+        const auto& s = venv->step(act(obs));
+        for (const auto& e : s.ended)
+          if (!ended[static_cast<std::size_t>(e.env)]) {
+            ended[static_cast<std::size_t>(e.env)] = true;
+            all[static_cast<std::size_t>(first + e.env)] = e.episode_return;
+            all[static_cast<std::size_t>(episodes + first + e.env)] = e.group + 1;
+            ++done;
+          }
+        obs = s.obs;
+      }
+    } else {
+      names = make_(1, seed)->groups();
+    }
+    ranks_.sum(all);
+    return summarise(all, episodes, names);
+  }
+
+  /// Makes `r` the latest result, taken at clock value `at`.
+  void record(const EvalResult& r, std::int64_t at) {
+    last_ = r;
+    at_ = at;
+    if (std::isnan(best_) || r.mean > best_) best_ = r.mean;
+  }
+
+  [[nodiscard]] const EvalResult& last() const noexcept { return last_; }
+  /// The best mean return so far (NaN before the first evaluation).
+  [[nodiscard]] double best() const noexcept { return best_; }
+  /// The clock value of the latest evaluation (-1: none yet).
+  [[nodiscard]] std::int64_t last_at() const noexcept { return at_; }
+  /// Evaluations run so far (each took the next seed).
+  [[nodiscard]] std::int64_t count() const noexcept { return count_; }
+
+  /// State protocol: the results and how many evaluations ran (the same on every rank).
+  void save(BinaryWriter& w) const {
+    w.value(count_);
+    w.value(at_);
+    w.value(best_);
+    write_result(w, last_);
+  }
+  struct Saved {
+    std::int64_t count = 0, at = -1;
+    double best = NAN;
+    EvalResult last;
+  };
+  [[nodiscard]] Saved read(BinaryReader& r) const {
+    Saved s;
+    s.count = r.value<std::int64_t>("evaluations run");
+    s.at = r.value<std::int64_t>("step of the last evaluation");
+    s.best = r.value<double>("best evaluation return");
+    if (s.count < 0) r.fail("evaluations run", "is negative");
+    s.last = read_result(r);
+    return s;
+  }
+  void restore(const Saved& s) {
+    count_ = s.count;
+    at_ = s.at;
+    best_ = s.best;
+    last_ = s.last;
+  }
+
+ private:
+  static EvalResult summarise(const std::vector<double>& all, int episodes, const std::vector<std::string>& names) {
+    EvalResult r;
+    r.episodes = episodes;
+    const auto b = all.begin(), e = all.begin() + episodes;
+    r.mean = std::accumulate(b, e, 0.0) / episodes;
+    double var = 0;
+    for (auto it = b; it != e; ++it) var += (*it - r.mean) * (*it - r.mean);
+    r.std = std::sqrt(var / episodes);
+    r.min = *std::min_element(b, e);
+    r.max = *std::max_element(b, e);
+    for (std::size_t g = 0; g < names.size(); ++g) {
+      EvalResult::Group group{names[g], 0.0, 0};
+      for (int i = 0; i < episodes; ++i)
+        if (static_cast<std::size_t>(all[static_cast<std::size_t>(episodes + i)]) == g + 1) {
+          group.mean += all[static_cast<std::size_t>(i)];
+          ++group.episodes;
+        }
+      group.mean = group.episodes > 0 ? group.mean / group.episodes : NAN;
+      r.groups.push_back(group);
+    }
+    return r;
+  }
+  static void write_result(BinaryWriter& w, const EvalResult& r) {
+    for (double x : {r.mean, r.std, r.min, r.max}) w.value(x);
+    w.value(r.episodes);
+    w.value(static_cast<std::uint64_t>(r.groups.size()));
+    for (const auto& g : r.groups) {
+      w.string(g.name);
+      w.value(g.mean);
+      w.value(g.episodes);
+    }
+  }
+  static EvalResult read_result(BinaryReader& r) {
+    EvalResult e;
+    for (double* x : {&e.mean, &e.std, &e.min, &e.max}) *x = r.value<double>("evaluation results");
+    e.episodes = r.value<int>("evaluation episodes");
+    const auto n = r.value<std::uint64_t>("evaluation groups");
+    if (n > 100'000) r.fail("evaluation groups", "are implausibly many");
+    for (std::uint64_t i = 0; i < n; ++i) {
+      EvalResult::Group g;
+      g.name = r.string("evaluation group name");
+      g.mean = r.value<double>("evaluation group return");
+      g.episodes = r.value<int>("evaluation group episodes");
+      e.groups.push_back(g);
+    }
+    return e;
+  }
+
+  MakeEnvs make_;
+  std::uint64_t seed_ = 0;
+  Ranks ranks_;
+  PhaseTimes* times_ = nullptr;
+  std::int64_t count_ = 0;
+  std::int64_t at_ = -1;
+  double best_ = NAN;
+  EvalResult last_;
+};
+
+}  // namespace anvil
+// ---- end <anvil/train/hooks/evaluation.hpp> ----
+// ---- begin <anvil/train/hooks/metrics.hpp> ----
+/// @file
+/// `MetricsLog`: what a run writes about itself in its run directory, on rank 0:
+/// `metrics.csv` (one row per log interval), TensorBoard event files, `training.log` (the
+/// resolved config, every row, the timing split with its verdict, GPU use, messages) and,
+/// at the end, `summary.json`. A row takes the means of the metrics accumulated since the
+/// last row and the training episodes' returns over every rank (every rank takes part in
+/// a row; rank 0 writes it). Not a template.
+
+#include <ATen/ATen.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+
+namespace anvil {
 
 /// What `fit()` achieved; also written to `summary.json`.
 struct FitResult {
@@ -9526,1094 +12223,145 @@ struct FitResult {
   double wall_seconds = 0.0;
 };
 
-/// The Trainer for a valid combination of policies (see `Trainer`).
-/// @tparam A an `Algorithm` (SAC, ...)
-/// @tparam B a `Buffer` the algorithm learns from (UniformBuffer, ...)
-/// @tparam P a `Parallelism` policy (SingleDevice, DDP<N>)
-/// @tparam X a `Precision` policy (FP32, TF32, BF16, FP16)
-template <class A, class B, class P, class X>
-class BasicTrainer {
- public:
-  /// Every knob of a run, one section per policy; keys are `<section>.<field>`.
-  struct Config {
-    Section<"run", RunConfig> run;
-    Section<"train", TrainConfig> train = default_schedule();
-    Section<"env", envs::VecEnvConfig> env;
-    Section<"normalize", envs::NormalizeConfig> normalize;
-    Section<A::config_section, typename A::Config> algorithm;
-    Section<B::config_section, typename B::Config> buffer;
-    Section<P::config_section, typename P::Config> parallel;
-    Section<X::config_section, typename X::Config> precision;
+/// One row of metrics, as rank 0 writes it.
+struct LogRow {
+  std::vector<std::pair<std::string, double>> values;  ///< the CSV columns, in order
+  std::int64_t step = 0;                                ///< TensorBoard's step
+  double wall = 0;                                      ///< seconds since the run began
+  double updates_per_s = 0;
+  bool complete = false;  ///< the row has every metric the algorithm reports (it has updated)
+};
 
-    /// Rules across sections.
-    void validate() const {
-      if (train->eval_interval > 0 && train->eval_interval < env->num_envs)
-        throw ConfigError("train.eval_interval (" + std::to_string(*train->eval_interval) +
-                          ") is shorter than one step of env.num_envs (" +
-                          std::to_string(*env->num_envs) + ") envs");
-      if constexpr (!requires(A& a) { a.ema_update(0.0); })
-        if (train->ema_decay > 0)
-          throw ConfigError("train.ema_decay: " + std::string(A::config_section.view()) +
-                            " keeps no average of its policy's weights");
-      const std::string algo(A::config_section.view());
-      if constexpr (requires { algorithm->batch_size; })
-        if (train->grad_accumulation > algorithm->batch_size)
-          throw ConfigError("train.grad_accumulation (" + std::to_string(*train->grad_accumulation) +
-                            ") is larger than " + algo + ".batch_size (" +
-                            std::to_string(*algorithm->batch_size) + "): micro-batches would be empty");
-      if constexpr (A::on_policy) {
-        // An on-policy algorithm learns once per rollout, from its own actions only.
-        if (train->learning_starts > 0)
-          throw ConfigError("train.learning_starts (" + std::to_string(*train->learning_starts) + "): " + algo +
-                            " is on-policy and learns from its own actions from the first rollout; set 0");
-        if (*train->update_interval != 1 || *train->updates_per_interval != 1)
-          throw ConfigError(std::string(*train->update_interval != 1 ? "train.update_interval" : "train.updates_per_interval") +
-                            ": " + algo + " updates once per rollout (" + std::string(B::config_section.view()) +
-                            ".steps x env.num_envs env steps), " + algo + ".epochs passes in minibatches of " + algo +
-                            ".minibatch_size; leave it at 1");
-        if constexpr (requires { algorithm->minibatch_size; buffer->steps; }) {
-          const std::int64_t rollout = *buffer->steps * *env->num_envs;
-          if (algorithm->minibatch_size > rollout)
-            throw ConfigError(algo + ".minibatch_size (" + std::to_string(*algorithm->minibatch_size) +
-                              ") is larger than a rollout: " + std::string(B::config_section.view()) + ".steps (" +
-                              std::to_string(*buffer->steps) + ") x env.num_envs (" + std::to_string(*env->num_envs) +
-                              ") = " + std::to_string(rollout) + " rows");
-          if (train->grad_accumulation > algorithm->minibatch_size)
-            throw ConfigError("train.grad_accumulation (" + std::to_string(*train->grad_accumulation) +
-                              ") is larger than " + algo + ".minibatch_size (" +
-                              std::to_string(*algorithm->minibatch_size) + "): micro-batches would be empty");
-        }
-      }
-    }
+/// The run's files (see file comment).
+class MetricsLog {
+ public:
+  /// Where a row's numbers come from (all owned by the Trainer, which outlives the log).
+  struct Sources {
+    Clock* clock = nullptr;
+    EpisodeStats* episodes = nullptr;
+    UpdateMetrics* metrics = nullptr;
+    const Evaluation* evaluation = nullptr;
+    PhaseTimes* times = nullptr;
+    Ranks* ranks = nullptr;
+    /// The algorithm's learning rates by optimizer (TensorBoard `lr/<name>`); may be empty.
+    std::function<std::vector<std::pair<std::string, double>>()> learning_rates;
+    /// Each network's weights, flat (TensorBoard histograms); may be empty.
+    std::function<std::vector<std::pair<std::string, at::Tensor>>()> weights;
+  };
+  struct Options {
+    std::filesystem::path dir;  ///< the run directory
+    std::string algorithm;      ///< TensorBoard's prefix for the algorithm's metrics ("sac")
+    bool tensorboard = true;
+    bool histograms = false;
+    ClockUnit record_unit = ClockUnit::env_steps;  ///< TensorBoard's step
+    BottleneckAdvice advice;
   };
 
-  /// The `train` section's defaults for this algorithm: on-policy ones start learning at
-  /// once (no steps of random actions).
-  static Section<"train", TrainConfig> default_schedule() {
-    Section<"train", TrainConfig> t;
-    if constexpr (A::on_policy) t->learning_starts = 0;
-    return t;
-  }
-
-  /// Builds the run from the command line: `args` (from `parse_config`) is applied over
-  /// `defaults`. Answers `--help` and `--print-config`; a bad key or value ends the program
-  /// with a message naming it (exit status 2).
-  template <envs::Env E>
-  BasicTrainer(const E& env, const Args& args, Config defaults = {})
-      : BasicTrainer(env, configure<Config>(args, std::move(defaults)), args.program) {}
-
-  /// Builds the run from a typed config (validated here; throws ConfigError).
-  template <envs::Env E>
-  BasicTrainer(const E& env, Config cfg, std::string program = "anvil")
-      : cfg_(prepare(std::move(cfg))), program_(std::move(program)) {
-    torch::set_num_threads(cfg_.run->threads);
-    parallel_ = std::make_unique<P>(*cfg_.parallel);  // DDP started plainly: launches its ranks here
-    ctx_.device = resolve_device(cfg_.run->device, device_index());
-    if constexpr (requires { parallel_->connect(ctx_.device); }) parallel_->connect(ctx_.device);
-    ctx_.seed = cfg_.run->seed;
-    ctx_.rank = parallel_->rank();
-    ctx_.world_size = parallel_->world_size();
-    if constexpr (X::needs_cuda) {
-      if (!ctx_.device.is_cuda())
-        throw DeviceError("FP16 autocast needs a CUDA device; use BF16 on CPU (run.device is " +
-                          ctx_.device.str() + ")");
-    }
-    apply_precision_settings();
-    if constexpr (!std::is_trivially_copyable_v<E>)
-      notes_.push_back(std::string("checkpoints: ") + std::string(E::name) +
-                       " is not trivially copyable, so checkpoints hold no env state (a resumed run starts "
-                       "new episodes)");
-    ctx_.lr_scale = lr_scale();
-    seed_torch(ctx_);
-
-    venv_ = envs::make_vec_env(env, *cfg_.env, ctx_.seed_for(Stream::env));
-    std::shared_ptr<envs::NormalizeState> norm;
-    if (cfg_.normalize->obs || cfg_.normalize->reward) {
-      auto wrapped = std::make_unique<envs::NormalizedVecEnv>(std::move(venv_), *cfg_.normalize, discount());
-      norm = norm_ = wrapped->state();
-      venv_ = std::move(wrapped);
-    }
-    // Evaluation envs normalise observations with the training statistics, frozen.
-    make_eval_env_ = [env, norm, ncfg = *cfg_.normalize](int episodes, std::uint64_t seed) {
-      envs::VecEnvConfig c;
-      c.num_envs = episodes;
-      auto v = envs::make_vec_env(env, c, seed);
-      if (!norm) return v;
-      return std::unique_ptr<envs::VecEnvBase>(
-          std::make_unique<envs::NormalizedVecEnv>(std::move(v), ncfg, 0.99, norm, /*frozen=*/true));
-    };
-    spec_ = venv_->spec();
-    if (!spec_.discrete()) {
-      // Algorithms act in [-1, 1] per bounded dimension; unbounded ones pass through.
-      const auto& box = std::get<envs::Box>(spec_.action);
-      const auto d = spec_.action_dim();
-      action_scale_ = torch::ones({d});
-      action_offset_ = torch::zeros({d});
-      action_low_ = torch::full({d}, -1.0);
-      action_high_ = torch::full({d}, 1.0);
-      for (std::int64_t i = 0; i < d; ++i) {
-        if (std::isfinite(box.low[i]) && std::isfinite(box.high[i])) {
-          action_scale_[i] = 0.5 * (box.high[i] - box.low[i]);
-          action_offset_[i] = 0.5 * (box.high[i] + box.low[i]);
-        } else {
-          action_low_[i] = -INFINITY;
-          action_high_[i] = INFINITY;
-        }
-      }
-    }
-
-    algo_ = std::make_unique<A>(spec_, *cfg_.algorithm, ctx_);
-    buffer_ = std::make_unique<B>(spec_, *cfg_.buffer, ctx_);
-    if constexpr (requires { buffer_->set_num_envs(std::int64_t{}); }) buffer_->set_num_envs(venv_->num_envs());
-    if constexpr (requires { buffer_->set_horizon(std::int64_t{}); }) buffer_->set_horizon(cfg_.train->steps);
-    if constexpr (requires { buffer_->set_discount(0.0); }) buffer_->set_discount(discount());
-    StepContext::Options so;
-    so.device = ctx_.device;
-    so.autocast = X::autocast;
-    so.autocast_dtype = X::compute_dtype;
-    so.threads = update_threads();
-    so.micro_batches = cfg_.train->grad_accumulation;
-    so.times = &times_;
-    times_.enabled = cfg_.run->timings;
-    if (ctx_.device.is_cuda() && cfg_.run->sync_timings) times_.sync = [] { torch::cuda::synchronize(); };
-    if constexpr (X::loss_scaling)
-      so.loss_scaling = LossScaler::Options{cfg_.precision->init_scale, cfg_.precision->growth_factor,
-                                            cfg_.precision->backoff_factor, cfg_.precision->growth_interval};
-    if (parallel_->world_size() > 1)
-      so.all_reduce_mean = [p = parallel_.get()](std::vector<at::Tensor>& g) { p->all_reduce_mean(g); };
-    step_ctx_ = StepContext(std::move(so));
-    rng_ = Rng(ctx_.seed_for(Stream::exploration));
-    eval_seed_ = ctx_.seed_for(Stream::eval_env);
-    if constexpr (requires { parallel_->describe(); })
-      notes_.insert(notes_.begin(), "world: " + parallel_->describe());
-    sync_from_main();  // every rank starts from rank 0's networks and optimizer state
-  }
-
-  BasicTrainer(const BasicTrainer&) = delete;
-  BasicTrainer& operator=(const BasicTrainer&) = delete;
-
-  /// Trains for `train.steps` env steps: collect, update on the schedule, evaluate every
-  /// `train.eval_interval` steps and at the end, log every `run.log_interval` steps.
-  /// The same as `begin()`, the loop, then `finish()`.
-  FitResult fit() {
-    begin();
-    const auto& t = *cfg_.train;
-    // The next multiple of `every` after the current step (so a resumed run keeps the
-    // schedule of the run it continues); `none` when `every` is 0.
-    auto next_after = [&](std::int64_t every, std::int64_t none) {
-      return every > 0 ? (env_steps_ / every + 1) * every : none;
-    };
-    std::int64_t next_eval = next_after(t.eval_interval, INT64_MAX);
-    std::int64_t next_log = next_after(cfg_.run->log_interval, INT64_MAX);
-    std::int64_t next_checkpoint = next_after(cfg_.run->checkpoint_interval, INT64_MAX);
-    while (env_steps_ < t.steps) {
-      if constexpr (A::on_policy) {
-        collect_rollout();
-        learn_rollout();
-      } else {
-        collect_one();
-        if (env_steps_ >= t.learning_starts && can_update()) {
-          since_update_ += venv_->num_envs();
-          while (since_update_ >= t.update_interval) {
-            update(t.updates_per_interval);
-            since_update_ -= t.update_interval;
-          }
-        }
-      }
-      if (env_steps_ >= next_eval) {
-        record_eval(evaluate(t.eval_episodes));
-        while (next_eval <= env_steps_) next_eval += t.eval_interval;
-      }
-      if (env_steps_ >= next_log) {
-        log_row();
-        while (next_log <= env_steps_) next_log += cfg_.run->log_interval;
-      }
-      if (env_steps_ >= next_checkpoint && env_steps_ < t.steps) {
-        checkpoint();
-        while (next_checkpoint <= env_steps_) next_checkpoint += cfg_.run->checkpoint_interval;
-      }
-      show_progress();
-    }
-    return finish();
-  }
-
-  /// For a main that runs its own loop: opens the run directory (config.yaml, training.log,
-  /// metrics.csv, TensorBoard events), resumes when run.resume asks, and gives every rank
-  /// rank 0's state. Call it once before collecting.
-  void begin() {
-    open_run_dir();
-    resume_if_asked();
-    sync_from_main();  // a resumed rank 0 hands its state to the others
-    first_step_ = env_steps_;  // rates count what this process did (a resumed run started here)
-    first_update_ = updates_;
-  }
-
-  /// Ends a run begun with `begin()`: a last evaluation (unless one was recorded at this
-  /// step), a last log row, a checkpoint, the timing verdict and summary.json.
-  FitResult finish() {
-    const auto& t = *cfg_.train;
-    if (eval_step_ != env_steps_) record_eval(evaluate(t.eval_episodes));  // not twice at one step
-    if (log_step_ != env_steps_ || logged_eval_step_ != eval_step_) log_row();  // not the same row twice
-    checkpoint();
-    if (parallel_->world_size() > 1 && parallel_->is_main()) say(sync_line_);
-    if (parallel_->is_main() && times_.enabled) {
-      say("time: " + shares_line(times_));
-      say(bottleneck(times_, advice()));
-    }
-    csv_.flush_pending();
-    progress_.finish();
-    result_.env_steps = env_steps_;
-    result_.updates = updates_;
-    result_.wall_seconds = elapsed();
-    write_summary();
-    if (parallel_->is_main()) {
-      say(summary_line());
-      say("logs: " + run_dir_.string() + " (training.log, metrics.csv, TensorBoard events, summary.json, config.yaml)");
-      tb_.flush();
-    }
-    return result_;
-  }
-
-  /// Writes a row of metrics (metrics.csv, training.log, TensorBoard) now: the metrics
-  /// accumulated since the last row. With several ranks, every rank must call it.
-  void log() { log_row(); }
-
-  /// Makes `r` the run's latest evaluation (in the next log row, summary.json and the best
-  /// return so far), as `fit()` does with its own evaluations.
-  void record_evaluation(const EvalResult& r) { record_eval(r); }
-
-  /// Steps the envs until at least `n` more env steps are stored (random actions until
-  /// `train.learning_starts`, then the algorithm's exploration).
-  void collect(std::int64_t n)
-    requires(!A::on_policy)
-  {
-    const std::int64_t target = env_steps_ + n;
-    while (env_steps_ < target) collect_one();
-  }
-
-  /// On-policy: fills the rollout buffer with `rollout.steps` steps of every env, acting
-  /// with the current policy, and computes its advantages.
-  void collect_rollout()
-    requires(A::on_policy)
-  {
-    static_assert(OnPolicyAlgorithm<A>,
-                  "Trainer: an on-policy Algorithm needs act_for_rollout, value, epochs, minibatch_size, "
-                  "target_kl and set_progress (see anvil::OnPolicyAlgorithm)");
-    buffer_->clear();
-    if (!obs_.defined()) obs_ = venv_->reset();
-    while (!buffer_->full()) collect_rollout_step();
-    ScopedPhase ph(times_, Phase::buffer_add);
-    buffer_->finish(algo_->value(obs_));
-  }
-
-  /// On-policy: learns from the rollout collected: `epochs` passes over it in shuffled
-  /// minibatches, stopping early once an epoch's mean approximate KL (averaged over the
-  /// ranks) exceeds `target_kl`. Then the buffer is cleared.
-  void learn_rollout()
-    requires(A::on_policy)
-  {
-    // Every rank normalises with the same statistics from here on.
-    if (parallel_->world_size() > 1)
-      venv_->sync_statistics([this](at::Tensor& t) { sum_over_ranks(*parallel_, t, ctx_.device); });
-    algo_->set_progress(static_cast<double>(env_steps_) / static_cast<double>(*cfg_.train->steps));
-    const double target_kl = algo_->target_kl();
-    int epochs = 0;
-    for (int e = 0; e < algo_->epochs(); ++e) {
-      double kl = 0;
-      int n = 0;
-      std::optional<ScopedPhase> sampling(std::in_place, times_, Phase::sample);
-      for (const auto& batch : buffer_->minibatches(algo_->minibatch_size())) {
-        sampling.reset();
-        UpdateInfo info;
-        {
-          ScopedPhase ph(times_, Phase::update);
-          info = algo_->update(batch, step_ctx_);
-        }
-        for (const auto& [k, v] : info.metrics)
-          if (k == "approx_kl") {
-            kl += v;
-            ++n;
-          }
-        record_update(info);
-        sampling.emplace(times_, Phase::sample);
-      }
-      sampling.reset();
-      ++epochs;
-      if (target_kl > 0 && n > 0) {
-        auto t = torch::full({1}, kl / n, at::kDouble);
-        if (parallel_->world_size() > 1) sum_over_ranks(*parallel_, t, ctx_.device);
-        if (t.item<double>() / parallel_->world_size() > target_kl) break;
-      }
-    }
-    add_metric("epochs", epochs);
-    buffer_->clear();
-  }
-
-  /// `n` gradient updates, each on a fresh batch from the buffer.
-  void update(int n)
-    requires(!A::on_policy)
-  {
-    for (int i = 0; i < n; ++i) {
-      ReplayBatch batch;
-      {
-        ScopedPhase ph(times_, Phase::sample);
-        batch = buffer_->sample(algo_->batch_size());
-      }
-      UpdateInfo info;
-      {
-        ScopedPhase ph(times_, Phase::update);
-        info = algo_->update(batch, step_ctx_);
-      }
-      if constexpr (PrioritizedReplay<B>) {
-        if (info.td_error.defined()) buffer_->update_priorities(batch.index, info.td_error);
-      }
-      record_update(info);
-      if constexpr (requires { algo_->ema_update(0.0); })
-        if (cfg_.train->ema_decay > 0) algo_->ema_update(cfg_.train->ema_decay);
-    }
-  }
-
-  /// Mean return of `episodes` episodes with deterministic actions, on envs seeded apart
-  /// from the training envs.
-  EvalResult evaluate(int episodes) {
-    if constexpr (requires { algo_->with_ema_weights([] {}); }) {
-      if (cfg_.train->ema_decay > 0) return algo_->with_ema_weights([&] { return evaluate_now(episodes); });
-    }
-    return evaluate_now(episodes);
-  }
-
-  /// Writes the policy alone (`anvil::load_policy` reads it back without a trainer): the
-  /// averaged weights when `train.ema_decay` is on, the env's action bounds, and the
-  /// observation normaliser's statistics with `normalize.obs`. Atomic.
-  void save_policy(const std::filesystem::path& file) const {
-    BinaryWriter w(file, kPolicyFormat);
-    w.string(spec_.name);
-    algo_->save_policy(w);
-    write_tensor(w, action_scale_);
-    write_tensor(w, action_offset_);
-    const bool normalised = norm_ && cfg_.normalize->obs;
-    w.value(normalised);  // the policy acts on observations normalised as in training
-    if (normalised) {
-      const auto& mean = norm_->obs.mean();
-      const auto var = norm_->obs.variance();
-      auto m = torch::empty({spec_.obs_dim()}), inv = torch::empty({spec_.obs_dim()});
-      for (std::int64_t j = 0; j < spec_.obs_dim(); ++j) {
-        m[j] = mean[static_cast<std::size_t>(j)];
-        inv[j] = 1.0 / std::sqrt(var[static_cast<std::size_t>(j)] + cfg_.normalize->epsilon);
-      }
-      write_tensor(w, m);
-      write_tensor(w, inv);
-      w.value(*cfg_.normalize->clip_obs);
-    }
-    w.commit();
-  }
-
- private:
-  // One evaluation with the actor's current weights (see `evaluate`).
-  // With several ranks, each runs its share of the episodes and all see every return.
-  EvalResult evaluate_now(int episodes) {
-    ScopedPhase ph(times_, Phase::eval);
-    const int world = parallel_->world_size(), rank = parallel_->rank();
-    const int mine = episodes / world + (rank < episodes % world ? 1 : 0);
-    const int first = rank * (episodes / world) + std::min(rank, episodes % world);
-    std::vector<double> returns(static_cast<std::size_t>(episodes), 0.0);
-    const std::uint64_t seed = eval_seed_++;
-    if (mine > 0) {
-      auto venv = make_eval_env_(mine, seed);
-      auto obs = venv->reset();
-      std::vector<bool> ended(static_cast<std::size_t>(mine), false);
-      int done = 0;
-      while (done < mine) {
-        const auto& s = venv->step(to_env_action(algo_->act(obs, ActMode::deterministic)));
-        for (const auto& e : s.ended)
-          if (!ended[static_cast<std::size_t>(e.env)]) {
-            ended[static_cast<std::size_t>(e.env)] = true;
-            returns[static_cast<std::size_t>(first + e.env)] = e.episode_return;
-            ++done;
-          }
-        obs = s.obs;
-      }
-    }
-    if (world > 1) {
-      auto all = torch::from_blob(returns.data(), {episodes}, at::kDouble);
-      sum_over_ranks(*parallel_, all, ctx_.device);
-    }
-    EvalResult r;
-    r.episodes = episodes;
-    r.mean = std::accumulate(returns.begin(), returns.end(), 0.0) / episodes;
-    double var = 0;
-    for (double x : returns) var += (x - r.mean) * (x - r.mean);
-    r.std = std::sqrt(var / episodes);
-    r.min = *std::min_element(returns.begin(), returns.end());
-    r.max = *std::max_element(returns.begin(), returns.end());
-    return r;
-  }
-
-
- public:
-  [[nodiscard]] const Config& config() const noexcept { return cfg_; }
-  [[nodiscard]] A& algorithm() noexcept { return *algo_; }
-  [[nodiscard]] B& buffer() noexcept { return *buffer_; }
-  [[nodiscard]] P& parallelism() noexcept { return *parallel_; }
-  [[nodiscard]] const RunContext& context() const noexcept { return ctx_; }
-  [[nodiscard]] std::int64_t env_steps() const noexcept { return env_steps_; }
-  [[nodiscard]] std::int64_t updates() const noexcept { return updates_; }
-  [[nodiscard]] const PhaseTimes& times() const noexcept { return times_; }
-  /// The running statistics of observations and returns (`normalize.obs`, `normalize.reward`);
-  /// null when the run does not normalise.
-  [[nodiscard]] const envs::NormalizeState* normalizer() const noexcept { return norm_.get(); }
-  /// Returns of the most recent training episodes (up to 100).
-  [[nodiscard]] const std::deque<double>& recent_returns() const noexcept { return recent_; }
-  [[nodiscard]] const std::filesystem::path& run_dir() const noexcept { return run_dir_; }
-  /// The phase timers' own share of the run so far: calls times the cost of one, as
-  /// measured on this machine when the run started, over the wall time.
-  [[nodiscard]] double timer_overhead() const {
-    const double wall = elapsed();
-    return wall > 0 ? timer_cost_ * static_cast<double>(times_.calls()) / wall : 0.0;
-  }
-  /// What the run says once when it starts (precision and BLAS settings), one line each.
-  [[nodiscard]] const std::vector<std::string>& notes() const noexcept { return notes_; }
-
-  /// Writes everything a resumed run needs to continue exactly as this one would: the
-  /// algorithm (networks, targets, optimizers, temperature), the step context (loss
-  /// scaler), the envs, every random stream (torch's generators, the envs' seed streams,
-  /// exploration; the buffer's with the buffer), the counters and the schedule, and the
-  /// config with its hash; with `run.checkpoint_buffer`, the replay buffer too, in a file
-  /// beside it (`<name>.buffer`, written first). Atomic: a crash mid-save leaves the
-  /// previous checkpoint intact.
-  void save_checkpoint(const std::filesystem::path& file) {
-    static_assert(requires(const A& a, BinaryWriter& w) { a.save(w); },
-                  "Trainer: this Algorithm has no save(BinaryWriter&) for checkpoints");
-    const bool with_buffer = cfg_.run->checkpoint_buffer;
-    if constexpr (requires { buffer_->save(file); }) {
-      if (with_buffer) buffer_->save(buffer_file(file));
-    } else if (with_buffer) {
-      throw ConfigError("run.checkpoint_buffer: " + std::string(B::config_section.view()) + " cannot be saved");
-    }
-    BinaryWriter w(file, "anvil Checkpoint v1");
-    w.string(std::string(A::config_section.view()));
-    w.string(std::string(X::name));
-    w.string(config_hash_hex(cfg_));
-    const auto flat = flatten(cfg_);
-    w.value(static_cast<std::uint64_t>(flat.size()));
-    for (const auto& [k, v] : flat) {
-      w.string(k);
-      w.string(v);
-    }
-    w.value(with_buffer);
-    for (std::int64_t c : {env_steps_, updates_, episodes_, since_update_, eval_step_}) w.value(c);
-    w.value(eval_seed_);
-    w.value(rng_.state());
-    for (double x : {result_.final_eval_return, result_.best_eval_return, last_eval_.mean, last_eval_.std,
-                     last_eval_.min, last_eval_.max})
-      w.value(x);
-    w.value(last_eval_.episodes);
-    w.value(static_cast<std::uint64_t>(recent_.size()));
-    for (double x : recent_) w.value(x);
-    w.value(static_cast<std::uint64_t>(metrics_.size()));
-    for (const auto& [k, m] : metrics_) {
-      w.string(k);
-      w.value(m.first);
-      w.value(m.second);
-    }
-    write_tensor(w, at::detail::getDefaultCPUGenerator().get_state());
-    w.value(ctx_.device.is_cuda());
-    if (ctx_.device.is_cuda()) write_tensor(w, at::globalContext().defaultGenerator(ctx_.device).get_state());
-    venv_->save(w);
-    algo_->save(w);
-    step_ctx_.save(w);
-    w.commit();
-  }
-
-  /// Restores what `save_checkpoint` wrote. The checkpoint must come from the same
-  /// algorithm, networks, buffer, envs and precision: the error names the first config field
-  /// that differs (`run.*` and `train.steps`, `train.eval_interval`, `train.eval_episodes`
-  /// may differ). Everything is read and checked (the checksum too) before anything
-  /// changes: on any error the trainer is as it was.
-  void load_checkpoint(const std::filesystem::path& file) {
-    if (!std::filesystem::exists(file)) throw Error("run.resume: no checkpoint at '" + file.string() + "'");
-    BinaryReader r(file, "anvil Checkpoint v1");
-    const auto algorithm = r.string("algorithm");
-    if (algorithm != A::config_section.view())
-      throw Error("'" + file.string() + "' was written by a " + algorithm + " run; this run is " +
-                  std::string(A::config_section.view()));
-    const auto precision = r.string("precision");
-    if (precision != X::name)
-      throw Error("'" + file.string() + "' was written by a run in " + precision + " precision; this run is " +
-                  std::string(X::name) + " (resume needs the same precision)");
-    (void)r.string("config hash");  // for people and tools reading the file; the fields are compared below
-    const auto n = r.value<std::uint64_t>("config");
-    if (n > 100'000) r.fail("config", "has an implausible number of fields");
-    std::map<std::string, std::string> saved;
-    for (std::uint64_t i = 0; i < n; ++i) {
-      auto k = r.string("config key");
-      saved[k] = r.string("config value");
-    }
-    for (const auto& [k, v] : flatten(cfg_)) {
-      if (k.rfind("run.", 0) == 0 || k.rfind("parallel.", 0) == 0 || k == "train.steps" || k == "train.eval_interval" || k == "train.eval_episodes")
-        continue;
-      if (auto it = saved.find(k); it != saved.end() && it->second != v)
-        throw Error("'" + file.string() + "' was written by a run with " + k + " = " + it->second +
-                    "; this run has " + k + " = " + v + " (a resumed run needs the same algorithm, networks, "
-                    "buffer, envs and precision)");
-    }
-    const bool with_buffer = r.value<bool>("buffer flag");
-    std::array<std::int64_t, 5> counters{};
-    for (auto& c : counters) c = r.value<std::int64_t>("counters");
-    const auto eval_seed = r.value<std::uint64_t>("eval seed");
-    const auto rng = r.value<Rng::State>("exploration stream");
-    std::array<double, 6> evals{};
-    for (auto& x : evals) x = r.value<double>("evaluation results");
-    const int eval_episodes = r.value<int>("evaluation episodes");
-    const auto n_recent = r.value<std::uint64_t>("recent returns");
-    if (n_recent > 100) r.fail("recent returns", "are more than the 100 a run keeps");
-    std::deque<double> recent;
-    for (std::uint64_t i = 0; i < n_recent; ++i) recent.push_back(r.value<double>("recent returns"));
-    const auto n_metrics = r.value<std::uint64_t>("metrics");
-    if (n_metrics > 10'000) r.fail("metrics", "has an implausible number of entries");
-    std::map<std::string, std::pair<double, int>> metrics;
-    for (std::uint64_t i = 0; i < n_metrics; ++i) {
-      auto k = r.string("metric name");
-      const auto sum = r.value<double>("metric sum");
-      metrics[k] = {sum, r.value<int>("metric count")};
-    }
-    const auto& cpu_gen = at::detail::getDefaultCPUGenerator();
-    const auto cpu_state = read_tensor(r, "torch CPU generator state", cpu_gen.get_state());
-    const bool was_cuda = r.value<bool>("CUDA flag");
-    if (was_cuda != ctx_.device.is_cuda())
-      r.fail("CUDA flag", was_cuda ? "says the run was on CUDA; this one is on " + ctx_.device.str()
-                                   : "says the run was on the CPU; this one is on " + ctx_.device.str());
-    at::Tensor cuda_state;
-    if (was_cuda)
-      cuda_state = read_tensor(r, "torch CUDA generator state", at::globalContext().defaultGenerator(ctx_.device).get_state());
-    auto apply_envs = venv_->read(r);
-    const auto algo = algo_->read(r);
-    const auto step = step_ctx_.read(r);
-    r.finish();
-    if constexpr (requires { buffer_->load(file); }) {
-      if (with_buffer) buffer_->load(buffer_file(file));  // checks its whole file before changing
-    }
-    // Nothing can fail from here on.
-    if (apply_envs) apply_envs();
-    algo_->restore(algo);
-    step_ctx_.restore(step);
-    env_steps_ = counters[0];
-    updates_ = counters[1];
-    episodes_ = counters[2];
-    since_update_ = counters[3];
-    eval_step_ = counters[4];
-    eval_seed_ = eval_seed;
-    rng_.set_state(rng);
-    result_.final_eval_return = evals[0];
-    result_.best_eval_return = evals[1];
-    last_eval_ = EvalResult{evals[2], evals[3], evals[4], evals[5], eval_episodes};
-    recent_ = std::move(recent);
-    metrics_ = std::move(metrics);
-    at::Generator cpu = at::detail::getDefaultCPUGenerator();
-    cpu.set_state(cpu_state);
-    if (was_cuda) {
-      at::Generator cuda = at::globalContext().defaultGenerator(ctx_.device);
-      cuda.set_state(cuda_state);
-    }
-    // What the envs show now (undefined without saved env state: the run starts new episodes).
-    obs_ = apply_envs ? venv_->observations() : at::Tensor();
-    resumed_from_ = file;
-  }
-
-  /// The checkpoint this run continued from (empty when it started afresh).
-  [[nodiscard]] const std::filesystem::path& resumed_from() const noexcept { return resumed_from_; }
-
- private:
-  static Config prepare(Config c) {
-    if (c.run->smoke) {
-      // Seconds, not minutes: enough steps to pass learning_starts and update a little.
-      c.train->steps = std::min<std::int64_t>(c.train->steps, 600);
-      c.train->learning_starts = std::min<std::int64_t>(c.train->learning_starts, 200);
-      c.train->eval_interval = 0;
-      c.train->eval_episodes = std::min(*c.train->eval_episodes, 2);
-      c.run->log_interval = std::min<std::int64_t>(c.run->log_interval, 200);
-      if constexpr (requires { c.buffer->steps; c.algorithm->minibatch_size; }) {
-        c.buffer->steps = std::min<std::int64_t>(c.buffer->steps, 32);
-        c.algorithm->minibatch_size =
-            std::min<std::int64_t>(c.algorithm->minibatch_size, *c.buffer->steps * *c.env->num_envs);
-      }
-    }
-    validate(c);
-    return c;
-  }
-
-  // Process-wide switches of the precision policy, set once here.
-  void apply_precision_settings() {
-    auto& g = at::globalContext();
-    g.setBenchmarkCuDNN(cfg_.precision->cudnn_benchmark);
-    torch::autograd::AnomalyMode::set_enabled(cfg_.precision->detect_anomaly);
-    g.setAllowTF32CuBLAS(X::allow_tf32);
-    g.setAllowTF32CuDNN(X::allow_tf32);
-    if (X::allow_tf32 && !ctx_.device.is_cuda())
-      notes_.push_back("precision: TF32 changes only CUDA matrix products; on the CPU this run is FP32");
-    if (cfg_.precision->detect_anomaly)
-      notes_.push_back("precision: autograd anomaly detection is on (slow; for debugging NaNs)");
-    if (!ctx_.device.is_cuda()) {
-      const BlasInfo b = blas_info();
-      if (b.reference)
-        notes_.push_back("cpu: Torch uses the reference BLAS (" + b.library +
-                         "): matrix products are about 10x slower; run scripts/install-deps.sh");
-      else if (b.openblas)
-        notes_.push_back("cpu: OpenBLAS" + (b.core.empty() ? std::string() : " (" + b.core + " kernels)") +
-                         ", " + std::to_string(at::get_num_threads()) + " intra-op thread(s), " +
-                         std::to_string(update_threads()) + " update thread(s)");
-    }
-  }
-
-  // The CUDA device index of this rank: the parallelism's choice (--gpu-ids) or its local rank.
-  int device_index() const {
-    if constexpr (requires { parallel_->cuda_index(); }) return parallel_->cuda_index();
-    else if constexpr (requires { parallel_->local_rank(); }) return parallel_->local_rank();
-    return 0;
-  }
-
-  // Whether the buffer can give a batch. Ranks must update in lockstep (each update is a
-  // collective), so with several ranks all must be able to: their buffers can differ after
-  // a resume (only rank 0 restores one). Asked each step until the answer is yes, which
-  // stays yes: buffers only grow.
-  bool can_update() {
-    if (ready_) return true;
-    double short_of = buffer_->size() >= first_batch() ? 0.0 : 1.0;
-    if (parallel_->world_size() > 1) {
-      auto t = torch::full({1}, short_of, at::kDouble);
-      sum_over_ranks(*parallel_, t, ctx_.device);
-      short_of = t.item<double>();
-    }
-    return ready_ = short_of == 0.0;
-  }
-
-  // What every rank must hold identically: the algorithm (networks, targets, optimizers,
-  // temperature, averaged weights) and the step context (loss scaler).
-  void write_learned_state(BinaryWriter& w) const {
-    algo_->save(w);
-    step_ctx_.save(w);
-  }
-
-  // Rank 0's learned state and schedule on every rank: at construction (ranks seed their
-  // networks apart) and after rank 0 resumed from a checkpoint.
-  void sync_from_main() {
-    if (parallel_->world_size() == 1) return;
-    static_assert(requires(const A& a, BinaryWriter& w) { a.save(w); },
-                  "Trainer: with several ranks, the Algorithm needs save(BinaryWriter&) and read/restore to share rank 0's state");
-    std::vector<std::uint8_t> bytes;
-    if (parallel_->is_main()) {
-      auto w = BinaryWriter::in_memory(kRankStateFormat);
-      write_learned_state(w);
-      for (std::int64_t c : {env_steps_, updates_, since_update_, eval_step_}) w.value(c);
-      for (double x : {result_.final_eval_return, result_.best_eval_return, last_eval_.mean, last_eval_.std,
-                       last_eval_.min, last_eval_.max})
-        w.value(x);
-      w.value(last_eval_.episodes);
-      // The names of the metrics being accumulated (a resumed rank 0 has some), so that
-      // every rank reduces the same list in log_row.
-      w.value(static_cast<std::uint64_t>(metrics_.size()));
-      for (const auto& [k, m] : metrics_) w.string(k);
-      if (norm_) {  // every rank normalises with rank 0's statistics
-        norm_->obs.consolidate();
-        norm_->ret.consolidate();
-        norm_->obs.save(w);
-        norm_->ret.save(w);
-      }
-      bytes = w.take_bytes();
-    }
-    broadcast_bytes(*parallel_, bytes, ctx_.device);
-    if (parallel_->is_main()) return;
-    BinaryReader r(bytes, "rank 0's state", kRankStateFormat);
-    const auto algo = algo_->read(r);
-    const auto step = step_ctx_.read(r);
-    std::array<std::int64_t, 4> counters{};
-    for (auto& c : counters) c = r.value<std::int64_t>("counters");
-    std::array<double, 6> evals{};
-    for (auto& x : evals) x = r.value<double>("evaluation results");
-    const int eval_episodes = r.value<int>("evaluation episodes");
-    const auto n_metrics = r.value<std::uint64_t>("metrics");
-    if (n_metrics > 10'000) r.fail("metrics", "has an implausible number of entries");
-    std::vector<std::string> metric_names(n_metrics);
-    for (auto& k : metric_names) k = r.string("metric name");
-    std::optional<envs::RunningMeanVar> obs_stats, ret_stats;
-    if (norm_) {
-      obs_stats = norm_->obs.read(r, "rank 0's observation statistics");
-      ret_stats = norm_->ret.read(r, "rank 0's return statistics");
-    }
-    r.finish();
-    if (norm_) {
-      norm_->obs = *obs_stats;
-      norm_->ret = *ret_stats;
-    }
-    for (const auto& k : metric_names) metrics_.try_emplace(k, 0.0, 0);
-    algo_->restore(algo);
-    step_ctx_.restore(step);
-    env_steps_ = counters[0];
-    updates_ = counters[1];
-    since_update_ = counters[2];
-    eval_step_ = counters[3];
-    result_.final_eval_return = evals[0];
-    result_.best_eval_return = evals[1];
-    last_eval_ = EvalResult{evals[2], evals[3], evals[4], evals[5], eval_episodes};
-  }
-
-  // Checks that every rank holds bitwise the same learned state as rank 0 (they apply the
-  // same averaged gradients, so they must); a DistributedError naming the ranks that differ.
-  void check_in_sync() {
-    const int world = parallel_->world_size();
-    if (world == 1) return;
-    auto w = BinaryWriter::in_memory(kRankStateFormat);
-    write_learned_state(w);
-    const auto bytes = w.take_bytes();
-    detail::Crc32c crc;
-    crc.update(bytes.data(), bytes.size());
-    std::vector<at::Tensor> mine{torch::full({1}, static_cast<std::int64_t>(crc.value()), at::kLong).to(ctx_.device)};
-    parallel_->broadcast(mine);
-    const auto main_crc = static_cast<std::uint32_t>(mine[0].item<std::int64_t>());
-    auto differs = torch::zeros({world}, at::kDouble);
-    if (main_crc != crc.value()) differs[parallel_->rank()] = 1.0;
-    sum_over_ranks(*parallel_, differs, ctx_.device);
-    std::string bad;
-    for (int r = 0; r < world; ++r)
-      if (differs[r].item<double>() > 0) bad += (bad.empty() ? "" : ", ") + std::to_string(r);
-    if (!bad.empty())
-      throw DistributedError("rank " + std::to_string(parallel_->rank()) + ": ranks out of sync at env step " +
-                             std::to_string(env_steps_) + ": the learned state of rank(s) " + bad +
-                             " differs from rank 0's");
-    char hex[16];
-    std::snprintf(hex, sizeof hex, "%08x", main_crc);
-    sync_line_ = "ranks in sync: all " + std::to_string(world) +
-                 " ranks hold bitwise-identical parameters and optimizer state (crc32c " + hex + ", env step " +
-                 std::to_string(env_steps_) + ")";
-  }
-
-  // Transitions the buffer must hold before the first update: one batch for replay
-  // buffers, which refuse to sample more than they hold.
-  std::int64_t first_batch() const {
-    if constexpr (requires { algo_->batch_size(); }) return algo_->batch_size();
-    return 0;
-  }
-
-  // run.update_threads, with 0 resolved: SAC's update has two independent parts, so two
-  // threads when this process has two cores to itself (measured 1.2-1.5x faster updates).
-  int update_threads() const {
-    if (*cfg_.run->update_threads > 0) return cfg_.run->update_threads;
-    const int cores = static_cast<int>(std::thread::hardware_concurrency());
-    return std::clamp(cores / std::max(1, parallel_->world_size()), 1, 2);
-  }
-
-  double lr_scale() const {
-    switch (*cfg_.train->lr_scaling) {
-      case LrScaling::none: return 1.0;
-      case LrScaling::sqrt: {
-        if constexpr (requires { cfg_.algorithm->batch_size; })
-          return std::sqrt(static_cast<double>(cfg_.algorithm->batch_size) / cfg_.train->base_batch);
-        else if constexpr (requires { cfg_.algorithm->minibatch_size; })
-          return std::sqrt(static_cast<double>(cfg_.algorithm->minibatch_size) / cfg_.train->base_batch);
-        return 1.0;
-      }
-      case LrScaling::linear: return static_cast<double>(parallel_->world_size());
-    }
-    return 1.0;
-  }
-
-  // The algorithm's actions as the env takes them: discrete indices as int64 on the CPU;
-  // continuous ones clipped to [-1, 1] and scaled to the bounds (unbounded dimensions as
-  // they are). The algorithm may keep the unclipped action.
-  at::Tensor to_env_action(const at::Tensor& a) const {
-    if (spec_.discrete()) return a.to(at::kCPU, at::kLong).reshape({-1});
-    const auto c = a.to(at::kCPU, at::kFloat);
-    return at::max(at::min(c, action_high_), action_low_) * action_scale_ + action_offset_;
-  }
-
-  // Actions drawn uniformly (before train.learning_starts), in the algorithm's units.
-  at::Tensor random_actions(std::int64_t n) const {
-    if (spec_.discrete()) return torch::randint(spec_.num_actions(), {n}, at::kLong);
-    return torch::rand({n, spec_.action_dim()}) * 2.0 - 1.0;
-  }
-
-  void collect_one() {
-    if (!obs_.defined()) obs_ = venv_->reset();
-    const auto n = venv_->num_envs();
-    at::Tensor a;
-    {
-      ScopedPhase ph(times_, Phase::act);
-      if (env_steps_ < cfg_.train->learning_starts)
-        a = random_actions(n);
-      else
-        a = algo_->act(obs_, ActMode::explore).to(at::kCPU);
-    }
-    const envs::VecStep* s = nullptr;
-    {
-      ScopedPhase ph(times_, Phase::env);
-      s = &venv_->step(to_env_action(a));
-    }
-    {
-      ScopedPhase ph(times_, Phase::buffer_add);
-      buffer_->add(StepBatch{obs_, a, s->reward, s->next_obs, s->terminated, s->truncated});
-    }
-    obs_ = s->obs;
-    count_step(*s);
-  }
-
-  // One step of every env for the rollout: act, step, and for rows cut by the time limit
-  // the value of their true last state (the bootstrap; see RolloutBuffer).
-  void collect_rollout_step() {
-    RolloutAct act;
-    {
-      ScopedPhase ph(times_, Phase::act);
-      act = algo_->act_for_rollout(obs_);
-    }
-    const envs::VecStep* s = nullptr;
-    {
-      ScopedPhase ph(times_, Phase::env);
-      s = &venv_->step(to_env_action(act.action));
-    }
-    at::Tensor bootstrap;
-    if (std::any_of(s->ended.begin(), s->ended.end(), [](const envs::EpisodeEnd& e) { return !e.terminated; })) {
-      ScopedPhase ph(times_, Phase::act);
-      bootstrap = algo_->value(s->next_obs);
-    }
-    {
-      ScopedPhase ph(times_, Phase::buffer_add);
-      buffer_->add(RolloutStep{obs_, act.action, act.log_prob, act.value, s->reward, s->terminated, s->truncated,
-                               bootstrap});
-    }
-    obs_ = s->obs;
-    count_step(*s);
-  }
-
-  void count_step(const envs::VecStep& s) {
-    env_steps_ += venv_->num_envs() * parallel_->world_size();  // every rank steps as many envs at once
-    for (const auto& e : s.ended) {
-      recent_.push_back(e.episode_return);
-      if (recent_.size() > 100) recent_.pop_front();
-      ++episodes_;
-    }
-  }
-
-  // One update done: its metrics join the means of the next log row.
-  void record_update(const UpdateInfo& info) {
-    for (const auto& [k, v] : info.metrics) add_metric(k, v);
-    ++updates_;
-  }
-  void add_metric(const std::string& name, double v) {
-    auto& m = metrics_[name];
-    m.first += v;
-    m.second += 1;
-  }
-
-  // What the timing verdict suggests, in this algorithm's knobs.
-  static BottleneckAdvice advice() {
-    BottleneckAdvice a;
-    if constexpr (A::on_policy) {
-      const std::string algo(A::config_section.view());
-      a.env = "raise env.num_envs or env.threads";
-      a.learn = "fewer " + algo + ".epochs or larger " + algo + ".minibatch_size, BF16, or more ranks";
-      a.comm = "larger " + algo + ".minibatch_size (fewer all-reduces per rollout) or fewer ranks";
-      a.sample = "larger " + algo + ".minibatch_size";
-    }
-    return a;
-  }
-
-  // The algorithm's discount (the buffer's n-step returns, the reward normaliser).
-  double discount() const {
-    if constexpr (requires { cfg_.algorithm->gamma; }) return cfg_.algorithm->gamma;
-    return 0.99;
-  }
-
-  double elapsed() const {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
-  }
-
-  // Checkpoints are `checkpoint-<env steps, 12 digits>.ckpt` in the run directory, so that
-  // names sort by step; the buffer, when saved, is the same name with `.buffer`.
-  static std::filesystem::path buffer_file(std::filesystem::path checkpoint) {
-    return checkpoint.replace_extension(".buffer");
-  }
-  std::filesystem::path checkpoint_file(std::int64_t step) const {
-    char name[64];
-    std::snprintf(name, sizeof name, "checkpoint-%012lld.ckpt", static_cast<long long>(step));
-    return run_dir_ / name;
-  }
-  // The checkpoints in `dir`, oldest first.
-  static std::vector<std::filesystem::path> checkpoints_in(const std::filesystem::path& dir) {
-    std::vector<std::filesystem::path> found;
-    std::error_code ec;
-    for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
-      const auto name = e.path().filename().string();
-      if (name.rfind("checkpoint-", 0) == 0 && e.path().extension() == ".ckpt") found.push_back(e.path());
-    }
-    std::sort(found.begin(), found.end());
-    return found;
-  }
-
-  // A checkpoint at the current step (rank 0 only), then the oldest beyond run.keep_last go.
-  void checkpoint() {
-    check_in_sync();
-    if (!parallel_->is_main()) return;
-    ScopedPhase ph(times_, Phase::checkpoint);
-    save_checkpoint(checkpoint_file(env_steps_));
-    if constexpr (requires(BinaryWriter& w) { algo_->save_policy(w); }) save_policy(run_dir_ / "policy.bin");
-    auto all = checkpoints_in(run_dir_);
-    for (std::size_t i = 0; i + static_cast<std::size_t>(*cfg_.run->keep_last) < all.size(); ++i) {
-      std::error_code ec;
-      std::filesystem::remove(all[i], ec);
-      std::filesystem::remove(buffer_file(all[i]), ec);
-    }
-  }
-
-  // run.resume: a path, or auto (the latest checkpoint in the run directory, if any).
-  void resume_if_asked() {
-    const std::string& what = cfg_.run->resume;
-    if (what.empty() || !parallel_->is_main()) return;  // other ranks get rank 0's state from sync_from_main
-    std::filesystem::path file = what;
-    if (what == "auto") {
-      const auto all = checkpoints_in(run_dir_);
-      if (all.empty()) {
-        if (parallel_->is_main()) say("resume: no checkpoint in " + run_dir_.string() + "; starting afresh");
-        return;
-      }
-      file = all.back();
-    }
-    load_checkpoint(file);
-    // A longer (or shorter) run than the checkpoint's anneals over its own length.
-    if constexpr (requires { buffer_->set_horizon(std::int64_t{}); }) buffer_->set_horizon(cfg_.train->steps);
-    csv_ = parallel_->is_main() ? MetricsCsv::resume(run_dir_ / "metrics.csv", env_steps_) : MetricsCsv();
-    if (parallel_->is_main())
-      say("resumed from " + file.string() + " at env step " + std::to_string(env_steps_));
-  }
-
-  double recent_return() const {
-    if (recent_.empty()) return NAN;
-    const std::size_t k = std::min<std::size_t>(recent_.size(), 10);
-    return std::accumulate(recent_.end() - static_cast<std::ptrdiff_t>(k), recent_.end(), 0.0) /
-           static_cast<double>(k);
-  }
-
-  void record_eval(const EvalResult& r) {
-    last_eval_ = r;
-    eval_step_ = env_steps_;
-    result_.final_eval_return = r.mean;
-    if (std::isnan(result_.best_eval_return) || r.mean > result_.best_eval_return)
-      result_.best_eval_return = r.mean;
-  }
-
-  void open_run_dir() {
-    start_ = std::chrono::steady_clock::now();
-    if (!parallel_->is_main()) return;
-    const std::string& resume = cfg_.run->resume;
-    if (resume == "auto" && cfg_.run->run_dir->empty())
-      throw ConfigError("run.resume=auto looks for the latest checkpoint in run.run_dir, which is not set");
-    // A resumed run without run.run_dir continues in its checkpoint's directory.
-    run_dir_ = !cfg_.run->run_dir->empty() ? std::filesystem::path(*cfg_.run->run_dir)
-               : !resume.empty()           ? std::filesystem::absolute(resume).parent_path()
-                                           : std::filesystem::path("runs") /
-                                       (std::string(A::config_section.view()) + "-" + spec_.name + "-" +
-                                        timestamp_for_path());
-    std::error_code ec;
-    std::filesystem::create_directories(run_dir_, ec);
-    if (ec) throw Error("run.run_dir: cannot create '" + run_dir_.string() + "': " + ec.message());
-    write_file_atomic(run_dir_ / "config.yaml", "# " + program_ + ", config hash " +
-                                                    config_hash_hex(cfg_) + "\n" + to_yaml(cfg_));
-    csv_ = MetricsCsv(run_dir_ / "metrics.csv");
-    log_file_.open(run_dir_ / "training.log", std::ios::app);
-    if (!log_file_) throw Error("run.run_dir: cannot write '" + (run_dir_ / "training.log").string() + "'");
-    log_file_ << "==== " << timestamp_for_path() << " " << program_ << ", config hash " << config_hash_hex(cfg_)
-              << "\n# resolved config\n" << to_yaml(cfg_) << "# end of config\n";
-    if (cfg_.run->tensorboard) tb_ = TensorBoardWriter(run_dir_);
+  MetricsLog() = default;
+  /// A log of the run whose numbers come from `src`. Rank 0 opens its files in `dir`:
+  /// metrics.csv, training.log (appended to, `header` first) and, when asked, TensorBoard
+  /// events; other ranks open nothing.
+  MetricsLog(Options o, Sources src, const std::string& header) : opt_(std::move(o)), src_(std::move(src)) {
+    if (!src_.ranks->is_main()) return;
+    csv_ = MetricsCsv(opt_.dir / "metrics.csv");
+    log_.open(opt_.dir / "training.log", std::ios::app);
+    if (!log_) throw Error("run.run_dir: cannot write '" + (opt_.dir / "training.log").string() + "'");
+    log_ << header;
+    log_.flush();
+    if (opt_.tensorboard) tb_ = TensorBoardWriter(opt_.dir);
     gpu_ = std::make_unique<GpuMonitor>();
-    notes_.push_back(gpu_->status());  // once, whether it found GPUs or not
-    timer_cost_ = phase_timer_cost();
-    auto style = *cfg_.run->progress;
-    progress_ = Progress(style == ProgressMode::auto_ ? Progress::detect()
-                         : style == ProgressMode::bar ? Progress::Style::bar
-                         : style == ProgressMode::lines ? Progress::Style::lines
-                                                        : Progress::Style::off);
-    say(program_ + ": " + std::string(A::config_section.view()) + " on " + spec_.name +
-                      ", " + std::to_string(*cfg_.env->num_envs) + " env(s), device " +
-                      ctx_.device.str() + ", " + std::to_string(*cfg_.train->steps) +
-                      " steps, config hash " + config_hash_hex(cfg_));
-    for (const auto& n : notes_) say(n);
   }
 
-  // A row of metrics.csv. With several ranks every rank takes part: episodes, recent
-  // returns and the algorithm's metrics are reduced over the ranks, then rank 0 writes.
-  void log_row() {
-    ScopedPhase ph(times_, Phase::log);
-    if (!A::on_policy && parallel_->world_size() > 1)  // on-policy runs merge them before each update
-      venv_->sync_statistics([this](at::Tensor& t) { sum_over_ranks(*parallel_, t, ctx_.device); });
-    log_step_ = env_steps_;
-    logged_eval_step_ = eval_step_;
-    const double wall = elapsed();
-    const std::size_t k = std::min<std::size_t>(recent_.size(), 10);
-    std::vector<double> sums{static_cast<double>(episodes_), static_cast<double>(k),
-                             std::accumulate(recent_.end() - static_cast<std::ptrdiff_t>(k), recent_.end(), 0.0)};
-    for (auto& [name, m] : metrics_) {
+  /// Continues the metrics.csv of a resumed run from the clock it resumed at (rows the
+  /// interrupted run wrote later are dropped: the resumed run writes them again).
+  void resume(const Clock& at) {
+    if (src_.ranks->is_main()) csv_ = MetricsCsv::resume(opt_.dir / "metrics.csv", at.env_steps, at.updates);
+  }
+
+  /// Gathers a row: the metrics' means since the last row and the recent returns, over
+  /// every rank; folds the ranks' finished episodes into the clock. Every rank must call
+  /// it; rank 0 gets the row, the others nothing.
+  std::optional<LogRow> gather(double wall, std::int64_t first_step, std::int64_t first_update) {
+    auto& ranks = *src_.ranks;
+    auto& metrics = *src_.metrics;
+    if (ranks.world_size() > 1) {
+      // Every rank reduces the same list: rank 0 may know more names (it resumed with some).
+      auto names = metrics.names();
+      ranks.broadcast(names);
+      metrics.know(names);
+    }
+    const auto [k, recent_sum] = src_.episodes->last(10);
+    std::vector<double> sums{static_cast<double>(src_.episodes->take_unfolded()), static_cast<double>(k), recent_sum};
+    for (const auto& [name, m] : metrics.sums()) {
       sums.push_back(m.first);
       sums.push_back(m.second);
     }
-    for (auto& [name, m] : metrics_) m = {0.0, 0};
-    if (parallel_->world_size() > 1) {
-      auto t = torch::from_blob(sums.data(), {static_cast<std::int64_t>(sums.size())}, at::kDouble);
-      sum_over_ranks(*parallel_, t, ctx_.device);
-    }
-    if (!parallel_->is_main()) return;
-    std::vector<std::pair<std::string, double>> row{
-        {"env_steps", static_cast<double>(env_steps_)},
-        {"updates", static_cast<double>(updates_)},
-        {"wall_s", wall},
-        {"env_steps_per_s", wall > 0 ? static_cast<double>(env_steps_ - first_step_) / wall : 0.0},
-        {"episodes", sums[0]},
-        {"recent_return", sums[1] > 0 ? sums[2] / sums[1] : NAN},
-        {"eval_return", last_eval_.mean}};
+    metrics.clear_values();
+    ranks.sum(sums);
+    auto& clock = *src_.clock;
+    clock.episodes += static_cast<std::int64_t>(sums[0]);
+    if (!ranks.is_main()) return std::nullopt;
+    LogRow row;
+    row.wall = wall;
+    row.step = clock.in(opt_.record_unit);
+    row.updates_per_s = wall > 0 ? static_cast<double>(clock.updates - first_update) / wall : 0.0;
+    row.values = {{"env_steps", static_cast<double>(clock.env_steps)},
+                  {"updates", static_cast<double>(clock.updates)},
+                  {"wall_s", wall},
+                  {"env_steps_per_s", wall > 0 ? static_cast<double>(clock.env_steps - first_step) / wall : 0.0},
+                  {"episodes", static_cast<double>(clock.episodes)},
+                  {"recent_return", sums[1] > 0 ? sums[2] / sums[1] : NAN},
+                  {"eval_return", src_.evaluation->last().mean}};
     std::size_t i = 3;
-    for (auto& [name, m] : metrics_) {
-      row.emplace_back(name, sums[i + 1] > 0 ? sums[i] / sums[i + 1] : NAN);
+    for (const auto& [name, m] : metrics.sums()) {
+      row.values.emplace_back(name, sums[i + 1] > 0 ? sums[i] / sums[i + 1] : NAN);
       i += 2;
     }
-    csv_.row(row, updates_ > 0);
-    if (progress_.style() == Progress::Style::lines) show_progress(true);
-    observe_row(row, wall);
+    row.complete = clock.updates > 0;
+    return row;
   }
 
-  // The TensorBoard scalars, training.log lines and timing table of one log row.
-  void observe_row(const std::vector<std::pair<std::string, double>>& row, double wall) {
-    const std::int64_t step = env_steps_;
-    const std::string algo(A::config_section.view());
-    for (const auto& [k, v] : row) {
+  /// Writes `row` to metrics.csv (rank 0).
+  void write_csv(const LogRow& row) { csv_.row(row.values, row.complete); }
+
+  /// Writes `row` to TensorBoard and training.log, with the timing split since the last
+  /// row and the GPUs' use; `echo` gets the lines a console shows under the row (may be
+  /// empty). Rank 0.
+  void write_rest(const LogRow& row, const std::function<void(const std::string&)>& echo = {}) {
+    const std::int64_t step = row.step;
+    for (const auto& [k, v] : row.values) {
       if (k == "env_steps" || k == "wall_s" || std::isnan(v)) continue;
       const std::string tag = k == "recent_return"     ? "return/recent"
                               : k == "eval_return"     ? "return/eval"
                               : k == "env_steps_per_s" ? "speed/env_steps_per_s"
                               : k == "updates" || k == "episodes" ? "progress/" + k
-                                                                  : algo + "/" + k;
+                                                                  : opt_.algorithm + "/" + k;
       tb_.scalar(tag, v, step);
     }
-    if (wall > 0) tb_.scalar("speed/updates_per_s", static_cast<double>(updates_ - first_update_) / wall, step);
-    if constexpr (requires { algo_->learning_rates(); })
-      for (const auto& [name, lr] : algo_->learning_rates()) tb_.scalar("lr/" + name, lr, step);
-    if constexpr (requires { algo_->flat_parameters(); })
-      if (cfg_.run->tensorboard_histograms && tb_.is_open())
-        for (const auto& [name, w] : algo_->flat_parameters()) {
-          const at::Tensor c = w.detach().to(at::kCPU, at::kFloat).contiguous();
-          const auto* data = static_cast<const float*>(c.data_ptr());
-          tb_.histogram("weights/" + name, std::span<const float>(data, static_cast<std::size_t>(c.numel())), step);
-        }
+    if (row.wall > 0) tb_.scalar("speed/updates_per_s", row.updates_per_s, step);
+    if (src_.learning_rates)
+      for (const auto& [name, lr] : src_.learning_rates()) tb_.scalar("lr/" + name, lr, step);
+    if (src_.weights && opt_.histograms && tb_.is_open())
+      for (const auto& [name, w] : src_.weights()) {
+        const at::Tensor c = w.detach().to(at::kCPU, at::kFloat).contiguous();
+        const auto* data = static_cast<const float*>(c.data_ptr());
+        tb_.histogram("weights/" + name, std::span<const float>(data, static_cast<std::size_t>(c.numel())), step);
+      }
     std::string line = "step " + std::to_string(step) + ":";
-    for (const auto& [k, v] : row) {
+    for (const auto& [k, v] : row.values) {
       char b[64];
       std::snprintf(b, sizeof b, " %s=%.6g", k.c_str(), v);
       line += b;
     }
-    log_file_ << line << "\n";
+    log_ << line << "\n";
     std::vector<std::string> extra;
-    if (times_.enabled) {
-      const auto d = times_.since(last_row_times_);
-      last_row_times_ = times_;
+    auto& times = *src_.times;
+    if (times.enabled) {
+      const auto d = times.since(last_row_times_);
+      last_row_times_ = times;
       for (std::size_t p = 0; p < kPhaseNames.size(); ++p)
         tb_.scalar("time/" + std::string(kPhaseNames[p]), d.share(static_cast<Phase>(p)), step);
-      if (d.total_seconds() > 0) extra.push_back("time: " + shares_line(d) + "\n  " + bottleneck(d, advice()));
+      if (d.total_seconds() > 0) extra.push_back("time: " + shares_line(d) + "\n  " + bottleneck(d, opt_.advice));
     }
     if (gpu_ && gpu_->available()) {
       const auto g = gpu_->sample();
@@ -10631,120 +12379,1119 @@ class BasicTrainer {
                                                        std::to_string(static_cast<int>(x.utilization)) + "%");
     }
     for (const auto& e : extra) {
-      log_file_ << "  " << e << "\n";
-      if (progress_.style() == Progress::Style::lines) std::printf("  %s\n", e.c_str());
+      log_ << "  " << e << "\n";
+      if (echo) echo("  " + e);
     }
-    log_file_.flush();
+    log_.flush();
   }
 
-  // A message for the user: on the terminal and in training.log (rank 0).
-  void say(const std::string& m) {
-    progress_.message(m);
-    if (log_file_.is_open()) {
-      log_file_ << m << "\n";
-      log_file_.flush();
-    }
+  /// A line in training.log (rank 0; nothing elsewhere).
+  void note(const std::string& m) {
+    if (!log_.is_open()) return;
+    log_ << m << "\n";
+    log_.flush();
   }
 
-  void show_progress(bool force = false) {
-    if (!parallel_->is_main() || progress_.style() != Progress::Style::bar) {
-      if (!force) return;
-    }
-    progress_.show(ProgressState{env_steps_, *cfg_.train->steps, updates_, elapsed(), recent_return(),
-                                 last_eval_.mean, gpu_line_},
-                   force);
-  }
-
-  std::string summary_line() const {
-    char buf[256];
-    std::snprintf(buf, sizeof buf,
-                  "done: %lld env steps, %lld updates in %.1f s (%.0f steps/s); eval return %.1f "
-                  "(best %.1f)",
-                  static_cast<long long>(env_steps_), static_cast<long long>(updates_),
-                  result_.wall_seconds, static_cast<double>(env_steps_ - first_step_) / result_.wall_seconds,
-                  result_.final_eval_return, result_.best_eval_return);
-    return buf;
-  }
-
-  void write_summary() {
-    if (!parallel_->is_main()) return;
-    const double wall = result_.wall_seconds;
+  /// Writes `summary.json` (rank 0): what the run achieved, where its time went, its config.
+  void write_summary(const FitResult& r, std::int64_t first_step, std::int64_t first_update, double timer_overhead,
+                     const std::string& config_hash,
+                     const std::vector<std::pair<std::string, std::string>>& config) const {
+    if (!src_.ranks->is_main()) return;
+    const double wall = r.wall_seconds;
+    const auto& times = *src_.times;
     std::string j = "{\n";
-    j += "  \"final_eval_return\": " + json_number(result_.final_eval_return) + ",\n";
-    j += "  \"best_eval_return\": " + json_number(result_.best_eval_return) + ",\n";
-    j += "  \"env_steps\": " + std::to_string(env_steps_) + ",\n";
-    j += "  \"updates\": " + std::to_string(updates_) + ",\n";
+    j += "  \"final_eval_return\": " + json_number(r.final_eval_return) + ",\n";
+    j += "  \"best_eval_return\": " + json_number(r.best_eval_return) + ",\n";
+    j += "  \"env_steps\": " + std::to_string(r.env_steps) + ",\n";
+    j += "  \"updates\": " + std::to_string(r.updates) + ",\n";
     j += "  \"wall_seconds\": " + json_number(wall) + ",\n";
-    j += "  \"env_steps_per_s\": " + json_number(static_cast<double>(env_steps_ - first_step_) / wall) + ",\n";
-    j += "  \"updates_per_s\": " + json_number(static_cast<double>(updates_ - first_update_) / wall) + ",\n";
+    j += "  \"env_steps_per_s\": " + json_number(static_cast<double>(r.env_steps - first_step) / wall) + ",\n";
+    j += "  \"updates_per_s\": " + json_number(static_cast<double>(r.updates - first_update) / wall) + ",\n";
     j += "  \"phase_share\": {";
     for (std::size_t i = 0; i < kPhaseNames.size(); ++i)
       j += std::string(i ? ", " : "") + json_string(std::string(kPhaseNames[i])) + ": " +
-           json_number(times_.share(static_cast<Phase>(i)));
+           json_number(times.share(static_cast<Phase>(i)));
     j += "},\n  \"phase_seconds\": {";
     for (std::size_t i = 0; i < kPhaseNames.size(); ++i)
       j += std::string(i ? ", " : "") + json_string(std::string(kPhaseNames[i])) + ": " +
-           json_number(times_.seconds(static_cast<Phase>(i)));
-    j += "},\n  \"bottleneck\": " + json_string(bottleneck(times_, advice())) + ",\n";
-    j += "  \"timer_overhead\": " + json_number(timer_overhead()) + ",\n";
-    j += "  \"world_size\": " + std::to_string(parallel_->world_size()) + ",\n";
-    j += "  \"config_hash\": " + json_string(config_hash_hex(cfg_)) + ",\n";
+           json_number(times.seconds(static_cast<Phase>(i)));
+    j += "},\n  \"bottleneck\": " + json_string(bottleneck(times, opt_.advice)) + ",\n";
+    j += "  \"timer_overhead\": " + json_number(timer_overhead) + ",\n";
+    j += "  \"world_size\": " + std::to_string(src_.ranks->world_size()) + ",\n";
+    j += "  \"config_hash\": " + json_string(config_hash) + ",\n";
     j += "  \"config\": {";
     bool first = true;
-    for (const auto& [k, v] : flatten(cfg_)) {
+    for (const auto& [k, v] : config) {
       j += std::string(first ? "\n" : ",\n") + "    " + json_string(k) + ": " + json_string(v);
       first = false;
     }
     j += "\n  }\n}\n";
-    write_file_atomic(run_dir_ / "summary.json", j);
+    write_file_atomic(opt_.dir / "summary.json", j);
+  }
+
+  /// Writes the rows metrics.csv held back (the run ended before its algorithm reported
+  /// every metric) and flushes TensorBoard.
+  void flush() {
+    csv_.flush_pending();
+    tb_.flush();
+  }
+
+  /// The GPUs' use at the last row ("gpu0 97%"), for the progress bar; empty without GPUs.
+  [[nodiscard]] const std::string& gpu_line() const noexcept { return gpu_line_; }
+  /// What the GPU monitor found, once (rank 0; empty elsewhere).
+  [[nodiscard]] std::string gpu_status() const { return gpu_ ? gpu_->status() : std::string(); }
+  [[nodiscard]] const std::filesystem::path& dir() const noexcept { return opt_.dir; }
+
+ private:
+  Options opt_;
+  Sources src_;
+  MetricsCsv csv_;
+  TensorBoardWriter tb_;
+  std::ofstream log_;
+  std::unique_ptr<GpuMonitor> gpu_;
+  PhaseTimes last_row_times_;  ///< phase times at the last row
+  std::string gpu_line_;       ///< GPU use for the progress bar
+};
+
+}  // namespace anvil
+// ---- end <anvil/train/hooks/metrics.hpp> ----
+// ---- begin <anvil/train/hooks/progress.hpp> ----
+/// @file
+/// `ProgressHook`: the console of a run (rank 0): a live bar on a terminal, redrawn as the
+/// run goes (at most ten times a second), or one line per log row when the output is a file
+/// or a pipe; messages on lines of their own without breaking the bar (`run.progress`).
+/// Not a template.
+
+#include <string>
+
+// ---- begin <anvil/train/run_config.hpp> ----
+/// @file
+/// The `run` section: where and how a run executes, what it writes and when. The `train`
+/// section belongs to the run's loop (train/loops/). Light header.
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+
+namespace anvil {
+
+/// How progress is shown: a live bar on a terminal, periodic lines otherwise.
+enum class ProgressMode { auto_, bar, lines, off };
+constexpr auto enum_names(ProgressMode) {
+  return std::array<std::string_view, 4>{"auto", "bar", "lines", "off"};
+}
+
+/// The `run` section; its keys may be written without the section (`--seed=3`).
+struct RunConfig {
+  Param<std::uint64_t, "seed", "seed of torch, every env, the buffer and exploration"> seed{0};
+  Param<std::string, "device", "cpu, cuda, cuda:N, or auto (CUDA when present)"> device{"auto"};
+  Param<std::string, "run_dir", "where logs go (empty: runs/<algorithm>-<env>-<time>)"> run_dir{""};
+  Param<int, "threads", "intra-op threads of torch (1 is fastest for small nets on CPU)",
+        in_range(1, 1024)>
+      threads{1};
+  Param<int, "update_threads",
+        "threads computing an update's independent gradients at once (CPU; SAC: critic and "
+        "actor; 0: 2 when each process has 2 cores)",
+        in_range(0, 64)>
+      update_threads{0};
+  Param<std::int64_t, "log_interval",
+        "env steps between log lines and CSV rows (gradient updates in an offline loop)", at_least(1)>
+      log_interval{1000};
+  Param<ProgressMode, "progress", "auto: a bar on a terminal, lines otherwise"> progress{
+      ProgressMode::auto_};
+  Param<bool, "smoke", "a run of seconds that checks everything works"> smoke{false};
+  Param<std::int64_t, "checkpoint_interval",
+        "env steps between checkpoints in the run directory (gradient updates in an offline loop; 0: only "
+        "at the end)",
+        at_least(0)>
+      checkpoint_interval{10'000};
+  Param<int, "keep_last", "checkpoints kept; older ones are deleted", at_least(1)> keep_last{3};
+  Param<bool, "checkpoint_buffer", "also save the replay buffer with each checkpoint (exact resume)">
+      checkpoint_buffer{false};
+  Param<bool, "tensorboard", "write TensorBoard event files in the run directory"> tensorboard{true};
+  Param<bool, "tensorboard_histograms", "also histograms of the networks' weights at each log row">
+      tensorboard_histograms{false};
+  Param<bool, "timings", "time each phase of a step (env, act, sample, update, all-reduce, ...)"> timings{true};
+  Param<bool, "sync_timings", "on CUDA, synchronise the device around each timed phase (true times)">
+      sync_timings{true};
+  Param<std::string, "resume",
+        "a checkpoint to continue from, or auto: the latest in run_dir (none there: start afresh)">
+      resume{""};
+
+  /// A run of seconds (`run.smoke`): log rows every 200 steps at most.
+  void shrink() { log_interval = std::min<std::int64_t>(log_interval, 200); }
+};
+
+}  // namespace anvil
+// ---- end <anvil/train/run_config.hpp> ----
+
+namespace anvil {
+
+/// The console of a run (see file comment).
+class ProgressHook {
+ public:
+  /// No progress shown (ranks other than 0, which also say nothing).
+  ProgressHook() : p_(Progress::Style::off) {}
+  /// Shows progress as `mode` says (`auto`: a bar on a terminal, lines otherwise).
+  explicit ProgressHook(ProgressMode mode)
+      : p_(mode == ProgressMode::auto_ ? Progress::detect()
+           : mode == ProgressMode::bar ? Progress::Style::bar
+           : mode == ProgressMode::lines ? Progress::Style::lines
+                                         : Progress::Style::off) {}
+
+  /// After each iteration: redraws the bar.
+  void iteration(const ProgressState& s) {
+    if (p_.style() == Progress::Style::bar) p_.show(s);
+  }
+  /// At each log row: a line (lines mode).
+  void row(const ProgressState& s) {
+    if (p_.style() == Progress::Style::lines) p_.show(s, true);
+  }
+  /// A line under a log row (lines mode), e.g. the timing split.
+  void echo(const std::string& line) {
+    if (p_.style() == Progress::Style::lines) p_.message(line);
+  }
+  /// A message on its own line (whatever the style: `off` silences only the progress).
+  void say(const std::string& m) { p_.message(m); }
+  /// Ends the bar's line.
+  void finish() { p_.finish(); }
+  [[nodiscard]] Progress::Style style() const noexcept { return p_.style(); }
+
+ private:
+  Progress p_;
+};
+
+}  // namespace anvil
+// ---- end <anvil/train/hooks/progress.hpp> ----
+// ---- begin <anvil/train/run.hpp> ----
+/// @file
+/// `Run`: the life of a training run that does not depend on its policy types, compiled
+/// once whatever the Trainer: the run directory, the loop's iterations and the hooks that
+/// fire on its clock (evaluation, log rows, checkpoints, progress), resuming, giving every
+/// rank rank 0's state and checking that the ranks agree, and the end of the run. The
+/// Trainer (train/trainer.hpp) builds the parts and hands them to a Run; a custom main can
+/// call the same steps through the Trainer (`begin`, `evaluate`, `log`, `finish`, ...).
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Context.h>
+#include <torch/csrc/autograd/anomaly_mode.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+
+namespace anvil {
+
+/// What a Run needs of the loop that drives it, whatever the loop's type.
+class LoopControl {
+ public:
+  virtual ~LoopControl() = default;
+  [[nodiscard]] virtual LoopSettings settings() const = 0;
+  [[nodiscard]] virtual int stage() const = 0;
+  [[nodiscard]] virtual bool done() const = 0;
+  virtual void iterate(std::int64_t quiet_until) = 0;
+  virtual void at_log_row() = 0;
+  virtual void resumed() = 0;
+  [[nodiscard]] virtual BottleneckAdvice advice() const = 0;
+};
+
+/// `LoopControl` of a loop runner `R` (train/loops/loop.hpp).
+template <class R>
+class LoopControlOf final : public LoopControl {
+ public:
+  explicit LoopControlOf(R& r) : r_(r) {}
+  [[nodiscard]] LoopSettings settings() const override { return r_.settings(); }
+  [[nodiscard]] int stage() const override { return r_.stage(); }
+  [[nodiscard]] bool done() const override { return r_.done(); }
+  void iterate(std::int64_t quiet_until) override { r_.iterate(quiet_until); }
+  void at_log_row() override { r_.at_log_row(); }
+  void resumed() override { r_.resumed(); }
+  [[nodiscard]] BottleneckAdvice advice() const override { return r_.advice(); }
+
+ private:
+  R& r_;
+};
+
+/// Torch's global random generators (the CPU one, and the run's CUDA device's): the
+/// `torch_rng` section of a run's state (this rank's own).
+class TorchGenerators {
+ public:
+  TorchGenerators() = default;
+  explicit TorchGenerators(c10::Device device) : device_(device) {}
+  void save(BinaryWriter& w) const {
+    write_tensor(w, at::detail::getDefaultCPUGenerator().get_state());
+    w.value(device_.is_cuda());
+    if (device_.is_cuda()) write_tensor(w, at::globalContext().defaultGenerator(device_).get_state());
+  }
+  struct Saved {
+    at::Tensor cpu, cuda;
+  };
+  [[nodiscard]] Saved read(BinaryReader& r) const {
+    Saved s;
+    s.cpu = read_tensor(r, "torch CPU generator state", at::detail::getDefaultCPUGenerator().get_state());
+    const bool was_cuda = r.value<bool>("CUDA flag");
+    if (was_cuda != device_.is_cuda())
+      r.fail("CUDA flag", was_cuda ? "says the run was on CUDA; this one is on " + device_.str()
+                                   : "says the run was on the CPU; this one is on " + device_.str());
+    if (was_cuda)
+      s.cuda = read_tensor(r, "torch CUDA generator state", at::globalContext().defaultGenerator(device_).get_state());
+    return s;
+  }
+  void restore(const Saved& s) const {
+    at::Generator cpu = at::detail::getDefaultCPUGenerator();
+    cpu.set_state(s.cpu);
+    if (s.cuda.defined()) {
+      at::Generator cuda = at::globalContext().defaultGenerator(device_);
+      cuda.set_state(s.cuda);
+    }
+  }
+
+ private:
+  c10::Device device_{c10::kCPU};
+};
+
+/// Applies a precision policy's process-wide switches once (cuDNN benchmark, anomaly
+/// detection, TF32) and returns what the run should say about them and about the CPU's
+/// BLAS.
+inline std::vector<std::string> apply_precision_settings(const PrecisionSettings& p, const c10::Device& device,
+                                                         int update_threads) {
+  std::vector<std::string> notes;
+  auto& g = at::globalContext();
+  g.setBenchmarkCuDNN(p.cudnn_benchmark);
+  torch::autograd::AnomalyMode::set_enabled(p.detect_anomaly);
+  g.setAllowTF32CuBLAS(p.allow_tf32);
+  g.setAllowTF32CuDNN(p.allow_tf32);
+  if (p.allow_tf32 && !device.is_cuda())
+    notes.push_back("precision: TF32 changes only CUDA matrix products; on the CPU this run is FP32");
+  if (p.detect_anomaly) notes.push_back("precision: autograd anomaly detection is on (slow; for debugging NaNs)");
+  if (!device.is_cuda()) {
+    const BlasInfo b = blas_info();
+    if (b.reference)
+      notes.push_back("cpu: Torch uses the reference BLAS (" + b.library +
+                      "): matrix products are about 10x slower; run scripts/install-deps.sh");
+    else if (b.openblas)
+      notes.push_back("cpu: OpenBLAS" + (b.core.empty() ? std::string() : " (" + b.core + " kernels)") + ", " +
+                      std::to_string(at::get_num_threads()) + " intra-op thread(s), " + std::to_string(update_threads) +
+                      " update thread(s)");
+  }
+  return notes;
+}
+
+/// The life of a run (see file comment).
+class Run {
+ public:
+  /// What the Trainer tells a run about itself.
+  struct Setup {
+    RunConfig run;                 ///< the `run` section
+    std::string program;           ///< the program's name, for logs
+    std::string algorithm;         ///< the algorithm's config section ("sac"): names, TensorBoard prefix
+    std::string precision;         ///< "fp32", ...
+    std::string env_name;
+    std::int64_t num_envs = 1;     ///< envs of this rank
+    std::string device;
+    std::string config_hash, config_yaml;
+    std::vector<std::pair<std::string, std::string>> config;  ///< every field, flattened
+    std::vector<std::string> notes;  ///< said once when the run starts
+  };
+  /// The parts the Trainer owns and the run uses; they outlive it.
+  struct Parts {
+    Clock* clock = nullptr;
+    Ranks* ranks = nullptr;
+    PhaseTimes* times = nullptr;
+    StepCollector* collector = nullptr;
+    UpdateMetrics* metrics = nullptr;
+    const StateSections* state = nullptr;         ///< the run's state (checkpoints, rank sync)
+    const StateSections* buffer_state = nullptr;  ///< the buffer's (its file beside a checkpoint)
+    LoopControl* loop = nullptr;
+    Evaluation* evaluation = nullptr;
+    /// Runs an evaluation of `n` episodes with the policy (its average when one is kept).
+    std::function<EvalResult(int n)> evaluate;
+    /// Writes the policy alone (policy.bin); empty when the algorithm has no policy file.
+    std::function<void(const std::filesystem::path&)> save_policy;
+    MetricsLog::Sources log_sources;  ///< filled in by the run but for the algorithm's functions
+  };
+
+  /// The format tag of the state rank 0 sends the others.
+  static constexpr const char* kRankStateFormat = "anvil Rank State v2";
+
+  Run(Setup s, Parts p) : s_(std::move(s)), p_(std::move(p)) {
+    checkpoints_ = Checkpoints(Checkpoints::Options{s_.run.run_dir.value, s_.run.keep_last, s_.run.checkpoint_buffer},
+                               Checkpoints::Identity{s_.algorithm, s_.precision, s_.config_hash, s_.config},
+                               *p_.state, *p_.buffer_state);
+    if (!s_.run.run_dir->empty()) run_dir_ = *s_.run.run_dir;
+    restart_schedules();
+  }
+  Run(const Run&) = delete;
+  Run& operator=(const Run&) = delete;
+
+  /// Trains until the loop is done: iterations, with evaluations, log rows and checkpoints
+  /// on the clock; then `finish`.
+  FitResult fit() {
+    begin();
+    auto& loop = *p_.loop;
+    while (!loop.done()) {
+      loop.iterate(quiet_until());
+      if (loop.stage() != stage_) next_stage();
+      const auto now = p_.clock->now();
+      if (eval_every_.due(now)) record_evaluation(evaluate(settings_.eval_episodes));
+      if (log_every_.due(now)) log();
+      if (checkpoint_every_.due(now) && !loop.done()) checkpoint();
+      show_progress();
+    }
+    return finish();
+  }
+
+  /// Opens the run directory (config.yaml, training.log, metrics.csv, TensorBoard events),
+  /// resumes when `run.resume` asks, and gives every rank rank 0's state.
+  void begin() {
+    open_run_dir();
+    resume_if_asked();
+    sync_from_main();  // a resumed rank 0 hands its state to the others
+    first_step_ = p_.clock->env_steps;  // rates count what this process did
+    first_update_ = p_.clock->updates;
+    restart_schedules();
+  }
+
+  /// Ends the run: a last evaluation (unless one was recorded at this step), a last log row,
+  /// a checkpoint, the timing verdict and summary.json.
+  FitResult finish() {
+    const auto now = p_.clock->now();
+    if (p_.evaluation->last_at() != now) record_evaluation(evaluate(settings_.eval_episodes));
+    if (log_at_ != now || logged_eval_at_ != p_.evaluation->last_at()) log();  // not the same row twice
+    checkpoint();
+    const bool main = p_.ranks->is_main();
+    if (p_.ranks->world_size() > 1 && main) say(sync_line_);
+    if (main && p_.times->enabled) {
+      say("time: " + shares_line(*p_.times));
+      say(bottleneck(*p_.times, p_.loop->advice()));
+    }
+    log_.flush();
+    progress_.finish();
+    FitResult r;
+    r.env_steps = p_.clock->env_steps;
+    r.updates = p_.clock->updates;
+    r.wall_seconds = elapsed();
+    r.final_eval_return = p_.evaluation->last().mean;
+    r.best_eval_return = p_.evaluation->best();
+    log_.write_summary(r, first_step_, first_update_, timer_overhead(), s_.config_hash, s_.config);
+    if (main) {
+      say(summary_line(r));
+      say("logs: " + run_dir_.string() + " (training.log, metrics.csv, TensorBoard events, summary.json, config.yaml)");
+    }
+    return r;
+  }
+
+  /// An evaluation of `episodes` episodes (all ranks together), not yet recorded.
+  EvalResult evaluate(int episodes) { return p_.evaluate(episodes); }
+  /// Makes `r` the latest evaluation (in the next log row, summary.json and the best so far).
+  void record_evaluation(const EvalResult& r) { p_.evaluation->record(r, p_.clock->now()); }
+
+  /// A row of metrics now (every rank must call it).
+  void log() {
+    ScopedPhase ph(*p_.times, Phase::log);
+    p_.loop->at_log_row();
+    log_at_ = p_.clock->now();
+    logged_eval_at_ = p_.evaluation->last_at();
+    auto row = log_.gather(elapsed(), first_step_, first_update_);
+    if (!row) return;
+    log_.write_csv(*row);
+    progress_.row(progress_state());
+    log_.write_rest(*row, [this](const std::string& line) { progress_.echo(line); });
+  }
+
+  /// A checkpoint at the current step (rank 0 writes it, after the ranks are found in sync),
+  /// with policy.bin beside it; the oldest beyond `run.keep_last` go.
+  void checkpoint() {
+    check_in_sync();
+    if (!p_.ranks->is_main()) return;
+    ScopedPhase ph(*p_.times, Phase::checkpoint);
+    checkpoints_.save_at(p_.clock->now());
+    if (p_.save_policy) p_.save_policy(run_dir_ / "policy.bin");
+  }
+
+  /// Writes everything a resumed run needs to continue exactly as this one would (every
+  /// section of the run's state; with `run.checkpoint_buffer` the buffer beside it).
+  void save_checkpoint(const std::filesystem::path& file) { checkpoints_.save(file); }
+
+  /// Restores what `save_checkpoint` wrote; the checkpoint must come from the same
+  /// algorithm, networks, buffer, envs and precision (the error names the first field that
+  /// differs). Everything is read and checked before anything changes.
+  void load_checkpoint(const std::filesystem::path& file) {
+    checkpoints_.read(file)();
+    p_.collector->restored();
+    p_.loop->resumed();
+    resumed_from_ = file;
+  }
+
+  /// Rank 0's shared state on every rank: at construction (ranks seed their networks apart)
+  /// and after rank 0 resumed.
+  void sync_from_main() {
+    auto& ranks = *p_.ranks;
+    if (ranks.world_size() == 1) return;
+    std::vector<std::uint8_t> bytes;
+    if (ranks.is_main()) {
+      auto w = BinaryWriter::in_memory(kRankStateFormat);
+      p_.state->write(w, Scope::shared);
+      bytes = w.take_bytes();
+    }
+    ranks.broadcast(bytes);
+    if (ranks.is_main()) return;
+    BinaryReader r(bytes, "rank 0's state", kRankStateFormat);
+    auto apply = p_.state->read(r, Scope::shared);
+    r.finish();
+    apply();
+    p_.loop->resumed();
+  }
+
+  /// Checks that every rank holds bitwise the same learned state as rank 0 (they apply the
+  /// same averaged gradients, so they must); a DistributedError naming the ranks that differ.
+  void check_in_sync() {
+    auto& ranks = *p_.ranks;
+    const int world = ranks.world_size();
+    if (world == 1) return;
+    auto w = BinaryWriter::in_memory(kRankStateFormat);
+    p_.state->write(w, Scope::checked);
+    const auto bytes = w.take_bytes();
+    detail::Crc32c crc;
+    crc.update(bytes.data(), bytes.size());
+    std::vector<at::Tensor> mine{at::full({1}, static_cast<std::int64_t>(crc.value()), at::kLong).to(ranks.device())};
+    ranks.broadcast(mine);
+    const auto main_crc = static_cast<std::uint32_t>(mine[0].item<std::int64_t>());
+    std::vector<double> differs(static_cast<std::size_t>(world), 0.0);
+    if (main_crc != crc.value()) differs[static_cast<std::size_t>(ranks.rank())] = 1.0;
+    ranks.sum(differs);
+    std::string bad;
+    for (int r = 0; r < world; ++r)
+      if (differs[static_cast<std::size_t>(r)] > 0) bad += (bad.empty() ? "" : ", ") + std::to_string(r);
+    if (!bad.empty())
+      throw DistributedError("rank " + std::to_string(ranks.rank()) + ": ranks out of sync at " +
+                             std::string(step_name(p_.clock->unit)) + " " + std::to_string(p_.clock->now()) +
+                             ": the learned state of rank(s) " + bad + " differs from rank 0's");
+    char hex[16];
+    std::snprintf(hex, sizeof hex, "%08x", main_crc);
+    sync_line_ = "ranks in sync: all " + std::to_string(world) +
+                 " ranks hold bitwise-identical parameters and optimizer state (crc32c " + hex + ", " +
+                 std::string(step_name(p_.clock->unit)) + " " + std::to_string(p_.clock->now()) + ")";
+  }
+
+  /// A message for the user: on the terminal and in training.log (rank 0).
+  void say(const std::string& m) {
+    if (!p_.ranks->is_main()) return;
+    progress_.say(m);
+    log_.note(m);
+  }
+
+  [[nodiscard]] const std::filesystem::path& run_dir() const noexcept { return run_dir_; }
+  [[nodiscard]] const std::filesystem::path& resumed_from() const noexcept { return resumed_from_; }
+  [[nodiscard]] const std::vector<std::string>& notes() const noexcept { return s_.notes; }
+  /// The phase timers' own share of the run so far (see `Trainer::timer_overhead`).
+  [[nodiscard]] double timer_overhead() const {
+    const double wall = elapsed();
+    return wall > 0 ? timer_cost_ * static_cast<double>(p_.times->calls()) / wall : 0.0;
+  }
+  /// Seconds since the run began (`begin`).
+  [[nodiscard]] double elapsed() const {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  }
+
+ private:
+  // The clock value before which no hook fires (a loop leaves nothing in flight there).
+  std::int64_t quiet_until() const {
+    return std::min({eval_every_.next(), log_every_.next(), checkpoint_every_.next()});
+  }
+
+  // The hooks' schedules from where the clock stands, in the current stage's unit.
+  void restart_schedules() {
+    settings_ = p_.loop->settings();
+    stage_ = p_.loop->stage();
+    const auto now = p_.clock->now();
+    eval_every_ = Every(settings_.eval_interval);
+    log_every_ = Every(s_.run.log_interval);
+    checkpoint_every_ = Every(s_.run.checkpoint_interval);
+    for (auto* e : {&eval_every_, &log_every_, &checkpoint_every_}) e->start(now);
+  }
+
+  // A stage of a Staged loop has ended: an evaluation, a row and a checkpoint mark its end,
+  // then the hooks follow the next stage's schedule and unit.
+  void next_stage() {
+    const auto ended = settings_;
+    record_evaluation(evaluate(ended.eval_episodes));
+    log();
+    checkpoint();
+    restart_schedules();
+    say("stage " + std::to_string(stage_) + " begins: " + std::to_string(settings_.steps) + " " +
+        std::string(unit_name(settings_.unit)));
+  }
+
+  ProgressState progress_state() const {
+    return ProgressState{p_.clock->in(settings_.unit) - settings_.origin,
+                         settings_.steps,
+                         p_.clock->updates,
+                         elapsed(),
+                         p_.collector->episodes().recent_mean(10),
+                         p_.evaluation->last().mean,
+                         log_.gpu_line()};
+  }
+  void show_progress() {
+    if (p_.ranks->is_main()) progress_.iteration(progress_state());
+  }
+
+  void open_run_dir() {
+    start_ = std::chrono::steady_clock::now();
+    const bool main = p_.ranks->is_main();
+    if (main) {
+      const std::string& resume = s_.run.resume;
+      if (resume == "auto" && s_.run.run_dir->empty())
+        throw ConfigError("run.resume=auto looks for the latest checkpoint in run.run_dir, which is not set");
+      // A resumed run without run.run_dir continues in its checkpoint's directory.
+      run_dir_ = !s_.run.run_dir->empty() ? std::filesystem::path(*s_.run.run_dir)
+                 : !resume.empty()        ? std::filesystem::absolute(resume).parent_path()
+                                          : std::filesystem::path("runs") /
+                                         (s_.algorithm + "-" + s_.env_name + "-" + timestamp_for_path());
+      std::error_code ec;
+      std::filesystem::create_directories(run_dir_, ec);
+      if (ec) throw Error("run.run_dir: cannot create '" + run_dir_.string() + "': " + ec.message());
+      checkpoints_.set_dir(run_dir_);
+      write_file_atomic(run_dir_ / "config.yaml",
+                        "# " + s_.program + ", config hash " + s_.config_hash + "\n" + s_.config_yaml);
+    }
+    // Every rank takes part in log rows; rank 0 writes them.
+    auto sources = p_.log_sources;
+    sources.clock = p_.clock;
+    sources.episodes = &p_.collector->episodes();
+    sources.metrics = p_.metrics;
+    sources.evaluation = p_.evaluation;
+    sources.times = p_.times;
+    sources.ranks = p_.ranks;
+    log_ = MetricsLog(MetricsLog::Options{run_dir_, s_.algorithm, s_.run.tensorboard, s_.run.tensorboard_histograms,
+                                          settings_.record_unit, p_.loop->advice()},
+                      std::move(sources),
+                      "==== " + timestamp_for_path() + " " + s_.program + ", config hash " + s_.config_hash +
+                          "\n# resolved config\n" + s_.config_yaml + "# end of config\n");
+    if (!main) return;
+    s_.notes.push_back(log_.gpu_status());  // once, whether it found GPUs or not
+    timer_cost_ = phase_timer_cost();
+    progress_ = ProgressHook(s_.run.progress);
+    say(s_.program + ": " + s_.algorithm + " on " + s_.env_name + ", " + std::to_string(s_.num_envs) + " env(s), device " +
+        s_.device + ", " + std::to_string(settings_.steps) + " " +
+        (settings_.unit == ClockUnit::env_steps ? "steps" : "gradient updates") + ", config hash " + s_.config_hash);
+    for (const auto& n : s_.notes) say(n);
+  }
+
+  // run.resume: a path, or auto (the latest checkpoint in the run directory, if any). Rank
+  // 0 reads it; the others take its state in `sync_from_main`.
+  void resume_if_asked() {
+    const std::string& what = s_.run.resume;
+    if (what.empty() || !p_.ranks->is_main()) return;
+    const auto file = checkpoints_.resolve(what);
+    if (file.empty()) {
+      say("resume: no checkpoint in " + run_dir_.string() + "; starting afresh");
+      return;
+    }
+    load_checkpoint(file);
+    log_.resume(*p_.clock);
+    say("resumed from " + file.string() + " at " + std::string(step_name(p_.clock->unit)) + " " +
+        std::to_string(p_.clock->now()));
+  }
+
+  std::string summary_line(const FitResult& r) const {
+    char buf[256];
+    std::snprintf(buf, sizeof buf,
+                  "done: %lld env steps, %lld updates in %.1f s (%.0f steps/s); eval return %.1f (best %.1f)",
+                  static_cast<long long>(r.env_steps), static_cast<long long>(r.updates), r.wall_seconds,
+                  static_cast<double>(r.env_steps - first_step_) / r.wall_seconds, r.final_eval_return,
+                  r.best_eval_return);
+    return buf;
+  }
+
+  Setup s_;
+  Parts p_;
+  LoopSettings settings_;
+  int stage_ = 0;
+  Every eval_every_, log_every_, checkpoint_every_;
+  Checkpoints checkpoints_;
+  MetricsLog log_;
+  ProgressHook progress_;
+  std::filesystem::path run_dir_, resumed_from_;
+  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+  std::int64_t first_step_ = 0, first_update_ = 0;  ///< the clock when this process began
+  std::int64_t log_at_ = -1, logged_eval_at_ = -1;  ///< clock at the last log row, and of the eval in it
+  std::string sync_line_;                           ///< what the last in-sync check found
+  double timer_cost_ = 0;                           ///< seconds one ScopedPhase costs here
+};
+
+}  // namespace anvil
+// ---- end <anvil/train/run.hpp> ----
+// ---- begin <anvil/train/start.hpp> ----
+/// @file
+/// `anvil::start`: the one line a main calls first, and the only place where anvil controls
+/// the process. Constructors and parsers never print, exit, fork or restart anything; this
+/// call does what a training program must do before it builds a Trainer:
+///  - installs the handler that turns an uncaught anvil error into `error: <message>` and
+///    its exit status (2 for bad input, 3 for a failure between ranks, 1 otherwise);
+///  - makes sure OpenBLAS uses its fast kernels (`prefer_fast_blas`: on an AVX-512 CPU whose
+///    kernels OpenBLAS did not recognise, the program restarts itself once with
+///    OPENBLAS_CORETYPE set);
+///  - reads the command line and `--config` files into the Trainer's config: `--help` prints
+///    every field and exits 0, `--print-config` prints the resolved config and exits 0, a bad
+///    key or value prints one line naming it and exits 2;
+///  - starts the ranks: a program with `DDP<N>` started plainly becomes the launcher of its
+///    node's N ranks (parallel/launch.hpp) and exits with their outcome; a rank (or a run
+///    with one process) returns.
+///
+///     int main(int argc, char** argv) {
+///       using Trainer = anvil::Trainer<anvil::SAC, anvil::UniformBuffer>;
+///       Trainer trainer(anvil::envs::Pendulum{}, anvil::start<Trainer>(argc, argv));
+///       trainer.fit();
+///     }
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <utility>
+
+
+namespace anvil {
+
+namespace detail {
+[[noreturn]] inline void exit_with(const Error& e) {
+  std::fflush(stdout);
+  std::fprintf(stderr, "error: %s\n", e.what());
+  std::fflush(stderr);
+  std::exit(e.exit_code());
+}
+}  // namespace detail
+
+/// The process's part of `start` (see file comment) for a main that builds its configs
+/// itself (e.g. several Trainer types from one command line): error handler, BLAS kernels,
+/// the parsed command line. A malformed command line exits 2.
+inline Args start(int argc, char** argv) {
+  install_error_handler();
+  prefer_fast_blas(argc, argv);
+  try {
+    return parse_config(argc, argv);
+  } catch (const ConfigError& e) {
+    detail::exit_with(e);
+  }
+}
+
+/// A config of type `Config` from `args` over `defaults`: answers `--help` and
+/// `--print-config` (exit 0) and reports bad input (exit 2). For programs whose config is
+/// not a Trainer's (benchmarks, tools); a Trainer's main calls `start<Trainer>`.
+template <class Config>
+Config start_config(const Args& args, Config defaults = {}) {
+  if (args.help) {
+    std::fputs(help_text<Config>(args.program, defaults).c_str(), stdout);
+    std::fflush(stdout);
+    std::exit(0);
+  }
+  Config cfg;
+  try {
+    cfg = configure<Config>(args, std::move(defaults));
+  } catch (const ConfigError& e) {
+    detail::exit_with(e);
+  }
+  if (args.print_config) {
+    std::printf("# %s config, hash %s\n%s", args.program.c_str(), config_hash_hex(cfg).c_str(), to_yaml(cfg).c_str());
+    std::fflush(stdout);
+    std::exit(0);
+  }
+  return cfg;
+}
+
+/// `start(argc, argv)` then `start_config(args, defaults)`.
+template <class Config>
+Config start_config(int argc, char** argv, Config defaults = {}) {
+  return start_config<Config>(start(argc, argv), std::move(defaults));
+}
+
+/// The config of a `Trainer` from `args` over `defaults` (see file comment): answers
+/// `--help` and `--print-config` (exit 0), reports bad input (exit 2), and starts the ranks
+/// the Trainer's parallelism needs.
+template <class Trainer>
+typename Trainer::Config start(const Args& args, typename Trainer::Config defaults = {}) {
+  auto cfg = start_config<typename Trainer::Config>(args, std::move(defaults));
+  try {
+    Trainer::Parallelism::start_ranks(*cfg.parallel);  // a launcher does not return
+  } catch (const Error& e) {
+    detail::exit_with(e);
+  }
+  return cfg;
+}
+
+/// `start(argc, argv)` then `start<Trainer>(args, defaults)`: the usual first line of a main.
+template <class Trainer>
+typename Trainer::Config start(int argc, char** argv, typename Trainer::Config defaults = {}) {
+  return start<Trainer>(start(argc, argv), std::move(defaults));
+}
+
+}  // namespace anvil
+// ---- end <anvil/train/start.hpp> ----
+// ---- begin <anvil/train/trainer.hpp> ----
+/// @file
+/// `anvil::Trainer<Algorithm, Buffer, Parallelism, Precision[, Loop]>`: the host whose policy
+/// slots read as a sentence. It builds a run's parts from its config (the ranks and device,
+/// the envs and their collector, the algorithm, the buffer, the step context, the loop its
+/// algorithm's data regime calls for, the state sections) and hands them to a `Run`
+/// (train/run.hpp), which drives the loop and fires the hooks on its clock. `fit()` runs it
+/// all; a custom main may call the steps itself (`begin`, `collect`, `update`, `evaluate`,
+/// `log`, `save_checkpoint`, `finish`).
+
+#include <torch/cuda.h>
+#include <torch/utils.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstdint>
+#include <deque>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <thread>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+
+namespace anvil {
+
+/// The loop an algorithm trains in: the one it names (`using loop = ...`), else the one its
+/// data regime calls for (on-policy: `OnPolicyLoop`; off-policy: `OffPolicyLoop`).
+template <class A>
+struct default_loop {
+  using type = std::conditional_t<detail::on_policy_of<A>(), OnPolicyLoop, OffPolicyLoop>;
+};
+template <NamesItsLoop A>
+struct default_loop<A> {
+  using type = typename A::loop;
+};
+template <class A>
+using default_loop_t = typename default_loop<A>::type;
+
+/// The Trainer for a valid combination of policies (see `Trainer`).
+/// @tparam A an `Algorithm` (SAC, PPO, ...)
+/// @tparam B a `Buffer` the algorithm learns from (UniformBuffer, ...)
+/// @tparam P a `Parallelism` policy (SingleDevice, DDP<N>)
+/// @tparam X a `Precision` policy (FP32, TF32, BF16, FP16)
+/// @tparam L a `Loop` (default: the one the algorithm's data regime calls for)
+template <class A, class B, class P, class X, class L = default_loop_t<A>>
+class BasicTrainer {
+ public:
+  using Algorithm = A;
+  using Buffer = B;
+  using Parallelism = P;
+  using Precision = X;
+  using Loop = L;
+  using Runner = typename L::template Runner<A, B>;
+
+  /// Every knob of a run, one section per policy; keys are `<section>.<field>`.
+  struct Config {
+    Section<"run", RunConfig> run;
+    Section<L::config_section, typename L::Config> train;
+    Section<"env", envs::VecEnvConfig> env;
+    Section<"normalize", envs::NormalizeConfig> normalize;
+    Section<A::config_section, typename A::Config> algorithm;
+    Section<B::config_section, typename B::Config> buffer;
+    Section<P::config_section, typename P::Config> parallel;
+    Section<X::config_section, typename X::Config> precision;
+
+    /// Rules across sections.
+    void validate() const {
+      const auto s = L::settings(*train);
+      if (s.unit == ClockUnit::env_steps && s.eval_interval > 0 && s.eval_interval < env->num_envs)
+        throw ConfigError("train.eval_interval (" + std::to_string(s.eval_interval) +
+                          ") is shorter than one step of env.num_envs (" + std::to_string(*env->num_envs) + ") envs");
+    }
+  };
+
+  /// Builds the run from a typed config (validated here; throws ConfigError). With DDP<N>
+  /// the process must be a rank: `anvil::start` launches them.
+  template <envs::Env E>
+  BasicTrainer(const E& env, Config cfg, std::string program = "anvil") : cfg_(prepare(std::move(cfg))) {
+    torch::set_num_threads(cfg_.run->threads);
+    parallel_ = std::make_unique<P>(*cfg_.parallel);
+    ctx_.device = resolve_device(cfg_.run->device, parallel_->device_index());
+    parallel_->connect(ctx_.device);
+    ctx_.seed = cfg_.run->seed;
+    ctx_.rank = parallel_->rank();
+    ctx_.world_size = parallel_->world_size();
+    const LoopSettings loop = L::settings(*cfg_.train);
+    ctx_.lr_scaling = loop.lr_scaling;
+    ctx_.base_batch = loop.base_batch;
+    ctx_.micro_batches = loop.grad_accumulation;
+    const PrecisionSettings precision = X::settings(*cfg_.precision);
+    if (precision.needs_cuda && !ctx_.device.is_cuda())
+      throw DeviceError(upper(precision.name) + " autocast needs a CUDA device; use BF16 on CPU (run.device is " +
+                        ctx_.device.str() + ")");
+    ranks_ = Ranks(*parallel_, ctx_.device);
+    auto notes = apply_precision_settings(precision, ctx_.device, update_threads());
+    seed_torch(ctx_);
+
+    // The envs: training envs (normalised when asked), and evaluation envs that normalise
+    // observations with the training statistics, frozen.
+    auto venv = envs::make_vec_env(env, *cfg_.env, ctx_.seed_for(Stream::env));
+    if (cfg_.normalize->obs || cfg_.normalize->reward) {
+      // The return's discount is the algorithm's, which the loop gives the envs (or normalize.gamma).
+      auto wrapped = std::make_unique<envs::NormalizedVecEnv>(std::move(venv), *cfg_.normalize, NAN);
+      norm_ = wrapped->state();
+      venv = std::move(wrapped);
+    }
+    if (!venv->saves_state())
+      notes.push_back("checkpoints: " + venv->spec().name +
+                      " is not trivially copyable, so checkpoints hold no env state (a resumed run starts new episodes)");
+    collector_ = std::make_unique<StepCollector>(std::move(venv), times_);
+    const auto& spec = collector_->spec();
+
+    algo_ = std::make_unique<A>(spec, *cfg_.algorithm, ctx_);
+    buffer_ = std::make_unique<B>(spec, *cfg_.buffer, ctx_);
+    step_ctx_ = StepContext(step_options(precision));
+    runner_ = std::make_unique<Runner>(
+        *cfg_.train, LoopParts<A, B>{*algo_, *buffer_, step_ctx_, *collector_, clock_, ranks_, times_, metrics_});
+    runner_->begin();
+    control_ = std::make_unique<LoopControlOf<Runner>>(*runner_);
+    evaluation_ = Evaluation(
+        [env, norm = norm_, ncfg = *cfg_.normalize](int n, std::uint64_t seed) {
+          envs::VecEnvConfig c;
+          c.num_envs = n;
+          auto v = envs::make_vec_env(env, c, seed);
+          if (!norm) return v;
+          return std::unique_ptr<envs::VecEnvBase>(
+              std::make_unique<envs::NormalizedVecEnv>(std::move(v), ncfg, 0.99, norm, /*frozen=*/true));
+        },
+        ctx_.seed_for(Stream::eval_env), ranks_, &times_);
+    torch_rng_ = TorchGenerators(ctx_.device);
+    add_sections();
+    notes.insert(notes.begin(), "world: " + parallel_->describe());
+    run_ = std::make_unique<Run>(setup(std::move(program), std::move(notes)), parts());
+    run_->sync_from_main();  // every rank starts from rank 0's networks and optimizer state
+  }
+
+  BasicTrainer(const BasicTrainer&) = delete;
+  BasicTrainer& operator=(const BasicTrainer&) = delete;
+
+  /// Trains until the loop is done (`train.steps`): iterations, with evaluations, log rows
+  /// and checkpoints on the clock. The same as `begin()`, the loop, then `finish()`.
+  FitResult fit() { return run_->fit(); }
+  /// For a main that runs its own loop: opens the run directory, resumes when `run.resume`
+  /// asks, and gives every rank rank 0's state. Call it once before collecting.
+  void begin() { run_->begin(); }
+  /// Ends a run begun with `begin()`: a last evaluation, log row and checkpoint, the timing
+  /// verdict and summary.json.
+  FitResult finish() { return run_->finish(); }
+  /// A row of metrics now (with several ranks, every rank must call it).
+  void log() { run_->log(); }
+  /// Mean return of `episodes` episodes with deterministic actions (the policy's average
+  /// with `train.ema_decay`), on envs seeded apart from the training envs.
+  EvalResult evaluate(int episodes) { return run_->evaluate(episodes); }
+  /// Makes `r` the run's latest evaluation (in the next log row, summary.json, the best).
+  void record_evaluation(const EvalResult& r) { run_->record_evaluation(r); }
+
+  /// Steps the envs until at least `n` more env steps are stored (a step loop).
+  void collect(std::int64_t n)
+    requires StepwiseLoop<Runner>
+  {
+    runner_->collect(n);
+  }
+  /// `n` gradient updates, each on a fresh batch (a step loop).
+  void update(int n)
+    requires StepwiseLoop<Runner>
+  {
+    runner_->update(n);
+  }
+
+  /// Writes everything a resumed run needs to continue exactly as this one would (every
+  /// state section; with `run.checkpoint_buffer` the buffer beside it). Atomic.
+  void save_checkpoint(const std::filesystem::path& file) { run_->save_checkpoint(file); }
+  /// Restores what `save_checkpoint` wrote (all or nothing; the error names what differs).
+  void load_checkpoint(const std::filesystem::path& file) { run_->load_checkpoint(file); }
+
+  /// Writes the policy alone (`anvil::load_policy` reads it back without a trainer): the
+  /// averaged weights when `train.ema_decay` is on, the env's action bounds, and the
+  /// observation normaliser's statistics with `normalize.obs`. Atomic.
+  void save_policy(const std::filesystem::path& file) const
+    requires ExportsPolicy<A>
+  {
+    BinaryWriter w(file, kPolicyFormat);
+    w.string(collector_->spec().name);
+    algo_->save_policy(w);
+    write_tensor(w, collector_->action_scale());
+    write_tensor(w, collector_->action_offset());
+    const bool normalised = norm_ && cfg_.normalize->obs;
+    w.value(normalised);  // the policy acts on observations normalised as in training
+    if (normalised) {
+      const auto& mean = norm_->obs.mean();
+      const auto var = norm_->obs.variance();
+      const auto d = collector_->spec().obs_dim();
+      auto m = at::empty({d}), inv = at::empty({d});
+      for (std::int64_t j = 0; j < d; ++j) {
+        m[j] = mean[static_cast<std::size_t>(j)];
+        inv[j] = 1.0 / std::sqrt(var[static_cast<std::size_t>(j)] + cfg_.normalize->epsilon);
+      }
+      write_tensor(w, m);
+      write_tensor(w, inv);
+      w.value(*cfg_.normalize->clip_obs);
+    }
+    w.commit();
+  }
+
+  [[nodiscard]] const Config& config() const noexcept { return cfg_; }
+  [[nodiscard]] A& algorithm() noexcept { return *algo_; }
+  [[nodiscard]] B& buffer() noexcept { return *buffer_; }
+  [[nodiscard]] P& parallelism() noexcept { return *parallel_; }
+  /// The loop's runner (e.g. `loop().collect_rollout()` for an on-policy custom main).
+  [[nodiscard]] Runner& loop() noexcept { return *runner_; }
+  [[nodiscard]] StepCollector& collector() noexcept { return *collector_; }
+  [[nodiscard]] const RunContext& context() const noexcept { return ctx_; }
+  [[nodiscard]] const Clock& clock() const noexcept { return clock_; }
+  [[nodiscard]] std::int64_t env_steps() const noexcept { return clock_.env_steps; }
+  [[nodiscard]] std::int64_t updates() const noexcept { return clock_.updates; }
+  [[nodiscard]] const PhaseTimes& times() const noexcept { return times_; }
+  /// The names of the sections of this run's state (what a checkpoint holds).
+  [[nodiscard]] std::vector<std::string> state_sections() const { return state_.names(); }
+  /// The running statistics of observations and returns (`normalize.obs`, `normalize.reward`);
+  /// null when the run does not normalise.
+  [[nodiscard]] const envs::NormalizeState* normalizer() const noexcept { return norm_.get(); }
+  /// Returns of the most recent training episodes (up to 100).
+  [[nodiscard]] const std::deque<double>& recent_returns() const noexcept { return collector_->episodes().recent(); }
+  [[nodiscard]] const std::filesystem::path& run_dir() const noexcept { return run_->run_dir(); }
+  /// The phase timers' own share of the run so far: calls times the cost of one, as
+  /// measured on this machine when the run started, over the wall time.
+  [[nodiscard]] double timer_overhead() const { return run_->timer_overhead(); }
+  /// What the run says once when it starts (world, precision and BLAS settings), one line each.
+  [[nodiscard]] const std::vector<std::string>& notes() const noexcept { return run_->notes(); }
+  /// The checkpoint this run continued from (empty when it started afresh).
+  [[nodiscard]] const std::filesystem::path& resumed_from() const noexcept { return run_->resumed_from(); }
+
+ private:
+  static Config prepare(Config c) {
+    if (c.run->smoke) shrink_for_smoke(c);
+    anvil::validate(c);
+    return c;
+  }
+  static std::string upper(std::string_view s) {
+    std::string out(s);
+    for (auto& ch : out) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+    return out;
+  }
+  // run.update_threads, with 0 resolved: SAC's update has two independent parts, so two
+  // threads when this process has two cores to itself (measured 1.2-1.5x faster updates).
+  int update_threads() const {
+    if (*cfg_.run->update_threads > 0) return cfg_.run->update_threads;
+    const int cores = static_cast<int>(std::thread::hardware_concurrency());
+    return std::clamp(cores / std::max(1, parallel_->world_size()), 1, 2);
+  }
+
+  StepContext::Options step_options(const PrecisionSettings& precision) {
+    StepContext::Options so;
+    so.device = ctx_.device;
+    so.autocast = precision.autocast;
+    so.autocast_dtype = precision.compute_dtype;
+    so.threads = update_threads();
+    so.micro_batches = ctx_.micro_batches;
+    so.times = &times_;
+    so.loss_scaling = precision.loss_scaling;
+    times_.enabled = cfg_.run->timings;
+    if (ctx_.device.is_cuda() && cfg_.run->sync_timings) times_.sync = [] { torch::cuda::synchronize(); };
+    if (parallel_->world_size() > 1) so.all_reduce_mean = [p = parallel_.get()](std::vector<at::Tensor>& g) { p->all_reduce_mean(g); };
+    return so;
+  }
+
+  // The run's state, in named sections (core/state.hpp): checkpoints hold them all; the
+  // shared ones go from rank 0 to the others; the checked ones must be bitwise the same.
+  void add_sections() {
+    state_.add("clock", clock_, Scope::shared);
+    state_.add("loop", *runner_, Scope::shared);
+    state_.add(std::string(A::config_section.view()), *algo_, Scope::checked);
+    state_.add("step_context", step_ctx_, Scope::checked);
+    state_.add("evaluation", evaluation_, Scope::shared);
+    if (norm_) state_.add("normalizer", *norm_, Scope::shared);
+    state_.add("envs", collector_->envs());
+    state_.add("episodes", collector_->episodes());
+    state_.add("metrics", metrics_);
+    state_.add("torch_rng", torch_rng_);
+    buffer_state_.add(std::string(B::config_section.view()), *buffer_);
+  }
+
+  Run::Setup setup(std::string program, std::vector<std::string> notes) const {
+    Run::Setup s;
+    s.run = *cfg_.run;
+    s.program = std::move(program);
+    s.algorithm = std::string(A::config_section.view());
+    s.precision = std::string(X::name);
+    s.env_name = collector_->spec().name;
+    s.num_envs = collector_->num_envs();
+    s.device = ctx_.device.str();
+    s.config_hash = config_hash_hex(cfg_);
+    s.config_yaml = to_yaml(cfg_);
+    s.config = flatten(cfg_);
+    s.notes = std::move(notes);
+    return s;
+  }
+
+  Run::Parts parts() {
+    Run::Parts p;
+    p.clock = &clock_;
+    p.ranks = &ranks_;
+    p.times = &times_;
+    p.collector = collector_.get();
+    p.metrics = &metrics_;
+    p.state = &state_;
+    p.buffer_state = &buffer_state_;
+    p.loop = control_.get();
+    p.evaluation = &evaluation_;
+    p.evaluate = [this](int n) {
+      auto act = [this](const at::Tensor& obs) { return collector_->to_env(algo_->act(obs, ActMode::deterministic)); };
+      if constexpr (AveragesPolicy<A>)
+        if (runner_->settings().ema_decay > 0)
+          return algo_->with_ema_weights([&] { return evaluation_.run(act, n); });
+      return evaluation_.run(act, n);
+    };
+    if constexpr (ExportsPolicy<A>) p.save_policy = [this](const std::filesystem::path& f) { save_policy(f); };
+    if constexpr (ReportsLearningRates<A>) p.log_sources.learning_rates = [this] { return algo_->learning_rates(); };
+    if constexpr (ExposesWeights<A>) p.log_sources.weights = [this] { return algo_->flat_parameters(); };
+    return p;
   }
 
   Config cfg_;
-  std::string program_;
-  std::int64_t eval_step_ = -1;  ///< env steps at the last evaluation
-  std::vector<std::string> notes_;  ///< said once when the run starts
   std::unique_ptr<P> parallel_;
   RunContext ctx_;
-  std::unique_ptr<envs::VecEnvBase> venv_;
+  Ranks ranks_;
+  PhaseTimes times_;
+  Clock clock_;
+  std::unique_ptr<StepCollector> collector_;
   std::shared_ptr<envs::NormalizeState> norm_;  ///< normalisation statistics (normalize.obs/reward)
-  std::function<std::unique_ptr<envs::VecEnvBase>(int, std::uint64_t)> make_eval_env_;
-  envs::EnvSpec spec_;
-  at::Tensor action_scale_, action_offset_, action_low_, action_high_, obs_;
   std::unique_ptr<A> algo_;
   std::unique_ptr<B> buffer_;
   StepContext step_ctx_;
-  Rng rng_;
-  std::uint64_t eval_seed_ = 0;
-  std::int64_t env_steps_ = 0, updates_ = 0, episodes_ = 0, since_update_ = 0;
-  std::int64_t first_step_ = 0, first_update_ = 0;  ///< counters when this fit() began
-  std::map<std::string, std::pair<double, int>> metrics_;
-  std::deque<double> recent_;
-  EvalResult last_eval_;
-  FitResult result_;
-  PhaseTimes times_;
-  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
-  std::filesystem::path run_dir_;
-  std::filesystem::path resumed_from_;
-  bool ready_ = false;     ///< every rank's buffer can give a batch (can_update)
-  std::int64_t log_step_ = -1, logged_eval_step_ = -1;  ///< env steps at the last log row, and of the eval in it
-  std::string sync_line_;  ///< what the last in-sync check found (several ranks)
-  static constexpr const char* kRankStateFormat = "anvil Rank State v1";
-  MetricsCsv csv_;
-  Progress progress_;
-  TensorBoardWriter tb_;
-  std::ofstream log_file_;
-  std::unique_ptr<GpuMonitor> gpu_;
-  PhaseTimes last_row_times_;  ///< phase times at the last log row
-  double timer_cost_ = 0;      ///< seconds one ScopedPhase costs here
-  std::string gpu_line_;       ///< GPU utilisation for the progress bar
+  UpdateMetrics metrics_;
+  std::unique_ptr<Runner> runner_;
+  std::unique_ptr<LoopControl> control_;
+  Evaluation evaluation_;
+  TorchGenerators torch_rng_;
+  StateSections state_, buffer_state_;
+  std::unique_ptr<Run> run_;
 };
 
 namespace detail {
 
 /// Stands in for the Trainer of a rejected combination, so that after the one sentence
-/// from `TrainerRules` the compiler has nothing else to complain about.
+/// from the rules the compiler has nothing else to complain about.
 struct RejectedTrainer {
   struct Config {};
+  using Parallelism = SingleDevice;
   template <class... T>
   explicit RejectedTrainer(T&&...) {}
   template <class... T>
@@ -10761,19 +13508,32 @@ struct RejectedTrainer {
   }
 };
 
-template <class A, class B, class P, class X>
+template <class A, class B, class P, class X, class L>
 struct TrainerSelect {
-  using type = std::conditional_t<TrainerRules<A, B, P, X>::ok, BasicTrainer<A, B, P, X>,
-                                  RejectedTrainer>;
+  static constexpr bool rules_ok = TrainerRules<A, B, P, X>::ok;
+  static constexpr bool loop_ok() {
+    if constexpr (rules_ok) {
+      static_assert(Loop<L>,
+                    "Trainer's fifth argument is not a Loop: a loop declares `using policy_kind = anvil::LoopKind;`; "
+                    "use OffPolicyLoop, OnPolicyLoop, OfflineLoop or Staged<...>");
+      if constexpr (Loop<L>) return L::template Rules<A, B>::ok;
+      else return false;
+    } else {
+      return false;
+    }
+  }
+  using type = std::conditional_t<loop_ok(), BasicTrainer<A, B, P, X, L>, RejectedTrainer>;
 };
 
 }  // namespace detail
 
 /// The Trainer for Algorithm `A` learning from Buffer `B`, run by Parallelism `P` in
-/// Precision `X`: `Trainer<SAC, UniformBuffer>`, `Trainer<SAC, PrioritizedBuffer, DDP<4>, BF16>`.
+/// Precision `X`, in loop `L` (by default the one the algorithm's data regime calls for):
+/// `Trainer<SAC, UniformBuffer>`, `Trainer<SAC, PrioritizedBuffer, DDP<4>, BF16>`,
+/// `Trainer<SAC, UniformBuffer, SingleDevice, FP32, Staged<OfflineLoop, OffPolicyLoop>>`.
 /// A combination that cannot work fails to compile with one sentence saying what to use.
-template <class A, class B, class P = SingleDevice, class X = FP32>
-using Trainer = typename detail::TrainerSelect<A, B, P, X>::type;
+template <class A, class B, class P = SingleDevice, class X = FP32, class L = default_loop_t<A>>
+using Trainer = typename detail::TrainerSelect<A, B, P, X, L>::type;
 
 }  // namespace anvil
 // ---- end <anvil/train/trainer.hpp> ----

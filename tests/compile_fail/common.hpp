@@ -13,10 +13,13 @@
 #include <anvil/precision/bf16.hpp>
 #include <anvil/precision/fp16.hpp>
 #include <anvil/precision/fp32.hpp>
+#include <anvil/train/loops/offline.hpp>
+#include <anvil/train/loops/staged.hpp>
 #include <anvil/train/trainer.hpp>
 
 namespace user {
-/// A user's on-policy algorithm (e.g. REINFORCE): learns from rollouts only.
+/// A user's on-policy algorithm (e.g. REINFORCE): learns from rollouts only. It is an
+/// Algorithm, but not one the on-policy loop can train (no act_for_rollout, value, ...).
 struct Reinforce {
   using policy_kind = anvil::AlgorithmKind;
   static constexpr anvil::FixedString config_section = "reinforce";
@@ -26,6 +29,9 @@ struct Reinforce {
   Reinforce(const anvil::envs::EnvSpec&, const Config&, const anvil::RunContext&) {}
   at::Tensor act(const at::Tensor& obs, anvil::ActMode) { return obs; }
   anvil::UpdateInfo update(const Batch&, anvil::StepContext&) { return {}; }
+  void save(anvil::BinaryWriter&) const {}
+  int read(anvil::BinaryReader&) const { return 0; }
+  void restore(int) {}
 };
 /// A user's rollout storage: on-policy, cleared every iteration.
 struct Rollouts {
@@ -33,9 +39,16 @@ struct Rollouts {
   static constexpr anvil::FixedString config_section = "rollout";
   static constexpr bool on_policy = true;
   using Batch = anvil::RolloutBatch;
+  using Step = anvil::RolloutStep;
   struct Config {};
+  Rollouts(const anvil::envs::EnvSpec&, const Config&, const anvil::RunContext&) {}
+  void add(const Step&) {}
+  void plan(const anvil::StoragePlan&) {}
   std::int64_t size() const { return 0; }
   std::int64_t capacity() const { return 0; }
+  void save(anvil::BinaryWriter&) const {}
+  int read(anvil::BinaryReader&) const { return 0; }
+  void restore(int) {}
 };
 /// A user's parallelism that keeps every tensor on the CPU (e.g. a Gloo-only setup).
 struct CpuCluster {
@@ -43,6 +56,11 @@ struct CpuCluster {
   static constexpr anvil::FixedString config_section = "cluster";
   static constexpr bool can_use_cuda = false;
   struct Config {};
+  explicit CpuCluster(const Config&) {}
+  static void start_ranks(const Config&) {}
+  void connect(c10::Device) {}
+  int device_index() const { return 0; }
+  std::string describe() const { return "one CPU process"; }
   int rank() const { return 0; }
   int world_size() const { return 1; }
   bool is_main() const { return true; }

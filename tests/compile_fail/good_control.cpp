@@ -11,6 +11,11 @@ static_assert(accepted<anvil::Trainer<anvil::SAC, anvil::UniformBuffer, user::Cp
 static_assert(accepted<anvil::Trainer<anvil::PPO, anvil::RolloutBuffer>>);
 static_assert(accepted<anvil::Trainer<anvil::PPO, anvil::RolloutBuffer, anvil::SingleDevice, anvil::BF16>>);
 static_assert(accepted<anvil::Trainer<anvil::SAC, anvil::PrioritizedBuffer>>);
+static_assert(accepted<anvil::Trainer<anvil::SAC, anvil::UniformBuffer, anvil::SingleDevice, anvil::FP32,
+                                     anvil::Staged<anvil::OfflineLoop, anvil::OffPolicyLoop>>>);
+static_assert(accepted<anvil::Trainer<anvil::SAC, anvil::PrioritizedBuffer, anvil::SingleDevice, anvil::FP32, anvil::OfflineLoop>>);
+// The four policies combine (a user's on-policy algorithm and rollout storage); that the
+// on-policy loop cannot train them is bad_loop_needs_rollout_act.cpp's sentence.
 static_assert(anvil::TrainerRules<user::Reinforce, user::Rollouts, anvil::SingleDevice, anvil::FP32>::ok);
 
 int main() {}

@@ -7,6 +7,7 @@
 
 #include <anvil/core/context.hpp>
 #include <anvil/core/torch_compat.hpp>
+#include <anvil/parallel/c10d.hpp>
 
 TEST_CASE("Device: cpu and auto resolve, and CUDA asked for without CUDA is a clear error") {
   CHECK(anvil::resolve_device("cpu").is_cpu());

@@ -3,6 +3,6 @@
 
 int main(int argc, char** argv) {
   using Trainer = anvil::Trainer<anvil::SAC, anvil::UniformBuffer, anvil::DDP<1>, anvil::FP32>;
-  Trainer trainer(anvil::envs::Pendulum{}, anvil::parse_config(argc, argv));
+  Trainer trainer(anvil::envs::Pendulum{}, anvil::start<Trainer>(argc, argv));
   trainer.fit();
 }

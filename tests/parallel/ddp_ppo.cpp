@@ -21,6 +21,6 @@ int main(int argc, char** argv) {
   d.algorithm->epochs = 20;
   d.algorithm->minibatch_size = 128;
   d.algorithm->target_kl = 0.05;
-  Trainer trainer(anvil::envs::CartPole{}, anvil::parse_config(argc, argv), d);
+  Trainer trainer(anvil::envs::CartPole{}, anvil::start<Trainer>(argc, argv, d));
   trainer.fit();
 }

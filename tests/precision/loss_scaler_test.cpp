@@ -8,8 +8,8 @@
 #include <limits>
 
 #include <anvil/precision/loss_scaler.hpp>
-#include <anvil/train/flat_adam.hpp>
-#include <anvil/train/step_context.hpp>
+#include <anvil/optim/flat_adam.hpp>
+#include <anvil/optim/step_context.hpp>
 
 using anvil::FlatAdam;
 using anvil::LossScaler;

@@ -89,7 +89,8 @@ TEST_CASE("Trainer: lr_scaling=sqrt scales every learning rate by sqrt(batch / b
   c.train->base_batch = 64;
   c.algorithm->batch_size = 256;
   SacTrainer t(envs::Pendulum{}, c);
-  CHECK(t.context().lr_scale == doctest::Approx(2.0));
+  CHECK(t.context().lr_scale(256) == doctest::Approx(2.0));
+  CHECK(t.algorithm().actor_optimizer().lr() == doctest::Approx(2.0 * 1e-3));
 }
 
 TEST_CASE("Trainer: fit writes config.yaml, metrics.csv and summary.json in the run directory") {

@@ -35,11 +35,12 @@
 #include <anvil/core/concepts.hpp>
 #include <anvil/core/context.hpp>
 #include <anvil/core/error.hpp>
+#include <anvil/core/spaces.hpp>
 #include <anvil/core/tensor_io.hpp>
-#include <anvil/envs/env.hpp>
 #include <anvil/nn/mlp.hpp>
-#include <anvil/train/flat_adam.hpp>
-#include <anvil/train/step_context.hpp>
+#include <anvil/optim/ema.hpp>
+#include <anvil/optim/flat_adam.hpp>
+#include <anvil/optim/step_context.hpp>
 
 namespace anvil {
 
@@ -81,11 +82,15 @@ class PPO {
     Section<"critic", NetConfig> critic;
   };
 
-  PPO(const envs::EnvSpec& spec, const Config& cfg, const RunContext& ctx)
+  PPO(const EnvSpec& spec, const Config& cfg, const RunContext& ctx)
       : cfg_(cfg), device_(ctx.device), discrete_(spec.discrete()),
         act_dim_(spec.discrete() ? spec.num_actions() : spec.action_dim()) {
     if (discrete_ && act_dim_ < 2)
       throw ConfigError("PPO: " + spec.name + " has " + std::to_string(act_dim_) + " discrete action(s); needs 2 or more");
+    if (ctx.micro_batches > cfg.minibatch_size)
+      throw ConfigError("train.grad_accumulation (" + std::to_string(ctx.micro_batches) + ") is larger than " +
+                        std::string(config_section.view()) + ".minibatch_size (" + std::to_string(*cfg.minibatch_size) +
+                        "): micro-batches would be empty");
     const auto od = spec.obs_dim();
     actor_ = nn::Mlp(od, nn::widths(cfg.actor->hidden), act_dim_, cfg.actor->activation);
     critic_ = nn::Mlp(od, nn::widths(cfg.critic->hidden), 1, cfg.critic->activation);
@@ -101,8 +106,9 @@ class PPO {
       params.push_back(log_std_);
     }
     for (const auto& p : critic_->parameters()) params.push_back(p);
-    base_lr_ = cfg.lr * ctx.lr_scale;
+    base_lr_ = cfg.lr * ctx.lr_scale(cfg.minibatch_size);
     opt_ = FlatAdam(std::move(params), {.lr = base_lr_, .eps = cfg.adam_eps});
+    ema_.set_device(device_);
   }
 
   /// Actions for a batch of observations: sampled to explore, the mode (argmax or mean)
@@ -141,29 +147,41 @@ class PPO {
   /// ent_coef * entropy. With gradient accumulation the minibatch is split into the
   /// context's micro-batches and their weighted gradients summed before one step.
   UpdateInfo update(const RolloutBatch& b, StepContext& ctx) {
-    const std::int64_t rows = b.obs.size(0);
-    const std::int64_t parts = std::clamp<std::int64_t>(ctx.micro_batches(), 1, rows);
+    const auto parts = ctx.micro_batches(b.obs.size(0));
     at::Tensor grad;
     Losses sum;
-    for (std::int64_t i = 0; i < parts; ++i) {
-      const std::int64_t begin = rows * i / parts, n = rows * (i + 1) / parts - begin;
-      const double share = static_cast<double>(n) / static_cast<double>(rows);
-      const auto part = parts == 1 ? b : slice(b, begin, n);
+    for (const auto& part : parts) {
+      const bool whole = parts.size() == 1;
       Losses l;
-      auto g = ctx.gradient(losses(part, ctx, l), opt_);
-      if (parts == 1) grad = std::move(g);
-      else if (!grad.defined()) grad = g * share;
-      else grad.add_(g, share);
-      sum.add(l, share);
+      auto g = ctx.gradient(losses(whole ? b : slice(b, part.begin, part.rows), ctx, l), opt_);
+      if (whole) grad = std::move(g);
+      else if (!grad.defined()) grad = g * part.share;
+      else grad.add_(g, part.share);
+      sum.add(l, part.share);
     }
     ctx.apply(opt_, grad, cfg_.max_grad_norm);
     ++updates_;
+    epoch_kl_ += sum.approx_kl;
+    ++epoch_minibatches_;
     UpdateInfo info;
     info.metrics = {{"policy_loss", sum.policy},       {"value_loss", sum.value},
                     {"entropy", sum.entropy},          {"approx_kl", sum.approx_kl},
                     {"clip_fraction", sum.clip_fraction}};
     if (!discrete_) info.metrics.emplace_back("action_std", log_std_.detach().exp().mean().item().toDouble());
     return info;
+  }
+
+  /// Ends an epoch over the rollout: whether to run another. With `target_kl` set, the
+  /// epochs stop once the epoch's mean approximate KL between the policy that collected the
+  /// rollout and the current one, averaged over the ranks (so every rank stops at the same
+  /// epoch), exceeds it.
+  bool end_epoch(StepContext& ctx) {
+    const double kl = epoch_minibatches_ > 0 ? epoch_kl_ / epoch_minibatches_ : 0.0;
+    const bool any = epoch_minibatches_ > 0;
+    epoch_kl_ = 0;
+    epoch_minibatches_ = 0;
+    if (!(cfg_.target_kl > 0) || !any) return true;
+    return ctx.mean_over_ranks(kl) <= cfg_.target_kl;
   }
 
   /// Where the run is, as the fraction of train.steps done: anneals the learning rate.
@@ -173,29 +191,46 @@ class PPO {
   [[nodiscard]] int epochs() const noexcept { return cfg_.epochs; }
   [[nodiscard]] std::int64_t minibatch_size() const noexcept { return cfg_.minibatch_size; }
   [[nodiscard]] double target_kl() const noexcept { return cfg_.target_kl; }
+  /// The discount (the rollout's advantages, a reward normaliser's return).
+  [[nodiscard]] double discount() const noexcept { return cfg_.gamma; }
+
+  /// Moves the average of the actor-critic's weights towards the current ones
+  /// (`train.ema_decay`; see optim/ema.hpp); evaluation and checkpoints use it.
+  void ema_update(double decay) { ema_.update(opt_.parameters().flat(), decay); }
+  /// Runs `f` with the averaged weights in place (when there are any), then restores them.
+  template <class F>
+  decltype(auto) with_ema_weights(F&& f) {
+    return ema_.with_weights(opt_.parameters().flat(), std::forward<F>(f));
+  }
 
   [[nodiscard]] std::vector<std::pair<std::string, double>> learning_rates() const { return {{"ppo", opt_.lr()}}; }
   [[nodiscard]] std::vector<std::pair<std::string, at::Tensor>> flat_parameters() const {
     return {{"actor_critic", opt_.parameters().flat()}};
   }
 
+  /// State protocol (core/state.hpp): the actor-critic with its Adam state, the update
+  /// count, the averaged weights.
   struct Saved {
     FlatAdam::Saved opt;
     std::int64_t updates = 0;
+    Ema::Saved ema;
   };
   void save(BinaryWriter& w) const {
     opt_.save(w);
     w.value(updates_);
+    ema_.save(w);
   }
   [[nodiscard]] Saved read(BinaryReader& r) const {
     Saved s;
     s.opt = opt_.read(r, "ppo actor-critic");
     s.updates = r.value<std::int64_t>("ppo update count");
+    s.ema = ema_.read(r, "ppo averaged parameters", opt_.parameters().flat());
     return s;
   }
   void restore(const Saved& s) {
     opt_.restore(s.opt);
     updates_ = s.updates;
+    ema_.restore(s.ema);
   }
 
   [[nodiscard]] nn::Mlp& actor() noexcept { return actor_; }
@@ -289,6 +324,9 @@ class PPO {
   double base_lr_ = 0;
   FlatAdam opt_;
   std::int64_t updates_ = 0;
+  double epoch_kl_ = 0;              ///< approximate KL summed over this epoch's minibatches
+  std::int64_t epoch_minibatches_ = 0;
+  Ema ema_;                          ///< averaged weights (train.ema_decay)
 };
 
 static_assert(OnPolicyAlgorithm<PPO>);

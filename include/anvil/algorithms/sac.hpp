@@ -21,12 +21,13 @@
 #include <anvil/core/concepts.hpp>
 #include <anvil/core/context.hpp>
 #include <anvil/core/error.hpp>
+#include <anvil/core/spaces.hpp>
 #include <anvil/core/tensor_io.hpp>
-#include <anvil/envs/env.hpp>
 #include <anvil/nn/gaussian_actor.hpp>
 #include <anvil/nn/twin_q.hpp>
-#include <anvil/train/flat_adam.hpp>
-#include <anvil/train/step_context.hpp>
+#include <anvil/optim/ema.hpp>
+#include <anvil/optim/flat_adam.hpp>
+#include <anvil/optim/step_context.hpp>
 
 namespace anvil {
 
@@ -276,16 +277,20 @@ class BasicSAC {
     Section<"critic", detail::module_config_t<Critic>> critic;
   };
 
-  BasicSAC(const envs::EnvSpec& spec, const Config& cfg, const RunContext& ctx)
+  BasicSAC(const EnvSpec& spec, const Config& cfg, const RunContext& ctx)
       : cfg_(cfg), device_(ctx.device) {
     if (spec.discrete())
       throw ConfigError("SAC needs a continuous (Box) action space; " + spec.name +
                         " has discrete actions: use PPO");
-    const auto& box = std::get<envs::Box>(spec.action);
+    const auto& box = std::get<Box>(spec.action);
     for (std::size_t i = 0; i < box.size(); ++i)
       if (!std::isfinite(box.low[i]) || !std::isfinite(box.high[i]))
         throw ConfigError("SAC squashes actions into the action space's bounds, but " + spec.name +
                           "'s action " + std::to_string(i) + " is unbounded");
+    if (ctx.micro_batches > cfg.batch_size)
+      throw ConfigError("train.grad_accumulation (" + std::to_string(ctx.micro_batches) + ") is larger than " +
+                        std::string(config_section.view()) + ".batch_size (" + std::to_string(*cfg.batch_size) +
+                        "): micro-batches would be empty");
     const auto od = spec.obs_dim(), ad = spec.action_dim();
     act_dim_ = ad;
     actor_ = Actor(od, ad, *cfg.actor);
@@ -300,11 +305,12 @@ class BasicSAC {
     target_entropy_ = -cfg.target_entropy_scale * static_cast<double>(ad);
     // Each network's parameters move into one flat buffer: Adam, clipping, all-reduce and
     // the Polyak average become a handful of ops (see train/flat_adam.hpp).
-    const double s = ctx.lr_scale;
+    const double s = ctx.lr_scale(cfg.batch_size);
     actor_opt_ = FlatAdam(actor_->parameters(), {.lr = cfg.actor_lr * s});
     critic_opt_ = FlatAdam(critic_->parameters(), {.lr = cfg.critic_lr * s});
     alpha_opt_ = FlatAdam({log_alpha_}, {.lr = cfg.alpha_lr * s});
     target_ = FlatParameters(critic_target_->parameters());
+    ema_.set_device(device_);
     if constexpr (kDefaultNetworks) {
       if (cfg.manual_backward && device_.is_cpu() && nn::GaussianActorTape::supports(*actor_) &&
           nn::MlpTape::supports(*critic_->q1()))
@@ -370,17 +376,16 @@ class BasicSAC {
 
     detail::SacCriticResult critic;
     detail::SacActorResult actor;
-    // Gradient accumulation: the batch in `parts` micro-batches, each gradient weighed by
-    // its share of the batch, so the sum is the whole batch's gradient (losses are means).
-    const std::int64_t batch = b.obs.size(0);
-    const std::int64_t parts = std::clamp<std::int64_t>(ctx.micro_batches(), 1, batch);
+    // Gradient accumulation: the batch in micro-batches, each gradient weighed by its share
+    // of the batch, so the sum is the whole batch's gradient (losses are means).
+    const auto parts = ctx.micro_batches(b.obs.size(0));
     std::vector<at::Tensor> td_parts;
-    for (std::int64_t i = 0; i < parts; ++i) {
-      const std::int64_t begin = batch * i / parts, n = batch * (i + 1) / parts - begin;
-      ReplayBatch part;  // a micro-batch's rows; the whole batch is used as it is
-      const ReplayBatch& mb = parts == 1 ? b : (part = rows_of(b, begin, n));
-      const auto nn = parts == 1 ? noise_next : noise_next.narrow(0, begin, n);
-      const auto no = parts == 1 || !actor_step ? noise_obs : noise_obs.narrow(0, begin, n);
+    for (const auto& part : parts) {
+      const bool whole = parts.size() == 1;
+      ReplayBatch rows;  // a micro-batch's rows; the whole batch is used as it is
+      const ReplayBatch& mb = whole ? b : (rows = rows_of(b, part.begin, part.rows));
+      const auto nn = whole ? noise_next : noise_next.narrow(0, part.begin, part.rows);
+      const auto no = whole || !actor_step ? noise_obs : noise_obs.narrow(0, part.begin, part.rows);
       detail::SacCriticResult c;
       detail::SacActorResult a;
       auto critic_part = [&] {
@@ -399,12 +404,12 @@ class BasicSAC {
       };
       if (actor_step) ctx.concurrently({critic_part, actor_part});
       else critic_part();
-      if (parts == 1) {
+      if (whole) {
         critic = std::move(c);
         actor = std::move(a);
         break;
       }
-      const double share = static_cast<double>(n) / static_cast<double>(batch);
+      const double share = part.share;
       accumulate(critic.grad, c.grad, share);
       critic.loss += share * c.loss;
       critic.q_mean += share * c.q_mean;
@@ -417,7 +422,7 @@ class BasicSAC {
         actor.alpha_loss += share * a.alpha_loss;
       }
     }
-    if (parts > 1) critic.td = at::cat(td_parts);
+    if (parts.size() > 1) critic.td = at::cat(td_parts);
 
     UpdateInfo info;
     // One step for the three optimizers: their gradients cross ranks in one all-reduce.
@@ -460,32 +465,15 @@ class BasicSAC {
   /// Moves the exponential moving average of the actor's weights towards the current ones:
   /// ema = decay ema + (1 - decay) weights (Polyak averaging of the policy, as a run's
   /// `train.ema_decay` asks for after each update). The first call starts it at the weights.
-  void ema_update(double decay) {
-    torch::NoGradGuard no_grad;
-    const auto& w = actor_opt_.parameters().flat();
-    if (!ema_.defined()) ema_ = w.clone();
-    else ema_.lerp_(w, 1.0 - decay);
-  }
+  void ema_update(double decay) { ema_.update(actor_opt_.parameters().flat(), decay); }
   /// The averaged actor weights (flat, in the order of `actor()->parameters()`); undefined
   /// until the first `ema_update`.
-  [[nodiscard]] const at::Tensor& ema_weights() const noexcept { return ema_; }
+  [[nodiscard]] const at::Tensor& ema_weights() const noexcept { return ema_.weights(); }
   /// Runs `f` with the averaged weights in the actor (when there are any), then puts the
   /// trained weights back, whatever `f` does.
   template <class F>
   decltype(auto) with_ema_weights(F&& f) {
-    if (!ema_.defined()) return f();
-    struct Swap {
-      at::Tensor w, saved;
-      Swap(const at::Tensor& weights, const at::Tensor& ema) : w(weights), saved(weights.clone()) {
-        torch::NoGradGuard no_grad;
-        w.copy_(ema);
-      }
-      ~Swap() {
-        torch::NoGradGuard no_grad;
-        w.copy_(saved);
-      }
-    } swap(actor_opt_.parameters().flat(), ema_);
-    return f();
+    return ema_.with_weights(actor_opt_.parameters().flat(), std::forward<F>(f));
   }
 
   /// Writes the policy alone, for deployment (`anvil::load_policy`): the actor's shape and
@@ -504,7 +492,7 @@ class BasicSAC {
     w.value(static_cast<int>(*ac.activation));
     w.value(*ac.log_std_min);
     w.value(*ac.log_std_max);
-    write_tensor(w, ema_.defined() ? ema_ : actor_opt_.parameters().flat());
+    write_tensor(w, ema_.defined() ? ema_.weights() : actor_opt_.parameters().flat());
   }
 
   /// Everything a checkpoint holds of SAC: the actor and the critic with their Adam
@@ -512,7 +500,8 @@ class BasicSAC {
   /// count (which schedules actor and target updates).
   struct Saved {
     FlatAdam::Saved actor, critic, alpha;
-    at::Tensor target, ema;
+    at::Tensor target;
+    Ema::Saved ema;
     std::int64_t updates = 0;
   };
   void save(BinaryWriter& w) const {
@@ -521,8 +510,7 @@ class BasicSAC {
     alpha_opt_.save(w);
     write_tensor(w, target_.flat());
     w.value(updates_);
-    w.value(ema_.defined());
-    if (ema_.defined()) write_tensor(w, ema_);
+    ema_.save(w);
   }
   /// Reads what `save` wrote, checking every size against this SAC; changes nothing here,
   /// so a caller can check the whole file before `restore`.
@@ -533,8 +521,7 @@ class BasicSAC {
     s.alpha = alpha_opt_.read(r, "sac temperature");
     s.target = read_tensor(r, "sac target critic parameters", target_.flat());
     s.updates = r.value<std::int64_t>("sac update count");
-    if (r.value<bool>("sac policy average flag"))
-      s.ema = read_tensor(r, "sac averaged actor parameters", actor_opt_.parameters().flat());
+    s.ema = ema_.read(r, "sac averaged actor parameters", actor_opt_.parameters().flat());
     return s;
   }
   void restore(const Saved& s) {
@@ -544,7 +531,7 @@ class BasicSAC {
     torch::NoGradGuard no_grad;
     target_.flat().copy_(s.target);
     updates_ = s.updates;
-    ema_ = s.ema.defined() ? s.ema.to(device_) : at::Tensor();
+    ema_.restore(s.ema);
   }
 
   [[nodiscard]] Actor& actor() noexcept { return actor_; }
@@ -559,6 +546,8 @@ class BasicSAC {
   [[nodiscard]] std::int64_t updates() const noexcept { return updates_; }
   /// Batch size the trainer samples for each update.
   [[nodiscard]] std::int64_t batch_size() const noexcept { return cfg_.batch_size; }
+  /// The discount (n-step returns in the buffer, a reward normaliser's return).
+  [[nodiscard]] double discount() const noexcept { return cfg_.gamma; }
 
  private:
   static constexpr bool kDefaultNetworks =
@@ -629,7 +618,7 @@ class BasicSAC {
   FlatParameters target_;
   std::int64_t updates_ = 0;
   std::unique_ptr<detail::SacManual> manual_;  // the fast path, when it applies
-  at::Tensor ema_;                              // averaged actor weights (train.ema_decay)
+  Ema ema_;                                     // averaged actor weights (train.ema_decay)
 };
 
 /// SAC with the default networks: tanh-Gaussian actor and twin-Q critic, 256x256 MLPs.

@@ -21,7 +21,8 @@
 #include <anvil/core/context.hpp>
 #include <anvil/core/error.hpp>
 #include <anvil/core/random.hpp>
-#include <anvil/envs/env.hpp>
+#include <anvil/core/spaces.hpp>
+#include <anvil/core/state.hpp>
 
 namespace anvil {
 
@@ -38,6 +39,9 @@ class PrioritizedBuffer {
   static constexpr FixedString config_section = "buffer";
   static constexpr bool on_policy = false;
   using Batch = ReplayBatch;
+  using Step = StepBatch;
+  /// The format tag of the files `save(path)` writes.
+  static constexpr const char* file_format = "anvil PrioritizedBuffer v3";
 
   struct Config {
     detail::CapacityParam capacity{1'000'000};
@@ -55,7 +59,7 @@ class PrioritizedBuffer {
     Param<double, "eps", "added to |TD error| so no transition's priority is zero", positive> eps{1e-6};
   };
 
-  PrioritizedBuffer(const envs::EnvSpec& spec, const Config& cfg, const RunContext& ctx)
+  PrioritizedBuffer(const EnvSpec& spec, const Config& cfg, const RunContext& ctx)
       : core_(spec, cfg.capacity, cfg.storage, cfg.obs_dtype, cfg.n_step, ctx, "PrioritizedBuffer"),
         tree_(cfg.capacity),
         cfg_(cfg),
@@ -143,43 +147,59 @@ class PrioritizedBuffer {
   /// The discount of n-step returns (the Trainer passes the algorithm's gamma; 0.99 before).
   void set_discount(double gamma) noexcept { core_.set_discount(gamma); }
 
-  /// Writes the buffer (transitions, priorities, n-step windows, sampling state) to
-  /// `path`, atomically: a crash mid-save leaves the previous file intact.
-  void save(const std::filesystem::path& path) const {
-    BinaryWriter w(path, "anvil PrioritizedBuffer v3");
+  /// The run's plan (the loop calls it before the run and after a resume): the discount of
+  /// n-step returns, and the run's length for the beta schedule.
+  void plan(const StoragePlan& p) noexcept {
+    set_discount(p.discount);
+    set_horizon(p.horizon);
+  }
+
+  /// State protocol (core/state.hpp): transitions, priorities, n-step windows, sampling state.
+  void save(BinaryWriter& w) const {
     core_.save(w);
     w.value(rng_.state());
     w.value(max_priority_);
     w.value(stale_);
     w.value(horizon_);
     for (std::int64_t i = 0; i < core_.stored(); ++i) w.value(tree_.get(i));
-    w.commit();
   }
-  /// Restores what `save` wrote; the buffer's config must match. On any error the buffer
-  /// is unchanged.
-  void load(const std::filesystem::path& path) {
-    BinaryReader r(path, "anvil PrioritizedBuffer v3");
-    auto saved = core_.read(r);
-    const auto rng = r.value<Rng::State>("sampling state");
-    const auto max_p = r.value<double>("largest priority");
-    const auto stale = r.value<std::int64_t>("stale update count");
-    const auto horizon = r.value<std::int64_t>("beta horizon");
-    const std::int64_t n = std::min(saved.added, capacity());
-    std::vector<double> p(static_cast<std::size_t>(n));
-    r.bytes(p.data(), p.size() * sizeof(double), "priorities");
-    for (double v : p)
+  struct Saved {
+    detail::ReplayCore::Saved core;
+    Rng::State rng{};
+    double max_priority = 1.0;
+    std::int64_t stale = 0, horizon = 0;
+    std::vector<double> priorities;
+  };
+  /// Reads what `save` wrote, checked against this buffer's config; changes nothing.
+  [[nodiscard]] Saved read(BinaryReader& r) const {
+    Saved s{core_.read(r), {}, 1.0, 0, 0, {}};
+    s.rng = r.value<Rng::State>("sampling state");
+    s.max_priority = r.value<double>("largest priority");
+    s.stale = r.value<std::int64_t>("stale update count");
+    s.horizon = r.value<std::int64_t>("beta horizon");
+    s.priorities.resize(static_cast<std::size_t>(std::min(s.core.added, capacity())));
+    r.bytes(s.priorities.data(), s.priorities.size() * sizeof(double), "priorities");
+    for (double v : s.priorities)
       if (!std::isfinite(v) || v < 0) r.fail("priorities", "contain a negative or non-finite value");
-    r.finish();
-    core_.restore(std::move(saved));
-    rng_.set_state(rng);
-    max_priority_ = max_p;
-    stale_ = stale;
-    horizon_ = horizon;
-    tree_ = detail::PriorityTree(capacity());
-    std::vector<std::int64_t> idx(p.size());
-    for (std::size_t i = 0; i < idx.size(); ++i) idx[i] = static_cast<std::int64_t>(i);
-    tree_.set(idx, p);
+    return s;
   }
+  void restore(Saved&& s) {
+    core_.restore(std::move(s.core));
+    rng_.set_state(s.rng);
+    max_priority_ = s.max_priority;
+    stale_ = s.stale;
+    horizon_ = s.horizon;
+    tree_ = detail::PriorityTree(capacity());
+    std::vector<std::int64_t> idx(s.priorities.size());
+    for (std::size_t i = 0; i < idx.size(); ++i) idx[i] = static_cast<std::int64_t>(i);
+    tree_.set(idx, s.priorities);
+  }
+
+  /// Writes the buffer to `path`, atomically: a crash mid-save leaves the previous file intact.
+  void save(const std::filesystem::path& path) const { save_file(*this, path, file_format); }
+  /// Restores what `save(path)` wrote; the buffer's config must match. On any error the
+  /// buffer is unchanged.
+  void load(const std::filesystem::path& path) { read_file(*this, path, file_format)(); }
 
   [[nodiscard]] std::int64_t size() const noexcept { return core_.size(); }
   [[nodiscard]] std::int64_t capacity() const noexcept { return core_.capacity(); }

@@ -28,10 +28,12 @@
 #include <vector>
 
 #include <anvil/core/batch.hpp>
+#include <anvil/core/binary_io.hpp>
 #include <anvil/core/concepts.hpp>
 #include <anvil/core/context.hpp>
 #include <anvil/core/error.hpp>
-#include <anvil/envs/env.hpp>
+#include <anvil/core/spaces.hpp>
+#include <anvil/core/tensor_io.hpp>
 
 namespace anvil {
 
@@ -42,6 +44,7 @@ class RolloutBuffer {
   static constexpr FixedString config_section = "rollout";
   static constexpr bool on_policy = true;
   using Batch = RolloutBatch;
+  using Step = RolloutStep;
 
   struct Config {
     Param<std::int64_t, "steps", "env steps per env in one rollout (the rollout is steps x num_envs)",
@@ -54,7 +57,7 @@ class RolloutBuffer {
         normalize_advantage{true};
   };
 
-  RolloutBuffer(const envs::EnvSpec& spec, const Config& cfg, const RunContext& ctx)
+  RolloutBuffer(const EnvSpec& spec, const Config& cfg, const RunContext& ctx)
       : cfg_(cfg), device_(ctx.device), obs_dim_(spec.obs_dim()), act_dim_(spec.action_dim()),
         discrete_(spec.discrete()) {}
 
@@ -72,6 +75,43 @@ class RolloutBuffer {
   }
   /// The discount of the returns (the Trainer passes the algorithm's gamma; 0.99 before).
   void set_discount(double gamma) noexcept { gamma_ = gamma; }
+  /// The run's plan (the loop calls it before the run and after a resume): storage for the
+  /// envs (allocated when their number changes), the discount.
+  void plan(const StoragePlan& p) {
+    if (p.num_envs != envs_) set_num_envs(p.num_envs);
+    set_discount(p.discount);
+  }
+
+  /// State protocol (core/state.hpp): the steps collected so far of the current rollout
+  /// (none between rollouts, where the on-policy loop checkpoints).
+  void save(BinaryWriter& w) const {
+    w.value(envs_);
+    w.value(steps_);
+    for (const auto* t : {&obs_, &action_, &log_prob_, &value_, &reward_, &terminated_, &truncated_, &bootstrap_})
+      if (steps_ > 0) write_tensor(w, t->narrow(0, 0, steps_));
+  }
+  struct Saved {
+    std::int64_t steps = 0;
+    std::vector<at::Tensor> rows;
+  };
+  [[nodiscard]] Saved read(BinaryReader& r) const {
+    r.expect(envs_, "env.num_envs");
+    Saved s;
+    s.steps = r.value<std::int64_t>("rollout steps");
+    if (s.steps < 0 || s.steps > *cfg_.steps) r.fail("rollout steps", "are outside [0, rollout.steps]");
+    if (s.steps > 0)
+      for (const auto* t : {&obs_, &action_, &log_prob_, &value_, &reward_, &terminated_, &truncated_, &bootstrap_})
+        s.rows.push_back(read_tensor(r, "rollout rows", t->narrow(0, 0, s.steps)));
+    return s;
+  }
+  void restore(const Saved& s) {
+    clear();
+    std::size_t i = 0;
+    if (s.steps > 0)
+      for (auto* t : {&obs_, &action_, &log_prob_, &value_, &reward_, &terminated_, &truncated_, &bootstrap_})
+        t->narrow(0, 0, s.steps).copy_(s.rows[i++]);
+    steps_ = s.steps;
+  }
 
   /// Stores one step of every env (row i = env i). Throws when the rollout is full.
   void add(const RolloutStep& s) {

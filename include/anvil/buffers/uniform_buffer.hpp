@@ -16,7 +16,8 @@
 #include <anvil/core/context.hpp>
 #include <anvil/core/error.hpp>
 #include <anvil/core/random.hpp>
-#include <anvil/envs/env.hpp>
+#include <anvil/core/spaces.hpp>
+#include <anvil/core/state.hpp>
 
 namespace anvil {
 
@@ -30,6 +31,9 @@ class UniformBuffer {
   static constexpr FixedString config_section = "buffer";
   static constexpr bool on_policy = false;
   using Batch = ReplayBatch;
+  using Step = StepBatch;
+  /// The format tag of the files `save(path)` writes.
+  static constexpr const char* file_format = "anvil UniformBuffer v3";
 
   struct Config {
     detail::CapacityParam capacity{1'000'000};
@@ -38,7 +42,7 @@ class UniformBuffer {
     detail::NStepParam n_step{1};
   };
 
-  UniformBuffer(const envs::EnvSpec& spec, const Config& cfg, const RunContext& ctx)
+  UniformBuffer(const EnvSpec& spec, const Config& cfg, const RunContext& ctx)
       : core_(spec, cfg.capacity, cfg.storage, cfg.obs_dtype, cfg.n_step, ctx, "UniformBuffer"),
         rng_(ctx.seed_for(Stream::buffer)) {}
 
@@ -61,25 +65,34 @@ class UniformBuffer {
 
   /// The discount of n-step returns (the Trainer passes the algorithm's gamma; 0.99 before).
   void set_discount(double gamma) noexcept { core_.set_discount(gamma); }
+  /// The run's plan (the loop calls it before the run and after a resume): the discount.
+  void plan(const StoragePlan& p) noexcept { set_discount(p.discount); }
 
-  /// Writes the buffer (transitions, n-step windows, sampling state) to `path`,
-  /// atomically: a crash mid-save leaves the previous file intact.
-  void save(const std::filesystem::path& path) const {
-    BinaryWriter w(path, "anvil UniformBuffer v3");
+  /// State protocol (core/state.hpp): the transitions, n-step windows and sampling state.
+  void save(BinaryWriter& w) const {
     core_.save(w);
     w.value(rng_.state());
-    w.commit();
   }
-  /// Restores what `save` wrote; the buffer's config must match. On any error the buffer
-  /// is unchanged.
-  void load(const std::filesystem::path& path) {
-    BinaryReader r(path, "anvil UniformBuffer v3");
-    auto saved = core_.read(r);
-    const auto rng = r.value<Rng::State>("sampling state");
-    r.finish();
-    core_.restore(std::move(saved));
-    rng_.set_state(rng);
+  struct Saved {
+    detail::ReplayCore::Saved core;
+    Rng::State rng{};
+  };
+  /// Reads what `save` wrote, checked against this buffer's config; changes nothing.
+  [[nodiscard]] Saved read(BinaryReader& r) const {
+    Saved s{core_.read(r), {}};
+    s.rng = r.value<Rng::State>("sampling state");
+    return s;
   }
+  void restore(Saved&& s) {
+    core_.restore(std::move(s.core));
+    rng_.set_state(s.rng);
+  }
+
+  /// Writes the buffer to `path`, atomically: a crash mid-save leaves the previous file intact.
+  void save(const std::filesystem::path& path) const { save_file(*this, path, file_format); }
+  /// Restores what `save(path)` wrote; the buffer's config must match. On any error the
+  /// buffer is unchanged.
+  void load(const std::filesystem::path& path) { read_file(*this, path, file_format)(); }
 
   [[nodiscard]] std::int64_t size() const noexcept { return core_.size(); }
   [[nodiscard]] std::int64_t capacity() const noexcept { return core_.capacity(); }

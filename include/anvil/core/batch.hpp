@@ -4,6 +4,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <cstdint>
 #include <string>
 #include <utility>
 #include <vector>
@@ -70,6 +71,37 @@ struct RolloutAct {
   at::Tensor action;    ///< [N, act_dim] or [N] (discrete)
   at::Tensor log_prob;  ///< [N]
   at::Tensor value;     ///< [N]
+};
+
+/// One step of N envs as the episodic loop collects it: row i is env i. `live` is 1 for
+/// the envs still in the episode this round collects (0 for those whose episode has ended
+/// and which now run on into one that is not kept).
+struct EpisodeStep {
+  at::Tensor obs;         ///< [N, obs_dim] what the policy acted on
+  at::Tensor action;      ///< [N, act_dim] (float) or [N] (int64, discrete)
+  at::Tensor reward;      ///< [N]
+  at::Tensor terminated;  ///< [N] float 0/1
+  at::Tensor truncated;   ///< [N] float 0/1
+  at::Tensor live;        ///< [N] float 0/1
+  at::Tensor next_obs;    ///< [N, obs_dim] what the step led to (the last of an ended episode)
+};
+
+/// A round of whole episodes, one per env, padded to the longest: row i is env i's episode.
+struct EpisodeBatch {
+  at::Tensor obs;         ///< [N, T, obs_dim]
+  at::Tensor action;      ///< [N, T, act_dim] or [N, T] (discrete)
+  at::Tensor reward;      ///< [N, T]
+  at::Tensor terminated;  ///< [N, T] 1 at a terminal step (the return ends there)
+  at::Tensor mask;        ///< [N, T] 1 where the step belongs to the episode, 0 in the padding
+  at::Tensor length;      ///< [N] int64: each episode's steps
+  at::Tensor last_obs;    ///< [N, obs_dim] the observation after each episode's last step
+};
+
+/// What a buffer is told of the run before it starts, and again after a resume (`plan`).
+struct StoragePlan {
+  std::int64_t num_envs = 1;  ///< envs stepped together on this rank: the rows of each `add`
+  std::int64_t horizon = 0;   ///< the run's length in env steps (schedules such as PER's beta)
+  double discount = 0.99;     ///< the algorithm's discount (n-step returns, advantages)
 };
 
 /// What one call of an algorithm's `update` reports: scalar metrics for logging, and for

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <string>
 #include <type_traits>
@@ -69,6 +70,9 @@ class BinaryWriter {
     crc_.update(p, n);
   }
 
+  /// Bytes written so far (the format tag included).
+  [[nodiscard]] std::uint64_t written() const noexcept { return written_; }
+
   /// Appends the checksum, flushes to disk and renames over the target; then syncs the
   /// directory, so the rename itself survives a power cut.
   void commit() {
@@ -95,6 +99,7 @@ class BinaryWriter {
   }
   void raw(const void* p, std::size_t n) {
     if (n && std::fwrite(p, 1, n, f_) != n) throw Error("writing '" + tmp_ + "' failed (disk full?)");
+    written_ += n;
   }
 
   std::filesystem::path path_;
@@ -104,6 +109,7 @@ class BinaryWriter {
   bool memory_ = false;
   char* mem_ = nullptr;
   std::size_t mem_size_ = 0;
+  std::uint64_t written_ = 0;
 };
 
 class BinaryReader {
@@ -146,7 +152,13 @@ class BinaryReader {
   void bytes(void* p, std::size_t n, const char* what) {
     if (n && std::fread(p, 1, n, f_) != n) fail(what, "is cut short (truncated file?)");
     crc_.update(p, n);
+    consumed_ += n;
   }
+  /// Bytes read so far (the format tag included).
+  [[nodiscard]] std::uint64_t consumed() const noexcept { return consumed_; }
+  /// Names the part of the file being read in every message from here on (e.g. "section
+  /// 'algorithm'"); empty for none.
+  void set_context(std::string context) { context_ = std::move(context); }
   /// Checks the checksum at the end of the file against the bytes read, and that nothing
   /// follows it. Call it after reading everything and before using what was read.
   void finish() {
@@ -162,12 +174,41 @@ class BinaryReader {
     const T v = value<T>(what);
     if (v != expected) fail(what, "is " + std::to_string(v) + " in the file but " + std::to_string(expected) + " here");
   }
-  [[noreturn]] void fail(const char* what, const std::string& why) const {
-    throw Error("'" + path_.string() + "': " + what + " " + why);
+  /// Throws naming the file, the part being read and `what` is wrong with it. When the
+  /// bytes after this point do not match the file's checksum, the file is damaged and that
+  /// is what the message says (a flipped bit in a size field would otherwise read as a
+  /// misleading "wrong size").
+  [[noreturn]] void fail(const std::string& what, const std::string& why) {
+    const std::string where = "'" + path_.string() + "'" + (context_.empty() ? "" : " (" + context_ + ")") + ": ";
+    if (!failing_ && f_) {
+      failing_ = true;
+      if (damaged()) throw Error("'" + path_.string() + "': checksum does not match the contents (corrupted file?); " +
+                                 "reading it found: " + what + " " + why);
+    }
+    throw Error(where + what + " " + why);
   }
   [[nodiscard]] const std::filesystem::path& path() const noexcept { return path_; }
 
  private:
+  // Whether the rest of the file fails its checksum (the last 4 bytes). Unknown (false)
+  // when the file ends too soon to tell: a "cut short" message says more.
+  bool damaged() {
+    detail::Crc32c crc = crc_;
+    std::vector<unsigned char> held;  // the last 4 bytes read, which may be the checksum
+    unsigned char buf[65536];
+    for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, f_)) > 0;) {
+      held.insert(held.end(), buf, buf + n);
+      if (held.size() > 4) {
+        crc.update(held.data(), held.size() - 4);
+        held.erase(held.begin(), held.end() - 4);
+      }
+    }
+    if (held.size() < 4) return false;
+    std::uint32_t stored = 0;
+    std::memcpy(&stored, held.data(), 4);
+    return stored != crc.value();
+  }
+
   void check_tag(const std::string& format) {
     std::string tag;
     try {
@@ -185,6 +226,9 @@ class BinaryReader {
   std::filesystem::path path_;
   std::FILE* f_ = nullptr;
   detail::Crc32c crc_;
+  std::uint64_t consumed_ = 0;
+  std::string context_;
+  bool failing_ = false;
 };
 
 }  // namespace anvil

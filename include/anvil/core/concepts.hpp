@@ -1,18 +1,27 @@
 #pragma once
 /// @file
-/// The four policy kinds as concepts, built from small named rungs so that a compiler
+/// The policy kinds as concepts, built from small named rungs so that a compiler
 /// diagnostic names the missing piece, and the rules for combining them in a Trainer.
+/// Besides the four kinds a Trainer is written with (Algorithm, Buffer, Parallelism,
+/// Precision), a Trainer runs a Loop, chosen from the algorithm's data regime
+/// (train/loops/); the rungs below named after a loop say what that loop uses.
 ///
-/// Light header: no torch. Tensor-valued members are checked through forward declarations,
-/// so including this costs almost nothing.
+/// Light header: no torch beyond the scalar types. Tensor-valued members are checked
+/// through forward declarations, so including this costs almost nothing.
+
+#include <c10/core/Device.h>
 
 #include <concepts>
 #include <cstdint>
+#include <filesystem>
+#include <string>
 #include <string_view>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include <anvil/core/param.hpp>
+#include <anvil/core/state.hpp>
 
 namespace at {
 class Tensor;
@@ -20,14 +29,16 @@ class Tensor;
 
 namespace anvil {
 
-namespace envs {
 struct EnvSpec;
-}
 struct RunContext;
 struct ReplayBatch;
 struct RolloutBatch;
 struct RolloutAct;
+struct StepBatch;
+struct RolloutStep;
+struct StoragePlan;
 struct UpdateInfo;
+struct PrecisionSettings;
 class StepContext;
 
 /// Tags a policy declares with `using policy_kind = anvil::AlgorithmKind;` etc. The kind
@@ -36,6 +47,7 @@ struct AlgorithmKind {};
 struct BufferKind {};
 struct ParallelismKind {};
 struct PrecisionKind {};
+struct LoopKind {};
 
 /// How an action is chosen: sampled for exploration, or the deterministic mode for evaluation.
 enum class ActMode { explore, deterministic };
@@ -82,29 +94,71 @@ concept UpdatesFromBatches = requires { typename A::Batch; } &&
                                { a.update(b, ctx) } -> std::same_as<UpdateInfo>;
                              };
 
-/// `A` can be built from the env's spaces, its config and the run's context.
-template <class A>
+/// `P` (a policy of any kind) can be built from the env's spaces, its config and the run's context.
+template <class P>
 concept ConstructibleFromSpec =
-    std::constructible_from<A, const envs::EnvSpec&, const typename A::Config&, const RunContext&>;
+    std::constructible_from<P, const EnvSpec&, const typename P::Config&, const RunContext&>;
+
+/// `P` saves and restores its state through the state protocol (core/state.hpp), so that
+/// checkpoints hold it and, for an algorithm, every rank starts from rank 0's.
+template <class P>
+concept SavesState = Stateful<P>;
 
 /// An algorithm policy (SAC, TD3, PPO, ...).
 template <class A>
 concept Algorithm = DeclaresKind<A, AlgorithmKind> && HasConfig<A> && DeclaresDataRegime<A> &&
-                    ActsOnBatches<A> && UpdatesFromBatches<A> && ConstructibleFromSpec<A>;
+                    ActsOnBatches<A> && UpdatesFromBatches<A> && ConstructibleFromSpec<A> && SavesState<A>;
 
-/// What an on-policy Trainer needs of its algorithm besides `act` and `update`: an action
+/// What the off-policy loop needs of its algorithm besides `act` and `update`: how many
+/// transitions to sample per update, and the discount its buffer's n-step returns use.
+template <class A>
+concept OffPolicyAlgorithm = Algorithm<A> && !A::on_policy && requires(const A& a) {
+  { a.batch_size() } -> std::convertible_to<std::int64_t>;
+  { a.discount() } -> std::convertible_to<double>;
+};
+
+/// What the on-policy loop needs of its algorithm besides `act` and `update`: an action
 /// with its log-probability and value for the rollout, values alone for bootstrapping, the
-/// schedule of its epochs, and where the run is (for annealing).
+/// schedule of its epochs and whether to go on after each (PPO's KL early stop lives in
+/// `end_epoch`, which may agree with the other ranks through the StepContext), where the
+/// run is (for annealing), and its discount (for the rollout's advantages).
 template <class A>
 concept OnPolicyAlgorithm = Algorithm<A> && A::on_policy &&
-                            requires(A& a, const A& ca, const at::Tensor& obs, double progress) {
+                            requires(A& a, const A& ca, const at::Tensor& obs, double progress, StepContext& ctx) {
                               { a.act_for_rollout(obs) } -> std::same_as<RolloutAct>;
                               { a.value(obs) } -> std::same_as<at::Tensor>;
                               { ca.epochs() } -> std::convertible_to<int>;
                               { ca.minibatch_size() } -> std::convertible_to<std::int64_t>;
-                              { ca.target_kl() } -> std::convertible_to<double>;
+                              { a.end_epoch(ctx) } -> std::convertible_to<bool>;
                               { a.set_progress(progress) };
+                              { ca.discount() } -> std::convertible_to<double>;
                             };
+
+// Optional capabilities: a loop or hook uses them where an algorithm has them, and a
+// config field that needs one is refused, naming the field, where it does not.
+
+/// `A` keeps an exponential moving average of its policy's weights (`train.ema_decay`) and
+/// can act with it (evaluation, policy.bin).
+template <class A>
+concept AveragesPolicy = requires(A& a, double decay) {
+  { a.ema_update(decay) };
+  { a.with_ema_weights([] { return 0; }) } -> std::same_as<int>;
+};
+/// `A` reports its learning rates by optimizer (TensorBoard `lr/<name>`).
+template <class A>
+concept ReportsLearningRates = requires(const A& a) {
+  { a.learning_rates() } -> std::convertible_to<std::vector<std::pair<std::string, double>>>;
+};
+/// `A` shows each network's weights as one flat tensor (TensorBoard weight histograms).
+template <class A>
+concept ExposesWeights = requires(const A& a) {
+  { a.flat_parameters() } -> std::convertible_to<std::vector<std::pair<std::string, at::Tensor>>>;
+};
+/// `A` writes its policy alone for `load_policy` (policy.bin beside each checkpoint).
+template <class A>
+concept ExportsPolicy = requires(const A& a, BinaryWriter& w) {
+  { a.save_policy(w) };
+};
 
 // ---------------------------------------------------------------------------------------
 // Buffer: preallocated storage of transitions. Takes one step of N envs in one call and
@@ -119,15 +173,48 @@ concept ProducesBatches = requires(const B& b) {
   { b.capacity() } -> std::convertible_to<std::int64_t>;
 };
 
+/// `B` names the step type a loop hands it (`StepBatch` for replay buffers, `RolloutStep`
+/// for rollouts) and stores one step of every env with `add`.
+template <class B>
+concept StoresSteps = requires { typename B::Step; } && requires(B& b, const typename B::Step& s) {
+  { b.add(s) };
+};
+
+/// `B` is told the plan of the run before it starts (and again after a resume): envs per
+/// rank, the run's length, the algorithm's discount (see `StoragePlan`).
+template <class B>
+concept PlansStorage = requires(B& b, const StoragePlan& plan) {
+  { b.plan(plan) };
+};
+
 /// A buffer policy (UniformBuffer, PrioritizedBuffer, RolloutBuffer).
 template <class B>
 concept Buffer = DeclaresKind<B, BufferKind> && HasConfig<B> && DeclaresDataRegime<B> &&
-                 ProducesBatches<B>;
+                 ProducesBatches<B> && StoresSteps<B> && PlansStorage<B> && ConstructibleFromSpec<B> &&
+                 SavesState<B>;
 
 /// A replay buffer: samples a batch of `n` stored transitions at random.
 template <class B>
 concept ReplayBuffer = Buffer<B> && requires(B& b, std::int64_t n) {
   { b.sample(n) } -> std::same_as<typename B::Batch>;
+};
+
+/// A replay buffer that can be filled from a file `save(path)` wrote (the offline loop's
+/// dataset).
+template <class B>
+concept LoadsDataset = ReplayBuffer<B> && requires(B& b, const std::filesystem::path& p) {
+  { b.load(p) };
+};
+
+/// What the on-policy loop needs of its buffer: whether the rollout is full, the
+/// advantages computed from the value after its last step, the rollout in minibatches for
+/// each epoch, and clearing it for the next.
+template <class B>
+concept RolloutStorage = Buffer<B> && requires(B& b, const B& cb, const at::Tensor& last_value, std::int64_t n) {
+  { cb.full() } -> std::convertible_to<bool>;
+  { b.finish(last_value) };
+  { b.minibatches(n) };
+  { b.clear() };
 };
 
 /// A replay buffer that also takes back priorities (e.g. |TD error|) for the sampled rows.
@@ -158,10 +245,22 @@ concept SynchronisesTensors = requires(P& p, std::vector<at::Tensor>& ts) {
   { p.broadcast(ts) };
 };
 
+/// `P` sets up its processes explicitly: `P::start_ranks(cfg)` (called by `anvil::start`
+/// from main, never by a constructor) may make this process the launcher of several ranks;
+/// `connect(device)` joins the world once the run's device is known; `device_index()` is
+/// the CUDA device this rank uses; `describe()` is one line for the log.
+template <class P>
+concept SetsUpRanks = requires(P& p, const P& cp, const typename P::Config& cfg, c10::Device device) {
+  { P::start_ranks(cfg) };
+  { p.connect(device) };
+  { cp.device_index() } -> std::convertible_to<int>;
+  { cp.describe() } -> std::convertible_to<std::string>;
+};
+
 /// A parallelism policy (SingleDevice, DDP<N>).
 template <class P>
 concept Parallelism = DeclaresKind<P, ParallelismKind> && HasConfig<P> && KnowsWorld<P> &&
-                      SynchronisesTensors<P>;
+                      SynchronisesTensors<P> && SetsUpRanks<P>;
 
 // ---------------------------------------------------------------------------------------
 // Precision: the numeric types of a step. A type-level description the StepContext turns
@@ -176,9 +275,33 @@ concept DescribesNumerics = requires {
   { X::needs_cuda } -> std::convertible_to<bool>;
 };
 
+/// `X` turns its config into the settings a run applies (autocast, loss scaling, TF32,
+/// cuDNN, anomaly detection), so the code that applies them is not a template.
+template <class X>
+concept HasSettings = requires(const typename X::Config& cfg) {
+  { X::settings(cfg) } -> std::same_as<PrecisionSettings>;
+};
+
 /// A precision policy (FP32, TF32, BF16, FP16).
 template <class X>
-concept Precision = DeclaresKind<X, PrecisionKind> && HasConfig<X> && DescribesNumerics<X>;
+concept Precision = DeclaresKind<X, PrecisionKind> && HasConfig<X> && DescribesNumerics<X> && HasSettings<X>;
+
+// ---------------------------------------------------------------------------------------
+// Loop: the order of collect, store and update for one data regime (train/loops/). A
+// loop declares its kind, its config (the `train` section) and its name; its `Rules<A, B>`
+// check, with one sentence each, that the algorithm and buffer have what it uses, and its
+// `Runner<A, B>` runs it.
+
+/// A loop policy (OffPolicyLoop, OnPolicyLoop, EpisodicLoop, OfflineLoop, Staged<...>).
+template <class L>
+concept Loop = DeclaresKind<L, LoopKind> && HasConfig<L> && requires {
+  { L::name } -> std::convertible_to<std::string_view>;
+};
+
+/// An algorithm may name the loop it trains in (`using loop = anvil::EpisodicLoop;`);
+/// otherwise its data regime chooses (train/trainer.hpp, `default_loop`).
+template <class A>
+concept NamesItsLoop = requires { typename A::loop; } && Loop<typename A::loop>;
 
 // ---------------------------------------------------------------------------------------
 // The rules for a Trainer. Each check is guarded by the ones before it, so a bad

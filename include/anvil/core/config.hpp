@@ -10,10 +10,10 @@
 ///     argument) are reported here.
 ///  2. `configure<Cfg>(args)` applies the settings to a typed config: unknown keys (with
 ///     "did you mean"), wrong types and values out of range are reported with the field and
-///     the place they came from; `--help` and `--print-config` are answered here, because
-///     only now are the fields known.
-/// Every error is an `anvil::ConfigError`; `parse_config` installs a handler that turns an
-/// uncaught one into a one-line message and exit status 2.
+///     the place they came from.
+/// Every error is an `anvil::ConfigError`. Neither step prints, exits or restarts anything:
+/// `anvil::start` (train/start.hpp), the one line a main calls first, answers `--help` and
+/// `--print-config`, and turns a ConfigError into a one-line message and exit status 2.
 ///
 /// Keys are `section.field` (`sac.batch_size`); a key without a section refers to the `run`
 /// section (`--seed=3`, `--device=cuda`). Dashes in keys read as underscores (`--run-dir`).
@@ -40,7 +40,6 @@
 #include <string_view>
 #include <vector>
 
-#include <anvil/core/blas.hpp>
 #include <anvil/core/error.hpp>
 #include <anvil/core/param.hpp>
 
@@ -505,13 +504,9 @@ inline Args parse_args(std::span<const std::string> argv) {
   return a;
 }
 
-/// `parse_args` for `main`'s arguments. Also installs anvil's error handler, so a bad
-/// command line (here or later, when the Trainer applies it) ends the program with a
-/// one-line message and exit status 2 rather than an abort; and makes sure the fast BLAS
-/// kernels are in use (`prefer_fast_blas`, which may restart the program once).
+/// `parse_args` for `main`'s arguments (throws ConfigError; see `anvil::start` for the
+/// line a main calls, which reports it).
 inline Args parse_config(int argc, char** argv) {
-  prefer_fast_blas(argc, argv);
-  install_error_handler();
   std::vector<std::string> v(argv, argv + argc);
   return parse_args(v);
 }
@@ -685,24 +680,25 @@ std::string config_hash_hex(const Cfg& cfg) {
   return buf;
 }
 
-/// Builds a `Cfg` from defaults and `args`. Answers `--help` (prints every field, exits 0)
-/// and `--print-config` (prints the resolved config as YAML, exits 0); throws ConfigError
-/// on bad input.
+/// Builds a `Cfg` from defaults and `args` (the settings applied in order, then validated);
+/// throws ConfigError on bad input. `--help` and `--print-config` are left to the caller
+/// (`anvil::start` answers them).
 template <class Cfg>
 Cfg configure(const Args& args, Cfg cfg = Cfg{}) {
-  if (args.help) {
-    std::fputs(help_text<Cfg>(args.program, cfg).c_str(), stdout);
-    std::fflush(stdout);
-    std::exit(0);
-  }
   apply_settings(cfg, args.settings);
-  if (args.print_config) {
-    std::printf("# %s config, hash %s\n%s", args.program.c_str(), config_hash_hex(cfg).c_str(),
-                to_yaml(cfg).c_str());
-    std::fflush(stdout);
-    std::exit(0);
-  }
   return cfg;
+}
+
+/// Shrinks `cfg` for a run of seconds (`run.smoke`): every section whose config has a
+/// `shrink()` shrinks itself.
+template <class Cfg>
+void shrink_for_smoke(Cfg& cfg) {
+  boost::pfr::for_each_field(cfg, [](auto& field) {
+    using F = std::remove_cvref_t<decltype(field)>;
+    if constexpr (IsSection<F>) {
+      if constexpr (requires { field.value.shrink(); }) field.value.shrink();
+    }
+  });
 }
 
 /// Typed one-step form: `auto cfg = parse_config<MyConfig>(argc, argv);`.

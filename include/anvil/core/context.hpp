@@ -15,18 +15,27 @@
 #include <string>
 
 #include <anvil/core/error.hpp>
+#include <anvil/core/lr_scaling.hpp>
 #include <anvil/core/random.hpp>
 
 namespace anvil {
 
-/// Where this process runs and how its randomness is seeded; passed to every policy's
-/// constructor so none of them reads global state.
+/// Where this process runs, how its randomness is seeded and what the run asks of every
+/// policy; passed to every policy's constructor so none of them reads global state.
 struct RunContext {
   c10::Device device{c10::kCPU};
   std::uint64_t seed = 0;  ///< the run's seed; streams derive their own with derive_seed
   int rank = 0;
   int world_size = 1;
-  double lr_scale = 1.0;  ///< factor on every learning rate (the trainer's lr_scaling)
+  LrScaling lr_scaling = LrScaling::none;  ///< train.lr_scaling
+  std::int64_t base_batch = 256;           ///< train.base_batch: the batch learning rates were tuned for
+  int micro_batches = 1;                   ///< train.grad_accumulation: micro-batches per optimizer step
+
+  /// The factor on learning rates for an algorithm taking `batch` rows per gradient step
+  /// (see core/lr_scaling.hpp).
+  [[nodiscard]] double lr_scale(std::int64_t batch) const noexcept {
+    return anvil::lr_scale(lr_scaling, batch, base_batch, world_size);
+  }
 
   /// Seed for stream `s`, instance `index`, distinct across ranks.
   [[nodiscard]] std::uint64_t seed_for(Stream s, std::uint64_t index = 0) const noexcept {

@@ -13,34 +13,17 @@
 #include <span>
 #include <string>
 #include <string_view>
-#include <variant>
 #include <vector>
 
 #include <anvil/core/error.hpp>
+#include <anvil/core/spaces.hpp>
 
 namespace anvil::envs {
 
-/// A box in R^n: `low[i] <= x[i] <= high[i]` (bounds may be +-infinity).
-struct Box {
-  std::vector<float> low;
-  std::vector<float> high;
-
-  /// Number of dimensions.
-  [[nodiscard]] std::size_t size() const noexcept { return low.size(); }
-  /// True when `x` has the right size and every element is finite and inside the bounds.
-  [[nodiscard]] bool contains(std::span<const float> x) const noexcept {
-    if (x.size() != low.size()) return false;
-    for (std::size_t i = 0; i < x.size(); ++i)
-      if (!(x[i] >= low[i] && x[i] <= high[i])) return false;  // also false for NaN
-    return true;
-  }
-};
-
-/// `n` discrete choices, 0 .. n-1.
-struct Discrete {
-  std::int64_t n = 0;
-  [[nodiscard]] bool contains(std::int64_t a) const noexcept { return a >= 0 && a < n; }
-};
+// The spaces (core/spaces.hpp) under the names envs have always used.
+using anvil::Box;
+using anvil::Discrete;
+using anvil::EnvSpec;
 
 /// What one step returns. `observation` views storage owned by the env and stays valid
 /// until the env is stepped or reset again.
@@ -82,33 +65,22 @@ concept Env = std::movable<E> &&
       { e.step(a) } -> std::same_as<StepResult>;
     };
 
-/// An env whose actions are continuous (a `Box`).
-/// What a policy needs to know about an env to be built: its spaces.
-struct EnvSpec {
-  std::string name;
-  Box observation;
-  std::variant<Box, Discrete> action;
-
-  [[nodiscard]] bool discrete() const noexcept { return std::holds_alternative<Discrete>(action); }
-  [[nodiscard]] std::int64_t obs_dim() const noexcept {
-    return static_cast<std::int64_t>(observation.size());
-  }
-  /// Width of an action row: the Box's size, or 1 for a discrete index.
-  [[nodiscard]] std::int64_t action_dim() const noexcept {
-    return discrete() ? 1 : static_cast<std::int64_t>(std::get<Box>(action).size());
-  }
-  /// Number of discrete actions (0 for a Box).
-  [[nodiscard]] std::int64_t num_actions() const noexcept {
-    return discrete() ? std::get<Discrete>(action).n : 0;
-  }
-};
-
 /// The spec of env `e`.
 template <class E>
 EnvSpec spec_of(const E& e) {
   return EnvSpec{std::string(E::name), e.observation_space(), e.action_space()};
 }
 
+/// An env that tells which of several tasks its current episode is (a multi-task env, or
+/// one that draws a task per episode): `task_names()` lists them all, `task_index()` is the
+/// current episode's. Evaluations report each task apart.
+template <class E>
+concept TaskTagged = Env<E> && requires(const E& e) {
+  { e.task_names() } -> std::convertible_to<std::vector<std::string>>;
+  { e.task_index() } -> std::convertible_to<std::int64_t>;
+};
+
+/// An env whose actions are continuous (a `Box`).
 template <class E>
 concept ContinuousEnv = Env<E> && std::same_as<action_space_t<E>, Box>;
 /// An env whose actions are discrete choices.

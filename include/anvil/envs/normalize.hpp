@@ -25,6 +25,7 @@
 #include <vector>
 
 #include <anvil/core/binary_io.hpp>
+#include <anvil/core/error.hpp>
 #include <anvil/core/param.hpp>
 #include <anvil/envs/vec_env.hpp>
 
@@ -124,29 +125,43 @@ class RunningMeanVar {
     return v;
   }
 
-  void save(BinaryWriter& w) const {
-    for (const auto* m : {&base_, &fresh_}) {
-      w.value(m->count);
-      w.value(static_cast<std::uint64_t>(m->mean.size()));
-      w.bytes(m->mean.data(), m->mean.size() * sizeof(double));
-      w.bytes(m->m2.data(), m->m2.size() * sizeof(double));
-    }
+  // The statistics in two parts, saved apart: the merged ones every rank holds alike (the
+  // `normalizer` section of a run's state, sent from rank 0 to the others) and this rank's
+  // fresh ones since the last merge (with the envs, which are this rank's own).
+
+  /// Writes the merged part.
+  void save_merged(BinaryWriter& w) const { save_moments(w, base_); }
+  /// Writes this rank's fresh part.
+  void save_fresh(BinaryWriter& w) const { save_moments(w, fresh_); }
+  /// Reads a part written by `save_merged` or `save_fresh`, checking its dimension; `what`
+  /// names it in messages. Changes nothing.
+  [[nodiscard]] Moments read_moments(BinaryReader& r, const std::string& what) const {
+    Moments m;
+    m.count = r.value<double>((what + " count").c_str());
+    if (!(m.count >= 0) || !std::isfinite(m.count)) r.fail(what + " count", "is not a finite count");
+    r.expect(static_cast<std::uint64_t>(base_.mean.size()), (what + " dimension").c_str());
+    m.mean.resize(base_.mean.size());
+    m.m2.resize(base_.m2.size());
+    r.bytes(m.mean.data(), m.mean.size() * sizeof(double), (what + " mean").c_str());
+    r.bytes(m.m2.data(), m.m2.size() * sizeof(double), (what + " variance").c_str());
+    return m;
   }
-  /// Reads what `save` wrote into a copy (checking the dimension); `*this` is unchanged.
-  [[nodiscard]] RunningMeanVar read(BinaryReader& r, const std::string& what) const {
-    RunningMeanVar s = *this;
-    for (auto* m : {&s.base_, &s.fresh_}) {
-      m->count = r.value<double>((what + " count").c_str());
-      if (!(m->count >= 0) || !std::isfinite(m->count)) r.fail((what + " count").c_str(), "is not a finite count");
-      r.expect(static_cast<std::uint64_t>(m->mean.size()), (what + " dimension").c_str());
-      r.bytes(m->mean.data(), m->mean.size() * sizeof(double), (what + " mean").c_str());
-      r.bytes(m->m2.data(), m->m2.size() * sizeof(double), (what + " variance").c_str());
-    }
-    s.refresh();
-    return s;
+  void restore_merged(const Moments& m) {
+    base_ = m;
+    refresh();
+  }
+  void restore_fresh(const Moments& m) {
+    fresh_ = m;
+    refresh();
   }
 
  private:
+  static void save_moments(BinaryWriter& w, const Moments& m) {
+    w.value(m.count);
+    w.value(static_cast<std::uint64_t>(m.mean.size()));
+    w.bytes(m.mean.data(), m.mean.size() * sizeof(double));
+    w.bytes(m.m2.data(), m.m2.size() * sizeof(double));
+  }
   static void merge(Moments& into, const Moments& b) {
     if (b.count == 0) return;
     const double n = into.count + b.count;
@@ -165,9 +180,26 @@ class RunningMeanVar {
   Moments base_, fresh_, now_;
 };
 
-/// What a `NormalizedVecEnv` shares with the evaluation envs built beside it.
+/// What a `NormalizedVecEnv` shares with the evaluation envs built beside it. Its state
+/// (the `normalizer` section) is the merged statistics, which every rank holds alike; each
+/// rank's fresh statistics are saved with its envs (`NormalizedVecEnv::save`).
 struct NormalizeState {
   RunningMeanVar obs, ret;
+
+  void save(BinaryWriter& w) const {
+    obs.save_merged(w);
+    ret.save_merged(w);
+  }
+  struct Saved {
+    RunningMeanVar::Moments obs, ret;
+  };
+  [[nodiscard]] Saved read(BinaryReader& r) const {
+    return {obs.read_moments(r, "merged observation statistics"), ret.read_moments(r, "merged return statistics")};
+  }
+  void restore(const Saved& s) {
+    obs.restore_merged(s.obs);
+    ret.restore_merged(s.ret);
+  }
 };
 
 /// A `VecEnvBase` that normalises another (see file comment). Training mode updates the
@@ -175,10 +207,11 @@ struct NormalizeState {
 class NormalizedVecEnv final : public VecEnvBase {
  public:
   /// Wraps `inner`. `state` is shared with other wrappers (a new one when null); `gamma`
-  /// is the discount of the return whose spread scales rewards.
+  /// is the discount of the return whose spread scales rewards (NaN: given later by
+  /// `set_discount`; `normalize.gamma` overrides both).
   NormalizedVecEnv(std::unique_ptr<VecEnvBase> inner, const NormalizeConfig& cfg, double gamma,
                    std::shared_ptr<NormalizeState> state = nullptr, bool frozen = false)
-      : VecEnvBase(inner->spec(), inner->num_envs()), inner_(std::move(inner)), cfg_(cfg),
+      : VecEnvBase(inner->spec(), inner->num_envs(), inner->groups()), inner_(std::move(inner)), cfg_(cfg),
         gamma_(cfg.gamma > 0 ? *cfg.gamma : gamma), frozen_(frozen), state_(std::move(state)) {
     if (!state_) {
       state_ = std::make_shared<NormalizeState>();
@@ -222,7 +255,12 @@ class NormalizedVecEnv final : public VecEnvBase {
   }
   at::Tensor observations() const override { return started_ ? obs_[cur_] : at::Tensor(); }
   bool saves_state() const noexcept override { return inner_->saves_state(); }
+  VecMode mode() const noexcept override { return inner_->mode(); }
 
+  /// The discount of the return whose spread scales rewards, unless `normalize.gamma` set it.
+  void set_discount(double gamma) override {
+    if (!(cfg_.gamma > 0)) gamma_ = gamma;
+  }
   /// Merges every rank's new statistics (see RunningMeanVar::sync).
   void sync_statistics(const std::function<void(at::Tensor&)>& sum) override {
     if (frozen_) return;
@@ -230,17 +268,20 @@ class NormalizedVecEnv final : public VecEnvBase {
     if (cfg_.reward) state_->ret.sync(sum);
   }
 
+  /// This rank's part: the fresh statistics (the merged ones are the `normalizer` section,
+  /// `NormalizeState`), the running discounted returns, the normalised observations, and the
+  /// wrapped envs.
   void save(BinaryWriter& w) const override {
-    state_->obs.save(w);
-    state_->ret.save(w);
+    state_->obs.save_fresh(w);
+    state_->ret.save_fresh(w);
     w.bytes(running_return_.data(), running_return_.size() * sizeof(double));
     w.value(started_);
     w.bytes(obs_[cur_].data_ptr(), static_cast<std::size_t>(obs_[cur_].numel()) * sizeof(float));
     inner_->save(w);
   }
   std::function<void()> read(BinaryReader& r) override {
-    auto obs = std::make_shared<RunningMeanVar>(state_->obs.read(r, "observation statistics"));
-    auto ret = std::make_shared<RunningMeanVar>(state_->ret.read(r, "return statistics"));
+    auto obs = std::make_shared<RunningMeanVar::Moments>(state_->obs.read_moments(r, "fresh observation statistics"));
+    auto ret = std::make_shared<RunningMeanVar::Moments>(state_->ret.read_moments(r, "fresh return statistics"));
     auto running = std::make_shared<std::vector<double>>(running_return_.size());
     r.bytes(running->data(), running->size() * sizeof(double), "running discounted returns");
     const bool started = r.value<bool>("normaliser started flag");
@@ -249,8 +290,8 @@ class NormalizedVecEnv final : public VecEnvBase {
     auto inner = inner_->read(r);
     // Without env state the run starts new episodes, so only the statistics carry over.
     return [this, obs, ret, running, started, current, inner] {
-      state_->obs = *obs;
-      state_->ret = *ret;
+      state_->obs.restore_fresh(*obs);
+      state_->ret.restore_fresh(*ret);
       if (inner) {
         inner();
         running_return_ = *running;
@@ -280,6 +321,9 @@ class NormalizedVecEnv final : public VecEnvBase {
     }
   }
   void scale_rewards(const VecStep& s) {
+    if (std::isnan(gamma_))
+      throw ConfigError("normalize.reward: the discount of the return is unknown (the algorithm has none); set "
+                        "normalize.gamma");
     const float* r = s.reward.data_ptr<float>();
     const float *term = s.terminated.data_ptr<float>(), *trunc = s.truncated.data_ptr<float>();
     auto rets = at::empty({n_}, at::kDouble);

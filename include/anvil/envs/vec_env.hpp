@@ -53,6 +53,7 @@ struct EpisodeEnd {
   double episode_return = 0.0;
   std::int64_t length = 0;
   bool terminated = false;  ///< false: truncated by the time limit
+  std::int32_t group = -1;  ///< its task (index into `VecEnvBase::groups()`), -1 when the env has none
 };
 
 /// One step of all envs. Tensors are views of the VecEnv's storage, valid until the step
@@ -73,6 +74,8 @@ class VecEnvBase {
   virtual ~VecEnvBase() = default;
   [[nodiscard]] const EnvSpec& spec() const noexcept { return spec_; }
   [[nodiscard]] std::int64_t num_envs() const noexcept { return n_; }
+  /// Whether steps run inside `step_wait` (sync) or in the background from `step_async` on.
+  [[nodiscard]] virtual VecMode mode() const noexcept = 0;
   /// Resets every env (env i with its own seed stream) and returns the observations.
   virtual at::Tensor reset() = 0;
   /// Starts a step with `actions`: [N, act_dim] float for a Box, [N] int64 for Discrete.
@@ -100,15 +103,29 @@ class VecEnvBase {
   /// returned function is called (after the whole file has been checked). Returns an empty
   /// function when the file holds no env state.
   [[nodiscard]] virtual std::function<void()> read(BinaryReader& r) = 0;
+  /// Applies what `read` returned (the state protocol, core/state.hpp).
+  void restore(const std::function<void()>& apply) {
+    if (apply) apply();
+  }
+  /// The discount of the algorithm learning from these envs (a reward normaliser scales by
+  /// the spread of the discounted return); the loop gives it before the run starts.
+  virtual void set_discount(double gamma) { (void)gamma; }
   /// With several ranks: merges statistics the envs keep (a normalising wrapper's running
   /// means) over the ranks, `sum` adding a double tensor over them in place. Plain envs
   /// keep none.
   virtual void sync_statistics(const std::function<void(at::Tensor&)>& sum) { (void)sum; }
 
+  /// The groups episodes fall into, for breakdowns in evaluations: the tasks of a
+  /// task-tagged env (`envs::TaskTagged`), in the order the env names them; empty when the
+  /// env has no tasks. `EpisodeEnd::group` indexes it.
+  [[nodiscard]] const std::vector<std::string>& groups() const noexcept { return groups_; }
+
  protected:
-  VecEnvBase(EnvSpec spec, std::int64_t n) : spec_(std::move(spec)), n_(n) {}
+  VecEnvBase(EnvSpec spec, std::int64_t n, std::vector<std::string> groups = {})
+      : spec_(std::move(spec)), n_(n), groups_(std::move(groups)) {}
   EnvSpec spec_;
   std::int64_t n_;
+  std::vector<std::string> groups_;
 };
 
 /// N envs of type `E` (see file comment). Env i's episodes are seeded from the stream
@@ -117,7 +134,7 @@ template <Env E>
 class VecEnv final : public VecEnvBase {
  public:
   VecEnv(const E& prototype, const VecEnvConfig& cfg, std::uint64_t seed)
-      : VecEnvBase(spec_of(prototype), cfg.num_envs), mode_(cfg.mode), pool_(cfg.threads) {
+      : VecEnvBase(spec_of(prototype), cfg.num_envs, groups_of(prototype)), mode_(cfg.mode), pool_(cfg.threads) {
     envs_.assign(static_cast<std::size_t>(n_), prototype);
     for (std::int64_t i = 0; i < n_; ++i)
       seeds_.emplace_back(derive_seed(seed, Stream::env, static_cast<std::uint64_t>(i)));
@@ -148,6 +165,7 @@ class VecEnv final : public VecEnvBase {
 
   at::Tensor observations() const override { return started_ ? obs_[cur_] : at::Tensor(); }
   bool saves_state() const noexcept override { return std::is_trivially_copyable_v<E>; }
+  VecMode mode() const noexcept override { return mode_; }
 
   void save(BinaryWriter& w) const override {
     w.value(saves_state());
@@ -254,6 +272,15 @@ class VecEnv final : public VecEnvBase {
   [[nodiscard]] const E& env(std::int64_t i) const { return envs_.at(static_cast<std::size_t>(i)); }
 
  private:
+  static std::vector<std::string> groups_of(const E& e) {
+    if constexpr (TaskTagged<E>) return e.task_names();
+    else return {};
+  }
+  static std::int32_t group_of(const E& e) {
+    if constexpr (TaskTagged<E>) return static_cast<std::int32_t>(e.task_index());
+    else return -1;
+  }
+
   void check_actions(const at::Tensor& a) const {
     const std::string who = std::string(E::name) + " VecEnv: ";
     if (a.device().type() != at::kCPU) throw EnvError(who + "actions must be on the CPU");
@@ -308,7 +335,7 @@ class VecEnv final : public VecEnvBase {
           ++lengths_[i];
           ended_[i] = EpisodeEnd{};
           if (r.terminated || r.truncated) {
-            ended_[i] = EpisodeEnd{i, returns_[i], lengths_[i], r.terminated};
+            ended_[i] = EpisodeEnd{i, returns_[i], lengths_[i], r.terminated, group_of(envs_[i])};
             returns_[i] = 0.0;
             lengths_[i] = 0;
             auto first = envs_[i].reset(seeds_[i]());

@@ -76,18 +76,23 @@ class MetricsCsv {
   MetricsCsv() = default;
   explicit MetricsCsv(std::filesystem::path path) : path_(std::move(path)) {}
 
-  /// Continues the file of a resumed run: keeps its header and the rows up to `env_steps`
-  /// (the checkpoint's step; rows the interrupted run wrote after it are dropped, since the
-  /// resumed run writes them again), and appends from there. A missing or empty file starts
-  /// afresh.
-  static MetricsCsv resume(std::filesystem::path path, std::int64_t env_steps) {
+  /// Continues the file of a resumed run: keeps its header and the rows up to the
+  /// checkpoint's clock (`env_steps` and `updates`, the first two columns; rows the
+  /// interrupted run wrote after it are dropped, since the resumed run writes them again),
+  /// and appends from there. A missing or empty file starts afresh.
+  static MetricsCsv resume(std::filesystem::path path, std::int64_t env_steps, std::int64_t updates) {
     MetricsCsv csv(path);
     std::ifstream in(path);
     std::string header, line;
     if (!in || !std::getline(in, header) || header.empty()) return csv;
     std::vector<std::string> keep;
-    while (std::getline(in, line))
-      if (!line.empty() && std::strtod(line.c_str(), nullptr) <= static_cast<double>(env_steps)) keep.push_back(line);
+    while (std::getline(in, line)) {
+      if (line.empty()) continue;
+      char* end = nullptr;
+      const double steps = std::strtod(line.c_str(), &end);
+      const double ups = end && *end == ',' ? std::strtod(end + 1, nullptr) : 0.0;
+      if (steps <= static_cast<double>(env_steps) && ups <= static_cast<double>(updates)) keep.push_back(line);
+    }
     in.close();
     std::string text = header + "\n";
     for (const auto& l : keep) text += l + "\n";

@@ -31,7 +31,7 @@
 
 #include <anvil/core/concepts.hpp>
 #include <anvil/core/param.hpp>
-#include <anvil/core/torch_compat.hpp>
+#include <anvil/parallel/c10d.hpp>
 #include <anvil/parallel/launch.hpp>
 #include <anvil/parallel/world.hpp>
 
@@ -314,9 +314,21 @@ class DDP {
   static constexpr bool can_use_cuda = true;
   using Config = DDPConfig;
 
-  /// Joins the world a launcher set up, or (started plainly) launches this node's ranks and
-  /// never returns: the launcher exits with their outcome. A single rank on a single node
-  /// runs in this process.
+  /// Started plainly (no RANK, WORLD_SIZE, ... in the environment) with several ranks per
+  /// node or several nodes: makes this process the launcher of its node's ranks, which run
+  /// the same program with the same arguments; never returns (the launcher exits with their
+  /// outcome). Otherwise returns at once. `anvil::start` calls it from main; nothing else
+  /// may (a constructor must not fork).
+  static void start_ranks(const Config& cfg) {
+    if (dist::world_from_env()) return;  // a rank already
+    const auto plan = launch_plan(cfg);
+    if (plan.nproc_per_node == 1 && plan.nnodes == 1) return;  // one rank: this process
+    dist::launch(plan);
+  }
+
+  /// Joins the world a launcher set up. A process started plainly is the only rank when the
+  /// config asks for one; when it asks for more, the ranks must have been launched
+  /// (`anvil::start` in main does it), else a ConfigError says so.
   explicit DDP(const Config& cfg) : cfg_(cfg) {
     if (auto w = dist::world_from_env()) {
       world_ = *w;
@@ -325,30 +337,13 @@ class DDP {
         note_ = "DDP<" + std::to_string(N) + "> joined a launcher's world of " + std::to_string(world_.local_world_size) +
                 " rank(s) per node (LOCAL_WORLD_SIZE)";
     } else {
-      const int per_node = ranks_per_node(cfg);
-      dist::LaunchPlan plan;
-      plan.nproc_per_node = per_node;
-      plan.nnodes = *cfg.nnodes > 0 ? *cfg.nnodes : static_cast<int>(dist::detail::env_int("NNODES", 1, 1, 1 << 20));
-      plan.node_rank = *cfg.node_rank >= 0 ? *cfg.node_rank
-                                           : static_cast<int>(dist::detail::env_int("NODE_RANK", 0, 0, plan.nnodes - 1));
-      if (plan.node_rank >= plan.nnodes)
-        throw ConfigError("parallel.node_rank=" + std::to_string(plan.node_rank) + " is not below parallel.nnodes=" +
-                          std::to_string(plan.nnodes));
-      plan.master_addr = !cfg.master_addr->empty() ? *cfg.master_addr
-                         : dist::detail::getenv_nonempty("MASTER_ADDR") ? std::string(std::getenv("MASTER_ADDR"))
-                                                                       : std::string("127.0.0.1");
-      plan.master_port = *cfg.master_port > 0 ? *cfg.master_port
-                                              : static_cast<int>(dist::detail::env_int("MASTER_PORT", 0, 1, 65535));
-      if (plan.nnodes > 1 && plan.master_port == 0)
-        throw ConfigError("parallel.nnodes=" + std::to_string(plan.nnodes) +
-                          ": every node must meet at the same port; set MASTER_PORT (or parallel.master_port)");
-      plan.timeout = timeout();
-      plan.grace = std::chrono::milliseconds(static_cast<std::int64_t>(*cfg.stop_grace_s * 1000));
-      if (per_node == 1 && plan.nnodes == 1) {
-        world_ = dist::World{};  // one rank: nothing to launch or agree on
-      } else {
-        dist::launch(plan);
-      }
+      const auto plan = launch_plan(cfg);
+      if (plan.nproc_per_node != 1 || plan.nnodes != 1)
+        throw ConfigError("DDP<" + std::to_string(N) + ">: this process was started plainly and is not a rank of a world of " +
+                          std::to_string(plan.nproc_per_node * plan.nnodes) +
+                          " ranks; call anvil::start(argc, argv, ...) first in main (it launches them), or start it "
+                          "under torchrun");
+      world_ = dist::World{};  // one rank: nothing to launch or agree on
     }
     if (!cfg.gpu_ids->empty() && world_.local_rank >= static_cast<int>(cfg.gpu_ids->size()))
       throw ConfigError("parallel.gpu_ids lists " + std::to_string(cfg.gpu_ids->size()) + " GPU(s) but this rank has LOCAL_RANK=" +
@@ -362,7 +357,7 @@ class DDP {
   [[nodiscard]] const dist::World& world() const noexcept { return world_; }
   /// The CUDA device this rank uses when the run is on CUDA: the LOCAL_RANK-th of
   /// parallel.gpu_ids, or cuda:LOCAL_RANK.
-  [[nodiscard]] int cuda_index() const {
+  [[nodiscard]] int device_index() const {
     return cfg_.gpu_ids->empty() ? world_.local_rank : (*cfg_.gpu_ids)[static_cast<std::size_t>(world_.local_rank)];
   }
 
@@ -393,8 +388,34 @@ class DDP {
   }
 
  private:
-  std::chrono::milliseconds timeout() const {
-    return std::chrono::milliseconds(static_cast<std::int64_t>(*cfg_.timeout_s * 1000));
+  static std::chrono::milliseconds timeout_of(const Config& cfg) {
+    return std::chrono::milliseconds(static_cast<std::int64_t>(*cfg.timeout_s * 1000));
+  }
+  std::chrono::milliseconds timeout() const { return timeout_of(cfg_); }
+
+  // What this node's launcher starts: ranks per node, nodes, this node's index, the
+  // rendezvous (from the config, else the environment); a ConfigError naming the fields
+  // that disagree.
+  static dist::LaunchPlan launch_plan(const Config& cfg) {
+    dist::LaunchPlan plan;
+    plan.nproc_per_node = ranks_per_node(cfg);
+    plan.nnodes = *cfg.nnodes > 0 ? *cfg.nnodes : static_cast<int>(dist::detail::env_int("NNODES", 1, 1, 1 << 20));
+    plan.node_rank = *cfg.node_rank >= 0 ? *cfg.node_rank
+                                         : static_cast<int>(dist::detail::env_int("NODE_RANK", 0, 0, plan.nnodes - 1));
+    if (plan.node_rank >= plan.nnodes)
+      throw ConfigError("parallel.node_rank=" + std::to_string(plan.node_rank) + " is not below parallel.nnodes=" +
+                        std::to_string(plan.nnodes));
+    plan.master_addr = !cfg.master_addr->empty() ? *cfg.master_addr
+                       : dist::detail::getenv_nonempty("MASTER_ADDR") ? std::string(std::getenv("MASTER_ADDR"))
+                                                                     : std::string("127.0.0.1");
+    plan.master_port = *cfg.master_port > 0 ? *cfg.master_port
+                                            : static_cast<int>(dist::detail::env_int("MASTER_PORT", 0, 1, 65535));
+    if (plan.nnodes > 1 && plan.master_port == 0)
+      throw ConfigError("parallel.nnodes=" + std::to_string(plan.nnodes) +
+                        ": every node must meet at the same port; set MASTER_PORT (or parallel.master_port)");
+    plan.timeout = timeout_of(cfg);
+    plan.grace = std::chrono::milliseconds(static_cast<std::int64_t>(*cfg.stop_grace_s * 1000));
+    return plan;
   }
 
   // Ranks this node starts (see DDPConfig); a ConfigError naming the field when they disagree.

@@ -23,7 +23,7 @@
 #include <unistd.h>
 
 #include <anvil/core/error.hpp>
-#include <anvil/core/torch_compat.hpp>
+#include <anvil/parallel/c10d.hpp>
 #include <anvil/parallel/world.hpp>
 
 extern char** environ;

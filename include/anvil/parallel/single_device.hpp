@@ -2,7 +2,10 @@
 /// @file
 /// `SingleDevice`: one process, one device. Light header.
 
+#include <string>
 #include <vector>
+
+#include <c10/core/Device.h>
 
 #include <anvil/core/concepts.hpp>
 
@@ -20,6 +23,14 @@ struct SingleDevice {
 
   SingleDevice() = default;
   explicit SingleDevice(const Config&) {}
+
+  /// Nothing to start: this process is the run.
+  static void start_ranks(const Config&) noexcept {}
+  /// Nothing to join.
+  void connect(c10::Device) noexcept {}
+  /// CUDA device 0 when the run is on CUDA (`run.device` may name another).
+  [[nodiscard]] int device_index() const noexcept { return 0; }
+  [[nodiscard]] std::string describe() const { return "1 rank, one process"; }
 
   [[nodiscard]] int rank() const noexcept { return 0; }
   [[nodiscard]] int local_rank() const noexcept { return 0; }

@@ -41,6 +41,8 @@ struct BF16 {
   /// The dtype autocast computes in (float32 when there is no autocast).
   static constexpr c10::ScalarType compute_dtype = c10::ScalarType::BFloat16;
   using Config = detail::PrecisionConfig;
+  /// What a run applies (see PrecisionSettings).
+  static PrecisionSettings settings(const Config& c) { return detail::settings_of<BF16>(c); }
 };
 
 static_assert(Precision<BF16>);

@@ -38,6 +38,12 @@ struct FP16 {
     Param<int, "growth_interval", "consecutive finite steps before the scale grows", at_least(1)>
         growth_interval{2000};
   };
+  /// What a run applies (see PrecisionSettings): the common settings and the scaler's schedule.
+  static PrecisionSettings settings(const Config& c) {
+    auto s = detail::settings_of<FP16>(c);
+    s.loss_scaling = LossScaling{c.init_scale, c.growth_factor, c.backoff_factor, c.growth_interval};
+    return s;
+  }
 };
 
 static_assert(Precision<FP16>);

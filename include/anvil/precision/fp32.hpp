@@ -24,6 +24,8 @@ struct FP32 {
   /// The dtype autocast computes in (float32 when there is no autocast).
   static constexpr c10::ScalarType compute_dtype = c10::ScalarType::Float;
   using Config = detail::PrecisionConfig;
+  /// What a run applies (see PrecisionSettings).
+  static PrecisionSettings settings(const Config& c) { return detail::settings_of<FP32>(c); }
 };
 
 static_assert(Precision<FP32>);

@@ -10,17 +10,15 @@
 
 #include <cstdint>
 
+#include <anvil/precision/detail/common.hpp>
+
 namespace anvil {
 
 /// Dynamic loss scale (see file comment). Counts optimizer steps.
 class LossScaler {
  public:
-  struct Options {
-    double init_scale = 65536.0;
-    double growth_factor = 2.0;
-    double backoff_factor = 0.5;
-    int growth_interval = 2000;
-  };
+  /// The scaler's schedule (precision/detail/common.hpp).
+  using Options = LossScaling;
 
   LossScaler() = default;
   explicit LossScaler(Options o) : opt_(o), scale_(o.init_scale) {}

@@ -13,7 +13,7 @@
 #include <anvil/core/context.hpp>
 #include <anvil/core/error.hpp>
 #include <anvil/core/param.hpp>
-#include <anvil/envs/env.hpp>
+#include <anvil/core/spaces.hpp>
 
 namespace anvil::detail {
 
@@ -29,7 +29,7 @@ using NStepParam = Param<int, "n_step",
 
 class ReplayCore {
  public:
-  ReplayCore(const envs::EnvSpec& spec, std::int64_t capacity, Storage storage, ObsDtype obs_dtype,
+  ReplayCore(const EnvSpec& spec, std::int64_t capacity, Storage storage, ObsDtype obs_dtype,
              int n_step, const RunContext& ctx, std::string owner)
       : store_(spec, capacity, storage == Storage::cpu ? c10::Device(c10::kCPU) : ctx.device, std::move(owner),
                n_step, obs_dtype) {}

@@ -21,7 +21,7 @@
 #include <anvil/core/binary_io.hpp>
 #include <anvil/core/detail/huge_pages.hpp>
 #include <anvil/core/error.hpp>
-#include <anvil/envs/env.hpp>
+#include <anvil/core/spaces.hpp>
 
 namespace anvil {
 
@@ -65,7 +65,7 @@ class TransitionStore {
     std::int32_t obs = -1, next = -1;
   };
 
-  TransitionStore(const envs::EnvSpec& spec, std::int64_t capacity, c10::Device device, std::string owner,
+  TransitionStore(const EnvSpec& spec, std::int64_t capacity, c10::Device device, std::string owner,
                   int n_step = 1, ObsDtype obs_dtype = ObsDtype::float32)
       : capacity_(capacity),
         obs_capacity_(capacity + (capacity + 3) / 4 + 256),

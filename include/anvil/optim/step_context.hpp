@@ -12,6 +12,7 @@
 #include <torch/nn/utils/clip_grad.h>
 #include <torch/optim/optimizer.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <memory>
@@ -19,12 +20,13 @@
 #include <utility>
 #include <vector>
 
-#include <anvil/core/detail/thread_pool.hpp>
 #include <anvil/core/autocast.hpp>
 #include <anvil/core/binary_io.hpp>
+#include <anvil/core/detail/thread_pool.hpp>
 #include <anvil/observe/timers.hpp>
+#include <anvil/optim/flat_adam.hpp>
+#include <anvil/optim/micro_batches.hpp>
 #include <anvil/precision/loss_scaler.hpp>
-#include <anvil/train/flat_adam.hpp>
 
 namespace anvil {
 
@@ -168,6 +170,21 @@ class StepContext {
   /// sum once: so the all-reduce across ranks, the loss scaler's check and clipping run
   /// once per step, on the whole batch's gradient.
   [[nodiscard]] int micro_batches() const noexcept { return opt_.micro_batches; }
+  /// Changes the micro-batches per optimizer step (a `Staged` run whose stages differ).
+  void set_micro_batches(int k) noexcept { opt_.micro_batches = std::max(1, k); }
+  /// The micro-batches of a batch of `rows` (optim/micro_batches.hpp).
+  [[nodiscard]] std::vector<MicroBatch> micro_batches(std::int64_t rows) const {
+    return anvil::micro_batches(rows, opt_.micro_batches);
+  }
+
+  /// The mean of `x` over the ranks (`x` itself in one process), for a decision every rank
+  /// must take alike, e.g. PPO's stop once an epoch's mean KL over all ranks is too large.
+  [[nodiscard]] double mean_over_ranks(double x) {
+    if (!opt_.all_reduce_mean) return x;
+    std::vector<at::Tensor> v{at::full({1}, x, at::TensorOptions().dtype(at::kDouble).device(opt_.device))};
+    opt_.all_reduce_mean(v);
+    return v[0].item<double>();
+  }
 
   /// Optimizer steps taken through this context (skipped ones not counted).
   [[nodiscard]] std::int64_t steps() const noexcept { return steps_; }

@@ -5,7 +5,7 @@
 #include <torch/torch.h>
 
 #include <anvil/nn/mlp.hpp>
-#include <anvil/train/flat_adam.hpp>
+#include <anvil/optim/flat_adam.hpp>
 
 TEST_CASE("FlatParameters: every parameter becomes a view of one buffer, values kept") {
   torch::manual_seed(0);

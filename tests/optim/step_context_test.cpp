@@ -4,7 +4,7 @@
 #include <torch/torch.h>
 
 #include <anvil/nn/mlp.hpp>
-#include <anvil/train/step_context.hpp>
+#include <anvil/optim/step_context.hpp>
 
 TEST_CASE("StepContext: minimize differentiates only the optimizer's parameters") {
   torch::manual_seed(0);

@@ -1,0 +1,80 @@
+#!/usr/bin/env python3
+"""Compile time and peak memory of one translation unit, without the precompiled header:
+what a user's training main costs to build. Prints one JSON line per figure, like the
+other benchmarks.
+
+  benchmarks/compile_time.py                                   examples/train_sac_pendulum.cpp
+  benchmarks/compile_time.py --source examples/compile_time_sweep.cpp --repeat 3
+  benchmarks/compile_time.py --build other/build --root other  a second tree, for a before/after
+
+The compile command is the build's own (build/compile_commands.json: configure with
+-DCMAKE_EXPORT_COMPILE_COMMANDS=ON), with the precompiled header left out. The median of
+--repeat compilations is reported.
+"""
+import argparse
+import datetime
+import json
+import os
+import pathlib
+import resource
+import shlex
+import socket
+import statistics
+import subprocess
+import sys
+import time
+
+
+def command_for(build, source):
+    db = json.loads((build / "compile_commands.json").read_text())
+    for entry in db:
+        if pathlib.Path(entry["file"]).resolve() == source.resolve():
+            args = shlex.split(entry["command"]) if "command" in entry else entry["arguments"]
+            out, skip = [], False
+            for a in args:
+                if skip:
+                    skip = False
+                    continue
+                if a == "-include":
+                    skip = True  # the precompiled header
+                    continue
+                if a in ("-Winvalid-pch",) or a.startswith("-include"):
+                    continue
+                if a == "-o":
+                    skip = True
+                    continue
+                out.append(a)
+            return out + ["-o", os.devnull], entry["directory"]
+    sys.exit(f"compile_time.py: {source} is not in {build}/compile_commands.json "
+             "(configure with -DCMAKE_EXPORT_COMPILE_COMMANDS=ON)")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--root", default=str(pathlib.Path(__file__).resolve().parent.parent))
+    ap.add_argument("--build", default=None, help="build directory (default: ROOT/build)")
+    ap.add_argument("--source", default="examples/train_sac_pendulum.cpp")
+    ap.add_argument("--repeat", type=int, default=1)
+    a = ap.parse_args()
+    root = pathlib.Path(a.root)
+    build = pathlib.Path(a.build) if a.build else root / "build"
+    cmd, cwd = command_for(build, root / a.source)
+    seconds, peaks = [], []
+    for _ in range(a.repeat):
+        before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+        t0 = time.perf_counter()
+        r = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True)
+        seconds.append(time.perf_counter() - t0)
+        if r.returncode != 0:
+            sys.exit(f"compile_time.py: compiling {a.source} failed:\n{r.stderr[-4000:]}")
+        peaks.append(max(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, before) / 1024.0)
+    common = {"config": {"source": a.source, "pch": False, "repeat": a.repeat,
+                         "build_type": "Release" if "-O3" in cmd or "-O2" in cmd else "other"},
+              "device": "cpu", "host": socket.gethostname(),
+              "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")}
+    print(json.dumps({"name": "compile_seconds", "value": round(statistics.median(seconds), 2), "unit": "s", **common}))
+    print(json.dumps({"name": "compile_peak_rss", "value": round(max(peaks)), "unit": "MiB", **common}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,149 @@
+#pragma once
+/// @file
+/// `StepCollector`: what stands between a loop and its envs. It owns the vectorised envs and
+/// the observations they show now, maps the algorithm's actions to the env's units (and
+/// draws the uniform random actions of the warm-up), steps the envs (at once, or started in
+/// the background and landed later: `env.mode=async`), times the env phase, and keeps the
+/// training episodes' returns. Not a template: one copy serves every Trainer type.
+
+#include <ATen/ATen.h>
+
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+
+#include <anvil/core/error.hpp>
+#include <anvil/core/spaces.hpp>
+#include <anvil/data/episode_stats.hpp>
+#include <anvil/envs/vec_env.hpp>
+#include <anvil/observe/timers.hpp>
+
+namespace anvil {
+
+/// The envs of one rank, as a loop collects from them (see file comment).
+class StepCollector {
+ public:
+  /// Collects from `envs`, timing env steps into `times` (which must outlive it).
+  StepCollector(std::unique_ptr<envs::VecEnvBase> envs, PhaseTimes& times)
+      : envs_(std::move(envs)), times_(&times) {
+    const auto& spec = envs_->spec();
+    if (!spec.discrete()) {
+      // Algorithms act in [-1, 1] per bounded dimension; unbounded ones pass through.
+      const auto& box = std::get<Box>(spec.action);
+      const auto d = spec.action_dim();
+      scale_ = at::ones({d});
+      offset_ = at::zeros({d});
+      low_ = at::full({d}, -1.0);
+      high_ = at::full({d}, 1.0);
+      for (std::int64_t i = 0; i < d; ++i) {
+        if (std::isfinite(box.low[static_cast<std::size_t>(i)]) && std::isfinite(box.high[static_cast<std::size_t>(i)])) {
+          scale_[i] = 0.5 * (box.high[static_cast<std::size_t>(i)] - box.low[static_cast<std::size_t>(i)]);
+          offset_[i] = 0.5 * (box.high[static_cast<std::size_t>(i)] + box.low[static_cast<std::size_t>(i)]);
+        } else {
+          low_[i] = -INFINITY;
+          high_[i] = INFINITY;
+        }
+      }
+    }
+  }
+
+  [[nodiscard]] const EnvSpec& spec() const noexcept { return envs_->spec(); }
+  [[nodiscard]] std::int64_t num_envs() const noexcept { return envs_->num_envs(); }
+  [[nodiscard]] envs::VecEnvBase& envs() noexcept { return *envs_; }
+  [[nodiscard]] const envs::VecEnvBase& envs() const noexcept { return *envs_; }
+  [[nodiscard]] EpisodeStats& episodes() noexcept { return stats_; }
+  [[nodiscard]] const EpisodeStats& episodes() const noexcept { return stats_; }
+
+  /// The observations to act on: those the last step left (the first of a new episode
+  /// where one ended); the envs are reset the first time.
+  [[nodiscard]] const at::Tensor& observations() {
+    if (!obs_.defined()) obs_ = envs_->reset();
+    return obs_;
+  }
+
+  /// The algorithm's actions as the env takes them: discrete indices as int64 on the CPU;
+  /// continuous ones clipped to [-1, 1] and scaled to the bounds (unbounded dimensions as
+  /// they are). The algorithm may keep the unclipped action.
+  [[nodiscard]] at::Tensor to_env(const at::Tensor& a) const {
+    if (spec().discrete()) return a.to(at::kCPU, at::kLong).reshape({-1});
+    const auto c = a.to(at::kCPU, at::kFloat);
+    return at::max(at::min(c, high_), low_) * scale_ + offset_;
+  }
+  /// The env-unit scale and offset of continuous actions (for policy files); undefined
+  /// for discrete ones.
+  [[nodiscard]] const at::Tensor& action_scale() const noexcept { return scale_; }
+  [[nodiscard]] const at::Tensor& action_offset() const noexcept { return offset_; }
+
+  /// Actions drawn uniformly in the algorithm's units, one row per env (the warm-up before
+  /// learning starts), from torch's generator.
+  [[nodiscard]] at::Tensor random_actions() const {
+    const auto n = num_envs();
+    if (spec().discrete()) return at::randint(spec().num_actions(), {n}, at::kLong);
+    return at::rand({n, spec().action_dim()}) * 2.0 - 1.0;
+  }
+
+  /// Steps every env with `actions` (the algorithm's units) and returns the step; the
+  /// observations move on and finished episodes are counted (unless the caller counts them
+  /// itself: `count_episodes` false). The step's tensors stay valid until the step after next.
+  const envs::VecStep& step(const at::Tensor& actions, bool count_episodes = true) {
+    launch(actions);
+    return land(count_episodes);
+  }
+
+  /// Starts a step with `actions` without waiting for it: with `env.mode=async` the envs
+  /// step in the background while the caller works (e.g. updates) until `land`.
+  void launch(const at::Tensor& actions) {
+    if (in_flight_) throw Error("StepCollector::launch: a step is already in flight; land() it first");
+    ScopedPhase ph(*times_, Phase::env);
+    if (!obs_.defined()) obs_ = envs_->reset();
+    envs_->step_async(to_env(actions));
+    in_flight_ = true;
+  }
+  /// Whether a launched step has not landed yet.
+  [[nodiscard]] bool in_flight() const noexcept { return in_flight_; }
+  /// Waits for the launched step and takes it in (as `step` does).
+  const envs::VecStep& land(bool count_episodes = true) {
+    if (!in_flight_) throw Error("StepCollector::land: no step in flight");
+    const envs::VecStep* s = nullptr;
+    {
+      ScopedPhase ph(*times_, Phase::env);
+      in_flight_ = false;
+      s = &envs_->step_wait();
+    }
+    last_obs_ = obs_;
+    obs_ = s->obs;
+    if (count_episodes)
+      for (const auto& e : s->ended) stats_.record(e.episode_return);
+    return *s;
+  }
+
+  /// Every env starts a new episode now (the episodic loop's rounds); a step in flight
+  /// lands first.
+  void restart() {
+    if (in_flight_) (void)land();
+    obs_ = envs_->reset();
+    last_obs_ = at::Tensor();
+  }
+  /// The observations the step that landed last was taken from (what a transition stores).
+  [[nodiscard]] const at::Tensor& previous_observations() const noexcept { return last_obs_; }
+
+  /// After the envs' state was restored (a resume): act on what they show now, or start
+  /// new episodes when their state was not saved.
+  void restored() {
+    obs_ = envs_->observations();
+    last_obs_ = at::Tensor();
+  }
+
+ private:
+  std::unique_ptr<envs::VecEnvBase> envs_;
+  PhaseTimes* times_;
+  at::Tensor obs_, last_obs_;
+  at::Tensor scale_, offset_, low_, high_;
+  bool in_flight_ = false;
+  EpisodeStats stats_;
+};
+
+}  // namespace anvil

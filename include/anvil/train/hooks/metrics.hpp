@@ -1,0 +1,278 @@
+#pragma once
+/// @file
+/// `MetricsLog`: what a run writes about itself in its run directory, on rank 0:
+/// `metrics.csv` (one row per log interval), TensorBoard event files, `training.log` (the
+/// resolved config, every row, the timing split with its verdict, GPU use, messages) and,
+/// at the end, `summary.json`. A row takes the means of the metrics accumulated since the
+/// last row and the training episodes' returns over every rank (every rank takes part in
+/// a row; rank 0 writes it). Not a template.
+
+#include <ATen/ATen.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <anvil/core/error.hpp>
+#include <anvil/data/episode_stats.hpp>
+#include <anvil/observe/gpu_monitor.hpp>
+#include <anvil/observe/run_files.hpp>
+#include <anvil/observe/tensorboard.hpp>
+#include <anvil/observe/timers.hpp>
+#include <anvil/observe/update_metrics.hpp>
+#include <anvil/parallel/collectives.hpp>
+#include <anvil/train/clock.hpp>
+#include <anvil/train/hooks/evaluation.hpp>
+
+namespace anvil {
+
+/// What `fit()` achieved; also written to `summary.json`.
+struct FitResult {
+  double final_eval_return = NAN;
+  double best_eval_return = NAN;
+  std::int64_t env_steps = 0;
+  std::int64_t updates = 0;
+  double wall_seconds = 0.0;
+};
+
+/// One row of metrics, as rank 0 writes it.
+struct LogRow {
+  std::vector<std::pair<std::string, double>> values;  ///< the CSV columns, in order
+  std::int64_t step = 0;                                ///< TensorBoard's step
+  double wall = 0;                                      ///< seconds since the run began
+  double updates_per_s = 0;
+  bool complete = false;  ///< the row has every metric the algorithm reports (it has updated)
+};
+
+/// The run's files (see file comment).
+class MetricsLog {
+ public:
+  /// Where a row's numbers come from (all owned by the Trainer, which outlives the log).
+  struct Sources {
+    Clock* clock = nullptr;
+    EpisodeStats* episodes = nullptr;
+    UpdateMetrics* metrics = nullptr;
+    const Evaluation* evaluation = nullptr;
+    PhaseTimes* times = nullptr;
+    Ranks* ranks = nullptr;
+    /// The algorithm's learning rates by optimizer (TensorBoard `lr/<name>`); may be empty.
+    std::function<std::vector<std::pair<std::string, double>>()> learning_rates;
+    /// Each network's weights, flat (TensorBoard histograms); may be empty.
+    std::function<std::vector<std::pair<std::string, at::Tensor>>()> weights;
+  };
+  struct Options {
+    std::filesystem::path dir;  ///< the run directory
+    std::string algorithm;      ///< TensorBoard's prefix for the algorithm's metrics ("sac")
+    bool tensorboard = true;
+    bool histograms = false;
+    ClockUnit record_unit = ClockUnit::env_steps;  ///< TensorBoard's step
+    BottleneckAdvice advice;
+  };
+
+  MetricsLog() = default;
+  /// A log of the run whose numbers come from `src`. Rank 0 opens its files in `dir`:
+  /// metrics.csv, training.log (appended to, `header` first) and, when asked, TensorBoard
+  /// events; other ranks open nothing.
+  MetricsLog(Options o, Sources src, const std::string& header) : opt_(std::move(o)), src_(std::move(src)) {
+    if (!src_.ranks->is_main()) return;
+    csv_ = MetricsCsv(opt_.dir / "metrics.csv");
+    log_.open(opt_.dir / "training.log", std::ios::app);
+    if (!log_) throw Error("run.run_dir: cannot write '" + (opt_.dir / "training.log").string() + "'");
+    log_ << header;
+    log_.flush();
+    if (opt_.tensorboard) tb_ = TensorBoardWriter(opt_.dir);
+    gpu_ = std::make_unique<GpuMonitor>();
+  }
+
+  /// Continues the metrics.csv of a resumed run from the clock it resumed at (rows the
+  /// interrupted run wrote later are dropped: the resumed run writes them again).
+  void resume(const Clock& at) {
+    if (src_.ranks->is_main()) csv_ = MetricsCsv::resume(opt_.dir / "metrics.csv", at.env_steps, at.updates);
+  }
+
+  /// Gathers a row: the metrics' means since the last row and the recent returns, over
+  /// every rank; folds the ranks' finished episodes into the clock. Every rank must call
+  /// it; rank 0 gets the row, the others nothing.
+  std::optional<LogRow> gather(double wall, std::int64_t first_step, std::int64_t first_update) {
+    auto& ranks = *src_.ranks;
+    auto& metrics = *src_.metrics;
+    if (ranks.world_size() > 1) {
+      // Every rank reduces the same list: rank 0 may know more names (it resumed with some).
+      auto names = metrics.names();
+      ranks.broadcast(names);
+      metrics.know(names);
+    }
+    const auto [k, recent_sum] = src_.episodes->last(10);
+    std::vector<double> sums{static_cast<double>(src_.episodes->take_unfolded()), static_cast<double>(k), recent_sum};
+    for (const auto& [name, m] : metrics.sums()) {
+      sums.push_back(m.first);
+      sums.push_back(m.second);
+    }
+    metrics.clear_values();
+    ranks.sum(sums);
+    auto& clock = *src_.clock;
+    clock.episodes += static_cast<std::int64_t>(sums[0]);
+    if (!ranks.is_main()) return std::nullopt;
+    LogRow row;
+    row.wall = wall;
+    row.step = clock.in(opt_.record_unit);
+    row.updates_per_s = wall > 0 ? static_cast<double>(clock.updates - first_update) / wall : 0.0;
+    row.values = {{"env_steps", static_cast<double>(clock.env_steps)},
+                  {"updates", static_cast<double>(clock.updates)},
+                  {"wall_s", wall},
+                  {"env_steps_per_s", wall > 0 ? static_cast<double>(clock.env_steps - first_step) / wall : 0.0},
+                  {"episodes", static_cast<double>(clock.episodes)},
+                  {"recent_return", sums[1] > 0 ? sums[2] / sums[1] : NAN},
+                  {"eval_return", src_.evaluation->last().mean}};
+    std::size_t i = 3;
+    for (const auto& [name, m] : metrics.sums()) {
+      row.values.emplace_back(name, sums[i + 1] > 0 ? sums[i] / sums[i + 1] : NAN);
+      i += 2;
+    }
+    row.complete = clock.updates > 0;
+    return row;
+  }
+
+  /// Writes `row` to metrics.csv (rank 0).
+  void write_csv(const LogRow& row) { csv_.row(row.values, row.complete); }
+
+  /// Writes `row` to TensorBoard and training.log, with the timing split since the last
+  /// row and the GPUs' use; `echo` gets the lines a console shows under the row (may be
+  /// empty). Rank 0.
+  void write_rest(const LogRow& row, const std::function<void(const std::string&)>& echo = {}) {
+    const std::int64_t step = row.step;
+    for (const auto& [k, v] : row.values) {
+      if (k == "env_steps" || k == "wall_s" || std::isnan(v)) continue;
+      const std::string tag = k == "recent_return"     ? "return/recent"
+                              : k == "eval_return"     ? "return/eval"
+                              : k == "env_steps_per_s" ? "speed/env_steps_per_s"
+                              : k == "updates" || k == "episodes" ? "progress/" + k
+                                                                  : opt_.algorithm + "/" + k;
+      tb_.scalar(tag, v, step);
+    }
+    if (row.wall > 0) tb_.scalar("speed/updates_per_s", row.updates_per_s, step);
+    if (src_.learning_rates)
+      for (const auto& [name, lr] : src_.learning_rates()) tb_.scalar("lr/" + name, lr, step);
+    if (src_.weights && opt_.histograms && tb_.is_open())
+      for (const auto& [name, w] : src_.weights()) {
+        const at::Tensor c = w.detach().to(at::kCPU, at::kFloat).contiguous();
+        const auto* data = static_cast<const float*>(c.data_ptr());
+        tb_.histogram("weights/" + name, std::span<const float>(data, static_cast<std::size_t>(c.numel())), step);
+      }
+    std::string line = "step " + std::to_string(step) + ":";
+    for (const auto& [k, v] : row.values) {
+      char b[64];
+      std::snprintf(b, sizeof b, " %s=%.6g", k.c_str(), v);
+      line += b;
+    }
+    log_ << line << "\n";
+    std::vector<std::string> extra;
+    auto& times = *src_.times;
+    if (times.enabled) {
+      const auto d = times.since(last_row_times_);
+      last_row_times_ = times;
+      for (std::size_t p = 0; p < kPhaseNames.size(); ++p)
+        tb_.scalar("time/" + std::string(kPhaseNames[p]), d.share(static_cast<Phase>(p)), step);
+      if (d.total_seconds() > 0) extra.push_back("time: " + shares_line(d) + "\n  " + bottleneck(d, opt_.advice));
+    }
+    if (gpu_ && gpu_->available()) {
+      const auto g = gpu_->sample();
+      for (const auto& s : g) {
+        const std::string p = "gpu" + std::to_string(s.index) + "/";
+        tb_.scalar(p + "utilization_pct", s.utilization, step);
+        tb_.scalar(p + "memory_used_gb", s.memory_used_gb, step);
+        tb_.scalar(p + "memory_total_gb", s.memory_total_gb, step);
+        tb_.scalar(p + "power_w", s.power_w, step);
+      }
+      extra.push_back(GpuMonitor::describe(g));
+      gpu_line_.clear();
+      for (const auto& x : g)
+        gpu_line_ += (gpu_line_.empty() ? "" : " ") + ("gpu" + std::to_string(x.index) + " " +
+                                                       std::to_string(static_cast<int>(x.utilization)) + "%");
+    }
+    for (const auto& e : extra) {
+      log_ << "  " << e << "\n";
+      if (echo) echo("  " + e);
+    }
+    log_.flush();
+  }
+
+  /// A line in training.log (rank 0; nothing elsewhere).
+  void note(const std::string& m) {
+    if (!log_.is_open()) return;
+    log_ << m << "\n";
+    log_.flush();
+  }
+
+  /// Writes `summary.json` (rank 0): what the run achieved, where its time went, its config.
+  void write_summary(const FitResult& r, std::int64_t first_step, std::int64_t first_update, double timer_overhead,
+                     const std::string& config_hash,
+                     const std::vector<std::pair<std::string, std::string>>& config) const {
+    if (!src_.ranks->is_main()) return;
+    const double wall = r.wall_seconds;
+    const auto& times = *src_.times;
+    std::string j = "{\n";
+    j += "  \"final_eval_return\": " + json_number(r.final_eval_return) + ",\n";
+    j += "  \"best_eval_return\": " + json_number(r.best_eval_return) + ",\n";
+    j += "  \"env_steps\": " + std::to_string(r.env_steps) + ",\n";
+    j += "  \"updates\": " + std::to_string(r.updates) + ",\n";
+    j += "  \"wall_seconds\": " + json_number(wall) + ",\n";
+    j += "  \"env_steps_per_s\": " + json_number(static_cast<double>(r.env_steps - first_step) / wall) + ",\n";
+    j += "  \"updates_per_s\": " + json_number(static_cast<double>(r.updates - first_update) / wall) + ",\n";
+    j += "  \"phase_share\": {";
+    for (std::size_t i = 0; i < kPhaseNames.size(); ++i)
+      j += std::string(i ? ", " : "") + json_string(std::string(kPhaseNames[i])) + ": " +
+           json_number(times.share(static_cast<Phase>(i)));
+    j += "},\n  \"phase_seconds\": {";
+    for (std::size_t i = 0; i < kPhaseNames.size(); ++i)
+      j += std::string(i ? ", " : "") + json_string(std::string(kPhaseNames[i])) + ": " +
+           json_number(times.seconds(static_cast<Phase>(i)));
+    j += "},\n  \"bottleneck\": " + json_string(bottleneck(times, opt_.advice)) + ",\n";
+    j += "  \"timer_overhead\": " + json_number(timer_overhead) + ",\n";
+    j += "  \"world_size\": " + std::to_string(src_.ranks->world_size()) + ",\n";
+    j += "  \"config_hash\": " + json_string(config_hash) + ",\n";
+    j += "  \"config\": {";
+    bool first = true;
+    for (const auto& [k, v] : config) {
+      j += std::string(first ? "\n" : ",\n") + "    " + json_string(k) + ": " + json_string(v);
+      first = false;
+    }
+    j += "\n  }\n}\n";
+    write_file_atomic(opt_.dir / "summary.json", j);
+  }
+
+  /// Writes the rows metrics.csv held back (the run ended before its algorithm reported
+  /// every metric) and flushes TensorBoard.
+  void flush() {
+    csv_.flush_pending();
+    tb_.flush();
+  }
+
+  /// The GPUs' use at the last row ("gpu0 97%"), for the progress bar; empty without GPUs.
+  [[nodiscard]] const std::string& gpu_line() const noexcept { return gpu_line_; }
+  /// What the GPU monitor found, once (rank 0; empty elsewhere).
+  [[nodiscard]] std::string gpu_status() const { return gpu_ ? gpu_->status() : std::string(); }
+  [[nodiscard]] const std::filesystem::path& dir() const noexcept { return opt_.dir; }
+
+ private:
+  Options opt_;
+  Sources src_;
+  MetricsCsv csv_;
+  TensorBoardWriter tb_;
+  std::ofstream log_;
+  std::unique_ptr<GpuMonitor> gpu_;
+  PhaseTimes last_row_times_;  ///< phase times at the last row
+  std::string gpu_line_;       ///< GPU use for the progress bar
+};
+
+}  // namespace anvil

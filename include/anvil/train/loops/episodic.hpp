@@ -1,0 +1,157 @@
+#pragma once
+/// @file
+/// `EpisodicLoop`: the loop of algorithms that learn from whole episodes (Monte-Carlo
+/// policy gradients; COMA's rounds of episodes). Each iteration is a round: every env starts
+/// a new episode, the envs step together with the algorithm's exploration until each has
+/// finished its episode (an env whose episode ended runs on, but those steps are not kept),
+/// the round's episodes go to the buffer as one padded batch, and the algorithm updates from
+/// it (as many passes as it likes, inside its `update`). The clock counts the kept steps of
+/// every rank (one sum over the ranks per round) and, every rank running as many episodes
+/// per round, the ranks stay in lockstep.
+///
+/// An algorithm chooses this loop by naming it: `using loop = anvil::EpisodicLoop;`.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <anvil/core/batch.hpp>
+#include <anvil/core/concepts.hpp>
+#include <anvil/core/error.hpp>
+#include <anvil/core/param.hpp>
+#include <anvil/envs/vec_env.hpp>
+#include <anvil/train/loops/loop.hpp>
+
+namespace anvil {
+
+/// What the episodic loop needs of its buffer: episode steps in, a round of episodes out.
+template <class B>
+concept EpisodeStorage = Buffer<B> && std::same_as<typename B::Step, EpisodeStep> &&
+                         requires(B& b, const B& cb) {
+                           { cb.episodes() } -> std::same_as<typename B::Batch>;
+                           { b.clear() };
+                         };
+
+/// Loop policy for learning from whole episodes (see file comment).
+struct EpisodicLoop {
+  using policy_kind = LoopKind;
+  static constexpr std::string_view name = "episodic";
+  static constexpr FixedString config_section = "train";
+  static constexpr FixedString stage_name = "episodic";
+
+  /// The `train` section of an episodic run.
+  struct Config {
+    loops::EnvStepsParam steps{100'000};
+    loops::GradAccumulationParam grad_accumulation{1};
+    loops::EmaDecayParam ema_decay{0.0};
+    loops::LrScalingParam lr_scaling{LrScaling::none};
+    loops::BaseBatchParam base_batch{256};
+    loops::EvalIntervalParam eval_interval{5000};
+    loops::EvalEpisodesParam eval_episodes{10};
+
+    /// A run of seconds (`run.smoke`).
+    void shrink() {
+      steps = std::min<std::int64_t>(steps, 600);
+      eval_interval = 0;
+      eval_episodes = std::min(*eval_episodes, 2);
+    }
+  };
+
+  [[nodiscard]] static LoopSettings settings(const Config& c) { return loops::common_settings(c, ClockUnit::env_steps); }
+
+  /// What this loop needs of the algorithm and the buffer, one sentence each.
+  template <class A, class B>
+  struct Rules {
+    static constexpr bool buffer_ok = EpisodeStorage<B>;
+    static_assert(buffer_ok,
+                  "Trainer: the episodic loop stores rounds of EpisodeSteps and learns from their episodes(); the "
+                  "Buffer cannot (see anvil::EpisodeStorage); use EpisodeBuffer");
+    static constexpr bool batch_ok = !buffer_ok || std::same_as<typename A::Batch, typename B::Batch>;
+    static_assert(batch_ok, "Trainer: the episodic loop hands the Algorithm the Buffer's episodes, which are not its Batch");
+    static constexpr bool ok = buffer_ok && batch_ok;
+  };
+
+  /// Runs the loop (see file comment).
+  template <class A, class B>
+  class Runner {
+   public:
+    Runner(const Config& cfg, LoopParts<A, B> parts) : cfg_(cfg), p_(parts) { loops::check_ema<A>(cfg.ema_decay); }
+
+    [[nodiscard]] LoopSettings settings() const {
+      auto s = EpisodicLoop::settings(cfg_);
+      s.origin = origin_;
+      return s;
+    }
+    [[nodiscard]] int stage() const noexcept { return 0; }
+
+    /// The stage starts: the clock counts env steps from here.
+    void begin() {
+      origin_ = p_.clock.env_steps;
+      resumed();
+    }
+    void resumed() {
+      p_.clock.unit = ClockUnit::env_steps;
+      p_.buffer.plan(StoragePlan{p_.collector.num_envs(), cfg_.steps, 0.0});
+    }
+    [[nodiscard]] bool done() const noexcept { return p_.clock.env_steps - origin_ >= cfg_.steps; }
+
+    /// One round: an episode of every env, then an update from them.
+    void iterate(std::int64_t /*quiet_until*/ = INT64_MAX) {
+      collect_round();
+      loops::update_once(p_, p_.buffer.episodes(), cfg_.ema_decay);
+    }
+
+    /// Collects one episode of every env into the buffer (cleared first).
+    void collect_round() {
+      p_.buffer.clear();
+      p_.collector.restart();
+      const std::int64_t n = p_.collector.num_envs();
+      std::vector<bool> live(static_cast<std::size_t>(n), true);
+      at::Tensor live_t = at::ones({n});
+      std::int64_t running = n, kept = 0;
+      while (running > 0) {
+        at::Tensor action;
+        {
+          const auto& obs = p_.collector.observations();
+          ScopedPhase ph(p_.times, Phase::act);
+          action = p_.algorithm.act(obs, ActMode::explore).to(at::kCPU);
+        }
+        const envs::VecStep& s = p_.collector.step(action, /*count_episodes=*/false);
+        {
+          ScopedPhase ph(p_.times, Phase::buffer_add);
+          p_.buffer.add(EpisodeStep{p_.collector.previous_observations(), action, s.reward, s.terminated, s.truncated,
+                                    live_t.clone(), s.next_obs});
+        }
+        kept += running;
+        for (const auto& e : s.ended) {
+          const auto i = static_cast<std::size_t>(e.env);
+          if (!live[i]) continue;
+          live[i] = false;
+          live_t[e.env] = 0.0f;
+          --running;
+          p_.collector.episodes().record(e.episode_return);
+        }
+      }
+      p_.clock.env_steps += static_cast<std::int64_t>(p_.ranks.sum(static_cast<double>(kept)));
+    }
+
+    void at_log_row() {
+      if (p_.ranks.world_size() > 1) p_.collector.envs().sync_statistics([this](at::Tensor& t) { p_.ranks.sum(t); });
+    }
+
+    /// What the timing verdict suggests (the general advice: update interval, batch size, envs).
+    [[nodiscard]] BottleneckAdvice advice() const { return {}; }
+
+    /// State protocol: where the stage began (a checkpoint falls between rounds).
+    void save(BinaryWriter& w) const { w.value(origin_); }
+    [[nodiscard]] std::int64_t read(BinaryReader& r) const { return r.value<std::int64_t>("stage origin"); }
+    void restore(std::int64_t origin) noexcept { origin_ = origin; }
+
+   private:
+    Config cfg_;
+    LoopParts<A, B> p_;
+    std::int64_t origin_ = 0;
+  };
+};
+
+}  // namespace anvil

@@ -1,0 +1,148 @@
+#pragma once
+/// @file
+/// What every loop shares: the parts of a run a loop orders (`LoopParts`), the settings a
+/// loop gives the Trainer (`LoopSettings`: its unit, length, evaluation schedule and the
+/// optimizer-step settings), and the config fields several loops have, declared once.
+///
+/// A loop is a policy of kind `LoopKind` (core/concepts.hpp): a tag type with a `name`, a
+/// `Config` (the `train` section), `Rules<A, B>` (one static_assert sentence for each thing
+/// the loop needs of the algorithm A or the buffer B that is missing; `ok` when all hold)
+/// and `Runner<A, B>`, which runs it. A runner has:
+///
+///     Runner(const Config&, LoopParts<A, B>);
+///     LoopSettings settings() const;   // the current stage's settings
+///     void begin();                    // its stage starts: sets the clock's unit, plans the buffer
+///     bool done() const;               // the stage's length is reached
+///     void iterate(std::int64_t quiet_until);  // one iteration; see below
+///     void at_log_row();               // its part of a log row (e.g. merge normalisers over ranks)
+///     void resumed();                  // after a resume restored the run's state
+///     int stage() const;               // which stage runs (0 but for Staged)
+///     BottleneckAdvice advice() const; // what the timing verdict suggests, in its knobs
+///     save / read / restore            // its state (section "loop"), the same on every rank
+///
+/// A stage counts its length from where the clock stood when it began (`origin`), so a
+/// loop can follow another in a `Staged` run.
+///
+/// `quiet_until` is the next clock value at which a hook (evaluation, log row, checkpoint)
+/// fires: a loop that overlaps work (the off-policy loop's async env steps) leaves nothing
+/// in flight when it reaches it, so hooks see the run at rest.
+
+#include <cstdint>
+#include <string>
+
+#include <anvil/core/batch.hpp>
+#include <anvil/core/concepts.hpp>
+#include <anvil/core/error.hpp>
+#include <anvil/core/lr_scaling.hpp>
+#include <anvil/core/param.hpp>
+#include <anvil/data/step_collector.hpp>
+#include <anvil/observe/timers.hpp>
+#include <anvil/observe/update_metrics.hpp>
+#include <anvil/optim/step_context.hpp>
+#include <anvil/parallel/collectives.hpp>
+#include <anvil/train/clock.hpp>
+
+namespace anvil {
+
+/// The parts of a run a loop orders; the Trainer owns them all.
+template <class A, class B>
+struct LoopParts {
+  A& algorithm;
+  B& buffer;
+  StepContext& step;           ///< autocast, loss scaling, all-reduce, optimizer steps
+  StepCollector& collector;    ///< the training envs
+  Clock& clock;
+  Ranks& ranks;
+  PhaseTimes& times;
+  UpdateMetrics& metrics;      ///< update metrics until the next log row
+};
+
+/// What a loop's config says that the Trainer and its hooks use.
+struct LoopSettings {
+  ClockUnit unit = ClockUnit::env_steps;    ///< what `steps` and the hooks' intervals count
+  ClockUnit record_unit = ClockUnit::env_steps;  ///< the step of TensorBoard records and the progress bar
+  std::int64_t steps = 0;                   ///< the stage's length, in `unit`
+  std::int64_t origin = 0;                  ///< the clock (in `unit`) when the stage began
+  std::int64_t eval_interval = 0;           ///< in `unit`; 0: only at the end
+  int eval_episodes = 10;
+  int grad_accumulation = 1;                ///< micro-batches per optimizer step
+  double ema_decay = 0;                     ///< policy average after each update (0: off)
+  LrScaling lr_scaling = LrScaling::none;
+  std::int64_t base_batch = 256;
+};
+
+/// A loop a custom main can drive a step at a time (`collect(n)` env steps, `update(k)`
+/// updates): the off-policy loop.
+template <class R>
+concept StepwiseLoop = requires(R& r, std::int64_t n, int k) {
+  { r.collect(n) };
+  { r.update(k) };
+};
+
+/// Config fields several loops have, declared once (each loop's Config lists the ones it has).
+namespace loops {
+using EnvStepsParam = Param<std::int64_t, "steps", "env steps to train for (all envs together)", at_least(1)>;
+using UpdateStepsParam = Param<std::int64_t, "steps", "gradient updates to train for", at_least(1)>;
+using LearningStartsParam =
+    Param<std::int64_t, "learning_starts", "env steps of uniform random actions before learning", at_least(0)>;
+using GradAccumulationParam =
+    Param<int, "grad_accumulation", "micro-batches per optimizer step: the batch's gradient is accumulated over k parts (memory)",
+          at_least(1)>;
+using EmaDecayParam = Param<double, "ema_decay",
+                            "exponential moving average of the policy's weights after each update, used to evaluate "
+                            "and in policy.bin (0: off; e.g. 0.995)",
+                            Range{.lo = 0, .hi = 1, .hi_open = true}>;
+using LrScalingParam =
+    Param<LrScaling, "lr_scaling", "none; sqrt: lr*sqrt(batch/base_batch); linear: lr*world_size">;
+using BaseBatchParam =
+    Param<int, "base_batch", "batch size the learning rates were tuned for (sqrt scaling)", at_least(1)>;
+using EvalIntervalParam =
+    Param<std::int64_t, "eval_interval", "env steps between evaluations (0: only at the end)", at_least(0)>;
+using EvalUpdatesParam =
+    Param<std::int64_t, "eval_interval", "gradient updates between evaluations (0: only at the end)", at_least(0)>;
+using EvalEpisodesParam = Param<int, "eval_episodes", "episodes per evaluation, deterministic actions", at_least(1)>;
+
+/// The settings every loop's config gives in the same fields.
+template <class Config>
+LoopSettings common_settings(const Config& c, ClockUnit unit) {
+  LoopSettings s;
+  s.unit = s.record_unit = unit;
+  s.steps = c.steps;
+  s.eval_interval = c.eval_interval;
+  s.eval_episodes = c.eval_episodes;
+  s.grad_accumulation = c.grad_accumulation;
+  s.ema_decay = c.ema_decay;
+  s.lr_scaling = c.lr_scaling;
+  s.base_batch = c.base_batch;
+  return s;
+}
+
+/// One update from `batch` through the parts' step context, timed as the update phase;
+/// its metrics are kept for the next log row, the clock counts it, and the policy average
+/// moves when `ema_decay` is on. Returns what the algorithm reported.
+template <class A, class B>
+UpdateInfo update_once(LoopParts<A, B>& p, const typename A::Batch& batch, double ema_decay) {
+  UpdateInfo info;
+  {
+    ScopedPhase ph(p.times, Phase::update);
+    info = p.algorithm.update(batch, p.step);
+  }
+  p.metrics.add(info.metrics);
+  ++p.clock.updates;
+  if constexpr (AveragesPolicy<A>)
+    if (ema_decay > 0) p.algorithm.ema_update(ema_decay);
+  return info;
+}
+
+/// Refuses `train.ema_decay` for an algorithm that keeps no average of its policy.
+template <class A>
+void check_ema(double ema_decay) {
+  if constexpr (!AveragesPolicy<A>)
+    if (ema_decay > 0)
+      throw ConfigError("train.ema_decay: " + std::string(A::config_section.view()) +
+                        " keeps no average of its policy's weights (see anvil::AveragesPolicy)");
+}
+
+}  // namespace loops
+
+}  // namespace anvil

@@ -1,0 +1,229 @@
+#pragma once
+/// @file
+/// `OffPolicyLoop`: the loop of off-policy algorithms (SAC, TD3, ...) with a replay buffer.
+/// Each iteration steps every env once (uniform random actions until
+/// `train.learning_starts`, then the algorithm's exploration), stores the step, and once
+/// the buffer holds a batch runs `train.updates_per_interval` updates every
+/// `train.update_interval` env steps of this rank, each on a fresh batch; prioritized
+/// buffers get each batch's TD errors back.
+///
+/// With `env.mode=async` the envs step in the background while the updates run: after a
+/// step lands and is stored, the next actions are chosen and the next step started, then
+/// the updates run. So the policy that acts is one round of updates behind the one a sync
+/// run would act with; the data the updates see is the same (the newest step included).
+/// An env whose step costs about as much as the updates takes about half the time.
+
+#include <cstdint>
+#include <string>
+
+#include <anvil/core/batch.hpp>
+#include <anvil/core/concepts.hpp>
+#include <anvil/core/error.hpp>
+#include <anvil/core/param.hpp>
+#include <anvil/envs/vec_env.hpp>
+#include <anvil/train/loops/loop.hpp>
+
+namespace anvil {
+
+/// Loop policy for off-policy algorithms (see file comment).
+struct OffPolicyLoop {
+  using policy_kind = LoopKind;
+  static constexpr std::string_view name = "off-policy";
+  static constexpr FixedString config_section = "train";
+  static constexpr FixedString stage_name = "off_policy";
+
+  /// The `train` section of an off-policy run.
+  struct Config {
+    loops::EnvStepsParam steps{100'000};
+    loops::LearningStartsParam learning_starts{1000};
+    Param<int, "update_interval", "env steps (of this rank) between rounds of updates", at_least(1)> update_interval{1};
+    Param<int, "updates_per_interval", "gradient updates per round (update-to-data ratio)", at_least(1)>
+        updates_per_interval{1};
+    loops::GradAccumulationParam grad_accumulation{1};
+    loops::EmaDecayParam ema_decay{0.0};
+    loops::LrScalingParam lr_scaling{LrScaling::none};
+    loops::BaseBatchParam base_batch{256};
+    loops::EvalIntervalParam eval_interval{5000};
+    loops::EvalEpisodesParam eval_episodes{10};
+
+    /// A run of seconds (`run.smoke`): enough steps to pass the warm-up and update a little.
+    void shrink() {
+      steps = std::min<std::int64_t>(steps, 600);
+      learning_starts = std::min<std::int64_t>(learning_starts, 200);
+      eval_interval = 0;
+      eval_episodes = std::min(*eval_episodes, 2);
+    }
+  };
+
+  [[nodiscard]] static LoopSettings settings(const Config& c) { return loops::common_settings(c, ClockUnit::env_steps); }
+
+  /// What this loop needs of the algorithm and the buffer, one sentence each.
+  template <class A, class B>
+  struct Rules {
+    static constexpr bool algorithm_ok = OffPolicyAlgorithm<A>;
+    static_assert(algorithm_ok,
+                  "Trainer: the off-policy loop samples batch_size() transitions per update and stores "
+                  "n-step returns with discount(); the Algorithm lacks one (see anvil::OffPolicyAlgorithm)");
+    static constexpr bool buffer_ok = !algorithm_ok || ReplayBuffer<B>;
+    static_assert(buffer_ok,
+                  "Trainer: the off-policy loop samples random batches, but the Buffer has no sample(n) "
+                  "(see anvil::ReplayBuffer); use UniformBuffer or PrioritizedBuffer");
+    static constexpr bool step_ok = !(algorithm_ok && buffer_ok) || std::same_as<typename B::Step, StepBatch>;
+    static_assert(step_ok,
+                  "Trainer: the off-policy loop stores each env step as a StepBatch, but the Buffer's Step "
+                  "is another type");
+    static constexpr bool ok = algorithm_ok && buffer_ok && step_ok;
+  };
+
+  /// Runs the loop (see file comment).
+  template <class A, class B>
+  class Runner {
+   public:
+    Runner(const Config& cfg, LoopParts<A, B> parts) : cfg_(cfg), p_(parts) { loops::check_ema<A>(cfg.ema_decay); }
+
+    [[nodiscard]] LoopSettings settings() const {
+      auto s = OffPolicyLoop::settings(cfg_);
+      s.origin = origin_;
+      return s;
+    }
+    [[nodiscard]] int stage() const noexcept { return 0; }
+
+    /// The stage starts: the clock counts env steps from here; the buffer learns the plan.
+    void begin() {
+      origin_ = p_.clock.env_steps;
+      resumed();
+    }
+    /// After a resume restored the run (this loop's state included).
+    void resumed() {
+      p_.clock.unit = ClockUnit::env_steps;
+      p_.collector.envs().set_discount(p_.algorithm.discount());
+      p_.buffer.plan(StoragePlan{p_.collector.num_envs(), cfg_.steps, p_.algorithm.discount()});
+    }
+
+    [[nodiscard]] bool done() const noexcept { return p_.clock.env_steps - origin_ >= cfg_.steps; }
+
+    /// One iteration: a step of every env, stored, then the updates due.
+    void iterate(std::int64_t quiet_until = INT64_MAX) {
+      if (async()) {
+        if (!p_.collector.in_flight()) launch();
+        store(p_.collector.land());
+        // The envs take their next step while this iteration's updates run, unless a hook
+        // is due (it must see the run at rest) or the run is over.
+        if (!done() && p_.clock.now() < quiet_until) launch();
+      } else {
+        act_now();
+        store(p_.collector.step(actions_));
+      }
+      update_when_due();
+    }
+
+    /// Steps the envs until at least `n` more env steps are stored (a custom main's own
+    /// schedule; no updates).
+    void collect(std::int64_t n) {
+      const std::int64_t target = p_.clock.env_steps + n;
+      while (p_.clock.env_steps < target) {
+        if (p_.collector.in_flight()) {
+          store(p_.collector.land());
+        } else {
+          act_now();
+          store(p_.collector.step(actions_));
+        }
+      }
+    }
+
+    /// `n` gradient updates, each on a fresh batch from the buffer.
+    void update(int n) {
+      for (int i = 0; i < n; ++i) {
+        ReplayBatch batch;
+        {
+          ScopedPhase ph(p_.times, Phase::sample);
+          batch = p_.buffer.sample(p_.algorithm.batch_size());
+        }
+        const auto info = loops::update_once(p_, batch, cfg_.ema_decay);
+        if constexpr (PrioritizedReplay<B>)
+          if (info.td_error.defined()) p_.buffer.update_priorities(batch.index, info.td_error);
+      }
+    }
+
+    /// At a log row with several ranks: every rank's new normaliser statistics are merged.
+    void at_log_row() {
+      if (p_.ranks.world_size() > 1) p_.collector.envs().sync_statistics([this](at::Tensor& t) { p_.ranks.sum(t); });
+    }
+
+    /// What the timing verdict suggests (the general advice: update interval, batch size, envs).
+    [[nodiscard]] BottleneckAdvice advice() const { return {}; }
+
+    /// State protocol: where the stage began and where the update schedule stands (the
+    /// same on every rank).
+    void save(BinaryWriter& w) const {
+      w.value(origin_);
+      w.value(since_update_);
+    }
+    struct Saved {
+      std::int64_t origin = 0, since_update = 0;
+    };
+    [[nodiscard]] Saved read(BinaryReader& r) const {
+      Saved s{r.value<std::int64_t>("stage origin"), r.value<std::int64_t>("env steps since the last updates")};
+      if (s.origin < 0 || s.since_update < 0) r.fail("update schedule", "holds a negative count");
+      return s;
+    }
+    void restore(const Saved& s) noexcept {
+      origin_ = s.origin;
+      since_update_ = s.since_update;
+    }
+
+   private:
+    [[nodiscard]] bool async() const { return p_.collector.envs().mode() == envs::VecMode::async; }
+
+    // Actions for the observations the envs show (random until learning starts), timed.
+    void act_now() {
+      const auto& obs = p_.collector.observations();
+      ScopedPhase ph(p_.times, Phase::act);
+      actions_ = p_.clock.env_steps - origin_ < cfg_.learning_starts ? p_.collector.random_actions()
+                                                           : p_.algorithm.act(obs, ActMode::explore).to(at::kCPU);
+    }
+    void launch() {
+      act_now();
+      p_.collector.launch(actions_);
+    }
+
+    // The step that landed, into the buffer; the clock counts every rank's envs (they step
+    // in lockstep).
+    void store(const envs::VecStep& s) {
+      {
+        ScopedPhase ph(p_.times, Phase::buffer_add);
+        p_.buffer.add(StepBatch{p_.collector.previous_observations(), actions_, s.reward, s.next_obs, s.terminated,
+                                s.truncated});
+      }
+      p_.clock.env_steps += p_.collector.num_envs() * p_.ranks.world_size();
+    }
+
+    void update_when_due() {
+      if (p_.clock.env_steps - origin_ < cfg_.learning_starts || !can_update()) return;
+      since_update_ += p_.collector.num_envs();
+      while (since_update_ >= cfg_.update_interval) {
+        update(cfg_.updates_per_interval);
+        since_update_ -= cfg_.update_interval;
+      }
+    }
+
+    // Whether the buffer can give a batch. Ranks must update in lockstep (each update is a
+    // collective), so with several ranks all must be able to: their buffers can differ
+    // after a resume (only rank 0 restores one). Asked each step until the answer is yes,
+    // which stays yes: buffers only grow.
+    bool can_update() {
+      if (ready_) return true;
+      const double short_of = p_.buffer.size() >= p_.algorithm.batch_size() ? 0.0 : 1.0;
+      return ready_ = p_.ranks.sum(short_of) == 0.0;
+    }
+
+    Config cfg_;
+    LoopParts<A, B> p_;
+    at::Tensor actions_;            ///< the actions of the step in flight or last taken
+    std::int64_t origin_ = 0;        ///< env steps when the stage began
+    std::int64_t since_update_ = 0;  ///< this rank's env steps since the last round of updates
+    bool ready_ = false;            ///< every rank's buffer can give a batch
+  };
+};
+
+}  // namespace anvil

@@ -1,0 +1,147 @@
+#pragma once
+/// @file
+/// `OfflineLoop`: learning from data already stored, without stepping the envs: each
+/// iteration is one gradient update on a batch sampled from the buffer, and the clock
+/// counts gradient updates (`train.steps`, `train.eval_interval`, `run.log_interval` and
+/// `run.checkpoint_interval` are in updates). The data is a buffer file
+/// (`train.dataset`: the `checkpoint-*.buffer` a run with `run.checkpoint_buffer` writes
+/// beside each checkpoint) or, in a `Staged` run, what the stages before left in the
+/// buffer. Evaluations still run episodes on the envs.
+///
+/// A resumed offline run continues its sampling exactly where it stopped only when the
+/// checkpoint saved the buffer too (`run.checkpoint_buffer`), since the sampling state
+/// lives in the buffer; otherwise it samples the dataset afresh.
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+
+#include <anvil/core/batch.hpp>
+#include <anvil/core/concepts.hpp>
+#include <anvil/core/error.hpp>
+#include <anvil/core/param.hpp>
+#include <anvil/core/state.hpp>
+#include <anvil/train/loops/loop.hpp>
+
+namespace anvil {
+
+/// Loop policy for learning from stored data (see file comment).
+struct OfflineLoop {
+  using policy_kind = LoopKind;
+  static constexpr std::string_view name = "offline";
+  static constexpr FixedString config_section = "train";
+  static constexpr FixedString stage_name = "offline";
+
+  /// The `train` section of an offline run; its counts are gradient updates.
+  struct Config {
+    loops::UpdateStepsParam steps{100'000};
+    Param<std::string, "dataset",
+          "buffer file to learn from (a run's checkpoint-*.buffer; empty: the buffer as the stages before left it)">
+        dataset{""};
+    loops::GradAccumulationParam grad_accumulation{1};
+    loops::EmaDecayParam ema_decay{0.0};
+    loops::LrScalingParam lr_scaling{LrScaling::none};
+    loops::BaseBatchParam base_batch{256};
+    loops::EvalUpdatesParam eval_interval{5000};
+    loops::EvalEpisodesParam eval_episodes{10};
+
+    /// A run of seconds (`run.smoke`).
+    void shrink() {
+      steps = std::min<std::int64_t>(steps, 200);
+      eval_interval = 0;
+      eval_episodes = std::min(*eval_episodes, 2);
+    }
+  };
+
+  [[nodiscard]] static LoopSettings settings(const Config& c) { return loops::common_settings(c, ClockUnit::updates); }
+
+  /// What this loop needs of the algorithm and the buffer, one sentence each.
+  template <class A, class B>
+  struct Rules {
+    static constexpr bool algorithm_ok = OffPolicyAlgorithm<A>;
+    static_assert(algorithm_ok,
+                  "Trainer: the offline loop samples batch_size() stored transitions per update; the Algorithm "
+                  "lacks batch_size() or discount() (see anvil::OffPolicyAlgorithm)");
+    static constexpr bool buffer_ok = !algorithm_ok || LoadsDataset<B>;
+    static_assert(buffer_ok,
+                  "Trainer: the offline loop samples random batches from data it loads from a file; the Buffer "
+                  "lacks sample(n) or load(path) (see anvil::LoadsDataset)");
+    static constexpr bool ok = algorithm_ok && buffer_ok;
+  };
+
+  /// Runs the loop (see file comment).
+  template <class A, class B>
+  class Runner {
+   public:
+    Runner(const Config& cfg, LoopParts<A, B> parts) : cfg_(cfg), p_(parts) { loops::check_ema<A>(cfg.ema_decay); }
+
+    [[nodiscard]] LoopSettings settings() const {
+      auto s = OfflineLoop::settings(cfg_);
+      s.origin = origin_;
+      return s;
+    }
+    [[nodiscard]] int stage() const noexcept { return 0; }
+
+    /// The stage starts: the clock counts updates, the buffer learns the plan, and the
+    /// dataset is read (once, when the run is built; a resume that restores a saved buffer
+    /// replaces it).
+    void begin() {
+      origin_ = p_.clock.updates;
+      resumed();
+    }
+    /// After a resume restored the run (this loop's state included).
+    void resumed() {
+      p_.clock.unit = ClockUnit::updates;
+      p_.collector.envs().set_discount(p_.algorithm.discount());
+      p_.buffer.plan(StoragePlan{p_.collector.num_envs(), 0, p_.algorithm.discount()});
+      if (!loaded_ && !cfg_.dataset->empty()) {
+        if (!std::filesystem::exists(*cfg_.dataset))
+          throw ConfigError("train.dataset: no buffer file at '" + *cfg_.dataset + "'");
+        StateSections data;
+        data.add(std::string(B::config_section.view()), p_.buffer);
+        BinaryReader r(*cfg_.dataset, kBufferFileFormat);
+        auto apply = data.read(r);
+        r.finish();
+        apply();
+      }
+      loaded_ = true;
+    }
+
+    [[nodiscard]] bool done() const noexcept { return p_.clock.updates - origin_ >= cfg_.steps; }
+
+    /// One iteration: one update on a batch sampled from the buffer.
+    void iterate(std::int64_t /*quiet_until*/ = INT64_MAX) {
+      if (p_.buffer.size() < p_.algorithm.batch_size())
+        throw ConfigError("train.dataset: the buffer holds " + std::to_string(p_.buffer.size()) +
+                          " transitions, fewer than one batch (" + std::string(A::config_section.view()) +
+                          ".batch_size = " + std::to_string(p_.algorithm.batch_size()) +
+                          "); give a buffer file with more");
+      ReplayBatch batch;
+      {
+        ScopedPhase ph(p_.times, Phase::sample);
+        batch = p_.buffer.sample(p_.algorithm.batch_size());
+      }
+      const auto info = loops::update_once(p_, batch, cfg_.ema_decay);
+      if constexpr (PrioritizedReplay<B>)
+        if (info.td_error.defined()) p_.buffer.update_priorities(batch.index, info.td_error);
+    }
+
+    void at_log_row() {}
+
+    /// What the timing verdict suggests (the general advice: update interval, batch size, envs).
+    [[nodiscard]] BottleneckAdvice advice() const { return {}; }
+
+    /// State protocol: where the stage began (the data is the buffer's, saved on its own).
+    void save(BinaryWriter& w) const { w.value(origin_); }
+    [[nodiscard]] std::int64_t read(BinaryReader& r) const { return r.value<std::int64_t>("stage origin"); }
+    void restore(std::int64_t origin) noexcept { origin_ = origin; }
+
+   private:
+    Config cfg_;
+    LoopParts<A, B> p_;
+    std::int64_t origin_ = 0;  ///< updates when the stage began
+    bool loaded_ = false;
+  };
+};
+
+}  // namespace anvil

@@ -1,0 +1,190 @@
+#pragma once
+/// @file
+/// `OnPolicyLoop`: the loop of on-policy algorithms (PPO, ...) with a rollout buffer. Each
+/// iteration collects a rollout (`rollout.steps` steps of every env with the current
+/// policy, the value of a truncated episode's last state kept to bootstrap from), computes
+/// its advantages, and learns from it: the algorithm's `epochs()` passes in shuffled
+/// minibatches of `minibatch_size()` rows, after each of which the algorithm's
+/// `end_epoch` says whether to go on (PPO stops early once the policy has moved too far:
+/// `ppo.target_kl`). Then the rollout is cleared: no step is learned from by a policy other
+/// than the one that collected it and the epochs right after.
+
+#include <algorithm>
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include <anvil/core/batch.hpp>
+#include <anvil/core/concepts.hpp>
+#include <anvil/core/error.hpp>
+#include <anvil/core/param.hpp>
+#include <anvil/envs/vec_env.hpp>
+#include <anvil/train/loops/loop.hpp>
+
+namespace anvil {
+
+/// Loop policy for on-policy algorithms (see file comment).
+struct OnPolicyLoop {
+  using policy_kind = LoopKind;
+  static constexpr std::string_view name = "on-policy";
+  static constexpr FixedString config_section = "train";
+  static constexpr FixedString stage_name = "on_policy";
+
+  /// The `train` section of an on-policy run: no warm-up and no update schedule, since the
+  /// algorithm learns once per rollout from its own actions.
+  struct Config {
+    loops::EnvStepsParam steps{100'000};
+    loops::GradAccumulationParam grad_accumulation{1};
+    loops::EmaDecayParam ema_decay{0.0};
+    loops::LrScalingParam lr_scaling{LrScaling::none};
+    loops::BaseBatchParam base_batch{256};
+    loops::EvalIntervalParam eval_interval{5000};
+    loops::EvalEpisodesParam eval_episodes{10};
+
+    /// A run of seconds (`run.smoke`).
+    void shrink() {
+      steps = std::min<std::int64_t>(steps, 600);
+      eval_interval = 0;
+      eval_episodes = std::min(*eval_episodes, 2);
+    }
+  };
+
+  [[nodiscard]] static LoopSettings settings(const Config& c) { return loops::common_settings(c, ClockUnit::env_steps); }
+
+  /// What this loop needs of the algorithm and the buffer, one sentence each.
+  template <class A, class B>
+  struct Rules {
+    static constexpr bool algorithm_ok = OnPolicyAlgorithm<A>;
+    static_assert(algorithm_ok,
+                  "Trainer: the on-policy loop needs act_for_rollout, value, epochs, minibatch_size, end_epoch, "
+                  "set_progress and discount of the Algorithm; one is missing (see anvil::OnPolicyAlgorithm)");
+    static constexpr bool buffer_ok = !algorithm_ok || RolloutStorage<B>;
+    static_assert(buffer_ok,
+                  "Trainer: the on-policy loop fills a rollout, computes its advantages and hands it out in "
+                  "minibatches; the Buffer lacks full, finish, minibatches or clear (see anvil::RolloutStorage)");
+    static constexpr bool step_ok = !(algorithm_ok && buffer_ok) || std::same_as<typename B::Step, RolloutStep>;
+    static_assert(step_ok,
+                  "Trainer: the on-policy loop stores each env step as a RolloutStep, but the Buffer's Step "
+                  "is another type");
+    static constexpr bool ok = algorithm_ok && buffer_ok && step_ok;
+  };
+
+  /// Runs the loop (see file comment).
+  template <class A, class B>
+  class Runner {
+   public:
+    Runner(const Config& cfg, LoopParts<A, B> parts) : cfg_(cfg), p_(parts) { loops::check_ema<A>(cfg.ema_decay); }
+
+    [[nodiscard]] LoopSettings settings() const {
+      auto s = OnPolicyLoop::settings(cfg_);
+      s.origin = origin_;
+      return s;
+    }
+    [[nodiscard]] int stage() const noexcept { return 0; }
+
+    /// The stage starts: the clock counts env steps from here; the rollout is sized for the
+    /// envs. A minibatch larger than a rollout is refused, naming both.
+    void begin() {
+      origin_ = p_.clock.env_steps;
+      resumed();
+    }
+    /// After a resume restored the run (this loop's state included).
+    void resumed() {
+      p_.clock.unit = ClockUnit::env_steps;
+      p_.collector.envs().set_discount(p_.algorithm.discount());
+      p_.buffer.plan(StoragePlan{p_.collector.num_envs(), cfg_.steps, p_.algorithm.discount()});
+      const std::int64_t rows = p_.buffer.capacity(), envs = p_.collector.num_envs();
+      if (p_.algorithm.minibatch_size() > rows)
+        throw ConfigError(std::string(A::config_section.view()) + ".minibatch_size (" +
+                          std::to_string(p_.algorithm.minibatch_size()) + ") is larger than a rollout: " +
+                          std::string(B::config_section.view()) + ".steps (" + std::to_string(rows / envs) +
+                          ") x env.num_envs (" + std::to_string(envs) + ") = " + std::to_string(rows) + " rows");
+    }
+
+    [[nodiscard]] bool done() const noexcept { return p_.clock.env_steps - origin_ >= cfg_.steps; }
+
+    /// One iteration: collect a rollout, learn from it.
+    void iterate(std::int64_t /*quiet_until*/ = INT64_MAX) {
+      collect_rollout();
+      learn_rollout();
+    }
+
+    /// Fills the rollout buffer with `rollout.steps` steps of every env, acting with the
+    /// current policy, and computes its advantages.
+    void collect_rollout() {
+      p_.buffer.clear();
+      while (!p_.buffer.full()) step();
+      ScopedPhase ph(p_.times, Phase::buffer_add);
+      p_.buffer.finish(p_.algorithm.value(p_.collector.observations()));
+    }
+
+    /// Learns from the collected rollout (see file comment), then clears it.
+    void learn_rollout() {
+      // Every rank normalises with the same statistics from here on.
+      if (p_.ranks.world_size() > 1) p_.collector.envs().sync_statistics([this](at::Tensor& t) { p_.ranks.sum(t); });
+      p_.algorithm.set_progress(static_cast<double>(p_.clock.env_steps - origin_) / static_cast<double>(*cfg_.steps));
+      int epochs = 0;
+      for (int e = 0; e < p_.algorithm.epochs(); ++e) {
+        std::optional<ScopedPhase> sampling(std::in_place, p_.times, Phase::sample);
+        for (const auto& batch : p_.buffer.minibatches(p_.algorithm.minibatch_size())) {
+          sampling.reset();
+          loops::update_once(p_, batch, cfg_.ema_decay);
+          sampling.emplace(p_.times, Phase::sample);
+        }
+        sampling.reset();
+        ++epochs;
+        if (!p_.algorithm.end_epoch(p_.step)) break;
+      }
+      p_.metrics.add("epochs", epochs);
+      p_.buffer.clear();
+    }
+
+    void at_log_row() {}  // the normalisers were merged before the last update
+
+    /// What the timing verdict suggests, in this loop's and its algorithm's knobs.
+    [[nodiscard]] BottleneckAdvice advice() const {
+      const std::string algo(A::config_section.view());
+      BottleneckAdvice a;
+      a.env = "raise env.num_envs or env.threads";
+      a.learn = "fewer " + algo + ".epochs or larger " + algo + ".minibatch_size, BF16, or more ranks";
+      a.comm = "larger " + algo + ".minibatch_size (fewer all-reduces per rollout) or fewer ranks";
+      a.sample = "larger " + algo + ".minibatch_size";
+      return a;
+    }
+
+    /// State protocol: where the stage began (a checkpoint falls between rollouts).
+    void save(BinaryWriter& w) const { w.value(origin_); }
+    [[nodiscard]] std::int64_t read(BinaryReader& r) const { return r.value<std::int64_t>("stage origin"); }
+    void restore(std::int64_t origin) noexcept { origin_ = origin; }
+
+   private:
+    // One step of every env for the rollout: act, step, and for rows cut by the time limit
+    // the value of their true last state (the bootstrap; see RolloutBuffer).
+    void step() {
+      RolloutAct act;
+      {
+        const auto& obs = p_.collector.observations();
+        ScopedPhase ph(p_.times, Phase::act);
+        act = p_.algorithm.act_for_rollout(obs);
+      }
+      const envs::VecStep& s = p_.collector.step(act.action);
+      at::Tensor bootstrap;
+      if (std::any_of(s.ended.begin(), s.ended.end(), [](const envs::EpisodeEnd& e) { return !e.terminated; })) {
+        ScopedPhase ph(p_.times, Phase::act);
+        bootstrap = p_.algorithm.value(s.next_obs);
+      }
+      {
+        ScopedPhase ph(p_.times, Phase::buffer_add);
+        p_.buffer.add(RolloutStep{p_.collector.previous_observations(), act.action, act.log_prob, act.value, s.reward,
+                                  s.terminated, s.truncated, bootstrap});
+      }
+      p_.clock.env_steps += p_.collector.num_envs() * p_.ranks.world_size();
+    }
+
+    Config cfg_;
+    LoopParts<A, B> p_;
+    std::int64_t origin_ = 0;  ///< env steps when the stage began
+  };
+};
+
+}  // namespace anvil

@@ -1,0 +1,487 @@
+#pragma once
+/// @file
+/// `Run`: the life of a training run that does not depend on its policy types, compiled
+/// once whatever the Trainer: the run directory, the loop's iterations and the hooks that
+/// fire on its clock (evaluation, log rows, checkpoints, progress), resuming, giving every
+/// rank rank 0's state and checking that the ranks agree, and the end of the run. The
+/// Trainer (train/trainer.hpp) builds the parts and hands them to a Run; a custom main can
+/// call the same steps through the Trainer (`begin`, `evaluate`, `log`, `finish`, ...).
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Context.h>
+#include <torch/csrc/autograd/anomaly_mode.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <anvil/core/binary_io.hpp>
+#include <anvil/core/blas.hpp>
+#include <anvil/core/detail/crc32c.hpp>
+#include <anvil/core/error.hpp>
+#include <anvil/core/state.hpp>
+#include <anvil/core/tensor_io.hpp>
+#include <anvil/data/step_collector.hpp>
+#include <anvil/observe/run_files.hpp>
+#include <anvil/observe/timers.hpp>
+#include <anvil/observe/update_metrics.hpp>
+#include <anvil/parallel/collectives.hpp>
+#include <anvil/parallel/world.hpp>
+#include <anvil/precision/detail/common.hpp>
+#include <anvil/train/clock.hpp>
+#include <anvil/train/hooks/checkpoint.hpp>
+#include <anvil/train/hooks/evaluation.hpp>
+#include <anvil/train/hooks/metrics.hpp>
+#include <anvil/train/hooks/progress.hpp>
+#include <anvil/train/loops/loop.hpp>
+#include <anvil/train/run_config.hpp>
+
+namespace anvil {
+
+/// What a Run needs of the loop that drives it, whatever the loop's type.
+class LoopControl {
+ public:
+  virtual ~LoopControl() = default;
+  [[nodiscard]] virtual LoopSettings settings() const = 0;
+  [[nodiscard]] virtual int stage() const = 0;
+  [[nodiscard]] virtual bool done() const = 0;
+  virtual void iterate(std::int64_t quiet_until) = 0;
+  virtual void at_log_row() = 0;
+  virtual void resumed() = 0;
+  [[nodiscard]] virtual BottleneckAdvice advice() const = 0;
+};
+
+/// `LoopControl` of a loop runner `R` (train/loops/loop.hpp).
+template <class R>
+class LoopControlOf final : public LoopControl {
+ public:
+  explicit LoopControlOf(R& r) : r_(r) {}
+  [[nodiscard]] LoopSettings settings() const override { return r_.settings(); }
+  [[nodiscard]] int stage() const override { return r_.stage(); }
+  [[nodiscard]] bool done() const override { return r_.done(); }
+  void iterate(std::int64_t quiet_until) override { r_.iterate(quiet_until); }
+  void at_log_row() override { r_.at_log_row(); }
+  void resumed() override { r_.resumed(); }
+  [[nodiscard]] BottleneckAdvice advice() const override { return r_.advice(); }
+
+ private:
+  R& r_;
+};
+
+/// Torch's global random generators (the CPU one, and the run's CUDA device's): the
+/// `torch_rng` section of a run's state (this rank's own).
+class TorchGenerators {
+ public:
+  TorchGenerators() = default;
+  explicit TorchGenerators(c10::Device device) : device_(device) {}
+  void save(BinaryWriter& w) const {
+    write_tensor(w, at::detail::getDefaultCPUGenerator().get_state());
+    w.value(device_.is_cuda());
+    if (device_.is_cuda()) write_tensor(w, at::globalContext().defaultGenerator(device_).get_state());
+  }
+  struct Saved {
+    at::Tensor cpu, cuda;
+  };
+  [[nodiscard]] Saved read(BinaryReader& r) const {
+    Saved s;
+    s.cpu = read_tensor(r, "torch CPU generator state", at::detail::getDefaultCPUGenerator().get_state());
+    const bool was_cuda = r.value<bool>("CUDA flag");
+    if (was_cuda != device_.is_cuda())
+      r.fail("CUDA flag", was_cuda ? "says the run was on CUDA; this one is on " + device_.str()
+                                   : "says the run was on the CPU; this one is on " + device_.str());
+    if (was_cuda)
+      s.cuda = read_tensor(r, "torch CUDA generator state", at::globalContext().defaultGenerator(device_).get_state());
+    return s;
+  }
+  void restore(const Saved& s) const {
+    at::Generator cpu = at::detail::getDefaultCPUGenerator();
+    cpu.set_state(s.cpu);
+    if (s.cuda.defined()) {
+      at::Generator cuda = at::globalContext().defaultGenerator(device_);
+      cuda.set_state(s.cuda);
+    }
+  }
+
+ private:
+  c10::Device device_{c10::kCPU};
+};
+
+/// Applies a precision policy's process-wide switches once (cuDNN benchmark, anomaly
+/// detection, TF32) and returns what the run should say about them and about the CPU's
+/// BLAS.
+inline std::vector<std::string> apply_precision_settings(const PrecisionSettings& p, const c10::Device& device,
+                                                         int update_threads) {
+  std::vector<std::string> notes;
+  auto& g = at::globalContext();
+  g.setBenchmarkCuDNN(p.cudnn_benchmark);
+  torch::autograd::AnomalyMode::set_enabled(p.detect_anomaly);
+  g.setAllowTF32CuBLAS(p.allow_tf32);
+  g.setAllowTF32CuDNN(p.allow_tf32);
+  if (p.allow_tf32 && !device.is_cuda())
+    notes.push_back("precision: TF32 changes only CUDA matrix products; on the CPU this run is FP32");
+  if (p.detect_anomaly) notes.push_back("precision: autograd anomaly detection is on (slow; for debugging NaNs)");
+  if (!device.is_cuda()) {
+    const BlasInfo b = blas_info();
+    if (b.reference)
+      notes.push_back("cpu: Torch uses the reference BLAS (" + b.library +
+                      "): matrix products are about 10x slower; run scripts/install-deps.sh");
+    else if (b.openblas)
+      notes.push_back("cpu: OpenBLAS" + (b.core.empty() ? std::string() : " (" + b.core + " kernels)") + ", " +
+                      std::to_string(at::get_num_threads()) + " intra-op thread(s), " + std::to_string(update_threads) +
+                      " update thread(s)");
+  }
+  return notes;
+}
+
+/// The life of a run (see file comment).
+class Run {
+ public:
+  /// What the Trainer tells a run about itself.
+  struct Setup {
+    RunConfig run;                 ///< the `run` section
+    std::string program;           ///< the program's name, for logs
+    std::string algorithm;         ///< the algorithm's config section ("sac"): names, TensorBoard prefix
+    std::string precision;         ///< "fp32", ...
+    std::string env_name;
+    std::int64_t num_envs = 1;     ///< envs of this rank
+    std::string device;
+    std::string config_hash, config_yaml;
+    std::vector<std::pair<std::string, std::string>> config;  ///< every field, flattened
+    std::vector<std::string> notes;  ///< said once when the run starts
+  };
+  /// The parts the Trainer owns and the run uses; they outlive it.
+  struct Parts {
+    Clock* clock = nullptr;
+    Ranks* ranks = nullptr;
+    PhaseTimes* times = nullptr;
+    StepCollector* collector = nullptr;
+    UpdateMetrics* metrics = nullptr;
+    const StateSections* state = nullptr;         ///< the run's state (checkpoints, rank sync)
+    const StateSections* buffer_state = nullptr;  ///< the buffer's (its file beside a checkpoint)
+    LoopControl* loop = nullptr;
+    Evaluation* evaluation = nullptr;
+    /// Runs an evaluation of `n` episodes with the policy (its average when one is kept).
+    std::function<EvalResult(int n)> evaluate;
+    /// Writes the policy alone (policy.bin); empty when the algorithm has no policy file.
+    std::function<void(const std::filesystem::path&)> save_policy;
+    MetricsLog::Sources log_sources;  ///< filled in by the run but for the algorithm's functions
+  };
+
+  /// The format tag of the state rank 0 sends the others.
+  static constexpr const char* kRankStateFormat = "anvil Rank State v2";
+
+  Run(Setup s, Parts p) : s_(std::move(s)), p_(std::move(p)) {
+    checkpoints_ = Checkpoints(Checkpoints::Options{s_.run.run_dir.value, s_.run.keep_last, s_.run.checkpoint_buffer},
+                               Checkpoints::Identity{s_.algorithm, s_.precision, s_.config_hash, s_.config},
+                               *p_.state, *p_.buffer_state);
+    if (!s_.run.run_dir->empty()) run_dir_ = *s_.run.run_dir;
+    restart_schedules();
+  }
+  Run(const Run&) = delete;
+  Run& operator=(const Run&) = delete;
+
+  /// Trains until the loop is done: iterations, with evaluations, log rows and checkpoints
+  /// on the clock; then `finish`.
+  FitResult fit() {
+    begin();
+    auto& loop = *p_.loop;
+    while (!loop.done()) {
+      loop.iterate(quiet_until());
+      if (loop.stage() != stage_) next_stage();
+      const auto now = p_.clock->now();
+      if (eval_every_.due(now)) record_evaluation(evaluate(settings_.eval_episodes));
+      if (log_every_.due(now)) log();
+      if (checkpoint_every_.due(now) && !loop.done()) checkpoint();
+      show_progress();
+    }
+    return finish();
+  }
+
+  /// Opens the run directory (config.yaml, training.log, metrics.csv, TensorBoard events),
+  /// resumes when `run.resume` asks, and gives every rank rank 0's state.
+  void begin() {
+    open_run_dir();
+    resume_if_asked();
+    sync_from_main();  // a resumed rank 0 hands its state to the others
+    first_step_ = p_.clock->env_steps;  // rates count what this process did
+    first_update_ = p_.clock->updates;
+    restart_schedules();
+  }
+
+  /// Ends the run: a last evaluation (unless one was recorded at this step), a last log row,
+  /// a checkpoint, the timing verdict and summary.json.
+  FitResult finish() {
+    const auto now = p_.clock->now();
+    if (p_.evaluation->last_at() != now) record_evaluation(evaluate(settings_.eval_episodes));
+    if (log_at_ != now || logged_eval_at_ != p_.evaluation->last_at()) log();  // not the same row twice
+    checkpoint();
+    const bool main = p_.ranks->is_main();
+    if (p_.ranks->world_size() > 1 && main) say(sync_line_);
+    if (main && p_.times->enabled) {
+      say("time: " + shares_line(*p_.times));
+      say(bottleneck(*p_.times, p_.loop->advice()));
+    }
+    log_.flush();
+    progress_.finish();
+    FitResult r;
+    r.env_steps = p_.clock->env_steps;
+    r.updates = p_.clock->updates;
+    r.wall_seconds = elapsed();
+    r.final_eval_return = p_.evaluation->last().mean;
+    r.best_eval_return = p_.evaluation->best();
+    log_.write_summary(r, first_step_, first_update_, timer_overhead(), s_.config_hash, s_.config);
+    if (main) {
+      say(summary_line(r));
+      say("logs: " + run_dir_.string() + " (training.log, metrics.csv, TensorBoard events, summary.json, config.yaml)");
+    }
+    return r;
+  }
+
+  /// An evaluation of `episodes` episodes (all ranks together), not yet recorded.
+  EvalResult evaluate(int episodes) { return p_.evaluate(episodes); }
+  /// Makes `r` the latest evaluation (in the next log row, summary.json and the best so far).
+  void record_evaluation(const EvalResult& r) { p_.evaluation->record(r, p_.clock->now()); }
+
+  /// A row of metrics now (every rank must call it).
+  void log() {
+    ScopedPhase ph(*p_.times, Phase::log);
+    p_.loop->at_log_row();
+    log_at_ = p_.clock->now();
+    logged_eval_at_ = p_.evaluation->last_at();
+    auto row = log_.gather(elapsed(), first_step_, first_update_);
+    if (!row) return;
+    log_.write_csv(*row);
+    progress_.row(progress_state());
+    log_.write_rest(*row, [this](const std::string& line) { progress_.echo(line); });
+  }
+
+  /// A checkpoint at the current step (rank 0 writes it, after the ranks are found in sync),
+  /// with policy.bin beside it; the oldest beyond `run.keep_last` go.
+  void checkpoint() {
+    check_in_sync();
+    if (!p_.ranks->is_main()) return;
+    ScopedPhase ph(*p_.times, Phase::checkpoint);
+    checkpoints_.save_at(p_.clock->now());
+    if (p_.save_policy) p_.save_policy(run_dir_ / "policy.bin");
+  }
+
+  /// Writes everything a resumed run needs to continue exactly as this one would (every
+  /// section of the run's state; with `run.checkpoint_buffer` the buffer beside it).
+  void save_checkpoint(const std::filesystem::path& file) { checkpoints_.save(file); }
+
+  /// Restores what `save_checkpoint` wrote; the checkpoint must come from the same
+  /// algorithm, networks, buffer, envs and precision (the error names the first field that
+  /// differs). Everything is read and checked before anything changes.
+  void load_checkpoint(const std::filesystem::path& file) {
+    checkpoints_.read(file)();
+    p_.collector->restored();
+    p_.loop->resumed();
+    resumed_from_ = file;
+  }
+
+  /// Rank 0's shared state on every rank: at construction (ranks seed their networks apart)
+  /// and after rank 0 resumed.
+  void sync_from_main() {
+    auto& ranks = *p_.ranks;
+    if (ranks.world_size() == 1) return;
+    std::vector<std::uint8_t> bytes;
+    if (ranks.is_main()) {
+      auto w = BinaryWriter::in_memory(kRankStateFormat);
+      p_.state->write(w, Scope::shared);
+      bytes = w.take_bytes();
+    }
+    ranks.broadcast(bytes);
+    if (ranks.is_main()) return;
+    BinaryReader r(bytes, "rank 0's state", kRankStateFormat);
+    auto apply = p_.state->read(r, Scope::shared);
+    r.finish();
+    apply();
+    p_.loop->resumed();
+  }
+
+  /// Checks that every rank holds bitwise the same learned state as rank 0 (they apply the
+  /// same averaged gradients, so they must); a DistributedError naming the ranks that differ.
+  void check_in_sync() {
+    auto& ranks = *p_.ranks;
+    const int world = ranks.world_size();
+    if (world == 1) return;
+    auto w = BinaryWriter::in_memory(kRankStateFormat);
+    p_.state->write(w, Scope::checked);
+    const auto bytes = w.take_bytes();
+    detail::Crc32c crc;
+    crc.update(bytes.data(), bytes.size());
+    std::vector<at::Tensor> mine{at::full({1}, static_cast<std::int64_t>(crc.value()), at::kLong).to(ranks.device())};
+    ranks.broadcast(mine);
+    const auto main_crc = static_cast<std::uint32_t>(mine[0].item<std::int64_t>());
+    std::vector<double> differs(static_cast<std::size_t>(world), 0.0);
+    if (main_crc != crc.value()) differs[static_cast<std::size_t>(ranks.rank())] = 1.0;
+    ranks.sum(differs);
+    std::string bad;
+    for (int r = 0; r < world; ++r)
+      if (differs[static_cast<std::size_t>(r)] > 0) bad += (bad.empty() ? "" : ", ") + std::to_string(r);
+    if (!bad.empty())
+      throw DistributedError("rank " + std::to_string(ranks.rank()) + ": ranks out of sync at " +
+                             std::string(step_name(p_.clock->unit)) + " " + std::to_string(p_.clock->now()) +
+                             ": the learned state of rank(s) " + bad + " differs from rank 0's");
+    char hex[16];
+    std::snprintf(hex, sizeof hex, "%08x", main_crc);
+    sync_line_ = "ranks in sync: all " + std::to_string(world) +
+                 " ranks hold bitwise-identical parameters and optimizer state (crc32c " + hex + ", " +
+                 std::string(step_name(p_.clock->unit)) + " " + std::to_string(p_.clock->now()) + ")";
+  }
+
+  /// A message for the user: on the terminal and in training.log (rank 0).
+  void say(const std::string& m) {
+    if (!p_.ranks->is_main()) return;
+    progress_.say(m);
+    log_.note(m);
+  }
+
+  [[nodiscard]] const std::filesystem::path& run_dir() const noexcept { return run_dir_; }
+  [[nodiscard]] const std::filesystem::path& resumed_from() const noexcept { return resumed_from_; }
+  [[nodiscard]] const std::vector<std::string>& notes() const noexcept { return s_.notes; }
+  /// The phase timers' own share of the run so far (see `Trainer::timer_overhead`).
+  [[nodiscard]] double timer_overhead() const {
+    const double wall = elapsed();
+    return wall > 0 ? timer_cost_ * static_cast<double>(p_.times->calls()) / wall : 0.0;
+  }
+  /// Seconds since the run began (`begin`).
+  [[nodiscard]] double elapsed() const {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  }
+
+ private:
+  // The clock value before which no hook fires (a loop leaves nothing in flight there).
+  std::int64_t quiet_until() const {
+    return std::min({eval_every_.next(), log_every_.next(), checkpoint_every_.next()});
+  }
+
+  // The hooks' schedules from where the clock stands, in the current stage's unit.
+  void restart_schedules() {
+    settings_ = p_.loop->settings();
+    stage_ = p_.loop->stage();
+    const auto now = p_.clock->now();
+    eval_every_ = Every(settings_.eval_interval);
+    log_every_ = Every(s_.run.log_interval);
+    checkpoint_every_ = Every(s_.run.checkpoint_interval);
+    for (auto* e : {&eval_every_, &log_every_, &checkpoint_every_}) e->start(now);
+  }
+
+  // A stage of a Staged loop has ended: an evaluation, a row and a checkpoint mark its end,
+  // then the hooks follow the next stage's schedule and unit.
+  void next_stage() {
+    const auto ended = settings_;
+    record_evaluation(evaluate(ended.eval_episodes));
+    log();
+    checkpoint();
+    restart_schedules();
+    say("stage " + std::to_string(stage_) + " begins: " + std::to_string(settings_.steps) + " " +
+        std::string(unit_name(settings_.unit)));
+  }
+
+  ProgressState progress_state() const {
+    return ProgressState{p_.clock->in(settings_.unit) - settings_.origin,
+                         settings_.steps,
+                         p_.clock->updates,
+                         elapsed(),
+                         p_.collector->episodes().recent_mean(10),
+                         p_.evaluation->last().mean,
+                         log_.gpu_line()};
+  }
+  void show_progress() {
+    if (p_.ranks->is_main()) progress_.iteration(progress_state());
+  }
+
+  void open_run_dir() {
+    start_ = std::chrono::steady_clock::now();
+    const bool main = p_.ranks->is_main();
+    if (main) {
+      const std::string& resume = s_.run.resume;
+      if (resume == "auto" && s_.run.run_dir->empty())
+        throw ConfigError("run.resume=auto looks for the latest checkpoint in run.run_dir, which is not set");
+      // A resumed run without run.run_dir continues in its checkpoint's directory.
+      run_dir_ = !s_.run.run_dir->empty() ? std::filesystem::path(*s_.run.run_dir)
+                 : !resume.empty()        ? std::filesystem::absolute(resume).parent_path()
+                                          : std::filesystem::path("runs") /
+                                         (s_.algorithm + "-" + s_.env_name + "-" + timestamp_for_path());
+      std::error_code ec;
+      std::filesystem::create_directories(run_dir_, ec);
+      if (ec) throw Error("run.run_dir: cannot create '" + run_dir_.string() + "': " + ec.message());
+      checkpoints_.set_dir(run_dir_);
+      write_file_atomic(run_dir_ / "config.yaml",
+                        "# " + s_.program + ", config hash " + s_.config_hash + "\n" + s_.config_yaml);
+    }
+    // Every rank takes part in log rows; rank 0 writes them.
+    auto sources = p_.log_sources;
+    sources.clock = p_.clock;
+    sources.episodes = &p_.collector->episodes();
+    sources.metrics = p_.metrics;
+    sources.evaluation = p_.evaluation;
+    sources.times = p_.times;
+    sources.ranks = p_.ranks;
+    log_ = MetricsLog(MetricsLog::Options{run_dir_, s_.algorithm, s_.run.tensorboard, s_.run.tensorboard_histograms,
+                                          settings_.record_unit, p_.loop->advice()},
+                      std::move(sources),
+                      "==== " + timestamp_for_path() + " " + s_.program + ", config hash " + s_.config_hash +
+                          "\n# resolved config\n" + s_.config_yaml + "# end of config\n");
+    if (!main) return;
+    s_.notes.push_back(log_.gpu_status());  // once, whether it found GPUs or not
+    timer_cost_ = phase_timer_cost();
+    progress_ = ProgressHook(s_.run.progress);
+    say(s_.program + ": " + s_.algorithm + " on " + s_.env_name + ", " + std::to_string(s_.num_envs) + " env(s), device " +
+        s_.device + ", " + std::to_string(settings_.steps) + " " +
+        (settings_.unit == ClockUnit::env_steps ? "steps" : "gradient updates") + ", config hash " + s_.config_hash);
+    for (const auto& n : s_.notes) say(n);
+  }
+
+  // run.resume: a path, or auto (the latest checkpoint in the run directory, if any). Rank
+  // 0 reads it; the others take its state in `sync_from_main`.
+  void resume_if_asked() {
+    const std::string& what = s_.run.resume;
+    if (what.empty() || !p_.ranks->is_main()) return;
+    const auto file = checkpoints_.resolve(what);
+    if (file.empty()) {
+      say("resume: no checkpoint in " + run_dir_.string() + "; starting afresh");
+      return;
+    }
+    load_checkpoint(file);
+    log_.resume(*p_.clock);
+    say("resumed from " + file.string() + " at " + std::string(step_name(p_.clock->unit)) + " " +
+        std::to_string(p_.clock->now()));
+  }
+
+  std::string summary_line(const FitResult& r) const {
+    char buf[256];
+    std::snprintf(buf, sizeof buf,
+                  "done: %lld env steps, %lld updates in %.1f s (%.0f steps/s); eval return %.1f (best %.1f)",
+                  static_cast<long long>(r.env_steps), static_cast<long long>(r.updates), r.wall_seconds,
+                  static_cast<double>(r.env_steps - first_step_) / r.wall_seconds, r.final_eval_return,
+                  r.best_eval_return);
+    return buf;
+  }
+
+  Setup s_;
+  Parts p_;
+  LoopSettings settings_;
+  int stage_ = 0;
+  Every eval_every_, log_every_, checkpoint_every_;
+  Checkpoints checkpoints_;
+  MetricsLog log_;
+  ProgressHook progress_;
+  std::filesystem::path run_dir_, resumed_from_;
+  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+  std::int64_t first_step_ = 0, first_update_ = 0;  ///< the clock when this process began
+  std::int64_t log_at_ = -1, logged_eval_at_ = -1;  ///< clock at the last log row, and of the eval in it
+  std::string sync_line_;                           ///< what the last in-sync check found
+  double timer_cost_ = 0;                           ///< seconds one ScopedPhase costs here
+};
+
+}  // namespace anvil

@@ -1,0 +1,107 @@
+#pragma once
+/// @file
+/// `anvil::start`: the one line a main calls first, and the only place where anvil controls
+/// the process. Constructors and parsers never print, exit, fork or restart anything; this
+/// call does what a training program must do before it builds a Trainer:
+///  - installs the handler that turns an uncaught anvil error into `error: <message>` and
+///    its exit status (2 for bad input, 3 for a failure between ranks, 1 otherwise);
+///  - makes sure OpenBLAS uses its fast kernels (`prefer_fast_blas`: on an AVX-512 CPU whose
+///    kernels OpenBLAS did not recognise, the program restarts itself once with
+///    OPENBLAS_CORETYPE set);
+///  - reads the command line and `--config` files into the Trainer's config: `--help` prints
+///    every field and exits 0, `--print-config` prints the resolved config and exits 0, a bad
+///    key or value prints one line naming it and exits 2;
+///  - starts the ranks: a program with `DDP<N>` started plainly becomes the launcher of its
+///    node's N ranks (parallel/launch.hpp) and exits with their outcome; a rank (or a run
+///    with one process) returns.
+///
+///     int main(int argc, char** argv) {
+///       using Trainer = anvil::Trainer<anvil::SAC, anvil::UniformBuffer>;
+///       Trainer trainer(anvil::envs::Pendulum{}, anvil::start<Trainer>(argc, argv));
+///       trainer.fit();
+///     }
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <utility>
+
+#include <anvil/core/blas.hpp>
+#include <anvil/core/config.hpp>
+#include <anvil/core/error.hpp>
+
+namespace anvil {
+
+namespace detail {
+[[noreturn]] inline void exit_with(const Error& e) {
+  std::fflush(stdout);
+  std::fprintf(stderr, "error: %s\n", e.what());
+  std::fflush(stderr);
+  std::exit(e.exit_code());
+}
+}  // namespace detail
+
+/// The process's part of `start` (see file comment) for a main that builds its configs
+/// itself (e.g. several Trainer types from one command line): error handler, BLAS kernels,
+/// the parsed command line. A malformed command line exits 2.
+inline Args start(int argc, char** argv) {
+  install_error_handler();
+  prefer_fast_blas(argc, argv);
+  try {
+    return parse_config(argc, argv);
+  } catch (const ConfigError& e) {
+    detail::exit_with(e);
+  }
+}
+
+/// A config of type `Config` from `args` over `defaults`: answers `--help` and
+/// `--print-config` (exit 0) and reports bad input (exit 2). For programs whose config is
+/// not a Trainer's (benchmarks, tools); a Trainer's main calls `start<Trainer>`.
+template <class Config>
+Config start_config(const Args& args, Config defaults = {}) {
+  if (args.help) {
+    std::fputs(help_text<Config>(args.program, defaults).c_str(), stdout);
+    std::fflush(stdout);
+    std::exit(0);
+  }
+  Config cfg;
+  try {
+    cfg = configure<Config>(args, std::move(defaults));
+  } catch (const ConfigError& e) {
+    detail::exit_with(e);
+  }
+  if (args.print_config) {
+    std::printf("# %s config, hash %s\n%s", args.program.c_str(), config_hash_hex(cfg).c_str(), to_yaml(cfg).c_str());
+    std::fflush(stdout);
+    std::exit(0);
+  }
+  return cfg;
+}
+
+/// `start(argc, argv)` then `start_config(args, defaults)`.
+template <class Config>
+Config start_config(int argc, char** argv, Config defaults = {}) {
+  return start_config<Config>(start(argc, argv), std::move(defaults));
+}
+
+/// The config of a `Trainer` from `args` over `defaults` (see file comment): answers
+/// `--help` and `--print-config` (exit 0), reports bad input (exit 2), and starts the ranks
+/// the Trainer's parallelism needs.
+template <class Trainer>
+typename Trainer::Config start(const Args& args, typename Trainer::Config defaults = {}) {
+  auto cfg = start_config<typename Trainer::Config>(args, std::move(defaults));
+  try {
+    Trainer::Parallelism::start_ranks(*cfg.parallel);  // a launcher does not return
+  } catch (const Error& e) {
+    detail::exit_with(e);
+  }
+  return cfg;
+}
+
+/// `start(argc, argv)` then `start<Trainer>(args, defaults)`: the usual first line of a main.
+template <class Trainer>
+typename Trainer::Config start(int argc, char** argv, typename Trainer::Config defaults = {}) {
+  return start<Trainer>(start(argc, argv), std::move(defaults));
+}
+
+}  // namespace anvil
