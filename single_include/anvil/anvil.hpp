@@ -895,7 +895,7 @@ class StateSections {
   }
 
   /// Writes the sections of `scope` as a table (see file comment).
-  void write(BinaryWriter& w, Scope scope = Scope::checkpoint) const {
+  [[gnu::cold, gnu::noinline]] void write(BinaryWriter& w, Scope scope = Scope::checkpoint) const {
     w.value(static_cast<std::uint64_t>(names(scope).size()));
     for (const auto& s : sections_) {
       if (!in(s, scope)) continue;
@@ -909,7 +909,7 @@ class StateSections {
   /// Reads a table written by `write(w, scope)`: every section of `scope` exactly once, no
   /// other. Changes nothing; the returned function applies them all. Throws naming the
   /// section at fault.
-  [[nodiscard]] Apply read(BinaryReader& r, Scope scope = Scope::checkpoint) const {
+  [[gnu::cold, gnu::noinline]] [[nodiscard]] Apply read(BinaryReader& r, Scope scope = Scope::checkpoint) const {
     const auto count = r.value<std::uint64_t>("section count");
     if (count > 10'000) r.fail("section count", "is implausible (" + std::to_string(count) + ")");
     const auto expected = names(scope);
@@ -1641,6 +1641,60 @@ std::string check_rule(const T& v, const Range& rule) {
   }
 }
 
+/// What can be done with a field's value, by value type: one set of functions per type
+/// (int, double, string, ...), shared by every field of that type, so a config's walk
+/// costs little to compile however many fields it has.
+template <class T>
+struct ValueOps {
+  /// Sets `*value` from a setting; empty on success, else why not (no field name in it).
+  static std::string assign(void* value, const Setting& s) {
+    T& target = *static_cast<T*>(value);
+    std::string why;
+    if constexpr (is_vector<T>::value) {
+      using E = typename T::value_type;
+      std::vector<std::string> parts;
+      if (s.is_list) {
+        parts = s.values;
+      } else {  // "256,256" or "[256, 256]" from the command line
+        std::string_view v = s.values.empty() ? std::string_view() : s.values.front();
+        while (!v.empty() && (v.front() == '[' || v.front() == ' ')) v.remove_prefix(1);
+        while (!v.empty() && (v.back() == ']' || v.back() == ' ')) v.remove_suffix(1);
+        while (!v.empty()) {
+          auto comma = v.find(',');
+          parts.emplace_back(v.substr(0, comma));
+          if (comma == std::string_view::npos) break;
+          v.remove_prefix(comma + 1);
+        }
+      }
+      T out;
+      for (std::size_t i = 0; i < parts.size(); ++i) {
+        auto e = parse_scalar<E>(parts[i], why);
+        if (!e) return "element " + std::to_string(i) + ": " + why;
+        out.push_back(*e);
+      }
+      target = std::move(out);
+      return {};
+    } else {
+      if (s.is_list) return "expected a single " + type_name<T>() + ", got a list";
+      if (s.bare_flag) {
+        if constexpr (std::same_as<T, bool>) {
+          target = true;
+          return {};
+        } else {
+          return "needs a value (" + type_name<T>() + ")";
+        }
+      }
+      auto v = parse_scalar<T>(s.values.empty() ? std::string_view() : s.values.front(), why);
+      if (!v) return why;
+      target = std::move(*v);
+      return {};
+    }
+  }
+  static std::string format(const void* value) { return format_value(*static_cast<const T*>(value)); }
+  static std::string yaml(const void* value) { return format_yaml(*static_cast<const T*>(value)); }
+  static std::string check(const void* value, const Range& rule) { return check_rule(*static_cast<const T*>(value), rule); }
+};
+
 /// Type-erased view of one field of a config object, built by `fields()`.
 struct FieldRef {
   std::string key;  ///< full dotted key
@@ -1649,10 +1703,22 @@ struct FieldRef {
   std::string type;
   std::string rule;  ///< e.g. ">= 1", empty when unconstrained
   bool is_bool = false;
-  std::function<std::string(const Setting&)> assign;  ///< empty string on success
-  std::function<std::string()> format;                ///< value as text
-  std::function<std::string()> format_yaml;           ///< value as a YAML scalar
-  std::function<std::string()> check;                 ///< rule violation, or empty
+
+  /// Sets the field from `s`; empty string on success, else why not.
+  [[nodiscard]] std::string assign(const Setting& s) const { return assign_(value_, s); }
+  /// The value as text.
+  [[nodiscard]] std::string format() const { return format_(value_); }
+  /// The value as a YAML scalar.
+  [[nodiscard]] std::string format_yaml() const { return yaml_(value_); }
+  /// The rule's violation, or empty.
+  [[nodiscard]] std::string check() const { return check_(value_, range_); }
+
+  void* value_ = nullptr;  ///< the Param's value
+  Range range_;
+  std::string (*assign_)(void*, const Setting&) = nullptr;
+  std::string (*format_)(const void*) = nullptr;
+  std::string (*yaml_)(const void*) = nullptr;
+  std::string (*check_)(const void*, const Range&) = nullptr;
 };
 
 template <class T> struct always_false : std::false_type {};
@@ -1674,52 +1740,12 @@ void collect_fields(Cfg& cfg, const std::string& prefix, std::vector<FieldRef>& 
       r.type = type_name<T>();
       r.rule = format_range(F::rule);
       r.is_bool = std::same_as<T, bool>;
-      auto* p = &field;
-      r.assign = [p](const Setting& s) -> std::string {
-        std::string why;
-        if constexpr (is_vector<T>::value) {
-          using E = typename T::value_type;
-          std::vector<std::string> parts;
-          if (s.is_list) {
-            parts = s.values;
-          } else {  // "256,256" or "[256, 256]" from the command line
-            std::string_view v = s.values.empty() ? std::string_view() : s.values.front();
-            while (!v.empty() && (v.front() == '[' || v.front() == ' ')) v.remove_prefix(1);
-            while (!v.empty() && (v.back() == ']' || v.back() == ' ')) v.remove_suffix(1);
-            while (!v.empty()) {
-              auto comma = v.find(',');
-              parts.emplace_back(v.substr(0, comma));
-              if (comma == std::string_view::npos) break;
-              v.remove_prefix(comma + 1);
-            }
-          }
-          T out;
-          for (std::size_t i = 0; i < parts.size(); ++i) {
-            auto e = parse_scalar<E>(parts[i], why);
-            if (!e) return "element " + std::to_string(i) + ": " + why;
-            out.push_back(*e);
-          }
-          p->value = std::move(out);
-          return {};
-        } else {
-          if (s.is_list) return "expected a single " + type_name<T>() + ", got a list";
-          if (s.bare_flag) {
-            if constexpr (std::same_as<T, bool>) {
-              p->value = true;
-              return {};
-            } else {
-              return "needs a value (" + type_name<T>() + ")";
-            }
-          }
-          auto v = parse_scalar<T>(s.values.empty() ? std::string_view() : s.values.front(), why);
-          if (!v) return why;
-          p->value = std::move(*v);
-          return {};
-        }
-      };
-      r.format = [p] { return format_value(p->value); };
-      r.format_yaml = [p] { return detail::format_yaml(p->value); };
-      r.check = [p] { return check_rule(p->value, F::rule); };
+      r.value_ = const_cast<std::remove_const_t<T>*>(&field.value);
+      r.range_ = F::rule;
+      r.assign_ = &ValueOps<T>::assign;
+      r.format_ = &ValueOps<T>::format;
+      r.yaml_ = &ValueOps<T>::yaml;
+      r.check_ = &ValueOps<T>::check;
       out.push_back(std::move(r));
     } else {
       static_assert(always_false<F>::value,
@@ -11865,7 +11891,7 @@ class Checkpoints {
       : opt_(std::move(o)), id_(std::move(id)), state_(&state), buffer_(&buffer) {}
 
   /// Writes a checkpoint to `file` (and the buffer beside it with `with_buffer`).
-  void save(const std::filesystem::path& file) const {
+  [[gnu::cold, gnu::noinline]] void save(const std::filesystem::path& file) const {
     if (opt_.with_buffer) {
       BinaryWriter b(buffer_file(file), kBufferFileFormat);
       buffer_->write(b);
@@ -11887,7 +11913,7 @@ class Checkpoints {
 
   /// A checkpoint at clock value `step` in the run directory; then the oldest beyond
   /// `keep_last` (and their buffers) are deleted. Returns its path.
-  std::filesystem::path save_at(std::int64_t step) const {
+  [[gnu::cold, gnu::noinline]] std::filesystem::path save_at(std::int64_t step) const {
     const auto file = file_for(step);
     save(file);
     auto all = in(opt_.dir);
@@ -11901,7 +11927,7 @@ class Checkpoints {
 
   /// Reads and checks `file` (and its buffer file when it has one) against this run (see
   /// file comment); the returned function applies it.
-  [[nodiscard]] StateSections::Apply read(const std::filesystem::path& file) const {
+  [[gnu::cold, gnu::noinline]] [[nodiscard]] StateSections::Apply read(const std::filesystem::path& file) const {
     if (!std::filesystem::exists(file)) throw Error("run.resume: no checkpoint at '" + file.string() + "'");
     BinaryReader r(file, kFormat);
     const auto algorithm = r.string("algorithm");
@@ -12048,7 +12074,7 @@ class Evaluation {
 
   /// Runs `episodes` episodes acting with `act`; every rank runs its share and sees every
   /// return. All ranks must call it together.
-  EvalResult run(const Act& act, int episodes) {
+  [[gnu::noinline]] EvalResult run(const Act& act, int episodes) {
     std::optional<ScopedPhase> ph;
     if (times_) ph.emplace(*times_, Phase::eval);
     const int world = ranks_.world_size(), rank = ranks_.rank();
@@ -12126,7 +12152,7 @@ class Evaluation {
   }
 
  private:
-  static EvalResult summarise(const std::vector<double>& all, int episodes, const std::vector<std::string>& names) {
+  [[gnu::cold, gnu::noinline]] static EvalResult summarise(const std::vector<double>& all, int episodes, const std::vector<std::string>& names) {
     EvalResult r;
     r.episodes = episodes;
     const auto b = all.begin(), e = all.begin() + episodes;
@@ -12148,7 +12174,7 @@ class Evaluation {
     }
     return r;
   }
-  static void write_result(BinaryWriter& w, const EvalResult& r) {
+  [[gnu::cold, gnu::noinline]] static void write_result(BinaryWriter& w, const EvalResult& r) {
     for (double x : {r.mean, r.std, r.min, r.max}) w.value(x);
     w.value(r.episodes);
     w.value(static_cast<std::uint64_t>(r.groups.size()));
@@ -12158,7 +12184,7 @@ class Evaluation {
       w.value(g.episodes);
     }
   }
-  static EvalResult read_result(BinaryReader& r) {
+  [[gnu::cold, gnu::noinline]] static EvalResult read_result(BinaryReader& r) {
     EvalResult e;
     for (double* x : {&e.mean, &e.std, &e.min, &e.max}) *x = r.value<double>("evaluation results");
     e.episodes = r.value<int>("evaluation episodes");
@@ -12261,7 +12287,7 @@ class MetricsLog {
   /// A log of the run whose numbers come from `src`. Rank 0 opens its files in `dir`:
   /// metrics.csv, training.log (appended to, `header` first) and, when asked, TensorBoard
   /// events; other ranks open nothing.
-  MetricsLog(Options o, Sources src, const std::string& header) : opt_(std::move(o)), src_(std::move(src)) {
+  [[gnu::cold, gnu::noinline]] MetricsLog(Options o, Sources src, const std::string& header) : opt_(std::move(o)), src_(std::move(src)) {
     if (!src_.ranks->is_main()) return;
     csv_ = MetricsCsv(opt_.dir / "metrics.csv");
     log_.open(opt_.dir / "training.log", std::ios::app);
@@ -12274,14 +12300,14 @@ class MetricsLog {
 
   /// Continues the metrics.csv of a resumed run from the clock it resumed at (rows the
   /// interrupted run wrote later are dropped: the resumed run writes them again).
-  void resume(const Clock& at) {
+  [[gnu::cold, gnu::noinline]] void resume(const Clock& at) {
     if (src_.ranks->is_main()) csv_ = MetricsCsv::resume(opt_.dir / "metrics.csv", at.env_steps, at.updates);
   }
 
   /// Gathers a row: the metrics' means since the last row and the recent returns, over
   /// every rank; folds the ranks' finished episodes into the clock. Every rank must call
   /// it; rank 0 gets the row, the others nothing.
-  std::optional<LogRow> gather(double wall, std::int64_t first_step, std::int64_t first_update) {
+  [[gnu::cold, gnu::noinline]] std::optional<LogRow> gather(double wall, std::int64_t first_step, std::int64_t first_update) {
     auto& ranks = *src_.ranks;
     auto& metrics = *src_.metrics;
     if (ranks.world_size() > 1) {
@@ -12322,12 +12348,12 @@ class MetricsLog {
   }
 
   /// Writes `row` to metrics.csv (rank 0).
-  void write_csv(const LogRow& row) { csv_.row(row.values, row.complete); }
+  [[gnu::cold, gnu::noinline]] void write_csv(const LogRow& row) { csv_.row(row.values, row.complete); }
 
   /// Writes `row` to TensorBoard and training.log, with the timing split since the last
   /// row and the GPUs' use; `echo` gets the lines a console shows under the row (may be
   /// empty). Rank 0.
-  void write_rest(const LogRow& row, const std::function<void(const std::string&)>& echo = {}) {
+  [[gnu::cold, gnu::noinline]] void write_rest(const LogRow& row, const std::function<void(const std::string&)>& echo = {}) {
     const std::int64_t step = row.step;
     for (const auto& [k, v] : row.values) {
       if (k == "env_steps" || k == "wall_s" || std::isnan(v)) continue;
@@ -12386,14 +12412,14 @@ class MetricsLog {
   }
 
   /// A line in training.log (rank 0; nothing elsewhere).
-  void note(const std::string& m) {
+  [[gnu::cold, gnu::noinline]] void note(const std::string& m) {
     if (!log_.is_open()) return;
     log_ << m << "\n";
     log_.flush();
   }
 
   /// Writes `summary.json` (rank 0): what the run achieved, where its time went, its config.
-  void write_summary(const FitResult& r, std::int64_t first_step, std::int64_t first_update, double timer_overhead,
+  [[gnu::cold, gnu::noinline]] void write_summary(const FitResult& r, std::int64_t first_step, std::int64_t first_update, double timer_overhead,
                      const std::string& config_hash,
                      const std::vector<std::pair<std::string, std::string>>& config) const {
     if (!src_.ranks->is_main()) return;
@@ -12431,7 +12457,7 @@ class MetricsLog {
 
   /// Writes the rows metrics.csv held back (the run ended before its algorithm reported
   /// every metric) and flushes TensorBoard.
-  void flush() {
+  [[gnu::cold, gnu::noinline]] void flush() {
     csv_.flush_pending();
     tb_.flush();
   }
@@ -12755,7 +12781,7 @@ class Run {
 
   /// Opens the run directory (config.yaml, training.log, metrics.csv, TensorBoard events),
   /// resumes when `run.resume` asks, and gives every rank rank 0's state.
-  void begin() {
+  [[gnu::cold, gnu::noinline]] void begin() {
     open_run_dir();
     resume_if_asked();
     sync_from_main();  // a resumed rank 0 hands its state to the others
@@ -12766,7 +12792,7 @@ class Run {
 
   /// Ends the run: a last evaluation (unless one was recorded at this step), a last log row,
   /// a checkpoint, the timing verdict and summary.json.
-  FitResult finish() {
+  [[gnu::cold, gnu::noinline]] FitResult finish() {
     const auto now = p_.clock->now();
     if (p_.evaluation->last_at() != now) record_evaluation(evaluate(settings_.eval_episodes));
     if (log_at_ != now || logged_eval_at_ != p_.evaluation->last_at()) log();  // not the same row twice
@@ -12799,7 +12825,7 @@ class Run {
   void record_evaluation(const EvalResult& r) { p_.evaluation->record(r, p_.clock->now()); }
 
   /// A row of metrics now (every rank must call it).
-  void log() {
+  [[gnu::cold, gnu::noinline]] void log() {
     ScopedPhase ph(*p_.times, Phase::log);
     p_.loop->at_log_row();
     log_at_ = p_.clock->now();
@@ -12813,7 +12839,7 @@ class Run {
 
   /// A checkpoint at the current step (rank 0 writes it, after the ranks are found in sync),
   /// with policy.bin beside it; the oldest beyond `run.keep_last` go.
-  void checkpoint() {
+  [[gnu::cold, gnu::noinline]] void checkpoint() {
     check_in_sync();
     if (!p_.ranks->is_main()) return;
     ScopedPhase ph(*p_.times, Phase::checkpoint);
@@ -12823,12 +12849,12 @@ class Run {
 
   /// Writes everything a resumed run needs to continue exactly as this one would (every
   /// section of the run's state; with `run.checkpoint_buffer` the buffer beside it).
-  void save_checkpoint(const std::filesystem::path& file) { checkpoints_.save(file); }
+  [[gnu::cold, gnu::noinline]] void save_checkpoint(const std::filesystem::path& file) { checkpoints_.save(file); }
 
   /// Restores what `save_checkpoint` wrote; the checkpoint must come from the same
   /// algorithm, networks, buffer, envs and precision (the error names the first field that
   /// differs). Everything is read and checked before anything changes.
-  void load_checkpoint(const std::filesystem::path& file) {
+  [[gnu::cold, gnu::noinline]] void load_checkpoint(const std::filesystem::path& file) {
     checkpoints_.read(file)();
     p_.collector->restored();
     p_.loop->resumed();
@@ -12837,7 +12863,7 @@ class Run {
 
   /// Rank 0's shared state on every rank: at construction (ranks seed their networks apart)
   /// and after rank 0 resumed.
-  void sync_from_main() {
+  [[gnu::cold, gnu::noinline]] void sync_from_main() {
     auto& ranks = *p_.ranks;
     if (ranks.world_size() == 1) return;
     std::vector<std::uint8_t> bytes;
@@ -12857,7 +12883,7 @@ class Run {
 
   /// Checks that every rank holds bitwise the same learned state as rank 0 (they apply the
   /// same averaged gradients, so they must); a DistributedError naming the ranks that differ.
-  void check_in_sync() {
+  [[gnu::cold, gnu::noinline]] void check_in_sync() {
     auto& ranks = *p_.ranks;
     const int world = ranks.world_size();
     if (world == 1) return;
@@ -12887,7 +12913,7 @@ class Run {
   }
 
   /// A message for the user: on the terminal and in training.log (rank 0).
-  void say(const std::string& m) {
+  [[gnu::cold, gnu::noinline]] void say(const std::string& m) {
     if (!p_.ranks->is_main()) return;
     progress_.say(m);
     log_.note(m);
@@ -12913,7 +12939,7 @@ class Run {
   }
 
   // The hooks' schedules from where the clock stands, in the current stage's unit.
-  void restart_schedules() {
+  [[gnu::cold, gnu::noinline]] void restart_schedules() {
     settings_ = p_.loop->settings();
     stage_ = p_.loop->stage();
     const auto now = p_.clock->now();
@@ -12925,7 +12951,7 @@ class Run {
 
   // A stage of a Staged loop has ended: an evaluation, a row and a checkpoint mark its end,
   // then the hooks follow the next stage's schedule and unit.
-  void next_stage() {
+  [[gnu::cold, gnu::noinline]] void next_stage() {
     const auto ended = settings_;
     record_evaluation(evaluate(ended.eval_episodes));
     log();
@@ -12948,7 +12974,7 @@ class Run {
     if (p_.ranks->is_main()) progress_.iteration(progress_state());
   }
 
-  void open_run_dir() {
+  [[gnu::cold, gnu::noinline]] void open_run_dir() {
     start_ = std::chrono::steady_clock::now();
     const bool main = p_.ranks->is_main();
     if (main) {
@@ -12992,7 +13018,7 @@ class Run {
 
   // run.resume: a path, or auto (the latest checkpoint in the run directory, if any). Rank
   // 0 reads it; the others take its state in `sync_from_main`.
-  void resume_if_asked() {
+  [[gnu::cold, gnu::noinline]] void resume_if_asked() {
     const std::string& what = s_.run.resume;
     if (what.empty() || !p_.ranks->is_main()) return;
     const auto file = checkpoints_.resolve(what);
@@ -13006,7 +13032,7 @@ class Run {
         std::to_string(p_.clock->now()));
   }
 
-  std::string summary_line(const FitResult& r) const {
+  [[gnu::cold, gnu::noinline]] std::string summary_line(const FitResult& r) const {
     char buf[256];
     std::snprintf(buf, sizeof buf,
                   "done: %lld env steps, %lld updates in %.1f s (%.0f steps/s); eval return %.1f (best %.1f)",
@@ -13530,7 +13556,8 @@ struct TrainerSelect {
 /// The Trainer for Algorithm `A` learning from Buffer `B`, run by Parallelism `P` in
 /// Precision `X`, in loop `L` (by default the one the algorithm's data regime calls for):
 /// `Trainer<SAC, UniformBuffer>`, `Trainer<SAC, PrioritizedBuffer, DDP<4>, BF16>`,
-/// `Trainer<SAC, UniformBuffer, SingleDevice, FP32, Staged<OfflineLoop, OffPolicyLoop>>`.
+/// `Trainer<SAC, UniformBuffer, SingleDevice, FP32, Staged<OfflineLoop, OffPolicyLoop>>`
+/// (the loops beyond the default two have headers of their own: train/loops/).
 /// A combination that cannot work fails to compile with one sentence saying what to use.
 template <class A, class B, class P = SingleDevice, class X = FP32, class L = default_loop_t<A>>
 using Trainer = typename detail::TrainerSelect<A, B, P, X, L>::type;

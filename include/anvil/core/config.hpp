@@ -263,6 +263,60 @@ std::string check_rule(const T& v, const Range& rule) {
   }
 }
 
+/// What can be done with a field's value, by value type: one set of functions per type
+/// (int, double, string, ...), shared by every field of that type, so a config's walk
+/// costs little to compile however many fields it has.
+template <class T>
+struct ValueOps {
+  /// Sets `*value` from a setting; empty on success, else why not (no field name in it).
+  static std::string assign(void* value, const Setting& s) {
+    T& target = *static_cast<T*>(value);
+    std::string why;
+    if constexpr (is_vector<T>::value) {
+      using E = typename T::value_type;
+      std::vector<std::string> parts;
+      if (s.is_list) {
+        parts = s.values;
+      } else {  // "256,256" or "[256, 256]" from the command line
+        std::string_view v = s.values.empty() ? std::string_view() : s.values.front();
+        while (!v.empty() && (v.front() == '[' || v.front() == ' ')) v.remove_prefix(1);
+        while (!v.empty() && (v.back() == ']' || v.back() == ' ')) v.remove_suffix(1);
+        while (!v.empty()) {
+          auto comma = v.find(',');
+          parts.emplace_back(v.substr(0, comma));
+          if (comma == std::string_view::npos) break;
+          v.remove_prefix(comma + 1);
+        }
+      }
+      T out;
+      for (std::size_t i = 0; i < parts.size(); ++i) {
+        auto e = parse_scalar<E>(parts[i], why);
+        if (!e) return "element " + std::to_string(i) + ": " + why;
+        out.push_back(*e);
+      }
+      target = std::move(out);
+      return {};
+    } else {
+      if (s.is_list) return "expected a single " + type_name<T>() + ", got a list";
+      if (s.bare_flag) {
+        if constexpr (std::same_as<T, bool>) {
+          target = true;
+          return {};
+        } else {
+          return "needs a value (" + type_name<T>() + ")";
+        }
+      }
+      auto v = parse_scalar<T>(s.values.empty() ? std::string_view() : s.values.front(), why);
+      if (!v) return why;
+      target = std::move(*v);
+      return {};
+    }
+  }
+  static std::string format(const void* value) { return format_value(*static_cast<const T*>(value)); }
+  static std::string yaml(const void* value) { return format_yaml(*static_cast<const T*>(value)); }
+  static std::string check(const void* value, const Range& rule) { return check_rule(*static_cast<const T*>(value), rule); }
+};
+
 /// Type-erased view of one field of a config object, built by `fields()`.
 struct FieldRef {
   std::string key;  ///< full dotted key
@@ -271,10 +325,22 @@ struct FieldRef {
   std::string type;
   std::string rule;  ///< e.g. ">= 1", empty when unconstrained
   bool is_bool = false;
-  std::function<std::string(const Setting&)> assign;  ///< empty string on success
-  std::function<std::string()> format;                ///< value as text
-  std::function<std::string()> format_yaml;           ///< value as a YAML scalar
-  std::function<std::string()> check;                 ///< rule violation, or empty
+
+  /// Sets the field from `s`; empty string on success, else why not.
+  [[nodiscard]] std::string assign(const Setting& s) const { return assign_(value_, s); }
+  /// The value as text.
+  [[nodiscard]] std::string format() const { return format_(value_); }
+  /// The value as a YAML scalar.
+  [[nodiscard]] std::string format_yaml() const { return yaml_(value_); }
+  /// The rule's violation, or empty.
+  [[nodiscard]] std::string check() const { return check_(value_, range_); }
+
+  void* value_ = nullptr;  ///< the Param's value
+  Range range_;
+  std::string (*assign_)(void*, const Setting&) = nullptr;
+  std::string (*format_)(const void*) = nullptr;
+  std::string (*yaml_)(const void*) = nullptr;
+  std::string (*check_)(const void*, const Range&) = nullptr;
 };
 
 template <class T> struct always_false : std::false_type {};
@@ -296,52 +362,12 @@ void collect_fields(Cfg& cfg, const std::string& prefix, std::vector<FieldRef>& 
       r.type = type_name<T>();
       r.rule = format_range(F::rule);
       r.is_bool = std::same_as<T, bool>;
-      auto* p = &field;
-      r.assign = [p](const Setting& s) -> std::string {
-        std::string why;
-        if constexpr (is_vector<T>::value) {
-          using E = typename T::value_type;
-          std::vector<std::string> parts;
-          if (s.is_list) {
-            parts = s.values;
-          } else {  // "256,256" or "[256, 256]" from the command line
-            std::string_view v = s.values.empty() ? std::string_view() : s.values.front();
-            while (!v.empty() && (v.front() == '[' || v.front() == ' ')) v.remove_prefix(1);
-            while (!v.empty() && (v.back() == ']' || v.back() == ' ')) v.remove_suffix(1);
-            while (!v.empty()) {
-              auto comma = v.find(',');
-              parts.emplace_back(v.substr(0, comma));
-              if (comma == std::string_view::npos) break;
-              v.remove_prefix(comma + 1);
-            }
-          }
-          T out;
-          for (std::size_t i = 0; i < parts.size(); ++i) {
-            auto e = parse_scalar<E>(parts[i], why);
-            if (!e) return "element " + std::to_string(i) + ": " + why;
-            out.push_back(*e);
-          }
-          p->value = std::move(out);
-          return {};
-        } else {
-          if (s.is_list) return "expected a single " + type_name<T>() + ", got a list";
-          if (s.bare_flag) {
-            if constexpr (std::same_as<T, bool>) {
-              p->value = true;
-              return {};
-            } else {
-              return "needs a value (" + type_name<T>() + ")";
-            }
-          }
-          auto v = parse_scalar<T>(s.values.empty() ? std::string_view() : s.values.front(), why);
-          if (!v) return why;
-          p->value = std::move(*v);
-          return {};
-        }
-      };
-      r.format = [p] { return format_value(p->value); };
-      r.format_yaml = [p] { return detail::format_yaml(p->value); };
-      r.check = [p] { return check_rule(p->value, F::rule); };
+      r.value_ = const_cast<std::remove_const_t<T>*>(&field.value);
+      r.range_ = F::rule;
+      r.assign_ = &ValueOps<T>::assign;
+      r.format_ = &ValueOps<T>::format;
+      r.yaml_ = &ValueOps<T>::yaml;
+      r.check_ = &ValueOps<T>::check;
       out.push_back(std::move(r));
     } else {
       static_assert(always_false<F>::value,

@@ -99,7 +99,7 @@ class StateSections {
   }
 
   /// Writes the sections of `scope` as a table (see file comment).
-  void write(BinaryWriter& w, Scope scope = Scope::checkpoint) const {
+  [[gnu::cold, gnu::noinline]] void write(BinaryWriter& w, Scope scope = Scope::checkpoint) const {
     w.value(static_cast<std::uint64_t>(names(scope).size()));
     for (const auto& s : sections_) {
       if (!in(s, scope)) continue;
@@ -113,7 +113,7 @@ class StateSections {
   /// Reads a table written by `write(w, scope)`: every section of `scope` exactly once, no
   /// other. Changes nothing; the returned function applies them all. Throws naming the
   /// section at fault.
-  [[nodiscard]] Apply read(BinaryReader& r, Scope scope = Scope::checkpoint) const {
+  [[gnu::cold, gnu::noinline]] [[nodiscard]] Apply read(BinaryReader& r, Scope scope = Scope::checkpoint) const {
     const auto count = r.value<std::uint64_t>("section count");
     if (count > 10'000) r.fail("section count", "is implausible (" + std::to_string(count) + ")");
     const auto expected = names(scope);

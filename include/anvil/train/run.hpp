@@ -207,7 +207,7 @@ class Run {
 
   /// Opens the run directory (config.yaml, training.log, metrics.csv, TensorBoard events),
   /// resumes when `run.resume` asks, and gives every rank rank 0's state.
-  void begin() {
+  [[gnu::cold, gnu::noinline]] void begin() {
     open_run_dir();
     resume_if_asked();
     sync_from_main();  // a resumed rank 0 hands its state to the others
@@ -218,7 +218,7 @@ class Run {
 
   /// Ends the run: a last evaluation (unless one was recorded at this step), a last log row,
   /// a checkpoint, the timing verdict and summary.json.
-  FitResult finish() {
+  [[gnu::cold, gnu::noinline]] FitResult finish() {
     const auto now = p_.clock->now();
     if (p_.evaluation->last_at() != now) record_evaluation(evaluate(settings_.eval_episodes));
     if (log_at_ != now || logged_eval_at_ != p_.evaluation->last_at()) log();  // not the same row twice
@@ -251,7 +251,7 @@ class Run {
   void record_evaluation(const EvalResult& r) { p_.evaluation->record(r, p_.clock->now()); }
 
   /// A row of metrics now (every rank must call it).
-  void log() {
+  [[gnu::cold, gnu::noinline]] void log() {
     ScopedPhase ph(*p_.times, Phase::log);
     p_.loop->at_log_row();
     log_at_ = p_.clock->now();
@@ -265,7 +265,7 @@ class Run {
 
   /// A checkpoint at the current step (rank 0 writes it, after the ranks are found in sync),
   /// with policy.bin beside it; the oldest beyond `run.keep_last` go.
-  void checkpoint() {
+  [[gnu::cold, gnu::noinline]] void checkpoint() {
     check_in_sync();
     if (!p_.ranks->is_main()) return;
     ScopedPhase ph(*p_.times, Phase::checkpoint);
@@ -275,12 +275,12 @@ class Run {
 
   /// Writes everything a resumed run needs to continue exactly as this one would (every
   /// section of the run's state; with `run.checkpoint_buffer` the buffer beside it).
-  void save_checkpoint(const std::filesystem::path& file) { checkpoints_.save(file); }
+  [[gnu::cold, gnu::noinline]] void save_checkpoint(const std::filesystem::path& file) { checkpoints_.save(file); }
 
   /// Restores what `save_checkpoint` wrote; the checkpoint must come from the same
   /// algorithm, networks, buffer, envs and precision (the error names the first field that
   /// differs). Everything is read and checked before anything changes.
-  void load_checkpoint(const std::filesystem::path& file) {
+  [[gnu::cold, gnu::noinline]] void load_checkpoint(const std::filesystem::path& file) {
     checkpoints_.read(file)();
     p_.collector->restored();
     p_.loop->resumed();
@@ -289,7 +289,7 @@ class Run {
 
   /// Rank 0's shared state on every rank: at construction (ranks seed their networks apart)
   /// and after rank 0 resumed.
-  void sync_from_main() {
+  [[gnu::cold, gnu::noinline]] void sync_from_main() {
     auto& ranks = *p_.ranks;
     if (ranks.world_size() == 1) return;
     std::vector<std::uint8_t> bytes;
@@ -309,7 +309,7 @@ class Run {
 
   /// Checks that every rank holds bitwise the same learned state as rank 0 (they apply the
   /// same averaged gradients, so they must); a DistributedError naming the ranks that differ.
-  void check_in_sync() {
+  [[gnu::cold, gnu::noinline]] void check_in_sync() {
     auto& ranks = *p_.ranks;
     const int world = ranks.world_size();
     if (world == 1) return;
@@ -339,7 +339,7 @@ class Run {
   }
 
   /// A message for the user: on the terminal and in training.log (rank 0).
-  void say(const std::string& m) {
+  [[gnu::cold, gnu::noinline]] void say(const std::string& m) {
     if (!p_.ranks->is_main()) return;
     progress_.say(m);
     log_.note(m);
@@ -365,7 +365,7 @@ class Run {
   }
 
   // The hooks' schedules from where the clock stands, in the current stage's unit.
-  void restart_schedules() {
+  [[gnu::cold, gnu::noinline]] void restart_schedules() {
     settings_ = p_.loop->settings();
     stage_ = p_.loop->stage();
     const auto now = p_.clock->now();
@@ -377,7 +377,7 @@ class Run {
 
   // A stage of a Staged loop has ended: an evaluation, a row and a checkpoint mark its end,
   // then the hooks follow the next stage's schedule and unit.
-  void next_stage() {
+  [[gnu::cold, gnu::noinline]] void next_stage() {
     const auto ended = settings_;
     record_evaluation(evaluate(ended.eval_episodes));
     log();
@@ -400,7 +400,7 @@ class Run {
     if (p_.ranks->is_main()) progress_.iteration(progress_state());
   }
 
-  void open_run_dir() {
+  [[gnu::cold, gnu::noinline]] void open_run_dir() {
     start_ = std::chrono::steady_clock::now();
     const bool main = p_.ranks->is_main();
     if (main) {
@@ -444,7 +444,7 @@ class Run {
 
   // run.resume: a path, or auto (the latest checkpoint in the run directory, if any). Rank
   // 0 reads it; the others take its state in `sync_from_main`.
-  void resume_if_asked() {
+  [[gnu::cold, gnu::noinline]] void resume_if_asked() {
     const std::string& what = s_.run.resume;
     if (what.empty() || !p_.ranks->is_main()) return;
     const auto file = checkpoints_.resolve(what);
@@ -458,7 +458,7 @@ class Run {
         std::to_string(p_.clock->now()));
   }
 
-  std::string summary_line(const FitResult& r) const {
+  [[gnu::cold, gnu::noinline]] std::string summary_line(const FitResult& r) const {
     char buf[256];
     std::snprintf(buf, sizeof buf,
                   "done: %lld env steps, %lld updates in %.1f s (%.0f steps/s); eval return %.1f (best %.1f)",

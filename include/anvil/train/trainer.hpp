@@ -44,12 +44,9 @@
 #include <anvil/train/clock.hpp>
 #include <anvil/train/hooks/evaluation.hpp>
 #include <anvil/train/hooks/metrics.hpp>
-#include <anvil/train/loops/episodic.hpp>
 #include <anvil/train/loops/loop.hpp>
 #include <anvil/train/loops/off_policy.hpp>
-#include <anvil/train/loops/offline.hpp>
 #include <anvil/train/loops/on_policy.hpp>
-#include <anvil/train/loops/staged.hpp>
 #include <anvil/train/run.hpp>
 #include <anvil/train/run_config.hpp>
 #include <anvil/train/start.hpp>
@@ -418,7 +415,8 @@ struct TrainerSelect {
 /// The Trainer for Algorithm `A` learning from Buffer `B`, run by Parallelism `P` in
 /// Precision `X`, in loop `L` (by default the one the algorithm's data regime calls for):
 /// `Trainer<SAC, UniformBuffer>`, `Trainer<SAC, PrioritizedBuffer, DDP<4>, BF16>`,
-/// `Trainer<SAC, UniformBuffer, SingleDevice, FP32, Staged<OfflineLoop, OffPolicyLoop>>`.
+/// `Trainer<SAC, UniformBuffer, SingleDevice, FP32, Staged<OfflineLoop, OffPolicyLoop>>`
+/// (the loops beyond the default two have headers of their own: train/loops/).
 /// A combination that cannot work fails to compile with one sentence saying what to use.
 template <class A, class B, class P = SingleDevice, class X = FP32, class L = default_loop_t<A>>
 using Trainer = typename detail::TrainerSelect<A, B, P, X, L>::type;

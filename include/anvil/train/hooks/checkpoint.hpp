@@ -54,7 +54,7 @@ class Checkpoints {
       : opt_(std::move(o)), id_(std::move(id)), state_(&state), buffer_(&buffer) {}
 
   /// Writes a checkpoint to `file` (and the buffer beside it with `with_buffer`).
-  void save(const std::filesystem::path& file) const {
+  [[gnu::cold, gnu::noinline]] void save(const std::filesystem::path& file) const {
     if (opt_.with_buffer) {
       BinaryWriter b(buffer_file(file), kBufferFileFormat);
       buffer_->write(b);
@@ -76,7 +76,7 @@ class Checkpoints {
 
   /// A checkpoint at clock value `step` in the run directory; then the oldest beyond
   /// `keep_last` (and their buffers) are deleted. Returns its path.
-  std::filesystem::path save_at(std::int64_t step) const {
+  [[gnu::cold, gnu::noinline]] std::filesystem::path save_at(std::int64_t step) const {
     const auto file = file_for(step);
     save(file);
     auto all = in(opt_.dir);
@@ -90,7 +90,7 @@ class Checkpoints {
 
   /// Reads and checks `file` (and its buffer file when it has one) against this run (see
   /// file comment); the returned function applies it.
-  [[nodiscard]] StateSections::Apply read(const std::filesystem::path& file) const {
+  [[gnu::cold, gnu::noinline]] [[nodiscard]] StateSections::Apply read(const std::filesystem::path& file) const {
     if (!std::filesystem::exists(file)) throw Error("run.resume: no checkpoint at '" + file.string() + "'");
     BinaryReader r(file, kFormat);
     const auto algorithm = r.string("algorithm");

@@ -55,7 +55,7 @@ class Evaluation {
 
   /// Runs `episodes` episodes acting with `act`; every rank runs its share and sees every
   /// return. All ranks must call it together.
-  EvalResult run(const Act& act, int episodes) {
+  [[gnu::noinline]] EvalResult run(const Act& act, int episodes) {
     std::optional<ScopedPhase> ph;
     if (times_) ph.emplace(*times_, Phase::eval);
     const int world = ranks_.world_size(), rank = ranks_.rank();
@@ -133,7 +133,7 @@ class Evaluation {
   }
 
  private:
-  static EvalResult summarise(const std::vector<double>& all, int episodes, const std::vector<std::string>& names) {
+  [[gnu::cold, gnu::noinline]] static EvalResult summarise(const std::vector<double>& all, int episodes, const std::vector<std::string>& names) {
     EvalResult r;
     r.episodes = episodes;
     const auto b = all.begin(), e = all.begin() + episodes;
@@ -155,7 +155,7 @@ class Evaluation {
     }
     return r;
   }
-  static void write_result(BinaryWriter& w, const EvalResult& r) {
+  [[gnu::cold, gnu::noinline]] static void write_result(BinaryWriter& w, const EvalResult& r) {
     for (double x : {r.mean, r.std, r.min, r.max}) w.value(x);
     w.value(r.episodes);
     w.value(static_cast<std::uint64_t>(r.groups.size()));
@@ -165,7 +165,7 @@ class Evaluation {
       w.value(g.episodes);
     }
   }
-  static EvalResult read_result(BinaryReader& r) {
+  [[gnu::cold, gnu::noinline]] static EvalResult read_result(BinaryReader& r) {
     EvalResult e;
     for (double* x : {&e.mean, &e.std, &e.min, &e.max}) *x = r.value<double>("evaluation results");
     e.episodes = r.value<int>("evaluation episodes");

@@ -83,7 +83,7 @@ class MetricsLog {
   /// A log of the run whose numbers come from `src`. Rank 0 opens its files in `dir`:
   /// metrics.csv, training.log (appended to, `header` first) and, when asked, TensorBoard
   /// events; other ranks open nothing.
-  MetricsLog(Options o, Sources src, const std::string& header) : opt_(std::move(o)), src_(std::move(src)) {
+  [[gnu::cold, gnu::noinline]] MetricsLog(Options o, Sources src, const std::string& header) : opt_(std::move(o)), src_(std::move(src)) {
     if (!src_.ranks->is_main()) return;
     csv_ = MetricsCsv(opt_.dir / "metrics.csv");
     log_.open(opt_.dir / "training.log", std::ios::app);
@@ -96,14 +96,14 @@ class MetricsLog {
 
   /// Continues the metrics.csv of a resumed run from the clock it resumed at (rows the
   /// interrupted run wrote later are dropped: the resumed run writes them again).
-  void resume(const Clock& at) {
+  [[gnu::cold, gnu::noinline]] void resume(const Clock& at) {
     if (src_.ranks->is_main()) csv_ = MetricsCsv::resume(opt_.dir / "metrics.csv", at.env_steps, at.updates);
   }
 
   /// Gathers a row: the metrics' means since the last row and the recent returns, over
   /// every rank; folds the ranks' finished episodes into the clock. Every rank must call
   /// it; rank 0 gets the row, the others nothing.
-  std::optional<LogRow> gather(double wall, std::int64_t first_step, std::int64_t first_update) {
+  [[gnu::cold, gnu::noinline]] std::optional<LogRow> gather(double wall, std::int64_t first_step, std::int64_t first_update) {
     auto& ranks = *src_.ranks;
     auto& metrics = *src_.metrics;
     if (ranks.world_size() > 1) {
@@ -144,12 +144,12 @@ class MetricsLog {
   }
 
   /// Writes `row` to metrics.csv (rank 0).
-  void write_csv(const LogRow& row) { csv_.row(row.values, row.complete); }
+  [[gnu::cold, gnu::noinline]] void write_csv(const LogRow& row) { csv_.row(row.values, row.complete); }
 
   /// Writes `row` to TensorBoard and training.log, with the timing split since the last
   /// row and the GPUs' use; `echo` gets the lines a console shows under the row (may be
   /// empty). Rank 0.
-  void write_rest(const LogRow& row, const std::function<void(const std::string&)>& echo = {}) {
+  [[gnu::cold, gnu::noinline]] void write_rest(const LogRow& row, const std::function<void(const std::string&)>& echo = {}) {
     const std::int64_t step = row.step;
     for (const auto& [k, v] : row.values) {
       if (k == "env_steps" || k == "wall_s" || std::isnan(v)) continue;
@@ -208,14 +208,14 @@ class MetricsLog {
   }
 
   /// A line in training.log (rank 0; nothing elsewhere).
-  void note(const std::string& m) {
+  [[gnu::cold, gnu::noinline]] void note(const std::string& m) {
     if (!log_.is_open()) return;
     log_ << m << "\n";
     log_.flush();
   }
 
   /// Writes `summary.json` (rank 0): what the run achieved, where its time went, its config.
-  void write_summary(const FitResult& r, std::int64_t first_step, std::int64_t first_update, double timer_overhead,
+  [[gnu::cold, gnu::noinline]] void write_summary(const FitResult& r, std::int64_t first_step, std::int64_t first_update, double timer_overhead,
                      const std::string& config_hash,
                      const std::vector<std::pair<std::string, std::string>>& config) const {
     if (!src_.ranks->is_main()) return;
@@ -253,7 +253,7 @@ class MetricsLog {
 
   /// Writes the rows metrics.csv held back (the run ended before its algorithm reported
   /// every metric) and flushes TensorBoard.
-  void flush() {
+  [[gnu::cold, gnu::noinline]] void flush() {
     csv_.flush_pending();
     tb_.flush();
   }
