@@ -120,7 +120,7 @@ class ChainedSteps {
   anvil::StepBatch next() {
     const bool ends = (++t_ % episode_) == 0;
     anvil::StepBatch s{cur_, torch::rand({n_, act_}) * 2 - 1, torch::randn({n_}), torch::randn({n_, obs_}),
-                       torch::zeros({n_}), torch::full({n_}, ends ? 1.f : 0.f)};
+                       torch::zeros({n_}), torch::full({n_}, ends ? 1.f : 0.f), at::Tensor()};
     cur_ = ends ? torch::randn({n_, obs_}) : s.next_obs;
     return s;
   }

@@ -21,6 +21,7 @@ int main(int argc, char** argv) {
                                      Named<Trainer<SAC, PrioritizedBuffer>>{"SAC + PrioritizedBuffer + FP32"},
                                      Named<Trainer<SAC, UniformBuffer, SingleDevice, BF16>>{"SAC + UniformBuffer + BF16"});
   std::string table;
+  int row_index = 0;
   std::apply(
       [&](const auto&... entry) {
         auto run = [&](const auto& e) {
@@ -36,6 +37,10 @@ int main(int argc, char** argv) {
           defaults.algorithm->critic_lr = 1e-3;
           defaults.algorithm->alpha_lr = 1e-3;
           auto cfg = start<T>(args, defaults);  // --help and bad input answered for the first type
+          // Each row is a run of its own: the first in --run_dir, the others in directories in it.
+          if (!cfg.run->run_dir->empty() && row_index > 0)
+            cfg.run->run_dir = *cfg.run->run_dir + "/row-" + std::to_string(row_index);
+          ++row_index;
           T trainer(envs::Pendulum{}, cfg, "compile_time_sweep");
           const auto r = trainer.fit();
           char row[128];

@@ -21,7 +21,7 @@ PRAGMA_ONCE_RE = re.compile(r"^\s*#\s*pragma\s+once\s*$")
 
 
 def version() -> str:
-    text = (INCLUDE / "anvil" / "anvil.hpp").read_text()
+    text = (INCLUDE / "anvil" / "core" / "version.hpp").read_text()
     parts = [re.search(rf"#define ANVIL_VERSION_{p} (\d+)", text).group(1)
              for p in ("MAJOR", "MINOR", "PATCH")]
     return ".".join(parts)

@@ -9,7 +9,7 @@ The layers, bottom up (DESIGN.md: "layers only include downwards"):
   3 algorithms
   4 train/loops, train/clock.hpp, train/run_config.hpp
   5 train/hooks
-  6 train/run.hpp, train/trainer.hpp, train/start.hpp
+  6 train/run.hpp, train/trainer.hpp, train/start.hpp, train/signals.hpp, train/sweep.hpp
   7 anvil.hpp (the umbrella header)
 
 Usage: scripts/check_layers.py [--include DIR]   (exit 1 naming each include that goes up)
@@ -26,7 +26,8 @@ LAYERS = [
     ("algorithms/", 3),
     ("train/loops/", 4), ("train/clock.hpp", 4), ("train/run_config.hpp", 4),
     ("train/hooks/", 5),
-    ("train/run.hpp", 6), ("train/trainer.hpp", 6), ("train/start.hpp", 6),
+    ("train/run.hpp", 6), ("train/trainer.hpp", 6), ("train/start.hpp", 6), ("train/signals.hpp", 6),
+    ("train/sweep.hpp", 6),
     ("anvil.hpp", 7),
 ]
 NAMES = {0: "core", 1: "optim/nn/envs/precision/observe/parallel", 2: "buffers/data", 3: "algorithms",

@@ -16,6 +16,10 @@ packages=(
   libopenblas0-openmp
   # Boost.PFR (config reflection), YAML configs, range-v3, tests
   libboost1.81-dev libyaml-cpp-dev librange-v3-dev doctest-dev
+  # typed JSON (summary.json, sweep tables)
+  nlohmann-json3-dev
+  # optional components, detected by CMake: the MuJoCo manipulation suite (envs/mujoco/)
+  libmujoco-dev
   # side-by-side Python reference implementations in benchmarks/
   python3-torch python3-numpy
 )

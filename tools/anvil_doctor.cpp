@@ -10,6 +10,8 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <set>
+#include <string>
 #include <thread>
 
 namespace {
@@ -80,20 +82,30 @@ bool validate_config(const std::string& file, const std::vector<std::string>& na
     return false;
   }
   std::vector<std::string> accepted;
-  std::string first_error;
+  // When none accepts it, the error reported is that of the trainer family the file is
+  // written for: the one whose sections hold most of the file's keys (a PPO file with a
+  // typo gets PPO's error, not SAC's).
+  std::string best_error, best_name;
+  int best_score = -1;
   std::size_t i = 0;
   auto try_one = [&]<class T>() {
+    typename T::Config defaults;
+    std::set<std::string> sections;
+    for (const auto& f : anvil::fields(defaults)) sections.insert(f.key.substr(0, f.key.find('.')));
+    int score = 0;
+    for (const auto& s : args.settings)
+      if (sections.count(s.key.substr(0, s.key.find('.')))) ++score;
     try {
       (void)anvil::configure<typename T::Config>(args);
       accepted.push_back(names[i]);
     } catch (const anvil::ConfigError& e) {
-      if (first_error.empty()) first_error = e.what();
+      if (score > best_score) best_score = score, best_error = e.what(), best_name = names[i];
     }
     ++i;
   };
   (try_one.template operator()<Trainers>(), ...);
   if (accepted.empty()) {
-    fail("config: " + file + " is not valid: " + first_error);
+    fail("config: " + file + " is not valid (read as a " + best_name + " config): " + best_error);
     return false;
   }
   std::string list;
@@ -137,6 +149,14 @@ int main(int argc, char** argv) {
   if (blas.reference)
     fail("BLAS: Torch uses the REFERENCE BLAS (" + blas.library +
          "): matrix products are about 10x slower. Run scripts/install-deps.sh (installs libopenblas0-openmp)");
+  else if (const char* forced = std::getenv("OPENBLAS_CORETYPE");
+           blas.openblas && !blas.core.empty() && !anvil::is_avx512_core(blas.core) && anvil::cpu_has_avx512() && forced)
+    warn("BLAS: OpenBLAS uses its " + blas.core + " kernels on an AVX-512 CPU because OPENBLAS_CORETYPE=" + forced +
+         " is set in the environment: it is what chose these slower kernels; unset it (anvil programs then "
+         "choose the AVX-512 kernels)");
+  else if (const char* set = std::getenv("OPENBLAS_CORETYPE"); blas.openblas && set)
+    ok("BLAS: OpenBLAS" + (blas.core.empty() ? std::string() : ", " + blas.core + " kernels") + " (OPENBLAS_CORETYPE=" + set +
+       " is set in the environment)");
   else if (blas.openblas && !blas.core.empty() && !anvil::is_avx512_core(blas.core) && anvil::cpu_has_avx512())
     warn("BLAS: OpenBLAS uses its " + blas.core + " kernels on an AVX-512 CPU; OPENBLAS_CORETYPE=SkylakeX made a "
          "256-wide SAC update 46% faster here (anvil programs set it themselves when it is unset)");
@@ -212,10 +232,16 @@ int main(int argc, char** argv) {
                                        Trainer<SAC, PrioritizedBuffer, DDPAuto, BF16>, Trainer<SAC, UniformBuffer, DDPAuto, FP16>,
                                        Trainer<SAC, PrioritizedBuffer, DDPAuto, FP16>,
                                        Trainer<PPO, RolloutBuffer, DDPAuto, FP32>, Trainer<PPO, RolloutBuffer, DDPAuto, BF16>,
-                                       Trainer<PPO, RolloutBuffer, DDPAuto, FP16>>(
+                                       Trainer<PPO, RolloutBuffer, DDPAuto, FP16>,
+                                       Trainer<MultiTaskSAC, UniformBuffer, DDPAuto, FP32>,
+                                       Trainer<MultiTaskSAC, UniformBuffer, DDPAuto, BF16>,
+                                       Trainer<MultiTaskSAC, PrioritizedBuffer, DDPAuto, FP32>,
+                                       Trainer<MultiTaskSAC, PrioritizedBuffer, DDPAuto, BF16>>(
         config, {"SAC+UniformBuffer (FP32/TF32)", "SAC+UniformBuffer+BF16", "SAC+PrioritizedBuffer (FP32/TF32)",
                  "SAC+PrioritizedBuffer+BF16", "SAC+UniformBuffer+FP16", "SAC+PrioritizedBuffer+FP16",
-                 "PPO+RolloutBuffer (FP32/TF32)", "PPO+RolloutBuffer+BF16", "PPO+RolloutBuffer+FP16"});
+                 "PPO+RolloutBuffer (FP32/TF32)", "PPO+RolloutBuffer+BF16", "PPO+RolloutBuffer+FP16",
+                 "MultiTaskSAC+UniformBuffer (FP32/TF32)", "MultiTaskSAC+UniformBuffer+BF16",
+                 "MultiTaskSAC+PrioritizedBuffer (FP32/TF32)", "MultiTaskSAC+PrioritizedBuffer+BF16"});
     if (!valid) return 2;
   }
   std::printf("%s\n", failures ? "anvil-doctor: some checks FAILED (see above)" : "anvil-doctor: all checks passed");

@@ -10,20 +10,19 @@
 ///       t.fit();
 ///     }
 
-#define ANVIL_VERSION_MAJOR 0
-#define ANVIL_VERSION_MINOR 1
-#define ANVIL_VERSION_PATCH 0
-
 #include <anvil/core/batch.hpp>
 #include <anvil/core/blas.hpp>
 #include <anvil/core/concepts.hpp>
 #include <anvil/core/config.hpp>
 #include <anvil/core/context.hpp>
 #include <anvil/core/error.hpp>
+#include <anvil/core/hyperparams.hpp>
 #include <anvil/core/lr_scaling.hpp>
+#include <anvil/core/memory.hpp>
 #include <anvil/core/param.hpp>
 #include <anvil/core/random.hpp>
 #include <anvil/core/spaces.hpp>
+#include <anvil/core/version.hpp>
 #include <anvil/core/state.hpp>
 #include <anvil/core/torch_compat.hpp>
 
@@ -33,6 +32,7 @@
 #include <anvil/envs/mountain_car_continuous.hpp>
 #include <anvil/envs/normalize.hpp>
 #include <anvil/envs/pendulum.hpp>
+#include <anvil/envs/registry.hpp>
 #include <anvil/envs/vec_env.hpp>
 
 #include <anvil/nn/activation.hpp>
@@ -60,6 +60,7 @@
 
 #include <anvil/observe/gpu_monitor.hpp>
 #include <anvil/observe/progress.hpp>
+#include <anvil/observe/provenance.hpp>
 #include <anvil/observe/run_files.hpp>
 #include <anvil/observe/tensorboard.hpp>
 #include <anvil/observe/timers.hpp>
@@ -90,5 +91,7 @@
 #include <anvil/train/hooks/progress.hpp>
 #include <anvil/train/run.hpp>
 #include <anvil/train/run_config.hpp>
+#include <anvil/train/signals.hpp>
 #include <anvil/train/start.hpp>
+#include <anvil/train/sweep.hpp>
 #include <anvil/train/trainer.hpp>

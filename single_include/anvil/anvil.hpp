@@ -13,10 +13,6 @@
 ///       t.fit();
 ///     }
 
-#define ANVIL_VERSION_MAJOR 0
-#define ANVIL_VERSION_MINOR 1
-#define ANVIL_VERSION_PATCH 0
-
 // ---- begin <anvil/core/batch.hpp> ----
 /// @file
 /// The data that passes between policies, as named structs of tensors.
@@ -40,6 +36,7 @@ struct StepBatch {
   at::Tensor next_obs;    ///< [N, obs_dim]
   at::Tensor terminated;  ///< [N] float 0/1: terminal state, do not bootstrap
   at::Tensor truncated;   ///< [N] float 0/1: cut by a time limit, bootstrap
+  at::Tensor task;        ///< [N] int64: each env's task (envs with tasks; else undefined)
 };
 
 /// A batch sampled from a replay buffer.
@@ -52,14 +49,15 @@ struct ReplayBatch {
   at::Tensor discount;    ///< [B] gamma^n for the bootstrap term (gamma for 1-step)
   at::Tensor weight;      ///< [B] importance weights (ones for uniform sampling)
   at::Tensor index;       ///< [B] int64 ids (the order transitions were added in), for priority updates
+  at::Tensor task;        ///< [B] int64: each transition's task (envs with tasks; else undefined)
 };
 
 /// Rows [begin, begin + n) of every defined field of `b` (views, no copies): the micro-
 /// batches of gradient accumulation.
 inline ReplayBatch rows_of(const ReplayBatch& b, std::int64_t begin, std::int64_t n) {
   auto part = [&](const at::Tensor& t) { return t.defined() ? t.narrow(0, begin, n) : t; };
-  return {part(b.obs), part(b.action), part(b.reward), part(b.next_obs),
-          part(b.terminated), part(b.discount), part(b.weight), part(b.index)};
+  return {part(b.obs),        part(b.action),   part(b.reward), part(b.next_obs), part(b.terminated),
+          part(b.discount),   part(b.weight),   part(b.index),  part(b.task)};
 }
 
 /// A minibatch of an on-policy rollout, with advantages already computed.
@@ -559,6 +557,7 @@ class Crc32c {
 /// an uncaught `anvil::Error` into a one-line message and a non-zero exit instead of an
 /// abort, so bad input never looks like a crash.
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -573,6 +572,8 @@ class Error : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
   [[nodiscard]] virtual int exit_code() const noexcept { return 1; }
+  /// The word before the message when the error ends the program ("error: ...").
+  [[nodiscard]] virtual const char* label() const noexcept { return "error"; }
 };
 
 /// Bad configuration: an unknown key, a wrong type, a value out of range, a malformed
@@ -590,6 +591,21 @@ class DeviceError : public Error {
   [[nodiscard]] int exit_code() const noexcept override { return 2; }
 };
 
+/// Whether the translation unit that calls this was compiled with optimisation (anvil is
+/// header-only: the user's program decides). Runs warn when it was not.
+[[nodiscard]] constexpr bool compiled_optimised() noexcept {
+#if defined(__OPTIMIZE__)
+  return true;
+#else
+  return false;
+#endif
+}
+
+/// "nan", "inf" or "-inf": how an error names a non-finite value it found.
+[[nodiscard]] inline const char* non_finite_name(double v) noexcept {
+  return std::isnan(v) ? "nan" : v > 0 ? "inf" : "-inf";
+}
+
 namespace detail {
 [[noreturn]] inline void terminate_with_message() {
   std::fflush(stdout);
@@ -597,7 +613,7 @@ namespace detail {
     try {
       std::rethrow_exception(p);
     } catch (const Error& e) {
-      std::fprintf(stderr, "error: %s\n", e.what());
+      std::fprintf(stderr, "%s: %s\n", e.label(), e.what());
       std::fflush(stderr);
       std::_Exit(e.exit_code());
     } catch (const std::exception& e) {
@@ -643,6 +659,9 @@ class BinaryWriter {
     }
     std::free(mem_);
   }
+
+  /// The file being written ("memory" for an in-memory writer), for messages.
+  [[nodiscard]] std::string target() const { return memory_ ? std::string("memory") : path_.string(); }
 
   /// Ends an `in_memory` writer: its bytes, checksum appended.
   [[nodiscard]] std::vector<std::uint8_t> take_bytes() {
@@ -712,8 +731,12 @@ class BinaryReader {
  public:
   /// Opens `path` and checks its format tag.
   BinaryReader(std::filesystem::path path, const std::string& format) : path_(std::move(path)) {
+    std::error_code ec;
+    if (std::filesystem::is_directory(path_, ec)) throw Error("cannot read '" + path_.string() + "': it is a directory");
     f_ = std::fopen(path_.c_str(), "rb");
     if (!f_) throw Error("cannot read '" + path_.string() + "'");
+    size_ = static_cast<std::int64_t>(std::filesystem::file_size(path_, ec));
+    if (ec) size_ = INT64_MAX;
     check_tag(format);
   }
   /// Reads what an `in_memory` writer wrote (`take_bytes`); `name` stands for the file in messages.
@@ -722,6 +745,7 @@ class BinaryReader {
     if (bytes.empty()) throw Error("'" + path_.string() + "' is empty");
     f_ = ::fmemopen(const_cast<std::uint8_t*>(bytes.data()), bytes.size(), "rb");
     if (!f_) throw Error("cannot open a memory stream");
+    size_ = static_cast<std::int64_t>(bytes.size());
     check_tag(format);
   }
   BinaryReader(const BinaryReader&) = delete;
@@ -745,6 +769,19 @@ class BinaryReader {
     bytes(s.data(), n, what);
     return s;
   }
+  /// Bytes left to read: a size field read from the file can be checked against it before
+  /// anything of that size is allocated (a flipped bit must not ask for gigabytes).
+  [[nodiscard]] std::int64_t remaining() const {
+    const long at = std::ftell(f_);
+    return at < 0 ? INT64_MAX : size_ - static_cast<std::int64_t>(at);
+  }
+  /// Fails naming `what` unless `n` more bytes are left in the file.
+  void expect_available(std::int64_t n, const char* what) {
+    if (n < 0 || n > remaining())
+      fail(what, "ask for " + std::to_string(n) + " bytes, but the file has " + std::to_string(remaining()) +
+                     " left (a corrupted size field, or a truncated file?)");
+  }
+
   void bytes(void* p, std::size_t n, const char* what) {
     if (n && std::fread(p, 1, n, f_) != n) fail(what, "is cut short (truncated file?)");
     crc_.update(p, n);
@@ -821,6 +858,7 @@ class BinaryReader {
 
   std::filesystem::path path_;
   std::FILE* f_ = nullptr;
+  std::int64_t size_ = INT64_MAX;  ///< bytes in the file
   detail::Crc32c crc_;
   std::uint64_t consumed_ = 0;
   std::string context_;
@@ -1410,6 +1448,7 @@ struct TrainerRules {
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <cstdlib>
 #include <functional>
 #include <map>
@@ -1440,6 +1479,8 @@ struct Args {
   std::vector<std::string> config_files;
   bool help = false;          ///< `--help`: print every field with default and help, exit 0
   bool print_config = false;  ///< `--print-config`: print the resolved config as YAML, exit 0
+  bool multirun = false;      ///< `--multirun` (or -m): a sweep over comma-separated values (train/sweep.hpp)
+  std::vector<std::string> raw;  ///< the arguments after the program's name, as given
 };
 
 namespace detail {
@@ -1821,12 +1862,17 @@ inline std::vector<Setting> parse_yaml(const std::string& text, const std::strin
 
 /// Reads a YAML config file into settings; a missing or unreadable file is a ConfigError.
 inline std::vector<Setting> load_yaml_file(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    throw ConfigError("--config '" + path + "' is a directory; it must name a YAML file");
   std::FILE* f = std::fopen(path.c_str(), "rb");
   if (!f) throw ConfigError("config file '" + path + "' cannot be opened: " + std::strerror(errno));
   std::string text;
   char buf[4096];
   for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, f)) > 0;) text.append(buf, n);
+  const bool failed = std::ferror(f) != 0;
   std::fclose(f);
+  if (failed) throw ConfigError("config file '" + path + "' cannot be read");
   return parse_yaml(text, path);
 }
 
@@ -1841,9 +1887,16 @@ inline Args parse_args(std::span<const std::string> argv) {
       a.program = a.program.substr(slash + 1);
   }
   std::vector<Setting> cli;
+  if (argv.size() > 1) a.raw.assign(argv.begin() + 1, argv.end());
+  for (const auto& arg : a.raw) a.multirun = a.multirun || arg == "--multirun" || arg == "-m";
   for (std::size_t i = 1; i < argv.size(); ++i) {
     const std::string& arg = argv[i];
     const std::string origin = "command line '" + arg + "'";
+    if (arg == "--multirun" || arg == "-m") continue;
+    if (a.multirun && (arg == "--jobs" || arg.starts_with("--jobs="))) {  // the sweep's (train/sweep.hpp)
+      if (arg == "--jobs") ++i;
+      continue;
+    }
     if (arg == "--help" || arg == "-h") {
       a.help = true;
       continue;
@@ -2317,6 +2370,204 @@ inline void seed_torch(const RunContext& ctx) { torch::manual_seed(ctx.seed_for(
 
 }  // namespace anvil
 // ---- end <anvil/core/context.hpp> ----
+// ---- begin <anvil/core/hyperparams.hpp> ----
+/// @file
+/// Per-env default hyperparameters from a YAML file, like RL Baselines3 Zoo's
+/// hyperparameter files: a mapping from env ids to config blocks,
+///
+///     CartPole-v1:
+///       env: {num_envs: 8}
+///       ppo: {gamma: 0.98, epochs: 20}
+///
+/// A program that chooses its env at run time (`--env.id=...`) applies the block of the
+/// chosen env first, so `--config` files and the command line still override it, and
+/// switching env needs no rebuild. Light header.
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <yaml-cpp/yaml.h>
+
+
+namespace anvil {
+
+/// The settings of `env_id`'s block in the hyperparameter file `file` (none when the file
+/// has no block for it); a ConfigError naming the file when it cannot be read.
+[[nodiscard]] inline std::vector<Setting> hyperparameters(const std::string& file, const std::string& env_id) {
+  YAML::Node root;
+  try {
+    root = YAML::LoadFile(file);
+  } catch (const YAML::BadFile&) {
+    throw ConfigError("hyperparameter file '" + file + "' cannot be read");
+  } catch (const YAML::Exception& e) {
+    throw ConfigError(file + ":" + std::to_string(e.mark.line + 1) + ": malformed YAML: " + e.msg);
+  }
+  if (!root.IsMap()) throw ConfigError("hyperparameter file '" + file + "': expected a mapping from env ids to config blocks");
+  const YAML::Node block = root[env_id];
+  if (!block) return {};
+  YAML::Emitter out;
+  out << block;
+  return parse_yaml(out.c_str(), file + " [" + env_id + "]");
+}
+
+/// `args` with the hyperparameters of its env applied first: the env is the last `env.id`
+/// the command line or a `--config` file sets, else `default_env` (then added as
+/// `env.id=<default_env>`). The file is `--hyperparams=FILE` when given (taken out of the
+/// settings), else `default_file`.
+[[nodiscard]] inline Args with_hyperparameters(Args args, const std::string& default_file, const std::string& default_env) {
+  std::string file = default_file, env = default_env;
+  bool env_given = false;
+  std::vector<Setting> kept;
+  for (auto& s : args.settings) {
+    if (s.key == "hyperparams") {
+      if (s.values.size() != 1 || s.values[0].empty()) throw ConfigError(s.origin + ": --hyperparams needs a file name");
+      file = s.values[0];
+      continue;
+    }
+    if (s.key == "env.id" && s.values.size() == 1) env = s.values[0], env_given = true;
+    kept.push_back(std::move(s));
+  }
+  auto settings = hyperparameters(file, env);
+  if (!env_given) {
+    Setting id;
+    id.key = "env.id";
+    id.values = {env};
+    id.origin = "the program's default env";
+    settings.push_back(std::move(id));
+  }
+  settings.insert(settings.end(), std::make_move_iterator(kept.begin()), std::make_move_iterator(kept.end()));
+  args.settings = std::move(settings);
+  return args;
+}
+
+}  // namespace anvil
+// ---- end <anvil/core/hyperparams.hpp> ----
+// ---- begin <anvil/core/memory.hpp> ----
+/// @file
+/// Memory a run may still take, and the check made before a large allocation: storage that
+/// cannot fit is refused with an error naming the field that sized it and both figures,
+/// instead of the kernel's OOM killer ending the process without a word. Light header.
+///
+/// Available memory is the smallest of the machine's `MemAvailable` (/proc/meminfo) and
+/// the room left under this process's cgroup limit (cgroup v2 `memory.max` less
+/// `memory.current`, or v1 `memory.limit_in_bytes` less `memory.usage_in_bytes`), which
+/// is what a container or a SLURM job gets.
+
+#include <cstdint>
+#include <cstdio>
+#include <exception>
+#include <fstream>
+#include <new>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <utility>
+
+
+namespace anvil {
+
+/// Bytes a process may still allocate and where the figure comes from.
+struct AvailableMemory {
+  std::int64_t bytes = INT64_MAX;
+  std::string source = "unknown";  ///< e.g. "MemAvailable in /proc/meminfo"
+};
+
+namespace detail {
+inline std::optional<std::int64_t> read_int_file(const std::string& path) {
+  std::ifstream in(path);
+  std::string word;
+  if (!(in >> word) || word == "max") return std::nullopt;
+  try {
+    return std::stoll(word);
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+}
+// This process's cgroup directory under /sys/fs/cgroup (v2: the "0::" line; v1: the memory controller's).
+inline std::pair<std::string, bool> own_cgroup() {
+  std::ifstream in("/proc/self/cgroup");
+  std::string line, v1;
+  while (std::getline(in, line)) {
+    if (line.rfind("0::", 0) == 0) return {"/sys/fs/cgroup" + line.substr(3), true};
+    const auto a = line.find(':'), b = line.find(':', a + 1);
+    if (a != std::string::npos && b != std::string::npos) {
+      const auto controllers = line.substr(a + 1, b - a - 1);
+      if (controllers.find("memory") != std::string::npos) v1 = "/sys/fs/cgroup/memory" + line.substr(b + 1);
+    }
+  }
+  return {v1, false};
+}
+}  // namespace detail
+
+/// What this process may still allocate (see file comment).
+[[nodiscard]] inline AvailableMemory available_memory() {
+  AvailableMemory m;
+  {
+    std::ifstream in("/proc/meminfo");
+    std::string key;
+    std::int64_t kb = 0;
+    std::string unit;
+    while (in >> key >> kb) {
+      std::getline(in, unit);
+      if (key == "MemAvailable:") {
+        m = {kb * 1024, "MemAvailable in /proc/meminfo"};
+        break;
+      }
+    }
+  }
+  const auto [dir, v2] = detail::own_cgroup();
+  if (!dir.empty()) {
+    const auto limit = detail::read_int_file(dir + (v2 ? "/memory.max" : "/memory.limit_in_bytes"));
+    const auto used = detail::read_int_file(dir + (v2 ? "/memory.current" : "/memory.usage_in_bytes"));
+    if (limit && used && *limit < (std::int64_t{1} << 60) && *limit - *used < m.bytes)
+      m = {*limit - *used, std::string("the cgroup's limit (") + (v2 ? "memory.max" : "memory.limit_in_bytes") +
+                               " less what it uses)"};
+  }
+  return m;
+}
+
+/// `bytes` as "1.5 GiB", "200 MiB", ...
+[[nodiscard]] inline std::string human_bytes(double bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+  int u = 0;
+  while (bytes >= 1024 && u < 5) bytes /= 1024, ++u;
+  char buf[32];
+  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.1f %s", bytes, units[u]);
+  return buf;
+}
+
+/// Refuses host storage of `bytes` that cannot fit in the memory available now: a
+/// ConfigError naming `field` (what sized it, e.g. "buffer.capacity=200000000"), `what`
+/// (e.g. "UniformBuffer's storage") and both figures.
+inline void check_fits(std::int64_t bytes, const std::string& field, const std::string& what,
+                       const AvailableMemory& available = available_memory()) {
+  if (bytes <= available.bytes) return;
+  throw ConfigError(field + ": " + what + " needs " + human_bytes(static_cast<double>(bytes)) + ", but " +
+                    human_bytes(static_cast<double>(available.bytes)) + " is available (" + available.source +
+                    "); lower it or free memory");
+}
+
+/// Runs `allocate()`; a failed allocation (std::bad_alloc, or a torch allocation error)
+/// becomes an Error naming `what` was being allocated and how large it was.
+template <class F>
+decltype(auto) allocating(const std::string& what, std::int64_t bytes, F&& allocate) {
+  try {
+    return std::forward<F>(allocate)();
+  } catch (const std::bad_alloc&) {
+    throw Error("out of memory allocating " + what + " (" + human_bytes(static_cast<double>(bytes)) + ")");
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    const std::string m = e.what();
+    if (m.find("alloc") == std::string::npos && m.find("memory") == std::string::npos) throw;
+    throw Error("out of memory allocating " + what + " (" + human_bytes(static_cast<double>(bytes)) +
+                "): " + m.substr(0, m.find('\n')));
+  }
+}
+
+}  // namespace anvil
+// ---- end <anvil/core/memory.hpp> ----
 // ---- begin <anvil/core/spaces.hpp> ----
 /// @file
 /// Spaces and the env spec: what a policy needs to know about an environment to be built
@@ -2359,6 +2610,9 @@ struct EnvSpec {
   std::string name;
   Box observation;
   std::variant<Box, Discrete> action;
+  /// The env's tasks, for envs that have several (a multi-task suite); empty otherwise.
+  /// Replay buffers then store each transition's task and algorithms may condition on it.
+  std::vector<std::string> tasks;
 
   [[nodiscard]] bool discrete() const noexcept { return std::holds_alternative<Discrete>(action); }
   [[nodiscard]] std::int64_t obs_dim() const noexcept {
@@ -2376,6 +2630,26 @@ struct EnvSpec {
 
 }  // namespace anvil
 // ---- end <anvil/core/spaces.hpp> ----
+// ---- begin <anvil/core/version.hpp> ----
+/// @file
+/// anvil's version: the macros for preprocessor checks and `kVersion` for messages and
+/// provenance. CMakeLists.txt reads its project version from here.
+
+#include <string_view>
+
+#define ANVIL_VERSION_MAJOR 0
+#define ANVIL_VERSION_MINOR 1
+#define ANVIL_VERSION_PATCH 0
+
+#define ANVIL_DETAIL_STR2(x) #x
+#define ANVIL_DETAIL_STR(x) ANVIL_DETAIL_STR2(x)
+
+namespace anvil {
+/// "MAJOR.MINOR.PATCH".
+inline constexpr std::string_view kVersion =
+    ANVIL_DETAIL_STR(ANVIL_VERSION_MAJOR) "." ANVIL_DETAIL_STR(ANVIL_VERSION_MINOR) "." ANVIL_DETAIL_STR(ANVIL_VERSION_PATCH);
+}  // namespace anvil
+// ---- end <anvil/core/version.hpp> ----
 // ---- begin <anvil/core/torch_compat.hpp> ----
 /// @file
 /// Which LibTorch anvil is built against. Debian's LibTorch 1.13 (CPU) and LibTorch 2.x
@@ -2616,12 +2890,6 @@ concept Env = std::movable<E> &&
       { e.step(a) } -> std::same_as<StepResult>;
     };
 
-/// The spec of env `e`.
-template <class E>
-EnvSpec spec_of(const E& e) {
-  return EnvSpec{std::string(E::name), e.observation_space(), e.action_space()};
-}
-
 /// An env that tells which of several tasks its current episode is (a multi-task env, or
 /// one that draws a task per episode): `task_names()` lists them all, `task_index()` is the
 /// current episode's. Evaluations report each task apart.
@@ -2629,6 +2897,48 @@ template <class E>
 concept TaskTagged = Env<E> && requires(const E& e) {
   { e.task_names() } -> std::convertible_to<std::vector<std::string>>;
   { e.task_index() } -> std::convertible_to<std::int64_t>;
+};
+
+/// The spec of env `e` (with its tasks, when it has several).
+template <class E>
+EnvSpec spec_of(const E& e) {
+  EnvSpec s{std::string(E::name), e.observation_space(), e.action_space(), {}};
+  if constexpr (TaskTagged<E>) {
+    auto names = e.task_names();
+    if (names.size() > 1) s.tasks = std::move(names);
+  }
+  return s;
+}
+
+/// An env whose tasks are chosen at run time (`env.suite`, `env.tasks`): `select_tasks`
+/// takes a suite name and a list of task names (either may be empty) and throws a
+/// ConfigError naming the field at fault.
+template <class E>
+concept TaskSelectable = TaskTagged<E> && requires(E& e, const std::string& suite, const std::vector<std::string>& tasks) {
+  e.select_tasks(suite, tasks);
+};
+
+/// An env that takes its place among several: a VecEnv calls `place(index, count)` on env
+/// `index` of `count` (indices count over every rank's envs), e.g. to spread the envs over
+/// tasks.
+template <class E>
+concept Placeable = Env<E> && requires(E& e, std::int64_t i) { e.place(i, i); };
+
+/// An env that says whether the step it just took met its task's goal (`success()`); an
+/// episode succeeds when any of its steps does. Evaluations report success rates.
+template <class E>
+concept ReportsSuccess = Env<E> && requires(const E& e) {
+  { e.success() } -> std::convertible_to<bool>;
+};
+
+/// An env that is not trivially copyable but writes and reads its own state for
+/// checkpoints: `save_state(BinaryWriter&) const` and `load_state(BinaryReader&)`, which
+/// throws on a state that does not fit (a VecEnv loads into copies first, so a refused
+/// checkpoint changes nothing). Trivially copyable envs are saved as bytes without this.
+template <class E>
+concept SavesOwnState = Env<E> && requires(const E& ce, E& e, BinaryWriter& w, BinaryReader& r) {
+  ce.save_state(w);
+  e.load_state(r);
 };
 
 /// An env whose actions are continuous (a `Box`).
@@ -2668,7 +2978,7 @@ class Episode {
     for (const StateField& f : state)
       if (!std::isfinite(f.value))
         throw EnvError(std::string(env_name_) + ": set_state: " + f.name + " is " +
-                       describe_non_finite(f.value));
+                       non_finite_name(f.value));
     steps_ = 0;
     phase_ = Phase::kRunning;
   }
@@ -2684,7 +2994,7 @@ class Episode {
            std::to_string(size));
     for (std::size_t i = 0; i < action.size(); ++i)
       if (!std::isfinite(action[i]))
-        fail("action[" + std::to_string(i) + "] is " + describe_non_finite(action[i]));
+        fail("action[" + std::to_string(i) + "] is " + non_finite_name(action[i]));
   }
 
   /// Throw unless a step may run with this discrete action: an episode is running and the
@@ -2707,6 +3017,13 @@ class Episode {
     return StepResult{observation, reward, terminated, truncated};
   }
 
+  /// Continue an episode restored from a checkpoint, `steps` steps in (running, or ended
+  /// at the time limit when it has reached it).
+  void resume(std::int64_t steps) noexcept {
+    steps_ = steps;
+    phase_ = steps >= max_steps_ ? Phase::kTruncated : Phase::kRunning;
+  }
+
   /// Steps completed in the current episode (0 before the first `start`).
   [[nodiscard]] std::int64_t steps() const noexcept { return steps_; }
 
@@ -2726,9 +3043,6 @@ class Episode {
 
   [[noreturn]] void fail(const std::string& what) const {
     throw EnvError(std::string(env_name_) + ": step " + std::to_string(steps_) + ": " + what);
-  }
-  static std::string describe_non_finite(double v) {
-    return std::isnan(v) ? "nan" : v > 0 ? "inf" : "-inf";
   }
 
   std::string_view env_name_;
@@ -3274,6 +3588,11 @@ static_assert(ContinuousEnv<MountainCarContinuous>);
 /// batched tensors out. Storage is allocated once; a step copies each env's observation
 /// into preallocated rows and allocates nothing.
 ///
+/// Every step and reset is checked where it happens: an observation of the wrong length, a
+/// non-finite observation or reward, or an exception from the env stops the run with an
+/// EnvError naming the env, the step and the field (`Pendulum-v1: env 3 of 16: step 512:
+/// reward is nan`). The check is a multiply-add per number, so it is always on.
+///
 /// Sync mode steps inside `step()`. Async mode steps on a background thread between
 /// `step_async(actions)` and `step_wait()`, so a trainer can run gradient updates while
 /// the envs step (the updates do not need the newest transition).
@@ -3282,6 +3601,7 @@ static_assert(ContinuousEnv<MountainCarContinuous>);
 
 #include <array>
 #include <atomic>
+#include <cmath>
 #include <condition_variable>
 #include <cstdint>
 #include <exception>
@@ -3451,6 +3771,14 @@ struct VecEnvConfig {
       threads{1};
   Param<VecMode, "mode", "sync: step in step(); async: step in the background during updates">
       mode{VecMode::sync};
+  Param<std::string, "id",
+        "the env by name, in programs that choose it at run time (Pendulum-v1, CartPole-v1, Acrobot-v1, "
+        "MountainCarContinuous-v0); elsewhere empty or the program's env">
+      id{""};
+  Param<std::string, "suite", "a suite of tasks for envs that have tasks (the manipulation suite: mt10)"> suite{""};
+  Param<std::vector<std::string>, "tasks",
+        "tasks for envs that have tasks, comma-separated (e.g. reach,push); envs are spread over them">
+      tasks{};
 };
 
 /// An episode that ended during a step.
@@ -3460,6 +3788,7 @@ struct EpisodeEnd {
   std::int64_t length = 0;
   bool terminated = false;  ///< false: truncated by the time limit
   std::int32_t group = -1;  ///< its task (index into `VecEnvBase::groups()`), -1 when the env has none
+  std::int8_t success = -1;  ///< whether any step met the goal (`envs::ReportsSuccess`); -1: the env does not say
 };
 
 /// One step of all envs. Tensors are views of the VecEnv's storage, valid until the step
@@ -3470,6 +3799,7 @@ struct VecStep {
   at::Tensor reward;      ///< [N] float
   at::Tensor terminated;  ///< [N] float 0/1
   at::Tensor truncated;   ///< [N] float 0/1
+  at::Tensor task;        ///< [N] int64: each env's task during the step (envs with tasks; else undefined)
   std::vector<EpisodeEnd> ended;
 };
 
@@ -3525,6 +3855,9 @@ class VecEnvBase {
   /// task-tagged env (`envs::TaskTagged`), in the order the env names them; empty when the
   /// env has no tasks. `EpisodeEnd::group` indexes it.
   [[nodiscard]] const std::vector<std::string>& groups() const noexcept { return groups_; }
+  /// Whether the env says when an episode succeeds (`envs::ReportsSuccess`): then
+  /// `EpisodeEnd::success` is 0 or 1, else -1.
+  [[nodiscard]] virtual bool reports_success() const noexcept { return false; }
 
  protected:
   VecEnvBase(EnvSpec spec, std::int64_t n, std::vector<std::string> groups = {})
@@ -3539,9 +3872,18 @@ class VecEnvBase {
 template <Env E>
 class VecEnv final : public VecEnvBase {
  public:
-  VecEnv(const E& prototype, const VecEnvConfig& cfg, std::uint64_t seed)
+  /// `first`: the index of this VecEnv's env 0 among all envs of the run (every rank's),
+  /// which `envs::Placeable` envs are told (`place(first + i, count)`); `count` (0: this
+  /// VecEnv's) is how many there are in all.
+  VecEnv(const E& prototype, const VecEnvConfig& cfg, std::uint64_t seed, std::int64_t first = 0, std::int64_t count = 0)
+      : VecEnv(configured(prototype, cfg), cfg, seed, first, count, 0) {}
+
+ private:
+  VecEnv(E prototype, const VecEnvConfig& cfg, std::uint64_t seed, std::int64_t first, std::int64_t count, int)
       : VecEnvBase(spec_of(prototype), cfg.num_envs, groups_of(prototype)), mode_(cfg.mode), pool_(cfg.threads) {
     envs_.assign(static_cast<std::size_t>(n_), prototype);
+    if constexpr (Placeable<E>)
+      for (std::int64_t i = 0; i < n_; ++i) envs_[static_cast<std::size_t>(i)].place(first + i, count > 0 ? count : n_);
     for (std::int64_t i = 0; i < n_; ++i)
       seeds_.emplace_back(derive_seed(seed, Stream::env, static_cast<std::uint64_t>(i)));
     const auto d = spec_.obs_dim();
@@ -3551,11 +3893,29 @@ class VecEnv final : public VecEnvBase {
     reward_ = at::zeros({n_}, f);
     terminated_ = at::zeros({n_}, f);
     truncated_ = at::zeros({n_}, f);
+    if constexpr (TaskTagged<E>) task_ = at::zeros({n_}, f.dtype(at::kLong));
     returns_.assign(static_cast<std::size_t>(n_), 0.0);
+    succeeded_.assign(static_cast<std::size_t>(n_), 0);
     lengths_.assign(static_cast<std::size_t>(n_), 0);
     ended_.resize(static_cast<std::size_t>(n_));
     if (mode_ == VecMode::async) stepper_ = std::thread([this] { run_stepper(); });
   }
+
+  // The prototype with the config's env.id, env.suite and env.tasks applied (or refused).
+  static E configured(const E& prototype, const VecEnvConfig& cfg) {
+    if (!cfg.id->empty() && *cfg.id != E::name)
+      throw ConfigError("env.id=" + *cfg.id + ": this program trains " + std::string(E::name) +
+                        " (env.id chooses the env only in programs that take it at run time, e.g. train_ppo)");
+    E e = prototype;
+    if (cfg.suite->empty() && cfg.tasks->empty()) return e;
+    if constexpr (TaskSelectable<E>) e.select_tasks(*cfg.suite, *cfg.tasks);
+    else
+      throw ConfigError(std::string(cfg.suite->empty() ? "env.tasks" : "env.suite") + ": " + std::string(E::name) +
+                        " has no tasks to choose");
+    return e;
+  }
+
+ public:
   VecEnv(const VecEnv&) = delete;
   VecEnv& operator=(const VecEnv&) = delete;
   ~VecEnv() override {
@@ -3570,54 +3930,72 @@ class VecEnv final : public VecEnvBase {
   }
 
   at::Tensor observations() const override { return started_ ? obs_[cur_] : at::Tensor(); }
-  bool saves_state() const noexcept override { return std::is_trivially_copyable_v<E>; }
+  bool saves_state() const noexcept override { return kSavesState; }
+  bool reports_success() const noexcept override { return ReportsSuccess<E>; }
   VecMode mode() const noexcept override { return mode_; }
 
   void save(BinaryWriter& w) const override {
     w.value(saves_state());
-    if constexpr (std::is_trivially_copyable_v<E>) {
+    if constexpr (kSavesState) {
       if (in_flight_) throw Error("VecEnv::save: a step is in flight; save between steps");
       w.string(spec_.name);
       w.value(n_);
-      w.value(static_cast<std::uint64_t>(sizeof(E)));
-      w.bytes(envs_.data(), envs_.size() * sizeof(E));
+      if constexpr (std::is_trivially_copyable_v<E>) {
+        w.value(static_cast<std::uint64_t>(sizeof(E)));
+        w.bytes(envs_.data(), envs_.size() * sizeof(E));
+      } else {
+        w.value(std::uint64_t{0});  // each env writes its own state
+        for (const auto& e : envs_) e.save_state(w);
+      }
       for (const auto& g : seeds_) w.value(g.state());
       w.value(started_);
+      w.value(steps_);
       const auto o = obs_[cur_].contiguous();
       w.bytes(o.data_ptr(), static_cast<std::size_t>(o.numel()) * sizeof(float));
       w.bytes(returns_.data(), returns_.size() * sizeof(double));
       w.bytes(lengths_.data(), lengths_.size() * sizeof(std::int64_t));
+      w.bytes(succeeded_.data(), succeeded_.size());
     }
   }
 
   std::function<void()> read(BinaryReader& r) override {
     if (!r.value<bool>("env state flag")) return {};
-    if constexpr (!std::is_trivially_copyable_v<E>) {
-      r.fail("env state flag", "says the envs were saved, but " + spec_.name + " is not trivially copyable here");
+    if constexpr (!kSavesState) {
+      r.fail("env state flag", "says the envs were saved, but " + spec_.name + " cannot be restored here");
     } else {
       const auto name = r.string("env name");
       if (name != spec_.name) r.fail("env name", "is '" + name + "' in the file but '" + spec_.name + "' here");
       r.expect(n_, "env.num_envs");
-      r.expect(static_cast<std::uint64_t>(sizeof(E)), "env state size");
       auto envs = std::make_shared<std::vector<E>>(envs_);
-      r.bytes(envs->data(), envs->size() * sizeof(E), "env states");
+      if constexpr (std::is_trivially_copyable_v<E>) {
+        r.expect(static_cast<std::uint64_t>(sizeof(E)), "env state size");
+        r.bytes(envs->data(), envs->size() * sizeof(E), "env states");
+      } else {
+        r.expect(std::uint64_t{0}, "env state size");
+        for (auto& e : *envs) e.load_state(r);  // into copies: nothing changes until applied
+      }
       auto seeds = std::make_shared<std::vector<Rng::State>>();
       for (std::int64_t i = 0; i < n_; ++i) seeds->push_back(r.value<Rng::State>("env seed streams"));
       const bool started = r.value<bool>("env started flag");
+      const auto steps = r.value<std::int64_t>("env step count");
       auto obs = at::empty_like(obs_[cur_]);
       r.bytes(obs.data_ptr(), static_cast<std::size_t>(obs.numel()) * sizeof(float), "env observations");
       auto returns = std::make_shared<std::vector<double>>(returns_.size());
       r.bytes(returns->data(), returns->size() * sizeof(double), "episode returns");
       auto lengths = std::make_shared<std::vector<std::int64_t>>(lengths_.size());
       r.bytes(lengths->data(), lengths->size() * sizeof(std::int64_t), "episode lengths");
-      return [this, envs, seeds, started, obs, returns, lengths] {
+      auto succeeded = std::make_shared<std::vector<std::uint8_t>>(succeeded_.size());
+      r.bytes(succeeded->data(), succeeded->size(), "episode successes");
+      return [this, envs, seeds, started, steps, obs, returns, lengths, succeeded] {
         wait_idle();
         envs_ = std::move(*envs);
         for (std::size_t i = 0; i < seeds_.size(); ++i) seeds_[i].set_state((*seeds)[i]);
         started_ = started;
+        steps_ = steps;
         obs_[cur_].copy_(obs);
         returns_ = std::move(*returns);
         lengths_ = std::move(*lengths);
+        succeeded_ = std::move(*succeeded);
       };
     }
   }
@@ -3627,10 +4005,11 @@ class VecEnv final : public VecEnvBase {
     float* o = obs_[cur_].data_ptr<float>();
     const auto d = spec_.obs_dim();
     for (std::int64_t i = 0; i < n_; ++i) {
-      auto first = envs_[i].reset(seeds_[i]());
+      const auto first = reset_env(i, "reset");
       std::copy(first.begin(), first.end(), o + i * d);
       returns_[i] = 0.0;
       lengths_[i] = 0;
+      succeeded_[i] = 0;
     }
     started_ = true;
     return obs_[cur_];
@@ -3668,16 +4047,22 @@ class VecEnv final : public VecEnvBase {
     out_.reward = reward_;
     out_.terminated = terminated_;
     out_.truncated = truncated_;
+    out_.task = task_;
     out_.ended.clear();
     for (std::int64_t i = 0; i < n_; ++i)
       if (ended_[i].length > 0) out_.ended.push_back(ended_[i]);
     return out_;
   }
 
+  /// Batched steps taken so far (saved in checkpoints): the step errors name.
+  [[nodiscard]] std::int64_t steps() const noexcept { return steps_; }
+
   /// Env `i`, e.g. to inspect its state in tests.
   [[nodiscard]] const E& env(std::int64_t i) const { return envs_.at(static_cast<std::size_t>(i)); }
 
  private:
+  static constexpr bool kSavesState = std::is_trivially_copyable_v<E> || SavesOwnState<E>;
+
   static std::vector<std::string> groups_of(const E& e) {
     if constexpr (TaskTagged<E>) return e.task_names();
     else return {};
@@ -3709,6 +4094,44 @@ class VecEnv final : public VecEnvBase {
     return s + "]";
   }
 
+  // "Pendulum-v1: env 3 of 16: step 512 (step 7 of its episode): ", where `when` is "step",
+  // "reset" (by the caller) or "autoreset" (after an episode ended in the step under way).
+  std::string at_fault(std::int64_t i, const char* when) const {
+    std::string s = std::string(E::name) + ": env " + std::to_string(i) + " of " + std::to_string(n_) + ": ";
+    if (std::string_view(when) == "step")
+      return s + "step " + std::to_string(steps_ + 1) + " (step " + std::to_string(lengths_[static_cast<std::size_t>(i)] + 1) +
+             " of its episode): ";
+    // an autoreset happens inside step steps_ + 1
+    return s + "reset after step " + std::to_string(steps_ + (std::string_view(when) == "autoreset" ? 1 : 0)) + ": ";
+  }
+
+  // The observation env i returned has the space's length and only finite numbers (a NaN
+  // or inf turns the sum of x * 0 into NaN: one multiply-add per number when all is well).
+  void check_observation(std::int64_t i, std::span<const float> o, const char* when) const {
+    const auto d = spec_.obs_dim();
+    if (static_cast<std::int64_t>(o.size()) != d)
+      throw EnvError(at_fault(i, when) + "observation has " + std::to_string(o.size()) + " numbers; the observation space has " +
+                     std::to_string(d));
+    float probe = 0.0f;
+    for (float x : o) probe += x * 0.0f;
+    if (probe == 0.0f) return;
+    for (std::size_t k = 0; k < o.size(); ++k)
+      if (!std::isfinite(o[k])) throw EnvError(at_fault(i, when) + "observation[" + std::to_string(k) + "] is " + non_finite_name(o[k]));
+  }
+
+  // Env i's first observation of a new episode (from its own seed stream), checked;
+  // `when` is "reset" or "autoreset" (see at_fault).
+  std::span<const float> reset_env(std::int64_t i, const char* when) {
+    std::span<const float> first;
+    try {
+      first = envs_[static_cast<std::size_t>(i)].reset(seeds_[static_cast<std::size_t>(i)]());
+    } catch (const std::exception& err) {
+      throw EnvError(at_fault(i, when) + err.what());
+    }
+    check_observation(i, first, when);
+    return first;
+  }
+
   void do_step() {
     const int next = 1 - cur_;
     const auto d = spec_.obs_dim();
@@ -3718,9 +4141,11 @@ class VecEnv final : public VecEnvBase {
     float* rew = reward_.data_ptr<float>();
     float* term = terminated_.data_ptr<float>();
     float* trunc = truncated_.data_ptr<float>();
+    std::int64_t* task = task_.defined() ? task_.data_ptr<std::int64_t>() : nullptr;
     try {
       pool_.parallel_for(n_, [&](std::int64_t b, std::int64_t e) {
         for (std::int64_t i = b; i < e; ++i) {
+          if (task) task[i] = group_of(envs_[i]);  // the task the step belongs to (before an autoreset)
           StepResult r;
           try {
             if constexpr (DiscreteEnv<E>) {
@@ -3730,21 +4155,29 @@ class VecEnv final : public VecEnvBase {
               r = envs_[i].step(std::span<const float>(actions.data_ptr<float>() + i * ad,
                                                        static_cast<std::size_t>(ad)));
             }
-          } catch (const EnvError& err) {
-            throw EnvError("env " + std::to_string(i) + " of " + std::to_string(n_) + ": " + err.what());
+          } catch (const EnvError& err) {  // it names the env and its own step count
+            throw EnvError("env " + std::to_string(i) + " of " + std::to_string(n_) + ": step " + std::to_string(steps_ + 1) +
+                           ": " + err.what());
+          } catch (const std::exception& err) {
+            throw EnvError(at_fault(i, "step") + err.what());
           }
+          check_observation(i, r.observation, "step");
+          if (!std::isfinite(r.reward)) throw EnvError(at_fault(i, "step") + "reward is " + non_finite_name(r.reward));
           std::copy(r.observation.begin(), r.observation.end(), next_out + i * d);
           rew[i] = static_cast<float>(r.reward);
           term[i] = r.terminated ? 1.0f : 0.0f;
           trunc[i] = r.truncated ? 1.0f : 0.0f;
           returns_[i] += r.reward;
           ++lengths_[i];
+          if constexpr (ReportsSuccess<E>) succeeded_[i] |= envs_[i].success() ? 1 : 0;
           ended_[i] = EpisodeEnd{};
           if (r.terminated || r.truncated) {
-            ended_[i] = EpisodeEnd{i, returns_[i], lengths_[i], r.terminated, group_of(envs_[i])};
+            ended_[i] = EpisodeEnd{i, returns_[i], lengths_[i], r.terminated, group_of(envs_[i]),
+                                   static_cast<std::int8_t>(ReportsSuccess<E> ? succeeded_[i] : -1)};
             returns_[i] = 0.0;
             lengths_[i] = 0;
-            auto first = envs_[i].reset(seeds_[i]());
+            succeeded_[i] = 0;
+            const auto first = reset_env(i, "autoreset");
             std::copy(first.begin(), first.end(), obs_out + i * d);
           } else {
             std::copy(r.observation.begin(), r.observation.end(), obs_out + i * d);
@@ -3752,6 +4185,7 @@ class VecEnv final : public VecEnvBase {
         }
       });
       cur_ = next;
+      ++steps_;
     } catch (...) {
       error_ = std::current_exception();
     }
@@ -3784,11 +4218,13 @@ class VecEnv final : public VecEnvBase {
   anvil::detail::ThreadPool pool_;
   std::array<at::Tensor, 2> obs_;
   int cur_ = 0;
-  at::Tensor next_obs_, reward_, terminated_, truncated_, actions_;
+  at::Tensor next_obs_, reward_, terminated_, truncated_, task_, actions_;
   std::vector<double> returns_;
+  std::vector<std::uint8_t> succeeded_;  // per env: whether a step of its episode met the goal
   std::vector<std::int64_t> lengths_;
   std::vector<EpisodeEnd> ended_;
   VecStep out_;
+  std::int64_t steps_ = 0;
   bool started_ = false, in_flight_ = false;
   std::exception_ptr error_;
   std::thread stepper_;
@@ -3798,10 +4234,11 @@ class VecEnv final : public VecEnvBase {
 };
 
 /// A VecEnv of `cfg.num_envs` copies of `prototype`, behind the type-erased interface.
+/// `first` and `count` place the envs among all of the run's (see VecEnv).
 template <Env E>
-std::unique_ptr<VecEnvBase> make_vec_env(const E& prototype, const VecEnvConfig& cfg,
-                                         std::uint64_t seed) {
-  return std::make_unique<VecEnv<E>>(prototype, cfg, seed);
+std::unique_ptr<VecEnvBase> make_vec_env(const E& prototype, const VecEnvConfig& cfg, std::uint64_t seed,
+                                         std::int64_t first = 0, std::int64_t count = 0) {
+  return std::make_unique<VecEnv<E>>(prototype, cfg, seed, first, count);
 }
 
 }  // namespace anvil::envs
@@ -4033,6 +4470,7 @@ class NormalizedVecEnv final : public VecEnvBase {
   }
   at::Tensor observations() const override { return started_ ? obs_[cur_] : at::Tensor(); }
   bool saves_state() const noexcept override { return inner_->saves_state(); }
+  bool reports_success() const noexcept override { return inner_->reports_success(); }
   VecMode mode() const noexcept override { return inner_->mode(); }
 
   /// The discount of the return whose spread scales rewards, unless `normalize.gamma` set it.
@@ -4279,6 +4717,42 @@ static_assert(ContinuousEnv<Pendulum>);
 
 }  // namespace anvil::envs
 // ---- end <anvil/envs/pendulum.hpp> ----
+// ---- begin <anvil/envs/registry.hpp> ----
+/// @file
+/// The built-in envs by name, for programs that choose the env at run time
+/// (`--env.id=CartPole-v1`): `with_env(id, f)` calls `f` with a default-constructed env of
+/// that name. A Trainer's type does not depend on its env's (the envs are type-erased
+/// behind `VecEnvBase`), so one program trains any of them. Users' own envs stay types:
+/// pass them to a Trainer directly.
+
+#include <array>
+#include <string>
+#include <string_view>
+#include <utility>
+
+
+namespace anvil::envs {
+
+/// The names `with_env` knows.
+inline constexpr std::array<std::string_view, 4> kBuiltinEnvs{Pendulum::name, CartPole::name, Acrobot::name,
+                                                              MountainCarContinuous::name};
+
+/// Calls `f(env)` with the built-in env named `id`; a ConfigError naming `env.id` and the
+/// known names otherwise.
+template <class F>
+decltype(auto) with_env(std::string_view id, F&& f) {
+  if (id == Pendulum::name) return std::forward<F>(f)(Pendulum{});
+  if (id == CartPole::name) return std::forward<F>(f)(CartPole{});
+  if (id == Acrobot::name) return std::forward<F>(f)(Acrobot{});
+  if (id == MountainCarContinuous::name) return std::forward<F>(f)(MountainCarContinuous{});
+  std::string known;
+  for (auto n : kBuiltinEnvs) known += (known.empty() ? "" : ", ") + std::string(n);
+  throw ConfigError("env.id='" + std::string(id) + "' is not a built-in env; choose one of " + known +
+                    " (or pass your own env's type to the Trainer)");
+}
+
+}  // namespace anvil::envs
+// ---- end <anvil/envs/registry.hpp> ----
 
 // ---- begin <anvil/nn/activation.hpp> ----
 /// @file
@@ -4670,10 +5144,11 @@ class GaussianActorTape {
   [[nodiscard]] const at::Tensor& log_prob() const noexcept { return log_prob_; }
 
   /// Backpropagates a loss through the last `sample`: `d_action` [B, act_dim] is dL/daction
-  /// and every log-density has dL/dlog_prob = `d_log_prob`. Writes the network's parameter
+  /// and every log-density has dL/dlog_prob = `d_log_prob` (or row i `d_log_prob_rows[i]`
+  /// when given). Writes the network's parameter
   /// gradients into `grads` (as `MlpTape::backward`).
   void backward(const GaussianActorImpl& actor, const at::Tensor& d_action, float d_log_prob,
-                std::vector<at::Tensor>& grads) {
+                std::vector<at::Tensor>& grads, const float* d_log_prob_rows = nullptr) {
     const std::int64_t batch = a_.size(0), ad = a_.size(1);
     const double lo = actor.config().log_std_min, hi = actor.config().log_std_max;
     const float k = static_cast<float>(0.5 * (hi - lo));
@@ -4683,10 +5158,11 @@ class GaussianActorTape {
     for (std::int64_t i = 0; i < batch; ++i)
       for (std::int64_t j = 0; j < ad; ++j) {
         const std::int64_t ij = i * ad + j;
+        const float dlp = d_log_prob_rows ? d_log_prob_rows[i] : d_log_prob;
         // log_prob depends on u through the tanh correction: d/du = 2 tanh(u).
-        const float du = da[ij] * (1.f - a[ij] * a[ij]) + d_log_prob * 2.f * a[ij];
+        const float du = da[ij] * (1.f - a[ij] * a[ij]) + dlp * 2.f * a[ij];
         // u = mean + eps * exp(log_std); log_prob has -log_std.
-        const float dlog_std = du * eps[ij] * sd[ij] - d_log_prob;
+        const float dlog_std = du * eps[ij] * sd[ij] - dlp;
         d[i * 2 * ad + j] = du;
         d[i * 2 * ad + ad + j] = dlog_std * k * (1.f - t[ij] * t[ij]);
       }
@@ -4781,9 +5257,17 @@ TORCH_MODULE(TwinQ);
 
 namespace anvil {
 
-/// Writes `t` (any device; copied to the host).
-inline void write_tensor(BinaryWriter& w, const at::Tensor& t) {
+/// Writes `t` (any device; copied to the host). A floating tensor holding a NaN or an
+/// infinity is refused with an Error naming the file and `what`, before a byte of it is
+/// written: the writer's file is then dropped and what was there before stays (no
+/// checkpoint or policy file is ever written from non-finite weights).
+inline void write_tensor(BinaryWriter& w, const at::Tensor& t, const char* what = "a tensor") {
   const auto host = t.detach().to(at::kCPU).contiguous();
+  if (at::isFloatingType(host.scalar_type()) && host.numel() > 0 && !host.isfinite().all().item<bool>()) [[unlikely]]
+    throw Error("not writing '" + w.target() + "': " + what + " holds " +
+                (host.isnan().any().item<bool>() ? "nan" : "inf") + " values (" +
+                std::to_string(host.numel() - host.isfinite().sum().item<std::int64_t>()) + " of " +
+                std::to_string(host.numel()) + "); non-finite weights are never saved, and the file that was there is kept");
   w.value(static_cast<std::int8_t>(host.scalar_type()));
   w.value(static_cast<std::int64_t>(host.numel()));
   w.bytes(host.data_ptr(), static_cast<std::size_t>(host.numel()) * host.element_size());
@@ -4851,7 +5335,7 @@ class Ema {
   void save(BinaryWriter& w) const {
     w.value(avg_.defined());
     w.value(updates_);
-    if (avg_.defined()) write_tensor(w, avg_);
+    if (avg_.defined()) write_tensor(w, avg_, "the averaged weights");
   }
   struct Saved {
     at::Tensor avg;
@@ -5000,9 +5484,9 @@ class FlatAdam {
   };
   /// Writes the parameters and the optimizer state.
   void save(BinaryWriter& w) const {
-    write_tensor(w, params_.flat());
-    write_tensor(w, m_);
-    write_tensor(w, v_);
+    write_tensor(w, params_.flat(), "the parameters");
+    write_tensor(w, m_, "Adam's first moments");
+    write_tensor(w, v_, "Adam's second moments");
     w.value(steps_);
     w.value(opt_.lr);
   }
@@ -5897,8 +6381,12 @@ class Ranks {
 /// with the same arguments and the variables torchrun would set, and supervises them:
 /// when a rank dies or fails, it names it, stops the others (SIGTERM, then SIGKILL after
 /// `grace`) and exits non-zero. Ranks die with the launcher (PR_SET_PDEATHSIG), so nothing
-/// is left behind, and signals sent to the launcher (Ctrl-C, SIGTERM) reach every rank.
-/// Linux only.
+/// is left behind. Signals sent to the launcher (Ctrl-C, SIGTERM, SIGUSR1) reach every
+/// rank once: ranks run in their own process group, so a terminal's Ctrl-C reaches them
+/// through the launcher only. After a SIGINT or SIGTERM the ranks stop together with a
+/// checkpoint (train/signals.hpp) and exit 130 or 143: the launcher waits for them and
+/// exits with that status, without treating it as a failure; a second signal is forwarded
+/// too and ends them at once. Linux only.
 
 #include <csignal>
 #include <cstdio>
@@ -6038,10 +6526,15 @@ namespace detail {
 // Ranks' pids, for the signal handler (only async-signal-safe calls there).
 inline pid_t g_children[1024];
 inline volatile std::sig_atomic_t g_child_count = 0;
+inline volatile std::sig_atomic_t g_stop_signal = 0;  // the SIGINT/SIGTERM the launcher got first
 
 inline void forward_signal(int sig) {
   for (int i = 0; i < g_child_count; ++i)
     if (g_children[i] > 0) ::kill(g_children[i], sig);
+}
+inline void on_signal(int sig) {
+  if ((sig == SIGINT || sig == SIGTERM) && g_stop_signal == 0) g_stop_signal = sig;
+  forward_signal(sig);
 }
 
 // This program's arguments, as it was started.
@@ -6118,9 +6611,9 @@ inline bool env_is_ours(const char* kv) {
                plan.nproc_per_node, plan.node_rank, plan.nnodes, world, plan.master_addr.c_str(), port);
   std::fflush(stderr);
   struct sigaction sa {};
-  sa.sa_handler = &detail::forward_signal;
+  sa.sa_handler = &detail::on_signal;
   sigemptyset(&sa.sa_mask);
-  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT}) ::sigaction(sig, &sa, nullptr);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1}) ::sigaction(sig, &sa, nullptr);
 
   const pid_t me = ::getpid();
   std::vector<pid_t> pids(static_cast<std::size_t>(plan.nproc_per_node), -1);
@@ -6147,6 +6640,7 @@ inline bool env_is_ours(const char* kv) {
     }
     if (pid == 0) {  // the rank: only async-signal-safe calls until exec
       ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+      ::setpgid(0, 0);  // a terminal's signals reach the rank through the launcher only, once
       if (::getppid() != me) ::_exit(1);  // the launcher died before the line above
       ::execve("/proc/self/exe", argv.data(), envp.data());
       static const char msg[] = "launcher: cannot run this program again (execve of /proc/self/exe failed)\n";
@@ -6189,6 +6683,11 @@ inline bool env_is_ours(const char* kv) {
     forget(pid);
     --running;
     const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    const int asked = detail::g_stop_signal;
+    if (asked != 0 && WIFEXITED(status) && (WEXITSTATUS(status) == 0 || WEXITSTATUS(status) == 128 + asked)) {
+      if (WEXITSTATUS(status) != 0) exit_code = 128 + asked;  // stopped as asked, with its checkpoint: wait for the others
+      continue;
+    }
     if (!ok && !stopping) {
       exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
       std::fprintf(stderr, "launcher: rank %d (pid %d) %s; stopping the other %d rank(s) on this node\n", rank,
@@ -6976,13 +7475,17 @@ class GpuMonitor {
 /// Progress on the console: a live bar on a terminal (steps, steps/s, ETA, recent return),
 /// plain periodic lines when output goes to a file or a pipe. Light header.
 
+#include <sys/ioctl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
+#include <vector>
 
 namespace anvil {
 
@@ -7005,33 +7508,95 @@ class Progress {
   static Style detect() { return ::isatty(::fileno(stdout)) ? Style::bar : Style::lines; }
 
   /// Redraws the bar (at most 10 times a second) or prints a line (callers decide when).
+  /// The bar fits the terminal's width (never wraps); the ETA comes from a smoothed recent
+  /// speed measured once updates have begun (`rate`).
   void show(const ProgressState& s, bool force = false) {
     if (style_ == Style::off) return;
     const auto now = std::chrono::steady_clock::now();
     if (style_ == Style::bar && !force && now - last_draw_ < std::chrono::milliseconds(100)) return;
     last_draw_ = now;
     const double sps = s.elapsed_s > 0 ? static_cast<double>(s.step) / s.elapsed_s : 0.0;
-    const double eta = sps > 0 ? static_cast<double>(s.total - s.step) / sps : 0.0;
-    std::string ret = std::isnan(s.recent_return) ? "    -  " : fmt("%7.1f", s.recent_return);
-    std::string ev = std::isnan(s.eval_return) ? "" : fmt("  eval %.1f", s.eval_return);
-    if (!s.gpu.empty()) ev += "  " + s.gpu;
+    const double speed = rate(s);
+    const double eta = speed > 0 ? static_cast<double>(s.total - s.step) / speed : NAN;
+    const std::string eta_s = std::isnan(eta) ? std::string("-:--") : clock(eta);
+    std::string ret = std::isnan(s.recent_return) ? "-" : fmt("%.1f", s.recent_return);
+    std::string ev = std::isnan(s.eval_return) ? "" : fmt("eval %.1f", s.eval_return);
     if (style_ == Style::bar) {
-      constexpr int kWidth = 24;
       const double frac = s.total > 0 ? std::min(1.0, static_cast<double>(s.step) / static_cast<double>(s.total)) : 0.0;
-      const int filled = static_cast<int>(frac * kWidth);
-      std::string bar(static_cast<std::size_t>(filled), '=');
-      if (filled < kWidth) bar += '>';
-      bar.resize(kWidth, ' ');
-      std::printf("\r[%s] %3.0f%% %lld/%lld steps  %.0f steps/s  ETA %s  return %s%s\033[K",
-                  bar.c_str(), 100 * frac, static_cast<long long>(s.step),
-                  static_cast<long long>(s.total), sps, clock(eta).c_str(), ret.c_str(), ev.c_str());
+      // Parts by priority; the last ones go first when the terminal is narrow.
+      std::vector<std::string> parts{fmt("%3.0f%%", 100 * frac), fmt("%lld/%lld", static_cast<long long>(s.step), static_cast<long long>(s.total)),
+                                     "ETA " + eta_s, fmt("%.0f/s", speed > 0 ? speed : sps), "ret " + ret};
+      if (!ev.empty()) parts.push_back(ev);
+      if (!s.gpu.empty()) parts.push_back(s.gpu);
+      const int width = terminal_width() - 1;  // the last column would wrap on some terminals
+      auto length = [&](std::size_t n) {
+        std::size_t l = 0;
+        for (std::size_t i = 0; i < n; ++i) l += parts[i].size() + 1;
+        return static_cast<int>(l);
+      };
+      std::size_t n = parts.size();
+      while (n > 1 && length(n) + 2 + kMinBar > width) --n;
+      const int bar_width = std::clamp(width - length(n) - 2, 0, kMaxBar);
+      std::string line;
+      if (bar_width >= kMinBar) {
+        const int filled = static_cast<int>(frac * bar_width);
+        std::string bar(static_cast<std::size_t>(filled), '=');
+        if (filled < bar_width) bar += '>';
+        bar.resize(static_cast<std::size_t>(bar_width), ' ');
+        line = "[" + bar + "]";
+      }
+      for (std::size_t i = 0; i < n; ++i) line += (line.empty() ? "" : " ") + parts[i];
+      if (static_cast<int>(line.size()) > width) line.resize(static_cast<std::size_t>(std::max(0, width)));
+      std::printf("\r%s\033[K", line.c_str());
       drawn_ = true;
     } else {
-      std::printf("step %lld/%lld  %.0f steps/s  %lld updates  ETA %s  return %s%s\n",
+      if (!s.gpu.empty()) ev += (ev.empty() ? "" : "  ") + s.gpu;
+      std::printf("step %lld/%lld  %.0f steps/s  %lld updates  ETA %s  return %s%s%s\n",
                   static_cast<long long>(s.step), static_cast<long long>(s.total), sps,
-                  static_cast<long long>(s.updates), clock(eta).c_str(), ret.c_str(), ev.c_str());
+                  static_cast<long long>(s.updates), eta_s.c_str(), ret.c_str(), ev.empty() ? "" : "  ", ev.c_str());
     }
     std::fflush(stdout);
+  }
+
+  /// Steps per second for the ETA: an exponential average (time constant 20 s) of the
+  /// speed between calls at least half a second apart, counted from the first call after
+  /// updates began (the random warm-up runs several times faster than training). Before
+  /// updates begin, the whole run's speed so far.
+  double rate(const ProgressState& s) {
+    const bool updating = s.updates > 0;
+    if (!updating || s.step < rate_step_) {  // warm-up (or a new stage): no smoothed figure yet
+      rate_step_ = s.step;
+      rate_time_ = s.elapsed_s;
+      rate_ = 0;
+      rate_warm_ = updating;
+      return s.elapsed_s > 0 ? static_cast<double>(s.step) / s.elapsed_s : 0.0;
+    }
+    if (!rate_warm_) {  // the first call with updates: measure from here
+      rate_warm_ = true;
+      rate_step_ = s.step;
+      rate_time_ = s.elapsed_s;
+      return s.elapsed_s > 0 ? static_cast<double>(s.step) / s.elapsed_s : 0.0;
+    }
+    const double dt = s.elapsed_s - rate_time_;
+    if (dt >= 0.5) {
+      const double v = static_cast<double>(s.step - rate_step_) / dt;
+      const double a = rate_ > 0 ? 1.0 - std::exp(-dt / 20.0) : 1.0;
+      rate_ += a * (v - rate_);
+      rate_step_ = s.step;
+      rate_time_ = s.elapsed_s;
+    }
+    return rate_ > 0 ? rate_ : (s.elapsed_s > 0 ? static_cast<double>(s.step) / s.elapsed_s : 0.0);
+  }
+
+  /// Columns of the terminal on stdout (COLUMNS, then 80, when it cannot tell).
+  static int terminal_width() {
+    winsize w{};
+    if (::ioctl(::fileno(stdout), TIOCGWINSZ, &w) == 0 && w.ws_col > 0) return w.ws_col;
+    if (const char* c = std::getenv("COLUMNS")) {
+      const int n = std::atoi(c);
+      if (n > 0) return n;
+    }
+    return 80;
   }
 
   /// Ends the bar's line so later output starts on a fresh one.
@@ -7062,21 +7627,45 @@ class Progress {
                      : fmt("%lld:%02lld", t / 60, t % 60);
   }
 
+  static constexpr int kMinBar = 10, kMaxBar = 30;
   Style style_;
   std::chrono::steady_clock::time_point last_draw_{};
   bool drawn_ = false;
+  std::int64_t rate_step_ = 0;
+  double rate_time_ = 0, rate_ = 0;
+  bool rate_warm_ = false;
 };
 
 }  // namespace anvil
 // ---- end <anvil/observe/progress.hpp> ----
+// ---- begin <anvil/observe/provenance.hpp> ----
+/// @file
+/// Provenance: what a run records about where it came from, in config.yaml (as comments, so
+/// `--config config.yaml` still reads it back), summary.json and TensorBoard: the env, the
+/// four policy types, anvil's and LibTorch's versions, the command line, the host, and the
+/// git commit of the program when it was built from a git checkout (CMake's
+/// `anvil_target_provenance(<target>)`, which every anvil program uses, compiles it in).
+/// Light header.
+
+#include <unistd.h>
+
+#include <cstdint>
+#include <ctime>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <string_view>
+
 // ---- begin <anvil/observe/run_files.hpp> ----
 /// @file
 /// The files a run writes in its run directory: `config.yaml`, `metrics.csv` and
 /// `summary.json`, each written so that a crash never leaves a half-written file in place
-/// of a good one. Light header.
+/// of a good one; the lock a run holds on its directory; fresh run directory names. Light
+/// header.
 
 #include <algorithm>
 #include <chrono>
+#include <cerrno>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -7088,6 +7677,12 @@ class Progress {
 #include <string>
 #include <utility>
 #include <vector>
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
 
 
 namespace anvil {
@@ -7138,6 +7733,41 @@ inline std::string json_number(double x) {
   return buf;
 }
 
+/// A config value as written in config.yaml ("256", "true", "[64, 64]", "cpu") as a typed
+/// JSON value: numbers as numbers, booleans as booleans, lists as arrays, the rest as strings.
+[[nodiscard]] inline nlohmann::ordered_json typed_json(const std::string& v) {
+  if (v == "true") return true;
+  if (v == "false") return false;
+  if (v.size() >= 2 && v.front() == '[' && v.back() == ']') {
+    auto out = nlohmann::ordered_json::array();
+    std::string item;
+    int depth = 0;
+    for (std::size_t i = 1; i + 1 < v.size(); ++i) {
+      const char c = v[i];
+      if (c == '[') ++depth;
+      if (c == ']') --depth;
+      if (c == ',' && depth == 0) {
+        out.push_back(typed_json(item.substr(item.find_first_not_of(' ') == std::string::npos ? 0 : item.find_first_not_of(' '))));
+        item.clear();
+      } else {
+        item += c;
+      }
+    }
+    const auto b = item.find_first_not_of(' ');
+    if (b != std::string::npos) out.push_back(typed_json(item.substr(b)));
+    return out;
+  }
+  if (!v.empty()) {
+    char* end = nullptr;
+    errno = 0;
+    const long long i = std::strtoll(v.c_str(), &end, 10);
+    if (end && *end == '\0' && errno == 0) return i;
+    const double d = std::strtod(v.c_str(), &end);
+    if (end && *end == '\0' && std::isfinite(d)) return d;
+  }
+  return v;
+}
+
 /// A CSV file of metrics, one row per log interval. Columns are fixed by the first row
 /// that has every metric the algorithm reports (its first update); rows logged before that
 /// are held back and written then, with their missing cells empty.
@@ -7161,7 +7791,10 @@ class MetricsCsv {
       char* end = nullptr;
       const double steps = std::strtod(line.c_str(), &end);
       const double ups = end && *end == ',' ? std::strtod(end + 1, nullptr) : 0.0;
-      if (steps <= static_cast<double>(env_steps) && ups <= static_cast<double>(updates)) keep.push_back(line);
+      if (steps <= static_cast<double>(env_steps) && ups <= static_cast<double>(updates)) {
+        keep.push_back(line);
+        csv.last_ = {static_cast<std::int64_t>(steps), static_cast<std::int64_t>(ups)};
+      }
     }
     in.close();
     std::string text = header + "\n";
@@ -7218,6 +7851,8 @@ class MetricsCsv {
     }
   }
   [[nodiscard]] const std::filesystem::path& path() const noexcept { return path_; }
+  /// The env steps and updates of the last row a resumed file kept ({-1, -1}: none).
+  [[nodiscard]] std::pair<std::int64_t, std::int64_t> last_kept() const noexcept { return last_; }
 
  private:
   std::filesystem::path path_;
@@ -7225,20 +7860,154 @@ class MetricsCsv {
   std::vector<std::string> columns_;
   std::vector<std::vector<std::pair<std::string, double>>> pending_;
   bool header_written_ = false;
+  std::pair<std::int64_t, std::int64_t> last_{-1, -1};
 };
 
-/// Local time as `YYYYmmdd-HHMMSS`, for run directory names.
-inline std::string timestamp_for_path() {
+/// A run's hold on its directory: `.lock` in it, flock'ed for the lock's life, holding the
+/// pid of the process that holds it. A second run in the same directory is refused, naming
+/// the directory and the other pid. The kernel drops the lock when the process ends, however
+/// it ends, so a killed run leaves nothing to clean up.
+class RunDirLock {
+ public:
+  RunDirLock() = default;
+  /// Locks `dir` (which must exist), or throws naming the run that holds it.
+  explicit RunDirLock(const std::filesystem::path& dir) {
+    const auto file = dir / ".lock";
+    fd_ = ::open(file.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd_ < 0) throw Error("run.run_dir: cannot create '" + file.string() + "'");
+    if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+      char buf[32] = {};
+      const auto n = ::pread(fd_, buf, sizeof buf - 1, 0);
+      ::close(fd_);
+      fd_ = -1;
+      const std::string pid = n > 0 ? std::string(buf, static_cast<std::size_t>(n)) : std::string("unknown");
+      throw Error("run.run_dir: '" + dir.string() + "' is in use by another run (pid " +
+                  pid.substr(0, pid.find_first_of("\n ")) + "); wait for it to end or use another run directory");
+    }
+    const auto me = std::to_string(::getpid()) + "\n";
+    if (::ftruncate(fd_, 0) != 0 || ::pwrite(fd_, me.data(), me.size(), 0) != static_cast<ssize_t>(me.size())) {
+      // the lock holds without the pid; a refused run then says "pid unknown"
+    }
+  }
+  RunDirLock(RunDirLock&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
+  RunDirLock& operator=(RunDirLock&& o) noexcept {
+    if (this != &o) {
+      release();
+      fd_ = std::exchange(o.fd_, -1);
+    }
+    return *this;
+  }
+  ~RunDirLock() { release(); }
+  [[nodiscard]] bool held() const noexcept { return fd_ >= 0; }
+
+ private:
+  void release() noexcept {
+    if (fd_ >= 0) ::close(fd_);  // closing drops the flock
+    fd_ = -1;
+  }
+  int fd_ = -1;
+};
+
+/// Whether `dir` holds anything but a `.lock` (a run was there).
+[[nodiscard]] inline bool holds_a_run(const std::filesystem::path& dir) {
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec))
+    if (e.path().filename() != ".lock") return true;
+  return false;
+}
+
+/// The time now in strftime's `format`, local or UTC.
+inline std::string format_now(const char* format, bool utc = false) {
   const std::time_t t = std::time(nullptr);
   std::tm tm{};
-  localtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y%m%d-%H%M%S", &tm);
+  if (utc) gmtime_r(&t, &tm);
+  else localtime_r(&t, &tm);
+  char buf[64];
+  std::strftime(buf, sizeof buf, format, &tm);
   return buf;
+}
+
+/// Local time as `YYYYmmdd-HHMMSS`, for run directory names.
+inline std::string timestamp_for_path() { return format_now("%Y%m%d-%H%M%S"); }
+
+/// A new directory `<parent>/<stem>-<time>`, created here; when a run started in the same
+/// second has that name, `-2`, `-3`, ... is added, so concurrent runs never share one.
+[[nodiscard]] inline std::filesystem::path fresh_run_dir(const std::filesystem::path& parent, const std::string& stem) {
+  std::error_code ec;
+  std::filesystem::create_directories(parent, ec);
+  if (ec) throw Error("run.run_dir: cannot create '" + parent.string() + "': " + ec.message());
+  const auto base = stem + "-" + timestamp_for_path();
+  for (int i = 1; i < 10'000; ++i) {
+    auto dir = parent / (i == 1 ? base : base + "-" + std::to_string(i));
+    if (std::filesystem::create_directory(dir, ec)) return dir;  // atomic: only one run creates it
+    if (ec) throw Error("run.run_dir: cannot create '" + dir.string() + "': " + ec.message());
+  }
+  throw Error("run.run_dir: no free name for '" + (parent / base).string() + "'");
 }
 
 }  // namespace anvil
 // ---- end <anvil/observe/run_files.hpp> ----
+
+// Defined by the file `anvil_target_provenance` compiles into a program; absent otherwise.
+extern "C" const char* anvil_program_git_commit() __attribute__((weak));
+
+namespace anvil_type_names {
+// Outside namespace anvil, so that the compiler spells anvil's types in full.
+template <class T>
+constexpr std::string_view of() {
+  std::string_view p = __PRETTY_FUNCTION__;  // "... of() [with T = anvil::BasicSAC<>; ...]"
+  const auto b = p.find("T = ");
+  if (b == std::string_view::npos) return p;
+  p.remove_prefix(b + 4);
+  return p.substr(0, p.find_first_of(";]"));
+}
+}  // namespace anvil_type_names
+
+namespace anvil {
+
+/// `T`'s name as the compiler spells it ("anvil::BasicSAC<>").
+template <class T>
+constexpr std::string_view type_name() {
+  return anvil_type_names::of<T>();
+}
+
+/// The commit of the checkout the program was built from ("<sha>" or "<sha>-dirty"), or
+/// "unknown" (not built from git, or without `anvil_target_provenance`).
+[[nodiscard]] inline std::string program_git_commit() {
+  const char* c = anvil_program_git_commit ? anvil_program_git_commit() : nullptr;
+  return c && *c ? std::string(c) : std::string("unknown");
+}
+
+/// This process's command line, arguments separated by spaces (those with spaces quoted).
+[[nodiscard]] inline std::string command_line() {
+  std::ifstream in("/proc/self/cmdline", std::ios::binary);
+  const std::string all((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::string out, arg;
+  auto flush = [&] {
+    if (!out.empty()) out += ' ';
+    out += arg.find_first_of(" \t'\"") == std::string::npos && !arg.empty() ? arg : "'" + arg + "'";
+    arg.clear();
+  };
+  for (char c : all) {
+    if (c == '\0') flush();
+    else arg += c;
+  }
+  if (!arg.empty()) flush();
+  return out;
+}
+
+/// This machine's host name.
+[[nodiscard]] inline std::string host_name() {
+  char buf[256] = {};
+  if (::gethostname(buf, sizeof buf - 1) != 0) return "unknown";
+  return buf;
+}
+
+/// The time now in UTC, ISO 8601 ("2026-11-24T06:40:00Z").
+[[nodiscard]] inline std::string utc_now() { return format_now("%Y-%m-%dT%H:%M:%SZ", true); }
+
+}  // namespace anvil
+// ---- end <anvil/observe/provenance.hpp> ----
 // ---- begin <anvil/observe/tensorboard.hpp> ----
 /// @file
 /// `TensorBoardWriter`: TensorBoard event files (`events.out.tfevents.<time>.<host>`)
@@ -7399,6 +8168,25 @@ class TensorBoardWriter {
     tb::ProtoWriter v;
     v.bytes_field(1, tag);
     v.float_field(2, static_cast<float>(value));
+    event(v.str(), step);
+  }
+
+  /// A text summary (TensorBoard's Text tab; Markdown) under `tag` at `step`, e.g. a run's
+  /// resolved config.
+  void text(const std::string& tag, const std::string& markdown, std::int64_t step) {
+    if (!f_) return;
+    tb::ProtoWriter plugin;  // SummaryMetadata.PluginData: plugin_name
+    plugin.bytes_field(1, "text");
+    tb::ProtoWriter meta;  // SummaryMetadata: plugin_data
+    meta.bytes_field(1, plugin.str());
+    tb::ProtoWriter tensor;  // TensorProto: dtype DT_STRING, a scalar shape, string_val
+    tensor.int_field(1, 7);
+    tensor.bytes_field(2, std::string());
+    tensor.bytes_field(8, markdown);
+    tb::ProtoWriter v;  // Summary.Value: tag, tensor, metadata
+    v.bytes_field(1, tag);
+    v.bytes_field(8, tensor.str());
+    v.bytes_field(9, meta.str());
     event(v.str(), step);
   }
 
@@ -7687,6 +8475,7 @@ static_assert(Buffer<EpisodeBuffer>);
 #include <span>
 #include <string>
 #include <utility>
+#include <vector>
 
 // ---- begin <anvil/buffers/detail/transition_store.hpp> ----
 /// @file
@@ -7960,6 +8749,10 @@ namespace detail {
 /// observations do not chain, a transition whose observation is overwritten leaves
 /// early; `size()` counts what is stored and `dropped()` what left early.
 ///
+/// With an env that has tasks (`EnvSpec::tasks`), each row also holds its transition's
+/// task, batches carry it (`ReplayBatch::task`), and the store counts the live
+/// transitions of each task (`task_count`, `task_of`) for task-balanced sampling.
+///
 /// n-step returns (`n_step` > 1) are formed before storing by an `NStepWindow` per env.
 /// Rows live with the networks (`device`); on the CPU a batch comes out as contiguous
 /// float32 tensors gathered with prefetching; on a GPU by `index_select`, so transitions
@@ -7971,8 +8764,10 @@ class TransitionStore {
     std::int32_t obs = -1, next = -1;
   };
 
+  /// `extra_host_bytes`: host memory the owner allocates beside the store (a priority
+  /// tree), counted in the check that the whole fits before anything is allocated.
   TransitionStore(const EnvSpec& spec, std::int64_t capacity, c10::Device device, std::string owner,
-                  int n_step = 1, ObsDtype obs_dtype = ObsDtype::float32)
+                  int n_step = 1, ObsDtype obs_dtype = ObsDtype::float32, std::int64_t extra_host_bytes = 0)
       : capacity_(capacity),
         obs_capacity_(capacity + (capacity + 3) / 4 + 256),
         device_(device),
@@ -7982,22 +8777,36 @@ class TransitionStore {
         discrete_(spec.discrete()),
         with_discount_(n_step > 1),
         obs_dtype_(obs_dtype),
-        width_(ad_ + 2 + (n_step > 1 ? 1 : 0)),
+        tasks_(static_cast<std::int64_t>(spec.tasks.size())),
+        width_(ad_ + 2 + (n_step > 1 ? 1 : 0) + (tasks_ > 0 ? 1 : 0)),
         window_(n_step, 0.99) {
     if (obs_capacity_ > INT32_MAX)
       throw Error(owner_ + ": buffer.capacity=" + std::to_string(capacity) +
                   " is above the largest supported (1,700,000,000 transitions)");
-    const auto f = at::TensorOptions().dtype(at::kFloat).device(device_);
-    data_ = at::empty({capacity_, width_}, f);
-    obs_ = at::empty({obs_capacity_, od_}, f.dtype(obs_dtype_ == ObsDtype::float32    ? at::kFloat
-                                                   : obs_dtype_ == ObsDtype::bfloat16 ? at::kBFloat16
-                                                                                      : at::kHalf));
-    if (device_.is_cpu()) {  // read at random: huge pages spare most TLB misses
-      advise_huge_pages(data_.data_ptr(), static_cast<std::size_t>(data_.nbytes()));
-      advise_huge_pages(obs_.data_ptr(), static_cast<std::size_t>(obs_.nbytes()));
-    }
-    link_ = HugeArray<Link>(static_cast<std::size_t>(capacity_), Link{});
-    owner_of_ = HugeArray<std::int32_t>(static_cast<std::size_t>(obs_capacity_), -1);
+    // Refused before a byte is allocated when it cannot fit (host memory; a GPU's own
+    // allocator reports its out-of-memory errors, named below).
+    const std::int64_t obs_size = obs_dtype_ == ObsDtype::float32 ? 4 : 2;
+    const std::int64_t host = static_cast<std::int64_t>(capacity_ * sizeof(Link) + obs_capacity_ * sizeof(std::int32_t)) +
+                              (tasks_ > 0 ? capacity_ * static_cast<std::int64_t>(sizeof(std::int32_t)) : 0) +
+                              extra_host_bytes;
+    const std::int64_t need = capacity_ * width_ * 4 + obs_capacity_ * od_ * obs_size + host;
+    const std::string field = "buffer.capacity=" + std::to_string(capacity);
+    check_fits(device_.is_cpu() ? need : host, field, owner_ + "'s storage");
+    allocating(owner_ + "'s storage (" + field + ")", need, [&] {
+      const auto f = at::TensorOptions().dtype(at::kFloat).device(device_);
+      data_ = at::empty({capacity_, width_}, f);
+      obs_ = at::empty({obs_capacity_, od_}, f.dtype(obs_dtype_ == ObsDtype::float32    ? at::kFloat
+                                                     : obs_dtype_ == ObsDtype::bfloat16 ? at::kBFloat16
+                                                                                        : at::kHalf));
+      if (device_.is_cpu()) {  // read at random: huge pages spare most TLB misses
+        advise_huge_pages(data_.data_ptr(), static_cast<std::size_t>(data_.nbytes()));
+        advise_huge_pages(obs_.data_ptr(), static_cast<std::size_t>(obs_.nbytes()));
+      }
+      link_ = HugeArray<Link>(static_cast<std::size_t>(capacity_), Link{});
+      owner_of_ = HugeArray<std::int32_t>(static_cast<std::size_t>(obs_capacity_), -1);
+      if (tasks_ > 0) task_of_ = HugeArray<std::int32_t>(static_cast<std::size_t>(capacity_), -1);
+    });
+    task_count_.assign(static_cast<std::size_t>(tasks_), 0);
   }
 
   /// Stores one step of N envs (row i = env i; the ring wraps as needed), or with n-step
@@ -8017,6 +8826,19 @@ class TransitionStore {
     const auto act = host(s.action, n, ad_, "action"), rew = host(s.reward, n, 1, "reward");
     const auto term = host(s.terminated, n, 1, "terminated");
     const auto trunc = s.truncated.defined() ? host(s.truncated, n, 1, "truncated") : at::zeros({n});
+    at::Tensor task;
+    if (tasks_ > 0) {
+      if (!s.task.defined() || s.task.numel() != n)
+        throw Error(owner_ + ": StepBatch.task must give each of the " + std::to_string(n) + " envs' task (the env has " +
+                    std::to_string(tasks_) + " tasks)");
+      task = s.task.to(at::kCPU, at::kLong).contiguous();
+      const auto* tk = task.data_ptr<std::int64_t>();
+      for (std::int64_t i = 0; i < n; ++i)
+        if (tk[i] < 0 || tk[i] >= tasks_)
+          throw Error(owner_ + ": StepBatch.task[" + std::to_string(i) + "] is " + std::to_string(tk[i]) +
+                      "; the env has tasks 0 to " + std::to_string(tasks_ - 1));
+    }
+    const std::int64_t* tk = task.defined() ? task.data_ptr<std::int64_t>() : nullptr;
     const float *o = obs.data_ptr<float>(), *no = next.data_ptr<float>(), *a = act.data_ptr<float>();
     const float *r = rew.data_ptr<float>(), *t = term.data_ptr<float>(), *tr = trunc.data_ptr<float>();
 
@@ -8040,14 +8862,15 @@ class TransitionStore {
       const std::int64_t nid = append_obs(no + i * od_);
       open_[e] = nid;
       std::copy(no + i * od_, no + (i + 1) * od_, open);
+      const std::int32_t ti = tk ? static_cast<std::int32_t>(tk[i]) : -1;
       if (window_.n() == 1) {
-        put(oid, nid, a + i * ad_, r[i], t[i], 1.0);
+        put(oid, nid, a + i * ad_, r[i], t[i], 1.0, ti);
       } else {
         window_.push(e, {oid, nid, std::vector<float>(a + i * ad_, a + (i + 1) * ad_), r[i], t[i] > 0.5f},
                      t[i] > 0.5f || tr[i] > 0.5f, done_);
         for (const auto& d : done_) {
           if (obs_live(d.obs)) {
-            put(d.obs, d.next, d.action.data(), static_cast<float>(d.reward), d.terminated ? 1.f : 0.f, d.discount);
+            put(d.obs, d.next, d.action.data(), static_cast<float>(d.reward), d.terminated ? 1.f : 0.f, d.discount, ti);
           } else {
             ++dropped_;  // its first observation was overwritten while the window filled
           }
@@ -8076,6 +8899,12 @@ class TransitionStore {
       float *o = b.obs.data_ptr<float>(), *no = b.next_obs.data_ptr<float>(), *a = action.data_ptr<float>();
       float *r = b.reward.data_ptr<float>(), *t = b.terminated.data_ptr<float>();
       float* d = with_discount_ ? b.discount.data_ptr<float>() : nullptr;
+      std::int64_t* tk = nullptr;
+      if (tasks_ > 0) {
+        b.task = at::empty({n}, at::TensorOptions().dtype(at::kLong));
+        tk = b.task.data_ptr<std::int64_t>();
+      }
+      const std::int64_t task_col = ad_ + 2 + (with_discount_ ? 1 : 0);
       // Rows of random transitions miss every cache, so they are fetched ahead in two
       // stages: a transition's link and action row 2 * kAhead samples ahead, its two
       // observation rows (whose places the link gives) kAhead samples ahead.
@@ -8111,6 +8940,7 @@ class TransitionStore {
           r[i] = row[ad_];
           t[i] = row[ad_ + 1];
           if (d) d[i] = row[ad_ + 2];
+          if (tk) tk[i] = static_cast<std::int64_t>(row[task_col]);
         }
       };
       switch (obs_dtype_) {
@@ -8150,6 +8980,7 @@ class TransitionStore {
       b.reward = rows.select(1, ad_);
       b.terminated = rows.select(1, ad_ + 1);
       if (with_discount_) b.discount = rows.select(1, ad_ + 2);
+      if (tasks_ > 0) b.task = rows.select(1, ad_ + 2 + (with_discount_ ? 1 : 0)).to(at::kLong);
     }
     b.index = ids(slots);
     return b;
@@ -8248,6 +9079,18 @@ class TransitionStore {
     open_obs_ = std::move(s.open_obs);
     window_.restore(std::move(s.window));
     window_.resize(open_.size());
+    if (tasks_ > 0) {  // each row's task, from the task column
+      std::fill(task_of_.begin(), task_of_.end(), -1);
+      std::fill(task_count_.begin(), task_count_.end(), 0);
+      const std::int64_t col = ad_ + 2 + (with_discount_ ? 1 : 0);
+      const auto rows = s.rows.contiguous();
+      const float* p = rows.data_ptr<float>();
+      for (std::int64_t k = 0; k < rows.size(0); ++k) {
+        const auto tk = static_cast<std::int32_t>(p[k * width_ + col]);
+        task_of_[static_cast<std::size_t>(k)] = tk;
+        if (valid(k) && tk >= 0 && tk < tasks_) ++task_count_[static_cast<std::size_t>(tk)];
+      }
+    }
   }
 
   /// The id of the transition now in `slot` (slot < stored()).
@@ -8270,6 +9113,13 @@ class TransitionStore {
 
   /// Transitions stored now.
   [[nodiscard]] std::int64_t size() const noexcept { return live_; }
+  /// The env's tasks (0: it has none), and the stored transitions of task `t` now.
+  [[nodiscard]] std::int64_t tasks() const noexcept { return tasks_; }
+  [[nodiscard]] std::int64_t task_count(std::int64_t t) const noexcept { return task_count_[static_cast<std::size_t>(t)]; }
+  /// The task of the transition in row `slot` (-1: none).
+  [[nodiscard]] std::int32_t task_of(std::int64_t slot) const noexcept {
+    return tasks_ > 0 ? task_of_[static_cast<std::size_t>(slot)] : -1;
+  }
   [[nodiscard]] std::int64_t capacity() const noexcept { return capacity_; }
   [[nodiscard]] std::int64_t obs_capacity() const noexcept { return obs_capacity_; }
   [[nodiscard]] std::int64_t added() const noexcept { return added_; }
@@ -8311,6 +9161,7 @@ class TransitionStore {
     const std::int32_t t = owner_of_[static_cast<std::size_t>(slot)];
     if (t >= 0 && link_[static_cast<std::size_t>(t)].obs == slot) {
       link_[static_cast<std::size_t>(t)] = Link{};
+      if (tasks_ > 0) --task_count_[static_cast<std::size_t>(task_of_[static_cast<std::size_t>(t)])];
       --live_;
       ++dropped_;
       killed_.push_back(t);
@@ -8320,16 +9171,25 @@ class TransitionStore {
     return id;
   }
 
-  // Stores one transition from observation `oid` to `nid`.
-  void put(std::int64_t oid, std::int64_t nid, const float* action, float reward, float terminated, double discount) {
+  // Stores one transition of task `task` (-1: none) from observation `oid` to `nid`.
+  void put(std::int64_t oid, std::int64_t nid, const float* action, float reward, float terminated, double discount,
+           std::int32_t task) {
     const auto slot = static_cast<std::size_t>(added_ % capacity_);
-    if (link_[slot].obs >= 0) --live_;
+    if (link_[slot].obs >= 0) {
+      --live_;
+      if (tasks_ > 0) --task_count_[static_cast<std::size_t>(task_of_[slot])];
+    }
+    if (tasks_ > 0) {
+      task_of_[slot] = task;
+      ++task_count_[static_cast<std::size_t>(task)];
+    }
     link_[slot] = Link{static_cast<std::int32_t>(oid % obs_capacity_), static_cast<std::int32_t>(nid % obs_capacity_)};
     owner_of_[static_cast<std::size_t>(link_[slot].obs)] = static_cast<std::int32_t>(slot);
     row_stage_.insert(row_stage_.end(), action, action + ad_);
     row_stage_.push_back(reward);
     row_stage_.push_back(terminated);
     if (with_discount_) row_stage_.push_back(static_cast<float>(discount));
+    if (tasks_ > 0) row_stage_.push_back(static_cast<float>(task));
     ++live_;
     ++added_;
   }
@@ -8362,11 +9222,14 @@ class TransitionStore {
   std::int64_t od_, ad_;
   bool discrete_, with_discount_;
   ObsDtype obs_dtype_;
+  std::int64_t tasks_;             // the env's tasks (0: none)
   std::int64_t width_;             // columns of data_
-  at::Tensor data_;                // [capacity, width]: action, reward, terminated (, discount)
+  at::Tensor data_;                // [capacity, width]: action, reward, terminated (, discount) (, task)
   at::Tensor obs_;                 // [obs_capacity, obs_dim] in the storage dtype
   HugeArray<Link> link_;           // per transition row
   HugeArray<std::int32_t> owner_of_;  // per observation row: the transition row using it as obs
+  HugeArray<std::int32_t> task_of_;   // per transition row: its task (envs with tasks)
+  std::vector<std::int64_t> task_count_;  // per task: live transitions
   std::int64_t added_ = 0, obs_added_ = 0, live_ = 0, dropped_ = 0;
   std::vector<std::int64_t> open_;  // per env: id of the observation its last step led to
   std::vector<float> open_obs_;     // ... and that observation, to recognise it
@@ -8391,13 +9254,16 @@ using NStepParam = Param<int, "n_step",
                          "store n-step returns: rewards summed over up to n steps, discounted by the "
                          "algorithm's gamma (1: one-step transitions)",
                          in_range(1, 1000)>;
+using BalanceTasksParam = Param<bool, "balance_tasks",
+                                "with an env that has tasks, give each task an equal share of every batch "
+                                "(batch / tasks transitions each)">;
 
 class ReplayCore {
  public:
   ReplayCore(const EnvSpec& spec, std::int64_t capacity, Storage storage, ObsDtype obs_dtype,
-             int n_step, const RunContext& ctx, std::string owner)
+             int n_step, const RunContext& ctx, std::string owner, std::int64_t extra_host_bytes = 0)
       : store_(spec, capacity, storage == Storage::cpu ? c10::Device(c10::kCPU) : ctx.device, std::move(owner),
-               n_step, obs_dtype) {}
+               n_step, obs_dtype, extra_host_bytes) {}
 
   /// Stores what one step of N envs completes (the step itself for 1-step transitions).
   /// Returns the id of the first stored transition and how many were stored.
@@ -8422,6 +9288,29 @@ class ReplayCore {
   [[nodiscard]] std::int64_t stored() const noexcept { return store_.stored(); }
   [[nodiscard]] std::span<const std::int64_t> killed() const noexcept { return store_.killed(); }
   void set_discount(double gamma) noexcept { store_.set_gamma(gamma); }
+
+  [[nodiscard]] std::int64_t tasks() const noexcept { return store_.tasks(); }
+  [[nodiscard]] std::int64_t task_count(std::int64_t t) const noexcept { return store_.task_count(t); }
+  [[nodiscard]] std::int32_t task_of(std::int64_t slot) const noexcept { return store_.task_of(slot); }
+
+  /// How many of a batch of `n` each task gets when sampling is balanced over tasks: the
+  /// tasks that have transitions share `n` equally; the remainder goes one each to the
+  /// tasks from `start` on (callers rotate it, so no task is favoured over many batches).
+  [[nodiscard]] std::vector<std::int64_t> task_quotas(std::int64_t n, std::int64_t start) const {
+    const std::int64_t t = tasks();
+    std::vector<std::int64_t> q(static_cast<std::size_t>(t), 0);
+    std::int64_t present = 0;
+    for (std::int64_t k = 0; k < t; ++k) present += task_count(k) > 0 ? 1 : 0;
+    if (present == 0) return q;
+    std::int64_t extra = n % present;
+    for (std::int64_t j = 0; j < t; ++j) {
+      const std::int64_t k = (start + j) % t;
+      if (task_count(k) == 0) continue;
+      q[static_cast<std::size_t>(k)] = n / present + (extra > 0 ? 1 : 0);
+      if (extra > 0) --extra;
+    }
+    return q;
+  }
 
   [[nodiscard]] std::int64_t size() const noexcept { return store_.size(); }
   [[nodiscard]] std::int64_t capacity() const noexcept { return store_.capacity(); }
@@ -8785,19 +9674,21 @@ class PriorityTree {
   static constexpr std::int64_t kFanout = sum_tree::kFanout;  ///< children per node: one cache line of doubles
 
   PriorityTree() = default;
-  explicit PriorityTree(std::int64_t capacity) : capacity_(capacity), kernels_(&sum_tree::kernels()) {
-    std::int64_t n = capacity;
-    do {
-      n = (n + kFanout - 1) / kFanout * kFanout;  // whole cache lines per level
-      width_.push_back(n);
-      n /= kFanout;
-    } while (width_.back() > kFanout);
-    width_.push_back(1);  // the root
+  explicit PriorityTree(std::int64_t capacity)
+      : capacity_(capacity), kernels_(&sum_tree::kernels()), width_(level_widths(capacity)) {
     for (std::int64_t w : width_) {  // each level starts on a cache line (and huge pages)
       sum_.emplace_back(static_cast<std::size_t>(w), 0.0);
       // The min tree shares the sum tree's leaves: its level 0 stays empty.
       min_.emplace_back(min_.empty() ? 0 : static_cast<std::size_t>(w), sum_tree::kInf);
     }
+  }
+
+  /// The bytes a tree of `capacity` leaves holds (sums and minimums), before it is built.
+  [[nodiscard]] static std::int64_t bytes_for(std::int64_t capacity) {
+    std::int64_t n = 0;
+    const auto w = level_widths(capacity);
+    for (std::size_t l = 0; l < w.size(); ++l) n += w[l] * (l == 0 ? 1 : 2);
+    return n * static_cast<std::int64_t>(sizeof(double));
   }
 
   [[nodiscard]] std::int64_t capacity() const noexcept { return capacity_; }
@@ -8883,6 +9774,18 @@ class PriorityTree {
 
  private:
   // Level `l` of `tree` (64-byte aligned).
+  // Each level's width, leaves first: whole cache lines per level, down to the root.
+  static std::vector<std::int64_t> level_widths(std::int64_t capacity) {
+    std::vector<std::int64_t> w;
+    std::int64_t n = capacity;
+    do {
+      n = (n + kFanout - 1) / kFanout * kFanout;
+      w.push_back(n);
+      n /= kFanout;
+    } while (w.back() > kFanout);
+    w.push_back(1);  // the root
+    return w;
+  }
   static double* line(std::vector<HugeArray<double>>& tree, std::size_t l) noexcept { return tree[l].data(); }
   static const double* line(const std::vector<HugeArray<double>>& tree, std::size_t l) noexcept {
     return tree[l].data();
@@ -8916,7 +9819,7 @@ class PrioritizedBuffer {
   using Batch = ReplayBatch;
   using Step = StepBatch;
   /// The format tag of the files `save(path)` writes.
-  static constexpr const char* file_format = "anvil PrioritizedBuffer v3";
+  static constexpr const char* file_format = "anvil PrioritizedBuffer v4";
 
   struct Config {
     detail::CapacityParam capacity{1'000'000};
@@ -8932,55 +9835,91 @@ class PrioritizedBuffer {
           at_least(0)>
         beta_steps{0};
     Param<double, "eps", "added to |TD error| so no transition's priority is zero", positive> eps{1e-6};
+    detail::BalanceTasksParam balance_tasks{true};
   };
 
   PrioritizedBuffer(const EnvSpec& spec, const Config& cfg, const RunContext& ctx)
-      : core_(spec, cfg.capacity, cfg.storage, cfg.obs_dtype, cfg.n_step, ctx, "PrioritizedBuffer"),
-        tree_(cfg.capacity),
+      : core_(spec, cfg.capacity, cfg.storage, cfg.obs_dtype, cfg.n_step, ctx, "PrioritizedBuffer",
+              tree_bytes(spec, cfg)),
         cfg_(cfg),
+        balance_(cfg.balance_tasks && spec.tasks.size() > 1),
         horizon_(cfg.beta_steps),
-        rng_(ctx.seed_for(Stream::buffer)) {}
+        rng_(ctx.seed_for(Stream::buffer)) {
+    const std::size_t count = balance_ ? spec.tasks.size() : 1;
+    allocating("PrioritizedBuffer's priority " + std::string(count > 1 ? "trees (one per task)" : "tree") +
+                   " (buffer.capacity=" + std::to_string(*cfg.capacity) + ")",
+               tree_bytes(spec, cfg), [&] {
+                 for (std::size_t k = 0; k < count; ++k) trees_.emplace_back(cfg.capacity);
+                 if (balance_) leaf_tree_.assign(static_cast<std::size_t>(*cfg.capacity), -1);
+               });
+  }
 
   /// Adds one step of N envs (row i = env i) at the largest priority so far.
   void add(const StepBatch& step) {
     const auto [first, n] = core_.add(step);
-    slots_.resize(static_cast<std::size_t>(n));
-    values_.assign(static_cast<std::size_t>(n), max_priority_);
-    for (std::int64_t i = 0; i < n; ++i) slots_[static_cast<std::size_t>(i)] = core_.slot_of(first + i);
-    tree_.set(slots_, values_);
-    // Transitions that left early (their observation was overwritten) can no longer be drawn.
-    slots_.clear();
-    for (auto k : core_.killed())
-      if (!core_.valid(k)) slots_.push_back(k);
-    if (!slots_.empty()) {
-      values_.assign(slots_.size(), 0.0);
-      tree_.set(slots_, values_);
+    if (!balance_) {
+      slots_.resize(static_cast<std::size_t>(n));
+      values_.assign(static_cast<std::size_t>(n), max_priority_);
+      for (std::int64_t i = 0; i < n; ++i) slots_[static_cast<std::size_t>(i)] = core_.slot_of(first + i);
+      trees_[0].set(slots_, values_);
+    } else {
+      for (std::int64_t i = 0; i < n; ++i) {
+        const std::int64_t s = core_.slot_of(first + i);
+        set_leaf(s, tree_of(s), max_priority_);
+      }
     }
+    // Transitions that left early (their observation was overwritten) can no longer be drawn.
+    for (auto k : core_.killed())
+      if (!core_.valid(k)) set_leaf(k, holder(k), 0.0);
   }
 
   /// `n` transitions, one from each of n equal slices of the total priority, with their
-  /// importance weights in `weight` and ids in `index`.
+  /// importance weights in `weight` and ids in `index`. With an env that has tasks and
+  /// `balance_tasks`, each task that has transitions gets an equal share of the batch,
+  /// drawn the same way from its own priorities (a tree per task); the importance weights
+  /// then correct for the probability of the draw: a task's share times the transition's
+  /// priority over its task's total.
   ReplayBatch sample(std::int64_t n) {
     core_.check_batch(n);
-    const double total = tree_.total();
     mass_.resize(static_cast<std::size_t>(n));
-    const double slice = total / static_cast<double>(n);
-    for (std::int64_t k = 0; k < n; ++k)
-      mass_[static_cast<std::size_t>(k)] = std::min((static_cast<double>(k) + rng_.uniform()) * slice,
-                                                   std::nextafter(total, 0.0));
     sampled_.resize(static_cast<std::size_t>(n));
-    tree_.find(mass_, sampled_);
-
-    // (p / p_min)^-beta = exp(-beta log(p / p_min))
+    // (P / P_min)^-beta = exp(-beta (log P - log P_min)), P the probability of the draw.
+    std::vector<double> log_p(static_cast<std::size_t>(n));
+    double log_p_min = INFINITY;
+    auto draw = [&](std::size_t k, std::int64_t begin, std::int64_t q, double share) {
+      auto& tree = trees_[k];
+      const double total = tree.total(), slice = total / static_cast<double>(q);
+      for (std::int64_t j = 0; j < q; ++j)
+        mass_[static_cast<std::size_t>(begin + j)] =
+            std::min((static_cast<double>(j) + rng_.uniform()) * slice, std::nextafter(total, 0.0));
+      tree.find(std::span<const double>(mass_).subspan(static_cast<std::size_t>(begin), static_cast<std::size_t>(q)),
+                std::span<std::int64_t>(sampled_).subspan(static_cast<std::size_t>(begin), static_cast<std::size_t>(q)));
+      const double base = balance_ ? std::log(share) - std::log(total) : 0.0;  // (one tree: P ~ p)
+      for (std::int64_t j = begin; j < begin + q; ++j)
+        log_p[static_cast<std::size_t>(j)] = base + std::log(tree.get(sampled_[static_cast<std::size_t>(j)]));
+      log_p_min = std::min(log_p_min, base + std::log(tree.min()));
+    };
+    if (!balance_) {
+      draw(0, 0, n, 1.0);
+    } else {
+      const auto quota = core_.task_quotas(n, calls_++);
+      std::int64_t begin = 0;
+      for (std::size_t k = 0; k < quota.size(); ++k) {
+        if (quota[k] == 0) continue;
+        draw(k, begin, quota[k], static_cast<double>(quota[k]) / static_cast<double>(n));
+        begin += quota[k];
+      }
+    }
     auto w = at::empty({n}, at::TensorOptions().dtype(at::kFloat));
-    const double b = beta(), log_min = std::log(tree_.min());
+    const double b = beta();
     auto* wp = w.data_ptr<float>();
-    for (std::int64_t k = 0; k < n; ++k)
-      wp[k] = static_cast<float>(std::exp(-b * (std::log(tree_.get(sampled_[static_cast<std::size_t>(k)])) - log_min)));
+    for (std::int64_t k = 0; k < n; ++k) wp[k] = static_cast<float>(std::exp(-b * (log_p[static_cast<std::size_t>(k)] - log_p_min)));
     auto batch = core_.gather(sampled_);
     batch.weight = core_.device().is_cpu() ? w : w.to(core_.device(), /*non_blocking=*/true);
     return batch;
   }
+  /// Whether batches are balanced over tasks.
+  [[nodiscard]] bool balances_tasks() const noexcept { return balance_; }
 
   /// Sets the priorities of transitions `index` (ids from `sample`) to
   /// (|td_error| + eps)^alpha. Ids of transitions overwritten since they were sampled are
@@ -9012,10 +9951,15 @@ class PrioritizedBuffer {
   /// The priority of stored transition `id`.
   [[nodiscard]] double priority(std::int64_t id) const {
     if (!core_.live(id)) throw Error("PrioritizedBuffer::priority: id " + std::to_string(id) + " is not stored");
-    return tree_.get(core_.slot_of(id));
+    const auto s = core_.slot_of(id);
+    return trees_[holder(s)].get(s);
   }
   /// Sum of all stored priorities.
-  [[nodiscard]] double total_priority() const noexcept { return tree_.total(); }
+  [[nodiscard]] double total_priority() const noexcept {
+    double sum = 0;
+    for (const auto& t : trees_) sum += t.total();
+    return sum;
+  }
   /// Priority updates skipped because their transition had been overwritten.
   [[nodiscard]] std::int64_t stale_updates() const noexcept { return stale_; }
 
@@ -9036,22 +9980,24 @@ class PrioritizedBuffer {
     w.value(max_priority_);
     w.value(stale_);
     w.value(horizon_);
-    for (std::int64_t i = 0; i < core_.stored(); ++i) w.value(tree_.get(i));
+    w.value(calls_);
+    for (std::int64_t i = 0; i < core_.stored(); ++i) w.value(trees_[holder(i)].get(i));
   }
   struct Saved {
     detail::ReplayCore::Saved core;
     Rng::State rng{};
     double max_priority = 1.0;
-    std::int64_t stale = 0, horizon = 0;
+    std::int64_t stale = 0, horizon = 0, calls = 0;
     std::vector<double> priorities;
   };
   /// Reads what `save` wrote, checked against this buffer's config; changes nothing.
   [[nodiscard]] Saved read(BinaryReader& r) const {
-    Saved s{core_.read(r), {}, 1.0, 0, 0, {}};
+    Saved s{core_.read(r), {}, 1.0, 0, 0, 0, {}};
     s.rng = r.value<Rng::State>("sampling state");
     s.max_priority = r.value<double>("largest priority");
     s.stale = r.value<std::int64_t>("stale update count");
     s.horizon = r.value<std::int64_t>("beta horizon");
+    s.calls = r.value<std::int64_t>("balanced batches drawn");
     s.priorities.resize(static_cast<std::size_t>(std::min(s.core.added, capacity())));
     r.bytes(s.priorities.data(), s.priorities.size() * sizeof(double), "priorities");
     for (double v : s.priorities)
@@ -9064,10 +10010,20 @@ class PrioritizedBuffer {
     max_priority_ = s.max_priority;
     stale_ = s.stale;
     horizon_ = s.horizon;
-    tree_ = detail::PriorityTree(capacity());
-    std::vector<std::int64_t> idx(s.priorities.size());
-    for (std::size_t i = 0; i < idx.size(); ++i) idx[i] = static_cast<std::int64_t>(i);
-    tree_.set(idx, s.priorities);
+    calls_ = s.calls;
+    for (auto& tree : trees_) tree = detail::PriorityTree(capacity());
+    if (!balance_) {
+      std::vector<std::int64_t> idx(s.priorities.size());
+      for (std::size_t i = 0; i < idx.size(); ++i) idx[i] = static_cast<std::int64_t>(i);
+      trees_[0].set(idx, s.priorities);
+      return;
+    }
+    std::fill(leaf_tree_.begin(), leaf_tree_.end(), -1);
+    for (std::size_t i = 0; i < s.priorities.size(); ++i) {  // each leaf in its task's tree
+      const auto slot = static_cast<std::int64_t>(i);
+      const std::int32_t k = core_.task_of(slot);
+      if (k >= 0) set_leaf(slot, static_cast<std::size_t>(k), s.priorities[i]);
+    }
   }
 
   /// Writes the buffer to `path`, atomically: a crash mid-save leaves the previous file intact.
@@ -9082,10 +10038,45 @@ class PrioritizedBuffer {
   /// Transitions that left early (see `UniformBuffer::dropped`).
   [[nodiscard]] std::int64_t dropped() const noexcept { return core_.dropped(); }
   /// Bytes of preallocated storage, trees included.
-  [[nodiscard]] std::int64_t bytes() const noexcept { return core_.bytes() + tree_.bytes(); }
+  [[nodiscard]] std::int64_t bytes() const noexcept {
+    std::int64_t b = core_.bytes() + static_cast<std::int64_t>(leaf_tree_.size() * sizeof(std::int32_t));
+    for (const auto& t : trees_) b += t.bytes();
+    return b;
+  }
   [[nodiscard]] const c10::Device& device() const noexcept { return core_.device(); }
 
  private:
+  // The host memory of the priority trees (one per task when balancing) and their index.
+  static std::int64_t tree_bytes(const EnvSpec& spec, const Config& cfg) {
+    const bool per_task = cfg.balance_tasks && spec.tasks.size() > 1;
+    const auto count = static_cast<std::int64_t>(per_task ? spec.tasks.size() : 1);
+    return count * detail::PriorityTree::bytes_for(cfg.capacity) + (per_task ? *cfg.capacity * 4 : 0);
+  }
+  // The tree row `slot`'s transition belongs in (its task's when balancing), and the one its
+  // leaf is in now.
+  [[nodiscard]] std::size_t tree_of(std::int64_t slot) const noexcept {
+    return balance_ ? static_cast<std::size_t>(core_.task_of(slot)) : 0;
+  }
+  [[nodiscard]] std::size_t holder(std::int64_t slot) const noexcept {
+    if (!balance_) return 0;
+    const std::int32_t k = leaf_tree_[static_cast<std::size_t>(slot)];
+    return k < 0 ? 0 : static_cast<std::size_t>(k);
+  }
+  // Sets row `slot`'s priority in tree `k`, clearing its leaf in the tree it was in before.
+  void set_leaf(std::int64_t slot, std::size_t k, double value) {
+    const std::int64_t one[1] = {slot};
+    if (balance_) {
+      const std::int32_t was = leaf_tree_[static_cast<std::size_t>(slot)];
+      if (was >= 0 && static_cast<std::size_t>(was) != k) {
+        const double zero[1] = {0.0};
+        trees_[static_cast<std::size_t>(was)].set(one, zero);
+      }
+      leaf_tree_[static_cast<std::size_t>(slot)] = static_cast<std::int32_t>(k);
+    }
+    const double v[1] = {value};
+    trees_[k].set(one, v);
+  }
+
   // Checks ids and values, maps each value through `to_priority`, and sets the live ones.
   template <class F>
   void assign(const char* fn, const char* what, const at::Tensor& index, const at::Tensor& values,
@@ -9121,14 +10112,21 @@ class PrioritizedBuffer {
       values_.push_back(p);
       max_priority_ = std::max(max_priority_, p);
     }
-    tree_.set(slots_, values_);
+    if (!balance_) {
+      trees_[0].set(slots_, values_);
+      return;
+    }
+    for (std::size_t k = 0; k < slots_.size(); ++k) set_leaf(slots_[k], tree_of(slots_[k]), values_[k]);
   }
 
   detail::ReplayCore core_;
-  detail::PriorityTree tree_;
   Config cfg_;
+  bool balance_;
+  std::vector<detail::PriorityTree> trees_;  // one, or one per task when balancing
+  std::vector<std::int32_t> leaf_tree_;     // per row, when balancing: the tree its leaf is in (-1: none)
   std::int64_t horizon_;
   Rng rng_;
+  std::int64_t calls_ = 0;  // balanced batches drawn (which task gets the remainder rotates)
   double max_priority_ = 1.0;
   std::int64_t stale_ = 0;
   std::vector<std::int64_t> slots_, sampled_;
@@ -9201,10 +10199,16 @@ class RolloutBuffer {
     envs_ = n;
     const std::int64_t t = cfg_.steps;
     const auto f = at::TensorOptions().dtype(at::kFloat);
-    obs_ = at::zeros({t, n, obs_dim_}, f);
-    action_ = discrete_ ? at::zeros({t, n}, f.dtype(at::kLong)) : at::zeros({t, n, act_dim_}, f);
-    for (auto* x : {&log_prob_, &value_, &reward_, &terminated_, &truncated_, &bootstrap_, &advantage_, &returns_})
-      *x = at::zeros({t, n}, f);
+    // Refused before anything is allocated when it cannot fit (it is zeroed, so it is touched).
+    const std::int64_t bytes = t * n * (obs_dim_ + (discrete_ ? 2 : act_dim_) + 8) * 4;
+    const std::string field = "rollout.steps=" + std::to_string(t) + " x env.num_envs=" + std::to_string(n);
+    check_fits(bytes, field, "RolloutBuffer's storage");
+    allocating("RolloutBuffer's storage (" + field + ")", bytes, [&] {
+      obs_ = at::zeros({t, n, obs_dim_}, f);
+      action_ = discrete_ ? at::zeros({t, n}, f.dtype(at::kLong)) : at::zeros({t, n, act_dim_}, f);
+      for (auto* x : {&log_prob_, &value_, &reward_, &terminated_, &truncated_, &bootstrap_, &advantage_, &returns_})
+        *x = at::zeros({t, n}, f);
+    });
     clear();
   }
   /// The discount of the returns (the Trainer passes the algorithm's gamma; 0.99 before).
@@ -9405,35 +10409,58 @@ class UniformBuffer {
   using Batch = ReplayBatch;
   using Step = StepBatch;
   /// The format tag of the files `save(path)` writes.
-  static constexpr const char* file_format = "anvil UniformBuffer v3";
+  static constexpr const char* file_format = "anvil UniformBuffer v4";
 
   struct Config {
     detail::CapacityParam capacity{1'000'000};
     detail::StorageParam storage{Storage::compute};
     detail::ObsDtypeParam obs_dtype{ObsDtype::float32};
     detail::NStepParam n_step{1};
+    detail::BalanceTasksParam balance_tasks{true};
   };
 
   UniformBuffer(const EnvSpec& spec, const Config& cfg, const RunContext& ctx)
       : core_(spec, cfg.capacity, cfg.storage, cfg.obs_dtype, cfg.n_step, ctx, "UniformBuffer"),
+        balance_(cfg.balance_tasks && spec.tasks.size() > 1),
         rng_(ctx.seed_for(Stream::buffer)) {}
 
   /// Adds one step of N envs (row i = env i). N may exceed the free space: the ring wraps.
   /// With n-step returns, what is stored is the transitions this step completes.
   void add(const StepBatch& s) { core_.add(s); }
 
-  /// `n` transitions drawn uniformly with replacement; `index` holds their ids.
+  /// `n` transitions drawn uniformly with replacement; `index` holds their ids. With an env
+  /// that has tasks and `balance_tasks`, each task that has transitions gets an equal share
+  /// of the batch (see `ReplayCore::task_quotas`), drawn uniformly among its own; the batch
+  /// lists them task by task.
   ReplayBatch sample(std::int64_t n) {
     core_.check_batch(n);
     slots_.resize(static_cast<std::size_t>(n));
     const auto rows = static_cast<std::uint64_t>(core_.stored());
     const bool gaps = core_.size() < core_.stored();  // rows of transitions that left early
-    for (auto& s : slots_) {
-      do s = static_cast<std::int64_t>(rng_.below(rows));
-      while (gaps && !core_.valid(s));  // (rare) are drawn again
+    if (!balance_) {
+      for (auto& s : slots_) {
+        do s = static_cast<std::int64_t>(rng_.below(rows));
+        while (gaps && !core_.valid(s));  // (rare) are drawn again
+      }
+      return core_.gather(slots_);
+    }
+    // Uniform draws kept while their task's quota is open: each task's share is a uniform
+    // sample of its own transitions.
+    const auto quota = core_.task_quotas(n, calls_++);
+    std::vector<std::int64_t> begin(quota.size() + 1, 0), filled(quota.size(), 0);
+    for (std::size_t k = 0; k < quota.size(); ++k) begin[k + 1] = begin[k] + quota[k];
+    for (std::int64_t got = 0; got < n;) {
+      const auto s = static_cast<std::int64_t>(rng_.below(rows));
+      if (gaps && !core_.valid(s)) continue;
+      const auto k = static_cast<std::size_t>(core_.task_of(s));
+      if (filled[k] == quota[k]) continue;
+      slots_[static_cast<std::size_t>(begin[k] + filled[k]++)] = s;
+      ++got;
     }
     return core_.gather(slots_);
   }
+  /// Whether batches are balanced over tasks.
+  [[nodiscard]] bool balances_tasks() const noexcept { return balance_; }
 
   /// The discount of n-step returns (the Trainer passes the algorithm's gamma; 0.99 before).
   void set_discount(double gamma) noexcept { core_.set_discount(gamma); }
@@ -9444,20 +10471,24 @@ class UniformBuffer {
   void save(BinaryWriter& w) const {
     core_.save(w);
     w.value(rng_.state());
+    w.value(calls_);
   }
   struct Saved {
     detail::ReplayCore::Saved core;
     Rng::State rng{};
+    std::int64_t calls = 0;
   };
   /// Reads what `save` wrote, checked against this buffer's config; changes nothing.
   [[nodiscard]] Saved read(BinaryReader& r) const {
-    Saved s{core_.read(r), {}};
+    Saved s{core_.read(r), {}, 0};
     s.rng = r.value<Rng::State>("sampling state");
+    s.calls = r.value<std::int64_t>("balanced batches drawn");
     return s;
   }
   void restore(Saved&& s) {
     core_.restore(std::move(s.core));
     rng_.set_state(s.rng);
+    calls_ = s.calls;
   }
 
   /// Writes the buffer to `path`, atomically: a crash mid-save leaves the previous file intact.
@@ -9479,7 +10510,9 @@ class UniformBuffer {
 
  private:
   detail::ReplayCore core_;
+  bool balance_;
   Rng rng_;
+  std::int64_t calls_ = 0;  // balanced batches drawn (which task gets the remainder rotates)
   std::vector<std::int64_t> slots_;
 };
 
@@ -9491,7 +10524,9 @@ static_assert(ReplayBuffer<UniformBuffer>);
 /// @file
 /// `EpisodeStats`: the returns of the episodes this rank's envs finished during training:
 /// the most recent ones (for the running mean in logs and on the progress bar) and how many
-/// finished since the ranks last added up their counts (`Clock::episodes`). Light header.
+/// finished since the ranks last added up their counts (`Clock::episodes`), and each
+/// episode finished since the last log row (return, length, env step) for per-episode
+/// logs. Light header.
 
 #include <algorithm>
 #include <cmath>
@@ -9511,12 +10546,24 @@ class EpisodeStats {
   /// Returns kept for the running mean.
   static constexpr std::size_t kKept = 100;
 
-  /// Counts one finished episode.
-  void record(double episode_return) {
+  /// One finished episode, for per-episode logs.
+  struct Episode {
+    double episode_return = 0;
+    std::int64_t length = 0;
+    std::int64_t env_step = 0;  ///< the run's env steps when it ended
+  };
+  /// Episodes kept for per-episode logs between two log rows (the oldest go beyond it).
+  static constexpr std::size_t kFreshKept = 10'000;
+
+  /// Counts one finished episode of `length` steps that ended at env step `env_step`.
+  void record(double episode_return, std::int64_t length = 0, std::int64_t env_step = 0) {
     recent_.push_back(episode_return);
     if (recent_.size() > kKept) recent_.pop_front();
     ++unfolded_;
+    if (fresh_.size() < kFreshKept) fresh_.push_back({episode_return, length, env_step});
   }
+  /// The episodes finished since the last call (per-episode logs), oldest first.
+  std::vector<Episode> take_fresh() { return std::exchange(fresh_, {}); }
 
   /// The last (up to) `kKept` returns, oldest first.
   [[nodiscard]] const std::deque<double>& recent() const noexcept { return recent_; }
@@ -9561,6 +10608,7 @@ class EpisodeStats {
  private:
   std::deque<double> recent_;
   std::int64_t unfolded_ = 0;
+  std::vector<Episode> fresh_;
 };
 
 }  // namespace anvil
@@ -9581,6 +10629,7 @@ class EpisodeStats {
 #include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 
 namespace anvil {
@@ -9616,6 +10665,8 @@ class StepCollector {
   [[nodiscard]] std::int64_t num_envs() const noexcept { return envs_->num_envs(); }
   [[nodiscard]] envs::VecEnvBase& envs() noexcept { return *envs_; }
   [[nodiscard]] const envs::VecEnvBase& envs() const noexcept { return *envs_; }
+  /// The tasks of envs that have tasks (`VecEnvBase::groups()`); empty otherwise.
+  [[nodiscard]] const std::vector<std::string>& groups() const noexcept { return envs_->groups(); }
   [[nodiscard]] EpisodeStats& episodes() noexcept { return stats_; }
   [[nodiscard]] const EpisodeStats& episodes() const noexcept { return stats_; }
 
@@ -9678,7 +10729,7 @@ class StepCollector {
     last_obs_ = obs_;
     obs_ = s->obs;
     if (count_episodes)
-      for (const auto& e : s->ended) stats_.record(e.episode_return);
+      for (const auto& e : s->ended) stats_.record(e.episode_return, e.length, env_step() + num_envs());
     return *s;
   }
 
@@ -9691,6 +10742,11 @@ class StepCollector {
   }
   /// The observations the step that landed last was taken from (what a transition stores).
   [[nodiscard]] const at::Tensor& previous_observations() const noexcept { return last_obs_; }
+
+  /// The run's env-step count (the clock's), which episodes are recorded with.
+  void count_steps_from(const std::int64_t* env_steps) noexcept { env_steps_ = env_steps; }
+  /// The run's env steps now (0 when no count was given).
+  [[nodiscard]] std::int64_t env_step() const noexcept { return env_steps_ ? *env_steps_ : 0; }
 
   /// After the envs' state was restored (a resume): act on what they show now, or start
   /// new episodes when their state was not saved.
@@ -9706,6 +10762,7 @@ class StepCollector {
   at::Tensor scale_, offset_, low_, high_;
   bool in_flight_ = false;
   EpisodeStats stats_;
+  const std::int64_t* env_steps_ = nullptr;
 };
 
 }  // namespace anvil
@@ -9782,7 +10839,14 @@ inline Policy load_policy(const std::filesystem::path& path) {
   std::vector<int> hidden;
   for (std::uint64_t i = 0; i < layers; ++i) hidden.push_back(r.value<int>("hidden layer widths"));
   for (int h : hidden)
-    if (h < 1) r.fail("hidden layer widths", "contain a width below 1");
+    if (h < 1 || h > (1 << 20)) r.fail("hidden layer widths", "contain a width out of range (1 to 1048576)");
+  if (p.obs_dim_ > (1 << 24) || p.act_dim_ > (1 << 24)) r.fail("observation or action size", "is implausibly large");
+  // The weights these sizes imply must be in the file before a network of them is built (a
+  // flipped bit in a width must not allocate gigabytes).
+  std::int64_t weights = 0, in = p.obs_dim_;
+  for (int h : hidden) weights += in * h, in = h;
+  weights += in * p.act_dim_;
+  r.expect_available(weights * static_cast<std::int64_t>(sizeof(float)), "hidden layer widths");
   cfg.hidden = hidden;
   const int activation = r.value<int>("activation");
   if (activation < 0 || activation >= static_cast<int>(enum_names(nn::Activation{}).size()))
@@ -10149,6 +11213,14 @@ static_assert(OnPolicyAlgorithm<PPO>);
 /// entropy tuning from Haarnoja et al. 2018, "Soft Actor-Critic Algorithms and
 /// Applications"). Defaults are the published hyperparameters: Adam at 3e-4, batch 256,
 /// gamma 0.99, tau 0.005, 256x256 networks, target entropy -|A|.
+///
+/// With an env that has tasks (a multi-task suite; `EnvSpec::tasks`), the `tasks` section
+/// gives each task its own learned temperature, picked by each transition's task in every
+/// loss, with its own target entropy, and can weight each transition's losses by its
+/// task's T * softmax(-log alpha) (Yang et al. 2020, "Multi-Task Reinforcement Learning with
+/// Soft Modularization"; the Meta-World+ baselines' `use_task_weights`): the multi-task SAC
+/// of Yu et al. 2019 (Meta-World) with disentangled temperatures. `MultiTaskSAC` is this
+/// algorithm with those on by default, in its own config section (`mtsac`).
 
 #include <torch/nn/module.h>
 #include <torch/utils.h>
@@ -10219,7 +11291,7 @@ struct SacManual {
   // actor part
   nn::GaussianActorTape actor_tape;
   nn::MlpTape aq1, aq2;
-  at::Tensor xa, dqa1, dqa2, dx1, dx2, da, actor_grad, alpha_grad;
+  at::Tensor xa, dqa1, dqa2, dx1, dx2, da, dlp, actor_grad, alpha_grad;
   std::vector<at::Tensor> actor_grads;
   // act()
   nn::GaussianActorTape act_tape;
@@ -10232,6 +11304,7 @@ struct SacCriticResult {
 struct SacActorResult {
   at::Tensor grad, alpha_grad;
   double loss = 0, entropy = 0, alpha_loss = 0;
+  at::Tensor log_prob;  // per transition, when the caller computes the temperatures' gradient
 };
 
 // Rows of [obs | action] for the critics: copies `obs` [B, od] into the first od columns of
@@ -10253,7 +11326,7 @@ inline const float* opt_ptr(const at::Tensor& t) { return t.defined() ? t.data_p
 inline SacCriticResult manual_critic(SacManual& m, const nn::GaussianActorImpl& actor,
                                    const nn::TwinQImpl& critic, const nn::TwinQImpl& target,
                                    const ReplayBatch& batch, double alpha, double gamma_,
-                                   const at::Tensor& noise_next) {
+                                   const at::Tensor& noise_next, const at::Tensor& alpha_row = {}) {
   torch::NoGradGuard no_grad;
   const auto obs = batch.obs.contiguous(), next_obs = batch.next_obs.contiguous();
   const auto action = batch.action.contiguous(), reward = batch.reward.contiguous();
@@ -10284,12 +11357,14 @@ inline SacCriticResult manual_critic(SacManual& m, const nn::GaussianActorImpl& 
   r.td = at::empty({n}, obs.options());
   const float *rw = reward.data_ptr<float>(), *term = terminated.data_ptr<float>();
   const float *disc = opt_ptr(discount), *wt = opt_ptr(weight);
+  const auto alpha_rows = alpha_row.defined() ? alpha_row.contiguous() : at::Tensor();
+  const float* ar = opt_ptr(alpha_rows);  // per-transition temperatures (one per task), or none
   float *d1 = m.dq1.data_ptr<float>(), *d2 = m.dq2.data_ptr<float>(), *td = r.td.data_ptr<float>();
   const float gamma = static_cast<float>(gamma_), fa = static_cast<float>(alpha);
   const float inv_n = 1.0f / static_cast<float>(n);
   double loss = 0, q_sum = 0;
   for (std::int64_t i = 0; i < n; ++i) {
-    const float v = std::min(tq1[i], tq2[i]) - fa * lp[i];
+    const float v = std::min(tq1[i], tq2[i]) - (ar ? ar[i] : fa) * lp[i];
     const float y = rw[i] + (disc ? disc[i] : gamma) * (1.0f - term[i]) * v;
     const float e1 = q1[i] - y, e2 = q2[i] - y, wi = wt ? wt[i] : 1.0f;
     loss += static_cast<double>(wi * 0.5f * (e1 * e1 + e2 * e2));
@@ -10306,13 +11381,20 @@ inline SacCriticResult manual_critic(SacManual& m, const nn::GaussianActorImpl& 
   return r;
 }
 
-// SAC's actor and temperature part with hand-written gradients (as autograd_actor).
+// SAC's actor and temperature part with hand-written gradients (as autograd_actor). With
+// `alpha_row` (per-transition temperatures) or `weight_row` (per-transition loss weights),
+// the temperature's gradient is left to the caller (`log_prob` comes back).
 inline SacActorResult manual_actor(SacManual& m, const nn::GaussianActorImpl& actor,
                                  const nn::TwinQImpl& critic, const ReplayBatch& batch,
                                  double alpha, bool auto_alpha, double target_entropy,
-                                 const at::Tensor& noise) {
+                                 const at::Tensor& noise, const at::Tensor& alpha_row = {},
+                                 const at::Tensor& weight_row = {}) {
   torch::NoGradGuard no_grad;
   const auto obs = batch.obs.contiguous();
+  const auto alpha_rows = alpha_row.defined() ? alpha_row.contiguous() : at::Tensor();
+  const auto weight = weight_row.defined() ? weight_row.contiguous() : at::Tensor();
+  const float *ar = opt_ptr(alpha_rows), *wt = opt_ptr(weight);
+  const bool per_row = ar || wt;
   const std::int64_t n = obs.size(0), od = obs.size(1), ad = actor.action_dim(), w = od + ad;
 
   obs_into(m.xa, obs, ad);
@@ -10325,15 +11407,19 @@ inline SacActorResult manual_actor(SacManual& m, const nn::GaussianActorImpl& ac
   ensure(m.dqa2, {n, 1}, obs);
   float *d1 = m.dqa1.data_ptr<float>(), *d2 = m.dqa2.data_ptr<float>();
   const float fa = static_cast<float>(alpha), inv_n = 1.0f / static_cast<float>(n);
+  if (per_row) ensure(m.dlp, {n}, obs);
+  float* dlp = per_row ? m.dlp.data_ptr<float>() : nullptr;
   double loss = 0, lp_sum = 0;
   for (std::int64_t i = 0; i < n; ++i) {
     // d min(q1, q2) goes to the smaller one (ties: to both halves, as torch's minimum)
     const float qmin = std::min(q1[i], q2[i]);
-    loss += static_cast<double>(fa * lp[i] - qmin);
+    const float ai = ar ? ar[i] : fa, wi = wt ? wt[i] : 1.0f;
+    loss += static_cast<double>(wi * (ai * lp[i] - qmin));
     lp_sum += lp[i];
     const float g1 = q1[i] < q2[i] ? 1.0f : q1[i] > q2[i] ? 0.0f : 0.5f;
-    d1[i] = -g1 * inv_n;
-    d2[i] = -(1.0f - g1) * inv_n;
+    d1[i] = -g1 * wi * inv_n;
+    d2[i] = -(1.0f - g1) * wi * inv_n;
+    if (dlp) dlp[i] = ai * wi * inv_n;
   }
   ensure(m.dx1, {n, w}, obs);
   ensure(m.dx2, {n, w}, obs);
@@ -10346,14 +11432,16 @@ inline SacActorResult manual_actor(SacManual& m, const nn::GaussianActorImpl& ac
     for (std::int64_t i = 0; i < n; ++i)
       for (std::int64_t j = 0; j < ad; ++j) da[i * ad + j] = x1[i * w + od + j] + x2[i * w + od + j];
   }
-  m.actor_tape.backward(actor, m.da, fa * inv_n, m.actor_grads);
+  m.actor_tape.backward(actor, m.da, fa * inv_n, m.actor_grads, dlp);
 
   SacActorResult r;
   r.grad = m.actor_grad;
   const double mean_lp = lp_sum / static_cast<double>(n);
   r.loss = loss / static_cast<double>(n);
   r.entropy = -mean_lp;
-  if (auto_alpha) {
+  if (per_row) {
+    r.log_prob = m.actor_tape.log_prob().clone();
+  } else if (auto_alpha) {
     // d/dlog_alpha of -(log_alpha (log_prob + target_entropy)).mean()
     r.alpha_grad = m.alpha_grad;
     r.alpha_grad.data_ptr<float>()[0] = static_cast<float>(-(mean_lp + target_entropy));
@@ -10362,12 +11450,30 @@ inline SacActorResult manual_actor(SacManual& m, const nn::GaussianActorImpl& ac
   return r;
 }
 
+/// SAC's settings for envs that have tasks (see the file comment); `per_task` is the
+/// default of `per_task_alpha` (on in MultiTaskSAC).
+template <bool per_task>
+struct SacTaskConfig {
+  Param<bool, "per_task_alpha",
+        "with an env that has tasks: a learned temperature per task, picked by each transition's task">
+      per_task_alpha{per_task};
+  Param<std::vector<double>, "target_entropy_scales",
+        "one per task, in the env's task order: each task's target entropy is -scale * action_dim (empty: "
+        "target_entropy_scale for every task; a negative scale asks for more entropy than a uniform action)">
+      target_entropy_scales{};
+  Param<bool, "loss_weights",
+        "weight each transition's critic and actor losses by T * softmax(-log alpha) of its task (needs "
+        "per_task_alpha): tasks whose temperature is still high weigh less">
+      loss_weights{false};
+};
+
 }  // namespace detail
 
 /// Algorithm policy: Soft Actor-Critic (see file comment) with swappable networks.
 /// @tparam Actor  a `SquashedPolicyNetwork` (default: tanh-Gaussian MLP)
 /// @tparam Critic a `TwinCriticNetwork` (default: two MLP Q-functions)
-template <class Actor = nn::GaussianActor, class Critic = nn::TwinQ>
+/// @tparam kMultiTask MultiTaskSAC: section `mtsac`, a temperature per task by default
+template <class Actor = nn::GaussianActor, class Critic = nn::TwinQ, bool kMultiTask = false>
 class BasicSAC {
   static_assert(SquashedPolicyNetwork<Actor>,
                 "BasicSAC<Actor, ...>: Actor must be a torch module holder built from "
@@ -10380,7 +11486,10 @@ class BasicSAC {
 
  public:
   using policy_kind = AlgorithmKind;
-  static constexpr FixedString config_section = "sac";
+  static constexpr auto config_section = [] {
+    if constexpr (kMultiTask) return FixedString("mtsac");
+    else return FixedString("sac");
+  }();
   static constexpr bool on_policy = false;
   using Batch = ReplayBatch;
 
@@ -10407,6 +11516,7 @@ class BasicSAC {
         manual_backward{true};
     Section<"actor", detail::module_config_t<Actor>> actor;
     Section<"critic", detail::module_config_t<Critic>> critic;
+    Section<"tasks", detail::SacTaskConfig<kMultiTask>> tasks;
   };
 
   BasicSAC(const EnvSpec& spec, const Config& cfg, const RunContext& ctx)
@@ -10432,9 +11542,27 @@ class BasicSAC {
     critic_->to(device_);
     critic_target_->to(device_);
     for (auto& p : critic_target_->parameters()) p.set_requires_grad(false);
-    log_alpha_ = torch::full({1}, std::log(*cfg.init_alpha),
+    // Temperatures: one, or one per task (tasks.per_task_alpha with an env that has tasks).
+    const std::string sec(config_section.view());
+    const auto& tc = *cfg.tasks;
+    task_names_ = spec.tasks;
+    const auto tasks = static_cast<std::int64_t>(task_names_.size());
+    alphas_ = tc.per_task_alpha && tasks > 1 ? tasks : 1;
+    if (tc.loss_weights && alphas_ == 1)
+      throw ConfigError(sec + ".tasks.loss_weights weighs tasks by their temperatures: it needs " + sec +
+                        ".tasks.per_task_alpha and an env with several tasks (" + spec.name + " has " +
+                        std::to_string(std::max<std::int64_t>(tasks, 1)) + ")");
+    task_weights_ = tc.loss_weights;
+    const auto& scales = *tc.target_entropy_scales;
+    if (!scales.empty() && static_cast<std::int64_t>(scales.size()) != alphas_)
+      throw ConfigError(sec + ".tasks.target_entropy_scales has " + std::to_string(scales.size()) +
+                        " values; it needs one per temperature (" + std::to_string(alphas_) +
+                        (alphas_ > 1 ? ": one per task of " + spec.name + ")" : ")"));
+    for (std::int64_t k = 0; k < alphas_; ++k)
+      target_entropy_.push_back(-(scales.empty() ? *cfg.target_entropy_scale : scales[static_cast<std::size_t>(k)]) *
+                                static_cast<double>(ad));
+    log_alpha_ = torch::full({alphas_}, std::log(*cfg.init_alpha),
                              torch::TensorOptions().device(device_).requires_grad(true));
-    target_entropy_ = -cfg.target_entropy_scale * static_cast<double>(ad);
     // Each network's parameters move into one flat buffer: Adam, clipping, all-reduce and
     // the Polyak average become a handful of ops (see train/flat_adam.hpp).
     const double s = ctx.lr_scale(cfg.batch_size);
@@ -10496,11 +11624,31 @@ class BasicSAC {
 
   /// `update` with given noise: the same draws give the same update however the batch is
   /// split, e.g. across ranks (the data-parallel equivalence test uses this).
-  UpdateInfo update(const ReplayBatch& b, StepContext& ctx, const UpdateNoise& noise) {
-    const double alpha = log_alpha_.detach().exp().item().toDouble();
+  UpdateInfo update(const ReplayBatch& batch, StepContext& ctx, const UpdateNoise& noise) {
+    const bool per_task = alphas_ > 1;
+    const double alpha = per_task ? 0.0 : log_alpha_.detach().exp().item().toDouble();
     const bool actor_step = updates_ % cfg_.actor_update_freq == 0;
     const auto& noise_next = noise.next;
     const auto& noise_obs = noise.obs;
+    // Per task: each transition's temperature, and its task's loss weight (the critic's
+    // times PER's importance weight).
+    at::Tensor alpha_row, task_w;
+    ReplayBatch weighted;
+    if (per_task) {
+      if (!batch.task.defined())
+        throw Error(std::string(config_section.view()) + ": the batch has no task ids, but the env has " +
+                    std::to_string(alphas_) + " tasks (a replay buffer of this run stores them)");
+      torch::NoGradGuard no_grad;
+      const auto task = batch.task.to(log_alpha_.device(), at::kLong);
+      const auto la = log_alpha_.detach();
+      alpha_row = la.exp().index_select(0, task).to(batch.obs.device(), at::kFloat).contiguous();
+      if (task_weights_) {
+        weighted = batch;
+        task_w = (at::softmax(-la, 0) * static_cast<double>(alphas_)).index_select(0, task).to(batch.obs.device(), at::kFloat);
+        weighted.weight = batch.weight.defined() ? (batch.weight * task_w).contiguous() : task_w.contiguous();
+      }
+    }
+    const ReplayBatch& b = task_weights_ ? weighted : batch;
 
     bool manual = false;
     if constexpr (kDefaultNetworks)
@@ -10518,24 +11666,33 @@ class BasicSAC {
       const ReplayBatch& mb = whole ? b : (rows = rows_of(b, part.begin, part.rows));
       const auto nn = whole ? noise_next : noise_next.narrow(0, part.begin, part.rows);
       const auto no = whole || !actor_step ? noise_obs : noise_obs.narrow(0, part.begin, part.rows);
+      const auto ar = whole || !alpha_row.defined() ? alpha_row : alpha_row.narrow(0, part.begin, part.rows);
+      const auto tw = whole || !task_w.defined() ? task_w : task_w.narrow(0, part.begin, part.rows);
       detail::SacCriticResult c;
       detail::SacActorResult a;
       auto critic_part = [&] {
         if constexpr (kDefaultNetworks)
           if (manual)
             return void(c = detail::manual_critic(*manual_, *actor_, *critic_, *critic_target_, mb, alpha,
-                                                  *cfg_.gamma, nn));
-        c = autograd_critic(mb, alpha, nn, ctx);
+                                                  *cfg_.gamma, nn, ar));
+        c = autograd_critic(mb, alpha, nn, ctx, ar);
       };
       auto actor_part = [&] {
         if constexpr (kDefaultNetworks)
           if (manual)
             return void(a = detail::manual_actor(*manual_, *actor_, *critic_, mb, alpha, cfg_.auto_alpha,
-                                                 target_entropy_, no));
-        a = autograd_actor(mb, alpha, no, ctx);
+                                                 target_entropy_[0], no, ar, tw));
+        a = autograd_actor(mb, alpha, no, ctx, ar, tw);
+      };
+      // Per task, the temperatures' gradient from the transitions' log-densities.
+      auto temperature_part = [&] {
+        if (!per_task || !actor_step || !cfg_.auto_alpha) return;
+        const auto task = (whole ? batch.task : batch.task.narrow(0, part.begin, part.rows)).to(at::kLong);
+        std::tie(a.alpha_grad, a.alpha_loss) = task_alpha_gradient(a.log_prob, task);
       };
       if (actor_step) ctx.concurrently({critic_part, actor_part});
       else critic_part();
+      temperature_part();
       if (whole) {
         critic = std::move(c);
         actor = std::move(a);
@@ -10571,7 +11728,13 @@ class BasicSAC {
       }
     }
     ctx.apply(std::move(steps));
-    info.metrics.emplace_back("alpha", log_alpha_.detach().exp().item().toDouble());
+    {
+      const auto alphas = log_alpha_.detach().exp().to(at::kCPU, at::kDouble);
+      info.metrics.emplace_back("alpha", alphas.mean().item<double>());
+      if (per_task)
+        for (std::int64_t k = 0; k < alphas_; ++k)
+          info.metrics.emplace_back("alpha/" + task_names_[static_cast<std::size_t>(k)], alphas[k].item<double>());
+    }
 
     if (updates_ % cfg_.target_update_freq == 0) {
       torch::NoGradGuard no_grad;
@@ -10624,7 +11787,7 @@ class BasicSAC {
     w.value(static_cast<int>(*ac.activation));
     w.value(*ac.log_std_min);
     w.value(*ac.log_std_max);
-    write_tensor(w, ema_.defined() ? ema_.weights() : actor_opt_.parameters().flat());
+    write_tensor(w, ema_.defined() ? ema_.weights() : actor_opt_.parameters().flat(), "the actor's weights");
   }
 
   /// Everything a checkpoint holds of SAC: the actor and the critic with their Adam
@@ -10640,7 +11803,7 @@ class BasicSAC {
     actor_opt_.save(w);
     critic_opt_.save(w);
     alpha_opt_.save(w);
-    write_tensor(w, target_.flat());
+    write_tensor(w, target_.flat(), "the target critic's weights");
     w.value(updates_);
     ema_.save(w);
   }
@@ -10673,7 +11836,12 @@ class BasicSAC {
   [[nodiscard]] const FlatAdam& actor_optimizer() const noexcept { return actor_opt_; }
   [[nodiscard]] const FlatAdam& critic_optimizer() const noexcept { return critic_opt_; }
   [[nodiscard]] const FlatAdam& alpha_optimizer() const noexcept { return alpha_opt_; }
-  [[nodiscard]] double alpha() const { return log_alpha_.detach().exp().item().toDouble(); }
+  /// The temperature (the mean of the tasks' when there is one per task).
+  [[nodiscard]] double alpha() const { return log_alpha_.detach().exp().mean().item().toDouble(); }
+  /// Each temperature: one, or one per task.
+  [[nodiscard]] at::Tensor alphas() const { return log_alpha_.detach().exp().to(at::kCPU); }
+  /// How many temperatures: 1, or the env's tasks with `tasks.per_task_alpha`.
+  [[nodiscard]] std::int64_t temperatures() const noexcept { return alphas_; }
   [[nodiscard]] const Config& config() const noexcept { return cfg_; }
   [[nodiscard]] std::int64_t updates() const noexcept { return updates_; }
   /// Batch size the trainer samples for each update.
@@ -10697,14 +11865,15 @@ class BasicSAC {
   }
 
   detail::SacCriticResult autograd_critic(const ReplayBatch& b, double alpha, const at::Tensor& noise_next,
-                               StepContext& ctx) {
+                               StepContext& ctx, const at::Tensor& alpha_row = {}) {
     at::Tensor target;
     {  // in float32 and without gradients
       torch::NoGradGuard no_grad;
       auto guard = ctx.autocast();
       auto next = actor_->sample(b.next_obs, noise_next);
       auto [tq1, tq2] = critic_target_->forward(b.next_obs, next.action);
-      auto v = at::min(tq1, tq2).to(at::kFloat) - alpha * next.log_prob.to(at::kFloat);
+      auto v = alpha_row.defined() ? at::min(tq1, tq2).to(at::kFloat) - alpha_row * next.log_prob.to(at::kFloat)
+                                   : at::min(tq1, tq2).to(at::kFloat) - alpha * next.log_prob.to(at::kFloat);
       target = b.reward + discount_of(b, v) * (1.0 - b.terminated) * v;
     }
     auto guard = ctx.autocast();
@@ -10721,22 +11890,41 @@ class BasicSAC {
   }
 
   detail::SacActorResult autograd_actor(const ReplayBatch& b, double alpha, const at::Tensor& noise,
-                             StepContext& ctx) {
+                             StepContext& ctx, const at::Tensor& alpha_row = {}, const at::Tensor& weight_row = {}) {
     auto guard = ctx.autocast();
     auto s = actor_->sample(b.obs, noise);
     auto [q1, q2] = critic_->forward(b.obs, s.action);
     auto log_prob = s.log_prob.to(at::kFloat);
-    auto loss = (alpha * log_prob - at::min(q1, q2).to(at::kFloat)).mean();
+    auto per_sample = alpha_row.defined() ? alpha_row * log_prob - at::min(q1, q2).to(at::kFloat)
+                                          : alpha * log_prob - at::min(q1, q2).to(at::kFloat);
+    auto loss = weight_row.defined() ? (weight_row * per_sample).mean() : per_sample.mean();
     detail::SacActorResult r;
     r.grad = ctx.gradient(loss, actor_opt_);
     r.loss = loss.item().toDouble();
     r.entropy = -log_prob.detach().mean().item().toDouble();
-    if (cfg_.auto_alpha) {
-      auto alpha_loss = -(log_alpha_ * (log_prob.detach() + target_entropy_)).mean();
+    if (alphas_ > 1) {
+      r.log_prob = log_prob.detach();  // the temperatures' gradient is the caller's
+    } else if (cfg_.auto_alpha) {
+      auto alpha_loss = -(log_alpha_ * (log_prob.detach() + target_entropy_[0])).mean();
       r.alpha_grad = ctx.gradient(alpha_loss, alpha_opt_);
       r.alpha_loss = alpha_loss.item().toDouble();
     }
     return r;
+  }
+
+  // Per task: the gradient of -(log_alpha[task_i] (log_prob_i + target_entropy[task_i])).mean()
+  // with respect to each task's log_alpha, and that loss.
+  std::pair<at::Tensor, double> task_alpha_gradient(const at::Tensor& log_prob, const at::Tensor& task) const {
+    torch::NoGradGuard no_grad;
+    const auto dev = log_alpha_.device();
+    const auto lp = log_prob.to(dev, at::kFloat).reshape({-1});
+    const auto tk = task.to(dev, at::kLong).reshape({-1});
+    const auto ent = at::tensor(std::vector<float>(target_entropy_.begin(), target_entropy_.end()), at::TensorOptions().device(dev));
+    const auto term = lp + ent.index_select(0, tk);  // log_prob_i + target_entropy[task_i]
+    const double n = static_cast<double>(lp.numel());
+    auto grad = at::zeros({alphas_}, term.options()).index_add_(0, tk, -term) / n;
+    const double loss = -(log_alpha_.detach().index_select(0, tk) * term).sum().item<double>() / n;
+    return {grad, loss};
   }
 
   Config cfg_;
@@ -10744,7 +11932,10 @@ class BasicSAC {
   Actor actor_{nullptr};
   Critic critic_{nullptr}, critic_target_{nullptr};
   at::Tensor log_alpha_;
-  double target_entropy_ = 0.0;
+  std::vector<double> target_entropy_;  // one per temperature
+  std::int64_t alphas_ = 1;             // temperatures: 1, or one per task
+  bool task_weights_ = false;           // tasks.loss_weights
+  std::vector<std::string> task_names_;
   std::int64_t act_dim_ = 0;
   FlatAdam actor_opt_, critic_opt_, alpha_opt_;
   FlatParameters target_;
@@ -10756,7 +11947,15 @@ class BasicSAC {
 /// SAC with the default networks: tanh-Gaussian actor and twin-Q critic, 256x256 MLPs.
 using SAC = BasicSAC<>;
 
+/// Multi-task SAC with swappable networks: a temperature per task by default, in the
+/// config section `mtsac` (see the file comment).
+template <class Actor = nn::GaussianActor, class Critic = nn::TwinQ>
+using BasicMultiTaskSAC = BasicSAC<Actor, Critic, true>;
+/// Multi-task SAC with the default networks.
+using MultiTaskSAC = BasicMultiTaskSAC<>;
+
 static_assert(Algorithm<SAC>);
+static_assert(Algorithm<MultiTaskSAC>);
 
 }  // namespace anvil
 // ---- end <anvil/algorithms/sac.hpp> ----
@@ -10891,6 +12090,7 @@ class Every {
 /// fires: a loop that overlaps work (the off-policy loop's async env steps) leaves nothing
 /// in flight when it reaches it, so hooks see the run at rest.
 
+#include <cmath>
 #include <cstdint>
 #include <string>
 
@@ -10970,9 +12170,22 @@ LoopSettings common_settings(const Config& c, ClockUnit unit) {
   return s;
 }
 
+/// Stops the run at an update whose reported loss or statistic is not finite: without a
+/// loss scaler (FP32, TF32, BF16) nothing skips that step, so the weights it moved are lost.
+/// The error names the metric, the update and the env step; nothing is written after it, so
+/// the last checkpoint and policy.bin stay as they were. Not a template.
+[[gnu::cold, gnu::noinline]] inline void fail_non_finite(std::string_view algorithm, const std::string& metric, double v,
+                                                         const Clock& clock) {
+  throw Error(std::string(algorithm) + ": " + metric + " is " + non_finite_name(v) + " at gradient update " +
+              std::to_string(clock.updates) + " (env step " + std::to_string(clock.env_steps) +
+              "); the run stops without saving these weights (the last checkpoint is intact). Lower the learning "
+              "rates, clip gradients (max_grad_norm), or look for extreme rewards or observations");
+}
+
 /// One update from `batch` through the parts' step context, timed as the update phase;
 /// its metrics are kept for the next log row, the clock counts it, and the policy average
-/// moves when `ema_decay` is on. Returns what the algorithm reported.
+/// moves when `ema_decay` is on; a non-finite metric stops the run unless a loss scaler
+/// skips such steps (`fail_non_finite`). Returns what the algorithm reported.
 template <class A, class B>
 UpdateInfo update_once(LoopParts<A, B>& p, const typename A::Batch& batch, double ema_decay) {
   UpdateInfo info;
@@ -10982,6 +12195,10 @@ UpdateInfo update_once(LoopParts<A, B>& p, const typename A::Batch& batch, doubl
   }
   p.metrics.add(info.metrics);
   ++p.clock.updates;
+  if (!p.step.scaler())
+    for (const auto& [name, v] : info.metrics)
+      if (!std::isfinite(v)) [[unlikely]]
+        fail_non_finite(A::config_section.view(), name, v, p.clock);
   if constexpr (AveragesPolicy<A>)
     if (ema_decay > 0) p.algorithm.ema_update(ema_decay);
   return info;
@@ -11108,7 +12325,7 @@ struct EpisodicLoop {
           live[i] = false;
           live_t[e.env] = 0.0f;
           --running;
-          p_.collector.episodes().record(e.episode_return);
+          p_.collector.episodes().record(e.episode_return, e.length, p_.collector.env_step());
         }
       }
       p_.clock.env_steps += static_cast<std::int64_t>(p_.ranks.sum(static_cast<double>(kept)));
@@ -11177,6 +12394,13 @@ struct OffPolicyLoop {
     loops::EvalIntervalParam eval_interval{5000};
     loops::EvalEpisodesParam eval_episodes{10};
 
+    /// A run that could never update is refused.
+    void validate() const {
+      if (learning_starts >= steps)
+        throw ConfigError("train.learning_starts (" + std::to_string(*learning_starts) + ") is not below train.steps (" +
+                          std::to_string(*steps) + "): the run would end before its first update");
+    }
+
     /// A run of seconds (`run.smoke`): enough steps to pass the warm-up and update a little.
     void shrink() {
       steps = std::min<std::int64_t>(steps, 600);
@@ -11210,7 +12434,14 @@ struct OffPolicyLoop {
   template <class A, class B>
   class Runner {
    public:
-    Runner(const Config& cfg, LoopParts<A, B> parts) : cfg_(cfg), p_(parts) { loops::check_ema<A>(cfg.ema_decay); }
+    Runner(const Config& cfg, LoopParts<A, B> parts) : cfg_(cfg), p_(parts) {
+      loops::check_ema<A>(cfg.ema_decay);
+      if (p_.algorithm.batch_size() > p_.buffer.capacity())
+        throw ConfigError(std::string(A::config_section.view()) + ".batch_size (" +
+                          std::to_string(p_.algorithm.batch_size()) + ") is larger than " +
+                          std::string(B::config_section.view()) + ".capacity (" + std::to_string(p_.buffer.capacity()) +
+                          "): the buffer could never hold a batch, so the run would never update");
+    }
 
     [[nodiscard]] LoopSettings settings() const {
       auto s = OffPolicyLoop::settings(cfg_);
@@ -11324,7 +12555,7 @@ struct OffPolicyLoop {
       {
         ScopedPhase ph(p_.times, Phase::buffer_add);
         p_.buffer.add(StepBatch{p_.collector.previous_observations(), actions_, s.reward, s.next_obs, s.terminated,
-                                s.truncated});
+                                s.truncated, s.task});
       }
       p_.clock.env_steps += p_.collector.num_envs() * p_.ranks.world_size();
     }
@@ -11849,7 +13080,7 @@ struct Staged {
 /// previous checkpoint intact. The oldest beyond `run.keep_last` are deleted.
 ///
 /// Reading checks the header against this run (the error names the first config field that
-/// differs; `run.*`, `parallel.*` and a loop's `steps`, `eval_interval` and
+/// differs; `run.*` but `run.seed`, `parallel.*` and a loop's `steps`, `eval_interval` and
 /// `eval_episodes` may differ), then reads every section and the buffer file, then the
 /// checksums, and changes nothing until all of it has passed. Not a template.
 
@@ -12007,6 +13238,7 @@ class Checkpoints {
   // Fields a resumed run may change: where and how it runs, and how long and how often it
   // evaluates (a loop's own `steps`, `eval_interval`, `eval_episodes`, at any depth).
   static bool may_differ(const std::string& key) {
+    if (key == "run.seed") return false;  // another seed is another run
     if (key.rfind("run.", 0) == 0 || key.rfind("parallel.", 0) == 0) return true;
     if (key.rfind("train.", 0) != 0) return false;
     const auto leaf = key.substr(key.rfind('.') + 1);
@@ -12026,8 +13258,10 @@ class Checkpoints {
 /// `Evaluation`: how well the policy does, measured on envs of its own. Each evaluation
 /// runs a number of whole episodes with deterministic actions on fresh envs seeded apart
 /// from the training envs (a new seed each time), split over the ranks, and reports the
-/// returns' mean, spread and range, broken down by task where the env has tasks
-/// (`envs::TaskTagged`). It keeps the latest result and the best mean so far, which every
+/// returns' mean, spread and range and, for envs that say when they succeed
+/// (`envs::ReportsSuccess`), the share of episodes that succeeded; where the env has tasks
+/// (`envs::TaskTagged`) it runs the number of episodes asked for each task and breaks
+/// both down by task. It keeps the latest result and the best mean so far, which every
 /// rank holds alike. Not a template: it acts through a function it is given.
 
 #include <ATen/ATen.h>
@@ -12045,15 +13279,17 @@ class Checkpoints {
 
 namespace anvil {
 
-/// Mean, spread and range of evaluation returns, and the mean of each task.
+/// Mean, spread and range of evaluation returns, the success rate, and each task's.
 struct EvalResult {
   double mean = NAN, std = NAN, min = NAN, max = NAN;
+  double success = NAN;  ///< the share of episodes that succeeded (NaN: the env does not say)
   int episodes = 0;
-  /// The returns of one task (or agent) of an env that has several.
+  /// The returns and success rate of one task (or agent) of an env that has several.
   struct Group {
     std::string name;
     double mean = NAN;
     int episodes = 0;
+    double success = NAN;
   };
   std::vector<Group> groups;  ///< empty when the env has no tasks
 };
@@ -12061,31 +13297,44 @@ struct EvalResult {
 /// Evaluations of a run (see file comment).
 class Evaluation {
  public:
-  /// Envs to evaluate on: `n` copies seeded from `seed`, each to run one episode.
-  using MakeEnvs = std::function<std::unique_ptr<envs::VecEnvBase>(int n, std::uint64_t seed)>;
+  /// Envs to evaluate on: `n` copies seeded from `seed`, each to run one episode; `first`
+  /// is the index of the first among all `count` of this evaluation (over the ranks), for
+  /// envs that place themselves by it (one task each in turn).
+  using MakeEnvs = std::function<std::unique_ptr<envs::VecEnvBase>(int n, std::uint64_t seed, int first, int count)>;
   /// Actions in the env's units for a batch of observations (deterministic).
   using Act = std::function<at::Tensor(const at::Tensor& obs)>;
 
   Evaluation() = default;
   /// Evaluates on envs from `make`, seeded from `seed` on (one seed per evaluation), with
   /// the episodes split over `ranks`; times itself as the eval phase when `times` is given.
-  Evaluation(MakeEnvs make, std::uint64_t seed, Ranks ranks, PhaseTimes* times = nullptr)
-      : make_(std::move(make)), seed_(seed), ranks_(std::move(ranks)), times_(times) {}
+  /// `tasks`: the env's tasks (`VecEnvBase::groups()`), each of which gets the episodes asked.
+  /// `reports_success`: whether the env says when an episode succeeds (`envs::ReportsSuccess`).
+  Evaluation(MakeEnvs make, std::uint64_t seed, Ranks ranks, PhaseTimes* times = nullptr,
+             std::vector<std::string> tasks = {}, bool reports_success = false)
+      : make_(std::move(make)), seed_(seed), ranks_(std::move(ranks)), times_(times), tasks_(std::move(tasks)),
+        success_(reports_success) {}
 
-  /// Runs `episodes` episodes acting with `act`; every rank runs its share and sees every
-  /// return. All ranks must call it together.
-  [[gnu::noinline]] EvalResult run(const Act& act, int episodes) {
+  /// The tasks each evaluation covers (empty: the env has none).
+  [[nodiscard]] const std::vector<std::string>& tasks() const noexcept { return tasks_; }
+  /// Whether results have success rates.
+  [[nodiscard]] bool reports_success() const noexcept { return success_; }
+
+  /// Runs `episodes` episodes (of each task, when the env has tasks) acting with `act`;
+  /// every rank runs its share and sees every return. All ranks must call it together.
+  [[gnu::noinline]] EvalResult run(const Act& act, int per_task) {
     std::optional<ScopedPhase> ph;
     if (times_) ph.emplace(*times_, Phase::eval);
+    const int episodes = per_task * std::max<int>(1, static_cast<int>(tasks_.size()));
     const int world = ranks_.world_size(), rank = ranks_.rank();
     const int mine = episodes / world + (rank < episodes % world ? 1 : 0);
     const int first = rank * (episodes / world) + std::min(rank, episodes % world);
-    // Per episode: its return, and its task + 1 (0: none), summed over the ranks.
-    std::vector<double> all(static_cast<std::size_t>(2 * episodes), 0.0);
+    // Per episode: its return, its task + 1 (0: none) and its success + 2 (1: unknown),
+    // summed over the ranks.
+    std::vector<double> all(static_cast<std::size_t>(3 * episodes), 0.0);
     const std::uint64_t seed = seed_ + static_cast<std::uint64_t>(count_++);
     std::vector<std::string> names;
     if (mine > 0) {
-      auto venv = make_(mine, seed);
+      auto venv = make_(mine, seed, first, episodes);
       names = venv->groups();
       auto obs = venv->reset();
       std::vector<bool> ended(static_cast<std::size_t>(mine), false);
@@ -12097,12 +13346,13 @@ class Evaluation {
             ended[static_cast<std::size_t>(e.env)] = true;
             all[static_cast<std::size_t>(first + e.env)] = e.episode_return;
             all[static_cast<std::size_t>(episodes + first + e.env)] = e.group + 1;
+            all[static_cast<std::size_t>(2 * episodes + first + e.env)] = e.success + 2;
             ++done;
           }
         obs = s.obs;
       }
     } else {
-      names = make_(1, seed)->groups();
+      names = tasks_;
     }
     ranks_.sum(all);
     return summarise(all, episodes, names);
@@ -12162,10 +13412,20 @@ class Evaluation {
     r.std = std::sqrt(var / episodes);
     r.min = *std::min_element(b, e);
     r.max = *std::max_element(b, e);
-    for (std::size_t g = 0; g < names.size(); ++g) {
-      EvalResult::Group group{names[g], 0.0, 0};
+    // success + 2 per episode: 1 unknown, 2 failed, 3 succeeded
+    auto success_of = [&](int i) { return all[static_cast<std::size_t>(2 * episodes + i)] - 2; };
+    auto rate = [&](auto&& in) {
+      int known = 0, won = 0;
       for (int i = 0; i < episodes; ++i)
-        if (static_cast<std::size_t>(all[static_cast<std::size_t>(episodes + i)]) == g + 1) {
+        if (in(i) && success_of(i) >= 0) ++known, won += success_of(i) > 0.5 ? 1 : 0;
+      return known > 0 ? static_cast<double>(won) / known : NAN;
+    };
+    r.success = rate([](int) { return true; });
+    for (std::size_t g = 0; g < names.size(); ++g) {
+      auto mine = [&](int i) { return static_cast<std::size_t>(all[static_cast<std::size_t>(episodes + i)]) == g + 1; };
+      EvalResult::Group group{names[g], 0.0, 0, rate(mine)};
+      for (int i = 0; i < episodes; ++i)
+        if (mine(i)) {
           group.mean += all[static_cast<std::size_t>(i)];
           ++group.episodes;
         }
@@ -12175,18 +13435,19 @@ class Evaluation {
     return r;
   }
   [[gnu::cold, gnu::noinline]] static void write_result(BinaryWriter& w, const EvalResult& r) {
-    for (double x : {r.mean, r.std, r.min, r.max}) w.value(x);
+    for (double x : {r.mean, r.std, r.min, r.max, r.success}) w.value(x);
     w.value(r.episodes);
     w.value(static_cast<std::uint64_t>(r.groups.size()));
     for (const auto& g : r.groups) {
       w.string(g.name);
       w.value(g.mean);
       w.value(g.episodes);
+      w.value(g.success);
     }
   }
   [[gnu::cold, gnu::noinline]] static EvalResult read_result(BinaryReader& r) {
     EvalResult e;
-    for (double* x : {&e.mean, &e.std, &e.min, &e.max}) *x = r.value<double>("evaluation results");
+    for (double* x : {&e.mean, &e.std, &e.min, &e.max, &e.success}) *x = r.value<double>("evaluation results");
     e.episodes = r.value<int>("evaluation episodes");
     const auto n = r.value<std::uint64_t>("evaluation groups");
     if (n > 100'000) r.fail("evaluation groups", "are implausibly many");
@@ -12195,6 +13456,7 @@ class Evaluation {
       g.name = r.string("evaluation group name");
       g.mean = r.value<double>("evaluation group return");
       g.episodes = r.value<int>("evaluation group episodes");
+      g.success = r.value<double>("evaluation group success");
       e.groups.push_back(g);
     }
     return e;
@@ -12204,6 +13466,8 @@ class Evaluation {
   std::uint64_t seed_ = 0;
   Ranks ranks_;
   PhaseTimes* times_ = nullptr;
+  std::vector<std::string> tasks_;
+  bool success_ = false;
   std::int64_t count_ = 0;
   std::int64_t at_ = -1;
   double best_ = NAN;
@@ -12247,6 +13511,7 @@ struct FitResult {
   std::int64_t env_steps = 0;
   std::int64_t updates = 0;
   double wall_seconds = 0.0;
+  std::string stopped_by;  ///< empty: the run finished; else e.g. "stopped by SIGTERM"
 };
 
 /// One row of metrics, as rank 0 writes it.
@@ -12256,6 +13521,7 @@ struct LogRow {
   double wall = 0;                                      ///< seconds since the run began
   double updates_per_s = 0;
   bool complete = false;  ///< the row has every metric the algorithm reports (it has updated)
+  std::vector<EpisodeStats::Episode> episodes;  ///< rank 0's training episodes since the last row
 };
 
 /// The run's files (see file comment).
@@ -12300,8 +13566,12 @@ class MetricsLog {
 
   /// Continues the metrics.csv of a resumed run from the clock it resumed at (rows the
   /// interrupted run wrote later are dropped: the resumed run writes them again).
-  [[gnu::cold, gnu::noinline]] void resume(const Clock& at) {
-    if (src_.ranks->is_main()) csv_ = MetricsCsv::resume(opt_.dir / "metrics.csv", at.env_steps, at.updates);
+  /// Returns whether metrics.csv already has the row of this step (a run resumed from its
+  /// last checkpoint, written after that row): the run then does not write it again.
+  [[gnu::cold, gnu::noinline]] bool resume(const Clock& at) {
+    if (!src_.ranks->is_main()) return false;
+    csv_ = MetricsCsv::resume(opt_.dir / "metrics.csv", at.env_steps, at.updates);
+    return csv_.last_kept() == std::pair{at.env_steps, at.updates};
   }
 
   /// Gathers a row: the metrics' means since the last row and the recent returns, over
@@ -12317,6 +13587,7 @@ class MetricsLog {
       metrics.know(names);
     }
     const auto [k, recent_sum] = src_.episodes->last(10);
+    auto fresh = src_.episodes->take_fresh();
     std::vector<double> sums{static_cast<double>(src_.episodes->take_unfolded()), static_cast<double>(k), recent_sum};
     for (const auto& [name, m] : metrics.sums()) {
       sums.push_back(m.first);
@@ -12338,13 +13609,30 @@ class MetricsLog {
                   {"episodes", static_cast<double>(clock.episodes)},
                   {"recent_return", sums[1] > 0 ? sums[2] / sums[1] : NAN},
                   {"eval_return", src_.evaluation->last().mean}};
+    add_task_columns(row.values, src_.evaluation->last());
     std::size_t i = 3;
     for (const auto& [name, m] : metrics.sums()) {
       row.values.emplace_back(name, sums[i + 1] > 0 ? sums[i] / sums[i + 1] : NAN);
       i += 2;
     }
     row.complete = clock.updates > 0;
+    row.episodes = std::move(fresh);
     return row;
+  }
+
+  /// The evaluation's success rate and each task's return and success rate, as columns
+  /// (NaN until the first evaluation): `eval_success`, `eval_return/<task>`,
+  /// `eval_success/<task>`. Only what the env has: no columns for an env without tasks
+  /// that does not say when it succeeds.
+  void add_task_columns(std::vector<std::pair<std::string, double>>& v, const EvalResult& last) const {
+    const bool success = src_.evaluation->reports_success();
+    if (success) v.emplace_back("eval_success", last.success);
+    const auto& tasks = src_.evaluation->tasks();
+    for (std::size_t g = 0; g < tasks.size(); ++g) {
+      const bool have = g < last.groups.size();
+      v.emplace_back("eval_return/" + tasks[g], have ? last.groups[g].mean : NAN);
+      if (success) v.emplace_back("eval_success/" + tasks[g], have ? last.groups[g].success : NAN);
+    }
   }
 
   /// Writes `row` to metrics.csv (rank 0).
@@ -12356,7 +13644,8 @@ class MetricsLog {
   [[gnu::cold, gnu::noinline]] void write_rest(const LogRow& row, const std::function<void(const std::string&)>& echo = {}) {
     const std::int64_t step = row.step;
     for (const auto& [k, v] : row.values) {
-      if (k == "env_steps" || k == "wall_s" || std::isnan(v)) continue;
+      // evaluations go to TensorBoard when they happen (write_evaluation)
+      if (k == "env_steps" || k == "wall_s" || k.rfind("eval_", 0) == 0 || std::isnan(v)) continue;
       const std::string tag = k == "recent_return"     ? "return/recent"
                               : k == "eval_return"     ? "return/eval"
                               : k == "env_steps_per_s" ? "speed/env_steps_per_s"
@@ -12365,6 +13654,10 @@ class MetricsLog {
       tb_.scalar(tag, v, step);
     }
     if (row.wall > 0) tb_.scalar("speed/updates_per_s", row.updates_per_s, step);
+    for (const auto& e : row.episodes) {  // each training episode at the env step it ended
+      tb_.scalar("episode/return", e.episode_return, e.env_step);
+      tb_.scalar("episode/length", static_cast<double>(e.length), e.env_step);
+    }
     if (src_.learning_rates)
       for (const auto& [name, lr] : src_.learning_rates()) tb_.scalar("lr/" + name, lr, step);
     if (src_.weights && opt_.histograms && tb_.is_open())
@@ -12411,6 +13704,36 @@ class MetricsLog {
     log_.flush();
   }
 
+  /// An evaluation, to TensorBoard at the step it ran (`step`, in the record unit): its
+  /// mean, std, min and max return, its success rate (`success/eval`) and each task's return
+  /// and success rate (`task/<name>/return`, `task/<name>/success`) (rank 0), and lines in
+  /// training.log.
+  [[gnu::cold, gnu::noinline]] void write_evaluation(const EvalResult& r, std::int64_t step) {
+    if (!src_.ranks || !src_.ranks->is_main()) return;
+    tb_.scalar("return/eval", r.mean, step);
+    tb_.scalar("return/eval_std", r.std, step);
+    tb_.scalar("return/eval_min", r.min, step);
+    tb_.scalar("return/eval_max", r.max, step);
+    if (!std::isnan(r.success)) tb_.scalar("success/eval", r.success, step);
+    for (const auto& g : r.groups) {
+      tb_.scalar("task/" + g.name + "/return", g.mean, step);
+      if (!std::isnan(g.success)) tb_.scalar("task/" + g.name + "/success", g.success, step);
+    }
+    if (log_.is_open()) {
+      char b[200];
+      std::snprintf(b, sizeof b, "eval at step %lld: return %.6g (std %.6g, min %.6g, max %.6g, %d episodes)",
+                    static_cast<long long>(step), r.mean, r.std, r.min, r.max, r.episodes);
+      log_ << b;
+      if (!std::isnan(r.success)) log_ << ", success " << r.success;
+      log_ << "\n";
+      for (const auto& g : r.groups) {
+        std::snprintf(b, sizeof b, "  task %s: return %.6g, success %.3g (%d episodes)", g.name.c_str(), g.mean, g.success,
+                      g.episodes);
+        log_ << b << "\n";
+      }
+    }
+  }
+
   /// A line in training.log (rank 0; nothing elsewhere).
   [[gnu::cold, gnu::noinline]] void note(const std::string& m) {
     if (!log_.is_open()) return;
@@ -12419,40 +13742,70 @@ class MetricsLog {
   }
 
   /// Writes `summary.json` (rank 0): what the run achieved, where its time went, its config.
-  [[gnu::cold, gnu::noinline]] void write_summary(const FitResult& r, std::int64_t first_step, std::int64_t first_update, double timer_overhead,
-                     const std::string& config_hash,
-                     const std::vector<std::pair<std::string, std::string>>& config) const {
+  [[gnu::cold, gnu::noinline]] void write_summary(const FitResult& r, std::int64_t first_step, std::int64_t first_update,
+                                                   double timer_overhead, const std::string& config_hash,
+                                                   const std::vector<std::pair<std::string, std::string>>& config,
+                                                   const std::vector<std::pair<std::string, std::string>>& provenance = {}) const {
     if (!src_.ranks->is_main()) return;
+    using json = nlohmann::ordered_json;
+    auto number = [](double x) { return std::isfinite(x) ? json(x) : json(); };  // JSON has no NaN
     const double wall = r.wall_seconds;
     const auto& times = *src_.times;
-    std::string j = "{\n";
-    j += "  \"final_eval_return\": " + json_number(r.final_eval_return) + ",\n";
-    j += "  \"best_eval_return\": " + json_number(r.best_eval_return) + ",\n";
-    j += "  \"env_steps\": " + std::to_string(r.env_steps) + ",\n";
-    j += "  \"updates\": " + std::to_string(r.updates) + ",\n";
-    j += "  \"wall_seconds\": " + json_number(wall) + ",\n";
-    j += "  \"env_steps_per_s\": " + json_number(static_cast<double>(r.env_steps - first_step) / wall) + ",\n";
-    j += "  \"updates_per_s\": " + json_number(static_cast<double>(r.updates - first_update) / wall) + ",\n";
-    j += "  \"phase_share\": {";
-    for (std::size_t i = 0; i < kPhaseNames.size(); ++i)
-      j += std::string(i ? ", " : "") + json_string(std::string(kPhaseNames[i])) + ": " +
-           json_number(times.share(static_cast<Phase>(i)));
-    j += "},\n  \"phase_seconds\": {";
-    for (std::size_t i = 0; i < kPhaseNames.size(); ++i)
-      j += std::string(i ? ", " : "") + json_string(std::string(kPhaseNames[i])) + ": " +
-           json_number(times.seconds(static_cast<Phase>(i)));
-    j += "},\n  \"bottleneck\": " + json_string(bottleneck(times, opt_.advice)) + ",\n";
-    j += "  \"timer_overhead\": " + json_number(timer_overhead) + ",\n";
-    j += "  \"world_size\": " + std::to_string(src_.ranks->world_size()) + ",\n";
-    j += "  \"config_hash\": " + json_string(config_hash) + ",\n";
-    j += "  \"config\": {";
-    bool first = true;
-    for (const auto& [k, v] : config) {
-      j += std::string(first ? "\n" : ",\n") + "    " + json_string(k) + ": " + json_string(v);
-      first = false;
+    json j;
+    j["final_eval_return"] = number(r.final_eval_return);
+    j["best_eval_return"] = number(r.best_eval_return);
+    if (src_.evaluation) {  // the last evaluation's success rate and each task's results
+      const auto& last = src_.evaluation->last();
+      if (src_.evaluation->reports_success()) j["final_eval_success"] = number(last.success);
+      if (!last.groups.empty()) {
+        json tasks = json::object();
+        for (const auto& g : last.groups) {
+          json e = json::object();
+          e["return"] = number(g.mean);
+          if (src_.evaluation->reports_success()) e["success"] = number(g.success);
+          e["episodes"] = g.episodes;
+          tasks[g.name] = e;
+        }
+        j["final_eval_tasks"] = tasks;
+      }
     }
-    j += "\n  }\n}\n";
-    write_file_atomic(opt_.dir / "summary.json", j);
+    j["env_steps"] = r.env_steps;
+    j["updates"] = r.updates;
+    j["wall_seconds"] = number(wall);
+    j["env_steps_per_s"] = number(static_cast<double>(r.env_steps - first_step) / wall);
+    j["updates_per_s"] = number(static_cast<double>(r.updates - first_update) / wall);
+    json shares = json::object(), seconds = json::object();
+    for (std::size_t i = 0; i < kPhaseNames.size(); ++i) {
+      const std::string name(kPhaseNames[i]);
+      shares[name] = number(times.share(static_cast<Phase>(i)));
+      seconds[name] = number(times.seconds(static_cast<Phase>(i)));
+    }
+    j["phase_share"] = shares;
+    j["phase_seconds"] = seconds;
+    j["bottleneck"] = bottleneck(times, opt_.advice);
+    j["timer_overhead"] = number(timer_overhead);
+    j["status"] = r.stopped_by.empty() ? std::string("finished") : r.stopped_by;
+    j["world_size"] = src_.ranks->world_size();
+    j["config_hash"] = config_hash;
+    json p = json::object();
+    for (const auto& [k, v] : provenance) p[k] = v;
+    j["provenance"] = p;
+    json c = json::object();
+    for (const auto& [k, v] : config) c[k] = typed_json(v);
+    j["config"] = c;
+    write_file_atomic(opt_.dir / "summary.json", j.dump(2) + "\n");
+  }
+
+  /// The resolved config and the run's provenance as a TensorBoard text summary (the Text
+  /// tab), at `step` (rank 0).
+  [[gnu::cold, gnu::noinline]] void write_config_text(const std::string& config_yaml,
+                                                      const std::vector<std::pair<std::string, std::string>>& provenance,
+                                                      std::int64_t step) {
+    if (!src_.ranks || !src_.ranks->is_main()) return;
+    std::string md = "| | |\n|---|---|\n";
+    for (const auto& [k, v] : provenance) md += "| " + k + " | `" + v + "` |\n";
+    tb_.text("run/provenance", md, step);
+    tb_.text("run/config", "```yaml\n" + config_yaml + "```\n", step);
   }
 
   /// Writes the rows metrics.csv held back (the run ended before its algorithm reported
@@ -12617,6 +13970,128 @@ class ProgressHook {
 #include <utility>
 #include <vector>
 
+// ---- begin <anvil/train/signals.hpp> ----
+/// @file
+/// Signals a training run answers (the run's side; parallel/launch.hpp forwards them to
+/// the ranks):
+///  - the first SIGINT (Ctrl-C) or SIGTERM (a cluster's preemption: SLURM sends SIGTERM,
+///    then SIGKILL after a grace period) asks the run to stop: it finishes the current
+///    iteration, writes a log row, a checkpoint and summary.json, and `fit` throws
+///    `Interrupted`, which exits 130 (SIGINT) or 143 (SIGTERM). `--resume=auto` in the
+///    same run directory continues it, e.g. in a requeued job;
+///  - a second SIGINT or SIGTERM ends the process at once (exit 130 or 143). The same signal
+///    delivered twice within half a second (by the terminal to a whole process group and
+///    by a launcher forwarding it) counts once;
+///  - SIGUSR1 asks for a checkpoint at the end of the current iteration; the run goes on.
+///
+/// The handlers only set flags (async-signal-safe); a `Run` installs them for the run's
+/// life (`Handlers`) and reads the flags between iterations. Linux/POSIX.
+
+#include <array>
+#include <csignal>
+#include <ctime>
+#include <string>
+
+#include <unistd.h>
+
+
+namespace anvil {
+
+/// What `fit` throws after a run stopped on SIGINT or SIGTERM had saved what it had
+/// (checkpoint, summary): its exit code is 128 + the signal, and an uncaught one prints
+/// `stopped: <message>`.
+class Interrupted : public Error {
+ public:
+  Interrupted(int signal, const std::string& message) : Error(message), signal_(signal) {}
+  [[nodiscard]] int exit_code() const noexcept override { return 128 + signal_; }
+  [[nodiscard]] const char* label() const noexcept override { return "stopped"; }
+  [[nodiscard]] int signal() const noexcept { return signal_; }
+
+ private:
+  int signal_;
+};
+
+namespace signals {
+
+namespace detail {
+inline volatile std::sig_atomic_t g_stop = 0;        // SIGINT or SIGTERM, once asked
+inline volatile std::sig_atomic_t g_checkpoint = 0;  // SIGUSR1 since the last take
+inline std::timespec g_first{};                      // when the stop signal came
+
+inline void on_signal(int sig) {
+  if (sig == SIGUSR1) {
+    g_checkpoint = 1;
+    return;
+  }
+  std::timespec now{};
+  ::clock_gettime(CLOCK_MONOTONIC, &now);  // async-signal-safe
+  if (g_stop == 0) {
+    g_stop = sig;
+    g_first = now;
+    return;
+  }
+  const double since = static_cast<double>(now.tv_sec - g_first.tv_sec) + 1e-9 * static_cast<double>(now.tv_nsec - g_first.tv_nsec);
+  if (sig == g_stop && since < 0.5) return;  // one signal, delivered twice
+  static const char msg[] = "\nstopped: a second signal; exiting at once (the last checkpoint is intact)\n";
+  (void)!::write(2, msg, sizeof msg - 1);
+  ::_exit(128 + sig);
+}
+}  // namespace detail
+
+/// The handlers, installed for an object's life (a `Run` holds one from `begin` to the
+/// end of the run); the actions there were before come back after. Flags from an earlier
+/// run are forgotten on install.
+class Handlers {
+ public:
+  Handlers() = default;
+  Handlers(const Handlers&) = delete;
+  Handlers& operator=(const Handlers&) = delete;
+  ~Handlers() { restore(); }
+  void install() {
+    if (installed_) return;
+    detail::g_stop = 0;
+    detail::g_checkpoint = 0;
+    struct sigaction sa {};
+    sa.sa_handler = &detail::on_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    for (std::size_t i = 0; i < kSignals.size(); ++i) ::sigaction(kSignals[i], &sa, &old_[i]);
+    installed_ = true;
+  }
+  void restore() {
+    if (!installed_) return;
+    for (std::size_t i = 0; i < kSignals.size(); ++i) ::sigaction(kSignals[i], &old_[i], nullptr);
+    installed_ = false;
+  }
+
+ private:
+  static constexpr std::array<int, 3> kSignals{SIGINT, SIGTERM, SIGUSR1};
+  std::array<struct sigaction, 3> old_{};
+  bool installed_ = false;
+};
+
+/// The stop signal received (SIGINT or SIGTERM), or 0.
+[[nodiscard]] inline int stop_requested() noexcept { return detail::g_stop; }
+/// Whether SIGUSR1 came since the last call (and forgets it).
+[[nodiscard]] inline bool take_checkpoint_request() noexcept {
+  if (!detail::g_checkpoint) return false;
+  detail::g_checkpoint = 0;
+  return true;
+}
+/// "SIGINT", "SIGTERM", ... for messages.
+[[nodiscard]] inline std::string name(int sig) {
+  switch (sig) {
+    case SIGINT: return "SIGINT";
+    case SIGTERM: return "SIGTERM";
+    case SIGUSR1: return "SIGUSR1";
+    default: return "signal " + std::to_string(sig);
+  }
+}
+
+}  // namespace signals
+
+}  // namespace anvil
+// ---- end <anvil/train/signals.hpp> ----
 
 namespace anvil {
 
@@ -12730,6 +14205,9 @@ class Run {
     std::string config_hash, config_yaml;
     std::vector<std::pair<std::string, std::string>> config;  ///< every field, flattened
     std::vector<std::string> notes;  ///< said once when the run starts
+    /// Where the run comes from (observe/provenance.hpp): env, policy types, versions,
+    /// command line, host, git commit. In config.yaml, summary.json and TensorBoard.
+    std::vector<std::pair<std::string, std::string>> provenance;
   };
   /// The parts the Trainer owns and the run uses; they outlive it.
   struct Parts {
@@ -12763,7 +14241,10 @@ class Run {
   Run& operator=(const Run&) = delete;
 
   /// Trains until the loop is done: iterations, with evaluations, log rows and checkpoints
-  /// on the clock; then `finish`.
+  /// on the clock; then `finish`. A SIGINT or SIGTERM stops it after the iteration under
+  /// way with a checkpoint, and it throws `Interrupted`; SIGUSR1 writes a checkpoint
+  /// (train/signals.hpp). The last iteration's evaluation and row are `finish`'s, so a run
+  /// writes one row per logged step.
   FitResult fit() {
     begin();
     auto& loop = *p_.loop;
@@ -12771,9 +14252,14 @@ class Run {
       loop.iterate(quiet_until());
       if (loop.stage() != stage_) next_stage();
       const auto now = p_.clock->now();
-      if (eval_every_.due(now)) record_evaluation(evaluate(settings_.eval_episodes));
-      if (log_every_.due(now)) log();
-      if (checkpoint_every_.due(now) && !loop.done()) checkpoint();
+      const bool last = loop.done();
+      if (eval_every_.due(now) && !last) record_evaluation(evaluate(settings_.eval_episodes));
+      if (log_every_.due(now) && !last) log();
+      if (checkpoint_every_.due(now) && !last) checkpoint();
+      if (const auto sig = signalled(); sig.any()) [[unlikely]] {
+        if (sig.stop) stop(sig.stop);
+        if (!last) checkpoint();
+      }
       show_progress();
     }
     return finish();
@@ -12782,9 +14268,17 @@ class Run {
   /// Opens the run directory (config.yaml, training.log, metrics.csv, TensorBoard events),
   /// resumes when `run.resume` asks, and gives every rank rank 0's state.
   [[gnu::cold, gnu::noinline]] void begin() {
+    handlers_.install();
     open_run_dir();
     resume_if_asked();
     sync_from_main();  // a resumed rank 0 hands its state to the others
+    if (p_.ranks->world_size() > 1) {  // and whether its last row is written (log rows are collective)
+      std::vector<double> v{p_.ranks->is_main() ? static_cast<double>(log_at_) : 0.0,
+                            p_.ranks->is_main() ? static_cast<double>(logged_eval_at_) : 0.0};
+      p_.ranks->sum(v);
+      log_at_ = static_cast<std::int64_t>(v[0]);
+      logged_eval_at_ = static_cast<std::int64_t>(v[1]);
+    }
     first_step_ = p_.clock->env_steps;  // rates count what this process did
     first_update_ = p_.clock->updates;
     restart_schedules();
@@ -12794,24 +14288,26 @@ class Run {
   /// a checkpoint, the timing verdict and summary.json.
   [[gnu::cold, gnu::noinline]] FitResult finish() {
     const auto now = p_.clock->now();
+    // The time split and its verdict are about training: taken before the last evaluation,
+    // and only when this process trained (not for a finished run resumed).
+    const bool trained = p_.clock->env_steps > first_step_ || p_.clock->updates > first_update_;
+    const std::string time_line = trained && p_.times->enabled ? "time: " + shares_line(*p_.times) : "";
+    const std::string verdict = trained && p_.times->enabled ? bottleneck(*p_.times, p_.loop->advice()) : "";
     if (p_.evaluation->last_at() != now) record_evaluation(evaluate(settings_.eval_episodes));
     if (log_at_ != now || logged_eval_at_ != p_.evaluation->last_at()) log();  // not the same row twice
     checkpoint();
     const bool main = p_.ranks->is_main();
     if (p_.ranks->world_size() > 1 && main) say(sync_line_);
-    if (main && p_.times->enabled) {
-      say("time: " + shares_line(*p_.times));
-      say(bottleneck(*p_.times, p_.loop->advice()));
+    if (main && !time_line.empty()) {
+      say(time_line);
+      if (!verdict.empty()) say(verdict);
     }
     log_.flush();
     progress_.finish();
-    FitResult r;
-    r.env_steps = p_.clock->env_steps;
-    r.updates = p_.clock->updates;
-    r.wall_seconds = elapsed();
-    r.final_eval_return = p_.evaluation->last().mean;
-    r.best_eval_return = p_.evaluation->best();
-    log_.write_summary(r, first_step_, first_update_, timer_overhead(), s_.config_hash, s_.config);
+    handlers_.restore();
+    const FitResult r = result();
+    log_.write_summary(r, first_step_, first_update_, timer_overhead(), s_.config_hash, s_.config, s_.provenance);
+    lock_ = RunDirLock();  // the run is over: another may use the directory (with --resume)
     if (main) {
       say(summary_line(r));
       say("logs: " + run_dir_.string() + " (training.log, metrics.csv, TensorBoard events, summary.json, config.yaml)");
@@ -12822,7 +14318,10 @@ class Run {
   /// An evaluation of `episodes` episodes (all ranks together), not yet recorded.
   EvalResult evaluate(int episodes) { return p_.evaluate(episodes); }
   /// Makes `r` the latest evaluation (in the next log row, summary.json and the best so far).
-  void record_evaluation(const EvalResult& r) { p_.evaluation->record(r, p_.clock->now()); }
+  void record_evaluation(const EvalResult& r) {
+    p_.evaluation->record(r, p_.clock->now());
+    log_.write_evaluation(r, p_.clock->in(settings_.record_unit));
+  }
 
   /// A row of metrics now (every rank must call it).
   [[gnu::cold, gnu::noinline]] void log() {
@@ -12855,10 +14354,7 @@ class Run {
   /// algorithm, networks, buffer, envs and precision (the error names the first field that
   /// differs). Everything is read and checked before anything changes.
   [[gnu::cold, gnu::noinline]] void load_checkpoint(const std::filesystem::path& file) {
-    checkpoints_.read(file)();
-    p_.collector->restored();
-    p_.loop->resumed();
-    resumed_from_ = file;
+    apply_checkpoint(checkpoints_.read(file), file);
   }
 
   /// Rank 0's shared state on every rank: at construction (ranks seed their networks apart)
@@ -12921,6 +14417,8 @@ class Run {
 
   [[nodiscard]] const std::filesystem::path& run_dir() const noexcept { return run_dir_; }
   [[nodiscard]] const std::filesystem::path& resumed_from() const noexcept { return resumed_from_; }
+  /// The run's config hash (its fields and its policy types), as config.yaml and summary.json give it.
+  [[nodiscard]] const std::string& config_hash() const noexcept { return s_.config_hash; }
   [[nodiscard]] const std::vector<std::string>& notes() const noexcept { return s_.notes; }
   /// The phase timers' own share of the run so far (see `Trainer::timer_overhead`).
   [[nodiscard]] double timer_overhead() const {
@@ -12933,6 +14431,65 @@ class Run {
   }
 
  private:
+  FitResult result(std::string stopped_by = {}) const {
+    FitResult r;
+    r.env_steps = p_.clock->env_steps;
+    r.updates = p_.clock->updates;
+    r.wall_seconds = elapsed();
+    r.final_eval_return = p_.evaluation->last().mean;
+    r.best_eval_return = p_.evaluation->best();
+    r.stopped_by = std::move(stopped_by);
+    return r;
+  }
+
+  // The signals every rank has agreed on (train/signals.hpp). One process reads its flags
+  // after each iteration; ranks add theirs up every `poll_every_` iterations, which rank 0
+  // sets to about 50 ms of iterations, so they all stop at the same step.
+  struct Signalled {
+    int stop = 0;             // SIGINT or SIGTERM
+    bool checkpoint = false;  // SIGUSR1
+    [[nodiscard]] bool any() const noexcept { return stop != 0 || checkpoint; }
+  };
+  Signalled signalled() {
+    auto& ranks = *p_.ranks;
+    if (ranks.world_size() == 1) return {signals::stop_requested(), signals::take_checkpoint_request()};
+    if (++since_poll_ < poll_every_) return {};
+    const int mine = signals::stop_requested();
+    std::vector<double> v{mine == SIGINT ? 1.0 : 0.0, mine == SIGTERM ? 1.0 : 0.0,
+                          signals::take_checkpoint_request() ? 1.0 : 0.0, 0.0};
+    if (ranks.is_main()) {  // the next poll's distance: about 50 ms of iterations
+      const double now = elapsed(), per = (now - polled_at_) / static_cast<double>(since_poll_);
+      v[3] = per > 0 ? std::clamp(0.05 / per, 1.0, 10'000.0) : 1.0;
+      polled_at_ = now;
+    }
+    since_poll_ = 0;
+    ranks.sum(v);
+    poll_every_ = std::max<std::int64_t>(1, static_cast<std::int64_t>(v[3]));
+    return {v[1] > 0 ? SIGTERM : v[0] > 0 ? SIGINT : 0, v[2] > 0};
+  }
+
+  // Stops on `sig` after the iteration under way: the step in flight lands (async envs), a
+  // log row, a checkpoint (with the buffer when run.checkpoint_buffer) and summary.json are
+  // written, and `Interrupted` is thrown (exit 128 + sig). Every rank comes here at the
+  // same step; rank 0 writes.
+  [[gnu::cold, gnu::noinline, noreturn]] void stop(int sig) {
+    if (p_.collector->in_flight()) p_.loop->iterate(p_.clock->now());  // lands it, launches none
+    const auto now = p_.clock->now();
+    const auto name = signals::name(sig);
+    const std::string at = std::string(step_name(p_.clock->unit)) + " " + std::to_string(now);
+    say("stopping on " + name + " at " + at + ": writing a checkpoint (a second " + name + " exits at once)");
+    if (log_at_ != now) log();
+    checkpoint();
+    log_.flush();
+    progress_.finish();
+    handlers_.restore();
+    log_.write_summary(result("stopped by " + name), first_step_, first_update_, timer_overhead(), s_.config_hash,
+                       s_.config, s_.provenance);
+    lock_ = RunDirLock();
+    throw Interrupted(sig, "by " + name + " at " + at + "; checkpoint written in " + run_dir_.string() +
+                               " (continue with --run_dir=" + run_dir_.string() + " --resume=auto)");
+  }
+
   // The clock value before which no hook fires (a loop leaves nothing in flight there).
   std::int64_t quiet_until() const {
     return std::min({eval_every_.next(), log_every_.next(), checkpoint_every_.next()});
@@ -12974,6 +14531,11 @@ class Run {
     if (p_.ranks->is_main()) progress_.iteration(progress_state());
   }
 
+  // Rank 0 takes the run directory: a fresh one (runs/<algorithm>-<env>-seed<N>-<time>), or
+  // run.run_dir, locked for the run's life (a second run there is refused) and refused when
+  // it holds a run and run.resume is not set. A checkpoint to resume from is read and
+  // checked here, before a file of the directory is written: a refused resume changes
+  // nothing. Then config.yaml, training.log, metrics.csv and TensorBoard's file.
   [[gnu::cold, gnu::noinline]] void open_run_dir() {
     start_ = std::chrono::steady_clock::now();
     const bool main = p_.ranks->is_main();
@@ -12982,16 +14544,27 @@ class Run {
       if (resume == "auto" && s_.run.run_dir->empty())
         throw ConfigError("run.resume=auto looks for the latest checkpoint in run.run_dir, which is not set");
       // A resumed run without run.run_dir continues in its checkpoint's directory.
-      run_dir_ = !s_.run.run_dir->empty() ? std::filesystem::path(*s_.run.run_dir)
-                 : !resume.empty()        ? std::filesystem::absolute(resume).parent_path()
-                                          : std::filesystem::path("runs") /
-                                         (s_.algorithm + "-" + s_.env_name + "-" + timestamp_for_path());
-      std::error_code ec;
-      std::filesystem::create_directories(run_dir_, ec);
-      if (ec) throw Error("run.run_dir: cannot create '" + run_dir_.string() + "': " + ec.message());
+      if (!s_.run.run_dir->empty() || !resume.empty()) {
+        run_dir_ = !s_.run.run_dir->empty() ? std::filesystem::path(*s_.run.run_dir)
+                                            : std::filesystem::absolute(resume).parent_path();
+        std::error_code ec;
+        std::filesystem::create_directories(run_dir_, ec);
+        if (ec) throw Error("run.run_dir: cannot create '" + run_dir_.string() + "': " + ec.message());
+      } else {
+        run_dir_ = fresh_run_dir("runs", s_.algorithm + "-" + s_.env_name + "-seed" + std::to_string(*s_.run.seed));
+      }
+      lock_ = RunDirLock(run_dir_);
       checkpoints_.set_dir(run_dir_);
-      write_file_atomic(run_dir_ / "config.yaml",
-                        "# " + s_.program + ", config hash " + s_.config_hash + "\n" + s_.config_yaml);
+      if (resume.empty() && holds_a_run(run_dir_))
+        throw ConfigError("run.run_dir: '" + run_dir_.string() +
+                          "' already holds a run; use --resume=auto to continue it, or another directory");
+      if (!resume.empty()) {
+        resume_file_ = checkpoints_.resolve(resume);
+        if (!resume_file_.empty()) resume_apply_ = checkpoints_.read(resume_file_);  // all checks, nothing changed
+      }
+      std::string header = "# " + s_.program + ", config hash " + s_.config_hash + "\n";
+      for (const auto& [k, v] : s_.provenance) header += "# " + k + ": " + v + "\n";
+      write_file_atomic(run_dir_ / "config.yaml", header + s_.config_yaml);
     }
     // Every rank takes part in log rows; rank 0 writes them.
     auto sources = p_.log_sources;
@@ -13007,6 +14580,7 @@ class Run {
                       "==== " + timestamp_for_path() + " " + s_.program + ", config hash " + s_.config_hash +
                           "\n# resolved config\n" + s_.config_yaml + "# end of config\n");
     if (!main) return;
+    log_.write_config_text(s_.config_yaml, s_.provenance, p_.clock->in(settings_.record_unit));
     s_.notes.push_back(log_.gpu_status());  // once, whether it found GPUs or not
     timer_cost_ = phase_timer_cost();
     progress_ = ProgressHook(s_.run.progress);
@@ -13021,15 +14595,25 @@ class Run {
   [[gnu::cold, gnu::noinline]] void resume_if_asked() {
     const std::string& what = s_.run.resume;
     if (what.empty() || !p_.ranks->is_main()) return;
-    const auto file = checkpoints_.resolve(what);
+    const auto file = resume_file_;
     if (file.empty()) {
       say("resume: no checkpoint in " + run_dir_.string() + "; starting afresh");
       return;
     }
-    load_checkpoint(file);
-    log_.resume(*p_.clock);
+    apply_checkpoint(std::exchange(resume_apply_, {}), file);
+    if (log_.resume(*p_.clock)) {  // its row is written: not again (one row per logged step)
+      log_at_ = p_.clock->now();
+      logged_eval_at_ = p_.evaluation->last_at();
+    }
     say("resumed from " + file.string() + " at " + std::string(step_name(p_.clock->unit)) + " " +
         std::to_string(p_.clock->now()));
+  }
+
+  void apply_checkpoint(const StateSections::Apply& apply, const std::filesystem::path& file) {
+    apply();
+    p_.collector->restored();
+    p_.loop->resumed();
+    resumed_from_ = file;
   }
 
   [[gnu::cold, gnu::noinline]] std::string summary_line(const FitResult& r) const {
@@ -13056,6 +14640,12 @@ class Run {
   std::int64_t log_at_ = -1, logged_eval_at_ = -1;  ///< clock at the last log row, and of the eval in it
   std::string sync_line_;                           ///< what the last in-sync check found
   double timer_cost_ = 0;                           ///< seconds one ScopedPhase costs here
+  std::int64_t since_poll_ = 0, poll_every_ = 16;   ///< iterations between the ranks' signal polls
+  double polled_at_ = 0;                            ///< elapsed() at rank 0's last poll
+  signals::Handlers handlers_;                      ///< SIGINT, SIGTERM, SIGUSR1 during the run
+  RunDirLock lock_;                                 ///< rank 0's hold on the run directory
+  std::filesystem::path resume_file_;               ///< the checkpoint run.resume names, read and checked
+  StateSections::Apply resume_apply_;               ///< applies it
 };
 
 }  // namespace anvil
@@ -13088,13 +14678,311 @@ class Run {
 #include <string>
 #include <utility>
 
+// ---- begin <anvil/train/sweep.hpp> ----
+/// @file
+/// Sweeps, in Hydra's syntax: `--multirun seed=1,2,3 sac.batch_size=256,512` runs the cross
+/// product of the comma-separated values (here 6 runs) one after the other, or N at a time
+/// with `--jobs N`. Each run is this program started again with one value per key and its
+/// own run directory under the sweep's (`--run_dir`, default `runs/sweep-<program>-<time>`),
+/// its output in `<run>.log` beside it. At the end a table of each run's final and best
+/// evaluation returns is printed and written to `sweep.csv` (and `sweep.json`) in the sweep
+/// directory; the sweep exits 0 when every run did. A list value (`sac.actor.hidden=[64,64]`)
+/// is one value, not a sweep. SIGINT/SIGTERM reach every running run once (each stops with
+/// a checkpoint, train/signals.hpp) and no new run starts. Linux/POSIX. `anvil::start`
+/// drives a sweep; this file is the part that does not depend on the Trainer's type.
+
+#include <cmath>
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include <fcntl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+
+
+extern char** environ;
+
+namespace anvil {
+
+/// What a sweep runs (see file comment).
+struct SweepPlan {
+  std::string program;                 ///< the program's name, for the default directory
+  std::vector<std::string> base;       ///< arguments every run gets (no --multirun, --jobs, --run_dir or swept keys)
+  std::vector<std::pair<std::string, std::vector<std::string>>> axes;  ///< swept keys as written, with their values
+  int jobs = 1;
+  std::filesystem::path dir;           ///< the sweep's directory (empty: the default)
+
+  /// Every run's overrides (`key=value`, one per axis), the last axis changing fastest.
+  [[nodiscard]] std::vector<std::vector<std::string>> runs() const {
+    std::vector<std::vector<std::string>> out{{}};
+    for (const auto& [key, values] : axes) {
+      std::vector<std::vector<std::string>> next;
+      for (const auto& prefix : out)
+        for (const auto& v : values) {
+          auto r = prefix;
+          r.push_back(key + "=" + v);
+          next.push_back(std::move(r));
+        }
+      out = std::move(next);
+    }
+    return out;
+  }
+  /// The full arguments (after the program name) of run `overrides`, in directory `run_dir`.
+  [[nodiscard]] std::vector<std::string> arguments(const std::vector<std::string>& overrides,
+                                                   const std::filesystem::path& run_dir) const {
+    auto a = base;
+    a.insert(a.end(), overrides.begin(), overrides.end());
+    a.push_back("--run_dir=" + run_dir.string());
+    return a;
+  }
+};
+
+namespace detail {
+// Splits `v` at commas outside brackets ("1,2,[3,4]" -> "1", "2", "[3,4]").
+inline std::vector<std::string> split_top_level(const std::string& v) {
+  std::vector<std::string> out(1);
+  int depth = 0;
+  for (char c : v) {
+    if (c == '[' || c == '{') ++depth;
+    if (c == ']' || c == '}') --depth;
+    if (c == ',' && depth == 0) out.emplace_back();
+    else out.back() += c;
+  }
+  return out;
+}
+}  // namespace detail
+
+/// The sweep a command line asks for (`raw`: the arguments after the program name), or
+/// throws ConfigError naming what is wrong.
+[[nodiscard]] inline SweepPlan plan_sweep(const std::string& program, const std::vector<std::string>& raw) {
+  SweepPlan p;
+  p.program = program;
+  for (std::size_t i = 0; i < raw.size(); ++i) {
+    const std::string& a = raw[i];
+    if (a == "--multirun" || a == "-m") continue;
+    if (a == "--jobs" || a.rfind("--jobs=", 0) == 0) {
+      std::string v = a == "--jobs" ? (i + 1 < raw.size() ? raw[++i] : "") : a.substr(7);
+      try {
+        p.jobs = std::stoi(v);
+      } catch (const std::exception&) {
+        p.jobs = 0;
+      }
+      if (p.jobs < 1 || p.jobs > 1024) throw ConfigError("--jobs=" + v + ": must be a number of runs from 1 to 1024");
+      continue;
+    }
+    const std::string body = a.rfind("--", 0) == 0 ? a.substr(2) : a;
+    const auto eq = body.find('=');
+    if (eq != std::string::npos) {
+      const std::string key = body.substr(0, eq), value = body.substr(eq + 1);
+      if (key == "run_dir" || key == "run.run_dir" || key == "run-dir") {
+        p.dir = value;
+        continue;
+      }
+      auto values = detail::split_top_level(value);
+      if (values.size() > 1) {
+        for (const auto& v : values)
+          if (v.empty()) throw ConfigError("--multirun: '" + a + "' has an empty value");
+        if (key == "resume" || key == "run.resume")
+          throw ConfigError("--multirun: run.resume cannot be swept; a sweep's runs each start afresh");
+        p.axes.emplace_back(key, std::move(values));
+        continue;
+      }
+    } else if (a == "--run_dir" && i + 1 < raw.size()) {
+      p.dir = raw[++i];
+      continue;
+    }
+    p.base.push_back(a);
+  }
+  if (p.axes.empty())
+    throw ConfigError("--multirun: no key has several values; write them comma-separated, e.g. seed=1,2,3");
+  return p;
+}
+
+/// One run of a sweep, as it ended.
+struct SweepRun {
+  std::string name;
+  std::vector<std::string> overrides;
+  int status = -1;  ///< exit status (128 + signal when killed)
+  double final_eval = NAN, best_eval = NAN, wall = NAN;
+  std::int64_t env_steps = 0;
+};
+
+namespace detail {
+inline volatile std::sig_atomic_t g_sweep_stop = 0;
+inline pid_t g_sweep_children[1024];
+inline volatile std::sig_atomic_t g_sweep_child_count = 0;
+inline void sweep_forward(int sig) {
+  g_sweep_stop = sig;
+  for (int i = 0; i < g_sweep_child_count; ++i)
+    if (g_sweep_children[i] > 0) ::kill(g_sweep_children[i], sig);
+}
+inline std::string sweep_run_name(std::size_t index, const std::vector<std::string>& overrides) {
+  std::string n = std::to_string(index);
+  for (const auto& o : overrides) {
+    n += "_";
+    for (char c : o) n += (c == '/' || c == ' ' || c == '[' || c == ']' || c == ',') ? '-' : c;
+  }
+  return n;
+}
+}  // namespace detail
+
+/// Runs `plan` (see file comment) and returns the exit status for the sweep: 0 when every
+/// run succeeded, 1 when one failed, 128 + signal when it was stopped.
+inline int run_sweep(const SweepPlan& plan) {
+  namespace fs = std::filesystem;
+  const fs::path dir = plan.dir.empty() ? fresh_run_dir("runs", "sweep-" + plan.program) : plan.dir;
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) throw Error("--run_dir: cannot create the sweep directory '" + dir.string() + "': " + ec.message());
+  const auto all = plan.runs();
+  if (all.size() > 100'000) throw ConfigError("--multirun: " + std::to_string(all.size()) + " runs is too many");
+  std::vector<SweepRun> runs(all.size());
+  for (std::size_t i = 0; i < all.size(); ++i) {
+    runs[i].overrides = all[i];
+    runs[i].name = detail::sweep_run_name(i, all[i]);
+  }
+  std::printf("sweep: %zu runs, %d at a time, in %s\n", runs.size(), plan.jobs, dir.string().c_str());
+  std::fflush(stdout);
+
+  struct sigaction sa {}, old_int{}, old_term{};
+  sa.sa_handler = &detail::sweep_forward;
+  sigemptyset(&sa.sa_mask);
+  ::sigaction(SIGINT, &sa, &old_int);
+  ::sigaction(SIGTERM, &sa, &old_term);
+  detail::g_sweep_stop = 0;
+
+  std::map<pid_t, std::size_t> running;
+  std::size_t next = 0, finished = 0;
+  auto start = [&](std::size_t i) {
+    const auto run_dir = dir / runs[i].name;
+    const auto log = dir / (runs[i].name + ".log");
+    std::vector<std::string> args{plan.program};  // argv[0]: the program's name; the file is /proc/self/exe
+    for (auto& a : plan.arguments(runs[i].overrides, run_dir)) args.push_back(a);
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    std::fflush(nullptr);
+    const pid_t pid = ::fork();
+    if (pid < 0) throw Error("--multirun: cannot start run " + runs[i].name + ": fork failed");
+    if (pid == 0) {  // only async-signal-safe calls until exec
+      ::setpgid(0, 0);  // a terminal's Ctrl-C reaches it through the sweep, once
+      const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      if (fd >= 0) {
+        ::dup2(fd, 1);
+        ::dup2(fd, 2);
+        ::close(fd);
+      }
+      ::execve("/proc/self/exe", argv.data(), environ);
+      ::_exit(127);
+    }
+    running[pid] = i;
+    int slot = 0;
+    while (slot < detail::g_sweep_child_count && detail::g_sweep_children[slot] > 0) ++slot;
+    detail::g_sweep_children[slot] = pid;
+    if (slot == detail::g_sweep_child_count) detail::g_sweep_child_count = slot + 1;
+    std::string what;
+    for (const auto& o : runs[i].overrides) what += (what.empty() ? "" : " ") + o;
+    std::printf("[%zu/%zu] started: %s (log: %s)\n", i + 1, runs.size(), what.c_str(), log.string().c_str());
+    std::fflush(stdout);
+  };
+  while (finished < runs.size()) {
+    while (!detail::g_sweep_stop && next < runs.size() && static_cast<int>(running.size()) < plan.jobs) start(next++);
+    if (running.empty()) break;  // stopped before the rest started
+    int status = 0;
+    const pid_t pid = ::waitpid(-1, &status, 0);
+    if (pid < 0) {
+      if (errno == EINTR) continue;
+      break;
+    }
+    const auto it = running.find(pid);
+    if (it == running.end()) continue;
+    for (int s = 0; s < detail::g_sweep_child_count; ++s)
+      if (detail::g_sweep_children[s] == pid) detail::g_sweep_children[s] = -1;
+    auto& r = runs[it->second];
+    running.erase(it);
+    ++finished;
+    r.status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    std::ifstream in(dir / r.name / "summary.json");
+    if (in) {
+      try {
+        const auto j = nlohmann::json::parse(in);
+        auto num = [&](const char* k) { return j.contains(k) && j[k].is_number() ? j[k].get<double>() : NAN; };
+        r.final_eval = num("final_eval_return");
+        r.best_eval = num("best_eval_return");
+        r.wall = num("wall_seconds");
+        r.env_steps = j.contains("env_steps") && j["env_steps"].is_number() ? j["env_steps"].get<std::int64_t>() : 0;
+      } catch (const std::exception&) {
+      }
+    }
+    std::printf("[%zu/%zu] %s: %s, final eval %.1f (best %.1f)\n", finished, runs.size(), r.name.c_str(),
+                r.status == 0 ? "done" : ("exit status " + std::to_string(r.status)).c_str(), r.final_eval, r.best_eval);
+    std::fflush(stdout);
+  }
+  ::sigaction(SIGINT, &old_int, nullptr);
+  ::sigaction(SIGTERM, &old_term, nullptr);
+
+  // The table, on the console and in sweep.csv / sweep.json.
+  std::vector<std::string> keys;
+  for (const auto& [k, v] : plan.axes) keys.push_back(k);
+  std::string csv = "run";
+  for (const auto& k : keys) csv += "," + k;
+  csv += ",exit_status,final_eval_return,best_eval_return,env_steps,wall_seconds\n";
+  nlohmann::ordered_json table = nlohmann::ordered_json::array();
+  std::printf("\n%-6s", "run");
+  for (const auto& k : keys) std::printf(" %-16s", k.c_str());
+  std::printf(" %6s %12s %12s\n", "status", "final eval", "best eval");
+  int failed = 0;
+  for (std::size_t i = 0; i < runs.size(); ++i) {
+    const auto& r = runs[i];
+    nlohmann::ordered_json row;
+    row["run"] = r.name;
+    csv += std::to_string(i);
+    std::printf("%-6zu", i);
+    for (std::size_t a = 0; a < keys.size(); ++a) {
+      const auto v = r.overrides[a].substr(r.overrides[a].find('=') + 1);
+      csv += "," + v;
+      row[keys[a]] = v;
+      std::printf(" %-16s", v.c_str());
+    }
+    auto cell = [](double x) { return std::isfinite(x) ? json_number(x) : std::string(); };
+    csv += "," + (r.status < 0 ? std::string() : std::to_string(r.status)) + "," + cell(r.final_eval) + "," +
+           cell(r.best_eval) + "," + std::to_string(r.env_steps) + "," + cell(r.wall) + "\n";
+    row["exit_status"] = r.status < 0 ? nlohmann::ordered_json() : nlohmann::ordered_json(r.status);
+    row["final_eval_return"] = std::isfinite(r.final_eval) ? nlohmann::ordered_json(r.final_eval) : nlohmann::ordered_json();
+    row["best_eval_return"] = std::isfinite(r.best_eval) ? nlohmann::ordered_json(r.best_eval) : nlohmann::ordered_json();
+    row["env_steps"] = r.env_steps;
+    table.push_back(row);
+    std::printf(" %6s %12.1f %12.1f\n", r.status < 0 ? "-" : std::to_string(r.status).c_str(), r.final_eval, r.best_eval);
+    if (r.status != 0) ++failed;
+  }
+  write_file_atomic(dir / "sweep.csv", csv);
+  write_file_atomic(dir / "sweep.json", table.dump(2) + "\n");
+  std::printf("sweep: %zu of %zu runs succeeded; table in %s\n", runs.size() - static_cast<std::size_t>(failed),
+              runs.size(), (dir / "sweep.csv").string().c_str());
+  std::fflush(stdout);
+  if (detail::g_sweep_stop) return 128 + detail::g_sweep_stop;
+  return failed ? 1 : 0;
+}
+
+}  // namespace anvil
+// ---- end <anvil/train/sweep.hpp> ----
 
 namespace anvil {
 
 namespace detail {
 [[noreturn]] inline void exit_with(const Error& e) {
   std::fflush(stdout);
-  std::fprintf(stderr, "error: %s\n", e.what());
+  std::fprintf(stderr, "%s: %s\n", e.label(), e.what());
   std::fflush(stderr);
   std::exit(e.exit_code());
 }
@@ -13148,6 +15036,26 @@ Config start_config(int argc, char** argv, Config defaults = {}) {
 /// the Trainer's parallelism needs.
 template <class Trainer>
 typename Trainer::Config start(const Args& args, typename Trainer::Config defaults = {}) {
+  if (args.multirun && !args.help && !args.print_config) {
+    // A sweep (train/sweep.hpp): every run's config is checked before the first starts.
+    try {
+      const auto plan = plan_sweep(args.program, args.raw);
+      for (const auto& overrides : plan.runs()) {
+        std::vector<std::string> argv{args.program};
+        for (const auto& a : plan.arguments(overrides, "sweep-check")) argv.push_back(a);
+        try {
+          (void)configure<typename Trainer::Config>(parse_args(argv), defaults);
+        } catch (const ConfigError& e) {
+          std::string which;
+          for (const auto& o : overrides) which += (which.empty() ? "" : " ") + o;
+          throw ConfigError("--multirun: the run with " + which + ": " + e.what());
+        }
+      }
+      std::exit(run_sweep(plan));
+    } catch (const Error& e) {
+      detail::exit_with(e);
+    }
+  }
   auto cfg = start_config<typename Trainer::Config>(args, std::move(defaults));
   try {
     Trainer::Parallelism::start_ranks(*cfg.parallel);  // a launcher does not return
@@ -13179,6 +15087,7 @@ typename Trainer::Config start(int argc, char** argv, typename Trainer::Config d
 #include <torch/utils.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cctype>
 #include <cmath>
 #include <cstdint>
@@ -13246,7 +15155,7 @@ class BasicTrainer {
   /// Builds the run from a typed config (validated here; throws ConfigError). With DDP<N>
   /// the process must be a rank: `anvil::start` launches them.
   template <envs::Env E>
-  BasicTrainer(const E& env, Config cfg, std::string program = "anvil") : cfg_(prepare(std::move(cfg))) {
+  BasicTrainer(const E& env, Config cfg, std::string program = {}) : cfg_(prepare(std::move(cfg))) {
     torch::set_num_threads(cfg_.run->threads);
     parallel_ = std::make_unique<P>(*cfg_.parallel);
     ctx_.device = resolve_device(cfg_.run->device, parallel_->device_index());
@@ -13268,7 +15177,9 @@ class BasicTrainer {
 
     // The envs: training envs (normalised when asked), and evaluation envs that normalise
     // observations with the training statistics, frozen.
-    auto venv = envs::make_vec_env(env, *cfg_.env, ctx_.seed_for(Stream::env));
+    // Env i of rank r is env r * num_envs + i of the run (envs with tasks are spread over them by it).
+    const std::int64_t n_envs = cfg_.env->num_envs;
+    auto venv = envs::make_vec_env(env, *cfg_.env, ctx_.seed_for(Stream::env), ctx_.rank * n_envs, ctx_.world_size * n_envs);
     if (cfg_.normalize->obs || cfg_.normalize->reward) {
       // The return's discount is the algorithm's, which the loop gives the envs (or normalize.gamma).
       auto wrapped = std::make_unique<envs::NormalizedVecEnv>(std::move(venv), *cfg_.normalize, NAN);
@@ -13279,6 +15190,7 @@ class BasicTrainer {
       notes.push_back("checkpoints: " + venv->spec().name +
                       " is not trivially copyable, so checkpoints hold no env state (a resumed run starts new episodes)");
     collector_ = std::make_unique<StepCollector>(std::move(venv), times_);
+    collector_->count_steps_from(&clock_.env_steps);
     const auto& spec = collector_->spec();
 
     algo_ = std::make_unique<A>(spec, *cfg_.algorithm, ctx_);
@@ -13289,18 +15201,23 @@ class BasicTrainer {
     runner_->begin();
     control_ = std::make_unique<LoopControlOf<Runner>>(*runner_);
     evaluation_ = Evaluation(
-        [env, norm = norm_, ncfg = *cfg_.normalize](int n, std::uint64_t seed) {
-          envs::VecEnvConfig c;
+        [env, norm = norm_, ncfg = *cfg_.normalize, ecfg = *cfg_.env](int n, std::uint64_t seed, int first, int count) {
+          envs::VecEnvConfig c = ecfg;  // the same env (tasks included), n of them, stepped here
           c.num_envs = n;
-          auto v = envs::make_vec_env(env, c, seed);
+          c.threads = 1;
+          c.mode = envs::VecMode::sync;
+          auto v = envs::make_vec_env(env, c, seed, first, count);
           if (!norm) return v;
           return std::unique_ptr<envs::VecEnvBase>(
               std::make_unique<envs::NormalizedVecEnv>(std::move(v), ncfg, 0.99, norm, /*frozen=*/true));
         },
-        ctx_.seed_for(Stream::eval_env), ranks_, &times_);
+        ctx_.seed_for(Stream::eval_env), ranks_, &times_, collector_->groups(), collector_->envs().reports_success());
     torch_rng_ = TorchGenerators(ctx_.device);
     add_sections();
     notes.insert(notes.begin(), "world: " + parallel_->describe());
+    if (!compiled_optimised())
+      notes.insert(notes.begin(), "warning: this program was compiled without optimisation, so it trains about 2x "
+                                  "slower; build it with -DCMAKE_BUILD_TYPE=Release (or -O2)");
     run_ = std::make_unique<Run>(setup(std::move(program), std::move(notes)), parts());
     run_->sync_from_main();  // every rank starts from rank 0's networks and optimizer state
   }
@@ -13322,6 +15239,9 @@ class BasicTrainer {
   /// Mean return of `episodes` episodes with deterministic actions (the policy's average
   /// with `train.ema_decay`), on envs seeded apart from the training envs.
   EvalResult evaluate(int episodes) { return run_->evaluate(episodes); }
+  /// The latest recorded evaluation (with each task's return and success rate where the env
+  /// has tasks and says when it succeeds).
+  [[nodiscard]] const EvalResult& last_evaluation() const noexcept { return evaluation_.last(); }
   /// Makes `r` the run's latest evaluation (in the next log row, summary.json, the best).
   void record_evaluation(const EvalResult& r) { run_->record_evaluation(r); }
 
@@ -13374,6 +15294,8 @@ class BasicTrainer {
   }
 
   [[nodiscard]] const Config& config() const noexcept { return cfg_; }
+  /// The run's config hash: its fields and its policy types (FP32 and TF32 runs differ).
+  [[nodiscard]] const std::string& config_hash() const noexcept { return run_->config_hash(); }
   [[nodiscard]] A& algorithm() noexcept { return *algo_; }
   [[nodiscard]] B& buffer() noexcept { return *buffer_; }
   [[nodiscard]] P& parallelism() noexcept { return *parallel_; }
@@ -13454,16 +15376,34 @@ class BasicTrainer {
   Run::Setup setup(std::string program, std::vector<std::string> notes) const {
     Run::Setup s;
     s.run = *cfg_.run;
-    s.program = std::move(program);
+    s.program = program.empty() ? std::string(program_invocation_short_name) : std::move(program);  // the executable's name
     s.algorithm = std::string(A::config_section.view());
     s.precision = std::string(X::name);
     s.env_name = collector_->spec().name;
     s.num_envs = collector_->num_envs();
     s.device = ctx_.device.str();
-    s.config_hash = config_hash_hex(cfg_);
+    // The hash covers the policy types too: FP32 and TF32 runs (the same fields) differ.
+    std::uint64_t h = anvil::config_hash(cfg_);
+    for (const auto t : {type_name<A>(), type_name<B>(), type_name<P>(), type_name<X>(), type_name<L>()})
+      for (const char ch : t) h = (h ^ static_cast<unsigned char>(ch)) * 0x100000001b3ull;  // FNV-1a
+    char hash[17];
+    std::snprintf(hash, sizeof hash, "%016llx", static_cast<unsigned long long>(h));
+    s.config_hash = hash;
     s.config_yaml = to_yaml(cfg_);
     s.config = flatten(cfg_);
     s.notes = std::move(notes);
+    s.provenance = {{"env", collector_->spec().name},
+                    {"algorithm", std::string(type_name<A>())},
+                    {"buffer", std::string(type_name<B>())},
+                    {"parallelism", std::string(type_name<P>())},
+                    {"precision", std::string(type_name<X>())},
+                    {"loop", std::string(type_name<L>())},
+                    {"anvil", std::string(kVersion)},
+                    {"libtorch", compat::torch_version_string()},
+                    {"git_commit", program_git_commit()},
+                    {"command", command_line()},
+                    {"host", host_name()},
+                    {"started", utc_now()}};
     return s;
   }
 

@@ -17,7 +17,7 @@ namespace {
 using PpoTrainer = Trainer<PPO, RolloutBuffer>;
 
 envs::EnvSpec spec(std::int64_t obs_dim, std::variant<envs::Box, envs::Discrete> action) {
-  return envs::EnvSpec{"test", envs::Box{std::vector<float>(obs_dim, -1), std::vector<float>(obs_dim, 1)}, action};
+  return envs::EnvSpec{"test", envs::Box{std::vector<float>(obs_dim, -1), std::vector<float>(obs_dim, 1)}, action, {}};
 }
 
 /// The CartPole settings of the RL Baselines3 Zoo (Raffin 2020, hyperparams/ppo.yml,

@@ -5,6 +5,7 @@
 #include <torch/torch.h>
 
 #include <filesystem>
+#include <map>
 #include <unistd.h>
 
 #include <anvil/algorithms/sac.hpp>
@@ -375,4 +376,112 @@ TEST_CASE("SAC: with micro-batches, gradients cross ranks once per optimizer ste
   for (std::size_t i = 0; i < one.critic()->parameters().size(); ++i)
     CHECK(torch::allclose(one.critic()->parameters()[i], acc.critic()->parameters()[i], 1e-5, 1e-6));
   CHECK(torch::allclose(one.critic_optimizer().exp_avg_sq(), acc.critic_optimizer().exp_avg_sq(), 1e-4, 1e-10));
+}
+
+namespace {
+// Pendulum's spec with three tasks, and batches whose transitions carry tasks 0, 1, 2.
+EnvSpec three_tasks() {
+  auto s = envs::spec_of(envs::Pendulum{});
+  s.tasks = {"a", "b", "c"};
+  return s;
+}
+ReplayBatch tasked_batch(std::int64_t n) {
+  auto b = random_batch(n);
+  b.task = torch::arange(n, torch::kLong) % 3;
+  return b;
+}
+MultiTaskSAC::Config small_mt() {
+  MultiTaskSAC::Config c;
+  c.actor->hidden = {32, 32};
+  c.critic->hidden = {32, 32};
+  return c;
+}
+// Parameters and temperatures of a MultiTaskSAC after `updates` updates on fixed batches.
+std::vector<at::Tensor> train_mt(MultiTaskSAC::Config cfg, bool manual, int updates, bool per) {
+  cfg.manual_backward = manual;
+  torch::manual_seed(21);
+  MultiTaskSAC sac(three_tasks(), cfg, RunContext{});
+  CHECK(sac.manual_backward() == manual);
+  StepContext ctx;
+  torch::manual_seed(22);
+  for (int i = 0; i < updates; ++i) {
+    auto b = tasked_batch(60);
+    if (per) b.weight = torch::rand({60}) + 0.5;
+    sac.update(b, ctx);
+  }
+  std::vector<at::Tensor> w;
+  for (auto& p : sac.actor()->parameters()) w.push_back(p.detach().clone());
+  for (auto& p : sac.critic()->parameters()) w.push_back(p.detach().clone());
+  w.push_back(sac.alphas());
+  return w;
+}
+}  // namespace
+
+TEST_CASE("MultiTaskSAC: a temperature per task, moved by its own transitions towards its own target entropy") {
+  auto cfg = small_mt();
+  cfg.alpha_lr = 0.05;
+  cfg.tasks->target_entropy_scales = {-3.0, 1.0, 30.0};  // targets 3, -1 and -30 nats
+  torch::manual_seed(3);
+  MultiTaskSAC sac(three_tasks(), cfg, RunContext{});
+  CHECK(sac.temperatures() == 3);
+  StepContext ctx;
+  UpdateInfo info;
+  for (int i = 0; i < 30; ++i) info = sac.update(tasked_batch(48), ctx);
+  const auto a = sac.alphas();
+  // The policy's entropy is about 1 nat: below task a's target (its temperature rises),
+  // above b's and c's (theirs fall).
+  CHECK(a[0].item<double>() > 1.2);
+  CHECK(a[1].item<double>() < 0.8);
+  CHECK(a[2].item<double>() < 0.8);
+  // Each task's temperature is reported.
+  std::map<std::string, double> m(info.metrics.begin(), info.metrics.end());
+  CHECK(m.count("alpha/a") == 1);
+  CHECK(m.at("alpha/c") == doctest::Approx(a[2].item<double>()));
+  CHECK(m.at("alpha") == doctest::Approx(a.mean().item<double>()));
+  // A temperature's gradient comes only from its task's transitions: a batch of task b
+  // alone leaves a and c where they were (their Adam moments decay, but the step is 0).
+  auto only_b = random_batch(30);
+  only_b.task = torch::ones({30}, torch::kLong);
+  const auto before = sac.alphas();
+  MultiTaskSAC fresh(three_tasks(), cfg, RunContext{});
+  const auto f0 = fresh.alphas();
+  fresh.update(only_b, ctx);
+  const auto f1 = fresh.alphas();
+  CHECK(f1[0].item<double>() == f0[0].item<double>());
+  CHECK(f1[2].item<double>() == f0[2].item<double>());
+  CHECK(f1[1].item<double>() != f0[1].item<double>());
+  (void)before;
+}
+
+TEST_CASE("MultiTaskSAC: hand-written gradients match autograd's with per-task temperatures and loss weights") {
+  auto cfg = small_mt();
+  SUBCASE("per-task temperatures") { check_close(train_mt(cfg, true, 8, false), train_mt(cfg, false, 8, false)); }
+  SUBCASE("and loss weights by softmax(-log alpha), with importance weights") {
+    cfg.tasks->loss_weights = true;
+    cfg.alpha_lr = 0.05;  // the temperatures part, so the weights differ between tasks
+    check_close(train_mt(cfg, true, 8, true), train_mt(cfg, false, 8, true));
+  }
+}
+
+TEST_CASE("MultiTaskSAC: settings that cannot apply are refused naming the field") {
+  auto cfg = small_mt();
+  cfg.tasks->target_entropy_scales = {1.0, 1.0};
+  CHECK_THROWS_WITH_AS(MultiTaskSAC(three_tasks(), cfg, RunContext{}),
+                       doctest::Contains("mtsac.tasks.target_entropy_scales has 2 values; it needs one per temperature (3"),
+                       ConfigError);
+  auto w = small_mt();
+  w.tasks->loss_weights = true;
+  CHECK_THROWS_WITH_AS(MultiTaskSAC(envs::spec_of(envs::Pendulum{}), w, RunContext{}),
+                       doctest::Contains("mtsac.tasks.loss_weights weighs tasks by their temperatures"), ConfigError);
+  // Without tasks, MultiTaskSAC is SAC: one temperature.
+  MultiTaskSAC single(envs::spec_of(envs::Pendulum{}), small_mt(), RunContext{});
+  CHECK(single.temperatures() == 1);
+  StepContext ctx;
+  CHECK_FALSE(single.update(random_batch(8), ctx).metrics.empty());
+  // A batch without task ids for a per-task SAC is an error, not a silent fallback.
+  MultiTaskSAC mt(three_tasks(), small_mt(), RunContext{});
+  CHECK_THROWS_WITH_AS(mt.update(random_batch(8), ctx), doctest::Contains("the batch has no task ids"), Error);
+  // The config section is its own.
+  CHECK(MultiTaskSAC::config_section.view() == "mtsac");
+  CHECK(SAC::config_section.view() == "sac");
 }

@@ -227,7 +227,7 @@ TEST_CASE("Replay buffers: save and load round-trip exactly, and a bad file chan
   CHECK_THROWS_WITH_AS(fresh.load(flipped),
                        doctest::Contains("checksum does not match the contents (corrupted file?)"), anvil::Error);
   CHECK(fresh.size() == 0);
-  CHECK_THROWS_WITH_AS(fresh.load(dir / "uniform.bin"), doctest::Contains("is not an anvil PrioritizedBuffer v3 file"),
+  CHECK_THROWS_WITH_AS(fresh.load(dir / "uniform.bin"), doctest::Contains("is not an anvil PrioritizedBuffer v4 file"),
                        anvil::Error);
   UniformBuffer::Config other = uc;
   other.capacity = 21;
@@ -238,4 +238,67 @@ TEST_CASE("Replay buffers: save and load round-trip exactly, and a bad file chan
   // A save into a missing directory fails before touching anything.
   CHECK_THROWS_WITH_AS(u.save(dir / "missing" / "x.bin"), doctest::Contains("does its directory exist?"), anvil::Error);
   std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("Replay storage that cannot fit is refused before it is allocated, naming the field and both sizes") {
+  // The figure counts the priority tree with the transitions.
+  const auto available = available_memory();
+  CHECK(available.bytes > 0);
+  const std::int64_t tree = anvil::detail::PriorityTree::bytes_for(1'000'000);
+  CHECK(tree >= 1'000'000 * 8);
+  CHECK(tree <= 1'000'000 * 8 * 13 / 10 + 4096);
+  CHECK_THROWS_WITH_AS(make(1'500'000'000), doctest::Contains("buffer.capacity=1500000000: PrioritizedBuffer's storage needs"),
+                       ConfigError);
+  CHECK_THROWS_WITH_AS(check_fits(3 << 20, "buffer.capacity=7", "a store", AvailableMemory{1 << 20, "a test"}),
+                       "buffer.capacity=7: a store needs 3.0 MiB, but 1.0 MiB is available (a test); lower it or free memory",
+                       ConfigError);
+}
+
+TEST_CASE("PrioritizedBuffer: with tasks, each task's share of a batch is drawn by its own priorities, weights included") {
+  PrioritizedBuffer::Config c;
+  c.capacity = 600;
+  c.alpha = 1.0;
+  c.beta = 1.0;
+  PrioritizedBuffer b(test::tasked_spec(2), c, RunContext{.seed = 5});
+  CHECK(b.balances_tasks());
+  // Env 0: task 0, envs 1..3: task 1 (the data is 1:3).
+  for (std::int64_t t = 0; t < 100; ++t) b.add(test::tasked_step(4, t, 50, [](std::int64_t i) { return i == 0 ? 0 : 1; }));
+  // In task 1, env 1's transitions get priority 10, the others 1 (eps is tiny).
+  const auto all = torch::arange(400, torch::kLong);
+  auto td = torch::ones({400});
+  for (std::int64_t k = 0; k < 400; ++k)
+    if (k % 4 == 1) td[k] = 10.0;
+  b.update_priorities(all, td);
+  int task1 = 0, env1 = 0;
+  for (int k = 0; k < 200; ++k) {
+    const auto s = b.sample(20);
+    CHECK((s.task == 0).sum().item<int>() == 10);
+    for (std::int64_t j = 0; j < 20; ++j) {
+      if (s.task[j].item<std::int64_t>() != 1) continue;
+      ++task1;
+      const bool high = s.index[j].item<std::int64_t>() % 4 == 1;
+      env1 += high ? 1 : 0;
+      // P(i) = 1/2 * p_i / total_1 with total_1 = 100 * 10 + 200 * 1; beta 1: the weight is
+      // P_min / P(i), P_min the smallest probability of any transition (task 1's priority 1).
+      const double w = s.weight[j].item<float>();
+      CHECK(w == doctest::Approx(high ? 0.1 : 1.0).epsilon(1e-4));
+    }
+  }
+  // Env 1 holds 10 of task 1's 12 parts of priority.
+  CHECK(static_cast<double>(env1) / task1 == doctest::Approx(10.0 / 12.0).epsilon(0.05));
+  // Task 0's transitions (priority 1, total 100, share 1/2): P = 1/200; P_min = 1/2 * 1/1200,
+  // so the weight is (1/2400) / (1/200) = 1/12.
+  const auto s = b.sample(20);
+  for (std::int64_t j = 0; j < 20; ++j)
+    if (s.task[j].item<std::int64_t>() == 0) CHECK(s.weight[j].item<float>() == doctest::Approx(1.0 / 12.0).epsilon(1e-4));
+  // Saved and loaded: the same draws.
+  const auto file = std::filesystem::temp_directory_path() / ("anvil_tasked_per_" + std::to_string(::getpid()) + ".bin");
+  b.save(file);
+  PrioritizedBuffer back(test::tasked_spec(2), c, RunContext{.seed = 1});
+  back.load(file);
+  std::filesystem::remove(file);
+  const auto x = b.sample(20), y = back.sample(20);
+  CHECK(torch::equal(x.index, y.index));
+  CHECK(torch::equal(x.weight, y.weight));
+  CHECK(back.total_priority() == doctest::Approx(b.total_priority()));
 }

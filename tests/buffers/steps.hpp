@@ -4,6 +4,9 @@
 #include <torch/torch.h>
 
 #include <anvil/core/batch.hpp>
+#include <anvil/envs/pendulum.hpp>
+
+#include <string>
 
 namespace anvil::test {
 
@@ -12,7 +15,7 @@ namespace anvil::test {
 inline StepBatch step_of(std::int64_t n, float base) {
   auto ids = torch::arange(n, torch::kFloat) + base;
   return StepBatch{ids.unsqueeze(1).repeat({1, 3}), ids.unsqueeze(1) / 1000.0f, ids,
-                   ids.unsqueeze(1).repeat({1, 3}) + 0.5f, torch::zeros({n}), torch::zeros({n})};
+                   ids.unsqueeze(1).repeat({1, 3}) + 0.5f, torch::zeros({n}), torch::zeros({n}), {}};
 }
 
 }  // namespace anvil::test
@@ -34,6 +37,26 @@ inline StepBatch chain_step(std::int64_t n, std::int64_t t, std::int64_t episode
   s.reward = tt;
   s.terminated = torch::zeros({n});
   s.truncated = torch::full({n}, ends ? 1.f : 0.f);
+  return s;
+}
+
+}  // namespace anvil::test
+
+namespace anvil::test {
+
+/// Pendulum's spec with `tasks` named tasks ("t0", "t1", ...): transitions carry a task.
+inline EnvSpec tasked_spec(int tasks) {
+  auto s = envs::spec_of(envs::Pendulum{});
+  for (int k = 0; k < tasks; ++k) s.tasks.push_back("t" + std::to_string(k));
+  return s;
+}
+
+/// `chain_step` with env i on task `task_of(i)`.
+template <class F>
+inline StepBatch tasked_step(std::int64_t n, std::int64_t t, std::int64_t episode, F task_of) {
+  auto s = chain_step(n, t, episode);
+  s.task = torch::empty({n}, torch::kLong);
+  for (std::int64_t i = 0; i < n; ++i) s.task[i] = task_of(i);
   return s;
 }
 

@@ -25,7 +25,7 @@ std::int64_t scan(const std::vector<double>& p, double mass) {
 }
 }  // namespace
 
-TEST_CASE("PriorityTree: find agrees with a linear scan; total and min follow every update") {
+TEST_CASE("PriorityTree: find agrees with a linear scan, total and min follow every update") {
   for (std::int64_t capacity : {1, 7, 8, 9, 64, 1000, 4099}) {
     CAPTURE(capacity);
     PriorityTree tree(capacity);

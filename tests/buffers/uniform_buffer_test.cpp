@@ -247,3 +247,65 @@ TEST_CASE("Replay storage: the indexed gather (how a GPU-resident buffer samples
     CHECK(torch::equal(a.index, b.index));
   }
 }
+
+TEST_CASE("UniformBuffer: with tasks, batches carry each transition's task and hold an equal share of every task") {
+  UniformBuffer::Config c;
+  c.capacity = 2000;
+  UniformBuffer b(test::tasked_spec(3), c, RunContext{.seed = 4});
+  CHECK(b.balances_tasks());
+  // 8 envs: tasks 0, 1, 2, 0, 1, 2, 0, 1 (the data is 3:3:2), env i's action is i.
+  for (std::int64_t t = 0; t < 100; ++t) b.add(test::tasked_step(8, t, 50, [](std::int64_t i) { return i % 3; }));
+  std::map<std::int64_t, int> per_task;
+  for (int k = 0; k < 50; ++k) {
+    const auto s = b.sample(31);
+    REQUIRE(s.task.defined());
+    std::map<std::int64_t, int> in_batch;
+    for (std::int64_t j = 0; j < 31; ++j) {
+      const auto task = s.task[j].item<std::int64_t>();
+      CHECK(task == static_cast<std::int64_t>(s.action[j][0].item<float>()) % 3);  // the task stored is the env's
+      ++in_batch[task];
+    }
+    for (const auto& [task, n] : in_batch) {
+      CHECK(n >= 10);  // 31 = 11 + 10 + 10: the remainder rotates over the tasks
+      CHECK(n <= 11);
+      per_task[task] += n;
+    }
+  }
+  CHECK(per_task[2] >= 510);  // task 2 has a quarter of the data but a third of the batches
+  // Unbalanced: batches follow the data (task 2 near a quarter), tasks still carried.
+  c.balance_tasks = false;
+  UniformBuffer u(test::tasked_spec(3), c, RunContext{.seed = 4});
+  CHECK_FALSE(u.balances_tasks());
+  for (std::int64_t t = 0; t < 100; ++t) u.add(test::tasked_step(8, t, 50, [](std::int64_t i) { return i % 3; }));
+  int two = 0;
+  for (int k = 0; k < 50; ++k) two += (u.sample(31).task == 2).sum().item<int>();
+  CHECK(two < 450);
+  // A task with no transitions yet gets none; the others share its part.
+  UniformBuffer late(test::tasked_spec(3), c, RunContext{.seed = 4});
+  for (std::int64_t t = 0; t < 10; ++t) late.add(test::tasked_step(2, t, 50, [](std::int64_t i) { return i; }));
+  const auto s = late.sample(8);
+  CHECK((s.task == 2).sum().item<int>() == 0);
+  // The task is checked when stored.
+  CHECK_THROWS_WITH_AS(late.add(test::tasked_step(2, 10, 50, [](std::int64_t) { return 5; })),
+                       doctest::Contains("StepBatch.task[0] is 5; the env has tasks 0 to 2"), Error);
+  auto untagged = test::chain_step(2, 11, 50);
+  CHECK_THROWS_WITH_AS(late.add(untagged), doctest::Contains("StepBatch.task must give each of the 2 envs' task"), Error);
+}
+
+TEST_CASE("UniformBuffer: tasks and balanced sampling survive a save and load") {
+  UniformBuffer::Config c;
+  c.capacity = 300;
+  UniformBuffer a(test::tasked_spec(2), c, RunContext{.seed = 9});
+  for (std::int64_t t = 0; t < 200; ++t) a.add(test::tasked_step(3, t, 40, [](std::int64_t i) { return i == 2 ? 1 : 0; }));
+  const auto file = std::filesystem::temp_directory_path() / ("anvil_tasked_" + std::to_string(::getpid()) + ".bin");
+  a.save(file);
+  UniformBuffer b(test::tasked_spec(2), c, RunContext{.seed = 1});
+  b.load(file);
+  std::filesystem::remove(file);
+  for (int k = 0; k < 5; ++k) {
+    const auto x = a.sample(16), y = b.sample(16);
+    CHECK(torch::equal(x.index, y.index));
+    CHECK(torch::equal(x.task, y.task));
+    CHECK((x.task == 1).sum().item<int>() == 8);
+  }
+}

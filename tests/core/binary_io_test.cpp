@@ -68,7 +68,7 @@ TEST_CASE("Crc32c: the published check value, and the hardware path agrees with 
   }
 }
 
-TEST_CASE("BinaryReader: a file round-trips; truncated, corrupted, extended and foreign files are refused") {
+TEST_CASE("BinaryReader: a file round-trips, truncated, corrupted, extended and foreign files are refused") {
   const auto dir = temp_dir("refuse");
   const auto file = dir / "f.bin";
   write_file(file, 42, 1000);

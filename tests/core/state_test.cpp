@@ -141,7 +141,7 @@ TEST_CASE("StateSections: an unknown, a missing, a repeated or a misread section
   CHECK_THROWS_WITH_AS(written.add("a", a), doctest::Contains("section 'a' is added twice"), anvil::Error);
 }
 
-TEST_CASE("save_file / read_file: a part alone in a file; a damaged file is refused before anything changes") {
+TEST_CASE("save_file / read_file: a part alone in a file, a damaged file is refused before anything changes") {
   const auto dir = std::filesystem::path(temp_run_dir("state_file"));
   std::filesystem::create_directories(dir);
   Counter a{42, "answer"};

@@ -3,7 +3,10 @@
 
 #include <torch/torch.h>
 
+#include <array>
+#include <cmath>
 #include <filesystem>
+#include <stdexcept>
 #include <unistd.h>
 
 #include <anvil/envs/cart_pole.hpp>
@@ -70,7 +73,7 @@ TEST_CASE("VecEnv: a bad action names the env index and the step") {
     v.step(a);
     FAIL("expected EnvError");
   } catch (const envs::EnvError& e) {
-    CHECK(std::string(e.what()) == "env 2 of 3: Pendulum-v1: step 0: action[0] is nan");
+    CHECK(std::string(e.what()) == "env 2 of 3: step 1: Pendulum-v1: step 0: action[0] is nan");
   }
   try {
     v.step(torch::zeros({3, 2}));
@@ -79,6 +82,74 @@ TEST_CASE("VecEnv: a bad action names the env index and the step") {
     CHECK(std::string(e.what()).find("actions must be a float32 tensor of shape [3, 1], got float [3, 2]") !=
           std::string::npos);
   }
+}
+
+namespace {
+// Pendulum with a fault from step `at` of env `bad` (counting every step of that env).
+enum class Fault { nan_reward, inf_observation, long_observation, short_observation, throws, throws_on_reset };
+struct FaultyPendulum : envs::Pendulum {
+  static constexpr std::string_view name = "FaultyPendulum";
+  Fault fault = Fault::nan_reward;
+  int at = 3;
+  int steps = 0;
+  std::array<float, 8> wide{};
+  std::span<const float> reset(std::uint64_t seed) {
+    if (fault == Fault::throws_on_reset && steps >= at) throw std::runtime_error("the simulator lost its licence");
+    return Pendulum::reset(seed);
+  }
+  envs::StepResult step(std::span<const float> a) {
+    auto r = Pendulum::step(a);
+    if (++steps < at) return r;
+    switch (fault) {
+      case Fault::nan_reward: r.reward = std::nan(""); break;
+      case Fault::inf_observation:
+        wide = {};
+        std::copy(r.observation.begin(), r.observation.end(), wide.begin());
+        wide[1] = -INFINITY;
+        r.observation = std::span<const float>(wide.data(), 3);
+        break;
+      case Fault::long_observation:
+        std::copy(r.observation.begin(), r.observation.end(), wide.begin());
+        r.observation = std::span<const float>(wide.data(), 4);
+        break;
+      case Fault::short_observation: r.observation = r.observation.first(2); break;
+      case Fault::throws: throw std::runtime_error("solver diverged");
+      case Fault::throws_on_reset: r.truncated = true; break;
+    }
+    return r;
+  }
+};
+std::string fault_message(Fault f, int n_envs, int bad, envs::VecMode mode = envs::VecMode::sync) {
+  envs::VecEnvConfig c = vcfg(n_envs, 1, mode);
+  FaultyPendulum p;
+  p.fault = f;
+  p.at = 1'000'000;
+  envs::VecEnv<FaultyPendulum> v(p, c, 5);
+  v.reset();
+  const_cast<FaultyPendulum&>(v.env(bad)).at = 3;  // only env `bad` goes wrong
+  try {
+    for (int i = 0; i < 10; ++i) v.step(torch::zeros({n_envs, 1}));
+  } catch (const envs::EnvError& e) {
+    return e.what();
+  }
+  return "no error";
+}
+}  // namespace
+
+TEST_CASE("VecEnv: non-finite or wrong-length env data and env exceptions stop at that step, naming env, step and field") {
+  CHECK(fault_message(Fault::nan_reward, 16, 3) == "FaultyPendulum: env 3 of 16: step 3 (step 3 of its episode): reward is nan");
+  CHECK(fault_message(Fault::inf_observation, 4, 1) ==
+        "FaultyPendulum: env 1 of 4: step 3 (step 3 of its episode): observation[1] is -inf");
+  // A long observation would overflow the VecEnv's rows (heap-buffer-overflow before this check).
+  CHECK(fault_message(Fault::long_observation, 4, 3) ==
+        "FaultyPendulum: env 3 of 4: step 3 (step 3 of its episode): observation has 4 numbers; the observation space has 3");
+  CHECK(fault_message(Fault::short_observation, 4, 0) ==
+        "FaultyPendulum: env 0 of 4: step 3 (step 3 of its episode): observation has 2 numbers; the observation space has 3");
+  CHECK(fault_message(Fault::throws, 4, 2) == "FaultyPendulum: env 2 of 4: step 3 (step 3 of its episode): solver diverged");
+  CHECK(fault_message(Fault::throws_on_reset, 4, 2) == "FaultyPendulum: env 2 of 4: reset after step 3: the simulator lost its licence");
+  // The same from the background stepper of async mode.
+  CHECK(fault_message(Fault::nan_reward, 4, 2, envs::VecMode::async) ==
+        "FaultyPendulum: env 2 of 4: step 3 (step 3 of its episode): reward is nan");
 }
 
 TEST_CASE("VecEnv: discrete envs take int64 indices and terminate with the published rule") {

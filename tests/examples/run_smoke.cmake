@@ -1,9 +1,9 @@
-# cmake -DPROGRAM= -DRUN_DIR= -P run_smoke.cmake
-# Runs an example with --smoke; it must exit 0 and leave config.yaml, metrics.csv,
+# cmake -DPROGRAM= -DRUN_DIR= [-DARGS=a;b] -P run_smoke.cmake
+# Runs an example with --smoke (and ARGS); it must exit 0 and leave config.yaml, metrics.csv,
 # training.log (with the resolved config), a TensorBoard event file and a summary.json with
 # the fields a user reads.
 file(REMOVE_RECURSE "${RUN_DIR}")
-execute_process(COMMAND "${PROGRAM}" --smoke --run_dir=${RUN_DIR}
+execute_process(COMMAND "${PROGRAM}" --smoke --run_dir=${RUN_DIR} ${ARGS}
                 RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
 if(NOT rc EQUAL 0)
   message(FATAL_ERROR "exit status ${rc}\nstdout:\n${out}\nstderr:\n${err}")

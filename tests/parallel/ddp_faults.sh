@@ -12,6 +12,8 @@
 #   learns          DDP<2> learns Pendulum (fixed seed) and its ranks end bitwise identical
 #   resume          a DDP run resumes from its checkpoint: rank 0 reads it, the others
 #                   take its state, and the ranks stay in sync
+#   signal          SIGTERM to the launcher: every rank stops at the same step, rank 0
+#                   checkpoints, exit 143; --resume=auto continues with the ranks in sync
 #   ppo             Trainer<PPO, RolloutBuffer, DDP<2>> with normalised observations
 #                   solves CartPole (fixed seed) and its ranks end bitwise identical
 set -u
@@ -152,6 +154,29 @@ resume)
   grep -q "ranks in sync: all 2 ranks hold bitwise-identical .* env step 2400" "$work/resumed.log" || fail "not in sync"
   grep -q "done: 2400 env steps" "$work/resumed.log" || fail "did not finish at 2400"
   echo "ok: resumed at step 800 with 2 ranks, in sync at 2400"
+  ;;
+signal)
+  # SIGTERM to the launcher (a cluster's preemption): it reaches each rank once, they stop
+  # at the same step, rank 0 checkpoints, everyone exits 143; --resume=auto continues in sync.
+  "$ddp" "${long[@]}" --train.learning_starts=400 --run_dir="$work/run" > "$work/launcher.log" 2>&1 &
+  launcher=$!
+  wait_training "$work/launcher.log"
+  kill -TERM "$launcher"
+  wait_gone "$launcher" 60 >/dev/null
+  wait "$launcher"; rc=$?
+  [ "$rc" -eq 143 ] || fail "the launcher exited $rc after SIGTERM, expected 143"
+  grep -q "stopping on SIGTERM at env step" "$work/launcher.log" || fail "rank 0 did not say it was stopping"
+  step=$(sed -n 's/.*stopped: by SIGTERM at env step \([0-9]*\);.*/\1/p' "$work/launcher.log" | head -1)
+  [ -n "$step" ] || fail "no 'stopped:' line"
+  [ "$(grep -c "stopped: by SIGTERM at env step $step;" "$work/launcher.log")" -eq 2 ] || fail "the ranks did not stop at the same step"
+  ckpt=$(printf "%s/run/checkpoint-%012d.ckpt" "$work" "$step")
+  [ -f "$ckpt" ] || fail "no checkpoint at step $step"
+  grep -q "launcher: rank" "$work/launcher.log" && fail "the launcher treated the stop as a failure"
+  "$ddp" --train.steps=$((step + 400)) --train.learning_starts=400 --progress=lines --run_dir="$work/run" \
+    --resume=auto > "$work/resumed.log" 2>&1 || fail "resumed run: exit status $?"
+  grep -q "resumed from .*at env step $step" "$work/resumed.log" || fail "did not resume at $step"
+  grep -q "ranks in sync: all 2 ranks hold bitwise-identical" "$work/resumed.log" || fail "not in sync after resuming"
+  echo "ok: SIGTERM stopped both ranks at step $step with a checkpoint; resumed in sync"
   ;;
 ppo)
   "$ppo" --seed=1 --progress=lines --log_interval=10000 --run_dir="$work/run" > "$work/ppo.log" 2>&1 ||

@@ -107,7 +107,7 @@ TEST_CASE("OffPolicyLoop: env.mode=async takes the same steps and updates, leave
   for (const auto& d : {*c.run->run_dir, *rc.run->run_dir, *sc.run->run_dir}) std::filesystem::remove_all(d);
 }
 
-TEST_CASE("OfflineLoop: learns from a buffer file without stepping the envs; its clock counts gradient updates") {
+TEST_CASE("OfflineLoop: learns from a buffer file without stepping the envs, its clock counts gradient updates") {
   using Offline = Trainer<SAC, UniformBuffer, SingleDevice, FP32, OfflineLoop>;
   auto c = sac_config<Offline>("offline");
   c.train->dataset = pendulum_dataset().string();
@@ -143,7 +143,7 @@ TEST_CASE("OfflineLoop: learns from a buffer file without stepping the envs; its
   std::filesystem::remove_all(dir);
 }
 
-TEST_CASE("Staged<OfflineLoop, OffPolicyLoop>: the dataset first, then online; the stage is kept in checkpoints") {
+TEST_CASE("Staged<OfflineLoop, OffPolicyLoop>: the dataset first, then online, the stage is kept in checkpoints") {
   using StagedSac = Trainer<SAC, UniformBuffer, SingleDevice, FP32, Staged<OfflineLoop, OffPolicyLoop>>;
   auto c = sac_config<StagedSac>("staged_a");
   c.train->first->dataset = pendulum_dataset().string();

@@ -26,6 +26,7 @@ typename T::Config pendulum_config(std::int64_t steps, const std::string& run) {
   c.run->progress = ProgressMode::off;
   c.run->log_interval = 5000;
   c.train->steps = steps;
+  c.train->learning_starts = std::min<std::int64_t>(1000, steps / 2);
   c.train->eval_interval = 0;
   c.algorithm->actor->hidden = {64, 64};
   c.algorithm->critic->hidden = {64, 64};
@@ -111,12 +112,13 @@ TEST_CASE("Trainer: fit writes config.yaml, metrics.csv and summary.json in the 
   CHECK(header.find("alpha") != std::string::npos);
   int rows = 0;
   while (std::getline(csv, line)) ++rows;
-  CHECK(rows == 4);  // at 200, 400, 600 and the final row
+  CHECK(rows == 3);  // at 200, 400 and 600 (the last with the final evaluation): one row per logged step
   std::ifstream summary(dir / "summary.json");
   std::string s((std::istreambuf_iterator<char>(summary)), {});
   CHECK(s.find("\"env_steps\": 600") != std::string::npos);
-  CHECK(s.find("\"config_hash\": \"" + config_hash_hex(t.config()) + "\"") != std::string::npos);
-  CHECK(s.find("\"sac.batch_size\": \"256\"") != std::string::npos);
+  CHECK(s.find("\"config_hash\": \"" + t.config_hash() + "\"") != std::string::npos);
+  CHECK(s.find("\"sac.batch_size\": 256,") != std::string::npos);  // typed
+  CHECK(s.find("\"sac.actor.hidden\": [\n      8\n    ]") != std::string::npos);
   std::ifstream yaml(dir / "config.yaml");
   std::string y((std::istreambuf_iterator<char>(yaml)), {});
   SacTrainer::Config back;
@@ -228,7 +230,6 @@ TEST_CASE("Trainer: resuming from a checkpoint with its buffer continues bitwise
   auto rc = c;
   rc.run->run_dir = temp_run_dir("resume_b");
   rc.run->resume = ckpt.string();
-  rc.run->seed = 6;  // restored from the checkpoint, not re-derived
   SacTrainer b(envs::Pendulum{}, rc);
   b.fit();
   CHECK(b.resumed_from() == ckpt);
@@ -373,7 +374,7 @@ struct LoggingPendulum : envs::Pendulum {
 };
 }  // namespace
 
-TEST_CASE("Trainer: an env that cannot be saved as bytes still checkpoints; a resumed run starts new episodes") {
+TEST_CASE("Trainer: an env that cannot be saved as bytes still checkpoints, a resumed run starts new episodes") {
   auto c = tiny_config(600, "untyped_env");
   SacTrainer a(LoggingPendulum{}, c);
   CHECK(std::count_if(a.notes().begin(), a.notes().end(),
@@ -406,15 +407,98 @@ TEST_CASE("Trainer: a run's TensorBoard events hold its metrics at its log steps
   for (const char* tag : {"return/eval", "return/recent", "sac/critic_loss", "sac/alpha", "lr/actor", "lr/critic",
                           "speed/env_steps_per_s", "speed/updates_per_s", "time/env", "time/update"})
     CHECK_MESSAGE(by_tag.count(tag) == 1, tag);
-  // Rows at 400, 800 and 1200; the last one holds the final evaluation.
+  // Rows at 400, 800 and 1200.
   REQUIRE(by_tag["return/recent"].size() == 3);
   CHECK(by_tag["return/recent"].back().first == 1200);
+  // Evaluations at the steps they ran (600 and the end), with their spread: not at every row.
+  REQUIRE(by_tag["return/eval"].size() == 2);
+  CHECK(by_tag["return/eval"][0].first == 600);
+  CHECK(by_tag["return/eval"][1].first == 1200);
   CHECK(by_tag["return/eval"].back().second == doctest::Approx(r.final_eval_return).epsilon(1e-6));
+  for (const char* tag : {"return/eval_std", "return/eval_min", "return/eval_max"}) CHECK_MESSAGE(by_tag[tag].size() == 2, tag);
+  CHECK(by_tag["return/eval_min"][1].second <= by_tag["return/eval"][1].second);
+  CHECK(by_tag["return/eval_max"][1].second >= by_tag["return/eval"][1].second);
+  // Each training episode (Pendulum's are 200 steps) at the env step it ended.
+  REQUIRE(by_tag["episode/return"].size() == 6);
+  REQUIRE(by_tag["episode/length"].size() == 6);
+  for (int i = 0; i < 6; ++i) {
+    CHECK(by_tag["episode/return"][static_cast<std::size_t>(i)].first == 200 * (i + 1));
+    CHECK(by_tag["episode/length"][static_cast<std::size_t>(i)].second == 200);
+  }
   CHECK(by_tag["lr/actor"].back().second == doctest::Approx(*c.algorithm->actor_lr));
   // The phase shares of a row add up to 1.
   double sum = 0;
   for (const auto& name : kPhaseNames) sum += by_tag["time/" + std::string(name)].back().second;
   CHECK(sum == doctest::Approx(1.0).epsilon(1e-4));
-  // And the histograms are there: 4 records per row beyond the scalars' (actor, critic).
-  CHECK(test::records(events).size() == all.size() + 1 + 2 * 3);
+  // And the histograms are there (2 records per row: actor, critic), beside the file's version
+  // record and the two text summaries (the resolved config and the provenance).
+  CHECK(test::records(events).size() == all.size() + 1 + 2 + 2 * 3);
+}
+
+namespace {
+// Pendulum whose rewards become huge (finite, so the env check passes) after 700 steps:
+// the critic's squared error overflows to inf.
+struct ExplodingPendulum : envs::Pendulum {
+  static constexpr std::string_view name = "ExplodingPendulum";
+  int steps = 0;
+  envs::StepResult step(std::span<const float> a) {
+    auto r = Pendulum::step(a);
+    if (++steps > 700) r.reward = 1e30;
+    return r;
+  }
+};
+}  // namespace
+
+TEST_CASE("Trainer: a non-finite loss stops the run naming it, nothing is saved from its weights") {
+  auto c = tiny_config(3000, "nonfinite_loss");
+  c.run->checkpoint_interval = 600;
+  SacTrainer t(ExplodingPendulum{}, c);
+  CHECK_THROWS_WITH_AS(t.fit(), doctest::Contains("sac: critic_loss is inf at gradient update"), Error);
+  const auto dir = t.run_dir();
+  std::vector<std::string> ckpts;
+  for (const auto& e : std::filesystem::directory_iterator(dir))
+    if (e.path().extension() == ".ckpt") ckpts.push_back(e.path().filename().string());
+  CHECK(ckpts == std::vector<std::string>{"checkpoint-000000000600.ckpt"});
+  // policy.bin is the one written at step 600: finite, and it loads.
+  const auto policy = load_policy(dir / "policy.bin");
+  const auto act = policy.act(torch::zeros({1, 3}));
+  CHECK(torch::isfinite(act).all().item<bool>());
+  // Resuming from the last checkpoint works.
+  SacTrainer r(ExplodingPendulum{}, c);
+  r.load_checkpoint(dir / "checkpoint-000000000600.ckpt");
+  CHECK(r.env_steps() == 600);
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("Trainer: a program compiled without optimisation says so when the run starts") {
+  auto c = tiny_config(600, "unoptimised");
+  SacTrainer t(envs::Pendulum{}, c);
+  bool warned = false;
+  for (const auto& n : t.notes()) warned = warned || n.find("compiled without optimisation") != std::string::npos;
+  CHECK(warned == !compiled_optimised());
+#if defined(__OPTIMIZE__)
+  CHECK(compiled_optimised());
+#else
+  CHECK_FALSE(compiled_optimised());
+#endif
+}
+
+TEST_CASE("Trainer: FP32 and TF32 runs of the same config get different config hashes") {
+  using Tf32Trainer = Trainer<SAC, UniformBuffer, SingleDevice, TF32>;
+  auto hash_of = [](const std::filesystem::path& dir) {
+    std::ifstream in(dir / "config.yaml");
+    std::string first;
+    std::getline(in, first);  // "# <program>, config hash <hash>"
+    return first.substr(first.rfind(' ') + 1);
+  };
+  auto a = tiny_config(300, "hash_fp32");
+  SacTrainer fp32(envs::Pendulum{}, a);
+  fp32.fit();
+  auto b = tiny_config<Tf32Trainer>(300, "hash_tf32");
+  Tf32Trainer tf32(envs::Pendulum{}, b);
+  tf32.fit();
+  CHECK(hash_of(fp32.run_dir()).size() == 16);
+  CHECK(hash_of(fp32.run_dir()) != hash_of(tf32.run_dir()));
+  std::filesystem::remove_all(fp32.run_dir());
+  std::filesystem::remove_all(tf32.run_dir());
 }

@@ -73,7 +73,14 @@ inline Policy load_policy(const std::filesystem::path& path) {
   std::vector<int> hidden;
   for (std::uint64_t i = 0; i < layers; ++i) hidden.push_back(r.value<int>("hidden layer widths"));
   for (int h : hidden)
-    if (h < 1) r.fail("hidden layer widths", "contain a width below 1");
+    if (h < 1 || h > (1 << 20)) r.fail("hidden layer widths", "contain a width out of range (1 to 1048576)");
+  if (p.obs_dim_ > (1 << 24) || p.act_dim_ > (1 << 24)) r.fail("observation or action size", "is implausibly large");
+  // The weights these sizes imply must be in the file before a network of them is built (a
+  // flipped bit in a width must not allocate gigabytes).
+  std::int64_t weights = 0, in = p.obs_dim_;
+  for (int h : hidden) weights += in * h, in = h;
+  weights += in * p.act_dim_;
+  r.expect_available(weights * static_cast<std::int64_t>(sizeof(float)), "hidden layer widths");
   cfg.hidden = hidden;
   const int activation = r.value<int>("activation");
   if (activation < 0 || activation >= static_cast<int>(enum_names(nn::Activation{}).size()))

@@ -5,6 +5,14 @@
 /// entropy tuning from Haarnoja et al. 2018, "Soft Actor-Critic Algorithms and
 /// Applications"). Defaults are the published hyperparameters: Adam at 3e-4, batch 256,
 /// gamma 0.99, tau 0.005, 256x256 networks, target entropy -|A|.
+///
+/// With an env that has tasks (a multi-task suite; `EnvSpec::tasks`), the `tasks` section
+/// gives each task its own learned temperature, picked by each transition's task in every
+/// loss, with its own target entropy, and can weight each transition's losses by its
+/// task's T * softmax(-log alpha) (Yang et al. 2020, "Multi-Task Reinforcement Learning with
+/// Soft Modularization"; the Meta-World+ baselines' `use_task_weights`): the multi-task SAC
+/// of Yu et al. 2019 (Meta-World) with disentangled temperatures. `MultiTaskSAC` is this
+/// algorithm with those on by default, in its own config section (`mtsac`).
 
 #include <torch/nn/module.h>
 #include <torch/utils.h>
@@ -87,7 +95,7 @@ struct SacManual {
   // actor part
   nn::GaussianActorTape actor_tape;
   nn::MlpTape aq1, aq2;
-  at::Tensor xa, dqa1, dqa2, dx1, dx2, da, actor_grad, alpha_grad;
+  at::Tensor xa, dqa1, dqa2, dx1, dx2, da, dlp, actor_grad, alpha_grad;
   std::vector<at::Tensor> actor_grads;
   // act()
   nn::GaussianActorTape act_tape;
@@ -100,6 +108,7 @@ struct SacCriticResult {
 struct SacActorResult {
   at::Tensor grad, alpha_grad;
   double loss = 0, entropy = 0, alpha_loss = 0;
+  at::Tensor log_prob;  // per transition, when the caller computes the temperatures' gradient
 };
 
 // Rows of [obs | action] for the critics: copies `obs` [B, od] into the first od columns of
@@ -121,7 +130,7 @@ inline const float* opt_ptr(const at::Tensor& t) { return t.defined() ? t.data_p
 inline SacCriticResult manual_critic(SacManual& m, const nn::GaussianActorImpl& actor,
                                    const nn::TwinQImpl& critic, const nn::TwinQImpl& target,
                                    const ReplayBatch& batch, double alpha, double gamma_,
-                                   const at::Tensor& noise_next) {
+                                   const at::Tensor& noise_next, const at::Tensor& alpha_row = {}) {
   torch::NoGradGuard no_grad;
   const auto obs = batch.obs.contiguous(), next_obs = batch.next_obs.contiguous();
   const auto action = batch.action.contiguous(), reward = batch.reward.contiguous();
@@ -152,12 +161,14 @@ inline SacCriticResult manual_critic(SacManual& m, const nn::GaussianActorImpl& 
   r.td = at::empty({n}, obs.options());
   const float *rw = reward.data_ptr<float>(), *term = terminated.data_ptr<float>();
   const float *disc = opt_ptr(discount), *wt = opt_ptr(weight);
+  const auto alpha_rows = alpha_row.defined() ? alpha_row.contiguous() : at::Tensor();
+  const float* ar = opt_ptr(alpha_rows);  // per-transition temperatures (one per task), or none
   float *d1 = m.dq1.data_ptr<float>(), *d2 = m.dq2.data_ptr<float>(), *td = r.td.data_ptr<float>();
   const float gamma = static_cast<float>(gamma_), fa = static_cast<float>(alpha);
   const float inv_n = 1.0f / static_cast<float>(n);
   double loss = 0, q_sum = 0;
   for (std::int64_t i = 0; i < n; ++i) {
-    const float v = std::min(tq1[i], tq2[i]) - fa * lp[i];
+    const float v = std::min(tq1[i], tq2[i]) - (ar ? ar[i] : fa) * lp[i];
     const float y = rw[i] + (disc ? disc[i] : gamma) * (1.0f - term[i]) * v;
     const float e1 = q1[i] - y, e2 = q2[i] - y, wi = wt ? wt[i] : 1.0f;
     loss += static_cast<double>(wi * 0.5f * (e1 * e1 + e2 * e2));
@@ -174,13 +185,20 @@ inline SacCriticResult manual_critic(SacManual& m, const nn::GaussianActorImpl& 
   return r;
 }
 
-// SAC's actor and temperature part with hand-written gradients (as autograd_actor).
+// SAC's actor and temperature part with hand-written gradients (as autograd_actor). With
+// `alpha_row` (per-transition temperatures) or `weight_row` (per-transition loss weights),
+// the temperature's gradient is left to the caller (`log_prob` comes back).
 inline SacActorResult manual_actor(SacManual& m, const nn::GaussianActorImpl& actor,
                                  const nn::TwinQImpl& critic, const ReplayBatch& batch,
                                  double alpha, bool auto_alpha, double target_entropy,
-                                 const at::Tensor& noise) {
+                                 const at::Tensor& noise, const at::Tensor& alpha_row = {},
+                                 const at::Tensor& weight_row = {}) {
   torch::NoGradGuard no_grad;
   const auto obs = batch.obs.contiguous();
+  const auto alpha_rows = alpha_row.defined() ? alpha_row.contiguous() : at::Tensor();
+  const auto weight = weight_row.defined() ? weight_row.contiguous() : at::Tensor();
+  const float *ar = opt_ptr(alpha_rows), *wt = opt_ptr(weight);
+  const bool per_row = ar || wt;
   const std::int64_t n = obs.size(0), od = obs.size(1), ad = actor.action_dim(), w = od + ad;
 
   obs_into(m.xa, obs, ad);
@@ -193,15 +211,19 @@ inline SacActorResult manual_actor(SacManual& m, const nn::GaussianActorImpl& ac
   ensure(m.dqa2, {n, 1}, obs);
   float *d1 = m.dqa1.data_ptr<float>(), *d2 = m.dqa2.data_ptr<float>();
   const float fa = static_cast<float>(alpha), inv_n = 1.0f / static_cast<float>(n);
+  if (per_row) ensure(m.dlp, {n}, obs);
+  float* dlp = per_row ? m.dlp.data_ptr<float>() : nullptr;
   double loss = 0, lp_sum = 0;
   for (std::int64_t i = 0; i < n; ++i) {
     // d min(q1, q2) goes to the smaller one (ties: to both halves, as torch's minimum)
     const float qmin = std::min(q1[i], q2[i]);
-    loss += static_cast<double>(fa * lp[i] - qmin);
+    const float ai = ar ? ar[i] : fa, wi = wt ? wt[i] : 1.0f;
+    loss += static_cast<double>(wi * (ai * lp[i] - qmin));
     lp_sum += lp[i];
     const float g1 = q1[i] < q2[i] ? 1.0f : q1[i] > q2[i] ? 0.0f : 0.5f;
-    d1[i] = -g1 * inv_n;
-    d2[i] = -(1.0f - g1) * inv_n;
+    d1[i] = -g1 * wi * inv_n;
+    d2[i] = -(1.0f - g1) * wi * inv_n;
+    if (dlp) dlp[i] = ai * wi * inv_n;
   }
   ensure(m.dx1, {n, w}, obs);
   ensure(m.dx2, {n, w}, obs);
@@ -214,14 +236,16 @@ inline SacActorResult manual_actor(SacManual& m, const nn::GaussianActorImpl& ac
     for (std::int64_t i = 0; i < n; ++i)
       for (std::int64_t j = 0; j < ad; ++j) da[i * ad + j] = x1[i * w + od + j] + x2[i * w + od + j];
   }
-  m.actor_tape.backward(actor, m.da, fa * inv_n, m.actor_grads);
+  m.actor_tape.backward(actor, m.da, fa * inv_n, m.actor_grads, dlp);
 
   SacActorResult r;
   r.grad = m.actor_grad;
   const double mean_lp = lp_sum / static_cast<double>(n);
   r.loss = loss / static_cast<double>(n);
   r.entropy = -mean_lp;
-  if (auto_alpha) {
+  if (per_row) {
+    r.log_prob = m.actor_tape.log_prob().clone();
+  } else if (auto_alpha) {
     // d/dlog_alpha of -(log_alpha (log_prob + target_entropy)).mean()
     r.alpha_grad = m.alpha_grad;
     r.alpha_grad.data_ptr<float>()[0] = static_cast<float>(-(mean_lp + target_entropy));
@@ -230,12 +254,30 @@ inline SacActorResult manual_actor(SacManual& m, const nn::GaussianActorImpl& ac
   return r;
 }
 
+/// SAC's settings for envs that have tasks (see the file comment); `per_task` is the
+/// default of `per_task_alpha` (on in MultiTaskSAC).
+template <bool per_task>
+struct SacTaskConfig {
+  Param<bool, "per_task_alpha",
+        "with an env that has tasks: a learned temperature per task, picked by each transition's task">
+      per_task_alpha{per_task};
+  Param<std::vector<double>, "target_entropy_scales",
+        "one per task, in the env's task order: each task's target entropy is -scale * action_dim (empty: "
+        "target_entropy_scale for every task; a negative scale asks for more entropy than a uniform action)">
+      target_entropy_scales{};
+  Param<bool, "loss_weights",
+        "weight each transition's critic and actor losses by T * softmax(-log alpha) of its task (needs "
+        "per_task_alpha): tasks whose temperature is still high weigh less">
+      loss_weights{false};
+};
+
 }  // namespace detail
 
 /// Algorithm policy: Soft Actor-Critic (see file comment) with swappable networks.
 /// @tparam Actor  a `SquashedPolicyNetwork` (default: tanh-Gaussian MLP)
 /// @tparam Critic a `TwinCriticNetwork` (default: two MLP Q-functions)
-template <class Actor = nn::GaussianActor, class Critic = nn::TwinQ>
+/// @tparam kMultiTask MultiTaskSAC: section `mtsac`, a temperature per task by default
+template <class Actor = nn::GaussianActor, class Critic = nn::TwinQ, bool kMultiTask = false>
 class BasicSAC {
   static_assert(SquashedPolicyNetwork<Actor>,
                 "BasicSAC<Actor, ...>: Actor must be a torch module holder built from "
@@ -248,7 +290,10 @@ class BasicSAC {
 
  public:
   using policy_kind = AlgorithmKind;
-  static constexpr FixedString config_section = "sac";
+  static constexpr auto config_section = [] {
+    if constexpr (kMultiTask) return FixedString("mtsac");
+    else return FixedString("sac");
+  }();
   static constexpr bool on_policy = false;
   using Batch = ReplayBatch;
 
@@ -275,6 +320,7 @@ class BasicSAC {
         manual_backward{true};
     Section<"actor", detail::module_config_t<Actor>> actor;
     Section<"critic", detail::module_config_t<Critic>> critic;
+    Section<"tasks", detail::SacTaskConfig<kMultiTask>> tasks;
   };
 
   BasicSAC(const EnvSpec& spec, const Config& cfg, const RunContext& ctx)
@@ -300,9 +346,27 @@ class BasicSAC {
     critic_->to(device_);
     critic_target_->to(device_);
     for (auto& p : critic_target_->parameters()) p.set_requires_grad(false);
-    log_alpha_ = torch::full({1}, std::log(*cfg.init_alpha),
+    // Temperatures: one, or one per task (tasks.per_task_alpha with an env that has tasks).
+    const std::string sec(config_section.view());
+    const auto& tc = *cfg.tasks;
+    task_names_ = spec.tasks;
+    const auto tasks = static_cast<std::int64_t>(task_names_.size());
+    alphas_ = tc.per_task_alpha && tasks > 1 ? tasks : 1;
+    if (tc.loss_weights && alphas_ == 1)
+      throw ConfigError(sec + ".tasks.loss_weights weighs tasks by their temperatures: it needs " + sec +
+                        ".tasks.per_task_alpha and an env with several tasks (" + spec.name + " has " +
+                        std::to_string(std::max<std::int64_t>(tasks, 1)) + ")");
+    task_weights_ = tc.loss_weights;
+    const auto& scales = *tc.target_entropy_scales;
+    if (!scales.empty() && static_cast<std::int64_t>(scales.size()) != alphas_)
+      throw ConfigError(sec + ".tasks.target_entropy_scales has " + std::to_string(scales.size()) +
+                        " values; it needs one per temperature (" + std::to_string(alphas_) +
+                        (alphas_ > 1 ? ": one per task of " + spec.name + ")" : ")"));
+    for (std::int64_t k = 0; k < alphas_; ++k)
+      target_entropy_.push_back(-(scales.empty() ? *cfg.target_entropy_scale : scales[static_cast<std::size_t>(k)]) *
+                                static_cast<double>(ad));
+    log_alpha_ = torch::full({alphas_}, std::log(*cfg.init_alpha),
                              torch::TensorOptions().device(device_).requires_grad(true));
-    target_entropy_ = -cfg.target_entropy_scale * static_cast<double>(ad);
     // Each network's parameters move into one flat buffer: Adam, clipping, all-reduce and
     // the Polyak average become a handful of ops (see train/flat_adam.hpp).
     const double s = ctx.lr_scale(cfg.batch_size);
@@ -364,11 +428,31 @@ class BasicSAC {
 
   /// `update` with given noise: the same draws give the same update however the batch is
   /// split, e.g. across ranks (the data-parallel equivalence test uses this).
-  UpdateInfo update(const ReplayBatch& b, StepContext& ctx, const UpdateNoise& noise) {
-    const double alpha = log_alpha_.detach().exp().item().toDouble();
+  UpdateInfo update(const ReplayBatch& batch, StepContext& ctx, const UpdateNoise& noise) {
+    const bool per_task = alphas_ > 1;
+    const double alpha = per_task ? 0.0 : log_alpha_.detach().exp().item().toDouble();
     const bool actor_step = updates_ % cfg_.actor_update_freq == 0;
     const auto& noise_next = noise.next;
     const auto& noise_obs = noise.obs;
+    // Per task: each transition's temperature, and its task's loss weight (the critic's
+    // times PER's importance weight).
+    at::Tensor alpha_row, task_w;
+    ReplayBatch weighted;
+    if (per_task) {
+      if (!batch.task.defined())
+        throw Error(std::string(config_section.view()) + ": the batch has no task ids, but the env has " +
+                    std::to_string(alphas_) + " tasks (a replay buffer of this run stores them)");
+      torch::NoGradGuard no_grad;
+      const auto task = batch.task.to(log_alpha_.device(), at::kLong);
+      const auto la = log_alpha_.detach();
+      alpha_row = la.exp().index_select(0, task).to(batch.obs.device(), at::kFloat).contiguous();
+      if (task_weights_) {
+        weighted = batch;
+        task_w = (at::softmax(-la, 0) * static_cast<double>(alphas_)).index_select(0, task).to(batch.obs.device(), at::kFloat);
+        weighted.weight = batch.weight.defined() ? (batch.weight * task_w).contiguous() : task_w.contiguous();
+      }
+    }
+    const ReplayBatch& b = task_weights_ ? weighted : batch;
 
     bool manual = false;
     if constexpr (kDefaultNetworks)
@@ -386,24 +470,33 @@ class BasicSAC {
       const ReplayBatch& mb = whole ? b : (rows = rows_of(b, part.begin, part.rows));
       const auto nn = whole ? noise_next : noise_next.narrow(0, part.begin, part.rows);
       const auto no = whole || !actor_step ? noise_obs : noise_obs.narrow(0, part.begin, part.rows);
+      const auto ar = whole || !alpha_row.defined() ? alpha_row : alpha_row.narrow(0, part.begin, part.rows);
+      const auto tw = whole || !task_w.defined() ? task_w : task_w.narrow(0, part.begin, part.rows);
       detail::SacCriticResult c;
       detail::SacActorResult a;
       auto critic_part = [&] {
         if constexpr (kDefaultNetworks)
           if (manual)
             return void(c = detail::manual_critic(*manual_, *actor_, *critic_, *critic_target_, mb, alpha,
-                                                  *cfg_.gamma, nn));
-        c = autograd_critic(mb, alpha, nn, ctx);
+                                                  *cfg_.gamma, nn, ar));
+        c = autograd_critic(mb, alpha, nn, ctx, ar);
       };
       auto actor_part = [&] {
         if constexpr (kDefaultNetworks)
           if (manual)
             return void(a = detail::manual_actor(*manual_, *actor_, *critic_, mb, alpha, cfg_.auto_alpha,
-                                                 target_entropy_, no));
-        a = autograd_actor(mb, alpha, no, ctx);
+                                                 target_entropy_[0], no, ar, tw));
+        a = autograd_actor(mb, alpha, no, ctx, ar, tw);
+      };
+      // Per task, the temperatures' gradient from the transitions' log-densities.
+      auto temperature_part = [&] {
+        if (!per_task || !actor_step || !cfg_.auto_alpha) return;
+        const auto task = (whole ? batch.task : batch.task.narrow(0, part.begin, part.rows)).to(at::kLong);
+        std::tie(a.alpha_grad, a.alpha_loss) = task_alpha_gradient(a.log_prob, task);
       };
       if (actor_step) ctx.concurrently({critic_part, actor_part});
       else critic_part();
+      temperature_part();
       if (whole) {
         critic = std::move(c);
         actor = std::move(a);
@@ -439,7 +532,13 @@ class BasicSAC {
       }
     }
     ctx.apply(std::move(steps));
-    info.metrics.emplace_back("alpha", log_alpha_.detach().exp().item().toDouble());
+    {
+      const auto alphas = log_alpha_.detach().exp().to(at::kCPU, at::kDouble);
+      info.metrics.emplace_back("alpha", alphas.mean().item<double>());
+      if (per_task)
+        for (std::int64_t k = 0; k < alphas_; ++k)
+          info.metrics.emplace_back("alpha/" + task_names_[static_cast<std::size_t>(k)], alphas[k].item<double>());
+    }
 
     if (updates_ % cfg_.target_update_freq == 0) {
       torch::NoGradGuard no_grad;
@@ -492,7 +591,7 @@ class BasicSAC {
     w.value(static_cast<int>(*ac.activation));
     w.value(*ac.log_std_min);
     w.value(*ac.log_std_max);
-    write_tensor(w, ema_.defined() ? ema_.weights() : actor_opt_.parameters().flat());
+    write_tensor(w, ema_.defined() ? ema_.weights() : actor_opt_.parameters().flat(), "the actor's weights");
   }
 
   /// Everything a checkpoint holds of SAC: the actor and the critic with their Adam
@@ -508,7 +607,7 @@ class BasicSAC {
     actor_opt_.save(w);
     critic_opt_.save(w);
     alpha_opt_.save(w);
-    write_tensor(w, target_.flat());
+    write_tensor(w, target_.flat(), "the target critic's weights");
     w.value(updates_);
     ema_.save(w);
   }
@@ -541,7 +640,12 @@ class BasicSAC {
   [[nodiscard]] const FlatAdam& actor_optimizer() const noexcept { return actor_opt_; }
   [[nodiscard]] const FlatAdam& critic_optimizer() const noexcept { return critic_opt_; }
   [[nodiscard]] const FlatAdam& alpha_optimizer() const noexcept { return alpha_opt_; }
-  [[nodiscard]] double alpha() const { return log_alpha_.detach().exp().item().toDouble(); }
+  /// The temperature (the mean of the tasks' when there is one per task).
+  [[nodiscard]] double alpha() const { return log_alpha_.detach().exp().mean().item().toDouble(); }
+  /// Each temperature: one, or one per task.
+  [[nodiscard]] at::Tensor alphas() const { return log_alpha_.detach().exp().to(at::kCPU); }
+  /// How many temperatures: 1, or the env's tasks with `tasks.per_task_alpha`.
+  [[nodiscard]] std::int64_t temperatures() const noexcept { return alphas_; }
   [[nodiscard]] const Config& config() const noexcept { return cfg_; }
   [[nodiscard]] std::int64_t updates() const noexcept { return updates_; }
   /// Batch size the trainer samples for each update.
@@ -565,14 +669,15 @@ class BasicSAC {
   }
 
   detail::SacCriticResult autograd_critic(const ReplayBatch& b, double alpha, const at::Tensor& noise_next,
-                               StepContext& ctx) {
+                               StepContext& ctx, const at::Tensor& alpha_row = {}) {
     at::Tensor target;
     {  // in float32 and without gradients
       torch::NoGradGuard no_grad;
       auto guard = ctx.autocast();
       auto next = actor_->sample(b.next_obs, noise_next);
       auto [tq1, tq2] = critic_target_->forward(b.next_obs, next.action);
-      auto v = at::min(tq1, tq2).to(at::kFloat) - alpha * next.log_prob.to(at::kFloat);
+      auto v = alpha_row.defined() ? at::min(tq1, tq2).to(at::kFloat) - alpha_row * next.log_prob.to(at::kFloat)
+                                   : at::min(tq1, tq2).to(at::kFloat) - alpha * next.log_prob.to(at::kFloat);
       target = b.reward + discount_of(b, v) * (1.0 - b.terminated) * v;
     }
     auto guard = ctx.autocast();
@@ -589,22 +694,41 @@ class BasicSAC {
   }
 
   detail::SacActorResult autograd_actor(const ReplayBatch& b, double alpha, const at::Tensor& noise,
-                             StepContext& ctx) {
+                             StepContext& ctx, const at::Tensor& alpha_row = {}, const at::Tensor& weight_row = {}) {
     auto guard = ctx.autocast();
     auto s = actor_->sample(b.obs, noise);
     auto [q1, q2] = critic_->forward(b.obs, s.action);
     auto log_prob = s.log_prob.to(at::kFloat);
-    auto loss = (alpha * log_prob - at::min(q1, q2).to(at::kFloat)).mean();
+    auto per_sample = alpha_row.defined() ? alpha_row * log_prob - at::min(q1, q2).to(at::kFloat)
+                                          : alpha * log_prob - at::min(q1, q2).to(at::kFloat);
+    auto loss = weight_row.defined() ? (weight_row * per_sample).mean() : per_sample.mean();
     detail::SacActorResult r;
     r.grad = ctx.gradient(loss, actor_opt_);
     r.loss = loss.item().toDouble();
     r.entropy = -log_prob.detach().mean().item().toDouble();
-    if (cfg_.auto_alpha) {
-      auto alpha_loss = -(log_alpha_ * (log_prob.detach() + target_entropy_)).mean();
+    if (alphas_ > 1) {
+      r.log_prob = log_prob.detach();  // the temperatures' gradient is the caller's
+    } else if (cfg_.auto_alpha) {
+      auto alpha_loss = -(log_alpha_ * (log_prob.detach() + target_entropy_[0])).mean();
       r.alpha_grad = ctx.gradient(alpha_loss, alpha_opt_);
       r.alpha_loss = alpha_loss.item().toDouble();
     }
     return r;
+  }
+
+  // Per task: the gradient of -(log_alpha[task_i] (log_prob_i + target_entropy[task_i])).mean()
+  // with respect to each task's log_alpha, and that loss.
+  std::pair<at::Tensor, double> task_alpha_gradient(const at::Tensor& log_prob, const at::Tensor& task) const {
+    torch::NoGradGuard no_grad;
+    const auto dev = log_alpha_.device();
+    const auto lp = log_prob.to(dev, at::kFloat).reshape({-1});
+    const auto tk = task.to(dev, at::kLong).reshape({-1});
+    const auto ent = at::tensor(std::vector<float>(target_entropy_.begin(), target_entropy_.end()), at::TensorOptions().device(dev));
+    const auto term = lp + ent.index_select(0, tk);  // log_prob_i + target_entropy[task_i]
+    const double n = static_cast<double>(lp.numel());
+    auto grad = at::zeros({alphas_}, term.options()).index_add_(0, tk, -term) / n;
+    const double loss = -(log_alpha_.detach().index_select(0, tk) * term).sum().item<double>() / n;
+    return {grad, loss};
   }
 
   Config cfg_;
@@ -612,7 +736,10 @@ class BasicSAC {
   Actor actor_{nullptr};
   Critic critic_{nullptr}, critic_target_{nullptr};
   at::Tensor log_alpha_;
-  double target_entropy_ = 0.0;
+  std::vector<double> target_entropy_;  // one per temperature
+  std::int64_t alphas_ = 1;             // temperatures: 1, or one per task
+  bool task_weights_ = false;           // tasks.loss_weights
+  std::vector<std::string> task_names_;
   std::int64_t act_dim_ = 0;
   FlatAdam actor_opt_, critic_opt_, alpha_opt_;
   FlatParameters target_;
@@ -624,6 +751,14 @@ class BasicSAC {
 /// SAC with the default networks: tanh-Gaussian actor and twin-Q critic, 256x256 MLPs.
 using SAC = BasicSAC<>;
 
+/// Multi-task SAC with swappable networks: a temperature per task by default, in the
+/// config section `mtsac` (see the file comment).
+template <class Actor = nn::GaussianActor, class Critic = nn::TwinQ>
+using BasicMultiTaskSAC = BasicSAC<Actor, Critic, true>;
+/// Multi-task SAC with the default networks.
+using MultiTaskSAC = BasicMultiTaskSAC<>;
+
 static_assert(Algorithm<SAC>);
+static_assert(Algorithm<MultiTaskSAC>);
 
 }  // namespace anvil

@@ -20,6 +20,7 @@
 #include <anvil/core/concepts.hpp>
 #include <anvil/core/context.hpp>
 #include <anvil/core/error.hpp>
+#include <anvil/core/memory.hpp>
 #include <anvil/core/random.hpp>
 #include <anvil/core/spaces.hpp>
 #include <anvil/core/state.hpp>
@@ -41,7 +42,7 @@ class PrioritizedBuffer {
   using Batch = ReplayBatch;
   using Step = StepBatch;
   /// The format tag of the files `save(path)` writes.
-  static constexpr const char* file_format = "anvil PrioritizedBuffer v3";
+  static constexpr const char* file_format = "anvil PrioritizedBuffer v4";
 
   struct Config {
     detail::CapacityParam capacity{1'000'000};
@@ -57,55 +58,91 @@ class PrioritizedBuffer {
           at_least(0)>
         beta_steps{0};
     Param<double, "eps", "added to |TD error| so no transition's priority is zero", positive> eps{1e-6};
+    detail::BalanceTasksParam balance_tasks{true};
   };
 
   PrioritizedBuffer(const EnvSpec& spec, const Config& cfg, const RunContext& ctx)
-      : core_(spec, cfg.capacity, cfg.storage, cfg.obs_dtype, cfg.n_step, ctx, "PrioritizedBuffer"),
-        tree_(cfg.capacity),
+      : core_(spec, cfg.capacity, cfg.storage, cfg.obs_dtype, cfg.n_step, ctx, "PrioritizedBuffer",
+              tree_bytes(spec, cfg)),
         cfg_(cfg),
+        balance_(cfg.balance_tasks && spec.tasks.size() > 1),
         horizon_(cfg.beta_steps),
-        rng_(ctx.seed_for(Stream::buffer)) {}
+        rng_(ctx.seed_for(Stream::buffer)) {
+    const std::size_t count = balance_ ? spec.tasks.size() : 1;
+    allocating("PrioritizedBuffer's priority " + std::string(count > 1 ? "trees (one per task)" : "tree") +
+                   " (buffer.capacity=" + std::to_string(*cfg.capacity) + ")",
+               tree_bytes(spec, cfg), [&] {
+                 for (std::size_t k = 0; k < count; ++k) trees_.emplace_back(cfg.capacity);
+                 if (balance_) leaf_tree_.assign(static_cast<std::size_t>(*cfg.capacity), -1);
+               });
+  }
 
   /// Adds one step of N envs (row i = env i) at the largest priority so far.
   void add(const StepBatch& step) {
     const auto [first, n] = core_.add(step);
-    slots_.resize(static_cast<std::size_t>(n));
-    values_.assign(static_cast<std::size_t>(n), max_priority_);
-    for (std::int64_t i = 0; i < n; ++i) slots_[static_cast<std::size_t>(i)] = core_.slot_of(first + i);
-    tree_.set(slots_, values_);
-    // Transitions that left early (their observation was overwritten) can no longer be drawn.
-    slots_.clear();
-    for (auto k : core_.killed())
-      if (!core_.valid(k)) slots_.push_back(k);
-    if (!slots_.empty()) {
-      values_.assign(slots_.size(), 0.0);
-      tree_.set(slots_, values_);
+    if (!balance_) {
+      slots_.resize(static_cast<std::size_t>(n));
+      values_.assign(static_cast<std::size_t>(n), max_priority_);
+      for (std::int64_t i = 0; i < n; ++i) slots_[static_cast<std::size_t>(i)] = core_.slot_of(first + i);
+      trees_[0].set(slots_, values_);
+    } else {
+      for (std::int64_t i = 0; i < n; ++i) {
+        const std::int64_t s = core_.slot_of(first + i);
+        set_leaf(s, tree_of(s), max_priority_);
+      }
     }
+    // Transitions that left early (their observation was overwritten) can no longer be drawn.
+    for (auto k : core_.killed())
+      if (!core_.valid(k)) set_leaf(k, holder(k), 0.0);
   }
 
   /// `n` transitions, one from each of n equal slices of the total priority, with their
-  /// importance weights in `weight` and ids in `index`.
+  /// importance weights in `weight` and ids in `index`. With an env that has tasks and
+  /// `balance_tasks`, each task that has transitions gets an equal share of the batch,
+  /// drawn the same way from its own priorities (a tree per task); the importance weights
+  /// then correct for the probability of the draw: a task's share times the transition's
+  /// priority over its task's total.
   ReplayBatch sample(std::int64_t n) {
     core_.check_batch(n);
-    const double total = tree_.total();
     mass_.resize(static_cast<std::size_t>(n));
-    const double slice = total / static_cast<double>(n);
-    for (std::int64_t k = 0; k < n; ++k)
-      mass_[static_cast<std::size_t>(k)] = std::min((static_cast<double>(k) + rng_.uniform()) * slice,
-                                                   std::nextafter(total, 0.0));
     sampled_.resize(static_cast<std::size_t>(n));
-    tree_.find(mass_, sampled_);
-
-    // (p / p_min)^-beta = exp(-beta log(p / p_min))
+    // (P / P_min)^-beta = exp(-beta (log P - log P_min)), P the probability of the draw.
+    std::vector<double> log_p(static_cast<std::size_t>(n));
+    double log_p_min = INFINITY;
+    auto draw = [&](std::size_t k, std::int64_t begin, std::int64_t q, double share) {
+      auto& tree = trees_[k];
+      const double total = tree.total(), slice = total / static_cast<double>(q);
+      for (std::int64_t j = 0; j < q; ++j)
+        mass_[static_cast<std::size_t>(begin + j)] =
+            std::min((static_cast<double>(j) + rng_.uniform()) * slice, std::nextafter(total, 0.0));
+      tree.find(std::span<const double>(mass_).subspan(static_cast<std::size_t>(begin), static_cast<std::size_t>(q)),
+                std::span<std::int64_t>(sampled_).subspan(static_cast<std::size_t>(begin), static_cast<std::size_t>(q)));
+      const double base = balance_ ? std::log(share) - std::log(total) : 0.0;  // (one tree: P ~ p)
+      for (std::int64_t j = begin; j < begin + q; ++j)
+        log_p[static_cast<std::size_t>(j)] = base + std::log(tree.get(sampled_[static_cast<std::size_t>(j)]));
+      log_p_min = std::min(log_p_min, base + std::log(tree.min()));
+    };
+    if (!balance_) {
+      draw(0, 0, n, 1.0);
+    } else {
+      const auto quota = core_.task_quotas(n, calls_++);
+      std::int64_t begin = 0;
+      for (std::size_t k = 0; k < quota.size(); ++k) {
+        if (quota[k] == 0) continue;
+        draw(k, begin, quota[k], static_cast<double>(quota[k]) / static_cast<double>(n));
+        begin += quota[k];
+      }
+    }
     auto w = at::empty({n}, at::TensorOptions().dtype(at::kFloat));
-    const double b = beta(), log_min = std::log(tree_.min());
+    const double b = beta();
     auto* wp = w.data_ptr<float>();
-    for (std::int64_t k = 0; k < n; ++k)
-      wp[k] = static_cast<float>(std::exp(-b * (std::log(tree_.get(sampled_[static_cast<std::size_t>(k)])) - log_min)));
+    for (std::int64_t k = 0; k < n; ++k) wp[k] = static_cast<float>(std::exp(-b * (log_p[static_cast<std::size_t>(k)] - log_p_min)));
     auto batch = core_.gather(sampled_);
     batch.weight = core_.device().is_cpu() ? w : w.to(core_.device(), /*non_blocking=*/true);
     return batch;
   }
+  /// Whether batches are balanced over tasks.
+  [[nodiscard]] bool balances_tasks() const noexcept { return balance_; }
 
   /// Sets the priorities of transitions `index` (ids from `sample`) to
   /// (|td_error| + eps)^alpha. Ids of transitions overwritten since they were sampled are
@@ -137,10 +174,15 @@ class PrioritizedBuffer {
   /// The priority of stored transition `id`.
   [[nodiscard]] double priority(std::int64_t id) const {
     if (!core_.live(id)) throw Error("PrioritizedBuffer::priority: id " + std::to_string(id) + " is not stored");
-    return tree_.get(core_.slot_of(id));
+    const auto s = core_.slot_of(id);
+    return trees_[holder(s)].get(s);
   }
   /// Sum of all stored priorities.
-  [[nodiscard]] double total_priority() const noexcept { return tree_.total(); }
+  [[nodiscard]] double total_priority() const noexcept {
+    double sum = 0;
+    for (const auto& t : trees_) sum += t.total();
+    return sum;
+  }
   /// Priority updates skipped because their transition had been overwritten.
   [[nodiscard]] std::int64_t stale_updates() const noexcept { return stale_; }
 
@@ -161,22 +203,24 @@ class PrioritizedBuffer {
     w.value(max_priority_);
     w.value(stale_);
     w.value(horizon_);
-    for (std::int64_t i = 0; i < core_.stored(); ++i) w.value(tree_.get(i));
+    w.value(calls_);
+    for (std::int64_t i = 0; i < core_.stored(); ++i) w.value(trees_[holder(i)].get(i));
   }
   struct Saved {
     detail::ReplayCore::Saved core;
     Rng::State rng{};
     double max_priority = 1.0;
-    std::int64_t stale = 0, horizon = 0;
+    std::int64_t stale = 0, horizon = 0, calls = 0;
     std::vector<double> priorities;
   };
   /// Reads what `save` wrote, checked against this buffer's config; changes nothing.
   [[nodiscard]] Saved read(BinaryReader& r) const {
-    Saved s{core_.read(r), {}, 1.0, 0, 0, {}};
+    Saved s{core_.read(r), {}, 1.0, 0, 0, 0, {}};
     s.rng = r.value<Rng::State>("sampling state");
     s.max_priority = r.value<double>("largest priority");
     s.stale = r.value<std::int64_t>("stale update count");
     s.horizon = r.value<std::int64_t>("beta horizon");
+    s.calls = r.value<std::int64_t>("balanced batches drawn");
     s.priorities.resize(static_cast<std::size_t>(std::min(s.core.added, capacity())));
     r.bytes(s.priorities.data(), s.priorities.size() * sizeof(double), "priorities");
     for (double v : s.priorities)
@@ -189,10 +233,20 @@ class PrioritizedBuffer {
     max_priority_ = s.max_priority;
     stale_ = s.stale;
     horizon_ = s.horizon;
-    tree_ = detail::PriorityTree(capacity());
-    std::vector<std::int64_t> idx(s.priorities.size());
-    for (std::size_t i = 0; i < idx.size(); ++i) idx[i] = static_cast<std::int64_t>(i);
-    tree_.set(idx, s.priorities);
+    calls_ = s.calls;
+    for (auto& tree : trees_) tree = detail::PriorityTree(capacity());
+    if (!balance_) {
+      std::vector<std::int64_t> idx(s.priorities.size());
+      for (std::size_t i = 0; i < idx.size(); ++i) idx[i] = static_cast<std::int64_t>(i);
+      trees_[0].set(idx, s.priorities);
+      return;
+    }
+    std::fill(leaf_tree_.begin(), leaf_tree_.end(), -1);
+    for (std::size_t i = 0; i < s.priorities.size(); ++i) {  // each leaf in its task's tree
+      const auto slot = static_cast<std::int64_t>(i);
+      const std::int32_t k = core_.task_of(slot);
+      if (k >= 0) set_leaf(slot, static_cast<std::size_t>(k), s.priorities[i]);
+    }
   }
 
   /// Writes the buffer to `path`, atomically: a crash mid-save leaves the previous file intact.
@@ -207,10 +261,45 @@ class PrioritizedBuffer {
   /// Transitions that left early (see `UniformBuffer::dropped`).
   [[nodiscard]] std::int64_t dropped() const noexcept { return core_.dropped(); }
   /// Bytes of preallocated storage, trees included.
-  [[nodiscard]] std::int64_t bytes() const noexcept { return core_.bytes() + tree_.bytes(); }
+  [[nodiscard]] std::int64_t bytes() const noexcept {
+    std::int64_t b = core_.bytes() + static_cast<std::int64_t>(leaf_tree_.size() * sizeof(std::int32_t));
+    for (const auto& t : trees_) b += t.bytes();
+    return b;
+  }
   [[nodiscard]] const c10::Device& device() const noexcept { return core_.device(); }
 
  private:
+  // The host memory of the priority trees (one per task when balancing) and their index.
+  static std::int64_t tree_bytes(const EnvSpec& spec, const Config& cfg) {
+    const bool per_task = cfg.balance_tasks && spec.tasks.size() > 1;
+    const auto count = static_cast<std::int64_t>(per_task ? spec.tasks.size() : 1);
+    return count * detail::PriorityTree::bytes_for(cfg.capacity) + (per_task ? *cfg.capacity * 4 : 0);
+  }
+  // The tree row `slot`'s transition belongs in (its task's when balancing), and the one its
+  // leaf is in now.
+  [[nodiscard]] std::size_t tree_of(std::int64_t slot) const noexcept {
+    return balance_ ? static_cast<std::size_t>(core_.task_of(slot)) : 0;
+  }
+  [[nodiscard]] std::size_t holder(std::int64_t slot) const noexcept {
+    if (!balance_) return 0;
+    const std::int32_t k = leaf_tree_[static_cast<std::size_t>(slot)];
+    return k < 0 ? 0 : static_cast<std::size_t>(k);
+  }
+  // Sets row `slot`'s priority in tree `k`, clearing its leaf in the tree it was in before.
+  void set_leaf(std::int64_t slot, std::size_t k, double value) {
+    const std::int64_t one[1] = {slot};
+    if (balance_) {
+      const std::int32_t was = leaf_tree_[static_cast<std::size_t>(slot)];
+      if (was >= 0 && static_cast<std::size_t>(was) != k) {
+        const double zero[1] = {0.0};
+        trees_[static_cast<std::size_t>(was)].set(one, zero);
+      }
+      leaf_tree_[static_cast<std::size_t>(slot)] = static_cast<std::int32_t>(k);
+    }
+    const double v[1] = {value};
+    trees_[k].set(one, v);
+  }
+
   // Checks ids and values, maps each value through `to_priority`, and sets the live ones.
   template <class F>
   void assign(const char* fn, const char* what, const at::Tensor& index, const at::Tensor& values,
@@ -246,14 +335,21 @@ class PrioritizedBuffer {
       values_.push_back(p);
       max_priority_ = std::max(max_priority_, p);
     }
-    tree_.set(slots_, values_);
+    if (!balance_) {
+      trees_[0].set(slots_, values_);
+      return;
+    }
+    for (std::size_t k = 0; k < slots_.size(); ++k) set_leaf(slots_[k], tree_of(slots_[k]), values_[k]);
   }
 
   detail::ReplayCore core_;
-  detail::PriorityTree tree_;
   Config cfg_;
+  bool balance_;
+  std::vector<detail::PriorityTree> trees_;  // one, or one per task when balancing
+  std::vector<std::int32_t> leaf_tree_;     // per row, when balancing: the tree its leaf is in (-1: none)
   std::int64_t horizon_;
   Rng rng_;
+  std::int64_t calls_ = 0;  // balanced batches drawn (which task gets the remainder rotates)
   double max_priority_ = 1.0;
   std::int64_t stale_ = 0;
   std::vector<std::int64_t> slots_, sampled_;

@@ -32,6 +32,7 @@
 #include <anvil/core/concepts.hpp>
 #include <anvil/core/context.hpp>
 #include <anvil/core/error.hpp>
+#include <anvil/core/memory.hpp>
 #include <anvil/core/spaces.hpp>
 #include <anvil/core/tensor_io.hpp>
 
@@ -67,10 +68,16 @@ class RolloutBuffer {
     envs_ = n;
     const std::int64_t t = cfg_.steps;
     const auto f = at::TensorOptions().dtype(at::kFloat);
-    obs_ = at::zeros({t, n, obs_dim_}, f);
-    action_ = discrete_ ? at::zeros({t, n}, f.dtype(at::kLong)) : at::zeros({t, n, act_dim_}, f);
-    for (auto* x : {&log_prob_, &value_, &reward_, &terminated_, &truncated_, &bootstrap_, &advantage_, &returns_})
-      *x = at::zeros({t, n}, f);
+    // Refused before anything is allocated when it cannot fit (it is zeroed, so it is touched).
+    const std::int64_t bytes = t * n * (obs_dim_ + (discrete_ ? 2 : act_dim_) + 8) * 4;
+    const std::string field = "rollout.steps=" + std::to_string(t) + " x env.num_envs=" + std::to_string(n);
+    check_fits(bytes, field, "RolloutBuffer's storage");
+    allocating("RolloutBuffer's storage (" + field + ")", bytes, [&] {
+      obs_ = at::zeros({t, n, obs_dim_}, f);
+      action_ = discrete_ ? at::zeros({t, n}, f.dtype(at::kLong)) : at::zeros({t, n, act_dim_}, f);
+      for (auto* x : {&log_prob_, &value_, &reward_, &terminated_, &truncated_, &bootstrap_, &advantage_, &returns_})
+        *x = at::zeros({t, n}, f);
+    });
     clear();
   }
   /// The discount of the returns (the Trainer passes the algorithm's gamma; 0.99 before).

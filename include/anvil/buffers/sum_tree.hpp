@@ -348,19 +348,21 @@ class PriorityTree {
   static constexpr std::int64_t kFanout = sum_tree::kFanout;  ///< children per node: one cache line of doubles
 
   PriorityTree() = default;
-  explicit PriorityTree(std::int64_t capacity) : capacity_(capacity), kernels_(&sum_tree::kernels()) {
-    std::int64_t n = capacity;
-    do {
-      n = (n + kFanout - 1) / kFanout * kFanout;  // whole cache lines per level
-      width_.push_back(n);
-      n /= kFanout;
-    } while (width_.back() > kFanout);
-    width_.push_back(1);  // the root
+  explicit PriorityTree(std::int64_t capacity)
+      : capacity_(capacity), kernels_(&sum_tree::kernels()), width_(level_widths(capacity)) {
     for (std::int64_t w : width_) {  // each level starts on a cache line (and huge pages)
       sum_.emplace_back(static_cast<std::size_t>(w), 0.0);
       // The min tree shares the sum tree's leaves: its level 0 stays empty.
       min_.emplace_back(min_.empty() ? 0 : static_cast<std::size_t>(w), sum_tree::kInf);
     }
+  }
+
+  /// The bytes a tree of `capacity` leaves holds (sums and minimums), before it is built.
+  [[nodiscard]] static std::int64_t bytes_for(std::int64_t capacity) {
+    std::int64_t n = 0;
+    const auto w = level_widths(capacity);
+    for (std::size_t l = 0; l < w.size(); ++l) n += w[l] * (l == 0 ? 1 : 2);
+    return n * static_cast<std::int64_t>(sizeof(double));
   }
 
   [[nodiscard]] std::int64_t capacity() const noexcept { return capacity_; }
@@ -446,6 +448,18 @@ class PriorityTree {
 
  private:
   // Level `l` of `tree` (64-byte aligned).
+  // Each level's width, leaves first: whole cache lines per level, down to the root.
+  static std::vector<std::int64_t> level_widths(std::int64_t capacity) {
+    std::vector<std::int64_t> w;
+    std::int64_t n = capacity;
+    do {
+      n = (n + kFanout - 1) / kFanout * kFanout;
+      w.push_back(n);
+      n /= kFanout;
+    } while (w.back() > kFanout);
+    w.push_back(1);  // the root
+    return w;
+  }
   static double* line(std::vector<HugeArray<double>>& tree, std::size_t l) noexcept { return tree[l].data(); }
   static const double* line(const std::vector<HugeArray<double>>& tree, std::size_t l) noexcept {
     return tree[l].data();

@@ -33,35 +33,58 @@ class UniformBuffer {
   using Batch = ReplayBatch;
   using Step = StepBatch;
   /// The format tag of the files `save(path)` writes.
-  static constexpr const char* file_format = "anvil UniformBuffer v3";
+  static constexpr const char* file_format = "anvil UniformBuffer v4";
 
   struct Config {
     detail::CapacityParam capacity{1'000'000};
     detail::StorageParam storage{Storage::compute};
     detail::ObsDtypeParam obs_dtype{ObsDtype::float32};
     detail::NStepParam n_step{1};
+    detail::BalanceTasksParam balance_tasks{true};
   };
 
   UniformBuffer(const EnvSpec& spec, const Config& cfg, const RunContext& ctx)
       : core_(spec, cfg.capacity, cfg.storage, cfg.obs_dtype, cfg.n_step, ctx, "UniformBuffer"),
+        balance_(cfg.balance_tasks && spec.tasks.size() > 1),
         rng_(ctx.seed_for(Stream::buffer)) {}
 
   /// Adds one step of N envs (row i = env i). N may exceed the free space: the ring wraps.
   /// With n-step returns, what is stored is the transitions this step completes.
   void add(const StepBatch& s) { core_.add(s); }
 
-  /// `n` transitions drawn uniformly with replacement; `index` holds their ids.
+  /// `n` transitions drawn uniformly with replacement; `index` holds their ids. With an env
+  /// that has tasks and `balance_tasks`, each task that has transitions gets an equal share
+  /// of the batch (see `ReplayCore::task_quotas`), drawn uniformly among its own; the batch
+  /// lists them task by task.
   ReplayBatch sample(std::int64_t n) {
     core_.check_batch(n);
     slots_.resize(static_cast<std::size_t>(n));
     const auto rows = static_cast<std::uint64_t>(core_.stored());
     const bool gaps = core_.size() < core_.stored();  // rows of transitions that left early
-    for (auto& s : slots_) {
-      do s = static_cast<std::int64_t>(rng_.below(rows));
-      while (gaps && !core_.valid(s));  // (rare) are drawn again
+    if (!balance_) {
+      for (auto& s : slots_) {
+        do s = static_cast<std::int64_t>(rng_.below(rows));
+        while (gaps && !core_.valid(s));  // (rare) are drawn again
+      }
+      return core_.gather(slots_);
+    }
+    // Uniform draws kept while their task's quota is open: each task's share is a uniform
+    // sample of its own transitions.
+    const auto quota = core_.task_quotas(n, calls_++);
+    std::vector<std::int64_t> begin(quota.size() + 1, 0), filled(quota.size(), 0);
+    for (std::size_t k = 0; k < quota.size(); ++k) begin[k + 1] = begin[k] + quota[k];
+    for (std::int64_t got = 0; got < n;) {
+      const auto s = static_cast<std::int64_t>(rng_.below(rows));
+      if (gaps && !core_.valid(s)) continue;
+      const auto k = static_cast<std::size_t>(core_.task_of(s));
+      if (filled[k] == quota[k]) continue;
+      slots_[static_cast<std::size_t>(begin[k] + filled[k]++)] = s;
+      ++got;
     }
     return core_.gather(slots_);
   }
+  /// Whether batches are balanced over tasks.
+  [[nodiscard]] bool balances_tasks() const noexcept { return balance_; }
 
   /// The discount of n-step returns (the Trainer passes the algorithm's gamma; 0.99 before).
   void set_discount(double gamma) noexcept { core_.set_discount(gamma); }
@@ -72,20 +95,24 @@ class UniformBuffer {
   void save(BinaryWriter& w) const {
     core_.save(w);
     w.value(rng_.state());
+    w.value(calls_);
   }
   struct Saved {
     detail::ReplayCore::Saved core;
     Rng::State rng{};
+    std::int64_t calls = 0;
   };
   /// Reads what `save` wrote, checked against this buffer's config; changes nothing.
   [[nodiscard]] Saved read(BinaryReader& r) const {
-    Saved s{core_.read(r), {}};
+    Saved s{core_.read(r), {}, 0};
     s.rng = r.value<Rng::State>("sampling state");
+    s.calls = r.value<std::int64_t>("balanced batches drawn");
     return s;
   }
   void restore(Saved&& s) {
     core_.restore(std::move(s.core));
     rng_.set_state(s.rng);
+    calls_ = s.calls;
   }
 
   /// Writes the buffer to `path`, atomically: a crash mid-save leaves the previous file intact.
@@ -107,7 +134,9 @@ class UniformBuffer {
 
  private:
   detail::ReplayCore core_;
+  bool balance_;
   Rng rng_;
+  std::int64_t calls_ = 0;  // balanced batches drawn (which task gets the remainder rotates)
   std::vector<std::int64_t> slots_;
 };
 

@@ -21,6 +21,7 @@ struct StepBatch {
   at::Tensor next_obs;    ///< [N, obs_dim]
   at::Tensor terminated;  ///< [N] float 0/1: terminal state, do not bootstrap
   at::Tensor truncated;   ///< [N] float 0/1: cut by a time limit, bootstrap
+  at::Tensor task;        ///< [N] int64: each env's task (envs with tasks; else undefined)
 };
 
 /// A batch sampled from a replay buffer.
@@ -33,14 +34,15 @@ struct ReplayBatch {
   at::Tensor discount;    ///< [B] gamma^n for the bootstrap term (gamma for 1-step)
   at::Tensor weight;      ///< [B] importance weights (ones for uniform sampling)
   at::Tensor index;       ///< [B] int64 ids (the order transitions were added in), for priority updates
+  at::Tensor task;        ///< [B] int64: each transition's task (envs with tasks; else undefined)
 };
 
 /// Rows [begin, begin + n) of every defined field of `b` (views, no copies): the micro-
 /// batches of gradient accumulation.
 inline ReplayBatch rows_of(const ReplayBatch& b, std::int64_t begin, std::int64_t n) {
   auto part = [&](const at::Tensor& t) { return t.defined() ? t.narrow(0, begin, n) : t; };
-  return {part(b.obs), part(b.action), part(b.reward), part(b.next_obs),
-          part(b.terminated), part(b.discount), part(b.weight), part(b.index)};
+  return {part(b.obs),        part(b.action),   part(b.reward), part(b.next_obs), part(b.terminated),
+          part(b.discount),   part(b.weight),   part(b.index),  part(b.task)};
 }
 
 /// A minibatch of an on-policy rollout, with advantages already computed.

@@ -48,6 +48,9 @@ class BinaryWriter {
     std::free(mem_);
   }
 
+  /// The file being written ("memory" for an in-memory writer), for messages.
+  [[nodiscard]] std::string target() const { return memory_ ? std::string("memory") : path_.string(); }
+
   /// Ends an `in_memory` writer: its bytes, checksum appended.
   [[nodiscard]] std::vector<std::uint8_t> take_bytes() {
     const std::uint32_t crc = crc_.value();
@@ -116,8 +119,12 @@ class BinaryReader {
  public:
   /// Opens `path` and checks its format tag.
   BinaryReader(std::filesystem::path path, const std::string& format) : path_(std::move(path)) {
+    std::error_code ec;
+    if (std::filesystem::is_directory(path_, ec)) throw Error("cannot read '" + path_.string() + "': it is a directory");
     f_ = std::fopen(path_.c_str(), "rb");
     if (!f_) throw Error("cannot read '" + path_.string() + "'");
+    size_ = static_cast<std::int64_t>(std::filesystem::file_size(path_, ec));
+    if (ec) size_ = INT64_MAX;
     check_tag(format);
   }
   /// Reads what an `in_memory` writer wrote (`take_bytes`); `name` stands for the file in messages.
@@ -126,6 +133,7 @@ class BinaryReader {
     if (bytes.empty()) throw Error("'" + path_.string() + "' is empty");
     f_ = ::fmemopen(const_cast<std::uint8_t*>(bytes.data()), bytes.size(), "rb");
     if (!f_) throw Error("cannot open a memory stream");
+    size_ = static_cast<std::int64_t>(bytes.size());
     check_tag(format);
   }
   BinaryReader(const BinaryReader&) = delete;
@@ -149,6 +157,19 @@ class BinaryReader {
     bytes(s.data(), n, what);
     return s;
   }
+  /// Bytes left to read: a size field read from the file can be checked against it before
+  /// anything of that size is allocated (a flipped bit must not ask for gigabytes).
+  [[nodiscard]] std::int64_t remaining() const {
+    const long at = std::ftell(f_);
+    return at < 0 ? INT64_MAX : size_ - static_cast<std::int64_t>(at);
+  }
+  /// Fails naming `what` unless `n` more bytes are left in the file.
+  void expect_available(std::int64_t n, const char* what) {
+    if (n < 0 || n > remaining())
+      fail(what, "ask for " + std::to_string(n) + " bytes, but the file has " + std::to_string(remaining()) +
+                     " left (a corrupted size field, or a truncated file?)");
+  }
+
   void bytes(void* p, std::size_t n, const char* what) {
     if (n && std::fread(p, 1, n, f_) != n) fail(what, "is cut short (truncated file?)");
     crc_.update(p, n);
@@ -225,6 +246,7 @@ class BinaryReader {
 
   std::filesystem::path path_;
   std::FILE* f_ = nullptr;
+  std::int64_t size_ = INT64_MAX;  ///< bytes in the file
   detail::Crc32c crc_;
   std::uint64_t consumed_ = 0;
   std::string context_;

@@ -30,6 +30,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <cstdlib>
 #include <functional>
 #include <map>
@@ -62,6 +63,8 @@ struct Args {
   std::vector<std::string> config_files;
   bool help = false;          ///< `--help`: print every field with default and help, exit 0
   bool print_config = false;  ///< `--print-config`: print the resolved config as YAML, exit 0
+  bool multirun = false;      ///< `--multirun` (or -m): a sweep over comma-separated values (train/sweep.hpp)
+  std::vector<std::string> raw;  ///< the arguments after the program's name, as given
 };
 
 namespace detail {
@@ -443,12 +446,17 @@ inline std::vector<Setting> parse_yaml(const std::string& text, const std::strin
 
 /// Reads a YAML config file into settings; a missing or unreadable file is a ConfigError.
 inline std::vector<Setting> load_yaml_file(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    throw ConfigError("--config '" + path + "' is a directory; it must name a YAML file");
   std::FILE* f = std::fopen(path.c_str(), "rb");
   if (!f) throw ConfigError("config file '" + path + "' cannot be opened: " + std::strerror(errno));
   std::string text;
   char buf[4096];
   for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, f)) > 0;) text.append(buf, n);
+  const bool failed = std::ferror(f) != 0;
   std::fclose(f);
+  if (failed) throw ConfigError("config file '" + path + "' cannot be read");
   return parse_yaml(text, path);
 }
 
@@ -463,9 +471,16 @@ inline Args parse_args(std::span<const std::string> argv) {
       a.program = a.program.substr(slash + 1);
   }
   std::vector<Setting> cli;
+  if (argv.size() > 1) a.raw.assign(argv.begin() + 1, argv.end());
+  for (const auto& arg : a.raw) a.multirun = a.multirun || arg == "--multirun" || arg == "-m";
   for (std::size_t i = 1; i < argv.size(); ++i) {
     const std::string& arg = argv[i];
     const std::string origin = "command line '" + arg + "'";
+    if (arg == "--multirun" || arg == "-m") continue;
+    if (a.multirun && (arg == "--jobs" || arg.starts_with("--jobs="))) {  // the sweep's (train/sweep.hpp)
+      if (arg == "--jobs") ++i;
+      continue;
+    }
     if (arg == "--help" || arg == "-h") {
       a.help = true;
       continue;

@@ -7,6 +7,7 @@
 /// an uncaught `anvil::Error` into a one-line message and a non-zero exit instead of an
 /// abort, so bad input never looks like a crash.
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -21,6 +22,8 @@ class Error : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
   [[nodiscard]] virtual int exit_code() const noexcept { return 1; }
+  /// The word before the message when the error ends the program ("error: ...").
+  [[nodiscard]] virtual const char* label() const noexcept { return "error"; }
 };
 
 /// Bad configuration: an unknown key, a wrong type, a value out of range, a malformed
@@ -38,6 +41,21 @@ class DeviceError : public Error {
   [[nodiscard]] int exit_code() const noexcept override { return 2; }
 };
 
+/// Whether the translation unit that calls this was compiled with optimisation (anvil is
+/// header-only: the user's program decides). Runs warn when it was not.
+[[nodiscard]] constexpr bool compiled_optimised() noexcept {
+#if defined(__OPTIMIZE__)
+  return true;
+#else
+  return false;
+#endif
+}
+
+/// "nan", "inf" or "-inf": how an error names a non-finite value it found.
+[[nodiscard]] inline const char* non_finite_name(double v) noexcept {
+  return std::isnan(v) ? "nan" : v > 0 ? "inf" : "-inf";
+}
+
 namespace detail {
 [[noreturn]] inline void terminate_with_message() {
   std::fflush(stdout);
@@ -45,7 +63,7 @@ namespace detail {
     try {
       std::rethrow_exception(p);
     } catch (const Error& e) {
-      std::fprintf(stderr, "error: %s\n", e.what());
+      std::fprintf(stderr, "%s: %s\n", e.label(), e.what());
       std::fflush(stderr);
       std::_Exit(e.exit_code());
     } catch (const std::exception& e) {

@@ -14,9 +14,17 @@
 
 namespace anvil {
 
-/// Writes `t` (any device; copied to the host).
-inline void write_tensor(BinaryWriter& w, const at::Tensor& t) {
+/// Writes `t` (any device; copied to the host). A floating tensor holding a NaN or an
+/// infinity is refused with an Error naming the file and `what`, before a byte of it is
+/// written: the writer's file is then dropped and what was there before stays (no
+/// checkpoint or policy file is ever written from non-finite weights).
+inline void write_tensor(BinaryWriter& w, const at::Tensor& t, const char* what = "a tensor") {
   const auto host = t.detach().to(at::kCPU).contiguous();
+  if (at::isFloatingType(host.scalar_type()) && host.numel() > 0 && !host.isfinite().all().item<bool>()) [[unlikely]]
+    throw Error("not writing '" + w.target() + "': " + what + " holds " +
+                (host.isnan().any().item<bool>() ? "nan" : "inf") + " values (" +
+                std::to_string(host.numel() - host.isfinite().sum().item<std::int64_t>()) + " of " +
+                std::to_string(host.numel()) + "); non-finite weights are never saved, and the file that was there is kept");
   w.value(static_cast<std::int8_t>(host.scalar_type()));
   w.value(static_cast<std::int64_t>(host.numel()));
   w.bytes(host.data_ptr(), static_cast<std::size_t>(host.numel()) * host.element_size());

@@ -2,7 +2,9 @@
 /// @file
 /// `EpisodeStats`: the returns of the episodes this rank's envs finished during training:
 /// the most recent ones (for the running mean in logs and on the progress bar) and how many
-/// finished since the ranks last added up their counts (`Clock::episodes`). Light header.
+/// finished since the ranks last added up their counts (`Clock::episodes`), and each
+/// episode finished since the last log row (return, length, env step) for per-episode
+/// logs. Light header.
 
 #include <algorithm>
 #include <cmath>
@@ -23,12 +25,24 @@ class EpisodeStats {
   /// Returns kept for the running mean.
   static constexpr std::size_t kKept = 100;
 
-  /// Counts one finished episode.
-  void record(double episode_return) {
+  /// One finished episode, for per-episode logs.
+  struct Episode {
+    double episode_return = 0;
+    std::int64_t length = 0;
+    std::int64_t env_step = 0;  ///< the run's env steps when it ended
+  };
+  /// Episodes kept for per-episode logs between two log rows (the oldest go beyond it).
+  static constexpr std::size_t kFreshKept = 10'000;
+
+  /// Counts one finished episode of `length` steps that ended at env step `env_step`.
+  void record(double episode_return, std::int64_t length = 0, std::int64_t env_step = 0) {
     recent_.push_back(episode_return);
     if (recent_.size() > kKept) recent_.pop_front();
     ++unfolded_;
+    if (fresh_.size() < kFreshKept) fresh_.push_back({episode_return, length, env_step});
   }
+  /// The episodes finished since the last call (per-episode logs), oldest first.
+  std::vector<Episode> take_fresh() { return std::exchange(fresh_, {}); }
 
   /// The last (up to) `kKept` returns, oldest first.
   [[nodiscard]] const std::deque<double>& recent() const noexcept { return recent_; }
@@ -73,6 +87,7 @@ class EpisodeStats {
  private:
   std::deque<double> recent_;
   std::int64_t unfolded_ = 0;
+  std::vector<Episode> fresh_;
 };
 
 }  // namespace anvil

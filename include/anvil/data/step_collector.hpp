@@ -14,6 +14,7 @@
 #include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include <anvil/core/error.hpp>
 #include <anvil/core/spaces.hpp>
@@ -54,6 +55,8 @@ class StepCollector {
   [[nodiscard]] std::int64_t num_envs() const noexcept { return envs_->num_envs(); }
   [[nodiscard]] envs::VecEnvBase& envs() noexcept { return *envs_; }
   [[nodiscard]] const envs::VecEnvBase& envs() const noexcept { return *envs_; }
+  /// The tasks of envs that have tasks (`VecEnvBase::groups()`); empty otherwise.
+  [[nodiscard]] const std::vector<std::string>& groups() const noexcept { return envs_->groups(); }
   [[nodiscard]] EpisodeStats& episodes() noexcept { return stats_; }
   [[nodiscard]] const EpisodeStats& episodes() const noexcept { return stats_; }
 
@@ -116,7 +119,7 @@ class StepCollector {
     last_obs_ = obs_;
     obs_ = s->obs;
     if (count_episodes)
-      for (const auto& e : s->ended) stats_.record(e.episode_return);
+      for (const auto& e : s->ended) stats_.record(e.episode_return, e.length, env_step() + num_envs());
     return *s;
   }
 
@@ -129,6 +132,11 @@ class StepCollector {
   }
   /// The observations the step that landed last was taken from (what a transition stores).
   [[nodiscard]] const at::Tensor& previous_observations() const noexcept { return last_obs_; }
+
+  /// The run's env-step count (the clock's), which episodes are recorded with.
+  void count_steps_from(const std::int64_t* env_steps) noexcept { env_steps_ = env_steps; }
+  /// The run's env steps now (0 when no count was given).
+  [[nodiscard]] std::int64_t env_step() const noexcept { return env_steps_ ? *env_steps_ : 0; }
 
   /// After the envs' state was restored (a resume): act on what they show now, or start
   /// new episodes when their state was not saved.
@@ -144,6 +152,7 @@ class StepCollector {
   at::Tensor scale_, offset_, low_, high_;
   bool in_flight_ = false;
   EpisodeStats stats_;
+  const std::int64_t* env_steps_ = nullptr;
 };
 
 }  // namespace anvil

@@ -15,6 +15,7 @@
 #include <string_view>
 #include <vector>
 
+#include <anvil/core/binary_io.hpp>
 #include <anvil/core/error.hpp>
 #include <anvil/core/spaces.hpp>
 
@@ -65,12 +66,6 @@ concept Env = std::movable<E> &&
       { e.step(a) } -> std::same_as<StepResult>;
     };
 
-/// The spec of env `e`.
-template <class E>
-EnvSpec spec_of(const E& e) {
-  return EnvSpec{std::string(E::name), e.observation_space(), e.action_space()};
-}
-
 /// An env that tells which of several tasks its current episode is (a multi-task env, or
 /// one that draws a task per episode): `task_names()` lists them all, `task_index()` is the
 /// current episode's. Evaluations report each task apart.
@@ -78,6 +73,48 @@ template <class E>
 concept TaskTagged = Env<E> && requires(const E& e) {
   { e.task_names() } -> std::convertible_to<std::vector<std::string>>;
   { e.task_index() } -> std::convertible_to<std::int64_t>;
+};
+
+/// The spec of env `e` (with its tasks, when it has several).
+template <class E>
+EnvSpec spec_of(const E& e) {
+  EnvSpec s{std::string(E::name), e.observation_space(), e.action_space(), {}};
+  if constexpr (TaskTagged<E>) {
+    auto names = e.task_names();
+    if (names.size() > 1) s.tasks = std::move(names);
+  }
+  return s;
+}
+
+/// An env whose tasks are chosen at run time (`env.suite`, `env.tasks`): `select_tasks`
+/// takes a suite name and a list of task names (either may be empty) and throws a
+/// ConfigError naming the field at fault.
+template <class E>
+concept TaskSelectable = TaskTagged<E> && requires(E& e, const std::string& suite, const std::vector<std::string>& tasks) {
+  e.select_tasks(suite, tasks);
+};
+
+/// An env that takes its place among several: a VecEnv calls `place(index, count)` on env
+/// `index` of `count` (indices count over every rank's envs), e.g. to spread the envs over
+/// tasks.
+template <class E>
+concept Placeable = Env<E> && requires(E& e, std::int64_t i) { e.place(i, i); };
+
+/// An env that says whether the step it just took met its task's goal (`success()`); an
+/// episode succeeds when any of its steps does. Evaluations report success rates.
+template <class E>
+concept ReportsSuccess = Env<E> && requires(const E& e) {
+  { e.success() } -> std::convertible_to<bool>;
+};
+
+/// An env that is not trivially copyable but writes and reads its own state for
+/// checkpoints: `save_state(BinaryWriter&) const` and `load_state(BinaryReader&)`, which
+/// throws on a state that does not fit (a VecEnv loads into copies first, so a refused
+/// checkpoint changes nothing). Trivially copyable envs are saved as bytes without this.
+template <class E>
+concept SavesOwnState = Env<E> && requires(const E& ce, E& e, BinaryWriter& w, BinaryReader& r) {
+  ce.save_state(w);
+  e.load_state(r);
 };
 
 /// An env whose actions are continuous (a `Box`).

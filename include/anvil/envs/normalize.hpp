@@ -255,6 +255,7 @@ class NormalizedVecEnv final : public VecEnvBase {
   }
   at::Tensor observations() const override { return started_ ? obs_[cur_] : at::Tensor(); }
   bool saves_state() const noexcept override { return inner_->saves_state(); }
+  bool reports_success() const noexcept override { return inner_->reports_success(); }
   VecMode mode() const noexcept override { return inner_->mode(); }
 
   /// The discount of the return whose spread scales rewards, unless `normalize.gamma` set it.

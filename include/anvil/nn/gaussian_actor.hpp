@@ -150,10 +150,11 @@ class GaussianActorTape {
   [[nodiscard]] const at::Tensor& log_prob() const noexcept { return log_prob_; }
 
   /// Backpropagates a loss through the last `sample`: `d_action` [B, act_dim] is dL/daction
-  /// and every log-density has dL/dlog_prob = `d_log_prob`. Writes the network's parameter
+  /// and every log-density has dL/dlog_prob = `d_log_prob` (or row i `d_log_prob_rows[i]`
+  /// when given). Writes the network's parameter
   /// gradients into `grads` (as `MlpTape::backward`).
   void backward(const GaussianActorImpl& actor, const at::Tensor& d_action, float d_log_prob,
-                std::vector<at::Tensor>& grads) {
+                std::vector<at::Tensor>& grads, const float* d_log_prob_rows = nullptr) {
     const std::int64_t batch = a_.size(0), ad = a_.size(1);
     const double lo = actor.config().log_std_min, hi = actor.config().log_std_max;
     const float k = static_cast<float>(0.5 * (hi - lo));
@@ -163,10 +164,11 @@ class GaussianActorTape {
     for (std::int64_t i = 0; i < batch; ++i)
       for (std::int64_t j = 0; j < ad; ++j) {
         const std::int64_t ij = i * ad + j;
+        const float dlp = d_log_prob_rows ? d_log_prob_rows[i] : d_log_prob;
         // log_prob depends on u through the tanh correction: d/du = 2 tanh(u).
-        const float du = da[ij] * (1.f - a[ij] * a[ij]) + d_log_prob * 2.f * a[ij];
+        const float du = da[ij] * (1.f - a[ij] * a[ij]) + dlp * 2.f * a[ij];
         // u = mean + eps * exp(log_std); log_prob has -log_std.
-        const float dlog_std = du * eps[ij] * sd[ij] - d_log_prob;
+        const float dlog_std = du * eps[ij] * sd[ij] - dlp;
         d[i * 2 * ad + j] = du;
         d[i * 2 * ad + ad + j] = dlog_std * k * (1.f - t[ij] * t[ij]);
       }

@@ -2,10 +2,12 @@
 /// @file
 /// The files a run writes in its run directory: `config.yaml`, `metrics.csv` and
 /// `summary.json`, each written so that a crash never leaves a half-written file in place
-/// of a good one. Light header.
+/// of a good one; the lock a run holds on its directory; fresh run directory names. Light
+/// header.
 
 #include <algorithm>
 #include <chrono>
+#include <cerrno>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -17,6 +19,12 @@
 #include <string>
 #include <utility>
 #include <vector>
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
 
 #include <anvil/core/error.hpp>
 
@@ -68,6 +76,41 @@ inline std::string json_number(double x) {
   return buf;
 }
 
+/// A config value as written in config.yaml ("256", "true", "[64, 64]", "cpu") as a typed
+/// JSON value: numbers as numbers, booleans as booleans, lists as arrays, the rest as strings.
+[[nodiscard]] inline nlohmann::ordered_json typed_json(const std::string& v) {
+  if (v == "true") return true;
+  if (v == "false") return false;
+  if (v.size() >= 2 && v.front() == '[' && v.back() == ']') {
+    auto out = nlohmann::ordered_json::array();
+    std::string item;
+    int depth = 0;
+    for (std::size_t i = 1; i + 1 < v.size(); ++i) {
+      const char c = v[i];
+      if (c == '[') ++depth;
+      if (c == ']') --depth;
+      if (c == ',' && depth == 0) {
+        out.push_back(typed_json(item.substr(item.find_first_not_of(' ') == std::string::npos ? 0 : item.find_first_not_of(' '))));
+        item.clear();
+      } else {
+        item += c;
+      }
+    }
+    const auto b = item.find_first_not_of(' ');
+    if (b != std::string::npos) out.push_back(typed_json(item.substr(b)));
+    return out;
+  }
+  if (!v.empty()) {
+    char* end = nullptr;
+    errno = 0;
+    const long long i = std::strtoll(v.c_str(), &end, 10);
+    if (end && *end == '\0' && errno == 0) return i;
+    const double d = std::strtod(v.c_str(), &end);
+    if (end && *end == '\0' && std::isfinite(d)) return d;
+  }
+  return v;
+}
+
 /// A CSV file of metrics, one row per log interval. Columns are fixed by the first row
 /// that has every metric the algorithm reports (its first update); rows logged before that
 /// are held back and written then, with their missing cells empty.
@@ -91,7 +134,10 @@ class MetricsCsv {
       char* end = nullptr;
       const double steps = std::strtod(line.c_str(), &end);
       const double ups = end && *end == ',' ? std::strtod(end + 1, nullptr) : 0.0;
-      if (steps <= static_cast<double>(env_steps) && ups <= static_cast<double>(updates)) keep.push_back(line);
+      if (steps <= static_cast<double>(env_steps) && ups <= static_cast<double>(updates)) {
+        keep.push_back(line);
+        csv.last_ = {static_cast<std::int64_t>(steps), static_cast<std::int64_t>(ups)};
+      }
     }
     in.close();
     std::string text = header + "\n";
@@ -148,6 +194,8 @@ class MetricsCsv {
     }
   }
   [[nodiscard]] const std::filesystem::path& path() const noexcept { return path_; }
+  /// The env steps and updates of the last row a resumed file kept ({-1, -1}: none).
+  [[nodiscard]] std::pair<std::int64_t, std::int64_t> last_kept() const noexcept { return last_; }
 
  private:
   std::filesystem::path path_;
@@ -155,16 +203,89 @@ class MetricsCsv {
   std::vector<std::string> columns_;
   std::vector<std::vector<std::pair<std::string, double>>> pending_;
   bool header_written_ = false;
+  std::pair<std::int64_t, std::int64_t> last_{-1, -1};
 };
 
-/// Local time as `YYYYmmdd-HHMMSS`, for run directory names.
-inline std::string timestamp_for_path() {
+/// A run's hold on its directory: `.lock` in it, flock'ed for the lock's life, holding the
+/// pid of the process that holds it. A second run in the same directory is refused, naming
+/// the directory and the other pid. The kernel drops the lock when the process ends, however
+/// it ends, so a killed run leaves nothing to clean up.
+class RunDirLock {
+ public:
+  RunDirLock() = default;
+  /// Locks `dir` (which must exist), or throws naming the run that holds it.
+  explicit RunDirLock(const std::filesystem::path& dir) {
+    const auto file = dir / ".lock";
+    fd_ = ::open(file.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd_ < 0) throw Error("run.run_dir: cannot create '" + file.string() + "'");
+    if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+      char buf[32] = {};
+      const auto n = ::pread(fd_, buf, sizeof buf - 1, 0);
+      ::close(fd_);
+      fd_ = -1;
+      const std::string pid = n > 0 ? std::string(buf, static_cast<std::size_t>(n)) : std::string("unknown");
+      throw Error("run.run_dir: '" + dir.string() + "' is in use by another run (pid " +
+                  pid.substr(0, pid.find_first_of("\n ")) + "); wait for it to end or use another run directory");
+    }
+    const auto me = std::to_string(::getpid()) + "\n";
+    if (::ftruncate(fd_, 0) != 0 || ::pwrite(fd_, me.data(), me.size(), 0) != static_cast<ssize_t>(me.size())) {
+      // the lock holds without the pid; a refused run then says "pid unknown"
+    }
+  }
+  RunDirLock(RunDirLock&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
+  RunDirLock& operator=(RunDirLock&& o) noexcept {
+    if (this != &o) {
+      release();
+      fd_ = std::exchange(o.fd_, -1);
+    }
+    return *this;
+  }
+  ~RunDirLock() { release(); }
+  [[nodiscard]] bool held() const noexcept { return fd_ >= 0; }
+
+ private:
+  void release() noexcept {
+    if (fd_ >= 0) ::close(fd_);  // closing drops the flock
+    fd_ = -1;
+  }
+  int fd_ = -1;
+};
+
+/// Whether `dir` holds anything but a `.lock` (a run was there).
+[[nodiscard]] inline bool holds_a_run(const std::filesystem::path& dir) {
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec))
+    if (e.path().filename() != ".lock") return true;
+  return false;
+}
+
+/// The time now in strftime's `format`, local or UTC.
+inline std::string format_now(const char* format, bool utc = false) {
   const std::time_t t = std::time(nullptr);
   std::tm tm{};
-  localtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y%m%d-%H%M%S", &tm);
+  if (utc) gmtime_r(&t, &tm);
+  else localtime_r(&t, &tm);
+  char buf[64];
+  std::strftime(buf, sizeof buf, format, &tm);
   return buf;
+}
+
+/// Local time as `YYYYmmdd-HHMMSS`, for run directory names.
+inline std::string timestamp_for_path() { return format_now("%Y%m%d-%H%M%S"); }
+
+/// A new directory `<parent>/<stem>-<time>`, created here; when a run started in the same
+/// second has that name, `-2`, `-3`, ... is added, so concurrent runs never share one.
+[[nodiscard]] inline std::filesystem::path fresh_run_dir(const std::filesystem::path& parent, const std::string& stem) {
+  std::error_code ec;
+  std::filesystem::create_directories(parent, ec);
+  if (ec) throw Error("run.run_dir: cannot create '" + parent.string() + "': " + ec.message());
+  const auto base = stem + "-" + timestamp_for_path();
+  for (int i = 1; i < 10'000; ++i) {
+    auto dir = parent / (i == 1 ? base : base + "-" + std::to_string(i));
+    if (std::filesystem::create_directory(dir, ec)) return dir;  // atomic: only one run creates it
+    if (ec) throw Error("run.run_dir: cannot create '" + dir.string() + "': " + ec.message());
+  }
+  throw Error("run.run_dir: no free name for '" + (parent / base).string() + "'");
 }
 
 }  // namespace anvil

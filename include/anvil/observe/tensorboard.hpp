@@ -163,6 +163,25 @@ class TensorBoardWriter {
     event(v.str(), step);
   }
 
+  /// A text summary (TensorBoard's Text tab; Markdown) under `tag` at `step`, e.g. a run's
+  /// resolved config.
+  void text(const std::string& tag, const std::string& markdown, std::int64_t step) {
+    if (!f_) return;
+    tb::ProtoWriter plugin;  // SummaryMetadata.PluginData: plugin_name
+    plugin.bytes_field(1, "text");
+    tb::ProtoWriter meta;  // SummaryMetadata: plugin_data
+    meta.bytes_field(1, plugin.str());
+    tb::ProtoWriter tensor;  // TensorProto: dtype DT_STRING, a scalar shape, string_val
+    tensor.int_field(1, 7);
+    tensor.bytes_field(2, std::string());
+    tensor.bytes_field(8, markdown);
+    tb::ProtoWriter v;  // Summary.Value: tag, tensor, metadata
+    v.bytes_field(1, tag);
+    v.bytes_field(8, tensor.str());
+    v.bytes_field(9, meta.str());
+    event(v.str(), step);
+  }
+
   /// A histogram of `values` (e.g. a layer's weights) under `tag` at `step`.
   void histogram(const std::string& tag, std::span<const float> values, std::int64_t step, int bins = 30) {
     if (!f_) return;

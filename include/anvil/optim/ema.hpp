@@ -57,7 +57,7 @@ class Ema {
   void save(BinaryWriter& w) const {
     w.value(avg_.defined());
     w.value(updates_);
-    if (avg_.defined()) write_tensor(w, avg_);
+    if (avg_.defined()) write_tensor(w, avg_, "the averaged weights");
   }
   struct Saved {
     at::Tensor avg;

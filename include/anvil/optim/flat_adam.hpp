@@ -122,9 +122,9 @@ class FlatAdam {
   };
   /// Writes the parameters and the optimizer state.
   void save(BinaryWriter& w) const {
-    write_tensor(w, params_.flat());
-    write_tensor(w, m_);
-    write_tensor(w, v_);
+    write_tensor(w, params_.flat(), "the parameters");
+    write_tensor(w, m_, "Adam's first moments");
+    write_tensor(w, v_, "Adam's second moments");
     w.value(steps_);
     w.value(opt_.lr);
   }

@@ -5,8 +5,12 @@
 /// with the same arguments and the variables torchrun would set, and supervises them:
 /// when a rank dies or fails, it names it, stops the others (SIGTERM, then SIGKILL after
 /// `grace`) and exits non-zero. Ranks die with the launcher (PR_SET_PDEATHSIG), so nothing
-/// is left behind, and signals sent to the launcher (Ctrl-C, SIGTERM) reach every rank.
-/// Linux only.
+/// is left behind. Signals sent to the launcher (Ctrl-C, SIGTERM, SIGUSR1) reach every
+/// rank once: ranks run in their own process group, so a terminal's Ctrl-C reaches them
+/// through the launcher only. After a SIGINT or SIGTERM the ranks stop together with a
+/// checkpoint (train/signals.hpp) and exit 130 or 143: the launcher waits for them and
+/// exits with that status, without treating it as a failure; a second signal is forwarded
+/// too and ends them at once. Linux only.
 
 #include <csignal>
 #include <cstdio>
@@ -46,10 +50,15 @@ namespace detail {
 // Ranks' pids, for the signal handler (only async-signal-safe calls there).
 inline pid_t g_children[1024];
 inline volatile std::sig_atomic_t g_child_count = 0;
+inline volatile std::sig_atomic_t g_stop_signal = 0;  // the SIGINT/SIGTERM the launcher got first
 
 inline void forward_signal(int sig) {
   for (int i = 0; i < g_child_count; ++i)
     if (g_children[i] > 0) ::kill(g_children[i], sig);
+}
+inline void on_signal(int sig) {
+  if ((sig == SIGINT || sig == SIGTERM) && g_stop_signal == 0) g_stop_signal = sig;
+  forward_signal(sig);
 }
 
 // This program's arguments, as it was started.
@@ -126,9 +135,9 @@ inline bool env_is_ours(const char* kv) {
                plan.nproc_per_node, plan.node_rank, plan.nnodes, world, plan.master_addr.c_str(), port);
   std::fflush(stderr);
   struct sigaction sa {};
-  sa.sa_handler = &detail::forward_signal;
+  sa.sa_handler = &detail::on_signal;
   sigemptyset(&sa.sa_mask);
-  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT}) ::sigaction(sig, &sa, nullptr);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1}) ::sigaction(sig, &sa, nullptr);
 
   const pid_t me = ::getpid();
   std::vector<pid_t> pids(static_cast<std::size_t>(plan.nproc_per_node), -1);
@@ -155,6 +164,7 @@ inline bool env_is_ours(const char* kv) {
     }
     if (pid == 0) {  // the rank: only async-signal-safe calls until exec
       ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+      ::setpgid(0, 0);  // a terminal's signals reach the rank through the launcher only, once
       if (::getppid() != me) ::_exit(1);  // the launcher died before the line above
       ::execve("/proc/self/exe", argv.data(), envp.data());
       static const char msg[] = "launcher: cannot run this program again (execve of /proc/self/exe failed)\n";
@@ -197,6 +207,11 @@ inline bool env_is_ours(const char* kv) {
     forget(pid);
     --running;
     const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    const int asked = detail::g_stop_signal;
+    if (asked != 0 && WIFEXITED(status) && (WEXITSTATUS(status) == 0 || WEXITSTATUS(status) == 128 + asked)) {
+      if (WEXITSTATUS(status) != 0) exit_code = 128 + asked;  // stopped as asked, with its checkpoint: wait for the others
+      continue;
+    }
     if (!ok && !stopping) {
       exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
       std::fprintf(stderr, "launcher: rank %d (pid %d) %s; stopping the other %d rank(s) on this node\n", rank,

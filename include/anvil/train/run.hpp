@@ -43,6 +43,7 @@
 #include <anvil/train/hooks/progress.hpp>
 #include <anvil/train/loops/loop.hpp>
 #include <anvil/train/run_config.hpp>
+#include <anvil/train/signals.hpp>
 
 namespace anvil {
 
@@ -156,6 +157,9 @@ class Run {
     std::string config_hash, config_yaml;
     std::vector<std::pair<std::string, std::string>> config;  ///< every field, flattened
     std::vector<std::string> notes;  ///< said once when the run starts
+    /// Where the run comes from (observe/provenance.hpp): env, policy types, versions,
+    /// command line, host, git commit. In config.yaml, summary.json and TensorBoard.
+    std::vector<std::pair<std::string, std::string>> provenance;
   };
   /// The parts the Trainer owns and the run uses; they outlive it.
   struct Parts {
@@ -189,7 +193,10 @@ class Run {
   Run& operator=(const Run&) = delete;
 
   /// Trains until the loop is done: iterations, with evaluations, log rows and checkpoints
-  /// on the clock; then `finish`.
+  /// on the clock; then `finish`. A SIGINT or SIGTERM stops it after the iteration under
+  /// way with a checkpoint, and it throws `Interrupted`; SIGUSR1 writes a checkpoint
+  /// (train/signals.hpp). The last iteration's evaluation and row are `finish`'s, so a run
+  /// writes one row per logged step.
   FitResult fit() {
     begin();
     auto& loop = *p_.loop;
@@ -197,9 +204,14 @@ class Run {
       loop.iterate(quiet_until());
       if (loop.stage() != stage_) next_stage();
       const auto now = p_.clock->now();
-      if (eval_every_.due(now)) record_evaluation(evaluate(settings_.eval_episodes));
-      if (log_every_.due(now)) log();
-      if (checkpoint_every_.due(now) && !loop.done()) checkpoint();
+      const bool last = loop.done();
+      if (eval_every_.due(now) && !last) record_evaluation(evaluate(settings_.eval_episodes));
+      if (log_every_.due(now) && !last) log();
+      if (checkpoint_every_.due(now) && !last) checkpoint();
+      if (const auto sig = signalled(); sig.any()) [[unlikely]] {
+        if (sig.stop) stop(sig.stop);
+        if (!last) checkpoint();
+      }
       show_progress();
     }
     return finish();
@@ -208,9 +220,17 @@ class Run {
   /// Opens the run directory (config.yaml, training.log, metrics.csv, TensorBoard events),
   /// resumes when `run.resume` asks, and gives every rank rank 0's state.
   [[gnu::cold, gnu::noinline]] void begin() {
+    handlers_.install();
     open_run_dir();
     resume_if_asked();
     sync_from_main();  // a resumed rank 0 hands its state to the others
+    if (p_.ranks->world_size() > 1) {  // and whether its last row is written (log rows are collective)
+      std::vector<double> v{p_.ranks->is_main() ? static_cast<double>(log_at_) : 0.0,
+                            p_.ranks->is_main() ? static_cast<double>(logged_eval_at_) : 0.0};
+      p_.ranks->sum(v);
+      log_at_ = static_cast<std::int64_t>(v[0]);
+      logged_eval_at_ = static_cast<std::int64_t>(v[1]);
+    }
     first_step_ = p_.clock->env_steps;  // rates count what this process did
     first_update_ = p_.clock->updates;
     restart_schedules();
@@ -220,24 +240,26 @@ class Run {
   /// a checkpoint, the timing verdict and summary.json.
   [[gnu::cold, gnu::noinline]] FitResult finish() {
     const auto now = p_.clock->now();
+    // The time split and its verdict are about training: taken before the last evaluation,
+    // and only when this process trained (not for a finished run resumed).
+    const bool trained = p_.clock->env_steps > first_step_ || p_.clock->updates > first_update_;
+    const std::string time_line = trained && p_.times->enabled ? "time: " + shares_line(*p_.times) : "";
+    const std::string verdict = trained && p_.times->enabled ? bottleneck(*p_.times, p_.loop->advice()) : "";
     if (p_.evaluation->last_at() != now) record_evaluation(evaluate(settings_.eval_episodes));
     if (log_at_ != now || logged_eval_at_ != p_.evaluation->last_at()) log();  // not the same row twice
     checkpoint();
     const bool main = p_.ranks->is_main();
     if (p_.ranks->world_size() > 1 && main) say(sync_line_);
-    if (main && p_.times->enabled) {
-      say("time: " + shares_line(*p_.times));
-      say(bottleneck(*p_.times, p_.loop->advice()));
+    if (main && !time_line.empty()) {
+      say(time_line);
+      if (!verdict.empty()) say(verdict);
     }
     log_.flush();
     progress_.finish();
-    FitResult r;
-    r.env_steps = p_.clock->env_steps;
-    r.updates = p_.clock->updates;
-    r.wall_seconds = elapsed();
-    r.final_eval_return = p_.evaluation->last().mean;
-    r.best_eval_return = p_.evaluation->best();
-    log_.write_summary(r, first_step_, first_update_, timer_overhead(), s_.config_hash, s_.config);
+    handlers_.restore();
+    const FitResult r = result();
+    log_.write_summary(r, first_step_, first_update_, timer_overhead(), s_.config_hash, s_.config, s_.provenance);
+    lock_ = RunDirLock();  // the run is over: another may use the directory (with --resume)
     if (main) {
       say(summary_line(r));
       say("logs: " + run_dir_.string() + " (training.log, metrics.csv, TensorBoard events, summary.json, config.yaml)");
@@ -248,7 +270,10 @@ class Run {
   /// An evaluation of `episodes` episodes (all ranks together), not yet recorded.
   EvalResult evaluate(int episodes) { return p_.evaluate(episodes); }
   /// Makes `r` the latest evaluation (in the next log row, summary.json and the best so far).
-  void record_evaluation(const EvalResult& r) { p_.evaluation->record(r, p_.clock->now()); }
+  void record_evaluation(const EvalResult& r) {
+    p_.evaluation->record(r, p_.clock->now());
+    log_.write_evaluation(r, p_.clock->in(settings_.record_unit));
+  }
 
   /// A row of metrics now (every rank must call it).
   [[gnu::cold, gnu::noinline]] void log() {
@@ -281,10 +306,7 @@ class Run {
   /// algorithm, networks, buffer, envs and precision (the error names the first field that
   /// differs). Everything is read and checked before anything changes.
   [[gnu::cold, gnu::noinline]] void load_checkpoint(const std::filesystem::path& file) {
-    checkpoints_.read(file)();
-    p_.collector->restored();
-    p_.loop->resumed();
-    resumed_from_ = file;
+    apply_checkpoint(checkpoints_.read(file), file);
   }
 
   /// Rank 0's shared state on every rank: at construction (ranks seed their networks apart)
@@ -347,6 +369,8 @@ class Run {
 
   [[nodiscard]] const std::filesystem::path& run_dir() const noexcept { return run_dir_; }
   [[nodiscard]] const std::filesystem::path& resumed_from() const noexcept { return resumed_from_; }
+  /// The run's config hash (its fields and its policy types), as config.yaml and summary.json give it.
+  [[nodiscard]] const std::string& config_hash() const noexcept { return s_.config_hash; }
   [[nodiscard]] const std::vector<std::string>& notes() const noexcept { return s_.notes; }
   /// The phase timers' own share of the run so far (see `Trainer::timer_overhead`).
   [[nodiscard]] double timer_overhead() const {
@@ -359,6 +383,65 @@ class Run {
   }
 
  private:
+  FitResult result(std::string stopped_by = {}) const {
+    FitResult r;
+    r.env_steps = p_.clock->env_steps;
+    r.updates = p_.clock->updates;
+    r.wall_seconds = elapsed();
+    r.final_eval_return = p_.evaluation->last().mean;
+    r.best_eval_return = p_.evaluation->best();
+    r.stopped_by = std::move(stopped_by);
+    return r;
+  }
+
+  // The signals every rank has agreed on (train/signals.hpp). One process reads its flags
+  // after each iteration; ranks add theirs up every `poll_every_` iterations, which rank 0
+  // sets to about 50 ms of iterations, so they all stop at the same step.
+  struct Signalled {
+    int stop = 0;             // SIGINT or SIGTERM
+    bool checkpoint = false;  // SIGUSR1
+    [[nodiscard]] bool any() const noexcept { return stop != 0 || checkpoint; }
+  };
+  Signalled signalled() {
+    auto& ranks = *p_.ranks;
+    if (ranks.world_size() == 1) return {signals::stop_requested(), signals::take_checkpoint_request()};
+    if (++since_poll_ < poll_every_) return {};
+    const int mine = signals::stop_requested();
+    std::vector<double> v{mine == SIGINT ? 1.0 : 0.0, mine == SIGTERM ? 1.0 : 0.0,
+                          signals::take_checkpoint_request() ? 1.0 : 0.0, 0.0};
+    if (ranks.is_main()) {  // the next poll's distance: about 50 ms of iterations
+      const double now = elapsed(), per = (now - polled_at_) / static_cast<double>(since_poll_);
+      v[3] = per > 0 ? std::clamp(0.05 / per, 1.0, 10'000.0) : 1.0;
+      polled_at_ = now;
+    }
+    since_poll_ = 0;
+    ranks.sum(v);
+    poll_every_ = std::max<std::int64_t>(1, static_cast<std::int64_t>(v[3]));
+    return {v[1] > 0 ? SIGTERM : v[0] > 0 ? SIGINT : 0, v[2] > 0};
+  }
+
+  // Stops on `sig` after the iteration under way: the step in flight lands (async envs), a
+  // log row, a checkpoint (with the buffer when run.checkpoint_buffer) and summary.json are
+  // written, and `Interrupted` is thrown (exit 128 + sig). Every rank comes here at the
+  // same step; rank 0 writes.
+  [[gnu::cold, gnu::noinline, noreturn]] void stop(int sig) {
+    if (p_.collector->in_flight()) p_.loop->iterate(p_.clock->now());  // lands it, launches none
+    const auto now = p_.clock->now();
+    const auto name = signals::name(sig);
+    const std::string at = std::string(step_name(p_.clock->unit)) + " " + std::to_string(now);
+    say("stopping on " + name + " at " + at + ": writing a checkpoint (a second " + name + " exits at once)");
+    if (log_at_ != now) log();
+    checkpoint();
+    log_.flush();
+    progress_.finish();
+    handlers_.restore();
+    log_.write_summary(result("stopped by " + name), first_step_, first_update_, timer_overhead(), s_.config_hash,
+                       s_.config, s_.provenance);
+    lock_ = RunDirLock();
+    throw Interrupted(sig, "by " + name + " at " + at + "; checkpoint written in " + run_dir_.string() +
+                               " (continue with --run_dir=" + run_dir_.string() + " --resume=auto)");
+  }
+
   // The clock value before which no hook fires (a loop leaves nothing in flight there).
   std::int64_t quiet_until() const {
     return std::min({eval_every_.next(), log_every_.next(), checkpoint_every_.next()});
@@ -400,6 +483,11 @@ class Run {
     if (p_.ranks->is_main()) progress_.iteration(progress_state());
   }
 
+  // Rank 0 takes the run directory: a fresh one (runs/<algorithm>-<env>-seed<N>-<time>), or
+  // run.run_dir, locked for the run's life (a second run there is refused) and refused when
+  // it holds a run and run.resume is not set. A checkpoint to resume from is read and
+  // checked here, before a file of the directory is written: a refused resume changes
+  // nothing. Then config.yaml, training.log, metrics.csv and TensorBoard's file.
   [[gnu::cold, gnu::noinline]] void open_run_dir() {
     start_ = std::chrono::steady_clock::now();
     const bool main = p_.ranks->is_main();
@@ -408,16 +496,27 @@ class Run {
       if (resume == "auto" && s_.run.run_dir->empty())
         throw ConfigError("run.resume=auto looks for the latest checkpoint in run.run_dir, which is not set");
       // A resumed run without run.run_dir continues in its checkpoint's directory.
-      run_dir_ = !s_.run.run_dir->empty() ? std::filesystem::path(*s_.run.run_dir)
-                 : !resume.empty()        ? std::filesystem::absolute(resume).parent_path()
-                                          : std::filesystem::path("runs") /
-                                         (s_.algorithm + "-" + s_.env_name + "-" + timestamp_for_path());
-      std::error_code ec;
-      std::filesystem::create_directories(run_dir_, ec);
-      if (ec) throw Error("run.run_dir: cannot create '" + run_dir_.string() + "': " + ec.message());
+      if (!s_.run.run_dir->empty() || !resume.empty()) {
+        run_dir_ = !s_.run.run_dir->empty() ? std::filesystem::path(*s_.run.run_dir)
+                                            : std::filesystem::absolute(resume).parent_path();
+        std::error_code ec;
+        std::filesystem::create_directories(run_dir_, ec);
+        if (ec) throw Error("run.run_dir: cannot create '" + run_dir_.string() + "': " + ec.message());
+      } else {
+        run_dir_ = fresh_run_dir("runs", s_.algorithm + "-" + s_.env_name + "-seed" + std::to_string(*s_.run.seed));
+      }
+      lock_ = RunDirLock(run_dir_);
       checkpoints_.set_dir(run_dir_);
-      write_file_atomic(run_dir_ / "config.yaml",
-                        "# " + s_.program + ", config hash " + s_.config_hash + "\n" + s_.config_yaml);
+      if (resume.empty() && holds_a_run(run_dir_))
+        throw ConfigError("run.run_dir: '" + run_dir_.string() +
+                          "' already holds a run; use --resume=auto to continue it, or another directory");
+      if (!resume.empty()) {
+        resume_file_ = checkpoints_.resolve(resume);
+        if (!resume_file_.empty()) resume_apply_ = checkpoints_.read(resume_file_);  // all checks, nothing changed
+      }
+      std::string header = "# " + s_.program + ", config hash " + s_.config_hash + "\n";
+      for (const auto& [k, v] : s_.provenance) header += "# " + k + ": " + v + "\n";
+      write_file_atomic(run_dir_ / "config.yaml", header + s_.config_yaml);
     }
     // Every rank takes part in log rows; rank 0 writes them.
     auto sources = p_.log_sources;
@@ -433,6 +532,7 @@ class Run {
                       "==== " + timestamp_for_path() + " " + s_.program + ", config hash " + s_.config_hash +
                           "\n# resolved config\n" + s_.config_yaml + "# end of config\n");
     if (!main) return;
+    log_.write_config_text(s_.config_yaml, s_.provenance, p_.clock->in(settings_.record_unit));
     s_.notes.push_back(log_.gpu_status());  // once, whether it found GPUs or not
     timer_cost_ = phase_timer_cost();
     progress_ = ProgressHook(s_.run.progress);
@@ -447,15 +547,25 @@ class Run {
   [[gnu::cold, gnu::noinline]] void resume_if_asked() {
     const std::string& what = s_.run.resume;
     if (what.empty() || !p_.ranks->is_main()) return;
-    const auto file = checkpoints_.resolve(what);
+    const auto file = resume_file_;
     if (file.empty()) {
       say("resume: no checkpoint in " + run_dir_.string() + "; starting afresh");
       return;
     }
-    load_checkpoint(file);
-    log_.resume(*p_.clock);
+    apply_checkpoint(std::exchange(resume_apply_, {}), file);
+    if (log_.resume(*p_.clock)) {  // its row is written: not again (one row per logged step)
+      log_at_ = p_.clock->now();
+      logged_eval_at_ = p_.evaluation->last_at();
+    }
     say("resumed from " + file.string() + " at " + std::string(step_name(p_.clock->unit)) + " " +
         std::to_string(p_.clock->now()));
+  }
+
+  void apply_checkpoint(const StateSections::Apply& apply, const std::filesystem::path& file) {
+    apply();
+    p_.collector->restored();
+    p_.loop->resumed();
+    resumed_from_ = file;
   }
 
   [[gnu::cold, gnu::noinline]] std::string summary_line(const FitResult& r) const {
@@ -482,6 +592,12 @@ class Run {
   std::int64_t log_at_ = -1, logged_eval_at_ = -1;  ///< clock at the last log row, and of the eval in it
   std::string sync_line_;                           ///< what the last in-sync check found
   double timer_cost_ = 0;                           ///< seconds one ScopedPhase costs here
+  std::int64_t since_poll_ = 0, poll_every_ = 16;   ///< iterations between the ranks' signal polls
+  double polled_at_ = 0;                            ///< elapsed() at rank 0's last poll
+  signals::Handlers handlers_;                      ///< SIGINT, SIGTERM, SIGUSR1 during the run
+  RunDirLock lock_;                                 ///< rank 0's hold on the run directory
+  std::filesystem::path resume_file_;               ///< the checkpoint run.resume names, read and checked
+  StateSections::Apply resume_apply_;               ///< applies it
 };
 
 }  // namespace anvil

@@ -29,13 +29,14 @@
 #include <anvil/core/blas.hpp>
 #include <anvil/core/config.hpp>
 #include <anvil/core/error.hpp>
+#include <anvil/train/sweep.hpp>
 
 namespace anvil {
 
 namespace detail {
 [[noreturn]] inline void exit_with(const Error& e) {
   std::fflush(stdout);
-  std::fprintf(stderr, "error: %s\n", e.what());
+  std::fprintf(stderr, "%s: %s\n", e.label(), e.what());
   std::fflush(stderr);
   std::exit(e.exit_code());
 }
@@ -89,6 +90,26 @@ Config start_config(int argc, char** argv, Config defaults = {}) {
 /// the Trainer's parallelism needs.
 template <class Trainer>
 typename Trainer::Config start(const Args& args, typename Trainer::Config defaults = {}) {
+  if (args.multirun && !args.help && !args.print_config) {
+    // A sweep (train/sweep.hpp): every run's config is checked before the first starts.
+    try {
+      const auto plan = plan_sweep(args.program, args.raw);
+      for (const auto& overrides : plan.runs()) {
+        std::vector<std::string> argv{args.program};
+        for (const auto& a : plan.arguments(overrides, "sweep-check")) argv.push_back(a);
+        try {
+          (void)configure<typename Trainer::Config>(parse_args(argv), defaults);
+        } catch (const ConfigError& e) {
+          std::string which;
+          for (const auto& o : overrides) which += (which.empty() ? "" : " ") + o;
+          throw ConfigError("--multirun: the run with " + which + ": " + e.what());
+        }
+      }
+      std::exit(run_sweep(plan));
+    } catch (const Error& e) {
+      detail::exit_with(e);
+    }
+  }
   auto cfg = start_config<typename Trainer::Config>(args, std::move(defaults));
   try {
     Trainer::Parallelism::start_ranks(*cfg.parallel);  // a launcher does not return

@@ -12,6 +12,7 @@
 #include <torch/utils.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cctype>
 #include <cmath>
 #include <cstdint>
@@ -32,10 +33,12 @@
 #include <anvil/core/error.hpp>
 #include <anvil/core/state.hpp>
 #include <anvil/core/tensor_io.hpp>
+#include <anvil/core/torch_compat.hpp>
 #include <anvil/data/step_collector.hpp>
 #include <anvil/envs/env.hpp>
 #include <anvil/envs/normalize.hpp>
 #include <anvil/envs/vec_env.hpp>
+#include <anvil/observe/provenance.hpp>
 #include <anvil/observe/update_metrics.hpp>
 #include <anvil/optim/step_context.hpp>
 #include <anvil/parallel/collectives.hpp>
@@ -105,7 +108,7 @@ class BasicTrainer {
   /// Builds the run from a typed config (validated here; throws ConfigError). With DDP<N>
   /// the process must be a rank: `anvil::start` launches them.
   template <envs::Env E>
-  BasicTrainer(const E& env, Config cfg, std::string program = "anvil") : cfg_(prepare(std::move(cfg))) {
+  BasicTrainer(const E& env, Config cfg, std::string program = {}) : cfg_(prepare(std::move(cfg))) {
     torch::set_num_threads(cfg_.run->threads);
     parallel_ = std::make_unique<P>(*cfg_.parallel);
     ctx_.device = resolve_device(cfg_.run->device, parallel_->device_index());
@@ -127,7 +130,9 @@ class BasicTrainer {
 
     // The envs: training envs (normalised when asked), and evaluation envs that normalise
     // observations with the training statistics, frozen.
-    auto venv = envs::make_vec_env(env, *cfg_.env, ctx_.seed_for(Stream::env));
+    // Env i of rank r is env r * num_envs + i of the run (envs with tasks are spread over them by it).
+    const std::int64_t n_envs = cfg_.env->num_envs;
+    auto venv = envs::make_vec_env(env, *cfg_.env, ctx_.seed_for(Stream::env), ctx_.rank * n_envs, ctx_.world_size * n_envs);
     if (cfg_.normalize->obs || cfg_.normalize->reward) {
       // The return's discount is the algorithm's, which the loop gives the envs (or normalize.gamma).
       auto wrapped = std::make_unique<envs::NormalizedVecEnv>(std::move(venv), *cfg_.normalize, NAN);
@@ -138,6 +143,7 @@ class BasicTrainer {
       notes.push_back("checkpoints: " + venv->spec().name +
                       " is not trivially copyable, so checkpoints hold no env state (a resumed run starts new episodes)");
     collector_ = std::make_unique<StepCollector>(std::move(venv), times_);
+    collector_->count_steps_from(&clock_.env_steps);
     const auto& spec = collector_->spec();
 
     algo_ = std::make_unique<A>(spec, *cfg_.algorithm, ctx_);
@@ -148,18 +154,23 @@ class BasicTrainer {
     runner_->begin();
     control_ = std::make_unique<LoopControlOf<Runner>>(*runner_);
     evaluation_ = Evaluation(
-        [env, norm = norm_, ncfg = *cfg_.normalize](int n, std::uint64_t seed) {
-          envs::VecEnvConfig c;
+        [env, norm = norm_, ncfg = *cfg_.normalize, ecfg = *cfg_.env](int n, std::uint64_t seed, int first, int count) {
+          envs::VecEnvConfig c = ecfg;  // the same env (tasks included), n of them, stepped here
           c.num_envs = n;
-          auto v = envs::make_vec_env(env, c, seed);
+          c.threads = 1;
+          c.mode = envs::VecMode::sync;
+          auto v = envs::make_vec_env(env, c, seed, first, count);
           if (!norm) return v;
           return std::unique_ptr<envs::VecEnvBase>(
               std::make_unique<envs::NormalizedVecEnv>(std::move(v), ncfg, 0.99, norm, /*frozen=*/true));
         },
-        ctx_.seed_for(Stream::eval_env), ranks_, &times_);
+        ctx_.seed_for(Stream::eval_env), ranks_, &times_, collector_->groups(), collector_->envs().reports_success());
     torch_rng_ = TorchGenerators(ctx_.device);
     add_sections();
     notes.insert(notes.begin(), "world: " + parallel_->describe());
+    if (!compiled_optimised())
+      notes.insert(notes.begin(), "warning: this program was compiled without optimisation, so it trains about 2x "
+                                  "slower; build it with -DCMAKE_BUILD_TYPE=Release (or -O2)");
     run_ = std::make_unique<Run>(setup(std::move(program), std::move(notes)), parts());
     run_->sync_from_main();  // every rank starts from rank 0's networks and optimizer state
   }
@@ -181,6 +192,9 @@ class BasicTrainer {
   /// Mean return of `episodes` episodes with deterministic actions (the policy's average
   /// with `train.ema_decay`), on envs seeded apart from the training envs.
   EvalResult evaluate(int episodes) { return run_->evaluate(episodes); }
+  /// The latest recorded evaluation (with each task's return and success rate where the env
+  /// has tasks and says when it succeeds).
+  [[nodiscard]] const EvalResult& last_evaluation() const noexcept { return evaluation_.last(); }
   /// Makes `r` the run's latest evaluation (in the next log row, summary.json, the best).
   void record_evaluation(const EvalResult& r) { run_->record_evaluation(r); }
 
@@ -233,6 +247,8 @@ class BasicTrainer {
   }
 
   [[nodiscard]] const Config& config() const noexcept { return cfg_; }
+  /// The run's config hash: its fields and its policy types (FP32 and TF32 runs differ).
+  [[nodiscard]] const std::string& config_hash() const noexcept { return run_->config_hash(); }
   [[nodiscard]] A& algorithm() noexcept { return *algo_; }
   [[nodiscard]] B& buffer() noexcept { return *buffer_; }
   [[nodiscard]] P& parallelism() noexcept { return *parallel_; }
@@ -313,16 +329,34 @@ class BasicTrainer {
   Run::Setup setup(std::string program, std::vector<std::string> notes) const {
     Run::Setup s;
     s.run = *cfg_.run;
-    s.program = std::move(program);
+    s.program = program.empty() ? std::string(program_invocation_short_name) : std::move(program);  // the executable's name
     s.algorithm = std::string(A::config_section.view());
     s.precision = std::string(X::name);
     s.env_name = collector_->spec().name;
     s.num_envs = collector_->num_envs();
     s.device = ctx_.device.str();
-    s.config_hash = config_hash_hex(cfg_);
+    // The hash covers the policy types too: FP32 and TF32 runs (the same fields) differ.
+    std::uint64_t h = anvil::config_hash(cfg_);
+    for (const auto t : {type_name<A>(), type_name<B>(), type_name<P>(), type_name<X>(), type_name<L>()})
+      for (const char ch : t) h = (h ^ static_cast<unsigned char>(ch)) * 0x100000001b3ull;  // FNV-1a
+    char hash[17];
+    std::snprintf(hash, sizeof hash, "%016llx", static_cast<unsigned long long>(h));
+    s.config_hash = hash;
     s.config_yaml = to_yaml(cfg_);
     s.config = flatten(cfg_);
     s.notes = std::move(notes);
+    s.provenance = {{"env", collector_->spec().name},
+                    {"algorithm", std::string(type_name<A>())},
+                    {"buffer", std::string(type_name<B>())},
+                    {"parallelism", std::string(type_name<P>())},
+                    {"precision", std::string(type_name<X>())},
+                    {"loop", std::string(type_name<L>())},
+                    {"anvil", std::string(kVersion)},
+                    {"libtorch", compat::torch_version_string()},
+                    {"git_commit", program_git_commit()},
+                    {"command", command_line()},
+                    {"host", host_name()},
+                    {"started", utc_now()}};
     return s;
   }
 

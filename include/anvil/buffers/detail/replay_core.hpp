@@ -7,6 +7,7 @@
 #include <span>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include <anvil/buffers/detail/transition_store.hpp>
 #include <anvil/core/batch.hpp>
@@ -26,13 +27,16 @@ using NStepParam = Param<int, "n_step",
                          "store n-step returns: rewards summed over up to n steps, discounted by the "
                          "algorithm's gamma (1: one-step transitions)",
                          in_range(1, 1000)>;
+using BalanceTasksParam = Param<bool, "balance_tasks",
+                                "with an env that has tasks, give each task an equal share of every batch "
+                                "(batch / tasks transitions each)">;
 
 class ReplayCore {
  public:
   ReplayCore(const EnvSpec& spec, std::int64_t capacity, Storage storage, ObsDtype obs_dtype,
-             int n_step, const RunContext& ctx, std::string owner)
+             int n_step, const RunContext& ctx, std::string owner, std::int64_t extra_host_bytes = 0)
       : store_(spec, capacity, storage == Storage::cpu ? c10::Device(c10::kCPU) : ctx.device, std::move(owner),
-               n_step, obs_dtype) {}
+               n_step, obs_dtype, extra_host_bytes) {}
 
   /// Stores what one step of N envs completes (the step itself for 1-step transitions).
   /// Returns the id of the first stored transition and how many were stored.
@@ -57,6 +61,29 @@ class ReplayCore {
   [[nodiscard]] std::int64_t stored() const noexcept { return store_.stored(); }
   [[nodiscard]] std::span<const std::int64_t> killed() const noexcept { return store_.killed(); }
   void set_discount(double gamma) noexcept { store_.set_gamma(gamma); }
+
+  [[nodiscard]] std::int64_t tasks() const noexcept { return store_.tasks(); }
+  [[nodiscard]] std::int64_t task_count(std::int64_t t) const noexcept { return store_.task_count(t); }
+  [[nodiscard]] std::int32_t task_of(std::int64_t slot) const noexcept { return store_.task_of(slot); }
+
+  /// How many of a batch of `n` each task gets when sampling is balanced over tasks: the
+  /// tasks that have transitions share `n` equally; the remainder goes one each to the
+  /// tasks from `start` on (callers rotate it, so no task is favoured over many batches).
+  [[nodiscard]] std::vector<std::int64_t> task_quotas(std::int64_t n, std::int64_t start) const {
+    const std::int64_t t = tasks();
+    std::vector<std::int64_t> q(static_cast<std::size_t>(t), 0);
+    std::int64_t present = 0;
+    for (std::int64_t k = 0; k < t; ++k) present += task_count(k) > 0 ? 1 : 0;
+    if (present == 0) return q;
+    std::int64_t extra = n % present;
+    for (std::int64_t j = 0; j < t; ++j) {
+      const std::int64_t k = (start + j) % t;
+      if (task_count(k) == 0) continue;
+      q[static_cast<std::size_t>(k)] = n / present + (extra > 0 ? 1 : 0);
+      if (extra > 0) --extra;
+    }
+    return q;
+  }
 
   [[nodiscard]] std::int64_t size() const noexcept { return store_.size(); }
   [[nodiscard]] std::int64_t capacity() const noexcept { return store_.capacity(); }

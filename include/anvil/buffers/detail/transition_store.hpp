@@ -21,6 +21,7 @@
 #include <anvil/core/binary_io.hpp>
 #include <anvil/core/detail/huge_pages.hpp>
 #include <anvil/core/error.hpp>
+#include <anvil/core/memory.hpp>
 #include <anvil/core/spaces.hpp>
 
 namespace anvil {
@@ -54,6 +55,10 @@ namespace detail {
 /// observations do not chain, a transition whose observation is overwritten leaves
 /// early; `size()` counts what is stored and `dropped()` what left early.
 ///
+/// With an env that has tasks (`EnvSpec::tasks`), each row also holds its transition's
+/// task, batches carry it (`ReplayBatch::task`), and the store counts the live
+/// transitions of each task (`task_count`, `task_of`) for task-balanced sampling.
+///
 /// n-step returns (`n_step` > 1) are formed before storing by an `NStepWindow` per env.
 /// Rows live with the networks (`device`); on the CPU a batch comes out as contiguous
 /// float32 tensors gathered with prefetching; on a GPU by `index_select`, so transitions
@@ -65,8 +70,10 @@ class TransitionStore {
     std::int32_t obs = -1, next = -1;
   };
 
+  /// `extra_host_bytes`: host memory the owner allocates beside the store (a priority
+  /// tree), counted in the check that the whole fits before anything is allocated.
   TransitionStore(const EnvSpec& spec, std::int64_t capacity, c10::Device device, std::string owner,
-                  int n_step = 1, ObsDtype obs_dtype = ObsDtype::float32)
+                  int n_step = 1, ObsDtype obs_dtype = ObsDtype::float32, std::int64_t extra_host_bytes = 0)
       : capacity_(capacity),
         obs_capacity_(capacity + (capacity + 3) / 4 + 256),
         device_(device),
@@ -76,22 +83,36 @@ class TransitionStore {
         discrete_(spec.discrete()),
         with_discount_(n_step > 1),
         obs_dtype_(obs_dtype),
-        width_(ad_ + 2 + (n_step > 1 ? 1 : 0)),
+        tasks_(static_cast<std::int64_t>(spec.tasks.size())),
+        width_(ad_ + 2 + (n_step > 1 ? 1 : 0) + (tasks_ > 0 ? 1 : 0)),
         window_(n_step, 0.99) {
     if (obs_capacity_ > INT32_MAX)
       throw Error(owner_ + ": buffer.capacity=" + std::to_string(capacity) +
                   " is above the largest supported (1,700,000,000 transitions)");
-    const auto f = at::TensorOptions().dtype(at::kFloat).device(device_);
-    data_ = at::empty({capacity_, width_}, f);
-    obs_ = at::empty({obs_capacity_, od_}, f.dtype(obs_dtype_ == ObsDtype::float32    ? at::kFloat
-                                                   : obs_dtype_ == ObsDtype::bfloat16 ? at::kBFloat16
-                                                                                      : at::kHalf));
-    if (device_.is_cpu()) {  // read at random: huge pages spare most TLB misses
-      advise_huge_pages(data_.data_ptr(), static_cast<std::size_t>(data_.nbytes()));
-      advise_huge_pages(obs_.data_ptr(), static_cast<std::size_t>(obs_.nbytes()));
-    }
-    link_ = HugeArray<Link>(static_cast<std::size_t>(capacity_), Link{});
-    owner_of_ = HugeArray<std::int32_t>(static_cast<std::size_t>(obs_capacity_), -1);
+    // Refused before a byte is allocated when it cannot fit (host memory; a GPU's own
+    // allocator reports its out-of-memory errors, named below).
+    const std::int64_t obs_size = obs_dtype_ == ObsDtype::float32 ? 4 : 2;
+    const std::int64_t host = static_cast<std::int64_t>(capacity_ * sizeof(Link) + obs_capacity_ * sizeof(std::int32_t)) +
+                              (tasks_ > 0 ? capacity_ * static_cast<std::int64_t>(sizeof(std::int32_t)) : 0) +
+                              extra_host_bytes;
+    const std::int64_t need = capacity_ * width_ * 4 + obs_capacity_ * od_ * obs_size + host;
+    const std::string field = "buffer.capacity=" + std::to_string(capacity);
+    check_fits(device_.is_cpu() ? need : host, field, owner_ + "'s storage");
+    allocating(owner_ + "'s storage (" + field + ")", need, [&] {
+      const auto f = at::TensorOptions().dtype(at::kFloat).device(device_);
+      data_ = at::empty({capacity_, width_}, f);
+      obs_ = at::empty({obs_capacity_, od_}, f.dtype(obs_dtype_ == ObsDtype::float32    ? at::kFloat
+                                                     : obs_dtype_ == ObsDtype::bfloat16 ? at::kBFloat16
+                                                                                        : at::kHalf));
+      if (device_.is_cpu()) {  // read at random: huge pages spare most TLB misses
+        advise_huge_pages(data_.data_ptr(), static_cast<std::size_t>(data_.nbytes()));
+        advise_huge_pages(obs_.data_ptr(), static_cast<std::size_t>(obs_.nbytes()));
+      }
+      link_ = HugeArray<Link>(static_cast<std::size_t>(capacity_), Link{});
+      owner_of_ = HugeArray<std::int32_t>(static_cast<std::size_t>(obs_capacity_), -1);
+      if (tasks_ > 0) task_of_ = HugeArray<std::int32_t>(static_cast<std::size_t>(capacity_), -1);
+    });
+    task_count_.assign(static_cast<std::size_t>(tasks_), 0);
   }
 
   /// Stores one step of N envs (row i = env i; the ring wraps as needed), or with n-step
@@ -111,6 +132,19 @@ class TransitionStore {
     const auto act = host(s.action, n, ad_, "action"), rew = host(s.reward, n, 1, "reward");
     const auto term = host(s.terminated, n, 1, "terminated");
     const auto trunc = s.truncated.defined() ? host(s.truncated, n, 1, "truncated") : at::zeros({n});
+    at::Tensor task;
+    if (tasks_ > 0) {
+      if (!s.task.defined() || s.task.numel() != n)
+        throw Error(owner_ + ": StepBatch.task must give each of the " + std::to_string(n) + " envs' task (the env has " +
+                    std::to_string(tasks_) + " tasks)");
+      task = s.task.to(at::kCPU, at::kLong).contiguous();
+      const auto* tk = task.data_ptr<std::int64_t>();
+      for (std::int64_t i = 0; i < n; ++i)
+        if (tk[i] < 0 || tk[i] >= tasks_)
+          throw Error(owner_ + ": StepBatch.task[" + std::to_string(i) + "] is " + std::to_string(tk[i]) +
+                      "; the env has tasks 0 to " + std::to_string(tasks_ - 1));
+    }
+    const std::int64_t* tk = task.defined() ? task.data_ptr<std::int64_t>() : nullptr;
     const float *o = obs.data_ptr<float>(), *no = next.data_ptr<float>(), *a = act.data_ptr<float>();
     const float *r = rew.data_ptr<float>(), *t = term.data_ptr<float>(), *tr = trunc.data_ptr<float>();
 
@@ -134,14 +168,15 @@ class TransitionStore {
       const std::int64_t nid = append_obs(no + i * od_);
       open_[e] = nid;
       std::copy(no + i * od_, no + (i + 1) * od_, open);
+      const std::int32_t ti = tk ? static_cast<std::int32_t>(tk[i]) : -1;
       if (window_.n() == 1) {
-        put(oid, nid, a + i * ad_, r[i], t[i], 1.0);
+        put(oid, nid, a + i * ad_, r[i], t[i], 1.0, ti);
       } else {
         window_.push(e, {oid, nid, std::vector<float>(a + i * ad_, a + (i + 1) * ad_), r[i], t[i] > 0.5f},
                      t[i] > 0.5f || tr[i] > 0.5f, done_);
         for (const auto& d : done_) {
           if (obs_live(d.obs)) {
-            put(d.obs, d.next, d.action.data(), static_cast<float>(d.reward), d.terminated ? 1.f : 0.f, d.discount);
+            put(d.obs, d.next, d.action.data(), static_cast<float>(d.reward), d.terminated ? 1.f : 0.f, d.discount, ti);
           } else {
             ++dropped_;  // its first observation was overwritten while the window filled
           }
@@ -170,6 +205,12 @@ class TransitionStore {
       float *o = b.obs.data_ptr<float>(), *no = b.next_obs.data_ptr<float>(), *a = action.data_ptr<float>();
       float *r = b.reward.data_ptr<float>(), *t = b.terminated.data_ptr<float>();
       float* d = with_discount_ ? b.discount.data_ptr<float>() : nullptr;
+      std::int64_t* tk = nullptr;
+      if (tasks_ > 0) {
+        b.task = at::empty({n}, at::TensorOptions().dtype(at::kLong));
+        tk = b.task.data_ptr<std::int64_t>();
+      }
+      const std::int64_t task_col = ad_ + 2 + (with_discount_ ? 1 : 0);
       // Rows of random transitions miss every cache, so they are fetched ahead in two
       // stages: a transition's link and action row 2 * kAhead samples ahead, its two
       // observation rows (whose places the link gives) kAhead samples ahead.
@@ -205,6 +246,7 @@ class TransitionStore {
           r[i] = row[ad_];
           t[i] = row[ad_ + 1];
           if (d) d[i] = row[ad_ + 2];
+          if (tk) tk[i] = static_cast<std::int64_t>(row[task_col]);
         }
       };
       switch (obs_dtype_) {
@@ -244,6 +286,7 @@ class TransitionStore {
       b.reward = rows.select(1, ad_);
       b.terminated = rows.select(1, ad_ + 1);
       if (with_discount_) b.discount = rows.select(1, ad_ + 2);
+      if (tasks_ > 0) b.task = rows.select(1, ad_ + 2 + (with_discount_ ? 1 : 0)).to(at::kLong);
     }
     b.index = ids(slots);
     return b;
@@ -342,6 +385,18 @@ class TransitionStore {
     open_obs_ = std::move(s.open_obs);
     window_.restore(std::move(s.window));
     window_.resize(open_.size());
+    if (tasks_ > 0) {  // each row's task, from the task column
+      std::fill(task_of_.begin(), task_of_.end(), -1);
+      std::fill(task_count_.begin(), task_count_.end(), 0);
+      const std::int64_t col = ad_ + 2 + (with_discount_ ? 1 : 0);
+      const auto rows = s.rows.contiguous();
+      const float* p = rows.data_ptr<float>();
+      for (std::int64_t k = 0; k < rows.size(0); ++k) {
+        const auto tk = static_cast<std::int32_t>(p[k * width_ + col]);
+        task_of_[static_cast<std::size_t>(k)] = tk;
+        if (valid(k) && tk >= 0 && tk < tasks_) ++task_count_[static_cast<std::size_t>(tk)];
+      }
+    }
   }
 
   /// The id of the transition now in `slot` (slot < stored()).
@@ -364,6 +419,13 @@ class TransitionStore {
 
   /// Transitions stored now.
   [[nodiscard]] std::int64_t size() const noexcept { return live_; }
+  /// The env's tasks (0: it has none), and the stored transitions of task `t` now.
+  [[nodiscard]] std::int64_t tasks() const noexcept { return tasks_; }
+  [[nodiscard]] std::int64_t task_count(std::int64_t t) const noexcept { return task_count_[static_cast<std::size_t>(t)]; }
+  /// The task of the transition in row `slot` (-1: none).
+  [[nodiscard]] std::int32_t task_of(std::int64_t slot) const noexcept {
+    return tasks_ > 0 ? task_of_[static_cast<std::size_t>(slot)] : -1;
+  }
   [[nodiscard]] std::int64_t capacity() const noexcept { return capacity_; }
   [[nodiscard]] std::int64_t obs_capacity() const noexcept { return obs_capacity_; }
   [[nodiscard]] std::int64_t added() const noexcept { return added_; }
@@ -405,6 +467,7 @@ class TransitionStore {
     const std::int32_t t = owner_of_[static_cast<std::size_t>(slot)];
     if (t >= 0 && link_[static_cast<std::size_t>(t)].obs == slot) {
       link_[static_cast<std::size_t>(t)] = Link{};
+      if (tasks_ > 0) --task_count_[static_cast<std::size_t>(task_of_[static_cast<std::size_t>(t)])];
       --live_;
       ++dropped_;
       killed_.push_back(t);
@@ -414,16 +477,25 @@ class TransitionStore {
     return id;
   }
 
-  // Stores one transition from observation `oid` to `nid`.
-  void put(std::int64_t oid, std::int64_t nid, const float* action, float reward, float terminated, double discount) {
+  // Stores one transition of task `task` (-1: none) from observation `oid` to `nid`.
+  void put(std::int64_t oid, std::int64_t nid, const float* action, float reward, float terminated, double discount,
+           std::int32_t task) {
     const auto slot = static_cast<std::size_t>(added_ % capacity_);
-    if (link_[slot].obs >= 0) --live_;
+    if (link_[slot].obs >= 0) {
+      --live_;
+      if (tasks_ > 0) --task_count_[static_cast<std::size_t>(task_of_[slot])];
+    }
+    if (tasks_ > 0) {
+      task_of_[slot] = task;
+      ++task_count_[static_cast<std::size_t>(task)];
+    }
     link_[slot] = Link{static_cast<std::int32_t>(oid % obs_capacity_), static_cast<std::int32_t>(nid % obs_capacity_)};
     owner_of_[static_cast<std::size_t>(link_[slot].obs)] = static_cast<std::int32_t>(slot);
     row_stage_.insert(row_stage_.end(), action, action + ad_);
     row_stage_.push_back(reward);
     row_stage_.push_back(terminated);
     if (with_discount_) row_stage_.push_back(static_cast<float>(discount));
+    if (tasks_ > 0) row_stage_.push_back(static_cast<float>(task));
     ++live_;
     ++added_;
   }
@@ -456,11 +528,14 @@ class TransitionStore {
   std::int64_t od_, ad_;
   bool discrete_, with_discount_;
   ObsDtype obs_dtype_;
+  std::int64_t tasks_;             // the env's tasks (0: none)
   std::int64_t width_;             // columns of data_
-  at::Tensor data_;                // [capacity, width]: action, reward, terminated (, discount)
+  at::Tensor data_;                // [capacity, width]: action, reward, terminated (, discount) (, task)
   at::Tensor obs_;                 // [obs_capacity, obs_dim] in the storage dtype
   HugeArray<Link> link_;           // per transition row
   HugeArray<std::int32_t> owner_of_;  // per observation row: the transition row using it as obs
+  HugeArray<std::int32_t> task_of_;   // per transition row: its task (envs with tasks)
+  std::vector<std::int64_t> task_count_;  // per task: live transitions
   std::int64_t added_ = 0, obs_added_ = 0, live_ = 0, dropped_ = 0;
   std::vector<std::int64_t> open_;  // per env: id of the observation its last step led to
   std::vector<float> open_obs_;     // ... and that observation, to recognise it

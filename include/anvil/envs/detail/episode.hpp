@@ -42,7 +42,7 @@ class Episode {
     for (const StateField& f : state)
       if (!std::isfinite(f.value))
         throw EnvError(std::string(env_name_) + ": set_state: " + f.name + " is " +
-                       describe_non_finite(f.value));
+                       non_finite_name(f.value));
     steps_ = 0;
     phase_ = Phase::kRunning;
   }
@@ -58,7 +58,7 @@ class Episode {
            std::to_string(size));
     for (std::size_t i = 0; i < action.size(); ++i)
       if (!std::isfinite(action[i]))
-        fail("action[" + std::to_string(i) + "] is " + describe_non_finite(action[i]));
+        fail("action[" + std::to_string(i) + "] is " + non_finite_name(action[i]));
   }
 
   /// Throw unless a step may run with this discrete action: an episode is running and the
@@ -81,6 +81,13 @@ class Episode {
     return StepResult{observation, reward, terminated, truncated};
   }
 
+  /// Continue an episode restored from a checkpoint, `steps` steps in (running, or ended
+  /// at the time limit when it has reached it).
+  void resume(std::int64_t steps) noexcept {
+    steps_ = steps;
+    phase_ = steps >= max_steps_ ? Phase::kTruncated : Phase::kRunning;
+  }
+
   /// Steps completed in the current episode (0 before the first `start`).
   [[nodiscard]] std::int64_t steps() const noexcept { return steps_; }
 
@@ -100,9 +107,6 @@ class Episode {
 
   [[noreturn]] void fail(const std::string& what) const {
     throw EnvError(std::string(env_name_) + ": step " + std::to_string(steps_) + ": " + what);
-  }
-  static std::string describe_non_finite(double v) {
-    return std::isnan(v) ? "nan" : v > 0 ? "inf" : "-inf";
   }
 
   std::string_view env_name_;

@@ -9,7 +9,7 @@
 /// previous checkpoint intact. The oldest beyond `run.keep_last` are deleted.
 ///
 /// Reading checks the header against this run (the error names the first config field that
-/// differs; `run.*`, `parallel.*` and a loop's `steps`, `eval_interval` and
+/// differs; `run.*` but `run.seed`, `parallel.*` and a loop's `steps`, `eval_interval` and
 /// `eval_episodes` may differ), then reads every section and the buffer file, then the
 /// checksums, and changes nothing until all of it has passed. Not a template.
 
@@ -170,6 +170,7 @@ class Checkpoints {
   // Fields a resumed run may change: where and how it runs, and how long and how often it
   // evaluates (a loop's own `steps`, `eval_interval`, `eval_episodes`, at any depth).
   static bool may_differ(const std::string& key) {
+    if (key == "run.seed") return false;  // another seed is another run
     if (key.rfind("run.", 0) == 0 || key.rfind("parallel.", 0) == 0) return true;
     if (key.rfind("train.", 0) != 0) return false;
     const auto leaf = key.substr(key.rfind('.') + 1);

@@ -43,6 +43,7 @@ struct FitResult {
   std::int64_t env_steps = 0;
   std::int64_t updates = 0;
   double wall_seconds = 0.0;
+  std::string stopped_by;  ///< empty: the run finished; else e.g. "stopped by SIGTERM"
 };
 
 /// One row of metrics, as rank 0 writes it.
@@ -52,6 +53,7 @@ struct LogRow {
   double wall = 0;                                      ///< seconds since the run began
   double updates_per_s = 0;
   bool complete = false;  ///< the row has every metric the algorithm reports (it has updated)
+  std::vector<EpisodeStats::Episode> episodes;  ///< rank 0's training episodes since the last row
 };
 
 /// The run's files (see file comment).
@@ -96,8 +98,12 @@ class MetricsLog {
 
   /// Continues the metrics.csv of a resumed run from the clock it resumed at (rows the
   /// interrupted run wrote later are dropped: the resumed run writes them again).
-  [[gnu::cold, gnu::noinline]] void resume(const Clock& at) {
-    if (src_.ranks->is_main()) csv_ = MetricsCsv::resume(opt_.dir / "metrics.csv", at.env_steps, at.updates);
+  /// Returns whether metrics.csv already has the row of this step (a run resumed from its
+  /// last checkpoint, written after that row): the run then does not write it again.
+  [[gnu::cold, gnu::noinline]] bool resume(const Clock& at) {
+    if (!src_.ranks->is_main()) return false;
+    csv_ = MetricsCsv::resume(opt_.dir / "metrics.csv", at.env_steps, at.updates);
+    return csv_.last_kept() == std::pair{at.env_steps, at.updates};
   }
 
   /// Gathers a row: the metrics' means since the last row and the recent returns, over
@@ -113,6 +119,7 @@ class MetricsLog {
       metrics.know(names);
     }
     const auto [k, recent_sum] = src_.episodes->last(10);
+    auto fresh = src_.episodes->take_fresh();
     std::vector<double> sums{static_cast<double>(src_.episodes->take_unfolded()), static_cast<double>(k), recent_sum};
     for (const auto& [name, m] : metrics.sums()) {
       sums.push_back(m.first);
@@ -134,13 +141,30 @@ class MetricsLog {
                   {"episodes", static_cast<double>(clock.episodes)},
                   {"recent_return", sums[1] > 0 ? sums[2] / sums[1] : NAN},
                   {"eval_return", src_.evaluation->last().mean}};
+    add_task_columns(row.values, src_.evaluation->last());
     std::size_t i = 3;
     for (const auto& [name, m] : metrics.sums()) {
       row.values.emplace_back(name, sums[i + 1] > 0 ? sums[i] / sums[i + 1] : NAN);
       i += 2;
     }
     row.complete = clock.updates > 0;
+    row.episodes = std::move(fresh);
     return row;
+  }
+
+  /// The evaluation's success rate and each task's return and success rate, as columns
+  /// (NaN until the first evaluation): `eval_success`, `eval_return/<task>`,
+  /// `eval_success/<task>`. Only what the env has: no columns for an env without tasks
+  /// that does not say when it succeeds.
+  void add_task_columns(std::vector<std::pair<std::string, double>>& v, const EvalResult& last) const {
+    const bool success = src_.evaluation->reports_success();
+    if (success) v.emplace_back("eval_success", last.success);
+    const auto& tasks = src_.evaluation->tasks();
+    for (std::size_t g = 0; g < tasks.size(); ++g) {
+      const bool have = g < last.groups.size();
+      v.emplace_back("eval_return/" + tasks[g], have ? last.groups[g].mean : NAN);
+      if (success) v.emplace_back("eval_success/" + tasks[g], have ? last.groups[g].success : NAN);
+    }
   }
 
   /// Writes `row` to metrics.csv (rank 0).
@@ -152,7 +176,8 @@ class MetricsLog {
   [[gnu::cold, gnu::noinline]] void write_rest(const LogRow& row, const std::function<void(const std::string&)>& echo = {}) {
     const std::int64_t step = row.step;
     for (const auto& [k, v] : row.values) {
-      if (k == "env_steps" || k == "wall_s" || std::isnan(v)) continue;
+      // evaluations go to TensorBoard when they happen (write_evaluation)
+      if (k == "env_steps" || k == "wall_s" || k.rfind("eval_", 0) == 0 || std::isnan(v)) continue;
       const std::string tag = k == "recent_return"     ? "return/recent"
                               : k == "eval_return"     ? "return/eval"
                               : k == "env_steps_per_s" ? "speed/env_steps_per_s"
@@ -161,6 +186,10 @@ class MetricsLog {
       tb_.scalar(tag, v, step);
     }
     if (row.wall > 0) tb_.scalar("speed/updates_per_s", row.updates_per_s, step);
+    for (const auto& e : row.episodes) {  // each training episode at the env step it ended
+      tb_.scalar("episode/return", e.episode_return, e.env_step);
+      tb_.scalar("episode/length", static_cast<double>(e.length), e.env_step);
+    }
     if (src_.learning_rates)
       for (const auto& [name, lr] : src_.learning_rates()) tb_.scalar("lr/" + name, lr, step);
     if (src_.weights && opt_.histograms && tb_.is_open())
@@ -207,6 +236,36 @@ class MetricsLog {
     log_.flush();
   }
 
+  /// An evaluation, to TensorBoard at the step it ran (`step`, in the record unit): its
+  /// mean, std, min and max return, its success rate (`success/eval`) and each task's return
+  /// and success rate (`task/<name>/return`, `task/<name>/success`) (rank 0), and lines in
+  /// training.log.
+  [[gnu::cold, gnu::noinline]] void write_evaluation(const EvalResult& r, std::int64_t step) {
+    if (!src_.ranks || !src_.ranks->is_main()) return;
+    tb_.scalar("return/eval", r.mean, step);
+    tb_.scalar("return/eval_std", r.std, step);
+    tb_.scalar("return/eval_min", r.min, step);
+    tb_.scalar("return/eval_max", r.max, step);
+    if (!std::isnan(r.success)) tb_.scalar("success/eval", r.success, step);
+    for (const auto& g : r.groups) {
+      tb_.scalar("task/" + g.name + "/return", g.mean, step);
+      if (!std::isnan(g.success)) tb_.scalar("task/" + g.name + "/success", g.success, step);
+    }
+    if (log_.is_open()) {
+      char b[200];
+      std::snprintf(b, sizeof b, "eval at step %lld: return %.6g (std %.6g, min %.6g, max %.6g, %d episodes)",
+                    static_cast<long long>(step), r.mean, r.std, r.min, r.max, r.episodes);
+      log_ << b;
+      if (!std::isnan(r.success)) log_ << ", success " << r.success;
+      log_ << "\n";
+      for (const auto& g : r.groups) {
+        std::snprintf(b, sizeof b, "  task %s: return %.6g, success %.3g (%d episodes)", g.name.c_str(), g.mean, g.success,
+                      g.episodes);
+        log_ << b << "\n";
+      }
+    }
+  }
+
   /// A line in training.log (rank 0; nothing elsewhere).
   [[gnu::cold, gnu::noinline]] void note(const std::string& m) {
     if (!log_.is_open()) return;
@@ -215,40 +274,70 @@ class MetricsLog {
   }
 
   /// Writes `summary.json` (rank 0): what the run achieved, where its time went, its config.
-  [[gnu::cold, gnu::noinline]] void write_summary(const FitResult& r, std::int64_t first_step, std::int64_t first_update, double timer_overhead,
-                     const std::string& config_hash,
-                     const std::vector<std::pair<std::string, std::string>>& config) const {
+  [[gnu::cold, gnu::noinline]] void write_summary(const FitResult& r, std::int64_t first_step, std::int64_t first_update,
+                                                   double timer_overhead, const std::string& config_hash,
+                                                   const std::vector<std::pair<std::string, std::string>>& config,
+                                                   const std::vector<std::pair<std::string, std::string>>& provenance = {}) const {
     if (!src_.ranks->is_main()) return;
+    using json = nlohmann::ordered_json;
+    auto number = [](double x) { return std::isfinite(x) ? json(x) : json(); };  // JSON has no NaN
     const double wall = r.wall_seconds;
     const auto& times = *src_.times;
-    std::string j = "{\n";
-    j += "  \"final_eval_return\": " + json_number(r.final_eval_return) + ",\n";
-    j += "  \"best_eval_return\": " + json_number(r.best_eval_return) + ",\n";
-    j += "  \"env_steps\": " + std::to_string(r.env_steps) + ",\n";
-    j += "  \"updates\": " + std::to_string(r.updates) + ",\n";
-    j += "  \"wall_seconds\": " + json_number(wall) + ",\n";
-    j += "  \"env_steps_per_s\": " + json_number(static_cast<double>(r.env_steps - first_step) / wall) + ",\n";
-    j += "  \"updates_per_s\": " + json_number(static_cast<double>(r.updates - first_update) / wall) + ",\n";
-    j += "  \"phase_share\": {";
-    for (std::size_t i = 0; i < kPhaseNames.size(); ++i)
-      j += std::string(i ? ", " : "") + json_string(std::string(kPhaseNames[i])) + ": " +
-           json_number(times.share(static_cast<Phase>(i)));
-    j += "},\n  \"phase_seconds\": {";
-    for (std::size_t i = 0; i < kPhaseNames.size(); ++i)
-      j += std::string(i ? ", " : "") + json_string(std::string(kPhaseNames[i])) + ": " +
-           json_number(times.seconds(static_cast<Phase>(i)));
-    j += "},\n  \"bottleneck\": " + json_string(bottleneck(times, opt_.advice)) + ",\n";
-    j += "  \"timer_overhead\": " + json_number(timer_overhead) + ",\n";
-    j += "  \"world_size\": " + std::to_string(src_.ranks->world_size()) + ",\n";
-    j += "  \"config_hash\": " + json_string(config_hash) + ",\n";
-    j += "  \"config\": {";
-    bool first = true;
-    for (const auto& [k, v] : config) {
-      j += std::string(first ? "\n" : ",\n") + "    " + json_string(k) + ": " + json_string(v);
-      first = false;
+    json j;
+    j["final_eval_return"] = number(r.final_eval_return);
+    j["best_eval_return"] = number(r.best_eval_return);
+    if (src_.evaluation) {  // the last evaluation's success rate and each task's results
+      const auto& last = src_.evaluation->last();
+      if (src_.evaluation->reports_success()) j["final_eval_success"] = number(last.success);
+      if (!last.groups.empty()) {
+        json tasks = json::object();
+        for (const auto& g : last.groups) {
+          json e = json::object();
+          e["return"] = number(g.mean);
+          if (src_.evaluation->reports_success()) e["success"] = number(g.success);
+          e["episodes"] = g.episodes;
+          tasks[g.name] = e;
+        }
+        j["final_eval_tasks"] = tasks;
+      }
     }
-    j += "\n  }\n}\n";
-    write_file_atomic(opt_.dir / "summary.json", j);
+    j["env_steps"] = r.env_steps;
+    j["updates"] = r.updates;
+    j["wall_seconds"] = number(wall);
+    j["env_steps_per_s"] = number(static_cast<double>(r.env_steps - first_step) / wall);
+    j["updates_per_s"] = number(static_cast<double>(r.updates - first_update) / wall);
+    json shares = json::object(), seconds = json::object();
+    for (std::size_t i = 0; i < kPhaseNames.size(); ++i) {
+      const std::string name(kPhaseNames[i]);
+      shares[name] = number(times.share(static_cast<Phase>(i)));
+      seconds[name] = number(times.seconds(static_cast<Phase>(i)));
+    }
+    j["phase_share"] = shares;
+    j["phase_seconds"] = seconds;
+    j["bottleneck"] = bottleneck(times, opt_.advice);
+    j["timer_overhead"] = number(timer_overhead);
+    j["status"] = r.stopped_by.empty() ? std::string("finished") : r.stopped_by;
+    j["world_size"] = src_.ranks->world_size();
+    j["config_hash"] = config_hash;
+    json p = json::object();
+    for (const auto& [k, v] : provenance) p[k] = v;
+    j["provenance"] = p;
+    json c = json::object();
+    for (const auto& [k, v] : config) c[k] = typed_json(v);
+    j["config"] = c;
+    write_file_atomic(opt_.dir / "summary.json", j.dump(2) + "\n");
+  }
+
+  /// The resolved config and the run's provenance as a TensorBoard text summary (the Text
+  /// tab), at `step` (rank 0).
+  [[gnu::cold, gnu::noinline]] void write_config_text(const std::string& config_yaml,
+                                                      const std::vector<std::pair<std::string, std::string>>& provenance,
+                                                      std::int64_t step) {
+    if (!src_.ranks || !src_.ranks->is_main()) return;
+    std::string md = "| | |\n|---|---|\n";
+    for (const auto& [k, v] : provenance) md += "| " + k + " | `" + v + "` |\n";
+    tb_.text("run/provenance", md, step);
+    tb_.text("run/config", "```yaml\n" + config_yaml + "```\n", step);
   }
 
   /// Writes the rows metrics.csv held back (the run ended before its algorithm reported

@@ -129,7 +129,7 @@ struct EpisodicLoop {
           live[i] = false;
           live_t[e.env] = 0.0f;
           --running;
-          p_.collector.episodes().record(e.episode_return);
+          p_.collector.episodes().record(e.episode_return, e.length, p_.collector.env_step());
         }
       }
       p_.clock.env_steps += static_cast<std::int64_t>(p_.ranks.sum(static_cast<double>(kept)));

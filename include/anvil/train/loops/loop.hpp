@@ -27,6 +27,7 @@
 /// fires: a loop that overlaps work (the off-policy loop's async env steps) leaves nothing
 /// in flight when it reaches it, so hooks see the run at rest.
 
+#include <cmath>
 #include <cstdint>
 #include <string>
 
@@ -117,9 +118,22 @@ LoopSettings common_settings(const Config& c, ClockUnit unit) {
   return s;
 }
 
+/// Stops the run at an update whose reported loss or statistic is not finite: without a
+/// loss scaler (FP32, TF32, BF16) nothing skips that step, so the weights it moved are lost.
+/// The error names the metric, the update and the env step; nothing is written after it, so
+/// the last checkpoint and policy.bin stay as they were. Not a template.
+[[gnu::cold, gnu::noinline]] inline void fail_non_finite(std::string_view algorithm, const std::string& metric, double v,
+                                                         const Clock& clock) {
+  throw Error(std::string(algorithm) + ": " + metric + " is " + non_finite_name(v) + " at gradient update " +
+              std::to_string(clock.updates) + " (env step " + std::to_string(clock.env_steps) +
+              "); the run stops without saving these weights (the last checkpoint is intact). Lower the learning "
+              "rates, clip gradients (max_grad_norm), or look for extreme rewards or observations");
+}
+
 /// One update from `batch` through the parts' step context, timed as the update phase;
 /// its metrics are kept for the next log row, the clock counts it, and the policy average
-/// moves when `ema_decay` is on. Returns what the algorithm reported.
+/// moves when `ema_decay` is on; a non-finite metric stops the run unless a loss scaler
+/// skips such steps (`fail_non_finite`). Returns what the algorithm reported.
 template <class A, class B>
 UpdateInfo update_once(LoopParts<A, B>& p, const typename A::Batch& batch, double ema_decay) {
   UpdateInfo info;
@@ -129,6 +143,10 @@ UpdateInfo update_once(LoopParts<A, B>& p, const typename A::Batch& batch, doubl
   }
   p.metrics.add(info.metrics);
   ++p.clock.updates;
+  if (!p.step.scaler())
+    for (const auto& [name, v] : info.metrics)
+      if (!std::isfinite(v)) [[unlikely]]
+        fail_non_finite(A::config_section.view(), name, v, p.clock);
   if constexpr (AveragesPolicy<A>)
     if (ema_decay > 0) p.algorithm.ema_update(ema_decay);
   return info;

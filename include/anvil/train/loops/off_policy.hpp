@@ -46,6 +46,13 @@ struct OffPolicyLoop {
     loops::EvalIntervalParam eval_interval{5000};
     loops::EvalEpisodesParam eval_episodes{10};
 
+    /// A run that could never update is refused.
+    void validate() const {
+      if (learning_starts >= steps)
+        throw ConfigError("train.learning_starts (" + std::to_string(*learning_starts) + ") is not below train.steps (" +
+                          std::to_string(*steps) + "): the run would end before its first update");
+    }
+
     /// A run of seconds (`run.smoke`): enough steps to pass the warm-up and update a little.
     void shrink() {
       steps = std::min<std::int64_t>(steps, 600);
@@ -79,7 +86,14 @@ struct OffPolicyLoop {
   template <class A, class B>
   class Runner {
    public:
-    Runner(const Config& cfg, LoopParts<A, B> parts) : cfg_(cfg), p_(parts) { loops::check_ema<A>(cfg.ema_decay); }
+    Runner(const Config& cfg, LoopParts<A, B> parts) : cfg_(cfg), p_(parts) {
+      loops::check_ema<A>(cfg.ema_decay);
+      if (p_.algorithm.batch_size() > p_.buffer.capacity())
+        throw ConfigError(std::string(A::config_section.view()) + ".batch_size (" +
+                          std::to_string(p_.algorithm.batch_size()) + ") is larger than " +
+                          std::string(B::config_section.view()) + ".capacity (" + std::to_string(p_.buffer.capacity()) +
+                          "): the buffer could never hold a batch, so the run would never update");
+    }
 
     [[nodiscard]] LoopSettings settings() const {
       auto s = OffPolicyLoop::settings(cfg_);
@@ -193,7 +207,7 @@ struct OffPolicyLoop {
       {
         ScopedPhase ph(p_.times, Phase::buffer_add);
         p_.buffer.add(StepBatch{p_.collector.previous_observations(), actions_, s.reward, s.next_obs, s.terminated,
-                                s.truncated});
+                                s.truncated, s.task});
       }
       p_.clock.env_steps += p_.collector.num_envs() * p_.ranks.world_size();
     }

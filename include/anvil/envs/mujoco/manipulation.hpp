@@ -1,0 +1,612 @@
+#pragma once
+/// @file
+/// A table-top manipulation suite on MuJoCo with MetaWorld v2's interface (Yu et al. 2019,
+/// "Meta-World: A Benchmark and Evaluation for Multi-Task and Meta Reinforcement
+/// Learning"; the numbers cited below are from its public v2 sources,
+/// metaworld/envs/mujoco/sawyer_xyz/), so that configs and intuitions carry over, and its
+/// ten MT10 tasks. The models are this file's own (envs/mujoco/models.hpp), as are the
+/// shaped rewards; the interface, ranges and success thresholds follow MetaWorld:
+///
+///  - action (4): xyz displacement of the hand's mocap target, clip(a, -1, 1) / 100 metres a
+///    step, the target clipped to the hand's box [-0.5, 0.4, 0.05] .. [0.5, 1.0, 0.5]; and a
+///    gripper command, -1 open .. +1 closed;
+///  - 5 physics steps of 2.5 ms per env step; episodes are truncated after 500 steps;
+///  - observation (39): hand position (3), gripper opening (1: the fingertips' distance /
+///    0.1, clipped to [0, 1]), the object's position (3) and orientation quaternion (4, w
+///    first), a second object's 7 numbers (zeros: no MT10 task has one), the same 18
+///    numbers of the previous step (after a reset: this step's), and the goal (3). With
+///    several tasks the task's one-hot follows (MT10: 49 numbers);
+///  - object and goal positions are drawn per episode, uniformly within each task's
+///    published ranges (`task_spec`);
+///  - `success()` per step by each task's published threshold; an episode succeeds when
+///    any of its steps does. Success never ends an episode.
+///
+/// Tasks are chosen at run time: `select_tasks("mt10", {})` or `select_tasks("", {"reach",
+/// "push"})`; a VecEnv spreads its envs over them (env i runs task i mod T, `place`) and
+/// reports each task apart. The state (MuJoCo's, the goal, the step count, the previous
+/// observation) is saved in checkpoints (`save_state` / `load_state`).
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <anvil/core/binary_io.hpp>
+#include <anvil/core/error.hpp>
+#include <anvil/core/random.hpp>
+#include <anvil/envs/detail/episode.hpp>
+#include <anvil/envs/env.hpp>
+#include <anvil/envs/mujoco/models.hpp>
+#include <anvil/envs/mujoco/sim.hpp>
+
+namespace anvil::envs::mujoco {
+
+/// The ten tasks of MetaWorld's MT10, in its one-hot order.
+enum class Task : std::int8_t {
+  reach,
+  push,
+  pick_place,
+  door_open,
+  drawer_open,
+  drawer_close,
+  button_press_topdown,
+  peg_insert_side,
+  window_open,
+  window_close,
+};
+inline constexpr int kNumTasks = 10;
+
+/// A task's name as MetaWorld spells it, without the version ("pick-place").
+inline constexpr std::array<std::string_view, kNumTasks> kTaskNames{
+    "reach",       "push",         "pick-place",           "door-open",       "drawer-open",
+    "drawer-close", "button-press-topdown", "peg-insert-side", "window-open", "window-close"};
+
+/// The task named `name`; a ConfigError naming `field` and the known names otherwise.
+[[nodiscard]] inline Task task_named(std::string_view name, const std::string& field = "env.tasks") {
+  for (int i = 0; i < kNumTasks; ++i)
+    if (kTaskNames[static_cast<std::size_t>(i)] == name) return static_cast<Task>(i);
+  std::string known;
+  for (auto n : kTaskNames) known += (known.empty() ? "" : ", ") + std::string(n);
+  throw ConfigError(field + ": '" + std::string(name) + "' is not a task of the manipulation suite; choose from " + known +
+                    " (or env.suite=mt10)");
+}
+
+/// What a task draws per episode and how it is judged (MetaWorld v2's figures, from
+/// sawyer_<task>_v2.py, adapted to this suite's models where they differ; see each task).
+struct TaskSpec {
+  std::string_view objects;      ///< its bodies (models.hpp)
+  std::string_view excludes;     ///< contacts its fixture leaves out
+  std::array<double, 3> hand_init;
+  std::array<double, 3> obj_low, obj_high;    ///< the object's (or fixture's) position
+  std::array<double, 3> goal_low, goal_high;  ///< the goal's, when drawn (else computed)
+  bool goal_drawn;                            ///< false: the goal follows from the fixture
+  double success_distance;                    ///< the published threshold
+};
+
+/// Task `t`'s spec (see `TaskSpec`).
+[[nodiscard]] inline const TaskSpec& task_spec(Task t) {
+  // hand_init (0, 0.6, 0.2); (0, 0.4, 0.2) for the button and window tasks, as published.
+  static const std::array<TaskSpec, kNumTasks> specs{{
+      // reach-v2: puck (a distractor) in [-0.1, 0.1] x [0.6, 0.7]; goal in [-0.1, 0.1] x [0.8, 0.9] x [0.05, 0.3];
+      // success: |tcp - goal| <= 0.05.
+      {models::kPuck, {}, {0, 0.6, 0.2}, {-0.1, 0.6, 0.02}, {0.1, 0.7, 0.02}, {-0.1, 0.8, 0.05}, {0.1, 0.9, 0.3}, true, 0.05},
+      // push-v2: goal on the table; success: |puck - goal| <= 0.05.
+      {models::kPuck, {}, {0, 0.6, 0.2}, {-0.1, 0.6, 0.02}, {0.1, 0.7, 0.02}, {-0.1, 0.8, 0.02}, {0.1, 0.9, 0.02}, true, 0.05},
+      // pick-place-v2: goal in the air; success: |puck - goal| <= 0.07.
+      {models::kPuck, {}, {0, 0.6, 0.2}, {-0.1, 0.6, 0.02}, {0.1, 0.7, 0.02}, {-0.1, 0.8, 0.05}, {0.1, 0.9, 0.3}, true, 0.07},
+      // door-open-v2: the door's frame in [0, 0.1] x [0.85, 0.95]; the goal is where the handle is with the
+      // door open 90 degrees; success: |handle_x - goal_x| <= 0.08 (the door open about 75 degrees or more).
+      {models::kDoor, models::kDoorExcludes, {0, 0.6, 0.2}, {0, 0.85, 0.15}, {0.1, 0.95, 0.15}, {}, {}, false, 0.08},
+      // drawer-open-v2: the case at x in [-0.1, 0.1], y = 0.9; goal: the handle 16 cm out; success: |handle -
+      // goal| <= 0.03.
+      {models::kDrawer, models::kDrawerExcludes, {0, 0.6, 0.2}, {-0.1, 0.9, 0}, {0.1, 0.9, 0}, {}, {}, false, 0.03},
+      // drawer-close-v2: the drawer starts 15 cm open; goal: the handle closed; success within 3 cm (MetaWorld's
+      // 0.065 threshold, measured from a point 5 cm above its handle, amounts to about that).
+      {models::kDrawer, models::kDrawerExcludes, {0, 0.6, 0.2}, {-0.1, 0.9, 0}, {0.1, 0.9, 0}, {}, {}, false, 0.03},
+      // button-press-topdown-v2: the box in [-0.1, 0.1] x [0.8, 0.9]; goal: the button's top pressed fully;
+      // success: |top_z - goal_z| <= 0.02 (half the travel).
+      {models::kButton, models::kButtonExcludes, {0, 0.4, 0.2}, {-0.1, 0.8, 0}, {0.1, 0.9, 0}, {}, {}, false, 0.02},
+      // peg-insert-side-v2: peg in [0, 0.2] x [0.5, 0.7]; block in [-0.35, -0.25] x [0.4, 0.7]; goal 7 cm inside
+      // the tunnel; success: |(head - goal) * (1, 2, 2)| <= 0.07.
+      {models::kPegAndHole, {}, {0, 0.6, 0.2}, {0, 0.5, 0.015}, {0.2, 0.7, 0.015}, {-0.35, 0.4, 0}, {-0.25, 0.7, 0}, true,
+       0.07},
+      // window-open-v2: the frame in [-0.1, 0.1] x [0.7, 0.9]; goal: the handle with the pane slid 20 cm;
+      // success: |handle_x - goal_x| <= 0.05.
+      {models::kWindow, models::kWindowExcludes, {0, 0.4, 0.2}, {-0.1, 0.7, 0.16}, {0.1, 0.9, 0.16}, {}, {}, false, 0.05},
+      // window-close-v2: the frame at x = 0, y in [0.75, 0.9]; the pane starts open; goal: the handle closed.
+      {models::kWindow, models::kWindowExcludes, {0, 0.4, 0.2}, {0, 0.75, 0.16}, {0, 0.9, 0.16}, {}, {}, false, 0.05},
+  }};
+  return specs[static_cast<std::size_t>(t)];
+}
+
+/// The MJCF of task `t`'s scene.
+[[nodiscard]] inline std::string scene_xml(Task t) {
+  std::string xml(models::kScene);
+  xml.replace(xml.find("%OBJECTS%"), 9, std::string(task_spec(t).objects));
+  xml.replace(xml.find("%EXCLUDES%"), 10, std::string(task_spec(t).excludes));
+  return xml;
+}
+
+/// Task `t`'s compiled model, compiled once per process and shared (thread-safe).
+[[nodiscard]] inline std::shared_ptr<const Model> model_of(Task t) {
+  static std::mutex mu;
+  static std::map<Task, std::shared_ptr<const Model>> cache;
+  std::lock_guard lock(mu);
+  auto& m = cache[t];
+  if (!m) m = Model::compile(scene_xml(t), std::string(kTaskNames[static_cast<std::size_t>(t)]));
+  return m;
+}
+
+/// The hand's box: where the mocap target may go (MetaWorld v2's hand_low / hand_high).
+inline constexpr std::array<double, 3> kHandLow{-0.5, 0.40, 0.05}, kHandHigh{0.5, 1.0, 0.5};
+/// Metres of mocap motion per unit of action (MetaWorld's action_scale, 1/100).
+inline constexpr double kActionScale = 0.01;
+/// Physics steps per env step (MetaWorld's frame_skip).
+inline constexpr int kFrameSkip = 5;
+/// Steps per episode (MetaWorld's max_path_length).
+inline constexpr std::int64_t kMaxEpisodeSteps = 500;
+/// The observation without the task one-hot.
+inline constexpr std::int64_t kObsDim = 39;
+
+/// Dense shaping: 1 within `bound`, falling off as 1 / (1 + (3 (d - bound) / margin)^2)
+/// beyond it (0.1 at `margin` past it), the long-tailed tolerance of MetaWorld's rewards.
+[[nodiscard]] inline double tolerance(double d, double bound, double margin) noexcept {
+  if (d <= bound) return 1.0;
+  const double x = 3.0 * (d - bound) / std::max(margin, 1e-6);
+  return 1.0 / (1.0 + x * x);
+}
+
+/// The suite as an env (see file comment). Default: the single task `reach`.
+class Manipulation {
+ public:
+  static constexpr std::string_view name = "Manipulation";
+
+  Manipulation() { select_tasks("", {}); }
+
+  /// Chooses the tasks: a suite ("mt10": all ten) or named tasks (`kTaskNames`); both empty:
+  /// `reach` alone. A ConfigError names the field at fault.
+  void select_tasks(const std::string& suite, const std::vector<std::string>& tasks) {
+    std::vector<Task> chosen;
+    if (!suite.empty()) {
+      if (suite != "mt10") throw ConfigError("env.suite: '" + suite + "' is not a suite; the suite is mt10");
+      if (!tasks.empty()) throw ConfigError("env.suite and env.tasks both given; give one");
+      for (int i = 0; i < kNumTasks; ++i) chosen.push_back(static_cast<Task>(i));
+    } else {
+      for (const auto& n : tasks) {
+        const Task t = task_named(n);
+        if (std::find(chosen.begin(), chosen.end(), t) != chosen.end())
+          throw ConfigError("env.tasks: '" + n + "' is listed twice");
+        chosen.push_back(t);
+      }
+      if (chosen.empty()) chosen.push_back(Task::reach);
+    }
+    tasks_ = std::move(chosen);
+    set_task(0);
+  }
+  /// Env `index` of `count` runs task index mod T (a VecEnv calls it for each of its envs).
+  void place(std::int64_t index, std::int64_t /*count*/) { set_task(static_cast<std::size_t>(index % num_tasks())); }
+
+  /// The tasks (`envs::TaskTagged`), in the order of the one-hot.
+  [[nodiscard]] std::vector<std::string> task_names() const {
+    std::vector<std::string> v;
+    for (Task t : tasks_) v.emplace_back(kTaskNames[static_cast<std::size_t>(t)]);
+    return v;
+  }
+  /// This env's task, as an index into `task_names()`.
+  [[nodiscard]] std::int64_t task_index() const noexcept { return static_cast<std::int64_t>(slot_); }
+  [[nodiscard]] Task task() const noexcept { return tasks_[slot_]; }
+  [[nodiscard]] std::int64_t num_tasks() const noexcept { return static_cast<std::int64_t>(tasks_.size()); }
+
+  [[nodiscard]] Box observation_space() const {
+    const float inf = std::numeric_limits<float>::infinity();
+    Box b;
+    b.low.assign(static_cast<std::size_t>(obs_dim()), -inf);
+    b.high.assign(static_cast<std::size_t>(obs_dim()), inf);
+    // MetaWorld's _HAND_SPACE and gripper bounds, for this step and the previous one.
+    const std::array<float, 4> lo{-0.525f, 0.348f, -0.0525f, -1.0f}, hi{0.525f, 1.025f, 0.7f, 1.0f};
+    for (std::size_t k = 0; k < 4; ++k) {
+      b.low[k] = b.low[18 + k] = lo[k];
+      b.high[k] = b.high[18 + k] = hi[k];
+    }
+    for (std::size_t k = 11; k < 18; ++k) b.low[k] = b.high[k] = b.low[18 + k] = b.high[18 + k] = 0.0f;
+    for (std::size_t k = 0; k < 3; ++k) {  // the goal: where it may be drawn, or the hand's box
+      b.low[36 + k] = static_cast<float>(goal_bound(false, k));
+      b.high[36 + k] = static_cast<float>(goal_bound(true, k));
+    }
+    for (std::int64_t k = kObsDim; k < obs_dim(); ++k) {
+      b.low[static_cast<std::size_t>(k)] = 0.0f;
+      b.high[static_cast<std::size_t>(k)] = 1.0f;
+    }
+    return b;
+  }
+  [[nodiscard]] Box action_space() const { return Box{{-1, -1, -1, -1}, {1, 1, 1, 1}}; }
+  /// 39, plus T for the one-hot when there are several tasks.
+  [[nodiscard]] std::int64_t obs_dim() const noexcept { return kObsDim + (num_tasks() > 1 ? num_tasks() : 0); }
+
+  std::span<const float> reset(std::uint64_t seed) {
+    rng_.reseed(seed);
+    const TaskSpec& ts = task_spec(task());
+    auto* m = sim_.m();
+    auto* d = sim_.d();
+    mj_resetData(m, d);
+    // The hand at its start, the gripper open, held up against gravity (so the weld only
+    // corrects, and the hand does not sag while still).
+    for (int k = 0; k < 3; ++k) {
+      d->qpos[ids_.hand_q[k]] = ts.hand_init[static_cast<std::size_t>(k)] - m->body_pos[3 * ids_.hand + k];
+      d->mocap_pos[3 * ids_.mocap + k] = ts.hand_init[static_cast<std::size_t>(k)];
+    }
+    d->qfrc_applied[ids_.hand_v[2]] = m->body_subtreemass[ids_.hand] * -m->opt.gravity[2];
+    d->ctrl[0] = d->ctrl[1] = 0.0;
+    place_objects();
+    mj_forward(m, d);
+    episode_.start({});
+    object_start_ = object_position();
+    tcp_start_ = site(ids_.tcp);
+    succeeded_ = false;
+    write_observation(true);
+    check_physics("reset");
+    return obs_;
+  }
+
+  StepResult step(std::span<const float> action) {
+    episode_.check_step(action, 4);
+    auto* m = sim_.m();
+    auto* d = sim_.d();
+    for (int k = 0; k < 3; ++k) {
+      const double a = std::clamp(static_cast<double>(action[static_cast<std::size_t>(k)]), -1.0, 1.0);
+      double& p = d->mocap_pos[3 * ids_.mocap + k];
+      p = std::clamp(p + a * kActionScale, kHandLow[static_cast<std::size_t>(k)], kHandHigh[static_cast<std::size_t>(k)]);
+    }
+    // -1 open .. +1 closed: each finger's servo target from 0 to its full 4.5 cm stroke.
+    const double g = std::clamp(static_cast<double>(action[3]), -1.0, 1.0);
+    d->ctrl[0] = d->ctrl[1] = 0.0225 * (1.0 + g);
+    for (int i = 0; i < kFrameSkip; ++i) mj_step(m, d);
+    check_physics("step");
+    write_observation(false);
+    const double reward = evaluate(g);
+    return episode_.finish_step(obs_, reward, /*terminated=*/false);
+  }
+
+  /// Whether the last step met the task's success criterion.
+  [[nodiscard]] bool success() const noexcept { return success_; }
+  /// Whether any step of this episode did.
+  [[nodiscard]] bool episode_succeeded() const noexcept { return succeeded_; }
+  [[nodiscard]] std::int64_t elapsed_steps() const noexcept { return episode_.steps(); }
+
+  // ---- for scripted controllers, tests and rewards ----------------------------------------
+  /// The point between the fingertips.
+  [[nodiscard]] std::array<double, 3> tcp() const { return site(ids_.tcp); }
+  /// The object's tracked point: the puck's or peg's centre, the door's, drawer's or
+  /// window's handle, the button's top.
+  [[nodiscard]] std::array<double, 3> object_position() const { return site(ids_.object); }
+  [[nodiscard]] const std::array<double, 3>& goal() const noexcept { return goal_; }
+  /// The articulated fixture's joint position (door angle, drawer, button or window
+  /// slide); 0 for tasks without one.
+  [[nodiscard]] double fixture_joint() const { return ids_.fixture_q >= 0 ? sim_.d()->qpos[ids_.fixture_q] : 0.0; }
+  /// The peg's head (peg-insert-side).
+  [[nodiscard]] std::array<double, 3> peg_head() const { return ids_.peg_head >= 0 ? site(ids_.peg_head) : std::array<double, 3>{}; }
+  [[nodiscard]] const Sim& sim() const noexcept { return sim_; }
+
+  /// The state a checkpoint holds: the task, the simulation, the goal, the step count, the
+  /// previous observation, the start positions rewards are shaped from.
+  void save_state(BinaryWriter& w) const {
+    w.value(static_cast<std::int8_t>(task()));
+    sim_.save(w);
+    w.value(goal_);
+    w.value(object_start_);
+    w.value(tcp_start_);
+    w.value(episode_.steps());
+    w.value(succeeded_);
+    w.value(success_);
+    w.bytes(obs_.data(), obs_.size() * sizeof(float));
+  }
+  /// Reads what `save_state` wrote; an Error naming the field when it does not fit.
+  void load_state(BinaryReader& r) {
+    const auto t = r.value<std::int8_t>("manipulation task");
+    if (t != static_cast<std::int8_t>(task())) r.fail("manipulation task", "differs from this env's");
+    sim_.read(r);
+    goal_ = r.value<std::array<double, 3>>("goal");
+    object_start_ = r.value<std::array<double, 3>>("object start");
+    tcp_start_ = r.value<std::array<double, 3>>("hand start");
+    const auto steps = r.value<std::int64_t>("episode steps");
+    succeeded_ = r.value<bool>("episode success");
+    success_ = r.value<bool>("step success");
+    r.bytes(obs_.data(), obs_.size() * sizeof(float), "observation");
+    episode_.resume(steps);
+  }
+
+ private:
+  struct Ids {
+    int hand = -1, mocap = -1, tcp = -1, tip_r = -1, tip_l = -1, object = -1, object_body = -1, peg_head = -1;
+    int hand_q[3]{}, hand_v[3]{};
+    int free_q = -1;     // the object's free joint (puck, peg), -1: none
+    int fixture = -1;    // the body placed per episode (door, drawer case, button box, window, hole block)
+    int fixture_q = -1;  // its joint's qpos address, -1: none
+  };
+
+  void set_task(std::size_t slot) {
+    slot_ = slot;
+    const Task t = tasks_[slot];
+    const auto model = model_of(t);
+    sim_ = Sim(*model);
+    const Model& mo = *model;
+    Ids ids;
+    ids.hand = mo.id(mjOBJ_BODY, "hand");
+    ids.mocap = sim_.m()->body_mocapid[mo.id(mjOBJ_BODY, "mocap")];
+    ids.tcp = mo.id(mjOBJ_SITE, "tcp");
+    ids.tip_r = mo.id(mjOBJ_SITE, "tip_r");
+    ids.tip_l = mo.id(mjOBJ_SITE, "tip_l");
+    ids.object = mo.id(mjOBJ_SITE, "object");
+    ids.object_body = sim_.m()->site_bodyid[ids.object];
+    const char* hand_joints[3] = {"hand_x", "hand_y", "hand_z"};
+    for (int k = 0; k < 3; ++k) {
+      const int j = mo.id(mjOBJ_JOINT, hand_joints[k]);
+      ids.hand_q[k] = sim_.m()->jnt_qposadr[j];
+      ids.hand_v[k] = sim_.m()->jnt_dofadr[j];
+    }
+    auto joint_q = [&](const char* n) { return sim_.m()->jnt_qposadr[mo.id(mjOBJ_JOINT, n)]; };
+    switch (t) {
+      case Task::reach:
+      case Task::push:
+      case Task::pick_place: ids.free_q = joint_q("object"); break;
+      case Task::peg_insert_side:
+        ids.free_q = joint_q("object");
+        ids.fixture = mo.id(mjOBJ_BODY, "hole_block");
+        ids.peg_head = mo.id(mjOBJ_SITE, "peg_head");
+        break;
+      case Task::door_open:
+        ids.fixture = mo.id(mjOBJ_BODY, "door");
+        ids.fixture_q = joint_q("door_hinge");
+        break;
+      case Task::drawer_open:
+      case Task::drawer_close:
+        ids.fixture = mo.id(mjOBJ_BODY, "drawer_case");
+        ids.fixture_q = joint_q("drawer_slide");
+        break;
+      case Task::button_press_topdown:
+        ids.fixture = mo.id(mjOBJ_BODY, "button_box");
+        ids.fixture_q = joint_q("button_slide");
+        break;
+      case Task::window_open:
+      case Task::window_close:
+        ids.fixture = mo.id(mjOBJ_BODY, "window");
+        ids.fixture_q = joint_q("window_slide");
+        break;
+    }
+    ids_ = ids;
+    obs_.assign(static_cast<std::size_t>(obs_dim()), 0.0f);
+  }
+
+  [[nodiscard]] std::array<double, 3> site(int id) const {
+    const mjtNum* p = sim_.d()->site_xpos + 3 * id;
+    return {p[0], p[1], p[2]};
+  }
+  [[nodiscard]] std::array<double, 3> draw(const std::array<double, 3>& lo, const std::array<double, 3>& hi) {
+    return {rng_.uniform(lo[0], hi[0] + 1e-12), rng_.uniform(lo[1], hi[1] + 1e-12), rng_.uniform(lo[2], hi[2] + 1e-12)};
+  }
+  [[nodiscard]] double goal_bound(bool high, std::size_t k) const {
+    const TaskSpec& ts = task_spec(task());
+    if (ts.goal_drawn && task() != Task::peg_insert_side) return high ? ts.goal_high[k] : ts.goal_low[k];
+    if (task() == Task::peg_insert_side)  // the goal is the block's position + (0.03, 0, 0.13)
+      return (high ? ts.goal_high[k] : ts.goal_low[k]) + std::array<double, 3>{0.03, 0, 0.13}[k];
+    return high ? kHandHigh[k] + 0.05 : kHandLow[k] - 0.05;
+  }
+
+  // Draws this episode's object and goal positions (the task's published ranges) and puts
+  // the objects there.
+  void place_objects() {
+    const Task t = task();
+    const TaskSpec& ts = task_spec(t);
+    auto* m = sim_.m();
+    auto* d = sim_.d();
+    auto set_free = [&](const std::array<double, 3>& p) {
+      mjtNum* q = d->qpos + ids_.free_q;
+      q[0] = p[0], q[1] = p[1], q[2] = p[2];
+      q[3] = 1, q[4] = q[5] = q[6] = 0;
+    };
+    auto set_fixture = [&](const std::array<double, 3>& p) {
+      for (int k = 0; k < 3; ++k) m->body_pos[3 * ids_.fixture + k] = p[static_cast<std::size_t>(k)];
+    };
+    auto xy_apart = [](const std::array<double, 3>& a, const std::array<double, 3>& b) {
+      return std::hypot(a[0] - b[0], a[1] - b[1]);
+    };
+    switch (t) {
+      case Task::reach:
+      case Task::push:
+      case Task::pick_place: {
+        std::array<double, 3> obj{}, goal{};
+        do {  // resampled until 15 cm apart, as published
+          obj = draw(ts.obj_low, ts.obj_high);
+          goal = draw(ts.goal_low, ts.goal_high);
+        } while (xy_apart(obj, goal) < 0.15);
+        set_free(obj);
+        goal_ = goal;
+        break;
+      }
+      case Task::peg_insert_side: {
+        std::array<double, 3> peg{}, block{};
+        do {
+          peg = draw(ts.obj_low, ts.obj_high);
+          block = draw(ts.goal_low, ts.goal_high);
+        } while (xy_apart(peg, block) < 0.1);
+        set_free(peg);
+        set_fixture(block);
+        goal_ = {block[0] + 0.03, block[1], block[2] + 0.13};
+        break;
+      }
+      case Task::door_open: {
+        const auto p = draw(ts.obj_low, ts.obj_high);
+        set_fixture(p);
+        d->qpos[ids_.fixture_q] = 0;
+        // The handle with the door open 90 degrees: hinge (-0.185, -0.1) + R(-90)(0.3, -0.08).
+        goal_ = {p[0] - 0.185 - 0.08, p[1] - 0.1 - 0.3, p[2]};
+        break;
+      }
+      case Task::drawer_open:
+      case Task::drawer_close: {
+        const auto p = draw(ts.obj_low, ts.obj_high);
+        set_fixture(p);
+        const std::array<double, 3> closed{p[0], p[1] - 0.16, p[2] + 0.09};  // the handle, drawer closed
+        if (t == Task::drawer_open) {
+          d->qpos[ids_.fixture_q] = 0;
+          goal_ = {closed[0], closed[1] - 0.16, closed[2]};
+        } else {
+          d->qpos[ids_.fixture_q] = -0.15;
+          goal_ = closed;
+        }
+        break;
+      }
+      case Task::button_press_topdown: {
+        const auto p = draw(ts.obj_low, ts.obj_high);
+        set_fixture(p);
+        d->qpos[ids_.fixture_q] = 0;
+        goal_ = {p[0], p[1], p[2] + 0.28 - 0.04};  // the button's top, pressed fully
+        break;
+      }
+      case Task::window_open:
+      case Task::window_close: {
+        const auto p = draw(ts.obj_low, ts.obj_high);
+        set_fixture(p);
+        // The handle: frame + pane (-0.11, -0.015) + handle (-0.04, -0.075) + slide along x.
+        const std::array<double, 3> shut{p[0] - 0.15, p[1] - 0.09, p[2]};
+        if (t == Task::window_open) {
+          d->qpos[ids_.fixture_q] = 0;
+          goal_ = {shut[0] + 0.2, shut[1], shut[2]};
+        } else {
+          d->qpos[ids_.fixture_q] = 0.2;
+          goal_ = shut;
+        }
+        break;
+      }
+    }
+  }
+
+  void write_observation(bool first) {
+    const auto* d = sim_.d();
+    float* o = obs_.data();
+    if (!first) std::copy(o, o + 18, o + 18);  // this step's 18 become the previous ones
+    const mjtNum* hand = d->xpos + 3 * ids_.hand;
+    for (int k = 0; k < 3; ++k) o[k] = static_cast<float>(hand[k]);
+    const auto r = site(ids_.tip_r), l = site(ids_.tip_l);
+    const double gap = std::hypot(r[0] - l[0], r[1] - l[1], r[2] - l[2]);
+    o[3] = static_cast<float>(std::clamp(gap / 0.1, 0.0, 1.0));
+    const auto p = object_position();
+    for (int k = 0; k < 3; ++k) o[4 + k] = static_cast<float>(p[static_cast<std::size_t>(k)]);
+    const mjtNum* q = d->xquat + 4 * ids_.object_body;
+    for (int k = 0; k < 4; ++k) o[7 + k] = static_cast<float>(q[k]);
+    std::fill(o + 11, o + 18, 0.0f);
+    if (first) std::copy(o, o + 18, o + 18);
+    for (int k = 0; k < 3; ++k) o[36 + k] = static_cast<float>(goal_[static_cast<std::size_t>(k)]);
+    if (num_tasks() > 1) {
+      std::fill(o + kObsDim, o + obs_dim(), 0.0f);
+      o[kObsDim + static_cast<std::int64_t>(slot_)] = 1.0f;
+    }
+  }
+
+  static double dist(const std::array<double, 3>& a, const std::array<double, 3>& b, std::array<double, 3> w = {1, 1, 1}) {
+    return std::hypot(w[0] * (a[0] - b[0]), w[1] * (a[1] - b[1]), w[2] * (a[2] - b[2]));
+  }
+
+  // This step's reward (dense, in [0, 10], 10 on success) and success flag. The shaping is
+  // this suite's own: a term for bringing the hand to where it must act, and one for the
+  // task's progress, each a tolerance (above) or a fraction of the stroke to go.
+  double evaluate(double grip) {
+    const auto tcp_now = tcp();
+    const auto obj = object_position();
+    const TaskSpec& ts = task_spec(task());
+    const double q = fixture_joint();
+    double near = tolerance(dist(tcp_now, obj), 0.02, std::max(0.1, dist(tcp_start_, object_start_)));
+    double reward = 0;
+    bool ok = false;
+    switch (task()) {
+      case Task::reach: {  // a broad pull from the start, and a sharp one over the last 10 cm
+        const double e = dist(tcp_now, goal_);
+        ok = e <= ts.success_distance;
+        reward = 5.0 * tolerance(e, ts.success_distance, dist(tcp_start_, goal_)) +
+                 5.0 * tolerance(e, ts.success_distance, 0.1);
+        break;
+      }
+      case Task::push:
+      case Task::pick_place: {
+        const double e = dist(obj, goal_);
+        ok = e <= ts.success_distance;
+        const double place = tolerance(e, ts.success_distance, std::max(0.05, dist(object_start_, goal_)));
+        if (task() == Task::push) {
+          reward = 2.0 * near + 8.0 * place;
+        } else {
+          const bool held = near > 0.9 && grip > 0 && obj[2] > object_start_[2] + 0.01;
+          reward = 1.0 * near + (held ? 1.0 + 8.0 * place : 0.0);
+        }
+        break;
+      }
+      case Task::door_open: {
+        ok = std::abs(obj[0] - goal_[0]) <= ts.success_distance;
+        reward = 2.0 * near + 8.0 * std::clamp(-q / 1.35, 0.0, 1.0);
+        break;
+      }
+      case Task::drawer_open:
+        ok = dist(obj, goal_) <= ts.success_distance;
+        reward = 2.0 * near + 8.0 * std::clamp(-q / 0.13, 0.0, 1.0);
+        break;
+      case Task::drawer_close:
+        ok = dist(obj, goal_) <= ts.success_distance;
+        reward = 2.0 * near + 8.0 * std::clamp((0.15 + q) / 0.12, 0.0, 1.0);  // q: -0.15 open .. 0 closed
+        break;
+      case Task::button_press_topdown:
+        ok = std::abs(obj[2] - goal_[2]) <= ts.success_distance;
+        reward = 2.0 * near + 8.0 * std::clamp(-q / 0.02, 0.0, 1.0);
+        break;
+      case Task::peg_insert_side: {
+        const double e = dist(peg_head(), goal_, {1, 2, 2});
+        ok = e <= ts.success_distance;
+        const bool held = near > 0.9 && grip > 0 && obj[2] > object_start_[2] + 0.01;
+        const double place = tolerance(e, ts.success_distance, 0.4);
+        reward = 1.0 * near + (held ? 1.0 + 8.0 * place : 0.0);
+        break;
+      }
+      case Task::window_open:
+        ok = std::abs(obj[0] - goal_[0]) <= ts.success_distance;
+        reward = 2.0 * near + 8.0 * std::clamp(q / 0.15, 0.0, 1.0);
+        break;
+      case Task::window_close:
+        ok = std::abs(obj[0] - goal_[0]) <= ts.success_distance;
+        reward = 2.0 * near + 8.0 * std::clamp((0.2 - q) / 0.15, 0.0, 1.0);
+        break;
+    }
+    success_ = ok;
+    succeeded_ = succeeded_ || ok;
+    return ok ? 10.0 : std::min(reward, 10.0);
+  }
+
+  // MuJoCo resets a simulation that went unstable and says so in a warning: an error here.
+  void check_physics(const char* when) const {
+    const auto* d = sim_.d();
+    for (int w : {mjWARN_BADQACC, mjWARN_BADQPOS, mjWARN_BADQVEL})
+      if (d->warning[w].number > 0)
+        throw EnvError(std::string(name) + " (" + std::string(kTaskNames[static_cast<std::size_t>(task())]) + "): " + when +
+                       " " + std::to_string(episode_.steps()) + ": the simulation became unstable (MuJoCo warning " +
+                       std::to_string(w) + ")");
+  }
+
+  std::vector<Task> tasks_;
+  std::size_t slot_ = 0;
+  Sim sim_;
+  Ids ids_;
+  std::vector<float> obs_;
+  std::array<double, 3> goal_{}, object_start_{}, tcp_start_{};
+  bool success_ = false, succeeded_ = false;
+  detail::Episode episode_{name, kMaxEpisodeSteps};
+  Rng rng_{};
+};
+
+static_assert(Env<Manipulation>);
+static_assert(TaskTagged<Manipulation>);
+
+}  // namespace anvil::envs::mujoco

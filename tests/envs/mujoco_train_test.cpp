@@ -1,0 +1,137 @@
+// The MuJoCo manipulation suite in training runs: VecEnvs spread over tasks and say when
+// episodes succeed, checkpoints hold the simulations' state, evaluations report each task,
+// and SAC learns reach.
+#include <doctest/doctest.h>
+
+#include <torch/torch.h>
+
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include <anvil/anvil.hpp>
+#include <anvil/envs/mujoco/manipulation.hpp>
+
+#include "../temp_run_dir.hpp"
+
+using namespace anvil;
+using anvil::envs::mujoco::Manipulation;
+
+namespace {
+envs::VecEnvConfig vec_config(int n, const std::string& suite, std::vector<std::string> tasks = {}) {
+  envs::VecEnvConfig c;
+  c.num_envs = n;
+  c.suite = suite;
+  c.tasks = std::move(tasks);
+  return c;
+}
+}  // namespace
+
+TEST_CASE("VecEnv<Manipulation>: env.suite spreads the envs over the tasks, steps carry tasks, episodes say whether they succeeded") {
+  envs::VecEnv<Manipulation> v(Manipulation{}, vec_config(16, "mt10"), 3);
+  REQUIRE(v.groups().size() == 10);
+  CHECK(v.spec().obs_dim() == 49);
+  CHECK(v.spec().tasks.size() == 10);
+  CHECK(v.reports_success());
+  for (std::int64_t i = 0; i < 16; ++i) CHECK(v.env(i).task_index() == i % 10);
+  auto obs = v.reset();
+  for (std::int64_t i = 0; i < 16; ++i) CHECK(obs[i][39 + i % 10].item<float>() == 1.0f);
+  const auto& s = v.step(torch::zeros({16, 4}));
+  REQUIRE(s.task.defined());
+  for (std::int64_t i = 0; i < 16; ++i) CHECK(s.task[i].item<std::int64_t>() == i % 10);
+  // 500 steps of doing nothing: every episode ends, truncated, unsuccessful.
+  std::vector<envs::EpisodeEnd> ended;
+  for (int t = 1; t < 500; ++t)
+    for (const auto& e : v.step(torch::zeros({16, 4})).ended) ended.push_back(e);
+  REQUIRE(ended.size() == 16);
+  for (const auto& e : ended) {
+    CHECK(e.length == 500);
+    CHECK_FALSE(e.terminated);
+    CHECK(e.group == e.env % 10);
+    CHECK(e.success == 0);
+  }
+  // Rank 1 of 2 places its envs after rank 0's: its env 0 is env 16 of the run.
+  envs::VecEnv<Manipulation> r1(Manipulation{}, vec_config(16, "mt10"), 3, 16, 32);
+  CHECK(r1.env(0).task_index() == 6);
+  // A plain env refuses tasks by name.
+  CHECK_THROWS_WITH_AS(envs::VecEnv<envs::Pendulum>(envs::Pendulum{}, vec_config(2, "", {"reach"}), 1),
+                       "env.tasks: Pendulum-v1 has no tasks to choose", ConfigError);
+}
+
+TEST_CASE("VecEnv<Manipulation>: its saved state steps on bitwise, and a refused state changes nothing") {
+  envs::VecEnv<Manipulation> a(Manipulation{}, vec_config(3, "", {"push", "door-open", "peg-insert-side"}), 5);
+  CHECK(a.saves_state());
+  a.reset();
+  torch::manual_seed(1);
+  for (int t = 0; t < 40; ++t) a.step(torch::rand({3, 4}) * 2 - 1);
+  auto w = BinaryWriter::in_memory("envs");
+  a.save(w);
+  const auto bytes = w.take_bytes();
+  envs::VecEnv<Manipulation> b(Manipulation{}, vec_config(3, "", {"push", "door-open", "peg-insert-side"}), 99);
+  b.reset();
+  BinaryReader r(bytes, "envs", "envs");
+  b.restore(b.read(r));
+  r.finish();
+  CHECK(torch::equal(a.observations(), b.observations()));
+  torch::manual_seed(2);
+  const auto actions = torch::rand({30, 3, 4}) * 2 - 1;
+  for (int t = 0; t < 30; ++t) {
+    const auto x = a.step(actions[t]).obs.clone();
+    const auto y = b.step(actions[t]).obs.clone();
+    INFO("step " << t << ": differences at " << torch::nonzero(x != y));
+    CHECK(torch::equal(x, y));
+  }
+  // The envs of another task set: refused, and the envs keep stepping as they were.
+  envs::VecEnv<Manipulation> c(Manipulation{}, vec_config(3, "", {"reach", "push", "door-open"}), 7);
+  c.reset();
+  const auto before = c.observations().clone();
+  BinaryReader r2(bytes, "envs", "envs");
+  CHECK_THROWS_WITH_AS((void)c.read(r2), doctest::Contains("manipulation task"), Error);
+  CHECK(torch::equal(before, c.observations()));
+}
+
+TEST_CASE("Trainer<MultiTaskSAC>: two tasks, balanced batches, a temperature per task, each task's evaluation in metrics.csv and summary.json") {
+  using T = Trainer<MultiTaskSAC, UniformBuffer>;
+  T::Config c;
+  c.run->device = "cpu";
+  c.run->run_dir = temp_run_dir("mt_two_tasks");
+  c.run->progress = ProgressMode::off;
+  c.run->log_interval = 400;
+  c.env->num_envs = 4;
+  c.env->tasks = {"reach", "drawer-close"};
+  c.train->steps = 1600;
+  c.train->learning_starts = 800;
+  c.train->eval_interval = 0;
+  c.train->eval_episodes = 1;
+  c.algorithm->batch_size = 64;
+  c.algorithm->actor->hidden = {32, 32};
+  c.algorithm->critic->hidden = {32, 32};
+  T t(Manipulation{}, c);
+  CHECK(t.algorithm().temperatures() == 2);
+  CHECK(t.buffer().balances_tasks());
+  const auto r = t.fit();
+  CHECK(r.env_steps == 1600);
+  const auto& e = t.last_evaluation();
+  REQUIRE(e.groups.size() == 2);
+  CHECK(e.groups[0].name == "reach");
+  CHECK(e.groups[1].episodes == 1);
+  CHECK(e.episodes == 2);
+  CHECK_FALSE(std::isnan(e.success));
+  std::ifstream csv(t.run_dir() / "metrics.csv");
+  std::string header;
+  std::getline(csv, header);
+  CHECK(header.find("eval_success,eval_return/reach,eval_success/reach,eval_return/drawer-close,eval_success/drawer-close") !=
+        std::string::npos);
+  CHECK(header.find("alpha/reach") != std::string::npos);
+  std::ifstream js(t.run_dir() / "summary.json");
+  const std::string summary((std::istreambuf_iterator<char>(js)), {});
+  CHECK(summary.find("\"final_eval_tasks\"") != std::string::npos);
+  CHECK(summary.find("\"drawer-close\": {") != std::string::npos);
+  // A resumed run restores the simulations (checkpoint) and continues.
+  auto rc = c;
+  rc.run->resume = "auto";
+  rc.train->steps = 2000;
+  T back(Manipulation{}, rc);
+  CHECK(back.fit().env_steps == 2000);
+  std::filesystem::remove_all(t.run_dir());
+}
