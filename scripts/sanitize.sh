@@ -11,7 +11,10 @@ build=${1:-build-sanitize}
 flags="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined"
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DANVIL_BUILD_BENCHMARKS=OFF \
   -DCMAKE_CXX_FLAGS="$flags" -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined"
-cmake --build "$build" --target anvil_light_tests anvil_tests train_sac_pendulum
+targets="anvil_light_tests anvil_tests train_sac_pendulum"
+# The MuJoCo suite's tests, when MuJoCo was found.
+if grep -q "build tests/anvil_mujoco_tests:" "$build/build.ninja"; then targets="$targets anvil_mujoco_tests"; fi
+cmake --build "$build" --target $targets
 # LibTorch is not instrumented: its allocations are not ours to check for leaks, and its
 # operator new/delete pairs confuse the mismatch check.
 export ASAN_OPTIONS=detect_leaks=0:alloc_dealloc_mismatch=0:detect_odr_violation=0:abort_on_error=0

@@ -516,7 +516,10 @@ class Manipulation {
 
   // This step's reward (dense, in [0, 10], 10 on success) and success flag. The shaping is
   // this suite's own: a term for bringing the hand to where it must act, and one for the
-  // task's progress, each a tolerance (above) or a fraction of the stroke to go.
+  // task's progress, each a tolerance (above) or a fraction of the stroke to go. Distances
+  // to a goal are shaped towards the goal itself, not the edge of the success region: a
+  // reward that is flat at the edge lets a policy hover a centimetre outside it (SAC on
+  // reach did, at 20-40% success), while a step up to 10 at the edge pulls it in.
   double evaluate(double grip) {
     const auto tcp_now = tcp();
     const auto obj = object_position();
@@ -529,15 +532,14 @@ class Manipulation {
       case Task::reach: {  // a broad pull from the start, and a sharp one over the last 10 cm
         const double e = dist(tcp_now, goal_);
         ok = e <= ts.success_distance;
-        reward = 5.0 * tolerance(e, ts.success_distance, dist(tcp_start_, goal_)) +
-                 5.0 * tolerance(e, ts.success_distance, 0.1);
+        reward = 5.0 * tolerance(e, 0.0, dist(tcp_start_, goal_)) + 5.0 * tolerance(e, 0.0, 0.1);
         break;
       }
       case Task::push:
       case Task::pick_place: {
         const double e = dist(obj, goal_);
         ok = e <= ts.success_distance;
-        const double place = tolerance(e, ts.success_distance, std::max(0.05, dist(object_start_, goal_)));
+        const double place = tolerance(e, 0.0, std::max(0.05, dist(object_start_, goal_)));
         if (task() == Task::push) {
           reward = 2.0 * near + 8.0 * place;
         } else {
@@ -567,7 +569,7 @@ class Manipulation {
         const double e = dist(peg_head(), goal_, {1, 2, 2});
         ok = e <= ts.success_distance;
         const bool held = near > 0.9 && grip > 0 && obj[2] > object_start_[2] + 0.01;
-        const double place = tolerance(e, ts.success_distance, 0.4);
+        const double place = tolerance(e, 0.0, 0.4);
         reward = 1.0 * near + (held ? 1.0 + 8.0 * place : 0.0);
         break;
       }
