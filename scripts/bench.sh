@@ -12,7 +12,7 @@ cmake -S . -B "$build" -G Ninja >/dev/null
 targets=(bench_sac_update bench_vec_env bench_buffers bench_precision bench_ddp bench_ppo bench_async)
 # The MuJoCo suite's benchmark, when CMake found MuJoCo.
 mujoco=()
-if grep -q "build benchmarks/bench_mujoco:" "$build/build.ninja"; then mujoco=(bench_mujoco); fi
+if grep -Eq "^build benchmarks/bench_mujoco[ :]" "$build/build.ninja"; then mujoco=(bench_mujoco); fi
 cmake --build "$build" --target "${targets[@]}" "${mujoco[@]}"
 out="benchmarks/results-$(hostname).jsonl"
 # The settings the test suite runs with (see cmake/anvil_programs.cmake): OpenMP workers

@@ -13,7 +13,7 @@ cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DANVIL_BUILD_
   -DCMAKE_CXX_FLAGS="$flags" -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined"
 targets="anvil_light_tests anvil_tests train_sac_pendulum"
 # The MuJoCo suite's tests, when MuJoCo was found.
-if grep -q "build tests/anvil_mujoco_tests:" "$build/build.ninja"; then targets="$targets anvil_mujoco_tests"; fi
+if grep -Eq "^build tests/anvil_mujoco_tests[ :]" "$build/build.ninja"; then targets="$targets anvil_mujoco_tests"; fi
 cmake --build "$build" --target $targets
 # LibTorch is not instrumented: its allocations are not ours to check for leaks, and its
 # operator new/delete pairs confuse the mismatch check.

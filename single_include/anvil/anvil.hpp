@@ -1806,8 +1806,10 @@ inline void flatten_yaml(const YAML::Node& node, const std::string& prefix, cons
   };
   std::map<std::string, int> seen;  // key -> line where first seen
   for (auto it = node.begin(); it != node.end(); ++it) {
-    const YAML::Node& k = it->first;
-    const YAML::Node& v = it->second;
+    // Copies: yaml-cpp's iterator hands out a temporary pair, so references into it
+    // dangle (AddressSanitizer: stack-use-after-scope). A Node is a cheap handle.
+    const YAML::Node k = it->first;
+    const YAML::Node v = it->second;
     if (!k.IsScalar())
       throw ConfigError(where(k) + ": keys must be plain names, not lists or mappings");
     const std::string name = normalize_key(k.Scalar());
