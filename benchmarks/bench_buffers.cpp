@@ -42,7 +42,7 @@ namespace {
 
 anvil::EnvSpec spec(int obs, int act) {
   return {"bench", anvil::Box{std::vector<float>(obs, -1e9f), std::vector<float>(obs, 1e9f)},
-          anvil::Box{std::vector<float>(act, -1.f), std::vector<float>(act, 1.f)}};
+          anvil::Box{std::vector<float>(act, -1.f), std::vector<float>(act, 1.f)}, {}};
 }
 
 double peak_rss_bytes() {
