@@ -42,7 +42,7 @@ struct EnvSpec {
   std::variant<Box, Discrete> action;
   /// The env's tasks, for envs that have several (a multi-task suite); empty otherwise.
   /// Replay buffers then store each transition's task and algorithms may condition on it.
-  std::vector<std::string> tasks;
+  std::vector<std::string> tasks{};
 
   [[nodiscard]] bool discrete() const noexcept { return std::holds_alternative<Discrete>(action); }
   [[nodiscard]] std::int64_t obs_dim() const noexcept {
