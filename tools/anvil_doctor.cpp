@@ -236,12 +236,14 @@ int main(int argc, char** argv) {
                                        Trainer<MultiTaskSAC, UniformBuffer, DDPAuto, FP32>,
                                        Trainer<MultiTaskSAC, UniformBuffer, DDPAuto, BF16>,
                                        Trainer<MultiTaskSAC, PrioritizedBuffer, DDPAuto, FP32>,
-                                       Trainer<MultiTaskSAC, PrioritizedBuffer, DDPAuto, BF16>>(
+                                       Trainer<MultiTaskSAC, PrioritizedBuffer, DDPAuto, BF16>,
+                                       Trainer<COMA, EpisodeBuffer, DDPAuto, FP32>, Trainer<COMA, EpisodeBuffer, DDPAuto, BF16>>(
         config, {"SAC+UniformBuffer (FP32/TF32)", "SAC+UniformBuffer+BF16", "SAC+PrioritizedBuffer (FP32/TF32)",
                  "SAC+PrioritizedBuffer+BF16", "SAC+UniformBuffer+FP16", "SAC+PrioritizedBuffer+FP16",
                  "PPO+RolloutBuffer (FP32/TF32)", "PPO+RolloutBuffer+BF16", "PPO+RolloutBuffer+FP16",
                  "MultiTaskSAC+UniformBuffer (FP32/TF32)", "MultiTaskSAC+UniformBuffer+BF16",
-                 "MultiTaskSAC+PrioritizedBuffer (FP32/TF32)", "MultiTaskSAC+PrioritizedBuffer+BF16"});
+                 "MultiTaskSAC+PrioritizedBuffer (FP32/TF32)", "MultiTaskSAC+PrioritizedBuffer+BF16",
+                 "COMA+EpisodeBuffer (FP32/TF32)", "COMA+EpisodeBuffer+BF16"});
     if (!valid) return 2;
   }
   std::printf("%s\n", failures ? "anvil-doctor: some checks FAILED (see above)" : "anvil-doctor: all checks passed");

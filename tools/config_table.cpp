@@ -61,6 +61,7 @@ std::string table() {
   policy<EpisodicLoop>(t, "`EpisodicLoop`");
   policy<SAC>(t, "`SAC`");
   policy<PPO>(t, "`PPO`");
+  policy<COMA>(t, "`COMA`");
   policy<UniformBuffer>(t, "`UniformBuffer`");
   policy<PrioritizedBuffer>(t, "`PrioritizedBuffer`");
   policy<RolloutBuffer>(t, "`RolloutBuffer`");

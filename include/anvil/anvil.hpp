@@ -30,6 +30,11 @@
 #include <anvil/envs/cart_pole.hpp>
 #include <anvil/envs/env.hpp>
 #include <anvil/envs/mountain_car_continuous.hpp>
+#include <anvil/envs/multi_agent/mapping.hpp>
+#include <anvil/envs/multi_agent/matrix_game.hpp>
+#include <anvil/envs/multi_agent/multi_agent_env.hpp>
+#include <anvil/envs/multi_agent/registry.hpp>
+#include <anvil/envs/multi_agent/simple_spread.hpp>
 #include <anvil/envs/normalize.hpp>
 #include <anvil/envs/pendulum.hpp>
 #include <anvil/envs/registry.hpp>
@@ -74,6 +79,7 @@
 #include <anvil/data/episode_stats.hpp>
 #include <anvil/data/step_collector.hpp>
 
+#include <anvil/algorithms/coma.hpp>
 #include <anvil/algorithms/policy.hpp>
 #include <anvil/algorithms/ppo.hpp>
 #include <anvil/algorithms/sac.hpp>

@@ -1335,6 +1335,15 @@ constexpr bool can_use_cuda_of() {
   else return true;
 }
 
+/// Whether `T` names the episodic loop as its own (`using loop = anvil::EpisodicLoop;`).
+template <class T>
+constexpr bool names_episodic_loop() {
+  if constexpr (requires { { T::loop::name } -> std::convertible_to<std::string_view>; })
+    return std::string_view(T::loop::name) == "episodic";
+  else
+    return false;
+}
+
 template <class A, class B>
 constexpr bool batches_match() {
   if constexpr (requires { typename A::Batch; typename B::Batch; })
@@ -1392,9 +1401,13 @@ struct TrainerRules {
 
   static constexpr bool a_on = detail::on_policy_of<A>(), b_on = detail::on_policy_of<B>();
   static constexpr bool regime_ok = !x_ok || a_on == b_on;
-  static_assert(!x_ok || !a_on || b_on,
+  static constexpr bool a_episodic = detail::names_episodic_loop<A>();
+  static_assert(!x_ok || !a_on || b_on || a_episodic,
                 "Trainer: the Algorithm is on-policy (it learns only from fresh rollouts of its "
                 "current policy) but the Buffer replays old transitions; use RolloutBuffer");
+  static_assert(!x_ok || !a_on || b_on || !a_episodic,
+                "Trainer: the Algorithm learns from whole episodes of its current policy (the episodic "
+                "loop, e.g. COMA) but the Buffer replays old transitions; use EpisodeBuffer");
   static_assert(!x_ok || a_on || !b_on,
                 "Trainer: the Algorithm is off-policy (it samples past transitions at random) but "
                 "a RolloutBuffer keeps only the current rollout and clears it; use UniformBuffer "
@@ -2607,6 +2620,35 @@ struct Discrete {
   [[nodiscard]] bool contains(std::int64_t a) const noexcept { return a >= 0 && a < n; }
 };
 
+/// How a multi-agent env's step travels through the single-agent machinery (VecEnv,
+/// buffers, loops): as one observation row and one joint action index
+/// (envs/multi_agent/multi_agent_env.hpp). The row is
+///
+///     [ obs of agent 0 | ... | obs of agent k-1 | available actions of agent 0 | ... | of agent k-1 | state ]
+///
+/// with each agent's available actions as 1/0, and the joint action's digits in base
+/// `num_actions` are the agents' actions, agent 0's the least significant.
+struct AgentLayout {
+  std::int64_t agents = 0;       ///< 0: a single-agent env
+  std::int64_t obs_dim = 0;      ///< one agent's observation
+  std::int64_t num_actions = 0;  ///< one agent's discrete actions
+  std::int64_t state_dim = 0;    ///< the global state (the centralised critic's input)
+
+  [[nodiscard]] bool multi_agent() const noexcept { return agents > 0; }
+  [[nodiscard]] std::int64_t avail_offset() const noexcept { return agents * obs_dim; }
+  [[nodiscard]] std::int64_t state_offset() const noexcept { return agents * (obs_dim + num_actions); }
+  [[nodiscard]] std::int64_t row_size() const noexcept { return state_offset() + state_dim; }
+  /// num_actions ^ agents, or 0 when it would not fit in an int64.
+  [[nodiscard]] std::int64_t joint_actions() const noexcept {
+    std::int64_t n = 1;
+    for (std::int64_t i = 0; i < agents; ++i) {
+      if (num_actions > 0 && n > (std::int64_t{1} << 62) / num_actions) return 0;
+      n *= num_actions;
+    }
+    return n;
+  }
+};
+
 /// What a policy needs to know about an env to be built: its name and spaces.
 struct EnvSpec {
   std::string name;
@@ -2615,6 +2657,8 @@ struct EnvSpec {
   /// The env's tasks, for envs that have several (a multi-task suite); empty otherwise.
   /// Replay buffers then store each transition's task and algorithms may condition on it.
   std::vector<std::string> tasks{};
+  /// The agents of a multi-agent env (`agents.agents == 0` for a single-agent one).
+  AgentLayout agents{};
 
   [[nodiscard]] bool discrete() const noexcept { return std::holds_alternative<Discrete>(action); }
   [[nodiscard]] std::int64_t obs_dim() const noexcept {
@@ -2848,6 +2892,7 @@ inline std::string torch_version_string() {
 namespace anvil::envs {
 
 // The spaces (core/spaces.hpp) under the names envs have always used.
+using anvil::AgentLayout;
 using anvil::Box;
 using anvil::Discrete;
 using anvil::EnvSpec;
@@ -2901,10 +2946,18 @@ concept TaskTagged = Env<E> && requires(const E& e) {
   { e.task_index() } -> std::convertible_to<std::int64_t>;
 };
 
-/// The spec of env `e` (with its tasks, when it has several).
+/// An env that is several agents acting as one (envs/multi_agent/): it describes how its
+/// observation row and joint action are laid out.
+template <class E>
+concept DescribesAgents = Env<E> && requires(const E& e) {
+  { e.agent_layout() } -> std::same_as<AgentLayout>;
+};
+
+/// The spec of env `e` (with its tasks, when it has several, and its agents).
 template <class E>
 EnvSpec spec_of(const E& e) {
   EnvSpec s{std::string(E::name), e.observation_space(), e.action_space(), {}};
+  if constexpr (DescribesAgents<E>) s.agents = e.agent_layout();
   if constexpr (TaskTagged<E>) {
     auto names = e.task_names();
     if (names.size() > 1) s.tasks = std::move(names);
@@ -3558,6 +3611,778 @@ static_assert(ContinuousEnv<MountainCarContinuous>);
 
 }  // namespace anvil::envs
 // ---- end <anvil/envs/mountain_car_continuous.hpp> ----
+// ---- begin <anvil/envs/multi_agent/mapping.hpp> ----
+/// @file
+/// A cooperative multi-UAV mapping mission: agents fly over a field at one of three
+/// altitudes, each step measuring the cells under them with a sensor whose footprint grows
+/// and whose accuracy falls with altitude, and a shared belief map of where the targets
+/// (e.g. weeds) are is updated from the measurements. The mission has a budget of steps;
+/// the team is rewarded for the reduction of the map's entropy. Written here after the
+/// setting of Westheider, Rückin, Popović, "Multi-UAV Adaptive Path Planning Using Deep
+/// Reinforcement Learning" (IROS 2023): 4 agents, a budget of 14 steps, 3 altitudes,
+/// COMA. Reference policies (random, lawnmower) are here too. Light header: no torch.
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdint>
+#include <span>
+#include <string_view>
+
+// ---- begin <anvil/envs/multi_agent/multi_agent_env.hpp> ----
+/// @file
+/// Cooperative multi-agent envs: the `MultiAgentEnv` concept (k agents, each with its own
+/// observation and a discrete action set with an availability mask, a global state for a
+/// centralised critic, one team reward, terminated/truncated for the team) and `Joint<M>`,
+/// which makes such an env an `Env` so that everything built for envs serves it unchanged:
+/// `VecEnv` (N copies on the thread pool, batched tensors, autoreset, seeds, checkpoints),
+/// the episodic loop, `EpisodeBuffer`, evaluation, DDP.
+///
+/// `Joint<M>` lays a step out as `AgentLayout` says (core/spaces.hpp): one observation row
+/// `[obs_0 .. obs_k-1 | avail_0 .. avail_k-1 | state]` and one joint action index whose
+/// base-`num_actions` digits are the agents' actions (agent 0 least significant). A joint
+/// action that gives an agent an unavailable action is refused with an EnvError naming the
+/// agent, the action and the step. Light header: no torch.
+
+#include <concepts>
+#include <cstdint>
+#include <limits>
+#include <span>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+
+namespace anvil::envs {
+
+/// What one step of a team returns.
+struct TeamStep {
+  double reward = 0.0;      ///< the team's reward
+  bool terminated = false;  ///< the team reached a terminal state: do not bootstrap
+  bool truncated = false;   ///< stopped by a time limit (a budget)
+};
+
+/// A cooperative multi-agent env (see file comment). `observe`, `available_actions` and
+/// `write_state` write into spans of `agent_observation_size()`, `num_actions()` and
+/// `state_size()` floats; `step` takes one action per agent and `reset(seed)` starts an
+/// episode that depends on its seed alone.
+template <class M>
+concept MultiAgentEnv = std::movable<M> &&
+    requires(M& m, const M& cm, std::uint64_t seed, std::span<const std::int64_t> actions, std::int64_t agent,
+             std::span<float> out) {
+      { M::name } -> std::convertible_to<std::string_view>;
+      { cm.num_agents() } -> std::convertible_to<std::int64_t>;
+      { cm.agent_observation_size() } -> std::convertible_to<std::int64_t>;
+      { cm.num_actions() } -> std::convertible_to<std::int64_t>;
+      { cm.state_size() } -> std::convertible_to<std::int64_t>;
+      { m.reset(seed) };
+      { m.step(actions) } -> std::same_as<TeamStep>;
+      { cm.observe(agent, out) };
+      { cm.available_actions(agent, out) };
+      { cm.write_state(out) };
+    };
+
+/// A multi-agent env that writes and reads its own state for checkpoints (one that is
+/// trivially copyable is saved as bytes without this).
+template <class M>
+concept MultiAgentSavesState = MultiAgentEnv<M> && requires(const M& cm, M& m, BinaryWriter& w, BinaryReader& r) {
+  cm.save_state(w);
+  m.load_state(r);
+};
+
+/// The joint action of `actions` (one per agent, each below `num_actions`).
+[[nodiscard]] inline std::int64_t encode_joint_action(std::span<const std::int64_t> actions, std::int64_t num_actions) {
+  std::int64_t joint = 0;
+  for (std::size_t i = actions.size(); i-- > 0;) joint = joint * num_actions + actions[i];
+  return joint;
+}
+/// The agents' actions in `joint` (written to `out`, one per agent).
+inline void decode_joint_action(std::int64_t joint, std::int64_t num_actions, std::span<std::int64_t> out) {
+  for (auto& a : out) {
+    a = joint % num_actions;
+    joint /= num_actions;
+  }
+}
+
+/// A multi-agent env as one `Env` (see file comment).
+template <MultiAgentEnv M>
+class Joint {
+ public:
+  static constexpr std::string_view name = M::name;
+
+  explicit Joint(M env = M{}) : env_(std::move(env)) { layout(); }
+
+  /// Each agent's observation unbounded, the availability flags in [0, 1], the state unbounded.
+  [[nodiscard]] Box observation_space() const {
+    const auto l = agent_layout();
+    constexpr float kInf = std::numeric_limits<float>::infinity();
+    Box b{std::vector<float>(static_cast<std::size_t>(l.row_size()), -kInf),
+          std::vector<float>(static_cast<std::size_t>(l.row_size()), kInf)};
+    for (std::int64_t i = l.avail_offset(); i < l.state_offset(); ++i) {
+      b.low[static_cast<std::size_t>(i)] = 0.0f;
+      b.high[static_cast<std::size_t>(i)] = 1.0f;
+    }
+    return b;
+  }
+  /// Every joint action: num_actions ^ agents.
+  [[nodiscard]] Discrete action_space() const { return Discrete{agent_layout().joint_actions()}; }
+  [[nodiscard]] AgentLayout agent_layout() const {
+    return AgentLayout{static_cast<std::int64_t>(env_.num_agents()), static_cast<std::int64_t>(env_.agent_observation_size()),
+                       static_cast<std::int64_t>(env_.num_actions()), static_cast<std::int64_t>(env_.state_size())};
+  }
+
+  std::span<const float> reset(std::uint64_t seed) {
+    env_.reset(seed);
+    started_ = true;
+    steps_ = 0;
+    pack();
+    return row_;
+  }
+
+  /// Steps every agent with its digit of `joint`. Throws EnvError for a joint action out of
+  /// range or one that gives an agent an action it may not take now (the env is unchanged).
+  StepResult step(std::int64_t joint) {
+    const auto l = agent_layout();
+    if (!started_) throw EnvError(std::string(name) + ": step before reset");
+    if (joint < 0 || joint >= l.joint_actions())
+      throw EnvError(std::string(name) + ": step " + std::to_string(steps_) + ": joint action " + std::to_string(joint) +
+                     " is outside [0, " + std::to_string(l.joint_actions()) + ")");
+    decode_joint_action(joint, l.num_actions, actions_);
+    for (std::int64_t i = 0; i < l.agents; ++i) {
+      const auto a = actions_[static_cast<std::size_t>(i)];
+      if (row_[static_cast<std::size_t>(l.avail_offset() + i * l.num_actions + a)] < 0.5f)
+        throw EnvError(std::string(name) + ": step " + std::to_string(steps_) + ": agent " + std::to_string(i) +
+                       " took action " + std::to_string(a) + ", which is not available to it now");
+    }
+    const TeamStep r = env_.step(actions_);
+    ++steps_;
+    pack();
+    return StepResult{row_, r.reward, r.terminated, r.truncated};
+  }
+
+  /// The wrapped env.
+  [[nodiscard]] const M& env() const noexcept { return env_; }
+  [[nodiscard]] M& env() noexcept { return env_; }
+  /// The agents' actions of the last step.
+  [[nodiscard]] std::span<const std::int64_t> last_actions() const noexcept { return actions_; }
+
+  /// Checkpoints: the env (as bytes when trivially copyable, else its own save_state) and
+  /// the row it last showed.
+  void save_state(BinaryWriter& w) const
+    requires(std::is_trivially_copyable_v<M> || MultiAgentSavesState<M>)
+  {
+    if constexpr (std::is_trivially_copyable_v<M>) w.value(env_);
+    else env_.save_state(w);
+    w.value(started_);
+    w.value(steps_);
+  }
+  void load_state(BinaryReader& r)
+    requires(std::is_trivially_copyable_v<M> || MultiAgentSavesState<M>)
+  {
+    if constexpr (std::is_trivially_copyable_v<M>) env_ = r.value<M>("multi-agent env state");
+    else env_.load_state(r);
+    started_ = r.value<bool>("multi-agent env started");
+    steps_ = r.value<std::int64_t>("multi-agent env steps");
+    layout();
+    if (started_) pack();
+  }
+
+ private:
+  void layout() {
+    const auto l = agent_layout();
+    if (l.agents < 1 || l.num_actions < 1 || l.obs_dim < 0 || l.state_dim < 0)
+      throw Error(std::string(name) + ": a multi-agent env needs at least one agent and one action (it has " +
+                  std::to_string(l.agents) + " agents, " + std::to_string(l.num_actions) + " actions)");
+    if (l.joint_actions() == 0)
+      throw Error(std::string(name) + ": " + std::to_string(l.num_actions) + " actions ^ " + std::to_string(l.agents) +
+                  " agents joint actions do not fit in an int64");
+    row_.assign(static_cast<std::size_t>(l.row_size()), 0.0f);
+    actions_.assign(static_cast<std::size_t>(l.agents), 0);
+  }
+  void pack() {
+    const auto l = agent_layout();
+    std::span<float> row(row_);
+    for (std::int64_t i = 0; i < l.agents; ++i) {
+      env_.observe(i, row.subspan(static_cast<std::size_t>(i * l.obs_dim), static_cast<std::size_t>(l.obs_dim)));
+      env_.available_actions(i, row.subspan(static_cast<std::size_t>(l.avail_offset() + i * l.num_actions),
+                                            static_cast<std::size_t>(l.num_actions)));
+    }
+    env_.write_state(row.subspan(static_cast<std::size_t>(l.state_offset()), static_cast<std::size_t>(l.state_dim)));
+  }
+
+  M env_;
+  std::vector<float> row_;
+  std::vector<std::int64_t> actions_;
+  bool started_ = false;
+  std::int64_t steps_ = 0;
+};
+
+}  // namespace anvil::envs
+// ---- end <anvil/envs/multi_agent/multi_agent_env.hpp> ----
+
+namespace anvil::envs {
+
+/// The mapping mission (see file comment):
+///
+/// - the field is a 32 x 32 grid of cells; a target map is drawn per episode as 3-6 discs
+///   of radius 2-5 cells at random centres (about 15% of the cells);
+/// - agents stand over an 8 x 8 grid of positions (one per 4 x 4 block of cells) at
+///   altitude 0, 1 or 2; actions: 0 stay, 1 north (+y), 2 south, 3 east (+x), 4 west,
+///   5 up, 6 down; moves off the grid or beyond the altitudes are unavailable;
+/// - each step every agent measures the square of cells centred under it, 4, 8 or 12 cells
+///   wide at altitude 0, 1, 2; each measured cell reads its truth flipped with probability
+///   0.05, 0.15, 0.25 (independently per cell and measurement);
+/// - the belief map holds each cell's probability of being a target (prior 0.5), updated
+///   by Bayes' rule in log-odds from every measurement;
+/// - reward each step: the entropy (bits, summed over cells) removed that step divided by
+///   the prior map's entropy, so an episode's return is the fraction of the map's
+///   uncertainty removed; the episode ends (terminated: the mission is over) after the
+///   budget of 14 steps;
+/// - start: agents at random positions at altitude 0, their first measurement taken;
+/// - an agent observes its position (x, y in [0, 1]), its altitude (one-hot), the budget
+///   left (fraction), every other agent's offset (dx, dy, d-altitude), and the map's
+///   entropy averaged over each block (8 x 8); the state is the block entropies, every
+///   agent's position and altitude, and the budget left.
+///
+/// Trivially copyable (checkpoints save it, the generator included, as bytes).
+class MappingTask {
+ public:
+  static constexpr std::string_view name = "Mapping";
+  static constexpr int kAgents = 4, kCells = 32, kPositions = 8, kBlock = kCells / kPositions, kAltitudes = 3;
+  static constexpr int kActions = 7;
+  static constexpr std::int64_t kBudget = 14;
+  static constexpr std::array<int, kAltitudes> kFootprintHalf{2, 4, 6};   ///< cells each side of the centre
+  static constexpr std::array<double, kAltitudes> kFlip{0.05, 0.15, 0.25};  ///< per-cell error probability
+  enum Action : std::int64_t { stay = 0, north, south, east, west, up, down };
+
+  [[nodiscard]] std::int64_t num_agents() const noexcept { return kAgents; }
+  [[nodiscard]] std::int64_t agent_observation_size() const noexcept {
+    return 2 + kAltitudes + 1 + 3 * (kAgents - 1) + kPositions * kPositions;
+  }
+  [[nodiscard]] std::int64_t num_actions() const noexcept { return kActions; }
+  [[nodiscard]] std::int64_t state_size() const noexcept {
+    return kPositions * kPositions + kAgents * (2 + kAltitudes) + 1;
+  }
+
+  void reset(std::uint64_t seed) {
+    rng_.reseed(seed);
+    truth_.fill(0);
+    const int discs = 3 + static_cast<int>(rng_.below(4));
+    for (int d = 0; d < discs; ++d) {
+      const double cx = rng_.uniform(0, kCells), cy = rng_.uniform(0, kCells), r = rng_.uniform(2, 5);
+      for (int y = 0; y < kCells; ++y)
+        for (int x = 0; x < kCells; ++x)
+          if (std::hypot(x + 0.5 - cx, y + 0.5 - cy) <= r) truth_[index(x, y)] = 1;
+    }
+    log_odds_.fill(0.0);
+    for (auto& a : agents_) a = Pose{static_cast<int>(rng_.below(kPositions)), static_cast<int>(rng_.below(kPositions)), 0};
+    sweep_north_.fill(true);
+    steps_ = 0;
+    started_ = true;
+    for (const auto& a : agents_) measure(a);
+    entropy_ = update_entropies();
+  }
+
+  TeamStep step(std::span<const std::int64_t> actions) {
+    if (!started_) throw EnvError("Mapping: step before reset");
+    if (steps_ >= kBudget) throw EnvError("Mapping: step after the budget of 14 steps is spent");
+    for (int i = 0; i < kAgents; ++i) {
+      const auto a = actions[static_cast<std::size_t>(i)];
+      if (a < 0 || a >= kActions || !available(agents_[i], a))
+        throw EnvError("Mapping: agent " + std::to_string(i) + " cannot take action " + std::to_string(a) + " now");
+    }
+    for (int i = 0; i < kAgents; ++i) agents_[i] = moved(agents_[i], actions[static_cast<std::size_t>(i)]);
+    for (const auto& a : agents_) measure(a);
+    const double before = entropy_;
+    entropy_ = update_entropies();
+    ++steps_;
+    return TeamStep{(before - entropy_) / kPriorEntropy, steps_ >= kBudget, false};
+  }
+
+  void observe(std::int64_t agent, std::span<float> out) const noexcept {
+    const auto& me = agents_[static_cast<std::size_t>(agent)];
+    std::size_t k = 0;
+    out[k++] = static_cast<float>(me.x) / (kPositions - 1);
+    out[k++] = static_cast<float>(me.y) / (kPositions - 1);
+    for (int h = 0; h < kAltitudes; ++h) out[k++] = me.alt == h ? 1.0f : 0.0f;
+    out[k++] = budget_left();
+    for (int j = 0; j < kAgents; ++j) {
+      if (j == agent) continue;
+      out[k++] = static_cast<float>(agents_[j].x - me.x) / (kPositions - 1);
+      out[k++] = static_cast<float>(agents_[j].y - me.y) / (kPositions - 1);
+      out[k++] = static_cast<float>(agents_[j].alt - me.alt) / (kAltitudes - 1);
+    }
+    block_entropies(out.subspan(k, kPositions * kPositions));
+  }
+  void available_actions(std::int64_t agent, std::span<float> out) const noexcept {
+    for (int a = 0; a < kActions; ++a)
+      out[static_cast<std::size_t>(a)] = available(agents_[static_cast<std::size_t>(agent)], a) ? 1.0f : 0.0f;
+  }
+  void write_state(std::span<float> out) const noexcept {
+    block_entropies(out.subspan(0, kPositions * kPositions));
+    std::size_t k = kPositions * kPositions;
+    for (const auto& a : agents_) {
+      out[k++] = static_cast<float>(a.x) / (kPositions - 1);
+      out[k++] = static_cast<float>(a.y) / (kPositions - 1);
+      for (int h = 0; h < kAltitudes; ++h) out[k++] = a.alt == h ? 1.0f : 0.0f;
+    }
+    out[k++] = budget_left();
+  }
+
+  // --- What a mission ends with, and the reference policies -------------------------
+
+  /// The map's entropy left, as a fraction of the prior's (1 at the start of nothing known).
+  [[nodiscard]] double entropy_fraction() const noexcept { return entropy_ / kPriorEntropy; }
+  /// Mean absolute error of the belief map against the targets (0.5 for the prior).
+  [[nodiscard]] double map_error() const noexcept {
+    double e = 0;
+    for (int c = 0; c < kCells * kCells; ++c) e += std::abs(probability(c) - truth_[static_cast<std::size_t>(c)]);
+    return e / (kCells * kCells);
+  }
+  /// Whether agent `i` may take action `a` now.
+  [[nodiscard]] bool available(int i, std::int64_t a) const noexcept { return available(agents_[i], a); }
+  /// Agent `i`'s position and altitude.
+  [[nodiscard]] std::array<int, 3> pose(int i) const noexcept { return {agents_[i].x, agents_[i].y, agents_[i].alt}; }
+  [[nodiscard]] std::int64_t steps() const noexcept { return steps_; }
+  /// The belief that cell (x, y) holds a target, and whether it does.
+  [[nodiscard]] double belief(int x, int y) const noexcept { return probability(static_cast<int>(index(x, y))); }
+  [[nodiscard]] bool target(int x, int y) const noexcept { return truth_[index(x, y)] != 0; }
+
+  /// A lawnmower sweep: agent i owns the strip of columns [2i, 2i + 2), climbs to altitude
+  /// 1 (its footprint covers the strip), flies to the strip, then sweeps it north and south.
+  [[nodiscard]] std::array<std::int64_t, kAgents> lawnmower() const noexcept {
+    std::array<std::int64_t, kAgents> act{};
+    constexpr int strip = kPositions / kAgents;
+    for (int i = 0; i < kAgents; ++i) {
+      const auto& a = agents_[i];
+      const int target_x = i * strip + strip / 2;  // the footprint at altitude 1 spans the strip
+      if (a.alt < 1) act[i] = up;
+      else if (a.alt > 1) act[i] = down;
+      else if (a.x < target_x) act[i] = east;
+      else if (a.x > target_x) act[i] = west;
+      else {
+        // Sweep: north on even passes, south on odd ones, turning at the edges.
+        const bool north_pass = sweep_north_[i];
+        if (north_pass && a.y + 1 < kPositions) act[i] = north;
+        else if (!north_pass && a.y > 0) act[i] = south;
+        else act[i] = north_pass ? south : north;
+      }
+    }
+    return act;
+  }
+  /// Call after stepping with `lawnmower()` actions: turns the sweeps at the edges.
+  void lawnmower_turns() noexcept {
+    for (int i = 0; i < kAgents; ++i) {
+      if (agents_[i].y + 1 >= kPositions) sweep_north_[i] = false;
+      if (agents_[i].y <= 0) sweep_north_[i] = true;
+    }
+  }
+
+ private:
+  struct Pose {
+    int x = 0, y = 0, alt = 0;
+  };
+  static constexpr double kPriorEntropy = kCells * kCells;  // 1 bit per cell at p = 0.5
+
+  static constexpr std::size_t index(int x, int y) noexcept { return static_cast<std::size_t>(y * kCells + x); }
+  [[nodiscard]] double probability(int c) const noexcept { return 1.0 / (1.0 + std::exp(-log_odds_[static_cast<std::size_t>(c)])); }
+  static double binary_entropy(double p) noexcept {
+    if (p <= 0.0 || p >= 1.0) return 0.0;
+    return -(p * std::log2(p) + (1 - p) * std::log2(1 - p));
+  }
+  // The blocks' mean entropies (kept for the observations) and the map's entropy.
+  double update_entropies() noexcept {
+    double total = 0;
+    for (int by = 0; by < kPositions; ++by)
+      for (int bx = 0; bx < kPositions; ++bx) {
+        double h = 0;
+        for (int y = by * kBlock; y < (by + 1) * kBlock; ++y)
+          for (int x = bx * kBlock; x < (bx + 1) * kBlock; ++x) h += binary_entropy(probability(static_cast<int>(index(x, y))));
+        block_h_[static_cast<std::size_t>(by * kPositions + bx)] = static_cast<float>(h / (kBlock * kBlock));
+        total += h;
+      }
+    return total;
+  }
+  void block_entropies(std::span<float> out) const noexcept { std::copy(block_h_.begin(), block_h_.end(), out.begin()); }
+  [[nodiscard]] float budget_left() const noexcept { return static_cast<float>(kBudget - steps_) / kBudget; }
+
+  static bool available(const Pose& p, std::int64_t a) noexcept {
+    switch (a) {
+      case stay: return true;
+      case north: return p.y + 1 < kPositions;
+      case south: return p.y > 0;
+      case east: return p.x + 1 < kPositions;
+      case west: return p.x > 0;
+      case up: return p.alt + 1 < kAltitudes;
+      case down: return p.alt > 0;
+      default: return false;
+    }
+  }
+  static Pose moved(Pose p, std::int64_t a) noexcept {
+    if (a == north) ++p.y;
+    if (a == south) --p.y;
+    if (a == east) ++p.x;
+    if (a == west) --p.x;
+    if (a == up) ++p.alt;
+    if (a == down) --p.alt;
+    return p;
+  }
+  // One noisy measurement of the footprint under `p`, folded into the belief map.
+  void measure(const Pose& p) {
+    const int half = kFootprintHalf[static_cast<std::size_t>(p.alt)];
+    const double flip = kFlip[static_cast<std::size_t>(p.alt)];
+    const double evidence = std::log((1 - flip) / flip);
+    const int cx = p.x * kBlock + kBlock / 2, cy = p.y * kBlock + kBlock / 2;
+    for (int y = std::max(0, cy - half); y < std::min(kCells, cy + half); ++y)
+      for (int x = std::max(0, cx - half); x < std::min(kCells, cx + half); ++x) {
+        const bool t = truth_[index(x, y)] != 0;
+        const bool reading = rng_.uniform() < flip ? !t : t;
+        log_odds_[index(x, y)] += reading ? evidence : -evidence;
+      }
+  }
+
+  Rng rng_{0};
+  std::array<std::uint8_t, kCells * kCells> truth_{};
+  std::array<double, kCells * kCells> log_odds_{};
+  std::array<Pose, kAgents> agents_{};
+  std::array<bool, kAgents> sweep_north_{true, true, true, true};
+  std::array<float, kPositions * kPositions> block_h_{};
+  double entropy_ = kPriorEntropy;
+  std::int64_t steps_ = 0;
+  bool started_ = false;
+};
+
+static_assert(MultiAgentEnv<MappingTask>);
+
+}  // namespace anvil::envs
+// ---- end <anvil/envs/multi_agent/mapping.hpp> ----
+// ---- begin <anvil/envs/multi_agent/matrix_game.hpp> ----
+/// @file
+/// One-step cooperative matrix games: k agents each choose one of n actions once, and the
+/// team gets the payoff of the joint action. The classic tests of coordination and credit
+/// assignment. Light header: no torch.
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <initializer_list>
+#include <span>
+#include <string>
+#include <string_view>
+
+
+namespace anvil::envs {
+
+/// A one-step cooperative game given by its payoff tensor (agent 0's action the fastest
+/// index, as in a joint action). Every agent observes the constant 1 (there is one state),
+/// every action is always available, and each episode is one step that terminates.
+/// Trivially copyable (checkpoints save it as bytes).
+class MatrixGame {
+ public:
+  static constexpr std::string_view name = "MatrixGame";
+  static constexpr std::int64_t kMaxEntries = 1024;
+
+  MatrixGame() : MatrixGame(climbing()) {}
+  /// `payoff` holds n^k entries, indexed by the joint action.
+  MatrixGame(std::int64_t agents, std::int64_t actions, std::span<const double> payoff) : k_(agents), n_(actions) {
+    std::int64_t entries = 1;
+    for (std::int64_t i = 0; i < agents; ++i) entries *= actions;
+    if (agents < 1 || actions < 1 || entries > kMaxEntries || static_cast<std::int64_t>(payoff.size()) != entries)
+      throw Error("MatrixGame: " + std::to_string(agents) + " agents with " + std::to_string(actions) +
+                  " actions need " + std::to_string(entries) + " payoffs (at most " + std::to_string(kMaxEntries) +
+                  "), got " + std::to_string(payoff.size()));
+    for (std::int64_t i = 0; i < entries; ++i) payoff_[static_cast<std::size_t>(i)] = payoff[static_cast<std::size_t>(i)];
+  }
+
+  /// The climbing game (Claus and Boutilier 1998, "The dynamics of reinforcement learning in
+  /// cooperative multiagent systems", AAAI): optimum 11 at (0, 0), guarded by -30 penalties;
+  /// independent learners settle on (2, 2) or (1, 1).
+  static MatrixGame climbing() {
+    // The published table has agent 0's action as its row and agent 1's as its column:
+    //   {11, -30, 0}, {-30, 7, 6}, {0, 0, 5}; stored by joint action (payoff[a0 + 3 a1]).
+    const std::array<double, 9> p{11, -30, 0, -30, 7, 0, 0, 6, 5};
+    return MatrixGame(2, 3, p);
+  }
+  /// The penalty game (Claus and Boutilier 1998) with miscoordination penalty `k` <= 0:
+  /// optima 10 at (0, 0) and (2, 2), a safe 2 at (1, 1), and k where the agents disagree
+  /// between the optima.
+  static MatrixGame penalty(double k) {
+    const std::array<double, 9> p{10, 0, k, 0, 2, 0, k, 0, 10};
+    return MatrixGame(2, 3, p);
+  }
+  /// A credit-assignment game: k agents with two actions; action 0 of agent 0 is worth
+  /// `small` to the team and action 1 of every other agent `large`. The optimum is agent 0
+  /// on action 0 and the others on action 1. Agent 0's share of the team's reward is small
+  /// next to the noise the others' exploration puts in it, and its good action is the one
+  /// the others learn to avoid (an actor shared by the agents carries their lesson over):
+  /// learners whose advantage does not condition on the others' actions (independent
+  /// critics, a central V) are pulled the wrong way; COMA's counterfactual baseline
+  /// removes the others' share.
+  static MatrixGame credit(std::int64_t agents, double small, double large) {
+    std::array<double, kMaxEntries> p{};
+    const std::int64_t n = std::int64_t{1} << agents;
+    if (agents < 2 || n > kMaxEntries) throw Error("MatrixGame::credit: 2 to 10 agents, got " + std::to_string(agents));
+    for (std::int64_t j = 0; j < n; ++j) {
+      double r = (j & 1) ? 0.0 : small;
+      for (std::int64_t a = 1; a < agents; ++a)
+        if ((j >> a) & 1) r += large;
+      p[static_cast<std::size_t>(j)] = r;
+    }
+    return MatrixGame(agents, 2, std::span<const double>(p.data(), static_cast<std::size_t>(n)));
+  }
+
+  [[nodiscard]] std::int64_t num_agents() const noexcept { return k_; }
+  [[nodiscard]] std::int64_t agent_observation_size() const noexcept { return 1; }
+  [[nodiscard]] std::int64_t num_actions() const noexcept { return n_; }
+  [[nodiscard]] std::int64_t state_size() const noexcept { return 1; }
+
+  void reset(std::uint64_t /*seed*/) noexcept { done_ = false; }
+  TeamStep step(std::span<const std::int64_t> actions) {
+    if (done_) throw EnvError("MatrixGame: step after the one step of its episode");
+    done_ = true;
+    return TeamStep{payoff(actions), true, false};
+  }
+  void observe(std::int64_t /*agent*/, std::span<float> out) const noexcept { out[0] = 1.0f; }
+  void available_actions(std::int64_t /*agent*/, std::span<float> out) const noexcept {
+    for (auto& x : out) x = 1.0f;
+  }
+  void write_state(std::span<float> out) const noexcept { out[0] = 1.0f; }
+
+  /// The payoff of a joint action (one action per agent).
+  [[nodiscard]] double payoff(std::span<const std::int64_t> actions) const {
+    return payoff_[static_cast<std::size_t>(encode_joint_action(actions, n_))];
+  }
+  /// The payoff of a joint action index.
+  [[nodiscard]] double payoff(std::int64_t joint) const { return payoff_.at(static_cast<std::size_t>(joint)); }
+  /// The best payoff.
+  [[nodiscard]] double optimum() const noexcept {
+    std::int64_t entries = 1;
+    for (std::int64_t i = 0; i < k_; ++i) entries *= n_;
+    double best = payoff_[0];
+    for (std::int64_t i = 1; i < entries; ++i) best = std::max(best, payoff_[static_cast<std::size_t>(i)]);
+    return best;
+  }
+
+ private:
+  std::int64_t k_ = 2, n_ = 3;
+  std::array<double, kMaxEntries> payoff_{};
+  bool done_ = false;
+};
+
+static_assert(MultiAgentEnv<MatrixGame>);
+
+}  // namespace anvil::envs
+// ---- end <anvil/envs/multi_agent/matrix_game.hpp> ----
+// ---- begin <anvil/envs/multi_agent/registry.hpp> ----
+/// @file
+/// The built-in multi-agent envs by name, for programs that choose one at run time
+/// (`--env.id=Mapping`): `with_team_env(id, f)` calls `f` with the `Joint` env of that name.
+/// Light header: no torch.
+
+#include <array>
+#include <string>
+#include <string_view>
+#include <utility>
+
+// ---- begin <anvil/envs/multi_agent/simple_spread.hpp> ----
+/// @file
+/// "Simple spread" of the multi-agent particle environments (Lowe et al. 2017, "Multi-Agent
+/// Actor-Critic for Mixed Cooperative-Competitive Environments"; Mordatch and Abbeel 2018):
+/// three agents must cover three landmarks without colliding, in episodes of 25 steps.
+/// Written here from the published description and constants. Light header: no torch.
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+
+
+namespace anvil::envs {
+
+/// Simple spread with the particle world's published physics:
+///
+/// - a 2-D world stepped with dt = 0.1; each step a movable entity's velocity is damped
+///   by 0.25, then gains force/mass * dt (mass 1), and its position moves by velocity * dt;
+/// - agents are discs of radius 0.15; landmarks (radius 0.05) do not collide or move;
+/// - an agent's action: 0 no force, 1 +x, 2 -x, 3 +y, 4 -y (the particle envs' one-hot
+///   action order, which EPyMARL's integer actions go through); the force is the unit
+///   direction times the sensitivity 5;
+/// - overlapping agents push each other apart with the soft contact force
+///   100 * softplus(-(d - d_min) / 0.001) * 0.001 along the line between them;
+/// - start: agents and landmarks uniform in [-1, 1]^2, velocities 0;
+/// - an agent observes [its velocity, its position, each landmark relative to it, each
+///   other agent relative to it, the others' communication (always 0 here)]: 18 numbers;
+///   the state is the agents' observations concatenated (54), as EPyMARL gives its critics;
+/// - reward, shared by the team: the particle envs' per-agent rewards summed over the
+///   agents, as EPyMARL's published MPE returns are (its logged returns divided by the
+///   number of agents): each agent gets minus the sum over landmarks of the distance to
+///   the nearest agent, minus 1 for each agent within 0.3 of it, itself included (the
+///   published scenario counts an agent's distance 0 to itself as a collision, so every
+///   step costs the team 3 however it moves). A team reward is therefore
+///   -3 * coverage - 3 - 2 * (colliding pairs);
+/// - episodes end (truncated) after 25 steps.
+///
+/// Trivially copyable (checkpoints save it as bytes).
+class SimpleSpread {
+ public:
+  static constexpr std::string_view name = "SimpleSpread";
+  static constexpr int kAgents = 3, kLandmarks = 3;
+  static constexpr std::int64_t kEpisodeSteps = 25;
+  static constexpr double kDt = 0.1, kDamping = 0.25, kSensitivity = 5.0, kAgentSize = 0.15;
+  static constexpr double kContactForce = 100.0, kContactMargin = 1e-3;
+
+  [[nodiscard]] std::int64_t num_agents() const noexcept { return kAgents; }
+  [[nodiscard]] std::int64_t agent_observation_size() const noexcept { return 4 + 2 * kLandmarks + 4 * (kAgents - 1); }
+  [[nodiscard]] std::int64_t num_actions() const noexcept { return 5; }
+  [[nodiscard]] std::int64_t state_size() const noexcept { return kAgents * agent_observation_size(); }
+
+  void reset(std::uint64_t seed) {
+    Rng rng(seed);
+    for (auto& a : agents_) a = Body{{rng.uniform(-1, 1), rng.uniform(-1, 1)}, {0, 0}};
+    for (auto& l : landmarks_) l = {rng.uniform(-1, 1), rng.uniform(-1, 1)};
+    steps_ = 0;
+    started_ = true;
+  }
+
+  TeamStep step(std::span<const std::int64_t> actions) {
+    if (!started_) throw EnvError("SimpleSpread: step before reset");
+    if (steps_ >= kEpisodeSteps) throw EnvError("SimpleSpread: step after the episode's 25 steps");
+    std::array<std::array<double, 2>, kAgents> force{};
+    for (int i = 0; i < kAgents; ++i) {
+      const auto a = actions[static_cast<std::size_t>(i)];
+      if (a < 0 || a > 4) throw EnvError("SimpleSpread: agent " + std::to_string(i) + " action " + std::to_string(a) + " is outside [0, 5)");
+      if (a == 1) force[i][0] = kSensitivity;
+      if (a == 2) force[i][0] = -kSensitivity;
+      if (a == 3) force[i][1] = kSensitivity;
+      if (a == 4) force[i][1] = -kSensitivity;
+    }
+    for (int i = 0; i < kAgents; ++i)
+      for (int j = i + 1; j < kAgents; ++j) {
+        const double dx = agents_[i].pos[0] - agents_[j].pos[0], dy = agents_[i].pos[1] - agents_[j].pos[1];
+        const double d = std::sqrt(dx * dx + dy * dy);
+        if (d == 0.0) continue;  // coincident centres push along no direction
+        const double x = -(d - 2 * kAgentSize) / kContactMargin;
+        const double pen = (x > 30 ? x : std::log1p(std::exp(x))) * kContactMargin;  // softplus
+        const double f = kContactForce * pen / d;
+        force[i][0] += f * dx;
+        force[i][1] += f * dy;
+        force[j][0] -= f * dx;
+        force[j][1] -= f * dy;
+      }
+    for (int i = 0; i < kAgents; ++i)
+      for (int c = 0; c < 2; ++c) {
+        auto& v = agents_[i].vel[c];
+        v = v * (1 - kDamping) + force[i][c] * kDt;
+        agents_[i].pos[c] += v * kDt;
+      }
+    ++steps_;
+    return TeamStep{reward(), false, steps_ >= kEpisodeSteps};
+  }
+
+  /// The team's reward in the current positions (see class comment).
+  [[nodiscard]] double reward() const noexcept {
+    double r = -kAgents * coverage_distance();
+    for (int i = 0; i < kAgents; ++i)
+      for (int j = 0; j < kAgents; ++j)
+        if (distance(agents_[i].pos, agents_[j].pos) < 2 * kAgentSize) r -= 1.0;  // i == j included, as published
+    return r;
+  }
+  /// Sum over landmarks of the distance to the nearest agent.
+  [[nodiscard]] double coverage_distance() const noexcept {
+    double s = 0;
+    for (const auto& l : landmarks_) {
+      double best = 1e300;
+      for (const auto& a : agents_) best = std::min(best, distance(a.pos, l));
+      s += best;
+    }
+    return s;
+  }
+
+  void observe(std::int64_t agent, std::span<float> out) const noexcept {
+    const auto& me = agents_[static_cast<std::size_t>(agent)];
+    std::size_t k = 0;
+    out[k++] = static_cast<float>(me.vel[0]);
+    out[k++] = static_cast<float>(me.vel[1]);
+    out[k++] = static_cast<float>(me.pos[0]);
+    out[k++] = static_cast<float>(me.pos[1]);
+    for (const auto& l : landmarks_) {
+      out[k++] = static_cast<float>(l[0] - me.pos[0]);
+      out[k++] = static_cast<float>(l[1] - me.pos[1]);
+    }
+    for (int j = 0; j < kAgents; ++j) {
+      if (j == agent) continue;
+      out[k++] = static_cast<float>(agents_[j].pos[0] - me.pos[0]);
+      out[k++] = static_cast<float>(agents_[j].pos[1] - me.pos[1]);
+    }
+    while (k < out.size()) out[k++] = 0.0f;  // the others' communication: silent agents
+  }
+  void available_actions(std::int64_t /*agent*/, std::span<float> out) const noexcept {
+    for (auto& x : out) x = 1.0f;
+  }
+  void write_state(std::span<float> out) const noexcept {
+    const auto d = static_cast<std::size_t>(agent_observation_size());
+    for (int i = 0; i < kAgents; ++i) observe(i, out.subspan(i * d, d));
+  }
+
+  /// Places the agents and landmarks (tests; velocities become 0, the step count 0).
+  void place(const std::array<std::array<double, 2>, kAgents>& agents,
+             const std::array<std::array<double, 2>, kLandmarks>& landmarks) noexcept {
+    for (int i = 0; i < kAgents; ++i) agents_[i] = Body{agents[i], {0, 0}};
+    landmarks_ = landmarks;
+    steps_ = 0;
+    started_ = true;
+  }
+  [[nodiscard]] std::array<double, 2> agent_position(int i) const noexcept { return agents_[i].pos; }
+  [[nodiscard]] std::array<double, 2> agent_velocity(int i) const noexcept { return agents_[i].vel; }
+
+ private:
+  struct Body {
+    std::array<double, 2> pos{}, vel{};
+  };
+  static double distance(const std::array<double, 2>& a, const std::array<double, 2>& b) noexcept {
+    return std::hypot(a[0] - b[0], a[1] - b[1]);
+  }
+
+  std::array<Body, kAgents> agents_{};
+  std::array<std::array<double, 2>, kLandmarks> landmarks_{};
+  std::int64_t steps_ = 0;
+  bool started_ = false;
+};
+
+static_assert(MultiAgentEnv<SimpleSpread>);
+
+}  // namespace anvil::envs
+// ---- end <anvil/envs/multi_agent/simple_spread.hpp> ----
+
+namespace anvil::envs {
+
+/// The names `with_team_env` knows: the mapping mission, simple spread, and the climbing,
+/// penalty (k = -100) and credit (5 agents, 1 and 10) matrix games.
+inline constexpr std::array<std::string_view, 5> kBuiltinTeamEnvs{"Mapping", "SimpleSpread", "Climbing", "Penalty",
+                                                                  "Credit"};
+
+/// Calls `f(env)` with the built-in multi-agent env named `id`, as a `Joint`; a ConfigError
+/// naming `env.id` and the known names otherwise.
+template <class F>
+decltype(auto) with_team_env(std::string_view id, F&& f) {
+  if (id == "Mapping") return std::forward<F>(f)(Joint<MappingTask>{});
+  if (id == "SimpleSpread") return std::forward<F>(f)(Joint<SimpleSpread>{});
+  if (id == "Climbing") return std::forward<F>(f)(Joint<MatrixGame>(MatrixGame::climbing()));
+  if (id == "Penalty") return std::forward<F>(f)(Joint<MatrixGame>(MatrixGame::penalty(-100)));
+  if (id == "Credit") return std::forward<F>(f)(Joint<MatrixGame>(MatrixGame::credit(5, 1.0, 10.0)));
+  std::string known;
+  for (auto n : kBuiltinTeamEnvs) known += (known.empty() ? "" : ", ") + std::string(n);
+  throw ConfigError("env.id='" + std::string(id) + "' is not a built-in multi-agent env; choose one of " + known +
+                    " (or pass your own MultiAgentEnv, wrapped in envs::Joint, to the Trainer)");
+}
+
+}  // namespace anvil::envs
+// ---- end <anvil/envs/multi_agent/registry.hpp> ----
 // ---- begin <anvil/envs/normalize.hpp> ----
 /// @file
 /// Observation and reward normalisation as a vectorised-env wrapper, so any algorithm can
@@ -5837,6 +6662,14 @@ class LossScaler {
   [[nodiscard]] bool unscale_and_check(at::Tensor& flat_grad) {
     flat_grad.mul_(1.0 / scale_);
     const bool finite = flat_grad.isfinite().all().item<bool>();
+    if (grouped_) {  // one update of the scale when the group ends (`end_step`)
+      group_checked_ = true;
+      if (!finite) {
+        group_inf_ = true;
+        ++skipped_;
+      }
+      return finite;
+    }
     if (!finite) {
       scale_ *= opt_.backoff_factor;
       good_steps_ = 0;
@@ -5848,6 +6681,28 @@ class LossScaler {
       good_steps_ = 0;
     }
     return true;
+  }
+
+  /// Several optimizer steps of one update (e.g. a critic's, then an actor's whose loss
+  /// uses the stepped critic) count as one step of the schedule, as one `update()` of a
+  /// standard scaler after several optimizers' steps: between `begin_step` and `end_step`
+  /// each optimizer's gradient is unscaled and checked (a non-finite one skips that
+  /// optimizer's step), and `end_step` backs the scale off once if any was non-finite, else
+  /// counts one finite step towards growth.
+  void begin_step() noexcept {
+    grouped_ = true;
+    group_inf_ = group_checked_ = false;
+  }
+  void end_step() noexcept {
+    grouped_ = false;
+    if (!group_checked_) return;
+    if (group_inf_) {
+      scale_ *= opt_.backoff_factor;
+      good_steps_ = 0;
+    } else if (++good_steps_ >= opt_.growth_interval) {
+      scale_ *= opt_.growth_factor;
+      good_steps_ = 0;
+    }
   }
 
   [[nodiscard]] double current_scale() const noexcept { return scale_; }
@@ -5868,6 +6723,7 @@ class LossScaler {
   Options opt_{};
   double scale_ = 65536.0;
   std::int64_t good_steps_ = 0;
+  bool grouped_ = false, group_inf_ = false, group_checked_ = false;  // inside begin_step/end_step
   std::int64_t skipped_ = 0;
 };
 
@@ -5996,6 +6852,25 @@ class StepContext {
     for (std::size_t i = 0; i < steps.size(); ++i) stepped += step_reduced(*steps[i].optimizer, grads[i], steps[i].max_grad_norm);
     return stepped;
   }
+
+  /// Scope in which several optimizer steps are one step of the loss scaler (see
+  /// `LossScaler::begin_step`): open it around an update that steps two optimizers in turn.
+  /// Nothing without a scaler.
+  class ScalerStep {
+   public:
+    explicit ScalerStep(LossScaler* s) noexcept : s_(s) {
+      if (s_) s_->begin_step();
+    }
+    ScalerStep(const ScalerStep&) = delete;
+    ScalerStep& operator=(const ScalerStep&) = delete;
+    ~ScalerStep() {
+      if (s_) s_->end_step();
+    }
+
+   private:
+    LossScaler* s_;
+  };
+  [[nodiscard]] ScalerStep one_scaler_step() noexcept { return ScalerStep(scaler()); }
 
   /// Runs `tasks` at once on the context's threads (one after another when it has one
   /// thread or runs on CUDA) and returns when all are done. Each task must only read shared
@@ -10770,6 +11645,584 @@ class StepCollector {
 }  // namespace anvil
 // ---- end <anvil/data/step_collector.hpp> ----
 
+// ---- begin <anvil/algorithms/coma.hpp> ----
+/// @file
+/// COMA, counterfactual multi-agent policy gradients (Foerster, Farquhar, Afouras, Nardelli,
+/// Whiteson 2018, "Counterfactual Multi-Agent Policy Gradients", AAAI), with the two
+/// baselines that isolate its counterfactual baseline: a centralised V critic (central-V)
+/// and independent actor-critic (each agent's V from its own observation). All three share
+/// the networks' shapes, the loop and the schedule, so `coma.critic` alone changes.
+///
+/// - **Actor**, shared by the agents: an MLP on [the agent's observation, its id one-hot]
+///   giving logits over its actions; unavailable actions get no probability; exploration
+///   mixes the policy with a uniform choice over the available actions, epsilon annealed
+///   linearly over episodes (`epsilon_start` -> `epsilon_finish` over `epsilon_anneal_episodes`).
+/// - **Critic** (`counterfactual`): for agent a, Q of every action of a with the others'
+///   actions fixed; input [global state, a's observation, a's id, the other agents'
+///   actions one-hot (a's own block zero), the previous joint action one-hot]. The
+///   advantage of a's action u_a is the counterfactual one:
+///       A_a = Q(s, u)[u_a] - sum_u' pi_a(u' | o_a) Q(s, u)[u'].
+///   `central_v`: V(state, a's observation, a's id), advantage G^lambda - V.
+///   `independent`: V(a's observation, a's id), advantage G^lambda - V.
+/// - **Targets**: TD(lambda) from a target critic copied from the critic every
+///   `target_update_interval` critic steps (a hard update):
+///       y_t = r_t + gamma (1 - d_t) [(1 - lambda) v_{t+1} + lambda y_{t+1}],
+///   where v is the target critic's value of the taken (joint) action (Q) or of the state
+///   (V), and y after an episode's last step is v there: 0 after a terminal step, after a
+///   time limit the target critic's value of the last observation with actions sampled
+///   from the policy (as PyMARL bootstraps). Targets and log-softmax are float32 under
+///   any precision.
+/// - **Schedule** (our users'): episodes are collected (one per env per round of the
+///   episodic loop) until `batch_size x batch_number` agent-transitions are held; then
+///   `data_passes` passes, each over a fresh permutation of them in `batch_number`
+///   minibatches of `batch_size`, each minibatch a critic step then an actor step (whose
+///   advantages use the stepped critic). Under FP16 the two steps are one step of the
+///   loss scaler. With DDP every rank collects its own episodes; the decision to train
+///   and the number of minibatches are the same on every rank, so gradients are averaged
+///   step by step.
+///
+/// Multi-agent envs reach it through `envs::Joint` (envs/multi_agent/): the spec's
+/// `AgentLayout` says how observation rows and joint actions are laid out.
+
+#include <torch/nn/module.h>
+#include <torch/utils.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+
+namespace anvil {
+
+struct EpisodicLoop;  // train/loops/episodic.hpp (a layer above; the Trainer includes it)
+
+/// Which critic and advantage COMA's actor learns from (see coma.hpp).
+enum class ComaCritic { counterfactual, central_v, independent };
+constexpr auto enum_names(ComaCritic) {
+  return std::array<std::string_view, 3>{"counterfactual", "central_v", "independent"};
+}
+
+/// TD(lambda) targets of whole episodes, [B, T] or [B, T, k] (per agent):
+///     y_t = r_t + gamma (1 - d_t) [(1 - lambda) v_{t+1} + lambda y'_{t+1}],
+/// with y'_{t+1} = y_{t+1} inside the episode and v_{t+1} after its last step.
+/// `reward`, `terminated`, `mask` are [B, T]; `next_value` is [B, T, ...]: the value of
+/// the step after each step (after an episode's last step: its bootstrap value). Rows
+/// outside an episode (mask 0) are 0. Float32 in, float32 out.
+inline at::Tensor td_lambda_targets(const at::Tensor& reward, const at::Tensor& terminated, const at::Tensor& mask,
+                                    const at::Tensor& next_value, double gamma, double lambda) {
+  const std::int64_t T = reward.size(1);
+  auto expand = [&](const at::Tensor& x) {
+    at::Tensor y = x;
+    while (y.dim() < next_value.dim()) y = y.unsqueeze(-1);
+    return y;
+  };
+  const auto r = expand(reward), d = expand(terminated), m = expand(mask);
+  auto y = at::zeros_like(next_value);
+  at::Tensor later = next_value.select(1, T - 1);  // y' after the last column: its bootstrap value
+  for (std::int64_t t = T - 1; t >= 0; --t) {
+    const auto v = next_value.select(1, t);
+    if (t + 1 < T) {
+      const auto inside = m.select(1, t + 1);  // step t+1 belongs to the episode
+      later = inside * y.select(1, t + 1) + (1 - inside) * v;
+    } else {
+      later = v;
+    }
+    y.select(1, t).copy_((r.select(1, t) + gamma * (1 - d.select(1, t)) * ((1 - lambda) * v + lambda * later)) *
+                         m.select(1, t));
+  }
+  return y;
+}
+
+/// Algorithm policy: COMA and its baselines (see file comment).
+class COMA {
+ public:
+  using policy_kind = AlgorithmKind;
+  static constexpr FixedString config_section = "coma";
+  static constexpr bool on_policy = true;
+  using Batch = EpisodeBatch;
+  using loop = EpisodicLoop;
+
+  struct NetConfig {
+    Param<std::vector<int>, "hidden", "hidden layer widths", at_least(1)> hidden{128};
+    Param<nn::Activation, "activation", "hidden-layer activation"> activation{nn::Activation::relu};
+  };
+
+  /// Defaults: PyMARL's COMA (lr 5e-4, gamma 0.99, TD lambda 0.8, target every 200
+  /// critic steps, gradient norm 10, epsilon 0.5 -> 0.01) and our users' schedule (128 x 5
+  /// x 5 passes).
+  struct Config {
+    Param<ComaCritic, "critic",
+          "counterfactual: COMA's Q critic and counterfactual baseline; central_v: a centralised V critic "
+          "(advantage TD(lambda) return - V); independent: each agent's V from its own observation "
+          "(independent actor-critic)">
+        critic{ComaCritic::counterfactual};
+    Param<double, "gamma", "discount factor", in_range(0, 1)> gamma{0.99};
+    Param<double, "td_lambda", "lambda of the critic's TD(lambda) targets", in_range(0, 1)> td_lambda{0.8};
+    Param<double, "actor_lr", "learning rate (Adam) of the actor", positive> actor_lr{5e-4};
+    Param<double, "critic_lr", "learning rate (Adam) of the critic", positive> critic_lr{5e-4};
+    Param<std::int64_t, "batch_size", "agent-transitions per minibatch (per rank)", at_least(1)> batch_size{128};
+    Param<int, "batch_number",
+          "minibatches per data pass; training waits until batch_size x batch_number agent-transitions are collected",
+          at_least(1)>
+        batch_number{5};
+    Param<int, "data_passes", "passes over the collected transitions, each in a fresh order", at_least(1)> data_passes{5};
+    Param<std::int64_t, "target_update_interval", "critic steps between copies of the critic into its target",
+          at_least(1)>
+        target_update_interval{200};
+    Param<double, "epsilon_start", "exploration: probability of a uniform available action at the start",
+          in_range(0, 1)>
+        epsilon_start{0.5};
+    Param<double, "epsilon_finish", "exploration after the anneal", in_range(0, 1)> epsilon_finish{0.01};
+    Param<std::int64_t, "epsilon_anneal_episodes", "episodes (per rank) over which epsilon falls linearly",
+          at_least(1)>
+        epsilon_anneal_episodes{5000};
+    Param<double, "ent_coef", "weight of the policy's entropy bonus", at_least(0)> ent_coef{0.0};
+    Param<double, "max_grad_norm", "clip each network's gradient norm (0: off)", at_least(0)> max_grad_norm{10.0};
+    Section<"actor", NetConfig> actor;
+    Section<"critic_net", NetConfig> critic_net;
+  };
+
+  COMA(const EnvSpec& spec, const Config& cfg, const RunContext& ctx)
+      : cfg_(cfg), device_(ctx.device), layout_(spec.agents) {
+    if (!layout_.multi_agent())
+      throw ConfigError("COMA: " + spec.name +
+                        " is not a multi-agent env; wrap a MultiAgentEnv in envs::Joint (envs/multi_agent/)");
+    if (ctx.micro_batches > cfg.batch_size)
+      throw ConfigError("train.grad_accumulation (" + std::to_string(ctx.micro_batches) + ") is larger than coma.batch_size (" +
+                        std::to_string(*cfg.batch_size) + "): micro-batches would be empty");
+    k_ = layout_.agents;
+    n_ = layout_.num_actions;
+    const auto f = at::TensorOptions().dtype(at::kFloat).device(device_);
+    eye_ = at::eye(k_, f);
+    powers_ = at::ones({k_}, f.dtype(at::kLong));
+    for (std::int64_t i = 1; i < k_; ++i) powers_[i] = powers_[i - 1] * n_;
+    // Row j of others_mask_ zeroes agent j's block of a joint one-hot.
+    others_mask_ = (1 - eye_).repeat_interleave(n_, 1);  // [k, k*n]
+
+    actor_ = nn::Mlp(layout_.obs_dim + k_, nn::widths(cfg.actor->hidden), n_, cfg.actor->activation);
+    critic_ = nn::Mlp(critic_input_size(), nn::widths(cfg.critic_net->hidden), q_critic() ? n_ : 1,
+                      cfg.critic_net->activation);
+    actor_->to(device_);
+    critic_->to(device_);
+    actor_opt_ = FlatAdam(actor_->parameters(), {.lr = cfg.actor_lr * ctx.lr_scale(cfg.batch_size)});
+    critic_opt_ = FlatAdam(critic_->parameters(), {.lr = cfg.critic_lr * ctx.lr_scale(cfg.batch_size)});
+    target_ = std::dynamic_pointer_cast<nn::MlpImpl>(critic_->clone());
+    for (auto& p : target_->parameters()) p.set_requires_grad(false);
+  }
+
+  /// Joint actions [N] (int64) for observation rows [N, row]: each agent samples from its
+  /// epsilon-mixed policy to explore, or takes its most likely available action.
+  at::Tensor act(const at::Tensor& obs, ActMode mode) {
+    torch::NoGradGuard no_grad;
+    const auto rows = obs.to(device_, at::kFloat);
+    const auto avail = split_avail(rows);
+    at::Tensor u;
+    if (mode == ActMode::explore) {
+      u = sample(policy(split_obs(rows), avail, epsilon()));
+    } else {
+      u = masked_logits(split_obs(rows), avail).argmax(-1);
+    }
+    return encode(u);
+  }
+
+  /// Learns from a round of episodes: holds them until batch_size x batch_number
+  /// agent-transitions are collected (on average over the ranks), then trains on them all
+  /// (see file comment). Reports nothing for a round that is only held.
+  UpdateInfo update(const EpisodeBatch& b, StepContext& ctx) {
+    // Held past this round: copies, as a buffer's batch may view storage the next round reuses.
+    pending_.push_back(EpisodeBatch{b.obs.clone(), b.action.clone(), b.reward.clone(), b.terminated.clone(),
+                                    b.mask.clone(), b.length.clone(), b.last_obs.clone()});
+    pending_rows_ += b.mask.sum().item<std::int64_t>() * k_;
+    episodes_ += b.obs.size(0);
+    const double wanted = static_cast<double>(*cfg_.batch_size) * cfg_.batch_number;
+    if (ctx.mean_over_ranks(static_cast<double>(pending_rows_)) < wanted) return {};
+    UpdateInfo info = train(ctx);
+    pending_.clear();
+    pending_rows_ = 0;
+    ++updates_;
+    return info;
+  }
+
+  /// The epsilon of the current episode count.
+  [[nodiscard]] double epsilon() const noexcept {
+    const double f = std::min(1.0, static_cast<double>(episodes_) / static_cast<double>(*cfg_.epsilon_anneal_episodes));
+    return cfg_.epsilon_start + f * (cfg_.epsilon_finish - cfg_.epsilon_start);
+  }
+
+  // --- The pieces, public for tests and custom mains ------------------------------------
+
+  /// Each agent's observation [..., k, obs_dim] of observation rows [..., row].
+  [[nodiscard]] at::Tensor split_obs(const at::Tensor& rows) const {
+    auto s = rows.sizes().vec();
+    s.back() = k_;
+    s.push_back(layout_.obs_dim);
+    return rows.narrow(-1, 0, k_ * layout_.obs_dim).reshape(s);
+  }
+  /// Each agent's available actions [..., k, n] (1/0).
+  [[nodiscard]] at::Tensor split_avail(const at::Tensor& rows) const {
+    auto s = rows.sizes().vec();
+    s.back() = k_;
+    s.push_back(n_);
+    return rows.narrow(-1, layout_.avail_offset(), k_ * n_).reshape(s);
+  }
+  /// The global state [..., state_dim].
+  [[nodiscard]] at::Tensor split_state(const at::Tensor& rows) const {
+    return rows.narrow(-1, layout_.state_offset(), layout_.state_dim);
+  }
+  /// The agents' actions [..., k] of joint actions [...].
+  [[nodiscard]] at::Tensor decode(const at::Tensor& joint) const {
+    return joint.to(device_).unsqueeze(-1).div(powers_, "floor").remainder(n_);
+  }
+  /// Joint actions [...] of agents' actions [..., k].
+  [[nodiscard]] at::Tensor encode(const at::Tensor& u) const { return (u * powers_).sum(-1); }
+
+  /// The actor's logits [..., k, n] with unavailable actions at -1e10 (float32).
+  at::Tensor masked_logits(const at::Tensor& obs_k, const at::Tensor& avail) {
+    const auto logits = actor_->forward(actor_input(obs_k)).to(at::kFloat);
+    return logits.masked_fill(avail < 0.5, -1e10);
+  }
+  /// The policy [..., k, n]: softmax over the available actions, mixed with epsilon of a
+  /// uniform choice among them.
+  at::Tensor policy(const at::Tensor& obs_k, const at::Tensor& avail, double eps) {
+    auto p = masked_logits(obs_k, avail).softmax(-1);
+    if (eps > 0) {
+      const auto a = avail.to(at::kFloat);
+      p = (1 - eps) * p + eps * a / a.sum(-1, true);
+    }
+    return p;
+  }
+  /// The counterfactual baseline of each row: sum_u' pi(u') Q[u'] ([R] from [R, n] twice).
+  static at::Tensor counterfactual_baseline(const at::Tensor& pi, const at::Tensor& q) { return (pi * q).sum(-1); }
+
+  /// The critic's input [B, T, k, d] for rows [B, T, row] with the agents' actions u and
+  /// the previous step's u_prev one-hot ([B, T, k, n]; zeros before an episode's first step).
+  [[nodiscard]] at::Tensor critic_input(const at::Tensor& rows, const at::Tensor& onehot,
+                                        const at::Tensor& onehot_prev) const {
+    const auto obs_k = split_obs(rows);
+    auto lead = obs_k.sizes().vec();
+    lead.pop_back();  // [..., k]
+    auto ids = eye_;
+    for (std::size_t i = 0; i + 2 < lead.size(); ++i) ids = ids.unsqueeze(0);
+    ids = ids.expand(with_last(lead, k_));
+    if (*cfg_.critic == ComaCritic::independent) return at::cat({obs_k, ids}, -1);
+    const auto state = split_state(rows).unsqueeze(-2).expand(with_last(lead, layout_.state_dim));
+    if (*cfg_.critic == ComaCritic::central_v) return at::cat({state, obs_k, ids}, -1);
+    auto flat_lead = lead;
+    flat_lead.pop_back();
+    const auto joint = onehot.reshape(with_last(flat_lead, k_ * n_)).unsqueeze(-2);           // [..., 1, k*n]
+    const auto others = joint * others_mask_;                                                  // [..., k, k*n]
+    const auto prev = onehot_prev.reshape(with_last(flat_lead, k_ * n_)).unsqueeze(-2).expand(with_last(lead, k_ * n_));
+    return at::cat({state, obs_k, ids, others, prev}, -1);
+  }
+  [[nodiscard]] std::int64_t critic_input_size() const noexcept {
+    const auto base = layout_.obs_dim + k_;
+    if (*cfg_.critic == ComaCritic::independent) return base;
+    if (*cfg_.critic == ComaCritic::central_v) return layout_.state_dim + base;
+    return layout_.state_dim + base + 2 * k_ * n_;
+  }
+  [[nodiscard]] bool q_critic() const noexcept { return *cfg_.critic == ComaCritic::counterfactual; }
+
+  /// The TD(lambda) targets [B, T, k] of a round of episodes, from the target critic.
+  at::Tensor targets(const EpisodeBatch& b) {
+    torch::NoGradGuard no_grad;
+    const auto ext = extended(b);
+    auto v = target_->forward(critic_input(ext.rows, ext.onehot, ext.onehot_prev)).to(at::kFloat);  // [B, T+1, k, .]
+    v = q_critic() ? v.gather(-1, ext.u.unsqueeze(-1)).squeeze(-1) : v.squeeze(-1);
+    const auto next = v.narrow(1, 1, b.obs.size(1));  // value of the step after each step
+    return td_lambda_targets(b.reward.to(device_, at::kFloat), b.terminated.to(device_, at::kFloat),
+                             b.mask.to(device_, at::kFloat), next, cfg_.gamma, cfg_.td_lambda);
+  }
+
+  [[nodiscard]] std::vector<std::pair<std::string, double>> learning_rates() const {
+    return {{"actor", actor_opt_.lr()}, {"critic", critic_opt_.lr()}};
+  }
+  [[nodiscard]] std::vector<std::pair<std::string, at::Tensor>> flat_parameters() const {
+    return {{"actor", actor_opt_.parameters().flat()}, {"critic", critic_opt_.parameters().flat()}};
+  }
+
+  /// State protocol: both networks with their Adam state, the target critic, the counts
+  /// (episodes, for epsilon; critic steps, for the target's schedule) and the episodes held
+  /// for the next training.
+  struct Saved {
+    FlatAdam::Saved actor, critic;
+    std::vector<at::Tensor> target;
+    std::int64_t episodes = 0, critic_steps = 0, updates = 0;
+    std::vector<EpisodeBatch> pending;
+  };
+  void save(BinaryWriter& w) const {
+    actor_opt_.save(w);
+    critic_opt_.save(w);
+    for (const auto& p : target_->parameters()) write_tensor(w, p, "coma target critic");
+    w.value(episodes_);
+    w.value(critic_steps_);
+    w.value(updates_);
+    w.value(static_cast<std::int64_t>(pending_.size()));
+    for (const auto& b : pending_) {
+      w.value(b.obs.size(0));
+      w.value(b.obs.size(1));
+      for (const auto* t : {&b.obs, &b.action, &b.reward, &b.terminated, &b.mask, &b.length, &b.last_obs})
+        write_tensor(w, *t, "coma held episodes");
+    }
+  }
+  [[nodiscard]] Saved read(BinaryReader& r) const {
+    Saved s;
+    s.actor = actor_opt_.read(r, "coma actor");
+    s.critic = critic_opt_.read(r, "coma critic");
+    for (const auto& p : target_->parameters()) s.target.push_back(read_tensor(r, "coma target critic", p));
+    s.episodes = r.value<std::int64_t>("coma episode count");
+    s.critic_steps = r.value<std::int64_t>("coma critic steps");
+    s.updates = r.value<std::int64_t>("coma update count");
+    const auto held = r.value<std::int64_t>("coma held rounds");
+    if (held < 0 || held > 1 << 20) r.fail("coma held rounds", "is " + std::to_string(held));
+    const auto f = at::TensorOptions().dtype(at::kFloat);
+    for (std::int64_t i = 0; i < held; ++i) {
+      const auto n = r.value<std::int64_t>("coma held episodes"), t = r.value<std::int64_t>("coma held steps");
+      if (n < 1 || t < 1 || n * t > (std::int64_t{1} << 32)) r.fail("coma held episodes", "have an implausible shape");
+      const auto row = layout_.row_size();
+      EpisodeBatch b;
+      b.obs = read_tensor(r, "coma held observations", at::empty({n, t, row}, f));
+      b.action = read_tensor(r, "coma held actions", at::empty({n, t}, f.dtype(at::kLong)));
+      b.reward = read_tensor(r, "coma held rewards", at::empty({n, t}, f));
+      b.terminated = read_tensor(r, "coma held terminations", at::empty({n, t}, f));
+      b.mask = read_tensor(r, "coma held masks", at::empty({n, t}, f));
+      b.length = read_tensor(r, "coma held lengths", at::empty({n}, f.dtype(at::kLong)));
+      b.last_obs = read_tensor(r, "coma held last observations", at::empty({n, row}, f));
+      s.pending.push_back(std::move(b));
+    }
+    return s;
+  }
+  void restore(const Saved& s) {
+    actor_opt_.restore(s.actor);
+    critic_opt_.restore(s.critic);
+    torch::NoGradGuard no_grad;
+    const auto params = target_->parameters();
+    for (std::size_t i = 0; i < params.size(); ++i) params[i].copy_(s.target[i]);
+    episodes_ = s.episodes;
+    critic_steps_ = s.critic_steps;
+    updates_ = s.updates;
+    pending_.clear();
+    pending_rows_ = 0;
+    for (const auto& b : s.pending) {
+      EpisodeBatch d{b.obs.to(device_), b.action.to(device_), b.reward.to(device_), b.terminated.to(device_),
+                     b.mask.to(device_), b.length.to(device_), b.last_obs.to(device_)};
+      pending_rows_ += d.mask.sum().item<std::int64_t>() * k_;
+      pending_.push_back(std::move(d));
+    }
+  }
+
+  [[nodiscard]] nn::Mlp& actor() noexcept { return actor_; }
+  [[nodiscard]] nn::Mlp& critic() noexcept { return critic_; }
+  [[nodiscard]] const Config& config() const noexcept { return cfg_; }
+  [[nodiscard]] const AgentLayout& layout() const noexcept { return layout_; }
+  [[nodiscard]] std::int64_t episodes() const noexcept { return episodes_; }
+  [[nodiscard]] std::int64_t critic_steps() const noexcept { return critic_steps_; }
+  /// Trainings done (each of data_passes x batch_number minibatches).
+  [[nodiscard]] std::int64_t updates() const noexcept { return updates_; }
+  /// Agent-transitions held for the next training.
+  [[nodiscard]] std::int64_t held_transitions() const noexcept { return pending_rows_; }
+
+ private:
+  // A round's rows with the step after each episode's last one appended (its bootstrap
+  // observation, and actions sampled there), the agents' actions and their one-hots.
+  struct Extended {
+    at::Tensor rows, u, onehot, onehot_prev;  // [B, T+1, ...]
+  };
+  Extended extended(const EpisodeBatch& b) {
+    const auto B = b.obs.size(0), T = b.obs.size(1);
+    const auto obs = b.obs.to(device_, at::kFloat);
+    const auto last = b.last_obs.to(device_, at::kFloat);
+    const auto len = b.length.to(device_);
+    const auto batch = at::arange(B, len.options());
+    Extended e;
+    e.rows = at::cat({obs, at::zeros({B, 1, obs.size(2)}, obs.options())}, 1);
+    e.rows.index_put_({batch, len}, last);
+    auto u = at::cat({decode(b.action), at::zeros({B, 1, k_}, powers_.options())}, 1);
+    const auto u_last = sample(policy(split_obs(last), split_avail(last), epsilon()));
+    u.index_put_({batch, len}, u_last);
+    e.u = u;
+    e.onehot = at::one_hot(u, n_).to(at::kFloat);
+    e.onehot_prev = at::cat({at::zeros({B, 1, k_, n_}, e.onehot.options()), e.onehot.narrow(1, 0, T)}, 1);
+    return e;
+  }
+
+  // The actor's input [..., k, obs_dim + k]: each agent's observation and id.
+  [[nodiscard]] at::Tensor actor_input(const at::Tensor& obs_k) const {
+    auto lead = obs_k.sizes().vec();
+    lead.pop_back();
+    auto ids = eye_;
+    for (std::size_t i = 0; i + 2 < lead.size(); ++i) ids = ids.unsqueeze(0);
+    return at::cat({obs_k, ids.expand(with_last(lead, k_))}, -1);
+  }
+  static std::vector<std::int64_t> with_last(std::vector<std::int64_t> s, std::int64_t last) {
+    s.push_back(last);
+    return s;
+  }
+  static at::Tensor sample(const at::Tensor& p) {
+    auto s = p.sizes().vec();
+    s.pop_back();
+    return at::multinomial(p.reshape({-1, p.size(-1)}), 1).reshape(s);
+  }
+
+  // What one training draws its minibatches from: one row per agent-transition.
+  struct Rows {
+    at::Tensor actor_in, critic_in, avail, u, target;
+  };
+  Rows flatten_rows() {
+    std::vector<at::Tensor> ai, ci, av, uu, y;
+    for (const auto& b : pending_) {
+      const auto T = b.obs.size(1);
+      const auto ext = extended(b);
+      const auto rows = ext.rows.narrow(1, 0, T);
+      const auto valid = (b.mask.to(device_) > 0.5).reshape({-1});
+      auto pick = [&](const at::Tensor& x) {  // [B, T, k, ...] -> [V*k, ...]
+        auto s = x.sizes().vec();
+        std::vector<std::int64_t> flat{-1};
+        flat.insert(flat.end(), s.begin() + 2, s.end());
+        auto f = x.reshape(flat).index({valid});
+        std::vector<std::int64_t> out{-1};
+        out.insert(out.end(), s.begin() + 3, s.end());
+        return f.reshape(out);
+      };
+      ai.push_back(pick(actor_input(split_obs(rows))));
+      ci.push_back(pick(critic_input(rows, ext.onehot.narrow(1, 0, T), ext.onehot_prev.narrow(1, 0, T))));
+      av.push_back(pick(split_avail(rows)));
+      uu.push_back(pick(ext.u.narrow(1, 0, T).unsqueeze(-1)).squeeze(-1));
+      y.push_back(pick(targets(b).unsqueeze(-1)).squeeze(-1));
+    }
+    return Rows{at::cat(ai), at::cat(ci), at::cat(av), at::cat(uu), at::cat(y)};
+  }
+  // Targets only (a pass after the first: the target critic may have been updated).
+  at::Tensor flatten_targets() {
+    std::vector<at::Tensor> y;
+    for (const auto& b : pending_) {
+      const auto valid = (b.mask.to(device_) > 0.5).reshape({-1});
+      y.push_back(targets(b).reshape({-1, k_}).index({valid}).reshape({-1}));
+    }
+    return at::cat(y);
+  }
+
+  UpdateInfo train(StepContext& ctx) {
+    Rows rows = flatten_rows();
+    const std::int64_t R = rows.u.size(0), bs = cfg_.batch_size;
+    double critic_loss = 0, actor_loss = 0, advantage = 0, entropy = 0, q_taken = 0;
+    int steps = 0;
+    const double eps = epsilon();
+    for (int pass = 0; pass < cfg_.data_passes; ++pass) {
+      if (pass > 0) rows.target = flatten_targets();
+      const auto perm = at::randperm(R, at::TensorOptions().dtype(at::kLong)).to(device_);
+      for (int j = 0; j < cfg_.batch_number; ++j) {
+        // Every rank takes batch_number minibatches; a rank with fewer rows wraps around.
+        const auto idx = perm.index({(at::arange(bs, perm.options()) + j * bs).remainder(R)});
+        const Rows mb{rows.actor_in.index({idx}), rows.critic_in.index({idx}), rows.avail.index({idx}),
+                      rows.u.index({idx}), rows.target.index({idx})};
+        auto scaler_step = ctx.one_scaler_step();
+        critic_loss += critic_step(mb, ctx, q_taken);
+        actor_loss += actor_step(mb, ctx, eps, advantage, entropy);
+        ++steps;
+        if (++critic_steps_ % cfg_.target_update_interval == 0) update_target();
+      }
+    }
+    UpdateInfo info;
+    info.metrics = {{"critic_loss", critic_loss / steps}, {"actor_loss", actor_loss / steps},
+                    {"advantage_abs", advantage / steps},  {"entropy", entropy / steps},
+                    {"q_taken", q_taken / steps},          {"epsilon", eps},
+                    {"transitions", static_cast<double>(R)}};
+    return info;
+  }
+
+  // One critic step on a minibatch (micro-batches summed); returns its loss.
+  double critic_step(const Rows& mb, StepContext& ctx, double& q_taken) {
+    const auto parts = ctx.micro_batches(mb.u.size(0));
+    at::Tensor grad;
+    double loss_sum = 0, q_sum = 0;
+    for (const auto& part : parts) {
+      const auto ci = mb.critic_in.narrow(0, part.begin, part.rows);
+      const auto u = mb.u.narrow(0, part.begin, part.rows);
+      const auto y = mb.target.narrow(0, part.begin, part.rows);
+      at::Tensor loss, taken;
+      {
+        auto guard = ctx.autocast();
+        const auto out = critic_->forward(ci).to(at::kFloat);
+        taken = q_critic() ? out.gather(-1, u.unsqueeze(-1)).squeeze(-1) : out.squeeze(-1);
+        loss = (taken - y).square().mean();
+      }
+      auto g = ctx.gradient(loss, critic_opt_);
+      if (!grad.defined()) grad = parts.size() == 1 ? g : g * part.share;
+      else grad.add_(g, part.share);
+      loss_sum += part.share * loss.item<double>();
+      q_sum += part.share * taken.detach().mean().item<double>();
+    }
+    ctx.apply(critic_opt_, grad, cfg_.max_grad_norm);
+    q_taken += q_sum;
+    return loss_sum;
+  }
+
+  // One actor step on a minibatch with advantages from the (just stepped) critic.
+  double actor_step(const Rows& mb, StepContext& ctx, double eps, double& adv_abs, double& ent) {
+    const auto parts = ctx.micro_batches(mb.u.size(0));
+    at::Tensor grad;
+    double loss_sum = 0, adv_sum = 0, ent_sum = 0;
+    for (const auto& part : parts) {
+      const auto ai = mb.actor_in.narrow(0, part.begin, part.rows);
+      const auto ci = mb.critic_in.narrow(0, part.begin, part.rows);
+      const auto av = mb.avail.narrow(0, part.begin, part.rows);
+      const auto u = mb.u.narrow(0, part.begin, part.rows);
+      const auto y = mb.target.narrow(0, part.begin, part.rows);
+      at::Tensor loss, adv, h;
+      {
+        auto guard = ctx.autocast();
+        auto logits = actor_->forward(ai).to(at::kFloat).masked_fill(av < 0.5, -1e10);
+        auto pi = logits.softmax(-1);
+        if (eps > 0) pi = (1 - eps) * pi + eps * av / av.sum(-1, true);
+        const auto log_pi = pi.gather(-1, u.unsqueeze(-1)).squeeze(-1).clamp_min(1e-10).log();
+        {
+          torch::NoGradGuard no_grad;
+          const auto out = critic_->forward(ci).to(at::kFloat);
+          if (q_critic()) adv = out.gather(-1, u.unsqueeze(-1)).squeeze(-1) - counterfactual_baseline(pi.detach(), out);
+          else adv = y - out.squeeze(-1);
+        }
+        h = -(pi * pi.clamp_min(1e-10).log()).sum(-1).mean();
+        loss = -(adv * log_pi).mean() - *cfg_.ent_coef * h;
+      }
+      auto g = ctx.gradient(loss, actor_opt_);
+      if (!grad.defined()) grad = parts.size() == 1 ? g : g * part.share;
+      else grad.add_(g, part.share);
+      loss_sum += part.share * loss.item<double>();
+      adv_sum += part.share * adv.abs().mean().item<double>();
+      ent_sum += part.share * h.item<double>();
+    }
+    ctx.apply(actor_opt_, grad, cfg_.max_grad_norm);
+    adv_abs += adv_sum;
+    ent += ent_sum;
+    return loss_sum;
+  }
+
+  void update_target() {
+    torch::NoGradGuard no_grad;
+    const auto src = critic_->parameters(), dst = target_->parameters();
+    for (std::size_t i = 0; i < src.size(); ++i) dst[i].copy_(src[i]);
+  }
+
+  Config cfg_;
+  c10::Device device_;
+  AgentLayout layout_;
+  std::int64_t k_ = 0, n_ = 0;
+  at::Tensor eye_, powers_, others_mask_;
+  nn::Mlp actor_{nullptr}, critic_{nullptr}, target_{nullptr};
+  FlatAdam actor_opt_, critic_opt_;
+  std::vector<EpisodeBatch> pending_;
+  std::int64_t pending_rows_ = 0, episodes_ = 0, critic_steps_ = 0, updates_ = 0;
+};
+
+static_assert(Algorithm<COMA>);
+
+}  // namespace anvil
+// ---- end <anvil/algorithms/coma.hpp> ----
 // ---- begin <anvil/algorithms/policy.hpp> ----
 /// @file
 /// `load_policy`: a trained policy without its trainer, for deployment. A run writes

@@ -334,6 +334,15 @@ constexpr bool can_use_cuda_of() {
   else return true;
 }
 
+/// Whether `T` names the episodic loop as its own (`using loop = anvil::EpisodicLoop;`).
+template <class T>
+constexpr bool names_episodic_loop() {
+  if constexpr (requires { { T::loop::name } -> std::convertible_to<std::string_view>; })
+    return std::string_view(T::loop::name) == "episodic";
+  else
+    return false;
+}
+
 template <class A, class B>
 constexpr bool batches_match() {
   if constexpr (requires { typename A::Batch; typename B::Batch; })
@@ -391,9 +400,13 @@ struct TrainerRules {
 
   static constexpr bool a_on = detail::on_policy_of<A>(), b_on = detail::on_policy_of<B>();
   static constexpr bool regime_ok = !x_ok || a_on == b_on;
-  static_assert(!x_ok || !a_on || b_on,
+  static constexpr bool a_episodic = detail::names_episodic_loop<A>();
+  static_assert(!x_ok || !a_on || b_on || a_episodic,
                 "Trainer: the Algorithm is on-policy (it learns only from fresh rollouts of its "
                 "current policy) but the Buffer replays old transitions; use RolloutBuffer");
+  static_assert(!x_ok || !a_on || b_on || !a_episodic,
+                "Trainer: the Algorithm learns from whole episodes of its current policy (the episodic "
+                "loop, e.g. COMA) but the Buffer replays old transitions; use EpisodeBuffer");
   static_assert(!x_ok || a_on || !b_on,
                 "Trainer: the Algorithm is off-policy (it samples past transitions at random) but "
                 "a RolloutBuffer keeps only the current rollout and clears it; use UniformBuffer "

@@ -35,6 +35,35 @@ struct Discrete {
   [[nodiscard]] bool contains(std::int64_t a) const noexcept { return a >= 0 && a < n; }
 };
 
+/// How a multi-agent env's step travels through the single-agent machinery (VecEnv,
+/// buffers, loops): as one observation row and one joint action index
+/// (envs/multi_agent/multi_agent_env.hpp). The row is
+///
+///     [ obs of agent 0 | ... | obs of agent k-1 | available actions of agent 0 | ... | of agent k-1 | state ]
+///
+/// with each agent's available actions as 1/0, and the joint action's digits in base
+/// `num_actions` are the agents' actions, agent 0's the least significant.
+struct AgentLayout {
+  std::int64_t agents = 0;       ///< 0: a single-agent env
+  std::int64_t obs_dim = 0;      ///< one agent's observation
+  std::int64_t num_actions = 0;  ///< one agent's discrete actions
+  std::int64_t state_dim = 0;    ///< the global state (the centralised critic's input)
+
+  [[nodiscard]] bool multi_agent() const noexcept { return agents > 0; }
+  [[nodiscard]] std::int64_t avail_offset() const noexcept { return agents * obs_dim; }
+  [[nodiscard]] std::int64_t state_offset() const noexcept { return agents * (obs_dim + num_actions); }
+  [[nodiscard]] std::int64_t row_size() const noexcept { return state_offset() + state_dim; }
+  /// num_actions ^ agents, or 0 when it would not fit in an int64.
+  [[nodiscard]] std::int64_t joint_actions() const noexcept {
+    std::int64_t n = 1;
+    for (std::int64_t i = 0; i < agents; ++i) {
+      if (num_actions > 0 && n > (std::int64_t{1} << 62) / num_actions) return 0;
+      n *= num_actions;
+    }
+    return n;
+  }
+};
+
 /// What a policy needs to know about an env to be built: its name and spaces.
 struct EnvSpec {
   std::string name;
@@ -43,6 +72,8 @@ struct EnvSpec {
   /// The env's tasks, for envs that have several (a multi-task suite); empty otherwise.
   /// Replay buffers then store each transition's task and algorithms may condition on it.
   std::vector<std::string> tasks{};
+  /// The agents of a multi-agent env (`agents.agents == 0` for a single-agent one).
+  AgentLayout agents{};
 
   [[nodiscard]] bool discrete() const noexcept { return std::holds_alternative<Discrete>(action); }
   [[nodiscard]] std::int64_t obs_dim() const noexcept {

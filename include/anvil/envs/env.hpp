@@ -22,6 +22,7 @@
 namespace anvil::envs {
 
 // The spaces (core/spaces.hpp) under the names envs have always used.
+using anvil::AgentLayout;
 using anvil::Box;
 using anvil::Discrete;
 using anvil::EnvSpec;
@@ -75,10 +76,18 @@ concept TaskTagged = Env<E> && requires(const E& e) {
   { e.task_index() } -> std::convertible_to<std::int64_t>;
 };
 
-/// The spec of env `e` (with its tasks, when it has several).
+/// An env that is several agents acting as one (envs/multi_agent/): it describes how its
+/// observation row and joint action are laid out.
+template <class E>
+concept DescribesAgents = Env<E> && requires(const E& e) {
+  { e.agent_layout() } -> std::same_as<AgentLayout>;
+};
+
+/// The spec of env `e` (with its tasks, when it has several, and its agents).
 template <class E>
 EnvSpec spec_of(const E& e) {
   EnvSpec s{std::string(E::name), e.observation_space(), e.action_space(), {}};
+  if constexpr (DescribesAgents<E>) s.agents = e.agent_layout();
   if constexpr (TaskTagged<E>) {
     auto names = e.task_names();
     if (names.size() > 1) s.tasks = std::move(names);

@@ -151,6 +151,25 @@ class StepContext {
     return stepped;
   }
 
+  /// Scope in which several optimizer steps are one step of the loss scaler (see
+  /// `LossScaler::begin_step`): open it around an update that steps two optimizers in turn.
+  /// Nothing without a scaler.
+  class ScalerStep {
+   public:
+    explicit ScalerStep(LossScaler* s) noexcept : s_(s) {
+      if (s_) s_->begin_step();
+    }
+    ScalerStep(const ScalerStep&) = delete;
+    ScalerStep& operator=(const ScalerStep&) = delete;
+    ~ScalerStep() {
+      if (s_) s_->end_step();
+    }
+
+   private:
+    LossScaler* s_;
+  };
+  [[nodiscard]] ScalerStep one_scaler_step() noexcept { return ScalerStep(scaler()); }
+
   /// Runs `tasks` at once on the context's threads (one after another when it has one
   /// thread or runs on CUDA) and returns when all are done. Each task must only read shared
   /// state: compute gradients with `gradient`, and `apply` them afterwards. Autocast and

@@ -32,6 +32,14 @@ class LossScaler {
   [[nodiscard]] bool unscale_and_check(at::Tensor& flat_grad) {
     flat_grad.mul_(1.0 / scale_);
     const bool finite = flat_grad.isfinite().all().item<bool>();
+    if (grouped_) {  // one update of the scale when the group ends (`end_step`)
+      group_checked_ = true;
+      if (!finite) {
+        group_inf_ = true;
+        ++skipped_;
+      }
+      return finite;
+    }
     if (!finite) {
       scale_ *= opt_.backoff_factor;
       good_steps_ = 0;
@@ -43,6 +51,28 @@ class LossScaler {
       good_steps_ = 0;
     }
     return true;
+  }
+
+  /// Several optimizer steps of one update (e.g. a critic's, then an actor's whose loss
+  /// uses the stepped critic) count as one step of the schedule, as one `update()` of a
+  /// standard scaler after several optimizers' steps: between `begin_step` and `end_step`
+  /// each optimizer's gradient is unscaled and checked (a non-finite one skips that
+  /// optimizer's step), and `end_step` backs the scale off once if any was non-finite, else
+  /// counts one finite step towards growth.
+  void begin_step() noexcept {
+    grouped_ = true;
+    group_inf_ = group_checked_ = false;
+  }
+  void end_step() noexcept {
+    grouped_ = false;
+    if (!group_checked_) return;
+    if (group_inf_) {
+      scale_ *= opt_.backoff_factor;
+      good_steps_ = 0;
+    } else if (++good_steps_ >= opt_.growth_interval) {
+      scale_ *= opt_.growth_factor;
+      good_steps_ = 0;
+    }
   }
 
   [[nodiscard]] double current_scale() const noexcept { return scale_; }
@@ -63,6 +93,7 @@ class LossScaler {
   Options opt_{};
   double scale_ = 65536.0;
   std::int64_t good_steps_ = 0;
+  bool grouped_ = false, group_inf_ = false, group_checked_ = false;  // inside begin_step/end_step
   std::int64_t skipped_ = 0;
 };
 

@@ -47,6 +47,7 @@
 #include <anvil/train/clock.hpp>
 #include <anvil/train/hooks/evaluation.hpp>
 #include <anvil/train/hooks/metrics.hpp>
+#include <anvil/train/loops/episodic.hpp>
 #include <anvil/train/loops/loop.hpp>
 #include <anvil/train/loops/off_policy.hpp>
 #include <anvil/train/loops/on_policy.hpp>

@@ -1,0 +1,588 @@
+#pragma once
+/// @file
+/// COMA, counterfactual multi-agent policy gradients (Foerster, Farquhar, Afouras, Nardelli,
+/// Whiteson 2018, "Counterfactual Multi-Agent Policy Gradients", AAAI), with the two
+/// baselines that isolate its counterfactual baseline: a centralised V critic (central-V)
+/// and independent actor-critic (each agent's V from its own observation). All three share
+/// the networks' shapes, the loop and the schedule, so `coma.critic` alone changes.
+///
+/// - **Actor**, shared by the agents: an MLP on [the agent's observation, its id one-hot]
+///   giving logits over its actions; unavailable actions get no probability; exploration
+///   mixes the policy with a uniform choice over the available actions, epsilon annealed
+///   linearly over episodes (`epsilon_start` -> `epsilon_finish` over `epsilon_anneal_episodes`).
+/// - **Critic** (`counterfactual`): for agent a, Q of every action of a with the others'
+///   actions fixed; input [global state, a's observation, a's id, the other agents'
+///   actions one-hot (a's own block zero), the previous joint action one-hot]. The
+///   advantage of a's action u_a is the counterfactual one:
+///       A_a = Q(s, u)[u_a] - sum_u' pi_a(u' | o_a) Q(s, u)[u'].
+///   `central_v`: V(state, a's observation, a's id), advantage G^lambda - V.
+///   `independent`: V(a's observation, a's id), advantage G^lambda - V.
+/// - **Targets**: TD(lambda) from a target critic copied from the critic every
+///   `target_update_interval` critic steps (a hard update):
+///       y_t = r_t + gamma (1 - d_t) [(1 - lambda) v_{t+1} + lambda y_{t+1}],
+///   where v is the target critic's value of the taken (joint) action (Q) or of the state
+///   (V), and y after an episode's last step is v there: 0 after a terminal step, after a
+///   time limit the target critic's value of the last observation with actions sampled
+///   from the policy (as PyMARL bootstraps). Targets and log-softmax are float32 under
+///   any precision.
+/// - **Schedule** (our users'): episodes are collected (one per env per round of the
+///   episodic loop) until `batch_size x batch_number` agent-transitions are held; then
+///   `data_passes` passes, each over a fresh permutation of them in `batch_number`
+///   minibatches of `batch_size`, each minibatch a critic step then an actor step (whose
+///   advantages use the stepped critic). Under FP16 the two steps are one step of the
+///   loss scaler. With DDP every rank collects its own episodes; the decision to train
+///   and the number of minibatches are the same on every rank, so gradients are averaged
+///   step by step.
+///
+/// Multi-agent envs reach it through `envs::Joint` (envs/multi_agent/): the spec's
+/// `AgentLayout` says how observation rows and joint actions are laid out.
+
+#include <torch/nn/module.h>
+#include <torch/utils.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include <anvil/core/batch.hpp>
+#include <anvil/core/binary_io.hpp>
+#include <anvil/core/concepts.hpp>
+#include <anvil/core/context.hpp>
+#include <anvil/core/error.hpp>
+#include <anvil/core/param.hpp>
+#include <anvil/core/spaces.hpp>
+#include <anvil/core/tensor_io.hpp>
+#include <anvil/nn/mlp.hpp>
+#include <anvil/optim/flat_adam.hpp>
+#include <anvil/optim/step_context.hpp>
+
+namespace anvil {
+
+struct EpisodicLoop;  // train/loops/episodic.hpp (a layer above; the Trainer includes it)
+
+/// Which critic and advantage COMA's actor learns from (see coma.hpp).
+enum class ComaCritic { counterfactual, central_v, independent };
+constexpr auto enum_names(ComaCritic) {
+  return std::array<std::string_view, 3>{"counterfactual", "central_v", "independent"};
+}
+
+/// TD(lambda) targets of whole episodes, [B, T] or [B, T, k] (per agent):
+///     y_t = r_t + gamma (1 - d_t) [(1 - lambda) v_{t+1} + lambda y'_{t+1}],
+/// with y'_{t+1} = y_{t+1} inside the episode and v_{t+1} after its last step.
+/// `reward`, `terminated`, `mask` are [B, T]; `next_value` is [B, T, ...]: the value of
+/// the step after each step (after an episode's last step: its bootstrap value). Rows
+/// outside an episode (mask 0) are 0. Float32 in, float32 out.
+inline at::Tensor td_lambda_targets(const at::Tensor& reward, const at::Tensor& terminated, const at::Tensor& mask,
+                                    const at::Tensor& next_value, double gamma, double lambda) {
+  const std::int64_t T = reward.size(1);
+  auto expand = [&](const at::Tensor& x) {
+    at::Tensor y = x;
+    while (y.dim() < next_value.dim()) y = y.unsqueeze(-1);
+    return y;
+  };
+  const auto r = expand(reward), d = expand(terminated), m = expand(mask);
+  auto y = at::zeros_like(next_value);
+  at::Tensor later = next_value.select(1, T - 1);  // y' after the last column: its bootstrap value
+  for (std::int64_t t = T - 1; t >= 0; --t) {
+    const auto v = next_value.select(1, t);
+    if (t + 1 < T) {
+      const auto inside = m.select(1, t + 1);  // step t+1 belongs to the episode
+      later = inside * y.select(1, t + 1) + (1 - inside) * v;
+    } else {
+      later = v;
+    }
+    y.select(1, t).copy_((r.select(1, t) + gamma * (1 - d.select(1, t)) * ((1 - lambda) * v + lambda * later)) *
+                         m.select(1, t));
+  }
+  return y;
+}
+
+/// Algorithm policy: COMA and its baselines (see file comment).
+class COMA {
+ public:
+  using policy_kind = AlgorithmKind;
+  static constexpr FixedString config_section = "coma";
+  static constexpr bool on_policy = true;
+  using Batch = EpisodeBatch;
+  using loop = EpisodicLoop;
+
+  struct NetConfig {
+    Param<std::vector<int>, "hidden", "hidden layer widths", at_least(1)> hidden{128};
+    Param<nn::Activation, "activation", "hidden-layer activation"> activation{nn::Activation::relu};
+  };
+
+  /// Defaults: PyMARL's COMA (lr 5e-4, gamma 0.99, TD lambda 0.8, target every 200
+  /// critic steps, gradient norm 10, epsilon 0.5 -> 0.01) and our users' schedule (128 x 5
+  /// x 5 passes).
+  struct Config {
+    Param<ComaCritic, "critic",
+          "counterfactual: COMA's Q critic and counterfactual baseline; central_v: a centralised V critic "
+          "(advantage TD(lambda) return - V); independent: each agent's V from its own observation "
+          "(independent actor-critic)">
+        critic{ComaCritic::counterfactual};
+    Param<double, "gamma", "discount factor", in_range(0, 1)> gamma{0.99};
+    Param<double, "td_lambda", "lambda of the critic's TD(lambda) targets", in_range(0, 1)> td_lambda{0.8};
+    Param<double, "actor_lr", "learning rate (Adam) of the actor", positive> actor_lr{5e-4};
+    Param<double, "critic_lr", "learning rate (Adam) of the critic", positive> critic_lr{5e-4};
+    Param<std::int64_t, "batch_size", "agent-transitions per minibatch (per rank)", at_least(1)> batch_size{128};
+    Param<int, "batch_number",
+          "minibatches per data pass; training waits until batch_size x batch_number agent-transitions are collected",
+          at_least(1)>
+        batch_number{5};
+    Param<int, "data_passes", "passes over the collected transitions, each in a fresh order", at_least(1)> data_passes{5};
+    Param<std::int64_t, "target_update_interval", "critic steps between copies of the critic into its target",
+          at_least(1)>
+        target_update_interval{200};
+    Param<double, "epsilon_start", "exploration: probability of a uniform available action at the start",
+          in_range(0, 1)>
+        epsilon_start{0.5};
+    Param<double, "epsilon_finish", "exploration after the anneal", in_range(0, 1)> epsilon_finish{0.01};
+    Param<std::int64_t, "epsilon_anneal_episodes", "episodes (per rank) over which epsilon falls linearly",
+          at_least(1)>
+        epsilon_anneal_episodes{5000};
+    Param<double, "ent_coef", "weight of the policy's entropy bonus", at_least(0)> ent_coef{0.0};
+    Param<double, "max_grad_norm", "clip each network's gradient norm (0: off)", at_least(0)> max_grad_norm{10.0};
+    Section<"actor", NetConfig> actor;
+    Section<"critic_net", NetConfig> critic_net;
+  };
+
+  COMA(const EnvSpec& spec, const Config& cfg, const RunContext& ctx)
+      : cfg_(cfg), device_(ctx.device), layout_(spec.agents) {
+    if (!layout_.multi_agent())
+      throw ConfigError("COMA: " + spec.name +
+                        " is not a multi-agent env; wrap a MultiAgentEnv in envs::Joint (envs/multi_agent/)");
+    if (ctx.micro_batches > cfg.batch_size)
+      throw ConfigError("train.grad_accumulation (" + std::to_string(ctx.micro_batches) + ") is larger than coma.batch_size (" +
+                        std::to_string(*cfg.batch_size) + "): micro-batches would be empty");
+    k_ = layout_.agents;
+    n_ = layout_.num_actions;
+    const auto f = at::TensorOptions().dtype(at::kFloat).device(device_);
+    eye_ = at::eye(k_, f);
+    powers_ = at::ones({k_}, f.dtype(at::kLong));
+    for (std::int64_t i = 1; i < k_; ++i) powers_[i] = powers_[i - 1] * n_;
+    // Row j of others_mask_ zeroes agent j's block of a joint one-hot.
+    others_mask_ = (1 - eye_).repeat_interleave(n_, 1);  // [k, k*n]
+
+    actor_ = nn::Mlp(layout_.obs_dim + k_, nn::widths(cfg.actor->hidden), n_, cfg.actor->activation);
+    critic_ = nn::Mlp(critic_input_size(), nn::widths(cfg.critic_net->hidden), q_critic() ? n_ : 1,
+                      cfg.critic_net->activation);
+    actor_->to(device_);
+    critic_->to(device_);
+    actor_opt_ = FlatAdam(actor_->parameters(), {.lr = cfg.actor_lr * ctx.lr_scale(cfg.batch_size)});
+    critic_opt_ = FlatAdam(critic_->parameters(), {.lr = cfg.critic_lr * ctx.lr_scale(cfg.batch_size)});
+    target_ = std::dynamic_pointer_cast<nn::MlpImpl>(critic_->clone());
+    for (auto& p : target_->parameters()) p.set_requires_grad(false);
+  }
+
+  /// Joint actions [N] (int64) for observation rows [N, row]: each agent samples from its
+  /// epsilon-mixed policy to explore, or takes its most likely available action.
+  at::Tensor act(const at::Tensor& obs, ActMode mode) {
+    torch::NoGradGuard no_grad;
+    const auto rows = obs.to(device_, at::kFloat);
+    const auto avail = split_avail(rows);
+    at::Tensor u;
+    if (mode == ActMode::explore) {
+      u = sample(policy(split_obs(rows), avail, epsilon()));
+    } else {
+      u = masked_logits(split_obs(rows), avail).argmax(-1);
+    }
+    return encode(u);
+  }
+
+  /// Learns from a round of episodes: holds them until batch_size x batch_number
+  /// agent-transitions are collected (on average over the ranks), then trains on them all
+  /// (see file comment). Reports nothing for a round that is only held.
+  UpdateInfo update(const EpisodeBatch& b, StepContext& ctx) {
+    // Held past this round: copies, as a buffer's batch may view storage the next round reuses.
+    pending_.push_back(EpisodeBatch{b.obs.clone(), b.action.clone(), b.reward.clone(), b.terminated.clone(),
+                                    b.mask.clone(), b.length.clone(), b.last_obs.clone()});
+    pending_rows_ += b.mask.sum().item<std::int64_t>() * k_;
+    episodes_ += b.obs.size(0);
+    const double wanted = static_cast<double>(*cfg_.batch_size) * cfg_.batch_number;
+    if (ctx.mean_over_ranks(static_cast<double>(pending_rows_)) < wanted) return {};
+    UpdateInfo info = train(ctx);
+    pending_.clear();
+    pending_rows_ = 0;
+    ++updates_;
+    return info;
+  }
+
+  /// The epsilon of the current episode count.
+  [[nodiscard]] double epsilon() const noexcept {
+    const double f = std::min(1.0, static_cast<double>(episodes_) / static_cast<double>(*cfg_.epsilon_anneal_episodes));
+    return cfg_.epsilon_start + f * (cfg_.epsilon_finish - cfg_.epsilon_start);
+  }
+
+  // --- The pieces, public for tests and custom mains ------------------------------------
+
+  /// Each agent's observation [..., k, obs_dim] of observation rows [..., row].
+  [[nodiscard]] at::Tensor split_obs(const at::Tensor& rows) const {
+    auto s = rows.sizes().vec();
+    s.back() = k_;
+    s.push_back(layout_.obs_dim);
+    return rows.narrow(-1, 0, k_ * layout_.obs_dim).reshape(s);
+  }
+  /// Each agent's available actions [..., k, n] (1/0).
+  [[nodiscard]] at::Tensor split_avail(const at::Tensor& rows) const {
+    auto s = rows.sizes().vec();
+    s.back() = k_;
+    s.push_back(n_);
+    return rows.narrow(-1, layout_.avail_offset(), k_ * n_).reshape(s);
+  }
+  /// The global state [..., state_dim].
+  [[nodiscard]] at::Tensor split_state(const at::Tensor& rows) const {
+    return rows.narrow(-1, layout_.state_offset(), layout_.state_dim);
+  }
+  /// The agents' actions [..., k] of joint actions [...].
+  [[nodiscard]] at::Tensor decode(const at::Tensor& joint) const {
+    return joint.to(device_).unsqueeze(-1).div(powers_, "floor").remainder(n_);
+  }
+  /// Joint actions [...] of agents' actions [..., k].
+  [[nodiscard]] at::Tensor encode(const at::Tensor& u) const { return (u * powers_).sum(-1); }
+
+  /// The actor's logits [..., k, n] with unavailable actions at -1e10 (float32).
+  at::Tensor masked_logits(const at::Tensor& obs_k, const at::Tensor& avail) {
+    const auto logits = actor_->forward(actor_input(obs_k)).to(at::kFloat);
+    return logits.masked_fill(avail < 0.5, -1e10);
+  }
+  /// The policy [..., k, n]: softmax over the available actions, mixed with epsilon of a
+  /// uniform choice among them.
+  at::Tensor policy(const at::Tensor& obs_k, const at::Tensor& avail, double eps) {
+    auto p = masked_logits(obs_k, avail).softmax(-1);
+    if (eps > 0) {
+      const auto a = avail.to(at::kFloat);
+      p = (1 - eps) * p + eps * a / a.sum(-1, true);
+    }
+    return p;
+  }
+  /// The counterfactual baseline of each row: sum_u' pi(u') Q[u'] ([R] from [R, n] twice).
+  static at::Tensor counterfactual_baseline(const at::Tensor& pi, const at::Tensor& q) { return (pi * q).sum(-1); }
+
+  /// The critic's input [B, T, k, d] for rows [B, T, row] with the agents' actions u and
+  /// the previous step's u_prev one-hot ([B, T, k, n]; zeros before an episode's first step).
+  [[nodiscard]] at::Tensor critic_input(const at::Tensor& rows, const at::Tensor& onehot,
+                                        const at::Tensor& onehot_prev) const {
+    const auto obs_k = split_obs(rows);
+    auto lead = obs_k.sizes().vec();
+    lead.pop_back();  // [..., k]
+    auto ids = eye_;
+    for (std::size_t i = 0; i + 2 < lead.size(); ++i) ids = ids.unsqueeze(0);
+    ids = ids.expand(with_last(lead, k_));
+    if (*cfg_.critic == ComaCritic::independent) return at::cat({obs_k, ids}, -1);
+    const auto state = split_state(rows).unsqueeze(-2).expand(with_last(lead, layout_.state_dim));
+    if (*cfg_.critic == ComaCritic::central_v) return at::cat({state, obs_k, ids}, -1);
+    auto flat_lead = lead;
+    flat_lead.pop_back();
+    const auto joint = onehot.reshape(with_last(flat_lead, k_ * n_)).unsqueeze(-2);           // [..., 1, k*n]
+    const auto others = joint * others_mask_;                                                  // [..., k, k*n]
+    const auto prev = onehot_prev.reshape(with_last(flat_lead, k_ * n_)).unsqueeze(-2).expand(with_last(lead, k_ * n_));
+    return at::cat({state, obs_k, ids, others, prev}, -1);
+  }
+  [[nodiscard]] std::int64_t critic_input_size() const noexcept {
+    const auto base = layout_.obs_dim + k_;
+    if (*cfg_.critic == ComaCritic::independent) return base;
+    if (*cfg_.critic == ComaCritic::central_v) return layout_.state_dim + base;
+    return layout_.state_dim + base + 2 * k_ * n_;
+  }
+  [[nodiscard]] bool q_critic() const noexcept { return *cfg_.critic == ComaCritic::counterfactual; }
+
+  /// The TD(lambda) targets [B, T, k] of a round of episodes, from the target critic.
+  at::Tensor targets(const EpisodeBatch& b) {
+    torch::NoGradGuard no_grad;
+    const auto ext = extended(b);
+    auto v = target_->forward(critic_input(ext.rows, ext.onehot, ext.onehot_prev)).to(at::kFloat);  // [B, T+1, k, .]
+    v = q_critic() ? v.gather(-1, ext.u.unsqueeze(-1)).squeeze(-1) : v.squeeze(-1);
+    const auto next = v.narrow(1, 1, b.obs.size(1));  // value of the step after each step
+    return td_lambda_targets(b.reward.to(device_, at::kFloat), b.terminated.to(device_, at::kFloat),
+                             b.mask.to(device_, at::kFloat), next, cfg_.gamma, cfg_.td_lambda);
+  }
+
+  [[nodiscard]] std::vector<std::pair<std::string, double>> learning_rates() const {
+    return {{"actor", actor_opt_.lr()}, {"critic", critic_opt_.lr()}};
+  }
+  [[nodiscard]] std::vector<std::pair<std::string, at::Tensor>> flat_parameters() const {
+    return {{"actor", actor_opt_.parameters().flat()}, {"critic", critic_opt_.parameters().flat()}};
+  }
+
+  /// State protocol: both networks with their Adam state, the target critic, the counts
+  /// (episodes, for epsilon; critic steps, for the target's schedule) and the episodes held
+  /// for the next training.
+  struct Saved {
+    FlatAdam::Saved actor, critic;
+    std::vector<at::Tensor> target;
+    std::int64_t episodes = 0, critic_steps = 0, updates = 0;
+    std::vector<EpisodeBatch> pending;
+  };
+  void save(BinaryWriter& w) const {
+    actor_opt_.save(w);
+    critic_opt_.save(w);
+    for (const auto& p : target_->parameters()) write_tensor(w, p, "coma target critic");
+    w.value(episodes_);
+    w.value(critic_steps_);
+    w.value(updates_);
+    w.value(static_cast<std::int64_t>(pending_.size()));
+    for (const auto& b : pending_) {
+      w.value(b.obs.size(0));
+      w.value(b.obs.size(1));
+      for (const auto* t : {&b.obs, &b.action, &b.reward, &b.terminated, &b.mask, &b.length, &b.last_obs})
+        write_tensor(w, *t, "coma held episodes");
+    }
+  }
+  [[nodiscard]] Saved read(BinaryReader& r) const {
+    Saved s;
+    s.actor = actor_opt_.read(r, "coma actor");
+    s.critic = critic_opt_.read(r, "coma critic");
+    for (const auto& p : target_->parameters()) s.target.push_back(read_tensor(r, "coma target critic", p));
+    s.episodes = r.value<std::int64_t>("coma episode count");
+    s.critic_steps = r.value<std::int64_t>("coma critic steps");
+    s.updates = r.value<std::int64_t>("coma update count");
+    const auto held = r.value<std::int64_t>("coma held rounds");
+    if (held < 0 || held > 1 << 20) r.fail("coma held rounds", "is " + std::to_string(held));
+    const auto f = at::TensorOptions().dtype(at::kFloat);
+    for (std::int64_t i = 0; i < held; ++i) {
+      const auto n = r.value<std::int64_t>("coma held episodes"), t = r.value<std::int64_t>("coma held steps");
+      if (n < 1 || t < 1 || n * t > (std::int64_t{1} << 32)) r.fail("coma held episodes", "have an implausible shape");
+      const auto row = layout_.row_size();
+      EpisodeBatch b;
+      b.obs = read_tensor(r, "coma held observations", at::empty({n, t, row}, f));
+      b.action = read_tensor(r, "coma held actions", at::empty({n, t}, f.dtype(at::kLong)));
+      b.reward = read_tensor(r, "coma held rewards", at::empty({n, t}, f));
+      b.terminated = read_tensor(r, "coma held terminations", at::empty({n, t}, f));
+      b.mask = read_tensor(r, "coma held masks", at::empty({n, t}, f));
+      b.length = read_tensor(r, "coma held lengths", at::empty({n}, f.dtype(at::kLong)));
+      b.last_obs = read_tensor(r, "coma held last observations", at::empty({n, row}, f));
+      s.pending.push_back(std::move(b));
+    }
+    return s;
+  }
+  void restore(const Saved& s) {
+    actor_opt_.restore(s.actor);
+    critic_opt_.restore(s.critic);
+    torch::NoGradGuard no_grad;
+    const auto params = target_->parameters();
+    for (std::size_t i = 0; i < params.size(); ++i) params[i].copy_(s.target[i]);
+    episodes_ = s.episodes;
+    critic_steps_ = s.critic_steps;
+    updates_ = s.updates;
+    pending_.clear();
+    pending_rows_ = 0;
+    for (const auto& b : s.pending) {
+      EpisodeBatch d{b.obs.to(device_), b.action.to(device_), b.reward.to(device_), b.terminated.to(device_),
+                     b.mask.to(device_), b.length.to(device_), b.last_obs.to(device_)};
+      pending_rows_ += d.mask.sum().item<std::int64_t>() * k_;
+      pending_.push_back(std::move(d));
+    }
+  }
+
+  [[nodiscard]] nn::Mlp& actor() noexcept { return actor_; }
+  [[nodiscard]] nn::Mlp& critic() noexcept { return critic_; }
+  [[nodiscard]] const Config& config() const noexcept { return cfg_; }
+  [[nodiscard]] const AgentLayout& layout() const noexcept { return layout_; }
+  [[nodiscard]] std::int64_t episodes() const noexcept { return episodes_; }
+  [[nodiscard]] std::int64_t critic_steps() const noexcept { return critic_steps_; }
+  /// Trainings done (each of data_passes x batch_number minibatches).
+  [[nodiscard]] std::int64_t updates() const noexcept { return updates_; }
+  /// Agent-transitions held for the next training.
+  [[nodiscard]] std::int64_t held_transitions() const noexcept { return pending_rows_; }
+
+ private:
+  // A round's rows with the step after each episode's last one appended (its bootstrap
+  // observation, and actions sampled there), the agents' actions and their one-hots.
+  struct Extended {
+    at::Tensor rows, u, onehot, onehot_prev;  // [B, T+1, ...]
+  };
+  Extended extended(const EpisodeBatch& b) {
+    const auto B = b.obs.size(0), T = b.obs.size(1);
+    const auto obs = b.obs.to(device_, at::kFloat);
+    const auto last = b.last_obs.to(device_, at::kFloat);
+    const auto len = b.length.to(device_);
+    const auto batch = at::arange(B, len.options());
+    Extended e;
+    e.rows = at::cat({obs, at::zeros({B, 1, obs.size(2)}, obs.options())}, 1);
+    e.rows.index_put_({batch, len}, last);
+    auto u = at::cat({decode(b.action), at::zeros({B, 1, k_}, powers_.options())}, 1);
+    const auto u_last = sample(policy(split_obs(last), split_avail(last), epsilon()));
+    u.index_put_({batch, len}, u_last);
+    e.u = u;
+    e.onehot = at::one_hot(u, n_).to(at::kFloat);
+    e.onehot_prev = at::cat({at::zeros({B, 1, k_, n_}, e.onehot.options()), e.onehot.narrow(1, 0, T)}, 1);
+    return e;
+  }
+
+  // The actor's input [..., k, obs_dim + k]: each agent's observation and id.
+  [[nodiscard]] at::Tensor actor_input(const at::Tensor& obs_k) const {
+    auto lead = obs_k.sizes().vec();
+    lead.pop_back();
+    auto ids = eye_;
+    for (std::size_t i = 0; i + 2 < lead.size(); ++i) ids = ids.unsqueeze(0);
+    return at::cat({obs_k, ids.expand(with_last(lead, k_))}, -1);
+  }
+  static std::vector<std::int64_t> with_last(std::vector<std::int64_t> s, std::int64_t last) {
+    s.push_back(last);
+    return s;
+  }
+  static at::Tensor sample(const at::Tensor& p) {
+    auto s = p.sizes().vec();
+    s.pop_back();
+    return at::multinomial(p.reshape({-1, p.size(-1)}), 1).reshape(s);
+  }
+
+  // What one training draws its minibatches from: one row per agent-transition.
+  struct Rows {
+    at::Tensor actor_in, critic_in, avail, u, target;
+  };
+  Rows flatten_rows() {
+    std::vector<at::Tensor> ai, ci, av, uu, y;
+    for (const auto& b : pending_) {
+      const auto T = b.obs.size(1);
+      const auto ext = extended(b);
+      const auto rows = ext.rows.narrow(1, 0, T);
+      const auto valid = (b.mask.to(device_) > 0.5).reshape({-1});
+      auto pick = [&](const at::Tensor& x) {  // [B, T, k, ...] -> [V*k, ...]
+        auto s = x.sizes().vec();
+        std::vector<std::int64_t> flat{-1};
+        flat.insert(flat.end(), s.begin() + 2, s.end());
+        auto f = x.reshape(flat).index({valid});
+        std::vector<std::int64_t> out{-1};
+        out.insert(out.end(), s.begin() + 3, s.end());
+        return f.reshape(out);
+      };
+      ai.push_back(pick(actor_input(split_obs(rows))));
+      ci.push_back(pick(critic_input(rows, ext.onehot.narrow(1, 0, T), ext.onehot_prev.narrow(1, 0, T))));
+      av.push_back(pick(split_avail(rows)));
+      uu.push_back(pick(ext.u.narrow(1, 0, T).unsqueeze(-1)).squeeze(-1));
+      y.push_back(pick(targets(b).unsqueeze(-1)).squeeze(-1));
+    }
+    return Rows{at::cat(ai), at::cat(ci), at::cat(av), at::cat(uu), at::cat(y)};
+  }
+  // Targets only (a pass after the first: the target critic may have been updated).
+  at::Tensor flatten_targets() {
+    std::vector<at::Tensor> y;
+    for (const auto& b : pending_) {
+      const auto valid = (b.mask.to(device_) > 0.5).reshape({-1});
+      y.push_back(targets(b).reshape({-1, k_}).index({valid}).reshape({-1}));
+    }
+    return at::cat(y);
+  }
+
+  UpdateInfo train(StepContext& ctx) {
+    Rows rows = flatten_rows();
+    const std::int64_t R = rows.u.size(0), bs = cfg_.batch_size;
+    double critic_loss = 0, actor_loss = 0, advantage = 0, entropy = 0, q_taken = 0;
+    int steps = 0;
+    const double eps = epsilon();
+    for (int pass = 0; pass < cfg_.data_passes; ++pass) {
+      if (pass > 0) rows.target = flatten_targets();
+      const auto perm = at::randperm(R, at::TensorOptions().dtype(at::kLong)).to(device_);
+      for (int j = 0; j < cfg_.batch_number; ++j) {
+        // Every rank takes batch_number minibatches; a rank with fewer rows wraps around.
+        const auto idx = perm.index({(at::arange(bs, perm.options()) + j * bs).remainder(R)});
+        const Rows mb{rows.actor_in.index({idx}), rows.critic_in.index({idx}), rows.avail.index({idx}),
+                      rows.u.index({idx}), rows.target.index({idx})};
+        auto scaler_step = ctx.one_scaler_step();
+        critic_loss += critic_step(mb, ctx, q_taken);
+        actor_loss += actor_step(mb, ctx, eps, advantage, entropy);
+        ++steps;
+        if (++critic_steps_ % cfg_.target_update_interval == 0) update_target();
+      }
+    }
+    UpdateInfo info;
+    info.metrics = {{"critic_loss", critic_loss / steps}, {"actor_loss", actor_loss / steps},
+                    {"advantage_abs", advantage / steps},  {"entropy", entropy / steps},
+                    {"q_taken", q_taken / steps},          {"epsilon", eps},
+                    {"transitions", static_cast<double>(R)}};
+    return info;
+  }
+
+  // One critic step on a minibatch (micro-batches summed); returns its loss.
+  double critic_step(const Rows& mb, StepContext& ctx, double& q_taken) {
+    const auto parts = ctx.micro_batches(mb.u.size(0));
+    at::Tensor grad;
+    double loss_sum = 0, q_sum = 0;
+    for (const auto& part : parts) {
+      const auto ci = mb.critic_in.narrow(0, part.begin, part.rows);
+      const auto u = mb.u.narrow(0, part.begin, part.rows);
+      const auto y = mb.target.narrow(0, part.begin, part.rows);
+      at::Tensor loss, taken;
+      {
+        auto guard = ctx.autocast();
+        const auto out = critic_->forward(ci).to(at::kFloat);
+        taken = q_critic() ? out.gather(-1, u.unsqueeze(-1)).squeeze(-1) : out.squeeze(-1);
+        loss = (taken - y).square().mean();
+      }
+      auto g = ctx.gradient(loss, critic_opt_);
+      if (!grad.defined()) grad = parts.size() == 1 ? g : g * part.share;
+      else grad.add_(g, part.share);
+      loss_sum += part.share * loss.item<double>();
+      q_sum += part.share * taken.detach().mean().item<double>();
+    }
+    ctx.apply(critic_opt_, grad, cfg_.max_grad_norm);
+    q_taken += q_sum;
+    return loss_sum;
+  }
+
+  // One actor step on a minibatch with advantages from the (just stepped) critic.
+  double actor_step(const Rows& mb, StepContext& ctx, double eps, double& adv_abs, double& ent) {
+    const auto parts = ctx.micro_batches(mb.u.size(0));
+    at::Tensor grad;
+    double loss_sum = 0, adv_sum = 0, ent_sum = 0;
+    for (const auto& part : parts) {
+      const auto ai = mb.actor_in.narrow(0, part.begin, part.rows);
+      const auto ci = mb.critic_in.narrow(0, part.begin, part.rows);
+      const auto av = mb.avail.narrow(0, part.begin, part.rows);
+      const auto u = mb.u.narrow(0, part.begin, part.rows);
+      const auto y = mb.target.narrow(0, part.begin, part.rows);
+      at::Tensor loss, adv, h;
+      {
+        auto guard = ctx.autocast();
+        auto logits = actor_->forward(ai).to(at::kFloat).masked_fill(av < 0.5, -1e10);
+        auto pi = logits.softmax(-1);
+        if (eps > 0) pi = (1 - eps) * pi + eps * av / av.sum(-1, true);
+        const auto log_pi = pi.gather(-1, u.unsqueeze(-1)).squeeze(-1).clamp_min(1e-10).log();
+        {
+          torch::NoGradGuard no_grad;
+          const auto out = critic_->forward(ci).to(at::kFloat);
+          if (q_critic()) adv = out.gather(-1, u.unsqueeze(-1)).squeeze(-1) - counterfactual_baseline(pi.detach(), out);
+          else adv = y - out.squeeze(-1);
+        }
+        h = -(pi * pi.clamp_min(1e-10).log()).sum(-1).mean();
+        loss = -(adv * log_pi).mean() - *cfg_.ent_coef * h;
+      }
+      auto g = ctx.gradient(loss, actor_opt_);
+      if (!grad.defined()) grad = parts.size() == 1 ? g : g * part.share;
+      else grad.add_(g, part.share);
+      loss_sum += part.share * loss.item<double>();
+      adv_sum += part.share * adv.abs().mean().item<double>();
+      ent_sum += part.share * h.item<double>();
+    }
+    ctx.apply(actor_opt_, grad, cfg_.max_grad_norm);
+    adv_abs += adv_sum;
+    ent += ent_sum;
+    return loss_sum;
+  }
+
+  void update_target() {
+    torch::NoGradGuard no_grad;
+    const auto src = critic_->parameters(), dst = target_->parameters();
+    for (std::size_t i = 0; i < src.size(); ++i) dst[i].copy_(src[i]);
+  }
+
+  Config cfg_;
+  c10::Device device_;
+  AgentLayout layout_;
+  std::int64_t k_ = 0, n_ = 0;
+  at::Tensor eye_, powers_, others_mask_;
+  nn::Mlp actor_{nullptr}, critic_{nullptr}, target_{nullptr};
+  FlatAdam actor_opt_, critic_opt_;
+  std::vector<EpisodeBatch> pending_;
+  std::int64_t pending_rows_ = 0, episodes_ = 0, critic_steps_ = 0, updates_ = 0;
+};
+
+static_assert(Algorithm<COMA>);
+
+}  // namespace anvil

@@ -1,0 +1,321 @@
+// Tests for COMA (algorithms/coma.hpp) and multi-agent envs in the Trainer: the
+// counterfactual baseline and the critic's input by hand, TD(lambda) targets against the
+// forward view, masked actions never sampled, the counterfactual baseline learning a
+// credit-assignment game that the baselines without it do not, bitwise resume, BF16 and
+// the loss scaler's one update per step of two optimizers.
+#include <doctest/doctest.h>
+
+#include <torch/torch.h>
+
+#include <cmath>
+#include <filesystem>
+#include <vector>
+
+#include <anvil/anvil.hpp>
+
+#include "../temp_run_dir.hpp"
+
+using namespace anvil;
+
+namespace {
+
+using ComaTrainer = Trainer<COMA, EpisodeBuffer>;
+
+RunContext cpu_context() {
+  RunContext ctx;
+  ctx.device = c10::Device(c10::kCPU);
+  return ctx;
+}
+
+template <class T = ComaTrainer>
+typename T::Config coma_config(const std::string& name, std::int64_t steps, int envs) {
+  typename T::Config c;
+  c.run->device = "cpu";
+  c.run->run_dir = temp_run_dir(name);
+  c.run->progress = ProgressMode::off;
+  c.run->seed = 1;
+  c.run->log_interval = steps;
+  c.run->checkpoint_interval = 0;
+  c.run->threads = 1;
+  c.env->num_envs = envs;
+  c.buffer->max_steps = 30;
+  c.train->steps = steps;
+  c.train->eval_interval = 0;
+  c.train->eval_episodes = 4;
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("COMA: the counterfactual baseline and advantage of a matrix game, by hand") {
+  // Climbing game, agent 1 plays b: agent 0's Q over its actions is the column (-30, 7, 0).
+  const auto q = torch::tensor({{-30.0f, 7.0f, 0.0f}});
+  const auto pi = torch::tensor({{0.2f, 0.5f, 0.3f}});
+  const auto b = COMA::counterfactual_baseline(pi, q);
+  CHECK(b.item<float>() == doctest::Approx(0.2 * -30 + 0.5 * 7 + 0.3 * 0));  // -2.5
+  // The advantage of b is 7 - (-2.5) = 9.5; of a, -30 + 2.5.
+  CHECK((q[0][1] - b[0]).item<float>() == doctest::Approx(9.5));
+  CHECK((q[0][0] - b[0]).item<float>() == doctest::Approx(-27.5));
+
+  // The critic's input for each agent: the state, its observation, its id, the others'
+  // actions one-hot with its own block zero, and the previous joint action.
+  const envs::Joint<envs::MatrixGame> game(envs::MatrixGame::climbing());
+  COMA::Config cfg;
+  COMA coma(envs::spec_of(game), cfg, cpu_context());
+  CHECK(coma.critic_input_size() == 1 + 1 + 2 + 2 * 2 * 3);
+  auto g = game;
+  const auto row = g.reset(0);
+  const auto rows = torch::tensor(std::vector<float>(row.begin(), row.end())).reshape({1, 1, -1});
+  const auto u = torch::tensor({2L, 1L}).reshape({1, 1, 2});  // agent 0: c, agent 1: b
+  const auto onehot = torch::one_hot(u, 3).to(torch::kFloat);
+  const auto prev = torch::zeros_like(onehot);
+  const auto x = coma.critic_input(rows, onehot, prev).reshape({2, -1});
+  // Agent 0 sees [state 1, obs 1, id (1, 0), others (0 0 0 | 0 1 0), prev (0...)].
+  CHECK(torch::equal(x[0], torch::tensor({1.f, 1.f, 1.f, 0.f, 0.f, 0.f, 0.f, 0.f, 1.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f})));
+  CHECK(torch::equal(x[1], torch::tensor({1.f, 1.f, 0.f, 1.f, 0.f, 0.f, 1.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f})));
+  // Joint actions decode into the agents' actions, agent 0 first.
+  CHECK(torch::equal(coma.decode(torch::tensor({7L})), torch::tensor({{1L, 2L}})));
+  CHECK(coma.encode(torch::tensor({{1L, 2L}})).item<std::int64_t>() == 7);
+}
+
+TEST_CASE("COMA: TD(lambda) targets equal the forward view's lambda-returns, per episode and agent") {
+  torch::manual_seed(3);
+  const std::int64_t B = 3, T = 6, k = 2;
+  const double gamma = 0.9, lambda = 0.7;
+  const auto reward = torch::randn({B, T});
+  const auto next = torch::randn({B, T, k});  // the value after each step (bootstrap after the last)
+  const std::vector<std::int64_t> len{6, 4, 2};
+  const std::vector<bool> ends_terminal{true, false, true};
+  auto mask = torch::zeros({B, T}), term = torch::zeros({B, T});
+  for (std::int64_t b = 0; b < B; ++b) {
+    mask[b].narrow(0, 0, len[b]).fill_(1.0);
+    if (ends_terminal[b]) term[b][len[b] - 1] = 1.0;
+  }
+  const auto y = td_lambda_targets(reward, term, mask, next, gamma, lambda);
+  for (std::int64_t b = 0; b < B; ++b)
+    for (std::int64_t a = 0; a < k; ++a)
+      for (std::int64_t t = 0; t < T; ++t) {
+        if (t >= len[b]) {
+          CHECK(y[b][t][a].item<float>() == 0.0f);
+          continue;
+        }
+        // n-step returns G^(n)_t, n = 1 .. N (N = steps left); the last bootstraps with
+        // the value after the episode, 0 when it ended in a terminal state.
+        const std::int64_t N = len[b] - t;
+        auto g_n = [&](std::int64_t n) {
+          double g = 0, disc = 1;
+          for (std::int64_t i = 0; i < n; ++i) {
+            g += disc * reward[b][t + i].item<double>();
+            disc *= gamma;
+          }
+          const std::int64_t last = t + n - 1;
+          const double d = term[b][last].item<double>();
+          return g + disc * (1 - d) * next[b][last][a].item<double>();
+        };
+        double lam = 0;
+        for (std::int64_t n = 1; n < N; ++n) lam += (1 - lambda) * std::pow(lambda, n - 1) * g_n(n);
+        lam += std::pow(lambda, N - 1) * g_n(N);
+        CHECK(y[b][t][a].item<float>() == doctest::Approx(lam).epsilon(1e-5));
+      }
+}
+
+TEST_CASE("COMA: unavailable actions are never sampled or chosen, even with epsilon 1") {
+  envs::Joint<envs::MappingTask> m;
+  const auto l = m.agent_layout();
+  // Rows from real missions at the field's edges: random walks push agents into corners.
+  std::vector<float> rows;
+  Rng rng(2);
+  for (int e = 0; e < 40; ++e) {
+    auto row = m.reset(static_cast<std::uint64_t>(e));
+    for (int t = 0; t < 10; ++t) {
+      rows.insert(rows.end(), row.begin(), row.end());
+      std::vector<std::int64_t> u(static_cast<std::size_t>(l.agents));
+      for (std::int64_t i = 0; i < l.agents; ++i)
+        do u[static_cast<std::size_t>(i)] = static_cast<std::int64_t>(rng.below(7));
+        while (row[static_cast<std::size_t>(l.avail_offset() + i * 7 + u[static_cast<std::size_t>(i)])] < 0.5f);
+      row = m.step(envs::encode_joint_action(u, 7)).observation;
+    }
+  }
+  const auto obs = torch::tensor(rows).reshape({-1, l.row_size()});
+  for (double eps : {0.5, 1.0}) {
+    COMA::Config cfg;
+    cfg.epsilon_start = eps;
+    cfg.epsilon_finish = eps;
+    COMA coma(envs::spec_of(m), cfg, cpu_context());
+    const auto avail = coma.split_avail(obs);
+    REQUIRE((avail.sum(-1) < 7).any().item<bool>());  // some actions are unavailable
+    for (int rep = 0; rep < 20; ++rep)
+      for (auto mode : {ActMode::explore, ActMode::deterministic}) {
+        const auto u = coma.decode(coma.act(obs, mode));
+        const auto taken = avail.gather(-1, u.unsqueeze(-1));
+        REQUIRE(taken.min().item<float>() == 1.0f);
+      }
+  }
+}
+
+namespace {
+
+struct AdvantageStats {
+  double variance = 0;  ///< of agent 0's advantages over uniformly random joint actions
+  double error = 0;     ///< mean |advantage - agent 0's true counterfactual advantage|
+};
+
+// Trains COMA or a baseline's critic on the credit-assignment game under a uniform policy
+// (epsilon 1: the behaviour never changes), then measures agent 0's advantages.
+AdvantageStats agent0_advantages(ComaCritic critic) {
+  const std::int64_t k = 6;
+  const auto game = envs::MatrixGame::credit(k, 1.0, 10.0);
+  auto c = coma_config("coma_credit", 2560, 64);
+  c.algorithm->critic = critic;
+  c.algorithm->batch_size = 64;
+  c.algorithm->batch_number = 5;
+  c.algorithm->data_passes = 2;
+  c.algorithm->target_update_interval = 10;
+  c.algorithm->epsilon_start = 1.0;
+  c.algorithm->epsilon_finish = 1.0;
+  c.algorithm->critic_lr = 3e-3;
+  c.buffer->max_steps = 1;
+  ComaTrainer t(envs::Joint<envs::MatrixGame>(game), c);
+  t.fit();
+  auto& coma = t.algorithm();
+  torch::NoGradGuard no_grad;
+  torch::manual_seed(5);
+  const std::int64_t n = 1024;
+  const auto u = torch::randint(0, 2, {n, 1, k}, torch::kLong);
+  const auto rows = torch::ones({n, 1, k * 3 + 1});  // obs 1 | all available | state 1
+  const auto onehot = torch::one_hot(u, 2).to(torch::kFloat);
+  const auto out = coma.critic()->forward(coma.critic_input(rows, onehot, torch::zeros_like(onehot))).select(1, 0).select(1, 0);
+  const auto u0 = u.select(1, 0).select(1, 0);
+  std::vector<float> r(static_cast<std::size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i) r[static_cast<std::size_t>(i)] = static_cast<float>(game.payoff(coma.encode(u[i][0]).item<std::int64_t>()));
+  const auto reward = torch::tensor(r);
+  at::Tensor adv;
+  if (critic == ComaCritic::counterfactual)
+    adv = out.gather(-1, u0.unsqueeze(-1)).squeeze(-1) - COMA::counterfactual_baseline(torch::full({n, 2}, 0.5f), out);
+  else
+    adv = reward - out.squeeze(-1);  // one step: the TD(lambda) return is the reward
+  // Agent 0's true counterfactual advantage: its own share, 1 for action 0, against the mean 0.5.
+  const auto truth = (u0 == 0).to(torch::kFloat) - 0.5f;
+  std::filesystem::remove_all(*c.run->run_dir);
+  return {adv.var().item<double>(), (adv - truth).abs().mean().item<double>()};
+}
+
+}  // namespace
+
+TEST_CASE("COMA: the counterfactual advantage isolates an agent's own share of the team reward, where central-V and independent do not") {
+  // Credit game: agent 0's action 0 is worth 1 to the team, each of five other agents'
+  // action 1 worth 10. Under uniform play agent 0's true advantage is +-0.5; the others'
+  // choices add noise of variance 5 x 25 to any advantage that does not condition on them.
+  const auto coma = agent0_advantages(ComaCritic::counterfactual);
+  const auto cv = agent0_advantages(ComaCritic::central_v);
+  const auto iac = agent0_advantages(ComaCritic::independent);
+  MESSAGE("agent 0's advantage: variance COMA " << coma.variance << ", central-V " << cv.variance << ", independent "
+                                                << iac.variance << "; mean error COMA " << coma.error << ", central-V "
+                                                << cv.error << ", independent " << iac.error);
+  CHECK(coma.error < 0.15);
+  CHECK(coma.variance < 0.5);
+  CHECK(cv.variance > 50 * coma.variance);
+  CHECK(iac.variance > 50 * coma.variance);
+  CHECK(cv.error > 5.0);
+  CHECK(iac.error > 5.0);
+}
+
+TEST_CASE("Trainer<COMA>: resuming from a checkpoint continues bitwise like the uninterrupted run") {
+  auto c = coma_config("coma_resume_a", 2000, 4);
+  c.run->checkpoint_interval = 900;
+  c.algorithm->batch_size = 64;
+  c.algorithm->batch_number = 5;  // 320 agent-transitions: a round holds 300, so a training
+  c.algorithm->data_passes = 2;   // every second round, and the checkpoint after round 9 holds one
+  c.algorithm->target_update_interval = 5;
+  c.algorithm->epsilon_anneal_episodes = 50;
+  ComaTrainer a(envs::Joint<envs::SimpleSpread>{}, c);
+  a.fit();
+  std::filesystem::path ckpt;
+  for (const auto& e : std::filesystem::directory_iterator(*c.run->run_dir))
+    if (e.path().extension() == ".ckpt" && e.path().filename().string().find("000000000900") != std::string::npos) ckpt = e.path();
+  REQUIRE_FALSE(ckpt.empty());
+  {  // the checkpoint holds episodes waiting for the next training
+    auto probe = c;
+    probe.run->run_dir = temp_run_dir("coma_resume_probe");
+    probe.run->resume = ckpt.string();
+    probe.train->steps = 900;
+    ComaTrainer p(envs::Joint<envs::SimpleSpread>{}, probe);
+    p.begin();
+    CHECK(p.algorithm().held_transitions() == 300);
+    std::filesystem::remove_all(*probe.run->run_dir);
+  }
+
+  auto rc = c;
+  rc.run->run_dir = temp_run_dir("coma_resume_b");
+  rc.run->resume = ckpt.string();
+  ComaTrainer b(envs::Joint<envs::SimpleSpread>{}, rc);
+  b.fit();
+  CHECK(b.env_steps() == a.env_steps());
+  CHECK(b.algorithm().episodes() == a.algorithm().episodes());
+  CHECK(b.algorithm().critic_steps() == a.algorithm().critic_steps());
+  auto weights = [](ComaTrainer& t) {
+    std::vector<at::Tensor> w;
+    for (const auto& [name, p] : t.algorithm().flat_parameters()) w.push_back(p.clone());
+    return w;
+  };
+  const auto wa = weights(a), wb = weights(b);
+  REQUIRE(wa.size() == wb.size());
+  for (std::size_t i = 0; i < wa.size(); ++i) CHECK(torch::equal(wa[i], wb[i]));
+
+  // Another seed gives other weights: the comparison can tell.
+  auto f = c;
+  f.run->run_dir = temp_run_dir("coma_resume_c");
+  f.run->seed = 9;
+  f.run->checkpoint_interval = 0;
+  ComaTrainer o(envs::Joint<envs::SimpleSpread>{}, f);
+  o.fit();
+  CHECK_FALSE(torch::equal(weights(o)[0], wa[0]));
+  for (const auto& d : {*c.run->run_dir, *rc.run->run_dir, *f.run->run_dir}) std::filesystem::remove_all(d);
+}
+
+TEST_CASE("Trainer<COMA, EpisodeBuffer, SingleDevice, BF16>: mapping missions train with finite losses, per critic kind") {
+  using Bf16Trainer = Trainer<COMA, EpisodeBuffer, SingleDevice, BF16>;
+  for (auto critic : {ComaCritic::counterfactual, ComaCritic::central_v, ComaCritic::independent}) {
+    auto c = coma_config<Bf16Trainer>("coma_bf16", 560, 4);
+    c.buffer->max_steps = 14;
+    c.train->grad_accumulation = 2;
+    c.algorithm->critic = critic;
+    c.algorithm->batch_size = 32;
+    c.algorithm->batch_number = 2;
+    c.algorithm->data_passes = 1;
+    Bf16Trainer t(envs::Joint<envs::MappingTask>{}, c);
+    const auto r = t.fit();
+    CHECK(t.algorithm().updates() >= 4);
+    CHECK(std::isfinite(r.final_eval_return));
+    CHECK(r.final_eval_return > 0.0);  // any mission removes some of the map's entropy
+    std::filesystem::remove_all(*c.run->run_dir);
+  }
+}
+
+TEST_CASE("COMA refuses a single-agent env, naming it") {
+  COMA::Config cfg;
+  CHECK_THROWS_WITH_AS(COMA(envs::spec_of(envs::CartPole{}), cfg, cpu_context()),
+                       doctest::Contains("COMA: CartPole-v1 is not a multi-agent env"), ConfigError);
+}
+
+TEST_CASE("LossScaler: two optimizers' steps inside one scaler step update the scale once") {
+  LossScaler s(LossScaling{.init_scale = 1024.0, .growth_factor = 2.0, .backoff_factor = 0.5, .growth_interval = 2});
+  auto finite = [] { return torch::ones({3}); };
+  auto bad = [] { return torch::tensor({1.0f, INFINITY, 0.0f}); };
+  for (int step = 0; step < 2; ++step) {
+    s.begin_step();
+    auto g1 = finite(), g2 = finite();
+    CHECK(s.unscale_and_check(g1));
+    CHECK(s.unscale_and_check(g2));
+    s.end_step();
+  }
+  CHECK(s.current_scale() == 2048.0);  // grew after 2 steps, not after 2 optimizer calls
+  s.begin_step();
+  auto g1 = finite(), g2 = bad();
+  CHECK(s.unscale_and_check(g1));        // the critic steps
+  CHECK_FALSE(s.unscale_and_check(g2));  // the actor's step is skipped
+  s.end_step();
+  CHECK(s.current_scale() == 1024.0);  // one backoff
+  CHECK(s.good_steps() == 0);
+  CHECK(s.skipped() == 1);
+}
