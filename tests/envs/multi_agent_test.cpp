@@ -98,13 +98,22 @@ TEST_CASE("MatrixGame: the climbing, penalty and credit games' payoffs and optim
   const auto p = MatrixGame::penalty(-100);
   CHECK(p.payoff(std::array<std::int64_t, 2>{0, 2}) == -100);
   CHECK(p.payoff(std::array<std::int64_t, 2>{1, 1}) == 2);
-  const auto k = MatrixGame::credit(4, 1.0, 10.0);
+  const auto k = MatrixGame::credit(4, 1.0, 10.0);  // good actions: 0, 1, 0, 1
   CHECK(k.num_agents() == 4);
   CHECK(k.optimum() == 31);
-  CHECK(k.payoff(std::array<std::int64_t, 4>{0, 0, 0, 0}) == 1);
-  CHECK(k.payoff(std::array<std::int64_t, 4>{1, 1, 1, 0}) == 20);
-  CHECK(k.payoff(std::array<std::int64_t, 4>{0, 1, 1, 1}) == 31);
+  CHECK(k.payoff(std::array<std::int64_t, 4>{0, 0, 0, 0}) == 1 + 10);
+  CHECK(k.payoff(std::array<std::int64_t, 4>{1, 1, 1, 0}) == 10);
+  CHECK(k.payoff(std::array<std::int64_t, 4>{0, 1, 0, 1}) == 31);
+  CHECK(k.payoff(MatrixGame::credit_optimum(4)) == 31);
   CHECK_THROWS_WITH_AS(MatrixGame(2, 3, std::vector<double>(8, 0.0)), doctest::Contains("need 9 payoffs"), anvil::Error);
+  // Each game goes by its own name (env.id, logs), though all are one type.
+  CHECK(spec_of(Joint<MatrixGame>(c)).name == "Climbing");
+  CHECK(Joint<MatrixGame>(p).id() == "Penalty");
+  CHECK(env_name(Joint<MatrixGame>(k)) == "Credit");
+  CHECK(env_name(Joint<SimpleSpread>{}) == "SimpleSpread");
+  CHECK(MatrixGame(1, 2, std::vector<double>{0.0, 1.0}, "OneArm").id() == "OneArm");
+  CHECK_THROWS_WITH_AS(MatrixGame(1, 2, std::vector<double>{0.0, 1.0}, ""), doctest::Contains("a game's id has 1 to 23"),
+                       anvil::Error);
 }
 
 TEST_CASE("Mapping: moves off the grid or beyond the altitudes are unavailable, and Joint refuses them naming the agent") {
@@ -133,8 +142,48 @@ TEST_CASE("Mapping: moves off the grid or beyond the altitudes are unavailable, 
       CHECK((row[static_cast<std::size_t>(l.avail_offset() + i * 7 + a)] > 0.5f) == m.available(i, a));
 }
 
+TEST_CASE("Mapping: the weighted reward counts the entropy removed where the updated map believes in targets") {
+  MappingTask m;  // weighted entropy, the default
+  CHECK(m.reward_kind() == MappingReward::weighted_entropy);
+  m.reset(4);
+  auto beliefs = [&] {
+    std::vector<double> p;
+    for (int y = 0; y < 32; ++y)
+      for (int x = 0; x < 32; ++x) p.push_back(m.belief(x, y));
+    return p;
+  };
+  auto h = [](double p) { return p <= 0 || p >= 1 ? 0.0 : -(p * std::log2(p) + (1 - p) * std::log2(1 - p)); };
+  double total = 0;
+  bool some_target_cell = false, some_empty_cell = false;
+  for (int t = 0; t < 6; ++t) {
+    const auto before = beliefs();
+    const std::array<std::int64_t, 4> a{MappingTask::up, MappingTask::stay, MappingTask::north, MappingTask::stay};
+    const std::array<std::int64_t, 4> b{MappingTask::stay, MappingTask::up, MappingTask::stay, MappingTask::east};
+    std::array<std::int64_t, 4> act = t % 2 ? b : a;
+    for (int i = 0; i < 4; ++i)
+      if (!m.available(i, act[static_cast<std::size_t>(i)])) act[static_cast<std::size_t>(i)] = MappingTask::stay;
+    const double r = m.step(act).reward;
+    const auto after = beliefs();
+    // By hand: sum over cells of w(p_after) (H(p_before) - H(p_after)), w 1 above 1/2, 0
+    // below, 1/2 at it; over the prior's weighted entropy, 1024 cells x 1/2.
+    double expect = 0;
+    for (std::size_t c = 0; c < after.size(); ++c) {
+      const double w = after[c] > 0.501 ? 1.0 : after[c] < 0.499 ? 0.0 : 0.5;
+      expect += w * (h(before[c]) - h(after[c]));
+      if (after[c] > 0.9 && before[c] != after[c]) some_target_cell = true;
+      if (after[c] < 0.1 && before[c] != after[c]) some_empty_cell = true;
+    }
+    CHECK(r == doctest::Approx(expect / 512.0).epsilon(1e-9));
+    total += r;
+  }
+  CHECK(some_target_cell);  // the measurements changed both kinds of cell,
+  CHECK(some_empty_cell);   // and only the first kind paid
+  CHECK(total > 0.0);
+  CHECK(m.weighted_entropy_fraction() < 1.0);
+}
+
 TEST_CASE("Mapping: rewards add up to the entropy removed, the budget ends the mission, a low sensor learns its cells") {
-  Joint<MappingTask> j;
+  Joint<MappingTask> j(MappingTask(MappingReward::entropy));
   j.reset(11);
   const double start = j.env().entropy_fraction();
   CHECK(start < 1.0);  // the first measurement at the start
@@ -155,7 +204,7 @@ TEST_CASE("Mapping: rewards add up to the entropy removed, the budget ends the m
     for (int x = std::max(0, cx - 2); x < std::min(32, cx + 2); ++x)
       CHECK(std::abs(j.env().belief(x, y) - (j.env().target(x, y) ? 1.0 : 0.0)) < 0.05);
   // A lawnmower sweep at altitude 1 maps more of the field than hovering.
-  MappingTask lawn;
+  MappingTask lawn(MappingReward::entropy);
   lawn.reset(11);
   for (int t = 0; t < 14; ++t) {
     const auto a = lawn.lawnmower();

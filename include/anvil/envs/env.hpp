@@ -83,10 +83,24 @@ concept DescribesAgents = Env<E> && requires(const E& e) {
   { e.agent_layout() } -> std::same_as<AgentLayout>;
 };
 
+/// An env type that stands for several envs, each with a name of its own (`id()`), e.g. the
+/// matrix games, which are one type with different payoffs: `env.id` and logs use `id()`.
+template <class E>
+concept NamedAtRunTime = Env<E> && requires(const E& e) {
+  { e.id() } -> std::convertible_to<std::string_view>;
+};
+
+/// The name of env `e`: its `id()` where it has one, else its type's `name`.
+template <class E>
+[[nodiscard]] std::string env_name(const E& e) {
+  if constexpr (NamedAtRunTime<E>) return std::string(e.id());
+  else return std::string(E::name);
+}
+
 /// The spec of env `e` (with its tasks, when it has several, and its agents).
 template <class E>
 EnvSpec spec_of(const E& e) {
-  EnvSpec s{std::string(E::name), e.observation_space(), e.action_space(), {}};
+  EnvSpec s{env_name(e), e.observation_space(), e.action_space(), {}};
   if constexpr (DescribesAgents<E>) s.agents = e.agent_layout();
   if constexpr (TaskTagged<E>) {
     auto names = e.task_names();

@@ -53,7 +53,8 @@ struct VecEnvConfig {
       mode{VecMode::sync};
   Param<std::string, "id",
         "the env by name, in programs that choose it at run time (Pendulum-v1, CartPole-v1, Acrobot-v1, "
-        "MountainCarContinuous-v0); elsewhere empty or the program's env">
+        "MountainCarContinuous-v0; multi-agent: Mapping, SimpleSpread, Climbing, Penalty, Credit); elsewhere "
+        "empty or the program's env">
       id{""};
   Param<std::string, "suite", "a suite of tasks for envs that have tasks (the manipulation suite: mt10)"> suite{""};
   Param<std::vector<std::string>, "tasks",
@@ -183,8 +184,8 @@ class VecEnv final : public VecEnvBase {
 
   // The prototype with the config's env.id, env.suite and env.tasks applied (or refused).
   static E configured(const E& prototype, const VecEnvConfig& cfg) {
-    if (!cfg.id->empty() && *cfg.id != E::name)
-      throw ConfigError("env.id=" + *cfg.id + ": this program trains " + std::string(E::name) +
+    if (!cfg.id->empty() && *cfg.id != env_name(prototype))
+      throw ConfigError("env.id=" + *cfg.id + ": this program trains " + env_name(prototype) +
                         " (env.id chooses the env only in programs that take it at run time, e.g. train_ppo)");
     E e = prototype;
     if (cfg.suite->empty() && cfg.tasks->empty()) return e;

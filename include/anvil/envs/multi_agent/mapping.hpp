@@ -21,6 +21,12 @@
 
 namespace anvil::envs {
 
+/// What the mapping mission rewards (see `MappingTask`).
+enum class MappingReward : std::uint8_t {
+  weighted_entropy,  ///< entropy removed, each cell weighted by its belief (targets count)
+  entropy,           ///< entropy removed, every cell alike
+};
+
 /// The mapping mission (see file comment):
 ///
 /// - the field is a 32 x 32 grid of cells; a target map is drawn per episode as 3-6 discs
@@ -33,10 +39,16 @@ namespace anvil::envs {
 ///   0.05, 0.15, 0.25 (independently per cell and measurement);
 /// - the belief map holds each cell's probability of being a target (prior 0.5), updated
 ///   by Bayes' rule in log-odds from every measurement;
-/// - reward each step: the entropy (bits, summed over cells) removed that step divided by
-///   the prior map's entropy, so an episode's return is the fraction of the map's
-///   uncertainty removed; the episode ends (terminated: the mission is over) after the
-///   budget of 14 steps;
+/// - reward each step (`MappingReward::weighted_entropy`, the default): the *weighted*
+///   entropy removed that step, as a fraction of the prior map's weighted entropy. A cell's
+///   binary entropy (bits) is weighted by what the updated map believes of it: 1 where a
+///   target is more likely than not, 0 where it is less likely, 1/2 where the belief is
+///   even (the class weighting of Westheider et al.'s mapping mission, which cares about
+///   the targets and not about confirming empty ground). So an episode's return is the
+///   share of the map's target-relevant uncertainty the mission removed, and a team earns
+///   more by measuring where targets are than by sweeping empty ground.
+///   `MappingReward::entropy` weighs every cell 1 (plain entropy reduction);
+/// - the episode ends (terminated: the mission is over) after the budget of 14 steps;
 /// - start: agents at random positions at altitude 0, their first measurement taken;
 /// - an agent observes its position (x, y in [0, 1]), its altitude (one-hot), the budget
 ///   left (fraction), every other agent's offset (dx, dy, d-altitude), and the map's
@@ -53,6 +65,8 @@ class MappingTask {
   static constexpr std::array<int, kAltitudes> kFootprintHalf{2, 4, 6};   ///< cells each side of the centre
   static constexpr std::array<double, kAltitudes> kFlip{0.05, 0.15, 0.25};  ///< per-cell error probability
   enum Action : std::int64_t { stay = 0, north, south, east, west, up, down };
+
+  explicit MappingTask(MappingReward reward = MappingReward::weighted_entropy) noexcept : reward_(reward) {}
 
   [[nodiscard]] std::int64_t num_agents() const noexcept { return kAgents; }
   [[nodiscard]] std::int64_t agent_observation_size() const noexcept {
@@ -74,12 +88,13 @@ class MappingTask {
           if (std::hypot(x + 0.5 - cx, y + 0.5 - cy) <= r) truth_[index(x, y)] = 1;
     }
     log_odds_.fill(0.0);
+    cell_h_.fill(1.0);
     for (auto& a : agents_) a = Pose{static_cast<int>(rng_.below(kPositions)), static_cast<int>(rng_.below(kPositions)), 0};
     sweep_north_.fill(true);
     steps_ = 0;
     started_ = true;
     for (const auto& a : agents_) measure(a);
-    entropy_ = update_entropies();
+    update_entropies();
   }
 
   TeamStep step(std::span<const std::int64_t> actions) {
@@ -92,10 +107,9 @@ class MappingTask {
     }
     for (int i = 0; i < kAgents; ++i) agents_[i] = moved(agents_[i], actions[static_cast<std::size_t>(i)]);
     for (const auto& a : agents_) measure(a);
-    const double before = entropy_;
-    entropy_ = update_entropies();
+    const double removed = update_entropies();
     ++steps_;
-    return TeamStep{(before - entropy_) / kPriorEntropy, steps_ >= kBudget, false};
+    return TeamStep{removed / prior_entropy(reward_), steps_ >= kBudget, false};
   }
 
   void observe(std::int64_t agent, std::span<float> out) const noexcept {
@@ -131,7 +145,14 @@ class MappingTask {
   // --- What a mission ends with, and the reference policies -------------------------
 
   /// The map's entropy left, as a fraction of the prior's (1 at the start of nothing known).
-  [[nodiscard]] double entropy_fraction() const noexcept { return entropy_ / kPriorEntropy; }
+  [[nodiscard]] double entropy_fraction() const noexcept { return entropy_ / prior_entropy(MappingReward::entropy); }
+  /// The map's weighted entropy left (see the reward), as a fraction of the prior's.
+  [[nodiscard]] double weighted_entropy_fraction() const noexcept {
+    double h = 0;
+    for (int c = 0; c < kCells * kCells; ++c) h += weight(probability(c)) * cell_h_[static_cast<std::size_t>(c)];
+    return h / prior_entropy(MappingReward::weighted_entropy);
+  }
+  [[nodiscard]] MappingReward reward_kind() const noexcept { return reward_; }
   /// Mean absolute error of the belief map against the targets (0.5 for the prior).
   [[nodiscard]] double map_error() const noexcept {
     double e = 0;
@@ -181,7 +202,12 @@ class MappingTask {
   struct Pose {
     int x = 0, y = 0, alt = 0;
   };
-  static constexpr double kPriorEntropy = kCells * kCells;  // 1 bit per cell at p = 0.5
+  // The prior map's (weighted) entropy: 1 bit per cell at p = 0.5, weighted 1/2 when weighted.
+  static constexpr double prior_entropy(MappingReward r) noexcept {
+    return (r == MappingReward::weighted_entropy ? 0.5 : 1.0) * kCells * kCells;
+  }
+  // The weight of a cell the map believes holds a target with probability p.
+  static constexpr double weight(double p) noexcept { return p > 0.501 ? 1.0 : p < 0.499 ? 0.0 : 0.5; }
 
   static constexpr std::size_t index(int x, int y) noexcept { return static_cast<std::size_t>(y * kCells + x); }
   [[nodiscard]] double probability(int c) const noexcept { return 1.0 / (1.0 + std::exp(-log_odds_[static_cast<std::size_t>(c)])); }
@@ -189,18 +215,28 @@ class MappingTask {
     if (p <= 0.0 || p >= 1.0) return 0.0;
     return -(p * std::log2(p) + (1 - p) * std::log2(1 - p));
   }
-  // The blocks' mean entropies (kept for the observations) and the map's entropy.
+  // Brings the cells' entropies, the blocks' means (for the observations) and the map's
+  // entropy up to date with the belief map; returns the (weighted) entropy removed since
+  // the last call, each cell weighted by the updated belief.
   double update_entropies() noexcept {
-    double total = 0;
+    double total = 0, removed = 0;
     for (int by = 0; by < kPositions; ++by)
       for (int bx = 0; bx < kPositions; ++bx) {
         double h = 0;
         for (int y = by * kBlock; y < (by + 1) * kBlock; ++y)
-          for (int x = bx * kBlock; x < (bx + 1) * kBlock; ++x) h += binary_entropy(probability(static_cast<int>(index(x, y))));
+          for (int x = bx * kBlock; x < (bx + 1) * kBlock; ++x) {
+            const auto c = index(x, y);
+            const double p = probability(static_cast<int>(c));
+            const double hc = binary_entropy(p);
+            removed += (reward_ == MappingReward::weighted_entropy ? weight(p) : 1.0) * (cell_h_[c] - hc);
+            cell_h_[c] = hc;
+            h += hc;
+          }
         block_h_[static_cast<std::size_t>(by * kPositions + bx)] = static_cast<float>(h / (kBlock * kBlock));
         total += h;
       }
-    return total;
+    entropy_ = total;
+    return removed;
   }
   void block_entropies(std::span<float> out) const noexcept { std::copy(block_h_.begin(), block_h_.end(), out.begin()); }
   [[nodiscard]] float budget_left() const noexcept { return static_cast<float>(kBudget - steps_) / kBudget; }
@@ -243,10 +279,12 @@ class MappingTask {
   Rng rng_{0};
   std::array<std::uint8_t, kCells * kCells> truth_{};
   std::array<double, kCells * kCells> log_odds_{};
+  std::array<double, kCells * kCells> cell_h_{};  // each cell's entropy (bits) at the last update
   std::array<Pose, kAgents> agents_{};
   std::array<bool, kAgents> sweep_north_{true, true, true, true};
   std::array<float, kPositions * kPositions> block_h_{};
-  double entropy_ = kPriorEntropy;
+  double entropy_ = kCells * kCells;
+  MappingReward reward_ = MappingReward::weighted_entropy;
   std::int64_t steps_ = 0;
   bool started_ = false;
 };

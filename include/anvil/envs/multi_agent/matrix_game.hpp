@@ -26,8 +26,15 @@ class MatrixGame {
   static constexpr std::int64_t kMaxEntries = 1024;
 
   MatrixGame() : MatrixGame(climbing()) {}
-  /// `payoff` holds n^k entries, indexed by the joint action.
-  MatrixGame(std::int64_t agents, std::int64_t actions, std::span<const double> payoff) : k_(agents), n_(actions) {
+  /// `payoff` holds n^k entries, indexed by the joint action; `id` names the game in logs
+  /// and for `env.id` (at most 23 characters).
+  MatrixGame(std::int64_t agents, std::int64_t actions, std::span<const double> payoff,
+             std::string_view id = "MatrixGame")
+      : k_(agents), n_(actions) {
+    if (id.empty() || id.size() >= id_.size())
+      throw Error("MatrixGame: a game's id has 1 to " + std::to_string(id_.size() - 1) + " characters, got '" +
+                  std::string(id) + "'");
+    std::copy(id.begin(), id.end(), id_.begin());
     std::int64_t entries = 1;
     for (std::int64_t i = 0; i < agents; ++i) entries *= actions;
     if (agents < 1 || actions < 1 || entries > kMaxEntries || static_cast<std::int64_t>(payoff.size()) != entries)
@@ -44,23 +51,24 @@ class MatrixGame {
     // The published table has agent 0's action as its row and agent 1's as its column:
     //   {11, -30, 0}, {-30, 7, 6}, {0, 0, 5}; stored by joint action (payoff[a0 + 3 a1]).
     const std::array<double, 9> p{11, -30, 0, -30, 7, 0, 0, 6, 5};
-    return MatrixGame(2, 3, p);
+    return MatrixGame(2, 3, p, "Climbing");
   }
   /// The penalty game (Claus and Boutilier 1998) with miscoordination penalty `k` <= 0:
   /// optima 10 at (0, 0) and (2, 2), a safe 2 at (1, 1), and k where the agents disagree
   /// between the optima.
   static MatrixGame penalty(double k) {
     const std::array<double, 9> p{10, 0, k, 0, 2, 0, k, 0, 10};
-    return MatrixGame(2, 3, p);
+    return MatrixGame(2, 3, p, "Penalty");
   }
-  /// A credit-assignment game: k agents with two actions; action 0 of agent 0 is worth
-  /// `small` to the team and action 1 of every other agent `large`. The optimum is agent 0
-  /// on action 0 and the others on action 1. Agent 0's share of the team's reward is small
-  /// next to the noise the others' exploration puts in it, and its good action is the one
-  /// the others learn to avoid (an actor shared by the agents carries their lesson over):
-  /// learners whose advantage does not condition on the others' actions (independent
-  /// critics, a central V) are pulled the wrong way; COMA's counterfactual baseline
-  /// removes the others' share.
+  /// A credit-assignment game: k agents with two actions. Agent 0's good action is 0,
+  /// worth `small` to the team; agent i >= 1's good action is i mod 2, worth `large`. The
+  /// optimum is every agent on its good action. While the others explore, their choices
+  /// put noise of variance about (k - 1) large^2 / 4 into the team's reward, next to which
+  /// agent 0's share is small: an advantage that does not condition on the others' actions
+  /// (an independent critic's, a central V's) carries that noise, and agent 0 learns
+  /// slowly; COMA's counterfactual advantage removes the others' share. The good actions
+  /// alternate so that an actor shared by the agents gains nothing from learning one
+  /// action for all of them: each agent's choice must come from its own credit.
   static MatrixGame credit(std::int64_t agents, double small, double large) {
     std::array<double, kMaxEntries> p{};
     const std::int64_t n = std::int64_t{1} << agents;
@@ -68,12 +76,20 @@ class MatrixGame {
     for (std::int64_t j = 0; j < n; ++j) {
       double r = (j & 1) ? 0.0 : small;
       for (std::int64_t a = 1; a < agents; ++a)
-        if ((j >> a) & 1) r += large;
+        if (((j >> a) & 1) == (a & 1)) r += large;
       p[static_cast<std::size_t>(j)] = r;
     }
-    return MatrixGame(agents, 2, std::span<const double>(p.data(), static_cast<std::size_t>(n)));
+    return MatrixGame(agents, 2, std::span<const double>(p.data(), static_cast<std::size_t>(n)), "Credit");
+  }
+  /// The joint action of the credit game's optimum (agent 0 on 0, agent i on i mod 2).
+  static std::int64_t credit_optimum(std::int64_t agents) noexcept {
+    std::int64_t j = 0;
+    for (std::int64_t a = 1; a < agents; ++a) j |= (a & 1) << a;
+    return j;
   }
 
+  /// The game's name ("Climbing", "Penalty", "Credit", or the one it was given).
+  [[nodiscard]] std::string_view id() const noexcept { return std::string_view(id_.data()); }
   [[nodiscard]] std::int64_t num_agents() const noexcept { return k_; }
   [[nodiscard]] std::int64_t agent_observation_size() const noexcept { return 1; }
   [[nodiscard]] std::int64_t num_actions() const noexcept { return n_; }
@@ -109,6 +125,7 @@ class MatrixGame {
  private:
   std::int64_t k_ = 2, n_ = 3;
   std::array<double, kMaxEntries> payoff_{};
+  std::array<char, 24> id_{};
   bool done_ = false;
 };
 

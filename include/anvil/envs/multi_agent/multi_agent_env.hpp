@@ -134,9 +134,17 @@ class Joint {
     return StepResult{row_, r.reward, r.terminated, r.truncated};
   }
 
+  /// The name of this env (the wrapped env's own where it has several, e.g. "Climbing").
+  [[nodiscard]] std::string_view id() const noexcept {
+    if constexpr (requires { { env_.id() } -> std::convertible_to<std::string_view>; }) return env_.id();
+    else return M::name;
+  }
+
   /// The wrapped env.
   [[nodiscard]] const M& env() const noexcept { return env_; }
   [[nodiscard]] M& env() noexcept { return env_; }
+  /// The row the env showed last (after `reset` or `step`).
+  [[nodiscard]] std::span<const float> observation() const noexcept { return row_; }
   /// The agents' actions of the last step.
   [[nodiscard]] std::span<const std::int64_t> last_actions() const noexcept { return actions_; }
 

@@ -17,7 +17,7 @@
 namespace anvil::envs {
 
 /// The names `with_team_env` knows: the mapping mission, simple spread, and the climbing,
-/// penalty (k = -100) and credit (5 agents, 1 and 10) matrix games.
+/// penalty (k = -100) and credit (7 agents, 1 and 50) matrix games.
 inline constexpr std::array<std::string_view, 5> kBuiltinTeamEnvs{"Mapping", "SimpleSpread", "Climbing", "Penalty",
                                                                   "Credit"};
 
@@ -29,7 +29,7 @@ decltype(auto) with_team_env(std::string_view id, F&& f) {
   if (id == "SimpleSpread") return std::forward<F>(f)(Joint<SimpleSpread>{});
   if (id == "Climbing") return std::forward<F>(f)(Joint<MatrixGame>(MatrixGame::climbing()));
   if (id == "Penalty") return std::forward<F>(f)(Joint<MatrixGame>(MatrixGame::penalty(-100)));
-  if (id == "Credit") return std::forward<F>(f)(Joint<MatrixGame>(MatrixGame::credit(5, 1.0, 10.0)));
+  if (id == "Credit") return std::forward<F>(f)(Joint<MatrixGame>(MatrixGame::credit(7, 1.0, 50.0)));
   std::string known;
   for (auto n : kBuiltinTeamEnvs) known += (known.empty() ? "" : ", ") + std::string(n);
   throw ConfigError("env.id='" + std::string(id) + "' is not a built-in multi-agent env; choose one of " + known +
