@@ -42,6 +42,7 @@
 
 #include <anvil/nn/activation.hpp>
 #include <anvil/nn/gaussian_actor.hpp>
+#include <anvil/nn/gru_actor.hpp>
 #include <anvil/nn/manual_mlp.hpp>
 #include <anvil/nn/mlp.hpp>
 #include <anvil/nn/twin_q.hpp>

@@ -8,7 +8,10 @@
 
 #include <torch/torch.h>
 
+#include <array>
 #include <cmath>
+#include <span>
+#include <string_view>
 #include <filesystem>
 #include <vector>
 
@@ -183,7 +186,7 @@ AdvantageStats agent0_advantages(ComaCritic critic) {
   torch::manual_seed(5);
   const std::int64_t n = 1024;
   const auto u = torch::randint(0, 2, {n, 1, k}, torch::kLong);
-  const auto rows = torch::ones({n, 1, k * 3 + 1});  // obs 1 | all available | state 1
+  const auto rows = torch::ones({n, 1, k * 3 + 2});  // obs 1 | all available | state 1 | first step
   const auto onehot = torch::one_hot(u, 2).to(torch::kFloat);
   const auto out = coma.critic()->forward(coma.critic_input(rows, onehot, torch::zeros_like(onehot))).select(1, 0).select(1, 0);
   const auto u0 = u.select(1, 0).select(1, 0);
@@ -251,8 +254,8 @@ CreditRun train_credit(ComaCritic critic, std::uint64_t seed) {
   t.fit();
   auto& coma = t.algorithm();
   torch::NoGradGuard no_grad;
-  const auto rows = torch::ones({1, k * 3 + 1});  // obs 1 | all available | state 1
-  const auto pi = coma.policy(coma.split_obs(rows), coma.split_avail(rows), 0.0).reshape({k, 2});
+  const auto rows = torch::ones({1, k * 3 + 2});  // obs 1 | all available | state 1 | first step
+  const auto pi = coma.policy(rows, 0.0).reshape({k, 2});
   const auto greedy = coma.act(rows, ActMode::deterministic).item<std::int64_t>();
   std::filesystem::remove_all(*c.run->run_dir);
   return {pi[0][0].item<double>(), greedy == envs::MatrixGame::credit_optimum(k)};
@@ -285,57 +288,164 @@ TEST_CASE("COMA learns the optimal joint action of the credit game, where indepe
   CHECK(iac_mean < 0.8);       // and is unsure of agent 0's action on average
 }
 
-TEST_CASE("Trainer<COMA>: resuming from a checkpoint continues bitwise like the uninterrupted run") {
-  auto c = coma_config("coma_resume_a", 2000, 4);
-  c.run->checkpoint_interval = 900;
-  c.algorithm->batch_size = 64;
-  c.algorithm->batch_number = 5;  // 320 agent-transitions: a round holds 300, so a training
-  c.algorithm->data_passes = 2;   // every second round, and the checkpoint after round 9 holds one
-  c.algorithm->target_update_interval = 5;
-  c.algorithm->epsilon_anneal_episodes = 50;
-  ComaTrainer a(envs::Joint<envs::SimpleSpread>{}, c);
-  a.fit();
-  std::filesystem::path ckpt;
-  for (const auto& e : std::filesystem::directory_iterator(*c.run->run_dir))
-    if (e.path().extension() == ".ckpt" && e.path().filename().string().find("000000000900") != std::string::npos) ckpt = e.path();
-  REQUIRE_FALSE(ckpt.empty());
-  {  // the checkpoint holds episodes waiting for the next training
-    auto probe = c;
-    probe.run->run_dir = temp_run_dir("coma_resume_probe");
-    probe.run->resume = ckpt.string();
-    probe.train->steps = 900;
-    ComaTrainer p(envs::Joint<envs::SimpleSpread>{}, probe);
-    p.begin();
-    CHECK(p.algorithm().held_transitions() == 300);
-    std::filesystem::remove_all(*probe.run->run_dir);
+TEST_CASE("Trainer<COMA>: resuming from a checkpoint continues bitwise like the uninterrupted run, MLP and GRU actors") {
+  for (int gru : {0, 16}) {
+    CAPTURE(gru);
+    auto c = coma_config("coma_resume_a", 2000, 4);
+    c.algorithm->actor->gru = gru;
+    c.run->checkpoint_interval = 900;
+    c.algorithm->batch_size = 64;
+    c.algorithm->batch_number = 5;  // 320 agent-transitions: a round holds 300, so a training
+    c.algorithm->data_passes = 2;   // every second round, and the checkpoint after round 9 holds one
+    c.algorithm->target_update_interval = 5;
+    c.algorithm->epsilon_anneal_episodes = 50;
+    ComaTrainer a(envs::Joint<envs::SimpleSpread>{}, c);
+    a.fit();
+    std::filesystem::path ckpt;
+    for (const auto& e : std::filesystem::directory_iterator(*c.run->run_dir))
+      if (e.path().extension() == ".ckpt" && e.path().filename().string().find("000000000900") != std::string::npos) ckpt = e.path();
+    REQUIRE_FALSE(ckpt.empty());
+    {  // the checkpoint holds episodes waiting for the next training
+      auto probe = c;
+      probe.run->run_dir = temp_run_dir("coma_resume_probe");
+      probe.run->resume = ckpt.string();
+      probe.train->steps = 900;
+      ComaTrainer p(envs::Joint<envs::SimpleSpread>{}, probe);
+      p.begin();
+      CHECK(p.algorithm().held_transitions() == 300);
+      std::filesystem::remove_all(*probe.run->run_dir);
+    }
+
+    auto rc = c;
+    rc.run->run_dir = temp_run_dir("coma_resume_b");
+    rc.run->resume = ckpt.string();
+    ComaTrainer b(envs::Joint<envs::SimpleSpread>{}, rc);
+    b.fit();
+    CHECK(b.env_steps() == a.env_steps());
+    CHECK(b.algorithm().episodes() == a.algorithm().episodes());
+    CHECK(b.algorithm().critic_steps() == a.algorithm().critic_steps());
+    auto weights = [](ComaTrainer& t) {
+      std::vector<at::Tensor> w;
+      for (const auto& [name, p] : t.algorithm().flat_parameters()) w.push_back(p.clone());
+      return w;
+    };
+    const auto wa = weights(a), wb = weights(b);
+    REQUIRE(wa.size() == wb.size());
+    for (std::size_t i = 0; i < wa.size(); ++i) CHECK(torch::equal(wa[i], wb[i]));
+
+    // Another seed gives other weights: the comparison can tell.
+    auto f = c;
+    f.run->run_dir = temp_run_dir("coma_resume_c");
+    f.run->seed = 9;
+    f.run->checkpoint_interval = 0;
+    ComaTrainer o(envs::Joint<envs::SimpleSpread>{}, f);
+    o.fit();
+    CHECK_FALSE(torch::equal(weights(o)[0], wa[0]));
+    for (const auto& d : {*c.run->run_dir, *rc.run->run_dir, *f.run->run_dir}) std::filesystem::remove_all(d);
   }
+}
 
-  auto rc = c;
-  rc.run->run_dir = temp_run_dir("coma_resume_b");
-  rc.run->resume = ckpt.string();
-  ComaTrainer b(envs::Joint<envs::SimpleSpread>{}, rc);
-  b.fit();
-  CHECK(b.env_steps() == a.env_steps());
-  CHECK(b.algorithm().episodes() == a.algorithm().episodes());
-  CHECK(b.algorithm().critic_steps() == a.algorithm().critic_steps());
-  auto weights = [](ComaTrainer& t) {
-    std::vector<at::Tensor> w;
-    for (const auto& [name, p] : t.algorithm().flat_parameters()) w.push_back(p.clone());
-    return w;
-  };
-  const auto wa = weights(a), wb = weights(b);
-  REQUIRE(wa.size() == wb.size());
-  for (std::size_t i = 0; i < wa.size(); ++i) CHECK(torch::equal(wa[i], wb[i]));
+namespace {
 
-  // Another seed gives other weights: the comparison can tell.
-  auto f = c;
-  f.run->run_dir = temp_run_dir("coma_resume_c");
-  f.run->seed = 9;
-  f.run->checkpoint_interval = 0;
-  ComaTrainer o(envs::Joint<envs::SimpleSpread>{}, f);
-  o.fit();
-  CHECK_FALSE(torch::equal(weights(o)[0], wa[0]));
-  for (const auto& d : {*c.run->run_dir, *rc.run->run_dir, *f.run->run_dir}) std::filesystem::remove_all(d);
+// A memory task: each of two agents sees a cue bit at the first of two steps and a blank
+// at the second, where the team scores 1 for each agent whose action repeats its cue. An
+// agent without memory can do no better than guess (a return of 1 on average); one that
+// remembers scores 2. The critic's state holds the cues throughout.
+struct Recall {
+  static constexpr std::string_view name = "Recall";
+  std::array<int, 2> cue{};
+  std::int64_t t = 0;
+  [[nodiscard]] std::int64_t num_agents() const { return 2; }
+  [[nodiscard]] std::int64_t agent_observation_size() const { return 2; }  // cue, is-blank
+  [[nodiscard]] std::int64_t num_actions() const { return 2; }
+  [[nodiscard]] std::int64_t state_size() const { return 3; }  // both cues, the step
+  void reset(std::uint64_t seed) {
+    Rng rng(seed);
+    for (auto& c : cue) c = static_cast<int>(rng.below(2));
+    t = 0;
+  }
+  envs::TeamStep step(std::span<const std::int64_t> u) {
+    double r = 0;
+    if (t == 1)
+      for (int i = 0; i < 2; ++i) r += u[static_cast<std::size_t>(i)] == cue[static_cast<std::size_t>(i)] ? 1.0 : 0.0;
+    ++t;
+    return {r, t == 2, false};
+  }
+  void observe(std::int64_t a, std::span<float> out) const {
+    out[0] = t == 0 ? static_cast<float>(cue[static_cast<std::size_t>(a)]) : 0.0f;
+    out[1] = t == 0 ? 0.0f : 1.0f;
+  }
+  void available_actions(std::int64_t, std::span<float> out) const { out[0] = out[1] = 1.0f; }
+  void write_state(std::span<float> out) const {
+    out[0] = static_cast<float>(cue[0]);
+    out[1] = static_cast<float>(cue[1]);
+    out[2] = static_cast<float>(t);
+  }
+};
+static_assert(envs::MultiAgentEnv<Recall>);
+
+double train_recall(int gru) {
+  auto c = coma_config("coma_recall", 6000, 16);
+  c.run->tensorboard = false;
+  c.buffer->max_steps = 2;
+  c.train->eval_episodes = 64;
+  c.algorithm->actor->gru = gru;
+  c.algorithm->actor->hidden = std::vector<int>{32};
+  c.algorithm->critic_net->hidden = std::vector<int>{64};
+  c.algorithm->batch_size = 32;
+  c.algorithm->batch_number = 2;
+  c.algorithm->data_passes = 2;
+  c.algorithm->target_update_interval = 10;
+  c.algorithm->actor_lr = 3e-3;
+  c.algorithm->critic_lr = 3e-3;
+  c.algorithm->epsilon_anneal_episodes = 1500;
+  ComaTrainer t(envs::Joint<Recall>{}, c);
+  const auto r = t.fit();
+  std::filesystem::remove_all(*c.run->run_dir);
+  return r.final_eval_return;
+}
+
+}  // namespace
+
+TEST_CASE("COMA with a GRU actor remembers a cue that an MLP actor cannot see any more") {
+  const double gru = train_recall(16), mlp = train_recall(0);
+  MESSAGE("Recall return (2 = both agents remember): GRU " << gru << ", MLP " << mlp);
+  CHECK(gru > 1.9);
+  CHECK(mlp < 1.5);
+}
+
+TEST_CASE("COMA's GRU actor acts step by step as its training unrolls the episode") {
+  COMA::Config cfg;
+  cfg.actor->gru = 8;
+  envs::Joint<envs::MappingTask> m;
+  torch::manual_seed(4);
+  COMA coma(envs::spec_of(m), cfg, cpu_context());
+  REQUIRE(coma.recurrent());
+  // Two missions side by side, acted on step by step; the second starts one step late
+  // (its first row comes while the first mission is at its second step).
+  std::array<envs::Joint<envs::MappingTask>, 2> env;
+  std::vector<at::Tensor> rows0, rows1, acts;
+  auto row_of = [](const auto& e) { const auto o = e.observation(); return torch::tensor(std::vector<float>(o.begin(), o.end())); };
+  env[0].reset(1);
+  env[1].reset(2);
+  env[1].step(0);  // env 1 is one step into a mission; it restarts below
+  for (int t = 0; t < 8; ++t) {
+    if (t == 1) env[1].reset(3);
+    const auto rows = torch::stack({row_of(env[0]), row_of(env[1])});
+    rows0.push_back(rows[0]);
+    if (t >= 1) rows1.push_back(rows[1]);
+    const auto a = coma.act(rows, ActMode::deterministic);
+    acts.push_back(a);
+    for (int e = 0; e < 2; ++e) env[static_cast<std::size_t>(e)].step(a[e].item<std::int64_t>());
+  }
+  // The same episodes unrolled from their starts give the same choices.
+  const auto seq0 = torch::stack(rows0).unsqueeze(0), seq1 = torch::stack(rows1).unsqueeze(0);
+  torch::NoGradGuard no_grad;
+  const auto greedy0 = coma.encode(coma.policy(seq0, 0.0).argmax(-1)).squeeze(0);
+  const auto greedy1 = coma.encode(coma.policy(seq1, 0.0).argmax(-1)).squeeze(0);
+  for (int t = 0; t < 8; ++t) CHECK(acts[static_cast<std::size_t>(t)][0].item<std::int64_t>() == greedy0[t].item<std::int64_t>());
+  for (int t = 1; t < 8; ++t)
+    CHECK(acts[static_cast<std::size_t>(t)][1].item<std::int64_t>() == greedy1[t - 1].item<std::int64_t>());
 }
 
 TEST_CASE("Trainer<COMA, EpisodeBuffer, SingleDevice, BF16>: mapping missions train with finite losses, per critic kind") {
@@ -361,6 +471,19 @@ TEST_CASE("COMA refuses a single-agent env, naming it") {
   COMA::Config cfg;
   CHECK_THROWS_WITH_AS(COMA(envs::spec_of(envs::CartPole{}), cfg, cpu_context()),
                        doctest::Contains("COMA: CartPole-v1 is not a multi-agent env"), ConfigError);
+}
+
+TEST_CASE("Trainer<COMA>: normalize.obs is refused for a multi-agent env, normalize.reward is taken") {
+  auto c = coma_config("coma_normalize", 100, 2);
+  c.normalize->obs = true;
+  CHECK_THROWS_WITH_AS(ComaTrainer(envs::Joint<envs::SimpleSpread>{}, c),
+                       doctest::Contains("normalize.obs: SimpleSpread is a multi-agent env"), ConfigError);
+  c.normalize->obs = false;
+  c.normalize->reward = true;
+  c.normalize->gamma = 0.99;
+  ComaTrainer t(envs::Joint<envs::SimpleSpread>{}, c);
+  CHECK(t.fit().env_steps >= 100);
+  std::filesystem::remove_all(*c.run->run_dir);
 }
 
 TEST_CASE("LossScaler: two optimizers' steps inside one scaler step update the scale once") {

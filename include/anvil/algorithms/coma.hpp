@@ -7,7 +7,10 @@
 /// the networks' shapes, the loop and the schedule, so `coma.critic` alone changes.
 ///
 /// - **Actor**, shared by the agents: an MLP on [the agent's observation, its id one-hot]
-///   giving logits over its actions; unavailable actions get no probability; exploration
+///   giving logits over its actions, or with `coma.actor.gru` > 0 hidden layers, a GRU cell
+///   that remembers the episode so far (each agent its own state, forgotten where a row's
+///   first-step flag says an episode starts) and a linear output; trained on whole
+///   episodes, unrolled from their start; unavailable actions get no probability; exploration
 ///   mixes the policy with a uniform choice over the available actions, epsilon annealed
 ///   linearly over episodes (`epsilon_start` -> `epsilon_finish` over `epsilon_anneal_episodes`).
 /// - **Critic** (`counterfactual`): for agent a, Q of every action of a with the others'
@@ -57,6 +60,7 @@
 #include <anvil/core/param.hpp>
 #include <anvil/core/spaces.hpp>
 #include <anvil/core/tensor_io.hpp>
+#include <anvil/nn/gru_actor.hpp>
 #include <anvil/nn/mlp.hpp>
 #include <anvil/optim/flat_adam.hpp>
 #include <anvil/optim/step_context.hpp>
@@ -115,6 +119,14 @@ class COMA {
     Param<std::vector<int>, "hidden", "hidden layer widths", at_least(1)> hidden{128};
     Param<nn::Activation, "activation", "hidden-layer activation"> activation{nn::Activation::relu};
   };
+  struct ActorConfig {
+    Param<std::vector<int>, "hidden", "hidden layer widths", at_least(1)> hidden{128};
+    Param<nn::Activation, "activation", "hidden-layer activation"> activation{nn::Activation::relu};
+    Param<int, "gru",
+          "width of a GRU cell after the hidden layers, whose state carries the episode so far (0: a plain MLP)",
+          in_range(0, 1 << 16)>
+        gru{0};
+  };
 
   /// Defaults: PyMARL's COMA (lr 5e-4, gamma 0.99, TD lambda 0.8, target every 200
   /// critic steps, gradient norm 10, epsilon 0.5 -> 0.01) and our users' schedule (128 x 5
@@ -147,7 +159,7 @@ class COMA {
         epsilon_anneal_episodes{5000};
     Param<double, "ent_coef", "weight of the policy's entropy bonus", at_least(0)> ent_coef{0.0};
     Param<double, "max_grad_norm", "clip each network's gradient norm (0: off)", at_least(0)> max_grad_norm{10.0};
-    Section<"actor", NetConfig> actor;
+    Section<"actor", ActorConfig> actor;
     Section<"critic_net", NetConfig> critic_net;
   };
 
@@ -168,29 +180,33 @@ class COMA {
     // Row j of others_mask_ zeroes agent j's block of a joint one-hot.
     others_mask_ = (1 - eye_).repeat_interleave(n_, 1);  // [k, k*n]
 
-    actor_ = nn::Mlp(layout_.obs_dim + k_, nn::widths(cfg.actor->hidden), n_, cfg.actor->activation);
+    if (recurrent()) {
+      gru_ = nn::GruActor(layout_.obs_dim + k_, nn::widths(cfg.actor->hidden), cfg.actor->gru, n_, cfg.actor->activation);
+      gru_->to(device_);
+    } else {
+      actor_ = nn::Mlp(layout_.obs_dim + k_, nn::widths(cfg.actor->hidden), n_, cfg.actor->activation);
+      actor_->to(device_);
+    }
     critic_ = nn::Mlp(critic_input_size(), nn::widths(cfg.critic_net->hidden), q_critic() ? n_ : 1,
                       cfg.critic_net->activation);
-    actor_->to(device_);
     critic_->to(device_);
-    actor_opt_ = FlatAdam(actor_->parameters(), {.lr = cfg.actor_lr * ctx.lr_scale(cfg.batch_size)});
+    actor_opt_ = FlatAdam(recurrent() ? gru_->parameters() : actor_->parameters(),
+                          {.lr = cfg.actor_lr * ctx.lr_scale(cfg.batch_size)});
     critic_opt_ = FlatAdam(critic_->parameters(), {.lr = cfg.critic_lr * ctx.lr_scale(cfg.batch_size)});
     target_ = std::dynamic_pointer_cast<nn::MlpImpl>(critic_->clone());
     for (auto& p : target_->parameters()) p.set_requires_grad(false);
   }
 
   /// Joint actions [N] (int64) for observation rows [N, row]: each agent samples from its
-  /// epsilon-mixed policy to explore, or takes its most likely available action.
+  /// epsilon-mixed policy to explore, or takes its most likely available action. A
+  /// recurrent actor steps its memory of each env's episode (rows are envs, in the same
+  /// order from call to call; a row's first-step flag starts a new memory).
   at::Tensor act(const at::Tensor& obs, ActMode mode) {
     torch::NoGradGuard no_grad;
     const auto rows = obs.to(device_, at::kFloat);
     const auto avail = split_avail(rows);
-    at::Tensor u;
-    if (mode == ActMode::explore) {
-      u = sample(policy(split_obs(rows), avail, epsilon()));
-    } else {
-      u = masked_logits(split_obs(rows), avail).argmax(-1);
-    }
+    const auto logits = mask(recurrent() ? step_memory(rows) : mlp_logits(split_obs(rows)), avail);
+    const auto u = mode == ActMode::explore ? sample(mix(logits.softmax(-1), avail, epsilon())) : logits.argmax(-1);
     return encode(u);
   }
 
@@ -238,6 +254,8 @@ class COMA {
   [[nodiscard]] at::Tensor split_state(const at::Tensor& rows) const {
     return rows.narrow(-1, layout_.state_offset(), layout_.state_dim);
   }
+  /// The first-step flags [...] (1 on an episode's first row).
+  [[nodiscard]] at::Tensor split_first(const at::Tensor& rows) const { return rows.select(-1, layout_.first_offset()); }
   /// The agents' actions [..., k] of joint actions [...].
   [[nodiscard]] at::Tensor decode(const at::Tensor& joint) const {
     return joint.to(device_).unsqueeze(-1).div(powers_, "floor").remainder(n_);
@@ -245,20 +263,26 @@ class COMA {
   /// Joint actions [...] of agents' actions [..., k].
   [[nodiscard]] at::Tensor encode(const at::Tensor& u) const { return (u * powers_).sum(-1); }
 
-  /// The actor's logits [..., k, n] with unavailable actions at -1e10 (float32).
-  at::Tensor masked_logits(const at::Tensor& obs_k, const at::Tensor& avail) {
-    const auto logits = actor_->forward(actor_input(obs_k)).to(at::kFloat);
-    return logits.masked_fill(avail < 0.5, -1e10);
+  /// Whether the actor has memory (`coma.actor.gru` > 0).
+  [[nodiscard]] bool recurrent() const noexcept { return cfg_.actor->gru > 0; }
+  /// The actor's logits [..., k, n] (float32, unmasked) for observation rows: per row for
+  /// an MLP; a recurrent actor reads rows [B, T, row] as B episodes of T steps from their
+  /// start (and rows [N, row] as first steps).
+  at::Tensor logits(const at::Tensor& rows) {
+    if (!recurrent()) return mlp_logits(split_obs(rows));
+    const auto seq = rows.dim() == 2 ? rows.unsqueeze(1) : rows;  // [B, T, row]
+    const auto B = seq.size(0), T = seq.size(1);
+    const auto x = actor_input(split_obs(seq)).transpose(0, 1).reshape({T, B * k_, -1});  // time first, rows b*k + a
+    auto first = split_first(seq).transpose(0, 1).repeat_interleave(k_, 1);               // [T, B*k]
+    first.select(0, 0).fill_(1.0);                                                          // every sequence starts afresh
+    const auto out = gru_->unroll(x, first).reshape({T, B, k_, n_}).transpose(0, 1);       // [B, T, k, n]
+    return rows.dim() == 2 ? out.squeeze(1) : out;
   }
-  /// The policy [..., k, n]: softmax over the available actions, mixed with epsilon of a
-  /// uniform choice among them.
-  at::Tensor policy(const at::Tensor& obs_k, const at::Tensor& avail, double eps) {
-    auto p = masked_logits(obs_k, avail).softmax(-1);
-    if (eps > 0) {
-      const auto a = avail.to(at::kFloat);
-      p = (1 - eps) * p + eps * a / a.sum(-1, true);
-    }
-    return p;
+  /// The policy [..., k, n] for observation rows (see `logits`): softmax over the
+  /// available actions, mixed with epsilon of a uniform choice among them.
+  at::Tensor policy(const at::Tensor& rows, double eps) {
+    const auto avail = split_avail(rows);
+    return mix(mask(logits(rows), avail).softmax(-1), avail, eps);
   }
   /// The counterfactual baseline of each row: sum_u' pi(u') Q[u'] ([R] from [R, n] twice).
   static at::Tensor counterfactual_baseline(const at::Tensor& pi, const at::Tensor& q) { return (pi * q).sum(-1); }
@@ -379,7 +403,9 @@ class COMA {
     }
   }
 
+  /// The MLP actor (null when the actor is recurrent) and the recurrent one (null otherwise).
   [[nodiscard]] nn::Mlp& actor() noexcept { return actor_; }
+  [[nodiscard]] nn::GruActor& recurrent_actor() noexcept { return gru_; }
   [[nodiscard]] nn::Mlp& critic() noexcept { return critic_; }
   [[nodiscard]] const Config& config() const noexcept { return cfg_; }
   [[nodiscard]] const AgentLayout& layout() const noexcept { return layout_; }
@@ -406,12 +432,38 @@ class COMA {
     e.rows = at::cat({obs, at::zeros({B, 1, obs.size(2)}, obs.options())}, 1);
     e.rows.index_put_({batch, len}, last);
     auto u = at::cat({decode(b.action), at::zeros({B, 1, k_}, powers_.options())}, 1);
-    const auto u_last = sample(policy(split_obs(last), split_avail(last), epsilon()));
-    u.index_put_({batch, len}, u_last);
+    {
+      torch::NoGradGuard no_grad;
+      // A recurrent policy at the bootstrap step needs the episode before it.
+      const auto pi_last = recurrent() ? policy(e.rows, epsilon()).index({batch, len}) : policy(last, epsilon());
+      u.index_put_({batch, len}, sample(pi_last));
+    }
     e.u = u;
     e.onehot = at::one_hot(u, n_).to(at::kFloat);
     e.onehot_prev = at::cat({at::zeros({B, 1, k_, n_}, e.onehot.options()), e.onehot.narrow(1, 0, T)}, 1);
     return e;
+  }
+
+  // The MLP actor's logits [..., k, n] (float32) for each agent's observation [..., k, obs_dim].
+  at::Tensor mlp_logits(const at::Tensor& obs_k) { return actor_->forward(actor_input(obs_k)).to(at::kFloat); }
+  // Logits with unavailable actions at -1e10.
+  static at::Tensor mask(const at::Tensor& logits, const at::Tensor& avail) { return logits.masked_fill(avail < 0.5, -1e10); }
+  // A policy mixed with epsilon of a uniform choice among the available actions.
+  static at::Tensor mix(const at::Tensor& p, const at::Tensor& avail, double eps) {
+    if (eps <= 0) return p;
+    const auto a = avail.to(at::kFloat);
+    return (1 - eps) * p + eps * a / a.sum(-1, true);
+  }
+  // One step of the recurrent actor for rows [N, row] (one per env), from and into the
+  // memory of each env's agents; a row that starts an episode starts from zero.
+  at::Tensor step_memory(const at::Tensor& rows) {
+    const auto N = rows.size(0);
+    if (!memory_.defined() || memory_.size(0) != N * k_)
+      memory_ = at::zeros({N * k_, gru_->memory()}, rows.options().dtype(at::kFloat));
+    const auto keep = (1 - split_first(rows)).repeat_interleave(k_).unsqueeze(-1);
+    auto [out, next] = gru_->step(actor_input(split_obs(rows)).reshape({N * k_, -1}), memory_ * keep);
+    memory_ = next;
+    return out.reshape({N, k_, n_});
   }
 
   // The actor's input [..., k, obs_dim + k]: each agent's observation and id.
@@ -432,9 +484,15 @@ class COMA {
     return at::multinomial(p.reshape({-1, p.size(-1)}), 1).reshape(s);
   }
 
-  // What one training draws its minibatches from: one row per agent-transition.
+  // What one training draws its minibatches from: one row per agent-transition (a
+  // minibatch's `index` says which; a recurrent actor's inputs are the held sequences).
   struct Rows {
-    at::Tensor actor_in, critic_in, avail, u, target;
+    at::Tensor actor_in, critic_in, avail, u, target, index;
+  };
+  // The held episodes, for a recurrent actor: rows [B, T, row] and which of their
+  // steps are real ([B*T], in flatten_rows' order).
+  struct Sequences {
+    at::Tensor rows, valid;
   };
   Rows flatten_rows() {
     std::vector<at::Tensor> ai, ci, av, uu, y;
@@ -452,13 +510,21 @@ class COMA {
         out.insert(out.end(), s.begin() + 3, s.end());
         return f.reshape(out);
       };
-      ai.push_back(pick(actor_input(split_obs(rows))));
+      if (recurrent()) sequences_.push_back(Sequences{rows, valid});
+      else ai.push_back(pick(actor_input(split_obs(rows))));
       ci.push_back(pick(critic_input(rows, ext.onehot.narrow(1, 0, T), ext.onehot_prev.narrow(1, 0, T))));
       av.push_back(pick(split_avail(rows)));
       uu.push_back(pick(ext.u.narrow(1, 0, T).unsqueeze(-1)).squeeze(-1));
       y.push_back(pick(targets(b).unsqueeze(-1)).squeeze(-1));
     }
-    return Rows{at::cat(ai), at::cat(ci), at::cat(av), at::cat(uu), at::cat(y)};
+    return Rows{recurrent() ? at::Tensor() : at::cat(ai), at::cat(ci), at::cat(av), at::cat(uu), at::cat(y), {}};
+  }
+  // The recurrent actor's logits [R, n] of every held agent-transition (in the order of
+  // flatten_rows' rows), each episode unrolled from its start.
+  at::Tensor sequence_logits() {
+    std::vector<at::Tensor> out;
+    for (const auto& s : sequences_) out.push_back(logits(s.rows).reshape({-1, k_, n_}).index({s.valid}).reshape({-1, n_}));
+    return at::cat(out);
   }
   // Targets only (a pass after the first: the target critic may have been updated).
   at::Tensor flatten_targets() {
@@ -471,6 +537,7 @@ class COMA {
   }
 
   UpdateInfo train(StepContext& ctx) {
+    sequences_.clear();
     Rows rows = flatten_rows();
     const std::int64_t R = rows.u.size(0), bs = cfg_.batch_size;
     double critic_loss = 0, actor_loss = 0, advantage = 0, entropy = 0, q_taken = 0;
@@ -482,8 +549,8 @@ class COMA {
       for (int j = 0; j < cfg_.batch_number; ++j) {
         // Every rank takes batch_number minibatches; a rank with fewer rows wraps around.
         const auto idx = perm.index({(at::arange(bs, perm.options()) + j * bs).remainder(R)});
-        const Rows mb{rows.actor_in.index({idx}), rows.critic_in.index({idx}), rows.avail.index({idx}),
-                      rows.u.index({idx}), rows.target.index({idx})};
+        const Rows mb{recurrent() ? at::Tensor() : rows.actor_in.index({idx}), rows.critic_in.index({idx}),
+                      rows.avail.index({idx}), rows.u.index({idx}), rows.target.index({idx}), idx};
         auto scaler_step = ctx.one_scaler_step();
         critic_loss += critic_step(mb, ctx, q_taken);
         actor_loss += actor_step(mb, ctx, eps, advantage, entropy);
@@ -532,7 +599,6 @@ class COMA {
     at::Tensor grad;
     double loss_sum = 0, adv_sum = 0, ent_sum = 0;
     for (const auto& part : parts) {
-      const auto ai = mb.actor_in.narrow(0, part.begin, part.rows);
       const auto ci = mb.critic_in.narrow(0, part.begin, part.rows);
       const auto av = mb.avail.narrow(0, part.begin, part.rows);
       const auto u = mb.u.narrow(0, part.begin, part.rows);
@@ -540,7 +606,11 @@ class COMA {
       at::Tensor loss, adv, h;
       {
         auto guard = ctx.autocast();
-        auto logits = actor_->forward(ai).to(at::kFloat).masked_fill(av < 0.5, -1e10);
+        // A recurrent actor unrolls every held episode (the gradient runs through time) and
+        // takes the minibatch's rows.
+        auto logits = mask(recurrent() ? sequence_logits().index({mb.index.narrow(0, part.begin, part.rows)})
+                                       : actor_->forward(mb.actor_in.narrow(0, part.begin, part.rows)).to(at::kFloat),
+                           av);
         auto pi = logits.softmax(-1);
         if (eps > 0) pi = (1 - eps) * pi + eps * av / av.sum(-1, true);
         const auto log_pi = pi.gather(-1, u.unsqueeze(-1)).squeeze(-1).clamp_min(1e-10).log();
@@ -578,6 +648,9 @@ class COMA {
   std::int64_t k_ = 0, n_ = 0;
   at::Tensor eye_, powers_, others_mask_;
   nn::Mlp actor_{nullptr}, critic_{nullptr}, target_{nullptr};
+  nn::GruActor gru_{nullptr};
+  at::Tensor memory_;                 // the recurrent actor's state while acting, [envs * k, gru]
+  std::vector<Sequences> sequences_;  // the held episodes while training a recurrent actor
   FlatAdam actor_opt_, critic_opt_;
   std::vector<EpisodeBatch> pending_;
   std::int64_t pending_rows_ = 0, episodes_ = 0, critic_steps_ = 0, updates_ = 0;

@@ -39,9 +39,11 @@ struct Discrete {
 /// buffers, loops): as one observation row and one joint action index
 /// (envs/multi_agent/multi_agent_env.hpp). The row is
 ///
-///     [ obs of agent 0 | ... | obs of agent k-1 | available actions of agent 0 | ... | of agent k-1 | state ]
+///     [ obs of agent 0 | ... | obs of agent k-1 | available actions of agent 0 | ... | of agent k-1 | state | first ]
 ///
-/// with each agent's available actions as 1/0, and the joint action's digits in base
+/// with each agent's available actions as 1/0 and `first` 1 on an episode's first row
+/// (0 after), so that a policy with memory (a recurrent actor) knows when to forget,
+/// whichever loop or evaluation steps the env. The joint action's digits in base
 /// `num_actions` are the agents' actions, agent 0's the least significant.
 struct AgentLayout {
   std::int64_t agents = 0;       ///< 0: a single-agent env
@@ -52,7 +54,8 @@ struct AgentLayout {
   [[nodiscard]] bool multi_agent() const noexcept { return agents > 0; }
   [[nodiscard]] std::int64_t avail_offset() const noexcept { return agents * obs_dim; }
   [[nodiscard]] std::int64_t state_offset() const noexcept { return agents * (obs_dim + num_actions); }
-  [[nodiscard]] std::int64_t row_size() const noexcept { return state_offset() + state_dim; }
+  [[nodiscard]] std::int64_t first_offset() const noexcept { return state_offset() + state_dim; }
+  [[nodiscard]] std::int64_t row_size() const noexcept { return first_offset() + 1; }
   /// num_actions ^ agents, or 0 when it would not fit in an int64.
   [[nodiscard]] std::int64_t joint_actions() const noexcept {
     std::int64_t n = 1;

@@ -134,6 +134,11 @@ class BasicTrainer {
     // Env i of rank r is env r * num_envs + i of the run (envs with tasks are spread over them by it).
     const std::int64_t n_envs = cfg_.env->num_envs;
     auto venv = envs::make_vec_env(env, *cfg_.env, ctx_.seed_for(Stream::env), ctx_.rank * n_envs, ctx_.world_size * n_envs);
+    if (cfg_.normalize->obs && venv->spec().agents.multi_agent())
+      throw ConfigError("normalize.obs: " + venv->spec().name +
+                        " is a multi-agent env whose observation rows hold the agents' action masks and a first-step "
+                        "flag, which normalising would break; normalise inside the env's observations instead "
+                        "(normalize.reward is fine)");
     if (cfg_.normalize->obs || cfg_.normalize->reward) {
       // The return's discount is the algorithm's, which the loop gives the envs (or normalize.gamma).
       auto wrapped = std::make_unique<envs::NormalizedVecEnv>(std::move(venv), *cfg_.normalize, NAN);

@@ -8,7 +8,7 @@
 /// the episodic loop, `EpisodeBuffer`, evaluation, DDP.
 ///
 /// `Joint<M>` lays a step out as `AgentLayout` says (core/spaces.hpp): one observation row
-/// `[obs_0 .. obs_k-1 | avail_0 .. avail_k-1 | state]` and one joint action index whose
+/// `[obs_0 .. obs_k-1 | avail_0 .. avail_k-1 | state | first]` and one joint action index whose
 /// base-`num_actions` digits are the agents' actions (agent 0 least significant). A joint
 /// action that gives an agent an unavailable action is refused with an EnvError naming the
 /// agent, the action and the step. Light header: no torch.
@@ -86,7 +86,8 @@ class Joint {
 
   explicit Joint(M env = M{}) : env_(std::move(env)) { layout(); }
 
-  /// Each agent's observation unbounded, the availability flags in [0, 1], the state unbounded.
+  /// Each agent's observation unbounded, the availability flags in [0, 1], the state
+  /// unbounded, the first-step flag in [0, 1].
   [[nodiscard]] Box observation_space() const {
     const auto l = agent_layout();
     constexpr float kInf = std::numeric_limits<float>::infinity();
@@ -96,6 +97,8 @@ class Joint {
       b.low[static_cast<std::size_t>(i)] = 0.0f;
       b.high[static_cast<std::size_t>(i)] = 1.0f;
     }
+    b.low[static_cast<std::size_t>(l.first_offset())] = 0.0f;
+    b.high[static_cast<std::size_t>(l.first_offset())] = 1.0f;
     return b;
   }
   /// Every joint action: num_actions ^ agents.
@@ -190,6 +193,7 @@ class Joint {
                                             static_cast<std::size_t>(l.num_actions)));
     }
     env_.write_state(row.subspan(static_cast<std::size_t>(l.state_offset()), static_cast<std::size_t>(l.state_dim)));
+    row[static_cast<std::size_t>(l.first_offset())] = steps_ == 0 ? 1.0f : 0.0f;
   }
 
   M env_;
