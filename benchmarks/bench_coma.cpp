@@ -31,6 +31,7 @@ struct BenchConfig {
   anvil::Param<std::vector<int>, "num_envs", "vectorised copies (speed)", anvil::at_least(1)> num_envs{1, 8};
   anvil::Param<std::vector<std::string>, "precision", "fp32 and/or bf16 (speed)"> precision{"fp32", "bf16"};
   anvil::Param<std::int64_t, "steps", "env steps per speed run", anvil::at_least(1)> steps{20'000};
+  anvil::Param<int, "rounds", "speed: rounds, each timing every setting once (interleaved)", anvil::at_least(1)> rounds{3};
   anvil::Param<int, "batch_size", "coma.batch_size of the speed runs", anvil::at_least(1)> batch_size{128};
   anvil::Param<int, "episodes", "missions per seed (reference, policy)", anvil::at_least(1)> episodes{200};
   anvil::Param<std::vector<int>, "seeds", "seeds of the missions (reference; policy: the first)"> seeds{1, 2, 3};
@@ -43,7 +44,7 @@ struct Config {
 namespace {
 
 template <class X>
-void speed(const BenchConfig& b, int n, const std::string& precision) {
+void speed(const BenchConfig& b, int n, const std::string& precision, int round) {
   using Trainer = anvil::Trainer<anvil::COMA, anvil::EpisodeBuffer, anvil::SingleDevice, X>;
   typename Trainer::Config t;
   t.run->device = "cpu";
@@ -64,7 +65,8 @@ void speed(const BenchConfig& b, int n, const std::string& precision) {
     const auto r = trainer.fit();
     const double wall = r.wall_seconds - trainer.times().seconds(anvil::Phase::eval);
     const std::vector<std::pair<std::string, bench::Value>> cfg{
-        {"env", *b.env}, {"num_envs", n}, {"precision", precision}, {"batch_size", *b.batch_size}, {"steps", r.env_steps}};
+        {"env", *b.env}, {"num_envs", n}, {"precision", precision}, {"batch_size", *b.batch_size}, {"steps", r.env_steps},
+        {"round", round}};
     bench::emit("coma_env_steps_per_s", static_cast<double>(r.env_steps) / wall, "env steps/s", cfg);
     bench::emit("coma_minibatch_steps_per_s",
                 static_cast<double>(trainer.algorithm().critic_steps()) /
@@ -209,10 +211,11 @@ int main(int argc, char** argv) {
   }
   if (*b.mode != "speed")
     throw anvil::ConfigError("bench.mode: '" + *b.mode + "' is not one of speed, reference, policy");
-  for (int n : *b.num_envs)
-    for (const auto& p : *b.precision) {
-      if (p == "fp32") speed<anvil::FP32>(b, n, p);
-      else if (p == "bf16") speed<anvil::BF16>(b, n, p);
-      else throw anvil::ConfigError("bench.precision: '" + p + "' is neither fp32 nor bf16");
-    }
+  for (int round = 0; round < b.rounds; ++round)
+    for (int n : *b.num_envs)
+      for (const auto& p : *b.precision) {
+        if (p == "fp32") speed<anvil::FP32>(b, n, p, round);
+        else if (p == "bf16") speed<anvil::BF16>(b, n, p, round);
+        else throw anvil::ConfigError("bench.precision: '" + p + "' is neither fp32 nor bf16");
+      }
 }

@@ -2624,9 +2624,11 @@ struct Discrete {
 /// buffers, loops): as one observation row and one joint action index
 /// (envs/multi_agent/multi_agent_env.hpp). The row is
 ///
-///     [ obs of agent 0 | ... | obs of agent k-1 | available actions of agent 0 | ... | of agent k-1 | state ]
+///     [ obs of agent 0 | ... | obs of agent k-1 | available actions of agent 0 | ... | of agent k-1 | state | first ]
 ///
-/// with each agent's available actions as 1/0, and the joint action's digits in base
+/// with each agent's available actions as 1/0 and `first` 1 on an episode's first row
+/// (0 after), so that a policy with memory (a recurrent actor) knows when to forget,
+/// whichever loop or evaluation steps the env. The joint action's digits in base
 /// `num_actions` are the agents' actions, agent 0's the least significant.
 struct AgentLayout {
   std::int64_t agents = 0;       ///< 0: a single-agent env
@@ -2637,7 +2639,8 @@ struct AgentLayout {
   [[nodiscard]] bool multi_agent() const noexcept { return agents > 0; }
   [[nodiscard]] std::int64_t avail_offset() const noexcept { return agents * obs_dim; }
   [[nodiscard]] std::int64_t state_offset() const noexcept { return agents * (obs_dim + num_actions); }
-  [[nodiscard]] std::int64_t row_size() const noexcept { return state_offset() + state_dim; }
+  [[nodiscard]] std::int64_t first_offset() const noexcept { return state_offset() + state_dim; }
+  [[nodiscard]] std::int64_t row_size() const noexcept { return first_offset() + 1; }
   /// num_actions ^ agents, or 0 when it would not fit in an int64.
   [[nodiscard]] std::int64_t joint_actions() const noexcept {
     std::int64_t n = 1;
@@ -2953,10 +2956,24 @@ concept DescribesAgents = Env<E> && requires(const E& e) {
   { e.agent_layout() } -> std::same_as<AgentLayout>;
 };
 
+/// An env type that stands for several envs, each with a name of its own (`id()`), e.g. the
+/// matrix games, which are one type with different payoffs: `env.id` and logs use `id()`.
+template <class E>
+concept NamedAtRunTime = Env<E> && requires(const E& e) {
+  { e.id() } -> std::convertible_to<std::string_view>;
+};
+
+/// The name of env `e`: its `id()` where it has one, else its type's `name`.
+template <class E>
+[[nodiscard]] std::string env_name(const E& e) {
+  if constexpr (NamedAtRunTime<E>) return std::string(e.id());
+  else return std::string(E::name);
+}
+
 /// The spec of env `e` (with its tasks, when it has several, and its agents).
 template <class E>
 EnvSpec spec_of(const E& e) {
-  EnvSpec s{std::string(E::name), e.observation_space(), e.action_space(), {}};
+  EnvSpec s{env_name(e), e.observation_space(), e.action_space(), {}};
   if constexpr (DescribesAgents<E>) s.agents = e.agent_layout();
   if constexpr (TaskTagged<E>) {
     auto names = e.task_names();
@@ -3639,7 +3656,7 @@ static_assert(ContinuousEnv<MountainCarContinuous>);
 /// the episodic loop, `EpisodeBuffer`, evaluation, DDP.
 ///
 /// `Joint<M>` lays a step out as `AgentLayout` says (core/spaces.hpp): one observation row
-/// `[obs_0 .. obs_k-1 | avail_0 .. avail_k-1 | state]` and one joint action index whose
+/// `[obs_0 .. obs_k-1 | avail_0 .. avail_k-1 | state | first]` and one joint action index whose
 /// base-`num_actions` digits are the agents' actions (agent 0 least significant). A joint
 /// action that gives an agent an unavailable action is refused with an EnvError naming the
 /// agent, the action and the step. Light header: no torch.
@@ -3714,7 +3731,8 @@ class Joint {
 
   explicit Joint(M env = M{}) : env_(std::move(env)) { layout(); }
 
-  /// Each agent's observation unbounded, the availability flags in [0, 1], the state unbounded.
+  /// Each agent's observation unbounded, the availability flags in [0, 1], the state
+  /// unbounded, the first-step flag in [0, 1].
   [[nodiscard]] Box observation_space() const {
     const auto l = agent_layout();
     constexpr float kInf = std::numeric_limits<float>::infinity();
@@ -3724,6 +3742,8 @@ class Joint {
       b.low[static_cast<std::size_t>(i)] = 0.0f;
       b.high[static_cast<std::size_t>(i)] = 1.0f;
     }
+    b.low[static_cast<std::size_t>(l.first_offset())] = 0.0f;
+    b.high[static_cast<std::size_t>(l.first_offset())] = 1.0f;
     return b;
   }
   /// Every joint action: num_actions ^ agents.
@@ -3762,9 +3782,17 @@ class Joint {
     return StepResult{row_, r.reward, r.terminated, r.truncated};
   }
 
+  /// The name of this env (the wrapped env's own where it has several, e.g. "Climbing").
+  [[nodiscard]] std::string_view id() const noexcept {
+    if constexpr (requires { { env_.id() } -> std::convertible_to<std::string_view>; }) return env_.id();
+    else return M::name;
+  }
+
   /// The wrapped env.
   [[nodiscard]] const M& env() const noexcept { return env_; }
   [[nodiscard]] M& env() noexcept { return env_; }
+  /// The row the env showed last (after `reset` or `step`).
+  [[nodiscard]] std::span<const float> observation() const noexcept { return row_; }
   /// The agents' actions of the last step.
   [[nodiscard]] std::span<const std::int64_t> last_actions() const noexcept { return actions_; }
 
@@ -3810,6 +3838,7 @@ class Joint {
                                             static_cast<std::size_t>(l.num_actions)));
     }
     env_.write_state(row.subspan(static_cast<std::size_t>(l.state_offset()), static_cast<std::size_t>(l.state_dim)));
+    row[static_cast<std::size_t>(l.first_offset())] = steps_ == 0 ? 1.0f : 0.0f;
   }
 
   M env_;
@@ -3824,6 +3853,12 @@ class Joint {
 
 namespace anvil::envs {
 
+/// What the mapping mission rewards (see `MappingTask`).
+enum class MappingReward : std::uint8_t {
+  weighted_entropy,  ///< entropy removed, each cell weighted by its belief (targets count)
+  entropy,           ///< entropy removed, every cell alike
+};
+
 /// The mapping mission (see file comment):
 ///
 /// - the field is a 32 x 32 grid of cells; a target map is drawn per episode as 3-6 discs
@@ -3836,10 +3871,16 @@ namespace anvil::envs {
 ///   0.05, 0.15, 0.25 (independently per cell and measurement);
 /// - the belief map holds each cell's probability of being a target (prior 0.5), updated
 ///   by Bayes' rule in log-odds from every measurement;
-/// - reward each step: the entropy (bits, summed over cells) removed that step divided by
-///   the prior map's entropy, so an episode's return is the fraction of the map's
-///   uncertainty removed; the episode ends (terminated: the mission is over) after the
-///   budget of 14 steps;
+/// - reward each step (`MappingReward::weighted_entropy`, the default): the *weighted*
+///   entropy removed that step, as a fraction of the prior map's weighted entropy. A cell's
+///   binary entropy (bits) is weighted by what the updated map believes of it: 1 where a
+///   target is more likely than not, 0 where it is less likely, 1/2 where the belief is
+///   even (the class weighting of Westheider et al.'s mapping mission, which cares about
+///   the targets and not about confirming empty ground). So an episode's return is the
+///   share of the map's target-relevant uncertainty the mission removed, and a team earns
+///   more by measuring where targets are than by sweeping empty ground.
+///   `MappingReward::entropy` weighs every cell 1 (plain entropy reduction);
+/// - the episode ends (terminated: the mission is over) after the budget of 14 steps;
 /// - start: agents at random positions at altitude 0, their first measurement taken;
 /// - an agent observes its position (x, y in [0, 1]), its altitude (one-hot), the budget
 ///   left (fraction), every other agent's offset (dx, dy, d-altitude), and the map's
@@ -3856,6 +3897,8 @@ class MappingTask {
   static constexpr std::array<int, kAltitudes> kFootprintHalf{2, 4, 6};   ///< cells each side of the centre
   static constexpr std::array<double, kAltitudes> kFlip{0.05, 0.15, 0.25};  ///< per-cell error probability
   enum Action : std::int64_t { stay = 0, north, south, east, west, up, down };
+
+  explicit MappingTask(MappingReward reward = MappingReward::weighted_entropy) noexcept : reward_(reward) {}
 
   [[nodiscard]] std::int64_t num_agents() const noexcept { return kAgents; }
   [[nodiscard]] std::int64_t agent_observation_size() const noexcept {
@@ -3877,12 +3920,13 @@ class MappingTask {
           if (std::hypot(x + 0.5 - cx, y + 0.5 - cy) <= r) truth_[index(x, y)] = 1;
     }
     log_odds_.fill(0.0);
+    cell_h_.fill(1.0);
     for (auto& a : agents_) a = Pose{static_cast<int>(rng_.below(kPositions)), static_cast<int>(rng_.below(kPositions)), 0};
     sweep_north_.fill(true);
     steps_ = 0;
     started_ = true;
     for (const auto& a : agents_) measure(a);
-    entropy_ = update_entropies();
+    update_entropies();
   }
 
   TeamStep step(std::span<const std::int64_t> actions) {
@@ -3895,10 +3939,9 @@ class MappingTask {
     }
     for (int i = 0; i < kAgents; ++i) agents_[i] = moved(agents_[i], actions[static_cast<std::size_t>(i)]);
     for (const auto& a : agents_) measure(a);
-    const double before = entropy_;
-    entropy_ = update_entropies();
+    const double removed = update_entropies();
     ++steps_;
-    return TeamStep{(before - entropy_) / kPriorEntropy, steps_ >= kBudget, false};
+    return TeamStep{removed / prior_entropy(reward_), steps_ >= kBudget, false};
   }
 
   void observe(std::int64_t agent, std::span<float> out) const noexcept {
@@ -3934,7 +3977,14 @@ class MappingTask {
   // --- What a mission ends with, and the reference policies -------------------------
 
   /// The map's entropy left, as a fraction of the prior's (1 at the start of nothing known).
-  [[nodiscard]] double entropy_fraction() const noexcept { return entropy_ / kPriorEntropy; }
+  [[nodiscard]] double entropy_fraction() const noexcept { return entropy_ / prior_entropy(MappingReward::entropy); }
+  /// The map's weighted entropy left (see the reward), as a fraction of the prior's.
+  [[nodiscard]] double weighted_entropy_fraction() const noexcept {
+    double h = 0;
+    for (int c = 0; c < kCells * kCells; ++c) h += weight(probability(c)) * cell_h_[static_cast<std::size_t>(c)];
+    return h / prior_entropy(MappingReward::weighted_entropy);
+  }
+  [[nodiscard]] MappingReward reward_kind() const noexcept { return reward_; }
   /// Mean absolute error of the belief map against the targets (0.5 for the prior).
   [[nodiscard]] double map_error() const noexcept {
     double e = 0;
@@ -3984,7 +4034,12 @@ class MappingTask {
   struct Pose {
     int x = 0, y = 0, alt = 0;
   };
-  static constexpr double kPriorEntropy = kCells * kCells;  // 1 bit per cell at p = 0.5
+  // The prior map's (weighted) entropy: 1 bit per cell at p = 0.5, weighted 1/2 when weighted.
+  static constexpr double prior_entropy(MappingReward r) noexcept {
+    return (r == MappingReward::weighted_entropy ? 0.5 : 1.0) * kCells * kCells;
+  }
+  // The weight of a cell the map believes holds a target with probability p.
+  static constexpr double weight(double p) noexcept { return p > 0.501 ? 1.0 : p < 0.499 ? 0.0 : 0.5; }
 
   static constexpr std::size_t index(int x, int y) noexcept { return static_cast<std::size_t>(y * kCells + x); }
   [[nodiscard]] double probability(int c) const noexcept { return 1.0 / (1.0 + std::exp(-log_odds_[static_cast<std::size_t>(c)])); }
@@ -3992,18 +4047,28 @@ class MappingTask {
     if (p <= 0.0 || p >= 1.0) return 0.0;
     return -(p * std::log2(p) + (1 - p) * std::log2(1 - p));
   }
-  // The blocks' mean entropies (kept for the observations) and the map's entropy.
+  // Brings the cells' entropies, the blocks' means (for the observations) and the map's
+  // entropy up to date with the belief map; returns the (weighted) entropy removed since
+  // the last call, each cell weighted by the updated belief.
   double update_entropies() noexcept {
-    double total = 0;
+    double total = 0, removed = 0;
     for (int by = 0; by < kPositions; ++by)
       for (int bx = 0; bx < kPositions; ++bx) {
         double h = 0;
         for (int y = by * kBlock; y < (by + 1) * kBlock; ++y)
-          for (int x = bx * kBlock; x < (bx + 1) * kBlock; ++x) h += binary_entropy(probability(static_cast<int>(index(x, y))));
+          for (int x = bx * kBlock; x < (bx + 1) * kBlock; ++x) {
+            const auto c = index(x, y);
+            const double p = probability(static_cast<int>(c));
+            const double hc = binary_entropy(p);
+            removed += (reward_ == MappingReward::weighted_entropy ? weight(p) : 1.0) * (cell_h_[c] - hc);
+            cell_h_[c] = hc;
+            h += hc;
+          }
         block_h_[static_cast<std::size_t>(by * kPositions + bx)] = static_cast<float>(h / (kBlock * kBlock));
         total += h;
       }
-    return total;
+    entropy_ = total;
+    return removed;
   }
   void block_entropies(std::span<float> out) const noexcept { std::copy(block_h_.begin(), block_h_.end(), out.begin()); }
   [[nodiscard]] float budget_left() const noexcept { return static_cast<float>(kBudget - steps_) / kBudget; }
@@ -4046,10 +4111,12 @@ class MappingTask {
   Rng rng_{0};
   std::array<std::uint8_t, kCells * kCells> truth_{};
   std::array<double, kCells * kCells> log_odds_{};
+  std::array<double, kCells * kCells> cell_h_{};  // each cell's entropy (bits) at the last update
   std::array<Pose, kAgents> agents_{};
   std::array<bool, kAgents> sweep_north_{true, true, true, true};
   std::array<float, kPositions * kPositions> block_h_{};
-  double entropy_ = kPriorEntropy;
+  double entropy_ = kCells * kCells;
+  MappingReward reward_ = MappingReward::weighted_entropy;
   std::int64_t steps_ = 0;
   bool started_ = false;
 };
@@ -4085,8 +4152,15 @@ class MatrixGame {
   static constexpr std::int64_t kMaxEntries = 1024;
 
   MatrixGame() : MatrixGame(climbing()) {}
-  /// `payoff` holds n^k entries, indexed by the joint action.
-  MatrixGame(std::int64_t agents, std::int64_t actions, std::span<const double> payoff) : k_(agents), n_(actions) {
+  /// `payoff` holds n^k entries, indexed by the joint action; `id` names the game in logs
+  /// and for `env.id` (at most 23 characters).
+  MatrixGame(std::int64_t agents, std::int64_t actions, std::span<const double> payoff,
+             std::string_view id = "MatrixGame")
+      : k_(agents), n_(actions) {
+    if (id.empty() || id.size() >= id_.size())
+      throw Error("MatrixGame: a game's id has 1 to " + std::to_string(id_.size() - 1) + " characters, got '" +
+                  std::string(id) + "'");
+    std::copy(id.begin(), id.end(), id_.begin());
     std::int64_t entries = 1;
     for (std::int64_t i = 0; i < agents; ++i) entries *= actions;
     if (agents < 1 || actions < 1 || entries > kMaxEntries || static_cast<std::int64_t>(payoff.size()) != entries)
@@ -4103,23 +4177,24 @@ class MatrixGame {
     // The published table has agent 0's action as its row and agent 1's as its column:
     //   {11, -30, 0}, {-30, 7, 6}, {0, 0, 5}; stored by joint action (payoff[a0 + 3 a1]).
     const std::array<double, 9> p{11, -30, 0, -30, 7, 0, 0, 6, 5};
-    return MatrixGame(2, 3, p);
+    return MatrixGame(2, 3, p, "Climbing");
   }
   /// The penalty game (Claus and Boutilier 1998) with miscoordination penalty `k` <= 0:
   /// optima 10 at (0, 0) and (2, 2), a safe 2 at (1, 1), and k where the agents disagree
   /// between the optima.
   static MatrixGame penalty(double k) {
     const std::array<double, 9> p{10, 0, k, 0, 2, 0, k, 0, 10};
-    return MatrixGame(2, 3, p);
+    return MatrixGame(2, 3, p, "Penalty");
   }
-  /// A credit-assignment game: k agents with two actions; action 0 of agent 0 is worth
-  /// `small` to the team and action 1 of every other agent `large`. The optimum is agent 0
-  /// on action 0 and the others on action 1. Agent 0's share of the team's reward is small
-  /// next to the noise the others' exploration puts in it, and its good action is the one
-  /// the others learn to avoid (an actor shared by the agents carries their lesson over):
-  /// learners whose advantage does not condition on the others' actions (independent
-  /// critics, a central V) are pulled the wrong way; COMA's counterfactual baseline
-  /// removes the others' share.
+  /// A credit-assignment game: k agents with two actions. Agent 0's good action is 0,
+  /// worth `small` to the team; agent i >= 1's good action is i mod 2, worth `large`. The
+  /// optimum is every agent on its good action. While the others explore, their choices
+  /// put noise of variance about (k - 1) large^2 / 4 into the team's reward, next to which
+  /// agent 0's share is small: an advantage that does not condition on the others' actions
+  /// (an independent critic's, a central V's) carries that noise, and agent 0 learns
+  /// slowly; COMA's counterfactual advantage removes the others' share. The good actions
+  /// alternate so that an actor shared by the agents gains nothing from learning one
+  /// action for all of them: each agent's choice must come from its own credit.
   static MatrixGame credit(std::int64_t agents, double small, double large) {
     std::array<double, kMaxEntries> p{};
     const std::int64_t n = std::int64_t{1} << agents;
@@ -4127,12 +4202,20 @@ class MatrixGame {
     for (std::int64_t j = 0; j < n; ++j) {
       double r = (j & 1) ? 0.0 : small;
       for (std::int64_t a = 1; a < agents; ++a)
-        if ((j >> a) & 1) r += large;
+        if (((j >> a) & 1) == (a & 1)) r += large;
       p[static_cast<std::size_t>(j)] = r;
     }
-    return MatrixGame(agents, 2, std::span<const double>(p.data(), static_cast<std::size_t>(n)));
+    return MatrixGame(agents, 2, std::span<const double>(p.data(), static_cast<std::size_t>(n)), "Credit");
+  }
+  /// The joint action of the credit game's optimum (agent 0 on 0, agent i on i mod 2).
+  static std::int64_t credit_optimum(std::int64_t agents) noexcept {
+    std::int64_t j = 0;
+    for (std::int64_t a = 1; a < agents; ++a) j |= (a & 1) << a;
+    return j;
   }
 
+  /// The game's name ("Climbing", "Penalty", "Credit", or the one it was given).
+  [[nodiscard]] std::string_view id() const noexcept { return std::string_view(id_.data()); }
   [[nodiscard]] std::int64_t num_agents() const noexcept { return k_; }
   [[nodiscard]] std::int64_t agent_observation_size() const noexcept { return 1; }
   [[nodiscard]] std::int64_t num_actions() const noexcept { return n_; }
@@ -4168,6 +4251,7 @@ class MatrixGame {
  private:
   std::int64_t k_ = 2, n_ = 3;
   std::array<double, kMaxEntries> payoff_{};
+  std::array<char, 24> id_{};
   bool done_ = false;
 };
 
@@ -4362,7 +4446,7 @@ static_assert(MultiAgentEnv<SimpleSpread>);
 namespace anvil::envs {
 
 /// The names `with_team_env` knows: the mapping mission, simple spread, and the climbing,
-/// penalty (k = -100) and credit (5 agents, 1 and 10) matrix games.
+/// penalty (k = -100) and credit (7 agents, 1 and 50) matrix games.
 inline constexpr std::array<std::string_view, 5> kBuiltinTeamEnvs{"Mapping", "SimpleSpread", "Climbing", "Penalty",
                                                                   "Credit"};
 
@@ -4374,7 +4458,7 @@ decltype(auto) with_team_env(std::string_view id, F&& f) {
   if (id == "SimpleSpread") return std::forward<F>(f)(Joint<SimpleSpread>{});
   if (id == "Climbing") return std::forward<F>(f)(Joint<MatrixGame>(MatrixGame::climbing()));
   if (id == "Penalty") return std::forward<F>(f)(Joint<MatrixGame>(MatrixGame::penalty(-100)));
-  if (id == "Credit") return std::forward<F>(f)(Joint<MatrixGame>(MatrixGame::credit(5, 1.0, 10.0)));
+  if (id == "Credit") return std::forward<F>(f)(Joint<MatrixGame>(MatrixGame::credit(7, 1.0, 50.0)));
   std::string known;
   for (auto n : kBuiltinTeamEnvs) known += (known.empty() ? "" : ", ") + std::string(n);
   throw ConfigError("env.id='" + std::string(id) + "' is not a built-in multi-agent env; choose one of " + known +
@@ -4600,7 +4684,8 @@ struct VecEnvConfig {
       mode{VecMode::sync};
   Param<std::string, "id",
         "the env by name, in programs that choose it at run time (Pendulum-v1, CartPole-v1, Acrobot-v1, "
-        "MountainCarContinuous-v0); elsewhere empty or the program's env">
+        "MountainCarContinuous-v0; multi-agent: Mapping, SimpleSpread, Climbing, Penalty, Credit); elsewhere "
+        "empty or the program's env">
       id{""};
   Param<std::string, "suite", "a suite of tasks for envs that have tasks (the manipulation suite: mt10)"> suite{""};
   Param<std::vector<std::string>, "tasks",
@@ -4730,8 +4815,8 @@ class VecEnv final : public VecEnvBase {
 
   // The prototype with the config's env.id, env.suite and env.tasks applied (or refused).
   static E configured(const E& prototype, const VecEnvConfig& cfg) {
-    if (!cfg.id->empty() && *cfg.id != E::name)
-      throw ConfigError("env.id=" + *cfg.id + ": this program trains " + std::string(E::name) +
+    if (!cfg.id->empty() && *cfg.id != env_name(prototype))
+      throw ConfigError("env.id=" + *cfg.id + ": this program trains " + env_name(prototype) +
                         " (env.id chooses the env only in programs that take it at run time, e.g. train_ppo)");
     E e = prototype;
     if (cfg.suite->empty() && cfg.tasks->empty()) return e;
@@ -6003,6 +6088,92 @@ class GaussianActorTape {
 
 }  // namespace anvil::nn
 // ---- end <anvil/nn/gaussian_actor.hpp> ----
+// ---- begin <anvil/nn/gru_actor.hpp> ----
+/// @file
+/// `GruActor`: a policy network with memory, for agents that see only part of the world:
+/// hidden layers on each step's input, a GRU cell that carries a hidden state through the
+/// episode, and a linear output (the recurrent agent of PyMARL's COMA, with hidden layers
+/// of our choosing). The caller owns the hidden state: `step` takes and returns it, and
+/// `unroll` runs whole sequences from a zero state, forgetting where a sequence says an
+/// episode starts.
+
+#include <torch/nn/cloneable.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/nn/modules/rnn.h>
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+
+namespace anvil::nn {
+
+/// `in -> hidden... (activation after each) -> GRU cell (memory) -> out`. Cloneable.
+class GruActorImpl : public torch::nn::Cloneable<GruActorImpl> {
+ public:
+  GruActorImpl(std::int64_t in, std::vector<std::int64_t> hidden, std::int64_t memory, std::int64_t out,
+               Activation activation = Activation::relu)
+      : in_(in), hidden_(std::move(hidden)), memory_(memory), out_(out), activation_(activation) {
+    if (memory_ < 1) throw Error("GruActor: the memory (GRU width) must be at least 1, got " + std::to_string(memory_));
+    reset();
+  }
+  /// (Re)creates the layers with fresh default initialisation (Cloneable's contract).
+  void reset() override {
+    layers_.clear();
+    std::int64_t width = in_;
+    for (std::size_t i = 0; i < hidden_.size(); ++i) {
+      layers_.push_back(register_module("fc" + std::to_string(i), torch::nn::Linear(width, hidden_[i])));
+      width = hidden_[i];
+    }
+    cell_ = register_module("gru", torch::nn::GRUCell(width, memory_));
+    head_ = register_module("head", torch::nn::Linear(memory_, out_));
+  }
+
+  /// One step: the outputs [R, out] and the next hidden state [R, memory] for inputs
+  /// [R, in] and the hidden state `h` [R, memory]. Under autocast the hidden layers run in
+  /// the reduced dtype; the cell and the output in float32 (the state is carried over many
+  /// steps, where bfloat16's 8-bit significand would drift).
+  std::pair<at::Tensor, at::Tensor> step(at::Tensor x, const at::Tensor& h) {
+    for (auto& layer : layers_) x = activate(layer->forward(x), activation_);
+    const Float32Scope float32(x.device().type());
+    auto next = cell_->forward(x.to(at::kFloat), h.to(at::kFloat));
+    return {head_->forward(next), next};
+  }
+
+  /// The outputs [T, R, out] of sequences [T, R, in] (time first), from a zero state that
+  /// is zeroed again at every step t where `first[t]` ([T, R], 1/0) marks an episode start.
+  at::Tensor unroll(const at::Tensor& x, const at::Tensor& first) {
+    const auto T = x.size(0), R = x.size(1);
+    auto h = at::zeros({R, memory_}, x.options().dtype(at::kFloat));
+    std::vector<at::Tensor> out;
+    out.reserve(static_cast<std::size_t>(T));
+    for (std::int64_t t = 0; t < T; ++t) {
+      h = h * (1 - first[t].to(at::kFloat)).unsqueeze(-1);
+      auto [y, next] = step(x[t], h);
+      out.push_back(std::move(y));
+      h = std::move(next);
+    }
+    return at::stack(out);
+  }
+
+  [[nodiscard]] std::int64_t memory() const noexcept { return memory_; }
+  [[nodiscard]] std::int64_t in_features() const noexcept { return in_; }
+  [[nodiscard]] std::int64_t out_features() const noexcept { return out_; }
+
+ private:
+  std::int64_t in_;
+  std::vector<std::int64_t> hidden_;
+  std::int64_t memory_, out_;
+  Activation activation_;
+  std::vector<torch::nn::Linear> layers_;
+  torch::nn::GRUCell cell_{nullptr};
+  torch::nn::Linear head_{nullptr};
+};
+TORCH_MODULE(GruActor);
+
+}  // namespace anvil::nn
+// ---- end <anvil/nn/gru_actor.hpp> ----
 // ---- begin <anvil/nn/twin_q.hpp> ----
 /// @file
 /// `TwinQ`: two independent Q-networks (clipped double Q, Fujimoto et al. 2018, as used by
@@ -11654,7 +11825,10 @@ class StepCollector {
 /// the networks' shapes, the loop and the schedule, so `coma.critic` alone changes.
 ///
 /// - **Actor**, shared by the agents: an MLP on [the agent's observation, its id one-hot]
-///   giving logits over its actions; unavailable actions get no probability; exploration
+///   giving logits over its actions, or with `coma.actor.gru` > 0 hidden layers, a GRU cell
+///   that remembers the episode so far (each agent its own state, forgotten where a row's
+///   first-step flag says an episode starts) and a linear output; trained on whole
+///   episodes, unrolled from their start; unavailable actions get no probability; exploration
 ///   mixes the policy with a uniform choice over the available actions, epsilon annealed
 ///   linearly over episodes (`epsilon_start` -> `epsilon_finish` over `epsilon_anneal_episodes`).
 /// - **Critic** (`counterfactual`): for agent a, Q of every action of a with the others'
@@ -11751,6 +11925,14 @@ class COMA {
     Param<std::vector<int>, "hidden", "hidden layer widths", at_least(1)> hidden{128};
     Param<nn::Activation, "activation", "hidden-layer activation"> activation{nn::Activation::relu};
   };
+  struct ActorConfig {
+    Param<std::vector<int>, "hidden", "hidden layer widths", at_least(1)> hidden{128};
+    Param<nn::Activation, "activation", "hidden-layer activation"> activation{nn::Activation::relu};
+    Param<int, "gru",
+          "width of a GRU cell after the hidden layers, whose state carries the episode so far (0: a plain MLP)",
+          in_range(0, 1 << 16)>
+        gru{0};
+  };
 
   /// Defaults: PyMARL's COMA (lr 5e-4, gamma 0.99, TD lambda 0.8, target every 200
   /// critic steps, gradient norm 10, epsilon 0.5 -> 0.01) and our users' schedule (128 x 5
@@ -11783,7 +11965,7 @@ class COMA {
         epsilon_anneal_episodes{5000};
     Param<double, "ent_coef", "weight of the policy's entropy bonus", at_least(0)> ent_coef{0.0};
     Param<double, "max_grad_norm", "clip each network's gradient norm (0: off)", at_least(0)> max_grad_norm{10.0};
-    Section<"actor", NetConfig> actor;
+    Section<"actor", ActorConfig> actor;
     Section<"critic_net", NetConfig> critic_net;
   };
 
@@ -11804,29 +11986,33 @@ class COMA {
     // Row j of others_mask_ zeroes agent j's block of a joint one-hot.
     others_mask_ = (1 - eye_).repeat_interleave(n_, 1);  // [k, k*n]
 
-    actor_ = nn::Mlp(layout_.obs_dim + k_, nn::widths(cfg.actor->hidden), n_, cfg.actor->activation);
+    if (recurrent()) {
+      gru_ = nn::GruActor(layout_.obs_dim + k_, nn::widths(cfg.actor->hidden), cfg.actor->gru, n_, cfg.actor->activation);
+      gru_->to(device_);
+    } else {
+      actor_ = nn::Mlp(layout_.obs_dim + k_, nn::widths(cfg.actor->hidden), n_, cfg.actor->activation);
+      actor_->to(device_);
+    }
     critic_ = nn::Mlp(critic_input_size(), nn::widths(cfg.critic_net->hidden), q_critic() ? n_ : 1,
                       cfg.critic_net->activation);
-    actor_->to(device_);
     critic_->to(device_);
-    actor_opt_ = FlatAdam(actor_->parameters(), {.lr = cfg.actor_lr * ctx.lr_scale(cfg.batch_size)});
+    actor_opt_ = FlatAdam(recurrent() ? gru_->parameters() : actor_->parameters(),
+                          {.lr = cfg.actor_lr * ctx.lr_scale(cfg.batch_size)});
     critic_opt_ = FlatAdam(critic_->parameters(), {.lr = cfg.critic_lr * ctx.lr_scale(cfg.batch_size)});
     target_ = std::dynamic_pointer_cast<nn::MlpImpl>(critic_->clone());
     for (auto& p : target_->parameters()) p.set_requires_grad(false);
   }
 
   /// Joint actions [N] (int64) for observation rows [N, row]: each agent samples from its
-  /// epsilon-mixed policy to explore, or takes its most likely available action.
+  /// epsilon-mixed policy to explore, or takes its most likely available action. A
+  /// recurrent actor steps its memory of each env's episode (rows are envs, in the same
+  /// order from call to call; a row's first-step flag starts a new memory).
   at::Tensor act(const at::Tensor& obs, ActMode mode) {
     torch::NoGradGuard no_grad;
     const auto rows = obs.to(device_, at::kFloat);
     const auto avail = split_avail(rows);
-    at::Tensor u;
-    if (mode == ActMode::explore) {
-      u = sample(policy(split_obs(rows), avail, epsilon()));
-    } else {
-      u = masked_logits(split_obs(rows), avail).argmax(-1);
-    }
+    const auto logits = mask(recurrent() ? step_memory(rows) : mlp_logits(split_obs(rows)), avail);
+    const auto u = mode == ActMode::explore ? sample(mix(logits.softmax(-1), avail, epsilon())) : logits.argmax(-1);
     return encode(u);
   }
 
@@ -11874,6 +12060,8 @@ class COMA {
   [[nodiscard]] at::Tensor split_state(const at::Tensor& rows) const {
     return rows.narrow(-1, layout_.state_offset(), layout_.state_dim);
   }
+  /// The first-step flags [...] (1 on an episode's first row).
+  [[nodiscard]] at::Tensor split_first(const at::Tensor& rows) const { return rows.select(-1, layout_.first_offset()); }
   /// The agents' actions [..., k] of joint actions [...].
   [[nodiscard]] at::Tensor decode(const at::Tensor& joint) const {
     return joint.to(device_).unsqueeze(-1).div(powers_, "floor").remainder(n_);
@@ -11881,20 +12069,26 @@ class COMA {
   /// Joint actions [...] of agents' actions [..., k].
   [[nodiscard]] at::Tensor encode(const at::Tensor& u) const { return (u * powers_).sum(-1); }
 
-  /// The actor's logits [..., k, n] with unavailable actions at -1e10 (float32).
-  at::Tensor masked_logits(const at::Tensor& obs_k, const at::Tensor& avail) {
-    const auto logits = actor_->forward(actor_input(obs_k)).to(at::kFloat);
-    return logits.masked_fill(avail < 0.5, -1e10);
+  /// Whether the actor has memory (`coma.actor.gru` > 0).
+  [[nodiscard]] bool recurrent() const noexcept { return cfg_.actor->gru > 0; }
+  /// The actor's logits [..., k, n] (float32, unmasked) for observation rows: per row for
+  /// an MLP; a recurrent actor reads rows [B, T, row] as B episodes of T steps from their
+  /// start (and rows [N, row] as first steps).
+  at::Tensor logits(const at::Tensor& rows) {
+    if (!recurrent()) return mlp_logits(split_obs(rows));
+    const auto seq = rows.dim() == 2 ? rows.unsqueeze(1) : rows;  // [B, T, row]
+    const auto B = seq.size(0), T = seq.size(1);
+    const auto x = actor_input(split_obs(seq)).transpose(0, 1).reshape({T, B * k_, -1});  // time first, rows b*k + a
+    auto first = split_first(seq).transpose(0, 1).repeat_interleave(k_, 1);               // [T, B*k]
+    first.select(0, 0).fill_(1.0);                                                          // every sequence starts afresh
+    const auto out = gru_->unroll(x, first).reshape({T, B, k_, n_}).transpose(0, 1);       // [B, T, k, n]
+    return rows.dim() == 2 ? out.squeeze(1) : out;
   }
-  /// The policy [..., k, n]: softmax over the available actions, mixed with epsilon of a
-  /// uniform choice among them.
-  at::Tensor policy(const at::Tensor& obs_k, const at::Tensor& avail, double eps) {
-    auto p = masked_logits(obs_k, avail).softmax(-1);
-    if (eps > 0) {
-      const auto a = avail.to(at::kFloat);
-      p = (1 - eps) * p + eps * a / a.sum(-1, true);
-    }
-    return p;
+  /// The policy [..., k, n] for observation rows (see `logits`): softmax over the
+  /// available actions, mixed with epsilon of a uniform choice among them.
+  at::Tensor policy(const at::Tensor& rows, double eps) {
+    const auto avail = split_avail(rows);
+    return mix(mask(logits(rows), avail).softmax(-1), avail, eps);
   }
   /// The counterfactual baseline of each row: sum_u' pi(u') Q[u'] ([R] from [R, n] twice).
   static at::Tensor counterfactual_baseline(const at::Tensor& pi, const at::Tensor& q) { return (pi * q).sum(-1); }
@@ -12015,7 +12209,9 @@ class COMA {
     }
   }
 
+  /// The MLP actor (null when the actor is recurrent) and the recurrent one (null otherwise).
   [[nodiscard]] nn::Mlp& actor() noexcept { return actor_; }
+  [[nodiscard]] nn::GruActor& recurrent_actor() noexcept { return gru_; }
   [[nodiscard]] nn::Mlp& critic() noexcept { return critic_; }
   [[nodiscard]] const Config& config() const noexcept { return cfg_; }
   [[nodiscard]] const AgentLayout& layout() const noexcept { return layout_; }
@@ -12042,12 +12238,38 @@ class COMA {
     e.rows = at::cat({obs, at::zeros({B, 1, obs.size(2)}, obs.options())}, 1);
     e.rows.index_put_({batch, len}, last);
     auto u = at::cat({decode(b.action), at::zeros({B, 1, k_}, powers_.options())}, 1);
-    const auto u_last = sample(policy(split_obs(last), split_avail(last), epsilon()));
-    u.index_put_({batch, len}, u_last);
+    {
+      torch::NoGradGuard no_grad;
+      // A recurrent policy at the bootstrap step needs the episode before it.
+      const auto pi_last = recurrent() ? policy(e.rows, epsilon()).index({batch, len}) : policy(last, epsilon());
+      u.index_put_({batch, len}, sample(pi_last));
+    }
     e.u = u;
     e.onehot = at::one_hot(u, n_).to(at::kFloat);
     e.onehot_prev = at::cat({at::zeros({B, 1, k_, n_}, e.onehot.options()), e.onehot.narrow(1, 0, T)}, 1);
     return e;
+  }
+
+  // The MLP actor's logits [..., k, n] (float32) for each agent's observation [..., k, obs_dim].
+  at::Tensor mlp_logits(const at::Tensor& obs_k) { return actor_->forward(actor_input(obs_k)).to(at::kFloat); }
+  // Logits with unavailable actions at -1e10.
+  static at::Tensor mask(const at::Tensor& logits, const at::Tensor& avail) { return logits.masked_fill(avail < 0.5, -1e10); }
+  // A policy mixed with epsilon of a uniform choice among the available actions.
+  static at::Tensor mix(const at::Tensor& p, const at::Tensor& avail, double eps) {
+    if (eps <= 0) return p;
+    const auto a = avail.to(at::kFloat);
+    return (1 - eps) * p + eps * a / a.sum(-1, true);
+  }
+  // One step of the recurrent actor for rows [N, row] (one per env), from and into the
+  // memory of each env's agents; a row that starts an episode starts from zero.
+  at::Tensor step_memory(const at::Tensor& rows) {
+    const auto N = rows.size(0);
+    if (!memory_.defined() || memory_.size(0) != N * k_)
+      memory_ = at::zeros({N * k_, gru_->memory()}, rows.options().dtype(at::kFloat));
+    const auto keep = (1 - split_first(rows)).repeat_interleave(k_).unsqueeze(-1);
+    auto [out, next] = gru_->step(actor_input(split_obs(rows)).reshape({N * k_, -1}), memory_ * keep);
+    memory_ = next;
+    return out.reshape({N, k_, n_});
   }
 
   // The actor's input [..., k, obs_dim + k]: each agent's observation and id.
@@ -12068,9 +12290,15 @@ class COMA {
     return at::multinomial(p.reshape({-1, p.size(-1)}), 1).reshape(s);
   }
 
-  // What one training draws its minibatches from: one row per agent-transition.
+  // What one training draws its minibatches from: one row per agent-transition (a
+  // minibatch's `index` says which; a recurrent actor's inputs are the held sequences).
   struct Rows {
-    at::Tensor actor_in, critic_in, avail, u, target;
+    at::Tensor actor_in, critic_in, avail, u, target, index;
+  };
+  // The held episodes, for a recurrent actor: rows [B, T, row] and which of their
+  // steps are real ([B*T], in flatten_rows' order).
+  struct Sequences {
+    at::Tensor rows, valid;
   };
   Rows flatten_rows() {
     std::vector<at::Tensor> ai, ci, av, uu, y;
@@ -12088,13 +12316,21 @@ class COMA {
         out.insert(out.end(), s.begin() + 3, s.end());
         return f.reshape(out);
       };
-      ai.push_back(pick(actor_input(split_obs(rows))));
+      if (recurrent()) sequences_.push_back(Sequences{rows, valid});
+      else ai.push_back(pick(actor_input(split_obs(rows))));
       ci.push_back(pick(critic_input(rows, ext.onehot.narrow(1, 0, T), ext.onehot_prev.narrow(1, 0, T))));
       av.push_back(pick(split_avail(rows)));
       uu.push_back(pick(ext.u.narrow(1, 0, T).unsqueeze(-1)).squeeze(-1));
       y.push_back(pick(targets(b).unsqueeze(-1)).squeeze(-1));
     }
-    return Rows{at::cat(ai), at::cat(ci), at::cat(av), at::cat(uu), at::cat(y)};
+    return Rows{recurrent() ? at::Tensor() : at::cat(ai), at::cat(ci), at::cat(av), at::cat(uu), at::cat(y), {}};
+  }
+  // The recurrent actor's logits [R, n] of every held agent-transition (in the order of
+  // flatten_rows' rows), each episode unrolled from its start.
+  at::Tensor sequence_logits() {
+    std::vector<at::Tensor> out;
+    for (const auto& s : sequences_) out.push_back(logits(s.rows).reshape({-1, k_, n_}).index({s.valid}).reshape({-1, n_}));
+    return at::cat(out);
   }
   // Targets only (a pass after the first: the target critic may have been updated).
   at::Tensor flatten_targets() {
@@ -12107,6 +12343,7 @@ class COMA {
   }
 
   UpdateInfo train(StepContext& ctx) {
+    sequences_.clear();
     Rows rows = flatten_rows();
     const std::int64_t R = rows.u.size(0), bs = cfg_.batch_size;
     double critic_loss = 0, actor_loss = 0, advantage = 0, entropy = 0, q_taken = 0;
@@ -12118,8 +12355,8 @@ class COMA {
       for (int j = 0; j < cfg_.batch_number; ++j) {
         // Every rank takes batch_number minibatches; a rank with fewer rows wraps around.
         const auto idx = perm.index({(at::arange(bs, perm.options()) + j * bs).remainder(R)});
-        const Rows mb{rows.actor_in.index({idx}), rows.critic_in.index({idx}), rows.avail.index({idx}),
-                      rows.u.index({idx}), rows.target.index({idx})};
+        const Rows mb{recurrent() ? at::Tensor() : rows.actor_in.index({idx}), rows.critic_in.index({idx}),
+                      rows.avail.index({idx}), rows.u.index({idx}), rows.target.index({idx}), idx};
         auto scaler_step = ctx.one_scaler_step();
         critic_loss += critic_step(mb, ctx, q_taken);
         actor_loss += actor_step(mb, ctx, eps, advantage, entropy);
@@ -12168,7 +12405,6 @@ class COMA {
     at::Tensor grad;
     double loss_sum = 0, adv_sum = 0, ent_sum = 0;
     for (const auto& part : parts) {
-      const auto ai = mb.actor_in.narrow(0, part.begin, part.rows);
       const auto ci = mb.critic_in.narrow(0, part.begin, part.rows);
       const auto av = mb.avail.narrow(0, part.begin, part.rows);
       const auto u = mb.u.narrow(0, part.begin, part.rows);
@@ -12176,7 +12412,11 @@ class COMA {
       at::Tensor loss, adv, h;
       {
         auto guard = ctx.autocast();
-        auto logits = actor_->forward(ai).to(at::kFloat).masked_fill(av < 0.5, -1e10);
+        // A recurrent actor unrolls every held episode (the gradient runs through time) and
+        // takes the minibatch's rows.
+        auto logits = mask(recurrent() ? sequence_logits().index({mb.index.narrow(0, part.begin, part.rows)})
+                                       : actor_->forward(mb.actor_in.narrow(0, part.begin, part.rows)).to(at::kFloat),
+                           av);
         auto pi = logits.softmax(-1);
         if (eps > 0) pi = (1 - eps) * pi + eps * av / av.sum(-1, true);
         const auto log_pi = pi.gather(-1, u.unsqueeze(-1)).squeeze(-1).clamp_min(1e-10).log();
@@ -12214,6 +12454,9 @@ class COMA {
   std::int64_t k_ = 0, n_ = 0;
   at::Tensor eye_, powers_, others_mask_;
   nn::Mlp actor_{nullptr}, critic_{nullptr}, target_{nullptr};
+  nn::GruActor gru_{nullptr};
+  at::Tensor memory_;                 // the recurrent actor's state while acting, [envs * k, gru]
+  std::vector<Sequences> sequences_;  // the held episodes while training a recurrent actor
   FlatAdam actor_opt_, critic_opt_;
   std::vector<EpisodeBatch> pending_;
   std::int64_t pending_rows_ = 0, episodes_ = 0, critic_steps_ = 0, updates_ = 0;
@@ -16635,6 +16878,11 @@ class BasicTrainer {
     // Env i of rank r is env r * num_envs + i of the run (envs with tasks are spread over them by it).
     const std::int64_t n_envs = cfg_.env->num_envs;
     auto venv = envs::make_vec_env(env, *cfg_.env, ctx_.seed_for(Stream::env), ctx_.rank * n_envs, ctx_.world_size * n_envs);
+    if (cfg_.normalize->obs && venv->spec().agents.multi_agent())
+      throw ConfigError("normalize.obs: " + venv->spec().name +
+                        " is a multi-agent env whose observation rows hold the agents' action masks and a first-step "
+                        "flag, which normalising would break; normalise inside the env's observations instead "
+                        "(normalize.reward is fine)");
     if (cfg_.normalize->obs || cfg_.normalize->reward) {
       // The return's discount is the algorithm's, which the loop gives the envs (or normalize.gamma).
       auto wrapped = std::make_unique<envs::NormalizedVecEnv>(std::move(venv), *cfg_.normalize, NAN);
