@@ -467,6 +467,31 @@ TEST_CASE("Trainer<COMA, EpisodeBuffer, SingleDevice, BF16>: mapping missions tr
   }
 }
 
+TEST_SUITE("gpu") {
+TEST_CASE("Trainer<COMA, EpisodeBuffer, SingleDevice, FP16>: mapping missions train on CUDA, the critic and actor steps sharing each scaler step") {
+  if (!torch::cuda::is_available()) {
+    MESSAGE("no CUDA device here: the FP16 run is left to a machine with one");
+    return;
+  }
+  using Fp16Trainer = Trainer<COMA, EpisodeBuffer, SingleDevice, FP16>;
+  auto c = coma_config<Fp16Trainer>("coma_fp16", 1120, 8);
+  c.run->device = "cuda";
+  c.buffer->max_steps = 14;
+  c.algorithm->batch_size = 64;
+  c.algorithm->batch_number = 2;
+  c.algorithm->data_passes = 2;
+  Fp16Trainer t(envs::Joint<envs::MappingTask>{}, c);
+  const auto r = t.fit();
+  const auto* scaler = t.step_context().scaler();
+  REQUIRE(scaler != nullptr);
+  CHECK(t.algorithm().critic_steps() >= 20);
+  CHECK(scaler->skipped() < t.algorithm().critic_steps());  // skips are the exception
+  CHECK(std::isfinite(r.final_eval_return));
+  for (const auto& [name, w] : t.algorithm().flat_parameters()) CHECK(torch::isfinite(w).all().item<bool>());
+  std::filesystem::remove_all(*c.run->run_dir);
+}
+}
+
 TEST_CASE("COMA refuses a single-agent env, naming it") {
   COMA::Config cfg;
   CHECK_THROWS_WITH_AS(COMA(envs::spec_of(envs::CartPole{}), cfg, cpu_context()),

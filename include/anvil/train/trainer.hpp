@@ -262,6 +262,8 @@ class BasicTrainer {
   [[nodiscard]] Runner& loop() noexcept { return *runner_; }
   [[nodiscard]] StepCollector& collector() noexcept { return *collector_; }
   [[nodiscard]] const RunContext& context() const noexcept { return ctx_; }
+  /// The step context the algorithm's updates go through (its loss scaler under FP16).
+  [[nodiscard]] StepContext& step_context() noexcept { return step_ctx_; }
   [[nodiscard]] const Clock& clock() const noexcept { return clock_; }
   [[nodiscard]] std::int64_t env_steps() const noexcept { return clock_.env_steps; }
   [[nodiscard]] std::int64_t updates() const noexcept { return clock_.updates; }
