@@ -51,9 +51,10 @@ enum class MappingReward : std::uint8_t {
 /// - the episode ends (terminated: the mission is over) after the budget of 14 steps;
 /// - start: agents at random positions at altitude 0, their first measurement taken;
 /// - an agent observes its position (x, y in [0, 1]), its altitude (one-hot), the budget
-///   left (fraction), every other agent's offset (dx, dy, d-altitude), and the map's
-///   entropy averaged over each block (8 x 8); the state is the block entropies, every
-///   agent's position and altitude, and the budget left.
+///   left (fraction), every other agent's offset (dx, dy, d-altitude), and the belief map
+///   summarised per block (8 x 8): the cells' mean entropy (what is still unknown) and
+///   their mean probability of a target (where the reward's weight lies); the state is the
+///   two block summaries, every agent's position and altitude, and the budget left.
 ///
 /// Trivially copyable (checkpoints save it, the generator included, as bytes).
 class MappingTask {
@@ -70,11 +71,11 @@ class MappingTask {
 
   [[nodiscard]] std::int64_t num_agents() const noexcept { return kAgents; }
   [[nodiscard]] std::int64_t agent_observation_size() const noexcept {
-    return 2 + kAltitudes + 1 + 3 * (kAgents - 1) + kPositions * kPositions;
+    return 2 + kAltitudes + 1 + 3 * (kAgents - 1) + 2 * kPositions * kPositions;
   }
   [[nodiscard]] std::int64_t num_actions() const noexcept { return kActions; }
   [[nodiscard]] std::int64_t state_size() const noexcept {
-    return kPositions * kPositions + kAgents * (2 + kAltitudes) + 1;
+    return 2 * kPositions * kPositions + kAgents * (2 + kAltitudes) + 1;
   }
 
   void reset(std::uint64_t seed) {
@@ -125,15 +126,15 @@ class MappingTask {
       out[k++] = static_cast<float>(agents_[j].y - me.y) / (kPositions - 1);
       out[k++] = static_cast<float>(agents_[j].alt - me.alt) / (kAltitudes - 1);
     }
-    block_entropies(out.subspan(k, kPositions * kPositions));
+    block_summaries(out.subspan(k, 2 * kPositions * kPositions));
   }
   void available_actions(std::int64_t agent, std::span<float> out) const noexcept {
     for (int a = 0; a < kActions; ++a)
       out[static_cast<std::size_t>(a)] = available(agents_[static_cast<std::size_t>(agent)], a) ? 1.0f : 0.0f;
   }
   void write_state(std::span<float> out) const noexcept {
-    block_entropies(out.subspan(0, kPositions * kPositions));
-    std::size_t k = kPositions * kPositions;
+    block_summaries(out.subspan(0, 2 * kPositions * kPositions));
+    std::size_t k = 2 * kPositions * kPositions;
     for (const auto& a : agents_) {
       out[k++] = static_cast<float>(a.x) / (kPositions - 1);
       out[k++] = static_cast<float>(a.y) / (kPositions - 1);
@@ -222,7 +223,7 @@ class MappingTask {
     double total = 0, removed = 0;
     for (int by = 0; by < kPositions; ++by)
       for (int bx = 0; bx < kPositions; ++bx) {
-        double h = 0;
+        double h = 0, ps = 0;
         for (int y = by * kBlock; y < (by + 1) * kBlock; ++y)
           for (int x = bx * kBlock; x < (bx + 1) * kBlock; ++x) {
             const auto c = index(x, y);
@@ -231,14 +232,20 @@ class MappingTask {
             removed += (reward_ == MappingReward::weighted_entropy ? weight(p) : 1.0) * (cell_h_[c] - hc);
             cell_h_[c] = hc;
             h += hc;
+            ps += p;
           }
         block_h_[static_cast<std::size_t>(by * kPositions + bx)] = static_cast<float>(h / (kBlock * kBlock));
+        block_p_[static_cast<std::size_t>(by * kPositions + bx)] = static_cast<float>(ps / (kBlock * kBlock));
         total += h;
       }
     entropy_ = total;
     return removed;
   }
-  void block_entropies(std::span<float> out) const noexcept { std::copy(block_h_.begin(), block_h_.end(), out.begin()); }
+  // The blocks' mean entropies, then their mean target probabilities.
+  void block_summaries(std::span<float> out) const noexcept {
+    std::copy(block_h_.begin(), block_h_.end(), out.begin());
+    std::copy(block_p_.begin(), block_p_.end(), out.begin() + kPositions * kPositions);
+  }
   [[nodiscard]] float budget_left() const noexcept { return static_cast<float>(kBudget - steps_) / kBudget; }
 
   static bool available(const Pose& p, std::int64_t a) noexcept {
@@ -282,7 +289,7 @@ class MappingTask {
   std::array<double, kCells * kCells> cell_h_{};  // each cell's entropy (bits) at the last update
   std::array<Pose, kAgents> agents_{};
   std::array<bool, kAgents> sweep_north_{true, true, true, true};
-  std::array<float, kPositions * kPositions> block_h_{};
+  std::array<float, kPositions * kPositions> block_h_{}, block_p_{};
   double entropy_ = kCells * kCells;
   MappingReward reward_ = MappingReward::weighted_entropy;
   std::int64_t steps_ = 0;
