@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <anvil/envs/cart_pole.hpp>
+#include <anvil/envs/multi_agent/mapping.hpp>
 #include <anvil/envs/pendulum.hpp>
 #include <anvil/envs/vec_env.hpp>
 
@@ -236,6 +237,73 @@ TEST_CASE("VecEnv: a saved state restores exactly: the restored envs step on bit
     BinaryReader r(dir / "envs.bin", "anvil VecEnv test");
     CHECK_THROWS_WITH_AS((void)cart.read(r), doctest::Contains("env name is 'Pendulum-v1' in the file but 'CartPole-v1' here"),
                          Error);
+  }
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("VecEnv<Joint<MappingTask>>: on threads as in sync, missions restart with the first-step flag, state restores bitwise") {
+  using Team = envs::Joint<envs::MappingTask>;
+  const auto l = Team{}.agent_layout();
+  const auto dir = std::filesystem::temp_directory_path() / ("anvil_vec_team_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  envs::VecEnv<Team> sync(Team{}, vcfg(6), 5), pool(Team{}, vcfg(6, 2), 5);
+  auto obs = sync.reset().clone();
+  REQUIRE(torch::equal(obs, pool.reset()));
+  CHECK(obs.select(1, l.first_offset()).eq(1).all().item<bool>());  // every row starts a mission
+  // Random available actions for every agent of every env, from the rows' masks.
+  Rng rng(3);
+  auto actions = [&](const at::Tensor& rows) {
+    auto a = torch::empty({rows.size(0)}, torch::kLong);
+    for (std::int64_t e = 0; e < rows.size(0); ++e) {
+      std::vector<std::int64_t> u(static_cast<std::size_t>(l.agents));
+      for (std::int64_t i = 0; i < l.agents; ++i)
+        do u[static_cast<std::size_t>(i)] = static_cast<std::int64_t>(rng.below(static_cast<std::uint64_t>(l.num_actions)));
+        while (rows[e][l.avail_offset() + i * l.num_actions + u[static_cast<std::size_t>(i)]].item<float>() < 0.5f);
+      a[e] = envs::encode_joint_action(u, l.num_actions);
+    }
+    return a;
+  };
+  std::vector<at::Tensor> taken;
+  int ended = 0;
+  for (int t = 0; t < 40; ++t) {  // across two mission ends (14 steps each)
+    if (t == 20) {
+      BinaryWriter w(dir / "envs.bin", "anvil VecEnv test");
+      sync.save(w);
+      w.commit();
+    }
+    const auto a = actions(obs);
+    taken.push_back(a);
+    const auto& s1 = sync.step(a);
+    const auto& s2 = pool.step(a);
+    REQUIRE(torch::equal(s1.next_obs, s2.next_obs));
+    REQUIRE(torch::equal(s1.reward, s2.reward));
+    const bool ends = (t + 1) % 14 == 0;
+    CHECK(s1.terminated.eq(ends ? 1.0f : 0.0f).all().item<bool>());
+    // After an end the next row is a new mission's first; the ended one's last row is not.
+    CHECK(s1.obs.select(1, l.first_offset()).eq(ends ? 1.0f : 0.0f).all().item<bool>());
+    CHECK(s1.next_obs.select(1, l.first_offset()).eq(0.0f).all().item<bool>());
+    ended += static_cast<int>(s1.ended.size());
+    obs = s1.obs.clone();
+  }
+  CHECK(ended == 2 * 6);
+  // The saved envs (after 20 steps) step on as the originals did.
+  envs::VecEnv<Team> back(Team{}, vcfg(6), 77);
+  back.reset();
+  {
+    BinaryReader r(dir / "envs.bin", "anvil VecEnv test");
+    auto apply = back.read(r);
+    r.finish();
+    apply();
+  }
+  envs::VecEnv<Team> again(Team{}, vcfg(6), 5);
+  again.reset();
+  for (int t = 0; t < 20; ++t) again.step(taken[static_cast<std::size_t>(t)]);
+  CHECK(torch::equal(back.observations(), again.observations()));
+  for (int t = 20; t < 40; ++t) {
+    const auto& sa = again.step(taken[static_cast<std::size_t>(t)]);
+    const auto& sb = back.step(taken[static_cast<std::size_t>(t)]);
+    REQUIRE(torch::equal(sa.next_obs, sb.next_obs));
+    REQUIRE(torch::equal(sa.reward, sb.reward));
   }
   std::filesystem::remove_all(dir);
 }
