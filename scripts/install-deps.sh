@@ -20,6 +20,10 @@ packages=(
   nlohmann-json3-dev
   # optional components, detected by CMake: the MuJoCo manipulation suite (envs/mujoco/)
   libmujoco-dev
+  # Push-T's physics (envs/chipmunk/) and demonstrations and datasets on disk (data/hdf5.hpp)
+  libchipmunk-dev libhdf5-dev
+  # Python's HDF5 binding, with which a test opens the demonstration files anvil writes
+  python3-h5py
   # side-by-side Python reference implementations in benchmarks/
   python3-torch python3-numpy
 )

@@ -1,0 +1,188 @@
+// Push-T (envs/chipmunk/push_t.hpp) and the convex-polygon geometry behind its reward:
+// overlaps against areas worked by hand, a pushed block moving as the push says, the
+// published start, reward and termination, and checkpoints.
+
+#include <doctest/doctest.h>
+
+#include <array>
+#include <cmath>
+#include <limits>
+#include <numbers>
+#include <set>
+#include <vector>
+
+#include <anvil/core/binary_io.hpp>
+#include <anvil/envs/detail/convex_polygon.hpp>
+
+#if ANVIL_WITH_CHIPMUNK
+#include <anvil/envs/chipmunk/push_t.hpp>
+#endif
+
+namespace {
+
+using anvil::envs::detail::area;
+using anvil::envs::detail::intersect;
+using anvil::envs::detail::Polygon;
+using anvil::envs::detail::Pose2;
+
+constexpr double kPi = std::numbers::pi;
+
+TEST_CASE("Convex polygons: intersection areas against hand computations") {
+  const Polygon unit{{0, 0}, {1, 0}, {1, 1}, {0, 1}};
+  CHECK(area(unit) == doctest::Approx(1.0));
+  // Two unit squares half a side apart share half a square, whichever way either runs.
+  const Polygon shifted{{0.5, 0}, {1.5, 0}, {1.5, 1}, {0.5, 1}};
+  const Polygon shifted_cw{{0.5, 0}, {0.5, 1}, {1.5, 1}, {1.5, 0}};
+  CHECK(area(intersect(unit, shifted)) == doctest::Approx(0.5));
+  CHECK(area(intersect(shifted_cw, unit)) == doctest::Approx(0.5));
+  // A diamond inscribed in a 2 x 2 square lies wholly inside it: its own area, 2.
+  const Polygon square{{0, 0}, {2, 0}, {2, 2}, {0, 2}};
+  const Polygon diamond{{1, 0}, {2, 1}, {1, 2}, {0, 1}};
+  CHECK(area(intersect(square, diamond)) == doctest::Approx(2.0));
+  // The unit square turned 45 degrees about its centre over itself: a regular octagon of
+  // area 2 (sqrt 2 - 1) = 0.828427.
+  const Pose2 turn{0.5 - 0.5 * std::sqrt(2.0) * std::cos(kPi / 4 + kPi / 4), 0.5 - 0.5 * std::sqrt(2.0) * std::sin(kPi / 2), kPi / 4};
+  CHECK(area(intersect(unit, turn.apply(unit))) == doctest::Approx(2.0 * (std::sqrt(2.0) - 1.0)).epsilon(1e-9));
+  // Apart, or touching along an edge: nothing.
+  CHECK(area(intersect(unit, Pose2{3, 0, 0}.apply(unit))) == 0.0);
+  CHECK(area(intersect(unit, Pose2{1, 0, 0}.apply(unit))) == doctest::Approx(0.0));
+}
+
+#if ANVIL_WITH_CHIPMUNK
+using anvil::envs::chipmunk::PushT;
+
+/// The goal pose moved by (dx, dy) in the goal's own frame.
+Pose2 goal_shifted(double dx, double dy, double dangle = 0.0) {
+  const double a = PushT::kGoal[2];
+  return {PushT::kGoal[0] + std::cos(a) * dx - std::sin(a) * dy, PushT::kGoal[1] + std::sin(a) * dx + std::cos(a) * dy, a + dangle};
+}
+
+TEST_CASE("Push-T: coverage of the goal against overlaps worked by hand") {
+  // The T is a 120 x 30 bar (y 0..30) and a 30 x 90 stem (y 30..120): 6300 square pixels.
+  CHECK(PushT::coverage_at(goal_shifted(0, 0)) == doctest::Approx(1.0));
+  // Sideways by 10: the bars share 110 x 30, the stems 20 x 90; bar and stem only touch.
+  CHECK(PushT::coverage_at(goal_shifted(10, 0)) == doctest::Approx((110.0 * 30 + 20.0 * 90) / 6300));
+  CHECK(PushT::coverage_at(goal_shifted(-10, 0)) == doctest::Approx((110.0 * 30 + 20.0 * 90) / 6300));
+  // Along the stem by 10: bars 120 x 20, stems 30 x 80, and the moved bar over the goal's
+  // stem 30 x 10.
+  CHECK(PushT::coverage_at(goal_shifted(0, 10)) == doctest::Approx((120.0 * 20 + 30.0 * 80 + 30.0 * 10) / 6300));
+  // Sideways by 200: nothing; turned half a turn about the origin: the bars only touch.
+  CHECK(PushT::coverage_at(goal_shifted(200, 0)) == 0.0);
+  CHECK(PushT::coverage_at(goal_shifted(0, 0, kPi)) == doctest::Approx(0.0));
+  // Turned a quarter counter-clockwise about the origin: the bar becomes x -30..0, y -60..60
+  // and the stem x -120..-30, y -15..15. The turned bar covers the goal's bar on 30 x 30 and
+  // its stem on 15 x 30; the turned stem covers the goal's bar on 30 x 15.
+  CHECK(PushT::coverage_at(goal_shifted(0, 0, kPi / 2)) == doctest::Approx((30.0 * 30 + 15.0 * 30 + 30.0 * 15) / 6300));
+}
+
+TEST_CASE("Push-T: a block pushed through its centre of gravity slides straight and stops when the push does") {
+  PushT env;
+  // The bar spans x 196..316 and y 300..330; the pusher (radius 15) waits below its middle.
+  PushT::State s;
+  s.block_x = 256, s.block_y = 300, s.block_angle = 0;
+  s.agent_x = 256, s.agent_y = 250;
+  env.set_state(s);
+  const auto before = env.block_pose();
+  CHECK(before.y == doctest::Approx(300.0));
+  for (int i = 0; i < 8; ++i) env.step(std::array<float, 2>{256.0f, 360.0f});
+  const auto pushed = env.block_pose();
+  CHECK(pushed.y > 320.0);                                   // pushed up, ahead of the pusher
+  CHECK(pushed.y == doctest::Approx(env.state().agent_y + 15.0).epsilon(1e-3));  // the bar's edge on the pusher's rim
+  CHECK(pushed.x == doctest::Approx(256.0).epsilon(1e-9));   // the push passes the centre of gravity
+  CHECK(std::abs(pushed.angle) < 1e-9);
+  // The pusher backs off: the block stays where it was left (the space's damping is 0).
+  for (int i = 0; i < 5; ++i) env.step(std::array<float, 2>{256.0f, 150.0f});
+  const auto left = env.block_pose();
+  CHECK(left.y == doctest::Approx(pushed.y).epsilon(1e-3));
+  CHECK(env.state().agent_y < 200.0);
+
+  // Pushed up at the bar's right end, the block turns counter-clockwise.
+  s.agent_x = 256 + 50;
+  env.set_state(s);
+  for (int i = 0; i < 8; ++i) env.step(std::array<float, 2>{306.0f, 360.0f});
+  CHECK(env.block_pose().angle > 0.1);
+  CHECK(env.block_pose().y > 300.0);
+}
+
+TEST_CASE("Push-T: published start ranges, reward, success and time limit") {
+  PushT env;
+  std::set<double> angles;
+  for (std::uint64_t seed = 0; seed < 200; ++seed) {
+    env.reset(seed);
+    const auto st = env.state();
+    CHECK(st.agent_x >= 50);
+    CHECK(st.agent_x <= 449);
+    CHECK(st.agent_x == std::floor(st.agent_x));
+    CHECK(st.block_x >= 100);
+    CHECK(st.block_y <= 399);
+    angles.insert(st.block_angle);
+  }
+  CHECK(angles.size() == 200);
+  // Reproducible by seed.
+  const auto a = std::vector<float>(env.reset(7).begin(), env.reset(7).end());
+  PushT other;
+  const auto o = other.reset(7);
+  CHECK(std::vector<float>(o.begin(), o.end()) == a);
+  CHECK(a.size() == 20u);
+
+  // At the goal, with the pusher away: full reward, success, the episode terminates.
+  PushT::State g;
+  g.block_x = PushT::kGoal[0], g.block_y = PushT::kGoal[1], g.block_angle = PushT::kGoal[2];
+  g.agent_x = 40, g.agent_y = 40;
+  env.set_state(g);
+  auto r = env.step(std::array<float, 2>{40.0f, 40.0f});
+  CHECK(env.coverage() == doctest::Approx(1.0));
+  CHECK(r.reward == doctest::Approx(1.0));
+  CHECK(r.terminated);
+  CHECK(env.success());
+  // Shifted sideways by 10 in the goal's frame: coverage 0.81, reward 0.81 / 0.95.
+  const auto p = goal_shifted(10, 0);
+  g.block_x = p.x, g.block_y = p.y;
+  env.set_state(g);
+  r = env.step(std::array<float, 2>{40.0f, 40.0f});
+  CHECK(r.reward == doctest::Approx(5100.0 / 6300 / 0.95).epsilon(1e-6));
+  CHECK_FALSE(r.terminated);
+  // The 300-step limit.
+  int steps = 1;
+  while (!r.truncated) {
+    r = env.step(std::array<float, 2>{40.0f, 40.0f});
+    ++steps;
+  }
+  CHECK(steps == 300);
+  // Bad actions name the env and the step.
+  env.reset(1);
+  env.step(std::array<float, 2>{100.0f, 100.0f});
+  CHECK_THROWS_WITH_AS(env.step(std::array<float, 2>{std::numeric_limits<float>::quiet_NaN(), 1.0f}),
+                       "PushT: step 1: action[0] is nan", anvil::envs::EnvError);
+}
+
+TEST_CASE("Push-T: a saved or copied env goes on from the same bodies") {
+  PushT env;
+  env.reset(3);
+  for (int i = 0; i < 5; ++i) env.step(std::array<float, 2>{300.0f, 200.0f});
+  auto w = anvil::BinaryWriter::in_memory("state");
+  env.save_state(w);
+  const auto bytes = w.take_bytes();
+  PushT loaded;
+  anvil::BinaryReader r(bytes, "state", "state");
+  loaded.load_state(r);
+  r.finish();
+  PushT copy = env;
+  CHECK(loaded.elapsed_steps() == 5);
+  CHECK(loaded.state().block_x == env.state().block_x);
+  CHECK(loaded.state().block_angle == env.state().block_angle);
+  for (int i = 0; i < 20; ++i) {
+    const std::array<float, 2> act{static_cast<float>(150 + 10 * i), static_cast<float>(260 - 5 * i)};
+    env.step(act);
+    loaded.step(act);
+    copy.step(act);
+  }
+  // The contact cache restarts empty on a rebuilt space: the same path, to well below a pixel.
+  CHECK(loaded.state().block_x == doctest::Approx(env.state().block_x).epsilon(1e-4));
+  CHECK(loaded.state().block_angle == doctest::Approx(env.state().block_angle).epsilon(1e-3));
+  CHECK(copy.state().block_y == doctest::Approx(env.state().block_y).epsilon(1e-4));
+  CHECK(loaded.elapsed_steps() == 25);
+}
+#endif
+
+}  // namespace
