@@ -30,6 +30,7 @@
 #include <anvil/envs/cart_pole.hpp>
 #include <anvil/envs/env.hpp>
 #include <anvil/envs/mountain_car_continuous.hpp>
+#include <anvil/envs/multi_step.hpp>
 #include <anvil/envs/multi_agent/mapping.hpp>
 #include <anvil/envs/multi_agent/matrix_game.hpp>
 #include <anvil/envs/multi_agent/multi_agent_env.hpp>
@@ -46,6 +47,7 @@
 #include <anvil/nn/manual_mlp.hpp>
 #include <anvil/nn/mlp.hpp>
 #include <anvil/nn/twin_q.hpp>
+#include <anvil/nn/unet1d.hpp>
 
 #include <anvil/optim/ema.hpp>
 #include <anvil/optim/flat_adam.hpp>
@@ -81,6 +83,7 @@
 #include <anvil/data/step_collector.hpp>
 
 #include <anvil/algorithms/coma.hpp>
+#include <anvil/algorithms/diffusion_policy.hpp>
 #include <anvil/algorithms/policy.hpp>
 #include <anvil/algorithms/ppo.hpp>
 #include <anvil/algorithms/sac.hpp>

@@ -139,7 +139,7 @@ TEST_CASE("OfflineLoop: learns from a buffer file without stepping the envs, its
                        Error);
   auto none = c;
   none.train->dataset = (dir / "missing.buffer").string();
-  CHECK_THROWS_WITH_AS(Offline(envs::Pendulum{}, none), doctest::Contains("train.dataset: no buffer file at"), ConfigError);
+  CHECK_THROWS_WITH_AS(Offline(envs::Pendulum{}, none), doctest::Contains("train.dataset: no file at"), ConfigError);
   std::filesystem::remove_all(dir);
 }
 

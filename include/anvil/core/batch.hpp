@@ -104,6 +104,10 @@ struct StoragePlan {
   std::int64_t num_envs = 1;  ///< envs stepped together on this rank: the rows of each `add`
   std::int64_t horizon = 0;   ///< the run's length in env steps (schedules such as PER's beta)
   double discount = 0.99;     ///< the algorithm's discount (n-step returns, advantages)
+  /// Windows of consecutive steps, for algorithms that learn from sequences (Diffusion
+  /// Policy): observations and actions per sample (1, 1: single transitions).
+  std::int64_t sequence_obs = 1;
+  std::int64_t sequence_actions = 1;
 };
 
 /// What one call of an algorithm's `update` reports: scalar metrics for logging, and for

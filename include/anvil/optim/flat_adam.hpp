@@ -76,7 +76,7 @@ class FlatParameters {
 };
 
 /// Adam with torch's defaults and update rule (bias-corrected moments, eps outside the
-/// square root), stepping a `FlatParameters` with a flat gradient.
+/// square root), stepping a `FlatParameters` with a flat gradient; AdamW with a weight decay.
 class FlatAdam {
  public:
   struct Options {
@@ -84,6 +84,9 @@ class FlatAdam {
     double beta1 = 0.9;
     double beta2 = 0.999;
     double eps = 1e-8;
+    /// Decoupled weight decay (AdamW, Loshchilov and Hutter 2019): the parameters shrink by
+    /// lr * weight_decay before each step, as torch's AdamW does. 0: plain Adam.
+    double weight_decay = 0.0;
   };
 
   FlatAdam() = default;
@@ -99,6 +102,7 @@ class FlatAdam {
     const double bc1 = 1.0 - std::pow(opt_.beta1, static_cast<double>(steps_));
     const double bc2 = 1.0 - std::pow(opt_.beta2, static_cast<double>(steps_));
     m_.mul_(opt_.beta1).add_(g, 1.0 - opt_.beta1);
+    if (opt_.weight_decay > 0) params_.flat().mul_(1.0 - opt_.lr * opt_.weight_decay);
     v_.mul_(opt_.beta2).addcmul_(g, g, 1.0 - opt_.beta2);
     at::sqrt_out(denom_, v_);
     denom_.div_(std::sqrt(bc2)).add_(opt_.eps);

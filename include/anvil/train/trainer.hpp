@@ -331,7 +331,10 @@ class BasicTrainer {
     state_.add("episodes", collector_->episodes());
     state_.add("metrics", metrics_);
     state_.add("torch_rng", torch_rng_);
-    buffer_state_.add(std::string(B::config_section.view()), *buffer_);
+    // Demonstrations are read again from their file: only the loader's position is state,
+    // and it belongs in every checkpoint.
+    if constexpr (requires { B::reads_demonstrations; }) state_.add(std::string(B::config_section.view()), *buffer_);
+    else buffer_state_.add(std::string(B::config_section.view()), *buffer_);
   }
 
   Run::Setup setup(std::string program, std::vector<std::string> notes) const {

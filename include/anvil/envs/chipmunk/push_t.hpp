@@ -81,8 +81,16 @@ class PushT {
     double block_vx = 0.0, block_vy = 0.0, block_w = 0.0;
   };
 
-  PushT() { build(); }
-  PushT(const PushT& o) : episode_(o.episode_), rng_(o.rng_), obs_(o.obs_), coverage_(o.coverage_), success_(o.success_) {
+  /// The reward of a step: the published one, or its gain over the best so far.
+  enum class Reward : std::int8_t {
+    coverage,   ///< clip(coverage / 0.95, 0, 1), as published
+    best_gain,  ///< how much that exceeds its best earlier value in the episode, so that an
+                ///< episode's return is its best reward: the published score of an episode
+  };
+
+  explicit PushT(Reward reward = Reward::coverage) : reward_(reward) { build(); }
+  PushT(const PushT& o)
+      : episode_(o.episode_), rng_(o.rng_), obs_(o.obs_), coverage_(o.coverage_), best_(o.best_), success_(o.success_), reward_(o.reward_) {
     build();
     put(o.state());
   }
@@ -138,6 +146,7 @@ class PushT {
     put(s);
     cpSpaceStep(w_->space, 1.0 / kSimHz);
     success_ = false;
+    best_ = 0.0;
     observe();
     return obs_;
   }
@@ -157,11 +166,16 @@ class PushT {
     }
     observe();
     success_ = coverage_ > kSuccessCoverage;
-    return episode_.finish_step(obs_, std::clamp(coverage_ / kSuccessCoverage, 0.0, 1.0), success_);
+    const double r = std::clamp(coverage_ / kSuccessCoverage, 0.0, 1.0);
+    const double gain = std::max(0.0, r - best_);
+    best_ = std::max(best_, r);
+    return episode_.finish_step(obs_, reward_ == Reward::coverage ? r : gain, success_);
   }
 
   /// Whether the last step reached the goal (coverage above 0.95).
   [[nodiscard]] bool success() const noexcept { return success_; }
+  /// The best reward of the episode so far (its published score when it ends).
+  [[nodiscard]] double best_reward() const noexcept { return best_; }
   /// The fraction of the goal region the block covers now.
   [[nodiscard]] double coverage() const noexcept { return coverage_; }
   [[nodiscard]] std::int64_t elapsed_steps() const noexcept { return episode_.steps(); }
@@ -212,6 +226,7 @@ class PushT {
     w.value(episode_.steps());
     w.value(success_);
     w.value(coverage_);
+    w.value(best_);
     w.bytes(obs_.data(), obs_.size() * sizeof(float));
   }
   /// Reads what `save_state` wrote (see the file comment on the contact cache).
@@ -220,12 +235,14 @@ class PushT {
     const auto steps = r.value<std::int64_t>("episode steps");
     const bool success = r.value<bool>("step success");
     const double coverage = r.value<double>("coverage");
+    const double best = r.value<double>("best reward");
     std::array<float, kObsDim> obs{};
     r.bytes(obs.data(), obs.size() * sizeof(float), "observation");
     build();
     put(s);
     success_ = success;
     coverage_ = coverage;
+    best_ = best;
     obs_ = obs;
     episode_.resume(steps);
   }
@@ -310,7 +327,9 @@ class PushT {
   Rng rng_{};
   std::array<float, kObsDim> obs_{};
   double coverage_ = 0.0;
+  double best_ = 0.0;
   bool success_ = false;
+  Reward reward_ = Reward::coverage;
 };
 
 static_assert(Env<PushT>);

@@ -10,11 +10,16 @@
 ///
 /// A resumed offline run continues its sampling exactly where it stopped only when the
 /// checkpoint saved the buffer too (`run.checkpoint_buffer`), since the sampling state
-/// lives in the buffer; otherwise it samples the dataset afresh.
+/// lives in the buffer; otherwise it samples the dataset afresh. A buffer that reads
+/// demonstrations (`DemoDataset`: `train.dataset` is an HDF5 file) keeps only its position
+/// in checkpoints, so such runs always resume exactly. Algorithms that learn from windows of
+/// steps (`sequence()`), normalise by the data's ranges (`fit_normalizer`) or schedule their
+/// learning rate over the run (`plan_updates`) are told so before the first update.
 
 #include <cstdint>
 #include <filesystem>
 #include <string>
+#include <tuple>
 
 #include <anvil/core/batch.hpp>
 #include <anvil/core/concepts.hpp>
@@ -93,18 +98,32 @@ struct OfflineLoop {
     void resumed() {
       p_.clock.unit = ClockUnit::updates;
       p_.collector.envs().set_discount(p_.algorithm.discount());
-      p_.buffer.plan(StoragePlan{p_.collector.num_envs(), 0, p_.algorithm.discount()});
+      StoragePlan plan{p_.collector.num_envs(), 0, p_.algorithm.discount()};
+      if constexpr (requires { p_.algorithm.sequence(); }) std::tie(plan.sequence_obs, plan.sequence_actions) = p_.algorithm.sequence();
+      p_.buffer.plan(plan);
       if (!loaded_ && !cfg_.dataset->empty()) {
         if (!std::filesystem::exists(*cfg_.dataset))
-          throw ConfigError("train.dataset: no buffer file at '" + *cfg_.dataset + "'");
-        StateSections data;
-        data.add(std::string(B::config_section.view()), p_.buffer);
-        BinaryReader r(*cfg_.dataset, kBufferFileFormat);
-        auto apply = data.read(r);
-        r.finish();
-        apply();
+          throw ConfigError("train.dataset: no file at '" + *cfg_.dataset + "'");
+        if constexpr (requires { B::reads_demonstrations; }) {
+          p_.buffer.load(*cfg_.dataset);  // demonstrations in their own format (HDF5)
+        } else {
+          StateSections data;
+          data.add(std::string(B::config_section.view()), p_.buffer);
+          BinaryReader r(*cfg_.dataset, kBufferFileFormat);
+          auto apply = data.read(r);
+          r.finish();
+          apply();
+        }
       }
       loaded_ = true;
+      // An algorithm that scales its inputs by the data's ranges learns them once, before its
+      // first update (a restored one keeps its checkpoint's).
+      if constexpr (requires { p_.algorithm.fit_normalizer(p_.buffer.ranges()[0], at::Tensor(), at::Tensor(), at::Tensor()); })
+        if (!p_.algorithm.has_normalizer() && p_.buffer.size() > 0) {
+          const auto r = p_.buffer.ranges();
+          p_.algorithm.fit_normalizer(r[0], r[1], r[2], r[3]);
+        }
+      if constexpr (requires { p_.algorithm.plan_updates(std::int64_t{0}); }) p_.algorithm.plan_updates(origin_ + cfg_.steps);
     }
 
     [[nodiscard]] bool done() const noexcept { return p_.clock.updates - origin_ >= cfg_.steps; }
