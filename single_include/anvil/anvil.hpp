@@ -119,6 +119,10 @@ struct StoragePlan {
   std::int64_t num_envs = 1;  ///< envs stepped together on this rank: the rows of each `add`
   std::int64_t horizon = 0;   ///< the run's length in env steps (schedules such as PER's beta)
   double discount = 0.99;     ///< the algorithm's discount (n-step returns, advantages)
+  /// Windows of consecutive steps, for algorithms that learn from sequences (Diffusion
+  /// Policy): observations and actions per sample (1, 1: single transitions).
+  std::int64_t sequence_obs = 1;
+  std::int64_t sequence_actions = 1;
 };
 
 /// What one call of an algorithm's `update` reports: scalar metrics for logging, and for
@@ -3628,6 +3632,117 @@ static_assert(ContinuousEnv<MountainCarContinuous>);
 
 }  // namespace anvil::envs
 // ---- end <anvil/envs/mountain_car_continuous.hpp> ----
+// ---- begin <anvil/envs/multi_step.hpp> ----
+/// @file
+/// `MultiStep<E>`: an env seen through a window of its last observations and acting in
+/// chunks of actions, as policies that predict action sequences act (Diffusion Policy's
+/// evaluation wraps its envs the same way). One step of the wrapper executes
+/// `action_horizon` actions of the inner env in turn, stopping early when the episode ends;
+/// its reward is their sum; its observation is the inner env's last `obs_horizon`
+/// observations, oldest first (after a reset: the first one repeated). Light header: no torch.
+
+#include <algorithm>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+
+namespace anvil::envs {
+
+/// An env `E` with a Box action, observed over `obs_horizon` steps and driven by chunks of
+/// `action_horizon` actions (see file comment).
+template <ContinuousEnv E>
+class MultiStep {
+ public:
+  static constexpr std::string_view name = E::name;
+
+  MultiStep(E env, int obs_horizon, int action_horizon) : env_(std::move(env)), to_(obs_horizon), ta_(action_horizon) {
+    if (obs_horizon < 1 || action_horizon < 1)
+      throw ConfigError("MultiStep: obs_horizon and action_horizon must be at least 1 (are " + std::to_string(obs_horizon) + ", " +
+                        std::to_string(action_horizon) + ")");
+    inner_obs_ = env_.observation_space().size();
+    inner_act_ = env_.action_space().size();
+    obs_.assign(static_cast<std::size_t>(to_) * inner_obs_, 0.0f);
+  }
+
+  [[nodiscard]] Box observation_space() const { return repeat(env_.observation_space(), to_); }
+  [[nodiscard]] Box action_space() const { return repeat(env_.action_space(), ta_); }
+
+  std::span<const float> reset(std::uint64_t seed) {
+    const auto o = env_.reset(seed);
+    for (int i = 0; i < to_; ++i) std::copy(o.begin(), o.end(), obs_.begin() + static_cast<std::ptrdiff_t>(i * inner_obs_));
+    success_ = false;
+    return obs_;
+  }
+
+  /// Executes the chunk's actions in turn (see file comment).
+  StepResult step(std::span<const float> actions) {
+    if (actions.size() != static_cast<std::size_t>(ta_) * inner_act_)
+      throw EnvError(std::string(name) + ": a chunk of " + std::to_string(actions.size()) + " numbers; expected " +
+                     std::to_string(ta_) + " actions of " + std::to_string(inner_act_));
+    StepResult out{obs_, 0.0, false, false};
+    success_ = false;
+    for (int i = 0; i < ta_; ++i) {
+      const auto r = env_.step(actions.subspan(static_cast<std::size_t>(i) * inner_act_, inner_act_));
+      out.reward += r.reward;
+      if constexpr (ReportsSuccess<E>) success_ = success_ || env_.success();
+      std::copy(obs_.begin() + static_cast<std::ptrdiff_t>(inner_obs_), obs_.end(), obs_.begin());
+      std::copy(r.observation.begin(), r.observation.end(), obs_.end() - static_cast<std::ptrdiff_t>(inner_obs_));
+      out.terminated = r.terminated;
+      out.truncated = r.truncated;
+      if (r.terminated || r.truncated) break;
+    }
+    out.observation = obs_;
+    return out;
+  }
+
+  /// Whether any step of the last chunk met the task's goal (when the env says so).
+  [[nodiscard]] bool success() const noexcept
+    requires ReportsSuccess<E>
+  {
+    return success_;
+  }
+
+  [[nodiscard]] int obs_horizon() const noexcept { return to_; }
+  [[nodiscard]] int action_horizon() const noexcept { return ta_; }
+  [[nodiscard]] E& env() noexcept { return env_; }
+  [[nodiscard]] const E& env() const noexcept { return env_; }
+
+  void save_state(BinaryWriter& w) const {
+    if constexpr (SavesOwnState<E>) env_.save_state(w);
+    else w.value(env_);
+    w.bytes(obs_.data(), obs_.size() * sizeof(float));
+    w.value(success_);
+  }
+  void load_state(BinaryReader& r) {
+    if constexpr (SavesOwnState<E>) env_.load_state(r);
+    else env_ = r.value<E>("inner env");
+    r.bytes(obs_.data(), obs_.size() * sizeof(float), "observation window");
+    success_ = r.value<bool>("chunk success");
+  }
+
+ private:
+  static Box repeat(const Box& b, int n) {
+    Box out;
+    for (int i = 0; i < n; ++i) {
+      out.low.insert(out.low.end(), b.low.begin(), b.low.end());
+      out.high.insert(out.high.end(), b.high.begin(), b.high.end());
+    }
+    return out;
+  }
+
+  E env_;
+  int to_, ta_;
+  std::size_t inner_obs_ = 0, inner_act_ = 0;
+  std::vector<float> obs_;
+  bool success_ = false;
+};
+
+}  // namespace anvil::envs
+// ---- end <anvil/envs/multi_step.hpp> ----
 // ---- begin <anvil/envs/multi_agent/mapping.hpp> ----
 /// @file
 /// A cooperative multi-UAV mapping mission: agents fly over a field at one of three
@@ -6233,6 +6348,220 @@ TORCH_MODULE(TwinQ);
 
 }  // namespace anvil::nn
 // ---- end <anvil/nn/twin_q.hpp> ----
+// ---- begin <anvil/nn/unet1d.hpp> ----
+/// @file
+/// `Unet1d`: the 1-D temporal U-Net denoiser of Diffusion Policy (Chi et al. 2023, section
+/// III-B and its appendix): an action sequence [B, T, A] is convolved along time; every
+/// residual block is conditioned by FiLM (Perez et al. 2018) on the diffusion step's
+/// sinusoidal embedding and the observations, a per-channel scale and bias predicted from
+/// them. The structure follows the paper's description:
+///
+///  - step embedding: sinusoidal (dim d) -> Linear(d, 4d) -> Mish -> Linear(4d, d); the
+///    condition is [embedding, observation features];
+///  - a residual block: Conv1d(k) -> GroupNorm -> Mish, FiLM (scale * h + bias, from
+///    Mish -> Linear(cond, 2 C)), Conv1d(k) -> GroupNorm -> Mish, plus the input through a 1x1
+///    convolution when the widths differ;
+///  - down path: per level two residual blocks, then a stride-2 convolution (not after the
+///    last level); middle: two residual blocks at the last width; up path: per level the skip
+///    concatenated, two residual blocks, then a stride-2 transposed convolution (not after
+///    the last); out: Conv1d(k) block and a 1x1 convolution to A channels.
+///
+/// The sequence length must be divisible by 2^(levels - 1) (16 with three levels).
+
+#include <torch/nn/cloneable.h>
+#include <torch/nn/modules/container/modulelist.h>
+#include <torch/nn/modules/conv.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/nn/modules/normalization.h>
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+
+namespace anvil::nn {
+
+/// Sinusoidal embedding of (possibly fractional) steps `k` [B] into `dim` features (half
+/// sines, half cosines, frequencies 10000^(-i / (dim/2 - 1))).
+inline at::Tensor sinusoidal_embedding(const at::Tensor& k, std::int64_t dim) {
+  const std::int64_t half = dim / 2;
+  const double scale = std::log(10000.0) / static_cast<double>(std::max<std::int64_t>(half - 1, 1));
+  const auto freq = at::exp(at::arange(half, k.options().dtype(at::kFloat)) * -scale);
+  const auto arg = k.to(at::kFloat).unsqueeze(-1) * freq.unsqueeze(0);
+  return at::cat({arg.sin(), arg.cos()}, -1);
+}
+
+/// Mish, x tanh(softplus(x)) (Misra 2019); in float32 on the CPU for reduced dtypes, which
+/// LibTorch 1.13's CPU kernel does not take.
+inline at::Tensor mish_activation(const at::Tensor& x) {
+  if (x.is_cpu() && x.scalar_type() != at::kFloat && x.scalar_type() != at::kDouble) return at::mish(x.to(at::kFloat)).to(x.scalar_type());
+  return at::mish(x);
+}
+
+/// Conv1d(k, same padding) -> GroupNorm -> Mish.
+class ConvBlock1dImpl : public torch::nn::Cloneable<ConvBlock1dImpl> {
+ public:
+  ConvBlock1dImpl(std::int64_t in, std::int64_t out, std::int64_t kernel, std::int64_t groups)
+      : in_(in), out_(out), kernel_(kernel), groups_(groups) {
+    reset();
+  }
+  void reset() override {
+    conv = register_module("conv", torch::nn::Conv1d(torch::nn::Conv1dOptions(in_, out_, kernel_).padding(kernel_ / 2)));
+    norm = register_module("norm", torch::nn::GroupNorm(torch::nn::GroupNormOptions(groups_, out_)));
+  }
+  /// Under autocast the convolution runs in the reduced dtype and the normalisation in
+  /// float32 (its statistics need it, and LibTorch 1.13's CPU GroupNorm takes one dtype).
+  at::Tensor forward(const at::Tensor& x) {
+    const auto h = conv->forward(x);
+    return mish_activation(norm->forward(h.scalar_type() == at::kFloat || h.scalar_type() == at::kDouble ? h : h.to(at::kFloat)));
+  }
+  torch::nn::Conv1d conv{nullptr};
+  torch::nn::GroupNorm norm{nullptr};
+
+ private:
+  std::int64_t in_, out_, kernel_, groups_;
+};
+TORCH_MODULE(ConvBlock1d);
+
+/// A residual block with FiLM conditioning (see file comment).
+class FilmResBlockImpl : public torch::nn::Cloneable<FilmResBlockImpl> {
+ public:
+  FilmResBlockImpl(std::int64_t in, std::int64_t out, std::int64_t cond, std::int64_t kernel, std::int64_t groups)
+      : in_(in), out_(out), cond_(cond), kernel_(kernel), groups_(groups) {
+    reset();
+  }
+  void reset() override {
+    block0 = register_module("block0", ConvBlock1d(in_, out_, kernel_, groups_));
+    block1 = register_module("block1", ConvBlock1d(out_, out_, kernel_, groups_));
+    film = register_module("film", torch::nn::Linear(cond_, 2 * out_));
+    if (in_ != out_) residual = register_module("residual", torch::nn::Conv1d(torch::nn::Conv1dOptions(in_, out_, 1)));
+  }
+  /// x [B, in, T], cond [B, cond] -> [B, out, T].
+  at::Tensor forward(const at::Tensor& x, const at::Tensor& cond) {
+    auto h = block0->forward(x);
+    const auto sb = film->forward(mish_activation(cond)).view({-1, 2, out_, 1});
+    h = sb.select(1, 0) * h + sb.select(1, 1);
+    h = block1->forward(h);
+    return h + (residual ? residual->forward(x) : x);
+  }
+  ConvBlock1d block0{nullptr}, block1{nullptr};
+  torch::nn::Linear film{nullptr};
+  torch::nn::Conv1d residual{nullptr};
+
+ private:
+  std::int64_t in_, out_, cond_, kernel_, groups_;
+};
+TORCH_MODULE(FilmResBlock);
+
+/// The U-Net denoiser (see file comment): `forward(x [B, T, A], k [B], obs_features [B, F])`
+/// returns [B, T, A].
+class Unet1dImpl : public torch::nn::Cloneable<Unet1dImpl> {
+ public:
+  struct Options {
+    std::int64_t action_dim = 2;
+    std::int64_t cond_dim = 0;            ///< observation features (obs horizon x obs dim)
+    std::vector<std::int64_t> widths{256, 512, 1024};
+    std::int64_t step_embed = 256;
+    std::int64_t kernel = 5;
+    std::int64_t groups = 8;
+  };
+
+  explicit Unet1dImpl(Options o) : o_(std::move(o)) {
+    if (o_.widths.empty()) throw ConfigError("Unet1d: needs at least one level width");
+    for (auto w : o_.widths)
+      if (w % o_.groups != 0)
+        throw ConfigError("Unet1d: width " + std::to_string(w) + " is not a multiple of the " + std::to_string(o_.groups) + " norm groups");
+    reset();
+  }
+
+  void reset() override {
+    const auto d = o_.step_embed;
+    step0 = register_module("step0", torch::nn::Linear(d, 4 * d));
+    step1 = register_module("step1", torch::nn::Linear(4 * d, d));
+    const auto cond = d + o_.cond_dim;
+    down = register_module("down", torch::nn::ModuleList());
+    up = register_module("up", torch::nn::ModuleList());
+    mid = register_module("mid", torch::nn::ModuleList());
+    down_res.clear(), up_res.clear(), mid_res.clear(), downsample.clear(), upsample.clear();
+    const auto& w = o_.widths;
+    const std::size_t levels = w.size();
+    std::int64_t in = o_.action_dim;
+    for (std::size_t i = 0; i < levels; ++i) {
+      down_res.push_back(FilmResBlock(in, w[i], cond, o_.kernel, o_.groups));
+      down_res.push_back(FilmResBlock(w[i], w[i], cond, o_.kernel, o_.groups));
+      down->push_back(down_res[down_res.size() - 2]);
+      down->push_back(down_res.back());
+      if (i + 1 < levels) {
+        downsample.push_back(torch::nn::Conv1d(torch::nn::Conv1dOptions(w[i], w[i], 3).stride(2).padding(1)));
+        down->push_back(downsample.back());
+      }
+      in = w[i];
+    }
+    for (int i = 0; i < 2; ++i) {
+      mid_res.push_back(FilmResBlock(w.back(), w.back(), cond, o_.kernel, o_.groups));
+      mid->push_back(mid_res.back());
+    }
+    for (std::size_t j = levels - 1; j >= 1; --j) {
+      // From level j's width (with level j's skip) back to level j - 1's.
+      up_res.push_back(FilmResBlock(2 * w[j], w[j - 1], cond, o_.kernel, o_.groups));
+      up_res.push_back(FilmResBlock(w[j - 1], w[j - 1], cond, o_.kernel, o_.groups));
+      up->push_back(up_res[up_res.size() - 2]);
+      up->push_back(up_res.back());
+      upsample.push_back(torch::nn::ConvTranspose1d(torch::nn::ConvTranspose1dOptions(w[j - 1], w[j - 1], 4).stride(2).padding(1)));
+      up->push_back(upsample.back());
+    }
+    out_block = register_module("out_block", ConvBlock1d(w.front(), w.front(), o_.kernel, o_.groups));
+    out_conv = register_module("out_conv", torch::nn::Conv1d(torch::nn::Conv1dOptions(w.front(), o_.action_dim, 1)));
+  }
+
+  /// Noise (or actions) predicted for the noisy sequence `x` [B, T, A] at steps `k` [B]
+  /// given observation features `obs` [B, cond_dim] (undefined when cond_dim is 0).
+  at::Tensor forward(const at::Tensor& x, const at::Tensor& k, const at::Tensor& obs) {
+    const std::int64_t t = x.size(1);
+    const std::int64_t stride = std::int64_t{1} << (o_.widths.size() - 1);
+    if (t % stride != 0)
+      throw ConfigError("Unet1d: a sequence of " + std::to_string(t) + " steps; with " + std::to_string(o_.widths.size()) +
+                        " levels it must be a multiple of " + std::to_string(stride));
+    auto e = step1->forward(mish_activation(step0->forward(sinusoidal_embedding(k, o_.step_embed).to(x.dtype()))));
+    const auto cond = o_.cond_dim > 0 ? at::cat({e, obs.to(e.dtype())}, -1) : e;
+    auto h = x.transpose(1, 2);  // [B, A, T]
+    std::vector<at::Tensor> skips;
+    const std::size_t levels = o_.widths.size();
+    for (std::size_t i = 0; i < levels; ++i) {
+      h = down_res[2 * i]->forward(h, cond);
+      h = down_res[2 * i + 1]->forward(h, cond);
+      skips.push_back(h);
+      if (i + 1 < levels) h = downsample[i]->forward(h);
+    }
+    for (auto& m : mid_res) h = m->forward(h, cond);
+    for (std::size_t u = 0; u + 1 < levels; ++u) {
+      h = at::cat({h, skips[levels - 1 - u]}, 1);
+      h = up_res[2 * u]->forward(h, cond);
+      h = up_res[2 * u + 1]->forward(h, cond);
+      h = upsample[u]->forward(h);
+    }
+    h = out_conv->forward(out_block->forward(h));
+    return h.transpose(1, 2);
+  }
+
+  [[nodiscard]] const Options& options() const noexcept { return o_; }
+
+  torch::nn::Linear step0{nullptr}, step1{nullptr};
+  torch::nn::ModuleList down{nullptr}, up{nullptr}, mid{nullptr};
+  std::vector<FilmResBlock> down_res, up_res, mid_res;
+  std::vector<torch::nn::Conv1d> downsample;
+  std::vector<torch::nn::ConvTranspose1d> upsample;
+  ConvBlock1d out_block{nullptr};
+  torch::nn::Conv1d out_conv{nullptr};
+
+ private:
+  Options o_;
+};
+TORCH_MODULE(Unet1d);
+
+}  // namespace anvil::nn
+// ---- end <anvil/nn/unet1d.hpp> ----
 
 // ---- begin <anvil/optim/ema.hpp> ----
 /// @file
@@ -6443,7 +6772,7 @@ class FlatParameters {
 };
 
 /// Adam with torch's defaults and update rule (bias-corrected moments, eps outside the
-/// square root), stepping a `FlatParameters` with a flat gradient.
+/// square root), stepping a `FlatParameters` with a flat gradient; AdamW with a weight decay.
 class FlatAdam {
  public:
   struct Options {
@@ -6451,6 +6780,9 @@ class FlatAdam {
     double beta1 = 0.9;
     double beta2 = 0.999;
     double eps = 1e-8;
+    /// Decoupled weight decay (AdamW, Loshchilov and Hutter 2019): the parameters shrink by
+    /// lr * weight_decay before each step, as torch's AdamW does. 0: plain Adam.
+    double weight_decay = 0.0;
   };
 
   FlatAdam() = default;
@@ -6466,6 +6798,7 @@ class FlatAdam {
     const double bc1 = 1.0 - std::pow(opt_.beta1, static_cast<double>(steps_));
     const double bc2 = 1.0 - std::pow(opt_.beta2, static_cast<double>(steps_));
     m_.mul_(opt_.beta1).add_(g, 1.0 - opt_.beta1);
+    if (opt_.weight_decay > 0) params_.flat().mul_(1.0 - opt_.lr * opt_.weight_decay);
     v_.mul_(opt_.beta2).addcmul_(g, g, 1.0 - opt_.beta2);
     at::sqrt_out(denom_, v_);
     denom_.div_(std::sqrt(bc2)).add_(opt_.eps);
@@ -12473,6 +12806,481 @@ static_assert(Algorithm<COMA>);
 
 }  // namespace anvil
 // ---- end <anvil/algorithms/coma.hpp> ----
+// ---- begin <anvil/algorithms/diffusion_policy.hpp> ----
+/// @file
+/// Diffusion Policy (Chi, Feng, Du, Xu, Cousineau, Burchfiel, Song 2023, "Diffusion Policy:
+/// Visuomotor Policy Learning via Action Diffusion"): behaviour cloning in which the policy
+/// is a conditional denoising diffusion model (Ho, Jain, Abbeel 2020, "DDPM") over a sequence
+/// of future actions, so that it can represent several ways of acting where a regression
+/// averages them.
+///
+/// What it learns from: windows of demonstrations (buffers/demo_dataset.hpp): the last
+/// `obs_horizon` observations (2) and `horizon` actions (16) starting with the first of
+/// those observations. It acts on envs wrapped in `envs::MultiStep` (envs/multi_step.hpp),
+/// whose observation is the last `obs_horizon` observations and whose action is the
+/// `action_horizon` (8) actions it executes before the policy is asked again: the actions
+/// predicted for steps obs_horizon - 1 .. obs_horizon - 2 + action_horizon.
+///
+/// The paper's choices, each a config field: the temporal U-Net denoiser with FiLM
+/// conditioning (nn/unet1d.hpp); 100 DDPM steps with the squared-cosine schedule (Nichol and
+/// Dhariwal 2021), epsilon prediction and samples clipped to [-1, 1]; DDIM inference (Song,
+/// Meng, Ermon 2021) with `inference_steps` steps, or DDPM with all of them; observations
+/// and actions scaled to [-1, 1] by the demonstrations' minimum and maximum, kept in the
+/// checkpoint; AdamW (lr 1e-4, betas 0.95 / 0.999, weight decay 1e-6) with a linear
+/// warm-up of 500 steps and a cosine decay over the run; an average of the weights (EMA)
+/// whose decay warms up as 1 - (1 + k)^-0.75 (k: updates so far minus one) up to
+/// `train.ema_decay`, stepped once per optimizer step and with its count in the checkpoint.
+///
+/// `objective = mse` is the baseline: the same network and data, regressing the action
+/// sequence directly (its input a zero sequence at step 0), trained on the squared error.
+
+#include <torch/nn/module.h>
+#include <torch/utils.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdint>
+#include <numbers>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+
+namespace anvil {
+
+struct OfflineLoop;  // train/loops/offline.hpp (a layer above; the Trainer includes it)
+
+namespace diffusion {
+
+/// DDPM's variances beta_1..beta_K and the products alpha-bar_k of (1 - beta).
+struct NoiseSchedule {
+  enum class Kind { squared_cosine, linear };
+
+  NoiseSchedule() = default;
+  /// `steps` diffusion steps; squared cosine (Nichol and Dhariwal 2021, eq. 17, s = 0.008,
+  /// betas capped at 0.999) or linear from `beta_start` to `beta_end` (Ho et al. 2020).
+  explicit NoiseSchedule(int steps, Kind kind = Kind::squared_cosine, double beta_start = 1e-4, double beta_end = 0.02)
+      : steps_(steps) {
+    if (steps < 1) throw ConfigError("diffusion.train_steps: is " + std::to_string(steps) + "; needs at least 1");
+    for (int i = 0; i < steps; ++i) {
+      double b = 0;
+      if (kind == Kind::squared_cosine) {
+        b = std::min(1.0 - cosine_alpha_bar(static_cast<double>(i + 1) / steps) / cosine_alpha_bar(static_cast<double>(i) / steps), 0.999);
+      } else {
+        b = steps == 1 ? beta_start : beta_start + (beta_end - beta_start) * i / (steps - 1);
+      }
+      beta_.push_back(b);
+      alpha_bar_.push_back((alpha_bar_.empty() ? 1.0 : alpha_bar_.back()) * (1.0 - b));
+    }
+  }
+
+  /// The squared-cosine alpha-bar at t in [0, 1] (before normalising by its value at 0).
+  [[nodiscard]] static double cosine_alpha_bar(double t) {
+    const double c = std::cos((t + 0.008) / 1.008 * std::numbers::pi / 2);
+    return c * c;
+  }
+
+  [[nodiscard]] int steps() const noexcept { return steps_; }
+  [[nodiscard]] double beta(int k) const { return beta_.at(static_cast<std::size_t>(k)); }
+  /// alpha-bar of step k; of step -1 (before any noise) 1.
+  [[nodiscard]] double alpha_bar(int k) const { return k < 0 ? 1.0 : alpha_bar_.at(static_cast<std::size_t>(k)); }
+  [[nodiscard]] const std::vector<double>& alpha_bars() const noexcept { return alpha_bar_; }
+
+ private:
+  int steps_ = 0;
+  std::vector<double> beta_, alpha_bar_;
+};
+
+/// The forward process: sqrt(ab_k) x0 + sqrt(1 - ab_k) noise, per row's step `k` [B].
+inline at::Tensor add_noise(const NoiseSchedule& s, const at::Tensor& x0, const at::Tensor& noise, const at::Tensor& k) {
+  const auto ab = at::tensor(s.alpha_bars(), x0.options().dtype(at::kDouble)).to(x0.options()).index_select(0, k.to(x0.device()));
+  std::vector<std::int64_t> shape(static_cast<std::size_t>(x0.dim()), 1);
+  shape[0] = x0.size(0);
+  const auto a = ab.view(shape);
+  return a.sqrt() * x0 + (1.0 - a).sqrt() * noise;
+}
+
+/// The x0 that `eps` implies at step t, clipped to [-1, 1] when `clip`.
+inline at::Tensor predicted_x0(const NoiseSchedule& s, const at::Tensor& x, int t, const at::Tensor& eps, bool clip) {
+  const double ab = s.alpha_bar(t);
+  auto x0 = (x - std::sqrt(1.0 - ab) * eps) / std::sqrt(ab);
+  return clip ? x0.clamp(-1.0, 1.0) : x0;
+}
+
+/// One DDPM reverse step from t to t - 1 with the posterior's mean and variance ("fixed
+/// small", Ho et al. eq. 7): mean c0 x0 + ct x_t, plus sqrt(variance) z when t > 0 (`z`
+/// standard normal, or undefined for the mean alone).
+inline at::Tensor ddpm_step(const NoiseSchedule& s, const at::Tensor& x, int t, const at::Tensor& eps, bool clip, const at::Tensor& z) {
+  const double ab = s.alpha_bar(t), ab_prev = s.alpha_bar(t - 1);
+  const double a_t = ab / ab_prev, b_t = 1.0 - a_t;
+  const auto x0 = predicted_x0(s, x, t, eps, clip);
+  const double c0 = std::sqrt(ab_prev) * b_t / (1.0 - ab);
+  const double ct = std::sqrt(a_t) * (1.0 - ab_prev) / (1.0 - ab);
+  auto mean = c0 * x0 + ct * x;
+  if (t > 0 && z.defined()) {
+    const double var = std::max((1.0 - ab_prev) / (1.0 - ab) * b_t, 1e-20);
+    mean = mean + std::sqrt(var) * z;
+  }
+  return mean;
+}
+
+/// One DDIM step from t to t_prev (-1: the end) with stochasticity `eta` (0: deterministic).
+/// The direction term uses the noise implied by the clipped x0, so that with eta = 1 and
+/// every step this is DDPM's step exactly, clipping included.
+inline at::Tensor ddim_step(const NoiseSchedule& s, const at::Tensor& x, int t, int t_prev, const at::Tensor& eps, bool clip,
+                            double eta, const at::Tensor& z) {
+  const double ab = s.alpha_bar(t), ab_prev = s.alpha_bar(t_prev);
+  const auto x0 = predicted_x0(s, x, t, eps, clip);
+  const auto e = clip ? (x - std::sqrt(ab) * x0) / std::sqrt(1.0 - ab) : eps;
+  const double var = eta * eta * (1.0 - ab_prev) / (1.0 - ab) * (1.0 - ab / ab_prev);
+  auto out = std::sqrt(ab_prev) * x0 + std::sqrt(std::max(1.0 - ab_prev - var, 0.0)) * e;
+  if (var > 0 && z.defined()) out = out + std::sqrt(var) * z;
+  return out;
+}
+
+/// The steps DDIM visits with `k` of a schedule of `train_steps`: (k-1) c, ..., c, 0 with
+/// c = train_steps / k (as diffusers' "leading" spacing).
+inline std::vector<int> ddim_timesteps(int train_steps, int k) {
+  if (k < 1 || k > train_steps)
+    throw ConfigError("diffusion.inference_steps: is " + std::to_string(k) + "; must be 1 .. diffusion.train_steps (" +
+                      std::to_string(train_steps) + ")");
+  const int c = train_steps / k;
+  std::vector<int> ts;
+  for (int i = k - 1; i >= 0; --i) ts.push_back(i * c);
+  return ts;
+}
+
+/// The EMA decay of Diffusion Policy's average before update `k` (k = 0 is the first):
+/// 0 for the first two, then 1 - (1 + (k - 1))^-power, at most `max_decay`.
+inline double ema_warmup_decay(std::int64_t k, double power, double max_decay) {
+  if (power <= 0) return max_decay;
+  const double step = static_cast<double>(k - 1);
+  if (step <= 0) return 0.0;
+  return std::clamp(1.0 - std::pow(1.0 + step, -power), 0.0, max_decay);
+}
+
+/// Per-dimension affine maps to [-1, 1] from a minimum and a maximum (a dimension that
+/// hardly varies, range below 1e-4, is centred instead of stretched).
+struct MinMax {
+  at::Tensor scale, offset;  ///< y = scale x + offset
+  [[nodiscard]] bool defined() const noexcept { return scale.defined(); }
+  static MinMax fit(const at::Tensor& lo, const at::Tensor& hi) {
+    const auto range = (hi - lo).to(at::kFloat);
+    const auto tiny = range < 1e-4;
+    MinMax m;
+    m.scale = at::where(tiny, at::ones_like(range), 2.0 / range);
+    m.offset = at::where(tiny, -(hi + lo).to(at::kFloat) / 2, -1.0 - m.scale * lo.to(at::kFloat));
+    return m;
+  }
+  [[nodiscard]] at::Tensor apply(const at::Tensor& x) const { return x * scale + offset; }
+  [[nodiscard]] at::Tensor invert(const at::Tensor& y) const { return (y - offset) / scale; }
+};
+
+}  // namespace diffusion
+
+/// What Diffusion Policy's network learns (see diffusion_policy.hpp).
+enum class DiffusionObjective { ddpm, mse };
+constexpr auto enum_names(DiffusionObjective) { return std::array<std::string_view, 2>{"ddpm", "mse"}; }
+/// How actions are sampled at inference.
+enum class DiffusionSampler { ddim, ddpm };
+constexpr auto enum_names(DiffusionSampler) { return std::array<std::string_view, 2>{"ddim", "ddpm"}; }
+
+/// Algorithm policy: Diffusion Policy, and MSE behaviour cloning on the same network (see
+/// file comment).
+class DiffusionPolicy {
+ public:
+  using policy_kind = AlgorithmKind;
+  static constexpr FixedString config_section = "diffusion";
+  static constexpr bool on_policy = false;
+  using Batch = ReplayBatch;
+  using loop = OfflineLoop;
+
+  struct Config {
+    Param<DiffusionObjective, "objective", "ddpm: denoise action sequences (Diffusion Policy); mse: regress them (BC baseline)">
+        objective{DiffusionObjective::ddpm};
+    Param<int, "obs_horizon", "observations the policy sees (the latest last)", in_range(1, 64)> obs_horizon{2};
+    Param<int, "horizon", "actions predicted per sample", in_range(1, 1024)> horizon{16};
+    Param<int, "action_horizon", "predicted actions executed before the policy is asked again", in_range(1, 1024)>
+        action_horizon{8};
+    Param<int, "train_steps", "diffusion steps of training (DDPM's K)", in_range(1, 10000)> train_steps{100};
+    Param<int, "inference_steps", "DDIM steps at inference (diffusion.sampler=ddim)", in_range(1, 10000)> inference_steps{16};
+    Param<DiffusionSampler, "sampler", "ddim: inference_steps steps; ddpm: all train_steps"> sampler{DiffusionSampler::ddim};
+    Param<double, "ddim_eta", "DDIM's stochasticity (0: deterministic; 1 with all steps: DDPM)", in_range(0, 1)> ddim_eta{0.0};
+    Param<bool, "clip_sample", "clip predicted clean samples to [-1, 1]"> clip_sample{true};
+    Param<std::vector<int>, "widths", "the U-Net's channels per level", at_least(1)> widths{256, 512, 1024};
+    Param<int, "kernel", "the U-Net's convolution width", in_range(1, 31)> kernel{5};
+    Param<int, "groups", "GroupNorm groups", in_range(1, 1024)> groups{8};
+    Param<int, "step_embed", "diffusion-step embedding width", in_range(2, 4096)> step_embed{256};
+    Param<std::int64_t, "batch_size", "windows per gradient step (per rank)", at_least(1)> batch_size{256};
+    Param<double, "lr", "AdamW learning rate", positive> lr{1e-4};
+    Param<double, "beta1", "AdamW beta1", in_range(0, 1)> beta1{0.95};
+    Param<double, "beta2", "AdamW beta2", in_range(0, 1)> beta2{0.999};
+    Param<double, "weight_decay", "AdamW decoupled weight decay", at_least(0)> weight_decay{1e-6};
+    Param<std::int64_t, "lr_warmup", "optimizer steps of linear learning-rate warm-up", at_least(0)> lr_warmup{500};
+    Param<bool, "lr_cosine", "decay the learning rate to 0 along a cosine over the run's remaining updates"> lr_cosine{true};
+    Param<double, "ema_power", "EMA warm-up power: decay 1 - (1 + k)^-power up to train.ema_decay (0: constant decay)",
+          at_least(0)>
+        ema_power{0.75};
+    Param<double, "max_grad_norm", "clip the gradient's global norm (0: off)", at_least(0)> max_grad_norm{0.0};
+  };
+
+  DiffusionPolicy(const EnvSpec& spec, const Config& cfg, const RunContext& ctx)
+      : cfg_(cfg), device_(ctx.device), schedule_(cfg.train_steps) {
+    if (spec.discrete()) throw ConfigError("DiffusionPolicy: " + spec.name + " has discrete actions; it needs a Box");
+    const auto od = spec.obs_dim(), ad = spec.action_dim();
+    if (od % cfg.obs_horizon != 0)
+      throw ConfigError("diffusion.obs_horizon: " + spec.name + "'s observation has " + std::to_string(od) +
+                        " numbers, not a multiple of " + std::to_string(*cfg.obs_horizon) +
+                        " (wrap the env in envs::MultiStep with the same horizons)");
+    if (ad % cfg.action_horizon != 0)
+      throw ConfigError("diffusion.action_horizon: " + spec.name + "'s action has " + std::to_string(ad) +
+                        " numbers, not a multiple of " + std::to_string(*cfg.action_horizon) +
+                        " (wrap the env in envs::MultiStep with the same horizons)");
+    if (cfg.obs_horizon - 1 + cfg.action_horizon > cfg.horizon)
+      throw ConfigError("diffusion.horizon: is " + std::to_string(*cfg.horizon) + "; it must hold obs_horizon - 1 + action_horizon = " +
+                        std::to_string(cfg.obs_horizon - 1 + cfg.action_horizon) + " actions");
+    if (cfg.inference_steps > cfg.train_steps)
+      throw ConfigError("diffusion.inference_steps: is " + std::to_string(*cfg.inference_steps) + ", more than diffusion.train_steps (" +
+                        std::to_string(*cfg.train_steps) + ")");
+    if (ctx.micro_batches > cfg.batch_size)
+      throw ConfigError("train.grad_accumulation (" + std::to_string(ctx.micro_batches) + ") is larger than diffusion.batch_size (" +
+                        std::to_string(*cfg.batch_size) + "): micro-batches would be empty");
+    obs_dim_ = od / cfg.obs_horizon;
+    act_dim_ = ad / cfg.action_horizon;
+    const auto& box = std::get<Box>(spec.action);
+    act_low_ = at::tensor(std::vector<float>(box.low.begin(), box.low.begin() + act_dim_)).to(device_);
+    act_high_ = at::tensor(std::vector<float>(box.high.begin(), box.high.begin() + act_dim_)).to(device_);
+    nn::Unet1dImpl::Options o;
+    o.action_dim = act_dim_;
+    o.cond_dim = cfg.obs_horizon * obs_dim_;
+    o.widths = std::vector<std::int64_t>(cfg.widths->begin(), cfg.widths->end());
+    o.step_embed = cfg.step_embed;
+    o.kernel = cfg.kernel;
+    o.groups = cfg.groups;
+    net_ = nn::Unet1d(o);
+    net_->to(device_);
+    base_lr_ = cfg.lr * ctx.lr_scale(cfg.batch_size);
+    opt_ = FlatAdam(net_->parameters(), {.lr = base_lr_, .beta1 = cfg.beta1, .beta2 = cfg.beta2, .eps = 1e-8, .weight_decay = cfg.weight_decay});
+    set_lr();
+    ema_.set_device(device_);
+  }
+
+  /// The dataset windows this algorithm learns from: observations and actions per sample.
+  [[nodiscard]] std::pair<std::int64_t, std::int64_t> sequence() const noexcept { return {*cfg_.obs_horizon, *cfg_.horizon}; }
+
+  /// Fits the min-max normalisation to the data's ranges (obs [obs_dim], actions
+  /// [act_dim]); a run restored from a checkpoint keeps the checkpoint's.
+  void fit_normalizer(const at::Tensor& obs_min, const at::Tensor& obs_max, const at::Tensor& act_min, const at::Tensor& act_max) {
+    if (obs_min.numel() != obs_dim_ || act_min.numel() != act_dim_)
+      throw ConfigError("DiffusionPolicy: the demonstrations have observations of " + std::to_string(obs_min.numel()) + " and actions of " +
+                        std::to_string(act_min.numel()) + " numbers; the env has " + std::to_string(obs_dim_) + " and " +
+                        std::to_string(act_dim_));
+    obs_norm_ = diffusion::MinMax::fit(obs_min.to(device_), obs_max.to(device_));
+    act_norm_ = diffusion::MinMax::fit(act_min.to(device_), act_max.to(device_));
+  }
+  [[nodiscard]] bool has_normalizer() const noexcept { return obs_norm_.defined(); }
+
+  /// The run's length in updates (for the cosine decay of the learning rate).
+  void plan_updates(std::int64_t total) {
+    total_updates_ = total;
+    set_lr();
+  }
+
+  /// Actions for observations [N, obs_horizon * obs_dim] (env units): [N, action_horizon *
+  /// act_dim] in the Trainer's normalised units ([-1, 1] over the env's bounds). Sampling
+  /// is stochastic in both modes, as the paper evaluates.
+  at::Tensor act(const at::Tensor& obs, ActMode /*mode*/) {
+    torch::NoGradGuard no_grad;
+    const auto seq = predict(obs);  // [N, horizon, act_dim], env units
+    const auto chunk = seq.narrow(1, cfg_.obs_horizon - 1, cfg_.action_horizon);
+    const auto unit = (chunk - act_low_) / (act_high_ - act_low_) * 2.0 - 1.0;
+    return unit.reshape({obs.size(0), -1});
+  }
+
+  /// The whole predicted action sequence [N, horizon, act_dim] in env units.
+  at::Tensor predict(const at::Tensor& obs) {
+    torch::NoGradGuard no_grad;
+    need_normalizer();
+    const auto n = obs.size(0);
+    const auto cond = obs_norm_.apply(obs.to(device_, at::kFloat).view({n, cfg_.obs_horizon, obs_dim_})).reshape({n, -1});
+    at::Tensor x;
+    if (*cfg_.objective == DiffusionObjective::mse) {
+      x = net_->forward(at::zeros({n, cfg_.horizon, act_dim_}, cond.options()), at::zeros({n}, cond.options().dtype(at::kLong)), cond);
+    } else {
+      x = at::randn({n, cfg_.horizon, act_dim_}, cond.options());
+      const auto steps = *cfg_.sampler == DiffusionSampler::ddpm ? ddpm_timesteps() : diffusion::ddim_timesteps(cfg_.train_steps, cfg_.inference_steps);
+      for (std::size_t i = 0; i < steps.size(); ++i) {
+        const int t = steps[i];
+        const int prev = i + 1 < steps.size() ? steps[i + 1] : -1;
+        const auto eps = net_->forward(x, at::full({n}, t, cond.options().dtype(at::kLong)), cond).to(at::kFloat);
+        const auto z = at::randn_like(x);
+        x = *cfg_.sampler == DiffusionSampler::ddpm ? diffusion::ddpm_step(schedule_, x, t, eps, cfg_.clip_sample, z)
+                                                   : diffusion::ddim_step(schedule_, x, t, prev, eps, cfg_.clip_sample, cfg_.ddim_eta, z);
+      }
+    }
+    return act_norm_.invert(x.to(at::kFloat));
+  }
+
+  /// One optimizer step on a batch of windows: obs [B, obs_horizon * obs_dim] and action
+  /// [B, horizon * act_dim], in env units. With gradient accumulation the batch is split
+  /// into the context's micro-batches, whose weighted gradients are summed before the step.
+  UpdateInfo update(const ReplayBatch& b, StepContext& ctx) {
+    need_normalizer();
+    const auto parts = ctx.micro_batches(b.obs.size(0));
+    at::Tensor grad;
+    double loss_sum = 0;
+    for (const auto& part : parts) {
+      const bool whole = parts.size() == 1;
+      const auto obs = whole ? b.obs : b.obs.narrow(0, part.begin, part.rows);
+      const auto act = whole ? b.action : b.action.narrow(0, part.begin, part.rows);
+      double l = 0;
+      auto g = ctx.gradient(loss(obs, act, ctx, l), opt_);
+      if (whole) grad = std::move(g);
+      else if (!grad.defined()) grad = g * part.share;
+      else grad.add_(g, part.share);
+      loss_sum += part.share * l;
+    }
+    ctx.apply(opt_, grad, cfg_.max_grad_norm);
+    ++updates_;
+    set_lr();
+    UpdateInfo info;
+    info.metrics = {{"loss", loss_sum}, {"lr", opt_.lr()}};
+    return info;
+  }
+
+  /// The training loss of (obs, action) windows in env units (DDPM: the noise's squared
+  /// error at random steps; mse: the actions'); `value` gets its float.
+  at::Tensor loss(const at::Tensor& obs, const at::Tensor& action, StepContext& ctx, double& value) {
+    const auto n = obs.size(0);
+    const auto cond = obs_norm_.apply(obs.to(device_, at::kFloat).view({n, cfg_.obs_horizon, obs_dim_})).reshape({n, -1});
+    const auto x0 = act_norm_.apply(action.to(device_, at::kFloat).view({n, cfg_.horizon, act_dim_}));
+    at::Tensor l;
+    {
+      auto guard = ctx.autocast();
+      if (*cfg_.objective == DiffusionObjective::mse) {
+        const auto pred = net_->forward(at::zeros_like(x0), at::zeros({n}, x0.options().dtype(at::kLong)), cond).to(at::kFloat);
+        l = (pred - x0).square().mean();
+      } else {
+        const auto noise = at::randn_like(x0);
+        const auto k = at::randint(cfg_.train_steps, {n}, x0.options().dtype(at::kLong));
+        const auto xk = diffusion::add_noise(schedule_, x0, noise, k);
+        const auto pred = net_->forward(xk, k, cond).to(at::kFloat);
+        l = (pred - noise).square().mean();
+      }
+    }
+    value = l.item().toDouble();
+    return l;
+  }
+
+  [[nodiscard]] std::int64_t batch_size() const noexcept { return cfg_.batch_size; }
+  /// Unused (no bootstrapping); the offline loop asks every algorithm for one.
+  [[nodiscard]] double discount() const noexcept { return 0.99; }
+
+  /// Moves the average towards the weights, with the warm-up of the paper's EMA (see file
+  /// comment); `decay` (train.ema_decay) is its ceiling.
+  void ema_update(double decay) {
+    ema_.update(opt_.parameters().flat(), diffusion::ema_warmup_decay(ema_.updates(), cfg_.ema_power, decay));
+  }
+  template <class F>
+  decltype(auto) with_ema_weights(F&& f) {
+    return ema_.with_weights(opt_.parameters().flat(), std::forward<F>(f));
+  }
+  [[nodiscard]] std::vector<std::pair<std::string, double>> learning_rates() const { return {{"diffusion", opt_.lr()}}; }
+  [[nodiscard]] std::vector<std::pair<std::string, at::Tensor>> flat_parameters() const { return {{"denoiser", opt_.parameters().flat()}}; }
+
+  /// State protocol: the network with its AdamW state, the update count, the average (with
+  /// its update count, which sets the EMA's warm-up), the normalisation.
+  struct Saved {
+    FlatAdam::Saved opt;
+    std::int64_t updates = 0;
+    Ema::Saved ema;
+    std::array<at::Tensor, 4> norm;
+  };
+  void save(BinaryWriter& w) const {
+    opt_.save(w);
+    w.value(updates_);
+    ema_.save(w);
+    w.value(obs_norm_.defined());
+    if (obs_norm_.defined()) {
+      write_tensor(w, obs_norm_.scale, "observation scale");
+      write_tensor(w, obs_norm_.offset, "observation offset");
+      write_tensor(w, act_norm_.scale, "action scale");
+      write_tensor(w, act_norm_.offset, "action offset");
+    }
+  }
+  [[nodiscard]] Saved read(BinaryReader& r) const {
+    Saved s;
+    s.opt = opt_.read(r, "diffusion denoiser");
+    s.updates = r.value<std::int64_t>("diffusion update count");
+    s.ema = ema_.read(r, "diffusion averaged parameters", opt_.parameters().flat());
+    if (r.value<bool>("diffusion normalisation flag")) {
+      const auto o = at::zeros({obs_dim_}), a = at::zeros({act_dim_});
+      s.norm = {read_tensor(r, "diffusion observation scale", o), read_tensor(r, "diffusion observation offset", o),
+                read_tensor(r, "diffusion action scale", a), read_tensor(r, "diffusion action offset", a)};
+    }
+    return s;
+  }
+  void restore(const Saved& s) {
+    opt_.restore(s.opt);
+    updates_ = s.updates;
+    ema_.restore(s.ema);
+    if (s.norm[0].defined()) {
+      obs_norm_ = {s.norm[0].to(device_), s.norm[1].to(device_)};
+      act_norm_ = {s.norm[2].to(device_), s.norm[3].to(device_)};
+    }
+    set_lr();
+  }
+
+  [[nodiscard]] nn::Unet1d& network() noexcept { return net_; }
+  [[nodiscard]] const diffusion::NoiseSchedule& schedule() const noexcept { return schedule_; }
+  [[nodiscard]] const Config& config() const noexcept { return cfg_; }
+  [[nodiscard]] std::int64_t updates() const noexcept { return updates_; }
+  [[nodiscard]] const Ema& ema() const noexcept { return ema_; }
+  [[nodiscard]] const FlatAdam& optimizer() const noexcept { return opt_; }
+  [[nodiscard]] std::int64_t obs_dim() const noexcept { return obs_dim_; }
+  [[nodiscard]] std::int64_t act_dim() const noexcept { return act_dim_; }
+
+ private:
+  [[nodiscard]] std::vector<int> ddpm_timesteps() const {
+    std::vector<int> ts;
+    for (int t = cfg_.train_steps - 1; t >= 0; --t) ts.push_back(t);
+    return ts;
+  }
+  void need_normalizer() const {
+    if (!obs_norm_.defined())
+      throw Error("DiffusionPolicy: no normalisation yet: train on demonstrations (buffers/demo_dataset.hpp) or load a checkpoint first");
+  }
+  // Linear warm-up, then (lr_cosine) a cosine decay to 0 at the run's last update.
+  void set_lr() {
+    const double k = static_cast<double>(updates_);
+    const double w = static_cast<double>(*cfg_.lr_warmup);
+    double f = 1.0;
+    if (k < w) f = (k + 1.0) / (w + 1.0);
+    else if (cfg_.lr_cosine && total_updates_ > 0) {
+      const double span = std::max(1.0, static_cast<double>(total_updates_) - w);
+      f = 0.5 * (1.0 + std::cos(std::numbers::pi * std::min(1.0, (k - w) / span)));
+    }
+    opt_.set_lr(base_lr_ * f);
+  }
+
+  Config cfg_;
+  c10::Device device_;
+  diffusion::NoiseSchedule schedule_;
+  std::int64_t obs_dim_ = 0, act_dim_ = 0;
+  at::Tensor act_low_, act_high_;
+  nn::Unet1d net_{nullptr};
+  double base_lr_ = 0;
+  FlatAdam opt_;
+  std::int64_t updates_ = 0;
+  std::int64_t total_updates_ = 0;
+  Ema ema_;
+  diffusion::MinMax obs_norm_, act_norm_;
+};
+
+}  // namespace anvil
+// ---- end <anvil/algorithms/diffusion_policy.hpp> ----
 // ---- begin <anvil/algorithms/policy.hpp> ----
 /// @file
 /// `load_policy`: a trained policy without its trainer, for deployment. A run writes
@@ -14307,11 +15115,16 @@ struct OffPolicyLoop {
 ///
 /// A resumed offline run continues its sampling exactly where it stopped only when the
 /// checkpoint saved the buffer too (`run.checkpoint_buffer`), since the sampling state
-/// lives in the buffer; otherwise it samples the dataset afresh.
+/// lives in the buffer; otherwise it samples the dataset afresh. A buffer that reads
+/// demonstrations (`DemoDataset`: `train.dataset` is an HDF5 file) keeps only its position
+/// in checkpoints, so such runs always resume exactly. Algorithms that learn from windows of
+/// steps (`sequence()`), normalise by the data's ranges (`fit_normalizer`) or schedule their
+/// learning rate over the run (`plan_updates`) are told so before the first update.
 
 #include <cstdint>
 #include <filesystem>
 #include <string>
+#include <tuple>
 
 
 namespace anvil {
@@ -14384,18 +15197,32 @@ struct OfflineLoop {
     void resumed() {
       p_.clock.unit = ClockUnit::updates;
       p_.collector.envs().set_discount(p_.algorithm.discount());
-      p_.buffer.plan(StoragePlan{p_.collector.num_envs(), 0, p_.algorithm.discount()});
+      StoragePlan plan{p_.collector.num_envs(), 0, p_.algorithm.discount()};
+      if constexpr (requires { p_.algorithm.sequence(); }) std::tie(plan.sequence_obs, plan.sequence_actions) = p_.algorithm.sequence();
+      p_.buffer.plan(plan);
       if (!loaded_ && !cfg_.dataset->empty()) {
         if (!std::filesystem::exists(*cfg_.dataset))
-          throw ConfigError("train.dataset: no buffer file at '" + *cfg_.dataset + "'");
-        StateSections data;
-        data.add(std::string(B::config_section.view()), p_.buffer);
-        BinaryReader r(*cfg_.dataset, kBufferFileFormat);
-        auto apply = data.read(r);
-        r.finish();
-        apply();
+          throw ConfigError("train.dataset: no file at '" + *cfg_.dataset + "'");
+        if constexpr (requires { B::reads_demonstrations; }) {
+          p_.buffer.load(*cfg_.dataset);  // demonstrations in their own format (HDF5)
+        } else {
+          StateSections data;
+          data.add(std::string(B::config_section.view()), p_.buffer);
+          BinaryReader r(*cfg_.dataset, kBufferFileFormat);
+          auto apply = data.read(r);
+          r.finish();
+          apply();
+        }
       }
       loaded_ = true;
+      // An algorithm that scales its inputs by the data's ranges learns them once, before its
+      // first update (a restored one keeps its checkpoint's).
+      if constexpr (requires { p_.algorithm.fit_normalizer(p_.buffer.ranges()[0], at::Tensor(), at::Tensor(), at::Tensor()); })
+        if (!p_.algorithm.has_normalizer() && p_.buffer.size() > 0) {
+          const auto r = p_.buffer.ranges();
+          p_.algorithm.fit_normalizer(r[0], r[1], r[2], r[3]);
+        }
+      if constexpr (requires { p_.algorithm.plan_updates(std::int64_t{0}); }) p_.algorithm.plan_updates(origin_ + cfg_.steps);
     }
 
     [[nodiscard]] bool done() const noexcept { return p_.clock.updates - origin_ >= cfg_.steps; }
@@ -17082,7 +17909,10 @@ class BasicTrainer {
     state_.add("episodes", collector_->episodes());
     state_.add("metrics", metrics_);
     state_.add("torch_rng", torch_rng_);
-    buffer_state_.add(std::string(B::config_section.view()), *buffer_);
+    // Demonstrations are read again from their file: only the loader's position is state,
+    // and it belongs in every checkpoint.
+    if constexpr (requires { B::reads_demonstrations; }) state_.add(std::string(B::config_section.view()), *buffer_);
+    else buffer_state_.add(std::string(B::config_section.view()), *buffer_);
   }
 
   Run::Setup setup(std::string program, std::vector<std::string> notes) const {

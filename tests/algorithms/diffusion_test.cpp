@@ -179,6 +179,26 @@ TEST_CASE("Diffusion: a tiny diffusion policy keeps both modes of a bimodal demo
   CHECK(m[2] > 0.99);  // the mean of the modes, 0
 }
 
+TEST_CASE("Diffusion: BF16 autocast trains the U-Net on the CPU, norms and activations in float32") {
+  DiffusionPolicy::Config c;
+  c.obs_horizon = 2, c.horizon = 8, c.action_horizon = 4, c.widths = {16, 32}, c.step_embed = 16, c.kernel = 3, c.groups = 8;
+  DiffusionPolicy dp(chunked_spec(2, 3, 4, 2), c, RunContext{});
+  dp.fit_normalizer(torch::full({3}, -1.0), torch::full({3}, 1.0), torch::full({2}, -1.0), torch::full({2}, 1.0));
+  StepContext::Options o;
+  o.autocast = true;
+  o.autocast_dtype = at::kBFloat16;
+  StepContext sc(o);
+  torch::manual_seed(2);
+  ReplayBatch b;
+  b.obs = torch::rand({16, 6}) * 2 - 1;
+  b.action = torch::rand({16, 16}) * 2 - 1;
+  const auto before = dp.optimizer().parameters().flat().clone();
+  const auto info = dp.update(b, sc);
+  CHECK(std::isfinite(info.metrics[0].second));
+  CHECK_FALSE(torch::equal(before, dp.optimizer().parameters().flat()));
+  CHECK(dp.optimizer().parameters().flat().scalar_type() == at::kFloat);  // the weights stay float32
+}
+
 TEST_CASE("Diffusion: the policy's spec checks name the field") {
   DiffusionPolicy::Config c;
   c.widths = {8}, c.step_embed = 8, c.groups = 4;

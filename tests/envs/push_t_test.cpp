@@ -4,8 +4,10 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
+#include <span>
 #include <limits>
 #include <numbers>
 #include <set>
@@ -16,6 +18,7 @@
 
 #if ANVIL_WITH_CHIPMUNK
 #include <anvil/envs/chipmunk/push_t.hpp>
+#include <anvil/envs/chipmunk/push_t_expert.hpp>
 #endif
 
 namespace {
@@ -182,6 +185,30 @@ TEST_CASE("Push-T: a saved or copied env goes on from the same bodies") {
   CHECK(loaded.state().block_angle == doctest::Approx(env.state().block_angle).epsilon(1e-3));
   CHECK(copy.state().block_y == doctest::Approx(env.state().block_y).epsilon(1e-4));
   CHECK(loaded.elapsed_steps() == 25);
+}
+
+TEST_CASE("Push-T: the scripted expert reaches the goal from most starts, with smooth commanded paths") {
+  const anvil::envs::chipmunk::PushTExpert expert;
+  int solved = 0;
+  double largest_jump = 0;
+  for (std::uint64_t seed = 0; seed < 20; ++seed) {
+    PushT env;
+    std::array<float, 2> last{-1, -1};
+    solved += expert.run(env, 5000 + seed, [&](std::span<const float> obs, std::span<const float> a) {
+      const double from_last = last[0] >= 0 ? std::hypot(a[0] - last[0], a[1] - last[1]) : 0.0;
+      largest_jump = std::max({largest_jump, from_last, static_cast<double>(std::hypot(a[0] - obs[18], a[1] - obs[19]))});
+      last = {a[0], a[1]};
+    });
+    if (env.success()) CHECK(env.coverage() > 0.95);
+  }
+  MESSAGE("the expert solved " << solved << " of 20");
+  CHECK(solved >= 17);
+  // The commanded point moves at most 24 pixels a step, and stays near the pusher.
+  MESSAGE("largest jump of the commanded point: " << largest_jump);
+  CHECK(largest_jump <= 80.0);  // the PD controller lags its commanded point by about two steps of travel
+  // The cost it plans by: 0 at the goal, the shift's length when moved without turning.
+  CHECK(anvil::envs::chipmunk::PushTExpert::cost({PushT::kGoal[0], PushT::kGoal[1], PushT::kGoal[2]}) == doctest::Approx(0.0));
+  CHECK(anvil::envs::chipmunk::PushTExpert::cost({PushT::kGoal[0] + 3, PushT::kGoal[1] + 4, PushT::kGoal[2]}) == doctest::Approx(5.0));
 }
 #endif
 

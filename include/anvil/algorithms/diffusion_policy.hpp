@@ -258,7 +258,7 @@ class DiffusionPolicy {
     nn::Unet1dImpl::Options o;
     o.action_dim = act_dim_;
     o.cond_dim = cfg.obs_horizon * obs_dim_;
-    o.widths = nn::widths(cfg.widths);
+    o.widths = std::vector<std::int64_t>(cfg.widths->begin(), cfg.widths->end());
     o.step_embed = cfg.step_embed;
     o.kernel = cfg.kernel;
     o.groups = cfg.groups;

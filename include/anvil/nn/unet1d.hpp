@@ -43,6 +43,13 @@ inline at::Tensor sinusoidal_embedding(const at::Tensor& k, std::int64_t dim) {
   return at::cat({arg.sin(), arg.cos()}, -1);
 }
 
+/// Mish, x tanh(softplus(x)) (Misra 2019); in float32 on the CPU for reduced dtypes, which
+/// LibTorch 1.13's CPU kernel does not take.
+inline at::Tensor mish_activation(const at::Tensor& x) {
+  if (x.is_cpu() && x.scalar_type() != at::kFloat && x.scalar_type() != at::kDouble) return at::mish(x.to(at::kFloat)).to(x.scalar_type());
+  return at::mish(x);
+}
+
 /// Conv1d(k, same padding) -> GroupNorm -> Mish.
 class ConvBlock1dImpl : public torch::nn::Cloneable<ConvBlock1dImpl> {
  public:
@@ -54,7 +61,12 @@ class ConvBlock1dImpl : public torch::nn::Cloneable<ConvBlock1dImpl> {
     conv = register_module("conv", torch::nn::Conv1d(torch::nn::Conv1dOptions(in_, out_, kernel_).padding(kernel_ / 2)));
     norm = register_module("norm", torch::nn::GroupNorm(torch::nn::GroupNormOptions(groups_, out_)));
   }
-  at::Tensor forward(const at::Tensor& x) { return at::mish(norm->forward(conv->forward(x))); }
+  /// Under autocast the convolution runs in the reduced dtype and the normalisation in
+  /// float32 (its statistics need it, and LibTorch 1.13's CPU GroupNorm takes one dtype).
+  at::Tensor forward(const at::Tensor& x) {
+    const auto h = conv->forward(x);
+    return mish_activation(norm->forward(h.scalar_type() == at::kFloat || h.scalar_type() == at::kDouble ? h : h.to(at::kFloat)));
+  }
   torch::nn::Conv1d conv{nullptr};
   torch::nn::GroupNorm norm{nullptr};
 
@@ -79,7 +91,7 @@ class FilmResBlockImpl : public torch::nn::Cloneable<FilmResBlockImpl> {
   /// x [B, in, T], cond [B, cond] -> [B, out, T].
   at::Tensor forward(const at::Tensor& x, const at::Tensor& cond) {
     auto h = block0->forward(x);
-    const auto sb = film->forward(at::mish(cond)).view({-1, 2, out_, 1});
+    const auto sb = film->forward(mish_activation(cond)).view({-1, 2, out_, 1});
     h = sb.select(1, 0) * h + sb.select(1, 1);
     h = block1->forward(h);
     return h + (residual ? residual->forward(x) : x);
@@ -162,7 +174,7 @@ class Unet1dImpl : public torch::nn::Cloneable<Unet1dImpl> {
     if (t % stride != 0)
       throw ConfigError("Unet1d: a sequence of " + std::to_string(t) + " steps; with " + std::to_string(o_.widths.size()) +
                         " levels it must be a multiple of " + std::to_string(stride));
-    auto e = step1->forward(at::mish(step0->forward(sinusoidal_embedding(k, o_.step_embed).to(x.dtype()))));
+    auto e = step1->forward(mish_activation(step0->forward(sinusoidal_embedding(k, o_.step_embed).to(x.dtype()))));
     const auto cond = o_.cond_dim > 0 ? at::cat({e, obs.to(e.dtype())}, -1) : e;
     auto h = x.transpose(1, 2);  // [B, A, T]
     std::vector<at::Tensor> skips;

@@ -50,6 +50,7 @@
 #include <anvil/train/loops/episodic.hpp>
 #include <anvil/train/loops/loop.hpp>
 #include <anvil/train/loops/off_policy.hpp>
+#include <anvil/train/loops/offline.hpp>
 #include <anvil/train/loops/on_policy.hpp>
 #include <anvil/train/run.hpp>
 #include <anvil/train/run_config.hpp>

@@ -1,0 +1,224 @@
+// Diffusion Policy on Push-T from demonstrations, in four modes of one program
+// (--experiment.mode=...; the other arguments are the Trainer's):
+//
+//   record  the scripted expert (envs/chipmunk/push_t_expert.hpp) records demonstrations to
+//           an HDF5 file in robomimic's layout:
+//             build/examples/diffusion_pusht --experiment.mode=record --experiment.demos=200 \
+//               --experiment.file=data/pusht_demos.hdf5
+//   train   Diffusion Policy (or --diffusion.objective=mse, the BC baseline) on a demo file,
+//           evaluated with its EMA weights on Push-T by the published protocol (return =
+//           the best reward of each episode; success = coverage above 95%):
+//             build/examples/diffusion_pusht --config configs/diffusion_pusht_cpu.yaml \
+//               --train.dataset=data/pusht_demos.hdf5
+//           --experiment.precision=bf16 trains with BF16 autocast; --nproc_per_node=N with DDP.
+//   expert  evaluates the expert itself on the test seeds (the demonstrator's own score).
+//   eval    evaluates a trained run's last checkpoint on the test seeds (--experiment.run).
+//
+// Test seeds: 100000 + i, as the published evaluation (50 of them by default).
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <anvil/algorithms/diffusion_policy.hpp>
+#include <anvil/buffers/demo_dataset.hpp>
+#include <anvil/data/demonstrations.hpp>
+#include <anvil/envs/chipmunk/push_t.hpp>
+#include <anvil/envs/chipmunk/push_t_expert.hpp>
+#include <anvil/envs/multi_step.hpp>
+#include <anvil/parallel/ddp.hpp>
+#include <anvil/precision/bf16.hpp>
+#include <anvil/train/start.hpp>
+#include <anvil/train/trainer.hpp>
+
+namespace {
+
+using anvil::envs::chipmunk::PushT;
+using anvil::envs::chipmunk::PushTExpert;
+
+struct Experiment {
+  anvil::Param<std::string, "mode", "record, train, expert or eval"> mode{"train"};
+  anvil::Param<std::string, "precision", "fp32 or bf16 (train)"> precision{"fp32"};
+  anvil::Param<int, "demos", "successful demonstrations to record (record)", anvil::at_least(1)> demos{200};
+  anvil::Param<std::string, "file", "the demonstration file written (record)"> file{"data/pusht_demos.hdf5"};
+  anvil::Param<std::int64_t, "seed", "first seed of the recorded episodes (record)", anvil::at_least(0)> seed{0};
+  anvil::Param<int, "test_episodes", "test seeds 100000 .. 100000 + n - 1 (expert, eval)", anvil::at_least(1)> test_episodes{50};
+  anvil::Param<std::string, "run", "a training run's directory (eval)"> run{""};
+};
+struct ExperimentConfig {
+  anvil::Section<"experiment", Experiment> experiment;
+};
+
+template <class X>
+using DpTrainer = anvil::Trainer<anvil::DiffusionPolicy, anvil::DemoDataset, anvil::DDPAuto, X>;
+
+anvil::envs::MultiStep<PushT> pusht_env(const anvil::DiffusionPolicy::Config& c) {
+  return {PushT(PushT::Reward::best_gain), c.obs_horizon, c.action_horizon};
+}
+
+int record(const Experiment& e) {
+  anvil::Demonstrations d;
+  d.env_name = std::string(PushT::name);
+  d.obs_parts = {{"keypoints", 2 * PushT::kNumKeypoints}, {"agent_pos", 2}};
+  d.obs_dim = PushT::kObsDim;
+  d.act_dim = 2;
+  const PushTExpert expert;
+  PushT env;
+  int tried = 0;
+  for (std::uint64_t seed = static_cast<std::uint64_t>(*e.seed); d.episodes() < e.demos; ++seed, ++tried) {
+    std::vector<float> o, a;
+    const bool ok = expert.run(env, seed, [&](std::span<const float> obs, std::span<const float> act) {
+      o.insert(o.end(), obs.begin(), obs.end());
+      a.insert(a.end(), act.begin(), act.end());
+    });
+    if (!ok) continue;  // demonstrations of success only, as people record them
+    const auto t = static_cast<std::int64_t>(a.size() / 2);
+    std::vector<float> r(static_cast<std::size_t>(t), 0.0f);
+    std::vector<std::uint8_t> dn(static_cast<std::size_t>(t), 0);
+    r.back() = 1.0f;
+    dn.back() = 1;
+    d.add_episode(o, a, r, dn);
+  }
+  const std::filesystem::path file(*e.file);
+  if (file.has_parent_path()) std::filesystem::create_directories(file.parent_path());
+  anvil::write_demonstrations(file, d);
+  std::printf("recorded %lld demonstrations (%lld steps; the expert succeeded in %lld of %d episodes) to %s\n",
+              static_cast<long long>(d.episodes()), static_cast<long long>(d.steps()), static_cast<long long>(d.episodes()), tried,
+              file.c_str());
+  return 0;
+}
+
+// The expert on the test seeds: mean best reward (the published score) and success rate.
+int expert_score(const Experiment& e) {
+  const PushTExpert expert;
+  double score = 0, success = 0;
+  for (int i = 0; i < e.test_episodes; ++i) {
+    PushT env;
+    success += expert.run(env, 100000 + static_cast<std::uint64_t>(i), {});
+    score += env.best_reward();
+  }
+  std::printf("{\"policy\": \"expert\", \"test_episodes\": %d, \"score\": %.4f, \"success\": %.4f}\n", *e.test_episodes,
+              score / e.test_episodes, success / e.test_episodes);
+  return 0;
+}
+
+// The latest checkpoint in a run directory.
+std::filesystem::path latest_checkpoint(const std::filesystem::path& dir) {
+  std::filesystem::path best;
+  if (std::filesystem::is_directory(dir))
+    for (const auto& f : std::filesystem::directory_iterator(dir))
+      if (f.path().extension() == ".ckpt" && (best.empty() || f.path().filename() > best.filename())) best = f.path();
+  if (best.empty()) throw anvil::ConfigError("experiment.run: '" + dir.string() + "' holds no checkpoint");
+  return best;
+}
+
+// A trained run's policy (its EMA weights when it kept an average) on the test seeds, all
+// episodes at once: the mean best reward (the published score) and the success rate.
+template <class X>
+int evaluate_run(const Experiment& e) {
+  using Trainer = DpTrainer<X>;
+  typename Trainer::Config t;
+  t.parallel->nproc_per_node = 1;  // the evaluation is one process
+  auto settings = anvil::load_yaml_file((std::filesystem::path(*e.run) / "config.yaml").string());
+  std::erase_if(settings, [](const anvil::Setting& s) { return s.key.starts_with("parallel."); });
+  anvil::apply_settings(t, settings);
+  t.run->resume = latest_checkpoint(*e.run).string();
+  t.run->run_dir = (std::filesystem::temp_directory_path() / ("anvil_diffusion_eval_" + std::to_string(::getpid()))).string();
+  t.run->progress = anvil::ProgressMode::off;
+  t.run->tensorboard = false;
+  Trainer trainer(pusht_env(*t.algorithm), t, "diffusion_pusht");
+  trainer.begin();
+  auto& dp = trainer.algorithm();
+  const int n = e.test_episodes;
+  std::vector<anvil::envs::MultiStep<PushT>> envs;
+  std::vector<bool> done(static_cast<std::size_t>(n), false);
+  std::vector<bool> success(static_cast<std::size_t>(n), false);
+  const auto od = static_cast<std::int64_t>(pusht_env(*t.algorithm).observation_space().size());
+  auto obs = at::empty({n, od});
+  for (int i = 0; i < n; ++i) {
+    envs.push_back(pusht_env(*t.algorithm));
+    const auto o = envs.back().reset(100000 + static_cast<std::uint64_t>(i));
+    std::copy(o.begin(), o.end(), obs.data_ptr<float>() + i * od);
+  }
+  const auto box = envs.front().action_space();
+  const auto t0 = std::chrono::steady_clock::now();
+  std::int64_t chunks = 0;
+  for (int left = n; left > 0;) {
+    const at::Tensor unit = dp.with_ema_weights([&] { return dp.act(obs, anvil::ActMode::deterministic); }).to(at::kCPU).contiguous();
+    ++chunks;
+    const float* u = unit.data_ptr<float>();
+    std::vector<float> a(box.size());
+    for (int i = 0; i < n; ++i) {
+      if (done[static_cast<std::size_t>(i)]) continue;
+      for (std::size_t j = 0; j < a.size(); ++j)
+        a[j] = box.low[j] + (std::clamp(u[i * static_cast<std::int64_t>(a.size()) + static_cast<std::int64_t>(j)], -1.0f, 1.0f) + 1.0f) / 2 *
+                                (box.high[j] - box.low[j]);
+      const auto r = envs[static_cast<std::size_t>(i)].step(a);
+      std::copy(r.observation.begin(), r.observation.end(), obs.data_ptr<float>() + i * od);
+      if (envs[static_cast<std::size_t>(i)].success()) success[static_cast<std::size_t>(i)] = true;
+      if (r.terminated || r.truncated) {
+        done[static_cast<std::size_t>(i)] = true;
+        --left;
+      }
+    }
+  }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  double score = 0, wins = 0;
+  for (int i = 0; i < n; ++i) {
+    score += envs[static_cast<std::size_t>(i)].env().best_reward();
+    wins += success[static_cast<std::size_t>(i)];
+  }
+  std::printf("{\"policy\": \"%s\", \"run\": \"%s\", \"updates\": %lld, \"test_episodes\": %d, \"score\": %.4f, \"success\": %.4f, "
+              "\"seconds_per_chunk_batch\": %.4f}\n",
+              std::string(anvil::enum_names(*t.algorithm->objective)[static_cast<std::size_t>(*t.algorithm->objective)]).c_str(), e.run->c_str(),
+              static_cast<long long>(trainer.updates()), n, score / n, wins / n, seconds / static_cast<double>(chunks));
+  std::error_code ec;
+  std::filesystem::remove_all(trainer.run_dir(), ec);
+  return 0;
+}
+
+template <class X>
+int train(const anvil::Args& args) {
+  using Trainer = DpTrainer<X>;
+  typename Trainer::Config defaults;
+  defaults.parallel->nproc_per_node = 1;  // one process unless more ranks are asked for
+  auto cfg = anvil::start<Trainer>(args, defaults);
+  Trainer trainer(pusht_env(*cfg.algorithm), cfg, "diffusion_pusht");
+  trainer.fit();
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // --experiment.* are this program's; the rest go to the Trainer.
+  std::vector<char*> mine{argv[0]}, theirs{argv[0]};
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    (a.rfind("--experiment.", 0) == 0 || a.rfind("experiment.", 0) == 0 ? mine : theirs).push_back(argv[i]);
+    if (a == "--help") mine.push_back(argv[i]);
+  }
+  const auto args = anvil::start(static_cast<int>(theirs.size()), theirs.data());
+  Experiment e;
+  if (!args.help) e = *anvil::start_config<ExperimentConfig>(static_cast<int>(mine.size()), mine.data()).experiment;
+  try {
+    if (*e.mode == "record") return record(e);
+    if (*e.mode == "expert") return expert_score(e);
+    if (*e.mode == "eval") {
+      if (e.run->empty()) throw anvil::ConfigError("experiment.run: name the training run's directory to evaluate (experiment.mode=eval)");
+      if (*e.precision == "bf16") return evaluate_run<anvil::BF16>(e);
+      return evaluate_run<anvil::FP32>(e);
+    }
+    if (*e.mode == "train") {
+      if (*e.precision == "bf16") return train<anvil::BF16>(args);
+      if (*e.precision == "fp32") return train<anvil::FP32>(args);
+      throw anvil::ConfigError("experiment.precision: '" + *e.precision + "' is neither fp32 nor bf16");
+    }
+    throw anvil::ConfigError("experiment.mode: '" + *e.mode + "' is not one of record, train, expert, eval");
+  } catch (const anvil::Error& err) {
+    std::fprintf(stderr, "error: %s\n", err.what());
+    return 2;
+  }
+}
