@@ -11,7 +11,8 @@
 //             build/examples/diffusion_pusht --config configs/diffusion_pusht_cpu.yaml \
 //               --train.dataset=data/pusht_demos.hdf5
 //           --experiment.precision=bf16 trains with BF16 autocast; --nproc_per_node=N with DDP.
-//   expert  evaluates the expert itself on the test seeds (the demonstrator's own score).
+//   expert  evaluates the expert itself on the test seeds (the demonstrator's own score), and
+//           two references: the pusher held still, and a random walk of the commanded point.
 //   eval    evaluates a trained run's last checkpoint on the test seeds (--experiment.run).
 //
 // Test seeds: 100000 + i, as the published evaluation (50 of them by default).
@@ -101,6 +102,32 @@ int expert_score(const Experiment& e) {
   }
   std::printf("{\"policy\": \"expert\", \"test_episodes\": %d, \"score\": %.4f, \"success\": %.4f}\n", *e.test_episodes,
               score / e.test_episodes, success / e.test_episodes);
+  // Two references that know nothing: the pusher held still (the start's own coverage), and
+  // the commanded point on a random walk of up to 20 pixels a step per axis.
+  double still = 0, walk = 0, walk_success = 0;
+  anvil::Rng rng(7);
+  for (int i = 0; i < e.test_episodes; ++i) {
+    PushT a, b;
+    a.reset(100000 + static_cast<std::uint64_t>(i));
+    b.reset(100000 + static_cast<std::uint64_t>(i));
+    const auto st = a.state();
+    const std::array<float, 2> hold{static_cast<float>(st.agent_x), static_cast<float>(st.agent_y)};
+    for (int t = 0; t < PushT::kMaxEpisodeSteps && !a.step(hold).terminated; ++t) {
+    }
+    auto target = hold;
+    for (int t = 0; t < PushT::kMaxEpisodeSteps; ++t) {
+      for (auto& x : target) x = std::clamp(x + static_cast<float>(rng.uniform(-20, 20)), 0.0f, static_cast<float>(PushT::kField));
+      if (b.step(target).terminated) {
+        walk_success += 1;
+        break;
+      }
+    }
+    still += a.best_reward();
+    walk += b.best_reward();
+  }
+  std::printf("{\"policy\": \"still\", \"test_episodes\": %d, \"score\": %.4f, \"success\": 0}\n", *e.test_episodes, still / e.test_episodes);
+  std::printf("{\"policy\": \"random_walk\", \"test_episodes\": %d, \"score\": %.4f, \"success\": %.4f}\n", *e.test_episodes,
+              walk / e.test_episodes, walk_success / e.test_episodes);
   return 0;
 }
 
