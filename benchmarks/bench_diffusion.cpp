@@ -6,10 +6,17 @@
 //  - inference latency per action chunk (one observation, the whole sampling chain): DDPM
 //    with all its steps against DDIM with each `bench.ddim` count.
 //
-// Runs on `bench.device` (default: CUDA when present). One JSON line per figure.
+// Runs on `bench.device` (default: CUDA when present; there FP16 with its loss scaler is
+// timed too). One JSON line per figure. scripts/gpu-check.sh builds and runs it against the
+// LibTorch inside a PyTorch installation.
 #include "bench_common.hpp"
 
-#include <anvil/anvil.hpp>
+#include <anvil/algorithms/diffusion_policy.hpp>
+#include <anvil/core/context.hpp>
+#include <anvil/optim/step_context.hpp>
+#include <anvil/precision/bf16.hpp>
+#include <anvil/precision/fp16.hpp>
+#include <anvil/precision/fp32.hpp>
 
 struct BenchConfig {
   anvil::Param<double, "seconds", "seconds per timed repeat", anvil::positive> seconds{3.0};
@@ -98,6 +105,7 @@ int main(int argc, char** argv) {
   for (const auto& w : *b.widths) {
     settings.push_back(make<anvil::FP32>(run, w, b.batch, b.train_steps));
     settings.push_back(make<anvil::BF16>(run, w, b.batch, b.train_steps));
+    if (run.device.is_cuda()) settings.push_back(make<anvil::FP16>(run, w, b.batch, b.train_steps));  // loss-scaled; CUDA only
   }
   for (int round = 0; round < b.rounds; ++round)
     for (auto& s : settings)

@@ -3,13 +3,11 @@
 //
 //   record  the scripted expert (envs/chipmunk/push_t_expert.hpp) records demonstrations to
 //           an HDF5 file in robomimic's layout:
-//             build/examples/diffusion_pusht --experiment.mode=record --experiment.demos=200 \
-//               --experiment.file=data/pusht_demos.hdf5
+//             build/examples/diffusion_pusht --experiment.mode=record --experiment.file=data/pusht_demos.hdf5
 //   train   Diffusion Policy (or --diffusion.objective=mse, the BC baseline) on a demo file,
 //           evaluated with its EMA weights on Push-T by the published protocol (return =
 //           the best reward of each episode; success = coverage above 95%):
-//             build/examples/diffusion_pusht --config configs/diffusion_pusht_cpu.yaml \
-//               --train.dataset=data/pusht_demos.hdf5
+//             build/examples/diffusion_pusht --config configs/diffusion_pusht_cpu.yaml
 //           --experiment.precision=bf16 trains with BF16 autocast; --nproc_per_node=N with DDP.
 //   expert  evaluates the expert itself on the test seeds (the demonstrator's own score), and
 //           two references: the pusher held still, and a random walk of the commanded point.

@@ -4,6 +4,7 @@
 // Each check prints "ok", "warn" or "FAIL" with the reason; the exit status is 1 when any
 // check failed (2 for a config file that does not validate).
 #include <anvil/anvil.hpp>
+#include <anvil/buffers/demo_dataset.hpp>
 
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/cuda.h>
@@ -237,13 +238,16 @@ int main(int argc, char** argv) {
                                        Trainer<MultiTaskSAC, UniformBuffer, DDPAuto, BF16>,
                                        Trainer<MultiTaskSAC, PrioritizedBuffer, DDPAuto, FP32>,
                                        Trainer<MultiTaskSAC, PrioritizedBuffer, DDPAuto, BF16>,
-                                       Trainer<COMA, EpisodeBuffer, DDPAuto, FP32>, Trainer<COMA, EpisodeBuffer, DDPAuto, BF16>>(
+                                       Trainer<COMA, EpisodeBuffer, DDPAuto, FP32>, Trainer<COMA, EpisodeBuffer, DDPAuto, BF16>,
+                                       Trainer<DiffusionPolicy, DemoDataset, DDPAuto, FP32>,
+                                       Trainer<DiffusionPolicy, DemoDataset, DDPAuto, BF16>>(
         config, {"SAC+UniformBuffer (FP32/TF32)", "SAC+UniformBuffer+BF16", "SAC+PrioritizedBuffer (FP32/TF32)",
                  "SAC+PrioritizedBuffer+BF16", "SAC+UniformBuffer+FP16", "SAC+PrioritizedBuffer+FP16",
                  "PPO+RolloutBuffer (FP32/TF32)", "PPO+RolloutBuffer+BF16", "PPO+RolloutBuffer+FP16",
                  "MultiTaskSAC+UniformBuffer (FP32/TF32)", "MultiTaskSAC+UniformBuffer+BF16",
                  "MultiTaskSAC+PrioritizedBuffer (FP32/TF32)", "MultiTaskSAC+PrioritizedBuffer+BF16",
-                 "COMA+EpisodeBuffer (FP32/TF32)", "COMA+EpisodeBuffer+BF16"});
+                 "COMA+EpisodeBuffer (FP32/TF32)", "COMA+EpisodeBuffer+BF16", "DiffusionPolicy+DemoDataset (FP32/TF32)",
+                 "DiffusionPolicy+DemoDataset+BF16"});
     if (!valid) return 2;
   }
   std::printf("%s\n", failures ? "anvil-doctor: some checks FAILED (see above)" : "anvil-doctor: all checks passed");

@@ -62,6 +62,7 @@ std::string table() {
   policy<SAC>(t, "`SAC`");
   policy<PPO>(t, "`PPO`");
   policy<COMA>(t, "`COMA`");
+  policy<DiffusionPolicy>(t, "`DiffusionPolicy`");
   policy<UniformBuffer>(t, "`UniformBuffer`");
   policy<PrioritizedBuffer>(t, "`PrioritizedBuffer`");
   policy<RolloutBuffer>(t, "`RolloutBuffer`");

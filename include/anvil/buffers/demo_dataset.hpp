@@ -1,7 +1,7 @@
 #pragma once
 /// @file
-/// `DemoDataset`: demonstrations (data/demonstrations.hpp, robomimic's HDF5 layout; needs
-/// `anvil::hdf5`) as the storage of an offline run, handed out as windows of consecutive
+/// `DemoDataset`: demonstrations (read from robomimic's HDF5 layout, data/demonstrations.hpp,
+/// when built with `anvil::hdf5`; or given in memory with `set`) as the storage of an offline run, handed out as windows of consecutive
 /// steps for policies that predict action sequences (Diffusion Policy). A window of a
 /// demonstration starting at step t holds the observations of steps t .. t + obs_horizon - 1
 /// and the actions of steps t .. t + horizon - 1; windows start from -(obs_horizon - 1) to
@@ -37,7 +37,10 @@
 #include <anvil/core/random.hpp>
 #include <anvil/core/spaces.hpp>
 #include <anvil/core/state.hpp>
+#include <anvil/data/demonstration_set.hpp>
+#if defined(ANVIL_WITH_HDF5)
 #include <anvil/data/demonstrations.hpp>
+#endif
 
 namespace anvil {
 
@@ -75,9 +78,14 @@ class DemoDataset {
   /// Reads the demonstrations at `path` (robomimic's layout); an Error naming the file and
   /// dataset when it does not fit the env.
   void load(const std::filesystem::path& path) {
+#if defined(ANVIL_WITH_HDF5)
     auto d = read_demonstrations(path, *cfg_.obs_keys);
     source_ = path.string();
     set(std::move(d));
+#else
+    throw ConfigError("train.dataset: this program was built without HDF5 (link anvil::hdf5) and cannot read '" + path.string() +
+                      "'; demonstrations in memory can still be given with DemoDataset::set");
+#endif
   }
 
   /// Uses `d` as the data (the first `demos.episodes` of it when set).

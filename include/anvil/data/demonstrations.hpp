@@ -28,43 +28,10 @@
 #include <vector>
 
 #include <anvil/core/error.hpp>
+#include <anvil/data/demonstration_set.hpp>
 #include <anvil/data/hdf5.hpp>
 
 namespace anvil {
-
-/// Episodes of (observation, action, reward, done), flat: episode e is steps
-/// [starts[e], starts[e + 1]).
-struct Demonstrations {
-  std::string env_name;
-  /// The observation's parts, in order, and their widths (they sum to obs_dim).
-  std::vector<std::pair<std::string, std::int64_t>> obs_parts;
-  std::int64_t obs_dim = 0;
-  std::int64_t act_dim = 0;
-  std::vector<float> obs;       ///< [steps, obs_dim]
-  std::vector<float> actions;   ///< [steps, act_dim]
-  std::vector<float> rewards;   ///< [steps]
-  std::vector<std::uint8_t> dones;  ///< [steps]
-  std::vector<std::int64_t> starts{0};
-
-  [[nodiscard]] std::int64_t episodes() const noexcept { return static_cast<std::int64_t>(starts.size()) - 1; }
-  [[nodiscard]] std::int64_t steps() const noexcept { return starts.back(); }
-  [[nodiscard]] std::int64_t length(std::int64_t e) const { return starts.at(static_cast<std::size_t>(e + 1)) - starts.at(static_cast<std::size_t>(e)); }
-
-  /// Appends one episode; the vectors hold T rows each.
-  void add_episode(const std::vector<float>& o, const std::vector<float>& a, const std::vector<float>& r,
-                   const std::vector<std::uint8_t>& d) {
-    const auto t = static_cast<std::int64_t>(r.size());
-    if (obs_dim <= 0 || act_dim <= 0) throw Error("Demonstrations: set obs_dim and act_dim before adding episodes");
-    if (static_cast<std::int64_t>(o.size()) != t * obs_dim || static_cast<std::int64_t>(a.size()) != t * act_dim ||
-        static_cast<std::int64_t>(d.size()) != t)
-      throw Error("Demonstrations: episode " + std::to_string(episodes()) + ": observations, actions, rewards and dones disagree on its length");
-    obs.insert(obs.end(), o.begin(), o.end());
-    actions.insert(actions.end(), a.begin(), a.end());
-    rewards.insert(rewards.end(), r.begin(), r.end());
-    dones.insert(dones.end(), d.begin(), d.end());
-    starts.push_back(steps() + t);
-  }
-};
 
 /// Writes `demos` to `path` in robomimic's layout, atomically.
 inline void write_demonstrations(const std::filesystem::path& path, const Demonstrations& demos) {
