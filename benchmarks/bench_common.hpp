@@ -20,6 +20,7 @@
 #include <anvil/core/blas.hpp>
 #include <anvil/core/torch_compat.hpp>
 #include <anvil/observe/run_files.hpp>
+#include <anvil/optim/step_context.hpp>
 #include <anvil/train/start.hpp>
 
 namespace bench {
@@ -61,6 +62,18 @@ inline void emit(const std::string& name, double value, const std::string& unit,
               anvil::json_string(host()).c_str(),
               anvil::json_string(blas.openblas ? "OpenBLAS " + blas.core : blas.library).c_str(), anvil::json_string(date).c_str());
   std::fflush(stdout);
+}
+
+/// A StepContext's options for precision policy `X` on `device`, as the Trainer sets them:
+/// autocast to X's dtype where it has one, a loss scaler where it scales losses.
+template <class X>
+anvil::StepContext::Options step_options(c10::Device device) {
+  anvil::StepContext::Options so;
+  so.device = device;
+  so.autocast = X::autocast;
+  so.autocast_dtype = X::compute_dtype;
+  if constexpr (X::loss_scaling) so.loss_scaling = anvil::LossScaler::Options{};
+  return so;
 }
 
 /// Runs a reference implementation's command (stdout captured, stderr dropped) and returns

@@ -79,12 +79,7 @@ Setting make(const anvil::RunContext& run, const std::string& widths, int batch,
   Setting s{std::string(X::name), widths,
             std::make_unique<anvil::DiffusionPolicy>(pusht_spec(), policy_config(parse_widths(widths), batch, train_steps), run), {}, {}, {}};
   s.dp->fit_normalizer(at::zeros({20}), at::full({20}, 512.0), at::zeros({2}), at::full({2}, 512.0));
-  anvil::StepContext::Options so;
-  so.device = run.device;
-  so.autocast = X::autocast;
-  so.autocast_dtype = X::compute_dtype;
-  if constexpr (X::loss_scaling) so.loss_scaling = anvil::LossScaler::Options{};
-  s.ctx = std::make_unique<anvil::StepContext>(so);
+  s.ctx = std::make_unique<anvil::StepContext>(bench::step_options<X>(run.device));
   s.batch.obs = (at::rand({batch, 40}) * 512).to(run.device);
   s.batch.action = (at::rand({batch, 32}) * 512).to(run.device);
   return s;

@@ -54,12 +54,7 @@ Setting make(const anvil::RunContext& run, int hidden, int batch, bool manual) {
   bc.capacity = 100'000;
   s.buffer = std::make_unique<anvil::UniformBuffer>(spec, bc, run);
   bench::fill(*s.buffer, bc.capacity, 3, 1, 100, 200);  // random Pendulum-shaped steps
-  anvil::StepContext::Options so;
-  so.device = run.device;
-  so.autocast = X::autocast;
-  so.autocast_dtype = X::compute_dtype;
-  if constexpr (X::loss_scaling) so.loss_scaling = anvil::LossScaler::Options{};
-  s.ctx = std::make_unique<anvil::StepContext>(so);
+  s.ctx = std::make_unique<anvil::StepContext>(bench::step_options<X>(run.device));
   return s;
 }
 

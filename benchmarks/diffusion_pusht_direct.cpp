@@ -11,9 +11,11 @@
 #include <anvil/core/context.hpp>
 #include <anvil/envs/chipmunk/push_t.hpp>
 #include <anvil/envs/chipmunk/push_t_expert.hpp>
+#include <anvil/envs/chipmunk/push_t_score.hpp>
 #include <anvil/envs/multi_step.hpp>
 #include <anvil/optim/step_context.hpp>
 #include <anvil/precision/bf16.hpp>
+#include <anvil/precision/fp32.hpp>
 
 struct BenchConfig {
   anvil::Param<int, "demos", "expert demonstrations (seeds from 0; failures skipped)", anvil::at_least(1)> demos{200};
@@ -72,13 +74,7 @@ int main(int argc, char** argv) {
   const auto r = data.ranges();
   dp.fit_normalizer(r[0], r[1], r[2], r[3]);
   dp.plan_updates(b.updates);
-  anvil::StepContext::Options so;
-  so.device = run.device;
-  if (*b.precision == "bf16") {
-    so.autocast = true;
-    so.autocast_dtype = anvil::BF16::compute_dtype;
-  }
-  anvil::StepContext ctx(so);
+  anvil::StepContext ctx(*b.precision == "bf16" ? bench::step_options<anvil::BF16>(run.device) : bench::step_options<anvil::FP32>(run.device));
   double loss = 0;
   for (std::int64_t i = 0; i < b.updates; ++i) {
     auto batch = data.sample(dp.batch_size());
@@ -91,40 +87,11 @@ int main(int argc, char** argv) {
 
   // The test seeds, all episodes at once, with the EMA weights.
   const int n = b.test_episodes;
-  std::vector<anvil::envs::MultiStep<PushT>> envs;
-  const auto od = static_cast<std::int64_t>(spec.obs_dim());
-  auto obs = at::empty({n, od});
-  for (int i = 0; i < n; ++i) {
-    envs.push_back(proto);
-    const auto o = envs.back().reset(100000 + static_cast<std::uint64_t>(i));
-    std::copy(o.begin(), o.end(), obs.data_ptr<float>() + i * od);
-  }
-  const auto box = proto.action_space();
-  std::vector<bool> done(static_cast<std::size_t>(n), false), success(static_cast<std::size_t>(n), false);
-  std::vector<float> a(box.size());
-  for (int left = n; left > 0;) {
-    const at::Tensor unit = dp.with_ema_weights([&] { return dp.act(obs, anvil::ActMode::deterministic); }).to(at::kCPU).contiguous();
-    const float* u = unit.data_ptr<float>();
-    for (int i = 0; i < n; ++i) {
-      if (done[static_cast<std::size_t>(i)]) continue;
-      for (std::size_t j = 0; j < a.size(); ++j)
-        a[j] = box.low[j] + (std::clamp(u[i * static_cast<std::int64_t>(a.size()) + static_cast<std::int64_t>(j)], -1.0f, 1.0f) + 1.0f) / 2 *
-                                (box.high[j] - box.low[j]);
-      auto& e = envs[static_cast<std::size_t>(i)];
-      const auto s = e.step(a);
-      std::copy(s.observation.begin(), s.observation.end(), obs.data_ptr<float>() + i * od);
-      if (e.success()) success[static_cast<std::size_t>(i)] = true;
-      if (s.terminated || s.truncated) {
-        done[static_cast<std::size_t>(i)] = true;
-        --left;
-      }
-    }
-  }
-  double score = 0, wins = 0;
-  for (int i = 0; i < n; ++i) {
-    score += envs[static_cast<std::size_t>(i)].env().best_reward();
-    wins += success[static_cast<std::size_t>(i)];
-  }
+  const auto score = anvil::envs::chipmunk::score_on_test_seeds(proto, n, [&](std::span<const float> obs, int rows) {
+    const auto o = at::from_blob(const_cast<float*>(obs.data()), {rows, static_cast<std::int64_t>(obs.size()) / rows}, at::kFloat);
+    const at::Tensor unit = dp.with_ema_weights([&] { return dp.act(o, anvil::ActMode::deterministic); }).to(at::kCPU).contiguous();
+    return std::vector<float>(unit.data_ptr<float>(), unit.data_ptr<float>() + unit.numel());
+  });
   std::string widths;
   for (int w : *dc.widths) widths += (widths.empty() ? "" : "x") + std::to_string(w);
   const std::vector<std::pair<std::string, bench::Value>> conf{
@@ -132,6 +99,6 @@ int main(int argc, char** argv) {
       {"widths", widths}, {"demos", *b.demos}, {"demo_steps", static_cast<long long>(d.steps())}, {"updates", static_cast<long long>(*b.updates)},
       {"batch", static_cast<long long>(*dc.batch_size)}, {"precision", *b.precision}, {"test_episodes", n},
       {"train_seconds", train_seconds}, {"final_loss", loss}};
-  bench::emit("pusht_score", score / n, "mean best reward over the test seeds", conf, run.device.str());
-  bench::emit("pusht_success", wins / n, "share of test episodes above 95% coverage", conf, run.device.str());
+  bench::emit("pusht_score", score.score, "mean best reward over the test seeds", conf, run.device.str());
+  bench::emit("pusht_success", score.success, "share of test episodes above 95% coverage", conf, run.device.str());
 }

@@ -26,6 +26,7 @@
 #include <anvil/data/demonstrations.hpp>
 #include <anvil/envs/chipmunk/push_t.hpp>
 #include <anvil/envs/chipmunk/push_t_expert.hpp>
+#include <anvil/envs/chipmunk/push_t_score.hpp>
 #include <anvil/envs/multi_step.hpp>
 #include <anvil/parallel/ddp.hpp>
 #include <anvil/precision/bf16.hpp>
@@ -156,49 +157,17 @@ int evaluate_run(const Experiment& e) {
   Trainer trainer(pusht_env(*t.algorithm), t, "diffusion_pusht");
   trainer.begin();
   auto& dp = trainer.algorithm();
-  const int n = e.test_episodes;
-  std::vector<anvil::envs::MultiStep<PushT>> envs;
-  std::vector<bool> done(static_cast<std::size_t>(n), false);
-  std::vector<bool> success(static_cast<std::size_t>(n), false);
-  const auto od = static_cast<std::int64_t>(pusht_env(*t.algorithm).observation_space().size());
-  auto obs = at::empty({n, od});
-  for (int i = 0; i < n; ++i) {
-    envs.push_back(pusht_env(*t.algorithm));
-    const auto o = envs.back().reset(100000 + static_cast<std::uint64_t>(i));
-    std::copy(o.begin(), o.end(), obs.data_ptr<float>() + i * od);
-  }
-  const auto box = envs.front().action_space();
   const auto t0 = std::chrono::steady_clock::now();
-  std::int64_t chunks = 0;
-  for (int left = n; left > 0;) {
-    const at::Tensor unit = dp.with_ema_weights([&] { return dp.act(obs, anvil::ActMode::deterministic); }).to(at::kCPU).contiguous();
-    ++chunks;
-    const float* u = unit.data_ptr<float>();
-    std::vector<float> a(box.size());
-    for (int i = 0; i < n; ++i) {
-      if (done[static_cast<std::size_t>(i)]) continue;
-      for (std::size_t j = 0; j < a.size(); ++j)
-        a[j] = box.low[j] + (std::clamp(u[i * static_cast<std::int64_t>(a.size()) + static_cast<std::int64_t>(j)], -1.0f, 1.0f) + 1.0f) / 2 *
-                                (box.high[j] - box.low[j]);
-      const auto r = envs[static_cast<std::size_t>(i)].step(a);
-      std::copy(r.observation.begin(), r.observation.end(), obs.data_ptr<float>() + i * od);
-      if (envs[static_cast<std::size_t>(i)].success()) success[static_cast<std::size_t>(i)] = true;
-      if (r.terminated || r.truncated) {
-        done[static_cast<std::size_t>(i)] = true;
-        --left;
-      }
-    }
-  }
+  const auto r = anvil::envs::chipmunk::score_on_test_seeds(pusht_env(*t.algorithm), e.test_episodes, [&](std::span<const float> obs, int n) {
+    const auto rows = at::from_blob(const_cast<float*>(obs.data()), {n, static_cast<std::int64_t>(obs.size()) / n}, at::kFloat);
+    const at::Tensor unit = dp.with_ema_weights([&] { return dp.act(rows, anvil::ActMode::deterministic); }).to(at::kCPU).contiguous();
+    return std::vector<float>(unit.data_ptr<float>(), unit.data_ptr<float>() + unit.numel());
+  });
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  double score = 0, wins = 0;
-  for (int i = 0; i < n; ++i) {
-    score += envs[static_cast<std::size_t>(i)].env().best_reward();
-    wins += success[static_cast<std::size_t>(i)];
-  }
   std::printf("{\"policy\": \"%s\", \"run\": \"%s\", \"updates\": %lld, \"test_episodes\": %d, \"score\": %.4f, \"success\": %.4f, "
               "\"seconds_per_chunk_batch\": %.4f}\n",
               std::string(anvil::enum_names(*t.algorithm->objective)[static_cast<std::size_t>(*t.algorithm->objective)]).c_str(), e.run->c_str(),
-              static_cast<long long>(trainer.updates()), n, score / n, wins / n, seconds / static_cast<double>(chunks));
+              static_cast<long long>(trainer.updates()), *e.test_episodes, r.score, r.success, seconds / static_cast<double>(r.calls));
   std::error_code ec;
   std::filesystem::remove_all(trainer.run_dir(), ec);
   return 0;
