@@ -60,6 +60,25 @@ inline ReplayBatch rows_of(const ReplayBatch& b, std::int64_t begin, std::int64_
           part(b.discount),   part(b.weight),   part(b.index),  part(b.task)};
 }
 
+/// A batch of collective distillation (buffers/collective_dataset.hpp): for each target
+/// row, the history before it and the expert's labels at it.
+struct CollectiveBatch {
+  at::Tensor tokens;    ///< [B, H, obs_dim + act_dim + 1] the (state, action, reward) steps before, oldest first
+  at::Tensor mask;      ///< [B, H] float 1 where the token is of the target row's episode
+  at::Tensor obs;       ///< [B, obs_dim] the target row's state
+  at::Tensor action;    ///< [B, act_dim] the action taken there (for the Q head)
+  at::Tensor mean;      ///< [B, act_dim] the expert's pre-tanh mean
+  at::Tensor log_std;   ///< [B, act_dim] the expert's log standard deviation
+  at::Tensor q_target;  ///< [B] the expert's clipped double-Q target
+  at::Tensor task;      ///< [B] int64 task ids (the dataset's task list)
+};
+
+/// Rows [begin, begin + n) of every field of `b` (views): micro-batches.
+inline CollectiveBatch rows_of(const CollectiveBatch& b, std::int64_t begin, std::int64_t n) {
+  auto part = [&](const at::Tensor& t) { return t.defined() ? t.narrow(0, begin, n) : t; };
+  return {part(b.tokens), part(b.mask), part(b.obs), part(b.action), part(b.mean), part(b.log_std), part(b.q_target), part(b.task)};
+}
+
 /// A minibatch of an on-policy rollout, with advantages already computed.
 struct RolloutBatch {
   at::Tensor obs;        ///< [B, obs_dim]
@@ -15170,7 +15189,9 @@ struct OfflineLoop {
     static_assert(buffer_ok,
                   "Trainer: the offline loop samples random batches from data it loads from a file; the Buffer "
                   "lacks sample(n) or load(path) (see anvil::LoadsDataset)");
-    static constexpr bool ok = algorithm_ok && buffer_ok;
+    static constexpr bool batch_ok = !(algorithm_ok && buffer_ok) || std::same_as<typename A::Batch, typename B::Batch>;
+    static_assert(batch_ok, "Trainer: the offline loop hands the Algorithm the Buffer's batches, but their Batch types differ");
+    static constexpr bool ok = algorithm_ok && buffer_ok && batch_ok;
   };
 
   /// Runs the loop (see file comment).
@@ -15234,7 +15255,7 @@ struct OfflineLoop {
                           " transitions, fewer than one batch (" + std::string(A::config_section.view()) +
                           ".batch_size = " + std::to_string(p_.algorithm.batch_size()) +
                           "); give a buffer file with more");
-      ReplayBatch batch;
+      typename B::Batch batch;
       {
         ScopedPhase ph(p_.times, Phase::sample);
         batch = p_.buffer.sample(p_.algorithm.batch_size());

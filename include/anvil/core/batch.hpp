@@ -45,6 +45,25 @@ inline ReplayBatch rows_of(const ReplayBatch& b, std::int64_t begin, std::int64_
           part(b.discount),   part(b.weight),   part(b.index),  part(b.task)};
 }
 
+/// A batch of collective distillation (buffers/collective_dataset.hpp): for each target
+/// row, the history before it and the expert's labels at it.
+struct CollectiveBatch {
+  at::Tensor tokens;    ///< [B, H, obs_dim + act_dim + 1] the (state, action, reward) steps before, oldest first
+  at::Tensor mask;      ///< [B, H] float 1 where the token is of the target row's episode
+  at::Tensor obs;       ///< [B, obs_dim] the target row's state
+  at::Tensor action;    ///< [B, act_dim] the action taken there (for the Q head)
+  at::Tensor mean;      ///< [B, act_dim] the expert's pre-tanh mean
+  at::Tensor log_std;   ///< [B, act_dim] the expert's log standard deviation
+  at::Tensor q_target;  ///< [B] the expert's clipped double-Q target
+  at::Tensor task;      ///< [B] int64 task ids (the dataset's task list)
+};
+
+/// Rows [begin, begin + n) of every field of `b` (views): micro-batches.
+inline CollectiveBatch rows_of(const CollectiveBatch& b, std::int64_t begin, std::int64_t n) {
+  auto part = [&](const at::Tensor& t) { return t.defined() ? t.narrow(0, begin, n) : t; };
+  return {part(b.tokens), part(b.mask), part(b.obs), part(b.action), part(b.mean), part(b.log_std), part(b.q_target), part(b.task)};
+}
+
 /// A minibatch of an on-policy rollout, with advantages already computed.
 struct RolloutBatch {
   at::Tensor obs;        ///< [B, obs_dim]

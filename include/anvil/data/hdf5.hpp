@@ -182,6 +182,48 @@ class File {
     return a;
   }
 
+  /// Reads rows [begin, begin + count) of dataset `path` (outermost extent), converted to
+  /// T, into `out` (count * row_size values); an Error naming the dataset when the rows are
+  /// out of range or unreadable.
+  template <class T>
+  void read_rows(const std::string& path, std::int64_t begin, std::int64_t count, T* out) const {
+    if (count <= 0) return;
+    const auto d = open_dataset(path);
+    const Shape sh = shape(path);
+    if (sh.empty() || begin < 0 || begin + count > sh[0])
+      fail(path, "rows [" + std::to_string(begin) + ", " + std::to_string(begin + count) + ") are outside its " +
+                     shape_string(sh));
+    std::vector<hsize_t> start(sh.size(), 0), n(sh.begin(), sh.end());
+    start[0] = static_cast<hsize_t>(begin);
+    n[0] = static_cast<hsize_t>(count);
+    const detail::Handle file_space(H5Dget_space(d.get()), H5Sclose);
+    H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, start.data(), nullptr, n.data(), nullptr);
+    const detail::Handle mem(H5Screate_simple(static_cast<int>(n.size()), n.data(), nullptr), H5Sclose);
+    if (H5Dread(d.get(), detail::native_type<T>(), mem.get(), file_space.get(), H5P_DEFAULT, out) < 0)
+      fail(path, "rows [" + std::to_string(begin) + ", " + std::to_string(begin + count) +
+                     ") cannot be read (damaged or truncated file?)");
+  }
+
+  /// Whether dataset `path` is stored as T exactly (same class, size and byte order as this
+  /// machine's), so its bytes are T's.
+  template <class T>
+  [[nodiscard]] bool stored_as(const std::string& path) const {
+    const auto d = open_dataset(path);
+    const detail::Handle type(H5Dget_type(d.get()), H5Tclose);
+    return H5Tequal(type.get(), detail::native_type<T>()) > 0;
+  }
+
+  /// Where a dataset's values lie in the file, when they lie there as one run of bytes
+  /// (contiguous layout, no filter, allocated): its byte offset, else -1. Such a dataset can
+  /// be read with plain `pread`, from many threads at once.
+  [[nodiscard]] std::int64_t contiguous_offset(const std::string& path) const {
+    const auto d = open_dataset(path);
+    const detail::Handle plist(H5Dget_create_plist(d.get()), H5Pclose);
+    if (H5Pget_layout(plist.get()) != H5D_CONTIGUOUS || H5Pget_nfilters(plist.get()) != 0) return -1;
+    const haddr_t off = H5Dget_offset(d.get());
+    return off == HADDR_UNDEF ? -1 : static_cast<std::int64_t>(off);
+  }
+
   /// An integer attribute of the object at `path`; an Error naming both when missing.
   [[nodiscard]] std::int64_t int_attribute(const std::string& path, const std::string& attr) const {
     const auto a = open_attribute(path, attr);
@@ -215,7 +257,7 @@ class File {
     return out;
   }
   [[nodiscard]] bool has_attribute(const std::string& path, const std::string& attr) const {
-    return exists(path) && H5Aexists_by_name(file_.get(), path.c_str(), attr.c_str(), H5P_DEFAULT) > 0;
+    return (path == "/" || exists(path)) && H5Aexists_by_name(file_.get(), path.c_str(), attr.c_str(), H5P_DEFAULT) > 0;
   }
 
   /// Throws an Error "FILE: OBJECT: WHAT".
@@ -290,6 +332,40 @@ class H5Writer {
                            H5Dclose);
     if (!d.valid()) f_.fail(path, "cannot create the dataset");
     if (n > 0 && H5Dwrite(d.get(), detail::native_type<T>(), H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data()) < 0)
+      f_.fail(path, "cannot be written (disk full?)");
+  }
+
+  /// Creates dataset `path` of shape `shape`, stored as T in one contiguous run of bytes
+  /// (allocated now, so readers can `pread` it), to be filled with `write_rows`.
+  template <class T>
+  void allocate(const std::string& path, const Shape& shape) {
+    std::vector<hsize_t> dims(shape.begin(), shape.end());
+    const detail::Handle space(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr), H5Sclose);
+    const detail::Handle plist(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
+    H5Pset_layout(plist.get(), H5D_CONTIGUOUS);
+    H5Pset_alloc_time(plist.get(), H5D_ALLOC_TIME_EARLY);
+    H5Pset_fill_time(plist.get(), H5D_FILL_TIME_NEVER);
+    const detail::Handle d(H5Dcreate2(f_.file_.get(), path.c_str(), detail::native_type<T>(), space.get(), H5P_DEFAULT,
+                                      plist.get(), H5P_DEFAULT),
+                           H5Dclose);
+    if (!d.valid()) f_.fail(path, "cannot create the dataset " + shape_string(shape) + " (disk full?)");
+  }
+  /// Writes rows [begin, begin + count) of dataset `path` from `values` (count * row_size).
+  template <class T>
+  void write_rows(const std::string& path, std::int64_t begin, std::int64_t count, const T* values) {
+    if (count <= 0) return;
+    const auto d = f_.open_dataset(path);
+    const Shape sh = f_.shape(path);
+    if (sh.empty() || begin < 0 || begin + count > sh[0])
+      f_.fail(path, "rows [" + std::to_string(begin) + ", " + std::to_string(begin + count) + ") are outside its " +
+                        shape_string(sh));
+    std::vector<hsize_t> start(sh.size(), 0), n(sh.begin(), sh.end());
+    start[0] = static_cast<hsize_t>(begin);
+    n[0] = static_cast<hsize_t>(count);
+    const detail::Handle file_space(H5Dget_space(d.get()), H5Sclose);
+    H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, start.data(), nullptr, n.data(), nullptr);
+    const detail::Handle mem(H5Screate_simple(static_cast<int>(n.size()), n.data(), nullptr), H5Sclose);
+    if (H5Dwrite(d.get(), detail::native_type<T>(), mem.get(), file_space.get(), H5P_DEFAULT, values) < 0)
       f_.fail(path, "cannot be written (disk full?)");
   }
 

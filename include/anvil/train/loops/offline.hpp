@@ -71,7 +71,9 @@ struct OfflineLoop {
     static_assert(buffer_ok,
                   "Trainer: the offline loop samples random batches from data it loads from a file; the Buffer "
                   "lacks sample(n) or load(path) (see anvil::LoadsDataset)");
-    static constexpr bool ok = algorithm_ok && buffer_ok;
+    static constexpr bool batch_ok = !(algorithm_ok && buffer_ok) || std::same_as<typename A::Batch, typename B::Batch>;
+    static_assert(batch_ok, "Trainer: the offline loop hands the Algorithm the Buffer's batches, but their Batch types differ");
+    static constexpr bool ok = algorithm_ok && buffer_ok && batch_ok;
   };
 
   /// Runs the loop (see file comment).
@@ -135,7 +137,7 @@ struct OfflineLoop {
                           " transitions, fewer than one batch (" + std::string(A::config_section.view()) +
                           ".batch_size = " + std::to_string(p_.algorithm.batch_size()) +
                           "); give a buffer file with more");
-      ReplayBatch batch;
+      typename B::Batch batch;
       {
         ScopedPhase ph(p_.times, Phase::sample);
         batch = p_.buffer.sample(p_.algorithm.batch_size());

@@ -1,0 +1,271 @@
+#pragma once
+/// @file
+/// `CollectiveDistillation`: trains the collective network (nn/collective_transformer.hpp)
+/// on a collective dataset of SAC worker experts' labelled transitions
+/// (buffers/collective_dataset.hpp), offline; the clock counts gradient steps.
+///
+/// Losses, per target row (averaged over the batch):
+///   actor  = |mean - mean_expert|^2 + log_std_weight |log_std - log_std_expert|^2
+///   critic = critic_weight (|Q1 - q_target|^2 + |Q2 - q_target|^2) / 2
+/// (squared errors summed over action dims). A regression on the Gaussian's parameters
+/// rather than a KL: the KL from the expert's Gaussian weighs the mean's error by
+/// 1 / sigma_expert^2, and converged SAC experts are near-deterministic (sigma down to
+/// e^-5 at the bounds), so a few confident dimensions would dominate the loss and its
+/// gradient scale; the regression is scale-stable, learns the mean (what the policy runs)
+/// first, and still learns the spread the student's shaping reads (its likelihood).
+///
+/// One AdamW over the whole network; BF16/FP16 through the precision policy, gradient
+/// accumulation, `train.ema_decay` and `DDP<N>` as every algorithm. Acting needs the env
+/// seen through `envs::History<E>` (the history tokens, their mask, the state), as the
+/// dataset's windows are: the collective infers the task from the history.
+
+#include <torch/nn/module.h>
+#include <torch/utils.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <anvil/core/batch.hpp>
+#include <anvil/core/binary_io.hpp>
+#include <anvil/core/concepts.hpp>
+#include <anvil/core/context.hpp>
+#include <anvil/core/error.hpp>
+#include <anvil/core/param.hpp>
+#include <anvil/core/spaces.hpp>
+#include <anvil/core/tensor_io.hpp>
+#include <anvil/nn/collective_transformer.hpp>
+#include <anvil/optim/ema.hpp>
+#include <anvil/optim/flat_adam.hpp>
+#include <anvil/optim/step_context.hpp>
+#include <anvil/algorithms/policy.hpp>
+
+namespace anvil {
+
+struct OfflineLoop;  // train/loops/offline.hpp (a layer above; the Trainer includes it)
+
+namespace collective {
+/// Splits an observation of `envs::History` [N, H * (od + ad + 1) + H + sd] into tokens
+/// [N, H, od + ad + 1], mask [N, H] and state [N, od] (the first od of the sd state numbers).
+struct HistoryView {
+  at::Tensor tokens, mask, state;
+};
+inline HistoryView split_history(const at::Tensor& obs, std::int64_t h, std::int64_t od, std::int64_t ad, const std::string& env) {
+  const std::int64_t td = od + ad + 1, n = obs.size(0), width = obs.size(1);
+  const std::int64_t sd = width - h * td - h;
+  if (sd < od)
+    throw ConfigError("collective: " + env + "'s observation has " + std::to_string(width) + " numbers; a history of " + std::to_string(h) +
+                      " tokens of " + std::to_string(td) + " and a state of " + std::to_string(od) +
+                      " need at least " + std::to_string(h * td + h + od) + " (wrap the env in envs::History with the dataset's state size)");
+  return {obs.narrow(1, 0, h * td).view({n, h, td}), obs.narrow(1, h * td, h), obs.narrow(1, h * td + h, od)};
+}
+}  // namespace collective
+
+class CollectiveDistillation {
+ public:
+  using policy_kind = AlgorithmKind;
+  static constexpr FixedString config_section = "distill";
+  static constexpr bool on_policy = false;
+  using Batch = CollectiveBatch;
+  using loop = OfflineLoop;
+
+  struct Config {
+    Param<std::int64_t, "batch_size", "target rows (windows) per gradient step, per rank", at_least(1)> batch_size{2048};
+    Param<int, "history", "history tokens before each target row (H)", in_range(1, 256)> history{8};
+    Param<std::int64_t, "obs_dim", "state size of the dataset (the first obs_dim numbers of the env's state; 0: all)", at_least(0)> obs_dim{0};
+    Param<double, "lr", "AdamW learning rate", positive> lr{3e-4};
+    Param<double, "weight_decay", "AdamW decoupled weight decay", at_least(0)> weight_decay{0.0};
+    Param<double, "log_std_weight", "weight of the log-std regression in the actor loss", at_least(0)> log_std_weight{0.1};
+    Param<double, "critic_weight", "weight of the Q regression", at_least(0)> critic_weight{1.0};
+    Param<double, "max_grad_norm", "clip the gradient's global norm (0: off)", at_least(0)> max_grad_norm{1.0};
+    Section<"net", nn::CollectiveTransformerImpl::Config> net;
+  };
+
+  CollectiveDistillation(const EnvSpec& spec, const Config& cfg, const RunContext& ctx) : cfg_(cfg), device_(ctx.device), env_(spec.name) {
+    if (spec.discrete()) throw ConfigError("CollectiveDistillation: " + spec.name + " has discrete actions; it needs a Box");
+    if (ctx.micro_batches > cfg.batch_size)
+      throw ConfigError("train.grad_accumulation (" + std::to_string(ctx.micro_batches) + ") is larger than distill.batch_size (" +
+                        std::to_string(*cfg.batch_size) + "): micro-batches would be empty");
+    ad_ = spec.action_dim();
+    const std::int64_t h = cfg.history, width = spec.obs_dim();
+    // The env's observation is [H tokens of (od + ad + 1) | H mask | sd state], sd >= od.
+    od_ = cfg.obs_dim > 0 ? *cfg.obs_dim : (width - h - h * (ad_ + 1)) / (h + 1);
+    if (od_ < 1 || (*cfg.obs_dim == 0 && h * (od_ + ad_ + 1) + h + od_ != width))
+      throw ConfigError("distill.history: " + spec.name + "'s observation (" + std::to_string(width) + " numbers) is not a history of " +
+                        std::to_string(h) + " tokens and a state (wrap the env in envs::History with distill.history tokens; with a state "
+                        "longer than the dataset's, set distill.obs_dim)");
+    net_ = nn::CollectiveTransformer(od_, ad_, h, *cfg.net);
+    net_->to(device_);
+    opt_ = FlatAdam(net_->parameters(), {.lr = cfg.lr * ctx.lr_scale(cfg.batch_size), .weight_decay = cfg.weight_decay});
+    ema_.set_device(device_);
+  }
+
+  /// Windows of H + 1 rows: H history tokens and the target.
+  [[nodiscard]] std::pair<std::int64_t, std::int64_t> sequence() const noexcept { return {*cfg_.history + 1, 1}; }
+
+  /// Actions in [-1, 1] for observations of `envs::History` (tanh of the mean, or sampled).
+  at::Tensor act(const at::Tensor& obs, ActMode mode) {
+    torch::NoGradGuard no_grad;
+    const auto v = collective::split_history(obs.to(device_, at::kFloat), cfg_.history, od_, ad_, env_);
+    const auto rep = net_->represent(v.tokens, v.mask);
+    auto [mean, log_std] = net_->policy(rep, v.state);
+    if (mode == ActMode::deterministic) return mean.to(at::kFloat).tanh();
+    return (mean.to(at::kFloat) + at::randn_like(mean, at::kFloat) * log_std.to(at::kFloat).exp()).tanh();
+  }
+
+  /// One optimizer step (micro-batches with gradient accumulation).
+  UpdateInfo update(const CollectiveBatch& b, StepContext& ctx) {
+    const auto parts = ctx.micro_batches(b.obs.size(0));
+    at::Tensor grad;
+    Losses sum;
+    for (const auto& part : parts) {
+      const bool whole = parts.size() == 1;
+      CollectiveBatch rows;
+      const CollectiveBatch& mb = whole ? b : (rows = rows_of(b, part.begin, part.rows));
+      Losses l;
+      auto g = ctx.gradient(loss(mb, ctx, l), opt_);
+      if (whole) grad = std::move(g);
+      else if (!grad.defined()) grad = g * part.share;
+      else grad.add_(g, part.share);
+      sum.total += part.share * l.total;
+      sum.mean += part.share * l.mean;
+      sum.log_std += part.share * l.log_std;
+      sum.q += part.share * l.q;
+    }
+    ctx.apply(opt_, grad, cfg_.max_grad_norm);
+    ++updates_;
+    UpdateInfo info;
+    info.metrics = {{"loss", sum.total}, {"mean_mse", sum.mean}, {"log_std_mse", sum.log_std}, {"q_mse", sum.q}};
+    return info;
+  }
+
+  /// The losses of a batch (see file comment); their floats in `out`.
+  struct Losses {
+    double total = 0, mean = 0, log_std = 0, q = 0;
+  };
+  at::Tensor loss(const CollectiveBatch& b, StepContext& ctx, Losses& out) {
+    const auto dev = [&](const at::Tensor& t) { return t.to(device_, at::kFloat); };
+    const auto tokens = dev(b.tokens), mask = dev(b.mask), obs = dev(b.obs), action = dev(b.action);
+    at::Tensor total, lm, ls, lq;
+    {
+      auto guard = ctx.autocast();
+      const auto rep = net_->represent(tokens, mask);
+      auto [mean, log_std] = net_->policy(rep, obs);
+      auto [q1, q2] = net_->q(rep, obs, action);
+      lm = (mean.to(at::kFloat) - dev(b.mean)).square().sum(-1).mean();
+      ls = (log_std.to(at::kFloat) - dev(b.log_std)).square().sum(-1).mean();
+      const auto y = dev(b.q_target);
+      lq = 0.5 * ((q1.to(at::kFloat) - y).square().mean() + (q2.to(at::kFloat) - y).square().mean());
+      total = lm + *cfg_.log_std_weight * ls + *cfg_.critic_weight * lq;
+    }
+    out = {total.item<double>(), lm.item<double>(), ls.item<double>(), lq.item<double>()};
+    return total;
+  }
+
+  [[nodiscard]] std::int64_t batch_size() const noexcept { return cfg_.batch_size; }
+  /// Unused (the Q-targets are the experts'); the offline loop asks every algorithm for one.
+  [[nodiscard]] double discount() const noexcept { return 0.99; }
+
+  void ema_update(double decay) { ema_.update(opt_.parameters().flat(), decay); }
+  template <class F>
+  decltype(auto) with_ema_weights(F&& f) {
+    return ema_.with_weights(opt_.parameters().flat(), std::forward<F>(f));
+  }
+  [[nodiscard]] std::vector<std::pair<std::string, double>> learning_rates() const { return {{"collective", opt_.lr()}}; }
+  [[nodiscard]] std::vector<std::pair<std::string, at::Tensor>> flat_parameters() const { return {{"collective", opt_.parameters().flat()}}; }
+
+  /// The collective alone (`load_collective` reads it back): its shape, config and weights
+  /// (the averaged ones when there are any). The Trainer writes it as policy.bin.
+  void save_policy(BinaryWriter& w) const {
+    w.string("CollectiveTransformer");
+    w.value(od_);
+    w.value(ad_);
+    w.value(static_cast<std::int64_t>(*cfg_.history));
+    const auto& c = *cfg_.net;
+    for (int v : {*c.d_model, *c.heads, *c.layers, *c.feedforward}) w.value(v);
+    w.value(static_cast<std::uint64_t>(c.hidden->size()));
+    for (int v : *c.hidden) w.value(v);
+    w.value(static_cast<int>(*c.activation));
+    w.value(*c.log_std_min);
+    w.value(*c.log_std_max);
+    write_tensor(w, ema_.defined() ? ema_.weights() : opt_.parameters().flat(), "the collective's weights");
+  }
+
+  /// State protocol: the network with its AdamW state, the update count, the average.
+  struct Saved {
+    FlatAdam::Saved opt;
+    std::int64_t updates = 0;
+    Ema::Saved ema;
+  };
+  void save(BinaryWriter& w) const {
+    opt_.save(w);
+    w.value(updates_);
+    ema_.save(w);
+  }
+  [[nodiscard]] Saved read(BinaryReader& r) const {
+    Saved s;
+    s.opt = opt_.read(r, "collective network");
+    s.updates = r.value<std::int64_t>("collective update count");
+    s.ema = ema_.read(r, "collective averaged parameters", opt_.parameters().flat());
+    return s;
+  }
+  void restore(const Saved& s) {
+    opt_.restore(s.opt);
+    updates_ = s.updates;
+    ema_.restore(s.ema);
+  }
+
+  [[nodiscard]] nn::CollectiveTransformer& network() noexcept { return net_; }
+  [[nodiscard]] const FlatAdam& optimizer() const noexcept { return opt_; }
+  [[nodiscard]] std::int64_t updates() const noexcept { return updates_; }
+  [[nodiscard]] std::int64_t obs_dim() const noexcept { return od_; }
+
+ private:
+  Config cfg_;
+  c10::Device device_;
+  std::string env_;
+  std::int64_t od_ = 0, ad_ = 0;
+  nn::CollectiveTransformer net_{nullptr};
+  FlatAdam opt_;
+  std::int64_t updates_ = 0;
+  Ema ema_;
+};
+
+static_assert(Algorithm<CollectiveDistillation>);
+
+/// Reads a collective written by `CollectiveDistillation::save_policy` (a distillation run's
+/// policy.bin): the network, on `device`, with its weights. An Error naming the file when
+/// it is not one.
+inline nn::CollectiveTransformer load_collective(const std::filesystem::path& file, c10::Device device = c10::kCPU) {
+  BinaryReader r(file, kPolicyFormat);
+  (void)r.string("env name");
+  if (const auto kind = r.string("policy kind"); kind != "CollectiveTransformer")
+    r.fail("policy kind", "is '" + kind + "', not a collective (CollectiveTransformer) from a distillation run");
+  const auto od = r.value<std::int64_t>("obs_dim"), ad = r.value<std::int64_t>("act_dim"), h = r.value<std::int64_t>("history");
+  nn::CollectiveTransformerImpl::Config c;
+  c.d_model = r.value<int>("d_model");
+  c.heads = r.value<int>("heads");
+  c.layers = r.value<int>("layers");
+  c.feedforward = r.value<int>("feedforward");
+  const auto n = r.value<std::uint64_t>("hidden layers");
+  if (n > 64) r.fail("hidden layers", "is " + std::to_string(n));
+  std::vector<int> hidden;
+  for (std::uint64_t i = 0; i < n; ++i) hidden.push_back(r.value<int>("hidden width"));
+  c.hidden = hidden;
+  c.activation = static_cast<nn::Activation>(r.value<int>("activation"));
+  c.log_std_min = r.value<double>("log_std_min");
+  c.log_std_max = r.value<double>("log_std_max");
+  nn::CollectiveTransformer net(od, ad, h, c);
+  net->to(device);
+  FlatParameters flat(net->parameters());
+  const auto w = read_tensor(r, "the collective's weights", flat.flat());
+  {
+    torch::NoGradGuard no_grad;
+    flat.flat().copy_(w.to(device));
+  }
+  return net;
+}
+
+}  // namespace anvil
