@@ -14718,8 +14718,8 @@ LoopSettings common_settings(const Config& c, ClockUnit unit) {
 /// its metrics are kept for the next log row, the clock counts it, and the policy average
 /// moves when `ema_decay` is on; a non-finite metric stops the run unless a loss scaler
 /// skips such steps (`fail_non_finite`). Returns what the algorithm reported.
-template <class A, class B>
-UpdateInfo update_once(LoopParts<A, B>& p, const typename A::Batch& batch, double ema_decay) {
+template <class A, class B, class Batch = typename A::Batch>
+UpdateInfo update_once(LoopParts<A, B>& p, const Batch& batch, double ema_decay) {
   UpdateInfo info;
   {
     ScopedPhase ph(p.times, Phase::update);
@@ -14891,7 +14891,8 @@ struct EpisodicLoop {
 /// `train.learning_starts`, then the algorithm's exploration), stores the step, and once
 /// the buffer holds a batch runs `train.updates_per_interval` updates every
 /// `train.update_interval` env steps of this rank, each on a fresh batch; prioritized
-/// buffers get each batch's TD errors back.
+/// buffers get each batch's TD errors back. An algorithm with `shaped_rewards(step, env_steps)`
+/// (reward shaping) gives the rewards each step is stored with.
 ///
 /// With `env.mode=async` the envs step in the background while the updates run: after a
 /// step lands and is stored, the next actions are chosen and the next step started, then
@@ -15086,8 +15087,11 @@ struct OffPolicyLoop {
     void store(const envs::VecStep& s) {
       {
         ScopedPhase ph(p_.times, Phase::buffer_add);
-        p_.buffer.add(StepBatch{p_.collector.previous_observations(), actions_, s.reward, s.next_obs, s.terminated,
-                                s.truncated, s.task});
+        StepBatch step{p_.collector.previous_observations(), actions_, s.reward, s.next_obs, s.terminated, s.truncated, s.task};
+        // An algorithm that shapes its rewards (CollectiveStudent) gives the ones to store.
+        if constexpr (requires(A& a) { { a.shaped_rewards(step, std::int64_t{}) } -> std::same_as<at::Tensor>; })
+          step.reward = p_.algorithm.shaped_rewards(step, p_.clock.env_steps - origin_);
+        p_.buffer.add(step);
       }
       p_.clock.env_steps += p_.collector.num_envs() * p_.ranks.world_size();
     }
@@ -15138,7 +15142,9 @@ struct OffPolicyLoop {
 /// demonstrations (`DemoDataset`: `train.dataset` is an HDF5 file) keeps only its position
 /// in checkpoints, so such runs always resume exactly. Algorithms that learn from windows of
 /// steps (`sequence()`), normalise by the data's ranges (`fit_normalizer`) or schedule their
-/// learning rate over the run (`plan_updates`) are told so before the first update.
+/// learning rate over the run (`plan_updates`) are told so before the first update. A
+/// buffer that also replays online steps (`CollectiveReplay`) hands out its dataset's
+/// batches here (`sample_dataset`), with the algorithm's `dataset_batch_size()` rows.
 
 #include <cstdint>
 #include <filesystem>
@@ -15178,6 +15184,24 @@ struct OfflineLoop {
 
   [[nodiscard]] static LoopSettings settings(const Config& c) { return loops::common_settings(c, ClockUnit::updates); }
 
+  /// A batch of the dataset: `sample_dataset(n)` where the buffer also replays online
+  /// steps (CollectiveReplay, for a staged run), else `sample(n)`.
+  template <class B>
+  static auto dataset_batch(B& b, std::int64_t n) {
+    if constexpr (requires { b.sample_dataset(n); }) return b.sample_dataset(n);
+    else return b.sample(n);
+  }
+  template <class B>
+  static std::int64_t dataset_size(const B& b) {
+    if constexpr (requires { b.dataset_size(); }) return b.dataset_size();
+    else return b.size();
+  }
+  template <class A>
+  static std::int64_t batch_rows(const A& a) {
+    if constexpr (requires { a.dataset_batch_size(); }) return a.dataset_batch_size();
+    else return a.batch_size();
+  }
+
   /// What this loop needs of the algorithm and the buffer, one sentence each.
   template <class A, class B>
   struct Rules {
@@ -15189,8 +15213,9 @@ struct OfflineLoop {
     static_assert(buffer_ok,
                   "Trainer: the offline loop samples random batches from data it loads from a file; the Buffer "
                   "lacks sample(n) or load(path) (see anvil::LoadsDataset)");
-    static constexpr bool batch_ok = !(algorithm_ok && buffer_ok) || std::same_as<typename A::Batch, typename B::Batch>;
-    static_assert(batch_ok, "Trainer: the offline loop hands the Algorithm the Buffer's batches, but their Batch types differ");
+    static constexpr bool batch_ok = !(algorithm_ok && buffer_ok) || requires(A& a, B& b, StepContext& c) { a.update(dataset_batch(b, 1), c); };
+    static_assert(batch_ok, "Trainer: the offline loop hands the Algorithm the Buffer's batches (sample_dataset(n) where the Buffer "
+                            "also replays, else sample(n)), but the Algorithm has no update for them");
     static constexpr bool ok = algorithm_ok && buffer_ok && batch_ok;
   };
 
@@ -15250,15 +15275,15 @@ struct OfflineLoop {
 
     /// One iteration: one update on a batch sampled from the buffer.
     void iterate(std::int64_t /*quiet_until*/ = INT64_MAX) {
-      if (p_.buffer.size() < p_.algorithm.batch_size())
-        throw ConfigError("train.dataset: the buffer holds " + std::to_string(p_.buffer.size()) +
+      const std::int64_t n = batch_rows(p_.algorithm);
+      if (dataset_size(p_.buffer) < n)
+        throw ConfigError("train.dataset: the buffer holds " + std::to_string(dataset_size(p_.buffer)) +
                           " transitions, fewer than one batch (" + std::string(A::config_section.view()) +
-                          ".batch_size = " + std::to_string(p_.algorithm.batch_size()) +
-                          "); give a buffer file with more");
-      typename B::Batch batch;
+                          ".batch_size = " + std::to_string(n) + "); give a buffer file with more");
+      decltype(dataset_batch(p_.buffer, n)) batch;
       {
         ScopedPhase ph(p_.times, Phase::sample);
-        batch = p_.buffer.sample(p_.algorithm.batch_size());
+        batch = dataset_batch(p_.buffer, n);
       }
       const auto info = loops::update_once(p_, batch, cfg_.ema_decay);
       if constexpr (PrioritizedReplay<B>)

@@ -16,6 +16,7 @@
 
 #include <anvil/anvil.hpp>
 #include <anvil/algorithms/collective_distillation.hpp>
+#include <anvil/algorithms/collective_student.hpp>
 #include <anvil/data/loader.hpp>
 #include <anvil/envs/history.hpp>
 
@@ -201,13 +202,65 @@ TEST_CASE("Collective: envs::History keeps the episode's last steps as tokens, i
   CHECK(o1[9] == doctest::Approx(r.reward));
 }
 
+TEST_CASE("Collective: the student's reward is the env's plus the weighted, clipped log-likelihood of its action under the collective") {
+  torch::manual_seed(5);
+  const int h = 2, od = 3, ad = 1;
+  CollectiveStudent::Config c;
+  c.distill->history = h;
+  c.distill->net->d_model = 8;
+  c.distill->net->heads = 2;
+  c.distill->net->layers = 1;
+  c.distill->net->hidden = {16};
+  c.sac->actor->hidden = {16};
+  c.sac->critic->hidden = {16};
+  c.shaping->weight = 0.5;
+  c.shaping->warmup = 100;
+  c.shaping->decay = 200;
+  c.shaping->min_log_prob = -3.0;
+  RunContext ctx;
+  CollectiveStudent student(history_spec(h, od, ad), c, ctx);
+  // Held, then falling linearly to 0.
+  CHECK(student.weight(0) == 0.5);
+  CHECK(student.weight(99) == 0.5);
+  CHECK(student.weight(200) == doctest::Approx(0.25));
+  CHECK(student.weight(300) == 0.0);
+  CHECK(student.weight(10'000) == 0.0);
+  const std::int64_t n = 6;
+  StepBatch s;
+  s.obs = torch::randn({n, h * (od + ad + 1) + h + od});
+  s.action = torch::linspace(-0.99, 0.99, n).unsqueeze(1);
+  s.reward = torch::arange(n).to(torch::kFloat);
+  const auto lp = student.collective_log_prob(s.obs, s.action);
+  // The log-likelihood by hand: the tanh-Gaussian density of the action under the head's output.
+  {
+    torch::NoGradGuard no_grad;
+    auto& net = student.collective().network();
+    const auto tokens = s.obs.narrow(1, 0, h * (od + ad + 1)).view({n, h, od + ad + 1});
+    const auto mask = s.obs.narrow(1, h * (od + ad + 1), h);
+    const auto state = s.obs.narrow(1, h * (od + ad + 1) + h, od);
+    auto [mean, log_std] = net->policy(net->represent(tokens, mask), state);
+    const auto u = torch::atanh(s.action);
+    const auto sd = log_std.exp();
+    const auto gauss = -0.5 * ((u - mean) / sd).square() - log_std - 0.5 * std::log(2 * M_PI);
+    const auto expect = (gauss - torch::log(1 - s.action.square())).sum(1);
+    CHECK(torch::allclose(lp, expect, 1e-4, 1e-4));
+  }
+  const auto r = student.shaped_rewards(s, 200);  // weight 0.25
+  CHECK(torch::allclose(r, s.reward + 0.25 * lp.clamp_min(-3.0), 1e-6, 1e-6));
+  CHECK(torch::equal(student.shaped_rewards(s, 400), s.reward));  // after the decay: the env's own
+  // The student's SAC reads the state part only; acting works on History observations.
+  CHECK(student.act(s.obs, ActMode::deterministic).sizes() == at::IntArrayRef({n, ad}));
+}
+
 #if ANVIL_WITH_HDF5
 
 namespace {
 
 // A small valid dataset: 2 segments of 20 rows of task "a".
 CollectiveRows small_rows(std::int64_t n, int od, int ad, float base) {
-  CollectiveRows r{od, ad};
+  CollectiveRows r;
+  r.obs_dim = od;
+  r.act_dim = ad;
   r.resize(n);
   for (std::size_t i = 0; i < r.obs.size(); ++i) r.obs[i] = base + 0.01f * static_cast<float>(i);
   r.next_obs = r.obs;
@@ -341,6 +394,18 @@ TEST_CASE("Collective: a worker's copies are each env's newest transitions, labe
   REQUIRE(std::filesystem::exists(policy));
   auto net = load_collective(policy);
   CHECK(net->history() == 4);
+  CollectiveStudent::Config sc;
+  sc.distill->history = 4;
+  sc.distill->net->d_model = 16;
+  sc.distill->net->hidden = {32};
+  sc.shaping->collective = policy.string();
+  const auto spec = envs::spec_of(env);
+  CollectiveStudent student(spec, sc, RunContext{});
+  CHECK(torch::equal(student.collective().optimizer().parameters().flat(), whole.algorithm().ema_weights().defined()
+                                                                                 ? whole.algorithm().ema_weights()
+                                                                                 : whole.algorithm().optimizer().parameters().flat()));
+  sc.distill->net->d_model = 32;
+  CHECK_THROWS_WITH_AS(CollectiveStudent(spec, sc, RunContext{}), doctest::Contains("student.shaping.collective"), ConfigError);
 }
 
 TEST_CASE("Collective: bad or truncated dataset files are refused, naming the file and the field") {

@@ -169,6 +169,8 @@ class CollectiveDistillation {
   [[nodiscard]] double discount() const noexcept { return 0.99; }
 
   void ema_update(double decay) { ema_.update(opt_.parameters().flat(), decay); }
+  /// The averaged weights (flat); undefined until the first `ema_update`.
+  [[nodiscard]] const at::Tensor& ema_weights() const noexcept { return ema_.weights(); }
   template <class F>
   decltype(auto) with_ema_weights(F&& f) {
     return ema_.with_weights(opt_.parameters().flat(), std::forward<F>(f));
@@ -217,6 +219,11 @@ class CollectiveDistillation {
     ema_.restore(s.ema);
   }
 
+  /// Sets the network's weights (flat, in the order of its parameters), e.g. a saved collective's.
+  void set_weights(const at::Tensor& flat) {
+    torch::NoGradGuard no_grad;
+    opt_.parameters().flat().copy_(flat.to(device_));
+  }
   [[nodiscard]] nn::CollectiveTransformer& network() noexcept { return net_; }
   [[nodiscard]] const FlatAdam& optimizer() const noexcept { return opt_; }
   [[nodiscard]] std::int64_t updates() const noexcept { return updates_; }

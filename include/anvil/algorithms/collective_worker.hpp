@@ -159,7 +159,8 @@ class CollectiveTap {
     std::vector<std::int64_t> segments;
   };
   [[nodiscard]] Saved read(BinaryReader& r) const {
-    Saved s{base_.read(r)};
+    Saved s;
+    s.base = base_.read(r);
     s.envs = r.value<std::int64_t>("collective envs");
     s.per_env = r.value<std::int64_t>("collective steps kept per env");
     s.steps = r.value<std::int64_t>("collective env steps");

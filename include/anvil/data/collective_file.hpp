@@ -165,7 +165,9 @@ class CollectiveFile {
   /// `CollectiveRows` (for copying a file; memory stays one block).
   template <class F>
   void for_each_block(std::int64_t block, F&& f) const {
-    CollectiveRows r{obs_dim_, act_dim_};
+    CollectiveRows r;
+    r.obs_dim = obs_dim_;
+    r.act_dim = act_dim_;
     std::vector<std::int64_t> ids;
     for (std::int64_t b = 0; b < rows_; b += block) {
       const std::int64_t n = std::min(block, rows_ - b);
@@ -334,6 +336,36 @@ inline void append_collective(const std::filesystem::path& path, const std::stri
   w.dataset("segments", {static_cast<std::int64_t>(seg.size() / 3), 3}, seg);
   old.reset();
   w.commit();
+}
+
+/// Appends every row of the collective dataset `src` to `dst` (created when missing), task
+/// by task in `src`'s task order, segments kept whole: e.g. workers that ran at once, each
+/// into a file of its own. `src` is read into memory one task at a time.
+inline void merge_collective(const std::filesystem::path& dst, const std::filesystem::path& src) {
+  const CollectiveFile in(src);
+  for (std::int64_t task = 0; task < static_cast<std::int64_t>(in.tasks().size()); ++task) {
+    std::vector<std::int64_t> ids, lengths;
+    for (const auto& s : in.segments())
+      if (s.task == task) {
+        for (std::int64_t r = s.begin; r < s.begin + s.rows; ++r) ids.push_back(r);
+        lengths.push_back(s.rows);
+      }
+    if (ids.empty()) continue;
+    CollectiveRows rows;
+    rows.obs_dim = in.obs_dim();
+    rows.act_dim = in.act_dim();
+    rows.resize(static_cast<std::int64_t>(ids.size()));
+    in.read(CollectiveFile::obs, ids, rows.obs.data());
+    in.read(CollectiveFile::next_obs, ids, rows.next_obs.data());
+    in.read(CollectiveFile::action, ids, rows.action.data());
+    in.read(CollectiveFile::reward, ids, rows.reward.data());
+    in.read(CollectiveFile::terminated, ids, rows.terminated.data());
+    in.read(CollectiveFile::episode_start, ids, rows.episode_start.data());
+    in.read(CollectiveFile::mean, ids, rows.mean.data());
+    in.read(CollectiveFile::log_std, ids, rows.log_std.data());
+    in.read(CollectiveFile::q_target, ids, rows.q_target.data());
+    append_collective(dst, in.tasks()[static_cast<std::size_t>(task)], rows, lengths);
+  }
 }
 
 }  // namespace anvil

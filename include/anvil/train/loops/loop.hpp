@@ -134,8 +134,8 @@ LoopSettings common_settings(const Config& c, ClockUnit unit) {
 /// its metrics are kept for the next log row, the clock counts it, and the policy average
 /// moves when `ema_decay` is on; a non-finite metric stops the run unless a loss scaler
 /// skips such steps (`fail_non_finite`). Returns what the algorithm reported.
-template <class A, class B>
-UpdateInfo update_once(LoopParts<A, B>& p, const typename A::Batch& batch, double ema_decay) {
+template <class A, class B, class Batch = typename A::Batch>
+UpdateInfo update_once(LoopParts<A, B>& p, const Batch& batch, double ema_decay) {
   UpdateInfo info;
   {
     ScopedPhase ph(p.times, Phase::update);

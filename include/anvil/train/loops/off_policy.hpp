@@ -5,7 +5,8 @@
 /// `train.learning_starts`, then the algorithm's exploration), stores the step, and once
 /// the buffer holds a batch runs `train.updates_per_interval` updates every
 /// `train.update_interval` env steps of this rank, each on a fresh batch; prioritized
-/// buffers get each batch's TD errors back.
+/// buffers get each batch's TD errors back. An algorithm with `shaped_rewards(step, env_steps)`
+/// (reward shaping) gives the rewards each step is stored with.
 ///
 /// With `env.mode=async` the envs step in the background while the updates run: after a
 /// step lands and is stored, the next actions are chosen and the next step started, then
@@ -206,8 +207,11 @@ struct OffPolicyLoop {
     void store(const envs::VecStep& s) {
       {
         ScopedPhase ph(p_.times, Phase::buffer_add);
-        p_.buffer.add(StepBatch{p_.collector.previous_observations(), actions_, s.reward, s.next_obs, s.terminated,
-                                s.truncated, s.task});
+        StepBatch step{p_.collector.previous_observations(), actions_, s.reward, s.next_obs, s.terminated, s.truncated, s.task};
+        // An algorithm that shapes its rewards (CollectiveStudent) gives the ones to store.
+        if constexpr (requires(A& a) { { a.shaped_rewards(step, std::int64_t{}) } -> std::same_as<at::Tensor>; })
+          step.reward = p_.algorithm.shaped_rewards(step, p_.clock.env_steps - origin_);
+        p_.buffer.add(step);
       }
       p_.clock.env_steps += p_.collector.num_envs() * p_.ranks.world_size();
     }

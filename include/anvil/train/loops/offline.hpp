@@ -14,7 +14,9 @@
 /// demonstrations (`DemoDataset`: `train.dataset` is an HDF5 file) keeps only its position
 /// in checkpoints, so such runs always resume exactly. Algorithms that learn from windows of
 /// steps (`sequence()`), normalise by the data's ranges (`fit_normalizer`) or schedule their
-/// learning rate over the run (`plan_updates`) are told so before the first update.
+/// learning rate over the run (`plan_updates`) are told so before the first update. A
+/// buffer that also replays online steps (`CollectiveReplay`) hands out its dataset's
+/// batches here (`sample_dataset`), with the algorithm's `dataset_batch_size()` rows.
 
 #include <cstdint>
 #include <filesystem>
@@ -60,6 +62,24 @@ struct OfflineLoop {
 
   [[nodiscard]] static LoopSettings settings(const Config& c) { return loops::common_settings(c, ClockUnit::updates); }
 
+  /// A batch of the dataset: `sample_dataset(n)` where the buffer also replays online
+  /// steps (CollectiveReplay, for a staged run), else `sample(n)`.
+  template <class B>
+  static auto dataset_batch(B& b, std::int64_t n) {
+    if constexpr (requires { b.sample_dataset(n); }) return b.sample_dataset(n);
+    else return b.sample(n);
+  }
+  template <class B>
+  static std::int64_t dataset_size(const B& b) {
+    if constexpr (requires { b.dataset_size(); }) return b.dataset_size();
+    else return b.size();
+  }
+  template <class A>
+  static std::int64_t batch_rows(const A& a) {
+    if constexpr (requires { a.dataset_batch_size(); }) return a.dataset_batch_size();
+    else return a.batch_size();
+  }
+
   /// What this loop needs of the algorithm and the buffer, one sentence each.
   template <class A, class B>
   struct Rules {
@@ -71,8 +91,9 @@ struct OfflineLoop {
     static_assert(buffer_ok,
                   "Trainer: the offline loop samples random batches from data it loads from a file; the Buffer "
                   "lacks sample(n) or load(path) (see anvil::LoadsDataset)");
-    static constexpr bool batch_ok = !(algorithm_ok && buffer_ok) || std::same_as<typename A::Batch, typename B::Batch>;
-    static_assert(batch_ok, "Trainer: the offline loop hands the Algorithm the Buffer's batches, but their Batch types differ");
+    static constexpr bool batch_ok = !(algorithm_ok && buffer_ok) || requires(A& a, B& b, StepContext& c) { a.update(dataset_batch(b, 1), c); };
+    static_assert(batch_ok, "Trainer: the offline loop hands the Algorithm the Buffer's batches (sample_dataset(n) where the Buffer "
+                            "also replays, else sample(n)), but the Algorithm has no update for them");
     static constexpr bool ok = algorithm_ok && buffer_ok && batch_ok;
   };
 
@@ -132,15 +153,15 @@ struct OfflineLoop {
 
     /// One iteration: one update on a batch sampled from the buffer.
     void iterate(std::int64_t /*quiet_until*/ = INT64_MAX) {
-      if (p_.buffer.size() < p_.algorithm.batch_size())
-        throw ConfigError("train.dataset: the buffer holds " + std::to_string(p_.buffer.size()) +
+      const std::int64_t n = batch_rows(p_.algorithm);
+      if (dataset_size(p_.buffer) < n)
+        throw ConfigError("train.dataset: the buffer holds " + std::to_string(dataset_size(p_.buffer)) +
                           " transitions, fewer than one batch (" + std::string(A::config_section.view()) +
-                          ".batch_size = " + std::to_string(p_.algorithm.batch_size()) +
-                          "); give a buffer file with more");
-      typename B::Batch batch;
+                          ".batch_size = " + std::to_string(n) + "); give a buffer file with more");
+      decltype(dataset_batch(p_.buffer, n)) batch;
       {
         ScopedPhase ph(p_.times, Phase::sample);
-        batch = p_.buffer.sample(p_.algorithm.batch_size());
+        batch = dataset_batch(p_.buffer, n);
       }
       const auto info = loops::update_once(p_, batch, cfg_.ema_decay);
       if constexpr (PrioritizedReplay<B>)

@@ -1,0 +1,204 @@
+// Collective distillation on the MuJoCo manipulation suite, in the modes of one program
+// (--experiment.mode=...; every other argument is the Trainer's, and every mode resumes
+// with --resume=auto):
+//
+//   train_worker   a SAC expert on one task that also fills the collective dataset: every
+//                  collective.sampling_interval env steps after collective.start it copies
+//                  the newest collective.samples transitions aside; at the end they are
+//                  labelled with the expert's mean, log-std and Q-target and appended to the
+//                  dataset (experiment.dataset) as the task's:
+//                    build/examples/collective --experiment.mode=train_worker --env.tasks=reach
+//   distill_collective_transformer
+//                  the collective Transformer on that dataset (the clock counts gradient
+//                  steps), evaluated as a policy on every task it was distilled from;
+//                  --experiment.precision=bf16, --nproc_per_node=N (DDP), --train.grad_accumulation:
+//                    build/examples/collective --experiment.mode=distill_collective_transformer
+//   train_student  an online SAC on one task whose reward is shaped by the collective's
+//                  likelihood of its actions (student.shaping.*; weight 0: plain SAC):
+//                    build/examples/collective --experiment.mode=train_student --env.tasks=window-open
+//                        --student.shaping.collective=runs/<distill run>/policy.bin
+//   staged         distill, then the student shaped by what was just distilled, as one
+//                  resumable run (Staged<OfflineLoop, OffPolicyLoop>).
+//   merge          appends datasets (--experiment.merge=a.hdf5,b.hdf5) to experiment.dataset:
+//                  workers that ran at once, each into a file of its own.
+#include <cstdio>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <anvil/algorithms/collective_distillation.hpp>
+#include <anvil/algorithms/collective_student.hpp>
+#include <anvil/algorithms/collective_worker.hpp>
+#include <anvil/algorithms/sac.hpp>
+#include <anvil/buffers/collective_dataset.hpp>
+#include <anvil/buffers/collective_replay.hpp>
+#include <anvil/buffers/uniform_buffer.hpp>
+#include <anvil/envs/history.hpp>
+#include <anvil/envs/mujoco/manipulation.hpp>
+#include <anvil/parallel/ddp.hpp>
+#include <anvil/precision/bf16.hpp>
+#include <anvil/train/loops/staged.hpp>
+#include <anvil/train/start.hpp>
+#include <anvil/train/trainer.hpp>
+
+namespace {
+
+using anvil::envs::mujoco::Manipulation;
+using HistoryEnv = anvil::envs::History<Manipulation>;
+
+struct Experiment {
+  anvil::Param<std::string, "mode", "train_worker, distill_collective_transformer, train_student, staged or merge"> mode{"train_worker"};
+  anvil::Param<std::string, "dataset", "the collective dataset (HDF5) workers append to and distillation reads"> dataset{
+      "data/collective.hdf5"};
+  anvil::Param<std::string, "precision", "fp32 or bf16 (distill_collective_transformer)"> precision{"fp32"};
+  anvil::Param<std::vector<std::string>, "merge", "collective datasets to append to experiment.dataset (merge)"> merge{};
+};
+struct ExperimentConfig {
+  anvil::Section<"experiment", Experiment> experiment;
+};
+
+// The settings of configs/reach_cpu.yaml (benchmarks/RESULTS.md): small networks, gamma 0.95,
+// a small initial temperature, learning rates 1e-3.
+void worker_defaults(anvil::SAC::Config& s) {
+  s.gamma = 0.95;
+  s.init_alpha = 0.1;
+  s.actor_lr = 1e-3;
+  s.critic_lr = 1e-3;
+  s.alpha_lr = 1e-3;
+  s.actor->hidden = {128, 128};
+  s.critic->hidden = {128, 128};
+}
+
+template <class Cfg>
+void run_defaults(Cfg& c) {
+  if constexpr (requires { c.parallel->nproc_per_node; }) c.parallel->nproc_per_node = 1;
+  c.run->threads = 1;
+}
+
+// The only task of a worker or student run (its name tags the dataset's rows).
+std::string one_task(const std::vector<std::string>& tasks, const char* mode) {
+  if (tasks.size() != 1)
+    throw anvil::ConfigError(std::string("env.tasks: ") + mode + " trains on one task; name it (e.g. --env.tasks=reach)");
+  return tasks.front();
+}
+
+int train_worker(const anvil::Args& args, const Experiment& e) {
+  using Trainer = anvil::Trainer<anvil::SAC, anvil::CollectiveTap<>, anvil::DDPAuto>;
+  Trainer::Config d;
+  run_defaults(d);
+  d.env->num_envs = 4;
+  d.train->steps = 60'000;
+  d.train->learning_starts = 2'000;
+  d.train->eval_interval = 5'000;
+  d.run->checkpoint_interval = 10'000;
+  d.run->checkpoint_buffer = true;  // the copies are buffer state
+  worker_defaults(*d.algorithm);
+  auto cfg = anvil::start<Trainer>(args, d);
+  const auto task = one_task(*cfg.env->tasks, "train_worker");
+  Trainer trainer(Manipulation{}, cfg, "collective");
+  trainer.fit();
+  if (trainer.context().rank != 0) return 0;
+  const auto rows = anvil::finish_worker(trainer.algorithm(), trainer.buffer(), *e.dataset, task, cfg.run->seed);
+  std::printf("collective: %lld transitions of %s labelled by the expert and appended to %s\n", static_cast<long long>(rows), task.c_str(),
+              e.dataset->c_str());
+  return 0;
+}
+
+// The tasks a dataset holds (the distillation's envs).
+std::vector<std::string> dataset_tasks(const std::string& file) { return anvil::CollectiveFile(file).tasks(); }
+
+template <class X>
+int distill(const anvil::Args& args, const Experiment& e) {
+  using Trainer = anvil::Trainer<anvil::CollectiveDistillation, anvil::CollectiveDataset, anvil::DDPAuto, X>;
+  typename Trainer::Config d;
+  run_defaults(d);
+  d.train->dataset = *e.dataset;
+  d.train->steps = 3'000;
+  d.train->eval_interval = 1'000;
+  d.train->eval_episodes = 30;
+  d.train->ema_decay = 0.999;
+  d.run->checkpoint_interval = 1'000;
+  d.run->log_interval = 100;
+  d.env->num_envs = 3;
+  d.algorithm->history = 4;
+  auto cfg = anvil::start<Trainer>(args, d);
+  if (cfg.env->tasks->empty() && cfg.env->suite->empty()) cfg.env->tasks = dataset_tasks(*cfg.train->dataset);
+  Trainer trainer(HistoryEnv(Manipulation{}, cfg.algorithm->history, anvil::envs::mujoco::kObsDim), cfg, "collective");
+  trainer.fit();
+  return 0;
+}
+
+int train_student(const anvil::Args& args) {
+  using Trainer = anvil::Trainer<anvil::CollectiveStudent, anvil::UniformBuffer>;
+  Trainer::Config d;
+  run_defaults(d);
+  d.env->num_envs = 4;
+  d.train->steps = 60'000;
+  d.train->learning_starts = 2'000;
+  d.train->eval_interval = 5'000;
+  d.run->checkpoint_interval = 10'000;
+  worker_defaults(*d.algorithm->sac);
+  d.algorithm->distill->history = 4;
+  auto cfg = anvil::start<Trainer>(args, d);
+  one_task(*cfg.env->tasks, "train_student");
+  Trainer trainer(HistoryEnv(Manipulation{}, cfg.algorithm->distill->history, anvil::envs::mujoco::kObsDim), cfg, "collective");
+  trainer.fit();
+  return 0;
+}
+
+int staged(const anvil::Args& args, const Experiment& e) {
+  using Trainer = anvil::Trainer<anvil::CollectiveStudent, anvil::CollectiveReplay, anvil::SingleDevice, anvil::FP32,
+                                 anvil::Staged<anvil::OfflineLoop, anvil::OffPolicyLoop>>;
+  Trainer::Config d;
+  d.run->threads = 1;
+  d.env->num_envs = 4;
+  d.train->first->dataset = *e.dataset;
+  d.train->first->steps = 3'000;
+  d.train->first->eval_interval = 0;
+  d.train->second->steps = 60'000;
+  d.train->second->learning_starts = 2'000;
+  d.train->second->eval_interval = 5'000;
+  d.run->checkpoint_interval = 1'000;
+  worker_defaults(*d.algorithm->sac);
+  d.algorithm->distill->history = 4;
+  auto cfg = anvil::start<Trainer>(args, d);
+  one_task(*cfg.env->tasks, "staged");
+  Trainer trainer(HistoryEnv(Manipulation{}, cfg.algorithm->distill->history, anvil::envs::mujoco::kObsDim), cfg, "collective");
+  trainer.fit();
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // --experiment.* are this program's; the rest go to the Trainer.
+  std::vector<char*> mine{argv[0]}, theirs{argv[0]};
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    (a.rfind("--experiment.", 0) == 0 || a.rfind("experiment.", 0) == 0 ? mine : theirs).push_back(argv[i]);
+    if (a == "--help") mine.push_back(argv[i]);
+  }
+  const auto args = anvil::start(static_cast<int>(theirs.size()), theirs.data());
+  Experiment e;
+  if (!args.help) e = *anvil::start_config<ExperimentConfig>(static_cast<int>(mine.size()), mine.data()).experiment;
+  try {
+    if (*e.mode == "train_worker") return train_worker(args, e);
+    if (*e.mode == "distill_collective_transformer" || *e.mode == "distill") {
+      if (*e.precision == "bf16") return distill<anvil::BF16>(args, e);
+      if (*e.precision == "fp32") return distill<anvil::FP32>(args, e);
+      throw anvil::ConfigError("experiment.precision: '" + *e.precision + "' is neither fp32 nor bf16");
+    }
+    if (*e.mode == "train_student") return train_student(args);
+    if (*e.mode == "staged") return staged(args, e);
+    if (*e.mode == "merge") {  // workers that ran at once, each into its own file
+      for (const auto& f : *e.merge) anvil::merge_collective(*e.dataset, f);
+      std::printf("collective: %lld rows of %zu tasks in %s\n", static_cast<long long>(anvil::CollectiveFile(*e.dataset).rows()),
+                  anvil::CollectiveFile(*e.dataset).tasks().size(), e.dataset->c_str());
+      return 0;
+    }
+    throw anvil::ConfigError("experiment.mode: '" + *e.mode + "' is not one of train_worker, distill_collective_transformer, train_student, staged, merge");
+  } catch (const anvil::Error& err) {
+    std::fprintf(stderr, "error: %s\n", err.what());
+    return 2;
+  }
+}

@@ -1,0 +1,179 @@
+#pragma once
+/// @file
+/// `CollectiveStudent`: the student of collective distillation, an online SAC whose reward
+/// is shaped by the collective policy's likelihood of the student's own action:
+///
+///     r' = r + w(t) max(log pi_collective(a given history, s), shaping.min_log_prob)
+///
+/// with w(t) = shaping.weight for the run's first shaping.warmup env steps, then falling
+/// linearly to 0 over the next shaping.decay env steps (and 0 after). The off-policy loop
+/// asks for the shaped rewards of every step before storing it (`shaped_rewards`), so the
+/// replay holds shaped rewards; episode returns and evaluations stay the env's own.
+///
+/// The env is seen through `envs::History<E>` (the collective needs the history); the SAC's
+/// networks read only the state part of the observation. The collective comes from a
+/// distillation run's policy.bin (`shaping.collective`), frozen; with `Staged<OfflineLoop,
+/// OffPolicyLoop>` and `CollectiveReplay` it is distilled in the first stage
+/// (`update(CollectiveBatch)`) and shapes the second.
+
+#include <torch/utils.h>
+
+#include <algorithm>
+#include <limits>
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <anvil/algorithms/collective_distillation.hpp>
+#include <anvil/algorithms/sac.hpp>
+#include <anvil/core/batch.hpp>
+#include <anvil/core/binary_io.hpp>
+#include <anvil/core/concepts.hpp>
+#include <anvil/core/error.hpp>
+#include <anvil/core/param.hpp>
+
+namespace anvil {
+
+class CollectiveStudent {
+ public:
+  using policy_kind = AlgorithmKind;
+  static constexpr FixedString config_section = "student";
+  static constexpr bool on_policy = false;
+  using Batch = ReplayBatch;
+
+  struct Shaping {
+    Param<std::string, "collective", "the collective's policy.bin (a distillation run's; empty: the first stage of a staged run trains it)">
+        collective{""};
+    Param<double, "weight", "the shaping term's weight during the warm-up", at_least(0)> weight{0.5};
+    Param<std::int64_t, "warmup", "env steps of the run at full weight", at_least(0)> warmup{10'000};
+    Param<std::int64_t, "decay", "env steps over which the weight then falls linearly to 0", at_least(0)> decay{20'000};
+    Param<double, "min_log_prob", "the log-likelihood is clipped from below at this", in_range(-1e6, 0)> min_log_prob{-20.0};
+  };
+  struct Config {
+    Section<"shaping", Shaping> shaping;
+    Section<"sac", SAC::Config> sac;
+    Section<"distill", CollectiveDistillation::Config> distill;
+  };
+
+  CollectiveStudent(const EnvSpec& spec, const Config& cfg, const RunContext& ctx)
+      : cfg_(cfg), device_(ctx.device), env_(spec.name), distill_(spec, *cfg.distill, ctx), sac_(state_spec(spec, distill_.obs_dim()), *cfg.sac, ctx) {
+    od_ = distill_.obs_dim();
+    ad_ = spec.action_dim();
+    h_ = cfg.distill->history;
+    if (!cfg.shaping->collective->empty()) load(*cfg.shaping->collective);
+  }
+
+  /// Replaces the collective with the one in `file` (a distillation run's policy.bin); its
+  /// shape must be this config's (distill.history, distill.net).
+  void load(const std::filesystem::path& file) {
+    auto net = load_collective(file, device_);
+    FlatParameters src(net->parameters());
+    const auto& dst = distill_.optimizer().parameters().flat();
+    if (net->history() != h_ || net->obs_dim() != od_ || net->act_dim() != ad_ || src.numel() != dst.numel())
+      throw ConfigError("student.shaping.collective: " + file.string() + " holds a collective of history " + std::to_string(net->history()) +
+                        ", state " + std::to_string(net->obs_dim()) + ", action " + std::to_string(net->act_dim()) + " and " +
+                        std::to_string(src.numel()) + " weights; this student's (student.distill.*) has history " + std::to_string(h_) +
+                        ", state " + std::to_string(od_) + ", action " + std::to_string(ad_) + " and " + std::to_string(dst.numel()));
+    distill_.set_weights(src.flat());
+  }
+
+  /// The shaping weight after `env_steps` env steps of the run.
+  [[nodiscard]] double weight(std::int64_t env_steps) const noexcept {
+    const auto& s = *cfg_.shaping;
+    if (env_steps < s.warmup) return s.weight;
+    if (*s.decay == 0) return 0.0;
+    const double f = 1.0 - static_cast<double>(env_steps - s.warmup) / static_cast<double>(*s.decay);
+    return s.weight * std::max(0.0, f);
+  }
+
+  /// The log-likelihood [N] of actions [N, ad] in [-1, 1] under the collective at
+  /// observations of envs::History [N, ...].
+  at::Tensor collective_log_prob(const at::Tensor& obs, const at::Tensor& action) {
+    torch::NoGradGuard no_grad;
+    auto& net = distill_.network();
+    const auto v = collective::split_history(obs.to(device_, at::kFloat), h_, od_, ad_, env_);
+    const auto rep = net->represent(v.tokens, v.mask);
+    auto [mean, log_std] = net->policy(rep, v.state);
+    return nn::CollectiveTransformerImpl::log_prob(mean, log_std, action.to(device_, at::kFloat));
+  }
+
+  /// The rewards to store for step `s` (the loop's hook; see file comment).
+  at::Tensor shaped_rewards(const StepBatch& s, std::int64_t env_steps) {
+    const double w = weight(env_steps);
+    last_weight_ = w;
+    if (w == 0.0) return s.reward;
+    const auto lp = collective_log_prob(s.obs, s.action).clamp_min(*cfg_.shaping->min_log_prob).to(s.reward.device(), at::kFloat);
+    return s.reward.to(at::kFloat) + w * lp;
+  }
+
+  at::Tensor act(const at::Tensor& obs, ActMode mode) { return sac_.act(state_of(obs), mode); }
+
+  /// A SAC update on the state part of a replay batch (rewards already shaped).
+  UpdateInfo update(const ReplayBatch& b, StepContext& ctx) {
+    ReplayBatch s = b;
+    s.obs = state_of(b.obs);
+    s.next_obs = state_of(b.next_obs);
+    auto info = sac_.update(s, ctx);
+    info.metrics.emplace_back("shaping_weight", last_weight_);
+    return info;
+  }
+  /// A distillation update of the collective (the first stage of a staged run).
+  UpdateInfo update(const CollectiveBatch& b, StepContext& ctx) { return distill_.update(b, ctx); }
+
+  [[nodiscard]] std::int64_t batch_size() const noexcept { return sac_.batch_size(); }
+  /// Windows for the distillation stage.
+  [[nodiscard]] std::pair<std::int64_t, std::int64_t> sequence() const noexcept { return distill_.sequence(); }
+  [[nodiscard]] std::int64_t dataset_batch_size() const noexcept { return distill_.batch_size(); }
+  [[nodiscard]] double discount() const noexcept { return sac_.discount(); }
+  [[nodiscard]] std::vector<std::pair<std::string, double>> learning_rates() const {
+    auto v = sac_.learning_rates();
+    v.emplace_back("collective", distill_.optimizer().lr());
+    return v;
+  }
+
+  /// State protocol: the SAC, the collective (and its optimizer), the last weight.
+  struct Saved {
+    SAC::Saved sac;
+    CollectiveDistillation::Saved distill;
+  };
+  void save(BinaryWriter& w) const {
+    sac_.save(w);
+    distill_.save(w);
+  }
+  [[nodiscard]] Saved read(BinaryReader& r) const { return {sac_.read(r), distill_.read(r)}; }
+  void restore(const Saved& s) {
+    sac_.restore(s.sac);
+    distill_.restore(s.distill);
+  }
+
+  [[nodiscard]] SAC& sac() noexcept { return sac_; }
+  [[nodiscard]] CollectiveDistillation& collective() noexcept { return distill_; }
+
+ private:
+  // The SAC's spec: the state part of the History observation.
+  static EnvSpec state_spec(const EnvSpec& spec, std::int64_t od) {
+    EnvSpec s = spec;
+    Box b;
+    b.low.assign(static_cast<std::size_t>(od), -std::numeric_limits<float>::infinity());
+    b.high.assign(static_cast<std::size_t>(od), std::numeric_limits<float>::infinity());
+    s.observation = b;
+    return s;
+  }
+  [[nodiscard]] at::Tensor state_of(const at::Tensor& obs) const {
+    return collective::split_history(obs, h_, od_, ad_, env_).state;
+  }
+
+  Config cfg_;
+  c10::Device device_;
+  std::string env_;
+  CollectiveDistillation distill_;
+  SAC sac_;
+  std::int64_t od_ = 0, ad_ = 0, h_ = 0;
+  double last_weight_ = 0.0;
+};
+
+static_assert(Algorithm<CollectiveStudent>);
+
+}  // namespace anvil
