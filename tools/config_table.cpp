@@ -63,6 +63,8 @@ std::string table() {
   policy<PPO>(t, "`PPO`");
   policy<COMA>(t, "`COMA`");
   policy<DiffusionPolicy>(t, "`DiffusionPolicy`");
+  policy<CollectiveDistillation>(t, "`CollectiveDistillation`");
+  policy<CollectiveStudent>(t, "`CollectiveStudent`");
   policy<UniformBuffer>(t, "`UniformBuffer`");
   policy<PrioritizedBuffer>(t, "`PrioritizedBuffer`");
   policy<RolloutBuffer>(t, "`RolloutBuffer`");

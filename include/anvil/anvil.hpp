@@ -29,6 +29,7 @@
 #include <anvil/envs/acrobot.hpp>
 #include <anvil/envs/cart_pole.hpp>
 #include <anvil/envs/env.hpp>
+#include <anvil/envs/history.hpp>
 #include <anvil/envs/mountain_car_continuous.hpp>
 #include <anvil/envs/multi_step.hpp>
 #include <anvil/envs/multi_agent/mapping.hpp>
@@ -82,6 +83,8 @@
 #include <anvil/data/episode_stats.hpp>
 #include <anvil/data/step_collector.hpp>
 
+#include <anvil/algorithms/collective_distillation.hpp>
+#include <anvil/algorithms/collective_student.hpp>
 #include <anvil/algorithms/coma.hpp>
 #include <anvil/algorithms/diffusion_policy.hpp>
 #include <anvil/algorithms/policy.hpp>

@@ -3510,6 +3510,149 @@ static_assert(DiscreteEnv<CartPole>);
 
 }  // namespace anvil::envs
 // ---- end <anvil/envs/cart_pole.hpp> ----
+// ---- begin <anvil/envs/history.hpp> ----
+/// @file
+/// `History<E>`: an env seen with its own recent past, for policies that infer the task from
+/// it (the collective policy of collective distillation). The observation is
+///
+///     [ H tokens of (state, action, reward), oldest first | H mask numbers | state ]
+///
+/// where a state is the first `state_dim` numbers of the inner env's observation (a task
+/// one-hot after them is left out), an action is in [-1, 1] (the policy's units: the env's
+/// action mapped back from its bounds), and the mask is 1 for tokens of the current episode
+/// (an episode starts with none). Everything else (tasks, success, placement, state for
+/// checkpoints) is the inner env's. Light header: no torch.
+
+#include <algorithm>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+
+namespace anvil::envs {
+
+template <ContinuousEnv E>
+class History {
+ public:
+  static constexpr std::string_view name = E::name;
+
+  /// `history` tokens of the first `state_dim` observation numbers (0: all of them).
+  History(E env, int history, std::int64_t state_dim = 0) : env_(std::move(env)), h_(history) {
+    const auto full = static_cast<std::int64_t>(env_.observation_space().size());
+    sd_ = state_dim == 0 ? full : state_dim;
+    if (h_ < 1) throw ConfigError("History: history must be at least 1 token (is " + std::to_string(h_) + ")");
+    if (sd_ < 1 || sd_ > full)
+      throw ConfigError("History: state_dim " + std::to_string(sd_) + " is not within the env's " + std::to_string(full) + " observation numbers");
+    const auto space = env_.action_space();
+    ad_ = static_cast<std::int64_t>(space.size());
+    low_ = space.low;
+    high_ = space.high;
+    obs_.assign(static_cast<std::size_t>(h_ * token() + h_ + sd_), 0.0f);
+  }
+
+  [[nodiscard]] Box observation_space() const {
+    const auto inner = env_.observation_space();
+    Box b;
+    const auto n = static_cast<std::size_t>(h_ * token());
+    b.low.assign(n, -std::numeric_limits<float>::infinity());
+    b.high.assign(n, std::numeric_limits<float>::infinity());
+    b.low.insert(b.low.end(), static_cast<std::size_t>(h_), 0.0f);
+    b.high.insert(b.high.end(), static_cast<std::size_t>(h_), 1.0f);
+    b.low.insert(b.low.end(), inner.low.begin(), inner.low.begin() + sd_);
+    b.high.insert(b.high.end(), inner.high.begin(), inner.high.begin() + sd_);
+    return b;
+  }
+  [[nodiscard]] Box action_space() const { return env_.action_space(); }
+
+  std::span<const float> reset(std::uint64_t seed) {
+    const auto o = env_.reset(seed);
+    std::fill(obs_.begin(), obs_.end(), 0.0f);
+    set_state(o);
+    return obs_;
+  }
+
+  StepResult step(std::span<const float> action) {
+    auto r = env_.step(action);
+    // The oldest token leaves; (state, action, reward) of this step comes in last.
+    const auto t = static_cast<std::size_t>(token());
+    const auto tokens_end = obs_.begin() + static_cast<std::ptrdiff_t>(h_ * t);
+    std::copy(obs_.begin() + static_cast<std::ptrdiff_t>(t), tokens_end, obs_.begin());
+    float* last = obs_.data() + (h_ - 1) * token();
+    std::copy_n(obs_.data() + h_ * token() + h_, sd_, last);  // the state the action was taken in
+    for (std::int64_t j = 0; j < ad_; ++j) {
+      const auto k = static_cast<std::size_t>(j);
+      const float a = std::clamp(action[k], low_[k], high_[k]);
+      last[sd_ + j] = high_[k] > low_[k] ? 2.0f * (a - low_[k]) / (high_[k] - low_[k]) - 1.0f : 0.0f;
+    }
+    last[sd_ + ad_] = static_cast<float>(r.reward);
+    float* mask = obs_.data() + h_ * token();
+    std::copy(mask + 1, mask + h_, mask);
+    mask[h_ - 1] = 1.0f;
+    set_state(r.observation);
+    r.observation = obs_;
+    return r;
+  }
+
+  [[nodiscard]] bool success() const noexcept
+    requires ReportsSuccess<E>
+  {
+    return env_.success();
+  }
+  [[nodiscard]] std::vector<std::string> task_names() const
+    requires TaskTagged<E>
+  {
+    return env_.task_names();
+  }
+  [[nodiscard]] std::int64_t task_index() const
+    requires TaskTagged<E>
+  {
+    return env_.task_index();
+  }
+  void select_tasks(const std::string& suite, const std::vector<std::string>& tasks)
+    requires TaskSelectable<E>
+  {
+    env_.select_tasks(suite, tasks);
+    if (static_cast<std::int64_t>(env_.observation_space().size()) < sd_)
+      throw ConfigError("History: the env's observation has " + std::to_string(env_.observation_space().size()) +
+                        " numbers with these tasks, fewer than state_dim " + std::to_string(sd_));
+  }
+  void place(std::int64_t index, std::int64_t count)
+    requires Placeable<E>
+  {
+    env_.place(index, count);
+  }
+
+  [[nodiscard]] int history() const noexcept { return h_; }
+  [[nodiscard]] std::int64_t state_dim() const noexcept { return sd_; }
+  [[nodiscard]] std::int64_t token() const noexcept { return sd_ + ad_ + 1; }
+  [[nodiscard]] E& env() noexcept { return env_; }
+
+  void save_state(BinaryWriter& w) const {
+    if constexpr (SavesOwnState<E>) env_.save_state(w);
+    else w.value(env_);
+    w.bytes(obs_.data(), obs_.size() * sizeof(float));
+  }
+  void load_state(BinaryReader& r) {
+    if constexpr (SavesOwnState<E>) env_.load_state(r);
+    else env_ = r.value<E>("inner env");
+    r.bytes(obs_.data(), obs_.size() * sizeof(float), "history");
+  }
+
+ private:
+  void set_state(std::span<const float> o) { std::copy_n(o.begin(), sd_, obs_.begin() + h_ * token() + h_); }
+
+  E env_;
+  int h_;
+  std::int64_t sd_ = 0, ad_ = 0;
+  std::vector<float> low_, high_;
+  std::vector<float> obs_;
+};
+
+}  // namespace anvil::envs
+// ---- end <anvil/envs/history.hpp> ----
 // ---- begin <anvil/envs/mountain_car_continuous.hpp> ----
 /// @file
 /// Mountain car with a continuous throttle, the same MDP as Gymnasium's
@@ -12175,6 +12318,1516 @@ class StepCollector {
 }  // namespace anvil
 // ---- end <anvil/data/step_collector.hpp> ----
 
+// ---- begin <anvil/algorithms/collective_distillation.hpp> ----
+/// @file
+/// `CollectiveDistillation`: trains the collective network (nn/collective_transformer.hpp)
+/// on a collective dataset of SAC worker experts' labelled transitions
+/// (buffers/collective_dataset.hpp), offline; the clock counts gradient steps.
+///
+/// Losses, per target row (averaged over the batch):
+///   actor  = |tanh(mean) - tanh(mean_expert)|^2 + log_std_weight |log_std - log_std_expert|^2
+///   critic = critic_weight (|Q1 - q_target|^2 + |Q2 - q_target|^2) / 2
+/// (squared errors summed over action dims). A regression on the Gaussian's parameters
+/// rather than a KL: the KL from the expert's Gaussian weighs the mean's error by
+/// 1 / sigma_expert^2, and converged SAC experts are near-deterministic (sigma down to
+/// e^-5 at the bounds), so a few confident dimensions would dominate the loss and its
+/// gradient scale; the regression is scale-stable, learns the mean (what the policy runs)
+/// first, and still learns the spread the student's shaping reads (its likelihood). The
+/// mean is compared after tanh, as the action it stands for (`squashed_mean`, default): a
+/// quarter of the manipulation experts' pre-tanh means lie beyond +-2, where tanh is flat,
+/// and a pre-tanh error there changes nothing the policy does yet dominates the squared error.
+///
+/// One AdamW over the whole network; BF16/FP16 through the precision policy, gradient
+/// accumulation, `train.ema_decay` and `DDP<N>` as every algorithm. Acting needs the env
+/// seen through `envs::History<E>` (the history tokens, their mask, the state), as the
+/// dataset's windows are: the collective infers the task from the history.
+
+#include <torch/nn/module.h>
+#include <torch/utils.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+// ---- begin <anvil/nn/collective_transformer.hpp> ----
+/// @file
+/// `CollectiveTransformer`: the collective network of collective distillation. A
+/// Transformer encoder reads a short history of a task, H tokens of (state, action,
+/// reward), and writes a task representation; a policy head (tanh-Gaussian, as SAC's actor)
+/// and a twin Q head read [representation, state] (and the action, for Q).
+///
+/// The encoder is written here from linear layers and matrix products rather than with
+/// LibTorch's `nn::TransformerEncoderLayer`, because in LibTorch 1.13's C++ API that layer
+/// is post-norm only (no `norm_first`) and sequence-first, and under autocast its layer
+/// norms and softmax would run in bfloat16 on the CPU; here the blocks are pre-norm (they
+/// train without a learning-rate warm-up), batch-first, the norms and the softmax run in
+/// float32 under autocast, and the same code runs on LibTorch 1.13 and 2.x.
+///
+/// A learned summary token is prepended to the history and the representation is its
+/// output (a layer-normed [B, d_model]); it is always attended to, so an empty history
+/// (the first step of an episode) gives the learned "no context yet" representation.
+/// History tokens where `mask` is 0 (before the episode began) are not attended to.
+
+#include <torch/nn/module.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/nn/modules/normalization.h>
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+
+namespace anvil::nn {
+
+class CollectiveTransformerImpl : public torch::nn::Cloneable<CollectiveTransformerImpl> {
+ public:
+  struct Config {
+    Param<int, "d_model", "width of the tokens and the task representation", at_least(8)> d_model{64};
+    Param<int, "heads", "attention heads (d_model must divide by it)", at_least(1)> heads{4};
+    Param<int, "layers", "Transformer blocks", at_least(1)> layers{2};
+    Param<int, "feedforward", "width of each block's feed-forward layer", at_least(1)> feedforward{128};
+    Param<std::vector<int>, "hidden", "hidden widths of the policy and Q heads", at_least(1)> hidden{256, 256};
+    Param<Activation, "activation", "hidden-layer activation of the heads"> activation{Activation::relu};
+    Param<double, "log_std_min", "lower bound of the policy's log standard deviation"> log_std_min{-5.0};
+    Param<double, "log_std_max", "upper bound of the policy's log standard deviation"> log_std_max{2.0};
+  };
+
+  /// For states of `obs_dim`, actions of `act_dim` and histories of `history` tokens.
+  CollectiveTransformerImpl(std::int64_t obs_dim, std::int64_t act_dim, std::int64_t history, const Config& cfg)
+      : od_(obs_dim), ad_(act_dim), h_(history), cfg_(cfg) {
+    if (cfg.d_model % cfg.heads != 0)
+      throw ConfigError("d_model (" + std::to_string(*cfg.d_model) + ") does not divide by heads (" + std::to_string(*cfg.heads) + ")");
+    reset();
+  }
+
+  void reset() override {
+    const std::int64_t d = cfg_.d_model;
+    embed_ = register_module("embed", torch::nn::Linear(token_dim(), d));
+    position_ = register_parameter("position", torch::randn({h_ + 1, d}) * 0.02);
+    summary_ = register_parameter("summary", torch::randn({1, 1, d}) * 0.02);
+    blocks_.clear();
+    for (int l = 0; l < cfg_.layers; ++l) {
+      Block b;
+      const std::string p = "block" + std::to_string(l) + "_";
+      b.norm1 = register_module(p + "norm1", torch::nn::LayerNorm(torch::nn::LayerNormOptions({d})));
+      b.qkv = register_module(p + "qkv", torch::nn::Linear(d, 3 * d));
+      b.out = register_module(p + "out", torch::nn::Linear(d, d));
+      b.norm2 = register_module(p + "norm2", torch::nn::LayerNorm(torch::nn::LayerNormOptions({d})));
+      b.ff1 = register_module(p + "ff1", torch::nn::Linear(d, cfg_.feedforward));
+      b.ff2 = register_module(p + "ff2", torch::nn::Linear(cfg_.feedforward, d));
+      blocks_.push_back(b);
+    }
+    final_norm_ = register_module("final_norm", torch::nn::LayerNorm(torch::nn::LayerNormOptions({d})));
+    policy_ = register_module("policy", Mlp(d + od_, widths(cfg_.hidden), 2 * ad_, cfg_.activation));
+    q1_ = register_module("q1", Mlp(d + od_ + ad_, widths(cfg_.hidden), 1, cfg_.activation));
+    q2_ = register_module("q2", Mlp(d + od_ + ad_, widths(cfg_.hidden), 1, cfg_.activation));
+    shift_ = register_buffer("obs_shift", torch::zeros({od_}));
+    scale_ = register_buffer("obs_scale", torch::ones({od_}));
+  }
+
+  /// States are normalised as (s - shift) * scale before use (in the history tokens too):
+  /// the dataset's ranges mapped onto [-1, 1] (see CollectiveDistillation::fit_normalizer).
+  void set_normalizer(const at::Tensor& shift, const at::Tensor& scale) {
+    torch::NoGradGuard no_grad;
+    shift_.copy_(shift.reshape({od_}));
+    scale_.copy_(scale.reshape({od_}));
+  }
+  [[nodiscard]] const at::Tensor& obs_shift() const noexcept { return shift_; }
+  [[nodiscard]] const at::Tensor& obs_scale() const noexcept { return scale_; }
+
+  /// The task representation [B, d_model] (float32) of histories `tokens` [B, H, od + ad + 1]
+  /// with `mask` [B, H] (1: the token is part of the history).
+  at::Tensor represent(const at::Tensor& tokens, const at::Tensor& mask) {
+    const std::int64_t b = tokens.size(0), d = cfg_.d_model, heads = cfg_.heads, dh = d / heads;
+    const auto t = at::cat({normalise(tokens.narrow(-1, 0, od_)), tokens.narrow(-1, od_, ad_ + 1)}, -1);
+    auto x = at::cat({summary_.expand({b, 1, d}).to(t.scalar_type()), embed_->forward(t).to(t.scalar_type())}, 1);
+    x = x + position_.to(x.scalar_type());
+    // Keys that may be attended to: the summary and the history's valid tokens.
+    const auto keep = at::cat({at::ones({b, 1}, mask.options()), mask}, 1).to(at::kFloat);
+    const auto bias = ((1.0 - keep) * -1e9).view({b, 1, 1, h_ + 1});
+    const double scale = 1.0 / std::sqrt(static_cast<double>(dh));
+    for (auto& blk : blocks_) {
+      auto qkv = blk.qkv->forward(norm(blk.norm1, x)).view({b, h_ + 1, 3, heads, dh}).permute({2, 0, 3, 1, 4});
+      auto q = qkv[0], k = qkv[1], v = qkv[2];  // [B, heads, T, dh]
+      auto att = (at::matmul(q, k.transpose(-2, -1)).to(at::kFloat) * scale + bias).softmax(-1);
+      auto y = at::matmul(att.to(v.scalar_type()), v).permute({0, 2, 1, 3}).reshape({b, h_ + 1, d});
+      x = x + blk.out->forward(y).to(x.scalar_type());
+      x = x + blk.ff2->forward(at::gelu(blk.ff1->forward(norm(blk.norm2, x)))).to(x.scalar_type());
+    }
+    return norm(final_norm_, x.select(1, 0));
+  }
+
+  /// Mean and log standard deviation (squashed into [log_std_min, log_std_max]) of the
+  /// pre-tanh Gaussian at `state` [B, od] for representation `rep`.
+  std::pair<at::Tensor, at::Tensor> policy(const at::Tensor& rep, const at::Tensor& state) {
+    auto out = policy_->forward(at::cat({rep.to(state.scalar_type()), normalise(state)}, -1));
+    auto mean = out.narrow(-1, 0, ad_);
+    auto raw = out.narrow(-1, ad_, ad_).tanh();
+    const double lo = cfg_.log_std_min, hi = cfg_.log_std_max;
+    return {mean, raw.mul(0.5 * (hi - lo)).add(0.5 * (hi + lo))};
+  }
+  /// Both Q estimates [B] of `action` at `state`.
+  std::pair<at::Tensor, at::Tensor> q(const at::Tensor& rep, const at::Tensor& state, const at::Tensor& action) {
+    auto in = at::cat({rep.to(state.scalar_type()), normalise(state), action.to(state.scalar_type())}, -1);
+    return {q1_->forward(in).squeeze(-1), q2_->forward(in).squeeze(-1)};
+  }
+
+  /// The tanh-Gaussian log-density [B] of actions `action` in (-1, 1) under (mean, log_std).
+  static at::Tensor log_prob(const at::Tensor& mean, const at::Tensor& log_std, const at::Tensor& action) {
+    constexpr double kHalfLog2Pi = 0.91893853320467274178;
+    const auto a = action.to(at::kFloat).clamp(-1.0 + 1e-6, 1.0 - 1e-6);
+    const auto u = at::atanh(a);
+    const auto m = mean.to(at::kFloat), ls = log_std.to(at::kFloat);
+    const auto z = (u - m) * (-ls).exp();
+    return (-0.5 * z.square() - ls - kHalfLog2Pi).sum(-1) - at::log1p(-a.square()).sum(-1);
+  }
+
+  [[nodiscard]] std::int64_t obs_dim() const noexcept { return od_; }
+  [[nodiscard]] std::int64_t act_dim() const noexcept { return ad_; }
+  [[nodiscard]] std::int64_t history() const noexcept { return h_; }
+  [[nodiscard]] std::int64_t token_dim() const noexcept { return od_ + ad_ + 1; }
+  [[nodiscard]] const Config& config() const noexcept { return cfg_; }
+
+ private:
+  struct Block {
+    torch::nn::LayerNorm norm1{nullptr}, norm2{nullptr};
+    torch::nn::Linear qkv{nullptr}, out{nullptr}, ff1{nullptr}, ff2{nullptr};
+  };
+  [[nodiscard]] at::Tensor normalise(const at::Tensor& s) const { return (s - shift_.to(s.scalar_type())) * scale_.to(s.scalar_type()); }
+  // Layer norm in float32 (under autocast too); the result in float32.
+  static at::Tensor norm(torch::nn::LayerNorm& ln, const at::Tensor& x) {
+    const Float32Scope float32(x.device().type());
+    return ln->forward(x.to(at::kFloat));
+  }
+
+  std::int64_t od_, ad_, h_;
+  Config cfg_;
+  torch::nn::Linear embed_{nullptr};
+  at::Tensor position_, summary_, shift_, scale_;
+  std::vector<Block> blocks_;
+  torch::nn::LayerNorm final_norm_{nullptr};
+  Mlp policy_{nullptr}, q1_{nullptr}, q2_{nullptr};
+};
+TORCH_MODULE(CollectiveTransformer);
+
+}  // namespace anvil::nn
+// ---- end <anvil/nn/collective_transformer.hpp> ----
+// ---- begin <anvil/algorithms/policy.hpp> ----
+/// @file
+/// `load_policy`: a trained policy without its trainer, for deployment. A run writes
+/// `policy.bin` in its directory with every checkpoint: the actor's shape, its weights (the
+/// averaged ones when `train.ema_decay` is on), the env's action bounds, and the observation
+/// normaliser's statistics when the run normalised observations (`normalize.obs`). `load_policy`
+/// rebuilds the actor from that file alone and acts deterministically in env units.
+
+#include <torch/nn/module.h>
+#include <torch/utils.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+
+namespace anvil {
+
+/// The format tag of policy files.
+inline constexpr const char* kPolicyFormat = "anvil Policy v2";
+
+/// A deterministic policy loaded from a policy file (see file comment).
+class Policy {
+ public:
+  /// Actions for observations [B, obs_dim] (or [obs_dim]), in the env's units: the mean
+  /// action squashed to [-1, 1], then scaled to the action bounds.
+  [[nodiscard]] at::Tensor act(const at::Tensor& obs) const {
+    torch::NoGradGuard no_grad;
+    const bool single = obs.dim() == 1;
+    auto o = obs.to(at::kFloat);
+    if (single) o = o.unsqueeze(0);
+    if (obs_mean_.defined()) o = ((o - obs_mean_) * obs_inv_std_).clamp(-obs_clip_, obs_clip_);
+    nn::GaussianActor net = actor_;  // a handle to the same module (acting changes nothing)
+    auto a = net->mode(o) * scale_ + offset_;
+    return single ? a.squeeze(0) : a;
+  }
+  /// The network (for export or inspection).
+  [[nodiscard]] const nn::GaussianActor& network() const noexcept { return actor_; }
+  /// The env the policy was trained on.
+  [[nodiscard]] const std::string& env_name() const noexcept { return env_; }
+  [[nodiscard]] std::int64_t obs_dim() const noexcept { return obs_dim_; }
+  [[nodiscard]] std::int64_t action_dim() const noexcept { return act_dim_; }
+
+ private:
+  friend Policy load_policy(const std::filesystem::path& path);
+  nn::GaussianActor actor_{nullptr};
+  at::Tensor scale_, offset_;
+  at::Tensor obs_mean_, obs_inv_std_;  ///< the run's observation normaliser (undefined: none)
+  double obs_clip_ = 0;
+  std::string env_;
+  std::int64_t obs_dim_ = 0, act_dim_ = 0;
+};
+
+/// Reads a policy file written by a run (see file comment); a missing, truncated, corrupted
+/// or foreign file gets an error naming it and the field at fault.
+inline Policy load_policy(const std::filesystem::path& path) {
+  BinaryReader r(path, kPolicyFormat);
+  Policy p;
+  p.env_ = r.string("env name");
+  const auto kind = r.string("actor kind");
+  if (kind != "GaussianActor") r.fail("actor kind", "'" + kind + "' is not one this build knows");
+  p.obs_dim_ = r.value<std::int64_t>("observation size");
+  p.act_dim_ = r.value<std::int64_t>("action size");
+  if (p.obs_dim_ < 1 || p.act_dim_ < 1) r.fail("observation or action size", "is not positive");
+  nn::GaussianActorImpl::Config cfg;
+  const auto layers = r.value<std::uint64_t>("hidden layer count");
+  if (layers < 1 || layers > 64) r.fail("hidden layer count", "is out of range");
+  std::vector<int> hidden;
+  for (std::uint64_t i = 0; i < layers; ++i) hidden.push_back(r.value<int>("hidden layer widths"));
+  for (int h : hidden)
+    if (h < 1 || h > (1 << 20)) r.fail("hidden layer widths", "contain a width out of range (1 to 1048576)");
+  if (p.obs_dim_ > (1 << 24) || p.act_dim_ > (1 << 24)) r.fail("observation or action size", "is implausibly large");
+  // The weights these sizes imply must be in the file before a network of them is built (a
+  // flipped bit in a width must not allocate gigabytes).
+  std::int64_t weights = 0, in = p.obs_dim_;
+  for (int h : hidden) weights += in * h, in = h;
+  weights += in * p.act_dim_;
+  r.expect_available(weights * static_cast<std::int64_t>(sizeof(float)), "hidden layer widths");
+  cfg.hidden = hidden;
+  const int activation = r.value<int>("activation");
+  if (activation < 0 || activation >= static_cast<int>(enum_names(nn::Activation{}).size()))
+    r.fail("activation", "is not a known activation");
+  cfg.activation = static_cast<nn::Activation>(activation);
+  cfg.log_std_min = r.value<double>("log_std_min");
+  cfg.log_std_max = r.value<double>("log_std_max");
+  p.actor_ = nn::GaussianActor(p.obs_dim_, p.act_dim_, cfg);
+  std::vector<at::Tensor> params = p.actor_->parameters();
+  std::int64_t n = 0;
+  for (const auto& t : params) n += t.numel();
+  const auto flat = read_tensor(r, "actor parameters", at::empty({n}));
+  const auto like = at::empty({p.act_dim_});
+  p.scale_ = read_tensor(r, "action scale", like);
+  p.offset_ = read_tensor(r, "action offset", like);
+  if (r.value<bool>("observation normaliser flag")) {
+    const auto obs_like = at::empty({p.obs_dim_});
+    p.obs_mean_ = read_tensor(r, "observation mean", obs_like);
+    p.obs_inv_std_ = read_tensor(r, "observation scale", obs_like);
+    p.obs_clip_ = r.value<double>("observation clip");
+    if (!(p.obs_clip_ > 0)) r.fail("observation clip", "is not positive");
+  }
+  r.finish();
+  torch::NoGradGuard no_grad;
+  std::int64_t off = 0;
+  for (auto& t : params) {
+    t.copy_(flat.narrow(0, off, t.numel()).view(t.sizes()));
+    off += t.numel();
+  }
+  p.actor_->eval();
+  return p;
+}
+
+}  // namespace anvil
+// ---- end <anvil/algorithms/policy.hpp> ----
+
+namespace anvil {
+
+struct OfflineLoop;  // train/loops/offline.hpp (a layer above; the Trainer includes it)
+
+namespace collective {
+/// Splits an observation of `envs::History` [N, H * (od + ad + 1) + H + sd] into tokens
+/// [N, H, od + ad + 1], mask [N, H] and state [N, od] (the first od of the sd state numbers).
+struct HistoryView {
+  at::Tensor tokens, mask, state;
+};
+inline HistoryView split_history(const at::Tensor& obs, std::int64_t h, std::int64_t od, std::int64_t ad, const std::string& env) {
+  const std::int64_t td = od + ad + 1, n = obs.size(0), width = obs.size(1);
+  const std::int64_t sd = width - h * td - h;
+  if (sd < od)
+    throw ConfigError("collective: " + env + "'s observation has " + std::to_string(width) + " numbers; a history of " + std::to_string(h) +
+                      " tokens of " + std::to_string(td) + " and a state of " + std::to_string(od) +
+                      " need at least " + std::to_string(h * td + h + od) + " (wrap the env in envs::History with the dataset's state size)");
+  return {obs.narrow(1, 0, h * td).view({n, h, td}), obs.narrow(1, h * td, h), obs.narrow(1, h * td + h, od)};
+}
+}  // namespace collective
+
+class CollectiveDistillation {
+ public:
+  using policy_kind = AlgorithmKind;
+  static constexpr FixedString config_section = "distill";
+  static constexpr bool on_policy = false;
+  using Batch = CollectiveBatch;
+  using loop = OfflineLoop;
+
+  struct Config {
+    Param<std::int64_t, "batch_size", "target rows (windows) per gradient step, per rank", at_least(1)> batch_size{2048};
+    Param<int, "history", "history tokens before each target row (H)", in_range(1, 256)> history{8};
+    Param<std::int64_t, "obs_dim", "state size of the dataset (the first obs_dim numbers of the env's state; 0: all)", at_least(0)> obs_dim{0};
+    Param<double, "lr", "AdamW learning rate", positive> lr{3e-4};
+    Param<double, "weight_decay", "AdamW decoupled weight decay", at_least(0)> weight_decay{0.0};
+    Param<bool, "squashed_mean", "regress tanh(mean), the mean action, rather than the pre-tanh mean (see the file comment)"> squashed_mean{true};
+    Param<double, "log_std_weight", "weight of the log-std regression in the actor loss", at_least(0)> log_std_weight{0.1};
+    Param<double, "critic_weight", "weight of the Q regression", at_least(0)> critic_weight{1.0};
+    Param<double, "max_grad_norm", "clip the gradient's global norm (0: off)", at_least(0)> max_grad_norm{1.0};
+    Section<"net", nn::CollectiveTransformerImpl::Config> net;
+  };
+
+  CollectiveDistillation(const EnvSpec& spec, const Config& cfg, const RunContext& ctx) : cfg_(cfg), device_(ctx.device), env_(spec.name) {
+    if (spec.discrete()) throw ConfigError("CollectiveDistillation: " + spec.name + " has discrete actions; it needs a Box");
+    if (ctx.micro_batches > cfg.batch_size)
+      throw ConfigError("train.grad_accumulation (" + std::to_string(ctx.micro_batches) + ") is larger than distill.batch_size (" +
+                        std::to_string(*cfg.batch_size) + "): micro-batches would be empty");
+    ad_ = spec.action_dim();
+    const std::int64_t h = cfg.history, width = spec.obs_dim();
+    // The env's observation is [H tokens of (od + ad + 1) | H mask | sd state], sd >= od.
+    od_ = cfg.obs_dim > 0 ? *cfg.obs_dim : (width - h - h * (ad_ + 1)) / (h + 1);
+    if (od_ < 1 || (*cfg.obs_dim == 0 && h * (od_ + ad_ + 1) + h + od_ != width))
+      throw ConfigError("distill.history: " + spec.name + "'s observation (" + std::to_string(width) + " numbers) is not a history of " +
+                        std::to_string(h) + " tokens and a state (wrap the env in envs::History with distill.history tokens; with a state "
+                        "longer than the dataset's, set distill.obs_dim)");
+    net_ = nn::CollectiveTransformer(od_, ad_, h, *cfg.net);
+    net_->to(device_);
+    opt_ = FlatAdam(net_->parameters(), {.lr = cfg.lr * ctx.lr_scale(cfg.batch_size), .weight_decay = cfg.weight_decay});
+    ema_.set_device(device_);
+  }
+
+  /// Maps the dataset's state ranges onto [-1, 1] for the network (a constant dimension is
+  /// only shifted); the offline loop calls it once, before the first update, with the
+  /// dataset's ranges (a restored run keeps its checkpoint's).
+  void fit_normalizer(const at::Tensor& obs_min, const at::Tensor& obs_max, const at::Tensor& /*act_min*/, const at::Tensor& /*act_max*/) {
+    if (obs_min.numel() != od_)
+      throw ConfigError("distill: the dataset's states have " + std::to_string(obs_min.numel()) + " numbers; this collective reads " +
+                        std::to_string(od_) + " (distill.obs_dim)");
+    const auto lo = obs_min.to(at::kFloat), hi = obs_max.to(at::kFloat);
+    const auto half = (hi - lo) * 0.5;
+    net_->set_normalizer(((hi + lo) * 0.5).to(device_), at::where(half > 1e-6, 1.0 / half.clamp_min(1e-6), at::ones_like(half)).to(device_));
+    normalised_ = true;
+  }
+  [[nodiscard]] bool has_normalizer() const noexcept { return normalised_; }
+
+  /// Windows of H + 1 rows: H history tokens and the target.
+  [[nodiscard]] std::pair<std::int64_t, std::int64_t> sequence() const noexcept { return {*cfg_.history + 1, 1}; }
+
+  /// Actions in [-1, 1] for observations of `envs::History` (tanh of the mean, or sampled).
+  at::Tensor act(const at::Tensor& obs, ActMode mode) {
+    torch::NoGradGuard no_grad;
+    const auto v = collective::split_history(obs.to(device_, at::kFloat), cfg_.history, od_, ad_, env_);
+    const auto rep = net_->represent(v.tokens, v.mask);
+    auto [mean, log_std] = net_->policy(rep, v.state);
+    if (mode == ActMode::deterministic) return mean.to(at::kFloat).tanh();
+    return (mean.to(at::kFloat) + at::randn_like(mean, at::kFloat) * log_std.to(at::kFloat).exp()).tanh();
+  }
+
+  /// One optimizer step (micro-batches with gradient accumulation).
+  UpdateInfo update(const CollectiveBatch& b, StepContext& ctx) {
+    const auto parts = ctx.micro_batches(b.obs.size(0));
+    at::Tensor grad;
+    Losses sum;
+    for (const auto& part : parts) {
+      const bool whole = parts.size() == 1;
+      CollectiveBatch rows;
+      const CollectiveBatch& mb = whole ? b : (rows = rows_of(b, part.begin, part.rows));
+      Losses l;
+      auto g = ctx.gradient(loss(mb, ctx, l), opt_);
+      if (whole) grad = std::move(g);
+      else if (!grad.defined()) grad = g * part.share;
+      else grad.add_(g, part.share);
+      sum.total += part.share * l.total;
+      sum.mean += part.share * l.mean;
+      sum.log_std += part.share * l.log_std;
+      sum.q += part.share * l.q;
+    }
+    ctx.apply(opt_, grad, cfg_.max_grad_norm);
+    ++updates_;
+    UpdateInfo info;
+    info.metrics = {{"loss", sum.total}, {"mean_mse", sum.mean}, {"log_std_mse", sum.log_std}, {"q_mse", sum.q}};
+    return info;
+  }
+
+  /// The losses of a batch (see file comment); their floats in `out`.
+  struct Losses {
+    double total = 0, mean = 0, log_std = 0, q = 0;
+  };
+  at::Tensor loss(const CollectiveBatch& b, StepContext& ctx, Losses& out) {
+    const auto dev = [&](const at::Tensor& t) { return t.to(device_, at::kFloat); };
+    const auto tokens = dev(b.tokens), mask = dev(b.mask), obs = dev(b.obs), action = dev(b.action);
+    at::Tensor total, lm, ls, lq;
+    {
+      auto guard = ctx.autocast();
+      const auto rep = net_->represent(tokens, mask);
+      auto [mean, log_std] = net_->policy(rep, obs);
+      auto [q1, q2] = net_->q(rep, obs, action);
+      lm = cfg_.squashed_mean ? (mean.to(at::kFloat).tanh() - dev(b.mean).tanh()).square().sum(-1).mean()
+                              : (mean.to(at::kFloat) - dev(b.mean)).square().sum(-1).mean();
+      ls = (log_std.to(at::kFloat) - dev(b.log_std)).square().sum(-1).mean();
+      const auto y = dev(b.q_target);
+      lq = 0.5 * ((q1.to(at::kFloat) - y).square().mean() + (q2.to(at::kFloat) - y).square().mean());
+      total = lm + *cfg_.log_std_weight * ls + *cfg_.critic_weight * lq;
+    }
+    out = {total.item<double>(), lm.item<double>(), ls.item<double>(), lq.item<double>()};
+    return total;
+  }
+
+  [[nodiscard]] std::int64_t batch_size() const noexcept { return cfg_.batch_size; }
+  /// Unused (the Q-targets are the experts'); the offline loop asks every algorithm for one.
+  [[nodiscard]] double discount() const noexcept { return 0.99; }
+
+  void ema_update(double decay) { ema_.update(opt_.parameters().flat(), decay); }
+  /// The averaged weights (flat); undefined until the first `ema_update`.
+  [[nodiscard]] const at::Tensor& ema_weights() const noexcept { return ema_.weights(); }
+  template <class F>
+  decltype(auto) with_ema_weights(F&& f) {
+    return ema_.with_weights(opt_.parameters().flat(), std::forward<F>(f));
+  }
+  [[nodiscard]] std::vector<std::pair<std::string, double>> learning_rates() const { return {{"collective", opt_.lr()}}; }
+  [[nodiscard]] std::vector<std::pair<std::string, at::Tensor>> flat_parameters() const { return {{"collective", opt_.parameters().flat()}}; }
+
+  /// The collective alone (`load_collective` reads it back): its shape, config and weights
+  /// (the averaged ones when there are any). The Trainer writes it as policy.bin.
+  void save_policy(BinaryWriter& w) const {
+    w.string("CollectiveTransformer");
+    w.value(od_);
+    w.value(ad_);
+    w.value(static_cast<std::int64_t>(*cfg_.history));
+    const auto& c = *cfg_.net;
+    for (int v : {*c.d_model, *c.heads, *c.layers, *c.feedforward}) w.value(v);
+    w.value(static_cast<std::uint64_t>(c.hidden->size()));
+    for (int v : *c.hidden) w.value(v);
+    w.value(static_cast<int>(*c.activation));
+    w.value(*c.log_std_min);
+    w.value(*c.log_std_max);
+    write_tensor(w, ema_.defined() ? ema_.weights() : opt_.parameters().flat(), "the collective's weights");
+    write_tensor(w, net_->obs_shift(), "the collective's state shift");
+    write_tensor(w, net_->obs_scale(), "the collective's state scale");
+  }
+
+  /// State protocol: the network with its AdamW state, the update count, the average.
+  struct Saved {
+    FlatAdam::Saved opt;
+    std::int64_t updates = 0;
+    Ema::Saved ema;
+    bool normalised = false;
+    at::Tensor shift, scale;
+  };
+  void save(BinaryWriter& w) const {
+    opt_.save(w);
+    w.value(updates_);
+    ema_.save(w);
+    w.value(normalised_);
+    write_tensor(w, net_->obs_shift(), "the collective's state shift");
+    write_tensor(w, net_->obs_scale(), "the collective's state scale");
+  }
+  [[nodiscard]] Saved read(BinaryReader& r) const {
+    Saved s;
+    s.opt = opt_.read(r, "collective network");
+    s.updates = r.value<std::int64_t>("collective update count");
+    s.ema = ema_.read(r, "collective averaged parameters", opt_.parameters().flat());
+    s.normalised = r.value<bool>("collective normalisation flag");
+    s.shift = read_tensor(r, "collective state shift", net_->obs_shift());
+    s.scale = read_tensor(r, "collective state scale", net_->obs_scale());
+    return s;
+  }
+  void restore(const Saved& s) {
+    opt_.restore(s.opt);
+    updates_ = s.updates;
+    ema_.restore(s.ema);
+    normalised_ = s.normalised;
+    net_->set_normalizer(s.shift.to(device_), s.scale.to(device_));
+  }
+
+  /// Sets the network's weights (flat, in the order of its parameters), e.g. a saved collective's.
+  void set_weights(const at::Tensor& flat) {
+    torch::NoGradGuard no_grad;
+    opt_.parameters().flat().copy_(flat.to(device_));
+  }
+  [[nodiscard]] nn::CollectiveTransformer& network() noexcept { return net_; }
+  [[nodiscard]] const FlatAdam& optimizer() const noexcept { return opt_; }
+  [[nodiscard]] std::int64_t updates() const noexcept { return updates_; }
+  [[nodiscard]] std::int64_t obs_dim() const noexcept { return od_; }
+
+ private:
+  Config cfg_;
+  c10::Device device_;
+  std::string env_;
+  std::int64_t od_ = 0, ad_ = 0;
+  nn::CollectiveTransformer net_{nullptr};
+  FlatAdam opt_;
+  std::int64_t updates_ = 0;
+  Ema ema_;
+  bool normalised_ = false;
+};
+
+static_assert(Algorithm<CollectiveDistillation>);
+
+/// Reads a collective written by `CollectiveDistillation::save_policy` (a distillation run's
+/// policy.bin): the network, on `device`, with its weights. An Error naming the file when
+/// it is not one.
+inline nn::CollectiveTransformer load_collective(const std::filesystem::path& file, c10::Device device = c10::kCPU) {
+  BinaryReader r(file, kPolicyFormat);
+  (void)r.string("env name");
+  if (const auto kind = r.string("policy kind"); kind != "CollectiveTransformer")
+    r.fail("policy kind", "is '" + kind + "', not a collective (CollectiveTransformer) from a distillation run");
+  const auto od = r.value<std::int64_t>("obs_dim"), ad = r.value<std::int64_t>("act_dim"), h = r.value<std::int64_t>("history");
+  nn::CollectiveTransformerImpl::Config c;
+  c.d_model = r.value<int>("d_model");
+  c.heads = r.value<int>("heads");
+  c.layers = r.value<int>("layers");
+  c.feedforward = r.value<int>("feedforward");
+  const auto n = r.value<std::uint64_t>("hidden layers");
+  if (n > 64) r.fail("hidden layers", "is " + std::to_string(n));
+  std::vector<int> hidden;
+  for (std::uint64_t i = 0; i < n; ++i) hidden.push_back(r.value<int>("hidden width"));
+  c.hidden = hidden;
+  c.activation = static_cast<nn::Activation>(r.value<int>("activation"));
+  c.log_std_min = r.value<double>("log_std_min");
+  c.log_std_max = r.value<double>("log_std_max");
+  nn::CollectiveTransformer net(od, ad, h, c);
+  net->to(device);
+  FlatParameters flat(net->parameters());
+  const auto w = read_tensor(r, "the collective's weights", flat.flat());
+  {
+    torch::NoGradGuard no_grad;
+    flat.flat().copy_(w.to(device));
+  }
+  const auto shift = read_tensor(r, "the collective's state shift", net->obs_shift());
+  const auto scale = read_tensor(r, "the collective's state scale", net->obs_scale());
+  net->set_normalizer(shift.to(device), scale.to(device));
+  return net;
+}
+
+}  // namespace anvil
+// ---- end <anvil/algorithms/collective_distillation.hpp> ----
+// ---- begin <anvil/algorithms/collective_student.hpp> ----
+/// @file
+/// `CollectiveStudent`: the student of collective distillation, an online SAC whose reward
+/// is shaped by the collective policy's likelihood of the student's own action:
+///
+///     r' = r + w(t) max(log pi_collective(a given history, s), shaping.min_log_prob)
+///
+/// with w(t) = shaping.weight for the run's first shaping.warmup env steps, then falling
+/// linearly to 0 over the next shaping.decay env steps (and 0 after). The off-policy loop
+/// asks for the shaped rewards of every step before storing it (`shaped_rewards`), so the
+/// replay holds shaped rewards; episode returns and evaluations stay the env's own.
+///
+/// The env is seen through `envs::History<E>` (the collective needs the history); the SAC's
+/// networks read only the state part of the observation. The collective comes from a
+/// distillation run's policy.bin (`shaping.collective`), frozen; with `Staged<OfflineLoop,
+/// OffPolicyLoop>` and `CollectiveReplay` it is distilled in the first stage
+/// (`update(CollectiveBatch)`) and shapes the second.
+
+#include <torch/utils.h>
+
+#include <algorithm>
+#include <limits>
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <utility>
+#include <vector>
+
+// ---- begin <anvil/algorithms/sac.hpp> ----
+/// @file
+/// Soft Actor-Critic (Haarnoja, Zhou, Abbeel, Levine 2018, "Soft Actor-Critic: Off-Policy
+/// Maximum Entropy Deep Reinforcement Learning with a Stochastic Actor"; with automatic
+/// entropy tuning from Haarnoja et al. 2018, "Soft Actor-Critic Algorithms and
+/// Applications"). Defaults are the published hyperparameters: Adam at 3e-4, batch 256,
+/// gamma 0.99, tau 0.005, 256x256 networks, target entropy -|A|.
+///
+/// With an env that has tasks (a multi-task suite; `EnvSpec::tasks`), the `tasks` section
+/// gives each task its own learned temperature, picked by each transition's task in every
+/// loss, with its own target entropy, and can weight each transition's losses by its
+/// task's T * softmax(-log alpha) (Yang et al. 2020, "Multi-Task Reinforcement Learning with
+/// Soft Modularization"; the Meta-World+ baselines' `use_task_weights`): the multi-task SAC
+/// of Yu et al. 2019 (Meta-World) with disentangled temperatures. `MultiTaskSAC` is this
+/// algorithm with those on by default, in its own config section (`mtsac`).
+
+#include <torch/nn/module.h>
+#include <torch/utils.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+
+namespace anvil {
+
+namespace detail {
+template <class M>
+using module_config_t = typename M::ContainedType::Config;
+}  // namespace detail
+
+/// What SAC needs of its actor: built from (obs_dim, act_dim, Config); `sample(obs, noise)`
+/// gives a reparameterised action in [-1, 1] with its log-density from standard normal
+/// noise [B, act_dim]; `mode(obs)` the deterministic action.
+template <class Actor>
+concept SquashedPolicyNetwork =
+    requires { typename detail::module_config_t<Actor>; } &&
+    std::constructible_from<Actor, std::int64_t, std::int64_t, const detail::module_config_t<Actor>&> &&
+    requires(Actor& a, const at::Tensor& obs, const at::Tensor& noise) {
+      { a->sample(obs, noise) } -> std::same_as<nn::PolicySample>;
+      { a->mode(obs) } -> std::same_as<at::Tensor>;
+      { a->clone() };
+    };
+
+/// What SAC needs of its critic: built from (obs_dim, act_dim, Config); `forward(obs, act)`
+/// gives two independent Q estimates, each [B]; cloneable for its target copy.
+template <class Critic>
+concept TwinCriticNetwork =
+    requires { typename detail::module_config_t<Critic>; } &&
+    std::constructible_from<Critic, std::int64_t, std::int64_t, const detail::module_config_t<Critic>&> &&
+    requires(Critic& c, const at::Tensor& obs, const at::Tensor& act) {
+      { c->forward(obs, act) } -> std::same_as<std::pair<at::Tensor, at::Tensor>>;
+      { c->clone() };
+    };
+
+namespace detail {
+
+/// Buffers of SAC's hand-written fast path (`manual_backward`): one set per part of the
+/// update, so the critic part and the actor part can run at once (see nn/manual_mlp.hpp).
+struct SacManual {
+  SacManual(const FlatParameters& critic, const nn::TwinQ& q, const FlatParameters& actor,
+            const nn::GaussianActor& pi) {
+    const auto grads_of = [](const FlatParameters& fp, const at::Tensor& flat, const nn::Mlp& m) {
+      std::vector<at::Tensor> v;
+      for (const auto& p : m->parameters()) v.push_back(fp.slice_for(flat, p));
+      return v;
+    };
+    critic_grad = at::empty({critic.numel()}, critic.flat().options());
+    q1_grads = grads_of(critic, critic_grad, q->q1());
+    q2_grads = grads_of(critic, critic_grad, q->q2());
+    actor_grad = at::empty({actor.numel()}, actor.flat().options());
+    actor_grads = grads_of(actor, actor_grad, pi->net());
+    alpha_grad = at::empty({1}, actor.flat().options());
+  }
+  // critic part
+  nn::GaussianActorTape next_tape;
+  nn::MlpTape tq1, tq2, q1, q2;
+  at::Tensor x_next, x, dq1, dq2, critic_grad;
+  std::vector<at::Tensor> q1_grads, q2_grads;
+  // actor part
+  nn::GaussianActorTape actor_tape;
+  nn::MlpTape aq1, aq2;
+  at::Tensor xa, dqa1, dqa2, dx1, dx2, da, dlp, actor_grad, alpha_grad;
+  std::vector<at::Tensor> actor_grads;
+  // act()
+  nn::GaussianActorTape act_tape;
+};
+
+struct SacCriticResult {
+  at::Tensor grad, td;  // flat critic gradient; per-sample |TD error| (mean of both Qs)
+  double loss = 0, q_mean = 0;
+};
+struct SacActorResult {
+  at::Tensor grad, alpha_grad;
+  double loss = 0, entropy = 0, alpha_loss = 0;
+  at::Tensor log_prob;  // per transition, when the caller computes the temperatures' gradient
+};
+
+// Rows of [obs | action] for the critics: copies `obs` [B, od] into the first od columns of
+// `x` [B, od + ad], (re)allocating x for the batch size.
+inline void obs_into(at::Tensor& x, const at::Tensor& obs, std::int64_t ad) {
+  const std::int64_t batch = obs.size(0), od = obs.size(1), w = od + ad;
+  if (!x.defined() || x.size(0) != batch) x = at::empty({batch, w}, obs.options());
+  const float* o = obs.data_ptr<float>();
+  float* p = x.data_ptr<float>();
+  for (std::int64_t i = 0; i < batch; ++i)
+    for (std::int64_t j = 0; j < od; ++j) p[i * w + j] = o[i * od + j];
+}
+inline void ensure(at::Tensor& t, std::initializer_list<std::int64_t> sizes, const at::Tensor& like) {
+  if (!t.defined() || t.sizes() != at::IntArrayRef(sizes)) t = at::empty(sizes, like.options());
+}
+inline const float* opt_ptr(const at::Tensor& t) { return t.defined() ? t.data_ptr<float>() : nullptr; }
+
+// SAC's critic part with hand-written gradients: the same arithmetic as autograd_critic.
+inline SacCriticResult manual_critic(SacManual& m, const nn::GaussianActorImpl& actor,
+                                   const nn::TwinQImpl& critic, const nn::TwinQImpl& target,
+                                   const ReplayBatch& batch, double alpha, double gamma_,
+                                   const at::Tensor& noise_next, const at::Tensor& alpha_row = {}) {
+  torch::NoGradGuard no_grad;
+  const auto obs = batch.obs.contiguous(), next_obs = batch.next_obs.contiguous();
+  const auto action = batch.action.contiguous(), reward = batch.reward.contiguous();
+  const auto terminated = batch.terminated.contiguous();
+  const auto discount = batch.discount.defined() ? batch.discount.contiguous() : at::Tensor();
+  const auto weight = batch.weight.defined() ? batch.weight.contiguous() : at::Tensor();
+  const std::int64_t n = obs.size(0), od = obs.size(1), ad = actor.action_dim(), w = od + ad;
+
+  obs_into(m.x_next, next_obs, ad);
+  m.next_tape.sample(actor, next_obs, noise_next, m.x_next.data_ptr<float>() + od, w);
+  const float* lp = m.next_tape.log_prob().data_ptr<float>();
+  const float* tq1 = m.tq1.forward(*target.q1(), m.x_next).data_ptr<float>();
+  const float* tq2 = m.tq2.forward(*target.q2(), m.x_next).data_ptr<float>();
+
+  obs_into(m.x, obs, ad);
+  {
+    const float* a = action.data_ptr<float>();
+    float* x = m.x.data_ptr<float>();
+    for (std::int64_t i = 0; i < n; ++i)
+      for (std::int64_t j = 0; j < ad; ++j) x[i * w + od + j] = a[i * ad + j];
+  }
+  const float* q1 = m.q1.forward(*critic.q1(), m.x).data_ptr<float>();
+  const float* q2 = m.q2.forward(*critic.q2(), m.x).data_ptr<float>();
+
+  ensure(m.dq1, {n, 1}, obs);
+  ensure(m.dq2, {n, 1}, obs);
+  SacCriticResult r;
+  r.td = at::empty({n}, obs.options());
+  const float *rw = reward.data_ptr<float>(), *term = terminated.data_ptr<float>();
+  const float *disc = opt_ptr(discount), *wt = opt_ptr(weight);
+  const auto alpha_rows = alpha_row.defined() ? alpha_row.contiguous() : at::Tensor();
+  const float* ar = opt_ptr(alpha_rows);  // per-transition temperatures (one per task), or none
+  float *d1 = m.dq1.data_ptr<float>(), *d2 = m.dq2.data_ptr<float>(), *td = r.td.data_ptr<float>();
+  const float gamma = static_cast<float>(gamma_), fa = static_cast<float>(alpha);
+  const float inv_n = 1.0f / static_cast<float>(n);
+  double loss = 0, q_sum = 0;
+  for (std::int64_t i = 0; i < n; ++i) {
+    const float v = std::min(tq1[i], tq2[i]) - (ar ? ar[i] : fa) * lp[i];
+    const float y = rw[i] + (disc ? disc[i] : gamma) * (1.0f - term[i]) * v;
+    const float e1 = q1[i] - y, e2 = q2[i] - y, wi = wt ? wt[i] : 1.0f;
+    loss += static_cast<double>(wi * 0.5f * (e1 * e1 + e2 * e2));
+    q_sum += q1[i];
+    d1[i] = wi * e1 * inv_n;
+    d2[i] = wi * e2 * inv_n;
+    td[i] = 0.5f * (std::abs(e1) + std::abs(e2));
+  }
+  m.q1.backward(*critic.q1(), m.dq1, &m.q1_grads, nullptr);
+  m.q2.backward(*critic.q2(), m.dq2, &m.q2_grads, nullptr);
+  r.grad = m.critic_grad;
+  r.loss = loss / static_cast<double>(n);
+  r.q_mean = q_sum / static_cast<double>(n);
+  return r;
+}
+
+// SAC's actor and temperature part with hand-written gradients (as autograd_actor). With
+// `alpha_row` (per-transition temperatures) or `weight_row` (per-transition loss weights),
+// the temperature's gradient is left to the caller (`log_prob` comes back).
+inline SacActorResult manual_actor(SacManual& m, const nn::GaussianActorImpl& actor,
+                                 const nn::TwinQImpl& critic, const ReplayBatch& batch,
+                                 double alpha, bool auto_alpha, double target_entropy,
+                                 const at::Tensor& noise, const at::Tensor& alpha_row = {},
+                                 const at::Tensor& weight_row = {}) {
+  torch::NoGradGuard no_grad;
+  const auto obs = batch.obs.contiguous();
+  const auto alpha_rows = alpha_row.defined() ? alpha_row.contiguous() : at::Tensor();
+  const auto weight = weight_row.defined() ? weight_row.contiguous() : at::Tensor();
+  const float *ar = opt_ptr(alpha_rows), *wt = opt_ptr(weight);
+  const bool per_row = ar || wt;
+  const std::int64_t n = obs.size(0), od = obs.size(1), ad = actor.action_dim(), w = od + ad;
+
+  obs_into(m.xa, obs, ad);
+  m.actor_tape.sample(actor, obs, noise, m.xa.data_ptr<float>() + od, w);
+  const float* lp = m.actor_tape.log_prob().data_ptr<float>();
+  const float* q1 = m.aq1.forward(*critic.q1(), m.xa).data_ptr<float>();
+  const float* q2 = m.aq2.forward(*critic.q2(), m.xa).data_ptr<float>();
+
+  ensure(m.dqa1, {n, 1}, obs);
+  ensure(m.dqa2, {n, 1}, obs);
+  float *d1 = m.dqa1.data_ptr<float>(), *d2 = m.dqa2.data_ptr<float>();
+  const float fa = static_cast<float>(alpha), inv_n = 1.0f / static_cast<float>(n);
+  if (per_row) ensure(m.dlp, {n}, obs);
+  float* dlp = per_row ? m.dlp.data_ptr<float>() : nullptr;
+  double loss = 0, lp_sum = 0;
+  for (std::int64_t i = 0; i < n; ++i) {
+    // d min(q1, q2) goes to the smaller one (ties: to both halves, as torch's minimum)
+    const float qmin = std::min(q1[i], q2[i]);
+    const float ai = ar ? ar[i] : fa, wi = wt ? wt[i] : 1.0f;
+    loss += static_cast<double>(wi * (ai * lp[i] - qmin));
+    lp_sum += lp[i];
+    const float g1 = q1[i] < q2[i] ? 1.0f : q1[i] > q2[i] ? 0.0f : 0.5f;
+    d1[i] = -g1 * wi * inv_n;
+    d2[i] = -(1.0f - g1) * wi * inv_n;
+    if (dlp) dlp[i] = ai * wi * inv_n;
+  }
+  ensure(m.dx1, {n, w}, obs);
+  ensure(m.dx2, {n, w}, obs);
+  m.aq1.backward(*critic.q1(), m.dqa1, nullptr, &m.dx1);
+  m.aq2.backward(*critic.q2(), m.dqa2, nullptr, &m.dx2);
+  ensure(m.da, {n, ad}, obs);
+  {
+    const float *x1 = m.dx1.data_ptr<float>(), *x2 = m.dx2.data_ptr<float>();
+    float* da = m.da.data_ptr<float>();
+    for (std::int64_t i = 0; i < n; ++i)
+      for (std::int64_t j = 0; j < ad; ++j) da[i * ad + j] = x1[i * w + od + j] + x2[i * w + od + j];
+  }
+  m.actor_tape.backward(actor, m.da, fa * inv_n, m.actor_grads, dlp);
+
+  SacActorResult r;
+  r.grad = m.actor_grad;
+  const double mean_lp = lp_sum / static_cast<double>(n);
+  r.loss = loss / static_cast<double>(n);
+  r.entropy = -mean_lp;
+  if (per_row) {
+    r.log_prob = m.actor_tape.log_prob().clone();
+  } else if (auto_alpha) {
+    // d/dlog_alpha of -(log_alpha (log_prob + target_entropy)).mean()
+    r.alpha_grad = m.alpha_grad;
+    r.alpha_grad.data_ptr<float>()[0] = static_cast<float>(-(mean_lp + target_entropy));
+    r.alpha_loss = -std::log(alpha) * (mean_lp + target_entropy);
+  }
+  return r;
+}
+
+/// SAC's settings for envs that have tasks (see the file comment); `per_task` is the
+/// default of `per_task_alpha` (on in MultiTaskSAC).
+template <bool per_task>
+struct SacTaskConfig {
+  Param<bool, "per_task_alpha",
+        "with an env that has tasks: a learned temperature per task, picked by each transition's task">
+      per_task_alpha{per_task};
+  Param<std::vector<double>, "target_entropy_scales",
+        "one per task, in the env's task order: each task's target entropy is -scale * action_dim (empty: "
+        "target_entropy_scale for every task; a negative scale asks for more entropy than a uniform action)">
+      target_entropy_scales{};
+  Param<bool, "loss_weights",
+        "weight each transition's critic and actor losses by T * softmax(-log alpha) of its task (needs "
+        "per_task_alpha): tasks whose temperature is still high weigh less">
+      loss_weights{false};
+};
+
+}  // namespace detail
+
+/// Algorithm policy: Soft Actor-Critic (see file comment) with swappable networks.
+/// @tparam Actor  a `SquashedPolicyNetwork` (default: tanh-Gaussian MLP)
+/// @tparam Critic a `TwinCriticNetwork` (default: two MLP Q-functions)
+/// @tparam kMultiTask MultiTaskSAC: section `mtsac`, a temperature per task by default
+template <class Actor = nn::GaussianActor, class Critic = nn::TwinQ, bool kMultiTask = false>
+class BasicSAC {
+  static_assert(SquashedPolicyNetwork<Actor>,
+                "BasicSAC<Actor, ...>: Actor must be a torch module holder built from "
+                "(obs_dim, act_dim, Config) with sample(obs, noise) -> nn::PolicySample and "
+                "mode(obs) -> Tensor; see nn::GaussianActor");
+  static_assert(TwinCriticNetwork<Critic>,
+                "BasicSAC<..., Critic>: Critic must be a torch module holder built from "
+                "(obs_dim, act_dim, Config) with forward(obs, act) -> pair of Q tensors; see "
+                "nn::TwinQ");
+
+ public:
+  using policy_kind = AlgorithmKind;
+  static constexpr auto config_section = [] {
+    if constexpr (kMultiTask) return FixedString("mtsac");
+    else return FixedString("sac");
+  }();
+  static constexpr bool on_policy = false;
+  using Batch = ReplayBatch;
+
+  struct Config {
+    Param<int, "batch_size", "transitions per gradient update", at_least(1)> batch_size{256};
+    Param<double, "gamma", "discount factor", in_range(0, 1)> gamma{0.99};
+    Param<double, "tau", "Polyak coefficient of the target networks", in_range(0, 1)> tau{0.005};
+    Param<double, "actor_lr", "actor learning rate (Adam)", positive> actor_lr{3e-4};
+    Param<double, "critic_lr", "critic learning rate (Adam)", positive> critic_lr{3e-4};
+    Param<double, "alpha_lr", "entropy temperature learning rate (Adam)", positive> alpha_lr{3e-4};
+    Param<double, "init_alpha", "initial entropy temperature", positive> init_alpha{1.0};
+    Param<bool, "auto_alpha", "tune the temperature towards the target entropy"> auto_alpha{true};
+    Param<double, "target_entropy_scale", "target entropy is -scale * action_dim", at_least(0)>
+        target_entropy_scale{1.0};
+    Param<int, "actor_update_freq", "update the actor and temperature every N updates", at_least(1)>
+        actor_update_freq{1};
+    Param<int, "target_update_freq", "Polyak-average the targets every N updates", at_least(1)>
+        target_update_freq{1};
+    Param<double, "max_grad_norm", "clip each gradient's global norm (0: off)", at_least(0)>
+        max_grad_norm{0.0};
+    Param<bool, "manual_backward",
+          "hand-written gradients for the default networks in float32 on the CPU (false: "
+          "autograd; same result, slower)">
+        manual_backward{true};
+    Section<"actor", detail::module_config_t<Actor>> actor;
+    Section<"critic", detail::module_config_t<Critic>> critic;
+    Section<"tasks", detail::SacTaskConfig<kMultiTask>> tasks;
+  };
+
+  BasicSAC(const EnvSpec& spec, const Config& cfg, const RunContext& ctx)
+      : cfg_(cfg), device_(ctx.device) {
+    if (spec.discrete())
+      throw ConfigError("SAC needs a continuous (Box) action space; " + spec.name +
+                        " has discrete actions: use PPO");
+    const auto& box = std::get<Box>(spec.action);
+    for (std::size_t i = 0; i < box.size(); ++i)
+      if (!std::isfinite(box.low[i]) || !std::isfinite(box.high[i]))
+        throw ConfigError("SAC squashes actions into the action space's bounds, but " + spec.name +
+                          "'s action " + std::to_string(i) + " is unbounded");
+    if (ctx.micro_batches > cfg.batch_size)
+      throw ConfigError("train.grad_accumulation (" + std::to_string(ctx.micro_batches) + ") is larger than " +
+                        std::string(config_section.view()) + ".batch_size (" + std::to_string(*cfg.batch_size) +
+                        "): micro-batches would be empty");
+    const auto od = spec.obs_dim(), ad = spec.action_dim();
+    act_dim_ = ad;
+    actor_ = Actor(od, ad, *cfg.actor);
+    critic_ = Critic(od, ad, *cfg.critic);
+    critic_target_ = std::dynamic_pointer_cast<typename Critic::ContainedType>(critic_->clone());
+    actor_->to(device_);
+    critic_->to(device_);
+    critic_target_->to(device_);
+    for (auto& p : critic_target_->parameters()) p.set_requires_grad(false);
+    // Temperatures: one, or one per task (tasks.per_task_alpha with an env that has tasks).
+    const std::string sec(config_section.view());
+    const auto& tc = *cfg.tasks;
+    task_names_ = spec.tasks;
+    const auto tasks = static_cast<std::int64_t>(task_names_.size());
+    alphas_ = tc.per_task_alpha && tasks > 1 ? tasks : 1;
+    if (tc.loss_weights && alphas_ == 1)
+      throw ConfigError(sec + ".tasks.loss_weights weighs tasks by their temperatures: it needs " + sec +
+                        ".tasks.per_task_alpha and an env with several tasks (" + spec.name + " has " +
+                        std::to_string(std::max<std::int64_t>(tasks, 1)) + ")");
+    task_weights_ = tc.loss_weights;
+    const auto& scales = *tc.target_entropy_scales;
+    if (!scales.empty() && static_cast<std::int64_t>(scales.size()) != alphas_)
+      throw ConfigError(sec + ".tasks.target_entropy_scales has " + std::to_string(scales.size()) +
+                        " values; it needs one per temperature (" + std::to_string(alphas_) +
+                        (alphas_ > 1 ? ": one per task of " + spec.name + ")" : ")"));
+    for (std::int64_t k = 0; k < alphas_; ++k)
+      target_entropy_.push_back(-(scales.empty() ? *cfg.target_entropy_scale : scales[static_cast<std::size_t>(k)]) *
+                                static_cast<double>(ad));
+    log_alpha_ = torch::full({alphas_}, std::log(*cfg.init_alpha),
+                             torch::TensorOptions().device(device_).requires_grad(true));
+    // Each network's parameters move into one flat buffer: Adam, clipping, all-reduce and
+    // the Polyak average become a handful of ops (see train/flat_adam.hpp).
+    const double s = ctx.lr_scale(cfg.batch_size);
+    actor_opt_ = FlatAdam(actor_->parameters(), {.lr = cfg.actor_lr * s});
+    critic_opt_ = FlatAdam(critic_->parameters(), {.lr = cfg.critic_lr * s});
+    alpha_opt_ = FlatAdam({log_alpha_}, {.lr = cfg.alpha_lr * s});
+    target_ = FlatParameters(critic_target_->parameters());
+    ema_.set_device(device_);
+    if constexpr (kDefaultNetworks) {
+      if (cfg.manual_backward && device_.is_cpu() && nn::GaussianActorTape::supports(*actor_) &&
+          nn::MlpTape::supports(*critic_->q1()))
+        manual_ = std::make_unique<detail::SacManual>(critic_opt_.parameters(), critic_,
+                                                     actor_opt_.parameters(), actor_);
+    }
+  }
+
+  /// Actions in [-1, 1] for a batch of observations: sampled to explore, or the mean.
+  at::Tensor act(const at::Tensor& obs, ActMode mode) {
+    torch::NoGradGuard no_grad;
+    auto o = obs.to(device_, at::kFloat);
+    if constexpr (kDefaultNetworks) {
+      if (manual_) {
+        o = o.contiguous();
+        auto action = at::empty({o.size(0), act_dim_}, o.options());
+        if (mode == ActMode::explore)
+          manual_->act_tape.sample(*actor_, o, at::randn({o.size(0), act_dim_}, o.options()),
+                                   action.data_ptr<float>(), act_dim_);
+        else
+          manual_->act_tape.mode(*actor_, o, action.data_ptr<float>(), act_dim_);
+        return action;
+      }
+    }
+    return mode == ActMode::explore
+               ? actor_->sample(o, at::randn({o.size(0), act_dim_}, o.options())).action
+               : actor_->mode(o);
+  }
+
+  /// One SAC update. The critic loss, the actor loss and the temperature loss are all
+  /// computed from the parameters as they were before this update, as in the authors'
+  /// reference implementation (which runs the three training ops in one session call); so
+  /// the critic's and the actor's gradients are independent and `ctx` computes them at
+  /// once when it has two threads, with the same result as one after another. Then the
+  /// optimizers step, and (every target_update_freq updates) the target critic moves
+  /// towards the critic by Polyak averaging. The actor and temperature update every
+  /// actor_update_freq updates.
+  UpdateInfo update(const ReplayBatch& b, StepContext& ctx) {
+    // Noise drawn here, in a fixed order, so the update is reproducible on any thread count.
+    UpdateNoise noise;
+    noise.next = at::randn({b.obs.size(0), act_dim_}, b.obs.options());
+    if (updates_ % cfg_.actor_update_freq == 0) noise.obs = at::randn({b.obs.size(0), act_dim_}, b.obs.options());
+    return update(b, ctx, noise);
+  }
+
+  /// The standard-normal draws of one update, one row per transition: for the actions
+  /// at the next states and (on actor steps) at the current states.
+  struct UpdateNoise {
+    at::Tensor next, obs;
+  };
+
+  /// `update` with given noise: the same draws give the same update however the batch is
+  /// split, e.g. across ranks (the data-parallel equivalence test uses this).
+  UpdateInfo update(const ReplayBatch& batch, StepContext& ctx, const UpdateNoise& noise) {
+    const bool per_task = alphas_ > 1;
+    const double alpha = per_task ? 0.0 : log_alpha_.detach().exp().item().toDouble();
+    const bool actor_step = updates_ % cfg_.actor_update_freq == 0;
+    const auto& noise_next = noise.next;
+    const auto& noise_obs = noise.obs;
+    // Per task: each transition's temperature, and its task's loss weight (the critic's
+    // times PER's importance weight).
+    at::Tensor alpha_row, task_w;
+    ReplayBatch weighted;
+    if (per_task) {
+      if (!batch.task.defined())
+        throw Error(std::string(config_section.view()) + ": the batch has no task ids, but the env has " +
+                    std::to_string(alphas_) + " tasks (a replay buffer of this run stores them)");
+      torch::NoGradGuard no_grad;
+      const auto task = batch.task.to(log_alpha_.device(), at::kLong);
+      const auto la = log_alpha_.detach();
+      alpha_row = la.exp().index_select(0, task).to(batch.obs.device(), at::kFloat).contiguous();
+      if (task_weights_) {
+        weighted = batch;
+        task_w = (at::softmax(-la, 0) * static_cast<double>(alphas_)).index_select(0, task).to(batch.obs.device(), at::kFloat);
+        weighted.weight = batch.weight.defined() ? (batch.weight * task_w).contiguous() : task_w.contiguous();
+      }
+    }
+    const ReplayBatch& b = task_weights_ ? weighted : batch;
+
+    bool manual = false;
+    if constexpr (kDefaultNetworks)
+      manual = manual_ && !ctx.autocasts() && b.obs.device().is_cpu() && b.obs.scalar_type() == at::kFloat;
+
+    detail::SacCriticResult critic;
+    detail::SacActorResult actor;
+    // Gradient accumulation: the batch in micro-batches, each gradient weighed by its share
+    // of the batch, so the sum is the whole batch's gradient (losses are means).
+    const auto parts = ctx.micro_batches(b.obs.size(0));
+    std::vector<at::Tensor> td_parts;
+    for (const auto& part : parts) {
+      const bool whole = parts.size() == 1;
+      ReplayBatch rows;  // a micro-batch's rows; the whole batch is used as it is
+      const ReplayBatch& mb = whole ? b : (rows = rows_of(b, part.begin, part.rows));
+      const auto nn = whole ? noise_next : noise_next.narrow(0, part.begin, part.rows);
+      const auto no = whole || !actor_step ? noise_obs : noise_obs.narrow(0, part.begin, part.rows);
+      const auto ar = whole || !alpha_row.defined() ? alpha_row : alpha_row.narrow(0, part.begin, part.rows);
+      const auto tw = whole || !task_w.defined() ? task_w : task_w.narrow(0, part.begin, part.rows);
+      detail::SacCriticResult c;
+      detail::SacActorResult a;
+      auto critic_part = [&] {
+        if constexpr (kDefaultNetworks)
+          if (manual)
+            return void(c = detail::manual_critic(*manual_, *actor_, *critic_, *critic_target_, mb, alpha,
+                                                  *cfg_.gamma, nn, ar));
+        c = autograd_critic(mb, alpha, nn, ctx, ar);
+      };
+      auto actor_part = [&] {
+        if constexpr (kDefaultNetworks)
+          if (manual)
+            return void(a = detail::manual_actor(*manual_, *actor_, *critic_, mb, alpha, cfg_.auto_alpha,
+                                                 target_entropy_[0], no, ar, tw));
+        a = autograd_actor(mb, alpha, no, ctx, ar, tw);
+      };
+      // Per task, the temperatures' gradient from the transitions' log-densities.
+      auto temperature_part = [&] {
+        if (!per_task || !actor_step || !cfg_.auto_alpha) return;
+        const auto task = (whole ? batch.task : batch.task.narrow(0, part.begin, part.rows)).to(at::kLong);
+        std::tie(a.alpha_grad, a.alpha_loss) = task_alpha_gradient(a.log_prob, task);
+      };
+      if (actor_step) ctx.concurrently({critic_part, actor_part});
+      else critic_part();
+      temperature_part();
+      if (whole) {
+        critic = std::move(c);
+        actor = std::move(a);
+        break;
+      }
+      const double share = part.share;
+      accumulate(critic.grad, c.grad, share);
+      critic.loss += share * c.loss;
+      critic.q_mean += share * c.q_mean;
+      td_parts.push_back(c.td.clone());  // the fast path reuses its buffers
+      if (actor_step) {
+        accumulate(actor.grad, a.grad, share);
+        if (a.alpha_grad.defined()) accumulate(actor.alpha_grad, a.alpha_grad, share);
+        actor.loss += share * a.loss;
+        actor.entropy += share * a.entropy;
+        actor.alpha_loss += share * a.alpha_loss;
+      }
+    }
+    if (parts.size() > 1) critic.td = at::cat(td_parts);
+
+    UpdateInfo info;
+    // One step for the three optimizers: their gradients cross ranks in one all-reduce.
+    std::vector<StepContext::Step> steps{{&critic_opt_, critic.grad, cfg_.max_grad_norm}};
+    info.metrics.emplace_back("critic_loss", critic.loss);
+    info.metrics.emplace_back("q_mean", critic.q_mean);
+    if (actor_step) {
+      steps.push_back({&actor_opt_, actor.grad, cfg_.max_grad_norm});
+      info.metrics.emplace_back("actor_loss", actor.loss);
+      info.metrics.emplace_back("entropy", actor.entropy);
+      if (cfg_.auto_alpha) {
+        steps.push_back({&alpha_opt_, actor.alpha_grad, 0.0});
+        info.metrics.emplace_back("alpha_loss", actor.alpha_loss);
+      }
+    }
+    ctx.apply(std::move(steps));
+    {
+      const auto alphas = log_alpha_.detach().exp().to(at::kCPU, at::kDouble);
+      info.metrics.emplace_back("alpha", alphas.mean().item<double>());
+      if (per_task)
+        for (std::int64_t k = 0; k < alphas_; ++k)
+          info.metrics.emplace_back("alpha/" + task_names_[static_cast<std::size_t>(k)], alphas[k].item<double>());
+    }
+
+    if (updates_ % cfg_.target_update_freq == 0) {
+      torch::NoGradGuard no_grad;
+      target_.flat().lerp_(critic_opt_.parameters().flat(), *cfg_.tau);
+    }
+    ++updates_;
+    info.td_error = critic.td;
+    return info;
+  }
+
+  /// The learning rates now, by optimizer (for logs).
+  [[nodiscard]] std::vector<std::pair<std::string, double>> learning_rates() const {
+    return {{"actor", actor_opt_.lr()}, {"critic", critic_opt_.lr()}, {"alpha", alpha_opt_.lr()}};
+  }
+  /// Each network's parameters as one flat tensor (for weight histograms).
+  [[nodiscard]] std::vector<std::pair<std::string, at::Tensor>> flat_parameters() const {
+    return {{"actor", actor_opt_.parameters().flat()}, {"critic", critic_opt_.parameters().flat()}};
+  }
+
+  /// Whether updates and actions take the hand-written fast path (`manual_backward`).
+  [[nodiscard]] bool manual_backward() const noexcept { return manual_ != nullptr; }
+
+  /// Moves the exponential moving average of the actor's weights towards the current ones:
+  /// ema = decay ema + (1 - decay) weights (Polyak averaging of the policy, as a run's
+  /// `train.ema_decay` asks for after each update). The first call starts it at the weights.
+  void ema_update(double decay) { ema_.update(actor_opt_.parameters().flat(), decay); }
+  /// The averaged actor weights (flat, in the order of `actor()->parameters()`); undefined
+  /// until the first `ema_update`.
+  [[nodiscard]] const at::Tensor& ema_weights() const noexcept { return ema_.weights(); }
+  /// Runs `f` with the averaged weights in the actor (when there are any), then puts the
+  /// trained weights back, whatever `f` does.
+  template <class F>
+  decltype(auto) with_ema_weights(F&& f) {
+    return ema_.with_weights(actor_opt_.parameters().flat(), std::forward<F>(f));
+  }
+
+  /// Writes the policy alone, for deployment (`anvil::load_policy`): the actor's shape and
+  /// its weights (the averaged ones when there are any). Policy files hold the default
+  /// GaussianActor only; with a user actor this does not exist and the Trainer writes no
+  /// policy.bin (its checkpoints hold the actor).
+  void save_policy(BinaryWriter& w) const
+    requires std::same_as<Actor, nn::GaussianActor>
+  {
+    w.string("GaussianActor");
+    w.value(static_cast<std::int64_t>(actor_->net()->in_features()));
+    w.value(act_dim_);
+    const auto& ac = *cfg_.actor;
+    w.value(static_cast<std::uint64_t>(ac.hidden->size()));
+    for (int h : *ac.hidden) w.value(h);
+    w.value(static_cast<int>(*ac.activation));
+    w.value(*ac.log_std_min);
+    w.value(*ac.log_std_max);
+    write_tensor(w, ema_.defined() ? ema_.weights() : actor_opt_.parameters().flat(), "the actor's weights");
+  }
+
+  /// Everything a checkpoint holds of SAC: the actor and the critic with their Adam
+  /// states, the target critic, the learned temperature with its optimizer, and the update
+  /// count (which schedules actor and target updates).
+  struct Saved {
+    FlatAdam::Saved actor, critic, alpha;
+    at::Tensor target;
+    Ema::Saved ema;
+    std::int64_t updates = 0;
+  };
+  void save(BinaryWriter& w) const {
+    actor_opt_.save(w);
+    critic_opt_.save(w);
+    alpha_opt_.save(w);
+    write_tensor(w, target_.flat(), "the target critic's weights");
+    w.value(updates_);
+    ema_.save(w);
+  }
+  /// Reads what `save` wrote, checking every size against this SAC; changes nothing here,
+  /// so a caller can check the whole file before `restore`.
+  [[nodiscard]] Saved read(BinaryReader& r) const {
+    Saved s;
+    s.actor = actor_opt_.read(r, "sac actor");
+    s.critic = critic_opt_.read(r, "sac critic");
+    s.alpha = alpha_opt_.read(r, "sac temperature");
+    s.target = read_tensor(r, "sac target critic parameters", target_.flat());
+    s.updates = r.value<std::int64_t>("sac update count");
+    s.ema = ema_.read(r, "sac averaged actor parameters", actor_opt_.parameters().flat());
+    return s;
+  }
+  void restore(const Saved& s) {
+    actor_opt_.restore(s.actor);
+    critic_opt_.restore(s.critic);
+    alpha_opt_.restore(s.alpha);
+    torch::NoGradGuard no_grad;
+    target_.flat().copy_(s.target);
+    updates_ = s.updates;
+    ema_.restore(s.ema);
+  }
+
+  [[nodiscard]] Actor& actor() noexcept { return actor_; }
+  [[nodiscard]] Critic& critic() noexcept { return critic_; }
+  [[nodiscard]] Critic& critic_target() noexcept { return critic_target_; }
+  /// The optimizers (their moments show the gradients they were given).
+  [[nodiscard]] const FlatAdam& actor_optimizer() const noexcept { return actor_opt_; }
+  [[nodiscard]] const FlatAdam& critic_optimizer() const noexcept { return critic_opt_; }
+  [[nodiscard]] const FlatAdam& alpha_optimizer() const noexcept { return alpha_opt_; }
+  /// The temperature (the mean of the tasks' when there is one per task).
+  [[nodiscard]] double alpha() const { return log_alpha_.detach().exp().mean().item().toDouble(); }
+  /// Each temperature: one, or one per task.
+  [[nodiscard]] at::Tensor alphas() const { return log_alpha_.detach().exp().to(at::kCPU); }
+  /// How many temperatures: 1, or the env's tasks with `tasks.per_task_alpha`.
+  [[nodiscard]] std::int64_t temperatures() const noexcept { return alphas_; }
+  [[nodiscard]] const Config& config() const noexcept { return cfg_; }
+  [[nodiscard]] std::int64_t updates() const noexcept { return updates_; }
+  /// Batch size the trainer samples for each update.
+  [[nodiscard]] std::int64_t batch_size() const noexcept { return cfg_.batch_size; }
+  /// The discount (n-step returns in the buffer, a reward normaliser's return).
+  [[nodiscard]] double discount() const noexcept { return cfg_.gamma; }
+
+ private:
+  static constexpr bool kDefaultNetworks =
+      std::same_as<Actor, nn::GaussianActor> && std::same_as<Critic, nn::TwinQ>;
+
+  // sum += share * part (sum starts undefined).
+  static void accumulate(at::Tensor& sum, const at::Tensor& part, double share) {
+    if (!sum.defined()) sum = part * share;
+    else sum.add_(part, share);
+  }
+
+  // Soft Bellman target y = r + discount (1 - terminated) (min target Q - alpha log pi).
+  at::Tensor discount_of(const ReplayBatch& b, const at::Tensor& like) const {
+    return b.discount.defined() ? b.discount : at::full({}, *cfg_.gamma, like.options());
+  }
+
+  detail::SacCriticResult autograd_critic(const ReplayBatch& b, double alpha, const at::Tensor& noise_next,
+                               StepContext& ctx, const at::Tensor& alpha_row = {}) {
+    at::Tensor target;
+    {  // in float32 and without gradients
+      torch::NoGradGuard no_grad;
+      auto guard = ctx.autocast();
+      auto next = actor_->sample(b.next_obs, noise_next);
+      auto [tq1, tq2] = critic_target_->forward(b.next_obs, next.action);
+      auto v = alpha_row.defined() ? at::min(tq1, tq2).to(at::kFloat) - alpha_row * next.log_prob.to(at::kFloat)
+                                   : at::min(tq1, tq2).to(at::kFloat) - alpha * next.log_prob.to(at::kFloat);
+      target = b.reward + discount_of(b, v) * (1.0 - b.terminated) * v;
+    }
+    auto guard = ctx.autocast();
+    auto [q1, q2] = critic_->forward(b.obs, b.action);
+    auto e1 = q1.to(at::kFloat) - target, e2 = q2.to(at::kFloat) - target;
+    auto per_sample = 0.5 * (e1.square() + e2.square());
+    auto loss = b.weight.defined() ? (b.weight * per_sample).mean() : per_sample.mean();
+    detail::SacCriticResult r;
+    r.grad = ctx.gradient(loss, critic_opt_);
+    r.td = 0.5 * (e1.abs() + e2.abs()).detach();
+    r.loss = loss.item().toDouble();
+    r.q_mean = q1.detach().mean().item().toDouble();
+    return r;
+  }
+
+  detail::SacActorResult autograd_actor(const ReplayBatch& b, double alpha, const at::Tensor& noise,
+                             StepContext& ctx, const at::Tensor& alpha_row = {}, const at::Tensor& weight_row = {}) {
+    auto guard = ctx.autocast();
+    auto s = actor_->sample(b.obs, noise);
+    auto [q1, q2] = critic_->forward(b.obs, s.action);
+    auto log_prob = s.log_prob.to(at::kFloat);
+    auto per_sample = alpha_row.defined() ? alpha_row * log_prob - at::min(q1, q2).to(at::kFloat)
+                                          : alpha * log_prob - at::min(q1, q2).to(at::kFloat);
+    auto loss = weight_row.defined() ? (weight_row * per_sample).mean() : per_sample.mean();
+    detail::SacActorResult r;
+    r.grad = ctx.gradient(loss, actor_opt_);
+    r.loss = loss.item().toDouble();
+    r.entropy = -log_prob.detach().mean().item().toDouble();
+    if (alphas_ > 1) {
+      r.log_prob = log_prob.detach();  // the temperatures' gradient is the caller's
+    } else if (cfg_.auto_alpha) {
+      auto alpha_loss = -(log_alpha_ * (log_prob.detach() + target_entropy_[0])).mean();
+      r.alpha_grad = ctx.gradient(alpha_loss, alpha_opt_);
+      r.alpha_loss = alpha_loss.item().toDouble();
+    }
+    return r;
+  }
+
+  // Per task: the gradient of -(log_alpha[task_i] (log_prob_i + target_entropy[task_i])).mean()
+  // with respect to each task's log_alpha, and that loss.
+  std::pair<at::Tensor, double> task_alpha_gradient(const at::Tensor& log_prob, const at::Tensor& task) const {
+    torch::NoGradGuard no_grad;
+    const auto dev = log_alpha_.device();
+    const auto lp = log_prob.to(dev, at::kFloat).reshape({-1});
+    const auto tk = task.to(dev, at::kLong).reshape({-1});
+    const auto ent = at::tensor(std::vector<float>(target_entropy_.begin(), target_entropy_.end()), at::TensorOptions().device(dev));
+    const auto term = lp + ent.index_select(0, tk);  // log_prob_i + target_entropy[task_i]
+    const double n = static_cast<double>(lp.numel());
+    auto grad = at::zeros({alphas_}, term.options()).index_add_(0, tk, -term) / n;
+    const double loss = -(log_alpha_.detach().index_select(0, tk) * term).sum().item<double>() / n;
+    return {grad, loss};
+  }
+
+  Config cfg_;
+  c10::Device device_;
+  Actor actor_{nullptr};
+  Critic critic_{nullptr}, critic_target_{nullptr};
+  at::Tensor log_alpha_;
+  std::vector<double> target_entropy_;  // one per temperature
+  std::int64_t alphas_ = 1;             // temperatures: 1, or one per task
+  bool task_weights_ = false;           // tasks.loss_weights
+  std::vector<std::string> task_names_;
+  std::int64_t act_dim_ = 0;
+  FlatAdam actor_opt_, critic_opt_, alpha_opt_;
+  FlatParameters target_;
+  std::int64_t updates_ = 0;
+  std::unique_ptr<detail::SacManual> manual_;  // the fast path, when it applies
+  Ema ema_;                                     // averaged actor weights (train.ema_decay)
+};
+
+/// SAC with the default networks: tanh-Gaussian actor and twin-Q critic, 256x256 MLPs.
+using SAC = BasicSAC<>;
+
+/// Multi-task SAC with swappable networks: a temperature per task by default, in the
+/// config section `mtsac` (see the file comment).
+template <class Actor = nn::GaussianActor, class Critic = nn::TwinQ>
+using BasicMultiTaskSAC = BasicSAC<Actor, Critic, true>;
+/// Multi-task SAC with the default networks.
+using MultiTaskSAC = BasicMultiTaskSAC<>;
+
+static_assert(Algorithm<SAC>);
+static_assert(Algorithm<MultiTaskSAC>);
+
+}  // namespace anvil
+// ---- end <anvil/algorithms/sac.hpp> ----
+
+namespace anvil {
+
+class CollectiveStudent {
+ public:
+  using policy_kind = AlgorithmKind;
+  static constexpr FixedString config_section = "student";
+  static constexpr bool on_policy = false;
+  using Batch = ReplayBatch;
+
+  struct Shaping {
+    Param<std::string, "collective", "the collective's policy.bin (a distillation run's; empty: the first stage of a staged run trains it)">
+        collective{""};
+    Param<double, "weight", "the shaping term's weight during the warm-up", at_least(0)> weight{0.5};
+    Param<std::int64_t, "warmup", "env steps of the run at full weight", at_least(0)> warmup{10'000};
+    Param<std::int64_t, "decay", "env steps over which the weight then falls linearly to 0", at_least(0)> decay{20'000};
+    Param<double, "min_log_prob", "the log-likelihood is clipped from below at this", in_range(-1e6, 0)> min_log_prob{-20.0};
+  };
+  struct Config {
+    Section<"shaping", Shaping> shaping;
+    Section<"sac", SAC::Config> sac;
+    Section<"distill", CollectiveDistillation::Config> distill;
+  };
+
+  CollectiveStudent(const EnvSpec& spec, const Config& cfg, const RunContext& ctx)
+      : cfg_(cfg), device_(ctx.device), env_(spec.name), distill_(spec, *cfg.distill, ctx), sac_(state_spec(spec, distill_.obs_dim()), *cfg.sac, ctx) {
+    od_ = distill_.obs_dim();
+    ad_ = spec.action_dim();
+    h_ = cfg.distill->history;
+    if (!cfg.shaping->collective->empty()) load(*cfg.shaping->collective);
+  }
+
+  /// Replaces the collective with the one in `file` (a distillation run's policy.bin); its
+  /// shape must be this config's (distill.history, distill.net).
+  void load(const std::filesystem::path& file) {
+    auto net = load_collective(file, device_);
+    FlatParameters src(net->parameters());
+    const auto& dst = distill_.optimizer().parameters().flat();
+    if (net->history() != h_ || net->obs_dim() != od_ || net->act_dim() != ad_ || src.numel() != dst.numel())
+      throw ConfigError("student.shaping.collective: " + file.string() + " holds a collective of history " + std::to_string(net->history()) +
+                        ", state " + std::to_string(net->obs_dim()) + ", action " + std::to_string(net->act_dim()) + " and " +
+                        std::to_string(src.numel()) + " weights; this student's (student.distill.*) has history " + std::to_string(h_) +
+                        ", state " + std::to_string(od_) + ", action " + std::to_string(ad_) + " and " + std::to_string(dst.numel()));
+    distill_.set_weights(src.flat());
+    distill_.network()->set_normalizer(net->obs_shift(), net->obs_scale());
+  }
+
+  /// The shaping weight after `env_steps` env steps of the run.
+  [[nodiscard]] double weight(std::int64_t env_steps) const noexcept {
+    const auto& s = *cfg_.shaping;
+    if (env_steps < s.warmup) return s.weight;
+    if (*s.decay == 0) return 0.0;
+    const double f = 1.0 - static_cast<double>(env_steps - s.warmup) / static_cast<double>(*s.decay);
+    return s.weight * std::max(0.0, f);
+  }
+
+  /// The log-likelihood [N] of actions [N, ad] in [-1, 1] under the collective at
+  /// observations of envs::History [N, ...].
+  at::Tensor collective_log_prob(const at::Tensor& obs, const at::Tensor& action) {
+    torch::NoGradGuard no_grad;
+    auto& net = distill_.network();
+    const auto v = collective::split_history(obs.to(device_, at::kFloat), h_, od_, ad_, env_);
+    const auto rep = net->represent(v.tokens, v.mask);
+    auto [mean, log_std] = net->policy(rep, v.state);
+    return nn::CollectiveTransformerImpl::log_prob(mean, log_std, action.to(device_, at::kFloat));
+  }
+
+  /// The rewards to store for step `s` (the loop's hook; see file comment).
+  at::Tensor shaped_rewards(const StepBatch& s, std::int64_t env_steps) {
+    const double w = weight(env_steps);
+    last_weight_ = w;
+    if (w == 0.0) return s.reward;
+    const auto lp = collective_log_prob(s.obs, s.action).clamp_min(*cfg_.shaping->min_log_prob).to(s.reward.device(), at::kFloat);
+    return s.reward.to(at::kFloat) + w * lp;
+  }
+
+  at::Tensor act(const at::Tensor& obs, ActMode mode) { return sac_.act(state_of(obs), mode); }
+
+  /// A SAC update on the state part of a replay batch (rewards already shaped).
+  UpdateInfo update(const ReplayBatch& b, StepContext& ctx) {
+    ReplayBatch s = b;
+    s.obs = state_of(b.obs);
+    s.next_obs = state_of(b.next_obs);
+    auto info = sac_.update(s, ctx);
+    info.metrics.emplace_back("shaping_weight", last_weight_);
+    return info;
+  }
+  /// The collective's state normaliser (the distillation stage fits it to its dataset).
+  void fit_normalizer(const at::Tensor& lo, const at::Tensor& hi, const at::Tensor& a, const at::Tensor& b) { distill_.fit_normalizer(lo, hi, a, b); }
+  [[nodiscard]] bool has_normalizer() const noexcept { return distill_.has_normalizer() || !cfg_.shaping->collective->empty(); }
+  /// A distillation update of the collective (the first stage of a staged run).
+  UpdateInfo update(const CollectiveBatch& b, StepContext& ctx) { return distill_.update(b, ctx); }
+
+  [[nodiscard]] std::int64_t batch_size() const noexcept { return sac_.batch_size(); }
+  /// Windows for the distillation stage.
+  [[nodiscard]] std::pair<std::int64_t, std::int64_t> sequence() const noexcept { return distill_.sequence(); }
+  [[nodiscard]] std::int64_t dataset_batch_size() const noexcept { return distill_.batch_size(); }
+  [[nodiscard]] double discount() const noexcept { return sac_.discount(); }
+  [[nodiscard]] std::vector<std::pair<std::string, double>> learning_rates() const {
+    auto v = sac_.learning_rates();
+    v.emplace_back("collective", distill_.optimizer().lr());
+    return v;
+  }
+
+  /// State protocol: the SAC, the collective (and its optimizer), the last weight.
+  struct Saved {
+    SAC::Saved sac;
+    CollectiveDistillation::Saved distill;
+  };
+  void save(BinaryWriter& w) const {
+    sac_.save(w);
+    distill_.save(w);
+  }
+  [[nodiscard]] Saved read(BinaryReader& r) const { return {sac_.read(r), distill_.read(r)}; }
+  void restore(const Saved& s) {
+    sac_.restore(s.sac);
+    distill_.restore(s.distill);
+  }
+
+  [[nodiscard]] SAC& sac() noexcept { return sac_; }
+  [[nodiscard]] CollectiveDistillation& collective() noexcept { return distill_; }
+
+ private:
+  // The SAC's spec: the state part of the History observation.
+  static EnvSpec state_spec(const EnvSpec& spec, std::int64_t od) {
+    EnvSpec s = spec;
+    Box b;
+    b.low.assign(static_cast<std::size_t>(od), -std::numeric_limits<float>::infinity());
+    b.high.assign(static_cast<std::size_t>(od), std::numeric_limits<float>::infinity());
+    s.observation = b;
+    return s;
+  }
+  [[nodiscard]] at::Tensor state_of(const at::Tensor& obs) const {
+    return collective::split_history(obs, h_, od_, ad_, env_).state;
+  }
+
+  Config cfg_;
+  c10::Device device_;
+  std::string env_;
+  CollectiveDistillation distill_;
+  SAC sac_;
+  std::int64_t od_ = 0, ad_ = 0, h_ = 0;
+  double last_weight_ = 0.0;
+};
+
+static_assert(Algorithm<CollectiveStudent>);
+
+}  // namespace anvil
+// ---- end <anvil/algorithms/collective_student.hpp> ----
 // ---- begin <anvil/algorithms/coma.hpp> ----
 /// @file
 /// COMA, counterfactual multi-agent policy gradients (Foerster, Farquhar, Afouras, Nardelli,
@@ -13300,120 +14953,6 @@ class DiffusionPolicy {
 
 }  // namespace anvil
 // ---- end <anvil/algorithms/diffusion_policy.hpp> ----
-// ---- begin <anvil/algorithms/policy.hpp> ----
-/// @file
-/// `load_policy`: a trained policy without its trainer, for deployment. A run writes
-/// `policy.bin` in its directory with every checkpoint: the actor's shape, its weights (the
-/// averaged ones when `train.ema_decay` is on), the env's action bounds, and the observation
-/// normaliser's statistics when the run normalised observations (`normalize.obs`). `load_policy`
-/// rebuilds the actor from that file alone and acts deterministically in env units.
-
-#include <torch/nn/module.h>
-#include <torch/utils.h>
-
-#include <cstdint>
-#include <filesystem>
-#include <string>
-#include <vector>
-
-
-namespace anvil {
-
-/// The format tag of policy files.
-inline constexpr const char* kPolicyFormat = "anvil Policy v2";
-
-/// A deterministic policy loaded from a policy file (see file comment).
-class Policy {
- public:
-  /// Actions for observations [B, obs_dim] (or [obs_dim]), in the env's units: the mean
-  /// action squashed to [-1, 1], then scaled to the action bounds.
-  [[nodiscard]] at::Tensor act(const at::Tensor& obs) const {
-    torch::NoGradGuard no_grad;
-    const bool single = obs.dim() == 1;
-    auto o = obs.to(at::kFloat);
-    if (single) o = o.unsqueeze(0);
-    if (obs_mean_.defined()) o = ((o - obs_mean_) * obs_inv_std_).clamp(-obs_clip_, obs_clip_);
-    nn::GaussianActor net = actor_;  // a handle to the same module (acting changes nothing)
-    auto a = net->mode(o) * scale_ + offset_;
-    return single ? a.squeeze(0) : a;
-  }
-  /// The network (for export or inspection).
-  [[nodiscard]] const nn::GaussianActor& network() const noexcept { return actor_; }
-  /// The env the policy was trained on.
-  [[nodiscard]] const std::string& env_name() const noexcept { return env_; }
-  [[nodiscard]] std::int64_t obs_dim() const noexcept { return obs_dim_; }
-  [[nodiscard]] std::int64_t action_dim() const noexcept { return act_dim_; }
-
- private:
-  friend Policy load_policy(const std::filesystem::path& path);
-  nn::GaussianActor actor_{nullptr};
-  at::Tensor scale_, offset_;
-  at::Tensor obs_mean_, obs_inv_std_;  ///< the run's observation normaliser (undefined: none)
-  double obs_clip_ = 0;
-  std::string env_;
-  std::int64_t obs_dim_ = 0, act_dim_ = 0;
-};
-
-/// Reads a policy file written by a run (see file comment); a missing, truncated, corrupted
-/// or foreign file gets an error naming it and the field at fault.
-inline Policy load_policy(const std::filesystem::path& path) {
-  BinaryReader r(path, kPolicyFormat);
-  Policy p;
-  p.env_ = r.string("env name");
-  const auto kind = r.string("actor kind");
-  if (kind != "GaussianActor") r.fail("actor kind", "'" + kind + "' is not one this build knows");
-  p.obs_dim_ = r.value<std::int64_t>("observation size");
-  p.act_dim_ = r.value<std::int64_t>("action size");
-  if (p.obs_dim_ < 1 || p.act_dim_ < 1) r.fail("observation or action size", "is not positive");
-  nn::GaussianActorImpl::Config cfg;
-  const auto layers = r.value<std::uint64_t>("hidden layer count");
-  if (layers < 1 || layers > 64) r.fail("hidden layer count", "is out of range");
-  std::vector<int> hidden;
-  for (std::uint64_t i = 0; i < layers; ++i) hidden.push_back(r.value<int>("hidden layer widths"));
-  for (int h : hidden)
-    if (h < 1 || h > (1 << 20)) r.fail("hidden layer widths", "contain a width out of range (1 to 1048576)");
-  if (p.obs_dim_ > (1 << 24) || p.act_dim_ > (1 << 24)) r.fail("observation or action size", "is implausibly large");
-  // The weights these sizes imply must be in the file before a network of them is built (a
-  // flipped bit in a width must not allocate gigabytes).
-  std::int64_t weights = 0, in = p.obs_dim_;
-  for (int h : hidden) weights += in * h, in = h;
-  weights += in * p.act_dim_;
-  r.expect_available(weights * static_cast<std::int64_t>(sizeof(float)), "hidden layer widths");
-  cfg.hidden = hidden;
-  const int activation = r.value<int>("activation");
-  if (activation < 0 || activation >= static_cast<int>(enum_names(nn::Activation{}).size()))
-    r.fail("activation", "is not a known activation");
-  cfg.activation = static_cast<nn::Activation>(activation);
-  cfg.log_std_min = r.value<double>("log_std_min");
-  cfg.log_std_max = r.value<double>("log_std_max");
-  p.actor_ = nn::GaussianActor(p.obs_dim_, p.act_dim_, cfg);
-  std::vector<at::Tensor> params = p.actor_->parameters();
-  std::int64_t n = 0;
-  for (const auto& t : params) n += t.numel();
-  const auto flat = read_tensor(r, "actor parameters", at::empty({n}));
-  const auto like = at::empty({p.act_dim_});
-  p.scale_ = read_tensor(r, "action scale", like);
-  p.offset_ = read_tensor(r, "action offset", like);
-  if (r.value<bool>("observation normaliser flag")) {
-    const auto obs_like = at::empty({p.obs_dim_});
-    p.obs_mean_ = read_tensor(r, "observation mean", obs_like);
-    p.obs_inv_std_ = read_tensor(r, "observation scale", obs_like);
-    p.obs_clip_ = r.value<double>("observation clip");
-    if (!(p.obs_clip_ > 0)) r.fail("observation clip", "is not positive");
-  }
-  r.finish();
-  torch::NoGradGuard no_grad;
-  std::int64_t off = 0;
-  for (auto& t : params) {
-    t.copy_(flat.narrow(0, off, t.numel()).view(t.sizes()));
-    off += t.numel();
-  }
-  p.actor_->eval();
-  return p;
-}
-
-}  // namespace anvil
-// ---- end <anvil/algorithms/policy.hpp> ----
 // ---- begin <anvil/algorithms/ppo.hpp> ----
 /// @file
 /// Proximal Policy Optimization (Schulman, Wolski, Dhariwal, Radford, Klimov 2017,
@@ -13738,759 +15277,6 @@ static_assert(OnPolicyAlgorithm<PPO>);
 
 }  // namespace anvil
 // ---- end <anvil/algorithms/ppo.hpp> ----
-// ---- begin <anvil/algorithms/sac.hpp> ----
-/// @file
-/// Soft Actor-Critic (Haarnoja, Zhou, Abbeel, Levine 2018, "Soft Actor-Critic: Off-Policy
-/// Maximum Entropy Deep Reinforcement Learning with a Stochastic Actor"; with automatic
-/// entropy tuning from Haarnoja et al. 2018, "Soft Actor-Critic Algorithms and
-/// Applications"). Defaults are the published hyperparameters: Adam at 3e-4, batch 256,
-/// gamma 0.99, tau 0.005, 256x256 networks, target entropy -|A|.
-///
-/// With an env that has tasks (a multi-task suite; `EnvSpec::tasks`), the `tasks` section
-/// gives each task its own learned temperature, picked by each transition's task in every
-/// loss, with its own target entropy, and can weight each transition's losses by its
-/// task's T * softmax(-log alpha) (Yang et al. 2020, "Multi-Task Reinforcement Learning with
-/// Soft Modularization"; the Meta-World+ baselines' `use_task_weights`): the multi-task SAC
-/// of Yu et al. 2019 (Meta-World) with disentangled temperatures. `MultiTaskSAC` is this
-/// algorithm with those on by default, in its own config section (`mtsac`).
-
-#include <torch/nn/module.h>
-#include <torch/utils.h>
-
-#include <algorithm>
-#include <cmath>
-#include <cstdint>
-#include <memory>
-#include <string>
-#include <vector>
-
-
-namespace anvil {
-
-namespace detail {
-template <class M>
-using module_config_t = typename M::ContainedType::Config;
-}  // namespace detail
-
-/// What SAC needs of its actor: built from (obs_dim, act_dim, Config); `sample(obs, noise)`
-/// gives a reparameterised action in [-1, 1] with its log-density from standard normal
-/// noise [B, act_dim]; `mode(obs)` the deterministic action.
-template <class Actor>
-concept SquashedPolicyNetwork =
-    requires { typename detail::module_config_t<Actor>; } &&
-    std::constructible_from<Actor, std::int64_t, std::int64_t, const detail::module_config_t<Actor>&> &&
-    requires(Actor& a, const at::Tensor& obs, const at::Tensor& noise) {
-      { a->sample(obs, noise) } -> std::same_as<nn::PolicySample>;
-      { a->mode(obs) } -> std::same_as<at::Tensor>;
-      { a->clone() };
-    };
-
-/// What SAC needs of its critic: built from (obs_dim, act_dim, Config); `forward(obs, act)`
-/// gives two independent Q estimates, each [B]; cloneable for its target copy.
-template <class Critic>
-concept TwinCriticNetwork =
-    requires { typename detail::module_config_t<Critic>; } &&
-    std::constructible_from<Critic, std::int64_t, std::int64_t, const detail::module_config_t<Critic>&> &&
-    requires(Critic& c, const at::Tensor& obs, const at::Tensor& act) {
-      { c->forward(obs, act) } -> std::same_as<std::pair<at::Tensor, at::Tensor>>;
-      { c->clone() };
-    };
-
-namespace detail {
-
-/// Buffers of SAC's hand-written fast path (`manual_backward`): one set per part of the
-/// update, so the critic part and the actor part can run at once (see nn/manual_mlp.hpp).
-struct SacManual {
-  SacManual(const FlatParameters& critic, const nn::TwinQ& q, const FlatParameters& actor,
-            const nn::GaussianActor& pi) {
-    const auto grads_of = [](const FlatParameters& fp, const at::Tensor& flat, const nn::Mlp& m) {
-      std::vector<at::Tensor> v;
-      for (const auto& p : m->parameters()) v.push_back(fp.slice_for(flat, p));
-      return v;
-    };
-    critic_grad = at::empty({critic.numel()}, critic.flat().options());
-    q1_grads = grads_of(critic, critic_grad, q->q1());
-    q2_grads = grads_of(critic, critic_grad, q->q2());
-    actor_grad = at::empty({actor.numel()}, actor.flat().options());
-    actor_grads = grads_of(actor, actor_grad, pi->net());
-    alpha_grad = at::empty({1}, actor.flat().options());
-  }
-  // critic part
-  nn::GaussianActorTape next_tape;
-  nn::MlpTape tq1, tq2, q1, q2;
-  at::Tensor x_next, x, dq1, dq2, critic_grad;
-  std::vector<at::Tensor> q1_grads, q2_grads;
-  // actor part
-  nn::GaussianActorTape actor_tape;
-  nn::MlpTape aq1, aq2;
-  at::Tensor xa, dqa1, dqa2, dx1, dx2, da, dlp, actor_grad, alpha_grad;
-  std::vector<at::Tensor> actor_grads;
-  // act()
-  nn::GaussianActorTape act_tape;
-};
-
-struct SacCriticResult {
-  at::Tensor grad, td;  // flat critic gradient; per-sample |TD error| (mean of both Qs)
-  double loss = 0, q_mean = 0;
-};
-struct SacActorResult {
-  at::Tensor grad, alpha_grad;
-  double loss = 0, entropy = 0, alpha_loss = 0;
-  at::Tensor log_prob;  // per transition, when the caller computes the temperatures' gradient
-};
-
-// Rows of [obs | action] for the critics: copies `obs` [B, od] into the first od columns of
-// `x` [B, od + ad], (re)allocating x for the batch size.
-inline void obs_into(at::Tensor& x, const at::Tensor& obs, std::int64_t ad) {
-  const std::int64_t batch = obs.size(0), od = obs.size(1), w = od + ad;
-  if (!x.defined() || x.size(0) != batch) x = at::empty({batch, w}, obs.options());
-  const float* o = obs.data_ptr<float>();
-  float* p = x.data_ptr<float>();
-  for (std::int64_t i = 0; i < batch; ++i)
-    for (std::int64_t j = 0; j < od; ++j) p[i * w + j] = o[i * od + j];
-}
-inline void ensure(at::Tensor& t, std::initializer_list<std::int64_t> sizes, const at::Tensor& like) {
-  if (!t.defined() || t.sizes() != at::IntArrayRef(sizes)) t = at::empty(sizes, like.options());
-}
-inline const float* opt_ptr(const at::Tensor& t) { return t.defined() ? t.data_ptr<float>() : nullptr; }
-
-// SAC's critic part with hand-written gradients: the same arithmetic as autograd_critic.
-inline SacCriticResult manual_critic(SacManual& m, const nn::GaussianActorImpl& actor,
-                                   const nn::TwinQImpl& critic, const nn::TwinQImpl& target,
-                                   const ReplayBatch& batch, double alpha, double gamma_,
-                                   const at::Tensor& noise_next, const at::Tensor& alpha_row = {}) {
-  torch::NoGradGuard no_grad;
-  const auto obs = batch.obs.contiguous(), next_obs = batch.next_obs.contiguous();
-  const auto action = batch.action.contiguous(), reward = batch.reward.contiguous();
-  const auto terminated = batch.terminated.contiguous();
-  const auto discount = batch.discount.defined() ? batch.discount.contiguous() : at::Tensor();
-  const auto weight = batch.weight.defined() ? batch.weight.contiguous() : at::Tensor();
-  const std::int64_t n = obs.size(0), od = obs.size(1), ad = actor.action_dim(), w = od + ad;
-
-  obs_into(m.x_next, next_obs, ad);
-  m.next_tape.sample(actor, next_obs, noise_next, m.x_next.data_ptr<float>() + od, w);
-  const float* lp = m.next_tape.log_prob().data_ptr<float>();
-  const float* tq1 = m.tq1.forward(*target.q1(), m.x_next).data_ptr<float>();
-  const float* tq2 = m.tq2.forward(*target.q2(), m.x_next).data_ptr<float>();
-
-  obs_into(m.x, obs, ad);
-  {
-    const float* a = action.data_ptr<float>();
-    float* x = m.x.data_ptr<float>();
-    for (std::int64_t i = 0; i < n; ++i)
-      for (std::int64_t j = 0; j < ad; ++j) x[i * w + od + j] = a[i * ad + j];
-  }
-  const float* q1 = m.q1.forward(*critic.q1(), m.x).data_ptr<float>();
-  const float* q2 = m.q2.forward(*critic.q2(), m.x).data_ptr<float>();
-
-  ensure(m.dq1, {n, 1}, obs);
-  ensure(m.dq2, {n, 1}, obs);
-  SacCriticResult r;
-  r.td = at::empty({n}, obs.options());
-  const float *rw = reward.data_ptr<float>(), *term = terminated.data_ptr<float>();
-  const float *disc = opt_ptr(discount), *wt = opt_ptr(weight);
-  const auto alpha_rows = alpha_row.defined() ? alpha_row.contiguous() : at::Tensor();
-  const float* ar = opt_ptr(alpha_rows);  // per-transition temperatures (one per task), or none
-  float *d1 = m.dq1.data_ptr<float>(), *d2 = m.dq2.data_ptr<float>(), *td = r.td.data_ptr<float>();
-  const float gamma = static_cast<float>(gamma_), fa = static_cast<float>(alpha);
-  const float inv_n = 1.0f / static_cast<float>(n);
-  double loss = 0, q_sum = 0;
-  for (std::int64_t i = 0; i < n; ++i) {
-    const float v = std::min(tq1[i], tq2[i]) - (ar ? ar[i] : fa) * lp[i];
-    const float y = rw[i] + (disc ? disc[i] : gamma) * (1.0f - term[i]) * v;
-    const float e1 = q1[i] - y, e2 = q2[i] - y, wi = wt ? wt[i] : 1.0f;
-    loss += static_cast<double>(wi * 0.5f * (e1 * e1 + e2 * e2));
-    q_sum += q1[i];
-    d1[i] = wi * e1 * inv_n;
-    d2[i] = wi * e2 * inv_n;
-    td[i] = 0.5f * (std::abs(e1) + std::abs(e2));
-  }
-  m.q1.backward(*critic.q1(), m.dq1, &m.q1_grads, nullptr);
-  m.q2.backward(*critic.q2(), m.dq2, &m.q2_grads, nullptr);
-  r.grad = m.critic_grad;
-  r.loss = loss / static_cast<double>(n);
-  r.q_mean = q_sum / static_cast<double>(n);
-  return r;
-}
-
-// SAC's actor and temperature part with hand-written gradients (as autograd_actor). With
-// `alpha_row` (per-transition temperatures) or `weight_row` (per-transition loss weights),
-// the temperature's gradient is left to the caller (`log_prob` comes back).
-inline SacActorResult manual_actor(SacManual& m, const nn::GaussianActorImpl& actor,
-                                 const nn::TwinQImpl& critic, const ReplayBatch& batch,
-                                 double alpha, bool auto_alpha, double target_entropy,
-                                 const at::Tensor& noise, const at::Tensor& alpha_row = {},
-                                 const at::Tensor& weight_row = {}) {
-  torch::NoGradGuard no_grad;
-  const auto obs = batch.obs.contiguous();
-  const auto alpha_rows = alpha_row.defined() ? alpha_row.contiguous() : at::Tensor();
-  const auto weight = weight_row.defined() ? weight_row.contiguous() : at::Tensor();
-  const float *ar = opt_ptr(alpha_rows), *wt = opt_ptr(weight);
-  const bool per_row = ar || wt;
-  const std::int64_t n = obs.size(0), od = obs.size(1), ad = actor.action_dim(), w = od + ad;
-
-  obs_into(m.xa, obs, ad);
-  m.actor_tape.sample(actor, obs, noise, m.xa.data_ptr<float>() + od, w);
-  const float* lp = m.actor_tape.log_prob().data_ptr<float>();
-  const float* q1 = m.aq1.forward(*critic.q1(), m.xa).data_ptr<float>();
-  const float* q2 = m.aq2.forward(*critic.q2(), m.xa).data_ptr<float>();
-
-  ensure(m.dqa1, {n, 1}, obs);
-  ensure(m.dqa2, {n, 1}, obs);
-  float *d1 = m.dqa1.data_ptr<float>(), *d2 = m.dqa2.data_ptr<float>();
-  const float fa = static_cast<float>(alpha), inv_n = 1.0f / static_cast<float>(n);
-  if (per_row) ensure(m.dlp, {n}, obs);
-  float* dlp = per_row ? m.dlp.data_ptr<float>() : nullptr;
-  double loss = 0, lp_sum = 0;
-  for (std::int64_t i = 0; i < n; ++i) {
-    // d min(q1, q2) goes to the smaller one (ties: to both halves, as torch's minimum)
-    const float qmin = std::min(q1[i], q2[i]);
-    const float ai = ar ? ar[i] : fa, wi = wt ? wt[i] : 1.0f;
-    loss += static_cast<double>(wi * (ai * lp[i] - qmin));
-    lp_sum += lp[i];
-    const float g1 = q1[i] < q2[i] ? 1.0f : q1[i] > q2[i] ? 0.0f : 0.5f;
-    d1[i] = -g1 * wi * inv_n;
-    d2[i] = -(1.0f - g1) * wi * inv_n;
-    if (dlp) dlp[i] = ai * wi * inv_n;
-  }
-  ensure(m.dx1, {n, w}, obs);
-  ensure(m.dx2, {n, w}, obs);
-  m.aq1.backward(*critic.q1(), m.dqa1, nullptr, &m.dx1);
-  m.aq2.backward(*critic.q2(), m.dqa2, nullptr, &m.dx2);
-  ensure(m.da, {n, ad}, obs);
-  {
-    const float *x1 = m.dx1.data_ptr<float>(), *x2 = m.dx2.data_ptr<float>();
-    float* da = m.da.data_ptr<float>();
-    for (std::int64_t i = 0; i < n; ++i)
-      for (std::int64_t j = 0; j < ad; ++j) da[i * ad + j] = x1[i * w + od + j] + x2[i * w + od + j];
-  }
-  m.actor_tape.backward(actor, m.da, fa * inv_n, m.actor_grads, dlp);
-
-  SacActorResult r;
-  r.grad = m.actor_grad;
-  const double mean_lp = lp_sum / static_cast<double>(n);
-  r.loss = loss / static_cast<double>(n);
-  r.entropy = -mean_lp;
-  if (per_row) {
-    r.log_prob = m.actor_tape.log_prob().clone();
-  } else if (auto_alpha) {
-    // d/dlog_alpha of -(log_alpha (log_prob + target_entropy)).mean()
-    r.alpha_grad = m.alpha_grad;
-    r.alpha_grad.data_ptr<float>()[0] = static_cast<float>(-(mean_lp + target_entropy));
-    r.alpha_loss = -std::log(alpha) * (mean_lp + target_entropy);
-  }
-  return r;
-}
-
-/// SAC's settings for envs that have tasks (see the file comment); `per_task` is the
-/// default of `per_task_alpha` (on in MultiTaskSAC).
-template <bool per_task>
-struct SacTaskConfig {
-  Param<bool, "per_task_alpha",
-        "with an env that has tasks: a learned temperature per task, picked by each transition's task">
-      per_task_alpha{per_task};
-  Param<std::vector<double>, "target_entropy_scales",
-        "one per task, in the env's task order: each task's target entropy is -scale * action_dim (empty: "
-        "target_entropy_scale for every task; a negative scale asks for more entropy than a uniform action)">
-      target_entropy_scales{};
-  Param<bool, "loss_weights",
-        "weight each transition's critic and actor losses by T * softmax(-log alpha) of its task (needs "
-        "per_task_alpha): tasks whose temperature is still high weigh less">
-      loss_weights{false};
-};
-
-}  // namespace detail
-
-/// Algorithm policy: Soft Actor-Critic (see file comment) with swappable networks.
-/// @tparam Actor  a `SquashedPolicyNetwork` (default: tanh-Gaussian MLP)
-/// @tparam Critic a `TwinCriticNetwork` (default: two MLP Q-functions)
-/// @tparam kMultiTask MultiTaskSAC: section `mtsac`, a temperature per task by default
-template <class Actor = nn::GaussianActor, class Critic = nn::TwinQ, bool kMultiTask = false>
-class BasicSAC {
-  static_assert(SquashedPolicyNetwork<Actor>,
-                "BasicSAC<Actor, ...>: Actor must be a torch module holder built from "
-                "(obs_dim, act_dim, Config) with sample(obs, noise) -> nn::PolicySample and "
-                "mode(obs) -> Tensor; see nn::GaussianActor");
-  static_assert(TwinCriticNetwork<Critic>,
-                "BasicSAC<..., Critic>: Critic must be a torch module holder built from "
-                "(obs_dim, act_dim, Config) with forward(obs, act) -> pair of Q tensors; see "
-                "nn::TwinQ");
-
- public:
-  using policy_kind = AlgorithmKind;
-  static constexpr auto config_section = [] {
-    if constexpr (kMultiTask) return FixedString("mtsac");
-    else return FixedString("sac");
-  }();
-  static constexpr bool on_policy = false;
-  using Batch = ReplayBatch;
-
-  struct Config {
-    Param<int, "batch_size", "transitions per gradient update", at_least(1)> batch_size{256};
-    Param<double, "gamma", "discount factor", in_range(0, 1)> gamma{0.99};
-    Param<double, "tau", "Polyak coefficient of the target networks", in_range(0, 1)> tau{0.005};
-    Param<double, "actor_lr", "actor learning rate (Adam)", positive> actor_lr{3e-4};
-    Param<double, "critic_lr", "critic learning rate (Adam)", positive> critic_lr{3e-4};
-    Param<double, "alpha_lr", "entropy temperature learning rate (Adam)", positive> alpha_lr{3e-4};
-    Param<double, "init_alpha", "initial entropy temperature", positive> init_alpha{1.0};
-    Param<bool, "auto_alpha", "tune the temperature towards the target entropy"> auto_alpha{true};
-    Param<double, "target_entropy_scale", "target entropy is -scale * action_dim", at_least(0)>
-        target_entropy_scale{1.0};
-    Param<int, "actor_update_freq", "update the actor and temperature every N updates", at_least(1)>
-        actor_update_freq{1};
-    Param<int, "target_update_freq", "Polyak-average the targets every N updates", at_least(1)>
-        target_update_freq{1};
-    Param<double, "max_grad_norm", "clip each gradient's global norm (0: off)", at_least(0)>
-        max_grad_norm{0.0};
-    Param<bool, "manual_backward",
-          "hand-written gradients for the default networks in float32 on the CPU (false: "
-          "autograd; same result, slower)">
-        manual_backward{true};
-    Section<"actor", detail::module_config_t<Actor>> actor;
-    Section<"critic", detail::module_config_t<Critic>> critic;
-    Section<"tasks", detail::SacTaskConfig<kMultiTask>> tasks;
-  };
-
-  BasicSAC(const EnvSpec& spec, const Config& cfg, const RunContext& ctx)
-      : cfg_(cfg), device_(ctx.device) {
-    if (spec.discrete())
-      throw ConfigError("SAC needs a continuous (Box) action space; " + spec.name +
-                        " has discrete actions: use PPO");
-    const auto& box = std::get<Box>(spec.action);
-    for (std::size_t i = 0; i < box.size(); ++i)
-      if (!std::isfinite(box.low[i]) || !std::isfinite(box.high[i]))
-        throw ConfigError("SAC squashes actions into the action space's bounds, but " + spec.name +
-                          "'s action " + std::to_string(i) + " is unbounded");
-    if (ctx.micro_batches > cfg.batch_size)
-      throw ConfigError("train.grad_accumulation (" + std::to_string(ctx.micro_batches) + ") is larger than " +
-                        std::string(config_section.view()) + ".batch_size (" + std::to_string(*cfg.batch_size) +
-                        "): micro-batches would be empty");
-    const auto od = spec.obs_dim(), ad = spec.action_dim();
-    act_dim_ = ad;
-    actor_ = Actor(od, ad, *cfg.actor);
-    critic_ = Critic(od, ad, *cfg.critic);
-    critic_target_ = std::dynamic_pointer_cast<typename Critic::ContainedType>(critic_->clone());
-    actor_->to(device_);
-    critic_->to(device_);
-    critic_target_->to(device_);
-    for (auto& p : critic_target_->parameters()) p.set_requires_grad(false);
-    // Temperatures: one, or one per task (tasks.per_task_alpha with an env that has tasks).
-    const std::string sec(config_section.view());
-    const auto& tc = *cfg.tasks;
-    task_names_ = spec.tasks;
-    const auto tasks = static_cast<std::int64_t>(task_names_.size());
-    alphas_ = tc.per_task_alpha && tasks > 1 ? tasks : 1;
-    if (tc.loss_weights && alphas_ == 1)
-      throw ConfigError(sec + ".tasks.loss_weights weighs tasks by their temperatures: it needs " + sec +
-                        ".tasks.per_task_alpha and an env with several tasks (" + spec.name + " has " +
-                        std::to_string(std::max<std::int64_t>(tasks, 1)) + ")");
-    task_weights_ = tc.loss_weights;
-    const auto& scales = *tc.target_entropy_scales;
-    if (!scales.empty() && static_cast<std::int64_t>(scales.size()) != alphas_)
-      throw ConfigError(sec + ".tasks.target_entropy_scales has " + std::to_string(scales.size()) +
-                        " values; it needs one per temperature (" + std::to_string(alphas_) +
-                        (alphas_ > 1 ? ": one per task of " + spec.name + ")" : ")"));
-    for (std::int64_t k = 0; k < alphas_; ++k)
-      target_entropy_.push_back(-(scales.empty() ? *cfg.target_entropy_scale : scales[static_cast<std::size_t>(k)]) *
-                                static_cast<double>(ad));
-    log_alpha_ = torch::full({alphas_}, std::log(*cfg.init_alpha),
-                             torch::TensorOptions().device(device_).requires_grad(true));
-    // Each network's parameters move into one flat buffer: Adam, clipping, all-reduce and
-    // the Polyak average become a handful of ops (see train/flat_adam.hpp).
-    const double s = ctx.lr_scale(cfg.batch_size);
-    actor_opt_ = FlatAdam(actor_->parameters(), {.lr = cfg.actor_lr * s});
-    critic_opt_ = FlatAdam(critic_->parameters(), {.lr = cfg.critic_lr * s});
-    alpha_opt_ = FlatAdam({log_alpha_}, {.lr = cfg.alpha_lr * s});
-    target_ = FlatParameters(critic_target_->parameters());
-    ema_.set_device(device_);
-    if constexpr (kDefaultNetworks) {
-      if (cfg.manual_backward && device_.is_cpu() && nn::GaussianActorTape::supports(*actor_) &&
-          nn::MlpTape::supports(*critic_->q1()))
-        manual_ = std::make_unique<detail::SacManual>(critic_opt_.parameters(), critic_,
-                                                     actor_opt_.parameters(), actor_);
-    }
-  }
-
-  /// Actions in [-1, 1] for a batch of observations: sampled to explore, or the mean.
-  at::Tensor act(const at::Tensor& obs, ActMode mode) {
-    torch::NoGradGuard no_grad;
-    auto o = obs.to(device_, at::kFloat);
-    if constexpr (kDefaultNetworks) {
-      if (manual_) {
-        o = o.contiguous();
-        auto action = at::empty({o.size(0), act_dim_}, o.options());
-        if (mode == ActMode::explore)
-          manual_->act_tape.sample(*actor_, o, at::randn({o.size(0), act_dim_}, o.options()),
-                                   action.data_ptr<float>(), act_dim_);
-        else
-          manual_->act_tape.mode(*actor_, o, action.data_ptr<float>(), act_dim_);
-        return action;
-      }
-    }
-    return mode == ActMode::explore
-               ? actor_->sample(o, at::randn({o.size(0), act_dim_}, o.options())).action
-               : actor_->mode(o);
-  }
-
-  /// One SAC update. The critic loss, the actor loss and the temperature loss are all
-  /// computed from the parameters as they were before this update, as in the authors'
-  /// reference implementation (which runs the three training ops in one session call); so
-  /// the critic's and the actor's gradients are independent and `ctx` computes them at
-  /// once when it has two threads, with the same result as one after another. Then the
-  /// optimizers step, and (every target_update_freq updates) the target critic moves
-  /// towards the critic by Polyak averaging. The actor and temperature update every
-  /// actor_update_freq updates.
-  UpdateInfo update(const ReplayBatch& b, StepContext& ctx) {
-    // Noise drawn here, in a fixed order, so the update is reproducible on any thread count.
-    UpdateNoise noise;
-    noise.next = at::randn({b.obs.size(0), act_dim_}, b.obs.options());
-    if (updates_ % cfg_.actor_update_freq == 0) noise.obs = at::randn({b.obs.size(0), act_dim_}, b.obs.options());
-    return update(b, ctx, noise);
-  }
-
-  /// The standard-normal draws of one update, one row per transition: for the actions
-  /// at the next states and (on actor steps) at the current states.
-  struct UpdateNoise {
-    at::Tensor next, obs;
-  };
-
-  /// `update` with given noise: the same draws give the same update however the batch is
-  /// split, e.g. across ranks (the data-parallel equivalence test uses this).
-  UpdateInfo update(const ReplayBatch& batch, StepContext& ctx, const UpdateNoise& noise) {
-    const bool per_task = alphas_ > 1;
-    const double alpha = per_task ? 0.0 : log_alpha_.detach().exp().item().toDouble();
-    const bool actor_step = updates_ % cfg_.actor_update_freq == 0;
-    const auto& noise_next = noise.next;
-    const auto& noise_obs = noise.obs;
-    // Per task: each transition's temperature, and its task's loss weight (the critic's
-    // times PER's importance weight).
-    at::Tensor alpha_row, task_w;
-    ReplayBatch weighted;
-    if (per_task) {
-      if (!batch.task.defined())
-        throw Error(std::string(config_section.view()) + ": the batch has no task ids, but the env has " +
-                    std::to_string(alphas_) + " tasks (a replay buffer of this run stores them)");
-      torch::NoGradGuard no_grad;
-      const auto task = batch.task.to(log_alpha_.device(), at::kLong);
-      const auto la = log_alpha_.detach();
-      alpha_row = la.exp().index_select(0, task).to(batch.obs.device(), at::kFloat).contiguous();
-      if (task_weights_) {
-        weighted = batch;
-        task_w = (at::softmax(-la, 0) * static_cast<double>(alphas_)).index_select(0, task).to(batch.obs.device(), at::kFloat);
-        weighted.weight = batch.weight.defined() ? (batch.weight * task_w).contiguous() : task_w.contiguous();
-      }
-    }
-    const ReplayBatch& b = task_weights_ ? weighted : batch;
-
-    bool manual = false;
-    if constexpr (kDefaultNetworks)
-      manual = manual_ && !ctx.autocasts() && b.obs.device().is_cpu() && b.obs.scalar_type() == at::kFloat;
-
-    detail::SacCriticResult critic;
-    detail::SacActorResult actor;
-    // Gradient accumulation: the batch in micro-batches, each gradient weighed by its share
-    // of the batch, so the sum is the whole batch's gradient (losses are means).
-    const auto parts = ctx.micro_batches(b.obs.size(0));
-    std::vector<at::Tensor> td_parts;
-    for (const auto& part : parts) {
-      const bool whole = parts.size() == 1;
-      ReplayBatch rows;  // a micro-batch's rows; the whole batch is used as it is
-      const ReplayBatch& mb = whole ? b : (rows = rows_of(b, part.begin, part.rows));
-      const auto nn = whole ? noise_next : noise_next.narrow(0, part.begin, part.rows);
-      const auto no = whole || !actor_step ? noise_obs : noise_obs.narrow(0, part.begin, part.rows);
-      const auto ar = whole || !alpha_row.defined() ? alpha_row : alpha_row.narrow(0, part.begin, part.rows);
-      const auto tw = whole || !task_w.defined() ? task_w : task_w.narrow(0, part.begin, part.rows);
-      detail::SacCriticResult c;
-      detail::SacActorResult a;
-      auto critic_part = [&] {
-        if constexpr (kDefaultNetworks)
-          if (manual)
-            return void(c = detail::manual_critic(*manual_, *actor_, *critic_, *critic_target_, mb, alpha,
-                                                  *cfg_.gamma, nn, ar));
-        c = autograd_critic(mb, alpha, nn, ctx, ar);
-      };
-      auto actor_part = [&] {
-        if constexpr (kDefaultNetworks)
-          if (manual)
-            return void(a = detail::manual_actor(*manual_, *actor_, *critic_, mb, alpha, cfg_.auto_alpha,
-                                                 target_entropy_[0], no, ar, tw));
-        a = autograd_actor(mb, alpha, no, ctx, ar, tw);
-      };
-      // Per task, the temperatures' gradient from the transitions' log-densities.
-      auto temperature_part = [&] {
-        if (!per_task || !actor_step || !cfg_.auto_alpha) return;
-        const auto task = (whole ? batch.task : batch.task.narrow(0, part.begin, part.rows)).to(at::kLong);
-        std::tie(a.alpha_grad, a.alpha_loss) = task_alpha_gradient(a.log_prob, task);
-      };
-      if (actor_step) ctx.concurrently({critic_part, actor_part});
-      else critic_part();
-      temperature_part();
-      if (whole) {
-        critic = std::move(c);
-        actor = std::move(a);
-        break;
-      }
-      const double share = part.share;
-      accumulate(critic.grad, c.grad, share);
-      critic.loss += share * c.loss;
-      critic.q_mean += share * c.q_mean;
-      td_parts.push_back(c.td.clone());  // the fast path reuses its buffers
-      if (actor_step) {
-        accumulate(actor.grad, a.grad, share);
-        if (a.alpha_grad.defined()) accumulate(actor.alpha_grad, a.alpha_grad, share);
-        actor.loss += share * a.loss;
-        actor.entropy += share * a.entropy;
-        actor.alpha_loss += share * a.alpha_loss;
-      }
-    }
-    if (parts.size() > 1) critic.td = at::cat(td_parts);
-
-    UpdateInfo info;
-    // One step for the three optimizers: their gradients cross ranks in one all-reduce.
-    std::vector<StepContext::Step> steps{{&critic_opt_, critic.grad, cfg_.max_grad_norm}};
-    info.metrics.emplace_back("critic_loss", critic.loss);
-    info.metrics.emplace_back("q_mean", critic.q_mean);
-    if (actor_step) {
-      steps.push_back({&actor_opt_, actor.grad, cfg_.max_grad_norm});
-      info.metrics.emplace_back("actor_loss", actor.loss);
-      info.metrics.emplace_back("entropy", actor.entropy);
-      if (cfg_.auto_alpha) {
-        steps.push_back({&alpha_opt_, actor.alpha_grad, 0.0});
-        info.metrics.emplace_back("alpha_loss", actor.alpha_loss);
-      }
-    }
-    ctx.apply(std::move(steps));
-    {
-      const auto alphas = log_alpha_.detach().exp().to(at::kCPU, at::kDouble);
-      info.metrics.emplace_back("alpha", alphas.mean().item<double>());
-      if (per_task)
-        for (std::int64_t k = 0; k < alphas_; ++k)
-          info.metrics.emplace_back("alpha/" + task_names_[static_cast<std::size_t>(k)], alphas[k].item<double>());
-    }
-
-    if (updates_ % cfg_.target_update_freq == 0) {
-      torch::NoGradGuard no_grad;
-      target_.flat().lerp_(critic_opt_.parameters().flat(), *cfg_.tau);
-    }
-    ++updates_;
-    info.td_error = critic.td;
-    return info;
-  }
-
-  /// The learning rates now, by optimizer (for logs).
-  [[nodiscard]] std::vector<std::pair<std::string, double>> learning_rates() const {
-    return {{"actor", actor_opt_.lr()}, {"critic", critic_opt_.lr()}, {"alpha", alpha_opt_.lr()}};
-  }
-  /// Each network's parameters as one flat tensor (for weight histograms).
-  [[nodiscard]] std::vector<std::pair<std::string, at::Tensor>> flat_parameters() const {
-    return {{"actor", actor_opt_.parameters().flat()}, {"critic", critic_opt_.parameters().flat()}};
-  }
-
-  /// Whether updates and actions take the hand-written fast path (`manual_backward`).
-  [[nodiscard]] bool manual_backward() const noexcept { return manual_ != nullptr; }
-
-  /// Moves the exponential moving average of the actor's weights towards the current ones:
-  /// ema = decay ema + (1 - decay) weights (Polyak averaging of the policy, as a run's
-  /// `train.ema_decay` asks for after each update). The first call starts it at the weights.
-  void ema_update(double decay) { ema_.update(actor_opt_.parameters().flat(), decay); }
-  /// The averaged actor weights (flat, in the order of `actor()->parameters()`); undefined
-  /// until the first `ema_update`.
-  [[nodiscard]] const at::Tensor& ema_weights() const noexcept { return ema_.weights(); }
-  /// Runs `f` with the averaged weights in the actor (when there are any), then puts the
-  /// trained weights back, whatever `f` does.
-  template <class F>
-  decltype(auto) with_ema_weights(F&& f) {
-    return ema_.with_weights(actor_opt_.parameters().flat(), std::forward<F>(f));
-  }
-
-  /// Writes the policy alone, for deployment (`anvil::load_policy`): the actor's shape and
-  /// its weights (the averaged ones when there are any). Policy files hold the default
-  /// GaussianActor only; with a user actor this does not exist and the Trainer writes no
-  /// policy.bin (its checkpoints hold the actor).
-  void save_policy(BinaryWriter& w) const
-    requires std::same_as<Actor, nn::GaussianActor>
-  {
-    w.string("GaussianActor");
-    w.value(static_cast<std::int64_t>(actor_->net()->in_features()));
-    w.value(act_dim_);
-    const auto& ac = *cfg_.actor;
-    w.value(static_cast<std::uint64_t>(ac.hidden->size()));
-    for (int h : *ac.hidden) w.value(h);
-    w.value(static_cast<int>(*ac.activation));
-    w.value(*ac.log_std_min);
-    w.value(*ac.log_std_max);
-    write_tensor(w, ema_.defined() ? ema_.weights() : actor_opt_.parameters().flat(), "the actor's weights");
-  }
-
-  /// Everything a checkpoint holds of SAC: the actor and the critic with their Adam
-  /// states, the target critic, the learned temperature with its optimizer, and the update
-  /// count (which schedules actor and target updates).
-  struct Saved {
-    FlatAdam::Saved actor, critic, alpha;
-    at::Tensor target;
-    Ema::Saved ema;
-    std::int64_t updates = 0;
-  };
-  void save(BinaryWriter& w) const {
-    actor_opt_.save(w);
-    critic_opt_.save(w);
-    alpha_opt_.save(w);
-    write_tensor(w, target_.flat(), "the target critic's weights");
-    w.value(updates_);
-    ema_.save(w);
-  }
-  /// Reads what `save` wrote, checking every size against this SAC; changes nothing here,
-  /// so a caller can check the whole file before `restore`.
-  [[nodiscard]] Saved read(BinaryReader& r) const {
-    Saved s;
-    s.actor = actor_opt_.read(r, "sac actor");
-    s.critic = critic_opt_.read(r, "sac critic");
-    s.alpha = alpha_opt_.read(r, "sac temperature");
-    s.target = read_tensor(r, "sac target critic parameters", target_.flat());
-    s.updates = r.value<std::int64_t>("sac update count");
-    s.ema = ema_.read(r, "sac averaged actor parameters", actor_opt_.parameters().flat());
-    return s;
-  }
-  void restore(const Saved& s) {
-    actor_opt_.restore(s.actor);
-    critic_opt_.restore(s.critic);
-    alpha_opt_.restore(s.alpha);
-    torch::NoGradGuard no_grad;
-    target_.flat().copy_(s.target);
-    updates_ = s.updates;
-    ema_.restore(s.ema);
-  }
-
-  [[nodiscard]] Actor& actor() noexcept { return actor_; }
-  [[nodiscard]] Critic& critic() noexcept { return critic_; }
-  [[nodiscard]] Critic& critic_target() noexcept { return critic_target_; }
-  /// The optimizers (their moments show the gradients they were given).
-  [[nodiscard]] const FlatAdam& actor_optimizer() const noexcept { return actor_opt_; }
-  [[nodiscard]] const FlatAdam& critic_optimizer() const noexcept { return critic_opt_; }
-  [[nodiscard]] const FlatAdam& alpha_optimizer() const noexcept { return alpha_opt_; }
-  /// The temperature (the mean of the tasks' when there is one per task).
-  [[nodiscard]] double alpha() const { return log_alpha_.detach().exp().mean().item().toDouble(); }
-  /// Each temperature: one, or one per task.
-  [[nodiscard]] at::Tensor alphas() const { return log_alpha_.detach().exp().to(at::kCPU); }
-  /// How many temperatures: 1, or the env's tasks with `tasks.per_task_alpha`.
-  [[nodiscard]] std::int64_t temperatures() const noexcept { return alphas_; }
-  [[nodiscard]] const Config& config() const noexcept { return cfg_; }
-  [[nodiscard]] std::int64_t updates() const noexcept { return updates_; }
-  /// Batch size the trainer samples for each update.
-  [[nodiscard]] std::int64_t batch_size() const noexcept { return cfg_.batch_size; }
-  /// The discount (n-step returns in the buffer, a reward normaliser's return).
-  [[nodiscard]] double discount() const noexcept { return cfg_.gamma; }
-
- private:
-  static constexpr bool kDefaultNetworks =
-      std::same_as<Actor, nn::GaussianActor> && std::same_as<Critic, nn::TwinQ>;
-
-  // sum += share * part (sum starts undefined).
-  static void accumulate(at::Tensor& sum, const at::Tensor& part, double share) {
-    if (!sum.defined()) sum = part * share;
-    else sum.add_(part, share);
-  }
-
-  // Soft Bellman target y = r + discount (1 - terminated) (min target Q - alpha log pi).
-  at::Tensor discount_of(const ReplayBatch& b, const at::Tensor& like) const {
-    return b.discount.defined() ? b.discount : at::full({}, *cfg_.gamma, like.options());
-  }
-
-  detail::SacCriticResult autograd_critic(const ReplayBatch& b, double alpha, const at::Tensor& noise_next,
-                               StepContext& ctx, const at::Tensor& alpha_row = {}) {
-    at::Tensor target;
-    {  // in float32 and without gradients
-      torch::NoGradGuard no_grad;
-      auto guard = ctx.autocast();
-      auto next = actor_->sample(b.next_obs, noise_next);
-      auto [tq1, tq2] = critic_target_->forward(b.next_obs, next.action);
-      auto v = alpha_row.defined() ? at::min(tq1, tq2).to(at::kFloat) - alpha_row * next.log_prob.to(at::kFloat)
-                                   : at::min(tq1, tq2).to(at::kFloat) - alpha * next.log_prob.to(at::kFloat);
-      target = b.reward + discount_of(b, v) * (1.0 - b.terminated) * v;
-    }
-    auto guard = ctx.autocast();
-    auto [q1, q2] = critic_->forward(b.obs, b.action);
-    auto e1 = q1.to(at::kFloat) - target, e2 = q2.to(at::kFloat) - target;
-    auto per_sample = 0.5 * (e1.square() + e2.square());
-    auto loss = b.weight.defined() ? (b.weight * per_sample).mean() : per_sample.mean();
-    detail::SacCriticResult r;
-    r.grad = ctx.gradient(loss, critic_opt_);
-    r.td = 0.5 * (e1.abs() + e2.abs()).detach();
-    r.loss = loss.item().toDouble();
-    r.q_mean = q1.detach().mean().item().toDouble();
-    return r;
-  }
-
-  detail::SacActorResult autograd_actor(const ReplayBatch& b, double alpha, const at::Tensor& noise,
-                             StepContext& ctx, const at::Tensor& alpha_row = {}, const at::Tensor& weight_row = {}) {
-    auto guard = ctx.autocast();
-    auto s = actor_->sample(b.obs, noise);
-    auto [q1, q2] = critic_->forward(b.obs, s.action);
-    auto log_prob = s.log_prob.to(at::kFloat);
-    auto per_sample = alpha_row.defined() ? alpha_row * log_prob - at::min(q1, q2).to(at::kFloat)
-                                          : alpha * log_prob - at::min(q1, q2).to(at::kFloat);
-    auto loss = weight_row.defined() ? (weight_row * per_sample).mean() : per_sample.mean();
-    detail::SacActorResult r;
-    r.grad = ctx.gradient(loss, actor_opt_);
-    r.loss = loss.item().toDouble();
-    r.entropy = -log_prob.detach().mean().item().toDouble();
-    if (alphas_ > 1) {
-      r.log_prob = log_prob.detach();  // the temperatures' gradient is the caller's
-    } else if (cfg_.auto_alpha) {
-      auto alpha_loss = -(log_alpha_ * (log_prob.detach() + target_entropy_[0])).mean();
-      r.alpha_grad = ctx.gradient(alpha_loss, alpha_opt_);
-      r.alpha_loss = alpha_loss.item().toDouble();
-    }
-    return r;
-  }
-
-  // Per task: the gradient of -(log_alpha[task_i] (log_prob_i + target_entropy[task_i])).mean()
-  // with respect to each task's log_alpha, and that loss.
-  std::pair<at::Tensor, double> task_alpha_gradient(const at::Tensor& log_prob, const at::Tensor& task) const {
-    torch::NoGradGuard no_grad;
-    const auto dev = log_alpha_.device();
-    const auto lp = log_prob.to(dev, at::kFloat).reshape({-1});
-    const auto tk = task.to(dev, at::kLong).reshape({-1});
-    const auto ent = at::tensor(std::vector<float>(target_entropy_.begin(), target_entropy_.end()), at::TensorOptions().device(dev));
-    const auto term = lp + ent.index_select(0, tk);  // log_prob_i + target_entropy[task_i]
-    const double n = static_cast<double>(lp.numel());
-    auto grad = at::zeros({alphas_}, term.options()).index_add_(0, tk, -term) / n;
-    const double loss = -(log_alpha_.detach().index_select(0, tk) * term).sum().item<double>() / n;
-    return {grad, loss};
-  }
-
-  Config cfg_;
-  c10::Device device_;
-  Actor actor_{nullptr};
-  Critic critic_{nullptr}, critic_target_{nullptr};
-  at::Tensor log_alpha_;
-  std::vector<double> target_entropy_;  // one per temperature
-  std::int64_t alphas_ = 1;             // temperatures: 1, or one per task
-  bool task_weights_ = false;           // tasks.loss_weights
-  std::vector<std::string> task_names_;
-  std::int64_t act_dim_ = 0;
-  FlatAdam actor_opt_, critic_opt_, alpha_opt_;
-  FlatParameters target_;
-  std::int64_t updates_ = 0;
-  std::unique_ptr<detail::SacManual> manual_;  // the fast path, when it applies
-  Ema ema_;                                     // averaged actor weights (train.ema_decay)
-};
-
-/// SAC with the default networks: tanh-Gaussian actor and twin-Q critic, 256x256 MLPs.
-using SAC = BasicSAC<>;
-
-/// Multi-task SAC with swappable networks: a temperature per task by default, in the
-/// config section `mtsac` (see the file comment).
-template <class Actor = nn::GaussianActor, class Critic = nn::TwinQ>
-using BasicMultiTaskSAC = BasicSAC<Actor, Critic, true>;
-/// Multi-task SAC with the default networks.
-using MultiTaskSAC = BasicMultiTaskSAC<>;
-
-static_assert(Algorithm<SAC>);
-static_assert(Algorithm<MultiTaskSAC>);
-
-}  // namespace anvil
-// ---- end <anvil/algorithms/sac.hpp> ----
 
 // ---- begin <anvil/train/clock.hpp> ----
 /// @file
@@ -15264,7 +16050,7 @@ struct OfflineLoop {
       // An algorithm that scales its inputs by the data's ranges learns them once, before its
       // first update (a restored one keeps its checkpoint's).
       if constexpr (requires { p_.algorithm.fit_normalizer(p_.buffer.ranges()[0], at::Tensor(), at::Tensor(), at::Tensor()); })
-        if (!p_.algorithm.has_normalizer() && p_.buffer.size() > 0) {
+        if (!p_.algorithm.has_normalizer() && dataset_size(p_.buffer) > 0) {
           const auto r = p_.buffer.ranges();
           p_.algorithm.fit_normalizer(r[0], r[1], r[2], r[3]);
         }

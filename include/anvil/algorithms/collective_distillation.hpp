@@ -5,14 +5,17 @@
 /// (buffers/collective_dataset.hpp), offline; the clock counts gradient steps.
 ///
 /// Losses, per target row (averaged over the batch):
-///   actor  = |mean - mean_expert|^2 + log_std_weight |log_std - log_std_expert|^2
+///   actor  = |tanh(mean) - tanh(mean_expert)|^2 + log_std_weight |log_std - log_std_expert|^2
 ///   critic = critic_weight (|Q1 - q_target|^2 + |Q2 - q_target|^2) / 2
 /// (squared errors summed over action dims). A regression on the Gaussian's parameters
 /// rather than a KL: the KL from the expert's Gaussian weighs the mean's error by
 /// 1 / sigma_expert^2, and converged SAC experts are near-deterministic (sigma down to
 /// e^-5 at the bounds), so a few confident dimensions would dominate the loss and its
 /// gradient scale; the regression is scale-stable, learns the mean (what the policy runs)
-/// first, and still learns the spread the student's shaping reads (its likelihood).
+/// first, and still learns the spread the student's shaping reads (its likelihood). The
+/// mean is compared after tanh, as the action it stands for (`squashed_mean`, default): a
+/// quarter of the manipulation experts' pre-tanh means lie beyond +-2, where tanh is flat,
+/// and a pre-tanh error there changes nothing the policy does yet dominates the squared error.
 ///
 /// One AdamW over the whole network; BF16/FP16 through the precision policy, gradient
 /// accumulation, `train.ema_decay` and `DDP<N>` as every algorithm. Acting needs the env
@@ -77,6 +80,7 @@ class CollectiveDistillation {
     Param<std::int64_t, "obs_dim", "state size of the dataset (the first obs_dim numbers of the env's state; 0: all)", at_least(0)> obs_dim{0};
     Param<double, "lr", "AdamW learning rate", positive> lr{3e-4};
     Param<double, "weight_decay", "AdamW decoupled weight decay", at_least(0)> weight_decay{0.0};
+    Param<bool, "squashed_mean", "regress tanh(mean), the mean action, rather than the pre-tanh mean (see the file comment)"> squashed_mean{true};
     Param<double, "log_std_weight", "weight of the log-std regression in the actor loss", at_least(0)> log_std_weight{0.1};
     Param<double, "critic_weight", "weight of the Q regression", at_least(0)> critic_weight{1.0};
     Param<double, "max_grad_norm", "clip the gradient's global norm (0: off)", at_least(0)> max_grad_norm{1.0};
@@ -101,6 +105,20 @@ class CollectiveDistillation {
     opt_ = FlatAdam(net_->parameters(), {.lr = cfg.lr * ctx.lr_scale(cfg.batch_size), .weight_decay = cfg.weight_decay});
     ema_.set_device(device_);
   }
+
+  /// Maps the dataset's state ranges onto [-1, 1] for the network (a constant dimension is
+  /// only shifted); the offline loop calls it once, before the first update, with the
+  /// dataset's ranges (a restored run keeps its checkpoint's).
+  void fit_normalizer(const at::Tensor& obs_min, const at::Tensor& obs_max, const at::Tensor& /*act_min*/, const at::Tensor& /*act_max*/) {
+    if (obs_min.numel() != od_)
+      throw ConfigError("distill: the dataset's states have " + std::to_string(obs_min.numel()) + " numbers; this collective reads " +
+                        std::to_string(od_) + " (distill.obs_dim)");
+    const auto lo = obs_min.to(at::kFloat), hi = obs_max.to(at::kFloat);
+    const auto half = (hi - lo) * 0.5;
+    net_->set_normalizer(((hi + lo) * 0.5).to(device_), at::where(half > 1e-6, 1.0 / half.clamp_min(1e-6), at::ones_like(half)).to(device_));
+    normalised_ = true;
+  }
+  [[nodiscard]] bool has_normalizer() const noexcept { return normalised_; }
 
   /// Windows of H + 1 rows: H history tokens and the target.
   [[nodiscard]] std::pair<std::int64_t, std::int64_t> sequence() const noexcept { return {*cfg_.history + 1, 1}; }
@@ -154,7 +172,8 @@ class CollectiveDistillation {
       const auto rep = net_->represent(tokens, mask);
       auto [mean, log_std] = net_->policy(rep, obs);
       auto [q1, q2] = net_->q(rep, obs, action);
-      lm = (mean.to(at::kFloat) - dev(b.mean)).square().sum(-1).mean();
+      lm = cfg_.squashed_mean ? (mean.to(at::kFloat).tanh() - dev(b.mean).tanh()).square().sum(-1).mean()
+                              : (mean.to(at::kFloat) - dev(b.mean)).square().sum(-1).mean();
       ls = (log_std.to(at::kFloat) - dev(b.log_std)).square().sum(-1).mean();
       const auto y = dev(b.q_target);
       lq = 0.5 * ((q1.to(at::kFloat) - y).square().mean() + (q2.to(at::kFloat) - y).square().mean());
@@ -193,6 +212,8 @@ class CollectiveDistillation {
     w.value(*c.log_std_min);
     w.value(*c.log_std_max);
     write_tensor(w, ema_.defined() ? ema_.weights() : opt_.parameters().flat(), "the collective's weights");
+    write_tensor(w, net_->obs_shift(), "the collective's state shift");
+    write_tensor(w, net_->obs_scale(), "the collective's state scale");
   }
 
   /// State protocol: the network with its AdamW state, the update count, the average.
@@ -200,23 +221,33 @@ class CollectiveDistillation {
     FlatAdam::Saved opt;
     std::int64_t updates = 0;
     Ema::Saved ema;
+    bool normalised = false;
+    at::Tensor shift, scale;
   };
   void save(BinaryWriter& w) const {
     opt_.save(w);
     w.value(updates_);
     ema_.save(w);
+    w.value(normalised_);
+    write_tensor(w, net_->obs_shift(), "the collective's state shift");
+    write_tensor(w, net_->obs_scale(), "the collective's state scale");
   }
   [[nodiscard]] Saved read(BinaryReader& r) const {
     Saved s;
     s.opt = opt_.read(r, "collective network");
     s.updates = r.value<std::int64_t>("collective update count");
     s.ema = ema_.read(r, "collective averaged parameters", opt_.parameters().flat());
+    s.normalised = r.value<bool>("collective normalisation flag");
+    s.shift = read_tensor(r, "collective state shift", net_->obs_shift());
+    s.scale = read_tensor(r, "collective state scale", net_->obs_scale());
     return s;
   }
   void restore(const Saved& s) {
     opt_.restore(s.opt);
     updates_ = s.updates;
     ema_.restore(s.ema);
+    normalised_ = s.normalised;
+    net_->set_normalizer(s.shift.to(device_), s.scale.to(device_));
   }
 
   /// Sets the network's weights (flat, in the order of its parameters), e.g. a saved collective's.
@@ -238,6 +269,7 @@ class CollectiveDistillation {
   FlatAdam opt_;
   std::int64_t updates_ = 0;
   Ema ema_;
+  bool normalised_ = false;
 };
 
 static_assert(Algorithm<CollectiveDistillation>);
@@ -272,6 +304,9 @@ inline nn::CollectiveTransformer load_collective(const std::filesystem::path& fi
     torch::NoGradGuard no_grad;
     flat.flat().copy_(w.to(device));
   }
+  const auto shift = read_tensor(r, "the collective's state shift", net->obs_shift());
+  const auto scale = read_tensor(r, "the collective's state scale", net->obs_scale());
+  net->set_normalizer(shift.to(device), scale.to(device));
   return net;
 }
 

@@ -77,6 +77,7 @@ class CollectiveStudent {
                         std::to_string(src.numel()) + " weights; this student's (student.distill.*) has history " + std::to_string(h_) +
                         ", state " + std::to_string(od_) + ", action " + std::to_string(ad_) + " and " + std::to_string(dst.numel()));
     distill_.set_weights(src.flat());
+    distill_.network()->set_normalizer(net->obs_shift(), net->obs_scale());
   }
 
   /// The shaping weight after `env_steps` env steps of the run.
@@ -119,6 +120,9 @@ class CollectiveStudent {
     info.metrics.emplace_back("shaping_weight", last_weight_);
     return info;
   }
+  /// The collective's state normaliser (the distillation stage fits it to its dataset).
+  void fit_normalizer(const at::Tensor& lo, const at::Tensor& hi, const at::Tensor& a, const at::Tensor& b) { distill_.fit_normalizer(lo, hi, a, b); }
+  [[nodiscard]] bool has_normalizer() const noexcept { return distill_.has_normalizer() || !cfg_.shaping->collective->empty(); }
   /// A distillation update of the collective (the first stage of a staged run).
   UpdateInfo update(const CollectiveBatch& b, StepContext& ctx) { return distill_.update(b, ctx); }
 

@@ -14,6 +14,8 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <array>
+#include <cmath>
 #include <cstdint>
 #include <filesystem>
 #include <memory>
@@ -76,6 +78,29 @@ class CollectiveDataset {
     if (!loader_ || loader_->options().batch != n) make_loader(n);
     auto b = loader_->next();
     return {b.fields[0], b.fields[1], b.fields[2], b.fields[3], b.fields[4], b.fields[5], b.fields[6], b.fields[7]};
+  }
+
+  /// The states' ranges over the whole file (obs min and max; then the action bounds, -1 and
+  /// 1), read in blocks; for an algorithm's `fit_normalizer`.
+  [[nodiscard]] std::array<at::Tensor, 4> ranges() const {
+    if (!file_) throw ConfigError("CollectiveDataset: no dataset loaded (train.dataset)");
+    const std::int64_t od = file_->obs_dim(), ad = file_->act_dim(), n = file_->rows();
+    std::vector<float> lo(static_cast<std::size_t>(od), INFINITY), hi(static_cast<std::size_t>(od), -INFINITY), block;
+    std::vector<std::int64_t> ids;
+    for (std::int64_t b = 0; b < n; b += 65536) {
+      const std::int64_t m = std::min<std::int64_t>(65536, n - b);
+      ids.resize(static_cast<std::size_t>(m));
+      for (std::int64_t i = 0; i < m; ++i) ids[static_cast<std::size_t>(i)] = b + i;
+      block.resize(static_cast<std::size_t>(m * od));
+      file_->read(CollectiveFile::obs, ids, block.data());
+      for (std::int64_t i = 0; i < m; ++i)
+        for (std::int64_t j = 0; j < od; ++j) {
+          const float v = block[static_cast<std::size_t>(i * od + j)];
+          lo[static_cast<std::size_t>(j)] = std::min(lo[static_cast<std::size_t>(j)], v);
+          hi[static_cast<std::size_t>(j)] = std::max(hi[static_cast<std::size_t>(j)], v);
+        }
+    }
+    return {at::tensor(lo), at::tensor(hi), at::full({ad}, -1.0f), at::full({ad}, 1.0f)};
   }
 
   [[nodiscard]] std::int64_t size() const noexcept { return file_ ? file_->rows() : 0; }

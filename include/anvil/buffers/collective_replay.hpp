@@ -6,6 +6,7 @@
 /// buffer (`UniformBuffer`, filled and sampled in the second). Both are in every checkpoint:
 /// the dataset's loader position and the replay's transitions. Needs `anvil::hdf5`.
 
+#include <array>
 #include <cstdint>
 #include <filesystem>
 
@@ -45,6 +46,8 @@ class CollectiveReplay {
   ReplayBatch sample(std::int64_t n) { return replay_.sample(n); }
   CollectiveBatch sample_dataset(std::int64_t n) { return dataset_.sample(n); }
   [[nodiscard]] std::int64_t dataset_size() const noexcept { return dataset_.size(); }
+  /// The dataset's state ranges (for the collective's normaliser).
+  [[nodiscard]] std::array<at::Tensor, 4> ranges() const { return dataset_.ranges(); }
   [[nodiscard]] std::int64_t size() const noexcept { return replay_.size(); }
   [[nodiscard]] std::int64_t capacity() const noexcept { return replay_.capacity(); }
   [[nodiscard]] CollectiveDataset& dataset() noexcept { return dataset_; }

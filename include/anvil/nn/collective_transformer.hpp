@@ -76,13 +76,26 @@ class CollectiveTransformerImpl : public torch::nn::Cloneable<CollectiveTransfor
     policy_ = register_module("policy", Mlp(d + od_, widths(cfg_.hidden), 2 * ad_, cfg_.activation));
     q1_ = register_module("q1", Mlp(d + od_ + ad_, widths(cfg_.hidden), 1, cfg_.activation));
     q2_ = register_module("q2", Mlp(d + od_ + ad_, widths(cfg_.hidden), 1, cfg_.activation));
+    shift_ = register_buffer("obs_shift", torch::zeros({od_}));
+    scale_ = register_buffer("obs_scale", torch::ones({od_}));
   }
+
+  /// States are normalised as (s - shift) * scale before use (in the history tokens too):
+  /// the dataset's ranges mapped onto [-1, 1] (see CollectiveDistillation::fit_normalizer).
+  void set_normalizer(const at::Tensor& shift, const at::Tensor& scale) {
+    torch::NoGradGuard no_grad;
+    shift_.copy_(shift.reshape({od_}));
+    scale_.copy_(scale.reshape({od_}));
+  }
+  [[nodiscard]] const at::Tensor& obs_shift() const noexcept { return shift_; }
+  [[nodiscard]] const at::Tensor& obs_scale() const noexcept { return scale_; }
 
   /// The task representation [B, d_model] (float32) of histories `tokens` [B, H, od + ad + 1]
   /// with `mask` [B, H] (1: the token is part of the history).
   at::Tensor represent(const at::Tensor& tokens, const at::Tensor& mask) {
     const std::int64_t b = tokens.size(0), d = cfg_.d_model, heads = cfg_.heads, dh = d / heads;
-    auto x = at::cat({summary_.expand({b, 1, d}).to(tokens.scalar_type()), embed_->forward(tokens).to(tokens.scalar_type())}, 1);
+    const auto t = at::cat({normalise(tokens.narrow(-1, 0, od_)), tokens.narrow(-1, od_, ad_ + 1)}, -1);
+    auto x = at::cat({summary_.expand({b, 1, d}).to(t.scalar_type()), embed_->forward(t).to(t.scalar_type())}, 1);
     x = x + position_.to(x.scalar_type());
     // Keys that may be attended to: the summary and the history's valid tokens.
     const auto keep = at::cat({at::ones({b, 1}, mask.options()), mask}, 1).to(at::kFloat);
@@ -102,7 +115,7 @@ class CollectiveTransformerImpl : public torch::nn::Cloneable<CollectiveTransfor
   /// Mean and log standard deviation (squashed into [log_std_min, log_std_max]) of the
   /// pre-tanh Gaussian at `state` [B, od] for representation `rep`.
   std::pair<at::Tensor, at::Tensor> policy(const at::Tensor& rep, const at::Tensor& state) {
-    auto out = policy_->forward(at::cat({rep.to(state.scalar_type()), state}, -1));
+    auto out = policy_->forward(at::cat({rep.to(state.scalar_type()), normalise(state)}, -1));
     auto mean = out.narrow(-1, 0, ad_);
     auto raw = out.narrow(-1, ad_, ad_).tanh();
     const double lo = cfg_.log_std_min, hi = cfg_.log_std_max;
@@ -110,7 +123,7 @@ class CollectiveTransformerImpl : public torch::nn::Cloneable<CollectiveTransfor
   }
   /// Both Q estimates [B] of `action` at `state`.
   std::pair<at::Tensor, at::Tensor> q(const at::Tensor& rep, const at::Tensor& state, const at::Tensor& action) {
-    auto in = at::cat({rep.to(state.scalar_type()), state, action.to(state.scalar_type())}, -1);
+    auto in = at::cat({rep.to(state.scalar_type()), normalise(state), action.to(state.scalar_type())}, -1);
     return {q1_->forward(in).squeeze(-1), q2_->forward(in).squeeze(-1)};
   }
 
@@ -135,6 +148,7 @@ class CollectiveTransformerImpl : public torch::nn::Cloneable<CollectiveTransfor
     torch::nn::LayerNorm norm1{nullptr}, norm2{nullptr};
     torch::nn::Linear qkv{nullptr}, out{nullptr}, ff1{nullptr}, ff2{nullptr};
   };
+  [[nodiscard]] at::Tensor normalise(const at::Tensor& s) const { return (s - shift_.to(s.scalar_type())) * scale_.to(s.scalar_type()); }
   // Layer norm in float32 (under autocast too); the result in float32.
   static at::Tensor norm(torch::nn::LayerNorm& ln, const at::Tensor& x) {
     const Float32Scope float32(x.device().type());
@@ -144,7 +158,7 @@ class CollectiveTransformerImpl : public torch::nn::Cloneable<CollectiveTransfor
   std::int64_t od_, ad_, h_;
   Config cfg_;
   torch::nn::Linear embed_{nullptr};
-  at::Tensor position_, summary_;
+  at::Tensor position_, summary_, shift_, scale_;
   std::vector<Block> blocks_;
   torch::nn::LayerNorm final_norm_{nullptr};
   Mlp policy_{nullptr}, q1_{nullptr}, q2_{nullptr};

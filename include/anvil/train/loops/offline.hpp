@@ -142,7 +142,7 @@ struct OfflineLoop {
       // An algorithm that scales its inputs by the data's ranges learns them once, before its
       // first update (a restored one keeps its checkpoint's).
       if constexpr (requires { p_.algorithm.fit_normalizer(p_.buffer.ranges()[0], at::Tensor(), at::Tensor(), at::Tensor()); })
-        if (!p_.algorithm.has_normalizer() && p_.buffer.size() > 0) {
+        if (!p_.algorithm.has_normalizer() && dataset_size(p_.buffer) > 0) {
           const auto r = p_.buffer.ranges();
           p_.algorithm.fit_normalizer(r[0], r[1], r[2], r[3]);
         }
