@@ -7,14 +7,17 @@
 # 3. on STUDENT_TASK, the shaped student against plain SAC (the same program with the
 #    shaping weight at 0), one run per seed, two at a time.
 # benchmarks/collective_table.py OUT_DIR prints the tables of benchmarks/RESULTS.md.
+# PHASES (default "workers distill students") runs some of the three.
 set -euo pipefail
 build=$1 out=$2 tasks=${3:-reach drawer-close window-open} student=${4:-window-open} seeds=${5:-1 2 3}
 bin=$build/examples/collective
 unset OPENBLAS_CORETYPE OPENBLAS_L2_SIZE
 mkdir -p "$out"
 common=(--progress=off --run.update_threads=1)
+phases=${PHASES:-workers distill students}
 # Workers run two at a time, each into a file of its own (an append rewrites the file), merged
 # in task order afterwards.
+if [[ $phases == *workers* ]]; then
 pids=()
 for t in $tasks; do
   $bin --experiment.mode=train_worker --env.tasks=$t --experiment.dataset=$out/worker_$t.hdf5 \
@@ -27,8 +30,12 @@ rm -f $out/collective.hdf5
 files=""
 for t in $tasks; do files="$files${files:+,}$out/worker_$t.hdf5"; done
 $bin --experiment.mode=merge --experiment.dataset=$out/collective.hdf5 --experiment.merge=$files
+fi
+if [[ $phases == *distill* ]]; then
 $bin --experiment.mode=distill_collective_transformer --experiment.dataset=$out/collective.hdf5 \
-     --run_dir=$out/distill_fp32 --progress=off > $out/distill_fp32.log 2>&1
+     --run_dir=$out/distill_fp32 "${common[@]}" > $out/distill_fp32.log 2>&1
+fi
+[[ $phases == *students* ]] || exit 0
 pids=()
 for s in $seeds; do
   for w in shaped plain; do

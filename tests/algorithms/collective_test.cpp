@@ -408,6 +408,35 @@ TEST_CASE("Collective: a worker's copies are each env's newest transitions, labe
   CHECK_THROWS_WITH_AS(CollectiveStudent(spec, sc, RunContext{}), doctest::Contains("student.shaping.collective"), ConfigError);
 }
 
+TEST_CASE("Collective: h5py reads the collective dataset as its layout says") {
+  const std::string python = ANVIL_H5PY_PYTHON;
+  if (python.empty()) {
+    MESSAGE("no Python with h5py was found when configuring (Debian: python3-h5py): not checked");
+    return;
+  }
+  const auto dir = std::filesystem::path(temp_run_dir("collective_h5py"));
+  const auto file = dir / "c.hdf5";
+  append_collective(file, "a", small_rows(40, 3, 1, 1.0f), {20, 20});
+  append_collective(file, "b", small_rows(10, 3, 1, 2.0f), {10});
+  const auto script = dir / "check.py";
+  std::ofstream(script) << "import sys, h5py\n"
+                           "f = h5py.File(sys.argv[1], 'r')\n"
+                           "assert f.attrs['format'] == 'anvil collective transitions' and f.attrs['version'] == 1\n"
+                           "assert f.attrs['tasks'].split() == ['a', 'b']\n"
+                           "assert f['obs'].shape == (50, 3) and f['action'].shape == (50, 1) and f['q_target'].shape == (50,)\n"
+                           "assert f['segments'][:].tolist() == [[0, 20, 0], [20, 20, 0], [40, 10, 1]]\n"
+                           "assert abs(f['q_target'][45] - 7.0) < 1e-6 and f['episode_start'][40] == 1\n"
+                           "print('ok')\n";
+  const std::string cmd = python + " " + script.string() + " " + file.string() + " 2>&1";
+  std::FILE* p = ::popen(cmd.c_str(), "r");
+  REQUIRE(p != nullptr);
+  char buf[512] = {0};
+  std::string out;
+  while (std::fgets(buf, sizeof buf, p)) out += buf;
+  CHECK(::pclose(p) == 0);
+  CHECK(out == "ok\n");
+}
+
 TEST_CASE("Collective: bad or truncated dataset files are refused, naming the file and the field") {
   const auto dir = std::filesystem::path(temp_run_dir("collective_bad"));
   const auto good = dir / "good.hdf5";

@@ -46,10 +46,10 @@ class CollectiveStudent {
   struct Shaping {
     Param<std::string, "collective", "the collective's policy.bin (a distillation run's; empty: the first stage of a staged run trains it)">
         collective{""};
-    Param<double, "weight", "the shaping term's weight during the warm-up", at_least(0)> weight{0.5};
+    Param<double, "weight", "the shaping term's weight during the warm-up", at_least(0)> weight{0.2};
     Param<std::int64_t, "warmup", "env steps of the run at full weight", at_least(0)> warmup{10'000};
     Param<std::int64_t, "decay", "env steps over which the weight then falls linearly to 0", at_least(0)> decay{20'000};
-    Param<double, "min_log_prob", "the log-likelihood is clipped from below at this", in_range(-1e6, 0)> min_log_prob{-20.0};
+    Param<double, "min_log_prob", "the log-likelihood is clipped from below at this", in_range(-1e6, 0)> min_log_prob{-10.0};
   };
   struct Config {
     Section<"shaping", Shaping> shaping;
