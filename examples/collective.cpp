@@ -75,6 +75,18 @@ void run_defaults(Cfg& c) {
   c.run->threads = 1;
 }
 
+// A worker's or a student's run: 60K env steps on 4 envs, evaluated every 5K.
+template <class Cfg>
+void online_defaults(Cfg& c, anvil::SAC::Config& sac) {
+  run_defaults(c);
+  c.env->num_envs = 4;
+  c.train->steps = 60'000;
+  c.train->learning_starts = 2'000;
+  c.train->eval_interval = 5'000;
+  c.run->checkpoint_interval = 10'000;
+  worker_defaults(sac);
+}
+
 // The only task of a worker or student run (its name tags the dataset's rows).
 std::string one_task(const std::vector<std::string>& tasks, const char* mode) {
   if (tasks.size() != 1)
@@ -85,14 +97,8 @@ std::string one_task(const std::vector<std::string>& tasks, const char* mode) {
 int train_worker(const anvil::Args& args, const Experiment& e) {
   using Trainer = anvil::Trainer<anvil::SAC, anvil::CollectiveTap<>, anvil::DDPAuto>;
   Trainer::Config d;
-  run_defaults(d);
-  d.env->num_envs = 4;
-  d.train->steps = 60'000;
-  d.train->learning_starts = 2'000;
-  d.train->eval_interval = 5'000;
-  d.run->checkpoint_interval = 10'000;
+  online_defaults(d, *d.algorithm);
   d.run->checkpoint_buffer = true;  // the copies are buffer state
-  worker_defaults(*d.algorithm);
   auto cfg = anvil::start<Trainer>(args, d);
   const auto task = one_task(*cfg.env->tasks, "train_worker");
   Trainer trainer(Manipulation{}, cfg, "collective");
@@ -135,13 +141,7 @@ int distill(const anvil::Args& args, const Experiment& e) {
 int train_student(const anvil::Args& args) {
   using Trainer = anvil::Trainer<anvil::CollectiveStudent, anvil::UniformBuffer>;
   Trainer::Config d;
-  run_defaults(d);
-  d.env->num_envs = 4;
-  d.train->steps = 60'000;
-  d.train->learning_starts = 2'000;
-  d.train->eval_interval = 5'000;
-  d.run->checkpoint_interval = 10'000;
-  worker_defaults(*d.algorithm->sac);
+  online_defaults(d, *d.algorithm->sac);
   d.algorithm->distill->history = 4;
   auto cfg = anvil::start<Trainer>(args, d);
   one_task(*cfg.env->tasks, "train_student");
@@ -178,15 +178,8 @@ int staged(const anvil::Args& args, const Experiment& e) {
 
 int main(int argc, char** argv) {
   // --experiment.* are this program's; the rest go to the Trainer.
-  std::vector<char*> mine{argv[0]}, theirs{argv[0]};
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    (a.rfind("--experiment.", 0) == 0 || a.rfind("experiment.", 0) == 0 ? mine : theirs).push_back(argv[i]);
-    if (a == "--help") mine.push_back(argv[i]);
-  }
-  const auto args = anvil::start(static_cast<int>(theirs.size()), theirs.data());
-  Experiment e;
-  if (!args.help) e = *anvil::start_config<ExperimentConfig>(static_cast<int>(mine.size()), mine.data()).experiment;
+  const auto [args, own] = anvil::start_with_section<ExperimentConfig>(argc, argv, "experiment");
+  const Experiment& e = *own.experiment;
   try {
     if (*e.mode == "train_worker") return train_worker(args, e);
     if (*e.mode == "distill_collective_transformer" || *e.mode == "distill") {

@@ -188,15 +188,8 @@ int train(const anvil::Args& args) {
 
 int main(int argc, char** argv) {
   // --experiment.* are this program's; the rest go to the Trainer.
-  std::vector<char*> mine{argv[0]}, theirs{argv[0]};
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    (a.rfind("--experiment.", 0) == 0 || a.rfind("experiment.", 0) == 0 ? mine : theirs).push_back(argv[i]);
-    if (a == "--help") mine.push_back(argv[i]);
-  }
-  const auto args = anvil::start(static_cast<int>(theirs.size()), theirs.data());
-  Experiment e;
-  if (!args.help) e = *anvil::start_config<ExperimentConfig>(static_cast<int>(mine.size()), mine.data()).experiment;
+  const auto [args, own] = anvil::start_with_section<ExperimentConfig>(argc, argv, "experiment");
+  const Experiment& e = *own.experiment;
   try {
     if (*e.mode == "record") return record(e);
     if (*e.mode == "expert") return expert_score(e);

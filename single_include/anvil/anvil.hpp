@@ -18040,7 +18040,9 @@ class Run {
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <string_view>
 #include <utility>
+#include <vector>
 
 // ---- begin <anvil/train/sweep.hpp> ----
 /// @file
@@ -18393,6 +18395,26 @@ Config start_config(const Args& args, Config defaults = {}) {
 template <class Config>
 Config start_config(int argc, char** argv, Config defaults = {}) {
   return start_config<Config>(start(argc, argv), std::move(defaults));
+}
+
+/// For a program with a config section of its own beside a Trainer's (a program with modes:
+/// `--experiment.mode=...`): the arguments of section `section` (`--<section>.*`,
+/// `<section>.*`) parsed into `Own` (a config holding that section; its defaults under
+/// `--help`), and `start(argc, argv)` of the others, for the Trainer's `start<Trainer>`.
+/// `--help` goes to both.
+template <class Own>
+std::pair<Args, Own> start_with_section(int argc, char** argv, std::string_view section) {
+  std::vector<char*> mine{argv[0]}, theirs{argv[0]};
+  const std::string dashed = "--" + std::string(section) + ".", plain = std::string(section) + ".";
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view a = argv[i];
+    (a.starts_with(dashed) || a.starts_with(plain) ? mine : theirs).push_back(argv[i]);
+    if (a == "--help") mine.push_back(argv[i]);
+  }
+  auto args = start(static_cast<int>(theirs.size()), theirs.data());
+  Own own{};
+  if (!args.help) own = start_config<Own>(static_cast<int>(mine.size()), mine.data());
+  return {std::move(args), std::move(own)};
 }
 
 /// The config of a `Trainer` from `args` over `defaults` (see file comment): answers

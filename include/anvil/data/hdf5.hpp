@@ -189,17 +189,8 @@ class File {
   void read_rows(const std::string& path, std::int64_t begin, std::int64_t count, T* out) const {
     if (count <= 0) return;
     const auto d = open_dataset(path);
-    const Shape sh = shape(path);
-    if (sh.empty() || begin < 0 || begin + count > sh[0])
-      fail(path, "rows [" + std::to_string(begin) + ", " + std::to_string(begin + count) + ") are outside its " +
-                     shape_string(sh));
-    std::vector<hsize_t> start(sh.size(), 0), n(sh.begin(), sh.end());
-    start[0] = static_cast<hsize_t>(begin);
-    n[0] = static_cast<hsize_t>(count);
-    const detail::Handle file_space(H5Dget_space(d.get()), H5Sclose);
-    H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, start.data(), nullptr, n.data(), nullptr);
-    const detail::Handle mem(H5Screate_simple(static_cast<int>(n.size()), n.data(), nullptr), H5Sclose);
-    if (H5Dread(d.get(), detail::native_type<T>(), mem.get(), file_space.get(), H5P_DEFAULT, out) < 0)
+    const auto sel = rows_selection(d, path, begin, count);
+    if (H5Dread(d.get(), detail::native_type<T>(), sel.memory.get(), sel.file.get(), H5P_DEFAULT, out) < 0)
       fail(path, "rows [" + std::to_string(begin) + ", " + std::to_string(begin + count) +
                      ") cannot be read (damaged or truncated file?)");
   }
@@ -274,6 +265,22 @@ class File {
     detail::Handle g(H5Gopen2(file_.get(), path.c_str(), H5P_DEFAULT), H5Gclose);
     if (!g.valid()) fail(path, "is not a group");
     return g;
+  }
+  // Rows [begin, begin + count) of dataset `d` (at `path`): its file space with them
+  // selected, and a memory space of their shape; an Error when they are out of range.
+  struct Selection {
+    detail::Handle file, memory;
+  };
+  [[nodiscard]] Selection rows_selection(const detail::Handle& d, const std::string& path, std::int64_t begin, std::int64_t count) const {
+    const Shape sh = shape(path);
+    if (sh.empty() || begin < 0 || begin + count > sh[0])
+      fail(path, "rows [" + std::to_string(begin) + ", " + std::to_string(begin + count) + ") are outside its " + shape_string(sh));
+    std::vector<hsize_t> start(sh.size(), 0), n(sh.begin(), sh.end());
+    start[0] = static_cast<hsize_t>(begin);
+    n[0] = static_cast<hsize_t>(count);
+    Selection s{detail::Handle(H5Dget_space(d.get()), H5Sclose), detail::Handle(H5Screate_simple(static_cast<int>(n.size()), n.data(), nullptr), H5Sclose)};
+    H5Sselect_hyperslab(s.file.get(), H5S_SELECT_SET, start.data(), nullptr, n.data(), nullptr);
+    return s;
   }
   [[nodiscard]] detail::Handle open_dataset(const std::string& path) const {
     if (!exists(path)) fail(path, "missing (no such dataset)");
@@ -355,17 +362,8 @@ class H5Writer {
   void write_rows(const std::string& path, std::int64_t begin, std::int64_t count, const T* values) {
     if (count <= 0) return;
     const auto d = f_.open_dataset(path);
-    const Shape sh = f_.shape(path);
-    if (sh.empty() || begin < 0 || begin + count > sh[0])
-      f_.fail(path, "rows [" + std::to_string(begin) + ", " + std::to_string(begin + count) + ") are outside its " +
-                        shape_string(sh));
-    std::vector<hsize_t> start(sh.size(), 0), n(sh.begin(), sh.end());
-    start[0] = static_cast<hsize_t>(begin);
-    n[0] = static_cast<hsize_t>(count);
-    const detail::Handle file_space(H5Dget_space(d.get()), H5Sclose);
-    H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, start.data(), nullptr, n.data(), nullptr);
-    const detail::Handle mem(H5Screate_simple(static_cast<int>(n.size()), n.data(), nullptr), H5Sclose);
-    if (H5Dwrite(d.get(), detail::native_type<T>(), mem.get(), file_space.get(), H5P_DEFAULT, values) < 0)
+    const auto sel = f_.rows_selection(d, path, begin, count);
+    if (H5Dwrite(d.get(), detail::native_type<T>(), sel.memory.get(), sel.file.get(), H5P_DEFAULT, values) < 0)
       f_.fail(path, "cannot be written (disk full?)");
   }
 
