@@ -36,7 +36,9 @@ def steps_to(run, level=0.8):
             return int(float(r["env_steps"]))
     return None
 
-print("| student | " + " | ".join(f"seed {s}" for s in sorted({p.rsplit('_', 1)[1] for p in glob.glob(os.path.join(out, 'student_*_*')) if os.path.isdir(p)})) + " | median |")
+seeds = sorted({p.rsplit('_', 1)[1] for p in glob.glob(os.path.join(out, 'student_*_*')) if os.path.isdir(p)})
+print("| student: env steps to 80% success | " + " | ".join(f"seed {s}" for s in seeds) + " | median |")
+print("|---|" + "---|" * (len(seeds) + 1))
 for kind in ("shaped", "plain"):
     runs = sorted(p for p in glob.glob(os.path.join(out, f"student_{kind}_*")) if os.path.isdir(p))
     if not runs:

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include <anvil/core/autocast.hpp>
+#include <anvil/core/error.hpp>
 #include <anvil/core/param.hpp>
 #include <anvil/nn/activation.hpp>
 #include <anvil/nn/mlp.hpp>
