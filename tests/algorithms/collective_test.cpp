@@ -492,6 +492,18 @@ TEST_CASE("Collective: bad or truncated dataset files are refused, naming the fi
   std::vector<std::int64_t> ids{3, 17};
   std::vector<float> out(2);
   CHECK_THROWS_WITH_AS(nf.read(CollectiveFile::mean, ids, out.data()), doctest::Contains("mean: row 17 holds a non-finite value"), Error);
+  // A dataset too small for one batch is refused by name when the run asks for a batch.
+  {
+    CollectiveDataset::Config dc;
+    CollectiveDataset data(history_spec(4, 3, 1), dc, RunContext{});
+    StoragePlan plan;
+    plan.sequence_obs = 5;
+    data.plan(plan);
+    data.load(good);
+    CHECK(data.windows() == 2 * (20 - 4));
+    CHECK_THROWS_WITH_AS(data.sample(64), doctest::Contains("fewer than one batch of 64"), ConfigError);
+    CHECK(data.sample(8).obs.sizes() == at::IntArrayRef({8, 3}));
+  }
   // Appending rows of another shape is refused, and the file stays as it was.
   CHECK_THROWS_WITH_AS(append_collective(good, "b", small_rows(10, 4, 1, 0.0f), {10}), doctest::Contains("obs_dim 3"), Error);
   CHECK(CollectiveFile(good).rows() == 40);

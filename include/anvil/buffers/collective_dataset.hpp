@@ -155,6 +155,11 @@ class CollectiveDataset {
     if (st.empty())
       throw ConfigError(file_->name() + ": no segment holds a window of " + std::to_string(window_) + " rows (a history of " +
                         std::to_string(window_ - 1) + " steps and its target)");
+    const auto windows = static_cast<std::int64_t>(st.size());
+    if (windows / world_ < n)
+      throw ConfigError(file_->name() + ": holds " + std::to_string(windows) + " windows of " + std::to_string(window_) + " rows" +
+                        (world_ > 1 ? " (" + std::to_string(windows / world_) + " for each of " + std::to_string(world_) + " ranks)" : std::string()) +
+                        ", fewer than one batch of " + std::to_string(n) + "; lower the algorithm's batch_size (e.g. distill.batch_size)");
     loader_ = std::make_unique<DataLoader>(std::move(st), reader(file_, window_), o);
     loader_->seek(pos);
   }

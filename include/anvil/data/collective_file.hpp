@@ -161,28 +161,33 @@ class CollectiveFile {
   void read(Field k, std::span<const std::int64_t> ids, float* out) const { gather(k, ids, out); }
   void read(Field k, std::span<const std::int64_t> ids, std::uint8_t* out) const { gather(k, ids, out); }
 
+  /// Rows `ids` of every field into `out` (resized; row i of `out` = row ids[i]).
+  void read(std::span<const std::int64_t> ids, CollectiveRows& out) const {
+    out.obs_dim = obs_dim_;
+    out.act_dim = act_dim_;
+    out.resize(static_cast<std::int64_t>(ids.size()));
+    read(obs, ids, out.obs.data());
+    read(next_obs, ids, out.next_obs.data());
+    read(action, ids, out.action.data());
+    read(reward, ids, out.reward.data());
+    read(terminated, ids, out.terminated.data());
+    read(episode_start, ids, out.episode_start.data());
+    read(mean, ids, out.mean.data());
+    read(log_std, ids, out.log_std.data());
+    read(q_target, ids, out.q_target.data());
+  }
+
   /// Every row of the file, in blocks of `block` rows: `f(first_row, rows)` gets them in
   /// `CollectiveRows` (for copying a file; memory stays one block).
   template <class F>
   void for_each_block(std::int64_t block, F&& f) const {
     CollectiveRows r;
-    r.obs_dim = obs_dim_;
-    r.act_dim = act_dim_;
     std::vector<std::int64_t> ids;
     for (std::int64_t b = 0; b < rows_; b += block) {
       const std::int64_t n = std::min(block, rows_ - b);
       ids.resize(static_cast<std::size_t>(n));
       for (std::int64_t i = 0; i < n; ++i) ids[static_cast<std::size_t>(i)] = b + i;
-      r.resize(n);
-      read(obs, ids, r.obs.data());
-      read(next_obs, ids, r.next_obs.data());
-      read(action, ids, r.action.data());
-      read(reward, ids, r.reward.data());
-      read(terminated, ids, r.terminated.data());
-      read(episode_start, ids, r.episode_start.data());
-      read(mean, ids, r.mean.data());
-      read(log_std, ids, r.log_std.data());
-      read(q_target, ids, r.q_target.data());
+      read(ids, r);
       f(b, static_cast<const CollectiveRows&>(r));
     }
   }
@@ -352,18 +357,7 @@ inline void merge_collective(const std::filesystem::path& dst, const std::filesy
       }
     if (ids.empty()) continue;
     CollectiveRows rows;
-    rows.obs_dim = in.obs_dim();
-    rows.act_dim = in.act_dim();
-    rows.resize(static_cast<std::int64_t>(ids.size()));
-    in.read(CollectiveFile::obs, ids, rows.obs.data());
-    in.read(CollectiveFile::next_obs, ids, rows.next_obs.data());
-    in.read(CollectiveFile::action, ids, rows.action.data());
-    in.read(CollectiveFile::reward, ids, rows.reward.data());
-    in.read(CollectiveFile::terminated, ids, rows.terminated.data());
-    in.read(CollectiveFile::episode_start, ids, rows.episode_start.data());
-    in.read(CollectiveFile::mean, ids, rows.mean.data());
-    in.read(CollectiveFile::log_std, ids, rows.log_std.data());
-    in.read(CollectiveFile::q_target, ids, rows.q_target.data());
+    in.read(ids, rows);
     append_collective(dst, in.tasks()[static_cast<std::size_t>(task)], rows, lengths);
   }
 }
