@@ -430,7 +430,7 @@ class BasicSAC {
   /// split, e.g. across ranks (the data-parallel equivalence test uses this).
   UpdateInfo update(const ReplayBatch& batch, StepContext& ctx, const UpdateNoise& noise) {
     const bool per_task = alphas_ > 1;
-    const double alpha = per_task ? 0.0 : log_alpha_.detach().exp().item().toDouble();
+    const double alpha = per_task ? 0.0 : alpha_values()[0];
     const bool actor_step = updates_ % cfg_.actor_update_freq == 0;
     const auto& noise_next = noise.next;
     const auto& noise_obs = noise.obs;
@@ -533,16 +533,17 @@ class BasicSAC {
     }
     ctx.apply(std::move(steps));
     {
-      const auto alphas = log_alpha_.detach().exp().to(at::kCPU, at::kDouble);
-      info.metrics.emplace_back("alpha", alphas.mean().item<double>());
+      const auto alphas = alpha_values();
+      double mean = 0;
+      for (const double a : alphas) mean += a / static_cast<double>(alphas.size());
+      info.metrics.emplace_back("alpha", mean);
       if (per_task)
-        for (std::int64_t k = 0; k < alphas_; ++k)
-          info.metrics.emplace_back("alpha/" + task_names_[static_cast<std::size_t>(k)], alphas[k].item<double>());
+        for (std::size_t k = 0; k < alphas.size(); ++k) info.metrics.emplace_back("alpha/" + task_names_[k], alphas[k]);
     }
 
     if (updates_ % cfg_.target_update_freq == 0) {
       torch::NoGradGuard no_grad;
-      target_.flat().lerp_(critic_opt_.parameters().flat(), *cfg_.tau);
+      polyak(target_.flat(), critic_opt_.parameters().flat(), *cfg_.tau);
     }
     ++updates_;
     info.td_error = critic.td;
@@ -745,6 +746,19 @@ class BasicSAC {
   FlatParameters target_;
   std::int64_t updates_ = 0;
   std::unique_ptr<detail::SacManual> manual_;  // the fast path, when it applies
+
+  // exp(log alpha) of each temperature, read straight from host memory when it is there
+  // (two LibTorch ops and a copy per update otherwise).
+  [[nodiscard]] std::vector<double> alpha_values() const {
+    if (log_alpha_.device().is_cpu() && log_alpha_.scalar_type() == at::kFloat && log_alpha_.is_contiguous()) {
+      const float* la = log_alpha_.data_ptr<float>();
+      std::vector<double> a(static_cast<std::size_t>(alphas_));
+      for (std::size_t k = 0; k < a.size(); ++k) a[k] = std::exp(static_cast<double>(la[k]));
+      return a;
+    }
+    const auto t = log_alpha_.detach().exp().to(at::kCPU, at::kDouble).contiguous();
+    return {t.data_ptr<double>(), t.data_ptr<double>() + t.numel()};
+  }
   Ema ema_;                                     // averaged actor weights (train.ema_decay)
 };
 

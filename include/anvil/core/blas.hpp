@@ -9,11 +9,17 @@
 /// it knows; for one it does not know it may settle on AVX2 kernels. `prefer_fast_blas` then
 /// restarts the program once with `OPENBLAS_CORETYPE=SkylakeX` (OpenBLAS reads the variable
 /// only when it loads). It does nothing when the variable is already
-/// set. A user who sets OPENBLAS_CORETYPE themselves keeps their choice. Light header.
+/// set. A user who sets OPENBLAS_CORETYPE themselves keeps their choice.
+///
+/// `blas::gemm` is a row-major single-precision matrix product that calls the BLAS Torch
+/// uses directly (found at run time, so nothing more is linked), for the hand-written fast
+/// paths of small networks: at RL sizes a LibTorch op costs as much again as its arithmetic
+/// (see nn/manual_mlp.hpp). Light header.
 
 #include <dlfcn.h>
 #include <unistd.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -88,5 +94,55 @@ inline void prefer_fast_blas(int argc, char** argv) {
   ::execv("/proc/self/exe", argv);
   // exec failed: carry on with the kernels we have.
 }
+
+namespace blas {
+
+/// The Fortran BLAS single-precision matrix product (column-major).
+using sgemm_fn = void (*)(const char* transa, const char* transb, const int* m, const int* n, const int* k,
+                          const float* alpha, const float* a, const int* lda, const float* b, const int* ldb,
+                          const float* beta, float* c, const int* ldc);
+
+/// The BLAS `sgemm_` of this process: the one Torch loaded (Debian's libtorch links
+/// libblas.so.3), else OpenBLAS or the system BLAS opened here; null when there is none
+/// (`gemm` then computes with plain loops).
+inline sgemm_fn sgemm() {
+  static const sgemm_fn fn = [] {
+    if (void* f = ::dlsym(RTLD_DEFAULT, "sgemm_")) return reinterpret_cast<sgemm_fn>(f);
+    for (const char* lib : {"libopenblas.so.0", "libblas.so.3"})
+      if (void* h = ::dlopen(lib, RTLD_NOW | RTLD_LOCAL))
+        if (void* f = ::dlsym(h, "sgemm_")) return reinterpret_cast<sgemm_fn>(f);
+    return sgemm_fn{nullptr};
+  }();
+  return fn;
+}
+
+/// Row-major C[m, n] = alpha * op(A) op(B) + beta * C, op(X) = X or X^T (`trans_a`,
+/// `trans_b`); lda, ldb, ldc are the row strides of A, B and C as stored.
+inline void gemm(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, float alpha,
+                 const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float beta, float* c,
+                 std::int64_t ldc) {
+  if (m == 0 || n == 0) return;
+  if (const sgemm_fn f = sgemm()) {
+    // Row-major C is column-major C^T = op(B)^T op(A)^T: swap the operands.
+    const char ta = trans_a ? 'T' : 'N', tb = trans_b ? 'T' : 'N';
+    const int M = static_cast<int>(n), N = static_cast<int>(m), K = static_cast<int>(k);
+    const int la = static_cast<int>(lda), lb = static_cast<int>(ldb), lc = static_cast<int>(ldc);
+    f(&tb, &ta, &M, &N, &K, &alpha, b, &lb, a, &la, &beta, c, &lc);
+    return;
+  }
+  for (std::int64_t i = 0; i < m; ++i) {
+    float* ci = c + i * ldc;
+    for (std::int64_t j = 0; j < n; ++j) ci[j] = beta == 0.f ? 0.f : beta * ci[j];
+    for (std::int64_t p = 0; p < k; ++p) {
+      const float aip = alpha * (trans_a ? a[p * lda + i] : a[i * lda + p]);
+      if (trans_b)
+        for (std::int64_t j = 0; j < n; ++j) ci[j] += aip * b[j * ldb + p];
+      else
+        for (std::int64_t j = 0; j < n; ++j) ci[j] += aip * b[p * ldb + j];
+    }
+  }
+}
+
+}  // namespace blas
 
 }  // namespace anvil

@@ -6,7 +6,8 @@
 /// product, while autograd spends about as long again per op on bookkeeping (graph nodes,
 /// saved tensors, a fresh output allocation). `MlpTape` runs the same arithmetic as
 /// `Mlp::forward` plus autograd (one `addmm` per layer, the activation in place) into
-/// buffers it keeps between calls, and its backward computes exactly the gradients asked
+/// buffers it keeps between calls (the products straight through BLAS, the rest as plain loops),
+/// and its backward computes exactly the gradients asked
 /// for: weight gradients straight into the caller's buffers (e.g. views of a `FlatAdam`'s
 /// flat gradient), the input gradient only when wanted. Algorithms use it as a fast path
 /// for their default networks and keep autograd for everything else.
@@ -18,6 +19,8 @@
 #include <cstdint>
 #include <vector>
 
+#include <anvil/core/blas.hpp>
+#include <anvil/core/simd.hpp>
 #include <anvil/nn/activation.hpp>
 #include <anvil/nn/mlp.hpp>
 
@@ -35,8 +38,7 @@ namespace detail {
 inline void activate_inplace(float* x, std::int64_t n, Activation a) {
   switch (a) {
     case Activation::relu:
-      for (std::int64_t i = 0; i < n; ++i) x[i] = x[i] > 0.f ? x[i] : 0.f;
-      return;
+      return simd::relu(x, n);
     case Activation::leaky_relu:
       for (std::int64_t i = 0; i < n; ++i) x[i] = x[i] > 0.f ? x[i] : 0.01f * x[i];
       return;
@@ -54,8 +56,7 @@ inline void activate_inplace(float* x, std::int64_t n, Activation a) {
 inline void activation_backward_inplace(float* g, const float* y, std::int64_t n, Activation a) {
   switch (a) {
     case Activation::relu:
-      for (std::int64_t i = 0; i < n; ++i) g[i] = y[i] > 0.f ? g[i] : 0.f;
-      return;
+      return simd::relu_backward(g, y, n);
     case Activation::leaky_relu:
       for (std::int64_t i = 0; i < n; ++i) g[i] = y[i] > 0.f ? g[i] : 0.01f * g[i];
       return;
@@ -73,6 +74,8 @@ inline void activation_backward_inplace(float* g, const float* y, std::int64_t n
 
 /// One hand-written forward pass of an `Mlp` and what its backward needs (see file comment).
 /// Inputs and gradients are contiguous float32 CPU tensors; run it under `torch::NoGradGuard`.
+/// Matrix products call BLAS directly (`blas::gemm`) and everything else is a plain loop:
+/// no LibTorch op runs in a forward or backward once the buffers exist.
 /// A tape belongs to one pass at a time: use one per concurrent forward.
 class MlpTape {
  public:
@@ -96,11 +99,19 @@ class MlpTape {
         g_.push_back(at::empty({batch, l->weight.size(0)}, x.options()));
       }
     }
-    x_ = x;
+    x_ = x.contiguous();
+    const float* in = x_.data_ptr<float>();
+    std::int64_t in_dim = x_.size(1);
     for (std::size_t i = 0; i < layers.size(); ++i) {
-      at::addmm_out(h_[i], layers[i]->bias, i ? h_[i - 1] : x_, layers[i]->weight.t());
-      if (i + 1 < layers.size())
-        detail::activate_inplace(h_[i].data_ptr<float>(), h_[i].numel(), m.activation());
+      const std::int64_t out_dim = layers[i]->weight.size(0);
+      float* h = h_[i].data_ptr<float>();
+      const float* bias = layers[i]->bias.data_ptr<float>();
+      simd::fill_rows(h, bias, batch, out_dim);
+      blas::gemm(false, true, batch, out_dim, in_dim, 1.f, in, in_dim, layers[i]->weight.data_ptr<float>(), in_dim,
+                 1.f, h, out_dim);
+      if (i + 1 < layers.size()) detail::activate_inplace(h, batch * out_dim, m.activation());
+      in = h;
+      in_dim = out_dim;
     }
     return h_.back();
   }
@@ -112,20 +123,26 @@ class MlpTape {
   void backward(const MlpImpl& m, const at::Tensor& dy, std::vector<at::Tensor>* grads,
                 at::Tensor* dx) {
     const auto& layers = m.layers();
-    const at::Tensor* d = &dy;
+    const std::int64_t batch = x_.size(0);
+    const float* d = dy.data_ptr<float>();
     for (std::size_t k = layers.size(); k-- > 0;) {
-      const at::Tensor& in = k ? h_[k - 1] : x_;
+      const std::int64_t out_dim = layers[k]->weight.size(0), in_dim = layers[k]->weight.size(1);
+      const float* in = k ? h_[k - 1].data_ptr<float>() : x_.data_ptr<float>();
+      const float* w = layers[k]->weight.data_ptr<float>();
       if (grads) {
-        at::mm_out((*grads)[2 * k], d->t(), in);
-        at::sum_out((*grads)[2 * k + 1], *d, {0});
+        // dW = d^T in; db = the column sums of d
+        blas::gemm(true, false, out_dim, in_dim, batch, 1.f, d, out_dim, in, in_dim, 0.f,
+                   (*grads)[2 * k].data_ptr<float>(), in_dim);
+        simd::column_sums((*grads)[2 * k + 1].data_ptr<float>(), d, batch, out_dim);
       }
       if (k > 0) {
-        at::mm_out(g_[k - 1], *d, layers[k]->weight);
-        detail::activation_backward_inplace(g_[k - 1].data_ptr<float>(), h_[k - 1].data_ptr<float>(),
-                                            g_[k - 1].numel(), m.activation());
-        d = &g_[k - 1];
+        float* g = g_[k - 1].data_ptr<float>();
+        blas::gemm(false, false, batch, in_dim, out_dim, 1.f, d, out_dim, w, in_dim, 0.f, g, in_dim);
+        detail::activation_backward_inplace(g, h_[k - 1].data_ptr<float>(), batch * in_dim, m.activation());
+        d = g;
       } else if (dx) {
-        at::mm_out(*dx, *d, layers[0]->weight);
+        blas::gemm(false, false, batch, in_dim, out_dim, 1.f, d, out_dim, w, in_dim, 0.f, dx->data_ptr<float>(),
+                   in_dim);
       }
     }
   }

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include <anvil/core/binary_io.hpp>
+#include <anvil/core/simd.hpp>
 #include <anvil/core/error.hpp>
 #include <anvil/core/tensor_io.hpp>
 
@@ -75,19 +76,23 @@ class FlatParameters {
   at::Tensor flat_;
 };
 
+/// `FlatAdam`'s settings.
+struct AdamOptions {
+  double lr = 1e-3;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  /// Decoupled weight decay (AdamW, Loshchilov and Hutter 2019): the parameters shrink by
+  /// lr * weight_decay before each step, as torch's AdamW does. 0: plain Adam.
+  double weight_decay = 0.0;
+};
+
+
 /// Adam with torch's defaults and update rule (bias-corrected moments, eps outside the
 /// square root), stepping a `FlatParameters` with a flat gradient; AdamW with a weight decay.
 class FlatAdam {
  public:
-  struct Options {
-    double lr = 1e-3;
-    double beta1 = 0.9;
-    double beta2 = 0.999;
-    double eps = 1e-8;
-    /// Decoupled weight decay (AdamW, Loshchilov and Hutter 2019): the parameters shrink by
-    /// lr * weight_decay before each step, as torch's AdamW does. 0: plain Adam.
-    double weight_decay = 0.0;
-  };
+  using Options = AdamOptions;
 
   FlatAdam() = default;
   FlatAdam(std::vector<at::Tensor> params, Options o) : params_(std::move(params)), opt_(o) {
@@ -101,6 +106,18 @@ class FlatAdam {
     ++steps_;
     const double bc1 = 1.0 - std::pow(opt_.beta1, static_cast<double>(steps_));
     const double bc2 = 1.0 - std::pow(opt_.beta2, static_cast<double>(steps_));
+    const auto& p = params_.flat();
+    if (p.device().is_cpu() && p.scalar_type() == at::kFloat && g.device().is_cpu() &&
+        g.scalar_type() == at::kFloat && g.is_contiguous()) {
+      // One pass over plain floats, the same arithmetic as the ops below: at RL sizes the
+      // seven ops' dispatch costs more than the arithmetic.
+      simd::adam(p.data_ptr<float>(), m_.data_ptr<float>(), v_.data_ptr<float>(), g.data_ptr<float>(), p.numel(),
+                 static_cast<float>(opt_.beta1), static_cast<float>(opt_.beta2), static_cast<float>(1.0 - opt_.beta1),
+                 static_cast<float>(1.0 - opt_.beta2),
+                 opt_.weight_decay > 0 ? static_cast<float>(1.0 - opt_.lr * opt_.weight_decay) : 1.0f,
+                 static_cast<float>(std::sqrt(bc2)), static_cast<float>(opt_.eps), static_cast<float>(-opt_.lr / bc1));
+      return;
+    }
     m_.mul_(opt_.beta1).add_(g, 1.0 - opt_.beta1);
     if (opt_.weight_decay > 0) params_.flat().mul_(1.0 - opt_.lr * opt_.weight_decay);
     v_.mul_(opt_.beta2).addcmul_(g, g, 1.0 - opt_.beta2);
@@ -158,5 +175,16 @@ class FlatAdam {
   at::Tensor m_, v_, denom_;
   std::int64_t steps_ = 0;
 };
+
+/// Polyak averaging: `target` moves a fraction `tau` towards `source` (same size), as
+/// `target.lerp_(source, tau)`; one pass over plain floats on the CPU.
+inline void polyak(const at::Tensor& target, const at::Tensor& source, double tau) {
+  if (tau < 0.5 && target.device().is_cpu() && target.scalar_type() == at::kFloat && target.is_contiguous() &&
+      source.device().is_cpu() && source.scalar_type() == at::kFloat && source.is_contiguous() &&
+      source.numel() == target.numel())
+    return simd::lerp(target.data_ptr<float>(), source.data_ptr<float>(), target.numel(), static_cast<float>(tau));
+  at::NoGradGuard no_grad;
+  target.lerp_(source, tau);
+}
 
 }  // namespace anvil

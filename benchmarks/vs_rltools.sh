@@ -1,0 +1,132 @@
+#!/usr/bin/env bash
+# benchmarks/vs_rltools.sh [--build DIR] [--rltools DIR] [--repeat N] [--seeds N] [--only sac|sac2|ppo|compile|learn]
+# anvil against RLtools (rl-tools/rl-tools, the fastest published CPU RL library) on
+# RLtools' own Pendulum benchmarks, configured alike, interleaved run by run:
+#   sac      SAC, 10,000 steps, 1 env, batch 100, 64x64 ReLU actor and critics, lr 1e-3,
+#            100 random steps, one update per step; one core each (taskset -c 0)
+#   sac2     the same with anvil's default two update threads on two cores (RLtools: one)
+#   ppo      PPO, 4 envs x 1,024 steps x 75 iterations, 2 epochs of 256-row minibatches,
+#            64x64 ReLU, gamma 0.9, lr 1e-3, initial std 2, observations normalised; one core
+#   compile  compiling examples/train_sac_pendulum.cpp without the precompiled header
+#            (benchmarks/compile_time.py) against RLtools' SAC main (benchmarks/rltools.sh)
+#   learn    anvil's SAC at the sac config, --seeds seeds (default 10), 10 evaluation episodes
+#            at the end: the mean final return (RLtools' benchmark main does not evaluate)
+# Prints one JSON line per run and side, then one per workload with the medians and their
+# ratio anvil / RLtools. RLtools is not a dependency: benchmarks/rltools.sh says how to get
+# it, and without it only anvil's side runs. OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE are
+# unset for both sides. anvil's "seconds" is the whole process (as RLtools'), of which
+# LibTorch's own start (loading libtorch and its libraries) is "start_seconds".
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+build=$root/build
+rltools=$root/benchmarks/.rltools
+repeat=3
+seeds=10
+only=
+usage() { sed -n 2p "$0" | sed 's/^# //' >&2; exit 2; }
+while [[ $# -gt 0 ]]; do
+  case $1 in
+    --build) [[ $# -ge 2 ]] || usage; build=$2; shift 2 ;;
+    --rltools) [[ $# -ge 2 ]] || usage; rltools=$2; shift 2 ;;
+    --repeat) [[ ${2:-} =~ ^[1-9][0-9]*$ ]] || usage; repeat=$2; shift 2 ;;
+    --seeds) [[ ${2:-} =~ ^[1-9][0-9]*$ ]] || usage; seeds=$2; shift 2 ;;
+    --only) [[ ${2:-} =~ ^(sac|sac2|ppo|compile|learn)$ ]] || usage; only=$2; shift 2 ;;
+    -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+    *) usage ;;
+  esac
+done
+unset OPENBLAS_CORETYPE OPENBLAS_L2_SIZE
+sac_bin=$build/examples/train_sac_pendulum
+ppo_bin=$build/examples/ppo_pendulum
+for b in "$sac_bin" "$ppo_bin"; do
+  [[ -x $b ]] || { echo "vs_rltools.sh: $b is missing: build the examples first (cmake --build $build)" >&2; exit 2; }
+done
+have_rltools=1
+[[ -f $rltools/src/rl/environments/pendulum/sac/cpu/training.cpp ]] || {
+  have_rltools=0
+  "$root/benchmarks/rltools.sh" --dir "$rltools" >&2 || true
+}
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+out=$work/lines.jsonl
+touch "$out"
+
+sac_args=(train.steps=10000 train.learning_starts=100 sac.batch_size=100 sac.actor.hidden=64,64
+  sac.critic.hidden=64,64 sac.actor_lr=1e-3 sac.critic_lr=1e-3 sac.alpha_lr=1e-3 train.eval_interval=0
+  train.eval_episodes=10 run.progress=off run.checkpoint_interval=0 run.tensorboard=false)
+ppo_args=(env.num_envs=4 rollout.steps=1024 train.steps=307200 ppo.epochs=2 ppo.minibatch_size=256
+  ppo.gamma=0.9 ppo.lr=1e-3 ppo.anneal_lr=false ppo.ent_coef=0 ppo.init_log_std=0.6931
+  ppo.actor.activation=relu ppo.critic.activation=relu normalize.obs=true train.eval_interval=0
+  train.eval_episodes=10 run.progress=off run.checkpoint_interval=0 run.tensorboard=false)
+
+# anvil NAME CORES ARGS...: one run of anvil's program on CORES; a JSON line with the process
+# time, the training time and final return from the run's summary.json, and the peak RSS.
+anvil() {
+  local name=$1 cores=$2 bin=$3 t dir
+  shift 3
+  t=$work/time
+  dir=$work/run-$RANDOM$RANDOM
+  taskset -c "$cores" /usr/bin/time -f '%e %M' -o "$t" "$bin" "$@" run.run_dir="$dir" >/dev/null 2>&1 ||
+    { echo "vs_rltools.sh: $name failed; rerun: $bin $* run.run_dir=$dir" >&2; exit 1; }
+  python3 - "$name" "$t" "$dir/summary.json" "$start" <<'EOF' | tee -a "$out"
+import json, sys
+name, tfile, summary, start = sys.argv[1:]
+secs, kb = open(tfile).read().split()
+s = json.load(open(summary))
+print(json.dumps({"bench": "vs_rltools", "workload": name, "side": "anvil", "seconds": float(secs),
+                  "start_seconds": float(start), "train_seconds": round(s.get("wall_seconds", 0.0), 3),
+                  "final_eval_return": s.get("final_eval_return"), "peak_rss_mib": round(int(kb) / 1024, 1)}))
+EOF
+  rm -rf "$dir"
+}
+# rl NAME: one run of RLtools' side (benchmarks/rltools.sh), relabelled for this table.
+rl() {
+  [[ $have_rltools == 1 ]] || return 0
+  "$root/benchmarks/rltools.sh" --dir "$rltools" --only "$2" 2>/dev/null |
+    python3 -c 'import json,sys; d=json.loads(sys.stdin.readline()); print(json.dumps({"bench":"vs_rltools","workload":sys.argv[1],"side":"rltools","seconds":d["seconds"],"peak_rss_mib":d["peak_rss_mib"]}))' "$1" |
+    tee -a "$out"
+}
+# LibTorch's start on this machine: a program that only loads it (anvil's --help).
+start=$( { /usr/bin/time -f '%e' taskset -c 0 "$sac_bin" --help >/dev/null; } 2>&1 | tail -n1)
+
+for ((i = 0; i < repeat; i++)); do
+  if [[ -z $only || $only == sac ]]; then anvil sac 0 "$sac_bin" "${sac_args[@]}" run.update_threads=1; rl sac sac; fi
+  if [[ -z $only || $only == sac2 ]]; then anvil sac2 0,1 "$sac_bin" "${sac_args[@]}" run.update_threads=2; rl sac2 sac; fi
+  if [[ -z $only || $only == ppo ]]; then anvil ppo 0 "$ppo_bin" "${ppo_args[@]}" run.update_threads=1; rl ppo ppo; fi
+  if [[ -z $only || $only == compile ]]; then
+    python3 "$root/benchmarks/compile_time.py" --build "$build" --root "$root" |
+      python3 -c 'import json,sys
+d={json.loads(l)["name"]: json.loads(l)["value"] for l in sys.stdin if l.strip()}
+print(json.dumps({"bench":"vs_rltools","workload":"compile","side":"anvil","seconds":d["compile_seconds"],"peak_rss_mib":d["compile_peak_rss"]}))' |
+      tee -a "$out"
+    if [[ $have_rltools == 1 ]]; then
+      "$root/benchmarks/rltools.sh" --dir "$rltools" --only compile 2>/dev/null |
+        python3 -c 'import json,sys; d=json.loads(sys.stdin.readline()); print(json.dumps({"bench":"vs_rltools","workload":"compile","side":"rltools","seconds":d["seconds"],"peak_rss_mib":d["peak_rss_mib"]}))' |
+        tee -a "$out"
+    fi
+  fi
+done
+if [[ -z $only || $only == learn ]]; then
+  for ((s = 1; s <= seeds; s++)); do anvil learn 0 "$sac_bin" "${sac_args[@]}" run.update_threads=1 run.seed=$s; done
+fi
+python3 - "$out" <<'EOF'
+import json, statistics, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+learn = [r["final_eval_return"] for r in rows if r["workload"] == "learn"]
+if learn:
+    print(json.dumps({"bench": "vs_rltools_summary", "workload": "learn", "seeds": len(learn),
+                      "mean_final_return": round(statistics.mean(learn), 1),
+                      "sd_final_return": round(statistics.stdev(learn), 1) if len(learn) > 1 else 0.0}))
+for w in dict.fromkeys(r["workload"] for r in rows if r["workload"] != "learn"):
+    med = {}
+    for side in ("anvil", "rltools"):
+        v = [r["seconds"] for r in rows if r["workload"] == w and r["side"] == side]
+        if v: med[side] = statistics.median(v)
+    line = {"bench": "vs_rltools_summary", "workload": w, "anvil_seconds": med.get("anvil"),
+            "rltools_seconds": med.get("rltools")}
+    train = [r["train_seconds"] for r in rows if r["workload"] == w and r["side"] == "anvil" and "train_seconds" in r]
+    if train: line["anvil_train_seconds"] = statistics.median(train)
+    if "rltools" in med and "anvil" in med:
+        line["ratio"] = round(med["anvil"] / med["rltools"], 3)
+    print(json.dumps(line))
+EOF
