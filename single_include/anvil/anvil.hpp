@@ -164,11 +164,17 @@ struct UpdateInfo {
 /// it knows; for one it does not know it may settle on AVX2 kernels. `prefer_fast_blas` then
 /// restarts the program once with `OPENBLAS_CORETYPE=SkylakeX` (OpenBLAS reads the variable
 /// only when it loads). It does nothing when the variable is already
-/// set. A user who sets OPENBLAS_CORETYPE themselves keeps their choice. Light header.
+/// set. A user who sets OPENBLAS_CORETYPE themselves keeps their choice.
+///
+/// `blas::gemm` is a row-major single-precision matrix product that calls the BLAS Torch
+/// uses directly (found at run time, so nothing more is linked), for the hand-written fast
+/// paths of small networks: at RL sizes a LibTorch op costs as much again as its arithmetic
+/// (see nn/manual_mlp.hpp). Light header.
 
 #include <dlfcn.h>
 #include <unistd.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -243,6 +249,56 @@ inline void prefer_fast_blas(int argc, char** argv) {
   ::execv("/proc/self/exe", argv);
   // exec failed: carry on with the kernels we have.
 }
+
+namespace blas {
+
+/// The Fortran BLAS single-precision matrix product (column-major).
+using sgemm_fn = void (*)(const char* transa, const char* transb, const int* m, const int* n, const int* k,
+                          const float* alpha, const float* a, const int* lda, const float* b, const int* ldb,
+                          const float* beta, float* c, const int* ldc);
+
+/// The BLAS `sgemm_` of this process: the one Torch loaded (Debian's libtorch links
+/// libblas.so.3), else OpenBLAS or the system BLAS opened here; null when there is none
+/// (`gemm` then computes with plain loops).
+inline sgemm_fn sgemm() {
+  static const sgemm_fn fn = [] {
+    if (void* f = ::dlsym(RTLD_DEFAULT, "sgemm_")) return reinterpret_cast<sgemm_fn>(f);
+    for (const char* lib : {"libopenblas.so.0", "libblas.so.3"})
+      if (void* h = ::dlopen(lib, RTLD_NOW | RTLD_LOCAL))
+        if (void* f = ::dlsym(h, "sgemm_")) return reinterpret_cast<sgemm_fn>(f);
+    return sgemm_fn{nullptr};
+  }();
+  return fn;
+}
+
+/// Row-major C[m, n] = alpha * op(A) op(B) + beta * C, op(X) = X or X^T (`trans_a`,
+/// `trans_b`); lda, ldb, ldc are the row strides of A, B and C as stored.
+inline void gemm(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, float alpha,
+                 const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float beta, float* c,
+                 std::int64_t ldc) {
+  if (m == 0 || n == 0) return;
+  if (const sgemm_fn f = sgemm()) {
+    // Row-major C is column-major C^T = op(B)^T op(A)^T: swap the operands.
+    const char ta = trans_a ? 'T' : 'N', tb = trans_b ? 'T' : 'N';
+    const int M = static_cast<int>(n), N = static_cast<int>(m), K = static_cast<int>(k);
+    const int la = static_cast<int>(lda), lb = static_cast<int>(ldb), lc = static_cast<int>(ldc);
+    f(&tb, &ta, &M, &N, &K, &alpha, b, &lb, a, &la, &beta, c, &lc);
+    return;
+  }
+  for (std::int64_t i = 0; i < m; ++i) {
+    float* ci = c + i * ldc;
+    for (std::int64_t j = 0; j < n; ++j) ci[j] = beta == 0.f ? 0.f : beta * ci[j];
+    for (std::int64_t p = 0; p < k; ++p) {
+      const float aip = alpha * (trans_a ? a[p * lda + i] : a[i * lda + p]);
+      if (trans_b)
+        for (std::int64_t j = 0; j < n; ++j) ci[j] += aip * b[j * ldb + p];
+      else
+        for (std::int64_t j = 0; j < n; ++j) ci[j] += aip * b[p * ldb + j];
+    }
+  }
+}
+
+}  // namespace blas
 
 }  // namespace anvil
 // ---- end <anvil/core/blas.hpp> ----
@@ -6002,7 +6058,8 @@ inline at::Tensor activate(const at::Tensor& x, Activation a) {
 /// product, while autograd spends about as long again per op on bookkeeping (graph nodes,
 /// saved tensors, a fresh output allocation). `MlpTape` runs the same arithmetic as
 /// `Mlp::forward` plus autograd (one `addmm` per layer, the activation in place) into
-/// buffers it keeps between calls, and its backward computes exactly the gradients asked
+/// buffers it keeps between calls (the products straight through BLAS, the rest as plain loops),
+/// and its backward computes exactly the gradients asked
 /// for: weight gradients straight into the caller's buffers (e.g. views of a `FlatAdam`'s
 /// flat gradient), the input gradient only when wanted. Algorithms use it as a fast path
 /// for their default networks and keep autograd for everything else.
@@ -6014,6 +6071,221 @@ inline at::Tensor activate(const at::Tensor& x, Activation a) {
 #include <cstdint>
 #include <vector>
 
+// ---- begin <anvil/core/simd.hpp> ----
+/// @file
+/// Element-wise float kernels of the hand-written fast paths, compiled twice: for the
+/// compiler's target (x86-64's baseline is SSE2, 4 floats at a time) and, on x86-64 with
+/// GCC or Clang, for AVX-512 (16 at a time), picked once at run time from the CPU. A user's
+/// program built with the default flags thus gets AVX-512 loops where the CPU has them,
+/// as OpenBLAS does for the matrix products. Light header.
+///
+/// `ANVIL_SIMD_KERNEL(name, (params), (args), { body })` defines `name(params)`, which runs
+/// `body` built for AVX-512 when the CPU has it and for the baseline otherwise; the body
+/// is plain C++ the compiler vectorises.
+
+#include <bit>
+#include <cmath>
+#include <cstdint>
+
+#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#define ANVIL_SIMD_X86 1
+#define ANVIL_TARGET_AVX512 __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,avx2,fma")))
+#else
+#define ANVIL_SIMD_X86 0
+#define ANVIL_TARGET_AVX512
+#endif
+
+namespace anvil::simd {
+
+/// Whether this CPU runs the AVX-512 builds of the kernels (checked once).
+inline bool avx512() noexcept {
+#if ANVIL_SIMD_X86
+  static const bool has = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
+           __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
+           __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  }();
+  return has;
+#else
+  return false;
+#endif
+}
+
+}  // namespace anvil::simd
+
+#if ANVIL_SIMD_X86
+#define ANVIL_SIMD_KERNEL(name, params, args, ...)             \
+  ANVIL_TARGET_AVX512 inline void name##_avx512 params __VA_ARGS__ \
+  inline void name##_baseline params __VA_ARGS__              \
+  inline void name params {                                   \
+    if (::anvil::simd::avx512()) name##_avx512 args;          \
+    else name##_baseline args;                                \
+  }
+#else
+#define ANVIL_SIMD_KERNEL(name, params, args, ...) inline void name params __VA_ARGS__
+#endif
+
+namespace anvil::simd {
+
+/// y[r, j] = bias[j] for every row r of y [rows, cols].
+ANVIL_SIMD_KERNEL(fill_rows, (float* __restrict y, const float* __restrict bias, std::int64_t rows, std::int64_t cols),
+                  (y, bias, rows, cols), {
+                    for (std::int64_t r = 0; r < rows; ++r)
+                      for (std::int64_t j = 0; j < cols; ++j) y[r * cols + j] = bias[j];
+                  })
+
+/// s[j] = the sum over rows r of x[r, j], x [rows, cols].
+ANVIL_SIMD_KERNEL(column_sums, (float* __restrict s, const float* __restrict x, std::int64_t rows, std::int64_t cols),
+                  (s, x, rows, cols), {
+                    if (cols == 1) {
+                      float t = 0.f;
+                      for (std::int64_t r = 0; r < rows; ++r) t += x[r];
+                      s[0] = t;
+                      return;
+                    }
+                    for (std::int64_t j = 0; j < cols; ++j) s[j] = 0.f;
+                    for (std::int64_t r = 0; r < rows; ++r)
+                      for (std::int64_t j = 0; j < cols; ++j) s[j] += x[r * cols + j];
+                  })
+
+/// x = max(x, 0), n floats.
+ANVIL_SIMD_KERNEL(relu, (float* __restrict x, std::int64_t n), (x, n), {
+  for (std::int64_t i = 0; i < n; ++i) x[i] = x[i] > 0.f ? x[i] : 0.f;
+})
+
+/// g = y > 0 ? g : 0 (ReLU's backward from its output y), n floats.
+ANVIL_SIMD_KERNEL(relu_backward, (float* __restrict g, const float* __restrict y, std::int64_t n), (g, y, n), {
+  for (std::int64_t i = 0; i < n; ++i) g[i] = y[i] > 0.f ? g[i] : 0.f;
+})
+
+/// Single-precision exp as plain arithmetic the compiler vectorises (Cody-Waite range
+/// reduction and a degree-6 polynomial; within 2 ulp of std::exp on [-87, 88], clamped
+/// outside). For the element-wise parts of the fast paths; not a general replacement.
+inline float exp_approx(float x) {
+  x = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);
+  // n = round(x / ln 2) by the 1.5 * 2^23 trick (no rounding instruction needed)
+  const float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+  const float r = (x - n * 0.693145751953125f) - n * 1.428606765330187045e-06f;
+  float p = 1.0f / 5040.0f;
+  p = p * r + 1.0f / 720.0f;
+  p = p * r + 1.0f / 120.0f;
+  p = p * r + 1.0f / 24.0f;
+  p = p * r + 1.0f / 6.0f;
+  p = p * r + 0.5f;
+  p = p * r + 1.0f;
+  p = p * r + 1.0f;
+  return p * std::bit_cast<float>((static_cast<std::int32_t>(n) + 127) << 23);
+}
+
+/// Natural log of a positive normal float as plain vectorisable arithmetic (the exponent
+/// from the bits, a degree-8 polynomial of the mantissa in [sqrt(1/2), sqrt(2)); within 2 ulp).
+inline float log_approx(float x) {
+  std::int32_t bits = std::bit_cast<std::int32_t>(x);
+  std::int32_t e = ((bits >> 23) & 0xff) - 126;  // x = m 2^e, m in [0.5, 1)
+  float m = std::bit_cast<float>((bits & 0x007fffff) | 0x3f000000);
+  const bool small = m < 0.70710678118654752f;  // move m into [sqrt(1/2), sqrt(2))
+  e = small ? e - 1 : e;
+  m = small ? m + m - 1.0f : m - 1.0f;
+  const float z = m * m;
+  float p = 7.0376836292e-2f;
+  p = p * m - 1.1514610310e-1f;
+  p = p * m + 1.1676998740e-1f;
+  p = p * m - 1.2420140846e-1f;
+  p = p * m + 1.4249322787e-1f;
+  p = p * m - 1.6668057665e-1f;
+  p = p * m + 2.0000714765e-1f;
+  p = p * m - 2.4999993993e-1f;
+  p = p * m + 3.3333331174e-1f;
+  const float fe = static_cast<float>(e);
+  float y = p * m * z;
+  y += -2.12194440e-4f * fe;
+  y += -0.5f * z;
+  return m + y + 0.693359375f * fe;
+}
+
+/// tanh from `exp_approx`: sign(x) (1 - e) / (1 + e), e = exp(-2|x|); absolute error
+/// below 2e-7.
+inline float tanh_approx(float x) {
+  const float ax = x < 0.f ? -x : x;
+  const float e = exp_approx(-2.0f * ax);
+  const float t = (1.0f - e) / (1.0f + e);
+  return x < 0.f ? -t : t;
+}
+
+/// t += w * (s - t), n floats: torch's `lerp_` for a weight below 0.5 (Polyak averaging).
+ANVIL_SIMD_KERNEL(lerp, (float* __restrict t, const float* __restrict s, std::int64_t n, float w), (t, s, n, w), {
+  for (std::int64_t i = 0; i < n; ++i) t[i] += w * (s[i] - t[i]);
+})
+
+/// Adam's update of n floats (torch's rule: bias-corrected moments, eps outside the square
+/// root, decoupled weight decay as a factor `decay` on the weights; 1: none). c1 and c2 are
+/// 1 - b1 and 1 - b2 rounded from double, as torch's ops take them. Written with
+/// intrinsics: a plain loop is not vectorised (std::sqrt and -fmath-errno).
+namespace detail {
+#define ANVIL_ADAM_BODY(V, set1, load, store, add, mul, div, vsqrt, width)                              \
+  std::int64_t i = 0;                                                                                 \
+  const V vb1 = set1(b1), vb2 = set1(b2), vc1 = set1(c1), vc2 = set1(c2), vdecay = set1(decay);      \
+  const V vs = set1(sqrt_bc2), veps = set1(eps), vstep = set1(step);                                  \
+  for (; i + (width) <= n; i += (width)) {                                                            \
+    const V gi = load(g + i);                                                                         \
+    const V mi = add(mul(load(m + i), vb1), mul(gi, vc1));                                            \
+    const V vi = add(mul(load(v + i), vb2), mul(mul(vc2, gi), gi));                                   \
+    store(m + i, mi);                                                                                 \
+    store(v + i, vi);                                                                                 \
+    store(w + i, add(mul(load(w + i), vdecay), mul(vstep, div(mi, add(div(vsqrt(vi), vs), veps))))); \
+  }                                                                                                   \
+  for (; i < n; ++i) {                                                                                \
+    const float gi = g[i];                                                                            \
+    const float mi = m[i] * b1 + gi * c1;                                                             \
+    const float vi = v[i] * b2 + c2 * gi * gi;                                                        \
+    m[i] = mi;                                                                                        \
+    v[i] = vi;                                                                                        \
+    w[i] = w[i] * decay + step * (mi / (std::sqrt(vi) / sqrt_bc2 + eps));                             \
+  }
+#if ANVIL_SIMD_X86
+// _mm512_sqrt_ps as a masked form: GCC 12 warns of an uninitialised value inside the plain one.
+ANVIL_TARGET_AVX512 inline __m512 sqrt16(__m512 x) { return _mm512_maskz_sqrt_ps(static_cast<__mmask16>(0xFFFF), x); }
+ANVIL_TARGET_AVX512 inline void adam_avx512(float* __restrict w, float* __restrict m, float* __restrict v,
+                                            const float* __restrict g, std::int64_t n, float b1, float b2,
+                                            float c1, float c2, float decay, float sqrt_bc2, float eps, float step) {
+  ANVIL_ADAM_BODY(__m512, _mm512_set1_ps, _mm512_loadu_ps, _mm512_storeu_ps, _mm512_add_ps, _mm512_mul_ps,
+                  _mm512_div_ps, sqrt16, 16)
+}
+inline void adam_baseline(float* __restrict w, float* __restrict m, float* __restrict v, const float* __restrict g,
+                          std::int64_t n, float b1, float b2, float c1, float c2, float decay, float sqrt_bc2,
+                          float eps, float step) {
+  ANVIL_ADAM_BODY(__m128, _mm_set1_ps, _mm_loadu_ps, _mm_storeu_ps, _mm_add_ps, _mm_mul_ps, _mm_div_ps,
+                  _mm_sqrt_ps, 4)
+}
+#else
+inline void adam_baseline(float* __restrict w, float* __restrict m, float* __restrict v, const float* __restrict g,
+                          std::int64_t n, float b1, float b2, float c1, float c2, float decay, float sqrt_bc2,
+                          float eps, float step) {
+  for (std::int64_t i = 0; i < n; ++i) {
+    const float gi = g[i];
+    const float mi = m[i] * b1 + gi * c1;
+    const float vi = v[i] * b2 + c2 * gi * gi;
+    m[i] = mi;
+    v[i] = vi;
+    w[i] = w[i] * decay + step * (mi / (std::sqrt(vi) / sqrt_bc2 + eps));
+  }
+}
+#endif
+#undef ANVIL_ADAM_BODY
+}  // namespace detail
+
+inline void adam(float* w, float* m, float* v, const float* g, std::int64_t n, float b1, float b2, float c1, float c2,
+                 float decay, float sqrt_bc2, float eps, float step) {
+#if ANVIL_SIMD_X86
+  if (avx512()) return detail::adam_avx512(w, m, v, g, n, b1, b2, c1, c2, decay, sqrt_bc2, eps, step);
+#endif
+  detail::adam_baseline(w, m, v, g, n, b1, b2, c1, c2, decay, sqrt_bc2, eps, step);
+}
+
+}  // namespace anvil::simd
+// ---- end <anvil/core/simd.hpp> ----
 // ---- begin <anvil/nn/mlp.hpp> ----
 /// @file
 /// `Mlp`: a multilayer perceptron with configurable widths and activation.
@@ -6096,8 +6368,7 @@ namespace detail {
 inline void activate_inplace(float* x, std::int64_t n, Activation a) {
   switch (a) {
     case Activation::relu:
-      for (std::int64_t i = 0; i < n; ++i) x[i] = x[i] > 0.f ? x[i] : 0.f;
-      return;
+      return simd::relu(x, n);
     case Activation::leaky_relu:
       for (std::int64_t i = 0; i < n; ++i) x[i] = x[i] > 0.f ? x[i] : 0.01f * x[i];
       return;
@@ -6115,8 +6386,7 @@ inline void activate_inplace(float* x, std::int64_t n, Activation a) {
 inline void activation_backward_inplace(float* g, const float* y, std::int64_t n, Activation a) {
   switch (a) {
     case Activation::relu:
-      for (std::int64_t i = 0; i < n; ++i) g[i] = y[i] > 0.f ? g[i] : 0.f;
-      return;
+      return simd::relu_backward(g, y, n);
     case Activation::leaky_relu:
       for (std::int64_t i = 0; i < n; ++i) g[i] = y[i] > 0.f ? g[i] : 0.01f * g[i];
       return;
@@ -6134,6 +6404,8 @@ inline void activation_backward_inplace(float* g, const float* y, std::int64_t n
 
 /// One hand-written forward pass of an `Mlp` and what its backward needs (see file comment).
 /// Inputs and gradients are contiguous float32 CPU tensors; run it under `torch::NoGradGuard`.
+/// Matrix products call BLAS directly (`blas::gemm`) and everything else is a plain loop:
+/// no LibTorch op runs in a forward or backward once the buffers exist.
 /// A tape belongs to one pass at a time: use one per concurrent forward.
 class MlpTape {
  public:
@@ -6157,11 +6429,19 @@ class MlpTape {
         g_.push_back(at::empty({batch, l->weight.size(0)}, x.options()));
       }
     }
-    x_ = x;
+    x_ = x.contiguous();
+    const float* in = x_.data_ptr<float>();
+    std::int64_t in_dim = x_.size(1);
     for (std::size_t i = 0; i < layers.size(); ++i) {
-      at::addmm_out(h_[i], layers[i]->bias, i ? h_[i - 1] : x_, layers[i]->weight.t());
-      if (i + 1 < layers.size())
-        detail::activate_inplace(h_[i].data_ptr<float>(), h_[i].numel(), m.activation());
+      const std::int64_t out_dim = layers[i]->weight.size(0);
+      float* h = h_[i].data_ptr<float>();
+      const float* bias = layers[i]->bias.data_ptr<float>();
+      simd::fill_rows(h, bias, batch, out_dim);
+      blas::gemm(false, true, batch, out_dim, in_dim, 1.f, in, in_dim, layers[i]->weight.data_ptr<float>(), in_dim,
+                 1.f, h, out_dim);
+      if (i + 1 < layers.size()) detail::activate_inplace(h, batch * out_dim, m.activation());
+      in = h;
+      in_dim = out_dim;
     }
     return h_.back();
   }
@@ -6173,20 +6453,26 @@ class MlpTape {
   void backward(const MlpImpl& m, const at::Tensor& dy, std::vector<at::Tensor>* grads,
                 at::Tensor* dx) {
     const auto& layers = m.layers();
-    const at::Tensor* d = &dy;
+    const std::int64_t batch = x_.size(0);
+    const float* d = dy.data_ptr<float>();
     for (std::size_t k = layers.size(); k-- > 0;) {
-      const at::Tensor& in = k ? h_[k - 1] : x_;
+      const std::int64_t out_dim = layers[k]->weight.size(0), in_dim = layers[k]->weight.size(1);
+      const float* in = k ? h_[k - 1].data_ptr<float>() : x_.data_ptr<float>();
+      const float* w = layers[k]->weight.data_ptr<float>();
       if (grads) {
-        at::mm_out((*grads)[2 * k], d->t(), in);
-        at::sum_out((*grads)[2 * k + 1], *d, {0});
+        // dW = d^T in; db = the column sums of d
+        blas::gemm(true, false, out_dim, in_dim, batch, 1.f, d, out_dim, in, in_dim, 0.f,
+                   (*grads)[2 * k].data_ptr<float>(), in_dim);
+        simd::column_sums((*grads)[2 * k + 1].data_ptr<float>(), d, batch, out_dim);
       }
       if (k > 0) {
-        at::mm_out(g_[k - 1], *d, layers[k]->weight);
-        detail::activation_backward_inplace(g_[k - 1].data_ptr<float>(), h_[k - 1].data_ptr<float>(),
-                                            g_[k - 1].numel(), m.activation());
-        d = &g_[k - 1];
+        float* g = g_[k - 1].data_ptr<float>();
+        blas::gemm(false, false, batch, in_dim, out_dim, 1.f, d, out_dim, w, in_dim, 0.f, g, in_dim);
+        detail::activation_backward_inplace(g, h_[k - 1].data_ptr<float>(), batch * in_dim, m.activation());
+        d = g;
       } else if (dx) {
-        at::mm_out(*dx, *d, layers[0]->weight);
+        blas::gemm(false, false, batch, in_dim, out_dim, 1.f, d, out_dim, w, in_dim, 0.f, dx->data_ptr<float>(),
+                   in_dim);
       }
     }
   }
@@ -6277,6 +6563,43 @@ class GaussianActorImpl : public torch::nn::Cloneable<GaussianActorImpl> {
 };
 TORCH_MODULE(GaussianActor);
 
+namespace detail {
+
+// The element-wise part of `GaussianActorTape::sample` for rows [mean | pre-log-std] of `o`
+// [batch, 2 ad] and standard-normal `eps` [batch, ad]: t = tanh(pre-log-std), sd =
+// exp(log_std), a = tanh(mean + eps sd) (also written to `action` with row stride
+// `stride`), lp = each row's log-density. One loop per action column, over the rows, which
+// the compiler vectorises (with the simd:: approximations of exp, tanh and log).
+ANVIL_SIMD_KERNEL(squashed_gaussian,
+                  (const float* __restrict o, const float* __restrict eps, float* __restrict t, float* __restrict sd,
+                   float* __restrict a, float* __restrict lp, float* __restrict action, std::int64_t stride,
+                   std::int64_t batch, std::int64_t ad, float k, float c),
+                  (o, eps, t, sd, a, lp, action, stride, batch, ad, k, c), {
+                    constexpr float kHalfLog2Pi = 0.91893853320467274178f, kLog2 = 0.69314718055994530942f;
+                    for (std::int64_t i = 0; i < batch; ++i) lp[i] = 0.f;
+                    for (std::int64_t j = 0; j < ad; ++j)
+                      for (std::int64_t i = 0; i < batch; ++i) {
+                        const std::int64_t ij = i * ad + j;
+                        const float mean = o[i * 2 * ad + j];
+                        const float th = simd::tanh_approx(o[i * 2 * ad + ad + j]);
+                        const float log_std = k * th + c;
+                        const float s = simd::exp_approx(log_std);
+                        const float e = eps[ij];
+                        const float u = mean + e * s;
+                        const float act = simd::tanh_approx(u);
+                        // softplus(-2u), stable for either sign of u
+                        const float au = u < 0.f ? -u : u;
+                        const float sp = (u < 0.f ? -2.f * u : 0.f) + simd::log_approx(1.0f + simd::exp_approx(-2.f * au));
+                        lp[i] += -0.5f * e * e - log_std - kHalfLog2Pi - 2.f * (kLog2 - u - sp);
+                        t[ij] = th;
+                        sd[ij] = s;
+                        a[ij] = act;
+                        action[i * stride + j] = act;
+                      }
+                  })
+
+}  // namespace detail
+
 /// `GaussianActor::sample` and its backward written out by hand, for float32 on the CPU (see
 /// nn/manual_mlp.hpp for why). The same arithmetic as `sample`; run under NoGradGuard.
 class GaussianActorTape {
@@ -6300,32 +6623,9 @@ class GaussianActorTape {
     noise_ = noise;
     const double lo = actor.config().log_std_min, hi = actor.config().log_std_max;
     const float k = static_cast<float>(0.5 * (hi - lo)), c = static_cast<float>(0.5 * (hi + lo));
-    const float* o = out.data_ptr<float>();
-    const float* eps = noise.data_ptr<float>();
-    float *t = t_.data_ptr<float>(), *sd = std_.data_ptr<float>(), *a = a_.data_ptr<float>();
-    float* lp = log_prob_.data_ptr<float>();
-    constexpr float kHalfLog2Pi = 0.91893853320467274178f;
-    const float log2 = std::log(2.0f);
-    for (std::int64_t i = 0; i < batch; ++i) {
-      float sum = 0.f;
-      for (std::int64_t j = 0; j < ad; ++j) {
-        const std::int64_t ij = i * ad + j;
-        const float mean = o[i * 2 * ad + j];
-        const float th = std::tanh(o[i * 2 * ad + ad + j]);
-        const float log_std = k * th + c;
-        const float s = std::exp(log_std);
-        const float u = mean + eps[ij] * s;
-        const float act = std::tanh(u);
-        // softplus(-2u), stable for either sign of u
-        const float sp = std::max(-2.f * u, 0.f) + std::log1p(std::exp(-std::abs(2.f * u)));
-        sum += -0.5f * eps[ij] * eps[ij] - log_std - kHalfLog2Pi - 2.f * (log2 - u - sp);
-        t[ij] = th;
-        sd[ij] = s;
-        a[ij] = act;
-        action[i * stride + j] = act;
-      }
-      lp[i] = sum;
-    }
+    detail::squashed_gaussian(out.data_ptr<float>(), noise.data_ptr<float>(), t_.data_ptr<float>(),
+                              std_.data_ptr<float>(), a_.data_ptr<float>(), log_prob_.data_ptr<float>(), action, stride,
+                              batch, ad, k, c);
   }
 
   /// The deterministic action tanh(mean), written like `sample`'s.
@@ -6334,7 +6634,7 @@ class GaussianActorTape {
     const std::int64_t batch = obs.size(0), ad = actor.action_dim();
     const float* o = out.data_ptr<float>();
     for (std::int64_t i = 0; i < batch; ++i)
-      for (std::int64_t j = 0; j < ad; ++j) action[i * stride + j] = std::tanh(o[i * 2 * ad + j]);
+      for (std::int64_t j = 0; j < ad; ++j) action[i * stride + j] = simd::tanh_approx(o[i * 2 * ad + j]);
   }
 
   [[nodiscard]] const at::Tensor& log_prob() const noexcept { return log_prob_; }
@@ -6933,19 +7233,23 @@ class FlatParameters {
   at::Tensor flat_;
 };
 
+/// `FlatAdam`'s settings.
+struct AdamOptions {
+  double lr = 1e-3;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  /// Decoupled weight decay (AdamW, Loshchilov and Hutter 2019): the parameters shrink by
+  /// lr * weight_decay before each step, as torch's AdamW does. 0: plain Adam.
+  double weight_decay = 0.0;
+};
+
+
 /// Adam with torch's defaults and update rule (bias-corrected moments, eps outside the
 /// square root), stepping a `FlatParameters` with a flat gradient; AdamW with a weight decay.
 class FlatAdam {
  public:
-  struct Options {
-    double lr = 1e-3;
-    double beta1 = 0.9;
-    double beta2 = 0.999;
-    double eps = 1e-8;
-    /// Decoupled weight decay (AdamW, Loshchilov and Hutter 2019): the parameters shrink by
-    /// lr * weight_decay before each step, as torch's AdamW does. 0: plain Adam.
-    double weight_decay = 0.0;
-  };
+  using Options = AdamOptions;
 
   FlatAdam() = default;
   FlatAdam(std::vector<at::Tensor> params, Options o) : params_(std::move(params)), opt_(o) {
@@ -6959,6 +7263,18 @@ class FlatAdam {
     ++steps_;
     const double bc1 = 1.0 - std::pow(opt_.beta1, static_cast<double>(steps_));
     const double bc2 = 1.0 - std::pow(opt_.beta2, static_cast<double>(steps_));
+    const auto& p = params_.flat();
+    if (p.device().is_cpu() && p.scalar_type() == at::kFloat && g.device().is_cpu() &&
+        g.scalar_type() == at::kFloat && g.is_contiguous()) {
+      // One pass over plain floats, the same arithmetic as the ops below: at RL sizes the
+      // seven ops' dispatch costs more than the arithmetic.
+      simd::adam(p.data_ptr<float>(), m_.data_ptr<float>(), v_.data_ptr<float>(), g.data_ptr<float>(), p.numel(),
+                 static_cast<float>(opt_.beta1), static_cast<float>(opt_.beta2), static_cast<float>(1.0 - opt_.beta1),
+                 static_cast<float>(1.0 - opt_.beta2),
+                 opt_.weight_decay > 0 ? static_cast<float>(1.0 - opt_.lr * opt_.weight_decay) : 1.0f,
+                 static_cast<float>(std::sqrt(bc2)), static_cast<float>(opt_.eps), static_cast<float>(-opt_.lr / bc1));
+      return;
+    }
     m_.mul_(opt_.beta1).add_(g, 1.0 - opt_.beta1);
     if (opt_.weight_decay > 0) params_.flat().mul_(1.0 - opt_.lr * opt_.weight_decay);
     v_.mul_(opt_.beta2).addcmul_(g, g, 1.0 - opt_.beta2);
@@ -7016,6 +7332,17 @@ class FlatAdam {
   at::Tensor m_, v_, denom_;
   std::int64_t steps_ = 0;
 };
+
+/// Polyak averaging: `target` moves a fraction `tau` towards `source` (same size), as
+/// `target.lerp_(source, tau)`; one pass over plain floats on the CPU.
+inline void polyak(const at::Tensor& target, const at::Tensor& source, double tau) {
+  if (tau < 0.5 && target.device().is_cpu() && target.scalar_type() == at::kFloat && target.is_contiguous() &&
+      source.device().is_cpu() && source.scalar_type() == at::kFloat && source.is_contiguous() &&
+      source.numel() == target.numel())
+    return simd::lerp(target.data_ptr<float>(), source.data_ptr<float>(), target.numel(), static_cast<float>(tau));
+  at::NoGradGuard no_grad;
+  target.lerp_(source, tau);
+}
 
 }  // namespace anvil
 // ---- end <anvil/optim/flat_adam.hpp> ----
@@ -13346,7 +13673,7 @@ class BasicSAC {
   /// split, e.g. across ranks (the data-parallel equivalence test uses this).
   UpdateInfo update(const ReplayBatch& batch, StepContext& ctx, const UpdateNoise& noise) {
     const bool per_task = alphas_ > 1;
-    const double alpha = per_task ? 0.0 : log_alpha_.detach().exp().item().toDouble();
+    const double alpha = per_task ? 0.0 : alpha_values()[0];
     const bool actor_step = updates_ % cfg_.actor_update_freq == 0;
     const auto& noise_next = noise.next;
     const auto& noise_obs = noise.obs;
@@ -13449,16 +13776,17 @@ class BasicSAC {
     }
     ctx.apply(std::move(steps));
     {
-      const auto alphas = log_alpha_.detach().exp().to(at::kCPU, at::kDouble);
-      info.metrics.emplace_back("alpha", alphas.mean().item<double>());
+      const auto alphas = alpha_values();
+      double mean = 0;
+      for (const double a : alphas) mean += a / static_cast<double>(alphas.size());
+      info.metrics.emplace_back("alpha", mean);
       if (per_task)
-        for (std::int64_t k = 0; k < alphas_; ++k)
-          info.metrics.emplace_back("alpha/" + task_names_[static_cast<std::size_t>(k)], alphas[k].item<double>());
+        for (std::size_t k = 0; k < alphas.size(); ++k) info.metrics.emplace_back("alpha/" + task_names_[k], alphas[k]);
     }
 
     if (updates_ % cfg_.target_update_freq == 0) {
       torch::NoGradGuard no_grad;
-      target_.flat().lerp_(critic_opt_.parameters().flat(), *cfg_.tau);
+      polyak(target_.flat(), critic_opt_.parameters().flat(), *cfg_.tau);
     }
     ++updates_;
     info.td_error = critic.td;
@@ -13661,6 +13989,19 @@ class BasicSAC {
   FlatParameters target_;
   std::int64_t updates_ = 0;
   std::unique_ptr<detail::SacManual> manual_;  // the fast path, when it applies
+
+  // exp(log alpha) of each temperature, read straight from host memory when it is there
+  // (two LibTorch ops and a copy per update otherwise).
+  [[nodiscard]] std::vector<double> alpha_values() const {
+    if (log_alpha_.device().is_cpu() && log_alpha_.scalar_type() == at::kFloat && log_alpha_.is_contiguous()) {
+      const float* la = log_alpha_.data_ptr<float>();
+      std::vector<double> a(static_cast<std::size_t>(alphas_));
+      for (std::size_t k = 0; k < a.size(); ++k) a[k] = std::exp(static_cast<double>(la[k]));
+      return a;
+    }
+    const auto t = log_alpha_.detach().exp().to(at::kCPU, at::kDouble).contiguous();
+    return {t.data_ptr<double>(), t.data_ptr<double>() + t.numel()};
+  }
   Ema ema_;                                     // averaged actor weights (train.ema_decay)
 };
 
