@@ -25,6 +25,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <memory>
 #include <numbers>
 #include <string>
 #include <utility>
@@ -37,6 +38,7 @@
 #include <anvil/core/error.hpp>
 #include <anvil/core/spaces.hpp>
 #include <anvil/core/tensor_io.hpp>
+#include <anvil/nn/manual_mlp.hpp>
 #include <anvil/nn/mlp.hpp>
 #include <anvil/optim/ema.hpp>
 #include <anvil/optim/flat_adam.hpp>
@@ -78,6 +80,10 @@ class PPO {
     Param<double, "init_log_std", "initial log standard deviation of continuous actions"> init_log_std{0.0};
     Param<bool, "ortho_init", "orthogonal initialisation of the layers (gain sqrt 2; heads 0.01 and 1)">
         ortho_init{true};
+    Param<bool, "manual_backward",
+          "hand-written passes for the default networks with continuous actions in float32 on the CPU: acting "
+          "and updates without LibTorch ops (false: autograd; same result, slower)">
+        manual_backward{true};
     Section<"actor", NetConfig> actor;
     Section<"critic", NetConfig> critic;
   };
@@ -109,12 +115,21 @@ class PPO {
     base_lr_ = cfg.lr * ctx.lr_scale(cfg.minibatch_size);
     opt_ = FlatAdam(std::move(params), {.lr = base_lr_, .eps = cfg.adam_eps});
     ema_.set_device(device_);
+    if (cfg.manual_backward && !discrete_ && device_.is_cpu() && nn::MlpTape::supports(*actor_) &&
+        nn::MlpTape::supports(*critic_))
+      manual_ = std::make_unique<Manual>(opt_.parameters(), actor_, log_std_, critic_);
   }
 
   /// Actions for a batch of observations: sampled to explore, the mode (argmax or mean)
   /// when deterministic. Discrete: int64 [N]; continuous: float [N, act_dim].
   at::Tensor act(const at::Tensor& obs, ActMode mode) {
     torch::NoGradGuard no_grad;
+    if (manual_) {
+      const auto o = obs.to(device_, at::kFloat).contiguous();
+      const auto& mean = manual_->act_actor.forward(*actor_, o);
+      if (mode != ActMode::explore) return mean.clone();
+      return manual_sample(mean, nullptr);
+    }
     const auto out = actor_->forward(obs.to(device_, at::kFloat));
     if (discrete_) return mode == ActMode::explore ? sample_categorical(out) : out.argmax(-1);
     return mode == ActMode::explore ? out + log_std_.exp() * at::randn_like(out) : out;
@@ -123,6 +138,14 @@ class PPO {
   /// A sampled action with its log-probability and the value of `obs`, for the rollout.
   RolloutAct act_for_rollout(const at::Tensor& obs) {
     torch::NoGradGuard no_grad;
+    if (manual_) {
+      const auto o = obs.to(device_, at::kFloat).contiguous();
+      RolloutAct r;
+      r.log_prob = at::empty({o.size(0)}, o.options());
+      r.action = manual_sample(manual_->act_actor.forward(*actor_, o), &r.log_prob);
+      r.value = manual_->act_critic.forward(*critic_, o).view({o.size(0)}).clone();
+      return r;
+    }
     const auto o = obs.to(device_, at::kFloat);
     const auto out = actor_->forward(o);
     RolloutAct r;
@@ -140,6 +163,10 @@ class PPO {
   /// Value estimates [N] of observations (no gradients).
   at::Tensor value(const at::Tensor& obs) {
     torch::NoGradGuard no_grad;
+    if (manual_) {
+      const auto o = obs.to(device_, at::kFloat).contiguous();
+      return manual_->act_critic.forward(*critic_, o).view({o.size(0)}).clone();
+    }
     return critic_->forward(obs.to(device_, at::kFloat)).squeeze(-1);
   }
 
@@ -153,7 +180,8 @@ class PPO {
     for (const auto& part : parts) {
       const bool whole = parts.size() == 1;
       Losses l;
-      auto g = ctx.gradient(losses(whole ? b : slice(b, part.begin, part.rows), ctx, l), opt_);
+      const RolloutBatch& mb = whole ? b : slice(b, part.begin, part.rows);
+      auto g = manual_ && !ctx.autocasts() ? manual_gradient(mb, l) : ctx.gradient(losses(mb, ctx, l), opt_);
       if (whole) grad = std::move(g);
       else if (!grad.defined()) grad = g * part.share;
       else grad.add_(g, part.share);
@@ -167,7 +195,16 @@ class PPO {
     info.metrics = {{"policy_loss", sum.policy},       {"value_loss", sum.value},
                     {"entropy", sum.entropy},          {"approx_kl", sum.approx_kl},
                     {"clip_fraction", sum.clip_fraction}};
-    if (!discrete_) info.metrics.emplace_back("action_std", log_std_.detach().exp().mean().item().toDouble());
+    if (!discrete_) {
+      double std_mean = 0;
+      if (manual_) {
+        const float* ls = log_std_.data_ptr<float>();
+        for (std::int64_t j = 0; j < act_dim_; ++j) std_mean += std::exp(static_cast<double>(ls[j])) / static_cast<double>(act_dim_);
+      } else {
+        std_mean = log_std_.detach().exp().mean().item().toDouble();
+      }
+      info.metrics.emplace_back("action_std", std_mean);
+    }
     return info;
   }
 
@@ -241,6 +278,8 @@ class PPO {
   [[nodiscard]] const Config& config() const noexcept { return cfg_; }
   [[nodiscard]] std::int64_t updates() const noexcept { return updates_; }
   [[nodiscard]] bool discrete() const noexcept { return discrete_; }
+  /// Whether acting and updates take the hand-written fast path (`manual_backward`).
+  [[nodiscard]] bool manual_backward() const noexcept { return manual_ != nullptr; }
 
  private:
   struct Losses {
@@ -293,6 +332,126 @@ class PPO {
     return loss;
   }
 
+  // Buffers of the hand-written path: tapes for acting and for updates (so a rollout can
+  // be collected while an update runs), and the flat gradient with each parameter's view.
+  struct Manual {
+    Manual(const FlatParameters& fp, const nn::Mlp& actor, const at::Tensor& log_std, const nn::Mlp& critic) {
+      grad = at::empty({fp.numel()}, fp.flat().options());
+      for (const auto& p : actor->parameters()) actor_grads.push_back(fp.slice_for(grad, p));
+      log_std_grad = fp.slice_for(grad, log_std);
+      for (const auto& p : critic->parameters()) critic_grads.push_back(fp.slice_for(grad, p));
+    }
+    nn::MlpTape act_actor, act_critic, actor, critic;
+    at::Tensor grad, log_std_grad, dmean, dv;
+    std::vector<at::Tensor> actor_grads, critic_grads;
+  };
+
+  // mean + exp(log_std) * noise, with the noise drawn as `randn_like(mean)` (the same draws
+  // as the autograd path), and when `log_prob` is given each row's log-density into it.
+  at::Tensor manual_sample(const at::Tensor& mean, at::Tensor* log_prob) const {
+    const std::int64_t n = mean.size(0), ad = act_dim_;
+    auto action = at::randn({n, ad}, mean.options());
+    const float *m = mean.data_ptr<float>(), *ls = log_std_.data_ptr<float>();
+    float* a = action.data_ptr<float>();
+    float* lp = log_prob ? log_prob->data_ptr<float>() : nullptr;
+    constexpr float kHalfLog2Pi = 0.91893853320467274178f;
+    for (std::int64_t i = 0; i < n; ++i) {
+      float sum = 0.f;
+      for (std::int64_t j = 0; j < ad; ++j) {
+        const float eps = a[i * ad + j];
+        const float x = m[i * ad + j] + std::exp(ls[j]) * eps;
+        a[i * ad + j] = x;
+        const float z = (x - m[i * ad + j]) * std::exp(-ls[j]);
+        sum += -0.5f * z * z - ls[j] - kHalfLog2Pi;
+      }
+      if (lp) lp[i] = sum;
+    }
+    return action;
+  }
+
+  // The gradient of `losses` for a Gaussian policy, written out by hand (the same
+  // arithmetic as autograd's, ties of max and the bounds of clamp included), into the
+  // flat gradient buffer; the loss's parts in `out`.
+  at::Tensor manual_gradient(const RolloutBatch& batch, Losses& out) {
+    torch::NoGradGuard no_grad;
+    Manual& mt = *manual_;
+    const auto obs = batch.obs.contiguous(), action = batch.action.contiguous();
+    const auto old_lp = batch.log_prob.contiguous(), adv = batch.advantage.contiguous();
+    const auto ret = batch.returns.contiguous(), old_v = batch.value.contiguous();
+    const std::int64_t n = obs.size(0), ad = act_dim_;
+    const float* mean = mt.actor.forward(*actor_, obs).data_ptr<float>();
+    const float* v = mt.critic.forward(*critic_, obs).data_ptr<float>();
+    if (!mt.dmean.defined() || mt.dmean.size(0) != n) {
+      mt.dmean = at::empty({n, ad}, obs.options());
+      mt.dv = at::empty({n, 1}, obs.options());
+    }
+    float *dm = mt.dmean.data_ptr<float>(), *dv = mt.dv.data_ptr<float>();
+    float* dls = mt.log_std_grad.data_ptr<float>();
+    const float* ls = log_std_.data_ptr<float>();
+    const float *a = action.data_ptr<float>(), *olp = old_lp.data_ptr<float>(), *A = adv.data_ptr<float>();
+    const float *R = ret.data_ptr<float>(), *V = old_v.data_ptr<float>();
+    const float c = static_cast<float>(*cfg_.clip), lo = 1.0f - c, hi = 1.0f + c;
+    const float cv = static_cast<float>(*cfg_.clip_value), vf = static_cast<float>(*cfg_.vf_coef);
+    const float inv_n = 1.0f / static_cast<float>(n);
+    constexpr float kHalfLog2Pi = 0.91893853320467274178f;
+    std::vector<float> inv_s(static_cast<std::size_t>(ad));
+    for (std::int64_t j = 0; j < ad; ++j) {
+      inv_s[static_cast<std::size_t>(j)] = std::exp(-ls[j]);
+      dls[j] = 0.f;
+    }
+    double policy = 0, value = 0, kl = 0, clipped = 0;
+    for (std::int64_t i = 0; i < n; ++i) {
+      float lp = 0.f;
+      for (std::int64_t j = 0; j < ad; ++j) {
+        const float z = (a[i * ad + j] - mean[i * ad + j]) * inv_s[static_cast<std::size_t>(j)];
+        lp += -0.5f * z * z - ls[j] - kHalfLog2Pi;
+      }
+      const float log_ratio = lp - olp[i], r = std::exp(log_ratio);
+      const float rc = std::min(std::max(r, lo), hi);
+      const float u = -A[i] * r, w = -A[i] * rc;
+      policy += std::max(u, w);
+      const float pass = r >= lo && r <= hi ? 1.0f : 0.0f;  // clamp's gradient
+      const float g_r = (u > w ? -A[i] : u < w ? -A[i] * pass : 0.5f * (-A[i]) + 0.5f * (-A[i] * pass)) * inv_n;
+      const float g_lp = g_r * r;
+      for (std::int64_t j = 0; j < ad; ++j) {
+        const float is = inv_s[static_cast<std::size_t>(j)];
+        const float z = (a[i * ad + j] - mean[i * ad + j]) * is;
+        dm[i * ad + j] = g_lp * z * is;
+        dls[j] += g_lp * (z * z - 1.0f);
+      }
+      kl += static_cast<double>((r - 1.0f) - log_ratio);
+      clipped += std::abs(r - 1.0f) > c ? 1.0 : 0.0;
+      const float e = v[i] - R[i];
+      if (cv > 0) {
+        const float d = v[i] - V[i], dc = std::min(std::max(d, -cv), cv);
+        const float e2 = V[i] + dc - R[i];
+        const float s1 = e * e, s2 = e2 * e2;
+        value += 0.5 * std::max(s1, s2);
+        const float pass_v = d >= -cv && d <= cv ? 1.0f : 0.0f;
+        const float g1 = e, g2 = e2 * pass_v;
+        dv[i] = vf * inv_n * (s1 > s2 ? g1 : s1 < s2 ? g2 : 0.5f * (g1 + g2));
+      } else {
+        value += 0.5 * static_cast<double>(e * e);
+        dv[i] = vf * inv_n * e;
+      }
+    }
+    double entropy = 0;
+    const float ent = static_cast<float>(*cfg_.ent_coef);
+    for (std::int64_t j = 0; j < ad; ++j) {
+      entropy += static_cast<double>(ls[j]) + 0.5 * (1.0 + std::log(2.0 * std::numbers::pi));
+      dls[j] -= ent;
+    }
+    mt.actor.backward(*actor_, mt.dmean, &mt.actor_grads, nullptr);
+    mt.critic.backward(*critic_, mt.dv, &mt.critic_grads, nullptr);
+    const double dn = static_cast<double>(n);
+    out.policy = policy / dn;
+    out.value = value / dn;
+    out.entropy = entropy;
+    out.approx_kl = kl / dn;
+    out.clip_fraction = clipped / dn;
+    return mt.grad;
+  }
+
   at::Tensor gaussian_log_prob(const at::Tensor& mean, const at::Tensor& action) const {
     const auto z = (action - mean) * (-log_std_).exp();
     return (-0.5 * z.square() - log_std_ - 0.5 * std::log(2.0 * std::numbers::pi)).sum(-1);
@@ -327,6 +486,7 @@ class PPO {
   double epoch_kl_ = 0;              ///< approximate KL summed over this epoch's minibatches
   std::int64_t epoch_minibatches_ = 0;
   Ema ema_;                          ///< averaged weights (train.ema_decay)
+  std::unique_ptr<Manual> manual_;   ///< the hand-written path, when it applies
 };
 
 static_assert(OnPolicyAlgorithm<PPO>);
