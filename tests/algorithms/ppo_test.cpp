@@ -218,12 +218,13 @@ TEST_CASE("PPO: gradient accumulation over micro-batches gives the whole minibat
 }
 
 namespace {
-// PPO with continuous actions trained for a few updates on fixed rollouts, with the
-// hand-written path or autograd: its weights, its metrics and its actions after.
-std::vector<at::Tensor> ppo_briefly(PPO::Config cfg, bool manual, double* clip_max = nullptr) {
+// PPO trained for a few updates on fixed rollouts, with the hand-written path or autograd:
+// its rollouts' actions, log-probabilities and values, its weights, its metrics and its
+// actions after.
+std::vector<at::Tensor> ppo_briefly(PPO::Config cfg, bool manual, bool discrete, double* clip_max = nullptr) {
   cfg.manual_backward = manual;
   torch::manual_seed(21);
-  PPO ppo(spec(5, envs::Box{{-1, -1, -1}, {1, 1, 1}}), cfg, RunContext{});
+  PPO ppo(discrete ? spec(5, envs::Discrete{4}) : spec(5, envs::Box{{-1, -1, -1}, {1, 1, 1}}), cfg, RunContext{});
   CHECK(ppo.manual_backward() == manual);
   StepContext ctx;
   torch::manual_seed(22);
@@ -232,7 +233,7 @@ std::vector<at::Tensor> ppo_briefly(PPO::Config cfg, bool manual, double* clip_m
   for (int k = 0; k < 12; ++k) {
     const auto obs = torch::randn({48, 5});
     const auto a = ppo.act_for_rollout(obs);
-    out.push_back(a.action);
+    out.push_back(a.action.to(torch::kFloat));
     out.push_back(a.log_prob);
     out.push_back(a.value);
     // advantages of both signs, large enough to push ratios past the clip range
@@ -247,36 +248,48 @@ std::vector<at::Tensor> ppo_briefly(PPO::Config cfg, bool manual, double* clip_m
   out.push_back(torch::tensor(metrics, torch::kDouble).to(torch::kFloat));
   torch::manual_seed(23);
   const auto obs = torch::randn({6, 5});
-  out.push_back(ppo.act(obs, ActMode::explore));
-  out.push_back(ppo.act(obs, ActMode::deterministic));
+  out.push_back(ppo.act(obs, ActMode::explore).to(torch::kFloat));
+  out.push_back(ppo.act(obs, ActMode::deterministic).to(torch::kFloat));
   out.push_back(ppo.value(obs));
   return out;
 }
 }  // namespace
 
-TEST_CASE("PPO: the hand-written path acts and updates as autograd does (Gaussian policy)") {
-  PPO::Config cfg;
-  cfg.lr = 3e-3;
-  SUBCASE("defaults (tanh, no value clipping, no entropy bonus)") {}
-  SUBCASE("relu, value clipping, entropy bonus") {
-    cfg.actor->activation = nn::Activation::relu;
-    cfg.critic->activation = nn::Activation::relu;
-    cfg.clip_value = 0.1;
-    cfg.ent_coef = 0.01;
-  }
-  double clip_max = 0;
-  const auto manual = ppo_briefly(cfg, true), autograd = ppo_briefly(cfg, false, &clip_max);
-  REQUIRE(manual.size() == autograd.size());
-  for (std::size_t i = 0; i < manual.size(); ++i) {
-    INFO("tensor " << i << ", max difference " << (manual[i] - autograd[i]).abs().max().item<double>());
-    CHECK(torch::allclose(manual[i], autograd[i], 1e-4, 1e-5));
-  }
-  CHECK(clip_max > 0);  // ratios left the clip range: both of max's branches were taken
+TEST_CASE("PPO: the hand-written path acts and updates as autograd does (Gaussian and categorical policies)") {
+  for (const bool discrete : {false, true})
+    for (const bool variant : {false, true}) {
+      // defaults (tanh, no value clipping, no entropy bonus); then relu, value clipping and
+      // an entropy bonus
+      CAPTURE(discrete);
+      CAPTURE(variant);
+      PPO::Config cfg;
+      cfg.lr = 3e-3;
+      if (variant) {
+        cfg.actor->activation = nn::Activation::relu;
+        cfg.critic->activation = nn::Activation::relu;
+        cfg.clip_value = 0.1;
+        cfg.ent_coef = 0.01;
+      }
+      double clip_max = 0;
+      const auto manual = ppo_briefly(cfg, true, discrete), autograd = ppo_briefly(cfg, false, discrete, &clip_max);
+      REQUIRE(manual.size() == autograd.size());
+      for (std::size_t i = 0; i < manual.size(); ++i) {
+        INFO("tensor " << i << ", max difference " << (manual[i] - autograd[i]).abs().max().item<double>());
+        CHECK(torch::allclose(manual[i], autograd[i], 1e-4, 1e-5));
+      }
+      CHECK(clip_max > 0);  // ratios left the clip range: both of max's branches were taken
+    }
 }
 
-TEST_CASE("PPO: the hand-written path takes discrete actions nowhere (they use autograd)") {
-  PPO ppo(spec(4, envs::Discrete{3}), PPO::Config{}, RunContext{});
-  CHECK_FALSE(ppo.manual_backward());
+TEST_CASE("PPO: the hand-written path is the default for both action spaces, and can be turned off") {
+  PPO::Config cfg;
+  CHECK(PPO(spec(4, envs::Discrete{3}), cfg, RunContext{}).manual_backward());
+  CHECK(PPO(spec(4, envs::Box{{-1}, {1}}), cfg, RunContext{}).manual_backward());
+  cfg.actor->activation = nn::Activation::gelu;  // no hand-written derivative
+  CHECK_FALSE(PPO(spec(4, envs::Box{{-1}, {1}}), cfg, RunContext{}).manual_backward());
+  cfg.actor->activation = nn::Activation::tanh;
+  cfg.manual_backward = false;
+  CHECK_FALSE(PPO(spec(4, envs::Discrete{3}), cfg, RunContext{}).manual_backward());
 }
 
 TEST_CASE("RunningMeanVar: matches the batch mean and variance, and two ranks' statistics merge to the same") {

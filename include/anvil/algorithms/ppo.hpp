@@ -81,8 +81,8 @@ class PPO {
     Param<bool, "ortho_init", "orthogonal initialisation of the layers (gain sqrt 2; heads 0.01 and 1)">
         ortho_init{true};
     Param<bool, "manual_backward",
-          "hand-written passes for the default networks with continuous actions in float32 on the CPU: acting "
-          "and updates without LibTorch ops (false: autograd; same result, slower)">
+          "hand-written passes for the default networks in float32 on the CPU: acting and updates without "
+          "LibTorch ops (false: autograd; same result, slower)">
         manual_backward{true};
     Section<"actor", NetConfig> actor;
     Section<"critic", NetConfig> critic;
@@ -115,7 +115,7 @@ class PPO {
     base_lr_ = cfg.lr * ctx.lr_scale(cfg.minibatch_size);
     opt_ = FlatAdam(std::move(params), {.lr = base_lr_, .eps = cfg.adam_eps});
     ema_.set_device(device_);
-    if (cfg.manual_backward && !discrete_ && device_.is_cpu() && nn::MlpTape::supports(*actor_) &&
+    if (cfg.manual_backward && device_.is_cpu() && nn::MlpTape::supports(*actor_) &&
         nn::MlpTape::supports(*critic_))
       manual_ = std::make_unique<Manual>(opt_.parameters(), actor_, log_std_, critic_);
   }
@@ -126,9 +126,10 @@ class PPO {
     torch::NoGradGuard no_grad;
     if (manual_) {
       const auto o = obs.to(device_, at::kFloat).contiguous();
-      const auto& mean = manual_->act_actor.forward(*actor_, o);
-      if (mode != ActMode::explore) return mean.clone();
-      return manual_sample(mean, nullptr);
+      const auto& out = manual_->act_actor.forward(*actor_, o);
+      if (discrete_) return mode == ActMode::explore ? manual_categorical(out, nullptr) : out.argmax(-1);
+      if (mode != ActMode::explore) return out.clone();
+      return manual_sample(out, nullptr);
     }
     const auto out = actor_->forward(obs.to(device_, at::kFloat));
     if (discrete_) return mode == ActMode::explore ? sample_categorical(out) : out.argmax(-1);
@@ -142,7 +143,8 @@ class PPO {
       const auto o = obs.to(device_, at::kFloat).contiguous();
       RolloutAct r;
       r.log_prob = at::empty({o.size(0)}, o.options());
-      r.action = manual_sample(manual_->act_actor.forward(*actor_, o), &r.log_prob);
+      const auto& out = manual_->act_actor.forward(*actor_, o);
+      r.action = discrete_ ? manual_categorical(out, &r.log_prob) : manual_sample(out, &r.log_prob);
       r.value = manual_->act_critic.forward(*critic_, o).view({o.size(0)}).clone();
       return r;
     }
@@ -195,7 +197,7 @@ class PPO {
     info.metrics = {{"policy_loss", sum.policy},       {"value_loss", sum.value},
                     {"entropy", sum.entropy},          {"approx_kl", sum.approx_kl},
                     {"clip_fraction", sum.clip_fraction}};
-    if (!discrete_) {
+    if (!discrete_) {  // the mean standard deviation of the actions
       double std_mean = 0;
       if (manual_) {
         const float* ls = log_std_.data_ptr<float>();
@@ -338,11 +340,11 @@ class PPO {
     Manual(const FlatParameters& fp, const nn::Mlp& actor, const at::Tensor& log_std, const nn::Mlp& critic) {
       grad = at::empty({fp.numel()}, fp.flat().options());
       for (const auto& p : actor->parameters()) actor_grads.push_back(fp.slice_for(grad, p));
-      log_std_grad = fp.slice_for(grad, log_std);
+      if (log_std.defined()) log_std_grad = fp.slice_for(grad, log_std);
       for (const auto& p : critic->parameters()) critic_grads.push_back(fp.slice_for(grad, p));
     }
     nn::MlpTape act_actor, act_critic, actor, critic;
-    at::Tensor grad, log_std_grad, dmean, dv;
+    at::Tensor grad, log_std_grad, dmean, dv, lsm;
     std::vector<at::Tensor> actor_grads, critic_grads;
   };
 
@@ -369,9 +371,36 @@ class PPO {
     return action;
   }
 
-  // The gradient of `losses` for a Gaussian policy, written out by hand (the same
-  // arithmetic as autograd's, ties of max and the bounds of clamp included), into the
-  // flat gradient buffer; the loss's parts in `out`.
+  // Actions drawn from the softmax of `logits` [N, K] by `multinomial` (the autograd path's
+  // draws), with each one's log-probability into `log_prob` when given.
+  at::Tensor manual_categorical(const at::Tensor& logits, at::Tensor* log_prob) const {
+    const std::int64_t n = logits.size(0), k = logits.size(1);
+    auto lsm = at::empty({n, k}, logits.options());
+    log_softmax_rows(logits.data_ptr<float>(), lsm.data_ptr<float>(), n, k);
+    auto action = at::multinomial(lsm.exp(), 1).view({n});
+    if (log_prob) {
+      const float* l = lsm.data_ptr<float>();
+      const std::int64_t* a = action.data_ptr<std::int64_t>();
+      float* lp = log_prob->data_ptr<float>();
+      for (std::int64_t i = 0; i < n; ++i) lp[i] = l[i * k + a[i]];
+    }
+    return action;
+  }
+  static void log_softmax_rows(const float* x, float* y, std::int64_t n, std::int64_t k) {
+    for (std::int64_t i = 0; i < n; ++i) {
+      const float* xi = x + i * k;
+      float m = xi[0];
+      for (std::int64_t j = 1; j < k; ++j) m = std::max(m, xi[j]);
+      float sum = 0.f;
+      for (std::int64_t j = 0; j < k; ++j) sum += std::exp(xi[j] - m);
+      const float lse = m + std::log(sum);
+      for (std::int64_t j = 0; j < k; ++j) y[i * k + j] = xi[j] - lse;
+    }
+  }
+
+  // The gradient of `losses`, written out by hand (the same arithmetic as autograd's, ties
+  // of max and the bounds of clamp included), into the flat gradient buffer; the loss's
+  // parts in `out`. Gaussian or categorical policies.
   at::Tensor manual_gradient(const RolloutBatch& batch, Losses& out) {
     torch::NoGradGuard no_grad;
     Manual& mt = *manual_;
@@ -379,32 +408,44 @@ class PPO {
     const auto old_lp = batch.log_prob.contiguous(), adv = batch.advantage.contiguous();
     const auto ret = batch.returns.contiguous(), old_v = batch.value.contiguous();
     const std::int64_t n = obs.size(0), ad = act_dim_;
-    const float* mean = mt.actor.forward(*actor_, obs).data_ptr<float>();
+    const float* mean = mt.actor.forward(*actor_, obs).data_ptr<float>();  // Gaussian means or logits
     const float* v = mt.critic.forward(*critic_, obs).data_ptr<float>();
     if (!mt.dmean.defined() || mt.dmean.size(0) != n) {
       mt.dmean = at::empty({n, ad}, obs.options());
       mt.dv = at::empty({n, 1}, obs.options());
+      if (discrete_) mt.lsm = at::empty({n, ad}, obs.options());
     }
     float *dm = mt.dmean.data_ptr<float>(), *dv = mt.dv.data_ptr<float>();
-    float* dls = mt.log_std_grad.data_ptr<float>();
-    const float* ls = log_std_.data_ptr<float>();
-    const float *a = action.data_ptr<float>(), *olp = old_lp.data_ptr<float>(), *A = adv.data_ptr<float>();
+    float* dls = discrete_ ? nullptr : mt.log_std_grad.data_ptr<float>();
+    const float* ls = discrete_ ? nullptr : log_std_.data_ptr<float>();
+    const float* a = discrete_ ? nullptr : action.data_ptr<float>();
+    const std::int64_t* ai = discrete_ ? action.data_ptr<std::int64_t>() : nullptr;
+    float* lsm = discrete_ ? mt.lsm.data_ptr<float>() : nullptr;
+    if (discrete_) log_softmax_rows(mean, lsm, n, ad);
+    const float *olp = old_lp.data_ptr<float>(), *A = adv.data_ptr<float>();
     const float *R = ret.data_ptr<float>(), *V = old_v.data_ptr<float>();
     const float c = static_cast<float>(*cfg_.clip), lo = 1.0f - c, hi = 1.0f + c;
     const float cv = static_cast<float>(*cfg_.clip_value), vf = static_cast<float>(*cfg_.vf_coef);
+    const float ent = static_cast<float>(*cfg_.ent_coef);
     const float inv_n = 1.0f / static_cast<float>(n);
     constexpr float kHalfLog2Pi = 0.91893853320467274178f;
-    std::vector<float> inv_s(static_cast<std::size_t>(ad));
-    for (std::int64_t j = 0; j < ad; ++j) {
+    std::vector<float> inv_s(discrete_ ? 0 : static_cast<std::size_t>(ad));
+    for (std::int64_t j = 0; j < static_cast<std::int64_t>(inv_s.size()); ++j) {
       inv_s[static_cast<std::size_t>(j)] = std::exp(-ls[j]);
       dls[j] = 0.f;
     }
-    double policy = 0, value = 0, kl = 0, clipped = 0;
+    double policy = 0, value = 0, kl = 0, clipped = 0, entropy = 0;
     for (std::int64_t i = 0; i < n; ++i) {
-      float lp = 0.f;
-      for (std::int64_t j = 0; j < ad; ++j) {
-        const float z = (a[i * ad + j] - mean[i * ad + j]) * inv_s[static_cast<std::size_t>(j)];
-        lp += -0.5f * z * z - ls[j] - kHalfLog2Pi;
+      float lp = 0.f, h = 0.f;
+      if (discrete_) {
+        lp = lsm[i * ad + ai[i]];
+        for (std::int64_t j = 0; j < ad; ++j) h -= std::exp(lsm[i * ad + j]) * lsm[i * ad + j];
+        entropy += h;
+      } else {
+        for (std::int64_t j = 0; j < ad; ++j) {
+          const float z = (a[i * ad + j] - mean[i * ad + j]) * inv_s[static_cast<std::size_t>(j)];
+          lp += -0.5f * z * z - ls[j] - kHalfLog2Pi;
+        }
       }
       const float log_ratio = lp - olp[i], r = std::exp(log_ratio);
       const float rc = std::min(std::max(r, lo), hi);
@@ -413,11 +454,19 @@ class PPO {
       const float pass = r >= lo && r <= hi ? 1.0f : 0.0f;  // clamp's gradient
       const float g_r = (u > w ? -A[i] : u < w ? -A[i] * pass : 0.5f * (-A[i]) + 0.5f * (-A[i] * pass)) * inv_n;
       const float g_lp = g_r * r;
-      for (std::int64_t j = 0; j < ad; ++j) {
-        const float is = inv_s[static_cast<std::size_t>(j)];
-        const float z = (a[i * ad + j] - mean[i * ad + j]) * is;
-        dm[i * ad + j] = g_lp * z * is;
-        dls[j] += g_lp * (z * z - 1.0f);
+      if (discrete_) {
+        // d log p_a / d z_j = [j = a] - p_j; d H / d z_j = -p_j (log p_j + H), weighed by -ent / n
+        for (std::int64_t j = 0; j < ad; ++j) {
+          const float p = std::exp(lsm[i * ad + j]);
+          dm[i * ad + j] = g_lp * ((j == ai[i] ? 1.0f : 0.0f) - p) + ent * inv_n * p * (lsm[i * ad + j] + h);
+        }
+      } else {
+        for (std::int64_t j = 0; j < ad; ++j) {
+          const float is = inv_s[static_cast<std::size_t>(j)];
+          const float z = (a[i * ad + j] - mean[i * ad + j]) * is;
+          dm[i * ad + j] = g_lp * z * is;
+          dls[j] += g_lp * (z * z - 1.0f);
+        }
       }
       kl += static_cast<double>((r - 1.0f) - log_ratio);
       clipped += std::abs(r - 1.0f) > c ? 1.0 : 0.0;
@@ -435,18 +484,19 @@ class PPO {
         dv[i] = vf * inv_n * e;
       }
     }
-    double entropy = 0;
-    const float ent = static_cast<float>(*cfg_.ent_coef);
-    for (std::int64_t j = 0; j < ad; ++j) {
-      entropy += static_cast<double>(ls[j]) + 0.5 * (1.0 + std::log(2.0 * std::numbers::pi));
-      dls[j] -= ent;
+    if (!discrete_) {
+      for (std::int64_t j = 0; j < ad; ++j) {
+        entropy += static_cast<double>(ls[j]) + 0.5 * (1.0 + std::log(2.0 * std::numbers::pi));
+        dls[j] -= ent;
+      }
+      entropy *= static_cast<double>(n);  // the same for every row
     }
     mt.actor.backward(*actor_, mt.dmean, &mt.actor_grads, nullptr);
     mt.critic.backward(*critic_, mt.dv, &mt.critic_grads, nullptr);
     const double dn = static_cast<double>(n);
     out.policy = policy / dn;
     out.value = value / dn;
-    out.entropy = entropy;
+    out.entropy = entropy / dn;
     out.approx_kl = kl / dn;
     out.clip_fraction = clipped / dn;
     return mt.grad;

@@ -56,11 +56,25 @@ inline bool avx512() noexcept {
 
 namespace anvil::simd {
 
-/// y[r, j] = bias[j] for every row r of y [rows, cols].
-ANVIL_SIMD_KERNEL(fill_rows, (float* __restrict y, const float* __restrict bias, std::int64_t rows, std::int64_t cols),
-                  (y, bias, rows, cols), {
-                    for (std::int64_t r = 0; r < rows; ++r)
-                      for (std::int64_t j = 0; j < cols; ++j) y[r * cols + j] = bias[j];
+/// y[r, j] += bias[j] for every row r of y [rows, cols]; with `relu`, then y = max(y, 0).
+ANVIL_SIMD_KERNEL(add_bias, (float* __restrict y, const float* __restrict bias, std::int64_t rows, std::int64_t cols,
+                             bool relu),
+                  (y, bias, rows, cols, relu), {
+                    if (cols == 1) {  // one column: a loop over the rows, not one per row
+                      const float b = bias[0];
+                      if (relu)
+                        for (std::int64_t r = 0; r < rows; ++r) y[r] = y[r] + b > 0.f ? y[r] + b : 0.f;
+                      else
+                        for (std::int64_t r = 0; r < rows; ++r) y[r] += b;
+                      return;
+                    }
+                    for (std::int64_t r = 0; r < rows; ++r) {
+                      float* yr = y + r * cols;
+                      if (relu)
+                        for (std::int64_t j = 0; j < cols; ++j) yr[j] = yr[j] + bias[j] > 0.f ? yr[j] + bias[j] : 0.f;
+                      else
+                        for (std::int64_t j = 0; j < cols; ++j) yr[j] += bias[j];
+                    }
                   })
 
 /// s[j] = the sum over rows r of x[r, j], x [rows, cols].

@@ -106,10 +106,12 @@ class MlpTape {
       const std::int64_t out_dim = layers[i]->weight.size(0);
       float* h = h_[i].data_ptr<float>();
       const float* bias = layers[i]->bias.data_ptr<float>();
-      simd::fill_rows(h, bias, batch, out_dim);
       blas::gemm(false, true, batch, out_dim, in_dim, 1.f, in, in_dim, layers[i]->weight.data_ptr<float>(), in_dim,
-                 1.f, h, out_dim);
-      if (i + 1 < layers.size()) detail::activate_inplace(h, batch * out_dim, m.activation());
+                 0.f, h, out_dim);
+      const bool hidden = i + 1 < layers.size();
+      // the bias, and ReLU in the same pass; other activations after it
+      simd::add_bias(h, bias, batch, out_dim, hidden && m.activation() == Activation::relu);
+      if (hidden && m.activation() != Activation::relu) detail::activate_inplace(h, batch * out_dim, m.activation());
       in = h;
       in_dim = out_dim;
     }
