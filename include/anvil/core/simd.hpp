@@ -155,6 +155,11 @@ inline float tanh_approx(float x) {
   return x < 0.f ? -t : t;
 }
 
+/// x = tanh(x), n floats (`tanh_approx`: absolute error below 2e-7).
+ANVIL_SIMD_KERNEL(tanh, (float* __restrict x, std::int64_t n), (x, n), {
+  for (std::int64_t i = 0; i < n; ++i) x[i] = tanh_approx(x[i]);
+})
+
 /// t += w * (s - t), n floats: torch's `lerp_` for a weight below 0.5 (Polyak averaging).
 ANVIL_SIMD_KERNEL(lerp, (float* __restrict t, const float* __restrict s, std::int64_t n, float w), (t, s, n, w), {
   for (std::int64_t i = 0; i < n; ++i) t[i] += w * (s[i] - t[i]);

@@ -43,8 +43,7 @@ inline void activate_inplace(float* x, std::int64_t n, Activation a) {
       for (std::int64_t i = 0; i < n; ++i) x[i] = x[i] > 0.f ? x[i] : 0.01f * x[i];
       return;
     case Activation::tanh:
-      for (std::int64_t i = 0; i < n; ++i) x[i] = std::tanh(x[i]);
-      return;
+      return simd::tanh(x, n);
     case Activation::elu:
       for (std::int64_t i = 0; i < n; ++i) x[i] = x[i] > 0.f ? x[i] : std::expm1(x[i]);
       return;
