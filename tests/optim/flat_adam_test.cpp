@@ -1,9 +1,14 @@
 // FlatParameters and FlatAdam: one contiguous buffer behind a module's parameters, and Adam
-// over it matching torch's Adam step for step.
+// over it matching torch's Adam step for step. Also the kernels of the hand-written fast
+// paths: BLAS called directly (and LibTorch's products where no BLAS is found), and both
+// builds of the element-wise kernels (the baseline one runs on CPUs without AVX-512).
 #include <doctest/doctest.h>
 
 #include <torch/torch.h>
 
+#include <anvil/core/blas.hpp>
+#include <anvil/core/simd.hpp>
+#include <anvil/nn/manual_mlp.hpp>
 #include <anvil/nn/mlp.hpp>
 #include <anvil/optim/flat_adam.hpp>
 
@@ -65,3 +70,87 @@ TEST_CASE("FlatParameters: a parameter the loss does not reach gets a zero gradi
   CHECK(g.narrow(0, 3, 3).abs().sum().item<float>() == 0.0f);
   CHECK(g.narrow(0, 0, 3).abs().sum().item<float>() > 0.0f);
 }
+
+TEST_CASE("blas::gemm and the LibTorch fallback compute op(A) op(B) for every transpose, strided rows included") {
+  REQUIRE(static_cast<bool>(anvil::blas::sgemm()));  // Torch's BLAS is found in this process
+  torch::manual_seed(3);
+  const std::int64_t m = 7, n = 5, k = 9, pad = 3;
+  for (const bool ta : {false, true})
+    for (const bool tb : {false, true}) {
+      CAPTURE(ta);
+      CAPTURE(tb);
+      // stored with longer rows than they use (lda, ldb, ldc > columns)
+      const auto a_full = torch::randn({ta ? k : m, (ta ? m : k) + pad});
+      const auto b_full = torch::randn({tb ? n : k, (tb ? k : n) + pad});
+      const auto a = a_full.narrow(1, 0, ta ? m : k), b = b_full.narrow(1, 0, tb ? k : n);
+      const auto c0 = torch::randn({m, n + pad});
+      const auto want = 0.5 * c0.narrow(1, 0, n) + 2.0 * torch::mm(ta ? a.t() : a, tb ? b.t() : b);
+      for (const bool fallback : {false, true}) {
+        CAPTURE(fallback);
+        auto c = c0.clone();
+        (fallback ? anvil::nn::detail::torch_gemm : anvil::blas::gemm)(
+            ta, tb, m, n, k, 2.f, a_full.data_ptr<float>(), a_full.size(1), b_full.data_ptr<float>(), b_full.size(1),
+            0.5f, c.data_ptr<float>(), c.size(1));
+        CHECK(torch::allclose(c.narrow(1, 0, n), want, 1e-5, 1e-5));
+        CHECK(torch::equal(c.narrow(1, n, pad), c0.narrow(1, n, pad)));  // padding untouched
+      }
+    }
+}
+
+#if ANVIL_SIMD_X86
+TEST_CASE("simd kernels: the AVX-512 build and the baseline build agree (the baseline runs without AVX-512)") {
+  if (!anvil::simd::avx512()) return;  // only the baseline build runs here: nothing to compare
+  torch::manual_seed(4);
+  const std::int64_t rows = 37, cols = 21, n = rows * cols;
+  const auto x = torch::randn({rows, cols}) * 3, y = torch::randn({rows, cols});
+  const auto bias = torch::randn({cols});
+  auto same = [](const at::Tensor& a, const at::Tensor& b) { return torch::allclose(a, b, 1e-6, 1e-6); };
+  for (const bool relu : {false, true}) {
+    auto a = x.clone(), b = x.clone();
+    anvil::simd::add_bias_avx512(a.data_ptr<float>(), bias.data_ptr<float>(), rows, cols, relu);
+    anvil::simd::add_bias_baseline(b.data_ptr<float>(), bias.data_ptr<float>(), rows, cols, relu);
+    CHECK(same(a, b));
+    CHECK(same(a, relu ? (x + bias).clamp_min(0) : x + bias));
+  }
+  {
+    auto a = x.clone(), b = x.clone();
+    anvil::simd::tanh_avx512(a.data_ptr<float>(), n);
+    anvil::simd::tanh_baseline(b.data_ptr<float>(), n);
+    CHECK(same(a, b));
+    CHECK(torch::allclose(a, x.tanh(), 0, 3e-7));
+  }
+  {
+    auto a = y.clone(), b = y.clone();
+    anvil::simd::relu_backward_avx512(a.data_ptr<float>(), x.data_ptr<float>(), n);
+    anvil::simd::relu_backward_baseline(b.data_ptr<float>(), x.data_ptr<float>(), n);
+    CHECK(torch::equal(a, b));
+    CHECK(torch::equal(a, y * (x > 0).to(torch::kFloat)));
+  }
+  {
+    auto a = torch::empty({cols}), b = torch::empty({cols});
+    anvil::simd::column_sums_avx512(a.data_ptr<float>(), x.data_ptr<float>(), rows, cols);
+    anvil::simd::column_sums_baseline(b.data_ptr<float>(), x.data_ptr<float>(), rows, cols);
+    CHECK(torch::allclose(a, b, 1e-5, 1e-5));
+    CHECK(torch::allclose(a, x.sum(0), 1e-5, 1e-5));
+  }
+  {
+    auto a = x.clone(), b = x.clone();
+    anvil::simd::lerp_avx512(a.data_ptr<float>(), y.data_ptr<float>(), n, 0.005f);
+    anvil::simd::lerp_baseline(b.data_ptr<float>(), y.data_ptr<float>(), n, 0.005f);
+    CHECK(same(a, b));
+    CHECK(same(a, x.lerp(y, 0.005)));
+  }
+  {
+    auto wa = x.clone(), wb = x.clone(), ma = y.clone() * 0.1, mb = ma.clone(), va = y.square() * 0.01,
+         vb = va.clone();
+    const auto g = torch::randn({rows, cols});
+    anvil::simd::detail::adam_avx512(wa.data_ptr<float>(), ma.data_ptr<float>(), va.data_ptr<float>(),
+                                     g.data_ptr<float>(), n, 0.9f, 0.999f, 0.1f, 0.001f, 0.9999f, 0.3f, 1e-8f, -1e-3f);
+    anvil::simd::detail::adam_baseline(wb.data_ptr<float>(), mb.data_ptr<float>(), vb.data_ptr<float>(),
+                                       g.data_ptr<float>(), n, 0.9f, 0.999f, 0.1f, 0.001f, 0.9999f, 0.3f, 1e-8f, -1e-3f);
+    CHECK(same(wa, wb));
+    CHECK(same(ma, mb));
+    CHECK(same(va, vb));
+  }
+}
+#endif

@@ -69,6 +69,27 @@ inline void activation_backward_inplace(float* g, const float* y, std::int64_t n
   }
 }
 
+// Row-major C = alpha op(A) op(B) + beta C through LibTorch (`addmm_` on the buffers as
+// they are): the products of a process where no BLAS library can be found (`blas::sgemm`
+// is null, e.g. a LibTorch with its BLAS linked in privately).
+inline void torch_gemm(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, float alpha,
+                       const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float beta, float* c,
+                       std::int64_t ldc) {
+  const auto f = at::TensorOptions().dtype(at::kFloat);
+  const auto A = at::from_blob(const_cast<float*>(a), {trans_a ? k : m, trans_a ? m : k}, {lda, 1}, f);
+  const auto B = at::from_blob(const_cast<float*>(b), {trans_b ? n : k, trans_b ? k : n}, {ldb, 1}, f);
+  auto C = at::from_blob(c, {m, n}, {ldc, 1}, f);
+  C.addmm_(trans_a ? A.t() : A, trans_b ? B.t() : B, beta, alpha);  // beta 0: C's old values ignored
+}
+
+// The tapes' matrix products: BLAS directly when the process has one, else LibTorch.
+inline void gemm(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, float alpha,
+                 const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float beta, float* c,
+                 std::int64_t ldc) {
+  if (blas::sgemm()) return blas::gemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  torch_gemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
 }  // namespace detail
 
 /// One hand-written forward pass of an `Mlp` and what its backward needs (see file comment).
@@ -105,7 +126,7 @@ class MlpTape {
       const std::int64_t out_dim = layers[i]->weight.size(0);
       float* h = h_[i].data_ptr<float>();
       const float* bias = layers[i]->bias.data_ptr<float>();
-      blas::gemm(false, true, batch, out_dim, in_dim, 1.f, in, in_dim, layers[i]->weight.data_ptr<float>(), in_dim,
+      detail::gemm(false, true, batch, out_dim, in_dim, 1.f, in, in_dim, layers[i]->weight.data_ptr<float>(), in_dim,
                  0.f, h, out_dim);
       const bool hidden = i + 1 < layers.size();
       // the bias, and ReLU in the same pass; other activations after it
@@ -132,17 +153,17 @@ class MlpTape {
       const float* w = layers[k]->weight.data_ptr<float>();
       if (grads) {
         // dW = d^T in; db = the column sums of d
-        blas::gemm(true, false, out_dim, in_dim, batch, 1.f, d, out_dim, in, in_dim, 0.f,
+        detail::gemm(true, false, out_dim, in_dim, batch, 1.f, d, out_dim, in, in_dim, 0.f,
                    (*grads)[2 * k].data_ptr<float>(), in_dim);
         simd::column_sums((*grads)[2 * k + 1].data_ptr<float>(), d, batch, out_dim);
       }
       if (k > 0) {
         float* g = g_[k - 1].data_ptr<float>();
-        blas::gemm(false, false, batch, in_dim, out_dim, 1.f, d, out_dim, w, in_dim, 0.f, g, in_dim);
+        detail::gemm(false, false, batch, in_dim, out_dim, 1.f, d, out_dim, w, in_dim, 0.f, g, in_dim);
         detail::activation_backward_inplace(g, h_[k - 1].data_ptr<float>(), batch * in_dim, m.activation());
         d = g;
       } else if (dx) {
-        blas::gemm(false, false, batch, in_dim, out_dim, 1.f, d, out_dim, w, in_dim, 0.f, dx->data_ptr<float>(),
+        detail::gemm(false, false, batch, in_dim, out_dim, 1.f, d, out_dim, w, in_dim, 0.f, dx->data_ptr<float>(),
                    in_dim);
       }
     }
