@@ -180,6 +180,242 @@ struct UpdateInfo {
 #include <fstream>
 #include <string>
 
+// ---- begin <anvil/core/simd.hpp> ----
+/// @file
+/// Element-wise float kernels of the hand-written fast paths, compiled twice: for the
+/// compiler's target (x86-64's baseline is SSE2, 4 floats at a time) and, on x86-64 with
+/// GCC or Clang, for AVX-512 (16 at a time), picked once at run time from the CPU. A user's
+/// program built with the default flags thus gets AVX-512 loops where the CPU has them,
+/// as OpenBLAS does for the matrix products. Light header.
+///
+/// `ANVIL_SIMD_KERNEL(name, (params), (args), { body })` defines `name(params)`, which runs
+/// `body` built for AVX-512 when the CPU has it and for the baseline otherwise; the body
+/// is plain C++ the compiler vectorises.
+
+#include <bit>
+#include <cmath>
+#include <cstdint>
+
+#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#define ANVIL_SIMD_X86 1
+#define ANVIL_TARGET_AVX512 __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,avx2,fma,popcnt")))
+#else
+#define ANVIL_SIMD_X86 0
+#define ANVIL_TARGET_AVX512
+#endif
+
+namespace anvil::simd {
+
+/// Whether this CPU runs the AVX-512 builds of the kernels (checked once): the one check of
+/// the CPU for every AVX-512 kernel in anvil (these, the sum tree's, the BLAS advice).
+inline bool avx512() noexcept {
+#if ANVIL_SIMD_X86
+  static const bool has = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
+           __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
+           __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("popcnt");
+  }();
+  return has;
+#else
+  return false;
+#endif
+}
+
+}  // namespace anvil::simd
+
+#if ANVIL_SIMD_X86
+#define ANVIL_SIMD_KERNEL(name, params, args, ...)             \
+  ANVIL_TARGET_AVX512 inline void name##_avx512 params __VA_ARGS__ \
+  inline void name##_baseline params __VA_ARGS__              \
+  inline void name params {                                   \
+    if (::anvil::simd::avx512()) name##_avx512 args;          \
+    else name##_baseline args;                                \
+  }
+#else
+#define ANVIL_SIMD_KERNEL(name, params, args, ...) inline void name params __VA_ARGS__
+#endif
+
+namespace anvil::simd {
+
+/// y[r, j] += bias[j] for every row r of y [rows, cols]; with `relu`, then y = max(y, 0).
+ANVIL_SIMD_KERNEL(add_bias, (float* __restrict y, const float* __restrict bias, std::int64_t rows, std::int64_t cols,
+                             bool relu),
+                  (y, bias, rows, cols, relu), {
+                    if (cols == 1) {  // one column: a loop over the rows, not one per row
+                      const float b = bias[0];
+                      if (relu)
+                        for (std::int64_t r = 0; r < rows; ++r) y[r] = y[r] + b > 0.f ? y[r] + b : 0.f;
+                      else
+                        for (std::int64_t r = 0; r < rows; ++r) y[r] += b;
+                      return;
+                    }
+                    for (std::int64_t r = 0; r < rows; ++r) {
+                      float* yr = y + r * cols;
+                      if (relu)
+                        for (std::int64_t j = 0; j < cols; ++j) yr[j] = yr[j] + bias[j] > 0.f ? yr[j] + bias[j] : 0.f;
+                      else
+                        for (std::int64_t j = 0; j < cols; ++j) yr[j] += bias[j];
+                    }
+                  })
+
+/// s[j] = the sum over rows r of x[r, j], x [rows, cols].
+ANVIL_SIMD_KERNEL(column_sums, (float* __restrict s, const float* __restrict x, std::int64_t rows, std::int64_t cols),
+                  (s, x, rows, cols), {
+                    if (cols == 1) {
+                      float t = 0.f;
+                      for (std::int64_t r = 0; r < rows; ++r) t += x[r];
+                      s[0] = t;
+                      return;
+                    }
+                    for (std::int64_t j = 0; j < cols; ++j) s[j] = 0.f;
+                    for (std::int64_t r = 0; r < rows; ++r)
+                      for (std::int64_t j = 0; j < cols; ++j) s[j] += x[r * cols + j];
+                  })
+
+/// x = max(x, 0), n floats.
+ANVIL_SIMD_KERNEL(relu, (float* __restrict x, std::int64_t n), (x, n), {
+  for (std::int64_t i = 0; i < n; ++i) x[i] = x[i] > 0.f ? x[i] : 0.f;
+})
+
+/// g = y > 0 ? g : 0 (ReLU's backward from its output y), n floats.
+ANVIL_SIMD_KERNEL(relu_backward, (float* __restrict g, const float* __restrict y, std::int64_t n), (g, y, n), {
+  for (std::int64_t i = 0; i < n; ++i) g[i] = y[i] > 0.f ? g[i] : 0.f;
+})
+
+/// Single-precision exp as plain arithmetic the compiler vectorises (Cody-Waite range
+/// reduction and a degree-6 polynomial; within 2 ulp of std::exp on [-87, 88], clamped
+/// outside). For the element-wise parts of the fast paths; not a general replacement.
+inline float exp_approx(float x) {
+  x = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);
+  // n = round(x / ln 2) by the 1.5 * 2^23 trick (no rounding instruction needed)
+  const float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+  const float r = (x - n * 0.693145751953125f) - n * 1.428606765330187045e-06f;
+  float p = 1.0f / 5040.0f;
+  p = p * r + 1.0f / 720.0f;
+  p = p * r + 1.0f / 120.0f;
+  p = p * r + 1.0f / 24.0f;
+  p = p * r + 1.0f / 6.0f;
+  p = p * r + 0.5f;
+  p = p * r + 1.0f;
+  p = p * r + 1.0f;
+  return p * std::bit_cast<float>((static_cast<std::int32_t>(n) + 127) << 23);
+}
+
+/// Natural log of a positive normal float as plain vectorisable arithmetic (the exponent
+/// from the bits, a degree-8 polynomial of the mantissa in [sqrt(1/2), sqrt(2)); within 2 ulp).
+inline float log_approx(float x) {
+  std::int32_t bits = std::bit_cast<std::int32_t>(x);
+  std::int32_t e = ((bits >> 23) & 0xff) - 126;  // x = m 2^e, m in [0.5, 1)
+  float m = std::bit_cast<float>((bits & 0x007fffff) | 0x3f000000);
+  const bool small = m < 0.70710678118654752f;  // move m into [sqrt(1/2), sqrt(2))
+  e = small ? e - 1 : e;
+  m = small ? m + m - 1.0f : m - 1.0f;
+  const float z = m * m;
+  float p = 7.0376836292e-2f;
+  p = p * m - 1.1514610310e-1f;
+  p = p * m + 1.1676998740e-1f;
+  p = p * m - 1.2420140846e-1f;
+  p = p * m + 1.4249322787e-1f;
+  p = p * m - 1.6668057665e-1f;
+  p = p * m + 2.0000714765e-1f;
+  p = p * m - 2.4999993993e-1f;
+  p = p * m + 3.3333331174e-1f;
+  const float fe = static_cast<float>(e);
+  float y = p * m * z;
+  y += -2.12194440e-4f * fe;
+  y += -0.5f * z;
+  return m + y + 0.693359375f * fe;
+}
+
+/// tanh from `exp_approx`: sign(x) (1 - e) / (1 + e), e = exp(-2|x|); absolute error
+/// below 2e-7.
+inline float tanh_approx(float x) {
+  const float ax = x < 0.f ? -x : x;
+  const float e = exp_approx(-2.0f * ax);
+  const float t = (1.0f - e) / (1.0f + e);
+  return x < 0.f ? -t : t;
+}
+
+/// x = tanh(x), n floats (`tanh_approx`: absolute error below 2e-7).
+ANVIL_SIMD_KERNEL(tanh, (float* __restrict x, std::int64_t n), (x, n), {
+  for (std::int64_t i = 0; i < n; ++i) x[i] = tanh_approx(x[i]);
+})
+
+/// t += w * (s - t), n floats: torch's `lerp_` for a weight below 0.5 (Polyak averaging).
+ANVIL_SIMD_KERNEL(lerp, (float* __restrict t, const float* __restrict s, std::int64_t n, float w), (t, s, n, w), {
+  for (std::int64_t i = 0; i < n; ++i) t[i] += w * (s[i] - t[i]);
+})
+
+/// Adam's update of n floats (torch's rule: bias-corrected moments, eps outside the square
+/// root, decoupled weight decay as a factor `decay` on the weights; 1: none). c1 and c2 are
+/// 1 - b1 and 1 - b2 rounded from double, as torch's ops take them. Written with
+/// intrinsics: a plain loop is not vectorised (std::sqrt and -fmath-errno).
+namespace detail {
+#define ANVIL_ADAM_BODY(V, set1, load, store, add, mul, div, vsqrt, width)                              \
+  std::int64_t i = 0;                                                                                 \
+  const V vb1 = set1(b1), vb2 = set1(b2), vc1 = set1(c1), vc2 = set1(c2), vdecay = set1(decay);      \
+  const V vs = set1(sqrt_bc2), veps = set1(eps), vstep = set1(step);                                  \
+  for (; i + (width) <= n; i += (width)) {                                                            \
+    const V gi = load(g + i);                                                                         \
+    const V mi = add(mul(load(m + i), vb1), mul(gi, vc1));                                            \
+    const V vi = add(mul(load(v + i), vb2), mul(mul(vc2, gi), gi));                                   \
+    store(m + i, mi);                                                                                 \
+    store(v + i, vi);                                                                                 \
+    store(w + i, add(mul(load(w + i), vdecay), mul(vstep, div(mi, add(div(vsqrt(vi), vs), veps))))); \
+  }                                                                                                   \
+  for (; i < n; ++i) {                                                                                \
+    const float gi = g[i];                                                                            \
+    const float mi = m[i] * b1 + gi * c1;                                                             \
+    const float vi = v[i] * b2 + c2 * gi * gi;                                                        \
+    m[i] = mi;                                                                                        \
+    v[i] = vi;                                                                                        \
+    w[i] = w[i] * decay + step * (mi / (std::sqrt(vi) / sqrt_bc2 + eps));                             \
+  }
+#if ANVIL_SIMD_X86
+// _mm512_sqrt_ps as a masked form: GCC 12 warns of an uninitialised value inside the plain one.
+ANVIL_TARGET_AVX512 inline __m512 sqrt16(__m512 x) { return _mm512_maskz_sqrt_ps(static_cast<__mmask16>(0xFFFF), x); }
+ANVIL_TARGET_AVX512 inline void adam_avx512(float* __restrict w, float* __restrict m, float* __restrict v,
+                                            const float* __restrict g, std::int64_t n, float b1, float b2,
+                                            float c1, float c2, float decay, float sqrt_bc2, float eps, float step) {
+  ANVIL_ADAM_BODY(__m512, _mm512_set1_ps, _mm512_loadu_ps, _mm512_storeu_ps, _mm512_add_ps, _mm512_mul_ps,
+                  _mm512_div_ps, sqrt16, 16)
+}
+inline void adam_baseline(float* __restrict w, float* __restrict m, float* __restrict v, const float* __restrict g,
+                          std::int64_t n, float b1, float b2, float c1, float c2, float decay, float sqrt_bc2,
+                          float eps, float step) {
+  ANVIL_ADAM_BODY(__m128, _mm_set1_ps, _mm_loadu_ps, _mm_storeu_ps, _mm_add_ps, _mm_mul_ps, _mm_div_ps,
+                  _mm_sqrt_ps, 4)
+}
+#else
+inline void adam_baseline(float* __restrict w, float* __restrict m, float* __restrict v, const float* __restrict g,
+                          std::int64_t n, float b1, float b2, float c1, float c2, float decay, float sqrt_bc2,
+                          float eps, float step) {
+  for (std::int64_t i = 0; i < n; ++i) {
+    const float gi = g[i];
+    const float mi = m[i] * b1 + gi * c1;
+    const float vi = v[i] * b2 + c2 * gi * gi;
+    m[i] = mi;
+    v[i] = vi;
+    w[i] = w[i] * decay + step * (mi / (std::sqrt(vi) / sqrt_bc2 + eps));
+  }
+}
+#endif
+#undef ANVIL_ADAM_BODY
+}  // namespace detail
+
+inline void adam(float* w, float* m, float* v, const float* g, std::int64_t n, float b1, float b2, float c1, float c2,
+                 float decay, float sqrt_bc2, float eps, float step) {
+#if ANVIL_SIMD_X86
+  if (avx512()) return detail::adam_avx512(w, m, v, g, n, b1, b2, c1, c2, decay, sqrt_bc2, eps, step);
+#endif
+  detail::adam_baseline(w, m, v, g, n, b1, b2, c1, c2, decay, sqrt_bc2, eps, step);
+}
+
+}  // namespace anvil::simd
+// ---- end <anvil/core/simd.hpp> ----
+
 namespace anvil {
 
 /// What the running process uses for BLAS.
@@ -213,15 +449,7 @@ inline BlasInfo blas_info() {
 }
 
 /// True when the CPU runs AVX-512 (the F, BW, DQ and VL subsets OpenBLAS's SkylakeX kernels use).
-inline bool cpu_has_avx512() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_cpu_init();
-  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-         __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
-#else
-  return false;
-#endif
-}
+inline bool cpu_has_avx512() { return simd::avx512(); }
 
 /// OpenBLAS kernel families that already use AVX-512.
 inline bool is_avx512_core(const std::string& core) {
@@ -6071,240 +6299,6 @@ inline at::Tensor activate(const at::Tensor& x, Activation a) {
 #include <cstdint>
 #include <vector>
 
-// ---- begin <anvil/core/simd.hpp> ----
-/// @file
-/// Element-wise float kernels of the hand-written fast paths, compiled twice: for the
-/// compiler's target (x86-64's baseline is SSE2, 4 floats at a time) and, on x86-64 with
-/// GCC or Clang, for AVX-512 (16 at a time), picked once at run time from the CPU. A user's
-/// program built with the default flags thus gets AVX-512 loops where the CPU has them,
-/// as OpenBLAS does for the matrix products. Light header.
-///
-/// `ANVIL_SIMD_KERNEL(name, (params), (args), { body })` defines `name(params)`, which runs
-/// `body` built for AVX-512 when the CPU has it and for the baseline otherwise; the body
-/// is plain C++ the compiler vectorises.
-
-#include <bit>
-#include <cmath>
-#include <cstdint>
-
-#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
-#include <immintrin.h>
-#define ANVIL_SIMD_X86 1
-#define ANVIL_TARGET_AVX512 __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,avx2,fma")))
-#else
-#define ANVIL_SIMD_X86 0
-#define ANVIL_TARGET_AVX512
-#endif
-
-namespace anvil::simd {
-
-/// Whether this CPU runs the AVX-512 builds of the kernels (checked once).
-inline bool avx512() noexcept {
-#if ANVIL_SIMD_X86
-  static const bool has = [] {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
-           __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
-           __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  }();
-  return has;
-#else
-  return false;
-#endif
-}
-
-}  // namespace anvil::simd
-
-#if ANVIL_SIMD_X86
-#define ANVIL_SIMD_KERNEL(name, params, args, ...)             \
-  ANVIL_TARGET_AVX512 inline void name##_avx512 params __VA_ARGS__ \
-  inline void name##_baseline params __VA_ARGS__              \
-  inline void name params {                                   \
-    if (::anvil::simd::avx512()) name##_avx512 args;          \
-    else name##_baseline args;                                \
-  }
-#else
-#define ANVIL_SIMD_KERNEL(name, params, args, ...) inline void name params __VA_ARGS__
-#endif
-
-namespace anvil::simd {
-
-/// y[r, j] += bias[j] for every row r of y [rows, cols]; with `relu`, then y = max(y, 0).
-ANVIL_SIMD_KERNEL(add_bias, (float* __restrict y, const float* __restrict bias, std::int64_t rows, std::int64_t cols,
-                             bool relu),
-                  (y, bias, rows, cols, relu), {
-                    if (cols == 1) {  // one column: a loop over the rows, not one per row
-                      const float b = bias[0];
-                      if (relu)
-                        for (std::int64_t r = 0; r < rows; ++r) y[r] = y[r] + b > 0.f ? y[r] + b : 0.f;
-                      else
-                        for (std::int64_t r = 0; r < rows; ++r) y[r] += b;
-                      return;
-                    }
-                    for (std::int64_t r = 0; r < rows; ++r) {
-                      float* yr = y + r * cols;
-                      if (relu)
-                        for (std::int64_t j = 0; j < cols; ++j) yr[j] = yr[j] + bias[j] > 0.f ? yr[j] + bias[j] : 0.f;
-                      else
-                        for (std::int64_t j = 0; j < cols; ++j) yr[j] += bias[j];
-                    }
-                  })
-
-/// s[j] = the sum over rows r of x[r, j], x [rows, cols].
-ANVIL_SIMD_KERNEL(column_sums, (float* __restrict s, const float* __restrict x, std::int64_t rows, std::int64_t cols),
-                  (s, x, rows, cols), {
-                    if (cols == 1) {
-                      float t = 0.f;
-                      for (std::int64_t r = 0; r < rows; ++r) t += x[r];
-                      s[0] = t;
-                      return;
-                    }
-                    for (std::int64_t j = 0; j < cols; ++j) s[j] = 0.f;
-                    for (std::int64_t r = 0; r < rows; ++r)
-                      for (std::int64_t j = 0; j < cols; ++j) s[j] += x[r * cols + j];
-                  })
-
-/// x = max(x, 0), n floats.
-ANVIL_SIMD_KERNEL(relu, (float* __restrict x, std::int64_t n), (x, n), {
-  for (std::int64_t i = 0; i < n; ++i) x[i] = x[i] > 0.f ? x[i] : 0.f;
-})
-
-/// g = y > 0 ? g : 0 (ReLU's backward from its output y), n floats.
-ANVIL_SIMD_KERNEL(relu_backward, (float* __restrict g, const float* __restrict y, std::int64_t n), (g, y, n), {
-  for (std::int64_t i = 0; i < n; ++i) g[i] = y[i] > 0.f ? g[i] : 0.f;
-})
-
-/// Single-precision exp as plain arithmetic the compiler vectorises (Cody-Waite range
-/// reduction and a degree-6 polynomial; within 2 ulp of std::exp on [-87, 88], clamped
-/// outside). For the element-wise parts of the fast paths; not a general replacement.
-inline float exp_approx(float x) {
-  x = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);
-  // n = round(x / ln 2) by the 1.5 * 2^23 trick (no rounding instruction needed)
-  const float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
-  const float r = (x - n * 0.693145751953125f) - n * 1.428606765330187045e-06f;
-  float p = 1.0f / 5040.0f;
-  p = p * r + 1.0f / 720.0f;
-  p = p * r + 1.0f / 120.0f;
-  p = p * r + 1.0f / 24.0f;
-  p = p * r + 1.0f / 6.0f;
-  p = p * r + 0.5f;
-  p = p * r + 1.0f;
-  p = p * r + 1.0f;
-  return p * std::bit_cast<float>((static_cast<std::int32_t>(n) + 127) << 23);
-}
-
-/// Natural log of a positive normal float as plain vectorisable arithmetic (the exponent
-/// from the bits, a degree-8 polynomial of the mantissa in [sqrt(1/2), sqrt(2)); within 2 ulp).
-inline float log_approx(float x) {
-  std::int32_t bits = std::bit_cast<std::int32_t>(x);
-  std::int32_t e = ((bits >> 23) & 0xff) - 126;  // x = m 2^e, m in [0.5, 1)
-  float m = std::bit_cast<float>((bits & 0x007fffff) | 0x3f000000);
-  const bool small = m < 0.70710678118654752f;  // move m into [sqrt(1/2), sqrt(2))
-  e = small ? e - 1 : e;
-  m = small ? m + m - 1.0f : m - 1.0f;
-  const float z = m * m;
-  float p = 7.0376836292e-2f;
-  p = p * m - 1.1514610310e-1f;
-  p = p * m + 1.1676998740e-1f;
-  p = p * m - 1.2420140846e-1f;
-  p = p * m + 1.4249322787e-1f;
-  p = p * m - 1.6668057665e-1f;
-  p = p * m + 2.0000714765e-1f;
-  p = p * m - 2.4999993993e-1f;
-  p = p * m + 3.3333331174e-1f;
-  const float fe = static_cast<float>(e);
-  float y = p * m * z;
-  y += -2.12194440e-4f * fe;
-  y += -0.5f * z;
-  return m + y + 0.693359375f * fe;
-}
-
-/// tanh from `exp_approx`: sign(x) (1 - e) / (1 + e), e = exp(-2|x|); absolute error
-/// below 2e-7.
-inline float tanh_approx(float x) {
-  const float ax = x < 0.f ? -x : x;
-  const float e = exp_approx(-2.0f * ax);
-  const float t = (1.0f - e) / (1.0f + e);
-  return x < 0.f ? -t : t;
-}
-
-/// x = tanh(x), n floats (`tanh_approx`: absolute error below 2e-7).
-ANVIL_SIMD_KERNEL(tanh, (float* __restrict x, std::int64_t n), (x, n), {
-  for (std::int64_t i = 0; i < n; ++i) x[i] = tanh_approx(x[i]);
-})
-
-/// t += w * (s - t), n floats: torch's `lerp_` for a weight below 0.5 (Polyak averaging).
-ANVIL_SIMD_KERNEL(lerp, (float* __restrict t, const float* __restrict s, std::int64_t n, float w), (t, s, n, w), {
-  for (std::int64_t i = 0; i < n; ++i) t[i] += w * (s[i] - t[i]);
-})
-
-/// Adam's update of n floats (torch's rule: bias-corrected moments, eps outside the square
-/// root, decoupled weight decay as a factor `decay` on the weights; 1: none). c1 and c2 are
-/// 1 - b1 and 1 - b2 rounded from double, as torch's ops take them. Written with
-/// intrinsics: a plain loop is not vectorised (std::sqrt and -fmath-errno).
-namespace detail {
-#define ANVIL_ADAM_BODY(V, set1, load, store, add, mul, div, vsqrt, width)                              \
-  std::int64_t i = 0;                                                                                 \
-  const V vb1 = set1(b1), vb2 = set1(b2), vc1 = set1(c1), vc2 = set1(c2), vdecay = set1(decay);      \
-  const V vs = set1(sqrt_bc2), veps = set1(eps), vstep = set1(step);                                  \
-  for (; i + (width) <= n; i += (width)) {                                                            \
-    const V gi = load(g + i);                                                                         \
-    const V mi = add(mul(load(m + i), vb1), mul(gi, vc1));                                            \
-    const V vi = add(mul(load(v + i), vb2), mul(mul(vc2, gi), gi));                                   \
-    store(m + i, mi);                                                                                 \
-    store(v + i, vi);                                                                                 \
-    store(w + i, add(mul(load(w + i), vdecay), mul(vstep, div(mi, add(div(vsqrt(vi), vs), veps))))); \
-  }                                                                                                   \
-  for (; i < n; ++i) {                                                                                \
-    const float gi = g[i];                                                                            \
-    const float mi = m[i] * b1 + gi * c1;                                                             \
-    const float vi = v[i] * b2 + c2 * gi * gi;                                                        \
-    m[i] = mi;                                                                                        \
-    v[i] = vi;                                                                                        \
-    w[i] = w[i] * decay + step * (mi / (std::sqrt(vi) / sqrt_bc2 + eps));                             \
-  }
-#if ANVIL_SIMD_X86
-// _mm512_sqrt_ps as a masked form: GCC 12 warns of an uninitialised value inside the plain one.
-ANVIL_TARGET_AVX512 inline __m512 sqrt16(__m512 x) { return _mm512_maskz_sqrt_ps(static_cast<__mmask16>(0xFFFF), x); }
-ANVIL_TARGET_AVX512 inline void adam_avx512(float* __restrict w, float* __restrict m, float* __restrict v,
-                                            const float* __restrict g, std::int64_t n, float b1, float b2,
-                                            float c1, float c2, float decay, float sqrt_bc2, float eps, float step) {
-  ANVIL_ADAM_BODY(__m512, _mm512_set1_ps, _mm512_loadu_ps, _mm512_storeu_ps, _mm512_add_ps, _mm512_mul_ps,
-                  _mm512_div_ps, sqrt16, 16)
-}
-inline void adam_baseline(float* __restrict w, float* __restrict m, float* __restrict v, const float* __restrict g,
-                          std::int64_t n, float b1, float b2, float c1, float c2, float decay, float sqrt_bc2,
-                          float eps, float step) {
-  ANVIL_ADAM_BODY(__m128, _mm_set1_ps, _mm_loadu_ps, _mm_storeu_ps, _mm_add_ps, _mm_mul_ps, _mm_div_ps,
-                  _mm_sqrt_ps, 4)
-}
-#else
-inline void adam_baseline(float* __restrict w, float* __restrict m, float* __restrict v, const float* __restrict g,
-                          std::int64_t n, float b1, float b2, float c1, float c2, float decay, float sqrt_bc2,
-                          float eps, float step) {
-  for (std::int64_t i = 0; i < n; ++i) {
-    const float gi = g[i];
-    const float mi = m[i] * b1 + gi * c1;
-    const float vi = v[i] * b2 + c2 * gi * gi;
-    m[i] = mi;
-    v[i] = vi;
-    w[i] = w[i] * decay + step * (mi / (std::sqrt(vi) / sqrt_bc2 + eps));
-  }
-}
-#endif
-#undef ANVIL_ADAM_BODY
-}  // namespace detail
-
-inline void adam(float* w, float* m, float* v, const float* g, std::int64_t n, float b1, float b2, float c1, float c2,
-                 float decay, float sqrt_bc2, float eps, float step) {
-#if ANVIL_SIMD_X86
-  if (avx512()) return detail::adam_avx512(w, m, v, g, n, b1, b2, c1, c2, decay, sqrt_bc2, eps, step);
-#endif
-  detail::adam_baseline(w, m, v, g, n, b1, b2, c1, c2, decay, sqrt_bc2, eps, step);
-}
-
-}  // namespace anvil::simd
-// ---- end <anvil/core/simd.hpp> ----
 // ---- begin <anvil/nn/mlp.hpp> ----
 /// @file
 /// `Mlp`: a multilayer perceptron with configurable widths and activation.
@@ -7070,7 +7064,7 @@ TORCH_MODULE(Unet1d);
 /// @file
 /// `Ema`: an exponential moving average of a set of weights (Polyak averaging of a policy),
 /// kept as one flat tensor beside the flat weights it follows (optim/flat_adam.hpp), so an
-/// update is one `lerp_` whatever the network. A run's `train.ema_decay` asks for one after
+/// update is one `polyak` pass whatever the network (also SAC's target critic). A run's `train.ema_decay` asks for one after
 /// each update; evaluation and policy.bin then use the average (`with_weights`).
 
 #include <ATen/ATen.h>
@@ -7131,6 +7125,17 @@ inline at::Tensor read_tensor(BinaryReader& r, const char* what, const at::Tenso
 
 namespace anvil {
 
+/// Polyak averaging: `target` moves a fraction `tau` towards `source` (same size), as
+/// `target.lerp_(source, tau)`; one pass over plain floats on the CPU.
+inline void polyak(const at::Tensor& target, const at::Tensor& source, double tau) {
+  if (tau < 0.5 && target.device().is_cpu() && target.scalar_type() == at::kFloat && target.is_contiguous() &&
+      source.device().is_cpu() && source.scalar_type() == at::kFloat && source.is_contiguous() &&
+      source.numel() == target.numel())
+    return simd::lerp(target.data_ptr<float>(), source.data_ptr<float>(), target.numel(), static_cast<float>(tau));
+  at::NoGradGuard no_grad;
+  target.lerp_(source, tau);
+}
+
 /// The average `ema = decay ema + (1 - decay) weights`, started at the weights by the first
 /// update (see file comment).
 class Ema {
@@ -7139,7 +7144,7 @@ class Ema {
   void update(const at::Tensor& weights, double decay) {
     torch::NoGradGuard no_grad;
     if (!avg_.defined()) avg_ = weights.detach().clone();
-    else avg_.lerp_(weights.detach(), 1.0 - decay);
+    else polyak(avg_, weights.detach(), 1.0 - decay);
     ++updates_;
   }
   /// The average; undefined until the first update.
@@ -7373,17 +7378,6 @@ class FlatAdam {
   at::Tensor m_, v_, denom_;
   std::int64_t steps_ = 0;
 };
-
-/// Polyak averaging: `target` moves a fraction `tau` towards `source` (same size), as
-/// `target.lerp_(source, tau)`; one pass over plain floats on the CPU.
-inline void polyak(const at::Tensor& target, const at::Tensor& source, double tau) {
-  if (tau < 0.5 && target.device().is_cpu() && target.scalar_type() == at::kFloat && target.is_contiguous() &&
-      source.device().is_cpu() && source.scalar_type() == at::kFloat && source.is_contiguous() &&
-      source.numel() == target.numel())
-    return simd::lerp(target.data_ptr<float>(), source.data_ptr<float>(), target.numel(), static_cast<float>(tau));
-  at::NoGradGuard no_grad;
-  target.lerp_(source, tau);
-}
 
 }  // namespace anvil
 // ---- end <anvil/optim/flat_adam.hpp> ----
@@ -11578,8 +11572,7 @@ inline bool force_scalar = false;
 /// The kernels for this CPU: checked once, at the first tree built.
 inline const Kernels& kernels() {
 #if defined(ANVIL_SUM_TREE_X86)
-  static const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("popcnt");
-  if (avx512 && !force_scalar) return kAvx512;
+  if (simd::avx512() && !force_scalar) return kAvx512;
 #endif
   return kScalar;
 }
@@ -13817,12 +13810,11 @@ class BasicSAC {
     }
     ctx.apply(std::move(steps));
     {
-      const auto alphas = alpha_values();
-      double mean = 0;
-      for (const double a : alphas) mean += a / static_cast<double>(alphas.size());
-      info.metrics.emplace_back("alpha", mean);
-      if (per_task)
+      info.metrics.emplace_back("alpha", this->alpha());
+      if (per_task) {
+        const auto alphas = alpha_values();
         for (std::size_t k = 0; k < alphas.size(); ++k) info.metrics.emplace_back("alpha/" + task_names_[k], alphas[k]);
+      }
     }
 
     if (updates_ % cfg_.target_update_freq == 0) {
@@ -13926,7 +13918,12 @@ class BasicSAC {
   [[nodiscard]] const FlatAdam& critic_optimizer() const noexcept { return critic_opt_; }
   [[nodiscard]] const FlatAdam& alpha_optimizer() const noexcept { return alpha_opt_; }
   /// The temperature (the mean of the tasks' when there is one per task).
-  [[nodiscard]] double alpha() const { return log_alpha_.detach().exp().mean().item().toDouble(); }
+  [[nodiscard]] double alpha() const {
+    const auto a = alpha_values();
+    double mean = 0;
+    for (const double x : a) mean += x / static_cast<double>(a.size());
+    return mean;
+  }
   /// Each temperature: one, or one per task.
   [[nodiscard]] at::Tensor alphas() const { return log_alpha_.detach().exp().to(at::kCPU); }
   /// How many temperatures: 1, or the env's tasks with `tasks.per_task_alpha`.
@@ -15524,7 +15521,7 @@ class PPO {
                     {"clip_fraction", sum.clip_fraction}};
     if (!discrete_) {  // the mean standard deviation of the actions
       double std_mean = 0;
-      if (manual_) {
+      if (log_std_.device().is_cpu() && log_std_.scalar_type() == at::kFloat) {  // no ops for a host value
         const float* ls = log_std_.data_ptr<float>();
         for (std::int64_t j = 0; j < act_dim_; ++j) std_mean += std::exp(static_cast<double>(ls[j])) / static_cast<double>(act_dim_);
       } else {
@@ -15682,13 +15679,19 @@ class PPO {
     float* a = action.data_ptr<float>();
     float* lp = log_prob ? log_prob->data_ptr<float>() : nullptr;
     constexpr float kHalfLog2Pi = 0.91893853320467274178f;
+    std::vector<float> sd(static_cast<std::size_t>(ad)), inv_sd(sd.size());  // exp(+-log_std), per column
+    for (std::size_t j = 0; j < sd.size(); ++j) {
+      sd[j] = std::exp(ls[j]);
+      inv_sd[j] = std::exp(-ls[j]);
+    }
     for (std::int64_t i = 0; i < n; ++i) {
       float sum = 0.f;
       for (std::int64_t j = 0; j < ad; ++j) {
+        const auto c = static_cast<std::size_t>(j);
         const float eps = a[i * ad + j];
-        const float x = m[i * ad + j] + std::exp(ls[j]) * eps;
+        const float x = m[i * ad + j] + sd[c] * eps;
         a[i * ad + j] = x;
-        const float z = (x - m[i * ad + j]) * std::exp(-ls[j]);
+        const float z = (x - m[i * ad + j]) * inv_sd[c];
         sum += -0.5f * z * z - ls[j] - kHalfLog2Pi;
       }
       if (lp) lp[i] = sum;
@@ -15759,12 +15762,16 @@ class PPO {
       inv_s[static_cast<std::size_t>(j)] = std::exp(-ls[j]);
       dls[j] = 0.f;
     }
+    std::vector<float> pr(discrete_ ? static_cast<std::size_t>(ad) : 0);  // a row's probabilities
     double policy = 0, value = 0, kl = 0, clipped = 0, entropy = 0;
     for (std::int64_t i = 0; i < n; ++i) {
       float lp = 0.f, h = 0.f;
       if (discrete_) {
         lp = lsm[i * ad + ai[i]];
-        for (std::int64_t j = 0; j < ad; ++j) h -= std::exp(lsm[i * ad + j]) * lsm[i * ad + j];
+        for (std::int64_t j = 0; j < ad; ++j) {
+          pr[static_cast<std::size_t>(j)] = std::exp(lsm[i * ad + j]);
+          h -= pr[static_cast<std::size_t>(j)] * lsm[i * ad + j];
+        }
         entropy += h;
       } else {
         for (std::int64_t j = 0; j < ad; ++j) {
@@ -15782,7 +15789,7 @@ class PPO {
       if (discrete_) {
         // d log p_a / d z_j = [j = a] - p_j; d H / d z_j = -p_j (log p_j + H), weighed by -ent / n
         for (std::int64_t j = 0; j < ad; ++j) {
-          const float p = std::exp(lsm[i * ad + j]);
+          const float p = pr[static_cast<std::size_t>(j)];
           dm[i * ad + j] = g_lp * ((j == ai[i] ? 1.0f : 0.0f) - p) + ent * inv_n * p * (lsm[i * ad + j] + h);
         }
       } else {

@@ -199,7 +199,7 @@ class PPO {
                     {"clip_fraction", sum.clip_fraction}};
     if (!discrete_) {  // the mean standard deviation of the actions
       double std_mean = 0;
-      if (manual_) {
+      if (log_std_.device().is_cpu() && log_std_.scalar_type() == at::kFloat) {  // no ops for a host value
         const float* ls = log_std_.data_ptr<float>();
         for (std::int64_t j = 0; j < act_dim_; ++j) std_mean += std::exp(static_cast<double>(ls[j])) / static_cast<double>(act_dim_);
       } else {
@@ -357,13 +357,19 @@ class PPO {
     float* a = action.data_ptr<float>();
     float* lp = log_prob ? log_prob->data_ptr<float>() : nullptr;
     constexpr float kHalfLog2Pi = 0.91893853320467274178f;
+    std::vector<float> sd(static_cast<std::size_t>(ad)), inv_sd(sd.size());  // exp(+-log_std), per column
+    for (std::size_t j = 0; j < sd.size(); ++j) {
+      sd[j] = std::exp(ls[j]);
+      inv_sd[j] = std::exp(-ls[j]);
+    }
     for (std::int64_t i = 0; i < n; ++i) {
       float sum = 0.f;
       for (std::int64_t j = 0; j < ad; ++j) {
+        const auto c = static_cast<std::size_t>(j);
         const float eps = a[i * ad + j];
-        const float x = m[i * ad + j] + std::exp(ls[j]) * eps;
+        const float x = m[i * ad + j] + sd[c] * eps;
         a[i * ad + j] = x;
-        const float z = (x - m[i * ad + j]) * std::exp(-ls[j]);
+        const float z = (x - m[i * ad + j]) * inv_sd[c];
         sum += -0.5f * z * z - ls[j] - kHalfLog2Pi;
       }
       if (lp) lp[i] = sum;
@@ -434,12 +440,16 @@ class PPO {
       inv_s[static_cast<std::size_t>(j)] = std::exp(-ls[j]);
       dls[j] = 0.f;
     }
+    std::vector<float> pr(discrete_ ? static_cast<std::size_t>(ad) : 0);  // a row's probabilities
     double policy = 0, value = 0, kl = 0, clipped = 0, entropy = 0;
     for (std::int64_t i = 0; i < n; ++i) {
       float lp = 0.f, h = 0.f;
       if (discrete_) {
         lp = lsm[i * ad + ai[i]];
-        for (std::int64_t j = 0; j < ad; ++j) h -= std::exp(lsm[i * ad + j]) * lsm[i * ad + j];
+        for (std::int64_t j = 0; j < ad; ++j) {
+          pr[static_cast<std::size_t>(j)] = std::exp(lsm[i * ad + j]);
+          h -= pr[static_cast<std::size_t>(j)] * lsm[i * ad + j];
+        }
         entropy += h;
       } else {
         for (std::int64_t j = 0; j < ad; ++j) {
@@ -457,7 +467,7 @@ class PPO {
       if (discrete_) {
         // d log p_a / d z_j = [j = a] - p_j; d H / d z_j = -p_j (log p_j + H), weighed by -ent / n
         for (std::int64_t j = 0; j < ad; ++j) {
-          const float p = std::exp(lsm[i * ad + j]);
+          const float p = pr[static_cast<std::size_t>(j)];
           dm[i * ad + j] = g_lp * ((j == ai[i] ? 1.0f : 0.0f) - p) + ent * inv_n * p * (lsm[i * ad + j] + h);
         }
       } else {

@@ -533,12 +533,11 @@ class BasicSAC {
     }
     ctx.apply(std::move(steps));
     {
-      const auto alphas = alpha_values();
-      double mean = 0;
-      for (const double a : alphas) mean += a / static_cast<double>(alphas.size());
-      info.metrics.emplace_back("alpha", mean);
-      if (per_task)
+      info.metrics.emplace_back("alpha", this->alpha());
+      if (per_task) {
+        const auto alphas = alpha_values();
         for (std::size_t k = 0; k < alphas.size(); ++k) info.metrics.emplace_back("alpha/" + task_names_[k], alphas[k]);
+      }
     }
 
     if (updates_ % cfg_.target_update_freq == 0) {
@@ -642,7 +641,12 @@ class BasicSAC {
   [[nodiscard]] const FlatAdam& critic_optimizer() const noexcept { return critic_opt_; }
   [[nodiscard]] const FlatAdam& alpha_optimizer() const noexcept { return alpha_opt_; }
   /// The temperature (the mean of the tasks' when there is one per task).
-  [[nodiscard]] double alpha() const { return log_alpha_.detach().exp().mean().item().toDouble(); }
+  [[nodiscard]] double alpha() const {
+    const auto a = alpha_values();
+    double mean = 0;
+    for (const double x : a) mean += x / static_cast<double>(a.size());
+    return mean;
+  }
   /// Each temperature: one, or one per task.
   [[nodiscard]] at::Tensor alphas() const { return log_alpha_.detach().exp().to(at::kCPU); }
   /// How many temperatures: 1, or the env's tasks with `tasks.per_task_alpha`.

@@ -36,6 +36,7 @@
 #include <vector>
 
 #include <anvil/core/detail/huge_pages.hpp>
+#include <anvil/core/simd.hpp>
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define ANVIL_SUM_TREE_X86 1
@@ -334,8 +335,7 @@ inline bool force_scalar = false;
 /// The kernels for this CPU: checked once, at the first tree built.
 inline const Kernels& kernels() {
 #if defined(ANVIL_SUM_TREE_X86)
-  static const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("popcnt");
-  if (avx512 && !force_scalar) return kAvx512;
+  if (simd::avx512() && !force_scalar) return kAvx512;
 #endif
   return kScalar;
 }

@@ -25,6 +25,8 @@
 #include <fstream>
 #include <string>
 
+#include <anvil/core/simd.hpp>
+
 namespace anvil {
 
 /// What the running process uses for BLAS.
@@ -58,15 +60,7 @@ inline BlasInfo blas_info() {
 }
 
 /// True when the CPU runs AVX-512 (the F, BW, DQ and VL subsets OpenBLAS's SkylakeX kernels use).
-inline bool cpu_has_avx512() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_cpu_init();
-  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-         __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
-#else
-  return false;
-#endif
-}
+inline bool cpu_has_avx512() { return simd::avx512(); }
 
 /// OpenBLAS kernel families that already use AVX-512.
 inline bool is_avx512_core(const std::string& core) {

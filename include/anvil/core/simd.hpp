@@ -17,7 +17,7 @@
 #if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
 #define ANVIL_SIMD_X86 1
-#define ANVIL_TARGET_AVX512 __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,avx2,fma")))
+#define ANVIL_TARGET_AVX512 __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,avx2,fma,popcnt")))
 #else
 #define ANVIL_SIMD_X86 0
 #define ANVIL_TARGET_AVX512
@@ -25,14 +25,15 @@
 
 namespace anvil::simd {
 
-/// Whether this CPU runs the AVX-512 builds of the kernels (checked once).
+/// Whether this CPU runs the AVX-512 builds of the kernels (checked once): the one check of
+/// the CPU for every AVX-512 kernel in anvil (these, the sum tree's, the BLAS advice).
 inline bool avx512() noexcept {
 #if ANVIL_SIMD_X86
   static const bool has = [] {
     __builtin_cpu_init();
     return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
            __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
-           __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+           __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("popcnt");
   }();
   return has;
 #else

@@ -2,7 +2,7 @@
 /// @file
 /// `Ema`: an exponential moving average of a set of weights (Polyak averaging of a policy),
 /// kept as one flat tensor beside the flat weights it follows (optim/flat_adam.hpp), so an
-/// update is one `lerp_` whatever the network. A run's `train.ema_decay` asks for one after
+/// update is one `polyak` pass whatever the network (also SAC's target critic). A run's `train.ema_decay` asks for one after
 /// each update; evaluation and policy.bin then use the average (`with_weights`).
 
 #include <ATen/ATen.h>
@@ -12,9 +12,21 @@
 #include <utility>
 
 #include <anvil/core/binary_io.hpp>
+#include <anvil/core/simd.hpp>
 #include <anvil/core/tensor_io.hpp>
 
 namespace anvil {
+
+/// Polyak averaging: `target` moves a fraction `tau` towards `source` (same size), as
+/// `target.lerp_(source, tau)`; one pass over plain floats on the CPU.
+inline void polyak(const at::Tensor& target, const at::Tensor& source, double tau) {
+  if (tau < 0.5 && target.device().is_cpu() && target.scalar_type() == at::kFloat && target.is_contiguous() &&
+      source.device().is_cpu() && source.scalar_type() == at::kFloat && source.is_contiguous() &&
+      source.numel() == target.numel())
+    return simd::lerp(target.data_ptr<float>(), source.data_ptr<float>(), target.numel(), static_cast<float>(tau));
+  at::NoGradGuard no_grad;
+  target.lerp_(source, tau);
+}
 
 /// The average `ema = decay ema + (1 - decay) weights`, started at the weights by the first
 /// update (see file comment).
@@ -24,7 +36,7 @@ class Ema {
   void update(const at::Tensor& weights, double decay) {
     torch::NoGradGuard no_grad;
     if (!avg_.defined()) avg_ = weights.detach().clone();
-    else avg_.lerp_(weights.detach(), 1.0 - decay);
+    else polyak(avg_, weights.detach(), 1.0 - decay);
     ++updates_;
   }
   /// The average; undefined until the first update.

@@ -176,15 +176,4 @@ class FlatAdam {
   std::int64_t steps_ = 0;
 };
 
-/// Polyak averaging: `target` moves a fraction `tau` towards `source` (same size), as
-/// `target.lerp_(source, tau)`; one pass over plain floats on the CPU.
-inline void polyak(const at::Tensor& target, const at::Tensor& source, double tau) {
-  if (tau < 0.5 && target.device().is_cpu() && target.scalar_type() == at::kFloat && target.is_contiguous() &&
-      source.device().is_cpu() && source.scalar_type() == at::kFloat && source.is_contiguous() &&
-      source.numel() == target.numel())
-    return simd::lerp(target.data_ptr<float>(), source.data_ptr<float>(), target.numel(), static_cast<float>(tau));
-  at::NoGradGuard no_grad;
-  target.lerp_(source, tau);
-}
-
 }  // namespace anvil
