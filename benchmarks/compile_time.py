@@ -7,6 +7,8 @@ other benchmarks.
   benchmarks/compile_time.py --source examples/compile_time_sweep.cpp --repeat 3
   benchmarks/compile_time.py --build other/build --root other  a second tree, for a before/after
 
+  benchmarks/compile_time.py --forbid '/(ATen|torch)/'           fail if a header matching it is included
+
 The compile command is the build's own (build/compile_commands.json: configure with
 -DCMAKE_EXPORT_COMPILE_COMMANDS=ON), with the precompiled header left out. The median of
 --repeat compilations is reported.
@@ -15,6 +17,7 @@ import argparse
 import datetime
 import json
 import os
+import re
 import pathlib
 import resource
 import shlex
@@ -49,16 +52,43 @@ def command_for(build, source):
              "(configure with -DCMAKE_EXPORT_COMPILE_COMMANDS=ON)")
 
 
+def check_headers(cmd, cwd, source, forbid):
+    """0 when no header the source includes matches `forbid`; else 1, naming the include chain."""
+    r = subprocess.run(cmd + ["-H", "-E"], cwd=cwd, capture_output=True, text=True)
+    if r.returncode != 0:
+        print(f"compile_time.py: preprocessing {source} failed:\n{r.stderr[-4000:]}", file=sys.stderr)
+        return 1
+    chain, count = [source], 0
+    for line in r.stderr.splitlines():
+        m = re.match(r"^(\.+) (\S+)$", line)
+        if not m:
+            continue
+        count += 1
+        depth, header = len(m.group(1)), m.group(2)
+        del chain[depth:]
+        chain.append(header)
+        if forbid.search(header):
+            print(f"compile_time.py: {source} includes {header}, which matches {forbid.pattern!r}, through:\n  " +
+                  "\n  ".join(chain), file=sys.stderr)
+            return 1
+    print(f"compile_time.py: none of the {count} headers {source} includes matches {forbid.pattern!r}")
+    return 0
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--root", default=str(pathlib.Path(__file__).resolve().parent.parent))
     ap.add_argument("--build", default=None, help="build directory (default: ROOT/build)")
     ap.add_argument("--source", default="examples/train_sac_pendulum.cpp")
     ap.add_argument("--repeat", type=int, default=1)
+    ap.add_argument("--forbid", default=None, metavar="REGEX",
+                    help="exit 1 naming the first included header whose path matches REGEX and what included it")
     a = ap.parse_args()
     root = pathlib.Path(a.root)
     build = pathlib.Path(a.build) if a.build else root / "build"
     cmd, cwd = command_for(build, root / a.source)
+    if a.forbid:
+        sys.exit(check_headers(cmd, cwd, a.source, re.compile(a.forbid)))
     seconds, peaks = [], []
     for _ in range(a.repeat):
         before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss

@@ -20,6 +20,7 @@
 #include <anvil/core/lr_scaling.hpp>
 #include <anvil/core/memory.hpp>
 #include <anvil/core/param.hpp>
+#include <anvil/core/policy_config.hpp>
 #include <anvil/core/random.hpp>
 #include <anvil/core/spaces.hpp>
 #include <anvil/core/version.hpp>
@@ -29,6 +30,7 @@
 #include <anvil/envs/acrobot.hpp>
 #include <anvil/envs/cart_pole.hpp>
 #include <anvil/envs/env.hpp>
+#include <anvil/envs/env_config.hpp>
 #include <anvil/envs/history.hpp>
 #include <anvil/envs/mountain_car_continuous.hpp>
 #include <anvil/envs/multi_step.hpp>
@@ -47,6 +49,7 @@
 #include <anvil/nn/gru_actor.hpp>
 #include <anvil/nn/manual_mlp.hpp>
 #include <anvil/nn/mlp.hpp>
+#include <anvil/nn/network_config.hpp>
 #include <anvil/nn/twin_q.hpp>
 #include <anvil/nn/unet1d.hpp>
 
@@ -80,6 +83,7 @@
 #include <anvil/buffers/rollout_buffer.hpp>
 #include <anvil/buffers/sum_tree.hpp>
 #include <anvil/buffers/uniform_buffer.hpp>
+#include <anvil/buffers/replay_config.hpp>
 #include <anvil/data/episode_stats.hpp>
 #include <anvil/data/step_collector.hpp>
 
@@ -90,10 +94,14 @@
 #include <anvil/algorithms/policy.hpp>
 #include <anvil/algorithms/ppo.hpp>
 #include <anvil/algorithms/sac.hpp>
+#include <anvil/algorithms/sac_config.hpp>
 
 #include <anvil/train/clock.hpp>
+#include <anvil/train/compiled_trainer.hpp>
+#include <anvil/train/compiled_trainer_impl.hpp>
 #include <anvil/train/loops/episodic.hpp>
 #include <anvil/train/loops/loop.hpp>
+#include <anvil/train/loops/loop_config.hpp>
 #include <anvil/train/loops/off_policy.hpp>
 #include <anvil/train/loops/offline.hpp>
 #include <anvil/train/loops/on_policy.hpp>
@@ -102,9 +110,11 @@
 #include <anvil/train/hooks/evaluation.hpp>
 #include <anvil/train/hooks/metrics.hpp>
 #include <anvil/train/hooks/progress.hpp>
+#include <anvil/train/hooks/results.hpp>
 #include <anvil/train/run.hpp>
 #include <anvil/train/run_config.hpp>
 #include <anvil/train/signals.hpp>
 #include <anvil/train/start.hpp>
 #include <anvil/train/sweep.hpp>
 #include <anvil/train/trainer.hpp>
+#include <anvil/train/trainer_config.hpp>

@@ -2890,6 +2890,31 @@ decltype(auto) allocating(const std::string& what, std::int64_t bytes, F&& alloc
 
 }  // namespace anvil
 // ---- end <anvil/core/memory.hpp> ----
+// ---- begin <anvil/core/policy_config.hpp> ----
+/// @file
+/// `policy_config<P>`: the config section of a policy (algorithm, buffer, loop, parallelism,
+/// precision) without the policy's class: its type (`type`) and its name (`section`). A
+/// policy declares them as `Config` and `config_section`, which is what the primary template
+/// reads; the built-in policies that `anvil::compiled::Trainer` names also specialise it in
+/// a light header next to their config, so a Trainer's config can be built in a translation
+/// unit that never sees torch (`anvil/compiled.hpp`). Both ways give the same type: the
+/// Trainer checks it. Light header.
+
+
+namespace anvil {
+
+/// A policy's config type and section name (see file comment).
+template <class P>
+struct policy_config {
+  using type = typename P::Config;
+  static constexpr auto section = P::config_section;
+};
+
+template <class P>
+using policy_config_t = typename policy_config<P>::type;
+
+}  // namespace anvil
+// ---- end <anvil/core/policy_config.hpp> ----
 // ---- begin <anvil/core/spaces.hpp> ----
 /// @file
 /// Spaces and the env spec: what a policy needs to know about an environment to be built
@@ -3794,6 +3819,57 @@ static_assert(DiscreteEnv<CartPole>);
 
 }  // namespace anvil::envs
 // ---- end <anvil/envs/cart_pole.hpp> ----
+// ---- begin <anvil/envs/env_config.hpp> ----
+/// @file
+/// The `env` and `normalize` sections of a run's config, apart from the classes that use
+/// them, so a config can be built without torch (`anvil/compiled.hpp`). Light header.
+
+#include <array>
+#include <string>
+#include <string_view>
+#include <vector>
+
+
+namespace anvil::envs {
+
+/// Sync: step inside `step()`; async: step on a background thread (see file comment).
+enum class VecMode { sync, async };
+constexpr auto enum_names(VecMode) { return std::array<std::string_view, 2>{"sync", "async"}; }
+
+/// The `env` section of a run's config.
+struct VecEnvConfig {
+  Param<int, "num_envs", "environments stepped together (one batched action per step)",
+        in_range(1, 1 << 20)>
+      num_envs{1};
+  Param<int, "threads", "threads stepping the envs (1: the calling thread only)", in_range(1, 1024)>
+      threads{1};
+  Param<VecMode, "mode", "sync: step in step(); async: step in the background during updates">
+      mode{VecMode::sync};
+  Param<std::string, "id",
+        "the env by name, in programs that choose it at run time (Pendulum-v1, CartPole-v1, Acrobot-v1, "
+        "MountainCarContinuous-v0; multi-agent: Mapping, SimpleSpread, Climbing, Penalty, Credit); elsewhere "
+        "empty or the program's env">
+      id{""};
+  Param<std::string, "suite", "a suite of tasks for envs that have tasks (the manipulation suite: mt10)"> suite{""};
+  Param<std::vector<std::string>, "tasks",
+        "tasks for envs that have tasks, comma-separated (e.g. reach,push); envs are spread over them">
+      tasks{};
+};
+
+/// The `normalize` section of a run's config.
+struct NormalizeConfig {
+  Param<bool, "obs", "normalise observations by their running mean and variance"> obs{false};
+  Param<bool, "reward", "scale rewards by the running std of the discounted return"> reward{false};
+  Param<double, "clip_obs", "clip normalised observations to [-clip, clip]", positive> clip_obs{10.0};
+  Param<double, "clip_reward", "clip scaled rewards to [-clip, clip]", positive> clip_reward{10.0};
+  Param<double, "gamma", "discount of the return whose std scales rewards (0: the algorithm's gamma)",
+        in_range(0, 1)>
+      gamma{0.0};
+  Param<double, "epsilon", "added to variances before the square root", positive> epsilon{1e-8};
+};
+
+}  // namespace anvil::envs
+// ---- end <anvil/envs/env_config.hpp> ----
 // ---- begin <anvil/envs/history.hpp> ----
 /// @file
 /// `History<E>`: an env seen with its own recent past, for policies that infer the task from
@@ -5237,30 +5313,6 @@ class ThreadPool {
 
 namespace anvil::envs {
 
-/// Sync: step inside `step()`; async: step on a background thread (see file comment).
-enum class VecMode { sync, async };
-constexpr auto enum_names(VecMode) { return std::array<std::string_view, 2>{"sync", "async"}; }
-
-/// The `env` section of a run's config.
-struct VecEnvConfig {
-  Param<int, "num_envs", "environments stepped together (one batched action per step)",
-        in_range(1, 1 << 20)>
-      num_envs{1};
-  Param<int, "threads", "threads stepping the envs (1: the calling thread only)", in_range(1, 1024)>
-      threads{1};
-  Param<VecMode, "mode", "sync: step in step(); async: step in the background during updates">
-      mode{VecMode::sync};
-  Param<std::string, "id",
-        "the env by name, in programs that choose it at run time (Pendulum-v1, CartPole-v1, Acrobot-v1, "
-        "MountainCarContinuous-v0; multi-agent: Mapping, SimpleSpread, Climbing, Penalty, Credit); elsewhere "
-        "empty or the program's env">
-      id{""};
-  Param<std::string, "suite", "a suite of tasks for envs that have tasks (the manipulation suite: mt10)"> suite{""};
-  Param<std::vector<std::string>, "tasks",
-        "tasks for envs that have tasks, comma-separated (e.g. reach,push); envs are spread over them">
-      tasks{};
-};
-
 /// An episode that ended during a step.
 struct EpisodeEnd {
   std::int64_t env = 0;
@@ -5725,18 +5777,6 @@ std::unique_ptr<VecEnvBase> make_vec_env(const E& prototype, const VecEnvConfig&
 // ---- end <anvil/envs/vec_env.hpp> ----
 
 namespace anvil::envs {
-
-/// The `normalize` section of a run's config.
-struct NormalizeConfig {
-  Param<bool, "obs", "normalise observations by their running mean and variance"> obs{false};
-  Param<bool, "reward", "scale rewards by the running std of the discounted return"> reward{false};
-  Param<double, "clip_obs", "clip normalised observations to [-clip, clip]", positive> clip_obs{10.0};
-  Param<double, "clip_reward", "clip scaled rewards to [-clip, clip]", positive> clip_reward{10.0};
-  Param<double, "gamma", "discount of the return whose std scales rewards (0: the algorithm's gamma)",
-        in_range(0, 1)>
-      gamma{0.0};
-  Param<double, "epsilon", "added to variances before the square root", positive> epsilon{1e-8};
-};
 
 /// Running mean and variance of vectors (Chan, Golub, LeVeque 1979, parallel update), in
 /// double precision. Holds the merged statistics of every rank (`base`) and this rank's
@@ -6243,6 +6283,16 @@ decltype(auto) with_env(std::string_view id, F&& f) {
 
 #include <ATen/core/Tensor.h>
 
+// ---- begin <anvil/nn/network_config.hpp> ----
+/// @file
+/// The default networks' config sections and the activation choice, apart from the modules,
+/// so a config can be built without torch (`anvil/compiled.hpp`). Light header.
+
+#include <array>
+#include <string_view>
+#include <vector>
+
+
 namespace anvil::nn {
 
 /// Hidden-layer activation.
@@ -6251,6 +6301,31 @@ enum class Activation { relu, tanh, elu, gelu, silu, leaky_relu };
 constexpr auto enum_names(Activation) {
   return std::array<std::string_view, 6>{"relu", "tanh", "elu", "gelu", "silu", "leaky_relu"};
 }
+
+/// The tanh-Gaussian actor's shape (`GaussianActor`), under the algorithm's `actor`
+/// section (`sac.actor.hidden=64,64`).
+struct GaussianActorConfig {
+  Param<std::vector<int>, "hidden", "hidden layer widths", at_least(1)> hidden{256, 256};
+  Param<Activation, "activation", "hidden-layer activation"> activation{Activation::relu};
+  Param<double, "log_std_min", "lower bound of the log standard deviation"> log_std_min{-5.0};
+  Param<double, "log_std_max", "upper bound of the log standard deviation"> log_std_max{2.0};
+};
+
+/// The twin critics' shape (`TwinQ`), under the algorithm's `critic` section
+/// (`sac.critic.hidden=256,256`).
+struct TwinQConfig {
+  Param<std::vector<int>, "hidden", "hidden layer widths", at_least(1)> hidden{256, 256};
+  Param<Activation, "activation", "hidden-layer activation"> activation{Activation::relu};
+};
+
+class GaussianActor;  // nn/gaussian_actor.hpp
+class TwinQ;          // nn/twin_q.hpp
+
+}  // namespace anvil::nn
+// ---- end <anvil/nn/network_config.hpp> ----
+
+namespace anvil::nn {
+
 
 /// Applies `a` element-wise.
 inline at::Tensor activate(const at::Tensor& x, Activation a) {
@@ -6536,13 +6611,7 @@ struct PolicySample {
 /// tanh(u), so they lie in [-1, 1] (the Trainer rescales them to the env's bounds).
 class GaussianActorImpl : public torch::nn::Cloneable<GaussianActorImpl> {
  public:
-  /// Network shape, under the algorithm's `actor` section (`sac.actor.hidden=64,64`).
-  struct Config {
-    Param<std::vector<int>, "hidden", "hidden layer widths", at_least(1)> hidden{256, 256};
-    Param<Activation, "activation", "hidden-layer activation"> activation{Activation::relu};
-    Param<double, "log_std_min", "lower bound of the log standard deviation"> log_std_min{-5.0};
-    Param<double, "log_std_max", "upper bound of the log standard deviation"> log_std_max{2.0};
-  };
+  using Config = GaussianActorConfig;
 
   GaussianActorImpl(std::int64_t obs_dim, std::int64_t act_dim, const Config& cfg)
       : obs_dim_(obs_dim), act_dim_(act_dim), cfg_(cfg) {
@@ -6810,11 +6879,7 @@ namespace anvil::nn {
 /// counters the overestimation a single maximised Q-network suffers.
 class TwinQImpl : public torch::nn::Cloneable<TwinQImpl> {
  public:
-  /// Network shape, under the algorithm's `critic` section (`sac.critic.hidden=256,256`).
-  struct Config {
-    Param<std::vector<int>, "hidden", "hidden layer widths", at_least(1)> hidden{256, 256};
-    Param<Activation, "activation", "hidden-layer activation"> activation{Activation::relu};
-  };
+  using Config = TwinQConfig;
 
   TwinQImpl(std::int64_t obs_dim, std::int64_t act_dim, const Config& cfg)
       : obs_dim_(obs_dim), act_dim_(act_dim), cfg_(cfg) {
@@ -10378,6 +10443,90 @@ static_assert(Buffer<EpisodeBuffer>);
 #include <string>
 #include <vector>
 
+// ---- begin <anvil/buffers/replay_config.hpp> ----
+/// @file
+/// The replay buffers' `buffer` sections and their shared fields, apart from the buffers,
+/// so a Trainer's config can be built without torch (`anvil/compiled.hpp`). Light header.
+
+#include <array>
+#include <cstdint>
+#include <string_view>
+
+
+namespace anvil {
+
+/// Where a replay buffer keeps its tensors: with the networks (no copy per sample; the
+/// default) or in host memory (for buffers larger than the GPU's memory).
+enum class Storage { compute, cpu };
+constexpr auto enum_names(Storage) { return std::array<std::string_view, 2>{"compute", "cpu"}; }
+
+/// How a replay buffer stores observations: full float32, or 16-bit floats to halve the
+/// memory of observation-heavy buffers (batches always come out as float32).
+enum class ObsDtype { float32, bfloat16, float16 };
+constexpr auto enum_names(ObsDtype) {
+  return std::array<std::string_view, 3>{"float32", "bfloat16", "float16"};
+}
+
+namespace detail {
+
+// Config fields every replay buffer has (each buffer's Config lists them by these names).
+using CapacityParam = Param<std::int64_t, "capacity", "transitions kept; the oldest are overwritten", at_least(1)>;
+using StorageParam = Param<Storage, "storage", "compute: tensors on the training device; cpu: in host memory">;
+using ObsDtypeParam = Param<ObsDtype, "obs_dtype",
+                            "observation storage: float32, or bfloat16/float16 for half the memory">;
+using NStepParam = Param<int, "n_step",
+                         "store n-step returns: rewards summed over up to n steps, discounted by the "
+                         "algorithm's gamma (1: one-step transitions)",
+                         in_range(1, 1000)>;
+using BalanceTasksParam = Param<bool, "balance_tasks",
+                                "with an env that has tasks, give each task an equal share of every batch "
+                                "(batch / tasks transitions each)">;
+
+}  // namespace detail
+
+/// The `buffer` section of `UniformBuffer`.
+struct UniformBufferConfig {
+  detail::CapacityParam capacity{1'000'000};
+  detail::StorageParam storage{Storage::compute};
+  detail::ObsDtypeParam obs_dtype{ObsDtype::float32};
+  detail::NStepParam n_step{1};
+  detail::BalanceTasksParam balance_tasks{true};
+};
+
+/// The `buffer` section of `PrioritizedBuffer`.
+struct PrioritizedBufferConfig {
+  detail::CapacityParam capacity{1'000'000};
+  detail::StorageParam storage{Storage::compute};
+  detail::ObsDtypeParam obs_dtype{ObsDtype::float32};
+  detail::NStepParam n_step{1};
+  Param<double, "alpha", "priority exponent: 0 samples uniformly, 1 in proportion to |TD error|",
+        in_range(0, 1)>
+      alpha{0.6};
+  Param<double, "beta", "importance-weight exponent at the start; rises linearly to 1", in_range(0, 1)>
+      beta{0.4};
+  Param<std::int64_t, "beta_steps", "env steps over which beta reaches 1 (0: the whole run)",
+        at_least(0)>
+      beta_steps{0};
+  Param<double, "eps", "added to |TD error| so no transition's priority is zero", positive> eps{1e-6};
+  detail::BalanceTasksParam balance_tasks{true};
+};
+
+class UniformBuffer;      // buffers/uniform_buffer.hpp
+class PrioritizedBuffer;  // buffers/prioritized_buffer.hpp
+
+template <>
+struct policy_config<UniformBuffer> {
+  using type = UniformBufferConfig;
+  static constexpr FixedString section = "buffer";
+};
+template <>
+struct policy_config<PrioritizedBuffer> {
+  using type = PrioritizedBufferConfig;
+  static constexpr FixedString section = "buffer";
+};
+
+}  // namespace anvil
+// ---- end <anvil/buffers/replay_config.hpp> ----
 // ---- begin <anvil/buffers/detail/replay_core.hpp> ----
 /// @file
 /// `ReplayCore`: what every replay buffer shares: the transition store (with its n-step
@@ -10631,18 +10780,6 @@ class HugeArray {
 // ---- end <anvil/core/detail/huge_pages.hpp> ----
 
 namespace anvil {
-
-/// Where a replay buffer keeps its tensors: with the networks (no copy per sample; the
-/// default) or in host memory (for buffers larger than the GPU's memory).
-enum class Storage { compute, cpu };
-constexpr auto enum_names(Storage) { return std::array<std::string_view, 2>{"compute", "cpu"}; }
-
-/// How a replay buffer stores observations: full float32, or 16-bit floats to halve the
-/// memory of observation-heavy buffers (batches always come out as float32).
-enum class ObsDtype { float32, bfloat16, float16 };
-constexpr auto enum_names(ObsDtype) {
-  return std::array<std::string_view, 3>{"float32", "bfloat16", "float16"};
-}
 
 namespace detail {
 
@@ -11156,19 +11293,6 @@ class TransitionStore {
 // ---- end <anvil/buffers/detail/transition_store.hpp> ----
 
 namespace anvil::detail {
-
-// Config fields every replay buffer has (each buffer's Config lists them by these names).
-using CapacityParam = Param<std::int64_t, "capacity", "transitions kept; the oldest are overwritten", at_least(1)>;
-using StorageParam = Param<Storage, "storage", "compute: tensors on the training device; cpu: in host memory">;
-using ObsDtypeParam = Param<ObsDtype, "obs_dtype",
-                            "observation storage: float32, or bfloat16/float16 for half the memory">;
-using NStepParam = Param<int, "n_step",
-                         "store n-step returns: rewards summed over up to n steps, discounted by the "
-                         "algorithm's gamma (1: one-step transitions)",
-                         in_range(1, 1000)>;
-using BalanceTasksParam = Param<bool, "balance_tasks",
-                                "with an env that has tasks, give each task an equal share of every batch "
-                                "(batch / tasks transitions each)">;
 
 class ReplayCore {
  public:
@@ -11732,22 +11856,7 @@ class PrioritizedBuffer {
   /// The format tag of the files `save(path)` writes.
   static constexpr const char* file_format = "anvil PrioritizedBuffer v4";
 
-  struct Config {
-    detail::CapacityParam capacity{1'000'000};
-    detail::StorageParam storage{Storage::compute};
-    detail::ObsDtypeParam obs_dtype{ObsDtype::float32};
-    detail::NStepParam n_step{1};
-    Param<double, "alpha", "priority exponent: 0 samples uniformly, 1 in proportion to |TD error|",
-          in_range(0, 1)>
-        alpha{0.6};
-    Param<double, "beta", "importance-weight exponent at the start; rises linearly to 1", in_range(0, 1)>
-        beta{0.4};
-    Param<std::int64_t, "beta_steps", "env steps over which beta reaches 1 (0: the whole run)",
-          at_least(0)>
-        beta_steps{0};
-    Param<double, "eps", "added to |TD error| so no transition's priority is zero", positive> eps{1e-6};
-    detail::BalanceTasksParam balance_tasks{true};
-  };
+  using Config = PrioritizedBufferConfig;
 
   PrioritizedBuffer(const EnvSpec& spec, const Config& cfg, const RunContext& ctx)
       : core_(spec, cfg.capacity, cfg.storage, cfg.obs_dtype, cfg.n_step, ctx, "PrioritizedBuffer",
@@ -12322,13 +12431,7 @@ class UniformBuffer {
   /// The format tag of the files `save(path)` writes.
   static constexpr const char* file_format = "anvil UniformBuffer v4";
 
-  struct Config {
-    detail::CapacityParam capacity{1'000'000};
-    detail::StorageParam storage{Storage::compute};
-    detail::ObsDtypeParam obs_dtype{ObsDtype::float32};
-    detail::NStepParam n_step{1};
-    detail::BalanceTasksParam balance_tasks{true};
-  };
+  using Config = UniformBufferConfig;
 
   UniformBuffer(const EnvSpec& spec, const Config& cfg, const RunContext& ctx)
       : core_(spec, cfg.capacity, cfg.storage, cfg.obs_dtype, cfg.n_step, ctx, "UniformBuffer"),
@@ -13313,6 +13416,95 @@ inline nn::CollectiveTransformer load_collective(const std::filesystem::path& fi
 #include <string>
 #include <vector>
 
+// ---- begin <anvil/algorithms/sac_config.hpp> ----
+/// @file
+/// SAC's config section (`sac`, or `mtsac` for multi-task SAC) and the names `SAC` and
+/// `MultiTaskSAC`, apart from the algorithm (algorithms/sac.hpp), so a Trainer's config can
+/// be built without torch (`anvil/compiled.hpp`). Light header.
+
+#include <vector>
+
+
+namespace anvil {
+
+/// Soft Actor-Critic with swappable networks (algorithms/sac.hpp).
+template <class Actor = nn::GaussianActor, class Critic = nn::TwinQ, bool kMultiTask = false>
+class BasicSAC;
+
+/// SAC with the default networks: tanh-Gaussian actor and twin-Q critic, 256x256 MLPs.
+using SAC = BasicSAC<>;
+
+/// Multi-task SAC with swappable networks: a temperature per task by default, in the
+/// config section `mtsac` (see algorithms/sac.hpp).
+template <class Actor = nn::GaussianActor, class Critic = nn::TwinQ>
+using BasicMultiTaskSAC = BasicSAC<Actor, Critic, true>;
+/// Multi-task SAC with the default networks.
+using MultiTaskSAC = BasicMultiTaskSAC<>;
+
+namespace detail {
+
+template <bool kMultiTask>
+inline constexpr auto sac_config_section = [] {
+  if constexpr (kMultiTask) return FixedString("mtsac");
+  else return FixedString("sac");
+}();
+
+/// SAC's settings for envs that have tasks (see algorithms/sac.hpp); `per_task` is the
+/// default of `per_task_alpha` (on in MultiTaskSAC).
+template <bool per_task>
+struct SacTaskConfig {
+  Param<bool, "per_task_alpha",
+        "with an env that has tasks: a learned temperature per task, picked by each transition's task">
+      per_task_alpha{per_task};
+  Param<std::vector<double>, "target_entropy_scales",
+        "one per task, in the env's task order: each task's target entropy is -scale * action_dim (empty: "
+        "target_entropy_scale for every task; a negative scale asks for more entropy than a uniform action)">
+      target_entropy_scales{};
+  Param<bool, "loss_weights",
+        "weight each transition's critic and actor losses by T * softmax(-log alpha) of its task (needs "
+        "per_task_alpha): tasks whose temperature is still high weigh less">
+      loss_weights{false};
+};
+
+}  // namespace detail
+
+/// SAC's section: its hyperparameters and its networks' shapes (`ActorConfig`, `CriticConfig`).
+template <class ActorConfig, class CriticConfig, bool kMultiTask>
+struct SacConfig {
+  Param<int, "batch_size", "transitions per gradient update", at_least(1)> batch_size{256};
+  Param<double, "gamma", "discount factor", in_range(0, 1)> gamma{0.99};
+  Param<double, "tau", "Polyak coefficient of the target networks", in_range(0, 1)> tau{0.005};
+  Param<double, "actor_lr", "actor learning rate (Adam)", positive> actor_lr{3e-4};
+  Param<double, "critic_lr", "critic learning rate (Adam)", positive> critic_lr{3e-4};
+  Param<double, "alpha_lr", "entropy temperature learning rate (Adam)", positive> alpha_lr{3e-4};
+  Param<double, "init_alpha", "initial entropy temperature", positive> init_alpha{1.0};
+  Param<bool, "auto_alpha", "tune the temperature towards the target entropy"> auto_alpha{true};
+  Param<double, "target_entropy_scale", "target entropy is -scale * action_dim", at_least(0)>
+      target_entropy_scale{1.0};
+  Param<int, "actor_update_freq", "update the actor and temperature every N updates", at_least(1)>
+      actor_update_freq{1};
+  Param<int, "target_update_freq", "Polyak-average the targets every N updates", at_least(1)>
+      target_update_freq{1};
+  Param<double, "max_grad_norm", "clip each gradient's global norm (0: off)", at_least(0)>
+      max_grad_norm{0.0};
+  Param<bool, "manual_backward",
+        "hand-written gradients for the default networks in float32 on the CPU (false: "
+        "autograd; same result, slower)">
+      manual_backward{true};
+  Section<"actor", ActorConfig> actor;
+  Section<"critic", CriticConfig> critic;
+  Section<"tasks", detail::SacTaskConfig<kMultiTask>> tasks;
+};
+
+/// The default networks' SAC config, named without the algorithm's class.
+template <bool kMultiTask>
+struct policy_config<BasicSAC<nn::GaussianActor, nn::TwinQ, kMultiTask>> {
+  using type = SacConfig<nn::GaussianActorConfig, nn::TwinQConfig, kMultiTask>;
+  static constexpr auto section = detail::sac_config_section<kMultiTask>;
+};
+
+}  // namespace anvil
+// ---- end <anvil/algorithms/sac_config.hpp> ----
 
 namespace anvil {
 
@@ -13531,30 +13723,13 @@ inline SacActorResult manual_actor(SacManual& m, const nn::GaussianActorImpl& ac
   return r;
 }
 
-/// SAC's settings for envs that have tasks (see the file comment); `per_task` is the
-/// default of `per_task_alpha` (on in MultiTaskSAC).
-template <bool per_task>
-struct SacTaskConfig {
-  Param<bool, "per_task_alpha",
-        "with an env that has tasks: a learned temperature per task, picked by each transition's task">
-      per_task_alpha{per_task};
-  Param<std::vector<double>, "target_entropy_scales",
-        "one per task, in the env's task order: each task's target entropy is -scale * action_dim (empty: "
-        "target_entropy_scale for every task; a negative scale asks for more entropy than a uniform action)">
-      target_entropy_scales{};
-  Param<bool, "loss_weights",
-        "weight each transition's critic and actor losses by T * softmax(-log alpha) of its task (needs "
-        "per_task_alpha): tasks whose temperature is still high weigh less">
-      loss_weights{false};
-};
-
 }  // namespace detail
 
 /// Algorithm policy: Soft Actor-Critic (see file comment) with swappable networks.
 /// @tparam Actor  a `SquashedPolicyNetwork` (default: tanh-Gaussian MLP)
 /// @tparam Critic a `TwinCriticNetwork` (default: two MLP Q-functions)
 /// @tparam kMultiTask MultiTaskSAC: section `mtsac`, a temperature per task by default
-template <class Actor = nn::GaussianActor, class Critic = nn::TwinQ, bool kMultiTask = false>
+template <class Actor, class Critic, bool kMultiTask>
 class BasicSAC {
   static_assert(SquashedPolicyNetwork<Actor>,
                 "BasicSAC<Actor, ...>: Actor must be a torch module holder built from "
@@ -13567,38 +13742,11 @@ class BasicSAC {
 
  public:
   using policy_kind = AlgorithmKind;
-  static constexpr auto config_section = [] {
-    if constexpr (kMultiTask) return FixedString("mtsac");
-    else return FixedString("sac");
-  }();
+  static constexpr auto config_section = detail::sac_config_section<kMultiTask>;
   static constexpr bool on_policy = false;
   using Batch = ReplayBatch;
 
-  struct Config {
-    Param<int, "batch_size", "transitions per gradient update", at_least(1)> batch_size{256};
-    Param<double, "gamma", "discount factor", in_range(0, 1)> gamma{0.99};
-    Param<double, "tau", "Polyak coefficient of the target networks", in_range(0, 1)> tau{0.005};
-    Param<double, "actor_lr", "actor learning rate (Adam)", positive> actor_lr{3e-4};
-    Param<double, "critic_lr", "critic learning rate (Adam)", positive> critic_lr{3e-4};
-    Param<double, "alpha_lr", "entropy temperature learning rate (Adam)", positive> alpha_lr{3e-4};
-    Param<double, "init_alpha", "initial entropy temperature", positive> init_alpha{1.0};
-    Param<bool, "auto_alpha", "tune the temperature towards the target entropy"> auto_alpha{true};
-    Param<double, "target_entropy_scale", "target entropy is -scale * action_dim", at_least(0)>
-        target_entropy_scale{1.0};
-    Param<int, "actor_update_freq", "update the actor and temperature every N updates", at_least(1)>
-        actor_update_freq{1};
-    Param<int, "target_update_freq", "Polyak-average the targets every N updates", at_least(1)>
-        target_update_freq{1};
-    Param<double, "max_grad_norm", "clip each gradient's global norm (0: off)", at_least(0)>
-        max_grad_norm{0.0};
-    Param<bool, "manual_backward",
-          "hand-written gradients for the default networks in float32 on the CPU (false: "
-          "autograd; same result, slower)">
-        manual_backward{true};
-    Section<"actor", detail::module_config_t<Actor>> actor;
-    Section<"critic", detail::module_config_t<Critic>> critic;
-    Section<"tasks", detail::SacTaskConfig<kMultiTask>> tasks;
-  };
+  using Config = SacConfig<detail::module_config_t<Actor>, detail::module_config_t<Critic>, kMultiTask>;
 
   BasicSAC(const EnvSpec& spec, const Config& cfg, const RunContext& ctx)
       : cfg_(cfg), device_(ctx.device) {
@@ -14043,15 +14191,6 @@ class BasicSAC {
   Ema ema_;                                     // averaged actor weights (train.ema_decay)
 };
 
-/// SAC with the default networks: tanh-Gaussian actor and twin-Q critic, 256x256 MLPs.
-using SAC = BasicSAC<>;
-
-/// Multi-task SAC with swappable networks: a temperature per task by default, in the
-/// config section `mtsac` (see the file comment).
-template <class Actor = nn::GaussianActor, class Critic = nn::TwinQ>
-using BasicMultiTaskSAC = BasicSAC<Actor, Critic, true>;
-/// Multi-task SAC with the default networks.
-using MultiTaskSAC = BasicMultiTaskSAC<>;
 
 static_assert(Algorithm<SAC>);
 static_assert(Algorithm<MultiTaskSAC>);
@@ -15960,22 +16099,380 @@ class Every {
 
 }  // namespace anvil
 // ---- end <anvil/train/clock.hpp> ----
-// ---- begin <anvil/train/loops/episodic.hpp> ----
+// ---- begin <anvil/train/compiled_trainer.hpp> ----
 /// @file
-/// `EpisodicLoop`: the loop of algorithms that learn from whole episodes (Monte-Carlo
-/// policy gradients; COMA's rounds of episodes). Each iteration is a round: every env starts
-/// a new episode, the envs step together with the algorithm's exploration until each has
-/// finished its episode (an env whose episode ended runs on, but those steps are not kept),
-/// the round's episodes go to the buffer as one padded batch, and the algorithm updates from
-/// it (as many passes as it likes, inside its `update`). The clock counts the kept steps of
-/// every rank (one sum over the ranks per round) and, every rank running as many episodes
-/// per round, the ranks stay in lockstep.
+/// `anvil::compiled::Trainer<A, B[, P, X]>`: a Trainer whose code is compiled once, so that a
+/// main using it compiles in seconds. It holds an `anvil::Trainer<A, B, P, X>` (built in
+/// `train/compiled_trainer_impl.hpp`) and answers the calls a main makes; its `Config` is
+/// that Trainer's, and `anvil::start<compiled::Trainer<...>>` reads the command line exactly
+/// as `start<Trainer<...>>` does (same keys, `--help`, `--print-config`, `--multirun`, DDP).
 ///
-/// An algorithm chooses this loop by naming it: `using loop = anvil::EpisodicLoop;`.
+/// Two ways to build a program that uses it:
+///  - link the CMake target `anvil::compiled`: a library of the common Trainers, prebuilt
+///    (`ANVIL_COMPILED_TRAINERS` below, for each of `ANVIL_COMPILED_ENVS`); the main includes
+///    `<anvil/compiled.hpp>` and never sees torch's headers. Another combination, or an env
+///    of your own, is built in one translation unit of yours that includes
+///    `train/compiled_trainer_impl.hpp` and says `ANVIL_COMPILED_TRAINER(...)` (else the link
+///    fails naming the missing `compiled::Trainer` member);
+///  - link only `anvil::anvil` (header-only): `<anvil/compiled.hpp>` then brings in the
+///    implementation and the same main builds without the library, at a Trainer's full
+///    compile cost.
+///
+/// For everything else a Trainer offers (hooks, `collect`/`update` step by step, the
+/// algorithm), `full()` returns the Trainer itself, usable where its header is included.
+/// Light header.
 
+#include <filesystem>
+#include <memory>
+#include <string>
+
+// ---- begin <anvil/train/hooks/results.hpp> ----
+/// @file
+/// What a run reports: an evaluation's returns (`EvalResult`) and a finished run's outcome
+/// (`FitResult`). Light header.
+
+#include <cmath>
 #include <cstdint>
 #include <string>
 #include <vector>
+
+namespace anvil {
+
+/// Mean, spread and range of evaluation returns, the success rate, and each task's.
+struct EvalResult {
+  double mean = NAN, std = NAN, min = NAN, max = NAN;
+  double success = NAN;  ///< the share of episodes that succeeded (NaN: the env does not say)
+  int episodes = 0;
+  /// The returns and success rate of one task (or agent) of an env that has several.
+  struct Group {
+    std::string name;
+    double mean = NAN;
+    int episodes = 0;
+    double success = NAN;
+  };
+  std::vector<Group> groups;  ///< empty when the env has no tasks
+};
+
+/// What `fit()` achieved; also written to `summary.json`.
+struct FitResult {
+  double final_eval_return = NAN;
+  double best_eval_return = NAN;
+  std::int64_t env_steps = 0;
+  std::int64_t updates = 0;
+  double wall_seconds = 0.0;
+  std::string stopped_by;  ///< empty: the run finished; else e.g. "stopped by SIGTERM"
+};
+
+}  // namespace anvil
+// ---- end <anvil/train/hooks/results.hpp> ----
+// ---- begin <anvil/train/loops/loop_config.hpp> ----
+/// @file
+/// Loop config fields several loops have, declared once, and the off-policy loop's `train`
+/// section, apart from the loops, so a Trainer's config can be built without torch
+/// (`anvil/compiled.hpp`). Light header.
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+
+
+namespace anvil {
+
+/// Config fields several loops have, declared once (each loop's Config lists the ones it has).
+namespace loops {
+using EnvStepsParam = Param<std::int64_t, "steps", "env steps to train for (all envs together)", at_least(1)>;
+using UpdateStepsParam = Param<std::int64_t, "steps", "gradient updates to train for", at_least(1)>;
+using LearningStartsParam =
+    Param<std::int64_t, "learning_starts", "env steps of uniform random actions before learning", at_least(0)>;
+using GradAccumulationParam =
+    Param<int, "grad_accumulation", "micro-batches per optimizer step: the batch's gradient is accumulated over k parts (memory)",
+          at_least(1)>;
+using EmaDecayParam = Param<double, "ema_decay",
+                            "exponential moving average of the policy's weights after each update, used to evaluate "
+                            "and in policy.bin (0: off; e.g. 0.995)",
+                            Range{.lo = 0, .hi = 1, .hi_open = true}>;
+using LrScalingParam =
+    Param<LrScaling, "lr_scaling", "none; sqrt: lr*sqrt(batch/base_batch); linear: lr*world_size">;
+using BaseBatchParam =
+    Param<int, "base_batch", "batch size the learning rates were tuned for (sqrt scaling)", at_least(1)>;
+using EvalIntervalParam =
+    Param<std::int64_t, "eval_interval", "env steps between evaluations (0: only at the end)", at_least(0)>;
+using EvalUpdatesParam =
+    Param<std::int64_t, "eval_interval", "gradient updates between evaluations (0: only at the end)", at_least(0)>;
+using EvalEpisodesParam = Param<int, "eval_episodes", "episodes per evaluation, deterministic actions", at_least(1)>;
+
+/// The `train` section of an off-policy run.
+struct OffPolicyConfig {
+  loops::EnvStepsParam steps{100'000};
+  loops::LearningStartsParam learning_starts{1000};
+  Param<int, "update_interval", "env steps (of this rank) between rounds of updates", at_least(1)> update_interval{1};
+  Param<int, "updates_per_interval", "gradient updates per round (update-to-data ratio)", at_least(1)>
+      updates_per_interval{1};
+  loops::GradAccumulationParam grad_accumulation{1};
+  loops::EmaDecayParam ema_decay{0.0};
+  loops::LrScalingParam lr_scaling{LrScaling::none};
+  loops::BaseBatchParam base_batch{256};
+  loops::EvalIntervalParam eval_interval{5000};
+  loops::EvalEpisodesParam eval_episodes{10};
+
+  /// A run that could never update is refused.
+  void validate() const {
+    if (learning_starts >= steps)
+      throw ConfigError("train.learning_starts (" + std::to_string(*learning_starts) + ") is not below train.steps (" +
+                        std::to_string(*steps) + "): the run would end before its first update");
+  }
+
+  /// A run of seconds (`run.smoke`): enough steps to pass the warm-up and update a little.
+  void shrink() {
+    steps = std::min<std::int64_t>(steps, 600);
+    learning_starts = std::min<std::int64_t>(learning_starts, 200);
+    eval_interval = 0;
+    eval_episodes = std::min(*eval_episodes, 2);
+  }
+};
+
+}  // namespace loops
+
+struct OffPolicyLoop;  // train/loops/off_policy.hpp
+
+template <>
+struct policy_config<OffPolicyLoop> {
+  using type = loops::OffPolicyConfig;
+  static constexpr FixedString section = "train";
+};
+
+}  // namespace anvil
+// ---- end <anvil/train/loops/loop_config.hpp> ----
+// ---- begin <anvil/train/trainer_config.hpp> ----
+/// @file
+/// `TrainerConfig<A, B, P, X, L>`: every knob of a run, one section per policy, keys
+/// `<section>.<field>`; a Trainer's `Config`. Its sections are named through
+/// `policy_config` (core/policy_config.hpp), so a program can build it, set its defaults and
+/// pass it to a prebuilt Trainer without the policies' classes or torch
+/// (`anvil/compiled.hpp`). Light header.
+
+#include <string>
+
+// ---- begin <anvil/train/run_config.hpp> ----
+/// @file
+/// The `run` section: where and how a run executes, what it writes and when. The `train`
+/// section belongs to the run's loop (train/loops/). Light header.
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+
+namespace anvil {
+
+/// How progress is shown: a live bar on a terminal, periodic lines otherwise.
+enum class ProgressMode { auto_, bar, lines, off };
+constexpr auto enum_names(ProgressMode) {
+  return std::array<std::string_view, 4>{"auto", "bar", "lines", "off"};
+}
+
+/// The `run` section; its keys may be written without the section (`--seed=3`).
+struct RunConfig {
+  Param<std::uint64_t, "seed", "seed of torch, every env, the buffer and exploration"> seed{0};
+  Param<std::string, "device", "cpu, cuda, cuda:N, or auto (CUDA when present)"> device{"auto"};
+  Param<std::string, "run_dir", "where logs go (empty: runs/<algorithm>-<env>-<time>)"> run_dir{""};
+  Param<int, "threads", "intra-op threads of torch (1 is fastest for small nets on CPU)",
+        in_range(1, 1024)>
+      threads{1};
+  Param<int, "update_threads",
+        "threads computing an update's independent gradients at once (CPU; SAC: critic and "
+        "actor; 0: 2 when each process has 2 cores)",
+        in_range(0, 64)>
+      update_threads{0};
+  Param<std::int64_t, "log_interval",
+        "env steps between log lines and CSV rows (gradient updates in an offline loop)", at_least(1)>
+      log_interval{1000};
+  Param<ProgressMode, "progress", "auto: a bar on a terminal, lines otherwise"> progress{
+      ProgressMode::auto_};
+  Param<bool, "smoke", "a run of seconds that checks everything works"> smoke{false};
+  Param<std::int64_t, "checkpoint_interval",
+        "env steps between checkpoints in the run directory (gradient updates in an offline loop; 0: only "
+        "at the end)",
+        at_least(0)>
+      checkpoint_interval{10'000};
+  Param<int, "keep_last", "checkpoints kept; older ones are deleted", at_least(1)> keep_last{3};
+  Param<bool, "checkpoint_buffer", "also save the replay buffer with each checkpoint (exact resume)">
+      checkpoint_buffer{false};
+  Param<bool, "tensorboard", "write TensorBoard event files in the run directory"> tensorboard{true};
+  Param<bool, "tensorboard_histograms", "also histograms of the networks' weights at each log row">
+      tensorboard_histograms{false};
+  Param<bool, "timings", "time each phase of a step (env, act, sample, update, all-reduce, ...)"> timings{true};
+  Param<bool, "sync_timings", "on CUDA, synchronise the device around each timed phase (true times)">
+      sync_timings{true};
+  Param<std::string, "resume",
+        "a checkpoint to continue from, or auto: the latest in run_dir (none there: start afresh)">
+      resume{""};
+
+  /// A run of seconds (`run.smoke`): log rows every 200 steps at most.
+  void shrink() { log_interval = std::min<std::int64_t>(log_interval, 200); }
+};
+
+}  // namespace anvil
+// ---- end <anvil/train/run_config.hpp> ----
+
+namespace anvil {
+
+/// The config of a Trainer of algorithm A, buffer B, parallelism P, precision X and loop L.
+template <class A, class B, class P, class X, class L>
+struct TrainerConfig {
+  Section<"run", RunConfig> run;
+  Section<policy_config<L>::section, policy_config_t<L>> train;
+  Section<"env", envs::VecEnvConfig> env;
+  Section<"normalize", envs::NormalizeConfig> normalize;
+  Section<policy_config<A>::section, policy_config_t<A>> algorithm;
+  Section<policy_config<B>::section, policy_config_t<B>> buffer;
+  Section<policy_config<P>::section, policy_config_t<P>> parallel;
+  Section<policy_config<X>::section, policy_config_t<X>> precision;
+
+  /// Rules across sections (needs the loop's class: called where the config is read).
+  void validate() const {
+    const auto s = L::settings(*train);
+    if (s.unit == ClockUnit::env_steps && s.eval_interval > 0 && s.eval_interval < env->num_envs)
+      throw ConfigError("train.eval_interval (" + std::to_string(s.eval_interval) +
+                        ") is shorter than one step of env.num_envs (" + std::to_string(*env->num_envs) + ") envs");
+  }
+};
+
+}  // namespace anvil
+// ---- end <anvil/train/trainer_config.hpp> ----
+
+namespace anvil {
+
+template <class A, class B, class P, class X, class L>
+class BasicTrainer;  // train/trainer.hpp
+
+namespace compiled {
+
+/// The loop an algorithm trains in, named without the algorithm's class (the built-in
+/// algorithms the library prebuilds; `anvil::default_loop_t` in general).
+template <class A>
+struct loop_of;
+template <bool kMultiTask>
+struct loop_of<BasicSAC<nn::GaussianActor, nn::TwinQ, kMultiTask>> {
+  using type = OffPolicyLoop;
+};
+
+/// A Trainer compiled once (see file comment).
+template <class A, class B, class P = SingleDevice, class X = FP32, class L = typename loop_of<A>::type>
+class Trainer {
+ public:
+  using Algorithm = A;
+  using Buffer = B;
+  using Parallelism = P;
+  using Precision = X;
+  using Loop = L;
+  using Config = TrainerConfig<A, B, P, X, L>;
+  /// The Trainer it holds (complete where train/trainer.hpp is included).
+  using Full = BasicTrainer<A, B, P, X, L>;
+  /// `anvil::start<compiled::Trainer<...>>` calls `start_config` (train/start.hpp).
+  static constexpr bool prebuilt = true;
+
+  /// `anvil::start<Full>(args, defaults)`, compiled once: the config from the command line
+  /// over `defaults`; answers `--help`, `--print-config` and `--multirun`, reports bad input
+  /// (exit 2) and starts the ranks of a DDP run.
+  static Config start_config(const Args& args, Config defaults);
+
+  /// Builds the run (see `BasicTrainer`), for an env of a prebuilt type (or one built in
+  /// a translation unit of the program: see file comment).
+  template <envs::Env E>
+  Trainer(const E& env, Config cfg, std::string program = {});
+  Trainer(Trainer&&) noexcept;
+  Trainer& operator=(Trainer&&) noexcept;
+  ~Trainer();
+
+  /// Trains to the end (`BasicTrainer::fit`).
+  FitResult fit();
+  /// Mean return of `episodes` deterministic episodes (`BasicTrainer::evaluate`).
+  EvalResult evaluate(int episodes);
+  /// The latest recorded evaluation.
+  [[nodiscard]] const EvalResult& last_evaluation() const noexcept;
+  /// Writes / restores everything a resumed run needs (atomic; all or nothing).
+  void save_checkpoint(const std::filesystem::path& file);
+  void load_checkpoint(const std::filesystem::path& file);
+  /// Writes the policy alone (`anvil::load_policy` reads it).
+  void save_policy(const std::filesystem::path& file) const;
+  /// The resolved config the run uses.
+  [[nodiscard]] const Config& config() const noexcept;
+  /// Where the run writes its files.
+  [[nodiscard]] const std::filesystem::path& run_dir() const noexcept;
+
+  /// The Trainer itself, for everything else.
+  [[nodiscard]] Full& full() noexcept { return *impl_; }
+  [[nodiscard]] const Full& full() const noexcept { return *impl_; }
+
+ private:
+  std::unique_ptr<Full> impl_;
+};
+
+}  // namespace compiled
+
+/// The Trainer types and envs the `anvil::compiled` library prebuilds, as X-macro lists:
+/// `ANVIL_COMPILED_TRAINERS(M)` calls `M(A, B, P, X)` for each Trainer.
+#define ANVIL_COMPILED_TRAINERS(M)                                                    \
+  M(::anvil::SAC, ::anvil::UniformBuffer, ::anvil::SingleDevice, ::anvil::FP32)     \
+  M(::anvil::SAC, ::anvil::PrioritizedBuffer, ::anvil::SingleDevice, ::anvil::FP32) \
+  M(::anvil::SAC, ::anvil::UniformBuffer, ::anvil::SingleDevice, ::anvil::BF16)     \
+  M(::anvil::SAC, ::anvil::PrioritizedBuffer, ::anvil::SingleDevice, ::anvil::BF16)
+/// `ANVIL_COMPILED_ENVS(M, A, B, P, X)` calls `M(A, B, P, X, E)` for each env type `E` the
+/// prebuilt Trainers are built for.
+#define ANVIL_COMPILED_ENVS(M, A, B, P, X)     \
+  M(A, B, P, X, ::anvil::envs::Pendulum)       \
+  M(A, B, P, X, ::anvil::envs::MountainCarContinuous)
+
+#ifdef ANVIL_COMPILED
+// The library holds these: no translation unit of the program instantiates them again.
+#define ANVIL_DETAIL_EXTERN_TRAINER(A, B, P, X) extern template class ::anvil::compiled::Trainer<A, B, P, X>;
+ANVIL_COMPILED_TRAINERS(ANVIL_DETAIL_EXTERN_TRAINER)
+#undef ANVIL_DETAIL_EXTERN_TRAINER
+#endif
+
+}  // namespace anvil
+// ---- end <anvil/train/compiled_trainer.hpp> ----
+// ---- begin <anvil/train/compiled_trainer_impl.hpp> ----
+/// @file
+/// The definitions of `anvil::compiled::Trainer` (train/compiled_trainer.hpp): included by
+/// the `anvil::compiled` library's sources, by `<anvil/compiled.hpp>` in a header-only
+/// build, and by a program's own translation unit that builds a combination the library
+/// does not hold:
+///
+///     #include <anvil/train/compiled_trainer_impl.hpp>
+///     #include "my_env.hpp"
+///     ANVIL_COMPILED_TRAINER(anvil::SAC, anvil::UniformBuffer, anvil::SingleDevice, anvil::FP32)
+///     ANVIL_COMPILED_TRAINER_ENV(anvil::SAC, anvil::UniformBuffer, anvil::SingleDevice, anvil::FP32, MyEnv)
+///
+/// It includes the classes of the policies `compiled.hpp` names (SAC, the replay buffers);
+/// a combination with other policies includes theirs too.
+
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <utility>
+
+// ---- begin <anvil/train/loops/off_policy.hpp> ----
+/// @file
+/// `OffPolicyLoop`: the loop of off-policy algorithms (SAC, TD3, ...) with a replay buffer.
+/// Each iteration steps every env once (uniform random actions until
+/// `train.learning_starts`, then the algorithm's exploration), stores the step, and once
+/// the buffer holds a batch runs `train.updates_per_interval` updates every
+/// `train.update_interval` env steps of this rank, each on a fresh batch; prioritized
+/// buffers get each batch's TD errors back. An algorithm with `shaped_rewards(step, env_steps)`
+/// (reward shaping) gives the rewards each step is stored with.
+///
+/// With `env.mode=async` the envs step in the background while the updates run: after a
+/// step lands and is stored, the next actions are chosen and the next step started, then
+/// the updates run. So the policy that acts is one round of updates behind the one a sync
+/// run would act with; the data the updates see is the same (the newest step included).
+/// An env whose step costs about as much as the updates takes about half the time.
+
+#include <cstdint>
+#include <string>
 
 // ---- begin <anvil/train/loops/loop.hpp> ----
 /// @file
@@ -16048,28 +16545,7 @@ concept StepwiseLoop = requires(R& r, std::int64_t n, int k) {
   { r.update(k) };
 };
 
-/// Config fields several loops have, declared once (each loop's Config lists the ones it has).
 namespace loops {
-using EnvStepsParam = Param<std::int64_t, "steps", "env steps to train for (all envs together)", at_least(1)>;
-using UpdateStepsParam = Param<std::int64_t, "steps", "gradient updates to train for", at_least(1)>;
-using LearningStartsParam =
-    Param<std::int64_t, "learning_starts", "env steps of uniform random actions before learning", at_least(0)>;
-using GradAccumulationParam =
-    Param<int, "grad_accumulation", "micro-batches per optimizer step: the batch's gradient is accumulated over k parts (memory)",
-          at_least(1)>;
-using EmaDecayParam = Param<double, "ema_decay",
-                            "exponential moving average of the policy's weights after each update, used to evaluate "
-                            "and in policy.bin (0: off; e.g. 0.995)",
-                            Range{.lo = 0, .hi = 1, .hi_open = true}>;
-using LrScalingParam =
-    Param<LrScaling, "lr_scaling", "none; sqrt: lr*sqrt(batch/base_batch); linear: lr*world_size">;
-using BaseBatchParam =
-    Param<int, "base_batch", "batch size the learning rates were tuned for (sqrt scaling)", at_least(1)>;
-using EvalIntervalParam =
-    Param<std::int64_t, "eval_interval", "env steps between evaluations (0: only at the end)", at_least(0)>;
-using EvalUpdatesParam =
-    Param<std::int64_t, "eval_interval", "gradient updates between evaluations (0: only at the end)", at_least(0)>;
-using EvalEpisodesParam = Param<int, "eval_episodes", "episodes per evaluation, deterministic actions", at_least(1)>;
 
 /// The settings every loop's config gives in the same fields.
 template <class Config>
@@ -16136,160 +16612,6 @@ void check_ema(double ema_decay) {
 
 namespace anvil {
 
-/// What the episodic loop needs of its buffer: episode steps in, a round of episodes out.
-template <class B>
-concept EpisodeStorage = Buffer<B> && std::same_as<typename B::Step, EpisodeStep> &&
-                         requires(B& b, const B& cb) {
-                           { cb.episodes() } -> std::same_as<typename B::Batch>;
-                           { b.clear() };
-                         };
-
-/// Loop policy for learning from whole episodes (see file comment).
-struct EpisodicLoop {
-  using policy_kind = LoopKind;
-  static constexpr std::string_view name = "episodic";
-  static constexpr FixedString config_section = "train";
-  static constexpr FixedString stage_name = "episodic";
-
-  /// The `train` section of an episodic run.
-  struct Config {
-    loops::EnvStepsParam steps{100'000};
-    loops::GradAccumulationParam grad_accumulation{1};
-    loops::EmaDecayParam ema_decay{0.0};
-    loops::LrScalingParam lr_scaling{LrScaling::none};
-    loops::BaseBatchParam base_batch{256};
-    loops::EvalIntervalParam eval_interval{5000};
-    loops::EvalEpisodesParam eval_episodes{10};
-
-    /// A run of seconds (`run.smoke`).
-    void shrink() {
-      steps = std::min<std::int64_t>(steps, 600);
-      eval_interval = 0;
-      eval_episodes = std::min(*eval_episodes, 2);
-    }
-  };
-
-  [[nodiscard]] static LoopSettings settings(const Config& c) { return loops::common_settings(c, ClockUnit::env_steps); }
-
-  /// What this loop needs of the algorithm and the buffer, one sentence each.
-  template <class A, class B>
-  struct Rules {
-    static constexpr bool buffer_ok = EpisodeStorage<B>;
-    static_assert(buffer_ok,
-                  "Trainer: the episodic loop stores rounds of EpisodeSteps and learns from their episodes(); the "
-                  "Buffer cannot (see anvil::EpisodeStorage); use EpisodeBuffer");
-    static constexpr bool batch_ok = !buffer_ok || std::same_as<typename A::Batch, typename B::Batch>;
-    static_assert(batch_ok, "Trainer: the episodic loop hands the Algorithm the Buffer's episodes, which are not its Batch");
-    static constexpr bool ok = buffer_ok && batch_ok;
-  };
-
-  /// Runs the loop (see file comment).
-  template <class A, class B>
-  class Runner {
-   public:
-    Runner(const Config& cfg, LoopParts<A, B> parts) : cfg_(cfg), p_(parts) { loops::check_ema<A>(cfg.ema_decay); }
-
-    [[nodiscard]] LoopSettings settings() const {
-      auto s = EpisodicLoop::settings(cfg_);
-      s.origin = origin_;
-      return s;
-    }
-    [[nodiscard]] int stage() const noexcept { return 0; }
-
-    /// The stage starts: the clock counts env steps from here.
-    void begin() {
-      origin_ = p_.clock.env_steps;
-      resumed();
-    }
-    void resumed() {
-      p_.clock.unit = ClockUnit::env_steps;
-      p_.buffer.plan(StoragePlan{p_.collector.num_envs(), cfg_.steps, 0.0});
-    }
-    [[nodiscard]] bool done() const noexcept { return p_.clock.env_steps - origin_ >= cfg_.steps; }
-
-    /// One round: an episode of every env, then an update from them.
-    void iterate(std::int64_t /*quiet_until*/ = INT64_MAX) {
-      collect_round();
-      loops::update_once(p_, p_.buffer.episodes(), cfg_.ema_decay);
-    }
-
-    /// Collects one episode of every env into the buffer (cleared first).
-    void collect_round() {
-      p_.buffer.clear();
-      p_.collector.restart();
-      const std::int64_t n = p_.collector.num_envs();
-      std::vector<bool> live(static_cast<std::size_t>(n), true);
-      at::Tensor live_t = at::ones({n});
-      std::int64_t running = n, kept = 0;
-      while (running > 0) {
-        at::Tensor action;
-        {
-          const auto& obs = p_.collector.observations();
-          ScopedPhase ph(p_.times, Phase::act);
-          action = p_.algorithm.act(obs, ActMode::explore).to(at::kCPU);
-        }
-        const envs::VecStep& s = p_.collector.step(action, /*count_episodes=*/false);
-        {
-          ScopedPhase ph(p_.times, Phase::buffer_add);
-          p_.buffer.add(EpisodeStep{p_.collector.previous_observations(), action, s.reward, s.terminated, s.truncated,
-                                    live_t.clone(), s.next_obs});
-        }
-        kept += running;
-        for (const auto& e : s.ended) {
-          const auto i = static_cast<std::size_t>(e.env);
-          if (!live[i]) continue;
-          live[i] = false;
-          live_t[e.env] = 0.0f;
-          --running;
-          p_.collector.episodes().record(e.episode_return, e.length, p_.collector.env_step());
-        }
-      }
-      p_.clock.env_steps += static_cast<std::int64_t>(p_.ranks.sum(static_cast<double>(kept)));
-    }
-
-    void at_log_row() {
-      if (p_.ranks.world_size() > 1) p_.collector.envs().sync_statistics([this](at::Tensor& t) { p_.ranks.sum(t); });
-    }
-
-    /// What the timing verdict suggests (the general advice: update interval, batch size, envs).
-    [[nodiscard]] BottleneckAdvice advice() const { return {}; }
-
-    /// State protocol: where the stage began (a checkpoint falls between rounds).
-    void save(BinaryWriter& w) const { w.value(origin_); }
-    [[nodiscard]] std::int64_t read(BinaryReader& r) const { return r.value<std::int64_t>("stage origin"); }
-    void restore(std::int64_t origin) noexcept { origin_ = origin; }
-
-   private:
-    Config cfg_;
-    LoopParts<A, B> p_;
-    std::int64_t origin_ = 0;
-  };
-};
-
-}  // namespace anvil
-// ---- end <anvil/train/loops/episodic.hpp> ----
-// ---- begin <anvil/train/loops/off_policy.hpp> ----
-/// @file
-/// `OffPolicyLoop`: the loop of off-policy algorithms (SAC, TD3, ...) with a replay buffer.
-/// Each iteration steps every env once (uniform random actions until
-/// `train.learning_starts`, then the algorithm's exploration), stores the step, and once
-/// the buffer holds a batch runs `train.updates_per_interval` updates every
-/// `train.update_interval` env steps of this rank, each on a fresh batch; prioritized
-/// buffers get each batch's TD errors back. An algorithm with `shaped_rewards(step, env_steps)`
-/// (reward shaping) gives the rewards each step is stored with.
-///
-/// With `env.mode=async` the envs step in the background while the updates run: after a
-/// step lands and is stored, the next actions are chosen and the next step started, then
-/// the updates run. So the policy that acts is one round of updates behind the one a sync
-/// run would act with; the data the updates see is the same (the newest step included).
-/// An env whose step costs about as much as the updates takes about half the time.
-
-#include <cstdint>
-#include <string>
-
-
-namespace anvil {
-
 /// Loop policy for off-policy algorithms (see file comment).
 struct OffPolicyLoop {
   using policy_kind = LoopKind;
@@ -16297,35 +16619,7 @@ struct OffPolicyLoop {
   static constexpr FixedString config_section = "train";
   static constexpr FixedString stage_name = "off_policy";
 
-  /// The `train` section of an off-policy run.
-  struct Config {
-    loops::EnvStepsParam steps{100'000};
-    loops::LearningStartsParam learning_starts{1000};
-    Param<int, "update_interval", "env steps (of this rank) between rounds of updates", at_least(1)> update_interval{1};
-    Param<int, "updates_per_interval", "gradient updates per round (update-to-data ratio)", at_least(1)>
-        updates_per_interval{1};
-    loops::GradAccumulationParam grad_accumulation{1};
-    loops::EmaDecayParam ema_decay{0.0};
-    loops::LrScalingParam lr_scaling{LrScaling::none};
-    loops::BaseBatchParam base_batch{256};
-    loops::EvalIntervalParam eval_interval{5000};
-    loops::EvalEpisodesParam eval_episodes{10};
-
-    /// A run that could never update is refused.
-    void validate() const {
-      if (learning_starts >= steps)
-        throw ConfigError("train.learning_starts (" + std::to_string(*learning_starts) + ") is not below train.steps (" +
-                          std::to_string(*steps) + "): the run would end before its first update");
-    }
-
-    /// A run of seconds (`run.smoke`): enough steps to pass the warm-up and update a little.
-    void shrink() {
-      steps = std::min<std::int64_t>(steps, 600);
-      learning_starts = std::min<std::int64_t>(learning_starts, 200);
-      eval_interval = 0;
-      eval_episodes = std::min(*eval_episodes, 2);
-    }
-  };
+  using Config = loops::OffPolicyConfig;
 
   [[nodiscard]] static LoopSettings settings(const Config& c) { return loops::common_settings(c, ClockUnit::env_steps); }
 
@@ -16510,6 +16804,1197 @@ struct OffPolicyLoop {
 
 }  // namespace anvil
 // ---- end <anvil/train/loops/off_policy.hpp> ----
+// ---- begin <anvil/train/start.hpp> ----
+/// @file
+/// `anvil::start`: the one line a main calls first, and the only place where anvil controls
+/// the process. Constructors and parsers never print, exit, fork or restart anything; this
+/// call does what a training program must do before it builds a Trainer:
+///  - installs the handler that turns an uncaught anvil error into `error: <message>` and
+///    its exit status (2 for bad input, 3 for a failure between ranks, 1 otherwise);
+///  - makes sure OpenBLAS uses its fast kernels (`prefer_fast_blas`: on an AVX-512 CPU whose
+///    kernels OpenBLAS did not recognise, the program restarts itself once with
+///    OPENBLAS_CORETYPE set);
+///  - reads the command line and `--config` files into the Trainer's config: `--help` prints
+///    every field and exits 0, `--print-config` prints the resolved config and exits 0, a bad
+///    key or value prints one line naming it and exits 2;
+///  - starts the ranks: a program with `DDP<N>` started plainly becomes the launcher of its
+///    node's N ranks (parallel/launch.hpp) and exits with their outcome; a rank (or a run
+///    with one process) returns.
+///
+///     int main(int argc, char** argv) {
+///       using Trainer = anvil::Trainer<anvil::SAC, anvil::UniformBuffer>;
+///       Trainer trainer(anvil::envs::Pendulum{}, anvil::start<Trainer>(argc, argv));
+///       trainer.fit();
+///     }
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+// ---- begin <anvil/train/sweep.hpp> ----
+/// @file
+/// Sweeps, in Hydra's syntax: `--multirun seed=1,2,3 sac.batch_size=256,512` runs the cross
+/// product of the comma-separated values (here 6 runs) one after the other, or N at a time
+/// with `--jobs N`. Each run is this program started again with one value per key and its
+/// own run directory under the sweep's (`--run_dir`, default `runs/sweep-<program>-<time>`),
+/// its output in `<run>.log` beside it. At the end a table of each run's final and best
+/// evaluation returns is printed and written to `sweep.csv` (and `sweep.json`) in the sweep
+/// directory; the sweep exits 0 when every run did. A list value (`sac.actor.hidden=[64,64]`)
+/// is one value, not a sweep. SIGINT/SIGTERM reach every running run once (each stops with
+/// a checkpoint, train/signals.hpp) and no new run starts. Linux/POSIX. `anvil::start`
+/// drives a sweep; this file is the part that does not depend on the Trainer's type.
+
+#include <cmath>
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include <fcntl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+
+
+extern char** environ;
+
+namespace anvil {
+
+/// What a sweep runs (see file comment).
+struct SweepPlan {
+  std::string program;                 ///< the program's name, for the default directory
+  std::vector<std::string> base;       ///< arguments every run gets (no --multirun, --jobs, --run_dir or swept keys)
+  std::vector<std::pair<std::string, std::vector<std::string>>> axes;  ///< swept keys as written, with their values
+  int jobs = 1;
+  std::filesystem::path dir;           ///< the sweep's directory (empty: the default)
+
+  /// Every run's overrides (`key=value`, one per axis), the last axis changing fastest.
+  [[nodiscard]] std::vector<std::vector<std::string>> runs() const {
+    std::vector<std::vector<std::string>> out{{}};
+    for (const auto& [key, values] : axes) {
+      std::vector<std::vector<std::string>> next;
+      for (const auto& prefix : out)
+        for (const auto& v : values) {
+          auto r = prefix;
+          r.push_back(key + "=" + v);
+          next.push_back(std::move(r));
+        }
+      out = std::move(next);
+    }
+    return out;
+  }
+  /// The full arguments (after the program name) of run `overrides`, in directory `run_dir`.
+  [[nodiscard]] std::vector<std::string> arguments(const std::vector<std::string>& overrides,
+                                                   const std::filesystem::path& run_dir) const {
+    auto a = base;
+    a.insert(a.end(), overrides.begin(), overrides.end());
+    a.push_back("--run_dir=" + run_dir.string());
+    return a;
+  }
+};
+
+namespace detail {
+// Splits `v` at commas outside brackets ("1,2,[3,4]" -> "1", "2", "[3,4]").
+inline std::vector<std::string> split_top_level(const std::string& v) {
+  std::vector<std::string> out(1);
+  int depth = 0;
+  for (char c : v) {
+    if (c == '[' || c == '{') ++depth;
+    if (c == ']' || c == '}') --depth;
+    if (c == ',' && depth == 0) out.emplace_back();
+    else out.back() += c;
+  }
+  return out;
+}
+}  // namespace detail
+
+/// The sweep a command line asks for (`raw`: the arguments after the program name), or
+/// throws ConfigError naming what is wrong.
+[[nodiscard]] inline SweepPlan plan_sweep(const std::string& program, const std::vector<std::string>& raw) {
+  SweepPlan p;
+  p.program = program;
+  for (std::size_t i = 0; i < raw.size(); ++i) {
+    const std::string& a = raw[i];
+    if (a == "--multirun" || a == "-m") continue;
+    if (a == "--jobs" || a.rfind("--jobs=", 0) == 0) {
+      std::string v = a == "--jobs" ? (i + 1 < raw.size() ? raw[++i] : "") : a.substr(7);
+      try {
+        p.jobs = std::stoi(v);
+      } catch (const std::exception&) {
+        p.jobs = 0;
+      }
+      if (p.jobs < 1 || p.jobs > 1024) throw ConfigError("--jobs=" + v + ": must be a number of runs from 1 to 1024");
+      continue;
+    }
+    const std::string body = a.rfind("--", 0) == 0 ? a.substr(2) : a;
+    const auto eq = body.find('=');
+    if (eq != std::string::npos) {
+      const std::string key = body.substr(0, eq), value = body.substr(eq + 1);
+      if (key == "run_dir" || key == "run.run_dir" || key == "run-dir") {
+        p.dir = value;
+        continue;
+      }
+      auto values = detail::split_top_level(value);
+      if (values.size() > 1) {
+        for (const auto& v : values)
+          if (v.empty()) throw ConfigError("--multirun: '" + a + "' has an empty value");
+        if (key == "resume" || key == "run.resume")
+          throw ConfigError("--multirun: run.resume cannot be swept; a sweep's runs each start afresh");
+        p.axes.emplace_back(key, std::move(values));
+        continue;
+      }
+    } else if (a == "--run_dir" && i + 1 < raw.size()) {
+      p.dir = raw[++i];
+      continue;
+    }
+    p.base.push_back(a);
+  }
+  if (p.axes.empty())
+    throw ConfigError("--multirun: no key has several values; write them comma-separated, e.g. seed=1,2,3");
+  return p;
+}
+
+/// One run of a sweep, as it ended.
+struct SweepRun {
+  std::string name;
+  std::vector<std::string> overrides;
+  int status = -1;  ///< exit status (128 + signal when killed)
+  double final_eval = NAN, best_eval = NAN, wall = NAN;
+  std::int64_t env_steps = 0;
+};
+
+namespace detail {
+inline volatile std::sig_atomic_t g_sweep_stop = 0;
+inline pid_t g_sweep_children[1024];
+inline volatile std::sig_atomic_t g_sweep_child_count = 0;
+inline void sweep_forward(int sig) {
+  g_sweep_stop = sig;
+  for (int i = 0; i < g_sweep_child_count; ++i)
+    if (g_sweep_children[i] > 0) ::kill(g_sweep_children[i], sig);
+}
+inline std::string sweep_run_name(std::size_t index, const std::vector<std::string>& overrides) {
+  std::string n = std::to_string(index);
+  for (const auto& o : overrides) {
+    n += "_";
+    for (char c : o) n += (c == '/' || c == ' ' || c == '[' || c == ']' || c == ',') ? '-' : c;
+  }
+  return n;
+}
+}  // namespace detail
+
+/// Runs `plan` (see file comment) and returns the exit status for the sweep: 0 when every
+/// run succeeded, 1 when one failed, 128 + signal when it was stopped.
+inline int run_sweep(const SweepPlan& plan) {
+  namespace fs = std::filesystem;
+  const fs::path dir = plan.dir.empty() ? fresh_run_dir("runs", "sweep-" + plan.program) : plan.dir;
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) throw Error("--run_dir: cannot create the sweep directory '" + dir.string() + "': " + ec.message());
+  const auto all = plan.runs();
+  if (all.size() > 100'000) throw ConfigError("--multirun: " + std::to_string(all.size()) + " runs is too many");
+  std::vector<SweepRun> runs(all.size());
+  for (std::size_t i = 0; i < all.size(); ++i) {
+    runs[i].overrides = all[i];
+    runs[i].name = detail::sweep_run_name(i, all[i]);
+  }
+  std::printf("sweep: %zu runs, %d at a time, in %s\n", runs.size(), plan.jobs, dir.string().c_str());
+  std::fflush(stdout);
+
+  struct sigaction sa {}, old_int{}, old_term{};
+  sa.sa_handler = &detail::sweep_forward;
+  sigemptyset(&sa.sa_mask);
+  ::sigaction(SIGINT, &sa, &old_int);
+  ::sigaction(SIGTERM, &sa, &old_term);
+  detail::g_sweep_stop = 0;
+
+  std::map<pid_t, std::size_t> running;
+  std::size_t next = 0, finished = 0;
+  auto start = [&](std::size_t i) {
+    const auto run_dir = dir / runs[i].name;
+    const auto log = dir / (runs[i].name + ".log");
+    std::vector<std::string> args{plan.program};  // argv[0]: the program's name; the file is /proc/self/exe
+    for (auto& a : plan.arguments(runs[i].overrides, run_dir)) args.push_back(a);
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    std::fflush(nullptr);
+    const pid_t pid = ::fork();
+    if (pid < 0) throw Error("--multirun: cannot start run " + runs[i].name + ": fork failed");
+    if (pid == 0) {  // only async-signal-safe calls until exec
+      ::setpgid(0, 0);  // a terminal's Ctrl-C reaches it through the sweep, once
+      const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      if (fd >= 0) {
+        ::dup2(fd, 1);
+        ::dup2(fd, 2);
+        ::close(fd);
+      }
+      ::execve("/proc/self/exe", argv.data(), environ);
+      ::_exit(127);
+    }
+    running[pid] = i;
+    int slot = 0;
+    while (slot < detail::g_sweep_child_count && detail::g_sweep_children[slot] > 0) ++slot;
+    detail::g_sweep_children[slot] = pid;
+    if (slot == detail::g_sweep_child_count) detail::g_sweep_child_count = slot + 1;
+    std::string what;
+    for (const auto& o : runs[i].overrides) what += (what.empty() ? "" : " ") + o;
+    std::printf("[%zu/%zu] started: %s (log: %s)\n", i + 1, runs.size(), what.c_str(), log.string().c_str());
+    std::fflush(stdout);
+  };
+  while (finished < runs.size()) {
+    while (!detail::g_sweep_stop && next < runs.size() && static_cast<int>(running.size()) < plan.jobs) start(next++);
+    if (running.empty()) break;  // stopped before the rest started
+    int status = 0;
+    const pid_t pid = ::waitpid(-1, &status, 0);
+    if (pid < 0) {
+      if (errno == EINTR) continue;
+      break;
+    }
+    const auto it = running.find(pid);
+    if (it == running.end()) continue;
+    for (int s = 0; s < detail::g_sweep_child_count; ++s)
+      if (detail::g_sweep_children[s] == pid) detail::g_sweep_children[s] = -1;
+    auto& r = runs[it->second];
+    running.erase(it);
+    ++finished;
+    r.status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    std::ifstream in(dir / r.name / "summary.json");
+    if (in) {
+      try {
+        const auto j = nlohmann::json::parse(in);
+        auto num = [&](const char* k) { return j.contains(k) && j[k].is_number() ? j[k].get<double>() : NAN; };
+        r.final_eval = num("final_eval_return");
+        r.best_eval = num("best_eval_return");
+        r.wall = num("wall_seconds");
+        r.env_steps = j.contains("env_steps") && j["env_steps"].is_number() ? j["env_steps"].get<std::int64_t>() : 0;
+      } catch (const std::exception&) {
+      }
+    }
+    std::printf("[%zu/%zu] %s: %s, final eval %.1f (best %.1f)\n", finished, runs.size(), r.name.c_str(),
+                r.status == 0 ? "done" : ("exit status " + std::to_string(r.status)).c_str(), r.final_eval, r.best_eval);
+    std::fflush(stdout);
+  }
+  ::sigaction(SIGINT, &old_int, nullptr);
+  ::sigaction(SIGTERM, &old_term, nullptr);
+
+  // The table, on the console and in sweep.csv / sweep.json.
+  std::vector<std::string> keys;
+  for (const auto& [k, v] : plan.axes) keys.push_back(k);
+  std::string csv = "run";
+  for (const auto& k : keys) csv += "," + k;
+  csv += ",exit_status,final_eval_return,best_eval_return,env_steps,wall_seconds\n";
+  nlohmann::ordered_json table = nlohmann::ordered_json::array();
+  std::printf("\n%-6s", "run");
+  for (const auto& k : keys) std::printf(" %-16s", k.c_str());
+  std::printf(" %6s %12s %12s\n", "status", "final eval", "best eval");
+  int failed = 0;
+  for (std::size_t i = 0; i < runs.size(); ++i) {
+    const auto& r = runs[i];
+    nlohmann::ordered_json row;
+    row["run"] = r.name;
+    csv += std::to_string(i);
+    std::printf("%-6zu", i);
+    for (std::size_t a = 0; a < keys.size(); ++a) {
+      const auto v = r.overrides[a].substr(r.overrides[a].find('=') + 1);
+      csv += "," + v;
+      row[keys[a]] = v;
+      std::printf(" %-16s", v.c_str());
+    }
+    auto cell = [](double x) { return std::isfinite(x) ? json_number(x) : std::string(); };
+    csv += "," + (r.status < 0 ? std::string() : std::to_string(r.status)) + "," + cell(r.final_eval) + "," +
+           cell(r.best_eval) + "," + std::to_string(r.env_steps) + "," + cell(r.wall) + "\n";
+    row["exit_status"] = r.status < 0 ? nlohmann::ordered_json() : nlohmann::ordered_json(r.status);
+    row["final_eval_return"] = std::isfinite(r.final_eval) ? nlohmann::ordered_json(r.final_eval) : nlohmann::ordered_json();
+    row["best_eval_return"] = std::isfinite(r.best_eval) ? nlohmann::ordered_json(r.best_eval) : nlohmann::ordered_json();
+    row["env_steps"] = r.env_steps;
+    table.push_back(row);
+    std::printf(" %6s %12.1f %12.1f\n", r.status < 0 ? "-" : std::to_string(r.status).c_str(), r.final_eval, r.best_eval);
+    if (r.status != 0) ++failed;
+  }
+  write_file_atomic(dir / "sweep.csv", csv);
+  write_file_atomic(dir / "sweep.json", table.dump(2) + "\n");
+  std::printf("sweep: %zu of %zu runs succeeded; table in %s\n", runs.size() - static_cast<std::size_t>(failed),
+              runs.size(), (dir / "sweep.csv").string().c_str());
+  std::fflush(stdout);
+  if (detail::g_sweep_stop) return 128 + detail::g_sweep_stop;
+  return failed ? 1 : 0;
+}
+
+}  // namespace anvil
+// ---- end <anvil/train/sweep.hpp> ----
+
+namespace anvil {
+
+namespace detail {
+[[noreturn]] inline void exit_with(const Error& e) {
+  std::fflush(stdout);
+  std::fprintf(stderr, "%s: %s\n", e.label(), e.what());
+  std::fflush(stderr);
+  std::exit(e.exit_code());
+}
+}  // namespace detail
+
+/// The process's part of `start` (see file comment) for a main that builds its configs
+/// itself (e.g. several Trainer types from one command line): error handler, BLAS kernels,
+/// the parsed command line. A malformed command line exits 2.
+inline Args start(int argc, char** argv) {
+  install_error_handler();
+  prefer_fast_blas(argc, argv);
+  try {
+    return parse_config(argc, argv);
+  } catch (const ConfigError& e) {
+    detail::exit_with(e);
+  }
+}
+
+/// A config of type `Config` from `args` over `defaults`: answers `--help` and
+/// `--print-config` (exit 0) and reports bad input (exit 2). For programs whose config is
+/// not a Trainer's (benchmarks, tools); a Trainer's main calls `start<Trainer>`.
+template <class Config>
+Config start_config(const Args& args, Config defaults = {}) {
+  if (args.help) {
+    std::fputs(help_text<Config>(args.program, defaults).c_str(), stdout);
+    std::fflush(stdout);
+    std::exit(0);
+  }
+  Config cfg;
+  try {
+    cfg = configure<Config>(args, std::move(defaults));
+  } catch (const ConfigError& e) {
+    detail::exit_with(e);
+  }
+  if (args.print_config) {
+    std::printf("# %s config, hash %s\n%s", args.program.c_str(), config_hash_hex(cfg).c_str(), to_yaml(cfg).c_str());
+    std::fflush(stdout);
+    std::exit(0);
+  }
+  return cfg;
+}
+
+/// `start(argc, argv)` then `start_config(args, defaults)`.
+template <class Config>
+Config start_config(int argc, char** argv, Config defaults = {}) {
+  return start_config<Config>(start(argc, argv), std::move(defaults));
+}
+
+/// For a program with a config section of its own beside a Trainer's (a program with modes:
+/// `--experiment.mode=...`): the arguments of section `section` (`--<section>.*`,
+/// `<section>.*`) parsed into `Own` (a config holding that section; its defaults under
+/// `--help`), and `start(argc, argv)` of the others, for the Trainer's `start<Trainer>`.
+/// `--help` goes to both.
+template <class Own>
+std::pair<Args, Own> start_with_section(int argc, char** argv, std::string_view section) {
+  std::vector<char*> mine{argv[0]}, theirs{argv[0]};
+  const std::string dashed = "--" + std::string(section) + ".", plain = std::string(section) + ".";
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view a = argv[i];
+    (a.starts_with(dashed) || a.starts_with(plain) ? mine : theirs).push_back(argv[i]);
+    if (a == "--help") mine.push_back(argv[i]);
+  }
+  auto args = start(static_cast<int>(theirs.size()), theirs.data());
+  Own own{};
+  if (!args.help) own = start_config<Own>(static_cast<int>(mine.size()), mine.data());
+  return {std::move(args), std::move(own)};
+}
+
+namespace detail {
+template <class Trainer>
+typename Trainer::Config start_trainer(const Args& args, typename Trainer::Config defaults) {
+  if (args.multirun && !args.help && !args.print_config) {
+    // A sweep (train/sweep.hpp): every run's config is checked before the first starts.
+    try {
+      const auto plan = plan_sweep(args.program, args.raw);
+      for (const auto& overrides : plan.runs()) {
+        std::vector<std::string> argv{args.program};
+        for (const auto& a : plan.arguments(overrides, "sweep-check")) argv.push_back(a);
+        try {
+          (void)configure<typename Trainer::Config>(parse_args(argv), defaults);
+        } catch (const ConfigError& e) {
+          std::string which;
+          for (const auto& o : overrides) which += (which.empty() ? "" : " ") + o;
+          throw ConfigError("--multirun: the run with " + which + ": " + e.what());
+        }
+      }
+      std::exit(run_sweep(plan));
+    } catch (const Error& e) {
+      detail::exit_with(e);
+    }
+  }
+  auto cfg = start_config<typename Trainer::Config>(args, std::move(defaults));
+  try {
+    Trainer::Parallelism::start_ranks(*cfg.parallel);  // a launcher does not return
+  } catch (const Error& e) {
+    detail::exit_with(e);
+  }
+  return cfg;
+}
+}  // namespace detail
+
+/// The config of a `Trainer` from `args` over `defaults` (see file comment): answers
+/// `--help` and `--print-config` (exit 0), reports bad input (exit 2), and starts the ranks
+/// the Trainer's parallelism needs.
+template <class Trainer>
+typename Trainer::Config start(const Args& args, typename Trainer::Config defaults = {}) {
+  if constexpr (requires { requires Trainer::prebuilt; }) {
+    return Trainer::start_config(args, std::move(defaults));  // compiled::Trainer: this, compiled once
+  } else {
+    return detail::start_trainer<Trainer>(args, std::move(defaults));
+  }
+}
+
+/// `start(argc, argv)` then `start<Trainer>(args, defaults)`: the usual first line of a main.
+template <class Trainer>
+typename Trainer::Config start(int argc, char** argv, typename Trainer::Config defaults = {}) {
+  return start<Trainer>(start(argc, argv), std::move(defaults));
+}
+
+}  // namespace anvil
+// ---- end <anvil/train/start.hpp> ----
+// ---- begin <anvil/train/trainer.hpp> ----
+/// @file
+/// `anvil::Trainer<Algorithm, Buffer, Parallelism, Precision[, Loop]>`: the host whose policy
+/// slots read as a sentence. It builds a run's parts from its config (the ranks and device,
+/// the envs and their collector, the algorithm, the buffer, the step context, the loop its
+/// algorithm's data regime calls for, the state sections) and hands them to a `Run`
+/// (train/run.hpp), which drives the loop and fires the hooks on its clock. `fit()` runs it
+/// all; a custom main may call the steps itself (`begin`, `collect`, `update`, `evaluate`,
+/// `log`, `save_checkpoint`, `finish`).
+
+#include <torch/cuda.h>
+#include <torch/utils.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cctype>
+#include <cmath>
+#include <cstdint>
+#include <deque>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <thread>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+// ---- begin <anvil/train/hooks/evaluation.hpp> ----
+/// @file
+/// `Evaluation`: how well the policy does, measured on envs of its own. Each evaluation
+/// runs a number of whole episodes with deterministic actions on fresh envs seeded apart
+/// from the training envs (a new seed each time), split over the ranks, and reports the
+/// returns' mean, spread and range and, for envs that say when they succeed
+/// (`envs::ReportsSuccess`), the share of episodes that succeeded; where the env has tasks
+/// (`envs::TaskTagged`) it runs the number of episodes asked for each task and breaks
+/// both down by task. It keeps the latest result and the best mean so far, which every
+/// rank holds alike. Not a template: it acts through a function it is given.
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <numeric>
+#include <optional>
+#include <string>
+#include <vector>
+
+
+namespace anvil {
+
+/// Evaluations of a run (see file comment).
+class Evaluation {
+ public:
+  /// Envs to evaluate on: `n` copies seeded from `seed`, each to run one episode; `first`
+  /// is the index of the first among all `count` of this evaluation (over the ranks), for
+  /// envs that place themselves by it (one task each in turn).
+  using MakeEnvs = std::function<std::unique_ptr<envs::VecEnvBase>(int n, std::uint64_t seed, int first, int count)>;
+  /// Actions in the env's units for a batch of observations (deterministic).
+  using Act = std::function<at::Tensor(const at::Tensor& obs)>;
+
+  Evaluation() = default;
+  /// Evaluates on envs from `make`, seeded from `seed` on (one seed per evaluation), with
+  /// the episodes split over `ranks`; times itself as the eval phase when `times` is given.
+  /// `tasks`: the env's tasks (`VecEnvBase::groups()`), each of which gets the episodes asked.
+  /// `reports_success`: whether the env says when an episode succeeds (`envs::ReportsSuccess`).
+  Evaluation(MakeEnvs make, std::uint64_t seed, Ranks ranks, PhaseTimes* times = nullptr,
+             std::vector<std::string> tasks = {}, bool reports_success = false)
+      : make_(std::move(make)), seed_(seed), ranks_(std::move(ranks)), times_(times), tasks_(std::move(tasks)),
+        success_(reports_success) {}
+
+  /// The tasks each evaluation covers (empty: the env has none).
+  [[nodiscard]] const std::vector<std::string>& tasks() const noexcept { return tasks_; }
+  /// Whether results have success rates.
+  [[nodiscard]] bool reports_success() const noexcept { return success_; }
+
+  /// Runs `episodes` episodes (of each task, when the env has tasks) acting with `act`;
+  /// every rank runs its share and sees every return. All ranks must call it together.
+  [[gnu::noinline]] EvalResult run(const Act& act, int per_task) {
+    std::optional<ScopedPhase> ph;
+    if (times_) ph.emplace(*times_, Phase::eval);
+    const int episodes = per_task * std::max<int>(1, static_cast<int>(tasks_.size()));
+    const int world = ranks_.world_size(), rank = ranks_.rank();
+    const int mine = episodes / world + (rank < episodes % world ? 1 : 0);
+    const int first = rank * (episodes / world) + std::min(rank, episodes % world);
+    // Per episode: its return, its task + 1 (0: none) and its success + 2 (1: unknown),
+    // summed over the ranks.
+    std::vector<double> all(static_cast<std::size_t>(3 * episodes), 0.0);
+    const std::uint64_t seed = seed_ + static_cast<std::uint64_t>(count_++);
+    std::vector<std::string> names;
+    if (mine > 0) {
+      auto venv = make_(mine, seed, first, episodes);
+      names = venv->groups();
+      auto obs = venv->reset();
+      std::vector<bool> ended(static_cast<std::size_t>(mine), false);
+      int done = 0;
+      while (done < mine) {
+        const auto& s = venv->step(act(obs));
+        for (const auto& e : s.ended)
+          if (!ended[static_cast<std::size_t>(e.env)]) {
+            ended[static_cast<std::size_t>(e.env)] = true;
+            all[static_cast<std::size_t>(first + e.env)] = e.episode_return;
+            all[static_cast<std::size_t>(episodes + first + e.env)] = e.group + 1;
+            all[static_cast<std::size_t>(2 * episodes + first + e.env)] = e.success + 2;
+            ++done;
+          }
+        obs = s.obs;
+      }
+    } else {
+      names = tasks_;
+    }
+    ranks_.sum(all);
+    return summarise(all, episodes, names);
+  }
+
+  /// Makes `r` the latest result, taken at clock value `at`.
+  void record(const EvalResult& r, std::int64_t at) {
+    last_ = r;
+    at_ = at;
+    if (std::isnan(best_) || r.mean > best_) best_ = r.mean;
+  }
+
+  [[nodiscard]] const EvalResult& last() const noexcept { return last_; }
+  /// The best mean return so far (NaN before the first evaluation).
+  [[nodiscard]] double best() const noexcept { return best_; }
+  /// The clock value of the latest evaluation (-1: none yet).
+  [[nodiscard]] std::int64_t last_at() const noexcept { return at_; }
+  /// Evaluations run so far (each took the next seed).
+  [[nodiscard]] std::int64_t count() const noexcept { return count_; }
+
+  /// State protocol: the results and how many evaluations ran (the same on every rank).
+  void save(BinaryWriter& w) const {
+    w.value(count_);
+    w.value(at_);
+    w.value(best_);
+    write_result(w, last_);
+  }
+  struct Saved {
+    std::int64_t count = 0, at = -1;
+    double best = NAN;
+    EvalResult last;
+  };
+  [[nodiscard]] Saved read(BinaryReader& r) const {
+    Saved s;
+    s.count = r.value<std::int64_t>("evaluations run");
+    s.at = r.value<std::int64_t>("step of the last evaluation");
+    s.best = r.value<double>("best evaluation return");
+    if (s.count < 0) r.fail("evaluations run", "is negative");
+    s.last = read_result(r);
+    return s;
+  }
+  void restore(const Saved& s) {
+    count_ = s.count;
+    at_ = s.at;
+    best_ = s.best;
+    last_ = s.last;
+  }
+
+ private:
+  [[gnu::cold, gnu::noinline]] static EvalResult summarise(const std::vector<double>& all, int episodes, const std::vector<std::string>& names) {
+    EvalResult r;
+    r.episodes = episodes;
+    const auto b = all.begin(), e = all.begin() + episodes;
+    r.mean = std::accumulate(b, e, 0.0) / episodes;
+    double var = 0;
+    for (auto it = b; it != e; ++it) var += (*it - r.mean) * (*it - r.mean);
+    r.std = std::sqrt(var / episodes);
+    r.min = *std::min_element(b, e);
+    r.max = *std::max_element(b, e);
+    // success + 2 per episode: 1 unknown, 2 failed, 3 succeeded
+    auto success_of = [&](int i) { return all[static_cast<std::size_t>(2 * episodes + i)] - 2; };
+    auto rate = [&](auto&& in) {
+      int known = 0, won = 0;
+      for (int i = 0; i < episodes; ++i)
+        if (in(i) && success_of(i) >= 0) ++known, won += success_of(i) > 0.5 ? 1 : 0;
+      return known > 0 ? static_cast<double>(won) / known : NAN;
+    };
+    r.success = rate([](int) { return true; });
+    for (std::size_t g = 0; g < names.size(); ++g) {
+      auto mine = [&](int i) { return static_cast<std::size_t>(all[static_cast<std::size_t>(episodes + i)]) == g + 1; };
+      EvalResult::Group group{names[g], 0.0, 0, rate(mine)};
+      for (int i = 0; i < episodes; ++i)
+        if (mine(i)) {
+          group.mean += all[static_cast<std::size_t>(i)];
+          ++group.episodes;
+        }
+      group.mean = group.episodes > 0 ? group.mean / group.episodes : NAN;
+      r.groups.push_back(group);
+    }
+    return r;
+  }
+  [[gnu::cold, gnu::noinline]] static void write_result(BinaryWriter& w, const EvalResult& r) {
+    for (double x : {r.mean, r.std, r.min, r.max, r.success}) w.value(x);
+    w.value(r.episodes);
+    w.value(static_cast<std::uint64_t>(r.groups.size()));
+    for (const auto& g : r.groups) {
+      w.string(g.name);
+      w.value(g.mean);
+      w.value(g.episodes);
+      w.value(g.success);
+    }
+  }
+  [[gnu::cold, gnu::noinline]] static EvalResult read_result(BinaryReader& r) {
+    EvalResult e;
+    for (double* x : {&e.mean, &e.std, &e.min, &e.max, &e.success}) *x = r.value<double>("evaluation results");
+    e.episodes = r.value<int>("evaluation episodes");
+    const auto n = r.value<std::uint64_t>("evaluation groups");
+    if (n > 100'000) r.fail("evaluation groups", "are implausibly many");
+    for (std::uint64_t i = 0; i < n; ++i) {
+      EvalResult::Group g;
+      g.name = r.string("evaluation group name");
+      g.mean = r.value<double>("evaluation group return");
+      g.episodes = r.value<int>("evaluation group episodes");
+      g.success = r.value<double>("evaluation group success");
+      e.groups.push_back(g);
+    }
+    return e;
+  }
+
+  MakeEnvs make_;
+  std::uint64_t seed_ = 0;
+  Ranks ranks_;
+  PhaseTimes* times_ = nullptr;
+  std::vector<std::string> tasks_;
+  bool success_ = false;
+  std::int64_t count_ = 0;
+  std::int64_t at_ = -1;
+  double best_ = NAN;
+  EvalResult last_;
+};
+
+}  // namespace anvil
+// ---- end <anvil/train/hooks/evaluation.hpp> ----
+// ---- begin <anvil/train/hooks/metrics.hpp> ----
+/// @file
+/// `MetricsLog`: what a run writes about itself in its run directory, on rank 0:
+/// `metrics.csv` (one row per log interval), TensorBoard event files, `training.log` (the
+/// resolved config, every row, the timing split with its verdict, GPU use, messages) and,
+/// at the end, `summary.json`. A row takes the means of the metrics accumulated since the
+/// last row and the training episodes' returns over every rank (every rank takes part in
+/// a row; rank 0 writes it). Not a template.
+
+#include <ATen/ATen.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+
+namespace anvil {
+
+/// One row of metrics, as rank 0 writes it.
+struct LogRow {
+  std::vector<std::pair<std::string, double>> values;  ///< the CSV columns, in order
+  std::int64_t step = 0;                                ///< TensorBoard's step
+  double wall = 0;                                      ///< seconds since the run began
+  double updates_per_s = 0;
+  bool complete = false;  ///< the row has every metric the algorithm reports (it has updated)
+  std::vector<EpisodeStats::Episode> episodes;  ///< rank 0's training episodes since the last row
+};
+
+/// The run's files (see file comment).
+class MetricsLog {
+ public:
+  /// Where a row's numbers come from (all owned by the Trainer, which outlives the log).
+  struct Sources {
+    Clock* clock = nullptr;
+    EpisodeStats* episodes = nullptr;
+    UpdateMetrics* metrics = nullptr;
+    const Evaluation* evaluation = nullptr;
+    PhaseTimes* times = nullptr;
+    Ranks* ranks = nullptr;
+    /// The algorithm's learning rates by optimizer (TensorBoard `lr/<name>`); may be empty.
+    std::function<std::vector<std::pair<std::string, double>>()> learning_rates;
+    /// Each network's weights, flat (TensorBoard histograms); may be empty.
+    std::function<std::vector<std::pair<std::string, at::Tensor>>()> weights;
+  };
+  struct Options {
+    std::filesystem::path dir;  ///< the run directory
+    std::string algorithm;      ///< TensorBoard's prefix for the algorithm's metrics ("sac")
+    bool tensorboard = true;
+    bool histograms = false;
+    ClockUnit record_unit = ClockUnit::env_steps;  ///< TensorBoard's step
+    BottleneckAdvice advice;
+  };
+
+  MetricsLog() = default;
+  /// A log of the run whose numbers come from `src`. Rank 0 opens its files in `dir`:
+  /// metrics.csv, training.log (appended to, `header` first) and, when asked, TensorBoard
+  /// events; other ranks open nothing.
+  [[gnu::cold, gnu::noinline]] MetricsLog(Options o, Sources src, const std::string& header) : opt_(std::move(o)), src_(std::move(src)) {
+    if (!src_.ranks->is_main()) return;
+    csv_ = MetricsCsv(opt_.dir / "metrics.csv");
+    log_.open(opt_.dir / "training.log", std::ios::app);
+    if (!log_) throw Error("run.run_dir: cannot write '" + (opt_.dir / "training.log").string() + "'");
+    log_ << header;
+    log_.flush();
+    if (opt_.tensorboard) tb_ = TensorBoardWriter(opt_.dir);
+    gpu_ = std::make_unique<GpuMonitor>();
+  }
+
+  /// Continues the metrics.csv of a resumed run from the clock it resumed at (rows the
+  /// interrupted run wrote later are dropped: the resumed run writes them again).
+  /// Returns whether metrics.csv already has the row of this step (a run resumed from its
+  /// last checkpoint, written after that row): the run then does not write it again.
+  [[gnu::cold, gnu::noinline]] bool resume(const Clock& at) {
+    if (!src_.ranks->is_main()) return false;
+    csv_ = MetricsCsv::resume(opt_.dir / "metrics.csv", at.env_steps, at.updates);
+    return csv_.last_kept() == std::pair{at.env_steps, at.updates};
+  }
+
+  /// Gathers a row: the metrics' means since the last row and the recent returns, over
+  /// every rank; folds the ranks' finished episodes into the clock. Every rank must call
+  /// it; rank 0 gets the row, the others nothing.
+  [[gnu::cold, gnu::noinline]] std::optional<LogRow> gather(double wall, std::int64_t first_step, std::int64_t first_update) {
+    auto& ranks = *src_.ranks;
+    auto& metrics = *src_.metrics;
+    if (ranks.world_size() > 1) {
+      // Every rank reduces the same list: rank 0 may know more names (it resumed with some).
+      auto names = metrics.names();
+      ranks.broadcast(names);
+      metrics.know(names);
+    }
+    const auto [k, recent_sum] = src_.episodes->last(10);
+    auto fresh = src_.episodes->take_fresh();
+    std::vector<double> sums{static_cast<double>(src_.episodes->take_unfolded()), static_cast<double>(k), recent_sum};
+    for (const auto& [name, m] : metrics.sums()) {
+      sums.push_back(m.first);
+      sums.push_back(m.second);
+    }
+    metrics.clear_values();
+    ranks.sum(sums);
+    auto& clock = *src_.clock;
+    clock.episodes += static_cast<std::int64_t>(sums[0]);
+    if (!ranks.is_main()) return std::nullopt;
+    LogRow row;
+    row.wall = wall;
+    row.step = clock.in(opt_.record_unit);
+    row.updates_per_s = wall > 0 ? static_cast<double>(clock.updates - first_update) / wall : 0.0;
+    row.values = {{"env_steps", static_cast<double>(clock.env_steps)},
+                  {"updates", static_cast<double>(clock.updates)},
+                  {"wall_s", wall},
+                  {"env_steps_per_s", wall > 0 ? static_cast<double>(clock.env_steps - first_step) / wall : 0.0},
+                  {"episodes", static_cast<double>(clock.episodes)},
+                  {"recent_return", sums[1] > 0 ? sums[2] / sums[1] : NAN},
+                  {"eval_return", src_.evaluation->last().mean}};
+    add_task_columns(row.values, src_.evaluation->last());
+    std::size_t i = 3;
+    for (const auto& [name, m] : metrics.sums()) {
+      row.values.emplace_back(name, sums[i + 1] > 0 ? sums[i] / sums[i + 1] : NAN);
+      i += 2;
+    }
+    row.complete = clock.updates > 0;
+    row.episodes = std::move(fresh);
+    return row;
+  }
+
+  /// The evaluation's success rate and each task's return and success rate, as columns
+  /// (NaN until the first evaluation): `eval_success`, `eval_return/<task>`,
+  /// `eval_success/<task>`. Only what the env has: no columns for an env without tasks
+  /// that does not say when it succeeds.
+  void add_task_columns(std::vector<std::pair<std::string, double>>& v, const EvalResult& last) const {
+    const bool success = src_.evaluation->reports_success();
+    if (success) v.emplace_back("eval_success", last.success);
+    const auto& tasks = src_.evaluation->tasks();
+    for (std::size_t g = 0; g < tasks.size(); ++g) {
+      const bool have = g < last.groups.size();
+      v.emplace_back("eval_return/" + tasks[g], have ? last.groups[g].mean : NAN);
+      if (success) v.emplace_back("eval_success/" + tasks[g], have ? last.groups[g].success : NAN);
+    }
+  }
+
+  /// Writes `row` to metrics.csv (rank 0).
+  [[gnu::cold, gnu::noinline]] void write_csv(const LogRow& row) { csv_.row(row.values, row.complete); }
+
+  /// Writes `row` to TensorBoard and training.log, with the timing split since the last
+  /// row and the GPUs' use; `echo` gets the lines a console shows under the row (may be
+  /// empty). Rank 0.
+  [[gnu::cold, gnu::noinline]] void write_rest(const LogRow& row, const std::function<void(const std::string&)>& echo = {}) {
+    const std::int64_t step = row.step;
+    for (const auto& [k, v] : row.values) {
+      // evaluations go to TensorBoard when they happen (write_evaluation)
+      if (k == "env_steps" || k == "wall_s" || k.rfind("eval_", 0) == 0 || std::isnan(v)) continue;
+      const std::string tag = k == "recent_return"     ? "return/recent"
+                              : k == "eval_return"     ? "return/eval"
+                              : k == "env_steps_per_s" ? "speed/env_steps_per_s"
+                              : k == "updates" || k == "episodes" ? "progress/" + k
+                                                                  : opt_.algorithm + "/" + k;
+      tb_.scalar(tag, v, step);
+    }
+    if (row.wall > 0) tb_.scalar("speed/updates_per_s", row.updates_per_s, step);
+    for (const auto& e : row.episodes) {  // each training episode at the env step it ended
+      tb_.scalar("episode/return", e.episode_return, e.env_step);
+      tb_.scalar("episode/length", static_cast<double>(e.length), e.env_step);
+    }
+    if (src_.learning_rates)
+      for (const auto& [name, lr] : src_.learning_rates()) tb_.scalar("lr/" + name, lr, step);
+    if (src_.weights && opt_.histograms && tb_.is_open())
+      for (const auto& [name, w] : src_.weights()) {
+        const at::Tensor c = w.detach().to(at::kCPU, at::kFloat).contiguous();
+        const auto* data = static_cast<const float*>(c.data_ptr());
+        tb_.histogram("weights/" + name, std::span<const float>(data, static_cast<std::size_t>(c.numel())), step);
+      }
+    std::string line = "step " + std::to_string(step) + ":";
+    for (const auto& [k, v] : row.values) {
+      char b[64];
+      std::snprintf(b, sizeof b, " %s=%.6g", k.c_str(), v);
+      line += b;
+    }
+    log_ << line << "\n";
+    std::vector<std::string> extra;
+    auto& times = *src_.times;
+    if (times.enabled) {
+      const auto d = times.since(last_row_times_);
+      last_row_times_ = times;
+      for (std::size_t p = 0; p < kPhaseNames.size(); ++p)
+        tb_.scalar("time/" + std::string(kPhaseNames[p]), d.share(static_cast<Phase>(p)), step);
+      if (d.total_seconds() > 0) extra.push_back("time: " + shares_line(d) + "\n  " + bottleneck(d, opt_.advice));
+    }
+    if (gpu_ && gpu_->available()) {
+      const auto g = gpu_->sample();
+      for (const auto& s : g) {
+        const std::string p = "gpu" + std::to_string(s.index) + "/";
+        tb_.scalar(p + "utilization_pct", s.utilization, step);
+        tb_.scalar(p + "memory_used_gb", s.memory_used_gb, step);
+        tb_.scalar(p + "memory_total_gb", s.memory_total_gb, step);
+        tb_.scalar(p + "power_w", s.power_w, step);
+      }
+      extra.push_back(GpuMonitor::describe(g));
+      gpu_line_.clear();
+      for (const auto& x : g)
+        gpu_line_ += (gpu_line_.empty() ? "" : " ") + ("gpu" + std::to_string(x.index) + " " +
+                                                       std::to_string(static_cast<int>(x.utilization)) + "%");
+    }
+    for (const auto& e : extra) {
+      log_ << "  " << e << "\n";
+      if (echo) echo("  " + e);
+    }
+    log_.flush();
+  }
+
+  /// An evaluation, to TensorBoard at the step it ran (`step`, in the record unit): its
+  /// mean, std, min and max return, its success rate (`success/eval`) and each task's return
+  /// and success rate (`task/<name>/return`, `task/<name>/success`) (rank 0), and lines in
+  /// training.log.
+  [[gnu::cold, gnu::noinline]] void write_evaluation(const EvalResult& r, std::int64_t step) {
+    if (!src_.ranks || !src_.ranks->is_main()) return;
+    tb_.scalar("return/eval", r.mean, step);
+    tb_.scalar("return/eval_std", r.std, step);
+    tb_.scalar("return/eval_min", r.min, step);
+    tb_.scalar("return/eval_max", r.max, step);
+    if (!std::isnan(r.success)) tb_.scalar("success/eval", r.success, step);
+    for (const auto& g : r.groups) {
+      tb_.scalar("task/" + g.name + "/return", g.mean, step);
+      if (!std::isnan(g.success)) tb_.scalar("task/" + g.name + "/success", g.success, step);
+    }
+    if (log_.is_open()) {
+      char b[200];
+      std::snprintf(b, sizeof b, "eval at step %lld: return %.6g (std %.6g, min %.6g, max %.6g, %d episodes)",
+                    static_cast<long long>(step), r.mean, r.std, r.min, r.max, r.episodes);
+      log_ << b;
+      if (!std::isnan(r.success)) log_ << ", success " << r.success;
+      log_ << "\n";
+      for (const auto& g : r.groups) {
+        std::snprintf(b, sizeof b, "  task %s: return %.6g, success %.3g (%d episodes)", g.name.c_str(), g.mean, g.success,
+                      g.episodes);
+        log_ << b << "\n";
+      }
+    }
+  }
+
+  /// A line in training.log (rank 0; nothing elsewhere).
+  [[gnu::cold, gnu::noinline]] void note(const std::string& m) {
+    if (!log_.is_open()) return;
+    log_ << m << "\n";
+    log_.flush();
+  }
+
+  /// Writes `summary.json` (rank 0): what the run achieved, where its time went, its config.
+  [[gnu::cold, gnu::noinline]] void write_summary(const FitResult& r, std::int64_t first_step, std::int64_t first_update,
+                                                   double timer_overhead, const std::string& config_hash,
+                                                   const std::vector<std::pair<std::string, std::string>>& config,
+                                                   const std::vector<std::pair<std::string, std::string>>& provenance = {}) const {
+    if (!src_.ranks->is_main()) return;
+    using json = nlohmann::ordered_json;
+    auto number = [](double x) { return std::isfinite(x) ? json(x) : json(); };  // JSON has no NaN
+    const double wall = r.wall_seconds;
+    const auto& times = *src_.times;
+    json j;
+    j["final_eval_return"] = number(r.final_eval_return);
+    j["best_eval_return"] = number(r.best_eval_return);
+    if (src_.evaluation) {  // the last evaluation's success rate and each task's results
+      const auto& last = src_.evaluation->last();
+      if (src_.evaluation->reports_success()) j["final_eval_success"] = number(last.success);
+      if (!last.groups.empty()) {
+        json tasks = json::object();
+        for (const auto& g : last.groups) {
+          json e = json::object();
+          e["return"] = number(g.mean);
+          if (src_.evaluation->reports_success()) e["success"] = number(g.success);
+          e["episodes"] = g.episodes;
+          tasks[g.name] = e;
+        }
+        j["final_eval_tasks"] = tasks;
+      }
+    }
+    j["env_steps"] = r.env_steps;
+    j["updates"] = r.updates;
+    j["wall_seconds"] = number(wall);
+    j["env_steps_per_s"] = number(static_cast<double>(r.env_steps - first_step) / wall);
+    j["updates_per_s"] = number(static_cast<double>(r.updates - first_update) / wall);
+    json shares = json::object(), seconds = json::object();
+    for (std::size_t i = 0; i < kPhaseNames.size(); ++i) {
+      const std::string name(kPhaseNames[i]);
+      shares[name] = number(times.share(static_cast<Phase>(i)));
+      seconds[name] = number(times.seconds(static_cast<Phase>(i)));
+    }
+    j["phase_share"] = shares;
+    j["phase_seconds"] = seconds;
+    j["bottleneck"] = bottleneck(times, opt_.advice);
+    j["timer_overhead"] = number(timer_overhead);
+    j["status"] = r.stopped_by.empty() ? std::string("finished") : r.stopped_by;
+    j["world_size"] = src_.ranks->world_size();
+    j["config_hash"] = config_hash;
+    json p = json::object();
+    for (const auto& [k, v] : provenance) p[k] = v;
+    j["provenance"] = p;
+    json c = json::object();
+    for (const auto& [k, v] : config) c[k] = typed_json(v);
+    j["config"] = c;
+    write_file_atomic(opt_.dir / "summary.json", j.dump(2) + "\n");
+  }
+
+  /// The resolved config and the run's provenance as a TensorBoard text summary (the Text
+  /// tab), at `step` (rank 0).
+  [[gnu::cold, gnu::noinline]] void write_config_text(const std::string& config_yaml,
+                                                      const std::vector<std::pair<std::string, std::string>>& provenance,
+                                                      std::int64_t step) {
+    if (!src_.ranks || !src_.ranks->is_main()) return;
+    std::string md = "| | |\n|---|---|\n";
+    for (const auto& [k, v] : provenance) md += "| " + k + " | `" + v + "` |\n";
+    tb_.text("run/provenance", md, step);
+    tb_.text("run/config", "```yaml\n" + config_yaml + "```\n", step);
+  }
+
+  /// Writes the rows metrics.csv held back (the run ended before its algorithm reported
+  /// every metric) and flushes TensorBoard.
+  [[gnu::cold, gnu::noinline]] void flush() {
+    csv_.flush_pending();
+    tb_.flush();
+  }
+
+  /// The GPUs' use at the last row ("gpu0 97%"), for the progress bar; empty without GPUs.
+  [[nodiscard]] const std::string& gpu_line() const noexcept { return gpu_line_; }
+  /// What the GPU monitor found, once (rank 0; empty elsewhere).
+  [[nodiscard]] std::string gpu_status() const { return gpu_ ? gpu_->status() : std::string(); }
+  [[nodiscard]] const std::filesystem::path& dir() const noexcept { return opt_.dir; }
+
+ private:
+  Options opt_;
+  Sources src_;
+  MetricsCsv csv_;
+  TensorBoardWriter tb_;
+  std::ofstream log_;
+  std::unique_ptr<GpuMonitor> gpu_;
+  PhaseTimes last_row_times_;  ///< phase times at the last row
+  std::string gpu_line_;       ///< GPU use for the progress bar
+};
+
+}  // namespace anvil
+// ---- end <anvil/train/hooks/metrics.hpp> ----
+// ---- begin <anvil/train/loops/episodic.hpp> ----
+/// @file
+/// `EpisodicLoop`: the loop of algorithms that learn from whole episodes (Monte-Carlo
+/// policy gradients; COMA's rounds of episodes). Each iteration is a round: every env starts
+/// a new episode, the envs step together with the algorithm's exploration until each has
+/// finished its episode (an env whose episode ended runs on, but those steps are not kept),
+/// the round's episodes go to the buffer as one padded batch, and the algorithm updates from
+/// it (as many passes as it likes, inside its `update`). The clock counts the kept steps of
+/// every rank (one sum over the ranks per round) and, every rank running as many episodes
+/// per round, the ranks stay in lockstep.
+///
+/// An algorithm chooses this loop by naming it: `using loop = anvil::EpisodicLoop;`.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+
+namespace anvil {
+
+/// What the episodic loop needs of its buffer: episode steps in, a round of episodes out.
+template <class B>
+concept EpisodeStorage = Buffer<B> && std::same_as<typename B::Step, EpisodeStep> &&
+                         requires(B& b, const B& cb) {
+                           { cb.episodes() } -> std::same_as<typename B::Batch>;
+                           { b.clear() };
+                         };
+
+/// Loop policy for learning from whole episodes (see file comment).
+struct EpisodicLoop {
+  using policy_kind = LoopKind;
+  static constexpr std::string_view name = "episodic";
+  static constexpr FixedString config_section = "train";
+  static constexpr FixedString stage_name = "episodic";
+
+  /// The `train` section of an episodic run.
+  struct Config {
+    loops::EnvStepsParam steps{100'000};
+    loops::GradAccumulationParam grad_accumulation{1};
+    loops::EmaDecayParam ema_decay{0.0};
+    loops::LrScalingParam lr_scaling{LrScaling::none};
+    loops::BaseBatchParam base_batch{256};
+    loops::EvalIntervalParam eval_interval{5000};
+    loops::EvalEpisodesParam eval_episodes{10};
+
+    /// A run of seconds (`run.smoke`).
+    void shrink() {
+      steps = std::min<std::int64_t>(steps, 600);
+      eval_interval = 0;
+      eval_episodes = std::min(*eval_episodes, 2);
+    }
+  };
+
+  [[nodiscard]] static LoopSettings settings(const Config& c) { return loops::common_settings(c, ClockUnit::env_steps); }
+
+  /// What this loop needs of the algorithm and the buffer, one sentence each.
+  template <class A, class B>
+  struct Rules {
+    static constexpr bool buffer_ok = EpisodeStorage<B>;
+    static_assert(buffer_ok,
+                  "Trainer: the episodic loop stores rounds of EpisodeSteps and learns from their episodes(); the "
+                  "Buffer cannot (see anvil::EpisodeStorage); use EpisodeBuffer");
+    static constexpr bool batch_ok = !buffer_ok || std::same_as<typename A::Batch, typename B::Batch>;
+    static_assert(batch_ok, "Trainer: the episodic loop hands the Algorithm the Buffer's episodes, which are not its Batch");
+    static constexpr bool ok = buffer_ok && batch_ok;
+  };
+
+  /// Runs the loop (see file comment).
+  template <class A, class B>
+  class Runner {
+   public:
+    Runner(const Config& cfg, LoopParts<A, B> parts) : cfg_(cfg), p_(parts) { loops::check_ema<A>(cfg.ema_decay); }
+
+    [[nodiscard]] LoopSettings settings() const {
+      auto s = EpisodicLoop::settings(cfg_);
+      s.origin = origin_;
+      return s;
+    }
+    [[nodiscard]] int stage() const noexcept { return 0; }
+
+    /// The stage starts: the clock counts env steps from here.
+    void begin() {
+      origin_ = p_.clock.env_steps;
+      resumed();
+    }
+    void resumed() {
+      p_.clock.unit = ClockUnit::env_steps;
+      p_.buffer.plan(StoragePlan{p_.collector.num_envs(), cfg_.steps, 0.0});
+    }
+    [[nodiscard]] bool done() const noexcept { return p_.clock.env_steps - origin_ >= cfg_.steps; }
+
+    /// One round: an episode of every env, then an update from them.
+    void iterate(std::int64_t /*quiet_until*/ = INT64_MAX) {
+      collect_round();
+      loops::update_once(p_, p_.buffer.episodes(), cfg_.ema_decay);
+    }
+
+    /// Collects one episode of every env into the buffer (cleared first).
+    void collect_round() {
+      p_.buffer.clear();
+      p_.collector.restart();
+      const std::int64_t n = p_.collector.num_envs();
+      std::vector<bool> live(static_cast<std::size_t>(n), true);
+      at::Tensor live_t = at::ones({n});
+      std::int64_t running = n, kept = 0;
+      while (running > 0) {
+        at::Tensor action;
+        {
+          const auto& obs = p_.collector.observations();
+          ScopedPhase ph(p_.times, Phase::act);
+          action = p_.algorithm.act(obs, ActMode::explore).to(at::kCPU);
+        }
+        const envs::VecStep& s = p_.collector.step(action, /*count_episodes=*/false);
+        {
+          ScopedPhase ph(p_.times, Phase::buffer_add);
+          p_.buffer.add(EpisodeStep{p_.collector.previous_observations(), action, s.reward, s.terminated, s.truncated,
+                                    live_t.clone(), s.next_obs});
+        }
+        kept += running;
+        for (const auto& e : s.ended) {
+          const auto i = static_cast<std::size_t>(e.env);
+          if (!live[i]) continue;
+          live[i] = false;
+          live_t[e.env] = 0.0f;
+          --running;
+          p_.collector.episodes().record(e.episode_return, e.length, p_.collector.env_step());
+        }
+      }
+      p_.clock.env_steps += static_cast<std::int64_t>(p_.ranks.sum(static_cast<double>(kept)));
+    }
+
+    void at_log_row() {
+      if (p_.ranks.world_size() > 1) p_.collector.envs().sync_statistics([this](at::Tensor& t) { p_.ranks.sum(t); });
+    }
+
+    /// What the timing verdict suggests (the general advice: update interval, batch size, envs).
+    [[nodiscard]] BottleneckAdvice advice() const { return {}; }
+
+    /// State protocol: where the stage began (a checkpoint falls between rounds).
+    void save(BinaryWriter& w) const { w.value(origin_); }
+    [[nodiscard]] std::int64_t read(BinaryReader& r) const { return r.value<std::int64_t>("stage origin"); }
+    void restore(std::int64_t origin) noexcept { origin_ = origin; }
+
+   private:
+    Config cfg_;
+    LoopParts<A, B> p_;
+    std::int64_t origin_ = 0;
+  };
+};
+
+}  // namespace anvil
+// ---- end <anvil/train/loops/episodic.hpp> ----
 // ---- begin <anvil/train/loops/offline.hpp> ----
 /// @file
 /// `OfflineLoop`: learning from data already stored, without stepping the envs: each
@@ -16879,158 +18364,31 @@ struct OnPolicyLoop {
 
 }  // namespace anvil
 // ---- end <anvil/train/loops/on_policy.hpp> ----
-// ---- begin <anvil/train/loops/staged.hpp> ----
+// ---- begin <anvil/train/run.hpp> ----
 /// @file
-/// `Staged<First, Second>`: one loop, then another, on the same algorithm and buffer, e.g.
-/// `Staged<OfflineLoop, OffPolicyLoop>` learns from a dataset first and then goes on
-/// online with what it learned (and with the dataset in its replay buffer). Each stage has
-/// its own section under `train` (`train.offline.steps`, `train.off_policy.learning_starts`)
-/// and its own unit: the clock counts updates in an offline stage and env steps in an
-/// online one, and the hooks' intervals follow the stage that runs. TensorBoard records a
-/// staged run by gradient updates, the one count that grows through every stage.
-///
-/// Checkpoints record the stage (the `loop` section), so a resumed run continues in the
-/// stage it stopped in and does not run the first one again. Learning rates are scaled
-/// once, when the algorithm is built, so both stages must agree on `lr_scaling` and
-/// `base_batch`; micro-batches and the policy average follow each stage's settings.
+/// `Run`: the life of a training run that does not depend on its policy types, compiled
+/// once whatever the Trainer: the run directory, the loop's iterations and the hooks that
+/// fire on its clock (evaluation, log rows, checkpoints, progress), resuming, giving every
+/// rank rank 0's state and checking that the ranks agree, and the end of the run. The
+/// Trainer (train/trainer.hpp) builds the parts and hands them to a Run; a custom main can
+/// call the same steps through the Trainer (`begin`, `evaluate`, `log`, `finish`, ...).
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Context.h>
+#include <torch/csrc/autograd/anomaly_mode.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <optional>
 #include <string>
-#include <string_view>
 #include <utility>
+#include <vector>
 
-
-namespace anvil {
-
-/// Loop policy: `First`'s loop until its `steps`, then `Second`'s (see file comment).
-template <Loop First, Loop Second>
-struct Staged {
-  static_assert(First::stage_name.view() != Second::stage_name.view(),
-                "Staged<First, Second>: both stages are the same loop, whose config sections would clash; "
-                "run one loop with more steps instead");
-
-  using policy_kind = LoopKind;
-  static constexpr std::string_view name = "staged";
-  static constexpr FixedString config_section = "train";
-
-  /// One section per stage, named after its loop (`train.offline`, `train.off_policy`, ...).
-  struct Config {
-    Section<First::stage_name, typename First::Config> first;
-    Section<Second::stage_name, typename Second::Config> second;
-
-    void validate() const {
-      const auto a = First::settings(*first), b = Second::settings(*second);
-      const std::string f(First::stage_name.view()), s(Second::stage_name.view());
-      if (a.lr_scaling != b.lr_scaling)
-        throw ConfigError("train." + s + ".lr_scaling differs from train." + f +
-                          ".lr_scaling: learning rates are scaled once, when the algorithm is built");
-      if (a.base_batch != b.base_batch)
-        throw ConfigError("train." + s + ".base_batch differs from train." + f +
-                          ".base_batch: learning rates are scaled once, when the algorithm is built");
-    }
-    void shrink() {
-      first->shrink();
-      second->shrink();
-    }
-  };
-
-  /// The settings the run is built with: the first stage's.
-  [[nodiscard]] static LoopSettings settings(const Config& c) {
-    auto s = First::settings(*c.first);
-    s.record_unit = ClockUnit::updates;
-    return s;
-  }
-
-  /// Both stages' rules (the second's only once the first's hold: one sentence).
-  template <class A, class B>
-  struct Rules {
-    static constexpr bool first_ok = First::template Rules<A, B>::ok;
-    template <bool Check>
-    static constexpr bool second_ok() {
-      if constexpr (Check) return Second::template Rules<A, B>::ok;
-      else return true;
-    }
-    static constexpr bool ok = first_ok && second_ok<first_ok>();
-  };
-
-  /// Runs the stages in turn (see file comment).
-  template <class A, class B>
-  class Runner {
-    using FirstRunner = typename First::template Runner<A, B>;
-    using SecondRunner = typename Second::template Runner<A, B>;
-
-   public:
-    Runner(const Config& cfg, LoopParts<A, B> parts)
-        : first_(*cfg.first, parts), second_(*cfg.second, parts), step_(parts.step) {}
-
-    [[nodiscard]] LoopSettings settings() const {
-      auto s = stage_ == 0 ? first_.settings() : second_.settings();
-      s.record_unit = ClockUnit::updates;
-      return s;
-    }
-    [[nodiscard]] int stage() const noexcept { return stage_; }
-
-    void begin() {
-      stage_ == 0 ? first_.begin() : second_.begin();
-      step_.set_micro_batches(settings().grad_accumulation);
-    }
-    void resumed() {
-      stage_ == 0 ? first_.resumed() : second_.resumed();
-      step_.set_micro_batches(settings().grad_accumulation);
-    }
-    [[nodiscard]] bool done() const noexcept { return stage_ == 1 && second_.done(); }
-
-    /// An iteration of the stage that runs; when the first stage ends, the second begins.
-    void iterate(std::int64_t quiet_until = INT64_MAX) {
-      if (stage_ == 1) return second_.iterate(quiet_until);
-      if (!first_.done()) first_.iterate(quiet_until);
-      if (first_.done()) {
-        stage_ = 1;
-        begin();
-      }
-    }
-    void at_log_row() { stage_ == 0 ? first_.at_log_row() : second_.at_log_row(); }
-    [[nodiscard]] BottleneckAdvice advice() const { return stage_ == 0 ? first_.advice() : second_.advice(); }
-
-    /// The stages' runners (e.g. for a custom main).
-    [[nodiscard]] auto& first() noexcept { return first_; }
-    [[nodiscard]] auto& second() noexcept { return second_; }
-
-    /// State protocol: the stage, and each stage's own state.
-    void save(BinaryWriter& w) const {
-      w.value(stage_);
-      first_.save(w);
-      second_.save(w);
-    }
-    struct Saved {
-      int stage = 0;
-      decltype(std::declval<const FirstRunner&>().read(std::declval<BinaryReader&>())) first;
-      decltype(std::declval<const SecondRunner&>().read(std::declval<BinaryReader&>())) second;
-    };
-    [[nodiscard]] Saved read(BinaryReader& r) const {
-      const int stage = r.value<int>("stage");
-      if (stage < 0 || stage > 1) r.fail("stage", "is " + std::to_string(stage) + "; a Staged run has stages 0 and 1");
-      auto a = first_.read(r);
-      auto b = second_.read(r);
-      return Saved{stage, std::move(a), std::move(b)};
-    }
-    void restore(const Saved& s) {
-      stage_ = s.stage;
-      first_.restore(s.first);
-      second_.restore(s.second);
-    }
-
-   private:
-    FirstRunner first_;
-    SecondRunner second_;
-    StepContext& step_;
-    int stage_ = 0;
-  };
-};
-
-}  // namespace anvil
-// ---- end <anvil/train/loops/staged.hpp> ----
 // ---- begin <anvil/train/hooks/checkpoint.hpp> ----
 /// @file
 /// `Checkpoints`: a run's state on disk. A checkpoint is `checkpoint-<step, 12 digits>.ckpt`
@@ -17215,587 +18573,6 @@ class Checkpoints {
 
 }  // namespace anvil
 // ---- end <anvil/train/hooks/checkpoint.hpp> ----
-// ---- begin <anvil/train/hooks/evaluation.hpp> ----
-/// @file
-/// `Evaluation`: how well the policy does, measured on envs of its own. Each evaluation
-/// runs a number of whole episodes with deterministic actions on fresh envs seeded apart
-/// from the training envs (a new seed each time), split over the ranks, and reports the
-/// returns' mean, spread and range and, for envs that say when they succeed
-/// (`envs::ReportsSuccess`), the share of episodes that succeeded; where the env has tasks
-/// (`envs::TaskTagged`) it runs the number of episodes asked for each task and breaks
-/// both down by task. It keeps the latest result and the best mean so far, which every
-/// rank holds alike. Not a template: it acts through a function it is given.
-
-#include <ATen/ATen.h>
-
-#include <algorithm>
-#include <cmath>
-#include <cstdint>
-#include <functional>
-#include <memory>
-#include <numeric>
-#include <optional>
-#include <string>
-#include <vector>
-
-
-namespace anvil {
-
-/// Mean, spread and range of evaluation returns, the success rate, and each task's.
-struct EvalResult {
-  double mean = NAN, std = NAN, min = NAN, max = NAN;
-  double success = NAN;  ///< the share of episodes that succeeded (NaN: the env does not say)
-  int episodes = 0;
-  /// The returns and success rate of one task (or agent) of an env that has several.
-  struct Group {
-    std::string name;
-    double mean = NAN;
-    int episodes = 0;
-    double success = NAN;
-  };
-  std::vector<Group> groups;  ///< empty when the env has no tasks
-};
-
-/// Evaluations of a run (see file comment).
-class Evaluation {
- public:
-  /// Envs to evaluate on: `n` copies seeded from `seed`, each to run one episode; `first`
-  /// is the index of the first among all `count` of this evaluation (over the ranks), for
-  /// envs that place themselves by it (one task each in turn).
-  using MakeEnvs = std::function<std::unique_ptr<envs::VecEnvBase>(int n, std::uint64_t seed, int first, int count)>;
-  /// Actions in the env's units for a batch of observations (deterministic).
-  using Act = std::function<at::Tensor(const at::Tensor& obs)>;
-
-  Evaluation() = default;
-  /// Evaluates on envs from `make`, seeded from `seed` on (one seed per evaluation), with
-  /// the episodes split over `ranks`; times itself as the eval phase when `times` is given.
-  /// `tasks`: the env's tasks (`VecEnvBase::groups()`), each of which gets the episodes asked.
-  /// `reports_success`: whether the env says when an episode succeeds (`envs::ReportsSuccess`).
-  Evaluation(MakeEnvs make, std::uint64_t seed, Ranks ranks, PhaseTimes* times = nullptr,
-             std::vector<std::string> tasks = {}, bool reports_success = false)
-      : make_(std::move(make)), seed_(seed), ranks_(std::move(ranks)), times_(times), tasks_(std::move(tasks)),
-        success_(reports_success) {}
-
-  /// The tasks each evaluation covers (empty: the env has none).
-  [[nodiscard]] const std::vector<std::string>& tasks() const noexcept { return tasks_; }
-  /// Whether results have success rates.
-  [[nodiscard]] bool reports_success() const noexcept { return success_; }
-
-  /// Runs `episodes` episodes (of each task, when the env has tasks) acting with `act`;
-  /// every rank runs its share and sees every return. All ranks must call it together.
-  [[gnu::noinline]] EvalResult run(const Act& act, int per_task) {
-    std::optional<ScopedPhase> ph;
-    if (times_) ph.emplace(*times_, Phase::eval);
-    const int episodes = per_task * std::max<int>(1, static_cast<int>(tasks_.size()));
-    const int world = ranks_.world_size(), rank = ranks_.rank();
-    const int mine = episodes / world + (rank < episodes % world ? 1 : 0);
-    const int first = rank * (episodes / world) + std::min(rank, episodes % world);
-    // Per episode: its return, its task + 1 (0: none) and its success + 2 (1: unknown),
-    // summed over the ranks.
-    std::vector<double> all(static_cast<std::size_t>(3 * episodes), 0.0);
-    const std::uint64_t seed = seed_ + static_cast<std::uint64_t>(count_++);
-    std::vector<std::string> names;
-    if (mine > 0) {
-      auto venv = make_(mine, seed, first, episodes);
-      names = venv->groups();
-      auto obs = venv->reset();
-      std::vector<bool> ended(static_cast<std::size_t>(mine), false);
-      int done = 0;
-      while (done < mine) {
-        const auto& s = venv->step(act(obs));
-        for (const auto& e : s.ended)
-          if (!ended[static_cast<std::size_t>(e.env)]) {
-            ended[static_cast<std::size_t>(e.env)] = true;
-            all[static_cast<std::size_t>(first + e.env)] = e.episode_return;
-            all[static_cast<std::size_t>(episodes + first + e.env)] = e.group + 1;
-            all[static_cast<std::size_t>(2 * episodes + first + e.env)] = e.success + 2;
-            ++done;
-          }
-        obs = s.obs;
-      }
-    } else {
-      names = tasks_;
-    }
-    ranks_.sum(all);
-    return summarise(all, episodes, names);
-  }
-
-  /// Makes `r` the latest result, taken at clock value `at`.
-  void record(const EvalResult& r, std::int64_t at) {
-    last_ = r;
-    at_ = at;
-    if (std::isnan(best_) || r.mean > best_) best_ = r.mean;
-  }
-
-  [[nodiscard]] const EvalResult& last() const noexcept { return last_; }
-  /// The best mean return so far (NaN before the first evaluation).
-  [[nodiscard]] double best() const noexcept { return best_; }
-  /// The clock value of the latest evaluation (-1: none yet).
-  [[nodiscard]] std::int64_t last_at() const noexcept { return at_; }
-  /// Evaluations run so far (each took the next seed).
-  [[nodiscard]] std::int64_t count() const noexcept { return count_; }
-
-  /// State protocol: the results and how many evaluations ran (the same on every rank).
-  void save(BinaryWriter& w) const {
-    w.value(count_);
-    w.value(at_);
-    w.value(best_);
-    write_result(w, last_);
-  }
-  struct Saved {
-    std::int64_t count = 0, at = -1;
-    double best = NAN;
-    EvalResult last;
-  };
-  [[nodiscard]] Saved read(BinaryReader& r) const {
-    Saved s;
-    s.count = r.value<std::int64_t>("evaluations run");
-    s.at = r.value<std::int64_t>("step of the last evaluation");
-    s.best = r.value<double>("best evaluation return");
-    if (s.count < 0) r.fail("evaluations run", "is negative");
-    s.last = read_result(r);
-    return s;
-  }
-  void restore(const Saved& s) {
-    count_ = s.count;
-    at_ = s.at;
-    best_ = s.best;
-    last_ = s.last;
-  }
-
- private:
-  [[gnu::cold, gnu::noinline]] static EvalResult summarise(const std::vector<double>& all, int episodes, const std::vector<std::string>& names) {
-    EvalResult r;
-    r.episodes = episodes;
-    const auto b = all.begin(), e = all.begin() + episodes;
-    r.mean = std::accumulate(b, e, 0.0) / episodes;
-    double var = 0;
-    for (auto it = b; it != e; ++it) var += (*it - r.mean) * (*it - r.mean);
-    r.std = std::sqrt(var / episodes);
-    r.min = *std::min_element(b, e);
-    r.max = *std::max_element(b, e);
-    // success + 2 per episode: 1 unknown, 2 failed, 3 succeeded
-    auto success_of = [&](int i) { return all[static_cast<std::size_t>(2 * episodes + i)] - 2; };
-    auto rate = [&](auto&& in) {
-      int known = 0, won = 0;
-      for (int i = 0; i < episodes; ++i)
-        if (in(i) && success_of(i) >= 0) ++known, won += success_of(i) > 0.5 ? 1 : 0;
-      return known > 0 ? static_cast<double>(won) / known : NAN;
-    };
-    r.success = rate([](int) { return true; });
-    for (std::size_t g = 0; g < names.size(); ++g) {
-      auto mine = [&](int i) { return static_cast<std::size_t>(all[static_cast<std::size_t>(episodes + i)]) == g + 1; };
-      EvalResult::Group group{names[g], 0.0, 0, rate(mine)};
-      for (int i = 0; i < episodes; ++i)
-        if (mine(i)) {
-          group.mean += all[static_cast<std::size_t>(i)];
-          ++group.episodes;
-        }
-      group.mean = group.episodes > 0 ? group.mean / group.episodes : NAN;
-      r.groups.push_back(group);
-    }
-    return r;
-  }
-  [[gnu::cold, gnu::noinline]] static void write_result(BinaryWriter& w, const EvalResult& r) {
-    for (double x : {r.mean, r.std, r.min, r.max, r.success}) w.value(x);
-    w.value(r.episodes);
-    w.value(static_cast<std::uint64_t>(r.groups.size()));
-    for (const auto& g : r.groups) {
-      w.string(g.name);
-      w.value(g.mean);
-      w.value(g.episodes);
-      w.value(g.success);
-    }
-  }
-  [[gnu::cold, gnu::noinline]] static EvalResult read_result(BinaryReader& r) {
-    EvalResult e;
-    for (double* x : {&e.mean, &e.std, &e.min, &e.max, &e.success}) *x = r.value<double>("evaluation results");
-    e.episodes = r.value<int>("evaluation episodes");
-    const auto n = r.value<std::uint64_t>("evaluation groups");
-    if (n > 100'000) r.fail("evaluation groups", "are implausibly many");
-    for (std::uint64_t i = 0; i < n; ++i) {
-      EvalResult::Group g;
-      g.name = r.string("evaluation group name");
-      g.mean = r.value<double>("evaluation group return");
-      g.episodes = r.value<int>("evaluation group episodes");
-      g.success = r.value<double>("evaluation group success");
-      e.groups.push_back(g);
-    }
-    return e;
-  }
-
-  MakeEnvs make_;
-  std::uint64_t seed_ = 0;
-  Ranks ranks_;
-  PhaseTimes* times_ = nullptr;
-  std::vector<std::string> tasks_;
-  bool success_ = false;
-  std::int64_t count_ = 0;
-  std::int64_t at_ = -1;
-  double best_ = NAN;
-  EvalResult last_;
-};
-
-}  // namespace anvil
-// ---- end <anvil/train/hooks/evaluation.hpp> ----
-// ---- begin <anvil/train/hooks/metrics.hpp> ----
-/// @file
-/// `MetricsLog`: what a run writes about itself in its run directory, on rank 0:
-/// `metrics.csv` (one row per log interval), TensorBoard event files, `training.log` (the
-/// resolved config, every row, the timing split with its verdict, GPU use, messages) and,
-/// at the end, `summary.json`. A row takes the means of the metrics accumulated since the
-/// last row and the training episodes' returns over every rank (every rank takes part in
-/// a row; rank 0 writes it). Not a template.
-
-#include <ATen/ATen.h>
-
-#include <chrono>
-#include <cmath>
-#include <cstdint>
-#include <cstdio>
-#include <filesystem>
-#include <fstream>
-#include <functional>
-#include <memory>
-#include <optional>
-#include <span>
-#include <string>
-#include <utility>
-#include <vector>
-
-
-namespace anvil {
-
-/// What `fit()` achieved; also written to `summary.json`.
-struct FitResult {
-  double final_eval_return = NAN;
-  double best_eval_return = NAN;
-  std::int64_t env_steps = 0;
-  std::int64_t updates = 0;
-  double wall_seconds = 0.0;
-  std::string stopped_by;  ///< empty: the run finished; else e.g. "stopped by SIGTERM"
-};
-
-/// One row of metrics, as rank 0 writes it.
-struct LogRow {
-  std::vector<std::pair<std::string, double>> values;  ///< the CSV columns, in order
-  std::int64_t step = 0;                                ///< TensorBoard's step
-  double wall = 0;                                      ///< seconds since the run began
-  double updates_per_s = 0;
-  bool complete = false;  ///< the row has every metric the algorithm reports (it has updated)
-  std::vector<EpisodeStats::Episode> episodes;  ///< rank 0's training episodes since the last row
-};
-
-/// The run's files (see file comment).
-class MetricsLog {
- public:
-  /// Where a row's numbers come from (all owned by the Trainer, which outlives the log).
-  struct Sources {
-    Clock* clock = nullptr;
-    EpisodeStats* episodes = nullptr;
-    UpdateMetrics* metrics = nullptr;
-    const Evaluation* evaluation = nullptr;
-    PhaseTimes* times = nullptr;
-    Ranks* ranks = nullptr;
-    /// The algorithm's learning rates by optimizer (TensorBoard `lr/<name>`); may be empty.
-    std::function<std::vector<std::pair<std::string, double>>()> learning_rates;
-    /// Each network's weights, flat (TensorBoard histograms); may be empty.
-    std::function<std::vector<std::pair<std::string, at::Tensor>>()> weights;
-  };
-  struct Options {
-    std::filesystem::path dir;  ///< the run directory
-    std::string algorithm;      ///< TensorBoard's prefix for the algorithm's metrics ("sac")
-    bool tensorboard = true;
-    bool histograms = false;
-    ClockUnit record_unit = ClockUnit::env_steps;  ///< TensorBoard's step
-    BottleneckAdvice advice;
-  };
-
-  MetricsLog() = default;
-  /// A log of the run whose numbers come from `src`. Rank 0 opens its files in `dir`:
-  /// metrics.csv, training.log (appended to, `header` first) and, when asked, TensorBoard
-  /// events; other ranks open nothing.
-  [[gnu::cold, gnu::noinline]] MetricsLog(Options o, Sources src, const std::string& header) : opt_(std::move(o)), src_(std::move(src)) {
-    if (!src_.ranks->is_main()) return;
-    csv_ = MetricsCsv(opt_.dir / "metrics.csv");
-    log_.open(opt_.dir / "training.log", std::ios::app);
-    if (!log_) throw Error("run.run_dir: cannot write '" + (opt_.dir / "training.log").string() + "'");
-    log_ << header;
-    log_.flush();
-    if (opt_.tensorboard) tb_ = TensorBoardWriter(opt_.dir);
-    gpu_ = std::make_unique<GpuMonitor>();
-  }
-
-  /// Continues the metrics.csv of a resumed run from the clock it resumed at (rows the
-  /// interrupted run wrote later are dropped: the resumed run writes them again).
-  /// Returns whether metrics.csv already has the row of this step (a run resumed from its
-  /// last checkpoint, written after that row): the run then does not write it again.
-  [[gnu::cold, gnu::noinline]] bool resume(const Clock& at) {
-    if (!src_.ranks->is_main()) return false;
-    csv_ = MetricsCsv::resume(opt_.dir / "metrics.csv", at.env_steps, at.updates);
-    return csv_.last_kept() == std::pair{at.env_steps, at.updates};
-  }
-
-  /// Gathers a row: the metrics' means since the last row and the recent returns, over
-  /// every rank; folds the ranks' finished episodes into the clock. Every rank must call
-  /// it; rank 0 gets the row, the others nothing.
-  [[gnu::cold, gnu::noinline]] std::optional<LogRow> gather(double wall, std::int64_t first_step, std::int64_t first_update) {
-    auto& ranks = *src_.ranks;
-    auto& metrics = *src_.metrics;
-    if (ranks.world_size() > 1) {
-      // Every rank reduces the same list: rank 0 may know more names (it resumed with some).
-      auto names = metrics.names();
-      ranks.broadcast(names);
-      metrics.know(names);
-    }
-    const auto [k, recent_sum] = src_.episodes->last(10);
-    auto fresh = src_.episodes->take_fresh();
-    std::vector<double> sums{static_cast<double>(src_.episodes->take_unfolded()), static_cast<double>(k), recent_sum};
-    for (const auto& [name, m] : metrics.sums()) {
-      sums.push_back(m.first);
-      sums.push_back(m.second);
-    }
-    metrics.clear_values();
-    ranks.sum(sums);
-    auto& clock = *src_.clock;
-    clock.episodes += static_cast<std::int64_t>(sums[0]);
-    if (!ranks.is_main()) return std::nullopt;
-    LogRow row;
-    row.wall = wall;
-    row.step = clock.in(opt_.record_unit);
-    row.updates_per_s = wall > 0 ? static_cast<double>(clock.updates - first_update) / wall : 0.0;
-    row.values = {{"env_steps", static_cast<double>(clock.env_steps)},
-                  {"updates", static_cast<double>(clock.updates)},
-                  {"wall_s", wall},
-                  {"env_steps_per_s", wall > 0 ? static_cast<double>(clock.env_steps - first_step) / wall : 0.0},
-                  {"episodes", static_cast<double>(clock.episodes)},
-                  {"recent_return", sums[1] > 0 ? sums[2] / sums[1] : NAN},
-                  {"eval_return", src_.evaluation->last().mean}};
-    add_task_columns(row.values, src_.evaluation->last());
-    std::size_t i = 3;
-    for (const auto& [name, m] : metrics.sums()) {
-      row.values.emplace_back(name, sums[i + 1] > 0 ? sums[i] / sums[i + 1] : NAN);
-      i += 2;
-    }
-    row.complete = clock.updates > 0;
-    row.episodes = std::move(fresh);
-    return row;
-  }
-
-  /// The evaluation's success rate and each task's return and success rate, as columns
-  /// (NaN until the first evaluation): `eval_success`, `eval_return/<task>`,
-  /// `eval_success/<task>`. Only what the env has: no columns for an env without tasks
-  /// that does not say when it succeeds.
-  void add_task_columns(std::vector<std::pair<std::string, double>>& v, const EvalResult& last) const {
-    const bool success = src_.evaluation->reports_success();
-    if (success) v.emplace_back("eval_success", last.success);
-    const auto& tasks = src_.evaluation->tasks();
-    for (std::size_t g = 0; g < tasks.size(); ++g) {
-      const bool have = g < last.groups.size();
-      v.emplace_back("eval_return/" + tasks[g], have ? last.groups[g].mean : NAN);
-      if (success) v.emplace_back("eval_success/" + tasks[g], have ? last.groups[g].success : NAN);
-    }
-  }
-
-  /// Writes `row` to metrics.csv (rank 0).
-  [[gnu::cold, gnu::noinline]] void write_csv(const LogRow& row) { csv_.row(row.values, row.complete); }
-
-  /// Writes `row` to TensorBoard and training.log, with the timing split since the last
-  /// row and the GPUs' use; `echo` gets the lines a console shows under the row (may be
-  /// empty). Rank 0.
-  [[gnu::cold, gnu::noinline]] void write_rest(const LogRow& row, const std::function<void(const std::string&)>& echo = {}) {
-    const std::int64_t step = row.step;
-    for (const auto& [k, v] : row.values) {
-      // evaluations go to TensorBoard when they happen (write_evaluation)
-      if (k == "env_steps" || k == "wall_s" || k.rfind("eval_", 0) == 0 || std::isnan(v)) continue;
-      const std::string tag = k == "recent_return"     ? "return/recent"
-                              : k == "eval_return"     ? "return/eval"
-                              : k == "env_steps_per_s" ? "speed/env_steps_per_s"
-                              : k == "updates" || k == "episodes" ? "progress/" + k
-                                                                  : opt_.algorithm + "/" + k;
-      tb_.scalar(tag, v, step);
-    }
-    if (row.wall > 0) tb_.scalar("speed/updates_per_s", row.updates_per_s, step);
-    for (const auto& e : row.episodes) {  // each training episode at the env step it ended
-      tb_.scalar("episode/return", e.episode_return, e.env_step);
-      tb_.scalar("episode/length", static_cast<double>(e.length), e.env_step);
-    }
-    if (src_.learning_rates)
-      for (const auto& [name, lr] : src_.learning_rates()) tb_.scalar("lr/" + name, lr, step);
-    if (src_.weights && opt_.histograms && tb_.is_open())
-      for (const auto& [name, w] : src_.weights()) {
-        const at::Tensor c = w.detach().to(at::kCPU, at::kFloat).contiguous();
-        const auto* data = static_cast<const float*>(c.data_ptr());
-        tb_.histogram("weights/" + name, std::span<const float>(data, static_cast<std::size_t>(c.numel())), step);
-      }
-    std::string line = "step " + std::to_string(step) + ":";
-    for (const auto& [k, v] : row.values) {
-      char b[64];
-      std::snprintf(b, sizeof b, " %s=%.6g", k.c_str(), v);
-      line += b;
-    }
-    log_ << line << "\n";
-    std::vector<std::string> extra;
-    auto& times = *src_.times;
-    if (times.enabled) {
-      const auto d = times.since(last_row_times_);
-      last_row_times_ = times;
-      for (std::size_t p = 0; p < kPhaseNames.size(); ++p)
-        tb_.scalar("time/" + std::string(kPhaseNames[p]), d.share(static_cast<Phase>(p)), step);
-      if (d.total_seconds() > 0) extra.push_back("time: " + shares_line(d) + "\n  " + bottleneck(d, opt_.advice));
-    }
-    if (gpu_ && gpu_->available()) {
-      const auto g = gpu_->sample();
-      for (const auto& s : g) {
-        const std::string p = "gpu" + std::to_string(s.index) + "/";
-        tb_.scalar(p + "utilization_pct", s.utilization, step);
-        tb_.scalar(p + "memory_used_gb", s.memory_used_gb, step);
-        tb_.scalar(p + "memory_total_gb", s.memory_total_gb, step);
-        tb_.scalar(p + "power_w", s.power_w, step);
-      }
-      extra.push_back(GpuMonitor::describe(g));
-      gpu_line_.clear();
-      for (const auto& x : g)
-        gpu_line_ += (gpu_line_.empty() ? "" : " ") + ("gpu" + std::to_string(x.index) + " " +
-                                                       std::to_string(static_cast<int>(x.utilization)) + "%");
-    }
-    for (const auto& e : extra) {
-      log_ << "  " << e << "\n";
-      if (echo) echo("  " + e);
-    }
-    log_.flush();
-  }
-
-  /// An evaluation, to TensorBoard at the step it ran (`step`, in the record unit): its
-  /// mean, std, min and max return, its success rate (`success/eval`) and each task's return
-  /// and success rate (`task/<name>/return`, `task/<name>/success`) (rank 0), and lines in
-  /// training.log.
-  [[gnu::cold, gnu::noinline]] void write_evaluation(const EvalResult& r, std::int64_t step) {
-    if (!src_.ranks || !src_.ranks->is_main()) return;
-    tb_.scalar("return/eval", r.mean, step);
-    tb_.scalar("return/eval_std", r.std, step);
-    tb_.scalar("return/eval_min", r.min, step);
-    tb_.scalar("return/eval_max", r.max, step);
-    if (!std::isnan(r.success)) tb_.scalar("success/eval", r.success, step);
-    for (const auto& g : r.groups) {
-      tb_.scalar("task/" + g.name + "/return", g.mean, step);
-      if (!std::isnan(g.success)) tb_.scalar("task/" + g.name + "/success", g.success, step);
-    }
-    if (log_.is_open()) {
-      char b[200];
-      std::snprintf(b, sizeof b, "eval at step %lld: return %.6g (std %.6g, min %.6g, max %.6g, %d episodes)",
-                    static_cast<long long>(step), r.mean, r.std, r.min, r.max, r.episodes);
-      log_ << b;
-      if (!std::isnan(r.success)) log_ << ", success " << r.success;
-      log_ << "\n";
-      for (const auto& g : r.groups) {
-        std::snprintf(b, sizeof b, "  task %s: return %.6g, success %.3g (%d episodes)", g.name.c_str(), g.mean, g.success,
-                      g.episodes);
-        log_ << b << "\n";
-      }
-    }
-  }
-
-  /// A line in training.log (rank 0; nothing elsewhere).
-  [[gnu::cold, gnu::noinline]] void note(const std::string& m) {
-    if (!log_.is_open()) return;
-    log_ << m << "\n";
-    log_.flush();
-  }
-
-  /// Writes `summary.json` (rank 0): what the run achieved, where its time went, its config.
-  [[gnu::cold, gnu::noinline]] void write_summary(const FitResult& r, std::int64_t first_step, std::int64_t first_update,
-                                                   double timer_overhead, const std::string& config_hash,
-                                                   const std::vector<std::pair<std::string, std::string>>& config,
-                                                   const std::vector<std::pair<std::string, std::string>>& provenance = {}) const {
-    if (!src_.ranks->is_main()) return;
-    using json = nlohmann::ordered_json;
-    auto number = [](double x) { return std::isfinite(x) ? json(x) : json(); };  // JSON has no NaN
-    const double wall = r.wall_seconds;
-    const auto& times = *src_.times;
-    json j;
-    j["final_eval_return"] = number(r.final_eval_return);
-    j["best_eval_return"] = number(r.best_eval_return);
-    if (src_.evaluation) {  // the last evaluation's success rate and each task's results
-      const auto& last = src_.evaluation->last();
-      if (src_.evaluation->reports_success()) j["final_eval_success"] = number(last.success);
-      if (!last.groups.empty()) {
-        json tasks = json::object();
-        for (const auto& g : last.groups) {
-          json e = json::object();
-          e["return"] = number(g.mean);
-          if (src_.evaluation->reports_success()) e["success"] = number(g.success);
-          e["episodes"] = g.episodes;
-          tasks[g.name] = e;
-        }
-        j["final_eval_tasks"] = tasks;
-      }
-    }
-    j["env_steps"] = r.env_steps;
-    j["updates"] = r.updates;
-    j["wall_seconds"] = number(wall);
-    j["env_steps_per_s"] = number(static_cast<double>(r.env_steps - first_step) / wall);
-    j["updates_per_s"] = number(static_cast<double>(r.updates - first_update) / wall);
-    json shares = json::object(), seconds = json::object();
-    for (std::size_t i = 0; i < kPhaseNames.size(); ++i) {
-      const std::string name(kPhaseNames[i]);
-      shares[name] = number(times.share(static_cast<Phase>(i)));
-      seconds[name] = number(times.seconds(static_cast<Phase>(i)));
-    }
-    j["phase_share"] = shares;
-    j["phase_seconds"] = seconds;
-    j["bottleneck"] = bottleneck(times, opt_.advice);
-    j["timer_overhead"] = number(timer_overhead);
-    j["status"] = r.stopped_by.empty() ? std::string("finished") : r.stopped_by;
-    j["world_size"] = src_.ranks->world_size();
-    j["config_hash"] = config_hash;
-    json p = json::object();
-    for (const auto& [k, v] : provenance) p[k] = v;
-    j["provenance"] = p;
-    json c = json::object();
-    for (const auto& [k, v] : config) c[k] = typed_json(v);
-    j["config"] = c;
-    write_file_atomic(opt_.dir / "summary.json", j.dump(2) + "\n");
-  }
-
-  /// The resolved config and the run's provenance as a TensorBoard text summary (the Text
-  /// tab), at `step` (rank 0).
-  [[gnu::cold, gnu::noinline]] void write_config_text(const std::string& config_yaml,
-                                                      const std::vector<std::pair<std::string, std::string>>& provenance,
-                                                      std::int64_t step) {
-    if (!src_.ranks || !src_.ranks->is_main()) return;
-    std::string md = "| | |\n|---|---|\n";
-    for (const auto& [k, v] : provenance) md += "| " + k + " | `" + v + "` |\n";
-    tb_.text("run/provenance", md, step);
-    tb_.text("run/config", "```yaml\n" + config_yaml + "```\n", step);
-  }
-
-  /// Writes the rows metrics.csv held back (the run ended before its algorithm reported
-  /// every metric) and flushes TensorBoard.
-  [[gnu::cold, gnu::noinline]] void flush() {
-    csv_.flush_pending();
-    tb_.flush();
-  }
-
-  /// The GPUs' use at the last row ("gpu0 97%"), for the progress bar; empty without GPUs.
-  [[nodiscard]] const std::string& gpu_line() const noexcept { return gpu_line_; }
-  /// What the GPU monitor found, once (rank 0; empty elsewhere).
-  [[nodiscard]] std::string gpu_status() const { return gpu_ ? gpu_->status() : std::string(); }
-  [[nodiscard]] const std::filesystem::path& dir() const noexcept { return opt_.dir; }
-
- private:
-  Options opt_;
-  Sources src_;
-  MetricsCsv csv_;
-  TensorBoardWriter tb_;
-  std::ofstream log_;
-  std::unique_ptr<GpuMonitor> gpu_;
-  PhaseTimes last_row_times_;  ///< phase times at the last row
-  std::string gpu_line_;       ///< GPU use for the progress bar
-};
-
-}  // namespace anvil
-// ---- end <anvil/train/hooks/metrics.hpp> ----
 // ---- begin <anvil/train/hooks/progress.hpp> ----
 /// @file
 /// `ProgressHook`: the console of a run (rank 0): a live bar on a terminal, redrawn as the
@@ -17805,69 +18582,6 @@ class MetricsLog {
 
 #include <string>
 
-// ---- begin <anvil/train/run_config.hpp> ----
-/// @file
-/// The `run` section: where and how a run executes, what it writes and when. The `train`
-/// section belongs to the run's loop (train/loops/). Light header.
-
-#include <algorithm>
-#include <array>
-#include <cstdint>
-#include <string>
-#include <string_view>
-
-
-namespace anvil {
-
-/// How progress is shown: a live bar on a terminal, periodic lines otherwise.
-enum class ProgressMode { auto_, bar, lines, off };
-constexpr auto enum_names(ProgressMode) {
-  return std::array<std::string_view, 4>{"auto", "bar", "lines", "off"};
-}
-
-/// The `run` section; its keys may be written without the section (`--seed=3`).
-struct RunConfig {
-  Param<std::uint64_t, "seed", "seed of torch, every env, the buffer and exploration"> seed{0};
-  Param<std::string, "device", "cpu, cuda, cuda:N, or auto (CUDA when present)"> device{"auto"};
-  Param<std::string, "run_dir", "where logs go (empty: runs/<algorithm>-<env>-<time>)"> run_dir{""};
-  Param<int, "threads", "intra-op threads of torch (1 is fastest for small nets on CPU)",
-        in_range(1, 1024)>
-      threads{1};
-  Param<int, "update_threads",
-        "threads computing an update's independent gradients at once (CPU; SAC: critic and "
-        "actor; 0: 2 when each process has 2 cores)",
-        in_range(0, 64)>
-      update_threads{0};
-  Param<std::int64_t, "log_interval",
-        "env steps between log lines and CSV rows (gradient updates in an offline loop)", at_least(1)>
-      log_interval{1000};
-  Param<ProgressMode, "progress", "auto: a bar on a terminal, lines otherwise"> progress{
-      ProgressMode::auto_};
-  Param<bool, "smoke", "a run of seconds that checks everything works"> smoke{false};
-  Param<std::int64_t, "checkpoint_interval",
-        "env steps between checkpoints in the run directory (gradient updates in an offline loop; 0: only "
-        "at the end)",
-        at_least(0)>
-      checkpoint_interval{10'000};
-  Param<int, "keep_last", "checkpoints kept; older ones are deleted", at_least(1)> keep_last{3};
-  Param<bool, "checkpoint_buffer", "also save the replay buffer with each checkpoint (exact resume)">
-      checkpoint_buffer{false};
-  Param<bool, "tensorboard", "write TensorBoard event files in the run directory"> tensorboard{true};
-  Param<bool, "tensorboard_histograms", "also histograms of the networks' weights at each log row">
-      tensorboard_histograms{false};
-  Param<bool, "timings", "time each phase of a step (env, act, sample, update, all-reduce, ...)"> timings{true};
-  Param<bool, "sync_timings", "on CUDA, synchronise the device around each timed phase (true times)">
-      sync_timings{true};
-  Param<std::string, "resume",
-        "a checkpoint to continue from, or auto: the latest in run_dir (none there: start afresh)">
-      resume{""};
-
-  /// A run of seconds (`run.smoke`): log rows every 200 steps at most.
-  void shrink() { log_interval = std::min<std::int64_t>(log_interval, 200); }
-};
-
-}  // namespace anvil
-// ---- end <anvil/train/run_config.hpp> ----
 
 namespace anvil {
 
@@ -17907,31 +18621,6 @@ class ProgressHook {
 
 }  // namespace anvil
 // ---- end <anvil/train/hooks/progress.hpp> ----
-// ---- begin <anvil/train/run.hpp> ----
-/// @file
-/// `Run`: the life of a training run that does not depend on its policy types, compiled
-/// once whatever the Trainer: the run directory, the loop's iterations and the hooks that
-/// fire on its clock (evaluation, log rows, checkpoints, progress), resuming, giving every
-/// rank rank 0's state and checking that the ranks agree, and the end of the run. The
-/// Trainer (train/trainer.hpp) builds the parts and hands them to a Run; a custom main can
-/// call the same steps through the Trainer (`begin`, `evaluate`, `log`, `finish`, ...).
-
-#include <ATen/CPUGeneratorImpl.h>
-#include <ATen/Context.h>
-#include <torch/csrc/autograd/anomaly_mode.h>
-
-#include <algorithm>
-#include <chrono>
-#include <cstdint>
-#include <cstdio>
-#include <filesystem>
-#include <functional>
-#include <memory>
-#include <optional>
-#include <string>
-#include <utility>
-#include <vector>
-
 // ---- begin <anvil/train/signals.hpp> ----
 /// @file
 /// Signals a training run answers (the run's side; parallel/launch.hpp forwards them to
@@ -18612,478 +19301,6 @@ class Run {
 
 }  // namespace anvil
 // ---- end <anvil/train/run.hpp> ----
-// ---- begin <anvil/train/start.hpp> ----
-/// @file
-/// `anvil::start`: the one line a main calls first, and the only place where anvil controls
-/// the process. Constructors and parsers never print, exit, fork or restart anything; this
-/// call does what a training program must do before it builds a Trainer:
-///  - installs the handler that turns an uncaught anvil error into `error: <message>` and
-///    its exit status (2 for bad input, 3 for a failure between ranks, 1 otherwise);
-///  - makes sure OpenBLAS uses its fast kernels (`prefer_fast_blas`: on an AVX-512 CPU whose
-///    kernels OpenBLAS did not recognise, the program restarts itself once with
-///    OPENBLAS_CORETYPE set);
-///  - reads the command line and `--config` files into the Trainer's config: `--help` prints
-///    every field and exits 0, `--print-config` prints the resolved config and exits 0, a bad
-///    key or value prints one line naming it and exits 2;
-///  - starts the ranks: a program with `DDP<N>` started plainly becomes the launcher of its
-///    node's N ranks (parallel/launch.hpp) and exits with their outcome; a rank (or a run
-///    with one process) returns.
-///
-///     int main(int argc, char** argv) {
-///       using Trainer = anvil::Trainer<anvil::SAC, anvil::UniformBuffer>;
-///       Trainer trainer(anvil::envs::Pendulum{}, anvil::start<Trainer>(argc, argv));
-///       trainer.fit();
-///     }
-
-#include <cstdio>
-#include <cstdlib>
-#include <string>
-#include <string_view>
-#include <utility>
-#include <vector>
-
-// ---- begin <anvil/train/sweep.hpp> ----
-/// @file
-/// Sweeps, in Hydra's syntax: `--multirun seed=1,2,3 sac.batch_size=256,512` runs the cross
-/// product of the comma-separated values (here 6 runs) one after the other, or N at a time
-/// with `--jobs N`. Each run is this program started again with one value per key and its
-/// own run directory under the sweep's (`--run_dir`, default `runs/sweep-<program>-<time>`),
-/// its output in `<run>.log` beside it. At the end a table of each run's final and best
-/// evaluation returns is printed and written to `sweep.csv` (and `sweep.json`) in the sweep
-/// directory; the sweep exits 0 when every run did. A list value (`sac.actor.hidden=[64,64]`)
-/// is one value, not a sweep. SIGINT/SIGTERM reach every running run once (each stops with
-/// a checkpoint, train/signals.hpp) and no new run starts. Linux/POSIX. `anvil::start`
-/// drives a sweep; this file is the part that does not depend on the Trainer's type.
-
-#include <cmath>
-#include <csignal>
-#include <cstdio>
-#include <cstring>
-#include <filesystem>
-#include <fstream>
-#include <map>
-#include <string>
-#include <thread>
-#include <utility>
-#include <vector>
-
-#include <fcntl.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
-#include <nlohmann/json.hpp>
-
-
-extern char** environ;
-
-namespace anvil {
-
-/// What a sweep runs (see file comment).
-struct SweepPlan {
-  std::string program;                 ///< the program's name, for the default directory
-  std::vector<std::string> base;       ///< arguments every run gets (no --multirun, --jobs, --run_dir or swept keys)
-  std::vector<std::pair<std::string, std::vector<std::string>>> axes;  ///< swept keys as written, with their values
-  int jobs = 1;
-  std::filesystem::path dir;           ///< the sweep's directory (empty: the default)
-
-  /// Every run's overrides (`key=value`, one per axis), the last axis changing fastest.
-  [[nodiscard]] std::vector<std::vector<std::string>> runs() const {
-    std::vector<std::vector<std::string>> out{{}};
-    for (const auto& [key, values] : axes) {
-      std::vector<std::vector<std::string>> next;
-      for (const auto& prefix : out)
-        for (const auto& v : values) {
-          auto r = prefix;
-          r.push_back(key + "=" + v);
-          next.push_back(std::move(r));
-        }
-      out = std::move(next);
-    }
-    return out;
-  }
-  /// The full arguments (after the program name) of run `overrides`, in directory `run_dir`.
-  [[nodiscard]] std::vector<std::string> arguments(const std::vector<std::string>& overrides,
-                                                   const std::filesystem::path& run_dir) const {
-    auto a = base;
-    a.insert(a.end(), overrides.begin(), overrides.end());
-    a.push_back("--run_dir=" + run_dir.string());
-    return a;
-  }
-};
-
-namespace detail {
-// Splits `v` at commas outside brackets ("1,2,[3,4]" -> "1", "2", "[3,4]").
-inline std::vector<std::string> split_top_level(const std::string& v) {
-  std::vector<std::string> out(1);
-  int depth = 0;
-  for (char c : v) {
-    if (c == '[' || c == '{') ++depth;
-    if (c == ']' || c == '}') --depth;
-    if (c == ',' && depth == 0) out.emplace_back();
-    else out.back() += c;
-  }
-  return out;
-}
-}  // namespace detail
-
-/// The sweep a command line asks for (`raw`: the arguments after the program name), or
-/// throws ConfigError naming what is wrong.
-[[nodiscard]] inline SweepPlan plan_sweep(const std::string& program, const std::vector<std::string>& raw) {
-  SweepPlan p;
-  p.program = program;
-  for (std::size_t i = 0; i < raw.size(); ++i) {
-    const std::string& a = raw[i];
-    if (a == "--multirun" || a == "-m") continue;
-    if (a == "--jobs" || a.rfind("--jobs=", 0) == 0) {
-      std::string v = a == "--jobs" ? (i + 1 < raw.size() ? raw[++i] : "") : a.substr(7);
-      try {
-        p.jobs = std::stoi(v);
-      } catch (const std::exception&) {
-        p.jobs = 0;
-      }
-      if (p.jobs < 1 || p.jobs > 1024) throw ConfigError("--jobs=" + v + ": must be a number of runs from 1 to 1024");
-      continue;
-    }
-    const std::string body = a.rfind("--", 0) == 0 ? a.substr(2) : a;
-    const auto eq = body.find('=');
-    if (eq != std::string::npos) {
-      const std::string key = body.substr(0, eq), value = body.substr(eq + 1);
-      if (key == "run_dir" || key == "run.run_dir" || key == "run-dir") {
-        p.dir = value;
-        continue;
-      }
-      auto values = detail::split_top_level(value);
-      if (values.size() > 1) {
-        for (const auto& v : values)
-          if (v.empty()) throw ConfigError("--multirun: '" + a + "' has an empty value");
-        if (key == "resume" || key == "run.resume")
-          throw ConfigError("--multirun: run.resume cannot be swept; a sweep's runs each start afresh");
-        p.axes.emplace_back(key, std::move(values));
-        continue;
-      }
-    } else if (a == "--run_dir" && i + 1 < raw.size()) {
-      p.dir = raw[++i];
-      continue;
-    }
-    p.base.push_back(a);
-  }
-  if (p.axes.empty())
-    throw ConfigError("--multirun: no key has several values; write them comma-separated, e.g. seed=1,2,3");
-  return p;
-}
-
-/// One run of a sweep, as it ended.
-struct SweepRun {
-  std::string name;
-  std::vector<std::string> overrides;
-  int status = -1;  ///< exit status (128 + signal when killed)
-  double final_eval = NAN, best_eval = NAN, wall = NAN;
-  std::int64_t env_steps = 0;
-};
-
-namespace detail {
-inline volatile std::sig_atomic_t g_sweep_stop = 0;
-inline pid_t g_sweep_children[1024];
-inline volatile std::sig_atomic_t g_sweep_child_count = 0;
-inline void sweep_forward(int sig) {
-  g_sweep_stop = sig;
-  for (int i = 0; i < g_sweep_child_count; ++i)
-    if (g_sweep_children[i] > 0) ::kill(g_sweep_children[i], sig);
-}
-inline std::string sweep_run_name(std::size_t index, const std::vector<std::string>& overrides) {
-  std::string n = std::to_string(index);
-  for (const auto& o : overrides) {
-    n += "_";
-    for (char c : o) n += (c == '/' || c == ' ' || c == '[' || c == ']' || c == ',') ? '-' : c;
-  }
-  return n;
-}
-}  // namespace detail
-
-/// Runs `plan` (see file comment) and returns the exit status for the sweep: 0 when every
-/// run succeeded, 1 when one failed, 128 + signal when it was stopped.
-inline int run_sweep(const SweepPlan& plan) {
-  namespace fs = std::filesystem;
-  const fs::path dir = plan.dir.empty() ? fresh_run_dir("runs", "sweep-" + plan.program) : plan.dir;
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec) throw Error("--run_dir: cannot create the sweep directory '" + dir.string() + "': " + ec.message());
-  const auto all = plan.runs();
-  if (all.size() > 100'000) throw ConfigError("--multirun: " + std::to_string(all.size()) + " runs is too many");
-  std::vector<SweepRun> runs(all.size());
-  for (std::size_t i = 0; i < all.size(); ++i) {
-    runs[i].overrides = all[i];
-    runs[i].name = detail::sweep_run_name(i, all[i]);
-  }
-  std::printf("sweep: %zu runs, %d at a time, in %s\n", runs.size(), plan.jobs, dir.string().c_str());
-  std::fflush(stdout);
-
-  struct sigaction sa {}, old_int{}, old_term{};
-  sa.sa_handler = &detail::sweep_forward;
-  sigemptyset(&sa.sa_mask);
-  ::sigaction(SIGINT, &sa, &old_int);
-  ::sigaction(SIGTERM, &sa, &old_term);
-  detail::g_sweep_stop = 0;
-
-  std::map<pid_t, std::size_t> running;
-  std::size_t next = 0, finished = 0;
-  auto start = [&](std::size_t i) {
-    const auto run_dir = dir / runs[i].name;
-    const auto log = dir / (runs[i].name + ".log");
-    std::vector<std::string> args{plan.program};  // argv[0]: the program's name; the file is /proc/self/exe
-    for (auto& a : plan.arguments(runs[i].overrides, run_dir)) args.push_back(a);
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    std::fflush(nullptr);
-    const pid_t pid = ::fork();
-    if (pid < 0) throw Error("--multirun: cannot start run " + runs[i].name + ": fork failed");
-    if (pid == 0) {  // only async-signal-safe calls until exec
-      ::setpgid(0, 0);  // a terminal's Ctrl-C reaches it through the sweep, once
-      const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      if (fd >= 0) {
-        ::dup2(fd, 1);
-        ::dup2(fd, 2);
-        ::close(fd);
-      }
-      ::execve("/proc/self/exe", argv.data(), environ);
-      ::_exit(127);
-    }
-    running[pid] = i;
-    int slot = 0;
-    while (slot < detail::g_sweep_child_count && detail::g_sweep_children[slot] > 0) ++slot;
-    detail::g_sweep_children[slot] = pid;
-    if (slot == detail::g_sweep_child_count) detail::g_sweep_child_count = slot + 1;
-    std::string what;
-    for (const auto& o : runs[i].overrides) what += (what.empty() ? "" : " ") + o;
-    std::printf("[%zu/%zu] started: %s (log: %s)\n", i + 1, runs.size(), what.c_str(), log.string().c_str());
-    std::fflush(stdout);
-  };
-  while (finished < runs.size()) {
-    while (!detail::g_sweep_stop && next < runs.size() && static_cast<int>(running.size()) < plan.jobs) start(next++);
-    if (running.empty()) break;  // stopped before the rest started
-    int status = 0;
-    const pid_t pid = ::waitpid(-1, &status, 0);
-    if (pid < 0) {
-      if (errno == EINTR) continue;
-      break;
-    }
-    const auto it = running.find(pid);
-    if (it == running.end()) continue;
-    for (int s = 0; s < detail::g_sweep_child_count; ++s)
-      if (detail::g_sweep_children[s] == pid) detail::g_sweep_children[s] = -1;
-    auto& r = runs[it->second];
-    running.erase(it);
-    ++finished;
-    r.status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    std::ifstream in(dir / r.name / "summary.json");
-    if (in) {
-      try {
-        const auto j = nlohmann::json::parse(in);
-        auto num = [&](const char* k) { return j.contains(k) && j[k].is_number() ? j[k].get<double>() : NAN; };
-        r.final_eval = num("final_eval_return");
-        r.best_eval = num("best_eval_return");
-        r.wall = num("wall_seconds");
-        r.env_steps = j.contains("env_steps") && j["env_steps"].is_number() ? j["env_steps"].get<std::int64_t>() : 0;
-      } catch (const std::exception&) {
-      }
-    }
-    std::printf("[%zu/%zu] %s: %s, final eval %.1f (best %.1f)\n", finished, runs.size(), r.name.c_str(),
-                r.status == 0 ? "done" : ("exit status " + std::to_string(r.status)).c_str(), r.final_eval, r.best_eval);
-    std::fflush(stdout);
-  }
-  ::sigaction(SIGINT, &old_int, nullptr);
-  ::sigaction(SIGTERM, &old_term, nullptr);
-
-  // The table, on the console and in sweep.csv / sweep.json.
-  std::vector<std::string> keys;
-  for (const auto& [k, v] : plan.axes) keys.push_back(k);
-  std::string csv = "run";
-  for (const auto& k : keys) csv += "," + k;
-  csv += ",exit_status,final_eval_return,best_eval_return,env_steps,wall_seconds\n";
-  nlohmann::ordered_json table = nlohmann::ordered_json::array();
-  std::printf("\n%-6s", "run");
-  for (const auto& k : keys) std::printf(" %-16s", k.c_str());
-  std::printf(" %6s %12s %12s\n", "status", "final eval", "best eval");
-  int failed = 0;
-  for (std::size_t i = 0; i < runs.size(); ++i) {
-    const auto& r = runs[i];
-    nlohmann::ordered_json row;
-    row["run"] = r.name;
-    csv += std::to_string(i);
-    std::printf("%-6zu", i);
-    for (std::size_t a = 0; a < keys.size(); ++a) {
-      const auto v = r.overrides[a].substr(r.overrides[a].find('=') + 1);
-      csv += "," + v;
-      row[keys[a]] = v;
-      std::printf(" %-16s", v.c_str());
-    }
-    auto cell = [](double x) { return std::isfinite(x) ? json_number(x) : std::string(); };
-    csv += "," + (r.status < 0 ? std::string() : std::to_string(r.status)) + "," + cell(r.final_eval) + "," +
-           cell(r.best_eval) + "," + std::to_string(r.env_steps) + "," + cell(r.wall) + "\n";
-    row["exit_status"] = r.status < 0 ? nlohmann::ordered_json() : nlohmann::ordered_json(r.status);
-    row["final_eval_return"] = std::isfinite(r.final_eval) ? nlohmann::ordered_json(r.final_eval) : nlohmann::ordered_json();
-    row["best_eval_return"] = std::isfinite(r.best_eval) ? nlohmann::ordered_json(r.best_eval) : nlohmann::ordered_json();
-    row["env_steps"] = r.env_steps;
-    table.push_back(row);
-    std::printf(" %6s %12.1f %12.1f\n", r.status < 0 ? "-" : std::to_string(r.status).c_str(), r.final_eval, r.best_eval);
-    if (r.status != 0) ++failed;
-  }
-  write_file_atomic(dir / "sweep.csv", csv);
-  write_file_atomic(dir / "sweep.json", table.dump(2) + "\n");
-  std::printf("sweep: %zu of %zu runs succeeded; table in %s\n", runs.size() - static_cast<std::size_t>(failed),
-              runs.size(), (dir / "sweep.csv").string().c_str());
-  std::fflush(stdout);
-  if (detail::g_sweep_stop) return 128 + detail::g_sweep_stop;
-  return failed ? 1 : 0;
-}
-
-}  // namespace anvil
-// ---- end <anvil/train/sweep.hpp> ----
-
-namespace anvil {
-
-namespace detail {
-[[noreturn]] inline void exit_with(const Error& e) {
-  std::fflush(stdout);
-  std::fprintf(stderr, "%s: %s\n", e.label(), e.what());
-  std::fflush(stderr);
-  std::exit(e.exit_code());
-}
-}  // namespace detail
-
-/// The process's part of `start` (see file comment) for a main that builds its configs
-/// itself (e.g. several Trainer types from one command line): error handler, BLAS kernels,
-/// the parsed command line. A malformed command line exits 2.
-inline Args start(int argc, char** argv) {
-  install_error_handler();
-  prefer_fast_blas(argc, argv);
-  try {
-    return parse_config(argc, argv);
-  } catch (const ConfigError& e) {
-    detail::exit_with(e);
-  }
-}
-
-/// A config of type `Config` from `args` over `defaults`: answers `--help` and
-/// `--print-config` (exit 0) and reports bad input (exit 2). For programs whose config is
-/// not a Trainer's (benchmarks, tools); a Trainer's main calls `start<Trainer>`.
-template <class Config>
-Config start_config(const Args& args, Config defaults = {}) {
-  if (args.help) {
-    std::fputs(help_text<Config>(args.program, defaults).c_str(), stdout);
-    std::fflush(stdout);
-    std::exit(0);
-  }
-  Config cfg;
-  try {
-    cfg = configure<Config>(args, std::move(defaults));
-  } catch (const ConfigError& e) {
-    detail::exit_with(e);
-  }
-  if (args.print_config) {
-    std::printf("# %s config, hash %s\n%s", args.program.c_str(), config_hash_hex(cfg).c_str(), to_yaml(cfg).c_str());
-    std::fflush(stdout);
-    std::exit(0);
-  }
-  return cfg;
-}
-
-/// `start(argc, argv)` then `start_config(args, defaults)`.
-template <class Config>
-Config start_config(int argc, char** argv, Config defaults = {}) {
-  return start_config<Config>(start(argc, argv), std::move(defaults));
-}
-
-/// For a program with a config section of its own beside a Trainer's (a program with modes:
-/// `--experiment.mode=...`): the arguments of section `section` (`--<section>.*`,
-/// `<section>.*`) parsed into `Own` (a config holding that section; its defaults under
-/// `--help`), and `start(argc, argv)` of the others, for the Trainer's `start<Trainer>`.
-/// `--help` goes to both.
-template <class Own>
-std::pair<Args, Own> start_with_section(int argc, char** argv, std::string_view section) {
-  std::vector<char*> mine{argv[0]}, theirs{argv[0]};
-  const std::string dashed = "--" + std::string(section) + ".", plain = std::string(section) + ".";
-  for (int i = 1; i < argc; ++i) {
-    const std::string_view a = argv[i];
-    (a.starts_with(dashed) || a.starts_with(plain) ? mine : theirs).push_back(argv[i]);
-    if (a == "--help") mine.push_back(argv[i]);
-  }
-  auto args = start(static_cast<int>(theirs.size()), theirs.data());
-  Own own{};
-  if (!args.help) own = start_config<Own>(static_cast<int>(mine.size()), mine.data());
-  return {std::move(args), std::move(own)};
-}
-
-/// The config of a `Trainer` from `args` over `defaults` (see file comment): answers
-/// `--help` and `--print-config` (exit 0), reports bad input (exit 2), and starts the ranks
-/// the Trainer's parallelism needs.
-template <class Trainer>
-typename Trainer::Config start(const Args& args, typename Trainer::Config defaults = {}) {
-  if (args.multirun && !args.help && !args.print_config) {
-    // A sweep (train/sweep.hpp): every run's config is checked before the first starts.
-    try {
-      const auto plan = plan_sweep(args.program, args.raw);
-      for (const auto& overrides : plan.runs()) {
-        std::vector<std::string> argv{args.program};
-        for (const auto& a : plan.arguments(overrides, "sweep-check")) argv.push_back(a);
-        try {
-          (void)configure<typename Trainer::Config>(parse_args(argv), defaults);
-        } catch (const ConfigError& e) {
-          std::string which;
-          for (const auto& o : overrides) which += (which.empty() ? "" : " ") + o;
-          throw ConfigError("--multirun: the run with " + which + ": " + e.what());
-        }
-      }
-      std::exit(run_sweep(plan));
-    } catch (const Error& e) {
-      detail::exit_with(e);
-    }
-  }
-  auto cfg = start_config<typename Trainer::Config>(args, std::move(defaults));
-  try {
-    Trainer::Parallelism::start_ranks(*cfg.parallel);  // a launcher does not return
-  } catch (const Error& e) {
-    detail::exit_with(e);
-  }
-  return cfg;
-}
-
-/// `start(argc, argv)` then `start<Trainer>(args, defaults)`: the usual first line of a main.
-template <class Trainer>
-typename Trainer::Config start(int argc, char** argv, typename Trainer::Config defaults = {}) {
-  return start<Trainer>(start(argc, argv), std::move(defaults));
-}
-
-}  // namespace anvil
-// ---- end <anvil/train/start.hpp> ----
-// ---- begin <anvil/train/trainer.hpp> ----
-/// @file
-/// `anvil::Trainer<Algorithm, Buffer, Parallelism, Precision[, Loop]>`: the host whose policy
-/// slots read as a sentence. It builds a run's parts from its config (the ranks and device,
-/// the envs and their collector, the algorithm, the buffer, the step context, the loop its
-/// algorithm's data regime calls for, the state sections) and hands them to a `Run`
-/// (train/run.hpp), which drives the loop and fires the hooks on its clock. `fit()` runs it
-/// all; a custom main may call the steps itself (`begin`, `collect`, `update`, `evaluate`,
-/// `log`, `save_checkpoint`, `finish`).
-
-#include <torch/cuda.h>
-#include <torch/utils.h>
-
-#include <algorithm>
-#include <cerrno>
-#include <cctype>
-#include <cmath>
-#include <cstdint>
-#include <deque>
-#include <filesystem>
-#include <memory>
-#include <string>
-#include <thread>
-#include <type_traits>
-#include <utility>
-#include <vector>
-
 
 namespace anvil {
 
@@ -19117,24 +19334,13 @@ class BasicTrainer {
   using Runner = typename L::template Runner<A, B>;
 
   /// Every knob of a run, one section per policy; keys are `<section>.<field>`.
-  struct Config {
-    Section<"run", RunConfig> run;
-    Section<L::config_section, typename L::Config> train;
-    Section<"env", envs::VecEnvConfig> env;
-    Section<"normalize", envs::NormalizeConfig> normalize;
-    Section<A::config_section, typename A::Config> algorithm;
-    Section<B::config_section, typename B::Config> buffer;
-    Section<P::config_section, typename P::Config> parallel;
-    Section<X::config_section, typename X::Config> precision;
-
-    /// Rules across sections.
-    void validate() const {
-      const auto s = L::settings(*train);
-      if (s.unit == ClockUnit::env_steps && s.eval_interval > 0 && s.eval_interval < env->num_envs)
-        throw ConfigError("train.eval_interval (" + std::to_string(s.eval_interval) +
-                          ") is shorter than one step of env.num_envs (" + std::to_string(*env->num_envs) + ") envs");
-    }
-  };
+  using Config = TrainerConfig<A, B, P, X, L>;
+  static_assert(std::same_as<policy_config_t<A>, typename A::Config> &&
+                    std::same_as<policy_config_t<B>, typename B::Config> &&
+                    std::same_as<policy_config_t<P>, typename P::Config> &&
+                    std::same_as<policy_config_t<X>, typename X::Config> &&
+                    std::same_as<policy_config_t<L>, typename L::Config>,
+                "policy_config<T> names another config than T::Config: a light header's specialisation is stale");
 
   /// Builds the run from a typed config (validated here; throws ConfigError). With DDP<N>
   /// the process must be a rank: `anvil::start` launches them.
@@ -19498,4 +19704,228 @@ using Trainer = typename detail::TrainerSelect<A, B, P, X, L>::type;
 
 }  // namespace anvil
 // ---- end <anvil/train/trainer.hpp> ----
+
+namespace anvil::compiled {
+
+template <class A, class B, class P, class X, class L>
+auto Trainer<A, B, P, X, L>::start_config(const Args& args, Config defaults) -> Config {
+  return anvil::start<Full>(args, std::move(defaults));
+}
+
+template <class A, class B, class P, class X, class L>
+template <envs::Env E>
+Trainer<A, B, P, X, L>::Trainer(const E& env, Config cfg, std::string program)
+    : impl_(std::make_unique<Full>(env, std::move(cfg), std::move(program))) {}
+
+template <class A, class B, class P, class X, class L>
+Trainer<A, B, P, X, L>::Trainer(Trainer&&) noexcept = default;
+
+template <class A, class B, class P, class X, class L>
+auto Trainer<A, B, P, X, L>::operator=(Trainer&&) noexcept -> Trainer& = default;
+
+template <class A, class B, class P, class X, class L>
+Trainer<A, B, P, X, L>::~Trainer() = default;
+
+template <class A, class B, class P, class X, class L>
+FitResult Trainer<A, B, P, X, L>::fit() {
+  return impl_->fit();
+}
+
+template <class A, class B, class P, class X, class L>
+EvalResult Trainer<A, B, P, X, L>::evaluate(int episodes) {
+  return impl_->evaluate(episodes);
+}
+
+template <class A, class B, class P, class X, class L>
+const EvalResult& Trainer<A, B, P, X, L>::last_evaluation() const noexcept {
+  return impl_->last_evaluation();
+}
+
+template <class A, class B, class P, class X, class L>
+void Trainer<A, B, P, X, L>::save_checkpoint(const std::filesystem::path& file) {
+  impl_->save_checkpoint(file);
+}
+
+template <class A, class B, class P, class X, class L>
+void Trainer<A, B, P, X, L>::load_checkpoint(const std::filesystem::path& file) {
+  impl_->load_checkpoint(file);
+}
+
+template <class A, class B, class P, class X, class L>
+void Trainer<A, B, P, X, L>::save_policy(const std::filesystem::path& file) const {
+  impl_->save_policy(file);
+}
+
+template <class A, class B, class P, class X, class L>
+auto Trainer<A, B, P, X, L>::config() const noexcept -> const Config& {
+  return impl_->config();
+}
+
+template <class A, class B, class P, class X, class L>
+const std::filesystem::path& Trainer<A, B, P, X, L>::run_dir() const noexcept {
+  return impl_->run_dir();
+}
+
+}  // namespace anvil::compiled
+
+/// Builds `compiled::Trainer<A, B, P, X>` in this translation unit (its members but the
+/// constructor, which is built per env by `ANVIL_COMPILED_TRAINER_ENV`).
+#define ANVIL_COMPILED_TRAINER(A, B, P, X) template class ::anvil::compiled::Trainer<A, B, P, X>;
+/// Builds the constructor of `compiled::Trainer<A, B, P, X>` for env type `E`.
+#define ANVIL_COMPILED_TRAINER_ENV(A, B, P, X, E)                                                     \
+  template ::anvil::compiled::Trainer<A, B, P, X>::Trainer(                                          \
+      const E&, typename ::anvil::compiled::Trainer<A, B, P, X>::Config, std::string);
+// ---- end <anvil/train/compiled_trainer_impl.hpp> ----
+// ---- begin <anvil/train/loops/staged.hpp> ----
+/// @file
+/// `Staged<First, Second>`: one loop, then another, on the same algorithm and buffer, e.g.
+/// `Staged<OfflineLoop, OffPolicyLoop>` learns from a dataset first and then goes on
+/// online with what it learned (and with the dataset in its replay buffer). Each stage has
+/// its own section under `train` (`train.offline.steps`, `train.off_policy.learning_starts`)
+/// and its own unit: the clock counts updates in an offline stage and env steps in an
+/// online one, and the hooks' intervals follow the stage that runs. TensorBoard records a
+/// staged run by gradient updates, the one count that grows through every stage.
+///
+/// Checkpoints record the stage (the `loop` section), so a resumed run continues in the
+/// stage it stopped in and does not run the first one again. Learning rates are scaled
+/// once, when the algorithm is built, so both stages must agree on `lr_scaling` and
+/// `base_batch`; micro-batches and the policy average follow each stage's settings.
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <utility>
+
+
+namespace anvil {
+
+/// Loop policy: `First`'s loop until its `steps`, then `Second`'s (see file comment).
+template <Loop First, Loop Second>
+struct Staged {
+  static_assert(First::stage_name.view() != Second::stage_name.view(),
+                "Staged<First, Second>: both stages are the same loop, whose config sections would clash; "
+                "run one loop with more steps instead");
+
+  using policy_kind = LoopKind;
+  static constexpr std::string_view name = "staged";
+  static constexpr FixedString config_section = "train";
+
+  /// One section per stage, named after its loop (`train.offline`, `train.off_policy`, ...).
+  struct Config {
+    Section<First::stage_name, typename First::Config> first;
+    Section<Second::stage_name, typename Second::Config> second;
+
+    void validate() const {
+      const auto a = First::settings(*first), b = Second::settings(*second);
+      const std::string f(First::stage_name.view()), s(Second::stage_name.view());
+      if (a.lr_scaling != b.lr_scaling)
+        throw ConfigError("train." + s + ".lr_scaling differs from train." + f +
+                          ".lr_scaling: learning rates are scaled once, when the algorithm is built");
+      if (a.base_batch != b.base_batch)
+        throw ConfigError("train." + s + ".base_batch differs from train." + f +
+                          ".base_batch: learning rates are scaled once, when the algorithm is built");
+    }
+    void shrink() {
+      first->shrink();
+      second->shrink();
+    }
+  };
+
+  /// The settings the run is built with: the first stage's.
+  [[nodiscard]] static LoopSettings settings(const Config& c) {
+    auto s = First::settings(*c.first);
+    s.record_unit = ClockUnit::updates;
+    return s;
+  }
+
+  /// Both stages' rules (the second's only once the first's hold: one sentence).
+  template <class A, class B>
+  struct Rules {
+    static constexpr bool first_ok = First::template Rules<A, B>::ok;
+    template <bool Check>
+    static constexpr bool second_ok() {
+      if constexpr (Check) return Second::template Rules<A, B>::ok;
+      else return true;
+    }
+    static constexpr bool ok = first_ok && second_ok<first_ok>();
+  };
+
+  /// Runs the stages in turn (see file comment).
+  template <class A, class B>
+  class Runner {
+    using FirstRunner = typename First::template Runner<A, B>;
+    using SecondRunner = typename Second::template Runner<A, B>;
+
+   public:
+    Runner(const Config& cfg, LoopParts<A, B> parts)
+        : first_(*cfg.first, parts), second_(*cfg.second, parts), step_(parts.step) {}
+
+    [[nodiscard]] LoopSettings settings() const {
+      auto s = stage_ == 0 ? first_.settings() : second_.settings();
+      s.record_unit = ClockUnit::updates;
+      return s;
+    }
+    [[nodiscard]] int stage() const noexcept { return stage_; }
+
+    void begin() {
+      stage_ == 0 ? first_.begin() : second_.begin();
+      step_.set_micro_batches(settings().grad_accumulation);
+    }
+    void resumed() {
+      stage_ == 0 ? first_.resumed() : second_.resumed();
+      step_.set_micro_batches(settings().grad_accumulation);
+    }
+    [[nodiscard]] bool done() const noexcept { return stage_ == 1 && second_.done(); }
+
+    /// An iteration of the stage that runs; when the first stage ends, the second begins.
+    void iterate(std::int64_t quiet_until = INT64_MAX) {
+      if (stage_ == 1) return second_.iterate(quiet_until);
+      if (!first_.done()) first_.iterate(quiet_until);
+      if (first_.done()) {
+        stage_ = 1;
+        begin();
+      }
+    }
+    void at_log_row() { stage_ == 0 ? first_.at_log_row() : second_.at_log_row(); }
+    [[nodiscard]] BottleneckAdvice advice() const { return stage_ == 0 ? first_.advice() : second_.advice(); }
+
+    /// The stages' runners (e.g. for a custom main).
+    [[nodiscard]] auto& first() noexcept { return first_; }
+    [[nodiscard]] auto& second() noexcept { return second_; }
+
+    /// State protocol: the stage, and each stage's own state.
+    void save(BinaryWriter& w) const {
+      w.value(stage_);
+      first_.save(w);
+      second_.save(w);
+    }
+    struct Saved {
+      int stage = 0;
+      decltype(std::declval<const FirstRunner&>().read(std::declval<BinaryReader&>())) first;
+      decltype(std::declval<const SecondRunner&>().read(std::declval<BinaryReader&>())) second;
+    };
+    [[nodiscard]] Saved read(BinaryReader& r) const {
+      const int stage = r.value<int>("stage");
+      if (stage < 0 || stage > 1) r.fail("stage", "is " + std::to_string(stage) + "; a Staged run has stages 0 and 1");
+      auto a = first_.read(r);
+      auto b = second_.read(r);
+      return Saved{stage, std::move(a), std::move(b)};
+    }
+    void restore(const Saved& s) {
+      stage_ = s.stage;
+      first_.restore(s.first);
+      second_.restore(s.second);
+    }
+
+   private:
+    FirstRunner first_;
+    SecondRunner second_;
+    StepContext& step_;
+    int stage_ = 0;
+  };
+};
+
+}  // namespace anvil
+// ---- end <anvil/train/loops/staged.hpp> ----
 // ---- end <anvil/anvil.hpp> ----

@@ -68,6 +68,46 @@ TEST_CASE("Trainer: two runs with the same seed on the CPU give identical return
   for (std::size_t i = 0; i < w1.size(); ++i) CHECK(torch::equal(w1[i], w2[i]));
 }
 
+TEST_CASE("compiled::Trainer: a Trainer's config type, command line and run, bit for bit") {
+  using Compiled = compiled::Trainer<SAC, UniformBuffer>;
+  static_assert(std::same_as<Compiled::Config, SacTrainer::Config>);
+  static_assert(std::same_as<Compiled::Full, SacTrainer>);
+  static_assert(std::same_as<compiled::Trainer<SAC, PrioritizedBuffer, SingleDevice, BF16>::Full,
+                             Trainer<SAC, PrioritizedBuffer, SingleDevice, BF16>>);
+  auto c = tiny_config(1200, "compiled_full", 400, 2);
+  c.run->seed = 5;
+  // The command line reads into the same config either way.
+  const std::vector<std::string> argv{"prog", "--sac.batch_size=32", "train.steps=900", "--seed=7"};
+  const auto args = parse_args(argv);
+  const auto from_compiled = start<Compiled>(args, c);
+  const auto from_full = start<SacTrainer>(args, c);
+  CHECK(to_yaml(from_compiled) == to_yaml(from_full));
+  CHECK(from_compiled.algorithm->batch_size == 32);
+  CHECK(from_compiled.train->steps == 900);
+  CHECK(from_compiled.run->seed == 7u);
+
+  SacTrainer full(envs::Pendulum{}, from_full);
+  const auto r1 = full.fit();
+  auto c2 = from_compiled;
+  c2.run->run_dir = temp_run_dir("compiled_facade");
+  Compiled facade(envs::Pendulum{}, c2);
+  const auto r2 = facade.fit();
+  CHECK(std::isfinite(r1.final_eval_return));
+  CHECK(r1.final_eval_return == r2.final_eval_return);
+  CHECK(r1.updates == r2.updates);
+  CHECK(facade.config().train->steps == 900);
+  CHECK(facade.run_dir() == std::filesystem::path(*c2.run->run_dir));
+  CHECK(std::filesystem::exists(facade.run_dir() / "summary.json"));
+  const auto a = full.algorithm().actor()->parameters(), b = facade.full().algorithm().actor()->parameters();
+  REQUIRE(a.size() == b.size());
+  for (std::size_t i = 0; i < a.size(); ++i) CHECK(torch::equal(a[i], b[i]));
+  // The facade moves like a value, and evaluates and saves through the Trainer it holds.
+  Compiled moved = std::move(facade);
+  CHECK(moved.evaluate(1).episodes == 1);
+  moved.save_policy(moved.run_dir() / "again.bin");
+  CHECK(std::filesystem::file_size(moved.run_dir() / "again.bin") > 0);
+}
+
 TEST_CASE("Trainer: update_interval and updates_per_interval set the update-to-data ratio") {
   auto c = pendulum_config(1000, "utd");
   c.train->learning_starts = 200;

@@ -31,6 +31,7 @@
 #include <anvil/core/error.hpp>
 #include <anvil/core/spaces.hpp>
 #include <anvil/core/tensor_io.hpp>
+#include <anvil/algorithms/sac_config.hpp>
 #include <anvil/nn/gaussian_actor.hpp>
 #include <anvil/nn/twin_q.hpp>
 #include <anvil/optim/ema.hpp>
@@ -254,30 +255,13 @@ inline SacActorResult manual_actor(SacManual& m, const nn::GaussianActorImpl& ac
   return r;
 }
 
-/// SAC's settings for envs that have tasks (see the file comment); `per_task` is the
-/// default of `per_task_alpha` (on in MultiTaskSAC).
-template <bool per_task>
-struct SacTaskConfig {
-  Param<bool, "per_task_alpha",
-        "with an env that has tasks: a learned temperature per task, picked by each transition's task">
-      per_task_alpha{per_task};
-  Param<std::vector<double>, "target_entropy_scales",
-        "one per task, in the env's task order: each task's target entropy is -scale * action_dim (empty: "
-        "target_entropy_scale for every task; a negative scale asks for more entropy than a uniform action)">
-      target_entropy_scales{};
-  Param<bool, "loss_weights",
-        "weight each transition's critic and actor losses by T * softmax(-log alpha) of its task (needs "
-        "per_task_alpha): tasks whose temperature is still high weigh less">
-      loss_weights{false};
-};
-
 }  // namespace detail
 
 /// Algorithm policy: Soft Actor-Critic (see file comment) with swappable networks.
 /// @tparam Actor  a `SquashedPolicyNetwork` (default: tanh-Gaussian MLP)
 /// @tparam Critic a `TwinCriticNetwork` (default: two MLP Q-functions)
 /// @tparam kMultiTask MultiTaskSAC: section `mtsac`, a temperature per task by default
-template <class Actor = nn::GaussianActor, class Critic = nn::TwinQ, bool kMultiTask = false>
+template <class Actor, class Critic, bool kMultiTask>
 class BasicSAC {
   static_assert(SquashedPolicyNetwork<Actor>,
                 "BasicSAC<Actor, ...>: Actor must be a torch module holder built from "
@@ -290,38 +274,11 @@ class BasicSAC {
 
  public:
   using policy_kind = AlgorithmKind;
-  static constexpr auto config_section = [] {
-    if constexpr (kMultiTask) return FixedString("mtsac");
-    else return FixedString("sac");
-  }();
+  static constexpr auto config_section = detail::sac_config_section<kMultiTask>;
   static constexpr bool on_policy = false;
   using Batch = ReplayBatch;
 
-  struct Config {
-    Param<int, "batch_size", "transitions per gradient update", at_least(1)> batch_size{256};
-    Param<double, "gamma", "discount factor", in_range(0, 1)> gamma{0.99};
-    Param<double, "tau", "Polyak coefficient of the target networks", in_range(0, 1)> tau{0.005};
-    Param<double, "actor_lr", "actor learning rate (Adam)", positive> actor_lr{3e-4};
-    Param<double, "critic_lr", "critic learning rate (Adam)", positive> critic_lr{3e-4};
-    Param<double, "alpha_lr", "entropy temperature learning rate (Adam)", positive> alpha_lr{3e-4};
-    Param<double, "init_alpha", "initial entropy temperature", positive> init_alpha{1.0};
-    Param<bool, "auto_alpha", "tune the temperature towards the target entropy"> auto_alpha{true};
-    Param<double, "target_entropy_scale", "target entropy is -scale * action_dim", at_least(0)>
-        target_entropy_scale{1.0};
-    Param<int, "actor_update_freq", "update the actor and temperature every N updates", at_least(1)>
-        actor_update_freq{1};
-    Param<int, "target_update_freq", "Polyak-average the targets every N updates", at_least(1)>
-        target_update_freq{1};
-    Param<double, "max_grad_norm", "clip each gradient's global norm (0: off)", at_least(0)>
-        max_grad_norm{0.0};
-    Param<bool, "manual_backward",
-          "hand-written gradients for the default networks in float32 on the CPU (false: "
-          "autograd; same result, slower)">
-        manual_backward{true};
-    Section<"actor", detail::module_config_t<Actor>> actor;
-    Section<"critic", detail::module_config_t<Critic>> critic;
-    Section<"tasks", detail::SacTaskConfig<kMultiTask>> tasks;
-  };
+  using Config = SacConfig<detail::module_config_t<Actor>, detail::module_config_t<Critic>, kMultiTask>;
 
   BasicSAC(const EnvSpec& spec, const Config& cfg, const RunContext& ctx)
       : cfg_(cfg), device_(ctx.device) {
@@ -766,15 +723,6 @@ class BasicSAC {
   Ema ema_;                                     // averaged actor weights (train.ema_decay)
 };
 
-/// SAC with the default networks: tanh-Gaussian actor and twin-Q critic, 256x256 MLPs.
-using SAC = BasicSAC<>;
-
-/// Multi-task SAC with swappable networks: a temperature per task by default, in the
-/// config section `mtsac` (see the file comment).
-template <class Actor = nn::GaussianActor, class Critic = nn::TwinQ>
-using BasicMultiTaskSAC = BasicSAC<Actor, Critic, true>;
-/// Multi-task SAC with the default networks.
-using MultiTaskSAC = BasicMultiTaskSAC<>;
 
 static_assert(Algorithm<SAC>);
 static_assert(Algorithm<MultiTaskSAC>);

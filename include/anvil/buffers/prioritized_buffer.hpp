@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include <anvil/buffers/replay_config.hpp>
 #include <anvil/buffers/detail/replay_core.hpp>
 #include <anvil/buffers/sum_tree.hpp>
 #include <anvil/core/batch.hpp>
@@ -44,22 +45,7 @@ class PrioritizedBuffer {
   /// The format tag of the files `save(path)` writes.
   static constexpr const char* file_format = "anvil PrioritizedBuffer v4";
 
-  struct Config {
-    detail::CapacityParam capacity{1'000'000};
-    detail::StorageParam storage{Storage::compute};
-    detail::ObsDtypeParam obs_dtype{ObsDtype::float32};
-    detail::NStepParam n_step{1};
-    Param<double, "alpha", "priority exponent: 0 samples uniformly, 1 in proportion to |TD error|",
-          in_range(0, 1)>
-        alpha{0.6};
-    Param<double, "beta", "importance-weight exponent at the start; rises linearly to 1", in_range(0, 1)>
-        beta{0.4};
-    Param<std::int64_t, "beta_steps", "env steps over which beta reaches 1 (0: the whole run)",
-          at_least(0)>
-        beta_steps{0};
-    Param<double, "eps", "added to |TD error| so no transition's priority is zero", positive> eps{1e-6};
-    detail::BalanceTasksParam balance_tasks{true};
-  };
+  using Config = PrioritizedBufferConfig;
 
   PrioritizedBuffer(const EnvSpec& spec, const Config& cfg, const RunContext& ctx)
       : core_(spec, cfg.capacity, cfg.storage, cfg.obs_dtype, cfg.n_step, ctx, "PrioritizedBuffer",

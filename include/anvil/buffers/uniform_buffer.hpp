@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include <anvil/buffers/replay_config.hpp>
 #include <anvil/buffers/detail/replay_core.hpp>
 #include <anvil/core/batch.hpp>
 #include <anvil/core/concepts.hpp>
@@ -35,13 +36,7 @@ class UniformBuffer {
   /// The format tag of the files `save(path)` writes.
   static constexpr const char* file_format = "anvil UniformBuffer v4";
 
-  struct Config {
-    detail::CapacityParam capacity{1'000'000};
-    detail::StorageParam storage{Storage::compute};
-    detail::ObsDtypeParam obs_dtype{ObsDtype::float32};
-    detail::NStepParam n_step{1};
-    detail::BalanceTasksParam balance_tasks{true};
-  };
+  using Config = UniformBufferConfig;
 
   UniformBuffer(const EnvSpec& spec, const Config& cfg, const RunContext& ctx)
       : core_(spec, cfg.capacity, cfg.storage, cfg.obs_dtype, cfg.n_step, ctx, "UniformBuffer"),

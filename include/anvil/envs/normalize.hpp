@@ -27,21 +27,10 @@
 #include <anvil/core/binary_io.hpp>
 #include <anvil/core/error.hpp>
 #include <anvil/core/param.hpp>
+#include <anvil/envs/env_config.hpp>
 #include <anvil/envs/vec_env.hpp>
 
 namespace anvil::envs {
-
-/// The `normalize` section of a run's config.
-struct NormalizeConfig {
-  Param<bool, "obs", "normalise observations by their running mean and variance"> obs{false};
-  Param<bool, "reward", "scale rewards by the running std of the discounted return"> reward{false};
-  Param<double, "clip_obs", "clip normalised observations to [-clip, clip]", positive> clip_obs{10.0};
-  Param<double, "clip_reward", "clip scaled rewards to [-clip, clip]", positive> clip_reward{10.0};
-  Param<double, "gamma", "discount of the return whose std scales rewards (0: the algorithm's gamma)",
-        in_range(0, 1)>
-      gamma{0.0};
-  Param<double, "epsilon", "added to variances before the square root", positive> epsilon{1e-8};
-};
 
 /// Running mean and variance of vectors (Chan, Golub, LeVeque 1979, parallel update), in
 /// double precision. Holds the merged statistics of every rank (`base`) and this rank's

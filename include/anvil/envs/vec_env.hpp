@@ -35,32 +35,9 @@
 #include <anvil/core/random.hpp>
 #include <anvil/core/detail/thread_pool.hpp>
 #include <anvil/envs/env.hpp>
+#include <anvil/envs/env_config.hpp>
 
 namespace anvil::envs {
-
-/// Sync: step inside `step()`; async: step on a background thread (see file comment).
-enum class VecMode { sync, async };
-constexpr auto enum_names(VecMode) { return std::array<std::string_view, 2>{"sync", "async"}; }
-
-/// The `env` section of a run's config.
-struct VecEnvConfig {
-  Param<int, "num_envs", "environments stepped together (one batched action per step)",
-        in_range(1, 1 << 20)>
-      num_envs{1};
-  Param<int, "threads", "threads stepping the envs (1: the calling thread only)", in_range(1, 1024)>
-      threads{1};
-  Param<VecMode, "mode", "sync: step in step(); async: step in the background during updates">
-      mode{VecMode::sync};
-  Param<std::string, "id",
-        "the env by name, in programs that choose it at run time (Pendulum-v1, CartPole-v1, Acrobot-v1, "
-        "MountainCarContinuous-v0; multi-agent: Mapping, SimpleSpread, Climbing, Penalty, Credit); elsewhere "
-        "empty or the program's env">
-      id{""};
-  Param<std::string, "suite", "a suite of tasks for envs that have tasks (the manipulation suite: mt10)"> suite{""};
-  Param<std::vector<std::string>, "tasks",
-        "tasks for envs that have tasks, comma-separated (e.g. reach,push); envs are spread over them">
-      tasks{};
-};
 
 /// An episode that ended during a step.
 struct EpisodeEnd {

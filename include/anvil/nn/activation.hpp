@@ -7,14 +7,10 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <anvil/nn/network_config.hpp>
+
 namespace anvil::nn {
 
-/// Hidden-layer activation.
-enum class Activation { relu, tanh, elu, gelu, silu, leaky_relu };
-/// Names for configs (`sac.actor.activation=tanh`).
-constexpr auto enum_names(Activation) {
-  return std::array<std::string_view, 6>{"relu", "tanh", "elu", "gelu", "silu", "leaky_relu"};
-}
 
 /// Applies `a` element-wise.
 inline at::Tensor activate(const at::Tensor& x, Activation a) {

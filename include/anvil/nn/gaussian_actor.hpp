@@ -25,13 +25,7 @@ struct PolicySample {
 /// tanh(u), so they lie in [-1, 1] (the Trainer rescales them to the env's bounds).
 class GaussianActorImpl : public torch::nn::Cloneable<GaussianActorImpl> {
  public:
-  /// Network shape, under the algorithm's `actor` section (`sac.actor.hidden=64,64`).
-  struct Config {
-    Param<std::vector<int>, "hidden", "hidden layer widths", at_least(1)> hidden{256, 256};
-    Param<Activation, "activation", "hidden-layer activation"> activation{Activation::relu};
-    Param<double, "log_std_min", "lower bound of the log standard deviation"> log_std_min{-5.0};
-    Param<double, "log_std_max", "upper bound of the log standard deviation"> log_std_max{2.0};
-  };
+  using Config = GaussianActorConfig;
 
   GaussianActorImpl(std::int64_t obs_dim, std::int64_t act_dim, const Config& cfg)
       : obs_dim_(obs_dim), act_dim_(act_dim), cfg_(cfg) {

@@ -17,11 +17,7 @@ namespace anvil::nn {
 /// counters the overestimation a single maximised Q-network suffers.
 class TwinQImpl : public torch::nn::Cloneable<TwinQImpl> {
  public:
-  /// Network shape, under the algorithm's `critic` section (`sac.critic.hidden=256,256`).
-  struct Config {
-    Param<std::vector<int>, "hidden", "hidden layer widths", at_least(1)> hidden{256, 256};
-    Param<Activation, "activation", "hidden-layer activation"> activation{Activation::relu};
-  };
+  using Config = TwinQConfig;
 
   TwinQImpl(std::int64_t obs_dim, std::int64_t act_dim, const Config& cfg)
       : obs_dim_(obs_dim), act_dim_(act_dim), cfg_(cfg) {

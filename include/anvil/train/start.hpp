@@ -107,11 +107,9 @@ std::pair<Args, Own> start_with_section(int argc, char** argv, std::string_view 
   return {std::move(args), std::move(own)};
 }
 
-/// The config of a `Trainer` from `args` over `defaults` (see file comment): answers
-/// `--help` and `--print-config` (exit 0), reports bad input (exit 2), and starts the ranks
-/// the Trainer's parallelism needs.
+namespace detail {
 template <class Trainer>
-typename Trainer::Config start(const Args& args, typename Trainer::Config defaults = {}) {
+typename Trainer::Config start_trainer(const Args& args, typename Trainer::Config defaults) {
   if (args.multirun && !args.help && !args.print_config) {
     // A sweep (train/sweep.hpp): every run's config is checked before the first starts.
     try {
@@ -139,6 +137,19 @@ typename Trainer::Config start(const Args& args, typename Trainer::Config defaul
     detail::exit_with(e);
   }
   return cfg;
+}
+}  // namespace detail
+
+/// The config of a `Trainer` from `args` over `defaults` (see file comment): answers
+/// `--help` and `--print-config` (exit 0), reports bad input (exit 2), and starts the ranks
+/// the Trainer's parallelism needs.
+template <class Trainer>
+typename Trainer::Config start(const Args& args, typename Trainer::Config defaults = {}) {
+  if constexpr (requires { requires Trainer::prebuilt; }) {
+    return Trainer::start_config(args, std::move(defaults));  // compiled::Trainer: this, compiled once
+  } else {
+    return detail::start_trainer<Trainer>(args, std::move(defaults));
+  }
 }
 
 /// `start(argc, argv)` then `start<Trainer>(args, defaults)`: the usual first line of a main.

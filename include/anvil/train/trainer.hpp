@@ -55,6 +55,7 @@
 #include <anvil/train/run.hpp>
 #include <anvil/train/run_config.hpp>
 #include <anvil/train/start.hpp>
+#include <anvil/train/trainer_config.hpp>
 
 namespace anvil {
 
@@ -88,24 +89,13 @@ class BasicTrainer {
   using Runner = typename L::template Runner<A, B>;
 
   /// Every knob of a run, one section per policy; keys are `<section>.<field>`.
-  struct Config {
-    Section<"run", RunConfig> run;
-    Section<L::config_section, typename L::Config> train;
-    Section<"env", envs::VecEnvConfig> env;
-    Section<"normalize", envs::NormalizeConfig> normalize;
-    Section<A::config_section, typename A::Config> algorithm;
-    Section<B::config_section, typename B::Config> buffer;
-    Section<P::config_section, typename P::Config> parallel;
-    Section<X::config_section, typename X::Config> precision;
-
-    /// Rules across sections.
-    void validate() const {
-      const auto s = L::settings(*train);
-      if (s.unit == ClockUnit::env_steps && s.eval_interval > 0 && s.eval_interval < env->num_envs)
-        throw ConfigError("train.eval_interval (" + std::to_string(s.eval_interval) +
-                          ") is shorter than one step of env.num_envs (" + std::to_string(*env->num_envs) + ") envs");
-    }
-  };
+  using Config = TrainerConfig<A, B, P, X, L>;
+  static_assert(std::same_as<policy_config_t<A>, typename A::Config> &&
+                    std::same_as<policy_config_t<B>, typename B::Config> &&
+                    std::same_as<policy_config_t<P>, typename P::Config> &&
+                    std::same_as<policy_config_t<X>, typename X::Config> &&
+                    std::same_as<policy_config_t<L>, typename L::Config>,
+                "policy_config<T> names another config than T::Config: a light header's specialisation is stale");
 
   /// Builds the run from a typed config (validated here; throws ConfigError). With DDP<N>
   /// the process must be a rank: `anvil::start` launches them.

@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include <anvil/buffers/replay_config.hpp>
 #include <anvil/buffers/detail/transition_store.hpp>
 #include <anvil/core/batch.hpp>
 #include <anvil/core/context.hpp>
@@ -17,19 +18,6 @@
 #include <anvil/core/spaces.hpp>
 
 namespace anvil::detail {
-
-// Config fields every replay buffer has (each buffer's Config lists them by these names).
-using CapacityParam = Param<std::int64_t, "capacity", "transitions kept; the oldest are overwritten", at_least(1)>;
-using StorageParam = Param<Storage, "storage", "compute: tensors on the training device; cpu: in host memory">;
-using ObsDtypeParam = Param<ObsDtype, "obs_dtype",
-                            "observation storage: float32, or bfloat16/float16 for half the memory">;
-using NStepParam = Param<int, "n_step",
-                         "store n-step returns: rewards summed over up to n steps, discounted by the "
-                         "algorithm's gamma (1: one-step transitions)",
-                         in_range(1, 1000)>;
-using BalanceTasksParam = Param<bool, "balance_tasks",
-                                "with an env that has tasks, give each task an equal share of every batch "
-                                "(batch / tasks transitions each)">;
 
 class ReplayCore {
  public:

@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include <anvil/buffers/replay_config.hpp>
 #include <anvil/buffers/detail/n_step.hpp>
 #include <anvil/core/batch.hpp>
 #include <anvil/core/binary_io.hpp>
@@ -25,18 +26,6 @@
 #include <anvil/core/spaces.hpp>
 
 namespace anvil {
-
-/// Where a replay buffer keeps its tensors: with the networks (no copy per sample; the
-/// default) or in host memory (for buffers larger than the GPU's memory).
-enum class Storage { compute, cpu };
-constexpr auto enum_names(Storage) { return std::array<std::string_view, 2>{"compute", "cpu"}; }
-
-/// How a replay buffer stores observations: full float32, or 16-bit floats to halve the
-/// memory of observation-heavy buffers (batches always come out as float32).
-enum class ObsDtype { float32, bfloat16, float16 };
-constexpr auto enum_names(ObsDtype) {
-  return std::array<std::string_view, 3>{"float32", "bfloat16", "float16"};
-}
 
 namespace detail {
 

@@ -21,27 +21,13 @@
 #include <string>
 #include <vector>
 
+#include <anvil/train/hooks/results.hpp>
 #include <anvil/core/binary_io.hpp>
 #include <anvil/envs/vec_env.hpp>
 #include <anvil/observe/timers.hpp>
 #include <anvil/parallel/collectives.hpp>
 
 namespace anvil {
-
-/// Mean, spread and range of evaluation returns, the success rate, and each task's.
-struct EvalResult {
-  double mean = NAN, std = NAN, min = NAN, max = NAN;
-  double success = NAN;  ///< the share of episodes that succeeded (NaN: the env does not say)
-  int episodes = 0;
-  /// The returns and success rate of one task (or agent) of an env that has several.
-  struct Group {
-    std::string name;
-    double mean = NAN;
-    int episodes = 0;
-    double success = NAN;
-  };
-  std::vector<Group> groups;  ///< empty when the env has no tasks
-};
 
 /// Evaluations of a run (see file comment).
 class Evaluation {

@@ -23,6 +23,7 @@
 #include <utility>
 #include <vector>
 
+#include <anvil/train/hooks/results.hpp>
 #include <anvil/core/error.hpp>
 #include <anvil/data/episode_stats.hpp>
 #include <anvil/observe/gpu_monitor.hpp>
@@ -35,16 +36,6 @@
 #include <anvil/train/hooks/evaluation.hpp>
 
 namespace anvil {
-
-/// What `fit()` achieved; also written to `summary.json`.
-struct FitResult {
-  double final_eval_return = NAN;
-  double best_eval_return = NAN;
-  std::int64_t env_steps = 0;
-  std::int64_t updates = 0;
-  double wall_seconds = 0.0;
-  std::string stopped_by;  ///< empty: the run finished; else e.g. "stopped by SIGTERM"
-};
 
 /// One row of metrics, as rank 0 writes it.
 struct LogRow {

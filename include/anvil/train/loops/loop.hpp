@@ -31,6 +31,7 @@
 #include <cstdint>
 #include <string>
 
+#include <anvil/train/loops/loop_config.hpp>
 #include <anvil/core/batch.hpp>
 #include <anvil/core/concepts.hpp>
 #include <anvil/core/error.hpp>
@@ -80,28 +81,7 @@ concept StepwiseLoop = requires(R& r, std::int64_t n, int k) {
   { r.update(k) };
 };
 
-/// Config fields several loops have, declared once (each loop's Config lists the ones it has).
 namespace loops {
-using EnvStepsParam = Param<std::int64_t, "steps", "env steps to train for (all envs together)", at_least(1)>;
-using UpdateStepsParam = Param<std::int64_t, "steps", "gradient updates to train for", at_least(1)>;
-using LearningStartsParam =
-    Param<std::int64_t, "learning_starts", "env steps of uniform random actions before learning", at_least(0)>;
-using GradAccumulationParam =
-    Param<int, "grad_accumulation", "micro-batches per optimizer step: the batch's gradient is accumulated over k parts (memory)",
-          at_least(1)>;
-using EmaDecayParam = Param<double, "ema_decay",
-                            "exponential moving average of the policy's weights after each update, used to evaluate "
-                            "and in policy.bin (0: off; e.g. 0.995)",
-                            Range{.lo = 0, .hi = 1, .hi_open = true}>;
-using LrScalingParam =
-    Param<LrScaling, "lr_scaling", "none; sqrt: lr*sqrt(batch/base_batch); linear: lr*world_size">;
-using BaseBatchParam =
-    Param<int, "base_batch", "batch size the learning rates were tuned for (sqrt scaling)", at_least(1)>;
-using EvalIntervalParam =
-    Param<std::int64_t, "eval_interval", "env steps between evaluations (0: only at the end)", at_least(0)>;
-using EvalUpdatesParam =
-    Param<std::int64_t, "eval_interval", "gradient updates between evaluations (0: only at the end)", at_least(0)>;
-using EvalEpisodesParam = Param<int, "eval_episodes", "episodes per evaluation, deterministic actions", at_least(1)>;
 
 /// The settings every loop's config gives in the same fields.
 template <class Config>

@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <string>
 
+#include <anvil/train/loops/loop_config.hpp>
 #include <anvil/core/batch.hpp>
 #include <anvil/core/concepts.hpp>
 #include <anvil/core/error.hpp>
@@ -33,35 +34,7 @@ struct OffPolicyLoop {
   static constexpr FixedString config_section = "train";
   static constexpr FixedString stage_name = "off_policy";
 
-  /// The `train` section of an off-policy run.
-  struct Config {
-    loops::EnvStepsParam steps{100'000};
-    loops::LearningStartsParam learning_starts{1000};
-    Param<int, "update_interval", "env steps (of this rank) between rounds of updates", at_least(1)> update_interval{1};
-    Param<int, "updates_per_interval", "gradient updates per round (update-to-data ratio)", at_least(1)>
-        updates_per_interval{1};
-    loops::GradAccumulationParam grad_accumulation{1};
-    loops::EmaDecayParam ema_decay{0.0};
-    loops::LrScalingParam lr_scaling{LrScaling::none};
-    loops::BaseBatchParam base_batch{256};
-    loops::EvalIntervalParam eval_interval{5000};
-    loops::EvalEpisodesParam eval_episodes{10};
-
-    /// A run that could never update is refused.
-    void validate() const {
-      if (learning_starts >= steps)
-        throw ConfigError("train.learning_starts (" + std::to_string(*learning_starts) + ") is not below train.steps (" +
-                          std::to_string(*steps) + "): the run would end before its first update");
-    }
-
-    /// A run of seconds (`run.smoke`): enough steps to pass the warm-up and update a little.
-    void shrink() {
-      steps = std::min<std::int64_t>(steps, 600);
-      learning_starts = std::min<std::int64_t>(learning_starts, 200);
-      eval_interval = 0;
-      eval_episodes = std::min(*eval_episodes, 2);
-    }
-  };
+  using Config = loops::OffPolicyConfig;
 
   [[nodiscard]] static LoopSettings settings(const Config& c) { return loops::common_settings(c, ClockUnit::env_steps); }
 

@@ -1,0 +1,51 @@
+#pragma once
+/// @file
+/// The `env` and `normalize` sections of a run's config, apart from the classes that use
+/// them, so a config can be built without torch (`anvil/compiled.hpp`). Light header.
+
+#include <array>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <anvil/core/param.hpp>
+
+namespace anvil::envs {
+
+/// Sync: step inside `step()`; async: step on a background thread (see file comment).
+enum class VecMode { sync, async };
+constexpr auto enum_names(VecMode) { return std::array<std::string_view, 2>{"sync", "async"}; }
+
+/// The `env` section of a run's config.
+struct VecEnvConfig {
+  Param<int, "num_envs", "environments stepped together (one batched action per step)",
+        in_range(1, 1 << 20)>
+      num_envs{1};
+  Param<int, "threads", "threads stepping the envs (1: the calling thread only)", in_range(1, 1024)>
+      threads{1};
+  Param<VecMode, "mode", "sync: step in step(); async: step in the background during updates">
+      mode{VecMode::sync};
+  Param<std::string, "id",
+        "the env by name, in programs that choose it at run time (Pendulum-v1, CartPole-v1, Acrobot-v1, "
+        "MountainCarContinuous-v0; multi-agent: Mapping, SimpleSpread, Climbing, Penalty, Credit); elsewhere "
+        "empty or the program's env">
+      id{""};
+  Param<std::string, "suite", "a suite of tasks for envs that have tasks (the manipulation suite: mt10)"> suite{""};
+  Param<std::vector<std::string>, "tasks",
+        "tasks for envs that have tasks, comma-separated (e.g. reach,push); envs are spread over them">
+      tasks{};
+};
+
+/// The `normalize` section of a run's config.
+struct NormalizeConfig {
+  Param<bool, "obs", "normalise observations by their running mean and variance"> obs{false};
+  Param<bool, "reward", "scale rewards by the running std of the discounted return"> reward{false};
+  Param<double, "clip_obs", "clip normalised observations to [-clip, clip]", positive> clip_obs{10.0};
+  Param<double, "clip_reward", "clip scaled rewards to [-clip, clip]", positive> clip_reward{10.0};
+  Param<double, "gamma", "discount of the return whose std scales rewards (0: the algorithm's gamma)",
+        in_range(0, 1)>
+      gamma{0.0};
+  Param<double, "epsilon", "added to variances before the square root", positive> epsilon{1e-8};
+};
+
+}  // namespace anvil::envs

@@ -1,0 +1,98 @@
+#pragma once
+/// @file
+/// The definitions of `anvil::compiled::Trainer` (train/compiled_trainer.hpp): included by
+/// the `anvil::compiled` library's sources, by `<anvil/compiled.hpp>` in a header-only
+/// build, and by a program's own translation unit that builds a combination the library
+/// does not hold:
+///
+///     #include <anvil/train/compiled_trainer_impl.hpp>
+///     #include "my_env.hpp"
+///     ANVIL_COMPILED_TRAINER(anvil::SAC, anvil::UniformBuffer, anvil::SingleDevice, anvil::FP32)
+///     ANVIL_COMPILED_TRAINER_ENV(anvil::SAC, anvil::UniformBuffer, anvil::SingleDevice, anvil::FP32, MyEnv)
+///
+/// It includes the classes of the policies `compiled.hpp` names (SAC, the replay buffers);
+/// a combination with other policies includes theirs too.
+
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <utility>
+
+#include <anvil/algorithms/sac.hpp>
+#include <anvil/buffers/prioritized_buffer.hpp>
+#include <anvil/buffers/uniform_buffer.hpp>
+#include <anvil/train/compiled_trainer.hpp>
+#include <anvil/train/loops/off_policy.hpp>
+#include <anvil/train/start.hpp>
+#include <anvil/train/trainer.hpp>
+
+namespace anvil::compiled {
+
+template <class A, class B, class P, class X, class L>
+auto Trainer<A, B, P, X, L>::start_config(const Args& args, Config defaults) -> Config {
+  return anvil::start<Full>(args, std::move(defaults));
+}
+
+template <class A, class B, class P, class X, class L>
+template <envs::Env E>
+Trainer<A, B, P, X, L>::Trainer(const E& env, Config cfg, std::string program)
+    : impl_(std::make_unique<Full>(env, std::move(cfg), std::move(program))) {}
+
+template <class A, class B, class P, class X, class L>
+Trainer<A, B, P, X, L>::Trainer(Trainer&&) noexcept = default;
+
+template <class A, class B, class P, class X, class L>
+auto Trainer<A, B, P, X, L>::operator=(Trainer&&) noexcept -> Trainer& = default;
+
+template <class A, class B, class P, class X, class L>
+Trainer<A, B, P, X, L>::~Trainer() = default;
+
+template <class A, class B, class P, class X, class L>
+FitResult Trainer<A, B, P, X, L>::fit() {
+  return impl_->fit();
+}
+
+template <class A, class B, class P, class X, class L>
+EvalResult Trainer<A, B, P, X, L>::evaluate(int episodes) {
+  return impl_->evaluate(episodes);
+}
+
+template <class A, class B, class P, class X, class L>
+const EvalResult& Trainer<A, B, P, X, L>::last_evaluation() const noexcept {
+  return impl_->last_evaluation();
+}
+
+template <class A, class B, class P, class X, class L>
+void Trainer<A, B, P, X, L>::save_checkpoint(const std::filesystem::path& file) {
+  impl_->save_checkpoint(file);
+}
+
+template <class A, class B, class P, class X, class L>
+void Trainer<A, B, P, X, L>::load_checkpoint(const std::filesystem::path& file) {
+  impl_->load_checkpoint(file);
+}
+
+template <class A, class B, class P, class X, class L>
+void Trainer<A, B, P, X, L>::save_policy(const std::filesystem::path& file) const {
+  impl_->save_policy(file);
+}
+
+template <class A, class B, class P, class X, class L>
+auto Trainer<A, B, P, X, L>::config() const noexcept -> const Config& {
+  return impl_->config();
+}
+
+template <class A, class B, class P, class X, class L>
+const std::filesystem::path& Trainer<A, B, P, X, L>::run_dir() const noexcept {
+  return impl_->run_dir();
+}
+
+}  // namespace anvil::compiled
+
+/// Builds `compiled::Trainer<A, B, P, X>` in this translation unit (its members but the
+/// constructor, which is built per env by `ANVIL_COMPILED_TRAINER_ENV`).
+#define ANVIL_COMPILED_TRAINER(A, B, P, X) template class ::anvil::compiled::Trainer<A, B, P, X>;
+/// Builds the constructor of `compiled::Trainer<A, B, P, X>` for env type `E`.
+#define ANVIL_COMPILED_TRAINER_ENV(A, B, P, X, E)                                                     \
+  template ::anvil::compiled::Trainer<A, B, P, X>::Trainer(                                          \
+      const E&, typename ::anvil::compiled::Trainer<A, B, P, X>::Config, std::string);

@@ -1,0 +1,41 @@
+#pragma once
+/// @file
+/// `TrainerConfig<A, B, P, X, L>`: every knob of a run, one section per policy, keys
+/// `<section>.<field>`; a Trainer's `Config`. Its sections are named through
+/// `policy_config` (core/policy_config.hpp), so a program can build it, set its defaults and
+/// pass it to a prebuilt Trainer without the policies' classes or torch
+/// (`anvil/compiled.hpp`). Light header.
+
+#include <string>
+
+#include <anvil/core/error.hpp>
+#include <anvil/core/param.hpp>
+#include <anvil/core/policy_config.hpp>
+#include <anvil/envs/env_config.hpp>
+#include <anvil/train/clock.hpp>
+#include <anvil/train/run_config.hpp>
+
+namespace anvil {
+
+/// The config of a Trainer of algorithm A, buffer B, parallelism P, precision X and loop L.
+template <class A, class B, class P, class X, class L>
+struct TrainerConfig {
+  Section<"run", RunConfig> run;
+  Section<policy_config<L>::section, policy_config_t<L>> train;
+  Section<"env", envs::VecEnvConfig> env;
+  Section<"normalize", envs::NormalizeConfig> normalize;
+  Section<policy_config<A>::section, policy_config_t<A>> algorithm;
+  Section<policy_config<B>::section, policy_config_t<B>> buffer;
+  Section<policy_config<P>::section, policy_config_t<P>> parallel;
+  Section<policy_config<X>::section, policy_config_t<X>> precision;
+
+  /// Rules across sections (needs the loop's class: called where the config is read).
+  void validate() const {
+    const auto s = L::settings(*train);
+    if (s.unit == ClockUnit::env_steps && s.eval_interval > 0 && s.eval_interval < env->num_envs)
+      throw ConfigError("train.eval_interval (" + std::to_string(s.eval_interval) +
+                        ") is shorter than one step of env.num_envs (" + std::to_string(*env->num_envs) + ") envs");
+  }
+};
+
+}  // namespace anvil
