@@ -2,13 +2,11 @@
 // 8 envs, on the CPU in well under a minute. Discrete actions, a categorical policy.
 // Hyperparameters: RL Baselines3 Zoo's for CartPole-v1 (Raffin 2020, hyperparams/ppo.yml).
 // Every field can be overridden: `ppo_cartpole --help` lists them.
-#include <anvil/algorithms/ppo.hpp>
-#include <anvil/buffers/rollout_buffer.hpp>
-#include <anvil/envs/cart_pole.hpp>
-#include <anvil/train/trainer.hpp>
+// The Trainer is prebuilt (anvil::compiled): this file compiles in seconds.
+#include <anvil/compiled.hpp>
 
 int main(int argc, char** argv) {
-  using Trainer = anvil::Trainer<anvil::PPO, anvil::RolloutBuffer>;
+  using Trainer = anvil::compiled::Trainer<anvil::PPO, anvil::RolloutBuffer>;
 
   Trainer::Config defaults;
   defaults.train->steps = 100'000;

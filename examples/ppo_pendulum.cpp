@@ -8,13 +8,11 @@
 // normalisation, gamma 0.9, lambda 0.95, 10 epochs, Adam 1e-3) without its state-dependent
 // exploration, with 8 envs of 256 steps per rollout.
 // Every field can be overridden: `ppo_pendulum --help` lists them.
-#include <anvil/algorithms/ppo.hpp>
-#include <anvil/buffers/rollout_buffer.hpp>
-#include <anvil/envs/pendulum.hpp>
-#include <anvil/train/trainer.hpp>
+// The Trainer is prebuilt (anvil::compiled): this file compiles in seconds.
+#include <anvil/compiled.hpp>
 
 int main(int argc, char** argv) {
-  using Trainer = anvil::Trainer<anvil::PPO, anvil::RolloutBuffer>;
+  using Trainer = anvil::compiled::Trainer<anvil::PPO, anvil::RolloutBuffer>;
 
   Trainer::Config defaults;
   defaults.train->steps = 1'000'000;

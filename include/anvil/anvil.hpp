@@ -23,9 +23,9 @@
 #include <anvil/core/policy_config.hpp>
 #include <anvil/core/random.hpp>
 #include <anvil/core/spaces.hpp>
-#include <anvil/core/version.hpp>
 #include <anvil/core/state.hpp>
 #include <anvil/core/torch_compat.hpp>
+#include <anvil/core/version.hpp>
 
 #include <anvil/envs/acrobot.hpp>
 #include <anvil/envs/cart_pole.hpp>
@@ -33,12 +33,12 @@
 #include <anvil/envs/env_config.hpp>
 #include <anvil/envs/history.hpp>
 #include <anvil/envs/mountain_car_continuous.hpp>
-#include <anvil/envs/multi_step.hpp>
 #include <anvil/envs/multi_agent/mapping.hpp>
 #include <anvil/envs/multi_agent/matrix_game.hpp>
 #include <anvil/envs/multi_agent/multi_agent_env.hpp>
 #include <anvil/envs/multi_agent/registry.hpp>
 #include <anvil/envs/multi_agent/simple_spread.hpp>
+#include <anvil/envs/multi_step.hpp>
 #include <anvil/envs/normalize.hpp>
 #include <anvil/envs/pendulum.hpp>
 #include <anvil/envs/registry.hpp>
@@ -80,10 +80,10 @@
 
 #include <anvil/buffers/episode_buffer.hpp>
 #include <anvil/buffers/prioritized_buffer.hpp>
+#include <anvil/buffers/replay_config.hpp>
 #include <anvil/buffers/rollout_buffer.hpp>
 #include <anvil/buffers/sum_tree.hpp>
 #include <anvil/buffers/uniform_buffer.hpp>
-#include <anvil/buffers/replay_config.hpp>
 #include <anvil/data/episode_stats.hpp>
 #include <anvil/data/step_collector.hpp>
 
@@ -93,12 +93,18 @@
 #include <anvil/algorithms/diffusion_policy.hpp>
 #include <anvil/algorithms/policy.hpp>
 #include <anvil/algorithms/ppo.hpp>
+#include <anvil/algorithms/ppo_config.hpp>
 #include <anvil/algorithms/sac.hpp>
 #include <anvil/algorithms/sac_config.hpp>
 
 #include <anvil/train/clock.hpp>
 #include <anvil/train/compiled_trainer.hpp>
 #include <anvil/train/compiled_trainer_impl.hpp>
+#include <anvil/train/hooks/checkpoint.hpp>
+#include <anvil/train/hooks/evaluation.hpp>
+#include <anvil/train/hooks/metrics.hpp>
+#include <anvil/train/hooks/progress.hpp>
+#include <anvil/train/hooks/results.hpp>
 #include <anvil/train/loops/episodic.hpp>
 #include <anvil/train/loops/loop.hpp>
 #include <anvil/train/loops/loop_config.hpp>
@@ -106,11 +112,6 @@
 #include <anvil/train/loops/offline.hpp>
 #include <anvil/train/loops/on_policy.hpp>
 #include <anvil/train/loops/staged.hpp>
-#include <anvil/train/hooks/checkpoint.hpp>
-#include <anvil/train/hooks/evaluation.hpp>
-#include <anvil/train/hooks/metrics.hpp>
-#include <anvil/train/hooks/progress.hpp>
-#include <anvil/train/hooks/results.hpp>
 #include <anvil/train/run.hpp>
 #include <anvil/train/run_config.hpp>
 #include <anvil/train/signals.hpp>

@@ -3011,26 +3011,6 @@ struct EnvSpec {
 
 }  // namespace anvil
 // ---- end <anvil/core/spaces.hpp> ----
-// ---- begin <anvil/core/version.hpp> ----
-/// @file
-/// anvil's version: the macros for preprocessor checks and `kVersion` for messages and
-/// provenance. CMakeLists.txt reads its project version from here.
-
-#include <string_view>
-
-#define ANVIL_VERSION_MAJOR 0
-#define ANVIL_VERSION_MINOR 1
-#define ANVIL_VERSION_PATCH 0
-
-#define ANVIL_DETAIL_STR2(x) #x
-#define ANVIL_DETAIL_STR(x) ANVIL_DETAIL_STR2(x)
-
-namespace anvil {
-/// "MAJOR.MINOR.PATCH".
-inline constexpr std::string_view kVersion =
-    ANVIL_DETAIL_STR(ANVIL_VERSION_MAJOR) "." ANVIL_DETAIL_STR(ANVIL_VERSION_MINOR) "." ANVIL_DETAIL_STR(ANVIL_VERSION_PATCH);
-}  // namespace anvil
-// ---- end <anvil/core/version.hpp> ----
 // ---- begin <anvil/core/torch_compat.hpp> ----
 /// @file
 /// Which LibTorch anvil is built against. Debian's LibTorch 1.13 (CPU) and LibTorch 2.x
@@ -3178,6 +3158,26 @@ inline std::string torch_version_string() {
 
 }  // namespace anvil::compat
 // ---- end <anvil/core/torch_compat.hpp> ----
+// ---- begin <anvil/core/version.hpp> ----
+/// @file
+/// anvil's version: the macros for preprocessor checks and `kVersion` for messages and
+/// provenance. CMakeLists.txt reads its project version from here.
+
+#include <string_view>
+
+#define ANVIL_VERSION_MAJOR 0
+#define ANVIL_VERSION_MINOR 1
+#define ANVIL_VERSION_PATCH 0
+
+#define ANVIL_DETAIL_STR2(x) #x
+#define ANVIL_DETAIL_STR(x) ANVIL_DETAIL_STR2(x)
+
+namespace anvil {
+/// "MAJOR.MINOR.PATCH".
+inline constexpr std::string_view kVersion =
+    ANVIL_DETAIL_STR(ANVIL_VERSION_MAJOR) "." ANVIL_DETAIL_STR(ANVIL_VERSION_MINOR) "." ANVIL_DETAIL_STR(ANVIL_VERSION_PATCH);
+}  // namespace anvil
+// ---- end <anvil/core/version.hpp> ----
 
 // ---- begin <anvil/envs/acrobot.hpp> ----
 /// @file
@@ -4154,117 +4154,6 @@ static_assert(ContinuousEnv<MountainCarContinuous>);
 
 }  // namespace anvil::envs
 // ---- end <anvil/envs/mountain_car_continuous.hpp> ----
-// ---- begin <anvil/envs/multi_step.hpp> ----
-/// @file
-/// `MultiStep<E>`: an env seen through a window of its last observations and acting in
-/// chunks of actions, as policies that predict action sequences act (Diffusion Policy's
-/// evaluation wraps its envs the same way). One step of the wrapper executes
-/// `action_horizon` actions of the inner env in turn, stopping early when the episode ends;
-/// its reward is their sum; its observation is the inner env's last `obs_horizon`
-/// observations, oldest first (after a reset: the first one repeated). Light header: no torch.
-
-#include <algorithm>
-#include <cstdint>
-#include <span>
-#include <string>
-#include <string_view>
-#include <utility>
-#include <vector>
-
-
-namespace anvil::envs {
-
-/// An env `E` with a Box action, observed over `obs_horizon` steps and driven by chunks of
-/// `action_horizon` actions (see file comment).
-template <ContinuousEnv E>
-class MultiStep {
- public:
-  static constexpr std::string_view name = E::name;
-
-  MultiStep(E env, int obs_horizon, int action_horizon) : env_(std::move(env)), to_(obs_horizon), ta_(action_horizon) {
-    if (obs_horizon < 1 || action_horizon < 1)
-      throw ConfigError("MultiStep: obs_horizon and action_horizon must be at least 1 (are " + std::to_string(obs_horizon) + ", " +
-                        std::to_string(action_horizon) + ")");
-    inner_obs_ = env_.observation_space().size();
-    inner_act_ = env_.action_space().size();
-    obs_.assign(static_cast<std::size_t>(to_) * inner_obs_, 0.0f);
-  }
-
-  [[nodiscard]] Box observation_space() const { return repeat(env_.observation_space(), to_); }
-  [[nodiscard]] Box action_space() const { return repeat(env_.action_space(), ta_); }
-
-  std::span<const float> reset(std::uint64_t seed) {
-    const auto o = env_.reset(seed);
-    for (int i = 0; i < to_; ++i) std::copy(o.begin(), o.end(), obs_.begin() + static_cast<std::ptrdiff_t>(i * inner_obs_));
-    success_ = false;
-    return obs_;
-  }
-
-  /// Executes the chunk's actions in turn (see file comment).
-  StepResult step(std::span<const float> actions) {
-    if (actions.size() != static_cast<std::size_t>(ta_) * inner_act_)
-      throw EnvError(std::string(name) + ": a chunk of " + std::to_string(actions.size()) + " numbers; expected " +
-                     std::to_string(ta_) + " actions of " + std::to_string(inner_act_));
-    StepResult out{obs_, 0.0, false, false};
-    success_ = false;
-    for (int i = 0; i < ta_; ++i) {
-      const auto r = env_.step(actions.subspan(static_cast<std::size_t>(i) * inner_act_, inner_act_));
-      out.reward += r.reward;
-      if constexpr (ReportsSuccess<E>) success_ = success_ || env_.success();
-      std::copy(obs_.begin() + static_cast<std::ptrdiff_t>(inner_obs_), obs_.end(), obs_.begin());
-      std::copy(r.observation.begin(), r.observation.end(), obs_.end() - static_cast<std::ptrdiff_t>(inner_obs_));
-      out.terminated = r.terminated;
-      out.truncated = r.truncated;
-      if (r.terminated || r.truncated) break;
-    }
-    out.observation = obs_;
-    return out;
-  }
-
-  /// Whether any step of the last chunk met the task's goal (when the env says so).
-  [[nodiscard]] bool success() const noexcept
-    requires ReportsSuccess<E>
-  {
-    return success_;
-  }
-
-  [[nodiscard]] int obs_horizon() const noexcept { return to_; }
-  [[nodiscard]] int action_horizon() const noexcept { return ta_; }
-  [[nodiscard]] E& env() noexcept { return env_; }
-  [[nodiscard]] const E& env() const noexcept { return env_; }
-
-  void save_state(BinaryWriter& w) const {
-    if constexpr (SavesOwnState<E>) env_.save_state(w);
-    else w.value(env_);
-    w.bytes(obs_.data(), obs_.size() * sizeof(float));
-    w.value(success_);
-  }
-  void load_state(BinaryReader& r) {
-    if constexpr (SavesOwnState<E>) env_.load_state(r);
-    else env_ = r.value<E>("inner env");
-    r.bytes(obs_.data(), obs_.size() * sizeof(float), "observation window");
-    success_ = r.value<bool>("chunk success");
-  }
-
- private:
-  static Box repeat(const Box& b, int n) {
-    Box out;
-    for (int i = 0; i < n; ++i) {
-      out.low.insert(out.low.end(), b.low.begin(), b.low.end());
-      out.high.insert(out.high.end(), b.high.begin(), b.high.end());
-    }
-    return out;
-  }
-
-  E env_;
-  int to_, ta_;
-  std::size_t inner_obs_ = 0, inner_act_ = 0;
-  std::vector<float> obs_;
-  bool success_ = false;
-};
-
-}  // namespace anvil::envs
-// ---- end <anvil/envs/multi_step.hpp> ----
 // ---- begin <anvil/envs/multi_agent/mapping.hpp> ----
 /// @file
 /// A cooperative multi-UAV mapping mission: agents fly over a field at one of three
@@ -5111,6 +5000,117 @@ decltype(auto) with_team_env(std::string_view id, F&& f) {
 
 }  // namespace anvil::envs
 // ---- end <anvil/envs/multi_agent/registry.hpp> ----
+// ---- begin <anvil/envs/multi_step.hpp> ----
+/// @file
+/// `MultiStep<E>`: an env seen through a window of its last observations and acting in
+/// chunks of actions, as policies that predict action sequences act (Diffusion Policy's
+/// evaluation wraps its envs the same way). One step of the wrapper executes
+/// `action_horizon` actions of the inner env in turn, stopping early when the episode ends;
+/// its reward is their sum; its observation is the inner env's last `obs_horizon`
+/// observations, oldest first (after a reset: the first one repeated). Light header: no torch.
+
+#include <algorithm>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+
+namespace anvil::envs {
+
+/// An env `E` with a Box action, observed over `obs_horizon` steps and driven by chunks of
+/// `action_horizon` actions (see file comment).
+template <ContinuousEnv E>
+class MultiStep {
+ public:
+  static constexpr std::string_view name = E::name;
+
+  MultiStep(E env, int obs_horizon, int action_horizon) : env_(std::move(env)), to_(obs_horizon), ta_(action_horizon) {
+    if (obs_horizon < 1 || action_horizon < 1)
+      throw ConfigError("MultiStep: obs_horizon and action_horizon must be at least 1 (are " + std::to_string(obs_horizon) + ", " +
+                        std::to_string(action_horizon) + ")");
+    inner_obs_ = env_.observation_space().size();
+    inner_act_ = env_.action_space().size();
+    obs_.assign(static_cast<std::size_t>(to_) * inner_obs_, 0.0f);
+  }
+
+  [[nodiscard]] Box observation_space() const { return repeat(env_.observation_space(), to_); }
+  [[nodiscard]] Box action_space() const { return repeat(env_.action_space(), ta_); }
+
+  std::span<const float> reset(std::uint64_t seed) {
+    const auto o = env_.reset(seed);
+    for (int i = 0; i < to_; ++i) std::copy(o.begin(), o.end(), obs_.begin() + static_cast<std::ptrdiff_t>(i * inner_obs_));
+    success_ = false;
+    return obs_;
+  }
+
+  /// Executes the chunk's actions in turn (see file comment).
+  StepResult step(std::span<const float> actions) {
+    if (actions.size() != static_cast<std::size_t>(ta_) * inner_act_)
+      throw EnvError(std::string(name) + ": a chunk of " + std::to_string(actions.size()) + " numbers; expected " +
+                     std::to_string(ta_) + " actions of " + std::to_string(inner_act_));
+    StepResult out{obs_, 0.0, false, false};
+    success_ = false;
+    for (int i = 0; i < ta_; ++i) {
+      const auto r = env_.step(actions.subspan(static_cast<std::size_t>(i) * inner_act_, inner_act_));
+      out.reward += r.reward;
+      if constexpr (ReportsSuccess<E>) success_ = success_ || env_.success();
+      std::copy(obs_.begin() + static_cast<std::ptrdiff_t>(inner_obs_), obs_.end(), obs_.begin());
+      std::copy(r.observation.begin(), r.observation.end(), obs_.end() - static_cast<std::ptrdiff_t>(inner_obs_));
+      out.terminated = r.terminated;
+      out.truncated = r.truncated;
+      if (r.terminated || r.truncated) break;
+    }
+    out.observation = obs_;
+    return out;
+  }
+
+  /// Whether any step of the last chunk met the task's goal (when the env says so).
+  [[nodiscard]] bool success() const noexcept
+    requires ReportsSuccess<E>
+  {
+    return success_;
+  }
+
+  [[nodiscard]] int obs_horizon() const noexcept { return to_; }
+  [[nodiscard]] int action_horizon() const noexcept { return ta_; }
+  [[nodiscard]] E& env() noexcept { return env_; }
+  [[nodiscard]] const E& env() const noexcept { return env_; }
+
+  void save_state(BinaryWriter& w) const {
+    if constexpr (SavesOwnState<E>) env_.save_state(w);
+    else w.value(env_);
+    w.bytes(obs_.data(), obs_.size() * sizeof(float));
+    w.value(success_);
+  }
+  void load_state(BinaryReader& r) {
+    if constexpr (SavesOwnState<E>) env_.load_state(r);
+    else env_ = r.value<E>("inner env");
+    r.bytes(obs_.data(), obs_.size() * sizeof(float), "observation window");
+    success_ = r.value<bool>("chunk success");
+  }
+
+ private:
+  static Box repeat(const Box& b, int n) {
+    Box out;
+    for (int i = 0; i < n; ++i) {
+      out.low.insert(out.low.end(), b.low.begin(), b.low.end());
+      out.high.insert(out.high.end(), b.high.begin(), b.high.end());
+    }
+    return out;
+  }
+
+  E env_;
+  int to_, ta_;
+  std::size_t inner_obs_ = 0, inner_act_ = 0;
+  std::vector<float> obs_;
+  bool success_ = false;
+};
+
+}  // namespace anvil::envs
+// ---- end <anvil/envs/multi_step.hpp> ----
 // ---- begin <anvil/envs/normalize.hpp> ----
 /// @file
 /// Observation and reward normalisation as a vectorised-env wrapper, so any algorithm can
@@ -10443,90 +10443,6 @@ static_assert(Buffer<EpisodeBuffer>);
 #include <string>
 #include <vector>
 
-// ---- begin <anvil/buffers/replay_config.hpp> ----
-/// @file
-/// The replay buffers' `buffer` sections and their shared fields, apart from the buffers,
-/// so a Trainer's config can be built without torch (`anvil/compiled.hpp`). Light header.
-
-#include <array>
-#include <cstdint>
-#include <string_view>
-
-
-namespace anvil {
-
-/// Where a replay buffer keeps its tensors: with the networks (no copy per sample; the
-/// default) or in host memory (for buffers larger than the GPU's memory).
-enum class Storage { compute, cpu };
-constexpr auto enum_names(Storage) { return std::array<std::string_view, 2>{"compute", "cpu"}; }
-
-/// How a replay buffer stores observations: full float32, or 16-bit floats to halve the
-/// memory of observation-heavy buffers (batches always come out as float32).
-enum class ObsDtype { float32, bfloat16, float16 };
-constexpr auto enum_names(ObsDtype) {
-  return std::array<std::string_view, 3>{"float32", "bfloat16", "float16"};
-}
-
-namespace detail {
-
-// Config fields every replay buffer has (each buffer's Config lists them by these names).
-using CapacityParam = Param<std::int64_t, "capacity", "transitions kept; the oldest are overwritten", at_least(1)>;
-using StorageParam = Param<Storage, "storage", "compute: tensors on the training device; cpu: in host memory">;
-using ObsDtypeParam = Param<ObsDtype, "obs_dtype",
-                            "observation storage: float32, or bfloat16/float16 for half the memory">;
-using NStepParam = Param<int, "n_step",
-                         "store n-step returns: rewards summed over up to n steps, discounted by the "
-                         "algorithm's gamma (1: one-step transitions)",
-                         in_range(1, 1000)>;
-using BalanceTasksParam = Param<bool, "balance_tasks",
-                                "with an env that has tasks, give each task an equal share of every batch "
-                                "(batch / tasks transitions each)">;
-
-}  // namespace detail
-
-/// The `buffer` section of `UniformBuffer`.
-struct UniformBufferConfig {
-  detail::CapacityParam capacity{1'000'000};
-  detail::StorageParam storage{Storage::compute};
-  detail::ObsDtypeParam obs_dtype{ObsDtype::float32};
-  detail::NStepParam n_step{1};
-  detail::BalanceTasksParam balance_tasks{true};
-};
-
-/// The `buffer` section of `PrioritizedBuffer`.
-struct PrioritizedBufferConfig {
-  detail::CapacityParam capacity{1'000'000};
-  detail::StorageParam storage{Storage::compute};
-  detail::ObsDtypeParam obs_dtype{ObsDtype::float32};
-  detail::NStepParam n_step{1};
-  Param<double, "alpha", "priority exponent: 0 samples uniformly, 1 in proportion to |TD error|",
-        in_range(0, 1)>
-      alpha{0.6};
-  Param<double, "beta", "importance-weight exponent at the start; rises linearly to 1", in_range(0, 1)>
-      beta{0.4};
-  Param<std::int64_t, "beta_steps", "env steps over which beta reaches 1 (0: the whole run)",
-        at_least(0)>
-      beta_steps{0};
-  Param<double, "eps", "added to |TD error| so no transition's priority is zero", positive> eps{1e-6};
-  detail::BalanceTasksParam balance_tasks{true};
-};
-
-class UniformBuffer;      // buffers/uniform_buffer.hpp
-class PrioritizedBuffer;  // buffers/prioritized_buffer.hpp
-
-template <>
-struct policy_config<UniformBuffer> {
-  using type = UniformBufferConfig;
-  static constexpr FixedString section = "buffer";
-};
-template <>
-struct policy_config<PrioritizedBuffer> {
-  using type = PrioritizedBufferConfig;
-  static constexpr FixedString section = "buffer";
-};
-
-}  // namespace anvil
-// ---- end <anvil/buffers/replay_config.hpp> ----
 // ---- begin <anvil/buffers/detail/replay_core.hpp> ----
 /// @file
 /// `ReplayCore`: what every replay buffer shares: the transition store (with its n-step
@@ -10694,6 +10610,109 @@ class NStepWindow {
 
 }  // namespace anvil::detail
 // ---- end <anvil/buffers/detail/n_step.hpp> ----
+// ---- begin <anvil/buffers/replay_config.hpp> ----
+/// @file
+/// The replay buffers' `buffer` sections and their shared fields, and the rollout buffer's
+/// `rollout` section, apart from the buffers, so a Trainer's config can be built without
+/// torch (`anvil/compiled.hpp`). Light header.
+
+#include <array>
+#include <cstdint>
+#include <string_view>
+
+
+namespace anvil {
+
+/// Where a replay buffer keeps its tensors: with the networks (no copy per sample; the
+/// default) or in host memory (for buffers larger than the GPU's memory).
+enum class Storage { compute, cpu };
+constexpr auto enum_names(Storage) { return std::array<std::string_view, 2>{"compute", "cpu"}; }
+
+/// How a replay buffer stores observations: full float32, or 16-bit floats to halve the
+/// memory of observation-heavy buffers (batches always come out as float32).
+enum class ObsDtype { float32, bfloat16, float16 };
+constexpr auto enum_names(ObsDtype) {
+  return std::array<std::string_view, 3>{"float32", "bfloat16", "float16"};
+}
+
+namespace detail {
+
+// Config fields every replay buffer has (each buffer's Config lists them by these names).
+using CapacityParam = Param<std::int64_t, "capacity", "transitions kept; the oldest are overwritten", at_least(1)>;
+using StorageParam = Param<Storage, "storage", "compute: tensors on the training device; cpu: in host memory">;
+using ObsDtypeParam = Param<ObsDtype, "obs_dtype",
+                            "observation storage: float32, or bfloat16/float16 for half the memory">;
+using NStepParam = Param<int, "n_step",
+                         "store n-step returns: rewards summed over up to n steps, discounted by the "
+                         "algorithm's gamma (1: one-step transitions)",
+                         in_range(1, 1000)>;
+using BalanceTasksParam = Param<bool, "balance_tasks",
+                                "with an env that has tasks, give each task an equal share of every batch "
+                                "(batch / tasks transitions each)">;
+
+}  // namespace detail
+
+/// The `buffer` section of `UniformBuffer`.
+struct UniformBufferConfig {
+  detail::CapacityParam capacity{1'000'000};
+  detail::StorageParam storage{Storage::compute};
+  detail::ObsDtypeParam obs_dtype{ObsDtype::float32};
+  detail::NStepParam n_step{1};
+  detail::BalanceTasksParam balance_tasks{true};
+};
+
+/// The `buffer` section of `PrioritizedBuffer`.
+struct PrioritizedBufferConfig {
+  detail::CapacityParam capacity{1'000'000};
+  detail::StorageParam storage{Storage::compute};
+  detail::ObsDtypeParam obs_dtype{ObsDtype::float32};
+  detail::NStepParam n_step{1};
+  Param<double, "alpha", "priority exponent: 0 samples uniformly, 1 in proportion to |TD error|",
+        in_range(0, 1)>
+      alpha{0.6};
+  Param<double, "beta", "importance-weight exponent at the start; rises linearly to 1", in_range(0, 1)>
+      beta{0.4};
+  Param<std::int64_t, "beta_steps", "env steps over which beta reaches 1 (0: the whole run)",
+        at_least(0)>
+      beta_steps{0};
+  Param<double, "eps", "added to |TD error| so no transition's priority is zero", positive> eps{1e-6};
+  detail::BalanceTasksParam balance_tasks{true};
+};
+
+/// The `rollout` section of `RolloutBuffer`.
+struct RolloutBufferConfig {
+  Param<std::int64_t, "steps", "env steps per env in one rollout (the rollout is steps x num_envs)",
+        in_range(1, 1 << 24)>
+      steps{2048};
+  Param<double, "gae_lambda", "GAE's lambda: 0 is the one-step TD error, 1 the Monte Carlo return",
+        in_range(0, 1)>
+      gae_lambda{0.95};
+  Param<bool, "normalize_advantage", "scale each minibatch's advantages to mean 0, std 1">
+      normalize_advantage{true};
+};
+
+class UniformBuffer;      // buffers/uniform_buffer.hpp
+class PrioritizedBuffer;  // buffers/prioritized_buffer.hpp
+class RolloutBuffer;      // buffers/rollout_buffer.hpp
+
+template <>
+struct policy_config<UniformBuffer> {
+  using type = UniformBufferConfig;
+  static constexpr FixedString section = "buffer";
+};
+template <>
+struct policy_config<PrioritizedBuffer> {
+  using type = PrioritizedBufferConfig;
+  static constexpr FixedString section = "buffer";
+};
+template <>
+struct policy_config<RolloutBuffer> {
+  using type = RolloutBufferConfig;
+  static constexpr FixedString section = "rollout";
+};
+
+}  // namespace anvil
+// ---- end <anvil/buffers/replay_config.hpp> ----
 // ---- begin <anvil/core/detail/huge_pages.hpp> ----
 /// @file
 /// Large arrays that are read at random (replay storage, priority trees) backed by 2 MiB
@@ -12198,16 +12217,7 @@ class RolloutBuffer {
   using Batch = RolloutBatch;
   using Step = RolloutStep;
 
-  struct Config {
-    Param<std::int64_t, "steps", "env steps per env in one rollout (the rollout is steps x num_envs)",
-          in_range(1, 1 << 24)>
-        steps{2048};
-    Param<double, "gae_lambda", "GAE's lambda: 0 is the one-step TD error, 1 the Monte Carlo return",
-          in_range(0, 1)>
-        gae_lambda{0.95};
-    Param<bool, "normalize_advantage", "scale each minibatch's advantages to mean 0, std 1">
-        normalize_advantage{true};
-  };
+  using Config = RolloutBufferConfig;
 
   RolloutBuffer(const EnvSpec& spec, const Config& cfg, const RunContext& ctx)
       : cfg_(cfg), device_(ctx.device), obs_dim_(spec.obs_dim()), act_dim_(spec.action_dim()),
@@ -15504,6 +15514,62 @@ class DiffusionPolicy {
 #include <utility>
 #include <vector>
 
+// ---- begin <anvil/algorithms/ppo_config.hpp> ----
+/// @file
+/// PPO's config section (`ppo`), apart from the algorithm (algorithms/ppo.hpp), so a
+/// Trainer's config can be built without torch (`anvil/compiled.hpp`). Light header.
+
+#include <cstdint>
+#include <vector>
+
+
+namespace anvil {
+
+/// Shape of PPO's actor and critic MLPs.
+struct PpoNetConfig {
+  Param<std::vector<int>, "hidden", "hidden layer widths", at_least(1)> hidden{64, 64};
+  Param<nn::Activation, "activation", "hidden-layer activation"> activation{nn::Activation::tanh};
+};
+
+/// PPO's section (`ppo`).
+struct PpoConfig {
+  Param<double, "gamma", "discount factor", in_range(0, 1)> gamma{0.99};
+  Param<double, "lr", "learning rate (Adam) of actor and critic", positive> lr{3e-4};
+  Param<bool, "anneal_lr", "decay the learning rate linearly to 0 over train.steps"> anneal_lr{true};
+  Param<int, "epochs", "passes over each rollout", in_range(1, 1000)> epochs{10};
+  Param<std::int64_t, "minibatch_size", "rollout rows per gradient step (per rank)", at_least(1)>
+      minibatch_size{64};
+  Param<double, "clip", "clip range of the probability ratio", positive> clip{0.2};
+  Param<double, "clip_value", "clip the value's change to +-this in the value loss (0: off)", at_least(0)>
+      clip_value{0.0};
+  Param<double, "vf_coef", "weight of the value loss", at_least(0)> vf_coef{0.5};
+  Param<double, "ent_coef", "weight of the entropy bonus", at_least(0)> ent_coef{0.0};
+  Param<double, "max_grad_norm", "clip the gradient's global norm (0: off)", at_least(0)> max_grad_norm{0.5};
+  Param<double, "target_kl",
+        "stop a rollout's epochs once the mean approximate KL of an epoch exceeds this (0: off)", at_least(0)>
+      target_kl{0.0};
+  Param<double, "adam_eps", "Adam's epsilon", positive> adam_eps{1e-5};
+  Param<double, "init_log_std", "initial log standard deviation of continuous actions"> init_log_std{0.0};
+  Param<bool, "ortho_init", "orthogonal initialisation of the layers (gain sqrt 2; heads 0.01 and 1)">
+      ortho_init{true};
+  Param<bool, "manual_backward",
+        "hand-written passes for the default networks in float32 on the CPU: acting and updates without "
+        "LibTorch ops (false: autograd; same result, slower)">
+      manual_backward{true};
+  Section<"actor", PpoNetConfig> actor;
+  Section<"critic", PpoNetConfig> critic;
+};
+
+class PPO;  // algorithms/ppo.hpp
+
+template <>
+struct policy_config<PPO> {
+  using type = PpoConfig;
+  static constexpr FixedString section = "ppo";
+};
+
+}  // namespace anvil
+// ---- end <anvil/algorithms/ppo_config.hpp> ----
 
 namespace anvil {
 
@@ -15515,39 +15581,9 @@ class PPO {
   static constexpr bool on_policy = true;
   using Batch = RolloutBatch;
 
-  /// Shape of the actor's and the critic's MLPs.
-  struct NetConfig {
-    Param<std::vector<int>, "hidden", "hidden layer widths", at_least(1)> hidden{64, 64};
-    Param<nn::Activation, "activation", "hidden-layer activation"> activation{nn::Activation::tanh};
-  };
-
-  struct Config {
-    Param<double, "gamma", "discount factor", in_range(0, 1)> gamma{0.99};
-    Param<double, "lr", "learning rate (Adam) of actor and critic", positive> lr{3e-4};
-    Param<bool, "anneal_lr", "decay the learning rate linearly to 0 over train.steps"> anneal_lr{true};
-    Param<int, "epochs", "passes over each rollout", in_range(1, 1000)> epochs{10};
-    Param<std::int64_t, "minibatch_size", "rollout rows per gradient step (per rank)", at_least(1)>
-        minibatch_size{64};
-    Param<double, "clip", "clip range of the probability ratio", positive> clip{0.2};
-    Param<double, "clip_value", "clip the value's change to +-this in the value loss (0: off)", at_least(0)>
-        clip_value{0.0};
-    Param<double, "vf_coef", "weight of the value loss", at_least(0)> vf_coef{0.5};
-    Param<double, "ent_coef", "weight of the entropy bonus", at_least(0)> ent_coef{0.0};
-    Param<double, "max_grad_norm", "clip the gradient's global norm (0: off)", at_least(0)> max_grad_norm{0.5};
-    Param<double, "target_kl",
-          "stop a rollout's epochs once the mean approximate KL of an epoch exceeds this (0: off)", at_least(0)>
-        target_kl{0.0};
-    Param<double, "adam_eps", "Adam's epsilon", positive> adam_eps{1e-5};
-    Param<double, "init_log_std", "initial log standard deviation of continuous actions"> init_log_std{0.0};
-    Param<bool, "ortho_init", "orthogonal initialisation of the layers (gain sqrt 2; heads 0.01 and 1)">
-        ortho_init{true};
-    Param<bool, "manual_backward",
-          "hand-written passes for the default networks in float32 on the CPU: acting and updates without "
-          "LibTorch ops (false: autograd; same result, slower)">
-        manual_backward{true};
-    Section<"actor", NetConfig> actor;
-    Section<"critic", NetConfig> critic;
-  };
+  /// Its config section (algorithms/ppo_config.hpp) and its networks' shape.
+  using Config = PpoConfig;
+  using NetConfig = PpoNetConfig;
 
   PPO(const EnvSpec& spec, const Config& cfg, const RunContext& ctx)
       : cfg_(cfg), device_(ctx.device), discrete_(spec.discrete()),
@@ -16109,8 +16145,10 @@ class Every {
 ///
 /// Two ways to build a program that uses it:
 ///  - link the CMake target `anvil::compiled`: a library of the common Trainers, prebuilt
-///    (`ANVIL_COMPILED_TRAINERS` below, for each of `ANVIL_COMPILED_ENVS`); the main includes
-///    `<anvil/compiled.hpp>` and never sees torch's headers. Another combination, or an env
+///    (`ANVIL_COMPILED_TRAINERS` below, for each of `ANVIL_COMPILED_ENVS`: SAC refuses the
+///    discrete ones when the run starts, as a Trainer does); the main includes
+///    `<anvil/compiled.hpp>` and none of torch's ATen or `torch/` headers (only a few of c10's
+///    small ones). Another combination, or an env
 ///    of your own, is built in one translation unit of yours that includes
 ///    `train/compiled_trainer_impl.hpp` and says `ANVIL_COMPILED_TRAINER(...)` (else the link
 ///    fails naming the missing `compiled::Trainer` member);
@@ -16167,8 +16205,8 @@ struct FitResult {
 // ---- end <anvil/train/hooks/results.hpp> ----
 // ---- begin <anvil/train/loops/loop_config.hpp> ----
 /// @file
-/// Loop config fields several loops have, declared once, and the off-policy loop's `train`
-/// section, apart from the loops, so a Trainer's config can be built without torch
+/// Loop config fields several loops have, declared once, and the off- and on-policy loops'
+/// `train` sections, apart from the loops, so a Trainer's config can be built without torch
 /// (`anvil/compiled.hpp`). Light header.
 
 #include <algorithm>
@@ -16231,13 +16269,39 @@ struct OffPolicyConfig {
   }
 };
 
+/// The `train` section of an on-policy run (and of an episodic one): no warm-up and no
+/// update schedule, since the algorithm learns once per rollout (or round of episodes) from
+/// its own actions.
+struct OnPolicyConfig {
+  loops::EnvStepsParam steps{100'000};
+  loops::GradAccumulationParam grad_accumulation{1};
+  loops::EmaDecayParam ema_decay{0.0};
+  loops::LrScalingParam lr_scaling{LrScaling::none};
+  loops::BaseBatchParam base_batch{256};
+  loops::EvalIntervalParam eval_interval{5000};
+  loops::EvalEpisodesParam eval_episodes{10};
+
+  /// A run of seconds (`run.smoke`).
+  void shrink() {
+    steps = std::min<std::int64_t>(steps, 600);
+    eval_interval = 0;
+    eval_episodes = std::min(*eval_episodes, 2);
+  }
+};
+
 }  // namespace loops
 
 struct OffPolicyLoop;  // train/loops/off_policy.hpp
+struct OnPolicyLoop;   // train/loops/on_policy.hpp
 
 template <>
 struct policy_config<OffPolicyLoop> {
   using type = loops::OffPolicyConfig;
+  static constexpr FixedString section = "train";
+};
+template <>
+struct policy_config<OnPolicyLoop> {
+  using type = loops::OnPolicyConfig;
   static constexpr FixedString section = "train";
 };
 
@@ -16358,6 +16422,10 @@ template <bool kMultiTask>
 struct loop_of<BasicSAC<nn::GaussianActor, nn::TwinQ, kMultiTask>> {
   using type = OffPolicyLoop;
 };
+template <>
+struct loop_of<PPO> {
+  using type = OnPolicyLoop;
+};
 
 /// A Trainer compiled once (see file comment).
 template <class A, class B, class P = SingleDevice, class X = FP32, class L = typename loop_of<A>::type>
@@ -16396,7 +16464,8 @@ class Trainer {
   /// Writes / restores everything a resumed run needs (atomic; all or nothing).
   void save_checkpoint(const std::filesystem::path& file);
   void load_checkpoint(const std::filesystem::path& file);
-  /// Writes the policy alone (`anvil::load_policy` reads it).
+  /// Writes the policy alone (`anvil::load_policy` reads it); an algorithm that exports no
+  /// policy file (not `ExportsPolicy`) throws.
   void save_policy(const std::filesystem::path& file) const;
   /// The resolved config the run uses.
   [[nodiscard]] const Config& config() const noexcept;
@@ -16419,12 +16488,15 @@ class Trainer {
   M(::anvil::SAC, ::anvil::UniformBuffer, ::anvil::SingleDevice, ::anvil::FP32)     \
   M(::anvil::SAC, ::anvil::PrioritizedBuffer, ::anvil::SingleDevice, ::anvil::FP32) \
   M(::anvil::SAC, ::anvil::UniformBuffer, ::anvil::SingleDevice, ::anvil::BF16)     \
-  M(::anvil::SAC, ::anvil::PrioritizedBuffer, ::anvil::SingleDevice, ::anvil::BF16)
+  M(::anvil::SAC, ::anvil::PrioritizedBuffer, ::anvil::SingleDevice, ::anvil::BF16) \
+  M(::anvil::PPO, ::anvil::RolloutBuffer, ::anvil::SingleDevice, ::anvil::FP32)
 /// `ANVIL_COMPILED_ENVS(M, A, B, P, X)` calls `M(A, B, P, X, E)` for each env type `E` the
 /// prebuilt Trainers are built for.
-#define ANVIL_COMPILED_ENVS(M, A, B, P, X)     \
-  M(A, B, P, X, ::anvil::envs::Pendulum)       \
-  M(A, B, P, X, ::anvil::envs::MountainCarContinuous)
+#define ANVIL_COMPILED_ENVS(M, A, B, P, X)            \
+  M(A, B, P, X, ::anvil::envs::Pendulum)              \
+  M(A, B, P, X, ::anvil::envs::MountainCarContinuous) \
+  M(A, B, P, X, ::anvil::envs::CartPole)              \
+  M(A, B, P, X, ::anvil::envs::Acrobot)
 
 #ifdef ANVIL_COMPILED
 // The library holds these: no translation unit of the program instantiates them again.
@@ -16447,7 +16519,7 @@ ANVIL_COMPILED_TRAINERS(ANVIL_DETAIL_EXTERN_TRAINER)
 ///     ANVIL_COMPILED_TRAINER(anvil::SAC, anvil::UniformBuffer, anvil::SingleDevice, anvil::FP32)
 ///     ANVIL_COMPILED_TRAINER_ENV(anvil::SAC, anvil::UniformBuffer, anvil::SingleDevice, anvil::FP32, MyEnv)
 ///
-/// It includes the classes of the policies `compiled.hpp` names (SAC, the replay buffers);
+/// It includes the classes of the policies `compiled.hpp` names (SAC, PPO, their buffers);
 /// a combination with other policies includes theirs too.
 
 #include <filesystem>
@@ -16804,6 +16876,174 @@ struct OffPolicyLoop {
 
 }  // namespace anvil
 // ---- end <anvil/train/loops/off_policy.hpp> ----
+// ---- begin <anvil/train/loops/on_policy.hpp> ----
+/// @file
+/// `OnPolicyLoop`: the loop of on-policy algorithms (PPO, ...) with a rollout buffer. Each
+/// iteration collects a rollout (`rollout.steps` steps of every env with the current
+/// policy, the value of a truncated episode's last state kept to bootstrap from), computes
+/// its advantages, and learns from it: the algorithm's `epochs()` passes in shuffled
+/// minibatches of `minibatch_size()` rows, after each of which the algorithm's
+/// `end_epoch` says whether to go on (PPO stops early once the policy has moved too far:
+/// `ppo.target_kl`). Then the rollout is cleared: no step is learned from by a policy other
+/// than the one that collected it and the epochs right after.
+
+#include <algorithm>
+#include <cstdint>
+#include <optional>
+#include <string>
+
+
+namespace anvil {
+
+/// Loop policy for on-policy algorithms (see file comment).
+struct OnPolicyLoop {
+  using policy_kind = LoopKind;
+  static constexpr std::string_view name = "on-policy";
+  static constexpr FixedString config_section = "train";
+  static constexpr FixedString stage_name = "on_policy";
+
+  using Config = loops::OnPolicyConfig;
+
+  [[nodiscard]] static LoopSettings settings(const Config& c) { return loops::common_settings(c, ClockUnit::env_steps); }
+
+  /// What this loop needs of the algorithm and the buffer, one sentence each.
+  template <class A, class B>
+  struct Rules {
+    static constexpr bool algorithm_ok = OnPolicyAlgorithm<A>;
+    static_assert(algorithm_ok,
+                  "Trainer: the on-policy loop needs act_for_rollout, value, epochs, minibatch_size, end_epoch, "
+                  "set_progress and discount of the Algorithm; one is missing (see anvil::OnPolicyAlgorithm)");
+    static constexpr bool buffer_ok = !algorithm_ok || RolloutStorage<B>;
+    static_assert(buffer_ok,
+                  "Trainer: the on-policy loop fills a rollout, computes its advantages and hands it out in "
+                  "minibatches; the Buffer lacks full, finish, minibatches or clear (see anvil::RolloutStorage)");
+    static constexpr bool step_ok = !(algorithm_ok && buffer_ok) || std::same_as<typename B::Step, RolloutStep>;
+    static_assert(step_ok,
+                  "Trainer: the on-policy loop stores each env step as a RolloutStep, but the Buffer's Step "
+                  "is another type");
+    static constexpr bool ok = algorithm_ok && buffer_ok && step_ok;
+  };
+
+  /// Runs the loop (see file comment).
+  template <class A, class B>
+  class Runner {
+   public:
+    Runner(const Config& cfg, LoopParts<A, B> parts) : cfg_(cfg), p_(parts) { loops::check_ema<A>(cfg.ema_decay); }
+
+    [[nodiscard]] LoopSettings settings() const {
+      auto s = OnPolicyLoop::settings(cfg_);
+      s.origin = origin_;
+      return s;
+    }
+    [[nodiscard]] int stage() const noexcept { return 0; }
+
+    /// The stage starts: the clock counts env steps from here; the rollout is sized for the
+    /// envs. A minibatch larger than a rollout is refused, naming both.
+    void begin() {
+      origin_ = p_.clock.env_steps;
+      resumed();
+    }
+    /// After a resume restored the run (this loop's state included).
+    void resumed() {
+      p_.clock.unit = ClockUnit::env_steps;
+      p_.collector.envs().set_discount(p_.algorithm.discount());
+      p_.buffer.plan(StoragePlan{p_.collector.num_envs(), cfg_.steps, p_.algorithm.discount()});
+      const std::int64_t rows = p_.buffer.capacity(), envs = p_.collector.num_envs();
+      if (p_.algorithm.minibatch_size() > rows)
+        throw ConfigError(std::string(A::config_section.view()) + ".minibatch_size (" +
+                          std::to_string(p_.algorithm.minibatch_size()) + ") is larger than a rollout: " +
+                          std::string(B::config_section.view()) + ".steps (" + std::to_string(rows / envs) +
+                          ") x env.num_envs (" + std::to_string(envs) + ") = " + std::to_string(rows) + " rows");
+    }
+
+    [[nodiscard]] bool done() const noexcept { return p_.clock.env_steps - origin_ >= cfg_.steps; }
+
+    /// One iteration: collect a rollout, learn from it.
+    void iterate(std::int64_t /*quiet_until*/ = INT64_MAX) {
+      collect_rollout();
+      learn_rollout();
+    }
+
+    /// Fills the rollout buffer with `rollout.steps` steps of every env, acting with the
+    /// current policy, and computes its advantages.
+    void collect_rollout() {
+      p_.buffer.clear();
+      while (!p_.buffer.full()) step();
+      ScopedPhase ph(p_.times, Phase::buffer_add);
+      p_.buffer.finish(p_.algorithm.value(p_.collector.observations()));
+    }
+
+    /// Learns from the collected rollout (see file comment), then clears it.
+    void learn_rollout() {
+      // Every rank normalises with the same statistics from here on.
+      if (p_.ranks.world_size() > 1) p_.collector.envs().sync_statistics([this](at::Tensor& t) { p_.ranks.sum(t); });
+      p_.algorithm.set_progress(static_cast<double>(p_.clock.env_steps - origin_) / static_cast<double>(*cfg_.steps));
+      int epochs = 0;
+      for (int e = 0; e < p_.algorithm.epochs(); ++e) {
+        std::optional<ScopedPhase> sampling(std::in_place, p_.times, Phase::sample);
+        for (const auto& batch : p_.buffer.minibatches(p_.algorithm.minibatch_size())) {
+          sampling.reset();
+          loops::update_once(p_, batch, cfg_.ema_decay);
+          sampling.emplace(p_.times, Phase::sample);
+        }
+        sampling.reset();
+        ++epochs;
+        if (!p_.algorithm.end_epoch(p_.step)) break;
+      }
+      p_.metrics.add("epochs", epochs);
+      p_.buffer.clear();
+    }
+
+    void at_log_row() {}  // the normalisers were merged before the last update
+
+    /// What the timing verdict suggests, in this loop's and its algorithm's knobs.
+    [[nodiscard]] BottleneckAdvice advice() const {
+      const std::string algo(A::config_section.view());
+      BottleneckAdvice a;
+      a.env = "raise env.num_envs or env.threads";
+      a.learn = "fewer " + algo + ".epochs or larger " + algo + ".minibatch_size, BF16, or more ranks";
+      a.comm = "larger " + algo + ".minibatch_size (fewer all-reduces per rollout) or fewer ranks";
+      a.sample = "larger " + algo + ".minibatch_size";
+      return a;
+    }
+
+    /// State protocol: where the stage began (a checkpoint falls between rollouts).
+    void save(BinaryWriter& w) const { w.value(origin_); }
+    [[nodiscard]] std::int64_t read(BinaryReader& r) const { return r.value<std::int64_t>("stage origin"); }
+    void restore(std::int64_t origin) noexcept { origin_ = origin; }
+
+   private:
+    // One step of every env for the rollout: act, step, and for rows cut by the time limit
+    // the value of their true last state (the bootstrap; see RolloutBuffer).
+    void step() {
+      RolloutAct act;
+      {
+        const auto& obs = p_.collector.observations();
+        ScopedPhase ph(p_.times, Phase::act);
+        act = p_.algorithm.act_for_rollout(obs);
+      }
+      const envs::VecStep& s = p_.collector.step(act.action);
+      at::Tensor bootstrap;
+      if (std::any_of(s.ended.begin(), s.ended.end(), [](const envs::EpisodeEnd& e) { return !e.terminated; })) {
+        ScopedPhase ph(p_.times, Phase::act);
+        bootstrap = p_.algorithm.value(s.next_obs);
+      }
+      {
+        ScopedPhase ph(p_.times, Phase::buffer_add);
+        p_.buffer.add(RolloutStep{p_.collector.previous_observations(), act.action, act.log_prob, act.value, s.reward,
+                                  s.terminated, s.truncated, bootstrap});
+      }
+      p_.clock.env_steps += p_.collector.num_envs() * p_.ranks.world_size();
+    }
+
+    Config cfg_;
+    LoopParts<A, B> p_;
+    std::int64_t origin_ = 0;  ///< env steps when the stage began
+  };
+};
+
+}  // namespace anvil
+// ---- end <anvil/train/loops/on_policy.hpp> ----
 // ---- begin <anvil/train/start.hpp> ----
 /// @file
 /// `anvil::start`: the one line a main calls first, and the only place where anvil controls
@@ -17878,23 +18118,8 @@ struct EpisodicLoop {
   static constexpr FixedString config_section = "train";
   static constexpr FixedString stage_name = "episodic";
 
-  /// The `train` section of an episodic run.
-  struct Config {
-    loops::EnvStepsParam steps{100'000};
-    loops::GradAccumulationParam grad_accumulation{1};
-    loops::EmaDecayParam ema_decay{0.0};
-    loops::LrScalingParam lr_scaling{LrScaling::none};
-    loops::BaseBatchParam base_batch{256};
-    loops::EvalIntervalParam eval_interval{5000};
-    loops::EvalEpisodesParam eval_episodes{10};
-
-    /// A run of seconds (`run.smoke`).
-    void shrink() {
-      steps = std::min<std::int64_t>(steps, 600);
-      eval_interval = 0;
-      eval_episodes = std::min(*eval_episodes, 2);
-    }
-  };
+  /// The `train` section of an episodic run: the on-policy loop's fields.
+  using Config = loops::OnPolicyConfig;
 
   [[nodiscard]] static LoopSettings settings(const Config& c) { return loops::common_settings(c, ClockUnit::env_steps); }
 
@@ -18179,191 +18404,6 @@ struct OfflineLoop {
 
 }  // namespace anvil
 // ---- end <anvil/train/loops/offline.hpp> ----
-// ---- begin <anvil/train/loops/on_policy.hpp> ----
-/// @file
-/// `OnPolicyLoop`: the loop of on-policy algorithms (PPO, ...) with a rollout buffer. Each
-/// iteration collects a rollout (`rollout.steps` steps of every env with the current
-/// policy, the value of a truncated episode's last state kept to bootstrap from), computes
-/// its advantages, and learns from it: the algorithm's `epochs()` passes in shuffled
-/// minibatches of `minibatch_size()` rows, after each of which the algorithm's
-/// `end_epoch` says whether to go on (PPO stops early once the policy has moved too far:
-/// `ppo.target_kl`). Then the rollout is cleared: no step is learned from by a policy other
-/// than the one that collected it and the epochs right after.
-
-#include <algorithm>
-#include <cstdint>
-#include <optional>
-#include <string>
-
-
-namespace anvil {
-
-/// Loop policy for on-policy algorithms (see file comment).
-struct OnPolicyLoop {
-  using policy_kind = LoopKind;
-  static constexpr std::string_view name = "on-policy";
-  static constexpr FixedString config_section = "train";
-  static constexpr FixedString stage_name = "on_policy";
-
-  /// The `train` section of an on-policy run: no warm-up and no update schedule, since the
-  /// algorithm learns once per rollout from its own actions.
-  struct Config {
-    loops::EnvStepsParam steps{100'000};
-    loops::GradAccumulationParam grad_accumulation{1};
-    loops::EmaDecayParam ema_decay{0.0};
-    loops::LrScalingParam lr_scaling{LrScaling::none};
-    loops::BaseBatchParam base_batch{256};
-    loops::EvalIntervalParam eval_interval{5000};
-    loops::EvalEpisodesParam eval_episodes{10};
-
-    /// A run of seconds (`run.smoke`).
-    void shrink() {
-      steps = std::min<std::int64_t>(steps, 600);
-      eval_interval = 0;
-      eval_episodes = std::min(*eval_episodes, 2);
-    }
-  };
-
-  [[nodiscard]] static LoopSettings settings(const Config& c) { return loops::common_settings(c, ClockUnit::env_steps); }
-
-  /// What this loop needs of the algorithm and the buffer, one sentence each.
-  template <class A, class B>
-  struct Rules {
-    static constexpr bool algorithm_ok = OnPolicyAlgorithm<A>;
-    static_assert(algorithm_ok,
-                  "Trainer: the on-policy loop needs act_for_rollout, value, epochs, minibatch_size, end_epoch, "
-                  "set_progress and discount of the Algorithm; one is missing (see anvil::OnPolicyAlgorithm)");
-    static constexpr bool buffer_ok = !algorithm_ok || RolloutStorage<B>;
-    static_assert(buffer_ok,
-                  "Trainer: the on-policy loop fills a rollout, computes its advantages and hands it out in "
-                  "minibatches; the Buffer lacks full, finish, minibatches or clear (see anvil::RolloutStorage)");
-    static constexpr bool step_ok = !(algorithm_ok && buffer_ok) || std::same_as<typename B::Step, RolloutStep>;
-    static_assert(step_ok,
-                  "Trainer: the on-policy loop stores each env step as a RolloutStep, but the Buffer's Step "
-                  "is another type");
-    static constexpr bool ok = algorithm_ok && buffer_ok && step_ok;
-  };
-
-  /// Runs the loop (see file comment).
-  template <class A, class B>
-  class Runner {
-   public:
-    Runner(const Config& cfg, LoopParts<A, B> parts) : cfg_(cfg), p_(parts) { loops::check_ema<A>(cfg.ema_decay); }
-
-    [[nodiscard]] LoopSettings settings() const {
-      auto s = OnPolicyLoop::settings(cfg_);
-      s.origin = origin_;
-      return s;
-    }
-    [[nodiscard]] int stage() const noexcept { return 0; }
-
-    /// The stage starts: the clock counts env steps from here; the rollout is sized for the
-    /// envs. A minibatch larger than a rollout is refused, naming both.
-    void begin() {
-      origin_ = p_.clock.env_steps;
-      resumed();
-    }
-    /// After a resume restored the run (this loop's state included).
-    void resumed() {
-      p_.clock.unit = ClockUnit::env_steps;
-      p_.collector.envs().set_discount(p_.algorithm.discount());
-      p_.buffer.plan(StoragePlan{p_.collector.num_envs(), cfg_.steps, p_.algorithm.discount()});
-      const std::int64_t rows = p_.buffer.capacity(), envs = p_.collector.num_envs();
-      if (p_.algorithm.minibatch_size() > rows)
-        throw ConfigError(std::string(A::config_section.view()) + ".minibatch_size (" +
-                          std::to_string(p_.algorithm.minibatch_size()) + ") is larger than a rollout: " +
-                          std::string(B::config_section.view()) + ".steps (" + std::to_string(rows / envs) +
-                          ") x env.num_envs (" + std::to_string(envs) + ") = " + std::to_string(rows) + " rows");
-    }
-
-    [[nodiscard]] bool done() const noexcept { return p_.clock.env_steps - origin_ >= cfg_.steps; }
-
-    /// One iteration: collect a rollout, learn from it.
-    void iterate(std::int64_t /*quiet_until*/ = INT64_MAX) {
-      collect_rollout();
-      learn_rollout();
-    }
-
-    /// Fills the rollout buffer with `rollout.steps` steps of every env, acting with the
-    /// current policy, and computes its advantages.
-    void collect_rollout() {
-      p_.buffer.clear();
-      while (!p_.buffer.full()) step();
-      ScopedPhase ph(p_.times, Phase::buffer_add);
-      p_.buffer.finish(p_.algorithm.value(p_.collector.observations()));
-    }
-
-    /// Learns from the collected rollout (see file comment), then clears it.
-    void learn_rollout() {
-      // Every rank normalises with the same statistics from here on.
-      if (p_.ranks.world_size() > 1) p_.collector.envs().sync_statistics([this](at::Tensor& t) { p_.ranks.sum(t); });
-      p_.algorithm.set_progress(static_cast<double>(p_.clock.env_steps - origin_) / static_cast<double>(*cfg_.steps));
-      int epochs = 0;
-      for (int e = 0; e < p_.algorithm.epochs(); ++e) {
-        std::optional<ScopedPhase> sampling(std::in_place, p_.times, Phase::sample);
-        for (const auto& batch : p_.buffer.minibatches(p_.algorithm.minibatch_size())) {
-          sampling.reset();
-          loops::update_once(p_, batch, cfg_.ema_decay);
-          sampling.emplace(p_.times, Phase::sample);
-        }
-        sampling.reset();
-        ++epochs;
-        if (!p_.algorithm.end_epoch(p_.step)) break;
-      }
-      p_.metrics.add("epochs", epochs);
-      p_.buffer.clear();
-    }
-
-    void at_log_row() {}  // the normalisers were merged before the last update
-
-    /// What the timing verdict suggests, in this loop's and its algorithm's knobs.
-    [[nodiscard]] BottleneckAdvice advice() const {
-      const std::string algo(A::config_section.view());
-      BottleneckAdvice a;
-      a.env = "raise env.num_envs or env.threads";
-      a.learn = "fewer " + algo + ".epochs or larger " + algo + ".minibatch_size, BF16, or more ranks";
-      a.comm = "larger " + algo + ".minibatch_size (fewer all-reduces per rollout) or fewer ranks";
-      a.sample = "larger " + algo + ".minibatch_size";
-      return a;
-    }
-
-    /// State protocol: where the stage began (a checkpoint falls between rollouts).
-    void save(BinaryWriter& w) const { w.value(origin_); }
-    [[nodiscard]] std::int64_t read(BinaryReader& r) const { return r.value<std::int64_t>("stage origin"); }
-    void restore(std::int64_t origin) noexcept { origin_ = origin; }
-
-   private:
-    // One step of every env for the rollout: act, step, and for rows cut by the time limit
-    // the value of their true last state (the bootstrap; see RolloutBuffer).
-    void step() {
-      RolloutAct act;
-      {
-        const auto& obs = p_.collector.observations();
-        ScopedPhase ph(p_.times, Phase::act);
-        act = p_.algorithm.act_for_rollout(obs);
-      }
-      const envs::VecStep& s = p_.collector.step(act.action);
-      at::Tensor bootstrap;
-      if (std::any_of(s.ended.begin(), s.ended.end(), [](const envs::EpisodeEnd& e) { return !e.terminated; })) {
-        ScopedPhase ph(p_.times, Phase::act);
-        bootstrap = p_.algorithm.value(s.next_obs);
-      }
-      {
-        ScopedPhase ph(p_.times, Phase::buffer_add);
-        p_.buffer.add(RolloutStep{p_.collector.previous_observations(), act.action, act.log_prob, act.value, s.reward,
-                                  s.terminated, s.truncated, bootstrap});
-      }
-      p_.clock.env_steps += p_.collector.num_envs() * p_.ranks.world_size();
-    }
-
-    Config cfg_;
-    LoopParts<A, B> p_;
-    std::int64_t origin_ = 0;  ///< env steps when the stage began
-  };
-};
-
-}  // namespace anvil
-// ---- end <anvil/train/loops/on_policy.hpp> ----
 // ---- begin <anvil/train/run.hpp> ----
 /// @file
 /// `Run`: the life of a training run that does not depend on its policy types, compiled
@@ -19753,7 +19793,12 @@ void Trainer<A, B, P, X, L>::load_checkpoint(const std::filesystem::path& file) 
 
 template <class A, class B, class P, class X, class L>
 void Trainer<A, B, P, X, L>::save_policy(const std::filesystem::path& file) const {
-  impl_->save_policy(file);
+  if constexpr (ExportsPolicy<A>) {
+    impl_->save_policy(file);
+  } else {
+    throw Error("save_policy: " + std::string(A::config_section.view()) +
+                " writes no policy file of its own (anvil::ExportsPolicy); its checkpoints hold it");
+  }
 }
 
 template <class A, class B, class P, class X, class L>

@@ -108,6 +108,27 @@ TEST_CASE("compiled::Trainer: a Trainer's config type, command line and run, bit
   CHECK(std::filesystem::file_size(moved.run_dir() / "again.bin") > 0);
 }
 
+TEST_CASE("compiled::Trainer: PPO on its rollout buffer, and an algorithm without a policy file says so") {
+  using Compiled = compiled::Trainer<PPO, RolloutBuffer>;
+  static_assert(std::same_as<Compiled::Loop, OnPolicyLoop>);
+  static_assert(std::same_as<Compiled::Config, Trainer<PPO, RolloutBuffer>::Config>);
+  Compiled::Config c;
+  c.run->run_dir = temp_run_dir("compiled_ppo");
+  c.run->progress = ProgressMode::off;
+  c.train->steps = 2048;
+  c.train->eval_interval = 0;
+  c.train->eval_episodes = 2;
+  c.env->num_envs = 4;
+  c.buffer->steps = 128;
+  Compiled t(envs::CartPole{}, c);
+  const auto r = t.fit();
+  CHECK(r.env_steps == 2048);
+  CHECK(r.updates > 0);
+  CHECK(std::isfinite(r.final_eval_return));
+  CHECK_THROWS_WITH_AS(t.save_policy(t.run_dir() / "policy_again.bin"),
+                       doctest::Contains("ppo writes no policy file of its own"), Error);
+}
+
 TEST_CASE("Trainer: update_interval and updates_per_interval set the update-to-data ratio") {
   auto c = pendulum_config(1000, "utd");
   c.train->learning_starts = 200;

@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include <anvil/algorithms/sac_config.hpp>
 #include <anvil/core/batch.hpp>
 #include <anvil/core/binary_io.hpp>
 #include <anvil/core/concepts.hpp>
@@ -31,7 +32,6 @@
 #include <anvil/core/error.hpp>
 #include <anvil/core/spaces.hpp>
 #include <anvil/core/tensor_io.hpp>
-#include <anvil/algorithms/sac_config.hpp>
 #include <anvil/nn/gaussian_actor.hpp>
 #include <anvil/nn/twin_q.hpp>
 #include <anvil/optim/ema.hpp>

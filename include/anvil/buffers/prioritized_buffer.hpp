@@ -14,8 +14,8 @@
 #include <string>
 #include <vector>
 
-#include <anvil/buffers/replay_config.hpp>
 #include <anvil/buffers/detail/replay_core.hpp>
+#include <anvil/buffers/replay_config.hpp>
 #include <anvil/buffers/sum_tree.hpp>
 #include <anvil/core/batch.hpp>
 #include <anvil/core/concepts.hpp>

@@ -1,7 +1,8 @@
 #pragma once
 /// @file
-/// The replay buffers' `buffer` sections and their shared fields, apart from the buffers,
-/// so a Trainer's config can be built without torch (`anvil/compiled.hpp`). Light header.
+/// The replay buffers' `buffer` sections and their shared fields, and the rollout buffer's
+/// `rollout` section, apart from the buffers, so a Trainer's config can be built without
+/// torch (`anvil/compiled.hpp`). Light header.
 
 #include <array>
 #include <cstdint>
@@ -68,8 +69,21 @@ struct PrioritizedBufferConfig {
   detail::BalanceTasksParam balance_tasks{true};
 };
 
+/// The `rollout` section of `RolloutBuffer`.
+struct RolloutBufferConfig {
+  Param<std::int64_t, "steps", "env steps per env in one rollout (the rollout is steps x num_envs)",
+        in_range(1, 1 << 24)>
+      steps{2048};
+  Param<double, "gae_lambda", "GAE's lambda: 0 is the one-step TD error, 1 the Monte Carlo return",
+        in_range(0, 1)>
+      gae_lambda{0.95};
+  Param<bool, "normalize_advantage", "scale each minibatch's advantages to mean 0, std 1">
+      normalize_advantage{true};
+};
+
 class UniformBuffer;      // buffers/uniform_buffer.hpp
 class PrioritizedBuffer;  // buffers/prioritized_buffer.hpp
+class RolloutBuffer;      // buffers/rollout_buffer.hpp
 
 template <>
 struct policy_config<UniformBuffer> {
@@ -80,6 +94,11 @@ template <>
 struct policy_config<PrioritizedBuffer> {
   using type = PrioritizedBufferConfig;
   static constexpr FixedString section = "buffer";
+};
+template <>
+struct policy_config<RolloutBuffer> {
+  using type = RolloutBufferConfig;
+  static constexpr FixedString section = "rollout";
 };
 
 }  // namespace anvil

@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include <anvil/buffers/replay_config.hpp>
 #include <anvil/core/batch.hpp>
 #include <anvil/core/binary_io.hpp>
 #include <anvil/core/concepts.hpp>
@@ -47,16 +48,7 @@ class RolloutBuffer {
   using Batch = RolloutBatch;
   using Step = RolloutStep;
 
-  struct Config {
-    Param<std::int64_t, "steps", "env steps per env in one rollout (the rollout is steps x num_envs)",
-          in_range(1, 1 << 24)>
-        steps{2048};
-    Param<double, "gae_lambda", "GAE's lambda: 0 is the one-step TD error, 1 the Monte Carlo return",
-          in_range(0, 1)>
-        gae_lambda{0.95};
-    Param<bool, "normalize_advantage", "scale each minibatch's advantages to mean 0, std 1">
-        normalize_advantage{true};
-  };
+  using Config = RolloutBufferConfig;
 
   RolloutBuffer(const EnvSpec& spec, const Config& cfg, const RunContext& ctx)
       : cfg_(cfg), device_(ctx.device), obs_dim_(spec.obs_dim()), act_dim_(spec.action_dim()),

@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include <anvil/buffers/replay_config.hpp>
 #include <anvil/buffers/detail/replay_core.hpp>
+#include <anvil/buffers/replay_config.hpp>
 #include <anvil/core/batch.hpp>
 #include <anvil/core/concepts.hpp>
 #include <anvil/core/context.hpp>

@@ -30,10 +30,10 @@
 #include <vector>
 
 #include <anvil/core/binary_io.hpp>
+#include <anvil/core/detail/thread_pool.hpp>
 #include <anvil/core/error.hpp>
 #include <anvil/core/param.hpp>
 #include <anvil/core/random.hpp>
-#include <anvil/core/detail/thread_pool.hpp>
 #include <anvil/envs/env.hpp>
 #include <anvil/envs/env_config.hpp>
 

@@ -8,8 +8,10 @@
 ///
 /// Two ways to build a program that uses it:
 ///  - link the CMake target `anvil::compiled`: a library of the common Trainers, prebuilt
-///    (`ANVIL_COMPILED_TRAINERS` below, for each of `ANVIL_COMPILED_ENVS`); the main includes
-///    `<anvil/compiled.hpp>` and never sees torch's headers. Another combination, or an env
+///    (`ANVIL_COMPILED_TRAINERS` below, for each of `ANVIL_COMPILED_ENVS`: SAC refuses the
+///    discrete ones when the run starts, as a Trainer does); the main includes
+///    `<anvil/compiled.hpp>` and none of torch's ATen or `torch/` headers (only a few of c10's
+///    small ones). Another combination, or an env
 ///    of your own, is built in one translation unit of yours that includes
 ///    `train/compiled_trainer_impl.hpp` and says `ANVIL_COMPILED_TRAINER(...)` (else the link
 ///    fails naming the missing `compiled::Trainer` member);
@@ -25,6 +27,7 @@
 #include <memory>
 #include <string>
 
+#include <anvil/algorithms/ppo_config.hpp>
 #include <anvil/algorithms/sac_config.hpp>
 #include <anvil/buffers/replay_config.hpp>
 #include <anvil/core/config.hpp>
@@ -50,6 +53,10 @@ struct loop_of;
 template <bool kMultiTask>
 struct loop_of<BasicSAC<nn::GaussianActor, nn::TwinQ, kMultiTask>> {
   using type = OffPolicyLoop;
+};
+template <>
+struct loop_of<PPO> {
+  using type = OnPolicyLoop;
 };
 
 /// A Trainer compiled once (see file comment).
@@ -89,7 +96,8 @@ class Trainer {
   /// Writes / restores everything a resumed run needs (atomic; all or nothing).
   void save_checkpoint(const std::filesystem::path& file);
   void load_checkpoint(const std::filesystem::path& file);
-  /// Writes the policy alone (`anvil::load_policy` reads it).
+  /// Writes the policy alone (`anvil::load_policy` reads it); an algorithm that exports no
+  /// policy file (not `ExportsPolicy`) throws.
   void save_policy(const std::filesystem::path& file) const;
   /// The resolved config the run uses.
   [[nodiscard]] const Config& config() const noexcept;
@@ -112,12 +120,15 @@ class Trainer {
   M(::anvil::SAC, ::anvil::UniformBuffer, ::anvil::SingleDevice, ::anvil::FP32)     \
   M(::anvil::SAC, ::anvil::PrioritizedBuffer, ::anvil::SingleDevice, ::anvil::FP32) \
   M(::anvil::SAC, ::anvil::UniformBuffer, ::anvil::SingleDevice, ::anvil::BF16)     \
-  M(::anvil::SAC, ::anvil::PrioritizedBuffer, ::anvil::SingleDevice, ::anvil::BF16)
+  M(::anvil::SAC, ::anvil::PrioritizedBuffer, ::anvil::SingleDevice, ::anvil::BF16) \
+  M(::anvil::PPO, ::anvil::RolloutBuffer, ::anvil::SingleDevice, ::anvil::FP32)
 /// `ANVIL_COMPILED_ENVS(M, A, B, P, X)` calls `M(A, B, P, X, E)` for each env type `E` the
 /// prebuilt Trainers are built for.
-#define ANVIL_COMPILED_ENVS(M, A, B, P, X)     \
-  M(A, B, P, X, ::anvil::envs::Pendulum)       \
-  M(A, B, P, X, ::anvil::envs::MountainCarContinuous)
+#define ANVIL_COMPILED_ENVS(M, A, B, P, X)            \
+  M(A, B, P, X, ::anvil::envs::Pendulum)              \
+  M(A, B, P, X, ::anvil::envs::MountainCarContinuous) \
+  M(A, B, P, X, ::anvil::envs::CartPole)              \
+  M(A, B, P, X, ::anvil::envs::Acrobot)
 
 #ifdef ANVIL_COMPILED
 // The library holds these: no translation unit of the program instantiates them again.

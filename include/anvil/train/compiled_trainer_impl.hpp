@@ -10,7 +10,7 @@
 ///     ANVIL_COMPILED_TRAINER(anvil::SAC, anvil::UniformBuffer, anvil::SingleDevice, anvil::FP32)
 ///     ANVIL_COMPILED_TRAINER_ENV(anvil::SAC, anvil::UniformBuffer, anvil::SingleDevice, anvil::FP32, MyEnv)
 ///
-/// It includes the classes of the policies `compiled.hpp` names (SAC, the replay buffers);
+/// It includes the classes of the policies `compiled.hpp` names (SAC, PPO, their buffers);
 /// a combination with other policies includes theirs too.
 
 #include <filesystem>
@@ -18,11 +18,14 @@
 #include <string>
 #include <utility>
 
+#include <anvil/algorithms/ppo.hpp>
 #include <anvil/algorithms/sac.hpp>
 #include <anvil/buffers/prioritized_buffer.hpp>
+#include <anvil/buffers/rollout_buffer.hpp>
 #include <anvil/buffers/uniform_buffer.hpp>
 #include <anvil/train/compiled_trainer.hpp>
 #include <anvil/train/loops/off_policy.hpp>
+#include <anvil/train/loops/on_policy.hpp>
 #include <anvil/train/start.hpp>
 #include <anvil/train/trainer.hpp>
 
@@ -74,7 +77,12 @@ void Trainer<A, B, P, X, L>::load_checkpoint(const std::filesystem::path& file) 
 
 template <class A, class B, class P, class X, class L>
 void Trainer<A, B, P, X, L>::save_policy(const std::filesystem::path& file) const {
-  impl_->save_policy(file);
+  if constexpr (ExportsPolicy<A>) {
+    impl_->save_policy(file);
+  } else {
+    throw Error("save_policy: " + std::string(A::config_section.view()) +
+                " writes no policy file of its own (anvil::ExportsPolicy); its checkpoints hold it");
+  }
 }
 
 template <class A, class B, class P, class X, class L>

@@ -9,8 +9,8 @@
 #include <utility>
 #include <vector>
 
-#include <anvil/buffers/replay_config.hpp>
 #include <anvil/buffers/detail/transition_store.hpp>
+#include <anvil/buffers/replay_config.hpp>
 #include <anvil/core/batch.hpp>
 #include <anvil/core/context.hpp>
 #include <anvil/core/error.hpp>

@@ -16,8 +16,8 @@
 #include <utility>
 #include <vector>
 
-#include <anvil/buffers/replay_config.hpp>
 #include <anvil/buffers/detail/n_step.hpp>
+#include <anvil/buffers/replay_config.hpp>
 #include <anvil/core/batch.hpp>
 #include <anvil/core/binary_io.hpp>
 #include <anvil/core/detail/huge_pages.hpp>

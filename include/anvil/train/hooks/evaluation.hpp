@@ -21,11 +21,11 @@
 #include <string>
 #include <vector>
 
-#include <anvil/train/hooks/results.hpp>
 #include <anvil/core/binary_io.hpp>
 #include <anvil/envs/vec_env.hpp>
 #include <anvil/observe/timers.hpp>
 #include <anvil/parallel/collectives.hpp>
+#include <anvil/train/hooks/results.hpp>
 
 namespace anvil {
 

@@ -23,7 +23,6 @@
 #include <utility>
 #include <vector>
 
-#include <anvil/train/hooks/results.hpp>
 #include <anvil/core/error.hpp>
 #include <anvil/data/episode_stats.hpp>
 #include <anvil/observe/gpu_monitor.hpp>
@@ -34,6 +33,7 @@
 #include <anvil/parallel/collectives.hpp>
 #include <anvil/train/clock.hpp>
 #include <anvil/train/hooks/evaluation.hpp>
+#include <anvil/train/hooks/results.hpp>
 
 namespace anvil {
 

@@ -21,6 +21,7 @@
 #include <anvil/core/param.hpp>
 #include <anvil/envs/vec_env.hpp>
 #include <anvil/train/loops/loop.hpp>
+#include <anvil/train/loops/loop_config.hpp>
 
 namespace anvil {
 
@@ -39,23 +40,8 @@ struct EpisodicLoop {
   static constexpr FixedString config_section = "train";
   static constexpr FixedString stage_name = "episodic";
 
-  /// The `train` section of an episodic run.
-  struct Config {
-    loops::EnvStepsParam steps{100'000};
-    loops::GradAccumulationParam grad_accumulation{1};
-    loops::EmaDecayParam ema_decay{0.0};
-    loops::LrScalingParam lr_scaling{LrScaling::none};
-    loops::BaseBatchParam base_batch{256};
-    loops::EvalIntervalParam eval_interval{5000};
-    loops::EvalEpisodesParam eval_episodes{10};
-
-    /// A run of seconds (`run.smoke`).
-    void shrink() {
-      steps = std::min<std::int64_t>(steps, 600);
-      eval_interval = 0;
-      eval_episodes = std::min(*eval_episodes, 2);
-    }
-  };
+  /// The `train` section of an episodic run: the on-policy loop's fields.
+  using Config = loops::OnPolicyConfig;
 
   [[nodiscard]] static LoopSettings settings(const Config& c) { return loops::common_settings(c, ClockUnit::env_steps); }
 

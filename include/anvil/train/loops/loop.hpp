@@ -31,7 +31,6 @@
 #include <cstdint>
 #include <string>
 
-#include <anvil/train/loops/loop_config.hpp>
 #include <anvil/core/batch.hpp>
 #include <anvil/core/concepts.hpp>
 #include <anvil/core/error.hpp>
@@ -43,6 +42,7 @@
 #include <anvil/optim/step_context.hpp>
 #include <anvil/parallel/collectives.hpp>
 #include <anvil/train/clock.hpp>
+#include <anvil/train/loops/loop_config.hpp>
 
 namespace anvil {
 

@@ -1,7 +1,7 @@
 #pragma once
 /// @file
-/// Loop config fields several loops have, declared once, and the off-policy loop's `train`
-/// section, apart from the loops, so a Trainer's config can be built without torch
+/// Loop config fields several loops have, declared once, and the off- and on-policy loops'
+/// `train` sections, apart from the loops, so a Trainer's config can be built without torch
 /// (`anvil/compiled.hpp`). Light header.
 
 #include <algorithm>
@@ -68,13 +68,39 @@ struct OffPolicyConfig {
   }
 };
 
+/// The `train` section of an on-policy run (and of an episodic one): no warm-up and no
+/// update schedule, since the algorithm learns once per rollout (or round of episodes) from
+/// its own actions.
+struct OnPolicyConfig {
+  loops::EnvStepsParam steps{100'000};
+  loops::GradAccumulationParam grad_accumulation{1};
+  loops::EmaDecayParam ema_decay{0.0};
+  loops::LrScalingParam lr_scaling{LrScaling::none};
+  loops::BaseBatchParam base_batch{256};
+  loops::EvalIntervalParam eval_interval{5000};
+  loops::EvalEpisodesParam eval_episodes{10};
+
+  /// A run of seconds (`run.smoke`).
+  void shrink() {
+    steps = std::min<std::int64_t>(steps, 600);
+    eval_interval = 0;
+    eval_episodes = std::min(*eval_episodes, 2);
+  }
+};
+
 }  // namespace loops
 
 struct OffPolicyLoop;  // train/loops/off_policy.hpp
+struct OnPolicyLoop;   // train/loops/on_policy.hpp
 
 template <>
 struct policy_config<OffPolicyLoop> {
   using type = loops::OffPolicyConfig;
+  static constexpr FixedString section = "train";
+};
+template <>
+struct policy_config<OnPolicyLoop> {
+  using type = loops::OnPolicyConfig;
   static constexpr FixedString section = "train";
 };
 

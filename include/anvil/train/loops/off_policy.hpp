@@ -17,13 +17,13 @@
 #include <cstdint>
 #include <string>
 
-#include <anvil/train/loops/loop_config.hpp>
 #include <anvil/core/batch.hpp>
 #include <anvil/core/concepts.hpp>
 #include <anvil/core/error.hpp>
 #include <anvil/core/param.hpp>
 #include <anvil/envs/vec_env.hpp>
 #include <anvil/train/loops/loop.hpp>
+#include <anvil/train/loops/loop_config.hpp>
 
 namespace anvil {
 
