@@ -7,6 +7,7 @@ other benchmarks.
   benchmarks/compile_time.py --source examples/compile_time_sweep.cpp --repeat 3
   benchmarks/compile_time.py --build other/build --root other  a second tree, for a before/after
 
+  benchmarks/compile_time.py --variant single_include            the same main built against the single header
   benchmarks/compile_time.py --forbid '/(ATen|torch)/'           fail if a header matching it is included
 
 The compile command is the build's own (build/compile_commands.json: configure with
@@ -28,28 +29,41 @@ import sys
 import time
 
 
-def command_for(build, source):
+def command_for(build, source, variant=None):
+    """The build's command for `source`, precompiled header left out. A source built by
+    several targets (train_sac_pendulum.cpp: on prebuilt Trainers, and against the single
+    header) gives the one whose command contains `variant`; by default the one that does not
+    build against single_include/."""
     db = json.loads((build / "compile_commands.json").read_text())
-    for entry in db:
-        if pathlib.Path(entry["file"]).resolve() == source.resolve():
-            args = shlex.split(entry["command"]) if "command" in entry else entry["arguments"]
-            out, skip = [], False
-            for a in args:
-                if skip:
-                    skip = False
-                    continue
-                if a == "-include":
-                    skip = True  # the precompiled header
-                    continue
-                if a in ("-Winvalid-pch",) or a.startswith("-include"):
-                    continue
-                if a == "-o":
-                    skip = True
-                    continue
-                out.append(a)
-            return out + ["-o", os.devnull], entry["directory"]
-    sys.exit(f"compile_time.py: {source} is not in {build}/compile_commands.json "
-             "(configure with -DCMAKE_EXPORT_COMPILE_COMMANDS=ON)")
+    entries = [e for e in db if pathlib.Path(e["file"]).resolve() == source.resolve()]
+    if not entries:
+        sys.exit(f"compile_time.py: {source} is not in {build}/compile_commands.json "
+                 "(configure with -DCMAKE_EXPORT_COMPILE_COMMANDS=ON)")
+    def text(e):
+        return e["command"] if "command" in e else " ".join(e["arguments"])
+    if variant is not None:
+        chosen = [e for e in entries if variant in text(e)]
+        if not chosen:
+            sys.exit(f"compile_time.py: no command for {source} contains {variant!r}")
+    else:
+        chosen = [e for e in entries if "single_include" not in text(e)] or entries
+    entry = chosen[0]
+    args = shlex.split(entry["command"]) if "command" in entry else entry["arguments"]
+    out, skip = [], False
+    for a in args:
+        if skip:
+            skip = False
+            continue
+        if a == "-include":
+            skip = True  # the precompiled header
+            continue
+        if a in ("-Winvalid-pch",) or a.startswith("-include"):
+            continue
+        if a == "-o":
+            skip = True
+            continue
+        out.append(a)
+    return out + ["-o", os.devnull], entry["directory"]
 
 
 def check_headers(cmd, cwd, source, forbid):
@@ -81,12 +95,14 @@ def main():
     ap.add_argument("--build", default=None, help="build directory (default: ROOT/build)")
     ap.add_argument("--source", default="examples/train_sac_pendulum.cpp")
     ap.add_argument("--repeat", type=int, default=1)
+    ap.add_argument("--variant", default=None, metavar="TEXT",
+                    help="of several commands for the source, the one containing TEXT (e.g. single_include)")
     ap.add_argument("--forbid", default=None, metavar="REGEX",
                     help="exit 1 naming the first included header whose path matches REGEX and what included it")
     a = ap.parse_args()
     root = pathlib.Path(a.root)
     build = pathlib.Path(a.build) if a.build else root / "build"
-    cmd, cwd = command_for(build, root / a.source)
+    cmd, cwd = command_for(build, root / a.source, a.variant)
     if a.forbid:
         sys.exit(check_headers(cmd, cwd, a.source, re.compile(a.forbid)))
     seconds, peaks = [], []
@@ -98,7 +114,7 @@ def main():
         if r.returncode != 0:
             sys.exit(f"compile_time.py: compiling {a.source} failed:\n{r.stderr[-4000:]}")
         peaks.append(max(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, before) / 1024.0)
-    common = {"config": {"source": a.source, "pch": False, "repeat": a.repeat,
+    common = {"config": {"source": a.source, "variant": a.variant, "pch": False, "repeat": a.repeat,
                          "build_type": "Release" if "-O3" in cmd or "-O2" in cmd else "other"},
               "device": "cpu", "host": socket.gethostname(),
               "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")}
