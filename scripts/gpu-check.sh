@@ -6,12 +6,21 @@
 #   scripts/gpu-check.sh bench [overrides...]   bench_diffusion on CUDA (e.g. bench.seconds=2)
 #   scripts/gpu-check.sh pusht [overrides...]   diffusion_pusht_direct: Diffusion Policy trained
 #                                               on the expert's demonstrations, scored on the test seeds
+#   scripts/gpu-check.sh sac                    bench_precision on CUDA (SAC updates/s per precision),
+#                                               then the main job (examples/train_sac_pendulum,
+#                                               header-only) on CUDA and on this machine's CPU, and
+#                                               on CUDA with 16 envs and batch 2048: one JSON line
+#                                               per run from its summary.json
+#   scripts/gpu-check.sh all                    builds every program above at once (one g++ each, in
+#                                               parallel), then runs sac and pusht (PUSHT_ARGS: its
+#                                               overrides)
 #
-# The header-only dependencies the benchmarks use (Boost.PFR, nlohmann-json, yaml-cpp and
-# its static library) come from DEPS (default .deps: include/ and lib/), filled on a Debian
-# machine with:  mkdir -p .deps/include/boost .deps/lib &&
+# The header-only dependencies the programs use (Boost.PFR, nlohmann-json, range-v3,
+# yaml-cpp and its static library) come from DEPS (default .deps: include/ and lib/), filled
+# on a Debian machine with:  mkdir -p .deps/include/boost .deps/lib &&
 #   cp -r /usr/include/boost/pfr /usr/include/boost/pfr.hpp .deps/include/boost/ &&
 #   cp -r /usr/include/nlohmann /usr/include/yaml-cpp .deps/include/ &&
+#   cp -r /usr/include/range /usr/include/meta /usr/include/concepts /usr/include/std .deps/include/ &&
 #   cp /usr/lib/x86_64-linux-gnu/libyaml-cpp.a .deps/lib/ &&
 #   cp -r /usr/include/chipmunk .deps/include/ && cp /usr/lib/x86_64-linux-gnu/libchipmunk.a .deps/lib/
 set -euo pipefail
@@ -23,17 +32,91 @@ torch_dir=$($py -c 'import os, torch; print(os.path.dirname(torch.__file__))')
 abi=$($py -c 'import torch; print(int(torch._C._GLIBCXX_USE_CXX11_ABI))')
 echo "gpu-check: torch $($py -c 'import torch; print(torch.__version__, torch.version.cuda)') at $torch_dir, g++ $(g++ -dumpfullversion)"
 mkdir -p "$out"
-flags=(-std=c++20 -O2 -DNDEBUG "-D_GLIBCXX_USE_CXX11_ABI=$abi" -Iinclude "-I$deps/include"
+# PyTorch's wheels are built with c10d and Gloo, and its c10d headers declare their classes
+# only under these macros (CMake's Torch package adds them; a plain g++ line must).
+flags=(-std=c++20 -O2 -DNDEBUG "-D_GLIBCXX_USE_CXX11_ABI=$abi" -DUSE_DISTRIBUTED -DUSE_C10D_GLOO -Iinclude "-I$deps/include"
        -isystem "$torch_dir/include" -isystem "$torch_dir/include/torch/csrc/api/include")
 libs=("$deps/lib/libyaml-cpp.a" "-L$torch_dir/lib" "-Wl,-rpath,$torch_dir/lib" -Wl,--no-as-needed
       -ltorch -ltorch_cuda -ltorch_cpu -lc10_cuda -lc10 -Wl,--as-needed -lpthread -ldl)
 what=${1:-bench}
 shift || true
+# build PROG SOURCE [EXTRA...]: one program, its compiler output in $out/PROG.build.log
+build() {
+  local prog=$1 src=$2
+  shift 2
+  if g++ "${flags[@]}" "$src" "$@" "${libs[@]}" -o "$out/$prog" >"$out/$prog.build.log" 2>&1; then
+    echo "gpu-check: built $prog"
+  else
+    echo "gpu-check: $prog did not build:" >&2
+    tail -n 30 "$out/$prog.build.log" >&2
+    return 1
+  fi
+}
+build_sac() {
+  build bench_precision benchmarks/bench_precision.cpp & local a=$!
+  build train_sac_pendulum examples/train_sac_pendulum.cpp & local b=$!
+  local rc=0
+  wait $a || rc=1
+  wait $b || rc=1
+  return $rc
+}
+# summary NAME DIR: one JSON line from the run's summary.json
+summary() {
+  $py - "$1" "$2/summary.json" <<'PYEOF'
+import json, sys
+name, path = sys.argv[1:]
+s = json.load(open(path))
+keys = ("env_steps", "updates", "wall_seconds", "env_steps_per_s", "updates_per_s", "final_eval_return",
+        "best_eval_return", "timer_overhead", "bottleneck")
+line = {"bench": "gpu_main_job", "run": name, "device": s["config"]["run.device"]}
+line.update({k: s.get(k) for k in keys})
+line["phase_share"] = {k: round(v, 3) for k, v in s.get("phase_share", {}).items() if v >= 0.005}
+line["config"] = {k: v for k, v in s["config"].items() if k.startswith(("env.num_envs", "sac.batch_size", "train.", "run.update_threads"))}
+print(json.dumps(line))
+PYEOF
+}
+run_sac() {
+  if [[ -x $out/bench_precision ]]; then
+    echo "== bench_precision"
+    "$out/bench_precision" bench.device=cuda bench.seconds=1 bench.rounds=2 || echo "gpu-check: bench_precision failed" >&2
+  fi
+  [[ -x $out/train_sac_pendulum ]] || return 0
+  local common=(run.progress=off run.tensorboard=false run.checkpoint_interval=0)
+  # the main job as it ships (256x256, batch 256, one env, one update per step), then the
+  # same on this machine's CPU (fewer steps: its rate is what is compared), then a GPU-sized
+  # setup: 16 envs, batch 2048, one update per vector step, learning rates scaled by sqrt
+  local -a names=(main_cuda main_cpu wide_cuda)
+  local -a args=("run.device=cuda" "run.device=cpu train.steps=5000"
+    "run.device=cuda env.num_envs=16 sac.batch_size=2048 train.lr_scaling=sqrt train.steps=50000 train.eval_interval=10000")
+  for i in 0 1 2; do
+    local dir=$out/run-${names[$i]}
+    rm -rf "$dir"
+    echo "== train_sac_pendulum ${args[$i]}"
+    # shellcheck disable=SC2086
+    if "$out/train_sac_pendulum" "${common[@]}" ${args[$i]} run.run_dir="$dir" >"$dir.log" 2>&1; then
+      summary "${names[$i]}" "$dir"
+    else
+      echo "gpu-check: train_sac_pendulum ${args[$i]} failed:" >&2
+      tail -n 20 "$dir.log" >&2
+    fi
+  done
+}
 case "$what" in
-  bench) prog=bench_diffusion; extra=() ;;
-  pusht) prog=diffusion_pusht_direct; extra=("$deps/lib/libchipmunk.a") ;;
-  *) echo "scripts/gpu-check.sh: bench or pusht, not '$what'" >&2; exit 2 ;;
+  bench) build bench_diffusion benchmarks/bench_diffusion.cpp; echo "== bench_diffusion"; "$out/bench_diffusion" bench.device=cuda "$@" ;;
+  pusht)
+    build diffusion_pusht_direct benchmarks/diffusion_pusht_direct.cpp "$deps/lib/libchipmunk.a"
+    echo "== diffusion_pusht_direct"
+    "$out/diffusion_pusht_direct" bench.device=cuda "$@" ;;
+  sac) build_sac || true; run_sac ;;
+  all)
+    build diffusion_pusht_direct benchmarks/diffusion_pusht_direct.cpp "$deps/lib/libchipmunk.a" & pusht=$!
+    build_sac || true
+    wait $pusht || true
+    run_sac
+    if [[ -x $out/diffusion_pusht_direct ]]; then
+      echo "== diffusion_pusht_direct ${PUSHT_ARGS:-}"
+      # shellcheck disable=SC2086
+      "$out/diffusion_pusht_direct" bench.device=cuda ${PUSHT_ARGS:-}
+    fi ;;
+  *) echo "scripts/gpu-check.sh: bench, pusht, sac or all, not '$what'" >&2; exit 2 ;;
 esac
-g++ "${flags[@]}" "benchmarks/$prog.cpp" "${extra[@]}" "${libs[@]}" -o "$out/$prog"
-echo "== $prog"
-"$out/$prog" bench.device=cuda "$@"

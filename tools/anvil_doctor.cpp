@@ -165,10 +165,13 @@ int main(int argc, char** argv) {
     ok("BLAS: OpenBLAS" + (blas.core.empty() ? std::string() : ", " + blas.core + " kernels") + " (" + blas.library + ")");
   else
     warn("BLAS: could not tell which BLAS is loaded (" + (blas.library.empty() ? std::string("none found") : blas.library) + ")");
-  const unsigned cores = std::thread::hardware_concurrency();
+  const unsigned machine = std::thread::hardware_concurrency();
+  const int cores = anvil::detail::available_cores();
   const char* omp = std::getenv("OMP_NUM_THREADS");
   const char* wait = std::getenv("OMP_WAIT_POLICY");
-  ok("threads: " + std::to_string(cores) + " core(s); anvil runs 1 intra-op thread per process by default (run.threads)" +
+  ok("threads: " + std::to_string(cores) + " core(s) for this process" +
+     (static_cast<unsigned>(cores) != machine ? " (affinity or CPU quota; the machine has " + std::to_string(machine) + ")" : "") +
+     "; anvil runs 1 intra-op thread per process by default (run.threads)" +
      "; OMP_NUM_THREADS=" + (omp ? omp : "unset") + ", OMP_WAIT_POLICY=" + (wait ? wait : "unset"));
   if (!wait) warn("threads: set OMP_WAIT_POLICY=PASSIVE if you raise run.threads, so idle OpenMP workers sleep");
 

@@ -1,11 +1,18 @@
-// Device policy, seeding and the LibTorch-version shim.
+// Device policy, seeding, the LibTorch-version shim, and the cores a process may use.
 #include <doctest/doctest.h>
 
 #include <torch/torch.h>
 
+#include <sched.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 
 #include <anvil/core/context.hpp>
+#include <anvil/core/detail/thread_pool.hpp>
 #include <anvil/core/torch_compat.hpp>
 #include <anvil/parallel/c10d.hpp>
 
@@ -71,4 +78,58 @@ TEST_CASE("Compat: a Gloo process group of one rank all-reduces through c10d") {
   pg->allreduce(t)->wait();
   CHECK(torch::allclose(t[0], torch::full({3}, 2.5f)));
   std::filesystem::remove(path);
+}
+
+TEST_CASE("available cores: a cgroup CPU quota caps them, v2 and v1, in the process's group or at the root") {
+  namespace fs = std::filesystem;
+  const fs::path root = fs::temp_directory_path() / ("anvil-cgroup-" + std::to_string(::getpid()));
+  fs::remove_all(root);
+  auto write = [&](const fs::path& rel, const std::string& text) {
+    fs::create_directories((root / rel).parent_path());
+    std::ofstream(root / rel) << text;
+  };
+  auto quota = [&](const std::string& cgroup) {
+    std::istringstream in(cgroup);
+    return anvil::detail::cgroup_quota_cores(in, root.string());
+  };
+  CHECK(quota("0::/job\n") == 0);  // no files: no quota
+  write("job/cpu.max", "150000 100000\n");  // 1.5 cores: 2 whole ones
+  CHECK(quota("0::/job\n") == 2);
+  write("job/cpu.max", "max 100000\n");
+  CHECK(quota("0::/job\n") == 0);
+  write("cpu.max", "100000 100000\n");  // a container: its own group shows as the root
+  CHECK(quota("0::/elsewhere\n") == 1);
+  // v1: the cpu controller's line, not the others'
+  write("cpu,cpuacct/batch/cpu.cfs_quota_us", "300000\n");
+  write("cpu,cpuacct/batch/cpu.cfs_period_us", "100000\n");
+  CHECK(quota("4:memory:/batch\n3:cpu,cpuacct:/batch\n") == 3);
+  write("cpu,cpuacct/batch/cpu.cfs_quota_us", "-1\n");
+  CHECK(quota("3:cpu,cpuacct:/batch\n") == 0);
+  fs::remove_all(root);
+}
+
+TEST_CASE("available cores: a process pinned to one core counts one, whatever the machine has") {
+  // In a child, so that this process keeps its cores: pin it to the first core it may
+  // use and count again.
+  cpu_set_t mine;
+  CPU_ZERO(&mine);
+  REQUIRE(::sched_getaffinity(0, sizeof(mine), &mine) == 0);
+  CHECK(anvil::detail::count_available_cores() <= CPU_COUNT(&mine));
+  const pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    for (int c = 0; c < CPU_SETSIZE; ++c)
+      if (CPU_ISSET(c, &mine)) {
+        CPU_SET(c, &one);
+        break;
+      }
+    if (::sched_setaffinity(0, sizeof(one), &one) != 0) ::_exit(2);
+    ::_exit(anvil::detail::count_available_cores() == 1 ? 0 : 1);
+  }
+  int status = 0;
+  REQUIRE(::waitpid(pid, &status, 0) == pid);
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
 }

@@ -293,7 +293,7 @@ class VecEnv final : public VecEnvBase {
       do_step();
     } else {
       // Spin only when a core is free for it: the stepper and its pool are busy meanwhile.
-      if (pool_.threads() + 1 <= static_cast<int>(std::thread::hardware_concurrency()))
+      if (pool_.threads() + 1 <= anvil::detail::available_cores())
         anvil::detail::spin_until([this] { return !requested_.load(std::memory_order_acquire); });
       std::unique_lock lock(mu_);
       cv_.wait(lock, [this] { return !requested_.load(); });

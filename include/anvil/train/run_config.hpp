@@ -29,7 +29,7 @@ struct RunConfig {
       threads{1};
   Param<int, "update_threads",
         "threads computing an update's independent gradients at once (CPU; SAC: critic and "
-        "actor; 0: 2 when each process has 2 cores)",
+        "actor; 0: 2 when each process may use 2 cores: its affinity and CPU quota)",
         in_range(0, 64)>
       update_threads{0};
   Param<std::int64_t, "log_interval",

@@ -30,6 +30,7 @@
 #include <anvil/core/concepts.hpp>
 #include <anvil/core/config.hpp>
 #include <anvil/core/context.hpp>
+#include <anvil/core/detail/thread_pool.hpp>
 #include <anvil/core/error.hpp>
 #include <anvil/core/state.hpp>
 #include <anvil/core/tensor_io.hpp>
@@ -288,9 +289,10 @@ class BasicTrainer {
   }
   // run.update_threads, with 0 resolved: SAC's update has two independent parts, so two
   // threads when this process has two cores to itself (measured 1.2-1.5x faster updates).
+  // Cores it may use, not the machine's: on one core a second thread only spins.
   int update_threads() const {
     if (*cfg_.run->update_threads > 0) return cfg_.run->update_threads;
-    const int cores = static_cast<int>(std::thread::hardware_concurrency());
+    const int cores = detail::available_cores();
     return std::clamp(cores / std::max(1, parallel_->world_size()), 1, 2);
   }
 

@@ -5,7 +5,8 @@
 /// runs the first, and the first exception thrown is rethrown in the caller. Between calls
 /// workers spin for a few tens of microseconds (a training loop calls again that soon, and
 /// waking a sleeping thread costs about as long on a VM), then sleep on a condition
-/// variable, so an idle pool takes no CPU from training. Light header.
+/// variable, so an idle pool takes no CPU from training. `available_cores` counts the cores
+/// this process may run on. Light header.
 
 #include <algorithm>
 #include <atomic>
@@ -13,13 +14,75 @@
 #include <condition_variable>
 #include <cstdint>
 #include <exception>
+#include <fstream>
 #include <functional>
+#include <istream>
 #include <mutex>
 #include <thread>
 #include <utility>
+#include <string>
 #include <vector>
 
+#if defined(__linux__)
+#include <sched.h>
+#endif
+
 namespace anvil::detail {
+
+/// The whole cores a cgroup CPU quota allows the process whose `/proc/<pid>/cgroup` text
+/// is `cgroup` (rounded up; 0: no quota found), read from the cgroup file system mounted at
+/// `root`: cgroup v2's `cpu.max` ("max" is none) or v1's `cpu.cfs_quota_us` over
+/// `cpu.cfs_period_us` (-1 is none), in the process's own group or, inside a container
+/// whose cgroup namespace hides the path, at the root.
+inline int cgroup_quota_cores(std::istream& cgroup, const std::string& root) {
+  auto cores = [](double quota, double period) {
+    return quota > 0 && period > 0 ? static_cast<int>((quota + period - 1) / period) : 0;
+  };
+  for (std::string line; std::getline(cgroup, line);) {
+    const auto a = line.find(':'), b = a == std::string::npos ? a : line.find(':', a + 1);
+    if (b == std::string::npos) continue;
+    const std::string controllers = line.substr(a + 1, b - a - 1), path = line.substr(b + 1);
+    if (line.compare(0, a, "0") == 0 && controllers.empty()) {  // v2: "0::/path"
+      for (const std::string& dir : {root + path, root}) {
+        std::ifstream f(dir + "/cpu.max");
+        std::string quota;
+        double period = 0;
+        if (f >> quota >> period) return quota == "max" ? 0 : cores(std::stod(quota), period);
+      }
+    } else if (("," + controllers + ",").find(",cpu,") != std::string::npos) {  // v1: "N:cpu,cpuacct:/path"
+      for (const std::string& dir : {root + "/cpu,cpuacct" + path, root + "/cpu" + path, root + "/cpu,cpuacct",
+                                     root + "/cpu"}) {
+        std::ifstream q(dir + "/cpu.cfs_quota_us"), p(dir + "/cpu.cfs_period_us");
+        double quota = 0, period = 0;
+        if (q >> quota && p >> period) return cores(quota, period);
+      }
+    }
+  }
+  return 0;
+}
+
+/// The cores this process may use now: its CPU affinity (taskset, a container's cpuset),
+/// capped by a cgroup CPU quota (`docker --cpus`); `std::thread::hardware_concurrency()`
+/// where neither is known. At least 1.
+inline int count_available_cores() {
+  int n = static_cast<int>(std::thread::hardware_concurrency());
+#if defined(__linux__)
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (::sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0) n = CPU_COUNT(&set);
+  std::ifstream cgroup("/proc/self/cgroup");
+  if (const int quota = cgroup_quota_cores(cgroup, "/sys/fs/cgroup"); quota > 0) n = n > 0 ? std::min(n, quota) : quota;
+#endif
+  return std::max(1, n);
+}
+
+/// `count_available_cores()` at its first call. A thread that spins waiting for another on
+/// the same core only delays it, so thread counts and spin-waits follow this, not the
+/// machine's core count.
+inline int available_cores() {
+  static const int cores = count_available_cores();
+  return cores;
+}
 
 /// Busy-waits up to 50 microseconds for `ready()`; returns whether it came true. Waking a
 /// thread blocked on a condition variable takes tens of microseconds on a VM; a handoff
@@ -38,7 +101,6 @@ inline bool spin_until(Pred ready) {
   } while (std::chrono::steady_clock::now() < until);
   return false;
 }
-
 
 class ThreadPool {
  public:
