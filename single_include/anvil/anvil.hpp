@@ -8174,6 +8174,12 @@ class StepContext {
 #include <stdexcept>
 #include <string>
 
+// LibTorch's c10d headers declare their classes only under these macros, which CMake's
+// Torch package defines (its builds have c10d and Gloo); a plain compiler line must too.
+#if !defined(USE_C10D_GLOO) || !defined(USE_DISTRIBUTED)
+#error "anvil's parallelism needs LibTorch's c10d with Gloo: build with CMake's Torch package (find_package(Torch)), or add -DUSE_DISTRIBUTED -DUSE_C10D_GLOO to the compiler's flags"
+#endif
+
 #include <torch/csrc/distributed/c10d/FileStore.hpp>
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
