@@ -7,8 +7,15 @@
 //
 // Settings are timed in interleaved rounds (every setting once per round), and each figure
 // is the median over rounds; the ratio to FP32 is the median of per-round ratios, so both
-// halves of a ratio saw the same machine. One JSON line per figure.
+// halves of a ratio saw the same machine. Each setting also reports the ATen operators one
+// update (its sampling included) dispatches: where an update is bound by the host, as small
+// networks on a GPU are, its time is about that count times the cost of one dispatch and
+// launch. One JSON line per figure.
 #include "bench_common.hpp"
+
+#include <ATen/record_function.h>
+
+#include <atomic>
 
 #include <anvil/anvil.hpp>
 
@@ -58,6 +65,21 @@ Setting make(const anvil::RunContext& run, int hidden, int batch, bool manual) {
   return s;
 }
 
+// The ATen operator calls `f` makes through the dispatcher, autograd's backward nodes
+// included (RecordFunction's global callbacks; nested calls count too, as each is dispatched).
+std::int64_t aten_ops(const std::function<void()>& f) {
+  static std::atomic<std::int64_t> count{0};
+  count = 0;
+  const auto handle = at::addGlobalCallback(
+      at::RecordFunctionCallback([](const at::RecordFunction&) -> std::unique_ptr<at::ObserverContext> {
+        count.fetch_add(1, std::memory_order_relaxed);
+        return nullptr;
+      }).scopes({at::RecordScope::FUNCTION, at::RecordScope::BACKWARD_FUNCTION}));
+  f();
+  at::removeCallback(handle);
+  return count.load();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -101,6 +123,11 @@ int main(int argc, char** argv) {
         {"batch", s.batch}, {"manual_backward", fast_path ? 1 : 0}, {"rounds", *b.rounds},
         {"threads", at::get_num_threads()}};
     bench::emit("sac_update_precision", bench::median(s.rates), "updates/s", conf, device);
+    at::globalContext().setAllowTF32CuBLAS(s.tf32);
+    at::globalContext().setAllowTF32CuDNN(s.tf32);
+    bench::emit("sac_update_aten_ops",
+                static_cast<double>(aten_ops([&] { s.sac->update(s.buffer->sample(s.batch), *s.ctx); })), "ops/update",
+                conf, device);
     // The ratio to FP32 with autograd at the same size: the same computation in float32.
     for (const auto& base : settings)
       if (&base != &s && base.precision == "fp32" && !base.manual && base.hidden == s.hidden &&
