@@ -17,10 +17,11 @@
 #include <fstream>
 #include <functional>
 #include <istream>
+#include <sstream>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <utility>
-#include <string>
 #include <vector>
 
 #if defined(__linux__)
@@ -46,8 +47,8 @@ inline int cgroup_quota_cores(std::istream& cgroup, const std::string& root) {
       for (const std::string& dir : {root + path, root}) {
         std::ifstream f(dir + "/cpu.max");
         std::string quota;
-        double period = 0;
-        if (f >> quota >> period) return quota == "max" ? 0 : cores(std::stod(quota), period);
+        double period = 0, q = 0;
+        if (f >> quota >> period) return std::istringstream(quota) >> q ? cores(q, period) : 0;  // "max": none
       }
     } else if (("," + controllers + ",").find(",cpu,") != std::string::npos) {  // v1: "N:cpu,cpuacct:/path"
       for (const std::string& dir : {root + "/cpu,cpuacct" + path, root + "/cpu" + path, root + "/cpu,cpuacct",
