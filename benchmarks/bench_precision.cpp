@@ -15,7 +15,8 @@
 
 #include <ATen/record_function.h>
 
-#include <atomic>
+#include <algorithm>
+#include <map>
 
 #include <anvil/anvil.hpp>
 
@@ -26,6 +27,9 @@ struct BenchConfig {
   anvil::Param<std::vector<int>, "batch", "batch sizes", anvil::at_least(1)> batch{256, 2048};
   anvil::Param<std::string, "device", "auto (CUDA when present), cpu, cuda or cuda:N"> device{"auto"};
   anvil::Param<int, "threads", "intra-op threads on the CPU (0: torch's default)", anvil::at_least(0)> threads{0};
+  anvil::Param<int, "op_names", "also list the N most called ATen operators of each setting's update (stderr)",
+               anvil::at_least(0)>
+      op_names{0};
 };
 struct Config {
   anvil::Section<"bench", BenchConfig> bench;
@@ -66,18 +70,19 @@ Setting make(const anvil::RunContext& run, int hidden, int batch, bool manual) {
 }
 
 // The ATen operator calls `f` makes through the dispatcher, autograd's backward nodes
-// included (RecordFunction's global callbacks; nested calls count too, as each is dispatched).
-std::int64_t aten_ops(const std::function<void()>& f) {
-  static std::atomic<std::int64_t> count{0};
-  count = 0;
+// included (RecordFunction's global callbacks; nested calls count too, as each is
+// dispatched), by name (a backward node's name says so: "AddmmBackward0").
+std::map<std::string, std::int64_t> aten_ops(const std::function<void()>& f) {
+  static std::map<std::string, std::int64_t> calls;
+  calls.clear();
   const auto handle = at::addGlobalCallback(
-      at::RecordFunctionCallback([](const at::RecordFunction&) -> std::unique_ptr<at::ObserverContext> {
-        count.fetch_add(1, std::memory_order_relaxed);
+      at::RecordFunctionCallback([](const at::RecordFunction& r) -> std::unique_ptr<at::ObserverContext> {
+        ++calls[r.name()];
         return nullptr;
       }).scopes({at::RecordScope::FUNCTION, at::RecordScope::BACKWARD_FUNCTION}));
   f();
   at::removeCallback(handle);
-  return count.load();
+  return calls;
 }
 
 }  // namespace
@@ -125,9 +130,19 @@ int main(int argc, char** argv) {
     bench::emit("sac_update_precision", bench::median(s.rates), "updates/s", conf, device);
     at::globalContext().setAllowTF32CuBLAS(s.tf32);
     at::globalContext().setAllowTF32CuDNN(s.tf32);
-    bench::emit("sac_update_aten_ops",
-                static_cast<double>(aten_ops([&] { s.sac->update(s.buffer->sample(s.batch), *s.ctx); })), "ops/update",
-                conf, device);
+    const auto ops = aten_ops([&] { s.sac->update(s.buffer->sample(s.batch), *s.ctx); });
+    std::int64_t total = 0;
+    for (const auto& [name, n] : ops) total += n;
+    bench::emit("sac_update_aten_ops", static_cast<double>(total), "ops/update", conf, device);
+    if (b.op_names > 0) {
+      std::vector<std::pair<std::int64_t, std::string>> most;
+      for (const auto& [name, n] : ops) most.emplace_back(n, name);
+      std::sort(most.rbegin(), most.rend());
+      std::fprintf(stderr, "bench_precision: %s %dx%d batch %d%s: %lld operators; most called:\n", s.precision.c_str(),
+                   s.hidden, s.hidden, s.batch, fast_path ? " (hand-written path)" : "", static_cast<long long>(total));
+      for (std::size_t i = 0; i < most.size() && i < static_cast<std::size_t>(*b.op_names); ++i)
+        std::fprintf(stderr, "  %6lld %s\n", static_cast<long long>(most[i].first), most[i].second.c_str());
+    }
     // The ratio to FP32 with autograd at the same size: the same computation in float32.
     for (const auto& base : settings)
       if (&base != &s && base.precision == "fp32" && !base.manual && base.hidden == s.hidden &&

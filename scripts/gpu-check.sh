@@ -8,9 +8,9 @@
 #                                               on the expert's demonstrations, scored on the test seeds
 #   scripts/gpu-check.sh sac                    bench_precision on CUDA (SAC updates/s per precision),
 #                                               then the main job (examples/train_sac_pendulum,
-#                                               header-only) on CUDA and on this machine's CPU, and
-#                                               on CUDA with 16 envs and batch 2048: one JSON line
-#                                               per run from its summary.json
+#                                               header-only) on CUDA and on this machine's CPU, on
+#                                               CUDA without phase syncs, and on CUDA with 16 envs
+#                                               and batch 2048: one JSON line per run (summary.json)
 #   scripts/gpu-check.sh all                    builds every program above at once (one g++ each, in
 #                                               parallel), then runs sac and pusht (PUSHT_ARGS: its
 #                                               overrides)
@@ -83,12 +83,13 @@ run_sac() {
   [[ -x $out/train_sac_pendulum ]] || return 0
   local common=(run.progress=off run.tensorboard=false run.checkpoint_interval=0)
   # the main job as it ships (256x256, batch 256, one env, one update per step), then the
-  # same on this machine's CPU (fewer steps: its rate is what is compared), then a GPU-sized
-  # setup: 16 envs, batch 2048, one update per vector step, learning rates scaled by sqrt
-  local -a names=(main_cuda main_cpu wide_cuda)
-  local -a args=("run.device=cuda" "run.device=cpu train.steps=5000"
-    "run.device=cuda env.num_envs=16 sac.batch_size=2048 train.lr_scaling=sqrt train.steps=50000 train.eval_interval=10000")
-  for i in 0 1 2; do
+  # same on this machine's CPU (fewer steps: its rate is what is compared), on CUDA without
+  # a device synchronisation per timed phase, and a GPU-sized setup: 16 envs, batch 2048,
+  # one update per vector step (16 env steps), learning rates scaled by sqrt
+  local -a names=(main_cuda main_cpu nosync_cuda wide_cuda)
+  local -a args=("run.device=cuda" "run.device=cpu train.steps=5000" "run.device=cuda train.steps=6000 run.sync_timings=false"
+    "run.device=cuda env.num_envs=16 sac.batch_size=2048 train.lr_scaling=sqrt train.update_interval=16 train.steps=32000 train.eval_interval=16000")
+  for i in 0 1 2 3; do
     local dir=$out/run-${names[$i]}
     rm -rf "$dir"
     echo "== train_sac_pendulum ${args[$i]}"

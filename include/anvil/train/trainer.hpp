@@ -289,11 +289,13 @@ class BasicTrainer {
   }
   // run.update_threads, with 0 resolved: SAC's update has two independent parts, so two
   // threads when this process has two cores to itself (measured 1.2-1.5x faster updates).
-  // Cores it may use, not the machine's: on one core a second thread only spins.
+  // Cores it may use, not the machine's (on one core a second thread only spins), shared
+  // by the ranks on this node (LOCAL_WORLD_SIZE), not by the whole world.
   int update_threads() const {
     if (*cfg_.run->update_threads > 0) return cfg_.run->update_threads;
-    const int cores = detail::available_cores();
-    return std::clamp(cores / std::max(1, parallel_->world_size()), 1, 2);
+    int ranks_here = parallel_->world_size();
+    if constexpr (requires { parallel_->world().local_world_size; }) ranks_here = parallel_->world().local_world_size;
+    return std::clamp(detail::available_cores() / std::max(1, ranks_here), 1, 2);
   }
 
   StepContext::Options step_options(const PrecisionSettings& precision) {
