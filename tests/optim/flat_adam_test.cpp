@@ -6,6 +6,7 @@
 
 #include <torch/torch.h>
 
+#include <array>
 #include <vector>
 
 #include <anvil/core/blas.hpp>
@@ -119,19 +120,20 @@ TEST_CASE("simd kernels: every build this CPU runs gives LibTorch's results (the
     void (*lerp)(float*, const float*, std::int64_t, float);
     void (*adam)(float*, float*, float*, const float*, std::int64_t, float, float, float, float, float, float, float,
                  float);
+    void (*transpose)(float*, const float*, std::int64_t, std::int64_t);
   };
   std::vector<Build> builds;
 #if ANVIL_SIMD_X86
   builds.push_back({"baseline", anvil::simd::add_bias_baseline, anvil::simd::tanh_baseline,
                     anvil::simd::relu_backward_baseline, anvil::simd::column_sums_baseline, anvil::simd::lerp_baseline,
-                    anvil::simd::detail::adam_baseline});
+                    anvil::simd::detail::adam_baseline, anvil::simd::detail::transpose_baseline});
   if (anvil::simd::avx512())
     builds.push_back({"avx512", anvil::simd::add_bias_avx512, anvil::simd::tanh_avx512,
                       anvil::simd::relu_backward_avx512, anvil::simd::column_sums_avx512, anvil::simd::lerp_avx512,
-                      anvil::simd::detail::adam_avx512});
+                      anvil::simd::detail::adam_avx512, anvil::simd::detail::transpose_avx512});
 #else
   builds.push_back({"portable", anvil::simd::add_bias, anvil::simd::tanh, anvil::simd::relu_backward,
-                    anvil::simd::column_sums, anvil::simd::lerp, anvil::simd::adam});
+                    anvil::simd::column_sums, anvil::simd::lerp, anvil::simd::adam, anvil::simd::transpose});
 #endif
   for (const auto& b : builds) {
     CAPTURE(b.name);
@@ -160,6 +162,13 @@ TEST_CASE("simd kernels: every build this CPU runs gives LibTorch's results (the
       b.lerp(a.data_ptr<float>(), y.data_ptr<float>(), n, 0.005f);
       CHECK(close(a, x.lerp(y, 0.005)));
     }
+    // whole 8x8 blocks, ragged edges, and shapes smaller than a block
+    for (const auto& [r, c] : std::vector<std::pair<std::int64_t, std::int64_t>>{{rows, cols}, {64, 64}, {64, 3}, {5, 7}}) {
+      const auto src = torch::randn({r, c});
+      auto dst = torch::full({c, r}, std::nanf(""));
+      b.transpose(dst.data_ptr<float>(), src.data_ptr<float>(), r, c);
+      CHECK(torch::equal(dst, src.t().contiguous()));
+    }
     {
       // one Adam step against its formula in LibTorch ops (FlatAdam's test covers many steps)
       auto w = x.clone(), m = y.clone() * 0.1, v = y.square() * 0.01;
@@ -173,5 +182,41 @@ TEST_CASE("simd kernels: every build this CPU runs gives LibTorch's results (the
       CHECK(close(v, v1));
       CHECK(close(w, w1));
     }
+  }
+}
+
+TEST_CASE("MlpTape: forward and backward match autograd, with and without the transposed-weight products") {
+  torch::manual_seed(7);
+  // (batch, in, hidden): the first two take the transposed copy of their weights under
+  // OpenBLAS (transpose_pays), the others the plain X W^T.
+  for (const auto& [batch, in, hidden] : std::vector<std::array<std::int64_t, 3>>{
+           {100, 3, 64}, {100, 64, 64}, {1, 3, 64}, {256, 17, 256}}) {
+    CAPTURE(batch);
+    CAPTURE(in);
+    CAPTURE(hidden);
+    anvil::nn::Mlp m(in, std::vector<std::int64_t>{hidden, hidden}, 2);
+    const auto x = torch::randn({batch, in});
+    const auto dy = torch::randn({batch, 2});
+    anvil::nn::MlpTape tape;
+    std::vector<at::Tensor> grads;
+    for (const auto& p : m->parameters()) grads.push_back(torch::empty_like(p));
+    auto dx = torch::empty({batch, in});
+    {
+      torch::NoGradGuard no_grad;
+      const auto y = tape.forward(*m, x);
+      CHECK(torch::allclose(y, m->forward(x), 1e-5, 1e-5));
+      tape.backward(*m, dy, &grads, &dx);
+    }
+    const auto xr = x.clone().requires_grad_(true);
+    (m->forward(xr) * dy).sum().backward();
+    const auto params = m->parameters();
+    for (std::size_t i = 0; i < params.size(); ++i) CHECK(torch::allclose(grads[i], params[i].grad(), 1e-4, 1e-4));
+    CHECK(torch::allclose(dx, xr.grad(), 1e-4, 1e-4));
+  }
+  if (anvil::blas_info().openblas && anvil::blas::sgemm()) {
+    CHECK(anvil::nn::detail::transpose_pays(100, 64, 64));
+    CHECK(anvil::nn::detail::transpose_pays(100, 64, 3));
+    CHECK_FALSE(anvil::nn::detail::transpose_pays(1, 64, 3));
+    CHECK_FALSE(anvil::nn::detail::transpose_pays(256, 256, 256));
   }
 }

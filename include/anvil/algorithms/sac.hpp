@@ -343,7 +343,7 @@ class BasicSAC {
   /// Actions in [-1, 1] for a batch of observations: sampled to explore, or the mean.
   at::Tensor act(const at::Tensor& obs, ActMode mode) {
     torch::NoGradGuard no_grad;
-    auto o = obs.to(device_, at::kFloat);
+    auto o = obs.device() == device_ && obs.scalar_type() == at::kFloat ? obs : obs.to(device_, at::kFloat);
     if constexpr (kDefaultNetworks) {
       if (manual_) {
         o = o.contiguous();

@@ -10,6 +10,7 @@
 /// `body` built for AVX-512 when the CPU has it and for the baseline otherwise; the body
 /// is plain C++ the compiler vectorises.
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdint>
@@ -229,6 +230,65 @@ inline void adam(float* w, float* m, float* v, const float* g, std::int64_t n, f
   if (avx512()) return detail::adam_avx512(w, m, v, g, n, b1, b2, c1, c2, decay, sqrt_bc2, eps, step);
 #endif
   detail::adam_baseline(w, m, v, g, n, b1, b2, c1, c2, decay, sqrt_bc2, eps, step);
+}
+
+namespace detail {
+// dst [cols, rows] = src [rows, cols]^T over the block of rows [r0, r1) and columns [c0, c1).
+inline void transpose_part(float* __restrict dst, const float* __restrict src, std::int64_t rows, std::int64_t cols,
+                           std::int64_t r0, std::int64_t r1, std::int64_t c0, std::int64_t c1) {
+  for (std::int64_t c = c0; c < c1; ++c)
+    for (std::int64_t r = r0; r < r1; ++r) dst[c * rows + r] = src[r * cols + c];
+}
+inline void transpose_baseline(float* __restrict dst, const float* __restrict src, std::int64_t rows,
+                               std::int64_t cols) {
+  constexpr std::int64_t kB = 8;
+  for (std::int64_t r = 0; r < rows; r += kB)
+    for (std::int64_t c = 0; c < cols; c += kB)
+      transpose_part(dst, src, rows, cols, r, std::min(r + kB, rows), c, std::min(c + kB, cols));
+}
+#if ANVIL_SIMD_X86
+// 8x8 blocks in registers: eight rows in, two rounds of unpacks and shuffles, eight
+// columns out (the usual AVX transpose); the ragged edges as in the baseline.
+ANVIL_TARGET_AVX512 inline void transpose_avx512(float* __restrict dst, const float* __restrict src,
+                                                 std::int64_t rows, std::int64_t cols) {
+  const std::int64_t rf = rows / 8 * 8, cf = cols / 8 * 8;
+  for (std::int64_t r = 0; r < rf; r += 8)
+    for (std::int64_t c = 0; c < cf; c += 8) {
+      const float* s = src + r * cols + c;
+      const __m256 a0 = _mm256_loadu_ps(s), a1 = _mm256_loadu_ps(s + cols), a2 = _mm256_loadu_ps(s + 2 * cols),
+                   a3 = _mm256_loadu_ps(s + 3 * cols), a4 = _mm256_loadu_ps(s + 4 * cols),
+                   a5 = _mm256_loadu_ps(s + 5 * cols), a6 = _mm256_loadu_ps(s + 6 * cols),
+                   a7 = _mm256_loadu_ps(s + 7 * cols);
+      const __m256 t0 = _mm256_unpacklo_ps(a0, a1), t1 = _mm256_unpackhi_ps(a0, a1);
+      const __m256 t2 = _mm256_unpacklo_ps(a2, a3), t3 = _mm256_unpackhi_ps(a2, a3);
+      const __m256 t4 = _mm256_unpacklo_ps(a4, a5), t5 = _mm256_unpackhi_ps(a4, a5);
+      const __m256 t6 = _mm256_unpacklo_ps(a6, a7), t7 = _mm256_unpackhi_ps(a6, a7);
+      const __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+      const __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+      const __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+      const __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+      float* d = dst + c * rows + r;
+      _mm256_storeu_ps(d, _mm256_permute2f128_ps(u0, u4, 0x20));
+      _mm256_storeu_ps(d + rows, _mm256_permute2f128_ps(u1, u5, 0x20));
+      _mm256_storeu_ps(d + 2 * rows, _mm256_permute2f128_ps(u2, u6, 0x20));
+      _mm256_storeu_ps(d + 3 * rows, _mm256_permute2f128_ps(u3, u7, 0x20));
+      _mm256_storeu_ps(d + 4 * rows, _mm256_permute2f128_ps(u0, u4, 0x31));
+      _mm256_storeu_ps(d + 5 * rows, _mm256_permute2f128_ps(u1, u5, 0x31));
+      _mm256_storeu_ps(d + 6 * rows, _mm256_permute2f128_ps(u2, u6, 0x31));
+      _mm256_storeu_ps(d + 7 * rows, _mm256_permute2f128_ps(u3, u7, 0x31));
+    }
+  if (cf < cols) transpose_part(dst, src, rows, cols, 0, rf, cf, cols);
+  if (rf < rows) transpose_part(dst, src, rows, cols, rf, rows, 0, cols);
+}
+#endif
+}  // namespace detail
+
+/// dst [cols, rows] = src [rows, cols]^T (the buffers must not overlap).
+inline void transpose(float* __restrict dst, const float* __restrict src, std::int64_t rows, std::int64_t cols) {
+#if ANVIL_SIMD_X86
+  if (avx512()) return detail::transpose_avx512(dst, src, rows, cols);
+#endif
+  detail::transpose_baseline(dst, src, rows, cols);
 }
 
 }  // namespace anvil::simd

@@ -8,6 +8,7 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <memory>
@@ -72,6 +73,24 @@ class StepCollector {
   /// they are). The algorithm may keep the unclipped action.
   [[nodiscard]] at::Tensor to_env(const at::Tensor& a) const {
     if (spec().discrete()) return a.to(at::kCPU, at::kLong).reshape({-1});
+    if (a.is_cpu() && a.scalar_type() == at::kFloat && a.is_contiguous() && a.dim() == 2 &&
+        a.size(1) == scale_.size(0)) {
+      // The usual case, once per env step: one allocation and a loop, no LibTorch ops.
+      auto out = at::empty(a.sizes(), a.options());
+      const float* in = a.data_ptr<float>();
+      const float *lo = low_.data_ptr<float>(), *hi = high_.data_ptr<float>();
+      const float *sc = scale_.data_ptr<float>(), *off = offset_.data_ptr<float>();
+      float* o = out.data_ptr<float>();
+      const std::int64_t n = a.size(0), d = a.size(1);
+      for (std::int64_t i = 0; i < n; ++i)
+        for (std::int64_t j = 0; j < d; ++j) {
+          // max(min(x, high), low): NaN passes through, as with at::min and at::max
+          const float x = in[i * d + j];
+          const float c = std::isnan(x) ? x : std::max(std::min(x, hi[j]), lo[j]);
+          o[i * d + j] = c * sc[j] + off[j];
+        }
+      return out;
+    }
     const auto c = a.to(at::kCPU, at::kFloat);
     return at::max(at::min(c, high_), low_) * scale_ + offset_;
   }

@@ -436,6 +436,8 @@ class TransitionStore {
     if (!t.defined() || t.numel() != n * w)
       throw Error(owner_ + ": StepBatch." + field + " has " + (t.defined() ? std::to_string(t.numel()) : "no") +
                   " values; expected " + std::to_string(n) + " envs x " + std::to_string(w));
+    // Only the data is read: a contiguous float32 host tensor is used as it is (no op runs).
+    if (t.is_cpu() && t.scalar_type() == at::kFloat && t.is_contiguous()) return t;
     return t.to(at::kCPU).to(at::kFloat).contiguous().view({n, w});
   }
   // The ids of the transitions in rows `slots`, as a host int64 tensor.
@@ -498,12 +500,19 @@ class TransitionStore {
       if (k == 0) return;
       // Only the last `cap` rows survive when more than `cap` were staged.
       const std::int64_t skip = std::max<std::int64_t>(0, k - cap);
-      const auto src = at::from_blob(stage.data() + skip * w, {k - skip, w}, at::kFloat);
+      // A float32 ring on the host (the usual case, once per env step) takes a memcpy per
+      // piece; other dtypes and devices go through LibTorch's copy.
+      const bool raw = ring.is_cpu() && ring.scalar_type() == at::kFloat && ring.is_contiguous();
+      const auto src = raw ? at::Tensor() : at::from_blob(stage.data() + skip * w, {k - skip, w}, at::kFloat);
       std::int64_t done = 0;
       while (done < k - skip) {
         const std::int64_t slot = (first + skip + done) % cap;
         const std::int64_t len = std::min(k - skip - done, cap - slot);
-        ring.narrow(0, slot, len).copy_(src.narrow(0, done, len));
+        if (raw)
+          std::memcpy(ring.data_ptr<float>() + slot * w, stage.data() + (skip + done) * w,
+                      static_cast<std::size_t>(len * w) * sizeof(float));
+        else
+          ring.narrow(0, slot, len).copy_(src.narrow(0, done, len));
         done += len;
       }
     };

@@ -167,8 +167,12 @@ struct OffPolicyLoop {
     void act_now() {
       const auto& obs = p_.collector.observations();
       ScopedPhase ph(p_.times, Phase::act);
-      actions_ = p_.clock.env_steps - origin_ < cfg_.learning_starts ? p_.collector.random_actions()
-                                                           : p_.algorithm.act(obs, ActMode::explore).to(at::kCPU);
+      if (p_.clock.env_steps - origin_ < cfg_.learning_starts) {
+        actions_ = p_.collector.random_actions();
+      } else {
+        actions_ = p_.algorithm.act(obs, ActMode::explore);
+        if (!actions_.is_cpu()) actions_ = actions_.to(at::kCPU);
+      }
     }
     void launch() {
       act_now();
