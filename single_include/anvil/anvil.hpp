@@ -586,6 +586,24 @@ inline void gemm(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std
   }
 }
 
+/// Whether row-major C [m, n] = A B^T (inner dimension k) runs faster as A (B^T) with B^T
+/// copied out first. OpenBLAS's AVX-512 kernel families (0.3's `sgemm_small_kernel_permit`)
+/// compute A B^T, column-major "TN", with their small-matrix kernel only when m n <= 1200
+/// and k >= 32, else with the packed general kernel (a pass zeroing C, both operands
+/// packed); A (B^T), "NN", takes the small-matrix kernel up to 1e6 multiply-adds. Between
+/// the two the copy pays. Measured on a 64-wide layer, the copy included: 9.5 -> 8.6 us at
+/// m = 100; 1.13 -> 0.63 us for a first layer with k = 3; not for m < 8, where the copy
+/// costs more than the product. Never with another BLAS or OpenBLAS's other kernels.
+inline bool transposed_copy_pays(std::int64_t m, std::int64_t n, std::int64_t k) {
+  static const bool small_kernels = [] {
+    if (sgemm() == nullptr) return false;
+    const BlasInfo b = blas_info();
+    return b.openblas && is_avx512_core(b.core);
+  }();
+  const double mnk = static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
+  return small_kernels && m >= 8 && mnk <= 1e6 && (m * n > 1200 || k < 32);
+}
+
 }  // namespace blas
 
 }  // namespace anvil
@@ -6632,19 +6650,6 @@ inline void gemm(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std
   torch_gemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
-// Whether y = x W^T (x [batch, in], W [out, in]) is faster as x times a transposed copy of W
-// made first. OpenBLAS (0.3, x86-64 AVX-512 kernels) computes x W^T, its column-major "TN"
-// case, with its small-matrix kernel only when out * batch <= 1200 and in >= 32, else with
-// its packed general kernel; x (W^T), "NN", takes the small-matrix kernel up to 1e6
-// multiply-adds. Between the two the copy pays: measured on a 64-wide layer, 9.5 -> 8.6 us
-// at batch 100 (transposing included) and 1.13 -> 0.63 us for the first layer (in 3); not
-// at batch 1, where the copy costs more than the product.
-inline bool transpose_pays(std::int64_t batch, std::int64_t out, std::int64_t in) {
-  static const bool openblas = blas::sgemm() != nullptr && blas_info().openblas;
-  const double mnk = static_cast<double>(batch) * static_cast<double>(out) * static_cast<double>(in);
-  return openblas && batch >= 8 && mnk <= 1e6 && (out * batch > 1200 || in < 32);
-}
-
 }  // namespace detail
 
 /// One hand-written forward pass of an `Mlp` and what its backward needs (see file comment).
@@ -6682,7 +6687,7 @@ class MlpTape {
       float* h = h_[i].data_ptr<float>();
       const float* bias = layers[i]->bias.data_ptr<float>();
       const float* w = layers[i]->weight.data_ptr<float>();
-      if (detail::transpose_pays(batch, out_dim, in_dim)) {
+      if (blas::transposed_copy_pays(batch, out_dim, in_dim)) {  // x (W^T) on a copy of W^T
         wt_.resize(static_cast<std::size_t>(out_dim * in_dim));
         simd::transpose(wt_.data(), w, out_dim, in_dim);
         detail::gemm(false, false, batch, out_dim, in_dim, 1.f, in, in_dim, wt_.data(), out_dim, 0.f, h, out_dim);
@@ -6737,7 +6742,7 @@ class MlpTape {
   at::Tensor x_;
   std::vector<at::Tensor> h_;  // each layer's output (activated for hidden layers)
   std::vector<at::Tensor> g_;  // gradient buffers, one per layer
-  std::vector<float> wt_;      // a layer's weight transposed, when that is faster (transpose_pays)
+  std::vector<float> wt_;      // a layer's weight transposed, when that is faster (blas::transposed_copy_pays)
 };
 
 }  // namespace anvil::nn

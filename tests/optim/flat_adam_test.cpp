@@ -188,7 +188,7 @@ TEST_CASE("simd kernels: every build this CPU runs gives LibTorch's results (the
 TEST_CASE("MlpTape: forward and backward match autograd, with and without the transposed-weight products") {
   torch::manual_seed(7);
   // (batch, in, hidden): the first two take the transposed copy of their weights under
-  // OpenBLAS (transpose_pays), the others the plain X W^T.
+  // OpenBLAS's AVX-512 kernels (blas::transposed_copy_pays), the others the plain X W^T.
   for (const auto& [batch, in, hidden] : std::vector<std::array<std::int64_t, 3>>{
            {100, 3, 64}, {100, 64, 64}, {1, 3, 64}, {256, 17, 256}}) {
     CAPTURE(batch);
@@ -213,10 +213,11 @@ TEST_CASE("MlpTape: forward and backward match autograd, with and without the tr
     for (std::size_t i = 0; i < params.size(); ++i) CHECK(torch::allclose(grads[i], params[i].grad(), 1e-4, 1e-4));
     CHECK(torch::allclose(dx, xr.grad(), 1e-4, 1e-4));
   }
-  if (anvil::blas_info().openblas && anvil::blas::sgemm()) {
-    CHECK(anvil::nn::detail::transpose_pays(100, 64, 64));
-    CHECK(anvil::nn::detail::transpose_pays(100, 64, 3));
-    CHECK_FALSE(anvil::nn::detail::transpose_pays(1, 64, 3));
-    CHECK_FALSE(anvil::nn::detail::transpose_pays(256, 256, 256));
+  const auto blas = anvil::blas_info();
+  if (blas.openblas && anvil::is_avx512_core(blas.core) && anvil::blas::sgemm()) {
+    CHECK(anvil::blas::transposed_copy_pays(100, 64, 64));
+    CHECK(anvil::blas::transposed_copy_pays(100, 64, 3));
   }
+  CHECK_FALSE(anvil::blas::transposed_copy_pays(1, 64, 3));     // the copy costs more than the product
+  CHECK_FALSE(anvil::blas::transposed_copy_pays(256, 256, 256));  // past the small-matrix kernel
 }
