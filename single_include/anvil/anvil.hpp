@@ -591,9 +591,11 @@ inline void gemm(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std
 /// compute A B^T, column-major "TN", with their small-matrix kernel only when m n <= 1200
 /// and k >= 32, else with the packed general kernel (a pass zeroing C, both operands
 /// packed); A (B^T), "NN", takes the small-matrix kernel up to 1e6 multiply-adds. Between
-/// the two the copy pays. Measured on a 64-wide layer, the copy included: 9.5 -> 8.6 us at
-/// m = 100; 1.13 -> 0.63 us for a first layer with k = 3; not for m < 8, where the copy
-/// costs more than the product. Never with another BLAS or OpenBLAS's other kernels.
+/// the two the copy pays. Measured on a 64-wide layer with `simd::transpose` as the copy
+/// (benchmarks/transposed_gemm.cpp): 9.3 -> 7.6 us at m = 100; 1.10 -> 0.66 us for a
+/// first layer with k = 3; even at m = 256 (past 1e6). Below m = 8 the gain is mixed
+/// (0.12 against 0.13 us at m = 1, k = 3), so the plain product stays. Never with another
+/// BLAS or OpenBLAS's other kernels.
 inline bool transposed_copy_pays(std::int64_t m, std::int64_t n, std::int64_t k) {
   static const bool small_kernels = [] {
     if (sgemm() == nullptr) return false;
