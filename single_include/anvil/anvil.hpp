@@ -339,6 +339,87 @@ inline float tanh_approx(float x) {
   return x < 0.f ? -t : t;
 }
 
+namespace detail {
+// ln 2 in two parts: ln2_hi holds its leading 32 bits, so n * ln2_hi is exact for |n| < 2^21.
+inline constexpr double ln2_hi = 0x1.62e42feep-1;
+inline constexpr double ln2_lo = 0x1.a39ef35793c76p-33;
+
+// exp(x) for x in [-708, 709] as plain vectorisable arithmetic: x = n ln 2 + r with
+// |r| <= ln 2 / 2, e^r from its Taylor series to r^13 (the rest is below 1e-17 of it), times
+// 2^n from the bits. Within 2 ulp of std::exp there; x outside is clamped into it.
+inline double exp_f64(double x) {
+  x = std::max(-708.0, std::min(709.0, x));  // (NaN becomes 709: no undefined conversion below)
+  const double n = (x * 0x1.71547652b82fep+0 + 0x1.8p52) - 0x1.8p52;  // round(x / ln 2)
+  const double r = (x - n * ln2_hi) - n * ln2_lo;
+  double p = 1.0 / 6227020800.0;  // 1/13!
+  p = p * r + 1.0 / 479001600.0;
+  p = p * r + 1.0 / 39916800.0;
+  p = p * r + 1.0 / 3628800.0;
+  p = p * r + 1.0 / 362880.0;
+  p = p * r + 1.0 / 40320.0;
+  p = p * r + 1.0 / 5040.0;
+  p = p * r + 1.0 / 720.0;
+  p = p * r + 1.0 / 120.0;
+  p = p * r + 1.0 / 24.0;
+  p = p * r + 1.0 / 6.0;
+  p = p * r + 0.5;
+  p = p * r + 1.0;
+  p = p * r + 1.0;
+  return p * std::bit_cast<double>((static_cast<std::int64_t>(n) + 1023) << 52);
+}
+
+// log(x) for a positive normal finite double as plain vectorisable arithmetic: x = m 2^e
+// with m in [sqrt(1/2), sqrt(2)), f = m - 1 (exact), s = f / (2 + f), and
+// log(1 + f) = 2 atanh(s) = f - s (f - R), R = 2 s^2/3 + 2 s^4/5 + ... to s^22 (|s| < 0.172:
+// the rest is below 1e-18). Within 2 ulp of std::log.
+inline double log_f64(double x) {
+  const auto bits = std::bit_cast<std::int64_t>(x);
+  std::int64_t e = ((bits >> 52) & 0x7ff) - 1022;  // x = m 2^e, m in [0.5, 1)
+  const double m = std::bit_cast<double>((bits & 0x000fffffffffffffLL) | 0x3fe0000000000000LL);
+  const bool small = m < 0x1.6a09e667f3bcdp-1;  // sqrt(1/2)
+  e = small ? e - 1 : e;
+  const double f = small ? m + m - 1.0 : m - 1.0;
+  const double s = f / (2.0 + f), z = s * s;
+  double R = 2.0 / 23.0;
+  R = R * z + 2.0 / 21.0;
+  R = R * z + 2.0 / 19.0;
+  R = R * z + 2.0 / 17.0;
+  R = R * z + 2.0 / 15.0;
+  R = R * z + 2.0 / 13.0;
+  R = R * z + 2.0 / 11.0;
+  R = R * z + 2.0 / 9.0;
+  R = R * z + 2.0 / 7.0;
+  R = R * z + 2.0 / 5.0;
+  R = R * z + 2.0 / 3.0;
+  R *= z;
+  const auto de = static_cast<double>(e);
+  return de * ln2_hi + ((f - s * (f - R)) + de * ln2_lo);
+}
+}  // namespace detail
+
+ANVIL_SIMD_KERNEL(exp_f64_loop, (double* __restrict y, const double* __restrict x, std::int64_t n), (y, x, n), {
+  for (std::int64_t i = 0; i < n; ++i) y[i] = detail::exp_f64(x[i]);
+})
+ANVIL_SIMD_KERNEL(log_f64_loop, (double* __restrict y, const double* __restrict x, std::int64_t n), (y, x, n), {
+  for (std::int64_t i = 0; i < n; ++i) y[i] = detail::log_f64(x[i]);
+})
+
+/// y = exp(x), n doubles, within 2 ulp of std::exp (which takes the x outside [-708, 709]:
+/// NaN, infinities, under- and overflow). x and y must not overlap.
+inline void exp(double* __restrict y, const double* __restrict x, std::int64_t n) {
+  exp_f64_loop(y, x, n);
+  for (std::int64_t i = 0; i < n; ++i)
+    if (!(x[i] >= -708.0 && x[i] <= 709.0)) y[i] = std::exp(x[i]);
+}
+
+/// y = log(x), n doubles, within 2 ulp of std::log (which takes x <= 0, subnormal x, NaN and
+/// infinity). x and y must not overlap.
+inline void log(double* __restrict y, const double* __restrict x, std::int64_t n) {
+  log_f64_loop(y, x, n);
+  for (std::int64_t i = 0; i < n; ++i)
+    if (!(x[i] >= 0x1p-1022 && x[i] <= 0x1.fffffffffffffp+1023)) y[i] = std::log(x[i]);
+}
+
 /// x = tanh(x), n floats (`tanh_approx`: absolute error below 2e-7).
 ANVIL_SIMD_KERNEL(tanh, (float* __restrict x, std::int64_t n), (x, n), {
   for (std::int64_t i = 0; i < n; ++i) x[i] = tanh_approx(x[i]);
@@ -12089,19 +12170,22 @@ class PrioritizedBuffer {
     mass_.resize(static_cast<std::size_t>(n));
     sampled_.resize(static_cast<std::size_t>(n));
     // (P / P_min)^-beta = exp(-beta (log P - log P_min)), P the probability of the draw.
-    std::vector<double> log_p(static_cast<std::size_t>(n));
+    priority_.resize(static_cast<std::size_t>(n));
+    log_p_.resize(static_cast<std::size_t>(n));
     double log_p_min = INFINITY;
     auto draw = [&](std::size_t k, std::int64_t begin, std::int64_t q, double share) {
       auto& tree = trees_[k];
-      const double total = tree.total(), slice = total / static_cast<double>(q);
+      const double total = tree.total(), slice = total / static_cast<double>(q), top = std::nextafter(total, 0.0);
       for (std::int64_t j = 0; j < q; ++j)
-        mass_[static_cast<std::size_t>(begin + j)] =
-            std::min((static_cast<double>(j) + rng_.uniform()) * slice, std::nextafter(total, 0.0));
+        mass_[static_cast<std::size_t>(begin + j)] = std::min((static_cast<double>(j) + rng_.uniform()) * slice, top);
       tree.find(std::span<const double>(mass_).subspan(static_cast<std::size_t>(begin), static_cast<std::size_t>(q)),
                 std::span<std::int64_t>(sampled_).subspan(static_cast<std::size_t>(begin), static_cast<std::size_t>(q)));
-      const double base = balance_ ? std::log(share) - std::log(total) : 0.0;  // (one tree: P ~ p)
       for (std::int64_t j = begin; j < begin + q; ++j)
-        log_p[static_cast<std::size_t>(j)] = base + std::log(tree.get(sampled_[static_cast<std::size_t>(j)]));
+        priority_[static_cast<std::size_t>(j)] = tree.get(sampled_[static_cast<std::size_t>(j)]);
+      simd::log(log_p_.data() + begin, priority_.data() + begin, q);
+      const double base = balance_ ? std::log(share) - std::log(total) : 0.0;  // (one tree: P ~ p)
+      if (balance_)
+        for (std::int64_t j = begin; j < begin + q; ++j) log_p_[static_cast<std::size_t>(j)] += base;
       log_p_min = std::min(log_p_min, base + std::log(tree.min()));
     };
     if (!balance_) {
@@ -12117,8 +12201,11 @@ class PrioritizedBuffer {
     }
     auto w = at::empty({n}, at::TensorOptions().dtype(at::kFloat));
     const double b = beta();
+    for (std::int64_t k = 0; k < n; ++k)
+      log_p_[static_cast<std::size_t>(k)] = -b * (log_p_[static_cast<std::size_t>(k)] - log_p_min);
+    simd::exp(priority_.data(), log_p_.data(), n);  // (the priorities are no longer needed)
     auto* wp = w.data_ptr<float>();
-    for (std::int64_t k = 0; k < n; ++k) wp[k] = static_cast<float>(std::exp(-b * (log_p[static_cast<std::size_t>(k)] - log_p_min)));
+    for (std::int64_t k = 0; k < n; ++k) wp[k] = static_cast<float>(priority_[static_cast<std::size_t>(k)]);
     auto batch = core_.gather(sampled_);
     batch.weight = core_.device().is_cpu() ? w : w.to(core_.device(), /*non_blocking=*/true);
     return batch;
@@ -12131,14 +12218,20 @@ class PrioritizedBuffer {
   /// skipped. `td_error` must be finite; ids must come from this buffer.
   void update_priorities(const at::Tensor& index, const at::Tensor& td_error) {
     const double a = cfg_.alpha, eps = cfg_.eps;
-    assign("update_priorities", "TD error", index, td_error,
-           [a, eps](double td) { return std::exp(a * std::log(std::abs(td) + eps)); });
+    assign("update_priorities", "TD error", index, td_error, [&](const double* td, double* p, std::int64_t n) {
+      log_p_.resize(static_cast<std::size_t>(n));
+      for (std::int64_t k = 0; k < n; ++k) p[k] = std::abs(td[k]) + eps;
+      simd::log(log_p_.data(), p, n);
+      for (std::int64_t k = 0; k < n; ++k) log_p_[static_cast<std::size_t>(k)] *= a;
+      simd::exp(p, log_p_.data(), n);
+    });
   }
 
   /// Sets the sampling priorities of transitions `index` directly (no eps, no exponent).
   /// Priorities must be finite and >= 0.
   void set_priorities(const at::Tensor& index, const at::Tensor& priority) {
-    assign("set_priorities", "priority", index, priority, [](double p) { return p; });
+    assign("set_priorities", "priority", index, priority,
+           [](const double* v, double* p, std::int64_t n) { std::copy(v, v + n, p); });
   }
 
   /// The importance-weight exponent now: `beta` rising linearly to 1 over the horizon.
@@ -12285,23 +12378,29 @@ class PrioritizedBuffer {
   // Checks ids and values, maps each value through `to_priority`, and sets the live ones.
   template <class F>
   void assign(const char* fn, const char* what, const at::Tensor& index, const at::Tensor& values,
-              F to_priority) {
+              F to_priorities) {
     const std::string who = std::string("PrioritizedBuffer::") + fn + ": ";
     const auto idx = index.to(at::kCPU, at::kLong).contiguous();
     const auto val = values.detach().to(at::kCPU).contiguous();
     if (idx.numel() != val.numel())
       throw Error(who + std::to_string(idx.numel()) + " ids but " + std::to_string(val.numel()) + " " +
                   what + " values");
-    const bool is_float = val.scalar_type() == at::kFloat;
-    const auto val64 = is_float ? at::Tensor() : val.to(at::kDouble);
-    const float* vf = is_float ? val.data_ptr<float>() : nullptr;
-    const double* vd = is_float ? nullptr : val64.data_ptr<double>();
+    const std::int64_t n = val.numel();
+    given_.resize(static_cast<std::size_t>(n));
+    if (val.scalar_type() == at::kFloat)
+      std::copy(val.data_ptr<float>(), val.data_ptr<float>() + n, given_.begin());
+    else {
+      const auto val64 = val.to(at::kDouble);
+      std::copy(val64.data_ptr<double>(), val64.data_ptr<double>() + n, given_.begin());
+    }
+    priority_.resize(static_cast<std::size_t>(n));
+    to_priorities(given_.data(), priority_.data(), n);  // all at once (vectorised); checked below
     const auto* ip = idx.data_ptr<std::int64_t>();
     slots_.clear();
     values_.clear();
-    for (std::int64_t k = 0; k < idx.numel(); ++k) {
-      const double v = vf ? static_cast<double>(vf[k]) : vd[k];
-      const double p = std::isfinite(v) ? to_priority(v) : v;
+    for (std::int64_t k = 0; k < n; ++k) {
+      const double v = given_[static_cast<std::size_t>(k)];
+      const double p = std::isfinite(v) ? priority_[static_cast<std::size_t>(k)] : v;
       if (!std::isfinite(p) || p < 0)
         throw Error(who + what + " " + std::to_string(k) + " (id " + std::to_string(ip[k]) + ") is " +
                     std::to_string(v) + "; priorities must be finite and >= 0 (a NaN TD error "
@@ -12336,6 +12435,7 @@ class PrioritizedBuffer {
   std::int64_t stale_ = 0;
   std::vector<std::int64_t> slots_, sampled_;
   std::vector<double> values_, mass_;
+  std::vector<double> priority_, log_p_, given_;  // scratch of sample and assign
 };
 
 static_assert(PrioritizedReplay<PrioritizedBuffer>);

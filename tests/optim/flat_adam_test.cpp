@@ -7,6 +7,8 @@
 #include <torch/torch.h>
 
 #include <array>
+#include <cmath>
+#include <random>
 #include <vector>
 
 #include <anvil/core/blas.hpp>
@@ -182,6 +184,58 @@ TEST_CASE("simd kernels: every build this CPU runs gives LibTorch's results (the
       CHECK(close(v, v1));
       CHECK(close(w, w1));
     }
+  }
+}
+
+TEST_CASE("simd::exp and simd::log: within 2 ulp of std::exp and std::log, both builds; special values as std") {
+  // distance in units in the last place of the reference (a difference of 0 counts 0)
+  auto ulps = [](double got, double want) {
+    if (got == want) return 0.0;
+    int e = 0;
+    std::frexp(want, &e);
+    return std::abs(got - want) / std::ldexp(1.0, e - 53);
+  };
+  using Loop = void (*)(double*, const double*, std::int64_t);
+  std::vector<std::pair<Loop, Loop>> builds;  // (exp, log)
+#if ANVIL_SIMD_X86
+  builds.emplace_back(anvil::simd::exp_f64_loop_baseline, anvil::simd::log_f64_loop_baseline);
+  if (anvil::simd::avx512()) builds.emplace_back(anvil::simd::exp_f64_loop_avx512, anvil::simd::log_f64_loop_avx512);
+#else
+  builds.emplace_back(anvil::simd::exp_f64_loop, anvil::simd::log_f64_loop);
+#endif
+  std::mt19937_64 gen(5);
+  const std::int64_t n = 200000;
+  std::vector<double> xe(n), xl(n), y(n);
+  std::uniform_real_distribution<double> ue(-708.0, 709.0), um(0.5, 2.0), ud(-1e-6, 1e-6);
+  std::uniform_int_distribution<int> uexp(-1020, 1020);
+  for (std::int64_t i = 0; i < n; ++i) {
+    xe[i] = i % 4 == 0 ? ud(gen) : ue(gen);  // a quarter near 0, where exp is near 1
+    xl[i] = i % 4 == 0 ? 1.0 + ud(gen) : std::ldexp(um(gen), uexp(gen));  // a quarter near 1, where log is near 0
+  }
+  for (const auto& [ex, lg] : builds) {
+    double worst_exp = 0, worst_log = 0;
+    ex(y.data(), xe.data(), n);
+    for (std::int64_t i = 0; i < n; ++i) worst_exp = std::max(worst_exp, ulps(y[i], std::exp(xe[i])));
+    lg(y.data(), xl.data(), n);
+    for (std::int64_t i = 0; i < n; ++i) worst_log = std::max(worst_log, ulps(y[i], std::log(xl[i])));
+    CHECK(worst_exp <= 2.0);
+    CHECK(worst_log <= 2.0);
+  }
+  // the entry points send what the loops do not cover to the standard functions
+  const double inf = INFINITY;
+  const std::vector<double> odd{0.0, -0.0, -1.0, 4.9e-324, 1e-310, inf, -inf, NAN, 709.5, -708.5, -800.0, 800.0, 1e300};
+  std::vector<double> got(odd.size());
+  anvil::simd::exp(got.data(), odd.data(), static_cast<std::int64_t>(odd.size()));
+  for (std::size_t i = 0; i < odd.size(); ++i) {
+    CAPTURE(odd[i]);
+    const double want = std::exp(odd[i]);
+    CHECK(((std::isnan(want) && std::isnan(got[i])) || got[i] == want || ulps(got[i], want) <= 2.0));
+  }
+  anvil::simd::log(got.data(), odd.data(), static_cast<std::int64_t>(odd.size()));
+  for (std::size_t i = 0; i < odd.size(); ++i) {
+    CAPTURE(odd[i]);
+    const double want = std::log(odd[i]);
+    CHECK(((std::isnan(want) && std::isnan(got[i])) || got[i] == want || ulps(got[i], want) <= 2.0));
   }
 }
 

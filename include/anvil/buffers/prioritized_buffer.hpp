@@ -23,6 +23,7 @@
 #include <anvil/core/error.hpp>
 #include <anvil/core/memory.hpp>
 #include <anvil/core/random.hpp>
+#include <anvil/core/simd.hpp>
 #include <anvil/core/spaces.hpp>
 #include <anvil/core/state.hpp>
 
@@ -93,19 +94,22 @@ class PrioritizedBuffer {
     mass_.resize(static_cast<std::size_t>(n));
     sampled_.resize(static_cast<std::size_t>(n));
     // (P / P_min)^-beta = exp(-beta (log P - log P_min)), P the probability of the draw.
-    std::vector<double> log_p(static_cast<std::size_t>(n));
+    priority_.resize(static_cast<std::size_t>(n));
+    log_p_.resize(static_cast<std::size_t>(n));
     double log_p_min = INFINITY;
     auto draw = [&](std::size_t k, std::int64_t begin, std::int64_t q, double share) {
       auto& tree = trees_[k];
-      const double total = tree.total(), slice = total / static_cast<double>(q);
+      const double total = tree.total(), slice = total / static_cast<double>(q), top = std::nextafter(total, 0.0);
       for (std::int64_t j = 0; j < q; ++j)
-        mass_[static_cast<std::size_t>(begin + j)] =
-            std::min((static_cast<double>(j) + rng_.uniform()) * slice, std::nextafter(total, 0.0));
+        mass_[static_cast<std::size_t>(begin + j)] = std::min((static_cast<double>(j) + rng_.uniform()) * slice, top);
       tree.find(std::span<const double>(mass_).subspan(static_cast<std::size_t>(begin), static_cast<std::size_t>(q)),
                 std::span<std::int64_t>(sampled_).subspan(static_cast<std::size_t>(begin), static_cast<std::size_t>(q)));
-      const double base = balance_ ? std::log(share) - std::log(total) : 0.0;  // (one tree: P ~ p)
       for (std::int64_t j = begin; j < begin + q; ++j)
-        log_p[static_cast<std::size_t>(j)] = base + std::log(tree.get(sampled_[static_cast<std::size_t>(j)]));
+        priority_[static_cast<std::size_t>(j)] = tree.get(sampled_[static_cast<std::size_t>(j)]);
+      simd::log(log_p_.data() + begin, priority_.data() + begin, q);
+      const double base = balance_ ? std::log(share) - std::log(total) : 0.0;  // (one tree: P ~ p)
+      if (balance_)
+        for (std::int64_t j = begin; j < begin + q; ++j) log_p_[static_cast<std::size_t>(j)] += base;
       log_p_min = std::min(log_p_min, base + std::log(tree.min()));
     };
     if (!balance_) {
@@ -121,8 +125,11 @@ class PrioritizedBuffer {
     }
     auto w = at::empty({n}, at::TensorOptions().dtype(at::kFloat));
     const double b = beta();
+    for (std::int64_t k = 0; k < n; ++k)
+      log_p_[static_cast<std::size_t>(k)] = -b * (log_p_[static_cast<std::size_t>(k)] - log_p_min);
+    simd::exp(priority_.data(), log_p_.data(), n);  // (the priorities are no longer needed)
     auto* wp = w.data_ptr<float>();
-    for (std::int64_t k = 0; k < n; ++k) wp[k] = static_cast<float>(std::exp(-b * (log_p[static_cast<std::size_t>(k)] - log_p_min)));
+    for (std::int64_t k = 0; k < n; ++k) wp[k] = static_cast<float>(priority_[static_cast<std::size_t>(k)]);
     auto batch = core_.gather(sampled_);
     batch.weight = core_.device().is_cpu() ? w : w.to(core_.device(), /*non_blocking=*/true);
     return batch;
@@ -135,14 +142,20 @@ class PrioritizedBuffer {
   /// skipped. `td_error` must be finite; ids must come from this buffer.
   void update_priorities(const at::Tensor& index, const at::Tensor& td_error) {
     const double a = cfg_.alpha, eps = cfg_.eps;
-    assign("update_priorities", "TD error", index, td_error,
-           [a, eps](double td) { return std::exp(a * std::log(std::abs(td) + eps)); });
+    assign("update_priorities", "TD error", index, td_error, [&](const double* td, double* p, std::int64_t n) {
+      log_p_.resize(static_cast<std::size_t>(n));
+      for (std::int64_t k = 0; k < n; ++k) p[k] = std::abs(td[k]) + eps;
+      simd::log(log_p_.data(), p, n);
+      for (std::int64_t k = 0; k < n; ++k) log_p_[static_cast<std::size_t>(k)] *= a;
+      simd::exp(p, log_p_.data(), n);
+    });
   }
 
   /// Sets the sampling priorities of transitions `index` directly (no eps, no exponent).
   /// Priorities must be finite and >= 0.
   void set_priorities(const at::Tensor& index, const at::Tensor& priority) {
-    assign("set_priorities", "priority", index, priority, [](double p) { return p; });
+    assign("set_priorities", "priority", index, priority,
+           [](const double* v, double* p, std::int64_t n) { std::copy(v, v + n, p); });
   }
 
   /// The importance-weight exponent now: `beta` rising linearly to 1 over the horizon.
@@ -289,23 +302,29 @@ class PrioritizedBuffer {
   // Checks ids and values, maps each value through `to_priority`, and sets the live ones.
   template <class F>
   void assign(const char* fn, const char* what, const at::Tensor& index, const at::Tensor& values,
-              F to_priority) {
+              F to_priorities) {
     const std::string who = std::string("PrioritizedBuffer::") + fn + ": ";
     const auto idx = index.to(at::kCPU, at::kLong).contiguous();
     const auto val = values.detach().to(at::kCPU).contiguous();
     if (idx.numel() != val.numel())
       throw Error(who + std::to_string(idx.numel()) + " ids but " + std::to_string(val.numel()) + " " +
                   what + " values");
-    const bool is_float = val.scalar_type() == at::kFloat;
-    const auto val64 = is_float ? at::Tensor() : val.to(at::kDouble);
-    const float* vf = is_float ? val.data_ptr<float>() : nullptr;
-    const double* vd = is_float ? nullptr : val64.data_ptr<double>();
+    const std::int64_t n = val.numel();
+    given_.resize(static_cast<std::size_t>(n));
+    if (val.scalar_type() == at::kFloat)
+      std::copy(val.data_ptr<float>(), val.data_ptr<float>() + n, given_.begin());
+    else {
+      const auto val64 = val.to(at::kDouble);
+      std::copy(val64.data_ptr<double>(), val64.data_ptr<double>() + n, given_.begin());
+    }
+    priority_.resize(static_cast<std::size_t>(n));
+    to_priorities(given_.data(), priority_.data(), n);  // all at once (vectorised); checked below
     const auto* ip = idx.data_ptr<std::int64_t>();
     slots_.clear();
     values_.clear();
-    for (std::int64_t k = 0; k < idx.numel(); ++k) {
-      const double v = vf ? static_cast<double>(vf[k]) : vd[k];
-      const double p = std::isfinite(v) ? to_priority(v) : v;
+    for (std::int64_t k = 0; k < n; ++k) {
+      const double v = given_[static_cast<std::size_t>(k)];
+      const double p = std::isfinite(v) ? priority_[static_cast<std::size_t>(k)] : v;
       if (!std::isfinite(p) || p < 0)
         throw Error(who + what + " " + std::to_string(k) + " (id " + std::to_string(ip[k]) + ") is " +
                     std::to_string(v) + "; priorities must be finite and >= 0 (a NaN TD error "
@@ -340,6 +359,7 @@ class PrioritizedBuffer {
   std::int64_t stale_ = 0;
   std::vector<std::int64_t> slots_, sampled_;
   std::vector<double> values_, mass_;
+  std::vector<double> priority_, log_p_, given_;  // scratch of sample and assign
 };
 
 static_assert(PrioritizedReplay<PrioritizedBuffer>);

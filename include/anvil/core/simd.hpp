@@ -157,6 +157,87 @@ inline float tanh_approx(float x) {
   return x < 0.f ? -t : t;
 }
 
+namespace detail {
+// ln 2 in two parts: ln2_hi holds its leading 32 bits, so n * ln2_hi is exact for |n| < 2^21.
+inline constexpr double ln2_hi = 0x1.62e42feep-1;
+inline constexpr double ln2_lo = 0x1.a39ef35793c76p-33;
+
+// exp(x) for x in [-708, 709] as plain vectorisable arithmetic: x = n ln 2 + r with
+// |r| <= ln 2 / 2, e^r from its Taylor series to r^13 (the rest is below 1e-17 of it), times
+// 2^n from the bits. Within 2 ulp of std::exp there; x outside is clamped into it.
+inline double exp_f64(double x) {
+  x = std::max(-708.0, std::min(709.0, x));  // (NaN becomes 709: no undefined conversion below)
+  const double n = (x * 0x1.71547652b82fep+0 + 0x1.8p52) - 0x1.8p52;  // round(x / ln 2)
+  const double r = (x - n * ln2_hi) - n * ln2_lo;
+  double p = 1.0 / 6227020800.0;  // 1/13!
+  p = p * r + 1.0 / 479001600.0;
+  p = p * r + 1.0 / 39916800.0;
+  p = p * r + 1.0 / 3628800.0;
+  p = p * r + 1.0 / 362880.0;
+  p = p * r + 1.0 / 40320.0;
+  p = p * r + 1.0 / 5040.0;
+  p = p * r + 1.0 / 720.0;
+  p = p * r + 1.0 / 120.0;
+  p = p * r + 1.0 / 24.0;
+  p = p * r + 1.0 / 6.0;
+  p = p * r + 0.5;
+  p = p * r + 1.0;
+  p = p * r + 1.0;
+  return p * std::bit_cast<double>((static_cast<std::int64_t>(n) + 1023) << 52);
+}
+
+// log(x) for a positive normal finite double as plain vectorisable arithmetic: x = m 2^e
+// with m in [sqrt(1/2), sqrt(2)), f = m - 1 (exact), s = f / (2 + f), and
+// log(1 + f) = 2 atanh(s) = f - s (f - R), R = 2 s^2/3 + 2 s^4/5 + ... to s^22 (|s| < 0.172:
+// the rest is below 1e-18). Within 2 ulp of std::log.
+inline double log_f64(double x) {
+  const auto bits = std::bit_cast<std::int64_t>(x);
+  std::int64_t e = ((bits >> 52) & 0x7ff) - 1022;  // x = m 2^e, m in [0.5, 1)
+  const double m = std::bit_cast<double>((bits & 0x000fffffffffffffLL) | 0x3fe0000000000000LL);
+  const bool small = m < 0x1.6a09e667f3bcdp-1;  // sqrt(1/2)
+  e = small ? e - 1 : e;
+  const double f = small ? m + m - 1.0 : m - 1.0;
+  const double s = f / (2.0 + f), z = s * s;
+  double R = 2.0 / 23.0;
+  R = R * z + 2.0 / 21.0;
+  R = R * z + 2.0 / 19.0;
+  R = R * z + 2.0 / 17.0;
+  R = R * z + 2.0 / 15.0;
+  R = R * z + 2.0 / 13.0;
+  R = R * z + 2.0 / 11.0;
+  R = R * z + 2.0 / 9.0;
+  R = R * z + 2.0 / 7.0;
+  R = R * z + 2.0 / 5.0;
+  R = R * z + 2.0 / 3.0;
+  R *= z;
+  const auto de = static_cast<double>(e);
+  return de * ln2_hi + ((f - s * (f - R)) + de * ln2_lo);
+}
+}  // namespace detail
+
+ANVIL_SIMD_KERNEL(exp_f64_loop, (double* __restrict y, const double* __restrict x, std::int64_t n), (y, x, n), {
+  for (std::int64_t i = 0; i < n; ++i) y[i] = detail::exp_f64(x[i]);
+})
+ANVIL_SIMD_KERNEL(log_f64_loop, (double* __restrict y, const double* __restrict x, std::int64_t n), (y, x, n), {
+  for (std::int64_t i = 0; i < n; ++i) y[i] = detail::log_f64(x[i]);
+})
+
+/// y = exp(x), n doubles, within 2 ulp of std::exp (which takes the x outside [-708, 709]:
+/// NaN, infinities, under- and overflow). x and y must not overlap.
+inline void exp(double* __restrict y, const double* __restrict x, std::int64_t n) {
+  exp_f64_loop(y, x, n);
+  for (std::int64_t i = 0; i < n; ++i)
+    if (!(x[i] >= -708.0 && x[i] <= 709.0)) y[i] = std::exp(x[i]);
+}
+
+/// y = log(x), n doubles, within 2 ulp of std::log (which takes x <= 0, subnormal x, NaN and
+/// infinity). x and y must not overlap.
+inline void log(double* __restrict y, const double* __restrict x, std::int64_t n) {
+  log_f64_loop(y, x, n);
+  for (std::int64_t i = 0; i < n; ++i)
+    if (!(x[i] >= 0x1p-1022 && x[i] <= 0x1.fffffffffffffp+1023)) y[i] = std::log(x[i]);
+}
+
 /// x = tanh(x), n floats (`tanh_approx`: absolute error below 2e-7).
 ANVIL_SIMD_KERNEL(tanh, (float* __restrict x, std::int64_t n), (x, n), {
   for (std::int64_t i = 0; i < n; ++i) x[i] = tanh_approx(x[i]);
