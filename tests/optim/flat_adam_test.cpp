@@ -187,7 +187,7 @@ TEST_CASE("simd kernels: every build this CPU runs gives LibTorch's results (the
   }
 }
 
-TEST_CASE("simd::exp and simd::log: within 2 ulp of std::exp and std::log, both builds; special values as std") {
+TEST_CASE("simd::exp and simd::log: within 2 ulp of std::exp and std::log in both builds, special values as std") {
   // distance in units in the last place of the reference (a difference of 0 counts 0)
   auto ulps = [](double got, double want) {
     if (got == want) return 0.0;
