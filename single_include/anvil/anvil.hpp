@@ -12375,7 +12375,9 @@ class PrioritizedBuffer {
     trees_[k].set(one, v);
   }
 
-  // Checks ids and values, maps each value through `to_priority`, and sets the live ones.
+  // Checks ids and values, maps the values to priorities all at once with `to_priorities`
+  // (given values, priorities out, count: one vectorised pass; a non-finite value's result
+  // is ignored and the value itself reported), and sets the live ones.
   template <class F>
   void assign(const char* fn, const char* what, const at::Tensor& index, const at::Tensor& values,
               F to_priorities) {
