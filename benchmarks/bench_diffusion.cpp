@@ -7,7 +7,8 @@
 //    with all its steps against DDIM with each `bench.ddim` count.
 //
 // Runs on `bench.device` (default: CUDA when present; there FP16 with its loss scaler is
-// timed too). One JSON line per figure. scripts/gpu-check.sh builds and runs it against the
+// timed too, and FP32 op by op, diffusion.cuda_graph=false, against the update replayed from
+// a CUDA graph as a run has it). One JSON line per figure. scripts/gpu-check.sh builds and runs it against the
 // LibTorch inside a PyTorch installation.
 #include "bench_common.hpp"
 
@@ -67,6 +68,7 @@ anvil::DiffusionPolicy::Config policy_config(const std::vector<int>& widths, int
 
 struct Setting {
   std::string precision, widths;
+  bool graph = true;  // diffusion.cuda_graph
   std::unique_ptr<anvil::DiffusionPolicy> dp;
   std::unique_ptr<anvil::StepContext> ctx;
   anvil::ReplayBatch batch;
@@ -74,10 +76,11 @@ struct Setting {
 };
 
 template <class X>
-Setting make(const anvil::RunContext& run, const std::string& widths, int batch, int train_steps) {
+Setting make(const anvil::RunContext& run, const std::string& widths, int batch, int train_steps, bool graph = true) {
   torch::manual_seed(0);
-  Setting s{std::string(X::name), widths,
-            std::make_unique<anvil::DiffusionPolicy>(pusht_spec(), policy_config(parse_widths(widths), batch, train_steps), run), {}, {}, {}};
+  auto c = policy_config(parse_widths(widths), batch, train_steps);
+  c.cuda_graph = graph;
+  Setting s{std::string(X::name), widths, graph, std::make_unique<anvil::DiffusionPolicy>(pusht_spec(), c, run), {}, {}, {}};
   s.dp->fit_normalizer(at::zeros({20}), at::full({20}, 512.0), at::zeros({2}), at::full({2}, 512.0));
   s.ctx = std::make_unique<anvil::StepContext>(bench::step_options<X>(run.device));
   s.batch.obs = (at::rand({batch, 40}) * 512).to(run.device);
@@ -98,6 +101,7 @@ int main(int argc, char** argv) {
   // Training: FP32 and BF16 at each size, interleaved.
   std::vector<Setting> settings;
   for (const auto& w : *b.widths) {
+    if (run.device.is_cuda()) settings.push_back(make<anvil::FP32>(run, w, b.batch, b.train_steps, false));
     settings.push_back(make<anvil::FP32>(run, w, b.batch, b.train_steps));
     settings.push_back(make<anvil::BF16>(run, w, b.batch, b.train_steps));
     if (run.device.is_cuda()) settings.push_back(make<anvil::FP16>(run, w, b.batch, b.train_steps));  // loss-scaled; CUDA only
@@ -108,10 +112,12 @@ int main(int argc, char** argv) {
                         bench::median_rate([&] { s.dp->update(s.batch, *s.ctx); }, b.seconds, 1, round ? 1 : 3));
   for (const auto& s : settings) {
     const std::vector<std::pair<std::string, bench::Value>> conf{
-        {"precision", s.precision}, {"widths", s.widths}, {"batch", *b.batch}, {"rounds", *b.rounds}, {"threads", at::get_num_threads()}};
+        {"precision", s.precision}, {"widths", s.widths}, {"batch", *b.batch}, {"rounds", *b.rounds},
+        {"cuda_graph", s.dp->graphed_updates() > 0 ? 1 : 0}, {"threads", at::get_num_threads()}};
     bench::emit("diffusion_train_samples_per_s", bench::median(s.rates), "samples/s", conf, device);
+    // The ratio to FP32 (op by op on CUDA) at the same size.
     for (const auto& base : settings)
-      if (&base != &s && base.precision == "fp32" && base.widths == s.widths)
+      if (&base != &s && base.precision == "fp32" && (!run.device.is_cuda() || !base.graph) && base.widths == s.widths)
         bench::emit("diffusion_train_vs_fp32", bench::median_ratio(s.rates, base.rates), "x", conf, device);
   }
 

@@ -2,8 +2,10 @@
 // and batches of 256 and 2048, on the device given (`bench.device`, default: CUDA when
 // present). On the CPU that is FP32 (with and without the hand-written float32 fast path,
 // sac.manual_backward) against BF16; TF32 is FP32 there and FP16 needs CUDA, so both are
-// left out. On CUDA: FP32, TF32, BF16 and FP16. Each update samples its batch from a
-// replay buffer stored on the same device, as the Trainer does.
+// left out. On CUDA: FP32 op by op (sac.cuda_graph=false), then FP32, TF32, BF16 and FP16
+// as a run has them (the update replayed from a CUDA graph where it can be: not under
+// FP16's loss scaler). Each update samples its batch from a replay buffer stored on the same
+// device, as the Trainer does.
 //
 // Settings are timed in interleaved rounds (every setting once per round), and each figure
 // is the median over rounds; the ratio to FP32 is the median of per-round ratios, so both
@@ -18,7 +20,16 @@
 #include <algorithm>
 #include <map>
 
-#include <anvil/anvil.hpp>
+// Not anvil.hpp: its c10d part needs Gloo's headers, which PyTorch's wheels do not ship
+// (scripts/gpu-check.sh builds this against one).
+#include <anvil/algorithms/sac.hpp>
+#include <anvil/buffers/uniform_buffer.hpp>
+#include <anvil/core/context.hpp>
+#include <anvil/envs/pendulum.hpp>
+#include <anvil/precision/bf16.hpp>
+#include <anvil/precision/fp16.hpp>
+#include <anvil/precision/fp32.hpp>
+#include <anvil/precision/tf32.hpp>
 
 struct BenchConfig {
   anvil::Param<double, "seconds", "seconds per timed repeat", anvil::positive> seconds{2.0};
@@ -42,6 +53,7 @@ namespace {
 struct Setting {
   std::string precision;
   bool manual = false;
+  bool graph = true;  // sac.cuda_graph
   int hidden = 0, batch = 0;
   bool tf32 = false;
   std::unique_ptr<anvil::SAC> sac;
@@ -51,7 +63,7 @@ struct Setting {
 };
 
 template <class X>
-Setting make(const anvil::RunContext& run, int hidden, int batch, bool manual) {
+Setting make(const anvil::RunContext& run, int hidden, int batch, bool manual, bool graph = true) {
   const auto spec = anvil::envs::spec_of(anvil::envs::Pendulum{});
   torch::manual_seed(0);
   anvil::SAC::Config sc;
@@ -59,7 +71,8 @@ Setting make(const anvil::RunContext& run, int hidden, int batch, bool manual) {
   sc.actor->hidden = {hidden, hidden};
   sc.critic->hidden = {hidden, hidden};
   sc.manual_backward = manual;
-  Setting s{std::string(X::name), manual, hidden, batch, X::allow_tf32, std::make_unique<anvil::SAC>(spec, sc, run),
+  sc.cuda_graph = graph;
+  Setting s{std::string(X::name), manual, graph, hidden, batch, X::allow_tf32, std::make_unique<anvil::SAC>(spec, sc, run),
             {}, {}, {}};
   anvil::UniformBuffer::Config bc;
   bc.capacity = 100'000;
@@ -100,6 +113,7 @@ int main(int argc, char** argv) {
   for (int h : *b.hidden)
     for (int n : *b.batch) {
       if (cuda) {
+        settings.push_back(make<anvil::FP32>(run, h, n, false, false));
         settings.push_back(make<anvil::FP32>(run, h, n, false));
         settings.push_back(make<anvil::TF32>(run, h, n, false));
         settings.push_back(make<anvil::BF16>(run, h, n, false));
@@ -125,7 +139,8 @@ int main(int argc, char** argv) {
     const bool fast_path = s.manual && s.sac->manual_backward();
     std::vector<std::pair<std::string, bench::Value>> conf{
         {"precision", s.precision}, {"hidden", std::to_string(s.hidden) + "x" + std::to_string(s.hidden)},
-        {"batch", s.batch}, {"manual_backward", fast_path ? 1 : 0}, {"rounds", *b.rounds},
+        {"batch", s.batch}, {"manual_backward", fast_path ? 1 : 0}, {"cuda_graph", s.sac->graphed_updates() > 0 ? 1 : 0},
+        {"rounds", *b.rounds},
         {"threads", at::get_num_threads()}};
     bench::emit("sac_update_precision", bench::median(s.rates), "updates/s", conf, device);
     at::globalContext().setAllowTF32CuBLAS(s.tf32);
@@ -143,10 +158,11 @@ int main(int argc, char** argv) {
       for (std::size_t i = 0; i < most.size() && i < static_cast<std::size_t>(*b.op_names); ++i)
         std::fprintf(stderr, "  %6lld %s\n", static_cast<long long>(most[i].first), most[i].second.c_str());
     }
-    // The ratio to FP32 with autograd at the same size: the same computation in float32.
+    // The ratio to FP32 with autograd (op by op on CUDA) at the same size: the same
+    // computation in float32.
     for (const auto& base : settings)
-      if (&base != &s && base.precision == "fp32" && !base.manual && base.hidden == s.hidden &&
-          base.batch == s.batch)
+      if (&base != &s && base.precision == "fp32" && !base.manual && (!cuda || !base.graph) &&
+          base.hidden == s.hidden && base.batch == s.batch)
         bench::emit("sac_update_precision_vs_fp32", bench::median_ratio(s.rates, base.rates), "x", conf, device);
   }
 }

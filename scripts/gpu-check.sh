@@ -11,6 +11,14 @@
 #                                               header-only) on CUDA and on this machine's CPU, on
 #                                               CUDA without phase syncs, and on CUDA with 16 envs
 #                                               and batch 2048: one JSON line per run (summary.json)
+#   scripts/gpu-check.sh graph                  updates as CUDA graphs: the CUDA tests (SAC's and
+#                                               Diffusion Policy's graphs against op by op), then
+#                                               what GRAPH_RUNS names (default "precision main
+#                                               diffusion"): bench_precision at 256x256 (op by op
+#                                               against each precision as a run has it), the main
+#                                               job with its update as a graph (the default) and op
+#                                               by op (sac.cuda_graph=false), bench_diffusion, and
+#                                               pusht (diffusion_pusht_direct, PUSHT_ARGS)
 #   scripts/gpu-check.sh all                    builds every program above at once (one g++ each, in
 #                                               parallel), then runs sac and pusht (PUSHT_ARGS: its
 #                                               overrides)
@@ -22,7 +30,8 @@
 #   cp -r /usr/include/nlohmann /usr/include/yaml-cpp .deps/include/ &&
 #   cp -r /usr/include/range /usr/include/meta /usr/include/concepts /usr/include/std .deps/include/ &&
 #   cp /usr/lib/x86_64-linux-gnu/libyaml-cpp.a .deps/lib/ &&
-#   cp -r /usr/include/chipmunk .deps/include/ && cp /usr/lib/x86_64-linux-gnu/libchipmunk.a .deps/lib/
+#   cp -r /usr/include/chipmunk .deps/include/ && cp /usr/lib/x86_64-linux-gnu/libchipmunk.a .deps/lib/ &&
+#   cp -r /usr/include/doctest .deps/include/
 set -euo pipefail
 cd "$(dirname "$0")/.."
 py=${PYTHON:-python3}
@@ -30,14 +39,29 @@ deps=${DEPS:-.deps}
 out=${GPU_BUILD_DIR:-build-gpu}
 torch_dir=$($py -c 'import os, torch; print(os.path.dirname(torch.__file__))')
 abi=$($py -c 'import torch; print(int(torch._C._GLIBCXX_USE_CXX11_ABI))')
-echo "gpu-check: torch $($py -c 'import torch; print(torch.__version__, torch.version.cuda)') at $torch_dir, g++ $(g++ -dumpfullversion)"
+# CUDA's runtime headers (LibTorch's CUDA headers include them): the toolkit's, or the
+# nvidia-cuda-runtime wheel's that PyTorch installs.
+cuda_inc=
+for d in "${CUDA_HOME:-/usr/local/cuda}/include" "$(dirname "$(command -v nvcc || echo /none/bin/nvcc)")/../include"; do
+  [[ -f $d/cuda_runtime.h ]] && { cuda_inc=$d; break; }
+done
+if [[ -z $cuda_inc ]]; then
+  h=$(find "$(dirname "$torch_dir")/nvidia" -name cuda_runtime.h 2>/dev/null | head -n 1)
+  [[ -n $h ]] && cuda_inc=$(dirname "$h")
+fi
+echo "gpu-check: torch $($py -c 'import torch; print(torch.__version__, torch.version.cuda)') at $torch_dir, g++ $(g++ -dumpfullversion), CUDA headers ${cuda_inc:-not found}"
 mkdir -p "$out"
 # PyTorch's wheels are built with c10d and Gloo, and its c10d headers declare their classes
 # only under these macros (CMake's Torch package adds them; a plain g++ line must).
-flags=(-std=c++20 -O2 -DNDEBUG "-D_GLIBCXX_USE_CXX11_ABI=$abi" -DUSE_DISTRIBUTED -DUSE_C10D_GLOO -Iinclude "-I$deps/include"
-       -isystem "$torch_dir/include" -isystem "$torch_dir/include/torch/csrc/api/include")
+# ANVIL_WITH_CUDA: anvil's CUDA-only code (CMake defines it when LibTorch has CUDA).
+flags=(-std=c++20 -O2 -DNDEBUG "-D_GLIBCXX_USE_CXX11_ABI=$abi" -DUSE_DISTRIBUTED -DUSE_C10D_GLOO -DANVIL_WITH_CUDA=1 -Iinclude "-I$deps/include"
+       -isystem "$torch_dir/include" -isystem "$torch_dir/include/torch/csrc/api/include" ${cuda_inc:+-isystem "$cuda_inc"})
+# CUDA's runtime library (c10's CUDA headers call it inline): the one PyTorch loads.
+cudart=$(find "$(dirname "$torch_dir")/nvidia" "$torch_dir/lib" -name 'libcudart.so*' 2>/dev/null | head -n 1)
+[[ -n $cudart ]] || cudart=$(find "${CUDA_HOME:-/usr/local/cuda}/" -name 'libcudart.so*' 2>/dev/null | head -n 1)
 libs=("$deps/lib/libyaml-cpp.a" "-L$torch_dir/lib" "-Wl,-rpath,$torch_dir/lib" -Wl,--no-as-needed
-      -ltorch -ltorch_cuda -ltorch_cpu -lc10_cuda -lc10 -Wl,--as-needed -lpthread -ldl)
+      -ltorch -ltorch_cuda -ltorch_cpu -lc10_cuda -lc10 ${cudart:+"$cudart" "-Wl,-rpath,$(dirname "$cudart")"}
+      -Wl,--as-needed -lpthread -ldl)
 what=${1:-bench}
 shift || true
 # build PROG SOURCE [EXTRA...]: one program, its compiler output in $out/PROG.build.log
@@ -75,34 +99,79 @@ line["config"] = {k: v for k, v in s["config"].items() if k.startswith(("env.num
 print(json.dumps(line))
 PYEOF
 }
+# run_mains NAME ARGS [NAME ARGS ...]: the main job (examples/train_sac_pendulum) once per
+# pair, each run in $out/run-NAME, one JSON line each from its summary.json
+run_mains() {
+  local common=(run.progress=off run.tensorboard=false run.checkpoint_interval=0) rc=0
+  while (( $# >= 2 )); do
+    local name=$1 a=$2 dir=$out/run-$1
+    shift 2
+    rm -rf "$dir"
+    echo "== train_sac_pendulum $a"
+    # shellcheck disable=SC2086
+    if "$out/train_sac_pendulum" "${common[@]}" $a run.run_dir="$dir" >"$dir.log" 2>&1; then
+      summary "$name" "$dir"
+    else
+      echo "gpu-check: train_sac_pendulum $a failed:" >&2
+      tail -n 20 "$dir.log" >&2
+      rc=1
+    fi
+  done
+  return $rc
+}
 run_sac() {
   if [[ -x $out/bench_precision ]]; then
     echo "== bench_precision"
     "$out/bench_precision" bench.device=cuda bench.seconds=1 bench.rounds=2 || echo "gpu-check: bench_precision failed" >&2
   fi
   [[ -x $out/train_sac_pendulum ]] || return 0
-  local common=(run.progress=off run.tensorboard=false run.checkpoint_interval=0)
   # the main job as it ships (256x256, batch 256, one env, one update per step), then the
   # same on this machine's CPU (fewer steps: its rate is what is compared), on CUDA without
   # a device synchronisation per timed phase, and a GPU-sized setup: 16 envs, batch 2048,
   # one update per vector step (16 env steps), learning rates scaled by sqrt
-  local -a names=(main_cuda main_cpu nosync_cuda wide_cuda)
-  local -a args=("run.device=cuda" "run.device=cpu train.steps=5000" "run.device=cuda train.steps=6000 run.sync_timings=false"
-    "run.device=cuda env.num_envs=16 sac.batch_size=2048 train.lr_scaling=sqrt train.update_interval=16 train.steps=32000 train.eval_interval=16000")
-  for i in 0 1 2 3; do
-    local dir=$out/run-${names[$i]}
-    rm -rf "$dir"
-    echo "== train_sac_pendulum ${args[$i]}"
+  run_mains main_cuda "run.device=cuda" main_cpu "run.device=cpu train.steps=5000" \
+    nosync_cuda "run.device=cuda train.steps=6000 run.sync_timings=false" \
+    wide_cuda "run.device=cuda env.num_envs=16 sac.batch_size=2048 train.lr_scaling=sqrt train.update_interval=16 train.steps=32000 train.eval_interval=16000" || true
+}
+run_graph() {
+  local rc=0 runs=" ${GRAPH_RUNS:-precision main diffusion} "
+  if [[ -x $out/anvil_cuda_tests ]]; then
+    echo "== anvil_cuda_tests"
+    "$out/anvil_cuda_tests" || { echo "gpu-check: anvil_cuda_tests failed" >&2; rc=1; }
+  fi
+  if [[ $runs == *" precision "* && -x $out/bench_precision ]]; then
+    echo "== bench_precision (256x256)"
+    "$out/bench_precision" bench.device=cuda bench.seconds=1 bench.rounds=3 'bench.hidden=[256]' 'bench.batch=[256,2048]' ||
+      echo "gpu-check: bench_precision failed" >&2
+  fi
+  if [[ $runs == *" diffusion "* && -x $out/bench_diffusion ]]; then
+    echo "== bench_diffusion"
+    "$out/bench_diffusion" bench.device=cuda bench.seconds=1 bench.rounds=3 || echo "gpu-check: bench_diffusion failed" >&2
+  fi
+  if [[ $runs == *" main "* && -x $out/train_sac_pendulum ]]; then
+    run_mains graph_cuda "run.device=cuda" eager_cuda "run.device=cuda sac.cuda_graph=false train.steps=6000" \
+      graph_nosync_cuda "run.device=cuda run.sync_timings=false" || rc=1
+  fi
+  if [[ $runs == *" pusht "* && -x $out/diffusion_pusht_direct ]]; then
+    echo "== diffusion_pusht_direct ${PUSHT_ARGS:-}"
     # shellcheck disable=SC2086
-    if "$out/train_sac_pendulum" "${common[@]}" ${args[$i]} run.run_dir="$dir" >"$dir.log" 2>&1; then
-      summary "${names[$i]}" "$dir"
-    else
-      echo "gpu-check: train_sac_pendulum ${args[$i]} failed:" >&2
-      tail -n 20 "$dir.log" >&2
-    fi
-  done
+    "$out/diffusion_pusht_direct" bench.device=cuda ${PUSHT_ARGS:-} || { echo "gpu-check: diffusion_pusht_direct failed" >&2; rc=1; }
+  fi
+  return $rc
 }
 case "$what" in
+  graph)
+    build anvil_cuda_tests tests/doctest_main.cpp tests/cuda/cuda_graph_test.cpp & t=$!
+    build bench_diffusion benchmarks/bench_diffusion.cpp & d=$!
+    p=
+    if [[ " ${GRAPH_RUNS:-} " == *" pusht "* ]]; then
+      build diffusion_pusht_direct benchmarks/diffusion_pusht_direct.cpp "$deps/lib/libchipmunk.a" & p=$!
+    fi
+    build_sac || true
+    wait $t || true
+    wait $d || true
+    [[ -z $p ]] || wait $p || true
+    run_graph ;;
   bench) build bench_diffusion benchmarks/bench_diffusion.cpp; echo "== bench_diffusion"; "$out/bench_diffusion" bench.device=cuda "$@" ;;
   pusht)
     build diffusion_pusht_direct benchmarks/diffusion_pusht_direct.cpp "$deps/lib/libchipmunk.a"

@@ -7604,6 +7604,7 @@ class FlatAdam {
   /// One Adam step with flat gradient `g` (same size as the parameters).
   void step(const at::Tensor& g) {
     ++steps_;
+    device_state_stale_ = true;
     const double bc1 = 1.0 - std::pow(opt_.beta1, static_cast<double>(steps_));
     const double bc2 = 1.0 - std::pow(opt_.beta2, static_cast<double>(steps_));
     const auto& p = params_.flat();
@@ -7626,9 +7627,44 @@ class FlatAdam {
     params_.flat().addcdiv_(m_, denom_, -opt_.lr / bc1);
   }
 
+  /// `step` as a CUDA graph captures it (core/cuda_graph.hpp): the same update with the
+  /// step count and the learning rate read from device tensors, so a replay does not reuse
+  /// the host's values at capture. Call `sync_device_state` before each replay and
+  /// `count_step` after it (the host's count, for checkpoints and `steps()`).
+  void step_on_device(const at::Tensor& g) {
+    const auto& p = params_.flat();
+    step_t_.add_(1.0);
+    const auto bc1 = 1.0 - at::pow(opt_.beta1, step_t_), bc2 = 1.0 - at::pow(opt_.beta2, step_t_);
+    m_.mul_(opt_.beta1).add_(g, 1.0 - opt_.beta1);
+    if (opt_.weight_decay > 0) p.mul_(1.0 - lr_t_ * opt_.weight_decay);
+    v_.mul_(opt_.beta2).addcmul_(g, g, 1.0 - opt_.beta2);
+    at::sqrt_out(denom_, v_);
+    denom_.div_(bc2.sqrt()).add_(opt_.eps);
+    p.sub_(m_ / denom_ * (lr_t_ / bc1));
+  }
+  /// Makes the device's step count and learning rate those of the host (two fills when
+  /// they changed: a step not taken on the device, a new learning rate, a restore).
+  void sync_device_state() {
+    if (!step_t_.defined()) {
+      const auto o = params_.flat().options().dtype(at::kDouble);
+      step_t_ = at::zeros({}, o);
+      lr_t_ = at::zeros({}, o);
+      device_state_stale_ = true;
+    }
+    if (!device_state_stale_) return;
+    step_t_.fill_(static_cast<double>(steps_));
+    lr_t_.fill_(opt_.lr);
+    device_state_stale_ = false;
+  }
+  /// Counts a step `step_on_device` took in a replay.
+  void count_step() noexcept { ++steps_; }
+
   [[nodiscard]] const FlatParameters& parameters() const noexcept { return params_; }
   [[nodiscard]] double lr() const noexcept { return opt_.lr; }
-  void set_lr(double lr) noexcept { opt_.lr = lr; }
+  void set_lr(double lr) noexcept {
+    if (lr != opt_.lr) device_state_stale_ = true;
+    opt_.lr = lr;
+  }
   [[nodiscard]] std::int64_t steps() const noexcept { return steps_; }
   /// First and second moment estimates, for checkpoints.
   [[nodiscard]] const at::Tensor& exp_avg() const noexcept { return m_; }
@@ -7667,6 +7703,7 @@ class FlatAdam {
     v_.copy_(s.v);
     steps_ = s.steps;
     opt_.lr = s.lr;
+    device_state_stale_ = true;
   }
 
  private:
@@ -7674,6 +7711,8 @@ class FlatAdam {
   Options opt_;
   at::Tensor m_, v_, denom_;
   std::int64_t steps_ = 0;
+  at::Tensor step_t_, lr_t_;         // step_on_device's step count and learning rate (float64, 0-dim)
+  bool device_state_stale_ = true;  // they differ from steps_ and opt_.lr
 };
 
 }  // namespace anvil
@@ -8239,6 +8278,35 @@ class StepContext {
     return v[0].item<double>();
   }
 
+  /// Whether an update through this context can be captured as a CUDA graph
+  /// (core/cuda_graph.hpp): one process (no all-reduce), no loss scaler (its skip is a host
+  /// decision), one micro-batch.
+  [[nodiscard]] bool graphable() const noexcept {
+    return !opt_.all_reduce_mean && !scaler_ && opt_.micro_batches == 1;
+  }
+  /// Scope of a CUDA graph's capture: optimizer steps take `FlatAdam::step_on_device`, and
+  /// nothing is timed (a timer's device synchronisation would break the capture) or
+  /// counted (the caller counts each replay's steps: `count_steps`).
+  class Capture {
+   public:
+    explicit Capture(StepContext& c) noexcept : c_(c), times_(c.opt_.times) {
+      c_.capturing_ = true;
+      c_.opt_.times = nullptr;
+    }
+    Capture(const Capture&) = delete;
+    Capture& operator=(const Capture&) = delete;
+    ~Capture() {
+      c_.capturing_ = false;
+      c_.opt_.times = times_;
+    }
+
+   private:
+    StepContext& c_;
+    PhaseTimes* times_;
+  };
+  /// Counts `n` optimizer steps a replayed graph took.
+  void count_steps(int n) noexcept { steps_ += n; }
+
   /// Optimizer steps taken through this context (skipped ones not counted).
   [[nodiscard]] std::int64_t steps() const noexcept { return steps_; }
   /// The loss scaler, when the precision scales losses.
@@ -8295,6 +8363,10 @@ class StepContext {
     if (scaler_ && !scaler_->unscale_and_check(grad)) return skip();
     if (max_grad_norm > 0)  // as torch's clip_grad_norm_, without a host sync
       grad.mul_((max_grad_norm / (grad.norm() + 1e-6)).clamp_max(1.0));
+    if (capturing_) {
+      optimizer.step_on_device(grad);
+      return true;
+    }
     optimizer.step(grad);
     ++steps_;
     return true;
@@ -8322,6 +8394,7 @@ class StepContext {
   std::optional<LossScaler> scaler_;
   std::shared_ptr<detail::ThreadPool> pool_;
   std::int64_t steps_ = 0;
+  bool capturing_ = false;  // inside a Capture scope
 };
 
 }  // namespace anvil
@@ -13709,8 +13782,10 @@ inline nn::CollectiveTransformer load_collective(const std::filesystem::path& fi
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 // ---- begin <anvil/algorithms/sac_config.hpp> ----
@@ -13788,6 +13863,11 @@ struct SacConfig {
         "hand-written gradients for the default networks in float32 on the CPU (false: "
         "autograd; same result, slower)">
       manual_backward{true};
+  Param<bool, "cuda_graph",
+        "on CUDA, capture the update as a CUDA graph and replay it: one launch instead of hundreds "
+        "of dispatched ops (one process, one temperature, no loss scaling or gradient accumulation; "
+        "false: op by op)">
+      cuda_graph{true};
   Section<"actor", ActorConfig> actor;
   Section<"critic", CriticConfig> critic;
   Section<"tasks", detail::SacTaskConfig<kMultiTask>> tasks;
@@ -13802,6 +13882,188 @@ struct policy_config<BasicSAC<nn::GaussianActor, nn::TwinQ, kMultiTask>> {
 
 }  // namespace anvil
 // ---- end <anvil/algorithms/sac_config.hpp> ----
+// ---- begin <anvil/optim/graphed_update.hpp> ----
+/// @file
+/// `GraphedUpdate`: an algorithm's update as a CUDA graph (core/cuda_graph.hpp). The first
+/// `kWarmups` updates run op by op on the graph's stream; the next is captured through the
+/// step context (optimizer steps read their step count and learning rate from the device,
+/// nothing is timed) and then every update copies its inputs into fixed tensors and replays.
+/// The algorithm keeps what is its own: which updates a graph can hold, its inputs and
+/// outputs, and reading no host value while capturing. Compiled only with `ANVIL_WITH_CUDA`.
+
+// ---- begin <anvil/core/cuda_graph.hpp> ----
+/// @file
+/// `cuda::Graph`: a piece of device work captured once as a CUDA graph and replayed with one
+/// launch. Small RL networks on a GPU are bound by the host: an autograd SAC update
+/// dispatches about 1,100 ATen operators, each a few microseconds of host work and a kernel
+/// launch of a few microseconds of GPU work, so the GPU idles (benchmarks/RESULTS.md, "On a
+/// GPU"). A replay launches the same kernels from the GPU's side with no host work per
+/// kernel.
+///
+/// What is captured must be device work alone: no host synchronisation (`item()`, a copy to
+/// the host), no host value that changes between replays (read such values from device
+/// tensors), and inputs and outputs in fixed tensors (copy new inputs in before a replay;
+/// read or copy outputs before the next). Capture runs on a side stream after warm-ups on
+/// that stream (cuBLAS workspaces, autograd's state and the caching allocator see the work
+/// once first), with the capture mode local to the capturing thread, so other threads'
+/// CUDA calls go on. Tensors made inside the capture live in the graph's private memory pool.
+///
+/// Compiled only when `ANVIL_WITH_CUDA` is 1: CMake defines it when LibTorch has CUDA
+/// (target torch_cuda), scripts/gpu-check.sh on its g++ line. Without it `kCudaGraphs` is
+/// false, the class is absent, and callers keep their op-by-op path.
+
+#if defined(ANVIL_WITH_CUDA) && ANVIL_WITH_CUDA
+#include <ATen/cuda/CUDAGraph.h>
+#include <c10/cuda/CUDAFunctions.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+
+#include <memory>
+#include <utility>
+#endif
+
+#include <c10/core/Device.h>
+
+namespace anvil::cuda {
+
+#if defined(ANVIL_WITH_CUDA) && ANVIL_WITH_CUDA
+/// Whether this build can capture CUDA graphs.
+inline constexpr bool kCudaGraphs = true;
+
+/// One captured piece of device work (see file comment).
+class Graph {
+ public:
+  /// A graph for work on CUDA device `device`, with a side stream of its own.
+  explicit Graph(c10::Device device)
+      : stream_(c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device.index() < 0
+                                                                          ? c10::cuda::current_device()
+                                                                          : device.index())) {}
+
+  /// Runs `f` eagerly on the capture stream, the device idle before and after.
+  template <class F>
+  void warm_up(F&& f) {
+    c10::cuda::device_synchronize();
+    {
+      c10::cuda::CUDAStreamGuard on(stream_);
+      std::forward<F>(f)();
+    }
+    c10::cuda::device_synchronize();
+  }
+
+  /// Captures the device work `f` enqueues (nothing runs: `replay` runs it). If `f` throws,
+  /// the capture is ended and dropped, and the error passes on.
+  template <class F>
+  void capture(F&& f) {
+    c10::cuda::device_synchronize();
+    graph_ = std::make_unique<at::cuda::CUDAGraph>();
+    {
+      c10::cuda::CUDAStreamGuard on(stream_);
+      graph_->capture_begin({0, 0}, cudaStreamCaptureModeThreadLocal);
+      try {
+        std::forward<F>(f)();
+      } catch (...) {
+        try {
+          graph_->capture_end();
+        } catch (...) {  // the capture was already broken: the first error is the one to report
+        }
+        graph_.reset();
+        throw;
+      }
+      graph_->capture_end();
+    }
+    c10::cuda::device_synchronize();
+  }
+
+  /// Runs the captured work on the current stream (after what is already queued there).
+  void replay() { graph_->replay(); }
+  [[nodiscard]] bool captured() const noexcept { return graph_ != nullptr; }
+
+ private:
+  c10::cuda::CUDAStream stream_;
+  std::unique_ptr<at::cuda::CUDAGraph> graph_;
+};
+#else
+inline constexpr bool kCudaGraphs = false;
+#endif
+
+}  // namespace anvil::cuda
+// ---- end <anvil/core/cuda_graph.hpp> ----
+
+#if defined(ANVIL_WITH_CUDA) && ANVIL_WITH_CUDA
+#include <ATen/autocast_mode.h>
+
+#include <exception>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+
+namespace anvil {
+
+/// One captured form of an update (see file comment).
+class GraphedUpdate {
+ public:
+  static constexpr int kWarmups = 2;
+
+  explicit GraphedUpdate(c10::Device d) : graph_(d) {}
+
+  /// Whether the next update is a warm-up (run it op by op through `warm_up`).
+  [[nodiscard]] bool warming() const noexcept { return warmups_ < kWarmups; }
+  [[nodiscard]] bool captured() const noexcept { return graph_.captured(); }
+
+  /// Runs one update op by op on the graph's stream.
+  template <class F>
+  void warm_up(F&& f) {
+    ++warmups_;
+    graph_.warm_up(std::forward<F>(f));
+  }
+
+  /// A fixed tensor shaped like `t` (undefined for an undefined `t`): an input of the
+  /// capture, filled by each `replay` from the value in its place.
+  at::Tensor input(const at::Tensor& t) {
+    inputs_.push_back(t.defined() ? at::empty(t.sizes(), t.options()) : t);
+    return inputs_.back();
+  }
+
+  /// Captures `f` (the update's device work, on the `input` tensors) through `ctx`, with
+  /// autocast's cache off (cached casts would outlive the capture). A failure names `who`
+  /// (the config section) and its `cuda_graph` switch.
+  template <class F>
+  void capture(StepContext& ctx, std::string_view who, F&& f) {
+    const StepContext::Capture capture(ctx);
+    const bool cache = at::autocast::is_autocast_cache_enabled();
+    at::autocast::set_autocast_cache_enabled(false);
+    try {
+      graph_.capture(std::forward<F>(f));
+    } catch (const std::exception& e) {
+      at::autocast::set_autocast_cache_enabled(cache);
+      throw Error(std::string(who) + ": capturing the update as a CUDA graph failed (" + e.what() + "); run with " +
+                  std::string(who) + ".cuda_graph=false");
+    }
+    at::autocast::set_autocast_cache_enabled(cache);
+  }
+
+  /// Copies `values` (one per `input`, in the same order; undefined where the input is)
+  /// into the fixed inputs, then replays the update on the current stream.
+  void replay(const std::vector<at::Tensor>& values) {
+    if (values.size() != inputs_.size())
+      throw Error("GraphedUpdate::replay: " + std::to_string(values.size()) + " values for " +
+                  std::to_string(inputs_.size()) + " inputs");
+    for (std::size_t i = 0; i < values.size(); ++i)
+      if (inputs_[i].defined()) inputs_[i].copy_(values[i], /*non_blocking=*/true);
+    graph_.replay();
+  }
+
+ private:
+  cuda::Graph graph_;
+  int warmups_ = 0;
+  std::vector<at::Tensor> inputs_;
+};
+
+}  // namespace anvil
+#endif
+// ---- end <anvil/optim/graphed_update.hpp> ----
 
 namespace anvil {
 
@@ -13870,11 +14132,13 @@ struct SacManual {
 struct SacCriticResult {
   at::Tensor grad, td;  // flat critic gradient; per-sample |TD error| (mean of both Qs)
   double loss = 0, q_mean = 0;
+  at::Tensor loss_t, q_mean_t;  // the same on the device (autograd path; a CUDA graph reads these)
 };
 struct SacActorResult {
   at::Tensor grad, alpha_grad;
   double loss = 0, entropy = 0, alpha_loss = 0;
   at::Tensor log_prob;  // per transition, when the caller computes the temperatures' gradient
+  at::Tensor loss_t, entropy_t, alpha_loss_t;  // on the device (autograd path)
 };
 
 // Rows of [obs | action] for the critics: copies `obs` [B, od] into the first od columns of
@@ -14149,8 +14413,48 @@ class BasicSAC {
   };
 
   /// `update` with given noise: the same draws give the same update however the batch is
-  /// split, e.g. across ranks (the data-parallel equivalence test uses this).
+  /// split, e.g. across ranks (the data-parallel equivalence test uses this). On CUDA, with
+  /// `cuda_graph` on and an update a graph can hold (one process, one temperature, no loss
+  /// scaling or gradient accumulation), the update is replayed from a CUDA graph.
   UpdateInfo update(const ReplayBatch& batch, StepContext& ctx, const UpdateNoise& noise) {
+#if defined(ANVIL_WITH_CUDA) && ANVIL_WITH_CUDA
+    if (graphable(batch, ctx, noise)) return graphed_update(batch, ctx, noise);
+#endif
+    return eager_update(batch, ctx, noise);
+  }
+
+  /// Updates replayed from a CUDA graph so far (0 without CUDA or with `cuda_graph` off).
+  [[nodiscard]] std::int64_t graphed_updates() const noexcept { return graphed_updates_; }
+
+  /// The update as a CUDA graph holds it, run op by op on any device: device work alone
+  /// (the temperature, the optimizers' step counts and learning rates read from tensors, no
+  /// host read until the end), then the host's bookkeeping. The same update as `update`
+  /// within float rounding; the tests check the two agree on the CPU, where no graph runs.
+  UpdateInfo update_as_captured(const ReplayBatch& b, StepContext& ctx, const UpdateNoise& noise) {
+    if (alphas_ != 1 || task_weights_ || !ctx.graphable())
+      throw Error(std::string(config_section.view()) + ": a captured update holds one temperature, one process, no "
+                  "loss scaling and no gradient accumulation");
+    const bool actor_step = updates_ % cfg_.actor_update_freq == 0;
+    const bool target_step = updates_ % cfg_.target_update_freq == 0;
+    for (auto* o : {&actor_opt_, &critic_opt_, &alpha_opt_}) o->sync_device_state();
+    at::Tensor td, metrics;
+    {
+      const StepContext::Capture capture(ctx);
+      capturing_ = true;
+      try {
+        std::tie(td, metrics) = device_update(b, ctx, noise, actor_step, target_step);
+      } catch (...) {
+        capturing_ = false;
+        throw;
+      }
+      capturing_ = false;
+    }
+    return finish_device_update(actor_step, ctx, metric_names(actor_step), metrics, td);
+  }
+
+ private:
+  // The update op by op (what `update` runs when no graph holds it).
+  UpdateInfo eager_update(const ReplayBatch& batch, StepContext& ctx, const UpdateNoise& noise) {
     const bool per_task = alphas_ > 1;
     const double alpha = per_task ? 0.0 : alpha_values()[0];
     const bool actor_step = updates_ % cfg_.actor_update_freq == 0;
@@ -14271,6 +14575,133 @@ class BasicSAC {
     return info;
   }
 
+  // The update's device work with no host synchronisation: what a graph captures. Returns
+  // the TD errors and the metrics (float64, in the order of `metric_names`).
+  std::pair<at::Tensor, at::Tensor> device_update(const ReplayBatch& b, StepContext& ctx, const UpdateNoise& noise,
+                                                  bool actor_step, bool target_step) {
+    // The temperature before the update, as a tensor (a host value would be fixed at capture).
+    const auto alpha_now = log_alpha_.detach().exp();
+    auto c = autograd_critic(b, 0.0, noise.next, ctx, alpha_now);
+    std::vector<StepContext::Step> steps{{&critic_opt_, c.grad, cfg_.max_grad_norm}};
+    std::vector<at::Tensor> m{c.loss_t, c.q_mean_t};
+    if (actor_step) {
+      auto a = autograd_actor(b, 0.0, noise.obs, ctx, alpha_now);
+      steps.push_back({&actor_opt_, a.grad, cfg_.max_grad_norm});
+      m.push_back(a.loss_t);
+      m.push_back(a.entropy_t);
+      if (cfg_.auto_alpha) {
+        steps.push_back({&alpha_opt_, a.alpha_grad, 0.0});
+        m.push_back(a.alpha_loss_t);
+      }
+    }
+    ctx.apply(std::move(steps));
+    m.push_back(log_alpha_.detach().exp().reshape({}));
+    if (target_step) {
+      torch::NoGradGuard no_grad;
+      polyak(target_.flat(), critic_opt_.parameters().flat(), *cfg_.tau);
+    }
+    for (auto& t : m) t = t.detach().reshape({}).to(at::kDouble);
+    return {c.td, at::stack(m)};
+  }
+  [[nodiscard]] std::vector<std::string> metric_names(bool actor_step) const {
+    std::vector<std::string> n{"critic_loss", "q_mean"};
+    if (actor_step) {
+      n.insert(n.end(), {"actor_loss", "entropy"});
+      if (cfg_.auto_alpha) n.emplace_back("alpha_loss");
+    }
+    n.emplace_back("alpha");
+    return n;
+  }
+
+  // The host's part of a captured update, after its device work: counts the optimizer
+  // steps it took and the update, and reads its metrics (one copy to the host, which waits
+  // for the device) and TD errors.
+  UpdateInfo finish_device_update(bool actor_step, StepContext& ctx, const std::vector<std::string>& names,
+                                  const at::Tensor& metrics, const at::Tensor& td) {
+    critic_opt_.count_step();
+    int steps = 1;
+    if (actor_step) {
+      actor_opt_.count_step();
+      ++steps;
+      if (cfg_.auto_alpha) {
+        alpha_opt_.count_step();
+        ++steps;
+      }
+    }
+    ctx.count_steps(steps);
+    ++updates_;
+    UpdateInfo info;
+    const auto values = metrics.to(at::kCPU);
+    const double* v = values.data_ptr<double>();
+    for (std::size_t i = 0; i < names.size(); ++i) info.metrics.emplace_back(names[i], v[i]);
+    info.td_error = td.clone();
+    return info;
+  }
+
+#if defined(ANVIL_WITH_CUDA) && ANVIL_WITH_CUDA
+  // One captured form of the update: its graph, its fixed inputs (the batch's fields and the
+  // noise) and its outputs, valid until the next replay.
+  struct Graphed {
+    explicit Graphed(c10::Device d) : update(d) {}
+    GraphedUpdate update;
+    at::Tensor td, metrics;
+    std::vector<std::string> names;  // of the metrics, in order
+  };
+
+  [[nodiscard]] bool graphable(const ReplayBatch& b, const StepContext& ctx, const UpdateNoise& noise) const {
+    return cfg_.cuda_graph && device_.is_cuda() && b.obs.is_cuda() && alphas_ == 1 && !task_weights_ &&
+           ctx.graphable() && noise.next.defined() &&
+           (noise.obs.defined() || updates_ % cfg_.actor_update_freq != 0);
+  }
+
+  // The update from a CUDA graph (optim/graphed_update.hpp): one per shape of update (batch
+  // rows, actor and target steps or not, importance weights and discounts given or not).
+  // The noise is drawn outside the graph, as op by op, so a run draws the same numbers with
+  // the graph or without.
+  UpdateInfo graphed_update(const ReplayBatch& b, StepContext& ctx, const UpdateNoise& noise) {
+    const bool actor_step = updates_ % cfg_.actor_update_freq == 0;
+    const bool target_step = updates_ % cfg_.target_update_freq == 0;
+    const std::int64_t key = b.obs.size(0) * 16 + (actor_step ? 1 : 0) + (target_step ? 2 : 0) +
+                             (b.weight.defined() ? 4 : 0) + (b.discount.defined() ? 8 : 0);
+    auto it = graphs_.find(key);
+    if (it == graphs_.end()) it = graphs_.emplace(key, std::make_unique<Graphed>(device_)).first;
+    Graphed& g = *it->second;
+    if (g.update.warming()) {
+      UpdateInfo info;
+      g.update.warm_up([&] { info = eager_update(b, ctx, noise); });
+      return info;
+    }
+    for (auto* o : {&actor_opt_, &critic_opt_, &alpha_opt_}) o->sync_device_state();
+    const std::vector<at::Tensor> values{b.obs,    b.action, b.reward,   b.next_obs,
+                                         b.terminated, b.discount, b.weight, noise.next,
+                                         actor_step ? noise.obs : at::Tensor()};
+    if (!g.update.captured()) {
+      auto& u = g.update;
+      const ReplayBatch in{u.input(b.obs),        u.input(b.action),   u.input(b.reward), u.input(b.next_obs),
+                           u.input(b.terminated), u.input(b.discount), u.input(b.weight), {}, {}};
+      const UpdateNoise in_noise{u.input(noise.next), u.input(values.back())};
+      g.names = metric_names(actor_step);
+      capturing_ = true;
+      try {
+        u.capture(ctx, config_section.view(), [&] {
+          std::tie(g.td, g.metrics) = device_update(in, ctx, in_noise, actor_step, target_step);
+        });
+      } catch (...) {
+        capturing_ = false;
+        throw;
+      }
+      capturing_ = false;
+    }
+    g.update.replay(values);
+    ++graphed_updates_;
+    return finish_device_update(actor_step, ctx, g.names, g.metrics, g.td);
+  }
+
+  std::map<std::int64_t, std::unique_ptr<Graphed>> graphs_;
+#endif
+
+ public:
+
   /// The learning rates now, by optimizer (for logs).
   [[nodiscard]] std::vector<std::pair<std::string, double>> learning_rates() const {
     return {{"actor", actor_opt_.lr()}, {"critic", critic_opt_.lr()}, {"alpha", alpha_opt_.lr()}};
@@ -14353,6 +14784,9 @@ class BasicSAC {
     target_.flat().copy_(s.target);
     updates_ = s.updates;
     ema_.restore(s.ema);
+#if defined(ANVIL_WITH_CUDA) && ANVIL_WITH_CUDA
+    graphs_.clear();  // captured again from the restored state (warm-ups first)
+#endif
   }
 
   [[nodiscard]] Actor& actor() noexcept { return actor_; }
@@ -14415,8 +14849,12 @@ class BasicSAC {
     detail::SacCriticResult r;
     r.grad = ctx.gradient(loss, critic_opt_);
     r.td = 0.5 * (e1.abs() + e2.abs()).detach();
-    r.loss = loss.item().toDouble();
-    r.q_mean = q1.detach().mean().item().toDouble();
+    r.loss_t = loss.detach();
+    r.q_mean_t = q1.detach().mean();
+    if (!capturing_) {
+      r.loss = r.loss_t.item().toDouble();
+      r.q_mean = r.q_mean_t.item().toDouble();
+    }
     return r;
   }
 
@@ -14431,14 +14869,19 @@ class BasicSAC {
     auto loss = weight_row.defined() ? (weight_row * per_sample).mean() : per_sample.mean();
     detail::SacActorResult r;
     r.grad = ctx.gradient(loss, actor_opt_);
-    r.loss = loss.item().toDouble();
-    r.entropy = -log_prob.detach().mean().item().toDouble();
+    r.loss_t = loss.detach();
+    r.entropy_t = -log_prob.detach().mean();
+    if (!capturing_) {
+      r.loss = r.loss_t.item().toDouble();
+      r.entropy = r.entropy_t.item().toDouble();
+    }
     if (alphas_ > 1) {
       r.log_prob = log_prob.detach();  // the temperatures' gradient is the caller's
     } else if (cfg_.auto_alpha) {
       auto alpha_loss = -(log_alpha_ * (log_prob.detach() + target_entropy_[0])).mean();
       r.alpha_grad = ctx.gradient(alpha_loss, alpha_opt_);
-      r.alpha_loss = alpha_loss.item().toDouble();
+      r.alpha_loss_t = alpha_loss.detach();
+      if (!capturing_) r.alpha_loss = r.alpha_loss_t.item().toDouble();
     }
     return r;
   }
@@ -14472,6 +14915,8 @@ class BasicSAC {
   FlatParameters target_;
   std::int64_t updates_ = 0;
   std::unique_ptr<detail::SacManual> manual_;  // the fast path, when it applies
+  bool capturing_ = false;                     // a CUDA graph is capturing the update: no host reads
+  std::int64_t graphed_updates_ = 0;
 
   // exp(log alpha) of each temperature, read straight from host memory when it is there
   // (two LibTorch ops and a copy per update otherwise).
@@ -15328,6 +15773,8 @@ static_assert(Algorithm<COMA>);
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <map>
+#include <memory>
 #include <numbers>
 #include <string>
 #include <string_view>
@@ -15380,13 +15827,18 @@ struct NoiseSchedule {
   std::vector<double> beta_, alpha_bar_;
 };
 
-/// The forward process: sqrt(ab_k) x0 + sqrt(1 - ab_k) noise, per row's step `k` [B].
-inline at::Tensor add_noise(const NoiseSchedule& s, const at::Tensor& x0, const at::Tensor& noise, const at::Tensor& k) {
-  const auto ab = at::tensor(s.alpha_bars(), x0.options().dtype(at::kDouble)).to(x0.options()).index_select(0, k.to(x0.device()));
+/// The forward process: sqrt(ab_k) x0 + sqrt(1 - ab_k) noise, per row's step `k` [B], with
+/// the schedule's alpha-bars in a tensor on x0's device (`alpha_bars`, float64 [K]).
+inline at::Tensor add_noise(const at::Tensor& alpha_bars, const at::Tensor& x0, const at::Tensor& noise, const at::Tensor& k) {
+  const auto ab = alpha_bars.index_select(0, k.to(x0.device())).to(x0.scalar_type());
   std::vector<std::int64_t> shape(static_cast<std::size_t>(x0.dim()), 1);
   shape[0] = x0.size(0);
   const auto a = ab.view(shape);
   return a.sqrt() * x0 + (1.0 - a).sqrt() * noise;
+}
+/// `add_noise` from the schedule itself (its alpha-bars copied to x0's device first).
+inline at::Tensor add_noise(const NoiseSchedule& s, const at::Tensor& x0, const at::Tensor& noise, const at::Tensor& k) {
+  return add_noise(at::tensor(s.alpha_bars(), at::TensorOptions().dtype(at::kDouble)).to(x0.device()), x0, noise, k);
 }
 
 /// The x0 that `eps` implies at step t, clipped to [-1, 1] when `clip`.
@@ -15511,6 +15963,10 @@ class DiffusionPolicy {
           at_least(0)>
         ema_power{0.75};
     Param<double, "max_grad_norm", "clip the gradient's global norm (0: off)", at_least(0)> max_grad_norm{0.0};
+    Param<bool, "cuda_graph",
+          "on CUDA, capture the update as a CUDA graph and replay it (one process, no loss scaling or gradient "
+          "accumulation; false: op by op)">
+        cuda_graph{true};
   };
 
   DiffusionPolicy(const EnvSpec& spec, const Config& cfg, const RunContext& ctx)
@@ -15552,6 +16008,7 @@ class DiffusionPolicy {
     opt_ = FlatAdam(net_->parameters(), {.lr = base_lr_, .beta1 = cfg.beta1, .beta2 = cfg.beta2, .eps = 1e-8, .weight_decay = cfg.weight_decay});
     set_lr();
     ema_.set_device(device_);
+    alpha_bars_ = at::tensor(schedule_.alpha_bars(), at::TensorOptions().dtype(at::kDouble)).to(device_);
   }
 
   /// The dataset windows this algorithm learns from: observations and actions per sample.
@@ -15566,6 +16023,7 @@ class DiffusionPolicy {
                         std::to_string(act_dim_));
     obs_norm_ = diffusion::MinMax::fit(obs_min.to(device_), obs_max.to(device_));
     act_norm_ = diffusion::MinMax::fit(act_min.to(device_), act_max.to(device_));
+    drop_graphs();  // they read the old normalisation's tensors
   }
   [[nodiscard]] bool has_normalizer() const noexcept { return obs_norm_.defined(); }
 
@@ -15615,6 +16073,18 @@ class DiffusionPolicy {
   /// into the context's micro-batches, whose weighted gradients are summed before the step.
   UpdateInfo update(const ReplayBatch& b, StepContext& ctx) {
     need_normalizer();
+#if defined(ANVIL_WITH_CUDA) && ANVIL_WITH_CUDA
+    if (cfg_.cuda_graph && device_.is_cuda() && ctx.graphable()) return graphed_update(b, ctx);
+#endif
+    return eager_update(b, ctx);
+  }
+
+  /// Updates replayed from a CUDA graph so far (0 without CUDA or with `cuda_graph` off).
+  [[nodiscard]] std::int64_t graphed_updates() const noexcept { return graphed_updates_; }
+
+ private:
+  // The update op by op (what `update` runs when no graph holds it).
+  UpdateInfo eager_update(const ReplayBatch& b, StepContext& ctx) {
     const auto parts = ctx.micro_batches(b.obs.size(0));
     at::Tensor grad;
     double loss_sum = 0;
@@ -15637,9 +16107,12 @@ class DiffusionPolicy {
     return info;
   }
 
+ public:
   /// The training loss of (obs, action) windows in env units (DDPM: the noise's squared
-  /// error at random steps; mse: the actions'); `value` gets its float.
-  at::Tensor loss(const at::Tensor& obs, const at::Tensor& action, StepContext& ctx, double& value) {
+  /// error at random steps; mse: the actions'); `value` gets its float. DDPM's noise
+  /// [B, horizon, act_dim] and steps [B] are drawn here unless given.
+  at::Tensor loss(const at::Tensor& obs, const at::Tensor& action, StepContext& ctx, double& value,
+                  const at::Tensor& given_noise = {}, const at::Tensor& given_k = {}) {
     const auto n = obs.size(0);
     const auto cond = obs_norm_.apply(obs.to(device_, at::kFloat).view({n, cfg_.obs_horizon, obs_dim_})).reshape({n, -1});
     const auto x0 = act_norm_.apply(action.to(device_, at::kFloat).view({n, cfg_.horizon, act_dim_}));
@@ -15650,14 +16123,14 @@ class DiffusionPolicy {
         const auto pred = net_->forward(at::zeros_like(x0), at::zeros({n}, x0.options().dtype(at::kLong)), cond).to(at::kFloat);
         l = (pred - x0).square().mean();
       } else {
-        const auto noise = at::randn_like(x0);
-        const auto k = at::randint(cfg_.train_steps, {n}, x0.options().dtype(at::kLong));
-        const auto xk = diffusion::add_noise(schedule_, x0, noise, k);
+        const auto noise = given_noise.defined() ? given_noise : at::randn_like(x0);
+        const auto k = given_k.defined() ? given_k : at::randint(cfg_.train_steps, {n}, x0.options().dtype(at::kLong));
+        const auto xk = diffusion::add_noise(alpha_bars_, x0, noise, k);
         const auto pred = net_->forward(xk, k, cond).to(at::kFloat);
         l = (pred - noise).square().mean();
       }
     }
-    value = l.item().toDouble();
+    if (!capturing_) value = l.item().toDouble();
     return l;
   }
 
@@ -15717,6 +16190,7 @@ class DiffusionPolicy {
       obs_norm_ = {s.norm[0].to(device_), s.norm[1].to(device_)};
       act_norm_ = {s.norm[2].to(device_), s.norm[3].to(device_)};
     }
+    drop_graphs();  // captured again from the restored state (they read the old normalisation's tensors)
     set_lr();
   }
 
@@ -15752,6 +16226,68 @@ class DiffusionPolicy {
     opt_.set_lr(base_lr_ * f);
   }
 
+#if defined(ANVIL_WITH_CUDA) && ANVIL_WITH_CUDA
+  // The update from a CUDA graph (optim/graphed_update.hpp), one per batch size. DDPM's
+  // noise and steps are drawn outside the graph in the order `loss` draws them, so a run
+  // draws the same numbers with the graph or without.
+  UpdateInfo graphed_update(const ReplayBatch& b, StepContext& ctx) {
+    const auto n = b.obs.size(0);
+    auto it = graphs_.find(n);
+    if (it == graphs_.end()) it = graphs_.emplace(n, std::make_unique<Graphed>(device_)).first;
+    Graphed& g = *it->second;
+    if (g.update.warming()) {
+      UpdateInfo info;
+      g.update.warm_up([&] { info = eager_update(b, ctx); });
+      return info;
+    }
+    at::Tensor noise, k;
+    if (*cfg_.objective == DiffusionObjective::ddpm) {
+      const auto o = at::TensorOptions().device(device_);
+      noise = at::randn({n, cfg_.horizon, act_dim_}, o);
+      k = at::randint(cfg_.train_steps, {n}, o.dtype(at::kLong));
+    }
+    // On the device before the graph: a copy from the host inside it would be captured.
+    const std::vector<at::Tensor> values{b.obs.to(device_, at::kFloat), b.action.to(device_, at::kFloat), noise, k};
+    opt_.sync_device_state();
+    if (!g.update.captured()) {
+      auto& u = g.update;
+      const auto obs = u.input(values[0]), act = u.input(values[1]), in_noise = u.input(noise), in_k = u.input(k);
+      capturing_ = true;
+      try {
+        u.capture(ctx, "diffusion", [&] {
+          double unused = 0;
+          const auto l = loss(obs, act, ctx, unused, in_noise, in_k);
+          ctx.apply(opt_, ctx.gradient(l, opt_), cfg_.max_grad_norm);
+          g.loss = l.detach().to(at::kDouble);
+        });
+      } catch (...) {
+        capturing_ = false;
+        throw;
+      }
+      capturing_ = false;
+    }
+    g.update.replay(values);
+    opt_.count_step();
+    ctx.count_steps(1);
+    ++updates_;
+    ++graphed_updates_;
+    const double value = g.loss.item<double>();
+    set_lr();
+    UpdateInfo info;
+    info.metrics = {{"loss", value}, {"lr", opt_.lr()}};
+    return info;
+  }
+  struct Graphed {
+    explicit Graphed(c10::Device d) : update(d) {}
+    GraphedUpdate update;
+    at::Tensor loss;  // output, valid until the next replay
+  };
+  std::map<std::int64_t, std::unique_ptr<Graphed>> graphs_;
+  void drop_graphs() { graphs_.clear(); }
+#else
+  void drop_graphs() {}
+#endif
+
   Config cfg_;
   c10::Device device_;
   diffusion::NoiseSchedule schedule_;
@@ -15762,6 +16298,9 @@ class DiffusionPolicy {
   FlatAdam opt_;
   std::int64_t updates_ = 0;
   std::int64_t total_updates_ = 0;
+  at::Tensor alpha_bars_;            // the schedule's alpha-bars on the device (float64)
+  bool capturing_ = false;           // a CUDA graph is capturing the update: no host reads
+  std::int64_t graphed_updates_ = 0;
   Ema ema_;
   diffusion::MinMax obs_norm_, act_norm_;
 };

@@ -33,6 +33,8 @@
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <map>
+#include <memory>
 #include <numbers>
 #include <string>
 #include <string_view>
@@ -49,6 +51,7 @@
 #include <anvil/nn/unet1d.hpp>
 #include <anvil/optim/ema.hpp>
 #include <anvil/optim/flat_adam.hpp>
+#include <anvil/optim/graphed_update.hpp>
 #include <anvil/optim/step_context.hpp>
 
 namespace anvil {
@@ -96,13 +99,18 @@ struct NoiseSchedule {
   std::vector<double> beta_, alpha_bar_;
 };
 
-/// The forward process: sqrt(ab_k) x0 + sqrt(1 - ab_k) noise, per row's step `k` [B].
-inline at::Tensor add_noise(const NoiseSchedule& s, const at::Tensor& x0, const at::Tensor& noise, const at::Tensor& k) {
-  const auto ab = at::tensor(s.alpha_bars(), x0.options().dtype(at::kDouble)).to(x0.options()).index_select(0, k.to(x0.device()));
+/// The forward process: sqrt(ab_k) x0 + sqrt(1 - ab_k) noise, per row's step `k` [B], with
+/// the schedule's alpha-bars in a tensor on x0's device (`alpha_bars`, float64 [K]).
+inline at::Tensor add_noise(const at::Tensor& alpha_bars, const at::Tensor& x0, const at::Tensor& noise, const at::Tensor& k) {
+  const auto ab = alpha_bars.index_select(0, k.to(x0.device())).to(x0.scalar_type());
   std::vector<std::int64_t> shape(static_cast<std::size_t>(x0.dim()), 1);
   shape[0] = x0.size(0);
   const auto a = ab.view(shape);
   return a.sqrt() * x0 + (1.0 - a).sqrt() * noise;
+}
+/// `add_noise` from the schedule itself (its alpha-bars copied to x0's device first).
+inline at::Tensor add_noise(const NoiseSchedule& s, const at::Tensor& x0, const at::Tensor& noise, const at::Tensor& k) {
+  return add_noise(at::tensor(s.alpha_bars(), at::TensorOptions().dtype(at::kDouble)).to(x0.device()), x0, noise, k);
 }
 
 /// The x0 that `eps` implies at step t, clipped to [-1, 1] when `clip`.
@@ -227,6 +235,10 @@ class DiffusionPolicy {
           at_least(0)>
         ema_power{0.75};
     Param<double, "max_grad_norm", "clip the gradient's global norm (0: off)", at_least(0)> max_grad_norm{0.0};
+    Param<bool, "cuda_graph",
+          "on CUDA, capture the update as a CUDA graph and replay it (one process, no loss scaling or gradient "
+          "accumulation; false: op by op)">
+        cuda_graph{true};
   };
 
   DiffusionPolicy(const EnvSpec& spec, const Config& cfg, const RunContext& ctx)
@@ -268,6 +280,7 @@ class DiffusionPolicy {
     opt_ = FlatAdam(net_->parameters(), {.lr = base_lr_, .beta1 = cfg.beta1, .beta2 = cfg.beta2, .eps = 1e-8, .weight_decay = cfg.weight_decay});
     set_lr();
     ema_.set_device(device_);
+    alpha_bars_ = at::tensor(schedule_.alpha_bars(), at::TensorOptions().dtype(at::kDouble)).to(device_);
   }
 
   /// The dataset windows this algorithm learns from: observations and actions per sample.
@@ -282,6 +295,7 @@ class DiffusionPolicy {
                         std::to_string(act_dim_));
     obs_norm_ = diffusion::MinMax::fit(obs_min.to(device_), obs_max.to(device_));
     act_norm_ = diffusion::MinMax::fit(act_min.to(device_), act_max.to(device_));
+    drop_graphs();  // they read the old normalisation's tensors
   }
   [[nodiscard]] bool has_normalizer() const noexcept { return obs_norm_.defined(); }
 
@@ -331,6 +345,18 @@ class DiffusionPolicy {
   /// into the context's micro-batches, whose weighted gradients are summed before the step.
   UpdateInfo update(const ReplayBatch& b, StepContext& ctx) {
     need_normalizer();
+#if defined(ANVIL_WITH_CUDA) && ANVIL_WITH_CUDA
+    if (cfg_.cuda_graph && device_.is_cuda() && ctx.graphable()) return graphed_update(b, ctx);
+#endif
+    return eager_update(b, ctx);
+  }
+
+  /// Updates replayed from a CUDA graph so far (0 without CUDA or with `cuda_graph` off).
+  [[nodiscard]] std::int64_t graphed_updates() const noexcept { return graphed_updates_; }
+
+ private:
+  // The update op by op (what `update` runs when no graph holds it).
+  UpdateInfo eager_update(const ReplayBatch& b, StepContext& ctx) {
     const auto parts = ctx.micro_batches(b.obs.size(0));
     at::Tensor grad;
     double loss_sum = 0;
@@ -353,9 +379,12 @@ class DiffusionPolicy {
     return info;
   }
 
+ public:
   /// The training loss of (obs, action) windows in env units (DDPM: the noise's squared
-  /// error at random steps; mse: the actions'); `value` gets its float.
-  at::Tensor loss(const at::Tensor& obs, const at::Tensor& action, StepContext& ctx, double& value) {
+  /// error at random steps; mse: the actions'); `value` gets its float. DDPM's noise
+  /// [B, horizon, act_dim] and steps [B] are drawn here unless given.
+  at::Tensor loss(const at::Tensor& obs, const at::Tensor& action, StepContext& ctx, double& value,
+                  const at::Tensor& given_noise = {}, const at::Tensor& given_k = {}) {
     const auto n = obs.size(0);
     const auto cond = obs_norm_.apply(obs.to(device_, at::kFloat).view({n, cfg_.obs_horizon, obs_dim_})).reshape({n, -1});
     const auto x0 = act_norm_.apply(action.to(device_, at::kFloat).view({n, cfg_.horizon, act_dim_}));
@@ -366,14 +395,14 @@ class DiffusionPolicy {
         const auto pred = net_->forward(at::zeros_like(x0), at::zeros({n}, x0.options().dtype(at::kLong)), cond).to(at::kFloat);
         l = (pred - x0).square().mean();
       } else {
-        const auto noise = at::randn_like(x0);
-        const auto k = at::randint(cfg_.train_steps, {n}, x0.options().dtype(at::kLong));
-        const auto xk = diffusion::add_noise(schedule_, x0, noise, k);
+        const auto noise = given_noise.defined() ? given_noise : at::randn_like(x0);
+        const auto k = given_k.defined() ? given_k : at::randint(cfg_.train_steps, {n}, x0.options().dtype(at::kLong));
+        const auto xk = diffusion::add_noise(alpha_bars_, x0, noise, k);
         const auto pred = net_->forward(xk, k, cond).to(at::kFloat);
         l = (pred - noise).square().mean();
       }
     }
-    value = l.item().toDouble();
+    if (!capturing_) value = l.item().toDouble();
     return l;
   }
 
@@ -433,6 +462,7 @@ class DiffusionPolicy {
       obs_norm_ = {s.norm[0].to(device_), s.norm[1].to(device_)};
       act_norm_ = {s.norm[2].to(device_), s.norm[3].to(device_)};
     }
+    drop_graphs();  // captured again from the restored state (they read the old normalisation's tensors)
     set_lr();
   }
 
@@ -468,6 +498,68 @@ class DiffusionPolicy {
     opt_.set_lr(base_lr_ * f);
   }
 
+#if defined(ANVIL_WITH_CUDA) && ANVIL_WITH_CUDA
+  // The update from a CUDA graph (optim/graphed_update.hpp), one per batch size. DDPM's
+  // noise and steps are drawn outside the graph in the order `loss` draws them, so a run
+  // draws the same numbers with the graph or without.
+  UpdateInfo graphed_update(const ReplayBatch& b, StepContext& ctx) {
+    const auto n = b.obs.size(0);
+    auto it = graphs_.find(n);
+    if (it == graphs_.end()) it = graphs_.emplace(n, std::make_unique<Graphed>(device_)).first;
+    Graphed& g = *it->second;
+    if (g.update.warming()) {
+      UpdateInfo info;
+      g.update.warm_up([&] { info = eager_update(b, ctx); });
+      return info;
+    }
+    at::Tensor noise, k;
+    if (*cfg_.objective == DiffusionObjective::ddpm) {
+      const auto o = at::TensorOptions().device(device_);
+      noise = at::randn({n, cfg_.horizon, act_dim_}, o);
+      k = at::randint(cfg_.train_steps, {n}, o.dtype(at::kLong));
+    }
+    // On the device before the graph: a copy from the host inside it would be captured.
+    const std::vector<at::Tensor> values{b.obs.to(device_, at::kFloat), b.action.to(device_, at::kFloat), noise, k};
+    opt_.sync_device_state();
+    if (!g.update.captured()) {
+      auto& u = g.update;
+      const auto obs = u.input(values[0]), act = u.input(values[1]), in_noise = u.input(noise), in_k = u.input(k);
+      capturing_ = true;
+      try {
+        u.capture(ctx, "diffusion", [&] {
+          double unused = 0;
+          const auto l = loss(obs, act, ctx, unused, in_noise, in_k);
+          ctx.apply(opt_, ctx.gradient(l, opt_), cfg_.max_grad_norm);
+          g.loss = l.detach().to(at::kDouble);
+        });
+      } catch (...) {
+        capturing_ = false;
+        throw;
+      }
+      capturing_ = false;
+    }
+    g.update.replay(values);
+    opt_.count_step();
+    ctx.count_steps(1);
+    ++updates_;
+    ++graphed_updates_;
+    const double value = g.loss.item<double>();
+    set_lr();
+    UpdateInfo info;
+    info.metrics = {{"loss", value}, {"lr", opt_.lr()}};
+    return info;
+  }
+  struct Graphed {
+    explicit Graphed(c10::Device d) : update(d) {}
+    GraphedUpdate update;
+    at::Tensor loss;  // output, valid until the next replay
+  };
+  std::map<std::int64_t, std::unique_ptr<Graphed>> graphs_;
+  void drop_graphs() { graphs_.clear(); }
+#else
+  void drop_graphs() {}
+#endif
+
   Config cfg_;
   c10::Device device_;
   diffusion::NoiseSchedule schedule_;
@@ -478,6 +570,9 @@ class DiffusionPolicy {
   FlatAdam opt_;
   std::int64_t updates_ = 0;
   std::int64_t total_updates_ = 0;
+  at::Tensor alpha_bars_;            // the schedule's alpha-bars on the device (float64)
+  bool capturing_ = false;           // a CUDA graph is capturing the update: no host reads
+  std::int64_t graphed_updates_ = 0;
   Ema ema_;
   diffusion::MinMax obs_norm_, act_norm_;
 };

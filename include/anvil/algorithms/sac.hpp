@@ -20,8 +20,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <anvil/algorithms/sac_config.hpp>
@@ -36,6 +38,7 @@
 #include <anvil/nn/twin_q.hpp>
 #include <anvil/optim/ema.hpp>
 #include <anvil/optim/flat_adam.hpp>
+#include <anvil/optim/graphed_update.hpp>
 #include <anvil/optim/step_context.hpp>
 
 namespace anvil {
@@ -105,11 +108,13 @@ struct SacManual {
 struct SacCriticResult {
   at::Tensor grad, td;  // flat critic gradient; per-sample |TD error| (mean of both Qs)
   double loss = 0, q_mean = 0;
+  at::Tensor loss_t, q_mean_t;  // the same on the device (autograd path; a CUDA graph reads these)
 };
 struct SacActorResult {
   at::Tensor grad, alpha_grad;
   double loss = 0, entropy = 0, alpha_loss = 0;
   at::Tensor log_prob;  // per transition, when the caller computes the temperatures' gradient
+  at::Tensor loss_t, entropy_t, alpha_loss_t;  // on the device (autograd path)
 };
 
 // Rows of [obs | action] for the critics: copies `obs` [B, od] into the first od columns of
@@ -384,8 +389,48 @@ class BasicSAC {
   };
 
   /// `update` with given noise: the same draws give the same update however the batch is
-  /// split, e.g. across ranks (the data-parallel equivalence test uses this).
+  /// split, e.g. across ranks (the data-parallel equivalence test uses this). On CUDA, with
+  /// `cuda_graph` on and an update a graph can hold (one process, one temperature, no loss
+  /// scaling or gradient accumulation), the update is replayed from a CUDA graph.
   UpdateInfo update(const ReplayBatch& batch, StepContext& ctx, const UpdateNoise& noise) {
+#if defined(ANVIL_WITH_CUDA) && ANVIL_WITH_CUDA
+    if (graphable(batch, ctx, noise)) return graphed_update(batch, ctx, noise);
+#endif
+    return eager_update(batch, ctx, noise);
+  }
+
+  /// Updates replayed from a CUDA graph so far (0 without CUDA or with `cuda_graph` off).
+  [[nodiscard]] std::int64_t graphed_updates() const noexcept { return graphed_updates_; }
+
+  /// The update as a CUDA graph holds it, run op by op on any device: device work alone
+  /// (the temperature, the optimizers' step counts and learning rates read from tensors, no
+  /// host read until the end), then the host's bookkeeping. The same update as `update`
+  /// within float rounding; the tests check the two agree on the CPU, where no graph runs.
+  UpdateInfo update_as_captured(const ReplayBatch& b, StepContext& ctx, const UpdateNoise& noise) {
+    if (alphas_ != 1 || task_weights_ || !ctx.graphable())
+      throw Error(std::string(config_section.view()) + ": a captured update holds one temperature, one process, no "
+                  "loss scaling and no gradient accumulation");
+    const bool actor_step = updates_ % cfg_.actor_update_freq == 0;
+    const bool target_step = updates_ % cfg_.target_update_freq == 0;
+    for (auto* o : {&actor_opt_, &critic_opt_, &alpha_opt_}) o->sync_device_state();
+    at::Tensor td, metrics;
+    {
+      const StepContext::Capture capture(ctx);
+      capturing_ = true;
+      try {
+        std::tie(td, metrics) = device_update(b, ctx, noise, actor_step, target_step);
+      } catch (...) {
+        capturing_ = false;
+        throw;
+      }
+      capturing_ = false;
+    }
+    return finish_device_update(actor_step, ctx, metric_names(actor_step), metrics, td);
+  }
+
+ private:
+  // The update op by op (what `update` runs when no graph holds it).
+  UpdateInfo eager_update(const ReplayBatch& batch, StepContext& ctx, const UpdateNoise& noise) {
     const bool per_task = alphas_ > 1;
     const double alpha = per_task ? 0.0 : alpha_values()[0];
     const bool actor_step = updates_ % cfg_.actor_update_freq == 0;
@@ -506,6 +551,133 @@ class BasicSAC {
     return info;
   }
 
+  // The update's device work with no host synchronisation: what a graph captures. Returns
+  // the TD errors and the metrics (float64, in the order of `metric_names`).
+  std::pair<at::Tensor, at::Tensor> device_update(const ReplayBatch& b, StepContext& ctx, const UpdateNoise& noise,
+                                                  bool actor_step, bool target_step) {
+    // The temperature before the update, as a tensor (a host value would be fixed at capture).
+    const auto alpha_now = log_alpha_.detach().exp();
+    auto c = autograd_critic(b, 0.0, noise.next, ctx, alpha_now);
+    std::vector<StepContext::Step> steps{{&critic_opt_, c.grad, cfg_.max_grad_norm}};
+    std::vector<at::Tensor> m{c.loss_t, c.q_mean_t};
+    if (actor_step) {
+      auto a = autograd_actor(b, 0.0, noise.obs, ctx, alpha_now);
+      steps.push_back({&actor_opt_, a.grad, cfg_.max_grad_norm});
+      m.push_back(a.loss_t);
+      m.push_back(a.entropy_t);
+      if (cfg_.auto_alpha) {
+        steps.push_back({&alpha_opt_, a.alpha_grad, 0.0});
+        m.push_back(a.alpha_loss_t);
+      }
+    }
+    ctx.apply(std::move(steps));
+    m.push_back(log_alpha_.detach().exp().reshape({}));
+    if (target_step) {
+      torch::NoGradGuard no_grad;
+      polyak(target_.flat(), critic_opt_.parameters().flat(), *cfg_.tau);
+    }
+    for (auto& t : m) t = t.detach().reshape({}).to(at::kDouble);
+    return {c.td, at::stack(m)};
+  }
+  [[nodiscard]] std::vector<std::string> metric_names(bool actor_step) const {
+    std::vector<std::string> n{"critic_loss", "q_mean"};
+    if (actor_step) {
+      n.insert(n.end(), {"actor_loss", "entropy"});
+      if (cfg_.auto_alpha) n.emplace_back("alpha_loss");
+    }
+    n.emplace_back("alpha");
+    return n;
+  }
+
+  // The host's part of a captured update, after its device work: counts the optimizer
+  // steps it took and the update, and reads its metrics (one copy to the host, which waits
+  // for the device) and TD errors.
+  UpdateInfo finish_device_update(bool actor_step, StepContext& ctx, const std::vector<std::string>& names,
+                                  const at::Tensor& metrics, const at::Tensor& td) {
+    critic_opt_.count_step();
+    int steps = 1;
+    if (actor_step) {
+      actor_opt_.count_step();
+      ++steps;
+      if (cfg_.auto_alpha) {
+        alpha_opt_.count_step();
+        ++steps;
+      }
+    }
+    ctx.count_steps(steps);
+    ++updates_;
+    UpdateInfo info;
+    const auto values = metrics.to(at::kCPU);
+    const double* v = values.data_ptr<double>();
+    for (std::size_t i = 0; i < names.size(); ++i) info.metrics.emplace_back(names[i], v[i]);
+    info.td_error = td.clone();
+    return info;
+  }
+
+#if defined(ANVIL_WITH_CUDA) && ANVIL_WITH_CUDA
+  // One captured form of the update: its graph, its fixed inputs (the batch's fields and the
+  // noise) and its outputs, valid until the next replay.
+  struct Graphed {
+    explicit Graphed(c10::Device d) : update(d) {}
+    GraphedUpdate update;
+    at::Tensor td, metrics;
+    std::vector<std::string> names;  // of the metrics, in order
+  };
+
+  [[nodiscard]] bool graphable(const ReplayBatch& b, const StepContext& ctx, const UpdateNoise& noise) const {
+    return cfg_.cuda_graph && device_.is_cuda() && b.obs.is_cuda() && alphas_ == 1 && !task_weights_ &&
+           ctx.graphable() && noise.next.defined() &&
+           (noise.obs.defined() || updates_ % cfg_.actor_update_freq != 0);
+  }
+
+  // The update from a CUDA graph (optim/graphed_update.hpp): one per shape of update (batch
+  // rows, actor and target steps or not, importance weights and discounts given or not).
+  // The noise is drawn outside the graph, as op by op, so a run draws the same numbers with
+  // the graph or without.
+  UpdateInfo graphed_update(const ReplayBatch& b, StepContext& ctx, const UpdateNoise& noise) {
+    const bool actor_step = updates_ % cfg_.actor_update_freq == 0;
+    const bool target_step = updates_ % cfg_.target_update_freq == 0;
+    const std::int64_t key = b.obs.size(0) * 16 + (actor_step ? 1 : 0) + (target_step ? 2 : 0) +
+                             (b.weight.defined() ? 4 : 0) + (b.discount.defined() ? 8 : 0);
+    auto it = graphs_.find(key);
+    if (it == graphs_.end()) it = graphs_.emplace(key, std::make_unique<Graphed>(device_)).first;
+    Graphed& g = *it->second;
+    if (g.update.warming()) {
+      UpdateInfo info;
+      g.update.warm_up([&] { info = eager_update(b, ctx, noise); });
+      return info;
+    }
+    for (auto* o : {&actor_opt_, &critic_opt_, &alpha_opt_}) o->sync_device_state();
+    const std::vector<at::Tensor> values{b.obs,    b.action, b.reward,   b.next_obs,
+                                         b.terminated, b.discount, b.weight, noise.next,
+                                         actor_step ? noise.obs : at::Tensor()};
+    if (!g.update.captured()) {
+      auto& u = g.update;
+      const ReplayBatch in{u.input(b.obs),        u.input(b.action),   u.input(b.reward), u.input(b.next_obs),
+                           u.input(b.terminated), u.input(b.discount), u.input(b.weight), {}, {}};
+      const UpdateNoise in_noise{u.input(noise.next), u.input(values.back())};
+      g.names = metric_names(actor_step);
+      capturing_ = true;
+      try {
+        u.capture(ctx, config_section.view(), [&] {
+          std::tie(g.td, g.metrics) = device_update(in, ctx, in_noise, actor_step, target_step);
+        });
+      } catch (...) {
+        capturing_ = false;
+        throw;
+      }
+      capturing_ = false;
+    }
+    g.update.replay(values);
+    ++graphed_updates_;
+    return finish_device_update(actor_step, ctx, g.names, g.metrics, g.td);
+  }
+
+  std::map<std::int64_t, std::unique_ptr<Graphed>> graphs_;
+#endif
+
+ public:
+
   /// The learning rates now, by optimizer (for logs).
   [[nodiscard]] std::vector<std::pair<std::string, double>> learning_rates() const {
     return {{"actor", actor_opt_.lr()}, {"critic", critic_opt_.lr()}, {"alpha", alpha_opt_.lr()}};
@@ -588,6 +760,9 @@ class BasicSAC {
     target_.flat().copy_(s.target);
     updates_ = s.updates;
     ema_.restore(s.ema);
+#if defined(ANVIL_WITH_CUDA) && ANVIL_WITH_CUDA
+    graphs_.clear();  // captured again from the restored state (warm-ups first)
+#endif
   }
 
   [[nodiscard]] Actor& actor() noexcept { return actor_; }
@@ -650,8 +825,12 @@ class BasicSAC {
     detail::SacCriticResult r;
     r.grad = ctx.gradient(loss, critic_opt_);
     r.td = 0.5 * (e1.abs() + e2.abs()).detach();
-    r.loss = loss.item().toDouble();
-    r.q_mean = q1.detach().mean().item().toDouble();
+    r.loss_t = loss.detach();
+    r.q_mean_t = q1.detach().mean();
+    if (!capturing_) {
+      r.loss = r.loss_t.item().toDouble();
+      r.q_mean = r.q_mean_t.item().toDouble();
+    }
     return r;
   }
 
@@ -666,14 +845,19 @@ class BasicSAC {
     auto loss = weight_row.defined() ? (weight_row * per_sample).mean() : per_sample.mean();
     detail::SacActorResult r;
     r.grad = ctx.gradient(loss, actor_opt_);
-    r.loss = loss.item().toDouble();
-    r.entropy = -log_prob.detach().mean().item().toDouble();
+    r.loss_t = loss.detach();
+    r.entropy_t = -log_prob.detach().mean();
+    if (!capturing_) {
+      r.loss = r.loss_t.item().toDouble();
+      r.entropy = r.entropy_t.item().toDouble();
+    }
     if (alphas_ > 1) {
       r.log_prob = log_prob.detach();  // the temperatures' gradient is the caller's
     } else if (cfg_.auto_alpha) {
       auto alpha_loss = -(log_alpha_ * (log_prob.detach() + target_entropy_[0])).mean();
       r.alpha_grad = ctx.gradient(alpha_loss, alpha_opt_);
-      r.alpha_loss = alpha_loss.item().toDouble();
+      r.alpha_loss_t = alpha_loss.detach();
+      if (!capturing_) r.alpha_loss = r.alpha_loss_t.item().toDouble();
     }
     return r;
   }
@@ -707,6 +891,8 @@ class BasicSAC {
   FlatParameters target_;
   std::int64_t updates_ = 0;
   std::unique_ptr<detail::SacManual> manual_;  // the fast path, when it applies
+  bool capturing_ = false;                     // a CUDA graph is capturing the update: no host reads
+  std::int64_t graphed_updates_ = 0;
 
   // exp(log alpha) of each temperature, read straight from host memory when it is there
   // (two LibTorch ops and a copy per update otherwise).

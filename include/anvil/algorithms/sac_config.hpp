@@ -76,6 +76,11 @@ struct SacConfig {
         "hand-written gradients for the default networks in float32 on the CPU (false: "
         "autograd; same result, slower)">
       manual_backward{true};
+  Param<bool, "cuda_graph",
+        "on CUDA, capture the update as a CUDA graph and replay it: one launch instead of hundreds "
+        "of dispatched ops (one process, one temperature, no loss scaling or gradient accumulation; "
+        "false: op by op)">
+      cuda_graph{true};
   Section<"actor", ActorConfig> actor;
   Section<"critic", CriticConfig> critic;
   Section<"tasks", detail::SacTaskConfig<kMultiTask>> tasks;

@@ -104,6 +104,7 @@ class FlatAdam {
   /// One Adam step with flat gradient `g` (same size as the parameters).
   void step(const at::Tensor& g) {
     ++steps_;
+    device_state_stale_ = true;
     const double bc1 = 1.0 - std::pow(opt_.beta1, static_cast<double>(steps_));
     const double bc2 = 1.0 - std::pow(opt_.beta2, static_cast<double>(steps_));
     const auto& p = params_.flat();
@@ -126,9 +127,44 @@ class FlatAdam {
     params_.flat().addcdiv_(m_, denom_, -opt_.lr / bc1);
   }
 
+  /// `step` as a CUDA graph captures it (core/cuda_graph.hpp): the same update with the
+  /// step count and the learning rate read from device tensors, so a replay does not reuse
+  /// the host's values at capture. Call `sync_device_state` before each replay and
+  /// `count_step` after it (the host's count, for checkpoints and `steps()`).
+  void step_on_device(const at::Tensor& g) {
+    const auto& p = params_.flat();
+    step_t_.add_(1.0);
+    const auto bc1 = 1.0 - at::pow(opt_.beta1, step_t_), bc2 = 1.0 - at::pow(opt_.beta2, step_t_);
+    m_.mul_(opt_.beta1).add_(g, 1.0 - opt_.beta1);
+    if (opt_.weight_decay > 0) p.mul_(1.0 - lr_t_ * opt_.weight_decay);
+    v_.mul_(opt_.beta2).addcmul_(g, g, 1.0 - opt_.beta2);
+    at::sqrt_out(denom_, v_);
+    denom_.div_(bc2.sqrt()).add_(opt_.eps);
+    p.sub_(m_ / denom_ * (lr_t_ / bc1));
+  }
+  /// Makes the device's step count and learning rate those of the host (two fills when
+  /// they changed: a step not taken on the device, a new learning rate, a restore).
+  void sync_device_state() {
+    if (!step_t_.defined()) {
+      const auto o = params_.flat().options().dtype(at::kDouble);
+      step_t_ = at::zeros({}, o);
+      lr_t_ = at::zeros({}, o);
+      device_state_stale_ = true;
+    }
+    if (!device_state_stale_) return;
+    step_t_.fill_(static_cast<double>(steps_));
+    lr_t_.fill_(opt_.lr);
+    device_state_stale_ = false;
+  }
+  /// Counts a step `step_on_device` took in a replay.
+  void count_step() noexcept { ++steps_; }
+
   [[nodiscard]] const FlatParameters& parameters() const noexcept { return params_; }
   [[nodiscard]] double lr() const noexcept { return opt_.lr; }
-  void set_lr(double lr) noexcept { opt_.lr = lr; }
+  void set_lr(double lr) noexcept {
+    if (lr != opt_.lr) device_state_stale_ = true;
+    opt_.lr = lr;
+  }
   [[nodiscard]] std::int64_t steps() const noexcept { return steps_; }
   /// First and second moment estimates, for checkpoints.
   [[nodiscard]] const at::Tensor& exp_avg() const noexcept { return m_; }
@@ -167,6 +203,7 @@ class FlatAdam {
     v_.copy_(s.v);
     steps_ = s.steps;
     opt_.lr = s.lr;
+    device_state_stale_ = true;
   }
 
  private:
@@ -174,6 +211,8 @@ class FlatAdam {
   Options opt_;
   at::Tensor m_, v_, denom_;
   std::int64_t steps_ = 0;
+  at::Tensor step_t_, lr_t_;         // step_on_device's step count and learning rate (float64, 0-dim)
+  bool device_state_stale_ = true;  // they differ from steps_ and opt_.lr
 };
 
 }  // namespace anvil

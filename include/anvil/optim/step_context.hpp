@@ -205,6 +205,35 @@ class StepContext {
     return v[0].item<double>();
   }
 
+  /// Whether an update through this context can be captured as a CUDA graph
+  /// (core/cuda_graph.hpp): one process (no all-reduce), no loss scaler (its skip is a host
+  /// decision), one micro-batch.
+  [[nodiscard]] bool graphable() const noexcept {
+    return !opt_.all_reduce_mean && !scaler_ && opt_.micro_batches == 1;
+  }
+  /// Scope of a CUDA graph's capture: optimizer steps take `FlatAdam::step_on_device`, and
+  /// nothing is timed (a timer's device synchronisation would break the capture) or
+  /// counted (the caller counts each replay's steps: `count_steps`).
+  class Capture {
+   public:
+    explicit Capture(StepContext& c) noexcept : c_(c), times_(c.opt_.times) {
+      c_.capturing_ = true;
+      c_.opt_.times = nullptr;
+    }
+    Capture(const Capture&) = delete;
+    Capture& operator=(const Capture&) = delete;
+    ~Capture() {
+      c_.capturing_ = false;
+      c_.opt_.times = times_;
+    }
+
+   private:
+    StepContext& c_;
+    PhaseTimes* times_;
+  };
+  /// Counts `n` optimizer steps a replayed graph took.
+  void count_steps(int n) noexcept { steps_ += n; }
+
   /// Optimizer steps taken through this context (skipped ones not counted).
   [[nodiscard]] std::int64_t steps() const noexcept { return steps_; }
   /// The loss scaler, when the precision scales losses.
@@ -261,6 +290,10 @@ class StepContext {
     if (scaler_ && !scaler_->unscale_and_check(grad)) return skip();
     if (max_grad_norm > 0)  // as torch's clip_grad_norm_, without a host sync
       grad.mul_((max_grad_norm / (grad.norm() + 1e-6)).clamp_max(1.0));
+    if (capturing_) {
+      optimizer.step_on_device(grad);
+      return true;
+    }
     optimizer.step(grad);
     ++steps_;
     return true;
@@ -288,6 +321,7 @@ class StepContext {
   std::optional<LossScaler> scaler_;
   std::shared_ptr<detail::ThreadPool> pool_;
   std::int64_t steps_ = 0;
+  bool capturing_ = false;  // inside a Capture scope
 };
 
 }  // namespace anvil

@@ -1,0 +1,87 @@
+#pragma once
+/// @file
+/// `GraphedUpdate`: an algorithm's update as a CUDA graph (core/cuda_graph.hpp). The first
+/// `kWarmups` updates run op by op on the graph's stream; the next is captured through the
+/// step context (optimizer steps read their step count and learning rate from the device,
+/// nothing is timed) and then every update copies its inputs into fixed tensors and replays.
+/// The algorithm keeps what is its own: which updates a graph can hold, its inputs and
+/// outputs, and reading no host value while capturing. Compiled only with `ANVIL_WITH_CUDA`.
+
+#include <anvil/core/cuda_graph.hpp>
+
+#if defined(ANVIL_WITH_CUDA) && ANVIL_WITH_CUDA
+#include <ATen/autocast_mode.h>
+
+#include <exception>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include <anvil/core/error.hpp>
+#include <anvil/optim/step_context.hpp>
+
+namespace anvil {
+
+/// One captured form of an update (see file comment).
+class GraphedUpdate {
+ public:
+  static constexpr int kWarmups = 2;
+
+  explicit GraphedUpdate(c10::Device d) : graph_(d) {}
+
+  /// Whether the next update is a warm-up (run it op by op through `warm_up`).
+  [[nodiscard]] bool warming() const noexcept { return warmups_ < kWarmups; }
+  [[nodiscard]] bool captured() const noexcept { return graph_.captured(); }
+
+  /// Runs one update op by op on the graph's stream.
+  template <class F>
+  void warm_up(F&& f) {
+    ++warmups_;
+    graph_.warm_up(std::forward<F>(f));
+  }
+
+  /// A fixed tensor shaped like `t` (undefined for an undefined `t`): an input of the
+  /// capture, filled by each `replay` from the value in its place.
+  at::Tensor input(const at::Tensor& t) {
+    inputs_.push_back(t.defined() ? at::empty(t.sizes(), t.options()) : t);
+    return inputs_.back();
+  }
+
+  /// Captures `f` (the update's device work, on the `input` tensors) through `ctx`, with
+  /// autocast's cache off (cached casts would outlive the capture). A failure names `who`
+  /// (the config section) and its `cuda_graph` switch.
+  template <class F>
+  void capture(StepContext& ctx, std::string_view who, F&& f) {
+    const StepContext::Capture capture(ctx);
+    const bool cache = at::autocast::is_autocast_cache_enabled();
+    at::autocast::set_autocast_cache_enabled(false);
+    try {
+      graph_.capture(std::forward<F>(f));
+    } catch (const std::exception& e) {
+      at::autocast::set_autocast_cache_enabled(cache);
+      throw Error(std::string(who) + ": capturing the update as a CUDA graph failed (" + e.what() + "); run with " +
+                  std::string(who) + ".cuda_graph=false");
+    }
+    at::autocast::set_autocast_cache_enabled(cache);
+  }
+
+  /// Copies `values` (one per `input`, in the same order; undefined where the input is)
+  /// into the fixed inputs, then replays the update on the current stream.
+  void replay(const std::vector<at::Tensor>& values) {
+    if (values.size() != inputs_.size())
+      throw Error("GraphedUpdate::replay: " + std::to_string(values.size()) + " values for " +
+                  std::to_string(inputs_.size()) + " inputs");
+    for (std::size_t i = 0; i < values.size(); ++i)
+      if (inputs_[i].defined()) inputs_[i].copy_(values[i], /*non_blocking=*/true);
+    graph_.replay();
+  }
+
+ private:
+  cuda::Graph graph_;
+  int warmups_ = 0;
+  std::vector<at::Tensor> inputs_;
+};
+
+}  // namespace anvil
+#endif

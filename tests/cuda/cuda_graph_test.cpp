@@ -1,0 +1,233 @@
+// SAC's and DiffusionPolicy's updates replayed from CUDA graphs against the same updates op
+// by op, on a GPU.
+// Built only with LibTorch's CUDA (ANVIL_WITH_CUDA; CMake's anvil_cuda_tests, or
+// scripts/gpu-check.sh graph on a machine with PyTorch); on such a build without a GPU
+// each case says so and checks nothing.
+#include <doctest/doctest.h>
+
+#include <torch/cuda.h>
+#include <torch/torch.h>
+
+#include <filesystem>
+#include <string>
+#include <unistd.h>
+#include <vector>
+
+#include <anvil/algorithms/diffusion_policy.hpp>
+#include <anvil/algorithms/sac.hpp>
+#include <anvil/core/binary_io.hpp>
+#include <anvil/envs/pendulum.hpp>
+
+using namespace anvil;
+
+namespace {
+
+// Whether this machine has no GPU: then a case says so and checks nothing.
+bool no_gpu() {
+  if (torch::cuda::is_available()) return false;
+  MESSAGE("no GPU: nothing checked");
+  return true;
+}
+
+ReplayBatch random_batch(std::int64_t n, const c10::Device& d, bool weights) {
+  const auto o = at::TensorOptions().device(d);
+  ReplayBatch b;
+  b.obs = torch::randn({n, 3}, o);
+  b.action = torch::rand({n, 1}, o) * 2 - 1;
+  b.reward = torch::randn({n}, o);
+  b.next_obs = torch::randn({n, 3}, o);
+  b.terminated = (torch::rand({n}, o) < 0.1).to(torch::kFloat);
+  if (weights) b.weight = torch::rand({n}, o) + 0.5;
+  return b;
+}
+
+bool close(const std::vector<at::Tensor>& x, const std::vector<at::Tensor>& y, double rtol, double atol) {
+  bool ok = x.size() == y.size();
+  for (std::size_t i = 0; ok && i < x.size(); ++i) ok = torch::allclose(x[i], y[i], rtol, atol);
+  return ok;
+}
+
+// `updates` updates of two SACs from one seed, one with cuda_graph and one without, on the
+// same batches and noise; checks they agree and that the graph ran.
+void compare(SAC::Config cfg, StepContext::Options so, int updates, bool weights, double tol) {
+  const c10::Device d(c10::kCUDA, 0);
+  RunContext run;
+  run.device = d;
+  so.device = d;
+  const auto spec = envs::spec_of(envs::Pendulum{});
+  cfg.cuda_graph = true;
+  torch::manual_seed(0);
+  SAC graphed(spec, cfg, run);
+  cfg.cuda_graph = false;
+  torch::manual_seed(0);
+  SAC eager(spec, cfg, run);
+  StepContext cg(so), ce(so);
+  torch::manual_seed(5);
+  for (int i = 0; i < updates; ++i) {
+    const auto b = random_batch(cfg.batch_size, d, weights);
+    SAC::UpdateNoise noise{torch::randn({cfg.batch_size, 1}, b.obs.options()),
+                           torch::randn({cfg.batch_size, 1}, b.obs.options())};
+    const auto x = eager.update(b, ce, noise);
+    const auto y = graphed.update(b, cg, noise);
+    REQUIRE(x.metrics.size() == y.metrics.size());
+    for (std::size_t k = 0; k < x.metrics.size(); ++k) {
+      CHECK(x.metrics[k].first == y.metrics[k].first);
+      CHECK(y.metrics[k].second == doctest::Approx(x.metrics[k].second).epsilon(tol));
+    }
+    CHECK(torch::allclose(x.td_error, y.td_error, tol, tol));
+  }
+  CHECK(graphed.graphed_updates() > 0);
+  CHECK(eager.graphed_updates() == 0);
+  CHECK(close(eager.actor()->parameters(), graphed.actor()->parameters(), tol, tol));
+  CHECK(close(eager.critic()->parameters(), graphed.critic()->parameters(), tol, tol));
+  CHECK(close(eager.critic_target()->parameters(), graphed.critic_target()->parameters(), tol, tol));
+  CHECK(graphed.alpha() == doctest::Approx(eager.alpha()).epsilon(tol));
+  CHECK(graphed.updates() == eager.updates());
+  CHECK(cg.steps() == ce.steps());
+  for (auto opt : {&SAC::actor_optimizer, &SAC::critic_optimizer, &SAC::alpha_optimizer})
+    CHECK((graphed.*opt)().steps() == (eager.*opt)().steps());
+}
+
+SAC::Config small() {
+  SAC::Config c;
+  c.actor->hidden = {64, 64};
+  c.critic->hidden = {64, 64};
+  c.batch_size = 128;
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("SAC on CUDA: updates replayed from a CUDA graph match the same updates op by op (float32)") {
+  if (no_gpu()) return;
+  compare(small(), {}, 30, false, 1e-4);
+}
+
+TEST_CASE("SAC on CUDA: graphs per update shape (actor every 2nd, target every 3rd), clipping and importance weights") {
+  if (no_gpu()) return;
+  auto cfg = small();
+  cfg.actor_update_freq = 2;
+  cfg.target_update_freq = 3;
+  cfg.max_grad_norm = 1.0;
+  compare(cfg, {}, 40, true, 1e-4);
+}
+
+TEST_CASE("SAC on CUDA: a graph under BF16 autocast matches the same updates op by op") {
+  if (no_gpu()) return;
+  StepContext::Options so;
+  so.autocast = true;
+  so.autocast_dtype = at::kBFloat16;
+  compare(small(), so, 20, false, 2e-2);
+}
+
+TEST_CASE("SAC on CUDA: a loss scaler (FP16) or gradient accumulation keeps the update op by op") {
+  if (no_gpu()) return;
+  RunContext run;
+  run.device = c10::Device(c10::kCUDA, 0);
+  const auto spec = envs::spec_of(envs::Pendulum{});
+  SAC sac(spec, small(), run);
+  StepContext::Options so;
+  so.device = run.device;
+  so.micro_batches = 2;
+  StepContext ctx(so);
+  for (int i = 0; i < 4; ++i) (void)sac.update(random_batch(128, run.device, false), ctx);
+  CHECK(sac.graphed_updates() == 0);
+  CHECK(sac.updates() == 4);
+}
+
+TEST_CASE("DiffusionPolicy on CUDA: updates replayed from a CUDA graph match op by op, also after a new normalisation") {
+  if (no_gpu()) return;
+  RunContext run;
+  run.device = c10::Device(c10::kCUDA, 0);
+  EnvSpec spec;
+  spec.name = "chunked";
+  spec.observation = Box{std::vector<float>(6, -10.0f), std::vector<float>(6, 10.0f)};
+  spec.action = Box{std::vector<float>(8, -1.0f), std::vector<float>(8, 1.0f)};
+  DiffusionPolicy::Config c;
+  c.obs_horizon = 2, c.horizon = 8, c.action_horizon = 4, c.widths = {32, 64}, c.step_embed = 32, c.kernel = 3, c.groups = 8;
+  c.lr_warmup = 5;  // the learning rate changes every update at first: the graph reads it from the device
+  c.max_grad_norm = 1.0;
+  c.cuda_graph = true;
+  torch::manual_seed(0);
+  DiffusionPolicy graphed(spec, c, run);
+  c.cuda_graph = false;
+  torch::manual_seed(0);
+  DiffusionPolicy eager(spec, c, run);
+  for (auto* p : {&graphed, &eager}) {
+    p->fit_normalizer(torch::full({3}, -1.0), torch::full({3}, 1.0), torch::full({2}, -1.0), torch::full({2}, 1.0));
+    p->plan_updates(40);
+  }
+  StepContext::Options so;
+  so.device = run.device;
+  StepContext cg(so), ce(so);
+  torch::manual_seed(3);
+  for (int i = 0; i < 24; ++i) {
+    if (i == 12)  // new ranges: the captured graph read the old normalisation's tensors
+      for (auto* p : {&graphed, &eager})
+        p->fit_normalizer(torch::full({3}, -2.0), torch::full({3}, 3.0), torch::full({2}, -1.5), torch::full({2}, 1.0));
+    ReplayBatch b;  // on the host, as the demonstration loader gives them
+    b.obs = torch::rand({32, 6}) * 2 - 1;
+    b.action = torch::rand({32, 16}) * 2 - 1;
+    torch::manual_seed(100 + i);
+    const auto x = eager.update(b, ce);
+    torch::manual_seed(100 + i);
+    const auto y = graphed.update(b, cg);
+    REQUIRE(x.metrics.size() == y.metrics.size());
+    for (std::size_t k = 0; k < x.metrics.size(); ++k) {
+      CHECK(x.metrics[k].first == y.metrics[k].first);
+      CHECK(y.metrics[k].second == doctest::Approx(x.metrics[k].second).epsilon(1e-4));
+    }
+  }
+  CHECK(graphed.graphed_updates() > 12);
+  CHECK(eager.graphed_updates() == 0);
+  CHECK(torch::allclose(graphed.optimizer().parameters().flat(), eager.optimizer().parameters().flat(), 1e-4, 1e-5));
+  CHECK(graphed.optimizer().steps() == eager.optimizer().steps());
+  CHECK(cg.steps() == ce.steps());
+}
+
+TEST_CASE("SAC on CUDA: a restore drops the captured graphs, and the updates after it start from the restored weights and step counts") {
+  if (no_gpu()) return;
+  const c10::Device d(c10::kCUDA, 0);
+  RunContext run;
+  run.device = d;
+  StepContext::Options so;
+  so.device = d;
+  StepContext ctx(so);
+  const auto spec = envs::spec_of(envs::Pendulum{});
+  torch::manual_seed(0);
+  SAC sac(spec, small(), run);
+  torch::manual_seed(9);
+  std::vector<ReplayBatch> batches;
+  std::vector<SAC::UpdateNoise> noise;
+  for (int i = 0; i < 20; ++i) {
+    batches.push_back(random_batch(128, d, false));
+    noise.push_back({torch::randn({128, 1}, batches.back().obs.options()), torch::randn({128, 1}, batches.back().obs.options())});
+  }
+  for (int i = 0; i < 10; ++i) (void)sac.update(batches[static_cast<std::size_t>(i)], ctx, noise[static_cast<std::size_t>(i)]);
+  REQUIRE(sac.graphed_updates() > 0);  // the graph is captured before the save
+  const auto dir = std::filesystem::temp_directory_path() / ("anvil_sac_cuda_graph_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  {
+    BinaryWriter w(dir / "sac.bin", "anvil SAC CUDA graph test");
+    sac.save(w);
+    w.commit();
+  }
+  auto rest = [&] {
+    for (int i = 10; i < 20; ++i) (void)sac.update(batches[static_cast<std::size_t>(i)], ctx, noise[static_cast<std::size_t>(i)]);
+    std::vector<at::Tensor> w;
+    for (const auto& p : sac.actor()->parameters()) w.push_back(p.detach().clone());
+    for (const auto& p : sac.critic()->parameters()) w.push_back(p.detach().clone());
+    return w;
+  };
+  const auto first = rest();
+  const auto steps = sac.critic_optimizer().steps();
+  {
+    BinaryReader r(dir / "sac.bin", "anvil SAC CUDA graph test");
+    sac.restore(sac.read(r));
+  }
+  CHECK(sac.critic_optimizer().steps() == steps - 10);
+  const auto second = rest();  // the same updates again: two op by op, then a new graph
+  CHECK(close(first, second, 1e-4, 1e-5));
+  CHECK(sac.critic_optimizer().steps() == steps);
+  std::filesystem::remove_all(dir);
+}
