@@ -187,6 +187,10 @@ TEST_CASE("DiffusionPolicy on CUDA: updates replayed from a CUDA graph match op 
 
 TEST_CASE("SAC on CUDA: a restore drops the captured graphs, and the updates after it start from the restored weights and step counts") {
   if (no_gpu()) return;
+  // A case like this one crashed on a GPU before restores dropped the graphs: the phase
+  // reached is printed with any failure or crash.
+  std::string phase = "setup";
+  INFO("phase: " << phase);
   const c10::Device d(c10::kCUDA, 0);
   RunContext run;
   run.device = d;
@@ -203,10 +207,12 @@ TEST_CASE("SAC on CUDA: a restore drops the captured graphs, and the updates aft
     batches.push_back(random_batch(128, d, false));
     noise.push_back({torch::randn({128, 1}, batches.back().obs.options()), torch::randn({128, 1}, batches.back().obs.options())});
   }
+  phase = "the first 10 updates";
   for (int i = 0; i < 10; ++i) (void)sac.update(batches[static_cast<std::size_t>(i)], ctx, noise[static_cast<std::size_t>(i)]);
   REQUIRE(sac.graphed_updates() > 0);  // the graph is captured before the save
   const auto dir = std::filesystem::temp_directory_path() / ("anvil_sac_cuda_graph_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
+  phase = "save";
   {
     BinaryWriter w(dir / "sac.bin", "anvil SAC CUDA graph test");
     sac.save(w);
@@ -219,15 +225,19 @@ TEST_CASE("SAC on CUDA: a restore drops the captured graphs, and the updates aft
     for (const auto& p : sac.critic()->parameters()) w.push_back(p.detach().clone());
     return w;
   };
+  phase = "10 updates after the save";
   const auto first = rest();
   const auto steps = sac.critic_optimizer().steps();
+  phase = "restore";
   {
     BinaryReader r(dir / "sac.bin", "anvil SAC CUDA graph test");
     sac.restore(sac.read(r));
   }
   CHECK(sac.critic_optimizer().steps() == steps - 10);
+  phase = "the 10 updates again";
   const auto second = rest();  // the same updates again: two op by op, then a new graph
   CHECK(close(first, second, 1e-4, 1e-5));
   CHECK(sac.critic_optimizer().steps() == steps);
+  phase = "end";
   std::filesystem::remove_all(dir);
 }
