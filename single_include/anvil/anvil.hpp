@@ -19698,6 +19698,10 @@ inline std::vector<std::string> apply_precision_settings(const PrecisionSettings
   if (p.allow_tf32 && !device.is_cuda())
     notes.push_back("precision: TF32 changes only CUDA matrix products; on the CPU this run is FP32");
   if (p.detect_anomaly) notes.push_back("precision: autograd anomaly detection is on (slow; for debugging NaNs)");
+  if (device.is_cuda() && !cuda::kCudaGraphs)
+    notes.push_back("cuda: this program was built without anvil's CUDA graphs (ANVIL_WITH_CUDA is not 1), so updates "
+                    "run op by op, several times slower for small networks; build with CMake's anvil::anvil target, or "
+                    "define ANVIL_WITH_CUDA=1 when LibTorch has CUDA");
   if (!device.is_cuda()) {
     const BlasInfo b = blas_info();
     if (b.reference)
