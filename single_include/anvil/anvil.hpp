@@ -7603,15 +7603,15 @@ class FlatAdam {
 
   /// One Adam step with flat gradient `g` (same size as the parameters).
   void step(const at::Tensor& g) {
-    ++steps_;
-    device_state_stale_ = true;
-    const double bc1 = 1.0 - std::pow(opt_.beta1, static_cast<double>(steps_));
-    const double bc2 = 1.0 - std::pow(opt_.beta2, static_cast<double>(steps_));
     const auto& p = params_.flat();
     if (p.device().is_cpu() && p.scalar_type() == at::kFloat && g.device().is_cpu() &&
         g.scalar_type() == at::kFloat && g.is_contiguous()) {
-      // One pass over plain floats, the same arithmetic as the ops below: at RL sizes the
-      // seven ops' dispatch costs more than the arithmetic.
+      // One pass over plain floats, the same arithmetic as `step_on_device`'s ops: at RL
+      // sizes the seven ops' dispatch costs more than the arithmetic.
+      ++steps_;
+      device_state_stale_ = true;
+      const double bc1 = 1.0 - std::pow(opt_.beta1, static_cast<double>(steps_));
+      const double bc2 = 1.0 - std::pow(opt_.beta2, static_cast<double>(steps_));
       simd::adam(p.data_ptr<float>(), m_.data_ptr<float>(), v_.data_ptr<float>(), g.data_ptr<float>(), p.numel(),
                  static_cast<float>(opt_.beta1), static_cast<float>(opt_.beta2), static_cast<float>(1.0 - opt_.beta1),
                  static_cast<float>(1.0 - opt_.beta2),
@@ -7619,12 +7619,11 @@ class FlatAdam {
                  static_cast<float>(std::sqrt(bc2)), static_cast<float>(opt_.eps), static_cast<float>(-opt_.lr / bc1));
       return;
     }
-    m_.mul_(opt_.beta1).add_(g, 1.0 - opt_.beta1);
-    if (opt_.weight_decay > 0) params_.flat().mul_(1.0 - opt_.lr * opt_.weight_decay);
-    v_.mul_(opt_.beta2).addcmul_(g, g, 1.0 - opt_.beta2);
-    at::sqrt_out(denom_, v_);
-    denom_.div_(std::sqrt(bc2)).add_(opt_.eps);
-    params_.flat().addcdiv_(m_, denom_, -opt_.lr / bc1);
+    // Elsewhere (CUDA, other dtypes) the tensor ops a CUDA graph replays: an update op by op
+    // and its replay take the same step.
+    sync_device_state();
+    step_on_device(g);
+    ++steps_;
   }
 
   /// `step` as a CUDA graph captures it (core/cuda_graph.hpp): the same update with the
@@ -8304,6 +8303,9 @@ class StepContext {
     StepContext& c_;
     PhaseTimes* times_;
   };
+  /// Whether a `Capture` scope is open: the update's device work is being captured, so an
+  /// algorithm reads no value back to the host (its metrics stay tensors).
+  [[nodiscard]] bool capturing() const noexcept { return capturing_; }
   /// Counts `n` optimizer steps a replayed graph took.
   void count_steps(int n) noexcept { steps_ += n; }
 
@@ -14025,6 +14027,12 @@ class GraphedUpdate {
     inputs_.push_back(t.defined() ? at::empty(t.sizes(), t.options()) : t);
     return inputs_.back();
   }
+  /// A fixed input of `sizes` with `options` (e.g. on the device for a value given on the
+  /// host: the replay's copy moves and converts it).
+  at::Tensor input(at::IntArrayRef sizes, const at::TensorOptions& options) {
+    inputs_.push_back(at::empty(sizes, options));
+    return inputs_.back();
+  }
 
   /// Captures `f` (the update's device work, on the `input` tensors) through `ctx`, with
   /// autocast's cache off (cached casts would outlive the capture). A failure names `who`
@@ -14440,14 +14448,7 @@ class BasicSAC {
     at::Tensor td, metrics;
     {
       const StepContext::Capture capture(ctx);
-      capturing_ = true;
-      try {
-        std::tie(td, metrics) = device_update(b, ctx, noise, actor_step, target_step);
-      } catch (...) {
-        capturing_ = false;
-        throw;
-      }
-      capturing_ = false;
+      std::tie(td, metrics) = device_update(b, ctx, noise, actor_step, target_step);
     }
     return finish_device_update(actor_step, ctx, metric_names(actor_step), metrics, td);
   }
@@ -14681,16 +14682,9 @@ class BasicSAC {
                            u.input(b.terminated), u.input(b.discount), u.input(b.weight), {}, {}};
       const UpdateNoise in_noise{u.input(noise.next), u.input(values.back())};
       g.names = metric_names(actor_step);
-      capturing_ = true;
-      try {
-        u.capture(ctx, config_section.view(), [&] {
-          std::tie(g.td, g.metrics) = device_update(in, ctx, in_noise, actor_step, target_step);
-        });
-      } catch (...) {
-        capturing_ = false;
-        throw;
-      }
-      capturing_ = false;
+      u.capture(ctx, config_section.view(), [&] {
+        std::tie(g.td, g.metrics) = device_update(in, ctx, in_noise, actor_step, target_step);
+      });
     }
     g.update.replay(values);
     ++graphed_updates_;
@@ -14851,7 +14845,7 @@ class BasicSAC {
     r.td = 0.5 * (e1.abs() + e2.abs()).detach();
     r.loss_t = loss.detach();
     r.q_mean_t = q1.detach().mean();
-    if (!capturing_) {
+    if (!ctx.capturing()) {
       r.loss = r.loss_t.item().toDouble();
       r.q_mean = r.q_mean_t.item().toDouble();
     }
@@ -14871,7 +14865,7 @@ class BasicSAC {
     r.grad = ctx.gradient(loss, actor_opt_);
     r.loss_t = loss.detach();
     r.entropy_t = -log_prob.detach().mean();
-    if (!capturing_) {
+    if (!ctx.capturing()) {
       r.loss = r.loss_t.item().toDouble();
       r.entropy = r.entropy_t.item().toDouble();
     }
@@ -14881,7 +14875,7 @@ class BasicSAC {
       auto alpha_loss = -(log_alpha_ * (log_prob.detach() + target_entropy_[0])).mean();
       r.alpha_grad = ctx.gradient(alpha_loss, alpha_opt_);
       r.alpha_loss_t = alpha_loss.detach();
-      if (!capturing_) r.alpha_loss = r.alpha_loss_t.item().toDouble();
+      if (!ctx.capturing()) r.alpha_loss = r.alpha_loss_t.item().toDouble();
     }
     return r;
   }
@@ -14915,7 +14909,6 @@ class BasicSAC {
   FlatParameters target_;
   std::int64_t updates_ = 0;
   std::unique_ptr<detail::SacManual> manual_;  // the fast path, when it applies
-  bool capturing_ = false;                     // a CUDA graph is capturing the update: no host reads
   std::int64_t graphed_updates_ = 0;
 
   // exp(log alpha) of each temperature, read straight from host memory when it is there
@@ -16130,7 +16123,7 @@ class DiffusionPolicy {
         l = (pred - noise).square().mean();
       }
     }
-    if (!capturing_) value = l.item().toDouble();
+    if (!ctx.capturing()) value = l.item().toDouble();
     return l;
   }
 
@@ -16246,25 +16239,22 @@ class DiffusionPolicy {
       noise = at::randn({n, cfg_.horizon, act_dim_}, o);
       k = at::randint(cfg_.train_steps, {n}, o.dtype(at::kLong));
     }
-    // On the device before the graph: a copy from the host inside it would be captured.
-    const std::vector<at::Tensor> values{b.obs.to(device_, at::kFloat), b.action.to(device_, at::kFloat), noise, k};
+    // The batch may be on the host (the demonstration loader's): its fixed inputs are float32
+    // on the device, and the replay's copy moves it there (a copy from the host inside the
+    // graph would be captured).
+    const std::vector<at::Tensor> values{b.obs, b.action, noise, k};
     opt_.sync_device_state();
     if (!g.update.captured()) {
       auto& u = g.update;
-      const auto obs = u.input(values[0]), act = u.input(values[1]), in_noise = u.input(noise), in_k = u.input(k);
-      capturing_ = true;
-      try {
-        u.capture(ctx, "diffusion", [&] {
-          double unused = 0;
-          const auto l = loss(obs, act, ctx, unused, in_noise, in_k);
-          ctx.apply(opt_, ctx.gradient(l, opt_), cfg_.max_grad_norm);
-          g.loss = l.detach().to(at::kDouble);
-        });
-      } catch (...) {
-        capturing_ = false;
-        throw;
-      }
-      capturing_ = false;
+      const auto on_device = at::TensorOptions().device(device_).dtype(at::kFloat);
+      const auto obs = u.input(b.obs.sizes(), on_device), act = u.input(b.action.sizes(), on_device);
+      const auto in_noise = u.input(noise), in_k = u.input(k);
+      u.capture(ctx, "diffusion", [&] {
+        double unused = 0;
+        const auto l = loss(obs, act, ctx, unused, in_noise, in_k);
+        ctx.apply(opt_, ctx.gradient(l, opt_), cfg_.max_grad_norm);
+        g.loss = l.detach().to(at::kDouble);
+      });
     }
     g.update.replay(values);
     opt_.count_step();
@@ -16299,7 +16289,6 @@ class DiffusionPolicy {
   std::int64_t updates_ = 0;
   std::int64_t total_updates_ = 0;
   at::Tensor alpha_bars_;            // the schedule's alpha-bars on the device (float64)
-  bool capturing_ = false;           // a CUDA graph is capturing the update: no host reads
   std::int64_t graphed_updates_ = 0;
   Ema ema_;
   diffusion::MinMax obs_norm_, act_norm_;

@@ -402,7 +402,7 @@ class DiffusionPolicy {
         l = (pred - noise).square().mean();
       }
     }
-    if (!capturing_) value = l.item().toDouble();
+    if (!ctx.capturing()) value = l.item().toDouble();
     return l;
   }
 
@@ -518,25 +518,22 @@ class DiffusionPolicy {
       noise = at::randn({n, cfg_.horizon, act_dim_}, o);
       k = at::randint(cfg_.train_steps, {n}, o.dtype(at::kLong));
     }
-    // On the device before the graph: a copy from the host inside it would be captured.
-    const std::vector<at::Tensor> values{b.obs.to(device_, at::kFloat), b.action.to(device_, at::kFloat), noise, k};
+    // The batch may be on the host (the demonstration loader's): its fixed inputs are float32
+    // on the device, and the replay's copy moves it there (a copy from the host inside the
+    // graph would be captured).
+    const std::vector<at::Tensor> values{b.obs, b.action, noise, k};
     opt_.sync_device_state();
     if (!g.update.captured()) {
       auto& u = g.update;
-      const auto obs = u.input(values[0]), act = u.input(values[1]), in_noise = u.input(noise), in_k = u.input(k);
-      capturing_ = true;
-      try {
-        u.capture(ctx, "diffusion", [&] {
-          double unused = 0;
-          const auto l = loss(obs, act, ctx, unused, in_noise, in_k);
-          ctx.apply(opt_, ctx.gradient(l, opt_), cfg_.max_grad_norm);
-          g.loss = l.detach().to(at::kDouble);
-        });
-      } catch (...) {
-        capturing_ = false;
-        throw;
-      }
-      capturing_ = false;
+      const auto on_device = at::TensorOptions().device(device_).dtype(at::kFloat);
+      const auto obs = u.input(b.obs.sizes(), on_device), act = u.input(b.action.sizes(), on_device);
+      const auto in_noise = u.input(noise), in_k = u.input(k);
+      u.capture(ctx, "diffusion", [&] {
+        double unused = 0;
+        const auto l = loss(obs, act, ctx, unused, in_noise, in_k);
+        ctx.apply(opt_, ctx.gradient(l, opt_), cfg_.max_grad_norm);
+        g.loss = l.detach().to(at::kDouble);
+      });
     }
     g.update.replay(values);
     opt_.count_step();
@@ -571,7 +568,6 @@ class DiffusionPolicy {
   std::int64_t updates_ = 0;
   std::int64_t total_updates_ = 0;
   at::Tensor alpha_bars_;            // the schedule's alpha-bars on the device (float64)
-  bool capturing_ = false;           // a CUDA graph is capturing the update: no host reads
   std::int64_t graphed_updates_ = 0;
   Ema ema_;
   diffusion::MinMax obs_norm_, act_norm_;

@@ -416,14 +416,7 @@ class BasicSAC {
     at::Tensor td, metrics;
     {
       const StepContext::Capture capture(ctx);
-      capturing_ = true;
-      try {
-        std::tie(td, metrics) = device_update(b, ctx, noise, actor_step, target_step);
-      } catch (...) {
-        capturing_ = false;
-        throw;
-      }
-      capturing_ = false;
+      std::tie(td, metrics) = device_update(b, ctx, noise, actor_step, target_step);
     }
     return finish_device_update(actor_step, ctx, metric_names(actor_step), metrics, td);
   }
@@ -657,16 +650,9 @@ class BasicSAC {
                            u.input(b.terminated), u.input(b.discount), u.input(b.weight), {}, {}};
       const UpdateNoise in_noise{u.input(noise.next), u.input(values.back())};
       g.names = metric_names(actor_step);
-      capturing_ = true;
-      try {
-        u.capture(ctx, config_section.view(), [&] {
-          std::tie(g.td, g.metrics) = device_update(in, ctx, in_noise, actor_step, target_step);
-        });
-      } catch (...) {
-        capturing_ = false;
-        throw;
-      }
-      capturing_ = false;
+      u.capture(ctx, config_section.view(), [&] {
+        std::tie(g.td, g.metrics) = device_update(in, ctx, in_noise, actor_step, target_step);
+      });
     }
     g.update.replay(values);
     ++graphed_updates_;
@@ -827,7 +813,7 @@ class BasicSAC {
     r.td = 0.5 * (e1.abs() + e2.abs()).detach();
     r.loss_t = loss.detach();
     r.q_mean_t = q1.detach().mean();
-    if (!capturing_) {
+    if (!ctx.capturing()) {
       r.loss = r.loss_t.item().toDouble();
       r.q_mean = r.q_mean_t.item().toDouble();
     }
@@ -847,7 +833,7 @@ class BasicSAC {
     r.grad = ctx.gradient(loss, actor_opt_);
     r.loss_t = loss.detach();
     r.entropy_t = -log_prob.detach().mean();
-    if (!capturing_) {
+    if (!ctx.capturing()) {
       r.loss = r.loss_t.item().toDouble();
       r.entropy = r.entropy_t.item().toDouble();
     }
@@ -857,7 +843,7 @@ class BasicSAC {
       auto alpha_loss = -(log_alpha_ * (log_prob.detach() + target_entropy_[0])).mean();
       r.alpha_grad = ctx.gradient(alpha_loss, alpha_opt_);
       r.alpha_loss_t = alpha_loss.detach();
-      if (!capturing_) r.alpha_loss = r.alpha_loss_t.item().toDouble();
+      if (!ctx.capturing()) r.alpha_loss = r.alpha_loss_t.item().toDouble();
     }
     return r;
   }
@@ -891,7 +877,6 @@ class BasicSAC {
   FlatParameters target_;
   std::int64_t updates_ = 0;
   std::unique_ptr<detail::SacManual> manual_;  // the fast path, when it applies
-  bool capturing_ = false;                     // a CUDA graph is capturing the update: no host reads
   std::int64_t graphed_updates_ = 0;
 
   // exp(log alpha) of each temperature, read straight from host memory when it is there

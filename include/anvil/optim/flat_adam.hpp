@@ -103,15 +103,15 @@ class FlatAdam {
 
   /// One Adam step with flat gradient `g` (same size as the parameters).
   void step(const at::Tensor& g) {
-    ++steps_;
-    device_state_stale_ = true;
-    const double bc1 = 1.0 - std::pow(opt_.beta1, static_cast<double>(steps_));
-    const double bc2 = 1.0 - std::pow(opt_.beta2, static_cast<double>(steps_));
     const auto& p = params_.flat();
     if (p.device().is_cpu() && p.scalar_type() == at::kFloat && g.device().is_cpu() &&
         g.scalar_type() == at::kFloat && g.is_contiguous()) {
-      // One pass over plain floats, the same arithmetic as the ops below: at RL sizes the
-      // seven ops' dispatch costs more than the arithmetic.
+      // One pass over plain floats, the same arithmetic as `step_on_device`'s ops: at RL
+      // sizes the seven ops' dispatch costs more than the arithmetic.
+      ++steps_;
+      device_state_stale_ = true;
+      const double bc1 = 1.0 - std::pow(opt_.beta1, static_cast<double>(steps_));
+      const double bc2 = 1.0 - std::pow(opt_.beta2, static_cast<double>(steps_));
       simd::adam(p.data_ptr<float>(), m_.data_ptr<float>(), v_.data_ptr<float>(), g.data_ptr<float>(), p.numel(),
                  static_cast<float>(opt_.beta1), static_cast<float>(opt_.beta2), static_cast<float>(1.0 - opt_.beta1),
                  static_cast<float>(1.0 - opt_.beta2),
@@ -119,12 +119,11 @@ class FlatAdam {
                  static_cast<float>(std::sqrt(bc2)), static_cast<float>(opt_.eps), static_cast<float>(-opt_.lr / bc1));
       return;
     }
-    m_.mul_(opt_.beta1).add_(g, 1.0 - opt_.beta1);
-    if (opt_.weight_decay > 0) params_.flat().mul_(1.0 - opt_.lr * opt_.weight_decay);
-    v_.mul_(opt_.beta2).addcmul_(g, g, 1.0 - opt_.beta2);
-    at::sqrt_out(denom_, v_);
-    denom_.div_(std::sqrt(bc2)).add_(opt_.eps);
-    params_.flat().addcdiv_(m_, denom_, -opt_.lr / bc1);
+    // Elsewhere (CUDA, other dtypes) the tensor ops a CUDA graph replays: an update op by op
+    // and its replay take the same step.
+    sync_device_state();
+    step_on_device(g);
+    ++steps_;
   }
 
   /// `step` as a CUDA graph captures it (core/cuda_graph.hpp): the same update with the

@@ -47,6 +47,12 @@ class GraphedUpdate {
     inputs_.push_back(t.defined() ? at::empty(t.sizes(), t.options()) : t);
     return inputs_.back();
   }
+  /// A fixed input of `sizes` with `options` (e.g. on the device for a value given on the
+  /// host: the replay's copy moves and converts it).
+  at::Tensor input(at::IntArrayRef sizes, const at::TensorOptions& options) {
+    inputs_.push_back(at::empty(sizes, options));
+    return inputs_.back();
+  }
 
   /// Captures `f` (the update's device work, on the `input` tensors) through `ctx`, with
   /// autocast's cache off (cached casts would outlive the capture). A failure names `who`

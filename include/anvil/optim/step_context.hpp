@@ -231,6 +231,9 @@ class StepContext {
     StepContext& c_;
     PhaseTimes* times_;
   };
+  /// Whether a `Capture` scope is open: the update's device work is being captured, so an
+  /// algorithm reads no value back to the host (its metrics stay tensors).
+  [[nodiscard]] bool capturing() const noexcept { return capturing_; }
   /// Counts `n` optimizer steps a replayed graph took.
   void count_steps(int n) noexcept { steps_ += n; }
 
