@@ -135,7 +135,8 @@ def main(argv):
         steps = lambda o: sum({lib: i + 1 for i, lib in enumerate(o)}.get(to, 0) for _, to in bindings)
         print(f"link_order: {len(new)} libraries; the probe's lookups pass {steps(libs):,} objects in load "
               f"order, {steps(new):,} in this one", file=sys.stderr)
-        text = "-Wl,--no-as-needed\n" + "".join(f"{lib}\n" for lib in new) + "-Wl,--as-needed\n"
+        # every library a direct dependency; the as-needed state the link had is restored after
+        text = "-Wl,--push-state,--no-as-needed\n" + "".join(f"{lib}\n" for lib in new) + "-Wl,--pop-state\n"
     except Exception as e:  # the build goes on with the linker's own order
         print(f"link_order: keeping the default library order: {e}", file=sys.stderr)
     tmp = out_file + ".tmp"
