@@ -34,22 +34,31 @@ MIN_LIBRARIES = 32  # below this, lookups are cheap whatever the order
 PER_OBJECT = {"_init", "_fini", "__bss_start", "_edata", "_end"}
 
 
+# A line of LD_DEBUG=bindings: the object looking up, the object found, the symbol.
+BINDING = re.compile(r"binding file (\S+) \[\d+\] to (\S+) \[\d+\]: \S+ symbol `([^']+)'")
+
+
+def ld_debug(cmd, what, timeout=300):
+    """The dynamic loader's LD_DEBUG=`what` lines for running `cmd` (a list), which must exit 0."""
+    env = dict(os.environ, LD_DEBUG=what)
+    env.pop("LD_DEBUG_OUTPUT", None)
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+    if p.returncode != 0:
+        raise RuntimeError(f"{cmd[0]} exited with status {p.returncode}: {p.stderr[-2000:]}")
+    return p.stderr.splitlines()
+
+
 def probe_trace(probe):
     """The probe's global scope (load order, the probe first) and its bindings (from, to)."""
-    env = dict(os.environ, LD_DEBUG="scopes,bindings")
-    env.pop("LD_DEBUG_OUTPUT", None)
-    p = subprocess.run([probe], env=env, capture_output=True, text=True, timeout=120)
-    if p.returncode != 0:
-        raise RuntimeError(f"the probe exited with status {p.returncode}: {p.stderr[-500:]}")
     scope = None
     bindings = []
-    for line in p.stderr.splitlines():
+    for line in ld_debug([probe], "scopes,bindings"):
         if scope is None and "scope 0:" in line:
             scope = line.split("scope 0:", 1)[1].split()
             continue
-        m = re.search(r"binding file (\S+) \[\d+\] to (\S+) \[\d+\]", line)
+        m = BINDING.search(line)
         if m:
-            bindings.append(m.groups())
+            bindings.append(m.groups()[:2])
     if not scope:
         raise RuntimeError("LD_DEBUG=scopes printed no scope (not glibc's loader?)")
     return scope, bindings

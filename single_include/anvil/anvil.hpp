@@ -18328,14 +18328,13 @@ typename Trainer::Config start(int argc, char** argv, typename Trainer::Config d
 /// dispatcher's tables, DICOM dictionaries of an image library). Call it after `fit()`,
 /// which completes the run's files (checkpoints, summary.json, metrics, events, training.log)
 /// and releases its directory, and only where no object of yours still has something to
-/// write. In a DDP rank (WORLD_SIZE above 1) it exits normally: the ranks' process group
-/// tears down together.
+/// write. A rank a launcher started (RANK set: parallel/world.hpp) exits normally: the ranks'
+/// process group tears down together.
 [[noreturn]] inline void exit_fast(int code = 0) {
   std::cout.flush();
   std::cerr.flush();
   std::fflush(nullptr);
-  const char* world = std::getenv("WORLD_SIZE");
-  if (world != nullptr && std::atoi(world) > 1) std::exit(code);
+  if (dist::detail::getenv_nonempty("RANK")) std::exit(code);
   std::_Exit(code);
 }
 

@@ -13,18 +13,20 @@ import re
 import subprocess
 import sys
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))
+from link_order import BINDING, ld_debug  # noqa: E402  (the script whose order this checks)
+
 
 def bindings(program):
-    env = dict(os.environ, LD_DEBUG="bindings")
-    env.pop("LD_DEBUG_OUTPUT", None)
-    p = subprocess.run([program], env=env, capture_output=True, text=True, timeout=300)
-    if p.returncode != 0:
-        sys.exit(f"{program} exited with status {p.returncode}:\n{p.stderr[-2000:]}")
+    try:
+        lines = ld_debug([program], "bindings")
+    except RuntimeError as e:
+        sys.exit(str(e))
     exe = os.path.realpath(program)
     name = lambda f: "<program>" if os.path.realpath(f) == exe else os.path.realpath(f)
     found = {}
-    for line in p.stderr.splitlines():
-        m = re.search(r"binding file (\S+) \[\d+\] to (\S+) \[\d+\]: \S+ symbol `([^']+)'", line)
+    for line in lines:
+        m = BINDING.search(line)
         if m and not m.group(1).startswith("linux-vdso"):
             src, dst, sym = m.groups()
             found.setdefault((name(src), sym), set()).add(name(dst))
