@@ -11052,6 +11052,26 @@ namespace anvil::detail {
 
 inline constexpr std::size_t kHugePage = std::size_t{2} << 20;
 
+/// Starts fetching the cache line at `p` into the second-level cache, for a read soon.
+///
+/// The random reads of replay storage and priority trees fetch their lines ahead this way
+/// rather than into the first-level cache (`__builtin_prefetch(p)`): on the machine class
+/// of benchmarks/RESULTS.md, random lines of a 128 MiB array on 2 MiB pages arrive at 4.9
+/// ns a line when each is fetched 32 lines ahead into the L2, 7.3 ns into the L1 (whose
+/// few miss buffers bound how many are in flight) and 8.9 ns unfetched
+/// (benchmarks/random_lines.c). Always inlined: GCC counts a prefetch as no side effect,
+/// so a call to a function that only prefetches may be dropped as dead code.
+#if defined(__GNUC__) || defined(__clang__)
+__attribute__((always_inline))
+#endif
+inline void prefetch_l2(const void* p) noexcept {
+#if defined(__GNUC__) || defined(__clang__)
+  __builtin_prefetch(p, 0, 1);
+#else
+  (void)p;
+#endif
+}
+
 /// Asks for huge pages over the whole pages inside [p, p + bytes), for regions of at least
 /// two huge pages; a no-op elsewhere. Call it before the memory is first written.
 inline void advise_huge_pages(void* p, std::size_t bytes) noexcept {
@@ -11286,42 +11306,58 @@ class TransitionStore {
         tk = b.task.data_ptr<std::int64_t>();
       }
       const std::int64_t task_col = ad_ + 2 + (with_discount_ ? 1 : 0);
-      // Rows of random transitions miss every cache, so they are fetched ahead in two
-      // stages: a transition's link and action row 2 * kAhead samples ahead, its two
-      // observation rows (whose places the link gives) kAhead samples ahead.
-      constexpr std::int64_t kAhead = 8;
+      // Rows of random transitions miss every cache. They are read in two passes over each
+      // chunk of the batch, each fetching its lines kAhead transitions ahead into the L2
+      // (`prefetch_l2`): the links and action rows, then the two observation rows that the
+      // links name. The prefetches are written out in the loops, not in helper lambdas:
+      // GCC 12 counts a lambda that only reads and prefetches as free of side effects and
+      // drops its calls, which left the observation rows unfetched before (a uniform sample
+      // took 2.6x as long; benchmarks/RESULTS.md, "The gather in two passes").
+      constexpr std::int64_t kChunk = 256, kAhead = 24;
       const Link* link = link_.data();
       auto run = [&](const auto* obs_src) {
-        auto slot = [&](std::int64_t i) { return slots[static_cast<std::size_t>(i)]; };
-        auto first = [&](std::int64_t i) {
-          __builtin_prefetch(link + slot(i));
-          __builtin_prefetch(src + slot(i) * width_);
-        };
-        auto second = [&](std::int64_t i) {
-          const Link l = link[slot(i)];
-          for (const auto* row : {obs_src + l.obs * od_, obs_src + l.next * od_}) {
-            __builtin_prefetch(row);
-            __builtin_prefetch(row + od_ - 1);
+        std::int32_t got[2 * kChunk];  // the chunk's links: obs and next rows
+        for (std::int64_t c0 = 0; c0 < n; c0 += kChunk) {
+          const std::int64_t m = std::min(kChunk, n - c0);
+          const std::int64_t* sl = slots.data() + c0;
+          for (std::int64_t i = 0; i < std::min(kAhead, m); ++i) {
+            prefetch_l2(link + sl[i]);
+            prefetch_l2(src + sl[i] * width_);
           }
-        };
-        for (std::int64_t i = 0; i < std::min(2 * kAhead, n); ++i) first(i);
-        for (std::int64_t i = 0; i < std::min(kAhead, n); ++i) second(i);
-        for (std::int64_t i = 0; i < n; ++i) {
-          if (i + 2 * kAhead < n) first(i + 2 * kAhead);
-          if (i + kAhead < n) second(i + kAhead);
-          const auto s = slot(i);
-          const auto* ro = obs_src + link[s].obs * od_;
-          const auto* rn = obs_src + link[s].next * od_;
-          for (std::int64_t j = 0; j < od_; ++j) {
-            o[i * od_ + j] = static_cast<float>(ro[j]);
-            no[i * od_ + j] = static_cast<float>(rn[j]);
+          for (std::int64_t i = 0; i < m; ++i) {
+            if (i + kAhead < m) {
+              prefetch_l2(link + sl[i + kAhead]);
+              prefetch_l2(src + sl[i + kAhead] * width_);
+            }
+            got[2 * i] = link[sl[i]].obs;
+            got[2 * i + 1] = link[sl[i]].next;
+            const float* row = src + sl[i] * width_;
+            const std::int64_t k = c0 + i;
+            for (std::int64_t j = 0; j < ad_; ++j) a[k * ad_ + j] = row[j];
+            r[k] = row[ad_];
+            t[k] = row[ad_ + 1];
+            if (d) d[k] = row[ad_ + 2];
+            if (tk) tk[k] = static_cast<std::int64_t>(row[task_col]);
           }
-          const float* row = src + s * width_;
-          std::copy(row, row + ad_, a + i * ad_);
-          r[i] = row[ad_];
-          t[i] = row[ad_ + 1];
-          if (d) d[i] = row[ad_ + 2];
-          if (tk) tk[i] = static_cast<std::int64_t>(row[task_col]);
+          // an observation row's first and last elements: its (at most two) lines
+          for (std::int64_t i = 0; i < 2 * std::min(kAhead, m); ++i) {
+            prefetch_l2(obs_src + got[i] * od_);
+            prefetch_l2(obs_src + got[i] * od_ + od_ - 1);
+          }
+          for (std::int64_t i = 0; i < m; ++i) {
+            if (i + kAhead < m) {
+              for (std::int64_t e = 2 * (i + kAhead); e < 2 * (i + kAhead) + 2; ++e) {
+                prefetch_l2(obs_src + got[e] * od_);
+                prefetch_l2(obs_src + got[e] * od_ + od_ - 1);
+              }
+            }
+            const auto* ro = obs_src + got[2 * i] * od_;
+            const auto* rn = obs_src + got[2 * i + 1] * od_;
+            float* oi = o + (c0 + i) * od_;
+            float* ni = no + (c0 + i) * od_;
+            for (std::int64_t j = 0; j < od_; ++j) oi[j] = static_cast<float>(ro[j]);
+            for (std::int64_t j = 0; j < od_; ++j) ni[j] = static_cast<float>(rn[j]);
+          }
         }
       };
       switch (obs_dtype_) {
@@ -11475,11 +11511,7 @@ class TransitionStore {
   }
 
   /// The id of the transition now in `slot` (slot < stored()).
-  [[nodiscard]] std::int64_t id_of(std::int64_t slot) const noexcept {
-    const std::int64_t newest_slot = (added_ - 1) % capacity_;
-    const std::int64_t base = added_ - 1 - newest_slot;  // id stored in slot 0 of this lap
-    return slot <= newest_slot ? base + slot : base - capacity_ + slot;
-  }
+  [[nodiscard]] std::int64_t id_of(std::int64_t slot) const noexcept { return lap().id(slot); }
   /// Whether transition `id` is still stored.
   [[nodiscard]] bool live(std::int64_t id) const noexcept {
     return id >= 0 && id < added_ && id + capacity_ >= added_ && valid(slot_of(id));
@@ -11530,8 +11562,21 @@ class TransitionStore {
   at::Tensor ids(std::span<const std::int64_t> slots) const {
     auto t = at::empty({static_cast<std::int64_t>(slots.size())}, at::TensorOptions().dtype(at::kLong));
     auto* id = t.data_ptr<std::int64_t>();
-    for (std::size_t i = 0; i < slots.size(); ++i) id[i] = id_of(slots[i]);
+    const Lap now = lap();  // (its division once for the batch)
+    for (std::size_t i = 0; i < slots.size(); ++i) id[i] = now.id(slots[i]);
     return t;
+  }
+  // Where the ring is: the newest row, and the id stored in row 0 of this lap; `id` maps a
+  // row to the id of the transition in it.
+  struct Lap {
+    std::int64_t newest_slot, base, capacity;
+    [[nodiscard]] std::int64_t id(std::int64_t slot) const noexcept {
+      return slot <= newest_slot ? base + slot : base - capacity + slot;
+    }
+  };
+  [[nodiscard]] Lap lap() const noexcept {
+    const std::int64_t newest_slot = (added_ - 1) % capacity_;
+    return {newest_slot, added_ - 1 - newest_slot, capacity_};
   }
   [[nodiscard]] std::int64_t obs_stored() const noexcept { return std::min(obs_added_, obs_capacity_); }
   [[nodiscard]] bool obs_live(std::int64_t id) const noexcept { return id >= 0 && id + obs_capacity_ >= obs_added_; }
@@ -11709,9 +11754,10 @@ class ReplayCore {
 /// A binary sum tree over a million leaves costs about 20 dependent cache misses per
 /// sample. Here every node has 8 children that fill one 64-byte cache line (doubles), so a
 /// descent is 7 levels deep and the top levels stay in cache; and a batch descends level
-/// by level, all of its samples at once, prefetching each next line, so the misses of one
-/// batch overlap instead of queueing. Sums are recomputed from the 8 children after each
-/// change, never adjusted by differences, so they do not drift over millions of updates.
+/// by level, all of its samples at once, prefetching each next line into the L2
+/// (`prefetch_l2`), so the misses of one batch overlap instead of queueing. Sums are
+/// recomputed from the 8 children after each change, never adjusted by differences, so
+/// they do not drift over millions of updates.
 ///
 /// With the misses overlapped, what is left is arithmetic on lines: a prefix sum of 8
 /// children per sample and level in `find`, a sum and a minimum of 8 children per touched
@@ -11752,6 +11798,8 @@ namespace sum_tree {
 
 inline constexpr std::int64_t kFanout = 8;
 inline constexpr double kInf = std::numeric_limits<double>::infinity();
+/// How many touched nodes ahead `set` fetches the lines it will write.
+inline constexpr std::size_t kWriteAhead = 16;
 
 /// The sum of one line, pairwise: the order in which the vector kernels add (halves of
 /// halves). The prefix sums of `prefix8` end in this same value, so the sum a parent stores
@@ -11826,7 +11874,7 @@ inline void descend_scalar(const double* s, const double* next, std::size_t n, d
     const double d = r - (c > 0 ? p[c - 1] : 0.0);
     rest[k] = d > 0.0 ? d : 0.0;  // (not std::max: +0 for -0, as the vector kernel's maxsd)
     node[k] = node[k] * kFanout + c;
-    if (next != nullptr) __builtin_prefetch(next + node[k] * kFanout);
+    if (next != nullptr) prefetch_l2(next + node[k] * kFanout);
   }
 }
 
@@ -11849,6 +11897,7 @@ inline std::size_t recompute_list_scalar(const double* s, const double* m, std::
   std::size_t out = 0;
   std::int64_t last = -1;
   for (std::size_t i = 0; i < n; ++i) {
+    if (i + kWriteAhead < n) prefetch_l2(m_up + (list[i + kWriteAhead] >> 3));  // (as the vector kernel)
     const std::int64_t p = list[i] >> 3;  // indices are >= 0
     if (p == last) continue;
     node_scalar<kLeaves>(s, m, p, s_up, m_up);
@@ -11939,7 +11988,7 @@ ANVIL_SUM_TREE_AVX512 inline void descend_avx512_impl(const double* s, const dou
     const double d = r - _mm512_cvtsd_f64(_mm512_permutexvar_pd(_mm512_set1_epi64(c), before));
     rest[k] = d > 0.0 ? d : 0.0;
     node[k] = at + c;
-    if constexpr (kPrefetch) __builtin_prefetch(next + node[k] * kFanout);
+    if constexpr (kPrefetch) prefetch_l2(next + node[k] * kFanout);
   }
 }
 
@@ -11970,6 +12019,8 @@ ANVIL_SUM_TREE_AVX512 inline std::size_t recompute_list_avx512(const double* s, 
   std::size_t out = 0;
   std::int64_t last = -1;
   for (std::size_t i = 0; i < n; ++i) {
+    // the minimums above a batch's leaves are not on `find`'s path: fetch them ahead
+    if (i + kWriteAhead < n) prefetch_l2(m_up + (list[i + kWriteAhead] >> 3));
     const std::int64_t p = list[i] >> 3;  // indices are >= 0
     if (p == last) continue;
     node_avx512<kLeaves>(s, m, p, s_up, m_up);
@@ -12132,7 +12183,7 @@ class PriorityTree {
           while (c > 0 && s[c] <= 0.0) --c;  // round-off past the last non-empty node
           rest_[k] = std::max(mass[k] - (c > 0 ? before[c - 1] : 0.0), 0.0);
           out[k] = c;
-          __builtin_prefetch(next + c * kFanout);
+          prefetch_l2(next + c * kFanout);
         }
       }
     }
@@ -12457,8 +12508,11 @@ class PrioritizedBuffer {
   void assign(const char* fn, const char* what, const at::Tensor& index, const at::Tensor& values,
               F to_priorities) {
     const std::string who = std::string("PrioritizedBuffer::") + fn + ": ";
-    const auto idx = index.to(at::kCPU, at::kLong).contiguous();
-    const auto val = values.detach().to(at::kCPU).contiguous();
+    // (host tensors of the right kind, as the CPU loops pass them, are read as they are: no op runs)
+    const auto idx = index.is_cpu() && index.scalar_type() == at::kLong && index.is_contiguous()
+                         ? index
+                         : index.to(at::kCPU, at::kLong).contiguous();
+    const auto val = values.is_cpu() && values.is_contiguous() ? values : values.detach().to(at::kCPU).contiguous();
     if (idx.numel() != val.numel())
       throw Error(who + std::to_string(idx.numel()) + " ids but " + std::to_string(val.numel()) + " " +
                   what + " values");
@@ -12467,7 +12521,7 @@ class PrioritizedBuffer {
     if (val.scalar_type() == at::kFloat)
       std::copy(val.data_ptr<float>(), val.data_ptr<float>() + n, given_.begin());
     else {
-      const auto val64 = val.to(at::kDouble);
+      const auto val64 = val.detach().to(at::kDouble);
       std::copy(val64.data_ptr<double>(), val64.data_ptr<double>() + n, given_.begin());
     }
     priority_.resize(static_cast<std::size_t>(n));

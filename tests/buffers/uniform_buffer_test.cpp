@@ -229,22 +229,34 @@ TEST_CASE("UniformBuffer: 16-bit observation storage halves its memory and gives
 }
 
 TEST_CASE("Replay storage: the indexed gather (how a GPU-resident buffer samples) matches the CPU gather") {
-  for (auto dtype : {ObsDtype::float32, ObsDtype::bfloat16}) {
-    anvil::detail::TransitionStore store(envs::spec_of(envs::Pendulum{}), 300, c10::Device(c10::kCPU), "test", 3, dtype);
-    store.set_gamma(0.9);
-    for (std::int64_t t = 0; t < 200; ++t) store.add(test::chain_step(3, t, 25));  // wraps; n-step windows flush
-    std::vector<std::int64_t> slots;
-    for (std::int64_t s = 0; s < store.stored(); s += 7)
-      if (store.valid(s)) slots.push_back(s);
-    REQUIRE(slots.size() > 30);
-    const auto a = store.gather(slots), b = store.gather_indexed(slots);
-    CHECK(torch::equal(a.obs, b.obs));
-    CHECK(torch::equal(a.next_obs, b.next_obs));
-    CHECK(torch::equal(a.action, b.action));
-    CHECK(torch::equal(a.reward, b.reward));
-    CHECK(torch::equal(a.terminated, b.terminated));
-    CHECK(torch::equal(a.discount, b.discount));
-    CHECK(torch::equal(a.index, b.index));
+  // The CPU gather reads chunks of 256 transitions in two passes: batches of several chunks
+  // and a partial one, every observation storage, n-step discounts and task columns.
+  for (auto dtype : {ObsDtype::float32, ObsDtype::bfloat16, ObsDtype::float16}) {
+    for (const bool tasks : {false, true}) {
+      CAPTURE(static_cast<int>(dtype));
+      CAPTURE(tasks);
+      const auto spec = tasks ? test::tasked_spec(3) : envs::spec_of(envs::Pendulum{});
+      anvil::detail::TransitionStore store(spec, 1000, c10::Device(c10::kCPU), "test", 3, dtype);
+      store.set_gamma(0.9);
+      for (std::int64_t t = 0; t < 500; ++t)  // wraps; n-step windows flush
+        store.add(tasks ? test::tasked_step(3, t, 25, [](std::int64_t i) { return i; }) : test::chain_step(3, t, 25));
+      std::vector<std::int64_t> slots;
+      for (std::int64_t s = 0; s < store.stored(); s += 2)
+        if (store.valid(s)) slots.push_back(s);
+      for (std::int64_t s = store.stored() - 1; s >= 0; s -= 5)  // out of order, with repeats
+        if (store.valid(s)) slots.push_back(s);
+      REQUIRE(slots.size() > 600);
+      const auto a = store.gather(slots), b = store.gather_indexed(slots);
+      CHECK(torch::equal(a.obs, b.obs));
+      CHECK(torch::equal(a.next_obs, b.next_obs));
+      CHECK(torch::equal(a.action, b.action));
+      CHECK(torch::equal(a.reward, b.reward));
+      CHECK(torch::equal(a.terminated, b.terminated));
+      CHECK(torch::equal(a.discount, b.discount));
+      CHECK(a.task.defined() == tasks);
+      if (tasks) CHECK(torch::equal(a.task, b.task));
+      CHECK(torch::equal(a.index, b.index));
+    }
   }
 }
 

@@ -306,8 +306,11 @@ class PrioritizedBuffer {
   void assign(const char* fn, const char* what, const at::Tensor& index, const at::Tensor& values,
               F to_priorities) {
     const std::string who = std::string("PrioritizedBuffer::") + fn + ": ";
-    const auto idx = index.to(at::kCPU, at::kLong).contiguous();
-    const auto val = values.detach().to(at::kCPU).contiguous();
+    // (host tensors of the right kind, as the CPU loops pass them, are read as they are: no op runs)
+    const auto idx = index.is_cpu() && index.scalar_type() == at::kLong && index.is_contiguous()
+                         ? index
+                         : index.to(at::kCPU, at::kLong).contiguous();
+    const auto val = values.is_cpu() && values.is_contiguous() ? values : values.detach().to(at::kCPU).contiguous();
     if (idx.numel() != val.numel())
       throw Error(who + std::to_string(idx.numel()) + " ids but " + std::to_string(val.numel()) + " " +
                   what + " values");
@@ -316,7 +319,7 @@ class PrioritizedBuffer {
     if (val.scalar_type() == at::kFloat)
       std::copy(val.data_ptr<float>(), val.data_ptr<float>() + n, given_.begin());
     else {
-      const auto val64 = val.to(at::kDouble);
+      const auto val64 = val.detach().to(at::kDouble);
       std::copy(val64.data_ptr<double>(), val64.data_ptr<double>() + n, given_.begin());
     }
     priority_.resize(static_cast<std::size_t>(n));

@@ -5,9 +5,10 @@
 /// A binary sum tree over a million leaves costs about 20 dependent cache misses per
 /// sample. Here every node has 8 children that fill one 64-byte cache line (doubles), so a
 /// descent is 7 levels deep and the top levels stay in cache; and a batch descends level
-/// by level, all of its samples at once, prefetching each next line, so the misses of one
-/// batch overlap instead of queueing. Sums are recomputed from the 8 children after each
-/// change, never adjusted by differences, so they do not drift over millions of updates.
+/// by level, all of its samples at once, prefetching each next line into the L2
+/// (`prefetch_l2`), so the misses of one batch overlap instead of queueing. Sums are
+/// recomputed from the 8 children after each change, never adjusted by differences, so
+/// they do not drift over millions of updates.
 ///
 /// With the misses overlapped, what is left is arithmetic on lines: a prefix sum of 8
 /// children per sample and level in `find`, a sum and a minimum of 8 children per touched
@@ -50,6 +51,8 @@ namespace sum_tree {
 
 inline constexpr std::int64_t kFanout = 8;
 inline constexpr double kInf = std::numeric_limits<double>::infinity();
+/// How many touched nodes ahead `set` fetches the lines it will write.
+inline constexpr std::size_t kWriteAhead = 16;
 
 /// The sum of one line, pairwise: the order in which the vector kernels add (halves of
 /// halves). The prefix sums of `prefix8` end in this same value, so the sum a parent stores
@@ -124,7 +127,7 @@ inline void descend_scalar(const double* s, const double* next, std::size_t n, d
     const double d = r - (c > 0 ? p[c - 1] : 0.0);
     rest[k] = d > 0.0 ? d : 0.0;  // (not std::max: +0 for -0, as the vector kernel's maxsd)
     node[k] = node[k] * kFanout + c;
-    if (next != nullptr) __builtin_prefetch(next + node[k] * kFanout);
+    if (next != nullptr) prefetch_l2(next + node[k] * kFanout);
   }
 }
 
@@ -147,6 +150,7 @@ inline std::size_t recompute_list_scalar(const double* s, const double* m, std::
   std::size_t out = 0;
   std::int64_t last = -1;
   for (std::size_t i = 0; i < n; ++i) {
+    if (i + kWriteAhead < n) prefetch_l2(m_up + (list[i + kWriteAhead] >> 3));  // (as the vector kernel)
     const std::int64_t p = list[i] >> 3;  // indices are >= 0
     if (p == last) continue;
     node_scalar<kLeaves>(s, m, p, s_up, m_up);
@@ -237,7 +241,7 @@ ANVIL_SUM_TREE_AVX512 inline void descend_avx512_impl(const double* s, const dou
     const double d = r - _mm512_cvtsd_f64(_mm512_permutexvar_pd(_mm512_set1_epi64(c), before));
     rest[k] = d > 0.0 ? d : 0.0;
     node[k] = at + c;
-    if constexpr (kPrefetch) __builtin_prefetch(next + node[k] * kFanout);
+    if constexpr (kPrefetch) prefetch_l2(next + node[k] * kFanout);
   }
 }
 
@@ -268,6 +272,8 @@ ANVIL_SUM_TREE_AVX512 inline std::size_t recompute_list_avx512(const double* s, 
   std::size_t out = 0;
   std::int64_t last = -1;
   for (std::size_t i = 0; i < n; ++i) {
+    // the minimums above a batch's leaves are not on `find`'s path: fetch them ahead
+    if (i + kWriteAhead < n) prefetch_l2(m_up + (list[i + kWriteAhead] >> 3));
     const std::int64_t p = list[i] >> 3;  // indices are >= 0
     if (p == last) continue;
     node_avx512<kLeaves>(s, m, p, s_up, m_up);
@@ -430,7 +436,7 @@ class PriorityTree {
           while (c > 0 && s[c] <= 0.0) --c;  // round-off past the last non-empty node
           rest_[k] = std::max(mass[k] - (c > 0 ? before[c - 1] : 0.0), 0.0);
           out[k] = c;
-          __builtin_prefetch(next + c * kFanout);
+          prefetch_l2(next + c * kFanout);
         }
       }
     }

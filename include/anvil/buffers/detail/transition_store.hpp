@@ -200,42 +200,58 @@ class TransitionStore {
         tk = b.task.data_ptr<std::int64_t>();
       }
       const std::int64_t task_col = ad_ + 2 + (with_discount_ ? 1 : 0);
-      // Rows of random transitions miss every cache, so they are fetched ahead in two
-      // stages: a transition's link and action row 2 * kAhead samples ahead, its two
-      // observation rows (whose places the link gives) kAhead samples ahead.
-      constexpr std::int64_t kAhead = 8;
+      // Rows of random transitions miss every cache. They are read in two passes over each
+      // chunk of the batch, each fetching its lines kAhead transitions ahead into the L2
+      // (`prefetch_l2`): the links and action rows, then the two observation rows that the
+      // links name. The prefetches are written out in the loops, not in helper lambdas:
+      // GCC 12 counts a lambda that only reads and prefetches as free of side effects and
+      // drops its calls, which left the observation rows unfetched before (a uniform sample
+      // took 2.6x as long; benchmarks/RESULTS.md, "The gather in two passes").
+      constexpr std::int64_t kChunk = 256, kAhead = 24;
       const Link* link = link_.data();
       auto run = [&](const auto* obs_src) {
-        auto slot = [&](std::int64_t i) { return slots[static_cast<std::size_t>(i)]; };
-        auto first = [&](std::int64_t i) {
-          __builtin_prefetch(link + slot(i));
-          __builtin_prefetch(src + slot(i) * width_);
-        };
-        auto second = [&](std::int64_t i) {
-          const Link l = link[slot(i)];
-          for (const auto* row : {obs_src + l.obs * od_, obs_src + l.next * od_}) {
-            __builtin_prefetch(row);
-            __builtin_prefetch(row + od_ - 1);
+        std::int32_t got[2 * kChunk];  // the chunk's links: obs and next rows
+        for (std::int64_t c0 = 0; c0 < n; c0 += kChunk) {
+          const std::int64_t m = std::min(kChunk, n - c0);
+          const std::int64_t* sl = slots.data() + c0;
+          for (std::int64_t i = 0; i < std::min(kAhead, m); ++i) {
+            prefetch_l2(link + sl[i]);
+            prefetch_l2(src + sl[i] * width_);
           }
-        };
-        for (std::int64_t i = 0; i < std::min(2 * kAhead, n); ++i) first(i);
-        for (std::int64_t i = 0; i < std::min(kAhead, n); ++i) second(i);
-        for (std::int64_t i = 0; i < n; ++i) {
-          if (i + 2 * kAhead < n) first(i + 2 * kAhead);
-          if (i + kAhead < n) second(i + kAhead);
-          const auto s = slot(i);
-          const auto* ro = obs_src + link[s].obs * od_;
-          const auto* rn = obs_src + link[s].next * od_;
-          for (std::int64_t j = 0; j < od_; ++j) {
-            o[i * od_ + j] = static_cast<float>(ro[j]);
-            no[i * od_ + j] = static_cast<float>(rn[j]);
+          for (std::int64_t i = 0; i < m; ++i) {
+            if (i + kAhead < m) {
+              prefetch_l2(link + sl[i + kAhead]);
+              prefetch_l2(src + sl[i + kAhead] * width_);
+            }
+            got[2 * i] = link[sl[i]].obs;
+            got[2 * i + 1] = link[sl[i]].next;
+            const float* row = src + sl[i] * width_;
+            const std::int64_t k = c0 + i;
+            for (std::int64_t j = 0; j < ad_; ++j) a[k * ad_ + j] = row[j];
+            r[k] = row[ad_];
+            t[k] = row[ad_ + 1];
+            if (d) d[k] = row[ad_ + 2];
+            if (tk) tk[k] = static_cast<std::int64_t>(row[task_col]);
           }
-          const float* row = src + s * width_;
-          std::copy(row, row + ad_, a + i * ad_);
-          r[i] = row[ad_];
-          t[i] = row[ad_ + 1];
-          if (d) d[i] = row[ad_ + 2];
-          if (tk) tk[i] = static_cast<std::int64_t>(row[task_col]);
+          // an observation row's first and last elements: its (at most two) lines
+          for (std::int64_t i = 0; i < 2 * std::min(kAhead, m); ++i) {
+            prefetch_l2(obs_src + got[i] * od_);
+            prefetch_l2(obs_src + got[i] * od_ + od_ - 1);
+          }
+          for (std::int64_t i = 0; i < m; ++i) {
+            if (i + kAhead < m) {
+              for (std::int64_t e = 2 * (i + kAhead); e < 2 * (i + kAhead) + 2; ++e) {
+                prefetch_l2(obs_src + got[e] * od_);
+                prefetch_l2(obs_src + got[e] * od_ + od_ - 1);
+              }
+            }
+            const auto* ro = obs_src + got[2 * i] * od_;
+            const auto* rn = obs_src + got[2 * i + 1] * od_;
+            float* oi = o + (c0 + i) * od_;
+            float* ni = no + (c0 + i) * od_;
+            for (std::int64_t j = 0; j < od_; ++j) oi[j] = static_cast<float>(ro[j]);
+            for (std::int64_t j = 0; j < od_; ++j) ni[j] = static_cast<float>(rn[j]);
+          }
         }
       };
       switch (obs_dtype_) {
@@ -389,11 +405,7 @@ class TransitionStore {
   }
 
   /// The id of the transition now in `slot` (slot < stored()).
-  [[nodiscard]] std::int64_t id_of(std::int64_t slot) const noexcept {
-    const std::int64_t newest_slot = (added_ - 1) % capacity_;
-    const std::int64_t base = added_ - 1 - newest_slot;  // id stored in slot 0 of this lap
-    return slot <= newest_slot ? base + slot : base - capacity_ + slot;
-  }
+  [[nodiscard]] std::int64_t id_of(std::int64_t slot) const noexcept { return lap().id(slot); }
   /// Whether transition `id` is still stored.
   [[nodiscard]] bool live(std::int64_t id) const noexcept {
     return id >= 0 && id < added_ && id + capacity_ >= added_ && valid(slot_of(id));
@@ -444,8 +456,21 @@ class TransitionStore {
   at::Tensor ids(std::span<const std::int64_t> slots) const {
     auto t = at::empty({static_cast<std::int64_t>(slots.size())}, at::TensorOptions().dtype(at::kLong));
     auto* id = t.data_ptr<std::int64_t>();
-    for (std::size_t i = 0; i < slots.size(); ++i) id[i] = id_of(slots[i]);
+    const Lap now = lap();  // (its division once for the batch)
+    for (std::size_t i = 0; i < slots.size(); ++i) id[i] = now.id(slots[i]);
     return t;
+  }
+  // Where the ring is: the newest row, and the id stored in row 0 of this lap; `id` maps a
+  // row to the id of the transition in it.
+  struct Lap {
+    std::int64_t newest_slot, base, capacity;
+    [[nodiscard]] std::int64_t id(std::int64_t slot) const noexcept {
+      return slot <= newest_slot ? base + slot : base - capacity + slot;
+    }
+  };
+  [[nodiscard]] Lap lap() const noexcept {
+    const std::int64_t newest_slot = (added_ - 1) % capacity_;
+    return {newest_slot, added_ - 1 - newest_slot, capacity_};
   }
   [[nodiscard]] std::int64_t obs_stored() const noexcept { return std::min(obs_added_, obs_capacity_); }
   [[nodiscard]] bool obs_live(std::int64_t id) const noexcept { return id >= 0 && id + obs_capacity_ >= obs_added_; }
