@@ -11135,6 +11135,14 @@ namespace anvil {
 
 namespace detail {
 
+/// `t`'s values as a contiguous host tensor of `dtype`, for reading its data: `t` itself when
+/// it is one already, so the per-step calls of the buffers, which usually get such tensors,
+/// run no LibTorch op; else a converted copy (no autograd history).
+inline at::Tensor host_as(const at::Tensor& t, at::ScalarType dtype) {
+  if (t.is_cpu() && t.scalar_type() == dtype && t.is_contiguous()) return t;
+  return t.detach().to(at::kCPU, dtype).contiguous();
+}
+
 /// Replay storage in two preallocated rings.
 ///
 /// Transitions: `capacity` rows of [action | reward | terminated (| discount)] floats,
@@ -11316,10 +11324,11 @@ class TransitionStore {
       constexpr std::int64_t kChunk = 256, kAhead = 24;
       const Link* link = link_.data();
       auto run = [&](const auto* obs_src) {
-        std::int32_t got[2 * kChunk];  // the chunk's links: obs and next rows
+        std::int32_t rows[2 * kChunk];  // the chunk's observation rows: obs, next_obs of each transition
         for (std::int64_t c0 = 0; c0 < n; c0 += kChunk) {
           const std::int64_t m = std::min(kChunk, n - c0);
           const std::int64_t* sl = slots.data() + c0;
+          // pass 1: the links and action rows
           for (std::int64_t i = 0; i < std::min(kAhead, m); ++i) {
             prefetch_l2(link + sl[i]);
             prefetch_l2(src + sl[i] * width_);
@@ -11329,8 +11338,9 @@ class TransitionStore {
               prefetch_l2(link + sl[i + kAhead]);
               prefetch_l2(src + sl[i + kAhead] * width_);
             }
-            got[2 * i] = link[sl[i]].obs;
-            got[2 * i + 1] = link[sl[i]].next;
+            const Link l = link[sl[i]];
+            rows[2 * i] = l.obs;
+            rows[2 * i + 1] = l.next;
             const float* row = src + sl[i] * width_;
             const std::int64_t k = c0 + i;
             for (std::int64_t j = 0; j < ad_; ++j) a[k * ad_ + j] = row[j];
@@ -11339,22 +11349,24 @@ class TransitionStore {
             if (d) d[k] = row[ad_ + 2];
             if (tk) tk[k] = static_cast<std::int64_t>(row[task_col]);
           }
-          // an observation row's first and last elements: its (at most two) lines
-          for (std::int64_t i = 0; i < 2 * std::min(kAhead, m); ++i) {
-            prefetch_l2(obs_src + got[i] * od_);
-            prefetch_l2(obs_src + got[i] * od_ + od_ - 1);
+          // pass 2: the observation rows, each fetched by its first and last elements (its
+          // at most two lines), 2 * kAhead rows ahead
+          const std::int64_t count = 2 * m, ahead = 2 * kAhead;
+          for (std::int64_t e = 0; e < std::min(ahead, count); ++e) {
+            prefetch_l2(obs_src + rows[e] * od_);
+            prefetch_l2(obs_src + rows[e] * od_ + od_ - 1);
           }
-          for (std::int64_t i = 0; i < m; ++i) {
-            if (i + kAhead < m) {
-              for (std::int64_t e = 2 * (i + kAhead); e < 2 * (i + kAhead) + 2; ++e) {
-                prefetch_l2(obs_src + got[e] * od_);
-                prefetch_l2(obs_src + got[e] * od_ + od_ - 1);
-              }
+          for (std::int64_t e = 0; e < count; e += 2) {  // a transition's obs and next_obs
+            if (e + ahead < count) {
+              prefetch_l2(obs_src + rows[e + ahead] * od_);
+              prefetch_l2(obs_src + rows[e + ahead] * od_ + od_ - 1);
+              prefetch_l2(obs_src + rows[e + ahead + 1] * od_);
+              prefetch_l2(obs_src + rows[e + ahead + 1] * od_ + od_ - 1);
             }
-            const auto* ro = obs_src + got[2 * i] * od_;
-            const auto* rn = obs_src + got[2 * i + 1] * od_;
-            float* oi = o + (c0 + i) * od_;
-            float* ni = no + (c0 + i) * od_;
+            const auto* ro = obs_src + rows[e] * od_;
+            const auto* rn = obs_src + rows[e + 1] * od_;
+            float* oi = o + (c0 + e / 2) * od_;
+            float* ni = no + (c0 + e / 2) * od_;
             for (std::int64_t j = 0; j < od_; ++j) oi[j] = static_cast<float>(ro[j]);
             for (std::int64_t j = 0; j < od_; ++j) ni[j] = static_cast<float>(rn[j]);
           }
@@ -11549,14 +11561,12 @@ class TransitionStore {
   }
 
  private:
-  // `t` on the host as contiguous float32 [n, w], or a clear error naming the field.
+  // `t`'s n * w values on the host as contiguous float32, or a clear error naming the field.
   at::Tensor host(const at::Tensor& t, std::int64_t n, std::int64_t w, const char* field) const {
     if (!t.defined() || t.numel() != n * w)
       throw Error(owner_ + ": StepBatch." + field + " has " + (t.defined() ? std::to_string(t.numel()) : "no") +
                   " values; expected " + std::to_string(n) + " envs x " + std::to_string(w));
-    // Only the data is read: a contiguous float32 host tensor is used as it is (no op runs).
-    if (t.is_cpu() && t.scalar_type() == at::kFloat && t.is_contiguous()) return t;
-    return t.to(at::kCPU).to(at::kFloat).contiguous().view({n, w});
+    return host_as(t, at::kFloat);  // (only its data is read)
   }
   // The ids of the transitions in rows `slots`, as a host int64 tensor.
   at::Tensor ids(std::span<const std::int64_t> slots) const {
@@ -12508,11 +12518,8 @@ class PrioritizedBuffer {
   void assign(const char* fn, const char* what, const at::Tensor& index, const at::Tensor& values,
               F to_priorities) {
     const std::string who = std::string("PrioritizedBuffer::") + fn + ": ";
-    // (host tensors of the right kind, as the CPU loops pass them, are read as they are: no op runs)
-    const auto idx = index.is_cpu() && index.scalar_type() == at::kLong && index.is_contiguous()
-                         ? index
-                         : index.to(at::kCPU, at::kLong).contiguous();
-    const auto val = values.is_cpu() && values.is_contiguous() ? values : values.detach().to(at::kCPU).contiguous();
+    const auto idx = detail::host_as(index, at::kLong);
+    const auto val = detail::host_as(values, values.scalar_type() == at::kFloat ? at::kFloat : at::kDouble);
     if (idx.numel() != val.numel())
       throw Error(who + std::to_string(idx.numel()) + " ids but " + std::to_string(val.numel()) + " " +
                   what + " values");
@@ -12520,10 +12527,8 @@ class PrioritizedBuffer {
     given_.resize(static_cast<std::size_t>(n));
     if (val.scalar_type() == at::kFloat)
       std::copy(val.data_ptr<float>(), val.data_ptr<float>() + n, given_.begin());
-    else {
-      const auto val64 = val.detach().to(at::kDouble);
-      std::copy(val64.data_ptr<double>(), val64.data_ptr<double>() + n, given_.begin());
-    }
+    else
+      std::copy(val.data_ptr<double>(), val.data_ptr<double>() + n, given_.begin());
     priority_.resize(static_cast<std::size_t>(n));
     to_priorities(given_.data(), priority_.data(), n);  // all at once (vectorised); checked below
     const auto* ip = idx.data_ptr<std::int64_t>();

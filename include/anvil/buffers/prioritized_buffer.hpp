@@ -306,11 +306,8 @@ class PrioritizedBuffer {
   void assign(const char* fn, const char* what, const at::Tensor& index, const at::Tensor& values,
               F to_priorities) {
     const std::string who = std::string("PrioritizedBuffer::") + fn + ": ";
-    // (host tensors of the right kind, as the CPU loops pass them, are read as they are: no op runs)
-    const auto idx = index.is_cpu() && index.scalar_type() == at::kLong && index.is_contiguous()
-                         ? index
-                         : index.to(at::kCPU, at::kLong).contiguous();
-    const auto val = values.is_cpu() && values.is_contiguous() ? values : values.detach().to(at::kCPU).contiguous();
+    const auto idx = detail::host_as(index, at::kLong);
+    const auto val = detail::host_as(values, values.scalar_type() == at::kFloat ? at::kFloat : at::kDouble);
     if (idx.numel() != val.numel())
       throw Error(who + std::to_string(idx.numel()) + " ids but " + std::to_string(val.numel()) + " " +
                   what + " values");
@@ -318,10 +315,8 @@ class PrioritizedBuffer {
     given_.resize(static_cast<std::size_t>(n));
     if (val.scalar_type() == at::kFloat)
       std::copy(val.data_ptr<float>(), val.data_ptr<float>() + n, given_.begin());
-    else {
-      const auto val64 = val.detach().to(at::kDouble);
-      std::copy(val64.data_ptr<double>(), val64.data_ptr<double>() + n, given_.begin());
-    }
+    else
+      std::copy(val.data_ptr<double>(), val.data_ptr<double>() + n, given_.begin());
     priority_.resize(static_cast<std::size_t>(n));
     to_priorities(given_.data(), priority_.data(), n);  // all at once (vectorised); checked below
     const auto* ip = idx.data_ptr<std::int64_t>();
