@@ -42,7 +42,7 @@ int main(int argc, char** argv) {
   t.train->learning_starts = std::min<std::int64_t>(1000, *b.steps / 2);
   t.algorithm->actor->hidden = {*b.hidden, *b.hidden};
   t.algorithm->critic->hidden = {*b.hidden, *b.hidden};
-  Trainer::Parallelism::start_ranks(*t.parallel);  // more than one rank: this process launches them
+  Trainer::Parallelism::start_ranks(*t.parallel, *t.run->device);  // more than one rank: this process launches them
   Trainer trainer(anvil::envs::Pendulum{}, t, "bench_ddp");
   auto& par = trainer.parallelism();
   auto& sac = trainer.algorithm();

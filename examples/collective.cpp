@@ -21,6 +21,10 @@
 //                  resumable run (Staged<OfflineLoop, OffPolicyLoop>).
 //   merge          appends datasets (--experiment.merge=a.hdf5,b.hdf5) to experiment.dataset:
 //                  workers that ran at once, each into a file of its own.
+//
+// `--smoke` with no mode runs the stages in order for seconds each, as a first try: a worker
+// on one task (reach, unless --env.tasks names one) fills a dataset in its run directory, the
+// collective is distilled from it, and a student is shaped by that collective.
 #include <cstdio>
 #include <filesystem>
 #include <string>
@@ -47,9 +51,14 @@ using anvil::envs::mujoco::Manipulation;
 using HistoryEnv = anvil::envs::History<Manipulation>;
 
 struct Experiment {
-  anvil::Param<std::string, "mode", "train_worker, distill_collective_transformer, train_student, staged or merge"> mode{"train_worker"};
-  anvil::Param<std::string, "dataset", "the collective dataset (HDF5) workers append to and distillation reads"> dataset{
-      "data/collective.hdf5"};
+  anvil::Param<std::string, "mode",
+               "train_worker, distill_collective_transformer, train_student, staged or merge (none: train_worker; with "
+               "--smoke, the stages in order)">
+      mode{""};
+  anvil::Param<std::string, "dataset",
+               "the collective dataset (HDF5) workers append to and distillation reads (empty: collective.hdf5 in the "
+               "worker's run directory)">
+      dataset{"data/collective.hdf5"};
   anvil::Param<std::string, "precision", "fp32 or bf16 (distill_collective_transformer)"> precision{"fp32"};
   anvil::Param<std::vector<std::string>, "merge", "collective datasets to append to experiment.dataset (merge)"> merge{};
 };
@@ -94,7 +103,8 @@ std::string one_task(const std::vector<std::string>& tasks, const char* mode) {
   return tasks.front();
 }
 
-int train_worker(const anvil::Args& args, const Experiment& e) {
+// Returns the dataset it appended to (rank 0; empty on the others).
+std::filesystem::path train_worker(const anvil::Args& args, const Experiment& e) {
   using Trainer = anvil::Trainer<anvil::SAC, anvil::CollectiveTap<>, anvil::DDPAuto>;
   Trainer::Config d;
   online_defaults(d, *d.algorithm);
@@ -103,18 +113,20 @@ int train_worker(const anvil::Args& args, const Experiment& e) {
   const auto task = one_task(*cfg.env->tasks, "train_worker");
   Trainer trainer(Manipulation{}, cfg, "collective");
   trainer.fit();
-  if (trainer.context().rank != 0) return 0;
-  const auto rows = anvil::finish_worker(trainer.algorithm(), trainer.buffer(), *e.dataset, task, cfg.run->seed);
+  if (trainer.context().rank != 0) return {};
+  const auto dataset = e.dataset->empty() ? trainer.run_dir() / "collective.hdf5" : std::filesystem::path(*e.dataset);
+  const auto rows = anvil::finish_worker(trainer.algorithm(), trainer.buffer(), dataset.string(), task, cfg.run->seed);
   std::printf("collective: %lld transitions of %s labelled by the expert and appended to %s\n", static_cast<long long>(rows), task.c_str(),
-              e.dataset->c_str());
-  return 0;
+              dataset.c_str());
+  return dataset;
 }
 
 // The tasks a dataset holds (the distillation's envs).
 std::vector<std::string> dataset_tasks(const std::string& file) { return anvil::CollectiveFile(file).tasks(); }
 
+// Returns the run directory (its policy.bin is the collective).
 template <class X>
-int distill(const anvil::Args& args, const Experiment& e) {
+std::filesystem::path distill(const anvil::Args& args, const Experiment& e) {
   using Trainer = anvil::Trainer<anvil::CollectiveDistillation, anvil::CollectiveDataset, anvil::DDPAuto, X>;
   typename Trainer::Config d;
   run_defaults(d);
@@ -135,7 +147,7 @@ int distill(const anvil::Args& args, const Experiment& e) {
   if (cfg.env->tasks->empty() && cfg.env->suite->empty()) cfg.env->tasks = dataset_tasks(*cfg.train->dataset);
   Trainer trainer(HistoryEnv(Manipulation{}, cfg.algorithm->history, anvil::envs::mujoco::kObsDim), cfg, "collective");
   trainer.fit();
-  return 0;
+  return trainer.run_dir();
 }
 
 int train_student(const anvil::Args& args) {
@@ -174,6 +186,41 @@ int staged(const anvil::Args& args, const Experiment& e) {
   return 0;
 }
 
+// `args` with `key=value` set: over the user's settings (`over`) or under them.
+anvil::Args with(anvil::Args args, const std::string& key, const std::string& value, bool over) {
+  anvil::Setting s;
+  s.key = key;
+  s.values = {value};
+  s.origin = "collective --smoke's stages";
+  if (over) args.settings.push_back(std::move(s));
+  else args.settings.insert(args.settings.begin(), std::move(s));
+  return args;
+}
+
+// --smoke with no mode: the stages in order, each a run of seconds (see file comment). The
+// user's settings go to every stage; its --run_dir, if any, holds the three runs.
+int smoke_stages(const anvil::Args& args, Experiment e) {
+  using Worker = anvil::Trainer<anvil::SAC, anvil::CollectiveTap<>, anvil::DDPAuto>;
+  Worker::Config probe;
+  try {
+    probe = anvil::configure<Worker::Config>(args);
+  } catch (const anvil::ConfigError&) {
+  }
+  const std::string root = probe.run->run_dir;
+  const auto in_root = [&](anvil::Args a, const char* stage) {
+    return root.empty() ? a : with(std::move(a), "run.run_dir", (std::filesystem::path(root) / stage).string(), true);
+  };
+  if (probe.env->tasks->empty()) std::printf("collective --smoke: no task named (--env.tasks); the worker and the student train on reach\n");
+  const auto worker_args = in_root(with(args, "env.tasks", "reach", /*over=*/false), "worker");
+  e.dataset = "";  // in the worker's run directory
+  e.dataset = train_worker(worker_args, e).string();
+  const auto collective = distill<anvil::FP32>(in_root(args, "distill"), e) / "policy.bin";
+  train_student(in_root(with(with(args, "env.tasks", "reach", false), "student.shaping.collective", collective.string(), true), "student"));
+  std::printf("collective --smoke: a worker filled %s, the collective distilled from it is %s, and a student trained with it\n",
+              e.dataset->c_str(), collective.c_str());
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -181,11 +228,16 @@ int main(int argc, char** argv) {
   const auto [args, own] = anvil::start_with_section<ExperimentConfig>(argc, argv, "experiment");
   const Experiment& e = *own.experiment;
   try {
-    if (*e.mode == "train_worker") return train_worker(args, e);
+    if (e.mode->empty() && anvil::asks_smoke(args)) return smoke_stages(args, e);
+    if (e.mode->empty() || *e.mode == "train_worker") {
+      train_worker(args, e);
+      return 0;
+    }
     if (*e.mode == "distill_collective_transformer" || *e.mode == "distill") {
-      if (*e.precision == "bf16") return distill<anvil::BF16>(args, e);
-      if (*e.precision == "fp32") return distill<anvil::FP32>(args, e);
-      throw anvil::ConfigError("experiment.precision: '" + *e.precision + "' is neither fp32 nor bf16");
+      if (*e.precision == "bf16") distill<anvil::BF16>(args, e);
+      else if (*e.precision == "fp32") distill<anvil::FP32>(args, e);
+      else throw anvil::ConfigError("experiment.precision: '" + *e.precision + "' is neither fp32 nor bf16");
+      return 0;
     }
     if (*e.mode == "train_student") return train_student(args);
     if (*e.mode == "staged") return staged(args, e);

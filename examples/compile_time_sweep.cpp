@@ -5,6 +5,7 @@
 // the library does not hold is built by including <anvil/train/compiled_trainer_impl.hpp>
 // and saying ANVIL_COMPILED_TRAINER(...) for it (train/compiled_trainer.hpp).
 #include <anvil/compiled.hpp>
+#include <anvil/observe/progress.hpp>
 
 #include <cstdio>
 #include <string>
@@ -48,8 +49,8 @@ int main(int argc, char** argv) {
           T trainer(envs::Pendulum{}, cfg, "compile_time_sweep");
           const auto r = trainer.fit();
           char row[128];
-          std::snprintf(row, sizeof row, "%-32s %12.0f %12.1f\n", e.name,
-                        static_cast<double>(r.env_steps) / r.wall_seconds, r.final_eval_return);
+          std::snprintf(row, sizeof row, "%-32s %12.0f %12s\n", e.name,
+                        static_cast<double>(r.env_steps) / r.wall_seconds, metric_text(r.final_eval_return).c_str());
           table += row;
         };
         (run(entry), ...);

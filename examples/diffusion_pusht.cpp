@@ -11,15 +11,21 @@
 //           --experiment.precision=bf16 trains with BF16 autocast; --nproc_per_node=N with DDP.
 //   expert  evaluates the expert itself on the test seeds (the demonstrator's own score), and
 //           two references: the pusher held still, and a random walk of the commanded point.
-//   eval    evaluates a trained run's last checkpoint on the test seeds (--experiment.run).
+//   eval    evaluates a trained run's last checkpoint on the test seeds (--experiment.run),
+//           with the run's own settings and precision (the Trainer's keys given here go over
+//           them: --device=cpu, say).
 //
-// Test seeds: 100000 + i, as the published evaluation (50 of them by default).
+// `--smoke` alone records a few demonstrations of its own, trains on them for seconds and
+// evaluates the run: every stage in order, as a first try. Test seeds: 100000 + i, as the
+// published evaluation (50 of them by default).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <string>
 #include <vector>
+
+#include <unistd.h>
 
 #include <anvil/algorithms/diffusion_policy.hpp>
 #include <anvil/buffers/demo_dataset.hpp>
@@ -30,6 +36,7 @@
 #include <anvil/envs/multi_step.hpp>
 #include <anvil/parallel/ddp.hpp>
 #include <anvil/precision/bf16.hpp>
+#include <anvil/train/hooks/checkpoint.hpp>
 #include <anvil/train/start.hpp>
 #include <anvil/train/trainer.hpp>
 
@@ -40,7 +47,9 @@ using anvil::envs::chipmunk::PushTExpert;
 
 struct Experiment {
   anvil::Param<std::string, "mode", "record, train, expert or eval"> mode{"train"};
-  anvil::Param<std::string, "precision", "fp32 or bf16 (train)"> precision{"fp32"};
+  anvil::Param<std::string, "precision",
+               "fp32 or bf16 (train: fp32, or a resumed run's own; eval: the run's own, when not given)">
+      precision{""};
   anvil::Param<int, "demos", "successful demonstrations to record (record)", anvil::at_least(1)> demos{200};
   anvil::Param<std::string, "file", "the demonstration file written (record)"> file{"data/pusht_demos.hdf5"};
   anvil::Param<std::int64_t, "seed", "first seed of the recorded episodes (record)", anvil::at_least(0)> seed{0};
@@ -58,7 +67,7 @@ anvil::envs::MultiStep<PushT> pusht_env(const anvil::DiffusionPolicy::Config& c)
   return {PushT(PushT::Reward::best_gain), c.obs_horizon, c.action_horizon};
 }
 
-int record(const Experiment& e) {
+int record(const Experiment& e, bool quiet = false) {
   anvil::Demonstrations d;
   d.env_name = std::string(PushT::name);
   d.obs_parts = {{"keypoints", 2 * PushT::kNumKeypoints}, {"agent_pos", 2}};
@@ -84,7 +93,8 @@ int record(const Experiment& e) {
   const std::filesystem::path file(*e.file);
   if (file.has_parent_path()) std::filesystem::create_directories(file.parent_path());
   anvil::write_demonstrations(file, d);
-  std::printf("recorded %lld demonstrations (%lld steps; the expert succeeded in %lld of %d episodes) to %s\n",
+  if (!quiet)
+    std::printf("recorded %lld demonstrations (%lld steps; the expert succeeded in %lld of %d episodes) to %s\n",
               static_cast<long long>(d.episodes()), static_cast<long long>(d.steps()), static_cast<long long>(d.episodes()), tried,
               file.c_str());
   return 0;
@@ -132,24 +142,31 @@ int expert_score(const Experiment& e) {
 
 // The latest checkpoint in a run directory.
 std::filesystem::path latest_checkpoint(const std::filesystem::path& dir) {
-  std::filesystem::path best;
-  if (std::filesystem::is_directory(dir))
-    for (const auto& f : std::filesystem::directory_iterator(dir))
-      if (f.path().extension() == ".ckpt" && (best.empty() || f.path().filename() > best.filename())) best = f.path();
+  const auto best = anvil::Checkpoints::latest(dir);
   if (best.empty()) throw anvil::ConfigError("experiment.run: '" + dir.string() + "' holds no checkpoint");
   return best;
 }
 
+// The precision a run was trained in, from its latest checkpoint ("" when it has none).
+std::string run_precision(const std::filesystem::path& dir) {
+  const auto ckpt = anvil::Checkpoints::latest(dir);
+  return ckpt.empty() ? "" : anvil::Checkpoints::identity(ckpt).precision;
+}
+
 // A trained run's policy (its EMA weights when it kept an average) on the test seeds, all
-// episodes at once: the mean best reward (the published score) and the success rate.
+// episodes at once: the mean best reward (the published score) and the success rate. The
+// run's config.yaml gives the settings; the Trainer's keys in `args` go over them.
 template <class X>
-int evaluate_run(const Experiment& e) {
+int evaluate_run(const Experiment& e, const anvil::Args& args) {
   using Trainer = DpTrainer<X>;
   typename Trainer::Config t;
-  t.parallel->nproc_per_node = 1;  // the evaluation is one process
   auto settings = anvil::load_yaml_file((std::filesystem::path(*e.run) / "config.yaml").string());
-  std::erase_if(settings, [](const anvil::Setting& s) { return s.key.starts_with("parallel."); });
+  settings.insert(settings.end(), args.settings.begin(), args.settings.end());
+  std::erase_if(settings, [](const anvil::Setting& s) {
+    return s.key.starts_with("parallel.") || s.key == "nproc_per_node" || s.key == "smoke" || s.key == "run.smoke";
+  });
   anvil::apply_settings(t, settings);
+  t.parallel->nproc_per_node = 1;  // the evaluation is one process
   t.run->resume = latest_checkpoint(*e.run).string();
   t.run->run_dir = (std::filesystem::temp_directory_path() / ("anvil_diffusion_eval_" + std::to_string(::getpid()))).string();
   t.run->progress = anvil::ProgressMode::off;
@@ -174,15 +191,44 @@ int evaluate_run(const Experiment& e) {
 }
 
 template <class X>
-int train(const anvil::Args& args) {
+int train(const anvil::Args& args, Experiment e) {
   using Trainer = DpTrainer<X>;
   typename Trainer::Config defaults;
   defaults.parallel->nproc_per_node = 1;  // one process unless more ranks are asked for
   auto cfg = anvil::start<Trainer>(args, defaults);
+  // A smoke run with no demonstrations records a few of its own (in a file of this
+  // process's: each rank records its own), trains on them and evaluates the run.
+  const bool own_demos = *cfg.run->smoke && cfg.train->dataset->empty();
+  if (own_demos) {
+    e.demos = 3;
+    e.file = (std::filesystem::temp_directory_path() / ("anvil_pusht_smoke_" + std::to_string(::getpid()) + ".hdf5")).string();
+    record(e, /*quiet=*/true);
+    cfg.train->dataset = *e.file;
+  }
   Trainer trainer(pusht_env(*cfg.algorithm), cfg, "diffusion_pusht");
   trainer.fit();
+  if (own_demos) {
+    if (trainer.context().rank == 0) {
+      std::printf("smoke: trained on 3 demonstrations recorded by the expert; the run on 2 test seeds:\n");
+      std::fflush(stdout);
+      e.run = trainer.run_dir().string();
+      e.test_episodes = 2;
+      evaluate_run<X>(e, anvil::Args{});
+    }
+    std::filesystem::remove(*e.file);
+  }
   return 0;
 }
+
+// The precision of a mode that may continue or evaluate a run: the one given, else the
+// run's own (`dir`'s latest checkpoint), else fp32.
+std::string precision_for(const Experiment& e, const std::filesystem::path& dir) {
+  if (!e.precision->empty()) return *e.precision;
+  const auto p = dir.empty() ? std::string() : run_precision(dir);
+  return p.empty() ? "fp32" : p;
+}
+
+
 
 }  // namespace
 
@@ -195,13 +241,16 @@ int main(int argc, char** argv) {
     if (*e.mode == "expert") return expert_score(e);
     if (*e.mode == "eval") {
       if (e.run->empty()) throw anvil::ConfigError("experiment.run: name the training run's directory to evaluate (experiment.mode=eval)");
-      if (*e.precision == "bf16") return evaluate_run<anvil::BF16>(e);
-      return evaluate_run<anvil::FP32>(e);
+      const auto precision = precision_for(e, *e.run);
+      if (precision == "bf16") return evaluate_run<anvil::BF16>(e, args);
+      if (precision == "fp32") return evaluate_run<anvil::FP32>(e, args);
+      throw anvil::ConfigError("experiment.precision: '" + precision + "' is neither fp32 nor bf16");
     }
     if (*e.mode == "train") {
-      if (*e.precision == "bf16") return train<anvil::BF16>(args);
-      if (*e.precision == "fp32") return train<anvil::FP32>(args);
-      throw anvil::ConfigError("experiment.precision: '" + *e.precision + "' is neither fp32 nor bf16");
+      const auto precision = precision_for(e, anvil::resumed_run_dir<DpTrainer<anvil::FP32>::Config>(args));
+      if (precision == "bf16") return train<anvil::BF16>(args, e);
+      if (precision == "fp32") return train<anvil::FP32>(args, e);
+      throw anvil::ConfigError("experiment.precision: '" + precision + "' is neither fp32 nor bf16");
     }
     throw anvil::ConfigError("experiment.mode: '" + *e.mode + "' is not one of record, train, expert, eval");
   } catch (const anvil::Error& err) {

@@ -1714,13 +1714,14 @@ concept SynchronisesTensors = requires(P& p, std::vector<at::Tensor>& ts) {
   { p.broadcast(ts) };
 };
 
-/// `P` sets up its processes explicitly: `P::start_ranks(cfg)` (called by `anvil::start`
-/// from main, never by a constructor) may make this process the launcher of several ranks;
+/// `P` sets up its processes explicitly: `P::start_ranks(cfg, device)` (called by
+/// `anvil::start` from main, never by a constructor, with the run's `run.device` setting)
+/// may make this process the launcher of several ranks;
 /// `connect(device)` joins the world once the run's device is known; `device_index()` is
 /// the CUDA device this rank uses; `describe()` is one line for the log.
 template <class P>
 concept SetsUpRanks = requires(P& p, const P& cp, const typename P::Config& cfg, c10::Device device) {
-  { P::start_ranks(cfg) };
+  { P::start_ranks(cfg, std::string_view{}) };
   { p.connect(device) };
   { cp.device_index() } -> std::convertible_to<int>;
   { cp.describe() } -> std::convertible_to<std::string>;
@@ -1950,6 +1951,9 @@ struct Setting {
   bool is_list = false;             ///< written as a YAML sequence
   bool bare_flag = false;           ///< `--flag` with no value: means true for a bool field
   std::string origin;               ///< "run.yaml:4:3" or "command line '--x=1'"
+  /// A program's own default (a hyperparameter file's block, its default env), not the
+  /// user's: `run.smoke`'s small run is applied over these and under the user's settings.
+  bool program_default = false;
 };
 
 /// The parsed command line: settings in the order they apply (files first, then the
@@ -2476,11 +2480,10 @@ void validate(const Cfg& cfg) {
   if constexpr (requires { cfg.validate(); }) cfg.validate();
 }
 
-/// Applies settings to `cfg` in order and validates the result. Throws ConfigError naming
-/// the key and where it came from: unknown key (with the nearest known key), wrong type,
-/// value out of range.
+namespace detail {
+/// `apply_settings` without the final `validate` (a layer of settings among others).
 template <class Cfg>
-void apply_settings(Cfg& cfg, const std::vector<Setting>& settings) {
+void apply_each(Cfg& cfg, const std::vector<Setting>& settings) {
   auto fs = fields(cfg);
   std::map<std::string, detail::FieldRef*, std::less<>> by_key;
   for (auto& f : fs) by_key[f.key] = &f;
@@ -2522,6 +2525,15 @@ void apply_settings(Cfg& cfg, const std::vector<Setting>& settings) {
       throw ConfigError(detail::origin_prefix(s) + f.key + " = " + f.format() +
                         " is out of range: " + why);
   }
+}
+}  // namespace detail
+
+/// Applies settings to `cfg` in order and validates the result. Throws ConfigError naming
+/// the key and where it came from: unknown key (with the nearest known key), wrong type,
+/// value out of range.
+template <class Cfg>
+void apply_settings(Cfg& cfg, const std::vector<Setting>& settings) {
+  detail::apply_each(cfg, settings);
   validate(cfg);
 }
 
@@ -2598,17 +2610,22 @@ std::vector<std::pair<std::string, std::string>> flatten(const Cfg& cfg) {
   return out;
 }
 
-/// Stable 64-bit hash (FNV-1a) of the canonical `key=value` lines: the same config gives
-/// the same hash on every machine and build.
+/// Stable 64-bit hash (FNV-1a) of the canonical `key=value` lines, then of the names of
+/// the types a config says it covers (`Cfg::hashed_types()`, a Trainer's policy types): the
+/// same config gives the same hash wherever it is computed (a run's files, `--print-config`,
+/// checkpoints), on every machine and build by one compiler.
 template <class Cfg>
 std::uint64_t config_hash(const Cfg& cfg) {
   std::uint64_t h = 0xcbf29ce484222325ull;
-  for (const auto& [k, v] : flatten(cfg)) {
-    for (char c : k + "=" + v + "\n") {
+  const auto mix = [&h](std::string_view text) {
+    for (char c : text) {
       h ^= static_cast<unsigned char>(c);
       h *= 0x100000001b3ull;
     }
-  }
+  };
+  for (const auto& [k, v] : flatten(cfg)) mix(k + "=" + v + "\n");
+  if constexpr (requires { Cfg::hashed_types(); })
+    for (std::string_view t : Cfg::hashed_types()) mix(t);
   return h;
 }
 
@@ -2620,17 +2637,9 @@ std::string config_hash_hex(const Cfg& cfg) {
   return buf;
 }
 
-/// Builds a `Cfg` from defaults and `args` (the settings applied in order, then validated);
-/// throws ConfigError on bad input. `--help` and `--print-config` are left to the caller
-/// (`anvil::start` answers them).
-template <class Cfg>
-Cfg configure(const Args& args, Cfg cfg = Cfg{}) {
-  apply_settings(cfg, args.settings);
-  return cfg;
-}
-
 /// Shrinks `cfg` for a run of seconds (`run.smoke`): every section whose config has a
-/// `shrink()` shrinks itself.
+/// `shrink()` shrinks itself. `configure` applies it as a layer of defaults; a config built
+/// in code and handed to a Trainer directly calls it itself.
 template <class Cfg>
 void shrink_for_smoke(Cfg& cfg) {
   boost::pfr::for_each_field(cfg, [](auto& field) {
@@ -2639,6 +2648,27 @@ void shrink_for_smoke(Cfg& cfg) {
       if constexpr (requires { field.value.shrink(); }) field.value.shrink();
     }
   });
+}
+
+/// Builds a `Cfg` from defaults and `args`, in layers, then validates it once: the
+/// defaults, the program's own settings (`Setting::program_default`), the small run of
+/// `run.smoke` when the settings ask for one, then the user's config files and command line
+/// in order. So `--smoke --train.steps=900` runs 900 steps with smoke's short warm-up, and
+/// `--print-config` prints what will run. Throws ConfigError on bad input; `--help` and
+/// `--print-config` are left to the caller (`anvil::start` answers them).
+template <class Cfg>
+Cfg configure(const Args& args, Cfg cfg = Cfg{}) {
+  std::vector<Setting> program, user;
+  for (const auto& s : args.settings) (s.program_default ? program : user).push_back(s);
+  detail::apply_each(cfg, program);
+  if constexpr (requires { bool(*cfg.run->smoke); }) {
+    Cfg asked = cfg;  // whether the user's settings, all applied, ask for a smoke run
+    detail::apply_each(asked, user);
+    if (*asked.run->smoke) shrink_for_smoke(cfg);
+  }
+  detail::apply_each(cfg, user);
+  validate(cfg);
+  return cfg;
 }
 
 /// Typed one-step form: `auto cfg = parse_config<MyConfig>(argc, argv);`.
@@ -2896,8 +2926,9 @@ namespace anvil {
 
 /// `args` with the hyperparameters of its env applied first: the env is the last `env.id`
 /// the command line or a `--config` file sets, else `default_env` (then added as
-/// `env.id=<default_env>`). The file is `--hyperparams=FILE` when given (taken out of the
-/// settings), else `default_file`.
+/// `env.id=<default_env>`), marked as the program's defaults (`run.smoke` goes over them).
+/// The file is `--hyperparams=FILE` when given (taken out of the settings), else
+/// `default_file`.
 [[nodiscard]] inline Args with_hyperparameters(Args args, const std::string& default_file, const std::string& default_env) {
   std::string file = default_file, env = default_env;
   bool env_given = false;
@@ -2919,6 +2950,7 @@ namespace anvil {
     id.origin = "the program's default env";
     settings.push_back(std::move(id));
   }
+  for (auto& s : settings) s.program_default = true;  // `--smoke` goes over them
   settings.insert(settings.end(), std::make_move_iterator(kept.begin()), std::make_move_iterator(kept.end()));
   args.settings = std::move(settings);
   return args;
@@ -2932,20 +2964,30 @@ namespace anvil {
 /// cannot fit is refused with an error naming the field that sized it and both figures,
 /// instead of the kernel's OOM killer ending the process without a word. Light header.
 ///
-/// Available memory is the smallest of the machine's `MemAvailable` (/proc/meminfo) and
-/// the room left under this process's cgroup limit (cgroup v2 `memory.max` less
-/// `memory.current`, or v1 `memory.limit_in_bytes` less `memory.usage_in_bytes`), which
-/// is what a container or a SLURM job gets.
+/// Available memory is the smallest of the machine's `MemAvailable` (/proc/meminfo) and the
+/// room left under every cgroup memory limit above this process, which is what a container
+/// or a SLURM job gets:
+/// - cgroup v2: `memory.max` less `memory.current`, on the process's own cgroup and on each
+///   parent up to the hierarchy's root (SLURM and systemd often set the limit on a parent
+///   while the leaf says `max`);
+/// - cgroup v1: `memory.limit_in_bytes` less `memory.usage_in_bytes`, walked up the same way.
+/// Both are read where both exist: systemd's hybrid layout mounts an empty v2 hierarchy (no
+/// memory controller) beside the v1 memory controller that holds the limit. Where each
+/// hierarchy is mounted comes from /proc/self/mountinfo (the usual places under
+/// /sys/fs/cgroup where it cannot be read).
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <exception>
+#include <filesystem>
 #include <fstream>
 #include <new>
 #include <optional>
 #include <sstream>
 #include <string>
 #include <utility>
+#include <vector>
 
 
 namespace anvil {
@@ -2957,7 +2999,7 @@ struct AvailableMemory {
 };
 
 namespace detail {
-inline std::optional<std::int64_t> read_int_file(const std::string& path) {
+inline std::optional<std::int64_t> read_int_file(const std::filesystem::path& path) {
   std::ifstream in(path);
   std::string word;
   if (!(in >> word) || word == "max") return std::nullopt;
@@ -2967,27 +3009,127 @@ inline std::optional<std::int64_t> read_int_file(const std::string& path) {
     return std::nullopt;
   }
 }
-// This process's cgroup directory under /sys/fs/cgroup (v2: the "0::" line; v1: the memory controller's).
-inline std::pair<std::string, bool> own_cgroup() {
-  std::ifstream in("/proc/self/cgroup");
-  std::string line, v1;
-  while (std::getline(in, line)) {
-    if (line.rfind("0::", 0) == 0) return {"/sys/fs/cgroup" + line.substr(3), true};
-    const auto a = line.find(':'), b = line.find(':', a + 1);
-    if (a != std::string::npos && b != std::string::npos) {
-      const auto controllers = line.substr(a + 1, b - a - 1);
-      if (controllers.find("memory") != std::string::npos) v1 = "/sys/fs/cgroup/memory" + line.substr(b + 1);
+
+/// A cgroup hierarchy this process is in: where it is mounted and the process's path in it.
+struct CgroupPlace {
+  std::filesystem::path mount;  ///< the hierarchy's mount point (under the root read from)
+  std::string path;             ///< this process's cgroup, relative to the mount
+};
+
+/// Undoes mountinfo's octal escapes ("\040" for a space).
+inline std::string unescape_mountinfo(const std::string& s) {
+  std::string out;
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    const auto octal = [&](std::size_t k) { return k < s.size() && s[k] >= '0' && s[k] <= '7'; };
+    if (s[i] == '\\' && octal(i + 1) && octal(i + 2) && octal(i + 3)) {
+      out += static_cast<char>((s[i + 1] - '0') * 64 + (s[i + 2] - '0') * 8 + (s[i + 3] - '0'));
+      i += 3;
+    } else {
+      out += s[i];
     }
   }
-  return {v1, false};
+  return out;
+}
+
+/// The process's memory-limiting cgroups under `root` (which stands for "/"): the v2
+/// hierarchy (if the process is in one) and the v1 memory controller's (if mounted).
+struct OwnCgroups {
+  std::optional<CgroupPlace> v2, v1_memory;
+};
+
+inline OwnCgroups own_cgroups(const std::filesystem::path& root) {
+  std::optional<std::string> v2_path, v1_path;
+  {
+    std::ifstream in(root / "proc/self/cgroup");
+    std::string line;
+    while (std::getline(in, line)) {
+      const auto a = line.find(':'), b = a == std::string::npos ? a : line.find(':', a + 1);
+      if (b == std::string::npos) continue;
+      const auto controllers = line.substr(a + 1, b - a - 1);
+      const auto path = line.substr(b + 1);
+      if (line.compare(0, a, "0") == 0 && controllers.empty()) v2_path = path;
+      std::stringstream list(controllers);
+      for (std::string c; std::getline(list, c, ',');)
+        if (c == "memory") v1_path = path;
+    }
+  }
+  // Mount points and mounted roots of the two hierarchies (fields: id parent dev root
+  // mountpoint options [optional...] - fstype source superoptions).
+  struct Mount {
+    std::string root, point;
+  };
+  std::optional<Mount> v2_mount, v1_mount;
+  {
+    std::ifstream in(root / "proc/self/mountinfo");
+    std::string line;
+    while (std::getline(in, line)) {
+      std::istringstream f(line);
+      std::vector<std::string> w;
+      for (std::string x; f >> x;) w.push_back(x);
+      const auto dash = std::find(w.begin(), w.end(), "-");
+      if (w.size() < 5 || dash == w.end() || w.end() - dash < 2) continue;
+      const std::string& fstype = *(dash + 1);
+      const Mount m{unescape_mountinfo(w[3]), unescape_mountinfo(w[4])};
+      if (fstype == "cgroup2" && !v2_mount) v2_mount = m;
+      if (fstype == "cgroup" && !v1_mount && dash + 3 < w.end()) {
+        std::stringstream opts(*(dash + 3));
+        for (std::string o; std::getline(opts, o, ',');)
+          if (o == "memory") v1_mount = m;
+      }
+    }
+  }
+  const auto place = [&](const std::string& path, const std::optional<Mount>& m,
+                         const std::filesystem::path& usual) -> CgroupPlace {
+    if (!m) return {usual, path};
+    // Without a cgroup namespace a container may mount its own cgroup as the hierarchy's
+    // root: /proc/self/cgroup then names the path the mount starts at.
+    std::string rel = path;
+    if (m->root != "/" && rel.compare(0, m->root.size(), m->root) == 0) rel = rel.substr(m->root.size());
+    return {root / std::filesystem::path(m->point).relative_path(), rel};
+  };
+  OwnCgroups out;
+  if (v2_path) {
+    const auto usual = std::filesystem::exists(root / "sys/fs/cgroup/cgroup.controllers") ? root / "sys/fs/cgroup"
+                                                                                          : root / "sys/fs/cgroup/unified";
+    out.v2 = place(*v2_path, v2_mount, usual);
+  }
+  if (v1_path) out.v1_memory = place(*v1_path, v1_mount, root / "sys/fs/cgroup/memory");
+  return out;
+}
+
+/// The least room under any limit from `place`'s cgroup up to its hierarchy's root, or
+/// nothing where no level sets one. `limit_file` and `usage_file` are the hierarchy's names.
+inline std::optional<AvailableMemory> cgroup_room(const CgroupPlace& place, const char* limit_file,
+                                                  const char* usage_file) {
+  // Levels from the hierarchy's root down to the process's cgroup; a path that is not
+  // there (a container shown the host's path) leaves only the mount's own level.
+  std::vector<std::filesystem::path> levels{place.mount};
+  for (const auto& part : std::filesystem::path(place.path).lexically_normal().relative_path())
+    if (!part.empty() && part != "." && part != "..") levels.push_back(levels.back() / part);
+  std::error_code ec;
+  if (!std::filesystem::is_directory(levels.back(), ec)) levels.resize(1);
+  std::optional<AvailableMemory> best;
+  for (const auto& dir : levels) {
+    const auto limit = read_int_file(dir / limit_file);
+    const auto used = read_int_file(dir / usage_file);
+    // v1 says "no limit" with a figure near 2^63; v2 says "max".
+    if (limit && used && *limit < (std::int64_t{1} << 60)) {
+      const std::int64_t room = std::max<std::int64_t>(0, *limit - *used);
+      if (!best || room < best->bytes)
+        best = AvailableMemory{room, "the cgroup limit " + (dir / limit_file).string() + " less " + usage_file};
+    }
+  }
+  return best;
 }
 }  // namespace detail
 
-/// What this process may still allocate (see file comment).
-[[nodiscard]] inline AvailableMemory available_memory() {
+/// What this process may still allocate (see file comment). `root` stands for "/": the
+/// files read are `root`/proc/meminfo, `root`/proc/self/cgroup, `root`/proc/self/mountinfo
+/// and the cgroup trees they name (tests point it at a made-up tree).
+[[nodiscard]] inline AvailableMemory available_memory(const std::filesystem::path& root = "/") {
   AvailableMemory m;
   {
-    std::ifstream in("/proc/meminfo");
+    std::ifstream in(root / "proc/meminfo");
     std::string key;
     std::int64_t kb = 0;
     std::string unit;
@@ -2999,14 +3141,12 @@ inline std::pair<std::string, bool> own_cgroup() {
       }
     }
   }
-  const auto [dir, v2] = detail::own_cgroup();
-  if (!dir.empty()) {
-    const auto limit = detail::read_int_file(dir + (v2 ? "/memory.max" : "/memory.limit_in_bytes"));
-    const auto used = detail::read_int_file(dir + (v2 ? "/memory.current" : "/memory.usage_in_bytes"));
-    if (limit && used && *limit < (std::int64_t{1} << 60) && *limit - *used < m.bytes)
-      m = {*limit - *used, std::string("the cgroup's limit (") + (v2 ? "memory.max" : "memory.limit_in_bytes") +
-                               " less what it uses)"};
-  }
+  const auto own = detail::own_cgroups(root);
+  const auto take = [&](const std::optional<AvailableMemory>& room) {
+    if (room && room->bytes < m.bytes) m = *room;
+  };
+  if (own.v2) take(detail::cgroup_room(*own.v2, "memory.max", "memory.current"));
+  if (own.v1_memory) take(detail::cgroup_room(*own.v1_memory, "memory.limit_in_bytes", "memory.usage_in_bytes"));
   return m;
 }
 
@@ -7884,17 +8024,24 @@ inline double phase_timer_cost() {
   return std::chrono::duration<double>(PhaseTimes::clock::now() - t0).count() / kN;
 }
 
-/// What bounds a run, from its phase times: the largest share, named, with what to change.
-/// Empty when nothing was timed.
-/// What to change for each kind of bottleneck: the knobs differ between off-policy
-/// algorithms (update interval, batch size) and on-policy ones (epochs, minibatches).
+/// What to change for each kind of bottleneck, in the run's own config keys: each loop
+/// says it in its knobs and its algorithm's (train/loops/), and the run adds what pays on
+/// its device. An empty entry names the bound alone. A test checks every key named here
+/// against the config of each kind of Trainer.
 struct BottleneckAdvice {
-  std::string env = "raise env.num_envs (or use env.async) or train.update_interval";
-  std::string learn = "raise train.update_interval, use BF16, or add ranks";
-  std::string comm = "fewer, larger updates (sac.batch_size, train.update_interval) or fewer ranks";
-  std::string sample = "raise the batch size or train.update_interval";
+  std::string env, learn, comm, act, sample, store, side;
 };
 
+/// Whether advice to train in BF16 pays: on a CUDA device, for a run in FP32 or TF32. On the
+/// CPU it is not given: BF16 measured 0.95x FP32's speed for the networks of the shipped
+/// runs, and pays only for large products or convolutions on CPUs with bfloat16
+/// instructions (benchmarks/RESULTS.md), which a user chooses knowingly.
+[[nodiscard]] inline bool bf16_pays(std::string_view device, std::string_view precision) {
+  return device.starts_with("cuda") && (precision == "fp32" || precision == "tf32");
+}
+
+/// What bounds a run, from its phase times: the largest share, named, with what to change.
+/// Empty when nothing was timed.
 inline std::string bottleneck(const PhaseTimes& t, const BottleneckAdvice& advice = {}) {
   const double total = t.total_seconds();
   if (total <= 0) return "";
@@ -7910,16 +8057,15 @@ inline std::string bottleneck(const PhaseTimes& t, const BottleneckAdvice& advic
     double share;
     std::string text;
   };
+  const auto then = [](const std::string& what) { return what.empty() ? what : "; " + what; };
   const std::vector<Verdict> v{
-      {env, "env-bound: " + pct(env) + " of the time in env.step; " + advice.env},
-      {learn, "update-bound: " + pct(learn) + " of the time in updates (forward, backward, optimizer); " + advice.learn},
-      {comm, "communication-bound: " + pct(comm) + " of the time in the gradient all-reduce; " + advice.comm},
-      {act, "action-bound: " + pct(act) + " of the time choosing actions; raise env.num_envs so each forward "
-                                          "pass serves more envs"},
-      {sample, "sampling-bound: " + pct(sample) + " of the time sampling the buffer; " + advice.sample},
-      {store, "storage-bound: " + pct(store) + " of the time adding to the buffer"},
-      {side, "bookkeeping-bound: " + pct(side) + " of the time in evaluation, logging and checkpoints; raise "
-                                                "train.eval_interval, run.log_interval or run.checkpoint_interval"}};
+      {env, "env-bound: " + pct(env) + " of the time stepping the envs" + then(advice.env)},
+      {learn, "update-bound: " + pct(learn) + " of the time in updates (forward, backward, optimizer)" + then(advice.learn)},
+      {comm, "communication-bound: " + pct(comm) + " of the time in the gradient all-reduce" + then(advice.comm)},
+      {act, "action-bound: " + pct(act) + " of the time choosing actions" + then(advice.act)},
+      {sample, "sampling-bound: " + pct(sample) + " of the time sampling the buffer" + then(advice.sample)},
+      {store, "storage-bound: " + pct(store) + " of the time adding to the buffer" + then(advice.store)},
+      {side, "bookkeeping-bound: " + pct(side) + " of the time in evaluation, logging and checkpoints" + then(advice.side)}};
   const Verdict* best = &v[0];
   for (const auto& x : v)
     if (x.share > best->share) best = &x;
@@ -8646,10 +8792,13 @@ class Ranks {
 /// - started plainly, it becomes the launcher of its node (parallel/launch.hpp): it starts N
 ///   ranks of the same executable and supervises them. With NNODES and NODE_RANK set, one
 ///   such launcher per node makes a multi-node world.
-/// `DDP<0>` (`DDPAuto`) takes N from parallel.nproc_per_node, --gpu-ids, --num-gpus, or the
-/// visible GPUs.
+/// `DDP<0>` (`DDPAuto`) takes N from parallel.nproc_per_node, --gpu-ids or --num-gpus; with
+/// none of them it runs one rank per visible GPU on CUDA (run.device auto or cuda) and one
+/// rank otherwise, and says so in the run's world line.
 
+#include <ATen/Context.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <torch/cuda.h>
 
 #include <algorithm>
 #include <array>
@@ -9006,7 +9155,9 @@ constexpr auto enum_names(DistBackend) { return std::array<std::string_view, 3>{
 /// `--num-gpus 2`, `--gpu-ids 0,2`).
 struct DDPConfig {
   Param<int, "nproc_per_node",
-        "ranks this node starts when run plainly (0: DDP<N>'s N, else one per GPU chosen)", in_range(0, 1024)>
+        "ranks this node starts when run plainly (0: DDP<N>'s N, else one per GPU chosen; DDPAuto with no "
+        "count: one per visible GPU on CUDA, one on the CPU)",
+        in_range(0, 1024)>
       nproc_per_node{0};
   Param<int, "num_gpus", "GPUs to use, one rank each: cuda:0 .. cuda:n-1 (0: as nproc_per_node says)",
         in_range(0, 1024)>
@@ -9280,10 +9431,15 @@ class DDP {
   /// the same program with the same arguments; never returns (the launcher exits with their
   /// outcome). Otherwise returns at once. `anvil::start` calls it from main; nothing else
   /// may (a constructor must not fork).
-  static void start_ranks(const Config& cfg) {
+  /// `device` is the run's `run.device`: DDPAuto given no rank count runs one rank per
+  /// visible GPU when it is auto or cuda (and GPUs are visible), else one.
+  static void start_ranks(const Config& cfg, std::string_view device) {
     if (dist::world_from_env()) return;  // a rank already
-    const auto plan = launch_plan(cfg);
+    const auto plan = launch_plan(cfg, auto_ranks(device));
     if (plan.nproc_per_node == 1 && plan.nnodes == 1) return;  // one rank: this process
+    if (!counted(cfg))
+      std::fprintf(stderr, "DDPAuto: no rank count given (parallel.nproc_per_node, --num-gpus or --gpu-ids): %d ranks, "
+                           "one per visible GPU\n", plan.nproc_per_node);
     dist::launch(plan);
   }
 
@@ -9297,8 +9453,13 @@ class DDP {
       if (N > 0 && world_.local_world_size != N)
         note_ = "DDP<" + std::to_string(N) + "> joined a launcher's world of " + std::to_string(world_.local_world_size) +
                 " rank(s) per node (LOCAL_WORLD_SIZE)";
+      else if (N == 0 && !counted(cfg) && dist::detail::getenv_nonempty("ANVIL_AGENT_STORE"))
+        note_ = "DDPAuto with no rank count: one rank per visible GPU";
     } else {
-      const auto plan = launch_plan(cfg);
+      // Started plainly: anvil::start launched the ranks if there were to be several.
+      const auto plan = launch_plan(cfg, 1);
+      if (N == 0 && !counted(cfg))
+        note_ = "DDPAuto with no rank count: one rank (parallel.nproc_per_node, --num-gpus or --gpu-ids for more)";
       if (plan.nproc_per_node != 1 || plan.nnodes != 1)
         throw ConfigError("DDP<" + std::to_string(N) + ">: this process was started plainly and is not a rank of a world of " +
                           std::to_string(plan.nproc_per_node * plan.nnodes) +
@@ -9354,12 +9515,24 @@ class DDP {
   }
   std::chrono::milliseconds timeout() const { return timeout_of(cfg_); }
 
-  // What this node's launcher starts: ranks per node, nodes, this node's index, the
-  // rendezvous (from the config, else the environment); a ConfigError naming the fields
-  // that disagree.
-  static dist::LaunchPlan launch_plan(const Config& cfg) {
+  // Whether the config gives a rank count (else DDPAuto chooses one).
+  static bool counted(const Config& cfg) {
+    return N > 0 || *cfg.nproc_per_node > 0 || !cfg.gpu_ids->empty() || *cfg.num_gpus > 0;
+  }
+  // DDPAuto's ranks per node with no count given: one per visible GPU for a run on CUDA
+  // (run.device auto or cuda), else one.
+  static int auto_ranks(std::string_view device) {
+    if (device != "auto" && device != "cuda") return 1;
+    const int gpus = at::hasCUDA() ? static_cast<int>(torch::cuda::device_count()) : 0;
+    return std::max(1, gpus);
+  }
+
+  // What this node's launcher starts: ranks per node (`fallback` when the config and N
+  // give no count), nodes, this node's index, the rendezvous (from the config, else the
+  // environment); a ConfigError naming the fields that disagree.
+  static dist::LaunchPlan launch_plan(const Config& cfg, int fallback) {
     dist::LaunchPlan plan;
-    plan.nproc_per_node = ranks_per_node(cfg);
+    plan.nproc_per_node = ranks_per_node(cfg, fallback);
     plan.nnodes = *cfg.nnodes > 0 ? *cfg.nnodes : static_cast<int>(dist::detail::env_int("NNODES", 1, 1, 1 << 20));
     plan.node_rank = *cfg.node_rank >= 0 ? *cfg.node_rank
                                          : static_cast<int>(dist::detail::env_int("NODE_RANK", 0, 0, plan.nnodes - 1));
@@ -9380,7 +9553,7 @@ class DDP {
   }
 
   // Ranks this node starts (see DDPConfig); a ConfigError naming the field when they disagree.
-  static int ranks_per_node(const Config& cfg) {
+  static int ranks_per_node(const Config& cfg, int fallback) {
     const int by_ids = static_cast<int>(cfg.gpu_ids->size());
     auto agree = [&](int n, const std::string& source) {
       if (*cfg.nproc_per_node > 0 && *cfg.nproc_per_node != n)
@@ -9395,9 +9568,7 @@ class DDP {
     if (*cfg.nproc_per_node > 0) return agree(cfg.nproc_per_node, "parallel.nproc_per_node=" + std::to_string(*cfg.nproc_per_node));
     if (by_ids > 0) return agree(by_ids, "parallel.gpu_ids lists " + std::to_string(by_ids));
     if (*cfg.num_gpus > 0) return cfg.num_gpus;
-    throw ConfigError(
-        "DDP<0> needs the number of ranks: set parallel.nproc_per_node, --num-gpus or --gpu-ids, or start it "
-        "under torchrun");
+    return fallback;
   }
 
   Config cfg_;
@@ -9407,7 +9578,8 @@ class DDP {
   dist::Group group_;
 };
 
-/// `DDP<0>`: the number of ranks comes from the command line or the launcher.
+/// `DDP<0>`: the number of ranks comes from the command line or the launcher; with neither,
+/// one per visible GPU on CUDA and one on the CPU.
 using DDPAuto = DDP<0>;
 
 static_assert(Parallelism<DDP<2>>);
@@ -9440,7 +9612,7 @@ struct SingleDevice {
   explicit SingleDevice(const Config&) {}
 
   /// Nothing to start: this process is the run.
-  static void start_ranks(const Config&) noexcept {}
+  static void start_ranks(const Config&, std::string_view /*device*/) noexcept {}
   /// Nothing to join.
   void connect(c10::Device) noexcept {}
   /// CUDA device 0 when the run is on CUDA (`run.device` may name another).
@@ -9779,6 +9951,17 @@ class GpuMonitor {
 
 namespace anvil {
 
+/// A metric (a return, a score, a success rate) at its own scale: at least three significant
+/// digits and one decimal ("0.0129", "0.172", "5.30", "-153.3"), "-" when it is not a number.
+[[nodiscard]] inline std::string metric_text(double x) {
+  if (std::isnan(x)) return "-";
+  if (std::isinf(x)) return x > 0 ? "inf" : "-inf";
+  const int decimals = x == 0 ? 1 : std::clamp(2 - static_cast<int>(std::floor(std::log10(std::fabs(x)))), 1, 6);
+  char b[64];
+  std::snprintf(b, sizeof b, "%.*f", decimals, x);
+  return b;
+}
+
 /// What the progress display shows at one moment.
 struct ProgressState {
   std::int64_t step = 0, total = 0, updates = 0;
@@ -9809,8 +9992,8 @@ class Progress {
     const double speed = rate(s);
     const double eta = speed > 0 ? static_cast<double>(s.total - s.step) / speed : NAN;
     const std::string eta_s = std::isnan(eta) ? std::string("-:--") : clock(eta);
-    std::string ret = std::isnan(s.recent_return) ? "-" : fmt("%.1f", s.recent_return);
-    std::string ev = std::isnan(s.eval_return) ? "" : fmt("eval %.1f", s.eval_return);
+    std::string ret = metric_text(s.recent_return);
+    std::string ev = std::isnan(s.eval_return) ? "" : "eval " + metric_text(s.eval_return);
     if (style_ == Style::bar) {
       const double frac = s.total > 0 ? std::min(1.0, static_cast<double>(s.step) / static_cast<double>(s.total)) : 0.0;
       // Parts by priority; the last ones go first when the terminal is narrow.
@@ -9946,6 +10129,35 @@ class Progress {
 #include <string>
 #include <string_view>
 
+// ---- begin <anvil/core/type_name.hpp> ----
+/// @file
+/// `type_name<T>()`: a type's name as the compiler spells it, at compile time. Provenance
+/// records the policy types by it and the config hash covers them. Light header.
+
+#include <string_view>
+
+namespace anvil_type_names {
+// Outside namespace anvil, so that the compiler spells anvil's types in full.
+template <class T>
+constexpr std::string_view of() {
+  std::string_view p = __PRETTY_FUNCTION__;  // "... of() [with T = anvil::BasicSAC<>; ...]"
+  const auto b = p.find("T = ");
+  if (b == std::string_view::npos) return p;
+  p.remove_prefix(b + 4);
+  return p.substr(0, p.find_first_of(";]"));
+}
+}  // namespace anvil_type_names
+
+namespace anvil {
+
+/// `T`'s name as the compiler spells it ("anvil::BasicSAC<>").
+template <class T>
+constexpr std::string_view type_name() {
+  return anvil_type_names::of<T>();
+}
+
+}  // namespace anvil
+// ---- end <anvil/core/type_name.hpp> ----
 // ---- begin <anvil/observe/run_files.hpp> ----
 /// @file
 /// The files a run writes in its run directory: `config.yaml`, `metrics.csv` and
@@ -9963,7 +10175,8 @@ class Progress {
 #include <ctime>
 #include <filesystem>
 #include <fstream>
-#include <map>
+#include <iterator>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -10058,79 +10271,94 @@ inline std::string json_number(double x) {
   return v;
 }
 
-/// A CSV file of metrics, one row per log interval. Columns are fixed by the first row
+/// A CSV file of metrics, one row per logged step. Columns are fixed by the first row
 /// that has every metric the algorithm reports (its first update); rows logged before that
-/// are held back and written then, with their missing cells empty.
+/// are held back and written then, with their missing cells empty. A row is keyed by its
+/// first two columns (`env_steps`, `updates`): a row with the key of the last one amends
+/// it (its finite cells replace the old ones) instead of adding a second row for the step.
 class MetricsCsv {
  public:
+  using Values = std::vector<std::pair<std::string, double>>;
   MetricsCsv() = default;
   explicit MetricsCsv(std::filesystem::path path) : path_(std::move(path)) {}
 
   /// Continues the file of a resumed run: keeps its header and the rows up to the
   /// checkpoint's clock (`env_steps` and `updates`, the first two columns; rows the
   /// interrupted run wrote after it are dropped, since the resumed run writes them again),
-  /// and appends from there. A missing or empty file starts afresh.
+  /// and appends from there. Only whole rows are kept: the first row that is torn (a disk
+  /// that filled mid-line), has the wrong number of cells or does not come after the one
+  /// before ends what is kept. A missing or empty file starts afresh.
   static MetricsCsv resume(std::filesystem::path path, std::int64_t env_steps, std::int64_t updates) {
     MetricsCsv csv(path);
-    std::ifstream in(path);
-    std::string header, line;
-    if (!in || !std::getline(in, header) || header.empty()) return csv;
-    std::vector<std::string> keep;
-    while (std::getline(in, line)) {
-      if (line.empty()) continue;
-      char* end = nullptr;
-      const double steps = std::strtod(line.c_str(), &end);
-      const double ups = end && *end == ',' ? std::strtod(end + 1, nullptr) : 0.0;
-      if (steps <= static_cast<double>(env_steps) && ups <= static_cast<double>(updates)) {
-        keep.push_back(line);
-        csv.last_ = {static_cast<std::int64_t>(steps), static_cast<std::int64_t>(ups)};
-      }
+    std::string all;
+    {
+      std::ifstream in(path, std::ios::binary);
+      if (!in) return csv;
+      all.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
     }
-    in.close();
+    const auto eol = all.find('\n');
+    if (eol == std::string::npos || eol == 0) return csv;
+    const std::string header = all.substr(0, eol);
+    csv.columns_ = split(header);
     std::string text = header + "\n";
-    for (const auto& l : keep) text += l + "\n";
-    write_file_atomic(path, text);
-    for (std::size_t b = 0, e; b <= header.size(); b = e + 1) {
-      e = header.find(',', b);
-      if (e == std::string::npos) e = header.size();
-      csv.columns_.push_back(header.substr(b, e - b));
+    for (std::size_t b = eol + 1, e; b < all.size(); b = e + 1) {
+      e = all.find('\n', b);
+      if (e == std::string::npos) break;  // no newline: torn
+      const std::string line = all.substr(b, e - b);
+      if (line.empty()) continue;
+      auto cells = split(line);
+      const auto key = key_of(cells);
+      if (cells.size() != csv.columns_.size() || !key || (csv.last_.first >= 0 && !(*key > csv.last_))) break;
+      if (key->first > env_steps || key->second > updates) break;
+      text += line + "\n";
+      csv.last_ = *key;
+      csv.last_cells_ = std::move(cells);
     }
-    csv.out_.open(path, std::ios::app);
+    write_file_atomic(path, text);
+    csv.size_ = static_cast<std::int64_t>(text.size());
+    csv.last_offset_ = csv.last_.first >= 0 ? static_cast<std::int64_t>(text.rfind('\n', text.size() - 2) + 1) : csv.size_;
+    csv.out_.open(path, std::ios::app | std::ios::binary);
     if (!csv.out_) throw Error("cannot write '" + path.string() + "'");
     csv.header_written_ = true;
+    csv.resumed_last_ = csv.last_;
     return csv;
   }
 
-  /// Appends a row; `complete` says the row's keys are all the columns there will be.
-  void row(const std::vector<std::pair<std::string, double>>& values, bool complete) {
+  /// Appends a row, or amends the last one when `values` has its key (see class comment);
+  /// `complete` says the row's keys are all the columns there will be. A write that fails
+  /// (a full disk) throws, naming the file.
+  void row(const Values& values, bool complete) {
     if (path_.empty()) return;
-    pending_.push_back(values);
+    const auto key = key_of(values);
+    if (!pending_.empty() && key && key_of(pending_.back()) == key) {
+      merge(pending_.back(), values);
+    } else if (header_written_ && pending_.empty() && key && *key == last_) {
+      amend_last(values);
+      return;
+    } else {
+      pending_.push_back(values);
+    }
     if (!header_written_ && !complete) return;
     if (!header_written_) {
-      for (const auto& [k, v] : values) columns_.push_back(k);
+      for (const auto& [k, v] : pending_.back()) columns_.push_back(k);
       for (const auto& r : pending_)
         for (const auto& [k, v] : r)
           if (std::find(columns_.begin(), columns_.end(), k) == columns_.end()) columns_.push_back(k);
-      out_.open(path_, std::ios::trunc);
+      out_.open(path_, std::ios::trunc | std::ios::binary);
       if (!out_) throw Error("cannot write '" + path_.string() + "'");
-      for (std::size_t i = 0; i < columns_.size(); ++i) out_ << (i ? "," : "") << columns_[i];
-      out_ << "\n";
+      std::string head;
+      for (std::size_t i = 0; i < columns_.size(); ++i) head += (i ? "," : "") + columns_[i];
+      write(head + "\n");
       header_written_ = true;
     }
     for (const auto& r : pending_) {
-      std::map<std::string, double> m(r.begin(), r.end());
-      for (std::size_t i = 0; i < columns_.size(); ++i) {
-        if (i) out_ << ",";
-        if (auto it = m.find(columns_[i]); it != m.end() && std::isfinite(it->second)) {
-          char buf[32];
-          std::snprintf(buf, sizeof buf, "%.8g", it->second);
-          out_ << buf;
-        }
-      }
-      out_ << "\n";
+      last_cells_ = cells_of(r);
+      last_offset_ = size_;
+      write(join(last_cells_) + "\n");
+      if (const auto k = key_of(r)) last_ = *k;
     }
     pending_.clear();
-    out_.flush();
+    flush();
   }
   /// Writes held-back rows (with whatever columns they have) when the run ends early.
   void flush_pending() {
@@ -10142,15 +10370,92 @@ class MetricsCsv {
   }
   [[nodiscard]] const std::filesystem::path& path() const noexcept { return path_; }
   /// The env steps and updates of the last row a resumed file kept ({-1, -1}: none).
-  [[nodiscard]] std::pair<std::int64_t, std::int64_t> last_kept() const noexcept { return last_; }
+  [[nodiscard]] std::pair<std::int64_t, std::int64_t> last_kept() const noexcept { return resumed_last_; }
 
  private:
+  using Key = std::pair<std::int64_t, std::int64_t>;
+  static std::vector<std::string> split(const std::string& line) {
+    std::vector<std::string> out;
+    for (std::size_t b = 0, e;; b = e + 1) {
+      e = line.find(',', b);
+      out.push_back(line.substr(b, e == std::string::npos ? std::string::npos : e - b));
+      if (e == std::string::npos) return out;
+    }
+  }
+  static std::string join(const std::vector<std::string>& cells) {
+    std::string out;
+    for (std::size_t i = 0; i < cells.size(); ++i) out += (i ? "," : "") + cells[i];
+    return out;
+  }
+  // A row's key: its first two cells, both whole numbers.
+  static std::optional<Key> key_of(const std::vector<std::string>& cells) {
+    if (cells.size() < 2) return std::nullopt;
+    std::int64_t k[2];
+    for (int i = 0; i < 2; ++i) {
+      char* end = nullptr;
+      const double v = std::strtod(cells[static_cast<std::size_t>(i)].c_str(), &end);
+      if (cells[static_cast<std::size_t>(i)].empty() || !end || *end != '\0' || !std::isfinite(v)) return std::nullopt;
+      k[i] = static_cast<std::int64_t>(v);
+    }
+    return Key{k[0], k[1]};
+  }
+  static std::optional<Key> key_of(const Values& values) {
+    if (values.size() < 2 || values[0].first != "env_steps" || values[1].first != "updates") return std::nullopt;
+    return Key{static_cast<std::int64_t>(values[0].second), static_cast<std::int64_t>(values[1].second)};
+  }
+  static void merge(Values& into, const Values& from) {
+    for (const auto& [k, v] : from) {
+      if (!std::isfinite(v)) continue;
+      auto it = std::find_if(into.begin(), into.end(), [&](const auto& kv) { return kv.first == k; });
+      if (it == into.end()) into.emplace_back(k, v);
+      else it->second = v;
+    }
+  }
+  std::vector<std::string> cells_of(const Values& r) const {
+    std::vector<std::string> cells(columns_.size());
+    for (const auto& [k, v] : r) {
+      const auto it = std::find(columns_.begin(), columns_.end(), k);
+      if (it == columns_.end() || !std::isfinite(v)) continue;
+      char buf[32];
+      std::snprintf(buf, sizeof buf, "%.8g", v);
+      cells[static_cast<std::size_t>(it - columns_.begin())] = buf;
+    }
+    return cells;
+  }
+  // The last row again, its cells replaced by `values`' finite ones: the file is cut back
+  // to where that row began and the row written anew.
+  void amend_last(const Values& values) {
+    const auto fresh = cells_of(values);
+    for (std::size_t i = 0; i < fresh.size() && i < last_cells_.size(); ++i)
+      if (!fresh[i].empty()) last_cells_[i] = fresh[i];
+    out_.close();
+    std::error_code ec;
+    std::filesystem::resize_file(path_, static_cast<std::uintmax_t>(last_offset_), ec);
+    if (ec) throw Error("cannot rewrite the last row of '" + path_.string() + "': " + ec.message());
+    size_ = last_offset_;
+    out_.open(path_, std::ios::app | std::ios::binary);
+    if (!out_) throw Error("cannot write '" + path_.string() + "'");
+    write(join(last_cells_) + "\n");
+    flush();
+  }
+  void write(const std::string& text) {
+    out_ << text;
+    size_ += static_cast<std::int64_t>(text.size());
+  }
+  void flush() {
+    out_.flush();
+    if (!out_) throw Error("writing '" + path_.string() + "' failed (disk full?)");
+  }
+
   std::filesystem::path path_;
   std::ofstream out_;
   std::vector<std::string> columns_;
-  std::vector<std::vector<std::pair<std::string, double>>> pending_;
+  std::vector<Values> pending_;
   bool header_written_ = false;
-  std::pair<std::int64_t, std::int64_t> last_{-1, -1};
+  Key last_{-1, -1};          ///< the key of the last row in the file
+  Key resumed_last_{-1, -1};  ///< the key of the last row a resumed file kept
+  std::vector<std::string> last_cells_;
+  std::int64_t size_ = 0, last_offset_ = 0;  ///< the file's size, and where its last row begins
 };
 
 /// A run's hold on its directory: `.lock` in it, flock'ed for the lock's life, holding the
@@ -10241,25 +10546,7 @@ inline std::string timestamp_for_path() { return format_now("%Y%m%d-%H%M%S"); }
 // Defined by the file `anvil_target_provenance` compiles into a program; absent otherwise.
 extern "C" const char* anvil_program_git_commit() __attribute__((weak));
 
-namespace anvil_type_names {
-// Outside namespace anvil, so that the compiler spells anvil's types in full.
-template <class T>
-constexpr std::string_view of() {
-  std::string_view p = __PRETTY_FUNCTION__;  // "... of() [with T = anvil::BasicSAC<>; ...]"
-  const auto b = p.find("T = ");
-  if (b == std::string_view::npos) return p;
-  p.remove_prefix(b + 4);
-  return p.substr(0, p.find_first_of(";]"));
-}
-}  // namespace anvil_type_names
-
 namespace anvil {
-
-/// `T`'s name as the compiler spells it ("anvil::BasicSAC<>").
-template <class T>
-constexpr std::string_view type_name() {
-  return anvil_type_names::of<T>();
-}
 
 /// The commit of the checkout the program was built from ("<sha>" or "<sha>-dirty"), or
 /// "unknown" (not built from git, or without `anvil_target_provenance`).
@@ -13240,6 +13527,7 @@ class StepCollector {
 #include <torch/nn/module.h>
 #include <torch/utils.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -13566,6 +13854,9 @@ class CollectiveDistillation {
     Param<double, "critic_weight", "weight of the Q regression", at_least(0)> critic_weight{1.0};
     Param<double, "max_grad_norm", "clip the gradient's global norm (0: off)", at_least(0)> max_grad_norm{1.0};
     Section<"net", nn::CollectiveTransformerImpl::Config> net;
+
+    /// A run of seconds (`run.smoke`): small batches.
+    void shrink() { batch_size = std::min<std::int64_t>(batch_size, 64); }
   };
 
   CollectiveDistillation(const EnvSpec& spec, const Config& cfg, const RunContext& ctx) : cfg_(cfg), device_(ctx.device), env_(spec.name) {
@@ -15013,6 +15304,9 @@ class CollectiveStudent {
     Section<"shaping", Shaping> shaping;
     Section<"sac", SAC::Config> sac;
     Section<"distill", CollectiveDistillation::Config> distill;
+
+    /// A run of seconds (`run.smoke`): the collective's smoke size.
+    void shrink() { distill->shrink(); }
   };
 
   CollectiveStudent(const EnvSpec& spec, const Config& cfg, const RunContext& ctx)
@@ -16019,6 +16313,14 @@ class DiffusionPolicy {
           "on CUDA, capture the update as a CUDA graph and replay it (one process, no loss scaling or gradient "
           "accumulation; false: op by op)">
         cuda_graph{true};
+
+    /// A run of seconds (`run.smoke`): a small U-Net on small batches, a short warm-up.
+    void shrink() {
+      if (widths->size() > 2 || widths->front() > 16) widths = {16, 32};
+      step_embed = std::min(*step_embed, 16);
+      batch_size = std::min<std::int64_t>(batch_size, 64);
+      lr_warmup = std::min<std::int64_t>(lr_warmup, 20);
+    }
   };
 
   DiffusionPolicy(const EnvSpec& spec, const Config& cfg, const RunContext& ctx)
@@ -17189,7 +17491,9 @@ struct policy_config<OnPolicyLoop> {
 /// pass it to a prebuilt Trainer without the policies' classes or torch
 /// (`anvil/compiled.hpp`). Light header.
 
+#include <array>
 #include <string>
+#include <string_view>
 
 // ---- begin <anvil/train/run_config.hpp> ----
 /// @file
@@ -17268,6 +17572,13 @@ struct TrainerConfig {
   Section<policy_config<B>::section, policy_config_t<B>> buffer;
   Section<policy_config<P>::section, policy_config_t<P>> parallel;
   Section<policy_config<X>::section, policy_config_t<X>> precision;
+
+  /// What the config hash covers beside the fields (`config_hash`): the policy types, since
+  /// FP32 and TF32 runs, say, have the same fields. A run's config.yaml, `--print-config`,
+  /// summary.json and checkpoints all show this one hash.
+  static constexpr std::array<std::string_view, 5> hashed_types() {
+    return {type_name<A>(), type_name<B>(), type_name<P>(), type_name<X>(), type_name<L>()};
+  }
 
   /// Rules across sections (needs the loop's class: called where the config is read).
   void validate() const {
@@ -17439,7 +17750,7 @@ ANVIL_COMPILED_TRAINERS(ANVIL_DETAIL_EXTERN_TRAINER)
 ///     void at_log_row();               // its part of a log row (e.g. merge normalisers over ranks)
 ///     void resumed();                  // after a resume restored the run's state
 ///     int stage() const;               // which stage runs (0 but for Staged)
-///     BottleneckAdvice advice() const; // what the timing verdict suggests, in its knobs
+///     BottleneckAdvice advice(const AdviceKeys&) const;  // what the timing verdict suggests, in its knobs
 ///     save / read / restore            // its state (section "loop"), the same on every rank
 ///
 /// A stage counts its length from where the clock stood when it began (`origin`), so a
@@ -17452,6 +17763,8 @@ ANVIL_COMPILED_TRAINERS(ANVIL_DETAIL_EXTERN_TRAINER)
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <string_view>
+#include <vector>
 
 
 namespace anvil {
@@ -17483,6 +17796,20 @@ struct LoopSettings {
   std::int64_t base_batch = 256;
 };
 
+/// The config keys a loop's timing advice may name (`BottleneckAdvice`): the loop's own
+/// section, and its algorithm's fields, found by their last part, so that advice names
+/// only keys the run's config has.
+struct AdviceKeys {
+  std::string train = "train";         ///< the loop's section ("train.offline" in a Staged run)
+  std::vector<std::string> algorithm;  ///< every key of the algorithm's section, in order
+  /// The algorithm's first key whose last part is `leaf` ("sac.batch_size"), or "".
+  [[nodiscard]] std::string find(std::string_view leaf) const {
+    for (const auto& k : algorithm)
+      if (k.size() > leaf.size() && k.ends_with(leaf) && k[k.size() - leaf.size() - 1] == '.') return k;
+    return "";
+  }
+};
+
 /// A loop a custom main can drive a step at a time (`collect(n)` env steps, `update(k)`
 /// updates): the off-policy loop.
 template <class R>
@@ -17492,6 +17819,17 @@ concept StepwiseLoop = requires(R& r, std::int64_t n, int k) {
 };
 
 namespace loops {
+
+/// `first` and `second` joined by `sep`, leaving out an empty one.
+inline std::string either(const std::string& first, const std::string& sep, const std::string& second) {
+  return first.empty() ? second : second.empty() ? first : first + sep + second;
+}
+/// The advice every loop gives when evaluations, log rows and checkpoints take the time.
+inline std::string side_advice(const AdviceKeys& k) {
+  return "raise " + k.train + ".eval_interval, run.log_interval or run.checkpoint_interval";
+}
+/// The advice every loop that acts in envs gives when choosing actions takes the time.
+inline std::string act_advice() { return "raise env.num_envs so each forward pass serves more envs"; }
 
 /// The settings every loop's config gives in the same fields.
 template <class Config>
@@ -17669,8 +18007,18 @@ struct OffPolicyLoop {
       if (p_.ranks.world_size() > 1) p_.collector.envs().sync_statistics([this](at::Tensor& t) { p_.ranks.sum(t); });
     }
 
-    /// What the timing verdict suggests (the general advice: update interval, batch size, envs).
-    [[nodiscard]] BottleneckAdvice advice() const { return {}; }
+    /// What the timing verdict suggests, in this loop's knobs and its algorithm's.
+    [[nodiscard]] BottleneckAdvice advice(const AdviceKeys& k) const {
+      const std::string batch = k.find("batch_size"), interval = k.train + ".update_interval";
+      BottleneckAdvice a;
+      a.env = "raise env.num_envs, step the envs during updates (env.mode=async), or raise " + interval;
+      a.learn = "raise " + interval + " (fewer updates per env step), or add ranks";
+      a.comm = "fewer, larger updates (" + loops::either(batch, ", ", interval) + ") or fewer ranks";
+      a.act = loops::act_advice();
+      a.sample = "raise " + loops::either(batch, " or ", interval);
+      a.side = loops::side_advice(k);
+      return a;
+    }
 
     /// State protocol: where the stage began and where the update schedule stands (the
     /// same on every rank).
@@ -17874,14 +18222,19 @@ struct OnPolicyLoop {
 
     void at_log_row() {}  // the normalisers were merged before the last update
 
-    /// What the timing verdict suggests, in this loop's and its algorithm's knobs.
-    [[nodiscard]] BottleneckAdvice advice() const {
-      const std::string algo(A::config_section.view());
+    /// What the timing verdict suggests, in this loop's knobs and its algorithm's.
+    [[nodiscard]] BottleneckAdvice advice(const AdviceKeys& k) const {
+      const std::string epochs = k.find("epochs"), minibatch = k.find("minibatch_size");
       BottleneckAdvice a;
       a.env = "raise env.num_envs or env.threads";
-      a.learn = "fewer " + algo + ".epochs or larger " + algo + ".minibatch_size, BF16, or more ranks";
-      a.comm = "larger " + algo + ".minibatch_size (fewer all-reduces per rollout) or fewer ranks";
-      a.sample = "larger " + algo + ".minibatch_size";
+      a.learn = loops::either(loops::either(epochs.empty() ? "" : "fewer " + epochs, " or ",
+                                            minibatch.empty() ? "" : "a larger " + minibatch),
+                              ", or ", "add ranks");
+      a.comm = loops::either(minibatch.empty() ? "" : "a larger " + minibatch + " (fewer all-reduces per rollout)", " or ",
+                             "fewer ranks");
+      a.act = loops::act_advice();
+      a.sample = minibatch.empty() ? "" : "a larger " + minibatch;
+      a.side = loops::side_advice(k);
       return a;
     }
 
@@ -17934,7 +18287,8 @@ struct OnPolicyLoop {
 ///    OPENBLAS_CORETYPE set);
 ///  - reads the command line and `--config` files into the Trainer's config: `--help` prints
 ///    every field and exits 0, `--print-config` prints the resolved config and exits 0, a bad
-///    key or value prints one line naming it and exits 2;
+///    key or value prints one line naming it and exits 2; a resume (`run.resume`) takes the
+///    run's own settings from its run directory's config.yaml, under those the user gives;
 ///  - starts the ranks: a program with `DDP<N>` started plainly becomes the launcher of its
 ///    node's N ranks (parallel/launch.hpp) and exits with their outcome; a rank (or a run
 ///    with one process) returns.
@@ -17948,8 +18302,10 @@ struct OnPolicyLoop {
 /// Its counterpart at the other end, `exit_fast`, ends a single-process main whose run is
 /// over without the teardown of the libraries it loaded.
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <iostream>
 #include <string>
 #include <string_view>
@@ -18202,8 +18558,9 @@ inline int run_sweep(const SweepPlan& plan) {
       } catch (const std::exception&) {
       }
     }
-    std::printf("[%zu/%zu] %s: %s, final eval %.1f (best %.1f)\n", finished, runs.size(), r.name.c_str(),
-                r.status == 0 ? "done" : ("exit status " + std::to_string(r.status)).c_str(), r.final_eval, r.best_eval);
+    std::printf("[%zu/%zu] %s: %s, final eval %s (best %s)\n", finished, runs.size(), r.name.c_str(),
+                r.status == 0 ? "done" : ("exit status " + std::to_string(r.status)).c_str(), metric_text(r.final_eval).c_str(),
+                metric_text(r.best_eval).c_str());
     std::fflush(stdout);
   }
   ::sigaction(SIGINT, &old_int, nullptr);
@@ -18240,7 +18597,8 @@ inline int run_sweep(const SweepPlan& plan) {
     row["best_eval_return"] = std::isfinite(r.best_eval) ? nlohmann::ordered_json(r.best_eval) : nlohmann::ordered_json();
     row["env_steps"] = r.env_steps;
     table.push_back(row);
-    std::printf(" %6s %12.1f %12.1f\n", r.status < 0 ? "-" : std::to_string(r.status).c_str(), r.final_eval, r.best_eval);
+    std::printf(" %6s %12s %12s\n", r.status < 0 ? "-" : std::to_string(r.status).c_str(), metric_text(r.final_eval).c_str(),
+                metric_text(r.best_eval).c_str());
     if (r.status != 0) ++failed;
   }
   write_file_atomic(dir / "sweep.csv", csv);
@@ -18330,8 +18688,78 @@ std::pair<Args, Own> start_with_section(int argc, char** argv, std::string_view 
 }
 
 namespace detail {
+struct SmokeField {
+  Param<bool, "smoke", "a run of seconds"> smoke{false};
+};
+struct SmokeProbe {
+  Section<"run", SmokeField> run;
+};
+}  // namespace detail
+
+/// Whether `args` ask for a run of seconds (`--smoke`, or `run.smoke` in a config file), as a
+/// Trainer's config reads them: for a program that chooses what to run by it (an example's
+/// stages in order).
+[[nodiscard]] inline bool asks_smoke(const Args& args) {
+  std::vector<Setting> smoke;
+  for (const auto& s : args.settings)
+    if (s.key == "smoke" || s.key == "run.smoke") smoke.push_back(s);
+  detail::SmokeProbe p;
+  try {
+    apply_settings(p, smoke);
+  } catch (const ConfigError&) {
+    return false;  // the Trainer's own reading reports it
+  }
+  return p.run->smoke;
+}
+
+namespace detail {
+/// `args` with the settings of the run a resume continues (its run directory's config.yaml)
+/// placed under the user's own: a resume takes the run's networks, envs and schedule from
+/// the run unless a config file or the command line says otherwise, so the only conflict
+/// left to refuse is one the user gave. What belongs to this process rather than the run
+/// (`run.resume`, `run.run_dir`, `parallel.*`) is not taken. Unchanged when the settings
+/// ask for no resume or the run directory has no config.yaml.
+template <class Config>
+Args with_resumed_run(Args args, const Config& defaults);
+}  // namespace detail
+
+/// The run directory a resume asked for by `args` continues (`run.resume=auto`: `run.run_dir`;
+/// a checkpoint: its directory), or empty when they ask for none. The settings are read over
+/// `defaults` but not validated: the run's own settings may be what makes them valid.
+template <class Config>
+[[nodiscard]] std::filesystem::path resumed_run_dir(const Args& args, const Config& defaults = {}) {
+  Config probe = defaults;
+  try {
+    detail::apply_each(probe, args.settings);
+  } catch (const ConfigError&) {
+    return {};  // the real reading reports it
+  }
+  const std::string& resume = probe.run->resume;
+  if (resume.empty()) return {};
+  return resume == "auto" ? std::filesystem::path(*probe.run->run_dir) : std::filesystem::path(resume).parent_path();
+}
+
+namespace detail {
+template <class Config>
+Args with_resumed_run(Args args, const Config& defaults) {
+  const auto dir = resumed_run_dir(args, defaults);
+  std::error_code ec;
+  if (dir.empty() || !std::filesystem::is_regular_file(dir / "config.yaml", ec)) return args;
+  auto run = load_yaml_file((dir / "config.yaml").string());
+  std::erase_if(run, [](const Setting& s) {
+    return s.key == "run.resume" || s.key == "run.run_dir" || s.key.starts_with("parallel.");
+  });
+  // After the program's own defaults, before the user's files and command line.
+  const auto at = std::find_if(args.settings.begin(), args.settings.end(), [](const Setting& s) { return !s.program_default; });
+  args.settings.insert(at, run.begin(), run.end());
+  if (!dist::world_from_env())  // said once, by the process the user started
+    std::fprintf(stderr, "resume: the run's settings from %s, under those given here\n", (dir / "config.yaml").c_str());
+  return args;
+}
+
 template <class Trainer>
-typename Trainer::Config start_trainer(const Args& args, typename Trainer::Config defaults) {
+typename Trainer::Config start_trainer(const Args& given, typename Trainer::Config defaults) {
+  const Args args = given.help ? given : with_resumed_run(given, defaults);
   if (args.multirun && !args.help && !args.print_config) {
     // A sweep (train/sweep.hpp): every run's config is checked before the first starts.
     try {
@@ -18354,7 +18782,7 @@ typename Trainer::Config start_trainer(const Args& args, typename Trainer::Confi
   }
   auto cfg = start_config<typename Trainer::Config>(args, std::move(defaults));
   try {
-    Trainer::Parallelism::start_ranks(*cfg.parallel);  // a launcher does not return
+    Trainer::Parallelism::start_ranks(*cfg.parallel, *cfg.run->device);  // a launcher does not return
   } catch (const Error& e) {
     detail::exit_with(e);
   }
@@ -18783,8 +19211,23 @@ class MetricsLog {
     }
   }
 
+  /// What the timing verdicts of later rows suggest (a Staged run's next stage has its own).
+  void set_advice(BottleneckAdvice a) { opt_.advice = std::move(a); }
+
   /// Writes `row` to metrics.csv (rank 0).
   [[gnu::cold, gnu::noinline]] void write_csv(const LogRow& row) { csv_.row(row.values, row.complete); }
+
+  /// Puts the latest evaluation into the row of the step `clock` is at, which metrics.csv
+  /// already has (a run resumed where its row was written, evaluated as it ends): the file
+  /// keeps one row per logged step (rank 0).
+  [[gnu::cold, gnu::noinline]] void amend_evaluation(const Clock& clock) {
+    if (!src_.ranks->is_main()) return;
+    std::vector<std::pair<std::string, double>> v{{"env_steps", static_cast<double>(clock.env_steps)},
+                                                  {"updates", static_cast<double>(clock.updates)},
+                                                  {"eval_return", src_.evaluation->last().mean}};
+    add_task_columns(v, src_.evaluation->last());
+    csv_.row(v, true);
+  }
 
   /// Writes `row` to TensorBoard and training.log, with the timing split since the last
   /// row and the GPUs' use; `echo` gets the lines a console shows under the row (may be
@@ -19102,8 +19545,17 @@ struct EpisodicLoop {
       if (p_.ranks.world_size() > 1) p_.collector.envs().sync_statistics([this](at::Tensor& t) { p_.ranks.sum(t); });
     }
 
-    /// What the timing verdict suggests (the general advice: update interval, batch size, envs).
-    [[nodiscard]] BottleneckAdvice advice() const { return {}; }
+    /// What the timing verdict suggests, in this loop's knobs and its algorithm's.
+    [[nodiscard]] BottleneckAdvice advice(const AdviceKeys& k) const {
+      const std::string passes = k.find("data_passes"), batch = k.find("batch_size");
+      BottleneckAdvice a;
+      a.env = "raise env.num_envs or env.threads";
+      a.learn = loops::either(passes.empty() ? "" : "fewer " + passes, ", or ", "add ranks");
+      a.comm = loops::either(batch.empty() ? "" : "a larger " + batch + " (fewer all-reduces per round)", " or ", "fewer ranks");
+      a.act = loops::act_advice();
+      a.side = loops::side_advice(k);
+      return a;
+    }
 
     /// State protocol: where the stage began (a checkpoint falls between rounds).
     void save(BinaryWriter& w) const { w.value(origin_); }
@@ -19285,8 +19737,17 @@ struct OfflineLoop {
 
     void at_log_row() {}
 
-    /// What the timing verdict suggests (the general advice: update interval, batch size, envs).
-    [[nodiscard]] BottleneckAdvice advice() const { return {}; }
+    /// What the timing verdict suggests, in this loop's knobs and its algorithm's: an offline
+    /// run is meant to spend its time in updates.
+    [[nodiscard]] BottleneckAdvice advice(const AdviceKeys& k) const {
+      const std::string batch = k.find("batch_size");
+      BottleneckAdvice a;
+      a.learn = "as an offline run should; add ranks to go faster";
+      a.comm = loops::either(batch.empty() ? "" : "a larger " + batch + " (fewer all-reduces per sample)", " or ", "fewer ranks");
+      a.sample = batch.empty() ? "" : "a larger " + batch + " (fewer, larger draws from the dataset)";
+      a.side = loops::side_advice(k);
+      return a;
+    }
 
     /// State protocol: where the stage began (the data is the buffer's, saved on its own).
     void save(BinaryWriter& w) const { w.value(origin_); }
@@ -19460,12 +19921,33 @@ class Checkpoints {
     };
   }
 
+  /// What `file` says of the run that wrote it, from its header alone (e.g. the precision an
+  /// evaluation of the run must use); an Error naming the file when it is not a checkpoint.
+  [[nodiscard]] static Identity identity(const std::filesystem::path& file) {
+    if (!std::filesystem::exists(file)) throw Error("no checkpoint at '" + file.string() + "'");
+    BinaryReader r(file, kFormat);
+    Identity id;
+    id.algorithm = r.string("algorithm");
+    id.precision = r.string("precision");
+    id.config_hash = r.string("config hash");
+    const auto n = r.value<std::uint64_t>("config");
+    if (n > 100'000) r.fail("config", "has an implausible number of fields");
+    for (std::uint64_t i = 0; i < n; ++i) {
+      auto k = r.string("config key");
+      id.config.emplace_back(std::move(k), r.string("config value"));
+    }
+    return id;
+  }
+  /// The latest checkpoint in `dir` (empty when it holds none).
+  [[nodiscard]] static std::filesystem::path latest(const std::filesystem::path& dir) {
+    const auto all = in(dir);
+    return all.empty() ? std::filesystem::path() : all.back();
+  }
+
   /// The checkpoint `run.resume` names: a path as it is, or "auto": the latest in the run
   /// directory (empty when there is none).
   [[nodiscard]] std::filesystem::path resolve(const std::string& resume) const {
-    if (resume != "auto") return resume;
-    const auto all = in(opt_.dir);
-    return all.empty() ? std::filesystem::path() : all.back();
+    return resume == "auto" ? latest(opt_.dir) : std::filesystem::path(resume);
   }
 
   /// The checkpoint file for clock value `step` in the run directory.
@@ -19695,7 +20177,7 @@ class LoopControl {
   virtual void iterate(std::int64_t quiet_until) = 0;
   virtual void at_log_row() = 0;
   virtual void resumed() = 0;
-  [[nodiscard]] virtual BottleneckAdvice advice() const = 0;
+  [[nodiscard]] virtual BottleneckAdvice advice(const AdviceKeys& keys) const = 0;
 };
 
 /// `LoopControl` of a loop runner `R` (train/loops/loop.hpp).
@@ -19709,7 +20191,7 @@ class LoopControlOf final : public LoopControl {
   void iterate(std::int64_t quiet_until) override { r_.iterate(quiet_until); }
   void at_log_row() override { r_.at_log_row(); }
   void resumed() override { r_.resumed(); }
-  [[nodiscard]] BottleneckAdvice advice() const override { return r_.advice(); }
+  [[nodiscard]] BottleneckAdvice advice(const AdviceKeys& keys) const override { return r_.advice(keys); }
 
  private:
   R& r_;
@@ -19886,9 +20368,14 @@ class Run {
     // and only when this process trained (not for a finished run resumed).
     const bool trained = p_.clock->env_steps > first_step_ || p_.clock->updates > first_update_;
     const std::string time_line = trained && p_.times->enabled ? "time: " + shares_line(*p_.times) : "";
-    const std::string verdict = trained && p_.times->enabled ? bottleneck(*p_.times, p_.loop->advice()) : "";
+    const std::string verdict = trained && p_.times->enabled ? bottleneck(*p_.times, advice()) : "";
     if (p_.evaluation->last_at() != now) record_evaluation(evaluate(settings_.eval_episodes));
-    if (log_at_ != now || logged_eval_at_ != p_.evaluation->last_at()) log();  // not the same row twice
+    if (log_at_ != now) {
+      log();
+    } else if (logged_eval_at_ != p_.evaluation->last_at()) {  // this step's row is written: not a second one
+      log_.amend_evaluation(*p_.clock);
+      logged_eval_at_ = p_.evaluation->last_at();
+    }
     checkpoint();
     const bool main = p_.ranks->is_main();
     if (p_.ranks->world_size() > 1 && main) say(sync_line_);
@@ -19907,6 +20394,19 @@ class Run {
       say("logs: " + run_dir_.string() + " (training.log, metrics.csv, TensorBoard events, summary.json, config.yaml)");
     }
     return r;
+  }
+
+  /// What the timing verdict suggests now (observe/timers.hpp): the loop's advice in this
+  /// run's config keys, and, on a GPU where the run is in FP32 or TF32, BF16 precision
+  /// (it pays there; on the CPU it measured 0.95x FP32's speed for these networks).
+  [[nodiscard]] BottleneckAdvice advice() const {
+    AdviceKeys keys;
+    for (const auto& [key, value] : s_.config)
+      if (key.starts_with(s_.algorithm + ".")) keys.algorithm.push_back(key);
+    auto a = p_.loop->advice(keys);
+    if (bf16_pays(s_.device, s_.precision))
+      a.learn = loops::either(a.learn, "; ", "on a GPU, BF16 precision (Trainer<..., BF16>) speeds updates too");
+    return a;
   }
 
   /// An evaluation of `episodes` episodes (all ranks together), not yet recorded.
@@ -20108,6 +20608,7 @@ class Run {
     log();
     checkpoint();
     restart_schedules();
+    log_.set_advice(advice());
     say("stage " + std::to_string(stage_) + " begins: " + std::to_string(settings_.steps) + " " +
         std::string(unit_name(settings_.unit)));
   }
@@ -20169,7 +20670,7 @@ class Run {
     sources.times = p_.times;
     sources.ranks = p_.ranks;
     log_ = MetricsLog(MetricsLog::Options{run_dir_, s_.algorithm, s_.run.tensorboard, s_.run.tensorboard_histograms,
-                                          settings_.record_unit, p_.loop->advice()},
+                                          settings_.record_unit, advice()},
                       std::move(sources),
                       "==== " + timestamp_for_path() + " " + s_.program + ", config hash " + s_.config_hash +
                           "\n# resolved config\n" + s_.config_yaml + "# end of config\n");
@@ -20212,12 +20713,10 @@ class Run {
 
   [[gnu::cold, gnu::noinline]] std::string summary_line(const FitResult& r) const {
     char buf[256];
-    std::snprintf(buf, sizeof buf,
-                  "done: %lld env steps, %lld updates in %.1f s (%.0f steps/s); eval return %.1f (best %.1f)",
+    std::snprintf(buf, sizeof buf, "done: %lld env steps, %lld updates in %.1f s (%.0f steps/s); eval return ",
                   static_cast<long long>(r.env_steps), static_cast<long long>(r.updates), r.wall_seconds,
-                  static_cast<double>(r.env_steps - first_step_) / r.wall_seconds, r.final_eval_return,
-                  r.best_eval_return);
-    return buf;
+                  static_cast<double>(r.env_steps - first_step_) / r.wall_seconds);
+    return buf + metric_text(r.final_eval_return) + " (best " + metric_text(r.best_eval_return) + ")";
   }
 
   Setup s_;
@@ -20462,11 +20961,12 @@ class BasicTrainer {
   [[nodiscard]] const std::vector<std::string>& notes() const noexcept { return run_->notes(); }
   /// The checkpoint this run continued from (empty when it started afresh).
   [[nodiscard]] const std::filesystem::path& resumed_from() const noexcept { return run_->resumed_from(); }
+  /// What the run's timing verdict suggests for each kind of bound, in its config keys.
+  [[nodiscard]] BottleneckAdvice advice() const { return run_->advice(); }
 
  private:
   static Config prepare(Config c) {
-    if (c.run->smoke) shrink_for_smoke(c);
-    anvil::validate(c);
+    anvil::validate(c);  // run.smoke was applied where the config was read (configure)
     return c;
   }
   static std::string upper(std::string_view s) {
@@ -20528,13 +21028,7 @@ class BasicTrainer {
     s.env_name = collector_->spec().name;
     s.num_envs = collector_->num_envs();
     s.device = ctx_.device.str();
-    // The hash covers the policy types too: FP32 and TF32 runs (the same fields) differ.
-    std::uint64_t h = anvil::config_hash(cfg_);
-    for (const auto t : {type_name<A>(), type_name<B>(), type_name<P>(), type_name<X>(), type_name<L>()})
-      for (const char ch : t) h = (h ^ static_cast<unsigned char>(ch)) * 0x100000001b3ull;  // FNV-1a
-    char hash[17];
-    std::snprintf(hash, sizeof hash, "%016llx", static_cast<unsigned long long>(h));
-    s.config_hash = hash;
+    s.config_hash = config_hash_hex(cfg_);  // covers the policy types too (TrainerConfig::hashed_types)
     s.config_yaml = to_yaml(cfg_);
     s.config = flatten(cfg_);
     s.notes = std::move(notes);
@@ -20839,7 +21333,12 @@ struct Staged {
       }
     }
     void at_log_row() { stage_ == 0 ? first_.at_log_row() : second_.at_log_row(); }
-    [[nodiscard]] BottleneckAdvice advice() const { return stage_ == 0 ? first_.advice() : second_.advice(); }
+    /// The advice of the stage that runs, in its section's keys (`train.<stage>.*`).
+    [[nodiscard]] BottleneckAdvice advice(const AdviceKeys& k) const {
+      AdviceKeys in = k;
+      in.train = k.train + "." + std::string(stage_ == 0 ? First::stage_name.view() : Second::stage_name.view());
+      return stage_ == 0 ? first_.advice(in) : second_.advice(in);
+    }
 
     /// The stages' runners (e.g. for a custom main).
     [[nodiscard]] auto& first() noexcept { return first_; }

@@ -17,6 +17,7 @@
 
 #include <anvil/anvil.hpp>
 
+#include "../skip.hpp"
 #include "../temp_run_dir.hpp"
 
 using namespace anvil;
@@ -469,13 +470,14 @@ TEST_CASE("Trainer<COMA, EpisodeBuffer, SingleDevice, BF16>: mapping missions tr
 
 TEST_SUITE("gpu") {
 TEST_CASE("Trainer<COMA, EpisodeBuffer, SingleDevice, FP16>: mapping missions train on CUDA, the critic and actor steps sharing each scaler step") {
-  if (!torch::cuda::is_available()) {
-    MESSAGE("no CUDA device here: the FP16 run is left to a machine with one");
-    return;
-  }
+  if (!torch::cuda::is_available()) ANVIL_SKIP("no CUDA device on this machine");
   using Fp16Trainer = Trainer<COMA, EpisodeBuffer, SingleDevice, FP16>;
   auto c = coma_config<Fp16Trainer>("coma_fp16", 1120, 8);
   c.run->device = "cuda";
+  // A scale too small to overflow and a growth interval longer than the run: each critic
+  // step and the actor step after it are one step of the scaler's schedule, never two.
+  c.precision->init_scale = 256.0;
+  c.precision->growth_interval = 100000;
   c.buffer->max_steps = 14;
   c.algorithm->batch_size = 64;
   c.algorithm->batch_number = 2;
@@ -485,7 +487,9 @@ TEST_CASE("Trainer<COMA, EpisodeBuffer, SingleDevice, FP16>: mapping missions tr
   const auto* scaler = t.step_context().scaler();
   REQUIRE(scaler != nullptr);
   CHECK(t.algorithm().critic_steps() >= 20);
-  CHECK(scaler->skipped() < t.algorithm().critic_steps());  // skips are the exception
+  REQUIRE(scaler->skipped() == 0);
+  CHECK(scaler->good_steps() == t.algorithm().critic_steps());  // two per step if the optimizers counted apart
+  CHECK(scaler->current_scale() == 256.0);
   CHECK(std::isfinite(r.final_eval_return));
   for (const auto& [name, w] : t.algorithm().flat_parameters()) CHECK(torch::isfinite(w).all().item<bool>());
   std::filesystem::remove_all(*c.run->run_dir);

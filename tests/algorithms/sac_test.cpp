@@ -227,6 +227,11 @@ TEST_CASE("SAC: hand-written gradients match autograd's") {
     cfg.critic->hidden = {24, 16, 8};
     check_close(train_briefly(cfg, true, 10, false), train_briefly(cfg, false, 10, false));
   }
+  SUBCASE("leaky_relu networks") {
+    cfg.actor->activation = nn::Activation::leaky_relu;
+    cfg.critic->activation = nn::Activation::leaky_relu;
+    check_close(train_briefly(cfg, true, 10, false), train_briefly(cfg, false, 10, false));
+  }
   SUBCASE("actor every second update, two threads") {
     cfg.actor_update_freq = 2;
     check_close(train_briefly(cfg, true, 10, false, 2), train_briefly(cfg, false, 10, false, 1));

@@ -57,7 +57,7 @@ struct CpuCluster {
   static constexpr bool can_use_cuda = false;
   struct Config {};
   explicit CpuCluster(const Config&) {}
-  static void start_ranks(const Config&) {}
+  static void start_ranks(const Config&, std::string_view) {}
   void connect(c10::Device) {}
   int device_index() const { return 0; }
   std::string describe() const { return "one CPU process"; }

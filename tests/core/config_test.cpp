@@ -265,3 +265,84 @@ TEST_CASE("Config: an empty YAML file sets nothing") {
   Cfg c = resolve({"--config", f.path.string()});
   CHECK(anvil::flatten(c) == anvil::flatten(Cfg{}));
 }
+
+namespace {
+struct LoopCfg {
+  Param<std::int64_t, "steps", "env steps", anvil::at_least(1)> steps{20000};
+  Param<std::int64_t, "learning_starts", "warm-up steps", anvil::at_least(0)> learning_starts{1000};
+  void validate() const {
+    if (learning_starts >= steps) throw anvil::ConfigError("train.learning_starts is not below train.steps");
+  }
+  void shrink() {
+    steps = std::min<std::int64_t>(steps, 600);
+    learning_starts = std::min<std::int64_t>(learning_starts, 200);
+  }
+};
+struct SmokeCfg {
+  Section<"run", RunCfg> run;
+  Section<"train", LoopCfg> train;
+};
+SmokeCfg smoke_configure(anvil::Args a) { return anvil::configure<SmokeCfg>(a); }
+}  // namespace
+
+TEST_CASE("Config: --smoke is a layer of defaults under the user's settings, applied before validation") {
+  // Alone: the small run.
+  auto c = smoke_configure(args({"--smoke"}));
+  CHECK(c.train->steps == 600);
+  CHECK(c.train->learning_starts == 200);
+  // With the steps a user types: their steps, smoke's short warm-up, and no refusal.
+  c = smoke_configure(args({"--smoke", "--train.steps=600"}));
+  CHECK(c.train->steps == 600);
+  CHECK(c.train->learning_starts == 200);
+  c = smoke_configure(args({"--train.steps=5000", "--smoke"}));
+  CHECK(c.train->steps == 5000);
+  CHECK(c.train->learning_starts == 200);
+  // A config file is the user's too; a later --smoke=false turns it off.
+  TempFile f("train:\n  steps: 3000\nrun:\n  smoke: true\n", "smoke.yaml");
+  c = smoke_configure(args({"--config", f.path.string()}));
+  CHECK(c.train->steps == 3000);
+  CHECK(c.train->learning_starts == 200);
+  c = smoke_configure(args({"--config", f.path.string(), "--smoke=false"}));
+  CHECK(c.train->steps == 3000);
+  CHECK(c.train->learning_starts == 1000);
+  // Without --smoke the same steps are refused by validation.
+  CHECK(error_of([] { smoke_configure(args({"--train.steps=600"})); }).find("learning_starts is not below") !=
+        std::string::npos);
+  // A program's own defaults (a hyperparameter file's block) sit under the smoke layer.
+  auto a = args({"--smoke"});
+  anvil::Setting program{.key = "train.steps", .values = {"50000"}, .origin = "hyperparams.yaml", .program_default = true};
+  a.settings.insert(a.settings.begin(), program);
+  c = smoke_configure(a);
+  CHECK(c.train->steps == 600);
+  // The printed config is what runs, and reads back to the same config and hash.
+  c = smoke_configure(args({"--smoke", "--train.steps=900"}));
+  const auto again = smoke_configure(args({"--config", TempFile(anvil::to_yaml(c), "again.yaml").path.string()}));
+  CHECK(anvil::flatten(again) == anvil::flatten(c));
+}
+
+namespace {
+struct TypedCfg {
+  Section<"run", RunCfg> run;
+  Section<"algo", AlgoCfg> algo;
+  static constexpr std::array<std::string_view, 2> hashed_types() { return {"anvil::BasicSAC<>", "anvil::FP32"}; }
+};
+struct OtherTypedCfg {
+  Section<"run", RunCfg> run;
+  Section<"algo", AlgoCfg> algo;
+  static constexpr std::array<std::string_view, 2> hashed_types() { return {"anvil::BasicSAC<>", "anvil::TF32"}; }
+};
+}  // namespace
+
+TEST_CASE("Config: the hash covers the types a config names, the same wherever it is computed") {
+  // Same fields, different policy types: different hashes; the fields alone hash as before.
+  TypedCfg t;
+  OtherTypedCfg o;
+  CHECK(anvil::flatten(t) == anvil::flatten(Cfg{}));
+  CHECK(anvil::config_hash(t) != anvil::config_hash(Cfg{}));
+  CHECK(anvil::config_hash(t) != anvil::config_hash(o));
+  CHECK(anvil::config_hash_hex(Cfg{}) == "32e8c80269869561");
+  // Read back from its own YAML, a typed config hashes as it did.
+  TypedCfg back;
+  anvil::apply_settings(back, anvil::parse_yaml(anvil::to_yaml(t), "printed"));
+  CHECK(anvil::config_hash_hex(back) == anvil::config_hash_hex(t));
+}

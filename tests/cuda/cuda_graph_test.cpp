@@ -18,16 +18,11 @@
 #include <anvil/core/binary_io.hpp>
 #include <anvil/envs/pendulum.hpp>
 
+#include "../skip.hpp"
+
 using namespace anvil;
 
 namespace {
-
-// Whether this machine has no GPU: then a case says so and checks nothing.
-bool no_gpu() {
-  if (torch::cuda::is_available()) return false;
-  MESSAGE("no GPU: nothing checked");
-  return true;
-}
 
 ReplayBatch random_batch(std::int64_t n, const c10::Device& d, bool weights) {
   const auto o = at::TensorOptions().device(d);
@@ -99,12 +94,12 @@ SAC::Config small() {
 }  // namespace
 
 TEST_CASE("SAC on CUDA: updates replayed from a CUDA graph match the same updates op by op (float32)") {
-  if (no_gpu()) return;
+  if (!torch::cuda::is_available()) ANVIL_SKIP("no CUDA device on this machine");
   compare(small(), {}, 30, false, 1e-4);
 }
 
 TEST_CASE("SAC on CUDA: graphs per update shape (actor every 2nd, target every 3rd), clipping and importance weights") {
-  if (no_gpu()) return;
+  if (!torch::cuda::is_available()) ANVIL_SKIP("no CUDA device on this machine");
   auto cfg = small();
   cfg.actor_update_freq = 2;
   cfg.target_update_freq = 3;
@@ -113,7 +108,7 @@ TEST_CASE("SAC on CUDA: graphs per update shape (actor every 2nd, target every 3
 }
 
 TEST_CASE("SAC on CUDA: a graph under BF16 autocast matches the same updates op by op") {
-  if (no_gpu()) return;
+  if (!torch::cuda::is_available()) ANVIL_SKIP("no CUDA device on this machine");
   StepContext::Options so;
   so.autocast = true;
   so.autocast_dtype = at::kBFloat16;
@@ -121,7 +116,7 @@ TEST_CASE("SAC on CUDA: a graph under BF16 autocast matches the same updates op 
 }
 
 TEST_CASE("SAC on CUDA: a loss scaler (FP16) or gradient accumulation keeps the update op by op") {
-  if (no_gpu()) return;
+  if (!torch::cuda::is_available()) ANVIL_SKIP("no CUDA device on this machine");
   RunContext run;
   run.device = c10::Device(c10::kCUDA, 0);
   const auto spec = envs::spec_of(envs::Pendulum{});
@@ -136,7 +131,7 @@ TEST_CASE("SAC on CUDA: a loss scaler (FP16) or gradient accumulation keeps the 
 }
 
 TEST_CASE("DiffusionPolicy on CUDA: updates replayed from a CUDA graph match op by op, also after a new normalisation") {
-  if (no_gpu()) return;
+  if (!torch::cuda::is_available()) ANVIL_SKIP("no CUDA device on this machine");
   RunContext run;
   run.device = c10::Device(c10::kCUDA, 0);
   EnvSpec spec;
@@ -186,7 +181,7 @@ TEST_CASE("DiffusionPolicy on CUDA: updates replayed from a CUDA graph match op 
 }
 
 TEST_CASE("SAC on CUDA: a restore drops the captured graphs, and the updates after it start from the restored weights and step counts") {
-  if (no_gpu()) return;
+  if (!torch::cuda::is_available()) ANVIL_SKIP("no CUDA device on this machine");
   // A case like this one crashed on a GPU before restores dropped the graphs: the phase
   // reached is printed with any failure or crash.
   std::string phase = "setup";

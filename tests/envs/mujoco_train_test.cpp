@@ -198,11 +198,37 @@ TEST_CASE("Trainer<MultiTaskSAC, PrioritizedBuffer, SingleDevice, BF16>: with gr
   // Each task's temperature moved by its own transitions: no two stayed equal.
   CHECK(alphas[0].item<double>() != alphas[1].item<double>());
   CHECK(alphas[1].item<double>() != alphas[2].item<double>());
+  // The checkpoint the run ended with, loaded into a fresh Trainer, is the run's state: each
+  // network and its optimizer's moments, the temperatures and theirs, the EMA weights, the
+  // counts and the prioritized buffer.
+  const auto ckpt = t.run_dir() / "checkpoint-000000001200.ckpt";
+  REQUIRE(std::filesystem::exists(ckpt));
+  auto pc = c;
+  pc.run->run_dir = temp_run_dir("mt_per_bf16_probe");
+  T probe(Manipulation{}, pc);
+  const auto& a = t.algorithm();
+  const auto& p = probe.algorithm();
+  CHECK_FALSE(torch::equal(a.alphas(), p.alphas()));  // a fresh Trainer differs: the checks below can tell
+  probe.load_checkpoint(ckpt);
+  CHECK(torch::equal(a.alphas(), p.alphas()));
+  const auto same = [](const FlatAdam& x, const FlatAdam& y) {
+    return torch::equal(x.parameters().flat(), y.parameters().flat()) && torch::equal(x.exp_avg(), y.exp_avg()) &&
+           torch::equal(x.exp_avg_sq(), y.exp_avg_sq()) && x.steps() == y.steps();
+  };
+  CHECK(same(a.alpha_optimizer(), p.alpha_optimizer()));
+  CHECK(same(a.actor_optimizer(), p.actor_optimizer()));
+  CHECK(same(a.critic_optimizer(), p.critic_optimizer()));
+  CHECK(torch::equal(a.ema_weights(), p.ema_weights()));
+  CHECK(p.updates() == a.updates());
+  CHECK(probe.env_steps() == 1200);
+  CHECK(probe.buffer().size() == t.buffer().size());
+  // And a run resumed from it goes on to its new end.
   auto rc = c;
   rc.run->resume = "auto";
   rc.train->steps = 1500;
   T back(Manipulation{}, rc);
   CHECK(back.fit().env_steps == 1500);
-  CHECK_FALSE(back.resumed_from().empty());
+  CHECK(back.resumed_from() == ckpt);
   std::filesystem::remove_all(t.run_dir());
+  std::filesystem::remove_all(probe.run_dir());
 }

@@ -11,8 +11,18 @@
 #   nonempty     a run directory that holds a run is refused without --resume
 #   seed         --resume=auto with another seed is refused, naming run.seed, and the
 #                refused resume changes no file of the run directory
+#   takes        a resume given only the run directory takes the run's own settings from its
+#                config.yaml (networks, envs, schedule); a setting given that the checkpoint
+#                cannot take is still refused, naming it; --print-config shows what will run
 #   rows         metrics.csv has one row per logged step, also after a finished run is resumed,
-#                and that resumed run prints no timing verdict (it trained nothing)
+#                and that resumed run prints no timing verdict (it trained nothing); also after a
+#                resume from a mid-run checkpoint past train.steps (the evaluation it makes as it
+#                ends goes into the row already there)
+#   diskfull     a run whose disk fills after its first checkpoint (a small tmpfs in a mount
+#                namespace of the test's own) stops with an error naming the file and keeps that
+#                checkpoint; with space freed, --resume=auto --train.steps below it finishes
+#                and metrics.csv has one row per logged step (skipped, exit 77, where no mount
+#                namespace can be made)
 #   config       --config naming a directory, batch_size > capacity and learning_starts >=
 #                steps are refused (exit 2) naming the fields
 #   memory       a buffer that cannot fit is refused before it is allocated, naming
@@ -21,7 +31,8 @@
 #                directories with a table in sweep.csv; a bad value is refused before any run
 #   names        default run directories include the seed and do not collide
 #   provenance   config.yaml and summary.json record env, policy types, versions, command,
-#                host and git commit; summary.json's values are typed; the config is in TensorBoard
+#                host and git commit; summary.json's values are typed; the config is in TensorBoard;
+#                --config config.yaml --print-config prints the same settings and the same hash
 set -uo pipefail
 case_=$1
 prog=$2
@@ -128,6 +139,19 @@ case $case_ in
     grep -q "run.seed = 1; this run has run.seed = 2" <<<"$out" || fail "message: $out"
     [[ $(snapshot) == "$before" ]] || fail "the refused resume changed the run directory"
     ;;
+  takes)
+    "$prog" --run_dir="$dir" train.steps=600 train.learning_starts=200 "${small[@]}" >"$dir.log" 2>&1 || fail "first run failed"
+    out=$("$prog" --run_dir="$dir" --resume=auto --print-config 2>&1) || fail "--print-config of a resume failed: $out"
+    grep -q "resume: the run's settings from $dir/config.yaml" <<<"$out" || fail "no line naming the run's config: $out"
+    grep -q "^    hidden: \[16, 16\]" <<<"$out" || fail "--print-config of the resume does not show the run's networks: $out"
+    out=$("$prog" --run_dir="$dir" --resume=auto train.steps=900 2>&1) || fail "a resume given only the run directory failed: $out"
+    grep -q "resumed from .*checkpoint-000000000600.ckpt at env step 600" <<<"$out" || fail "did not resume: $out"
+    grep -q "done: 900 env steps" <<<"$out" || fail "the resumed run did not finish: $out"
+    out=$("$prog" --run_dir="$dir" --resume=auto train.steps=1200 sac.critic.hidden=[32,32] 2>&1)
+    rc=$?
+    [[ $rc == 1 ]] || fail "a resume with other networks exited $rc, expected 1: $out"
+    grep -q "sac.critic.hidden = \[16, 16\]; this run has sac.critic.hidden = \[32, 32\]" <<<"$out" || fail "message: $out"
+    ;;
   rows)
     # 1,100 steps, rows every 500 and an evaluation only at the end: rows 500, 1000, 1100.
     "$prog" --run_dir="$dir" train.steps=1100 train.learning_starts=200 --log_interval=500 "${small[@]}" \
@@ -143,6 +167,55 @@ case $case_ in
     [[ -n $(cut -d, -f"$col" <<<"$last") ]] || fail "the last row has no eval_return: $last"
     [[ -n $(cut -d, -f"$(head -1 "$dir/metrics.csv" | tr ',' '\n' | grep -n '^critic_loss$' | cut -d: -f1)" <<<"$last") ]] ||
       fail "the last row has no critic_loss: $last"
+    # Resumed from a mid-run checkpoint (no evaluation at its step) with train.steps below it:
+    # the run ends at once, its evaluation goes into the row of that step, not a second row.
+    rm -rf "$dir"
+    "$prog" --run_dir="$dir" train.steps=1200 train.learning_starts=200 --log_interval=300 --checkpoint_interval=900 \
+      "${small[@]}" train.eval_interval=0 >"$dir.log" 2>&1 || fail "run failed"
+    "$prog" --run_dir="$dir" --resume="$dir/checkpoint-000000000900.ckpt" train.steps=600 train.learning_starts=200 \
+      --log_interval=300 "${small[@]}" train.eval_interval=0 >"$dir.resumed.log" 2>&1 ||
+      fail "resumed run failed: $(cat "$dir.resumed.log")"
+    steps=$(tail -n +2 "$dir/metrics.csv" | cut -d, -f1 | tr '\n' ' ')
+    [[ $steps == "300 600 900 " ]] || fail "metrics.csv rows at steps '$steps' after a resume past train.steps, expected '300 600 900 '"
+    [[ -n $(tail -1 "$dir/metrics.csv" | cut -d, -f"$col") ]] || fail "the row of step 900 has no eval_return: $(tail -1 "$dir/metrics.csv")"
+    ;;
+  diskfull)
+    # Everything runs in a mount namespace of its own, where a 32 MiB tmpfs is the disk.
+    if [[ ${ANVIL_DISKFULL_NS:-} != 1 ]]; then
+      for how in -rm -m; do
+        if unshare $how sh -c "mkdir -p '$dir.fs' && mount -t tmpfs -o size=1m tmpfs '$dir.fs'" 2>/dev/null; then
+          ANVIL_DISKFULL_NS=1 exec unshare $how bash "$0" "$@"
+        fi
+      done
+      echo "SKIPPED: no mount namespace can be made here (unshare -rm or -m), so no small filesystem to fill"
+      rm -rf "$dir.fs"
+      exit 77
+    fi
+    mkdir -p "$dir.fs" && mount -t tmpfs -o size=32m tmpfs "$dir.fs" || fail "cannot mount a tmpfs in the namespace"
+    run=$dir.fs/run
+    "$prog" --run_dir="$run" train.steps=400000 train.learning_starts=200 --log_interval=300 --checkpoint_interval=1800 \
+      --tensorboard=false "${small[@]}" train.eval_interval=0 >"$dir.log" 2>&1 &
+    pid=$!
+    for _ in $(seq 1 600); do [[ -f $run/checkpoint-000000001800.ckpt && -f $run/policy.bin ]] && break; sleep 0.1; done
+    [[ -f $run/checkpoint-000000001800.ckpt ]] || fail "no checkpoint at step 1800"
+    sum=$(md5sum <"$run/checkpoint-000000001800.ckpt")
+    dd if=/dev/zero of="$dir.fs/filler" bs=64k 2>/dev/null  # until the disk is full
+    wait "$pid"
+    rc=$?
+    [[ $rc == 1 ]] || fail "the run on a full disk exited $rc, expected 1"
+    grep -Eq "^error: .*(writing '$run/[^']+' failed \(disk full\?\)|No space left)" "$dir.log" ||
+      fail "no error naming the file it could not write: $(tail -3 "$dir.log")"
+    [[ $(md5sum <"$run/checkpoint-000000001800.ckpt") == "$sum" ]] || fail "the checkpoint at step 1800 changed"
+    rm -f "$dir.fs/filler"
+    "$prog" --run_dir="$run" --resume=auto train.steps=1500 train.learning_starts=200 --log_interval=300 \
+      --checkpoint_interval=1800 --tensorboard=false "${small[@]}" train.eval_interval=0 >"$dir.resumed.log" 2>&1 ||
+      fail "the resumed run failed: $(cat "$dir.resumed.log")"
+    grep -q "resumed from .*checkpoint-000000001800.ckpt at env step 1800" "$dir.resumed.log" ||
+      fail "did not resume at step 1800: $(cat "$dir.resumed.log")"
+    steps=$(tail -n +2 "$run/metrics.csv" | cut -d, -f1 | tr '\n' ' ')
+    [[ $steps == "300 600 900 1200 1500 1800 " ]] ||
+      fail "metrics.csv rows at steps '$steps', expected '300 600 900 1200 1500 1800 '"
+    umount "$dir.fs"
     ;;
   config)
     mkdir -p "$dir.d"
@@ -218,10 +291,18 @@ assert j["status"] == "finished", j["status"]
 PY
     # The config is in TensorBoard's Text tab too.
     grep -aq "run/config" "$dir"/events.out.tfevents.* || fail "no run/config text summary in the events file"
-    # --config reads the written config.yaml back (its provenance lines are comments).
-    "$prog" --config "$dir/config.yaml" --print-config >/dev/null 2>&1 || fail "config.yaml does not read back"
+    # --config reads the written config.yaml back (its provenance lines are comments), to the
+    # same config and the same hash: one config, one hash, wherever it is computed.
+    printed=$("$prog" --config "$dir/config.yaml" --print-config 2>&1) || fail "config.yaml does not read back: $printed"
+    run_hash=$(sed -n '1s/.*config hash \([0-9a-f]\{16\}\).*/\1/p' "$dir/config.yaml")
+    printed_hash=$(sed -n '1s/.* hash \([0-9a-f]\{16\}\)$/\1/p' <<<"$printed")
+    [[ -n $run_hash && $run_hash == "$printed_hash" ]] ||
+      fail "config.yaml says hash '$run_hash', --config of it --print-config says '$printed_hash'"
+    grep -q "\"config_hash\": \"$run_hash\"" "$dir/summary.json" || fail "summary.json's hash is not $run_hash"
+    diff <(grep -v '^#' "$dir/config.yaml") <(grep -v '^#' <<<"$printed") >/dev/null ||
+      fail "the settings printed differ from config.yaml's: $(diff <(grep -v '^#' "$dir/config.yaml") <(grep -v '^#' <<<"$printed"))"
     ;;
   *) echo "unknown case $case_"; exit 2 ;;
 esac
-rm -rf "$dir" "$dir".*
+rm -rf "$dir" "$dir".* 2>/dev/null
 echo "ok: $case_"

@@ -1,12 +1,36 @@
-# cmake -DPROGRAM= -DRUN_DIR= [-DARGS=a;b] -P run_smoke.cmake
+# cmake -DPROGRAM= (-DRUN_DIR= | -DWORK_DIR=) [-DARGS=a;b] -P run_smoke.cmake
 # Runs an example with --smoke (and ARGS); it must exit 0 and leave config.yaml, metrics.csv,
 # training.log (with the resolved config), a TensorBoard event file and a summary.json with
-# the fields a user reads.
-file(REMOVE_RECURSE "${RUN_DIR}")
-execute_process(COMMAND "${PROGRAM}" --smoke --run_dir=${RUN_DIR} ${ARGS}
-                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+# the fields a user reads. With RUN_DIR the run goes there (--run_dir); with WORK_DIR the
+# program runs in that fresh, empty directory with nothing but --smoke and ARGS, as a
+# newcomer first types it, and the run directory is the last one it names ("logs: DIR").
+if(WORK_DIR)
+  file(REMOVE_RECURSE "${WORK_DIR}")
+  file(MAKE_DIRECTORY "${WORK_DIR}")
+  string(TIMESTAMP t0 "%s")
+  execute_process(COMMAND "${PROGRAM}" --smoke ${ARGS} WORKING_DIRECTORY "${WORK_DIR}"
+                  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  string(TIMESTAMP t1 "%s")
+  math(EXPR seconds "${t1} - ${t0}")
+  message(STATUS "${PROGRAM} --smoke ${ARGS}: exit status ${rc} after ${seconds} s")
+else()
+  file(REMOVE_RECURSE "${RUN_DIR}")
+  execute_process(COMMAND "${PROGRAM}" --smoke --run_dir=${RUN_DIR} ${ARGS}
+                  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+endif()
 if(NOT rc EQUAL 0)
   message(FATAL_ERROR "exit status ${rc}\nstdout:\n${out}\nstderr:\n${err}")
+endif()
+if(WORK_DIR)
+  string(REGEX MATCHALL "logs: [^ \n]+" named "${out}")
+  if(NOT named)
+    message(FATAL_ERROR "the program did not say where its logs went:\n${out}")
+  endif()
+  list(GET named -1 last)
+  string(REPLACE "logs: " "" RUN_DIR "${last}")
+  if(NOT IS_ABSOLUTE "${RUN_DIR}")
+    set(RUN_DIR "${WORK_DIR}/${RUN_DIR}")
+  endif()
 endif()
 foreach(f config.yaml metrics.csv summary.json training.log)
   if(NOT EXISTS "${RUN_DIR}/${f}")
@@ -33,10 +57,13 @@ foreach(key final_eval_return best_eval_return env_steps updates wall_seconds en
   endif()
 endforeach()
 string(JSON steps GET "${summary}" env_steps)
-if(steps LESS 1)
-  message(FATAL_ERROR "summary.json says no env steps were taken")
+string(JSON updates GET "${summary}" updates)
+if(steps LESS 1 AND updates LESS 1)  # an offline run takes no env steps, but updates
+  message(FATAL_ERROR "summary.json says no env steps were taken and no updates made")
 endif()
-string(FIND "${out}" "logs: ${RUN_DIR}" pos)
-if(pos EQUAL -1)
-  message(FATAL_ERROR "the program did not say where its logs went:\n${out}")
+if(NOT WORK_DIR)
+  string(FIND "${out}" "logs: ${RUN_DIR}" pos)
+  if(pos EQUAL -1)
+    message(FATAL_ERROR "the program did not say where its logs went:\n${out}")
+  endif()
 endif()

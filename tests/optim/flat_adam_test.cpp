@@ -285,8 +285,18 @@ TEST_CASE("simd::exp and simd::log: within 2 ulp of std::exp and std::log in bot
   }
 }
 
-TEST_CASE("MlpTape: forward and backward match autograd, with and without the transposed-weight products") {
+TEST_CASE("MlpTape: forward and backward match autograd for every activation it takes, with and without the transposed-weight products") {
   torch::manual_seed(7);
+  using anvil::nn::Activation;
+  // Every activation: those with a hand-written derivative are checked against autograd,
+  // the others must be refused (the algorithms then keep autograd).
+  for (const auto act : {Activation::relu, Activation::tanh, Activation::elu, Activation::leaky_relu,
+                         Activation::gelu, Activation::silu}) {
+    CAPTURE(static_cast<int>(act));
+    if (!anvil::nn::has_manual_backward(act)) {
+      CHECK_FALSE(anvil::nn::MlpTape::supports(*anvil::nn::Mlp(3, std::vector<std::int64_t>{8}, 2, act)));
+      continue;
+    }
   // (batch, in, hidden): the first two take the transposed copy of their weights under
   // OpenBLAS's AVX-512 kernels (blas::transposed_copy_pays), the others the plain X W^T.
   for (const auto& [batch, in, hidden] : std::vector<std::array<std::int64_t, 3>>{
@@ -294,7 +304,8 @@ TEST_CASE("MlpTape: forward and backward match autograd, with and without the tr
     CAPTURE(batch);
     CAPTURE(in);
     CAPTURE(hidden);
-    anvil::nn::Mlp m(in, std::vector<std::int64_t>{hidden, hidden}, 2);
+    anvil::nn::Mlp m(in, std::vector<std::int64_t>{hidden, hidden}, 2, act);
+    REQUIRE(anvil::nn::MlpTape::supports(*m));
     const auto x = torch::randn({batch, in});
     const auto dy = torch::randn({batch, 2});
     anvil::nn::MlpTape tape;
@@ -312,6 +323,7 @@ TEST_CASE("MlpTape: forward and backward match autograd, with and without the tr
     const auto params = m->parameters();
     for (std::size_t i = 0; i < params.size(); ++i) CHECK(torch::allclose(grads[i], params[i].grad(), 1e-4, 1e-4));
     CHECK(torch::allclose(dx, xr.grad(), 1e-4, 1e-4));
+  }
   }
   const auto blas = anvil::blas_info();
   if (blas.openblas && anvil::is_avx512_core(blas.core) && anvil::blas::sgemm()) {

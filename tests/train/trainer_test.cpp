@@ -185,6 +185,9 @@ TEST_CASE("Trainer: fit writes config.yaml, metrics.csv and summary.json in the 
   SacTrainer::Config back;
   apply_settings(back, parse_yaml(y, "config.yaml"));
   CHECK(config_hash(back) == config_hash(t.config()));
+  // One config, one hash: the run's files, the Trainer and the config read back agree.
+  CHECK(config_hash_hex(back) == t.config_hash());
+  CHECK(y.find("config hash " + t.config_hash()) != std::string::npos);
   std::filesystem::remove_all(dir);
 }
 

@@ -25,6 +25,7 @@
 #include <torch/nn/module.h>
 #include <torch/utils.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -85,6 +86,9 @@ class CollectiveDistillation {
     Param<double, "critic_weight", "weight of the Q regression", at_least(0)> critic_weight{1.0};
     Param<double, "max_grad_norm", "clip the gradient's global norm (0: off)", at_least(0)> max_grad_norm{1.0};
     Section<"net", nn::CollectiveTransformerImpl::Config> net;
+
+    /// A run of seconds (`run.smoke`): small batches.
+    void shrink() { batch_size = std::min<std::int64_t>(batch_size, 64); }
   };
 
   CollectiveDistillation(const EnvSpec& spec, const Config& cfg, const RunContext& ctx) : cfg_(cfg), device_(ctx.device), env_(spec.name) {

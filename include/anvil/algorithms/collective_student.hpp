@@ -55,6 +55,9 @@ class CollectiveStudent {
     Section<"shaping", Shaping> shaping;
     Section<"sac", SAC::Config> sac;
     Section<"distill", CollectiveDistillation::Config> distill;
+
+    /// A run of seconds (`run.smoke`): the collective's smoke size.
+    void shrink() { distill->shrink(); }
   };
 
   CollectiveStudent(const EnvSpec& spec, const Config& cfg, const RunContext& ctx)

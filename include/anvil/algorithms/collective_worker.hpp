@@ -87,6 +87,13 @@ class CollectiveTap {
     Param<std::int64_t, "sampling_interval", "env steps between copies", at_least(1)> sampling_interval{5'000};
     Param<std::int64_t, "samples", "transitions copied each time (the newest of the replay; a multiple of the envs)", at_least(1)> samples{2'000};
     Section<"replay", typename Base::Config> replay;
+
+    /// A run of seconds (`run.smoke`): copies start early and often enough to fill a dataset.
+    void shrink() {
+      start = std::min<std::int64_t>(start, 200);
+      sampling_interval = std::min<std::int64_t>(sampling_interval, 200);
+      samples = std::min<std::int64_t>(samples, 128);
+    }
   };
 
   CollectiveTap(const EnvSpec& spec, const Config& cfg, const RunContext& ctx) : base_(spec, *cfg.replay, ctx), cfg_(cfg) {

@@ -239,6 +239,14 @@ class DiffusionPolicy {
           "on CUDA, capture the update as a CUDA graph and replay it (one process, no loss scaling or gradient "
           "accumulation; false: op by op)">
         cuda_graph{true};
+
+    /// A run of seconds (`run.smoke`): a small U-Net on small batches, a short warm-up.
+    void shrink() {
+      if (widths->size() > 2 || widths->front() > 16) widths = {16, 32};
+      step_embed = std::min(*step_embed, 16);
+      batch_size = std::min<std::int64_t>(batch_size, 64);
+      lr_warmup = std::min<std::int64_t>(lr_warmup, 20);
+    }
   };
 
   DiffusionPolicy(const EnvSpec& spec, const Config& cfg, const RunContext& ctx)

@@ -245,13 +245,14 @@ concept SynchronisesTensors = requires(P& p, std::vector<at::Tensor>& ts) {
   { p.broadcast(ts) };
 };
 
-/// `P` sets up its processes explicitly: `P::start_ranks(cfg)` (called by `anvil::start`
-/// from main, never by a constructor) may make this process the launcher of several ranks;
+/// `P` sets up its processes explicitly: `P::start_ranks(cfg, device)` (called by
+/// `anvil::start` from main, never by a constructor, with the run's `run.device` setting)
+/// may make this process the launcher of several ranks;
 /// `connect(device)` joins the world once the run's device is known; `device_index()` is
 /// the CUDA device this rank uses; `describe()` is one line for the log.
 template <class P>
 concept SetsUpRanks = requires(P& p, const P& cp, const typename P::Config& cfg, c10::Device device) {
-  { P::start_ranks(cfg) };
+  { P::start_ranks(cfg, std::string_view{}) };
   { p.connect(device) };
   { cp.device_index() } -> std::convertible_to<int>;
   { cp.describe() } -> std::convertible_to<std::string>;

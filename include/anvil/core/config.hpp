@@ -53,6 +53,9 @@ struct Setting {
   bool is_list = false;             ///< written as a YAML sequence
   bool bare_flag = false;           ///< `--flag` with no value: means true for a bool field
   std::string origin;               ///< "run.yaml:4:3" or "command line '--x=1'"
+  /// A program's own default (a hyperparameter file's block, its default env), not the
+  /// user's: `run.smoke`'s small run is applied over these and under the user's settings.
+  bool program_default = false;
 };
 
 /// The parsed command line: settings in the order they apply (files first, then the
@@ -579,11 +582,10 @@ void validate(const Cfg& cfg) {
   if constexpr (requires { cfg.validate(); }) cfg.validate();
 }
 
-/// Applies settings to `cfg` in order and validates the result. Throws ConfigError naming
-/// the key and where it came from: unknown key (with the nearest known key), wrong type,
-/// value out of range.
+namespace detail {
+/// `apply_settings` without the final `validate` (a layer of settings among others).
 template <class Cfg>
-void apply_settings(Cfg& cfg, const std::vector<Setting>& settings) {
+void apply_each(Cfg& cfg, const std::vector<Setting>& settings) {
   auto fs = fields(cfg);
   std::map<std::string, detail::FieldRef*, std::less<>> by_key;
   for (auto& f : fs) by_key[f.key] = &f;
@@ -625,6 +627,15 @@ void apply_settings(Cfg& cfg, const std::vector<Setting>& settings) {
       throw ConfigError(detail::origin_prefix(s) + f.key + " = " + f.format() +
                         " is out of range: " + why);
   }
+}
+}  // namespace detail
+
+/// Applies settings to `cfg` in order and validates the result. Throws ConfigError naming
+/// the key and where it came from: unknown key (with the nearest known key), wrong type,
+/// value out of range.
+template <class Cfg>
+void apply_settings(Cfg& cfg, const std::vector<Setting>& settings) {
+  detail::apply_each(cfg, settings);
   validate(cfg);
 }
 
@@ -701,17 +712,22 @@ std::vector<std::pair<std::string, std::string>> flatten(const Cfg& cfg) {
   return out;
 }
 
-/// Stable 64-bit hash (FNV-1a) of the canonical `key=value` lines: the same config gives
-/// the same hash on every machine and build.
+/// Stable 64-bit hash (FNV-1a) of the canonical `key=value` lines, then of the names of
+/// the types a config says it covers (`Cfg::hashed_types()`, a Trainer's policy types): the
+/// same config gives the same hash wherever it is computed (a run's files, `--print-config`,
+/// checkpoints), on every machine and build by one compiler.
 template <class Cfg>
 std::uint64_t config_hash(const Cfg& cfg) {
   std::uint64_t h = 0xcbf29ce484222325ull;
-  for (const auto& [k, v] : flatten(cfg)) {
-    for (char c : k + "=" + v + "\n") {
+  const auto mix = [&h](std::string_view text) {
+    for (char c : text) {
       h ^= static_cast<unsigned char>(c);
       h *= 0x100000001b3ull;
     }
-  }
+  };
+  for (const auto& [k, v] : flatten(cfg)) mix(k + "=" + v + "\n");
+  if constexpr (requires { Cfg::hashed_types(); })
+    for (std::string_view t : Cfg::hashed_types()) mix(t);
   return h;
 }
 
@@ -723,17 +739,9 @@ std::string config_hash_hex(const Cfg& cfg) {
   return buf;
 }
 
-/// Builds a `Cfg` from defaults and `args` (the settings applied in order, then validated);
-/// throws ConfigError on bad input. `--help` and `--print-config` are left to the caller
-/// (`anvil::start` answers them).
-template <class Cfg>
-Cfg configure(const Args& args, Cfg cfg = Cfg{}) {
-  apply_settings(cfg, args.settings);
-  return cfg;
-}
-
 /// Shrinks `cfg` for a run of seconds (`run.smoke`): every section whose config has a
-/// `shrink()` shrinks itself.
+/// `shrink()` shrinks itself. `configure` applies it as a layer of defaults; a config built
+/// in code and handed to a Trainer directly calls it itself.
 template <class Cfg>
 void shrink_for_smoke(Cfg& cfg) {
   boost::pfr::for_each_field(cfg, [](auto& field) {
@@ -742,6 +750,27 @@ void shrink_for_smoke(Cfg& cfg) {
       if constexpr (requires { field.value.shrink(); }) field.value.shrink();
     }
   });
+}
+
+/// Builds a `Cfg` from defaults and `args`, in layers, then validates it once: the
+/// defaults, the program's own settings (`Setting::program_default`), the small run of
+/// `run.smoke` when the settings ask for one, then the user's config files and command line
+/// in order. So `--smoke --train.steps=900` runs 900 steps with smoke's short warm-up, and
+/// `--print-config` prints what will run. Throws ConfigError on bad input; `--help` and
+/// `--print-config` are left to the caller (`anvil::start` answers them).
+template <class Cfg>
+Cfg configure(const Args& args, Cfg cfg = Cfg{}) {
+  std::vector<Setting> program, user;
+  for (const auto& s : args.settings) (s.program_default ? program : user).push_back(s);
+  detail::apply_each(cfg, program);
+  if constexpr (requires { bool(*cfg.run->smoke); }) {
+    Cfg asked = cfg;  // whether the user's settings, all applied, ask for a smoke run
+    detail::apply_each(asked, user);
+    if (*asked.run->smoke) shrink_for_smoke(cfg);
+  }
+  detail::apply_each(cfg, user);
+  validate(cfg);
+  return cfg;
 }
 
 /// Typed one-step form: `auto cfg = parse_config<MyConfig>(argc, argv);`.

@@ -43,8 +43,9 @@ namespace anvil {
 
 /// `args` with the hyperparameters of its env applied first: the env is the last `env.id`
 /// the command line or a `--config` file sets, else `default_env` (then added as
-/// `env.id=<default_env>`). The file is `--hyperparams=FILE` when given (taken out of the
-/// settings), else `default_file`.
+/// `env.id=<default_env>`), marked as the program's defaults (`run.smoke` goes over them).
+/// The file is `--hyperparams=FILE` when given (taken out of the settings), else
+/// `default_file`.
 [[nodiscard]] inline Args with_hyperparameters(Args args, const std::string& default_file, const std::string& default_env) {
   std::string file = default_file, env = default_env;
   bool env_given = false;
@@ -66,6 +67,7 @@ namespace anvil {
     id.origin = "the program's default env";
     settings.push_back(std::move(id));
   }
+  for (auto& s : settings) s.program_default = true;  // `--smoke` goes over them
   settings.insert(settings.end(), std::make_move_iterator(kept.begin()), std::make_move_iterator(kept.end()));
   args.settings = std::move(settings);
   return args;

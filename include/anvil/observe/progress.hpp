@@ -17,6 +17,17 @@
 
 namespace anvil {
 
+/// A metric (a return, a score, a success rate) at its own scale: at least three significant
+/// digits and one decimal ("0.0129", "0.172", "5.30", "-153.3"), "-" when it is not a number.
+[[nodiscard]] inline std::string metric_text(double x) {
+  if (std::isnan(x)) return "-";
+  if (std::isinf(x)) return x > 0 ? "inf" : "-inf";
+  const int decimals = x == 0 ? 1 : std::clamp(2 - static_cast<int>(std::floor(std::log10(std::fabs(x)))), 1, 6);
+  char b[64];
+  std::snprintf(b, sizeof b, "%.*f", decimals, x);
+  return b;
+}
+
 /// What the progress display shows at one moment.
 struct ProgressState {
   std::int64_t step = 0, total = 0, updates = 0;
@@ -47,8 +58,8 @@ class Progress {
     const double speed = rate(s);
     const double eta = speed > 0 ? static_cast<double>(s.total - s.step) / speed : NAN;
     const std::string eta_s = std::isnan(eta) ? std::string("-:--") : clock(eta);
-    std::string ret = std::isnan(s.recent_return) ? "-" : fmt("%.1f", s.recent_return);
-    std::string ev = std::isnan(s.eval_return) ? "" : fmt("eval %.1f", s.eval_return);
+    std::string ret = metric_text(s.recent_return);
+    std::string ev = std::isnan(s.eval_return) ? "" : "eval " + metric_text(s.eval_return);
     if (style_ == Style::bar) {
       const double frac = s.total > 0 ? std::min(1.0, static_cast<double>(s.step) / static_cast<double>(s.total)) : 0.0;
       // Parts by priority; the last ones go first when the terminal is narrow.

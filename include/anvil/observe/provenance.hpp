@@ -16,31 +16,14 @@
 #include <string>
 #include <string_view>
 
+#include <anvil/core/type_name.hpp>
 #include <anvil/core/version.hpp>
 #include <anvil/observe/run_files.hpp>
 
 // Defined by the file `anvil_target_provenance` compiles into a program; absent otherwise.
 extern "C" const char* anvil_program_git_commit() __attribute__((weak));
 
-namespace anvil_type_names {
-// Outside namespace anvil, so that the compiler spells anvil's types in full.
-template <class T>
-constexpr std::string_view of() {
-  std::string_view p = __PRETTY_FUNCTION__;  // "... of() [with T = anvil::BasicSAC<>; ...]"
-  const auto b = p.find("T = ");
-  if (b == std::string_view::npos) return p;
-  p.remove_prefix(b + 4);
-  return p.substr(0, p.find_first_of(";]"));
-}
-}  // namespace anvil_type_names
-
 namespace anvil {
-
-/// `T`'s name as the compiler spells it ("anvil::BasicSAC<>").
-template <class T>
-constexpr std::string_view type_name() {
-  return anvil_type_names::of<T>();
-}
 
 /// The commit of the checkout the program was built from ("<sha>" or "<sha>-dirty"), or
 /// "unknown" (not built from git, or without `anvil_target_provenance`).

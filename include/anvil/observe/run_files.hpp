@@ -15,7 +15,8 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
-#include <map>
+#include <iterator>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -111,79 +112,94 @@ inline std::string json_number(double x) {
   return v;
 }
 
-/// A CSV file of metrics, one row per log interval. Columns are fixed by the first row
+/// A CSV file of metrics, one row per logged step. Columns are fixed by the first row
 /// that has every metric the algorithm reports (its first update); rows logged before that
-/// are held back and written then, with their missing cells empty.
+/// are held back and written then, with their missing cells empty. A row is keyed by its
+/// first two columns (`env_steps`, `updates`): a row with the key of the last one amends
+/// it (its finite cells replace the old ones) instead of adding a second row for the step.
 class MetricsCsv {
  public:
+  using Values = std::vector<std::pair<std::string, double>>;
   MetricsCsv() = default;
   explicit MetricsCsv(std::filesystem::path path) : path_(std::move(path)) {}
 
   /// Continues the file of a resumed run: keeps its header and the rows up to the
   /// checkpoint's clock (`env_steps` and `updates`, the first two columns; rows the
   /// interrupted run wrote after it are dropped, since the resumed run writes them again),
-  /// and appends from there. A missing or empty file starts afresh.
+  /// and appends from there. Only whole rows are kept: the first row that is torn (a disk
+  /// that filled mid-line), has the wrong number of cells or does not come after the one
+  /// before ends what is kept. A missing or empty file starts afresh.
   static MetricsCsv resume(std::filesystem::path path, std::int64_t env_steps, std::int64_t updates) {
     MetricsCsv csv(path);
-    std::ifstream in(path);
-    std::string header, line;
-    if (!in || !std::getline(in, header) || header.empty()) return csv;
-    std::vector<std::string> keep;
-    while (std::getline(in, line)) {
-      if (line.empty()) continue;
-      char* end = nullptr;
-      const double steps = std::strtod(line.c_str(), &end);
-      const double ups = end && *end == ',' ? std::strtod(end + 1, nullptr) : 0.0;
-      if (steps <= static_cast<double>(env_steps) && ups <= static_cast<double>(updates)) {
-        keep.push_back(line);
-        csv.last_ = {static_cast<std::int64_t>(steps), static_cast<std::int64_t>(ups)};
-      }
+    std::string all;
+    {
+      std::ifstream in(path, std::ios::binary);
+      if (!in) return csv;
+      all.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
     }
-    in.close();
+    const auto eol = all.find('\n');
+    if (eol == std::string::npos || eol == 0) return csv;
+    const std::string header = all.substr(0, eol);
+    csv.columns_ = split(header);
     std::string text = header + "\n";
-    for (const auto& l : keep) text += l + "\n";
-    write_file_atomic(path, text);
-    for (std::size_t b = 0, e; b <= header.size(); b = e + 1) {
-      e = header.find(',', b);
-      if (e == std::string::npos) e = header.size();
-      csv.columns_.push_back(header.substr(b, e - b));
+    for (std::size_t b = eol + 1, e; b < all.size(); b = e + 1) {
+      e = all.find('\n', b);
+      if (e == std::string::npos) break;  // no newline: torn
+      const std::string line = all.substr(b, e - b);
+      if (line.empty()) continue;
+      auto cells = split(line);
+      const auto key = key_of(cells);
+      if (cells.size() != csv.columns_.size() || !key || (csv.last_.first >= 0 && !(*key > csv.last_))) break;
+      if (key->first > env_steps || key->second > updates) break;
+      text += line + "\n";
+      csv.last_ = *key;
+      csv.last_cells_ = std::move(cells);
     }
-    csv.out_.open(path, std::ios::app);
+    write_file_atomic(path, text);
+    csv.size_ = static_cast<std::int64_t>(text.size());
+    csv.last_offset_ = csv.last_.first >= 0 ? static_cast<std::int64_t>(text.rfind('\n', text.size() - 2) + 1) : csv.size_;
+    csv.out_.open(path, std::ios::app | std::ios::binary);
     if (!csv.out_) throw Error("cannot write '" + path.string() + "'");
     csv.header_written_ = true;
+    csv.resumed_last_ = csv.last_;
     return csv;
   }
 
-  /// Appends a row; `complete` says the row's keys are all the columns there will be.
-  void row(const std::vector<std::pair<std::string, double>>& values, bool complete) {
+  /// Appends a row, or amends the last one when `values` has its key (see class comment);
+  /// `complete` says the row's keys are all the columns there will be. A write that fails
+  /// (a full disk) throws, naming the file.
+  void row(const Values& values, bool complete) {
     if (path_.empty()) return;
-    pending_.push_back(values);
+    const auto key = key_of(values);
+    if (!pending_.empty() && key && key_of(pending_.back()) == key) {
+      merge(pending_.back(), values);
+    } else if (header_written_ && pending_.empty() && key && *key == last_) {
+      amend_last(values);
+      return;
+    } else {
+      pending_.push_back(values);
+    }
     if (!header_written_ && !complete) return;
     if (!header_written_) {
-      for (const auto& [k, v] : values) columns_.push_back(k);
+      for (const auto& [k, v] : pending_.back()) columns_.push_back(k);
       for (const auto& r : pending_)
         for (const auto& [k, v] : r)
           if (std::find(columns_.begin(), columns_.end(), k) == columns_.end()) columns_.push_back(k);
-      out_.open(path_, std::ios::trunc);
+      out_.open(path_, std::ios::trunc | std::ios::binary);
       if (!out_) throw Error("cannot write '" + path_.string() + "'");
-      for (std::size_t i = 0; i < columns_.size(); ++i) out_ << (i ? "," : "") << columns_[i];
-      out_ << "\n";
+      std::string head;
+      for (std::size_t i = 0; i < columns_.size(); ++i) head += (i ? "," : "") + columns_[i];
+      write(head + "\n");
       header_written_ = true;
     }
     for (const auto& r : pending_) {
-      std::map<std::string, double> m(r.begin(), r.end());
-      for (std::size_t i = 0; i < columns_.size(); ++i) {
-        if (i) out_ << ",";
-        if (auto it = m.find(columns_[i]); it != m.end() && std::isfinite(it->second)) {
-          char buf[32];
-          std::snprintf(buf, sizeof buf, "%.8g", it->second);
-          out_ << buf;
-        }
-      }
-      out_ << "\n";
+      last_cells_ = cells_of(r);
+      last_offset_ = size_;
+      write(join(last_cells_) + "\n");
+      if (const auto k = key_of(r)) last_ = *k;
     }
     pending_.clear();
-    out_.flush();
+    flush();
   }
   /// Writes held-back rows (with whatever columns they have) when the run ends early.
   void flush_pending() {
@@ -195,15 +211,92 @@ class MetricsCsv {
   }
   [[nodiscard]] const std::filesystem::path& path() const noexcept { return path_; }
   /// The env steps and updates of the last row a resumed file kept ({-1, -1}: none).
-  [[nodiscard]] std::pair<std::int64_t, std::int64_t> last_kept() const noexcept { return last_; }
+  [[nodiscard]] std::pair<std::int64_t, std::int64_t> last_kept() const noexcept { return resumed_last_; }
 
  private:
+  using Key = std::pair<std::int64_t, std::int64_t>;
+  static std::vector<std::string> split(const std::string& line) {
+    std::vector<std::string> out;
+    for (std::size_t b = 0, e;; b = e + 1) {
+      e = line.find(',', b);
+      out.push_back(line.substr(b, e == std::string::npos ? std::string::npos : e - b));
+      if (e == std::string::npos) return out;
+    }
+  }
+  static std::string join(const std::vector<std::string>& cells) {
+    std::string out;
+    for (std::size_t i = 0; i < cells.size(); ++i) out += (i ? "," : "") + cells[i];
+    return out;
+  }
+  // A row's key: its first two cells, both whole numbers.
+  static std::optional<Key> key_of(const std::vector<std::string>& cells) {
+    if (cells.size() < 2) return std::nullopt;
+    std::int64_t k[2];
+    for (int i = 0; i < 2; ++i) {
+      char* end = nullptr;
+      const double v = std::strtod(cells[static_cast<std::size_t>(i)].c_str(), &end);
+      if (cells[static_cast<std::size_t>(i)].empty() || !end || *end != '\0' || !std::isfinite(v)) return std::nullopt;
+      k[i] = static_cast<std::int64_t>(v);
+    }
+    return Key{k[0], k[1]};
+  }
+  static std::optional<Key> key_of(const Values& values) {
+    if (values.size() < 2 || values[0].first != "env_steps" || values[1].first != "updates") return std::nullopt;
+    return Key{static_cast<std::int64_t>(values[0].second), static_cast<std::int64_t>(values[1].second)};
+  }
+  static void merge(Values& into, const Values& from) {
+    for (const auto& [k, v] : from) {
+      if (!std::isfinite(v)) continue;
+      auto it = std::find_if(into.begin(), into.end(), [&](const auto& kv) { return kv.first == k; });
+      if (it == into.end()) into.emplace_back(k, v);
+      else it->second = v;
+    }
+  }
+  std::vector<std::string> cells_of(const Values& r) const {
+    std::vector<std::string> cells(columns_.size());
+    for (const auto& [k, v] : r) {
+      const auto it = std::find(columns_.begin(), columns_.end(), k);
+      if (it == columns_.end() || !std::isfinite(v)) continue;
+      char buf[32];
+      std::snprintf(buf, sizeof buf, "%.8g", v);
+      cells[static_cast<std::size_t>(it - columns_.begin())] = buf;
+    }
+    return cells;
+  }
+  // The last row again, its cells replaced by `values`' finite ones: the file is cut back
+  // to where that row began and the row written anew.
+  void amend_last(const Values& values) {
+    const auto fresh = cells_of(values);
+    for (std::size_t i = 0; i < fresh.size() && i < last_cells_.size(); ++i)
+      if (!fresh[i].empty()) last_cells_[i] = fresh[i];
+    out_.close();
+    std::error_code ec;
+    std::filesystem::resize_file(path_, static_cast<std::uintmax_t>(last_offset_), ec);
+    if (ec) throw Error("cannot rewrite the last row of '" + path_.string() + "': " + ec.message());
+    size_ = last_offset_;
+    out_.open(path_, std::ios::app | std::ios::binary);
+    if (!out_) throw Error("cannot write '" + path_.string() + "'");
+    write(join(last_cells_) + "\n");
+    flush();
+  }
+  void write(const std::string& text) {
+    out_ << text;
+    size_ += static_cast<std::int64_t>(text.size());
+  }
+  void flush() {
+    out_.flush();
+    if (!out_) throw Error("writing '" + path_.string() + "' failed (disk full?)");
+  }
+
   std::filesystem::path path_;
   std::ofstream out_;
   std::vector<std::string> columns_;
-  std::vector<std::vector<std::pair<std::string, double>>> pending_;
+  std::vector<Values> pending_;
   bool header_written_ = false;
-  std::pair<std::int64_t, std::int64_t> last_{-1, -1};
+  Key last_{-1, -1};          ///< the key of the last row in the file
+  Key resumed_last_{-1, -1};  ///< the key of the last row a resumed file kept
+  std::vector<std::string> last_cells_;
+  std::int64_t size_ = 0, last_offset_ = 0;  ///< the file's size, and where its last row begins
 };
 
 /// A run's hold on its directory: `.lock` in it, flock'ed for the lock's life, holding the

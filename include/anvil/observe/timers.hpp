@@ -108,17 +108,24 @@ inline double phase_timer_cost() {
   return std::chrono::duration<double>(PhaseTimes::clock::now() - t0).count() / kN;
 }
 
-/// What bounds a run, from its phase times: the largest share, named, with what to change.
-/// Empty when nothing was timed.
-/// What to change for each kind of bottleneck: the knobs differ between off-policy
-/// algorithms (update interval, batch size) and on-policy ones (epochs, minibatches).
+/// What to change for each kind of bottleneck, in the run's own config keys: each loop
+/// says it in its knobs and its algorithm's (train/loops/), and the run adds what pays on
+/// its device. An empty entry names the bound alone. A test checks every key named here
+/// against the config of each kind of Trainer.
 struct BottleneckAdvice {
-  std::string env = "raise env.num_envs (or use env.async) or train.update_interval";
-  std::string learn = "raise train.update_interval, use BF16, or add ranks";
-  std::string comm = "fewer, larger updates (sac.batch_size, train.update_interval) or fewer ranks";
-  std::string sample = "raise the batch size or train.update_interval";
+  std::string env, learn, comm, act, sample, store, side;
 };
 
+/// Whether advice to train in BF16 pays: on a CUDA device, for a run in FP32 or TF32. On the
+/// CPU it is not given: BF16 measured 0.95x FP32's speed for the networks of the shipped
+/// runs, and pays only for large products or convolutions on CPUs with bfloat16
+/// instructions (benchmarks/RESULTS.md), which a user chooses knowingly.
+[[nodiscard]] inline bool bf16_pays(std::string_view device, std::string_view precision) {
+  return device.starts_with("cuda") && (precision == "fp32" || precision == "tf32");
+}
+
+/// What bounds a run, from its phase times: the largest share, named, with what to change.
+/// Empty when nothing was timed.
 inline std::string bottleneck(const PhaseTimes& t, const BottleneckAdvice& advice = {}) {
   const double total = t.total_seconds();
   if (total <= 0) return "";
@@ -134,16 +141,15 @@ inline std::string bottleneck(const PhaseTimes& t, const BottleneckAdvice& advic
     double share;
     std::string text;
   };
+  const auto then = [](const std::string& what) { return what.empty() ? what : "; " + what; };
   const std::vector<Verdict> v{
-      {env, "env-bound: " + pct(env) + " of the time in env.step; " + advice.env},
-      {learn, "update-bound: " + pct(learn) + " of the time in updates (forward, backward, optimizer); " + advice.learn},
-      {comm, "communication-bound: " + pct(comm) + " of the time in the gradient all-reduce; " + advice.comm},
-      {act, "action-bound: " + pct(act) + " of the time choosing actions; raise env.num_envs so each forward "
-                                          "pass serves more envs"},
-      {sample, "sampling-bound: " + pct(sample) + " of the time sampling the buffer; " + advice.sample},
-      {store, "storage-bound: " + pct(store) + " of the time adding to the buffer"},
-      {side, "bookkeeping-bound: " + pct(side) + " of the time in evaluation, logging and checkpoints; raise "
-                                                "train.eval_interval, run.log_interval or run.checkpoint_interval"}};
+      {env, "env-bound: " + pct(env) + " of the time stepping the envs" + then(advice.env)},
+      {learn, "update-bound: " + pct(learn) + " of the time in updates (forward, backward, optimizer)" + then(advice.learn)},
+      {comm, "communication-bound: " + pct(comm) + " of the time in the gradient all-reduce" + then(advice.comm)},
+      {act, "action-bound: " + pct(act) + " of the time choosing actions" + then(advice.act)},
+      {sample, "sampling-bound: " + pct(sample) + " of the time sampling the buffer" + then(advice.sample)},
+      {store, "storage-bound: " + pct(store) + " of the time adding to the buffer" + then(advice.store)},
+      {side, "bookkeeping-bound: " + pct(side) + " of the time in evaluation, logging and checkpoints" + then(advice.side)}};
   const Verdict* best = &v[0];
   for (const auto& x : v)
     if (x.share > best->share) best = &x;

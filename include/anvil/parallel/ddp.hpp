@@ -11,10 +11,13 @@
 /// - started plainly, it becomes the launcher of its node (parallel/launch.hpp): it starts N
 ///   ranks of the same executable and supervises them. With NNODES and NODE_RANK set, one
 ///   such launcher per node makes a multi-node world.
-/// `DDP<0>` (`DDPAuto`) takes N from parallel.nproc_per_node, --gpu-ids, --num-gpus, or the
-/// visible GPUs.
+/// `DDP<0>` (`DDPAuto`) takes N from parallel.nproc_per_node, --gpu-ids or --num-gpus; with
+/// none of them it runs one rank per visible GPU on CUDA (run.device auto or cuda) and one
+/// rank otherwise, and says so in the run's world line.
 
+#include <ATen/Context.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <torch/cuda.h>
 
 #include <algorithm>
 #include <array>
@@ -45,7 +48,9 @@ constexpr auto enum_names(DistBackend) { return std::array<std::string_view, 3>{
 /// `--num-gpus 2`, `--gpu-ids 0,2`).
 struct DDPConfig {
   Param<int, "nproc_per_node",
-        "ranks this node starts when run plainly (0: DDP<N>'s N, else one per GPU chosen)", in_range(0, 1024)>
+        "ranks this node starts when run plainly (0: DDP<N>'s N, else one per GPU chosen; DDPAuto with no "
+        "count: one per visible GPU on CUDA, one on the CPU)",
+        in_range(0, 1024)>
       nproc_per_node{0};
   Param<int, "num_gpus", "GPUs to use, one rank each: cuda:0 .. cuda:n-1 (0: as nproc_per_node says)",
         in_range(0, 1024)>
@@ -319,10 +324,15 @@ class DDP {
   /// the same program with the same arguments; never returns (the launcher exits with their
   /// outcome). Otherwise returns at once. `anvil::start` calls it from main; nothing else
   /// may (a constructor must not fork).
-  static void start_ranks(const Config& cfg) {
+  /// `device` is the run's `run.device`: DDPAuto given no rank count runs one rank per
+  /// visible GPU when it is auto or cuda (and GPUs are visible), else one.
+  static void start_ranks(const Config& cfg, std::string_view device) {
     if (dist::world_from_env()) return;  // a rank already
-    const auto plan = launch_plan(cfg);
+    const auto plan = launch_plan(cfg, auto_ranks(device));
     if (plan.nproc_per_node == 1 && plan.nnodes == 1) return;  // one rank: this process
+    if (!counted(cfg))
+      std::fprintf(stderr, "DDPAuto: no rank count given (parallel.nproc_per_node, --num-gpus or --gpu-ids): %d ranks, "
+                           "one per visible GPU\n", plan.nproc_per_node);
     dist::launch(plan);
   }
 
@@ -336,8 +346,13 @@ class DDP {
       if (N > 0 && world_.local_world_size != N)
         note_ = "DDP<" + std::to_string(N) + "> joined a launcher's world of " + std::to_string(world_.local_world_size) +
                 " rank(s) per node (LOCAL_WORLD_SIZE)";
+      else if (N == 0 && !counted(cfg) && dist::detail::getenv_nonempty("ANVIL_AGENT_STORE"))
+        note_ = "DDPAuto with no rank count: one rank per visible GPU";
     } else {
-      const auto plan = launch_plan(cfg);
+      // Started plainly: anvil::start launched the ranks if there were to be several.
+      const auto plan = launch_plan(cfg, 1);
+      if (N == 0 && !counted(cfg))
+        note_ = "DDPAuto with no rank count: one rank (parallel.nproc_per_node, --num-gpus or --gpu-ids for more)";
       if (plan.nproc_per_node != 1 || plan.nnodes != 1)
         throw ConfigError("DDP<" + std::to_string(N) + ">: this process was started plainly and is not a rank of a world of " +
                           std::to_string(plan.nproc_per_node * plan.nnodes) +
@@ -393,12 +408,24 @@ class DDP {
   }
   std::chrono::milliseconds timeout() const { return timeout_of(cfg_); }
 
-  // What this node's launcher starts: ranks per node, nodes, this node's index, the
-  // rendezvous (from the config, else the environment); a ConfigError naming the fields
-  // that disagree.
-  static dist::LaunchPlan launch_plan(const Config& cfg) {
+  // Whether the config gives a rank count (else DDPAuto chooses one).
+  static bool counted(const Config& cfg) {
+    return N > 0 || *cfg.nproc_per_node > 0 || !cfg.gpu_ids->empty() || *cfg.num_gpus > 0;
+  }
+  // DDPAuto's ranks per node with no count given: one per visible GPU for a run on CUDA
+  // (run.device auto or cuda), else one.
+  static int auto_ranks(std::string_view device) {
+    if (device != "auto" && device != "cuda") return 1;
+    const int gpus = at::hasCUDA() ? static_cast<int>(torch::cuda::device_count()) : 0;
+    return std::max(1, gpus);
+  }
+
+  // What this node's launcher starts: ranks per node (`fallback` when the config and N
+  // give no count), nodes, this node's index, the rendezvous (from the config, else the
+  // environment); a ConfigError naming the fields that disagree.
+  static dist::LaunchPlan launch_plan(const Config& cfg, int fallback) {
     dist::LaunchPlan plan;
-    plan.nproc_per_node = ranks_per_node(cfg);
+    plan.nproc_per_node = ranks_per_node(cfg, fallback);
     plan.nnodes = *cfg.nnodes > 0 ? *cfg.nnodes : static_cast<int>(dist::detail::env_int("NNODES", 1, 1, 1 << 20));
     plan.node_rank = *cfg.node_rank >= 0 ? *cfg.node_rank
                                          : static_cast<int>(dist::detail::env_int("NODE_RANK", 0, 0, plan.nnodes - 1));
@@ -419,7 +446,7 @@ class DDP {
   }
 
   // Ranks this node starts (see DDPConfig); a ConfigError naming the field when they disagree.
-  static int ranks_per_node(const Config& cfg) {
+  static int ranks_per_node(const Config& cfg, int fallback) {
     const int by_ids = static_cast<int>(cfg.gpu_ids->size());
     auto agree = [&](int n, const std::string& source) {
       if (*cfg.nproc_per_node > 0 && *cfg.nproc_per_node != n)
@@ -434,9 +461,7 @@ class DDP {
     if (*cfg.nproc_per_node > 0) return agree(cfg.nproc_per_node, "parallel.nproc_per_node=" + std::to_string(*cfg.nproc_per_node));
     if (by_ids > 0) return agree(by_ids, "parallel.gpu_ids lists " + std::to_string(by_ids));
     if (*cfg.num_gpus > 0) return cfg.num_gpus;
-    throw ConfigError(
-        "DDP<0> needs the number of ranks: set parallel.nproc_per_node, --num-gpus or --gpu-ids, or start it "
-        "under torchrun");
+    return fallback;
   }
 
   Config cfg_;
@@ -446,7 +471,8 @@ class DDP {
   dist::Group group_;
 };
 
-/// `DDP<0>`: the number of ranks comes from the command line or the launcher.
+/// `DDP<0>`: the number of ranks comes from the command line or the launcher; with neither,
+/// one per visible GPU on CUDA and one on the CPU.
 using DDPAuto = DDP<0>;
 
 static_assert(Parallelism<DDP<2>>);

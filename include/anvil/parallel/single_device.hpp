@@ -25,7 +25,7 @@ struct SingleDevice {
   explicit SingleDevice(const Config&) {}
 
   /// Nothing to start: this process is the run.
-  static void start_ranks(const Config&) noexcept {}
+  static void start_ranks(const Config&, std::string_view /*device*/) noexcept {}
   /// Nothing to join.
   void connect(c10::Device) noexcept {}
   /// CUDA device 0 when the run is on CUDA (`run.device` may name another).

@@ -58,7 +58,7 @@ class LoopControl {
   virtual void iterate(std::int64_t quiet_until) = 0;
   virtual void at_log_row() = 0;
   virtual void resumed() = 0;
-  [[nodiscard]] virtual BottleneckAdvice advice() const = 0;
+  [[nodiscard]] virtual BottleneckAdvice advice(const AdviceKeys& keys) const = 0;
 };
 
 /// `LoopControl` of a loop runner `R` (train/loops/loop.hpp).
@@ -72,7 +72,7 @@ class LoopControlOf final : public LoopControl {
   void iterate(std::int64_t quiet_until) override { r_.iterate(quiet_until); }
   void at_log_row() override { r_.at_log_row(); }
   void resumed() override { r_.resumed(); }
-  [[nodiscard]] BottleneckAdvice advice() const override { return r_.advice(); }
+  [[nodiscard]] BottleneckAdvice advice(const AdviceKeys& keys) const override { return r_.advice(keys); }
 
  private:
   R& r_;
@@ -249,9 +249,14 @@ class Run {
     // and only when this process trained (not for a finished run resumed).
     const bool trained = p_.clock->env_steps > first_step_ || p_.clock->updates > first_update_;
     const std::string time_line = trained && p_.times->enabled ? "time: " + shares_line(*p_.times) : "";
-    const std::string verdict = trained && p_.times->enabled ? bottleneck(*p_.times, p_.loop->advice()) : "";
+    const std::string verdict = trained && p_.times->enabled ? bottleneck(*p_.times, advice()) : "";
     if (p_.evaluation->last_at() != now) record_evaluation(evaluate(settings_.eval_episodes));
-    if (log_at_ != now || logged_eval_at_ != p_.evaluation->last_at()) log();  // not the same row twice
+    if (log_at_ != now) {
+      log();
+    } else if (logged_eval_at_ != p_.evaluation->last_at()) {  // this step's row is written: not a second one
+      log_.amend_evaluation(*p_.clock);
+      logged_eval_at_ = p_.evaluation->last_at();
+    }
     checkpoint();
     const bool main = p_.ranks->is_main();
     if (p_.ranks->world_size() > 1 && main) say(sync_line_);
@@ -270,6 +275,19 @@ class Run {
       say("logs: " + run_dir_.string() + " (training.log, metrics.csv, TensorBoard events, summary.json, config.yaml)");
     }
     return r;
+  }
+
+  /// What the timing verdict suggests now (observe/timers.hpp): the loop's advice in this
+  /// run's config keys, and, on a GPU where the run is in FP32 or TF32, BF16 precision
+  /// (it pays there; on the CPU it measured 0.95x FP32's speed for these networks).
+  [[nodiscard]] BottleneckAdvice advice() const {
+    AdviceKeys keys;
+    for (const auto& [key, value] : s_.config)
+      if (key.starts_with(s_.algorithm + ".")) keys.algorithm.push_back(key);
+    auto a = p_.loop->advice(keys);
+    if (bf16_pays(s_.device, s_.precision))
+      a.learn = loops::either(a.learn, "; ", "on a GPU, BF16 precision (Trainer<..., BF16>) speeds updates too");
+    return a;
   }
 
   /// An evaluation of `episodes` episodes (all ranks together), not yet recorded.
@@ -471,6 +489,7 @@ class Run {
     log();
     checkpoint();
     restart_schedules();
+    log_.set_advice(advice());
     say("stage " + std::to_string(stage_) + " begins: " + std::to_string(settings_.steps) + " " +
         std::string(unit_name(settings_.unit)));
   }
@@ -532,7 +551,7 @@ class Run {
     sources.times = p_.times;
     sources.ranks = p_.ranks;
     log_ = MetricsLog(MetricsLog::Options{run_dir_, s_.algorithm, s_.run.tensorboard, s_.run.tensorboard_histograms,
-                                          settings_.record_unit, p_.loop->advice()},
+                                          settings_.record_unit, advice()},
                       std::move(sources),
                       "==== " + timestamp_for_path() + " " + s_.program + ", config hash " + s_.config_hash +
                           "\n# resolved config\n" + s_.config_yaml + "# end of config\n");
@@ -575,12 +594,10 @@ class Run {
 
   [[gnu::cold, gnu::noinline]] std::string summary_line(const FitResult& r) const {
     char buf[256];
-    std::snprintf(buf, sizeof buf,
-                  "done: %lld env steps, %lld updates in %.1f s (%.0f steps/s); eval return %.1f (best %.1f)",
+    std::snprintf(buf, sizeof buf, "done: %lld env steps, %lld updates in %.1f s (%.0f steps/s); eval return ",
                   static_cast<long long>(r.env_steps), static_cast<long long>(r.updates), r.wall_seconds,
-                  static_cast<double>(r.env_steps - first_step_) / r.wall_seconds, r.final_eval_return,
-                  r.best_eval_return);
-    return buf;
+                  static_cast<double>(r.env_steps - first_step_) / r.wall_seconds);
+    return buf + metric_text(r.final_eval_return) + " (best " + metric_text(r.best_eval_return) + ")";
   }
 
   Setup s_;

@@ -10,7 +10,8 @@
 ///    OPENBLAS_CORETYPE set);
 ///  - reads the command line and `--config` files into the Trainer's config: `--help` prints
 ///    every field and exits 0, `--print-config` prints the resolved config and exits 0, a bad
-///    key or value prints one line naming it and exits 2;
+///    key or value prints one line naming it and exits 2; a resume (`run.resume`) takes the
+///    run's own settings from its run directory's config.yaml, under those the user gives;
 ///  - starts the ranks: a program with `DDP<N>` started plainly becomes the launcher of its
 ///    node's N ranks (parallel/launch.hpp) and exits with their outcome; a rank (or a run
 ///    with one process) returns.
@@ -24,8 +25,10 @@
 /// Its counterpart at the other end, `exit_fast`, ends a single-process main whose run is
 /// over without the teardown of the libraries it loaded.
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <iostream>
 #include <string>
 #include <string_view>
@@ -113,8 +116,78 @@ std::pair<Args, Own> start_with_section(int argc, char** argv, std::string_view 
 }
 
 namespace detail {
+struct SmokeField {
+  Param<bool, "smoke", "a run of seconds"> smoke{false};
+};
+struct SmokeProbe {
+  Section<"run", SmokeField> run;
+};
+}  // namespace detail
+
+/// Whether `args` ask for a run of seconds (`--smoke`, or `run.smoke` in a config file), as a
+/// Trainer's config reads them: for a program that chooses what to run by it (an example's
+/// stages in order).
+[[nodiscard]] inline bool asks_smoke(const Args& args) {
+  std::vector<Setting> smoke;
+  for (const auto& s : args.settings)
+    if (s.key == "smoke" || s.key == "run.smoke") smoke.push_back(s);
+  detail::SmokeProbe p;
+  try {
+    apply_settings(p, smoke);
+  } catch (const ConfigError&) {
+    return false;  // the Trainer's own reading reports it
+  }
+  return p.run->smoke;
+}
+
+namespace detail {
+/// `args` with the settings of the run a resume continues (its run directory's config.yaml)
+/// placed under the user's own: a resume takes the run's networks, envs and schedule from
+/// the run unless a config file or the command line says otherwise, so the only conflict
+/// left to refuse is one the user gave. What belongs to this process rather than the run
+/// (`run.resume`, `run.run_dir`, `parallel.*`) is not taken. Unchanged when the settings
+/// ask for no resume or the run directory has no config.yaml.
+template <class Config>
+Args with_resumed_run(Args args, const Config& defaults);
+}  // namespace detail
+
+/// The run directory a resume asked for by `args` continues (`run.resume=auto`: `run.run_dir`;
+/// a checkpoint: its directory), or empty when they ask for none. The settings are read over
+/// `defaults` but not validated: the run's own settings may be what makes them valid.
+template <class Config>
+[[nodiscard]] std::filesystem::path resumed_run_dir(const Args& args, const Config& defaults = {}) {
+  Config probe = defaults;
+  try {
+    detail::apply_each(probe, args.settings);
+  } catch (const ConfigError&) {
+    return {};  // the real reading reports it
+  }
+  const std::string& resume = probe.run->resume;
+  if (resume.empty()) return {};
+  return resume == "auto" ? std::filesystem::path(*probe.run->run_dir) : std::filesystem::path(resume).parent_path();
+}
+
+namespace detail {
+template <class Config>
+Args with_resumed_run(Args args, const Config& defaults) {
+  const auto dir = resumed_run_dir(args, defaults);
+  std::error_code ec;
+  if (dir.empty() || !std::filesystem::is_regular_file(dir / "config.yaml", ec)) return args;
+  auto run = load_yaml_file((dir / "config.yaml").string());
+  std::erase_if(run, [](const Setting& s) {
+    return s.key == "run.resume" || s.key == "run.run_dir" || s.key.starts_with("parallel.");
+  });
+  // After the program's own defaults, before the user's files and command line.
+  const auto at = std::find_if(args.settings.begin(), args.settings.end(), [](const Setting& s) { return !s.program_default; });
+  args.settings.insert(at, run.begin(), run.end());
+  if (!dist::world_from_env())  // said once, by the process the user started
+    std::fprintf(stderr, "resume: the run's settings from %s, under those given here\n", (dir / "config.yaml").c_str());
+  return args;
+}
+
 template <class Trainer>
-typename Trainer::Config start_trainer(const Args& args, typename Trainer::Config defaults) {
+typename Trainer::Config start_trainer(const Args& given, typename Trainer::Config defaults) {
+  const Args args = given.help ? given : with_resumed_run(given, defaults);
   if (args.multirun && !args.help && !args.print_config) {
     // A sweep (train/sweep.hpp): every run's config is checked before the first starts.
     try {
@@ -137,7 +210,7 @@ typename Trainer::Config start_trainer(const Args& args, typename Trainer::Confi
   }
   auto cfg = start_config<typename Trainer::Config>(args, std::move(defaults));
   try {
-    Trainer::Parallelism::start_ranks(*cfg.parallel);  // a launcher does not return
+    Trainer::Parallelism::start_ranks(*cfg.parallel, *cfg.run->device);  // a launcher does not return
   } catch (const Error& e) {
     detail::exit_with(e);
   }

@@ -30,6 +30,7 @@
 #include <nlohmann/json.hpp>
 
 #include <anvil/core/error.hpp>
+#include <anvil/observe/progress.hpp>
 #include <anvil/observe/run_files.hpp>
 
 extern char** environ;
@@ -246,8 +247,9 @@ inline int run_sweep(const SweepPlan& plan) {
       } catch (const std::exception&) {
       }
     }
-    std::printf("[%zu/%zu] %s: %s, final eval %.1f (best %.1f)\n", finished, runs.size(), r.name.c_str(),
-                r.status == 0 ? "done" : ("exit status " + std::to_string(r.status)).c_str(), r.final_eval, r.best_eval);
+    std::printf("[%zu/%zu] %s: %s, final eval %s (best %s)\n", finished, runs.size(), r.name.c_str(),
+                r.status == 0 ? "done" : ("exit status " + std::to_string(r.status)).c_str(), metric_text(r.final_eval).c_str(),
+                metric_text(r.best_eval).c_str());
     std::fflush(stdout);
   }
   ::sigaction(SIGINT, &old_int, nullptr);
@@ -284,7 +286,8 @@ inline int run_sweep(const SweepPlan& plan) {
     row["best_eval_return"] = std::isfinite(r.best_eval) ? nlohmann::ordered_json(r.best_eval) : nlohmann::ordered_json();
     row["env_steps"] = r.env_steps;
     table.push_back(row);
-    std::printf(" %6s %12.1f %12.1f\n", r.status < 0 ? "-" : std::to_string(r.status).c_str(), r.final_eval, r.best_eval);
+    std::printf(" %6s %12s %12s\n", r.status < 0 ? "-" : std::to_string(r.status).c_str(), metric_text(r.final_eval).c_str(),
+                metric_text(r.best_eval).c_str());
     if (r.status != 0) ++failed;
   }
   write_file_atomic(dir / "sweep.csv", csv);

@@ -275,11 +275,12 @@ class BasicTrainer {
   [[nodiscard]] const std::vector<std::string>& notes() const noexcept { return run_->notes(); }
   /// The checkpoint this run continued from (empty when it started afresh).
   [[nodiscard]] const std::filesystem::path& resumed_from() const noexcept { return run_->resumed_from(); }
+  /// What the run's timing verdict suggests for each kind of bound, in its config keys.
+  [[nodiscard]] BottleneckAdvice advice() const { return run_->advice(); }
 
  private:
   static Config prepare(Config c) {
-    if (c.run->smoke) shrink_for_smoke(c);
-    anvil::validate(c);
+    anvil::validate(c);  // run.smoke was applied where the config was read (configure)
     return c;
   }
   static std::string upper(std::string_view s) {
@@ -341,13 +342,7 @@ class BasicTrainer {
     s.env_name = collector_->spec().name;
     s.num_envs = collector_->num_envs();
     s.device = ctx_.device.str();
-    // The hash covers the policy types too: FP32 and TF32 runs (the same fields) differ.
-    std::uint64_t h = anvil::config_hash(cfg_);
-    for (const auto t : {type_name<A>(), type_name<B>(), type_name<P>(), type_name<X>(), type_name<L>()})
-      for (const char ch : t) h = (h ^ static_cast<unsigned char>(ch)) * 0x100000001b3ull;  // FNV-1a
-    char hash[17];
-    std::snprintf(hash, sizeof hash, "%016llx", static_cast<unsigned long long>(h));
-    s.config_hash = hash;
+    s.config_hash = config_hash_hex(cfg_);  // covers the policy types too (TrainerConfig::hashed_types)
     s.config_yaml = to_yaml(cfg_);
     s.config = flatten(cfg_);
     s.notes = std::move(notes);

@@ -6,11 +6,14 @@
 /// pass it to a prebuilt Trainer without the policies' classes or torch
 /// (`anvil/compiled.hpp`). Light header.
 
+#include <array>
 #include <string>
+#include <string_view>
 
 #include <anvil/core/error.hpp>
 #include <anvil/core/param.hpp>
 #include <anvil/core/policy_config.hpp>
+#include <anvil/core/type_name.hpp>
 #include <anvil/envs/env_config.hpp>
 #include <anvil/train/clock.hpp>
 #include <anvil/train/run_config.hpp>
@@ -28,6 +31,13 @@ struct TrainerConfig {
   Section<policy_config<B>::section, policy_config_t<B>> buffer;
   Section<policy_config<P>::section, policy_config_t<P>> parallel;
   Section<policy_config<X>::section, policy_config_t<X>> precision;
+
+  /// What the config hash covers beside the fields (`config_hash`): the policy types, since
+  /// FP32 and TF32 runs, say, have the same fields. A run's config.yaml, `--print-config`,
+  /// summary.json and checkpoints all show this one hash.
+  static constexpr std::array<std::string_view, 5> hashed_types() {
+    return {type_name<A>(), type_name<B>(), type_name<P>(), type_name<X>(), type_name<L>()};
+  }
 
   /// Rules across sections (needs the loop's class: called where the config is read).
   void validate() const {

@@ -133,12 +133,33 @@ class Checkpoints {
     };
   }
 
+  /// What `file` says of the run that wrote it, from its header alone (e.g. the precision an
+  /// evaluation of the run must use); an Error naming the file when it is not a checkpoint.
+  [[nodiscard]] static Identity identity(const std::filesystem::path& file) {
+    if (!std::filesystem::exists(file)) throw Error("no checkpoint at '" + file.string() + "'");
+    BinaryReader r(file, kFormat);
+    Identity id;
+    id.algorithm = r.string("algorithm");
+    id.precision = r.string("precision");
+    id.config_hash = r.string("config hash");
+    const auto n = r.value<std::uint64_t>("config");
+    if (n > 100'000) r.fail("config", "has an implausible number of fields");
+    for (std::uint64_t i = 0; i < n; ++i) {
+      auto k = r.string("config key");
+      id.config.emplace_back(std::move(k), r.string("config value"));
+    }
+    return id;
+  }
+  /// The latest checkpoint in `dir` (empty when it holds none).
+  [[nodiscard]] static std::filesystem::path latest(const std::filesystem::path& dir) {
+    const auto all = in(dir);
+    return all.empty() ? std::filesystem::path() : all.back();
+  }
+
   /// The checkpoint `run.resume` names: a path as it is, or "auto": the latest in the run
   /// directory (empty when there is none).
   [[nodiscard]] std::filesystem::path resolve(const std::string& resume) const {
-    if (resume != "auto") return resume;
-    const auto all = in(opt_.dir);
-    return all.empty() ? std::filesystem::path() : all.back();
+    return resume == "auto" ? latest(opt_.dir) : std::filesystem::path(resume);
   }
 
   /// The checkpoint file for clock value `step` in the run directory.

@@ -158,8 +158,23 @@ class MetricsLog {
     }
   }
 
+  /// What the timing verdicts of later rows suggest (a Staged run's next stage has its own).
+  void set_advice(BottleneckAdvice a) { opt_.advice = std::move(a); }
+
   /// Writes `row` to metrics.csv (rank 0).
   [[gnu::cold, gnu::noinline]] void write_csv(const LogRow& row) { csv_.row(row.values, row.complete); }
+
+  /// Puts the latest evaluation into the row of the step `clock` is at, which metrics.csv
+  /// already has (a run resumed where its row was written, evaluated as it ends): the file
+  /// keeps one row per logged step (rank 0).
+  [[gnu::cold, gnu::noinline]] void amend_evaluation(const Clock& clock) {
+    if (!src_.ranks->is_main()) return;
+    std::vector<std::pair<std::string, double>> v{{"env_steps", static_cast<double>(clock.env_steps)},
+                                                  {"updates", static_cast<double>(clock.updates)},
+                                                  {"eval_return", src_.evaluation->last().mean}};
+    add_task_columns(v, src_.evaluation->last());
+    csv_.row(v, true);
+  }
 
   /// Writes `row` to TensorBoard and training.log, with the timing split since the last
   /// row and the GPUs' use; `echo` gets the lines a console shows under the row (may be

@@ -125,8 +125,17 @@ struct EpisodicLoop {
       if (p_.ranks.world_size() > 1) p_.collector.envs().sync_statistics([this](at::Tensor& t) { p_.ranks.sum(t); });
     }
 
-    /// What the timing verdict suggests (the general advice: update interval, batch size, envs).
-    [[nodiscard]] BottleneckAdvice advice() const { return {}; }
+    /// What the timing verdict suggests, in this loop's knobs and its algorithm's.
+    [[nodiscard]] BottleneckAdvice advice(const AdviceKeys& k) const {
+      const std::string passes = k.find("data_passes"), batch = k.find("batch_size");
+      BottleneckAdvice a;
+      a.env = "raise env.num_envs or env.threads";
+      a.learn = loops::either(passes.empty() ? "" : "fewer " + passes, ", or ", "add ranks");
+      a.comm = loops::either(batch.empty() ? "" : "a larger " + batch + " (fewer all-reduces per round)", " or ", "fewer ranks");
+      a.act = loops::act_advice();
+      a.side = loops::side_advice(k);
+      return a;
+    }
 
     /// State protocol: where the stage began (a checkpoint falls between rounds).
     void save(BinaryWriter& w) const { w.value(origin_); }

@@ -17,7 +17,7 @@
 ///     void at_log_row();               // its part of a log row (e.g. merge normalisers over ranks)
 ///     void resumed();                  // after a resume restored the run's state
 ///     int stage() const;               // which stage runs (0 but for Staged)
-///     BottleneckAdvice advice() const; // what the timing verdict suggests, in its knobs
+///     BottleneckAdvice advice(const AdviceKeys&) const;  // what the timing verdict suggests, in its knobs
 ///     save / read / restore            // its state (section "loop"), the same on every rank
 ///
 /// A stage counts its length from where the clock stood when it began (`origin`), so a
@@ -30,6 +30,8 @@
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include <anvil/core/batch.hpp>
 #include <anvil/core/concepts.hpp>
@@ -73,6 +75,20 @@ struct LoopSettings {
   std::int64_t base_batch = 256;
 };
 
+/// The config keys a loop's timing advice may name (`BottleneckAdvice`): the loop's own
+/// section, and its algorithm's fields, found by their last part, so that advice names
+/// only keys the run's config has.
+struct AdviceKeys {
+  std::string train = "train";         ///< the loop's section ("train.offline" in a Staged run)
+  std::vector<std::string> algorithm;  ///< every key of the algorithm's section, in order
+  /// The algorithm's first key whose last part is `leaf` ("sac.batch_size"), or "".
+  [[nodiscard]] std::string find(std::string_view leaf) const {
+    for (const auto& k : algorithm)
+      if (k.size() > leaf.size() && k.ends_with(leaf) && k[k.size() - leaf.size() - 1] == '.') return k;
+    return "";
+  }
+};
+
 /// A loop a custom main can drive a step at a time (`collect(n)` env steps, `update(k)`
 /// updates): the off-policy loop.
 template <class R>
@@ -82,6 +98,17 @@ concept StepwiseLoop = requires(R& r, std::int64_t n, int k) {
 };
 
 namespace loops {
+
+/// `first` and `second` joined by `sep`, leaving out an empty one.
+inline std::string either(const std::string& first, const std::string& sep, const std::string& second) {
+  return first.empty() ? second : second.empty() ? first : first + sep + second;
+}
+/// The advice every loop gives when evaluations, log rows and checkpoints take the time.
+inline std::string side_advice(const AdviceKeys& k) {
+  return "raise " + k.train + ".eval_interval, run.log_interval or run.checkpoint_interval";
+}
+/// The advice every loop that acts in envs gives when choosing actions takes the time.
+inline std::string act_advice() { return "raise env.num_envs so each forward pass serves more envs"; }
 
 /// The settings every loop's config gives in the same fields.
 template <class Config>

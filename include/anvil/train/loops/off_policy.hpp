@@ -138,8 +138,18 @@ struct OffPolicyLoop {
       if (p_.ranks.world_size() > 1) p_.collector.envs().sync_statistics([this](at::Tensor& t) { p_.ranks.sum(t); });
     }
 
-    /// What the timing verdict suggests (the general advice: update interval, batch size, envs).
-    [[nodiscard]] BottleneckAdvice advice() const { return {}; }
+    /// What the timing verdict suggests, in this loop's knobs and its algorithm's.
+    [[nodiscard]] BottleneckAdvice advice(const AdviceKeys& k) const {
+      const std::string batch = k.find("batch_size"), interval = k.train + ".update_interval";
+      BottleneckAdvice a;
+      a.env = "raise env.num_envs, step the envs during updates (env.mode=async), or raise " + interval;
+      a.learn = "raise " + interval + " (fewer updates per env step), or add ranks";
+      a.comm = "fewer, larger updates (" + loops::either(batch, ", ", interval) + ") or fewer ranks";
+      a.act = loops::act_advice();
+      a.sample = "raise " + loops::either(batch, " or ", interval);
+      a.side = loops::side_advice(k);
+      return a;
+    }
 
     /// State protocol: where the stage began and where the update schedule stands (the
     /// same on every rank).

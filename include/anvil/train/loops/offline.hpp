@@ -170,8 +170,17 @@ struct OfflineLoop {
 
     void at_log_row() {}
 
-    /// What the timing verdict suggests (the general advice: update interval, batch size, envs).
-    [[nodiscard]] BottleneckAdvice advice() const { return {}; }
+    /// What the timing verdict suggests, in this loop's knobs and its algorithm's: an offline
+    /// run is meant to spend its time in updates.
+    [[nodiscard]] BottleneckAdvice advice(const AdviceKeys& k) const {
+      const std::string batch = k.find("batch_size");
+      BottleneckAdvice a;
+      a.learn = "as an offline run should; add ranks to go faster";
+      a.comm = loops::either(batch.empty() ? "" : "a larger " + batch + " (fewer all-reduces per sample)", " or ", "fewer ranks");
+      a.sample = batch.empty() ? "" : "a larger " + batch + " (fewer, larger draws from the dataset)";
+      a.side = loops::side_advice(k);
+      return a;
+    }
 
     /// State protocol: where the stage began (the data is the buffer's, saved on its own).
     void save(BinaryWriter& w) const { w.value(origin_); }

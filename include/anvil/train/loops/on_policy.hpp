@@ -125,14 +125,19 @@ struct OnPolicyLoop {
 
     void at_log_row() {}  // the normalisers were merged before the last update
 
-    /// What the timing verdict suggests, in this loop's and its algorithm's knobs.
-    [[nodiscard]] BottleneckAdvice advice() const {
-      const std::string algo(A::config_section.view());
+    /// What the timing verdict suggests, in this loop's knobs and its algorithm's.
+    [[nodiscard]] BottleneckAdvice advice(const AdviceKeys& k) const {
+      const std::string epochs = k.find("epochs"), minibatch = k.find("minibatch_size");
       BottleneckAdvice a;
       a.env = "raise env.num_envs or env.threads";
-      a.learn = "fewer " + algo + ".epochs or larger " + algo + ".minibatch_size, BF16, or more ranks";
-      a.comm = "larger " + algo + ".minibatch_size (fewer all-reduces per rollout) or fewer ranks";
-      a.sample = "larger " + algo + ".minibatch_size";
+      a.learn = loops::either(loops::either(epochs.empty() ? "" : "fewer " + epochs, " or ",
+                                            minibatch.empty() ? "" : "a larger " + minibatch),
+                              ", or ", "add ranks");
+      a.comm = loops::either(minibatch.empty() ? "" : "a larger " + minibatch + " (fewer all-reduces per rollout)", " or ",
+                             "fewer ranks");
+      a.act = loops::act_advice();
+      a.sample = minibatch.empty() ? "" : "a larger " + minibatch;
+      a.side = loops::side_advice(k);
       return a;
     }
 

@@ -114,7 +114,12 @@ struct Staged {
       }
     }
     void at_log_row() { stage_ == 0 ? first_.at_log_row() : second_.at_log_row(); }
-    [[nodiscard]] BottleneckAdvice advice() const { return stage_ == 0 ? first_.advice() : second_.advice(); }
+    /// The advice of the stage that runs, in its section's keys (`train.<stage>.*`).
+    [[nodiscard]] BottleneckAdvice advice(const AdviceKeys& k) const {
+      AdviceKeys in = k;
+      in.train = k.train + "." + std::string(stage_ == 0 ? First::stage_name.view() : Second::stage_name.view());
+      return stage_ == 0 ? first_.advice(in) : second_.advice(in);
+    }
 
     /// The stages' runners (e.g. for a custom main).
     [[nodiscard]] auto& first() noexcept { return first_; }
