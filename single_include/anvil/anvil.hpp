@@ -20436,8 +20436,14 @@ class Run {
     check_in_sync();
     if (!p_.ranks->is_main()) return;
     ScopedPhase ph(*p_.times, Phase::checkpoint);
-    checkpoints_.save_at(p_.clock->now());
-    if (p_.save_policy) p_.save_policy(run_dir_ / "policy.bin");
+    try {
+      checkpoints_.save_at(p_.clock->now());
+      if (p_.save_policy) p_.save_policy(run_dir_ / "policy.bin");
+    } catch (...) {
+      // Caught to unwind the writers here (an uncaught error ends the program without
+      // unwinding): a failed write (a full disk) leaves no partial .tmp file behind.
+      throw;
+    }
   }
 
   /// Writes everything a resumed run needs to continue exactly as this one would (every

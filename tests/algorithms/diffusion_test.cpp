@@ -215,6 +215,8 @@ TEST_CASE("Diffusion: BF16 autocast trains the U-Net on the CPU, its loss close 
   }
   const double end32 = loss_in(fp32);
   MESSAGE("loss on a fixed draw: " << start32 << " -> " << end32);
+  CHECK(start32 > 0.5);  // a squared error of unit noise from an untrained network
+  CHECK(end32 > 0);
   CHECK(end32 < 0.5 * start32);
   const bool float32 = dp.optimizer().parameters().flat().scalar_type() == at::kFloat;
   CHECK(float32);  // the weights stay float32

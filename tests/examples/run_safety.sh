@@ -193,22 +193,32 @@ case $case_ in
     fi
     mkdir -p "$dir.fs" && mount -t tmpfs -o size=32m tmpfs "$dir.fs" || fail "cannot mount a tmpfs in the namespace"
     run=$dir.fs/run
+    # The run is stopped (SIGSTOP) as soon as its first checkpoint and policy.bin are there,
+    # the disk is filled, and the run goes on: its next write fails.
     "$prog" --run_dir="$run" train.steps=400000 train.learning_starts=200 --log_interval=300 --checkpoint_interval=1800 \
-      --tensorboard=false "${small[@]}" train.eval_interval=0 >"$dir.log" 2>&1 &
+      --tensorboard=false --progress=off sac.actor.hidden=[64,64] sac.critic.hidden=[64,64] train.eval_episodes=1 \
+      train.eval_interval=0 >"$dir.log" 2>&1 &
     pid=$!
-    for _ in $(seq 1 600); do [[ -f $run/checkpoint-000000001800.ckpt && -f $run/policy.bin ]] && break; sleep 0.1; done
+    for _ in $(seq 1 6000); do
+      [[ -f $run/checkpoint-000000001800.ckpt && -f $run/policy.bin ]] && break
+      kill -0 "$pid" 2>/dev/null || fail "the run ended before its first checkpoint"
+      sleep 0.01
+    done
+    kill -STOP "$pid"
     [[ -f $run/checkpoint-000000001800.ckpt ]] || fail "no checkpoint at step 1800"
+    [[ ! -f $run/checkpoint-000000003600.ckpt ]] || fail "the run passed its second checkpoint before it could be stopped"
     sum=$(md5sum <"$run/checkpoint-000000001800.ckpt")
     dd if=/dev/zero of="$dir.fs/filler" bs=64k 2>/dev/null  # until the disk is full
+    kill -CONT "$pid"
     wait "$pid"
     rc=$?
     [[ $rc == 1 ]] || fail "the run on a full disk exited $rc, expected 1"
     grep -Eq "^error: .*(writing '$run/[^']+' failed \(disk full\?\)|No space left)" "$dir.log" ||
       fail "no error naming the file it could not write: $(tail -3 "$dir.log")"
     [[ $(md5sum <"$run/checkpoint-000000001800.ckpt") == "$sum" ]] || fail "the checkpoint at step 1800 changed"
+    compgen -G "$run/*.tmp" >/dev/null && fail "the failed write left a partial file: $(ls "$run")"
     rm -f "$dir.fs/filler"
-    "$prog" --run_dir="$run" --resume=auto train.steps=1500 train.learning_starts=200 --log_interval=300 \
-      --checkpoint_interval=1800 --tensorboard=false "${small[@]}" train.eval_interval=0 >"$dir.resumed.log" 2>&1 ||
+    "$prog" --run_dir="$run" --resume=auto train.steps=1500 >"$dir.resumed.log" 2>&1 ||
       fail "the resumed run failed: $(cat "$dir.resumed.log")"
     grep -q "resumed from .*checkpoint-000000001800.ckpt at env step 1800" "$dir.resumed.log" ||
       fail "did not resume at step 1800: $(cat "$dir.resumed.log")"
