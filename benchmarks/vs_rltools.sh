@@ -36,10 +36,10 @@ while [[ $# -gt 0 ]]; do
   esac
 done
 unset OPENBLAS_CORETYPE OPENBLAS_L2_SIZE
-sac_bin=$build/examples/train_sac_pendulum
-ppo_bin=$build/examples/ppo_pendulum
+sac_bin=$build/benchmarks/timed_sac_pendulum  # the examples' Trainers and defaults, fast start and exit
+ppo_bin=$build/benchmarks/timed_ppo_pendulum
 for b in "$sac_bin" "$ppo_bin"; do
-  [[ -x $b ]] || { echo "vs_rltools.sh: $b is missing: build the examples first (cmake --build $build)" >&2; exit 2; }
+  [[ -x $b ]] || { echo "vs_rltools.sh: $b is missing: build the benchmarks first (cmake --build $build)" >&2; exit 2; }
 done
 have_rltools=1
 [[ -f $rltools/src/rl/environments/pendulum/sac/cpu/training.cpp ]] || {

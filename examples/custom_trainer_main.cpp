@@ -1,7 +1,8 @@
 // A main that runs the loop itself, on an environment written here. The Trainer still owns
 // the envs, the buffer, the algorithm and the run directory; this program decides when to
-// collect, update, evaluate and save.
-#include <anvil/anvil.hpp>
+// collect, update, evaluate and save. The Trainer is prebuilt (anvil::compiled) and the env
+// goes through its door (envs::AnyEnv) in this file, so it compiles in seconds.
+#include <anvil/compiled.hpp>
 
 #include <array>
 #include <cmath>
@@ -45,7 +46,7 @@ struct PointMass {
 static_assert(anvil::envs::Env<PointMass>);
 
 int main(int argc, char** argv) {
-  using Trainer = anvil::Trainer<anvil::SAC, anvil::UniformBuffer>;
+  using Trainer = anvil::compiled::Trainer<anvil::SAC, anvil::UniformBuffer>;
   Trainer::Config defaults;
   defaults.train->steps = 12'000;
   defaults.algorithm->actor->hidden = {64, 64};

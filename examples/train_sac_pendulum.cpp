@@ -17,5 +17,4 @@ int main(int argc, char** argv) {
   // anvil::start answers --help and bad input (exit 0 / 2) and, for DDP, launches the ranks.
   Trainer trainer(anvil::envs::Pendulum{}, anvil::start<Trainer>(argc, argv, defaults));
   trainer.fit();
-  anvil::exit_fast();  // the run's files are complete: skip the libraries' teardown at exit
 }

@@ -2,7 +2,7 @@
 /// @file
 /// The header of a main that trains with a prebuilt Trainer (`anvil::compiled::Trainer`,
 /// train/compiled_trainer.hpp): the Trainer, `anvil::start`, and the built-in envs that need
-/// no optional component. Linked with the CMake target `anvil::compiled`, such a main
+/// no optional component. Any env of the program's own trains too (envs::AnyEnv). Linked with the CMake target `anvil::compiled`, such a main
 /// includes none of torch's ATen or `torch/` headers and compiles in seconds; linked with `anvil::anvil` alone it is
 /// header-only (this header then brings in the implementation).
 ///

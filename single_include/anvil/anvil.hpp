@@ -1506,6 +1506,7 @@ struct RolloutAct;
 struct StepBatch;
 struct RolloutStep;
 struct StoragePlan;
+struct EpisodicLoop;  // train/loops/episodic.hpp
 struct UpdateInfo;
 struct PrecisionSettings;
 class StepContext;
@@ -1675,6 +1676,11 @@ concept LoadsDataset = ReplayBuffer<B> && requires(B& b, const std::filesystem::
   { b.load(p) };
 };
 
+/// A buffer that reads demonstrations in their own format (HDF5), `load(train.dataset)`,
+/// again at every start: only its position in them is run state, kept in every checkpoint.
+template <class B>
+concept ReadsDemonstrations = requires { requires B::reads_demonstrations; };
+
 /// What the on-policy loop needs of its buffer: whether the rollout is full, the
 /// advantages computed from the value after its last step, the rollout in minibatches for
 /// each epoch, and clearing it for the next.
@@ -1725,6 +1731,13 @@ concept SetsUpRanks = requires(P& p, const P& cp, const typename P::Config& cfg,
   { p.connect(device) };
   { cp.device_index() } -> std::convertible_to<int>;
   { cp.describe() } -> std::convertible_to<std::string>;
+};
+
+/// A parallelism policy that knows how many of its ranks share this node
+/// (`world().local_world_size`), so they can share its cores.
+template <class P>
+concept KnowsLocalWorld = requires(const P& p) {
+  { p.world().local_world_size } -> std::convertible_to<int>;
 };
 
 /// A parallelism policy (SingleDevice, DDP<N>).
@@ -1807,10 +1820,8 @@ constexpr bool can_use_cuda_of() {
 /// Whether `T` names the episodic loop as its own (`using loop = anvil::EpisodicLoop;`).
 template <class T>
 constexpr bool names_episodic_loop() {
-  if constexpr (requires { { T::loop::name } -> std::convertible_to<std::string_view>; })
-    return std::string_view(T::loop::name) == "episodic";
-  else
-    return false;
+  if constexpr (NamesItsLoop<T>) return std::same_as<typename T::loop, EpisodicLoop>;
+  else return false;
 }
 
 template <class A, class B>
@@ -5440,14 +5451,12 @@ class MultiStep {
 
 // ---- begin <anvil/envs/vec_env.hpp> ----
 /// @file
-/// `VecEnv`: N copies of an env stepped together, with autoreset, distinct seeds, and
-/// batched tensors out. Storage is allocated once; a step copies each env's observation
-/// into preallocated rows and allocates nothing.
-///
-/// Every step and reset is checked where it happens: an observation of the wrong length, a
-/// non-finite observation or reward, or an exception from the env stops the run with an
-/// EnvError naming the env, the step and the field (`Pendulum-v1: env 3 of 16: step 512:
-/// reward is nan`). The check is a multiply-add per number, so it is always on.
+/// `VecEnvBase`: N envs stepped together, with autoreset, distinct seeds, and batched tensors
+/// out, behind a face that names no env type (so a Trainer's type does not depend on its
+/// env's); `LocalVecEnv`, the one anvil steps itself, is compiled once whatever the env: the
+/// envs come as an `EnvBatch` (envs/env_batch.hpp, where every step and reset is checked).
+/// Storage is allocated once; a step copies each env's observation into preallocated rows
+/// and allocates nothing.
 ///
 /// Sync mode steps inside `step()`. Async mode steps on a background thread between
 /// `step_async(actions)` and `step_wait()`, so a trainer can run gradient updates while
@@ -5467,6 +5476,7 @@ class MultiStep {
 #include <string>
 #include <thread>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 // ---- begin <anvil/core/detail/thread_pool.hpp> ----
@@ -5674,6 +5684,53 @@ class ThreadPool {
 
 }  // namespace anvil::detail
 // ---- end <anvil/core/detail/thread_pool.hpp> ----
+// ---- begin <anvil/envs/any_env.hpp> ----
+/// @file
+/// `envs::AnyEnv`: the one door every env takes into a Trainer. A Trainer's type does not
+/// depend on its env's, so the env is type-erased here, at the boundary, in the caller's
+/// translation unit:
+///  - an `Env` type `E` becomes a maker of `EnvArray<E>` (envs/env_batch.hpp: the part of a
+///    VecEnv that knows the type, light), which anvil's VecEnv (compiled once, with the
+///    Trainer) steps, checks and batches; a prebuilt Trainer (`anvil::compiled`) thus trains
+///    any env, a program's own included, and the program's translation unit compiles no torch;
+///  - envs that come batched already (Python vector envs, a simulator with its own batching)
+///    come as a maker of a `VecEnvBase` (envs/vec_env.hpp).
+/// Observations cross the door as rows of float32 numbers (`EnvSpec::observation`); how other
+/// dtypes and dict observations will cross it is in DESIGN (docs/design.md, "The env door").
+/// Light header.
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+
+// ---- begin <anvil/envs/env_batch.hpp> ----
+/// @file
+/// `EnvBatch`: N envs of one type behind a face that does not name the type, stepped into
+/// rows of floats that the caller owns; `EnvArray<E>` is it for an `Env` type `E`. This is
+/// the part of a VecEnv that knows the env's type: autoreset, distinct seed streams, the
+/// running episode returns, and the checks of every step and reset (an observation of the
+/// wrong length, a non-finite observation or reward, or an exception from the env is an
+/// EnvError naming the env, the step and the field: `Pendulum-v1: env 3 of 16: step 512:
+/// reward is nan`). The VecEnv around it (envs/vec_env.hpp) owns the tensors, the threads and
+/// the async stepping, and is compiled once, whatever the env.
+///
+/// Light header: a program's own env is wrapped here, in its own translation unit, without
+/// torch (`envs::AnyEnv`, envs/any_env.hpp, is the door a Trainer takes it through).
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <vector>
+
 
 namespace anvil::envs {
 
@@ -5686,6 +5743,319 @@ struct EpisodeEnd {
   std::int32_t group = -1;  ///< its task (index into `VecEnvBase::groups()`), -1 when the env has none
   std::int8_t success = -1;  ///< whether any step met the goal (`envs::ReportsSuccess`); -1: the env does not say
 };
+
+/// Where a batched step writes, one row (or number) per env, owned by the caller.
+struct StepRows {
+  float* obs = nullptr;          ///< [N, obs_dim] what to act on next (a new episode's first where one ended)
+  float* next_obs = nullptr;     ///< [N, obs_dim] what the step led to (the last of an ended episode)
+  float* reward = nullptr;       ///< [N]
+  float* terminated = nullptr;   ///< [N] 0/1
+  float* truncated = nullptr;    ///< [N] 0/1
+  std::int64_t* task = nullptr;  ///< [N] each env's task during the step (null: the envs have no tasks)
+  EpisodeEnd* ended = nullptr;   ///< [N] the episode env i ended in this step (length 0: none)
+};
+
+/// N envs behind a face that names no env type (see file comment). Env i's episodes are
+/// seeded from its own stream, so no two envs, and no two episodes, share a seed. Not
+/// thread-safe, but `step` over disjoint ranges of envs may run on several threads at once.
+class EnvBatch {
+ public:
+  virtual ~EnvBatch() = default;
+  EnvBatch(const EnvBatch&) = delete;
+  EnvBatch& operator=(const EnvBatch&) = delete;
+
+  [[nodiscard]] const EnvSpec& spec() const noexcept { return spec_; }
+  [[nodiscard]] std::int64_t size() const noexcept { return n_; }
+  /// The tasks of a task-tagged env (`envs::TaskTagged`), in its order; empty without tasks.
+  [[nodiscard]] const std::vector<std::string>& groups() const noexcept { return groups_; }
+  /// Whether the envs' state can be saved (trivially copyable envs, or `SavesOwnState`).
+  [[nodiscard]] virtual bool saves_state() const noexcept = 0;
+  /// Whether the env says when an episode succeeds (`envs::ReportsSuccess`).
+  [[nodiscard]] virtual bool reports_success() const noexcept = 0;
+  /// Whether the envs have tasks (then `StepRows::task` must be given).
+  [[nodiscard]] bool has_tasks() const noexcept { return has_tasks_; }
+
+  /// Starts a new episode in every env, its first observation into row i of `obs`; `steps`
+  /// is how many batched steps were taken before (for errors).
+  virtual void reset(float* obs, std::int64_t steps) = 0;
+  /// Steps envs [begin, end) with their rows of `actions` (float [N, act_dim] for a Box,
+  /// int64 [N] for Discrete) and writes their rows of `out`; an env whose episode ends is
+  /// reset at once (its first observation in `out.obs`). `steps`: batched steps before this one.
+  virtual void step(std::int64_t begin, std::int64_t end, const void* actions, const StepRows& out, std::int64_t steps) = 0;
+
+  /// State protocol, in two parts around the caller's own: the envs and their seed streams;
+  /// then the running episodes (returns, lengths, successes). Each read checks what it reads
+  /// and returns what applies it, changing nothing before.
+  virtual void save_envs(BinaryWriter& w) const = 0;
+  [[nodiscard]] virtual std::function<void()> read_envs(BinaryReader& r) = 0;
+  void save_episodes(BinaryWriter& w) const {
+    w.bytes(returns_.data(), returns_.size() * sizeof(double));
+    w.bytes(lengths_.data(), lengths_.size() * sizeof(std::int64_t));
+    w.bytes(succeeded_.data(), succeeded_.size());
+  }
+  [[nodiscard]] std::function<void()> read_episodes(BinaryReader& r) {
+    auto returns = std::make_shared<std::vector<double>>(returns_.size());
+    r.bytes(returns->data(), returns->size() * sizeof(double), "episode returns");
+    auto lengths = std::make_shared<std::vector<std::int64_t>>(lengths_.size());
+    r.bytes(lengths->data(), lengths->size() * sizeof(std::int64_t), "episode lengths");
+    auto succeeded = std::make_shared<std::vector<std::uint8_t>>(succeeded_.size());
+    r.bytes(succeeded->data(), succeeded->size(), "episode successes");
+    return [this, returns, lengths, succeeded] {
+      returns_ = std::move(*returns);
+      lengths_ = std::move(*lengths);
+      succeeded_ = std::move(*succeeded);
+    };
+  }
+
+ protected:
+  EnvBatch(EnvSpec spec, std::int64_t n, std::vector<std::string> groups, bool has_tasks)
+      : spec_(std::move(spec)), n_(n), groups_(std::move(groups)), has_tasks_(has_tasks) {
+    returns_.assign(static_cast<std::size_t>(n_), 0.0);
+    lengths_.assign(static_cast<std::size_t>(n_), 0);
+    succeeded_.assign(static_cast<std::size_t>(n_), 0);
+  }
+
+  // "Pendulum-v1: env 3 of 16: step 512 (step 7 of its episode): ", where `when` is "step",
+  // "reset" or "autoreset" (after an episode ended in the step under way).
+  [[nodiscard]] std::string at_fault(std::int64_t i, std::string_view when, std::int64_t steps) const {
+    std::string s = spec_.name + ": env " + std::to_string(i) + " of " + std::to_string(n_) + ": ";
+    if (when == "step")
+      return s + "step " + std::to_string(steps + 1) + " (step " + std::to_string(lengths_[static_cast<std::size_t>(i)] + 1) +
+             " of its episode): ";
+    return s + "reset after step " + std::to_string(steps + (when == "autoreset" ? 1 : 0)) + ": ";
+  }
+  // The observation env i returned has the space's length and only finite numbers (a NaN or
+  // inf turns the sum of x * 0 into NaN: one multiply-add per number when all is well).
+  void check_observation(std::int64_t i, std::span<const float> o, std::string_view when, std::int64_t steps) const {
+    const auto d = spec_.obs_dim();
+    if (static_cast<std::int64_t>(o.size()) != d)
+      throw EnvError(at_fault(i, when, steps) + "observation has " + std::to_string(o.size()) +
+                     " numbers; the observation space has " + std::to_string(d));
+    float probe = 0.0f;
+    for (float x : o) probe += x * 0.0f;
+    if (probe == 0.0f) return;
+    for (std::size_t k = 0; k < o.size(); ++k)
+      if (!std::isfinite(o[k]))
+        throw EnvError(at_fault(i, when, steps) + "observation[" + std::to_string(k) + "] is " + non_finite_name(o[k]));
+  }
+
+  EnvSpec spec_;
+  std::int64_t n_;
+  std::vector<std::string> groups_;
+  bool has_tasks_;
+  std::vector<double> returns_;
+  std::vector<std::int64_t> lengths_;
+  std::vector<std::uint8_t> succeeded_;  // per env: whether a step of its episode met the goal
+};
+
+/// N envs of type `E` (see `EnvBatch`).
+template <Env E>
+class EnvArray final : public EnvBatch {
+ public:
+  /// `cfg.num_envs` copies of `prototype` with the config's env.id, env.suite and env.tasks
+  /// applied (or refused, naming the field). `first`: the index of env 0 among all envs of
+  /// the run (every rank's), which `envs::Placeable` envs are told (`place(first + i,
+  /// count)`); `count` (0: this batch's size) is how many there are in all.
+  EnvArray(const E& prototype, const VecEnvConfig& cfg, std::uint64_t seed, std::int64_t first = 0, std::int64_t count = 0)
+      : EnvArray(configured(prototype, cfg), cfg.num_envs, seed, first, count) {}
+
+  [[nodiscard]] bool saves_state() const noexcept override { return kSavesState; }
+  [[nodiscard]] bool reports_success() const noexcept override { return ReportsSuccess<E>; }
+
+  /// Env `i`, e.g. to inspect its state in tests.
+  [[nodiscard]] const E& env(std::int64_t i) const { return envs_.at(static_cast<std::size_t>(i)); }
+  [[nodiscard]] E& env(std::int64_t i) { return envs_.at(static_cast<std::size_t>(i)); }
+
+  void reset(float* obs, std::int64_t steps) override {
+    const auto d = spec_.obs_dim();
+    for (std::int64_t i = 0; i < n_; ++i) {
+      const auto first = reset_env(i, "reset", steps);
+      std::copy(first.begin(), first.end(), obs + i * d);
+      returns_[static_cast<std::size_t>(i)] = 0.0;
+      lengths_[static_cast<std::size_t>(i)] = 0;
+      succeeded_[static_cast<std::size_t>(i)] = 0;
+    }
+  }
+
+  void step(std::int64_t begin, std::int64_t end, const void* actions, const StepRows& out, std::int64_t steps) override {
+    const auto d = spec_.obs_dim();
+    for (std::int64_t i = begin; i < end; ++i) {
+      const auto k = static_cast<std::size_t>(i);
+      E& env = envs_[k];
+      if (out.task) out.task[i] = group_of(env);  // the task the step belongs to (before an autoreset)
+      StepResult r;
+      try {
+        if constexpr (DiscreteEnv<E>) {
+          r = env.step(static_cast<const std::int64_t*>(actions)[i]);
+        } else {
+          const auto ad = spec_.action_dim();
+          r = env.step(std::span<const float>(static_cast<const float*>(actions) + i * ad, static_cast<std::size_t>(ad)));
+        }
+      } catch (const EnvError& err) {  // it names the env and its own step count
+        throw EnvError("env " + std::to_string(i) + " of " + std::to_string(n_) + ": step " + std::to_string(steps + 1) + ": " +
+                       err.what());
+      } catch (const std::exception& err) {
+        throw EnvError(at_fault(i, "step", steps) + err.what());
+      }
+      check_observation(i, r.observation, "step", steps);
+      if (!std::isfinite(r.reward)) throw EnvError(at_fault(i, "step", steps) + "reward is " + non_finite_name(r.reward));
+      std::copy(r.observation.begin(), r.observation.end(), out.next_obs + i * d);
+      out.reward[i] = static_cast<float>(r.reward);
+      out.terminated[i] = r.terminated ? 1.0f : 0.0f;
+      out.truncated[i] = r.truncated ? 1.0f : 0.0f;
+      returns_[k] += r.reward;
+      ++lengths_[k];
+      if constexpr (ReportsSuccess<E>) succeeded_[k] |= env.success() ? 1 : 0;
+      out.ended[i] = EpisodeEnd{};
+      if (r.terminated || r.truncated) {
+        out.ended[i] = EpisodeEnd{i, returns_[k], lengths_[k], r.terminated, group_of(env),
+                                  static_cast<std::int8_t>(ReportsSuccess<E> ? succeeded_[k] : -1)};
+        returns_[k] = 0.0;
+        lengths_[k] = 0;
+        succeeded_[k] = 0;
+        const auto first = reset_env(i, "autoreset", steps);
+        std::copy(first.begin(), first.end(), out.obs + i * d);
+      } else {
+        std::copy(r.observation.begin(), r.observation.end(), out.obs + i * d);
+      }
+    }
+  }
+
+  void save_envs(BinaryWriter& w) const override {
+    if constexpr (kSavesState) {
+      if constexpr (std::is_trivially_copyable_v<E>) {
+        w.value(static_cast<std::uint64_t>(sizeof(E)));
+        w.bytes(envs_.data(), envs_.size() * sizeof(E));
+      } else {
+        w.value(std::uint64_t{0});  // each env writes its own state
+        for (const auto& e : envs_) e.save_state(w);
+      }
+      for (const auto& g : seeds_) w.value(g.state());
+    } else {
+      throw Error(spec_.name + ": envs of this type cannot be saved (not trivially copyable, no save_state)");
+    }
+  }
+
+  [[nodiscard]] std::function<void()> read_envs(BinaryReader& r) override {
+    if constexpr (!kSavesState) {
+      r.fail("env state flag", "says the envs were saved, but " + spec_.name + " cannot be restored here");
+      return {};
+    } else {
+      auto envs = std::make_shared<std::vector<E>>(envs_);
+      if constexpr (std::is_trivially_copyable_v<E>) {
+        r.expect(static_cast<std::uint64_t>(sizeof(E)), "env state size");
+        r.bytes(envs->data(), envs->size() * sizeof(E), "env states");
+      } else {
+        r.expect(std::uint64_t{0}, "env state size");
+        for (auto& e : *envs) e.load_state(r);  // into copies: nothing changes until applied
+      }
+      auto seeds = std::make_shared<std::vector<Rng::State>>();
+      for (std::int64_t i = 0; i < n_; ++i) seeds->push_back(r.value<Rng::State>("env seed streams"));
+      return [this, envs, seeds] {
+        envs_ = std::move(*envs);
+        for (std::size_t i = 0; i < seeds_.size(); ++i) seeds_[i].set_state((*seeds)[i]);
+      };
+    }
+  }
+
+ private:
+  static constexpr bool kSavesState = std::is_trivially_copyable_v<E> || SavesOwnState<E>;
+
+  EnvArray(E prototype, std::int64_t n, std::uint64_t seed, std::int64_t first, std::int64_t count)
+      : EnvBatch(spec_of(prototype), n, groups_of(prototype), TaskTagged<E>) {
+    envs_.assign(static_cast<std::size_t>(n_), prototype);
+    if constexpr (Placeable<E>)
+      for (std::int64_t i = 0; i < n_; ++i) envs_[static_cast<std::size_t>(i)].place(first + i, count > 0 ? count : n_);
+    for (std::int64_t i = 0; i < n_; ++i) seeds_.emplace_back(derive_seed(seed, Stream::env, static_cast<std::uint64_t>(i)));
+  }
+
+  // The prototype with the config's env.id, env.suite and env.tasks applied (or refused).
+  static E configured(const E& prototype, const VecEnvConfig& cfg) {
+    if (!cfg.id->empty() && *cfg.id != env_name(prototype))
+      throw ConfigError("env.id=" + *cfg.id + ": this program trains " + env_name(prototype) +
+                        " (env.id chooses the env only in programs that take it at run time, e.g. train_ppo)");
+    E e = prototype;
+    if (cfg.suite->empty() && cfg.tasks->empty()) return e;
+    if constexpr (TaskSelectable<E>) e.select_tasks(*cfg.suite, *cfg.tasks);
+    else
+      throw ConfigError(std::string(cfg.suite->empty() ? "env.tasks" : "env.suite") + ": " + std::string(E::name) +
+                        " has no tasks to choose");
+    return e;
+  }
+  static std::vector<std::string> groups_of(const E& e) {
+    if constexpr (TaskTagged<E>) return e.task_names();
+    else return {};
+  }
+  static std::int32_t group_of(const E& e) {
+    if constexpr (TaskTagged<E>) return static_cast<std::int32_t>(e.task_index());
+    else return -1;
+  }
+
+  // Env i's first observation of a new episode (from its own seed stream), checked.
+  std::span<const float> reset_env(std::int64_t i, std::string_view when, std::int64_t steps) {
+    std::span<const float> first;
+    try {
+      first = envs_[static_cast<std::size_t>(i)].reset(seeds_[static_cast<std::size_t>(i)]());
+    } catch (const std::exception& err) {
+      throw EnvError(at_fault(i, when, steps) + err.what());
+    }
+    check_observation(i, first, when, steps);
+    return first;
+  }
+
+  std::vector<E> envs_;
+  std::vector<Rng> seeds_;
+};
+
+}  // namespace anvil::envs
+// ---- end <anvil/envs/env_batch.hpp> ----
+
+namespace anvil::envs {
+
+class VecEnvBase;  // envs/vec_env.hpp
+
+/// Any env, as a Trainer takes it (see file comment). Copyable; what it holds makes the
+/// training envs and, as many times as asked, the evaluation envs.
+class AnyEnv {
+ public:
+  /// Makes `cfg.num_envs` envs seeded from `seed`; `first` is the index of the first among
+  /// all envs of the run (every rank's), `count` how many there are in all (0: these).
+  using BatchMaker = std::function<std::unique_ptr<EnvBatch>(const VecEnvConfig& cfg, std::uint64_t seed,
+                                                             std::int64_t first, std::int64_t count)>;
+  /// The same for envs that come batched (a `VecEnvBase` of `cfg.num_envs` envs).
+  using VecMaker = std::function<std::unique_ptr<VecEnvBase>(const VecEnvConfig& cfg, std::uint64_t seed,
+                                                             std::int64_t first, std::int64_t count)>;
+
+  /// Copies of `prototype`, stepped by anvil's VecEnv. Implicit, so a Trainer takes an env
+  /// as it is: `Trainer t(MyEnv{}, cfg)`.
+  template <Env E>
+  AnyEnv(const E& prototype)  // NOLINT(google-explicit-constructor): the door is meant to be walked through
+      : name_(env_name(prototype)),
+        batch_([prototype](const VecEnvConfig& c, std::uint64_t seed, std::int64_t first, std::int64_t count) {
+          return std::unique_ptr<EnvBatch>(std::make_unique<EnvArray<E>>(prototype, c, seed, first, count));
+        }) {}
+
+  /// Envs that come batched: `make` builds them (`name` names them until they exist).
+  AnyEnv(std::string name, VecMaker make) : name_(std::move(name)), vec_(std::move(make)) {
+    if (!vec_) throw Error("AnyEnv '" + name_ + "': no maker of its envs");
+  }
+
+  [[nodiscard]] const std::string& name() const noexcept { return name_; }
+  /// The maker of per-type envs (empty for envs that come batched).
+  [[nodiscard]] const BatchMaker& batch_maker() const noexcept { return batch_; }
+  /// The maker of batched envs (empty for an `Env` type).
+  [[nodiscard]] const VecMaker& vec_maker() const noexcept { return vec_; }
+
+ private:
+  std::string name_;
+  BatchMaker batch_;
+  VecMaker vec_;
+};
+
+}  // namespace anvil::envs
+// ---- end <anvil/envs/any_env.hpp> ----
+
+namespace anvil::envs {
 
 /// One step of all envs. Tensors are views of the VecEnv's storage, valid until the step
 /// after next (`obs` is double-buffered so the previous observation survives one step).
@@ -5763,25 +6133,11 @@ class VecEnvBase {
   std::vector<std::string> groups_;
 };
 
-/// N envs of type `E` (see file comment). Env i's episodes are seeded from the stream
-/// `Rng(derive(seed, i))`, so no two envs, and no two episodes, share a seed.
-template <Env E>
-class VecEnv final : public VecEnvBase {
+/// The VecEnv anvil steps itself, in this process, for envs of any type (see file comment).
+class LocalVecEnv : public VecEnvBase {
  public:
-  /// `first`: the index of this VecEnv's env 0 among all envs of the run (every rank's),
-  /// which `envs::Placeable` envs are told (`place(first + i, count)`); `count` (0: this
-  /// VecEnv's) is how many there are in all.
-  VecEnv(const E& prototype, const VecEnvConfig& cfg, std::uint64_t seed, std::int64_t first = 0, std::int64_t count = 0)
-      : VecEnv(configured(prototype, cfg), cfg, seed, first, count, 0) {}
-
- private:
-  VecEnv(E prototype, const VecEnvConfig& cfg, std::uint64_t seed, std::int64_t first, std::int64_t count, int)
-      : VecEnvBase(spec_of(prototype), cfg.num_envs, groups_of(prototype)), mode_(cfg.mode), pool_(cfg.threads) {
-    envs_.assign(static_cast<std::size_t>(n_), prototype);
-    if constexpr (Placeable<E>)
-      for (std::int64_t i = 0; i < n_; ++i) envs_[static_cast<std::size_t>(i)].place(first + i, count > 0 ? count : n_);
-    for (std::int64_t i = 0; i < n_; ++i)
-      seeds_.emplace_back(derive_seed(seed, Stream::env, static_cast<std::uint64_t>(i)));
+  LocalVecEnv(std::unique_ptr<EnvBatch> envs, const VecEnvConfig& cfg)
+      : VecEnvBase(envs->spec(), envs->size(), envs->groups()), envs_(std::move(envs)), mode_(cfg.mode), pool_(cfg.threads) {
     const auto d = spec_.obs_dim();
     const auto f = at::TensorOptions().dtype(at::kFloat);
     for (auto& o : obs_) o = at::zeros({n_, d}, f);
@@ -5789,32 +6145,13 @@ class VecEnv final : public VecEnvBase {
     reward_ = at::zeros({n_}, f);
     terminated_ = at::zeros({n_}, f);
     truncated_ = at::zeros({n_}, f);
-    if constexpr (TaskTagged<E>) task_ = at::zeros({n_}, f.dtype(at::kLong));
-    returns_.assign(static_cast<std::size_t>(n_), 0.0);
-    succeeded_.assign(static_cast<std::size_t>(n_), 0);
-    lengths_.assign(static_cast<std::size_t>(n_), 0);
+    if (envs_->has_tasks()) task_ = at::zeros({n_}, f.dtype(at::kLong));
     ended_.resize(static_cast<std::size_t>(n_));
     if (mode_ == VecMode::async) stepper_ = std::thread([this] { run_stepper(); });
   }
-
-  // The prototype with the config's env.id, env.suite and env.tasks applied (or refused).
-  static E configured(const E& prototype, const VecEnvConfig& cfg) {
-    if (!cfg.id->empty() && *cfg.id != env_name(prototype))
-      throw ConfigError("env.id=" + *cfg.id + ": this program trains " + env_name(prototype) +
-                        " (env.id chooses the env only in programs that take it at run time, e.g. train_ppo)");
-    E e = prototype;
-    if (cfg.suite->empty() && cfg.tasks->empty()) return e;
-    if constexpr (TaskSelectable<E>) e.select_tasks(*cfg.suite, *cfg.tasks);
-    else
-      throw ConfigError(std::string(cfg.suite->empty() ? "env.tasks" : "env.suite") + ": " + std::string(E::name) +
-                        " has no tasks to choose");
-    return e;
-  }
-
- public:
-  VecEnv(const VecEnv&) = delete;
-  VecEnv& operator=(const VecEnv&) = delete;
-  ~VecEnv() override {
+  LocalVecEnv(const LocalVecEnv&) = delete;
+  LocalVecEnv& operator=(const LocalVecEnv&) = delete;
+  ~LocalVecEnv() override {
     if (stepper_.joinable()) {
       {
         std::lock_guard lock(mu_);
@@ -5826,94 +6163,56 @@ class VecEnv final : public VecEnvBase {
   }
 
   at::Tensor observations() const override { return started_ ? obs_[cur_] : at::Tensor(); }
-  bool saves_state() const noexcept override { return kSavesState; }
-  bool reports_success() const noexcept override { return ReportsSuccess<E>; }
+  bool saves_state() const noexcept override { return envs_->saves_state(); }
+  bool reports_success() const noexcept override { return envs_->reports_success(); }
   VecMode mode() const noexcept override { return mode_; }
 
   void save(BinaryWriter& w) const override {
     w.value(saves_state());
-    if constexpr (kSavesState) {
-      if (in_flight_) throw Error("VecEnv::save: a step is in flight; save between steps");
-      w.string(spec_.name);
-      w.value(n_);
-      if constexpr (std::is_trivially_copyable_v<E>) {
-        w.value(static_cast<std::uint64_t>(sizeof(E)));
-        w.bytes(envs_.data(), envs_.size() * sizeof(E));
-      } else {
-        w.value(std::uint64_t{0});  // each env writes its own state
-        for (const auto& e : envs_) e.save_state(w);
-      }
-      for (const auto& g : seeds_) w.value(g.state());
-      w.value(started_);
-      w.value(steps_);
-      const auto o = obs_[cur_].contiguous();
-      w.bytes(o.data_ptr(), static_cast<std::size_t>(o.numel()) * sizeof(float));
-      w.bytes(returns_.data(), returns_.size() * sizeof(double));
-      w.bytes(lengths_.data(), lengths_.size() * sizeof(std::int64_t));
-      w.bytes(succeeded_.data(), succeeded_.size());
-    }
+    if (!saves_state()) return;
+    if (in_flight_) throw Error("VecEnv::save: a step is in flight; save between steps");
+    w.string(spec_.name);
+    w.value(n_);
+    envs_->save_envs(w);
+    w.value(started_);
+    w.value(steps_);
+    const auto o = obs_[cur_].contiguous();
+    w.bytes(o.data_ptr(), static_cast<std::size_t>(o.numel()) * sizeof(float));
+    envs_->save_episodes(w);
   }
 
   std::function<void()> read(BinaryReader& r) override {
     if (!r.value<bool>("env state flag")) return {};
-    if constexpr (!kSavesState) {
-      r.fail("env state flag", "says the envs were saved, but " + spec_.name + " cannot be restored here");
-    } else {
-      const auto name = r.string("env name");
-      if (name != spec_.name) r.fail("env name", "is '" + name + "' in the file but '" + spec_.name + "' here");
-      r.expect(n_, "env.num_envs");
-      auto envs = std::make_shared<std::vector<E>>(envs_);
-      if constexpr (std::is_trivially_copyable_v<E>) {
-        r.expect(static_cast<std::uint64_t>(sizeof(E)), "env state size");
-        r.bytes(envs->data(), envs->size() * sizeof(E), "env states");
-      } else {
-        r.expect(std::uint64_t{0}, "env state size");
-        for (auto& e : *envs) e.load_state(r);  // into copies: nothing changes until applied
-      }
-      auto seeds = std::make_shared<std::vector<Rng::State>>();
-      for (std::int64_t i = 0; i < n_; ++i) seeds->push_back(r.value<Rng::State>("env seed streams"));
-      const bool started = r.value<bool>("env started flag");
-      const auto steps = r.value<std::int64_t>("env step count");
-      auto obs = at::empty_like(obs_[cur_]);
-      r.bytes(obs.data_ptr(), static_cast<std::size_t>(obs.numel()) * sizeof(float), "env observations");
-      auto returns = std::make_shared<std::vector<double>>(returns_.size());
-      r.bytes(returns->data(), returns->size() * sizeof(double), "episode returns");
-      auto lengths = std::make_shared<std::vector<std::int64_t>>(lengths_.size());
-      r.bytes(lengths->data(), lengths->size() * sizeof(std::int64_t), "episode lengths");
-      auto succeeded = std::make_shared<std::vector<std::uint8_t>>(succeeded_.size());
-      r.bytes(succeeded->data(), succeeded->size(), "episode successes");
-      return [this, envs, seeds, started, steps, obs, returns, lengths, succeeded] {
-        wait_idle();
-        envs_ = std::move(*envs);
-        for (std::size_t i = 0; i < seeds_.size(); ++i) seeds_[i].set_state((*seeds)[i]);
-        started_ = started;
-        steps_ = steps;
-        obs_[cur_].copy_(obs);
-        returns_ = std::move(*returns);
-        lengths_ = std::move(*lengths);
-        succeeded_ = std::move(*succeeded);
-      };
-    }
+    if (!saves_state()) r.fail("env state flag", "says the envs were saved, but " + spec_.name + " cannot be restored here");
+    const auto name = r.string("env name");
+    if (name != spec_.name) r.fail("env name", "is '" + name + "' in the file but '" + spec_.name + "' here");
+    r.expect(n_, "env.num_envs");
+    auto envs = envs_->read_envs(r);
+    const bool started = r.value<bool>("env started flag");
+    const auto steps = r.value<std::int64_t>("env step count");
+    auto obs = at::empty_like(obs_[cur_]);
+    r.bytes(obs.data_ptr(), static_cast<std::size_t>(obs.numel()) * sizeof(float), "env observations");
+    auto episodes = envs_->read_episodes(r);
+    return [this, envs = std::move(envs), started, steps, obs, episodes = std::move(episodes)] {
+      wait_idle();
+      envs();
+      started_ = started;
+      steps_ = steps;
+      obs_[cur_].copy_(obs);
+      episodes();
+    };
   }
 
   at::Tensor reset() override {
     wait_idle();
-    float* o = obs_[cur_].data_ptr<float>();
-    const auto d = spec_.obs_dim();
-    for (std::int64_t i = 0; i < n_; ++i) {
-      const auto first = reset_env(i, "reset");
-      std::copy(first.begin(), first.end(), o + i * d);
-      returns_[i] = 0.0;
-      lengths_[i] = 0;
-      succeeded_[i] = 0;
-    }
+    envs_->reset(obs_[cur_].data_ptr<float>(), steps_);
     started_ = true;
     return obs_[cur_];
   }
 
   void step_async(const at::Tensor& actions) override {
-    if (!started_) throw EnvError(std::string(E::name) + ": VecEnv stepped before reset()");
-    if (in_flight_) throw EnvError(std::string(E::name) + ": step_async called twice without step_wait");
+    if (!started_) throw EnvError(spec_.name + ": VecEnv stepped before reset()");
+    if (in_flight_) throw EnvError(spec_.name + ": step_async called twice without step_wait");
     check_actions(actions);
     actions_ = actions;
     in_flight_ = true;
@@ -5926,7 +6225,7 @@ class VecEnv final : public VecEnvBase {
   }
 
   const VecStep& step_wait() override {
-    if (!in_flight_) throw EnvError(std::string(E::name) + ": step_wait without step_async");
+    if (!in_flight_) throw EnvError(spec_.name + ": step_wait without step_async");
     if (mode_ == VecMode::sync) {
       do_step();
     } else {
@@ -5946,42 +6245,28 @@ class VecEnv final : public VecEnvBase {
     out_.task = task_;
     out_.ended.clear();
     for (std::int64_t i = 0; i < n_; ++i)
-      if (ended_[i].length > 0) out_.ended.push_back(ended_[i]);
+      if (ended_[static_cast<std::size_t>(i)].length > 0) out_.ended.push_back(ended_[static_cast<std::size_t>(i)]);
     return out_;
   }
 
   /// Batched steps taken so far (saved in checkpoints): the step errors name.
   [[nodiscard]] std::int64_t steps() const noexcept { return steps_; }
-
-  /// Env `i`, e.g. to inspect its state in tests.
-  [[nodiscard]] const E& env(std::int64_t i) const { return envs_.at(static_cast<std::size_t>(i)); }
+  /// The envs it steps.
+  [[nodiscard]] const EnvBatch& batch() const noexcept { return *envs_; }
 
  private:
-  static constexpr bool kSavesState = std::is_trivially_copyable_v<E> || SavesOwnState<E>;
-
-  static std::vector<std::string> groups_of(const E& e) {
-    if constexpr (TaskTagged<E>) return e.task_names();
-    else return {};
-  }
-  static std::int32_t group_of(const E& e) {
-    if constexpr (TaskTagged<E>) return static_cast<std::int32_t>(e.task_index());
-    else return -1;
-  }
-
   void check_actions(const at::Tensor& a) const {
-    const std::string who = std::string(E::name) + " VecEnv: ";
+    const std::string who = spec_.name + " VecEnv: ";
     if (a.device().type() != at::kCPU) throw EnvError(who + "actions must be on the CPU");
-    if constexpr (DiscreteEnv<E>) {
+    if (spec_.discrete()) {
       if (a.scalar_type() != at::kLong || a.numel() != n_)
-        throw EnvError(who + "discrete actions must be an int64 tensor of " + std::to_string(n_) +
-                       " indices, got " + std::string(a.dtype().name()) + " with " +
-                       std::to_string(a.numel()) + " elements");
+        throw EnvError(who + "discrete actions must be an int64 tensor of " + std::to_string(n_) + " indices, got " +
+                       std::string(a.dtype().name()) + " with " + std::to_string(a.numel()) + " elements");
     } else {
       const auto ad = spec_.action_dim();
       if (a.scalar_type() != at::kFloat || a.dim() != 2 || a.size(0) != n_ || a.size(1) != ad)
-        throw EnvError(who + "actions must be a float32 tensor of shape [" + std::to_string(n_) +
-                       ", " + std::to_string(ad) + "], got " + std::string(a.dtype().name()) +
-                       " " + shape(a));
+        throw EnvError(who + "actions must be a float32 tensor of shape [" + std::to_string(n_) + ", " + std::to_string(ad) +
+                       "], got " + std::string(a.dtype().name()) + " " + shape(a));
     }
   }
   static std::string shape(const at::Tensor& t) {
@@ -5990,96 +6275,20 @@ class VecEnv final : public VecEnvBase {
     return s + "]";
   }
 
-  // "Pendulum-v1: env 3 of 16: step 512 (step 7 of its episode): ", where `when` is "step",
-  // "reset" (by the caller) or "autoreset" (after an episode ended in the step under way).
-  std::string at_fault(std::int64_t i, const char* when) const {
-    std::string s = std::string(E::name) + ": env " + std::to_string(i) + " of " + std::to_string(n_) + ": ";
-    if (std::string_view(when) == "step")
-      return s + "step " + std::to_string(steps_ + 1) + " (step " + std::to_string(lengths_[static_cast<std::size_t>(i)] + 1) +
-             " of its episode): ";
-    // an autoreset happens inside step steps_ + 1
-    return s + "reset after step " + std::to_string(steps_ + (std::string_view(when) == "autoreset" ? 1 : 0)) + ": ";
-  }
-
-  // The observation env i returned has the space's length and only finite numbers (a NaN
-  // or inf turns the sum of x * 0 into NaN: one multiply-add per number when all is well).
-  void check_observation(std::int64_t i, std::span<const float> o, const char* when) const {
-    const auto d = spec_.obs_dim();
-    if (static_cast<std::int64_t>(o.size()) != d)
-      throw EnvError(at_fault(i, when) + "observation has " + std::to_string(o.size()) + " numbers; the observation space has " +
-                     std::to_string(d));
-    float probe = 0.0f;
-    for (float x : o) probe += x * 0.0f;
-    if (probe == 0.0f) return;
-    for (std::size_t k = 0; k < o.size(); ++k)
-      if (!std::isfinite(o[k])) throw EnvError(at_fault(i, when) + "observation[" + std::to_string(k) + "] is " + non_finite_name(o[k]));
-  }
-
-  // Env i's first observation of a new episode (from its own seed stream), checked;
-  // `when` is "reset" or "autoreset" (see at_fault).
-  std::span<const float> reset_env(std::int64_t i, const char* when) {
-    std::span<const float> first;
-    try {
-      first = envs_[static_cast<std::size_t>(i)].reset(seeds_[static_cast<std::size_t>(i)]());
-    } catch (const std::exception& err) {
-      throw EnvError(at_fault(i, when) + err.what());
-    }
-    check_observation(i, first, when);
-    return first;
-  }
-
   void do_step() {
     const int next = 1 - cur_;
-    const auto d = spec_.obs_dim();
-    at::Tensor actions = actions_.contiguous();
-    float* obs_out = obs_[next].data_ptr<float>();
-    float* next_out = next_obs_.data_ptr<float>();
-    float* rew = reward_.data_ptr<float>();
-    float* term = terminated_.data_ptr<float>();
-    float* trunc = truncated_.data_ptr<float>();
-    std::int64_t* task = task_.defined() ? task_.data_ptr<std::int64_t>() : nullptr;
+    const at::Tensor actions = actions_.contiguous();
+    StepRows rows;
+    rows.obs = obs_[next].data_ptr<float>();
+    rows.next_obs = next_obs_.data_ptr<float>();
+    rows.reward = reward_.data_ptr<float>();
+    rows.terminated = terminated_.data_ptr<float>();
+    rows.truncated = truncated_.data_ptr<float>();
+    rows.task = task_.defined() ? task_.data_ptr<std::int64_t>() : nullptr;
+    rows.ended = ended_.data();
+    const void* a = actions.data_ptr();
     try {
-      pool_.parallel_for(n_, [&](std::int64_t b, std::int64_t e) {
-        for (std::int64_t i = b; i < e; ++i) {
-          if (task) task[i] = group_of(envs_[i]);  // the task the step belongs to (before an autoreset)
-          StepResult r;
-          try {
-            if constexpr (DiscreteEnv<E>) {
-              r = envs_[i].step(actions.data_ptr<std::int64_t>()[i]);
-            } else {
-              const auto ad = spec_.action_dim();
-              r = envs_[i].step(std::span<const float>(actions.data_ptr<float>() + i * ad,
-                                                       static_cast<std::size_t>(ad)));
-            }
-          } catch (const EnvError& err) {  // it names the env and its own step count
-            throw EnvError("env " + std::to_string(i) + " of " + std::to_string(n_) + ": step " + std::to_string(steps_ + 1) +
-                           ": " + err.what());
-          } catch (const std::exception& err) {
-            throw EnvError(at_fault(i, "step") + err.what());
-          }
-          check_observation(i, r.observation, "step");
-          if (!std::isfinite(r.reward)) throw EnvError(at_fault(i, "step") + "reward is " + non_finite_name(r.reward));
-          std::copy(r.observation.begin(), r.observation.end(), next_out + i * d);
-          rew[i] = static_cast<float>(r.reward);
-          term[i] = r.terminated ? 1.0f : 0.0f;
-          trunc[i] = r.truncated ? 1.0f : 0.0f;
-          returns_[i] += r.reward;
-          ++lengths_[i];
-          if constexpr (ReportsSuccess<E>) succeeded_[i] |= envs_[i].success() ? 1 : 0;
-          ended_[i] = EpisodeEnd{};
-          if (r.terminated || r.truncated) {
-            ended_[i] = EpisodeEnd{i, returns_[i], lengths_[i], r.terminated, group_of(envs_[i]),
-                                   static_cast<std::int8_t>(ReportsSuccess<E> ? succeeded_[i] : -1)};
-            returns_[i] = 0.0;
-            lengths_[i] = 0;
-            succeeded_[i] = 0;
-            const auto first = reset_env(i, "autoreset");
-            std::copy(first.begin(), first.end(), obs_out + i * d);
-          } else {
-            std::copy(r.observation.begin(), r.observation.end(), obs_out + i * d);
-          }
-        }
-      });
+      pool_.parallel_for(n_, [&](std::int64_t b, std::int64_t e) { envs_->step(b, e, a, rows, steps_); });
       cur_ = next;
       ++steps_;
     } catch (...) {
@@ -6108,16 +6317,12 @@ class VecEnv final : public VecEnvBase {
     if (in_flight_) step_wait();
   }
 
-  std::vector<E> envs_;
-  std::vector<Rng> seeds_;
+  std::unique_ptr<EnvBatch> envs_;
   VecMode mode_;
   anvil::detail::ThreadPool pool_;
   std::array<at::Tensor, 2> obs_;
   int cur_ = 0;
   at::Tensor next_obs_, reward_, terminated_, truncated_, task_, actions_;
-  std::vector<double> returns_;
-  std::vector<std::uint8_t> succeeded_;  // per env: whether a step of its episode met the goal
-  std::vector<std::int64_t> lengths_;
   std::vector<EpisodeEnd> ended_;
   VecStep out_;
   std::int64_t steps_ = 0;
@@ -6129,12 +6334,36 @@ class VecEnv final : public VecEnvBase {
   std::atomic<bool> requested_{false}, stop_{false};
 };
 
-/// A VecEnv of `cfg.num_envs` copies of `prototype`, behind the type-erased interface.
-/// `first` and `count` place the envs among all of the run's (see VecEnv).
+/// `LocalVecEnv` of envs of type `E`, which knows their type (`env(i)`, e.g. for tests).
 template <Env E>
-std::unique_ptr<VecEnvBase> make_vec_env(const E& prototype, const VecEnvConfig& cfg, std::uint64_t seed,
-                                         std::int64_t first = 0, std::int64_t count = 0) {
-  return std::make_unique<VecEnv<E>>(prototype, cfg, seed, first, count);
+class VecEnv final : public LocalVecEnv {
+ public:
+  /// `cfg.num_envs` copies of `prototype` (see `EnvArray` for `first` and `count`).
+  VecEnv(const E& prototype, const VecEnvConfig& cfg, std::uint64_t seed, std::int64_t first = 0, std::int64_t count = 0)
+      : VecEnv(std::make_unique<EnvArray<E>>(prototype, cfg, seed, first, count), cfg) {}
+  /// Env `i`.
+  [[nodiscard]] const E& env(std::int64_t i) const { return array_->env(i); }
+
+ private:
+  VecEnv(std::unique_ptr<EnvArray<E>> envs, const VecEnvConfig& cfg) : LocalVecEnv(std::move(envs), cfg) {
+    array_ = static_cast<const EnvArray<E>*>(&batch());
+  }
+  const EnvArray<E>* array_ = nullptr;
+};
+
+/// The training (or evaluation) envs of `env`: `cfg.num_envs` of them, seeded from `seed`;
+/// `first` and `count` place them among all of the run's (see `EnvArray`).
+inline std::unique_ptr<VecEnvBase> make_vec_env(const AnyEnv& env, const VecEnvConfig& cfg, std::uint64_t seed,
+                                                std::int64_t first = 0, std::int64_t count = 0) {
+  if (env.vec_maker()) {
+    auto v = env.vec_maker()(cfg, seed, first, count);
+    if (!v) throw Error(env.name() + ": its maker made no envs");
+    if (v->num_envs() != *cfg.num_envs)
+      throw ConfigError("env.num_envs=" + std::to_string(*cfg.num_envs) + ": " + env.name() + "'s maker made " +
+                        std::to_string(v->num_envs()));
+    return v;
+  }
+  return std::make_unique<LocalVecEnv>(env.batch_maker()(cfg, seed, first, count), cfg);
 }
 
 }  // namespace anvil::envs
@@ -13712,6 +13941,7 @@ TORCH_MODULE(CollectiveTransformer);
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -13752,6 +13982,34 @@ class Policy {
   std::string env_;
   std::int64_t obs_dim_ = 0, act_dim_ = 0;
 };
+
+/// What a policy file holds beside the network: the env's name and action bounds, and the
+/// observation normaliser of a run that normalised observations.
+struct PolicyFileParts {
+  std::string env;
+  at::Tensor action_scale, action_offset;  ///< [act_dim]: env units = squashed action * scale + offset
+  at::Tensor obs_mean, obs_inv_std;        ///< [obs_dim] (undefined: the run did not normalise)
+  double obs_clip = 0;
+};
+
+/// Writes a policy file (see file comment) atomically: `write_network` writes the network's
+/// part (an algorithm's `save_policy`), which `load_policy` below reads back.
+inline void write_policy(const std::filesystem::path& file, const PolicyFileParts& parts,
+                         const std::function<void(BinaryWriter&)>& write_network) {
+  BinaryWriter w(file, kPolicyFormat);
+  w.string(parts.env);
+  write_network(w);
+  write_tensor(w, parts.action_scale);
+  write_tensor(w, parts.action_offset);
+  const bool normalised = parts.obs_mean.defined();
+  w.value(normalised);  // the policy acts on observations normalised as in training
+  if (normalised) {
+    write_tensor(w, parts.obs_mean);
+    write_tensor(w, parts.obs_inv_std);
+    w.value(parts.obs_clip);
+  }
+  w.commit();
+}
 
 /// Reads a policy file written by a run (see file comment); a missing, truncated, corrupted
 /// or foreign file gets an error naming it and the field at fault.
@@ -17319,22 +17577,24 @@ class Every {
 /// that Trainer's, and `anvil::start<compiled::Trainer<...>>` reads the command line exactly
 /// as `start<Trainer<...>>` does (same keys, `--help`, `--print-config`, `--multirun`, DDP).
 ///
+/// It trains any env: the env comes through the one door (`envs::AnyEnv`,
+/// envs/any_env.hpp), which wraps a program's own env type in the program's translation unit
+/// without torch. A main that drives the loop itself has the step-by-step calls (`begin`,
+/// `collect`, `update`, `evaluate`, `record_evaluation`, `log`, `save_checkpoint`, `finish`).
+///
 /// Two ways to build a program that uses it:
 ///  - link the CMake target `anvil::compiled`: a library of the common Trainers, prebuilt
-///    (`ANVIL_COMPILED_TRAINERS` below, for each of `ANVIL_COMPILED_ENVS`: SAC refuses the
-///    discrete ones when the run starts, as a Trainer does); the main includes
+///    (the list `ANVIL_PREBUILT_TRAINERS` in anvil's CMakeLists.txt); the main includes
 ///    `<anvil/compiled.hpp>` and none of torch's ATen or `torch/` headers (only a few of c10's
-///    small ones). Another combination, or an env
-///    of your own, is built in one translation unit of yours that includes
-///    `train/compiled_trainer_impl.hpp` and says `ANVIL_COMPILED_TRAINER(...)` (else the link
-///    fails naming the missing `compiled::Trainer` member);
+///    small ones). Another combination is built in one translation unit of yours that
+///    includes `train/compiled_trainer_impl.hpp` and says `ANVIL_COMPILED_TRAINER(...)`
+///    (else the link fails naming the missing `compiled::Trainer` member);
 ///  - link only `anvil::anvil` (header-only): `<anvil/compiled.hpp>` then brings in the
 ///    implementation and the same main builds without the library, at a Trainer's full
 ///    compile cost.
 ///
-/// For everything else a Trainer offers (hooks, `collect`/`update` step by step, the
-/// algorithm), `full()` returns the Trainer itself, usable where its header is included.
-/// Light header.
+/// For everything else a Trainer offers (hooks, the algorithm, the buffer), `full()` returns
+/// the Trainer itself, usable where its header is included. Light header.
 
 #include <filesystem>
 #include <memory>
@@ -17632,20 +17892,31 @@ class Trainer {
   /// (exit 2) and starts the ranks of a DDP run.
   static Config start_config(const Args& args, Config defaults);
 
-  /// Builds the run (see `BasicTrainer`), for an env of a prebuilt type (or one built in
-  /// a translation unit of the program: see file comment).
-  template <envs::Env E>
-  Trainer(const E& env, Config cfg, std::string program = {});
+  /// Builds the run on `env` (any env: see file comment, and `BasicTrainer`).
+  Trainer(const envs::AnyEnv& env, Config cfg, std::string program = {});
   Trainer(Trainer&&) noexcept;
   Trainer& operator=(Trainer&&) noexcept;
   ~Trainer();
 
   /// Trains to the end (`BasicTrainer::fit`).
   FitResult fit();
+  /// For a main that runs its own loop (`BasicTrainer`'s calls of the same names): opens
+  /// the run (and resumes when asked); steps the envs until `n` more env steps are stored;
+  /// makes `n` gradient updates; writes a row of metrics; ends the run.
+  void begin();
+  void collect(std::int64_t n);
+  void update(int n);
+  void log();
+  FitResult finish();
   /// Mean return of `episodes` deterministic episodes (`BasicTrainer::evaluate`).
   EvalResult evaluate(int episodes);
+  /// Makes `r` the run's latest evaluation (in the next log row, summary.json, the best).
+  void record_evaluation(const EvalResult& r);
   /// The latest recorded evaluation.
   [[nodiscard]] const EvalResult& last_evaluation() const noexcept;
+  /// The run's clock.
+  [[nodiscard]] std::int64_t env_steps() const noexcept;
+  [[nodiscard]] std::int64_t updates() const noexcept;
   /// Writes / restores everything a resumed run needs (atomic; all or nothing).
   void save_checkpoint(const std::filesystem::path& file);
   void load_checkpoint(const std::filesystem::path& file);
@@ -17667,42 +17938,23 @@ class Trainer {
 
 }  // namespace compiled
 
-/// The Trainer types and envs the `anvil::compiled` library prebuilds, as X-macro lists:
-/// `ANVIL_COMPILED_TRAINERS(M)` calls `M(A, B, P, X)` for each Trainer.
-#define ANVIL_COMPILED_TRAINERS(M)                                                    \
-  M(::anvil::SAC, ::anvil::UniformBuffer, ::anvil::SingleDevice, ::anvil::FP32)     \
-  M(::anvil::SAC, ::anvil::PrioritizedBuffer, ::anvil::SingleDevice, ::anvil::FP32) \
-  M(::anvil::SAC, ::anvil::UniformBuffer, ::anvil::SingleDevice, ::anvil::BF16)     \
-  M(::anvil::SAC, ::anvil::PrioritizedBuffer, ::anvil::SingleDevice, ::anvil::BF16) \
-  M(::anvil::PPO, ::anvil::RolloutBuffer, ::anvil::SingleDevice, ::anvil::FP32)
-/// `ANVIL_COMPILED_ENVS(M, A, B, P, X)` calls `M(A, B, P, X, E)` for each env type `E` the
-/// prebuilt Trainers are built for.
-#define ANVIL_COMPILED_ENVS(M, A, B, P, X)            \
-  M(A, B, P, X, ::anvil::envs::Pendulum)              \
-  M(A, B, P, X, ::anvil::envs::MountainCarContinuous) \
-  M(A, B, P, X, ::anvil::envs::CartPole)              \
-  M(A, B, P, X, ::anvil::envs::Acrobot)
-
-#ifdef ANVIL_COMPILED
-// The library holds these: no translation unit of the program instantiates them again.
-#define ANVIL_DETAIL_EXTERN_TRAINER(A, B, P, X) extern template class ::anvil::compiled::Trainer<A, B, P, X>;
-ANVIL_COMPILED_TRAINERS(ANVIL_DETAIL_EXTERN_TRAINER)
-#undef ANVIL_DETAIL_EXTERN_TRAINER
-#endif
-
 }  // namespace anvil
+
+#if defined(ANVIL_COMPILED) && __has_include(<anvil_compiled/trainers.hpp>)
+// Generated by CMake from ANVIL_PREBUILT_TRAINERS: `extern template` of each Trainer the
+// `anvil::compiled` library holds, so no translation unit of a program builds one again.
+#include <anvil_compiled/trainers.hpp>
+#endif
 // ---- end <anvil/train/compiled_trainer.hpp> ----
 // ---- begin <anvil/train/compiled_trainer_impl.hpp> ----
 /// @file
 /// The definitions of `anvil::compiled::Trainer` (train/compiled_trainer.hpp): included by
 /// the `anvil::compiled` library's sources, by `<anvil/compiled.hpp>` in a header-only
 /// build, and by a program's own translation unit that builds a combination the library
-/// does not hold:
+/// does not hold (any env goes through `envs::AnyEnv`: nothing is built per env):
 ///
 ///     #include <anvil/train/compiled_trainer_impl.hpp>
-///     #include "my_env.hpp"
-///     ANVIL_COMPILED_TRAINER(anvil::SAC, anvil::UniformBuffer, anvil::SingleDevice, anvil::FP32)
-///     ANVIL_COMPILED_TRAINER_ENV(anvil::SAC, anvil::UniformBuffer, anvil::SingleDevice, anvil::FP32, MyEnv)
+///     ANVIL_COMPILED_TRAINER(anvil::SAC, anvil::UniformBuffer, anvil::SingleDevice, anvil::TF32)
 ///
 /// It includes the classes of the policies `compiled.hpp` names (SAC, PPO, their buffers);
 /// a combination with other policies includes theirs too.
@@ -17896,6 +18148,13 @@ void check_ema(double ema_decay) {
 
 namespace anvil {
 
+/// An algorithm that shapes the rewards it learns from (CollectiveStudent): the loop stores
+/// `shaped_rewards(step, env steps of the stage)` in place of the env's.
+template <class A>
+concept ShapesRewards = requires(A& a, const StepBatch& step) {
+  { a.shaped_rewards(step, std::int64_t{}) } -> std::same_as<at::Tensor>;
+};
+
 /// Loop policy for off-policy algorithms (see file comment).
 struct OffPolicyLoop {
   using policy_kind = LoopKind;
@@ -18065,7 +18324,7 @@ struct OffPolicyLoop {
         ScopedPhase ph(p_.times, Phase::buffer_add);
         StepBatch step{p_.collector.previous_observations(), actions_, s.reward, s.next_obs, s.terminated, s.truncated, s.task};
         // An algorithm that shapes its rewards (CollectiveStudent) gives the ones to store.
-        if constexpr (requires(A& a) { { a.shaped_rewards(step, std::int64_t{}) } -> std::same_as<at::Tensor>; })
+        if constexpr (ShapesRewards<A>)
           step.reward = p_.algorithm.shaped_rewards(step, p_.clock.env_steps - origin_);
         p_.buffer.add(step);
       }
@@ -18303,6 +18562,7 @@ struct OnPolicyLoop {
 /// over without the teardown of the libraries it loaded.
 
 #include <algorithm>
+#include <concepts>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -18312,6 +18572,67 @@ struct OnPolicyLoop {
 #include <utility>
 #include <vector>
 
+// ---- begin <anvil/core/detail/flush_registry.hpp> ----
+/// @file
+/// The buffers anvil writes files through that the C library does not know (C++ streams,
+/// rows held back), registered while they are open, so that `anvil::exit_fast` can flush
+/// them before it ends the process without the libraries' teardown. Light header.
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <utility>
+
+namespace anvil::detail {
+
+/// Every registered flush (see file comment). One per process; thread-safe.
+class FlushRegistry {
+ public:
+  static FlushRegistry& instance() {
+    static FlushRegistry* r = new FlushRegistry;  // never destroyed: usable until the very end
+    return *r;
+  }
+  std::uint64_t add(std::function<void()> flush) {
+    std::lock_guard lock(mu_);
+    flushes_.emplace(++next_, std::move(flush));
+    return next_;
+  }
+  void remove(std::uint64_t id) {
+    std::lock_guard lock(mu_);
+    flushes_.erase(id);
+  }
+  /// Runs every registered flush, oldest first; one that throws does not stop the others.
+  void flush_all() noexcept {
+    std::lock_guard lock(mu_);
+    for (auto& [id, f] : flushes_) {
+      try {
+        f();
+      } catch (...) {
+      }
+    }
+  }
+
+ private:
+  std::mutex mu_;
+  std::map<std::uint64_t, std::function<void()>> flushes_;
+  std::uint64_t next_ = 0;
+};
+
+/// Registers `flush` for its own life (held by an object that does not move, e.g. a Run).
+class FlushAtExit {
+ public:
+  explicit FlushAtExit(std::function<void()> flush) : id_(FlushRegistry::instance().add(std::move(flush))) {}
+  FlushAtExit(const FlushAtExit&) = delete;
+  FlushAtExit& operator=(const FlushAtExit&) = delete;
+  ~FlushAtExit() { FlushRegistry::instance().remove(id_); }
+
+ private:
+  std::uint64_t id_;
+};
+
+}  // namespace anvil::detail
+// ---- end <anvil/core/detail/flush_registry.hpp> ----
 // ---- begin <anvil/train/sweep.hpp> ----
 /// @file
 /// Sweeps, in Hydra's syntax: `--multirun seed=1,2,3 sac.batch_size=256,512` runs the cross
@@ -18790,12 +19111,20 @@ typename Trainer::Config start_trainer(const Args& given, typename Trainer::Conf
 }
 }  // namespace detail
 
+/// A Trainer compiled once (`compiled::Trainer`, train/compiled_trainer.hpp), whose
+/// `start_config` holds `start`'s work, compiled with it.
+template <class T>
+concept PrebuiltTrainer = requires(const Args& args, typename T::Config defaults) {
+  requires T::prebuilt;
+  { T::start_config(args, defaults) } -> std::same_as<typename T::Config>;
+};
+
 /// The config of a `Trainer` from `args` over `defaults` (see file comment): answers
 /// `--help` and `--print-config` (exit 0), reports bad input (exit 2), and starts the ranks
 /// the Trainer's parallelism needs.
 template <class Trainer>
 typename Trainer::Config start(const Args& args, typename Trainer::Config defaults = {}) {
-  if constexpr (requires { requires Trainer::prebuilt; }) {
+  if constexpr (PrebuiltTrainer<Trainer>) {
     return Trainer::start_config(args, std::move(defaults));  // compiled::Trainer: this, compiled once
   } else {
     return detail::start_trainer<Trainer>(args, std::move(defaults));
@@ -18808,9 +19137,11 @@ typename Trainer::Config start(int argc, char** argv, typename Trainer::Config d
   return start<Trainer>(start(argc, argv), std::move(defaults));
 }
 
-/// Ends the process with `code` now, once a main's work is done: flushes stdout, stderr and
-/// every C stream, then exits without the static destructors of the loaded libraries and
-/// without destroying the main's objects. Debian's LibTorch loads 288 libraries whose
+/// Ends the process with `code` now, once a main's work is done: flushes every file anvil
+/// has open (its runs' training.log, metrics.csv and TensorBoard events: one registry,
+/// core/detail/flush_registry.hpp), stdout, stderr and every C stream, then exits without
+/// the static destructors of the loaded libraries and without destroying the main's objects.
+/// Opt-in, for programs whose start and exit are timed (benchmarks/): a 0.1 s gain. Debian's LibTorch loads 288 libraries whose
 /// destructors take about 50 ms at exit freeing memory the exit returns anyway (the
 /// dispatcher's tables, DICOM dictionaries of an image library). Call it after `fit()`,
 /// which completes the run's files (checkpoints, summary.json, metrics, events, training.log)
@@ -18818,6 +19149,7 @@ typename Trainer::Config start(int argc, char** argv, typename Trainer::Config d
 /// write. A rank a launcher started (RANK set: parallel/world.hpp) exits normally: the ranks'
 /// process group tears down together.
 [[noreturn]] inline void exit_fast(int code = 0) {
+  detail::FlushRegistry::instance().flush_all();
   std::cout.flush();
   std::cerr.flush();
   std::fflush(nullptr);
@@ -19400,10 +19732,11 @@ class MetricsLog {
   }
 
   /// Writes the rows metrics.csv held back (the run ended before its algorithm reported
-  /// every metric) and flushes TensorBoard.
+  /// every metric) and flushes TensorBoard and training.log.
   [[gnu::cold, gnu::noinline]] void flush() {
     csv_.flush_pending();
     tb_.flush();
+    if (log_.is_open()) log_.flush();
   }
 
   /// The GPUs' use at the last row ("gpu0 97%"), for the progress bar; empty without GPUs.
@@ -19599,6 +19932,36 @@ struct EpisodicLoop {
 
 namespace anvil {
 
+/// A buffer that keeps its dataset apart from what it replays online (CollectiveReplay in a
+/// staged run): the offline loop samples the dataset alone (`sample_dataset`, `dataset_size`).
+template <class B>
+concept KeepsDatasetApart = requires(B& b, const B& cb, std::int64_t n) {
+  b.sample_dataset(n);
+  { cb.dataset_size() } -> std::convertible_to<std::int64_t>;
+};
+/// An algorithm whose dataset batches count other rows than `batch_size()` does.
+template <class A>
+concept NamesDatasetBatch = requires(const A& a) {
+  { a.dataset_batch_size() } -> std::convertible_to<std::int64_t>;
+};
+/// An algorithm that learns from windows of consecutive steps: `sequence()` gives the
+/// observations and actions each window holds, which the buffer plans for.
+template <class A>
+concept LearnsFromSequences = requires(const A& a) {
+  { a.sequence() } -> std::convertible_to<std::pair<std::int64_t, std::int64_t>>;
+};
+/// An algorithm that scales its inputs by the data's ranges (`fit_normalizer`), learned once
+/// from the buffer's `ranges()` before its first update unless a checkpoint restored them.
+template <class A, class B>
+concept FitsDataNormalizer = requires(A& a, B& b) {
+  a.fit_normalizer(b.ranges()[0], b.ranges()[1], b.ranges()[2], b.ranges()[3]);
+  { a.has_normalizer() } -> std::convertible_to<bool>;
+};
+/// An algorithm that schedules by the run's length (e.g. a cosine learning rate): told the
+/// update the stage ends at.
+template <class A>
+concept PlansUpdates = requires(A& a) { a.plan_updates(std::int64_t{0}); };
+
 /// Loop policy for learning from stored data (see file comment).
 struct OfflineLoop {
   using policy_kind = LoopKind;
@@ -19633,17 +19996,17 @@ struct OfflineLoop {
   /// steps (CollectiveReplay, for a staged run), else `sample(n)`.
   template <class B>
   static auto dataset_batch(B& b, std::int64_t n) {
-    if constexpr (requires { b.sample_dataset(n); }) return b.sample_dataset(n);
+    if constexpr (KeepsDatasetApart<B>) return b.sample_dataset(n);
     else return b.sample(n);
   }
   template <class B>
   static std::int64_t dataset_size(const B& b) {
-    if constexpr (requires { b.dataset_size(); }) return b.dataset_size();
+    if constexpr (KeepsDatasetApart<B>) return b.dataset_size();
     else return b.size();
   }
   template <class A>
   static std::int64_t batch_rows(const A& a) {
-    if constexpr (requires { a.dataset_batch_size(); }) return a.dataset_batch_size();
+    if constexpr (NamesDatasetBatch<A>) return a.dataset_batch_size();
     else return a.batch_size();
   }
 
@@ -19689,12 +20052,12 @@ struct OfflineLoop {
       p_.clock.unit = ClockUnit::updates;
       p_.collector.envs().set_discount(p_.algorithm.discount());
       StoragePlan plan{p_.collector.num_envs(), 0, p_.algorithm.discount()};
-      if constexpr (requires { p_.algorithm.sequence(); }) std::tie(plan.sequence_obs, plan.sequence_actions) = p_.algorithm.sequence();
+      if constexpr (LearnsFromSequences<A>) std::tie(plan.sequence_obs, plan.sequence_actions) = p_.algorithm.sequence();
       p_.buffer.plan(plan);
       if (!loaded_ && !cfg_.dataset->empty()) {
         if (!std::filesystem::exists(*cfg_.dataset))
           throw ConfigError("train.dataset: no file at '" + *cfg_.dataset + "'");
-        if constexpr (requires { B::reads_demonstrations; }) {
+        if constexpr (ReadsDemonstrations<B>) {
           p_.buffer.load(*cfg_.dataset);  // demonstrations in their own format (HDF5)
         } else {
           StateSections data;
@@ -19708,12 +20071,12 @@ struct OfflineLoop {
       loaded_ = true;
       // An algorithm that scales its inputs by the data's ranges learns them once, before its
       // first update (a restored one keeps its checkpoint's).
-      if constexpr (requires { p_.algorithm.fit_normalizer(p_.buffer.ranges()[0], at::Tensor(), at::Tensor(), at::Tensor()); })
+      if constexpr (FitsDataNormalizer<A, B>)
         if (!p_.algorithm.has_normalizer() && dataset_size(p_.buffer) > 0) {
           const auto r = p_.buffer.ranges();
           p_.algorithm.fit_normalizer(r[0], r[1], r[2], r[3]);
         }
-      if constexpr (requires { p_.algorithm.plan_updates(std::int64_t{0}); }) p_.algorithm.plan_updates(origin_ + cfg_.steps);
+      if constexpr (PlansUpdates<A>) p_.algorithm.plan_updates(origin_ + cfg_.steps);
     }
 
     [[nodiscard]] bool done() const noexcept { return p_.clock.updates - origin_ >= cfg_.steps; }
@@ -19764,6 +20127,100 @@ struct OfflineLoop {
 
 }  // namespace anvil
 // ---- end <anvil/train/loops/offline.hpp> ----
+// ---- begin <anvil/train/process_settings.hpp> ----
+/// @file
+/// What a run sets for the whole process, in one call when its Trainer is built
+/// (`apply_process_settings`): Torch's intra-op threads, the precision policy's switches
+/// (cuDNN benchmark, anomaly detection, TF32) and Torch's global generators, seeded for this
+/// rank; and those generators as a section of the run's state (`TorchGenerators`). Not a
+/// template.
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Context.h>
+#include <torch/csrc/autograd/anomaly_mode.h>
+#include <torch/utils.h>
+
+#include <string>
+#include <vector>
+
+
+namespace anvil {
+
+/// Torch's global random generators (the CPU one, and the run's CUDA device's): the
+/// `torch_rng` section of a run's state (this rank's own).
+class TorchGenerators {
+ public:
+  TorchGenerators() = default;
+  explicit TorchGenerators(c10::Device device) : device_(device) {}
+  void save(BinaryWriter& w) const {
+    write_tensor(w, at::detail::getDefaultCPUGenerator().get_state());
+    w.value(device_.is_cuda());
+    if (device_.is_cuda()) write_tensor(w, at::globalContext().defaultGenerator(device_).get_state());
+  }
+  struct Saved {
+    at::Tensor cpu, cuda;
+  };
+  [[nodiscard]] Saved read(BinaryReader& r) const {
+    Saved s;
+    s.cpu = read_tensor(r, "torch CPU generator state", at::detail::getDefaultCPUGenerator().get_state());
+    const bool was_cuda = r.value<bool>("CUDA flag");
+    if (was_cuda != device_.is_cuda())
+      r.fail("CUDA flag", was_cuda ? "says the run was on CUDA; this one is on " + device_.str()
+                                   : "says the run was on the CPU; this one is on " + device_.str());
+    if (was_cuda)
+      s.cuda = read_tensor(r, "torch CUDA generator state", at::globalContext().defaultGenerator(device_).get_state());
+    return s;
+  }
+  void restore(const Saved& s) const {
+    at::Generator cpu = at::detail::getDefaultCPUGenerator();
+    cpu.set_state(s.cpu);
+    if (s.cuda.defined()) {
+      at::Generator cuda = at::globalContext().defaultGenerator(device_);
+      cuda.set_state(s.cuda);
+    }
+  }
+
+ private:
+  c10::Device device_{c10::kCPU};
+};
+
+/// Applies a run's process-wide settings (see file comment): `threads` intra-op threads,
+/// precision `p`'s switches, and Torch's generators seeded from `ctx` (its seed and rank).
+/// Returns what the run should say about them and about the CPU's BLAS (with the
+/// `update_threads` the step context uses).
+inline std::vector<std::string> apply_process_settings(int threads, const PrecisionSettings& p, const RunContext& ctx,
+                                                       int update_threads) {
+  torch::set_num_threads(threads);
+  seed_torch(ctx);
+  const c10::Device& device = ctx.device;
+  std::vector<std::string> notes;
+  auto& g = at::globalContext();
+  g.setBenchmarkCuDNN(p.cudnn_benchmark);
+  torch::autograd::AnomalyMode::set_enabled(p.detect_anomaly);
+  g.setAllowTF32CuBLAS(p.allow_tf32);
+  g.setAllowTF32CuDNN(p.allow_tf32);
+  if (p.allow_tf32 && !device.is_cuda())
+    notes.push_back("precision: TF32 changes only CUDA matrix products; on the CPU this run is FP32");
+  if (p.detect_anomaly) notes.push_back("precision: autograd anomaly detection is on (slow; for debugging NaNs)");
+  if (device.is_cuda() && !cuda::kCudaGraphs)
+    notes.push_back("cuda: this program was built without anvil's CUDA graphs (ANVIL_WITH_CUDA is not 1), so updates "
+                    "run op by op, several times slower for small networks; build with CMake's anvil::anvil target, or "
+                    "define ANVIL_WITH_CUDA=1 when LibTorch has CUDA");
+  if (!device.is_cuda()) {
+    const BlasInfo b = blas_info();
+    if (b.reference)
+      notes.push_back("cpu: Torch uses the reference BLAS (" + b.library +
+                      "): matrix products are about 10x slower; run scripts/install-deps.sh");
+    else if (b.openblas)
+      notes.push_back("cpu: OpenBLAS" + (b.core.empty() ? std::string() : " (" + b.core + " kernels)") + ", " +
+                      std::to_string(at::get_num_threads()) + " intra-op thread(s), " + std::to_string(update_threads) +
+                      " update thread(s)");
+  }
+  return notes;
+}
+
+}  // namespace anvil
+// ---- end <anvil/train/process_settings.hpp> ----
 // ---- begin <anvil/train/run.hpp> ----
 /// @file
 /// `Run`: the life of a training run that does not depend on its policy types, compiled
@@ -20197,75 +20654,6 @@ class LoopControlOf final : public LoopControl {
   R& r_;
 };
 
-/// Torch's global random generators (the CPU one, and the run's CUDA device's): the
-/// `torch_rng` section of a run's state (this rank's own).
-class TorchGenerators {
- public:
-  TorchGenerators() = default;
-  explicit TorchGenerators(c10::Device device) : device_(device) {}
-  void save(BinaryWriter& w) const {
-    write_tensor(w, at::detail::getDefaultCPUGenerator().get_state());
-    w.value(device_.is_cuda());
-    if (device_.is_cuda()) write_tensor(w, at::globalContext().defaultGenerator(device_).get_state());
-  }
-  struct Saved {
-    at::Tensor cpu, cuda;
-  };
-  [[nodiscard]] Saved read(BinaryReader& r) const {
-    Saved s;
-    s.cpu = read_tensor(r, "torch CPU generator state", at::detail::getDefaultCPUGenerator().get_state());
-    const bool was_cuda = r.value<bool>("CUDA flag");
-    if (was_cuda != device_.is_cuda())
-      r.fail("CUDA flag", was_cuda ? "says the run was on CUDA; this one is on " + device_.str()
-                                   : "says the run was on the CPU; this one is on " + device_.str());
-    if (was_cuda)
-      s.cuda = read_tensor(r, "torch CUDA generator state", at::globalContext().defaultGenerator(device_).get_state());
-    return s;
-  }
-  void restore(const Saved& s) const {
-    at::Generator cpu = at::detail::getDefaultCPUGenerator();
-    cpu.set_state(s.cpu);
-    if (s.cuda.defined()) {
-      at::Generator cuda = at::globalContext().defaultGenerator(device_);
-      cuda.set_state(s.cuda);
-    }
-  }
-
- private:
-  c10::Device device_{c10::kCPU};
-};
-
-/// Applies a precision policy's process-wide switches once (cuDNN benchmark, anomaly
-/// detection, TF32) and returns what the run should say about them and about the CPU's
-/// BLAS.
-inline std::vector<std::string> apply_precision_settings(const PrecisionSettings& p, const c10::Device& device,
-                                                         int update_threads) {
-  std::vector<std::string> notes;
-  auto& g = at::globalContext();
-  g.setBenchmarkCuDNN(p.cudnn_benchmark);
-  torch::autograd::AnomalyMode::set_enabled(p.detect_anomaly);
-  g.setAllowTF32CuBLAS(p.allow_tf32);
-  g.setAllowTF32CuDNN(p.allow_tf32);
-  if (p.allow_tf32 && !device.is_cuda())
-    notes.push_back("precision: TF32 changes only CUDA matrix products; on the CPU this run is FP32");
-  if (p.detect_anomaly) notes.push_back("precision: autograd anomaly detection is on (slow; for debugging NaNs)");
-  if (device.is_cuda() && !cuda::kCudaGraphs)
-    notes.push_back("cuda: this program was built without anvil's CUDA graphs (ANVIL_WITH_CUDA is not 1), so updates "
-                    "run op by op, several times slower for small networks; build with CMake's anvil::anvil target, or "
-                    "define ANVIL_WITH_CUDA=1 when LibTorch has CUDA");
-  if (!device.is_cuda()) {
-    const BlasInfo b = blas_info();
-    if (b.reference)
-      notes.push_back("cpu: Torch uses the reference BLAS (" + b.library +
-                      "): matrix products are about 10x slower; run scripts/install-deps.sh");
-    else if (b.openblas)
-      notes.push_back("cpu: OpenBLAS" + (b.core.empty() ? std::string() : " (" + b.core + " kernels)") + ", " +
-                      std::to_string(at::get_num_threads()) + " intra-op thread(s), " + std::to_string(update_threads) +
-                      " update thread(s)");
-  }
-  return notes;
-}
-
 /// The life of a run (see file comment).
 class Run {
  public:
@@ -20367,32 +20755,15 @@ class Run {
     // The time split and its verdict are about training: taken before the last evaluation,
     // and only when this process trained (not for a finished run resumed).
     const bool trained = p_.clock->env_steps > first_step_ || p_.clock->updates > first_update_;
-    const std::string time_line = trained && p_.times->enabled ? "time: " + shares_line(*p_.times) : "";
-    const std::string verdict = trained && p_.times->enabled ? bottleneck(*p_.times, advice()) : "";
+    std::vector<std::string> lines;
+    if (trained && p_.times->enabled) {
+      lines.push_back("time: " + shares_line(*p_.times));
+      if (auto v = bottleneck(*p_.times, advice()); !v.empty()) lines.push_back(std::move(v));
+    }
     if (p_.evaluation->last_at() != now) record_evaluation(evaluate(settings_.eval_episodes));
-    if (log_at_ != now) {
-      log();
-    } else if (logged_eval_at_ != p_.evaluation->last_at()) {  // this step's row is written: not a second one
-      log_.amend_evaluation(*p_.clock);
-      logged_eval_at_ = p_.evaluation->last_at();
-    }
-    checkpoint();
-    const bool main = p_.ranks->is_main();
-    if (p_.ranks->world_size() > 1 && main) say(sync_line_);
-    if (main && !time_line.empty()) {
-      say(time_line);
-      if (!verdict.empty()) say(verdict);
-    }
-    log_.flush();
-    progress_.finish();
-    handlers_.restore();
-    const FitResult r = result();
-    log_.write_summary(r, first_step_, first_update_, timer_overhead(), s_.config_hash, s_.config, s_.provenance);
-    lock_ = RunDirLock();  // the run is over: another may use the directory (with --resume)
-    if (main) {
-      say(summary_line(r));
-      say("logs: " + run_dir_.string() + " (training.log, metrics.csv, TensorBoard events, summary.json, config.yaml)");
-    }
+    const FitResult r = close({}, lines);
+    say(summary_line(r));
+    say("logs: " + run_dir_.string() + " (training.log, metrics.csv, TensorBoard events, summary.json, config.yaml)");
     return r;
   }
 
@@ -20574,20 +20945,36 @@ class Run {
   // same step; rank 0 writes.
   [[gnu::cold, gnu::noinline, noreturn]] void stop(int sig) {
     if (p_.collector->in_flight()) p_.loop->iterate(p_.clock->now());  // lands it, launches none
-    const auto now = p_.clock->now();
     const auto name = signals::name(sig);
-    const std::string at = std::string(step_name(p_.clock->unit)) + " " + std::to_string(now);
+    const std::string at = std::string(step_name(p_.clock->unit)) + " " + std::to_string(p_.clock->now());
     say("stopping on " + name + " at " + at + ": writing a checkpoint (a second " + name + " exits at once)");
-    if (log_at_ != now) log();
+    close("stopped by " + name);
+    throw Interrupted(sig, "by " + name + " at " + at + "; checkpoint written in " + run_dir_.string() +
+                               " (continue with --run_dir=" + run_dir_.string() + " --resume=auto)");
+  }
+
+  // The one end of a run, finished or stopped (`stopped_by`, empty when finished): the row
+  // of this step (never a second one: an evaluation made as the run ends goes into the row
+  // already there), a checkpoint (with the ranks' in-sync check, said), `lines` said, the
+  // files flushed, summary.json, and the run directory released.
+  [[gnu::cold, gnu::noinline]] FitResult close(std::string stopped_by, const std::vector<std::string>& lines = {}) {
+    const auto now = p_.clock->now();
+    if (log_at_ != now) {
+      log();
+    } else if (logged_eval_at_ != p_.evaluation->last_at()) {
+      log_.amend_evaluation(*p_.clock);
+      logged_eval_at_ = p_.evaluation->last_at();
+    }
     checkpoint();
+    if (p_.ranks->world_size() > 1) say(sync_line_);  // what the checkpoint's in-sync check found
+    for (const auto& l : lines) say(l);
     log_.flush();
     progress_.finish();
     handlers_.restore();
-    log_.write_summary(result("stopped by " + name), first_step_, first_update_, timer_overhead(), s_.config_hash,
-                       s_.config, s_.provenance);
-    lock_ = RunDirLock();
-    throw Interrupted(sig, "by " + name + " at " + at + "; checkpoint written in " + run_dir_.string() +
-                               " (continue with --run_dir=" + run_dir_.string() + " --resume=auto)");
+    const FitResult r = result(std::move(stopped_by));
+    log_.write_summary(r, first_step_, first_update_, timer_overhead(), s_.config_hash, s_.config, s_.provenance);
+    lock_ = RunDirLock();  // the run is over: another may use the directory (with --resume)
+    return r;
   }
 
   // The clock value before which no hook fires (a loop leaves nothing in flight there).
@@ -20745,10 +21132,82 @@ class Run {
   RunDirLock lock_;                                 ///< rank 0's hold on the run directory
   std::filesystem::path resume_file_;               ///< the checkpoint run.resume names, read and checked
   StateSections::Apply resume_apply_;               ///< applies it
+  detail::FlushAtExit flush_at_exit_{[this] { log_.flush(); }};  ///< exit_fast flushes the run's files
 };
 
 }  // namespace anvil
 // ---- end <anvil/train/run.hpp> ----
+// ---- begin <anvil/train/run_envs.hpp> ----
+/// @file
+/// The envs of a run, made from the env a Trainer was given (`envs::AnyEnv`): this rank's
+/// training envs, normalised when the config asks (`normalize.obs`, `normalize.reward`),
+/// and the maker of evaluation envs, which normalise observations with the training
+/// statistics, frozen. Not a template: compiled once, whatever the env.
+
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+
+namespace anvil {
+
+/// A run's envs (see file comment).
+struct RunEnvs {
+  std::unique_ptr<envs::VecEnvBase> training;
+  std::shared_ptr<envs::NormalizeState> normalizer;  ///< null when the run does not normalise
+  Evaluation::MakeEnvs evaluation;
+  std::vector<std::string> notes;  ///< what the run should say about them
+};
+
+/// Rank `rank` of `world_size`'s envs: env i of rank r is env r * num_envs + i of the run
+/// (envs with tasks are spread over them by it); seeds from `seed`.
+inline RunEnvs make_run_envs(const envs::AnyEnv& env, const envs::VecEnvConfig& ecfg, const envs::NormalizeConfig& ncfg,
+                             std::uint64_t seed, int rank, int world_size) {
+  RunEnvs r;
+  const std::int64_t n = ecfg.num_envs;
+  r.training = envs::make_vec_env(env, ecfg, seed, rank * n, world_size * n);
+  if (ncfg.obs && r.training->spec().agents.multi_agent())
+    throw ConfigError("normalize.obs: " + r.training->spec().name +
+                      " is a multi-agent env whose observation rows hold the agents' action masks and a first-step "
+                      "flag, which normalising would break; normalise inside the env's observations instead "
+                      "(normalize.reward is fine)");
+  if (ncfg.obs || ncfg.reward) {
+    // The return's discount is the algorithm's, which the loop gives the envs (or normalize.gamma).
+    auto wrapped = std::make_unique<envs::NormalizedVecEnv>(std::move(r.training), ncfg, NAN);
+    r.normalizer = wrapped->state();
+    r.training = std::move(wrapped);
+  }
+  if (!r.training->saves_state())
+    r.notes.push_back("checkpoints: " + r.training->spec().name +
+                      " is not trivially copyable, so checkpoints hold no env state (a resumed run starts new episodes)");
+  r.evaluation = [env, norm = r.normalizer, ncfg, ecfg](int count_here, std::uint64_t s, int first, int count) {
+    envs::VecEnvConfig c = ecfg;  // the same env (tasks included), count_here of them, stepped here
+    c.num_envs = count_here;
+    c.threads = 1;
+    c.mode = envs::VecMode::sync;
+    auto v = envs::make_vec_env(env, c, s, first, count);
+    if (!norm) return v;
+    return std::unique_ptr<envs::VecEnvBase>(
+        std::make_unique<envs::NormalizedVecEnv>(std::move(v), ncfg, 0.99, norm, /*frozen=*/true));
+  };
+  return r;
+}
+
+}  // namespace anvil
+// ---- end <anvil/train/run_envs.hpp> ----
+// ---- begin <anvil/train/trainer_select.hpp> ----
+/// @file
+/// `anvil::Trainer<A, B, P, X[, L]>`, the name users write: the `BasicTrainer` (train/trainer.hpp)
+/// of a valid combination of policies, or, for one that cannot work, a stand-in that leaves
+/// the compiler one sentence to say (the rules' `static_assert`s, core/concepts.hpp); and the
+/// loop an algorithm trains in by default.
+
+#include <concepts>
+#include <type_traits>
+
 
 namespace anvil {
 
@@ -20765,13 +21224,72 @@ struct default_loop<A> {
 template <class A>
 using default_loop_t = typename default_loop<A>::type;
 
+template <class A, class B, class P, class X, class L = default_loop_t<A>>
+class BasicTrainer;  // train/trainer.hpp
+
+namespace detail {
+
+/// Stands in for the Trainer of a rejected combination, so that after the one sentence
+/// from the rules the compiler has nothing else to complain about.
+struct RejectedTrainer {
+  struct Config {};
+  using Parallelism = SingleDevice;
+  template <class... T>
+  explicit RejectedTrainer(T&&...) {}
+  template <class... T>
+  FitResult fit(T&&...) {
+    return {};
+  }
+  template <class... T>
+  void collect(T&&...) {}
+  template <class... T>
+  void update(T&&...) {}
+  template <class... T>
+  EvalResult evaluate(T&&...) {
+    return {};
+  }
+};
+
+template <class A, class B, class P, class X, class L>
+struct TrainerSelect {
+  static constexpr bool rules_ok = TrainerRules<A, B, P, X>::ok;
+  static constexpr bool loop_ok() {
+    if constexpr (rules_ok) {
+      static_assert(Loop<L>,
+                    "Trainer's fifth argument is not a Loop: a loop declares `using policy_kind = anvil::LoopKind;`; "
+                    "use OffPolicyLoop, OnPolicyLoop, OfflineLoop or Staged<...>");
+      if constexpr (Loop<L>) return L::template Rules<A, B>::ok;
+      else return false;
+    } else {
+      return false;
+    }
+  }
+  using type = std::conditional_t<loop_ok(), BasicTrainer<A, B, P, X, L>, RejectedTrainer>;
+};
+
+}  // namespace detail
+
+/// The Trainer for Algorithm `A` learning from Buffer `B`, run by Parallelism `P` in
+/// Precision `X`, in loop `L` (by default the one the algorithm's data regime calls for):
+/// `Trainer<SAC, UniformBuffer>`, `Trainer<SAC, PrioritizedBuffer, DDP<4>, BF16>`,
+/// `Trainer<SAC, UniformBuffer, SingleDevice, FP32, Staged<OfflineLoop, OffPolicyLoop>>`
+/// (the loops beyond the default two have headers of their own: train/loops/).
+/// A combination that cannot work fails to compile with one sentence saying what to use.
+template <class A, class B, class P = SingleDevice, class X = FP32, class L = default_loop_t<A>>
+using Trainer = typename detail::TrainerSelect<A, B, P, X, L>::type;
+
+}  // namespace anvil
+// ---- end <anvil/train/trainer_select.hpp> ----
+
+namespace anvil {
+
 /// The Trainer for a valid combination of policies (see `Trainer`).
 /// @tparam A an `Algorithm` (SAC, PPO, ...)
 /// @tparam B a `Buffer` the algorithm learns from (UniformBuffer, ...)
 /// @tparam P a `Parallelism` policy (SingleDevice, DDP<N>)
 /// @tparam X a `Precision` policy (FP32, TF32, BF16, FP16)
 /// @tparam L a `Loop` (default: the one the algorithm's data regime calls for)
-template <class A, class B, class P, class X, class L = default_loop_t<A>>
+template <class A, class B, class P, class X, class L>
 class BasicTrainer {
  public:
   using Algorithm = A;
@@ -20790,11 +21308,10 @@ class BasicTrainer {
                     std::same_as<policy_config_t<L>, typename L::Config>,
                 "policy_config<T> names another config than T::Config: a light header's specialisation is stale");
 
-  /// Builds the run from a typed config (validated here; throws ConfigError). With DDP<N>
+  /// Builds the run on `env` (any `envs::Env` type, or envs that come batched: see
+  /// envs/any_env.hpp) from a typed config (validated here; throws ConfigError). With DDP<N>
   /// the process must be a rank: `anvil::start` launches them.
-  template <envs::Env E>
-  BasicTrainer(const E& env, Config cfg, std::string program = {}) : cfg_(prepare(std::move(cfg))) {
-    torch::set_num_threads(cfg_.run->threads);
+  BasicTrainer(const envs::AnyEnv& env, Config cfg, std::string program = {}) : cfg_(prepare(std::move(cfg))) {
     parallel_ = std::make_unique<P>(*cfg_.parallel);
     ctx_.device = resolve_device(cfg_.run->device, parallel_->device_index());
     parallel_->connect(ctx_.device);
@@ -20810,29 +21327,12 @@ class BasicTrainer {
       throw DeviceError(upper(precision.name) + " autocast needs a CUDA device; use BF16 on CPU (run.device is " +
                         ctx_.device.str() + ")");
     ranks_ = Ranks(*parallel_, ctx_.device);
-    auto notes = apply_precision_settings(precision, ctx_.device, update_threads());
-    seed_torch(ctx_);
+    auto notes = apply_process_settings(cfg_.run->threads, precision, ctx_, update_threads());
 
-    // The envs: training envs (normalised when asked), and evaluation envs that normalise
-    // observations with the training statistics, frozen.
-    // Env i of rank r is env r * num_envs + i of the run (envs with tasks are spread over them by it).
-    const std::int64_t n_envs = cfg_.env->num_envs;
-    auto venv = envs::make_vec_env(env, *cfg_.env, ctx_.seed_for(Stream::env), ctx_.rank * n_envs, ctx_.world_size * n_envs);
-    if (cfg_.normalize->obs && venv->spec().agents.multi_agent())
-      throw ConfigError("normalize.obs: " + venv->spec().name +
-                        " is a multi-agent env whose observation rows hold the agents' action masks and a first-step "
-                        "flag, which normalising would break; normalise inside the env's observations instead "
-                        "(normalize.reward is fine)");
-    if (cfg_.normalize->obs || cfg_.normalize->reward) {
-      // The return's discount is the algorithm's, which the loop gives the envs (or normalize.gamma).
-      auto wrapped = std::make_unique<envs::NormalizedVecEnv>(std::move(venv), *cfg_.normalize, NAN);
-      norm_ = wrapped->state();
-      venv = std::move(wrapped);
-    }
-    if (!venv->saves_state())
-      notes.push_back("checkpoints: " + venv->spec().name +
-                      " is not trivially copyable, so checkpoints hold no env state (a resumed run starts new episodes)");
-    collector_ = std::make_unique<StepCollector>(std::move(venv), times_);
+    auto run_envs = make_run_envs(env, *cfg_.env, *cfg_.normalize, ctx_.seed_for(Stream::env), ctx_.rank, ctx_.world_size);
+    norm_ = run_envs.normalizer;
+    notes.insert(notes.end(), run_envs.notes.begin(), run_envs.notes.end());
+    collector_ = std::make_unique<StepCollector>(std::move(run_envs.training), times_);
     collector_->count_steps_from(&clock_.env_steps);
     const auto& spec = collector_->spec();
 
@@ -20843,17 +21343,7 @@ class BasicTrainer {
         *cfg_.train, LoopParts<A, B>{*algo_, *buffer_, step_ctx_, *collector_, clock_, ranks_, times_, metrics_});
     runner_->begin();
     control_ = std::make_unique<LoopControlOf<Runner>>(*runner_);
-    evaluation_ = Evaluation(
-        [env, norm = norm_, ncfg = *cfg_.normalize, ecfg = *cfg_.env](int n, std::uint64_t seed, int first, int count) {
-          envs::VecEnvConfig c = ecfg;  // the same env (tasks included), n of them, stepped here
-          c.num_envs = n;
-          c.threads = 1;
-          c.mode = envs::VecMode::sync;
-          auto v = envs::make_vec_env(env, c, seed, first, count);
-          if (!norm) return v;
-          return std::unique_ptr<envs::VecEnvBase>(
-              std::make_unique<envs::NormalizedVecEnv>(std::move(v), ncfg, 0.99, norm, /*frozen=*/true));
-        },
+    evaluation_ = Evaluation(std::move(run_envs.evaluation),
         ctx_.seed_for(Stream::eval_env), ranks_, &times_, collector_->groups(), collector_->envs().reports_success());
     torch_rng_ = TorchGenerators(ctx_.device);
     add_sections();
@@ -20913,27 +21403,20 @@ class BasicTrainer {
   void save_policy(const std::filesystem::path& file) const
     requires ExportsPolicy<A>
   {
-    BinaryWriter w(file, kPolicyFormat);
-    w.string(collector_->spec().name);
-    algo_->save_policy(w);
-    write_tensor(w, collector_->action_scale());
-    write_tensor(w, collector_->action_offset());
-    const bool normalised = norm_ && cfg_.normalize->obs;
-    w.value(normalised);  // the policy acts on observations normalised as in training
-    if (normalised) {
+    PolicyFileParts parts{collector_->spec().name, collector_->action_scale(), collector_->action_offset()};
+    if (norm_ && cfg_.normalize->obs) {  // the policy acts on observations normalised as in training
       const auto& mean = norm_->obs.mean();
       const auto var = norm_->obs.variance();
       const auto d = collector_->spec().obs_dim();
-      auto m = at::empty({d}), inv = at::empty({d});
+      parts.obs_mean = at::empty({d});
+      parts.obs_inv_std = at::empty({d});
       for (std::int64_t j = 0; j < d; ++j) {
-        m[j] = mean[static_cast<std::size_t>(j)];
-        inv[j] = 1.0 / std::sqrt(var[static_cast<std::size_t>(j)] + cfg_.normalize->epsilon);
+        parts.obs_mean[j] = mean[static_cast<std::size_t>(j)];
+        parts.obs_inv_std[j] = 1.0 / std::sqrt(var[static_cast<std::size_t>(j)] + cfg_.normalize->epsilon);
       }
-      write_tensor(w, m);
-      write_tensor(w, inv);
-      w.value(*cfg_.normalize->clip_obs);
+      parts.obs_clip = cfg_.normalize->clip_obs;
     }
-    w.commit();
+    write_policy(file, parts, [this](BinaryWriter& w) { algo_->save_policy(w); });
   }
 
   [[nodiscard]] const Config& config() const noexcept { return cfg_; }
@@ -20987,7 +21470,7 @@ class BasicTrainer {
   int update_threads() const {
     if (*cfg_.run->update_threads > 0) return cfg_.run->update_threads;
     int ranks_here = parallel_->world_size();
-    if constexpr (requires { parallel_->world().local_world_size; }) ranks_here = parallel_->world().local_world_size;
+    if constexpr (KnowsLocalWorld<P>) ranks_here = parallel_->world().local_world_size;
     return std::clamp(detail::available_cores() / std::max(1, ranks_here), 1, 2);
   }
 
@@ -21021,7 +21504,7 @@ class BasicTrainer {
     state_.add("torch_rng", torch_rng_);
     // Demonstrations are read again from their file: only the loader's position is state,
     // and it belongs in every checkpoint.
-    if constexpr (requires { B::reads_demonstrations; }) state_.add(std::string(B::config_section.view()), *buffer_);
+    if constexpr (ReadsDemonstrations<B>) state_.add(std::string(B::config_section.view()), *buffer_);
     else buffer_state_.add(std::string(B::config_section.view()), *buffer_);
   }
 
@@ -21097,57 +21580,6 @@ class BasicTrainer {
   std::unique_ptr<Run> run_;
 };
 
-namespace detail {
-
-/// Stands in for the Trainer of a rejected combination, so that after the one sentence
-/// from the rules the compiler has nothing else to complain about.
-struct RejectedTrainer {
-  struct Config {};
-  using Parallelism = SingleDevice;
-  template <class... T>
-  explicit RejectedTrainer(T&&...) {}
-  template <class... T>
-  FitResult fit(T&&...) {
-    return {};
-  }
-  template <class... T>
-  void collect(T&&...) {}
-  template <class... T>
-  void update(T&&...) {}
-  template <class... T>
-  EvalResult evaluate(T&&...) {
-    return {};
-  }
-};
-
-template <class A, class B, class P, class X, class L>
-struct TrainerSelect {
-  static constexpr bool rules_ok = TrainerRules<A, B, P, X>::ok;
-  static constexpr bool loop_ok() {
-    if constexpr (rules_ok) {
-      static_assert(Loop<L>,
-                    "Trainer's fifth argument is not a Loop: a loop declares `using policy_kind = anvil::LoopKind;`; "
-                    "use OffPolicyLoop, OnPolicyLoop, OfflineLoop or Staged<...>");
-      if constexpr (Loop<L>) return L::template Rules<A, B>::ok;
-      else return false;
-    } else {
-      return false;
-    }
-  }
-  using type = std::conditional_t<loop_ok(), BasicTrainer<A, B, P, X, L>, RejectedTrainer>;
-};
-
-}  // namespace detail
-
-/// The Trainer for Algorithm `A` learning from Buffer `B`, run by Parallelism `P` in
-/// Precision `X`, in loop `L` (by default the one the algorithm's data regime calls for):
-/// `Trainer<SAC, UniformBuffer>`, `Trainer<SAC, PrioritizedBuffer, DDP<4>, BF16>`,
-/// `Trainer<SAC, UniformBuffer, SingleDevice, FP32, Staged<OfflineLoop, OffPolicyLoop>>`
-/// (the loops beyond the default two have headers of their own: train/loops/).
-/// A combination that cannot work fails to compile with one sentence saying what to use.
-template <class A, class B, class P = SingleDevice, class X = FP32, class L = default_loop_t<A>>
-using Trainer = typename detail::TrainerSelect<A, B, P, X, L>::type;
-
 }  // namespace anvil
 // ---- end <anvil/train/trainer.hpp> ----
 
@@ -21159,8 +21591,7 @@ auto Trainer<A, B, P, X, L>::start_config(const Args& args, Config defaults) -> 
 }
 
 template <class A, class B, class P, class X, class L>
-template <envs::Env E>
-Trainer<A, B, P, X, L>::Trainer(const E& env, Config cfg, std::string program)
+Trainer<A, B, P, X, L>::Trainer(const envs::AnyEnv& env, Config cfg, std::string program)
     : impl_(std::make_unique<Full>(env, std::move(cfg), std::move(program))) {}
 
 template <class A, class B, class P, class X, class L>
@@ -21178,8 +21609,58 @@ FitResult Trainer<A, B, P, X, L>::fit() {
 }
 
 template <class A, class B, class P, class X, class L>
+void Trainer<A, B, P, X, L>::begin() {
+  impl_->begin();
+}
+
+template <class A, class B, class P, class X, class L>
+void Trainer<A, B, P, X, L>::collect(std::int64_t n) {
+  if constexpr (StepwiseLoop<typename Full::Runner>) {
+    impl_->collect(n);
+  } else {
+    (void)n;
+    throw Error("collect: the " + std::string(L::name) + " loop does not step a given number of env steps; use fit()");
+  }
+}
+
+template <class A, class B, class P, class X, class L>
+void Trainer<A, B, P, X, L>::update(int n) {
+  if constexpr (StepwiseLoop<typename Full::Runner>) {
+    impl_->update(n);
+  } else {
+    (void)n;
+    throw Error("update: the " + std::string(L::name) + " loop does not take a given number of updates; use fit()");
+  }
+}
+
+template <class A, class B, class P, class X, class L>
+void Trainer<A, B, P, X, L>::log() {
+  impl_->log();
+}
+
+template <class A, class B, class P, class X, class L>
+FitResult Trainer<A, B, P, X, L>::finish() {
+  return impl_->finish();
+}
+
+template <class A, class B, class P, class X, class L>
 EvalResult Trainer<A, B, P, X, L>::evaluate(int episodes) {
   return impl_->evaluate(episodes);
+}
+
+template <class A, class B, class P, class X, class L>
+void Trainer<A, B, P, X, L>::record_evaluation(const EvalResult& r) {
+  impl_->record_evaluation(r);
+}
+
+template <class A, class B, class P, class X, class L>
+std::int64_t Trainer<A, B, P, X, L>::env_steps() const noexcept {
+  return impl_->env_steps();
+}
+
+template <class A, class B, class P, class X, class L>
+std::int64_t Trainer<A, B, P, X, L>::updates() const noexcept {
+  return impl_->updates();
 }
 
 template <class A, class B, class P, class X, class L>
@@ -21219,13 +21700,9 @@ const std::filesystem::path& Trainer<A, B, P, X, L>::run_dir() const noexcept {
 
 }  // namespace anvil::compiled
 
-/// Builds `compiled::Trainer<A, B, P, X>` in this translation unit (its members but the
-/// constructor, which is built per env by `ANVIL_COMPILED_TRAINER_ENV`).
+/// Builds `compiled::Trainer<A, B, P, X>` in this translation unit (every env goes through
+/// `envs::AnyEnv`, so nothing is built per env).
 #define ANVIL_COMPILED_TRAINER(A, B, P, X) template class ::anvil::compiled::Trainer<A, B, P, X>;
-/// Builds the constructor of `compiled::Trainer<A, B, P, X>` for env type `E`.
-#define ANVIL_COMPILED_TRAINER_ENV(A, B, P, X, E)                                                     \
-  template ::anvil::compiled::Trainer<A, B, P, X>::Trainer(                                          \
-      const E&, typename ::anvil::compiled::Trainer<A, B, P, X>::Config, std::string);
 // ---- end <anvil/train/compiled_trainer_impl.hpp> ----
 // ---- begin <anvil/train/loops/staged.hpp> ----
 /// @file

@@ -566,3 +566,34 @@ TEST_CASE("Trainer: FP32 and TF32 runs of the same config get different config h
   std::filesystem::remove_all(fp32.run_dir());
   std::filesystem::remove_all(tf32.run_dir());
 }
+
+TEST_CASE("Trainer: envs that come batched train through the same door as an Env type, to the same weights") {
+  // A maker of batched envs (as a Python vector env will be) of the same Pendulum: the same
+  // seeds, so the same run, bit for bit.
+  auto c = tiny_config(900, "door_type", 300, 1);
+  c.env->num_envs = 2;
+  SacTrainer typed(envs::Pendulum{}, c);
+  typed.fit();
+  auto b = c;
+  b.run->run_dir = temp_run_dir("door_batched");
+  int made = 0;
+  envs::AnyEnv batched("Pendulum-v1", [&made](const envs::VecEnvConfig& vc, std::uint64_t seed, std::int64_t first,
+                                              std::int64_t count) {
+    ++made;
+    return envs::make_vec_env(envs::Pendulum{}, vc, seed, first, count);
+  });
+  SacTrainer fromvec(batched, b);
+  fromvec.fit();
+  CHECK(made >= 2);  // the training envs and the evaluation's
+  CHECK(bitwise_equal(weights_of(typed), weights_of(fromvec)));
+  // A maker that makes another number of envs than env.num_envs is refused, naming the field.
+  envs::AnyEnv wrong("Pendulum-v1", [](const envs::VecEnvConfig& vc, std::uint64_t seed, std::int64_t, std::int64_t) {
+    auto one = vc;
+    one.num_envs = 1;
+    return envs::make_vec_env(envs::Pendulum{}, one, seed);
+  });
+  auto w = c;
+  w.run->run_dir = temp_run_dir("door_wrong");
+  CHECK_THROWS_WITH_AS(SacTrainer(wrong, w), doctest::Contains("env.num_envs=2: Pendulum-v1's maker made 1"), ConfigError);
+  for (const auto& d : {*c.run->run_dir, *b.run->run_dir, *w.run->run_dir}) std::filesystem::remove_all(d);
+}

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -55,6 +56,34 @@ class Policy {
   std::string env_;
   std::int64_t obs_dim_ = 0, act_dim_ = 0;
 };
+
+/// What a policy file holds beside the network: the env's name and action bounds, and the
+/// observation normaliser of a run that normalised observations.
+struct PolicyFileParts {
+  std::string env;
+  at::Tensor action_scale, action_offset;  ///< [act_dim]: env units = squashed action * scale + offset
+  at::Tensor obs_mean, obs_inv_std;        ///< [obs_dim] (undefined: the run did not normalise)
+  double obs_clip = 0;
+};
+
+/// Writes a policy file (see file comment) atomically: `write_network` writes the network's
+/// part (an algorithm's `save_policy`), which `load_policy` below reads back.
+inline void write_policy(const std::filesystem::path& file, const PolicyFileParts& parts,
+                         const std::function<void(BinaryWriter&)>& write_network) {
+  BinaryWriter w(file, kPolicyFormat);
+  w.string(parts.env);
+  write_network(w);
+  write_tensor(w, parts.action_scale);
+  write_tensor(w, parts.action_offset);
+  const bool normalised = parts.obs_mean.defined();
+  w.value(normalised);  // the policy acts on observations normalised as in training
+  if (normalised) {
+    write_tensor(w, parts.obs_mean);
+    write_tensor(w, parts.obs_inv_std);
+    w.value(parts.obs_clip);
+  }
+  w.commit();
+}
 
 /// Reads a policy file written by a run (see file comment); a missing, truncated, corrupted
 /// or foreign file gets an error naming it and the field at fault.

@@ -37,6 +37,7 @@ struct RolloutAct;
 struct StepBatch;
 struct RolloutStep;
 struct StoragePlan;
+struct EpisodicLoop;  // train/loops/episodic.hpp
 struct UpdateInfo;
 struct PrecisionSettings;
 class StepContext;
@@ -206,6 +207,11 @@ concept LoadsDataset = ReplayBuffer<B> && requires(B& b, const std::filesystem::
   { b.load(p) };
 };
 
+/// A buffer that reads demonstrations in their own format (HDF5), `load(train.dataset)`,
+/// again at every start: only its position in them is run state, kept in every checkpoint.
+template <class B>
+concept ReadsDemonstrations = requires { requires B::reads_demonstrations; };
+
 /// What the on-policy loop needs of its buffer: whether the rollout is full, the
 /// advantages computed from the value after its last step, the rollout in minibatches for
 /// each epoch, and clearing it for the next.
@@ -256,6 +262,13 @@ concept SetsUpRanks = requires(P& p, const P& cp, const typename P::Config& cfg,
   { p.connect(device) };
   { cp.device_index() } -> std::convertible_to<int>;
   { cp.describe() } -> std::convertible_to<std::string>;
+};
+
+/// A parallelism policy that knows how many of its ranks share this node
+/// (`world().local_world_size`), so they can share its cores.
+template <class P>
+concept KnowsLocalWorld = requires(const P& p) {
+  { p.world().local_world_size } -> std::convertible_to<int>;
 };
 
 /// A parallelism policy (SingleDevice, DDP<N>).
@@ -338,10 +351,8 @@ constexpr bool can_use_cuda_of() {
 /// Whether `T` names the episodic loop as its own (`using loop = anvil::EpisodicLoop;`).
 template <class T>
 constexpr bool names_episodic_loop() {
-  if constexpr (requires { { T::loop::name } -> std::convertible_to<std::string_view>; })
-    return std::string_view(T::loop::name) == "episodic";
-  else
-    return false;
+  if constexpr (NamesItsLoop<T>) return std::same_as<typename T::loop, EpisodicLoop>;
+  else return false;
 }
 
 template <class A, class B>

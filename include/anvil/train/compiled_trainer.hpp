@@ -6,22 +6,24 @@
 /// that Trainer's, and `anvil::start<compiled::Trainer<...>>` reads the command line exactly
 /// as `start<Trainer<...>>` does (same keys, `--help`, `--print-config`, `--multirun`, DDP).
 ///
+/// It trains any env: the env comes through the one door (`envs::AnyEnv`,
+/// envs/any_env.hpp), which wraps a program's own env type in the program's translation unit
+/// without torch. A main that drives the loop itself has the step-by-step calls (`begin`,
+/// `collect`, `update`, `evaluate`, `record_evaluation`, `log`, `save_checkpoint`, `finish`).
+///
 /// Two ways to build a program that uses it:
 ///  - link the CMake target `anvil::compiled`: a library of the common Trainers, prebuilt
-///    (`ANVIL_COMPILED_TRAINERS` below, for each of `ANVIL_COMPILED_ENVS`: SAC refuses the
-///    discrete ones when the run starts, as a Trainer does); the main includes
+///    (the list `ANVIL_PREBUILT_TRAINERS` in anvil's CMakeLists.txt); the main includes
 ///    `<anvil/compiled.hpp>` and none of torch's ATen or `torch/` headers (only a few of c10's
-///    small ones). Another combination, or an env
-///    of your own, is built in one translation unit of yours that includes
-///    `train/compiled_trainer_impl.hpp` and says `ANVIL_COMPILED_TRAINER(...)` (else the link
-///    fails naming the missing `compiled::Trainer` member);
+///    small ones). Another combination is built in one translation unit of yours that
+///    includes `train/compiled_trainer_impl.hpp` and says `ANVIL_COMPILED_TRAINER(...)`
+///    (else the link fails naming the missing `compiled::Trainer` member);
 ///  - link only `anvil::anvil` (header-only): `<anvil/compiled.hpp>` then brings in the
 ///    implementation and the same main builds without the library, at a Trainer's full
 ///    compile cost.
 ///
-/// For everything else a Trainer offers (hooks, `collect`/`update` step by step, the
-/// algorithm), `full()` returns the Trainer itself, usable where its header is included.
-/// Light header.
+/// For everything else a Trainer offers (hooks, the algorithm, the buffer), `full()` returns
+/// the Trainer itself, usable where its header is included. Light header.
 
 #include <filesystem>
 #include <memory>
@@ -31,7 +33,7 @@
 #include <anvil/algorithms/sac_config.hpp>
 #include <anvil/buffers/replay_config.hpp>
 #include <anvil/core/config.hpp>
-#include <anvil/envs/env.hpp>
+#include <anvil/envs/any_env.hpp>
 #include <anvil/parallel/single_device.hpp>
 #include <anvil/precision/bf16.hpp>
 #include <anvil/precision/fp32.hpp>
@@ -79,20 +81,31 @@ class Trainer {
   /// (exit 2) and starts the ranks of a DDP run.
   static Config start_config(const Args& args, Config defaults);
 
-  /// Builds the run (see `BasicTrainer`), for an env of a prebuilt type (or one built in
-  /// a translation unit of the program: see file comment).
-  template <envs::Env E>
-  Trainer(const E& env, Config cfg, std::string program = {});
+  /// Builds the run on `env` (any env: see file comment, and `BasicTrainer`).
+  Trainer(const envs::AnyEnv& env, Config cfg, std::string program = {});
   Trainer(Trainer&&) noexcept;
   Trainer& operator=(Trainer&&) noexcept;
   ~Trainer();
 
   /// Trains to the end (`BasicTrainer::fit`).
   FitResult fit();
+  /// For a main that runs its own loop (`BasicTrainer`'s calls of the same names): opens
+  /// the run (and resumes when asked); steps the envs until `n` more env steps are stored;
+  /// makes `n` gradient updates; writes a row of metrics; ends the run.
+  void begin();
+  void collect(std::int64_t n);
+  void update(int n);
+  void log();
+  FitResult finish();
   /// Mean return of `episodes` deterministic episodes (`BasicTrainer::evaluate`).
   EvalResult evaluate(int episodes);
+  /// Makes `r` the run's latest evaluation (in the next log row, summary.json, the best).
+  void record_evaluation(const EvalResult& r);
   /// The latest recorded evaluation.
   [[nodiscard]] const EvalResult& last_evaluation() const noexcept;
+  /// The run's clock.
+  [[nodiscard]] std::int64_t env_steps() const noexcept;
+  [[nodiscard]] std::int64_t updates() const noexcept;
   /// Writes / restores everything a resumed run needs (atomic; all or nothing).
   void save_checkpoint(const std::filesystem::path& file);
   void load_checkpoint(const std::filesystem::path& file);
@@ -114,27 +127,10 @@ class Trainer {
 
 }  // namespace compiled
 
-/// The Trainer types and envs the `anvil::compiled` library prebuilds, as X-macro lists:
-/// `ANVIL_COMPILED_TRAINERS(M)` calls `M(A, B, P, X)` for each Trainer.
-#define ANVIL_COMPILED_TRAINERS(M)                                                    \
-  M(::anvil::SAC, ::anvil::UniformBuffer, ::anvil::SingleDevice, ::anvil::FP32)     \
-  M(::anvil::SAC, ::anvil::PrioritizedBuffer, ::anvil::SingleDevice, ::anvil::FP32) \
-  M(::anvil::SAC, ::anvil::UniformBuffer, ::anvil::SingleDevice, ::anvil::BF16)     \
-  M(::anvil::SAC, ::anvil::PrioritizedBuffer, ::anvil::SingleDevice, ::anvil::BF16) \
-  M(::anvil::PPO, ::anvil::RolloutBuffer, ::anvil::SingleDevice, ::anvil::FP32)
-/// `ANVIL_COMPILED_ENVS(M, A, B, P, X)` calls `M(A, B, P, X, E)` for each env type `E` the
-/// prebuilt Trainers are built for.
-#define ANVIL_COMPILED_ENVS(M, A, B, P, X)            \
-  M(A, B, P, X, ::anvil::envs::Pendulum)              \
-  M(A, B, P, X, ::anvil::envs::MountainCarContinuous) \
-  M(A, B, P, X, ::anvil::envs::CartPole)              \
-  M(A, B, P, X, ::anvil::envs::Acrobot)
-
-#ifdef ANVIL_COMPILED
-// The library holds these: no translation unit of the program instantiates them again.
-#define ANVIL_DETAIL_EXTERN_TRAINER(A, B, P, X) extern template class ::anvil::compiled::Trainer<A, B, P, X>;
-ANVIL_COMPILED_TRAINERS(ANVIL_DETAIL_EXTERN_TRAINER)
-#undef ANVIL_DETAIL_EXTERN_TRAINER
-#endif
-
 }  // namespace anvil
+
+#if defined(ANVIL_COMPILED) && __has_include(<anvil_compiled/trainers.hpp>)
+// Generated by CMake from ANVIL_PREBUILT_TRAINERS: `extern template` of each Trainer the
+// `anvil::compiled` library holds, so no translation unit of a program builds one again.
+#include <anvil_compiled/trainers.hpp>
+#endif

@@ -3,12 +3,10 @@
 /// The definitions of `anvil::compiled::Trainer` (train/compiled_trainer.hpp): included by
 /// the `anvil::compiled` library's sources, by `<anvil/compiled.hpp>` in a header-only
 /// build, and by a program's own translation unit that builds a combination the library
-/// does not hold:
+/// does not hold (any env goes through `envs::AnyEnv`: nothing is built per env):
 ///
 ///     #include <anvil/train/compiled_trainer_impl.hpp>
-///     #include "my_env.hpp"
-///     ANVIL_COMPILED_TRAINER(anvil::SAC, anvil::UniformBuffer, anvil::SingleDevice, anvil::FP32)
-///     ANVIL_COMPILED_TRAINER_ENV(anvil::SAC, anvil::UniformBuffer, anvil::SingleDevice, anvil::FP32, MyEnv)
+///     ANVIL_COMPILED_TRAINER(anvil::SAC, anvil::UniformBuffer, anvil::SingleDevice, anvil::TF32)
 ///
 /// It includes the classes of the policies `compiled.hpp` names (SAC, PPO, their buffers);
 /// a combination with other policies includes theirs too.
@@ -37,8 +35,7 @@ auto Trainer<A, B, P, X, L>::start_config(const Args& args, Config defaults) -> 
 }
 
 template <class A, class B, class P, class X, class L>
-template <envs::Env E>
-Trainer<A, B, P, X, L>::Trainer(const E& env, Config cfg, std::string program)
+Trainer<A, B, P, X, L>::Trainer(const envs::AnyEnv& env, Config cfg, std::string program)
     : impl_(std::make_unique<Full>(env, std::move(cfg), std::move(program))) {}
 
 template <class A, class B, class P, class X, class L>
@@ -56,8 +53,58 @@ FitResult Trainer<A, B, P, X, L>::fit() {
 }
 
 template <class A, class B, class P, class X, class L>
+void Trainer<A, B, P, X, L>::begin() {
+  impl_->begin();
+}
+
+template <class A, class B, class P, class X, class L>
+void Trainer<A, B, P, X, L>::collect(std::int64_t n) {
+  if constexpr (StepwiseLoop<typename Full::Runner>) {
+    impl_->collect(n);
+  } else {
+    (void)n;
+    throw Error("collect: the " + std::string(L::name) + " loop does not step a given number of env steps; use fit()");
+  }
+}
+
+template <class A, class B, class P, class X, class L>
+void Trainer<A, B, P, X, L>::update(int n) {
+  if constexpr (StepwiseLoop<typename Full::Runner>) {
+    impl_->update(n);
+  } else {
+    (void)n;
+    throw Error("update: the " + std::string(L::name) + " loop does not take a given number of updates; use fit()");
+  }
+}
+
+template <class A, class B, class P, class X, class L>
+void Trainer<A, B, P, X, L>::log() {
+  impl_->log();
+}
+
+template <class A, class B, class P, class X, class L>
+FitResult Trainer<A, B, P, X, L>::finish() {
+  return impl_->finish();
+}
+
+template <class A, class B, class P, class X, class L>
 EvalResult Trainer<A, B, P, X, L>::evaluate(int episodes) {
   return impl_->evaluate(episodes);
+}
+
+template <class A, class B, class P, class X, class L>
+void Trainer<A, B, P, X, L>::record_evaluation(const EvalResult& r) {
+  impl_->record_evaluation(r);
+}
+
+template <class A, class B, class P, class X, class L>
+std::int64_t Trainer<A, B, P, X, L>::env_steps() const noexcept {
+  return impl_->env_steps();
+}
+
+template <class A, class B, class P, class X, class L>
+std::int64_t Trainer<A, B, P, X, L>::updates() const noexcept {
+  return impl_->updates();
 }
 
 template <class A, class B, class P, class X, class L>
@@ -97,10 +144,6 @@ const std::filesystem::path& Trainer<A, B, P, X, L>::run_dir() const noexcept {
 
 }  // namespace anvil::compiled
 
-/// Builds `compiled::Trainer<A, B, P, X>` in this translation unit (its members but the
-/// constructor, which is built per env by `ANVIL_COMPILED_TRAINER_ENV`).
+/// Builds `compiled::Trainer<A, B, P, X>` in this translation unit (every env goes through
+/// `envs::AnyEnv`, so nothing is built per env).
 #define ANVIL_COMPILED_TRAINER(A, B, P, X) template class ::anvil::compiled::Trainer<A, B, P, X>;
-/// Builds the constructor of `compiled::Trainer<A, B, P, X>` for env type `E`.
-#define ANVIL_COMPILED_TRAINER_ENV(A, B, P, X, E)                                                     \
-  template ::anvil::compiled::Trainer<A, B, P, X>::Trainer(                                          \
-      const E&, typename ::anvil::compiled::Trainer<A, B, P, X>::Config, std::string);

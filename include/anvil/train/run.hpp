@@ -27,6 +27,7 @@
 #include <anvil/core/blas.hpp>
 #include <anvil/core/cuda_graph.hpp>
 #include <anvil/core/detail/crc32c.hpp>
+#include <anvil/core/detail/flush_registry.hpp>
 #include <anvil/core/error.hpp>
 #include <anvil/core/state.hpp>
 #include <anvil/core/tensor_io.hpp>
@@ -77,75 +78,6 @@ class LoopControlOf final : public LoopControl {
  private:
   R& r_;
 };
-
-/// Torch's global random generators (the CPU one, and the run's CUDA device's): the
-/// `torch_rng` section of a run's state (this rank's own).
-class TorchGenerators {
- public:
-  TorchGenerators() = default;
-  explicit TorchGenerators(c10::Device device) : device_(device) {}
-  void save(BinaryWriter& w) const {
-    write_tensor(w, at::detail::getDefaultCPUGenerator().get_state());
-    w.value(device_.is_cuda());
-    if (device_.is_cuda()) write_tensor(w, at::globalContext().defaultGenerator(device_).get_state());
-  }
-  struct Saved {
-    at::Tensor cpu, cuda;
-  };
-  [[nodiscard]] Saved read(BinaryReader& r) const {
-    Saved s;
-    s.cpu = read_tensor(r, "torch CPU generator state", at::detail::getDefaultCPUGenerator().get_state());
-    const bool was_cuda = r.value<bool>("CUDA flag");
-    if (was_cuda != device_.is_cuda())
-      r.fail("CUDA flag", was_cuda ? "says the run was on CUDA; this one is on " + device_.str()
-                                   : "says the run was on the CPU; this one is on " + device_.str());
-    if (was_cuda)
-      s.cuda = read_tensor(r, "torch CUDA generator state", at::globalContext().defaultGenerator(device_).get_state());
-    return s;
-  }
-  void restore(const Saved& s) const {
-    at::Generator cpu = at::detail::getDefaultCPUGenerator();
-    cpu.set_state(s.cpu);
-    if (s.cuda.defined()) {
-      at::Generator cuda = at::globalContext().defaultGenerator(device_);
-      cuda.set_state(s.cuda);
-    }
-  }
-
- private:
-  c10::Device device_{c10::kCPU};
-};
-
-/// Applies a precision policy's process-wide switches once (cuDNN benchmark, anomaly
-/// detection, TF32) and returns what the run should say about them and about the CPU's
-/// BLAS.
-inline std::vector<std::string> apply_precision_settings(const PrecisionSettings& p, const c10::Device& device,
-                                                         int update_threads) {
-  std::vector<std::string> notes;
-  auto& g = at::globalContext();
-  g.setBenchmarkCuDNN(p.cudnn_benchmark);
-  torch::autograd::AnomalyMode::set_enabled(p.detect_anomaly);
-  g.setAllowTF32CuBLAS(p.allow_tf32);
-  g.setAllowTF32CuDNN(p.allow_tf32);
-  if (p.allow_tf32 && !device.is_cuda())
-    notes.push_back("precision: TF32 changes only CUDA matrix products; on the CPU this run is FP32");
-  if (p.detect_anomaly) notes.push_back("precision: autograd anomaly detection is on (slow; for debugging NaNs)");
-  if (device.is_cuda() && !cuda::kCudaGraphs)
-    notes.push_back("cuda: this program was built without anvil's CUDA graphs (ANVIL_WITH_CUDA is not 1), so updates "
-                    "run op by op, several times slower for small networks; build with CMake's anvil::anvil target, or "
-                    "define ANVIL_WITH_CUDA=1 when LibTorch has CUDA");
-  if (!device.is_cuda()) {
-    const BlasInfo b = blas_info();
-    if (b.reference)
-      notes.push_back("cpu: Torch uses the reference BLAS (" + b.library +
-                      "): matrix products are about 10x slower; run scripts/install-deps.sh");
-    else if (b.openblas)
-      notes.push_back("cpu: OpenBLAS" + (b.core.empty() ? std::string() : " (" + b.core + " kernels)") + ", " +
-                      std::to_string(at::get_num_threads()) + " intra-op thread(s), " + std::to_string(update_threads) +
-                      " update thread(s)");
-  }
-  return notes;
-}
 
 /// The life of a run (see file comment).
 class Run {
@@ -248,32 +180,15 @@ class Run {
     // The time split and its verdict are about training: taken before the last evaluation,
     // and only when this process trained (not for a finished run resumed).
     const bool trained = p_.clock->env_steps > first_step_ || p_.clock->updates > first_update_;
-    const std::string time_line = trained && p_.times->enabled ? "time: " + shares_line(*p_.times) : "";
-    const std::string verdict = trained && p_.times->enabled ? bottleneck(*p_.times, advice()) : "";
+    std::vector<std::string> lines;
+    if (trained && p_.times->enabled) {
+      lines.push_back("time: " + shares_line(*p_.times));
+      if (auto v = bottleneck(*p_.times, advice()); !v.empty()) lines.push_back(std::move(v));
+    }
     if (p_.evaluation->last_at() != now) record_evaluation(evaluate(settings_.eval_episodes));
-    if (log_at_ != now) {
-      log();
-    } else if (logged_eval_at_ != p_.evaluation->last_at()) {  // this step's row is written: not a second one
-      log_.amend_evaluation(*p_.clock);
-      logged_eval_at_ = p_.evaluation->last_at();
-    }
-    checkpoint();
-    const bool main = p_.ranks->is_main();
-    if (p_.ranks->world_size() > 1 && main) say(sync_line_);
-    if (main && !time_line.empty()) {
-      say(time_line);
-      if (!verdict.empty()) say(verdict);
-    }
-    log_.flush();
-    progress_.finish();
-    handlers_.restore();
-    const FitResult r = result();
-    log_.write_summary(r, first_step_, first_update_, timer_overhead(), s_.config_hash, s_.config, s_.provenance);
-    lock_ = RunDirLock();  // the run is over: another may use the directory (with --resume)
-    if (main) {
-      say(summary_line(r));
-      say("logs: " + run_dir_.string() + " (training.log, metrics.csv, TensorBoard events, summary.json, config.yaml)");
-    }
+    const FitResult r = close({}, lines);
+    say(summary_line(r));
+    say("logs: " + run_dir_.string() + " (training.log, metrics.csv, TensorBoard events, summary.json, config.yaml)");
     return r;
   }
 
@@ -455,20 +370,36 @@ class Run {
   // same step; rank 0 writes.
   [[gnu::cold, gnu::noinline, noreturn]] void stop(int sig) {
     if (p_.collector->in_flight()) p_.loop->iterate(p_.clock->now());  // lands it, launches none
-    const auto now = p_.clock->now();
     const auto name = signals::name(sig);
-    const std::string at = std::string(step_name(p_.clock->unit)) + " " + std::to_string(now);
+    const std::string at = std::string(step_name(p_.clock->unit)) + " " + std::to_string(p_.clock->now());
     say("stopping on " + name + " at " + at + ": writing a checkpoint (a second " + name + " exits at once)");
-    if (log_at_ != now) log();
+    close("stopped by " + name);
+    throw Interrupted(sig, "by " + name + " at " + at + "; checkpoint written in " + run_dir_.string() +
+                               " (continue with --run_dir=" + run_dir_.string() + " --resume=auto)");
+  }
+
+  // The one end of a run, finished or stopped (`stopped_by`, empty when finished): the row
+  // of this step (never a second one: an evaluation made as the run ends goes into the row
+  // already there), a checkpoint (with the ranks' in-sync check, said), `lines` said, the
+  // files flushed, summary.json, and the run directory released.
+  [[gnu::cold, gnu::noinline]] FitResult close(std::string stopped_by, const std::vector<std::string>& lines = {}) {
+    const auto now = p_.clock->now();
+    if (log_at_ != now) {
+      log();
+    } else if (logged_eval_at_ != p_.evaluation->last_at()) {
+      log_.amend_evaluation(*p_.clock);
+      logged_eval_at_ = p_.evaluation->last_at();
+    }
     checkpoint();
+    if (p_.ranks->world_size() > 1) say(sync_line_);  // what the checkpoint's in-sync check found
+    for (const auto& l : lines) say(l);
     log_.flush();
     progress_.finish();
     handlers_.restore();
-    log_.write_summary(result("stopped by " + name), first_step_, first_update_, timer_overhead(), s_.config_hash,
-                       s_.config, s_.provenance);
-    lock_ = RunDirLock();
-    throw Interrupted(sig, "by " + name + " at " + at + "; checkpoint written in " + run_dir_.string() +
-                               " (continue with --run_dir=" + run_dir_.string() + " --resume=auto)");
+    const FitResult r = result(std::move(stopped_by));
+    log_.write_summary(r, first_step_, first_update_, timer_overhead(), s_.config_hash, s_.config, s_.provenance);
+    lock_ = RunDirLock();  // the run is over: another may use the directory (with --resume)
+    return r;
   }
 
   // The clock value before which no hook fires (a loop leaves nothing in flight there).
@@ -626,6 +557,7 @@ class Run {
   RunDirLock lock_;                                 ///< rank 0's hold on the run directory
   std::filesystem::path resume_file_;               ///< the checkpoint run.resume names, read and checked
   StateSections::Apply resume_apply_;               ///< applies it
+  detail::FlushAtExit flush_at_exit_{[this] { log_.flush(); }};  ///< exit_fast flushes the run's files
 };
 
 }  // namespace anvil

@@ -36,6 +36,7 @@
 #include <anvil/core/tensor_io.hpp>
 #include <anvil/core/torch_compat.hpp>
 #include <anvil/data/step_collector.hpp>
+#include <anvil/envs/any_env.hpp>
 #include <anvil/envs/env.hpp>
 #include <anvil/envs/normalize.hpp>
 #include <anvil/envs/vec_env.hpp>
@@ -53,25 +54,15 @@
 #include <anvil/train/loops/off_policy.hpp>
 #include <anvil/train/loops/offline.hpp>
 #include <anvil/train/loops/on_policy.hpp>
+#include <anvil/train/process_settings.hpp>
 #include <anvil/train/run.hpp>
 #include <anvil/train/run_config.hpp>
+#include <anvil/train/run_envs.hpp>
 #include <anvil/train/start.hpp>
 #include <anvil/train/trainer_config.hpp>
+#include <anvil/train/trainer_select.hpp>
 
 namespace anvil {
-
-/// The loop an algorithm trains in: the one it names (`using loop = ...`), else the one its
-/// data regime calls for (on-policy: `OnPolicyLoop`; off-policy: `OffPolicyLoop`).
-template <class A>
-struct default_loop {
-  using type = std::conditional_t<detail::on_policy_of<A>(), OnPolicyLoop, OffPolicyLoop>;
-};
-template <NamesItsLoop A>
-struct default_loop<A> {
-  using type = typename A::loop;
-};
-template <class A>
-using default_loop_t = typename default_loop<A>::type;
 
 /// The Trainer for a valid combination of policies (see `Trainer`).
 /// @tparam A an `Algorithm` (SAC, PPO, ...)
@@ -79,7 +70,7 @@ using default_loop_t = typename default_loop<A>::type;
 /// @tparam P a `Parallelism` policy (SingleDevice, DDP<N>)
 /// @tparam X a `Precision` policy (FP32, TF32, BF16, FP16)
 /// @tparam L a `Loop` (default: the one the algorithm's data regime calls for)
-template <class A, class B, class P, class X, class L = default_loop_t<A>>
+template <class A, class B, class P, class X, class L>
 class BasicTrainer {
  public:
   using Algorithm = A;
@@ -98,11 +89,10 @@ class BasicTrainer {
                     std::same_as<policy_config_t<L>, typename L::Config>,
                 "policy_config<T> names another config than T::Config: a light header's specialisation is stale");
 
-  /// Builds the run from a typed config (validated here; throws ConfigError). With DDP<N>
+  /// Builds the run on `env` (any `envs::Env` type, or envs that come batched: see
+  /// envs/any_env.hpp) from a typed config (validated here; throws ConfigError). With DDP<N>
   /// the process must be a rank: `anvil::start` launches them.
-  template <envs::Env E>
-  BasicTrainer(const E& env, Config cfg, std::string program = {}) : cfg_(prepare(std::move(cfg))) {
-    torch::set_num_threads(cfg_.run->threads);
+  BasicTrainer(const envs::AnyEnv& env, Config cfg, std::string program = {}) : cfg_(prepare(std::move(cfg))) {
     parallel_ = std::make_unique<P>(*cfg_.parallel);
     ctx_.device = resolve_device(cfg_.run->device, parallel_->device_index());
     parallel_->connect(ctx_.device);
@@ -118,29 +108,12 @@ class BasicTrainer {
       throw DeviceError(upper(precision.name) + " autocast needs a CUDA device; use BF16 on CPU (run.device is " +
                         ctx_.device.str() + ")");
     ranks_ = Ranks(*parallel_, ctx_.device);
-    auto notes = apply_precision_settings(precision, ctx_.device, update_threads());
-    seed_torch(ctx_);
+    auto notes = apply_process_settings(cfg_.run->threads, precision, ctx_, update_threads());
 
-    // The envs: training envs (normalised when asked), and evaluation envs that normalise
-    // observations with the training statistics, frozen.
-    // Env i of rank r is env r * num_envs + i of the run (envs with tasks are spread over them by it).
-    const std::int64_t n_envs = cfg_.env->num_envs;
-    auto venv = envs::make_vec_env(env, *cfg_.env, ctx_.seed_for(Stream::env), ctx_.rank * n_envs, ctx_.world_size * n_envs);
-    if (cfg_.normalize->obs && venv->spec().agents.multi_agent())
-      throw ConfigError("normalize.obs: " + venv->spec().name +
-                        " is a multi-agent env whose observation rows hold the agents' action masks and a first-step "
-                        "flag, which normalising would break; normalise inside the env's observations instead "
-                        "(normalize.reward is fine)");
-    if (cfg_.normalize->obs || cfg_.normalize->reward) {
-      // The return's discount is the algorithm's, which the loop gives the envs (or normalize.gamma).
-      auto wrapped = std::make_unique<envs::NormalizedVecEnv>(std::move(venv), *cfg_.normalize, NAN);
-      norm_ = wrapped->state();
-      venv = std::move(wrapped);
-    }
-    if (!venv->saves_state())
-      notes.push_back("checkpoints: " + venv->spec().name +
-                      " is not trivially copyable, so checkpoints hold no env state (a resumed run starts new episodes)");
-    collector_ = std::make_unique<StepCollector>(std::move(venv), times_);
+    auto run_envs = make_run_envs(env, *cfg_.env, *cfg_.normalize, ctx_.seed_for(Stream::env), ctx_.rank, ctx_.world_size);
+    norm_ = run_envs.normalizer;
+    notes.insert(notes.end(), run_envs.notes.begin(), run_envs.notes.end());
+    collector_ = std::make_unique<StepCollector>(std::move(run_envs.training), times_);
     collector_->count_steps_from(&clock_.env_steps);
     const auto& spec = collector_->spec();
 
@@ -151,17 +124,7 @@ class BasicTrainer {
         *cfg_.train, LoopParts<A, B>{*algo_, *buffer_, step_ctx_, *collector_, clock_, ranks_, times_, metrics_});
     runner_->begin();
     control_ = std::make_unique<LoopControlOf<Runner>>(*runner_);
-    evaluation_ = Evaluation(
-        [env, norm = norm_, ncfg = *cfg_.normalize, ecfg = *cfg_.env](int n, std::uint64_t seed, int first, int count) {
-          envs::VecEnvConfig c = ecfg;  // the same env (tasks included), n of them, stepped here
-          c.num_envs = n;
-          c.threads = 1;
-          c.mode = envs::VecMode::sync;
-          auto v = envs::make_vec_env(env, c, seed, first, count);
-          if (!norm) return v;
-          return std::unique_ptr<envs::VecEnvBase>(
-              std::make_unique<envs::NormalizedVecEnv>(std::move(v), ncfg, 0.99, norm, /*frozen=*/true));
-        },
+    evaluation_ = Evaluation(std::move(run_envs.evaluation),
         ctx_.seed_for(Stream::eval_env), ranks_, &times_, collector_->groups(), collector_->envs().reports_success());
     torch_rng_ = TorchGenerators(ctx_.device);
     add_sections();
@@ -221,27 +184,20 @@ class BasicTrainer {
   void save_policy(const std::filesystem::path& file) const
     requires ExportsPolicy<A>
   {
-    BinaryWriter w(file, kPolicyFormat);
-    w.string(collector_->spec().name);
-    algo_->save_policy(w);
-    write_tensor(w, collector_->action_scale());
-    write_tensor(w, collector_->action_offset());
-    const bool normalised = norm_ && cfg_.normalize->obs;
-    w.value(normalised);  // the policy acts on observations normalised as in training
-    if (normalised) {
+    PolicyFileParts parts{collector_->spec().name, collector_->action_scale(), collector_->action_offset()};
+    if (norm_ && cfg_.normalize->obs) {  // the policy acts on observations normalised as in training
       const auto& mean = norm_->obs.mean();
       const auto var = norm_->obs.variance();
       const auto d = collector_->spec().obs_dim();
-      auto m = at::empty({d}), inv = at::empty({d});
+      parts.obs_mean = at::empty({d});
+      parts.obs_inv_std = at::empty({d});
       for (std::int64_t j = 0; j < d; ++j) {
-        m[j] = mean[static_cast<std::size_t>(j)];
-        inv[j] = 1.0 / std::sqrt(var[static_cast<std::size_t>(j)] + cfg_.normalize->epsilon);
+        parts.obs_mean[j] = mean[static_cast<std::size_t>(j)];
+        parts.obs_inv_std[j] = 1.0 / std::sqrt(var[static_cast<std::size_t>(j)] + cfg_.normalize->epsilon);
       }
-      write_tensor(w, m);
-      write_tensor(w, inv);
-      w.value(*cfg_.normalize->clip_obs);
+      parts.obs_clip = cfg_.normalize->clip_obs;
     }
-    w.commit();
+    write_policy(file, parts, [this](BinaryWriter& w) { algo_->save_policy(w); });
   }
 
   [[nodiscard]] const Config& config() const noexcept { return cfg_; }
@@ -295,7 +251,7 @@ class BasicTrainer {
   int update_threads() const {
     if (*cfg_.run->update_threads > 0) return cfg_.run->update_threads;
     int ranks_here = parallel_->world_size();
-    if constexpr (requires { parallel_->world().local_world_size; }) ranks_here = parallel_->world().local_world_size;
+    if constexpr (KnowsLocalWorld<P>) ranks_here = parallel_->world().local_world_size;
     return std::clamp(detail::available_cores() / std::max(1, ranks_here), 1, 2);
   }
 
@@ -329,7 +285,7 @@ class BasicTrainer {
     state_.add("torch_rng", torch_rng_);
     // Demonstrations are read again from their file: only the loader's position is state,
     // and it belongs in every checkpoint.
-    if constexpr (requires { B::reads_demonstrations; }) state_.add(std::string(B::config_section.view()), *buffer_);
+    if constexpr (ReadsDemonstrations<B>) state_.add(std::string(B::config_section.view()), *buffer_);
     else buffer_state_.add(std::string(B::config_section.view()), *buffer_);
   }
 
@@ -404,56 +360,5 @@ class BasicTrainer {
   StateSections state_, buffer_state_;
   std::unique_ptr<Run> run_;
 };
-
-namespace detail {
-
-/// Stands in for the Trainer of a rejected combination, so that after the one sentence
-/// from the rules the compiler has nothing else to complain about.
-struct RejectedTrainer {
-  struct Config {};
-  using Parallelism = SingleDevice;
-  template <class... T>
-  explicit RejectedTrainer(T&&...) {}
-  template <class... T>
-  FitResult fit(T&&...) {
-    return {};
-  }
-  template <class... T>
-  void collect(T&&...) {}
-  template <class... T>
-  void update(T&&...) {}
-  template <class... T>
-  EvalResult evaluate(T&&...) {
-    return {};
-  }
-};
-
-template <class A, class B, class P, class X, class L>
-struct TrainerSelect {
-  static constexpr bool rules_ok = TrainerRules<A, B, P, X>::ok;
-  static constexpr bool loop_ok() {
-    if constexpr (rules_ok) {
-      static_assert(Loop<L>,
-                    "Trainer's fifth argument is not a Loop: a loop declares `using policy_kind = anvil::LoopKind;`; "
-                    "use OffPolicyLoop, OnPolicyLoop, OfflineLoop or Staged<...>");
-      if constexpr (Loop<L>) return L::template Rules<A, B>::ok;
-      else return false;
-    } else {
-      return false;
-    }
-  }
-  using type = std::conditional_t<loop_ok(), BasicTrainer<A, B, P, X, L>, RejectedTrainer>;
-};
-
-}  // namespace detail
-
-/// The Trainer for Algorithm `A` learning from Buffer `B`, run by Parallelism `P` in
-/// Precision `X`, in loop `L` (by default the one the algorithm's data regime calls for):
-/// `Trainer<SAC, UniformBuffer>`, `Trainer<SAC, PrioritizedBuffer, DDP<4>, BF16>`,
-/// `Trainer<SAC, UniformBuffer, SingleDevice, FP32, Staged<OfflineLoop, OffPolicyLoop>>`
-/// (the loops beyond the default two have headers of their own: train/loops/).
-/// A combination that cannot work fails to compile with one sentence saying what to use.
-template <class A, class B, class P = SingleDevice, class X = FP32, class L = default_loop_t<A>>
-using Trainer = typename detail::TrainerSelect<A, B, P, X, L>::type;
 
 }  // namespace anvil

@@ -347,10 +347,11 @@ class MetricsLog {
   }
 
   /// Writes the rows metrics.csv held back (the run ended before its algorithm reported
-  /// every metric) and flushes TensorBoard.
+  /// every metric) and flushes TensorBoard and training.log.
   [[gnu::cold, gnu::noinline]] void flush() {
     csv_.flush_pending();
     tb_.flush();
+    if (log_.is_open()) log_.flush();
   }
 
   /// The GPUs' use at the last row ("gpu0 97%"), for the progress bar; empty without GPUs.

@@ -27,6 +27,13 @@
 
 namespace anvil {
 
+/// An algorithm that shapes the rewards it learns from (CollectiveStudent): the loop stores
+/// `shaped_rewards(step, env steps of the stage)` in place of the env's.
+template <class A>
+concept ShapesRewards = requires(A& a, const StepBatch& step) {
+  { a.shaped_rewards(step, std::int64_t{}) } -> std::same_as<at::Tensor>;
+};
+
 /// Loop policy for off-policy algorithms (see file comment).
 struct OffPolicyLoop {
   using policy_kind = LoopKind;
@@ -196,7 +203,7 @@ struct OffPolicyLoop {
         ScopedPhase ph(p_.times, Phase::buffer_add);
         StepBatch step{p_.collector.previous_observations(), actions_, s.reward, s.next_obs, s.terminated, s.truncated, s.task};
         // An algorithm that shapes its rewards (CollectiveStudent) gives the ones to store.
-        if constexpr (requires(A& a) { { a.shaped_rewards(step, std::int64_t{}) } -> std::same_as<at::Tensor>; })
+        if constexpr (ShapesRewards<A>)
           step.reward = p_.algorithm.shaped_rewards(step, p_.clock.env_steps - origin_);
         p_.buffer.add(step);
       }

@@ -32,6 +32,36 @@
 
 namespace anvil {
 
+/// A buffer that keeps its dataset apart from what it replays online (CollectiveReplay in a
+/// staged run): the offline loop samples the dataset alone (`sample_dataset`, `dataset_size`).
+template <class B>
+concept KeepsDatasetApart = requires(B& b, const B& cb, std::int64_t n) {
+  b.sample_dataset(n);
+  { cb.dataset_size() } -> std::convertible_to<std::int64_t>;
+};
+/// An algorithm whose dataset batches count other rows than `batch_size()` does.
+template <class A>
+concept NamesDatasetBatch = requires(const A& a) {
+  { a.dataset_batch_size() } -> std::convertible_to<std::int64_t>;
+};
+/// An algorithm that learns from windows of consecutive steps: `sequence()` gives the
+/// observations and actions each window holds, which the buffer plans for.
+template <class A>
+concept LearnsFromSequences = requires(const A& a) {
+  { a.sequence() } -> std::convertible_to<std::pair<std::int64_t, std::int64_t>>;
+};
+/// An algorithm that scales its inputs by the data's ranges (`fit_normalizer`), learned once
+/// from the buffer's `ranges()` before its first update unless a checkpoint restored them.
+template <class A, class B>
+concept FitsDataNormalizer = requires(A& a, B& b) {
+  a.fit_normalizer(b.ranges()[0], b.ranges()[1], b.ranges()[2], b.ranges()[3]);
+  { a.has_normalizer() } -> std::convertible_to<bool>;
+};
+/// An algorithm that schedules by the run's length (e.g. a cosine learning rate): told the
+/// update the stage ends at.
+template <class A>
+concept PlansUpdates = requires(A& a) { a.plan_updates(std::int64_t{0}); };
+
 /// Loop policy for learning from stored data (see file comment).
 struct OfflineLoop {
   using policy_kind = LoopKind;
@@ -66,17 +96,17 @@ struct OfflineLoop {
   /// steps (CollectiveReplay, for a staged run), else `sample(n)`.
   template <class B>
   static auto dataset_batch(B& b, std::int64_t n) {
-    if constexpr (requires { b.sample_dataset(n); }) return b.sample_dataset(n);
+    if constexpr (KeepsDatasetApart<B>) return b.sample_dataset(n);
     else return b.sample(n);
   }
   template <class B>
   static std::int64_t dataset_size(const B& b) {
-    if constexpr (requires { b.dataset_size(); }) return b.dataset_size();
+    if constexpr (KeepsDatasetApart<B>) return b.dataset_size();
     else return b.size();
   }
   template <class A>
   static std::int64_t batch_rows(const A& a) {
-    if constexpr (requires { a.dataset_batch_size(); }) return a.dataset_batch_size();
+    if constexpr (NamesDatasetBatch<A>) return a.dataset_batch_size();
     else return a.batch_size();
   }
 
@@ -122,12 +152,12 @@ struct OfflineLoop {
       p_.clock.unit = ClockUnit::updates;
       p_.collector.envs().set_discount(p_.algorithm.discount());
       StoragePlan plan{p_.collector.num_envs(), 0, p_.algorithm.discount()};
-      if constexpr (requires { p_.algorithm.sequence(); }) std::tie(plan.sequence_obs, plan.sequence_actions) = p_.algorithm.sequence();
+      if constexpr (LearnsFromSequences<A>) std::tie(plan.sequence_obs, plan.sequence_actions) = p_.algorithm.sequence();
       p_.buffer.plan(plan);
       if (!loaded_ && !cfg_.dataset->empty()) {
         if (!std::filesystem::exists(*cfg_.dataset))
           throw ConfigError("train.dataset: no file at '" + *cfg_.dataset + "'");
-        if constexpr (requires { B::reads_demonstrations; }) {
+        if constexpr (ReadsDemonstrations<B>) {
           p_.buffer.load(*cfg_.dataset);  // demonstrations in their own format (HDF5)
         } else {
           StateSections data;
@@ -141,12 +171,12 @@ struct OfflineLoop {
       loaded_ = true;
       // An algorithm that scales its inputs by the data's ranges learns them once, before its
       // first update (a restored one keeps its checkpoint's).
-      if constexpr (requires { p_.algorithm.fit_normalizer(p_.buffer.ranges()[0], at::Tensor(), at::Tensor(), at::Tensor()); })
+      if constexpr (FitsDataNormalizer<A, B>)
         if (!p_.algorithm.has_normalizer() && dataset_size(p_.buffer) > 0) {
           const auto r = p_.buffer.ranges();
           p_.algorithm.fit_normalizer(r[0], r[1], r[2], r[3]);
         }
-      if constexpr (requires { p_.algorithm.plan_updates(std::int64_t{0}); }) p_.algorithm.plan_updates(origin_ + cfg_.steps);
+      if constexpr (PlansUpdates<A>) p_.algorithm.plan_updates(origin_ + cfg_.steps);
     }
 
     [[nodiscard]] bool done() const noexcept { return p_.clock.updates - origin_ >= cfg_.steps; }
