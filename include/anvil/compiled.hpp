@@ -20,6 +20,21 @@
 #include <anvil/train/compiled_trainer.hpp>
 #include <anvil/train/start.hpp>
 
-#ifndef ANVIL_COMPILED
+/// The built-in envs whose door (`envs::AnyEnv`'s constructor) and `EnvArray` (the typed part
+/// of their VecEnv, envs/env_batch.hpp) the `anvil::compiled` library holds, so a main that
+/// trains one compiles none of it.
+#define ANVIL_BUILTIN_ENVS(M)             \
+  M(::anvil::envs::Pendulum)              \
+  M(::anvil::envs::MountainCarContinuous) \
+  M(::anvil::envs::CartPole)              \
+  M(::anvil::envs::Acrobot)
+
+#ifdef ANVIL_COMPILED
+#define ANVIL_DETAIL_EXTERN_ENV(E)                        \
+  extern template class ::anvil::envs::EnvArray<E>; \
+  extern template ::anvil::envs::AnyEnv::AnyEnv(const E&);
+ANVIL_BUILTIN_ENVS(ANVIL_DETAIL_EXTERN_ENV)
+#undef ANVIL_DETAIL_EXTERN_ENV
+#else
 #include <anvil/train/compiled_trainer_impl.hpp>
 #endif

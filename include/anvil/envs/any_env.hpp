@@ -42,12 +42,10 @@ class AnyEnv {
 
   /// Copies of `prototype`, stepped by anvil's VecEnv. Implicit, so a Trainer takes an env
   /// as it is: `Trainer t(MyEnv{}, cfg)`.
+  /// (Defined below the class, not inline, so a library may hold it for an env type:
+  /// `anvil::compiled` does for the built-in envs.)
   template <Env E>
-  AnyEnv(const E& prototype)  // NOLINT(google-explicit-constructor): the door is meant to be walked through
-      : name_(env_name(prototype)),
-        batch_([prototype](const VecEnvConfig& c, std::uint64_t seed, std::int64_t first, std::int64_t count) {
-          return std::unique_ptr<EnvBatch>(std::make_unique<EnvArray<E>>(prototype, c, seed, first, count));
-        }) {}
+  AnyEnv(const E& prototype);  // NOLINT(google-explicit-constructor): the door is meant to be walked through
 
   /// Envs that come batched: `make` builds them (`name` names them until they exist).
   AnyEnv(std::string name, VecMaker make) : name_(std::move(name)), vec_(std::move(make)) {
@@ -65,5 +63,12 @@ class AnyEnv {
   BatchMaker batch_;
   VecMaker vec_;
 };
+
+template <Env E>
+AnyEnv::AnyEnv(const E& prototype)
+    : name_(env_name(prototype)),
+      batch_([prototype](const VecEnvConfig& c, std::uint64_t seed, std::int64_t first, std::int64_t count) {
+        return std::unique_ptr<EnvBatch>(std::make_unique<EnvArray<E>>(prototype, c, seed, first, count));
+      }) {}
 
 }  // namespace anvil::envs

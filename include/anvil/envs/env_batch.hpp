@@ -164,97 +164,13 @@ class EnvArray final : public EnvBatch {
   [[nodiscard]] const E& env(std::int64_t i) const { return envs_.at(static_cast<std::size_t>(i)); }
   [[nodiscard]] E& env(std::int64_t i) { return envs_.at(static_cast<std::size_t>(i)); }
 
-  void reset(float* obs, std::int64_t steps) override {
-    const auto d = spec_.obs_dim();
-    for (std::int64_t i = 0; i < n_; ++i) {
-      const auto first = reset_env(i, "reset", steps);
-      std::copy(first.begin(), first.end(), obs + i * d);
-      returns_[static_cast<std::size_t>(i)] = 0.0;
-      lengths_[static_cast<std::size_t>(i)] = 0;
-      succeeded_[static_cast<std::size_t>(i)] = 0;
-    }
-  }
+  void reset(float* obs, std::int64_t steps) override;
 
-  void step(std::int64_t begin, std::int64_t end, const void* actions, const StepRows& out, std::int64_t steps) override {
-    const auto d = spec_.obs_dim();
-    for (std::int64_t i = begin; i < end; ++i) {
-      const auto k = static_cast<std::size_t>(i);
-      E& env = envs_[k];
-      if (out.task) out.task[i] = group_of(env);  // the task the step belongs to (before an autoreset)
-      StepResult r;
-      try {
-        if constexpr (DiscreteEnv<E>) {
-          r = env.step(static_cast<const std::int64_t*>(actions)[i]);
-        } else {
-          const auto ad = spec_.action_dim();
-          r = env.step(std::span<const float>(static_cast<const float*>(actions) + i * ad, static_cast<std::size_t>(ad)));
-        }
-      } catch (const EnvError& err) {  // it names the env and its own step count
-        throw EnvError("env " + std::to_string(i) + " of " + std::to_string(n_) + ": step " + std::to_string(steps + 1) + ": " +
-                       err.what());
-      } catch (const std::exception& err) {
-        throw EnvError(at_fault(i, "step", steps) + err.what());
-      }
-      check_observation(i, r.observation, "step", steps);
-      if (!std::isfinite(r.reward)) throw EnvError(at_fault(i, "step", steps) + "reward is " + non_finite_name(r.reward));
-      std::copy(r.observation.begin(), r.observation.end(), out.next_obs + i * d);
-      out.reward[i] = static_cast<float>(r.reward);
-      out.terminated[i] = r.terminated ? 1.0f : 0.0f;
-      out.truncated[i] = r.truncated ? 1.0f : 0.0f;
-      returns_[k] += r.reward;
-      ++lengths_[k];
-      if constexpr (ReportsSuccess<E>) succeeded_[k] |= env.success() ? 1 : 0;
-      out.ended[i] = EpisodeEnd{};
-      if (r.terminated || r.truncated) {
-        out.ended[i] = EpisodeEnd{i, returns_[k], lengths_[k], r.terminated, group_of(env),
-                                  static_cast<std::int8_t>(ReportsSuccess<E> ? succeeded_[k] : -1)};
-        returns_[k] = 0.0;
-        lengths_[k] = 0;
-        succeeded_[k] = 0;
-        const auto first = reset_env(i, "autoreset", steps);
-        std::copy(first.begin(), first.end(), out.obs + i * d);
-      } else {
-        std::copy(r.observation.begin(), r.observation.end(), out.obs + i * d);
-      }
-    }
-  }
+  void step(std::int64_t begin, std::int64_t end, const void* actions, const StepRows& out, std::int64_t steps) override;
 
-  void save_envs(BinaryWriter& w) const override {
-    if constexpr (kSavesState) {
-      if constexpr (std::is_trivially_copyable_v<E>) {
-        w.value(static_cast<std::uint64_t>(sizeof(E)));
-        w.bytes(envs_.data(), envs_.size() * sizeof(E));
-      } else {
-        w.value(std::uint64_t{0});  // each env writes its own state
-        for (const auto& e : envs_) e.save_state(w);
-      }
-      for (const auto& g : seeds_) w.value(g.state());
-    } else {
-      throw Error(spec_.name + ": envs of this type cannot be saved (not trivially copyable, no save_state)");
-    }
-  }
+  void save_envs(BinaryWriter& w) const override;
 
-  [[nodiscard]] std::function<void()> read_envs(BinaryReader& r) override {
-    if constexpr (!kSavesState) {
-      r.fail("env state flag", "says the envs were saved, but " + spec_.name + " cannot be restored here");
-      return {};
-    } else {
-      auto envs = std::make_shared<std::vector<E>>(envs_);
-      if constexpr (std::is_trivially_copyable_v<E>) {
-        r.expect(static_cast<std::uint64_t>(sizeof(E)), "env state size");
-        r.bytes(envs->data(), envs->size() * sizeof(E), "env states");
-      } else {
-        r.expect(std::uint64_t{0}, "env state size");
-        for (auto& e : *envs) e.load_state(r);  // into copies: nothing changes until applied
-      }
-      auto seeds = std::make_shared<std::vector<Rng::State>>();
-      for (std::int64_t i = 0; i < n_; ++i) seeds->push_back(r.value<Rng::State>("env seed streams"));
-      return [this, envs, seeds] {
-        envs_ = std::move(*envs);
-        for (std::size_t i = 0; i < seeds_.size(); ++i) seeds_[i].set_state((*seeds)[i]);
-      };
-    }
-  }
+  [[nodiscard]] std::function<void()> read_envs(BinaryReader& r) override;
 
  private:
   static constexpr bool kSavesState = std::is_trivially_copyable_v<E> || SavesOwnState<E>;
@@ -290,19 +206,118 @@ class EnvArray final : public EnvBatch {
   }
 
   // Env i's first observation of a new episode (from its own seed stream), checked.
-  std::span<const float> reset_env(std::int64_t i, std::string_view when, std::int64_t steps) {
-    std::span<const float> first;
-    try {
-      first = envs_[static_cast<std::size_t>(i)].reset(seeds_[static_cast<std::size_t>(i)]());
-    } catch (const std::exception& err) {
-      throw EnvError(at_fault(i, when, steps) + err.what());
-    }
-    check_observation(i, first, when, steps);
-    return first;
-  }
+  std::span<const float> reset_env(std::int64_t i, std::string_view when, std::int64_t steps);
 
   std::vector<E> envs_;
   std::vector<Rng> seeds_;
 };
+
+template <Env E>
+void EnvArray<E>::reset(float* obs, std::int64_t steps) {
+  const auto d = spec_.obs_dim();
+  for (std::int64_t i = 0; i < n_; ++i) {
+    const auto first = reset_env(i, "reset", steps);
+    std::copy(first.begin(), first.end(), obs + i * d);
+    returns_[static_cast<std::size_t>(i)] = 0.0;
+    lengths_[static_cast<std::size_t>(i)] = 0;
+    succeeded_[static_cast<std::size_t>(i)] = 0;
+  }
+}
+
+template <Env E>
+void EnvArray<E>::step(std::int64_t begin, std::int64_t end, const void* actions, const StepRows& out, std::int64_t steps) {
+  const auto d = spec_.obs_dim();
+  for (std::int64_t i = begin; i < end; ++i) {
+    const auto k = static_cast<std::size_t>(i);
+    E& env = envs_[k];
+    if (out.task) out.task[i] = group_of(env);  // the task the step belongs to (before an autoreset)
+    StepResult r;
+    try {
+      if constexpr (DiscreteEnv<E>) {
+        r = env.step(static_cast<const std::int64_t*>(actions)[i]);
+      } else {
+        const auto ad = spec_.action_dim();
+        r = env.step(std::span<const float>(static_cast<const float*>(actions) + i * ad, static_cast<std::size_t>(ad)));
+      }
+    } catch (const EnvError& err) {  // it names the env and its own step count
+      throw EnvError("env " + std::to_string(i) + " of " + std::to_string(n_) + ": step " + std::to_string(steps + 1) + ": " +
+                     err.what());
+    } catch (const std::exception& err) {
+      throw EnvError(at_fault(i, "step", steps) + err.what());
+    }
+    check_observation(i, r.observation, "step", steps);
+    if (!std::isfinite(r.reward)) throw EnvError(at_fault(i, "step", steps) + "reward is " + non_finite_name(r.reward));
+    std::copy(r.observation.begin(), r.observation.end(), out.next_obs + i * d);
+    out.reward[i] = static_cast<float>(r.reward);
+    out.terminated[i] = r.terminated ? 1.0f : 0.0f;
+    out.truncated[i] = r.truncated ? 1.0f : 0.0f;
+    returns_[k] += r.reward;
+    ++lengths_[k];
+    if constexpr (ReportsSuccess<E>) succeeded_[k] |= env.success() ? 1 : 0;
+    out.ended[i] = EpisodeEnd{};
+    if (r.terminated || r.truncated) {
+      out.ended[i] = EpisodeEnd{i, returns_[k], lengths_[k], r.terminated, group_of(env),
+                                static_cast<std::int8_t>(ReportsSuccess<E> ? succeeded_[k] : -1)};
+      returns_[k] = 0.0;
+      lengths_[k] = 0;
+      succeeded_[k] = 0;
+      const auto first = reset_env(i, "autoreset", steps);
+      std::copy(first.begin(), first.end(), out.obs + i * d);
+    } else {
+      std::copy(r.observation.begin(), r.observation.end(), out.obs + i * d);
+    }
+  }
+}
+
+template <Env E>
+void EnvArray<E>::save_envs(BinaryWriter& w) const {
+  if constexpr (kSavesState) {
+    if constexpr (std::is_trivially_copyable_v<E>) {
+      w.value(static_cast<std::uint64_t>(sizeof(E)));
+      w.bytes(envs_.data(), envs_.size() * sizeof(E));
+    } else {
+      w.value(std::uint64_t{0});  // each env writes its own state
+      for (const auto& e : envs_) e.save_state(w);
+    }
+    for (const auto& g : seeds_) w.value(g.state());
+  } else {
+    throw Error(spec_.name + ": envs of this type cannot be saved (not trivially copyable, no save_state)");
+  }
+}
+
+template <Env E>
+std::function<void()> EnvArray<E>::read_envs(BinaryReader& r) {
+  if constexpr (!kSavesState) {
+    r.fail("env state flag", "says the envs were saved, but " + spec_.name + " cannot be restored here");
+    return {};
+  } else {
+    auto envs = std::make_shared<std::vector<E>>(envs_);
+    if constexpr (std::is_trivially_copyable_v<E>) {
+      r.expect(static_cast<std::uint64_t>(sizeof(E)), "env state size");
+      r.bytes(envs->data(), envs->size() * sizeof(E), "env states");
+    } else {
+      r.expect(std::uint64_t{0}, "env state size");
+      for (auto& e : *envs) e.load_state(r);  // into copies: nothing changes until applied
+    }
+    auto seeds = std::make_shared<std::vector<Rng::State>>();
+    for (std::int64_t i = 0; i < n_; ++i) seeds->push_back(r.value<Rng::State>("env seed streams"));
+    return [this, envs, seeds] {
+      envs_ = std::move(*envs);
+      for (std::size_t i = 0; i < seeds_.size(); ++i) seeds_[i].set_state((*seeds)[i]);
+    };
+  }
+}
+
+template <Env E>
+std::span<const float> EnvArray<E>::reset_env(std::int64_t i, std::string_view when, std::int64_t steps) {
+  std::span<const float> first;
+  try {
+    first = envs_[static_cast<std::size_t>(i)].reset(seeds_[static_cast<std::size_t>(i)]());
+  } catch (const std::exception& err) {
+    throw EnvError(at_fault(i, when, steps) + err.what());
+  }
+  check_observation(i, first, when, steps);
+  return first;
+}
 
 }  // namespace anvil::envs

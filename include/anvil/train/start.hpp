@@ -129,11 +129,12 @@ struct SmokeProbe {
 /// Whether `args` ask for a run of seconds (`--smoke`, or `run.smoke` in a config file), as a
 /// Trainer's config reads them: for a program that chooses what to run by it (an example's
 /// stages in order).
-[[nodiscard]] inline bool asks_smoke(const Args& args) {
+template <class Probe = detail::SmokeProbe>  // a template: compiled only where it is used
+[[nodiscard]] bool asks_smoke(const Args& args) {
   std::vector<Setting> smoke;
   for (const auto& s : args.settings)
     if (s.key == "smoke" || s.key == "run.smoke") smoke.push_back(s);
-  detail::SmokeProbe p;
+  Probe p;
   try {
     apply_settings(p, smoke);
   } catch (const ConfigError&) {
