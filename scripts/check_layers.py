@@ -11,7 +11,7 @@ The layers, bottom up (DESIGN.md: "layers only include downwards"):
   5 train/hooks
   6 train/run.hpp, train/trainer.hpp, train/start.hpp, train/signals.hpp, train/sweep.hpp,
     train/trainer_config.hpp, train/compiled_trainer.hpp, train/compiled_trainer_impl.hpp,
-    train/trainer_select.hpp, train/run_envs.hpp, train/process_settings.hpp
+    train/trainer_select.hpp, train/run_envs.hpp, train/process_settings.hpp, train/trainer_parts.hpp
   7 anvil.hpp (the umbrella header), compiled.hpp (a main's header on prebuilt Trainers)
 
 Usage: scripts/check_layers.py [--include DIR]   (exit 1 naming each include that goes up)
@@ -31,7 +31,7 @@ LAYERS = [
     ("train/run.hpp", 6), ("train/trainer.hpp", 6), ("train/start.hpp", 6), ("train/signals.hpp", 6),
     ("train/sweep.hpp", 6), ("train/trainer_config.hpp", 6), ("train/compiled_trainer.hpp", 6),
     ("train/compiled_trainer_impl.hpp", 6), ("train/trainer_select.hpp", 6), ("train/run_envs.hpp", 6),
-    ("train/process_settings.hpp", 6),
+    ("train/process_settings.hpp", 6), ("train/trainer_parts.hpp", 6),
     ("anvil.hpp", 7), ("compiled.hpp", 7),
 ]
 NAMES = {0: "core", 1: "optim/nn/envs/precision/observe/parallel", 2: "buffers/data", 3: "algorithms",

@@ -1931,6 +1931,42 @@ struct TrainerRules {
 ///
 /// Light header: no torch (yaml-cpp and Boost.PFR only).
 
+
+#include <boost/pfr.hpp>
+
+#include <algorithm>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <string_view>
+#include <vector>
+
+// ---- begin <anvil/core/command_line.hpp> ----
+/// @file
+/// The config system's first step (core/config.hpp): the command line and `--config` YAML
+/// files read into `Args`, an ordered list of settings that each remember where they came
+/// from. Syntax errors (malformed YAML, a key given twice, a stray argument) are reported
+/// here. Light header: no torch.
+
+#include <yaml-cpp/yaml.h>
+
+#include <filesystem>
+#include <fstream>
+#include <span>
+#include <sstream>
+#include <string>
+#include <vector>
+
+// ---- begin <anvil/core/config_values.hpp> ----
+/// @file
+/// The config system's values (core/config.hpp): a setting before it applies (`Setting`),
+/// and per value type how a field reads, prints, quotes as YAML and checks its range,
+/// behind a type-erased view of one field (`detail::FieldRef`), found by walking a config
+/// struct with Boost.PFR. Light header: no torch.
+
 #include <boost/pfr.hpp>
 #include <yaml-cpp/yaml.h>
 
@@ -1965,18 +2001,6 @@ struct Setting {
   /// A program's own default (a hyperparameter file's block, its default env), not the
   /// user's: `run.smoke`'s small run is applied over these and under the user's settings.
   bool program_default = false;
-};
-
-/// The parsed command line: settings in the order they apply (files first, then the
-/// command line, later ones override earlier ones), plus the informational flags.
-struct Args {
-  std::string program = "anvil";
-  std::vector<Setting> settings;
-  std::vector<std::string> config_files;
-  bool help = false;          ///< `--help`: print every field with default and help, exit 0
-  bool print_config = false;  ///< `--print-config`: print the resolved config as YAML, exit 0
-  bool multirun = false;      ///< `--multirun` (or -m): a sweep over comma-separated values (train/sweep.hpp)
-  std::vector<std::string> raw;  ///< the arguments after the program's name, as given
 };
 
 namespace detail {
@@ -2291,6 +2315,26 @@ void collect_fields(Cfg& cfg, const std::string& prefix, std::vector<FieldRef>& 
     }
   });
 }
+}  // namespace detail
+
+}  // namespace anvil
+// ---- end <anvil/core/config_values.hpp> ----
+
+namespace anvil {
+
+/// The parsed command line: settings in the order they apply (files first, then the
+/// command line, later ones override earlier ones), plus the informational flags.
+struct Args {
+  std::string program = "anvil";
+  std::vector<Setting> settings;
+  std::vector<std::string> config_files;
+  bool help = false;          ///< `--help`: print every field with default and help, exit 0
+  bool print_config = false;  ///< `--print-config`: print the resolved config as YAML, exit 0
+  bool multirun = false;      ///< `--multirun` (or -m): a sweep over comma-separated values (train/sweep.hpp)
+  std::vector<std::string> raw;  ///< the arguments after the program's name, as given
+};
+
+namespace detail {
 
 inline std::string origin_prefix(const Setting& s) { return s.origin.empty() ? "" : s.origin + ": "; }
 
@@ -2466,6 +2510,12 @@ inline Args parse_config(int argc, char** argv) {
   return parse_args(v);
 }
 
+}  // namespace anvil
+// ---- end <anvil/core/command_line.hpp> ----
+
+namespace anvil {
+
+
 /// Every field of `cfg`, in declaration order, as type-erased references into `cfg`.
 template <class Cfg>
 std::vector<detail::FieldRef> fields(Cfg& cfg) {
@@ -2489,6 +2539,13 @@ void validate(const Cfg& cfg) {
     }
   });
   if constexpr (requires { cfg.validate(); }) cfg.validate();
+}
+
+/// `cfg`, validated (for a member initialiser).
+template <class Cfg>
+Cfg validated(Cfg cfg) {
+  validate(cfg);
+  return cfg;
 }
 
 namespace detail {
@@ -7950,6 +8007,17 @@ class FlatParameters {
     return flat_like.narrow(0, p.storage_offset() - flat_.storage_offset(), p.numel()).view(p.sizes());
   }
 
+  /// A gradient buffer shaped like `flat()` (uninitialised), and the views of it that belong
+  /// to `params` (some of `params()`, in their order): where a hand-written backward pass
+  /// writes each parameter's gradient, so the optimizer reads one tensor (the CPU fast paths').
+  [[nodiscard]] at::Tensor new_gradient() const { return at::empty({numel()}, flat_.options()); }
+  [[nodiscard]] std::vector<at::Tensor> views_of(const at::Tensor& flat_like, const std::vector<at::Tensor>& params) const {
+    std::vector<at::Tensor> v;
+    v.reserve(params.size());
+    for (const auto& p : params) v.push_back(slice_for(flat_like, p));
+    return v;
+  }
+
   /// Concatenates per-parameter gradients into one flat gradient; an undefined gradient
   /// (a parameter the loss does not reach) counts as zeros.
   [[nodiscard]] at::Tensor gather(const std::vector<at::Tensor>& grads) const {
@@ -11294,11 +11362,13 @@ static_assert(Buffer<EpisodeBuffer>);
 
 // ---- begin <anvil/buffers/detail/replay_core.hpp> ----
 /// @file
-/// `ReplayCore`: what every replay buffer shares: the transition store (with its n-step
-/// windows), the config fields for it, and the checks on a batch size.
+/// `ReplayBase`: what every replay buffer shares, written once: its declarations as a buffer
+/// policy, the transition store (with its n-step windows), the checks on a batch size, the
+/// tasks' shares of a balanced batch, the buffer file (`save(path)`, `load(path)`) and the
+/// counts. `UniformBuffer` and `PrioritizedBuffer` derive from it and add their sampling.
 
 #include <cstdint>
-#include <span>
+#include <filesystem>
 #include <string>
 #include <utility>
 #include <vector>
@@ -12226,16 +12296,47 @@ class TransitionStore {
 
 namespace anvil::detail {
 
-class ReplayCore {
+/// The shared part of a replay buffer `Buffer` (CRTP; see file comment). `Buffer` names its
+/// `file_format` and has the state protocol (save/read/restore with a BinaryWriter/Reader).
+template <class Buffer>
+class ReplayBase {
  public:
-  ReplayCore(const EnvSpec& spec, std::int64_t capacity, Storage storage, ObsDtype obs_dtype,
-             int n_step, const RunContext& ctx, std::string owner, std::int64_t extra_host_bytes = 0)
-      : store_(spec, capacity, storage == Storage::cpu ? c10::Device(c10::kCPU) : ctx.device, std::move(owner),
-               n_step, obs_dtype, extra_host_bytes) {}
+  using policy_kind = BufferKind;
+  static constexpr FixedString config_section = "buffer";
+  static constexpr bool on_policy = false;
+  using Batch = ReplayBatch;
+  using Step = StepBatch;
 
-  /// Stores what one step of N envs completes (the step itself for 1-step transitions).
-  /// Returns the id of the first stored transition and how many were stored.
-  std::pair<std::int64_t, std::int64_t> add(const StepBatch& step) { return store_.add(step); }
+  /// The discount of n-step returns (the Trainer passes the algorithm's gamma; 0.99 before).
+  void set_discount(double gamma) noexcept { store_.set_gamma(gamma); }
+  /// The run's plan (the loop calls it before the run and after a resume): the discount.
+  void plan(const StoragePlan& p) noexcept { set_discount(p.discount); }
+
+  /// Writes the buffer to `path`, atomically: a crash mid-save leaves the previous file intact.
+  void save(const std::filesystem::path& path) const { save_file(self(), path, Buffer::file_format); }
+  /// Restores what `save(path)` wrote; the buffer's config must match. On any error the
+  /// buffer is unchanged.
+  void load(const std::filesystem::path& path) { read_file(self(), path, Buffer::file_format)(); }
+
+  [[nodiscard]] std::int64_t size() const noexcept { return store_.size(); }
+  [[nodiscard]] std::int64_t capacity() const noexcept { return store_.capacity(); }
+  /// Transitions stored since construction (including overwritten ones).
+  [[nodiscard]] std::int64_t added() const noexcept { return store_.added(); }
+  /// Transitions that left before `capacity` newer ones arrived, because the observation
+  /// ring ran out (episodes under 4 steps, or observations that do not chain).
+  [[nodiscard]] std::int64_t dropped() const noexcept { return store_.dropped(); }
+  /// Bytes of preallocated storage.
+  [[nodiscard]] std::int64_t bytes() const noexcept { return store_.bytes(); }
+  [[nodiscard]] const c10::Device& device() const noexcept { return store_.device(); }
+
+ protected:
+  /// The store for `cfg` (a replay buffer's config), named `owner` in errors; `extra_host_bytes`
+  /// is what the buffer adds on the host (counted in the memory check).
+  template <class Config>
+  ReplayBase(const EnvSpec& spec, const Config& cfg, const RunContext& ctx, std::string owner,
+             std::int64_t extra_host_bytes = 0)
+      : store_(spec, cfg.capacity, *cfg.storage == Storage::cpu ? c10::Device(c10::kCPU) : ctx.device, std::move(owner),
+               cfg.n_step, cfg.obs_dtype, extra_host_bytes) {}
 
   /// Throws unless 1 <= n <= size().
   void check_batch(std::int64_t n) const {
@@ -12244,51 +12345,30 @@ class ReplayCore {
                   std::to_string(size()) + " transitions; the batch size must be between 1 and the size");
   }
 
-  void save(BinaryWriter& w) const { store_.save(w); }
-  using Saved = TransitionStore::Saved;
-  Saved read(BinaryReader& r) const { return store_.read(r); }
-  void restore(Saved&& s) { store_.restore(std::move(s)); }
-
-  [[nodiscard]] ReplayBatch gather(std::span<const std::int64_t> slots) const { return store_.gather(slots); }
-  [[nodiscard]] bool live(std::int64_t id) const noexcept { return store_.live(id); }
-  [[nodiscard]] bool valid(std::int64_t slot) const noexcept { return store_.valid(slot); }
-  [[nodiscard]] std::int64_t slot_of(std::int64_t id) const noexcept { return store_.slot_of(id); }
-  [[nodiscard]] std::int64_t stored() const noexcept { return store_.stored(); }
-  [[nodiscard]] std::span<const std::int64_t> killed() const noexcept { return store_.killed(); }
-  void set_discount(double gamma) noexcept { store_.set_gamma(gamma); }
-
-  [[nodiscard]] std::int64_t tasks() const noexcept { return store_.tasks(); }
-  [[nodiscard]] std::int64_t task_count(std::int64_t t) const noexcept { return store_.task_count(t); }
-  [[nodiscard]] std::int32_t task_of(std::int64_t slot) const noexcept { return store_.task_of(slot); }
-
   /// How many of a batch of `n` each task gets when sampling is balanced over tasks: the
   /// tasks that have transitions share `n` equally; the remainder goes one each to the
   /// tasks from `start` on (callers rotate it, so no task is favoured over many batches).
   [[nodiscard]] std::vector<std::int64_t> task_quotas(std::int64_t n, std::int64_t start) const {
-    const std::int64_t t = tasks();
+    const std::int64_t t = store_.tasks();
     std::vector<std::int64_t> q(static_cast<std::size_t>(t), 0);
     std::int64_t present = 0;
-    for (std::int64_t k = 0; k < t; ++k) present += task_count(k) > 0 ? 1 : 0;
+    for (std::int64_t k = 0; k < t; ++k) present += store_.task_count(k) > 0 ? 1 : 0;
     if (present == 0) return q;
     std::int64_t extra = n % present;
     for (std::int64_t j = 0; j < t; ++j) {
       const std::int64_t k = (start + j) % t;
-      if (task_count(k) == 0) continue;
+      if (store_.task_count(k) == 0) continue;
       q[static_cast<std::size_t>(k)] = n / present + (extra > 0 ? 1 : 0);
       if (extra > 0) --extra;
     }
     return q;
   }
 
-  [[nodiscard]] std::int64_t size() const noexcept { return store_.size(); }
-  [[nodiscard]] std::int64_t capacity() const noexcept { return store_.capacity(); }
-  [[nodiscard]] std::int64_t added() const noexcept { return store_.added(); }
-  [[nodiscard]] std::int64_t dropped() const noexcept { return store_.dropped(); }
-  [[nodiscard]] std::int64_t bytes() const noexcept { return store_.bytes(); }
-  [[nodiscard]] const c10::Device& device() const noexcept { return store_.device(); }
+  TransitionStore store_;
 
  private:
-  TransitionStore store_;
+  [[nodiscard]] const Buffer& self() const noexcept { return static_cast<const Buffer&>(*this); }
+  [[nodiscard]] Buffer& self() noexcept { return static_cast<Buffer&>(*this); }
 };
 
 }  // namespace anvil::detail
@@ -12784,21 +12864,15 @@ namespace anvil {
 /// importance weight (p / p_min)^-beta, i.e. (N P(i))^-beta divided by the largest weight
 /// any stored transition could get, with beta rising linearly to 1 over the run. The
 /// Trainer feeds each update's TD errors back through `update_priorities`.
-class PrioritizedBuffer {
+class PrioritizedBuffer : public detail::ReplayBase<PrioritizedBuffer> {
  public:
-  using policy_kind = BufferKind;
-  static constexpr FixedString config_section = "buffer";
-  static constexpr bool on_policy = false;
-  using Batch = ReplayBatch;
-  using Step = StepBatch;
   /// The format tag of the files `save(path)` writes.
   static constexpr const char* file_format = "anvil PrioritizedBuffer v4";
 
   using Config = PrioritizedBufferConfig;
 
   PrioritizedBuffer(const EnvSpec& spec, const Config& cfg, const RunContext& ctx)
-      : core_(spec, cfg.capacity, cfg.storage, cfg.obs_dtype, cfg.n_step, ctx, "PrioritizedBuffer",
-              tree_bytes(spec, cfg)),
+      : ReplayBase(spec, cfg, ctx, "PrioritizedBuffer", tree_bytes(spec, cfg)),
         cfg_(cfg),
         balance_(cfg.balance_tasks && spec.tasks.size() > 1),
         horizon_(cfg.beta_steps),
@@ -12814,21 +12888,21 @@ class PrioritizedBuffer {
 
   /// Adds one step of N envs (row i = env i) at the largest priority so far.
   void add(const StepBatch& step) {
-    const auto [first, n] = core_.add(step);
+    const auto [first, n] = store_.add(step);
     if (!balance_) {
       slots_.resize(static_cast<std::size_t>(n));
       values_.assign(static_cast<std::size_t>(n), max_priority_);
-      for (std::int64_t i = 0; i < n; ++i) slots_[static_cast<std::size_t>(i)] = core_.slot_of(first + i);
+      for (std::int64_t i = 0; i < n; ++i) slots_[static_cast<std::size_t>(i)] = store_.slot_of(first + i);
       trees_[0].set(slots_, values_);
     } else {
       for (std::int64_t i = 0; i < n; ++i) {
-        const std::int64_t s = core_.slot_of(first + i);
+        const std::int64_t s = store_.slot_of(first + i);
         set_leaf(s, tree_of(s), max_priority_);
       }
     }
     // Transitions that left early (their observation was overwritten) can no longer be drawn.
-    for (auto k : core_.killed())
-      if (!core_.valid(k)) set_leaf(k, holder(k), 0.0);
+    for (auto k : store_.killed())
+      if (!store_.valid(k)) set_leaf(k, holder(k), 0.0);
   }
 
   /// `n` transitions, one from each of n equal slices of the total priority, with their
@@ -12838,7 +12912,7 @@ class PrioritizedBuffer {
   /// then correct for the probability of the draw: a task's share times the transition's
   /// priority over its task's total.
   ReplayBatch sample(std::int64_t n) {
-    core_.check_batch(n);
+    check_batch(n);
     mass_.resize(static_cast<std::size_t>(n));
     sampled_.resize(static_cast<std::size_t>(n));
     // (P / P_min)^-beta = exp(-beta (log P - log P_min)), P the probability of the draw.
@@ -12863,7 +12937,7 @@ class PrioritizedBuffer {
     if (!balance_) {
       draw(0, 0, n, 1.0);
     } else {
-      const auto quota = core_.task_quotas(n, calls_++);
+      const auto quota = task_quotas(n, calls_++);
       std::int64_t begin = 0;
       for (std::size_t k = 0; k < quota.size(); ++k) {
         if (quota[k] == 0) continue;
@@ -12878,8 +12952,8 @@ class PrioritizedBuffer {
     simd::exp(priority_.data(), log_p_.data(), n);  // (the priorities are no longer needed)
     auto* wp = w.data_ptr<float>();
     for (std::int64_t k = 0; k < n; ++k) wp[k] = static_cast<float>(priority_[static_cast<std::size_t>(k)]);
-    auto batch = core_.gather(sampled_);
-    batch.weight = core_.device().is_cpu() ? w : w.to(core_.device(), /*non_blocking=*/true);
+    auto batch = store_.gather(sampled_);
+    batch.weight = store_.device().is_cpu() ? w : w.to(store_.device(), /*non_blocking=*/true);
     return batch;
   }
   /// Whether batches are balanced over tasks.
@@ -12909,7 +12983,7 @@ class PrioritizedBuffer {
   /// The importance-weight exponent now: `beta` rising linearly to 1 over the horizon.
   [[nodiscard]] double beta() const noexcept {
     if (horizon_ <= 0) return cfg_.beta;
-    const double f = std::min(1.0, static_cast<double>(core_.added()) / static_cast<double>(horizon_));
+    const double f = std::min(1.0, static_cast<double>(store_.added()) / static_cast<double>(horizon_));
     return cfg_.beta + (1.0 - cfg_.beta) * f;
   }
   /// The run's length in env steps, for the beta schedule when `beta_steps` is 0 (the
@@ -12920,8 +12994,8 @@ class PrioritizedBuffer {
 
   /// The priority of stored transition `id`.
   [[nodiscard]] double priority(std::int64_t id) const {
-    if (!core_.live(id)) throw Error("PrioritizedBuffer::priority: id " + std::to_string(id) + " is not stored");
-    const auto s = core_.slot_of(id);
+    if (!store_.live(id)) throw Error("PrioritizedBuffer::priority: id " + std::to_string(id) + " is not stored");
+    const auto s = store_.slot_of(id);
     return trees_[holder(s)].get(s);
   }
   /// Sum of all stored priorities.
@@ -12933,9 +13007,6 @@ class PrioritizedBuffer {
   /// Priority updates skipped because their transition had been overwritten.
   [[nodiscard]] std::int64_t stale_updates() const noexcept { return stale_; }
 
-  /// The discount of n-step returns (the Trainer passes the algorithm's gamma; 0.99 before).
-  void set_discount(double gamma) noexcept { core_.set_discount(gamma); }
-
   /// The run's plan (the loop calls it before the run and after a resume): the discount of
   /// n-step returns, and the run's length for the beta schedule.
   void plan(const StoragePlan& p) noexcept {
@@ -12944,17 +13015,18 @@ class PrioritizedBuffer {
   }
 
   /// State protocol (core/state.hpp): transitions, priorities, n-step windows, sampling state.
+  using ReplayBase::save, ReplayBase::load;  // (the buffer file)
   void save(BinaryWriter& w) const {
-    core_.save(w);
+    store_.save(w);
     w.value(rng_.state());
     w.value(max_priority_);
     w.value(stale_);
     w.value(horizon_);
     w.value(calls_);
-    for (std::int64_t i = 0; i < core_.stored(); ++i) w.value(trees_[holder(i)].get(i));
+    for (std::int64_t i = 0; i < store_.stored(); ++i) w.value(trees_[holder(i)].get(i));
   }
   struct Saved {
-    detail::ReplayCore::Saved core;
+    detail::TransitionStore::Saved core;
     Rng::State rng{};
     double max_priority = 1.0;
     std::int64_t stale = 0, horizon = 0, calls = 0;
@@ -12962,7 +13034,7 @@ class PrioritizedBuffer {
   };
   /// Reads what `save` wrote, checked against this buffer's config; changes nothing.
   [[nodiscard]] Saved read(BinaryReader& r) const {
-    Saved s{core_.read(r), {}, 1.0, 0, 0, 0, {}};
+    Saved s{store_.read(r), {}, 1.0, 0, 0, 0, {}};
     s.rng = r.value<Rng::State>("sampling state");
     s.max_priority = r.value<double>("largest priority");
     s.stale = r.value<std::int64_t>("stale update count");
@@ -12975,7 +13047,7 @@ class PrioritizedBuffer {
     return s;
   }
   void restore(Saved&& s) {
-    core_.restore(std::move(s.core));
+    store_.restore(std::move(s.core));
     rng_.set_state(s.rng);
     max_priority_ = s.max_priority;
     stale_ = s.stale;
@@ -12991,29 +13063,17 @@ class PrioritizedBuffer {
     std::fill(leaf_tree_.begin(), leaf_tree_.end(), -1);
     for (std::size_t i = 0; i < s.priorities.size(); ++i) {  // each leaf in its task's tree
       const auto slot = static_cast<std::int64_t>(i);
-      const std::int32_t k = core_.task_of(slot);
+      const std::int32_t k = store_.task_of(slot);
       if (k >= 0) set_leaf(slot, static_cast<std::size_t>(k), s.priorities[i]);
     }
   }
 
-  /// Writes the buffer to `path`, atomically: a crash mid-save leaves the previous file intact.
-  void save(const std::filesystem::path& path) const { save_file(*this, path, file_format); }
-  /// Restores what `save(path)` wrote; the buffer's config must match. On any error the
-  /// buffer is unchanged.
-  void load(const std::filesystem::path& path) { read_file(*this, path, file_format)(); }
-
-  [[nodiscard]] std::int64_t size() const noexcept { return core_.size(); }
-  [[nodiscard]] std::int64_t capacity() const noexcept { return core_.capacity(); }
-  [[nodiscard]] std::int64_t added() const noexcept { return core_.added(); }
-  /// Transitions that left early (see `UniformBuffer::dropped`).
-  [[nodiscard]] std::int64_t dropped() const noexcept { return core_.dropped(); }
   /// Bytes of preallocated storage, trees included.
   [[nodiscard]] std::int64_t bytes() const noexcept {
-    std::int64_t b = core_.bytes() + static_cast<std::int64_t>(leaf_tree_.size() * sizeof(std::int32_t));
+    std::int64_t b = store_.bytes() + static_cast<std::int64_t>(leaf_tree_.size() * sizeof(std::int32_t));
     for (const auto& t : trees_) b += t.bytes();
     return b;
   }
-  [[nodiscard]] const c10::Device& device() const noexcept { return core_.device(); }
 
  private:
   // The host memory of the priority trees (one per task when balancing) and their index.
@@ -13025,7 +13085,7 @@ class PrioritizedBuffer {
   // The tree row `slot`'s transition belongs in (its task's when balancing), and the one its
   // leaf is in now.
   [[nodiscard]] std::size_t tree_of(std::int64_t slot) const noexcept {
-    return balance_ ? static_cast<std::size_t>(core_.task_of(slot)) : 0;
+    return balance_ ? static_cast<std::size_t>(store_.task_of(slot)) : 0;
   }
   [[nodiscard]] std::size_t holder(std::int64_t slot) const noexcept {
     if (!balance_) return 0;
@@ -13077,14 +13137,14 @@ class PrioritizedBuffer {
         throw Error(who + what + " " + std::to_string(k) + " (id " + std::to_string(ip[k]) + ") is " +
                     std::to_string(v) + "; priorities must be finite and >= 0 (a NaN TD error "
                     "usually means the losses diverged)");
-      if (ip[k] < 0 || ip[k] >= core_.added())
+      if (ip[k] < 0 || ip[k] >= store_.added())
         throw Error(who + "id " + std::to_string(ip[k]) + " (entry " + std::to_string(k) +
-                    ") is out of range: " + std::to_string(core_.added()) + " transitions were added");
-      if (!core_.live(ip[k])) {  // overwritten since it was sampled
+                    ") is out of range: " + std::to_string(store_.added()) + " transitions were added");
+      if (!store_.live(ip[k])) {  // overwritten since it was sampled
         ++stale_;
         continue;
       }
-      slots_.push_back(core_.slot_of(ip[k]));
+      slots_.push_back(store_.slot_of(ip[k]));
       values_.push_back(p);
       max_priority_ = std::max(max_priority_, p);
     }
@@ -13095,7 +13155,6 @@ class PrioritizedBuffer {
     for (std::size_t k = 0; k < slots_.size(); ++k) set_leaf(slots_[k], tree_of(slots_[k]), values_[k]);
   }
 
-  detail::ReplayCore core_;
   Config cfg_;
   bool balance_;
   std::vector<detail::PriorityTree> trees_;  // one, or one per task when balancing
@@ -13354,12 +13413,8 @@ static_assert(Buffer<RolloutBuffer>);
 /// @file
 /// `UniformBuffer`: experience replay with uniform sampling (Lin 1992; Mnih et al. 2015).
 
-#include <ATen/ATen.h>
-
-#include <array>
-#include <filesystem>
 #include <cstdint>
-#include <string>
+#include <utility>
 #include <vector>
 
 
@@ -13369,109 +13424,82 @@ namespace anvil {
 /// observation stored once (buffers/detail/transition_store.hpp). One call adds a whole
 /// step of N envs; one call samples a batch; when full, new transitions overwrite the
 /// oldest. Terminated and truncated are kept apart: only `terminated` stops bootstrapping.
-class UniformBuffer {
+class UniformBuffer : public detail::ReplayBase<UniformBuffer> {
  public:
-  using policy_kind = BufferKind;
-  static constexpr FixedString config_section = "buffer";
-  static constexpr bool on_policy = false;
-  using Batch = ReplayBatch;
-  using Step = StepBatch;
   /// The format tag of the files `save(path)` writes.
   static constexpr const char* file_format = "anvil UniformBuffer v4";
 
   using Config = UniformBufferConfig;
 
   UniformBuffer(const EnvSpec& spec, const Config& cfg, const RunContext& ctx)
-      : core_(spec, cfg.capacity, cfg.storage, cfg.obs_dtype, cfg.n_step, ctx, "UniformBuffer"),
+      : ReplayBase(spec, cfg, ctx, "UniformBuffer"),
         balance_(cfg.balance_tasks && spec.tasks.size() > 1),
         rng_(ctx.seed_for(Stream::buffer)) {}
 
   /// Adds one step of N envs (row i = env i). N may exceed the free space: the ring wraps.
   /// With n-step returns, what is stored is the transitions this step completes.
-  void add(const StepBatch& s) { core_.add(s); }
+  void add(const StepBatch& s) { store_.add(s); }
 
   /// `n` transitions drawn uniformly with replacement; `index` holds their ids. With an env
   /// that has tasks and `balance_tasks`, each task that has transitions gets an equal share
   /// of the batch (see `ReplayCore::task_quotas`), drawn uniformly among its own; the batch
   /// lists them task by task.
   ReplayBatch sample(std::int64_t n) {
-    core_.check_batch(n);
+    check_batch(n);
     slots_.resize(static_cast<std::size_t>(n));
-    const auto rows = static_cast<std::uint64_t>(core_.stored());
-    const bool gaps = core_.size() < core_.stored();  // rows of transitions that left early
+    const auto rows = static_cast<std::uint64_t>(store_.stored());
+    const bool gaps = size() < store_.stored();  // rows of transitions that left early
     if (!balance_) {
       for (auto& s : slots_) {
         do s = static_cast<std::int64_t>(rng_.below(rows));
-        while (gaps && !core_.valid(s));  // (rare) are drawn again
+        while (gaps && !store_.valid(s));  // (rare) are drawn again
       }
-      return core_.gather(slots_);
+      return store_.gather(slots_);
     }
     // Uniform draws kept while their task's quota is open: each task's share is a uniform
     // sample of its own transitions.
-    const auto quota = core_.task_quotas(n, calls_++);
+    const auto quota = task_quotas(n, calls_++);
     std::vector<std::int64_t> begin(quota.size() + 1, 0), filled(quota.size(), 0);
     for (std::size_t k = 0; k < quota.size(); ++k) begin[k + 1] = begin[k] + quota[k];
     for (std::int64_t got = 0; got < n;) {
       const auto s = static_cast<std::int64_t>(rng_.below(rows));
-      if (gaps && !core_.valid(s)) continue;
-      const auto k = static_cast<std::size_t>(core_.task_of(s));
+      if (gaps && !store_.valid(s)) continue;
+      const auto k = static_cast<std::size_t>(store_.task_of(s));
       if (filled[k] == quota[k]) continue;
       slots_[static_cast<std::size_t>(begin[k] + filled[k]++)] = s;
       ++got;
     }
-    return core_.gather(slots_);
+    return store_.gather(slots_);
   }
   /// Whether batches are balanced over tasks.
   [[nodiscard]] bool balances_tasks() const noexcept { return balance_; }
 
-  /// The discount of n-step returns (the Trainer passes the algorithm's gamma; 0.99 before).
-  void set_discount(double gamma) noexcept { core_.set_discount(gamma); }
-  /// The run's plan (the loop calls it before the run and after a resume): the discount.
-  void plan(const StoragePlan& p) noexcept { set_discount(p.discount); }
-
   /// State protocol (core/state.hpp): the transitions, n-step windows and sampling state.
+  using ReplayBase::save, ReplayBase::load;  // (the buffer file)
   void save(BinaryWriter& w) const {
-    core_.save(w);
+    store_.save(w);
     w.value(rng_.state());
     w.value(calls_);
   }
   struct Saved {
-    detail::ReplayCore::Saved core;
+    detail::TransitionStore::Saved core;
     Rng::State rng{};
     std::int64_t calls = 0;
   };
   /// Reads what `save` wrote, checked against this buffer's config; changes nothing.
   [[nodiscard]] Saved read(BinaryReader& r) const {
-    Saved s{core_.read(r), {}, 0};
+    Saved s{store_.read(r), {}, 0};
     s.rng = r.value<Rng::State>("sampling state");
     s.calls = r.value<std::int64_t>("balanced batches drawn");
     return s;
   }
   void restore(Saved&& s) {
-    core_.restore(std::move(s.core));
+    store_.restore(std::move(s.core));
     rng_.set_state(s.rng);
     calls_ = s.calls;
   }
 
-  /// Writes the buffer to `path`, atomically: a crash mid-save leaves the previous file intact.
-  void save(const std::filesystem::path& path) const { save_file(*this, path, file_format); }
-  /// Restores what `save(path)` wrote; the buffer's config must match. On any error the
-  /// buffer is unchanged.
-  void load(const std::filesystem::path& path) { read_file(*this, path, file_format)(); }
-
-  [[nodiscard]] std::int64_t size() const noexcept { return core_.size(); }
-  [[nodiscard]] std::int64_t capacity() const noexcept { return core_.capacity(); }
-  /// Transitions stored since construction (including overwritten ones).
-  [[nodiscard]] std::int64_t added() const noexcept { return core_.added(); }
-  /// Transitions that left before `capacity` newer ones arrived, because the observation
-  /// ring ran out (episodes under 4 steps, or observations that do not chain).
-  [[nodiscard]] std::int64_t dropped() const noexcept { return core_.dropped(); }
-  /// Bytes of preallocated storage.
-  [[nodiscard]] std::int64_t bytes() const noexcept { return core_.bytes(); }
-  [[nodiscard]] const c10::Device& device() const noexcept { return core_.device(); }
-
  private:
-  detail::ReplayCore core_;
   bool balance_;
   Rng rng_;
   std::int64_t calls_ = 0;  // balanced batches drawn (which task gets the remainder rotates)
@@ -14512,194 +14540,36 @@ struct policy_config<BasicSAC<nn::GaussianActor, nn::TwinQ, kMultiTask>> {
 
 }  // namespace anvil
 // ---- end <anvil/algorithms/sac_config.hpp> ----
-// ---- begin <anvil/optim/graphed_update.hpp> ----
+// ---- begin <anvil/algorithms/sac_manual.hpp> ----
 /// @file
-/// `GraphedUpdate`: an algorithm's update as a CUDA graph (core/cuda_graph.hpp). The first
-/// `kWarmups` updates run op by op on the graph's stream; the next is captured through the
-/// step context (optimizer steps read their step count and learning rate from the device,
-/// nothing is timed) and then every update copies its inputs into fixed tensors and replays.
-/// The algorithm keeps what is its own: which updates a graph can hold, its inputs and
-/// outputs, and reading no host value while capturing. Compiled only with `ANVIL_WITH_CUDA`.
+/// SAC's CPU backend (`sac.manual_backward`): the critic part and the actor part of
+/// algorithms/sac_parts.hpp with hand-written gradients over the default networks'
+/// tapes (nn/manual_mlp.hpp, nn/gaussian_actor.hpp): the same arithmetic as autograd,
+/// without its graph, into the flat gradients the optimizers read. Float32 on the CPU.
 
-// ---- begin <anvil/core/cuda_graph.hpp> ----
-/// @file
-/// `cuda::Graph`: a piece of device work captured once as a CUDA graph and replayed with one
-/// launch. Small RL networks on a GPU are bound by the host: an autograd SAC update
-/// dispatches about 1,100 ATen operators, each a few microseconds of host work and a kernel
-/// launch of a few microseconds of GPU work, so the GPU idles (benchmarks/RESULTS.md, "On a
-/// GPU"). A replay launches the same kernels from the GPU's side with no host work per
-/// kernel.
-///
-/// What is captured must be device work alone: no host synchronisation (`item()`, a copy to
-/// the host), no host value that changes between replays (read such values from device
-/// tensors), and inputs and outputs in fixed tensors (copy new inputs in before a replay;
-/// read or copy outputs before the next). Capture runs on a side stream after warm-ups on
-/// that stream (cuBLAS workspaces, autograd's state and the caching allocator see the work
-/// once first), with the capture mode local to the capturing thread, so other threads'
-/// CUDA calls go on. Tensors made inside the capture live in the graph's private memory pool.
-///
-/// Compiled only when `ANVIL_WITH_CUDA` is 1: CMake defines it when LibTorch has CUDA
-/// (target torch_cuda), scripts/gpu-check.sh on its g++ line. Without it `kCudaGraphs` is
-/// false, the class is absent, and callers keep their op-by-op path.
+#include <torch/utils.h>
 
-#if defined(ANVIL_WITH_CUDA) && ANVIL_WITH_CUDA
-#include <ATen/cuda/CUDAGraph.h>
-#include <c10/cuda/CUDAFunctions.h>
-#include <c10/cuda/CUDAGuard.h>
-#include <c10/cuda/CUDAStream.h>
-
-#include <memory>
-#include <utility>
-#endif
-
-#include <c10/core/Device.h>
-
-namespace anvil::cuda {
-
-#if defined(ANVIL_WITH_CUDA) && ANVIL_WITH_CUDA
-/// Whether this build can capture CUDA graphs.
-inline constexpr bool kCudaGraphs = true;
-
-/// One captured piece of device work (see file comment).
-class Graph {
- public:
-  /// A graph for work on CUDA device `device`, with a side stream of its own.
-  explicit Graph(c10::Device device)
-      : stream_(c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device.index() < 0
-                                                                          ? c10::cuda::current_device()
-                                                                          : device.index())) {}
-
-  /// Runs `f` eagerly on the capture stream, the device idle before and after.
-  template <class F>
-  void warm_up(F&& f) {
-    c10::cuda::device_synchronize();
-    {
-      c10::cuda::CUDAStreamGuard on(stream_);
-      std::forward<F>(f)();
-    }
-    c10::cuda::device_synchronize();
-  }
-
-  /// Captures the device work `f` enqueues (nothing runs: `replay` runs it). If `f` throws,
-  /// the capture is ended and dropped, and the error passes on.
-  template <class F>
-  void capture(F&& f) {
-    c10::cuda::device_synchronize();
-    graph_ = std::make_unique<at::cuda::CUDAGraph>();
-    {
-      c10::cuda::CUDAStreamGuard on(stream_);
-      graph_->capture_begin({0, 0}, cudaStreamCaptureModeThreadLocal);
-      try {
-        std::forward<F>(f)();
-      } catch (...) {
-        try {
-          graph_->capture_end();
-        } catch (...) {  // the capture was already broken: the first error is the one to report
-        }
-        graph_.reset();
-        throw;
-      }
-      graph_->capture_end();
-    }
-    c10::cuda::device_synchronize();
-  }
-
-  /// Runs the captured work on the current stream (after what is already queued there).
-  void replay() { graph_->replay(); }
-  [[nodiscard]] bool captured() const noexcept { return graph_ != nullptr; }
-
- private:
-  c10::cuda::CUDAStream stream_;
-  std::unique_ptr<at::cuda::CUDAGraph> graph_;
-};
-#else
-inline constexpr bool kCudaGraphs = false;
-#endif
-
-}  // namespace anvil::cuda
-// ---- end <anvil/core/cuda_graph.hpp> ----
-
-#if defined(ANVIL_WITH_CUDA) && ANVIL_WITH_CUDA
-#include <ATen/autocast_mode.h>
-
-#include <exception>
-#include <string>
-#include <string_view>
-#include <utility>
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <initializer_list>
 #include <vector>
 
+// ---- begin <anvil/algorithms/sac_parts.hpp> ----
+/// @file
+/// SAC's update in parts, apart from the algorithm's class (algorithms/sac.hpp), the RLtools
+/// way: the data each part gives back, and the generic operations (autograd, any networks,
+/// any device): the critic part, the actor part and the temperature's gradient. The CPU
+/// backend of the same parts is algorithms/sac_manual.hpp; the CUDA graph replays these
+/// (optim/graphed_update.hpp). Each part reads the parameters as they were before the
+/// update, so the critic's and the actor's parts are independent.
 
-namespace anvil {
+#include <torch/utils.h>
 
-/// One captured form of an update (see file comment).
-class GraphedUpdate {
- public:
-  static constexpr int kWarmups = 2;
+#include <concepts>
+#include <cstdint>
+#include <utility>
 
-  explicit GraphedUpdate(c10::Device d) : graph_(d) {}
-
-  /// Whether the next update is a warm-up (run it op by op through `warm_up`).
-  [[nodiscard]] bool warming() const noexcept { return warmups_ < kWarmups; }
-  [[nodiscard]] bool captured() const noexcept { return graph_.captured(); }
-
-  /// Runs one update op by op on the graph's stream.
-  template <class F>
-  void warm_up(F&& f) {
-    ++warmups_;
-    graph_.warm_up(std::forward<F>(f));
-  }
-
-  /// A fixed tensor shaped like `t` (undefined for an undefined `t`): an input of the
-  /// capture, filled by each `replay` from the value in its place.
-  at::Tensor input(const at::Tensor& t) {
-    inputs_.push_back(t.defined() ? at::empty(t.sizes(), t.options()) : t);
-    return inputs_.back();
-  }
-  /// A fixed input of `sizes` with `options` (e.g. on the device for a value given on the
-  /// host: the replay's copy moves and converts it).
-  at::Tensor input(at::IntArrayRef sizes, const at::TensorOptions& options) {
-    inputs_.push_back(at::empty(sizes, options));
-    return inputs_.back();
-  }
-
-  /// Captures `f` (the update's device work, on the `input` tensors) through `ctx`, with
-  /// autocast's cache off (cached casts would outlive the capture). A failure names `who`
-  /// (the config section) and its `cuda_graph` switch.
-  template <class F>
-  void capture(StepContext& ctx, std::string_view who, F&& f) {
-    const StepContext::Capture capture(ctx);
-    const bool cache = at::autocast::is_autocast_cache_enabled();
-    at::autocast::set_autocast_cache_enabled(false);
-    try {
-      graph_.capture(std::forward<F>(f));
-    } catch (const std::exception& e) {
-      at::autocast::set_autocast_cache_enabled(cache);
-      throw Error(std::string(who) + ": capturing the update as a CUDA graph failed (" + e.what() + "); run with " +
-                  std::string(who) + ".cuda_graph=false");
-    }
-    at::autocast::set_autocast_cache_enabled(cache);
-  }
-
-  /// Copies `values` (one per `input`, in the same order; undefined where the input is)
-  /// into the fixed inputs, then replays the update on the current stream.
-  void replay(const std::vector<at::Tensor>& values) {
-    if (values.size() != inputs_.size())
-      throw Error("GraphedUpdate::replay: " + std::to_string(values.size()) + " values for " +
-                  std::to_string(inputs_.size()) + " inputs");
-    for (std::size_t i = 0; i < values.size(); ++i)
-      if (inputs_[i].defined()) inputs_[i].copy_(values[i], /*non_blocking=*/true);
-    graph_.replay();
-  }
-
- private:
-  cuda::Graph graph_;
-  int warmups_ = 0;
-  std::vector<at::Tensor> inputs_;
-};
-
-}  // namespace anvil
-#endif
-// ---- end <anvil/optim/graphed_update.hpp> ----
 
 namespace anvil {
 
@@ -14734,47 +14604,146 @@ concept TwinCriticNetwork =
 
 namespace detail {
 
-/// Buffers of SAC's hand-written fast path (`manual_backward`): one set per part of the
-/// update, so the critic part and the actor part can run at once (see nn/manual_mlp.hpp).
-struct SacManual {
-  SacManual(const FlatParameters& critic, const nn::TwinQ& q, const FlatParameters& actor,
-            const nn::GaussianActor& pi) {
-    const auto grads_of = [](const FlatParameters& fp, const at::Tensor& flat, const nn::Mlp& m) {
-      std::vector<at::Tensor> v;
-      for (const auto& p : m->parameters()) v.push_back(fp.slice_for(flat, p));
-      return v;
-    };
-    critic_grad = at::empty({critic.numel()}, critic.flat().options());
-    q1_grads = grads_of(critic, critic_grad, q->q1());
-    q2_grads = grads_of(critic, critic_grad, q->q2());
-    actor_grad = at::empty({actor.numel()}, actor.flat().options());
-    actor_grads = grads_of(actor, actor_grad, pi->net());
-    alpha_grad = at::empty({1}, actor.flat().options());
-  }
-  // critic part
-  nn::GaussianActorTape next_tape;
-  nn::MlpTape tq1, tq2, q1, q2;
-  at::Tensor x_next, x, dq1, dq2, critic_grad;
-  std::vector<at::Tensor> q1_grads, q2_grads;
-  // actor part
-  nn::GaussianActorTape actor_tape;
-  nn::MlpTape aq1, aq2;
-  at::Tensor xa, dqa1, dqa2, dx1, dx2, da, dlp, actor_grad, alpha_grad;
-  std::vector<at::Tensor> actor_grads;
-  // act()
-  nn::GaussianActorTape act_tape;
-};
-
+/// What the critic part gives back.
 struct SacCriticResult {
   at::Tensor grad, td;  // flat critic gradient; per-sample |TD error| (mean of both Qs)
   double loss = 0, q_mean = 0;
   at::Tensor loss_t, q_mean_t;  // the same on the device (autograd path; a CUDA graph reads these)
 };
+/// What the actor part gives back (and the single temperature's gradient, when it learns).
 struct SacActorResult {
   at::Tensor grad, alpha_grad;
   double loss = 0, entropy = 0, alpha_loss = 0;
   at::Tensor log_prob;  // per transition, when the caller computes the temperatures' gradient
   at::Tensor loss_t, entropy_t, alpha_loss_t;  // on the device (autograd path)
+};
+
+/// The temperature a part weighs log-densities by: one value, or a tensor (one per
+/// transition, by its task; or a device scalar, which a CUDA graph reads at replay).
+struct SacAlpha {
+  double value = 0;
+  at::Tensor row;
+  [[nodiscard]] at::Tensor times(const at::Tensor& log_prob) const { return row.defined() ? row * log_prob : value * log_prob; }
+};
+
+/// The critic part by autograd: the soft Bellman target y = r + discount (1 - terminated)
+/// (min target Q - alpha log pi), in float32 and without gradients; the critics' halved
+/// squared errors, weighed by the batch's importance weights when it has them; their
+/// gradient through `ctx` in `opt`'s flat layout. Host values only when not capturing.
+template <class Actor, class Critic>
+SacCriticResult autograd_critic(Actor& actor, Critic& critic, Critic& target_critic, const FlatAdam& opt, double gamma,
+                                const ReplayBatch& b, const SacAlpha& alpha, const at::Tensor& noise_next,
+                                StepContext& ctx) {
+  at::Tensor target;
+  {
+    torch::NoGradGuard no_grad;
+    auto guard = ctx.autocast();
+    auto next = actor->sample(b.next_obs, noise_next);
+    auto [tq1, tq2] = target_critic->forward(b.next_obs, next.action);
+    const auto v = at::min(tq1, tq2).to(at::kFloat) - alpha.times(next.log_prob.to(at::kFloat));
+    const auto discount = b.discount.defined() ? b.discount : at::full({}, gamma, v.options());
+    target = b.reward + discount * (1.0 - b.terminated) * v;
+  }
+  auto guard = ctx.autocast();
+  auto [q1, q2] = critic->forward(b.obs, b.action);
+  auto e1 = q1.to(at::kFloat) - target, e2 = q2.to(at::kFloat) - target;
+  auto per_sample = 0.5 * (e1.square() + e2.square());
+  auto loss = b.weight.defined() ? (b.weight * per_sample).mean() : per_sample.mean();
+  SacCriticResult r;
+  r.grad = ctx.gradient(loss, opt);
+  r.td = 0.5 * (e1.abs() + e2.abs()).detach();
+  r.loss_t = loss.detach();
+  r.q_mean_t = q1.detach().mean();
+  if (!ctx.capturing()) {
+    r.loss = r.loss_t.item().toDouble();
+    r.q_mean = r.q_mean_t.item().toDouble();
+  }
+  return r;
+}
+
+/// The actor part by autograd: alpha log pi - min Q at reparameterised actions, weighed per
+/// transition when `weight_row` is given; its gradient through `ctx` in `opt`'s layout. The
+/// log-densities come back (detached, float32) for the temperature's gradient.
+template <class Actor, class Critic>
+SacActorResult autograd_actor(Actor& actor, Critic& critic, const FlatAdam& opt, const ReplayBatch& b,
+                              const SacAlpha& alpha, const at::Tensor& noise, StepContext& ctx,
+                              const at::Tensor& weight_row = {}) {
+  auto guard = ctx.autocast();
+  auto s = actor->sample(b.obs, noise);
+  auto [q1, q2] = critic->forward(b.obs, s.action);
+  auto log_prob = s.log_prob.to(at::kFloat);
+  auto per_sample = alpha.times(log_prob) - at::min(q1, q2).to(at::kFloat);
+  auto loss = weight_row.defined() ? (weight_row * per_sample).mean() : per_sample.mean();
+  SacActorResult r;
+  r.grad = ctx.gradient(loss, opt);
+  r.loss_t = loss.detach();
+  r.entropy_t = -log_prob.detach().mean();
+  r.log_prob = log_prob.detach();
+  if (!ctx.capturing()) {
+    r.loss = r.loss_t.item().toDouble();
+    r.entropy = r.entropy_t.item().toDouble();
+  }
+  return r;
+}
+
+/// The single temperature's part by autograd: the gradient of
+/// -(log_alpha (log_prob + target_entropy)).mean() into `r`.
+inline void autograd_temperature(SacActorResult& r, const at::Tensor& log_alpha, const FlatAdam& opt,
+                                 double target_entropy, StepContext& ctx) {
+  auto alpha_loss = -(log_alpha * (r.log_prob + target_entropy)).mean();
+  r.alpha_grad = ctx.gradient(alpha_loss, opt);
+  r.alpha_loss_t = alpha_loss.detach();
+  if (!ctx.capturing()) r.alpha_loss = r.alpha_loss_t.item().toDouble();
+}
+
+/// Per task: the gradient of -(log_alpha[task_i] (log_prob_i + target_entropy[task_i])).mean()
+/// with respect to each task's log_alpha, and that loss.
+inline std::pair<at::Tensor, double> task_temperatures(const at::Tensor& log_alpha, const std::vector<double>& target_entropy,
+                                                       const at::Tensor& log_prob, const at::Tensor& task) {
+  torch::NoGradGuard no_grad;
+  const auto dev = log_alpha.device();
+  const auto lp = log_prob.to(dev, at::kFloat).reshape({-1});
+  const auto tk = task.to(dev, at::kLong).reshape({-1});
+  const auto ent = at::tensor(std::vector<float>(target_entropy.begin(), target_entropy.end()), at::TensorOptions().device(dev));
+  const auto term = lp + ent.index_select(0, tk);  // log_prob_i + target_entropy[task_i]
+  const double n = static_cast<double>(lp.numel());
+  auto grad = at::zeros({log_alpha.numel()}, term.options()).index_add_(0, tk, -term) / n;
+  const double loss = -(log_alpha.detach().index_select(0, tk) * term).sum().item<double>() / n;
+  return {grad, loss};
+}
+
+}  // namespace detail
+}  // namespace anvil
+// ---- end <anvil/algorithms/sac_parts.hpp> ----
+
+namespace anvil::detail {
+
+/// Buffers of SAC's hand-written fast path (`manual_backward`): one set per part of the
+/// update, so the critic part and the actor part can run at once (see nn/manual_mlp.hpp).
+struct SacManual {
+  SacManual(const FlatParameters& critic, const nn::TwinQ& q, const FlatParameters& actor,
+            const nn::GaussianActor& pi)
+      : critic_grad(critic.new_gradient()),
+        q1_grads(critic.views_of(critic_grad, q->q1()->parameters())),
+        q2_grads(critic.views_of(critic_grad, q->q2()->parameters())),
+        actor_grad(actor.new_gradient()),
+        actor_grads(actor.views_of(actor_grad, pi->net()->parameters())),
+        alpha_grad(at::empty({1}, actor.flat().options())) {}
+  at::Tensor critic_grad;
+  std::vector<at::Tensor> q1_grads, q2_grads;
+  at::Tensor actor_grad;
+  std::vector<at::Tensor> actor_grads;
+  at::Tensor alpha_grad;
+  // critic part
+  nn::GaussianActorTape next_tape;
+  nn::MlpTape tq1, tq2, q1, q2;
+  at::Tensor x_next, x, dq1, dq2;
+  // actor part
+  nn::GaussianActorTape actor_tape;
+  nn::MlpTape aq1, aq2;
+  at::Tensor xa, dqa1, dqa2, dx1, dx2, da, dlp;
+  // act()
+  nn::GaussianActorTape act_tape;
 };
 
 // Rows of [obs | action] for the critics: copies `obs` [B, od] into the first od columns of
@@ -14920,7 +14889,253 @@ inline SacActorResult manual_actor(SacManual& m, const nn::GaussianActorImpl& ac
   return r;
 }
 
-}  // namespace detail
+}  // namespace anvil::detail
+// ---- end <anvil/algorithms/sac_manual.hpp> ----
+// ---- begin <anvil/optim/graphed_update.hpp> ----
+/// @file
+/// `GraphedUpdate`: an algorithm's update as a CUDA graph (core/cuda_graph.hpp). The first
+/// `kWarmups` updates run op by op on the graph's stream; the next is captured through the
+/// step context (optimizer steps read their step count and learning rate from the device,
+/// nothing is timed) and then every update copies its inputs into fixed tensors and replays.
+/// The algorithm keeps what is its own: which updates a graph can hold, its inputs and
+/// outputs, and reading no host value while capturing. `GraphedUpdates` keeps an
+/// algorithm's graphs, one per shape of update. Compiled in every build; without
+/// `ANVIL_WITH_CUDA` nothing is ever captured (`cuda::kCudaGraphs` is false).
+
+#include <ATen/autocast_mode.h>
+
+#include <cstdint>
+#include <exception>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+// ---- begin <anvil/core/cuda_graph.hpp> ----
+/// @file
+/// `cuda::Graph`: a piece of device work captured once as a CUDA graph and replayed with one
+/// launch. Small RL networks on a GPU are bound by the host: an autograd SAC update
+/// dispatches about 1,100 ATen operators, each a few microseconds of host work and a kernel
+/// launch of a few microseconds of GPU work, so the GPU idles (benchmarks/RESULTS.md, "On a
+/// GPU"). A replay launches the same kernels from the GPU's side with no host work per
+/// kernel.
+///
+/// What is captured must be device work alone: no host synchronisation (`item()`, a copy to
+/// the host), no host value that changes between replays (read such values from device
+/// tensors), and inputs and outputs in fixed tensors (copy new inputs in before a replay;
+/// read or copy outputs before the next). Capture runs on a side stream after warm-ups on
+/// that stream (cuBLAS workspaces, autograd's state and the caching allocator see the work
+/// once first), with the capture mode local to the capturing thread, so other threads'
+/// CUDA calls go on. Tensors made inside the capture live in the graph's private memory pool.
+///
+/// Captures only when `ANVIL_WITH_CUDA` is 1: CMake defines it when LibTorch has CUDA
+/// (target torch_cuda), scripts/gpu-check.sh on its g++ line. Without it `kCudaGraphs` is
+/// false and the class has the same interface but never captures (each call that would
+/// says so), so callers compile one path and choose it at run time, with no `#if`.
+
+#if defined(ANVIL_WITH_CUDA) && ANVIL_WITH_CUDA
+#include <ATen/cuda/CUDAGraph.h>
+#include <c10/cuda/CUDAFunctions.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+
+#include <memory>
+#include <utility>
+#endif
+
+#include <c10/core/Device.h>
+
+
+namespace anvil::cuda {
+
+#if defined(ANVIL_WITH_CUDA) && ANVIL_WITH_CUDA
+/// Whether this build can capture CUDA graphs.
+inline constexpr bool kCudaGraphs = true;
+
+/// One captured piece of device work (see file comment).
+class Graph {
+ public:
+  /// A graph for work on CUDA device `device`, with a side stream of its own.
+  explicit Graph(c10::Device device)
+      : stream_(c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device.index() < 0
+                                                                          ? c10::cuda::current_device()
+                                                                          : device.index())) {}
+
+  /// Runs `f` eagerly on the capture stream, the device idle before and after.
+  template <class F>
+  void warm_up(F&& f) {
+    c10::cuda::device_synchronize();
+    {
+      c10::cuda::CUDAStreamGuard on(stream_);
+      std::forward<F>(f)();
+    }
+    c10::cuda::device_synchronize();
+  }
+
+  /// Captures the device work `f` enqueues (nothing runs: `replay` runs it). If `f` throws,
+  /// the capture is ended and dropped, and the error passes on.
+  template <class F>
+  void capture(F&& f) {
+    c10::cuda::device_synchronize();
+    graph_ = std::make_unique<at::cuda::CUDAGraph>();
+    {
+      c10::cuda::CUDAStreamGuard on(stream_);
+      graph_->capture_begin({0, 0}, cudaStreamCaptureModeThreadLocal);
+      try {
+        std::forward<F>(f)();
+      } catch (...) {
+        try {
+          graph_->capture_end();
+        } catch (...) {  // the capture was already broken: the first error is the one to report
+        }
+        graph_.reset();
+        throw;
+      }
+      graph_->capture_end();
+    }
+    c10::cuda::device_synchronize();
+  }
+
+  /// Runs the captured work on the current stream (after what is already queued there).
+  void replay() { graph_->replay(); }
+  [[nodiscard]] bool captured() const noexcept { return graph_ != nullptr; }
+
+ private:
+  c10::cuda::CUDAStream stream_;
+  std::unique_ptr<at::cuda::CUDAGraph> graph_;
+};
+#else
+inline constexpr bool kCudaGraphs = false;
+
+/// Without CUDA: the interface above; callers check `kCudaGraphs` before using it.
+class Graph {
+ public:
+  explicit Graph(c10::Device /*device*/) {}
+  template <class F>
+  void warm_up(F&& /*f*/) { unavailable(); }
+  template <class F>
+  void capture(F&& /*f*/) { unavailable(); }
+  void replay() { unavailable(); }
+  [[nodiscard]] bool captured() const noexcept { return false; }
+
+ private:
+  [[noreturn]] static void unavailable() {
+    throw Error("CUDA graphs: this program was built without them (ANVIL_WITH_CUDA is not 1)");
+  }
+};
+#endif
+
+}  // namespace anvil::cuda
+// ---- end <anvil/core/cuda_graph.hpp> ----
+
+namespace anvil {
+
+/// One captured form of an update (see file comment).
+class GraphedUpdate {
+ public:
+  static constexpr int kWarmups = 2;
+
+  explicit GraphedUpdate(c10::Device d) : graph_(d) {}
+
+  /// Whether the next update is a warm-up (run it op by op through `warm_up`).
+  [[nodiscard]] bool warming() const noexcept { return warmups_ < kWarmups; }
+  [[nodiscard]] bool captured() const noexcept { return graph_.captured(); }
+
+  /// Runs one update op by op on the graph's stream.
+  template <class F>
+  void warm_up(F&& f) {
+    ++warmups_;
+    graph_.warm_up(std::forward<F>(f));
+  }
+
+  /// A fixed tensor shaped like `t` (undefined for an undefined `t`): an input of the
+  /// capture, filled by each `replay` from the value in its place.
+  at::Tensor input(const at::Tensor& t) {
+    inputs_.push_back(t.defined() ? at::empty(t.sizes(), t.options()) : t);
+    return inputs_.back();
+  }
+  /// A fixed input of `sizes` with `options` (e.g. on the device for a value given on the
+  /// host: the replay's copy moves and converts it).
+  at::Tensor input(at::IntArrayRef sizes, const at::TensorOptions& options) {
+    inputs_.push_back(at::empty(sizes, options));
+    return inputs_.back();
+  }
+
+  /// Captures `f` (the update's device work, on the `input` tensors) through `ctx`, with
+  /// autocast's cache off (cached casts would outlive the capture). A failure names `who`
+  /// (the config section) and its `cuda_graph` switch.
+  template <class F>
+  void capture(StepContext& ctx, std::string_view who, F&& f) {
+    const StepContext::Capture capture(ctx);
+    const bool cache = at::autocast::is_autocast_cache_enabled();
+    at::autocast::set_autocast_cache_enabled(false);
+    try {
+      graph_.capture(std::forward<F>(f));
+    } catch (const std::exception& e) {
+      at::autocast::set_autocast_cache_enabled(cache);
+      throw Error(std::string(who) + ": capturing the update as a CUDA graph failed (" + e.what() + "); run with " +
+                  std::string(who) + ".cuda_graph=false");
+    }
+    at::autocast::set_autocast_cache_enabled(cache);
+  }
+
+  /// Copies `values` (one per `input`, in the same order; undefined where the input is)
+  /// into the fixed inputs, then replays the update on the current stream.
+  void replay(const std::vector<at::Tensor>& values) {
+    if (values.size() != inputs_.size())
+      throw Error("GraphedUpdate::replay: " + std::to_string(values.size()) + " values for " +
+                  std::to_string(inputs_.size()) + " inputs");
+    for (std::size_t i = 0; i < values.size(); ++i)
+      if (inputs_[i].defined()) inputs_[i].copy_(values[i], /*non_blocking=*/true);
+    graph_.replay();
+  }
+
+ private:
+  cuda::Graph graph_;
+  int warmups_ = 0;
+  std::vector<at::Tensor> inputs_;
+};
+
+/// An algorithm's captured updates, one per shape (a key the algorithm makes of what
+/// changes the captured work: batch rows, which optimizers step, which inputs are given),
+/// each with `Out`, the fixed output tensors its capture left (valid until its next replay).
+template <class Out>
+class GraphedUpdates {
+ public:
+  struct Graphed {
+    explicit Graphed(c10::Device d) : update(d) {}
+    GraphedUpdate update;
+    Out out;
+  };
+
+  /// The graph for updates of shape `key` on `device` (made, uncaptured, on first use).
+  Graphed& of(std::int64_t key, c10::Device device) {
+    auto it = graphs_.find(key);
+    if (it == graphs_.end()) it = graphs_.emplace(key, std::make_unique<Graphed>(device)).first;
+    return *it->second;
+  }
+  /// Replays `g` on `values` (see `GraphedUpdate::replay`) and counts it.
+  void replay(Graphed& g, const std::vector<at::Tensor>& values) {
+    g.update.replay(values);
+    ++replays_;
+  }
+  /// Updates replayed so far (0 without CUDA graphs).
+  [[nodiscard]] std::int64_t replays() const noexcept { return replays_; }
+  /// Drops every graph (after a restore: captured again from the restored state, warm-ups
+  /// first); the count stays.
+  void clear() noexcept { graphs_.clear(); }
+
+ private:
+  std::map<std::int64_t, std::unique_ptr<Graphed>> graphs_;
+  std::int64_t replays_ = 0;
+};
+
+}  // namespace anvil
+// ---- end <anvil/optim/graphed_update.hpp> ----
+
+namespace anvil {
 
 /// Algorithm policy: Soft Actor-Critic (see file comment) with swappable networks.
 /// @tparam Actor  a `SquashedPolicyNetwork` (default: tanh-Gaussian MLP)
@@ -15053,14 +15268,12 @@ class BasicSAC {
   /// `cuda_graph` on and an update a graph can hold (one process, one temperature, no loss
   /// scaling or gradient accumulation), the update is replayed from a CUDA graph.
   UpdateInfo update(const ReplayBatch& batch, StepContext& ctx, const UpdateNoise& noise) {
-#if defined(ANVIL_WITH_CUDA) && ANVIL_WITH_CUDA
     if (graphable(batch, ctx, noise)) return graphed_update(batch, ctx, noise);
-#endif
     return eager_update(batch, ctx, noise);
   }
 
   /// Updates replayed from a CUDA graph so far (0 without CUDA or with `cuda_graph` off).
-  [[nodiscard]] std::int64_t graphed_updates() const noexcept { return graphed_updates_; }
+  [[nodiscard]] std::int64_t graphed_updates() const noexcept { return graphs_.replays(); }
 
   /// The update as a CUDA graph holds it, run op by op on any device: device work alone
   /// (the temperature, the optimizers' step counts and learning rates read from tensors, no
@@ -15134,20 +15347,21 @@ class BasicSAC {
           if (manual)
             return void(c = detail::manual_critic(*manual_, *actor_, *critic_, *critic_target_, mb, alpha,
                                                   *cfg_.gamma, nn, ar));
-        c = autograd_critic(mb, alpha, nn, ctx, ar);
+        c = detail::autograd_critic(actor_, critic_, critic_target_, critic_opt_, *cfg_.gamma, mb, {alpha, ar}, nn, ctx);
       };
       auto actor_part = [&] {
         if constexpr (kDefaultNetworks)
           if (manual)
             return void(a = detail::manual_actor(*manual_, *actor_, *critic_, mb, alpha, cfg_.auto_alpha,
                                                  target_entropy_[0], no, ar, tw));
-        a = autograd_actor(mb, alpha, no, ctx, ar, tw);
+        a = detail::autograd_actor(actor_, critic_, actor_opt_, mb, {alpha, ar}, no, ctx, tw);
+        if (!per_task && cfg_.auto_alpha) detail::autograd_temperature(a, log_alpha_, alpha_opt_, target_entropy_[0], ctx);
       };
       // Per task, the temperatures' gradient from the transitions' log-densities.
       auto temperature_part = [&] {
         if (!per_task || !actor_step || !cfg_.auto_alpha) return;
         const auto task = (whole ? batch.task : batch.task.narrow(0, part.begin, part.rows)).to(at::kLong);
-        std::tie(a.alpha_grad, a.alpha_loss) = task_alpha_gradient(a.log_prob, task);
+        std::tie(a.alpha_grad, a.alpha_loss) = detail::task_temperatures(log_alpha_, target_entropy_, a.log_prob, task);
       };
       if (actor_step) ctx.concurrently({critic_part, actor_part});
       else critic_part();
@@ -15210,11 +15424,12 @@ class BasicSAC {
                                                   bool actor_step, bool target_step) {
     // The temperature before the update, as a tensor (a host value would be fixed at capture).
     const auto alpha_now = log_alpha_.detach().exp();
-    auto c = autograd_critic(b, 0.0, noise.next, ctx, alpha_now);
+    auto c = detail::autograd_critic(actor_, critic_, critic_target_, critic_opt_, *cfg_.gamma, b, {0.0, alpha_now}, noise.next, ctx);
     std::vector<StepContext::Step> steps{{&critic_opt_, c.grad, cfg_.max_grad_norm}};
     std::vector<at::Tensor> m{c.loss_t, c.q_mean_t};
     if (actor_step) {
-      auto a = autograd_actor(b, 0.0, noise.obs, ctx, alpha_now);
+      auto a = detail::autograd_actor(actor_, critic_, actor_opt_, b, {0.0, alpha_now}, noise.obs, ctx);
+      if (cfg_.auto_alpha) detail::autograd_temperature(a, log_alpha_, alpha_opt_, target_entropy_[0], ctx);
       steps.push_back({&actor_opt_, a.grad, cfg_.max_grad_norm});
       m.push_back(a.loss_t);
       m.push_back(a.entropy_t);
@@ -15267,19 +15482,9 @@ class BasicSAC {
     return info;
   }
 
-#if defined(ANVIL_WITH_CUDA) && ANVIL_WITH_CUDA
-  // One captured form of the update: its graph, its fixed inputs (the batch's fields and the
-  // noise) and its outputs, valid until the next replay.
-  struct Graphed {
-    explicit Graphed(c10::Device d) : update(d) {}
-    GraphedUpdate update;
-    at::Tensor td, metrics;
-    std::vector<std::string> names;  // of the metrics, in order
-  };
-
   [[nodiscard]] bool graphable(const ReplayBatch& b, const StepContext& ctx, const UpdateNoise& noise) const {
-    return cfg_.cuda_graph && device_.is_cuda() && b.obs.is_cuda() && alphas_ == 1 && !task_weights_ &&
-           ctx.graphable() && noise.next.defined() &&
+    return cuda::kCudaGraphs && cfg_.cuda_graph && device_.is_cuda() && b.obs.is_cuda() && alphas_ == 1 &&
+           !task_weights_ && ctx.graphable() && noise.next.defined() &&
            (noise.obs.defined() || updates_ % cfg_.actor_update_freq != 0);
   }
 
@@ -15292,9 +15497,7 @@ class BasicSAC {
     const bool target_step = updates_ % cfg_.target_update_freq == 0;
     const std::int64_t key = b.obs.size(0) * 16 + (actor_step ? 1 : 0) + (target_step ? 2 : 0) +
                              (b.weight.defined() ? 4 : 0) + (b.discount.defined() ? 8 : 0);
-    auto it = graphs_.find(key);
-    if (it == graphs_.end()) it = graphs_.emplace(key, std::make_unique<Graphed>(device_)).first;
-    Graphed& g = *it->second;
+    auto& g = graphs_.of(key, device_);
     if (g.update.warming()) {
       UpdateInfo info;
       g.update.warm_up([&] { info = eager_update(b, ctx, noise); });
@@ -15309,18 +15512,20 @@ class BasicSAC {
       const ReplayBatch in{u.input(b.obs),        u.input(b.action),   u.input(b.reward), u.input(b.next_obs),
                            u.input(b.terminated), u.input(b.discount), u.input(b.weight), {}, {}};
       const UpdateNoise in_noise{u.input(noise.next), u.input(values.back())};
-      g.names = metric_names(actor_step);
+      g.out.names = metric_names(actor_step);
       u.capture(ctx, config_section.view(), [&] {
-        std::tie(g.td, g.metrics) = device_update(in, ctx, in_noise, actor_step, target_step);
+        std::tie(g.out.td, g.out.metrics) = device_update(in, ctx, in_noise, actor_step, target_step);
       });
     }
-    g.update.replay(values);
-    ++graphed_updates_;
-    return finish_device_update(actor_step, ctx, g.names, g.metrics, g.td);
+    graphs_.replay(g, values);
+    return finish_device_update(actor_step, ctx, g.out.names, g.out.metrics, g.out.td);
   }
-
-  std::map<std::int64_t, std::unique_ptr<Graphed>> graphs_;
-#endif
+  // What a captured update leaves: its TD errors and metrics (and the metrics' names).
+  struct GraphOutputs {
+    at::Tensor td, metrics;
+    std::vector<std::string> names;
+  };
+  GraphedUpdates<GraphOutputs> graphs_;
 
  public:
 
@@ -15406,9 +15611,7 @@ class BasicSAC {
     target_.flat().copy_(s.target);
     updates_ = s.updates;
     ema_.restore(s.ema);
-#if defined(ANVIL_WITH_CUDA) && ANVIL_WITH_CUDA
     graphs_.clear();  // captured again from the restored state (warm-ups first)
-#endif
   }
 
   [[nodiscard]] Actor& actor() noexcept { return actor_; }
@@ -15446,83 +15649,6 @@ class BasicSAC {
     else sum.add_(part, share);
   }
 
-  // Soft Bellman target y = r + discount (1 - terminated) (min target Q - alpha log pi).
-  at::Tensor discount_of(const ReplayBatch& b, const at::Tensor& like) const {
-    return b.discount.defined() ? b.discount : at::full({}, *cfg_.gamma, like.options());
-  }
-
-  detail::SacCriticResult autograd_critic(const ReplayBatch& b, double alpha, const at::Tensor& noise_next,
-                               StepContext& ctx, const at::Tensor& alpha_row = {}) {
-    at::Tensor target;
-    {  // in float32 and without gradients
-      torch::NoGradGuard no_grad;
-      auto guard = ctx.autocast();
-      auto next = actor_->sample(b.next_obs, noise_next);
-      auto [tq1, tq2] = critic_target_->forward(b.next_obs, next.action);
-      auto v = alpha_row.defined() ? at::min(tq1, tq2).to(at::kFloat) - alpha_row * next.log_prob.to(at::kFloat)
-                                   : at::min(tq1, tq2).to(at::kFloat) - alpha * next.log_prob.to(at::kFloat);
-      target = b.reward + discount_of(b, v) * (1.0 - b.terminated) * v;
-    }
-    auto guard = ctx.autocast();
-    auto [q1, q2] = critic_->forward(b.obs, b.action);
-    auto e1 = q1.to(at::kFloat) - target, e2 = q2.to(at::kFloat) - target;
-    auto per_sample = 0.5 * (e1.square() + e2.square());
-    auto loss = b.weight.defined() ? (b.weight * per_sample).mean() : per_sample.mean();
-    detail::SacCriticResult r;
-    r.grad = ctx.gradient(loss, critic_opt_);
-    r.td = 0.5 * (e1.abs() + e2.abs()).detach();
-    r.loss_t = loss.detach();
-    r.q_mean_t = q1.detach().mean();
-    if (!ctx.capturing()) {
-      r.loss = r.loss_t.item().toDouble();
-      r.q_mean = r.q_mean_t.item().toDouble();
-    }
-    return r;
-  }
-
-  detail::SacActorResult autograd_actor(const ReplayBatch& b, double alpha, const at::Tensor& noise,
-                             StepContext& ctx, const at::Tensor& alpha_row = {}, const at::Tensor& weight_row = {}) {
-    auto guard = ctx.autocast();
-    auto s = actor_->sample(b.obs, noise);
-    auto [q1, q2] = critic_->forward(b.obs, s.action);
-    auto log_prob = s.log_prob.to(at::kFloat);
-    auto per_sample = alpha_row.defined() ? alpha_row * log_prob - at::min(q1, q2).to(at::kFloat)
-                                          : alpha * log_prob - at::min(q1, q2).to(at::kFloat);
-    auto loss = weight_row.defined() ? (weight_row * per_sample).mean() : per_sample.mean();
-    detail::SacActorResult r;
-    r.grad = ctx.gradient(loss, actor_opt_);
-    r.loss_t = loss.detach();
-    r.entropy_t = -log_prob.detach().mean();
-    if (!ctx.capturing()) {
-      r.loss = r.loss_t.item().toDouble();
-      r.entropy = r.entropy_t.item().toDouble();
-    }
-    if (alphas_ > 1) {
-      r.log_prob = log_prob.detach();  // the temperatures' gradient is the caller's
-    } else if (cfg_.auto_alpha) {
-      auto alpha_loss = -(log_alpha_ * (log_prob.detach() + target_entropy_[0])).mean();
-      r.alpha_grad = ctx.gradient(alpha_loss, alpha_opt_);
-      r.alpha_loss_t = alpha_loss.detach();
-      if (!ctx.capturing()) r.alpha_loss = r.alpha_loss_t.item().toDouble();
-    }
-    return r;
-  }
-
-  // Per task: the gradient of -(log_alpha[task_i] (log_prob_i + target_entropy[task_i])).mean()
-  // with respect to each task's log_alpha, and that loss.
-  std::pair<at::Tensor, double> task_alpha_gradient(const at::Tensor& log_prob, const at::Tensor& task) const {
-    torch::NoGradGuard no_grad;
-    const auto dev = log_alpha_.device();
-    const auto lp = log_prob.to(dev, at::kFloat).reshape({-1});
-    const auto tk = task.to(dev, at::kLong).reshape({-1});
-    const auto ent = at::tensor(std::vector<float>(target_entropy_.begin(), target_entropy_.end()), at::TensorOptions().device(dev));
-    const auto term = lp + ent.index_select(0, tk);  // log_prob_i + target_entropy[task_i]
-    const double n = static_cast<double>(lp.numel());
-    auto grad = at::zeros({alphas_}, term.options()).index_add_(0, tk, -term) / n;
-    const double loss = -(log_alpha_.detach().index_select(0, tk) * term).sum().item<double>() / n;
-    return {grad, loss};
-  }
-
   Config cfg_;
   c10::Device device_;
   Actor actor_{nullptr};
@@ -15537,7 +15663,6 @@ class BasicSAC {
   FlatParameters target_;
   std::int64_t updates_ = 0;
   std::unique_ptr<detail::SacManual> manual_;  // the fast path, when it applies
-  std::int64_t graphed_updates_ = 0;
 
   // exp(log alpha) of each temperature, read straight from host memory when it is there
   // (two LibTorch ops and a copy per update otherwise).
@@ -15766,16 +15891,87 @@ static_assert(Algorithm<CollectiveStudent>);
 #include <utility>
 #include <vector>
 
+// ---- begin <anvil/algorithms/coma_config.hpp> ----
+/// @file
+/// COMA's config section (`coma`), apart from the algorithm (algorithms/coma.hpp), as SAC's
+/// and PPO's are. Light header.
+
+#include <array>
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
 
 namespace anvil {
-
-struct EpisodicLoop;  // train/loops/episodic.hpp (a layer above; the Trainer includes it)
 
 /// Which critic and advantage COMA's actor learns from (see coma.hpp).
 enum class ComaCritic { counterfactual, central_v, independent };
 constexpr auto enum_names(ComaCritic) {
   return std::array<std::string_view, 3>{"counterfactual", "central_v", "independent"};
 }
+
+/// Shape of COMA's critic MLP (`coma.critic_net`).
+struct ComaNetConfig {
+  Param<std::vector<int>, "hidden", "hidden layer widths", at_least(1)> hidden{128};
+  Param<nn::Activation, "activation", "hidden-layer activation"> activation{nn::Activation::relu};
+};
+/// Shape of COMA's actor (`coma.actor`): an MLP, or one with a GRU cell after it.
+struct ComaActorConfig {
+  Param<std::vector<int>, "hidden", "hidden layer widths", at_least(1)> hidden{128};
+  Param<nn::Activation, "activation", "hidden-layer activation"> activation{nn::Activation::relu};
+  Param<int, "gru",
+        "width of a GRU cell after the hidden layers, whose state carries the episode so far (0: a plain MLP)",
+        in_range(0, 1 << 16)>
+      gru{0};
+};
+
+/// Defaults: PyMARL's COMA (lr 5e-4, gamma 0.99, TD lambda 0.8, target every 200
+/// critic steps, gradient norm 10, epsilon 0.5 -> 0.01) and our users' schedule (128 x 5
+/// x 5 passes).
+struct ComaConfig {
+  Param<ComaCritic, "critic",
+        "counterfactual: COMA's Q critic and counterfactual baseline; central_v: a centralised V critic "
+        "(advantage TD(lambda) return - V); independent: each agent's V from its own observation "
+        "(independent actor-critic)">
+      critic{ComaCritic::counterfactual};
+  Param<double, "gamma", "discount factor", in_range(0, 1)> gamma{0.99};
+  Param<double, "td_lambda", "lambda of the critic's TD(lambda) targets", in_range(0, 1)> td_lambda{0.8};
+  Param<double, "actor_lr", "learning rate (Adam) of the actor", positive> actor_lr{5e-4};
+  Param<double, "critic_lr", "learning rate (Adam) of the critic", positive> critic_lr{5e-4};
+  Param<std::int64_t, "batch_size", "agent-transitions per minibatch (per rank)", at_least(1)> batch_size{128};
+  Param<int, "batch_number",
+        "minibatches per data pass; training waits until batch_size x batch_number agent-transitions are collected",
+        at_least(1)>
+      batch_number{5};
+  Param<int, "data_passes", "passes over the collected transitions, each in a fresh order", at_least(1)> data_passes{5};
+  Param<std::int64_t, "target_update_interval", "critic steps between copies of the critic into its target",
+        at_least(1)>
+      target_update_interval{200};
+  Param<double, "epsilon_start", "exploration: probability of a uniform available action at the start",
+        in_range(0, 1)>
+      epsilon_start{0.5};
+  Param<double, "epsilon_finish", "exploration after the anneal", in_range(0, 1)> epsilon_finish{0.01};
+  Param<std::int64_t, "epsilon_anneal_episodes", "episodes (per rank) over which epsilon falls linearly",
+        at_least(1)>
+      epsilon_anneal_episodes{5000};
+  Param<double, "ent_coef", "weight of the policy's entropy bonus", at_least(0)> ent_coef{0.0};
+  Param<double, "max_grad_norm", "clip each network's gradient norm (0: off)", at_least(0)> max_grad_norm{10.0};
+  Section<"actor", ComaActorConfig> actor;
+  Section<"critic_net", ComaNetConfig> critic_net;
+};
+
+}  // namespace anvil
+// ---- end <anvil/algorithms/coma_config.hpp> ----
+// ---- begin <anvil/algorithms/td_lambda.hpp> ----
+/// @file
+/// TD(lambda) targets of whole episodes (Sutton and Barto 2018, section 12.1), as COMA's
+/// critic learns from them.
+
+#include <ATen/ATen.h>
+
+#include <cstdint>
+
+namespace anvil {
 
 /// TD(lambda) targets of whole episodes, [B, T] or [B, T, k] (per agent):
 ///     y_t = r_t + gamma (1 - d_t) [(1 - lambda) v_{t+1} + lambda y'_{t+1}],
@@ -15808,6 +16004,13 @@ inline at::Tensor td_lambda_targets(const at::Tensor& reward, const at::Tensor& 
   return y;
 }
 
+}  // namespace anvil
+// ---- end <anvil/algorithms/td_lambda.hpp> ----
+
+namespace anvil {
+
+struct EpisodicLoop;  // train/loops/episodic.hpp (a layer above; the Trainer includes it)
+
 /// Algorithm policy: COMA and its baselines (see file comment).
 class COMA {
  public:
@@ -15817,53 +16020,10 @@ class COMA {
   using Batch = EpisodeBatch;
   using loop = EpisodicLoop;
 
-  struct NetConfig {
-    Param<std::vector<int>, "hidden", "hidden layer widths", at_least(1)> hidden{128};
-    Param<nn::Activation, "activation", "hidden-layer activation"> activation{nn::Activation::relu};
-  };
-  struct ActorConfig {
-    Param<std::vector<int>, "hidden", "hidden layer widths", at_least(1)> hidden{128};
-    Param<nn::Activation, "activation", "hidden-layer activation"> activation{nn::Activation::relu};
-    Param<int, "gru",
-          "width of a GRU cell after the hidden layers, whose state carries the episode so far (0: a plain MLP)",
-          in_range(0, 1 << 16)>
-        gru{0};
-  };
-
-  /// Defaults: PyMARL's COMA (lr 5e-4, gamma 0.99, TD lambda 0.8, target every 200
-  /// critic steps, gradient norm 10, epsilon 0.5 -> 0.01) and our users' schedule (128 x 5
-  /// x 5 passes).
-  struct Config {
-    Param<ComaCritic, "critic",
-          "counterfactual: COMA's Q critic and counterfactual baseline; central_v: a centralised V critic "
-          "(advantage TD(lambda) return - V); independent: each agent's V from its own observation "
-          "(independent actor-critic)">
-        critic{ComaCritic::counterfactual};
-    Param<double, "gamma", "discount factor", in_range(0, 1)> gamma{0.99};
-    Param<double, "td_lambda", "lambda of the critic's TD(lambda) targets", in_range(0, 1)> td_lambda{0.8};
-    Param<double, "actor_lr", "learning rate (Adam) of the actor", positive> actor_lr{5e-4};
-    Param<double, "critic_lr", "learning rate (Adam) of the critic", positive> critic_lr{5e-4};
-    Param<std::int64_t, "batch_size", "agent-transitions per minibatch (per rank)", at_least(1)> batch_size{128};
-    Param<int, "batch_number",
-          "minibatches per data pass; training waits until batch_size x batch_number agent-transitions are collected",
-          at_least(1)>
-        batch_number{5};
-    Param<int, "data_passes", "passes over the collected transitions, each in a fresh order", at_least(1)> data_passes{5};
-    Param<std::int64_t, "target_update_interval", "critic steps between copies of the critic into its target",
-          at_least(1)>
-        target_update_interval{200};
-    Param<double, "epsilon_start", "exploration: probability of a uniform available action at the start",
-          in_range(0, 1)>
-        epsilon_start{0.5};
-    Param<double, "epsilon_finish", "exploration after the anneal", in_range(0, 1)> epsilon_finish{0.01};
-    Param<std::int64_t, "epsilon_anneal_episodes", "episodes (per rank) over which epsilon falls linearly",
-          at_least(1)>
-        epsilon_anneal_episodes{5000};
-    Param<double, "ent_coef", "weight of the policy's entropy bonus", at_least(0)> ent_coef{0.0};
-    Param<double, "max_grad_norm", "clip each network's gradient norm (0: off)", at_least(0)> max_grad_norm{10.0};
-    Section<"actor", ActorConfig> actor;
-    Section<"critic_net", NetConfig> critic_net;
-  };
+  /// Its config section (algorithms/coma_config.hpp).
+  using Config = ComaConfig;
+  using NetConfig = ComaNetConfig;
+  using ActorConfig = ComaActorConfig;
 
   COMA(const EnvSpec& spec, const Config& cfg, const RunContext& ctx)
       : cfg_(cfg), device_(ctx.device), layout_(spec.agents) {
@@ -16397,7 +16557,6 @@ static_assert(Algorithm<COMA>);
 #include <array>
 #include <cmath>
 #include <cstdint>
-#include <map>
 #include <memory>
 #include <numbers>
 #include <string>
@@ -16655,7 +16814,7 @@ class DiffusionPolicy {
                         std::to_string(act_dim_));
     obs_norm_ = diffusion::MinMax::fit(obs_min.to(device_), obs_max.to(device_));
     act_norm_ = diffusion::MinMax::fit(act_min.to(device_), act_max.to(device_));
-    drop_graphs();  // they read the old normalisation's tensors
+    graphs_.clear();  // they read the old normalisation's tensors
   }
   [[nodiscard]] bool has_normalizer() const noexcept { return obs_norm_.defined(); }
 
@@ -16705,14 +16864,12 @@ class DiffusionPolicy {
   /// into the context's micro-batches, whose weighted gradients are summed before the step.
   UpdateInfo update(const ReplayBatch& b, StepContext& ctx) {
     need_normalizer();
-#if defined(ANVIL_WITH_CUDA) && ANVIL_WITH_CUDA
-    if (cfg_.cuda_graph && device_.is_cuda() && ctx.graphable()) return graphed_update(b, ctx);
-#endif
+    if (cuda::kCudaGraphs && cfg_.cuda_graph && device_.is_cuda() && ctx.graphable()) return graphed_update(b, ctx);
     return eager_update(b, ctx);
   }
 
   /// Updates replayed from a CUDA graph so far (0 without CUDA or with `cuda_graph` off).
-  [[nodiscard]] std::int64_t graphed_updates() const noexcept { return graphed_updates_; }
+  [[nodiscard]] std::int64_t graphed_updates() const noexcept { return graphs_.replays(); }
 
  private:
   // The update op by op (what `update` runs when no graph holds it).
@@ -16822,7 +16979,7 @@ class DiffusionPolicy {
       obs_norm_ = {s.norm[0].to(device_), s.norm[1].to(device_)};
       act_norm_ = {s.norm[2].to(device_), s.norm[3].to(device_)};
     }
-    drop_graphs();  // captured again from the restored state (they read the old normalisation's tensors)
+    graphs_.clear();  // captured again from the restored state (they read the old normalisation's tensors)
     set_lr();
   }
 
@@ -16858,15 +17015,12 @@ class DiffusionPolicy {
     opt_.set_lr(base_lr_ * f);
   }
 
-#if defined(ANVIL_WITH_CUDA) && ANVIL_WITH_CUDA
   // The update from a CUDA graph (optim/graphed_update.hpp), one per batch size. DDPM's
   // noise and steps are drawn outside the graph in the order `loss` draws them, so a run
   // draws the same numbers with the graph or without.
   UpdateInfo graphed_update(const ReplayBatch& b, StepContext& ctx) {
     const auto n = b.obs.size(0);
-    auto it = graphs_.find(n);
-    if (it == graphs_.end()) it = graphs_.emplace(n, std::make_unique<Graphed>(device_)).first;
-    Graphed& g = *it->second;
+    auto& g = graphs_.of(n, device_);
     if (g.update.warming()) {
       UpdateInfo info;
       g.update.warm_up([&] { info = eager_update(b, ctx); });
@@ -16892,30 +17046,19 @@ class DiffusionPolicy {
         double unused = 0;
         const auto l = loss(obs, act, ctx, unused, in_noise, in_k);
         ctx.apply(opt_, ctx.gradient(l, opt_), cfg_.max_grad_norm);
-        g.loss = l.detach().to(at::kDouble);
+        g.out = l.detach().to(at::kDouble);
       });
     }
-    g.update.replay(values);
+    graphs_.replay(g, values);
     opt_.count_step();
     ctx.count_steps(1);
     ++updates_;
-    ++graphed_updates_;
-    const double value = g.loss.item<double>();
+    const double value = g.out.item<double>();
     set_lr();
     UpdateInfo info;
     info.metrics = {{"loss", value}, {"lr", opt_.lr()}};
     return info;
   }
-  struct Graphed {
-    explicit Graphed(c10::Device d) : update(d) {}
-    GraphedUpdate update;
-    at::Tensor loss;  // output, valid until the next replay
-  };
-  std::map<std::int64_t, std::unique_ptr<Graphed>> graphs_;
-  void drop_graphs() { graphs_.clear(); }
-#else
-  void drop_graphs() {}
-#endif
 
   Config cfg_;
   c10::Device device_;
@@ -16928,7 +17071,7 @@ class DiffusionPolicy {
   std::int64_t updates_ = 0;
   std::int64_t total_updates_ = 0;
   at::Tensor alpha_bars_;            // the schedule's alpha-bars on the device (float64)
-  std::int64_t graphed_updates_ = 0;
+  GraphedUpdates<at::Tensor> graphs_;  // CUDA graphs of the update by batch rows; their output is the loss
   Ema ema_;
   diffusion::MinMax obs_norm_, act_norm_;
 };
@@ -17024,6 +17167,225 @@ struct policy_config<PPO> {
 
 }  // namespace anvil
 // ---- end <anvil/algorithms/ppo_config.hpp> ----
+// ---- begin <anvil/algorithms/ppo_manual.hpp> ----
+/// @file
+/// PPO's CPU backend (`ppo.manual_backward`): acting and the loss's gradient with
+/// hand-written arithmetic over the MLPs' tapes (nn/manual_mlp.hpp), the same as autograd's
+/// (ties of max and the bounds of clamp included), into the flat gradient the optimizer
+/// reads. Gaussian (a log standard deviation given) or categorical policies; float32 on
+/// the CPU.
+
+#include <torch/utils.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <numbers>
+#include <vector>
+
+
+namespace anvil::detail {
+
+/// The parts of PPO's loss, for logs: means over a (micro-)batch.
+struct PpoLosses {
+  double policy = 0, value = 0, entropy = 0, approx_kl = 0, clip_fraction = 0;
+  void add(const PpoLosses& o, double w) {
+    policy += w * o.policy;
+    value += w * o.value;
+    entropy += w * o.entropy;
+    approx_kl += w * o.approx_kl;
+    clip_fraction += w * o.clip_fraction;
+  }
+};
+
+/// PPO's hand-written path: tapes for acting and for updates (so a rollout can be
+/// collected while an update runs), and the flat gradient with each parameter's view.
+class PpoManual {
+ public:
+  PpoManual(const FlatParameters& fp, const nn::Mlp& actor, const at::Tensor& log_std, const nn::Mlp& critic)
+      : grad(fp.new_gradient()),
+        actor_grads(fp.views_of(grad, actor->parameters())),
+        critic_grads(fp.views_of(grad, critic->parameters())) {
+    if (log_std.defined()) log_std_grad = fp.slice_for(grad, log_std);
+  }
+
+  /// mean + exp(log_std) * noise, with the noise drawn as `randn_like(mean)` (the same draws
+  /// as the autograd path), and when `log_prob` is given each row's log-density into it.
+  at::Tensor sample(const at::Tensor& mean, const at::Tensor& log_std, at::Tensor* log_prob) const {
+    const std::int64_t n = mean.size(0), ad = mean.size(1);
+    auto action = at::randn({n, ad}, mean.options());
+    const float *m = mean.data_ptr<float>(), *ls = log_std.data_ptr<float>();
+    float* a = action.data_ptr<float>();
+    float* lp = log_prob ? log_prob->data_ptr<float>() : nullptr;
+    constexpr float kHalfLog2Pi = 0.91893853320467274178f;
+    std::vector<float> sd(static_cast<std::size_t>(ad)), inv_sd(sd.size());  // exp(+-log_std), per column
+    for (std::size_t j = 0; j < sd.size(); ++j) {
+      sd[j] = std::exp(ls[j]);
+      inv_sd[j] = std::exp(-ls[j]);
+    }
+    for (std::int64_t i = 0; i < n; ++i) {
+      float sum = 0.f;
+      for (std::int64_t j = 0; j < ad; ++j) {
+        const auto c = static_cast<std::size_t>(j);
+        const float eps = a[i * ad + j];
+        const float x = m[i * ad + j] + sd[c] * eps;
+        a[i * ad + j] = x;
+        const float z = (x - m[i * ad + j]) * inv_sd[c];
+        sum += -0.5f * z * z - ls[j] - kHalfLog2Pi;
+      }
+      if (lp) lp[i] = sum;
+    }
+    return action;
+  }
+
+  /// Actions drawn from the softmax of `logits` [N, K] by `multinomial` (the autograd path's
+  /// draws), with each one's log-probability into `log_prob` when given.
+  at::Tensor categorical(const at::Tensor& logits, at::Tensor* log_prob) const {
+    const std::int64_t n = logits.size(0), k = logits.size(1);
+    auto lsm = at::empty({n, k}, logits.options());
+    log_softmax_rows(logits.data_ptr<float>(), lsm.data_ptr<float>(), n, k);
+    auto action = at::multinomial(lsm.exp(), 1).view({n});
+    if (log_prob) {
+      const float* l = lsm.data_ptr<float>();
+      const std::int64_t* a = action.data_ptr<std::int64_t>();
+      float* lp = log_prob->data_ptr<float>();
+      for (std::int64_t i = 0; i < n; ++i) lp[i] = l[i * k + a[i]];
+    }
+    return action;
+  }
+  static void log_softmax_rows(const float* x, float* y, std::int64_t n, std::int64_t k) {
+    for (std::int64_t i = 0; i < n; ++i) {
+      const float* xi = x + i * k;
+      float m = xi[0];
+      for (std::int64_t j = 1; j < k; ++j) m = std::max(m, xi[j]);
+      float sum = 0.f;
+      for (std::int64_t j = 0; j < k; ++j) sum += std::exp(xi[j] - m);
+      const float lse = m + std::log(sum);
+      for (std::int64_t j = 0; j < k; ++j) y[i * k + j] = xi[j] - lse;
+    }
+  }
+
+  /// The gradient of PPO's loss, written out by hand (the same arithmetic as autograd's, ties
+  /// of max and the bounds of clamp included), into the flat gradient buffer; the loss's
+  /// parts in `out`. Gaussian (`log_std` given) or categorical policies.
+  at::Tensor gradient(const nn::MlpImpl& actor, const nn::MlpImpl& critic, const at::Tensor& log_std, const PpoConfig& cfg,
+                      const RolloutBatch& batch, PpoLosses& out) {
+    torch::NoGradGuard no_grad;
+    PpoManual& mt = *this;
+    const bool discrete = !log_std.defined();
+    const auto obs = batch.obs.contiguous(), action = batch.action.contiguous();
+    const auto old_lp = batch.log_prob.contiguous(), adv = batch.advantage.contiguous();
+    const auto ret = batch.returns.contiguous(), old_v = batch.value.contiguous();
+    const auto& mean_t = mt.update_actor.forward(actor, obs);  // Gaussian means or logits
+    const std::int64_t n = obs.size(0), ad = mean_t.size(1);
+    const float* mean = mean_t.data_ptr<float>();
+    const float* v = mt.update_critic.forward(critic, obs).data_ptr<float>();
+    if (!mt.dmean.defined() || mt.dmean.size(0) != n) {
+      mt.dmean = at::empty({n, ad}, obs.options());
+      mt.dv = at::empty({n, 1}, obs.options());
+      if (discrete) mt.lsm = at::empty({n, ad}, obs.options());
+    }
+    float *dm = mt.dmean.data_ptr<float>(), *dv = mt.dv.data_ptr<float>();
+    float* dls = discrete ? nullptr : mt.log_std_grad.data_ptr<float>();
+    const float* ls = discrete ? nullptr : log_std.data_ptr<float>();
+    const float* a = discrete ? nullptr : action.data_ptr<float>();
+    const std::int64_t* ai = discrete ? action.data_ptr<std::int64_t>() : nullptr;
+    float* lsm = discrete ? mt.lsm.data_ptr<float>() : nullptr;
+    if (discrete) log_softmax_rows(mean, lsm, n, ad);
+    const float *olp = old_lp.data_ptr<float>(), *A = adv.data_ptr<float>();
+    const float *R = ret.data_ptr<float>(), *V = old_v.data_ptr<float>();
+    const float c = static_cast<float>(*cfg.clip), lo = 1.0f - c, hi = 1.0f + c;
+    const float cv = static_cast<float>(*cfg.clip_value), vf = static_cast<float>(*cfg.vf_coef);
+    const float ent = static_cast<float>(*cfg.ent_coef);
+    const float inv_n = 1.0f / static_cast<float>(n);
+    constexpr float kHalfLog2Pi = 0.91893853320467274178f;
+    std::vector<float> inv_s(discrete ? 0 : static_cast<std::size_t>(ad));
+    for (std::int64_t j = 0; j < static_cast<std::int64_t>(inv_s.size()); ++j) {
+      inv_s[static_cast<std::size_t>(j)] = std::exp(-ls[j]);
+      dls[j] = 0.f;
+    }
+    std::vector<float> pr(discrete ? static_cast<std::size_t>(ad) : 0);  // a row's probabilities
+    double policy = 0, value = 0, kl = 0, clipped = 0, entropy = 0;
+    for (std::int64_t i = 0; i < n; ++i) {
+      float lp = 0.f, h = 0.f;
+      if (discrete) {
+        lp = lsm[i * ad + ai[i]];
+        for (std::int64_t j = 0; j < ad; ++j) {
+          pr[static_cast<std::size_t>(j)] = std::exp(lsm[i * ad + j]);
+          h -= pr[static_cast<std::size_t>(j)] * lsm[i * ad + j];
+        }
+        entropy += h;
+      } else {
+        for (std::int64_t j = 0; j < ad; ++j) {
+          const float z = (a[i * ad + j] - mean[i * ad + j]) * inv_s[static_cast<std::size_t>(j)];
+          lp += -0.5f * z * z - ls[j] - kHalfLog2Pi;
+        }
+      }
+      const float log_ratio = lp - olp[i], r = std::exp(log_ratio);
+      const float rc = std::min(std::max(r, lo), hi);
+      const float u = -A[i] * r, w = -A[i] * rc;
+      policy += std::max(u, w);
+      const float pass = r >= lo && r <= hi ? 1.0f : 0.0f;  // clamp's gradient
+      const float g_r = (u > w ? -A[i] : u < w ? -A[i] * pass : 0.5f * (-A[i]) + 0.5f * (-A[i] * pass)) * inv_n;
+      const float g_lp = g_r * r;
+      if (discrete) {
+        // d log p_a / d z_j = [j = a] - p_j; d H / d z_j = -p_j (log p_j + H), weighed by -ent / n
+        for (std::int64_t j = 0; j < ad; ++j) {
+          const float p = pr[static_cast<std::size_t>(j)];
+          dm[i * ad + j] = g_lp * ((j == ai[i] ? 1.0f : 0.0f) - p) + ent * inv_n * p * (lsm[i * ad + j] + h);
+        }
+      } else {
+        for (std::int64_t j = 0; j < ad; ++j) {
+          const float is = inv_s[static_cast<std::size_t>(j)];
+          const float z = (a[i * ad + j] - mean[i * ad + j]) * is;
+          dm[i * ad + j] = g_lp * z * is;
+          dls[j] += g_lp * (z * z - 1.0f);
+        }
+      }
+      kl += static_cast<double>((r - 1.0f) - log_ratio);
+      clipped += std::abs(r - 1.0f) > c ? 1.0 : 0.0;
+      const float e = v[i] - R[i];
+      if (cv > 0) {
+        const float d = v[i] - V[i], dc = std::min(std::max(d, -cv), cv);
+        const float e2 = V[i] + dc - R[i];
+        const float s1 = e * e, s2 = e2 * e2;
+        value += 0.5 * std::max(s1, s2);
+        const float pass_v = d >= -cv && d <= cv ? 1.0f : 0.0f;
+        const float g1 = e, g2 = e2 * pass_v;
+        dv[i] = vf * inv_n * (s1 > s2 ? g1 : s1 < s2 ? g2 : 0.5f * (g1 + g2));
+      } else {
+        value += 0.5 * static_cast<double>(e * e);
+        dv[i] = vf * inv_n * e;
+      }
+    }
+    if (!discrete) {
+      for (std::int64_t j = 0; j < ad; ++j) {
+        entropy += static_cast<double>(ls[j]) + 0.5 * (1.0 + std::log(2.0 * std::numbers::pi));
+        dls[j] -= ent;
+      }
+      entropy *= static_cast<double>(n);  // the same for every row
+    }
+    mt.update_actor.backward(actor, mt.dmean, &mt.actor_grads, nullptr);
+    mt.update_critic.backward(critic, mt.dv, &mt.critic_grads, nullptr);
+    const double dn = static_cast<double>(n);
+    out.policy = policy / dn;
+    out.value = value / dn;
+    out.entropy = entropy / dn;
+    out.approx_kl = kl / dn;
+    out.clip_fraction = clipped / dn;
+    return mt.grad;
+  }
+
+  nn::MlpTape act_actor, act_critic;  ///< acting (rollouts, evaluation)
+
+ private:
+  nn::MlpTape update_actor, update_critic;
+  at::Tensor grad, log_std_grad, dmean, dv, lsm;
+  std::vector<at::Tensor> actor_grads, critic_grads;
+};
+
+}  // namespace anvil::detail
+// ---- end <anvil/algorithms/ppo_manual.hpp> ----
 
 namespace anvil {
 
@@ -17068,7 +17430,7 @@ class PPO {
     ema_.set_device(device_);
     if (cfg.manual_backward && device_.is_cpu() && nn::MlpTape::supports(*actor_) &&
         nn::MlpTape::supports(*critic_))
-      manual_ = std::make_unique<Manual>(opt_.parameters(), actor_, log_std_, critic_);
+      manual_ = std::make_unique<detail::PpoManual>(opt_.parameters(), actor_, log_std_, critic_);
   }
 
   /// Actions for a batch of observations: sampled to explore, the mode (argmax or mean)
@@ -17078,9 +17440,9 @@ class PPO {
     if (manual_) {
       const auto o = obs.to(device_, at::kFloat).contiguous();
       const auto& out = manual_->act_actor.forward(*actor_, o);
-      if (discrete_) return mode == ActMode::explore ? manual_categorical(out, nullptr) : out.argmax(-1);
+      if (discrete_) return mode == ActMode::explore ? manual_->categorical(out, nullptr) : out.argmax(-1);
       if (mode != ActMode::explore) return out.clone();
-      return manual_sample(out, nullptr);
+      return manual_->sample(out, log_std_, nullptr);
     }
     const auto out = actor_->forward(obs.to(device_, at::kFloat));
     if (discrete_) return mode == ActMode::explore ? sample_categorical(out) : out.argmax(-1);
@@ -17095,7 +17457,7 @@ class PPO {
       RolloutAct r;
       r.log_prob = at::empty({o.size(0)}, o.options());
       const auto& out = manual_->act_actor.forward(*actor_, o);
-      r.action = discrete_ ? manual_categorical(out, &r.log_prob) : manual_sample(out, &r.log_prob);
+      r.action = discrete_ ? manual_->categorical(out, &r.log_prob) : manual_->sample(out, log_std_, &r.log_prob);
       r.value = manual_->act_critic.forward(*critic_, o).view({o.size(0)}).clone();
       return r;
     }
@@ -17134,7 +17496,8 @@ class PPO {
       const bool whole = parts.size() == 1;
       Losses l;
       const RolloutBatch& mb = whole ? b : slice(b, part.begin, part.rows);
-      auto g = manual_ && !ctx.autocasts() ? manual_gradient(mb, l) : ctx.gradient(losses(mb, ctx, l), opt_);
+      auto g = manual_ && !ctx.autocasts() ? manual_->gradient(*actor_, *critic_, log_std_, cfg_, mb, l)
+                                            : ctx.gradient(losses(mb, ctx, l), opt_);
       if (whole) grad = std::move(g);
       else if (!grad.defined()) grad = g * part.share;
       else grad.add_(g, part.share);
@@ -17235,16 +17598,7 @@ class PPO {
   [[nodiscard]] bool manual_backward() const noexcept { return manual_ != nullptr; }
 
  private:
-  struct Losses {
-    double policy = 0, value = 0, entropy = 0, approx_kl = 0, clip_fraction = 0;
-    void add(const Losses& o, double w) {
-      policy += w * o.policy;
-      value += w * o.value;
-      entropy += w * o.entropy;
-      approx_kl += w * o.approx_kl;
-      clip_fraction += w * o.clip_fraction;
-    }
-  };
+  using Losses = detail::PpoLosses;
 
   // The loss of a (micro-)batch; its parts reported in `out`.
   at::Tensor losses(const RolloutBatch& b, StepContext& ctx, Losses& out) {
@@ -17285,184 +17639,6 @@ class PPO {
     return loss;
   }
 
-  // Buffers of the hand-written path: tapes for acting and for updates (so a rollout can
-  // be collected while an update runs), and the flat gradient with each parameter's view.
-  struct Manual {
-    Manual(const FlatParameters& fp, const nn::Mlp& actor, const at::Tensor& log_std, const nn::Mlp& critic) {
-      grad = at::empty({fp.numel()}, fp.flat().options());
-      for (const auto& p : actor->parameters()) actor_grads.push_back(fp.slice_for(grad, p));
-      if (log_std.defined()) log_std_grad = fp.slice_for(grad, log_std);
-      for (const auto& p : critic->parameters()) critic_grads.push_back(fp.slice_for(grad, p));
-    }
-    nn::MlpTape act_actor, act_critic, actor, critic;
-    at::Tensor grad, log_std_grad, dmean, dv, lsm;
-    std::vector<at::Tensor> actor_grads, critic_grads;
-  };
-
-  // mean + exp(log_std) * noise, with the noise drawn as `randn_like(mean)` (the same draws
-  // as the autograd path), and when `log_prob` is given each row's log-density into it.
-  at::Tensor manual_sample(const at::Tensor& mean, at::Tensor* log_prob) const {
-    const std::int64_t n = mean.size(0), ad = act_dim_;
-    auto action = at::randn({n, ad}, mean.options());
-    const float *m = mean.data_ptr<float>(), *ls = log_std_.data_ptr<float>();
-    float* a = action.data_ptr<float>();
-    float* lp = log_prob ? log_prob->data_ptr<float>() : nullptr;
-    constexpr float kHalfLog2Pi = 0.91893853320467274178f;
-    std::vector<float> sd(static_cast<std::size_t>(ad)), inv_sd(sd.size());  // exp(+-log_std), per column
-    for (std::size_t j = 0; j < sd.size(); ++j) {
-      sd[j] = std::exp(ls[j]);
-      inv_sd[j] = std::exp(-ls[j]);
-    }
-    for (std::int64_t i = 0; i < n; ++i) {
-      float sum = 0.f;
-      for (std::int64_t j = 0; j < ad; ++j) {
-        const auto c = static_cast<std::size_t>(j);
-        const float eps = a[i * ad + j];
-        const float x = m[i * ad + j] + sd[c] * eps;
-        a[i * ad + j] = x;
-        const float z = (x - m[i * ad + j]) * inv_sd[c];
-        sum += -0.5f * z * z - ls[j] - kHalfLog2Pi;
-      }
-      if (lp) lp[i] = sum;
-    }
-    return action;
-  }
-
-  // Actions drawn from the softmax of `logits` [N, K] by `multinomial` (the autograd path's
-  // draws), with each one's log-probability into `log_prob` when given.
-  at::Tensor manual_categorical(const at::Tensor& logits, at::Tensor* log_prob) const {
-    const std::int64_t n = logits.size(0), k = logits.size(1);
-    auto lsm = at::empty({n, k}, logits.options());
-    log_softmax_rows(logits.data_ptr<float>(), lsm.data_ptr<float>(), n, k);
-    auto action = at::multinomial(lsm.exp(), 1).view({n});
-    if (log_prob) {
-      const float* l = lsm.data_ptr<float>();
-      const std::int64_t* a = action.data_ptr<std::int64_t>();
-      float* lp = log_prob->data_ptr<float>();
-      for (std::int64_t i = 0; i < n; ++i) lp[i] = l[i * k + a[i]];
-    }
-    return action;
-  }
-  static void log_softmax_rows(const float* x, float* y, std::int64_t n, std::int64_t k) {
-    for (std::int64_t i = 0; i < n; ++i) {
-      const float* xi = x + i * k;
-      float m = xi[0];
-      for (std::int64_t j = 1; j < k; ++j) m = std::max(m, xi[j]);
-      float sum = 0.f;
-      for (std::int64_t j = 0; j < k; ++j) sum += std::exp(xi[j] - m);
-      const float lse = m + std::log(sum);
-      for (std::int64_t j = 0; j < k; ++j) y[i * k + j] = xi[j] - lse;
-    }
-  }
-
-  // The gradient of `losses`, written out by hand (the same arithmetic as autograd's, ties
-  // of max and the bounds of clamp included), into the flat gradient buffer; the loss's
-  // parts in `out`. Gaussian or categorical policies.
-  at::Tensor manual_gradient(const RolloutBatch& batch, Losses& out) {
-    torch::NoGradGuard no_grad;
-    Manual& mt = *manual_;
-    const auto obs = batch.obs.contiguous(), action = batch.action.contiguous();
-    const auto old_lp = batch.log_prob.contiguous(), adv = batch.advantage.contiguous();
-    const auto ret = batch.returns.contiguous(), old_v = batch.value.contiguous();
-    const std::int64_t n = obs.size(0), ad = act_dim_;
-    const float* mean = mt.actor.forward(*actor_, obs).data_ptr<float>();  // Gaussian means or logits
-    const float* v = mt.critic.forward(*critic_, obs).data_ptr<float>();
-    if (!mt.dmean.defined() || mt.dmean.size(0) != n) {
-      mt.dmean = at::empty({n, ad}, obs.options());
-      mt.dv = at::empty({n, 1}, obs.options());
-      if (discrete_) mt.lsm = at::empty({n, ad}, obs.options());
-    }
-    float *dm = mt.dmean.data_ptr<float>(), *dv = mt.dv.data_ptr<float>();
-    float* dls = discrete_ ? nullptr : mt.log_std_grad.data_ptr<float>();
-    const float* ls = discrete_ ? nullptr : log_std_.data_ptr<float>();
-    const float* a = discrete_ ? nullptr : action.data_ptr<float>();
-    const std::int64_t* ai = discrete_ ? action.data_ptr<std::int64_t>() : nullptr;
-    float* lsm = discrete_ ? mt.lsm.data_ptr<float>() : nullptr;
-    if (discrete_) log_softmax_rows(mean, lsm, n, ad);
-    const float *olp = old_lp.data_ptr<float>(), *A = adv.data_ptr<float>();
-    const float *R = ret.data_ptr<float>(), *V = old_v.data_ptr<float>();
-    const float c = static_cast<float>(*cfg_.clip), lo = 1.0f - c, hi = 1.0f + c;
-    const float cv = static_cast<float>(*cfg_.clip_value), vf = static_cast<float>(*cfg_.vf_coef);
-    const float ent = static_cast<float>(*cfg_.ent_coef);
-    const float inv_n = 1.0f / static_cast<float>(n);
-    constexpr float kHalfLog2Pi = 0.91893853320467274178f;
-    std::vector<float> inv_s(discrete_ ? 0 : static_cast<std::size_t>(ad));
-    for (std::int64_t j = 0; j < static_cast<std::int64_t>(inv_s.size()); ++j) {
-      inv_s[static_cast<std::size_t>(j)] = std::exp(-ls[j]);
-      dls[j] = 0.f;
-    }
-    std::vector<float> pr(discrete_ ? static_cast<std::size_t>(ad) : 0);  // a row's probabilities
-    double policy = 0, value = 0, kl = 0, clipped = 0, entropy = 0;
-    for (std::int64_t i = 0; i < n; ++i) {
-      float lp = 0.f, h = 0.f;
-      if (discrete_) {
-        lp = lsm[i * ad + ai[i]];
-        for (std::int64_t j = 0; j < ad; ++j) {
-          pr[static_cast<std::size_t>(j)] = std::exp(lsm[i * ad + j]);
-          h -= pr[static_cast<std::size_t>(j)] * lsm[i * ad + j];
-        }
-        entropy += h;
-      } else {
-        for (std::int64_t j = 0; j < ad; ++j) {
-          const float z = (a[i * ad + j] - mean[i * ad + j]) * inv_s[static_cast<std::size_t>(j)];
-          lp += -0.5f * z * z - ls[j] - kHalfLog2Pi;
-        }
-      }
-      const float log_ratio = lp - olp[i], r = std::exp(log_ratio);
-      const float rc = std::min(std::max(r, lo), hi);
-      const float u = -A[i] * r, w = -A[i] * rc;
-      policy += std::max(u, w);
-      const float pass = r >= lo && r <= hi ? 1.0f : 0.0f;  // clamp's gradient
-      const float g_r = (u > w ? -A[i] : u < w ? -A[i] * pass : 0.5f * (-A[i]) + 0.5f * (-A[i] * pass)) * inv_n;
-      const float g_lp = g_r * r;
-      if (discrete_) {
-        // d log p_a / d z_j = [j = a] - p_j; d H / d z_j = -p_j (log p_j + H), weighed by -ent / n
-        for (std::int64_t j = 0; j < ad; ++j) {
-          const float p = pr[static_cast<std::size_t>(j)];
-          dm[i * ad + j] = g_lp * ((j == ai[i] ? 1.0f : 0.0f) - p) + ent * inv_n * p * (lsm[i * ad + j] + h);
-        }
-      } else {
-        for (std::int64_t j = 0; j < ad; ++j) {
-          const float is = inv_s[static_cast<std::size_t>(j)];
-          const float z = (a[i * ad + j] - mean[i * ad + j]) * is;
-          dm[i * ad + j] = g_lp * z * is;
-          dls[j] += g_lp * (z * z - 1.0f);
-        }
-      }
-      kl += static_cast<double>((r - 1.0f) - log_ratio);
-      clipped += std::abs(r - 1.0f) > c ? 1.0 : 0.0;
-      const float e = v[i] - R[i];
-      if (cv > 0) {
-        const float d = v[i] - V[i], dc = std::min(std::max(d, -cv), cv);
-        const float e2 = V[i] + dc - R[i];
-        const float s1 = e * e, s2 = e2 * e2;
-        value += 0.5 * std::max(s1, s2);
-        const float pass_v = d >= -cv && d <= cv ? 1.0f : 0.0f;
-        const float g1 = e, g2 = e2 * pass_v;
-        dv[i] = vf * inv_n * (s1 > s2 ? g1 : s1 < s2 ? g2 : 0.5f * (g1 + g2));
-      } else {
-        value += 0.5 * static_cast<double>(e * e);
-        dv[i] = vf * inv_n * e;
-      }
-    }
-    if (!discrete_) {
-      for (std::int64_t j = 0; j < ad; ++j) {
-        entropy += static_cast<double>(ls[j]) + 0.5 * (1.0 + std::log(2.0 * std::numbers::pi));
-        dls[j] -= ent;
-      }
-      entropy *= static_cast<double>(n);  // the same for every row
-    }
-    mt.actor.backward(*actor_, mt.dmean, &mt.actor_grads, nullptr);
-    mt.critic.backward(*critic_, mt.dv, &mt.critic_grads, nullptr);
-    const double dn = static_cast<double>(n);
-    out.policy = policy / dn;
-    out.value = value / dn;
-    out.entropy = entropy / dn;
-    out.approx_kl = kl / dn;
-    out.clip_fraction = clipped / dn;
-    return mt.grad;
-  }
-
   at::Tensor gaussian_log_prob(const at::Tensor& mean, const at::Tensor& action) const {
     const auto z = (action - mean) * (-log_std_).exp();
     return (-0.5 * z.square() - log_std_ - 0.5 * std::log(2.0 * std::numbers::pi)).sum(-1);
@@ -17497,7 +17673,7 @@ class PPO {
   double epoch_kl_ = 0;              ///< approximate KL summed over this epoch's minibatches
   std::int64_t epoch_minibatches_ = 0;
   Ema ema_;                          ///< averaged weights (train.ema_decay)
-  std::unique_ptr<Manual> manual_;   ///< the hand-written path, when it applies
+  std::unique_ptr<detail::PpoManual> manual_;  ///< the hand-written path, when it applies
 };
 
 static_assert(OnPolicyAlgorithm<PPO>);
@@ -17695,6 +17871,15 @@ using EvalUpdatesParam =
     Param<std::int64_t, "eval_interval", "gradient updates between evaluations (0: only at the end)", at_least(0)>;
 using EvalEpisodesParam = Param<int, "eval_episodes", "episodes per evaluation, deterministic actions", at_least(1)>;
 
+/// What every loop's `shrink` (`run.smoke`, a run of seconds) does to its stage: at most
+/// `steps` of it, no evaluation before its end, and two episodes in that one.
+template <class C>
+void shrink_stage(C& c, std::int64_t steps) {
+  c.steps = std::min<std::int64_t>(c.steps, steps);
+  c.eval_interval = 0;
+  c.eval_episodes = std::min(*c.eval_episodes, 2);
+}
+
 /// The `train` section of an off-policy run.
 struct OffPolicyConfig {
   loops::EnvStepsParam steps{100'000};
@@ -17718,10 +17903,8 @@ struct OffPolicyConfig {
 
   /// A run of seconds (`run.smoke`): enough steps to pass the warm-up and update a little.
   void shrink() {
-    steps = std::min<std::int64_t>(steps, 600);
+    shrink_stage(*this, 600);
     learning_starts = std::min<std::int64_t>(learning_starts, 200);
-    eval_interval = 0;
-    eval_episodes = std::min(*eval_episodes, 2);
   }
 };
 
@@ -17738,11 +17921,24 @@ struct OnPolicyConfig {
   loops::EvalEpisodesParam eval_episodes{10};
 
   /// A run of seconds (`run.smoke`).
-  void shrink() {
-    steps = std::min<std::int64_t>(steps, 600);
-    eval_interval = 0;
-    eval_episodes = std::min(*eval_episodes, 2);
-  }
+  void shrink() { shrink_stage(*this, 600); }
+};
+
+/// The `train` section of an offline run; its counts are gradient updates.
+struct OfflineConfig {
+  loops::UpdateStepsParam steps{100'000};
+  Param<std::string, "dataset",
+        "buffer file to learn from (a run's checkpoint-*.buffer; empty: the buffer as the stages before left it)">
+      dataset{""};
+  loops::GradAccumulationParam grad_accumulation{1};
+  loops::EmaDecayParam ema_decay{0.0};
+  loops::LrScalingParam lr_scaling{LrScaling::none};
+  loops::BaseBatchParam base_batch{256};
+  loops::EvalUpdatesParam eval_interval{5000};
+  loops::EvalEpisodesParam eval_episodes{10};
+
+  /// A run of seconds (`run.smoke`).
+  void shrink() { shrink_stage(*this, 200); }
 };
 
 }  // namespace loops
@@ -17771,6 +17967,7 @@ struct policy_config<OnPolicyLoop> {
 /// pass it to a prebuilt Trainer without the policies' classes or torch
 /// (`anvil/compiled.hpp`). Light header.
 
+#include <concepts>
 #include <array>
 #include <string>
 #include <string_view>
@@ -17868,6 +18065,14 @@ struct TrainerConfig {
                         ") is shorter than one step of env.num_envs (" + std::to_string(*env->num_envs) + ") envs");
   }
 };
+
+/// Whether every policy's light `policy_config` specialisation names its own `Config` (the
+/// Trainer checks it where the policies are complete types).
+template <class A, class B, class P, class X, class L>
+inline constexpr bool light_configs_match =
+    std::same_as<policy_config_t<A>, typename A::Config> && std::same_as<policy_config_t<B>, typename B::Config> &&
+    std::same_as<policy_config_t<P>, typename P::Config> && std::same_as<policy_config_t<X>, typename X::Config> &&
+    std::same_as<policy_config_t<L>, typename L::Config>;
 
 }  // namespace anvil
 // ---- end <anvil/train/trainer_config.hpp> ----
@@ -18165,6 +18370,91 @@ void check_ema(double ema_decay) {
 
 }  // namespace anvil
 // ---- end <anvil/train/loops/loop.hpp> ----
+// ---- begin <anvil/train/loops/stage.hpp> ----
+/// @file
+/// The skeleton every loop shares, written once: `loops::LoopTag` declares a loop policy
+/// (its kind, name, `train` section and clock unit), and `loops::Stage` is the part of a
+/// runner that is the same in every loop: its config and parts, where its stage began on
+/// the clock, the stage's settings and end, its start and resume (`begin`, `resumed`: the
+/// origin, the clock's unit, then the runner's own `prepare()`), the normalisers merged
+/// over ranks at a log row, and the origin as the loop's state. A runner derives from `Stage<Runner, Loop, A, B>` and adds
+/// what is its own: `prepare()` (at the stage's start and after a resume), `iterate()`,
+/// `advice()`, and any other state (then it hides `save`, `read` and `restore`).
+
+#include <cstdint>
+#include <string_view>
+
+
+namespace anvil::loops {
+
+/// A loop policy's declaration: `struct OnPolicyLoop : loops::LoopTag<"on-policy",
+/// "on_policy", loops::OnPolicyConfig, ClockUnit::env_steps> { ... Rules, Runner ... };`.
+template <FixedString Name, FixedString StageName, class Cfg, ClockUnit Unit>
+struct LoopTag {
+  using policy_kind = LoopKind;
+  static constexpr std::string_view name = Name.view();
+  static constexpr FixedString config_section = "train";
+  /// The stage's name in a `Staged` run's sections (`train.<stage_name>`).
+  static constexpr FixedString stage_name = StageName;
+  /// What the stage's length and the hooks' intervals count.
+  static constexpr ClockUnit unit = Unit;
+  using Config = Cfg;
+
+  [[nodiscard]] static LoopSettings settings(const Config& c) { return common_settings(c, Unit); }
+};
+
+/// The runner's shared part (see file comment); `Runner` is the derived runner (CRTP).
+template <class Runner, class Loop, class A, class B>
+class Stage {
+ public:
+  using Config = typename Loop::Config;
+
+  Stage(const Config& cfg, LoopParts<A, B> parts) : cfg_(cfg), p_(parts) { check_ema<A>(cfg.ema_decay); }
+
+  /// The stage's settings, with where it began.
+  [[nodiscard]] LoopSettings settings() const {
+    auto s = Loop::settings(cfg_);
+    s.origin = origin_;
+    return s;
+  }
+  [[nodiscard]] int stage() const noexcept { return 0; }
+
+  /// The stage starts: its length counts from the clock as it stands; then it is set up as
+  /// after a resume.
+  void begin() {
+    origin_ = p_.clock.in(Loop::unit);
+    resumed();
+  }
+  /// At the stage's start and after a resume restored the run (this loop's state included):
+  /// the clock counts in the loop's unit, and the runner does its own `prepare()` (the
+  /// buffer's plan, ...).
+  void resumed() {
+    p_.clock.unit = Loop::unit;
+    static_cast<Runner&>(*this).prepare();
+  }
+  [[nodiscard]] bool done() const noexcept { return elapsed() >= cfg_.steps; }
+
+  /// At a log row with several ranks: every rank's new normaliser statistics are merged.
+  void at_log_row() {
+    if (p_.ranks.world_size() > 1) p_.collector.envs().sync_statistics([this](at::Tensor& t) { p_.ranks.sum(t); });
+  }
+
+  /// State protocol: where the stage began.
+  void save(BinaryWriter& w) const { w.value(origin_); }
+  [[nodiscard]] std::int64_t read(BinaryReader& r) const { return r.value<std::int64_t>("stage origin"); }
+  void restore(std::int64_t origin) noexcept { origin_ = origin; }
+
+ protected:
+  /// The stage's progress, in the loop's unit.
+  [[nodiscard]] std::int64_t elapsed() const noexcept { return p_.clock.in(Loop::unit) - origin_; }
+
+  Config cfg_;
+  LoopParts<A, B> p_;
+  std::int64_t origin_ = 0;  ///< the clock, in the loop's unit, when the stage began
+};
+
+}  // namespace anvil::loops
+// ---- end <anvil/train/loops/stage.hpp> ----
 
 namespace anvil {
 
@@ -18176,16 +18466,7 @@ concept ShapesRewards = requires(A& a, const StepBatch& step) {
 };
 
 /// Loop policy for off-policy algorithms (see file comment).
-struct OffPolicyLoop {
-  using policy_kind = LoopKind;
-  static constexpr std::string_view name = "off-policy";
-  static constexpr FixedString config_section = "train";
-  static constexpr FixedString stage_name = "off_policy";
-
-  using Config = loops::OffPolicyConfig;
-
-  [[nodiscard]] static LoopSettings settings(const Config& c) { return loops::common_settings(c, ClockUnit::env_steps); }
-
+struct OffPolicyLoop : loops::LoopTag<"off-policy", "off_policy", loops::OffPolicyConfig, ClockUnit::env_steps> {
   /// What this loop needs of the algorithm and the buffer, one sentence each.
   template <class A, class B>
   struct Rules {
@@ -18206,10 +18487,12 @@ struct OffPolicyLoop {
 
   /// Runs the loop (see file comment).
   template <class A, class B>
-  class Runner {
+  class Runner : public loops::Stage<Runner<A, B>, OffPolicyLoop, A, B> {
+    using Base = loops::Stage<Runner, OffPolicyLoop, A, B>;
+    using Base::cfg_, Base::p_, Base::origin_;
+
    public:
-    Runner(const Config& cfg, LoopParts<A, B> parts) : cfg_(cfg), p_(parts) {
-      loops::check_ema<A>(cfg.ema_decay);
+    Runner(const Config& cfg, LoopParts<A, B> parts) : Base(cfg, parts) {
       if (p_.algorithm.batch_size() > p_.buffer.capacity())
         throw ConfigError(std::string(A::config_section.view()) + ".batch_size (" +
                           std::to_string(p_.algorithm.batch_size()) + ") is larger than " +
@@ -18217,26 +18500,11 @@ struct OffPolicyLoop {
                           "): the buffer could never hold a batch, so the run would never update");
     }
 
-    [[nodiscard]] LoopSettings settings() const {
-      auto s = OffPolicyLoop::settings(cfg_);
-      s.origin = origin_;
-      return s;
-    }
-    [[nodiscard]] int stage() const noexcept { return 0; }
-
-    /// The stage starts: the clock counts env steps from here; the buffer learns the plan.
-    void begin() {
-      origin_ = p_.clock.env_steps;
-      resumed();
-    }
-    /// After a resume restored the run (this loop's state included).
-    void resumed() {
-      p_.clock.unit = ClockUnit::env_steps;
+    /// At the stage's start and after a resume: the buffer learns the plan.
+    void prepare() {
       p_.collector.envs().set_discount(p_.algorithm.discount());
       p_.buffer.plan(StoragePlan{p_.collector.num_envs(), cfg_.steps, p_.algorithm.discount()});
     }
-
-    [[nodiscard]] bool done() const noexcept { return p_.clock.env_steps - origin_ >= cfg_.steps; }
 
     /// One iteration: a step of every env, stored, then the updates due.
     void iterate(std::int64_t quiet_until = INT64_MAX) {
@@ -18245,7 +18513,7 @@ struct OffPolicyLoop {
         store(p_.collector.land());
         // The envs take their next step while this iteration's updates run, unless a hook
         // is due (it must see the run at rest) or the run is over.
-        if (!done() && p_.clock.now() < quiet_until) launch();
+        if (!this->done() && p_.clock.now() < quiet_until) launch();
       } else {
         act_now();
         store(p_.collector.step(actions_));
@@ -18279,11 +18547,6 @@ struct OffPolicyLoop {
         if constexpr (PrioritizedReplay<B>)
           if (info.td_error.defined()) p_.buffer.update_priorities(batch.index, info.td_error);
       }
-    }
-
-    /// At a log row with several ranks: every rank's new normaliser statistics are merged.
-    void at_log_row() {
-      if (p_.ranks.world_size() > 1) p_.collector.envs().sync_statistics([this](at::Tensor& t) { p_.ranks.sum(t); });
     }
 
     /// What the timing verdict suggests, in this loop's knobs and its algorithm's.
@@ -18325,7 +18588,7 @@ struct OffPolicyLoop {
     void act_now() {
       const auto& obs = p_.collector.observations();
       ScopedPhase ph(p_.times, Phase::act);
-      if (p_.clock.env_steps - origin_ < cfg_.learning_starts) {
+      if (this->elapsed() < cfg_.learning_starts) {
         actions_ = p_.collector.random_actions();
       } else {
         actions_ = p_.algorithm.act(obs, ActMode::explore);
@@ -18345,14 +18608,14 @@ struct OffPolicyLoop {
         StepBatch step{p_.collector.previous_observations(), actions_, s.reward, s.next_obs, s.terminated, s.truncated, s.task};
         // An algorithm that shapes its rewards (CollectiveStudent) gives the ones to store.
         if constexpr (ShapesRewards<A>)
-          step.reward = p_.algorithm.shaped_rewards(step, p_.clock.env_steps - origin_);
+          step.reward = p_.algorithm.shaped_rewards(step, this->elapsed());
         p_.buffer.add(step);
       }
       p_.clock.env_steps += p_.collector.num_envs() * p_.ranks.world_size();
     }
 
     void update_when_due() {
-      if (p_.clock.env_steps - origin_ < cfg_.learning_starts || !can_update()) return;
+      if (this->elapsed() < cfg_.learning_starts || !can_update()) return;
       since_update_ += p_.collector.num_envs();
       while (since_update_ >= cfg_.update_interval) {
         update(cfg_.updates_per_interval);
@@ -18370,10 +18633,7 @@ struct OffPolicyLoop {
       return ready_ = p_.ranks.sum(short_of) == 0.0;
     }
 
-    Config cfg_;
-    LoopParts<A, B> p_;
     at::Tensor actions_;            ///< the actions of the step in flight or last taken
-    std::int64_t origin_ = 0;        ///< env steps when the stage began
     std::int64_t since_update_ = 0;  ///< this rank's env steps since the last round of updates
     bool ready_ = false;            ///< every rank's buffer can give a batch
   };
@@ -18401,16 +18661,7 @@ struct OffPolicyLoop {
 namespace anvil {
 
 /// Loop policy for on-policy algorithms (see file comment).
-struct OnPolicyLoop {
-  using policy_kind = LoopKind;
-  static constexpr std::string_view name = "on-policy";
-  static constexpr FixedString config_section = "train";
-  static constexpr FixedString stage_name = "on_policy";
-
-  using Config = loops::OnPolicyConfig;
-
-  [[nodiscard]] static LoopSettings settings(const Config& c) { return loops::common_settings(c, ClockUnit::env_steps); }
-
+struct OnPolicyLoop : loops::LoopTag<"on-policy", "on_policy", loops::OnPolicyConfig, ClockUnit::env_steps> {
   /// What this loop needs of the algorithm and the buffer, one sentence each.
   template <class A, class B>
   struct Rules {
@@ -18431,26 +18682,16 @@ struct OnPolicyLoop {
 
   /// Runs the loop (see file comment).
   template <class A, class B>
-  class Runner {
+  class Runner : public loops::Stage<Runner<A, B>, OnPolicyLoop, A, B> {
+    using Base = loops::Stage<Runner, OnPolicyLoop, A, B>;
+    using Base::cfg_, Base::p_;
+
    public:
-    Runner(const Config& cfg, LoopParts<A, B> parts) : cfg_(cfg), p_(parts) { loops::check_ema<A>(cfg.ema_decay); }
+    using Base::Base;
 
-    [[nodiscard]] LoopSettings settings() const {
-      auto s = OnPolicyLoop::settings(cfg_);
-      s.origin = origin_;
-      return s;
-    }
-    [[nodiscard]] int stage() const noexcept { return 0; }
-
-    /// The stage starts: the clock counts env steps from here; the rollout is sized for the
-    /// envs. A minibatch larger than a rollout is refused, naming both.
-    void begin() {
-      origin_ = p_.clock.env_steps;
-      resumed();
-    }
-    /// After a resume restored the run (this loop's state included).
-    void resumed() {
-      p_.clock.unit = ClockUnit::env_steps;
+    /// At the stage's start and after a resume: the rollout is sized for the envs. A
+    /// minibatch larger than a rollout is refused, naming both.
+    void prepare() {
       p_.collector.envs().set_discount(p_.algorithm.discount());
       p_.buffer.plan(StoragePlan{p_.collector.num_envs(), cfg_.steps, p_.algorithm.discount()});
       const std::int64_t rows = p_.buffer.capacity(), envs = p_.collector.num_envs();
@@ -18460,8 +18701,6 @@ struct OnPolicyLoop {
                           std::string(B::config_section.view()) + ".steps (" + std::to_string(rows / envs) +
                           ") x env.num_envs (" + std::to_string(envs) + ") = " + std::to_string(rows) + " rows");
     }
-
-    [[nodiscard]] bool done() const noexcept { return p_.clock.env_steps - origin_ >= cfg_.steps; }
 
     /// One iteration: collect a rollout, learn from it.
     void iterate(std::int64_t /*quiet_until*/ = INT64_MAX) {
@@ -18482,7 +18721,7 @@ struct OnPolicyLoop {
     void learn_rollout() {
       // Every rank normalises with the same statistics from here on.
       if (p_.ranks.world_size() > 1) p_.collector.envs().sync_statistics([this](at::Tensor& t) { p_.ranks.sum(t); });
-      p_.algorithm.set_progress(static_cast<double>(p_.clock.env_steps - origin_) / static_cast<double>(*cfg_.steps));
+      p_.algorithm.set_progress(static_cast<double>(this->elapsed()) / static_cast<double>(*cfg_.steps));
       int epochs = 0;
       for (int e = 0; e < p_.algorithm.epochs(); ++e) {
         std::optional<ScopedPhase> sampling(std::in_place, p_.times, Phase::sample);
@@ -18499,7 +18738,7 @@ struct OnPolicyLoop {
       p_.buffer.clear();
     }
 
-    void at_log_row() {}  // the normalisers were merged before the last update
+    void at_log_row() {}  // the normalisers were merged before the rollout's updates
 
     /// What the timing verdict suggests, in this loop's knobs and its algorithm's.
     [[nodiscard]] BottleneckAdvice advice(const AdviceKeys& k) const {
@@ -18516,11 +18755,6 @@ struct OnPolicyLoop {
       a.side = loops::side_advice(k);
       return a;
     }
-
-    /// State protocol: where the stage began (a checkpoint falls between rollouts).
-    void save(BinaryWriter& w) const { w.value(origin_); }
-    [[nodiscard]] std::int64_t read(BinaryReader& r) const { return r.value<std::int64_t>("stage origin"); }
-    void restore(std::int64_t origin) noexcept { origin_ = origin; }
 
    private:
     // One step of every env for the rollout: act, step, and for rows cut by the time limit
@@ -18545,10 +18779,6 @@ struct OnPolicyLoop {
       }
       p_.clock.env_steps += p_.collector.num_envs() * p_.ranks.world_size();
     }
-
-    Config cfg_;
-    LoopParts<A, B> p_;
-    std::int64_t origin_ = 0;  ///< env steps when the stage began
   };
 };
 
@@ -19190,20 +19420,10 @@ typename Trainer::Config start(int argc, char** argv, typename Trainer::Config d
 /// all; a custom main may call the steps itself (`begin`, `collect`, `update`, `evaluate`,
 /// `log`, `save_checkpoint`, `finish`).
 
-#include <torch/cuda.h>
-#include <torch/utils.h>
-
-#include <algorithm>
-#include <cerrno>
-#include <cctype>
-#include <cmath>
-#include <cstdint>
 #include <deque>
 #include <filesystem>
 #include <memory>
 #include <string>
-#include <thread>
-#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -19807,18 +20027,9 @@ concept EpisodeStorage = Buffer<B> && std::same_as<typename B::Step, EpisodeStep
                            { b.clear() };
                          };
 
-/// Loop policy for learning from whole episodes (see file comment).
-struct EpisodicLoop {
-  using policy_kind = LoopKind;
-  static constexpr std::string_view name = "episodic";
-  static constexpr FixedString config_section = "train";
-  static constexpr FixedString stage_name = "episodic";
-
-  /// The `train` section of an episodic run: the on-policy loop's fields.
-  using Config = loops::OnPolicyConfig;
-
-  [[nodiscard]] static LoopSettings settings(const Config& c) { return loops::common_settings(c, ClockUnit::env_steps); }
-
+/// Loop policy for learning from whole episodes (see file comment); its `train` section is
+/// the on-policy loop's.
+struct EpisodicLoop : loops::LoopTag<"episodic", "episodic", loops::OnPolicyConfig, ClockUnit::env_steps> {
   /// What this loop needs of the algorithm and the buffer, one sentence each.
   template <class A, class B>
   struct Rules {
@@ -19833,27 +20044,17 @@ struct EpisodicLoop {
 
   /// Runs the loop (see file comment).
   template <class A, class B>
-  class Runner {
+  class Runner : public loops::Stage<Runner<A, B>, EpisodicLoop, A, B> {
+    using Base = loops::Stage<Runner, EpisodicLoop, A, B>;
+    using Base::cfg_, Base::p_;
+
    public:
-    Runner(const Config& cfg, LoopParts<A, B> parts) : cfg_(cfg), p_(parts) { loops::check_ema<A>(cfg.ema_decay); }
+    using Base::Base;
 
-    [[nodiscard]] LoopSettings settings() const {
-      auto s = EpisodicLoop::settings(cfg_);
-      s.origin = origin_;
-      return s;
-    }
-    [[nodiscard]] int stage() const noexcept { return 0; }
-
-    /// The stage starts: the clock counts env steps from here.
-    void begin() {
-      origin_ = p_.clock.env_steps;
-      resumed();
-    }
-    void resumed() {
-      p_.clock.unit = ClockUnit::env_steps;
+    /// At the stage's start and after a resume: the buffer learns the plan.
+    void prepare() {
       p_.buffer.plan(StoragePlan{p_.collector.num_envs(), cfg_.steps, 0.0});
     }
-    [[nodiscard]] bool done() const noexcept { return p_.clock.env_steps - origin_ >= cfg_.steps; }
 
     /// One round: an episode of every env, then an update from them.
     void iterate(std::int64_t /*quiet_until*/ = INT64_MAX) {
@@ -19895,10 +20096,6 @@ struct EpisodicLoop {
       p_.clock.env_steps += static_cast<std::int64_t>(p_.ranks.sum(static_cast<double>(kept)));
     }
 
-    void at_log_row() {
-      if (p_.ranks.world_size() > 1) p_.collector.envs().sync_statistics([this](at::Tensor& t) { p_.ranks.sum(t); });
-    }
-
     /// What the timing verdict suggests, in this loop's knobs and its algorithm's.
     [[nodiscard]] BottleneckAdvice advice(const AdviceKeys& k) const {
       const std::string passes = k.find("data_passes"), batch = k.find("batch_size");
@@ -19911,15 +20108,6 @@ struct EpisodicLoop {
       return a;
     }
 
-    /// State protocol: where the stage began (a checkpoint falls between rounds).
-    void save(BinaryWriter& w) const { w.value(origin_); }
-    [[nodiscard]] std::int64_t read(BinaryReader& r) const { return r.value<std::int64_t>("stage origin"); }
-    void restore(std::int64_t origin) noexcept { origin_ = origin; }
-
-   private:
-    Config cfg_;
-    LoopParts<A, B> p_;
-    std::int64_t origin_ = 0;
   };
 };
 
@@ -19984,35 +20172,7 @@ template <class A>
 concept PlansUpdates = requires(A& a) { a.plan_updates(std::int64_t{0}); };
 
 /// Loop policy for learning from stored data (see file comment).
-struct OfflineLoop {
-  using policy_kind = LoopKind;
-  static constexpr std::string_view name = "offline";
-  static constexpr FixedString config_section = "train";
-  static constexpr FixedString stage_name = "offline";
-
-  /// The `train` section of an offline run; its counts are gradient updates.
-  struct Config {
-    loops::UpdateStepsParam steps{100'000};
-    Param<std::string, "dataset",
-          "buffer file to learn from (a run's checkpoint-*.buffer; empty: the buffer as the stages before left it)">
-        dataset{""};
-    loops::GradAccumulationParam grad_accumulation{1};
-    loops::EmaDecayParam ema_decay{0.0};
-    loops::LrScalingParam lr_scaling{LrScaling::none};
-    loops::BaseBatchParam base_batch{256};
-    loops::EvalUpdatesParam eval_interval{5000};
-    loops::EvalEpisodesParam eval_episodes{10};
-
-    /// A run of seconds (`run.smoke`).
-    void shrink() {
-      steps = std::min<std::int64_t>(steps, 200);
-      eval_interval = 0;
-      eval_episodes = std::min(*eval_episodes, 2);
-    }
-  };
-
-  [[nodiscard]] static LoopSettings settings(const Config& c) { return loops::common_settings(c, ClockUnit::updates); }
-
+struct OfflineLoop : loops::LoopTag<"offline", "offline", loops::OfflineConfig, ClockUnit::updates> {
   /// A batch of the dataset: `sample_dataset(n)` where the buffer also replays online
   /// steps (CollectiveReplay, for a staged run), else `sample(n)`.
   template <class B>
@@ -20050,27 +20210,16 @@ struct OfflineLoop {
 
   /// Runs the loop (see file comment).
   template <class A, class B>
-  class Runner {
+  class Runner : public loops::Stage<Runner<A, B>, OfflineLoop, A, B> {
+    using Base = loops::Stage<Runner, OfflineLoop, A, B>;
+    using Base::cfg_, Base::p_, Base::origin_;
+
    public:
-    Runner(const Config& cfg, LoopParts<A, B> parts) : cfg_(cfg), p_(parts) { loops::check_ema<A>(cfg.ema_decay); }
+    using Base::Base;
 
-    [[nodiscard]] LoopSettings settings() const {
-      auto s = OfflineLoop::settings(cfg_);
-      s.origin = origin_;
-      return s;
-    }
-    [[nodiscard]] int stage() const noexcept { return 0; }
-
-    /// The stage starts: the clock counts updates, the buffer learns the plan, and the
-    /// dataset is read (once, when the run is built; a resume that restores a saved buffer
-    /// replaces it).
-    void begin() {
-      origin_ = p_.clock.updates;
-      resumed();
-    }
-    /// After a resume restored the run (this loop's state included).
-    void resumed() {
-      p_.clock.unit = ClockUnit::updates;
+    /// At the stage's start and after a resume: the buffer learns the plan, and the dataset
+    /// is read (once, when the run is built; a resume that restores a saved buffer replaces it).
+    void prepare() {
       p_.collector.envs().set_discount(p_.algorithm.discount());
       StoragePlan plan{p_.collector.num_envs(), 0, p_.algorithm.discount()};
       if constexpr (LearnsFromSequences<A>) std::tie(plan.sequence_obs, plan.sequence_actions) = p_.algorithm.sequence();
@@ -20100,8 +20249,6 @@ struct OfflineLoop {
       if constexpr (PlansUpdates<A>) p_.algorithm.plan_updates(origin_ + cfg_.steps);
     }
 
-    [[nodiscard]] bool done() const noexcept { return p_.clock.updates - origin_ >= cfg_.steps; }
-
     /// One iteration: one update on a batch sampled from the buffer.
     void iterate(std::int64_t /*quiet_until*/ = INT64_MAX) {
       const std::int64_t n = batch_rows(p_.algorithm);
@@ -20119,7 +20266,7 @@ struct OfflineLoop {
         if (info.td_error.defined()) p_.buffer.update_priorities(batch.index, info.td_error);
     }
 
-    void at_log_row() {}
+    void at_log_row() {}  // no env steps: no new normaliser statistics
 
     /// What the timing verdict suggests, in this loop's knobs and its algorithm's: an offline
     /// run is meant to spend its time in updates.
@@ -20133,15 +20280,7 @@ struct OfflineLoop {
       return a;
     }
 
-    /// State protocol: where the stage began (the data is the buffer's, saved on its own).
-    void save(BinaryWriter& w) const { w.value(origin_); }
-    [[nodiscard]] std::int64_t read(BinaryReader& r) const { return r.value<std::int64_t>("stage origin"); }
-    void restore(std::int64_t origin) noexcept { origin_ = origin; }
-
    private:
-    Config cfg_;
-    LoopParts<A, B> p_;
-    std::int64_t origin_ = 0;  ///< updates when the stage began
     bool loaded_ = false;
   };
 };
@@ -21219,6 +21358,138 @@ inline RunEnvs make_run_envs(const envs::AnyEnv& env, const envs::VecEnvConfig& 
 
 }  // namespace anvil
 // ---- end <anvil/train/run_envs.hpp> ----
+// ---- begin <anvil/train/trainer_parts.hpp> ----
+/// @file
+/// What the Trainer (train/trainer.hpp) builds from its config that does not depend on its
+/// policy types, so the host itself stays short and these are compiled once: the run's
+/// context, the step context's options, the update threads, the policy file's parts from
+/// the envs and the normaliser, and the run's description (`Run::Setup`) with its
+/// provenance. Not templates, but for the provenance's list of policy types.
+
+#include <torch/cuda.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+
+namespace anvil {
+
+/// The run's context on `device` for this rank of `world_size`: the seed, and the loop's
+/// learning-rate scaling and micro-batches. Refuses a precision that needs a GPU without one.
+inline RunContext run_context(c10::Device device, std::uint64_t seed, int rank, int world_size,
+                              const LoopSettings& loop, const PrecisionSettings& precision) {
+  if (precision.needs_cuda && !device.is_cuda()) {
+    std::string name(precision.name);
+    for (auto& ch : name) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+    throw DeviceError(name + " autocast needs a CUDA device; use BF16 on CPU (run.device is " + device.str() + ")");
+  }
+  RunContext ctx;
+  ctx.device = device;
+  ctx.seed = seed;
+  ctx.rank = rank;
+  ctx.world_size = world_size;
+  ctx.lr_scaling = loop.lr_scaling;
+  ctx.base_batch = loop.base_batch;
+  ctx.micro_batches = loop.grad_accumulation;
+  return ctx;
+}
+
+/// `run.update_threads`, with 0 resolved: SAC's update has two independent parts, so two
+/// threads when this process has two cores to itself (measured 1.2-1.5x faster updates).
+/// Cores it may use, not the machine's (on one core a second thread only spins), shared by
+/// the `ranks_here` ranks on this node (LOCAL_WORLD_SIZE), not by the whole world.
+inline int update_threads(int configured, int ranks_here) {
+  if (configured > 0) return configured;
+  return std::clamp(detail::available_cores() / std::max(1, ranks_here), 1, 2);
+}
+
+/// The step context's options for the run: autocast and loss scaling by the precision,
+/// `threads` for an update's parts, micro-batches, the phase timers (on with `run.timings`,
+/// waiting for the GPU with `run.sync_timings`), and the ranks' gradient all-reduce.
+inline StepContext::Options step_options(const RunContext& ctx, const PrecisionSettings& precision, int threads,
+                                         const RunConfig& run, PhaseTimes& times,
+                                         std::function<void(std::vector<at::Tensor>&)> all_reduce_mean) {
+  StepContext::Options so;
+  so.device = ctx.device;
+  so.autocast = precision.autocast;
+  so.autocast_dtype = precision.compute_dtype;
+  so.threads = threads;
+  so.micro_batches = ctx.micro_batches;
+  so.times = &times;
+  so.loss_scaling = precision.loss_scaling;
+  times.enabled = run.timings;
+  if (ctx.device.is_cuda() && run.sync_timings) times.sync = [] { torch::cuda::synchronize(); };
+  if (ctx.world_size > 1) so.all_reduce_mean = std::move(all_reduce_mean);
+  return so;
+}
+
+/// What a policy file holds besides the network: the env's name and action bounds, and with
+/// `normalize.obs` the observation normaliser's mean and inverse standard deviation (the
+/// policy acts on observations normalised as in training) and its clip.
+inline PolicyFileParts policy_file_parts(const StepCollector& collector, const envs::NormalizeState* norm,
+                                         const envs::NormalizeConfig& ncfg) {
+  PolicyFileParts parts{collector.spec().name, collector.action_scale(), collector.action_offset(), {}, {}, 0};
+  if (norm && ncfg.obs) {
+    const auto& mean = norm->obs.mean();
+    const auto var = norm->obs.variance();
+    const auto d = collector.spec().obs_dim();
+    parts.obs_mean = at::empty({d});
+    parts.obs_inv_std = at::empty({d});
+    for (std::int64_t j = 0; j < d; ++j) {
+      parts.obs_mean[j] = mean[static_cast<std::size_t>(j)];
+      parts.obs_inv_std[j] = 1.0 / std::sqrt(var[static_cast<std::size_t>(j)] + ncfg.epsilon);
+    }
+    parts.obs_clip = ncfg.clip_obs;
+  }
+  return parts;
+}
+
+/// The run's description for `Run`: its `run` section, names, config (hash, YAML, every
+/// field), what it says when it starts (`world` first, after a warning when built without
+/// optimisation, then `notes`) and the provenance: the env, `policy_types` (slot and type
+/// name), versions, command line, host and start time. `program` empty: the executable's name.
+inline Run::Setup run_setup(const RunConfig& run, std::string program, std::string algorithm, std::string precision,
+                            const StepCollector& collector, c10::Device device, std::string config_hash,
+                            std::string config_yaml, std::vector<std::pair<std::string, std::string>> config,
+                            std::string world, std::vector<std::string> notes,
+                            const std::vector<std::pair<std::string, std::string>>& policy_types) {
+  Run::Setup s;
+  s.run = run;
+  s.program = program.empty() ? std::string(program_invocation_short_name) : std::move(program);
+  s.algorithm = std::move(algorithm);
+  s.precision = std::move(precision);
+  s.env_name = collector.spec().name;
+  s.num_envs = collector.num_envs();
+  s.device = device.str();
+  s.config_hash = std::move(config_hash);
+  s.config_yaml = std::move(config_yaml);
+  s.config = std::move(config);
+  s.notes = std::move(notes);
+  s.notes.insert(s.notes.begin(), std::move(world));
+  if (!compiled_optimised())
+    s.notes.insert(s.notes.begin(), "warning: this program was compiled without optimisation, so it trains about 2x "
+                                    "slower; build it with -DCMAKE_BUILD_TYPE=Release (or -O2)");
+  s.provenance = {{"env", collector.spec().name}};
+  s.provenance.insert(s.provenance.end(), policy_types.begin(), policy_types.end());
+  s.provenance.insert(s.provenance.end(), {{"anvil", std::string(kVersion)},
+                                           {"libtorch", compat::torch_version_string()},
+                                           {"git_commit", program_git_commit()},
+                                           {"command", command_line()},
+                                           {"host", host_name()},
+                                           {"started", utc_now()}});
+  return s;
+}
+
+}  // namespace anvil
+// ---- end <anvil/train/trainer_parts.hpp> ----
 // ---- begin <anvil/train/trainer_select.hpp> ----
 /// @file
 /// `anvil::Trainer<A, B, P, X[, L]>`, the name users write: the `BasicTrainer` (train/trainer.hpp)
@@ -21322,56 +21593,37 @@ class BasicTrainer {
 
   /// Every knob of a run, one section per policy; keys are `<section>.<field>`.
   using Config = TrainerConfig<A, B, P, X, L>;
-  static_assert(std::same_as<policy_config_t<A>, typename A::Config> &&
-                    std::same_as<policy_config_t<B>, typename B::Config> &&
-                    std::same_as<policy_config_t<P>, typename P::Config> &&
-                    std::same_as<policy_config_t<X>, typename X::Config> &&
-                    std::same_as<policy_config_t<L>, typename L::Config>,
+  static_assert(light_configs_match<A, B, P, X, L>,
                 "policy_config<T> names another config than T::Config: a light header's specialisation is stale");
 
   /// Builds the run on `env` (any `envs::Env` type, or envs that come batched: see
   /// envs/any_env.hpp) from a typed config (validated here; throws ConfigError). With DDP<N>
   /// the process must be a rank: `anvil::start` launches them.
-  BasicTrainer(const envs::AnyEnv& env, Config cfg, std::string program = {}) : cfg_(prepare(std::move(cfg))) {
+  BasicTrainer(const envs::AnyEnv& env, Config cfg, std::string program = {}) : cfg_(validated(std::move(cfg))) {
     parallel_ = std::make_unique<P>(*cfg_.parallel);
-    ctx_.device = resolve_device(cfg_.run->device, parallel_->device_index());
-    parallel_->connect(ctx_.device);
-    ctx_.seed = cfg_.run->seed;
-    ctx_.rank = parallel_->rank();
-    ctx_.world_size = parallel_->world_size();
-    const LoopSettings loop = L::settings(*cfg_.train);
-    ctx_.lr_scaling = loop.lr_scaling;
-    ctx_.base_batch = loop.base_batch;
-    ctx_.micro_batches = loop.grad_accumulation;
+    const auto device = resolve_device(cfg_.run->device, parallel_->device_index());
+    parallel_->connect(device);
     const PrecisionSettings precision = X::settings(*cfg_.precision);
-    if (precision.needs_cuda && !ctx_.device.is_cuda())
-      throw DeviceError(upper(precision.name) + " autocast needs a CUDA device; use BF16 on CPU (run.device is " +
-                        ctx_.device.str() + ")");
+    ctx_ = run_context(device, cfg_.run->seed, parallel_->rank(), parallel_->world_size(), L::settings(*cfg_.train), precision);
     ranks_ = Ranks(*parallel_, ctx_.device);
-    auto notes = apply_process_settings(cfg_.run->threads, precision, ctx_, update_threads());
-
-    auto run_envs = make_run_envs(env, *cfg_.env, *cfg_.normalize, ctx_.seed_for(Stream::env), ctx_.rank, ctx_.world_size);
-    norm_ = run_envs.normalizer;
-    notes.insert(notes.end(), run_envs.notes.begin(), run_envs.notes.end());
-    collector_ = std::make_unique<StepCollector>(std::move(run_envs.training), times_);
+    auto notes = apply_process_settings(cfg_.run->threads, precision, ctx_, threads());
+    auto envs = make_run_envs(env, *cfg_.env, *cfg_.normalize, ctx_.seed_for(Stream::env), ctx_.rank, ctx_.world_size);
+    norm_ = envs.normalizer;
+    notes.insert(notes.end(), envs.notes.begin(), envs.notes.end());
+    collector_ = std::make_unique<StepCollector>(std::move(envs.training), times_);
     collector_->count_steps_from(&clock_.env_steps);
-    const auto& spec = collector_->spec();
-
-    algo_ = std::make_unique<A>(spec, *cfg_.algorithm, ctx_);
-    buffer_ = std::make_unique<B>(spec, *cfg_.buffer, ctx_);
-    step_ctx_ = StepContext(step_options(precision));
+    algo_ = std::make_unique<A>(collector_->spec(), *cfg_.algorithm, ctx_);
+    buffer_ = std::make_unique<B>(collector_->spec(), *cfg_.buffer, ctx_);
+    step_ctx_ = StepContext(step_options(ctx_, precision, threads(), *cfg_.run, times_,
+                                         [p = parallel_.get()](std::vector<at::Tensor>& g) { p->all_reduce_mean(g); }));
     runner_ = std::make_unique<Runner>(
         *cfg_.train, LoopParts<A, B>{*algo_, *buffer_, step_ctx_, *collector_, clock_, ranks_, times_, metrics_});
     runner_->begin();
     control_ = std::make_unique<LoopControlOf<Runner>>(*runner_);
-    evaluation_ = Evaluation(std::move(run_envs.evaluation),
-        ctx_.seed_for(Stream::eval_env), ranks_, &times_, collector_->groups(), collector_->envs().reports_success());
+    evaluation_ = Evaluation(std::move(envs.evaluation), ctx_.seed_for(Stream::eval_env), ranks_, &times_,
+                             collector_->groups(), collector_->envs().reports_success());
     torch_rng_ = TorchGenerators(ctx_.device);
     add_sections();
-    notes.insert(notes.begin(), "world: " + parallel_->describe());
-    if (!compiled_optimised())
-      notes.insert(notes.begin(), "warning: this program was compiled without optimisation, so it trains about 2x "
-                                  "slower; build it with -DCMAKE_BUILD_TYPE=Release (or -O2)");
     run_ = std::make_unique<Run>(setup(std::move(program), std::move(notes)), parts());
     run_->sync_from_main();  // every rank starts from rank 0's networks and optimizer state
   }
@@ -21390,30 +21642,19 @@ class BasicTrainer {
   FitResult finish() { return run_->finish(); }
   /// A row of metrics now (with several ranks, every rank must call it).
   void log() { run_->log(); }
-  /// Mean return of `episodes` episodes with deterministic actions (the policy's average
-  /// with `train.ema_decay`), on envs seeded apart from the training envs.
+  /// Mean return of `episodes` deterministic episodes (of the average policy with `train.ema_decay`).
   EvalResult evaluate(int episodes) { return run_->evaluate(episodes); }
-  /// The latest recorded evaluation (with each task's return and success rate where the env
-  /// has tasks and says when it succeeds).
+  /// The latest recorded evaluation (with each task's return and success rate where there are).
   [[nodiscard]] const EvalResult& last_evaluation() const noexcept { return evaluation_.last(); }
   /// Makes `r` the run's latest evaluation (in the next log row, summary.json, the best).
   void record_evaluation(const EvalResult& r) { run_->record_evaluation(r); }
 
   /// Steps the envs until at least `n` more env steps are stored (a step loop).
-  void collect(std::int64_t n)
-    requires StepwiseLoop<Runner>
-  {
-    runner_->collect(n);
-  }
+  void collect(std::int64_t n) requires StepwiseLoop<Runner> { runner_->collect(n); }
   /// `n` gradient updates, each on a fresh batch (a step loop).
-  void update(int n)
-    requires StepwiseLoop<Runner>
-  {
-    runner_->update(n);
-  }
+  void update(int n) requires StepwiseLoop<Runner> { runner_->update(n); }
 
-  /// Writes everything a resumed run needs to continue exactly as this one would (every
-  /// state section; with `run.checkpoint_buffer` the buffer beside it). Atomic.
+  /// Writes every state section a resumed run needs (and the buffer with `run.checkpoint_buffer`). Atomic.
   void save_checkpoint(const std::filesystem::path& file) { run_->save_checkpoint(file); }
   /// Restores what `save_checkpoint` wrote (all or nothing; the error names what differs).
   void load_checkpoint(const std::filesystem::path& file) { run_->load_checkpoint(file); }
@@ -21424,20 +21665,8 @@ class BasicTrainer {
   void save_policy(const std::filesystem::path& file) const
     requires ExportsPolicy<A>
   {
-    PolicyFileParts parts{collector_->spec().name, collector_->action_scale(), collector_->action_offset()};
-    if (norm_ && cfg_.normalize->obs) {  // the policy acts on observations normalised as in training
-      const auto& mean = norm_->obs.mean();
-      const auto var = norm_->obs.variance();
-      const auto d = collector_->spec().obs_dim();
-      parts.obs_mean = at::empty({d});
-      parts.obs_inv_std = at::empty({d});
-      for (std::int64_t j = 0; j < d; ++j) {
-        parts.obs_mean[j] = mean[static_cast<std::size_t>(j)];
-        parts.obs_inv_std[j] = 1.0 / std::sqrt(var[static_cast<std::size_t>(j)] + cfg_.normalize->epsilon);
-      }
-      parts.obs_clip = cfg_.normalize->clip_obs;
-    }
-    write_policy(file, parts, [this](BinaryWriter& w) { algo_->save_policy(w); });
+    write_policy(file, policy_file_parts(*collector_, norm_.get(), *cfg_.normalize),
+                 [this](BinaryWriter& w) { algo_->save_policy(w); });
   }
 
   [[nodiscard]] const Config& config() const noexcept { return cfg_; }
@@ -21458,14 +21687,12 @@ class BasicTrainer {
   [[nodiscard]] const PhaseTimes& times() const noexcept { return times_; }
   /// The names of the sections of this run's state (what a checkpoint holds).
   [[nodiscard]] std::vector<std::string> state_sections() const { return state_.names(); }
-  /// The running statistics of observations and returns (`normalize.obs`, `normalize.reward`);
-  /// null when the run does not normalise.
+  /// The observations' and returns' running statistics (null when the run does not normalise).
   [[nodiscard]] const envs::NormalizeState* normalizer() const noexcept { return norm_.get(); }
   /// Returns of the most recent training episodes (up to 100).
   [[nodiscard]] const std::deque<double>& recent_returns() const noexcept { return collector_->episodes().recent(); }
   [[nodiscard]] const std::filesystem::path& run_dir() const noexcept { return run_->run_dir(); }
-  /// The phase timers' own share of the run so far: calls times the cost of one, as
-  /// measured on this machine when the run started, over the wall time.
+  /// The phase timers' own share of the run so far (calls x cost of one / wall time).
   [[nodiscard]] double timer_overhead() const { return run_->timer_overhead(); }
   /// What the run says once when it starts (world, precision and BLAS settings), one line each.
   [[nodiscard]] const std::vector<std::string>& notes() const noexcept { return run_->notes(); }
@@ -21475,39 +21702,11 @@ class BasicTrainer {
   [[nodiscard]] BottleneckAdvice advice() const { return run_->advice(); }
 
  private:
-  static Config prepare(Config c) {
-    anvil::validate(c);  // run.smoke was applied where the config was read (configure)
-    return c;
-  }
-  static std::string upper(std::string_view s) {
-    std::string out(s);
-    for (auto& ch : out) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
-    return out;
-  }
-  // run.update_threads, with 0 resolved: SAC's update has two independent parts, so two
-  // threads when this process has two cores to itself (measured 1.2-1.5x faster updates).
-  // Cores it may use, not the machine's (on one core a second thread only spins), shared
-  // by the ranks on this node (LOCAL_WORLD_SIZE), not by the whole world.
-  int update_threads() const {
-    if (*cfg_.run->update_threads > 0) return cfg_.run->update_threads;
-    int ranks_here = parallel_->world_size();
-    if constexpr (KnowsLocalWorld<P>) ranks_here = parallel_->world().local_world_size;
-    return std::clamp(detail::available_cores() / std::max(1, ranks_here), 1, 2);
-  }
-
-  StepContext::Options step_options(const PrecisionSettings& precision) {
-    StepContext::Options so;
-    so.device = ctx_.device;
-    so.autocast = precision.autocast;
-    so.autocast_dtype = precision.compute_dtype;
-    so.threads = update_threads();
-    so.micro_batches = ctx_.micro_batches;
-    so.times = &times_;
-    so.loss_scaling = precision.loss_scaling;
-    times_.enabled = cfg_.run->timings;
-    if (ctx_.device.is_cuda() && cfg_.run->sync_timings) times_.sync = [] { torch::cuda::synchronize(); };
-    if (parallel_->world_size() > 1) so.all_reduce_mean = [p = parallel_.get()](std::vector<at::Tensor>& g) { p->all_reduce_mean(g); };
-    return so;
+  // Threads for an update's independent parts (`run.update_threads`; 0: by the cores this
+  // rank's node gives each of its ranks).
+  int threads() const {
+    if constexpr (KnowsLocalWorld<P>) return update_threads(cfg_.run->update_threads, parallel_->world().local_world_size);
+    else return update_threads(cfg_.run->update_threads, parallel_->world_size());
   }
 
   // The run's state, in named sections (core/state.hpp): checkpoints hold them all; the
@@ -21530,44 +21729,18 @@ class BasicTrainer {
   }
 
   Run::Setup setup(std::string program, std::vector<std::string> notes) const {
-    Run::Setup s;
-    s.run = *cfg_.run;
-    s.program = program.empty() ? std::string(program_invocation_short_name) : std::move(program);  // the executable's name
-    s.algorithm = std::string(A::config_section.view());
-    s.precision = std::string(X::name);
-    s.env_name = collector_->spec().name;
-    s.num_envs = collector_->num_envs();
-    s.device = ctx_.device.str();
-    s.config_hash = config_hash_hex(cfg_);  // covers the policy types too (TrainerConfig::hashed_types)
-    s.config_yaml = to_yaml(cfg_);
-    s.config = flatten(cfg_);
-    s.notes = std::move(notes);
-    s.provenance = {{"env", collector_->spec().name},
-                    {"algorithm", std::string(type_name<A>())},
-                    {"buffer", std::string(type_name<B>())},
-                    {"parallelism", std::string(type_name<P>())},
-                    {"precision", std::string(type_name<X>())},
-                    {"loop", std::string(type_name<L>())},
-                    {"anvil", std::string(kVersion)},
-                    {"libtorch", compat::torch_version_string()},
-                    {"git_commit", program_git_commit()},
-                    {"command", command_line()},
-                    {"host", host_name()},
-                    {"started", utc_now()}};
-    return s;
+    // The config hash covers the policy types too (TrainerConfig::hashed_types).
+    return run_setup(*cfg_.run, std::move(program), std::string(A::config_section.view()), std::string(X::name),
+                     *collector_, ctx_.device, config_hash_hex(cfg_), to_yaml(cfg_), flatten(cfg_),
+                     "world: " + parallel_->describe(), std::move(notes),
+                     {{"algorithm", std::string(type_name<A>())}, {"buffer", std::string(type_name<B>())},
+                      {"parallelism", std::string(type_name<P>())}, {"precision", std::string(type_name<X>())},
+                      {"loop", std::string(type_name<L>())}});
   }
 
   Run::Parts parts() {
-    Run::Parts p;
-    p.clock = &clock_;
-    p.ranks = &ranks_;
-    p.times = &times_;
-    p.collector = collector_.get();
-    p.metrics = &metrics_;
-    p.state = &state_;
-    p.buffer_state = &buffer_state_;
-    p.loop = control_.get();
-    p.evaluation = &evaluation_;
+    Run::Parts p{&clock_,  &ranks_,        &times_,        collector_.get(), &metrics_,
+                 &state_, &buffer_state_, control_.get(), &evaluation_,     {}, {}, {}};
     p.evaluate = [this](int n) {
       auto act = [this](const at::Tensor& obs) { return collector_->to_env(algo_->act(obs, ActMode::deterministic)); };
       if constexpr (AveragesPolicy<A>)

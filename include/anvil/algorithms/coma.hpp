@@ -52,6 +52,8 @@
 #include <utility>
 #include <vector>
 
+#include <anvil/algorithms/coma_config.hpp>
+#include <anvil/algorithms/td_lambda.hpp>
 #include <anvil/core/batch.hpp>
 #include <anvil/core/binary_io.hpp>
 #include <anvil/core/concepts.hpp>
@@ -69,43 +71,6 @@ namespace anvil {
 
 struct EpisodicLoop;  // train/loops/episodic.hpp (a layer above; the Trainer includes it)
 
-/// Which critic and advantage COMA's actor learns from (see coma.hpp).
-enum class ComaCritic { counterfactual, central_v, independent };
-constexpr auto enum_names(ComaCritic) {
-  return std::array<std::string_view, 3>{"counterfactual", "central_v", "independent"};
-}
-
-/// TD(lambda) targets of whole episodes, [B, T] or [B, T, k] (per agent):
-///     y_t = r_t + gamma (1 - d_t) [(1 - lambda) v_{t+1} + lambda y'_{t+1}],
-/// with y'_{t+1} = y_{t+1} inside the episode and v_{t+1} after its last step.
-/// `reward`, `terminated`, `mask` are [B, T]; `next_value` is [B, T, ...]: the value of
-/// the step after each step (after an episode's last step: its bootstrap value). Rows
-/// outside an episode (mask 0) are 0. Float32 in, float32 out.
-inline at::Tensor td_lambda_targets(const at::Tensor& reward, const at::Tensor& terminated, const at::Tensor& mask,
-                                    const at::Tensor& next_value, double gamma, double lambda) {
-  const std::int64_t T = reward.size(1);
-  auto expand = [&](const at::Tensor& x) {
-    at::Tensor y = x;
-    while (y.dim() < next_value.dim()) y = y.unsqueeze(-1);
-    return y;
-  };
-  const auto r = expand(reward), d = expand(terminated), m = expand(mask);
-  auto y = at::zeros_like(next_value);
-  at::Tensor later = next_value.select(1, T - 1);  // y' after the last column: its bootstrap value
-  for (std::int64_t t = T - 1; t >= 0; --t) {
-    const auto v = next_value.select(1, t);
-    if (t + 1 < T) {
-      const auto inside = m.select(1, t + 1);  // step t+1 belongs to the episode
-      later = inside * y.select(1, t + 1) + (1 - inside) * v;
-    } else {
-      later = v;
-    }
-    y.select(1, t).copy_((r.select(1, t) + gamma * (1 - d.select(1, t)) * ((1 - lambda) * v + lambda * later)) *
-                         m.select(1, t));
-  }
-  return y;
-}
-
 /// Algorithm policy: COMA and its baselines (see file comment).
 class COMA {
  public:
@@ -115,53 +80,10 @@ class COMA {
   using Batch = EpisodeBatch;
   using loop = EpisodicLoop;
 
-  struct NetConfig {
-    Param<std::vector<int>, "hidden", "hidden layer widths", at_least(1)> hidden{128};
-    Param<nn::Activation, "activation", "hidden-layer activation"> activation{nn::Activation::relu};
-  };
-  struct ActorConfig {
-    Param<std::vector<int>, "hidden", "hidden layer widths", at_least(1)> hidden{128};
-    Param<nn::Activation, "activation", "hidden-layer activation"> activation{nn::Activation::relu};
-    Param<int, "gru",
-          "width of a GRU cell after the hidden layers, whose state carries the episode so far (0: a plain MLP)",
-          in_range(0, 1 << 16)>
-        gru{0};
-  };
-
-  /// Defaults: PyMARL's COMA (lr 5e-4, gamma 0.99, TD lambda 0.8, target every 200
-  /// critic steps, gradient norm 10, epsilon 0.5 -> 0.01) and our users' schedule (128 x 5
-  /// x 5 passes).
-  struct Config {
-    Param<ComaCritic, "critic",
-          "counterfactual: COMA's Q critic and counterfactual baseline; central_v: a centralised V critic "
-          "(advantage TD(lambda) return - V); independent: each agent's V from its own observation "
-          "(independent actor-critic)">
-        critic{ComaCritic::counterfactual};
-    Param<double, "gamma", "discount factor", in_range(0, 1)> gamma{0.99};
-    Param<double, "td_lambda", "lambda of the critic's TD(lambda) targets", in_range(0, 1)> td_lambda{0.8};
-    Param<double, "actor_lr", "learning rate (Adam) of the actor", positive> actor_lr{5e-4};
-    Param<double, "critic_lr", "learning rate (Adam) of the critic", positive> critic_lr{5e-4};
-    Param<std::int64_t, "batch_size", "agent-transitions per minibatch (per rank)", at_least(1)> batch_size{128};
-    Param<int, "batch_number",
-          "minibatches per data pass; training waits until batch_size x batch_number agent-transitions are collected",
-          at_least(1)>
-        batch_number{5};
-    Param<int, "data_passes", "passes over the collected transitions, each in a fresh order", at_least(1)> data_passes{5};
-    Param<std::int64_t, "target_update_interval", "critic steps between copies of the critic into its target",
-          at_least(1)>
-        target_update_interval{200};
-    Param<double, "epsilon_start", "exploration: probability of a uniform available action at the start",
-          in_range(0, 1)>
-        epsilon_start{0.5};
-    Param<double, "epsilon_finish", "exploration after the anneal", in_range(0, 1)> epsilon_finish{0.01};
-    Param<std::int64_t, "epsilon_anneal_episodes", "episodes (per rank) over which epsilon falls linearly",
-          at_least(1)>
-        epsilon_anneal_episodes{5000};
-    Param<double, "ent_coef", "weight of the policy's entropy bonus", at_least(0)> ent_coef{0.0};
-    Param<double, "max_grad_norm", "clip each network's gradient norm (0: off)", at_least(0)> max_grad_norm{10.0};
-    Section<"actor", ActorConfig> actor;
-    Section<"critic_net", NetConfig> critic_net;
-  };
+  /// Its config section (algorithms/coma_config.hpp).
+  using Config = ComaConfig;
+  using NetConfig = ComaNetConfig;
+  using ActorConfig = ComaActorConfig;
 
   COMA(const EnvSpec& spec, const Config& cfg, const RunContext& ctx)
       : cfg_(cfg), device_(ctx.device), layout_(spec.agents) {

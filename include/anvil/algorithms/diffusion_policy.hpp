@@ -33,7 +33,6 @@
 #include <array>
 #include <cmath>
 #include <cstdint>
-#include <map>
 #include <memory>
 #include <numbers>
 #include <string>
@@ -303,7 +302,7 @@ class DiffusionPolicy {
                         std::to_string(act_dim_));
     obs_norm_ = diffusion::MinMax::fit(obs_min.to(device_), obs_max.to(device_));
     act_norm_ = diffusion::MinMax::fit(act_min.to(device_), act_max.to(device_));
-    drop_graphs();  // they read the old normalisation's tensors
+    graphs_.clear();  // they read the old normalisation's tensors
   }
   [[nodiscard]] bool has_normalizer() const noexcept { return obs_norm_.defined(); }
 
@@ -353,14 +352,12 @@ class DiffusionPolicy {
   /// into the context's micro-batches, whose weighted gradients are summed before the step.
   UpdateInfo update(const ReplayBatch& b, StepContext& ctx) {
     need_normalizer();
-#if defined(ANVIL_WITH_CUDA) && ANVIL_WITH_CUDA
-    if (cfg_.cuda_graph && device_.is_cuda() && ctx.graphable()) return graphed_update(b, ctx);
-#endif
+    if (cuda::kCudaGraphs && cfg_.cuda_graph && device_.is_cuda() && ctx.graphable()) return graphed_update(b, ctx);
     return eager_update(b, ctx);
   }
 
   /// Updates replayed from a CUDA graph so far (0 without CUDA or with `cuda_graph` off).
-  [[nodiscard]] std::int64_t graphed_updates() const noexcept { return graphed_updates_; }
+  [[nodiscard]] std::int64_t graphed_updates() const noexcept { return graphs_.replays(); }
 
  private:
   // The update op by op (what `update` runs when no graph holds it).
@@ -470,7 +467,7 @@ class DiffusionPolicy {
       obs_norm_ = {s.norm[0].to(device_), s.norm[1].to(device_)};
       act_norm_ = {s.norm[2].to(device_), s.norm[3].to(device_)};
     }
-    drop_graphs();  // captured again from the restored state (they read the old normalisation's tensors)
+    graphs_.clear();  // captured again from the restored state (they read the old normalisation's tensors)
     set_lr();
   }
 
@@ -506,15 +503,12 @@ class DiffusionPolicy {
     opt_.set_lr(base_lr_ * f);
   }
 
-#if defined(ANVIL_WITH_CUDA) && ANVIL_WITH_CUDA
   // The update from a CUDA graph (optim/graphed_update.hpp), one per batch size. DDPM's
   // noise and steps are drawn outside the graph in the order `loss` draws them, so a run
   // draws the same numbers with the graph or without.
   UpdateInfo graphed_update(const ReplayBatch& b, StepContext& ctx) {
     const auto n = b.obs.size(0);
-    auto it = graphs_.find(n);
-    if (it == graphs_.end()) it = graphs_.emplace(n, std::make_unique<Graphed>(device_)).first;
-    Graphed& g = *it->second;
+    auto& g = graphs_.of(n, device_);
     if (g.update.warming()) {
       UpdateInfo info;
       g.update.warm_up([&] { info = eager_update(b, ctx); });
@@ -540,30 +534,19 @@ class DiffusionPolicy {
         double unused = 0;
         const auto l = loss(obs, act, ctx, unused, in_noise, in_k);
         ctx.apply(opt_, ctx.gradient(l, opt_), cfg_.max_grad_norm);
-        g.loss = l.detach().to(at::kDouble);
+        g.out = l.detach().to(at::kDouble);
       });
     }
-    g.update.replay(values);
+    graphs_.replay(g, values);
     opt_.count_step();
     ctx.count_steps(1);
     ++updates_;
-    ++graphed_updates_;
-    const double value = g.loss.item<double>();
+    const double value = g.out.item<double>();
     set_lr();
     UpdateInfo info;
     info.metrics = {{"loss", value}, {"lr", opt_.lr()}};
     return info;
   }
-  struct Graphed {
-    explicit Graphed(c10::Device d) : update(d) {}
-    GraphedUpdate update;
-    at::Tensor loss;  // output, valid until the next replay
-  };
-  std::map<std::int64_t, std::unique_ptr<Graphed>> graphs_;
-  void drop_graphs() { graphs_.clear(); }
-#else
-  void drop_graphs() {}
-#endif
 
   Config cfg_;
   c10::Device device_;
@@ -576,7 +559,7 @@ class DiffusionPolicy {
   std::int64_t updates_ = 0;
   std::int64_t total_updates_ = 0;
   at::Tensor alpha_bars_;            // the schedule's alpha-bars on the device (float64)
-  std::int64_t graphed_updates_ = 0;
+  GraphedUpdates<at::Tensor> graphs_;  // CUDA graphs of the update by batch rows; their output is the loss
   Ema ema_;
   diffusion::MinMax obs_norm_, act_norm_;
 };

@@ -32,6 +32,7 @@
 #include <vector>
 
 #include <anvil/algorithms/ppo_config.hpp>
+#include <anvil/algorithms/ppo_manual.hpp>
 #include <anvil/core/batch.hpp>
 #include <anvil/core/binary_io.hpp>
 #include <anvil/core/concepts.hpp>
@@ -88,7 +89,7 @@ class PPO {
     ema_.set_device(device_);
     if (cfg.manual_backward && device_.is_cpu() && nn::MlpTape::supports(*actor_) &&
         nn::MlpTape::supports(*critic_))
-      manual_ = std::make_unique<Manual>(opt_.parameters(), actor_, log_std_, critic_);
+      manual_ = std::make_unique<detail::PpoManual>(opt_.parameters(), actor_, log_std_, critic_);
   }
 
   /// Actions for a batch of observations: sampled to explore, the mode (argmax or mean)
@@ -98,9 +99,9 @@ class PPO {
     if (manual_) {
       const auto o = obs.to(device_, at::kFloat).contiguous();
       const auto& out = manual_->act_actor.forward(*actor_, o);
-      if (discrete_) return mode == ActMode::explore ? manual_categorical(out, nullptr) : out.argmax(-1);
+      if (discrete_) return mode == ActMode::explore ? manual_->categorical(out, nullptr) : out.argmax(-1);
       if (mode != ActMode::explore) return out.clone();
-      return manual_sample(out, nullptr);
+      return manual_->sample(out, log_std_, nullptr);
     }
     const auto out = actor_->forward(obs.to(device_, at::kFloat));
     if (discrete_) return mode == ActMode::explore ? sample_categorical(out) : out.argmax(-1);
@@ -115,7 +116,7 @@ class PPO {
       RolloutAct r;
       r.log_prob = at::empty({o.size(0)}, o.options());
       const auto& out = manual_->act_actor.forward(*actor_, o);
-      r.action = discrete_ ? manual_categorical(out, &r.log_prob) : manual_sample(out, &r.log_prob);
+      r.action = discrete_ ? manual_->categorical(out, &r.log_prob) : manual_->sample(out, log_std_, &r.log_prob);
       r.value = manual_->act_critic.forward(*critic_, o).view({o.size(0)}).clone();
       return r;
     }
@@ -154,7 +155,8 @@ class PPO {
       const bool whole = parts.size() == 1;
       Losses l;
       const RolloutBatch& mb = whole ? b : slice(b, part.begin, part.rows);
-      auto g = manual_ && !ctx.autocasts() ? manual_gradient(mb, l) : ctx.gradient(losses(mb, ctx, l), opt_);
+      auto g = manual_ && !ctx.autocasts() ? manual_->gradient(*actor_, *critic_, log_std_, cfg_, mb, l)
+                                            : ctx.gradient(losses(mb, ctx, l), opt_);
       if (whole) grad = std::move(g);
       else if (!grad.defined()) grad = g * part.share;
       else grad.add_(g, part.share);
@@ -255,16 +257,7 @@ class PPO {
   [[nodiscard]] bool manual_backward() const noexcept { return manual_ != nullptr; }
 
  private:
-  struct Losses {
-    double policy = 0, value = 0, entropy = 0, approx_kl = 0, clip_fraction = 0;
-    void add(const Losses& o, double w) {
-      policy += w * o.policy;
-      value += w * o.value;
-      entropy += w * o.entropy;
-      approx_kl += w * o.approx_kl;
-      clip_fraction += w * o.clip_fraction;
-    }
-  };
+  using Losses = detail::PpoLosses;
 
   // The loss of a (micro-)batch; its parts reported in `out`.
   at::Tensor losses(const RolloutBatch& b, StepContext& ctx, Losses& out) {
@@ -305,184 +298,6 @@ class PPO {
     return loss;
   }
 
-  // Buffers of the hand-written path: tapes for acting and for updates (so a rollout can
-  // be collected while an update runs), and the flat gradient with each parameter's view.
-  struct Manual {
-    Manual(const FlatParameters& fp, const nn::Mlp& actor, const at::Tensor& log_std, const nn::Mlp& critic) {
-      grad = at::empty({fp.numel()}, fp.flat().options());
-      for (const auto& p : actor->parameters()) actor_grads.push_back(fp.slice_for(grad, p));
-      if (log_std.defined()) log_std_grad = fp.slice_for(grad, log_std);
-      for (const auto& p : critic->parameters()) critic_grads.push_back(fp.slice_for(grad, p));
-    }
-    nn::MlpTape act_actor, act_critic, actor, critic;
-    at::Tensor grad, log_std_grad, dmean, dv, lsm;
-    std::vector<at::Tensor> actor_grads, critic_grads;
-  };
-
-  // mean + exp(log_std) * noise, with the noise drawn as `randn_like(mean)` (the same draws
-  // as the autograd path), and when `log_prob` is given each row's log-density into it.
-  at::Tensor manual_sample(const at::Tensor& mean, at::Tensor* log_prob) const {
-    const std::int64_t n = mean.size(0), ad = act_dim_;
-    auto action = at::randn({n, ad}, mean.options());
-    const float *m = mean.data_ptr<float>(), *ls = log_std_.data_ptr<float>();
-    float* a = action.data_ptr<float>();
-    float* lp = log_prob ? log_prob->data_ptr<float>() : nullptr;
-    constexpr float kHalfLog2Pi = 0.91893853320467274178f;
-    std::vector<float> sd(static_cast<std::size_t>(ad)), inv_sd(sd.size());  // exp(+-log_std), per column
-    for (std::size_t j = 0; j < sd.size(); ++j) {
-      sd[j] = std::exp(ls[j]);
-      inv_sd[j] = std::exp(-ls[j]);
-    }
-    for (std::int64_t i = 0; i < n; ++i) {
-      float sum = 0.f;
-      for (std::int64_t j = 0; j < ad; ++j) {
-        const auto c = static_cast<std::size_t>(j);
-        const float eps = a[i * ad + j];
-        const float x = m[i * ad + j] + sd[c] * eps;
-        a[i * ad + j] = x;
-        const float z = (x - m[i * ad + j]) * inv_sd[c];
-        sum += -0.5f * z * z - ls[j] - kHalfLog2Pi;
-      }
-      if (lp) lp[i] = sum;
-    }
-    return action;
-  }
-
-  // Actions drawn from the softmax of `logits` [N, K] by `multinomial` (the autograd path's
-  // draws), with each one's log-probability into `log_prob` when given.
-  at::Tensor manual_categorical(const at::Tensor& logits, at::Tensor* log_prob) const {
-    const std::int64_t n = logits.size(0), k = logits.size(1);
-    auto lsm = at::empty({n, k}, logits.options());
-    log_softmax_rows(logits.data_ptr<float>(), lsm.data_ptr<float>(), n, k);
-    auto action = at::multinomial(lsm.exp(), 1).view({n});
-    if (log_prob) {
-      const float* l = lsm.data_ptr<float>();
-      const std::int64_t* a = action.data_ptr<std::int64_t>();
-      float* lp = log_prob->data_ptr<float>();
-      for (std::int64_t i = 0; i < n; ++i) lp[i] = l[i * k + a[i]];
-    }
-    return action;
-  }
-  static void log_softmax_rows(const float* x, float* y, std::int64_t n, std::int64_t k) {
-    for (std::int64_t i = 0; i < n; ++i) {
-      const float* xi = x + i * k;
-      float m = xi[0];
-      for (std::int64_t j = 1; j < k; ++j) m = std::max(m, xi[j]);
-      float sum = 0.f;
-      for (std::int64_t j = 0; j < k; ++j) sum += std::exp(xi[j] - m);
-      const float lse = m + std::log(sum);
-      for (std::int64_t j = 0; j < k; ++j) y[i * k + j] = xi[j] - lse;
-    }
-  }
-
-  // The gradient of `losses`, written out by hand (the same arithmetic as autograd's, ties
-  // of max and the bounds of clamp included), into the flat gradient buffer; the loss's
-  // parts in `out`. Gaussian or categorical policies.
-  at::Tensor manual_gradient(const RolloutBatch& batch, Losses& out) {
-    torch::NoGradGuard no_grad;
-    Manual& mt = *manual_;
-    const auto obs = batch.obs.contiguous(), action = batch.action.contiguous();
-    const auto old_lp = batch.log_prob.contiguous(), adv = batch.advantage.contiguous();
-    const auto ret = batch.returns.contiguous(), old_v = batch.value.contiguous();
-    const std::int64_t n = obs.size(0), ad = act_dim_;
-    const float* mean = mt.actor.forward(*actor_, obs).data_ptr<float>();  // Gaussian means or logits
-    const float* v = mt.critic.forward(*critic_, obs).data_ptr<float>();
-    if (!mt.dmean.defined() || mt.dmean.size(0) != n) {
-      mt.dmean = at::empty({n, ad}, obs.options());
-      mt.dv = at::empty({n, 1}, obs.options());
-      if (discrete_) mt.lsm = at::empty({n, ad}, obs.options());
-    }
-    float *dm = mt.dmean.data_ptr<float>(), *dv = mt.dv.data_ptr<float>();
-    float* dls = discrete_ ? nullptr : mt.log_std_grad.data_ptr<float>();
-    const float* ls = discrete_ ? nullptr : log_std_.data_ptr<float>();
-    const float* a = discrete_ ? nullptr : action.data_ptr<float>();
-    const std::int64_t* ai = discrete_ ? action.data_ptr<std::int64_t>() : nullptr;
-    float* lsm = discrete_ ? mt.lsm.data_ptr<float>() : nullptr;
-    if (discrete_) log_softmax_rows(mean, lsm, n, ad);
-    const float *olp = old_lp.data_ptr<float>(), *A = adv.data_ptr<float>();
-    const float *R = ret.data_ptr<float>(), *V = old_v.data_ptr<float>();
-    const float c = static_cast<float>(*cfg_.clip), lo = 1.0f - c, hi = 1.0f + c;
-    const float cv = static_cast<float>(*cfg_.clip_value), vf = static_cast<float>(*cfg_.vf_coef);
-    const float ent = static_cast<float>(*cfg_.ent_coef);
-    const float inv_n = 1.0f / static_cast<float>(n);
-    constexpr float kHalfLog2Pi = 0.91893853320467274178f;
-    std::vector<float> inv_s(discrete_ ? 0 : static_cast<std::size_t>(ad));
-    for (std::int64_t j = 0; j < static_cast<std::int64_t>(inv_s.size()); ++j) {
-      inv_s[static_cast<std::size_t>(j)] = std::exp(-ls[j]);
-      dls[j] = 0.f;
-    }
-    std::vector<float> pr(discrete_ ? static_cast<std::size_t>(ad) : 0);  // a row's probabilities
-    double policy = 0, value = 0, kl = 0, clipped = 0, entropy = 0;
-    for (std::int64_t i = 0; i < n; ++i) {
-      float lp = 0.f, h = 0.f;
-      if (discrete_) {
-        lp = lsm[i * ad + ai[i]];
-        for (std::int64_t j = 0; j < ad; ++j) {
-          pr[static_cast<std::size_t>(j)] = std::exp(lsm[i * ad + j]);
-          h -= pr[static_cast<std::size_t>(j)] * lsm[i * ad + j];
-        }
-        entropy += h;
-      } else {
-        for (std::int64_t j = 0; j < ad; ++j) {
-          const float z = (a[i * ad + j] - mean[i * ad + j]) * inv_s[static_cast<std::size_t>(j)];
-          lp += -0.5f * z * z - ls[j] - kHalfLog2Pi;
-        }
-      }
-      const float log_ratio = lp - olp[i], r = std::exp(log_ratio);
-      const float rc = std::min(std::max(r, lo), hi);
-      const float u = -A[i] * r, w = -A[i] * rc;
-      policy += std::max(u, w);
-      const float pass = r >= lo && r <= hi ? 1.0f : 0.0f;  // clamp's gradient
-      const float g_r = (u > w ? -A[i] : u < w ? -A[i] * pass : 0.5f * (-A[i]) + 0.5f * (-A[i] * pass)) * inv_n;
-      const float g_lp = g_r * r;
-      if (discrete_) {
-        // d log p_a / d z_j = [j = a] - p_j; d H / d z_j = -p_j (log p_j + H), weighed by -ent / n
-        for (std::int64_t j = 0; j < ad; ++j) {
-          const float p = pr[static_cast<std::size_t>(j)];
-          dm[i * ad + j] = g_lp * ((j == ai[i] ? 1.0f : 0.0f) - p) + ent * inv_n * p * (lsm[i * ad + j] + h);
-        }
-      } else {
-        for (std::int64_t j = 0; j < ad; ++j) {
-          const float is = inv_s[static_cast<std::size_t>(j)];
-          const float z = (a[i * ad + j] - mean[i * ad + j]) * is;
-          dm[i * ad + j] = g_lp * z * is;
-          dls[j] += g_lp * (z * z - 1.0f);
-        }
-      }
-      kl += static_cast<double>((r - 1.0f) - log_ratio);
-      clipped += std::abs(r - 1.0f) > c ? 1.0 : 0.0;
-      const float e = v[i] - R[i];
-      if (cv > 0) {
-        const float d = v[i] - V[i], dc = std::min(std::max(d, -cv), cv);
-        const float e2 = V[i] + dc - R[i];
-        const float s1 = e * e, s2 = e2 * e2;
-        value += 0.5 * std::max(s1, s2);
-        const float pass_v = d >= -cv && d <= cv ? 1.0f : 0.0f;
-        const float g1 = e, g2 = e2 * pass_v;
-        dv[i] = vf * inv_n * (s1 > s2 ? g1 : s1 < s2 ? g2 : 0.5f * (g1 + g2));
-      } else {
-        value += 0.5 * static_cast<double>(e * e);
-        dv[i] = vf * inv_n * e;
-      }
-    }
-    if (!discrete_) {
-      for (std::int64_t j = 0; j < ad; ++j) {
-        entropy += static_cast<double>(ls[j]) + 0.5 * (1.0 + std::log(2.0 * std::numbers::pi));
-        dls[j] -= ent;
-      }
-      entropy *= static_cast<double>(n);  // the same for every row
-    }
-    mt.actor.backward(*actor_, mt.dmean, &mt.actor_grads, nullptr);
-    mt.critic.backward(*critic_, mt.dv, &mt.critic_grads, nullptr);
-    const double dn = static_cast<double>(n);
-    out.policy = policy / dn;
-    out.value = value / dn;
-    out.entropy = entropy / dn;
-    out.approx_kl = kl / dn;
-    out.clip_fraction = clipped / dn;
-    return mt.grad;
-  }
-
   at::Tensor gaussian_log_prob(const at::Tensor& mean, const at::Tensor& action) const {
     const auto z = (action - mean) * (-log_std_).exp();
     return (-0.5 * z.square() - log_std_ - 0.5 * std::log(2.0 * std::numbers::pi)).sum(-1);
@@ -517,7 +332,7 @@ class PPO {
   double epoch_kl_ = 0;              ///< approximate KL summed over this epoch's minibatches
   std::int64_t epoch_minibatches_ = 0;
   Ema ema_;                          ///< averaged weights (train.ema_decay)
-  std::unique_ptr<Manual> manual_;   ///< the hand-written path, when it applies
+  std::unique_ptr<detail::PpoManual> manual_;  ///< the hand-written path, when it applies
 };
 
 static_assert(OnPolicyAlgorithm<PPO>);

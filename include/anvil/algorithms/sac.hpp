@@ -27,6 +27,8 @@
 #include <vector>
 
 #include <anvil/algorithms/sac_config.hpp>
+#include <anvil/algorithms/sac_manual.hpp>
+#include <anvil/algorithms/sac_parts.hpp>
 #include <anvil/core/batch.hpp>
 #include <anvil/core/binary_io.hpp>
 #include <anvil/core/concepts.hpp>
@@ -42,225 +44,6 @@
 #include <anvil/optim/step_context.hpp>
 
 namespace anvil {
-
-namespace detail {
-template <class M>
-using module_config_t = typename M::ContainedType::Config;
-}  // namespace detail
-
-/// What SAC needs of its actor: built from (obs_dim, act_dim, Config); `sample(obs, noise)`
-/// gives a reparameterised action in [-1, 1] with its log-density from standard normal
-/// noise [B, act_dim]; `mode(obs)` the deterministic action.
-template <class Actor>
-concept SquashedPolicyNetwork =
-    requires { typename detail::module_config_t<Actor>; } &&
-    std::constructible_from<Actor, std::int64_t, std::int64_t, const detail::module_config_t<Actor>&> &&
-    requires(Actor& a, const at::Tensor& obs, const at::Tensor& noise) {
-      { a->sample(obs, noise) } -> std::same_as<nn::PolicySample>;
-      { a->mode(obs) } -> std::same_as<at::Tensor>;
-      { a->clone() };
-    };
-
-/// What SAC needs of its critic: built from (obs_dim, act_dim, Config); `forward(obs, act)`
-/// gives two independent Q estimates, each [B]; cloneable for its target copy.
-template <class Critic>
-concept TwinCriticNetwork =
-    requires { typename detail::module_config_t<Critic>; } &&
-    std::constructible_from<Critic, std::int64_t, std::int64_t, const detail::module_config_t<Critic>&> &&
-    requires(Critic& c, const at::Tensor& obs, const at::Tensor& act) {
-      { c->forward(obs, act) } -> std::same_as<std::pair<at::Tensor, at::Tensor>>;
-      { c->clone() };
-    };
-
-namespace detail {
-
-/// Buffers of SAC's hand-written fast path (`manual_backward`): one set per part of the
-/// update, so the critic part and the actor part can run at once (see nn/manual_mlp.hpp).
-struct SacManual {
-  SacManual(const FlatParameters& critic, const nn::TwinQ& q, const FlatParameters& actor,
-            const nn::GaussianActor& pi) {
-    const auto grads_of = [](const FlatParameters& fp, const at::Tensor& flat, const nn::Mlp& m) {
-      std::vector<at::Tensor> v;
-      for (const auto& p : m->parameters()) v.push_back(fp.slice_for(flat, p));
-      return v;
-    };
-    critic_grad = at::empty({critic.numel()}, critic.flat().options());
-    q1_grads = grads_of(critic, critic_grad, q->q1());
-    q2_grads = grads_of(critic, critic_grad, q->q2());
-    actor_grad = at::empty({actor.numel()}, actor.flat().options());
-    actor_grads = grads_of(actor, actor_grad, pi->net());
-    alpha_grad = at::empty({1}, actor.flat().options());
-  }
-  // critic part
-  nn::GaussianActorTape next_tape;
-  nn::MlpTape tq1, tq2, q1, q2;
-  at::Tensor x_next, x, dq1, dq2, critic_grad;
-  std::vector<at::Tensor> q1_grads, q2_grads;
-  // actor part
-  nn::GaussianActorTape actor_tape;
-  nn::MlpTape aq1, aq2;
-  at::Tensor xa, dqa1, dqa2, dx1, dx2, da, dlp, actor_grad, alpha_grad;
-  std::vector<at::Tensor> actor_grads;
-  // act()
-  nn::GaussianActorTape act_tape;
-};
-
-struct SacCriticResult {
-  at::Tensor grad, td;  // flat critic gradient; per-sample |TD error| (mean of both Qs)
-  double loss = 0, q_mean = 0;
-  at::Tensor loss_t, q_mean_t;  // the same on the device (autograd path; a CUDA graph reads these)
-};
-struct SacActorResult {
-  at::Tensor grad, alpha_grad;
-  double loss = 0, entropy = 0, alpha_loss = 0;
-  at::Tensor log_prob;  // per transition, when the caller computes the temperatures' gradient
-  at::Tensor loss_t, entropy_t, alpha_loss_t;  // on the device (autograd path)
-};
-
-// Rows of [obs | action] for the critics: copies `obs` [B, od] into the first od columns of
-// `x` [B, od + ad], (re)allocating x for the batch size.
-inline void obs_into(at::Tensor& x, const at::Tensor& obs, std::int64_t ad) {
-  const std::int64_t batch = obs.size(0), od = obs.size(1), w = od + ad;
-  if (!x.defined() || x.size(0) != batch) x = at::empty({batch, w}, obs.options());
-  const float* o = obs.data_ptr<float>();
-  float* p = x.data_ptr<float>();
-  for (std::int64_t i = 0; i < batch; ++i)
-    for (std::int64_t j = 0; j < od; ++j) p[i * w + j] = o[i * od + j];
-}
-inline void ensure(at::Tensor& t, std::initializer_list<std::int64_t> sizes, const at::Tensor& like) {
-  if (!t.defined() || t.sizes() != at::IntArrayRef(sizes)) t = at::empty(sizes, like.options());
-}
-inline const float* opt_ptr(const at::Tensor& t) { return t.defined() ? t.data_ptr<float>() : nullptr; }
-
-// SAC's critic part with hand-written gradients: the same arithmetic as autograd_critic.
-inline SacCriticResult manual_critic(SacManual& m, const nn::GaussianActorImpl& actor,
-                                   const nn::TwinQImpl& critic, const nn::TwinQImpl& target,
-                                   const ReplayBatch& batch, double alpha, double gamma_,
-                                   const at::Tensor& noise_next, const at::Tensor& alpha_row = {}) {
-  torch::NoGradGuard no_grad;
-  const auto obs = batch.obs.contiguous(), next_obs = batch.next_obs.contiguous();
-  const auto action = batch.action.contiguous(), reward = batch.reward.contiguous();
-  const auto terminated = batch.terminated.contiguous();
-  const auto discount = batch.discount.defined() ? batch.discount.contiguous() : at::Tensor();
-  const auto weight = batch.weight.defined() ? batch.weight.contiguous() : at::Tensor();
-  const std::int64_t n = obs.size(0), od = obs.size(1), ad = actor.action_dim(), w = od + ad;
-
-  obs_into(m.x_next, next_obs, ad);
-  m.next_tape.sample(actor, next_obs, noise_next, m.x_next.data_ptr<float>() + od, w);
-  const float* lp = m.next_tape.log_prob().data_ptr<float>();
-  const float* tq1 = m.tq1.forward(*target.q1(), m.x_next).data_ptr<float>();
-  const float* tq2 = m.tq2.forward(*target.q2(), m.x_next).data_ptr<float>();
-
-  obs_into(m.x, obs, ad);
-  {
-    const float* a = action.data_ptr<float>();
-    float* x = m.x.data_ptr<float>();
-    for (std::int64_t i = 0; i < n; ++i)
-      for (std::int64_t j = 0; j < ad; ++j) x[i * w + od + j] = a[i * ad + j];
-  }
-  const float* q1 = m.q1.forward(*critic.q1(), m.x).data_ptr<float>();
-  const float* q2 = m.q2.forward(*critic.q2(), m.x).data_ptr<float>();
-
-  ensure(m.dq1, {n, 1}, obs);
-  ensure(m.dq2, {n, 1}, obs);
-  SacCriticResult r;
-  r.td = at::empty({n}, obs.options());
-  const float *rw = reward.data_ptr<float>(), *term = terminated.data_ptr<float>();
-  const float *disc = opt_ptr(discount), *wt = opt_ptr(weight);
-  const auto alpha_rows = alpha_row.defined() ? alpha_row.contiguous() : at::Tensor();
-  const float* ar = opt_ptr(alpha_rows);  // per-transition temperatures (one per task), or none
-  float *d1 = m.dq1.data_ptr<float>(), *d2 = m.dq2.data_ptr<float>(), *td = r.td.data_ptr<float>();
-  const float gamma = static_cast<float>(gamma_), fa = static_cast<float>(alpha);
-  const float inv_n = 1.0f / static_cast<float>(n);
-  double loss = 0, q_sum = 0;
-  for (std::int64_t i = 0; i < n; ++i) {
-    const float v = std::min(tq1[i], tq2[i]) - (ar ? ar[i] : fa) * lp[i];
-    const float y = rw[i] + (disc ? disc[i] : gamma) * (1.0f - term[i]) * v;
-    const float e1 = q1[i] - y, e2 = q2[i] - y, wi = wt ? wt[i] : 1.0f;
-    loss += static_cast<double>(wi * 0.5f * (e1 * e1 + e2 * e2));
-    q_sum += q1[i];
-    d1[i] = wi * e1 * inv_n;
-    d2[i] = wi * e2 * inv_n;
-    td[i] = 0.5f * (std::abs(e1) + std::abs(e2));
-  }
-  m.q1.backward(*critic.q1(), m.dq1, &m.q1_grads, nullptr);
-  m.q2.backward(*critic.q2(), m.dq2, &m.q2_grads, nullptr);
-  r.grad = m.critic_grad;
-  r.loss = loss / static_cast<double>(n);
-  r.q_mean = q_sum / static_cast<double>(n);
-  return r;
-}
-
-// SAC's actor and temperature part with hand-written gradients (as autograd_actor). With
-// `alpha_row` (per-transition temperatures) or `weight_row` (per-transition loss weights),
-// the temperature's gradient is left to the caller (`log_prob` comes back).
-inline SacActorResult manual_actor(SacManual& m, const nn::GaussianActorImpl& actor,
-                                 const nn::TwinQImpl& critic, const ReplayBatch& batch,
-                                 double alpha, bool auto_alpha, double target_entropy,
-                                 const at::Tensor& noise, const at::Tensor& alpha_row = {},
-                                 const at::Tensor& weight_row = {}) {
-  torch::NoGradGuard no_grad;
-  const auto obs = batch.obs.contiguous();
-  const auto alpha_rows = alpha_row.defined() ? alpha_row.contiguous() : at::Tensor();
-  const auto weight = weight_row.defined() ? weight_row.contiguous() : at::Tensor();
-  const float *ar = opt_ptr(alpha_rows), *wt = opt_ptr(weight);
-  const bool per_row = ar || wt;
-  const std::int64_t n = obs.size(0), od = obs.size(1), ad = actor.action_dim(), w = od + ad;
-
-  obs_into(m.xa, obs, ad);
-  m.actor_tape.sample(actor, obs, noise, m.xa.data_ptr<float>() + od, w);
-  const float* lp = m.actor_tape.log_prob().data_ptr<float>();
-  const float* q1 = m.aq1.forward(*critic.q1(), m.xa).data_ptr<float>();
-  const float* q2 = m.aq2.forward(*critic.q2(), m.xa).data_ptr<float>();
-
-  ensure(m.dqa1, {n, 1}, obs);
-  ensure(m.dqa2, {n, 1}, obs);
-  float *d1 = m.dqa1.data_ptr<float>(), *d2 = m.dqa2.data_ptr<float>();
-  const float fa = static_cast<float>(alpha), inv_n = 1.0f / static_cast<float>(n);
-  if (per_row) ensure(m.dlp, {n}, obs);
-  float* dlp = per_row ? m.dlp.data_ptr<float>() : nullptr;
-  double loss = 0, lp_sum = 0;
-  for (std::int64_t i = 0; i < n; ++i) {
-    // d min(q1, q2) goes to the smaller one (ties: to both halves, as torch's minimum)
-    const float qmin = std::min(q1[i], q2[i]);
-    const float ai = ar ? ar[i] : fa, wi = wt ? wt[i] : 1.0f;
-    loss += static_cast<double>(wi * (ai * lp[i] - qmin));
-    lp_sum += lp[i];
-    const float g1 = q1[i] < q2[i] ? 1.0f : q1[i] > q2[i] ? 0.0f : 0.5f;
-    d1[i] = -g1 * wi * inv_n;
-    d2[i] = -(1.0f - g1) * wi * inv_n;
-    if (dlp) dlp[i] = ai * wi * inv_n;
-  }
-  ensure(m.dx1, {n, w}, obs);
-  ensure(m.dx2, {n, w}, obs);
-  m.aq1.backward(*critic.q1(), m.dqa1, nullptr, &m.dx1);
-  m.aq2.backward(*critic.q2(), m.dqa2, nullptr, &m.dx2);
-  ensure(m.da, {n, ad}, obs);
-  {
-    const float *x1 = m.dx1.data_ptr<float>(), *x2 = m.dx2.data_ptr<float>();
-    float* da = m.da.data_ptr<float>();
-    for (std::int64_t i = 0; i < n; ++i)
-      for (std::int64_t j = 0; j < ad; ++j) da[i * ad + j] = x1[i * w + od + j] + x2[i * w + od + j];
-  }
-  m.actor_tape.backward(actor, m.da, fa * inv_n, m.actor_grads, dlp);
-
-  SacActorResult r;
-  r.grad = m.actor_grad;
-  const double mean_lp = lp_sum / static_cast<double>(n);
-  r.loss = loss / static_cast<double>(n);
-  r.entropy = -mean_lp;
-  if (per_row) {
-    r.log_prob = m.actor_tape.log_prob().clone();
-  } else if (auto_alpha) {
-    // d/dlog_alpha of -(log_alpha (log_prob + target_entropy)).mean()
-    r.alpha_grad = m.alpha_grad;
-    r.alpha_grad.data_ptr<float>()[0] = static_cast<float>(-(mean_lp + target_entropy));
-    r.alpha_loss = -std::log(alpha) * (mean_lp + target_entropy);
-  }
-  return r;
-}
-
-}  // namespace detail
 
 /// Algorithm policy: Soft Actor-Critic (see file comment) with swappable networks.
 /// @tparam Actor  a `SquashedPolicyNetwork` (default: tanh-Gaussian MLP)
@@ -393,14 +176,12 @@ class BasicSAC {
   /// `cuda_graph` on and an update a graph can hold (one process, one temperature, no loss
   /// scaling or gradient accumulation), the update is replayed from a CUDA graph.
   UpdateInfo update(const ReplayBatch& batch, StepContext& ctx, const UpdateNoise& noise) {
-#if defined(ANVIL_WITH_CUDA) && ANVIL_WITH_CUDA
     if (graphable(batch, ctx, noise)) return graphed_update(batch, ctx, noise);
-#endif
     return eager_update(batch, ctx, noise);
   }
 
   /// Updates replayed from a CUDA graph so far (0 without CUDA or with `cuda_graph` off).
-  [[nodiscard]] std::int64_t graphed_updates() const noexcept { return graphed_updates_; }
+  [[nodiscard]] std::int64_t graphed_updates() const noexcept { return graphs_.replays(); }
 
   /// The update as a CUDA graph holds it, run op by op on any device: device work alone
   /// (the temperature, the optimizers' step counts and learning rates read from tensors, no
@@ -474,20 +255,21 @@ class BasicSAC {
           if (manual)
             return void(c = detail::manual_critic(*manual_, *actor_, *critic_, *critic_target_, mb, alpha,
                                                   *cfg_.gamma, nn, ar));
-        c = autograd_critic(mb, alpha, nn, ctx, ar);
+        c = detail::autograd_critic(actor_, critic_, critic_target_, critic_opt_, *cfg_.gamma, mb, {alpha, ar}, nn, ctx);
       };
       auto actor_part = [&] {
         if constexpr (kDefaultNetworks)
           if (manual)
             return void(a = detail::manual_actor(*manual_, *actor_, *critic_, mb, alpha, cfg_.auto_alpha,
                                                  target_entropy_[0], no, ar, tw));
-        a = autograd_actor(mb, alpha, no, ctx, ar, tw);
+        a = detail::autograd_actor(actor_, critic_, actor_opt_, mb, {alpha, ar}, no, ctx, tw);
+        if (!per_task && cfg_.auto_alpha) detail::autograd_temperature(a, log_alpha_, alpha_opt_, target_entropy_[0], ctx);
       };
       // Per task, the temperatures' gradient from the transitions' log-densities.
       auto temperature_part = [&] {
         if (!per_task || !actor_step || !cfg_.auto_alpha) return;
         const auto task = (whole ? batch.task : batch.task.narrow(0, part.begin, part.rows)).to(at::kLong);
-        std::tie(a.alpha_grad, a.alpha_loss) = task_alpha_gradient(a.log_prob, task);
+        std::tie(a.alpha_grad, a.alpha_loss) = detail::task_temperatures(log_alpha_, target_entropy_, a.log_prob, task);
       };
       if (actor_step) ctx.concurrently({critic_part, actor_part});
       else critic_part();
@@ -550,11 +332,12 @@ class BasicSAC {
                                                   bool actor_step, bool target_step) {
     // The temperature before the update, as a tensor (a host value would be fixed at capture).
     const auto alpha_now = log_alpha_.detach().exp();
-    auto c = autograd_critic(b, 0.0, noise.next, ctx, alpha_now);
+    auto c = detail::autograd_critic(actor_, critic_, critic_target_, critic_opt_, *cfg_.gamma, b, {0.0, alpha_now}, noise.next, ctx);
     std::vector<StepContext::Step> steps{{&critic_opt_, c.grad, cfg_.max_grad_norm}};
     std::vector<at::Tensor> m{c.loss_t, c.q_mean_t};
     if (actor_step) {
-      auto a = autograd_actor(b, 0.0, noise.obs, ctx, alpha_now);
+      auto a = detail::autograd_actor(actor_, critic_, actor_opt_, b, {0.0, alpha_now}, noise.obs, ctx);
+      if (cfg_.auto_alpha) detail::autograd_temperature(a, log_alpha_, alpha_opt_, target_entropy_[0], ctx);
       steps.push_back({&actor_opt_, a.grad, cfg_.max_grad_norm});
       m.push_back(a.loss_t);
       m.push_back(a.entropy_t);
@@ -607,19 +390,9 @@ class BasicSAC {
     return info;
   }
 
-#if defined(ANVIL_WITH_CUDA) && ANVIL_WITH_CUDA
-  // One captured form of the update: its graph, its fixed inputs (the batch's fields and the
-  // noise) and its outputs, valid until the next replay.
-  struct Graphed {
-    explicit Graphed(c10::Device d) : update(d) {}
-    GraphedUpdate update;
-    at::Tensor td, metrics;
-    std::vector<std::string> names;  // of the metrics, in order
-  };
-
   [[nodiscard]] bool graphable(const ReplayBatch& b, const StepContext& ctx, const UpdateNoise& noise) const {
-    return cfg_.cuda_graph && device_.is_cuda() && b.obs.is_cuda() && alphas_ == 1 && !task_weights_ &&
-           ctx.graphable() && noise.next.defined() &&
+    return cuda::kCudaGraphs && cfg_.cuda_graph && device_.is_cuda() && b.obs.is_cuda() && alphas_ == 1 &&
+           !task_weights_ && ctx.graphable() && noise.next.defined() &&
            (noise.obs.defined() || updates_ % cfg_.actor_update_freq != 0);
   }
 
@@ -632,9 +405,7 @@ class BasicSAC {
     const bool target_step = updates_ % cfg_.target_update_freq == 0;
     const std::int64_t key = b.obs.size(0) * 16 + (actor_step ? 1 : 0) + (target_step ? 2 : 0) +
                              (b.weight.defined() ? 4 : 0) + (b.discount.defined() ? 8 : 0);
-    auto it = graphs_.find(key);
-    if (it == graphs_.end()) it = graphs_.emplace(key, std::make_unique<Graphed>(device_)).first;
-    Graphed& g = *it->second;
+    auto& g = graphs_.of(key, device_);
     if (g.update.warming()) {
       UpdateInfo info;
       g.update.warm_up([&] { info = eager_update(b, ctx, noise); });
@@ -649,18 +420,20 @@ class BasicSAC {
       const ReplayBatch in{u.input(b.obs),        u.input(b.action),   u.input(b.reward), u.input(b.next_obs),
                            u.input(b.terminated), u.input(b.discount), u.input(b.weight), {}, {}};
       const UpdateNoise in_noise{u.input(noise.next), u.input(values.back())};
-      g.names = metric_names(actor_step);
+      g.out.names = metric_names(actor_step);
       u.capture(ctx, config_section.view(), [&] {
-        std::tie(g.td, g.metrics) = device_update(in, ctx, in_noise, actor_step, target_step);
+        std::tie(g.out.td, g.out.metrics) = device_update(in, ctx, in_noise, actor_step, target_step);
       });
     }
-    g.update.replay(values);
-    ++graphed_updates_;
-    return finish_device_update(actor_step, ctx, g.names, g.metrics, g.td);
+    graphs_.replay(g, values);
+    return finish_device_update(actor_step, ctx, g.out.names, g.out.metrics, g.out.td);
   }
-
-  std::map<std::int64_t, std::unique_ptr<Graphed>> graphs_;
-#endif
+  // What a captured update leaves: its TD errors and metrics (and the metrics' names).
+  struct GraphOutputs {
+    at::Tensor td, metrics;
+    std::vector<std::string> names;
+  };
+  GraphedUpdates<GraphOutputs> graphs_;
 
  public:
 
@@ -746,9 +519,7 @@ class BasicSAC {
     target_.flat().copy_(s.target);
     updates_ = s.updates;
     ema_.restore(s.ema);
-#if defined(ANVIL_WITH_CUDA) && ANVIL_WITH_CUDA
     graphs_.clear();  // captured again from the restored state (warm-ups first)
-#endif
   }
 
   [[nodiscard]] Actor& actor() noexcept { return actor_; }
@@ -786,83 +557,6 @@ class BasicSAC {
     else sum.add_(part, share);
   }
 
-  // Soft Bellman target y = r + discount (1 - terminated) (min target Q - alpha log pi).
-  at::Tensor discount_of(const ReplayBatch& b, const at::Tensor& like) const {
-    return b.discount.defined() ? b.discount : at::full({}, *cfg_.gamma, like.options());
-  }
-
-  detail::SacCriticResult autograd_critic(const ReplayBatch& b, double alpha, const at::Tensor& noise_next,
-                               StepContext& ctx, const at::Tensor& alpha_row = {}) {
-    at::Tensor target;
-    {  // in float32 and without gradients
-      torch::NoGradGuard no_grad;
-      auto guard = ctx.autocast();
-      auto next = actor_->sample(b.next_obs, noise_next);
-      auto [tq1, tq2] = critic_target_->forward(b.next_obs, next.action);
-      auto v = alpha_row.defined() ? at::min(tq1, tq2).to(at::kFloat) - alpha_row * next.log_prob.to(at::kFloat)
-                                   : at::min(tq1, tq2).to(at::kFloat) - alpha * next.log_prob.to(at::kFloat);
-      target = b.reward + discount_of(b, v) * (1.0 - b.terminated) * v;
-    }
-    auto guard = ctx.autocast();
-    auto [q1, q2] = critic_->forward(b.obs, b.action);
-    auto e1 = q1.to(at::kFloat) - target, e2 = q2.to(at::kFloat) - target;
-    auto per_sample = 0.5 * (e1.square() + e2.square());
-    auto loss = b.weight.defined() ? (b.weight * per_sample).mean() : per_sample.mean();
-    detail::SacCriticResult r;
-    r.grad = ctx.gradient(loss, critic_opt_);
-    r.td = 0.5 * (e1.abs() + e2.abs()).detach();
-    r.loss_t = loss.detach();
-    r.q_mean_t = q1.detach().mean();
-    if (!ctx.capturing()) {
-      r.loss = r.loss_t.item().toDouble();
-      r.q_mean = r.q_mean_t.item().toDouble();
-    }
-    return r;
-  }
-
-  detail::SacActorResult autograd_actor(const ReplayBatch& b, double alpha, const at::Tensor& noise,
-                             StepContext& ctx, const at::Tensor& alpha_row = {}, const at::Tensor& weight_row = {}) {
-    auto guard = ctx.autocast();
-    auto s = actor_->sample(b.obs, noise);
-    auto [q1, q2] = critic_->forward(b.obs, s.action);
-    auto log_prob = s.log_prob.to(at::kFloat);
-    auto per_sample = alpha_row.defined() ? alpha_row * log_prob - at::min(q1, q2).to(at::kFloat)
-                                          : alpha * log_prob - at::min(q1, q2).to(at::kFloat);
-    auto loss = weight_row.defined() ? (weight_row * per_sample).mean() : per_sample.mean();
-    detail::SacActorResult r;
-    r.grad = ctx.gradient(loss, actor_opt_);
-    r.loss_t = loss.detach();
-    r.entropy_t = -log_prob.detach().mean();
-    if (!ctx.capturing()) {
-      r.loss = r.loss_t.item().toDouble();
-      r.entropy = r.entropy_t.item().toDouble();
-    }
-    if (alphas_ > 1) {
-      r.log_prob = log_prob.detach();  // the temperatures' gradient is the caller's
-    } else if (cfg_.auto_alpha) {
-      auto alpha_loss = -(log_alpha_ * (log_prob.detach() + target_entropy_[0])).mean();
-      r.alpha_grad = ctx.gradient(alpha_loss, alpha_opt_);
-      r.alpha_loss_t = alpha_loss.detach();
-      if (!ctx.capturing()) r.alpha_loss = r.alpha_loss_t.item().toDouble();
-    }
-    return r;
-  }
-
-  // Per task: the gradient of -(log_alpha[task_i] (log_prob_i + target_entropy[task_i])).mean()
-  // with respect to each task's log_alpha, and that loss.
-  std::pair<at::Tensor, double> task_alpha_gradient(const at::Tensor& log_prob, const at::Tensor& task) const {
-    torch::NoGradGuard no_grad;
-    const auto dev = log_alpha_.device();
-    const auto lp = log_prob.to(dev, at::kFloat).reshape({-1});
-    const auto tk = task.to(dev, at::kLong).reshape({-1});
-    const auto ent = at::tensor(std::vector<float>(target_entropy_.begin(), target_entropy_.end()), at::TensorOptions().device(dev));
-    const auto term = lp + ent.index_select(0, tk);  // log_prob_i + target_entropy[task_i]
-    const double n = static_cast<double>(lp.numel());
-    auto grad = at::zeros({alphas_}, term.options()).index_add_(0, tk, -term) / n;
-    const double loss = -(log_alpha_.detach().index_select(0, tk) * term).sum().item<double>() / n;
-    return {grad, loss};
-  }
-
   Config cfg_;
   c10::Device device_;
   Actor actor_{nullptr};
@@ -877,7 +571,6 @@ class BasicSAC {
   FlatParameters target_;
   std::int64_t updates_ = 0;
   std::unique_ptr<detail::SacManual> manual_;  // the fast path, when it applies
-  std::int64_t graphed_updates_ = 0;
 
   // exp(log alpha) of each temperature, read straight from host memory when it is there
   // (two LibTorch ops and a copy per update otherwise).

@@ -36,21 +36,15 @@ namespace anvil {
 /// importance weight (p / p_min)^-beta, i.e. (N P(i))^-beta divided by the largest weight
 /// any stored transition could get, with beta rising linearly to 1 over the run. The
 /// Trainer feeds each update's TD errors back through `update_priorities`.
-class PrioritizedBuffer {
+class PrioritizedBuffer : public detail::ReplayBase<PrioritizedBuffer> {
  public:
-  using policy_kind = BufferKind;
-  static constexpr FixedString config_section = "buffer";
-  static constexpr bool on_policy = false;
-  using Batch = ReplayBatch;
-  using Step = StepBatch;
   /// The format tag of the files `save(path)` writes.
   static constexpr const char* file_format = "anvil PrioritizedBuffer v4";
 
   using Config = PrioritizedBufferConfig;
 
   PrioritizedBuffer(const EnvSpec& spec, const Config& cfg, const RunContext& ctx)
-      : core_(spec, cfg.capacity, cfg.storage, cfg.obs_dtype, cfg.n_step, ctx, "PrioritizedBuffer",
-              tree_bytes(spec, cfg)),
+      : ReplayBase(spec, cfg, ctx, "PrioritizedBuffer", tree_bytes(spec, cfg)),
         cfg_(cfg),
         balance_(cfg.balance_tasks && spec.tasks.size() > 1),
         horizon_(cfg.beta_steps),
@@ -66,21 +60,21 @@ class PrioritizedBuffer {
 
   /// Adds one step of N envs (row i = env i) at the largest priority so far.
   void add(const StepBatch& step) {
-    const auto [first, n] = core_.add(step);
+    const auto [first, n] = store_.add(step);
     if (!balance_) {
       slots_.resize(static_cast<std::size_t>(n));
       values_.assign(static_cast<std::size_t>(n), max_priority_);
-      for (std::int64_t i = 0; i < n; ++i) slots_[static_cast<std::size_t>(i)] = core_.slot_of(first + i);
+      for (std::int64_t i = 0; i < n; ++i) slots_[static_cast<std::size_t>(i)] = store_.slot_of(first + i);
       trees_[0].set(slots_, values_);
     } else {
       for (std::int64_t i = 0; i < n; ++i) {
-        const std::int64_t s = core_.slot_of(first + i);
+        const std::int64_t s = store_.slot_of(first + i);
         set_leaf(s, tree_of(s), max_priority_);
       }
     }
     // Transitions that left early (their observation was overwritten) can no longer be drawn.
-    for (auto k : core_.killed())
-      if (!core_.valid(k)) set_leaf(k, holder(k), 0.0);
+    for (auto k : store_.killed())
+      if (!store_.valid(k)) set_leaf(k, holder(k), 0.0);
   }
 
   /// `n` transitions, one from each of n equal slices of the total priority, with their
@@ -90,7 +84,7 @@ class PrioritizedBuffer {
   /// then correct for the probability of the draw: a task's share times the transition's
   /// priority over its task's total.
   ReplayBatch sample(std::int64_t n) {
-    core_.check_batch(n);
+    check_batch(n);
     mass_.resize(static_cast<std::size_t>(n));
     sampled_.resize(static_cast<std::size_t>(n));
     // (P / P_min)^-beta = exp(-beta (log P - log P_min)), P the probability of the draw.
@@ -115,7 +109,7 @@ class PrioritizedBuffer {
     if (!balance_) {
       draw(0, 0, n, 1.0);
     } else {
-      const auto quota = core_.task_quotas(n, calls_++);
+      const auto quota = task_quotas(n, calls_++);
       std::int64_t begin = 0;
       for (std::size_t k = 0; k < quota.size(); ++k) {
         if (quota[k] == 0) continue;
@@ -130,8 +124,8 @@ class PrioritizedBuffer {
     simd::exp(priority_.data(), log_p_.data(), n);  // (the priorities are no longer needed)
     auto* wp = w.data_ptr<float>();
     for (std::int64_t k = 0; k < n; ++k) wp[k] = static_cast<float>(priority_[static_cast<std::size_t>(k)]);
-    auto batch = core_.gather(sampled_);
-    batch.weight = core_.device().is_cpu() ? w : w.to(core_.device(), /*non_blocking=*/true);
+    auto batch = store_.gather(sampled_);
+    batch.weight = store_.device().is_cpu() ? w : w.to(store_.device(), /*non_blocking=*/true);
     return batch;
   }
   /// Whether batches are balanced over tasks.
@@ -161,7 +155,7 @@ class PrioritizedBuffer {
   /// The importance-weight exponent now: `beta` rising linearly to 1 over the horizon.
   [[nodiscard]] double beta() const noexcept {
     if (horizon_ <= 0) return cfg_.beta;
-    const double f = std::min(1.0, static_cast<double>(core_.added()) / static_cast<double>(horizon_));
+    const double f = std::min(1.0, static_cast<double>(store_.added()) / static_cast<double>(horizon_));
     return cfg_.beta + (1.0 - cfg_.beta) * f;
   }
   /// The run's length in env steps, for the beta schedule when `beta_steps` is 0 (the
@@ -172,8 +166,8 @@ class PrioritizedBuffer {
 
   /// The priority of stored transition `id`.
   [[nodiscard]] double priority(std::int64_t id) const {
-    if (!core_.live(id)) throw Error("PrioritizedBuffer::priority: id " + std::to_string(id) + " is not stored");
-    const auto s = core_.slot_of(id);
+    if (!store_.live(id)) throw Error("PrioritizedBuffer::priority: id " + std::to_string(id) + " is not stored");
+    const auto s = store_.slot_of(id);
     return trees_[holder(s)].get(s);
   }
   /// Sum of all stored priorities.
@@ -185,9 +179,6 @@ class PrioritizedBuffer {
   /// Priority updates skipped because their transition had been overwritten.
   [[nodiscard]] std::int64_t stale_updates() const noexcept { return stale_; }
 
-  /// The discount of n-step returns (the Trainer passes the algorithm's gamma; 0.99 before).
-  void set_discount(double gamma) noexcept { core_.set_discount(gamma); }
-
   /// The run's plan (the loop calls it before the run and after a resume): the discount of
   /// n-step returns, and the run's length for the beta schedule.
   void plan(const StoragePlan& p) noexcept {
@@ -196,17 +187,18 @@ class PrioritizedBuffer {
   }
 
   /// State protocol (core/state.hpp): transitions, priorities, n-step windows, sampling state.
+  using ReplayBase::save, ReplayBase::load;  // (the buffer file)
   void save(BinaryWriter& w) const {
-    core_.save(w);
+    store_.save(w);
     w.value(rng_.state());
     w.value(max_priority_);
     w.value(stale_);
     w.value(horizon_);
     w.value(calls_);
-    for (std::int64_t i = 0; i < core_.stored(); ++i) w.value(trees_[holder(i)].get(i));
+    for (std::int64_t i = 0; i < store_.stored(); ++i) w.value(trees_[holder(i)].get(i));
   }
   struct Saved {
-    detail::ReplayCore::Saved core;
+    detail::TransitionStore::Saved core;
     Rng::State rng{};
     double max_priority = 1.0;
     std::int64_t stale = 0, horizon = 0, calls = 0;
@@ -214,7 +206,7 @@ class PrioritizedBuffer {
   };
   /// Reads what `save` wrote, checked against this buffer's config; changes nothing.
   [[nodiscard]] Saved read(BinaryReader& r) const {
-    Saved s{core_.read(r), {}, 1.0, 0, 0, 0, {}};
+    Saved s{store_.read(r), {}, 1.0, 0, 0, 0, {}};
     s.rng = r.value<Rng::State>("sampling state");
     s.max_priority = r.value<double>("largest priority");
     s.stale = r.value<std::int64_t>("stale update count");
@@ -227,7 +219,7 @@ class PrioritizedBuffer {
     return s;
   }
   void restore(Saved&& s) {
-    core_.restore(std::move(s.core));
+    store_.restore(std::move(s.core));
     rng_.set_state(s.rng);
     max_priority_ = s.max_priority;
     stale_ = s.stale;
@@ -243,29 +235,17 @@ class PrioritizedBuffer {
     std::fill(leaf_tree_.begin(), leaf_tree_.end(), -1);
     for (std::size_t i = 0; i < s.priorities.size(); ++i) {  // each leaf in its task's tree
       const auto slot = static_cast<std::int64_t>(i);
-      const std::int32_t k = core_.task_of(slot);
+      const std::int32_t k = store_.task_of(slot);
       if (k >= 0) set_leaf(slot, static_cast<std::size_t>(k), s.priorities[i]);
     }
   }
 
-  /// Writes the buffer to `path`, atomically: a crash mid-save leaves the previous file intact.
-  void save(const std::filesystem::path& path) const { save_file(*this, path, file_format); }
-  /// Restores what `save(path)` wrote; the buffer's config must match. On any error the
-  /// buffer is unchanged.
-  void load(const std::filesystem::path& path) { read_file(*this, path, file_format)(); }
-
-  [[nodiscard]] std::int64_t size() const noexcept { return core_.size(); }
-  [[nodiscard]] std::int64_t capacity() const noexcept { return core_.capacity(); }
-  [[nodiscard]] std::int64_t added() const noexcept { return core_.added(); }
-  /// Transitions that left early (see `UniformBuffer::dropped`).
-  [[nodiscard]] std::int64_t dropped() const noexcept { return core_.dropped(); }
   /// Bytes of preallocated storage, trees included.
   [[nodiscard]] std::int64_t bytes() const noexcept {
-    std::int64_t b = core_.bytes() + static_cast<std::int64_t>(leaf_tree_.size() * sizeof(std::int32_t));
+    std::int64_t b = store_.bytes() + static_cast<std::int64_t>(leaf_tree_.size() * sizeof(std::int32_t));
     for (const auto& t : trees_) b += t.bytes();
     return b;
   }
-  [[nodiscard]] const c10::Device& device() const noexcept { return core_.device(); }
 
  private:
   // The host memory of the priority trees (one per task when balancing) and their index.
@@ -277,7 +257,7 @@ class PrioritizedBuffer {
   // The tree row `slot`'s transition belongs in (its task's when balancing), and the one its
   // leaf is in now.
   [[nodiscard]] std::size_t tree_of(std::int64_t slot) const noexcept {
-    return balance_ ? static_cast<std::size_t>(core_.task_of(slot)) : 0;
+    return balance_ ? static_cast<std::size_t>(store_.task_of(slot)) : 0;
   }
   [[nodiscard]] std::size_t holder(std::int64_t slot) const noexcept {
     if (!balance_) return 0;
@@ -329,14 +309,14 @@ class PrioritizedBuffer {
         throw Error(who + what + " " + std::to_string(k) + " (id " + std::to_string(ip[k]) + ") is " +
                     std::to_string(v) + "; priorities must be finite and >= 0 (a NaN TD error "
                     "usually means the losses diverged)");
-      if (ip[k] < 0 || ip[k] >= core_.added())
+      if (ip[k] < 0 || ip[k] >= store_.added())
         throw Error(who + "id " + std::to_string(ip[k]) + " (entry " + std::to_string(k) +
-                    ") is out of range: " + std::to_string(core_.added()) + " transitions were added");
-      if (!core_.live(ip[k])) {  // overwritten since it was sampled
+                    ") is out of range: " + std::to_string(store_.added()) + " transitions were added");
+      if (!store_.live(ip[k])) {  // overwritten since it was sampled
         ++stale_;
         continue;
       }
-      slots_.push_back(core_.slot_of(ip[k]));
+      slots_.push_back(store_.slot_of(ip[k]));
       values_.push_back(p);
       max_priority_ = std::max(max_priority_, p);
     }
@@ -347,7 +327,6 @@ class PrioritizedBuffer {
     for (std::size_t k = 0; k < slots_.size(); ++k) set_leaf(slots_[k], tree_of(slots_[k]), values_[k]);
   }
 
-  detail::ReplayCore core_;
   Config cfg_;
   bool balance_;
   std::vector<detail::PriorityTree> trees_;  // one, or one per task when balancing

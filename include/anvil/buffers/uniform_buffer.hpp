@@ -2,12 +2,8 @@
 /// @file
 /// `UniformBuffer`: experience replay with uniform sampling (Lin 1992; Mnih et al. 2015).
 
-#include <ATen/ATen.h>
-
-#include <array>
-#include <filesystem>
 #include <cstdint>
-#include <string>
+#include <utility>
 #include <vector>
 
 #include <anvil/buffers/detail/replay_core.hpp>
@@ -15,10 +11,7 @@
 #include <anvil/core/batch.hpp>
 #include <anvil/core/concepts.hpp>
 #include <anvil/core/context.hpp>
-#include <anvil/core/error.hpp>
 #include <anvil/core/random.hpp>
-#include <anvil/core/spaces.hpp>
-#include <anvil/core/state.hpp>
 
 namespace anvil {
 
@@ -26,109 +19,82 @@ namespace anvil {
 /// observation stored once (buffers/detail/transition_store.hpp). One call adds a whole
 /// step of N envs; one call samples a batch; when full, new transitions overwrite the
 /// oldest. Terminated and truncated are kept apart: only `terminated` stops bootstrapping.
-class UniformBuffer {
+class UniformBuffer : public detail::ReplayBase<UniformBuffer> {
  public:
-  using policy_kind = BufferKind;
-  static constexpr FixedString config_section = "buffer";
-  static constexpr bool on_policy = false;
-  using Batch = ReplayBatch;
-  using Step = StepBatch;
   /// The format tag of the files `save(path)` writes.
   static constexpr const char* file_format = "anvil UniformBuffer v4";
 
   using Config = UniformBufferConfig;
 
   UniformBuffer(const EnvSpec& spec, const Config& cfg, const RunContext& ctx)
-      : core_(spec, cfg.capacity, cfg.storage, cfg.obs_dtype, cfg.n_step, ctx, "UniformBuffer"),
+      : ReplayBase(spec, cfg, ctx, "UniformBuffer"),
         balance_(cfg.balance_tasks && spec.tasks.size() > 1),
         rng_(ctx.seed_for(Stream::buffer)) {}
 
   /// Adds one step of N envs (row i = env i). N may exceed the free space: the ring wraps.
   /// With n-step returns, what is stored is the transitions this step completes.
-  void add(const StepBatch& s) { core_.add(s); }
+  void add(const StepBatch& s) { store_.add(s); }
 
   /// `n` transitions drawn uniformly with replacement; `index` holds their ids. With an env
   /// that has tasks and `balance_tasks`, each task that has transitions gets an equal share
   /// of the batch (see `ReplayCore::task_quotas`), drawn uniformly among its own; the batch
   /// lists them task by task.
   ReplayBatch sample(std::int64_t n) {
-    core_.check_batch(n);
+    check_batch(n);
     slots_.resize(static_cast<std::size_t>(n));
-    const auto rows = static_cast<std::uint64_t>(core_.stored());
-    const bool gaps = core_.size() < core_.stored();  // rows of transitions that left early
+    const auto rows = static_cast<std::uint64_t>(store_.stored());
+    const bool gaps = size() < store_.stored();  // rows of transitions that left early
     if (!balance_) {
       for (auto& s : slots_) {
         do s = static_cast<std::int64_t>(rng_.below(rows));
-        while (gaps && !core_.valid(s));  // (rare) are drawn again
+        while (gaps && !store_.valid(s));  // (rare) are drawn again
       }
-      return core_.gather(slots_);
+      return store_.gather(slots_);
     }
     // Uniform draws kept while their task's quota is open: each task's share is a uniform
     // sample of its own transitions.
-    const auto quota = core_.task_quotas(n, calls_++);
+    const auto quota = task_quotas(n, calls_++);
     std::vector<std::int64_t> begin(quota.size() + 1, 0), filled(quota.size(), 0);
     for (std::size_t k = 0; k < quota.size(); ++k) begin[k + 1] = begin[k] + quota[k];
     for (std::int64_t got = 0; got < n;) {
       const auto s = static_cast<std::int64_t>(rng_.below(rows));
-      if (gaps && !core_.valid(s)) continue;
-      const auto k = static_cast<std::size_t>(core_.task_of(s));
+      if (gaps && !store_.valid(s)) continue;
+      const auto k = static_cast<std::size_t>(store_.task_of(s));
       if (filled[k] == quota[k]) continue;
       slots_[static_cast<std::size_t>(begin[k] + filled[k]++)] = s;
       ++got;
     }
-    return core_.gather(slots_);
+    return store_.gather(slots_);
   }
   /// Whether batches are balanced over tasks.
   [[nodiscard]] bool balances_tasks() const noexcept { return balance_; }
 
-  /// The discount of n-step returns (the Trainer passes the algorithm's gamma; 0.99 before).
-  void set_discount(double gamma) noexcept { core_.set_discount(gamma); }
-  /// The run's plan (the loop calls it before the run and after a resume): the discount.
-  void plan(const StoragePlan& p) noexcept { set_discount(p.discount); }
-
   /// State protocol (core/state.hpp): the transitions, n-step windows and sampling state.
+  using ReplayBase::save, ReplayBase::load;  // (the buffer file)
   void save(BinaryWriter& w) const {
-    core_.save(w);
+    store_.save(w);
     w.value(rng_.state());
     w.value(calls_);
   }
   struct Saved {
-    detail::ReplayCore::Saved core;
+    detail::TransitionStore::Saved core;
     Rng::State rng{};
     std::int64_t calls = 0;
   };
   /// Reads what `save` wrote, checked against this buffer's config; changes nothing.
   [[nodiscard]] Saved read(BinaryReader& r) const {
-    Saved s{core_.read(r), {}, 0};
+    Saved s{store_.read(r), {}, 0};
     s.rng = r.value<Rng::State>("sampling state");
     s.calls = r.value<std::int64_t>("balanced batches drawn");
     return s;
   }
   void restore(Saved&& s) {
-    core_.restore(std::move(s.core));
+    store_.restore(std::move(s.core));
     rng_.set_state(s.rng);
     calls_ = s.calls;
   }
 
-  /// Writes the buffer to `path`, atomically: a crash mid-save leaves the previous file intact.
-  void save(const std::filesystem::path& path) const { save_file(*this, path, file_format); }
-  /// Restores what `save(path)` wrote; the buffer's config must match. On any error the
-  /// buffer is unchanged.
-  void load(const std::filesystem::path& path) { read_file(*this, path, file_format)(); }
-
-  [[nodiscard]] std::int64_t size() const noexcept { return core_.size(); }
-  [[nodiscard]] std::int64_t capacity() const noexcept { return core_.capacity(); }
-  /// Transitions stored since construction (including overwritten ones).
-  [[nodiscard]] std::int64_t added() const noexcept { return core_.added(); }
-  /// Transitions that left before `capacity` newer ones arrived, because the observation
-  /// ring ran out (episodes under 4 steps, or observations that do not chain).
-  [[nodiscard]] std::int64_t dropped() const noexcept { return core_.dropped(); }
-  /// Bytes of preallocated storage.
-  [[nodiscard]] std::int64_t bytes() const noexcept { return core_.bytes(); }
-  [[nodiscard]] const c10::Device& device() const noexcept { return core_.device(); }
-
  private:
-  detail::ReplayCore core_;
   bool balance_;
   Rng rng_;
   std::int64_t calls_ = 0;  // balanced batches drawn (which task gets the remainder rotates)

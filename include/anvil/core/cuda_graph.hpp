@@ -15,9 +15,10 @@
 /// once first), with the capture mode local to the capturing thread, so other threads'
 /// CUDA calls go on. Tensors made inside the capture live in the graph's private memory pool.
 ///
-/// Compiled only when `ANVIL_WITH_CUDA` is 1: CMake defines it when LibTorch has CUDA
+/// Captures only when `ANVIL_WITH_CUDA` is 1: CMake defines it when LibTorch has CUDA
 /// (target torch_cuda), scripts/gpu-check.sh on its g++ line. Without it `kCudaGraphs` is
-/// false, the class is absent, and callers keep their op-by-op path.
+/// false and the class has the same interface but never captures (each call that would
+/// says so), so callers compile one path and choose it at run time, with no `#if`.
 
 #if defined(ANVIL_WITH_CUDA) && ANVIL_WITH_CUDA
 #include <ATen/cuda/CUDAGraph.h>
@@ -30,6 +31,8 @@
 #endif
 
 #include <c10/core/Device.h>
+
+#include <anvil/core/error.hpp>
 
 namespace anvil::cuda {
 
@@ -91,6 +94,23 @@ class Graph {
 };
 #else
 inline constexpr bool kCudaGraphs = false;
+
+/// Without CUDA: the interface above; callers check `kCudaGraphs` before using it.
+class Graph {
+ public:
+  explicit Graph(c10::Device /*device*/) {}
+  template <class F>
+  void warm_up(F&& /*f*/) { unavailable(); }
+  template <class F>
+  void capture(F&& /*f*/) { unavailable(); }
+  void replay() { unavailable(); }
+  [[nodiscard]] bool captured() const noexcept { return false; }
+
+ private:
+  [[noreturn]] static void unavailable() {
+    throw Error("CUDA graphs: this program was built without them (ANVIL_WITH_CUDA is not 1)");
+  }
+};
 #endif
 
 }  // namespace anvil::cuda

@@ -61,6 +61,17 @@ class FlatParameters {
     return flat_like.narrow(0, p.storage_offset() - flat_.storage_offset(), p.numel()).view(p.sizes());
   }
 
+  /// A gradient buffer shaped like `flat()` (uninitialised), and the views of it that belong
+  /// to `params` (some of `params()`, in their order): where a hand-written backward pass
+  /// writes each parameter's gradient, so the optimizer reads one tensor (the CPU fast paths').
+  [[nodiscard]] at::Tensor new_gradient() const { return at::empty({numel()}, flat_.options()); }
+  [[nodiscard]] std::vector<at::Tensor> views_of(const at::Tensor& flat_like, const std::vector<at::Tensor>& params) const {
+    std::vector<at::Tensor> v;
+    v.reserve(params.size());
+    for (const auto& p : params) v.push_back(slice_for(flat_like, p));
+    return v;
+  }
+
   /// Concatenates per-parameter gradients into one flat gradient; an undefined gradient
   /// (a parameter the loss does not reach) counts as zeros.
   [[nodiscard]] at::Tensor gather(const std::vector<at::Tensor>& grads) const {

@@ -5,19 +5,22 @@
 /// step context (optimizer steps read their step count and learning rate from the device,
 /// nothing is timed) and then every update copies its inputs into fixed tensors and replays.
 /// The algorithm keeps what is its own: which updates a graph can hold, its inputs and
-/// outputs, and reading no host value while capturing. Compiled only with `ANVIL_WITH_CUDA`.
+/// outputs, and reading no host value while capturing. `GraphedUpdates` keeps an
+/// algorithm's graphs, one per shape of update. Compiled in every build; without
+/// `ANVIL_WITH_CUDA` nothing is ever captured (`cuda::kCudaGraphs` is false).
 
-#include <anvil/core/cuda_graph.hpp>
-
-#if defined(ANVIL_WITH_CUDA) && ANVIL_WITH_CUDA
 #include <ATen/autocast_mode.h>
 
+#include <cstdint>
 #include <exception>
+#include <map>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
+#include <anvil/core/cuda_graph.hpp>
 #include <anvil/core/error.hpp>
 #include <anvil/optim/step_context.hpp>
 
@@ -89,5 +92,38 @@ class GraphedUpdate {
   std::vector<at::Tensor> inputs_;
 };
 
+/// An algorithm's captured updates, one per shape (a key the algorithm makes of what
+/// changes the captured work: batch rows, which optimizers step, which inputs are given),
+/// each with `Out`, the fixed output tensors its capture left (valid until its next replay).
+template <class Out>
+class GraphedUpdates {
+ public:
+  struct Graphed {
+    explicit Graphed(c10::Device d) : update(d) {}
+    GraphedUpdate update;
+    Out out;
+  };
+
+  /// The graph for updates of shape `key` on `device` (made, uncaptured, on first use).
+  Graphed& of(std::int64_t key, c10::Device device) {
+    auto it = graphs_.find(key);
+    if (it == graphs_.end()) it = graphs_.emplace(key, std::make_unique<Graphed>(device)).first;
+    return *it->second;
+  }
+  /// Replays `g` on `values` (see `GraphedUpdate::replay`) and counts it.
+  void replay(Graphed& g, const std::vector<at::Tensor>& values) {
+    g.update.replay(values);
+    ++replays_;
+  }
+  /// Updates replayed so far (0 without CUDA graphs).
+  [[nodiscard]] std::int64_t replays() const noexcept { return replays_; }
+  /// Drops every graph (after a restore: captured again from the restored state, warm-ups
+  /// first); the count stays.
+  void clear() noexcept { graphs_.clear(); }
+
+ private:
+  std::map<std::int64_t, std::unique_ptr<Graphed>> graphs_;
+  std::int64_t replays_ = 0;
+};
+
 }  // namespace anvil
-#endif

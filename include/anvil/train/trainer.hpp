@@ -8,39 +8,22 @@
 /// all; a custom main may call the steps itself (`begin`, `collect`, `update`, `evaluate`,
 /// `log`, `save_checkpoint`, `finish`).
 
-#include <torch/cuda.h>
-#include <torch/utils.h>
-
-#include <algorithm>
-#include <cerrno>
-#include <cctype>
-#include <cmath>
-#include <cstdint>
 #include <deque>
 #include <filesystem>
 #include <memory>
 #include <string>
-#include <thread>
-#include <type_traits>
 #include <utility>
 #include <vector>
 
 #include <anvil/algorithms/policy.hpp>
-#include <anvil/core/batch.hpp>
 #include <anvil/core/concepts.hpp>
 #include <anvil/core/config.hpp>
 #include <anvil/core/context.hpp>
-#include <anvil/core/detail/thread_pool.hpp>
-#include <anvil/core/error.hpp>
 #include <anvil/core/state.hpp>
-#include <anvil/core/tensor_io.hpp>
-#include <anvil/core/torch_compat.hpp>
+#include <anvil/core/type_name.hpp>
 #include <anvil/data/step_collector.hpp>
 #include <anvil/envs/any_env.hpp>
-#include <anvil/envs/env.hpp>
 #include <anvil/envs/normalize.hpp>
-#include <anvil/envs/vec_env.hpp>
-#include <anvil/observe/provenance.hpp>
 #include <anvil/observe/update_metrics.hpp>
 #include <anvil/optim/step_context.hpp>
 #include <anvil/parallel/collectives.hpp>
@@ -56,10 +39,10 @@
 #include <anvil/train/loops/on_policy.hpp>
 #include <anvil/train/process_settings.hpp>
 #include <anvil/train/run.hpp>
-#include <anvil/train/run_config.hpp>
 #include <anvil/train/run_envs.hpp>
 #include <anvil/train/start.hpp>
 #include <anvil/train/trainer_config.hpp>
+#include <anvil/train/trainer_parts.hpp>
 #include <anvil/train/trainer_select.hpp>
 
 namespace anvil {
@@ -82,56 +65,37 @@ class BasicTrainer {
 
   /// Every knob of a run, one section per policy; keys are `<section>.<field>`.
   using Config = TrainerConfig<A, B, P, X, L>;
-  static_assert(std::same_as<policy_config_t<A>, typename A::Config> &&
-                    std::same_as<policy_config_t<B>, typename B::Config> &&
-                    std::same_as<policy_config_t<P>, typename P::Config> &&
-                    std::same_as<policy_config_t<X>, typename X::Config> &&
-                    std::same_as<policy_config_t<L>, typename L::Config>,
+  static_assert(light_configs_match<A, B, P, X, L>,
                 "policy_config<T> names another config than T::Config: a light header's specialisation is stale");
 
   /// Builds the run on `env` (any `envs::Env` type, or envs that come batched: see
   /// envs/any_env.hpp) from a typed config (validated here; throws ConfigError). With DDP<N>
   /// the process must be a rank: `anvil::start` launches them.
-  BasicTrainer(const envs::AnyEnv& env, Config cfg, std::string program = {}) : cfg_(prepare(std::move(cfg))) {
+  BasicTrainer(const envs::AnyEnv& env, Config cfg, std::string program = {}) : cfg_(validated(std::move(cfg))) {
     parallel_ = std::make_unique<P>(*cfg_.parallel);
-    ctx_.device = resolve_device(cfg_.run->device, parallel_->device_index());
-    parallel_->connect(ctx_.device);
-    ctx_.seed = cfg_.run->seed;
-    ctx_.rank = parallel_->rank();
-    ctx_.world_size = parallel_->world_size();
-    const LoopSettings loop = L::settings(*cfg_.train);
-    ctx_.lr_scaling = loop.lr_scaling;
-    ctx_.base_batch = loop.base_batch;
-    ctx_.micro_batches = loop.grad_accumulation;
+    const auto device = resolve_device(cfg_.run->device, parallel_->device_index());
+    parallel_->connect(device);
     const PrecisionSettings precision = X::settings(*cfg_.precision);
-    if (precision.needs_cuda && !ctx_.device.is_cuda())
-      throw DeviceError(upper(precision.name) + " autocast needs a CUDA device; use BF16 on CPU (run.device is " +
-                        ctx_.device.str() + ")");
+    ctx_ = run_context(device, cfg_.run->seed, parallel_->rank(), parallel_->world_size(), L::settings(*cfg_.train), precision);
     ranks_ = Ranks(*parallel_, ctx_.device);
-    auto notes = apply_process_settings(cfg_.run->threads, precision, ctx_, update_threads());
-
-    auto run_envs = make_run_envs(env, *cfg_.env, *cfg_.normalize, ctx_.seed_for(Stream::env), ctx_.rank, ctx_.world_size);
-    norm_ = run_envs.normalizer;
-    notes.insert(notes.end(), run_envs.notes.begin(), run_envs.notes.end());
-    collector_ = std::make_unique<StepCollector>(std::move(run_envs.training), times_);
+    auto notes = apply_process_settings(cfg_.run->threads, precision, ctx_, threads());
+    auto envs = make_run_envs(env, *cfg_.env, *cfg_.normalize, ctx_.seed_for(Stream::env), ctx_.rank, ctx_.world_size);
+    norm_ = envs.normalizer;
+    notes.insert(notes.end(), envs.notes.begin(), envs.notes.end());
+    collector_ = std::make_unique<StepCollector>(std::move(envs.training), times_);
     collector_->count_steps_from(&clock_.env_steps);
-    const auto& spec = collector_->spec();
-
-    algo_ = std::make_unique<A>(spec, *cfg_.algorithm, ctx_);
-    buffer_ = std::make_unique<B>(spec, *cfg_.buffer, ctx_);
-    step_ctx_ = StepContext(step_options(precision));
+    algo_ = std::make_unique<A>(collector_->spec(), *cfg_.algorithm, ctx_);
+    buffer_ = std::make_unique<B>(collector_->spec(), *cfg_.buffer, ctx_);
+    step_ctx_ = StepContext(step_options(ctx_, precision, threads(), *cfg_.run, times_,
+                                         [p = parallel_.get()](std::vector<at::Tensor>& g) { p->all_reduce_mean(g); }));
     runner_ = std::make_unique<Runner>(
         *cfg_.train, LoopParts<A, B>{*algo_, *buffer_, step_ctx_, *collector_, clock_, ranks_, times_, metrics_});
     runner_->begin();
     control_ = std::make_unique<LoopControlOf<Runner>>(*runner_);
-    evaluation_ = Evaluation(std::move(run_envs.evaluation),
-        ctx_.seed_for(Stream::eval_env), ranks_, &times_, collector_->groups(), collector_->envs().reports_success());
+    evaluation_ = Evaluation(std::move(envs.evaluation), ctx_.seed_for(Stream::eval_env), ranks_, &times_,
+                             collector_->groups(), collector_->envs().reports_success());
     torch_rng_ = TorchGenerators(ctx_.device);
     add_sections();
-    notes.insert(notes.begin(), "world: " + parallel_->describe());
-    if (!compiled_optimised())
-      notes.insert(notes.begin(), "warning: this program was compiled without optimisation, so it trains about 2x "
-                                  "slower; build it with -DCMAKE_BUILD_TYPE=Release (or -O2)");
     run_ = std::make_unique<Run>(setup(std::move(program), std::move(notes)), parts());
     run_->sync_from_main();  // every rank starts from rank 0's networks and optimizer state
   }
@@ -150,30 +114,19 @@ class BasicTrainer {
   FitResult finish() { return run_->finish(); }
   /// A row of metrics now (with several ranks, every rank must call it).
   void log() { run_->log(); }
-  /// Mean return of `episodes` episodes with deterministic actions (the policy's average
-  /// with `train.ema_decay`), on envs seeded apart from the training envs.
+  /// Mean return of `episodes` deterministic episodes (of the average policy with `train.ema_decay`).
   EvalResult evaluate(int episodes) { return run_->evaluate(episodes); }
-  /// The latest recorded evaluation (with each task's return and success rate where the env
-  /// has tasks and says when it succeeds).
+  /// The latest recorded evaluation (with each task's return and success rate where there are).
   [[nodiscard]] const EvalResult& last_evaluation() const noexcept { return evaluation_.last(); }
   /// Makes `r` the run's latest evaluation (in the next log row, summary.json, the best).
   void record_evaluation(const EvalResult& r) { run_->record_evaluation(r); }
 
   /// Steps the envs until at least `n` more env steps are stored (a step loop).
-  void collect(std::int64_t n)
-    requires StepwiseLoop<Runner>
-  {
-    runner_->collect(n);
-  }
+  void collect(std::int64_t n) requires StepwiseLoop<Runner> { runner_->collect(n); }
   /// `n` gradient updates, each on a fresh batch (a step loop).
-  void update(int n)
-    requires StepwiseLoop<Runner>
-  {
-    runner_->update(n);
-  }
+  void update(int n) requires StepwiseLoop<Runner> { runner_->update(n); }
 
-  /// Writes everything a resumed run needs to continue exactly as this one would (every
-  /// state section; with `run.checkpoint_buffer` the buffer beside it). Atomic.
+  /// Writes every state section a resumed run needs (and the buffer with `run.checkpoint_buffer`). Atomic.
   void save_checkpoint(const std::filesystem::path& file) { run_->save_checkpoint(file); }
   /// Restores what `save_checkpoint` wrote (all or nothing; the error names what differs).
   void load_checkpoint(const std::filesystem::path& file) { run_->load_checkpoint(file); }
@@ -184,20 +137,8 @@ class BasicTrainer {
   void save_policy(const std::filesystem::path& file) const
     requires ExportsPolicy<A>
   {
-    PolicyFileParts parts{collector_->spec().name, collector_->action_scale(), collector_->action_offset()};
-    if (norm_ && cfg_.normalize->obs) {  // the policy acts on observations normalised as in training
-      const auto& mean = norm_->obs.mean();
-      const auto var = norm_->obs.variance();
-      const auto d = collector_->spec().obs_dim();
-      parts.obs_mean = at::empty({d});
-      parts.obs_inv_std = at::empty({d});
-      for (std::int64_t j = 0; j < d; ++j) {
-        parts.obs_mean[j] = mean[static_cast<std::size_t>(j)];
-        parts.obs_inv_std[j] = 1.0 / std::sqrt(var[static_cast<std::size_t>(j)] + cfg_.normalize->epsilon);
-      }
-      parts.obs_clip = cfg_.normalize->clip_obs;
-    }
-    write_policy(file, parts, [this](BinaryWriter& w) { algo_->save_policy(w); });
+    write_policy(file, policy_file_parts(*collector_, norm_.get(), *cfg_.normalize),
+                 [this](BinaryWriter& w) { algo_->save_policy(w); });
   }
 
   [[nodiscard]] const Config& config() const noexcept { return cfg_; }
@@ -218,14 +159,12 @@ class BasicTrainer {
   [[nodiscard]] const PhaseTimes& times() const noexcept { return times_; }
   /// The names of the sections of this run's state (what a checkpoint holds).
   [[nodiscard]] std::vector<std::string> state_sections() const { return state_.names(); }
-  /// The running statistics of observations and returns (`normalize.obs`, `normalize.reward`);
-  /// null when the run does not normalise.
+  /// The observations' and returns' running statistics (null when the run does not normalise).
   [[nodiscard]] const envs::NormalizeState* normalizer() const noexcept { return norm_.get(); }
   /// Returns of the most recent training episodes (up to 100).
   [[nodiscard]] const std::deque<double>& recent_returns() const noexcept { return collector_->episodes().recent(); }
   [[nodiscard]] const std::filesystem::path& run_dir() const noexcept { return run_->run_dir(); }
-  /// The phase timers' own share of the run so far: calls times the cost of one, as
-  /// measured on this machine when the run started, over the wall time.
+  /// The phase timers' own share of the run so far (calls x cost of one / wall time).
   [[nodiscard]] double timer_overhead() const { return run_->timer_overhead(); }
   /// What the run says once when it starts (world, precision and BLAS settings), one line each.
   [[nodiscard]] const std::vector<std::string>& notes() const noexcept { return run_->notes(); }
@@ -235,39 +174,11 @@ class BasicTrainer {
   [[nodiscard]] BottleneckAdvice advice() const { return run_->advice(); }
 
  private:
-  static Config prepare(Config c) {
-    anvil::validate(c);  // run.smoke was applied where the config was read (configure)
-    return c;
-  }
-  static std::string upper(std::string_view s) {
-    std::string out(s);
-    for (auto& ch : out) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
-    return out;
-  }
-  // run.update_threads, with 0 resolved: SAC's update has two independent parts, so two
-  // threads when this process has two cores to itself (measured 1.2-1.5x faster updates).
-  // Cores it may use, not the machine's (on one core a second thread only spins), shared
-  // by the ranks on this node (LOCAL_WORLD_SIZE), not by the whole world.
-  int update_threads() const {
-    if (*cfg_.run->update_threads > 0) return cfg_.run->update_threads;
-    int ranks_here = parallel_->world_size();
-    if constexpr (KnowsLocalWorld<P>) ranks_here = parallel_->world().local_world_size;
-    return std::clamp(detail::available_cores() / std::max(1, ranks_here), 1, 2);
-  }
-
-  StepContext::Options step_options(const PrecisionSettings& precision) {
-    StepContext::Options so;
-    so.device = ctx_.device;
-    so.autocast = precision.autocast;
-    so.autocast_dtype = precision.compute_dtype;
-    so.threads = update_threads();
-    so.micro_batches = ctx_.micro_batches;
-    so.times = &times_;
-    so.loss_scaling = precision.loss_scaling;
-    times_.enabled = cfg_.run->timings;
-    if (ctx_.device.is_cuda() && cfg_.run->sync_timings) times_.sync = [] { torch::cuda::synchronize(); };
-    if (parallel_->world_size() > 1) so.all_reduce_mean = [p = parallel_.get()](std::vector<at::Tensor>& g) { p->all_reduce_mean(g); };
-    return so;
+  // Threads for an update's independent parts (`run.update_threads`; 0: by the cores this
+  // rank's node gives each of its ranks).
+  int threads() const {
+    if constexpr (KnowsLocalWorld<P>) return update_threads(cfg_.run->update_threads, parallel_->world().local_world_size);
+    else return update_threads(cfg_.run->update_threads, parallel_->world_size());
   }
 
   // The run's state, in named sections (core/state.hpp): checkpoints hold them all; the
@@ -290,44 +201,18 @@ class BasicTrainer {
   }
 
   Run::Setup setup(std::string program, std::vector<std::string> notes) const {
-    Run::Setup s;
-    s.run = *cfg_.run;
-    s.program = program.empty() ? std::string(program_invocation_short_name) : std::move(program);  // the executable's name
-    s.algorithm = std::string(A::config_section.view());
-    s.precision = std::string(X::name);
-    s.env_name = collector_->spec().name;
-    s.num_envs = collector_->num_envs();
-    s.device = ctx_.device.str();
-    s.config_hash = config_hash_hex(cfg_);  // covers the policy types too (TrainerConfig::hashed_types)
-    s.config_yaml = to_yaml(cfg_);
-    s.config = flatten(cfg_);
-    s.notes = std::move(notes);
-    s.provenance = {{"env", collector_->spec().name},
-                    {"algorithm", std::string(type_name<A>())},
-                    {"buffer", std::string(type_name<B>())},
-                    {"parallelism", std::string(type_name<P>())},
-                    {"precision", std::string(type_name<X>())},
-                    {"loop", std::string(type_name<L>())},
-                    {"anvil", std::string(kVersion)},
-                    {"libtorch", compat::torch_version_string()},
-                    {"git_commit", program_git_commit()},
-                    {"command", command_line()},
-                    {"host", host_name()},
-                    {"started", utc_now()}};
-    return s;
+    // The config hash covers the policy types too (TrainerConfig::hashed_types).
+    return run_setup(*cfg_.run, std::move(program), std::string(A::config_section.view()), std::string(X::name),
+                     *collector_, ctx_.device, config_hash_hex(cfg_), to_yaml(cfg_), flatten(cfg_),
+                     "world: " + parallel_->describe(), std::move(notes),
+                     {{"algorithm", std::string(type_name<A>())}, {"buffer", std::string(type_name<B>())},
+                      {"parallelism", std::string(type_name<P>())}, {"precision", std::string(type_name<X>())},
+                      {"loop", std::string(type_name<L>())}});
   }
 
   Run::Parts parts() {
-    Run::Parts p;
-    p.clock = &clock_;
-    p.ranks = &ranks_;
-    p.times = &times_;
-    p.collector = collector_.get();
-    p.metrics = &metrics_;
-    p.state = &state_;
-    p.buffer_state = &buffer_state_;
-    p.loop = control_.get();
-    p.evaluation = &evaluation_;
+    Run::Parts p{&clock_,  &ranks_,        &times_,        collector_.get(), &metrics_,
+                 &state_, &buffer_state_, control_.get(), &evaluation_,     {}, {}, {}};
     p.evaluate = [this](int n) {
       auto act = [this](const at::Tensor& obs) { return collector_->to_env(algo_->act(obs, ActMode::deterministic)); };
       if constexpr (AveragesPolicy<A>)

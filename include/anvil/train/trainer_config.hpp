@@ -6,6 +6,7 @@
 /// pass it to a prebuilt Trainer without the policies' classes or torch
 /// (`anvil/compiled.hpp`). Light header.
 
+#include <concepts>
 #include <array>
 #include <string>
 #include <string_view>
@@ -47,5 +48,13 @@ struct TrainerConfig {
                         ") is shorter than one step of env.num_envs (" + std::to_string(*env->num_envs) + ") envs");
   }
 };
+
+/// Whether every policy's light `policy_config` specialisation names its own `Config` (the
+/// Trainer checks it where the policies are complete types).
+template <class A, class B, class P, class X, class L>
+inline constexpr bool light_configs_match =
+    std::same_as<policy_config_t<A>, typename A::Config> && std::same_as<policy_config_t<B>, typename B::Config> &&
+    std::same_as<policy_config_t<P>, typename P::Config> && std::same_as<policy_config_t<X>, typename X::Config> &&
+    std::same_as<policy_config_t<L>, typename L::Config>;
 
 }  // namespace anvil

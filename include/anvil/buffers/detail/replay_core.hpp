@@ -1,10 +1,12 @@
 #pragma once
 /// @file
-/// `ReplayCore`: what every replay buffer shares: the transition store (with its n-step
-/// windows), the config fields for it, and the checks on a batch size.
+/// `ReplayBase`: what every replay buffer shares, written once: its declarations as a buffer
+/// policy, the transition store (with its n-step windows), the checks on a batch size, the
+/// tasks' shares of a balanced batch, the buffer file (`save(path)`, `load(path)`) and the
+/// counts. `UniformBuffer` and `PrioritizedBuffer` derive from it and add their sampling.
 
 #include <cstdint>
-#include <span>
+#include <filesystem>
 #include <string>
 #include <utility>
 #include <vector>
@@ -12,23 +14,55 @@
 #include <anvil/buffers/detail/transition_store.hpp>
 #include <anvil/buffers/replay_config.hpp>
 #include <anvil/core/batch.hpp>
+#include <anvil/core/concepts.hpp>
 #include <anvil/core/context.hpp>
 #include <anvil/core/error.hpp>
-#include <anvil/core/param.hpp>
 #include <anvil/core/spaces.hpp>
+#include <anvil/core/state.hpp>
 
 namespace anvil::detail {
 
-class ReplayCore {
+/// The shared part of a replay buffer `Buffer` (CRTP; see file comment). `Buffer` names its
+/// `file_format` and has the state protocol (save/read/restore with a BinaryWriter/Reader).
+template <class Buffer>
+class ReplayBase {
  public:
-  ReplayCore(const EnvSpec& spec, std::int64_t capacity, Storage storage, ObsDtype obs_dtype,
-             int n_step, const RunContext& ctx, std::string owner, std::int64_t extra_host_bytes = 0)
-      : store_(spec, capacity, storage == Storage::cpu ? c10::Device(c10::kCPU) : ctx.device, std::move(owner),
-               n_step, obs_dtype, extra_host_bytes) {}
+  using policy_kind = BufferKind;
+  static constexpr FixedString config_section = "buffer";
+  static constexpr bool on_policy = false;
+  using Batch = ReplayBatch;
+  using Step = StepBatch;
 
-  /// Stores what one step of N envs completes (the step itself for 1-step transitions).
-  /// Returns the id of the first stored transition and how many were stored.
-  std::pair<std::int64_t, std::int64_t> add(const StepBatch& step) { return store_.add(step); }
+  /// The discount of n-step returns (the Trainer passes the algorithm's gamma; 0.99 before).
+  void set_discount(double gamma) noexcept { store_.set_gamma(gamma); }
+  /// The run's plan (the loop calls it before the run and after a resume): the discount.
+  void plan(const StoragePlan& p) noexcept { set_discount(p.discount); }
+
+  /// Writes the buffer to `path`, atomically: a crash mid-save leaves the previous file intact.
+  void save(const std::filesystem::path& path) const { save_file(self(), path, Buffer::file_format); }
+  /// Restores what `save(path)` wrote; the buffer's config must match. On any error the
+  /// buffer is unchanged.
+  void load(const std::filesystem::path& path) { read_file(self(), path, Buffer::file_format)(); }
+
+  [[nodiscard]] std::int64_t size() const noexcept { return store_.size(); }
+  [[nodiscard]] std::int64_t capacity() const noexcept { return store_.capacity(); }
+  /// Transitions stored since construction (including overwritten ones).
+  [[nodiscard]] std::int64_t added() const noexcept { return store_.added(); }
+  /// Transitions that left before `capacity` newer ones arrived, because the observation
+  /// ring ran out (episodes under 4 steps, or observations that do not chain).
+  [[nodiscard]] std::int64_t dropped() const noexcept { return store_.dropped(); }
+  /// Bytes of preallocated storage.
+  [[nodiscard]] std::int64_t bytes() const noexcept { return store_.bytes(); }
+  [[nodiscard]] const c10::Device& device() const noexcept { return store_.device(); }
+
+ protected:
+  /// The store for `cfg` (a replay buffer's config), named `owner` in errors; `extra_host_bytes`
+  /// is what the buffer adds on the host (counted in the memory check).
+  template <class Config>
+  ReplayBase(const EnvSpec& spec, const Config& cfg, const RunContext& ctx, std::string owner,
+             std::int64_t extra_host_bytes = 0)
+      : store_(spec, cfg.capacity, *cfg.storage == Storage::cpu ? c10::Device(c10::kCPU) : ctx.device, std::move(owner),
+               cfg.n_step, cfg.obs_dtype, extra_host_bytes) {}
 
   /// Throws unless 1 <= n <= size().
   void check_batch(std::int64_t n) const {
@@ -37,51 +71,30 @@ class ReplayCore {
                   std::to_string(size()) + " transitions; the batch size must be between 1 and the size");
   }
 
-  void save(BinaryWriter& w) const { store_.save(w); }
-  using Saved = TransitionStore::Saved;
-  Saved read(BinaryReader& r) const { return store_.read(r); }
-  void restore(Saved&& s) { store_.restore(std::move(s)); }
-
-  [[nodiscard]] ReplayBatch gather(std::span<const std::int64_t> slots) const { return store_.gather(slots); }
-  [[nodiscard]] bool live(std::int64_t id) const noexcept { return store_.live(id); }
-  [[nodiscard]] bool valid(std::int64_t slot) const noexcept { return store_.valid(slot); }
-  [[nodiscard]] std::int64_t slot_of(std::int64_t id) const noexcept { return store_.slot_of(id); }
-  [[nodiscard]] std::int64_t stored() const noexcept { return store_.stored(); }
-  [[nodiscard]] std::span<const std::int64_t> killed() const noexcept { return store_.killed(); }
-  void set_discount(double gamma) noexcept { store_.set_gamma(gamma); }
-
-  [[nodiscard]] std::int64_t tasks() const noexcept { return store_.tasks(); }
-  [[nodiscard]] std::int64_t task_count(std::int64_t t) const noexcept { return store_.task_count(t); }
-  [[nodiscard]] std::int32_t task_of(std::int64_t slot) const noexcept { return store_.task_of(slot); }
-
   /// How many of a batch of `n` each task gets when sampling is balanced over tasks: the
   /// tasks that have transitions share `n` equally; the remainder goes one each to the
   /// tasks from `start` on (callers rotate it, so no task is favoured over many batches).
   [[nodiscard]] std::vector<std::int64_t> task_quotas(std::int64_t n, std::int64_t start) const {
-    const std::int64_t t = tasks();
+    const std::int64_t t = store_.tasks();
     std::vector<std::int64_t> q(static_cast<std::size_t>(t), 0);
     std::int64_t present = 0;
-    for (std::int64_t k = 0; k < t; ++k) present += task_count(k) > 0 ? 1 : 0;
+    for (std::int64_t k = 0; k < t; ++k) present += store_.task_count(k) > 0 ? 1 : 0;
     if (present == 0) return q;
     std::int64_t extra = n % present;
     for (std::int64_t j = 0; j < t; ++j) {
       const std::int64_t k = (start + j) % t;
-      if (task_count(k) == 0) continue;
+      if (store_.task_count(k) == 0) continue;
       q[static_cast<std::size_t>(k)] = n / present + (extra > 0 ? 1 : 0);
       if (extra > 0) --extra;
     }
     return q;
   }
 
-  [[nodiscard]] std::int64_t size() const noexcept { return store_.size(); }
-  [[nodiscard]] std::int64_t capacity() const noexcept { return store_.capacity(); }
-  [[nodiscard]] std::int64_t added() const noexcept { return store_.added(); }
-  [[nodiscard]] std::int64_t dropped() const noexcept { return store_.dropped(); }
-  [[nodiscard]] std::int64_t bytes() const noexcept { return store_.bytes(); }
-  [[nodiscard]] const c10::Device& device() const noexcept { return store_.device(); }
+  TransitionStore store_;
 
  private:
-  TransitionStore store_;
+  [[nodiscard]] const Buffer& self() const noexcept { return static_cast<const Buffer&>(*this); }
+  [[nodiscard]] Buffer& self() noexcept { return static_cast<Buffer&>(*this); }
 };
 
 }  // namespace anvil::detail

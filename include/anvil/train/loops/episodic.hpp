@@ -22,6 +22,7 @@
 #include <anvil/envs/vec_env.hpp>
 #include <anvil/train/loops/loop.hpp>
 #include <anvil/train/loops/loop_config.hpp>
+#include <anvil/train/loops/stage.hpp>
 
 namespace anvil {
 
@@ -33,18 +34,9 @@ concept EpisodeStorage = Buffer<B> && std::same_as<typename B::Step, EpisodeStep
                            { b.clear() };
                          };
 
-/// Loop policy for learning from whole episodes (see file comment).
-struct EpisodicLoop {
-  using policy_kind = LoopKind;
-  static constexpr std::string_view name = "episodic";
-  static constexpr FixedString config_section = "train";
-  static constexpr FixedString stage_name = "episodic";
-
-  /// The `train` section of an episodic run: the on-policy loop's fields.
-  using Config = loops::OnPolicyConfig;
-
-  [[nodiscard]] static LoopSettings settings(const Config& c) { return loops::common_settings(c, ClockUnit::env_steps); }
-
+/// Loop policy for learning from whole episodes (see file comment); its `train` section is
+/// the on-policy loop's.
+struct EpisodicLoop : loops::LoopTag<"episodic", "episodic", loops::OnPolicyConfig, ClockUnit::env_steps> {
   /// What this loop needs of the algorithm and the buffer, one sentence each.
   template <class A, class B>
   struct Rules {
@@ -59,27 +51,17 @@ struct EpisodicLoop {
 
   /// Runs the loop (see file comment).
   template <class A, class B>
-  class Runner {
+  class Runner : public loops::Stage<Runner<A, B>, EpisodicLoop, A, B> {
+    using Base = loops::Stage<Runner, EpisodicLoop, A, B>;
+    using Base::cfg_, Base::p_;
+
    public:
-    Runner(const Config& cfg, LoopParts<A, B> parts) : cfg_(cfg), p_(parts) { loops::check_ema<A>(cfg.ema_decay); }
+    using Base::Base;
 
-    [[nodiscard]] LoopSettings settings() const {
-      auto s = EpisodicLoop::settings(cfg_);
-      s.origin = origin_;
-      return s;
-    }
-    [[nodiscard]] int stage() const noexcept { return 0; }
-
-    /// The stage starts: the clock counts env steps from here.
-    void begin() {
-      origin_ = p_.clock.env_steps;
-      resumed();
-    }
-    void resumed() {
-      p_.clock.unit = ClockUnit::env_steps;
+    /// At the stage's start and after a resume: the buffer learns the plan.
+    void prepare() {
       p_.buffer.plan(StoragePlan{p_.collector.num_envs(), cfg_.steps, 0.0});
     }
-    [[nodiscard]] bool done() const noexcept { return p_.clock.env_steps - origin_ >= cfg_.steps; }
 
     /// One round: an episode of every env, then an update from them.
     void iterate(std::int64_t /*quiet_until*/ = INT64_MAX) {
@@ -121,10 +103,6 @@ struct EpisodicLoop {
       p_.clock.env_steps += static_cast<std::int64_t>(p_.ranks.sum(static_cast<double>(kept)));
     }
 
-    void at_log_row() {
-      if (p_.ranks.world_size() > 1) p_.collector.envs().sync_statistics([this](at::Tensor& t) { p_.ranks.sum(t); });
-    }
-
     /// What the timing verdict suggests, in this loop's knobs and its algorithm's.
     [[nodiscard]] BottleneckAdvice advice(const AdviceKeys& k) const {
       const std::string passes = k.find("data_passes"), batch = k.find("batch_size");
@@ -137,15 +115,6 @@ struct EpisodicLoop {
       return a;
     }
 
-    /// State protocol: where the stage began (a checkpoint falls between rounds).
-    void save(BinaryWriter& w) const { w.value(origin_); }
-    [[nodiscard]] std::int64_t read(BinaryReader& r) const { return r.value<std::int64_t>("stage origin"); }
-    void restore(std::int64_t origin) noexcept { origin_ = origin; }
-
-   private:
-    Config cfg_;
-    LoopParts<A, B> p_;
-    std::int64_t origin_ = 0;
   };
 };
 

@@ -38,6 +38,15 @@ using EvalUpdatesParam =
     Param<std::int64_t, "eval_interval", "gradient updates between evaluations (0: only at the end)", at_least(0)>;
 using EvalEpisodesParam = Param<int, "eval_episodes", "episodes per evaluation, deterministic actions", at_least(1)>;
 
+/// What every loop's `shrink` (`run.smoke`, a run of seconds) does to its stage: at most
+/// `steps` of it, no evaluation before its end, and two episodes in that one.
+template <class C>
+void shrink_stage(C& c, std::int64_t steps) {
+  c.steps = std::min<std::int64_t>(c.steps, steps);
+  c.eval_interval = 0;
+  c.eval_episodes = std::min(*c.eval_episodes, 2);
+}
+
 /// The `train` section of an off-policy run.
 struct OffPolicyConfig {
   loops::EnvStepsParam steps{100'000};
@@ -61,10 +70,8 @@ struct OffPolicyConfig {
 
   /// A run of seconds (`run.smoke`): enough steps to pass the warm-up and update a little.
   void shrink() {
-    steps = std::min<std::int64_t>(steps, 600);
+    shrink_stage(*this, 600);
     learning_starts = std::min<std::int64_t>(learning_starts, 200);
-    eval_interval = 0;
-    eval_episodes = std::min(*eval_episodes, 2);
   }
 };
 
@@ -81,11 +88,24 @@ struct OnPolicyConfig {
   loops::EvalEpisodesParam eval_episodes{10};
 
   /// A run of seconds (`run.smoke`).
-  void shrink() {
-    steps = std::min<std::int64_t>(steps, 600);
-    eval_interval = 0;
-    eval_episodes = std::min(*eval_episodes, 2);
-  }
+  void shrink() { shrink_stage(*this, 600); }
+};
+
+/// The `train` section of an offline run; its counts are gradient updates.
+struct OfflineConfig {
+  loops::UpdateStepsParam steps{100'000};
+  Param<std::string, "dataset",
+        "buffer file to learn from (a run's checkpoint-*.buffer; empty: the buffer as the stages before left it)">
+      dataset{""};
+  loops::GradAccumulationParam grad_accumulation{1};
+  loops::EmaDecayParam ema_decay{0.0};
+  loops::LrScalingParam lr_scaling{LrScaling::none};
+  loops::BaseBatchParam base_batch{256};
+  loops::EvalUpdatesParam eval_interval{5000};
+  loops::EvalEpisodesParam eval_episodes{10};
+
+  /// A run of seconds (`run.smoke`).
+  void shrink() { shrink_stage(*this, 200); }
 };
 
 }  // namespace loops

@@ -24,6 +24,7 @@
 #include <anvil/envs/vec_env.hpp>
 #include <anvil/train/loops/loop.hpp>
 #include <anvil/train/loops/loop_config.hpp>
+#include <anvil/train/loops/stage.hpp>
 
 namespace anvil {
 
@@ -35,16 +36,7 @@ concept ShapesRewards = requires(A& a, const StepBatch& step) {
 };
 
 /// Loop policy for off-policy algorithms (see file comment).
-struct OffPolicyLoop {
-  using policy_kind = LoopKind;
-  static constexpr std::string_view name = "off-policy";
-  static constexpr FixedString config_section = "train";
-  static constexpr FixedString stage_name = "off_policy";
-
-  using Config = loops::OffPolicyConfig;
-
-  [[nodiscard]] static LoopSettings settings(const Config& c) { return loops::common_settings(c, ClockUnit::env_steps); }
-
+struct OffPolicyLoop : loops::LoopTag<"off-policy", "off_policy", loops::OffPolicyConfig, ClockUnit::env_steps> {
   /// What this loop needs of the algorithm and the buffer, one sentence each.
   template <class A, class B>
   struct Rules {
@@ -65,10 +57,12 @@ struct OffPolicyLoop {
 
   /// Runs the loop (see file comment).
   template <class A, class B>
-  class Runner {
+  class Runner : public loops::Stage<Runner<A, B>, OffPolicyLoop, A, B> {
+    using Base = loops::Stage<Runner, OffPolicyLoop, A, B>;
+    using Base::cfg_, Base::p_, Base::origin_;
+
    public:
-    Runner(const Config& cfg, LoopParts<A, B> parts) : cfg_(cfg), p_(parts) {
-      loops::check_ema<A>(cfg.ema_decay);
+    Runner(const Config& cfg, LoopParts<A, B> parts) : Base(cfg, parts) {
       if (p_.algorithm.batch_size() > p_.buffer.capacity())
         throw ConfigError(std::string(A::config_section.view()) + ".batch_size (" +
                           std::to_string(p_.algorithm.batch_size()) + ") is larger than " +
@@ -76,26 +70,11 @@ struct OffPolicyLoop {
                           "): the buffer could never hold a batch, so the run would never update");
     }
 
-    [[nodiscard]] LoopSettings settings() const {
-      auto s = OffPolicyLoop::settings(cfg_);
-      s.origin = origin_;
-      return s;
-    }
-    [[nodiscard]] int stage() const noexcept { return 0; }
-
-    /// The stage starts: the clock counts env steps from here; the buffer learns the plan.
-    void begin() {
-      origin_ = p_.clock.env_steps;
-      resumed();
-    }
-    /// After a resume restored the run (this loop's state included).
-    void resumed() {
-      p_.clock.unit = ClockUnit::env_steps;
+    /// At the stage's start and after a resume: the buffer learns the plan.
+    void prepare() {
       p_.collector.envs().set_discount(p_.algorithm.discount());
       p_.buffer.plan(StoragePlan{p_.collector.num_envs(), cfg_.steps, p_.algorithm.discount()});
     }
-
-    [[nodiscard]] bool done() const noexcept { return p_.clock.env_steps - origin_ >= cfg_.steps; }
 
     /// One iteration: a step of every env, stored, then the updates due.
     void iterate(std::int64_t quiet_until = INT64_MAX) {
@@ -104,7 +83,7 @@ struct OffPolicyLoop {
         store(p_.collector.land());
         // The envs take their next step while this iteration's updates run, unless a hook
         // is due (it must see the run at rest) or the run is over.
-        if (!done() && p_.clock.now() < quiet_until) launch();
+        if (!this->done() && p_.clock.now() < quiet_until) launch();
       } else {
         act_now();
         store(p_.collector.step(actions_));
@@ -138,11 +117,6 @@ struct OffPolicyLoop {
         if constexpr (PrioritizedReplay<B>)
           if (info.td_error.defined()) p_.buffer.update_priorities(batch.index, info.td_error);
       }
-    }
-
-    /// At a log row with several ranks: every rank's new normaliser statistics are merged.
-    void at_log_row() {
-      if (p_.ranks.world_size() > 1) p_.collector.envs().sync_statistics([this](at::Tensor& t) { p_.ranks.sum(t); });
     }
 
     /// What the timing verdict suggests, in this loop's knobs and its algorithm's.
@@ -184,7 +158,7 @@ struct OffPolicyLoop {
     void act_now() {
       const auto& obs = p_.collector.observations();
       ScopedPhase ph(p_.times, Phase::act);
-      if (p_.clock.env_steps - origin_ < cfg_.learning_starts) {
+      if (this->elapsed() < cfg_.learning_starts) {
         actions_ = p_.collector.random_actions();
       } else {
         actions_ = p_.algorithm.act(obs, ActMode::explore);
@@ -204,14 +178,14 @@ struct OffPolicyLoop {
         StepBatch step{p_.collector.previous_observations(), actions_, s.reward, s.next_obs, s.terminated, s.truncated, s.task};
         // An algorithm that shapes its rewards (CollectiveStudent) gives the ones to store.
         if constexpr (ShapesRewards<A>)
-          step.reward = p_.algorithm.shaped_rewards(step, p_.clock.env_steps - origin_);
+          step.reward = p_.algorithm.shaped_rewards(step, this->elapsed());
         p_.buffer.add(step);
       }
       p_.clock.env_steps += p_.collector.num_envs() * p_.ranks.world_size();
     }
 
     void update_when_due() {
-      if (p_.clock.env_steps - origin_ < cfg_.learning_starts || !can_update()) return;
+      if (this->elapsed() < cfg_.learning_starts || !can_update()) return;
       since_update_ += p_.collector.num_envs();
       while (since_update_ >= cfg_.update_interval) {
         update(cfg_.updates_per_interval);
@@ -229,10 +203,7 @@ struct OffPolicyLoop {
       return ready_ = p_.ranks.sum(short_of) == 0.0;
     }
 
-    Config cfg_;
-    LoopParts<A, B> p_;
     at::Tensor actions_;            ///< the actions of the step in flight or last taken
-    std::int64_t origin_ = 0;        ///< env steps when the stage began
     std::int64_t since_update_ = 0;  ///< this rank's env steps since the last round of updates
     bool ready_ = false;            ///< every rank's buffer can give a batch
   };

@@ -29,6 +29,8 @@
 #include <anvil/core/param.hpp>
 #include <anvil/core/state.hpp>
 #include <anvil/train/loops/loop.hpp>
+#include <anvil/train/loops/loop_config.hpp>
+#include <anvil/train/loops/stage.hpp>
 
 namespace anvil {
 
@@ -63,35 +65,7 @@ template <class A>
 concept PlansUpdates = requires(A& a) { a.plan_updates(std::int64_t{0}); };
 
 /// Loop policy for learning from stored data (see file comment).
-struct OfflineLoop {
-  using policy_kind = LoopKind;
-  static constexpr std::string_view name = "offline";
-  static constexpr FixedString config_section = "train";
-  static constexpr FixedString stage_name = "offline";
-
-  /// The `train` section of an offline run; its counts are gradient updates.
-  struct Config {
-    loops::UpdateStepsParam steps{100'000};
-    Param<std::string, "dataset",
-          "buffer file to learn from (a run's checkpoint-*.buffer; empty: the buffer as the stages before left it)">
-        dataset{""};
-    loops::GradAccumulationParam grad_accumulation{1};
-    loops::EmaDecayParam ema_decay{0.0};
-    loops::LrScalingParam lr_scaling{LrScaling::none};
-    loops::BaseBatchParam base_batch{256};
-    loops::EvalUpdatesParam eval_interval{5000};
-    loops::EvalEpisodesParam eval_episodes{10};
-
-    /// A run of seconds (`run.smoke`).
-    void shrink() {
-      steps = std::min<std::int64_t>(steps, 200);
-      eval_interval = 0;
-      eval_episodes = std::min(*eval_episodes, 2);
-    }
-  };
-
-  [[nodiscard]] static LoopSettings settings(const Config& c) { return loops::common_settings(c, ClockUnit::updates); }
-
+struct OfflineLoop : loops::LoopTag<"offline", "offline", loops::OfflineConfig, ClockUnit::updates> {
   /// A batch of the dataset: `sample_dataset(n)` where the buffer also replays online
   /// steps (CollectiveReplay, for a staged run), else `sample(n)`.
   template <class B>
@@ -129,27 +103,16 @@ struct OfflineLoop {
 
   /// Runs the loop (see file comment).
   template <class A, class B>
-  class Runner {
+  class Runner : public loops::Stage<Runner<A, B>, OfflineLoop, A, B> {
+    using Base = loops::Stage<Runner, OfflineLoop, A, B>;
+    using Base::cfg_, Base::p_, Base::origin_;
+
    public:
-    Runner(const Config& cfg, LoopParts<A, B> parts) : cfg_(cfg), p_(parts) { loops::check_ema<A>(cfg.ema_decay); }
+    using Base::Base;
 
-    [[nodiscard]] LoopSettings settings() const {
-      auto s = OfflineLoop::settings(cfg_);
-      s.origin = origin_;
-      return s;
-    }
-    [[nodiscard]] int stage() const noexcept { return 0; }
-
-    /// The stage starts: the clock counts updates, the buffer learns the plan, and the
-    /// dataset is read (once, when the run is built; a resume that restores a saved buffer
-    /// replaces it).
-    void begin() {
-      origin_ = p_.clock.updates;
-      resumed();
-    }
-    /// After a resume restored the run (this loop's state included).
-    void resumed() {
-      p_.clock.unit = ClockUnit::updates;
+    /// At the stage's start and after a resume: the buffer learns the plan, and the dataset
+    /// is read (once, when the run is built; a resume that restores a saved buffer replaces it).
+    void prepare() {
       p_.collector.envs().set_discount(p_.algorithm.discount());
       StoragePlan plan{p_.collector.num_envs(), 0, p_.algorithm.discount()};
       if constexpr (LearnsFromSequences<A>) std::tie(plan.sequence_obs, plan.sequence_actions) = p_.algorithm.sequence();
@@ -179,8 +142,6 @@ struct OfflineLoop {
       if constexpr (PlansUpdates<A>) p_.algorithm.plan_updates(origin_ + cfg_.steps);
     }
 
-    [[nodiscard]] bool done() const noexcept { return p_.clock.updates - origin_ >= cfg_.steps; }
-
     /// One iteration: one update on a batch sampled from the buffer.
     void iterate(std::int64_t /*quiet_until*/ = INT64_MAX) {
       const std::int64_t n = batch_rows(p_.algorithm);
@@ -198,7 +159,7 @@ struct OfflineLoop {
         if (info.td_error.defined()) p_.buffer.update_priorities(batch.index, info.td_error);
     }
 
-    void at_log_row() {}
+    void at_log_row() {}  // no env steps: no new normaliser statistics
 
     /// What the timing verdict suggests, in this loop's knobs and its algorithm's: an offline
     /// run is meant to spend its time in updates.
@@ -212,15 +173,7 @@ struct OfflineLoop {
       return a;
     }
 
-    /// State protocol: where the stage began (the data is the buffer's, saved on its own).
-    void save(BinaryWriter& w) const { w.value(origin_); }
-    [[nodiscard]] std::int64_t read(BinaryReader& r) const { return r.value<std::int64_t>("stage origin"); }
-    void restore(std::int64_t origin) noexcept { origin_ = origin; }
-
    private:
-    Config cfg_;
-    LoopParts<A, B> p_;
-    std::int64_t origin_ = 0;  ///< updates when the stage began
     bool loaded_ = false;
   };
 };

@@ -21,20 +21,12 @@
 #include <anvil/envs/vec_env.hpp>
 #include <anvil/train/loops/loop.hpp>
 #include <anvil/train/loops/loop_config.hpp>
+#include <anvil/train/loops/stage.hpp>
 
 namespace anvil {
 
 /// Loop policy for on-policy algorithms (see file comment).
-struct OnPolicyLoop {
-  using policy_kind = LoopKind;
-  static constexpr std::string_view name = "on-policy";
-  static constexpr FixedString config_section = "train";
-  static constexpr FixedString stage_name = "on_policy";
-
-  using Config = loops::OnPolicyConfig;
-
-  [[nodiscard]] static LoopSettings settings(const Config& c) { return loops::common_settings(c, ClockUnit::env_steps); }
-
+struct OnPolicyLoop : loops::LoopTag<"on-policy", "on_policy", loops::OnPolicyConfig, ClockUnit::env_steps> {
   /// What this loop needs of the algorithm and the buffer, one sentence each.
   template <class A, class B>
   struct Rules {
@@ -55,26 +47,16 @@ struct OnPolicyLoop {
 
   /// Runs the loop (see file comment).
   template <class A, class B>
-  class Runner {
+  class Runner : public loops::Stage<Runner<A, B>, OnPolicyLoop, A, B> {
+    using Base = loops::Stage<Runner, OnPolicyLoop, A, B>;
+    using Base::cfg_, Base::p_;
+
    public:
-    Runner(const Config& cfg, LoopParts<A, B> parts) : cfg_(cfg), p_(parts) { loops::check_ema<A>(cfg.ema_decay); }
+    using Base::Base;
 
-    [[nodiscard]] LoopSettings settings() const {
-      auto s = OnPolicyLoop::settings(cfg_);
-      s.origin = origin_;
-      return s;
-    }
-    [[nodiscard]] int stage() const noexcept { return 0; }
-
-    /// The stage starts: the clock counts env steps from here; the rollout is sized for the
-    /// envs. A minibatch larger than a rollout is refused, naming both.
-    void begin() {
-      origin_ = p_.clock.env_steps;
-      resumed();
-    }
-    /// After a resume restored the run (this loop's state included).
-    void resumed() {
-      p_.clock.unit = ClockUnit::env_steps;
+    /// At the stage's start and after a resume: the rollout is sized for the envs. A
+    /// minibatch larger than a rollout is refused, naming both.
+    void prepare() {
       p_.collector.envs().set_discount(p_.algorithm.discount());
       p_.buffer.plan(StoragePlan{p_.collector.num_envs(), cfg_.steps, p_.algorithm.discount()});
       const std::int64_t rows = p_.buffer.capacity(), envs = p_.collector.num_envs();
@@ -84,8 +66,6 @@ struct OnPolicyLoop {
                           std::string(B::config_section.view()) + ".steps (" + std::to_string(rows / envs) +
                           ") x env.num_envs (" + std::to_string(envs) + ") = " + std::to_string(rows) + " rows");
     }
-
-    [[nodiscard]] bool done() const noexcept { return p_.clock.env_steps - origin_ >= cfg_.steps; }
 
     /// One iteration: collect a rollout, learn from it.
     void iterate(std::int64_t /*quiet_until*/ = INT64_MAX) {
@@ -106,7 +86,7 @@ struct OnPolicyLoop {
     void learn_rollout() {
       // Every rank normalises with the same statistics from here on.
       if (p_.ranks.world_size() > 1) p_.collector.envs().sync_statistics([this](at::Tensor& t) { p_.ranks.sum(t); });
-      p_.algorithm.set_progress(static_cast<double>(p_.clock.env_steps - origin_) / static_cast<double>(*cfg_.steps));
+      p_.algorithm.set_progress(static_cast<double>(this->elapsed()) / static_cast<double>(*cfg_.steps));
       int epochs = 0;
       for (int e = 0; e < p_.algorithm.epochs(); ++e) {
         std::optional<ScopedPhase> sampling(std::in_place, p_.times, Phase::sample);
@@ -123,7 +103,7 @@ struct OnPolicyLoop {
       p_.buffer.clear();
     }
 
-    void at_log_row() {}  // the normalisers were merged before the last update
+    void at_log_row() {}  // the normalisers were merged before the rollout's updates
 
     /// What the timing verdict suggests, in this loop's knobs and its algorithm's.
     [[nodiscard]] BottleneckAdvice advice(const AdviceKeys& k) const {
@@ -140,11 +120,6 @@ struct OnPolicyLoop {
       a.side = loops::side_advice(k);
       return a;
     }
-
-    /// State protocol: where the stage began (a checkpoint falls between rollouts).
-    void save(BinaryWriter& w) const { w.value(origin_); }
-    [[nodiscard]] std::int64_t read(BinaryReader& r) const { return r.value<std::int64_t>("stage origin"); }
-    void restore(std::int64_t origin) noexcept { origin_ = origin; }
 
    private:
     // One step of every env for the rollout: act, step, and for rows cut by the time limit
@@ -169,10 +144,6 @@ struct OnPolicyLoop {
       }
       p_.clock.env_steps += p_.collector.num_envs() * p_.ranks.world_size();
     }
-
-    Config cfg_;
-    LoopParts<A, B> p_;
-    std::int64_t origin_ = 0;  ///< env steps when the stage began
   };
 };
 
