@@ -1,4 +1,5 @@
-// PPO on any built-in env, chosen at run time: `train_ppo --env.id=CartPole-v1`. Each env's
+// PPO on any built-in env, chosen at run time: `train_ppo --env.id=CartPole-v1`, or an env in
+// Python: `--env.id=python:my_module:make` (docs/python.md). Each built-in env's
 // defaults come from examples/hyperparams/ppo.yaml (RL Baselines3 Zoo's, where anvil has
 // the same knobs); `--hyperparams=FILE` reads another file, and `--config` files and the
 // command line override both. Switching env needs no rebuild.
@@ -16,7 +17,7 @@ int main(int argc, char** argv) {
   using Trainer = anvil::Trainer<anvil::PPO, anvil::RolloutBuffer>;
   auto args = anvil::with_hyperparameters(anvil::start(argc, argv), ANVIL_HYPERPARAMS_DIR "/ppo.yaml", "CartPole-v1");
   const auto cfg = anvil::start<Trainer>(args);
-  anvil::envs::with_env(*cfg.env->id, [&](const auto& env) {
+  anvil::envs::with_env(*cfg.env, [&](const auto& env) {
     Trainer trainer(env, cfg, "train_ppo");
     trainer.fit();
   });

@@ -24,8 +24,10 @@ packages=(
   libchipmunk-dev libhdf5-dev
   # Python's HDF5 binding, with which a test opens the demonstration files anvil writes
   python3-h5py
+  # envs written in Python (envs/python_env.hpp): the bridge embeds Debian's Python, with numpy
+  pybind11-dev python3-dev python3-numpy python3-pytest
   # side-by-side Python reference implementations in benchmarks/
-  python3-torch python3-numpy
+  python3-torch
 )
 
 missing=()

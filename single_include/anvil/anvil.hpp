@@ -737,6 +737,7 @@ inline bool transposed_copy_pays(std::int64_t m, std::int64_t n, std::int64_t k)
 #include <cstddef>
 #include <initializer_list>
 #include <limits>
+#include <map>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -800,12 +801,15 @@ template <class T> struct is_vector : std::false_type {};
 template <class T, class A> struct is_vector<std::vector<T, A>> : std::true_type {};
 }  // namespace detail
 
+/// The value of a field of free keys (`env.kwargs.K=V`): strings by key, in key order.
+using KeyValues = std::map<std::string, std::string>;
+
 /// Value types a `Param` may hold.
 template <class T>
 concept ParamScalar = std::same_as<T, bool> || std::integral<T> || std::floating_point<T> ||
                       std::same_as<T, std::string> || NamedEnum<T>;
 template <class T>
-concept ParamValue = ParamScalar<T> ||
+concept ParamValue = ParamScalar<T> || std::same_as<T, KeyValues> ||
                      (detail::is_vector<T>::value && ParamScalar<typename T::value_type> &&
                       !std::same_as<typename T::value_type, bool>);
 
@@ -2001,6 +2005,9 @@ struct Setting {
   /// A program's own default (a hyperparameter file's block, its default env), not the
   /// user's: `run.smoke`'s small run is applied over these and under the user's settings.
   bool program_default = false;
+  /// For a field of free keys (`KeyValues`): the key after the field's (`g` of
+  /// `env.kwargs.g`); empty when the setting names the field itself.
+  std::string entry{};
 };
 
 namespace detail {
@@ -2056,6 +2063,9 @@ inline std::string format_range(const Range& r) {
   return std::string(r.lo_open ? "(" : "[") + num(r.lo) + ", " + num(r.hi) + (r.hi_open ? ")" : "]");
 }
 
+template <class T> struct is_key_values : std::false_type {};
+template <> struct is_key_values<KeyValues> : std::true_type {};
+
 template <class T> std::string type_name();
 template <class T>
 std::string type_name() {
@@ -2070,6 +2080,7 @@ std::string type_name() {
     return s;
   } else if constexpr (std::integral<T>) return std::is_unsigned_v<T> ? "uint" : "int";
   else if constexpr (std::floating_point<T>) return "float";
+  else if constexpr (is_key_values<T>::value) return "KEY=VALUE pairs";
   else return "list of " + type_name<typename T::value_type>();
 }
 
@@ -2080,7 +2091,11 @@ std::string format_value(const T& v) {
   else if constexpr (NamedEnum<T>) return std::string(enum_names(v)[static_cast<std::size_t>(v)]);
   else if constexpr (std::integral<T>) return std::to_string(v);
   else if constexpr (std::floating_point<T>) return format_double(static_cast<double>(v));
-  else {
+  else if constexpr (is_key_values<T>::value) {
+    std::string s = "{";
+    for (const auto& [k, x] : v) s += (s.size() > 1 ? ", " : "") + k + ": " + x;
+    return s + "}";
+  } else {
     std::string s = "[";
     for (std::size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + format_value(v[i]);
     return s + "]";
@@ -2100,7 +2115,11 @@ inline std::string yaml_quote(const std::string& s) {
 template <class T>
 std::string format_yaml(const T& v) {
   if constexpr (std::same_as<T, std::string>) return yaml_quote(v);
-  else if constexpr (is_vector<T>::value) {
+  else if constexpr (is_key_values<T>::value) {  // a flow mapping, read back key by key
+    std::string s = "{";
+    for (const auto& [k, x] : v) s += (s.size() > 1 ? ", " : "") + k + ": " + yaml_quote(x);
+    return s + "}";
+  } else if constexpr (is_vector<T>::value) {
     std::string s = "[";
     for (std::size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + format_yaml(v[i]);
     return s + "]";
@@ -2211,7 +2230,26 @@ struct ValueOps {
   static std::string assign(void* value, const Setting& s) {
     T& target = *static_cast<T*>(value);
     std::string why;
-    if constexpr (is_vector<T>::value) {
+    if constexpr (is_key_values<T>::value) {
+      if (s.is_list) return "expected KEY=VALUE pairs or keys of their own (" + s.key + ".KEY=VALUE), got a list";
+      if (!s.entry.empty()) {  // one key: `env.kwargs.g=9.81`
+        target[s.entry] = s.values.empty() ? std::string() : s.values.front();
+        return {};
+      }
+      T out;  // the whole field: `env.kwargs=g=9.81,m=2` (empty: none)
+      std::string_view v = s.values.empty() ? std::string_view() : s.values.front();
+      while (!v.empty()) {
+        const auto comma = v.find(',');
+        const auto pair = v.substr(0, comma);
+        const auto eq = pair.find('=');
+        if (eq == std::string_view::npos || eq == 0) return "expected KEY=VALUE, got '" + std::string(pair) + "'";
+        out[std::string(pair.substr(0, eq))] = std::string(pair.substr(eq + 1));
+        if (comma == std::string_view::npos) break;
+        v.remove_prefix(comma + 1);
+      }
+      target = std::move(out);
+      return {};
+    } else if constexpr (is_vector<T>::value) {
       using E = typename T::value_type;
       std::vector<std::string> parts;
       if (s.is_list) {
@@ -2264,6 +2302,7 @@ struct FieldRef {
   std::string type;
   std::string rule;  ///< e.g. ">= 1", empty when unconstrained
   bool is_bool = false;
+  bool takes_keys = false;  ///< a field of free keys (`KeyValues`): `key.K` sets one
 
   /// Sets the field from `s`; empty string on success, else why not.
   [[nodiscard]] std::string assign(const Setting& s) const { return assign_(value_, s); }
@@ -2301,6 +2340,7 @@ void collect_fields(Cfg& cfg, const std::string& prefix, std::vector<FieldRef>& 
       r.type = type_name<T>();
       r.rule = format_range(F::rule);
       r.is_bool = std::same_as<T, bool>;
+      r.takes_keys = is_key_values<T>::value;
       r.value_ = const_cast<std::remove_const_t<T>*>(&field.value);
       r.range_ = F::rule;
       r.assign_ = &ValueOps<T>::assign;
@@ -2565,6 +2605,15 @@ void apply_each(Cfg& cfg, const std::vector<Setting>& settings) {
           break;
         }
     auto it = by_key.find(key);
+    Setting entry;  // `field.K=V` for a field of free keys
+    if (it == by_key.end())
+      for (auto& f : fs)
+        if (f.takes_keys && key.starts_with(f.key + ".") && key.size() > f.key.size() + 1) {
+          it = by_key.find(f.key);
+          entry = s;
+          entry.entry = key.substr(f.key.size() + 1);
+          break;
+        }
     if (it == by_key.end()) {
       std::string msg = detail::origin_prefix(s) + "unknown key '" + s.key + "'";
       // A section named as a field, e.g. 'sac.batch_size.x'.
@@ -2587,7 +2636,7 @@ void apply_each(Cfg& cfg, const std::vector<Setting>& settings) {
       throw ConfigError(msg);
     }
     detail::FieldRef& f = *it->second;
-    if (auto why = f.assign(s); !why.empty())
+    if (auto why = f.assign(entry.entry.empty() ? s : entry); !why.empty())
       throw ConfigError(detail::origin_prefix(s) + f.key + ": " + why);
     if (auto why = f.check(); !why.empty())
       throw ConfigError(detail::origin_prefix(s) + f.key + " = " + f.format() +
@@ -4216,9 +4265,13 @@ struct VecEnvConfig {
       mode{VecMode::sync};
   Param<std::string, "id",
         "the env by name, in programs that choose it at run time (Pendulum-v1, CartPole-v1, Acrobot-v1, "
-        "MountainCarContinuous-v0; multi-agent: Mapping, SimpleSpread, Climbing, Penalty, Credit); elsewhere "
-        "empty or the program's env">
+        "MountainCarContinuous-v0; multi-agent: Mapping, SimpleSpread, Climbing, Penalty, Credit; an env in "
+        "Python: python:MODULE:ATTR); elsewhere empty or the program's env">
       id{""};
+  Param<KeyValues, "kwargs",
+        "keyword arguments of a python: env's factory, one key each (env.kwargs.K=V; values read as Python "
+        "literals where they are one)">
+      kwargs{};
   Param<std::string, "suite", "a suite of tasks for envs that have tasks (the manipulation suite: mt10)"> suite{""};
   Param<std::vector<std::string>, "tasks",
         "tasks for envs that have tasks, comma-separated (e.g. reach,push); envs are spread over them">
@@ -5896,6 +5949,42 @@ class EnvBatch {
         throw EnvError(at_fault(i, when, steps) + "observation[" + std::to_string(k) + "] is " + non_finite_name(o[k]));
   }
 
+  // Env i's step into its rows of `out`, after the checks of its observation and reward,
+  // and into its episode's running return and length. True when the episode ended (its end
+  // is in `out.ended[i]`, and the caller resets the env and writes the new episode's first
+  // observation to `out.obs`); else the observation is in `out.obs` too. `success`: whether
+  // this step met the goal (-1: the env does not say).
+  bool record_step(std::int64_t i, std::span<const float> o, double reward, bool terminated, bool truncated,
+                   std::int32_t group, int success, const StepRows& out, std::int64_t steps) {
+    check_observation(i, o, "step", steps);
+    if (!std::isfinite(reward)) throw EnvError(at_fault(i, "step", steps) + "reward is " + non_finite_name(reward));
+    const auto d = spec_.obs_dim();
+    const auto k = static_cast<std::size_t>(i);
+    std::copy(o.begin(), o.end(), out.next_obs + i * d);
+    out.reward[i] = static_cast<float>(reward);
+    out.terminated[i] = terminated ? 1.0f : 0.0f;
+    out.truncated[i] = truncated ? 1.0f : 0.0f;
+    returns_[k] += reward;
+    ++lengths_[k];
+    if (success > 0) succeeded_[k] = 1;
+    out.ended[i] = EpisodeEnd{};
+    if (!terminated && !truncated) {
+      std::copy(o.begin(), o.end(), out.obs + i * d);
+      return false;
+    }
+    out.ended[i] = EpisodeEnd{i, returns_[k], lengths_[k], terminated, group,
+                              static_cast<std::int8_t>(success < 0 ? -1 : succeeded_[k])};
+    begin_episode(i);
+    return true;
+  }
+  // Env i starts an episode: its running return, length and success start again.
+  void begin_episode(std::int64_t i) noexcept {
+    const auto k = static_cast<std::size_t>(i);
+    returns_[k] = 0.0;
+    lengths_[k] = 0;
+    succeeded_[k] = 0;
+  }
+
   EnvSpec spec_;
   std::int64_t n_;
   std::vector<std::string> groups_;
@@ -5977,9 +6066,7 @@ void EnvArray<E>::reset(float* obs, std::int64_t steps) {
   for (std::int64_t i = 0; i < n_; ++i) {
     const auto first = reset_env(i, "reset", steps);
     std::copy(first.begin(), first.end(), obs + i * d);
-    returns_[static_cast<std::size_t>(i)] = 0.0;
-    lengths_[static_cast<std::size_t>(i)] = 0;
-    succeeded_[static_cast<std::size_t>(i)] = 0;
+    begin_episode(i);
   }
 }
 
@@ -6004,26 +6091,11 @@ void EnvArray<E>::step(std::int64_t begin, std::int64_t end, const void* actions
     } catch (const std::exception& err) {
       throw EnvError(at_fault(i, "step", steps) + err.what());
     }
-    check_observation(i, r.observation, "step", steps);
-    if (!std::isfinite(r.reward)) throw EnvError(at_fault(i, "step", steps) + "reward is " + non_finite_name(r.reward));
-    std::copy(r.observation.begin(), r.observation.end(), out.next_obs + i * d);
-    out.reward[i] = static_cast<float>(r.reward);
-    out.terminated[i] = r.terminated ? 1.0f : 0.0f;
-    out.truncated[i] = r.truncated ? 1.0f : 0.0f;
-    returns_[k] += r.reward;
-    ++lengths_[k];
-    if constexpr (ReportsSuccess<E>) succeeded_[k] |= env.success() ? 1 : 0;
-    out.ended[i] = EpisodeEnd{};
-    if (r.terminated || r.truncated) {
-      out.ended[i] = EpisodeEnd{i, returns_[k], lengths_[k], r.terminated, group_of(env),
-                                static_cast<std::int8_t>(ReportsSuccess<E> ? succeeded_[k] : -1)};
-      returns_[k] = 0.0;
-      lengths_[k] = 0;
-      succeeded_[k] = 0;
+    int success = -1;
+    if constexpr (ReportsSuccess<E>) success = env.success() ? 1 : 0;
+    if (record_step(i, r.observation, r.reward, r.terminated, r.truncated, group_of(env), success, out, steps)) {
       const auto first = reset_env(i, "autoreset", steps);
       std::copy(first.begin(), first.end(), out.obs + i * d);
-    } else {
-      std::copy(r.observation.begin(), r.observation.end(), out.obs + i * d);
     }
   }
 }
@@ -6110,14 +6182,31 @@ class AnyEnv {
     if (!vec_) throw Error("AnyEnv '" + name_ + "': no maker of its envs");
   }
 
+  /// Envs of a type anvil does not know (envs in Python, envs/python_env.hpp) behind the
+  /// `EnvBatch` face, stepped, checked and batched by anvil's VecEnv like an `Env` type's.
+  [[nodiscard]] static AnyEnv batched(std::string name, BatchMaker make) {
+    if (!make) throw Error("AnyEnv '" + name + "': no maker of its envs");
+    AnyEnv e;
+    e.name_ = std::move(name);
+    e.batch_ = std::move(make);
+    return e;
+  }
+
   [[nodiscard]] const std::string& name() const noexcept { return name_; }
+  /// What a run says of these envs when it starts (e.g. which Python steps them); may be empty.
+  [[nodiscard]] const std::string& note() const noexcept { return note_; }
+  AnyEnv& with_note(std::string note) {
+    note_ = std::move(note);
+    return *this;
+  }
   /// The maker of per-type envs (empty for envs that come batched).
   [[nodiscard]] const BatchMaker& batch_maker() const noexcept { return batch_; }
   /// The maker of batched envs (empty for an `Env` type).
   [[nodiscard]] const VecMaker& vec_maker() const noexcept { return vec_; }
 
  private:
-  std::string name_;
+  AnyEnv() = default;
+  std::string name_, note_;
   BatchMaker batch_;
   VecMaker vec_;
 };
@@ -6911,7 +7000,8 @@ static_assert(ContinuousEnv<Pendulum>);
 /// @file
 /// The built-in envs by name, for programs that choose the env at run time
 /// (`--env.id=CartPole-v1`): `with_env(id, f)` calls `f` with a default-constructed env of
-/// that name. A Trainer's type does not depend on its env's (the envs are type-erased
+/// that name; `with_env(cfg.env, f)` also takes an env in Python (`python:MODULE:ATTR`,
+/// envs/python_env.hpp), as the door (`AnyEnv`) a Trainer takes. A Trainer's type does not depend on its env's (the envs are type-erased
 /// behind `VecEnvBase`), so one program trains any of them. Users' own envs stay types:
 /// pass them to a Trainer directly.
 
@@ -6920,6 +7010,86 @@ static_assert(ContinuousEnv<Pendulum>);
 #include <string_view>
 #include <utility>
 
+// ---- begin <anvil/envs/python_env.hpp> ----
+/// @file
+/// Envs written in Python, named at run time: `--env.id=python:my_pkg.my_module:make`
+/// (a class or factory importable as `module:attr`; `--env.kwargs.K=V` passed to it, and
+/// `index=i` when it takes an `index`). Their API is Gymnasium's, by duck typing:
+/// `observation_space` and `action_space` (a Box: `shape`, `low`, `high`, `dtype`; or a
+/// Discrete: `n`), `reset(seed=...)` -> `(obs, info)`, `step(action)` -> `(obs, reward,
+/// terminated, truncated, info)`; a multi-task env lists its `tasks` and names each step's
+/// task in `info["task"]`. See docs/python.md.
+///
+/// `python_env(id, kwargs)` loads the bridge (src/python_envs/bridge.cpp, a shared library
+/// built when pybind11 and Python's headers are found) with `dlopen` and asks it for the
+/// door (`AnyEnv`): a program links no Python and starts no interpreter until a `python:`
+/// env is named. The library is found by the `ANVIL_PYTHON_ENVS` environment variable, else
+/// where the build put it (`ANVIL_PYTHON_ENVS_LIBRARY`, defined by CMake), else beside the
+/// program. Light header.
+
+#include <dlfcn.h>
+
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <system_error>
+
+
+namespace anvil::envs {
+namespace python {
+
+/// What an env id starts with to name a Python env.
+inline constexpr std::string_view kPrefix = "python:";
+
+/// Whether `id` names a Python env.
+[[nodiscard]] inline bool is_python_id(std::string_view id) noexcept { return id.substr(0, kPrefix.size()) == kPrefix; }
+
+/// The bridge library's file name.
+inline constexpr const char* kLibraryName = "libanvil_python_envs.so";
+
+/// Where the bridge library is (see file comment); empty when it is nowhere.
+[[nodiscard]] inline std::filesystem::path library_path() {
+  std::error_code ec;
+  if (const char* p = std::getenv("ANVIL_PYTHON_ENVS"); p && *p) return p;
+#ifdef ANVIL_PYTHON_ENVS_LIBRARY
+  if (std::filesystem::exists(ANVIL_PYTHON_ENVS_LIBRARY, ec)) return ANVIL_PYTHON_ENVS_LIBRARY;
+#endif
+  const auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (!ec)
+    for (const auto& dir : {exe.parent_path(), exe.parent_path() / ".." / "lib"})
+      if (std::filesystem::exists(dir / kLibraryName, ec)) return dir / kLibraryName;
+  return {};
+}
+
+}  // namespace python
+
+/// The Python env `id` (`python:module:attr`) with `kwargs`, through the door every env
+/// takes (see file comment). Throws ConfigError naming env.id when the bridge is not built
+/// or cannot load, or the module or attribute cannot be imported.
+[[nodiscard]] inline AnyEnv python_env(const std::string& id, const std::map<std::string, std::string>& kwargs) {
+  using Entry = void (*)(const std::string*, const std::map<std::string, std::string>*, std::optional<AnyEnv>*);
+  static Entry entry = nullptr;
+  if (!entry) {
+    const auto lib = python::library_path();
+    if (lib.empty())
+      throw ConfigError("env.id=" + id + ": this build has no Python env bridge (" + python::kLibraryName +
+                        "); install pybind11-dev and python3-dev (scripts/install-deps.sh) and rebuild, or point "
+                        "ANVIL_PYTHON_ENVS at the library");
+    // RTLD_GLOBAL: Python's extension modules (numpy's) find the interpreter's symbols.
+    void* handle = dlopen(lib.c_str(), RTLD_NOW | RTLD_GLOBAL);
+    if (!handle) throw ConfigError("env.id=" + id + ": cannot load the Python env bridge " + lib.string() + ": " + dlerror());
+    entry = reinterpret_cast<Entry>(dlsym(handle, "anvil_python_make_env"));
+    if (!entry) throw ConfigError("env.id=" + id + ": " + lib.string() + " is not anvil's Python env bridge");
+  }
+  std::optional<AnyEnv> out;
+  entry(&id, &kwargs, &out);
+  return std::move(*out);
+}
+
+}  // namespace anvil::envs
+// ---- end <anvil/envs/python_env.hpp> ----
 
 namespace anvil::envs {
 
@@ -6938,7 +7108,18 @@ decltype(auto) with_env(std::string_view id, F&& f) {
   std::string known;
   for (auto n : kBuiltinEnvs) known += (known.empty() ? "" : ", ") + std::string(n);
   throw ConfigError("env.id='" + std::string(id) + "' is not a built-in env; choose one of " + known +
-                    " (or pass your own env's type to the Trainer)");
+                    ", or python:MODULE:ATTR for an env in Python (or pass your own env's type to the Trainer)");
+}
+
+/// `with_env` for the env section of a run's config: `env.id` names a built-in env, or an
+/// env in Python (`python:MODULE:ATTR`, with `env.kwargs`), which `f` gets as an `AnyEnv`.
+template <class F>
+decltype(auto) with_env(const VecEnvConfig& cfg, F&& f) {
+  if (python::is_python_id(*cfg.id)) return std::forward<F>(f)(python_env(*cfg.id, *cfg.kwargs));
+  if (!cfg.kwargs->empty())
+    throw ConfigError("env.kwargs: only an env in Python (env.id=python:MODULE:ATTR) takes keyword arguments; " +
+                      (cfg.id->empty() ? std::string("env.id is empty") : "env.id is " + *cfg.id));
+  return with_env(*cfg.id, std::forward<F>(f));
 }
 
 }  // namespace anvil::envs
@@ -21340,6 +21521,7 @@ inline RunEnvs make_run_envs(const envs::AnyEnv& env, const envs::VecEnvConfig& 
     r.normalizer = wrapped->state();
     r.training = std::move(wrapped);
   }
+  if (!env.note().empty()) r.notes.push_back(env.note());
   if (!r.training->saves_state())
     r.notes.push_back("checkpoints: " + r.training->spec().name +
                       " is not trivially copyable, so checkpoints hold no env state (a resumed run starts new episodes)");

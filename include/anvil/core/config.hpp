@@ -90,6 +90,15 @@ void apply_each(Cfg& cfg, const std::vector<Setting>& settings) {
           break;
         }
     auto it = by_key.find(key);
+    Setting entry;  // `field.K=V` for a field of free keys
+    if (it == by_key.end())
+      for (auto& f : fs)
+        if (f.takes_keys && key.starts_with(f.key + ".") && key.size() > f.key.size() + 1) {
+          it = by_key.find(f.key);
+          entry = s;
+          entry.entry = key.substr(f.key.size() + 1);
+          break;
+        }
     if (it == by_key.end()) {
       std::string msg = detail::origin_prefix(s) + "unknown key '" + s.key + "'";
       // A section named as a field, e.g. 'sac.batch_size.x'.
@@ -112,7 +121,7 @@ void apply_each(Cfg& cfg, const std::vector<Setting>& settings) {
       throw ConfigError(msg);
     }
     detail::FieldRef& f = *it->second;
-    if (auto why = f.assign(s); !why.empty())
+    if (auto why = f.assign(entry.entry.empty() ? s : entry); !why.empty())
       throw ConfigError(detail::origin_prefix(s) + f.key + ": " + why);
     if (auto why = f.check(); !why.empty())
       throw ConfigError(detail::origin_prefix(s) + f.key + " = " + f.format() +

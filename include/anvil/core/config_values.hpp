@@ -41,6 +41,9 @@ struct Setting {
   /// A program's own default (a hyperparameter file's block, its default env), not the
   /// user's: `run.smoke`'s small run is applied over these and under the user's settings.
   bool program_default = false;
+  /// For a field of free keys (`KeyValues`): the key after the field's (`g` of
+  /// `env.kwargs.g`); empty when the setting names the field itself.
+  std::string entry{};
 };
 
 namespace detail {
@@ -96,6 +99,9 @@ inline std::string format_range(const Range& r) {
   return std::string(r.lo_open ? "(" : "[") + num(r.lo) + ", " + num(r.hi) + (r.hi_open ? ")" : "]");
 }
 
+template <class T> struct is_key_values : std::false_type {};
+template <> struct is_key_values<KeyValues> : std::true_type {};
+
 template <class T> std::string type_name();
 template <class T>
 std::string type_name() {
@@ -110,6 +116,7 @@ std::string type_name() {
     return s;
   } else if constexpr (std::integral<T>) return std::is_unsigned_v<T> ? "uint" : "int";
   else if constexpr (std::floating_point<T>) return "float";
+  else if constexpr (is_key_values<T>::value) return "KEY=VALUE pairs";
   else return "list of " + type_name<typename T::value_type>();
 }
 
@@ -120,7 +127,11 @@ std::string format_value(const T& v) {
   else if constexpr (NamedEnum<T>) return std::string(enum_names(v)[static_cast<std::size_t>(v)]);
   else if constexpr (std::integral<T>) return std::to_string(v);
   else if constexpr (std::floating_point<T>) return format_double(static_cast<double>(v));
-  else {
+  else if constexpr (is_key_values<T>::value) {
+    std::string s = "{";
+    for (const auto& [k, x] : v) s += (s.size() > 1 ? ", " : "") + k + ": " + x;
+    return s + "}";
+  } else {
     std::string s = "[";
     for (std::size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + format_value(v[i]);
     return s + "]";
@@ -140,7 +151,11 @@ inline std::string yaml_quote(const std::string& s) {
 template <class T>
 std::string format_yaml(const T& v) {
   if constexpr (std::same_as<T, std::string>) return yaml_quote(v);
-  else if constexpr (is_vector<T>::value) {
+  else if constexpr (is_key_values<T>::value) {  // a flow mapping, read back key by key
+    std::string s = "{";
+    for (const auto& [k, x] : v) s += (s.size() > 1 ? ", " : "") + k + ": " + yaml_quote(x);
+    return s + "}";
+  } else if constexpr (is_vector<T>::value) {
     std::string s = "[";
     for (std::size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + format_yaml(v[i]);
     return s + "]";
@@ -251,7 +266,26 @@ struct ValueOps {
   static std::string assign(void* value, const Setting& s) {
     T& target = *static_cast<T*>(value);
     std::string why;
-    if constexpr (is_vector<T>::value) {
+    if constexpr (is_key_values<T>::value) {
+      if (s.is_list) return "expected KEY=VALUE pairs or keys of their own (" + s.key + ".KEY=VALUE), got a list";
+      if (!s.entry.empty()) {  // one key: `env.kwargs.g=9.81`
+        target[s.entry] = s.values.empty() ? std::string() : s.values.front();
+        return {};
+      }
+      T out;  // the whole field: `env.kwargs=g=9.81,m=2` (empty: none)
+      std::string_view v = s.values.empty() ? std::string_view() : s.values.front();
+      while (!v.empty()) {
+        const auto comma = v.find(',');
+        const auto pair = v.substr(0, comma);
+        const auto eq = pair.find('=');
+        if (eq == std::string_view::npos || eq == 0) return "expected KEY=VALUE, got '" + std::string(pair) + "'";
+        out[std::string(pair.substr(0, eq))] = std::string(pair.substr(eq + 1));
+        if (comma == std::string_view::npos) break;
+        v.remove_prefix(comma + 1);
+      }
+      target = std::move(out);
+      return {};
+    } else if constexpr (is_vector<T>::value) {
       using E = typename T::value_type;
       std::vector<std::string> parts;
       if (s.is_list) {
@@ -304,6 +338,7 @@ struct FieldRef {
   std::string type;
   std::string rule;  ///< e.g. ">= 1", empty when unconstrained
   bool is_bool = false;
+  bool takes_keys = false;  ///< a field of free keys (`KeyValues`): `key.K` sets one
 
   /// Sets the field from `s`; empty string on success, else why not.
   [[nodiscard]] std::string assign(const Setting& s) const { return assign_(value_, s); }
@@ -341,6 +376,7 @@ void collect_fields(Cfg& cfg, const std::string& prefix, std::vector<FieldRef>& 
       r.type = type_name<T>();
       r.rule = format_range(F::rule);
       r.is_bool = std::same_as<T, bool>;
+      r.takes_keys = is_key_values<T>::value;
       r.value_ = const_cast<std::remove_const_t<T>*>(&field.value);
       r.range_ = F::rule;
       r.assign_ = &ValueOps<T>::assign;

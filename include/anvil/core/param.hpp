@@ -22,6 +22,7 @@
 #include <cstddef>
 #include <initializer_list>
 #include <limits>
+#include <map>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -85,12 +86,15 @@ template <class T> struct is_vector : std::false_type {};
 template <class T, class A> struct is_vector<std::vector<T, A>> : std::true_type {};
 }  // namespace detail
 
+/// The value of a field of free keys (`env.kwargs.K=V`): strings by key, in key order.
+using KeyValues = std::map<std::string, std::string>;
+
 /// Value types a `Param` may hold.
 template <class T>
 concept ParamScalar = std::same_as<T, bool> || std::integral<T> || std::floating_point<T> ||
                       std::same_as<T, std::string> || NamedEnum<T>;
 template <class T>
-concept ParamValue = ParamScalar<T> ||
+concept ParamValue = ParamScalar<T> || std::same_as<T, KeyValues> ||
                      (detail::is_vector<T>::value && ParamScalar<typename T::value_type> &&
                       !std::same_as<typename T::value_type, bool>);
 

@@ -52,14 +52,31 @@ class AnyEnv {
     if (!vec_) throw Error("AnyEnv '" + name_ + "': no maker of its envs");
   }
 
+  /// Envs of a type anvil does not know (envs in Python, envs/python_env.hpp) behind the
+  /// `EnvBatch` face, stepped, checked and batched by anvil's VecEnv like an `Env` type's.
+  [[nodiscard]] static AnyEnv batched(std::string name, BatchMaker make) {
+    if (!make) throw Error("AnyEnv '" + name + "': no maker of its envs");
+    AnyEnv e;
+    e.name_ = std::move(name);
+    e.batch_ = std::move(make);
+    return e;
+  }
+
   [[nodiscard]] const std::string& name() const noexcept { return name_; }
+  /// What a run says of these envs when it starts (e.g. which Python steps them); may be empty.
+  [[nodiscard]] const std::string& note() const noexcept { return note_; }
+  AnyEnv& with_note(std::string note) {
+    note_ = std::move(note);
+    return *this;
+  }
   /// The maker of per-type envs (empty for envs that come batched).
   [[nodiscard]] const BatchMaker& batch_maker() const noexcept { return batch_; }
   /// The maker of batched envs (empty for an `Env` type).
   [[nodiscard]] const VecMaker& vec_maker() const noexcept { return vec_; }
 
  private:
-  std::string name_;
+  AnyEnv() = default;
+  std::string name_, note_;
   BatchMaker batch_;
   VecMaker vec_;
 };

@@ -137,6 +137,42 @@ class EnvBatch {
         throw EnvError(at_fault(i, when, steps) + "observation[" + std::to_string(k) + "] is " + non_finite_name(o[k]));
   }
 
+  // Env i's step into its rows of `out`, after the checks of its observation and reward,
+  // and into its episode's running return and length. True when the episode ended (its end
+  // is in `out.ended[i]`, and the caller resets the env and writes the new episode's first
+  // observation to `out.obs`); else the observation is in `out.obs` too. `success`: whether
+  // this step met the goal (-1: the env does not say).
+  bool record_step(std::int64_t i, std::span<const float> o, double reward, bool terminated, bool truncated,
+                   std::int32_t group, int success, const StepRows& out, std::int64_t steps) {
+    check_observation(i, o, "step", steps);
+    if (!std::isfinite(reward)) throw EnvError(at_fault(i, "step", steps) + "reward is " + non_finite_name(reward));
+    const auto d = spec_.obs_dim();
+    const auto k = static_cast<std::size_t>(i);
+    std::copy(o.begin(), o.end(), out.next_obs + i * d);
+    out.reward[i] = static_cast<float>(reward);
+    out.terminated[i] = terminated ? 1.0f : 0.0f;
+    out.truncated[i] = truncated ? 1.0f : 0.0f;
+    returns_[k] += reward;
+    ++lengths_[k];
+    if (success > 0) succeeded_[k] = 1;
+    out.ended[i] = EpisodeEnd{};
+    if (!terminated && !truncated) {
+      std::copy(o.begin(), o.end(), out.obs + i * d);
+      return false;
+    }
+    out.ended[i] = EpisodeEnd{i, returns_[k], lengths_[k], terminated, group,
+                              static_cast<std::int8_t>(success < 0 ? -1 : succeeded_[k])};
+    begin_episode(i);
+    return true;
+  }
+  // Env i starts an episode: its running return, length and success start again.
+  void begin_episode(std::int64_t i) noexcept {
+    const auto k = static_cast<std::size_t>(i);
+    returns_[k] = 0.0;
+    lengths_[k] = 0;
+    succeeded_[k] = 0;
+  }
+
   EnvSpec spec_;
   std::int64_t n_;
   std::vector<std::string> groups_;
@@ -218,9 +254,7 @@ void EnvArray<E>::reset(float* obs, std::int64_t steps) {
   for (std::int64_t i = 0; i < n_; ++i) {
     const auto first = reset_env(i, "reset", steps);
     std::copy(first.begin(), first.end(), obs + i * d);
-    returns_[static_cast<std::size_t>(i)] = 0.0;
-    lengths_[static_cast<std::size_t>(i)] = 0;
-    succeeded_[static_cast<std::size_t>(i)] = 0;
+    begin_episode(i);
   }
 }
 
@@ -245,26 +279,11 @@ void EnvArray<E>::step(std::int64_t begin, std::int64_t end, const void* actions
     } catch (const std::exception& err) {
       throw EnvError(at_fault(i, "step", steps) + err.what());
     }
-    check_observation(i, r.observation, "step", steps);
-    if (!std::isfinite(r.reward)) throw EnvError(at_fault(i, "step", steps) + "reward is " + non_finite_name(r.reward));
-    std::copy(r.observation.begin(), r.observation.end(), out.next_obs + i * d);
-    out.reward[i] = static_cast<float>(r.reward);
-    out.terminated[i] = r.terminated ? 1.0f : 0.0f;
-    out.truncated[i] = r.truncated ? 1.0f : 0.0f;
-    returns_[k] += r.reward;
-    ++lengths_[k];
-    if constexpr (ReportsSuccess<E>) succeeded_[k] |= env.success() ? 1 : 0;
-    out.ended[i] = EpisodeEnd{};
-    if (r.terminated || r.truncated) {
-      out.ended[i] = EpisodeEnd{i, returns_[k], lengths_[k], r.terminated, group_of(env),
-                                static_cast<std::int8_t>(ReportsSuccess<E> ? succeeded_[k] : -1)};
-      returns_[k] = 0.0;
-      lengths_[k] = 0;
-      succeeded_[k] = 0;
+    int success = -1;
+    if constexpr (ReportsSuccess<E>) success = env.success() ? 1 : 0;
+    if (record_step(i, r.observation, r.reward, r.terminated, r.truncated, group_of(env), success, out, steps)) {
       const auto first = reset_env(i, "autoreset", steps);
       std::copy(first.begin(), first.end(), out.obs + i * d);
-    } else {
-      std::copy(r.observation.begin(), r.observation.end(), out.obs + i * d);
     }
   }
 }

@@ -27,9 +27,13 @@ struct VecEnvConfig {
       mode{VecMode::sync};
   Param<std::string, "id",
         "the env by name, in programs that choose it at run time (Pendulum-v1, CartPole-v1, Acrobot-v1, "
-        "MountainCarContinuous-v0; multi-agent: Mapping, SimpleSpread, Climbing, Penalty, Credit); elsewhere "
-        "empty or the program's env">
+        "MountainCarContinuous-v0; multi-agent: Mapping, SimpleSpread, Climbing, Penalty, Credit; an env in "
+        "Python: python:MODULE:ATTR); elsewhere empty or the program's env">
       id{""};
+  Param<KeyValues, "kwargs",
+        "keyword arguments of a python: env's factory, one key each (env.kwargs.K=V; values read as Python "
+        "literals where they are one)">
+      kwargs{};
   Param<std::string, "suite", "a suite of tasks for envs that have tasks (the manipulation suite: mt10)"> suite{""};
   Param<std::vector<std::string>, "tasks",
         "tasks for envs that have tasks, comma-separated (e.g. reach,push); envs are spread over them">

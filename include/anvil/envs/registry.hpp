@@ -2,7 +2,8 @@
 /// @file
 /// The built-in envs by name, for programs that choose the env at run time
 /// (`--env.id=CartPole-v1`): `with_env(id, f)` calls `f` with a default-constructed env of
-/// that name. A Trainer's type does not depend on its env's (the envs are type-erased
+/// that name; `with_env(cfg.env, f)` also takes an env in Python (`python:MODULE:ATTR`,
+/// envs/python_env.hpp), as the door (`AnyEnv`) a Trainer takes. A Trainer's type does not depend on its env's (the envs are type-erased
 /// behind `VecEnvBase`), so one program trains any of them. Users' own envs stay types:
 /// pass them to a Trainer directly.
 
@@ -16,6 +17,7 @@
 #include <anvil/envs/cart_pole.hpp>
 #include <anvil/envs/mountain_car_continuous.hpp>
 #include <anvil/envs/pendulum.hpp>
+#include <anvil/envs/python_env.hpp>
 
 namespace anvil::envs {
 
@@ -34,7 +36,18 @@ decltype(auto) with_env(std::string_view id, F&& f) {
   std::string known;
   for (auto n : kBuiltinEnvs) known += (known.empty() ? "" : ", ") + std::string(n);
   throw ConfigError("env.id='" + std::string(id) + "' is not a built-in env; choose one of " + known +
-                    " (or pass your own env's type to the Trainer)");
+                    ", or python:MODULE:ATTR for an env in Python (or pass your own env's type to the Trainer)");
+}
+
+/// `with_env` for the env section of a run's config: `env.id` names a built-in env, or an
+/// env in Python (`python:MODULE:ATTR`, with `env.kwargs`), which `f` gets as an `AnyEnv`.
+template <class F>
+decltype(auto) with_env(const VecEnvConfig& cfg, F&& f) {
+  if (python::is_python_id(*cfg.id)) return std::forward<F>(f)(python_env(*cfg.id, *cfg.kwargs));
+  if (!cfg.kwargs->empty())
+    throw ConfigError("env.kwargs: only an env in Python (env.id=python:MODULE:ATTR) takes keyword arguments; " +
+                      (cfg.id->empty() ? std::string("env.id is empty") : "env.id is " + *cfg.id));
+  return with_env(*cfg.id, std::forward<F>(f));
 }
 
 }  // namespace anvil::envs

@@ -47,6 +47,7 @@ inline RunEnvs make_run_envs(const envs::AnyEnv& env, const envs::VecEnvConfig& 
     r.normalizer = wrapped->state();
     r.training = std::move(wrapped);
   }
+  if (!env.note().empty()) r.notes.push_back(env.note());
   if (!r.training->saves_state())
     r.notes.push_back("checkpoints: " + r.training->spec().name +
                       " is not trivially copyable, so checkpoints hold no env state (a resumed run starts new episodes)");

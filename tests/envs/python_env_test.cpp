@@ -1,0 +1,169 @@
+// Envs written in Python (envs/python_env.hpp, src/python_envs/bridge.cpp), through the
+// door a Trainer takes them by: the test envs are in tests/python/envs (on PYTHONPATH, set
+// by ctest). Light: the envs are stepped as an EnvBatch, without torch.
+#include <doctest/doctest.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cmath>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <anvil/core/random.hpp>
+#include <anvil/envs/any_env.hpp>
+#include <anvil/envs/pendulum.hpp>
+#include <anvil/envs/python_env.hpp>
+
+namespace {
+
+// The test envs on PYTHONPATH, before the bridge starts the interpreter.
+[[maybe_unused]] const bool kPythonPath = [] { return ::setenv("PYTHONPATH", ANVIL_TEST_PYTHON_ENVS, 1) == 0; }();
+
+using anvil::envs::AnyEnv;
+using anvil::envs::EnvBatch;
+using anvil::envs::VecEnvConfig;
+
+std::unique_ptr<EnvBatch> make(const std::string& id, int n = 1, const anvil::KeyValues& kwargs = {}) {
+  VecEnvConfig cfg;
+  cfg.num_envs = n;
+  const AnyEnv env = anvil::envs::python_env(id, kwargs);
+  REQUIRE(env.batch_maker());
+  return env.batch_maker()(cfg, 7, 0, 0);
+}
+
+// Rows for a batched step of `b`.
+struct Rows {
+  explicit Rows(const EnvBatch& b)
+      : n(b.size()), d(b.spec().obs_dim()),
+        obs(static_cast<std::size_t>(n * d)), next(obs.size()), reward(static_cast<std::size_t>(n)),
+        term(reward.size()), trunc(reward.size()), task(reward.size()), ended(reward.size()) {}
+  anvil::envs::StepRows out(bool tasks = false) {
+    return {obs.data(), next.data(), reward.data(), term.data(), trunc.data(), tasks ? task.data() : nullptr, ended.data()};
+  }
+  std::int64_t n, d;
+  std::vector<float> obs, next, reward, term, trunc;
+  std::vector<std::int64_t> task;
+  std::vector<anvil::envs::EpisodeEnd> ended;
+};
+
+// The message of the EnvError or ConfigError `f` throws.
+template <class F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "(nothing was thrown)";
+}
+
+}  // namespace
+
+TEST_CASE("Python envs: a numpy Pendulum from Gymnasium's dynamics stays within 1e-5 of anvil's for 200 steps") {
+  anvil::Rng rng(3);
+  for (int start = 0; start < 3; ++start) {
+    const double theta = rng.uniform(-3.0, 3.0), theta_dot = rng.uniform(-1.0, 1.0);
+    auto py = make("python:pendulum:make", 1, {{"theta0", std::to_string(theta)}, {"theta_dot0", std::to_string(theta_dot)}});
+    CHECK(py->spec().obs_dim() == 3);
+    CHECK(py->spec().action_dim() == 1);
+    anvil::envs::Pendulum cpp;
+    // The same start: the Python env reads it from its kwargs as text, so start the C++ one from that text.
+    cpp.set_state({std::stod(std::to_string(theta)), std::stod(std::to_string(theta_dot))});
+    Rows r(*py);
+    py->reset(r.obs.data(), 0);
+    float action = 0;
+    double worst = 0;
+    for (int t = 0; t < 200; ++t) {
+      action = static_cast<float>(rng.uniform(-2.5, 2.5));  // beyond the bounds too: both clip
+      py->step(0, 1, &action, r.out(), t);
+      const auto s = cpp.step(std::span<const float>(&action, 1));
+      for (int k = 0; k < 3; ++k) worst = std::max(worst, std::abs(double(r.next[k]) - double(s.observation[k])));
+      worst = std::max(worst, std::abs(double(r.reward[0]) - s.reward));
+      CHECK(bool(r.trunc[0]) == s.truncated);
+    }
+    CHECK(worst < 1e-5);
+    CHECK(r.ended[0].length == 200);  // truncated after 200 steps, as published
+  }
+}
+
+TEST_CASE("Python envs: kwargs reach the factory as Python literals, with each env's index") {
+  auto b = make("python:pendulum:make", 2, {{"g", "0.0"}, {"theta0", "0.5"}});
+  Rows r(*b);
+  b->reset(r.obs.data(), 0);
+  const float zero[2] = {0, 0};
+  b->step(0, 2, zero, r.out(), 0);
+  // no gravity and no torque: the pendulum keeps its angle
+  CHECK(r.next[0] == doctest::Approx(std::cos(0.5)).epsilon(1e-6));
+  CHECK(r.next[1] == doctest::Approx(std::sin(0.5)).epsilon(1e-6));
+  CHECK(r.next[3] == doctest::Approx(std::cos(0.5)).epsilon(1e-6));
+}
+
+TEST_CASE("Python envs: a Discrete action space and tasks named in info") {
+  auto b = make("python:faulty:Corridor", 4, {{"tasks", "True"}});
+  CHECK(b->spec().discrete());
+  CHECK(b->spec().tasks == std::vector<std::string>{"short", "long"});
+  CHECK(b->groups() == std::vector<std::string>{"short", "long"});
+  CHECK(b->has_tasks());
+  Rows r(*b);
+  b->reset(r.obs.data(), 0);
+  const std::int64_t right[4] = {1, 1, 1, 1};
+  for (int t = 0; t < 6; ++t) b->step(0, 4, right, r.out(true), t);
+  // env i runs task i % 2: the short corridor (5 cells) ended at step 5, the long one at 6
+  CHECK(r.ended[1].length == 6);
+  CHECK(r.ended[1].group == 1);
+  CHECK(r.task[0] == 0);
+  CHECK(r.task[1] == 1);
+}
+
+TEST_CASE("Python envs: each fault stops with the env, the step and what was expected") {
+  const float a = 0.5f;
+  auto step_until_fault = [&](const std::string& id) {
+    return error_of([&] {
+      auto b = make(id);
+      Rows r(*b);
+      b->reset(r.obs.data(), 0);
+      for (int t = 0; t < 10; ++t) b->step(0, 1, &a, r.out(), t);
+    });
+  };
+  const auto raised = step_until_fault("python:faulty:Raises");
+  CHECK(raised.find("env 0 of 1: step 3") != std::string::npos);
+  CHECK(raised.find("ValueError: the walk fell off at x=1.5") != std::string::npos);
+  CHECK(raised.find("in helper") != std::string::npos);  // the traceback's last frame
+  CHECK(step_until_fault("python:faulty:OldApi").find("4 values, the old Gym API") != std::string::npos);
+  CHECK(step_until_fault("python:faulty:NanObservation").find("step 3 (step 3 of its episode): observation[0] is nan") !=
+        std::string::npos);
+  CHECK(step_until_fault("python:faulty:WrongShape").find("observation has 3 numbers; the observation space has 1") !=
+        std::string::npos);
+  CHECK(step_until_fault("python:faulty:NanReward").find("reward is inf") != std::string::npos);
+  CHECK(step_until_fault("python:faulty:ResetOld").find("expected (obs, info)") != std::string::npos);
+  CHECK(step_until_fault("python:faulty:NoSpaces").find("lacks observation_space") != std::string::npos);
+}
+
+TEST_CASE("Python envs: a module or attribute that cannot be imported is one line naming it") {
+  const auto module = error_of([] { (void)anvil::envs::python_env("python:no_such_module:make", {}); });
+  CHECK(module.find("env.id=python:no_such_module:make: cannot import module 'no_such_module'") != std::string::npos);
+  CHECK(module.find("ModuleNotFoundError") != std::string::npos);
+  const auto attr = error_of([] { (void)anvil::envs::python_env("python:pendulum:nope", {}); });
+  CHECK(attr.find("module 'pendulum' has no attribute 'nope'") != std::string::npos);
+  const auto form = error_of([] { (void)anvil::envs::python_env("python:pendulum", {}); });
+  CHECK(form.find("expected python:MODULE:ATTR") != std::string::npos);
+  const auto made = error_of([] { (void)make("python:pendulum:make", 1, {{"no_such_kwarg", "1"}}); });
+  CHECK(made.find("making env 0 failed") != std::string::npos);
+  CHECK(made.find("no_such_kwarg") != std::string::npos);
+}
+
+TEST_CASE("Python envs: the GIL is free between batches, so the program's Python threads run") {
+  auto b = make("python:ticker:Ticker");
+  Rows r(*b);
+  b->reset(r.obs.data(), 0);
+  const float a = 0;
+  b->step(0, 1, &a, r.out(), 0);
+  const float before = r.next[0];
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // anvil's own work, GIL not held
+  b->step(0, 1, &a, r.out(), 1);
+  CHECK(r.next[0] > before + 20);  // the thread ticked (every ~1 ms) while anvil did not hold the GIL
+}
