@@ -143,7 +143,7 @@ class PythonEnvBatch final : public EnvBatch {
                  std::vector<std::int64_t> action_shape, std::uint64_t seed)
       : EnvBatch(std::move(spec), static_cast<std::int64_t>(envs.size()), tasks, !tasks.empty()),
         envs_(std::move(envs)),
-        action_shape_(std::move(action_shape)) {
+        action_shape_(action_shape.begin(), action_shape.end()) {
     for (std::int64_t i = 0; i < n_; ++i) seeds_.emplace_back(derive_seed(seed, Stream::env, static_cast<std::uint64_t>(i)));
     py::gil_scoped_acquire gil;
     np_ = py::module_::import("numpy");
@@ -220,13 +220,12 @@ class PythonEnvBatch final : public EnvBatch {
   static std::string type_of(const py::handle& h) { return py::str(py::type::of(h).attr("__name__")).cast<std::string>(); }
 
   // Env i's action as its `step` takes it: an int for a Discrete space, a float32 array
-  // of the space's shape for a Box (a view of anvil's row: the env must not keep it).
+  // of the space's shape for a Box (its own copy of anvil's row, which the env may keep).
   py::object action_of(const void* actions, std::int64_t i) const {
     if (spec_.discrete()) return py::int_(static_cast<const std::int64_t*>(actions)[i]);
     const auto ad = spec_.action_dim();
     const float* row = static_cast<const float*>(actions) + i * ad;
-    std::vector<py::ssize_t> shape(action_shape_.begin(), action_shape_.end());
-    return py::array_t<float>(shape, row).attr("copy")();
+    return py::array_t<float>(action_shape_, row);  // no base given: pybind11 copies the row
   }
 
   // An observation as a float32 row, checked (length, finiteness); held in `obs_` until the
@@ -285,7 +284,7 @@ class PythonEnvBatch final : public EnvBatch {
   }
 
   std::vector<py::object> envs_;
-  std::vector<std::int64_t> action_shape_;
+  std::vector<py::ssize_t> action_shape_;
   std::vector<Rng> seeds_;
   py::object np_;
   py::array_t<float, py::array::c_style | py::array::forcecast> obs_;
