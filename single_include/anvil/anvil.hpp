@@ -21524,7 +21524,8 @@ inline RunEnvs make_run_envs(const envs::AnyEnv& env, const envs::VecEnvConfig& 
   if (!env.note().empty()) r.notes.push_back(env.note());
   if (!r.training->saves_state())
     r.notes.push_back("checkpoints: " + r.training->spec().name +
-                      " is not trivially copyable, so checkpoints hold no env state (a resumed run starts new episodes)");
+                      "'s state cannot be saved (an env type neither trivially copyable nor with save_state, or an "
+                      "env in Python), so checkpoints hold no env state (a resumed run starts new episodes)");
   r.evaluation = [env, norm = r.normalizer, ncfg, ecfg](int count_here, std::uint64_t s, int first, int count) {
     envs::VecEnvConfig c = ecfg;  // the same env (tasks included), count_here of them, stepped here
     c.num_envs = count_here;
