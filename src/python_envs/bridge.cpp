@@ -145,8 +145,6 @@ class PythonEnvBatch final : public EnvBatch {
         envs_(std::move(envs)),
         action_shape_(action_shape.begin(), action_shape.end()) {
     for (std::int64_t i = 0; i < n_; ++i) seeds_.emplace_back(derive_seed(seed, Stream::env, static_cast<std::uint64_t>(i)));
-    py::gil_scoped_acquire gil;
-    np_ = py::module_::import("numpy");
   }
   ~PythonEnvBatch() override {
     py::gil_scoped_acquire gil;
@@ -157,7 +155,7 @@ class PythonEnvBatch final : public EnvBatch {
       }
     }
     envs_.clear();
-    np_ = py::object();
+    obs_ = {};
   }
 
   [[nodiscard]] bool saves_state() const noexcept override { return false; }
@@ -286,7 +284,6 @@ class PythonEnvBatch final : public EnvBatch {
   std::vector<py::object> envs_;
   std::vector<py::ssize_t> action_shape_;
   std::vector<Rng> seeds_;
-  py::object np_;
   py::array_t<float, py::array::c_style | py::array::forcecast> obs_;
 };
 
@@ -339,15 +336,13 @@ AnyEnv make_env(const std::string& id, const std::map<std::string, std::string>&
   ensure_interpreter();
   const std::string target = id.substr(kPrefix.size());
   py::gil_scoped_acquire gil;
-  auto factory = std::make_shared<py::object>(import_factory(target, id));
-  const bool index = takes_index(*factory);
-  // Made by the maker, which may run more than once (training and evaluation envs); the
-  // shared factory is released with the GIL held (the deleter takes it).
-  std::shared_ptr<py::object> held(new py::object(std::move(*factory)), [](py::object* p) {
+  // The factory, shared by the maker's copies (it runs for the training envs and each set of
+  // evaluation envs) and released with the GIL held (the deleter takes it).
+  std::shared_ptr<py::object> held(new py::object(import_factory(target, id)), [](py::object* p) {
     py::gil_scoped_acquire g;
     delete p;
   });
-  factory.reset();
+  const bool index = takes_index(*held);
   auto maker = [held, index, id, kwargs](const VecEnvConfig& cfg, std::uint64_t seed, std::int64_t first,
                                          std::int64_t /*count*/) -> std::unique_ptr<EnvBatch> {
     py::gil_scoped_acquire g;
