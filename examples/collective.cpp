@@ -136,7 +136,7 @@ std::filesystem::path distill(const anvil::Args& args, const Experiment& e) {
   d.train->steps = 6'000;
   d.train->eval_interval = 2'000;
   d.train->eval_episodes = 30;
-  d.train->ema_decay = 0.99;
+  d.train->update->ema_decay = 0.99;
   d.run->checkpoint_interval = 1'000;
   d.run->log_interval = 100;
   d.env->num_envs = 3;

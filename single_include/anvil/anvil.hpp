@@ -859,7 +859,10 @@ struct Param {
 };
 
 /// A named group of fields inside a config: `Section<"actor", ActorConfig> actor;` gives keys
-/// `actor.<field>`. The Trainer's config is a struct of sections, one per policy.
+/// `actor.<field>`. The Trainer's config is a struct of sections, one per policy. A section
+/// named "" is inline: its fields join the enclosing section's (`Section<"", UpdateFields>`
+/// in a `train` section gives `train.ema_decay`), so field groups several configs share are
+/// declared once.
 template <FixedString Name, class Cfg>
 struct Section {
   static constexpr std::string_view name = Name.view();
@@ -1522,6 +1525,19 @@ struct BufferKind {};
 struct ParallelismKind {};
 struct PrecisionKind {};
 struct LoopKind {};
+
+/// What every Buffer policy declares, in one line: `class MyBuffer : public
+/// BufferPolicy<"my_section", MyBatch, MyStep> {`. Its kind, its config section, the Batch
+/// it hands the algorithm, the Step it stores, and whether it holds on-policy data (a
+/// rollout or episodes, cleared after each update) rather than replay.
+template <FixedString Section, class BatchT, class StepT, bool OnPolicy = false>
+struct BufferPolicy {
+  using policy_kind = BufferKind;
+  static constexpr FixedString config_section = Section;
+  static constexpr bool on_policy = OnPolicy;
+  using Batch = BatchT;
+  using Step = StepT;
+};
 
 /// How an action is chosen: sampled for exploration, or the deterministic mode for evaluation.
 enum class ActMode { explore, deterministic };
@@ -2330,7 +2346,7 @@ void collect_fields(Cfg& cfg, const std::string& prefix, std::vector<FieldRef>& 
   boost::pfr::for_each_field(cfg, [&](auto& field) {
     using F = std::remove_cvref_t<decltype(field)>;
     if constexpr (IsSection<F>) {
-      collect_fields(field.value, prefix + std::string(F::name) + ".", out);
+      collect_fields(field.value, F::name.empty() ? prefix : prefix + std::string(F::name) + ".", out);
     } else if constexpr (IsParam<F>) {
       using T = typename F::value_type;
       FieldRef r;
@@ -4254,6 +4270,10 @@ namespace anvil::envs {
 enum class VecMode { sync, async };
 constexpr auto enum_names(VecMode) { return std::array<std::string_view, 2>{"sync", "async"}; }
 
+/// What a run does when a Python env's worker process stops answering (`env.on_hang`).
+enum class HangAction { stop, wait };
+constexpr auto enum_names(HangAction) { return std::array<std::string_view, 2>{"stop", "wait"}; }
+
 /// The `env` section of a run's config.
 struct VecEnvConfig {
   Param<int, "num_envs", "environments stepped together (one batched action per step)",
@@ -4272,6 +4292,18 @@ struct VecEnvConfig {
         "keyword arguments of a python: env's factory, one key each (env.kwargs.K=V; values read as Python "
         "literals where they are one)">
       kwargs{};
+  Param<int, "workers",
+        "where a python: env steps: 0 in this process (an embedded interpreter); W > 0 in W worker processes, "
+        "each a slice of the envs, through shared memory",
+        in_range(0, 1024)>
+      workers{0};
+  Param<double, "worker_timeout",
+        "seconds a Python env worker may take over one batched step or reset before it is reported as hung",
+        Range{.lo = 0, .lo_open = true}>
+      worker_timeout{60.0};
+  Param<HangAction, "on_hang", "a hung Python env worker: stop (the run ends, naming the env and step) or wait "
+                               "(report it each env.worker_timeout and keep waiting)">
+      on_hang{HangAction::stop};
   Param<std::string, "suite", "a suite of tasks for envs that have tasks (the manipulation suite: mt10)"> suite{""};
   Param<std::vector<std::string>, "tasks",
         "tasks for envs that have tasks, comma-separated (e.g. reach,push); envs are spread over them">
@@ -6036,6 +6068,9 @@ class EnvArray final : public EnvBatch {
     if (!cfg.id->empty() && *cfg.id != env_name(prototype))
       throw ConfigError("env.id=" + *cfg.id + ": this program trains " + env_name(prototype) +
                         " (env.id chooses the env only in programs that take it at run time, e.g. train_ppo)");
+    if (cfg.workers > 0)
+      throw ConfigError("env.workers=" + std::to_string(*cfg.workers) + ": worker processes step envs written in Python "
+                        "(env.id=python:MODULE:ATTR); " + env_name(prototype) + " steps in this process (env.threads)");
     E e = prototype;
     if (cfg.suite->empty() && cfg.tasks->empty()) return e;
     if constexpr (TaskSelectable<E>) e.select_tasks(*cfg.suite, *cfg.tasks);
@@ -7020,12 +7055,15 @@ static_assert(ContinuousEnv<Pendulum>);
 /// terminated, truncated, info)`; a multi-task env lists its `tasks` and names each step's
 /// task in `info["task"]`. See docs/python.md.
 ///
-/// `python_env(id, kwargs)` loads the bridge (src/python_envs/bridge.cpp, a shared library
-/// built when pybind11 and Python's headers are found) with `dlopen` and asks it for the
-/// door (`AnyEnv`): a program links no Python and starts no interpreter until a `python:`
-/// env is named. The library is found by the `ANVIL_PYTHON_ENVS` environment variable, else
-/// where the build put it (`ANVIL_PYTHON_ENVS_LIBRARY`, defined by CMake), else beside the
-/// program. Light header.
+/// `python_env(id, kwargs, workers)` loads one of two libraries with `dlopen` and asks it
+/// for the door (`AnyEnv`): with `env.workers=0` the bridge (src/python_envs/bridge.cpp,
+/// built when pybind11 and Python's headers are found), which steps the envs in an
+/// interpreter embedded in this process; with W > 0 the workers (src/python_envs/workers.cpp,
+/// built when a python3 with numpy is found; it links no Python), which exec W fresh
+/// interpreters that step slices of the envs through shared memory. A program links no
+/// Python and starts no interpreter until a `python:` env is named. Each library is found by
+/// an environment variable (`ANVIL_PYTHON_ENVS`, `ANVIL_PYTHON_WORKERS`), else where the
+/// build put it (defined by CMake), else beside the program or in ../lib. Light header.
 
 #include <dlfcn.h>
 
@@ -7046,42 +7084,69 @@ inline constexpr std::string_view kPrefix = "python:";
 /// Whether `id` names a Python env.
 [[nodiscard]] inline bool is_python_id(std::string_view id) noexcept { return id.substr(0, kPrefix.size()) == kPrefix; }
 
-/// The bridge library's file name.
-inline constexpr const char* kLibraryName = "libanvil_python_envs.so";
+/// A library of Python envs loaded at run time: its file, the environment variable that
+/// points at it, and where the build put it (empty when not built here).
+struct Library {
+  const char* file;
+  const char* variable;
+  const char* built;
+  const char* entry;  // the C entry point: void(const std::string*, const KeyValues*, std::optional<AnyEnv>*)
+};
 
-/// Where the bridge library is (see file comment); empty when it is nowhere.
-[[nodiscard]] inline std::filesystem::path library_path() {
-  std::error_code ec;
-  if (const char* p = std::getenv("ANVIL_PYTHON_ENVS"); p && *p) return p;
+/// The bridge: envs stepped in this process (env.workers=0), an embedded interpreter.
+inline constexpr Library kBridge{"libanvil_python_envs.so", "ANVIL_PYTHON_ENVS",
 #ifdef ANVIL_PYTHON_ENVS_LIBRARY
-  if (std::filesystem::exists(ANVIL_PYTHON_ENVS_LIBRARY, ec)) return ANVIL_PYTHON_ENVS_LIBRARY;
+                                 ANVIL_PYTHON_ENVS_LIBRARY,
+#else
+                                 "",
 #endif
+                                 "anvil_python_make_env"};
+/// The workers: envs stepped in worker processes (env.workers=W > 0); links no Python.
+inline constexpr Library kWorkers{"libanvil_python_workers.so", "ANVIL_PYTHON_WORKERS",
+#ifdef ANVIL_PYTHON_WORKERS_LIBRARY
+                                  ANVIL_PYTHON_WORKERS_LIBRARY,
+#else
+                                  "",
+#endif
+                                  "anvil_python_worker_env"};
+
+/// Where `lib` is (see file comment); empty when it is nowhere.
+[[nodiscard]] inline std::filesystem::path library_path(const Library& lib) {
+  std::error_code ec;
+  if (const char* p = std::getenv(lib.variable); p && *p) return p;
+  if (*lib.built && std::filesystem::exists(lib.built, ec)) return lib.built;
   const auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
   if (!ec)
     for (const auto& dir : {exe.parent_path(), exe.parent_path() / ".." / "lib"})
-      if (std::filesystem::exists(dir / kLibraryName, ec)) return dir / kLibraryName;
+      if (std::filesystem::exists(dir / lib.file, ec)) return dir / lib.file;
   return {};
 }
 
 }  // namespace python
 
 /// The Python env `id` (`python:module:attr`) with `kwargs`, through the door every env
-/// takes (see file comment). Throws ConfigError naming env.id when the bridge is not built
-/// or cannot load, or the module or attribute cannot be imported.
-[[nodiscard]] inline AnyEnv python_env(const std::string& id, const std::map<std::string, std::string>& kwargs) {
-  using Entry = void (*)(const std::string*, const std::map<std::string, std::string>*, std::optional<AnyEnv>*);
-  static Entry entry = nullptr;
+/// takes (see file comment): stepped in this process (`workers` 0) or in worker processes
+/// (`workers` > 0; how many, and their time limits, come from the env config the door's
+/// maker is given). Throws ConfigError naming env.id when the library is not built or cannot
+/// load, or (in this process) the module or attribute cannot be imported.
+[[nodiscard]] inline AnyEnv python_env(const std::string& id, const KeyValues& kwargs, int workers = 0) {
+  using Entry = void (*)(const std::string*, const KeyValues*, std::optional<AnyEnv>*);
+  const python::Library& lib = workers > 0 ? python::kWorkers : python::kBridge;
+  static Entry entries[2] = {nullptr, nullptr};
+  Entry& entry = entries[workers > 0 ? 1 : 0];
   if (!entry) {
-    const auto lib = python::library_path();
-    if (lib.empty())
-      throw ConfigError("env.id=" + id + ": this build has no Python env bridge (" + python::kLibraryName +
-                        "); install pybind11-dev and python3-dev (scripts/install-deps.sh) and rebuild, or point "
-                        "ANVIL_PYTHON_ENVS at the library");
+    const auto path = python::library_path(lib);
+    if (path.empty())
+      throw ConfigError("env.id=" + id + ": this build has no " +
+                        (workers > 0 ? std::string("Python env workers (") : std::string("Python env bridge (")) +
+                        lib.file + "); install " +
+                        (workers > 0 ? "python3-numpy" : "pybind11-dev, python3-dev and python3-numpy") +
+                        " (scripts/install-deps.sh) and rebuild, or point " + lib.variable + " at the library");
     // RTLD_GLOBAL: Python's extension modules (numpy's) find the interpreter's symbols.
-    void* handle = dlopen(lib.c_str(), RTLD_NOW | RTLD_GLOBAL);
-    if (!handle) throw ConfigError("env.id=" + id + ": cannot load the Python env bridge " + lib.string() + ": " + dlerror());
-    entry = reinterpret_cast<Entry>(dlsym(handle, "anvil_python_make_env"));
-    if (!entry) throw ConfigError("env.id=" + id + ": " + lib.string() + " is not anvil's Python env bridge");
+    void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_GLOBAL);
+    if (!handle) throw ConfigError("env.id=" + id + ": cannot load " + path.string() + ": " + dlerror());
+    entry = reinterpret_cast<Entry>(dlsym(handle, lib.entry));
+    if (!entry) throw ConfigError("env.id=" + id + ": " + path.string() + " is not " + lib.file);
   }
   std::optional<AnyEnv> out;
   entry(&id, &kwargs, &out);
@@ -7115,7 +7180,7 @@ decltype(auto) with_env(std::string_view id, F&& f) {
 /// env in Python (`python:MODULE:ATTR`, with `env.kwargs`), which `f` gets as an `AnyEnv`.
 template <class F>
 decltype(auto) with_env(const VecEnvConfig& cfg, F&& f) {
-  if (python::is_python_id(*cfg.id)) return std::forward<F>(f)(python_env(*cfg.id, *cfg.kwargs));
+  if (python::is_python_id(*cfg.id)) return std::forward<F>(f)(python_env(*cfg.id, *cfg.kwargs, *cfg.workers));
   if (!cfg.kwargs->empty())
     throw ConfigError("env.kwargs: only an env in Python (env.id=python:MODULE:ATTR) takes keyword arguments; " +
                       (cfg.id->empty() ? std::string("env.id is empty") : "env.id is " + *cfg.id));
@@ -11422,14 +11487,8 @@ class UpdateMetrics {
 namespace anvil {
 
 /// Buffer policy for whole episodes (see file comment).
-class EpisodeBuffer {
+class EpisodeBuffer : public BufferPolicy<"episodes", EpisodeBatch, EpisodeStep, true> {
  public:
-  using policy_kind = BufferKind;
-  static constexpr FixedString config_section = "episodes";
-  static constexpr bool on_policy = true;
-  using Batch = EpisodeBatch;
-  using Step = EpisodeStep;
-
   struct Config {
     Param<std::int64_t, "max_steps", "the longest episode a round holds (longer ones are an error)",
           in_range(1, 1 << 24)>
@@ -11541,6 +11600,7 @@ static_assert(Buffer<EpisodeBuffer>);
 #include <string>
 #include <vector>
 
+// replay_core.hpp brings the ring, its config, batches, the context, state, errors and Rng
 // ---- begin <anvil/buffers/detail/replay_core.hpp> ----
 /// @file
 /// `ReplayBase`: what every replay buffer shares, written once: its declarations as a buffer
@@ -12479,14 +12539,10 @@ namespace anvil::detail {
 
 /// The shared part of a replay buffer `Buffer` (CRTP; see file comment). `Buffer` names its
 /// `file_format` and has the state protocol (save/read/restore with a BinaryWriter/Reader).
-template <class Buffer>
-class ReplayBase {
+template <class Buffer, class Cfg>
+class ReplayBase : public BufferPolicy<"buffer", ReplayBatch, StepBatch> {
  public:
-  using policy_kind = BufferKind;
-  static constexpr FixedString config_section = "buffer";
-  static constexpr bool on_policy = false;
-  using Batch = ReplayBatch;
-  using Step = StepBatch;
+  using Config = Cfg;
 
   /// The discount of n-step returns (the Trainer passes the algorithm's gamma; 0.99 before).
   void set_discount(double gamma) noexcept { store_.set_gamma(gamma); }
@@ -12509,15 +12565,19 @@ class ReplayBase {
   /// Bytes of preallocated storage.
   [[nodiscard]] std::int64_t bytes() const noexcept { return store_.bytes(); }
   [[nodiscard]] const c10::Device& device() const noexcept { return store_.device(); }
+  /// Whether batches are shared equally among the env's tasks (`buffer.balance_tasks` with
+  /// more than one task).
+  [[nodiscard]] bool balances_tasks() const noexcept { return balance_; }
 
  protected:
   /// The store for `cfg` (a replay buffer's config), named `owner` in errors; `extra_host_bytes`
   /// is what the buffer adds on the host (counted in the memory check).
-  template <class Config>
   ReplayBase(const EnvSpec& spec, const Config& cfg, const RunContext& ctx, std::string owner,
              std::int64_t extra_host_bytes = 0)
       : store_(spec, cfg.capacity, *cfg.storage == Storage::cpu ? c10::Device(c10::kCPU) : ctx.device, std::move(owner),
-               cfg.n_step, cfg.obs_dtype, extra_host_bytes) {}
+               cfg.n_step, cfg.obs_dtype, extra_host_bytes),
+        balance_(cfg.balance_tasks && spec.tasks.size() > 1),
+        rng_(ctx.seed_for(Stream::buffer)) {}
 
   /// Throws unless 1 <= n <= size().
   void check_batch(std::int64_t n) const {
@@ -12546,6 +12606,8 @@ class ReplayBase {
   }
 
   TransitionStore store_;
+  bool balance_;  // batches shared equally among tasks
+  Rng rng_;       // the sampling stream (saved with the buffer)
 
  private:
   [[nodiscard]] const Buffer& self() const noexcept { return static_cast<const Buffer&>(*this); }
@@ -13045,19 +13107,13 @@ namespace anvil {
 /// importance weight (p / p_min)^-beta, i.e. (N P(i))^-beta divided by the largest weight
 /// any stored transition could get, with beta rising linearly to 1 over the run. The
 /// Trainer feeds each update's TD errors back through `update_priorities`.
-class PrioritizedBuffer : public detail::ReplayBase<PrioritizedBuffer> {
+class PrioritizedBuffer : public detail::ReplayBase<PrioritizedBuffer, PrioritizedBufferConfig> {
  public:
   /// The format tag of the files `save(path)` writes.
   static constexpr const char* file_format = "anvil PrioritizedBuffer v4";
 
-  using Config = PrioritizedBufferConfig;
-
   PrioritizedBuffer(const EnvSpec& spec, const Config& cfg, const RunContext& ctx)
-      : ReplayBase(spec, cfg, ctx, "PrioritizedBuffer", tree_bytes(spec, cfg)),
-        cfg_(cfg),
-        balance_(cfg.balance_tasks && spec.tasks.size() > 1),
-        horizon_(cfg.beta_steps),
-        rng_(ctx.seed_for(Stream::buffer)) {
+      : ReplayBase(spec, cfg, ctx, "PrioritizedBuffer", tree_bytes(spec, cfg)), cfg_(cfg), horizon_(cfg.beta_steps) {
     const std::size_t count = balance_ ? spec.tasks.size() : 1;
     allocating("PrioritizedBuffer's priority " + std::string(count > 1 ? "trees (one per task)" : "tree") +
                    " (buffer.capacity=" + std::to_string(*cfg.capacity) + ")",
@@ -13137,8 +13193,6 @@ class PrioritizedBuffer : public detail::ReplayBase<PrioritizedBuffer> {
     batch.weight = store_.device().is_cpu() ? w : w.to(store_.device(), /*non_blocking=*/true);
     return batch;
   }
-  /// Whether batches are balanced over tasks.
-  [[nodiscard]] bool balances_tasks() const noexcept { return balance_; }
 
   /// Sets the priorities of transitions `index` (ids from `sample`) to
   /// (|td_error| + eps)^alpha. Ids of transitions overwritten since they were sampled are
@@ -13337,11 +13391,9 @@ class PrioritizedBuffer : public detail::ReplayBase<PrioritizedBuffer> {
   }
 
   Config cfg_;
-  bool balance_;
   std::vector<detail::PriorityTree> trees_;  // one, or one per task when balancing
   std::vector<std::int32_t> leaf_tree_;     // per row, when balancing: the tree its leaf is in (-1: none)
   std::int64_t horizon_;
-  Rng rng_;
   std::int64_t calls_ = 0;  // balanced batches drawn (which task gets the remainder rotates)
   double max_priority_ = 1.0;
   std::int64_t stale_ = 0;
@@ -13387,14 +13439,8 @@ static_assert(PrioritizedReplay<PrioritizedBuffer>);
 namespace anvil {
 
 /// Buffer policy for on-policy algorithms (see file comment).
-class RolloutBuffer {
+class RolloutBuffer : public BufferPolicy<"rollout", RolloutBatch, RolloutStep, true> {
  public:
-  using policy_kind = BufferKind;
-  static constexpr FixedString config_section = "rollout";
-  static constexpr bool on_policy = true;
-  using Batch = RolloutBatch;
-  using Step = RolloutStep;
-
   using Config = RolloutBufferConfig;
 
   RolloutBuffer(const EnvSpec& spec, const Config& cfg, const RunContext& ctx)
@@ -13598,6 +13644,7 @@ static_assert(Buffer<RolloutBuffer>);
 #include <utility>
 #include <vector>
 
+// replay_core.hpp brings the ring, its config, batches, the context, state and Rng
 
 namespace anvil {
 
@@ -13605,17 +13652,12 @@ namespace anvil {
 /// observation stored once (buffers/detail/transition_store.hpp). One call adds a whole
 /// step of N envs; one call samples a batch; when full, new transitions overwrite the
 /// oldest. Terminated and truncated are kept apart: only `terminated` stops bootstrapping.
-class UniformBuffer : public detail::ReplayBase<UniformBuffer> {
+class UniformBuffer : public detail::ReplayBase<UniformBuffer, UniformBufferConfig> {
  public:
   /// The format tag of the files `save(path)` writes.
   static constexpr const char* file_format = "anvil UniformBuffer v4";
 
-  using Config = UniformBufferConfig;
-
-  UniformBuffer(const EnvSpec& spec, const Config& cfg, const RunContext& ctx)
-      : ReplayBase(spec, cfg, ctx, "UniformBuffer"),
-        balance_(cfg.balance_tasks && spec.tasks.size() > 1),
-        rng_(ctx.seed_for(Stream::buffer)) {}
+  UniformBuffer(const EnvSpec& spec, const Config& cfg, const RunContext& ctx) : ReplayBase(spec, cfg, ctx, "UniformBuffer") {}
 
   /// Adds one step of N envs (row i = env i). N may exceed the free space: the ring wraps.
   /// With n-step returns, what is stored is the transitions this step completes.
@@ -13652,8 +13694,6 @@ class UniformBuffer : public detail::ReplayBase<UniformBuffer> {
     }
     return store_.gather(slots_);
   }
-  /// Whether batches are balanced over tasks.
-  [[nodiscard]] bool balances_tasks() const noexcept { return balance_; }
 
   /// State protocol (core/state.hpp): the transitions, n-step windows and sampling state.
   using ReplayBase::save, ReplayBase::load;  // (the buffer file)
@@ -13681,8 +13721,6 @@ class UniformBuffer : public detail::ReplayBase<UniformBuffer> {
   }
 
  private:
-  bool balance_;
-  Rng rng_;
   std::int64_t calls_ = 0;  // balanced batches drawn (which task gets the remainder rotates)
   std::vector<std::int64_t> slots_;
 };
@@ -18035,22 +18073,27 @@ using EnvStepsParam = Param<std::int64_t, "steps", "env steps to train for (all 
 using UpdateStepsParam = Param<std::int64_t, "steps", "gradient updates to train for", at_least(1)>;
 using LearningStartsParam =
     Param<std::int64_t, "learning_starts", "env steps of uniform random actions before learning", at_least(0)>;
-using GradAccumulationParam =
-    Param<int, "grad_accumulation", "micro-batches per optimizer step: the batch's gradient is accumulated over k parts (memory)",
-          at_least(1)>;
-using EmaDecayParam = Param<double, "ema_decay",
-                            "exponential moving average of the policy's weights after each update, used to evaluate "
-                            "and in policy.bin (0: off; e.g. 0.995)",
-                            Range{.lo = 0, .hi = 1, .hi_open = true}>;
-using LrScalingParam =
-    Param<LrScaling, "lr_scaling", "none; sqrt: lr*sqrt(batch/base_batch); linear: lr*world_size">;
-using BaseBatchParam =
-    Param<int, "base_batch", "batch size the learning rates were tuned for (sqrt scaling)", at_least(1)>;
 using EvalIntervalParam =
     Param<std::int64_t, "eval_interval", "env steps between evaluations (0: only at the end)", at_least(0)>;
 using EvalUpdatesParam =
     Param<std::int64_t, "eval_interval", "gradient updates between evaluations (0: only at the end)", at_least(0)>;
 using EvalEpisodesParam = Param<int, "eval_episodes", "episodes per evaluation, deterministic actions", at_least(1)>;
+
+/// The update's own settings every loop has, in the `train` section itself (an inline
+/// section: `train.grad_accumulation`, not `train.update.grad_accumulation`).
+struct UpdateFields {
+  Param<int, "grad_accumulation",
+        "micro-batches per optimizer step: the batch's gradient is accumulated over k parts (memory)", at_least(1)>
+      grad_accumulation{1};
+  Param<double, "ema_decay",
+        "exponential moving average of the policy's weights after each update, used to evaluate and in policy.bin "
+        "(0: off; e.g. 0.995)",
+        Range{.lo = 0, .hi = 1, .hi_open = true}>
+      ema_decay{0.0};
+  Param<LrScaling, "lr_scaling", "none; sqrt: lr*sqrt(batch/base_batch); linear: lr*world_size"> lr_scaling{
+      LrScaling::none};
+  Param<int, "base_batch", "batch size the learning rates were tuned for (sqrt scaling)", at_least(1)> base_batch{256};
+};
 
 /// What every loop's `shrink` (`run.smoke`, a run of seconds) does to its stage: at most
 /// `steps` of it, no evaluation before its end, and two episodes in that one.
@@ -18068,10 +18111,7 @@ struct OffPolicyConfig {
   Param<int, "update_interval", "env steps (of this rank) between rounds of updates", at_least(1)> update_interval{1};
   Param<int, "updates_per_interval", "gradient updates per round (update-to-data ratio)", at_least(1)>
       updates_per_interval{1};
-  loops::GradAccumulationParam grad_accumulation{1};
-  loops::EmaDecayParam ema_decay{0.0};
-  loops::LrScalingParam lr_scaling{LrScaling::none};
-  loops::BaseBatchParam base_batch{256};
+  Section<"", loops::UpdateFields> update;  // inline: train.grad_accumulation, train.ema_decay, ...
   loops::EvalIntervalParam eval_interval{5000};
   loops::EvalEpisodesParam eval_episodes{10};
 
@@ -18094,10 +18134,7 @@ struct OffPolicyConfig {
 /// its own actions.
 struct OnPolicyConfig {
   loops::EnvStepsParam steps{100'000};
-  loops::GradAccumulationParam grad_accumulation{1};
-  loops::EmaDecayParam ema_decay{0.0};
-  loops::LrScalingParam lr_scaling{LrScaling::none};
-  loops::BaseBatchParam base_batch{256};
+  Section<"", loops::UpdateFields> update;  // inline: train.grad_accumulation, train.ema_decay, ...
   loops::EvalIntervalParam eval_interval{5000};
   loops::EvalEpisodesParam eval_episodes{10};
 
@@ -18111,10 +18148,7 @@ struct OfflineConfig {
   Param<std::string, "dataset",
         "buffer file to learn from (a run's checkpoint-*.buffer; empty: the buffer as the stages before left it)">
       dataset{""};
-  loops::GradAccumulationParam grad_accumulation{1};
-  loops::EmaDecayParam ema_decay{0.0};
-  loops::LrScalingParam lr_scaling{LrScaling::none};
-  loops::BaseBatchParam base_batch{256};
+  Section<"", loops::UpdateFields> update;  // inline: train.grad_accumulation, train.ema_decay, ...
   loops::EvalUpdatesParam eval_interval{5000};
   loops::EvalEpisodesParam eval_episodes{10};
 
@@ -18497,10 +18531,10 @@ LoopSettings common_settings(const Config& c, ClockUnit unit) {
   s.steps = c.steps;
   s.eval_interval = c.eval_interval;
   s.eval_episodes = c.eval_episodes;
-  s.grad_accumulation = c.grad_accumulation;
-  s.ema_decay = c.ema_decay;
-  s.lr_scaling = c.lr_scaling;
-  s.base_batch = c.base_batch;
+  s.grad_accumulation = c.update->grad_accumulation;
+  s.ema_decay = c.update->ema_decay;
+  s.lr_scaling = c.update->lr_scaling;
+  s.base_batch = c.update->base_batch;
   return s;
 }
 
@@ -18590,7 +18624,7 @@ class Stage {
  public:
   using Config = typename Loop::Config;
 
-  Stage(const Config& cfg, LoopParts<A, B> parts) : cfg_(cfg), p_(parts) { check_ema<A>(cfg.ema_decay); }
+  Stage(const Config& cfg, LoopParts<A, B> parts) : cfg_(cfg), p_(parts) { check_ema<A>(cfg.update->ema_decay); }
 
   /// The stage's settings, with where it began.
   [[nodiscard]] LoopSettings settings() const {
@@ -18724,7 +18758,7 @@ struct OffPolicyLoop : loops::LoopTag<"off-policy", "off_policy", loops::OffPoli
           ScopedPhase ph(p_.times, Phase::sample);
           batch = p_.buffer.sample(p_.algorithm.batch_size());
         }
-        const auto info = loops::update_once(p_, batch, cfg_.ema_decay);
+        const auto info = loops::update_once(p_, batch, cfg_.update->ema_decay);
         if constexpr (PrioritizedReplay<B>)
           if (info.td_error.defined()) p_.buffer.update_priorities(batch.index, info.td_error);
       }
@@ -18861,7 +18895,7 @@ struct OnPolicyLoop : loops::LoopTag<"on-policy", "on_policy", loops::OnPolicyCo
     static constexpr bool ok = algorithm_ok && buffer_ok && step_ok;
   };
 
-  /// Runs the loop (see file comment).
+  /// Runs the loop: a rollout of every env, learnt from and cleared, until train.steps env steps.
   template <class A, class B>
   class Runner : public loops::Stage<Runner<A, B>, OnPolicyLoop, A, B> {
     using Base = loops::Stage<Runner, OnPolicyLoop, A, B>;
@@ -18908,7 +18942,7 @@ struct OnPolicyLoop : loops::LoopTag<"on-policy", "on_policy", loops::OnPolicyCo
         std::optional<ScopedPhase> sampling(std::in_place, p_.times, Phase::sample);
         for (const auto& batch : p_.buffer.minibatches(p_.algorithm.minibatch_size())) {
           sampling.reset();
-          loops::update_once(p_, batch, cfg_.ema_decay);
+          loops::update_once(p_, batch, cfg_.update->ema_decay);
           sampling.emplace(p_.times, Phase::sample);
         }
         sampling.reset();
@@ -20223,7 +20257,7 @@ struct EpisodicLoop : loops::LoopTag<"episodic", "episodic", loops::OnPolicyConf
     static constexpr bool ok = buffer_ok && batch_ok;
   };
 
-  /// Runs the loop (see file comment).
+  /// Runs the loop: rounds of one episode per env, each followed by an update from them.
   template <class A, class B>
   class Runner : public loops::Stage<Runner<A, B>, EpisodicLoop, A, B> {
     using Base = loops::Stage<Runner, EpisodicLoop, A, B>;
@@ -20232,16 +20266,14 @@ struct EpisodicLoop : loops::LoopTag<"episodic", "episodic", loops::OnPolicyConf
    public:
     using Base::Base;
 
-    /// At the stage's start and after a resume: the buffer learns the plan.
-    void prepare() {
-      p_.buffer.plan(StoragePlan{p_.collector.num_envs(), cfg_.steps, 0.0});
-    }
-
     /// One round: an episode of every env, then an update from them.
     void iterate(std::int64_t /*quiet_until*/ = INT64_MAX) {
       collect_round();
-      loops::update_once(p_, p_.buffer.episodes(), cfg_.ema_decay);
+      loops::update_once(p_, p_.buffer.episodes(), cfg_.update->ema_decay);
     }
+
+    /// At the stage's start and after a resume: the buffer learns the plan.
+    void prepare() { p_.buffer.plan(StoragePlan{p_.collector.num_envs(), cfg_.steps, 0.0}); }
 
     /// Collects one episode of every env into the buffer (cleared first).
     void collect_round() {
@@ -20442,7 +20474,7 @@ struct OfflineLoop : loops::LoopTag<"offline", "offline", loops::OfflineConfig, 
         ScopedPhase ph(p_.times, Phase::sample);
         batch = dataset_batch(p_.buffer, n);
       }
-      const auto info = loops::update_once(p_, batch, cfg_.ema_decay);
+      const auto info = loops::update_once(p_, batch, cfg_.update->ema_decay);
       if constexpr (PrioritizedReplay<B>)
         if (info.td_error.defined()) p_.buffer.update_priorities(batch.index, info.td_error);
     }

@@ -14,6 +14,8 @@
 #include <pybind11/stl.h>
 
 #include <algorithm>
+#include <cstring>
+#include <filesystem>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -30,6 +32,8 @@
 #include <anvil/envs/any_env.hpp>
 #include <anvil/envs/env_batch.hpp>
 #include <anvil/envs/python_env.hpp>
+
+#include "python_batch.hpp"
 
 namespace py = pybind11;
 
@@ -67,7 +71,7 @@ std::string describe(const py::error_already_set& e) {
     // the frames just before the exception line: where in the env it was raised
     std::vector<std::string> frames;
     for (std::size_t i = 0; i + 1 < v.size(); ++i)
-      if (v[i].rfind("  File ", 0) == 0) frames.push_back(v[i]);
+      if (v[i].rfind("  File ", 0) == 0 && v[i].rfind("  File \"<frozen", 0) != 0) frames.push_back(v[i]);
     const std::size_t keep = std::min<std::size_t>(frames.size(), 2);
     for (std::size_t i = frames.size() - keep; i < frames.size(); ++i) {
       // "File ..., line n, in f" and its source line; not the markers under it (^^^)
@@ -137,14 +141,15 @@ BoxSpace box_of(const py::object& space, const std::string& what) {
 }
 
 // The envs, made by `factory(index=i, **kwargs)` (or without `index` when it takes none).
-class PythonEnvBatch final : public EnvBatch {
+class PythonEnvBatch final : public PythonBatch {
  public:
   PythonEnvBatch(EnvSpec spec, std::vector<std::string> tasks, std::vector<py::object> envs,
                  std::vector<std::int64_t> action_shape, std::uint64_t seed)
-      : EnvBatch(std::move(spec), static_cast<std::int64_t>(envs.size()), tasks, !tasks.empty()),
+      : PythonBatch(std::move(spec), static_cast<std::int64_t>(envs.size()), tasks),
         envs_(std::move(envs)),
         action_shape_(action_shape.begin(), action_shape.end()) {
     for (std::int64_t i = 0; i < n_; ++i) seeds_.emplace_back(derive_seed(seed, Stream::env, static_cast<std::uint64_t>(i)));
+    for (auto& e : envs_) step_fns_.push_back(e.attr("step"));
   }
   ~PythonEnvBatch() override {
     py::gil_scoped_acquire gil;
@@ -154,12 +159,11 @@ class PythonEnvBatch final : public EnvBatch {
       } catch (const py::error_already_set&) {  // closing is best effort
       }
     }
+    step_fns_.clear();
     envs_.clear();
     obs_ = {};
   }
 
-  [[nodiscard]] bool saves_state() const noexcept override { return false; }
-  [[nodiscard]] bool reports_success() const noexcept override { return false; }
 
   void reset(float* obs, std::int64_t steps) override {
     py::gil_scoped_acquire gil;
@@ -174,16 +178,25 @@ class PythonEnvBatch final : public EnvBatch {
     py::gil_scoped_acquire gil;
     const auto d = spec_.obs_dim();
     for (std::int64_t i = begin; i < end; ++i) {
-      py::object result;
-      try {
-        result = envs_[static_cast<std::size_t>(i)].attr("step")(action_of(actions, i));
-      } catch (const py::error_already_set& e) {
+      // The step, through CPython's own calls (this loop is the bridge's whole cost per env
+      // step): the bound method looked up once, a new action array, the five-tuple read in place.
+      PyObject* action = action_of(actions, i);
+      PyObject* called = PyObject_CallOneArg(step_fns_[static_cast<std::size_t>(i)].ptr(), action);
+      Py_DECREF(action);
+      if (!called) {
+        py::error_already_set e;
         throw EnvError(at_fault(i, "step", steps) + describe(e));
       }
-      if (!py::isinstance<py::tuple>(result) && !py::isinstance<py::list>(result))
+      const auto result = py::reinterpret_steal<py::object>(called);
+      py::tuple r;
+      if (PyTuple_CheckExact(called)) {
+        r = py::reinterpret_borrow<py::tuple>(result);
+      } else if (py::isinstance<py::tuple>(result) || py::isinstance<py::list>(result)) {
+        r = py::tuple(result);
+      } else {
         throw EnvError(at_fault(i, "step", steps) + "step() returned " + type_of(result) +
                        "; expected (obs, reward, terminated, truncated, info)");
-      const auto r = py::reinterpret_borrow<py::sequence>(result);
+      }
       if (r.size() == 4)
         throw EnvError(at_fault(i, "step", steps) +
                        "step() returned 4 values, the old Gym API (obs, reward, done, info); anvil reads Gymnasium's "
@@ -191,39 +204,43 @@ class PythonEnvBatch final : public EnvBatch {
       if (r.size() != 5)
         throw EnvError(at_fault(i, "step", steps) + "step() returned " + std::to_string(r.size()) +
                        " values; expected (obs, reward, terminated, truncated, info)");
-      const auto o = observation(r[0], i, "step", steps);
-      double reward = 0;
-      try {
-        reward = py::cast<double>(py::float_(r[1]));
-      } catch (const std::exception&) {
-        throw EnvError(at_fault(i, "step", steps) + "reward is " + type_of(r[1]) + ", not a number");
+      PyObject* const* item = &PyTuple_GET_ITEM(r.ptr(), 0);
+      const auto o = observation(item[0], i, "step", steps);
+      const double reward = PyFloat_AsDouble(item[1]);  // a float, a numpy number, or anything with __float__
+      if (reward == -1.0 && PyErr_Occurred()) {
+        PyErr_Clear();
+        throw EnvError(at_fault(i, "step", steps) + "reward is " + type_of(item[1]) + ", not a number");
       }
-      const bool terminated = py::bool_(r[2]), truncated = py::bool_(r[3]);
-      const std::int32_t group = has_tasks_ ? task_of(r[4], i, steps) : -1;
+      const int terminated = PyObject_IsTrue(item[2]), truncated = PyObject_IsTrue(item[3]);
+      if (terminated < 0 || truncated < 0) {
+        py::error_already_set e;
+        throw EnvError(at_fault(i, "step", steps) + "terminated or truncated is not a truth value: " + describe(e));
+      }
+      const std::int32_t group = has_tasks_ ? task_of(item[4], i, steps) : -1;
       if (out.task) out.task[i] = group;
-      if (record_step(i, o, reward, terminated, truncated, group, -1, out, steps))
+      if (record_step(i, o, reward, terminated != 0, truncated != 0, group, -1, out, steps))
         reset_env(i, out.obs + i * d, "autoreset", steps);
     }
   }
 
-  void save_envs(BinaryWriter&) const override {
-    throw Error(spec_.name + ": Python envs cannot be saved (a resumed run starts their episodes afresh)");
-  }
-  [[nodiscard]] std::function<void()> read_envs(BinaryReader& r) override {
-    r.fail("env state flag", "says the envs were saved, but " + spec_.name + " (a Python env) cannot be restored");
-    return {};
-  }
 
  private:
   static std::string type_of(const py::handle& h) { return py::str(py::type::of(h).attr("__name__")).cast<std::string>(); }
 
-  // Env i's action as its `step` takes it: an int for a Discrete space, a float32 array
-  // of the space's shape for a Box (its own copy of anvil's row, which the env may keep).
-  py::object action_of(const void* actions, std::int64_t i) const {
-    if (spec_.discrete()) return py::int_(static_cast<const std::int64_t*>(actions)[i]);
+  // Env i's action as its `step` takes it (a new reference): an int for a Discrete space, a
+  // new float32 array of the space's shape for a Box (its own copy of anvil's row, which the
+  // env may keep), made with numpy's C API (pybind11's array constructor costs more).
+  PyObject* action_of(const void* actions, std::int64_t i) const {
+    if (spec_.discrete()) return PyLong_FromLongLong(static_cast<const std::int64_t*>(actions)[i]);
     const auto ad = spec_.action_dim();
     const float* row = static_cast<const float*>(actions) + i * ad;
-    return py::array_t<float>(action_shape_, row);  // no base given: pybind11 copies the row
+    auto& api = py::detail::npy_api::get();
+    PyObject* a = api.PyArray_NewFromDescr_(api.PyArray_Type_, api.PyArray_DescrFromType_(py::detail::npy_api::NPY_FLOAT_),
+                                            static_cast<int>(action_shape_.size()), action_shape_.data(), nullptr,
+                                            nullptr, 0, nullptr);
+    if (!a) throw py::error_already_set();
+    std::memcpy(py::detail::array_proxy(a)->data, row, static_cast<std::size_t>(ad) * sizeof(float));
+    return a;
   }
 
   // An observation as a float32 row, checked (length, finiteness); held in `obs_` until the
@@ -282,10 +299,28 @@ class PythonEnvBatch final : public EnvBatch {
   }
 
   std::vector<py::object> envs_;
-  std::vector<py::ssize_t> action_shape_;
+  std::vector<py::object> step_fns_;  // each env's bound `step`, looked up once
+  std::vector<Py_intptr_t> action_shape_;
   std::vector<Rng> seeds_;
   py::array_t<float, py::array::c_style | py::array::forcecast> obs_;
 };
+
+// A module of anvil's own Python support (src/python_envs, or ../share/anvil beside the
+// program when installed), imported (GIL held).
+py::module_ support(const char* name) {
+  static const bool on_path = [] {
+    std::error_code ec;
+    std::string dir = ANVIL_PYTHON_SUPPORT;
+    if (!std::filesystem::exists(dir, ec)) {
+      const auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+      dir = (exe.parent_path() / ".." / "share" / "anvil").string();
+    }
+    py::module_::import("sys").attr("path").attr("append")(dir);
+    return true;
+  }();
+  (void)on_path;
+  return py::module_::import(name);
+}
 
 // `module:attr`, imported (GIL held); a ConfigError naming what cannot be found.
 py::object import_factory(const std::string& target, const std::string& id) {
@@ -297,7 +332,10 @@ py::object import_factory(const std::string& target, const std::string& id) {
   try {
     m = py::module_::import(module.c_str());
   } catch (const py::error_already_set& e) {
-    throw ConfigError("env.id=" + id + ": cannot import module '" + module + "' (" + describe(e) +
+    // a module that is not there: one line; one that fails as it runs: where it failed
+    std::string why = describe(e);
+    if (e.matches(PyExc_ModuleNotFoundError)) why = why.substr(0, why.find('\n'));
+    throw ConfigError("env.id=" + id + ": cannot import module '" + module + "' (" + why +
                       "); it is looked up on PYTHONPATH and in the current directory");
   }
   py::object f = m;
@@ -345,6 +383,10 @@ AnyEnv make_env(const std::string& id, const std::map<std::string, std::string>&
   const bool index = takes_index(*held);
   auto maker = [held, index, id, kwargs](const VecEnvConfig& cfg, std::uint64_t seed, std::int64_t first,
                                          std::int64_t /*count*/) -> std::unique_ptr<EnvBatch> {
+    if (!cfg.suite->empty() || !cfg.tasks->empty())
+      throw ConfigError(std::string(cfg.suite->empty() ? "env.tasks" : "env.suite") + ": " + id +
+                        " declares its own tasks (its `tasks` attribute); env.suite and env.tasks choose among a C++ "
+                        "suite's");
     py::gil_scoped_acquire g;
     py::dict kw;
     for (const auto& [k, v] : kwargs) kw[py::str(k)] = literal(v);
@@ -355,6 +397,17 @@ AnyEnv make_env(const std::string& id, const std::map<std::string, std::string>&
         envs.push_back((*held)(**kw));
       } catch (const py::error_already_set& e) {
         throw ConfigError("env.id=" + id + ": making env " + std::to_string(first + i) + " failed: " + describe(e));
+      }
+    }
+    if (py::hasattr(envs.front(), "possible_agents")) {
+      // A PettingZoo parallel env: one team env in anvil's multi-agent layout (anvil_team.py).
+      auto team = support("anvil_team");
+      for (auto& e : envs) {
+        try {
+          e = team.attr("Team")(e);
+        } catch (const py::error_already_set& err) {
+          throw ConfigError("env.id=" + id + ": " + describe(err));
+        }
       }
     }
     const py::object& e0 = envs.front();
@@ -380,6 +433,10 @@ AnyEnv make_env(const std::string& id, const std::map<std::string, std::string>&
           throw ConfigError("env.id=" + id + ": action_space.low[" + std::to_string(k) + "] is above its high");
       spec.action = Box{a.low, a.high};
       action_shape = a.shape;
+    }
+    if (py::hasattr(e0, "agent_layout")) {
+      const auto l = e0.attr("agent_layout").cast<std::vector<std::int64_t>>();
+      spec.agents = AgentLayout{l.at(0), l.at(1), l.at(2), l.at(3)};
     }
     std::vector<std::string> tasks;
     if (py::hasattr(e0, "tasks"))

@@ -367,7 +367,7 @@ TEST_CASE("Collective: a worker's copies are each env's newest transitions, labe
     d.train->dataset = file.string();
     d.train->steps = 20;
     d.train->eval_interval = 0;
-    d.train->grad_accumulation = 2;
+    d.train->update->grad_accumulation = 2;
     d.algorithm->batch_size = 32;
     d.algorithm->history = 4;
     d.algorithm->net->d_model = 16;

@@ -454,7 +454,7 @@ TEST_CASE("Trainer<COMA, EpisodeBuffer, SingleDevice, BF16>: mapping missions tr
   for (auto critic : {ComaCritic::counterfactual, ComaCritic::central_v, ComaCritic::independent}) {
     auto c = coma_config<Bf16Trainer>("coma_bf16", 560, 4);
     c.buffer->max_steps = 14;
-    c.train->grad_accumulation = 2;
+    c.train->update->grad_accumulation = 2;
     c.algorithm->critic = critic;
     c.algorithm->batch_size = 32;
     c.algorithm->batch_number = 2;

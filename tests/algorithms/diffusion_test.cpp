@@ -326,8 +326,8 @@ DpTrainer::Config dp_config(const std::string& run, const std::filesystem::path&
   c.algorithm->train_steps = 20, c.algorithm->inference_steps = 4;
   c.train->dataset = demos.string();
   c.train->steps = 40;
-  c.train->ema_decay = 0.999;
-  c.train->grad_accumulation = 2;
+  c.train->update->ema_decay = 0.999;
+  c.train->update->grad_accumulation = 2;
   c.train->eval_interval = 20;
   c.train->eval_episodes = 2;
   c.run->checkpoint_interval = 20;

@@ -181,8 +181,8 @@ TEST_CASE("Trainer<MultiTaskSAC, PrioritizedBuffer, SingleDevice, BF16>: with gr
   c.env->tasks = {"reach", "push", "button-press-topdown"};
   c.train->steps = 1200;
   c.train->learning_starts = 600;
-  c.train->grad_accumulation = 2;
-  c.train->ema_decay = 0.99;
+  c.train->update->grad_accumulation = 2;
+  c.train->update->ema_decay = 0.99;
   c.train->eval_interval = 0;
   c.train->eval_episodes = 1;
   c.algorithm->batch_size = 48;

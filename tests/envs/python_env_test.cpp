@@ -1,10 +1,15 @@
-// Envs written in Python (envs/python_env.hpp, src/python_envs/bridge.cpp), through the
-// door a Trainer takes them by: the test envs are in tests/python/envs (on PYTHONPATH, set
-// by ctest). Light: the envs are stepped as an EnvBatch, without torch.
+// Envs written in Python (envs/python_env.hpp), in this process (src/python_envs/bridge.cpp)
+// and in worker processes (src/python_envs/workers.cpp), through the door a Trainer takes
+// them by: the test envs are in tests/python/envs (put on PYTHONPATH here). Light: the envs
+// are stepped as an EnvBatch, without torch.
 #include <doctest/doctest.h>
+
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <cmath>
 #include <cstdint>
 #include <map>
@@ -15,6 +20,7 @@
 
 #include <anvil/core/random.hpp>
 #include <anvil/envs/any_env.hpp>
+#include <anvil/envs/env_batch.hpp>
 #include <anvil/envs/pendulum.hpp>
 #include <anvil/envs/python_env.hpp>
 
@@ -27,12 +33,35 @@ using anvil::envs::AnyEnv;
 using anvil::envs::EnvBatch;
 using anvil::envs::VecEnvConfig;
 
-std::unique_ptr<EnvBatch> make(const std::string& id, int n = 1, const anvil::KeyValues& kwargs = {}) {
+// `n` envs `id`, in this process (`workers` 0) or in worker processes.
+std::unique_ptr<EnvBatch> make(const std::string& id, int n = 1, const anvil::KeyValues& kwargs = {}, int workers = 0,
+                               double timeout = 60, anvil::envs::HangAction on_hang = anvil::envs::HangAction::stop) {
   VecEnvConfig cfg;
   cfg.num_envs = n;
-  const AnyEnv env = anvil::envs::python_env(id, kwargs);
+  cfg.workers = workers;
+  cfg.worker_timeout = timeout;
+  cfg.on_hang = on_hang;
+  const AnyEnv env = anvil::envs::python_env(id, kwargs, workers);
   REQUIRE(env.batch_maker());
   return env.batch_maker()(cfg, 7, 0, 0);
+}
+
+// The worker processes this process started that are still alive (their command line names
+// this process as their parent).
+int live_workers() {
+  const std::string mark = std::string("--parent") + '\0' + std::to_string(::getpid()) + '\0';
+  int n = 0;
+  for (const auto& e : std::filesystem::directory_iterator("/proc")) {
+    std::ifstream f(e.path() / "cmdline", std::ios::binary);
+    const std::string cmd((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    if (cmd.find("env_worker.py") != std::string::npos && cmd.find(mark) != std::string::npos) {
+      std::ifstream st(e.path() / "stat");
+      std::string pid, comm, state;
+      st >> pid >> comm >> state;
+      if (state != "Z") ++n;
+    }
+  }
+  return n;
 }
 
 // Rows for a batched step of `b`.
@@ -102,28 +131,35 @@ TEST_CASE("Python envs: kwargs reach the factory as Python literals, with each e
   CHECK(r.next[3] == doctest::Approx(std::cos(0.5)).epsilon(1e-6));
 }
 
-TEST_CASE("Python envs: a Discrete action space and tasks named in info") {
-  auto b = make("python:faulty:Corridor", 4, {{"tasks", "True"}});
-  CHECK(b->spec().discrete());
-  CHECK(b->spec().tasks == std::vector<std::string>{"short", "long"});
-  CHECK(b->groups() == std::vector<std::string>{"short", "long"});
-  CHECK(b->has_tasks());
-  Rows r(*b);
-  b->reset(r.obs.data(), 0);
-  const std::int64_t right[4] = {1, 1, 1, 1};
-  for (int t = 0; t < 6; ++t) b->step(0, 4, right, r.out(true), t);
-  // env i runs task i % 2: the short corridor (5 cells) ended at step 5, the long one at 6
-  CHECK(r.ended[1].length == 6);
-  CHECK(r.ended[1].group == 1);
-  CHECK(r.task[0] == 0);
-  CHECK(r.task[1] == 1);
+TEST_CASE("Python envs: a Discrete action space and tasks named in info, in this process and in workers") {
+  for (const int workers : {0, 2}) {
+    CAPTURE(workers);
+    auto b = make("python:faulty:Corridor", 4, {{"tasks", "True"}}, workers);
+    CHECK(b->spec().discrete());
+    CHECK(b->spec().tasks == std::vector<std::string>{"short", "long"});
+    CHECK(b->groups() == std::vector<std::string>{"short", "long"});
+    CHECK(b->has_tasks());
+    Rows r(*b);
+    b->reset(r.obs.data(), 0);
+    const std::int64_t right[4] = {1, 1, 1, 1};
+    for (int t = 0; t < 6; ++t) b->step(0, 4, right, r.out(true), t);
+    // env i runs task i % 2: the short corridor (5 cells) ended at step 5, the long one at 6
+    CHECK(r.ended[1].length == 6);
+    CHECK(r.ended[1].group == 1);
+    CHECK(r.ended[3].group == 1);
+    CHECK(r.task[0] == 0);
+    CHECK(r.task[1] == 1);
+    CHECK(r.task[2] == 0);  // env 2 is in the second worker: its index reached its factory
+  }
 }
 
-TEST_CASE("Python envs: each fault stops with the env, the step and what was expected") {
+// Each fault of an env, in this process or in a worker: the error names the env, the step and
+// what was expected.
+static void check_faults(int workers) {
   const float a = 0.5f;
   auto step_until_fault = [&](const std::string& id) {
     return error_of([&] {
-      auto b = make(id);
+      auto b = make(id, 1, {}, workers);
       Rows r(*b);
       b->reset(r.obs.data(), 0);
       for (int t = 0; t < 10; ++t) b->step(0, 1, &a, r.out(), t);
@@ -141,19 +177,35 @@ TEST_CASE("Python envs: each fault stops with the env, the step and what was exp
   CHECK(step_until_fault("python:faulty:NanReward").find("reward is inf") != std::string::npos);
   CHECK(step_until_fault("python:faulty:ResetOld").find("expected (obs, info)") != std::string::npos);
   CHECK(step_until_fault("python:faulty:NoSpaces").find("lacks observation_space") != std::string::npos);
+  const auto made = error_of([&] { (void)make("python:pendulum:make", 1, {{"no_such_kwarg", "1"}}, workers); });
+  CHECK(made.find("making env 0 failed") != std::string::npos);
+  CHECK(made.find("no_such_kwarg") != std::string::npos);
+}
+
+TEST_CASE("Python envs: each fault stops with the env, the step and what was expected (in this process)") {
+  check_faults(0);
+}
+
+TEST_CASE("Python envs: each fault stops with the env, the step and what was expected (in a worker process)") {
+  check_faults(1);
+  CHECK(live_workers() == 0);  // every worker ended with its envs
 }
 
 TEST_CASE("Python envs: a module or attribute that cannot be imported is one line naming it") {
   const auto module = error_of([] { (void)anvil::envs::python_env("python:no_such_module:make", {}); });
   CHECK(module.find("env.id=python:no_such_module:make: cannot import module 'no_such_module'") != std::string::npos);
   CHECK(module.find("ModuleNotFoundError") != std::string::npos);
+  CHECK(module.find('\n') == std::string::npos);  // one line
   const auto attr = error_of([] { (void)anvil::envs::python_env("python:pendulum:nope", {}); });
   CHECK(attr.find("module 'pendulum' has no attribute 'nope'") != std::string::npos);
   const auto form = error_of([] { (void)anvil::envs::python_env("python:pendulum", {}); });
   CHECK(form.find("expected python:MODULE:ATTR") != std::string::npos);
-  const auto made = error_of([] { (void)make("python:pendulum:make", 1, {{"no_such_kwarg", "1"}}); });
-  CHECK(made.find("making env 0 failed") != std::string::npos);
-  CHECK(made.find("no_such_kwarg") != std::string::npos);
+  // in worker processes, the same errors come from the worker that imports the factory
+  const auto in_worker = error_of([] { (void)make("python:no_such_module:make", 2, {}, 2); });
+  CHECK(in_worker.find("env.id=python:no_such_module:make: worker 0 of 2: cannot import module 'no_such_module'") !=
+        std::string::npos);
+  CHECK(in_worker.find("<frozen") == std::string::npos);  // no frames of Python's import machinery
+  CHECK(in_worker.find('\n') == std::string::npos);       // one line
 }
 
 TEST_CASE("Python envs: the GIL is free between batches, so the program's Python threads run") {
@@ -166,4 +218,83 @@ TEST_CASE("Python envs: the GIL is free between batches, so the program's Python
   std::this_thread::sleep_for(std::chrono::milliseconds(200));  // anvil's own work, GIL not held
   b->step(0, 1, &a, r.out(), 1);
   CHECK(r.next[0] > before + 20);  // the thread ticked (every ~1 ms) while anvil did not hold the GIL
+}
+
+TEST_CASE("Python envs in worker processes: the same rows as in this process, whatever the number of workers") {
+  // 16 Pendulums for 450 steps (two autoresets each, from each env's own seed stream)
+  auto run = [](int workers) {
+    auto b = make("python:pendulum:make", 16, {}, workers);
+    Rows r(*b);
+    b->reset(r.obs.data(), 0);
+    std::vector<float> all = r.obs, actions(16);
+    anvil::Rng rng(11);
+    for (int t = 0; t < 450; ++t) {
+      for (auto& x : actions) x = static_cast<float>(rng.uniform(-2.0, 2.0));
+      b->step(0, 16, actions.data(), r.out(), t);
+      all.insert(all.end(), r.obs.begin(), r.obs.end());
+      all.insert(all.end(), r.next.begin(), r.next.end());
+      all.insert(all.end(), r.reward.begin(), r.reward.end());
+      all.insert(all.end(), r.trunc.begin(), r.trunc.end());
+    }
+    return all;
+  };
+  const auto one = run(1);
+  CHECK(run(3) == one);  // slices of 5, 5 and 6 envs
+  CHECK(run(16) == one);
+  if (!anvil::envs::python::library_path(anvil::envs::python::kBridge).empty()) CHECK(run(0) == one);
+  CHECK(live_workers() == 0);
+}
+
+TEST_CASE("Python envs in worker processes: a worker that dies is named, with its envs and how it died") {
+  const float a[4] = {0.5f, 0.5f, 0.5f, 0.5f};
+  auto die = [&](const std::string& id) {
+    return error_of([&] {
+      auto b = make(id, 4, {}, 2);
+      Rows r(*b);
+      b->reset(r.obs.data(), 0);
+      for (int t = 0; t < 10; ++t) b->step(0, 4, a, r.out(), t);
+    });
+  };
+  const auto exited = die("python:faulty:Exits");
+  CHECK(exited.find("env 0 of 4: step 3 (step 3 of its episode): worker 0 of 2 (pid ") != std::string::npos);
+  CHECK(exited.find("envs 0-1) died in step(): exited with status 3") != std::string::npos);
+  CHECK(die("python:faulty:Segfault").find("died in step(): killed by signal 11") != std::string::npos);
+  const auto killed = die("python:faulty:Killed");
+  CHECK(killed.find("died in step(): killed by signal 9") != std::string::npos);
+  CHECK(killed.find("OOM killer") != std::string::npos);
+  CHECK(live_workers() == 0);  // the other worker of each batch ended too
+}
+
+TEST_CASE("Python envs in worker processes: a worker that stops answering is named with its env and step") {
+  const float a = 0.5f;
+  const auto hung = error_of([&] {
+    auto b = make("python:faulty:Hangs", 1, {}, 1, 0.5);
+    Rows r(*b);
+    b->reset(r.obs.data(), 0);
+    for (int t = 0; t < 10; ++t) b->step(0, 1, &a, r.out(), t);
+  });
+  CHECK(hung.find("env 0 of 1: step 3 (step 3 of its episode): in worker 0 of 1") != std::string::npos);
+  CHECK(hung.find("no answer in 0.5 s (env.worker_timeout=0.5)") != std::string::npos);
+  CHECK(hung.find("env.on_hang=stop") != std::string::npos);
+  CHECK(live_workers() == 0);  // the stuck worker was killed
+  // env.on_hang=wait: a slow step is reported and waited for, and the run goes on
+  auto slow = make("python:faulty:Slow", 1, {{"pause", "0.8"}}, 1, 0.3, anvil::envs::HangAction::wait);
+  Rows r(*slow);
+  slow->reset(r.obs.data(), 0);
+  for (int t = 0; t < 6; ++t) slow->step(0, 1, &a, r.out(), t);
+  CHECK(r.next[0] == doctest::Approx(3.0));  // six steps of +0.5
+}
+
+TEST_CASE("Python envs in worker processes: settings that do not apply are refused, naming the field") {
+  VecEnvConfig cfg;
+  cfg.num_envs = 4;
+  cfg.workers = 2;
+  cfg.threads = 2;
+  const AnyEnv env = anvil::envs::python_env("python:pendulum:make", {}, 2);
+  CHECK(error_of([&] { (void)env.batch_maker()(cfg, 7, 0, 0); }).find("env.threads=2: with env.workers=2") !=
+        std::string::npos);
+  cfg.threads = 1;
+  CHECK(error_of([&] { anvil::envs::EnvArray<anvil::envs::Pendulum> b(anvil::envs::Pendulum{}, cfg, 7); })
+            .find("env.workers=2: worker processes step envs written in Python") != std::string::npos);
+  CHECK(live_workers() == 0);
 }

@@ -212,7 +212,7 @@ TEST_CASE("Staged<OfflineLoop, OffPolicyLoop>: the dataset first, then online, t
 
   // Both stages must scale learning rates alike.
   auto bad = c;
-  bad.train->second->lr_scaling = LrScaling::sqrt;
+  bad.train->second->update->lr_scaling = LrScaling::sqrt;
   CHECK_THROWS_WITH_AS(StagedSac(envs::Pendulum{}, bad), doctest::Contains("train.off_policy.lr_scaling differs from train.offline.lr_scaling"),
                        ConfigError);
   std::filesystem::remove_all(dir);
@@ -308,7 +308,7 @@ TEST_CASE("EpisodicLoop: a user's REINFORCE learns CartPole from rounds of whole
 TEST_CASE("Loops: what a loop needs is checked at construction, naming the fields") {
   auto c = sac_config("loop_checks");
   c.algorithm->batch_size = 32;
-  c.train->grad_accumulation = 64;
+  c.train->update->grad_accumulation = 64;
   CHECK_THROWS_WITH_AS(SacTrainer(envs::Pendulum{}, c),
                        doctest::Contains("train.grad_accumulation (64) is larger than sac.batch_size (32)"), ConfigError);
   auto d = sac_config("loop_checks2");

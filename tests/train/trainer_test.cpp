@@ -147,8 +147,8 @@ TEST_CASE("Trainer: update_interval and updates_per_interval set the update-to-d
 
 TEST_CASE("Trainer: lr_scaling=sqrt scales every learning rate by sqrt(batch / base_batch)") {
   auto c = pendulum_config(10, "lr");
-  c.train->lr_scaling = LrScaling::sqrt;
-  c.train->base_batch = 64;
+  c.train->update->lr_scaling = LrScaling::sqrt;
+  c.train->update->base_batch = 64;
   c.algorithm->batch_size = 256;
   SacTrainer t(envs::Pendulum{}, c);
   CHECK(t.context().lr_scale(256) == doctest::Approx(2.0));
@@ -391,7 +391,7 @@ TEST_CASE("Trainer: checkpoints every checkpoint_interval steps, keep_last of th
 
 TEST_CASE("Trainer: ema_decay keeps an average of the policy, evaluates with it, and load_policy acts without a trainer") {
   auto c = tiny_config(1200, "ema", 400);
-  c.train->ema_decay = 0.9;
+  c.train->update->ema_decay = 0.9;
   SacTrainer t(envs::Pendulum{}, c);
   // The average follows ema = d ema + (1 - d) w after each update, from the first weights.
   auto& sac = t.algorithm();

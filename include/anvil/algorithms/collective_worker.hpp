@@ -74,14 +74,8 @@ inline CollectiveRows read_rows(BinaryReader& r) {
 /// Buffer policy: a replay buffer that copies transitions aside for the collective dataset
 /// (see file comment).
 template <class Base = UniformBuffer>
-class CollectiveTap {
+class CollectiveTap : public BufferPolicy<"collective", typename Base::Batch, StepBatch> {
  public:
-  using policy_kind = BufferKind;
-  static constexpr FixedString config_section = "collective";
-  static constexpr bool on_policy = false;
-  using Batch = typename Base::Batch;
-  using Step = StepBatch;
-
   struct Config {
     Param<std::int64_t, "start", "env steps of the run before copying begins (the warm-up)", at_least(0)> start{10'000};
     Param<std::int64_t, "sampling_interval", "env steps between copies", at_least(1)> sampling_interval{5'000};
@@ -128,7 +122,7 @@ class CollectiveTap {
     }
   }
 
-  Batch sample(std::int64_t n) { return base_.sample(n); }
+  typename Base::Batch sample(std::int64_t n) { return base_.sample(n); }
   template <class... A>
   void update_priorities(A&&... a)
     requires PrioritizedReplay<Base>

@@ -36,14 +36,9 @@
 
 namespace anvil {
 
-class CollectiveDataset {
+class CollectiveDataset : public BufferPolicy<"collective_data", CollectiveBatch, StepBatch> {
  public:
-  using policy_kind = BufferKind;
-  static constexpr FixedString config_section = "collective_data";
-  static constexpr bool on_policy = false;
   static constexpr bool reads_demonstrations = true;  ///< the offline loop calls load(train.dataset)
-  using Batch = CollectiveBatch;
-  using Step = StepBatch;
 
   struct Config {
     Param<int, "workers", "threads reading batches ahead (0: read each batch when it is asked for)", in_range(0, 64)> workers{2};

@@ -21,14 +21,9 @@
 
 namespace anvil {
 
-class CollectiveReplay {
+class CollectiveReplay : public BufferPolicy<"collective_replay", ReplayBatch, StepBatch> {
  public:
-  using policy_kind = BufferKind;
-  static constexpr FixedString config_section = "collective_replay";
-  static constexpr bool on_policy = false;
   static constexpr bool reads_demonstrations = true;  ///< the offline stage calls load(train.offline.dataset)
-  using Batch = ReplayBatch;
-  using Step = StepBatch;
 
   struct Config {
     Section<"dataset", CollectiveDataset::Config> dataset;

@@ -45,15 +45,10 @@
 namespace anvil {
 
 /// Buffer policy: demonstrations handed out as windows (see file comment).
-class DemoDataset {
+class DemoDataset : public BufferPolicy<"demos", ReplayBatch, StepBatch> {
  public:
-  using policy_kind = BufferKind;
-  static constexpr FixedString config_section = "demos";
-  static constexpr bool on_policy = false;
   /// The offline loop fills it with `load(train.dataset)` (an HDF5 file), not a buffer file.
   static constexpr bool reads_demonstrations = true;
-  using Batch = ReplayBatch;
-  using Step = StepBatch;
 
   struct Config {
     Param<std::vector<std::string>, "obs_keys", "observation parts to use, in order (empty: all, by name)"> obs_keys{};

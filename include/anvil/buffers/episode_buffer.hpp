@@ -23,14 +23,8 @@
 namespace anvil {
 
 /// Buffer policy for whole episodes (see file comment).
-class EpisodeBuffer {
+class EpisodeBuffer : public BufferPolicy<"episodes", EpisodeBatch, EpisodeStep, true> {
  public:
-  using policy_kind = BufferKind;
-  static constexpr FixedString config_section = "episodes";
-  static constexpr bool on_policy = true;
-  using Batch = EpisodeBatch;
-  using Step = EpisodeStep;
-
   struct Config {
     Param<std::int64_t, "max_steps", "the longest episode a round holds (longer ones are an error)",
           in_range(1, 1 << 24)>

@@ -14,18 +14,11 @@
 #include <string>
 #include <vector>
 
+// replay_core.hpp brings the ring, its config, batches, the context, state, errors and Rng
 #include <anvil/buffers/detail/replay_core.hpp>
-#include <anvil/buffers/replay_config.hpp>
 #include <anvil/buffers/sum_tree.hpp>
-#include <anvil/core/batch.hpp>
-#include <anvil/core/concepts.hpp>
-#include <anvil/core/context.hpp>
-#include <anvil/core/error.hpp>
 #include <anvil/core/memory.hpp>
-#include <anvil/core/random.hpp>
 #include <anvil/core/simd.hpp>
-#include <anvil/core/spaces.hpp>
-#include <anvil/core/state.hpp>
 
 namespace anvil {
 
@@ -36,19 +29,13 @@ namespace anvil {
 /// importance weight (p / p_min)^-beta, i.e. (N P(i))^-beta divided by the largest weight
 /// any stored transition could get, with beta rising linearly to 1 over the run. The
 /// Trainer feeds each update's TD errors back through `update_priorities`.
-class PrioritizedBuffer : public detail::ReplayBase<PrioritizedBuffer> {
+class PrioritizedBuffer : public detail::ReplayBase<PrioritizedBuffer, PrioritizedBufferConfig> {
  public:
   /// The format tag of the files `save(path)` writes.
   static constexpr const char* file_format = "anvil PrioritizedBuffer v4";
 
-  using Config = PrioritizedBufferConfig;
-
   PrioritizedBuffer(const EnvSpec& spec, const Config& cfg, const RunContext& ctx)
-      : ReplayBase(spec, cfg, ctx, "PrioritizedBuffer", tree_bytes(spec, cfg)),
-        cfg_(cfg),
-        balance_(cfg.balance_tasks && spec.tasks.size() > 1),
-        horizon_(cfg.beta_steps),
-        rng_(ctx.seed_for(Stream::buffer)) {
+      : ReplayBase(spec, cfg, ctx, "PrioritizedBuffer", tree_bytes(spec, cfg)), cfg_(cfg), horizon_(cfg.beta_steps) {
     const std::size_t count = balance_ ? spec.tasks.size() : 1;
     allocating("PrioritizedBuffer's priority " + std::string(count > 1 ? "trees (one per task)" : "tree") +
                    " (buffer.capacity=" + std::to_string(*cfg.capacity) + ")",
@@ -128,8 +115,6 @@ class PrioritizedBuffer : public detail::ReplayBase<PrioritizedBuffer> {
     batch.weight = store_.device().is_cpu() ? w : w.to(store_.device(), /*non_blocking=*/true);
     return batch;
   }
-  /// Whether batches are balanced over tasks.
-  [[nodiscard]] bool balances_tasks() const noexcept { return balance_; }
 
   /// Sets the priorities of transitions `index` (ids from `sample`) to
   /// (|td_error| + eps)^alpha. Ids of transitions overwritten since they were sampled are
@@ -328,11 +313,9 @@ class PrioritizedBuffer : public detail::ReplayBase<PrioritizedBuffer> {
   }
 
   Config cfg_;
-  bool balance_;
   std::vector<detail::PriorityTree> trees_;  // one, or one per task when balancing
   std::vector<std::int32_t> leaf_tree_;     // per row, when balancing: the tree its leaf is in (-1: none)
   std::int64_t horizon_;
-  Rng rng_;
   std::int64_t calls_ = 0;  // balanced batches drawn (which task gets the remainder rotates)
   double max_priority_ = 1.0;
   std::int64_t stale_ = 0;

@@ -40,14 +40,8 @@
 namespace anvil {
 
 /// Buffer policy for on-policy algorithms (see file comment).
-class RolloutBuffer {
+class RolloutBuffer : public BufferPolicy<"rollout", RolloutBatch, RolloutStep, true> {
  public:
-  using policy_kind = BufferKind;
-  static constexpr FixedString config_section = "rollout";
-  static constexpr bool on_policy = true;
-  using Batch = RolloutBatch;
-  using Step = RolloutStep;
-
   using Config = RolloutBufferConfig;
 
   RolloutBuffer(const EnvSpec& spec, const Config& cfg, const RunContext& ctx)

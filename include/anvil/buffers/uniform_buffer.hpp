@@ -6,12 +6,8 @@
 #include <utility>
 #include <vector>
 
+// replay_core.hpp brings the ring, its config, batches, the context, state and Rng
 #include <anvil/buffers/detail/replay_core.hpp>
-#include <anvil/buffers/replay_config.hpp>
-#include <anvil/core/batch.hpp>
-#include <anvil/core/concepts.hpp>
-#include <anvil/core/context.hpp>
-#include <anvil/core/random.hpp>
 
 namespace anvil {
 
@@ -19,17 +15,12 @@ namespace anvil {
 /// observation stored once (buffers/detail/transition_store.hpp). One call adds a whole
 /// step of N envs; one call samples a batch; when full, new transitions overwrite the
 /// oldest. Terminated and truncated are kept apart: only `terminated` stops bootstrapping.
-class UniformBuffer : public detail::ReplayBase<UniformBuffer> {
+class UniformBuffer : public detail::ReplayBase<UniformBuffer, UniformBufferConfig> {
  public:
   /// The format tag of the files `save(path)` writes.
   static constexpr const char* file_format = "anvil UniformBuffer v4";
 
-  using Config = UniformBufferConfig;
-
-  UniformBuffer(const EnvSpec& spec, const Config& cfg, const RunContext& ctx)
-      : ReplayBase(spec, cfg, ctx, "UniformBuffer"),
-        balance_(cfg.balance_tasks && spec.tasks.size() > 1),
-        rng_(ctx.seed_for(Stream::buffer)) {}
+  UniformBuffer(const EnvSpec& spec, const Config& cfg, const RunContext& ctx) : ReplayBase(spec, cfg, ctx, "UniformBuffer") {}
 
   /// Adds one step of N envs (row i = env i). N may exceed the free space: the ring wraps.
   /// With n-step returns, what is stored is the transitions this step completes.
@@ -66,8 +57,6 @@ class UniformBuffer : public detail::ReplayBase<UniformBuffer> {
     }
     return store_.gather(slots_);
   }
-  /// Whether batches are balanced over tasks.
-  [[nodiscard]] bool balances_tasks() const noexcept { return balance_; }
 
   /// State protocol (core/state.hpp): the transitions, n-step windows and sampling state.
   using ReplayBase::save, ReplayBase::load;  // (the buffer file)
@@ -95,8 +84,6 @@ class UniformBuffer : public detail::ReplayBase<UniformBuffer> {
   }
 
  private:
-  bool balance_;
-  Rng rng_;
   std::int64_t calls_ = 0;  // balanced batches drawn (which task gets the remainder rotates)
   std::vector<std::int64_t> slots_;
 };

@@ -50,6 +50,19 @@ struct ParallelismKind {};
 struct PrecisionKind {};
 struct LoopKind {};
 
+/// What every Buffer policy declares, in one line: `class MyBuffer : public
+/// BufferPolicy<"my_section", MyBatch, MyStep> {`. Its kind, its config section, the Batch
+/// it hands the algorithm, the Step it stores, and whether it holds on-policy data (a
+/// rollout or episodes, cleared after each update) rather than replay.
+template <FixedString Section, class BatchT, class StepT, bool OnPolicy = false>
+struct BufferPolicy {
+  using policy_kind = BufferKind;
+  static constexpr FixedString config_section = Section;
+  static constexpr bool on_policy = OnPolicy;
+  using Batch = BatchT;
+  using Step = StepT;
+};
+
 /// How an action is chosen: sampled for exploration, or the deterministic mode for evaluation.
 enum class ActMode { explore, deterministic };
 

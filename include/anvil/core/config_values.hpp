@@ -366,7 +366,7 @@ void collect_fields(Cfg& cfg, const std::string& prefix, std::vector<FieldRef>& 
   boost::pfr::for_each_field(cfg, [&](auto& field) {
     using F = std::remove_cvref_t<decltype(field)>;
     if constexpr (IsSection<F>) {
-      collect_fields(field.value, prefix + std::string(F::name) + ".", out);
+      collect_fields(field.value, F::name.empty() ? prefix : prefix + std::string(F::name) + ".", out);
     } else if constexpr (IsParam<F>) {
       using T = typename F::value_type;
       FieldRef r;

@@ -144,7 +144,10 @@ struct Param {
 };
 
 /// A named group of fields inside a config: `Section<"actor", ActorConfig> actor;` gives keys
-/// `actor.<field>`. The Trainer's config is a struct of sections, one per policy.
+/// `actor.<field>`. The Trainer's config is a struct of sections, one per policy. A section
+/// named "" is inline: its fields join the enclosing section's (`Section<"", UpdateFields>`
+/// in a `train` section gives `train.ema_decay`), so field groups several configs share are
+/// declared once.
 template <FixedString Name, class Cfg>
 struct Section {
   static constexpr std::string_view name = Name.view();

@@ -224,6 +224,9 @@ class EnvArray final : public EnvBatch {
     if (!cfg.id->empty() && *cfg.id != env_name(prototype))
       throw ConfigError("env.id=" + *cfg.id + ": this program trains " + env_name(prototype) +
                         " (env.id chooses the env only in programs that take it at run time, e.g. train_ppo)");
+    if (cfg.workers > 0)
+      throw ConfigError("env.workers=" + std::to_string(*cfg.workers) + ": worker processes step envs written in Python "
+                        "(env.id=python:MODULE:ATTR); " + env_name(prototype) + " steps in this process (env.threads)");
     E e = prototype;
     if (cfg.suite->empty() && cfg.tasks->empty()) return e;
     if constexpr (TaskSelectable<E>) e.select_tasks(*cfg.suite, *cfg.tasks);

@@ -16,6 +16,10 @@ namespace anvil::envs {
 enum class VecMode { sync, async };
 constexpr auto enum_names(VecMode) { return std::array<std::string_view, 2>{"sync", "async"}; }
 
+/// What a run does when a Python env's worker process stops answering (`env.on_hang`).
+enum class HangAction { stop, wait };
+constexpr auto enum_names(HangAction) { return std::array<std::string_view, 2>{"stop", "wait"}; }
+
 /// The `env` section of a run's config.
 struct VecEnvConfig {
   Param<int, "num_envs", "environments stepped together (one batched action per step)",
@@ -34,6 +38,18 @@ struct VecEnvConfig {
         "keyword arguments of a python: env's factory, one key each (env.kwargs.K=V; values read as Python "
         "literals where they are one)">
       kwargs{};
+  Param<int, "workers",
+        "where a python: env steps: 0 in this process (an embedded interpreter); W > 0 in W worker processes, "
+        "each a slice of the envs, through shared memory",
+        in_range(0, 1024)>
+      workers{0};
+  Param<double, "worker_timeout",
+        "seconds a Python env worker may take over one batched step or reset before it is reported as hung",
+        Range{.lo = 0, .lo_open = true}>
+      worker_timeout{60.0};
+  Param<HangAction, "on_hang", "a hung Python env worker: stop (the run ends, naming the env and step) or wait "
+                               "(report it each env.worker_timeout and keep waiting)">
+      on_hang{HangAction::stop};
   Param<std::string, "suite", "a suite of tasks for envs that have tasks (the manipulation suite: mt10)"> suite{""};
   Param<std::vector<std::string>, "tasks",
         "tasks for envs that have tasks, comma-separated (e.g. reach,push); envs are spread over them">

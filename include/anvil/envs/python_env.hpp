@@ -8,12 +8,15 @@
 /// terminated, truncated, info)`; a multi-task env lists its `tasks` and names each step's
 /// task in `info["task"]`. See docs/python.md.
 ///
-/// `python_env(id, kwargs)` loads the bridge (src/python_envs/bridge.cpp, a shared library
-/// built when pybind11 and Python's headers are found) with `dlopen` and asks it for the
-/// door (`AnyEnv`): a program links no Python and starts no interpreter until a `python:`
-/// env is named. The library is found by the `ANVIL_PYTHON_ENVS` environment variable, else
-/// where the build put it (`ANVIL_PYTHON_ENVS_LIBRARY`, defined by CMake), else beside the
-/// program. Light header.
+/// `python_env(id, kwargs, workers)` loads one of two libraries with `dlopen` and asks it
+/// for the door (`AnyEnv`): with `env.workers=0` the bridge (src/python_envs/bridge.cpp,
+/// built when pybind11 and Python's headers are found), which steps the envs in an
+/// interpreter embedded in this process; with W > 0 the workers (src/python_envs/workers.cpp,
+/// built when a python3 with numpy is found; it links no Python), which exec W fresh
+/// interpreters that step slices of the envs through shared memory. A program links no
+/// Python and starts no interpreter until a `python:` env is named. Each library is found by
+/// an environment variable (`ANVIL_PYTHON_ENVS`, `ANVIL_PYTHON_WORKERS`), else where the
+/// build put it (defined by CMake), else beside the program or in ../lib. Light header.
 
 #include <dlfcn.h>
 
@@ -25,6 +28,7 @@
 #include <system_error>
 
 #include <anvil/core/error.hpp>
+#include <anvil/core/param.hpp>
 #include <anvil/envs/any_env.hpp>
 
 namespace anvil::envs {
@@ -36,42 +40,69 @@ inline constexpr std::string_view kPrefix = "python:";
 /// Whether `id` names a Python env.
 [[nodiscard]] inline bool is_python_id(std::string_view id) noexcept { return id.substr(0, kPrefix.size()) == kPrefix; }
 
-/// The bridge library's file name.
-inline constexpr const char* kLibraryName = "libanvil_python_envs.so";
+/// A library of Python envs loaded at run time: its file, the environment variable that
+/// points at it, and where the build put it (empty when not built here).
+struct Library {
+  const char* file;
+  const char* variable;
+  const char* built;
+  const char* entry;  // the C entry point: void(const std::string*, const KeyValues*, std::optional<AnyEnv>*)
+};
 
-/// Where the bridge library is (see file comment); empty when it is nowhere.
-[[nodiscard]] inline std::filesystem::path library_path() {
-  std::error_code ec;
-  if (const char* p = std::getenv("ANVIL_PYTHON_ENVS"); p && *p) return p;
+/// The bridge: envs stepped in this process (env.workers=0), an embedded interpreter.
+inline constexpr Library kBridge{"libanvil_python_envs.so", "ANVIL_PYTHON_ENVS",
 #ifdef ANVIL_PYTHON_ENVS_LIBRARY
-  if (std::filesystem::exists(ANVIL_PYTHON_ENVS_LIBRARY, ec)) return ANVIL_PYTHON_ENVS_LIBRARY;
+                                 ANVIL_PYTHON_ENVS_LIBRARY,
+#else
+                                 "",
 #endif
+                                 "anvil_python_make_env"};
+/// The workers: envs stepped in worker processes (env.workers=W > 0); links no Python.
+inline constexpr Library kWorkers{"libanvil_python_workers.so", "ANVIL_PYTHON_WORKERS",
+#ifdef ANVIL_PYTHON_WORKERS_LIBRARY
+                                  ANVIL_PYTHON_WORKERS_LIBRARY,
+#else
+                                  "",
+#endif
+                                  "anvil_python_worker_env"};
+
+/// Where `lib` is (see file comment); empty when it is nowhere.
+[[nodiscard]] inline std::filesystem::path library_path(const Library& lib) {
+  std::error_code ec;
+  if (const char* p = std::getenv(lib.variable); p && *p) return p;
+  if (*lib.built && std::filesystem::exists(lib.built, ec)) return lib.built;
   const auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
   if (!ec)
     for (const auto& dir : {exe.parent_path(), exe.parent_path() / ".." / "lib"})
-      if (std::filesystem::exists(dir / kLibraryName, ec)) return dir / kLibraryName;
+      if (std::filesystem::exists(dir / lib.file, ec)) return dir / lib.file;
   return {};
 }
 
 }  // namespace python
 
 /// The Python env `id` (`python:module:attr`) with `kwargs`, through the door every env
-/// takes (see file comment). Throws ConfigError naming env.id when the bridge is not built
-/// or cannot load, or the module or attribute cannot be imported.
-[[nodiscard]] inline AnyEnv python_env(const std::string& id, const std::map<std::string, std::string>& kwargs) {
-  using Entry = void (*)(const std::string*, const std::map<std::string, std::string>*, std::optional<AnyEnv>*);
-  static Entry entry = nullptr;
+/// takes (see file comment): stepped in this process (`workers` 0) or in worker processes
+/// (`workers` > 0; how many, and their time limits, come from the env config the door's
+/// maker is given). Throws ConfigError naming env.id when the library is not built or cannot
+/// load, or (in this process) the module or attribute cannot be imported.
+[[nodiscard]] inline AnyEnv python_env(const std::string& id, const KeyValues& kwargs, int workers = 0) {
+  using Entry = void (*)(const std::string*, const KeyValues*, std::optional<AnyEnv>*);
+  const python::Library& lib = workers > 0 ? python::kWorkers : python::kBridge;
+  static Entry entries[2] = {nullptr, nullptr};
+  Entry& entry = entries[workers > 0 ? 1 : 0];
   if (!entry) {
-    const auto lib = python::library_path();
-    if (lib.empty())
-      throw ConfigError("env.id=" + id + ": this build has no Python env bridge (" + python::kLibraryName +
-                        "); install pybind11-dev and python3-dev (scripts/install-deps.sh) and rebuild, or point "
-                        "ANVIL_PYTHON_ENVS at the library");
+    const auto path = python::library_path(lib);
+    if (path.empty())
+      throw ConfigError("env.id=" + id + ": this build has no " +
+                        (workers > 0 ? std::string("Python env workers (") : std::string("Python env bridge (")) +
+                        lib.file + "); install " +
+                        (workers > 0 ? "python3-numpy" : "pybind11-dev, python3-dev and python3-numpy") +
+                        " (scripts/install-deps.sh) and rebuild, or point " + lib.variable + " at the library");
     // RTLD_GLOBAL: Python's extension modules (numpy's) find the interpreter's symbols.
-    void* handle = dlopen(lib.c_str(), RTLD_NOW | RTLD_GLOBAL);
-    if (!handle) throw ConfigError("env.id=" + id + ": cannot load the Python env bridge " + lib.string() + ": " + dlerror());
-    entry = reinterpret_cast<Entry>(dlsym(handle, "anvil_python_make_env"));
-    if (!entry) throw ConfigError("env.id=" + id + ": " + lib.string() + " is not anvil's Python env bridge");
+    void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_GLOBAL);
+    if (!handle) throw ConfigError("env.id=" + id + ": cannot load " + path.string() + ": " + dlerror());
+    entry = reinterpret_cast<Entry>(dlsym(handle, lib.entry));
+    if (!entry) throw ConfigError("env.id=" + id + ": " + path.string() + " is not " + lib.file);
   }
   std::optional<AnyEnv> out;
   entry(&id, &kwargs, &out);

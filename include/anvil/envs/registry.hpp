@@ -43,7 +43,7 @@ decltype(auto) with_env(std::string_view id, F&& f) {
 /// env in Python (`python:MODULE:ATTR`, with `env.kwargs`), which `f` gets as an `AnyEnv`.
 template <class F>
 decltype(auto) with_env(const VecEnvConfig& cfg, F&& f) {
-  if (python::is_python_id(*cfg.id)) return std::forward<F>(f)(python_env(*cfg.id, *cfg.kwargs));
+  if (python::is_python_id(*cfg.id)) return std::forward<F>(f)(python_env(*cfg.id, *cfg.kwargs, *cfg.workers));
   if (!cfg.kwargs->empty())
     throw ConfigError("env.kwargs: only an env in Python (env.id=python:MODULE:ATTR) takes keyword arguments; " +
                       (cfg.id->empty() ? std::string("env.id is empty") : "env.id is " + *cfg.id));

@@ -1,6 +1,10 @@
 """Small Python envs that go wrong in one way each, for the bridge's fault tests. Each
 is a one-number random walk until its fault (after `after` steps)."""
 
+import os
+import signal
+import time
+
 import numpy as np
 
 from pendulum import Box
@@ -58,6 +62,51 @@ class WrongShape(Walk):
 class NanReward(Walk):
     def fault(self):
         return np.array([self.x], dtype=np.float32), float("inf"), False, False, {}
+
+
+class Exits(Walk):
+    """The process ends in the middle of a step (os._exit: no exception, no cleanup)."""
+
+    def fault(self):
+        os._exit(3)
+
+
+class Segfault(Walk):
+    """A crash in native code: reads address 0."""
+
+    def fault(self):
+        import ctypes
+
+        return ctypes.string_at(0)
+
+
+class Killed(Walk):
+    """Killed by SIGKILL, as the kernel's OOM killer kills."""
+
+    def fault(self):
+        os.kill(os.getpid(), signal.SIGKILL)
+        time.sleep(10)
+
+
+class Hangs(Walk):
+    """Stuck in a loop from its fault on."""
+
+    def fault(self):
+        while True:
+            pass
+
+
+class Slow(Walk):
+    """Takes `pause` seconds over one step, then goes on as the walk does."""
+
+    def __init__(self, pause=1.5, **kw):
+        super().__init__(**kw)
+        self.pause = float(pause)
+
+    def fault(self):
+        time.sleep(self.pause)
+        self.after = 10**9
+        return np.array([self.x], dtype=np.float32), -abs(self.x), False, False, {}
 
 
 class ResetOld:

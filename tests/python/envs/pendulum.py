@@ -63,3 +63,19 @@ class Pendulum:
 
 def make(index=0, **kwargs):
     return Pendulum(index=index, **kwargs)
+
+
+class GravityTasks(Pendulum):
+    """A multi-task Pendulum: task i swings under gravity `gravities[i]` (env `index` runs task
+    index % len(gravities)); the task is named in each step's info, as anvil reads tasks."""
+
+    gravities = (10.0, 4.0)
+    tasks = ["g10", "g4"]
+
+    def __init__(self, index=0, **kwargs):
+        self.task = index % len(self.gravities)
+        super().__init__(index=index, g=self.gravities[self.task], **kwargs)
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = super().step(action)
+        return obs, reward, terminated, truncated, {"task": self.tasks[self.task]}

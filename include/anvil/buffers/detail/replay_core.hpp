@@ -17,6 +17,7 @@
 #include <anvil/core/concepts.hpp>
 #include <anvil/core/context.hpp>
 #include <anvil/core/error.hpp>
+#include <anvil/core/random.hpp>
 #include <anvil/core/spaces.hpp>
 #include <anvil/core/state.hpp>
 
@@ -24,14 +25,10 @@ namespace anvil::detail {
 
 /// The shared part of a replay buffer `Buffer` (CRTP; see file comment). `Buffer` names its
 /// `file_format` and has the state protocol (save/read/restore with a BinaryWriter/Reader).
-template <class Buffer>
-class ReplayBase {
+template <class Buffer, class Cfg>
+class ReplayBase : public BufferPolicy<"buffer", ReplayBatch, StepBatch> {
  public:
-  using policy_kind = BufferKind;
-  static constexpr FixedString config_section = "buffer";
-  static constexpr bool on_policy = false;
-  using Batch = ReplayBatch;
-  using Step = StepBatch;
+  using Config = Cfg;
 
   /// The discount of n-step returns (the Trainer passes the algorithm's gamma; 0.99 before).
   void set_discount(double gamma) noexcept { store_.set_gamma(gamma); }
@@ -54,15 +51,19 @@ class ReplayBase {
   /// Bytes of preallocated storage.
   [[nodiscard]] std::int64_t bytes() const noexcept { return store_.bytes(); }
   [[nodiscard]] const c10::Device& device() const noexcept { return store_.device(); }
+  /// Whether batches are shared equally among the env's tasks (`buffer.balance_tasks` with
+  /// more than one task).
+  [[nodiscard]] bool balances_tasks() const noexcept { return balance_; }
 
  protected:
   /// The store for `cfg` (a replay buffer's config), named `owner` in errors; `extra_host_bytes`
   /// is what the buffer adds on the host (counted in the memory check).
-  template <class Config>
   ReplayBase(const EnvSpec& spec, const Config& cfg, const RunContext& ctx, std::string owner,
              std::int64_t extra_host_bytes = 0)
       : store_(spec, cfg.capacity, *cfg.storage == Storage::cpu ? c10::Device(c10::kCPU) : ctx.device, std::move(owner),
-               cfg.n_step, cfg.obs_dtype, extra_host_bytes) {}
+               cfg.n_step, cfg.obs_dtype, extra_host_bytes),
+        balance_(cfg.balance_tasks && spec.tasks.size() > 1),
+        rng_(ctx.seed_for(Stream::buffer)) {}
 
   /// Throws unless 1 <= n <= size().
   void check_batch(std::int64_t n) const {
@@ -91,6 +92,8 @@ class ReplayBase {
   }
 
   TransitionStore store_;
+  bool balance_;  // batches shared equally among tasks
+  Rng rng_;       // the sampling stream (saved with the buffer)
 
  private:
   [[nodiscard]] const Buffer& self() const noexcept { return static_cast<const Buffer&>(*this); }

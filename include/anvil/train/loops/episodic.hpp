@@ -49,7 +49,7 @@ struct EpisodicLoop : loops::LoopTag<"episodic", "episodic", loops::OnPolicyConf
     static constexpr bool ok = buffer_ok && batch_ok;
   };
 
-  /// Runs the loop (see file comment).
+  /// Runs the loop: rounds of one episode per env, each followed by an update from them.
   template <class A, class B>
   class Runner : public loops::Stage<Runner<A, B>, EpisodicLoop, A, B> {
     using Base = loops::Stage<Runner, EpisodicLoop, A, B>;
@@ -58,16 +58,14 @@ struct EpisodicLoop : loops::LoopTag<"episodic", "episodic", loops::OnPolicyConf
    public:
     using Base::Base;
 
-    /// At the stage's start and after a resume: the buffer learns the plan.
-    void prepare() {
-      p_.buffer.plan(StoragePlan{p_.collector.num_envs(), cfg_.steps, 0.0});
-    }
-
     /// One round: an episode of every env, then an update from them.
     void iterate(std::int64_t /*quiet_until*/ = INT64_MAX) {
       collect_round();
-      loops::update_once(p_, p_.buffer.episodes(), cfg_.ema_decay);
+      loops::update_once(p_, p_.buffer.episodes(), cfg_.update->ema_decay);
     }
+
+    /// At the stage's start and after a resume: the buffer learns the plan.
+    void prepare() { p_.buffer.plan(StoragePlan{p_.collector.num_envs(), cfg_.steps, 0.0}); }
 
     /// Collects one episode of every env into the buffer (cleared first).
     void collect_round() {

@@ -118,10 +118,10 @@ LoopSettings common_settings(const Config& c, ClockUnit unit) {
   s.steps = c.steps;
   s.eval_interval = c.eval_interval;
   s.eval_episodes = c.eval_episodes;
-  s.grad_accumulation = c.grad_accumulation;
-  s.ema_decay = c.ema_decay;
-  s.lr_scaling = c.lr_scaling;
-  s.base_batch = c.base_batch;
+  s.grad_accumulation = c.update->grad_accumulation;
+  s.ema_decay = c.update->ema_decay;
+  s.lr_scaling = c.update->lr_scaling;
+  s.base_batch = c.update->base_batch;
   return s;
 }
 

@@ -21,22 +21,27 @@ using EnvStepsParam = Param<std::int64_t, "steps", "env steps to train for (all 
 using UpdateStepsParam = Param<std::int64_t, "steps", "gradient updates to train for", at_least(1)>;
 using LearningStartsParam =
     Param<std::int64_t, "learning_starts", "env steps of uniform random actions before learning", at_least(0)>;
-using GradAccumulationParam =
-    Param<int, "grad_accumulation", "micro-batches per optimizer step: the batch's gradient is accumulated over k parts (memory)",
-          at_least(1)>;
-using EmaDecayParam = Param<double, "ema_decay",
-                            "exponential moving average of the policy's weights after each update, used to evaluate "
-                            "and in policy.bin (0: off; e.g. 0.995)",
-                            Range{.lo = 0, .hi = 1, .hi_open = true}>;
-using LrScalingParam =
-    Param<LrScaling, "lr_scaling", "none; sqrt: lr*sqrt(batch/base_batch); linear: lr*world_size">;
-using BaseBatchParam =
-    Param<int, "base_batch", "batch size the learning rates were tuned for (sqrt scaling)", at_least(1)>;
 using EvalIntervalParam =
     Param<std::int64_t, "eval_interval", "env steps between evaluations (0: only at the end)", at_least(0)>;
 using EvalUpdatesParam =
     Param<std::int64_t, "eval_interval", "gradient updates between evaluations (0: only at the end)", at_least(0)>;
 using EvalEpisodesParam = Param<int, "eval_episodes", "episodes per evaluation, deterministic actions", at_least(1)>;
+
+/// The update's own settings every loop has, in the `train` section itself (an inline
+/// section: `train.grad_accumulation`, not `train.update.grad_accumulation`).
+struct UpdateFields {
+  Param<int, "grad_accumulation",
+        "micro-batches per optimizer step: the batch's gradient is accumulated over k parts (memory)", at_least(1)>
+      grad_accumulation{1};
+  Param<double, "ema_decay",
+        "exponential moving average of the policy's weights after each update, used to evaluate and in policy.bin "
+        "(0: off; e.g. 0.995)",
+        Range{.lo = 0, .hi = 1, .hi_open = true}>
+      ema_decay{0.0};
+  Param<LrScaling, "lr_scaling", "none; sqrt: lr*sqrt(batch/base_batch); linear: lr*world_size"> lr_scaling{
+      LrScaling::none};
+  Param<int, "base_batch", "batch size the learning rates were tuned for (sqrt scaling)", at_least(1)> base_batch{256};
+};
 
 /// What every loop's `shrink` (`run.smoke`, a run of seconds) does to its stage: at most
 /// `steps` of it, no evaluation before its end, and two episodes in that one.
@@ -54,10 +59,7 @@ struct OffPolicyConfig {
   Param<int, "update_interval", "env steps (of this rank) between rounds of updates", at_least(1)> update_interval{1};
   Param<int, "updates_per_interval", "gradient updates per round (update-to-data ratio)", at_least(1)>
       updates_per_interval{1};
-  loops::GradAccumulationParam grad_accumulation{1};
-  loops::EmaDecayParam ema_decay{0.0};
-  loops::LrScalingParam lr_scaling{LrScaling::none};
-  loops::BaseBatchParam base_batch{256};
+  Section<"", loops::UpdateFields> update;  // inline: train.grad_accumulation, train.ema_decay, ...
   loops::EvalIntervalParam eval_interval{5000};
   loops::EvalEpisodesParam eval_episodes{10};
 
@@ -80,10 +82,7 @@ struct OffPolicyConfig {
 /// its own actions.
 struct OnPolicyConfig {
   loops::EnvStepsParam steps{100'000};
-  loops::GradAccumulationParam grad_accumulation{1};
-  loops::EmaDecayParam ema_decay{0.0};
-  loops::LrScalingParam lr_scaling{LrScaling::none};
-  loops::BaseBatchParam base_batch{256};
+  Section<"", loops::UpdateFields> update;  // inline: train.grad_accumulation, train.ema_decay, ...
   loops::EvalIntervalParam eval_interval{5000};
   loops::EvalEpisodesParam eval_episodes{10};
 
@@ -97,10 +96,7 @@ struct OfflineConfig {
   Param<std::string, "dataset",
         "buffer file to learn from (a run's checkpoint-*.buffer; empty: the buffer as the stages before left it)">
       dataset{""};
-  loops::GradAccumulationParam grad_accumulation{1};
-  loops::EmaDecayParam ema_decay{0.0};
-  loops::LrScalingParam lr_scaling{LrScaling::none};
-  loops::BaseBatchParam base_batch{256};
+  Section<"", loops::UpdateFields> update;  // inline: train.grad_accumulation, train.ema_decay, ...
   loops::EvalUpdatesParam eval_interval{5000};
   loops::EvalEpisodesParam eval_episodes{10};
 

@@ -113,7 +113,7 @@ struct OffPolicyLoop : loops::LoopTag<"off-policy", "off_policy", loops::OffPoli
           ScopedPhase ph(p_.times, Phase::sample);
           batch = p_.buffer.sample(p_.algorithm.batch_size());
         }
-        const auto info = loops::update_once(p_, batch, cfg_.ema_decay);
+        const auto info = loops::update_once(p_, batch, cfg_.update->ema_decay);
         if constexpr (PrioritizedReplay<B>)
           if (info.td_error.defined()) p_.buffer.update_priorities(batch.index, info.td_error);
       }

@@ -154,7 +154,7 @@ struct OfflineLoop : loops::LoopTag<"offline", "offline", loops::OfflineConfig, 
         ScopedPhase ph(p_.times, Phase::sample);
         batch = dataset_batch(p_.buffer, n);
       }
-      const auto info = loops::update_once(p_, batch, cfg_.ema_decay);
+      const auto info = loops::update_once(p_, batch, cfg_.update->ema_decay);
       if constexpr (PrioritizedReplay<B>)
         if (info.td_error.defined()) p_.buffer.update_priorities(batch.index, info.td_error);
     }

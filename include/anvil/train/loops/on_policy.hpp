@@ -45,7 +45,7 @@ struct OnPolicyLoop : loops::LoopTag<"on-policy", "on_policy", loops::OnPolicyCo
     static constexpr bool ok = algorithm_ok && buffer_ok && step_ok;
   };
 
-  /// Runs the loop (see file comment).
+  /// Runs the loop: a rollout of every env, learnt from and cleared, until train.steps env steps.
   template <class A, class B>
   class Runner : public loops::Stage<Runner<A, B>, OnPolicyLoop, A, B> {
     using Base = loops::Stage<Runner, OnPolicyLoop, A, B>;
@@ -92,7 +92,7 @@ struct OnPolicyLoop : loops::LoopTag<"on-policy", "on_policy", loops::OnPolicyCo
         std::optional<ScopedPhase> sampling(std::in_place, p_.times, Phase::sample);
         for (const auto& batch : p_.buffer.minibatches(p_.algorithm.minibatch_size())) {
           sampling.reset();
-          loops::update_once(p_, batch, cfg_.ema_decay);
+          loops::update_once(p_, batch, cfg_.update->ema_decay);
           sampling.emplace(p_.times, Phase::sample);
         }
         sampling.reset();

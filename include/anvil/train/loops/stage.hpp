@@ -42,7 +42,7 @@ class Stage {
  public:
   using Config = typename Loop::Config;
 
-  Stage(const Config& cfg, LoopParts<A, B> parts) : cfg_(cfg), p_(parts) { check_ema<A>(cfg.ema_decay); }
+  Stage(const Config& cfg, LoopParts<A, B> parts) : cfg_(cfg), p_(parts) { check_ema<A>(cfg.update->ema_decay); }
 
   /// The stage's settings, with where it began.
   [[nodiscard]] LoopSettings settings() const {
