@@ -7067,7 +7067,9 @@ static_assert(ContinuousEnv<Pendulum>);
 
 #include <dlfcn.h>
 
+#include <cstdlib>
 #include <filesystem>
+#include <initializer_list>
 #include <map>
 #include <optional>
 #include <string>
@@ -7110,16 +7112,24 @@ inline constexpr Library kWorkers{"libanvil_python_workers.so", "ANVIL_PYTHON_WO
 #endif
                                   "anvil_python_worker_env"};
 
-/// Where `lib` is (see file comment); empty when it is nowhere.
-[[nodiscard]] inline std::filesystem::path library_path(const Library& lib) {
+/// A file of anvil's Python envs: the path in the environment variable `variable` when set,
+/// else `built` (where the build put it) when it is there, else `file` in one of the folders
+/// `beside` names relative to the program's own; empty when it is nowhere.
+[[nodiscard]] inline std::filesystem::path find_file(const char* variable, const char* built, const char* file,
+                                                     std::initializer_list<const char*> beside) {
   std::error_code ec;
-  if (const char* p = std::getenv(lib.variable); p && *p) return p;
-  if (*lib.built && std::filesystem::exists(lib.built, ec)) return lib.built;
+  if (const char* p = std::getenv(variable); p && *p) return p;
+  if (*built && std::filesystem::exists(built, ec)) return built;
   const auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
   if (!ec)
-    for (const auto& dir : {exe.parent_path(), exe.parent_path() / ".." / "lib"})
-      if (std::filesystem::exists(dir / lib.file, ec)) return dir / lib.file;
+    for (const char* dir : beside)
+      if (std::filesystem::exists(exe.parent_path() / dir / file, ec)) return exe.parent_path() / dir / file;
   return {};
+}
+
+/// Where `lib` is (see file comment): beside the program or in ../lib when installed.
+[[nodiscard]] inline std::filesystem::path library_path(const Library& lib) {
+  return find_file(lib.variable, lib.built, lib.file, {".", "../lib"});
 }
 
 }  // namespace python
@@ -10729,8 +10739,9 @@ constexpr std::string_view type_name() {
 /// header.
 
 #include <algorithm>
-#include <chrono>
+#include <cctype>
 #include <cerrno>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -11089,11 +11100,15 @@ inline std::string format_now(const char* format, bool utc = false) {
 inline std::string timestamp_for_path() { return format_now("%Y%m%d-%H%M%S"); }
 
 /// A new directory `<parent>/<stem>-<time>`, created here; when a run started in the same
-/// second has that name, `-2`, `-3`, ... is added, so concurrent runs never share one.
-[[nodiscard]] inline std::filesystem::path fresh_run_dir(const std::filesystem::path& parent, const std::string& stem) {
+/// second has that name, `-2`, `-3`, ... is added, so concurrent runs never share one. Any
+/// character of `stem` other than letters, digits, `.`, `_` and `-` becomes `_` (an env id
+/// such as `python:my_envs:make` names no subfolder and no TensorBoard `name:path` pair).
+[[nodiscard]] inline std::filesystem::path fresh_run_dir(const std::filesystem::path& parent, std::string stem) {
   std::error_code ec;
   std::filesystem::create_directories(parent, ec);
   if (ec) throw Error("run.run_dir: cannot create '" + parent.string() + "': " + ec.message());
+  for (char& c : stem)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_' && c != '-') c = '_';
   const auto base = stem + "-" + timestamp_for_path();
   for (int i = 1; i < 10'000; ++i) {
     auto dir = parent / (i == 1 ? base : base + "-" + std::to_string(i));

@@ -14,9 +14,8 @@
 #include <pybind11/stl.h>
 
 #include <algorithm>
-#include <cstring>
-#include <filesystem>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <map>
 #include <memory>
@@ -47,108 +46,42 @@ void ensure_interpreter() {
   std::call_once(once, [] {
     if (Py_IsInitialized()) return;
     py::initialize_interpreter(/*init_signal_handlers=*/false);
-    {
-      // `module:attr` is looked up on PYTHONPATH and in the current directory, as `python -m` does.
-      auto sys = py::module_::import("sys");
-      auto os = py::module_::import("os");
-      sys.attr("path").attr("insert")(0, os.attr("getcwd")());
-    }
     PyEval_SaveThread();  // every later call takes the GIL for itself
   });
 }
 
-// An exception from Python as one line with the last lines of its traceback (GIL held).
+// A module of anvil's own Python support (src/python_envs; ../share/anvil beside the
+// program when installed), imported (GIL held).
+py::module_ support(const char* name) {
+  static const bool on_path = [] {
+    const auto file = find_file("ANVIL_PYTHON_SUPPORT", ANVIL_PYTHON_SUPPORT "/anvil_envs.py", "anvil_envs.py",
+                                {"../share/anvil"});
+    if (file.empty()) throw ConfigError("cannot find anvil_envs.py, anvil's Python support (set ANVIL_PYTHON_SUPPORT)");
+    py::module_::import("sys").attr("path").attr("append")(file.parent_path().string());
+    return true;
+  }();
+  (void)on_path;
+  return py::module_::import(name);
+}
+
+// What anvil shows for an exception from Python (GIL held): anvil_envs.fault_text, the same
+// words the env workers send.
 std::string describe(const py::error_already_set& e) {
-  std::string s = e.what();
-  const auto nl = s.find('\n');  // pybind11 appends the whole traceback: keep its last lines
-  std::string head = nl == std::string::npos ? s : s.substr(0, nl);
-  std::string tail;
   try {
-    auto tb = py::module_::import("traceback");
-    py::list lines = tb.attr("format_exception")(e.type(), e.value(), e.trace());
-    std::vector<std::string> v;
-    for (const auto& l : lines) v.push_back(py::str(l).cast<std::string>());
-    // the frames just before the exception line: where in the env it was raised
-    std::vector<std::string> frames;
-    for (std::size_t i = 0; i + 1 < v.size(); ++i)
-      if (v[i].rfind("  File ", 0) == 0 && v[i].rfind("  File \"<frozen", 0) != 0) frames.push_back(v[i]);
-    const std::size_t keep = std::min<std::size_t>(frames.size(), 2);
-    for (std::size_t i = frames.size() - keep; i < frames.size(); ++i) {
-      // "File ..., line n, in f" and its source line; not the markers under it (^^^)
-      std::string line, kept;
-      for (std::size_t p = 0; p <= frames[i].size(); ++p) {
-        if (p < frames[i].size() && frames[i][p] != '\n') {
-          line += frames[i][p];
-          continue;
-        }
-        const auto b = line.find_first_not_of(' ');
-        if (b != std::string::npos && line.find_first_not_of(" ^~", b) != std::string::npos)
-          kept += (kept.empty() ? "" : ": ") + line.substr(b);
-        line.clear();
-      }
-      tail += "\n    " + kept;
-    }
-  } catch (...) {
-  }
-  return head + tail;
-}
-
-// A config value as Python reads it: a literal where it is one ("9.81", "[1, 2]", "True"),
-// else the string itself.
-py::object literal(const std::string& text) {
-  try {
-    return py::module_::import("ast").attr("literal_eval")(text);
+    if (e.trace()) PyException_SetTraceback(e.value().ptr(), e.trace().ptr());  // where it was raised
+    return py::str(support("anvil_envs").attr("fault_text")(e.value())).cast<std::string>();
   } catch (const py::error_already_set&) {
-    return py::str(text);
+    return e.what();
   }
-}
-
-// A space's numbers as float32 (shape, low, high), `what` naming it in errors.
-struct BoxSpace {
-  std::vector<std::int64_t> shape;
-  std::vector<float> low, high;
-  [[nodiscard]] std::int64_t size() const {
-    std::int64_t n = 1;
-    for (auto d : shape) n *= d;
-    return n;
-  }
-};
-
-BoxSpace box_of(const py::object& space, const std::string& what) {
-  BoxSpace b;
-  if (!py::hasattr(space, "shape") || !py::hasattr(space, "low") || !py::hasattr(space, "high"))
-    throw ConfigError(what + " has neither `n` (a Discrete space) nor `shape`, `low` and `high` (a Box)");
-  for (const auto& d : space.attr("shape")) b.shape.push_back(d.cast<std::int64_t>());
-  auto np = py::module_::import("numpy");
-  const auto n = static_cast<std::size_t>(b.size());
-  auto as_row = [&](const char* attr) {
-    py::array_t<float, py::array::c_style | py::array::forcecast> a =
-        np.attr("broadcast_to")(np.attr("asarray")(space.attr(attr), "float32"), space.attr("shape"));
-    if (static_cast<std::size_t>(a.size()) != n)
-      throw ConfigError(what + "." + attr + " has " + std::to_string(a.size()) + " numbers; its shape has " +
-                        std::to_string(n));
-    return std::vector<float>(a.data(), a.data() + n);
-  };
-  b.low = as_row("low");
-  b.high = as_row("high");
-  if (py::hasattr(space, "dtype")) {
-    const auto kind = py::str(np.attr("dtype")(space.attr("dtype")).attr("kind")).cast<std::string>();
-    if (kind != "f" && kind != "i" && kind != "u" && kind != "b")
-      throw ConfigError(what + " has dtype " + py::str(space.attr("dtype")).cast<std::string>() +
-                        "; anvil reads numeric Box spaces (float, int, uint, bool)");
-  }
-  return b;
 }
 
 // The envs, made by `factory(index=i, **kwargs)` (or without `index` when it takes none).
 class PythonEnvBatch final : public PythonBatch {
  public:
-  PythonEnvBatch(EnvSpec spec, std::vector<std::string> tasks, std::vector<py::object> envs,
-                 std::vector<std::int64_t> action_shape, std::uint64_t seed)
-      : PythonBatch(std::move(spec), static_cast<std::int64_t>(envs.size()), tasks),
+  PythonEnvBatch(Spec spec, std::vector<py::object> envs, std::uint64_t seed)
+      : PythonBatch(std::move(spec.env), static_cast<std::int64_t>(envs.size()), spec.tasks, seed),
         envs_(std::move(envs)),
-        action_shape_(action_shape.begin(), action_shape.end()) {
-    for (std::int64_t i = 0; i < n_; ++i) seeds_.emplace_back(derive_seed(seed, Stream::env, static_cast<std::uint64_t>(i)));
+        action_shape_(spec.action_shape.begin(), spec.action_shape.end()) {
     for (auto& e : envs_) step_fns_.push_back(e.attr("step"));
   }
   ~PythonEnvBatch() override {
@@ -283,7 +216,7 @@ class PythonEnvBatch final : public PythonBatch {
 
   // Env i's first observation of a new episode (seeded from its own stream) into `row`.
   void reset_env(std::int64_t i, float* row, std::string_view when, std::int64_t steps) {
-    const auto seed = static_cast<std::uint32_t>(seeds_[static_cast<std::size_t>(i)]());
+    const auto seed = next_seed(i);
     py::object result;
     try {
       result = envs_[static_cast<std::size_t>(i)].attr("reset")(py::arg("seed") = seed);
@@ -301,71 +234,8 @@ class PythonEnvBatch final : public PythonBatch {
   std::vector<py::object> envs_;
   std::vector<py::object> step_fns_;  // each env's bound `step`, looked up once
   std::vector<Py_intptr_t> action_shape_;
-  std::vector<Rng> seeds_;
   py::array_t<float, py::array::c_style | py::array::forcecast> obs_;
 };
-
-// A module of anvil's own Python support (src/python_envs, or ../share/anvil beside the
-// program when installed), imported (GIL held).
-py::module_ support(const char* name) {
-  static const bool on_path = [] {
-    std::error_code ec;
-    std::string dir = ANVIL_PYTHON_SUPPORT;
-    if (!std::filesystem::exists(dir, ec)) {
-      const auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
-      dir = (exe.parent_path() / ".." / "share" / "anvil").string();
-    }
-    py::module_::import("sys").attr("path").attr("append")(dir);
-    return true;
-  }();
-  (void)on_path;
-  return py::module_::import(name);
-}
-
-// `module:attr`, imported (GIL held); a ConfigError naming what cannot be found.
-py::object import_factory(const std::string& target, const std::string& id) {
-  const auto colon = target.rfind(':');
-  if (colon == std::string::npos || colon == 0 || colon + 1 == target.size())
-    throw ConfigError("env.id=" + id + ": expected python:MODULE:ATTR (e.g. python:my_envs.pendulum:make)");
-  const auto module = target.substr(0, colon), attr = target.substr(colon + 1);
-  py::object m;
-  try {
-    m = py::module_::import(module.c_str());
-  } catch (const py::error_already_set& e) {
-    // a module that is not there: one line; one that fails as it runs: where it failed
-    std::string why = describe(e);
-    if (e.matches(PyExc_ModuleNotFoundError)) why = why.substr(0, why.find('\n'));
-    throw ConfigError("env.id=" + id + ": cannot import module '" + module + "' (" + why +
-                      "); it is looked up on PYTHONPATH and in the current directory");
-  }
-  py::object f = m;
-  std::string path = module;
-  std::string_view rest = attr;
-  while (!rest.empty()) {
-    const auto dot = rest.find('.');
-    const std::string part(rest.substr(0, dot));
-    if (!py::hasattr(f, part.c_str()))
-      throw ConfigError("env.id=" + id + ": module '" + module + "' has no attribute '" + attr + "'");
-    f = f.attr(part.c_str());
-    path += "." + part;
-    rest = dot == std::string_view::npos ? std::string_view() : rest.substr(dot + 1);
-  }
-  if (!PyCallable_Check(f.ptr())) throw ConfigError("env.id=" + id + ": '" + path + "' is not callable (a class or a factory)");
-  return f;
-}
-
-// Whether `f` takes an `index` keyword (or **kwargs).
-bool takes_index(const py::object& f) {
-  try {
-    auto sig = py::module_::import("inspect").attr("signature")(f);
-    for (const auto& p : sig.attr("parameters").attr("values")()) {
-      const auto kind = py::str(p.attr("kind")).cast<std::string>();
-      if (py::str(p.attr("name")).cast<std::string>() == "index" || kind == "VAR_KEYWORD") return true;
-    }
-  } catch (const py::error_already_set&) {  // builtins without a signature
-  }
-  return false;
-}
 
 }  // namespace
 
@@ -374,76 +244,37 @@ AnyEnv make_env(const std::string& id, const std::map<std::string, std::string>&
   ensure_interpreter();
   const std::string target = id.substr(kPrefix.size());
   py::gil_scoped_acquire gil;
+  auto envs_py = support("anvil_envs");
+  // A fault of the factory or its envs, in anvil_envs' words, as a ConfigError naming env.id.
+  auto config_error = [id](const py::error_already_set& e) { return ConfigError("env.id=" + id + ": " + describe(e)); };
   // The factory, shared by the maker's copies (it runs for the training envs and each set of
   // evaluation envs) and released with the GIL held (the deleter takes it).
-  std::shared_ptr<py::object> held(new py::object(import_factory(target, id)), [](py::object* p) {
-    py::gil_scoped_acquire g;
-    delete p;
-  });
-  const bool index = takes_index(*held);
-  auto maker = [held, index, id, kwargs](const VecEnvConfig& cfg, std::uint64_t seed, std::int64_t first,
-                                         std::int64_t /*count*/) -> std::unique_ptr<EnvBatch> {
+  std::shared_ptr<py::object> held;
+  try {
+    held.reset(new py::object(envs_py.attr("import_factory")(target)), [](py::object* p) {
+      py::gil_scoped_acquire g;
+      delete p;
+    });
+  } catch (const py::error_already_set& e) {
+    throw config_error(e);
+  }
+  auto maker = [held, id, kwargs, config_error](const VecEnvConfig& cfg, std::uint64_t seed, std::int64_t first,
+                                                std::int64_t /*count*/) -> std::unique_ptr<EnvBatch> {
     if (!cfg.suite->empty() || !cfg.tasks->empty())
       throw ConfigError(std::string(cfg.suite->empty() ? "env.tasks" : "env.suite") + ": " + id +
                         " declares its own tasks (its `tasks` attribute); env.suite and env.tasks choose among a C++ "
                         "suite's");
     py::gil_scoped_acquire g;
-    py::dict kw;
-    for (const auto& [k, v] : kwargs) kw[py::str(k)] = literal(v);
-    std::vector<py::object> envs;
-    for (std::int64_t i = 0; i < cfg.num_envs; ++i) {
-      try {
-        if (index) kw["index"] = py::int_(first + i);
-        envs.push_back((*held)(**kw));
-      } catch (const py::error_already_set& e) {
-        throw ConfigError("env.id=" + id + ": making env " + std::to_string(first + i) + " failed: " + describe(e));
-      }
+    auto envs_py = support("anvil_envs");
+    try {
+      py::list made = envs_py.attr("make_envs")(*held, kwargs, first, *cfg.num_envs);
+      const auto text = py::tuple(envs_py.attr("spec")(made[0], id))[0].cast<std::string>();
+      std::vector<py::object> envs;
+      for (const auto& e : made) envs.push_back(py::reinterpret_borrow<py::object>(e));
+      return std::make_unique<PythonEnvBatch>(parse_spec(text, id), std::move(envs), seed);
+    } catch (const py::error_already_set& e) {
+      throw config_error(e);
     }
-    if (py::hasattr(envs.front(), "possible_agents")) {
-      // A PettingZoo parallel env: one team env in anvil's multi-agent layout (anvil_team.py).
-      auto team = support("anvil_team");
-      for (auto& e : envs) {
-        try {
-          e = team.attr("Team")(e);
-        } catch (const py::error_already_set& err) {
-          throw ConfigError("env.id=" + id + ": " + describe(err));
-        }
-      }
-    }
-    const py::object& e0 = envs.front();
-    if (!py::hasattr(e0, "observation_space") || !py::hasattr(e0, "action_space") || !py::hasattr(e0, "reset") ||
-        !py::hasattr(e0, "step"))
-      throw ConfigError("env.id=" + id + ": the env (" +
-                        py::str(py::type::of(e0).attr("__name__")).cast<std::string>() +
-                        ") lacks observation_space, action_space, reset or step (Gymnasium's Env API)");
-    EnvSpec spec;
-    spec.name = id;
-    const auto obs = box_of(e0.attr("observation_space"), id + ": observation_space");
-    spec.observation = Box{obs.low, obs.high};
-    const py::object as = e0.attr("action_space");
-    std::vector<std::int64_t> action_shape;
-    if (py::hasattr(as, "n")) {  // a Discrete space (a Box has no `n`)
-      const auto n = py::cast<std::int64_t>(py::int_(as.attr("n")));
-      if (n < 2) throw ConfigError("env.id=" + id + ": action_space.n is " + std::to_string(n) + "; needs 2 or more actions");
-      spec.action = Discrete{n};
-    } else {
-      const auto a = box_of(as, id + ": action_space");
-      for (std::size_t k = 0; k < a.low.size(); ++k)
-        if (!(a.low[k] <= a.high[k]))
-          throw ConfigError("env.id=" + id + ": action_space.low[" + std::to_string(k) + "] is above its high");
-      spec.action = Box{a.low, a.high};
-      action_shape = a.shape;
-    }
-    if (py::hasattr(e0, "agent_layout")) {
-      const auto l = e0.attr("agent_layout").cast<std::vector<std::int64_t>>();
-      spec.agents = AgentLayout{l.at(0), l.at(1), l.at(2), l.at(3)};
-    }
-    std::vector<std::string> tasks;
-    if (py::hasattr(e0, "tasks"))
-      for (const auto& t : e0.attr("tasks")) tasks.push_back(py::str(t).cast<std::string>());
-    spec.tasks = tasks;
-    return std::make_unique<PythonEnvBatch>(std::move(spec), std::move(tasks), std::move(envs), std::move(action_shape),
-                                            seed);
   };
   const auto version = py::str(py::module_::import("sys").attr("version")).cast<std::string>();
   AnyEnv env = AnyEnv::batched(id, std::move(maker));

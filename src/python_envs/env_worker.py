@@ -17,21 +17,18 @@ import os
 for _k in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_k, "1")
 
-import ast
-import importlib
-import inspect
 import mmap
 import select
 import signal
 import sys
 import threading
 import time
-import traceback
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import anvil_team  # noqa: E402 - beside this file
+from anvil_envs import Fault  # noqa: E402 - beside this file
+import anvil_envs  # noqa: E402
 
 SOCK, MEM = 3, 4
 # How long a worker looks for its next command before sleeping (ANVIL_WORKER_SPIN_US; 0: sleep at once).
@@ -42,28 +39,6 @@ SPIN_SECONDS = float(os.environ.get("ANVIL_WORKER_SPIN_US", "50")) * 1e-6
  ERROR, ERROR_CAP, BEGIN, END, CURRENT, PHASE, ERROR_LEN, ERROR_ENV, ERROR_PHASE) = range(21)
 MAGIC_VALUE = 0x616E76696C313031
 STEP, RESET, AUTORESET = 1, 2, 3
-
-
-class Fault(Exception):
-    """A fault in an env, in words anvil shows as they are."""
-
-
-def describe(e):
-    """An exception as one line and its last two frames (where in the env it was raised)."""
-    head = traceback.format_exception_only(type(e), e)[-1].strip()
-    frames = [f for f in traceback.extract_tb(e.__traceback__)
-              if f.filename != __file__ and not f.filename.startswith("<frozen")
-              and "importlib" not in f.filename][-2:]
-    tail = "".join(f'\n    File "{f.filename}", line {f.lineno}, in {f.name}' + (f": {f.line}" if f.line else "")
-                   for f in frames)
-    return head + tail
-
-
-def literal(text):
-    try:
-        return ast.literal_eval(text)
-    except (ValueError, SyntaxError):
-        return text
 
 
 def send(data):
@@ -78,99 +53,14 @@ def send_message(kind, text):
     send(f"{kind} {len(body)}\n".encode() + body)
 
 
-def box(space, what):
-    """A space's (shape, low, high) as float32, checked as the in-process bridge checks it."""
-    if not all(hasattr(space, a) for a in ("shape", "low", "high")):
-        raise Fault(f"{what} has neither `n` (a Discrete space) nor `shape`, `low` and `high` (a Box)")
-    shape = tuple(int(d) for d in space.shape)
-    n = int(np.prod(shape, dtype=np.int64))
-    rows = []
-    for attr in ("low", "high"):
-        a = np.broadcast_to(np.asarray(getattr(space, attr), dtype=np.float32), shape).reshape(-1)
-        if a.size != n:
-            raise Fault(f"{what}.{attr} has {a.size} numbers; its shape has {n}")
-        rows.append(a)
-    if hasattr(space, "dtype") and np.dtype(space.dtype).kind not in "fiub":
-        raise Fault(f"{what} has dtype {space.dtype}; anvil reads numeric Box spaces (float, int, uint, bool)")
-    return shape, rows[0], rows[1]
-
-
-def floats(a):
-    return " ".join(repr(float(x)) for x in a)
-
-
-def import_factory(target, env_id):
-    module, _, attr = target.rpartition(":")
-    sys.path.insert(1, os.getcwd())  # as `python -m` does, and as the in-process bridge does
-    try:
-        f = importlib.import_module(module)
-    except BaseException as e:  # noqa: BLE001 - any failure to import is the user's to see
-        # a module that is not there: one line; one that fails as it runs: where it failed
-        why = traceback.format_exception_only(type(e), e)[-1].strip() if isinstance(e, ModuleNotFoundError) \
-            else describe(e)
-        raise Fault(f"cannot import module '{module}' ({why}); it is looked up on PYTHONPATH and in the "
-                    "current directory") from None
-    for part in attr.split("."):
-        if not hasattr(f, part):
-            raise Fault(f"module '{module}' has no attribute '{attr}'")
-        f = getattr(f, part)
-    if not callable(f):
-        raise Fault(f"'{module}.{attr}' is not callable (a class or a factory)")
-    return f
-
-
-def takes_index(f):
-    try:
-        params = inspect.signature(f).parameters.values()
-    except (TypeError, ValueError):
-        return False
-    return any(p.name == "index" or p.kind == p.VAR_KEYWORD for p in params)
-
-
 class Worker:
     def __init__(self, args):
-        self.env_id = "python:" + args["target"]
-        factory = import_factory(args["target"], self.env_id)
-        kwargs = {k: literal(v) for k, v in args["kwargs"].items()}
-        index = takes_index(factory)
-        self.envs = []
-        for i in range(args["first"], args["first"] + args["count"]):
-            try:
-                self.envs.append(factory(**kwargs, index=i) if index else factory(**kwargs))
-            except BaseException as e:  # noqa: BLE001
-                raise Fault(f"making env {i} failed: {describe(e)}") from None
-        if anvil_team.is_team(self.envs[0]):  # a PettingZoo parallel env: one team env in anvil's layout
-            try:
-                self.envs = [anvil_team.Team(e) for e in self.envs]
-            except anvil_team.TeamFault as e:
-                raise Fault(str(e)) from None
+        env_id = "python:" + args["target"]
+        factory = anvil_envs.import_factory(args["target"])
+        self.envs = anvil_envs.make_envs(factory, args["kwargs"], args["first"], args["count"])
         e0 = self.envs[0]
-        if not all(hasattr(e0, a) for a in ("observation_space", "action_space", "reset", "step")):
-            raise Fault(f"the env ({type(e0).__name__}) lacks observation_space, action_space, reset or step "
-                        "(Gymnasium's Env API)")
-        lines = [f"python {sys.version.split()[0]}"]
-        _, low, high = box(e0.observation_space, f"{self.env_id}: observation_space")
-        self.obs_dim = low.size
-        lines += [f"obs_low {floats(low)}", f"obs_high {floats(high)}"]
-        space = e0.action_space
-        if hasattr(space, "n"):
-            n = int(space.n)
-            if n < 2:
-                raise Fault(f"action_space.n is {n}; needs 2 or more actions")
-            self.discrete, self.action_shape = True, ()
-            lines.append(f"action_n {n}")
-        else:
-            self.action_shape, low, high = box(space, f"{self.env_id}: action_space")
-            bad = np.nonzero(~(low <= high))[0]
-            if bad.size:
-                raise Fault(f"action_space.low[{bad[0]}] is above its high")
-            self.discrete = False
-            lines += [f"action_low {floats(low)}", f"action_high {floats(high)}"]
-        if hasattr(e0, "agent_layout"):
-            lines.append("agents " + " ".join(str(int(x)) for x in e0.agent_layout))
+        self.spec, (self.obs_dim, self.discrete, self.action_shape) = anvil_envs.spec(e0, env_id)
         self.tasks = [str(t) for t in getattr(e0, "tasks", [])]
-        lines += [f"task {t}" for t in self.tasks]
-        self.spec = "\n".join(lines) + "\n"
 
     def map(self):
         size = os.fstat(MEM).st_size
@@ -202,7 +92,8 @@ class Worker:
         try:
             a = np.asarray(o, dtype=np.float32).reshape(-1)
         except (TypeError, ValueError) as e:
-            raise Fault(f"observation is {type(o).__name__}, not an array of numbers ({describe(e)})") from None
+            why = anvil_envs.describe(e)
+            raise Fault(f"observation is {type(o).__name__}, not an array of numbers ({why})") from None
         if a.size != self.obs_dim:
             raise Fault(f"observation has {a.size} numbers; the observation space has {self.obs_dim}")
         row[:] = a
@@ -298,8 +189,7 @@ class Worker:
                     h[CURRENT] = j
                     self.reset_env(j)
         except Exception as e:  # noqa: BLE001 - every fault of an env goes back to anvil, named
-            plain = isinstance(e, (Fault, anvil_team.TeamFault))
-            text = (str(e) if plain else describe(e)).encode()[: h[ERROR_CAP]]
+            text = anvil_envs.fault_text(e).encode()[: h[ERROR_CAP]]
             self.error[: len(text)] = np.frombuffer(text, np.uint8)
             h[ERROR_LEN], h[ERROR_ENV], h[ERROR_PHASE] = len(text), h[CURRENT], h[PHASE]
             h[CURRENT] = -1
@@ -358,11 +248,8 @@ def main(argv):
     threading.Thread(target=watch, args=(args["parent"],), daemon=True).start()
     try:
         worker = Worker(args)
-    except Fault as f:
-        send_message("error", f"{args['name']}: {f}")
-        return 0
-    except Exception as e:  # noqa: BLE001
-        send_message("error", f"{args['name']}: {describe(e)}")
+    except Exception as e:  # noqa: BLE001 - why the envs could not be made goes back to anvil
+        send_message("error", f"{args['name']}: {anvil_envs.fault_text(e)}")
         return 0
     send_message("spec", worker.spec)
     if os.read(SOCK, 1) != b"m":

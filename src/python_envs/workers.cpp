@@ -85,24 +85,15 @@ constexpr std::int64_t kErrorBytes = 16384;
 
 const char* phase_name(std::int64_t p) { return p == 1 ? "step" : p == 2 ? "reset" : p == 3 ? "autoreset" : "idle"; }
 
-std::string path_from(const char* variable, const char* built, const char* file) {
-  std::error_code ec;
-  if (const char* p = std::getenv(variable); p && *p) return p;
-  if (*built && std::filesystem::exists(built, ec)) return built;
-  const auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
-  if (!ec)
-    for (const auto& dir : {exe.parent_path(), exe.parent_path() / ".." / "share" / "anvil"})
-      if (std::filesystem::exists(dir / file, ec)) return (dir / file).string();
-  return {};
-}
-
 // The interpreter the workers run (ANVIL_PYTHON_EXE, else the build's ANVIL_PYTHON), and
 // its script.
 std::string interpreter() {
   if (const char* p = std::getenv("ANVIL_PYTHON_EXE"); p && *p) return p;
   return ANVIL_PYTHON_EXE;
 }
-std::string worker_script() { return path_from("ANVIL_PYTHON_WORKER", ANVIL_PYTHON_WORKER, "env_worker.py"); }
+std::string worker_script() {
+  return find_file("ANVIL_PYTHON_WORKER", ANVIL_PYTHON_WORKER, "env_worker.py", {".", "../share/anvil"}).string();
+}
 
 std::string signal_text(int sig) {
   std::string s = "killed by signal " + std::to_string(sig);
@@ -417,61 +408,15 @@ class Worker {
   std::size_t bytes_ = 0;
 };
 
-// The spec a worker sent: lines of "key values...".
-struct Spec {
-  EnvSpec env;
-  std::vector<std::string> tasks;
-  std::string python;
-};
-
-std::vector<float> floats(std::istringstream& in) {
-  std::vector<float> v;
-  std::string t;
-  while (in >> t) v.push_back(static_cast<float>(std::strtod(t.c_str(), nullptr)));
-  return v;
-}
-
-Spec parse_spec(const std::string& text, const std::string& id) {
-  Spec s;
-  s.env.name = id;
-  std::istringstream lines(text);
-  std::string line;
-  std::vector<float> obs_low, obs_high, act_low, act_high;
-  std::int64_t discrete = 0;
-  while (std::getline(lines, line)) {
-    std::istringstream in(line);
-    std::string key;
-    in >> key;
-    if (key == "python") std::getline(in >> std::ws, s.python);
-    else if (key == "obs_low") obs_low = floats(in);
-    else if (key == "obs_high") obs_high = floats(in);
-    else if (key == "action_low") act_low = floats(in);
-    else if (key == "action_high") act_high = floats(in);
-    else if (key == "action_n") in >> discrete;
-    else if (key == "agents") in >> s.env.agents.agents >> s.env.agents.obs_dim >> s.env.agents.num_actions >> s.env.agents.state_dim;
-    else if (key == "task") {
-      std::string t;
-      std::getline(in >> std::ws, t);
-      s.tasks.push_back(t);
-    }
-  }
-  s.env.observation = Box{obs_low, obs_high};
-  if (discrete > 0) s.env.action = Discrete{discrete};
-  else s.env.action = Box{act_low, act_high};
-  s.env.tasks = s.tasks;
-  return s;
-}
-
 // The envs, in `workers` processes (see file comment).
 class WorkerEnvBatch final : public PythonBatch {
  public:
   WorkerEnvBatch(Spec spec, std::vector<std::unique_ptr<Worker>> workers, std::int64_t n, std::uint64_t seed,
                  double timeout, HangAction on_hang)
-      : PythonBatch(spec.env, n, spec.tasks),
+      : PythonBatch(spec.env, n, spec.tasks, seed),
         workers_(std::move(workers)),
         timeout_(timeout),
         on_hang_(on_hang) {
-    for (std::int64_t i = 0; i < n_; ++i) seeds_.emplace_back(derive_seed(seed, Stream::env, static_cast<std::uint64_t>(i)));
     act_bytes_ = spec_.discrete() ? 8 : spec_.action_dim() * 4;
   }
   ~WorkerEnvBatch() override {
@@ -540,11 +485,6 @@ class WorkerEnvBatch final : public PythonBatch {
 
 
  private:
-  // The seed of env i's next reset, from its own stream (as the in-process bridge draws it).
-  std::int64_t next_seed(std::int64_t i) {
-    return static_cast<std::int64_t>(static_cast<std::uint32_t>(seeds_[static_cast<std::size_t>(i)]()));
-  }
-
   // Waits for every worker given a command; the first fault (by env) is thrown once all
   // have answered.
   void collect(std::int64_t steps, std::string_view what) {
@@ -567,7 +507,6 @@ class WorkerEnvBatch final : public PythonBatch {
 
   std::vector<std::unique_ptr<Worker>> workers_;
   std::vector<Worker*> active_, all_;
-  std::vector<Rng> seeds_;
   std::int64_t act_bytes_ = 4;
   double timeout_;
   HangAction on_hang_;

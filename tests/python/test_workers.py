@@ -145,3 +145,13 @@ def test_mt_sac_trains_a_multi_task_env_in_python(tmp_path):
     assert summary["env_steps"] == 1200
     header = (tmp_path / "run" / "metrics.csv").read_text().splitlines()[0].split(",")
     assert {"eval_return/g10", "eval_return/g4", "alpha/g10", "alpha/g4"} <= set(header), header
+
+
+def test_a_python_env_id_names_a_plain_run_directory(tmp_path):
+    """Without --run_dir the run goes to runs/<algorithm>-<env>-seed<n>-<time>: the id's
+    colons become underscores (no subfolder, no TensorBoard name:path pair)."""
+    p = subprocess.run([TRAIN_SAC, "--smoke", "--env.id=python:pendulum:make", "--run.progress=off"], cwd=tmp_path,
+                       env=environment(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120)
+    assert p.returncode == 0, p.stdout
+    names = [d.name for d in (tmp_path / "runs").iterdir()]
+    assert len(names) == 1 and names[0].startswith("sac-python_pendulum_make-seed0-"), names

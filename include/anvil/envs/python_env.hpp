@@ -20,7 +20,9 @@
 
 #include <dlfcn.h>
 
+#include <cstdlib>
 #include <filesystem>
+#include <initializer_list>
 #include <map>
 #include <optional>
 #include <string>
@@ -66,16 +68,24 @@ inline constexpr Library kWorkers{"libanvil_python_workers.so", "ANVIL_PYTHON_WO
 #endif
                                   "anvil_python_worker_env"};
 
-/// Where `lib` is (see file comment); empty when it is nowhere.
-[[nodiscard]] inline std::filesystem::path library_path(const Library& lib) {
+/// A file of anvil's Python envs: the path in the environment variable `variable` when set,
+/// else `built` (where the build put it) when it is there, else `file` in one of the folders
+/// `beside` names relative to the program's own; empty when it is nowhere.
+[[nodiscard]] inline std::filesystem::path find_file(const char* variable, const char* built, const char* file,
+                                                     std::initializer_list<const char*> beside) {
   std::error_code ec;
-  if (const char* p = std::getenv(lib.variable); p && *p) return p;
-  if (*lib.built && std::filesystem::exists(lib.built, ec)) return lib.built;
+  if (const char* p = std::getenv(variable); p && *p) return p;
+  if (*built && std::filesystem::exists(built, ec)) return built;
   const auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
   if (!ec)
-    for (const auto& dir : {exe.parent_path(), exe.parent_path() / ".." / "lib"})
-      if (std::filesystem::exists(dir / lib.file, ec)) return dir / lib.file;
+    for (const char* dir : beside)
+      if (std::filesystem::exists(exe.parent_path() / dir / file, ec)) return exe.parent_path() / dir / file;
   return {};
+}
+
+/// Where `lib` is (see file comment): beside the program or in ../lib when installed.
+[[nodiscard]] inline std::filesystem::path library_path(const Library& lib) {
+  return find_file(lib.variable, lib.built, lib.file, {".", "../lib"});
 }
 
 }  // namespace python

@@ -6,8 +6,9 @@
 /// header.
 
 #include <algorithm>
-#include <chrono>
+#include <cctype>
 #include <cerrno>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -367,11 +368,15 @@ inline std::string format_now(const char* format, bool utc = false) {
 inline std::string timestamp_for_path() { return format_now("%Y%m%d-%H%M%S"); }
 
 /// A new directory `<parent>/<stem>-<time>`, created here; when a run started in the same
-/// second has that name, `-2`, `-3`, ... is added, so concurrent runs never share one.
-[[nodiscard]] inline std::filesystem::path fresh_run_dir(const std::filesystem::path& parent, const std::string& stem) {
+/// second has that name, `-2`, `-3`, ... is added, so concurrent runs never share one. Any
+/// character of `stem` other than letters, digits, `.`, `_` and `-` becomes `_` (an env id
+/// such as `python:my_envs:make` names no subfolder and no TensorBoard `name:path` pair).
+[[nodiscard]] inline std::filesystem::path fresh_run_dir(const std::filesystem::path& parent, std::string stem) {
   std::error_code ec;
   std::filesystem::create_directories(parent, ec);
   if (ec) throw Error("run.run_dir: cannot create '" + parent.string() + "': " + ec.message());
+  for (char& c : stem)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_' && c != '-') c = '_';
   const auto base = stem + "-" + timestamp_for_path();
   for (int i = 1; i < 10'000; ++i) {
     auto dir = parent / (i == 1 ? base : base + "-" + std::to_string(i));
