@@ -7,13 +7,22 @@
 set(ANVIL_WARNINGS -Wall -Wextra -Wno-unused-parameter -Wno-dangling-pointer -Wno-restrict)
 
 # The precompiled header lives in a tiny object library; every heavy program reuses it.
-add_library(anvil_pch OBJECT ${PROJECT_SOURCE_DIR}/cmake/pch.cpp)
-target_link_libraries(anvil_pch PUBLIC anvil::anvil)
-target_compile_options(anvil_pch PRIVATE ${ANVIL_WARNINGS})
-target_precompile_headers(anvil_pch PRIVATE
-  <torch/torch.h> <yaml-cpp/yaml.h> <boost/pfr.hpp>
-  <algorithm> <chrono> <cstdint> <functional> <map> <memory> <optional> <span> <string>
-  <string_view> <thread> <vector>)
+# anvil::compiled is position-independent (the Python module, python/, holds it), and GCC
+# refuses a header precompiled with other -fPIC/-fPIE settings, so it has a twin built PIC.
+function(anvil_pch_library name)
+  add_library(${name} OBJECT ${PROJECT_SOURCE_DIR}/cmake/pch.cpp)
+  target_link_libraries(${name} PUBLIC anvil::anvil)
+  target_compile_options(${name} PRIVATE ${ANVIL_WARNINGS})
+  target_precompile_headers(${name} PRIVATE
+    <torch/torch.h> <yaml-cpp/yaml.h> <boost/pfr.hpp>
+    <algorithm> <chrono> <cstdint> <functional> <map> <memory> <optional> <span> <string>
+    <string_view> <thread> <vector>)
+endfunction()
+anvil_pch_library(anvil_pch)
+if(ANVIL_BUILD_COMPILED)
+  anvil_pch_library(anvil_pch_pic)
+  set_target_properties(anvil_pch_pic PROPERTIES POSITION_INDEPENDENT_CODE ON)
+endif()
 
 # Test programs are optimised less than users' programs: at -O1 a Trainer translation unit
 # compiles in about half the time of -O3 (GCC 12 here: mujoco_train_test.cpp 49 s against

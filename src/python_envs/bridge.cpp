@@ -1,44 +1,34 @@
 // The Python env bridge (envs/python_env.hpp loads it): Gymnasium-style envs written in
-// Python, stepped by anvil as an `EnvBatch` (envs/env_batch.hpp) in an interpreter embedded
+// Python, stepped by anvil as an `EnvBatch` (python_env_batch.hpp) in an interpreter embedded
 // in this process. Built as its own shared library when pybind11 and Python's headers are
 // found, and loaded only by a program that names a `python:` env, so no other program links
-// or starts an interpreter.
-//
-// The GIL is taken once per batched step (or reset) and released between them, so Python
-// threads of the program (a renderer, a logger) run while anvil learns. Observations are
-// read through the buffer protocol without a copy when they are float32 and contiguous.
+// or starts an interpreter. (In a Python process, `import anvil` steps them itself:
+// python/module.cpp.)
 
-#include <dlfcn.h>
 #include <pybind11/embed.h>
-#include <pybind11/numpy.h>
-#include <pybind11/stl.h>
 
-#include <algorithm>
-#include <cstdint>
-#include <cstring>
-#include <functional>
 #include <map>
-#include <memory>
 #include <mutex>
 #include <optional>
-#include <span>
 #include <string>
-#include <string_view>
-#include <vector>
 
 #include <anvil/core/error.hpp>
-#include <anvil/core/random.hpp>
 #include <anvil/envs/any_env.hpp>
-#include <anvil/envs/env_batch.hpp>
 #include <anvil/envs/python_env.hpp>
 
-#include "python_batch.hpp"
-
-namespace py = pybind11;
+#include "python_env_batch.hpp"
 
 namespace anvil::envs::python {
-namespace {
 
+// anvil's Python support: src/python_envs, or ../share/anvil beside the program when installed.
+std::filesystem::path support_dir() {
+  const auto file = find_file("ANVIL_PYTHON_SUPPORT", ANVIL_PYTHON_SUPPORT "/anvil_envs.py", "anvil_envs.py",
+                              {"../share/anvil"});
+  if (file.empty()) throw ConfigError("cannot find anvil_envs.py, anvil's Python support (set ANVIL_PYTHON_SUPPORT)");
+  return file.parent_path();
+}
+
+namespace {
 // The interpreter, started once per process on first use; the GIL is released right after,
 // and each call into Python takes it (py::gil_scoped_acquire).
 void ensure_interpreter() {
@@ -49,239 +39,22 @@ void ensure_interpreter() {
     PyEval_SaveThread();  // every later call takes the GIL for itself
   });
 }
-
-// A module of anvil's own Python support (src/python_envs; ../share/anvil beside the
-// program when installed), imported (GIL held).
-py::module_ support(const char* name) {
-  static const bool on_path = [] {
-    const auto file = find_file("ANVIL_PYTHON_SUPPORT", ANVIL_PYTHON_SUPPORT "/anvil_envs.py", "anvil_envs.py",
-                                {"../share/anvil"});
-    if (file.empty()) throw ConfigError("cannot find anvil_envs.py, anvil's Python support (set ANVIL_PYTHON_SUPPORT)");
-    py::module_::import("sys").attr("path").attr("append")(file.parent_path().string());
-    return true;
-  }();
-  (void)on_path;
-  return py::module_::import(name);
-}
-
-// What anvil shows for an exception from Python (GIL held): anvil_envs.fault_text, the same
-// words the env workers send.
-std::string describe(const py::error_already_set& e) {
-  try {
-    if (e.trace()) PyException_SetTraceback(e.value().ptr(), e.trace().ptr());  // where it was raised
-    return py::str(support("anvil_envs").attr("fault_text")(e.value())).cast<std::string>();
-  } catch (const py::error_already_set&) {
-    return e.what();
-  }
-}
-
-// The envs, made by `factory(index=i, **kwargs)` (or without `index` when it takes none).
-class PythonEnvBatch final : public PythonBatch {
- public:
-  PythonEnvBatch(Spec spec, std::vector<py::object> envs, std::uint64_t seed)
-      : PythonBatch(std::move(spec.env), static_cast<std::int64_t>(envs.size()), spec.tasks, seed),
-        envs_(std::move(envs)),
-        action_shape_(spec.action_shape.begin(), spec.action_shape.end()) {
-    for (auto& e : envs_) step_fns_.push_back(e.attr("step"));
-  }
-  ~PythonEnvBatch() override {
-    py::gil_scoped_acquire gil;
-    for (auto& e : envs_) {
-      try {
-        if (py::hasattr(e, "close")) e.attr("close")();
-      } catch (const py::error_already_set&) {  // closing is best effort
-      }
-    }
-    step_fns_.clear();
-    envs_.clear();
-    obs_ = {};
-  }
-
-
-  void reset(float* obs, std::int64_t steps) override {
-    py::gil_scoped_acquire gil;
-    const auto d = spec_.obs_dim();
-    for (std::int64_t i = 0; i < n_; ++i) {
-      reset_env(i, obs + i * d, "reset", steps);
-      begin_episode(i);
-    }
-  }
-
-  void step(std::int64_t begin, std::int64_t end, const void* actions, const StepRows& out, std::int64_t steps) override {
-    py::gil_scoped_acquire gil;
-    const auto d = spec_.obs_dim();
-    for (std::int64_t i = begin; i < end; ++i) {
-      // The step, through CPython's own calls (this loop is the bridge's whole cost per env
-      // step): the bound method looked up once, a new action array, the five-tuple read in place.
-      PyObject* action = action_of(actions, i);
-      PyObject* called = PyObject_CallOneArg(step_fns_[static_cast<std::size_t>(i)].ptr(), action);
-      Py_DECREF(action);
-      if (!called) {
-        py::error_already_set e;
-        throw EnvError(at_fault(i, "step", steps) + describe(e));
-      }
-      const auto result = py::reinterpret_steal<py::object>(called);
-      py::tuple r;
-      if (PyTuple_CheckExact(called)) {
-        r = py::reinterpret_borrow<py::tuple>(result);
-      } else if (py::isinstance<py::tuple>(result) || py::isinstance<py::list>(result)) {
-        r = py::tuple(result);
-      } else {
-        throw EnvError(at_fault(i, "step", steps) + "step() returned " + type_of(result) +
-                       "; expected (obs, reward, terminated, truncated, info)");
-      }
-      if (r.size() == 4)
-        throw EnvError(at_fault(i, "step", steps) +
-                       "step() returned 4 values, the old Gym API (obs, reward, done, info); anvil reads Gymnasium's "
-                       "(obs, reward, terminated, truncated, info)");
-      if (r.size() != 5)
-        throw EnvError(at_fault(i, "step", steps) + "step() returned " + std::to_string(r.size()) +
-                       " values; expected (obs, reward, terminated, truncated, info)");
-      PyObject* const* item = &PyTuple_GET_ITEM(r.ptr(), 0);
-      const auto o = observation(item[0], i, "step", steps);
-      const double reward = PyFloat_AsDouble(item[1]);  // a float, a numpy number, or anything with __float__
-      if (reward == -1.0 && PyErr_Occurred()) {
-        PyErr_Clear();
-        throw EnvError(at_fault(i, "step", steps) + "reward is " + type_of(item[1]) + ", not a number");
-      }
-      const int terminated = PyObject_IsTrue(item[2]), truncated = PyObject_IsTrue(item[3]);
-      if (terminated < 0 || truncated < 0) {
-        py::error_already_set e;
-        throw EnvError(at_fault(i, "step", steps) + "terminated or truncated is not a truth value: " + describe(e));
-      }
-      const std::int32_t group = has_tasks_ ? task_of(item[4], i, steps) : -1;
-      if (out.task) out.task[i] = group;
-      if (record_step(i, o, reward, terminated != 0, truncated != 0, group, -1, out, steps))
-        reset_env(i, out.obs + i * d, "autoreset", steps);
-    }
-  }
-
-
- private:
-  static std::string type_of(const py::handle& h) { return py::str(py::type::of(h).attr("__name__")).cast<std::string>(); }
-
-  // Env i's action as its `step` takes it (a new reference): an int for a Discrete space, a
-  // new float32 array of the space's shape for a Box (its own copy of anvil's row, which the
-  // env may keep), made with numpy's C API (pybind11's array constructor costs more).
-  PyObject* action_of(const void* actions, std::int64_t i) const {
-    if (spec_.discrete()) return PyLong_FromLongLong(static_cast<const std::int64_t*>(actions)[i]);
-    const auto ad = spec_.action_dim();
-    const float* row = static_cast<const float*>(actions) + i * ad;
-    auto& api = py::detail::npy_api::get();
-    PyObject* a = api.PyArray_NewFromDescr_(api.PyArray_Type_, api.PyArray_DescrFromType_(py::detail::npy_api::NPY_FLOAT_),
-                                            static_cast<int>(action_shape_.size()), action_shape_.data(), nullptr,
-                                            nullptr, 0, nullptr);
-    if (!a) throw py::error_already_set();
-    std::memcpy(py::detail::array_proxy(a)->data, row, static_cast<std::size_t>(ad) * sizeof(float));
-    return a;
-  }
-
-  // An observation as a float32 row, checked (length, finiteness); held in `obs_` until the
-  // next call.
-  std::span<const float> observation(const py::handle& o, std::int64_t i, std::string_view when, std::int64_t steps) {
-    py::array_t<float, py::array::c_style | py::array::forcecast> a;
-    try {
-      a = py::array_t<float, py::array::c_style | py::array::forcecast>::ensure(o);
-    } catch (const py::error_already_set& e) {
-      throw EnvError(at_fault(i, when, steps) + "observation is " + type_of(o) + ", not an array of numbers (" +
-                     describe(e) + ")");
-    }
-    if (!a) {
-      PyErr_Clear();
-      throw EnvError(at_fault(i, when, steps) + "observation is " + type_of(o) + ", not an array of numbers");
-    }
-    obs_ = std::move(a);
-    std::span<const float> s(obs_.data(), static_cast<std::size_t>(obs_.size()));
-    check_observation(i, s, when, steps);
-    return s;
-  }
-
-  // The task of a step, from info["task"] (a name in `tasks` or its index).
-  std::int32_t task_of(const py::handle& info, std::int64_t i, std::int64_t steps) const {
-    py::object t;
-    if (py::isinstance<py::dict>(info) && info.contains("task")) t = info["task"];
-    if (!t) throw EnvError(at_fault(i, "step", steps) + "the env declares tasks, but info has no \"task\"");
-    if (py::isinstance<py::str>(t)) {
-      const auto name = t.cast<std::string>();
-      for (std::size_t k = 0; k < groups_.size(); ++k)
-        if (groups_[k] == name) return static_cast<std::int32_t>(k);
-      throw EnvError(at_fault(i, "step", steps) + "info[\"task\"] is '" + name + "', not one of the env's tasks");
-    }
-    const auto k = py::cast<std::int64_t>(py::int_(t));
-    if (k < 0 || k >= static_cast<std::int64_t>(groups_.size()))
-      throw EnvError(at_fault(i, "step", steps) + "info[\"task\"] is " + std::to_string(k) + "; the env has " +
-                     std::to_string(groups_.size()) + " tasks");
-    return static_cast<std::int32_t>(k);
-  }
-
-  // Env i's first observation of a new episode (seeded from its own stream) into `row`.
-  void reset_env(std::int64_t i, float* row, std::string_view when, std::int64_t steps) {
-    const auto seed = next_seed(i);
-    py::object result;
-    try {
-      result = envs_[static_cast<std::size_t>(i)].attr("reset")(py::arg("seed") = seed);
-    } catch (const py::error_already_set& e) {
-      throw EnvError(at_fault(i, when, steps) + describe(e));
-    }
-    if (!py::isinstance<py::tuple>(result) || py::len(result) != 2)
-      throw EnvError(at_fault(i, when, steps) + "reset() returned " + type_of(result) +
-                     (py::isinstance<py::tuple>(result) ? " of " + std::to_string(py::len(result)) + " values" : "") +
-                     "; expected (obs, info) (Gymnasium's API; the old Gym API returned obs alone)");
-    const auto o = observation(py::reinterpret_borrow<py::tuple>(result)[0], i, when, steps);
-    std::copy(o.begin(), o.end(), row);
-  }
-
-  std::vector<py::object> envs_;
-  std::vector<py::object> step_fns_;  // each env's bound `step`, looked up once
-  std::vector<Py_intptr_t> action_shape_;
-  py::array_t<float, py::array::c_style | py::array::forcecast> obs_;
-};
-
 }  // namespace
 
 AnyEnv make_env(const std::string& id, const std::map<std::string, std::string>& kwargs) {
   if (id.rfind(kPrefix, 0) != 0) throw ConfigError("env.id=" + id + ": not a python: env");
   ensure_interpreter();
-  const std::string target = id.substr(kPrefix.size());
   py::gil_scoped_acquire gil;
-  auto envs_py = support("anvil_envs");
-  // A fault of the factory or its envs, in anvil_envs' words, as a ConfigError naming env.id.
-  auto config_error = [id](const py::error_already_set& e) { return ConfigError("env.id=" + id + ": " + describe(e)); };
-  // The factory, shared by the maker's copies (it runs for the training envs and each set of
-  // evaluation envs) and released with the GIL held (the deleter takes it).
-  std::shared_ptr<py::object> held;
+  py::object factory;
   try {
-    held.reset(new py::object(envs_py.attr("import_factory")(target)), [](py::object* p) {
-      py::gil_scoped_acquire g;
-      delete p;
-    });
+    factory = support("anvil_envs").attr("import_factory")(id.substr(kPrefix.size()));
   } catch (const py::error_already_set& e) {
-    throw config_error(e);
+    throw ConfigError("env.id=" + id + ": " + describe(e));
   }
-  auto maker = [held, id, kwargs, config_error](const VecEnvConfig& cfg, std::uint64_t seed, std::int64_t first,
-                                                std::int64_t /*count*/) -> std::unique_ptr<EnvBatch> {
-    if (!cfg.suite->empty() || !cfg.tasks->empty())
-      throw ConfigError(std::string(cfg.suite->empty() ? "env.tasks" : "env.suite") + ": " + id +
-                        " declares its own tasks (its `tasks` attribute); env.suite and env.tasks choose among a C++ "
-                        "suite's");
-    py::gil_scoped_acquire g;
-    auto envs_py = support("anvil_envs");
-    try {
-      py::list made = envs_py.attr("make_envs")(*held, kwargs, first, *cfg.num_envs);
-      const auto text = py::tuple(envs_py.attr("spec")(made[0], id))[0].cast<std::string>();
-      std::vector<py::object> envs;
-      for (const auto& e : made) envs.push_back(py::reinterpret_borrow<py::object>(e));
-      return std::make_unique<PythonEnvBatch>(parse_spec(text, id), std::move(envs), seed);
-    } catch (const py::error_already_set& e) {
-      throw config_error(e);
-    }
-  };
-  const auto version = py::str(py::module_::import("sys").attr("version")).cast<std::string>();
-  AnyEnv env = AnyEnv::batched(id, std::move(maker));
-  env.with_note("python: " + id + " steps in Python " + version.substr(0, version.find(' ')) +
-                ", embedded in this process (the build's ANVIL_PYTHON, " ANVIL_PYTHON_INTERPRETER
-                "); the GIL is taken once per batched step");
-  return env;
+  return door(std::move(factory), id, kwargs,
+              "python: " + id + " steps in Python " + python_version() +
+                  ", embedded in this process (the build's ANVIL_PYTHON, " ANVIL_PYTHON_INTERPRETER
+                  "); the GIL is taken once per batched step");
 }
 
 }  // namespace anvil::envs::python

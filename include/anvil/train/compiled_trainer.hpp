@@ -80,6 +80,12 @@ class Trainer {
   /// over `defaults`; answers `--help`, `--print-config` and `--multirun`, reports bad input
   /// (exit 2) and starts the ranks of a DDP run.
   static Config start_config(const Args& args, Config defaults);
+  /// The config from `args` over `defaults` for a caller that is not a main (the Python
+  /// module): `start_config`'s reading, resume included, but bad input throws ConfigError
+  /// (its message is the line a main prints) and nothing prints, exits or starts ranks.
+  static Config configure(const Args& args, Config defaults);
+  /// What `--help` prints for this Trainer's config over `defaults`.
+  static std::string help(const std::string& program, const Config& defaults);
 
   /// Builds the run on `env` (any env: see file comment, and `BasicTrainer`).
   Trainer(const envs::AnyEnv& env, Config cfg, std::string program = {});

@@ -35,6 +35,16 @@ auto Trainer<A, B, P, X, L>::start_config(const Args& args, Config defaults) -> 
 }
 
 template <class A, class B, class P, class X, class L>
+auto Trainer<A, B, P, X, L>::configure(const Args& args, Config defaults) -> Config {
+  return anvil::configure<Config>(detail::with_resumed_run(args, defaults), std::move(defaults));
+}
+
+template <class A, class B, class P, class X, class L>
+std::string Trainer<A, B, P, X, L>::help(const std::string& program, const Config& defaults) {
+  return help_text<Config>(program, defaults);
+}
+
+template <class A, class B, class P, class X, class L>
 Trainer<A, B, P, X, L>::Trainer(const envs::AnyEnv& env, Config cfg, std::string program)
     : impl_(std::make_unique<Full>(env, std::move(cfg), std::move(program))) {}
 

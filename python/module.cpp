@@ -1,0 +1,473 @@
+// `import anvil`'s compiled part, anvil._anvil (python/anvil/__init__.py is the API a user
+// reads): the prebuilt Trainers (anvil::compiled) trained from Python, and anvil's C++ envs
+// as a batched vector env for Python.
+//
+//  - `train(algorithm, env, name, arguments)`: the config from `arguments` (a main's command
+//    line) over the Trainer's defaults, checked here with the GIL held; then the run, built
+//    and trained with the GIL released. A Python env is stepped in this interpreter (the
+//    GIL taken once per batched step: src/python_envs/python_env_batch.hpp, the bridge's own
+//    code) or in worker processes (env.workers=W: the workers library, as a C++ main).
+//    Ctrl-C during the run stops it as it stops a main (a checkpoint, then `Interrupted`),
+//    which reaches Python as KeyboardInterrupt.
+//  - `VecEnv(id, num_envs, threads, autoreset_mode, suite, tasks)`: an `EnvBatch` of one of
+//    anvil's C++ envs (envs/env_batch.hpp) stepped into numpy arrays, with no Python per env.
+
+#include <dlfcn.h>
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+#include <pybind11/stl/filesystem.h>
+
+#include <algorithm>
+#include <csignal>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <anvil/compiled.hpp>
+#include <anvil/core/command_line.hpp>
+#include <anvil/core/detail/thread_pool.hpp>
+#include <anvil/core/hyperparams.hpp>
+#include <anvil/envs/multi_agent/registry.hpp>
+#include <anvil/envs/registry.hpp>
+#include <anvil/train/signals.hpp>
+#ifdef ANVIL_WITH_MUJOCO
+#include <anvil/envs/mujoco/manipulation.hpp>
+#endif
+#ifdef ANVIL_WITH_CHIPMUNK
+#include <anvil/envs/chipmunk/push_t.hpp>
+#endif
+
+#include "python_env_batch.hpp"
+
+namespace py = pybind11;
+
+namespace anvil::envs::python {
+// anvil's Python support (anvil_envs.py, anvil_team.py): copied beside this module by the
+// build (and by an install), found from the module's own file.
+std::filesystem::path support_dir() {
+  Dl_info info{};
+  if (dladdr(reinterpret_cast<void*>(&support_dir), &info) == 0 || !info.dli_fname)
+    throw ConfigError("cannot find the anvil module's own file (dladdr), so not its Python support either");
+  return std::filesystem::path(info.dli_fname).parent_path();
+}
+}  // namespace anvil::envs::python
+
+namespace {
+
+using anvil::ConfigError;
+using anvil::envs::AnyEnv;
+namespace pyenv = anvil::envs::python;
+
+// ---- anvil's C++ envs by id --------------------------------------------------------------
+
+// The ids `env(id)` knows in this build.
+std::vector<std::string> cxx_env_ids() {
+  std::vector<std::string> ids(anvil::envs::kBuiltinEnvs.begin(), anvil::envs::kBuiltinEnvs.end());
+#ifdef ANVIL_WITH_MUJOCO
+  ids.emplace_back(anvil::envs::mujoco::Manipulation::name);
+#endif
+#ifdef ANVIL_WITH_CHIPMUNK
+  ids.emplace_back(anvil::envs::chipmunk::PushT::name);
+#endif
+  ids.insert(ids.end(), anvil::envs::kBuiltinTeamEnvs.begin(), anvil::envs::kBuiltinTeamEnvs.end());
+  return ids;
+}
+
+// One of anvil's C++ envs, through the door every env takes; a ConfigError naming env.id and
+// the ids this build knows otherwise.
+AnyEnv cxx_env(const std::string& id) {
+  for (auto n : anvil::envs::kBuiltinEnvs)
+    if (id == n) return anvil::envs::with_env(id, [](const auto& e) { return AnyEnv(e); });
+  for (auto n : anvil::envs::kBuiltinTeamEnvs)
+    if (id == n) return anvil::envs::with_team_env(id, [](const auto& e) { return AnyEnv(e); });
+#ifdef ANVIL_WITH_MUJOCO
+  if (id == anvil::envs::mujoco::Manipulation::name) return AnyEnv(anvil::envs::mujoco::Manipulation{});
+#endif
+#ifdef ANVIL_WITH_CHIPMUNK
+  if (id == anvil::envs::chipmunk::PushT::name) return AnyEnv(anvil::envs::chipmunk::PushT{});
+#endif
+  std::string known;
+  for (const auto& n : cxx_env_ids()) known += (known.empty() ? "" : ", ") + n;
+  throw ConfigError("env.id='" + id + "' is not one of anvil's C++ envs in this build; choose one of " + known +
+                    ", or pass a Python env (an object or a factory), or python:MODULE:ATTR");
+}
+
+// ---- training ----------------------------------------------------------------------------
+
+// The hyperparameter files of the mains (examples/hyperparams): beside this module when
+// installed, else the source tree's.
+std::string hyperparams_file(const char* name) {
+  const auto beside = pyenv::support_dir() / "hyperparams" / name;
+  if (std::filesystem::exists(beside)) return beside.string();
+  return std::string(ANVIL_HYPERPARAMS_DIR "/") + name;
+}
+
+// The door to the env a run trains (GIL held): `env` is an id (one of anvil's C++ envs, or
+// python:MODULE:ATTR) or a Python factory named `name`.
+// python:MODULE:ATTR a worker process imports, or empty with `why` not.
+AnyEnv training_env(const py::object& env, const std::string& name, const std::string& importable,
+                    const std::string& why, const anvil::envs::VecEnvConfig& cfg) {
+  if (*cfg.workers > 0) {
+    // The workers run this interpreter (unless ANVIL_PYTHON_EXE says another), with numpy.
+    ::setenv("ANVIL_PYTHON_EXE", py::module_::import("sys").attr("executable").cast<std::string>().c_str(), 0);
+    if (!py::isinstance<py::str>(env) && importable.empty())
+      throw ConfigError("env.workers=" + std::to_string(*cfg.workers) + ": worker processes import the env factory by "
+                        "name, and " + why + "; define it at the top level of a module and pass it (or "
+                        "python:MODULE:ATTR), or set env.workers=0");
+  }
+  if (!py::isinstance<py::str>(env)) {
+    if (*cfg.workers > 0) return anvil::envs::python_env(importable, *cfg.kwargs, *cfg.workers);
+    return pyenv::door(env, name, *cfg.kwargs,
+                       "python: " + name + " steps in this interpreter (Python " + pyenv::python_version() +
+                           "); the GIL is taken once per batched step");
+  }
+  const auto id = env.cast<std::string>();
+  if (!pyenv::is_python_id(id)) {
+    if (!cfg.kwargs->empty())
+      throw ConfigError("env.kwargs: only an env in Python takes keyword arguments; env.id is " + id);
+    return cxx_env(id);
+  }
+  if (*cfg.workers > 0) return anvil::envs::python_env(id, *cfg.kwargs, *cfg.workers);  // links no Python
+  py::object factory;
+  try {
+    factory = pyenv::support("anvil_envs").attr("import_factory")(id.substr(pyenv::kPrefix.size()));
+  } catch (const py::error_already_set& e) {
+    throw ConfigError("env.id=" + id + ": " + pyenv::describe(e));
+  }
+  return pyenv::door(std::move(factory), id, *cfg.kwargs,
+                     "python: " + id + " steps in this interpreter (Python " + pyenv::python_version() +
+                         "); the GIL is taken once per batched step");
+}
+
+py::dict fit_result(const anvil::FitResult& r, const std::filesystem::path& run_dir) {
+  py::dict d;
+  d["final_eval_return"] = r.final_eval_return;
+  d["best_eval_return"] = r.best_eval_return;
+  d["env_steps"] = r.env_steps;
+  d["updates"] = r.updates;
+  d["wall_seconds"] = r.wall_seconds;
+  d["run_dir"] = run_dir.string();
+  return d;
+}
+
+// Trains with the prebuilt Trainer `T`: the config checked with the GIL held, the run built
+// and trained with it released (a Python env takes it to step).
+struct EnvArg {
+  const py::object& env;
+  const std::string &name, &importable, &why;
+};
+
+template <class T>
+py::dict train_with(const EnvArg& e, const anvil::Args& args, typename T::Config defaults) {
+  const auto cfg = T::configure(args, std::move(defaults));
+  const AnyEnv door = training_env(e.env, e.name, e.importable, e.why, *cfg.env);
+  anvil::FitResult result;
+  std::filesystem::path run_dir;
+  {
+    py::gil_scoped_release nogil;
+    T trainer(door, cfg, args.program);
+    result = trainer.fit();  // Interrupted (Ctrl-C) comes out of here, after its checkpoint
+    run_dir = trainer.run_dir();
+  }
+  std::fflush(stdout);
+  return fit_result(result, run_dir);
+}
+
+py::dict train(const std::string& algorithm, const py::object& env, const std::string& name,
+               const std::string& importable, const std::string& why, const std::vector<std::string>& arguments) {
+  auto args = anvil::parse_args(arguments);
+  const EnvArg e{env, name, importable, why};
+  const bool builtin = py::isinstance<py::str>(env) && !pyenv::is_python_id(env.cast<std::string>());
+  if (algorithm == "sac") {
+    using T = anvil::compiled::Trainer<anvil::SAC, anvil::UniformBuffer>;
+    if (builtin) args = anvil::with_hyperparameters(args, hyperparams_file("sac.yaml"), env.cast<std::string>());
+    return train_with<T>(e, args, {});
+  }
+  if (algorithm == "ppo") {
+    using T = anvil::compiled::Trainer<anvil::PPO, anvil::RolloutBuffer>;
+    if (builtin) args = anvil::with_hyperparameters(args, hyperparams_file("ppo.yaml"), env.cast<std::string>());
+    return train_with<T>(e, args, {});
+  }
+  if (algorithm == "mt_sac") {
+    using T = anvil::compiled::Trainer<anvil::MultiTaskSAC, anvil::UniformBuffer>;
+    return train_with<T>(e, args, {});
+  }
+  throw ConfigError("algorithm='" + algorithm + "': choose one of sac, ppo, mt_sac");
+}
+
+std::string config_help(const std::string& algorithm) {
+  if (algorithm == "sac") return anvil::compiled::Trainer<anvil::SAC, anvil::UniformBuffer>::help("anvil.train('sac')", {});
+  if (algorithm == "ppo") return anvil::compiled::Trainer<anvil::PPO, anvil::RolloutBuffer>::help("anvil.train('ppo')", {});
+  if (algorithm == "mt_sac")
+    return anvil::compiled::Trainer<anvil::MultiTaskSAC, anvil::UniformBuffer>::help("anvil.train('mt_sac')", {});
+  throw ConfigError("algorithm='" + algorithm + "': choose one of sac, ppo, mt_sac");
+}
+
+// ---- anvil's C++ envs as a vector env for Python ------------------------------------------
+
+// N of one of anvil's C++ envs stepped into numpy arrays (see anvil/__init__.py, VectorEnv,
+// for the Python face: Gymnasium's VectorEnv shape). "next_step" autoreset (Gymnasium 1.x's
+// default): the step that ends an episode returns its last observation, and the env's next
+// step starts the new episode (the action is ignored; reward 0, not terminated or truncated);
+// "same_step": the step that ends an episode returns the new episode's first observation,
+// and the last one in infos["final_obs"].
+class VecEnv {
+ public:
+  VecEnv(const std::string& id, int num_envs, int threads, const std::string& autoreset_mode, const std::string& suite,
+         const std::vector<std::string>& tasks)
+      : door_(cxx_env(id)), pool_(std::max(1, threads)) {
+    if (num_envs < 1) throw ConfigError("num_envs=" + std::to_string(num_envs) + ": needs 1 or more envs");
+    if (threads < 0) throw ConfigError("threads=" + std::to_string(threads) + ": 0 (this thread) or more threads");
+    if (autoreset_mode != "next_step" && autoreset_mode != "same_step")
+      throw ConfigError("autoreset_mode='" + autoreset_mode + "': choose next_step (Gymnasium's default) or same_step");
+    same_step_ = autoreset_mode == "same_step";
+    cfg_.id = id;
+    cfg_.num_envs = num_envs;
+    cfg_.suite = suite;
+    cfg_.tasks = tasks;
+    make(std::random_device{}());
+  }
+
+  [[nodiscard]] std::int64_t num_envs() const noexcept { return n_; }
+  [[nodiscard]] const anvil::EnvSpec& spec() const noexcept { return batch_->spec(); }
+  [[nodiscard]] std::vector<std::string> tasks() const { return batch_->groups(); }
+
+  py::tuple reset(std::optional<std::uint64_t> seed) {
+    if (seed) make(*seed);
+    {
+      py::gil_scoped_release nogil;
+      batch_->reset(obs_.data(), steps_);
+    }
+    std::fill(pending_.begin(), pending_.end(), 0);
+    started_ = true;
+    py::dict infos;
+    if (batch_->has_tasks()) infos["task"] = tasks_array();
+    return py::make_tuple(rows(obs_), infos);
+  }
+
+  py::tuple step(const py::array& actions) {
+    if (!started_) throw anvil::Error("step() before reset(): call reset(seed=...) first");
+    const auto d = spec().obs_dim();
+    const void* act = action_rows(actions);
+    py::array_t<float> obs({n_, d});
+    py::array_t<double> reward(n_);
+    py::array_t<bool> terminated(n_), truncated(n_);
+    float* o = obs.mutable_data();
+    double* r = reward.mutable_data();
+    bool* te = terminated.mutable_data();
+    bool* tr = truncated.mutable_data();
+    const anvil::envs::StepRows rows{obs_.data(), next_.data(), reward_.data(), term_.data(), trunc_.data(),
+                                     batch_->has_tasks() ? task_.data() : nullptr, ended_.data()};
+    {
+      py::gil_scoped_release nogil;
+      // Envs whose episode ended last step (next_step) only start the new one: not stepped.
+      pool_.parallel_for(n_, [&](std::int64_t begin, std::int64_t end) {
+        for (std::int64_t i = begin; i < end;) {
+          if (pending_[static_cast<std::size_t>(i)]) {
+            ++i;
+            continue;
+          }
+          std::int64_t j = i;
+          while (j < end && !pending_[static_cast<std::size_t>(j)]) ++j;
+          batch_->step(i, j, act, rows, steps_);
+          i = j;
+        }
+      });
+    }
+    ++steps_;
+    bool any_end = false;
+    for (std::int64_t i = 0; i < n_; ++i) {
+      const auto k = static_cast<std::size_t>(i);
+      float* out = o + i * d;
+      if (pending_[k]) {  // the new episode's first observation, from the step that ended the last
+        std::copy_n(obs_.data() + i * d, d, out);
+        r[i] = 0.0;
+        te[i] = tr[i] = false;
+        pending_[k] = 0;
+        ended_[k] = {};
+        continue;
+      }
+      r[i] = reward_[k];
+      te[i] = term_[k] != 0.0f;
+      tr[i] = trunc_[k] != 0.0f;
+      const bool ended = ended_[k].length > 0;
+      any_end = any_end || ended;
+      std::copy_n((ended && !same_step_ ? next_ : obs_).data() + i * d, d, out);
+      if (ended && !same_step_) pending_[k] = 1;
+    }
+    py::dict infos;
+    if (batch_->has_tasks()) infos["task"] = tasks_array();
+    if (any_end) episode_infos(infos);
+    return py::make_tuple(obs, reward, terminated, truncated, infos);
+  }
+
+ private:
+  // The batch, seeded from `seed` (env i's episodes from its own stream).
+  void make(std::uint64_t seed) {
+    batch_ = door_.batch_maker()(cfg_, seed, 0, 0);
+    n_ = batch_->size();
+    const auto d = batch_->spec().obs_dim();
+    obs_.assign(static_cast<std::size_t>(n_ * d), 0.0f);
+    next_.assign(obs_.size(), 0.0f);
+    reward_.assign(static_cast<std::size_t>(n_), 0.0f);
+    term_ = trunc_ = reward_;
+    task_.assign(static_cast<std::size_t>(n_), -1);
+    ended_.assign(static_cast<std::size_t>(n_), {});
+    pending_.assign(static_cast<std::size_t>(n_), 0);
+    steps_ = 0;
+  }
+
+  py::array_t<float> rows(const std::vector<float>& v) const {
+    py::array_t<float> a({n_, spec().obs_dim()});
+    std::copy(v.begin(), v.end(), a.mutable_data());
+    return a;
+  }
+  py::array_t<std::int64_t> tasks_array() const {
+    py::array_t<std::int64_t> a(n_);
+    std::copy(task_.begin(), task_.end(), a.mutable_data());
+    return a;
+  }
+
+  // Gymnasium's episode statistics (RecordEpisodeStatistics' keys) for the envs whose
+  // episode ended in this step, each with its mask ("_episode"); same_step adds the last
+  // observations ("final_obs", "_final_obs").
+  void episode_infos(py::dict& infos) const {
+    py::array_t<double> ret(n_);
+    py::array_t<std::int64_t> len(n_);
+    py::array_t<bool> mask(n_), success(n_);
+    for (std::int64_t i = 0; i < n_; ++i) {
+      const auto& e = ended_[static_cast<std::size_t>(i)];
+      mask.mutable_data()[i] = e.length > 0;
+      ret.mutable_data()[i] = e.length > 0 ? e.episode_return : 0.0;
+      len.mutable_data()[i] = e.length;
+      success.mutable_data()[i] = e.success > 0;
+    }
+    py::dict episode;
+    episode["r"] = ret;
+    episode["l"] = len;
+    if (batch_->reports_success()) episode["success"] = success;
+    infos["episode"] = episode;
+    infos["_episode"] = mask;
+    if (same_step_) {
+      infos["final_obs"] = rows(next_);
+      infos["_final_obs"] = mask;
+    }
+  }
+
+  // The actions as the batch reads them: float32 [N, action_dim] for a Box (a 1-D array when
+  // the action has one number), int64 [N] for Discrete; a ValueError naming the shape or the
+  // env at fault otherwise.
+  const void* action_rows(const py::array& actions) {
+    const auto& s = spec();
+    if (s.discrete()) {
+      if (actions.dtype().kind() != 'i' && actions.dtype().kind() != 'u')
+        throw py::type_error("actions: " + py::str(actions.dtype()).cast<std::string>() + " for a Discrete action space; " +
+                             "expected integers, shape (" + std::to_string(n_) + ",)");
+      discrete_ = py::array_t<std::int64_t, py::array::c_style | py::array::forcecast>::ensure(actions);
+      if (discrete_.ndim() != 1 || discrete_.shape(0) != n_)
+        throw py::value_error("actions: shape " + shape_of(actions) + "; expected (" + std::to_string(n_) + ",)");
+      const auto n = std::get<anvil::Discrete>(s.action).n;
+      for (std::int64_t i = 0; i < n_; ++i)
+        if (discrete_.data()[i] < 0 || discrete_.data()[i] >= n)
+          throw py::value_error("actions[" + std::to_string(i) + "] is " + std::to_string(discrete_.data()[i]) + "; " +
+                                s.name + " has actions 0 to " + std::to_string(n - 1));
+      return discrete_.data();
+    }
+    const auto ad = s.action_dim();
+    continuous_ = py::array_t<float, py::array::c_style | py::array::forcecast>::ensure(actions);
+    if (!continuous_) {
+      PyErr_Clear();
+      throw py::type_error("actions: not an array of numbers");
+    }
+    const bool ok = (continuous_.ndim() == 2 && continuous_.shape(0) == n_ && continuous_.shape(1) == ad) ||
+                    (continuous_.ndim() == 1 && ad == 1 && continuous_.shape(0) == n_);
+    if (!ok)
+      throw py::value_error("actions: shape " + shape_of(actions) + "; expected (" + std::to_string(n_) + ", " +
+                            std::to_string(ad) + ")");
+    return continuous_.data();
+  }
+  static std::string shape_of(const py::array& a) {
+    std::string s = "(";
+    for (py::ssize_t k = 0; k < a.ndim(); ++k) s += (k ? ", " : "") + std::to_string(a.shape(k));
+    return s + (a.ndim() == 1 ? ",)" : ")");
+  }
+
+  AnyEnv door_;
+  anvil::envs::VecEnvConfig cfg_;
+  std::unique_ptr<anvil::envs::EnvBatch> batch_;
+  anvil::detail::ThreadPool pool_;
+  std::int64_t n_ = 0, steps_ = 0;
+  bool same_step_ = false, started_ = false;
+  std::vector<float> obs_, next_, reward_, term_, trunc_;
+  std::vector<std::int64_t> task_;
+  std::vector<anvil::envs::EpisodeEnd> ended_;
+  std::vector<std::uint8_t> pending_;
+  py::array_t<std::int64_t, py::array::c_style | py::array::forcecast> discrete_;
+  py::array_t<float, py::array::c_style | py::array::forcecast> continuous_;
+};
+
+py::dict space_of(const anvil::EnvSpec& s) {
+  py::dict d;
+  d["obs_low"] = s.observation.low;
+  d["obs_high"] = s.observation.high;
+  if (s.discrete()) {
+    d["action_n"] = std::get<anvil::Discrete>(s.action).n;
+  } else {
+    d["action_low"] = std::get<anvil::Box>(s.action).low;
+    d["action_high"] = std::get<anvil::Box>(s.action).high;
+  }
+  if (s.agents.multi_agent())
+    d["agents"] = py::make_tuple(s.agents.agents, s.agents.obs_dim, s.agents.num_actions, s.agents.state_dim);
+  return d;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_anvil, m) {
+  m.doc() = "anvil's compiled part; the API is the anvil package (python/anvil/__init__.py)";
+  // anvil's errors as Python's: a ConfigError is a ValueError (bad input), the others
+  // RuntimeErrors; an EnvError names the env, the step and the field.
+  static py::exception<anvil::Error> error(m, "Error", PyExc_RuntimeError);
+  static py::exception<anvil::ConfigError> config_error(m, "ConfigError", PyExc_ValueError);
+  static py::exception<anvil::envs::EnvError> env_error(m, "EnvError", error.ptr());
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const anvil::Interrupted& e) {
+      // Ctrl-C (or SIGTERM) stopped the run after its checkpoint: Python's own way of saying so
+      const std::string msg = std::string("stopped ") + e.what();
+      if (e.signal() == SIGINT) PyErr_SetString(PyExc_KeyboardInterrupt, msg.c_str());
+      else PyErr_SetObject(PyExc_SystemExit, py::int_(e.exit_code()).ptr());
+    } catch (const anvil::ConfigError& e) {
+      config_error(e.what());
+    } catch (const anvil::envs::EnvError& e) {
+      env_error(e.what());
+    } catch (const anvil::Error& e) {
+      error(e.what());
+    }
+  });
+
+  m.def("train", &train, py::arg("algorithm"), py::arg("env"), py::arg("name"), py::arg("importable"), py::arg("why"),
+        py::arg("arguments"));
+  m.def("config_help", &config_help, py::arg("algorithm"));
+  m.def("env_ids", &cxx_env_ids);
+  m.def("python_version_note", [] { return pyenv::python_version(); });
+
+  py::class_<VecEnv>(m, "VecEnv")
+      .def(py::init<const std::string&, int, int, const std::string&, const std::string&, const std::vector<std::string>&>(),
+           py::arg("id"), py::arg("num_envs"), py::arg("threads") = 0, py::arg("autoreset_mode") = "next_step",
+           py::arg("suite") = "", py::arg("tasks") = std::vector<std::string>{})
+      .def_property_readonly("num_envs", &VecEnv::num_envs)
+      .def_property_readonly("spec", [](const VecEnv& v) { return space_of(v.spec()); })
+      .def_property_readonly("tasks", &VecEnv::tasks)
+      .def_property_readonly("name", [](const VecEnv& v) { return v.spec().name; })
+      .def("_reset", &VecEnv::reset, py::arg("seed") = py::none())
+      .def("step", &VecEnv::step, py::arg("actions"));
+}
