@@ -19,7 +19,9 @@
 #include <pybind11/stl/filesystem.h>
 
 #include <algorithm>
+#include <chrono>
 #include <csignal>
+#include <cstdlib>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -164,9 +166,40 @@ struct EnvArg {
   const std::string &name, &importable, &why;
 };
 
+// For a run whose envs step in worker processes: PYTHONPATH set to this interpreter's
+// sys.path while the run lasts (workers start with the run and with each set of evaluation
+// envs), so a worker imports the factory as this interpreter did; the old value after.
+class WorkersPath {
+ public:
+  explicit WorkersPath(bool workers) {
+    if (!workers) return;
+    if (const char* p = std::getenv("PYTHONPATH")) old_ = p;
+    std::string path;
+    for (const auto& entry : py::module_::import("sys").attr("path")) {
+      auto dir = py::str(entry).cast<std::string>();
+      if (dir.empty()) dir = std::filesystem::current_path().string();  // "" is the current directory
+      path += (path.empty() ? "" : ":") + dir;
+    }
+    ::setenv("PYTHONPATH", path.c_str(), 1);
+    set_ = true;
+  }
+  WorkersPath(const WorkersPath&) = delete;
+  WorkersPath& operator=(const WorkersPath&) = delete;
+  ~WorkersPath() {
+    if (!set_) return;
+    if (old_) ::setenv("PYTHONPATH", old_->c_str(), 1);
+    else ::unsetenv("PYTHONPATH");
+  }
+
+ private:
+  bool set_ = false;
+  std::optional<std::string> old_;
+};
+
 template <class T>
 py::dict train_with(const EnvArg& e, const anvil::Args& args, typename T::Config defaults) {
   const auto cfg = T::configure(args, std::move(defaults));
+  const WorkersPath path(*cfg.env->workers > 0);
   const AnyEnv door = training_env(e.env, e.name, e.importable, e.why, *cfg.env);
   anvil::FitResult result;
   std::filesystem::path run_dir;
@@ -247,9 +280,7 @@ class VecEnv {
     }
     std::fill(pending_.begin(), pending_.end(), 0);
     started_ = true;
-    py::dict infos;
-    if (batch_->has_tasks()) infos["task"] = tasks_array();
-    return py::make_tuple(rows(obs_), infos);
+    return py::make_tuple(rows(obs_), py::dict());
   }
 
   py::tuple step(const py::array& actions) {
@@ -413,6 +444,29 @@ class VecEnv {
   py::array_t<float, py::array::c_style | py::array::forcecast> continuous_;
 };
 
+// Microseconds per batched step of `num_envs` of env `id` stepped by a C++ loop over its
+// EnvBatch (zero actions; no Python, no numpy): what make_vec's step is measured against
+// (benchmarks/python_module_vec.py).
+double bare_step_us(const std::string& id, int num_envs, std::int64_t batches) {
+  anvil::envs::VecEnvConfig cfg;
+  cfg.id = id;
+  cfg.num_envs = num_envs;
+  auto batch = cxx_env(id).batch_maker()(cfg, 1, 0, 0);
+  const auto n = batch->size(), d = batch->spec().obs_dim();
+  std::vector<float> obs(static_cast<std::size_t>(n * d)), next(obs.size()), reward(static_cast<std::size_t>(n)),
+      term(reward.size()), trunc(reward.size()), actions(static_cast<std::size_t>(n * batch->spec().action_dim()));
+  std::vector<std::int64_t> task(static_cast<std::size_t>(n)), discrete(static_cast<std::size_t>(n));
+  std::vector<anvil::envs::EpisodeEnd> ended(static_cast<std::size_t>(n));
+  const anvil::envs::StepRows rows{obs.data(), next.data(), reward.data(), term.data(), trunc.data(), task.data(), ended.data()};
+  const void* act = batch->spec().discrete() ? static_cast<const void*>(discrete.data()) : actions.data();
+  py::gil_scoped_release nogil;
+  batch->reset(obs.data(), 0);
+  const auto t0 = std::chrono::steady_clock::now();
+  for (std::int64_t k = 0; k < batches; ++k) batch->step(0, n, act, rows, k);
+  const std::chrono::duration<double, std::micro> us = std::chrono::steady_clock::now() - t0;
+  return us.count() / static_cast<double>(batches);
+}
+
 py::dict space_of(const anvil::EnvSpec& s) {
   py::dict d;
   d["obs_low"] = s.observation.low;
@@ -442,7 +496,8 @@ PYBIND11_MODULE(_anvil, m) {
       if (p) std::rethrow_exception(p);
     } catch (const anvil::Interrupted& e) {
       // Ctrl-C (or SIGTERM) stopped the run after its checkpoint: Python's own way of saying so
-      const std::string msg = std::string("stopped ") + e.what();
+      const std::string msg = std::string("stopped ") + e.what() +
+                              "; from Python: anvil.train with the same run_dir and config {'run.resume': 'auto'}";
       if (e.signal() == SIGINT) PyErr_SetString(PyExc_KeyboardInterrupt, msg.c_str());
       else PyErr_SetObject(PyExc_SystemExit, py::int_(e.exit_code()).ptr());
     } catch (const anvil::ConfigError& e) {
@@ -458,7 +513,7 @@ PYBIND11_MODULE(_anvil, m) {
         py::arg("arguments"));
   m.def("config_help", &config_help, py::arg("algorithm"));
   m.def("env_ids", &cxx_env_ids);
-  m.def("python_version_note", [] { return pyenv::python_version(); });
+  m.def("_bare_step_us", &bare_step_us, py::arg("id"), py::arg("num_envs"), py::arg("batches"));
 
   py::class_<VecEnv>(m, "VecEnv")
       .def(py::init<const std::string&, int, int, const std::string&, const std::string&, const std::vector<std::string>&>(),

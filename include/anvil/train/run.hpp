@@ -476,7 +476,11 @@ class Run {
         if (!resume_file_.empty()) resume_apply_ = checkpoints_.read(resume_file_);  // all checks, nothing changed
       }
       std::string header = "# " + s_.program + ", config hash " + s_.config_hash + "\n";
-      for (const auto& [k, v] : s_.provenance) header += "# " + k + ": " + v + "\n";
+      for (const auto& [k, v] : s_.provenance) {  // a value's own line breaks (a `python -c` script) stay comments
+        header += "# " + k + ": ";
+        for (char c : v) header += c == '\n' ? std::string("\n#   ") : std::string(1, c);
+        header += "\n";
+      }
       write_file_atomic(run_dir_ / "config.yaml", header + s_.config_yaml);
     }
     // Every rank takes part in log rows; rank 0 writes them.

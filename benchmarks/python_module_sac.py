@@ -1,0 +1,95 @@
+#!/usr/bin/python3
+"""SAC on the numpy Pendulum (tests/python/envs/pendulum.py) trained by `anvil.train` (the
+prebuilt C++ Trainer, the env stepped in this interpreter) against a whole SAC training run
+in PyTorch (benchmarks/reference/sac_pendulum_train.py), same settings on both sides: 20,000
+env steps, 1,000 random ones first, one update per step, 256x256 networks, batch 256,
+learning rate 1e-3, 10 evaluation episodes every 2,000 steps and at the end; one thread each
+(torch.set_num_threads(1); anvil's run.threads=1, run.update_threads=1; OMP_NUM_THREADS=1).
+Each run is a fresh process, the two sides interleaved seed by seed. One JSON line per run
+(training seconds, whole-process seconds, final evaluation return) and one for the ratios.
+
+    PYTHONPATH=build/python /usr/bin/python3 benchmarks/python_module_sac.py [--seeds 0 1 2]
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ENVS = os.path.join(HERE, "..", "tests", "python", "envs")
+
+ANVIL = """
+import ctypes, json, sys, time
+import anvil, pendulum
+seed, steps, run_dir = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+config = {"train.steps": steps, "train.learning_starts": 1000, "train.eval_interval": 2000, "train.eval_episodes": 10,
+          "sac.actor_lr": 1e-3, "sac.critic_lr": 1e-3, "sac.alpha_lr": 1e-3, "sac.batch_size": 256,
+          "run.seed": seed, "run.threads": 1, "run.update_threads": 1, "run.progress": "off"}
+t0 = time.perf_counter()
+s = anvil.train("sac", pendulum.Pendulum, config=config, run_dir=run_dir)
+seconds = time.perf_counter() - t0
+fn = ctypes.CDLL(None).openblas_get_corename
+fn.restype = ctypes.c_char_p
+print(json.dumps({"final_eval_return": s["final_eval_return"], "train_seconds": seconds, "updates": s["updates"],
+                  "openblas_core": fn().decode()}))
+"""
+
+
+def cpu_model():
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return "unknown"
+
+
+def run(cmd, env):
+    t0 = time.perf_counter()
+    r = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    if r.returncode != 0:
+        sys.exit(f"{cmd[:3]} failed:\n{r.stdout}\n{r.stderr}")
+    return json.loads(r.stdout.strip().splitlines()[-1]), wall
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    ap.add_argument("--steps", type=int, default=20_000)
+    args = ap.parse_args()
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    for k in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"):
+        env.pop(k, None)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (env.get("PYTHONPATH", ""), ENVS) if p)
+    rows = {"anvil": [], "pytorch": []}
+    with tempfile.TemporaryDirectory() as tmp:
+        for i, seed in enumerate(args.seeds):
+            sides = [("anvil", [sys.executable, "-c", ANVIL, str(seed), str(args.steps), f"{tmp}/run{seed}"]),
+                     ("pytorch", [sys.executable, os.path.join(HERE, "reference", "sac_pendulum_train.py"),
+                                  "--seed", str(seed), "--threads", "1", "--steps", str(args.steps)])]
+            for side, cmd in (sides if i % 2 == 0 else sides[::-1]):
+                out, wall = run(cmd, env)
+                row = {"name": f"sac_numpy_pendulum_{side}", "seed": seed, "steps": args.steps,
+                       "final_eval_return": round(out["final_eval_return"], 1),
+                       "train_seconds": round(out["train_seconds"], 2), "process_seconds": round(wall, 2),
+                       "cpu": cpu_model(), "openblas_core": out.get("openblas_core")}
+                rows[side].append(row)
+                print(json.dumps(row), flush=True)
+    med = {s: {k: statistics.median(r[k] for r in rows[s]) for k in ("train_seconds", "process_seconds")} for s in rows}
+    a_ret = [r["final_eval_return"] for r in rows["anvil"]]
+    p_ret = [r["final_eval_return"] for r in rows["pytorch"]]
+    print(json.dumps({"name": "sac_numpy_pendulum_anvil_train_vs_pytorch",
+                      "train_speedup": round(med["pytorch"]["train_seconds"] / med["anvil"]["train_seconds"], 2),
+                      "process_speedup": round(med["pytorch"]["process_seconds"] / med["anvil"]["process_seconds"], 2),
+                      "target": 2.0, "anvil_returns": a_ret, "pytorch_returns": p_ret,
+                      # learning within the reference's range: no anvil seed below the reference's worst
+                      "anvil_within_reference_range": min(a_ret) >= min(p_ret),
+                      "cpu": cpu_model(), "seeds": args.seeds}))
+
+
+if __name__ == "__main__":
+    main()

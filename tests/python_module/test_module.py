@@ -1,0 +1,243 @@
+"""`import anvil` (python/): training through the prebuilt Trainers (a Python env, a C++ env,
+worker processes), the config's errors, Ctrl-C, the GIL, and anvil's C++ envs as a
+vector env (shapes, seeds, autoreset, threads). The package is the build's (the folder
+ANVIL_PYTHON_PACKAGE names: build/python); the test envs are tests/python/envs."""
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+PACKAGE = os.environ.get("ANVIL_PYTHON_PACKAGE", "")
+ENVS = str(Path(__file__).resolve().parent.parent / "python" / "envs")
+EXAMPLES = Path(os.environ.get("ANVIL_EXAMPLES", "/nonexistent"))
+
+if not PACKAGE or not os.path.exists(os.path.join(PACKAGE, "anvil", "__init__.py")):
+    pytest.skip("ANVIL_PYTHON_PACKAGE does not name a built anvil package (build/python)", allow_module_level=True)
+sys.path[:0] = [PACKAGE, ENVS]
+
+import anvil  # noqa: E402
+import pendulum  # noqa: E402
+
+QUICK = {"train.steps": 1200, "train.learning_starts": 400, "train.eval_interval": 600, "train.eval_episodes": 2,
+         "run.update_threads": 1}
+
+
+def short(tmp_path, **more):
+    return {**QUICK, **more}
+
+
+# ---- train ---------------------------------------------------------------------------------
+
+def test_train_a_python_env_class_writes_the_run_and_returns_its_summary(tmp_path):
+    s = anvil.train("sac", pendulum.Pendulum, config=short(tmp_path), run_dir=tmp_path / "run")
+    assert s["status"] == "finished" and s["env_steps"] == 1200 and s["updates"] > 0
+    assert np.isfinite(s["final_eval_return"])
+    assert s["config"]["env.id"] == "python:pendulum:Pendulum"
+    for f in ("config.yaml", "training.log", "metrics.csv", "summary.json"):
+        assert (tmp_path / "run" / f).exists(), f
+
+
+def test_train_an_env_object_leaves_the_object_untouched_and_key_value_strings(tmp_path):
+    env = pendulum.Pendulum(g=9.0)
+    s = anvil.train("sac", env, config=[f"{k}={v}" for k, v in QUICK.items()], run_dir=tmp_path / "run")
+    assert s["env_steps"] == 1200
+    assert env.steps == 0  # deep copies stepped, not the object
+
+
+def test_train_ppo_on_a_cxx_env_by_id_takes_the_mains_hyperparameters(tmp_path):
+    s = anvil.train("ppo", "CartPole-v1", config={"train.steps": 2048, "run.update_threads": 1}, run_dir=tmp_path / "r")
+    assert s["env_steps"] >= 2048
+    assert s["config"]["env.num_envs"] == 8  # examples/hyperparams/ppo.yaml's CartPole-v1 block
+
+
+@pytest.mark.skipif("Manipulation" not in anvil.envs(), reason="built without MuJoCo")
+def test_train_mt_sac_on_the_manipulation_suite(tmp_path):
+    s = anvil.train("mt_sac", "Manipulation", config={"env.tasks": ["reach", "push"], "train.steps": 600,
+                                                     "train.learning_starts": 300, "train.eval_interval": 600,
+                                                     "train.eval_episodes": 2, "env.num_envs": 2,
+                                                     "run.update_threads": 1}, run_dir=tmp_path / "mt")
+    assert s["env_steps"] == 600 and s["status"] == "finished"
+
+
+def test_bad_keys_raise_the_line_the_mains_print(tmp_path):
+    with pytest.raises(anvil.ConfigError) as e:
+        anvil.train("sac", pendulum.Pendulum, config={"train.stepz": 3})
+    assert str(e.value) == "command line '--train.stepz=3': unknown key 'train.stepz'; did you mean 'train.steps'?"
+    main = EXAMPLES / "train_sac"
+    if main.exists():  # the very line train_sac prints (after "error: ")
+        r = subprocess.run([str(main), "--train.stepz=3"], capture_output=True, text=True, cwd=tmp_path)
+        assert r.returncode == 2 and r.stderr.strip() == "error: " + str(e.value)
+    with pytest.raises(anvil.ConfigError, match="sac.batch_size"):
+        anvil.train("sac", pendulum.Pendulum, config={"sac.batch_size": -1})
+    with pytest.raises(anvil.ConfigError, match="algorithm='dqn'"):
+        anvil.train("dqn", pendulum.Pendulum)
+    with pytest.raises(anvil.ConfigError, match="env.id='Pong'"):
+        anvil.train("sac", "Pong")
+    with pytest.raises(TypeError, match="neither an env id"):
+        anvil.train("sac", 42)
+    assert issubclass(anvil.ConfigError, ValueError)
+
+
+def test_an_env_that_fails_is_named_with_its_step(tmp_path):
+    import faulty
+    with pytest.raises(anvil.EnvError, match=r"env 0 of 1: step 50 .*ValueError"):
+        anvil.train("sac", faulty.Raises, config={**QUICK, "env.kwargs.after": 50}, run_dir=tmp_path / "f")
+
+
+def test_workers_refuse_a_lambda_and_import_a_module_level_factory(tmp_path):
+    with pytest.raises(anvil.ConfigError, match="lambda"):
+        anvil.train("sac", lambda: pendulum.Pendulum(), config={**QUICK, "env.workers": 1})
+    s = anvil.train("sac", pendulum.make, config={**QUICK, "env.workers": 1, "env.num_envs": 2},
+                    run_dir=tmp_path / "w")
+    assert s["env_steps"] == 1200
+
+
+def test_the_gil_is_free_while_anvil_trains(tmp_path):
+    ticks = []
+    stop = threading.Event()
+
+    def tick():
+        while not stop.is_set():
+            ticks.append(time.monotonic())
+            time.sleep(0.001)
+
+    t = threading.Thread(target=tick)
+    t.start()
+    begin = time.monotonic()
+    anvil.train("sac", "Pendulum-v1", config={**QUICK, "train.steps": 1500, "run.tensorboard": False},
+                run_dir=tmp_path / "gil")
+    end = time.monotonic()
+    stop.set()
+    t.join()
+    inside = [x for x in ticks if begin + 0.2 < x < end - 0.2]
+    # a tick a millisecond (sleep's overshoot included, ~1.1 ms) when the GIL is free; none if held
+    assert end - begin > 1.0
+    assert len(inside) > 0.3 * (end - begin - 0.4) * 1000, (len(inside), end - begin)
+
+
+CTRL_C = """
+import os, sys, anvil, pendulum
+try:
+    anvil.train("sac", pendulum.Pendulum, config={"train.steps": 200000, "train.learning_starts": 300,
+                                                  "run.update_threads": 1}, run_dir="run")
+    print("FINISHED")
+except KeyboardInterrupt as e:
+    print("KeyboardInterrupt:", e, flush=True)
+    s = anvil.train("sac", pendulum.Pendulum, config={"train.steps": 2500, "run.resume": "auto",
+                                                      "run.update_threads": 1}, run_dir="run")
+    print("RESUMED", s["env_steps"], s["status"], flush=True)
+"""
+
+
+def test_ctrl_c_writes_a_checkpoint_and_raises_keyboard_interrupt(tmp_path):
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([PACKAGE, ENVS]))
+    p = subprocess.Popen([sys.executable, "-c", CTRL_C], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, text=True)
+    log = tmp_path / "run" / "metrics.csv"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not (log.exists() and log.read_text().count("\n") >= 2):
+        time.sleep(0.1)  # a row after the first 1000 steps: the run is under way
+    p.send_signal(signal.SIGINT)
+    out, _ = p.communicate(timeout=120)
+    assert p.returncode == 0, out
+    assert "KeyboardInterrupt: stopped by SIGINT at env step" in out, out
+    assert "FINISHED" not in out
+    assert list((tmp_path / "run").glob("checkpoint-*.ckpt")), out
+    assert "RESUMED 2500 finished" in out, out
+
+
+# ---- make_vec ------------------------------------------------------------------------------
+
+def test_make_vec_shapes_spaces_and_bad_actions():
+    envs = anvil.make_vec("Pendulum-v1", 16)
+    assert envs.num_envs == 16 and envs.single_observation_space.shape == (3,)
+    assert envs.action_space.shape == (16, 1) and envs.single_action_space.shape == (1,)
+    obs, infos = envs.reset(seed=0)
+    assert obs.shape == (16, 3) and obs.dtype == np.float32 and infos == {}
+    obs, r, te, tr, infos = envs.step(np.zeros((16, 1), np.float32))
+    assert obs.shape == (16, 3) and r.shape == (16,) and r.dtype == np.float64
+    assert te.dtype == np.bool_ and tr.dtype == np.bool_ and not te.any() and not tr.any()
+    envs.step(np.zeros(16))  # one number per action: a 1-D array is taken
+    with pytest.raises(ValueError, match=r"actions: shape \(8, 1\); expected \(16, 1\)"):
+        envs.step(np.zeros((8, 1)))
+    cart = anvil.make_vec("CartPole-v1", 4)
+    cart.reset(seed=1)
+    cart.step(np.array([0, 1, 0, 1]))
+    with pytest.raises(TypeError, match="expected integers"):
+        cart.step(np.zeros(4, np.float32))
+    with pytest.raises(ValueError, match=r"actions\[2\] is 5"):
+        cart.step(np.array([0, 1, 5, 1]))
+    with pytest.raises(anvil.Error, match="before reset"):
+        anvil.make_vec("Acrobot-v1", 2).step(np.zeros(2, np.int64))
+    with pytest.raises(anvil.ConfigError, match="env.id='Nope'"):
+        anvil.make_vec("Nope", 2)
+
+
+def rollout(envs, seed, steps, rng_seed=5):
+    rng = np.random.default_rng(rng_seed)
+    out = [envs.reset(seed=seed)[0]]
+    for _ in range(steps):
+        a = rng.uniform(-2, 2, size=(envs.num_envs, 1)).astype(np.float32)
+        out.append(envs.step(a))
+    return out
+
+
+def test_make_vec_seeds_repeat_and_differ_between_envs():
+    a = anvil.make_vec("Pendulum-v1", 4)
+    o1 = a.reset(seed=7)[0]
+    o2 = a.reset(seed=7)[0]
+    o3 = a.reset(seed=8)[0]
+    assert np.array_equal(o1, o2) and not np.array_equal(o1, o3)
+    assert len({tuple(row) for row in o1}) == 4  # each env from its own stream
+    r1 = rollout(anvil.make_vec("Pendulum-v1", 4), 3, 50)
+    r2 = rollout(anvil.make_vec("Pendulum-v1", 4, threads=2), 3, 50)  # threads change nothing
+    for x, y in zip(r1[1:], r2[1:]):
+        for u, v in zip(x[:4], y[:4]):
+            assert np.array_equal(u, v)
+
+
+def test_make_vec_autoreset_next_step_and_same_step():
+    nxt = anvil.make_vec("Pendulum-v1", 3)
+    same = anvil.make_vec("Pendulum-v1", 3, autoreset_mode="same_step")
+    a = np.full((3, 1), 0.5, np.float32)
+    nxt.reset(seed=11)
+    same.reset(seed=11)
+    total = np.zeros(3)
+    for t in range(200):  # Pendulum truncates after 200 steps
+        on, rn, ten, trn, infn = nxt.step(a)
+        os_, rs, tes, trs, infs = same.step(a)
+        total += rn
+        assert np.array_equal(rn, rs)
+        if t < 199:
+            assert not trn.any() and "episode" not in infn
+    assert trn.all() and not ten.any() and trs.all()
+    assert np.array_equal(infn["_episode"], [True] * 3) and np.array_equal(infn["episode"]["l"], [200] * 3)
+    assert np.allclose(infn["episode"]["r"], total)
+    assert np.array_equal(on, infs["final_obs"]) and infs["_final_obs"].all()  # the last observations
+    first, r, te, tr, info = nxt.step(a)  # next_step: this step starts the new episodes
+    assert np.array_equal(first, os_) and (r == 0).all() and not te.any() and not tr.any()
+    o2n = nxt.step(a)[0]
+    o2s = same.step(a)[0]
+    assert np.array_equal(o2n, o2s)  # and both go on alike
+
+
+def test_make_vec_envs_with_tasks_and_agents():
+    if "Manipulation" in anvil.envs():
+        envs = anvil.make_vec("Manipulation", 4, tasks="reach,push")
+        assert envs.tasks == ["reach", "push"]
+        envs.reset(seed=0)
+        out = envs.step(np.zeros(envs.action_space.shape, np.float32))
+        assert out[0].shape == (4, envs.single_observation_space.shape[0])
+        assert sorted(out[4]["task"]) == [0, 0, 1, 1]  # each env's task in the step
+    team = anvil.make_vec("Climbing", 5)
+    assert team.agents[0] == 2 and team.single_action_space.n == team.agents[2] ** team.agents[0]
+    team.reset(seed=2)
+    obs, r, te, tr, infos = team.step(np.zeros(5, np.int64))
+    assert obs.shape == (5, team.single_observation_space.shape[0])
