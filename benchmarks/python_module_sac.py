@@ -26,13 +26,14 @@ ANVIL = """
 import ctypes, json, sys, time
 import anvil, pendulum
 seed, steps, run_dir = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+env = sys.argv[4] if len(sys.argv) > 4 else pendulum.Pendulum  # "Pendulum-v1": anvil's C++ Pendulum
 config = {"train.steps": steps, "train.learning_starts": 1000, "train.eval_interval": 2000, "train.eval_episodes": 10,
           "sac.actor_lr": 1e-3, "sac.critic_lr": 1e-3, "sac.alpha_lr": 1e-3, "sac.batch_size": 256,
           "run.seed": seed, "run.threads": 1, "run.update_threads": 1, "run.progress": "off"}
 t0 = time.perf_counter()
-s = anvil.train("sac", pendulum.Pendulum, config=config, run_dir=run_dir)
+s = anvil.train("sac", env, config=config, run_dir=run_dir)
 seconds = time.perf_counter() - t0
-fn = ctypes.CDLL(None).openblas_get_corename
+fn = ctypes.CDLL("libopenblas.so.0").openblas_get_corename  # LibTorch's, loaded by anvil's module
 fn.restype = ctypes.c_char_p
 print(json.dumps({"final_eval_return": s["final_eval_return"], "train_seconds": seconds, "updates": s["updates"],
                   "openblas_core": fn().decode()}))
@@ -60,17 +61,23 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--steps", type=int, default=20_000)
+    ap.add_argument("--sides", nargs="+", default=["anvil", "pytorch"], choices=["anvil", "pytorch", "anvil_cxx_env"],
+                    help="anvil_cxx_env: anvil.train on anvil's C++ Pendulum-v1, the same settings (how much of a "
+                         "difference in returns is the env's)")
     args = ap.parse_args()
     env = dict(os.environ, OMP_NUM_THREADS="1")
     for k in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"):
         env.pop(k, None)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (env.get("PYTHONPATH", ""), ENVS) if p)
-    rows = {"anvil": [], "pytorch": []}
+    rows = {s: [] for s in args.sides}
     with tempfile.TemporaryDirectory() as tmp:
         for i, seed in enumerate(args.seeds):
             sides = [("anvil", [sys.executable, "-c", ANVIL, str(seed), str(args.steps), f"{tmp}/run{seed}"]),
                      ("pytorch", [sys.executable, os.path.join(HERE, "reference", "sac_pendulum_train.py"),
-                                  "--seed", str(seed), "--threads", "1", "--steps", str(args.steps)])]
+                                  "--seed", str(seed), "--threads", "1", "--steps", str(args.steps)]),
+                     ("anvil_cxx_env", [sys.executable, "-c", ANVIL, str(seed), str(args.steps), f"{tmp}/cxx{seed}",
+                                        "Pendulum-v1"])]
+            sides = [s for s in sides if s[0] in args.sides]
             for side, cmd in (sides if i % 2 == 0 else sides[::-1]):
                 out, wall = run(cmd, env)
                 row = {"name": f"sac_numpy_pendulum_{side}", "seed": seed, "steps": args.steps,
@@ -79,6 +86,8 @@ def main():
                        "cpu": cpu_model(), "openblas_core": out.get("openblas_core")}
                 rows[side].append(row)
                 print(json.dumps(row), flush=True)
+    if "anvil" not in rows or "pytorch" not in rows:
+        return
     med = {s: {k: statistics.median(r[k] for r in rows[s]) for k in ("train_seconds", "process_seconds")} for s in rows}
     a_ret = [r["final_eval_return"] for r in rows["anvil"]]
     p_ret = [r["final_eval_return"] for r in rows["pytorch"]]

@@ -33,12 +33,15 @@ def cpu_model():
 
 
 def blas_core():
-    try:
-        fn = ctypes.CDLL(None).openblas_get_corename
+    """OpenBLAS's kernel family as the process loaded it (LibTorch's OpenBLAS)."""
+    for lib in (None, "libopenblas.so.0"):
+        try:
+            fn = ctypes.CDLL(lib).openblas_get_corename
+        except (AttributeError, OSError):
+            continue
         fn.restype = ctypes.c_char_p
         return fn().decode()
-    except (AttributeError, OSError):
-        return None
+    return None
 
 
 def time_anvil(envs, actions):

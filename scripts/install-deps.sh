@@ -26,6 +26,8 @@ packages=(
   python3-h5py
   # envs written in Python (envs/python_env.hpp): the bridge embeds Debian's Python, with numpy
   pybind11-dev python3-dev python3-numpy python3-pytest
+  # `pip install build/python` (import anvil), tested in a virtual environment
+  python3-pip python3-venv python3-setuptools
   # side-by-side Python reference implementations in benchmarks/
   python3-torch
 )

@@ -241,3 +241,23 @@ def test_make_vec_envs_with_tasks_and_agents():
     team.reset(seed=2)
     obs, r, te, tr, infos = team.step(np.zeros(5, np.int64))
     assert obs.shape == (5, team.single_observation_space.shape[0])
+
+
+def test_pip_installs_the_built_package_offline(tmp_path):
+    probe = [subprocess.run([sys.executable, *a], capture_output=True).returncode
+             for a in (["-c", "import venv, setuptools"], ["-m", "pip", "--version"])]
+    if any(probe):
+        pytest.skip("this Python has no pip, venv or setuptools (Debian: python3-pip python3-venv python3-setuptools)")
+    venv = tmp_path / "venv"
+    r = subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.skip(f"cannot make a virtual environment here: {r.stderr.strip()[-200:]}")
+    pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "--no-build-isolation", "--no-deps", "--no-index",
+           "--quiet", PACKAGE]
+    r = subprocess.run(pip, capture_output=True, text=True, cwd=tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    check = "import anvil; e = anvil.make_vec('CartPole-v1', 2); print(anvil.__file__, e.reset(seed=1)[0].shape)"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    r = subprocess.run([str(venv / "bin" / "python"), "-c", check], capture_output=True, text=True, cwd=tmp_path,
+                       env=env)
+    assert r.returncode == 0 and "site-packages" in r.stdout and "(2, 4)" in r.stdout, r.stdout + r.stderr
