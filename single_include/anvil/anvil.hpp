@@ -18346,6 +18346,12 @@ class Trainer {
   /// over `defaults`; answers `--help`, `--print-config` and `--multirun`, reports bad input
   /// (exit 2) and starts the ranks of a DDP run.
   static Config start_config(const Args& args, Config defaults);
+  /// The config from `args` over `defaults` for a caller that is not a main (the Python
+  /// module): `start_config`'s reading, resume included, but bad input throws ConfigError
+  /// (its message is the line a main prints) and nothing prints, exits or starts ranks.
+  static Config configure(const Args& args, Config defaults);
+  /// What `--help` prints for this Trainer's config over `defaults`.
+  static std::string help(const std::string& program, const Config& defaults);
 
   /// Builds the run on `env` (any env: see file comment, and `BasicTrainer`).
   Trainer(const envs::AnyEnv& env, Config cfg, std::string program = {});
@@ -21439,7 +21445,11 @@ class Run {
         if (!resume_file_.empty()) resume_apply_ = checkpoints_.read(resume_file_);  // all checks, nothing changed
       }
       std::string header = "# " + s_.program + ", config hash " + s_.config_hash + "\n";
-      for (const auto& [k, v] : s_.provenance) header += "# " + k + ": " + v + "\n";
+      for (const auto& [k, v] : s_.provenance) {  // a value's own line breaks (a `python -c` script) stay comments
+        header += "# " + k + ": ";
+        for (char c : v) header += c == '\n' ? std::string("\n#   ") : std::string(1, c);
+        header += "\n";
+      }
       write_file_atomic(run_dir_ / "config.yaml", header + s_.config_yaml);
     }
     // Every rank takes part in log rows; rank 0 writes them.
@@ -22012,6 +22022,16 @@ namespace anvil::compiled {
 template <class A, class B, class P, class X, class L>
 auto Trainer<A, B, P, X, L>::start_config(const Args& args, Config defaults) -> Config {
   return anvil::start<Full>(args, std::move(defaults));
+}
+
+template <class A, class B, class P, class X, class L>
+auto Trainer<A, B, P, X, L>::configure(const Args& args, Config defaults) -> Config {
+  return anvil::configure<Config>(detail::with_resumed_run(args, defaults), std::move(defaults));
+}
+
+template <class A, class B, class P, class X, class L>
+std::string Trainer<A, B, P, X, L>::help(const std::string& program, const Config& defaults) {
+  return help_text<Config>(program, defaults);
 }
 
 template <class A, class B, class P, class X, class L>
