@@ -32,6 +32,7 @@
 #include <string>
 #include <vector>
 
+#include <anvil/algorithms/policy.hpp>
 #include <anvil/compiled.hpp>
 #include <anvil/core/command_line.hpp>
 #include <anvil/core/detail/thread_pool.hpp>
@@ -467,6 +468,22 @@ double bare_step_us(const std::string& id, int num_envs, std::int64_t batches) {
   return us.count() / static_cast<double>(batches);
 }
 
+// The deterministic actions of a run's policy.bin (anvil::load_policy, the C++ policy) for
+// observations [N, obs_dim]: what anvil.load_policy's torch module is checked against.
+py::array_t<float> policy_act(const std::string& path, const py::array_t<float, py::array::c_style | py::array::forcecast>& obs) {
+  const auto policy = anvil::load_policy(path);
+  if (obs.ndim() != 2 || obs.shape(1) != policy.obs_dim())
+    throw py::value_error("obs: shape " + std::to_string(obs.ndim() == 2 ? obs.shape(0) : -1) + " rows of " +
+                          std::to_string(obs.ndim() == 2 ? obs.shape(1) : -1) + "; the policy reads " +
+                          std::to_string(policy.obs_dim()) + " numbers a row");
+  const auto n = obs.shape(0);
+  auto in = at::from_blob(const_cast<float*>(obs.data()), {n, policy.obs_dim()}, at::kFloat).clone();
+  const auto a = policy.act(in).contiguous();
+  py::array_t<float> out({n, policy.action_dim()});
+  std::memcpy(out.mutable_data(), a.data_ptr<float>(), static_cast<std::size_t>(a.numel()) * sizeof(float));
+  return out;
+}
+
 py::dict space_of(const anvil::EnvSpec& s) {
   py::dict d;
   d["obs_low"] = s.observation.low;
@@ -514,6 +531,7 @@ PYBIND11_MODULE(_anvil, m) {
   m.def("config_help", &config_help, py::arg("algorithm"));
   m.def("env_ids", &cxx_env_ids);
   m.def("_bare_step_us", &bare_step_us, py::arg("id"), py::arg("num_envs"), py::arg("batches"));
+  m.def("policy_act", &policy_act, py::arg("path"), py::arg("obs"));
 
   py::class_<VecEnv>(m, "VecEnv")
       .def(py::init<const std::string&, int, int, const std::string&, const std::string&, const std::vector<std::string>&>(),

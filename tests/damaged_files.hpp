@@ -1,12 +1,25 @@
 // Test helper: damaged copies of files, for the tests that check that checked binary files
-// (buffers, checkpoints, policies) refuse them. No torch.
+// (buffers, checkpoints, policies, safetensors) refuse them, and a fresh folder to make them
+// in. No torch.
 #pragma once
+
+#include <unistd.h>
 
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <string>
 
 namespace anvil::test {
+
+/// An empty folder of this process's own under the system's temporary folder:
+/// `<tmp>/<prefix>_<pid>_<name>`.
+inline std::filesystem::path fresh_temp_dir(const std::string& prefix, const std::string& name) {
+  auto d = std::filesystem::temp_directory_path() / (prefix + "_" + std::to_string(::getpid()) + "_" + name);
+  std::filesystem::remove_all(d);
+  std::filesystem::create_directories(d);
+  return d;
+}
 
 /// Copies `from` to `to` with one bit flipped in the byte at `offset` (a negative offset
 /// counts from the end); returns `to`.

@@ -18,11 +18,12 @@ import os
 
 import numpy as np
 
-from . import _anvil
+from . import _anvil, safetensors  # noqa: F401 - anvil.safetensors: the format with numpy
 from ._anvil import ConfigError, EnvError, Error  # noqa: F401 - anvil's errors, as Python's
+from .policy import load_policy
 from .spaces import Box, Discrete, MultiDiscrete
 
-__all__ = ["train", "make_vec", "VectorEnv", "config_help", "envs", "algorithms",
+__all__ = ["train", "make_vec", "VectorEnv", "load_policy", "config_help", "envs", "algorithms",
            "Error", "ConfigError", "EnvError", "Box", "Discrete", "MultiDiscrete"]
 
 _ALGORITHMS = ("sac", "ppo", "mt_sac")

@@ -64,7 +64,8 @@ inline std::string describe(const py::error_already_set& e) {
 }
 
 // The envs, made by `factory(index=i, **kwargs)` (or without `index` when it takes none).
-class PythonEnvBatch final : public PythonBatch {
+// Hidden, as pybind11's own types are (its members hold them).
+class __attribute__((visibility("hidden"))) PythonEnvBatch final : public PythonBatch {
  public:
   PythonEnvBatch(Spec spec, std::vector<py::object> envs, std::uint64_t seed)
       : PythonBatch(std::move(spec.env), static_cast<std::int64_t>(envs.size()), spec.tasks, seed),

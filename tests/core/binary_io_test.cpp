@@ -23,12 +23,7 @@ using anvil::BinaryReader;
 using anvil::BinaryWriter;
 
 namespace {
-fs::path temp_dir(const std::string& name) {
-  auto d = fs::temp_directory_path() / ("anvil_binary_io_" + std::to_string(::getpid()) + "_" + name);
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
-}
+fs::path temp_dir(const std::string& name) { return anvil::test::fresh_temp_dir("anvil_binary_io", name); }
 
 void write_file(const fs::path& p, std::int64_t value, std::size_t payload) {
   BinaryWriter w(p, "anvil Test v1");

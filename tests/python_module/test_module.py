@@ -261,3 +261,40 @@ def test_pip_installs_the_built_package_offline(tmp_path):
     r = subprocess.run([str(venv / "bin" / "python"), "-c", check], capture_output=True, text=True, cwd=tmp_path,
                        env=env)
     assert r.returncode == 0 and "site-packages" in r.stdout and "(2, 4)" in r.stdout, r.stdout + r.stderr
+
+
+# ---- weights out ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("normalise", [False, True])
+def test_load_policy_acts_as_the_cxx_policy_within_1e_5(tmp_path, normalise):
+    try:
+        import torch
+    except ImportError:
+        pytest.skip("no PyTorch for this Python (Debian: python3-torch)")
+    run = tmp_path / "run"
+    anvil.train("sac", "Pendulum-v1", config={**QUICK, "normalize.obs": normalise}, run_dir=run)
+    module = anvil.load_policy(run / "policy.safetensors")
+    assert isinstance(module, torch.nn.Module) and module.metadata["env"] == "Pendulum-v1"
+    names = set(anvil.safetensors.load(run / "policy.safetensors")[0])
+    assert {k for k in module.state_dict()} == names  # the file's names are the module's own
+    assert "net.fc0.weight" in names and ("obs_mean" in names) == normalise
+    obs = np.random.default_rng(0).uniform([-1, -1, -8], [1, 1, 8], size=(1000, 3)).astype(np.float32)
+    with torch.no_grad():
+        ours = module(torch.from_numpy(obs)).numpy()
+    cxx = anvil._anvil.policy_act(str(run / "policy.bin"), obs)
+    assert ours.shape == (1000, 1) and np.abs(ours - cxx).max() < 1e-5
+    assert np.abs(cxx).max() <= 2.0 + 1e-6 and np.abs(cxx).max() > 0
+
+
+def test_the_python_safetensors_reader_refuses_damaged_files(tmp_path):
+    p = tmp_path / "w.safetensors"
+    anvil.safetensors.save(p, {"w": np.arange(4, dtype=np.float32), "b": np.ones(2)}, {"k": "v"})
+    tensors, meta = anvil.safetensors.load(p)
+    assert np.array_equal(tensors["w"], np.arange(4)) and meta == {"k": "v"}
+    good = p.read_bytes()
+    p.write_bytes(good[:-3])
+    with pytest.raises(anvil.safetensors.FormatError, match="tensor 'b'"):
+        anvil.safetensors.load(p)
+    p.write_bytes(good[:5])
+    with pytest.raises(anvil.safetensors.FormatError, match="truncated"):
+        anvil.safetensors.load(p)

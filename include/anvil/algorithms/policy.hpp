@@ -5,11 +5,16 @@
 /// averaged ones when `train.ema_decay` is on), the env's action bounds, and the observation
 /// normaliser's statistics when the run normalised observations (`normalize.obs`). `load_policy`
 /// rebuilds the actor from that file alone and acts deterministically in env units.
+/// Beside it the run writes `policy.safetensors` (`write_policy_safetensors`): the same
+/// policy with its parameters named as a PyTorch module of the same architecture names
+/// them (`anvil.load_policy` in Python builds that module; docs/python_module.md).
 
 #include <torch/nn/module.h>
 #include <torch/utils.h>
 
 #include <cstdint>
+#include <cstdio>
+#include <map>
 #include <filesystem>
 #include <functional>
 #include <string>
@@ -17,6 +22,7 @@
 
 #include <anvil/core/binary_io.hpp>
 #include <anvil/core/error.hpp>
+#include <anvil/core/safetensors.hpp>
 #include <anvil/core/tensor_io.hpp>
 #include <anvil/nn/gaussian_actor.hpp>
 
@@ -49,6 +55,7 @@ class Policy {
 
  private:
   friend Policy load_policy(const std::filesystem::path& path);
+  friend void write_policy_safetensors(const Policy& p, const std::filesystem::path& file);
   nn::GaussianActor actor_{nullptr};
   at::Tensor scale_, offset_;
   at::Tensor obs_mean_, obs_inv_std_;  ///< the run's observation normaliser (undefined: none)
@@ -83,6 +90,14 @@ inline void write_policy(const std::filesystem::path& file, const PolicyFilePart
     w.value(parts.obs_clip);
   }
   w.commit();
+}
+
+/// The kind of network a policy file holds ("GaussianActor", or another algorithm's), read
+/// from its head alone.
+[[nodiscard]] inline std::string policy_kind(const std::filesystem::path& path) {
+  BinaryReader r(path, kPolicyFormat);
+  (void)r.string("env name");
+  return r.string("actor kind");
 }
 
 /// Reads a policy file written by a run (see file comment); a missing, truncated, corrupted
@@ -141,6 +156,42 @@ inline Policy load_policy(const std::filesystem::path& path) {
   }
   p.actor_->eval();
   return p;
+}
+
+/// Writes `p` as safetensors to `file` (atomic): the actor's parameters under their module
+/// names (`net.fc0.weight`, `net.fc0.bias`, ..., the names a PyTorch module with a `net`
+/// of Linear layers `fc0`, `fc1`, ... has), `action_scale` and `action_offset` (env units =
+/// tanh(mean) * scale + offset), and `obs_mean`, `obs_inv_std` for a run that normalised
+/// observations; the metadata says how to rebuild it (kind, sizes, activation, log-std
+/// bounds, observation clip, env).
+inline void write_policy_safetensors(const Policy& p, const std::filesystem::path& file) {
+  auto number = [](double v) {  // every digit a double has
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.17g", v);
+    return std::string(buf);
+  };
+  std::vector<std::pair<std::string, at::Tensor>> tensors;
+  for (const auto& item : p.network()->named_parameters()) tensors.emplace_back(item.key(), item.value());
+  tensors.emplace_back("action_scale", p.scale_);
+  tensors.emplace_back("action_offset", p.offset_);
+  const auto& cfg = p.network()->config();
+  std::string hidden;
+  for (const int h : *cfg.hidden) hidden += (hidden.empty() ? "" : ",") + std::to_string(h);
+  std::map<std::string, std::string> meta{{"format", "anvil policy 1"},
+                                          {"kind", "GaussianActor"},
+                                          {"env", p.env_},
+                                          {"obs_dim", std::to_string(p.obs_dim_)},
+                                          {"action_dim", std::to_string(p.act_dim_)},
+                                          {"hidden", hidden},
+                                          {"activation", std::string(nn::enum_names(*cfg.activation)[static_cast<std::size_t>(*cfg.activation)])},
+                                          {"log_std_min", number(*cfg.log_std_min)},
+                                          {"log_std_max", number(*cfg.log_std_max)}};
+  if (p.obs_mean_.defined()) {
+    tensors.emplace_back("obs_mean", p.obs_mean_);
+    tensors.emplace_back("obs_inv_std", p.obs_inv_std_);
+    meta["obs_clip"] = number(p.obs_clip_);
+  }
+  safetensors::write(file, tensors, meta);
 }
 
 }  // namespace anvil

@@ -28,25 +28,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include <anvil/core/atomic_file.hpp>
 #include <anvil/core/error.hpp>
 
 namespace anvil {
-
-/// Writes `text` to `path` atomically: a temporary file beside it, flushed, then renamed
-/// over the target, so readers see the old file or the new one, never a torn one.
-inline void write_file_atomic(const std::filesystem::path& path, const std::string& text) {
-  const auto tmp = path.string() + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) throw Error("cannot write '" + tmp + "'");
-    out << text;
-    out.flush();
-    if (!out) throw Error("writing '" + tmp + "' failed (disk full?)");
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) throw Error("cannot rename '" + tmp + "' to '" + path.string() + "': " + ec.message());
-}
 
 /// A JSON string literal for `s`.
 inline std::string json_string(const std::string& s) {

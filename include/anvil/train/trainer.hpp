@@ -133,12 +133,16 @@ class BasicTrainer {
 
   /// Writes the policy alone (`anvil::load_policy` reads it back without a trainer): the
   /// averaged weights when `train.ema_decay` is on, the env's action bounds, and the
-  /// observation normaliser's statistics with `normalize.obs`. Atomic.
+  /// observation normaliser's statistics with `normalize.obs`. Atomic. A policy file named
+  /// `*.bin` of a Gaussian actor gets `*.safetensors` beside it (`write_policy_safetensors`).
   void save_policy(const std::filesystem::path& file) const
     requires ExportsPolicy<A>
   {
     write_policy(file, policy_file_parts(*collector_, norm_.get(), *cfg_.normalize),
                  [this](BinaryWriter& w) { algo_->save_policy(w); });
+    // and the same policy as safetensors beside it, for PyTorch (anvil.load_policy)
+    if (file.extension() == ".bin" && policy_kind(file) == "GaussianActor")
+      write_policy_safetensors(load_policy(file), std::filesystem::path(file).replace_extension(".safetensors"));
   }
 
   [[nodiscard]] const Config& config() const noexcept { return cfg_; }
