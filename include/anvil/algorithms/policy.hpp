@@ -9,6 +9,7 @@
 /// policy with its parameters named as a PyTorch module of the same architecture names
 /// them (`anvil.load_policy` in Python builds that module; docs/python_module.md).
 
+#include <ATen/CPUGeneratorImpl.h>
 #include <torch/nn/module.h>
 #include <torch/utils.h>
 
@@ -132,7 +133,15 @@ inline Policy load_policy(const std::filesystem::path& path) {
   cfg.activation = static_cast<nn::Activation>(activation);
   cfg.log_std_min = r.value<double>("log_std_min");
   cfg.log_std_max = r.value<double>("log_std_max");
-  p.actor_ = nn::GaussianActor(p.obs_dim_, p.act_dim_, cfg);
+  {
+    // Building the network draws initial weights (overwritten below) from torch's CPU
+    // generator: its state is put back, so loading a policy changes no random stream (a run
+    // writes policy.safetensors from policy.bin at each checkpoint, and resumes bitwise).
+    at::Generator gen = at::detail::getDefaultCPUGenerator();
+    const auto state = gen.get_state();
+    p.actor_ = nn::GaussianActor(p.obs_dim_, p.act_dim_, cfg);
+    gen.set_state(state);
+  }
   std::vector<at::Tensor> params = p.actor_->parameters();
   std::int64_t n = 0;
   for (const auto& t : params) n += t.numel();
