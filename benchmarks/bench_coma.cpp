@@ -33,6 +33,7 @@ struct BenchConfig {
   anvil::Param<std::int64_t, "steps", "env steps per speed run", anvil::at_least(1)> steps{20'000};
   anvil::Param<int, "rounds", "speed: rounds, each timing every setting once (interleaved)", anvil::at_least(1)> rounds{3};
   anvil::Param<int, "batch_size", "coma.batch_size of the speed runs", anvil::at_least(1)> batch_size{128};
+  anvil::Param<std::string, "device", "run.device of the speed runs: cpu, cuda, cuda:N or auto"> device{"cpu"};
   anvil::Param<int, "episodes", "missions per seed (reference, policy)", anvil::at_least(1)> episodes{200};
   anvil::Param<std::vector<int>, "seeds", "seeds of the missions (reference; policy: the first)"> seeds{1, 2, 3};
   anvil::Param<std::vector<std::string>, "runs", "run directories of trained COMA policies (policy)"> runs{};
@@ -47,7 +48,7 @@ template <class X>
 void speed(const BenchConfig& b, int n, const std::string& precision, int round) {
   using Trainer = anvil::Trainer<anvil::COMA, anvil::EpisodeBuffer, anvil::SingleDevice, X>;
   typename Trainer::Config t;
-  t.run->device = "cpu";
+  t.run->device = *b.device;
   t.run->progress = anvil::ProgressMode::off;
   t.run->checkpoint_interval = 0;
   t.run->tensorboard = false;
@@ -67,11 +68,12 @@ void speed(const BenchConfig& b, int n, const std::string& precision, int round)
     const std::vector<std::pair<std::string, bench::Value>> cfg{
         {"env", *b.env}, {"num_envs", n}, {"precision", precision}, {"batch_size", *b.batch_size}, {"steps", r.env_steps},
         {"round", round}};
-    bench::emit("coma_env_steps_per_s", static_cast<double>(r.env_steps) / wall, "env steps/s", cfg);
+    const std::string dev = trainer.context().device.str();
+    bench::emit("coma_env_steps_per_s", static_cast<double>(r.env_steps) / wall, "env steps/s", cfg, dev);
     bench::emit("coma_minibatch_steps_per_s",
                 static_cast<double>(trainer.algorithm().critic_steps()) /
                     (trainer.times().seconds(anvil::Phase::update) + trainer.times().seconds(anvil::Phase::optimizer)),
-                "minibatch steps/s (critic + actor)", cfg);
+                "minibatch steps/s (critic + actor)", cfg, dev);
     std::error_code ec;
     std::filesystem::remove_all(trainer.run_dir(), ec);
   });

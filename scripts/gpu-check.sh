@@ -19,6 +19,15 @@
 #                                               job with its update as a graph (the default) and op
 #                                               by op (sac.cuda_graph=false), bench_diffusion, and
 #                                               pusht (diffusion_pusht_direct, PUSHT_ARGS)
+#   scripts/gpu-check.sh baseline               the op-by-op figures the captured updates of issue 53
+#                                               are measured against, each with the GPU's utilisation
+#                                               (nvidia-smi, every 100 ms) over its run: the CUDA tests,
+#                                               PPO (bench_ppo, 8 and 64 envs), COMA at its users'
+#                                               schedule (bench_coma: batch 128 x 5 minibatches x 5
+#                                               passes, FP32 and BF16), the U-Net at batch 256
+#                                               (bench_diffusion) and the main job graphed
+#   scripts/gpu-check.sh crash [doctest args]   the CUDA tests and bench_ppo on CUDA under cuda-gdb
+#                                               (GPU_CXXFLAGS=-g1 for line numbers): backtraces
 #   scripts/gpu-check.sh all                    builds every program above at once (one g++ each, in
 #                                               parallel), then runs sac and pusht (PUSHT_ARGS: its
 #                                               overrides)
@@ -54,12 +63,18 @@ mkdir -p "$out"
 # PyTorch's wheels are built with c10d and Gloo, and its c10d headers declare their classes
 # only under these macros (CMake's Torch package adds them; a plain g++ line must).
 # ANVIL_WITH_CUDA: anvil's CUDA-only code (CMake defines it when LibTorch has CUDA).
-flags=(-std=c++20 -O2 -DNDEBUG "-D_GLIBCXX_USE_CXX11_ABI=$abi" -DUSE_DISTRIBUTED -DUSE_C10D_GLOO -DANVIL_WITH_CUDA=1 -Iinclude "-I$deps/include"
+# GPU_CXXFLAGS: more flags (e.g. -g1, for the backtraces of `crash`)
+# shellcheck disable=SC2206
+flags=(${GPU_CXXFLAGS:-} -std=c++20 -O2 -DNDEBUG "-D_GLIBCXX_USE_CXX11_ABI=$abi" -DUSE_DISTRIBUTED -DUSE_C10D_GLOO -DANVIL_WITH_CUDA=1 -Iinclude "-I$deps/include"
        -isystem "$torch_dir/include" -isystem "$torch_dir/include/torch/csrc/api/include" ${cuda_inc:+-isystem "$cuda_inc"})
 # CUDA's runtime library (c10's CUDA headers call it inline): the one PyTorch loads.
 cudart=$(find "$(dirname "$torch_dir")/nvidia" "$torch_dir/lib" -name 'libcudart.so*' 2>/dev/null | head -n 1)
 [[ -n $cudart ]] || cudart=$(find "${CUDA_HOME:-/usr/local/cuda}/" -name 'libcudart.so*' 2>/dev/null | head -n 1)
-libs=("$deps/lib/libyaml-cpp.a" "-L$torch_dir/lib" "-Wl,-rpath,$torch_dir/lib" -Wl,--no-as-needed
+# libstdc++ first: PyTorch's wheels carry and export their own copy of std::filesystem
+# (built for an older libstdc++), and the first library that defines a symbol wins. Bound to
+# that copy, std::filesystem::remove_all called address 0 on an H200 (cuda-gdb, `crash`),
+# killing the CUDA tests and bench_ppo/bench_coma in their clean-up.
+libs=("$deps/lib/libyaml-cpp.a" "-L$torch_dir/lib" "-Wl,-rpath,$torch_dir/lib" -Wl,--no-as-needed -lstdc++
       -ltorch -ltorch_cuda -ltorch_cpu -lc10_cuda -lc10 ${cudart:+"$cudart" "-Wl,-rpath,$(dirname "$cudart")"}
       -Wl,--as-needed -lpthread -ldl)
 what=${1:-bench}
@@ -133,6 +148,52 @@ run_sac() {
     nosync_cuda "run.device=cuda train.steps=6000 run.sync_timings=false" \
     wide_cuda "run.device=cuda env.num_envs=16 sac.batch_size=2048 train.lr_scaling=sqrt train.update_interval=16 train.steps=32000 train.eval_interval=16000" || true
 }
+# util NAME CMD...: CMD run while nvidia-smi reads the GPU's utilisation every 100 ms; one
+# JSON line (gpu_utilisation: mean and median percent, the samples, the most memory used)
+util() {
+  local name=$1 f=$out/util-$1.csv s rc=0
+  shift
+  nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader,nounits -lms 100 >"$f" 2>/dev/null &
+  s=$!
+  "$@" || rc=$?
+  kill "$s" 2>/dev/null || true
+  wait "$s" 2>/dev/null || true
+  $py - "$name" "$f" "$rc" <<'PYEOF'
+import json, statistics, sys
+name, path, rc = sys.argv[1:]
+rows = [l.split(",") for l in open(path) if l[:1].isdigit()]
+u = [float(r[0]) for r in rows]
+m = [float(r[1]) for r in rows]
+print(json.dumps({"name": "gpu_utilisation", "run": name, "exit": int(rc), "samples": len(u),
+                  "mean_percent": round(statistics.mean(u), 1) if u else None,
+                  "median_percent": statistics.median(u) if u else None,
+                  "max_memory_mib": max(m) if m else None}))
+PYEOF
+  return $rc
+}
+run_baseline() {
+  if [[ -x $out/anvil_cuda_tests ]]; then
+    echo "== anvil_cuda_tests"
+    "$out/anvil_cuda_tests" || echo "gpu-check: anvil_cuda_tests failed" >&2
+  fi
+  if [[ -x $out/bench_ppo ]]; then
+    echo "== bench_ppo (CUDA)"
+    util ppo_cuda "$out/bench_ppo" bench.device=cuda 'bench.num_envs=[8,64]' 'bench.modes=[sync]' bench.steps=32768 ||
+      echo "gpu-check: bench_ppo failed" >&2
+  fi
+  if [[ -x $out/bench_coma ]]; then
+    echo "== bench_coma (CUDA, 128 x 5 x 5)"
+    util coma_cuda "$out/bench_coma" bench.device=cuda 'bench.num_envs=[8]' bench.steps=${COMA_STEPS:-6000} bench.rounds=1 ||
+      echo "gpu-check: bench_coma failed" >&2
+  fi
+  if [[ -x $out/bench_diffusion ]]; then
+    echo "== bench_diffusion (CUDA)"
+    util unet_cuda "$out/bench_diffusion" bench.device=cuda bench.seconds=2 bench.rounds=1 || echo "gpu-check: bench_diffusion failed" >&2
+  fi
+  if [[ -x $out/train_sac_pendulum ]]; then
+    util main_graph_cuda run_mains graph_cuda "run.device=cuda" || true
+  fi
+}
 run_graph() {
   local rc=0 runs=" ${GRAPH_RUNS:-precision main diffusion} "
   if [[ -x $out/anvil_cuda_tests ]]; then
@@ -178,6 +239,30 @@ case "$what" in
     echo "== diffusion_pusht_direct"
     "$out/diffusion_pusht_direct" bench.device=cuda "$@" ;;
   sac) build_sac || true; run_sac ;;
+  crash)
+    # the CUDA tests and bench_ppo on CUDA under cuda-gdb: each thread's backtrace where one crashes
+    build anvil_cuda_tests tests/doctest_main.cpp tests/cuda/cuda_graph_test.cpp & t=$!
+    build bench_ppo benchmarks/bench_ppo.cpp '-DANVIL_BENCH_PPO_REFERENCE=""' & p=$!
+    wait $t || true
+    wait $p || true
+    # a jump to address 0 leaves no frame to unwind: the words on the stack name the caller
+    gdb=(cuda-gdb -q -batch -ex 'set pagination off' -ex 'set print thread-events off' -ex 'set cuda api_failures ignore'
+         -ex run -ex 'bt 40' -ex 'x/16a $sp' -ex 'info threads' --args)
+    command -v cuda-gdb >/dev/null || gdb=()
+    echo "== anvil_cuda_tests, the restore case alone"
+    "${gdb[@]}" "$out/anvil_cuda_tests" -tc='*restore*' "$@" || true
+    echo "== anvil_cuda_tests, the others"
+    "$out/anvil_cuda_tests" -tce='*restore*' "$@" || echo "gpu-check: anvil_cuda_tests failed"
+    echo "== bench_ppo (CUDA)"
+    "${gdb[@]}" "$out/bench_ppo" bench.device=cuda 'bench.num_envs=[8]' 'bench.modes=[sync]' bench.steps=2048 || true ;;
+  baseline)
+    build anvil_cuda_tests tests/doctest_main.cpp tests/cuda/cuda_graph_test.cpp & t=$!
+    build bench_diffusion benchmarks/bench_diffusion.cpp & d=$!
+    build bench_ppo benchmarks/bench_ppo.cpp '-DANVIL_BENCH_PPO_REFERENCE=""' & p=$!
+    build bench_coma benchmarks/bench_coma.cpp & c=$!
+    build train_sac_pendulum examples/train_sac_pendulum.cpp & m=$!
+    for j in $t $d $p $c $m; do wait "$j" || true; done
+    run_baseline ;;
   all)
     build diffusion_pusht_direct benchmarks/diffusion_pusht_direct.cpp "$deps/lib/libchipmunk.a" & pusht=$!
     build_sac || true
@@ -188,5 +273,5 @@ case "$what" in
       # shellcheck disable=SC2086
       "$out/diffusion_pusht_direct" bench.device=cuda ${PUSHT_ARGS:-}
     fi ;;
-  *) echo "scripts/gpu-check.sh: bench, pusht, sac or all, not '$what'" >&2; exit 2 ;;
+  *) echo "scripts/gpu-check.sh: bench, pusht, sac, graph, baseline, crash or all, not '$what'" >&2; exit 2 ;;
 esac
