@@ -7,7 +7,7 @@ The layers, bottom up (DESIGN.md: "layers only include downwards"):
   1 optim nn envs precision observe parallel
   2 buffers data
   3 algorithms
-  4 train/loops, train/clock.hpp, train/run_config.hpp
+  4 train/loops, train/clock.hpp, train/run_config.hpp, train/init_config.hpp
   5 train/hooks
   6 train/run.hpp, train/trainer.hpp, train/start.hpp, train/signals.hpp, train/sweep.hpp,
     train/trainer_config.hpp, train/compiled_trainer.hpp, train/compiled_trainer_impl.hpp,
@@ -26,7 +26,7 @@ LAYERS = [
     ("optim/", 1), ("nn/", 1), ("envs/", 1), ("precision/", 1), ("observe/", 1), ("parallel/", 1),
     ("buffers/", 2), ("data/", 2),
     ("algorithms/", 3),
-    ("train/loops/", 4), ("train/clock.hpp", 4), ("train/run_config.hpp", 4),
+    ("train/loops/", 4), ("train/clock.hpp", 4), ("train/run_config.hpp", 4), ("train/init_config.hpp", 4),
     ("train/hooks/", 5),
     ("train/run.hpp", 6), ("train/trainer.hpp", 6), ("train/start.hpp", 6), ("train/signals.hpp", 6),
     ("train/sweep.hpp", 6), ("train/trainer_config.hpp", 6), ("train/compiled_trainer.hpp", 6),

@@ -55,6 +55,7 @@ std::string table() {
   rows<RunConfig>(t, "Trainer: run", "run");
   rows<envs::VecEnvConfig>(t, "Trainer: envs", "env");
   rows<envs::NormalizeConfig>(t, "Trainer: normalisation", "normalize");
+  rows<InitConfig>(t, "Trainer: warm start", "init");
   policy<OffPolicyLoop>(t, "`OffPolicyLoop`");
   policy<OnPolicyLoop>(t, "`OnPolicyLoop`");
   policy<OfflineLoop>(t, "`OfflineLoop`");

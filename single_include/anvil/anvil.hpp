@@ -1506,6 +1506,7 @@ class Tensor;
 namespace anvil {
 
 struct EnvSpec;
+struct PolicyTensors;  // core/policy_tensors.hpp (a light header would pull ATen in)
 struct RunContext;
 struct ReplayBatch;
 struct RolloutBatch;
@@ -1648,6 +1649,18 @@ concept ExposesWeights = requires(const A& a) {
 template <class A>
 concept ExportsPolicy = requires(const A& a, BinaryWriter& w) {
   { a.save_policy(w) };
+};
+/// `A` gives its acting network as named tensors (policy.safetensors beside each
+/// checkpoint; `anvil.load_policy` in Python builds the module they belong to).
+template <class A>
+concept ExportsTensors = requires(const A& a) {
+  { a.policy_tensors() } -> std::same_as<PolicyTensors>;
+};
+/// `A` shows its acting network's parameters by the names its policy file gives them (live
+/// tensors: `init.weights` copies a file's tensors into them before a run starts).
+template <class A>
+concept WarmStarts = requires(A& a) {
+  { a.policy_parameters() } -> std::same_as<std::vector<std::pair<std::string, at::Tensor>>>;
 };
 
 // ---------------------------------------------------------------------------------------
@@ -13947,6 +13960,10 @@ class StepCollector {
   /// for discrete ones.
   [[nodiscard]] const at::Tensor& action_scale() const noexcept { return scale_; }
   [[nodiscard]] const at::Tensor& action_offset() const noexcept { return offset_; }
+  /// Where continuous actions are clipped before that scaling (-1 and 1, or -inf and inf
+  /// for an unbounded dimension); undefined for discrete ones.
+  [[nodiscard]] const at::Tensor& action_low() const noexcept { return low_; }
+  [[nodiscard]] const at::Tensor& action_high() const noexcept { return high_; }
 
   /// Actions drawn uniformly in the algorithm's units, one row per env (the warm-up before
   /// learning starts), from torch's generator.
@@ -14060,6 +14077,72 @@ class StepCollector {
 #include <utility>
 #include <vector>
 
+// ---- begin <anvil/core/policy_tensors.hpp> ----
+/// @file
+/// `PolicyTensors`: an algorithm's acting network as named tensors, the form a run writes
+/// as policy.safetensors (algorithms/policy.hpp `write_policy_tensors`) and `anvil.load_policy`
+/// in Python rebuilds as a torch module (python/anvil/policy.py).
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdio>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace anvil {
+
+/// What an algorithm's `policy_tensors()` gives (the `ExportsTensors` concept).
+struct PolicyTensors {
+  /// The module anvil.load_policy builds ("GaussianActor", "PpoActor", "ComaActor", ...).
+  std::string kind;
+  /// Its parameters under the names that module gives them (`load_state_dict` takes them).
+  std::vector<std::pair<std::string, at::Tensor>> tensors;
+  /// Its sizes and settings, as strings (safetensors metadata).
+  std::map<std::string, std::string> meta;
+  /// Its continuous actions are unbounded (PPO's Gaussian mean): the env-unit transform
+  /// clips them to [action_low, action_high] first, as the run's collector does.
+  bool clips_actions = false;
+};
+
+/// The parameters of `module` as `prefix` + their names (the live tensors).
+template <class Module>
+std::vector<std::pair<std::string, at::Tensor>> named_parameters_of(const Module& module, const std::string& prefix) {
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  for (const auto& item : module.named_parameters()) out.emplace_back(prefix + item.key(), item.value());
+  return out;
+}
+
+/// The parameters of `module` as `prefix` + their names, detached float32 copies on the CPU.
+template <class Module>
+void add_module_tensors(PolicyTensors& p, const std::string& prefix, const Module& module) {
+  for (auto& [name, t] : named_parameters_of(module, prefix))
+    p.tensors.emplace_back(name, t.detach().to(at::kCPU, at::kFloat).clone());
+}
+
+/// `v` as "a,b,c" (metadata lists such as hidden widths).
+inline std::string comma_list(const std::vector<int>& v) {
+  std::string s;
+  for (const int x : v) s += (s.empty() ? "" : ",") + std::to_string(x);
+  return s;
+}
+
+/// `v` with every digit a double has (metadata numbers).
+inline std::string exact_text(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.17g", v);
+  return std::string(buf);
+}
+
+/// The name a config reads for the value `e` of an enum with `enum_names` (core/param.hpp).
+template <class E>
+std::string enum_text(E e) {
+  return std::string(enum_names(e)[static_cast<std::size_t>(e)]);
+}
+
+}  // namespace anvil
+// ---- end <anvil/core/policy_tensors.hpp> ----
 // ---- begin <anvil/nn/collective_transformer.hpp> ----
 /// @file
 /// `CollectiveTransformer`: the collective network of collective distillation. A
@@ -14244,6 +14327,7 @@ TORCH_MODULE(CollectiveTransformer);
 #include <cstdio>
 #include <map>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <string>
 #include <vector>
@@ -14498,6 +14582,7 @@ class Policy {
 struct PolicyFileParts {
   std::string env;
   at::Tensor action_scale, action_offset;  ///< [act_dim]: env units = squashed action * scale + offset
+  at::Tensor action_low, action_high;      ///< [act_dim]: where an unbounded action is clipped first (+-1 or +-inf)
   at::Tensor obs_mean, obs_inv_std;        ///< [obs_dim] (undefined: the run did not normalise)
   double obs_clip = 0;
 };
@@ -14595,40 +14680,140 @@ inline Policy load_policy(const std::filesystem::path& path) {
   return p;
 }
 
-/// Writes `p` as safetensors to `file` (atomic): the actor's parameters under their module
-/// names (`net.fc0.weight`, `net.fc0.bias`, ..., the names a PyTorch module with a `net`
-/// of Linear layers `fc0`, `fc1`, ... has), `action_scale` and `action_offset` (env units =
-/// tanh(mean) * scale + offset), and `obs_mean`, `obs_inv_std` for a run that normalised
-/// observations; the metadata says how to rebuild it (kind, sizes, activation, log-std
-/// bounds, observation clip, env).
+namespace detail {
+inline std::string shape_text(at::IntArrayRef sizes) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < sizes.size(); ++i) s += (i ? ", " : "") + std::to_string(sizes[i]);
+  return s + "]";
+}
+}  // namespace detail
+
+/// Writes an algorithm's acting network `p` as safetensors to `file` (atomic) with what the
+/// run adds: the env's name; for continuous actions `action_scale` and `action_offset` (env
+/// units = action * scale + offset) and, when `p.clips_actions`, `action_low` and
+/// `action_high` (the clip before that); and `obs_mean`, `obs_inv_std` (metadata `obs_clip`)
+/// for a run that normalised observations. The metadata says how to rebuild the module
+/// (format "anvil policy 1", kind, sizes). Non-finite weights are refused, naming the tensor,
+/// and nothing is written.
+inline void write_policy_tensors(const std::filesystem::path& file, PolicyTensors p, const PolicyFileParts& parts) {
+  for (const auto& [name, t] : p.tensors)
+    if (!t.isfinite().all().item<bool>())
+      throw Error(file.string() + ": not written: tensor '" + name + "' of the " + p.kind + " holds NaN or infinite values");
+  p.meta["format"] = "anvil policy 1";
+  p.meta["kind"] = p.kind;
+  p.meta["env"] = parts.env;
+  if (parts.action_scale.defined()) {
+    p.tensors.emplace_back("action_scale", parts.action_scale.to(at::kFloat));
+    p.tensors.emplace_back("action_offset", parts.action_offset.to(at::kFloat));
+    if (p.clips_actions) {
+      p.tensors.emplace_back("action_low", parts.action_low.to(at::kFloat));
+      p.tensors.emplace_back("action_high", parts.action_high.to(at::kFloat));
+    }
+  }
+  if (parts.obs_mean.defined()) {
+    p.tensors.emplace_back("obs_mean", parts.obs_mean.to(at::kFloat));
+    p.tensors.emplace_back("obs_inv_std", parts.obs_inv_std.to(at::kFloat));
+    p.meta["obs_clip"] = exact_text(parts.obs_clip);
+  }
+  safetensors::write(file, p.tensors, p.meta);
+}
+
+/// Writes `p` as safetensors to `file` (atomic, `write_policy_tensors`): the actor's
+/// parameters under their module names (`net.fc0.weight`, `net.fc0.bias`, ..., the names a
+/// PyTorch module with a `net` of Linear layers `fc0`, `fc1`, ... has), `action_scale` and
+/// `action_offset` (env units = tanh(mean) * scale + offset), and `obs_mean`, `obs_inv_std`
+/// for a run that normalised observations; the metadata holds the sizes, activation and
+/// log-std bounds.
 inline void write_policy_safetensors(const Policy& p, const std::filesystem::path& file) {
-  auto number = [](double v) {  // every digit a double has
-    char buf[32];
-    std::snprintf(buf, sizeof buf, "%.17g", v);
-    return std::string(buf);
-  };
-  std::vector<std::pair<std::string, at::Tensor>> tensors;
-  for (const auto& item : p.network()->named_parameters()) tensors.emplace_back(item.key(), item.value());
-  tensors.emplace_back("action_scale", p.scale_);
-  tensors.emplace_back("action_offset", p.offset_);
+  PolicyTensors t{"GaussianActor", {}, {}, false};
+  add_module_tensors(t, "", *p.network());
   const auto& cfg = p.network()->config();
   std::string hidden;
   for (const int h : *cfg.hidden) hidden += (hidden.empty() ? "" : ",") + std::to_string(h);
-  std::map<std::string, std::string> meta{{"format", "anvil policy 1"},
-                                          {"kind", "GaussianActor"},
-                                          {"env", p.env_},
-                                          {"obs_dim", std::to_string(p.obs_dim_)},
-                                          {"action_dim", std::to_string(p.act_dim_)},
-                                          {"hidden", hidden},
-                                          {"activation", std::string(nn::enum_names(*cfg.activation)[static_cast<std::size_t>(*cfg.activation)])},
-                                          {"log_std_min", number(*cfg.log_std_min)},
-                                          {"log_std_max", number(*cfg.log_std_max)}};
-  if (p.obs_mean_.defined()) {
-    tensors.emplace_back("obs_mean", p.obs_mean_);
-    tensors.emplace_back("obs_inv_std", p.obs_inv_std_);
-    meta["obs_clip"] = number(p.obs_clip_);
+  t.meta = {{"obs_dim", std::to_string(p.obs_dim_)},
+            {"action_dim", std::to_string(p.act_dim_)},
+            {"hidden", hidden},
+            {"activation", std::string(nn::enum_names(*cfg.activation)[static_cast<std::size_t>(*cfg.activation)])},
+            {"log_std_min", exact_text(*cfg.log_std_min)},
+            {"log_std_max", exact_text(*cfg.log_std_max)}};
+  write_policy_tensors(file, std::move(t),
+                       PolicyFileParts{p.env_, p.scale_, p.offset_, {}, {}, p.obs_mean_, p.obs_inv_std_, p.obs_clip_});
+}
+
+/// `init.weights`: copies the tensors of the safetensors `file` into `params`, an
+/// algorithm's acting network by the names its policy.safetensors gives them (`WarmStarts`),
+/// so a run starts from a policy written by anvil or by PyTorch (`save_file(model.state_dict())`
+/// of a module of the same architecture). Every parameter must be in the file with its shape
+/// and a floating-point dtype, and every tensor of the file must be a parameter, except what
+/// a policy file holds beside the network (action bounds, the observation normaliser), which
+/// is left. A file that is not safetensors (a `torch.save` pickle: LibTorch 1.13's unpickler
+/// reads no state_dict) or that does not fit is refused with every tensor at fault named, and
+/// nothing is copied. `network` names the network in messages ("the sac actor"). Returns
+/// the run header's line.
+inline std::string warm_start(const std::filesystem::path& file, const std::vector<std::pair<std::string, at::Tensor>>& params,
+                              const std::string& network) {
+  {
+    std::ifstream in(file, std::ios::binary);
+    char head[4] = {};
+    if (in.read(head, 4) && ((head[0] == 'P' && head[1] == 'K') || static_cast<unsigned char>(head[0]) == 0x80))
+      throw ConfigError("init.weights: " + file.string() +
+                        " is a torch.save file (a zip or pickle); anvil reads safetensors (LibTorch's unpickler reads no "
+                        "state_dict). In Python: anvil.safetensors.save(path, {k: v.numpy() for k, v in "
+                        "state_dict.items()})");
   }
-  safetensors::write(file, tensors, meta);
+  safetensors::File f;
+  try {
+    f = safetensors::read(file);
+  } catch (const Error& e) {
+    throw ConfigError(std::string("init.weights: ") + e.what());
+  }
+  std::map<std::string, const at::Tensor*> given;
+  for (const auto& [name, t] : f.tensors) given[name] = &t;
+  const auto beside = [](const std::string& n) {  // what policy files hold beside a network
+    return n == "action_scale" || n == "action_offset" || n == "action_low" || n == "action_high" || n == "obs_mean" ||
+           n == "obs_inv_std" || n == "chunk_low" || n == "chunk_high" || n.starts_with("norm.") || n.starts_with("schedule.");
+  };
+  std::vector<std::string> faults;
+  for (const auto& [name, p] : params) {
+    const auto it = given.find(name);
+    if (it == given.end()) {
+      faults.push_back("missing '" + name + "' " + detail::shape_text(p.sizes()));
+      continue;
+    }
+    const at::Tensor& t = *it->second;
+    if (t.sizes() != p.sizes())
+      faults.push_back("'" + name + "' is " + detail::shape_text(t.sizes()) + " in the file, " + detail::shape_text(p.sizes()) + " in " + network);
+    else if (!at::isFloatingType(t.scalar_type()))
+      faults.push_back("'" + name + "' is " + std::string(c10::toString(t.scalar_type())) + ", not floating point");
+    else if (!t.isfinite().all().item<bool>())
+      faults.push_back("'" + name + "' holds NaN or infinite values");
+    given.erase(it);
+  }
+  std::vector<std::string> left;
+  for (const auto& [name, t] : given) {
+    if (beside(name)) left.push_back(name);
+    else faults.push_back("unexpected '" + name + "' " + detail::shape_text(t->sizes()));
+  }
+  if (!faults.empty()) {
+    std::string m = "init.weights: " + file.string() + " does not fit " + network + " (" + std::to_string(params.size()) +
+                    " parameters):";
+    for (const auto& x : faults) m += "\n  " + x;
+    throw ConfigError(m);
+  }
+  {
+    torch::NoGradGuard no_grad;
+    for (const auto& [name, p] : params) {
+      at::Tensor dst = p;
+      dst.copy_(f.at(name));
+    }
+  }
+  std::string line = "init.weights: " + network + " starts from " + file.string() + " (" + std::to_string(params.size()) +
+                     " tensors";
+  if (!left.empty()) {
+    line += "; left as the run sets them: ";
+    for (std::size_t i = 0; i < left.size(); ++i) line += (i ? ", " : "") + left[i];
+  }
+  return line + ")";
 }
 
 }  // namespace anvil
@@ -14806,6 +14991,31 @@ class CollectiveDistillation {
     write_tensor(w, ema_.defined() ? ema_.weights() : opt_.parameters().flat(), "the collective's weights");
     write_tensor(w, net_->obs_shift(), "the collective's state shift");
     write_tensor(w, net_->obs_scale(), "the collective's state scale");
+  }
+
+  /// The collective for policy.safetensors (`ExportsTensors`): the transformer as `net.*`
+  /// (its policy and Q heads included) and its state normalisation (`norm.obs_shift`,
+  /// `norm.obs_scale`); the metadata holds its shape.
+  [[nodiscard]] PolicyTensors policy_tensors() const {
+    PolicyTensors p{"CollectiveTransformer", {}, {}, false};
+    add_module_tensors(p, "net.", *net_);
+    if (net_->obs_shift().defined()) {  // the state normalisation, once fitted to the data
+      p.tensors.emplace_back("norm.obs_shift", net_->obs_shift().detach().to(at::kCPU, at::kFloat).clone());
+      p.tensors.emplace_back("norm.obs_scale", net_->obs_scale().detach().to(at::kCPU, at::kFloat).clone());
+    }
+    const auto& c = *cfg_.net;
+    p.meta = {{"obs_dim", std::to_string(od_)},
+              {"action_dim", std::to_string(ad_)},
+              {"history", std::to_string(*cfg_.history)},
+              {"d_model", std::to_string(*c.d_model)},
+              {"heads", std::to_string(*c.heads)},
+              {"layers", std::to_string(*c.layers)},
+              {"feedforward", std::to_string(*c.feedforward)},
+              {"hidden", comma_list(*c.hidden)},
+              {"activation", enum_text(*c.activation)},
+              {"log_std_min", exact_text(*c.log_std_min)},
+              {"log_std_max", exact_text(*c.log_std_max)}};
+    return p;
   }
 
   /// State protocol: the network with its AdamW state, the update count, the average.
@@ -16069,6 +16279,13 @@ class BasicSAC {
     return ema_.with_weights(actor_opt_.parameters().flat(), std::forward<F>(f));
   }
 
+  /// The actor's parameters as policy.safetensors names them (`WarmStarts`: `init.weights`).
+  [[nodiscard]] std::vector<std::pair<std::string, at::Tensor>> policy_parameters()
+    requires std::same_as<Actor, nn::GaussianActor>
+  {
+    return named_parameters_of(*actor_, "");
+  }
+
   /// Writes the policy alone, for deployment (`anvil::load_policy`): the actor's shape and
   /// its weights (the averaged ones when there are any). Policy files hold the default
   /// GaussianActor only; with a user actor this does not exist and the Trainer writes no
@@ -16777,6 +16994,28 @@ class COMA {
       pending_rows_ += d.mask.sum().item<std::int64_t>() * k_;
       pending_.push_back(std::move(d));
     }
+  }
+
+  /// The acting network for policy.safetensors (`ExportsTensors`): the actor as `net.*` (an
+  /// MLP's `fc0`, `fc1`, ...; a recurrent actor's hidden layers `fc*`, its GRU cell `gru`
+  /// and output layer `head`), shared by the agents, each reading its observation followed
+  /// by its one-hot id; an agent's deterministic action is its most likely available one.
+  [[nodiscard]] PolicyTensors policy_tensors() const {
+    PolicyTensors p{"ComaActor", {}, {}, false};
+    if (recurrent()) add_module_tensors(p, "net.", *gru_);
+    else add_module_tensors(p, "net.", *actor_);
+    p.meta = {{"agents", std::to_string(k_)},
+              {"obs_dim", std::to_string(layout_.obs_dim)},
+              {"actions", std::to_string(n_)},
+              {"hidden", comma_list(*cfg_.actor->hidden)},
+              {"activation", enum_text(*cfg_.actor->activation)},
+              {"memory", std::to_string(*cfg_.actor->gru)}};
+    return p;
+  }
+
+  /// The actor's parameters as policy.safetensors names them (`WarmStarts`: `init.weights`).
+  [[nodiscard]] std::vector<std::pair<std::string, at::Tensor>> policy_parameters() {
+    return recurrent() ? named_parameters_of(*gru_, "net.") : named_parameters_of(*actor_, "net.");
   }
 
   /// The MLP actor (null when the actor is recurrent) and the recurrent one (null otherwise).
@@ -17497,6 +17736,48 @@ class DiffusionPolicy {
     set_lr();
   }
 
+  /// The acting network for policy.safetensors (`ExportsTensors`): the U-Net as `net.*`
+  /// (`step0`, `step1`, the `down`, `mid` and `up` lists, `out_block`, `out_conv`), the
+  /// min-max normalisation (`norm.obs_scale`, `norm.obs_offset`, `norm.action_scale`,
+  /// `norm.action_offset`: y = scale x + offset), the env's bounds of one action
+  /// (`chunk_low`, `chunk_high`), and the schedule's alpha-bars (`schedule.alpha_bars`,
+  /// float64); the metadata holds the horizons, the sampler and the network's shape.
+  /// Acting: the sampler's loop from the given noise, the executed chunk in env units.
+  [[nodiscard]] PolicyTensors policy_tensors() const {
+    need_normalizer();
+    PolicyTensors p{"DiffusionPolicy", {}, {}, true};
+    add_module_tensors(p, "net.", *net_);
+    auto cpu = [](const at::Tensor& t) { return t.detach().to(at::kCPU, at::kFloat).clone(); };
+    p.tensors.emplace_back("norm.obs_scale", cpu(obs_norm_.scale));
+    p.tensors.emplace_back("norm.obs_offset", cpu(obs_norm_.offset));
+    p.tensors.emplace_back("norm.action_scale", cpu(act_norm_.scale));
+    p.tensors.emplace_back("norm.action_offset", cpu(act_norm_.offset));
+    p.tensors.emplace_back("chunk_low", cpu(act_low_));
+    p.tensors.emplace_back("chunk_high", cpu(act_high_));
+    p.tensors.emplace_back("schedule.alpha_bars", at::tensor(schedule_.alpha_bars(), at::TensorOptions().dtype(at::kDouble)));
+    std::vector<int> widths(cfg_.widths->begin(), cfg_.widths->end());
+    p.meta = {{"obs_dim", std::to_string(obs_dim_)},
+              {"action_dim", std::to_string(act_dim_)},
+              {"obs_horizon", std::to_string(*cfg_.obs_horizon)},
+              {"horizon", std::to_string(*cfg_.horizon)},
+              {"action_horizon", std::to_string(*cfg_.action_horizon)},
+              {"objective", enum_text(*cfg_.objective)},
+              {"sampler", enum_text(*cfg_.sampler)},
+              {"train_steps", std::to_string(*cfg_.train_steps)},
+              {"inference_steps", std::to_string(*cfg_.inference_steps)},
+              {"ddim_eta", exact_text(*cfg_.ddim_eta)},
+              {"clip_sample", *cfg_.clip_sample ? "1" : "0"},
+              {"widths", comma_list(widths)},
+              {"step_embed", std::to_string(*cfg_.step_embed)},
+              {"kernel", std::to_string(*cfg_.kernel)},
+              {"groups", std::to_string(*cfg_.groups)}};
+    return p;
+  }
+  /// The U-Net's parameters as policy.safetensors names them (`WarmStarts`: `init.weights`).
+  [[nodiscard]] std::vector<std::pair<std::string, at::Tensor>> policy_parameters() {
+    return named_parameters_of(*net_, "net.");
+  }
+
   [[nodiscard]] nn::Unet1d& network() noexcept { return net_; }
   [[nodiscard]] const diffusion::NoiseSchedule& schedule() const noexcept { return schedule_; }
   [[nodiscard]] const Config& config() const noexcept { return cfg_; }
@@ -18100,6 +18381,25 @@ class PPO {
     ema_.restore(s.ema);
   }
 
+  /// The acting network for policy.safetensors (`ExportsTensors`): the actor MLP as `net.fc0`,
+  /// `net.fc1`, ...; its deterministic action is the argmax (discrete) or the mean
+  /// (continuous, clipped and scaled by the run as its collector does).
+  [[nodiscard]] PolicyTensors policy_tensors() const {
+    PolicyTensors p{"PpoActor", {}, {}, !discrete_};
+    add_module_tensors(p, "net.", *actor_);
+    p.meta = {{"obs_dim", std::to_string(actor_->in_features())},
+              {"action_dim", std::to_string(act_dim_)},
+              {"discrete", discrete_ ? "1" : "0"},
+              {"hidden", comma_list(*cfg_.actor->hidden)},
+              {"activation", enum_text(*cfg_.actor->activation)}};
+    return p;
+  }
+
+  /// The actor's parameters as policy.safetensors names them (`WarmStarts`: `init.weights`).
+  [[nodiscard]] std::vector<std::pair<std::string, at::Tensor>> policy_parameters() {
+    return named_parameters_of(*actor_, "net.");
+  }
+
   [[nodiscard]] nn::Mlp& actor() noexcept { return actor_; }
   [[nodiscard]] nn::Mlp& critic() noexcept { return critic_; }
   /// Log standard deviation of continuous actions (undefined for discrete ones).
@@ -18482,6 +18782,25 @@ struct policy_config<OnPolicyLoop> {
 #include <string>
 #include <string_view>
 
+// ---- begin <anvil/train/init_config.hpp> ----
+/// @file
+/// `InitConfig`: the `init` section of a Trainer's config, where a run's networks start
+/// (`init.weights`: a warm start from a policy file). Light header.
+
+#include <string>
+
+
+namespace anvil {
+
+struct InitConfig {
+  Param<std::string, "weights",
+        "a safetensors file whose tensors start the policy's network (a run's policy.safetensors, or a PyTorch "
+        "state_dict saved as safetensors): every parameter by name and shape; not applied when a run resumes">
+      weights{""};
+};
+
+}  // namespace anvil
+// ---- end <anvil/train/init_config.hpp> ----
 // ---- begin <anvil/train/run_config.hpp> ----
 /// @file
 /// The `run` section: where and how a run executes, what it writes and when. The `train`
@@ -18538,6 +18857,10 @@ struct RunConfig {
   Param<std::string, "resume",
         "a checkpoint to continue from, or auto: the latest in run_dir (none there: start afresh)">
       resume{""};
+  Param<std::string, "export",
+        "with run.resume: write that checkpoint's policy files (policy.safetensors, policy.bin where the "
+        "algorithm has one) into this directory and end without training">
+      export_dir{""};
 
   /// A run of seconds (`run.smoke`): log rows every 200 steps at most.
   void shrink() { log_interval = std::min<std::int64_t>(log_interval, 200); }
@@ -18559,6 +18882,7 @@ struct TrainerConfig {
   Section<policy_config<B>::section, policy_config_t<B>> buffer;
   Section<policy_config<P>::section, policy_config_t<P>> parallel;
   Section<policy_config<X>::section, policy_config_t<X>> precision;
+  Section<"init", InitConfig> init;
 
   /// What the config hash covers beside the fields (`config_hash`): the policy types, since
   /// FP32 and TF32 runs, say, have the same fields. A run's config.yaml, `--print-config`,
@@ -18664,6 +18988,9 @@ class Trainer {
   /// Writes the policy alone (`anvil::load_policy` reads it); an algorithm that exports no
   /// policy file (not `ExportsPolicy`) throws.
   void save_policy(const std::filesystem::path& file) const;
+  /// Writes the policy files into `dir` (policy.safetensors; policy.bin where the algorithm
+  /// has one); an algorithm with no policy file throws.
+  void export_policy(const std::filesystem::path& dir) const;
   /// The resolved config the run uses.
   [[nodiscard]] const Config& config() const noexcept;
   /// Where the run writes its files.
@@ -21111,7 +21438,7 @@ class Checkpoints {
   // evaluates (a loop's own `steps`, `eval_interval`, `eval_episodes`, at any depth).
   static bool may_differ(const std::string& key) {
     if (key == "run.seed") return false;  // another seed is another run
-    if (key.rfind("run.", 0) == 0 || key.rfind("parallel.", 0) == 0) return true;
+    if (key.rfind("run.", 0) == 0 || key.rfind("parallel.", 0) == 0 || key.rfind("init.", 0) == 0) return true;
     if (key.rfind("train.", 0) != 0) return false;
     const auto leaf = key.substr(key.rfind('.') + 1);
     return leaf == "steps" || leaf == "eval_interval" || leaf == "eval_episodes";
@@ -21298,6 +21625,14 @@ class Handlers {
 
 namespace anvil {
 
+/// Whether `run.resume` restores a checkpoint (a path, or auto with one in run.run_dir): the
+/// run's networks then come from it, and `init.weights` is not applied.
+[[nodiscard]] inline bool resumes_a_checkpoint(const RunConfig& run) {
+  if (run.resume->empty()) return false;
+  if (*run.resume != "auto") return true;
+  return !run.run_dir->empty() && !Checkpoints::latest(*run.run_dir).empty();
+}
+
 /// What a Run needs of the loop that drives it, whatever the loop's type.
 class LoopControl {
  public:
@@ -21360,8 +21695,9 @@ class Run {
     Evaluation* evaluation = nullptr;
     /// Runs an evaluation of `n` episodes with the policy (its average when one is kept).
     std::function<EvalResult(int n)> evaluate;
-    /// Writes the policy alone (policy.bin); empty when the algorithm has no policy file.
-    std::function<void(const std::filesystem::path&)> save_policy;
+    /// Writes the policy files into a directory (policy.safetensors, and policy.bin where the
+    /// algorithm has one); empty when the algorithm has no policy file.
+    std::function<void(const std::filesystem::path&)> export_policy;
     MetricsLog::Sources log_sources;  ///< filled in by the run but for the algorithm's functions
   };
 
@@ -21384,6 +21720,7 @@ class Run {
   /// (train/signals.hpp). The last iteration's evaluation and row are `finish`'s, so a run
   /// writes one row per logged step.
   FitResult fit() {
+    if (!s_.run.export_dir->empty()) return export_checkpoint_policy();
     begin();
     auto& loop = *p_.loop;
     while (!loop.done()) {
@@ -21476,14 +21813,14 @@ class Run {
   }
 
   /// A checkpoint at the current step (rank 0 writes it, after the ranks are found in sync),
-  /// with policy.bin beside it; the oldest beyond `run.keep_last` go.
+  /// with the policy files beside it (policy.safetensors, policy.bin); the oldest beyond `run.keep_last` go.
   [[gnu::cold, gnu::noinline]] void checkpoint() {
     check_in_sync();
     if (!p_.ranks->is_main()) return;
     ScopedPhase ph(*p_.times, Phase::checkpoint);
     try {
       checkpoints_.save_at(p_.clock->now());
-      if (p_.save_policy) p_.save_policy(run_dir_ / "policy.bin");
+      if (p_.export_policy) p_.export_policy(run_dir_);
     } catch (...) {
       // Caught to unwind the writers here (an uncaught error ends the program without
       // unwinding): a failed write (a full disk) leaves no partial .tmp file behind.
@@ -21775,6 +22112,35 @@ class Run {
         std::to_string(p_.clock->now()));
   }
 
+  // run.export: the policy files of the checkpoint run.resume names, written into the
+  // directory run.export names; nothing is trained and the run directory is not opened.
+  [[gnu::cold, gnu::noinline]] FitResult export_checkpoint_policy() {
+    const std::string& resume = s_.run.resume;
+    if (!p_.export_policy)
+      throw ConfigError("run.export: " + s_.algorithm + " runs write no policy file, so there is nothing to export");
+    if (resume.empty())
+      throw ConfigError("run.export needs run.resume: the checkpoint whose policy to write (a checkpoint file, or "
+                        "auto with run.run_dir for the latest in that run)");
+    if (p_.ranks->world_size() > 1) throw ConfigError("run.export runs in one process, not in " +
+                                                      std::to_string(p_.ranks->world_size()) + " ranks");
+    if (resume == "auto" && s_.run.run_dir->empty())
+      throw ConfigError("run.resume=auto looks for the latest checkpoint in run.run_dir, which is not set");
+    const auto file = checkpoints_.resolve(resume);
+    if (file.empty()) throw ConfigError("run.export: no checkpoint in " + std::string(*s_.run.run_dir) + " (run.resume=auto)");
+    apply_checkpoint(checkpoints_.read(file), file);
+    const std::filesystem::path dir = *s_.run.export_dir;
+    p_.export_policy(dir);
+    if (p_.ranks->is_main())
+      std::printf("export: the policy of %s (%s %lld) written to %s\n", file.string().c_str(),
+                  std::string(step_name(p_.clock->unit)).c_str(), static_cast<long long>(p_.clock->now()),
+                  dir.string().c_str());
+    FitResult r;
+    r.env_steps = p_.clock->env_steps;
+    r.updates = p_.clock->updates;
+    r.stopped_by = "exported the policy of " + file.string();
+    return r;
+  }
+
   void apply_checkpoint(const StateSections::Apply& apply, const std::filesystem::path& file) {
     apply();
     p_.collector->restored();
@@ -21956,7 +22322,14 @@ inline StepContext::Options step_options(const RunContext& ctx, const PrecisionS
 /// policy acts on observations normalised as in training) and its clip.
 inline PolicyFileParts policy_file_parts(const StepCollector& collector, const envs::NormalizeState* norm,
                                          const envs::NormalizeConfig& ncfg) {
-  PolicyFileParts parts{collector.spec().name, collector.action_scale(), collector.action_offset(), {}, {}, 0};
+  PolicyFileParts parts{collector.spec().name,
+                        collector.action_scale(),
+                        collector.action_offset(),
+                        collector.action_low(),
+                        collector.action_high(),
+                        {},
+                        {},
+                        0};
   if (norm && ncfg.obs) {
     const auto& mean = norm->obs.mean();
     const auto var = norm->obs.variance();
@@ -22133,6 +22506,14 @@ class BasicTrainer {
     collector_ = std::make_unique<StepCollector>(std::move(envs.training), times_);
     collector_->count_steps_from(&clock_.env_steps);
     algo_ = std::make_unique<A>(collector_->spec(), *cfg_.algorithm, ctx_);
+    if (!cfg_.init->weights->empty() && !resumes_a_checkpoint(*cfg_.run)) {
+      if constexpr (WarmStarts<A>)
+        notes.push_back(warm_start(*cfg_.init->weights, algo_->policy_parameters(),
+                                   "the " + std::string(A::config_section.view()) + " actor"));
+      else
+        throw ConfigError("init.weights: " + std::string(A::config_section.view()) +
+                          " has no acting network that starts from a file (anvil::WarmStarts)");
+    }
     buffer_ = std::make_unique<B>(collector_->spec(), *cfg_.buffer, ctx_);
     step_ctx_ = StepContext(step_options(ctx_, precision, threads(), *cfg_.run, times_,
                                          [p = parallel_.get()](std::vector<at::Tensor>& g) { p->all_reduce_mean(g); }));
@@ -22191,6 +22572,27 @@ class BasicTrainer {
     // and the same policy as safetensors beside it, for PyTorch (anvil.load_policy)
     if (file.extension() == ".bin" && policy_kind(file) == "GaussianActor")
       write_policy_safetensors(load_policy(file), std::filesystem::path(file).replace_extension(".safetensors"));
+  }
+
+  /// Writes the policy files into `dir`: policy.safetensors (for PyTorch: `anvil.load_policy`)
+  /// and, for an algorithm with one, policy.bin (`anvil::load_policy`); the averaged weights
+  /// when `train.ema_decay` is on (the directory is made if need be). A run writes them into
+  /// its directory with each checkpoint and at its end; `run.export` writes those of any
+  /// checkpoint.
+  void export_policy(const std::filesystem::path& dir) const
+    requires ExportsPolicy<A> || ExportsTensors<A>
+  {
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+    if (ec) throw Error("export_policy: cannot create the directory " + dir.string() + ": " + ec.message());
+    if constexpr (ExportsPolicy<A>) save_policy(dir / "policy.bin");  // a Gaussian actor's safetensors beside it
+    if constexpr (ExportsTensors<A>) {
+      auto tensors = [this] { return algo_->policy_tensors(); };
+      PolicyTensors t;
+      if constexpr (AveragesPolicy<A>) t = runner_->settings().ema_decay > 0 ? algo_->with_ema_weights(tensors) : tensors();
+      else t = tensors();
+      write_policy_tensors(dir / "policy.safetensors", std::move(t), policy_file_parts(*collector_, norm_.get(), *cfg_.normalize));
+    }
   }
 
   [[nodiscard]] const Config& config() const noexcept { return cfg_; }
@@ -22272,7 +22674,8 @@ class BasicTrainer {
           return algo_->with_ema_weights([&] { return evaluation_.run(act, n); });
       return evaluation_.run(act, n);
     };
-    if constexpr (ExportsPolicy<A>) p.save_policy = [this](const std::filesystem::path& f) { save_policy(f); };
+    if constexpr (ExportsPolicy<A> || ExportsTensors<A>)
+      p.export_policy = [this](const std::filesystem::path& dir) { export_policy(dir); };
     if constexpr (ReportsLearningRates<A>) p.log_sources.learning_rates = [this] { return algo_->learning_rates(); };
     if constexpr (ExposesWeights<A>) p.log_sources.weights = [this] { return algo_->flat_parameters(); };
     return p;
@@ -22413,6 +22816,15 @@ void Trainer<A, B, P, X, L>::save_policy(const std::filesystem::path& file) cons
   } else {
     throw Error("save_policy: " + std::string(A::config_section.view()) +
                 " writes no policy file of its own (anvil::ExportsPolicy); its checkpoints hold it");
+  }
+}
+
+template <class A, class B, class P, class X, class L>
+void Trainer<A, B, P, X, L>::export_policy(const std::filesystem::path& dir) const {
+  if constexpr (ExportsPolicy<A> || ExportsTensors<A>) {
+    impl_->export_policy(dir);
+  } else {
+    throw Error("export_policy: " + std::string(A::config_section.view()) + " writes no policy file; its checkpoints hold it");
   }
 }
 

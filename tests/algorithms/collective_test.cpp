@@ -27,6 +27,7 @@
 #endif
 
 #include "../skip.hpp"
+#include "../python_policy_check.hpp"
 #include "../temp_run_dir.hpp"
 
 using namespace anvil;
@@ -407,6 +408,17 @@ TEST_CASE("Collective: a worker's copies are each env's newest transitions, labe
                                                                                  : whole.algorithm().optimizer().parameters().flat()));
   sc.distill->net->d_model = 32;
   CHECK_THROWS_WITH_AS(CollectiveStudent(spec, sc, RunContext{}), doctest::Contains("student.shaping.collective"), ConfigError);
+
+  // Its policy.safetensors acts in PyTorch as the collective does (anvil.load_policy): 1,000
+  // observations of the History env's layout, histories of every length, some not begun.
+  torch::manual_seed(8);
+  const std::int64_t n = 1000;
+  const auto tokens = torch::rand({n, 4, 5}) * 2.0 - 1.0;
+  auto mask = (torch::rand({n, 4}) < 0.6).to(at::kFloat);
+  mask.narrow(0, 0, 10).zero_();
+  const auto rows_in = at::cat({tokens.reshape({n, -1}), mask, torch::rand({n, 3}) * 2.0 - 1.0}, 1);
+  const auto action = whole.collector().to_env(whole.algorithm().act(rows_in, ActMode::deterministic));
+  ANVIL_CHECK_POLICY_IN_PYTHON(whole.run_dir() / "policy.safetensors", {{"obs", rows_in}, {"action", action}}, {});
 }
 
 TEST_CASE("Collective: h5py reads the collective dataset as its layout says") {

@@ -17,6 +17,7 @@
 
 #include <anvil/anvil.hpp>
 
+#include "../python_policy_check.hpp"
 #include "../skip.hpp"
 #include "../temp_run_dir.hpp"
 
@@ -535,4 +536,40 @@ TEST_CASE("LossScaler: two optimizers' steps inside one scaler step update the s
   CHECK(s.current_scale() == 1024.0);  // one backoff
   CHECK(s.good_steps() == 0);
   CHECK(s.skipped() == 1);
+}
+
+TEST_CASE("Trainer<COMA>: policy.safetensors acts in PyTorch as the run's actor (anvil.load_policy): MLP and GRU, masked actions") {
+  for (int gru : {0, 16}) {
+    CAPTURE(gru);
+    auto c = coma_config(gru ? "coma_export_gru" : "coma_export_mlp", 600, 8);
+    c.algorithm->actor->gru = gru;
+    c.algorithm->batch_size = 32;
+    c.algorithm->batch_number = 2;
+    ComaTrainer t(envs::Joint<envs::MappingTask>{}, c);
+    t.fit();
+    const std::filesystem::path dir = *c.run->run_dir;
+    REQUIRE(std::filesystem::exists(dir / "policy.safetensors"));
+    // 125 steps of the 8 envs (1,000 observation rows) from new episodes (many end and start
+    // again: a recurrent actor's memory restarts there), acting as evaluation does
+    auto& col = t.collector();
+    auto& coma = t.algorithm();
+    col.restart();
+    std::vector<at::Tensor> obs, avail, first, action;
+    for (int s = 0; s < 125; ++s) {
+      const auto rows = col.observations().clone();
+      const auto joint = coma.act(rows, ActMode::deterministic);
+      obs.push_back(coma.split_obs(rows));
+      avail.push_back(coma.split_avail(rows));
+      first.push_back(coma.split_first(rows));
+      action.push_back(coma.decode(joint));
+      (void)col.step(joint, false);
+    }
+    const auto firsts = at::stack(first);
+    CHECK(firsts.sum().item<double>() > 8);                             // episodes restarted
+    CHECK((at::stack(avail) < 0.5).any().item<bool>());                 // some actions masked
+    ANVIL_CHECK_POLICY_IN_PYTHON(dir / "policy.safetensors",
+                                 {{"obs", at::stack(obs)}, {"avail", at::stack(avail)}, {"first", firsts},
+                                  {"action", at::stack(action)}},
+                                 {});
+  }
 }

@@ -18,6 +18,7 @@
 #include <anvil/data/demonstrations.hpp>
 #endif
 
+#include "../python_policy_check.hpp"
 #include "../temp_run_dir.hpp"
 
 using namespace anvil;
@@ -376,5 +377,44 @@ TEST_CASE("DiffusionPolicy: trains from demonstrations through the offline loop,
   CHECK_THROWS_WITH_AS(DpTrainer(envs::MultiStep<envs::MountainCarContinuous>(envs::MountainCarContinuous{}, 2, 4), wide),
                        doctest::Contains(("train.dataset: '" + demos.string() + "' has observations of 3").c_str()), Error);
   for (const auto& d : {dir, std::filesystem::path(*c.run->run_dir), std::filesystem::path(*rc.run->run_dir)}) std::filesystem::remove_all(d);
+}
+
+TEST_CASE("DiffusionPolicy: policy.safetensors (the EMA network, normalisation, schedule) acts in PyTorch as the run's policy from the same noise") {
+  const auto dir = std::filesystem::path(temp_run_dir("dp_export_demos"));
+  const auto demos = pendulum_demos(dir, 4);
+  const envs::MultiStep<envs::Pendulum> env(envs::Pendulum{}, 2, 4);
+  for (const bool ddim : {true, false}) {
+    CAPTURE(ddim);
+    auto c = dp_config(ddim ? "dp_export_ddim" : "dp_export_ddpm", demos);
+    c.train->steps = 20;
+    c.train->update->grad_accumulation = 1;
+    c.train->eval_interval = 0;
+    c.run->checkpoint_interval = 0;
+    c.algorithm->sampler = ddim ? DiffusionSampler::ddim : DiffusionSampler::ddpm;
+    DpTrainer t(env, c);
+    t.fit();
+    const std::filesystem::path run = *c.run->run_dir;
+    REQUIRE(std::filesystem::exists(run / "policy.safetensors"));
+    auto& dp = t.algorithm();
+    const std::int64_t n = 1000, horizon = 8, steps = ddim ? 4 : 20;
+    torch::manual_seed(21);
+    const auto obs = torch::rand({n, 6}) * torch::tensor({2.0f, 2.0f, 16.0f, 2.0f, 2.0f, 16.0f}) -
+                     torch::tensor({1.0f, 1.0f, 8.0f, 1.0f, 1.0f, 8.0f});
+    // the run's policy acts with the averaged weights; its sampler draws the start, then one
+    // draw per step, from torch's generator: drawn again here in that order
+    const auto action = dp.with_ema_weights([&] {
+      torch::manual_seed(5);
+      return t.collector().to_env(dp.act(obs, ActMode::deterministic));
+    });
+    torch::manual_seed(5);
+    const auto noise = torch::randn({n, horizon, 1});
+    std::vector<at::Tensor> z;
+    for (std::int64_t s = 0; s < steps; ++s) z.push_back(torch::randn({n, horizon, 1}));
+    CHECK((action.abs() < 2.0 - 1e-3).to(at::kFloat).mean().item<double>() > 0.2);  // most inside the bounds
+    ANVIL_CHECK_POLICY_IN_PYTHON(run / "policy.safetensors",
+                                 {{"obs", obs}, {"noise", noise}, {"step_noise", at::stack(z)}, {"action", action}}, {});
+    std::filesystem::remove_all(run);
+  }
+  std::filesystem::remove_all(dir);
 }
 #endif

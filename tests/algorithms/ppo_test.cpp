@@ -4,11 +4,13 @@
 #include <torch/torch.h>
 
 #include <filesystem>
+#include <fstream>
 #include <latch>
 #include <thread>
 
 #include <anvil/anvil.hpp>
 
+#include "../python_policy_check.hpp"
 #include "../temp_run_dir.hpp"
 
 using namespace anvil;
@@ -479,4 +481,118 @@ TEST_CASE("Trainer: with normalize.obs, policy.bin carries the statistics and lo
   CHECK(torch::allclose(loaded, expected, 1e-5, 1e-5));
   CHECK_FALSE(torch::allclose(loaded, t.algorithm().act(raw, ActMode::deterministic) * 2.0, 1e-5, 1e-5));
   std::filesystem::remove_all(*c.run->run_dir);
+}
+
+TEST_CASE("Trainer: PPO writes policy.safetensors, which acts in PyTorch as the run's policy (anvil.load_policy, 1,000 observations)") {
+  SUBCASE("Pendulum: normalised observations, the mean clipped and scaled to the bounds") {
+    auto c = pendulum_config(1024, "ppo_export_pendulum");  // normalize.obs on
+    PpoTrainer t(envs::Pendulum{}, c);
+    t.fit();
+    const std::filesystem::path dir = *c.run->run_dir;
+    REQUIRE(std::filesystem::exists(dir / "policy.safetensors"));
+    CHECK_FALSE(std::filesystem::exists(dir / "policy.bin"));
+    {  // larger weights, so that many means fall outside [-1, 1] and the clip is tested
+      torch::NoGradGuard no_grad;
+      for (auto& w : t.algorithm().actor()->parameters()) w.mul_(40.0);
+    }
+    t.export_policy(dir / "export");
+    torch::manual_seed(3);
+    const auto raw = torch::rand({1000, 3}) * torch::tensor({2.0f, 2.0f, 16.0f}) - torch::tensor({1.0f, 1.0f, 8.0f});
+    // what the run's policy does: normalise as in training, act, clip and scale (Pendulum: +-2)
+    const auto& stats = t.normalizer()->obs;
+    auto normalised = raw.clone();
+    for (int j = 0; j < 3; ++j)
+      normalised.select(1, j).sub_(stats.mean()[j]).div_(std::sqrt(stats.variance()[j] + *c.normalize->epsilon));
+    const auto action = t.collector().to_env(
+        t.algorithm().act(normalised.clamp(-*c.normalize->clip_obs, *c.normalize->clip_obs), ActMode::deterministic));
+    const auto clipped = (action.abs() > 2.0 - 1e-6).to(at::kFloat).mean().item<double>();
+    CHECK(clipped > 0.05);
+    CHECK(clipped < 0.95);
+    ANVIL_CHECK_POLICY_IN_PYTHON(dir / "export" / "policy.safetensors", {{"obs", raw}, {"action", action}}, {});
+  }
+  SUBCASE("CartPole: the most likely of two actions") {
+    auto c = cartpole_config(2048, "ppo_export_cartpole");
+    PpoTrainer t(envs::CartPole{}, c);
+    t.fit();
+    torch::manual_seed(4);
+    const auto raw = torch::rand({1000, 4}) * 4.0 - 2.0;
+    const auto action = t.collector().to_env(t.algorithm().act(raw, ActMode::deterministic));
+    CHECK(action.sum().item<std::int64_t>() > 0);  // both actions occur
+    CHECK(action.sum().item<std::int64_t>() < 1000);
+    ANVIL_CHECK_POLICY_IN_PYTHON(std::filesystem::path(*c.run->run_dir) / "policy.safetensors",
+                                 {{"obs", raw}, {"action", action}}, {});
+  }
+}
+
+TEST_CASE("Trainer: run.export writes a checkpoint's policy files without training, and init.weights starts a run from them") {
+  auto c = pendulum_config(1024, "ppo_export_a");
+  c.run->seed = 5;
+  PpoTrainer a(envs::Pendulum{}, c);
+  a.fit();
+  const std::filesystem::path dir = *c.run->run_dir;
+  const auto written = safetensors::read(dir / "policy.safetensors");
+  // run.export: the last checkpoint's policy, the same as the run's own file
+  auto ec = c;
+  ec.run->run_dir = "";
+  ec.run->resume = (dir / "checkpoint-000000001024.ckpt").string();
+  ec.run->export_dir = (dir / "exported").string();
+  PpoTrainer e(envs::Pendulum{}, ec);
+  const auto r = e.fit();
+  CHECK(r.stopped_by.find("exported the policy of") == 0);
+  CHECK(r.env_steps == 1024);
+  const auto exported = safetensors::read(dir / "exported" / "policy.safetensors");
+  REQUIRE(exported.tensors.size() == written.tensors.size());
+  for (std::size_t i = 0; i < written.tensors.size(); ++i) {
+    CAPTURE(written.tensors[i].first);
+    CHECK(exported.tensors[i].first == written.tensors[i].first);
+    CHECK(torch::equal(exported.tensors[i].second, written.tensors[i].second));
+  }
+  auto no_resume = ec;
+  no_resume.run->resume = "";
+  CHECK_THROWS_WITH_AS(PpoTrainer(envs::Pendulum{}, no_resume).fit(), doctest::Contains("run.export needs run.resume"),
+                       ConfigError);
+
+  // init.weights: a new run's actor starts as the exported one (other seed, other start)
+  auto wc = pendulum_config(1024, "ppo_warm");
+  wc.run->seed = 11;
+  wc.init->weights = (dir / "exported" / "policy.safetensors").string();
+  PpoTrainer w(envs::Pendulum{}, wc);
+  const at::Tensor fc0 = w.algorithm().actor()->named_parameters()["fc0.weight"];
+  CHECK(torch::equal(fc0, a.algorithm().actor()->named_parameters()["fc0.weight"]));
+  auto cold = wc;
+  cold.init->weights = "";
+  cold.run->run_dir = temp_run_dir("ppo_cold");
+  PpoTrainer k(envs::Pendulum{}, cold);
+  CHECK_FALSE(torch::equal(k.algorithm().actor()->named_parameters()["fc0.weight"], fc0));
+
+  // files that do not fit: every tensor at fault named
+  std::vector<std::pair<std::string, at::Tensor>> wrong;
+  for (const auto& [name, t] : written.tensors) {
+    if (name == "net.fc1.bias") continue;                                  // missing
+    if (name == "net.fc0.weight") wrong.emplace_back(name, at::zeros({8, 3}));  // misshapen
+    else wrong.emplace_back(name, t);
+  }
+  wrong.emplace_back("net.fc9.weight", at::zeros({2, 2}));  // unexpected
+  safetensors::write(dir / "wrong.safetensors", wrong, {});
+  auto bad = cold;
+  bad.run->run_dir = temp_run_dir("ppo_warm_bad");
+  bad.init->weights = (dir / "wrong.safetensors").string();
+  try {
+    PpoTrainer b(envs::Pendulum{}, bad);
+    FAIL("a file that does not fit was taken");
+  } catch (const ConfigError& err) {
+    const std::string m = err.what();
+    CHECK(m.find("wrong.safetensors does not fit the ppo actor") != std::string::npos);
+    CHECK(m.find("missing 'net.fc1.bias' [64]") != std::string::npos);
+    CHECK(m.find("'net.fc0.weight' is [8, 3] in the file, [64, 3] in the ppo actor") != std::string::npos);
+    CHECK(m.find("unexpected 'net.fc9.weight' [2, 2]") != std::string::npos);
+  }
+  {  // a torch.save file (a zip) is named as such
+    std::ofstream(dir / "state.pt", std::ios::binary) << "PK\x03\x04 not safetensors";
+    bad.init->weights = (dir / "state.pt").string();
+    CHECK_THROWS_WITH_AS(PpoTrainer(envs::Pendulum{}, bad), doctest::Contains("is a torch.save file"), ConfigError);
+  }
+  for (const auto& d : {dir, std::filesystem::path(*wc.run->run_dir), std::filesystem::path(*cold.run->run_dir),
+                        std::filesystem::path(*bad.run->run_dir)})
+    std::filesystem::remove_all(d);
 }

@@ -17,6 +17,7 @@
 #include <anvil/core/safetensors.hpp>
 
 #include "../damaged_files.hpp"
+#include "../python_policy_check.hpp"
 
 namespace fs = std::filesystem;
 namespace st = anvil::safetensors;
@@ -48,14 +49,7 @@ std::string refusal(const fs::path& p) {
   return "";
 }
 
-std::string run(const std::string& cmd) {
-  std::string out;
-  FILE* f = ::popen(cmd.c_str(), "r");
-  if (!f) return out;
-  char buf[4096];
-  while (std::fgets(buf, sizeof buf, f)) out += buf;
-  return ::pclose(f) == 0 ? out : "FAILED: " + out;
-}
+using anvil::test::run_command;
 }  // namespace
 
 TEST_CASE("safetensors: every dtype round-trips with its shape and metadata, the data 8-byte aligned") {
@@ -100,7 +94,7 @@ TEST_CASE("safetensors: a numpy reader written in the test reads anvil's files, 
   MESSAGE("ANVIL-SKIPPED: no Python with numpy in this build");
 #else
   const std::string py = ANVIL_TEST_PYTHON, script = ANVIL_TEST_SAFETENSORS_NUMPY;
-  if (run(py + " -c 'import numpy' 2>&1").rfind("FAILED", 0) == 0) {
+  if (run_command(py + " -c 'import numpy' 2>&1").rfind("FAILED", 0) == 0) {
     const std::string why = "ANVIL-SKIPPED: " + py + " has no numpy";
     MESSAGE(why);
     return;
@@ -112,7 +106,7 @@ TEST_CASE("safetensors: a numpy reader written in the test reads anvil's files, 
              {"steps", at::tensor({std::int64_t{1}, std::int64_t{-2}, std::int64_t{1} << 40})},
              {"flags", at::tensor({1, 0, 1}).to(at::kBool)}},
             {{"written_by", "anvil"}});
-  const auto out = run(py + " " + script + " read " + (dir / "anvil.safetensors").string());
+  const auto out = run_command(py + " " + script + " read " + (dir / "anvil.safetensors").string());
   REQUIRE_MESSAGE(out.rfind("FAILED", 0) != 0, out);
   const auto j = nlohmann::json::parse(out);
   CHECK(j["__metadata__"]["written_by"] == "anvil");
@@ -124,7 +118,7 @@ TEST_CASE("safetensors: a numpy reader written in the test reads anvil's files, 
   CHECK(j["steps"][2].get<double>() == doctest::Approx(1099511627775.0));
   CHECK(j["flags"][2].get<double>() == doctest::Approx(2.0));
 
-  REQUIRE(run(py + " " + script + " write " + (dir / "numpy.safetensors").string()).empty());
+  REQUIRE(run_command(py + " " + script + " write " + (dir / "numpy.safetensors").string()).empty());
   const auto f = st::read(dir / "numpy.safetensors");
   CHECK(f.metadata.at("written_by") == "numpy");
   CHECK(at::allclose(f.at("weights"), at::arange(12, at::kFloat).reshape({3, 4}) * 0.5 - 1.0));

@@ -298,3 +298,33 @@ def test_the_python_safetensors_reader_refuses_damaged_files(tmp_path):
     p.write_bytes(good[:5])
     with pytest.raises(anvil.safetensors.FormatError, match="truncated"):
         anvil.safetensors.load(p)
+
+
+def test_a_ppo_run_writes_a_policy_torch_loads_and_a_state_dict_starts_another_run(tmp_path):
+    try:
+        import torch
+    except ImportError:
+        pytest.skip("no PyTorch for this Python (Debian: python3-torch)")
+    ppo = {"train.steps": 2048, "train.eval_interval": 0, "train.eval_episodes": 1}
+    anvil.train("ppo", "CartPole-v1", config=ppo, run_dir=tmp_path / "a")
+    module = anvil.load_policy(tmp_path / "a" / "policy.safetensors")
+    assert module.metadata["kind"] == "PpoActor" and module.metadata["env"] == "CartPole-v1"
+    with torch.no_grad():
+        actions = module(torch.zeros(5, 4))
+    assert actions.dtype == torch.int64 and actions.shape == (5,)
+    # a state_dict made in PyTorch, saved as safetensors, starts a run (init.weights)
+    with torch.no_grad():
+        for p in module.parameters():
+            p.mul_(0.5)
+    state = {k: v.numpy() for k, v in module.state_dict().items()}
+    anvil.safetensors.save(tmp_path / "half.safetensors", state)
+    s = anvil.train("ppo", "CartPole-v1", config={**ppo, "init.weights": str(tmp_path / "half.safetensors")},
+                    run_dir=tmp_path / "b")
+    assert s["status"] == "finished"
+    assert "init.weights: the ppo actor starts from" in (tmp_path / "b" / "training.log").read_text()
+    # one that does not fit is refused, naming the tensor
+    state["net.fc0.weight"] = np.zeros((3, 4), np.float32)
+    anvil.safetensors.save(tmp_path / "bad.safetensors", state)
+    with pytest.raises(anvil.ConfigError, match=r"'net.fc0.weight' is \[3, 4\] in the file, \[64, 4\] in the ppo actor"):
+        anvil.train("ppo", "CartPole-v1", config={**ppo, "init.weights": str(tmp_path / "bad.safetensors")},
+                    run_dir=tmp_path / "c")

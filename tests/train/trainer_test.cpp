@@ -127,6 +127,11 @@ TEST_CASE("compiled::Trainer: PPO on its rollout buffer, and an algorithm withou
   CHECK(std::isfinite(r.final_eval_return));
   CHECK_THROWS_WITH_AS(t.save_policy(t.run_dir() / "policy_again.bin"),
                        doctest::Contains("ppo writes no policy file of its own"), Error);
+  // its policy is written as safetensors alone, with each checkpoint and through export_policy
+  CHECK(std::filesystem::exists(t.run_dir() / "policy.safetensors"));
+  CHECK_FALSE(std::filesystem::exists(t.run_dir() / "policy.bin"));
+  t.export_policy(t.run_dir() / "exported");
+  CHECK(std::filesystem::exists(t.run_dir() / "exported" / "policy.safetensors"));
 }
 
 TEST_CASE("Trainer: update_interval and updates_per_interval set the update-to-data ratio") {

@@ -35,6 +35,7 @@
 #include <anvil/core/batch.hpp>
 #include <anvil/core/binary_io.hpp>
 #include <anvil/core/concepts.hpp>
+#include <anvil/core/policy_tensors.hpp>
 #include <anvil/core/context.hpp>
 #include <anvil/core/error.hpp>
 #include <anvil/core/param.hpp>
@@ -218,6 +219,31 @@ class CollectiveDistillation {
     write_tensor(w, ema_.defined() ? ema_.weights() : opt_.parameters().flat(), "the collective's weights");
     write_tensor(w, net_->obs_shift(), "the collective's state shift");
     write_tensor(w, net_->obs_scale(), "the collective's state scale");
+  }
+
+  /// The collective for policy.safetensors (`ExportsTensors`): the transformer as `net.*`
+  /// (its policy and Q heads included) and its state normalisation (`norm.obs_shift`,
+  /// `norm.obs_scale`); the metadata holds its shape.
+  [[nodiscard]] PolicyTensors policy_tensors() const {
+    PolicyTensors p{"CollectiveTransformer", {}, {}, false};
+    add_module_tensors(p, "net.", *net_);
+    if (net_->obs_shift().defined()) {  // the state normalisation, once fitted to the data
+      p.tensors.emplace_back("norm.obs_shift", net_->obs_shift().detach().to(at::kCPU, at::kFloat).clone());
+      p.tensors.emplace_back("norm.obs_scale", net_->obs_scale().detach().to(at::kCPU, at::kFloat).clone());
+    }
+    const auto& c = *cfg_.net;
+    p.meta = {{"obs_dim", std::to_string(od_)},
+              {"action_dim", std::to_string(ad_)},
+              {"history", std::to_string(*cfg_.history)},
+              {"d_model", std::to_string(*c.d_model)},
+              {"heads", std::to_string(*c.heads)},
+              {"layers", std::to_string(*c.layers)},
+              {"feedforward", std::to_string(*c.feedforward)},
+              {"hidden", comma_list(*c.hidden)},
+              {"activation", enum_text(*c.activation)},
+              {"log_std_min", exact_text(*c.log_std_min)},
+              {"log_std_max", exact_text(*c.log_std_max)}};
+    return p;
   }
 
   /// State protocol: the network with its AdamW state, the update count, the average.

@@ -57,6 +57,7 @@
 #include <anvil/core/batch.hpp>
 #include <anvil/core/binary_io.hpp>
 #include <anvil/core/concepts.hpp>
+#include <anvil/core/policy_tensors.hpp>
 #include <anvil/core/context.hpp>
 #include <anvil/core/error.hpp>
 #include <anvil/core/param.hpp>
@@ -323,6 +324,28 @@ class COMA {
       pending_rows_ += d.mask.sum().item<std::int64_t>() * k_;
       pending_.push_back(std::move(d));
     }
+  }
+
+  /// The acting network for policy.safetensors (`ExportsTensors`): the actor as `net.*` (an
+  /// MLP's `fc0`, `fc1`, ...; a recurrent actor's hidden layers `fc*`, its GRU cell `gru`
+  /// and output layer `head`), shared by the agents, each reading its observation followed
+  /// by its one-hot id; an agent's deterministic action is its most likely available one.
+  [[nodiscard]] PolicyTensors policy_tensors() const {
+    PolicyTensors p{"ComaActor", {}, {}, false};
+    if (recurrent()) add_module_tensors(p, "net.", *gru_);
+    else add_module_tensors(p, "net.", *actor_);
+    p.meta = {{"agents", std::to_string(k_)},
+              {"obs_dim", std::to_string(layout_.obs_dim)},
+              {"actions", std::to_string(n_)},
+              {"hidden", comma_list(*cfg_.actor->hidden)},
+              {"activation", enum_text(*cfg_.actor->activation)},
+              {"memory", std::to_string(*cfg_.actor->gru)}};
+    return p;
+  }
+
+  /// The actor's parameters as policy.safetensors names them (`WarmStarts`: `init.weights`).
+  [[nodiscard]] std::vector<std::pair<std::string, at::Tensor>> policy_parameters() {
+    return recurrent() ? named_parameters_of(*gru_, "net.") : named_parameters_of(*actor_, "net.");
   }
 
   /// The MLP actor (null when the actor is recurrent) and the recurrent one (null otherwise).

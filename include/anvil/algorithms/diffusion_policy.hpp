@@ -43,6 +43,7 @@
 #include <anvil/core/batch.hpp>
 #include <anvil/core/binary_io.hpp>
 #include <anvil/core/concepts.hpp>
+#include <anvil/core/policy_tensors.hpp>
 #include <anvil/core/context.hpp>
 #include <anvil/core/error.hpp>
 #include <anvil/core/spaces.hpp>
@@ -469,6 +470,48 @@ class DiffusionPolicy {
     }
     graphs_.clear();  // captured again from the restored state (they read the old normalisation's tensors)
     set_lr();
+  }
+
+  /// The acting network for policy.safetensors (`ExportsTensors`): the U-Net as `net.*`
+  /// (`step0`, `step1`, the `down`, `mid` and `up` lists, `out_block`, `out_conv`), the
+  /// min-max normalisation (`norm.obs_scale`, `norm.obs_offset`, `norm.action_scale`,
+  /// `norm.action_offset`: y = scale x + offset), the env's bounds of one action
+  /// (`chunk_low`, `chunk_high`), and the schedule's alpha-bars (`schedule.alpha_bars`,
+  /// float64); the metadata holds the horizons, the sampler and the network's shape.
+  /// Acting: the sampler's loop from the given noise, the executed chunk in env units.
+  [[nodiscard]] PolicyTensors policy_tensors() const {
+    need_normalizer();
+    PolicyTensors p{"DiffusionPolicy", {}, {}, true};
+    add_module_tensors(p, "net.", *net_);
+    auto cpu = [](const at::Tensor& t) { return t.detach().to(at::kCPU, at::kFloat).clone(); };
+    p.tensors.emplace_back("norm.obs_scale", cpu(obs_norm_.scale));
+    p.tensors.emplace_back("norm.obs_offset", cpu(obs_norm_.offset));
+    p.tensors.emplace_back("norm.action_scale", cpu(act_norm_.scale));
+    p.tensors.emplace_back("norm.action_offset", cpu(act_norm_.offset));
+    p.tensors.emplace_back("chunk_low", cpu(act_low_));
+    p.tensors.emplace_back("chunk_high", cpu(act_high_));
+    p.tensors.emplace_back("schedule.alpha_bars", at::tensor(schedule_.alpha_bars(), at::TensorOptions().dtype(at::kDouble)));
+    std::vector<int> widths(cfg_.widths->begin(), cfg_.widths->end());
+    p.meta = {{"obs_dim", std::to_string(obs_dim_)},
+              {"action_dim", std::to_string(act_dim_)},
+              {"obs_horizon", std::to_string(*cfg_.obs_horizon)},
+              {"horizon", std::to_string(*cfg_.horizon)},
+              {"action_horizon", std::to_string(*cfg_.action_horizon)},
+              {"objective", enum_text(*cfg_.objective)},
+              {"sampler", enum_text(*cfg_.sampler)},
+              {"train_steps", std::to_string(*cfg_.train_steps)},
+              {"inference_steps", std::to_string(*cfg_.inference_steps)},
+              {"ddim_eta", exact_text(*cfg_.ddim_eta)},
+              {"clip_sample", *cfg_.clip_sample ? "1" : "0"},
+              {"widths", comma_list(widths)},
+              {"step_embed", std::to_string(*cfg_.step_embed)},
+              {"kernel", std::to_string(*cfg_.kernel)},
+              {"groups", std::to_string(*cfg_.groups)}};
+    return p;
+  }
+  /// The U-Net's parameters as policy.safetensors names them (`WarmStarts`: `init.weights`).
+  [[nodiscard]] std::vector<std::pair<std::string, at::Tensor>> policy_parameters() {
+    return named_parameters_of(*net_, "net.");
   }
 
   [[nodiscard]] nn::Unet1d& network() noexcept { return net_; }

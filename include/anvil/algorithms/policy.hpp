@@ -17,12 +17,14 @@
 #include <cstdio>
 #include <map>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <string>
 #include <vector>
 
 #include <anvil/core/binary_io.hpp>
 #include <anvil/core/error.hpp>
+#include <anvil/core/policy_tensors.hpp>
 #include <anvil/core/safetensors.hpp>
 #include <anvil/core/tensor_io.hpp>
 #include <anvil/nn/gaussian_actor.hpp>
@@ -70,6 +72,7 @@ class Policy {
 struct PolicyFileParts {
   std::string env;
   at::Tensor action_scale, action_offset;  ///< [act_dim]: env units = squashed action * scale + offset
+  at::Tensor action_low, action_high;      ///< [act_dim]: where an unbounded action is clipped first (+-1 or +-inf)
   at::Tensor obs_mean, obs_inv_std;        ///< [obs_dim] (undefined: the run did not normalise)
   double obs_clip = 0;
 };
@@ -167,40 +170,140 @@ inline Policy load_policy(const std::filesystem::path& path) {
   return p;
 }
 
-/// Writes `p` as safetensors to `file` (atomic): the actor's parameters under their module
-/// names (`net.fc0.weight`, `net.fc0.bias`, ..., the names a PyTorch module with a `net`
-/// of Linear layers `fc0`, `fc1`, ... has), `action_scale` and `action_offset` (env units =
-/// tanh(mean) * scale + offset), and `obs_mean`, `obs_inv_std` for a run that normalised
-/// observations; the metadata says how to rebuild it (kind, sizes, activation, log-std
-/// bounds, observation clip, env).
+namespace detail {
+inline std::string shape_text(at::IntArrayRef sizes) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < sizes.size(); ++i) s += (i ? ", " : "") + std::to_string(sizes[i]);
+  return s + "]";
+}
+}  // namespace detail
+
+/// Writes an algorithm's acting network `p` as safetensors to `file` (atomic) with what the
+/// run adds: the env's name; for continuous actions `action_scale` and `action_offset` (env
+/// units = action * scale + offset) and, when `p.clips_actions`, `action_low` and
+/// `action_high` (the clip before that); and `obs_mean`, `obs_inv_std` (metadata `obs_clip`)
+/// for a run that normalised observations. The metadata says how to rebuild the module
+/// (format "anvil policy 1", kind, sizes). Non-finite weights are refused, naming the tensor,
+/// and nothing is written.
+inline void write_policy_tensors(const std::filesystem::path& file, PolicyTensors p, const PolicyFileParts& parts) {
+  for (const auto& [name, t] : p.tensors)
+    if (!t.isfinite().all().item<bool>())
+      throw Error(file.string() + ": not written: tensor '" + name + "' of the " + p.kind + " holds NaN or infinite values");
+  p.meta["format"] = "anvil policy 1";
+  p.meta["kind"] = p.kind;
+  p.meta["env"] = parts.env;
+  if (parts.action_scale.defined()) {
+    p.tensors.emplace_back("action_scale", parts.action_scale.to(at::kFloat));
+    p.tensors.emplace_back("action_offset", parts.action_offset.to(at::kFloat));
+    if (p.clips_actions) {
+      p.tensors.emplace_back("action_low", parts.action_low.to(at::kFloat));
+      p.tensors.emplace_back("action_high", parts.action_high.to(at::kFloat));
+    }
+  }
+  if (parts.obs_mean.defined()) {
+    p.tensors.emplace_back("obs_mean", parts.obs_mean.to(at::kFloat));
+    p.tensors.emplace_back("obs_inv_std", parts.obs_inv_std.to(at::kFloat));
+    p.meta["obs_clip"] = exact_text(parts.obs_clip);
+  }
+  safetensors::write(file, p.tensors, p.meta);
+}
+
+/// Writes `p` as safetensors to `file` (atomic, `write_policy_tensors`): the actor's
+/// parameters under their module names (`net.fc0.weight`, `net.fc0.bias`, ..., the names a
+/// PyTorch module with a `net` of Linear layers `fc0`, `fc1`, ... has), `action_scale` and
+/// `action_offset` (env units = tanh(mean) * scale + offset), and `obs_mean`, `obs_inv_std`
+/// for a run that normalised observations; the metadata holds the sizes, activation and
+/// log-std bounds.
 inline void write_policy_safetensors(const Policy& p, const std::filesystem::path& file) {
-  auto number = [](double v) {  // every digit a double has
-    char buf[32];
-    std::snprintf(buf, sizeof buf, "%.17g", v);
-    return std::string(buf);
-  };
-  std::vector<std::pair<std::string, at::Tensor>> tensors;
-  for (const auto& item : p.network()->named_parameters()) tensors.emplace_back(item.key(), item.value());
-  tensors.emplace_back("action_scale", p.scale_);
-  tensors.emplace_back("action_offset", p.offset_);
+  PolicyTensors t{"GaussianActor", {}, {}, false};
+  add_module_tensors(t, "", *p.network());
   const auto& cfg = p.network()->config();
   std::string hidden;
   for (const int h : *cfg.hidden) hidden += (hidden.empty() ? "" : ",") + std::to_string(h);
-  std::map<std::string, std::string> meta{{"format", "anvil policy 1"},
-                                          {"kind", "GaussianActor"},
-                                          {"env", p.env_},
-                                          {"obs_dim", std::to_string(p.obs_dim_)},
-                                          {"action_dim", std::to_string(p.act_dim_)},
-                                          {"hidden", hidden},
-                                          {"activation", std::string(nn::enum_names(*cfg.activation)[static_cast<std::size_t>(*cfg.activation)])},
-                                          {"log_std_min", number(*cfg.log_std_min)},
-                                          {"log_std_max", number(*cfg.log_std_max)}};
-  if (p.obs_mean_.defined()) {
-    tensors.emplace_back("obs_mean", p.obs_mean_);
-    tensors.emplace_back("obs_inv_std", p.obs_inv_std_);
-    meta["obs_clip"] = number(p.obs_clip_);
+  t.meta = {{"obs_dim", std::to_string(p.obs_dim_)},
+            {"action_dim", std::to_string(p.act_dim_)},
+            {"hidden", hidden},
+            {"activation", std::string(nn::enum_names(*cfg.activation)[static_cast<std::size_t>(*cfg.activation)])},
+            {"log_std_min", exact_text(*cfg.log_std_min)},
+            {"log_std_max", exact_text(*cfg.log_std_max)}};
+  write_policy_tensors(file, std::move(t),
+                       PolicyFileParts{p.env_, p.scale_, p.offset_, {}, {}, p.obs_mean_, p.obs_inv_std_, p.obs_clip_});
+}
+
+/// `init.weights`: copies the tensors of the safetensors `file` into `params`, an
+/// algorithm's acting network by the names its policy.safetensors gives them (`WarmStarts`),
+/// so a run starts from a policy written by anvil or by PyTorch (`save_file(model.state_dict())`
+/// of a module of the same architecture). Every parameter must be in the file with its shape
+/// and a floating-point dtype, and every tensor of the file must be a parameter, except what
+/// a policy file holds beside the network (action bounds, the observation normaliser), which
+/// is left. A file that is not safetensors (a `torch.save` pickle: LibTorch 1.13's unpickler
+/// reads no state_dict) or that does not fit is refused with every tensor at fault named, and
+/// nothing is copied. `network` names the network in messages ("the sac actor"). Returns
+/// the run header's line.
+inline std::string warm_start(const std::filesystem::path& file, const std::vector<std::pair<std::string, at::Tensor>>& params,
+                              const std::string& network) {
+  {
+    std::ifstream in(file, std::ios::binary);
+    char head[4] = {};
+    if (in.read(head, 4) && ((head[0] == 'P' && head[1] == 'K') || static_cast<unsigned char>(head[0]) == 0x80))
+      throw ConfigError("init.weights: " + file.string() +
+                        " is a torch.save file (a zip or pickle); anvil reads safetensors (LibTorch's unpickler reads no "
+                        "state_dict). In Python: anvil.safetensors.save(path, {k: v.numpy() for k, v in "
+                        "state_dict.items()})");
   }
-  safetensors::write(file, tensors, meta);
+  safetensors::File f;
+  try {
+    f = safetensors::read(file);
+  } catch (const Error& e) {
+    throw ConfigError(std::string("init.weights: ") + e.what());
+  }
+  std::map<std::string, const at::Tensor*> given;
+  for (const auto& [name, t] : f.tensors) given[name] = &t;
+  const auto beside = [](const std::string& n) {  // what policy files hold beside a network
+    return n == "action_scale" || n == "action_offset" || n == "action_low" || n == "action_high" || n == "obs_mean" ||
+           n == "obs_inv_std" || n == "chunk_low" || n == "chunk_high" || n.starts_with("norm.") || n.starts_with("schedule.");
+  };
+  std::vector<std::string> faults;
+  for (const auto& [name, p] : params) {
+    const auto it = given.find(name);
+    if (it == given.end()) {
+      faults.push_back("missing '" + name + "' " + detail::shape_text(p.sizes()));
+      continue;
+    }
+    const at::Tensor& t = *it->second;
+    if (t.sizes() != p.sizes())
+      faults.push_back("'" + name + "' is " + detail::shape_text(t.sizes()) + " in the file, " + detail::shape_text(p.sizes()) + " in " + network);
+    else if (!at::isFloatingType(t.scalar_type()))
+      faults.push_back("'" + name + "' is " + std::string(c10::toString(t.scalar_type())) + ", not floating point");
+    else if (!t.isfinite().all().item<bool>())
+      faults.push_back("'" + name + "' holds NaN or infinite values");
+    given.erase(it);
+  }
+  std::vector<std::string> left;
+  for (const auto& [name, t] : given) {
+    if (beside(name)) left.push_back(name);
+    else faults.push_back("unexpected '" + name + "' " + detail::shape_text(t->sizes()));
+  }
+  if (!faults.empty()) {
+    std::string m = "init.weights: " + file.string() + " does not fit " + network + " (" + std::to_string(params.size()) +
+                    " parameters):";
+    for (const auto& x : faults) m += "\n  " + x;
+    throw ConfigError(m);
+  }
+  {
+    torch::NoGradGuard no_grad;
+    for (const auto& [name, p] : params) {
+      at::Tensor dst = p;
+      dst.copy_(f.at(name));
+    }
+  }
+  std::string line = "init.weights: " + network + " starts from " + file.string() + " (" + std::to_string(params.size()) +
+                     " tensors";
+  if (!left.empty()) {
+    line += "; left as the run sets them: ";
+    for (std::size_t i = 0; i < left.size(); ++i) line += (i ? ", " : "") + left[i];
+  }
+  return line + ")";
 }
 
 }  // namespace anvil

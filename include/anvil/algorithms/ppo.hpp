@@ -36,6 +36,7 @@
 #include <anvil/core/batch.hpp>
 #include <anvil/core/binary_io.hpp>
 #include <anvil/core/concepts.hpp>
+#include <anvil/core/policy_tensors.hpp>
 #include <anvil/core/context.hpp>
 #include <anvil/core/error.hpp>
 #include <anvil/core/spaces.hpp>
@@ -243,6 +244,25 @@ class PPO {
     opt_.restore(s.opt);
     updates_ = s.updates;
     ema_.restore(s.ema);
+  }
+
+  /// The acting network for policy.safetensors (`ExportsTensors`): the actor MLP as `net.fc0`,
+  /// `net.fc1`, ...; its deterministic action is the argmax (discrete) or the mean
+  /// (continuous, clipped and scaled by the run as its collector does).
+  [[nodiscard]] PolicyTensors policy_tensors() const {
+    PolicyTensors p{"PpoActor", {}, {}, !discrete_};
+    add_module_tensors(p, "net.", *actor_);
+    p.meta = {{"obs_dim", std::to_string(actor_->in_features())},
+              {"action_dim", std::to_string(act_dim_)},
+              {"discrete", discrete_ ? "1" : "0"},
+              {"hidden", comma_list(*cfg_.actor->hidden)},
+              {"activation", enum_text(*cfg_.actor->activation)}};
+    return p;
+  }
+
+  /// The actor's parameters as policy.safetensors names them (`WarmStarts`: `init.weights`).
+  [[nodiscard]] std::vector<std::pair<std::string, at::Tensor>> policy_parameters() {
+    return named_parameters_of(*actor_, "net.");
   }
 
   [[nodiscard]] nn::Mlp& actor() noexcept { return actor_; }

@@ -32,6 +32,7 @@
 #include <anvil/core/batch.hpp>
 #include <anvil/core/binary_io.hpp>
 #include <anvil/core/concepts.hpp>
+#include <anvil/core/policy_tensors.hpp>
 #include <anvil/core/context.hpp>
 #include <anvil/core/error.hpp>
 #include <anvil/core/spaces.hpp>
@@ -461,6 +462,13 @@ class BasicSAC {
   template <class F>
   decltype(auto) with_ema_weights(F&& f) {
     return ema_.with_weights(actor_opt_.parameters().flat(), std::forward<F>(f));
+  }
+
+  /// The actor's parameters as policy.safetensors names them (`WarmStarts`: `init.weights`).
+  [[nodiscard]] std::vector<std::pair<std::string, at::Tensor>> policy_parameters()
+    requires std::same_as<Actor, nn::GaussianActor>
+  {
+    return named_parameters_of(*actor_, "");
   }
 
   /// Writes the policy alone, for deployment (`anvil::load_policy`): the actor's shape and

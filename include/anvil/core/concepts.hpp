@@ -30,6 +30,7 @@ class Tensor;
 namespace anvil {
 
 struct EnvSpec;
+struct PolicyTensors;  // core/policy_tensors.hpp (a light header would pull ATen in)
 struct RunContext;
 struct ReplayBatch;
 struct RolloutBatch;
@@ -172,6 +173,18 @@ concept ExposesWeights = requires(const A& a) {
 template <class A>
 concept ExportsPolicy = requires(const A& a, BinaryWriter& w) {
   { a.save_policy(w) };
+};
+/// `A` gives its acting network as named tensors (policy.safetensors beside each
+/// checkpoint; `anvil.load_policy` in Python builds the module they belong to).
+template <class A>
+concept ExportsTensors = requires(const A& a) {
+  { a.policy_tensors() } -> std::same_as<PolicyTensors>;
+};
+/// `A` shows its acting network's parameters by the names its policy file gives them (live
+/// tensors: `init.weights` copies a file's tensors into them before a run starts).
+template <class A>
+concept WarmStarts = requires(A& a) {
+  { a.policy_parameters() } -> std::same_as<std::vector<std::pair<std::string, at::Tensor>>>;
 };
 
 // ---------------------------------------------------------------------------------------

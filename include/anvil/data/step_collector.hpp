@@ -98,6 +98,10 @@ class StepCollector {
   /// for discrete ones.
   [[nodiscard]] const at::Tensor& action_scale() const noexcept { return scale_; }
   [[nodiscard]] const at::Tensor& action_offset() const noexcept { return offset_; }
+  /// Where continuous actions are clipped before that scaling (-1 and 1, or -inf and inf
+  /// for an unbounded dimension); undefined for discrete ones.
+  [[nodiscard]] const at::Tensor& action_low() const noexcept { return low_; }
+  [[nodiscard]] const at::Tensor& action_high() const noexcept { return high_; }
 
   /// Actions drawn uniformly in the algorithm's units, one row per env (the warm-up before
   /// learning starts), from torch's generator.

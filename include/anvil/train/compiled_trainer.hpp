@@ -118,6 +118,9 @@ class Trainer {
   /// Writes the policy alone (`anvil::load_policy` reads it); an algorithm that exports no
   /// policy file (not `ExportsPolicy`) throws.
   void save_policy(const std::filesystem::path& file) const;
+  /// Writes the policy files into `dir` (policy.safetensors; policy.bin where the algorithm
+  /// has one); an algorithm with no policy file throws.
+  void export_policy(const std::filesystem::path& dir) const;
   /// The resolved config the run uses.
   [[nodiscard]] const Config& config() const noexcept;
   /// Where the run writes its files.

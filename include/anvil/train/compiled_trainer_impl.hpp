@@ -143,6 +143,15 @@ void Trainer<A, B, P, X, L>::save_policy(const std::filesystem::path& file) cons
 }
 
 template <class A, class B, class P, class X, class L>
+void Trainer<A, B, P, X, L>::export_policy(const std::filesystem::path& dir) const {
+  if constexpr (ExportsPolicy<A> || ExportsTensors<A>) {
+    impl_->export_policy(dir);
+  } else {
+    throw Error("export_policy: " + std::string(A::config_section.view()) + " writes no policy file; its checkpoints hold it");
+  }
+}
+
+template <class A, class B, class P, class X, class L>
 auto Trainer<A, B, P, X, L>::config() const noexcept -> const Config& {
   return impl_->config();
 }

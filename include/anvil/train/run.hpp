@@ -49,6 +49,14 @@
 
 namespace anvil {
 
+/// Whether `run.resume` restores a checkpoint (a path, or auto with one in run.run_dir): the
+/// run's networks then come from it, and `init.weights` is not applied.
+[[nodiscard]] inline bool resumes_a_checkpoint(const RunConfig& run) {
+  if (run.resume->empty()) return false;
+  if (*run.resume != "auto") return true;
+  return !run.run_dir->empty() && !Checkpoints::latest(*run.run_dir).empty();
+}
+
 /// What a Run needs of the loop that drives it, whatever the loop's type.
 class LoopControl {
  public:
@@ -111,8 +119,9 @@ class Run {
     Evaluation* evaluation = nullptr;
     /// Runs an evaluation of `n` episodes with the policy (its average when one is kept).
     std::function<EvalResult(int n)> evaluate;
-    /// Writes the policy alone (policy.bin); empty when the algorithm has no policy file.
-    std::function<void(const std::filesystem::path&)> save_policy;
+    /// Writes the policy files into a directory (policy.safetensors, and policy.bin where the
+    /// algorithm has one); empty when the algorithm has no policy file.
+    std::function<void(const std::filesystem::path&)> export_policy;
     MetricsLog::Sources log_sources;  ///< filled in by the run but for the algorithm's functions
   };
 
@@ -135,6 +144,7 @@ class Run {
   /// (train/signals.hpp). The last iteration's evaluation and row are `finish`'s, so a run
   /// writes one row per logged step.
   FitResult fit() {
+    if (!s_.run.export_dir->empty()) return export_checkpoint_policy();
     begin();
     auto& loop = *p_.loop;
     while (!loop.done()) {
@@ -227,14 +237,14 @@ class Run {
   }
 
   /// A checkpoint at the current step (rank 0 writes it, after the ranks are found in sync),
-  /// with policy.bin beside it; the oldest beyond `run.keep_last` go.
+  /// with the policy files beside it (policy.safetensors, policy.bin); the oldest beyond `run.keep_last` go.
   [[gnu::cold, gnu::noinline]] void checkpoint() {
     check_in_sync();
     if (!p_.ranks->is_main()) return;
     ScopedPhase ph(*p_.times, Phase::checkpoint);
     try {
       checkpoints_.save_at(p_.clock->now());
-      if (p_.save_policy) p_.save_policy(run_dir_ / "policy.bin");
+      if (p_.export_policy) p_.export_policy(run_dir_);
     } catch (...) {
       // Caught to unwind the writers here (an uncaught error ends the program without
       // unwinding): a failed write (a full disk) leaves no partial .tmp file behind.
@@ -524,6 +534,35 @@ class Run {
     }
     say("resumed from " + file.string() + " at " + std::string(step_name(p_.clock->unit)) + " " +
         std::to_string(p_.clock->now()));
+  }
+
+  // run.export: the policy files of the checkpoint run.resume names, written into the
+  // directory run.export names; nothing is trained and the run directory is not opened.
+  [[gnu::cold, gnu::noinline]] FitResult export_checkpoint_policy() {
+    const std::string& resume = s_.run.resume;
+    if (!p_.export_policy)
+      throw ConfigError("run.export: " + s_.algorithm + " runs write no policy file, so there is nothing to export");
+    if (resume.empty())
+      throw ConfigError("run.export needs run.resume: the checkpoint whose policy to write (a checkpoint file, or "
+                        "auto with run.run_dir for the latest in that run)");
+    if (p_.ranks->world_size() > 1) throw ConfigError("run.export runs in one process, not in " +
+                                                      std::to_string(p_.ranks->world_size()) + " ranks");
+    if (resume == "auto" && s_.run.run_dir->empty())
+      throw ConfigError("run.resume=auto looks for the latest checkpoint in run.run_dir, which is not set");
+    const auto file = checkpoints_.resolve(resume);
+    if (file.empty()) throw ConfigError("run.export: no checkpoint in " + std::string(*s_.run.run_dir) + " (run.resume=auto)");
+    apply_checkpoint(checkpoints_.read(file), file);
+    const std::filesystem::path dir = *s_.run.export_dir;
+    p_.export_policy(dir);
+    if (p_.ranks->is_main())
+      std::printf("export: the policy of %s (%s %lld) written to %s\n", file.string().c_str(),
+                  std::string(step_name(p_.clock->unit)).c_str(), static_cast<long long>(p_.clock->now()),
+                  dir.string().c_str());
+    FitResult r;
+    r.env_steps = p_.clock->env_steps;
+    r.updates = p_.clock->updates;
+    r.stopped_by = "exported the policy of " + file.string();
+    return r;
   }
 
   void apply_checkpoint(const StateSections::Apply& apply, const std::filesystem::path& file) {

@@ -55,6 +55,10 @@ struct RunConfig {
   Param<std::string, "resume",
         "a checkpoint to continue from, or auto: the latest in run_dir (none there: start afresh)">
       resume{""};
+  Param<std::string, "export",
+        "with run.resume: write that checkpoint's policy files (policy.safetensors, policy.bin where the "
+        "algorithm has one) into this directory and end without training">
+      export_dir{""};
 
   /// A run of seconds (`run.smoke`): log rows every 200 steps at most.
   void shrink() { log_interval = std::min<std::int64_t>(log_interval, 200); }

@@ -85,6 +85,14 @@ class BasicTrainer {
     collector_ = std::make_unique<StepCollector>(std::move(envs.training), times_);
     collector_->count_steps_from(&clock_.env_steps);
     algo_ = std::make_unique<A>(collector_->spec(), *cfg_.algorithm, ctx_);
+    if (!cfg_.init->weights->empty() && !resumes_a_checkpoint(*cfg_.run)) {
+      if constexpr (WarmStarts<A>)
+        notes.push_back(warm_start(*cfg_.init->weights, algo_->policy_parameters(),
+                                   "the " + std::string(A::config_section.view()) + " actor"));
+      else
+        throw ConfigError("init.weights: " + std::string(A::config_section.view()) +
+                          " has no acting network that starts from a file (anvil::WarmStarts)");
+    }
     buffer_ = std::make_unique<B>(collector_->spec(), *cfg_.buffer, ctx_);
     step_ctx_ = StepContext(step_options(ctx_, precision, threads(), *cfg_.run, times_,
                                          [p = parallel_.get()](std::vector<at::Tensor>& g) { p->all_reduce_mean(g); }));
@@ -143,6 +151,27 @@ class BasicTrainer {
     // and the same policy as safetensors beside it, for PyTorch (anvil.load_policy)
     if (file.extension() == ".bin" && policy_kind(file) == "GaussianActor")
       write_policy_safetensors(load_policy(file), std::filesystem::path(file).replace_extension(".safetensors"));
+  }
+
+  /// Writes the policy files into `dir`: policy.safetensors (for PyTorch: `anvil.load_policy`)
+  /// and, for an algorithm with one, policy.bin (`anvil::load_policy`); the averaged weights
+  /// when `train.ema_decay` is on (the directory is made if need be). A run writes them into
+  /// its directory with each checkpoint and at its end; `run.export` writes those of any
+  /// checkpoint.
+  void export_policy(const std::filesystem::path& dir) const
+    requires ExportsPolicy<A> || ExportsTensors<A>
+  {
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+    if (ec) throw Error("export_policy: cannot create the directory " + dir.string() + ": " + ec.message());
+    if constexpr (ExportsPolicy<A>) save_policy(dir / "policy.bin");  // a Gaussian actor's safetensors beside it
+    if constexpr (ExportsTensors<A>) {
+      auto tensors = [this] { return algo_->policy_tensors(); };
+      PolicyTensors t;
+      if constexpr (AveragesPolicy<A>) t = runner_->settings().ema_decay > 0 ? algo_->with_ema_weights(tensors) : tensors();
+      else t = tensors();
+      write_policy_tensors(dir / "policy.safetensors", std::move(t), policy_file_parts(*collector_, norm_.get(), *cfg_.normalize));
+    }
   }
 
   [[nodiscard]] const Config& config() const noexcept { return cfg_; }
@@ -224,7 +253,8 @@ class BasicTrainer {
           return algo_->with_ema_weights([&] { return evaluation_.run(act, n); });
       return evaluation_.run(act, n);
     };
-    if constexpr (ExportsPolicy<A>) p.save_policy = [this](const std::filesystem::path& f) { save_policy(f); };
+    if constexpr (ExportsPolicy<A> || ExportsTensors<A>)
+      p.export_policy = [this](const std::filesystem::path& dir) { export_policy(dir); };
     if constexpr (ReportsLearningRates<A>) p.log_sources.learning_rates = [this] { return algo_->learning_rates(); };
     if constexpr (ExposesWeights<A>) p.log_sources.weights = [this] { return algo_->flat_parameters(); };
     return p;

@@ -17,6 +17,7 @@
 #include <anvil/core/type_name.hpp>
 #include <anvil/envs/env_config.hpp>
 #include <anvil/train/clock.hpp>
+#include <anvil/train/init_config.hpp>
 #include <anvil/train/run_config.hpp>
 
 namespace anvil {
@@ -32,6 +33,7 @@ struct TrainerConfig {
   Section<policy_config<B>::section, policy_config_t<B>> buffer;
   Section<policy_config<P>::section, policy_config_t<P>> parallel;
   Section<policy_config<X>::section, policy_config_t<X>> precision;
+  Section<"init", InitConfig> init;
 
   /// What the config hash covers beside the fields (`config_hash`): the policy types, since
   /// FP32 and TF32 runs, say, have the same fields. A run's config.yaml, `--print-config`,

@@ -91,7 +91,14 @@ inline StepContext::Options step_options(const RunContext& ctx, const PrecisionS
 /// policy acts on observations normalised as in training) and its clip.
 inline PolicyFileParts policy_file_parts(const StepCollector& collector, const envs::NormalizeState* norm,
                                          const envs::NormalizeConfig& ncfg) {
-  PolicyFileParts parts{collector.spec().name, collector.action_scale(), collector.action_offset(), {}, {}, 0};
+  PolicyFileParts parts{collector.spec().name,
+                        collector.action_scale(),
+                        collector.action_offset(),
+                        collector.action_low(),
+                        collector.action_high(),
+                        {},
+                        {},
+                        0};
   if (norm && ncfg.obs) {
     const auto& mean = norm->obs.mean();
     const auto var = norm->obs.variance();

@@ -192,7 +192,7 @@ class Checkpoints {
   // evaluates (a loop's own `steps`, `eval_interval`, `eval_episodes`, at any depth).
   static bool may_differ(const std::string& key) {
     if (key == "run.seed") return false;  // another seed is another run
-    if (key.rfind("run.", 0) == 0 || key.rfind("parallel.", 0) == 0) return true;
+    if (key.rfind("run.", 0) == 0 || key.rfind("parallel.", 0) == 0 || key.rfind("init.", 0) == 0) return true;
     if (key.rfind("train.", 0) != 0) return false;
     const auto leaf = key.substr(key.rfind('.') + 1);
     return leaf == "steps" || leaf == "eval_interval" || leaf == "eval_episodes";
