@@ -14,6 +14,7 @@
 #include <functional>
 #include <map>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <anvil/core/batch.hpp>
@@ -116,6 +117,19 @@ inline double fma_peak_gflops() {
 #else
   return 0.0;
 #endif
+}
+
+/// The FMA ceiling of `threads` cores at once: `fma_peak_gflops` on that many threads
+/// started together, summed (two vCPUs that are hyperthreads of one core share its units,
+/// and the sum then stays near one core's figure).
+inline double fma_peak_gflops(int threads) {
+  std::vector<double> each(static_cast<std::size_t>(threads), 0.0);
+  std::vector<std::thread> pool;
+  for (int i = 0; i < threads; ++i) pool.emplace_back([&each, i] { each[static_cast<std::size_t>(i)] = fma_peak_gflops(); });
+  for (auto& t : pool) t.join();
+  double sum = 0.0;
+  for (double g : each) sum += g;
+  return sum;
 }
 
 /// A StepContext's options for precision policy `X` on `device`, as the Trainer sets them:

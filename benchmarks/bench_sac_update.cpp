@@ -80,6 +80,9 @@ int main(int argc, char** argv) {
   // The core's multiply-add ceiling, to say how near it the updates run.
   const double peak = bench::fma_peak_gflops();
   if (peak > 0) bench::emit("cpu_fma_peak_gflops", peak, "GFLOP/s", {{"threads", 1}});
+  // Both vCPUs at once: the ceiling of the main job, whose default update threads use two.
+  const double peak2 = bench::fma_peak_gflops(2);
+  if (peak2 > 0) bench::emit("cpu_fma_peak_gflops", peak2, "GFLOP/s", {{"threads", 2}, {"one_core", peak}});
 
   for (int h : *b.hidden) {
     // One SAC and replay buffer per setting, built once; rounds alternate between them.
@@ -172,6 +175,21 @@ int main(int argc, char** argv) {
                 {{"env", "Pendulum-v1"}, {"steps", static_cast<long long>(r.env_steps)},
                  {"final_eval_return", r.final_eval_return}, {"threads", *c.run->threads},
                  {"update_threads", *c.run->update_threads}});
+    // The update phase's FLOP rate (the matrix products of every update over the seconds
+    // timed as update and optimizer) against both vCPUs' ceiling, and what the optimizer
+    // phase (Adam on each network's flat parameters, the critics' Polyak average) takes.
+    const auto& times = t.times();
+    const double learn = times.seconds(anvil::Phase::update) + times.seconds(anvil::Phase::optimizer);
+    const double h = static_cast<double>(c.algorithm->actor->hidden->front());
+    const double update_gflops = 2 * sac_update_fmas(static_cast<double>(spec.obs_dim()), static_cast<double>(spec.action_dim()), h,
+                                                     static_cast<double>(*c.algorithm->batch_size)) *
+                                 static_cast<double>(r.updates) / learn / 1e9;
+    bench::emit("main_job_update_gflops", update_gflops, "GFLOP/s",
+                {{"env", "Pendulum-v1"}, {"updates", static_cast<long long>(r.updates)},
+                 {"update_threads", *c.run->update_threads}, {"share_of_two_vcpu_peak", peak2 > 0 ? update_gflops / peak2 : 0.0},
+                 {"update_seconds", times.seconds(anvil::Phase::update)},
+                 {"optimizer_seconds", times.seconds(anvil::Phase::optimizer)},
+                 {"optimizer_share_of_run", times.share(anvil::Phase::optimizer)}});
     // The phase timers are on by default; their cost must stay far under 2% of a run.
     bench::emit("main_job_timer_overhead_share", t.timer_overhead(), "fraction",
                 {{"env", "Pendulum-v1"}, {"steps", static_cast<long long>(r.env_steps)},

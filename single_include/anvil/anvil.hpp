@@ -1656,6 +1656,12 @@ template <class A>
 concept ExportsTensors = requires(const A& a) {
   { a.policy_tensors() } -> std::same_as<PolicyTensors>;
 };
+/// `A` says how it takes each network's gradients: (networks, why autograd) pairs, the why
+/// empty where its hand-written passes run (the run's header and summary.json say it).
+template <class A>
+concept DescribesGradients = requires(const A& a) {
+  { a.gradient_paths() } -> std::same_as<std::vector<std::pair<std::string, std::string>>>;
+};
 /// `A` shows its acting network's parameters by the names its policy file gives them (live
 /// tensors: `init.weights` copies a file's tensors into them before a run starts).
 template <class A>
@@ -6606,21 +6612,10 @@ class RunningMeanVar {
 
   /// Adds the rows of `x` [B, dim] (or a [B] batch of scalars when dim is 1).
   void update(const at::Tensor& x) {
+    if (x.dim() > 0 && x.size(0) > 0 && x.device().is_cpu() && x.scalar_type() == at::kFloat && x.is_contiguous())
+      return add_rows(x.data_ptr<float>(), x.size(0), x.numel() / x.size(0));  // every step: no LibTorch op
     const auto c = x.to(at::kCPU, at::kDouble).reshape({x.size(0), -1}).contiguous();
-    const std::int64_t b = c.size(0), d = c.size(1);
-    if (b == 0) return;
-    Moments batch{static_cast<double>(b), std::vector<double>(d, 0.0), std::vector<double>(d, 0.0)};
-    const double* p = c.data_ptr<double>();
-    for (std::int64_t i = 0; i < b; ++i)
-      for (std::int64_t j = 0; j < d; ++j) batch.mean[j] += p[i * d + j];
-    for (auto& m : batch.mean) m /= static_cast<double>(b);
-    for (std::int64_t i = 0; i < b; ++i)
-      for (std::int64_t j = 0; j < d; ++j) {
-        const double e = p[i * d + j] - batch.mean[j];
-        batch.m2[j] += e * e;
-      }
-    merge(fresh_, batch);
-    refresh();
+    add_rows(c.data_ptr<double>(), c.size(0), c.size(1));
   }
 
   /// Merges every rank's fresh statistics into the shared ones: `sum` adds a double tensor
@@ -6661,10 +6656,15 @@ class RunningMeanVar {
   [[nodiscard]] const std::vector<double>& mean() const noexcept { return now_.mean; }
   /// Population variance of everything seen (1 before anything was).
   [[nodiscard]] std::vector<double> variance() const {
-    std::vector<double> v(now_.m2.size(), 1.0);
+    std::vector<double> v;
+    variance(v);
+    return v;
+  }
+  /// The same into `v` (its buffer reused).
+  void variance(std::vector<double>& v) const {
+    v.assign(now_.m2.size(), 1.0);
     if (now_.count > 0)
       for (std::size_t j = 0; j < v.size(); ++j) v[j] = now_.m2[j] / now_.count;
-    return v;
   }
 
   // The statistics in two parts, saved apart: the merged ones every rank holds alike (the
@@ -6704,6 +6704,25 @@ class RunningMeanVar {
     w.bytes(m.mean.data(), m.mean.size() * sizeof(double));
     w.bytes(m.m2.data(), m.m2.size() * sizeof(double));
   }
+  // Adds b rows of d values at p, in double precision (float rows are widened exactly).
+  template <class T>
+  void add_rows(const T* p, std::int64_t b, std::int64_t d) {
+    if (b == 0) return;
+    Moments& batch = batch_;  // reused: no allocation a step
+    batch.count = static_cast<double>(b);
+    batch.mean.assign(static_cast<std::size_t>(d), 0.0);
+    batch.m2.assign(static_cast<std::size_t>(d), 0.0);
+    for (std::int64_t i = 0; i < b; ++i)
+      for (std::int64_t j = 0; j < d; ++j) batch.mean[j] += static_cast<double>(p[i * d + j]);
+    for (auto& m : batch.mean) m /= static_cast<double>(b);
+    for (std::int64_t i = 0; i < b; ++i)
+      for (std::int64_t j = 0; j < d; ++j) {
+        const double e = static_cast<double>(p[i * d + j]) - batch.mean[j];
+        batch.m2[j] += e * e;
+      }
+    merge(fresh_, batch);
+    refresh();
+  }
   static void merge(Moments& into, const Moments& b) {
     if (b.count == 0) return;
     const double n = into.count + b.count;
@@ -6720,6 +6739,7 @@ class RunningMeanVar {
   }
 
   Moments base_, fresh_, now_;
+  Moments batch_;  // the rows update() adds, kept for its buffers
 };
 
 /// What a `NormalizedVecEnv` shares with the evaluation envs built beside it. Its state
@@ -6851,7 +6871,8 @@ class NormalizedVecEnv final : public VecEnvBase {
       return;
     }
     const auto& mean = state_->obs.mean();
-    const auto var = state_->obs.variance();
+    auto& var = var_;
+    state_->obs.variance(var);
     const auto c = raw.contiguous();
     const float* x = c.data_ptr<float>();
     float* y = out.data_ptr<float>();
@@ -6889,6 +6910,7 @@ class NormalizedVecEnv final : public VecEnvBase {
   std::array<at::Tensor, 2> obs_;
   int cur_ = 0;
   at::Tensor next_obs_, reward_;
+  mutable std::vector<double> var_;  // normalize_obs's variances, its buffer reused
   std::vector<double> running_return_;
   VecStep out_;
   bool started_ = false;
@@ -7312,6 +7334,10 @@ inline at::Tensor activate(const at::Tensor& x, Activation a) {
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <initializer_list>
+#include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 // ---- begin <anvil/nn/mlp.hpp> ----
@@ -7390,6 +7416,18 @@ constexpr bool has_manual_backward(Activation a) noexcept {
          a == Activation::elu;
 }
 
+/// Why an algorithm's networks take autograd instead of its hand-written passes, or "" when
+/// the passes run: `SECTION.manual_backward` off, a device other than the CPU, or the first
+/// network a tape cannot run (`networks`: whose, and `MlpTape::unsupported`'s answer).
+inline std::string why_autograd(bool manual_backward, const std::string& section, const c10::Device& device,
+                                std::initializer_list<std::pair<std::string_view, std::string>> networks) {
+  if (!manual_backward) return section + ".manual_backward=false";
+  if (!device.is_cpu()) return "device " + device.str() + " (the hand-written passes are for the CPU)";
+  for (const auto& [whose, why] : networks)
+    if (!why.empty()) return std::string(whose) + " " + why;
+  return {};
+}
+
 namespace detail {
 
 // In-place activation of n floats (same definitions as `activate`).
@@ -7457,13 +7495,21 @@ inline void gemm(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std
 /// A tape belongs to one pass at a time: use one per concurrent forward.
 class MlpTape {
  public:
-  /// Whether `m` can run on a tape: float32 CPU parameters and a supported activation.
-  static bool supports(const MlpImpl& m) {
-    if (!has_manual_backward(m.activation())) return false;
-    for (const auto& l : m.layers())
-      if (!l->weight.device().is_cpu() || l->weight.scalar_type() != at::kFloat) return false;
-    return true;
+  /// Why `m` cannot run on a tape, or "" when it can (float32 CPU parameters and an
+  /// activation with a hand-written derivative).
+  static std::string unsupported(const MlpImpl& m) {
+    if (!has_manual_backward(m.activation()))
+      return "activation " + std::string(enum_names(Activation{})[static_cast<std::size_t>(m.activation())]) +
+             " has no hand-written derivative";
+    for (const auto& l : m.layers()) {
+      if (!l->weight.device().is_cpu()) return "parameters on " + l->weight.device().str();
+      if (l->weight.scalar_type() != at::kFloat)
+        return std::string("parameters in ") + c10::toString(l->weight.scalar_type());
+    }
+    return {};
   }
+  /// Whether `m` can run on a tape (see `unsupported`).
+  static bool supports(const MlpImpl& m) { return unsupported(m).empty(); }
 
   /// m(x) for x [B, in]. The result is a buffer of this tape, valid until its next forward.
   const at::Tensor& forward(const MlpImpl& m, const at::Tensor& x) {
@@ -7656,6 +7702,8 @@ ANVIL_SIMD_KERNEL(squashed_gaussian,
 class GaussianActorTape {
  public:
   static bool supports(const GaussianActorImpl& a) { return MlpTape::supports(*a.net()); }
+  /// Why `a` cannot run on a tape, or "" when it can.
+  static std::string unsupported(const GaussianActorImpl& a) { return MlpTape::unsupported(*a.net()); }
 
   /// Draws actions like `sample(obs, noise)` and writes them into `action`, row i at
   /// `action + i * stride` (so they can land inside a critic's input rows). The
@@ -13473,6 +13521,7 @@ static_assert(PrioritizedReplay<PrioritizedBuffer>);
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <ranges>
 #include <string>
@@ -13555,15 +13604,15 @@ class RolloutBuffer : public BufferPolicy<"rollout", RolloutBatch, RolloutStep, 
                             " steps already; learn from it and clear() it first");
     check_rows(s.obs, "obs");
     const std::int64_t t = steps_;
-    obs_[t].copy_(s.obs);
-    action_[t].copy_(discrete_ ? s.action.reshape({envs_}) : s.action);
-    log_prob_[t].copy_(s.log_prob.reshape({envs_}));
-    value_[t].copy_(s.value.reshape({envs_}));
-    reward_[t].copy_(s.reward);
-    terminated_[t].copy_(s.terminated);
-    truncated_[t].copy_(s.truncated);
-    if (s.bootstrap_value.defined()) bootstrap_[t].copy_(s.bootstrap_value.reshape({envs_}));
-    else bootstrap_[t].zero_();
+    put(obs_, t, s.obs);
+    put(action_, t, s.action);
+    put(log_prob_, t, s.log_prob);
+    put(value_, t, s.value);
+    put(reward_, t, s.reward);
+    put(terminated_, t, s.terminated);
+    put(truncated_, t, s.truncated);
+    if (s.bootstrap_value.defined()) put(bootstrap_, t, s.bootstrap_value);
+    else std::memset(bootstrap_.data_ptr<float>() + t * envs_, 0, static_cast<std::size_t>(envs_) * sizeof(float));
     ++steps_;
     ready_ = false;
   }
@@ -13658,6 +13707,20 @@ class RolloutBuffer : public BufferPolicy<"rollout", RolloutBatch, RolloutStep, 
   [[nodiscard]] const at::Tensor& values() const noexcept { return value_; }
 
  private:
+  // Row t of `dst` ([steps, N, ...], contiguous on the CPU) from `src`, the same values in
+  // any shape: their bytes copied where `src` is a contiguous CPU tensor of dst's type (every
+  // step of a CPU run: eight LibTorch ops a step less), else through LibTorch.
+  static void put(at::Tensor& dst, std::int64_t t, const at::Tensor& src) {
+    const std::int64_t row = dst.numel() / dst.size(0);
+    if (src.device().is_cpu() && src.scalar_type() == dst.scalar_type() && src.is_contiguous() &&
+        src.numel() == row) {
+      const auto bytes = static_cast<std::size_t>(row) * dst.element_size();
+      std::memcpy(static_cast<char*>(dst.data_ptr()) + static_cast<std::size_t>(t) * bytes, src.data_ptr(), bytes);
+      return;
+    }
+    auto to = dst[t];
+    to.copy_(src.reshape(to.sizes()));
+  }
   void check_rows(const at::Tensor& t, const char* what) const {
     if (t.dim() < 1 || t.size(0) != envs_)
       throw Error(std::string("RolloutBuffer::add: ") + what + " has " + std::to_string(t.dim() ? t.size(0) : 0) +
@@ -15937,10 +16000,14 @@ class BasicSAC {
     target_ = FlatParameters(critic_target_->parameters());
     ema_.set_device(device_);
     if constexpr (kDefaultNetworks) {
-      if (cfg.manual_backward && device_.is_cpu() && nn::GaussianActorTape::supports(*actor_) &&
-          nn::MlpTape::supports(*critic_->q1()))
+      autograd_why_ = nn::why_autograd(cfg.manual_backward, std::string(config_section.view()), device_,
+                                           {{"the actor's", nn::GaussianActorTape::unsupported(*actor_)},
+                                            {"the critics'", nn::MlpTape::unsupported(*critic_->q1())}});
+      if (autograd_why_.empty())
         manual_ = std::make_unique<detail::SacManual>(critic_opt_.parameters(), critic_,
                                                      actor_opt_.parameters(), actor_);
+    } else {
+      autograd_why_ = "networks of their own (the hand-written passes are GaussianActor's and TwinQ's)";
     }
   }
 
@@ -16264,6 +16331,11 @@ class BasicSAC {
 
   /// Whether updates and actions take the hand-written fast path (`manual_backward`).
   [[nodiscard]] bool manual_backward() const noexcept { return manual_ != nullptr; }
+  /// How the actor's and critics' gradients are taken: by the hand-written passes (why
+  /// empty), or autograd and why (anvil::DescribesGradients).
+  [[nodiscard]] std::vector<std::pair<std::string, std::string>> gradient_paths() const {
+    return {{"actor and critics", autograd_why_}};
+  }
 
   /// Moves the exponential moving average of the actor's weights towards the current ones:
   /// ema = decay ema + (1 - decay) weights (Polyak averaging of the policy, as a run's
@@ -16394,6 +16466,7 @@ class BasicSAC {
   FlatParameters target_;
   std::int64_t updates_ = 0;
   std::unique_ptr<detail::SacManual> manual_;  // the fast path, when it applies
+  std::string autograd_why_;                   // why not ("" when it applies)
 
   // exp(log alpha) of each temperature, read straight from host memory when it is there
   // (two LibTorch ops and a copy per update otherwise).
@@ -18223,8 +18296,10 @@ class PPO {
     base_lr_ = cfg.lr * ctx.lr_scale(cfg.minibatch_size);
     opt_ = FlatAdam(std::move(params), {.lr = base_lr_, .eps = cfg.adam_eps});
     ema_.set_device(device_);
-    if (cfg.manual_backward && device_.is_cpu() && nn::MlpTape::supports(*actor_) &&
-        nn::MlpTape::supports(*critic_))
+    autograd_why_ = nn::why_autograd(cfg.manual_backward, std::string(config_section.view()), device_,
+                                         {{"the actor's", nn::MlpTape::unsupported(*actor_)},
+                                          {"the critic's", nn::MlpTape::unsupported(*critic_)}});
+    if (autograd_why_.empty())
       manual_ = std::make_unique<detail::PpoManual>(opt_.parameters(), actor_, log_std_, critic_);
   }
 
@@ -18410,6 +18485,11 @@ class PPO {
   [[nodiscard]] bool discrete() const noexcept { return discrete_; }
   /// Whether acting and updates take the hand-written fast path (`manual_backward`).
   [[nodiscard]] bool manual_backward() const noexcept { return manual_ != nullptr; }
+  /// How the actor's and critic's gradients are taken: by the hand-written passes (why
+  /// empty), or autograd and why (anvil::DescribesGradients).
+  [[nodiscard]] std::vector<std::pair<std::string, std::string>> gradient_paths() const {
+    return {{"actor and critic", autograd_why_}};
+  }
 
  private:
   using Losses = detail::PpoLosses;
@@ -18488,6 +18568,7 @@ class PPO {
   std::int64_t epoch_minibatches_ = 0;
   Ema ema_;                          ///< averaged weights (train.ema_decay)
   std::unique_ptr<detail::PpoManual> manual_;  ///< the hand-written path, when it applies
+  std::string autograd_why_;                   ///< why not ("" when it applies)
 };
 
 static_assert(OnPolicyAlgorithm<PPO>);
@@ -22268,6 +22349,25 @@ inline RunEnvs make_run_envs(const envs::AnyEnv& env, const envs::VecEnvConfig& 
 
 namespace anvil {
 
+/// How the run's networks take their gradients, as the run's "gradients:" line and its
+/// provenance (config.yaml's header, summary.json) say it: by the algorithm's hand-written
+/// passes, or by autograd and why. `paths`: the algorithm's `gradient_paths()`
+/// (anvil::DescribesGradients), empty for an algorithm (`section`) without such passes.
+inline std::string describe_gradients(const std::vector<std::pair<std::string, std::string>>& paths,
+                                      std::string_view section, const PrecisionSettings& precision) {
+  if (paths.empty()) return "autograd (" + std::string(section) + " has no hand-written passes)";
+  std::string out;
+  for (const auto& [networks, why] : paths) {
+    const std::string how =
+        !why.empty()        ? "autograd (" + why + ")"
+        : precision.autocast ? "autograd (" + std::string(precision.name) +
+                                  " autocast; the hand-written passes are float32)"
+                             : std::string("hand-written passes (float32, BLAS products, vectorised loops)");
+    out += (out.empty() ? "" : "; ") + networks + " by " + how;
+  }
+  return out;
+}
+
 /// The run's context on `device` for this rank of `world_size`: the seed, and the loop's
 /// learning-rate scaling and micro-batches. Refuses a precision that needs a GPU without one.
 inline RunContext run_context(c10::Device device, std::uint64_t seed, int rank, int world_size,
@@ -22514,6 +22614,10 @@ class BasicTrainer {
         throw ConfigError("init.weights: " + std::string(A::config_section.view()) +
                           " has no acting network that starts from a file (anvil::WarmStarts)");
     }
+    std::vector<std::pair<std::string, std::string>> paths;
+    if constexpr (DescribesGradients<A>) paths = algo_->gradient_paths();
+    gradients_ = describe_gradients(paths, A::config_section.view(), precision);
+    notes.push_back("gradients: " + gradients_);
     buffer_ = std::make_unique<B>(collector_->spec(), *cfg_.buffer, ctx_);
     step_ctx_ = StepContext(step_options(ctx_, precision, threads(), *cfg_.run, times_,
                                          [p = parallel_.get()](std::vector<at::Tensor>& g) { p->all_reduce_mean(g); }));
@@ -22661,7 +22765,7 @@ class BasicTrainer {
                      "world: " + parallel_->describe(), std::move(notes),
                      {{"algorithm", std::string(type_name<A>())}, {"buffer", std::string(type_name<B>())},
                       {"parallelism", std::string(type_name<P>())}, {"precision", std::string(type_name<X>())},
-                      {"loop", std::string(type_name<L>())}});
+                      {"loop", std::string(type_name<L>())}, {"gradients", gradients_}});
   }
 
   Run::Parts parts() {
@@ -22690,6 +22794,7 @@ class BasicTrainer {
   std::unique_ptr<StepCollector> collector_;
   std::shared_ptr<envs::NormalizeState> norm_;  ///< normalisation statistics (normalize.obs/reward)
   std::unique_ptr<A> algo_;
+  std::string gradients_;  // how the networks take their gradients (the run's "gradients:" line)
   std::unique_ptr<B> buffer_;
   StepContext step_ctx_;
   UpdateMetrics metrics_;

@@ -243,6 +243,8 @@ TEST_CASE("SAC: activations without a hand-written derivative use autograd") {
   cfg.critic->activation = nn::Activation::gelu;
   SAC sac(envs::spec_of(envs::Pendulum{}), cfg, RunContext{});
   CHECK_FALSE(sac.manual_backward());
+  CHECK(sac.gradient_paths() == std::vector<std::pair<std::string, std::string>>{
+                                   {"actor and critics", "the critics' activation gelu has no hand-written derivative"}});
   StepContext ctx;
   CHECK_FALSE(sac.update(random_batch(8), ctx).metrics.empty());
 }

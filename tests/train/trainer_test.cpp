@@ -185,8 +185,13 @@ TEST_CASE("Trainer: fit writes config.yaml, metrics.csv and summary.json in the 
   CHECK(s.find("\"config_hash\": \"" + t.config_hash() + "\"") != std::string::npos);
   CHECK(s.find("\"sac.batch_size\": 256,") != std::string::npos);  // typed
   CHECK(s.find("\"sac.actor.hidden\": [\n      8\n    ]") != std::string::npos);
+  // How the gradients were taken: said when the run starts, in summary.json and config.yaml.
+  const std::string fast = "actor and critics by hand-written passes (float32, BLAS products, vectorised loops)";
+  CHECK(std::count(t.notes().begin(), t.notes().end(), "gradients: " + fast) == 1);
+  CHECK(s.find("\"gradients\": \"" + fast + "\"") != std::string::npos);
   std::ifstream yaml(dir / "config.yaml");
   std::string y((std::istreambuf_iterator<char>(yaml)), {});
+  CHECK(y.find("# gradients: " + fast + "\n") != std::string::npos);
   SacTrainer::Config back;
   apply_settings(back, parse_yaml(y, "config.yaml"));
   CHECK(config_hash(back) == config_hash(t.config()));
@@ -253,6 +258,29 @@ TEST_CASE("Trainer: precision settings are applied once at construction, and TF3
   CHECK_FALSE(torch::autograd::AnomalyMode::is_enabled());
   CHECK(at::globalContext().benchmarkCuDNN());
   for (const auto& n : d.notes()) CHECK(n.find("precision:") == std::string::npos);
+}
+
+TEST_CASE("Trainer: a run says why its networks take autograd instead of the hand-written passes") {
+  auto says = [](const std::vector<std::string>& notes, const std::string& line) {
+    return std::count(notes.begin(), notes.end(), "gradients: " + line) == 1;
+  };
+  {
+    auto c = pendulum_config(100, "gradients_off");
+    c.algorithm->manual_backward = false;
+    SacTrainer t(envs::Pendulum{}, c);
+    CHECK(says(t.notes(), "actor and critics by autograd (sac.manual_backward=false)"));
+  }
+  {
+    auto c = pendulum_config(100, "gradients_gelu");
+    c.algorithm->actor->activation = nn::Activation::gelu;
+    SacTrainer t(envs::Pendulum{}, c);
+    CHECK(says(t.notes(), "actor and critics by autograd (the actor's activation gelu has no hand-written derivative)"));
+  }
+  {
+    using Bf16Trainer = Trainer<SAC, UniformBuffer, SingleDevice, BF16>;
+    Bf16Trainer t(envs::Pendulum{}, pendulum_config<Bf16Trainer>(100, "gradients_bf16"));
+    CHECK(says(t.notes(), "actor and critics by autograd (bf16 autocast; the hand-written passes are float32)"));
+  }
 }
 
 TEST_CASE("Trainer: update_interval=10 with updates_per_interval=10 also learns Pendulum") {

@@ -88,8 +88,10 @@ class PPO {
     base_lr_ = cfg.lr * ctx.lr_scale(cfg.minibatch_size);
     opt_ = FlatAdam(std::move(params), {.lr = base_lr_, .eps = cfg.adam_eps});
     ema_.set_device(device_);
-    if (cfg.manual_backward && device_.is_cpu() && nn::MlpTape::supports(*actor_) &&
-        nn::MlpTape::supports(*critic_))
+    autograd_why_ = nn::why_autograd(cfg.manual_backward, std::string(config_section.view()), device_,
+                                         {{"the actor's", nn::MlpTape::unsupported(*actor_)},
+                                          {"the critic's", nn::MlpTape::unsupported(*critic_)}});
+    if (autograd_why_.empty())
       manual_ = std::make_unique<detail::PpoManual>(opt_.parameters(), actor_, log_std_, critic_);
   }
 
@@ -275,6 +277,11 @@ class PPO {
   [[nodiscard]] bool discrete() const noexcept { return discrete_; }
   /// Whether acting and updates take the hand-written fast path (`manual_backward`).
   [[nodiscard]] bool manual_backward() const noexcept { return manual_ != nullptr; }
+  /// How the actor's and critic's gradients are taken: by the hand-written passes (why
+  /// empty), or autograd and why (anvil::DescribesGradients).
+  [[nodiscard]] std::vector<std::pair<std::string, std::string>> gradient_paths() const {
+    return {{"actor and critic", autograd_why_}};
+  }
 
  private:
   using Losses = detail::PpoLosses;
@@ -353,6 +360,7 @@ class PPO {
   std::int64_t epoch_minibatches_ = 0;
   Ema ema_;                          ///< averaged weights (train.ema_decay)
   std::unique_ptr<detail::PpoManual> manual_;  ///< the hand-written path, when it applies
+  std::string autograd_why_;                   ///< why not ("" when it applies)
 };
 
 static_assert(OnPolicyAlgorithm<PPO>);

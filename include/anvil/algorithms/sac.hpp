@@ -122,10 +122,14 @@ class BasicSAC {
     target_ = FlatParameters(critic_target_->parameters());
     ema_.set_device(device_);
     if constexpr (kDefaultNetworks) {
-      if (cfg.manual_backward && device_.is_cpu() && nn::GaussianActorTape::supports(*actor_) &&
-          nn::MlpTape::supports(*critic_->q1()))
+      autograd_why_ = nn::why_autograd(cfg.manual_backward, std::string(config_section.view()), device_,
+                                           {{"the actor's", nn::GaussianActorTape::unsupported(*actor_)},
+                                            {"the critics'", nn::MlpTape::unsupported(*critic_->q1())}});
+      if (autograd_why_.empty())
         manual_ = std::make_unique<detail::SacManual>(critic_opt_.parameters(), critic_,
                                                      actor_opt_.parameters(), actor_);
+    } else {
+      autograd_why_ = "networks of their own (the hand-written passes are GaussianActor's and TwinQ's)";
     }
   }
 
@@ -449,6 +453,11 @@ class BasicSAC {
 
   /// Whether updates and actions take the hand-written fast path (`manual_backward`).
   [[nodiscard]] bool manual_backward() const noexcept { return manual_ != nullptr; }
+  /// How the actor's and critics' gradients are taken: by the hand-written passes (why
+  /// empty), or autograd and why (anvil::DescribesGradients).
+  [[nodiscard]] std::vector<std::pair<std::string, std::string>> gradient_paths() const {
+    return {{"actor and critics", autograd_why_}};
+  }
 
   /// Moves the exponential moving average of the actor's weights towards the current ones:
   /// ema = decay ema + (1 - decay) weights (Polyak averaging of the policy, as a run's
@@ -579,6 +588,7 @@ class BasicSAC {
   FlatParameters target_;
   std::int64_t updates_ = 0;
   std::unique_ptr<detail::SacManual> manual_;  // the fast path, when it applies
+  std::string autograd_why_;                   // why not ("" when it applies)
 
   // exp(log alpha) of each temperature, read straight from host memory when it is there
   // (two LibTorch ops and a copy per update otherwise).

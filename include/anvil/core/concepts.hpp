@@ -180,6 +180,12 @@ template <class A>
 concept ExportsTensors = requires(const A& a) {
   { a.policy_tensors() } -> std::same_as<PolicyTensors>;
 };
+/// `A` says how it takes each network's gradients: (networks, why autograd) pairs, the why
+/// empty where its hand-written passes run (the run's header and summary.json say it).
+template <class A>
+concept DescribesGradients = requires(const A& a) {
+  { a.gradient_paths() } -> std::same_as<std::vector<std::pair<std::string, std::string>>>;
+};
 /// `A` shows its acting network's parameters by the names its policy file gives them (live
 /// tensors: `init.weights` copies a file's tensors into them before a run starts).
 template <class A>

@@ -53,21 +53,10 @@ class RunningMeanVar {
 
   /// Adds the rows of `x` [B, dim] (or a [B] batch of scalars when dim is 1).
   void update(const at::Tensor& x) {
+    if (x.dim() > 0 && x.size(0) > 0 && x.device().is_cpu() && x.scalar_type() == at::kFloat && x.is_contiguous())
+      return add_rows(x.data_ptr<float>(), x.size(0), x.numel() / x.size(0));  // every step: no LibTorch op
     const auto c = x.to(at::kCPU, at::kDouble).reshape({x.size(0), -1}).contiguous();
-    const std::int64_t b = c.size(0), d = c.size(1);
-    if (b == 0) return;
-    Moments batch{static_cast<double>(b), std::vector<double>(d, 0.0), std::vector<double>(d, 0.0)};
-    const double* p = c.data_ptr<double>();
-    for (std::int64_t i = 0; i < b; ++i)
-      for (std::int64_t j = 0; j < d; ++j) batch.mean[j] += p[i * d + j];
-    for (auto& m : batch.mean) m /= static_cast<double>(b);
-    for (std::int64_t i = 0; i < b; ++i)
-      for (std::int64_t j = 0; j < d; ++j) {
-        const double e = p[i * d + j] - batch.mean[j];
-        batch.m2[j] += e * e;
-      }
-    merge(fresh_, batch);
-    refresh();
+    add_rows(c.data_ptr<double>(), c.size(0), c.size(1));
   }
 
   /// Merges every rank's fresh statistics into the shared ones: `sum` adds a double tensor
@@ -108,10 +97,15 @@ class RunningMeanVar {
   [[nodiscard]] const std::vector<double>& mean() const noexcept { return now_.mean; }
   /// Population variance of everything seen (1 before anything was).
   [[nodiscard]] std::vector<double> variance() const {
-    std::vector<double> v(now_.m2.size(), 1.0);
+    std::vector<double> v;
+    variance(v);
+    return v;
+  }
+  /// The same into `v` (its buffer reused).
+  void variance(std::vector<double>& v) const {
+    v.assign(now_.m2.size(), 1.0);
     if (now_.count > 0)
       for (std::size_t j = 0; j < v.size(); ++j) v[j] = now_.m2[j] / now_.count;
-    return v;
   }
 
   // The statistics in two parts, saved apart: the merged ones every rank holds alike (the
@@ -151,6 +145,25 @@ class RunningMeanVar {
     w.bytes(m.mean.data(), m.mean.size() * sizeof(double));
     w.bytes(m.m2.data(), m.m2.size() * sizeof(double));
   }
+  // Adds b rows of d values at p, in double precision (float rows are widened exactly).
+  template <class T>
+  void add_rows(const T* p, std::int64_t b, std::int64_t d) {
+    if (b == 0) return;
+    Moments& batch = batch_;  // reused: no allocation a step
+    batch.count = static_cast<double>(b);
+    batch.mean.assign(static_cast<std::size_t>(d), 0.0);
+    batch.m2.assign(static_cast<std::size_t>(d), 0.0);
+    for (std::int64_t i = 0; i < b; ++i)
+      for (std::int64_t j = 0; j < d; ++j) batch.mean[j] += static_cast<double>(p[i * d + j]);
+    for (auto& m : batch.mean) m /= static_cast<double>(b);
+    for (std::int64_t i = 0; i < b; ++i)
+      for (std::int64_t j = 0; j < d; ++j) {
+        const double e = static_cast<double>(p[i * d + j]) - batch.mean[j];
+        batch.m2[j] += e * e;
+      }
+    merge(fresh_, batch);
+    refresh();
+  }
   static void merge(Moments& into, const Moments& b) {
     if (b.count == 0) return;
     const double n = into.count + b.count;
@@ -167,6 +180,7 @@ class RunningMeanVar {
   }
 
   Moments base_, fresh_, now_;
+  Moments batch_;  // the rows update() adds, kept for its buffers
 };
 
 /// What a `NormalizedVecEnv` shares with the evaluation envs built beside it. Its state
@@ -298,7 +312,8 @@ class NormalizedVecEnv final : public VecEnvBase {
       return;
     }
     const auto& mean = state_->obs.mean();
-    const auto var = state_->obs.variance();
+    auto& var = var_;
+    state_->obs.variance(var);
     const auto c = raw.contiguous();
     const float* x = c.data_ptr<float>();
     float* y = out.data_ptr<float>();
@@ -336,6 +351,7 @@ class NormalizedVecEnv final : public VecEnvBase {
   std::array<at::Tensor, 2> obs_;
   int cur_ = 0;
   at::Tensor next_obs_, reward_;
+  mutable std::vector<double> var_;  // normalize_obs's variances, its buffer reused
   std::vector<double> running_return_;
   VecStep out_;
   bool started_ = false;

@@ -123,6 +123,8 @@ ANVIL_SIMD_KERNEL(squashed_gaussian,
 class GaussianActorTape {
  public:
   static bool supports(const GaussianActorImpl& a) { return MlpTape::supports(*a.net()); }
+  /// Why `a` cannot run on a tape, or "" when it can.
+  static std::string unsupported(const GaussianActorImpl& a) { return MlpTape::unsupported(*a.net()); }
 
   /// Draws actions like `sample(obs, noise)` and writes them into `action`, row i at
   /// `action + i * stride` (so they can land inside a critic's input rows). The

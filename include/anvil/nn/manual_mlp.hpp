@@ -18,6 +18,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <initializer_list>
+#include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include <anvil/core/blas.hpp>
@@ -31,6 +35,18 @@ namespace anvil::nn {
 constexpr bool has_manual_backward(Activation a) noexcept {
   return a == Activation::relu || a == Activation::tanh || a == Activation::leaky_relu ||
          a == Activation::elu;
+}
+
+/// Why an algorithm's networks take autograd instead of its hand-written passes, or "" when
+/// the passes run: `SECTION.manual_backward` off, a device other than the CPU, or the first
+/// network a tape cannot run (`networks`: whose, and `MlpTape::unsupported`'s answer).
+inline std::string why_autograd(bool manual_backward, const std::string& section, const c10::Device& device,
+                                std::initializer_list<std::pair<std::string_view, std::string>> networks) {
+  if (!manual_backward) return section + ".manual_backward=false";
+  if (!device.is_cpu()) return "device " + device.str() + " (the hand-written passes are for the CPU)";
+  for (const auto& [whose, why] : networks)
+    if (!why.empty()) return std::string(whose) + " " + why;
+  return {};
 }
 
 namespace detail {
@@ -100,13 +116,21 @@ inline void gemm(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std
 /// A tape belongs to one pass at a time: use one per concurrent forward.
 class MlpTape {
  public:
-  /// Whether `m` can run on a tape: float32 CPU parameters and a supported activation.
-  static bool supports(const MlpImpl& m) {
-    if (!has_manual_backward(m.activation())) return false;
-    for (const auto& l : m.layers())
-      if (!l->weight.device().is_cpu() || l->weight.scalar_type() != at::kFloat) return false;
-    return true;
+  /// Why `m` cannot run on a tape, or "" when it can (float32 CPU parameters and an
+  /// activation with a hand-written derivative).
+  static std::string unsupported(const MlpImpl& m) {
+    if (!has_manual_backward(m.activation()))
+      return "activation " + std::string(enum_names(Activation{})[static_cast<std::size_t>(m.activation())]) +
+             " has no hand-written derivative";
+    for (const auto& l : m.layers()) {
+      if (!l->weight.device().is_cpu()) return "parameters on " + l->weight.device().str();
+      if (l->weight.scalar_type() != at::kFloat)
+        return std::string("parameters in ") + c10::toString(l->weight.scalar_type());
+    }
+    return {};
   }
+  /// Whether `m` can run on a tape (see `unsupported`).
+  static bool supports(const MlpImpl& m) { return unsupported(m).empty(); }
 
   /// m(x) for x [B, in]. The result is a buffer of this tape, valid until its next forward.
   const at::Tensor& forward(const MlpImpl& m, const at::Tensor& x) {

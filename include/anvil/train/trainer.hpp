@@ -93,6 +93,10 @@ class BasicTrainer {
         throw ConfigError("init.weights: " + std::string(A::config_section.view()) +
                           " has no acting network that starts from a file (anvil::WarmStarts)");
     }
+    std::vector<std::pair<std::string, std::string>> paths;
+    if constexpr (DescribesGradients<A>) paths = algo_->gradient_paths();
+    gradients_ = describe_gradients(paths, A::config_section.view(), precision);
+    notes.push_back("gradients: " + gradients_);
     buffer_ = std::make_unique<B>(collector_->spec(), *cfg_.buffer, ctx_);
     step_ctx_ = StepContext(step_options(ctx_, precision, threads(), *cfg_.run, times_,
                                          [p = parallel_.get()](std::vector<at::Tensor>& g) { p->all_reduce_mean(g); }));
@@ -240,7 +244,7 @@ class BasicTrainer {
                      "world: " + parallel_->describe(), std::move(notes),
                      {{"algorithm", std::string(type_name<A>())}, {"buffer", std::string(type_name<B>())},
                       {"parallelism", std::string(type_name<P>())}, {"precision", std::string(type_name<X>())},
-                      {"loop", std::string(type_name<L>())}});
+                      {"loop", std::string(type_name<L>())}, {"gradients", gradients_}});
   }
 
   Run::Parts parts() {
@@ -269,6 +273,7 @@ class BasicTrainer {
   std::unique_ptr<StepCollector> collector_;
   std::shared_ptr<envs::NormalizeState> norm_;  ///< normalisation statistics (normalize.obs/reward)
   std::unique_ptr<A> algo_;
+  std::string gradients_;  // how the networks take their gradients (the run's "gradients:" line)
   std::unique_ptr<B> buffer_;
   StepContext step_ctx_;
   UpdateMetrics metrics_;

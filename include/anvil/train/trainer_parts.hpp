@@ -37,6 +37,25 @@
 
 namespace anvil {
 
+/// How the run's networks take their gradients, as the run's "gradients:" line and its
+/// provenance (config.yaml's header, summary.json) say it: by the algorithm's hand-written
+/// passes, or by autograd and why. `paths`: the algorithm's `gradient_paths()`
+/// (anvil::DescribesGradients), empty for an algorithm (`section`) without such passes.
+inline std::string describe_gradients(const std::vector<std::pair<std::string, std::string>>& paths,
+                                      std::string_view section, const PrecisionSettings& precision) {
+  if (paths.empty()) return "autograd (" + std::string(section) + " has no hand-written passes)";
+  std::string out;
+  for (const auto& [networks, why] : paths) {
+    const std::string how =
+        !why.empty()        ? "autograd (" + why + ")"
+        : precision.autocast ? "autograd (" + std::string(precision.name) +
+                                  " autocast; the hand-written passes are float32)"
+                             : std::string("hand-written passes (float32, BLAS products, vectorised loops)");
+    out += (out.empty() ? "" : "; ") + networks + " by " + how;
+  }
+  return out;
+}
+
 /// The run's context on `device` for this rank of `world_size`: the seed, and the loop's
 /// learning-rate scaling and micro-batches. Refuses a precision that needs a GPU without one.
 inline RunContext run_context(c10::Device device, std::uint64_t seed, int rank, int world_size,
