@@ -17973,6 +17973,7 @@ class DiffusionPolicy {
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <numbers>
 #include <string>
@@ -18086,7 +18087,10 @@ class PpoManual {
     float* a = action.data_ptr<float>();
     float* lp = log_prob ? log_prob->data_ptr<float>() : nullptr;
     constexpr float kHalfLog2Pi = 0.91893853320467274178f;
-    std::vector<float> sd(static_cast<std::size_t>(ad)), inv_sd(sd.size());  // exp(+-log_std), per column
+    auto& sd = sd_;  // exp(+-log_std), per column (buffers kept: acting allocates nothing here)
+    auto& inv_sd = inv_sd_;
+    sd.resize(static_cast<std::size_t>(ad));
+    inv_sd.resize(sd.size());
     for (std::size_t j = 0; j < sd.size(); ++j) {
       sd[j] = std::exp(ls[j]);
       inv_sd[j] = std::exp(-ls[j]);
@@ -18249,6 +18253,9 @@ class PpoManual {
  private:
   nn::MlpTape update_actor, update_critic;
   at::Tensor grad, log_std_grad, dmean, dv, lsm;
+
+ private:
+  mutable std::vector<float> sd_, inv_sd_;  // sample's per-column exp(+-log_std)
   std::vector<at::Tensor> actor_grads, critic_grads;
 };
 
@@ -18323,12 +18330,17 @@ class PPO {
   RolloutAct act_for_rollout(const at::Tensor& obs) {
     torch::NoGradGuard no_grad;
     if (manual_) {
-      const auto o = obs.to(device_, at::kFloat).contiguous();
+      // Once per env step: no LibTorch op beyond the outputs' allocations and the noise.
+      const bool ready = obs.device() == device_ && obs.scalar_type() == at::kFloat && obs.is_contiguous();
+      const auto o = ready ? obs : obs.to(device_, at::kFloat).contiguous();
+      const std::int64_t n = o.size(0);
       RolloutAct r;
-      r.log_prob = at::empty({o.size(0)}, o.options());
+      r.log_prob = at::empty({n}, o.options());
       const auto& out = manual_->act_actor.forward(*actor_, o);
       r.action = discrete_ ? manual_->categorical(out, &r.log_prob) : manual_->sample(out, log_std_, &r.log_prob);
-      r.value = manual_->act_critic.forward(*critic_, o).view({o.size(0)}).clone();
+      const auto& v = manual_->act_critic.forward(*critic_, o);  // [n, 1], the tape's buffer
+      r.value = at::empty({n}, o.options());
+      std::memcpy(r.value.data_ptr<float>(), v.data_ptr<float>(), static_cast<std::size_t>(n) * sizeof(float));
       return r;
     }
     const auto o = obs.to(device_, at::kFloat);

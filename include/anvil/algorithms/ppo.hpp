@@ -25,6 +25,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <numbers>
 #include <string>
@@ -115,12 +116,17 @@ class PPO {
   RolloutAct act_for_rollout(const at::Tensor& obs) {
     torch::NoGradGuard no_grad;
     if (manual_) {
-      const auto o = obs.to(device_, at::kFloat).contiguous();
+      // Once per env step: no LibTorch op beyond the outputs' allocations and the noise.
+      const bool ready = obs.device() == device_ && obs.scalar_type() == at::kFloat && obs.is_contiguous();
+      const auto o = ready ? obs : obs.to(device_, at::kFloat).contiguous();
+      const std::int64_t n = o.size(0);
       RolloutAct r;
-      r.log_prob = at::empty({o.size(0)}, o.options());
+      r.log_prob = at::empty({n}, o.options());
       const auto& out = manual_->act_actor.forward(*actor_, o);
       r.action = discrete_ ? manual_->categorical(out, &r.log_prob) : manual_->sample(out, log_std_, &r.log_prob);
-      r.value = manual_->act_critic.forward(*critic_, o).view({o.size(0)}).clone();
+      const auto& v = manual_->act_critic.forward(*critic_, o);  // [n, 1], the tape's buffer
+      r.value = at::empty({n}, o.options());
+      std::memcpy(r.value.data_ptr<float>(), v.data_ptr<float>(), static_cast<std::size_t>(n) * sizeof(float));
       return r;
     }
     const auto o = obs.to(device_, at::kFloat);

@@ -54,7 +54,10 @@ class PpoManual {
     float* a = action.data_ptr<float>();
     float* lp = log_prob ? log_prob->data_ptr<float>() : nullptr;
     constexpr float kHalfLog2Pi = 0.91893853320467274178f;
-    std::vector<float> sd(static_cast<std::size_t>(ad)), inv_sd(sd.size());  // exp(+-log_std), per column
+    auto& sd = sd_;  // exp(+-log_std), per column (buffers kept: acting allocates nothing here)
+    auto& inv_sd = inv_sd_;
+    sd.resize(static_cast<std::size_t>(ad));
+    inv_sd.resize(sd.size());
     for (std::size_t j = 0; j < sd.size(); ++j) {
       sd[j] = std::exp(ls[j]);
       inv_sd[j] = std::exp(-ls[j]);
@@ -217,6 +220,9 @@ class PpoManual {
  private:
   nn::MlpTape update_actor, update_critic;
   at::Tensor grad, log_std_grad, dmean, dv, lsm;
+
+ private:
+  mutable std::vector<float> sd_, inv_sd_;  // sample's per-column exp(+-log_std)
   std::vector<at::Tensor> actor_grads, critic_grads;
 };
 
