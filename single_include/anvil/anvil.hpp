@@ -12026,30 +12026,59 @@ inline void advise_huge_pages(void* p, std::size_t bytes) noexcept {
 }
 
 /// A fixed-size array of trivially copyable `T`, aligned to a cache line (to a huge page
-/// when large, and advised to use huge pages), every element set to `fill`.
+/// when large, and advised to use huge pages), every element set to `fill`: at once, or
+/// (`Lazy`) as `reach` first passes each, front to back, so that the pages of a large table
+/// that fills in index order are touched as it fills rather than when it is made.
 template <class T>
 class HugeArray {
   static_assert(std::is_trivially_copyable_v<T>);
 
  public:
+  struct Lazy {};
+
   HugeArray() = default;
-  HugeArray(std::size_t n, const T& fill) : n_(n) {
+  HugeArray(std::size_t n, const T& fill) : HugeArray(n, fill, Lazy{}) {
+    if (n > 0) reach(n - 1);
+  }
+  /// `n` elements of which none is set yet: an element at or past `filled()` holds no value
+  /// until `reach` passes it.
+  HugeArray(std::size_t n, const T& fill, Lazy) : n_(n), fill_(fill) {
     if (n == 0) return;
     const std::size_t bytes = n * sizeof(T);
     const std::size_t align = bytes >= 2 * kHugePage ? kHugePage : 64;
     p_ = static_cast<T*>(std::aligned_alloc(align, (bytes + align - 1) / align * align));
     if (p_ == nullptr) throw std::bad_alloc();
     advise_huge_pages(p_, bytes);
-    std::fill(p_, p_ + n, fill);
   }
-  HugeArray(const HugeArray& o) : HugeArray(o.n_, T{}) { std::copy(o.begin(), o.end(), p_); }
-  HugeArray(HugeArray&& o) noexcept : p_(std::exchange(o.p_, nullptr)), n_(std::exchange(o.n_, 0)) {}
+  HugeArray(const HugeArray& o) : HugeArray(o.n_, o.fill_, Lazy{}) {
+    std::copy(o.p_, o.p_ + o.filled_, p_);
+    filled_ = o.filled_;
+  }
+  HugeArray(HugeArray&& o) noexcept
+      : p_(std::exchange(o.p_, nullptr)), n_(std::exchange(o.n_, 0)), filled_(std::exchange(o.filled_, 0)), fill_(o.fill_) {}
   HugeArray& operator=(HugeArray o) noexcept {
     std::swap(p_, o.p_);
     std::swap(n_, o.n_);
+    std::swap(filled_, o.filled_);
+    std::swap(fill_, o.fill_);
     return *this;
   }
   ~HugeArray() { std::free(p_); }
+
+  /// Sets every element before and at `i` not set yet to the fill.
+  void reach(std::size_t i) noexcept {
+    if (i < filled_) return;
+    std::fill(p_ + filled_, p_ + i + 1, fill_);
+    filled_ = i + 1;
+  }
+  /// Sets the first `k` elements to the fill and leaves the rest unset (a table about to
+  /// be filled again from the front, as from a checkpoint).
+  void restart(std::size_t k) noexcept {
+    filled_ = 0;
+    if (k > 0) reach(k - 1);
+  }
+  /// How many elements from the front hold a value.
+  [[nodiscard]] std::size_t filled() const noexcept { return filled_; }
 
   [[nodiscard]] std::size_t size() const noexcept { return n_; }
   [[nodiscard]] T* data() noexcept { return p_; }
@@ -12064,6 +12093,8 @@ class HugeArray {
  private:
   T* p_ = nullptr;
   std::size_t n_ = 0;
+  std::size_t filled_ = 0;
+  T fill_{};
 };
 
 }  // namespace anvil::detail
@@ -12149,8 +12180,10 @@ class TransitionStore {
         advise_huge_pages(data_.data_ptr(), static_cast<std::size_t>(data_.nbytes()));
         advise_huge_pages(obs_.data_ptr(), static_cast<std::size_t>(obs_.nbytes()));
       }
-      link_ = HugeArray<Link>(static_cast<std::size_t>(capacity_), Link{});
-      owner_of_ = HugeArray<std::int32_t>(static_cast<std::size_t>(obs_capacity_), -1);
+      // Both tables fill front to back as rows are first written (put, append_obs): a run
+      // shorter than the capacity touches only the pages it uses.
+      link_ = HugeArray<Link>(static_cast<std::size_t>(capacity_), Link{}, HugeArray<Link>::Lazy{});
+      owner_of_ = HugeArray<std::int32_t>(static_cast<std::size_t>(obs_capacity_), -1, HugeArray<std::int32_t>::Lazy{});
       if (tasks_ > 0) task_of_ = HugeArray<std::int32_t>(static_cast<std::size_t>(capacity_), -1);
     });
     task_count_.assign(static_cast<std::size_t>(tasks_), 0);
@@ -12434,8 +12467,8 @@ class TransitionStore {
   void restore(Saved&& s) {
     data_.narrow(0, 0, s.rows.size(0)).copy_(s.rows);
     obs_.narrow(0, 0, s.obs.size(0)).copy_(s.obs);
-    std::fill(link_.begin(), link_.end(), Link{});
-    std::fill(owner_of_.begin(), owner_of_.end(), -1);
+    link_.restart(s.links.size());  // the rows written so far; the rest fill as before
+    owner_of_.restart(s.owner_of.size());
     std::copy(s.links.begin(), s.links.end(), link_.begin());
     std::copy(s.owner_of.begin(), s.owner_of.end(), owner_of_.begin());
     added_ = s.added;
@@ -12534,6 +12567,7 @@ class TransitionStore {
   std::int64_t append_obs(const float* o) {
     const std::int64_t id = obs_added_++;
     const auto slot = static_cast<std::int32_t>(id % obs_capacity_);
+    owner_of_.reach(static_cast<std::size_t>(slot));
     const std::int32_t t = owner_of_[static_cast<std::size_t>(slot)];
     if (t >= 0 && link_[static_cast<std::size_t>(t)].obs == slot) {
       link_[static_cast<std::size_t>(t)] = Link{};
@@ -12551,6 +12585,7 @@ class TransitionStore {
   void put(std::int64_t oid, std::int64_t nid, const float* action, float reward, float terminated, double discount,
            std::int32_t task) {
     const auto slot = static_cast<std::size_t>(added_ % capacity_);
+    link_.reach(slot);
     if (link_[slot].obs >= 0) {
       --live_;
       if (tasks_ > 0) --task_count_[static_cast<std::size_t>(task_of_[slot])];

@@ -105,8 +105,10 @@ class TransitionStore {
         advise_huge_pages(data_.data_ptr(), static_cast<std::size_t>(data_.nbytes()));
         advise_huge_pages(obs_.data_ptr(), static_cast<std::size_t>(obs_.nbytes()));
       }
-      link_ = HugeArray<Link>(static_cast<std::size_t>(capacity_), Link{});
-      owner_of_ = HugeArray<std::int32_t>(static_cast<std::size_t>(obs_capacity_), -1);
+      // Both tables fill front to back as rows are first written (put, append_obs): a run
+      // shorter than the capacity touches only the pages it uses.
+      link_ = HugeArray<Link>(static_cast<std::size_t>(capacity_), Link{}, HugeArray<Link>::Lazy{});
+      owner_of_ = HugeArray<std::int32_t>(static_cast<std::size_t>(obs_capacity_), -1, HugeArray<std::int32_t>::Lazy{});
       if (tasks_ > 0) task_of_ = HugeArray<std::int32_t>(static_cast<std::size_t>(capacity_), -1);
     });
     task_count_.assign(static_cast<std::size_t>(tasks_), 0);
@@ -390,8 +392,8 @@ class TransitionStore {
   void restore(Saved&& s) {
     data_.narrow(0, 0, s.rows.size(0)).copy_(s.rows);
     obs_.narrow(0, 0, s.obs.size(0)).copy_(s.obs);
-    std::fill(link_.begin(), link_.end(), Link{});
-    std::fill(owner_of_.begin(), owner_of_.end(), -1);
+    link_.restart(s.links.size());  // the rows written so far; the rest fill as before
+    owner_of_.restart(s.owner_of.size());
     std::copy(s.links.begin(), s.links.end(), link_.begin());
     std::copy(s.owner_of.begin(), s.owner_of.end(), owner_of_.begin());
     added_ = s.added;
@@ -490,6 +492,7 @@ class TransitionStore {
   std::int64_t append_obs(const float* o) {
     const std::int64_t id = obs_added_++;
     const auto slot = static_cast<std::int32_t>(id % obs_capacity_);
+    owner_of_.reach(static_cast<std::size_t>(slot));
     const std::int32_t t = owner_of_[static_cast<std::size_t>(slot)];
     if (t >= 0 && link_[static_cast<std::size_t>(t)].obs == slot) {
       link_[static_cast<std::size_t>(t)] = Link{};
@@ -507,6 +510,7 @@ class TransitionStore {
   void put(std::int64_t oid, std::int64_t nid, const float* action, float reward, float terminated, double discount,
            std::int32_t task) {
     const auto slot = static_cast<std::size_t>(added_ % capacity_);
+    link_.reach(slot);
     if (link_[slot].obs >= 0) {
       --live_;
       if (tasks_ > 0) --task_count_[static_cast<std::size_t>(task_of_[slot])];

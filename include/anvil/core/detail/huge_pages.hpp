@@ -60,30 +60,59 @@ inline void advise_huge_pages(void* p, std::size_t bytes) noexcept {
 }
 
 /// A fixed-size array of trivially copyable `T`, aligned to a cache line (to a huge page
-/// when large, and advised to use huge pages), every element set to `fill`.
+/// when large, and advised to use huge pages), every element set to `fill`: at once, or
+/// (`Lazy`) as `reach` first passes each, front to back, so that the pages of a large table
+/// that fills in index order are touched as it fills rather than when it is made.
 template <class T>
 class HugeArray {
   static_assert(std::is_trivially_copyable_v<T>);
 
  public:
+  struct Lazy {};
+
   HugeArray() = default;
-  HugeArray(std::size_t n, const T& fill) : n_(n) {
+  HugeArray(std::size_t n, const T& fill) : HugeArray(n, fill, Lazy{}) {
+    if (n > 0) reach(n - 1);
+  }
+  /// `n` elements of which none is set yet: an element at or past `filled()` holds no value
+  /// until `reach` passes it.
+  HugeArray(std::size_t n, const T& fill, Lazy) : n_(n), fill_(fill) {
     if (n == 0) return;
     const std::size_t bytes = n * sizeof(T);
     const std::size_t align = bytes >= 2 * kHugePage ? kHugePage : 64;
     p_ = static_cast<T*>(std::aligned_alloc(align, (bytes + align - 1) / align * align));
     if (p_ == nullptr) throw std::bad_alloc();
     advise_huge_pages(p_, bytes);
-    std::fill(p_, p_ + n, fill);
   }
-  HugeArray(const HugeArray& o) : HugeArray(o.n_, T{}) { std::copy(o.begin(), o.end(), p_); }
-  HugeArray(HugeArray&& o) noexcept : p_(std::exchange(o.p_, nullptr)), n_(std::exchange(o.n_, 0)) {}
+  HugeArray(const HugeArray& o) : HugeArray(o.n_, o.fill_, Lazy{}) {
+    std::copy(o.p_, o.p_ + o.filled_, p_);
+    filled_ = o.filled_;
+  }
+  HugeArray(HugeArray&& o) noexcept
+      : p_(std::exchange(o.p_, nullptr)), n_(std::exchange(o.n_, 0)), filled_(std::exchange(o.filled_, 0)), fill_(o.fill_) {}
   HugeArray& operator=(HugeArray o) noexcept {
     std::swap(p_, o.p_);
     std::swap(n_, o.n_);
+    std::swap(filled_, o.filled_);
+    std::swap(fill_, o.fill_);
     return *this;
   }
   ~HugeArray() { std::free(p_); }
+
+  /// Sets every element before and at `i` not set yet to the fill.
+  void reach(std::size_t i) noexcept {
+    if (i < filled_) return;
+    std::fill(p_ + filled_, p_ + i + 1, fill_);
+    filled_ = i + 1;
+  }
+  /// Sets the first `k` elements to the fill and leaves the rest unset (a table about to
+  /// be filled again from the front, as from a checkpoint).
+  void restart(std::size_t k) noexcept {
+    filled_ = 0;
+    if (k > 0) reach(k - 1);
+  }
+  /// How many elements from the front hold a value.
+  [[nodiscard]] std::size_t filled() const noexcept { return filled_; }
 
   [[nodiscard]] std::size_t size() const noexcept { return n_; }
   [[nodiscard]] T* data() noexcept { return p_; }
@@ -98,6 +127,8 @@ class HugeArray {
  private:
   T* p_ = nullptr;
   std::size_t n_ = 0;
+  std::size_t filled_ = 0;
+  T fill_{};
 };
 
 }  // namespace anvil::detail
