@@ -91,19 +91,23 @@ make_ppo_best() {
     { echo "rltools.sh: $build/ppo_pendulum does not call cblas_sgemm: not RLtools' BLAS build" >&2; exit 1; }
 }
 
+# A binary built before is reused when it is newer than this script and than its main in
+# the checkout (another RLtools commit rebuilds it).
+fresh() { [[ -x $1 && $1 -nt $0 && $1 -nt $2 ]]; }
+
 if [[ -z $only || $only == compile ]]; then
   for ((i = 0; i < repeat; i++)); do timed rltools_compile_sac "${build_sac[@]}"; done
 elif [[ $only == sac ]]; then
-  [[ -x $build/sac_pendulum && $build/sac_pendulum -nt $0 ]] || "${build_sac[@]}"
+  fresh "$build/sac_pendulum" "$dir/$sac_src" || "${build_sac[@]}"
 fi
 if [[ -z $only || $only == sac ]]; then
   for ((i = 0; i < repeat; i++)); do timed rltools_sac_pendulum "$build/sac_pendulum"; done
 fi
 if [[ -z $only || $only == ppo ]]; then
-  [[ -x $build/ppo_pendulum && $build/ppo_pendulum -nt $0 ]] || make_ppo_best
+  fresh "$build/ppo_pendulum" "$dir/$ppo_src" || make_ppo_best
   for ((i = 0; i < repeat; i++)); do timed rltools_ppo_pendulum "$build/ppo_pendulum" "$seed"; done
 fi
 if [[ -z $only || $only == ppo_upstream ]]; then
-  [[ -x $build/ppo_pendulum_upstream && $build/ppo_pendulum_upstream -nt $0 ]] || "${build_ppo_upstream[@]}"
+  fresh "$build/ppo_pendulum_upstream" "$dir/$ppo_src" || "${build_ppo_upstream[@]}"
   for ((i = 0; i < repeat; i++)); do timed rltools_ppo_pendulum_upstream "$build/ppo_pendulum_upstream"; done
 fi
