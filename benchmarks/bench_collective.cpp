@@ -86,9 +86,8 @@ void write_dataset(const std::filesystem::path& path, std::int64_t rows) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const auto cfg = anvil::start_config<Config>(argc, argv);
+  const auto cfg = bench::start<Config>(argc, argv);
   const auto& b = *cfg.bench;
-  if (b.threads > 0) torch::set_num_threads(b.threads);
   const std::filesystem::path file(*b.file);
   bool fresh = true;
   if (std::filesystem::exists(file)) {

@@ -170,6 +170,15 @@ inline double median_ratio(const std::vector<double>& ours, const std::vector<do
   return median(std::move(r));
 }
 
+/// A benchmark's config from its command line (anvil's syntax, `--help` included), with
+/// torch's intra-op threads set from `bench.threads` (0: torch's default).
+template <class Config>
+Config start(int argc, char** argv) {
+  auto cfg = anvil::start_config<Config>(argc, argv);
+  if (cfg.bench->threads > 0) torch::set_num_threads(cfg.bench->threads);
+  return cfg;
+}
+
 /// Runs `once()` repeatedly for about `seconds`, `repeats` times; returns the median rate
 /// in calls per second. `warmup` calls first, untimed.
 inline double median_rate(const std::function<void()>& once, double seconds, int repeats = 3,

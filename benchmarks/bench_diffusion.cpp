@@ -91,9 +91,8 @@ Setting make(const anvil::RunContext& run, const std::string& widths, int batch,
 }  // namespace
 
 int main(int argc, char** argv) {
-  const auto cfg = anvil::start_config<Config>(argc, argv);
+  const auto cfg = bench::start<Config>(argc, argv);
   const auto& b = *cfg.bench;
-  if (b.threads > 0) torch::set_num_threads(b.threads);
   anvil::RunContext run;
   run.device = anvil::resolve_device(b.device, 0);
   const std::string device = run.device.str();

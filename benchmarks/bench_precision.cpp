@@ -101,9 +101,8 @@ std::map<std::string, std::int64_t> aten_ops(const std::function<void()>& f) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const auto cfg = anvil::start_config<Config>(argc, argv);
+  const auto cfg = bench::start<Config>(argc, argv);
   const auto& b = *cfg.bench;
-  if (b.threads > 0) torch::set_num_threads(b.threads);
   anvil::RunContext run;
   run.device = anvil::resolve_device(b.device, 0);
   const bool cuda = run.device.is_cuda();
