@@ -281,7 +281,19 @@ std::string run_section(const std::vector<Run>& runs, std::size_t ri, const Opti
   s += "</p>\n";
 
   nlohmann::json cols = nlohmann::json::object();
-  auto record = [&](const std::string& col, const Curve& c) { cols[col] = {{"x", c.x}, {"y", c.y}}; };
+  // The data block keeps every point up to 5,000 a curve, then every k-th (and the last): a
+  // run logged every step stays a page a browser opens.
+  auto record = [&](const std::string& col, const Curve& c) {
+    const std::size_t k = c.x.size() > 5000 ? (c.x.size() + 4999) / 5000 : 1;
+    if (k == 1) {
+      cols[col] = {{"x", c.x}, {"y", c.y}};
+      return;
+    }
+    std::vector<double> x, y;
+    for (std::size_t i = 0; i < c.x.size(); i += k) x.push_back(c.x[i]), y.push_back(c.y[i]);
+    if ((c.x.size() - 1) % k != 0) x.push_back(c.x.back()), y.push_back(c.y.back());
+    cols[col] = {{"x", x}, {"y", y}, {"every", k}};
+  };
   std::string charts;
   // Returns: evaluation, and the training episodes' recent return.
   {

@@ -193,10 +193,30 @@ check(r.returncode in (0, 1), "a run in progress must be reported")
 if r.returncode == 1:  # only a row being written as the report read it
     check("is torn" in r.stderr and r.stderr.count("anvil-report:") == 1, f"unexpected problem with the live run: {r.stderr}")
 html, data = page("live.html")
-check(data["runs"][0]["status"].startswith("in progress"), f"status of the live run: {data['runs'][0]['status']}")
+check(data["runs"][0]["status"].startswith("in progress (running now"), f"status of the live run: {data['runs'][0]['status']}")
 check(data["runs"][0]["rows"] >= 4 and len(data["runs"][0]["columns"]["recent_return"]["x"]) >= 2,
       "the live run's rows so far are not drawn")
 check("not there yet" in html, "the live run's page does not say the phase split comes at the end")
+# Killed: the same directory, now without a process holding its lock.
+r = report("live", "-o", "killed.html")
+html, data = page("killed.html")
+check(data["runs"][0]["status"].startswith("ended without a summary.json (killed or crashed"),
+      f"status of the killed run: {data['runs'][0]['status']}")
+
+# A run logged at every step: the page keeps at most 5,000 points a curve, the last one included.
+os.makedirs(os.path.join(work, "long"))
+shutil.copy(os.path.join(work, "resumed", "config.yaml"), os.path.join(work, "long"))
+with open(os.path.join(work, "resumed", "metrics.csv")) as f:
+    header, first = f.read().split("\n")[:2]
+cells = first.split(",")
+with open(os.path.join(work, "long", "metrics.csv"), "w") as f:
+    f.write(header + "\n")
+    for i in range(1, 12001):
+        f.write(",".join([str(i)] + cells[1:]) + "\n")
+r = report("long", "-o", "long.html")
+html, data = page("long.html")
+rr = data["runs"][0]["columns"]["env_steps_per_s"]
+check(rr["every"] == 3 and len(rr["x"]) == 4000 + 1 and rr["x"][-1] == 12000, f"a long run's curve: every {rr.get('every')}, {len(rr['x'])} points")
 
 # 4. Damaged input: each named with its file (and line); the rest still reported.
 shutil.copytree(os.path.join(work, "resumed"), os.path.join(work, "torn"))
@@ -230,7 +250,7 @@ good = read_csv(os.path.join(work, "resumed", "metrics.csv"))
 expect = [x for x, v in zip(good["env_steps"], good["recent_return"]) if v is not None and x <= 1000]
 check(tr["columns"]["recent_return"]["x"] == expect,
       f"the torn run draws {tr['columns']['recent_return']['x']}: every whole row but the short one, not the torn one")
-check(data["runs"][2]["status"].startswith("in progress"), "a run without a readable summary.json is shown as one in progress")
+check(data["runs"][2]["status"] == "ended without a readable summary.json", f"a damaged summary.json: {data['runs'][2]['status']}")
 
 # 5. A bad command line.
 r = report("--x", "minutes", "resumed")

@@ -17,6 +17,10 @@
 #include <utility>
 #include <vector>
 
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
 #include <nlohmann/json.hpp>
 
 namespace anvil::report {
@@ -179,6 +183,17 @@ inline void read_config(Run& run, const std::string& text) {
   }
 }
 
+/// Whether a process holds the run's directory lock now (`.lock`, flock'ed by a run for its
+/// life; the kernel drops it when the process ends, however it ends): true, false, or
+/// nothing where there is no lock file (a run of an older anvil).
+inline std::optional<bool> lock_held(const fs::path& dir) {
+  const int fd = ::open((dir / ".lock").c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return std::nullopt;
+  const bool held = ::flock(fd, LOCK_SH | LOCK_NB) != 0;
+  ::close(fd);  // drops the probe's own shared lock, if it got one
+  return held;
+}
+
 /// Reads one run directory; every problem is added to `problems`.
 inline Run read_run(const fs::path& dir, std::string name, Problems& problems) {
   Run run;
@@ -219,7 +234,14 @@ inline Run read_run(const fs::path& dir, std::string name, Problems& problems) {
       last = w;
     }
   }
-  if (run.status.empty()) run.status = "in progress (no summary.json yet: what is there so far)";
+  if (run.status.empty()) {
+    const auto held = lock_held(dir);
+    run.status = held && *held    ? "in progress (running now: what is there so far)"
+                 : held && !*held ? std::string(fs::exists(summary) ? "ended without a readable summary.json"
+                                                                    : "ended without a summary.json (killed or crashed: its last "
+                                                                      "checkpoint can be resumed)")
+                                  : "no summary.json (in progress, or ended without one)";
+  }
   for (const auto& [k, v] : run.provenance)
     if (k == "loop" && (v.find("Offline") != std::string::npos || v.find("Staged") != std::string::npos)) run.clock = "updates";
   if (const auto* steps = run.metrics.find("env_steps");
@@ -269,15 +291,20 @@ inline std::vector<Run> read_inputs(const std::vector<std::string>& paths, Probl
       const auto na = leading_number(a.filename().string()), nb = leading_number(b.filename().string());
       return na != nb ? na < nb : a.filename() < b.filename();
     });
+    const std::size_t first = runs.size();
     for (const auto& s : subs) runs.push_back(read_run(s, s.filename().string(), problems));
     // A sweep's own table says which runs failed: name them (their console output is beside them).
     if (fs::exists(dir / "sweep.json")) {
       try {
         for (const auto& r : nlohmann::json::parse(read_text(dir / "sweep.json")))
-          if (r.value("exit_status", 0) != 0)
+          if (r.value("exit_status", 0) != 0) {
+            for (std::size_t k = first; k < runs.size(); ++k)
+              if (runs[k].name == r.value("run", std::string()))
+                runs[k].status = "failed: exit status " + std::to_string(r.value("exit_status", 0)) + " (see " + runs[k].name + ".log)";
             problems.add((dir / r.value("run", std::string("?"))).string() + ": the sweep says this run exited with status " +
                          std::to_string(r.value("exit_status", 0)) + " (its console output: " + r.value("run", std::string("?")) +
                          ".log beside it)");
+          }
       } catch (const std::exception& e) {
         problems.add((dir / "sweep.json").string() + ": not valid JSON (" + e.what() + "); the runs are read from their directories");
       }
