@@ -7,7 +7,8 @@
 //    to FP32 is the median of per-round ratios;
 //  - random_shift (pad 4, 9x84x84) and random_crop (84 of 96x96, 3 channels) images/s on
 //    uint8 batches;
-//  - software rendering (envs/render/): Pendulum's view, frames/s at 64x64 and 84x84, one core.
+//  - software rendering (envs/render/): Pendulum's view, frames/s at 64x64 and 84x84, and
+//    Push-T's at 96x96 (with Chipmunk2D), one core.
 //
 // Runs on `bench.device` (default: CUDA when present). One JSON line per figure.
 #include "bench_common.hpp"
@@ -15,6 +16,9 @@
 #include <anvil/core/autocast.hpp>
 #include <anvil/core/context.hpp>
 #include <anvil/envs/render/classic_views.hpp>
+#if ANVIL_WITH_CHIPMUNK
+#include <anvil/envs/chipmunk/push_t_view.hpp>
+#endif
 #include <anvil/nn/image_augment.hpp>
 #include <anvil/nn/image_encoders.hpp>
 #include <anvil/nn/resnet18_gn.hpp>
@@ -119,5 +123,14 @@ int main(int argc, char** argv) {
     const double fps = bench::median_rate([&] { anvil::envs::render::draw_pendulum(canvas, theta += 0.01); }, b.seconds, 3, 50);
     bench::emit("render_frames_per_s", fps, "frames/s", {{"view", "pendulum"}, {"image", "3x" + std::to_string(px) + "x" + std::to_string(px)}});
   }
+#if ANVIL_WITH_CHIPMUNK
+  {
+    auto canvas = anvil::envs::chipmunk::push_t_canvas(96);
+    double angle = 0;
+    const double fps = bench::median_rate(
+        [&] { anvil::envs::chipmunk::draw_push_t(canvas, {200.0, 300.0, angle += 0.01}, 100.0, 120.0); }, b.seconds, 3, 50);
+    bench::emit("render_frames_per_s", fps, "frames/s", {{"view", "push_t"}, {"image", "3x96x96"}});
+  }
+#endif
   return 0;
 }

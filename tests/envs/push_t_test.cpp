@@ -19,6 +19,7 @@
 #if ANVIL_WITH_CHIPMUNK
 #include <anvil/envs/chipmunk/push_t.hpp>
 #include <anvil/envs/chipmunk/push_t_expert.hpp>
+#include <anvil/envs/chipmunk/push_t_view.hpp>
 #endif
 
 namespace {
@@ -209,6 +210,56 @@ TEST_CASE("Push-T: the scripted expert reaches the goal from most starts, with s
   // The cost it plans by: 0 at the goal, the shift's length when moved without turning.
   CHECK(anvil::envs::chipmunk::PushTExpert::cost({PushT::kGoal[0], PushT::kGoal[1], PushT::kGoal[2]}) == doctest::Approx(0.0));
   CHECK(anvil::envs::chipmunk::PushTExpert::cost({PushT::kGoal[0] + 3, PushT::kGoal[1] + 4, PushT::kGoal[2]}) == doctest::Approx(5.0));
+}
+
+TEST_CASE("Push-T as pixels: a known state gives the known image at 96x96 (pusher, block, goal, y down the rows)") {
+  using namespace anvil::envs::chipmunk;
+  auto cv = push_t_canvas(96);
+  const double px = 96.0 / 512.0;  // image pixels per field unit
+  auto pixel = [&](double x, double y) {  // the pixel whose square holds field point (x, y)
+    const int col = static_cast<int>(x * px), row = static_cast<int>(y * px);
+    return std::array<int, 3>{cv.at(0, row, col), cv.at(1, row, col), cv.at(2, row, col)};
+  };
+  auto is = [](std::array<int, 3> p, anvil::envs::render::Rgb c) { return p[0] == c.r && p[1] == c.g && p[2] == c.b; };
+  const Pose2 goal{256.0, 256.0, kPi / 4};
+  const auto cog = [](const Pose2& p) { return p.apply(anvil::envs::detail::Vec2{0.0, 45.0}); };  // the T's centre of gravity
+
+  // The block away from the goal, the pusher near the top: each where its pose says.
+  const Pose2 block{100.0, 380.0, 0.0};
+  draw_push_t(cv, block, 256.0, 50.0);
+  CHECK(is(pixel(256.0, 50.0), kPushTAgent));
+  CHECK(is(pixel(256.0, 462.0), kPushTField));            // y runs down: nothing at the bottom
+  CHECK(is(pixel(cog(block).x, cog(block).y), kPushTBlock));
+  CHECK(is(pixel(cog(goal).x, cog(goal).y), kPushTGoal));
+  const auto bar = goal.apply(anvil::envs::detail::Vec2{0.0, 15.0});  // the middle of the goal's bar
+  CHECK(is(pixel(bar.x, bar.y), kPushTGoal));
+  CHECK(is(pixel(30.0, 256.0), kPushTField));              // open field
+  // The goal T, drawn alone on white, covers its area (6,300 field units squared) to 3%.
+  double goal_pixels = 0;
+  for (int r = 0; r < 96; ++r)
+    for (int c = 0; c < 96; ++c) {
+      const double f = (255.0 - cv.at(0, r, c)) / (255.0 - kPushTGoal.r);
+      if (f > 0 && std::abs((255.0 - cv.at(1, r, c)) - f * (255.0 - kPushTGoal.g)) <= 1.0 &&
+          std::abs((255.0 - cv.at(2, r, c)) - f * (255.0 - kPushTGoal.b)) <= 1.0)
+        goal_pixels += f;
+    }
+  CHECK(goal_pixels == doctest::Approx(6300.0 * px * px).epsilon(0.03));
+
+  // The block on the goal hides it: no pixel is left of the goal's colour.
+  draw_push_t(cv, goal, 450.0, 450.0);
+  int goal_left = 0;
+  for (int r = 0; r < 96; ++r)
+    for (int c = 0; c < 96; ++c)
+      goal_left += cv.at(0, r, c) == kPushTGoal.r && cv.at(1, r, c) == kPushTGoal.g && cv.at(2, r, c) == kPushTGoal.b;
+  CHECK(goal_left == 0);
+  CHECK(is(pixel(cog(goal).x, cog(goal).y), kPushTBlock));
+
+  // An env draws its own state.
+  PushT env;
+  env.reset(7);
+  draw_push_t(cv, env);
+  const auto s = env.state();
+  CHECK(is(pixel(s.agent_x, s.agent_y), kPushTAgent));
 }
 #endif
 

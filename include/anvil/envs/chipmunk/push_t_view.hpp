@@ -1,0 +1,57 @@
+#pragma once
+/// @file
+/// Push-T seen as pixels (the image variant of Diffusion Policy, Chi et al. 2023, section V:
+/// the 512 x 512 field viewed at 96 x 96 RGB): the goal T in light green, the block's T in
+/// slate grey over it, the pusher a blue disc, the walls light grey, on white (the colours
+/// of the published env's drawing). Field coordinates map to the image as the published env
+/// draws them: x to the right along a row, y down the rows. Drawn in software
+/// (envs/render/canvas.hpp) at any size. Light header: no torch.
+
+#include <array>
+#include <vector>
+
+#include <anvil/envs/chipmunk/push_t.hpp>
+#include <anvil/envs/render/canvas.hpp>
+
+namespace anvil::envs::chipmunk {
+
+/// The colours of Push-T's drawing.
+inline constexpr render::Rgb kPushTGoal{144, 238, 144}, kPushTBlock{119, 136, 153}, kPushTAgent{65, 105, 225},
+    kPushTWall{211, 211, 211}, kPushTField{255, 255, 255};
+
+/// A canvas for Push-T at `size` x `size` pixels (96 in the published image variant).
+inline render::Canvas push_t_canvas(int size = 96) {
+  // The canvas's world is y up; the field's y runs down the image, so it is drawn at
+  // (x, kField - y) (see `draw_push_t`).
+  return render::Canvas(size, size, render::View{0, PushT::kField, 0, PushT::kField});
+}
+
+/// Draws the field with the block at `block` (its body pose), the pusher at (`agent_x`,
+/// `agent_y`) and the goal T at the published goal pose.
+inline void draw_push_t(render::Canvas& canvas, const detail::Pose2& block, double agent_x, double agent_y) {
+  const auto flip = [](detail::Vec2 p) { return render::Point{p.x, PushT::kField - p.y}; };
+  canvas.clear(kPushTField);
+  // Walls: the four segments of radius 2 from (5, 5) to (506, 506).
+  const std::array<detail::Vec2, 4> corners{{{5, 5}, {506, 5}, {506, 506}, {5, 506}}};
+  for (int i = 0; i < 4; ++i) canvas.capsule(flip(corners[i]), flip(corners[(i + 1) % 4]), 2.0, kPushTWall);
+  const detail::Pose2 goal{PushT::kGoal[0], PushT::kGoal[1], PushT::kGoal[2]};
+  static const std::vector<detail::Polygon> tee = PushT::tee();
+  const auto draw_tee = [&](const detail::Pose2& pose, render::Rgb colour) {
+    for (const auto& rect : tee) {
+      std::array<render::Point, 4> pts;
+      for (std::size_t k = 0; k < 4; ++k) pts[k] = flip(pose.apply(rect[k]));
+      canvas.polygon(pts, colour);
+    }
+  };
+  draw_tee(goal, kPushTGoal);
+  draw_tee(block, kPushTBlock);
+  canvas.disc(flip({agent_x, agent_y}), PushT::kPusherRadius, kPushTAgent);
+}
+
+/// Draws `env` as it is now.
+inline void draw_push_t(render::Canvas& canvas, const PushT& env) {
+  const auto s = env.state();
+  draw_push_t(canvas, env.block_pose(), s.agent_x, s.agent_y);
+}
+
+}  // namespace anvil::envs::chipmunk
