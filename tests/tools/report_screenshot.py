@@ -23,7 +23,7 @@ page = os.path.join(os.path.abspath(args.work), "sweep.html")
 shot = os.path.join(os.path.abspath(args.work), "sweep.png")
 if os.path.exists(shot):
     os.remove(shot)
-r = subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--window-size=1280,2000",
+r = subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--window-size=1000,1200",
                     "--screenshot=" + shot, "file://" + page], capture_output=True, text=True, timeout=120)
 if r.returncode != 0 or not os.path.exists(shot):
     print(f"FAILED: {browser} exited {r.returncode} without a screenshot:\n{r.stdout[-2000:]}{r.stderr[-2000:]}")

@@ -96,20 +96,28 @@ class Canvas {
       area += u.x * v.y - v.x * u.y;
     }
     const double side = area > 0 ? 1.0 : -1.0;  // image rows grow down: orientation flips; either works
+    // Each edge's outward unit normal and offset, once: d(x, y) = n . (x, y) - c.
+    struct Edge {
+      double nx, ny, c;
+    };
+    std::vector<Edge> edges;
+    edges.reserve(p.size());
     double x0 = p[0].x, x1 = p[0].x, y0 = p[0].y, y1 = p[0].y;
-    for (const auto& q : p) x0 = std::min(x0, q.x), x1 = std::max(x1, q.x), y0 = std::min(y0, q.y), y1 = std::max(y1, q.y);
+    for (std::size_t i = 0; i < p.size(); ++i) {
+      const auto& u = p[i];
+      const auto& v = p[(i + 1) % p.size()];
+      const double ex = v.x - u.x, ey = v.y - u.y, len = std::hypot(ex, ey);
+      x0 = std::min(x0, u.x), x1 = std::max(x1, u.x), y0 = std::min(y0, u.y), y1 = std::max(y1, u.y);
+      if (len == 0) continue;
+      const double nx = side * ey / len, ny = -side * ex / len;
+      edges.push_back({nx, ny, nx * u.x + ny * u.y});
+    }
     fill(x0, x1, y0, y1, c, [&](double x, double y) {
       // Inside: every edge's outward distance is negative; the largest is the distance to
       // the nearest edge (exact inside, and near the edges outside, which is all the
       // antialiasing reads).
       double d = -1e300;
-      for (std::size_t i = 0; i < p.size(); ++i) {
-        const auto& u = p[i];
-        const auto& v = p[(i + 1) % p.size()];
-        const double ex = v.x - u.x, ey = v.y - u.y, len = std::hypot(ex, ey);
-        if (len == 0) continue;
-        d = std::max(d, side * ((x - u.x) * ey - (y - u.y) * ex) / len);
-      }
+      for (const auto& e : edges) d = std::max(d, e.nx * x + e.ny * y - e.c);
       return d;
     });
   }
