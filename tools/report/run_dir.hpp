@@ -17,11 +17,9 @@
 #include <utility>
 #include <vector>
 
-#include <fcntl.h>
-#include <sys/file.h>
-#include <unistd.h>
-
 #include <nlohmann/json.hpp>
+
+#include <anvil/observe/run_files.hpp>
 
 namespace anvil::report {
 
@@ -183,17 +181,6 @@ inline void read_config(Run& run, const std::string& text) {
   }
 }
 
-/// Whether a process holds the run's directory lock now (`.lock`, flock'ed by a run for its
-/// life; the kernel drops it when the process ends, however it ends): true, false, or
-/// nothing where there is no lock file (a run of an older anvil).
-inline std::optional<bool> lock_held(const fs::path& dir) {
-  const int fd = ::open((dir / ".lock").c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return std::nullopt;
-  const bool held = ::flock(fd, LOCK_SH | LOCK_NB) != 0;
-  ::close(fd);  // drops the probe's own shared lock, if it got one
-  return held;
-}
-
 /// Reads one run directory; every problem is added to `problems`.
 inline Run read_run(const fs::path& dir, std::string name, Problems& problems) {
   Run run;
@@ -235,7 +222,7 @@ inline Run read_run(const fs::path& dir, std::string name, Problems& problems) {
     }
   }
   if (run.status.empty()) {
-    const auto held = lock_held(dir);
+    const auto held = RunDirLock::held_by_a_process(dir);  // the lock a run holds for its life
     run.status = held && *held    ? "in progress (running now: what is there so far)"
                  : held && !*held ? std::string(fs::exists(summary) ? "ended without a readable summary.json"
                                                                     : "ended without a summary.json (killed or crashed: its last "

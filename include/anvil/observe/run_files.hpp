@@ -291,10 +291,13 @@ class MetricsCsv {
 /// it ends, so a killed run leaves nothing to clean up.
 class RunDirLock {
  public:
+  /// The lock file's name in a run directory.
+  static constexpr const char* kFile = ".lock";
+
   RunDirLock() = default;
   /// Locks `dir` (which must exist), or throws naming the run that holds it.
   explicit RunDirLock(const std::filesystem::path& dir) {
-    const auto file = dir / ".lock";
+    const auto file = dir / kFile;
     fd_ = ::open(file.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
     if (fd_ < 0) throw Error("run.run_dir: cannot create '" + file.string() + "'");
     if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
@@ -322,6 +325,16 @@ class RunDirLock {
   ~RunDirLock() { release(); }
   [[nodiscard]] bool held() const noexcept { return fd_ >= 0; }
 
+  /// Whether a process holds `dir`'s lock now (a run in progress), without taking it: true,
+  /// false (the run ended, however it ended), or nothing where `dir` has no lock file.
+  [[nodiscard]] static std::optional<bool> held_by_a_process(const std::filesystem::path& dir) {
+    const int fd = ::open((dir / kFile).c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return std::nullopt;
+    const bool held = ::flock(fd, LOCK_SH | LOCK_NB) != 0;
+    ::close(fd);  // drops the probe's own shared lock, if it got one
+    return held;
+  }
+
  private:
   void release() noexcept {
     if (fd_ >= 0) ::close(fd_);  // closing drops the flock
@@ -334,7 +347,7 @@ class RunDirLock {
 [[nodiscard]] inline bool holds_a_run(const std::filesystem::path& dir) {
   std::error_code ec;
   for (const auto& e : std::filesystem::directory_iterator(dir, ec))
-    if (e.path().filename() != ".lock") return true;
+    if (e.path().filename() != RunDirLock::kFile) return true;
   return false;
 }
 
