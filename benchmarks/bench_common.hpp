@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <functional>
 #include <map>
+#include <fstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -44,7 +45,18 @@ inline std::string host() {
   return buf;
 }
 
-/// Prints {"name", "value", "unit", "config", "device", "torch", "host", "blas", "date"} on one line.
+/// The CPU's model name (/proc/cpuinfo), "unknown" where it is not given.
+inline std::string cpu_model() {
+  std::ifstream f("/proc/cpuinfo");
+  for (std::string line; std::getline(f, line);)
+    if (line.rfind("model name", 0) == 0) {
+      const auto colon = line.find(':');
+      if (colon != std::string::npos) return line.substr(line.find_first_not_of(' ', colon + 1));
+    }
+  return "unknown";
+}
+
+/// Prints {"name", "value", "unit", "config", "device", "torch", "host", "cpu", "blas", "date"} on one line.
 inline void emit(const std::string& name, double value, const std::string& unit,
                  const std::vector<std::pair<std::string, Value>>& config,
                  const std::string& device = "cpu") {
@@ -57,11 +69,11 @@ inline void emit(const std::string& name, double value, const std::string& unit,
   const std::time_t now = std::time(nullptr);
   std::strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
   std::printf("{\"name\": %s, \"value\": %s, \"unit\": %s, \"config\": %s, \"device\": %s, "
-              "\"torch\": %s, \"host\": %s, \"blas\": %s, \"date\": %s}\n",
+              "\"torch\": %s, \"host\": %s, \"cpu\": %s, \"blas\": %s, \"date\": %s}\n",
               anvil::json_string(name).c_str(), anvil::json_number(value).c_str(),
               anvil::json_string(unit).c_str(), c.c_str(), anvil::json_string(device).c_str(),
               anvil::json_string(anvil::compat::torch_version_string()).c_str(),
-              anvil::json_string(host()).c_str(),
+              anvil::json_string(host()).c_str(), anvil::json_string(cpu_model()).c_str(),
               anvil::json_string(blas.openblas ? "OpenBLAS " + blas.core : blas.library).c_str(), anvil::json_string(date).c_str());
   std::fflush(stdout);
 }

@@ -87,7 +87,15 @@ std::vector<std::string> cxx_env_ids() {
 // the ids this build knows otherwise.
 AnyEnv cxx_env(const std::string& id) {
   for (auto n : anvil::envs::kBuiltinEnvs)
-    if (id == n) return anvil::envs::with_env(id, [](const auto& e) { return AnyEnv(e); });
+    if (id == n)
+      return anvil::envs::with_env(id, [&](const auto& e) -> AnyEnv {
+        if constexpr (anvil::envs::ByteObservations<std::remove_cvref_t<decltype(e)>>)
+          throw anvil::ConfigError(id + ": its observations are images (" + anvil::envs::spec_of(e).layout.describe() +
+                                   "); make_vec hands float observations to Python only (train it from C++: "
+                                   "train_sac --env.id=" + id + ")");
+        else
+          return AnyEnv(e);
+      });
   for (auto n : anvil::envs::kBuiltinTeamEnvs)
     if (id == n) return anvil::envs::with_team_env(id, [](const auto& e) { return AnyEnv(e); });
 #ifdef ANVIL_WITH_MUJOCO

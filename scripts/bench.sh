@@ -9,7 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${ANVIL_BUILD_DIR:-build}
 cmake -S . -B "$build" -G Ninja >/dev/null
-targets=(bench_sac_update bench_vec_env bench_buffers bench_precision bench_ddp bench_ppo bench_async bench_coma bench_diffusion bench_image_encoders)
+targets=(bench_sac_update bench_vec_env bench_buffers bench_precision bench_ddp bench_ppo bench_async bench_coma bench_diffusion bench_image_encoders bench_pixel_sac)
 # The MuJoCo suite's benchmark, when CMake found MuJoCo.
 mujoco=()
 if grep -Eq "^build benchmarks/bench_mujoco[ :]" "$build/build.ninja"; then mujoco=(bench_mujoco); fi
@@ -25,7 +25,7 @@ if [[ $# -gt 0 ]]; then
   [[ -x "$build/benchmarks/bench_$which" ]] || { echo "scripts/bench.sh: no benchmark 'bench_$which' (sac_update, vec_env, buffers, precision, ddp, ppo, async, coma, diffusion, image_encoders, mujoco)" >&2; exit 2; }
   benches=("bench_$which")
 else
-  benches=(bench_vec_env bench_buffers bench_sac_update bench_precision bench_ddp bench_ppo bench_async bench_coma bench_diffusion bench_image_encoders "${mujoco[@]}")
+  benches=(bench_vec_env bench_buffers bench_sac_update bench_precision bench_ddp bench_ppo bench_async bench_coma bench_diffusion bench_image_encoders bench_pixel_sac "${mujoco[@]}")
 fi
 for b in "${benches[@]}"; do
   runs=("")

@@ -1662,6 +1662,11 @@ template <class A>
 concept DescribesGradients = requires(const A& a) {
   { a.gradient_paths() } -> std::same_as<std::vector<std::pair<std::string, std::string>>>;
 };
+/// An algorithm that reads observations with images (rows of parts, `EnvSpec::layout`):
+/// `static constexpr bool reads_images = true`. A Trainer refuses an env with images for
+/// any other, naming both.
+template <class A>
+concept ReadsImages = requires { requires A::reads_images; };
 /// `A` shows its acting network's parameters by the names its policy file gives them (live
 /// tensors: `init.weights` copies a file's tensors into them before a run starts).
 template <class A>
@@ -2599,20 +2604,29 @@ std::vector<detail::FieldRef> fields(Cfg& cfg) {
   return out;
 }
 
-/// Checks every field's rule, then the config's own `validate()` if it has one (for rules
-/// across fields). Throws ConfigError naming the field.
+namespace detail {
+// Each section's own `validate()`, nested sections first (`sac.encoder` before `sac`).
+template <class Cfg>
+void validate_sections(const Cfg& cfg) {
+  boost::pfr::for_each_field(cfg, [](const auto& field) {
+    using F = std::remove_cvref_t<decltype(field)>;
+    if constexpr (IsSection<F>) {
+      validate_sections(field.value);
+      if constexpr (requires { field.value.validate(); }) field.value.validate();
+    }
+  });
+}
+}  // namespace detail
+
+/// Checks every field's rule, then each section's own `validate()` and the config's (for
+/// rules across fields). Throws ConfigError naming the field.
 template <class Cfg>
 void validate(const Cfg& cfg) {
   auto fs = fields(const_cast<Cfg&>(cfg));
   for (const auto& f : fs)
     if (auto why = f.check(); !why.empty())
       throw ConfigError(f.key + " = " + f.format() + " is out of range: " + why);
-  boost::pfr::for_each_field(cfg, [](const auto& field) {
-    using F = std::remove_cvref_t<decltype(field)>;
-    if constexpr (IsSection<F>) {
-      if constexpr (requires { field.value.validate(); }) field.value.validate();
-    }
-  });
+  detail::validate_sections(cfg);
   if constexpr (requires { cfg.validate(); }) cfg.validate();
 }
 
@@ -3378,6 +3392,7 @@ using policy_config_t = typename policy_config<P>::type;
 #include <cstdint>
 #include <span>
 #include <string>
+#include <string_view>
 #include <variant>
 #include <vector>
 
@@ -3437,9 +3452,88 @@ struct AgentLayout {
   }
 };
 
+/// The element type of an observation part.
+enum class PartDtype : std::uint8_t { float32, uint8 };
+
+/// One named part of an observation: an image (`uint8` `[C, H, W]`, channels first) or a
+/// vector of float32 numbers (`[n]`), at `offset` bytes into the observation's row.
+struct ObsPart {
+  std::string name;
+  PartDtype dtype = PartDtype::float32;
+  std::vector<std::int64_t> shape;
+  std::int64_t offset = 0;  ///< bytes into the row (a multiple of 4)
+
+  [[nodiscard]] std::int64_t numel() const noexcept {
+    std::int64_t n = 1;
+    for (auto d : shape) n *= d;
+    return n;
+  }
+  [[nodiscard]] std::int64_t bytes() const noexcept { return numel() * (dtype == PartDtype::uint8 ? 1 : 4); }
+  [[nodiscard]] bool image() const noexcept { return dtype == PartDtype::uint8 && shape.size() == 3; }
+};
+
+/// An observation of named parts, packed into one row of bytes: each part at its offset, in
+/// the order given, padded to 4 bytes so a float part can be read in place. An env whose
+/// observation space is an `ObsLayout` hands out rows of bytes (`std::span<const
+/// std::uint8_t>`, `row_bytes()` long); images stay bytes from the env through the buffers
+/// to the device, where the encoder converts them (nn/observation_encoder.hpp). An env
+/// whose observation space is a `Box` is the one-part case, `obs`, float32 `[obs_dim]`.
+struct ObsLayout {
+  std::vector<ObsPart> parts;
+
+  /// An image part `[channels, height, width]` of bytes.
+  ObsLayout& image(std::string name, std::int64_t channels, std::int64_t height, std::int64_t width) {
+    return add({std::move(name), PartDtype::uint8, {channels, height, width}, 0});
+  }
+  /// A part of `n` float32 numbers.
+  ObsLayout& vector(std::string name, std::int64_t n) { return add({std::move(name), PartDtype::float32, {n}, 0}); }
+
+  /// Bytes in one row (a multiple of 4).
+  [[nodiscard]] std::int64_t row_bytes() const noexcept {
+    return parts.empty() ? 0 : (parts.back().offset + parts.back().bytes() + 3) / 4 * 4;
+  }
+  [[nodiscard]] bool has_images() const noexcept {
+    for (const auto& p : parts)
+      if (p.image()) return true;
+    return false;
+  }
+  /// Numbers in the float parts, together.
+  [[nodiscard]] std::int64_t float_numel() const noexcept {
+    std::int64_t n = 0;
+    for (const auto& p : parts)
+      if (p.dtype == PartDtype::float32) n += p.numel();
+    return n;
+  }
+  /// The part named `name`, or null.
+  [[nodiscard]] const ObsPart* find(std::string_view name) const noexcept {
+    for (const auto& p : parts)
+      if (p.name == name) return &p;
+    return nullptr;
+  }
+  /// "image uint8 [3,64,64], state float32 [2]"
+  [[nodiscard]] std::string describe() const {
+    std::string s;
+    for (const auto& p : parts) {
+      s += (s.empty() ? "" : ", ") + p.name + (p.dtype == PartDtype::uint8 ? " uint8 [" : " float32 [");
+      for (std::size_t i = 0; i < p.shape.size(); ++i) s += (i ? "," : "") + std::to_string(p.shape[i]);
+      s += "]";
+    }
+    return s;
+  }
+
+ private:
+  ObsLayout& add(ObsPart p) {
+    p.offset = row_bytes();
+    parts.push_back(std::move(p));
+    return *this;
+  }
+};
+
 /// What a policy needs to know about an env to be built: its name and spaces.
 struct EnvSpec {
   std::string name;
+  /// The observation's bounds (float observations); for an env of parts (`layout`), the
+  /// bounds of its float numbers, in the parts' order.
   Box observation;
   std::variant<Box, Discrete> action;
   /// The env's tasks, for envs that have several (a multi-task suite); empty otherwise.
@@ -3447,11 +3541,19 @@ struct EnvSpec {
   std::vector<std::string> tasks{};
   /// The agents of a multi-agent env (`agents.agents == 0` for a single-agent one).
   AgentLayout agents{};
+  /// The observation's parts when the env hands out rows of bytes (images, or images
+  /// beside numbers); empty for an env of float rows (a `Box`).
+  ObsLayout layout{};
 
   [[nodiscard]] bool discrete() const noexcept { return std::holds_alternative<Discrete>(action); }
+  /// Whether observations are rows of bytes of several parts (`layout`), not float rows.
+  [[nodiscard]] bool byte_rows() const noexcept { return !layout.parts.empty(); }
+  /// Width of an observation row: floats in a float row, bytes in a row of parts.
   [[nodiscard]] std::int64_t obs_dim() const noexcept {
-    return static_cast<std::int64_t>(observation.size());
+    return byte_rows() ? layout.row_bytes() : static_cast<std::int64_t>(observation.size());
   }
+  /// Bytes in an observation row.
+  [[nodiscard]] std::int64_t obs_row_bytes() const noexcept { return byte_rows() ? obs_dim() : 4 * obs_dim(); }
   /// Width of an action row: the Box's size, or 1 for a discrete index.
   [[nodiscard]] std::int64_t action_dim() const noexcept {
     return discrete() ? 1 : static_cast<std::int64_t>(std::get<Box>(action).size());
@@ -3674,6 +3776,7 @@ inline constexpr std::string_view kVersion =
 #include <span>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 
@@ -3684,15 +3787,31 @@ using anvil::AgentLayout;
 using anvil::Box;
 using anvil::Discrete;
 using anvil::EnvSpec;
+using anvil::ObsLayout;
 
 /// What one step returns. `observation` views storage owned by the env and stays valid
-/// until the env is stepped or reset again.
-struct StepResult {
-  std::span<const float> observation;
+/// until the env is stepped or reset again: float numbers (`StepResult`, an env whose
+/// observation space is a `Box`) or a row of bytes of several parts (`ByteStepResult`, an
+/// env whose observation space is an `ObsLayout`, e.g. an image).
+template <class T>
+struct BasicStepResult {
+  std::span<const T> observation;
   double reward = 0.0;
   bool terminated = false;  ///< the MDP reached a terminal state: do not bootstrap
   bool truncated = false;   ///< stopped by a time limit: bootstrap from `observation`
 };
+using StepResult = BasicStepResult<float>;
+using ByteStepResult = BasicStepResult<std::uint8_t>;
+
+/// The element of an env's observation rows, by its observation space.
+template <class S> struct obs_element_for;
+template <> struct obs_element_for<Box> { using type = float; };
+template <> struct obs_element_for<ObsLayout> { using type = std::uint8_t; };
+
+template <class E>
+using observation_space_t = std::remove_cvref_t<decltype(std::declval<const E&>().observation_space())>;
+template <class E>
+using obs_element_t = typename obs_element_for<observation_space_t<E>>::type;
 
 /// Action type an env with action space `S` takes.
 template <class S> struct action_for;
@@ -3712,18 +3831,24 @@ class EnvError : public Error {
 };
 
 /// An environment: `reset(seed)` starts an episode and returns its first observation;
-/// `step(action)` advances it by one step. The observation space is a `Box`; the action
-/// space a `Box` (action is a span of floats) or a `Discrete` (action is an index).
+/// `step(action)` advances it by one step. The observation space is a `Box` (observations
+/// are spans of floats) or an `ObsLayout` (rows of bytes: images, or images beside
+/// numbers); the action space a `Box` (action is a span of floats) or a `Discrete` (action
+/// is an index).
 /// Time limits are part of the env: `step` sets `truncated` when the episode's step
 /// budget is used up. Envs are not thread-safe; `VecEnv` steps each from one thread at a time.
 template <class E>
 concept Env = std::movable<E> &&
     requires(E& e, const E& ce, std::uint64_t seed, action_t<E> a) {
       { E::name } -> std::convertible_to<std::string_view>;
-      { ce.observation_space() } -> std::same_as<Box>;
-      { e.reset(seed) } -> std::same_as<std::span<const float>>;
-      { e.step(a) } -> std::same_as<StepResult>;
+      typename obs_element_t<E>;
+      { e.reset(seed) } -> std::same_as<std::span<const obs_element_t<E>>>;
+      { e.step(a) } -> std::same_as<BasicStepResult<obs_element_t<E>>>;
     };
+
+/// An env whose observations are rows of bytes of several parts (an `ObsLayout`).
+template <class E>
+concept ByteObservations = Env<E> && std::same_as<observation_space_t<E>, ObsLayout>;
 
 /// An env that tells which of several tasks its current episode is (a multi-task env, or
 /// one that draws a task per episode): `task_names()` lists them all, `task_index()` is the
@@ -3758,7 +3883,15 @@ template <class E>
 /// The spec of env `e` (with its tasks, when it has several, and its agents).
 template <class E>
 EnvSpec spec_of(const E& e) {
-  EnvSpec s{env_name(e), e.observation_space(), e.action_space(), {}};
+  EnvSpec s{env_name(e), {}, e.action_space(), {}};
+  if constexpr (std::same_as<observation_space_t<E>, ObsLayout>) {
+    s.layout = e.observation_space();
+    const auto n = static_cast<std::size_t>(s.layout.float_numel());
+    s.observation = Box{std::vector<float>(n, -std::numeric_limits<float>::infinity()),
+                        std::vector<float>(n, std::numeric_limits<float>::infinity())};
+  } else {
+    s.observation = e.observation_space();
+  }
   if constexpr (DescribesAgents<E>) s.agents = e.agent_layout();
   if constexpr (TaskTagged<E>) {
     auto names = e.task_names();
@@ -4304,8 +4437,8 @@ struct VecEnvConfig {
       mode{VecMode::sync};
   Param<std::string, "id",
         "the env by name, in programs that choose it at run time (Pendulum-v1, CartPole-v1, Acrobot-v1, "
-        "MountainCarContinuous-v0; multi-agent: Mapping, SimpleSpread, Climbing, Penalty, Credit; an env in "
-        "Python: python:MODULE:ATTR); elsewhere empty or the program's env">
+        "MountainCarContinuous-v0, PixelPendulum-v1 (images); multi-agent: Mapping, SimpleSpread, Climbing, "
+        "Penalty, Credit; an env in Python: python:MODULE:ATTR); elsewhere empty or the program's env">
       id{""};
   Param<KeyValues, "kwargs",
         "keyword arguments of a python: env's factory, one key each (env.kwargs.K=V; values read as Python "
@@ -5599,6 +5732,11 @@ class MultiStep {
 /// frozen (not updated) and see raw rewards; episode returns are always reported raw. They
 /// are saved in checkpoints with the envs. With several ranks, each rank's new statistics
 /// are merged over all ranks at `sync_statistics`, so every rank normalises alike.
+///
+/// Observations that are rows of parts (`EnvSpec::layout`: images, or images beside
+/// numbers) pass through as they are: an image is scaled to [0, 1] by the encoder that reads
+/// it (nn/observation_encoder.hpp), not normalised by running statistics; rewards are
+/// normalised as for any env.
 
 #include <ATen/ATen.h>
 
@@ -5882,6 +6020,7 @@ class ThreadPool {
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <cstdint>
 #include <exception>
 #include <functional>
@@ -5906,9 +6045,11 @@ struct EpisodeEnd {
 };
 
 /// Where a batched step writes, one row (or number) per env, owned by the caller.
+/// Observation rows are float32 `[N, obs_dim]`, or bytes `[N, row_bytes]` for an env of
+/// parts (`EnvSpec::layout`).
 struct StepRows {
-  float* obs = nullptr;          ///< [N, obs_dim] what to act on next (a new episode's first where one ended)
-  float* next_obs = nullptr;     ///< [N, obs_dim] what the step led to (the last of an ended episode)
+  void* obs = nullptr;           ///< [N, obs_dim] what to act on next (a new episode's first where one ended)
+  void* next_obs = nullptr;      ///< [N, obs_dim] what the step led to (the last of an ended episode)
   float* reward = nullptr;       ///< [N]
   float* terminated = nullptr;   ///< [N] 0/1
   float* truncated = nullptr;    ///< [N] 0/1
@@ -5936,9 +6077,10 @@ class EnvBatch {
   /// Whether the envs have tasks (then `StepRows::task` must be given).
   [[nodiscard]] bool has_tasks() const noexcept { return has_tasks_; }
 
-  /// Starts a new episode in every env, its first observation into row i of `obs`; `steps`
-  /// is how many batched steps were taken before (for errors).
-  virtual void reset(float* obs, std::int64_t steps) = 0;
+  /// Starts a new episode in every env, its first observation into row i of `obs` (float32
+  /// rows, or byte rows for an env of parts); `steps` is how many batched steps were taken
+  /// before (for errors).
+  virtual void reset(void* obs, std::int64_t steps) = 0;
   /// Steps envs [begin, end) with their rows of `actions` (float [N, act_dim] for a Box,
   /// int64 [N] for Discrete) and writes their rows of `out`; an env whose episode ends is
   /// reset at once (its first observation in `out.obs`). `steps`: batched steps before this one.
@@ -5992,12 +6134,35 @@ class EnvBatch {
     if (static_cast<std::int64_t>(o.size()) != d)
       throw EnvError(at_fault(i, when, steps) + "observation has " + std::to_string(o.size()) +
                      " numbers; the observation space has " + std::to_string(d));
+    check_finite(i, o.data(), o.size(), "observation", when, steps);
+  }
+  // A row of parts: its length is the layout's, and its float parts are finite (images are
+  // bytes: any value is one).
+  void check_observation(std::int64_t i, std::span<const std::uint8_t> o, std::string_view when, std::int64_t steps) const {
+    const auto d = spec_.obs_dim();
+    if (static_cast<std::int64_t>(o.size()) != d)
+      throw EnvError(at_fault(i, when, steps) + "observation has " + std::to_string(o.size()) + " bytes; the layout (" +
+                     spec_.layout.describe() + ") has " + std::to_string(d));
+    for (const auto& p : spec_.layout.parts)
+      if (p.dtype == PartDtype::float32) {
+        std::vector<float> x(static_cast<std::size_t>(p.numel()));
+        std::memcpy(x.data(), o.data() + p.offset, x.size() * sizeof(float));
+        check_finite(i, x.data(), x.size(), "observation part '" + p.name + "'", when, steps);
+      }
+  }
+  void check_finite(std::int64_t i, const float* x, std::size_t n, const std::string& what, std::string_view when,
+                    std::int64_t steps) const {
     float probe = 0.0f;
-    for (float x : o) probe += x * 0.0f;
+    for (std::size_t k = 0; k < n; ++k) probe += x[k] * 0.0f;
     if (probe == 0.0f) return;
-    for (std::size_t k = 0; k < o.size(); ++k)
-      if (!std::isfinite(o[k]))
-        throw EnvError(at_fault(i, when, steps) + "observation[" + std::to_string(k) + "] is " + non_finite_name(o[k]));
+    for (std::size_t k = 0; k < n; ++k)
+      if (!std::isfinite(x[k]))
+        throw EnvError(at_fault(i, when, steps) + what + "[" + std::to_string(k) + "] is " + non_finite_name(x[k]));
+  }
+  // Copies observation `o` into row i of `rows` (float32 or byte rows, as `o`'s elements).
+  template <class T>
+  static void put_row(void* rows, std::int64_t i, std::span<const T> o) {
+    std::memcpy(static_cast<T*>(rows) + i * static_cast<std::int64_t>(o.size()), o.data(), o.size_bytes());
   }
 
   // Env i's step into its rows of `out`, after the checks of its observation and reward,
@@ -6005,13 +6170,13 @@ class EnvBatch {
   // is in `out.ended[i]`, and the caller resets the env and writes the new episode's first
   // observation to `out.obs`); else the observation is in `out.obs` too. `success`: whether
   // this step met the goal (-1: the env does not say).
-  bool record_step(std::int64_t i, std::span<const float> o, double reward, bool terminated, bool truncated,
+  template <class T>
+  bool record_step(std::int64_t i, std::span<const T> o, double reward, bool terminated, bool truncated,
                    std::int32_t group, int success, const StepRows& out, std::int64_t steps) {
     check_observation(i, o, "step", steps);
     if (!std::isfinite(reward)) throw EnvError(at_fault(i, "step", steps) + "reward is " + non_finite_name(reward));
-    const auto d = spec_.obs_dim();
     const auto k = static_cast<std::size_t>(i);
-    std::copy(o.begin(), o.end(), out.next_obs + i * d);
+    put_row(out.next_obs, i, o);
     out.reward[i] = static_cast<float>(reward);
     out.terminated[i] = terminated ? 1.0f : 0.0f;
     out.truncated[i] = truncated ? 1.0f : 0.0f;
@@ -6020,7 +6185,7 @@ class EnvBatch {
     if (success > 0) succeeded_[k] = 1;
     out.ended[i] = EpisodeEnd{};
     if (!terminated && !truncated) {
-      std::copy(o.begin(), o.end(), out.obs + i * d);
+      put_row(out.obs, i, o);
       return false;
     }
     out.ended[i] = EpisodeEnd{i, returns_[k], lengths_[k], terminated, group,
@@ -6063,7 +6228,7 @@ class EnvArray final : public EnvBatch {
   [[nodiscard]] const E& env(std::int64_t i) const { return envs_.at(static_cast<std::size_t>(i)); }
   [[nodiscard]] E& env(std::int64_t i) { return envs_.at(static_cast<std::size_t>(i)); }
 
-  void reset(float* obs, std::int64_t steps) override;
+  void reset(void* obs, std::int64_t steps) override;
 
   void step(std::int64_t begin, std::int64_t end, const void* actions, const StepRows& out, std::int64_t steps) override;
 
@@ -6107,31 +6272,29 @@ class EnvArray final : public EnvBatch {
     else return -1;
   }
 
+  using Obs = std::span<const obs_element_t<E>>;
   // Env i's first observation of a new episode (from its own seed stream), checked.
-  std::span<const float> reset_env(std::int64_t i, std::string_view when, std::int64_t steps);
+  Obs reset_env(std::int64_t i, std::string_view when, std::int64_t steps);
 
   std::vector<E> envs_;
   std::vector<Rng> seeds_;
 };
 
 template <Env E>
-void EnvArray<E>::reset(float* obs, std::int64_t steps) {
-  const auto d = spec_.obs_dim();
+void EnvArray<E>::reset(void* obs, std::int64_t steps) {
   for (std::int64_t i = 0; i < n_; ++i) {
-    const auto first = reset_env(i, "reset", steps);
-    std::copy(first.begin(), first.end(), obs + i * d);
+    put_row(obs, i, reset_env(i, "reset", steps));
     begin_episode(i);
   }
 }
 
 template <Env E>
 void EnvArray<E>::step(std::int64_t begin, std::int64_t end, const void* actions, const StepRows& out, std::int64_t steps) {
-  const auto d = spec_.obs_dim();
   for (std::int64_t i = begin; i < end; ++i) {
     const auto k = static_cast<std::size_t>(i);
     E& env = envs_[k];
     if (out.task) out.task[i] = group_of(env);  // the task the step belongs to (before an autoreset)
-    StepResult r;
+    BasicStepResult<obs_element_t<E>> r;
     try {
       if constexpr (DiscreteEnv<E>) {
         r = env.step(static_cast<const std::int64_t*>(actions)[i]);
@@ -6147,10 +6310,8 @@ void EnvArray<E>::step(std::int64_t begin, std::int64_t end, const void* actions
     }
     int success = -1;
     if constexpr (ReportsSuccess<E>) success = env.success() ? 1 : 0;
-    if (record_step(i, r.observation, r.reward, r.terminated, r.truncated, group_of(env), success, out, steps)) {
-      const auto first = reset_env(i, "autoreset", steps);
-      std::copy(first.begin(), first.end(), out.obs + i * d);
-    }
+    if (record_step(i, r.observation, r.reward, r.terminated, r.truncated, group_of(env), success, out, steps))
+      put_row(out.obs, i, reset_env(i, "autoreset", steps));
   }
 }
 
@@ -6194,8 +6355,8 @@ std::function<void()> EnvArray<E>::read_envs(BinaryReader& r) {
 }
 
 template <Env E>
-std::span<const float> EnvArray<E>::reset_env(std::int64_t i, std::string_view when, std::int64_t steps) {
-  std::span<const float> first;
+typename EnvArray<E>::Obs EnvArray<E>::reset_env(std::int64_t i, std::string_view when, std::int64_t steps) {
+  Obs first;
   try {
     first = envs_[static_cast<std::size_t>(i)].reset(seeds_[static_cast<std::size_t>(i)]());
   } catch (const std::exception& err) {
@@ -6280,7 +6441,7 @@ namespace anvil::envs {
 /// One step of all envs. Tensors are views of the VecEnv's storage, valid until the step
 /// after next (`obs` is double-buffered so the previous observation survives one step).
 struct VecStep {
-  at::Tensor obs;         ///< [N, obs_dim] what to act on next (the first of a new episode where one ended)
+  at::Tensor obs;         ///< [N, obs_dim] what to act on next (the first of a new episode where one ended); uint8 rows for an env of parts
   at::Tensor next_obs;    ///< [N, obs_dim] what the step led to (the last of an ended episode)
   at::Tensor reward;      ///< [N] float
   at::Tensor terminated;  ///< [N] float 0/1
@@ -6360,8 +6521,9 @@ class LocalVecEnv : public VecEnvBase {
       : VecEnvBase(envs->spec(), envs->size(), envs->groups()), envs_(std::move(envs)), mode_(cfg.mode), pool_(cfg.threads) {
     const auto d = spec_.obs_dim();
     const auto f = at::TensorOptions().dtype(at::kFloat);
-    for (auto& o : obs_) o = at::zeros({n_, d}, f);
-    next_obs_ = at::zeros({n_, d}, f);
+    const auto of = f.dtype(spec_.byte_rows() ? at::kByte : at::kFloat);  // rows of parts stay bytes
+    for (auto& o : obs_) o = at::zeros({n_, d}, of);
+    next_obs_ = at::zeros({n_, d}, of);
     reward_ = at::zeros({n_}, f);
     terminated_ = at::zeros({n_}, f);
     truncated_ = at::zeros({n_}, f);
@@ -6425,7 +6587,7 @@ class LocalVecEnv : public VecEnvBase {
 
   at::Tensor reset() override {
     wait_idle();
-    envs_->reset(obs_[cur_].data_ptr<float>(), steps_);
+    envs_->reset(obs_[cur_].data_ptr(), steps_);
     started_ = true;
     return obs_[cur_];
   }
@@ -6499,8 +6661,8 @@ class LocalVecEnv : public VecEnvBase {
     const int next = 1 - cur_;
     const at::Tensor actions = actions_.contiguous();
     StepRows rows;
-    rows.obs = obs_[next].data_ptr<float>();
-    rows.next_obs = next_obs_.data_ptr<float>();
+    rows.obs = obs_[next].data_ptr();
+    rows.next_obs = next_obs_.data_ptr();
     rows.reward = reward_.data_ptr<float>();
     rows.terminated = terminated_.data_ptr<float>();
     rows.truncated = truncated_.data_ptr<float>();
@@ -6781,8 +6943,9 @@ class NormalizedVecEnv final : public VecEnvBase {
       state_->ret = RunningMeanVar(1);
     }
     const auto f = at::TensorOptions().dtype(at::kFloat);
-    for (auto& o : obs_) o = at::zeros({n_, spec_.obs_dim()}, f);
-    next_obs_ = at::zeros({n_, spec_.obs_dim()}, f);
+    const auto of = f.dtype(spec_.byte_rows() ? at::kByte : at::kFloat);
+    for (auto& o : obs_) o = at::zeros({n_, spec_.obs_dim()}, of);
+    next_obs_ = at::zeros({n_, spec_.obs_dim()}, of);
     reward_ = at::zeros({n_}, f);
     running_return_.assign(static_cast<std::size_t>(n_), 0.0);
   }
@@ -6793,7 +6956,7 @@ class NormalizedVecEnv final : public VecEnvBase {
 
   at::Tensor reset() override {
     auto o = inner_->reset();
-    if (cfg_.obs && !frozen_) state_->obs.update(o);
+    if (obs_on() && !frozen_) state_->obs.update(o);
     std::fill(running_return_.begin(), running_return_.end(), 0.0);
     normalize_obs(o, obs_[cur_]);
     started_ = true;
@@ -6802,7 +6965,7 @@ class NormalizedVecEnv final : public VecEnvBase {
   void step_async(const at::Tensor& actions) override { inner_->step_async(actions); }
   const VecStep& step_wait() override {
     const auto& s = inner_->step_wait();
-    if (cfg_.obs && !frozen_) state_->obs.update(s.obs);
+    if (obs_on() && !frozen_) state_->obs.update(s.obs);
     cur_ = 1 - cur_;
     normalize_obs(s.obs, obs_[cur_]);
     normalize_obs(s.next_obs, next_obs_);
@@ -6827,7 +6990,7 @@ class NormalizedVecEnv final : public VecEnvBase {
   /// Merges every rank's new statistics (see RunningMeanVar::sync).
   void sync_statistics(const std::function<void(at::Tensor&)>& sum) override {
     if (frozen_) return;
-    if (cfg_.obs) state_->obs.sync(sum);
+    if (obs_on()) state_->obs.sync(sum);
     if (cfg_.reward) state_->ret.sync(sum);
   }
 
@@ -6839,7 +7002,7 @@ class NormalizedVecEnv final : public VecEnvBase {
     state_->ret.save_fresh(w);
     w.bytes(running_return_.data(), running_return_.size() * sizeof(double));
     w.value(started_);
-    w.bytes(obs_[cur_].data_ptr(), static_cast<std::size_t>(obs_[cur_].numel()) * sizeof(float));
+    w.bytes(obs_[cur_].data_ptr(), static_cast<std::size_t>(obs_[cur_].nbytes()));
     inner_->save(w);
   }
   std::function<void()> read(BinaryReader& r) override {
@@ -6849,7 +7012,7 @@ class NormalizedVecEnv final : public VecEnvBase {
     r.bytes(running->data(), running->size() * sizeof(double), "running discounted returns");
     const bool started = r.value<bool>("normaliser started flag");
     auto current = at::empty_like(obs_[cur_]);
-    r.bytes(current.data_ptr(), static_cast<std::size_t>(current.numel()) * sizeof(float), "normalised observations");
+    r.bytes(current.data_ptr(), static_cast<std::size_t>(current.nbytes()), "normalised observations");
     auto inner = inner_->read(r);
     // Without env state the run starts new episodes, so only the statistics carry over.
     return [this, obs, ret, running, started, current, inner] {
@@ -6865,8 +7028,10 @@ class NormalizedVecEnv final : public VecEnvBase {
   }
 
  private:
+  // Whether observations are normalised: asked for, and float rows (see file comment).
+  [[nodiscard]] bool obs_on() const noexcept { return cfg_.obs && !spec_.byte_rows(); }
   void normalize_obs(const at::Tensor& raw, at::Tensor& out) const {
-    if (!cfg_.obs) {
+    if (!obs_on()) {
       out.copy_(raw);
       return;
     }
@@ -7200,12 +7365,327 @@ inline constexpr Library kWorkers{"libanvil_python_workers.so", "ANVIL_PYTHON_WO
 
 }  // namespace anvil::envs
 // ---- end <anvil/envs/python_env.hpp> ----
+// ---- begin <anvil/envs/render/classic_views.hpp> ----
+/// @file
+/// The classic control envs drawn as pixels (envs/render/canvas.hpp), for learning from
+/// images: Pendulum as Gymnasium draws it (a rod of length 1 and width 0.2 from the pivot,
+/// angle 0 upright and counter-clockwise positive, on a view of [-2.2, 2.2] in both axes; a
+/// dark pivot), at any resolution (64x64 for pixel control), and `PixelPendulum`, the pixel
+/// control task it makes (envs/render/pixels.hpp). Light header.
+
+#include <cmath>
+#include <string_view>
+
+// ---- begin <anvil/envs/render/canvas.hpp> ----
+/// @file
+/// `Canvas`: a small software rasteriser for envs seen as pixels (these machines have no
+/// OpenGL, and an observation of 64x64 or 96x96 needs none). RGB bytes laid out channel
+/// first, [3, H, W], as an image observation is; shapes are drawn in world coordinates (x
+/// right, y up) mapped onto the image by a `View`, each edge antialiased by its coverage
+/// (a pixel's centre half a pixel inside the edge is fully covered, half a pixel outside not
+/// at all, linear between: the signed distance to the shape, clamped). Discs, capsules (a
+/// thick segment: a pendulum's rod) and convex polygons (Push-T's T, as two boxes).
+/// Deterministic and independent of the CPU: a known state gives a known image.
+/// Light header.
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+
+namespace anvil::envs::render {
+
+/// An RGB colour.
+struct Rgb {
+  std::uint8_t r = 0, g = 0, b = 0;
+};
+
+/// The world rectangle an image shows: [x0, x1] x [y0, y1], y up.
+struct View {
+  double x0 = -1, x1 = 1, y0 = -1, y1 = 1;
+};
+
+/// A point in world coordinates.
+struct Point {
+  double x = 0, y = 0;
+};
+
+/// An RGB image, channel first [3, H, W], drawn in world coordinates (see file comment).
+class Canvas {
+ public:
+  Canvas(int height, int width, View view) : h_(height), w_(width), view_(view), px_(3 * static_cast<std::size_t>(height) * width) {
+    if (height < 1 || width < 1) throw ConfigError("Canvas: the image must be at least 1x1 (got " + std::to_string(height) + "x" + std::to_string(width) + ")");
+    if (!(view.x1 > view.x0) || !(view.y1 > view.y0)) throw ConfigError("Canvas: the view's x1 and y1 must exceed its x0 and y0");
+    sx_ = width / (view.x1 - view.x0);
+    sy_ = height / (view.y1 - view.y0);
+  }
+
+  [[nodiscard]] int height() const noexcept { return h_; }
+  [[nodiscard]] int width() const noexcept { return w_; }
+  /// The bytes, [3, H, W].
+  [[nodiscard]] std::span<const std::uint8_t> pixels() const noexcept { return px_; }
+  /// Channel `c` of pixel (row, col).
+  [[nodiscard]] std::uint8_t at(int c, int row, int col) const noexcept {
+    return px_[(static_cast<std::size_t>(c) * h_ + row) * w_ + col];
+  }
+
+  /// Fills the whole image.
+  void clear(Rgb c) {
+    const std::size_t plane = static_cast<std::size_t>(h_) * w_;
+    std::fill_n(px_.begin(), plane, c.r);
+    std::fill_n(px_.begin() + static_cast<std::ptrdiff_t>(plane), plane, c.g);
+    std::fill_n(px_.begin() + static_cast<std::ptrdiff_t>(2 * plane), plane, c.b);
+  }
+
+  /// A disc of `radius` (world units) around `centre`.
+  void disc(Point centre, double radius, Rgb c) {
+    const Point p = to_pixels(centre);
+    const double r = radius * sx_;  // a view of equal scales keeps discs round
+    fill(p.x - r, p.x + r, p.y - r, p.y + r, c, [&](double x, double y) { return std::hypot(x - p.x, y - p.y) - r; });
+  }
+
+  /// A segment from `a` to `b`, `radius` thick on each side, with round ends.
+  void capsule(Point a, Point b, double radius, Rgb c) {
+    const Point pa = to_pixels(a), pb = to_pixels(b);
+    const double r = radius * sx_;
+    const double dx = pb.x - pa.x, dy = pb.y - pa.y, len2 = dx * dx + dy * dy;
+    fill(std::min(pa.x, pb.x) - r, std::max(pa.x, pb.x) + r, std::min(pa.y, pb.y) - r, std::max(pa.y, pb.y) + r, c,
+         [&](double x, double y) {
+           const double t = len2 > 0 ? std::clamp(((x - pa.x) * dx + (y - pa.y) * dy) / len2, 0.0, 1.0) : 0.0;
+           return std::hypot(x - (pa.x + t * dx), y - (pa.y + t * dy)) - r;
+         });
+  }
+
+  /// A convex polygon, its corners in order (either way round).
+  void polygon(std::span<const Point> corners, Rgb c) {
+    if (corners.size() < 3) throw ConfigError("Canvas::polygon: needs 3 corners at least");
+    std::vector<Point> p;
+    p.reserve(corners.size());
+    for (const auto& q : corners) p.push_back(to_pixels(q));
+    double area = 0;
+    for (std::size_t i = 0; i < p.size(); ++i) {
+      const auto& u = p[i];
+      const auto& v = p[(i + 1) % p.size()];
+      area += u.x * v.y - v.x * u.y;
+    }
+    const double side = area > 0 ? 1.0 : -1.0;  // image rows grow down: orientation flips; either works
+    // Each edge's outward unit normal and offset, once: d(x, y) = n . (x, y) - c.
+    struct Edge {
+      double nx, ny, c;
+    };
+    std::vector<Edge> edges;
+    edges.reserve(p.size());
+    double x0 = p[0].x, x1 = p[0].x, y0 = p[0].y, y1 = p[0].y;
+    for (std::size_t i = 0; i < p.size(); ++i) {
+      const auto& u = p[i];
+      const auto& v = p[(i + 1) % p.size()];
+      const double ex = v.x - u.x, ey = v.y - u.y, len = std::hypot(ex, ey);
+      x0 = std::min(x0, u.x), x1 = std::max(x1, u.x), y0 = std::min(y0, u.y), y1 = std::max(y1, u.y);
+      if (len == 0) continue;
+      const double nx = side * ey / len, ny = -side * ex / len;
+      edges.push_back({nx, ny, nx * u.x + ny * u.y});
+    }
+    fill(x0, x1, y0, y1, c, [&](double x, double y) {
+      // Inside: every edge's outward distance is negative; the largest is the distance to
+      // the nearest edge (exact inside, and near the edges outside, which is all the
+      // antialiasing reads).
+      double d = -1e300;
+      for (const auto& e : edges) d = std::max(d, e.nx * x + e.ny * y - e.c);
+      return d;
+    });
+  }
+
+  /// World -> pixel coordinates (column, row as real numbers; pixel (r, c) has its centre at
+  /// (c + 0.5, r + 0.5)).
+  [[nodiscard]] Point to_pixels(Point q) const noexcept { return {(q.x - view_.x0) * sx_, (view_.y1 - q.y) * sy_}; }
+
+ private:
+  // Blends colour `c` into every pixel of the box whose coverage by the shape of signed
+  // distance `sdf` (in pixels, negative inside) is positive.
+  template <class Sdf>
+  void fill(double x0, double x1, double y0, double y1, Rgb c, Sdf&& sdf) {
+    const int c0 = std::max(0, static_cast<int>(std::floor(x0 - 1))), c1 = std::min(w_ - 1, static_cast<int>(std::ceil(x1 + 1)));
+    const int r0 = std::max(0, static_cast<int>(std::floor(y0 - 1))), r1 = std::min(h_ - 1, static_cast<int>(std::ceil(y1 + 1)));
+    const std::size_t plane = static_cast<std::size_t>(h_) * w_;
+    const std::array<std::uint8_t, 3> rgb{c.r, c.g, c.b};
+    for (int row = r0; row <= r1; ++row)
+      for (int col = c0; col <= c1; ++col) {
+        const double cover = std::clamp(0.5 - sdf(col + 0.5, row + 0.5), 0.0, 1.0);
+        if (cover <= 0) continue;
+        const std::size_t i = static_cast<std::size_t>(row) * w_ + col;
+        for (int k = 0; k < 3; ++k) {
+          auto& v = px_[k * plane + i];
+          v = static_cast<std::uint8_t>(std::lround(v + (rgb[k] - v) * cover));
+        }
+      }
+  }
+
+  int h_, w_;
+  View view_;
+  double sx_ = 1, sy_ = 1;
+  std::vector<std::uint8_t> px_;
+};
+
+}  // namespace anvil::envs::render
+// ---- end <anvil/envs/render/canvas.hpp> ----
+// ---- begin <anvil/envs/render/pixels.hpp> ----
+/// @file
+/// `Pixels<E>`: env `E` seen as pixels, for learning from images. Each step the wrapped env
+/// is drawn in software (envs/render/canvas.hpp) by its `pixel_view<E>` (its drawing and
+/// the name of the pixel task); the observation is the last `frames` frames stacked on the
+/// channels, oldest first (`uint8 [3 frames, size, size]`, one image part named `pixels`),
+/// so velocities can be seen; at an episode's start every slot holds its first frame (as
+/// Gymnasium's FrameStack does). An agent's action is repeated `action_repeat` times and
+/// their rewards summed (DrQ and PlaNet's action repeat, Hafner et al. 2019), so an
+/// episode's return is the wrapped env's and compares with the state-based agent's; the
+/// episode ends when the wrapped env's does. Its state (the wrapped env and the frames) is
+/// saved in checkpoints. Light header.
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <span>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+
+namespace anvil::envs {
+
+/// How env `E` is drawn: `name` (the pixel task's id), `view` (the world rectangle the image
+/// shows) and `draw(canvas, env)`. Specialised beside each drawing (envs/render/classic_views.hpp).
+template <class E>
+struct pixel_view;
+
+/// Settings of a pixel task (see file comment).
+struct PixelOptions {
+  int size = 64;           ///< height and width of each frame
+  int frames = 3;          ///< frames stacked
+  int action_repeat = 2;   ///< env steps per agent step
+};
+
+/// Env `E` seen as pixels (see file comment).
+template <class E>
+  requires Env<E> && requires(render::Canvas& c, const E& e) { pixel_view<E>::draw(c, e); }
+class Pixels {
+ public:
+  static constexpr std::string_view name = pixel_view<E>::name;
+
+  explicit Pixels(PixelOptions o = {}, E env = E{})
+      : o_(o), env_(std::move(env)), canvas_(o.size, o.size, pixel_view<E>::view) {
+    if (o.frames < 1 || o.action_repeat < 1)
+      throw ConfigError(std::string(name) + ": frames (" + std::to_string(o.frames) + ") and action_repeat (" +
+                        std::to_string(o.action_repeat) + ") must be 1 or more");
+    frame_ = 3 * static_cast<std::size_t>(o.size) * static_cast<std::size_t>(o.size);
+    obs_.assign(frame_ * static_cast<std::size_t>(o.frames), 0);
+  }
+
+  [[nodiscard]] ObsLayout observation_space() const { return ObsLayout{}.image("pixels", 3 * o_.frames, o_.size, o_.size); }
+  [[nodiscard]] auto action_space() const { return env_.action_space(); }
+
+  std::span<const std::uint8_t> reset(std::uint64_t seed) {
+    env_.reset(seed);
+    draw();
+    for (int k = 0; k + 1 < o_.frames; ++k) std::memcpy(obs_.data() + k * frame_, newest(), frame_);
+    return obs_;
+  }
+
+  ByteStepResult step(action_t<E> action) {
+    double reward = 0.0;
+    bool terminated = false, truncated = false;
+    for (int k = 0; k < o_.action_repeat && !terminated && !truncated; ++k) {
+      const auto r = env_.step(action);
+      reward += r.reward;
+      terminated = r.terminated;
+      truncated = r.truncated;
+    }
+    std::memmove(obs_.data(), obs_.data() + frame_, obs_.size() - frame_);  // the oldest frame leaves
+    draw();
+    return {obs_, reward, terminated, truncated};
+  }
+
+  /// The wrapped env (its state, for tests) and the settings.
+  [[nodiscard]] const E& env() const noexcept { return env_; }
+  [[nodiscard]] const PixelOptions& options() const noexcept { return o_; }
+
+  void save_state(BinaryWriter& w) const {
+    static_assert(std::is_trivially_copyable_v<E>, "Pixels<E> saves E as bytes");
+    w.bytes(&env_, sizeof(E));
+    w.bytes(obs_.data(), obs_.size());
+  }
+  void load_state(BinaryReader& r) {
+    E e = env_;
+    std::vector<std::uint8_t> frames(obs_.size());
+    r.bytes(&e, sizeof(E), "the pixel env's wrapped env");
+    r.bytes(frames.data(), frames.size(), "the pixel env's frames");
+    env_ = e;
+    obs_ = std::move(frames);
+  }
+
+ private:
+  std::uint8_t* newest() noexcept { return obs_.data() + (obs_.size() - frame_); }
+  void draw() {
+    pixel_view<E>::draw(canvas_, env_);
+    std::memcpy(newest(), canvas_.pixels().data(), frame_);
+  }
+
+  PixelOptions o_;
+  E env_;
+  render::Canvas canvas_;
+  std::size_t frame_ = 0;
+  std::vector<std::uint8_t> obs_;  // [frames, 3, size, size], oldest first
+};
+
+}  // namespace anvil::envs
+// ---- end <anvil/envs/render/pixels.hpp> ----
+
+namespace anvil::envs::render {
+
+/// The view Pendulum is drawn in: 2.2 units each side of the pivot.
+inline constexpr View kPendulumView{-2.2, 2.2, -2.2, 2.2};
+
+/// Colours of the drawings (background, Pendulum's rod and pivot).
+inline constexpr Rgb kBackground{255, 255, 255}, kRod{204, 77, 77}, kPivot{0, 0, 0};
+
+/// Draws Pendulum at angle `theta` (radians from upright, counter-clockwise positive) onto
+/// `canvas` (made with `kPendulumView`).
+inline void draw_pendulum(Canvas& canvas, double theta) {
+  canvas.clear(kBackground);
+  canvas.capsule({0, 0}, {-std::sin(theta), std::cos(theta)}, 0.1, kRod);
+  canvas.disc({0, 0}, 0.05, kPivot);
+}
+
+}  // namespace anvil::envs::render
+
+namespace anvil::envs {
+
+/// Pendulum as pixels: `PixelPendulum-v1`.
+template <>
+struct pixel_view<Pendulum> {
+  static constexpr std::string_view name = "PixelPendulum-v1";
+  static constexpr render::View view = render::kPendulumView;
+  static void draw(render::Canvas& c, const Pendulum& e) { render::draw_pendulum(c, e.state().theta); }
+};
+
+/// The pixel control task: Pendulum-v1 drawn at 64x64, 3 frames stacked, each action
+/// repeated twice (`Pixels`).
+using PixelPendulum = Pixels<Pendulum>;
+static_assert(Env<PixelPendulum> && ByteObservations<PixelPendulum> && SavesOwnState<PixelPendulum>);
+
+}  // namespace anvil::envs
+// ---- end <anvil/envs/render/classic_views.hpp> ----
 
 namespace anvil::envs {
 
 /// The names `with_env` knows.
-inline constexpr std::array<std::string_view, 4> kBuiltinEnvs{Pendulum::name, CartPole::name, Acrobot::name,
-                                                              MountainCarContinuous::name};
+inline constexpr std::array<std::string_view, 5> kBuiltinEnvs{Pendulum::name, CartPole::name, Acrobot::name,
+                                                              MountainCarContinuous::name, PixelPendulum::name};
 
 /// Calls `f(env)` with the built-in env named `id`; a ConfigError naming `env.id` and the
 /// known names otherwise.
@@ -7215,6 +7695,7 @@ decltype(auto) with_env(std::string_view id, F&& f) {
   if (id == CartPole::name) return std::forward<F>(f)(CartPole{});
   if (id == Acrobot::name) return std::forward<F>(f)(Acrobot{});
   if (id == MountainCarContinuous::name) return std::forward<F>(f)(MountainCarContinuous{});
+  if (id == PixelPendulum::name) return std::forward<F>(f)(PixelPendulum{});
   std::string known;
   for (auto n : kBuiltinEnvs) known += (known.empty() ? "" : ", ") + std::string(n);
   throw ConfigError("env.id='" + std::string(id) + "' is not a built-in env; choose one of " + known +
@@ -7250,6 +7731,7 @@ decltype(auto) with_env(const VecEnvConfig& cfg, F&& f) {
 /// so a config can be built without torch (`anvil/compiled.hpp`). Light header.
 
 #include <array>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -7277,6 +7759,31 @@ struct GaussianActorConfig {
 struct TwinQConfig {
   Param<std::vector<int>, "hidden", "hidden layer widths", at_least(1)> hidden{256, 256};
   Param<Activation, "activation", "hidden-layer activation"> activation{Activation::relu};
+};
+
+/// Which convolutional encoder reads an image part of the observation.
+enum class EncoderKind { small, nature };
+constexpr auto enum_names(EncoderKind) { return std::array<std::string_view, 2>{"small", "nature"}; }
+
+/// How an algorithm reads observations with images (`EnvSpec::layout`), under its
+/// `encoder` section (`sac.encoder.kind=nature`): one encoder per image part, its features
+/// concatenated with the observation's float parts before the networks' MLPs. Unused for
+/// float observations.
+struct ObsEncoderConfig {
+  Param<EncoderKind, "kind",
+        "small: 4 convolutions with GroupNorm and spatial-softmax keypoints; nature: DQN's 3 convolutions"> kind{
+      EncoderKind::small};
+  Param<int, "features", "features per image part", at_least(1)> features{64};
+  Param<int, "width", "small: channels of its first two convolutions (the last two have twice as many; a multiple of 8)",
+        at_least(8)> width{32};
+  Param<int, "shift", "random shift of the sampled images in training, up to this many pixels (DrQ); 0: none",
+        at_least(0)> shift{4};
+
+  void validate() const {
+    if (*width % 8 != 0)
+      throw ConfigError("encoder.width=" + std::to_string(*width) +
+                        " is not a multiple of 8 (the small encoder's GroupNorm has 8 groups)");
+  }
 };
 
 class GaussianActor;  // nn/gaussian_actor.hpp
@@ -7591,6 +8098,341 @@ class MlpTape {
 
 }  // namespace anvil::nn
 // ---- end <anvil/nn/manual_mlp.hpp> ----
+// ---- begin <anvil/nn/observation_encoder.hpp> ----
+/// @file
+/// `ObsEncoder`: reads observations that are rows of parts (`EnvSpec::layout`: images, or
+/// images beside numbers) into float features for a policy's or a critic's MLP. Each image
+/// part goes through its own convolutional encoder (nn/image_encoders.hpp: the small
+/// GroupNorm/spatial-softmax one, or DQN's), which converts the bytes to floats where the
+/// row is (the images cross to a GPU as bytes); each float part is read in place from the
+/// row's bytes; the features are concatenated in the parts' order.
+///
+/// `augment_images` applies an image augmentation to each image part of a batch of rows,
+/// leaving the other parts as they are (DrQ's random shift, applied by SAC to the sampled
+/// obs and next_obs).
+
+#include <torch/nn/cloneable.h>
+#include <torch/nn/module.h>
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+// ---- begin <anvil/nn/image_encoders.hpp> ----
+/// @file
+/// Image encoders: an image batch [B, C, H, W] (uint8 pixels, or floats already in [0, 1])
+/// to a feature vector [B, F] that an actor, a critic or a denoiser takes as its input.
+///
+///  - `NatureCnn` (Mnih et al. 2015, "Human-level control through deep reinforcement
+///    learning", Methods): 32 8x8 stride 4, 64 4x4 stride 2, 64 3x3 stride 1 convolutions,
+///    ReLU, then a 512-unit layer. The encoder of DQN and of most pixel SAC/PPO baselines at
+///    84x84.
+///  - `SmallCnn`: four 3x3 convolutions (stride 2, 1, 2, 1), each GroupNorm and ReLU, pooled by
+///    spatial softmax (nn/spatial_softmax.hpp) and projected to F features: the small encoder
+///    for this machine's learning runs, in the spirit of Diffusion Policy's (GroupNorm, not
+///    BatchNorm, which mixes samples and breaks with EMA weights and small batches;
+///    keypoints, not averages).
+///  - `ResNet18Gn` (nn/resnet18_gn.hpp): Diffusion Policy's ResNet-18.
+///
+/// Pixels are converted where the encoder runs: a uint8 batch is moved to the device as
+/// bytes and scaled to [0, 1] floats there (`image_to_float`), so a replay buffer and a host
+/// to device copy carry a quarter of the bytes.
+
+#include <torch/nn/cloneable.h>
+#include <torch/nn/modules/conv.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/nn/modules/normalization.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+// ---- begin <anvil/nn/spatial_softmax.hpp> ----
+/// @file
+/// `SpatialSoftmax`: pools a feature map [B, C, H, W] into keypoints, the expected image
+/// coordinates of each channel's softmax over its H x W positions (Levine, Finn et al. 2016,
+/// "End-to-End Training of Deep Visuomotor Policies", section 4.1; Finn et al. 2016, "Deep
+/// Spatial Autoencoders"). Where global average pooling keeps *how much* of a feature there
+/// is, this keeps *where* it is, which is what manipulation from images needs; Diffusion
+/// Policy (Chi et al. 2023, section IV-B) uses it in place of ResNet's average pooling.
+///
+/// A 1x1 convolution first maps the C channels to K keypoints (none when K = C); each
+/// keypoint's softmax (divided by a temperature) weighs the positions' coordinates, x and y
+/// in [-1, 1] (left/top -1). Output [B, 2K]: x0, y0, x1, y1, ...
+
+#include <torch/nn/cloneable.h>
+#include <torch/nn/modules/conv.h>
+
+#include <cstdint>
+#include <string>
+
+
+namespace anvil::nn {
+
+/// Expected coordinates of K keypoints over a feature map (see file comment).
+class SpatialSoftmaxImpl : public torch::nn::Cloneable<SpatialSoftmaxImpl> {
+ public:
+  /// `channels` x `height` x `width` in, `keypoints` x 2 out; `temperature` divides the logits.
+  SpatialSoftmaxImpl(std::int64_t channels, std::int64_t height, std::int64_t width, std::int64_t keypoints,
+                     double temperature = 1.0)
+      : c_(channels), h_(height), w_(width), k_(keypoints), temperature_(temperature) {
+    if (c_ < 1 || h_ < 1 || w_ < 1 || k_ < 1)
+      throw ConfigError("SpatialSoftmax: channels, height, width and keypoints must be positive (got " + std::to_string(c_) +
+                        ", " + std::to_string(h_) + ", " + std::to_string(w_) + ", " + std::to_string(k_) + ")");
+    if (!(temperature_ > 0)) throw ConfigError("SpatialSoftmax: the temperature must be positive");
+    reset();
+  }
+
+  void reset() override {
+    if (k_ != c_) project = register_module("project", torch::nn::Conv2d(torch::nn::Conv2dOptions(c_, k_, 1)));
+    // Each position's (x, y): x along the width, y along the height, both from -1 to 1.
+    const auto xs = w_ > 1 ? at::linspace(-1.0, 1.0, w_) : at::zeros({1});
+    const auto ys = h_ > 1 ? at::linspace(-1.0, 1.0, h_) : at::zeros({1});
+    const auto grid = at::stack({xs.unsqueeze(0).expand({h_, w_}), ys.unsqueeze(1).expand({h_, w_})}, -1);
+    positions = register_buffer("positions", grid.reshape({h_ * w_, 2}).contiguous());
+  }
+
+  /// [B, C, H, W] -> [B, 2K]; the softmax in float32 (under autocast too: its exponentials
+  /// and sums need it).
+  at::Tensor forward(const at::Tensor& features) {
+    TORCH_CHECK(features.dim() == 4 && features.size(1) == c_ && features.size(2) == h_ && features.size(3) == w_,
+                "SpatialSoftmax: expects [B, ", c_, ", ", h_, ", ", w_, "], got ", features.sizes());
+    auto h = project ? project->forward(features) : features;
+    const auto logits = h.to(at::kFloat).flatten(2) / temperature_;   // [B, K, H*W]
+    const auto attention = at::softmax(logits, -1);
+    return at::matmul(attention, positions).flatten(1);               // [B, K, 2] -> [B, 2K]
+  }
+
+  [[nodiscard]] std::int64_t keypoints() const noexcept { return k_; }
+  [[nodiscard]] std::int64_t output_size() const noexcept { return 2 * k_; }
+
+  torch::nn::Conv2d project{nullptr};
+  at::Tensor positions;
+
+ private:
+  std::int64_t c_, h_, w_, k_;
+  double temperature_;
+};
+TORCH_MODULE(SpatialSoftmax);
+
+}  // namespace anvil::nn
+// ---- end <anvil/nn/spatial_softmax.hpp> ----
+
+namespace anvil::nn {
+
+/// uint8 pixels [.., C, H, W] -> float32 in [0, 1] on the same device; floats pass as they are.
+inline at::Tensor image_to_float(const at::Tensor& x) {
+  return x.scalar_type() == at::kByte ? x.to(at::kFloat).div_(255.0) : x;
+}
+
+/// GroupNorm in float32 (its statistics need it under autocast, and LibTorch 1.13's CPU
+/// kernel takes one dtype), back in the input's dtype.
+inline at::Tensor group_norm_f32(torch::nn::GroupNorm& norm, const at::Tensor& x) {
+  if (x.scalar_type() == at::kFloat || x.scalar_type() == at::kDouble) return norm->forward(x);
+  return norm->forward(x.to(at::kFloat)).to(x.scalar_type());
+}
+
+/// The spatial size after a convolution (kernel k, stride s, padding p).
+constexpr std::int64_t conv_out(std::int64_t size, std::int64_t k, std::int64_t s, std::int64_t p = 0) {
+  return (size + 2 * p - k) / s + 1;
+}
+
+/// The image a pixel encoder takes: channels (3 per RGB frame x stacked frames), height, width.
+struct ImageShape {
+  std::int64_t channels = 3, height = 84, width = 84;
+};
+
+/// DQN's encoder (see file comment): [B, C, H, W] -> [B, 512] (ReLU features).
+class NatureCnnImpl : public torch::nn::Cloneable<NatureCnnImpl> {
+ public:
+  explicit NatureCnnImpl(ImageShape in, std::int64_t features = 512) : in_(in), features_(features) {
+    h_ = conv_out(conv_out(conv_out(in.height, 8, 4), 4, 2), 3, 1);
+    w_ = conv_out(conv_out(conv_out(in.width, 8, 4), 4, 2), 3, 1);
+    if (h_ < 1 || w_ < 1)
+      throw ConfigError("NatureCnn: a " + std::to_string(in.height) + "x" + std::to_string(in.width) +
+                        " image is too small for its 8/4/3 convolutions (36x36 at least)");
+    reset();
+  }
+  void reset() override {
+    conv0 = register_module("conv0", torch::nn::Conv2d(torch::nn::Conv2dOptions(in_.channels, 32, 8).stride(4)));
+    conv1 = register_module("conv1", torch::nn::Conv2d(torch::nn::Conv2dOptions(32, 64, 4).stride(2)));
+    conv2 = register_module("conv2", torch::nn::Conv2d(torch::nn::Conv2dOptions(64, 64, 3).stride(1)));
+    fc = register_module("fc", torch::nn::Linear(64 * h_ * w_, features_));
+  }
+  at::Tensor forward(const at::Tensor& images) {
+    auto h = at::relu(conv0->forward(image_to_float(images)));
+    h = at::relu(conv1->forward(h));
+    h = at::relu(conv2->forward(h));
+    return at::relu(fc->forward(h.flatten(1)));
+  }
+  [[nodiscard]] std::int64_t output_size() const noexcept { return features_; }
+
+  torch::nn::Conv2d conv0{nullptr}, conv1{nullptr}, conv2{nullptr};
+  torch::nn::Linear fc{nullptr};
+
+ private:
+  ImageShape in_;
+  std::int64_t features_, h_ = 0, w_ = 0;
+};
+TORCH_MODULE(NatureCnn);
+
+/// The small GroupNorm encoder (see file comment): [B, C, H, W] -> [B, features].
+class SmallCnnImpl : public torch::nn::Cloneable<SmallCnnImpl> {
+ public:
+  struct Options {
+    std::int64_t width = 32;       ///< channels of the first two convolutions; the last two have twice as many
+    std::int64_t groups = 8;       ///< GroupNorm groups
+    std::int64_t keypoints = 32;   ///< spatial-softmax keypoints
+    std::int64_t features = 64;    ///< output features
+  };
+  SmallCnnImpl(ImageShape in, Options o) : in_(in), o_(o) {
+    if (o_.width % o_.groups != 0)
+      throw ConfigError("SmallCnn: width " + std::to_string(o_.width) + " is not a multiple of its " + std::to_string(o_.groups) +
+                        " norm groups");
+    h_ = conv_out(conv_out(in.height, 3, 2, 1), 3, 2, 1);
+    w_ = conv_out(conv_out(in.width, 3, 2, 1), 3, 2, 1);
+    reset();
+  }
+  explicit SmallCnnImpl(ImageShape in) : SmallCnnImpl(in, Options{}) {}
+
+  void reset() override {
+    // Direct children ("conv0".., "norm0"..), not ModuleLists: a clone copies into these very
+    // modules, so the vectors stay the clone's own.
+    convs.clear(), norms.clear();
+    const std::int64_t widths[] = {o_.width, o_.width, 2 * o_.width, 2 * o_.width}, strides[] = {2, 1, 2, 1};
+    std::int64_t c = in_.channels;
+    for (int i = 0; i < 4; ++i) {
+      convs.push_back(register_module("conv" + std::to_string(i),
+                                      torch::nn::Conv2d(torch::nn::Conv2dOptions(c, widths[i], 3).stride(strides[i]).padding(1))));
+      norms.push_back(register_module("norm" + std::to_string(i), torch::nn::GroupNorm(torch::nn::GroupNormOptions(o_.groups, widths[i]))));
+      c = widths[i];
+    }
+    pool = register_module("pool", SpatialSoftmax(c, h_, w_, o_.keypoints));
+    fc = register_module("fc", torch::nn::Linear(pool->output_size(), o_.features));
+  }
+  at::Tensor forward(const at::Tensor& images) {
+    auto h = image_to_float(images);
+    for (std::size_t i = 0; i < convs.size(); ++i) h = at::relu(group_norm_f32(norms[i], convs[i]->forward(h)));
+    return fc->forward(pool->forward(h));
+  }
+  [[nodiscard]] std::int64_t output_size() const noexcept { return o_.features; }
+
+  std::vector<torch::nn::Conv2d> convs;
+  std::vector<torch::nn::GroupNorm> norms;
+  SpatialSoftmax pool{nullptr};
+  torch::nn::Linear fc{nullptr};
+
+ private:
+  ImageShape in_;
+  Options o_;
+  std::int64_t h_ = 0, w_ = 0;
+};
+TORCH_MODULE(SmallCnn);
+
+}  // namespace anvil::nn
+// ---- end <anvil/nn/image_encoders.hpp> ----
+
+namespace anvil::nn {
+
+namespace detail {
+/// Part `p` of a batch of rows `rows` [B, row_bytes] (uint8): an image as a [B, C, H, W]
+/// uint8 view, a float part as a [B, n] float32 view of the same bytes.
+inline at::Tensor part_of(const at::Tensor& rows, const ObsPart& p) {
+  const auto b = rows.size(0);
+  const auto bytes = rows.narrow(1, p.offset, p.bytes());
+  if (p.dtype == PartDtype::float32) return bytes.view(at::kFloat);
+  std::vector<std::int64_t> shape{b};
+  shape.insert(shape.end(), p.shape.begin(), p.shape.end());
+  return bytes.view(shape);
+}
+inline void check_rows(const at::Tensor& rows, const ObsLayout& layout, const char* who) {
+  if (rows.scalar_type() != at::kByte || rows.dim() != 2 || rows.size(1) != layout.row_bytes())
+    throw Error(std::string(who) + ": expects rows of parts, uint8 [B, " + std::to_string(layout.row_bytes()) + "] (" +
+                layout.describe() + "); got " + std::string(rows.dtype().name()) + " with " + std::to_string(rows.dim()) +
+                " dimensions" + (rows.dim() == 2 ? " of width " + std::to_string(rows.size(1)) : std::string()));
+}
+}  // namespace detail
+
+/// Rows of parts -> [B, output_size()] float features (see file comment). A network that
+/// holds one (nn::TwinQ, nn::GaussianActor) encodes what comes as rows of bytes and takes
+/// what comes as floats for features already encoded, so an update encodes a batch once
+/// and hands the features to every part that reads it (SAC).
+class ObsEncoderImpl : public torch::nn::Cloneable<ObsEncoderImpl> {
+ public:
+  /// `width`: the small encoder's (SmallCnn's) channels.
+  ObsEncoderImpl(ObsLayout layout, EncoderKind kind, std::int64_t features, std::int64_t width = 32)
+      : layout_(std::move(layout)), kind_(kind), features_(features), width_(width) {
+    if (!layout_.has_images())
+      throw ConfigError("ObsEncoder: the observation (" + layout_.describe() + ") has no image part to encode");
+    reset();
+  }
+  ObsEncoderImpl(ObsLayout layout, const ObsEncoderConfig& cfg)
+      : ObsEncoderImpl(std::move(layout), *cfg.kind, *cfg.features, *cfg.width) {}
+
+  void reset() override {
+    // Direct children, one per image part (see SmallCnn on why not a ModuleList).
+    small_.clear(), nature_.clear();
+    for (const auto& p : layout_.parts) {
+      if (!p.image()) continue;
+      const ImageShape in{p.shape[0], p.shape[1], p.shape[2]};
+      if (kind_ == EncoderKind::small) {
+        SmallCnnImpl::Options o;
+        o.features = features_;
+        o.width = width_;
+        small_.push_back(register_module(p.name, SmallCnn(in, o)));
+      } else {
+        nature_.push_back(register_module(p.name, NatureCnn(in, features_)));
+      }
+    }
+  }
+
+  /// [B, row_bytes] uint8 rows -> [B, output_size()] float32 features.
+  at::Tensor forward(const at::Tensor& rows) {
+    detail::check_rows(rows, layout_, "ObsEncoder");
+    std::vector<at::Tensor> out;
+    std::size_t k = 0;
+    for (const auto& p : layout_.parts) {
+      const auto x = detail::part_of(rows, p);
+      if (!p.image()) out.push_back(x.to(at::kFloat));
+      else out.push_back(kind_ == EncoderKind::small ? small_[k++]->forward(x) : nature_[k++]->forward(x));
+    }
+    return out.size() == 1 ? out.front() : at::cat(out, 1);
+  }
+
+  /// Features per observation: `features` per image part plus the float parts' numbers.
+  [[nodiscard]] std::int64_t output_size() const noexcept {
+    std::int64_t n = 0;
+    for (const auto& p : layout_.parts) n += p.image() ? features_ : p.dtype == PartDtype::float32 ? p.numel() : 0;
+    return n;
+  }
+  [[nodiscard]] const ObsLayout& layout() const noexcept { return layout_; }
+  [[nodiscard]] EncoderKind kind() const noexcept { return kind_; }
+  [[nodiscard]] std::int64_t features() const noexcept { return features_; }
+  [[nodiscard]] std::int64_t width() const noexcept { return width_; }
+
+ private:
+  ObsLayout layout_;
+  EncoderKind kind_;
+  std::int64_t features_, width_;
+  std::vector<SmallCnn> small_;
+  std::vector<NatureCnn> nature_;
+};
+TORCH_MODULE(ObsEncoder);
+
+/// `rows` [B, row_bytes] with each image part replaced by `f(images)` ([B, C, H, W] uint8 in,
+/// the same shape out); the other parts as they were. A new tensor; `rows` is unchanged.
+template <class F>
+at::Tensor augment_images(const at::Tensor& rows, const ObsLayout& layout, F&& f) {
+  detail::check_rows(rows, layout, "augment_images");
+  auto out = rows.clone(at::MemoryFormat::Contiguous);
+  for (const auto& p : layout.parts)
+    if (p.image()) detail::part_of(out, p).copy_(f(detail::part_of(rows, p)));
+  return out;
+}
+
+}  // namespace anvil::nn
+// ---- end <anvil/nn/observation_encoder.hpp> ----
 
 namespace anvil::nn {
 
@@ -7618,7 +8460,7 @@ class GaussianActorImpl : public torch::nn::Cloneable<GaussianActorImpl> {
   /// Mean and log standard deviation of the pre-squash Gaussian. The log std is squashed
   /// smoothly into [log_std_min, log_std_max] (a hard clamp would zero its gradient).
   std::pair<at::Tensor, at::Tensor> forward(const at::Tensor& obs) {
-    auto out = net_->forward(obs);
+    auto out = net_->forward(encoder_ && obs.scalar_type() == at::kByte ? encoder_->forward(obs).detach() : obs);
     auto mean = out.narrow(-1, 0, act_dim_);
     auto raw = out.narrow(-1, act_dim_, act_dim_).tanh();
     const double lo = cfg_.log_std_min, hi = cfg_.log_std_max;
@@ -7642,7 +8484,7 @@ class GaussianActorImpl : public torch::nn::Cloneable<GaussianActorImpl> {
 
   /// `sample` with fresh noise from torch's generator.
   PolicySample sample(const at::Tensor& obs) {
-    return sample(obs, at::randn({obs.size(0), act_dim_}, obs.options()));
+    return sample(obs, at::randn({obs.size(0), act_dim_}, obs.options().dtype(at::kFloat)));
   }
 
   /// The deterministic action used for evaluation: tanh of the mean.
@@ -7653,10 +8495,19 @@ class GaussianActorImpl : public torch::nn::Cloneable<GaussianActorImpl> {
   [[nodiscard]] const Mlp& net() const noexcept { return net_; }
   [[nodiscard]] const Config& config() const noexcept { return cfg_; }
 
+  /// Reads observations through `encoder` (rows of parts, e.g. images), the critic's: its
+  /// features with the gradient stopped, so the actor's loss does not train the encoder
+  /// (DrQ, Kostrikov et al. 2020; SAC-AE, Yarats et al. 2019). Not a submodule: the
+  /// encoder's parameters are the critic's, not the actor's. `obs_dim` was its output size;
+  /// the actor takes rows of bytes or their features (see ObsEncoder).
+  void share_encoder(ObsEncoder encoder) { encoder_ = std::move(encoder); }
+  [[nodiscard]] ObsEncoder encoder() const noexcept { return encoder_; }
+
  private:
   std::int64_t obs_dim_, act_dim_;
   Config cfg_;
   Mlp net_{nullptr};
+  ObsEncoder encoder_{nullptr};
 };
 TORCH_MODULE(GaussianActor);
 
@@ -7701,9 +8552,12 @@ ANVIL_SIMD_KERNEL(squashed_gaussian,
 /// nn/manual_mlp.hpp for why). The same arithmetic as `sample`; run under NoGradGuard.
 class GaussianActorTape {
  public:
-  static bool supports(const GaussianActorImpl& a) { return MlpTape::supports(*a.net()); }
+  static bool supports(const GaussianActorImpl& a) { return unsupported(a).empty(); }
   /// Why `a` cannot run on a tape, or "" when it can.
-  static std::string unsupported(const GaussianActorImpl& a) { return MlpTape::unsupported(*a.net()); }
+  static std::string unsupported(const GaussianActorImpl& a) {
+    if (a.encoder()) return "input comes through a convolutional encoder (images)";
+    return MlpTape::unsupported(*a.net());
+  }
 
   /// Draws actions like `sample(obs, noise)` and writes them into `action`, row i at
   /// `action + i * stride` (so they can land inside a critic's input rows). The
@@ -7884,11 +8738,25 @@ class TwinQImpl : public torch::nn::Cloneable<TwinQImpl> {
   void reset() override {
     q1_ = register_module("q1", Mlp(obs_dim_ + act_dim_, widths(cfg_.hidden), 1, cfg_.activation));
     q2_ = register_module("q2", Mlp(obs_dim_ + act_dim_, widths(cfg_.hidden), 1, cfg_.activation));
+    // A clone rebuilds its own encoder here (the copy's holder still names the original's),
+    // and copies the original's weights into it.
+    if (encoder_) encoder_ = register_module("encoder", ObsEncoder(encoder_->layout(), encoder_->kind(), encoder_->features(), encoder_->width()));
   }
+
+  /// Reads observations through `encoder` (rows of parts, e.g. images), a submodule: the
+  /// critic's loss trains it, and the target critic, a clone, has its own. `obs_dim` was
+  /// its output size; `forward` takes rows of bytes or their features (see ObsEncoder). Set once, before the optimizer is built over the parameters.
+  void set_encoder(ObsEncoder encoder) {
+    encoder_ = register_module("encoder", std::move(encoder));
+  }
+  [[nodiscard]] ObsEncoder encoder() const noexcept { return encoder_; }
+  /// Whether `forward` encodes `obs`: rows of bytes with an encoder (floats are features
+  /// already encoded, see ObsEncoder).
+  [[nodiscard]] bool encodes(const at::Tensor& obs) const noexcept { return encoder_ && obs.scalar_type() == at::kByte; }
 
   /// Both estimates, each [B].
   std::pair<at::Tensor, at::Tensor> forward(const at::Tensor& obs, const at::Tensor& action) {
-    auto x = at::cat({obs, action}, -1);
+    auto x = at::cat({encodes(obs) ? encoder_->forward(obs) : obs, action}, -1);
     return {q1_->forward(x).squeeze(-1), q2_->forward(x).squeeze(-1)};
   }
 
@@ -7900,6 +8768,7 @@ class TwinQImpl : public torch::nn::Cloneable<TwinQImpl> {
   std::int64_t obs_dim_, act_dim_;
   Config cfg_;
   Mlp q1_{nullptr}, q2_{nullptr};
+  ObsEncoder encoder_{nullptr};
 };
 TORCH_MODULE(TwinQ);
 
@@ -11733,6 +12602,7 @@ static_assert(Buffer<EpisodeBuffer>);
 #include <span>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -12164,6 +13034,8 @@ class TransitionStore {
         device_(device),
         owner_(std::move(owner)),
         od_(spec.obs_dim()),
+        row_bytes_(spec.obs_row_bytes()),
+        bytes_(spec.byte_rows()),
         ad_(spec.action_dim()),
         discrete_(spec.discrete()),
         with_discount_(n_step > 1),
@@ -12171,12 +13043,15 @@ class TransitionStore {
         tasks_(static_cast<std::int64_t>(spec.tasks.size())),
         width_(ad_ + 2 + (n_step > 1 ? 1 : 0) + (tasks_ > 0 ? 1 : 0)),
         window_(n_step, 0.99) {
+    if (bytes_ && obs_dtype_ != ObsDtype::float32)
+      throw ConfigError("buffer.obs_dtype: " + spec.name + "'s observations are rows of parts (" + spec.layout.describe() +
+                        "), stored as they come; obs_dtype applies to float observations only");
     if (obs_capacity_ > INT32_MAX)
       throw Error(owner_ + ": buffer.capacity=" + std::to_string(capacity) +
                   " is above the largest supported (1,700,000,000 transitions)");
     // Refused before a byte is allocated when it cannot fit (host memory; a GPU's own
     // allocator reports its out-of-memory errors, named below).
-    const std::int64_t obs_size = obs_dtype_ == ObsDtype::float32 ? 4 : 2;
+    const std::int64_t obs_size = bytes_ ? 1 : obs_dtype_ == ObsDtype::float32 ? 4 : 2;
     const std::int64_t host = static_cast<std::int64_t>(capacity_ * sizeof(Link) + obs_capacity_ * sizeof(std::int32_t)) +
                               (tasks_ > 0 ? capacity_ * static_cast<std::int64_t>(sizeof(std::int32_t)) : 0) +
                               extra_host_bytes;
@@ -12186,7 +13061,8 @@ class TransitionStore {
     allocating(owner_ + "'s storage (" + field + ")", need, [&] {
       const auto f = at::TensorOptions().dtype(at::kFloat).device(device_);
       data_ = at::empty({capacity_, width_}, f);
-      obs_ = at::empty({obs_capacity_, od_}, f.dtype(obs_dtype_ == ObsDtype::float32    ? at::kFloat
+      obs_ = at::empty({obs_capacity_, od_}, f.dtype(bytes_                                ? at::kByte
+                                                     : obs_dtype_ == ObsDtype::float32    ? at::kFloat
                                                      : obs_dtype_ == ObsDtype::bfloat16 ? at::kBFloat16
                                                                                         : at::kHalf));
       if (device_.is_cpu()) {  // read at random: huge pages spare most TLB misses
@@ -12215,7 +13091,7 @@ class TransitionStore {
       throw Error(owner_ + ": adding " + std::to_string(n) + " transitions at once needs up to " +
                   std::to_string(2 * n) + " observation rows; this buffer has " + std::to_string(obs_capacity_) +
                   " (buffer.capacity=" + std::to_string(capacity_) + ")");
-    const auto obs = host(s.obs, n, od_, "obs"), next = host(s.next_obs, n, od_, "next_obs");
+    const auto obs = host_obs(s.obs, n, "obs"), next = host_obs(s.next_obs, n, "next_obs");
     const auto act = host(s.action, n, ad_, "action"), rew = host(s.reward, n, 1, "reward");
     const auto term = host(s.terminated, n, 1, "terminated");
     const auto trunc = s.truncated.defined() ? host(s.truncated, n, 1, "truncated") : at::zeros({n});
@@ -12232,7 +13108,8 @@ class TransitionStore {
                       "; the env has tasks 0 to " + std::to_string(tasks_ - 1));
     }
     const std::int64_t* tk = task.defined() ? task.data_ptr<std::int64_t>() : nullptr;
-    const float *o = obs.data_ptr<float>(), *no = next.data_ptr<float>(), *a = act.data_ptr<float>();
+    const auto *o = static_cast<const std::uint8_t*>(obs.data_ptr()), *no = static_cast<const std::uint8_t*>(next.data_ptr());
+    const float* a = act.data_ptr<float>();
     const float *r = rew.data_ptr<float>(), *t = term.data_ptr<float>(), *tr = trunc.data_ptr<float>();
 
     killed_.clear();
@@ -12241,20 +13118,18 @@ class TransitionStore {
     row_stage_.clear();
     if (open_.size() != static_cast<std::size_t>(n)) {
       open_.assign(static_cast<std::size_t>(n), -1);
-      open_obs_.assign(static_cast<std::size_t>(n * od_), 0.f);
+      open_obs_.assign(static_cast<std::size_t>(n * row_bytes_), 0);
       window_.resize(static_cast<std::size_t>(n));
     }
     for (std::int64_t i = 0; i < n; ++i) {
       const auto e = static_cast<std::size_t>(i);
-      const float* oi = o + i * od_;
-      float* open = open_obs_.data() + i * od_;
+      const std::uint8_t* oi = o + i * row_bytes_;
+      std::uint8_t* open = open_obs_.data() + i * row_bytes_;
       std::int64_t oid = open_[e];
-      if (!obs_live(oid) ||
-          std::memcmp(oi, open, static_cast<std::size_t>(od_) * sizeof(float)) != 0)
-        oid = append_obs(oi);
-      const std::int64_t nid = append_obs(no + i * od_);
+      if (!obs_live(oid) || std::memcmp(oi, open, static_cast<std::size_t>(row_bytes_)) != 0) oid = append_obs(oi);
+      const std::int64_t nid = append_obs(no + i * row_bytes_);
       open_[e] = nid;
-      std::copy(no + i * od_, no + (i + 1) * od_, open);
+      std::memcpy(open, no + i * row_bytes_, static_cast<std::size_t>(row_bytes_));
       const std::int32_t ti = tk ? static_cast<std::int32_t>(tk[i]) : -1;
       if (window_.n() == 1) {
         put(oid, nid, a + i * ad_, r[i], t[i], 1.0, ti);
@@ -12282,14 +13157,14 @@ class TransitionStore {
     ReplayBatch b;
     if (device_.is_cpu()) {
       const auto f = data_.options();
-      b.obs = at::empty({n, od_}, f);
-      b.next_obs = at::empty({n, od_}, f);
+      b.obs = at::empty({n, od_}, f.dtype(bytes_ ? at::kByte : at::kFloat));
+      b.next_obs = at::empty({n, od_}, b.obs.options());
       at::Tensor action = at::empty({n, ad_}, f);
       b.reward = at::empty({n}, f);
       b.terminated = at::empty({n}, f);
       if (with_discount_) b.discount = at::empty({n}, f);
       const float* src = data_.data_ptr<float>();
-      float *o = b.obs.data_ptr<float>(), *no = b.next_obs.data_ptr<float>(), *a = action.data_ptr<float>();
+      float* a = action.data_ptr<float>();
       float *r = b.reward.data_ptr<float>(), *t = b.terminated.data_ptr<float>();
       float* d = with_discount_ ? b.discount.data_ptr<float>() : nullptr;
       std::int64_t* tk = nullptr;
@@ -12307,7 +13182,8 @@ class TransitionStore {
       // took 2.6x as long; benchmarks/RESULTS.md, "The gather in two passes").
       constexpr std::int64_t kChunk = 256, kAhead = 24;
       const Link* link = link_.data();
-      auto run = [&](const auto* obs_src) {
+      auto run = [&](const auto* obs_src, auto* o, auto* no) {
+        using Out = std::remove_cvref_t<decltype(*o)>;
         std::int32_t rows[2 * kChunk];  // the chunk's observation rows: obs, next_obs of each transition
         for (std::int64_t c0 = 0; c0 < n; c0 += kChunk) {
           const std::int64_t m = std::min(kChunk, n - c0);
@@ -12349,17 +13225,22 @@ class TransitionStore {
             }
             const auto* ro = obs_src + rows[e] * od_;
             const auto* rn = obs_src + rows[e + 1] * od_;
-            float* oi = o + (c0 + e / 2) * od_;
-            float* ni = no + (c0 + e / 2) * od_;
-            for (std::int64_t j = 0; j < od_; ++j) oi[j] = static_cast<float>(ro[j]);
-            for (std::int64_t j = 0; j < od_; ++j) ni[j] = static_cast<float>(rn[j]);
+            Out* oi = o + (c0 + e / 2) * od_;
+            Out* ni = no + (c0 + e / 2) * od_;
+            for (std::int64_t j = 0; j < od_; ++j) oi[j] = static_cast<Out>(ro[j]);
+            for (std::int64_t j = 0; j < od_; ++j) ni[j] = static_cast<Out>(rn[j]);
           }
         }
       };
-      switch (obs_dtype_) {
-        case ObsDtype::float32: run(obs_.data_ptr<float>()); break;
-        case ObsDtype::bfloat16: run(obs_.data_ptr<c10::BFloat16>()); break;
-        case ObsDtype::float16: run(obs_.data_ptr<c10::Half>()); break;
+      if (bytes_) {
+        run(obs_.data_ptr<std::uint8_t>(), b.obs.data_ptr<std::uint8_t>(), b.next_obs.data_ptr<std::uint8_t>());
+      } else {
+        float *o = b.obs.data_ptr<float>(), *no = b.next_obs.data_ptr<float>();
+        switch (obs_dtype_) {
+          case ObsDtype::float32: run(obs_.data_ptr<float>(), o, no); break;
+          case ObsDtype::bfloat16: run(obs_.data_ptr<c10::BFloat16>(), o, no); break;
+          case ObsDtype::float16: run(obs_.data_ptr<c10::Half>(), o, no); break;
+        }
       }
       b.action = discrete_ ? action.view({n}).to(at::kLong) : action;
     } else {
@@ -12386,7 +13267,8 @@ class TransitionStore {
       }
       const auto di = idx.to(device_, /*non_blocking=*/true);
       const auto rows = data_.index_select(0, di.narrow(0, 0, n));
-      const auto both = obs_.index_select(0, di.narrow(0, n, 2 * n)).to(at::kFloat);
+      const auto rows2 = obs_.index_select(0, di.narrow(0, n, 2 * n));
+      const auto both = bytes_ ? rows2 : rows2.to(at::kFloat);  // rows of parts cross as bytes
       b.obs = both.narrow(0, 0, n);
       b.next_obs = both.narrow(0, n, n);
       b.action = discrete_ ? rows.select(1, 0).to(at::kLong) : rows.narrow(1, 0, ad_);
@@ -12419,7 +13301,7 @@ class TransitionStore {
     w.bytes(owner_of_.data(), static_cast<std::size_t>(obs_stored()) * sizeof(std::int32_t));
     w.value<std::uint64_t>(open_.size());
     w.bytes(open_.data(), open_.size() * sizeof(std::int64_t));
-    w.bytes(open_obs_.data(), open_obs_.size() * sizeof(float));
+    w.bytes(open_obs_.data(), open_obs_.size());
     window_.save(w);
   }
   /// What `save` wrote, read and checked against this store's shape, not yet applied.
@@ -12429,7 +13311,7 @@ class TransitionStore {
     std::vector<Link> links;
     std::vector<std::int32_t> owner_of;
     std::vector<std::int64_t> open;
-    std::vector<float> open_obs;
+    std::vector<std::uint8_t> open_obs;  // each env's row's bytes
     NStepWindow::Saved window;
   };
   Saved read(BinaryReader& r) const {
@@ -12472,8 +13354,8 @@ class TransitionStore {
     if (envs > (1u << 20)) r.fail("env count", "is implausibly large");
     s.open.resize(envs);
     r.bytes(s.open.data(), s.open.size() * sizeof(std::int64_t), "current observation ids");
-    s.open_obs.resize(envs * static_cast<std::size_t>(od_));
-    r.bytes(s.open_obs.data(), s.open_obs.size() * sizeof(float), "current observations");
+    s.open_obs.resize(envs * static_cast<std::size_t>(row_bytes_));
+    r.bytes(s.open_obs.data(), s.open_obs.size(), "current observations");
     s.window = window_.read(r);
     return s;
   }
@@ -12552,6 +13434,16 @@ class TransitionStore {
                   " values; expected " + std::to_string(n) + " envs x " + std::to_string(w));
     return host_as(t, at::kFloat);  // (only its data is read)
   }
+  // An observation batch's n rows on the host, contiguous, in the rows' element type.
+  at::Tensor host_obs(const at::Tensor& t, std::int64_t n, const char* field) const {
+    if (!t.defined() || t.numel() != n * od_)
+      throw Error(owner_ + ": StepBatch." + field + " has " + (t.defined() ? std::to_string(t.numel()) : "no") +
+                  " values; expected " + std::to_string(n) + " envs x " + std::to_string(od_));
+    if (bytes_ && t.scalar_type() != at::kByte)
+      throw Error(owner_ + ": StepBatch." + field + " is " + std::string(t.dtype().name()) +
+                  "; the env's observations are rows of bytes (uint8)");
+    return host_as(t, bytes_ ? at::kByte : at::kFloat);
+  }
   // The ids of the transitions in rows `slots`, as a host int64 tensor.
   at::Tensor ids(std::span<const std::int64_t> slots) const {
     auto t = at::empty({static_cast<std::int64_t>(slots.size())}, at::TensorOptions().dtype(at::kLong));
@@ -12577,7 +13469,7 @@ class TransitionStore {
 
   // Appends one observation; a stored transition that still uses the row it overwrites
   // is dropped.
-  std::int64_t append_obs(const float* o) {
+  std::int64_t append_obs(const std::uint8_t* o) {
     const std::int64_t id = obs_added_++;
     const auto slot = static_cast<std::int32_t>(id % obs_capacity_);
     owner_of_.reach(static_cast<std::size_t>(slot));
@@ -12590,7 +13482,7 @@ class TransitionStore {
       killed_.push_back(t);
     }
     owner_of_[static_cast<std::size_t>(slot)] = -1;
-    obs_stage_.insert(obs_stage_.end(), o, o + od_);
+    obs_stage_.insert(obs_stage_.end(), o, o + row_bytes_);
     return id;
   }
 
@@ -12621,36 +13513,45 @@ class TransitionStore {
   // Copies the rows staged by this add into the rings (at most two pieces each: the ids
   // of one add are consecutive).
   void flush(std::int64_t first_obs, std::int64_t first_row) {
-    auto copy_in = [](at::Tensor& ring, std::int64_t first, std::vector<float>& stage, std::int64_t w) {
-      const auto k = static_cast<std::int64_t>(stage.size()) / w;
+    // `stage`: rows of `w` elements of `dtype` (float32, or the bytes of observation rows).
+    auto copy_in = [](at::Tensor& ring, std::int64_t first, void* stage_data, std::int64_t stage_bytes, std::int64_t w,
+                      at::ScalarType dtype) {
+      const std::int64_t es = dtype == at::kByte ? 1 : 4;
+      auto* stage = static_cast<std::uint8_t*>(stage_data);
+      const auto k = stage_bytes / (w * es);
       const std::int64_t cap = ring.size(0);
       if (k == 0) return;
       // Only the last `cap` rows survive when more than `cap` were staged.
       const std::int64_t skip = std::max<std::int64_t>(0, k - cap);
-      // A float32 ring on the host (the usual case, once per env step) takes a memcpy per
-      // piece; other dtypes and devices go through LibTorch's copy.
-      const bool raw = ring.is_cpu() && ring.scalar_type() == at::kFloat && ring.is_contiguous();
-      const auto src = raw ? at::Tensor() : at::from_blob(stage.data() + skip * w, {k - skip, w}, at::kFloat);
+      // A ring on the host in the stage's dtype (the usual case, once per env step) takes a
+      // memcpy per piece; other dtypes and devices go through LibTorch's copy.
+      const bool raw = ring.is_cpu() && ring.scalar_type() == dtype && ring.is_contiguous();
+      const auto src = raw ? at::Tensor() : at::from_blob(stage + skip * w * es, {k - skip, w}, dtype);
       std::int64_t done = 0;
       while (done < k - skip) {
         const std::int64_t slot = (first + skip + done) % cap;
         const std::int64_t len = std::min(k - skip - done, cap - slot);
         if (raw)
-          std::memcpy(ring.data_ptr<float>() + slot * w, stage.data() + (skip + done) * w,
-                      static_cast<std::size_t>(len * w) * sizeof(float));
+          std::memcpy(static_cast<std::uint8_t*>(ring.data_ptr()) + slot * w * es, stage + (skip + done) * w * es,
+                      static_cast<std::size_t>(len * w * es));
         else
           ring.narrow(0, slot, len).copy_(src.narrow(0, done, len));
         done += len;
       }
     };
-    copy_in(obs_, first_obs, obs_stage_, od_);
-    copy_in(data_, first_row, row_stage_, width_);
+    copy_in(obs_, first_obs, obs_stage_.data(), static_cast<std::int64_t>(obs_stage_.size()), od_,
+            bytes_ ? at::kByte : at::kFloat);
+    copy_in(data_, first_row, row_stage_.data(), static_cast<std::int64_t>(row_stage_.size() * sizeof(float)), width_,
+            at::kFloat);
   }
 
   std::int64_t capacity_, obs_capacity_;
   c10::Device device_;
   std::string owner_;
-  std::int64_t od_, ad_;
+  std::int64_t od_;                // observation row width: floats, or bytes for rows of parts
+  std::int64_t row_bytes_;         // ... in bytes
+  bool bytes_;                     // rows of parts (uint8), stored as they come
+  std::int64_t ad_;
   bool discrete_, with_discount_;
   ObsDtype obs_dtype_;
   std::int64_t tasks_;             // the env's tasks (0: none)
@@ -12663,11 +13564,12 @@ class TransitionStore {
   std::vector<std::int64_t> task_count_;  // per task: live transitions
   std::int64_t added_ = 0, obs_added_ = 0, live_ = 0, dropped_ = 0;
   std::vector<std::int64_t> open_;  // per env: id of the observation its last step led to
-  std::vector<float> open_obs_;     // ... and that observation, to recognise it
+  std::vector<std::uint8_t> open_obs_;  // ... and that observation's bytes, to recognise it
   NStepWindow window_;
   std::vector<NStepWindow::Done> done_;
   std::vector<std::int64_t> killed_;
-  std::vector<float> obs_stage_, row_stage_;
+  std::vector<std::uint8_t> obs_stage_;  // this add's new observation rows, as bytes
+  std::vector<float> row_stage_;
 };
 
 }  // namespace detail
@@ -13585,7 +14487,7 @@ class RolloutBuffer : public BufferPolicy<"rollout", RolloutBatch, RolloutStep, 
 
   RolloutBuffer(const EnvSpec& spec, const Config& cfg, const RunContext& ctx)
       : cfg_(cfg), device_(ctx.device), obs_dim_(spec.obs_dim()), act_dim_(spec.action_dim()),
-        discrete_(spec.discrete()) {}
+        discrete_(spec.discrete()), byte_rows_(spec.byte_rows()) {}
 
   /// Allocates storage for `n` envs (the Trainer calls it with env.num_envs).
   void set_num_envs(std::int64_t n) {
@@ -13594,11 +14496,11 @@ class RolloutBuffer : public BufferPolicy<"rollout", RolloutBatch, RolloutStep, 
     const std::int64_t t = cfg_.steps;
     const auto f = at::TensorOptions().dtype(at::kFloat);
     // Refused before anything is allocated when it cannot fit (it is zeroed, so it is touched).
-    const std::int64_t bytes = t * n * (obs_dim_ + (discrete_ ? 2 : act_dim_) + 8) * 4;
+    const std::int64_t bytes = t * n * (obs_dim_ * (byte_rows_ ? 1 : 4) + ((discrete_ ? 2 : act_dim_) + 8) * 4);
     const std::string field = "rollout.steps=" + std::to_string(t) + " x env.num_envs=" + std::to_string(n);
     check_fits(bytes, field, "RolloutBuffer's storage");
     allocating("RolloutBuffer's storage (" + field + ")", bytes, [&] {
-      obs_ = at::zeros({t, n, obs_dim_}, f);
+      obs_ = at::zeros({t, n, obs_dim_}, f.dtype(byte_rows_ ? at::kByte : at::kFloat));  // rows of parts stay bytes
       action_ = discrete_ ? at::zeros({t, n}, f.dtype(at::kLong)) : at::zeros({t, n, act_dim_}, f);
       for (auto* x : {&log_prob_, &value_, &reward_, &terminated_, &truncated_, &bootstrap_, &advantage_, &returns_})
         *x = at::zeros({t, n}, f);
@@ -13777,8 +14679,8 @@ class RolloutBuffer : public BufferPolicy<"rollout", RolloutBatch, RolloutStep, 
 
   Config cfg_;
   c10::Device device_;
-  std::int64_t obs_dim_, act_dim_;
-  bool discrete_;
+  std::int64_t obs_dim_, act_dim_;  // obs_dim_: floats, or bytes for rows of parts
+  bool discrete_, byte_rows_;
   double gamma_ = 0.99;
   std::int64_t envs_ = 0, steps_ = 0;
   bool ready_ = false;
@@ -13815,6 +14717,8 @@ class UniformBuffer : public detail::ReplayBase<UniformBuffer, UniformBufferConf
 
   /// Adds one step of N envs (row i = env i). N may exceed the free space: the ring wraps.
   /// With n-step returns, what is stored is the transitions this step completes.
+  /// Bytes of preallocated storage.
+  [[nodiscard]] std::int64_t bytes() const noexcept { return store_.bytes(); }
   void add(const StepBatch& s) { store_.add(s); }
 
   /// `n` transitions drawn uniformly with replacement; `index` holds their ids. With an env
@@ -15364,6 +16268,7 @@ struct SacConfig {
   Section<"actor", ActorConfig> actor;
   Section<"critic", CriticConfig> critic;
   Section<"tasks", detail::SacTaskConfig<kMultiTask>> tasks;
+  Section<"encoder", nn::ObsEncoderConfig> encoder;
 };
 
 /// The default networks' SAC config, named without the algorithm's class.
@@ -15465,16 +16370,18 @@ struct SacAlpha {
 /// (min target Q - alpha log pi), in float32 and without gradients; the critics' halved
 /// squared errors, weighed by the batch's importance weights when it has them; their
 /// gradient through `ctx` in `opt`'s flat layout. Host values only when not capturing.
+/// `target_next_obs`: what the target critic reads for the next states, when it differs
+/// from what the actor reads (features of images: the target's encoder's, not the critic's).
 template <class Actor, class Critic>
 SacCriticResult autograd_critic(Actor& actor, Critic& critic, Critic& target_critic, const FlatAdam& opt, double gamma,
                                 const ReplayBatch& b, const SacAlpha& alpha, const at::Tensor& noise_next,
-                                StepContext& ctx) {
+                                StepContext& ctx, const at::Tensor& target_next_obs = {}) {
   at::Tensor target;
   {
     torch::NoGradGuard no_grad;
     auto guard = ctx.autocast();
     auto next = actor->sample(b.next_obs, noise_next);
-    auto [tq1, tq2] = target_critic->forward(b.next_obs, next.action);
+    auto [tq1, tq2] = target_critic->forward(target_next_obs.defined() ? target_next_obs : b.next_obs, next.action);
     const auto v = at::min(tq1, tq2).to(at::kFloat) - alpha.times(next.log_prob.to(at::kFloat));
     const auto discount = b.discount.defined() ? b.discount : at::full({}, gamma, v.options());
     target = b.reward + discount * (1.0 - b.terminated) * v;
@@ -15726,6 +16633,124 @@ inline SacActorResult manual_actor(SacManual& m, const nn::GaussianActorImpl& ac
 
 }  // namespace anvil::detail
 // ---- end <anvil/algorithms/sac_manual.hpp> ----
+// ---- begin <anvil/nn/image_augment.hpp> ----
+/// @file
+/// Image augmentation for learning from pixels, as the papers do it:
+///
+///  - `random_shift` (DrQ: Kostrikov, Yarats, Fergus 2020, "Image Augmentation Is All You
+///    Need", section 3.1): each image padded by `pad` pixels on every side, repeating its
+///    border pixels, then cropped back to its size at a random offset, i.e. shifted by up to
+///    +-pad pixels (4 at 84x84). SAC from pixels applies it to the observations and the next
+///    observations of every sampled batch, independently.
+///  - `random_crop` / `center_crop` (Diffusion Policy, Chi et al. 2023, section IV-B, after
+///    robomimic): a random crop of a fixed size when training (84x84 of Push-T's 96x96, 76x76
+///    of an 84x84 camera), the center crop of that size when acting.
+///
+/// Both take uint8 or float batches [B, C, H, W] and give the same dtype, so pixels can be
+/// shifted as bytes before they are converted. The offsets come from `generator` (the run's
+/// seeded one; a CPU generator, also for images on a GPU), else the global CPU generator.
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+
+
+namespace anvil::nn {
+
+namespace detail {
+/// Windows of `h` x `w` of `images` [B, C, H, W] at per-sample offsets `top`, `left` [B] (int64).
+/// On the CPU one strided copy per image (memory speed: 128 frames of 9x84x84 in about a
+/// millisecond); on a GPU one gather for the whole batch (one kernel, not B).
+inline at::Tensor windows(const at::Tensor& images, const at::Tensor& top, const at::Tensor& left, std::int64_t h, std::int64_t w) {
+  const auto b = images.size(0);
+  if (images.is_cpu()) {
+    auto out = at::empty({b, images.size(1), h, w}, images.options());
+    const auto t = top.accessor<std::int64_t, 1>(), l = left.accessor<std::int64_t, 1>();
+    for (std::int64_t i = 0; i < b; ++i) out[i].copy_(images[i].narrow(1, t[i], h).narrow(2, l[i], w));
+    return out;
+  }
+  const auto o = top.options();
+  const auto rows = (top.unsqueeze(1) + at::arange(h, o)).view({b, h, 1});   // [B, h, 1]
+  const auto cols = (left.unsqueeze(1) + at::arange(w, o)).view({b, 1, w});  // [B, 1, w]
+  const auto batch = at::arange(b, o).view({b, 1, 1});
+  // [B, H, W, C] indexed by (batch, rows, cols) -> [B, h, w, C] -> [B, C, h, w].
+  return images.permute({0, 2, 3, 1}).index({batch, rows, cols}).permute({0, 3, 1, 2}).contiguous();
+}
+
+inline void check_images(const at::Tensor& images, const char* who) {
+  if (images.dim() != 4)
+    throw Error(std::string(who) + ": expects images [B, C, H, W], got " + std::to_string(images.dim()) + " dimensions");
+}
+}  // namespace detail
+
+/// DrQ's random shift (see file comment): [B, C, H, W] -> [B, C, H, W], each image moved by
+/// up to +-`pad` pixels in each direction, its border repeated into the gap.
+inline at::Tensor random_shift(const at::Tensor& images, std::int64_t pad, c10::optional<at::Generator> generator = c10::nullopt) {
+  detail::check_images(images, "random_shift");
+  if (pad < 0) throw ConfigError("random_shift: the pad must be 0 or more pixels (got " + std::to_string(pad) + ")");
+  if (pad == 0) return images;
+  const auto b = images.size(0), h = images.size(2), w = images.size(3);
+  const auto o = images.options().dtype(at::kLong).device(at::kCPU);
+  const auto top = at::randint(2 * pad + 1, {b}, generator, o);
+  const auto left = at::randint(2 * pad + 1, {b}, generator, o);
+  if (images.is_cpu()) {
+    // Each image moved by (top - pad, left - pad) with a few strided copies: the part that
+    // stays in view, then its edge columns and rows repeated into the gap (columns first,
+    // so the corners take the corner pixel), with no padded copy of the batch.
+    auto out = at::empty_like(images, at::MemoryFormat::Contiguous);
+    const auto t = top.accessor<std::int64_t, 1>(), l = left.accessor<std::int64_t, 1>();
+    for (std::int64_t i = 0; i < b; ++i) {
+      const std::int64_t dy = t[i] - pad, dx = l[i] - pad;
+      const std::int64_t r0 = std::max<std::int64_t>(0, -dy), r1 = std::min(h, h - dy);
+      const std::int64_t c0 = std::max<std::int64_t>(0, -dx), c1 = std::min(w, w - dx);
+      auto o_i = out[i];
+      o_i.narrow(1, r0, r1 - r0).narrow(2, c0, c1 - c0).copy_(images[i].narrow(1, r0 + dy, r1 - r0).narrow(2, c0 + dx, c1 - c0));
+      auto band = o_i.narrow(1, r0, r1 - r0);
+      if (c0 > 0) band.narrow(2, 0, c0).copy_(band.narrow(2, c0, 1).expand({-1, -1, c0}));
+      if (c1 < w) band.narrow(2, c1, w - c1).copy_(band.narrow(2, c1 - 1, 1).expand({-1, -1, w - c1}));
+      if (r0 > 0) o_i.narrow(1, 0, r0).copy_(o_i.narrow(1, r0, 1).expand({-1, r0, -1}));
+      if (r1 < h) o_i.narrow(1, r1, h - r1).copy_(o_i.narrow(1, r1 - 1, 1).expand({-1, h - r1, -1}));
+    }
+    return out;
+  }
+  // On a GPU: the border-repeated padding by one gather of rows and one of columns, then the
+  // windows in one more.
+  const auto rows = at::arange(-pad, h + pad, images.options().dtype(at::kLong)).clamp(0, h - 1);
+  const auto cols = at::arange(-pad, w + pad, images.options().dtype(at::kLong)).clamp(0, w - 1);
+  const auto padded = images.index_select(2, rows).index_select(3, cols);
+  return detail::windows(padded, top.to(images.device()), left.to(images.device()), h, w);
+}
+
+/// A random `height` x `width` crop of each image (Diffusion Policy's training augmentation).
+inline at::Tensor random_crop(const at::Tensor& images, std::int64_t height, std::int64_t width,
+                              c10::optional<at::Generator> generator = c10::nullopt) {
+  detail::check_images(images, "random_crop");
+  const auto h = images.size(2), w = images.size(3);
+  if (height < 1 || width < 1 || height > h || width > w)
+    throw ConfigError("random_crop: a " + std::to_string(height) + "x" + std::to_string(width) + " crop of " + std::to_string(h) +
+                      "x" + std::to_string(w) + " images");
+  const auto o = images.options().dtype(at::kLong).device(at::kCPU);
+  const auto b = images.size(0);
+  const auto top = at::randint(h - height + 1, {b}, generator, o);
+  const auto left = at::randint(w - width + 1, {b}, generator, o);
+  return images.is_cpu() ? detail::windows(images, top, left, height, width)
+                         : detail::windows(images, top.to(images.device()), left.to(images.device()), height, width);
+}
+
+/// The centred `height` x `width` crop (acting and evaluation, where training crops at random).
+inline at::Tensor center_crop(const at::Tensor& images, std::int64_t height, std::int64_t width) {
+  detail::check_images(images, "center_crop");
+  const auto h = images.size(2), w = images.size(3);
+  if (height < 1 || width < 1 || height > h || width > w)
+    throw ConfigError("center_crop: a " + std::to_string(height) + "x" + std::to_string(width) + " crop of " + std::to_string(h) +
+                      "x" + std::to_string(w) + " images");
+  return images.narrow(2, (h - height) / 2, height).narrow(3, (w - width) / 2, width).contiguous();
+}
+
+}  // namespace anvil::nn
+// ---- end <anvil/nn/image_augment.hpp> ----
 // ---- begin <anvil/optim/graphed_update.hpp> ----
 /// @file
 /// `GraphedUpdate`: an algorithm's update as a CUDA graph (core/cuda_graph.hpp). The first
@@ -15991,6 +17016,8 @@ class BasicSAC {
   using policy_kind = AlgorithmKind;
   static constexpr auto config_section = detail::sac_config_section<kMultiTask>;
   static constexpr bool on_policy = false;
+  /// Observations with images go through a convolutional encoder (see the constructor).
+  static constexpr bool reads_images = true;
   using Batch = ReplayBatch;
 
   using Config = SacConfig<detail::module_config_t<Actor>, detail::module_config_t<Critic>, kMultiTask>;
@@ -16009,10 +17036,29 @@ class BasicSAC {
       throw ConfigError("train.grad_accumulation (" + std::to_string(ctx.micro_batches) + ") is larger than " +
                         std::string(config_section.view()) + ".batch_size (" + std::to_string(*cfg.batch_size) +
                         "): micro-batches would be empty");
-    const auto od = spec.obs_dim(), ad = spec.action_dim();
+    const auto ad = spec.action_dim();
     act_dim_ = ad;
+    // Observations with images: one encoder, the critic's, its features shared with the
+    // actor with the gradient stopped (nn::GaussianActor::share_encoder).
+    nn::ObsEncoder encoder{nullptr};
+    if (spec.byte_rows()) {
+      if constexpr (kReadsImages) {
+        encoder = nn::ObsEncoder(spec.layout, *cfg.encoder);
+        layout_ = spec.layout;
+      } else {
+        throw ConfigError(spec.name + "'s observations have images (" + spec.layout.describe() +
+                          "); these networks read float observations only (nn::GaussianActor and nn::TwinQ read images)");
+      }
+    }
+    const auto od = encoder ? encoder->output_size() : spec.obs_dim();
     actor_ = Actor(od, ad, *cfg.actor);
     critic_ = Critic(od, ad, *cfg.critic);
+    if constexpr (kReadsImages) {
+      if (encoder) {
+        critic_->set_encoder(encoder);
+        actor_->share_encoder(encoder);
+      }
+    }
     critic_target_ = std::dynamic_pointer_cast<typename Critic::ContainedType>(critic_->clone());
     actor_->to(device_);
     critic_->to(device_);
@@ -16062,7 +17108,10 @@ class BasicSAC {
   /// Actions in [-1, 1] for a batch of observations: sampled to explore, or the mean.
   at::Tensor act(const at::Tensor& obs, ActMode mode) {
     torch::NoGradGuard no_grad;
-    auto o = obs.device() == device_ && obs.scalar_type() == at::kFloat ? obs : obs.to(device_, at::kFloat);
+    // Rows of parts (images) go to the device as bytes; the encoder converts them there.
+    if (!layout_.parts.empty()) nn::detail::check_rows(obs, layout_, "SAC: act");
+    const auto dtype = layout_.parts.empty() ? at::kFloat : at::kByte;
+    auto o = obs.device() == device_ && obs.scalar_type() == dtype ? obs : obs.to(device_, dtype);
     if constexpr (kDefaultNetworks) {
       if (manual_) {
         o = o.contiguous();
@@ -16076,7 +17125,7 @@ class BasicSAC {
       }
     }
     return mode == ActMode::explore
-               ? actor_->sample(o, at::randn({o.size(0), act_dim_}, o.options())).action
+               ? actor_->sample(o, at::randn({o.size(0), act_dim_}, o.options().dtype(at::kFloat))).action
                : actor_->mode(o);
   }
 
@@ -16091,8 +17140,9 @@ class BasicSAC {
   UpdateInfo update(const ReplayBatch& b, StepContext& ctx) {
     // Noise drawn here, in a fixed order, so the update is reproducible on any thread count.
     UpdateNoise noise;
-    noise.next = at::randn({b.obs.size(0), act_dim_}, b.obs.options());
-    if (updates_ % cfg_.actor_update_freq == 0) noise.obs = at::randn({b.obs.size(0), act_dim_}, b.obs.options());
+    const auto f = b.obs.options().dtype(at::kFloat);
+    noise.next = at::randn({b.obs.size(0), act_dim_}, f);
+    if (updates_ % cfg_.actor_update_freq == 0) noise.obs = at::randn({b.obs.size(0), act_dim_}, f);
     return update(b, ctx, noise);
   }
 
@@ -16107,6 +17157,15 @@ class BasicSAC {
   /// `cuda_graph` on and an update a graph can hold (one process, one temperature, no loss
   /// scaling or gradient accumulation), the update is replayed from a CUDA graph.
   UpdateInfo update(const ReplayBatch& batch, StepContext& ctx, const UpdateNoise& noise) {
+    if (!layout_.parts.empty() && cfg_.encoder->shift > 0) {
+      // DrQ: obs and next_obs each shifted at random, every transition on its own.
+      ReplayBatch shifted = batch;
+      const auto pad = static_cast<std::int64_t>(*cfg_.encoder->shift);
+      auto shift = [pad](const at::Tensor& images) { return nn::random_shift(images, pad); };
+      shifted.obs = nn::augment_images(batch.obs, layout_, shift);
+      shifted.next_obs = nn::augment_images(batch.next_obs, layout_, shift);
+      return eager_update(shifted, ctx, noise);
+    }
     if (graphable(batch, ctx, noise)) return graphed_update(batch, ctx, noise);
     return eager_update(batch, ctx, noise);
   }
@@ -16181,19 +17240,40 @@ class BasicSAC {
       const auto tw = whole || !task_w.defined() ? task_w : task_w.narrow(0, part.begin, part.rows);
       detail::SacCriticResult c;
       detail::SacActorResult a;
+      // Images: each encoder reads the micro-batch once; the parts read the features (the
+      // critic's with the gradient, the actor's without; the target's for the target Q).
+      ReplayBatch critic_in, actor_in;
+      at::Tensor target_next;
+      if constexpr (kReadsImages) {
+        if (!layout_.parts.empty()) {
+          auto guard = ctx.autocast();
+          critic_in = mb;
+          critic_in.obs = critic_->encoder()->forward(mb.obs);
+          {
+            torch::NoGradGuard no_grad;
+            critic_in.next_obs = critic_->encoder()->forward(mb.next_obs);
+            target_next = critic_target_->encoder()->forward(mb.next_obs);
+          }
+          actor_in = mb;
+          actor_in.obs = critic_in.obs.detach();
+        }
+      }
+      const ReplayBatch& cb = layout_.parts.empty() ? mb : critic_in;
+      const ReplayBatch& ab = layout_.parts.empty() ? mb : actor_in;
       auto critic_part = [&] {
         if constexpr (kDefaultNetworks)
           if (manual)
             return void(c = detail::manual_critic(*manual_, *actor_, *critic_, *critic_target_, mb, alpha,
                                                   *cfg_.gamma, nn, ar));
-        c = detail::autograd_critic(actor_, critic_, critic_target_, critic_opt_, *cfg_.gamma, mb, {alpha, ar}, nn, ctx);
+        c = detail::autograd_critic(actor_, critic_, critic_target_, critic_opt_, *cfg_.gamma, cb, {alpha, ar}, nn, ctx,
+                                    target_next);
       };
       auto actor_part = [&] {
         if constexpr (kDefaultNetworks)
           if (manual)
             return void(a = detail::manual_actor(*manual_, *actor_, *critic_, mb, alpha, cfg_.auto_alpha,
                                                  target_entropy_[0], no, ar, tw));
-        a = detail::autograd_actor(actor_, critic_, actor_opt_, mb, {alpha, ar}, no, ctx, tw);
+        a = detail::autograd_actor(actor_, critic_, actor_opt_, ab, {alpha, ar}, no, ctx, tw);
         if (!per_task && cfg_.auto_alpha) detail::autograd_temperature(a, log_alpha_, alpha_opt_, target_entropy_[0], ctx);
       };
       // Per task, the temperatures' gradient from the transitions' log-densities.
@@ -16509,7 +17589,14 @@ class BasicSAC {
   std::int64_t alphas_ = 1;             // temperatures: 1, or one per task
   bool task_weights_ = false;           // tasks.loss_weights
   std::vector<std::string> task_names_;
+  // Whether the networks read images through a shared encoder (nn::TwinQ, nn::GaussianActor).
+  static constexpr bool kReadsImages = requires(Critic& c, Actor& a, nn::ObsEncoder e) {
+    c->set_encoder(e);
+    c->encoder();
+    a->share_encoder(e);
+  };
   std::int64_t act_dim_ = 0;
+  ObsLayout layout_;  // the observation's parts when it has images (empty: float rows)
   FlatAdam actor_opt_, critic_opt_, alpha_opt_;
   FlatParameters target_;
   std::int64_t updates_ = 0;
@@ -18072,6 +19159,13 @@ struct PpoConfig {
       manual_backward{true};
   Section<"actor", PpoNetConfig> actor;
   Section<"critic", PpoNetConfig> critic;
+  /// Observations with images: the encoder the actor and critic share (no random shift by
+  /// default: PPO's ratios compare the policy on the observations it acted on).
+  Section<"encoder", nn::ObsEncoderConfig> encoder{[] {
+    nn::ObsEncoderConfig c;
+    c.shift = 0;
+    return c;
+  }()};
 };
 
 class PPO;  // algorithms/ppo.hpp
@@ -18318,6 +19412,9 @@ class PPO {
   using policy_kind = AlgorithmKind;
   static constexpr FixedString config_section = "ppo";
   static constexpr bool on_policy = true;
+  /// Observations with images go through one convolutional encoder that the actor and the
+  /// critic share, trained by the whole loss (nn::ObsEncoder).
+  static constexpr bool reads_images = true;
   using Batch = RolloutBatch;
 
   /// Its config section (algorithms/ppo_config.hpp) and its networks' shape.
@@ -18333,7 +19430,8 @@ class PPO {
       throw ConfigError("train.grad_accumulation (" + std::to_string(ctx.micro_batches) + ") is larger than " +
                         std::string(config_section.view()) + ".minibatch_size (" + std::to_string(*cfg.minibatch_size) +
                         "): micro-batches would be empty");
-    const auto od = spec.obs_dim();
+    if (spec.byte_rows()) encoder_ = nn::ObsEncoder(spec.layout, *cfg.encoder);
+    const auto od = encoder_ ? encoder_->output_size() : spec.obs_dim();
     actor_ = nn::Mlp(od, nn::widths(cfg.actor->hidden), act_dim_, cfg.actor->activation);
     critic_ = nn::Mlp(od, nn::widths(cfg.critic->hidden), 1, cfg.critic->activation);
     if (cfg.ortho_init) {
@@ -18348,11 +19446,16 @@ class PPO {
       params.push_back(log_std_);
     }
     for (const auto& p : critic_->parameters()) params.push_back(p);
+    if (encoder_) {
+      encoder_->to(device_);
+      for (const auto& p : encoder_->parameters()) params.push_back(p);
+    }
     base_lr_ = cfg.lr * ctx.lr_scale(cfg.minibatch_size);
     opt_ = FlatAdam(std::move(params), {.lr = base_lr_, .eps = cfg.adam_eps});
     ema_.set_device(device_);
     autograd_why_ = nn::why_autograd(cfg.manual_backward, std::string(config_section.view()), device_,
-                                         {{"the actor's", nn::MlpTape::unsupported(*actor_)},
+                                         {{"the actor's", encoder_ ? std::string("input comes through a convolutional encoder (images)")
+                                                                   : nn::MlpTape::unsupported(*actor_)},
                                           {"the critic's", nn::MlpTape::unsupported(*critic_)}});
     if (autograd_why_.empty())
       manual_ = std::make_unique<detail::PpoManual>(opt_.parameters(), actor_, log_std_, critic_);
@@ -18369,7 +19472,7 @@ class PPO {
       if (mode != ActMode::explore) return out.clone();
       return manual_->sample(out, log_std_, nullptr);
     }
-    const auto out = actor_->forward(obs.to(device_, at::kFloat));
+    const auto out = actor_->forward(features(obs));
     if (discrete_) return mode == ActMode::explore ? sample_categorical(out) : out.argmax(-1);
     return mode == ActMode::explore ? out + log_std_.exp() * at::randn_like(out) : out;
   }
@@ -18391,7 +19494,7 @@ class PPO {
       std::memcpy(r.value.data_ptr<float>(), v.data_ptr<float>(), static_cast<std::size_t>(n) * sizeof(float));
       return r;
     }
-    const auto o = obs.to(device_, at::kFloat);
+    const auto o = features(obs);
     const auto out = actor_->forward(o);
     RolloutAct r;
     if (discrete_) {
@@ -18412,7 +19515,7 @@ class PPO {
       const auto o = obs.to(device_, at::kFloat).contiguous();
       return manual_->act_critic.forward(*critic_, o).view({o.size(0)}).clone();
     }
-    return critic_->forward(obs.to(device_, at::kFloat)).squeeze(-1);
+    return critic_->forward(features(obs)).squeeze(-1);
   }
 
   /// One gradient step on a minibatch: clipped surrogate + vf_coef * value loss -
@@ -18554,10 +19657,27 @@ class PPO {
  private:
   using Losses = detail::PpoLosses;
 
+  // What the heads read: the encoder's features of rows of parts (bytes to the device), or
+  // the float observations.
+  at::Tensor features(const at::Tensor& obs) {
+    if (encoder_) {
+      nn::detail::check_rows(obs, encoder_->layout(), "PPO: act");
+      return encoder_->forward(obs.to(device_));
+    }
+    return obs.to(device_, at::kFloat);
+  }
+
   // The loss of a (micro-)batch; its parts reported in `out`.
   at::Tensor losses(const RolloutBatch& b, StepContext& ctx, Losses& out) {
     auto guard = ctx.autocast();
-    const auto logits = actor_->forward(b.obs).to(at::kFloat);
+    at::Tensor x = b.obs;
+    if (encoder_) {  // images: encoded once for both heads (randomly shifted first with encoder.shift, as RAD does)
+      const auto pad = static_cast<std::int64_t>(*cfg_.encoder->shift);
+      x = encoder_->forward(pad > 0 ? nn::augment_images(b.obs, encoder_->layout(),
+                                                         [pad](const at::Tensor& i) { return nn::random_shift(i, pad); })
+                                    : b.obs);
+    }
+    const auto logits = actor_->forward(x).to(at::kFloat);
     at::Tensor log_prob, entropy;
     if (discrete_) {
       const auto lp = logits.log_softmax(-1);
@@ -18571,7 +19691,7 @@ class PPO {
     const auto ratio = log_ratio.exp();
     const double c = cfg_.clip;
     const auto policy_loss = at::max(-b.advantage * ratio, -b.advantage * ratio.clamp(1.0 - c, 1.0 + c)).mean();
-    const auto v = critic_->forward(b.obs).squeeze(-1).to(at::kFloat);
+    const auto v = critic_->forward(x).squeeze(-1).to(at::kFloat);
     at::Tensor value_loss;
     if (cfg_.clip_value > 0) {
       const auto clipped = b.value + (v - b.value).clamp(-*cfg_.clip_value, *cfg_.clip_value);
@@ -18627,6 +19747,7 @@ class PPO {
   double epoch_kl_ = 0;              ///< approximate KL summed over this epoch's minibatches
   std::int64_t epoch_minibatches_ = 0;
   Ema ema_;                          ///< averaged weights (train.ema_decay)
+  nn::ObsEncoder encoder_{nullptr};  ///< observations with images: the heads' shared encoder
   std::unique_ptr<detail::PpoManual> manual_;  ///< the hand-written path, when it applies
   std::string autograd_why_;                   ///< why not ("" when it applies)
 };
@@ -21282,8 +22403,13 @@ struct OfflineLoop : loops::LoopTag<"offline", "offline", loops::OfflineConfig, 
 #include <torch/csrc/autograd/anomaly_mode.h>
 #include <torch/utils.h>
 
+#include <cstdlib>
 #include <string>
 #include <vector>
+
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 
 
 namespace anvil {
@@ -21330,8 +22456,26 @@ class TorchGenerators {
 /// precision `p`'s switches, and Torch's generators seeded from `ctx` (its seed and rank).
 /// Returns what the run should say about them and about the CPU's BLAS (with the
 /// `update_threads` the step context uses).
+/// Keeps the C library's heap from shrinking and growing again around every update (glibc):
+/// an update's large temporaries (convolutions' activations: megabytes a tensor) are freed at
+/// its end, and by default the top of the heap then goes back to the system, to be faulted in
+/// page by page at the next update: with image encoders a third of a CPU run's time went to
+/// those page faults (benchmarks/RESULTS.md, "The heap kept"). The heap keeps up to 1 GiB free
+/// at its top instead, and blocks up to 32 MiB come from it rather than from mmap. A process
+/// whose environment sets MALLOC_TRIM_THRESHOLD_ or MALLOC_MMAP_THRESHOLD_ keeps its own.
+/// Returns whether it changed the settings.
+inline bool keep_heap() noexcept {
+#if defined(__GLIBC__)
+  if (std::getenv("MALLOC_TRIM_THRESHOLD_") || std::getenv("MALLOC_MMAP_THRESHOLD_")) return false;
+  return mallopt(M_TRIM_THRESHOLD, 1 << 30) == 1 && mallopt(M_MMAP_THRESHOLD, 32 << 20) == 1;
+#else
+  return false;
+#endif
+}
+
 inline std::vector<std::string> apply_process_settings(int threads, const PrecisionSettings& p, const RunContext& ctx,
                                                        int update_threads) {
+  keep_heap();
   torch::set_num_threads(threads);
   seed_torch(ctx);
   const c10::Device& device = ctx.device;
@@ -22490,7 +23634,7 @@ inline PolicyFileParts policy_file_parts(const StepCollector& collector, const e
                         {},
                         {},
                         0};
-  if (norm && ncfg.obs) {
+  if (norm && ncfg.obs && !collector.spec().byte_rows()) {  // rows of parts are not normalised
     const auto& mean = norm->obs.mean();
     const auto var = norm->obs.variance();
     const auto d = collector.spec().obs_dim();
@@ -22665,6 +23809,10 @@ class BasicTrainer {
     notes.insert(notes.end(), envs.notes.begin(), envs.notes.end());
     collector_ = std::make_unique<StepCollector>(std::move(envs.training), times_);
     collector_->count_steps_from(&clock_.env_steps);
+    if (collector_->spec().byte_rows() && !ReadsImages<A>)
+      throw ConfigError("env.id: " + collector_->spec().name + "'s observations have images (" +
+                        collector_->spec().layout.describe() + "); " + std::string(A::config_section.view()) +
+                        " reads float observations only (SAC reads images)");
     algo_ = std::make_unique<A>(collector_->spec(), *cfg_.algorithm, ctx_);
     if (!cfg_.init->weights->empty() && !resumes_a_checkpoint(*cfg_.run)) {
       if constexpr (WarmStarts<A>)
@@ -22678,6 +23826,10 @@ class BasicTrainer {
     if constexpr (DescribesGradients<A>) paths = algo_->gradient_paths();
     gradients_ = describe_gradients(paths, A::config_section.view(), precision);
     notes.push_back("gradients: " + gradients_);
+    if (collector_->spec().byte_rows())
+      notes.push_back("observations: " + collector_->spec().layout.describe() +
+                      " (images as bytes to the device; no policy files yet for policies that read images: "
+                      "the checkpoints hold them)");
     buffer_ = std::make_unique<B>(collector_->spec(), *cfg_.buffer, ctx_);
     step_ctx_ = StepContext(step_options(ctx_, precision, threads(), *cfg_.run, times_,
                                          [p = parallel_.get()](std::vector<at::Tensor>& g) { p->all_reduce_mean(g); }));
@@ -22746,6 +23898,7 @@ class BasicTrainer {
   void export_policy(const std::filesystem::path& dir) const
     requires ExportsPolicy<A> || ExportsTensors<A>
   {
+    if (collector_->spec().byte_rows()) return;  // no policy files for image encoders yet (the run's notes say so)
     std::error_code ec;
     std::filesystem::create_directories(dir, ec);
     if (ec) throw Error("export_policy: cannot create the directory " + dir.string() + ": " + ec.message());

@@ -87,7 +87,8 @@ class __attribute__((visibility("hidden"))) PythonEnvBatch final : public Python
   }
 
 
-  void reset(float* obs, std::int64_t steps) override {
+  void reset(void* rows_out, std::int64_t steps) override {
+    auto* obs = static_cast<float*>(rows_out);  // Python envs' observations are float rows
     py::gil_scoped_acquire gil;
     const auto d = spec_.obs_dim();
     for (std::int64_t i = 0; i < n_; ++i) {
@@ -141,7 +142,7 @@ class __attribute__((visibility("hidden"))) PythonEnvBatch final : public Python
       const std::int32_t group = has_tasks_ ? task_of(item[4], i, steps) : -1;
       if (out.task) out.task[i] = group;
       if (record_step(i, o, reward, terminated != 0, truncated != 0, group, -1, out, steps))
-        reset_env(i, out.obs + i * d, "autoreset", steps);
+        reset_env(i, static_cast<float*>(out.obs) + i * d, "autoreset", steps);
     }
   }
 

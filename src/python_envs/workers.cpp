@@ -424,7 +424,8 @@ class WorkerEnvBatch final : public PythonBatch {
   }
 
 
-  void reset(float* obs, std::int64_t steps) override {
+  void reset(void* rows_out, std::int64_t steps) override {
+    auto* obs = static_cast<float*>(rows_out);  // Python envs' observations are float rows
     const auto d = spec_.obs_dim();
     for (auto& w : workers_) {
       auto* seeds = w->array<std::int64_t>(kSeed);
@@ -476,7 +477,7 @@ class WorkerEnvBatch final : public PythonBatch {
         if (record_step(i, o, reward[j], term[j] != 0, trunc[j] != 0, group, -1, out, steps)) {
           const std::span<const float> f(first + j * d, static_cast<std::size_t>(d));
           check_observation(i, f, "autoreset", steps);
-          std::copy(f.begin(), f.end(), out.obs + i * d);
+          std::copy(f.begin(), f.end(), static_cast<float*>(out.obs) + i * d);
           seeds[j] = next_seed(i);
         }
       }

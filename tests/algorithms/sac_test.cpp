@@ -555,3 +555,99 @@ TEST_CASE("SAC: the update as a CUDA graph holds it (device work alone, then the
   CHECK_THROWS_WITH_AS((void)sac.update_as_captured(random_batch(8), split, {torch::randn({8, 1}), torch::randn({8, 1})}),
                        doctest::Contains("gradient accumulation"), Error);
 }
+
+// ---- SAC from images (rows of parts: an image beside numbers) ----
+
+namespace {
+EnvSpec image_spec() {
+  EnvSpec s{"ImageTask", {}, envs::Box{{-1.f}, {1.f}}, {}};
+  s.layout.image("pixels", 3, 16, 16).vector("state", 2);
+  s.observation = envs::Box{{-10.f, -10.f}, {10.f, 10.f}};
+  return s;
+}
+SAC::Config image_config() {
+  auto c = small();
+  c.batch_size = 8;
+  c.encoder->width = 8;
+  c.encoder->features = 8;
+  return c;
+}
+ReplayBatch image_batch(const EnvSpec& spec, std::int64_t n) {
+  ReplayBatch b;
+  const auto row = spec.layout.row_bytes();
+  auto rows = [&] {
+    auto r = torch::randint(256, {n, row}, torch::TensorOptions().dtype(torch::kByte));
+    auto state = torch::randn({n, 2});  // the float part: real numbers, not random bytes
+    r.narrow(1, spec.layout.find("state")->offset, 8).copy_(state.view(torch::kByte));
+    return r;
+  };
+  b.obs = rows();
+  b.next_obs = rows();
+  b.action = torch::rand({n, 1}) * 2 - 1;
+  b.reward = torch::randn({n});
+  b.terminated = torch::zeros({n});
+  return b;
+}
+}  // namespace
+
+TEST_CASE("SAC on images: the critic's encoder learns from the critic's loss alone, actions come from bytes, and the state round-trips") {
+  torch::manual_seed(3);
+  const auto spec = image_spec();
+  SAC sac(spec, image_config(), RunContext{});
+  REQUIRE(sac.critic()->encoder());
+  CHECK(sac.actor()->encoder().get() == sac.critic()->encoder().get());  // one encoder, shared
+  CHECK(sac.critic_target()->encoder().get() != sac.critic()->encoder().get());
+  const auto paths = sac.gradient_paths();
+  CHECK(paths.at(0).second.find("convolutional encoder") != std::string::npos);
+  // acting reads rows of bytes; float rows are refused, naming what it expects
+  const auto act = sac.act(image_batch(spec, 4).obs, ActMode::explore);
+  CHECK(act.size(0) == 4);
+  CHECK(act.abs().max().item<float>() <= 1.0f);
+  CHECK_THROWS_WITH_AS(sac.act(torch::zeros({4, spec.obs_dim()}), ActMode::deterministic), doctest::Contains("uint8"), Error);
+  // an update moves the critic's encoder (through the critic's optimizer), and the target's by tau
+  const auto enc_before = sac.critic()->encoder()->parameters()[0].clone();
+  const auto target_before = sac.critic_target()->encoder()->parameters()[0].clone();
+  StepContext ctx;
+  const auto info = sac.update(image_batch(spec, 8), ctx);
+  CHECK(std::isfinite(info.metrics.at(0).second));
+  CHECK(!torch::equal(enc_before, sac.critic()->encoder()->parameters()[0]));
+  CHECK(!torch::equal(target_before, sac.critic_target()->encoder()->parameters()[0]));
+  // no optimizer of the actor's holds the encoder's weights
+  std::int64_t actor_numel = 0;
+  for (const auto& p : sac.actor()->parameters()) actor_numel += p.numel();
+  CHECK(sac.actor_optimizer().parameters().flat().numel() == actor_numel);
+  // the state (encoders included) round-trips: the same next update on both
+  const auto dir = std::filesystem::temp_directory_path() / ("anvil_sac_images_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  {
+    BinaryWriter w(dir / "sac.bin", "anvil SAC test");
+    sac.save(w);
+    w.commit();
+  }
+  torch::manual_seed(9);
+  SAC other(spec, image_config(), RunContext{});
+  {
+    BinaryReader r(dir / "sac.bin", "anvil SAC test");
+    auto s = other.read(r);
+    r.finish();
+    other.restore(s);
+  }
+  const auto batch = image_batch(spec, 8);
+  torch::manual_seed(5);
+  sac.update(batch, ctx);
+  torch::manual_seed(5);
+  other.update(batch, ctx);
+  CHECK(torch::equal(sac.critic()->encoder()->parameters()[0], other.critic()->encoder()->parameters()[0]));
+  CHECK(torch::equal(sac.actor()->parameters()[0], other.actor()->parameters()[0]));
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("SAC on images: settings that cannot apply are refused naming the field") {
+  auto c = image_config();
+  c.encoder->width = 12;
+  CHECK_THROWS_WITH_AS(validate(c), doctest::Contains("encoder.width=12 is not a multiple of 8"), ConfigError);
+  // a row of the wrong width: the layout it expects, in bytes
+  const auto spec = image_spec();
+  CHECK_THROWS_WITH_AS(SAC(spec, image_config(), RunContext{}).act(torch::zeros({2, 5}, torch::kByte), ActMode::explore),
+                       doctest::Contains("uint8 [B, 776]"), Error);
+}

@@ -10,6 +10,7 @@
 
 #include <unistd.h>
 
+#include <cstring>
 #include <filesystem>
 #include <map>
 #include <set>
@@ -320,4 +321,41 @@ TEST_CASE("UniformBuffer: tasks and balanced sampling survive a save and load") 
     CHECK(torch::equal(x.task, y.task));
     CHECK((x.task == 1).sum().item<int>() == 8);
   }
+}
+
+TEST_CASE("UniformBuffer: observations of images are stored as bytes, once, and come back as the bytes put in") {
+  EnvSpec spec{"images", {}, envs::Box{{-1.f}, {1.f}}, {}};
+  spec.layout.image("pixels", 3, 8, 8).vector("state", 1);
+  const auto row = spec.layout.row_bytes();
+  UniformBuffer::Config c;
+  c.capacity = 64;
+  UniformBuffer b(spec, c, RunContext{.seed = 5});
+  // two envs, chained observations: step t's next_obs is step t+1's obs
+  auto obs_at = [&](std::int64_t t) {
+    auto o = at::zeros({2, row}, at::kByte);
+    for (std::int64_t i = 0; i < 2; ++i) {
+      o[i].narrow(0, 0, 192).fill_(static_cast<std::uint8_t>(10 * t + i));
+      const float s = static_cast<float>(t) + 0.25f;
+      std::memcpy(o.data_ptr<std::uint8_t>() + i * row + 192, &s, 4);
+    }
+    return o;
+  };
+  for (std::int64_t t = 0; t < 10; ++t)
+    b.add(StepBatch{obs_at(t), at::full({2, 1}, 0.5f), at::full({2}, static_cast<float>(t)), obs_at(t + 1), at::zeros({2}),
+                    at::zeros({2}), {}});
+  CHECK(b.size() == 20);
+  const auto s = b.sample(16);
+  REQUIRE((s.obs.scalar_type() == at::kByte));
+  REQUIRE(s.obs.size(0) == 16);
+  REQUIRE(s.obs.size(1) == row);
+  for (std::int64_t k = 0; k < 16; ++k) {
+    const auto t = static_cast<std::int64_t>(s.reward[k].item<float>());
+    const auto i = static_cast<std::int64_t>(s.obs[k][0].item<std::uint8_t>()) - 10 * t;
+    REQUIRE((i == 0 || i == 1));
+    CHECK(at::equal(s.obs[k], obs_at(t)[i]));
+    CHECK(at::equal(s.next_obs[k], obs_at(t + 1)[i]));
+  }
+  UniformBuffer::Config half = c;
+  half.obs_dtype = ObsDtype::bfloat16;
+  CHECK_THROWS_WITH_AS(UniformBuffer(spec, half, RunContext{}), doctest::Contains("buffer.obs_dtype"), ConfigError);
 }

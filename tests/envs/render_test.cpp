@@ -92,3 +92,94 @@ TEST_CASE("Canvas: a disc, a capsule and a rotated square cover their areas to w
   CHECK(differ == 0);
   CHECK_THROWS_AS(Canvas(0, 10, View{}), anvil::ConfigError);
 }
+
+// ---- PixelPendulum: Pendulum as pixels, through the env door as rows of bytes ----
+
+#include <anvil/envs/env_batch.hpp>
+
+#include <cstring>
+#include <vector>
+
+TEST_CASE("PixelPendulum: one image part of 3 frames x RGB at 64x64, the frames stacked oldest first") {
+  using anvil::envs::PixelPendulum;
+  static_assert(anvil::envs::Env<PixelPendulum> && anvil::envs::ByteObservations<PixelPendulum>);
+  PixelPendulum env;
+  const auto layout = env.observation_space();
+  REQUIRE(layout.parts.size() == 1);
+  CHECK(layout.parts[0].name == "pixels");
+  CHECK(layout.parts[0].image());
+  CHECK(layout.parts[0].shape == std::vector<std::int64_t>{9, 64, 64});
+  CHECK(layout.row_bytes() == 9 * 64 * 64);
+  const auto spec = anvil::envs::spec_of(env);
+  CHECK(spec.byte_rows());
+  CHECK(spec.obs_dim() == 9 * 64 * 64);
+  CHECK(spec.observation.size() == 0);  // no float parts
+  CHECK(spec.name == "PixelPendulum-v1");
+
+  const std::size_t frame = 3 * 64 * 64;
+  auto first = env.reset(7);
+  REQUIRE(first.size() == 3 * frame);
+  // at the start every slot holds the first frame, which is Pendulum's drawing at its angle
+  Canvas cv(64, 64, kPendulumView);
+  draw_pendulum(cv, env.env().state().theta);
+  for (int k = 0; k < 3; ++k) CHECK(std::memcmp(first.data() + k * frame, cv.pixels().data(), frame) == 0);
+  std::vector<std::uint8_t> before(first.begin(), first.end());
+  const float a[1] = {2.0f};
+  const auto r = env.step(a);
+  // the oldest frame left; the newest is the drawing after the step
+  CHECK(std::memcmp(r.observation.data(), before.data() + frame, 2 * frame) == 0);
+  draw_pendulum(cv, env.env().state().theta);
+  CHECK(std::memcmp(r.observation.data() + 2 * frame, cv.pixels().data(), frame) == 0);
+}
+
+TEST_CASE("PixelPendulum: an action is repeated twice, the rewards summed, and episodes end with Pendulum's (100 agent steps)") {
+  using anvil::envs::Pendulum;
+  using anvil::envs::PixelPendulum;
+  PixelPendulum px;
+  Pendulum plain;
+  px.reset(3);
+  plain.reset(3);
+  const float a[1] = {-1.5f};
+  int steps = 0;
+  double px_return = 0, plain_return = 0;
+  for (bool done = false; !done;) {
+    const auto r = px.step(a);
+    px_return += r.reward;
+    ++steps;
+    for (int k = 0; k < 2; ++k) plain_return += plain.step(a).reward;
+    CHECK(px.env().state().theta == plain.state().theta);
+    done = r.terminated || r.truncated;
+    if (done) CHECK(r.truncated);
+  }
+  CHECK(steps == 100);
+  CHECK(px_return == doctest::Approx(plain_return).epsilon(1e-12));
+}
+
+TEST_CASE("PixelPendulum: an EnvArray steps it into rows of bytes, and its state (env and frames) saves and restores") {
+  using anvil::envs::PixelPendulum;
+  anvil::envs::VecEnvConfig cfg;
+  cfg.num_envs = 2;
+  anvil::envs::EnvArray<PixelPendulum> batch(PixelPendulum{}, cfg, 11);
+  CHECK(batch.saves_state());
+  const auto d = batch.spec().obs_dim();
+  std::vector<std::uint8_t> obs(static_cast<std::size_t>(2 * d)), next(obs.size());
+  std::vector<float> reward(2), term(2), trunc(2), act(2, 0.5f);
+  std::vector<anvil::envs::EpisodeEnd> ended(2);
+  batch.reset(obs.data(), 0);
+  Canvas cv(64, 64, kPendulumView);
+  draw_pendulum(cv, batch.env(1).env().state().theta);
+  CHECK(std::memcmp(obs.data() + d + 2 * 3 * 64 * 64, cv.pixels().data(), 3 * 64 * 64) == 0);  // env 1's row: its drawing
+  const anvil::envs::StepRows rows{obs.data(), next.data(), reward.data(), term.data(), trunc.data(), nullptr, ended.data()};
+  batch.step(0, 2, act.data(), rows, 0);
+  auto w = anvil::BinaryWriter::in_memory("pixels test");
+  batch.save_envs(w);
+  const auto bytes = w.take_bytes();
+  batch.step(0, 2, act.data(), rows, 1);
+  const std::vector<std::uint8_t> after_two = next;
+  batch.step(0, 2, act.data(), rows, 2);
+  CHECK(next != after_two);
+  anvil::BinaryReader r(bytes, "saved envs", "pixels test");
+  batch.read_envs(r)();
+  batch.step(0, 2, act.data(), rows, 1);
+  CHECK(next == after_two);  // the restored envs and frames step on exactly as before
+}

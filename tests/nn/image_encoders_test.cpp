@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <optional>
 
 #include <anvil/core/autocast.hpp>
@@ -194,4 +195,97 @@ TEST_CASE("random_crop and center_crop: windows of the images, random when train
     CHECK(at::equal(crops[i], images[i].narrow(1, top[i].item<std::int64_t>(), 84).narrow(2, left[i].item<std::int64_t>(), 84)));
   CHECK(at::equal(nn::center_crop(images, 84, 84), images.narrow(2, 6, 84).narrow(3, 6, 84)));
   CHECK_THROWS_WITH_AS(nn::random_crop(images, 100, 84), doctest::Contains("crop of 96x96"), ConfigError);
+}
+
+// ---- ObsEncoder: observations as rows of parts (an image beside numbers) ----
+
+#include <anvil/nn/gaussian_actor.hpp>
+#include <anvil/nn/observation_encoder.hpp>
+#include <anvil/nn/twin_q.hpp>
+
+namespace {
+// Rows of the layout [image uint8 [3, 16, 16] | state float32 [2]]: the image random, the
+// state (i, -i) for row i.
+at::Tensor rows_of(const ObsLayout& layout, std::int64_t b, std::uint64_t seed) {
+  auto rows = at::zeros({b, layout.row_bytes()}, at::kByte);
+  const auto& img = *layout.find("image");
+  const auto& st = *layout.find("state");
+  rows.narrow(1, img.offset, img.bytes()).copy_(pixels(b, 3, 16, 16, seed).reshape({b, -1}));
+  for (std::int64_t i = 0; i < b; ++i) {
+    const float v[2] = {static_cast<float>(i), -static_cast<float>(i)};
+    std::memcpy(rows.data_ptr<std::uint8_t>() + i * layout.row_bytes() + st.offset, v, sizeof v);
+  }
+  return rows;
+}
+}  // namespace
+
+TEST_CASE("ObsEncoder: an image part's features beside the float parts read in place, from one row of bytes") {
+  torch::manual_seed(1);
+  ObsLayout layout;
+  layout.image("image", 3, 16, 16).vector("state", 2);
+  CHECK(layout.find("state")->offset == 3 * 16 * 16);
+  CHECK(layout.row_bytes() == 3 * 16 * 16 + 8);
+  CHECK(layout.describe() == "image uint8 [3,16,16], state float32 [2]");
+  nn::ObsEncoder enc(layout, nn::EncoderKind::small, 10);
+  CHECK(enc->output_size() == 12);
+  const auto rows = rows_of(layout, 4, 3);
+  const auto f = enc->forward(rows);
+  REQUIRE(f.size(0) == 4);
+  REQUIRE(f.size(1) == 12);
+  for (std::int64_t i = 0; i < 4; ++i) {
+    CHECK(f[i][10].item<float>() == static_cast<float>(i));
+    CHECK(f[i][11].item<float>() == -static_cast<float>(i));
+  }
+  // the image's features are SmallCnn's of the image part
+  nn::SmallCnn cnn = std::dynamic_pointer_cast<nn::SmallCnnImpl>(enc->named_children()["image"]);
+  REQUIRE(cnn);
+  CHECK(at::allclose(f.narrow(1, 0, 10), cnn->forward(nn::detail::part_of(rows, layout.parts[0]))));
+  CHECK_THROWS_WITH_AS(enc->forward(rows.to(at::kFloat)), doctest::Contains("uint8 [B, 776]"), Error);
+  CHECK_THROWS_WITH_AS(nn::ObsEncoder(ObsLayout{}.vector("state", 3), nn::EncoderKind::small, 8),
+                       doctest::Contains("no image part"), ConfigError);
+}
+
+TEST_CASE("augment_images: each image part shifted, the float parts untouched") {
+  ObsLayout layout;
+  layout.image("image", 3, 16, 16).vector("state", 2);
+  const auto rows = rows_of(layout, 8, 5);
+  const auto out = nn::augment_images(rows, layout, [](const at::Tensor& img) { return nn::random_shift(img, 2); });
+  const auto& st = *layout.find("state");
+  CHECK(at::equal(out.narrow(1, st.offset, 8), rows.narrow(1, st.offset, 8)));
+  CHECK(!at::equal(out.narrow(1, 0, st.offset), rows.narrow(1, 0, st.offset)));
+  const auto flipped = nn::augment_images(rows, layout, [](const at::Tensor& img) { return img.flip(3); });
+  CHECK(at::equal(nn::detail::part_of(flipped, layout.parts[0]), nn::detail::part_of(rows, layout.parts[0]).flip(3)));
+}
+
+TEST_CASE("Shared encoder: the critic's loss trains it, the actor's does not reach it, and the target critic has its own copy") {
+  torch::manual_seed(2);
+  ObsLayout layout;
+  layout.image("image", 3, 16, 16).vector("state", 2);
+  nn::ObsEncoder enc(layout, nn::EncoderKind::small, 8);
+  nn::GaussianActor actor(enc->output_size(), 1, nn::GaussianActorConfig{});
+  nn::TwinQ critic(enc->output_size(), 1, nn::TwinQConfig{});
+  const auto before = critic->parameters().size();
+  critic->set_encoder(enc);
+  actor->share_encoder(enc);
+  CHECK(critic->parameters().size() == before + enc->parameters().size());
+  CHECK(actor->parameters().size() == actor->net()->parameters().size());  // not the actor's
+  CHECK(nn::GaussianActorTape::unsupported(*actor) == "input comes through a convolutional encoder (images)");
+  const auto rows = rows_of(layout, 4, 7);
+  // the actor's loss: no gradient reaches the encoder
+  actor->sample(rows).action.sum().backward();
+  for (const auto& p : enc->parameters()) CHECK(!(p.grad().defined() && p.grad().abs().sum().item<double>() > 0));
+  // the critic's loss: every encoder parameter gets one
+  auto [q1, q2] = critic->forward(rows, at::zeros({4, 1}));
+  (q1 + q2).sum().backward();
+  check_gradients(*enc);
+  // the target: a clone with the same outputs and its own encoder
+  auto target = std::dynamic_pointer_cast<nn::TwinQImpl>(critic->clone());
+  CHECK(at::allclose(target->forward(rows, at::zeros({4, 1})).first, critic->forward(rows, at::zeros({4, 1})).first));
+  REQUIRE(target->encoder());
+  CHECK(target->encoder().get() != critic->encoder().get());
+  {
+    at::NoGradGuard no_grad;
+    for (auto& p : target->encoder()->parameters()) p.add_(0.05);
+  }
+  CHECK(!at::allclose(target->forward(rows, at::zeros({4, 1})).first, critic->forward(rows, at::zeros({4, 1})).first));
 }

@@ -44,6 +44,8 @@
 #include <anvil/core/tensor_io.hpp>
 #include <anvil/nn/manual_mlp.hpp>
 #include <anvil/nn/mlp.hpp>
+#include <anvil/nn/image_augment.hpp>
+#include <anvil/nn/observation_encoder.hpp>
 #include <anvil/optim/ema.hpp>
 #include <anvil/optim/flat_adam.hpp>
 #include <anvil/optim/step_context.hpp>
@@ -56,6 +58,9 @@ class PPO {
   using policy_kind = AlgorithmKind;
   static constexpr FixedString config_section = "ppo";
   static constexpr bool on_policy = true;
+  /// Observations with images go through one convolutional encoder that the actor and the
+  /// critic share, trained by the whole loss (nn::ObsEncoder).
+  static constexpr bool reads_images = true;
   using Batch = RolloutBatch;
 
   /// Its config section (algorithms/ppo_config.hpp) and its networks' shape.
@@ -71,7 +76,8 @@ class PPO {
       throw ConfigError("train.grad_accumulation (" + std::to_string(ctx.micro_batches) + ") is larger than " +
                         std::string(config_section.view()) + ".minibatch_size (" + std::to_string(*cfg.minibatch_size) +
                         "): micro-batches would be empty");
-    const auto od = spec.obs_dim();
+    if (spec.byte_rows()) encoder_ = nn::ObsEncoder(spec.layout, *cfg.encoder);
+    const auto od = encoder_ ? encoder_->output_size() : spec.obs_dim();
     actor_ = nn::Mlp(od, nn::widths(cfg.actor->hidden), act_dim_, cfg.actor->activation);
     critic_ = nn::Mlp(od, nn::widths(cfg.critic->hidden), 1, cfg.critic->activation);
     if (cfg.ortho_init) {
@@ -86,11 +92,16 @@ class PPO {
       params.push_back(log_std_);
     }
     for (const auto& p : critic_->parameters()) params.push_back(p);
+    if (encoder_) {
+      encoder_->to(device_);
+      for (const auto& p : encoder_->parameters()) params.push_back(p);
+    }
     base_lr_ = cfg.lr * ctx.lr_scale(cfg.minibatch_size);
     opt_ = FlatAdam(std::move(params), {.lr = base_lr_, .eps = cfg.adam_eps});
     ema_.set_device(device_);
     autograd_why_ = nn::why_autograd(cfg.manual_backward, std::string(config_section.view()), device_,
-                                         {{"the actor's", nn::MlpTape::unsupported(*actor_)},
+                                         {{"the actor's", encoder_ ? std::string("input comes through a convolutional encoder (images)")
+                                                                   : nn::MlpTape::unsupported(*actor_)},
                                           {"the critic's", nn::MlpTape::unsupported(*critic_)}});
     if (autograd_why_.empty())
       manual_ = std::make_unique<detail::PpoManual>(opt_.parameters(), actor_, log_std_, critic_);
@@ -107,7 +118,7 @@ class PPO {
       if (mode != ActMode::explore) return out.clone();
       return manual_->sample(out, log_std_, nullptr);
     }
-    const auto out = actor_->forward(obs.to(device_, at::kFloat));
+    const auto out = actor_->forward(features(obs));
     if (discrete_) return mode == ActMode::explore ? sample_categorical(out) : out.argmax(-1);
     return mode == ActMode::explore ? out + log_std_.exp() * at::randn_like(out) : out;
   }
@@ -129,7 +140,7 @@ class PPO {
       std::memcpy(r.value.data_ptr<float>(), v.data_ptr<float>(), static_cast<std::size_t>(n) * sizeof(float));
       return r;
     }
-    const auto o = obs.to(device_, at::kFloat);
+    const auto o = features(obs);
     const auto out = actor_->forward(o);
     RolloutAct r;
     if (discrete_) {
@@ -150,7 +161,7 @@ class PPO {
       const auto o = obs.to(device_, at::kFloat).contiguous();
       return manual_->act_critic.forward(*critic_, o).view({o.size(0)}).clone();
     }
-    return critic_->forward(obs.to(device_, at::kFloat)).squeeze(-1);
+    return critic_->forward(features(obs)).squeeze(-1);
   }
 
   /// One gradient step on a minibatch: clipped surrogate + vf_coef * value loss -
@@ -292,10 +303,27 @@ class PPO {
  private:
   using Losses = detail::PpoLosses;
 
+  // What the heads read: the encoder's features of rows of parts (bytes to the device), or
+  // the float observations.
+  at::Tensor features(const at::Tensor& obs) {
+    if (encoder_) {
+      nn::detail::check_rows(obs, encoder_->layout(), "PPO: act");
+      return encoder_->forward(obs.to(device_));
+    }
+    return obs.to(device_, at::kFloat);
+  }
+
   // The loss of a (micro-)batch; its parts reported in `out`.
   at::Tensor losses(const RolloutBatch& b, StepContext& ctx, Losses& out) {
     auto guard = ctx.autocast();
-    const auto logits = actor_->forward(b.obs).to(at::kFloat);
+    at::Tensor x = b.obs;
+    if (encoder_) {  // images: encoded once for both heads (randomly shifted first with encoder.shift, as RAD does)
+      const auto pad = static_cast<std::int64_t>(*cfg_.encoder->shift);
+      x = encoder_->forward(pad > 0 ? nn::augment_images(b.obs, encoder_->layout(),
+                                                         [pad](const at::Tensor& i) { return nn::random_shift(i, pad); })
+                                    : b.obs);
+    }
+    const auto logits = actor_->forward(x).to(at::kFloat);
     at::Tensor log_prob, entropy;
     if (discrete_) {
       const auto lp = logits.log_softmax(-1);
@@ -309,7 +337,7 @@ class PPO {
     const auto ratio = log_ratio.exp();
     const double c = cfg_.clip;
     const auto policy_loss = at::max(-b.advantage * ratio, -b.advantage * ratio.clamp(1.0 - c, 1.0 + c)).mean();
-    const auto v = critic_->forward(b.obs).squeeze(-1).to(at::kFloat);
+    const auto v = critic_->forward(x).squeeze(-1).to(at::kFloat);
     at::Tensor value_loss;
     if (cfg_.clip_value > 0) {
       const auto clipped = b.value + (v - b.value).clamp(-*cfg_.clip_value, *cfg_.clip_value);
@@ -365,6 +393,7 @@ class PPO {
   double epoch_kl_ = 0;              ///< approximate KL summed over this epoch's minibatches
   std::int64_t epoch_minibatches_ = 0;
   Ema ema_;                          ///< averaged weights (train.ema_decay)
+  nn::ObsEncoder encoder_{nullptr};  ///< observations with images: the heads' shared encoder
   std::unique_ptr<detail::PpoManual> manual_;  ///< the hand-written path, when it applies
   std::string autograd_why_;                   ///< why not ("" when it applies)
 };

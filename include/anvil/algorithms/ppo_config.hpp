@@ -45,6 +45,13 @@ struct PpoConfig {
       manual_backward{true};
   Section<"actor", PpoNetConfig> actor;
   Section<"critic", PpoNetConfig> critic;
+  /// Observations with images: the encoder the actor and critic share (no random shift by
+  /// default: PPO's ratios compare the policy on the observations it acted on).
+  Section<"encoder", nn::ObsEncoderConfig> encoder{[] {
+    nn::ObsEncoderConfig c;
+    c.shift = 0;
+    return c;
+  }()};
 };
 
 class PPO;  // algorithms/ppo.hpp

@@ -38,6 +38,7 @@
 #include <anvil/core/spaces.hpp>
 #include <anvil/core/tensor_io.hpp>
 #include <anvil/nn/gaussian_actor.hpp>
+#include <anvil/nn/image_augment.hpp>
 #include <anvil/nn/twin_q.hpp>
 #include <anvil/optim/ema.hpp>
 #include <anvil/optim/flat_adam.hpp>
@@ -65,6 +66,8 @@ class BasicSAC {
   using policy_kind = AlgorithmKind;
   static constexpr auto config_section = detail::sac_config_section<kMultiTask>;
   static constexpr bool on_policy = false;
+  /// Observations with images go through a convolutional encoder (see the constructor).
+  static constexpr bool reads_images = true;
   using Batch = ReplayBatch;
 
   using Config = SacConfig<detail::module_config_t<Actor>, detail::module_config_t<Critic>, kMultiTask>;
@@ -83,10 +86,29 @@ class BasicSAC {
       throw ConfigError("train.grad_accumulation (" + std::to_string(ctx.micro_batches) + ") is larger than " +
                         std::string(config_section.view()) + ".batch_size (" + std::to_string(*cfg.batch_size) +
                         "): micro-batches would be empty");
-    const auto od = spec.obs_dim(), ad = spec.action_dim();
+    const auto ad = spec.action_dim();
     act_dim_ = ad;
+    // Observations with images: one encoder, the critic's, its features shared with the
+    // actor with the gradient stopped (nn::GaussianActor::share_encoder).
+    nn::ObsEncoder encoder{nullptr};
+    if (spec.byte_rows()) {
+      if constexpr (kReadsImages) {
+        encoder = nn::ObsEncoder(spec.layout, *cfg.encoder);
+        layout_ = spec.layout;
+      } else {
+        throw ConfigError(spec.name + "'s observations have images (" + spec.layout.describe() +
+                          "); these networks read float observations only (nn::GaussianActor and nn::TwinQ read images)");
+      }
+    }
+    const auto od = encoder ? encoder->output_size() : spec.obs_dim();
     actor_ = Actor(od, ad, *cfg.actor);
     critic_ = Critic(od, ad, *cfg.critic);
+    if constexpr (kReadsImages) {
+      if (encoder) {
+        critic_->set_encoder(encoder);
+        actor_->share_encoder(encoder);
+      }
+    }
     critic_target_ = std::dynamic_pointer_cast<typename Critic::ContainedType>(critic_->clone());
     actor_->to(device_);
     critic_->to(device_);
@@ -136,7 +158,10 @@ class BasicSAC {
   /// Actions in [-1, 1] for a batch of observations: sampled to explore, or the mean.
   at::Tensor act(const at::Tensor& obs, ActMode mode) {
     torch::NoGradGuard no_grad;
-    auto o = obs.device() == device_ && obs.scalar_type() == at::kFloat ? obs : obs.to(device_, at::kFloat);
+    // Rows of parts (images) go to the device as bytes; the encoder converts them there.
+    if (!layout_.parts.empty()) nn::detail::check_rows(obs, layout_, "SAC: act");
+    const auto dtype = layout_.parts.empty() ? at::kFloat : at::kByte;
+    auto o = obs.device() == device_ && obs.scalar_type() == dtype ? obs : obs.to(device_, dtype);
     if constexpr (kDefaultNetworks) {
       if (manual_) {
         o = o.contiguous();
@@ -150,7 +175,7 @@ class BasicSAC {
       }
     }
     return mode == ActMode::explore
-               ? actor_->sample(o, at::randn({o.size(0), act_dim_}, o.options())).action
+               ? actor_->sample(o, at::randn({o.size(0), act_dim_}, o.options().dtype(at::kFloat))).action
                : actor_->mode(o);
   }
 
@@ -165,8 +190,9 @@ class BasicSAC {
   UpdateInfo update(const ReplayBatch& b, StepContext& ctx) {
     // Noise drawn here, in a fixed order, so the update is reproducible on any thread count.
     UpdateNoise noise;
-    noise.next = at::randn({b.obs.size(0), act_dim_}, b.obs.options());
-    if (updates_ % cfg_.actor_update_freq == 0) noise.obs = at::randn({b.obs.size(0), act_dim_}, b.obs.options());
+    const auto f = b.obs.options().dtype(at::kFloat);
+    noise.next = at::randn({b.obs.size(0), act_dim_}, f);
+    if (updates_ % cfg_.actor_update_freq == 0) noise.obs = at::randn({b.obs.size(0), act_dim_}, f);
     return update(b, ctx, noise);
   }
 
@@ -181,6 +207,15 @@ class BasicSAC {
   /// `cuda_graph` on and an update a graph can hold (one process, one temperature, no loss
   /// scaling or gradient accumulation), the update is replayed from a CUDA graph.
   UpdateInfo update(const ReplayBatch& batch, StepContext& ctx, const UpdateNoise& noise) {
+    if (!layout_.parts.empty() && cfg_.encoder->shift > 0) {
+      // DrQ: obs and next_obs each shifted at random, every transition on its own.
+      ReplayBatch shifted = batch;
+      const auto pad = static_cast<std::int64_t>(*cfg_.encoder->shift);
+      auto shift = [pad](const at::Tensor& images) { return nn::random_shift(images, pad); };
+      shifted.obs = nn::augment_images(batch.obs, layout_, shift);
+      shifted.next_obs = nn::augment_images(batch.next_obs, layout_, shift);
+      return eager_update(shifted, ctx, noise);
+    }
     if (graphable(batch, ctx, noise)) return graphed_update(batch, ctx, noise);
     return eager_update(batch, ctx, noise);
   }
@@ -255,19 +290,40 @@ class BasicSAC {
       const auto tw = whole || !task_w.defined() ? task_w : task_w.narrow(0, part.begin, part.rows);
       detail::SacCriticResult c;
       detail::SacActorResult a;
+      // Images: each encoder reads the micro-batch once; the parts read the features (the
+      // critic's with the gradient, the actor's without; the target's for the target Q).
+      ReplayBatch critic_in, actor_in;
+      at::Tensor target_next;
+      if constexpr (kReadsImages) {
+        if (!layout_.parts.empty()) {
+          auto guard = ctx.autocast();
+          critic_in = mb;
+          critic_in.obs = critic_->encoder()->forward(mb.obs);
+          {
+            torch::NoGradGuard no_grad;
+            critic_in.next_obs = critic_->encoder()->forward(mb.next_obs);
+            target_next = critic_target_->encoder()->forward(mb.next_obs);
+          }
+          actor_in = mb;
+          actor_in.obs = critic_in.obs.detach();
+        }
+      }
+      const ReplayBatch& cb = layout_.parts.empty() ? mb : critic_in;
+      const ReplayBatch& ab = layout_.parts.empty() ? mb : actor_in;
       auto critic_part = [&] {
         if constexpr (kDefaultNetworks)
           if (manual)
             return void(c = detail::manual_critic(*manual_, *actor_, *critic_, *critic_target_, mb, alpha,
                                                   *cfg_.gamma, nn, ar));
-        c = detail::autograd_critic(actor_, critic_, critic_target_, critic_opt_, *cfg_.gamma, mb, {alpha, ar}, nn, ctx);
+        c = detail::autograd_critic(actor_, critic_, critic_target_, critic_opt_, *cfg_.gamma, cb, {alpha, ar}, nn, ctx,
+                                    target_next);
       };
       auto actor_part = [&] {
         if constexpr (kDefaultNetworks)
           if (manual)
             return void(a = detail::manual_actor(*manual_, *actor_, *critic_, mb, alpha, cfg_.auto_alpha,
                                                  target_entropy_[0], no, ar, tw));
-        a = detail::autograd_actor(actor_, critic_, actor_opt_, mb, {alpha, ar}, no, ctx, tw);
+        a = detail::autograd_actor(actor_, critic_, actor_opt_, ab, {alpha, ar}, no, ctx, tw);
         if (!per_task && cfg_.auto_alpha) detail::autograd_temperature(a, log_alpha_, alpha_opt_, target_entropy_[0], ctx);
       };
       // Per task, the temperatures' gradient from the transitions' log-densities.
@@ -583,7 +639,14 @@ class BasicSAC {
   std::int64_t alphas_ = 1;             // temperatures: 1, or one per task
   bool task_weights_ = false;           // tasks.loss_weights
   std::vector<std::string> task_names_;
+  // Whether the networks read images through a shared encoder (nn::TwinQ, nn::GaussianActor).
+  static constexpr bool kReadsImages = requires(Critic& c, Actor& a, nn::ObsEncoder e) {
+    c->set_encoder(e);
+    c->encoder();
+    a->share_encoder(e);
+  };
   std::int64_t act_dim_ = 0;
+  ObsLayout layout_;  // the observation's parts when it has images (empty: float rows)
   FlatAdam actor_opt_, critic_opt_, alpha_opt_;
   FlatParameters target_;
   std::int64_t updates_ = 0;

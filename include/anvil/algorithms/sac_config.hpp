@@ -84,6 +84,7 @@ struct SacConfig {
   Section<"actor", ActorConfig> actor;
   Section<"critic", CriticConfig> critic;
   Section<"tasks", detail::SacTaskConfig<kMultiTask>> tasks;
+  Section<"encoder", nn::ObsEncoderConfig> encoder;
 };
 
 /// The default networks' SAC config, named without the algorithm's class.

@@ -77,16 +77,18 @@ struct SacAlpha {
 /// (min target Q - alpha log pi), in float32 and without gradients; the critics' halved
 /// squared errors, weighed by the batch's importance weights when it has them; their
 /// gradient through `ctx` in `opt`'s flat layout. Host values only when not capturing.
+/// `target_next_obs`: what the target critic reads for the next states, when it differs
+/// from what the actor reads (features of images: the target's encoder's, not the critic's).
 template <class Actor, class Critic>
 SacCriticResult autograd_critic(Actor& actor, Critic& critic, Critic& target_critic, const FlatAdam& opt, double gamma,
                                 const ReplayBatch& b, const SacAlpha& alpha, const at::Tensor& noise_next,
-                                StepContext& ctx) {
+                                StepContext& ctx, const at::Tensor& target_next_obs = {}) {
   at::Tensor target;
   {
     torch::NoGradGuard no_grad;
     auto guard = ctx.autocast();
     auto next = actor->sample(b.next_obs, noise_next);
-    auto [tq1, tq2] = target_critic->forward(b.next_obs, next.action);
+    auto [tq1, tq2] = target_critic->forward(target_next_obs.defined() ? target_next_obs : b.next_obs, next.action);
     const auto v = at::min(tq1, tq2).to(at::kFloat) - alpha.times(next.log_prob.to(at::kFloat));
     const auto discount = b.discount.defined() ? b.discount : at::full({}, gamma, v.options());
     target = b.reward + discount * (1.0 - b.terminated) * v;

@@ -47,7 +47,7 @@ class RolloutBuffer : public BufferPolicy<"rollout", RolloutBatch, RolloutStep, 
 
   RolloutBuffer(const EnvSpec& spec, const Config& cfg, const RunContext& ctx)
       : cfg_(cfg), device_(ctx.device), obs_dim_(spec.obs_dim()), act_dim_(spec.action_dim()),
-        discrete_(spec.discrete()) {}
+        discrete_(spec.discrete()), byte_rows_(spec.byte_rows()) {}
 
   /// Allocates storage for `n` envs (the Trainer calls it with env.num_envs).
   void set_num_envs(std::int64_t n) {
@@ -56,11 +56,11 @@ class RolloutBuffer : public BufferPolicy<"rollout", RolloutBatch, RolloutStep, 
     const std::int64_t t = cfg_.steps;
     const auto f = at::TensorOptions().dtype(at::kFloat);
     // Refused before anything is allocated when it cannot fit (it is zeroed, so it is touched).
-    const std::int64_t bytes = t * n * (obs_dim_ + (discrete_ ? 2 : act_dim_) + 8) * 4;
+    const std::int64_t bytes = t * n * (obs_dim_ * (byte_rows_ ? 1 : 4) + ((discrete_ ? 2 : act_dim_) + 8) * 4);
     const std::string field = "rollout.steps=" + std::to_string(t) + " x env.num_envs=" + std::to_string(n);
     check_fits(bytes, field, "RolloutBuffer's storage");
     allocating("RolloutBuffer's storage (" + field + ")", bytes, [&] {
-      obs_ = at::zeros({t, n, obs_dim_}, f);
+      obs_ = at::zeros({t, n, obs_dim_}, f.dtype(byte_rows_ ? at::kByte : at::kFloat));  // rows of parts stay bytes
       action_ = discrete_ ? at::zeros({t, n}, f.dtype(at::kLong)) : at::zeros({t, n, act_dim_}, f);
       for (auto* x : {&log_prob_, &value_, &reward_, &terminated_, &truncated_, &bootstrap_, &advantage_, &returns_})
         *x = at::zeros({t, n}, f);
@@ -239,8 +239,8 @@ class RolloutBuffer : public BufferPolicy<"rollout", RolloutBatch, RolloutStep, 
 
   Config cfg_;
   c10::Device device_;
-  std::int64_t obs_dim_, act_dim_;
-  bool discrete_;
+  std::int64_t obs_dim_, act_dim_;  // obs_dim_: floats, or bytes for rows of parts
+  bool discrete_, byte_rows_;
   double gamma_ = 0.99;
   std::int64_t envs_ = 0, steps_ = 0;
   bool ready_ = false;

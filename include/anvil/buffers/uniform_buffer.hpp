@@ -24,6 +24,8 @@ class UniformBuffer : public detail::ReplayBase<UniformBuffer, UniformBufferConf
 
   /// Adds one step of N envs (row i = env i). N may exceed the free space: the ring wraps.
   /// With n-step returns, what is stored is the transitions this step completes.
+  /// Bytes of preallocated storage.
+  [[nodiscard]] std::int64_t bytes() const noexcept { return store_.bytes(); }
   void add(const StepBatch& s) { store_.add(s); }
 
   /// `n` transitions drawn uniformly with replacement; `index` holds their ids. With an env

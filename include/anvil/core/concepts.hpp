@@ -186,6 +186,11 @@ template <class A>
 concept DescribesGradients = requires(const A& a) {
   { a.gradient_paths() } -> std::same_as<std::vector<std::pair<std::string, std::string>>>;
 };
+/// An algorithm that reads observations with images (rows of parts, `EnvSpec::layout`):
+/// `static constexpr bool reads_images = true`. A Trainer refuses an env with images for
+/// any other, naming both.
+template <class A>
+concept ReadsImages = requires { requires A::reads_images; };
 /// `A` shows its acting network's parameters by the names its policy file gives them (live
 /// tensors: `init.weights` copies a file's tensors into them before a run starts).
 template <class A>

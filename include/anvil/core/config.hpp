@@ -49,20 +49,29 @@ std::vector<detail::FieldRef> fields(Cfg& cfg) {
   return out;
 }
 
-/// Checks every field's rule, then the config's own `validate()` if it has one (for rules
-/// across fields). Throws ConfigError naming the field.
+namespace detail {
+// Each section's own `validate()`, nested sections first (`sac.encoder` before `sac`).
+template <class Cfg>
+void validate_sections(const Cfg& cfg) {
+  boost::pfr::for_each_field(cfg, [](const auto& field) {
+    using F = std::remove_cvref_t<decltype(field)>;
+    if constexpr (IsSection<F>) {
+      validate_sections(field.value);
+      if constexpr (requires { field.value.validate(); }) field.value.validate();
+    }
+  });
+}
+}  // namespace detail
+
+/// Checks every field's rule, then each section's own `validate()` and the config's (for
+/// rules across fields). Throws ConfigError naming the field.
 template <class Cfg>
 void validate(const Cfg& cfg) {
   auto fs = fields(const_cast<Cfg&>(cfg));
   for (const auto& f : fs)
     if (auto why = f.check(); !why.empty())
       throw ConfigError(f.key + " = " + f.format() + " is out of range: " + why);
-  boost::pfr::for_each_field(cfg, [](const auto& field) {
-    using F = std::remove_cvref_t<decltype(field)>;
-    if constexpr (IsSection<F>) {
-      if constexpr (requires { field.value.validate(); }) field.value.validate();
-    }
-  });
+  detail::validate_sections(cfg);
   if constexpr (requires { cfg.validate(); }) cfg.validate();
 }
 

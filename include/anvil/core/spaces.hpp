@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <string_view>
 #include <variant>
 #include <vector>
 
@@ -67,9 +68,88 @@ struct AgentLayout {
   }
 };
 
+/// The element type of an observation part.
+enum class PartDtype : std::uint8_t { float32, uint8 };
+
+/// One named part of an observation: an image (`uint8` `[C, H, W]`, channels first) or a
+/// vector of float32 numbers (`[n]`), at `offset` bytes into the observation's row.
+struct ObsPart {
+  std::string name;
+  PartDtype dtype = PartDtype::float32;
+  std::vector<std::int64_t> shape;
+  std::int64_t offset = 0;  ///< bytes into the row (a multiple of 4)
+
+  [[nodiscard]] std::int64_t numel() const noexcept {
+    std::int64_t n = 1;
+    for (auto d : shape) n *= d;
+    return n;
+  }
+  [[nodiscard]] std::int64_t bytes() const noexcept { return numel() * (dtype == PartDtype::uint8 ? 1 : 4); }
+  [[nodiscard]] bool image() const noexcept { return dtype == PartDtype::uint8 && shape.size() == 3; }
+};
+
+/// An observation of named parts, packed into one row of bytes: each part at its offset, in
+/// the order given, padded to 4 bytes so a float part can be read in place. An env whose
+/// observation space is an `ObsLayout` hands out rows of bytes (`std::span<const
+/// std::uint8_t>`, `row_bytes()` long); images stay bytes from the env through the buffers
+/// to the device, where the encoder converts them (nn/observation_encoder.hpp). An env
+/// whose observation space is a `Box` is the one-part case, `obs`, float32 `[obs_dim]`.
+struct ObsLayout {
+  std::vector<ObsPart> parts;
+
+  /// An image part `[channels, height, width]` of bytes.
+  ObsLayout& image(std::string name, std::int64_t channels, std::int64_t height, std::int64_t width) {
+    return add({std::move(name), PartDtype::uint8, {channels, height, width}, 0});
+  }
+  /// A part of `n` float32 numbers.
+  ObsLayout& vector(std::string name, std::int64_t n) { return add({std::move(name), PartDtype::float32, {n}, 0}); }
+
+  /// Bytes in one row (a multiple of 4).
+  [[nodiscard]] std::int64_t row_bytes() const noexcept {
+    return parts.empty() ? 0 : (parts.back().offset + parts.back().bytes() + 3) / 4 * 4;
+  }
+  [[nodiscard]] bool has_images() const noexcept {
+    for (const auto& p : parts)
+      if (p.image()) return true;
+    return false;
+  }
+  /// Numbers in the float parts, together.
+  [[nodiscard]] std::int64_t float_numel() const noexcept {
+    std::int64_t n = 0;
+    for (const auto& p : parts)
+      if (p.dtype == PartDtype::float32) n += p.numel();
+    return n;
+  }
+  /// The part named `name`, or null.
+  [[nodiscard]] const ObsPart* find(std::string_view name) const noexcept {
+    for (const auto& p : parts)
+      if (p.name == name) return &p;
+    return nullptr;
+  }
+  /// "image uint8 [3,64,64], state float32 [2]"
+  [[nodiscard]] std::string describe() const {
+    std::string s;
+    for (const auto& p : parts) {
+      s += (s.empty() ? "" : ", ") + p.name + (p.dtype == PartDtype::uint8 ? " uint8 [" : " float32 [");
+      for (std::size_t i = 0; i < p.shape.size(); ++i) s += (i ? "," : "") + std::to_string(p.shape[i]);
+      s += "]";
+    }
+    return s;
+  }
+
+ private:
+  ObsLayout& add(ObsPart p) {
+    p.offset = row_bytes();
+    parts.push_back(std::move(p));
+    return *this;
+  }
+};
+
 /// What a policy needs to know about an env to be built: its name and spaces.
 struct EnvSpec {
   std::string name;
+  /// The observation's bounds (float observations); for an env of parts (`layout`), the
+  /// bounds of its float numbers, in the parts' order.
   Box observation;
   std::variant<Box, Discrete> action;
   /// The env's tasks, for envs that have several (a multi-task suite); empty otherwise.
@@ -77,11 +157,19 @@ struct EnvSpec {
   std::vector<std::string> tasks{};
   /// The agents of a multi-agent env (`agents.agents == 0` for a single-agent one).
   AgentLayout agents{};
+  /// The observation's parts when the env hands out rows of bytes (images, or images
+  /// beside numbers); empty for an env of float rows (a `Box`).
+  ObsLayout layout{};
 
   [[nodiscard]] bool discrete() const noexcept { return std::holds_alternative<Discrete>(action); }
+  /// Whether observations are rows of bytes of several parts (`layout`), not float rows.
+  [[nodiscard]] bool byte_rows() const noexcept { return !layout.parts.empty(); }
+  /// Width of an observation row: floats in a float row, bytes in a row of parts.
   [[nodiscard]] std::int64_t obs_dim() const noexcept {
-    return static_cast<std::int64_t>(observation.size());
+    return byte_rows() ? layout.row_bytes() : static_cast<std::int64_t>(observation.size());
   }
+  /// Bytes in an observation row.
+  [[nodiscard]] std::int64_t obs_row_bytes() const noexcept { return byte_rows() ? obs_dim() : 4 * obs_dim(); }
   /// Width of an action row: the Box's size, or 1 for a discrete index.
   [[nodiscard]] std::int64_t action_dim() const noexcept {
     return discrete() ? 1 : static_cast<std::int64_t>(std::get<Box>(action).size());

@@ -13,6 +13,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include <anvil/core/binary_io.hpp>
@@ -26,15 +27,31 @@ using anvil::AgentLayout;
 using anvil::Box;
 using anvil::Discrete;
 using anvil::EnvSpec;
+using anvil::ObsLayout;
 
 /// What one step returns. `observation` views storage owned by the env and stays valid
-/// until the env is stepped or reset again.
-struct StepResult {
-  std::span<const float> observation;
+/// until the env is stepped or reset again: float numbers (`StepResult`, an env whose
+/// observation space is a `Box`) or a row of bytes of several parts (`ByteStepResult`, an
+/// env whose observation space is an `ObsLayout`, e.g. an image).
+template <class T>
+struct BasicStepResult {
+  std::span<const T> observation;
   double reward = 0.0;
   bool terminated = false;  ///< the MDP reached a terminal state: do not bootstrap
   bool truncated = false;   ///< stopped by a time limit: bootstrap from `observation`
 };
+using StepResult = BasicStepResult<float>;
+using ByteStepResult = BasicStepResult<std::uint8_t>;
+
+/// The element of an env's observation rows, by its observation space.
+template <class S> struct obs_element_for;
+template <> struct obs_element_for<Box> { using type = float; };
+template <> struct obs_element_for<ObsLayout> { using type = std::uint8_t; };
+
+template <class E>
+using observation_space_t = std::remove_cvref_t<decltype(std::declval<const E&>().observation_space())>;
+template <class E>
+using obs_element_t = typename obs_element_for<observation_space_t<E>>::type;
 
 /// Action type an env with action space `S` takes.
 template <class S> struct action_for;
@@ -54,18 +71,24 @@ class EnvError : public Error {
 };
 
 /// An environment: `reset(seed)` starts an episode and returns its first observation;
-/// `step(action)` advances it by one step. The observation space is a `Box`; the action
-/// space a `Box` (action is a span of floats) or a `Discrete` (action is an index).
+/// `step(action)` advances it by one step. The observation space is a `Box` (observations
+/// are spans of floats) or an `ObsLayout` (rows of bytes: images, or images beside
+/// numbers); the action space a `Box` (action is a span of floats) or a `Discrete` (action
+/// is an index).
 /// Time limits are part of the env: `step` sets `truncated` when the episode's step
 /// budget is used up. Envs are not thread-safe; `VecEnv` steps each from one thread at a time.
 template <class E>
 concept Env = std::movable<E> &&
     requires(E& e, const E& ce, std::uint64_t seed, action_t<E> a) {
       { E::name } -> std::convertible_to<std::string_view>;
-      { ce.observation_space() } -> std::same_as<Box>;
-      { e.reset(seed) } -> std::same_as<std::span<const float>>;
-      { e.step(a) } -> std::same_as<StepResult>;
+      typename obs_element_t<E>;
+      { e.reset(seed) } -> std::same_as<std::span<const obs_element_t<E>>>;
+      { e.step(a) } -> std::same_as<BasicStepResult<obs_element_t<E>>>;
     };
+
+/// An env whose observations are rows of bytes of several parts (an `ObsLayout`).
+template <class E>
+concept ByteObservations = Env<E> && std::same_as<observation_space_t<E>, ObsLayout>;
 
 /// An env that tells which of several tasks its current episode is (a multi-task env, or
 /// one that draws a task per episode): `task_names()` lists them all, `task_index()` is the
@@ -100,7 +123,15 @@ template <class E>
 /// The spec of env `e` (with its tasks, when it has several, and its agents).
 template <class E>
 EnvSpec spec_of(const E& e) {
-  EnvSpec s{env_name(e), e.observation_space(), e.action_space(), {}};
+  EnvSpec s{env_name(e), {}, e.action_space(), {}};
+  if constexpr (std::same_as<observation_space_t<E>, ObsLayout>) {
+    s.layout = e.observation_space();
+    const auto n = static_cast<std::size_t>(s.layout.float_numel());
+    s.observation = Box{std::vector<float>(n, -std::numeric_limits<float>::infinity()),
+                        std::vector<float>(n, std::numeric_limits<float>::infinity())};
+  } else {
+    s.observation = e.observation_space();
+  }
   if constexpr (DescribesAgents<E>) s.agents = e.agent_layout();
   if constexpr (TaskTagged<E>) {
     auto names = e.task_names();

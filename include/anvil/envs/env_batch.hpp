@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <cstdint>
 #include <exception>
 #include <functional>
@@ -43,9 +44,11 @@ struct EpisodeEnd {
 };
 
 /// Where a batched step writes, one row (or number) per env, owned by the caller.
+/// Observation rows are float32 `[N, obs_dim]`, or bytes `[N, row_bytes]` for an env of
+/// parts (`EnvSpec::layout`).
 struct StepRows {
-  float* obs = nullptr;          ///< [N, obs_dim] what to act on next (a new episode's first where one ended)
-  float* next_obs = nullptr;     ///< [N, obs_dim] what the step led to (the last of an ended episode)
+  void* obs = nullptr;           ///< [N, obs_dim] what to act on next (a new episode's first where one ended)
+  void* next_obs = nullptr;      ///< [N, obs_dim] what the step led to (the last of an ended episode)
   float* reward = nullptr;       ///< [N]
   float* terminated = nullptr;   ///< [N] 0/1
   float* truncated = nullptr;    ///< [N] 0/1
@@ -73,9 +76,10 @@ class EnvBatch {
   /// Whether the envs have tasks (then `StepRows::task` must be given).
   [[nodiscard]] bool has_tasks() const noexcept { return has_tasks_; }
 
-  /// Starts a new episode in every env, its first observation into row i of `obs`; `steps`
-  /// is how many batched steps were taken before (for errors).
-  virtual void reset(float* obs, std::int64_t steps) = 0;
+  /// Starts a new episode in every env, its first observation into row i of `obs` (float32
+  /// rows, or byte rows for an env of parts); `steps` is how many batched steps were taken
+  /// before (for errors).
+  virtual void reset(void* obs, std::int64_t steps) = 0;
   /// Steps envs [begin, end) with their rows of `actions` (float [N, act_dim] for a Box,
   /// int64 [N] for Discrete) and writes their rows of `out`; an env whose episode ends is
   /// reset at once (its first observation in `out.obs`). `steps`: batched steps before this one.
@@ -129,12 +133,35 @@ class EnvBatch {
     if (static_cast<std::int64_t>(o.size()) != d)
       throw EnvError(at_fault(i, when, steps) + "observation has " + std::to_string(o.size()) +
                      " numbers; the observation space has " + std::to_string(d));
+    check_finite(i, o.data(), o.size(), "observation", when, steps);
+  }
+  // A row of parts: its length is the layout's, and its float parts are finite (images are
+  // bytes: any value is one).
+  void check_observation(std::int64_t i, std::span<const std::uint8_t> o, std::string_view when, std::int64_t steps) const {
+    const auto d = spec_.obs_dim();
+    if (static_cast<std::int64_t>(o.size()) != d)
+      throw EnvError(at_fault(i, when, steps) + "observation has " + std::to_string(o.size()) + " bytes; the layout (" +
+                     spec_.layout.describe() + ") has " + std::to_string(d));
+    for (const auto& p : spec_.layout.parts)
+      if (p.dtype == PartDtype::float32) {
+        std::vector<float> x(static_cast<std::size_t>(p.numel()));
+        std::memcpy(x.data(), o.data() + p.offset, x.size() * sizeof(float));
+        check_finite(i, x.data(), x.size(), "observation part '" + p.name + "'", when, steps);
+      }
+  }
+  void check_finite(std::int64_t i, const float* x, std::size_t n, const std::string& what, std::string_view when,
+                    std::int64_t steps) const {
     float probe = 0.0f;
-    for (float x : o) probe += x * 0.0f;
+    for (std::size_t k = 0; k < n; ++k) probe += x[k] * 0.0f;
     if (probe == 0.0f) return;
-    for (std::size_t k = 0; k < o.size(); ++k)
-      if (!std::isfinite(o[k]))
-        throw EnvError(at_fault(i, when, steps) + "observation[" + std::to_string(k) + "] is " + non_finite_name(o[k]));
+    for (std::size_t k = 0; k < n; ++k)
+      if (!std::isfinite(x[k]))
+        throw EnvError(at_fault(i, when, steps) + what + "[" + std::to_string(k) + "] is " + non_finite_name(x[k]));
+  }
+  // Copies observation `o` into row i of `rows` (float32 or byte rows, as `o`'s elements).
+  template <class T>
+  static void put_row(void* rows, std::int64_t i, std::span<const T> o) {
+    std::memcpy(static_cast<T*>(rows) + i * static_cast<std::int64_t>(o.size()), o.data(), o.size_bytes());
   }
 
   // Env i's step into its rows of `out`, after the checks of its observation and reward,
@@ -142,13 +169,13 @@ class EnvBatch {
   // is in `out.ended[i]`, and the caller resets the env and writes the new episode's first
   // observation to `out.obs`); else the observation is in `out.obs` too. `success`: whether
   // this step met the goal (-1: the env does not say).
-  bool record_step(std::int64_t i, std::span<const float> o, double reward, bool terminated, bool truncated,
+  template <class T>
+  bool record_step(std::int64_t i, std::span<const T> o, double reward, bool terminated, bool truncated,
                    std::int32_t group, int success, const StepRows& out, std::int64_t steps) {
     check_observation(i, o, "step", steps);
     if (!std::isfinite(reward)) throw EnvError(at_fault(i, "step", steps) + "reward is " + non_finite_name(reward));
-    const auto d = spec_.obs_dim();
     const auto k = static_cast<std::size_t>(i);
-    std::copy(o.begin(), o.end(), out.next_obs + i * d);
+    put_row(out.next_obs, i, o);
     out.reward[i] = static_cast<float>(reward);
     out.terminated[i] = terminated ? 1.0f : 0.0f;
     out.truncated[i] = truncated ? 1.0f : 0.0f;
@@ -157,7 +184,7 @@ class EnvBatch {
     if (success > 0) succeeded_[k] = 1;
     out.ended[i] = EpisodeEnd{};
     if (!terminated && !truncated) {
-      std::copy(o.begin(), o.end(), out.obs + i * d);
+      put_row(out.obs, i, o);
       return false;
     }
     out.ended[i] = EpisodeEnd{i, returns_[k], lengths_[k], terminated, group,
@@ -200,7 +227,7 @@ class EnvArray final : public EnvBatch {
   [[nodiscard]] const E& env(std::int64_t i) const { return envs_.at(static_cast<std::size_t>(i)); }
   [[nodiscard]] E& env(std::int64_t i) { return envs_.at(static_cast<std::size_t>(i)); }
 
-  void reset(float* obs, std::int64_t steps) override;
+  void reset(void* obs, std::int64_t steps) override;
 
   void step(std::int64_t begin, std::int64_t end, const void* actions, const StepRows& out, std::int64_t steps) override;
 
@@ -244,31 +271,29 @@ class EnvArray final : public EnvBatch {
     else return -1;
   }
 
+  using Obs = std::span<const obs_element_t<E>>;
   // Env i's first observation of a new episode (from its own seed stream), checked.
-  std::span<const float> reset_env(std::int64_t i, std::string_view when, std::int64_t steps);
+  Obs reset_env(std::int64_t i, std::string_view when, std::int64_t steps);
 
   std::vector<E> envs_;
   std::vector<Rng> seeds_;
 };
 
 template <Env E>
-void EnvArray<E>::reset(float* obs, std::int64_t steps) {
-  const auto d = spec_.obs_dim();
+void EnvArray<E>::reset(void* obs, std::int64_t steps) {
   for (std::int64_t i = 0; i < n_; ++i) {
-    const auto first = reset_env(i, "reset", steps);
-    std::copy(first.begin(), first.end(), obs + i * d);
+    put_row(obs, i, reset_env(i, "reset", steps));
     begin_episode(i);
   }
 }
 
 template <Env E>
 void EnvArray<E>::step(std::int64_t begin, std::int64_t end, const void* actions, const StepRows& out, std::int64_t steps) {
-  const auto d = spec_.obs_dim();
   for (std::int64_t i = begin; i < end; ++i) {
     const auto k = static_cast<std::size_t>(i);
     E& env = envs_[k];
     if (out.task) out.task[i] = group_of(env);  // the task the step belongs to (before an autoreset)
-    StepResult r;
+    BasicStepResult<obs_element_t<E>> r;
     try {
       if constexpr (DiscreteEnv<E>) {
         r = env.step(static_cast<const std::int64_t*>(actions)[i]);
@@ -284,10 +309,8 @@ void EnvArray<E>::step(std::int64_t begin, std::int64_t end, const void* actions
     }
     int success = -1;
     if constexpr (ReportsSuccess<E>) success = env.success() ? 1 : 0;
-    if (record_step(i, r.observation, r.reward, r.terminated, r.truncated, group_of(env), success, out, steps)) {
-      const auto first = reset_env(i, "autoreset", steps);
-      std::copy(first.begin(), first.end(), out.obs + i * d);
-    }
+    if (record_step(i, r.observation, r.reward, r.terminated, r.truncated, group_of(env), success, out, steps))
+      put_row(out.obs, i, reset_env(i, "autoreset", steps));
   }
 }
 
@@ -331,8 +354,8 @@ std::function<void()> EnvArray<E>::read_envs(BinaryReader& r) {
 }
 
 template <Env E>
-std::span<const float> EnvArray<E>::reset_env(std::int64_t i, std::string_view when, std::int64_t steps) {
-  std::span<const float> first;
+typename EnvArray<E>::Obs EnvArray<E>::reset_env(std::int64_t i, std::string_view when, std::int64_t steps) {
+  Obs first;
   try {
     first = envs_[static_cast<std::size_t>(i)].reset(seeds_[static_cast<std::size_t>(i)]());
   } catch (const std::exception& err) {

@@ -31,8 +31,8 @@ struct VecEnvConfig {
       mode{VecMode::sync};
   Param<std::string, "id",
         "the env by name, in programs that choose it at run time (Pendulum-v1, CartPole-v1, Acrobot-v1, "
-        "MountainCarContinuous-v0; multi-agent: Mapping, SimpleSpread, Climbing, Penalty, Credit; an env in "
-        "Python: python:MODULE:ATTR); elsewhere empty or the program's env">
+        "MountainCarContinuous-v0, PixelPendulum-v1 (images); multi-agent: Mapping, SimpleSpread, Climbing, "
+        "Penalty, Credit; an env in Python: python:MODULE:ATTR); elsewhere empty or the program's env">
       id{""};
   Param<KeyValues, "kwargs",
         "keyword arguments of a python: env's factory, one key each (env.kwargs.K=V; values read as Python "

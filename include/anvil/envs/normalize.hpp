@@ -13,6 +13,11 @@
 /// frozen (not updated) and see raw rewards; episode returns are always reported raw. They
 /// are saved in checkpoints with the envs. With several ranks, each rank's new statistics
 /// are merged over all ranks at `sync_statistics`, so every rank normalises alike.
+///
+/// Observations that are rows of parts (`EnvSpec::layout`: images, or images beside
+/// numbers) pass through as they are: an image is scaled to [0, 1] by the encoder that reads
+/// it (nn/observation_encoder.hpp), not normalised by running statistics; rewards are
+/// normalised as for any env.
 
 #include <ATen/ATen.h>
 
@@ -222,8 +227,9 @@ class NormalizedVecEnv final : public VecEnvBase {
       state_->ret = RunningMeanVar(1);
     }
     const auto f = at::TensorOptions().dtype(at::kFloat);
-    for (auto& o : obs_) o = at::zeros({n_, spec_.obs_dim()}, f);
-    next_obs_ = at::zeros({n_, spec_.obs_dim()}, f);
+    const auto of = f.dtype(spec_.byte_rows() ? at::kByte : at::kFloat);
+    for (auto& o : obs_) o = at::zeros({n_, spec_.obs_dim()}, of);
+    next_obs_ = at::zeros({n_, spec_.obs_dim()}, of);
     reward_ = at::zeros({n_}, f);
     running_return_.assign(static_cast<std::size_t>(n_), 0.0);
   }
@@ -234,7 +240,7 @@ class NormalizedVecEnv final : public VecEnvBase {
 
   at::Tensor reset() override {
     auto o = inner_->reset();
-    if (cfg_.obs && !frozen_) state_->obs.update(o);
+    if (obs_on() && !frozen_) state_->obs.update(o);
     std::fill(running_return_.begin(), running_return_.end(), 0.0);
     normalize_obs(o, obs_[cur_]);
     started_ = true;
@@ -243,7 +249,7 @@ class NormalizedVecEnv final : public VecEnvBase {
   void step_async(const at::Tensor& actions) override { inner_->step_async(actions); }
   const VecStep& step_wait() override {
     const auto& s = inner_->step_wait();
-    if (cfg_.obs && !frozen_) state_->obs.update(s.obs);
+    if (obs_on() && !frozen_) state_->obs.update(s.obs);
     cur_ = 1 - cur_;
     normalize_obs(s.obs, obs_[cur_]);
     normalize_obs(s.next_obs, next_obs_);
@@ -268,7 +274,7 @@ class NormalizedVecEnv final : public VecEnvBase {
   /// Merges every rank's new statistics (see RunningMeanVar::sync).
   void sync_statistics(const std::function<void(at::Tensor&)>& sum) override {
     if (frozen_) return;
-    if (cfg_.obs) state_->obs.sync(sum);
+    if (obs_on()) state_->obs.sync(sum);
     if (cfg_.reward) state_->ret.sync(sum);
   }
 
@@ -280,7 +286,7 @@ class NormalizedVecEnv final : public VecEnvBase {
     state_->ret.save_fresh(w);
     w.bytes(running_return_.data(), running_return_.size() * sizeof(double));
     w.value(started_);
-    w.bytes(obs_[cur_].data_ptr(), static_cast<std::size_t>(obs_[cur_].numel()) * sizeof(float));
+    w.bytes(obs_[cur_].data_ptr(), static_cast<std::size_t>(obs_[cur_].nbytes()));
     inner_->save(w);
   }
   std::function<void()> read(BinaryReader& r) override {
@@ -290,7 +296,7 @@ class NormalizedVecEnv final : public VecEnvBase {
     r.bytes(running->data(), running->size() * sizeof(double), "running discounted returns");
     const bool started = r.value<bool>("normaliser started flag");
     auto current = at::empty_like(obs_[cur_]);
-    r.bytes(current.data_ptr(), static_cast<std::size_t>(current.numel()) * sizeof(float), "normalised observations");
+    r.bytes(current.data_ptr(), static_cast<std::size_t>(current.nbytes()), "normalised observations");
     auto inner = inner_->read(r);
     // Without env state the run starts new episodes, so only the statistics carry over.
     return [this, obs, ret, running, started, current, inner] {
@@ -306,8 +312,10 @@ class NormalizedVecEnv final : public VecEnvBase {
   }
 
  private:
+  // Whether observations are normalised: asked for, and float rows (see file comment).
+  [[nodiscard]] bool obs_on() const noexcept { return cfg_.obs && !spec_.byte_rows(); }
   void normalize_obs(const at::Tensor& raw, at::Tensor& out) const {
-    if (!cfg_.obs) {
+    if (!obs_on()) {
       out.copy_(raw);
       return;
     }

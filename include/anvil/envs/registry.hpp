@@ -18,12 +18,13 @@
 #include <anvil/envs/mountain_car_continuous.hpp>
 #include <anvil/envs/pendulum.hpp>
 #include <anvil/envs/python_env.hpp>
+#include <anvil/envs/render/classic_views.hpp>
 
 namespace anvil::envs {
 
 /// The names `with_env` knows.
-inline constexpr std::array<std::string_view, 4> kBuiltinEnvs{Pendulum::name, CartPole::name, Acrobot::name,
-                                                              MountainCarContinuous::name};
+inline constexpr std::array<std::string_view, 5> kBuiltinEnvs{Pendulum::name, CartPole::name, Acrobot::name,
+                                                              MountainCarContinuous::name, PixelPendulum::name};
 
 /// Calls `f(env)` with the built-in env named `id`; a ConfigError naming `env.id` and the
 /// known names otherwise.
@@ -33,6 +34,7 @@ decltype(auto) with_env(std::string_view id, F&& f) {
   if (id == CartPole::name) return std::forward<F>(f)(CartPole{});
   if (id == Acrobot::name) return std::forward<F>(f)(Acrobot{});
   if (id == MountainCarContinuous::name) return std::forward<F>(f)(MountainCarContinuous{});
+  if (id == PixelPendulum::name) return std::forward<F>(f)(PixelPendulum{});
   std::string known;
   for (auto n : kBuiltinEnvs) known += (known.empty() ? "" : ", ") + std::string(n);
   throw ConfigError("env.id='" + std::string(id) + "' is not a built-in env; choose one of " + known +

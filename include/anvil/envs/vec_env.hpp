@@ -43,7 +43,7 @@ namespace anvil::envs {
 /// One step of all envs. Tensors are views of the VecEnv's storage, valid until the step
 /// after next (`obs` is double-buffered so the previous observation survives one step).
 struct VecStep {
-  at::Tensor obs;         ///< [N, obs_dim] what to act on next (the first of a new episode where one ended)
+  at::Tensor obs;         ///< [N, obs_dim] what to act on next (the first of a new episode where one ended); uint8 rows for an env of parts
   at::Tensor next_obs;    ///< [N, obs_dim] what the step led to (the last of an ended episode)
   at::Tensor reward;      ///< [N] float
   at::Tensor terminated;  ///< [N] float 0/1
@@ -123,8 +123,9 @@ class LocalVecEnv : public VecEnvBase {
       : VecEnvBase(envs->spec(), envs->size(), envs->groups()), envs_(std::move(envs)), mode_(cfg.mode), pool_(cfg.threads) {
     const auto d = spec_.obs_dim();
     const auto f = at::TensorOptions().dtype(at::kFloat);
-    for (auto& o : obs_) o = at::zeros({n_, d}, f);
-    next_obs_ = at::zeros({n_, d}, f);
+    const auto of = f.dtype(spec_.byte_rows() ? at::kByte : at::kFloat);  // rows of parts stay bytes
+    for (auto& o : obs_) o = at::zeros({n_, d}, of);
+    next_obs_ = at::zeros({n_, d}, of);
     reward_ = at::zeros({n_}, f);
     terminated_ = at::zeros({n_}, f);
     truncated_ = at::zeros({n_}, f);
@@ -188,7 +189,7 @@ class LocalVecEnv : public VecEnvBase {
 
   at::Tensor reset() override {
     wait_idle();
-    envs_->reset(obs_[cur_].data_ptr<float>(), steps_);
+    envs_->reset(obs_[cur_].data_ptr(), steps_);
     started_ = true;
     return obs_[cur_];
   }
@@ -262,8 +263,8 @@ class LocalVecEnv : public VecEnvBase {
     const int next = 1 - cur_;
     const at::Tensor actions = actions_.contiguous();
     StepRows rows;
-    rows.obs = obs_[next].data_ptr<float>();
-    rows.next_obs = next_obs_.data_ptr<float>();
+    rows.obs = obs_[next].data_ptr();
+    rows.next_obs = next_obs_.data_ptr();
     rows.reward = reward_.data_ptr<float>();
     rows.terminated = terminated_.data_ptr<float>();
     rows.truncated = truncated_.data_ptr<float>();

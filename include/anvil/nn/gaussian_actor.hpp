@@ -12,6 +12,7 @@
 #include <anvil/core/param.hpp>
 #include <anvil/nn/manual_mlp.hpp>
 #include <anvil/nn/mlp.hpp>
+#include <anvil/nn/observation_encoder.hpp>
 
 namespace anvil::nn {
 
@@ -39,7 +40,7 @@ class GaussianActorImpl : public torch::nn::Cloneable<GaussianActorImpl> {
   /// Mean and log standard deviation of the pre-squash Gaussian. The log std is squashed
   /// smoothly into [log_std_min, log_std_max] (a hard clamp would zero its gradient).
   std::pair<at::Tensor, at::Tensor> forward(const at::Tensor& obs) {
-    auto out = net_->forward(obs);
+    auto out = net_->forward(encoder_ && obs.scalar_type() == at::kByte ? encoder_->forward(obs).detach() : obs);
     auto mean = out.narrow(-1, 0, act_dim_);
     auto raw = out.narrow(-1, act_dim_, act_dim_).tanh();
     const double lo = cfg_.log_std_min, hi = cfg_.log_std_max;
@@ -63,7 +64,7 @@ class GaussianActorImpl : public torch::nn::Cloneable<GaussianActorImpl> {
 
   /// `sample` with fresh noise from torch's generator.
   PolicySample sample(const at::Tensor& obs) {
-    return sample(obs, at::randn({obs.size(0), act_dim_}, obs.options()));
+    return sample(obs, at::randn({obs.size(0), act_dim_}, obs.options().dtype(at::kFloat)));
   }
 
   /// The deterministic action used for evaluation: tanh of the mean.
@@ -74,10 +75,19 @@ class GaussianActorImpl : public torch::nn::Cloneable<GaussianActorImpl> {
   [[nodiscard]] const Mlp& net() const noexcept { return net_; }
   [[nodiscard]] const Config& config() const noexcept { return cfg_; }
 
+  /// Reads observations through `encoder` (rows of parts, e.g. images), the critic's: its
+  /// features with the gradient stopped, so the actor's loss does not train the encoder
+  /// (DrQ, Kostrikov et al. 2020; SAC-AE, Yarats et al. 2019). Not a submodule: the
+  /// encoder's parameters are the critic's, not the actor's. `obs_dim` was its output size;
+  /// the actor takes rows of bytes or their features (see ObsEncoder).
+  void share_encoder(ObsEncoder encoder) { encoder_ = std::move(encoder); }
+  [[nodiscard]] ObsEncoder encoder() const noexcept { return encoder_; }
+
  private:
   std::int64_t obs_dim_, act_dim_;
   Config cfg_;
   Mlp net_{nullptr};
+  ObsEncoder encoder_{nullptr};
 };
 TORCH_MODULE(GaussianActor);
 
@@ -122,9 +132,12 @@ ANVIL_SIMD_KERNEL(squashed_gaussian,
 /// nn/manual_mlp.hpp for why). The same arithmetic as `sample`; run under NoGradGuard.
 class GaussianActorTape {
  public:
-  static bool supports(const GaussianActorImpl& a) { return MlpTape::supports(*a.net()); }
+  static bool supports(const GaussianActorImpl& a) { return unsupported(a).empty(); }
   /// Why `a` cannot run on a tape, or "" when it can.
-  static std::string unsupported(const GaussianActorImpl& a) { return MlpTape::unsupported(*a.net()); }
+  static std::string unsupported(const GaussianActorImpl& a) {
+    if (a.encoder()) return "input comes through a convolutional encoder (images)";
+    return MlpTape::unsupported(*a.net());
+  }
 
   /// Draws actions like `sample(obs, noise)` and writes them into `action`, row i at
   /// `action + i * stride` (so they can land inside a critic's input rows). The

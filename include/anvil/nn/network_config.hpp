@@ -4,9 +4,11 @@
 /// so a config can be built without torch (`anvil/compiled.hpp`). Light header.
 
 #include <array>
+#include <string>
 #include <string_view>
 #include <vector>
 
+#include <anvil/core/error.hpp>
 #include <anvil/core/param.hpp>
 
 namespace anvil::nn {
@@ -32,6 +34,31 @@ struct GaussianActorConfig {
 struct TwinQConfig {
   Param<std::vector<int>, "hidden", "hidden layer widths", at_least(1)> hidden{256, 256};
   Param<Activation, "activation", "hidden-layer activation"> activation{Activation::relu};
+};
+
+/// Which convolutional encoder reads an image part of the observation.
+enum class EncoderKind { small, nature };
+constexpr auto enum_names(EncoderKind) { return std::array<std::string_view, 2>{"small", "nature"}; }
+
+/// How an algorithm reads observations with images (`EnvSpec::layout`), under its
+/// `encoder` section (`sac.encoder.kind=nature`): one encoder per image part, its features
+/// concatenated with the observation's float parts before the networks' MLPs. Unused for
+/// float observations.
+struct ObsEncoderConfig {
+  Param<EncoderKind, "kind",
+        "small: 4 convolutions with GroupNorm and spatial-softmax keypoints; nature: DQN's 3 convolutions"> kind{
+      EncoderKind::small};
+  Param<int, "features", "features per image part", at_least(1)> features{64};
+  Param<int, "width", "small: channels of its first two convolutions (the last two have twice as many; a multiple of 8)",
+        at_least(8)> width{32};
+  Param<int, "shift", "random shift of the sampled images in training, up to this many pixels (DrQ); 0: none",
+        at_least(0)> shift{4};
+
+  void validate() const {
+    if (*width % 8 != 0)
+      throw ConfigError("encoder.width=" + std::to_string(*width) +
+                        " is not a multiple of 8 (the small encoder's GroupNorm has 8 groups)");
+  }
 };
 
 class GaussianActor;  // nn/gaussian_actor.hpp

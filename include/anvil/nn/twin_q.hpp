@@ -10,6 +10,7 @@
 
 #include <anvil/core/param.hpp>
 #include <anvil/nn/mlp.hpp>
+#include <anvil/nn/observation_encoder.hpp>
 
 namespace anvil::nn {
 
@@ -27,11 +28,25 @@ class TwinQImpl : public torch::nn::Cloneable<TwinQImpl> {
   void reset() override {
     q1_ = register_module("q1", Mlp(obs_dim_ + act_dim_, widths(cfg_.hidden), 1, cfg_.activation));
     q2_ = register_module("q2", Mlp(obs_dim_ + act_dim_, widths(cfg_.hidden), 1, cfg_.activation));
+    // A clone rebuilds its own encoder here (the copy's holder still names the original's),
+    // and copies the original's weights into it.
+    if (encoder_) encoder_ = register_module("encoder", ObsEncoder(encoder_->layout(), encoder_->kind(), encoder_->features(), encoder_->width()));
   }
+
+  /// Reads observations through `encoder` (rows of parts, e.g. images), a submodule: the
+  /// critic's loss trains it, and the target critic, a clone, has its own. `obs_dim` was
+  /// its output size; `forward` takes rows of bytes or their features (see ObsEncoder). Set once, before the optimizer is built over the parameters.
+  void set_encoder(ObsEncoder encoder) {
+    encoder_ = register_module("encoder", std::move(encoder));
+  }
+  [[nodiscard]] ObsEncoder encoder() const noexcept { return encoder_; }
+  /// Whether `forward` encodes `obs`: rows of bytes with an encoder (floats are features
+  /// already encoded, see ObsEncoder).
+  [[nodiscard]] bool encodes(const at::Tensor& obs) const noexcept { return encoder_ && obs.scalar_type() == at::kByte; }
 
   /// Both estimates, each [B].
   std::pair<at::Tensor, at::Tensor> forward(const at::Tensor& obs, const at::Tensor& action) {
-    auto x = at::cat({obs, action}, -1);
+    auto x = at::cat({encodes(obs) ? encoder_->forward(obs) : obs, action}, -1);
     return {q1_->forward(x).squeeze(-1), q2_->forward(x).squeeze(-1)};
   }
 
@@ -43,6 +58,7 @@ class TwinQImpl : public torch::nn::Cloneable<TwinQImpl> {
   std::int64_t obs_dim_, act_dim_;
   Config cfg_;
   Mlp q1_{nullptr}, q2_{nullptr};
+  ObsEncoder encoder_{nullptr};
 };
 TORCH_MODULE(TwinQ);
 

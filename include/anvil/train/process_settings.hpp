@@ -11,8 +11,13 @@
 #include <torch/csrc/autograd/anomaly_mode.h>
 #include <torch/utils.h>
 
+#include <cstdlib>
 #include <string>
 #include <vector>
+
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 
 #include <anvil/core/binary_io.hpp>
 #include <anvil/core/blas.hpp>
@@ -65,8 +70,26 @@ class TorchGenerators {
 /// precision `p`'s switches, and Torch's generators seeded from `ctx` (its seed and rank).
 /// Returns what the run should say about them and about the CPU's BLAS (with the
 /// `update_threads` the step context uses).
+/// Keeps the C library's heap from shrinking and growing again around every update (glibc):
+/// an update's large temporaries (convolutions' activations: megabytes a tensor) are freed at
+/// its end, and by default the top of the heap then goes back to the system, to be faulted in
+/// page by page at the next update: with image encoders a third of a CPU run's time went to
+/// those page faults (benchmarks/RESULTS.md, "The heap kept"). The heap keeps up to 1 GiB free
+/// at its top instead, and blocks up to 32 MiB come from it rather than from mmap. A process
+/// whose environment sets MALLOC_TRIM_THRESHOLD_ or MALLOC_MMAP_THRESHOLD_ keeps its own.
+/// Returns whether it changed the settings.
+inline bool keep_heap() noexcept {
+#if defined(__GLIBC__)
+  if (std::getenv("MALLOC_TRIM_THRESHOLD_") || std::getenv("MALLOC_MMAP_THRESHOLD_")) return false;
+  return mallopt(M_TRIM_THRESHOLD, 1 << 30) == 1 && mallopt(M_MMAP_THRESHOLD, 32 << 20) == 1;
+#else
+  return false;
+#endif
+}
+
 inline std::vector<std::string> apply_process_settings(int threads, const PrecisionSettings& p, const RunContext& ctx,
                                                        int update_threads) {
+  keep_heap();
   torch::set_num_threads(threads);
   seed_torch(ctx);
   const c10::Device& device = ctx.device;

@@ -118,7 +118,7 @@ inline PolicyFileParts policy_file_parts(const StepCollector& collector, const e
                         {},
                         {},
                         0};
-  if (norm && ncfg.obs) {
+  if (norm && ncfg.obs && !collector.spec().byte_rows()) {  // rows of parts are not normalised
     const auto& mean = norm->obs.mean();
     const auto var = norm->obs.variance();
     const auto d = collector.spec().obs_dim();

@@ -13,6 +13,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -76,6 +77,8 @@ class TransitionStore {
         device_(device),
         owner_(std::move(owner)),
         od_(spec.obs_dim()),
+        row_bytes_(spec.obs_row_bytes()),
+        bytes_(spec.byte_rows()),
         ad_(spec.action_dim()),
         discrete_(spec.discrete()),
         with_discount_(n_step > 1),
@@ -83,12 +86,15 @@ class TransitionStore {
         tasks_(static_cast<std::int64_t>(spec.tasks.size())),
         width_(ad_ + 2 + (n_step > 1 ? 1 : 0) + (tasks_ > 0 ? 1 : 0)),
         window_(n_step, 0.99) {
+    if (bytes_ && obs_dtype_ != ObsDtype::float32)
+      throw ConfigError("buffer.obs_dtype: " + spec.name + "'s observations are rows of parts (" + spec.layout.describe() +
+                        "), stored as they come; obs_dtype applies to float observations only");
     if (obs_capacity_ > INT32_MAX)
       throw Error(owner_ + ": buffer.capacity=" + std::to_string(capacity) +
                   " is above the largest supported (1,700,000,000 transitions)");
     // Refused before a byte is allocated when it cannot fit (host memory; a GPU's own
     // allocator reports its out-of-memory errors, named below).
-    const std::int64_t obs_size = obs_dtype_ == ObsDtype::float32 ? 4 : 2;
+    const std::int64_t obs_size = bytes_ ? 1 : obs_dtype_ == ObsDtype::float32 ? 4 : 2;
     const std::int64_t host = static_cast<std::int64_t>(capacity_ * sizeof(Link) + obs_capacity_ * sizeof(std::int32_t)) +
                               (tasks_ > 0 ? capacity_ * static_cast<std::int64_t>(sizeof(std::int32_t)) : 0) +
                               extra_host_bytes;
@@ -98,7 +104,8 @@ class TransitionStore {
     allocating(owner_ + "'s storage (" + field + ")", need, [&] {
       const auto f = at::TensorOptions().dtype(at::kFloat).device(device_);
       data_ = at::empty({capacity_, width_}, f);
-      obs_ = at::empty({obs_capacity_, od_}, f.dtype(obs_dtype_ == ObsDtype::float32    ? at::kFloat
+      obs_ = at::empty({obs_capacity_, od_}, f.dtype(bytes_                                ? at::kByte
+                                                     : obs_dtype_ == ObsDtype::float32    ? at::kFloat
                                                      : obs_dtype_ == ObsDtype::bfloat16 ? at::kBFloat16
                                                                                         : at::kHalf));
       if (device_.is_cpu()) {  // read at random: huge pages spare most TLB misses
@@ -127,7 +134,7 @@ class TransitionStore {
       throw Error(owner_ + ": adding " + std::to_string(n) + " transitions at once needs up to " +
                   std::to_string(2 * n) + " observation rows; this buffer has " + std::to_string(obs_capacity_) +
                   " (buffer.capacity=" + std::to_string(capacity_) + ")");
-    const auto obs = host(s.obs, n, od_, "obs"), next = host(s.next_obs, n, od_, "next_obs");
+    const auto obs = host_obs(s.obs, n, "obs"), next = host_obs(s.next_obs, n, "next_obs");
     const auto act = host(s.action, n, ad_, "action"), rew = host(s.reward, n, 1, "reward");
     const auto term = host(s.terminated, n, 1, "terminated");
     const auto trunc = s.truncated.defined() ? host(s.truncated, n, 1, "truncated") : at::zeros({n});
@@ -144,7 +151,8 @@ class TransitionStore {
                       "; the env has tasks 0 to " + std::to_string(tasks_ - 1));
     }
     const std::int64_t* tk = task.defined() ? task.data_ptr<std::int64_t>() : nullptr;
-    const float *o = obs.data_ptr<float>(), *no = next.data_ptr<float>(), *a = act.data_ptr<float>();
+    const auto *o = static_cast<const std::uint8_t*>(obs.data_ptr()), *no = static_cast<const std::uint8_t*>(next.data_ptr());
+    const float* a = act.data_ptr<float>();
     const float *r = rew.data_ptr<float>(), *t = term.data_ptr<float>(), *tr = trunc.data_ptr<float>();
 
     killed_.clear();
@@ -153,20 +161,18 @@ class TransitionStore {
     row_stage_.clear();
     if (open_.size() != static_cast<std::size_t>(n)) {
       open_.assign(static_cast<std::size_t>(n), -1);
-      open_obs_.assign(static_cast<std::size_t>(n * od_), 0.f);
+      open_obs_.assign(static_cast<std::size_t>(n * row_bytes_), 0);
       window_.resize(static_cast<std::size_t>(n));
     }
     for (std::int64_t i = 0; i < n; ++i) {
       const auto e = static_cast<std::size_t>(i);
-      const float* oi = o + i * od_;
-      float* open = open_obs_.data() + i * od_;
+      const std::uint8_t* oi = o + i * row_bytes_;
+      std::uint8_t* open = open_obs_.data() + i * row_bytes_;
       std::int64_t oid = open_[e];
-      if (!obs_live(oid) ||
-          std::memcmp(oi, open, static_cast<std::size_t>(od_) * sizeof(float)) != 0)
-        oid = append_obs(oi);
-      const std::int64_t nid = append_obs(no + i * od_);
+      if (!obs_live(oid) || std::memcmp(oi, open, static_cast<std::size_t>(row_bytes_)) != 0) oid = append_obs(oi);
+      const std::int64_t nid = append_obs(no + i * row_bytes_);
       open_[e] = nid;
-      std::copy(no + i * od_, no + (i + 1) * od_, open);
+      std::memcpy(open, no + i * row_bytes_, static_cast<std::size_t>(row_bytes_));
       const std::int32_t ti = tk ? static_cast<std::int32_t>(tk[i]) : -1;
       if (window_.n() == 1) {
         put(oid, nid, a + i * ad_, r[i], t[i], 1.0, ti);
@@ -194,14 +200,14 @@ class TransitionStore {
     ReplayBatch b;
     if (device_.is_cpu()) {
       const auto f = data_.options();
-      b.obs = at::empty({n, od_}, f);
-      b.next_obs = at::empty({n, od_}, f);
+      b.obs = at::empty({n, od_}, f.dtype(bytes_ ? at::kByte : at::kFloat));
+      b.next_obs = at::empty({n, od_}, b.obs.options());
       at::Tensor action = at::empty({n, ad_}, f);
       b.reward = at::empty({n}, f);
       b.terminated = at::empty({n}, f);
       if (with_discount_) b.discount = at::empty({n}, f);
       const float* src = data_.data_ptr<float>();
-      float *o = b.obs.data_ptr<float>(), *no = b.next_obs.data_ptr<float>(), *a = action.data_ptr<float>();
+      float* a = action.data_ptr<float>();
       float *r = b.reward.data_ptr<float>(), *t = b.terminated.data_ptr<float>();
       float* d = with_discount_ ? b.discount.data_ptr<float>() : nullptr;
       std::int64_t* tk = nullptr;
@@ -219,7 +225,8 @@ class TransitionStore {
       // took 2.6x as long; benchmarks/RESULTS.md, "The gather in two passes").
       constexpr std::int64_t kChunk = 256, kAhead = 24;
       const Link* link = link_.data();
-      auto run = [&](const auto* obs_src) {
+      auto run = [&](const auto* obs_src, auto* o, auto* no) {
+        using Out = std::remove_cvref_t<decltype(*o)>;
         std::int32_t rows[2 * kChunk];  // the chunk's observation rows: obs, next_obs of each transition
         for (std::int64_t c0 = 0; c0 < n; c0 += kChunk) {
           const std::int64_t m = std::min(kChunk, n - c0);
@@ -261,17 +268,22 @@ class TransitionStore {
             }
             const auto* ro = obs_src + rows[e] * od_;
             const auto* rn = obs_src + rows[e + 1] * od_;
-            float* oi = o + (c0 + e / 2) * od_;
-            float* ni = no + (c0 + e / 2) * od_;
-            for (std::int64_t j = 0; j < od_; ++j) oi[j] = static_cast<float>(ro[j]);
-            for (std::int64_t j = 0; j < od_; ++j) ni[j] = static_cast<float>(rn[j]);
+            Out* oi = o + (c0 + e / 2) * od_;
+            Out* ni = no + (c0 + e / 2) * od_;
+            for (std::int64_t j = 0; j < od_; ++j) oi[j] = static_cast<Out>(ro[j]);
+            for (std::int64_t j = 0; j < od_; ++j) ni[j] = static_cast<Out>(rn[j]);
           }
         }
       };
-      switch (obs_dtype_) {
-        case ObsDtype::float32: run(obs_.data_ptr<float>()); break;
-        case ObsDtype::bfloat16: run(obs_.data_ptr<c10::BFloat16>()); break;
-        case ObsDtype::float16: run(obs_.data_ptr<c10::Half>()); break;
+      if (bytes_) {
+        run(obs_.data_ptr<std::uint8_t>(), b.obs.data_ptr<std::uint8_t>(), b.next_obs.data_ptr<std::uint8_t>());
+      } else {
+        float *o = b.obs.data_ptr<float>(), *no = b.next_obs.data_ptr<float>();
+        switch (obs_dtype_) {
+          case ObsDtype::float32: run(obs_.data_ptr<float>(), o, no); break;
+          case ObsDtype::bfloat16: run(obs_.data_ptr<c10::BFloat16>(), o, no); break;
+          case ObsDtype::float16: run(obs_.data_ptr<c10::Half>(), o, no); break;
+        }
       }
       b.action = discrete_ ? action.view({n}).to(at::kLong) : action;
     } else {
@@ -298,7 +310,8 @@ class TransitionStore {
       }
       const auto di = idx.to(device_, /*non_blocking=*/true);
       const auto rows = data_.index_select(0, di.narrow(0, 0, n));
-      const auto both = obs_.index_select(0, di.narrow(0, n, 2 * n)).to(at::kFloat);
+      const auto rows2 = obs_.index_select(0, di.narrow(0, n, 2 * n));
+      const auto both = bytes_ ? rows2 : rows2.to(at::kFloat);  // rows of parts cross as bytes
       b.obs = both.narrow(0, 0, n);
       b.next_obs = both.narrow(0, n, n);
       b.action = discrete_ ? rows.select(1, 0).to(at::kLong) : rows.narrow(1, 0, ad_);
@@ -331,7 +344,7 @@ class TransitionStore {
     w.bytes(owner_of_.data(), static_cast<std::size_t>(obs_stored()) * sizeof(std::int32_t));
     w.value<std::uint64_t>(open_.size());
     w.bytes(open_.data(), open_.size() * sizeof(std::int64_t));
-    w.bytes(open_obs_.data(), open_obs_.size() * sizeof(float));
+    w.bytes(open_obs_.data(), open_obs_.size());
     window_.save(w);
   }
   /// What `save` wrote, read and checked against this store's shape, not yet applied.
@@ -341,7 +354,7 @@ class TransitionStore {
     std::vector<Link> links;
     std::vector<std::int32_t> owner_of;
     std::vector<std::int64_t> open;
-    std::vector<float> open_obs;
+    std::vector<std::uint8_t> open_obs;  // each env's row's bytes
     NStepWindow::Saved window;
   };
   Saved read(BinaryReader& r) const {
@@ -384,8 +397,8 @@ class TransitionStore {
     if (envs > (1u << 20)) r.fail("env count", "is implausibly large");
     s.open.resize(envs);
     r.bytes(s.open.data(), s.open.size() * sizeof(std::int64_t), "current observation ids");
-    s.open_obs.resize(envs * static_cast<std::size_t>(od_));
-    r.bytes(s.open_obs.data(), s.open_obs.size() * sizeof(float), "current observations");
+    s.open_obs.resize(envs * static_cast<std::size_t>(row_bytes_));
+    r.bytes(s.open_obs.data(), s.open_obs.size(), "current observations");
     s.window = window_.read(r);
     return s;
   }
@@ -464,6 +477,16 @@ class TransitionStore {
                   " values; expected " + std::to_string(n) + " envs x " + std::to_string(w));
     return host_as(t, at::kFloat);  // (only its data is read)
   }
+  // An observation batch's n rows on the host, contiguous, in the rows' element type.
+  at::Tensor host_obs(const at::Tensor& t, std::int64_t n, const char* field) const {
+    if (!t.defined() || t.numel() != n * od_)
+      throw Error(owner_ + ": StepBatch." + field + " has " + (t.defined() ? std::to_string(t.numel()) : "no") +
+                  " values; expected " + std::to_string(n) + " envs x " + std::to_string(od_));
+    if (bytes_ && t.scalar_type() != at::kByte)
+      throw Error(owner_ + ": StepBatch." + field + " is " + std::string(t.dtype().name()) +
+                  "; the env's observations are rows of bytes (uint8)");
+    return host_as(t, bytes_ ? at::kByte : at::kFloat);
+  }
   // The ids of the transitions in rows `slots`, as a host int64 tensor.
   at::Tensor ids(std::span<const std::int64_t> slots) const {
     auto t = at::empty({static_cast<std::int64_t>(slots.size())}, at::TensorOptions().dtype(at::kLong));
@@ -489,7 +512,7 @@ class TransitionStore {
 
   // Appends one observation; a stored transition that still uses the row it overwrites
   // is dropped.
-  std::int64_t append_obs(const float* o) {
+  std::int64_t append_obs(const std::uint8_t* o) {
     const std::int64_t id = obs_added_++;
     const auto slot = static_cast<std::int32_t>(id % obs_capacity_);
     owner_of_.reach(static_cast<std::size_t>(slot));
@@ -502,7 +525,7 @@ class TransitionStore {
       killed_.push_back(t);
     }
     owner_of_[static_cast<std::size_t>(slot)] = -1;
-    obs_stage_.insert(obs_stage_.end(), o, o + od_);
+    obs_stage_.insert(obs_stage_.end(), o, o + row_bytes_);
     return id;
   }
 
@@ -533,36 +556,45 @@ class TransitionStore {
   // Copies the rows staged by this add into the rings (at most two pieces each: the ids
   // of one add are consecutive).
   void flush(std::int64_t first_obs, std::int64_t first_row) {
-    auto copy_in = [](at::Tensor& ring, std::int64_t first, std::vector<float>& stage, std::int64_t w) {
-      const auto k = static_cast<std::int64_t>(stage.size()) / w;
+    // `stage`: rows of `w` elements of `dtype` (float32, or the bytes of observation rows).
+    auto copy_in = [](at::Tensor& ring, std::int64_t first, void* stage_data, std::int64_t stage_bytes, std::int64_t w,
+                      at::ScalarType dtype) {
+      const std::int64_t es = dtype == at::kByte ? 1 : 4;
+      auto* stage = static_cast<std::uint8_t*>(stage_data);
+      const auto k = stage_bytes / (w * es);
       const std::int64_t cap = ring.size(0);
       if (k == 0) return;
       // Only the last `cap` rows survive when more than `cap` were staged.
       const std::int64_t skip = std::max<std::int64_t>(0, k - cap);
-      // A float32 ring on the host (the usual case, once per env step) takes a memcpy per
-      // piece; other dtypes and devices go through LibTorch's copy.
-      const bool raw = ring.is_cpu() && ring.scalar_type() == at::kFloat && ring.is_contiguous();
-      const auto src = raw ? at::Tensor() : at::from_blob(stage.data() + skip * w, {k - skip, w}, at::kFloat);
+      // A ring on the host in the stage's dtype (the usual case, once per env step) takes a
+      // memcpy per piece; other dtypes and devices go through LibTorch's copy.
+      const bool raw = ring.is_cpu() && ring.scalar_type() == dtype && ring.is_contiguous();
+      const auto src = raw ? at::Tensor() : at::from_blob(stage + skip * w * es, {k - skip, w}, dtype);
       std::int64_t done = 0;
       while (done < k - skip) {
         const std::int64_t slot = (first + skip + done) % cap;
         const std::int64_t len = std::min(k - skip - done, cap - slot);
         if (raw)
-          std::memcpy(ring.data_ptr<float>() + slot * w, stage.data() + (skip + done) * w,
-                      static_cast<std::size_t>(len * w) * sizeof(float));
+          std::memcpy(static_cast<std::uint8_t*>(ring.data_ptr()) + slot * w * es, stage + (skip + done) * w * es,
+                      static_cast<std::size_t>(len * w * es));
         else
           ring.narrow(0, slot, len).copy_(src.narrow(0, done, len));
         done += len;
       }
     };
-    copy_in(obs_, first_obs, obs_stage_, od_);
-    copy_in(data_, first_row, row_stage_, width_);
+    copy_in(obs_, first_obs, obs_stage_.data(), static_cast<std::int64_t>(obs_stage_.size()), od_,
+            bytes_ ? at::kByte : at::kFloat);
+    copy_in(data_, first_row, row_stage_.data(), static_cast<std::int64_t>(row_stage_.size() * sizeof(float)), width_,
+            at::kFloat);
   }
 
   std::int64_t capacity_, obs_capacity_;
   c10::Device device_;
   std::string owner_;
-  std::int64_t od_, ad_;
+  std::int64_t od_;                // observation row width: floats, or bytes for rows of parts
+  std::int64_t row_bytes_;         // ... in bytes
+  bool bytes_;                     // rows of parts (uint8), stored as they come
+  std::int64_t ad_;
   bool discrete_, with_discount_;
   ObsDtype obs_dtype_;
   std::int64_t tasks_;             // the env's tasks (0: none)
@@ -575,11 +607,12 @@ class TransitionStore {
   std::vector<std::int64_t> task_count_;  // per task: live transitions
   std::int64_t added_ = 0, obs_added_ = 0, live_ = 0, dropped_ = 0;
   std::vector<std::int64_t> open_;  // per env: id of the observation its last step led to
-  std::vector<float> open_obs_;     // ... and that observation, to recognise it
+  std::vector<std::uint8_t> open_obs_;  // ... and that observation's bytes, to recognise it
   NStepWindow window_;
   std::vector<NStepWindow::Done> done_;
   std::vector<std::int64_t> killed_;
-  std::vector<float> obs_stage_, row_stage_;
+  std::vector<std::uint8_t> obs_stage_;  // this add's new observation rows, as bytes
+  std::vector<float> row_stage_;
 };
 
 }  // namespace detail
