@@ -6559,7 +6559,7 @@ class LocalVecEnv : public VecEnvBase {
     w.value(started_);
     w.value(steps_);
     const auto o = obs_[cur_].contiguous();
-    w.bytes(o.data_ptr(), static_cast<std::size_t>(o.numel()) * sizeof(float));
+    w.bytes(o.data_ptr(), static_cast<std::size_t>(o.nbytes()));  // float rows, or bytes of parts
     envs_->save_episodes(w);
   }
 
@@ -6573,7 +6573,7 @@ class LocalVecEnv : public VecEnvBase {
     const bool started = r.value<bool>("env started flag");
     const auto steps = r.value<std::int64_t>("env step count");
     auto obs = at::empty_like(obs_[cur_]);
-    r.bytes(obs.data_ptr(), static_cast<std::size_t>(obs.numel()) * sizeof(float), "env observations");
+    r.bytes(obs.data_ptr(), static_cast<std::size_t>(obs.nbytes()), "env observations");
     auto episodes = envs_->read_episodes(r);
     return [this, envs = std::move(envs), started, steps, obs, episodes = std::move(episodes)] {
       wait_idle();
@@ -22459,7 +22459,7 @@ class TorchGenerators {
 /// Keeps the C library's heap from shrinking and growing again around every update (glibc):
 /// an update's large temporaries (convolutions' activations: megabytes a tensor) are freed at
 /// its end, and by default the top of the heap then goes back to the system, to be faulted in
-/// page by page at the next update: with image encoders a third of a CPU run's time went to
+/// page by page at the next update: with image encoders a quarter of a CPU run's time went to
 /// those page faults (benchmarks/RESULTS.md, "The heap kept"). The heap keeps up to 1 GiB free
 /// at its top instead, and blocks up to 32 MiB come from it rather than from mmap. A process
 /// whose environment sets MALLOC_TRIM_THRESHOLD_ or MALLOC_MMAP_THRESHOLD_ keeps its own.

@@ -12,6 +12,7 @@
 #include <anvil/envs/cart_pole.hpp>
 #include <anvil/envs/multi_agent/mapping.hpp>
 #include <anvil/envs/pendulum.hpp>
+#include <anvil/envs/render/classic_views.hpp>
 #include <anvil/envs/vec_env.hpp>
 
 using namespace anvil;
@@ -306,4 +307,27 @@ TEST_CASE("VecEnv<Joint<MappingTask>>: on threads as in sync, missions restart w
     REQUIRE(torch::equal(sa.reward, sb.reward));
   }
   std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("VecEnv of an env with images: rows of bytes out, and its state saves as those bytes and restores exactly") {
+  using anvil::envs::PixelPendulum;
+  anvil::envs::VecEnvConfig cfg;
+  cfg.num_envs = 2;
+  anvil::envs::LocalVecEnv v(std::make_unique<anvil::envs::EnvArray<PixelPendulum>>(PixelPendulum{}, cfg, 3), cfg);
+  const auto row = v.spec().obs_dim();
+  const auto first = v.reset();
+  CHECK((first.scalar_type() == at::kByte));
+  CHECK(first.size(1) == row);
+  const auto actions = torch::full({2, 1}, 0.7f);
+  v.step(actions);
+  auto w = BinaryWriter::in_memory("anvil VecEnv test");
+  v.save(w);
+  const auto bytes = w.take_bytes();
+  // the observations go in as bytes (two rows), beside two envs' states and frames
+  CHECK(static_cast<std::int64_t>(bytes.size()) < 5 * row);
+  const auto after = v.step(actions).next_obs.clone();
+  v.step(actions);
+  BinaryReader r(bytes, "saved envs", "anvil VecEnv test");
+  v.restore(v.read(r));
+  CHECK(torch::equal(v.step(actions).next_obs, after));
 }

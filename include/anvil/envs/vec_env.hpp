@@ -161,7 +161,7 @@ class LocalVecEnv : public VecEnvBase {
     w.value(started_);
     w.value(steps_);
     const auto o = obs_[cur_].contiguous();
-    w.bytes(o.data_ptr(), static_cast<std::size_t>(o.numel()) * sizeof(float));
+    w.bytes(o.data_ptr(), static_cast<std::size_t>(o.nbytes()));  // float rows, or bytes of parts
     envs_->save_episodes(w);
   }
 
@@ -175,7 +175,7 @@ class LocalVecEnv : public VecEnvBase {
     const bool started = r.value<bool>("env started flag");
     const auto steps = r.value<std::int64_t>("env step count");
     auto obs = at::empty_like(obs_[cur_]);
-    r.bytes(obs.data_ptr(), static_cast<std::size_t>(obs.numel()) * sizeof(float), "env observations");
+    r.bytes(obs.data_ptr(), static_cast<std::size_t>(obs.nbytes()), "env observations");
     auto episodes = envs_->read_episodes(r);
     return [this, envs = std::move(envs), started, steps, obs, episodes = std::move(episodes)] {
       wait_idle();

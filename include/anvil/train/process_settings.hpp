@@ -73,7 +73,7 @@ class TorchGenerators {
 /// Keeps the C library's heap from shrinking and growing again around every update (glibc):
 /// an update's large temporaries (convolutions' activations: megabytes a tensor) are freed at
 /// its end, and by default the top of the heap then goes back to the system, to be faulted in
-/// page by page at the next update: with image encoders a third of a CPU run's time went to
+/// page by page at the next update: with image encoders a quarter of a CPU run's time went to
 /// those page faults (benchmarks/RESULTS.md, "The heap kept"). The heap keeps up to 1 GiB free
 /// at its top instead, and blocks up to 32 MiB come from it rather than from mmap. A process
 /// whose environment sets MALLOC_TRIM_THRESHOLD_ or MALLOC_MMAP_THRESHOLD_ keeps its own.
