@@ -43,8 +43,7 @@ namespace {
 
 void heap(bool kept) {
   if (kept) {
-    mallopt(M_TRIM_THRESHOLD, 1 << 30);
-    mallopt(M_MMAP_THRESHOLD, 32 << 20);
+    if (!anvil::keep_heap()) throw anvil::Error("bench_pixel_sac: the heap setting did not apply (MALLOC_* set?)");
   } else {  // glibc's starting thresholds, held (its own adapt upwards after large frees)
     mallopt(M_TRIM_THRESHOLD, 128 * 1024);
     mallopt(M_MMAP_THRESHOLD, 128 * 1024);
@@ -155,10 +154,9 @@ int main(int argc, char** argv) {
     const int n = 10;
     const double whole = seconds_of([&] { sac.update(buffer.sample(*b.batch), ctx); }, n);
     const double sample = seconds_of([&] { (void)buffer.sample(*b.batch); }, n);
-    auto shift = [](const at::Tensor& i) { return anvil::nn::random_shift(i, 4); };
     const double augment = seconds_of([&] {
-      (void)anvil::nn::augment_images(batch.obs, spec.layout, shift);
-      (void)anvil::nn::augment_images(batch.next_obs, spec.layout, shift);
+      (void)anvil::nn::shift_images(batch.obs, spec.layout, 4);
+      (void)anvil::nn::shift_images(batch.next_obs, spec.layout, 4);
     }, n);
     anvil::nn::ObsEncoder enc(spec.layout, *sc.encoder);
     const double fwd_bwd = seconds_of([&] {

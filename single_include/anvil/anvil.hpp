@@ -6144,11 +6144,21 @@ class EnvBatch {
       throw EnvError(at_fault(i, when, steps) + "observation has " + std::to_string(o.size()) + " bytes; the layout (" +
                      spec_.layout.describe() + ") has " + std::to_string(d));
     for (const auto& p : spec_.layout.parts)
-      if (p.dtype == PartDtype::float32) {
-        std::vector<float> x(static_cast<std::size_t>(p.numel()));
-        std::memcpy(x.data(), o.data() + p.offset, x.size() * sizeof(float));
-        check_finite(i, x.data(), x.size(), "observation part '" + p.name + "'", when, steps);
+      if (p.dtype == PartDtype::float32) {  // read in place, number by number: nothing allocated per step
+        float probe = 0.0f;
+        const auto n = static_cast<std::size_t>(p.numel());
+        for (std::size_t k = 0; k < n; ++k) probe += float_at(o, p.offset, k) * 0.0f;
+        if (probe == 0.0f) continue;
+        for (std::size_t k = 0; k < n; ++k)
+          if (const float x = float_at(o, p.offset, k); !std::isfinite(x))
+            throw EnvError(at_fault(i, when, steps) + "observation part '" + p.name + "'[" + std::to_string(k) + "] is " +
+                           non_finite_name(x));
       }
+  }
+  static float float_at(std::span<const std::uint8_t> row, std::int64_t offset, std::size_t k) noexcept {
+    float x;
+    std::memcpy(&x, row.data() + offset + 4 * static_cast<std::ptrdiff_t>(k), sizeof x);
+    return x;
   }
   void check_finite(std::int64_t i, const float* x, std::size_t n, const std::string& what, std::string_view when,
                     std::int64_t steps) const {
@@ -8108,8 +8118,9 @@ class MlpTape {
 /// row's bytes; the features are concatenated in the parts' order.
 ///
 /// `augment_images` applies an image augmentation to each image part of a batch of rows,
-/// leaving the other parts as they are (DrQ's random shift, applied by SAC to the sampled
-/// obs and next_obs).
+/// leaving the other parts as they are; `shift_images` is DrQ's random shift of them, which
+/// SAC applies to the sampled obs and next_obs (and PPO, with `ppo.encoder.shift`, to its
+/// minibatches).
 
 #include <torch/nn/cloneable.h>
 #include <torch/nn/module.h>
@@ -8119,6 +8130,124 @@ class MlpTape {
 #include <utility>
 #include <vector>
 
+// ---- begin <anvil/nn/image_augment.hpp> ----
+/// @file
+/// Image augmentation for learning from pixels, as the papers do it:
+///
+///  - `random_shift` (DrQ: Kostrikov, Yarats, Fergus 2020, "Image Augmentation Is All You
+///    Need", section 3.1): each image padded by `pad` pixels on every side, repeating its
+///    border pixels, then cropped back to its size at a random offset, i.e. shifted by up to
+///    +-pad pixels (4 at 84x84). SAC from pixels applies it to the observations and the next
+///    observations of every sampled batch, independently.
+///  - `random_crop` / `center_crop` (Diffusion Policy, Chi et al. 2023, section IV-B, after
+///    robomimic): a random crop of a fixed size when training (84x84 of Push-T's 96x96, 76x76
+///    of an 84x84 camera), the center crop of that size when acting.
+///
+/// Both take uint8 or float batches [B, C, H, W] and give the same dtype, so pixels can be
+/// shifted as bytes before they are converted. The offsets come from `generator` (the run's
+/// seeded one; a CPU generator, also for images on a GPU), else the global CPU generator.
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+
+
+namespace anvil::nn {
+
+namespace detail {
+/// Windows of `h` x `w` of `images` [B, C, H, W] at per-sample offsets `top`, `left` [B] (int64).
+/// On the CPU one strided copy per image (memory speed: 128 frames of 9x84x84 in about a
+/// millisecond); on a GPU one gather for the whole batch (one kernel, not B).
+inline at::Tensor windows(const at::Tensor& images, const at::Tensor& top, const at::Tensor& left, std::int64_t h, std::int64_t w) {
+  const auto b = images.size(0);
+  if (images.is_cpu()) {
+    auto out = at::empty({b, images.size(1), h, w}, images.options());
+    const auto t = top.accessor<std::int64_t, 1>(), l = left.accessor<std::int64_t, 1>();
+    for (std::int64_t i = 0; i < b; ++i) out[i].copy_(images[i].narrow(1, t[i], h).narrow(2, l[i], w));
+    return out;
+  }
+  const auto o = top.options();
+  const auto rows = (top.unsqueeze(1) + at::arange(h, o)).view({b, h, 1});   // [B, h, 1]
+  const auto cols = (left.unsqueeze(1) + at::arange(w, o)).view({b, 1, w});  // [B, 1, w]
+  const auto batch = at::arange(b, o).view({b, 1, 1});
+  // [B, H, W, C] indexed by (batch, rows, cols) -> [B, h, w, C] -> [B, C, h, w].
+  return images.permute({0, 2, 3, 1}).index({batch, rows, cols}).permute({0, 3, 1, 2}).contiguous();
+}
+
+inline void check_images(const at::Tensor& images, const char* who) {
+  if (images.dim() != 4)
+    throw Error(std::string(who) + ": expects images [B, C, H, W], got " + std::to_string(images.dim()) + " dimensions");
+}
+}  // namespace detail
+
+/// DrQ's random shift (see file comment): [B, C, H, W] -> [B, C, H, W], each image moved by
+/// up to +-`pad` pixels in each direction, its border repeated into the gap.
+inline at::Tensor random_shift(const at::Tensor& images, std::int64_t pad, c10::optional<at::Generator> generator = c10::nullopt) {
+  detail::check_images(images, "random_shift");
+  if (pad < 0) throw ConfigError("random_shift: the pad must be 0 or more pixels (got " + std::to_string(pad) + ")");
+  if (pad == 0) return images;
+  const auto b = images.size(0), h = images.size(2), w = images.size(3);
+  const auto o = images.options().dtype(at::kLong).device(at::kCPU);
+  const auto top = at::randint(2 * pad + 1, {b}, generator, o);
+  const auto left = at::randint(2 * pad + 1, {b}, generator, o);
+  if (images.is_cpu()) {
+    // Each image moved by (top - pad, left - pad) with a few strided copies: the part that
+    // stays in view, then its edge columns and rows repeated into the gap (columns first,
+    // so the corners take the corner pixel), with no padded copy of the batch.
+    auto out = at::empty_like(images, at::MemoryFormat::Contiguous);
+    const auto t = top.accessor<std::int64_t, 1>(), l = left.accessor<std::int64_t, 1>();
+    for (std::int64_t i = 0; i < b; ++i) {
+      const std::int64_t dy = t[i] - pad, dx = l[i] - pad;
+      const std::int64_t r0 = std::max<std::int64_t>(0, -dy), r1 = std::min(h, h - dy);
+      const std::int64_t c0 = std::max<std::int64_t>(0, -dx), c1 = std::min(w, w - dx);
+      auto o_i = out[i];
+      o_i.narrow(1, r0, r1 - r0).narrow(2, c0, c1 - c0).copy_(images[i].narrow(1, r0 + dy, r1 - r0).narrow(2, c0 + dx, c1 - c0));
+      auto band = o_i.narrow(1, r0, r1 - r0);
+      if (c0 > 0) band.narrow(2, 0, c0).copy_(band.narrow(2, c0, 1).expand({-1, -1, c0}));
+      if (c1 < w) band.narrow(2, c1, w - c1).copy_(band.narrow(2, c1 - 1, 1).expand({-1, -1, w - c1}));
+      if (r0 > 0) o_i.narrow(1, 0, r0).copy_(o_i.narrow(1, r0, 1).expand({-1, r0, -1}));
+      if (r1 < h) o_i.narrow(1, r1, h - r1).copy_(o_i.narrow(1, r1 - 1, 1).expand({-1, h - r1, -1}));
+    }
+    return out;
+  }
+  // On a GPU: the border-repeated padding by one gather of rows and one of columns, then the
+  // windows in one more.
+  const auto rows = at::arange(-pad, h + pad, images.options().dtype(at::kLong)).clamp(0, h - 1);
+  const auto cols = at::arange(-pad, w + pad, images.options().dtype(at::kLong)).clamp(0, w - 1);
+  const auto padded = images.index_select(2, rows).index_select(3, cols);
+  return detail::windows(padded, top.to(images.device()), left.to(images.device()), h, w);
+}
+
+/// A random `height` x `width` crop of each image (Diffusion Policy's training augmentation).
+inline at::Tensor random_crop(const at::Tensor& images, std::int64_t height, std::int64_t width,
+                              c10::optional<at::Generator> generator = c10::nullopt) {
+  detail::check_images(images, "random_crop");
+  const auto h = images.size(2), w = images.size(3);
+  if (height < 1 || width < 1 || height > h || width > w)
+    throw ConfigError("random_crop: a " + std::to_string(height) + "x" + std::to_string(width) + " crop of " + std::to_string(h) +
+                      "x" + std::to_string(w) + " images");
+  const auto o = images.options().dtype(at::kLong).device(at::kCPU);
+  const auto b = images.size(0);
+  const auto top = at::randint(h - height + 1, {b}, generator, o);
+  const auto left = at::randint(w - width + 1, {b}, generator, o);
+  return images.is_cpu() ? detail::windows(images, top, left, height, width)
+                         : detail::windows(images, top.to(images.device()), left.to(images.device()), height, width);
+}
+
+/// The centred `height` x `width` crop (acting and evaluation, where training crops at random).
+inline at::Tensor center_crop(const at::Tensor& images, std::int64_t height, std::int64_t width) {
+  detail::check_images(images, "center_crop");
+  const auto h = images.size(2), w = images.size(3);
+  if (height < 1 || width < 1 || height > h || width > w)
+    throw ConfigError("center_crop: a " + std::to_string(height) + "x" + std::to_string(width) + " crop of " + std::to_string(h) +
+                      "x" + std::to_string(w) + " images");
+  return images.narrow(2, (h - height) / 2, height).narrow(3, (w - width) / 2, width).contiguous();
+}
+
+}  // namespace anvil::nn
+// ---- end <anvil/nn/image_augment.hpp> ----
 // ---- begin <anvil/nn/image_encoders.hpp> ----
 /// @file
 /// Image encoders: an image batch [B, C, H, W] (uint8 pixels, or floats already in [0, 1])
@@ -8429,6 +8558,13 @@ at::Tensor augment_images(const at::Tensor& rows, const ObsLayout& layout, F&& f
   for (const auto& p : layout.parts)
     if (p.image()) detail::part_of(out, p).copy_(f(detail::part_of(rows, p)));
   return out;
+}
+
+/// DrQ's random shift (nn/image_augment.hpp) of every image part of `rows`, each image on its
+/// own, by up to `pad` pixels; `rows` itself when `pad` is 0.
+inline at::Tensor shift_images(const at::Tensor& rows, const ObsLayout& layout, std::int64_t pad) {
+  if (pad == 0) return rows;
+  return augment_images(rows, layout, [pad](const at::Tensor& images) { return random_shift(images, pad); });
 }
 
 }  // namespace anvil::nn
@@ -16633,124 +16769,6 @@ inline SacActorResult manual_actor(SacManual& m, const nn::GaussianActorImpl& ac
 
 }  // namespace anvil::detail
 // ---- end <anvil/algorithms/sac_manual.hpp> ----
-// ---- begin <anvil/nn/image_augment.hpp> ----
-/// @file
-/// Image augmentation for learning from pixels, as the papers do it:
-///
-///  - `random_shift` (DrQ: Kostrikov, Yarats, Fergus 2020, "Image Augmentation Is All You
-///    Need", section 3.1): each image padded by `pad` pixels on every side, repeating its
-///    border pixels, then cropped back to its size at a random offset, i.e. shifted by up to
-///    +-pad pixels (4 at 84x84). SAC from pixels applies it to the observations and the next
-///    observations of every sampled batch, independently.
-///  - `random_crop` / `center_crop` (Diffusion Policy, Chi et al. 2023, section IV-B, after
-///    robomimic): a random crop of a fixed size when training (84x84 of Push-T's 96x96, 76x76
-///    of an 84x84 camera), the center crop of that size when acting.
-///
-/// Both take uint8 or float batches [B, C, H, W] and give the same dtype, so pixels can be
-/// shifted as bytes before they are converted. The offsets come from `generator` (the run's
-/// seeded one; a CPU generator, also for images on a GPU), else the global CPU generator.
-
-#include <ATen/ATen.h>
-
-#include <algorithm>
-#include <cstdint>
-#include <string>
-
-
-namespace anvil::nn {
-
-namespace detail {
-/// Windows of `h` x `w` of `images` [B, C, H, W] at per-sample offsets `top`, `left` [B] (int64).
-/// On the CPU one strided copy per image (memory speed: 128 frames of 9x84x84 in about a
-/// millisecond); on a GPU one gather for the whole batch (one kernel, not B).
-inline at::Tensor windows(const at::Tensor& images, const at::Tensor& top, const at::Tensor& left, std::int64_t h, std::int64_t w) {
-  const auto b = images.size(0);
-  if (images.is_cpu()) {
-    auto out = at::empty({b, images.size(1), h, w}, images.options());
-    const auto t = top.accessor<std::int64_t, 1>(), l = left.accessor<std::int64_t, 1>();
-    for (std::int64_t i = 0; i < b; ++i) out[i].copy_(images[i].narrow(1, t[i], h).narrow(2, l[i], w));
-    return out;
-  }
-  const auto o = top.options();
-  const auto rows = (top.unsqueeze(1) + at::arange(h, o)).view({b, h, 1});   // [B, h, 1]
-  const auto cols = (left.unsqueeze(1) + at::arange(w, o)).view({b, 1, w});  // [B, 1, w]
-  const auto batch = at::arange(b, o).view({b, 1, 1});
-  // [B, H, W, C] indexed by (batch, rows, cols) -> [B, h, w, C] -> [B, C, h, w].
-  return images.permute({0, 2, 3, 1}).index({batch, rows, cols}).permute({0, 3, 1, 2}).contiguous();
-}
-
-inline void check_images(const at::Tensor& images, const char* who) {
-  if (images.dim() != 4)
-    throw Error(std::string(who) + ": expects images [B, C, H, W], got " + std::to_string(images.dim()) + " dimensions");
-}
-}  // namespace detail
-
-/// DrQ's random shift (see file comment): [B, C, H, W] -> [B, C, H, W], each image moved by
-/// up to +-`pad` pixels in each direction, its border repeated into the gap.
-inline at::Tensor random_shift(const at::Tensor& images, std::int64_t pad, c10::optional<at::Generator> generator = c10::nullopt) {
-  detail::check_images(images, "random_shift");
-  if (pad < 0) throw ConfigError("random_shift: the pad must be 0 or more pixels (got " + std::to_string(pad) + ")");
-  if (pad == 0) return images;
-  const auto b = images.size(0), h = images.size(2), w = images.size(3);
-  const auto o = images.options().dtype(at::kLong).device(at::kCPU);
-  const auto top = at::randint(2 * pad + 1, {b}, generator, o);
-  const auto left = at::randint(2 * pad + 1, {b}, generator, o);
-  if (images.is_cpu()) {
-    // Each image moved by (top - pad, left - pad) with a few strided copies: the part that
-    // stays in view, then its edge columns and rows repeated into the gap (columns first,
-    // so the corners take the corner pixel), with no padded copy of the batch.
-    auto out = at::empty_like(images, at::MemoryFormat::Contiguous);
-    const auto t = top.accessor<std::int64_t, 1>(), l = left.accessor<std::int64_t, 1>();
-    for (std::int64_t i = 0; i < b; ++i) {
-      const std::int64_t dy = t[i] - pad, dx = l[i] - pad;
-      const std::int64_t r0 = std::max<std::int64_t>(0, -dy), r1 = std::min(h, h - dy);
-      const std::int64_t c0 = std::max<std::int64_t>(0, -dx), c1 = std::min(w, w - dx);
-      auto o_i = out[i];
-      o_i.narrow(1, r0, r1 - r0).narrow(2, c0, c1 - c0).copy_(images[i].narrow(1, r0 + dy, r1 - r0).narrow(2, c0 + dx, c1 - c0));
-      auto band = o_i.narrow(1, r0, r1 - r0);
-      if (c0 > 0) band.narrow(2, 0, c0).copy_(band.narrow(2, c0, 1).expand({-1, -1, c0}));
-      if (c1 < w) band.narrow(2, c1, w - c1).copy_(band.narrow(2, c1 - 1, 1).expand({-1, -1, w - c1}));
-      if (r0 > 0) o_i.narrow(1, 0, r0).copy_(o_i.narrow(1, r0, 1).expand({-1, r0, -1}));
-      if (r1 < h) o_i.narrow(1, r1, h - r1).copy_(o_i.narrow(1, r1 - 1, 1).expand({-1, h - r1, -1}));
-    }
-    return out;
-  }
-  // On a GPU: the border-repeated padding by one gather of rows and one of columns, then the
-  // windows in one more.
-  const auto rows = at::arange(-pad, h + pad, images.options().dtype(at::kLong)).clamp(0, h - 1);
-  const auto cols = at::arange(-pad, w + pad, images.options().dtype(at::kLong)).clamp(0, w - 1);
-  const auto padded = images.index_select(2, rows).index_select(3, cols);
-  return detail::windows(padded, top.to(images.device()), left.to(images.device()), h, w);
-}
-
-/// A random `height` x `width` crop of each image (Diffusion Policy's training augmentation).
-inline at::Tensor random_crop(const at::Tensor& images, std::int64_t height, std::int64_t width,
-                              c10::optional<at::Generator> generator = c10::nullopt) {
-  detail::check_images(images, "random_crop");
-  const auto h = images.size(2), w = images.size(3);
-  if (height < 1 || width < 1 || height > h || width > w)
-    throw ConfigError("random_crop: a " + std::to_string(height) + "x" + std::to_string(width) + " crop of " + std::to_string(h) +
-                      "x" + std::to_string(w) + " images");
-  const auto o = images.options().dtype(at::kLong).device(at::kCPU);
-  const auto b = images.size(0);
-  const auto top = at::randint(h - height + 1, {b}, generator, o);
-  const auto left = at::randint(w - width + 1, {b}, generator, o);
-  return images.is_cpu() ? detail::windows(images, top, left, height, width)
-                         : detail::windows(images, top.to(images.device()), left.to(images.device()), height, width);
-}
-
-/// The centred `height` x `width` crop (acting and evaluation, where training crops at random).
-inline at::Tensor center_crop(const at::Tensor& images, std::int64_t height, std::int64_t width) {
-  detail::check_images(images, "center_crop");
-  const auto h = images.size(2), w = images.size(3);
-  if (height < 1 || width < 1 || height > h || width > w)
-    throw ConfigError("center_crop: a " + std::to_string(height) + "x" + std::to_string(width) + " crop of " + std::to_string(h) +
-                      "x" + std::to_string(w) + " images");
-  return images.narrow(2, (h - height) / 2, height).narrow(3, (w - width) / 2, width).contiguous();
-}
-
-}  // namespace anvil::nn
-// ---- end <anvil/nn/image_augment.hpp> ----
 // ---- begin <anvil/optim/graphed_update.hpp> ----
 /// @file
 /// `GraphedUpdate`: an algorithm's update as a CUDA graph (core/cuda_graph.hpp). The first
@@ -17160,10 +17178,8 @@ class BasicSAC {
     if (!layout_.parts.empty() && cfg_.encoder->shift > 0) {
       // DrQ: obs and next_obs each shifted at random, every transition on its own.
       ReplayBatch shifted = batch;
-      const auto pad = static_cast<std::int64_t>(*cfg_.encoder->shift);
-      auto shift = [pad](const at::Tensor& images) { return nn::random_shift(images, pad); };
-      shifted.obs = nn::augment_images(batch.obs, layout_, shift);
-      shifted.next_obs = nn::augment_images(batch.next_obs, layout_, shift);
+      shifted.obs = nn::shift_images(batch.obs, layout_, *cfg_.encoder->shift);
+      shifted.next_obs = nn::shift_images(batch.next_obs, layout_, *cfg_.encoder->shift);
       return eager_update(shifted, ctx, noise);
     }
     if (graphable(batch, ctx, noise)) return graphed_update(batch, ctx, noise);
@@ -19672,10 +19688,7 @@ class PPO {
     auto guard = ctx.autocast();
     at::Tensor x = b.obs;
     if (encoder_) {  // images: encoded once for both heads (randomly shifted first with encoder.shift, as RAD does)
-      const auto pad = static_cast<std::int64_t>(*cfg_.encoder->shift);
-      x = encoder_->forward(pad > 0 ? nn::augment_images(b.obs, encoder_->layout(),
-                                                         [pad](const at::Tensor& i) { return nn::random_shift(i, pad); })
-                                    : b.obs);
+      x = encoder_->forward(nn::shift_images(b.obs, encoder_->layout(), *cfg_.encoder->shift));
     }
     const auto logits = actor_->forward(x).to(at::kFloat);
     at::Tensor log_prob, entropy;

@@ -183,3 +183,45 @@ TEST_CASE("PixelPendulum: an EnvArray steps it into rows of bytes, and its state
   batch.step(0, 2, act.data(), rows, 1);
   CHECK(next == after_two);  // the restored envs and frames step on exactly as before
 }
+
+namespace {
+// An env of parts, an image beside two numbers, whose second number turns NaN at step 3.
+struct ImageAndState {
+  static constexpr std::string_view name = "ImageAndState";
+  std::array<std::uint8_t, 12 + 8> row{};
+  int t = 0;
+  [[nodiscard]] anvil::ObsLayout observation_space() const { return anvil::ObsLayout{}.image("image", 3, 2, 2).vector("state", 2); }
+  [[nodiscard]] anvil::Box action_space() const { return {{-1.f}, {1.f}}; }
+  std::span<const std::uint8_t> reset(std::uint64_t) {
+    t = 0;
+    write(0.f);
+    return row;
+  }
+  anvil::envs::ByteStepResult step(std::span<const float>) {
+    ++t;
+    write(t == 3 ? std::nanf("") : static_cast<float>(t));
+    return {row, 0.0, false, false};
+  }
+  void write(float second) {
+    const float s[2] = {1.f, second};
+    std::memcpy(row.data() + 12, s, sizeof s);
+  }
+};
+}  // namespace
+
+TEST_CASE("An env of parts: a non-finite number in a float part stops the step, naming the env, the step and the part") {
+  anvil::envs::VecEnvConfig cfg;
+  cfg.num_envs = 1;
+  anvil::envs::EnvArray<ImageAndState> batch(ImageAndState{}, cfg, 1);
+  CHECK(batch.spec().obs_dim() == 20);
+  std::vector<std::uint8_t> obs(20), next(20);
+  std::vector<float> reward(1), term(1), trunc(1), act(1, 0.f);
+  std::vector<anvil::envs::EpisodeEnd> ended(1);
+  batch.reset(obs.data(), 0);
+  const anvil::envs::StepRows rows{obs.data(), next.data(), reward.data(), term.data(), trunc.data(), nullptr, ended.data()};
+  batch.step(0, 1, act.data(), rows, 0);
+  batch.step(0, 1, act.data(), rows, 1);
+  CHECK_THROWS_WITH_AS(batch.step(0, 1, act.data(), rows, 2),
+                       doctest::Contains("ImageAndState: env 0 of 1: step 3 (step 3 of its episode): observation part 'state'[1] is nan"),
+                       anvil::envs::EnvError);
+}

@@ -44,7 +44,6 @@
 #include <anvil/core/tensor_io.hpp>
 #include <anvil/nn/manual_mlp.hpp>
 #include <anvil/nn/mlp.hpp>
-#include <anvil/nn/image_augment.hpp>
 #include <anvil/nn/observation_encoder.hpp>
 #include <anvil/optim/ema.hpp>
 #include <anvil/optim/flat_adam.hpp>
@@ -318,10 +317,7 @@ class PPO {
     auto guard = ctx.autocast();
     at::Tensor x = b.obs;
     if (encoder_) {  // images: encoded once for both heads (randomly shifted first with encoder.shift, as RAD does)
-      const auto pad = static_cast<std::int64_t>(*cfg_.encoder->shift);
-      x = encoder_->forward(pad > 0 ? nn::augment_images(b.obs, encoder_->layout(),
-                                                         [pad](const at::Tensor& i) { return nn::random_shift(i, pad); })
-                                    : b.obs);
+      x = encoder_->forward(nn::shift_images(b.obs, encoder_->layout(), *cfg_.encoder->shift));
     }
     const auto logits = actor_->forward(x).to(at::kFloat);
     at::Tensor log_prob, entropy;

@@ -38,7 +38,6 @@
 #include <anvil/core/spaces.hpp>
 #include <anvil/core/tensor_io.hpp>
 #include <anvil/nn/gaussian_actor.hpp>
-#include <anvil/nn/image_augment.hpp>
 #include <anvil/nn/twin_q.hpp>
 #include <anvil/optim/ema.hpp>
 #include <anvil/optim/flat_adam.hpp>
@@ -210,10 +209,8 @@ class BasicSAC {
     if (!layout_.parts.empty() && cfg_.encoder->shift > 0) {
       // DrQ: obs and next_obs each shifted at random, every transition on its own.
       ReplayBatch shifted = batch;
-      const auto pad = static_cast<std::int64_t>(*cfg_.encoder->shift);
-      auto shift = [pad](const at::Tensor& images) { return nn::random_shift(images, pad); };
-      shifted.obs = nn::augment_images(batch.obs, layout_, shift);
-      shifted.next_obs = nn::augment_images(batch.next_obs, layout_, shift);
+      shifted.obs = nn::shift_images(batch.obs, layout_, *cfg_.encoder->shift);
+      shifted.next_obs = nn::shift_images(batch.next_obs, layout_, *cfg_.encoder->shift);
       return eager_update(shifted, ctx, noise);
     }
     if (graphable(batch, ctx, noise)) return graphed_update(batch, ctx, noise);

@@ -143,11 +143,21 @@ class EnvBatch {
       throw EnvError(at_fault(i, when, steps) + "observation has " + std::to_string(o.size()) + " bytes; the layout (" +
                      spec_.layout.describe() + ") has " + std::to_string(d));
     for (const auto& p : spec_.layout.parts)
-      if (p.dtype == PartDtype::float32) {
-        std::vector<float> x(static_cast<std::size_t>(p.numel()));
-        std::memcpy(x.data(), o.data() + p.offset, x.size() * sizeof(float));
-        check_finite(i, x.data(), x.size(), "observation part '" + p.name + "'", when, steps);
+      if (p.dtype == PartDtype::float32) {  // read in place, number by number: nothing allocated per step
+        float probe = 0.0f;
+        const auto n = static_cast<std::size_t>(p.numel());
+        for (std::size_t k = 0; k < n; ++k) probe += float_at(o, p.offset, k) * 0.0f;
+        if (probe == 0.0f) continue;
+        for (std::size_t k = 0; k < n; ++k)
+          if (const float x = float_at(o, p.offset, k); !std::isfinite(x))
+            throw EnvError(at_fault(i, when, steps) + "observation part '" + p.name + "'[" + std::to_string(k) + "] is " +
+                           non_finite_name(x));
       }
+  }
+  static float float_at(std::span<const std::uint8_t> row, std::int64_t offset, std::size_t k) noexcept {
+    float x;
+    std::memcpy(&x, row.data() + offset + 4 * static_cast<std::ptrdiff_t>(k), sizeof x);
+    return x;
   }
   void check_finite(std::int64_t i, const float* x, std::size_t n, const std::string& what, std::string_view when,
                     std::int64_t steps) const {

@@ -8,8 +8,9 @@
 /// row's bytes; the features are concatenated in the parts' order.
 ///
 /// `augment_images` applies an image augmentation to each image part of a batch of rows,
-/// leaving the other parts as they are (DrQ's random shift, applied by SAC to the sampled
-/// obs and next_obs).
+/// leaving the other parts as they are; `shift_images` is DrQ's random shift of them, which
+/// SAC applies to the sampled obs and next_obs (and PPO, with `ppo.encoder.shift`, to its
+/// minibatches).
 
 #include <torch/nn/cloneable.h>
 #include <torch/nn/module.h>
@@ -21,6 +22,7 @@
 
 #include <anvil/core/error.hpp>
 #include <anvil/core/spaces.hpp>
+#include <anvil/nn/image_augment.hpp>
 #include <anvil/nn/image_encoders.hpp>
 #include <anvil/nn/network_config.hpp>
 
@@ -120,6 +122,13 @@ at::Tensor augment_images(const at::Tensor& rows, const ObsLayout& layout, F&& f
   for (const auto& p : layout.parts)
     if (p.image()) detail::part_of(out, p).copy_(f(detail::part_of(rows, p)));
   return out;
+}
+
+/// DrQ's random shift (nn/image_augment.hpp) of every image part of `rows`, each image on its
+/// own, by up to `pad` pixels; `rows` itself when `pad` is 0.
+inline at::Tensor shift_images(const at::Tensor& rows, const ObsLayout& layout, std::int64_t pad) {
+  if (pad == 0) return rows;
+  return augment_images(rows, layout, [pad](const at::Tensor& images) { return random_shift(images, pad); });
 }
 
 }  // namespace anvil::nn
