@@ -4,6 +4,8 @@
 //   record  the scripted expert (envs/chipmunk/push_t_expert.hpp) records demonstrations to
 //           an HDF5 file in robomimic's layout:
 //             build/examples/diffusion_pusht --experiment.mode=record --experiment.file=data/pusht_demos.hdf5
+//           --experiment.observation=image records the paper's image variant instead: the
+//           field drawn at 96x96 RGB (key 'image', [T, 96, 96, 3] uint8, gzip) beside agent_pos.
 //   train   Diffusion Policy (or --diffusion.objective=mse, the BC baseline) on a demo file,
 //           evaluated with its EMA weights on Push-T by the published protocol (return =
 //           the best reward of each episode; success = coverage above 95%):
@@ -21,6 +23,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -33,6 +36,7 @@
 #include <anvil/envs/chipmunk/push_t.hpp>
 #include <anvil/envs/chipmunk/push_t_expert.hpp>
 #include <anvil/envs/chipmunk/push_t_score.hpp>
+#include <anvil/envs/chipmunk/push_t_view.hpp>
 #include <anvil/envs/multi_step.hpp>
 #include <anvil/parallel/ddp.hpp>
 #include <anvil/precision/bf16.hpp>
@@ -52,6 +56,11 @@ struct Experiment {
       precision{""};
   anvil::Param<int, "demos", "successful demonstrations to record (record)", anvil::at_least(1)> demos{200};
   anvil::Param<std::string, "file", "the demonstration file written (record)"> file{"data/pusht_demos.hdf5"};
+  anvil::Param<std::string, "observation",
+               "state (keypoints and agent_pos) or image (the field drawn at image_size x image_size RGB, key 'image', beside "
+               "agent_pos, as the paper's image variant) (record)">
+      observation{"state"};
+  anvil::Param<int, "image_size", "the image's height and width in pixels (record, observation=image)", anvil::at_least(8)> image_size{96};
   anvil::Param<std::int64_t, "seed", "first seed of the recorded episodes (record)", anvil::at_least(0)> seed{0};
   anvil::Param<int, "test_episodes", "test seeds 100000 .. 100000 + n - 1 (expert, eval)", anvil::at_least(1)> test_episodes{50};
   anvil::Param<std::string, "run", "a training run's directory (eval)"> run{""};
@@ -68,18 +77,39 @@ anvil::envs::MultiStep<PushT> pusht_env(const anvil::DiffusionPolicy::Config& c)
 }
 
 int record(const Experiment& e, bool quiet = false) {
+  if (*e.observation != "state" && *e.observation != "image")
+    throw anvil::ConfigError("experiment.observation: '" + *e.observation + "' is neither state nor image");
+  const bool image = *e.observation == "image";
   anvil::Demonstrations d;
   d.env_name = std::string(PushT::name);
-  d.obs_parts = {{"keypoints", 2 * PushT::kNumKeypoints}, {"agent_pos", 2}};
-  d.obs_dim = PushT::kObsDim;
   d.act_dim = 2;
+  if (image) {
+    d.layout.image("image", 3, *e.image_size, *e.image_size).vector("agent_pos", 2);
+    d.obs_dim = d.layout.row_bytes();
+  } else {
+    d.obs_parts = {{"keypoints", 2 * PushT::kNumKeypoints}, {"agent_pos", 2}};
+    d.obs_dim = PushT::kObsDim;
+  }
   const PushTExpert expert;
   PushT env;
+  auto canvas = anvil::envs::chipmunk::push_t_canvas(*e.image_size);
   int tried = 0;
   for (std::uint64_t seed = static_cast<std::uint64_t>(*e.seed); d.episodes() < e.demos; ++seed, ++tried) {
     std::vector<float> o, a;
+    std::vector<std::uint8_t> rows;
     const bool ok = expert.run(env, seed, [&](std::span<const float> obs, std::span<const float> act) {
-      o.insert(o.end(), obs.begin(), obs.end());
+      if (image) {
+        // The field as the env is now (the expert records before it steps), and the pusher's
+        // position (the observation's last two numbers).
+        anvil::envs::chipmunk::draw_push_t(canvas, env);
+        const auto px = canvas.pixels();
+        const auto at = rows.size();
+        rows.resize(at + static_cast<std::size_t>(d.obs_dim), 0);
+        std::copy(px.begin(), px.end(), rows.begin() + static_cast<std::ptrdiff_t>(at));
+        std::memcpy(rows.data() + at + d.layout.parts[1].offset, obs.data() + obs.size() - 2, 2 * sizeof(float));
+      } else {
+        o.insert(o.end(), obs.begin(), obs.end());
+      }
       a.insert(a.end(), act.begin(), act.end());
     });
     if (!ok) continue;  // demonstrations of success only, as people record them
@@ -88,7 +118,8 @@ int record(const Experiment& e, bool quiet = false) {
     std::vector<std::uint8_t> dn(static_cast<std::size_t>(t), 0);
     r.back() = 1.0f;
     dn.back() = 1;
-    d.add_episode(o, a, r, dn);
+    if (image) d.add_episode_rows(rows, a, r, dn);
+    else d.add_episode(o, a, r, dn);
   }
   const std::filesystem::path file(*e.file);
   if (file.has_parent_path()) std::filesystem::create_directories(file.parent_path());

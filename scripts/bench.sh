@@ -10,9 +10,11 @@ cd "$(dirname "$0")/.."
 build=${ANVIL_BUILD_DIR:-build}
 cmake -S . -B "$build" -G Ninja >/dev/null
 targets=(bench_sac_update bench_vec_env bench_buffers bench_precision bench_ddp bench_ppo bench_async bench_coma bench_diffusion bench_image_encoders bench_pixel_sac)
-# The MuJoCo suite's benchmark, when CMake found MuJoCo.
+# The MuJoCo suite's benchmark, when CMake found MuJoCo; image demonstrations', with HDF5
+# and Chipmunk2D.
 mujoco=()
 if grep -Eq "^build benchmarks/bench_mujoco[ :]" "$build/build.ninja"; then mujoco=(bench_mujoco); fi
+if grep -Eq "^build benchmarks/bench_image_demos[ :]" "$build/build.ninja"; then mujoco+=(bench_image_demos); fi
 cmake --build "$build" --target "${targets[@]}" "${mujoco[@]}"
 out="benchmarks/results-$(hostname).jsonl"
 # The settings the test suite runs with (see cmake/anvil_programs.cmake): OpenMP workers
@@ -22,7 +24,7 @@ export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}
 if [[ $# -gt 0 ]]; then
   which=$1
   shift
-  [[ -x "$build/benchmarks/bench_$which" ]] || { echo "scripts/bench.sh: no benchmark 'bench_$which' (sac_update, vec_env, buffers, precision, ddp, ppo, async, coma, diffusion, image_encoders, mujoco)" >&2; exit 2; }
+  [[ -x "$build/benchmarks/bench_$which" ]] || { echo "scripts/bench.sh: no benchmark 'bench_$which' (sac_update, vec_env, buffers, precision, ddp, ppo, async, coma, diffusion, image_encoders, pixel_sac, image_demos, mujoco)" >&2; exit 2; }
   benches=("bench_$which")
 else
   benches=(bench_vec_env bench_buffers bench_sac_update bench_precision bench_ddp bench_ppo bench_async bench_coma bench_diffusion bench_image_encoders bench_pixel_sac "${mujoco[@]}")

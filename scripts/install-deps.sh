@@ -22,6 +22,8 @@ packages=(
   libmujoco-dev
   # Push-T's physics (envs/chipmunk/) and demonstrations and datasets on disk (data/hdf5.hpp)
   libchipmunk-dev libhdf5-dev
+  # zlib: anvil inflates gzip-compressed image chunks of HDF5 files in its own threads
+  zlib1g-dev
   # Python's HDF5 binding, with which a test opens the demonstration files anvil writes
   python3-h5py
   # envs written in Python (envs/python_env.hpp): the bridge embeds Debian's Python, with numpy

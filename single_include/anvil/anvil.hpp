@@ -3514,9 +3514,14 @@ struct ObsLayout {
   [[nodiscard]] std::string describe() const {
     std::string s;
     for (const auto& p : parts) {
-      s += (s.empty() ? "" : ", ") + p.name + (p.dtype == PartDtype::uint8 ? " uint8 [" : " float32 [");
-      for (std::size_t i = 0; i < p.shape.size(); ++i) s += (i ? "," : "") + std::to_string(p.shape[i]);
-      s += "]";
+      // Appended piece by piece (GCC 12 misreads `"" + std::string` chains as overflows).
+      if (!s.empty()) s.append(", ");
+      s.append(p.name).append(p.dtype == PartDtype::uint8 ? " uint8 [" : " float32 [");
+      for (std::size_t i = 0; i < p.shape.size(); ++i) {
+        if (i) s.push_back(',');
+        s.append(std::to_string(p.shape[i]));
+      }
+      s.push_back(']');
     }
     return s;
   }
@@ -13043,6 +13048,37 @@ inline void advise_huge_pages(void* p, std::size_t bytes) noexcept {
   (void)bytes;
 #endif
 }
+
+/// A `std::allocator` for vectors of bytes or numbers filled in bulk (demonstrations read
+/// from a file): blocks of two huge pages or more aligned to a huge page and advised to use
+/// huge pages, and elements default-initialised (a resize leaves them unset, the reader
+/// writes every one), so a large read takes a few page faults, by the threads that fill it,
+/// instead of one per 4 KiB page (at about 10 us a fault on a VM: 0.25 s for 90 MB,
+/// measured on this machine class, 0.012 s on huge pages).
+template <class T>
+struct HugePageAllocator {
+  static_assert(std::is_trivially_copyable_v<T>);
+  using value_type = T;
+  HugePageAllocator() = default;
+  template <class U>
+  HugePageAllocator(const HugePageAllocator<U>&) noexcept {}
+  [[nodiscard]] T* allocate(std::size_t n) {
+    const std::size_t bytes = std::max<std::size_t>(n * sizeof(T), 1);
+    const std::size_t align = bytes >= 2 * kHugePage ? kHugePage : 64;
+    void* p = std::aligned_alloc(align, (bytes + align - 1) / align * align);
+    if (p == nullptr) throw std::bad_alloc();
+    advise_huge_pages(p, bytes);
+    return static_cast<T*>(p);
+  }
+  void deallocate(T* p, std::size_t) noexcept { std::free(p); }
+  template <class U, class... Args>
+  void construct(U* p, Args&&... args) {
+    if constexpr (sizeof...(Args) == 0) ::new (static_cast<void*>(p)) U;  // default-initialised: unset
+    else ::new (static_cast<void*>(p)) U(std::forward<Args>(args)...);
+  }
+  template <class U>
+  bool operator==(const HugePageAllocator<U>&) const noexcept { return true; }
+};
 
 /// A fixed-size array of trivially copyable `T`, aligned to a cache line (to a huge page
 /// when large, and advised to use huge pages), every element set to `fill`: at once, or

@@ -85,6 +85,9 @@ class DemoDataset : public BufferPolicy<"demos", ReplayBatch, StepBatch> {
 
   /// Uses `d` as the data (the first `demos.episodes` of it when set).
   void set(Demonstrations d) {
+    if (d.byte_rows())
+      throw ConfigError("train.dataset: " + where() + " holds images (" + d.layout.describe() + "); this dataset hands out float observations to " +
+                        spec_.name + ": choose its float keys with demos.obs_keys");
     if (cfg_.episodes > 0 && cfg_.episodes < d.episodes()) {
       const auto steps = d.starts[static_cast<std::size_t>(*cfg_.episodes)];
       d.obs.resize(static_cast<std::size_t>(steps * d.obs_dim));

@@ -130,9 +130,14 @@ struct ObsLayout {
   [[nodiscard]] std::string describe() const {
     std::string s;
     for (const auto& p : parts) {
-      s += (s.empty() ? "" : ", ") + p.name + (p.dtype == PartDtype::uint8 ? " uint8 [" : " float32 [");
-      for (std::size_t i = 0; i < p.shape.size(); ++i) s += (i ? "," : "") + std::to_string(p.shape[i]);
-      s += "]";
+      // Appended piece by piece (GCC 12 misreads `"" + std::string` chains as overflows).
+      if (!s.empty()) s.append(", ");
+      s.append(p.name).append(p.dtype == PartDtype::uint8 ? " uint8 [" : " float32 [");
+      for (std::size_t i = 0; i < p.shape.size(); ++i) {
+        if (i) s.push_back(',');
+        s.append(std::to_string(p.shape[i]));
+      }
+      s.push_back(']');
     }
     return s;
   }

@@ -2,19 +2,23 @@
 /// @file
 /// Demonstrations on disk in robomimic's HDF5 layout (Mandlekar et al. 2021, "What Matters in
 /// Learning from Offline Human Demonstrations for Robot Manipulation"; the layout of its
-/// dataset files), so that anvil's recordings open in Python tools and a user's own robomimic
-/// files train the same way (needs `anvil::hdf5`):
+/// dataset files, which LIBERO's files share), so that anvil's recordings open in Python
+/// tools and a user's own robomimic or LIBERO files train the same way (needs `anvil::hdf5`):
 ///
 ///     data                      group; attributes total (int: steps in all demos) and
 ///                               env_args (JSON string: {"env_name": ..., "type": ..., "env_kwargs": {}})
 ///     data/demo_<k>             group per demonstration, k = 0, 1, ...; attribute num_samples
-///     data/demo_<k>/obs/<key>   float32 [T, d_key] per observation part (or [T])
+///     data/demo_<k>/obs/<key>   float32 [T, d_key] per observation part (or [T]), or
+///                               uint8 [T, H, W, C] camera frames (agentview_rgb, ...)
 ///     data/demo_<k>/actions     float32 [T, A]
 ///     data/demo_<k>/rewards     float32 [T]        (optional when reading: zeros)
 ///     data/demo_<k>/dones       int64 [T]          (optional when reading: 1 at the end)
 ///
 /// On reading, the observation is the chosen keys' parts side by side (all keys of the
 /// first demo in name order when none are chosen); `obs` may also be one [T, d] dataset.
+/// Without images the observations are float rows; with images, rows of parts (images
+/// channels first, resized when asked, beside the float parts: data/demo_reader.hpp), read
+/// by as many threads as asked. Images are written gzip-compressed, one frame per chunk.
 /// Every shape, count and attribute is checked, and a file that does not fit is refused
 /// with an Error that names the file and the dataset or attribute at fault. Light header: no
 /// torch.
@@ -22,25 +26,38 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <filesystem>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include <anvil/core/error.hpp>
+#include <anvil/data/demo_reader.hpp>
 #include <anvil/data/demonstration_set.hpp>
+#include <anvil/data/frames.hpp>
 #include <anvil/data/hdf5.hpp>
 
 namespace anvil {
 
-/// Writes `demos` to `path` in robomimic's layout, atomically.
-inline void write_demonstrations(const std::filesystem::path& path, const Demonstrations& demos) {
+/// How `write_demonstrations` stores images: gzip `level` 1..9 in chunks of one frame (0:
+/// raw and contiguous).
+struct DemoWriteOptions {
+  int image_gzip = 4;
+};
+
+/// Writes `demos` to `path` in robomimic's layout, atomically. Images (a `layout` with
+/// image parts) are written [T, H, W, C], as robomimic and LIBERO store camera frames.
+inline void write_demonstrations(const std::filesystem::path& path, const Demonstrations& demos, DemoWriteOptions o = {}) {
   auto parts = demos.obs_parts;
-  if (parts.empty()) parts = {{"low_dim", demos.obs_dim}};
+  if (!demos.byte_rows() && parts.empty()) parts = {{"low_dim", demos.obs_dim}};
   std::int64_t width = 0;
   for (const auto& [key, d] : parts) width += d;
-  if (width != demos.obs_dim)
+  if (!demos.byte_rows() && width != demos.obs_dim)
     throw Error(path.string() + ": the observation parts' widths sum to " + std::to_string(width) + ", not obs_dim " + std::to_string(demos.obs_dim));
+  if (demos.byte_rows() && demos.obs_dim != demos.layout.row_bytes())
+    throw Error(path.string() + ": rows of parts (" + demos.layout.describe() + ") are " + std::to_string(demos.layout.row_bytes()) +
+                " bytes, not obs_dim " + std::to_string(demos.obs_dim));
   h5::H5Writer w(path);
   w.group("data");
   w.attribute("data", "total", demos.steps());
@@ -51,14 +68,37 @@ inline void write_demonstrations(const std::filesystem::path& path, const Demons
     w.group(g);
     w.attribute(g, "num_samples", t);
     w.group(g + "/obs");
-    std::int64_t col = 0;
-    for (const auto& [key, d] : parts) {
-      std::vector<float> v(static_cast<std::size_t>(t * d));
-      for (std::int64_t i = 0; i < t; ++i)
-        for (std::int64_t j = 0; j < d; ++j)
-          v[static_cast<std::size_t>(i * d + j)] = demos.obs[static_cast<std::size_t>((t0 + i) * demos.obs_dim + col + j)];
-      w.dataset(g + "/obs/" + key, {t, d}, v);
-      col += d;
+    if (demos.byte_rows()) {
+      const std::int64_t rb = demos.obs_dim;
+      for (const auto& part : demos.layout.parts) {
+        const std::string ds = g + "/obs/" + part.name;
+        if (part.image()) {
+          const auto c = part.shape[0], h = part.shape[1], wd = part.shape[2];
+          std::vector<std::uint8_t> v(static_cast<std::size_t>(t * part.numel()));
+          for (std::int64_t i = 0; i < t; ++i)
+            frame_to_hwc(demos.rows.data() + (t0 + i) * rb + part.offset, static_cast<int>(c), static_cast<int>(h), static_cast<int>(wd),
+                         v.data() + i * part.numel());
+          if (o.image_gzip > 0) w.compressed_dataset(ds, {t, h, wd, c}, v, 1, o.image_gzip);
+          else w.dataset(ds, {t, h, wd, c}, v);
+        } else if (part.dtype == PartDtype::float32) {
+          std::vector<float> v(static_cast<std::size_t>(t * part.numel()));
+          for (std::int64_t i = 0; i < t; ++i)
+            std::memcpy(v.data() + i * part.numel(), demos.rows.data() + (t0 + i) * rb + part.offset, static_cast<std::size_t>(part.bytes()));
+          w.dataset(ds, {t, part.numel()}, v);
+        } else {
+          throw Error(path.string() + ": part '" + part.name + "' is bytes but not an image [C, H, W]; demonstrations store images and float numbers");
+        }
+      }
+    } else {
+      std::int64_t col = 0;
+      for (const auto& [key, d] : parts) {
+        std::vector<float> v(static_cast<std::size_t>(t * d));
+        for (std::int64_t i = 0; i < t; ++i)
+          for (std::int64_t j = 0; j < d; ++j)
+            v[static_cast<std::size_t>(i * d + j)] = demos.obs[static_cast<std::size_t>((t0 + i) * demos.obs_dim + col + j)];
+        w.dataset(g + "/obs/" + key, {t, d}, v);
+        col += d;
+      }
     }
     const auto a0 = demos.actions.begin() + t0 * demos.act_dim;
     w.dataset(g + "/actions", {t, demos.act_dim}, std::vector<float>(a0, a0 + t * demos.act_dim));
@@ -71,31 +111,11 @@ inline void write_demonstrations(const std::filesystem::path& path, const Demons
   w.commit();
 }
 
-namespace detail {
-/// demo_<k> names in numeric order (HDF5 lists them by name: demo_10 before demo_2).
-inline std::vector<std::string> demo_names(const h5::File& f) {
-  std::vector<std::pair<std::int64_t, std::string>> k;
-  for (auto& n : f.children("data")) {
-    if (n.rfind("demo_", 0) != 0) continue;
-    try {
-      std::size_t used = 0;
-      const auto i = std::stoll(n.substr(5), &used);
-      if (used == n.size() - 5) k.emplace_back(i, n);
-    } catch (const std::exception&) {
-    }
-  }
-  std::sort(k.begin(), k.end());
-  std::vector<std::string> out;
-  for (auto& [i, n] : k) out.push_back(n);
-  return out;
-}
-}  // namespace detail
-
-/// Reads demonstrations in robomimic's layout (see file comment); `obs_keys` picks and
-/// orders the observation parts (empty: all, by name).
-[[nodiscard]] inline Demonstrations read_demonstrations(const std::filesystem::path& path, std::vector<std::string> obs_keys = {}) {
-  const auto f = h5::File::open(path);
-  if (!f.is_group("data")) f.fail("data", "missing: not a demonstration file in robomimic's layout (no group 'data')");
+/// Reads demonstrations in robomimic's layout (see file comment): the keys, image size and
+/// threads of `o`.
+[[nodiscard]] inline Demonstrations read_demonstrations(const std::filesystem::path& path, const DemoReadOptions& o) {
+  const DemoReader reader(path, o);
+  const h5::File& f = reader.file();
   Demonstrations demos;
   if (f.has_attribute("data", "env_args")) {
     const std::string args = f.string_attribute("data", "env_args");
@@ -106,51 +126,16 @@ inline std::vector<std::string> demo_names(const h5::File& f) {
       if (b != std::string::npos) demos.env_name = args.substr(a + 1, b - a - 1);
     }
   }
-  const auto names = detail::demo_names(f);
-  if (names.empty()) f.fail("data", "holds no demo_<k> groups");
-  for (const auto& name : names) {
-    const std::string g = "data/" + name;
-    // The observation: one dataset, or a group of parts.
-    std::vector<std::pair<std::string, h5::Array<float>>> parts;
-    if (f.is_group(g + "/obs")) {
-      if (obs_keys.empty()) obs_keys = f.children(g + "/obs");
-      for (const auto& key : obs_keys) parts.emplace_back(key, f.read<float>(g + "/obs/" + key));
-    } else {
-      parts.emplace_back("", f.read<float>(g + "/obs"));
-    }
+  for (std::size_t e = 0; e < reader.demos().size(); ++e) {
+    const std::string g = "data/" + reader.demos()[e];
     const auto act = f.read<float>(g + "/actions");
     const std::int64_t t = act.rows();
-    if (act.shape.size() != 2) f.fail(g + "/actions", "has shape " + h5::shape_string(act.shape) + "; expected [T, action dims]");
-    std::int64_t width = 0;
-    std::vector<std::pair<std::string, std::int64_t>> layout;
-    for (const auto& [key, a] : parts) {
-      const std::string ds = g + "/obs" + (key.empty() ? "" : "/" + key);
-      if (a.shape.empty() || a.shape.size() > 2) f.fail(ds, "has shape " + h5::shape_string(a.shape) + "; expected [T] or [T, d]");
-      if (a.rows() != t)
-        f.fail(ds, "has " + std::to_string(a.rows()) + " rows but " + g + "/actions has " + std::to_string(t));
-      width += a.row_size();
-      layout.emplace_back(key.empty() ? "obs" : key, a.row_size());
-    }
-    if (demos.episodes() == 0) {
-      demos.obs_dim = width;
-      demos.act_dim = act.row_size();
-      demos.obs_parts = layout;
-    } else if (width != demos.obs_dim) {
-      f.fail(g + "/obs", "is " + std::to_string(width) + " wide; earlier demos' observations are " + std::to_string(demos.obs_dim));
-    } else if (act.row_size() != demos.act_dim) {
+    if (e == 0) demos.act_dim = act.row_size();
+    else if (act.row_size() != demos.act_dim)
       f.fail(g + "/actions", "is " + std::to_string(act.row_size()) + " wide; earlier demos' actions are " + std::to_string(demos.act_dim));
-    }
     if (f.has_attribute(g, "num_samples")) {
       const auto n = f.int_attribute(g, "num_samples");
       if (n != t) f.fail(g + "@num_samples", "says " + std::to_string(n) + " but the demo has " + std::to_string(t) + " steps");
-    }
-    std::vector<float> obs(static_cast<std::size_t>(t * width));
-    std::int64_t col = 0;
-    for (const auto& [key, a] : parts) {
-      const auto d = a.row_size();
-      for (std::int64_t i = 0; i < t; ++i)
-        for (std::int64_t j = 0; j < d; ++j) obs[static_cast<std::size_t>(i * width + col + j)] = a.values[static_cast<std::size_t>(i * d + j)];
-      col += d;
     }
     std::vector<float> rewards(static_cast<std::size_t>(t), 0.0f);
     if (f.exists(g + "/rewards")) {
@@ -165,11 +150,24 @@ inline std::vector<std::string> demo_names(const h5::File& f) {
       if (d.rows() != t || d.row_size() != 1) f.fail(g + "/dones", "has shape " + h5::shape_string(d.shape) + "; expected [" + std::to_string(t) + "]");
       dones = std::move(d.values);
     }
-    for (float v : obs)
-      if (!std::isfinite(v)) f.fail(g + "/obs", "holds a non-finite value");
     for (float v : act.values)
       if (!std::isfinite(v)) f.fail(g + "/actions", "holds a non-finite value");
-    demos.add_episode(obs, act.values, rewards, dones);
+    demos.actions.insert(demos.actions.end(), act.values.begin(), act.values.end());
+    demos.rewards.insert(demos.rewards.end(), rewards.begin(), rewards.end());
+    demos.dones.insert(demos.dones.end(), dones.begin(), dones.end());
+  }
+  demos.starts = reader.starts();
+  auto rows = reader.read_all(o.threads);
+  if (reader.layout().has_images()) {
+    demos.layout = reader.layout();
+    demos.obs_dim = reader.row_bytes();
+    demos.rows = std::move(rows);
+  } else {
+    // Float parts only: the row is their numbers side by side.
+    demos.obs_dim = reader.row_bytes() / 4;
+    for (const auto& p : reader.layout().parts) demos.obs_parts.emplace_back(p.name, p.numel());
+    demos.obs.resize(rows.size() / 4);
+    std::memcpy(demos.obs.data(), rows.data(), rows.size());
   }
   if (f.has_attribute("data", "total")) {
     const auto total = f.int_attribute("data", "total");
@@ -177,6 +175,12 @@ inline std::vector<std::string> demo_names(const h5::File& f) {
       f.fail("data@total", "says " + std::to_string(total) + " steps but the demos hold " + std::to_string(demos.steps()));
   }
   return demos;
+}
+
+/// Reads demonstrations in robomimic's layout; `obs_keys` picks and orders the observation
+/// parts (empty: all, by name).
+[[nodiscard]] inline Demonstrations read_demonstrations(const std::filesystem::path& path, std::vector<std::string> obs_keys = {}) {
+  return read_demonstrations(path, DemoReadOptions{std::move(obs_keys)});
 }
 
 }  // namespace anvil

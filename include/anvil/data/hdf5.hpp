@@ -2,8 +2,10 @@
 /// @file
 /// HDF5 files through the HDF5 C library (Debian's libhdf5-dev, an optional component:
 /// link `anvil::hdf5`): just what datasets of demonstrations and transitions need. Groups,
-/// numeric datasets of any rank read into and written from float32, int64 or uint8, and
-/// integer and string attributes; every error names the file and the object at fault.
+/// numeric datasets of any rank read into and written from float32, int64 or uint8 (whole,
+/// or rows; written raw or gzip-compressed in chunks), where a dataset or each of its
+/// chunks lies in the file (for reads with `pread` that bypass the library), and integer
+/// and string attributes; every error names the file and the object at fault.
 /// Files are written atomically: `H5Writer` writes next to the target and renames over it
 /// only when `commit()` has flushed everything, so a killed run leaves the previous file
 /// whole. Light header: no torch.
@@ -212,7 +214,68 @@ class File {
     const detail::Handle plist(H5Dget_create_plist(d.get()), H5Pclose);
     if (H5Pget_layout(plist.get()) != H5D_CONTIGUOUS || H5Pget_nfilters(plist.get()) != 0) return -1;
     const haddr_t off = H5Dget_offset(d.get());
-    return off == HADDR_UNDEF ? -1 : static_cast<std::int64_t>(off);
+    return off == HADDR_UNDEF ? -1 : userblock() + static_cast<std::int64_t>(off);
+  }
+
+  /// How a dataset is stored: chunked or not (and the chunk's extent), and the filters its
+  /// chunks pass through when written (HDF5's ids: 1 deflate, 2 shuffle, 3 fletcher32, ...).
+  struct Storage {
+    bool chunked = false;
+    Shape chunk;
+    std::vector<int> filters;
+  };
+  [[nodiscard]] Storage storage(const std::string& path) const {
+    const auto d = open_dataset(path);
+    const detail::Handle plist(H5Dget_create_plist(d.get()), H5Pclose);
+    Storage s;
+    if (H5Pget_layout(plist.get()) == H5D_CHUNKED) {
+      s.chunked = true;
+      const int rank = H5Pget_chunk(plist.get(), 0, nullptr);
+      std::vector<hsize_t> dims(static_cast<std::size_t>(std::max(rank, 0)));
+      if (rank > 0) H5Pget_chunk(plist.get(), rank, dims.data());
+      s.chunk.assign(dims.begin(), dims.end());
+    }
+    const int n = H5Pget_nfilters(plist.get());
+    for (int i = 0; i < n; ++i) {
+      unsigned flags = 0, config = 0;
+      std::size_t nvalues = 0;
+      const H5Z_filter_t id = H5Pget_filter2(plist.get(), static_cast<unsigned>(i), &flags, &nvalues, nullptr, 0, nullptr, &config);
+      s.filters.push_back(static_cast<int>(id));
+    }
+    return s;
+  }
+  /// Whether this HDF5 library can apply filter `id` (a plugin's, say h5py's LZF, may be missing).
+  [[nodiscard]] static bool filter_available(int id) { return H5Zfilter_avail(static_cast<H5Z_filter_t>(id)) > 0; }
+
+  /// Where each chunk of a chunked dataset lies in the file, for a dataset chunked along its
+  /// outermost extent only (chunks of whole rows): chunk k holds rows [k * rows, (k + 1) *
+  /// rows). Each is its byte offset in the file (-1: never written, so it holds the fill
+  /// value), its stored size (still compressed) and its filter mask (bit i set: filter i was
+  /// skipped for it). Read with plain `pread`, chunks can be inflated by many threads while
+  /// the library, which runs one call at a time, is not involved at all.
+  struct Chunk {
+    std::int64_t offset = -1, bytes = 0;
+    unsigned mask = 0;
+  };
+  [[nodiscard]] std::vector<Chunk> chunk_table(const std::string& path, std::int64_t rows_per_chunk) const {
+    const auto d = open_dataset(path);
+    const Shape sh = shape(path);
+    if (sh.empty() || rows_per_chunk < 1) fail(path, "has no rows to chunk");
+    std::vector<Chunk> table(static_cast<std::size_t>((sh[0] + rows_per_chunk - 1) / rows_per_chunk));
+    const std::int64_t base = userblock();
+    std::vector<hsize_t> coords(sh.size(), 0);
+    for (std::size_t k = 0; k < table.size(); ++k) {
+      // Looked up by its coordinates (HDF5 1.10's by-index lookup walks the index from its
+      // start each time: quadratic in the chunks).
+      coords[0] = static_cast<hsize_t>(k) * static_cast<hsize_t>(rows_per_chunk);
+      unsigned mask = 0;
+      haddr_t addr = HADDR_UNDEF;
+      hsize_t size = 0;
+      if (H5Dget_chunk_info_by_coord(d.get(), coords.data(), &mask, &addr, &size) < 0)
+        fail(path, "the chunk at row " + std::to_string(coords[0]) + " cannot be located");
+      if (addr != HADDR_UNDEF) table[k] = {base + static_cast<std::int64_t>(addr), static_cast<std::int64_t>(size), mask};
+    }
+    return table;
   }
 
   /// An integer attribute of the object at `path`; an Error naming both when missing.
@@ -260,6 +323,13 @@ class File {
   File() = default;
   friend class H5Writer;
 
+  // Bytes before HDF5's own data (a user block): its addresses count from there.
+  [[nodiscard]] std::int64_t userblock() const {
+    const detail::Handle plist(H5Fget_create_plist(file_.get()), H5Pclose);
+    hsize_t size = 0;
+    if (!plist.valid() || H5Pget_userblock(plist.get(), &size) < 0) return 0;
+    return static_cast<std::int64_t>(size);
+  }
   [[nodiscard]] detail::Handle open_group(const std::string& path) const {
     if (!exists(path)) fail(path, "missing (no such group)");
     detail::Handle g(H5Gopen2(file_.get(), path.c_str(), H5P_DEFAULT), H5Gclose);
@@ -339,6 +409,33 @@ class H5Writer {
                            H5Dclose);
     if (!d.valid()) f_.fail(path, "cannot create the dataset");
     if (n > 0 && H5Dwrite(d.get(), detail::native_type<T>(), H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data()) < 0)
+      f_.fail(path, "cannot be written (disk full?)");
+  }
+
+  /// Writes dataset `path` like `dataset`, in chunks of `chunk_rows` rows (outermost
+  /// extent) compressed with gzip (deflate) at `level` 1..9, as h5py's
+  /// `compression="gzip"` writes them.
+  template <class T>
+  void compressed_dataset(const std::string& path, const Shape& shape, const std::vector<T>& values, std::int64_t chunk_rows, int level = 4) {
+    if (shape.empty() || shape[0] == 0 || level < 1 || level > 9) {
+      if (level < 1 || level > 9) f_.fail(path, "gzip level " + std::to_string(level) + " is outside 1..9");
+      dataset(path, shape, values);  // nothing to chunk
+      return;
+    }
+    const auto n = std::accumulate(shape.begin(), shape.end(), std::int64_t{1}, std::multiplies<>());
+    if (static_cast<std::size_t>(n) != values.size())
+      f_.fail(path, "shape " + shape_string(shape) + " holds " + std::to_string(n) + " values, given " + std::to_string(values.size()));
+    std::vector<hsize_t> dims(shape.begin(), shape.end()), chunk(dims);
+    chunk[0] = static_cast<hsize_t>(std::clamp<std::int64_t>(chunk_rows, 1, shape[0]));
+    for (auto& c : chunk) c = std::max<hsize_t>(c, 1);
+    const detail::Handle space(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr), H5Sclose);
+    const detail::Handle plist(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
+    H5Pset_chunk(plist.get(), static_cast<int>(chunk.size()), chunk.data());
+    H5Pset_deflate(plist.get(), static_cast<unsigned>(level));
+    const detail::Handle d(H5Dcreate2(f_.file_.get(), path.c_str(), detail::native_type<T>(), space.get(), H5P_DEFAULT, plist.get(), H5P_DEFAULT),
+                           H5Dclose);
+    if (!d.valid()) f_.fail(path, "cannot create the dataset");
+    if (H5Dwrite(d.get(), detail::native_type<T>(), H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data()) < 0)
       f_.fail(path, "cannot be written (disk full?)");
   }
 
