@@ -80,6 +80,117 @@ def _activation_of(torch, meta, path):
     return _activation(torch, meta["activation"])
 
 
+def _layout(meta, path):
+    """The observation's parts from metadata `layout` (anvil's ObsLayout::describe(): "image
+    uint8 [9,64,64], state float32 [3]"): (name, dtype, shape, offset) each, every part at the
+    next multiple of 4 bytes after the one before, as anvil packs a row."""
+    parts, offset = [], 0
+    for item in meta["layout"].split(", "):
+        try:
+            name, dtype, shape = item.split(" ", 2)
+            shape = tuple(int(d) for d in shape.strip("[]").split(","))
+        except ValueError:
+            raise ValueError(f"{path}: layout part {item!r} is not 'name dtype [sizes]'") from None
+        if dtype not in ("uint8", "float32"):
+            raise ValueError(f"{path}: layout part {name!r} has dtype {dtype!r}")
+        offset = (offset + 3) // 4 * 4
+        parts.append((name, dtype, shape, offset))
+        offset += int(np.prod(shape)) * (1 if dtype == "uint8" else 4)
+    return parts, (offset + 3) // 4 * 4
+
+
+def _obs_encoder(torch, meta, path):
+    """anvil's nn::ObsEncoder: one CNN per image part (the small GroupNorm/spatial-softmax one,
+    or DQN's), float parts read as they are, features side by side in the parts' order. Takes
+    rows of parts (uint8 [B, row_bytes], as anvil's env hands them out), a dict of parts by
+    name, or, when the observation is one image, the image (uint8 [B, C, H, W])."""
+    nn, f = torch.nn, torch.nn.functional
+    parts, row_bytes = _layout(meta, path)
+    kind, features, width = meta["encoder"], int(meta["encoder_features"]), int(meta["encoder_width"])
+    if kind not in ("small", "nature"):
+        raise ValueError(f"{path}: encoder {kind!r} is not small or nature")
+
+    def conv_out(size, k, s, p=0):
+        return (size + 2 * p - k) // s + 1
+
+    class SpatialSoftmax(nn.Module):
+        def __init__(self, c, h, w, k):
+            super().__init__()
+            if k != c:
+                self.project = nn.Conv2d(c, k, 1)
+            xs = torch.linspace(-1.0, 1.0, w) if w > 1 else torch.zeros(1)
+            ys = torch.linspace(-1.0, 1.0, h) if h > 1 else torch.zeros(1)
+            grid = torch.stack([xs[None, :].expand(h, w), ys[:, None].expand(h, w)], -1)
+            self.register_buffer("positions", grid.reshape(h * w, 2).contiguous(), persistent=False)
+
+        def forward(self, x):
+            if hasattr(self, "project"):
+                x = self.project(x)
+            attention = torch.softmax(x.to(torch.float32).flatten(2), -1)
+            return torch.matmul(attention, self.positions).flatten(1)
+
+    class SmallCnn(nn.Module):
+        def __init__(self, c, h, w):
+            super().__init__()
+            widths, strides = (width, width, 2 * width, 2 * width), (2, 1, 2, 1)
+            for i in range(4):
+                self.add_module(f"conv{i}", nn.Conv2d(c if i == 0 else widths[i - 1], widths[i], 3, strides[i], 1))
+                self.add_module(f"norm{i}", nn.GroupNorm(8, widths[i]))
+            h, w = conv_out(conv_out(h, 3, 2, 1), 3, 2, 1), conv_out(conv_out(w, 3, 2, 1), 3, 2, 1)
+            self.pool = SpatialSoftmax(2 * width, h, w, 32)
+            self.fc = nn.Linear(64, features)
+
+        def forward(self, x):
+            for i in range(4):
+                x = f.relu(getattr(self, f"norm{i}")(getattr(self, f"conv{i}")(x)))
+            return self.fc(self.pool(x))
+
+    class NatureCnn(nn.Module):
+        def __init__(self, c, h, w):
+            super().__init__()
+            self.conv0, self.conv1, self.conv2 = nn.Conv2d(c, 32, 8, 4), nn.Conv2d(32, 64, 4, 2), nn.Conv2d(64, 64, 3, 1)
+            h, w = (conv_out(conv_out(conv_out(d, 8, 4), 4, 2), 3, 1) for d in (h, w))
+            self.fc = nn.Linear(64 * h * w, features)
+
+        def forward(self, x):
+            x = f.relu(self.conv2(f.relu(self.conv1(f.relu(self.conv0(x))))))
+            return f.relu(self.fc(x.flatten(1)))
+
+    class ObsEncoder(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.parts, self.row_bytes = parts, row_bytes
+            for name, dtype, shape, _ in parts:
+                if dtype == "uint8":
+                    self.add_module(name, (SmallCnn if kind == "small" else NatureCnn)(*shape))
+            self.output_size = sum(features if d == "uint8" else int(np.prod(s)) for _, d, s, _ in parts)
+
+        def _part(self, obs, name, dtype, shape, offset):
+            if isinstance(obs, dict):
+                return obs[name]
+            if obs.dtype == torch.uint8 and obs.dim() >= 2 and obs.shape[-1] == self.row_bytes:
+                n = int(np.prod(shape)) * (1 if dtype == "uint8" else 4)
+                piece = obs[..., offset:offset + n].contiguous()
+                return piece.view(-1, *shape) if dtype == "uint8" else piece.view(torch.float32)
+            if len(self.parts) == 1 and dtype == "uint8":
+                return obs  # the one image, [B, C, H, W]
+            raise ValueError(f"observations of {meta['layout']} come as rows of uint8 [B, {self.row_bytes}] "
+                             f"or a dict of parts; got {tuple(obs.shape)} {obs.dtype}")
+
+        def forward(self, obs):
+            out = []
+            for name, dtype, shape, offset in self.parts:
+                x = self._part(obs, name, dtype, shape, offset)
+                if dtype == "uint8":
+                    x = x.to(torch.float32) / 255.0 if x.dtype == torch.uint8 else x
+                    out.append(getattr(self, name)(x))
+                else:
+                    out.append(x.to(torch.float32).reshape(x.shape[0], -1))
+            return out[0] if len(out) == 1 else torch.cat(out, 1)
+
+    return ObsEncoder()
+
+
 def _gaussian_actor(torch, tensors, meta, path):
     obs_dim, act_dim = int(meta["obs_dim"]), int(meta["action_dim"])
     hidden = [int(h) for h in meta["hidden"].split(",") if h]
@@ -90,13 +201,16 @@ def _gaussian_actor(torch, tensors, meta, path):
 
         def __init__(self):
             super().__init__()
+            if "encoder" in meta:  # observations with images: read through the encoder first
+                self.encoder = _obs_encoder(torch, meta, path)
             self.net = _mlp(torch, [obs_dim, *hidden, 2 * act_dim], act)
             self.register_buffer("action_scale", torch.zeros(act_dim))
             self.register_buffer("action_offset", torch.zeros(act_dim))
             self._add_normaliser(torch, tensors, meta, obs_dim)
 
         def forward(self, obs):
-            mean = self.net(self._normalise(obs.to(torch.float32)))[..., :act_dim]
+            x = self.encoder(obs) if hasattr(self, "encoder") else obs.to(torch.float32)
+            mean = self.net(self._normalise(x))[..., :act_dim]
             return torch.tanh(mean) * self.action_scale + self.action_offset
 
     return GaussianPolicy()
@@ -116,6 +230,8 @@ def _ppo_actor(torch, tensors, meta, path):
 
         def __init__(self):
             super().__init__()
+            if "encoder" in meta:  # observations with images: read through the encoder first
+                self.encoder = _obs_encoder(torch, meta, path)
             self.net = _mlp(torch, widths, act)
             if not discrete:
                 for name in ("action_scale", "action_offset", "action_low", "action_high"):
@@ -123,7 +239,8 @@ def _ppo_actor(torch, tensors, meta, path):
             self._add_normaliser(torch, tensors, meta, obs_dim)
 
         def forward(self, obs):
-            out = self.net(self._normalise(obs.to(torch.float32)))
+            x = self.encoder(obs) if hasattr(self, "encoder") else obs.to(torch.float32)
+            out = self.net(self._normalise(x))
             if discrete:
                 return out.argmax(-1)
             return torch.maximum(torch.minimum(out, self.action_high), self.action_low) * self.action_scale + self.action_offset

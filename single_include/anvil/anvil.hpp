@@ -8135,6 +8135,124 @@ class MlpTape {
 #include <utility>
 #include <vector>
 
+#include <ATen/CPUGeneratorImpl.h>
+#include <torch/utils.h>
+
+// ---- begin <anvil/core/policy_tensors.hpp> ----
+/// @file
+/// `PolicyTensors`: an algorithm's acting network as named tensors, the form a run writes
+/// as policy.safetensors (algorithms/policy.hpp `write_policy_tensors`) and `anvil.load_policy`
+/// in Python rebuilds as a torch module (python/anvil/policy.py).
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdio>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace anvil {
+
+/// What an algorithm's `policy_tensors()` gives (the `ExportsTensors` concept).
+struct PolicyTensors {
+  /// The module anvil.load_policy builds ("GaussianActor", "PpoActor", "ComaActor", ...).
+  std::string kind;
+  /// Its parameters under the names that module gives them (`load_state_dict` takes them).
+  std::vector<std::pair<std::string, at::Tensor>> tensors;
+  /// Its sizes and settings, as strings (safetensors metadata).
+  std::map<std::string, std::string> meta;
+  /// Its continuous actions are unbounded (PPO's Gaussian mean): the env-unit transform
+  /// clips them to [action_low, action_high] first, as the run's collector does.
+  bool clips_actions = false;
+};
+
+/// The parameters of `module` as `prefix` + their names (the live tensors).
+template <class Module>
+std::vector<std::pair<std::string, at::Tensor>> named_parameters_of(const Module& module, const std::string& prefix) {
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  for (const auto& item : module.named_parameters()) out.emplace_back(prefix + item.key(), item.value());
+  return out;
+}
+
+/// The parameters of `module` as `prefix` + their names, detached float32 copies on the CPU.
+template <class Module>
+void add_module_tensors(PolicyTensors& p, const std::string& prefix, const Module& module) {
+  for (auto& [name, t] : named_parameters_of(module, prefix))
+    p.tensors.emplace_back(name, t.detach().to(at::kCPU, at::kFloat).clone());
+}
+
+/// `v` as "a,b,c" (metadata lists such as hidden widths).
+inline std::string comma_list(const std::vector<int>& v) {
+  std::string s;
+  for (const int x : v) s += (s.empty() ? "" : ",") + std::to_string(x);
+  return s;
+}
+
+/// `v` with every digit a double has (metadata numbers).
+inline std::string exact_text(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.17g", v);
+  return std::string(buf);
+}
+
+/// The name a config reads for the value `e` of an enum with `enum_names` (core/param.hpp).
+template <class E>
+std::string enum_text(E e) {
+  return std::string(enum_names(e)[static_cast<std::size_t>(e)]);
+}
+
+}  // namespace anvil
+// ---- end <anvil/core/policy_tensors.hpp> ----
+// ---- begin <anvil/core/tensor_io.hpp> ----
+/// @file
+/// Tensors in anvil's binary files (see core/binary_io.hpp): dtype, element count, then
+/// the raw elements of a contiguous host copy. Reading checks both against the tensor the
+/// values are meant for and names the field when they differ, so a file from another
+/// network shape is refused rather than loaded into the wrong places.
+
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <string>
+
+
+namespace anvil {
+
+/// Writes `t` (any device; copied to the host). A floating tensor holding a NaN or an
+/// infinity is refused with an Error naming the file and `what`, before a byte of it is
+/// written: the writer's file is then dropped and what was there before stays (no
+/// checkpoint or policy file is ever written from non-finite weights).
+inline void write_tensor(BinaryWriter& w, const at::Tensor& t, const char* what = "a tensor") {
+  const auto host = t.detach().to(at::kCPU).contiguous();
+  if (at::isFloatingType(host.scalar_type()) && host.numel() > 0 && !host.isfinite().all().item<bool>()) [[unlikely]]
+    throw Error("not writing '" + w.target() + "': " + what + " holds " +
+                (host.isnan().any().item<bool>() ? "nan" : "inf") + " values (" +
+                std::to_string(host.numel() - host.isfinite().sum().item<std::int64_t>()) + " of " +
+                std::to_string(host.numel()) + "); non-finite weights are never saved, and the file that was there is kept");
+  w.value(static_cast<std::int8_t>(host.scalar_type()));
+  w.value(static_cast<std::int64_t>(host.numel()));
+  w.bytes(host.data_ptr(), static_cast<std::size_t>(host.numel()) * host.element_size());
+}
+
+/// Reads a tensor written by `write_tensor` into a new host tensor shaped like `like`,
+/// which must have the same dtype and element count (else the error names `what`).
+inline at::Tensor read_tensor(BinaryReader& r, const char* what, const at::Tensor& like) {
+  const auto dtype = static_cast<at::ScalarType>(r.value<std::int8_t>(what));
+  if (dtype != like.scalar_type())
+    r.fail(what, std::string("are ") + c10::toString(dtype) + " in the file but " + c10::toString(like.scalar_type()) +
+                     " here");
+  const auto n = r.value<std::int64_t>(what);
+  if (n != like.numel())
+    r.fail(what, "have " + std::to_string(n) + " values in the file but " + std::to_string(like.numel()) +
+                     " here (another network shape?)");
+  auto t = at::empty(like.sizes(), like.options().device(at::kCPU));
+  r.bytes(t.data_ptr(), static_cast<std::size_t>(n) * t.element_size(), what);
+  return t;
+}
+
+}  // namespace anvil
+// ---- end <anvil/core/tensor_io.hpp> ----
 // ---- begin <anvil/nn/image_augment.hpp> ----
 /// @file
 /// Image augmentation for learning from pixels, as the papers do it:
@@ -8553,6 +8671,90 @@ class ObsEncoderImpl : public torch::nn::Cloneable<ObsEncoderImpl> {
   std::vector<NatureCnn> nature_;
 };
 TORCH_MODULE(ObsEncoder);
+
+/// Adds `encoder`'s parameters to a policy's tensors as `encoder.<part>.<name>` (detached
+/// float32 copies on the CPU) and what rebuilds it to the metadata: `encoder` (small or
+/// nature), `encoder_features`, `encoder_width`, `layout` (`ObsLayout::describe()`: the
+/// parts, in order, from which their offsets in a row follow). anvil.load_policy in Python
+/// builds the same encoder from them (python/anvil/policy.py).
+inline void add_encoder_tensors(PolicyTensors& p, const ObsEncoderImpl& encoder) {
+  add_module_tensors(p, "encoder.", encoder);
+  p.meta["encoder"] = encoder.kind() == EncoderKind::small ? "small" : "nature";
+  p.meta["encoder_features"] = std::to_string(encoder.features());
+  p.meta["encoder_width"] = std::to_string(encoder.width());
+  p.meta["layout"] = encoder.layout().describe();
+}
+
+/// An encoder's parameters side by side, one float32 vector on the CPU (policy files).
+inline at::Tensor flat_parameters(const ObsEncoderImpl& encoder) {
+  std::vector<at::Tensor> v;
+  for (const auto& t : encoder.parameters()) v.push_back(t.detach().to(at::kCPU, at::kFloat).reshape(-1));
+  return at::cat(v);
+}
+
+/// Writes `encoder` to a policy file: its observation's parts, kind, features and width, and
+/// its parameters (`read_encoder` rebuilds it).
+inline void save_encoder(BinaryWriter& w, const ObsEncoderImpl& encoder) {
+  const auto& parts = encoder.layout().parts;
+  w.value(static_cast<std::uint64_t>(parts.size()));
+  for (const auto& p : parts) {
+    w.string(p.name);
+    w.value(static_cast<int>(p.dtype));
+    w.value(static_cast<std::uint64_t>(p.shape.size()));
+    for (auto d : p.shape) w.value(d);
+  }
+  w.value(static_cast<int>(encoder.kind()));
+  w.value(encoder.features());
+  w.value(encoder.width());
+  write_tensor(w, flat_parameters(encoder), "the encoder's weights");
+}
+
+/// Reads what `save_encoder` wrote: every count and size checked before anything is built (a
+/// flipped bit must not allocate gigabytes), the error naming the field; the new encoder's
+/// random initial weights (overwritten) leave torch's CPU generator as it was.
+inline ObsEncoder read_encoder(BinaryReader& r) {
+  ObsLayout layout;
+  const auto n = r.value<std::uint64_t>("observation part count");
+  if (n < 1 || n > 64) r.fail("observation part count", "is out of range (1 to 64)");
+  for (std::uint64_t i = 0; i < n; ++i) {
+    auto name = r.string("observation part name");
+    const int dtype = r.value<int>("observation part dtype");
+    const auto rank = r.value<std::uint64_t>("observation part rank");
+    if ((dtype != 0 && dtype != 1) || rank < 1 || rank > 3) r.fail("observation part '" + name + "'", "has an unknown dtype or rank");
+    std::vector<std::int64_t> shape;
+    for (std::uint64_t k = 0; k < rank; ++k) {
+      shape.push_back(r.value<std::int64_t>("observation part shape"));
+      if (shape.back() < 1 || shape.back() > 65536) r.fail("observation part '" + name + "'", "has a size out of range (1 to 65536)");
+    }
+    if (dtype == 1 && rank == 3) layout.image(std::move(name), shape[0], shape[1], shape[2]);
+    else if (dtype == 0 && rank == 1) layout.vector(std::move(name), shape[0]);
+    else r.fail("observation part '" + name + "'", "is neither an image [C, H, W] of bytes nor a vector of floats");
+  }
+  const int kind = r.value<int>("encoder kind");
+  if (kind < 0 || kind > 1) r.fail("encoder kind", "is not small or nature");
+  const auto features = r.value<std::int64_t>("encoder features");
+  const auto width = r.value<std::int64_t>("encoder width");
+  if (features < 1 || features > 65536 || width < 1 || width > 4096) r.fail("encoder features or width", "is out of range");
+  ObsEncoder e{nullptr};
+  {
+    at::Generator gen = at::detail::getDefaultCPUGenerator();
+    const auto state = gen.get_state();
+    e = ObsEncoder(layout, static_cast<EncoderKind>(kind), features, width);
+    gen.set_state(state);
+  }
+  auto params = e->parameters();
+  std::int64_t count = 0;
+  for (const auto& t : params) count += t.numel();
+  const auto flat = read_tensor(r, "encoder parameters", at::empty({count}));
+  torch::NoGradGuard no_grad;
+  std::int64_t off = 0;
+  for (auto& t : params) {
+    t.copy_(flat.narrow(0, off, t.numel()).view(t.sizes()));
+    off += t.numel();
+  }
+  e->eval();
+  return e;
+}
 
 /// `rows` [B, row_bytes] with each image part replaced by `f(images)` ([B, C, H, W] uint8 in,
 /// the same shape out); the other parts as they were. A new tensor; `rows` is unchanged.
@@ -9143,55 +9345,6 @@ TORCH_MODULE(Unet1d);
 #include <cstdint>
 #include <utility>
 
-// ---- begin <anvil/core/tensor_io.hpp> ----
-/// @file
-/// Tensors in anvil's binary files (see core/binary_io.hpp): dtype, element count, then
-/// the raw elements of a contiguous host copy. Reading checks both against the tensor the
-/// values are meant for and names the field when they differ, so a file from another
-/// network shape is refused rather than loaded into the wrong places.
-
-#include <ATen/ATen.h>
-
-#include <cstdint>
-#include <string>
-
-
-namespace anvil {
-
-/// Writes `t` (any device; copied to the host). A floating tensor holding a NaN or an
-/// infinity is refused with an Error naming the file and `what`, before a byte of it is
-/// written: the writer's file is then dropped and what was there before stays (no
-/// checkpoint or policy file is ever written from non-finite weights).
-inline void write_tensor(BinaryWriter& w, const at::Tensor& t, const char* what = "a tensor") {
-  const auto host = t.detach().to(at::kCPU).contiguous();
-  if (at::isFloatingType(host.scalar_type()) && host.numel() > 0 && !host.isfinite().all().item<bool>()) [[unlikely]]
-    throw Error("not writing '" + w.target() + "': " + what + " holds " +
-                (host.isnan().any().item<bool>() ? "nan" : "inf") + " values (" +
-                std::to_string(host.numel() - host.isfinite().sum().item<std::int64_t>()) + " of " +
-                std::to_string(host.numel()) + "); non-finite weights are never saved, and the file that was there is kept");
-  w.value(static_cast<std::int8_t>(host.scalar_type()));
-  w.value(static_cast<std::int64_t>(host.numel()));
-  w.bytes(host.data_ptr(), static_cast<std::size_t>(host.numel()) * host.element_size());
-}
-
-/// Reads a tensor written by `write_tensor` into a new host tensor shaped like `like`,
-/// which must have the same dtype and element count (else the error names `what`).
-inline at::Tensor read_tensor(BinaryReader& r, const char* what, const at::Tensor& like) {
-  const auto dtype = static_cast<at::ScalarType>(r.value<std::int8_t>(what));
-  if (dtype != like.scalar_type())
-    r.fail(what, std::string("are ") + c10::toString(dtype) + " in the file but " + c10::toString(like.scalar_type()) +
-                     " here");
-  const auto n = r.value<std::int64_t>(what);
-  if (n != like.numel())
-    r.fail(what, "have " + std::to_string(n) + " values in the file but " + std::to_string(like.numel()) +
-                     " here (another network shape?)");
-  auto t = at::empty(like.sizes(), like.options().device(at::kCPU));
-  r.bytes(t.data_ptr(), static_cast<std::size_t>(n) * t.element_size(), what);
-  return t;
-}
-
-}  // namespace anvil
-// ---- end <anvil/core/tensor_io.hpp> ----
 
 namespace anvil {
 
@@ -15264,72 +15417,6 @@ class StepCollector {
 #include <utility>
 #include <vector>
 
-// ---- begin <anvil/core/policy_tensors.hpp> ----
-/// @file
-/// `PolicyTensors`: an algorithm's acting network as named tensors, the form a run writes
-/// as policy.safetensors (algorithms/policy.hpp `write_policy_tensors`) and `anvil.load_policy`
-/// in Python rebuilds as a torch module (python/anvil/policy.py).
-
-#include <ATen/core/Tensor.h>
-
-#include <cstdio>
-#include <map>
-#include <string>
-#include <utility>
-#include <vector>
-
-namespace anvil {
-
-/// What an algorithm's `policy_tensors()` gives (the `ExportsTensors` concept).
-struct PolicyTensors {
-  /// The module anvil.load_policy builds ("GaussianActor", "PpoActor", "ComaActor", ...).
-  std::string kind;
-  /// Its parameters under the names that module gives them (`load_state_dict` takes them).
-  std::vector<std::pair<std::string, at::Tensor>> tensors;
-  /// Its sizes and settings, as strings (safetensors metadata).
-  std::map<std::string, std::string> meta;
-  /// Its continuous actions are unbounded (PPO's Gaussian mean): the env-unit transform
-  /// clips them to [action_low, action_high] first, as the run's collector does.
-  bool clips_actions = false;
-};
-
-/// The parameters of `module` as `prefix` + their names (the live tensors).
-template <class Module>
-std::vector<std::pair<std::string, at::Tensor>> named_parameters_of(const Module& module, const std::string& prefix) {
-  std::vector<std::pair<std::string, at::Tensor>> out;
-  for (const auto& item : module.named_parameters()) out.emplace_back(prefix + item.key(), item.value());
-  return out;
-}
-
-/// The parameters of `module` as `prefix` + their names, detached float32 copies on the CPU.
-template <class Module>
-void add_module_tensors(PolicyTensors& p, const std::string& prefix, const Module& module) {
-  for (auto& [name, t] : named_parameters_of(module, prefix))
-    p.tensors.emplace_back(name, t.detach().to(at::kCPU, at::kFloat).clone());
-}
-
-/// `v` as "a,b,c" (metadata lists such as hidden widths).
-inline std::string comma_list(const std::vector<int>& v) {
-  std::string s;
-  for (const int x : v) s += (s.empty() ? "" : ",") + std::to_string(x);
-  return s;
-}
-
-/// `v` with every digit a double has (metadata numbers).
-inline std::string exact_text(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.17g", v);
-  return std::string(buf);
-}
-
-/// The name a config reads for the value `e` of an enum with `enum_names` (core/param.hpp).
-template <class E>
-std::string enum_text(E e) {
-  return std::string(enum_names(e)[static_cast<std::size_t>(e)]);
-}
-
-}  // namespace anvil
-// ---- end <anvil/core/policy_tensors.hpp> ----
 // ---- begin <anvil/nn/collective_transformer.hpp> ----
 /// @file
 /// `CollectiveTransformer`: the collective network of collective distillation. A
@@ -15735,12 +15822,21 @@ inline constexpr const char* kPolicyFormat = "anvil Policy v2";
 class Policy {
  public:
   /// Actions for observations [B, obs_dim] (or [obs_dim]), in the env's units: the mean
-  /// action squashed to [-1, 1], then scaled to the action bounds.
+  /// action squashed to [-1, 1], then scaled to the action bounds. A policy that reads
+  /// images takes rows of parts, uint8 [B, row_bytes] (or [row_bytes]), as its env gives them.
   [[nodiscard]] at::Tensor act(const at::Tensor& obs) const {
     torch::NoGradGuard no_grad;
     const bool single = obs.dim() == 1;
-    auto o = obs.to(at::kFloat);
-    if (single) o = o.unsqueeze(0);
+    at::Tensor o;
+    if (encoder_) {  // rows of parts (images): uint8 [B, row_bytes], encoded first
+      auto rows = single ? obs.unsqueeze(0) : obs;
+      nn::detail::check_rows(rows, encoder_->layout(), "Policy::act");
+      nn::ObsEncoder enc = encoder_;
+      o = enc->forward(rows);
+    } else {
+      o = obs.to(at::kFloat);
+      if (single) o = o.unsqueeze(0);
+    }
     if (obs_mean_.defined()) o = ((o - obs_mean_) * obs_inv_std_).clamp(-obs_clip_, obs_clip_);
     nn::GaussianActor net = actor_;  // a handle to the same module (acting changes nothing)
     auto a = net->mode(o) * scale_ + offset_;
@@ -15748,6 +15844,8 @@ class Policy {
   }
   /// The network (for export or inspection).
   [[nodiscard]] const nn::GaussianActor& network() const noexcept { return actor_; }
+  /// The image encoder the actor reads through (null for float observations).
+  [[nodiscard]] const nn::ObsEncoder& encoder() const noexcept { return encoder_; }
   /// The env the policy was trained on.
   [[nodiscard]] const std::string& env_name() const noexcept { return env_; }
   [[nodiscard]] std::int64_t obs_dim() const noexcept { return obs_dim_; }
@@ -15757,6 +15855,7 @@ class Policy {
   friend Policy load_policy(const std::filesystem::path& path);
   friend void write_policy_safetensors(const Policy& p, const std::filesystem::path& file);
   nn::GaussianActor actor_{nullptr};
+  nn::ObsEncoder encoder_{nullptr};
   at::Tensor scale_, offset_;
   at::Tensor obs_mean_, obs_inv_std_;  ///< the run's observation normaliser (undefined: none)
   double obs_clip_ = 0;
@@ -15808,8 +15907,11 @@ inline Policy load_policy(const std::filesystem::path& path) {
   Policy p;
   p.env_ = r.string("env name");
   const auto kind = r.string("actor kind");
-  if (kind != "GaussianActor") r.fail("actor kind", "'" + kind + "' is not one this build knows");
+  if (kind != "GaussianActor" && kind != "EncodedGaussianActor") r.fail("actor kind", "'" + kind + "' is not one this build knows");
+  if (kind == "EncodedGaussianActor") p.encoder_ = nn::read_encoder(r);
   p.obs_dim_ = r.value<std::int64_t>("observation size");
+  if (p.encoder_ && p.obs_dim_ != p.encoder_->output_size())
+    r.fail("observation size", std::to_string(p.obs_dim_) + " is not the encoder's " + std::to_string(p.encoder_->output_size()) + " features");
   p.act_dim_ = r.value<std::int64_t>("action size");
   if (p.obs_dim_ < 1 || p.act_dim_ < 1) r.fail("observation or action size", "is not positive");
   nn::GaussianActorImpl::Config cfg;
@@ -15914,6 +16016,11 @@ inline void write_policy_tensors(const std::filesystem::path& file, PolicyTensor
 inline void write_policy_safetensors(const Policy& p, const std::filesystem::path& file) {
   PolicyTensors t{"GaussianActor", {}, {}, false};
   add_module_tensors(t, "", *p.network());
+  std::map<std::string, std::string> encoder_meta;
+  if (p.encoder_) {
+    nn::add_encoder_tensors(t, *p.encoder_);
+    encoder_meta = t.meta;
+  }
   const auto& cfg = p.network()->config();
   std::string hidden;
   for (const int h : *cfg.hidden) hidden += (hidden.empty() ? "" : ",") + std::to_string(h);
@@ -15923,6 +16030,7 @@ inline void write_policy_safetensors(const Policy& p, const std::filesystem::pat
             {"activation", std::string(nn::enum_names(*cfg.activation)[static_cast<std::size_t>(*cfg.activation)])},
             {"log_std_min", exact_text(*cfg.log_std_min)},
             {"log_std_max", exact_text(*cfg.log_std_max)}};
+  t.meta.insert(encoder_meta.begin(), encoder_meta.end());
   write_policy_tensors(file, std::move(t),
                        PolicyFileParts{p.env_, p.scale_, p.offset_, {}, {}, p.obs_mean_, p.obs_inv_std_, p.obs_clip_});
 }
@@ -17539,13 +17647,20 @@ class BasicSAC {
   }
 
   /// Writes the policy alone, for deployment (`anvil::load_policy`): the actor's shape and
-  /// its weights (the averaged ones when there are any). Policy files hold the default
+  /// its weights (the averaged ones when there are any), after the image encoder it reads
+  /// through when the observations hold images (the critic's, its weights as they are). Policy files hold the default
   /// GaussianActor only; with a user actor this does not exist and the Trainer writes no
   /// policy.bin (its checkpoints hold the actor).
   void save_policy(BinaryWriter& w) const
     requires std::same_as<Actor, nn::GaussianActor>
   {
-    w.string("GaussianActor");
+    // A policy that reads images: the encoder (the critic's, shared) goes first.
+    if (const auto encoder = actor_->encoder()) {
+      w.string("EncodedGaussianActor");
+      nn::save_encoder(w, *encoder);
+    } else {
+      w.string("GaussianActor");
+    }
     w.value(static_cast<std::int64_t>(actor_->net()->in_features()));
     w.value(act_dim_);
     const auto& ac = *cfg_.actor;
@@ -19682,6 +19797,7 @@ class PPO {
               {"discrete", discrete_ ? "1" : "0"},
               {"hidden", comma_list(*cfg_.actor->hidden)},
               {"activation", enum_text(*cfg_.actor->activation)}};
+    if (encoder_) nn::add_encoder_tensors(p, *encoder_);  // images: the heads' shared encoder
     return p;
   }
 
@@ -23877,8 +23993,7 @@ class BasicTrainer {
     notes.push_back("gradients: " + gradients_);
     if (collector_->spec().byte_rows())
       notes.push_back("observations: " + collector_->spec().layout.describe() +
-                      " (images as bytes to the device; no policy files yet for policies that read images: "
-                      "the checkpoints hold them)");
+                      " (images as bytes to the device; the policy files hold the image encoder)");
     buffer_ = std::make_unique<B>(collector_->spec(), *cfg_.buffer, ctx_);
     step_ctx_ = StepContext(step_options(ctx_, precision, threads(), *cfg_.run, times_,
                                          [p = parallel_.get()](std::vector<at::Tensor>& g) { p->all_reduce_mean(g); }));
@@ -23935,7 +24050,8 @@ class BasicTrainer {
     write_policy(file, policy_file_parts(*collector_, norm_.get(), *cfg_.normalize),
                  [this](BinaryWriter& w) { algo_->save_policy(w); });
     // and the same policy as safetensors beside it, for PyTorch (anvil.load_policy)
-    if (file.extension() == ".bin" && policy_kind(file) == "GaussianActor")
+    if (const auto kind = file.extension() == ".bin" ? policy_kind(file) : std::string();
+        kind == "GaussianActor" || kind == "EncodedGaussianActor")
       write_policy_safetensors(load_policy(file), std::filesystem::path(file).replace_extension(".safetensors"));
   }
 
@@ -23947,7 +24063,6 @@ class BasicTrainer {
   void export_policy(const std::filesystem::path& dir) const
     requires ExportsPolicy<A> || ExportsTensors<A>
   {
-    if (collector_->spec().byte_rows()) return;  // no policy files for image encoders yet (the run's notes say so)
     std::error_code ec;
     std::filesystem::create_directories(dir, ec);
     if (ec) throw Error("export_policy: cannot create the directory " + dir.string() + ": " + ec.message());

@@ -596,3 +596,41 @@ TEST_CASE("Trainer: run.export writes a checkpoint's policy files without traini
                         std::filesystem::path(*bad.run->run_dir)})
     std::filesystem::remove_all(d);
 }
+
+TEST_CASE("PPO on images: both heads read one encoder, and policy.safetensors holds it: anvil.load_policy acts as PPO does") {
+  for (const bool discrete : {false, true}) {
+    CAPTURE(discrete);
+    torch::manual_seed(6);
+    envs::EnvSpec s{"ImageTask", envs::Box{{-10.f, -10.f}, {10.f, 10.f}},
+                    discrete ? std::variant<envs::Box, envs::Discrete>{envs::Discrete{3}} : envs::Box{{-1.f, -1.f}, {1.f, 1.f}}, {}};
+    s.layout.image("pixels", 3, 16, 16).vector("state", 2);
+    PPO::Config cfg;
+    cfg.encoder->width = 8;
+    cfg.encoder->features = 8;
+    PPO ppo(s, cfg, RunContext{});
+    auto rows = torch::randint(256, {200, s.obs_dim()}, torch::TensorOptions().dtype(torch::kByte));
+    rows.narrow(1, s.layout.find("state")->offset, 8).copy_((torch::randn({200, 2}) * 3).view(torch::kByte));
+    {  // larger weights, so that continuous means fall outside [-1, 1] and the clip is tested
+      torch::NoGradGuard no_grad;
+      for (auto& w : ppo.actor()->parameters()) w.mul_(100.0);
+    }
+    auto action = ppo.act(rows, ActMode::deterministic);
+    if (!discrete) {
+      action = action.clamp(-1.0, 1.0) * 2.0 + 0.5;  // the collector's clip, then scale and offset
+      const auto at_bound = ((action - 0.5).abs() > 2.0 - 1e-6).to(at::kFloat).mean().item<double>();
+      CHECK(at_bound > 0.05);  // the clip is tested
+      CHECK(at_bound < 0.95);
+    }
+    const PolicyFileParts parts{"ImageTask", torch::full({2}, 2.0f), torch::full({2}, 0.5f), torch::full({2}, -1.0f), torch::full({2}, 1.0f), {}, {}, 0};
+    const std::filesystem::path dir = temp_run_dir(discrete ? "ppo_image_policy_d" : "ppo_image_policy_c");
+    std::filesystem::create_directories(dir);
+    auto tensors = ppo.policy_tensors();
+    CHECK(tensors.meta.at("layout") == "pixels uint8 [3,16,16], state float32 [2]");
+    CHECK(tensors.meta.at("encoder") == "small");
+    PolicyFileParts no_bounds;  // discrete actions: indices, no bounds
+    no_bounds.env = "ImageTask";
+    write_policy_tensors(dir / "policy.safetensors", std::move(tensors), discrete ? no_bounds : parts);
+    ANVIL_CHECK_POLICY_IN_PYTHON(dir / "policy.safetensors", {{"obs", rows}, {"action", action}}, {});
+    std::filesystem::remove_all(dir);
+  }
+}

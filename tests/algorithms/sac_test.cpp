@@ -8,9 +8,12 @@
 #include <map>
 #include <unistd.h>
 
+#include <anvil/algorithms/policy.hpp>
 #include <anvil/algorithms/sac.hpp>
 #include <anvil/core/config.hpp>
 #include <anvil/envs/pendulum.hpp>
+
+#include "../python_policy_check.hpp"
 
 using namespace anvil;
 
@@ -650,4 +653,39 @@ TEST_CASE("SAC on images: settings that cannot apply are refused naming the fiel
   const auto spec = image_spec();
   CHECK_THROWS_WITH_AS(SAC(spec, image_config(), RunContext{}).act(torch::zeros({2, 5}, torch::kByte), ActMode::explore),
                        doctest::Contains("uint8 [B, 776]"), Error);
+}
+
+TEST_CASE("SAC on images: policy.bin and policy.safetensors hold the encoder, and anvil::load_policy and anvil.load_policy act as SAC does") {
+  for (const auto kind : {nn::EncoderKind::small, nn::EncoderKind::nature}) {
+    CAPTURE(static_cast<int>(kind));
+    torch::manual_seed(4);
+    auto spec = image_spec();
+    auto cfg = image_config();
+    cfg.encoder->kind = kind;
+    if (kind == nn::EncoderKind::nature) {  // DQN's encoder needs 36x36 at least
+      spec.layout = ObsLayout{};
+      spec.layout.image("pixels", 3, 36, 36).vector("state", 2);
+    }
+    SAC sac(spec, cfg, RunContext{});
+    StepContext ctx;
+    for (int i = 0; i < 3; ++i) sac.update(image_batch(spec, 8), ctx);  // weights away from their start
+    const auto dir = std::filesystem::temp_directory_path() / ("anvil_sac_image_policy_" + std::to_string(::getpid()));
+    std::filesystem::create_directories(dir);
+    const PolicyFileParts parts{spec.name, torch::full({1}, 2.0f), torch::zeros({1}), {}, {}, {}, {}, 0};
+    write_policy(dir / "policy.bin", parts, [&](BinaryWriter& w) { sac.save_policy(w); });
+    CHECK(policy_kind(dir / "policy.bin") == "EncodedGaussianActor");
+    const auto policy = load_policy(dir / "policy.bin");
+    REQUIRE(policy.encoder());
+    CHECK(policy.encoder()->layout().describe() == spec.layout.describe());
+    torch::manual_seed(8);
+    const auto rows = image_batch(spec, 64).obs;
+    const auto expected = sac.act(rows, ActMode::deterministic) * 2.0;
+    CHECK(torch::allclose(policy.act(rows), expected, 1e-5, 1e-5));
+    CHECK(torch::allclose(policy.act(rows[0]), expected[0], 1e-5, 1e-5));
+    const std::string expects = "uint8 [B, " + std::to_string(spec.obs_dim()) + "]";
+    CHECK_THROWS_WITH_AS((void)policy.act(torch::zeros({2, spec.obs_dim()})), doctest::Contains(expects.c_str()), Error);
+    write_policy_safetensors(policy, dir / "policy.safetensors");
+    ANVIL_CHECK_POLICY_IN_PYTHON(dir / "policy.safetensors", {{"obs", rows}, {"action", expected}}, {});
+    std::filesystem::remove_all(dir);
+  }
 }

@@ -28,6 +28,7 @@
 #include <anvil/core/safetensors.hpp>
 #include <anvil/core/tensor_io.hpp>
 #include <anvil/nn/gaussian_actor.hpp>
+#include <anvil/nn/observation_encoder.hpp>
 
 namespace anvil {
 
@@ -38,12 +39,21 @@ inline constexpr const char* kPolicyFormat = "anvil Policy v2";
 class Policy {
  public:
   /// Actions for observations [B, obs_dim] (or [obs_dim]), in the env's units: the mean
-  /// action squashed to [-1, 1], then scaled to the action bounds.
+  /// action squashed to [-1, 1], then scaled to the action bounds. A policy that reads
+  /// images takes rows of parts, uint8 [B, row_bytes] (or [row_bytes]), as its env gives them.
   [[nodiscard]] at::Tensor act(const at::Tensor& obs) const {
     torch::NoGradGuard no_grad;
     const bool single = obs.dim() == 1;
-    auto o = obs.to(at::kFloat);
-    if (single) o = o.unsqueeze(0);
+    at::Tensor o;
+    if (encoder_) {  // rows of parts (images): uint8 [B, row_bytes], encoded first
+      auto rows = single ? obs.unsqueeze(0) : obs;
+      nn::detail::check_rows(rows, encoder_->layout(), "Policy::act");
+      nn::ObsEncoder enc = encoder_;
+      o = enc->forward(rows);
+    } else {
+      o = obs.to(at::kFloat);
+      if (single) o = o.unsqueeze(0);
+    }
     if (obs_mean_.defined()) o = ((o - obs_mean_) * obs_inv_std_).clamp(-obs_clip_, obs_clip_);
     nn::GaussianActor net = actor_;  // a handle to the same module (acting changes nothing)
     auto a = net->mode(o) * scale_ + offset_;
@@ -51,6 +61,8 @@ class Policy {
   }
   /// The network (for export or inspection).
   [[nodiscard]] const nn::GaussianActor& network() const noexcept { return actor_; }
+  /// The image encoder the actor reads through (null for float observations).
+  [[nodiscard]] const nn::ObsEncoder& encoder() const noexcept { return encoder_; }
   /// The env the policy was trained on.
   [[nodiscard]] const std::string& env_name() const noexcept { return env_; }
   [[nodiscard]] std::int64_t obs_dim() const noexcept { return obs_dim_; }
@@ -60,6 +72,7 @@ class Policy {
   friend Policy load_policy(const std::filesystem::path& path);
   friend void write_policy_safetensors(const Policy& p, const std::filesystem::path& file);
   nn::GaussianActor actor_{nullptr};
+  nn::ObsEncoder encoder_{nullptr};
   at::Tensor scale_, offset_;
   at::Tensor obs_mean_, obs_inv_std_;  ///< the run's observation normaliser (undefined: none)
   double obs_clip_ = 0;
@@ -111,8 +124,11 @@ inline Policy load_policy(const std::filesystem::path& path) {
   Policy p;
   p.env_ = r.string("env name");
   const auto kind = r.string("actor kind");
-  if (kind != "GaussianActor") r.fail("actor kind", "'" + kind + "' is not one this build knows");
+  if (kind != "GaussianActor" && kind != "EncodedGaussianActor") r.fail("actor kind", "'" + kind + "' is not one this build knows");
+  if (kind == "EncodedGaussianActor") p.encoder_ = nn::read_encoder(r);
   p.obs_dim_ = r.value<std::int64_t>("observation size");
+  if (p.encoder_ && p.obs_dim_ != p.encoder_->output_size())
+    r.fail("observation size", std::to_string(p.obs_dim_) + " is not the encoder's " + std::to_string(p.encoder_->output_size()) + " features");
   p.act_dim_ = r.value<std::int64_t>("action size");
   if (p.obs_dim_ < 1 || p.act_dim_ < 1) r.fail("observation or action size", "is not positive");
   nn::GaussianActorImpl::Config cfg;
@@ -217,6 +233,11 @@ inline void write_policy_tensors(const std::filesystem::path& file, PolicyTensor
 inline void write_policy_safetensors(const Policy& p, const std::filesystem::path& file) {
   PolicyTensors t{"GaussianActor", {}, {}, false};
   add_module_tensors(t, "", *p.network());
+  std::map<std::string, std::string> encoder_meta;
+  if (p.encoder_) {
+    nn::add_encoder_tensors(t, *p.encoder_);
+    encoder_meta = t.meta;
+  }
   const auto& cfg = p.network()->config();
   std::string hidden;
   for (const int h : *cfg.hidden) hidden += (hidden.empty() ? "" : ",") + std::to_string(h);
@@ -226,6 +247,7 @@ inline void write_policy_safetensors(const Policy& p, const std::filesystem::pat
             {"activation", std::string(nn::enum_names(*cfg.activation)[static_cast<std::size_t>(*cfg.activation)])},
             {"log_std_min", exact_text(*cfg.log_std_min)},
             {"log_std_max", exact_text(*cfg.log_std_max)}};
+  t.meta.insert(encoder_meta.begin(), encoder_meta.end());
   write_policy_tensors(file, std::move(t),
                        PolicyFileParts{p.env_, p.scale_, p.offset_, {}, {}, p.obs_mean_, p.obs_inv_std_, p.obs_clip_});
 }

@@ -275,6 +275,7 @@ class PPO {
               {"discrete", discrete_ ? "1" : "0"},
               {"hidden", comma_list(*cfg_.actor->hidden)},
               {"activation", enum_text(*cfg_.actor->activation)}};
+    if (encoder_) nn::add_encoder_tensors(p, *encoder_);  // images: the heads' shared encoder
     return p;
   }
 

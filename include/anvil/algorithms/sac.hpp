@@ -534,13 +534,20 @@ class BasicSAC {
   }
 
   /// Writes the policy alone, for deployment (`anvil::load_policy`): the actor's shape and
-  /// its weights (the averaged ones when there are any). Policy files hold the default
+  /// its weights (the averaged ones when there are any), after the image encoder it reads
+  /// through when the observations hold images (the critic's, its weights as they are). Policy files hold the default
   /// GaussianActor only; with a user actor this does not exist and the Trainer writes no
   /// policy.bin (its checkpoints hold the actor).
   void save_policy(BinaryWriter& w) const
     requires std::same_as<Actor, nn::GaussianActor>
   {
-    w.string("GaussianActor");
+    // A policy that reads images: the encoder (the critic's, shared) goes first.
+    if (const auto encoder = actor_->encoder()) {
+      w.string("EncodedGaussianActor");
+      nn::save_encoder(w, *encoder);
+    } else {
+      w.string("GaussianActor");
+    }
     w.value(static_cast<std::int64_t>(actor_->net()->in_features()));
     w.value(act_dim_);
     const auto& ac = *cfg_.actor;

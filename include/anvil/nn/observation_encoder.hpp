@@ -20,7 +20,13 @@
 #include <utility>
 #include <vector>
 
+#include <ATen/CPUGeneratorImpl.h>
+#include <torch/utils.h>
+
+#include <anvil/core/binary_io.hpp>
 #include <anvil/core/error.hpp>
+#include <anvil/core/policy_tensors.hpp>
+#include <anvil/core/tensor_io.hpp>
 #include <anvil/core/spaces.hpp>
 #include <anvil/nn/image_augment.hpp>
 #include <anvil/nn/image_encoders.hpp>
@@ -112,6 +118,90 @@ class ObsEncoderImpl : public torch::nn::Cloneable<ObsEncoderImpl> {
   std::vector<NatureCnn> nature_;
 };
 TORCH_MODULE(ObsEncoder);
+
+/// Adds `encoder`'s parameters to a policy's tensors as `encoder.<part>.<name>` (detached
+/// float32 copies on the CPU) and what rebuilds it to the metadata: `encoder` (small or
+/// nature), `encoder_features`, `encoder_width`, `layout` (`ObsLayout::describe()`: the
+/// parts, in order, from which their offsets in a row follow). anvil.load_policy in Python
+/// builds the same encoder from them (python/anvil/policy.py).
+inline void add_encoder_tensors(PolicyTensors& p, const ObsEncoderImpl& encoder) {
+  add_module_tensors(p, "encoder.", encoder);
+  p.meta["encoder"] = encoder.kind() == EncoderKind::small ? "small" : "nature";
+  p.meta["encoder_features"] = std::to_string(encoder.features());
+  p.meta["encoder_width"] = std::to_string(encoder.width());
+  p.meta["layout"] = encoder.layout().describe();
+}
+
+/// An encoder's parameters side by side, one float32 vector on the CPU (policy files).
+inline at::Tensor flat_parameters(const ObsEncoderImpl& encoder) {
+  std::vector<at::Tensor> v;
+  for (const auto& t : encoder.parameters()) v.push_back(t.detach().to(at::kCPU, at::kFloat).reshape(-1));
+  return at::cat(v);
+}
+
+/// Writes `encoder` to a policy file: its observation's parts, kind, features and width, and
+/// its parameters (`read_encoder` rebuilds it).
+inline void save_encoder(BinaryWriter& w, const ObsEncoderImpl& encoder) {
+  const auto& parts = encoder.layout().parts;
+  w.value(static_cast<std::uint64_t>(parts.size()));
+  for (const auto& p : parts) {
+    w.string(p.name);
+    w.value(static_cast<int>(p.dtype));
+    w.value(static_cast<std::uint64_t>(p.shape.size()));
+    for (auto d : p.shape) w.value(d);
+  }
+  w.value(static_cast<int>(encoder.kind()));
+  w.value(encoder.features());
+  w.value(encoder.width());
+  write_tensor(w, flat_parameters(encoder), "the encoder's weights");
+}
+
+/// Reads what `save_encoder` wrote: every count and size checked before anything is built (a
+/// flipped bit must not allocate gigabytes), the error naming the field; the new encoder's
+/// random initial weights (overwritten) leave torch's CPU generator as it was.
+inline ObsEncoder read_encoder(BinaryReader& r) {
+  ObsLayout layout;
+  const auto n = r.value<std::uint64_t>("observation part count");
+  if (n < 1 || n > 64) r.fail("observation part count", "is out of range (1 to 64)");
+  for (std::uint64_t i = 0; i < n; ++i) {
+    auto name = r.string("observation part name");
+    const int dtype = r.value<int>("observation part dtype");
+    const auto rank = r.value<std::uint64_t>("observation part rank");
+    if ((dtype != 0 && dtype != 1) || rank < 1 || rank > 3) r.fail("observation part '" + name + "'", "has an unknown dtype or rank");
+    std::vector<std::int64_t> shape;
+    for (std::uint64_t k = 0; k < rank; ++k) {
+      shape.push_back(r.value<std::int64_t>("observation part shape"));
+      if (shape.back() < 1 || shape.back() > 65536) r.fail("observation part '" + name + "'", "has a size out of range (1 to 65536)");
+    }
+    if (dtype == 1 && rank == 3) layout.image(std::move(name), shape[0], shape[1], shape[2]);
+    else if (dtype == 0 && rank == 1) layout.vector(std::move(name), shape[0]);
+    else r.fail("observation part '" + name + "'", "is neither an image [C, H, W] of bytes nor a vector of floats");
+  }
+  const int kind = r.value<int>("encoder kind");
+  if (kind < 0 || kind > 1) r.fail("encoder kind", "is not small or nature");
+  const auto features = r.value<std::int64_t>("encoder features");
+  const auto width = r.value<std::int64_t>("encoder width");
+  if (features < 1 || features > 65536 || width < 1 || width > 4096) r.fail("encoder features or width", "is out of range");
+  ObsEncoder e{nullptr};
+  {
+    at::Generator gen = at::detail::getDefaultCPUGenerator();
+    const auto state = gen.get_state();
+    e = ObsEncoder(layout, static_cast<EncoderKind>(kind), features, width);
+    gen.set_state(state);
+  }
+  auto params = e->parameters();
+  std::int64_t count = 0;
+  for (const auto& t : params) count += t.numel();
+  const auto flat = read_tensor(r, "encoder parameters", at::empty({count}));
+  torch::NoGradGuard no_grad;
+  std::int64_t off = 0;
+  for (auto& t : params) {
+    t.copy_(flat.narrow(0, off, t.numel()).view(t.sizes()));
+    off += t.numel();
+  }
+  e->eval();
+  return e;
+}
 
 /// `rows` [B, row_bytes] with each image part replaced by `f(images)` ([B, C, H, W] uint8 in,
 /// the same shape out); the other parts as they were. A new tensor; `rows` is unchanged.

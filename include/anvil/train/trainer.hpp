@@ -103,8 +103,7 @@ class BasicTrainer {
     notes.push_back("gradients: " + gradients_);
     if (collector_->spec().byte_rows())
       notes.push_back("observations: " + collector_->spec().layout.describe() +
-                      " (images as bytes to the device; no policy files yet for policies that read images: "
-                      "the checkpoints hold them)");
+                      " (images as bytes to the device; the policy files hold the image encoder)");
     buffer_ = std::make_unique<B>(collector_->spec(), *cfg_.buffer, ctx_);
     step_ctx_ = StepContext(step_options(ctx_, precision, threads(), *cfg_.run, times_,
                                          [p = parallel_.get()](std::vector<at::Tensor>& g) { p->all_reduce_mean(g); }));
@@ -161,7 +160,8 @@ class BasicTrainer {
     write_policy(file, policy_file_parts(*collector_, norm_.get(), *cfg_.normalize),
                  [this](BinaryWriter& w) { algo_->save_policy(w); });
     // and the same policy as safetensors beside it, for PyTorch (anvil.load_policy)
-    if (file.extension() == ".bin" && policy_kind(file) == "GaussianActor")
+    if (const auto kind = file.extension() == ".bin" ? policy_kind(file) : std::string();
+        kind == "GaussianActor" || kind == "EncodedGaussianActor")
       write_policy_safetensors(load_policy(file), std::filesystem::path(file).replace_extension(".safetensors"));
   }
 
@@ -173,7 +173,6 @@ class BasicTrainer {
   void export_policy(const std::filesystem::path& dir) const
     requires ExportsPolicy<A> || ExportsTensors<A>
   {
-    if (collector_->spec().byte_rows()) return;  // no policy files for image encoders yet (the run's notes say so)
     std::error_code ec;
     std::filesystem::create_directories(dir, ec);
     if (ec) throw Error("export_policy: cannot create the directory " + dir.string() + ": " + ec.message());
