@@ -47,7 +47,7 @@ anvil::Demonstrations record(const BenchConfig& b) {
   anvil::Demonstrations d;
   d.env_name = std::string(PushT::name);
   d.act_dim = 2;
-  d.layout.image("image", 3, *b.size, *b.size).vector("agent_pos", 2);
+  d.layout = anvil::envs::chipmunk::push_t_image_layout(*b.size);
   d.obs_dim = d.layout.row_bytes();
   auto canvas = anvil::envs::chipmunk::push_t_canvas(*b.size);
   anvil::Rng rng(3);
@@ -57,16 +57,11 @@ anvil::Demonstrations record(const BenchConfig& b) {
     std::vector<std::uint8_t> rows;
     std::vector<float> a, r;
     std::vector<std::uint8_t> dn;
-    auto st = env.state();
+    const auto st = env.state();
     std::array<float, 2> target{static_cast<float>(st.agent_x), static_cast<float>(st.agent_y)};
     for (int t = 0; t < b.steps; ++t) {
-      anvil::envs::chipmunk::draw_push_t(canvas, env);
-      const auto at = rows.size();
-      rows.resize(at + static_cast<std::size_t>(d.obs_dim), 0);
-      std::copy(canvas.pixels().begin(), canvas.pixels().end(), rows.begin() + static_cast<std::ptrdiff_t>(at));
-      st = env.state();
-      const float pos[2] = {static_cast<float>(st.agent_x), static_cast<float>(st.agent_y)};
-      std::memcpy(rows.data() + at + d.layout.parts[1].offset, pos, sizeof pos);
+      rows.resize(rows.size() + static_cast<std::size_t>(d.obs_dim), 0);
+      anvil::envs::chipmunk::push_t_image_row(canvas, env, rows.data() + rows.size() - d.obs_dim);
       for (auto& x : target) x = std::clamp(x + static_cast<float>(rng.uniform(-20, 20)), 0.0f, static_cast<float>(PushT::kField));
       env.step(target);
       a.insert(a.end(), target.begin(), target.end());

@@ -23,7 +23,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <cstring>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -84,7 +83,7 @@ int record(const Experiment& e, bool quiet = false) {
   d.env_name = std::string(PushT::name);
   d.act_dim = 2;
   if (image) {
-    d.layout.image("image", 3, *e.image_size, *e.image_size).vector("agent_pos", 2);
+    d.layout = anvil::envs::chipmunk::push_t_image_layout(*e.image_size);
     d.obs_dim = d.layout.row_bytes();
   } else {
     d.obs_parts = {{"keypoints", 2 * PushT::kNumKeypoints}, {"agent_pos", 2}};
@@ -98,15 +97,9 @@ int record(const Experiment& e, bool quiet = false) {
     std::vector<float> o, a;
     std::vector<std::uint8_t> rows;
     const bool ok = expert.run(env, seed, [&](std::span<const float> obs, std::span<const float> act) {
-      if (image) {
-        // The field as the env is now (the expert records before it steps), and the pusher's
-        // position (the observation's last two numbers).
-        anvil::envs::chipmunk::draw_push_t(canvas, env);
-        const auto px = canvas.pixels();
-        const auto at = rows.size();
-        rows.resize(at + static_cast<std::size_t>(d.obs_dim), 0);
-        std::copy(px.begin(), px.end(), rows.begin() + static_cast<std::ptrdiff_t>(at));
-        std::memcpy(rows.data() + at + d.layout.parts[1].offset, obs.data() + obs.size() - 2, 2 * sizeof(float));
+      if (image) {  // the env as it is now: the expert records before it steps
+        rows.resize(rows.size() + static_cast<std::size_t>(d.obs_dim), 0);
+        anvil::envs::chipmunk::push_t_image_row(canvas, env, rows.data() + rows.size() - d.obs_dim);
       } else {
         o.insert(o.end(), obs.begin(), obs.end());
       }

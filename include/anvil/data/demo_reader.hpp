@@ -32,6 +32,7 @@
 #include <exception>
 #include <filesystem>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <thread>
@@ -82,7 +83,7 @@ inline std::vector<std::string> demo_names(const h5::File& f) {
 class DemoReader {
  public:
   DemoReader(const std::filesystem::path& path, DemoReadOptions o)
-      : f_(h5::File::open(path)), file_fd_(path), fd_(file_fd_.fd), o_(std::move(o)) {
+      : f_(h5::File::open(path)), fd_(path), o_(std::move(o)) {
     if (!f_.is_group("data")) f_.fail("data", "missing: not a demonstration file in robomimic's layout (no group 'data')");
     if ((o_.image_height > 0) != (o_.image_width > 0) || o_.image_height < 0 || o_.image_width < 0)
       throw ConfigError(path.string() + ": image size " + std::to_string(o_.image_height) + "x" + std::to_string(o_.image_width) +
@@ -179,7 +180,7 @@ class DemoReader {
     h5::Shape frame;          ///< a row's extent as stored ([H, W, C] or [d])
     std::int64_t numel = 0;   ///< elements in a stored row
     std::int64_t offset = 0;  ///< bytes into the row
-    std::vector<FrameReader> frames;  ///< image keys: the converter (one, kept in a vector for late construction)
+    std::optional<FrameReader> frames;  ///< image keys: the converter
   };
   // Key k of demo e: how its rows are read.
   struct Stored {
@@ -228,8 +229,7 @@ class DemoReader {
     const std::string name = grouped_ ? o_.obs_keys[k] : std::string("obs");
     if (image) {
       const int h = static_cast<int>(row[0]), w = static_cast<int>(row[1]), c = row.size() == 3 ? static_cast<int>(row[2]) : 1;
-      key.frames.emplace_back(h, w, c, o_.image_height, o_.image_width);
-      const auto& fr = key.frames.front();
+      const auto& fr = key.frames.emplace(h, w, c, o_.image_height, o_.image_width);
       layout_.image(name, c, fr.out_height(), fr.out_width());
     } else {
       layout_.vector(name, key.numel);
@@ -291,7 +291,7 @@ class DemoReader {
   // Reads `n` bytes at `offset` of the file into `dst` (pread: safe from many threads).
   void read_at(const std::string& ds, std::int64_t offset, std::int64_t n, std::uint8_t* dst) const {
     while (n > 0) {
-      const ssize_t got = ::pread(fd_, dst, static_cast<std::size_t>(n), static_cast<off_t>(offset));
+      const ssize_t got = ::pread(fd_.fd, dst, static_cast<std::size_t>(n), static_cast<off_t>(offset));
       if (got <= 0) f_.fail(ds, "cannot be read at byte " + std::to_string(offset) + " (truncated file?)");
       dst += got;
       offset += got;
@@ -310,7 +310,7 @@ class DemoReader {
         std::memcpy(out + i * rb + key.offset, st.floats.data() + (t0 + i) * key.numel, static_cast<std::size_t>(key.numel) * sizeof(float));
       return;
     }
-    const FrameReader& fr = key.frames.front();
+    const FrameReader& fr = *key.frames;
     const std::int64_t frame = fr.in_bytes();
     if (st.kind != Stored::Kind::chunks) {
       stored.resize(static_cast<std::size_t>(n * frame));
@@ -366,8 +366,7 @@ class DemoReader {
   };
 
   h5::File f_;
-  Fd file_fd_;
-  int fd_ = -1;
+  Fd fd_;
   DemoReadOptions o_;
   bool grouped_ = true;
   std::vector<std::string> demos_;

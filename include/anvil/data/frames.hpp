@@ -48,7 +48,9 @@ class FrameReader {
       return;
     }
     // Separable: columns of each source row first (into floats [H, W', C]), then rows.
-    std::vector<float> tmp(static_cast<std::size_t>(h_) * ow_ * c_, 0.0f);
+    // Scratch kept per thread: no allocation per frame.
+    thread_local std::vector<float> tmp;
+    tmp.assign(static_cast<std::size_t>(h_) * ow_ * c_, 0.0f);
     for (int y = 0; y < h_; ++y)
       for (int x = 0; x < ow_; ++x) {
         float* t = &tmp[(static_cast<std::size_t>(y) * ow_ + x) * c_];
@@ -57,7 +59,8 @@ class FrameReader {
           for (int k = 0; k < c_; ++k) t[k] += wgt * p[k];
         }
       }
-    std::vector<float> acc(static_cast<std::size_t>(c_));
+    thread_local std::vector<float> acc;
+    acc.resize(static_cast<std::size_t>(c_));
     for (int y = 0; y < oh_; ++y)
       for (int x = 0; x < ow_; ++x) {
         std::fill(acc.begin(), acc.end(), 0.0f);

@@ -7,9 +7,13 @@
 /// draws them: x to the right along a row, y down the rows. Drawn in software
 /// (envs/render/canvas.hpp) at any size. Light header: no torch.
 
+#include <algorithm>
 #include <array>
+#include <cstdint>
+#include <cstring>
 #include <vector>
 
+#include <anvil/core/spaces.hpp>
 #include <anvil/envs/chipmunk/push_t.hpp>
 #include <anvil/envs/render/canvas.hpp>
 
@@ -52,6 +56,26 @@ inline void draw_push_t(render::Canvas& canvas, const detail::Pose2& block, doub
 inline void draw_push_t(render::Canvas& canvas, const PushT& env) {
   const auto s = env.state();
   draw_push_t(canvas, env.block_pose(), s.agent_x, s.agent_y);
+}
+
+/// The observation of Push-T's image variant, as the paper's: the field drawn at `size` x
+/// `size` RGB ("image") beside the pusher's position ("agent_pos", field units).
+inline ObsLayout push_t_image_layout(int size = 96) {
+  ObsLayout l;
+  l.image("image", 3, size, size).vector("agent_pos", 2);
+  return l;
+}
+
+/// Writes `env`'s observation in the image variant into `row` (push_t_image_layout's
+/// row_bytes()), drawn with `canvas` (push_t_canvas of the layout's size).
+inline void push_t_image_row(render::Canvas& canvas, const PushT& env, std::uint8_t* row) {
+  draw_push_t(canvas, env);
+  const auto px = canvas.pixels();
+  std::copy(px.begin(), px.end(), row);
+  const auto s = env.state();
+  const float pos[2] = {static_cast<float>(s.agent_x), static_cast<float>(s.agent_y)};
+  // agent_pos follows the image, which is padded to a multiple of 4 bytes.
+  std::memcpy(row + (px.size() + 3) / 4 * 4, pos, sizeof pos);
 }
 
 }  // namespace anvil::envs::chipmunk
