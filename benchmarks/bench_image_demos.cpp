@@ -3,7 +3,7 @@
 //
 // The demonstrations are Push-T's field drawn at bench.size x bench.size RGB (the paper's
 // image variant) along random walks of the pusher, beside agent_pos, written twice: gzip
-// level 4 in chunks of one frame (what `diffusion_pusht --experiment.observation=image`
+// level 4 in chunks of one frame (what `diffusion_pusht --env.observation=image`
 // writes, and what h5py's compression="gzip" gives) and raw (contiguous, as LIBERO's files
 // are). Figures, each the median of interleaved rounds:
 //  - image_demos_bytes_per_frame: the file's bytes per frame, each storage;

@@ -4,20 +4,24 @@
 //   record  the scripted expert (envs/chipmunk/push_t_expert.hpp) records demonstrations to
 //           an HDF5 file in robomimic's layout:
 //             build/examples/diffusion_pusht --experiment.mode=record --experiment.file=data/pusht_demos.hdf5
-//           --experiment.observation=image records the paper's image variant instead: the
-//           field drawn at 96x96 RGB (key 'image', [T, 96, 96, 3] uint8, gzip) beside agent_pos.
+//           --env.observation=image records the paper's image variant instead: the field
+//           drawn at 96x96 RGB (--env.image_size; key 'image', [T, 96, 96, 3] uint8, gzip)
+//           beside agent_pos.
 //   train   Diffusion Policy (or --diffusion.objective=mse, the BC baseline) on a demo file,
 //           evaluated with its EMA weights on Push-T by the published protocol (return =
 //           the best reward of each episode; success = coverage above 95%):
 //             build/examples/diffusion_pusht --config configs/diffusion_pusht_cpu.yaml
 //           --experiment.precision=bf16 trains with BF16 autocast; --nproc_per_node=N with DDP.
+//           --env.observation=image trains on image demonstrations and acts on the image
+//           variant (a small CNN per step's image, random crops):
+//             build/examples/diffusion_pusht --config configs/diffusion_pusht_image_cpu.yaml
 //   expert  evaluates the expert itself on the test seeds (the demonstrator's own score), and
 //           two references: the pusher held still, and a random walk of the commanded point.
 //   eval    evaluates a trained run's last checkpoint on the test seeds (--experiment.run),
 //           with the run's own settings and precision (the Trainer's keys given here go over
 //           them: --device=cpu, say).
 //
-// `--smoke` alone records a few demonstrations of its own, trains on them for seconds and
+// `--smoke` alone (with --env.observation=image: of images) records a few demonstrations of its own, trains on them for seconds and
 // evaluates the run: every stage in order, as a first try. Test seeds: 100000 + i, as the
 // published evaluation (50 of them by default).
 #include <algorithm>
@@ -25,6 +29,8 @@
 #include <cstdio>
 #include <filesystem>
 #include <string>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include <unistd.h>
@@ -55,11 +61,6 @@ struct Experiment {
       precision{""};
   anvil::Param<int, "demos", "successful demonstrations to record (record)", anvil::at_least(1)> demos{200};
   anvil::Param<std::string, "file", "the demonstration file written (record)"> file{"data/pusht_demos.hdf5"};
-  anvil::Param<std::string, "observation",
-               "state (keypoints and agent_pos) or image (the field drawn at image_size x image_size RGB, key 'image', beside "
-               "agent_pos, as the paper's image variant) (record)">
-      observation{"state"};
-  anvil::Param<int, "image_size", "the image's height and width in pixels (record, observation=image)", anvil::at_least(8)> image_size{96};
   anvil::Param<std::int64_t, "seed", "first seed of the recorded episodes (record)", anvil::at_least(0)> seed{0};
   anvil::Param<int, "test_episodes", "test seeds 100000 .. 100000 + n - 1 (expert, eval)", anvil::at_least(1)> test_episodes{50};
   anvil::Param<std::string, "run", "a training run's directory (eval)"> run{""};
@@ -71,19 +72,34 @@ struct ExperimentConfig {
 template <class X>
 using DpTrainer = anvil::Trainer<anvil::DiffusionPolicy, anvil::DemoDataset, anvil::DDPAuto, X>;
 
-anvil::envs::MultiStep<PushT> pusht_env(const anvil::DiffusionPolicy::Config& c) {
-  return {PushT(PushT::Reward::best_gain), c.obs_horizon, c.action_horizon};
+using anvil::envs::ObservationKind;
+using anvil::envs::VecEnvConfig;
+
+/// Calls `f` with Push-T in the wrapper the policy acts through: the state env, or the image
+/// variant at env.image_size (env.observation=image).
+template <class F>
+decltype(auto) with_pusht_env(const anvil::DiffusionPolicy::Config& c, const VecEnvConfig& env, F&& f) {
+  if (*env.observation == ObservationKind::image)
+    return f(anvil::envs::MultiStep<anvil::envs::chipmunk::PushTImage>(
+        anvil::envs::chipmunk::PushTImage(env.image_size, PushT::Reward::best_gain), c.obs_horizon, c.action_horizon));
+  return f(anvil::envs::MultiStep<PushT>(PushT(PushT::Reward::best_gain), c.obs_horizon, c.action_horizon));
 }
 
-int record(const Experiment& e, bool quiet = false) {
-  if (*e.observation != "state" && *e.observation != "image")
-    throw anvil::ConfigError("experiment.observation: '" + *e.observation + "' is neither state nor image");
-  const bool image = *e.observation == "image";
+// The env section of the Trainer's keys in `args` (record mode reads env.observation and
+// env.image_size from them).
+VecEnvConfig env_section(const anvil::Args& args) {
+  DpTrainer<anvil::FP32>::Config t;
+  anvil::apply_settings(t, args.settings);
+  return *t.env;
+}
+
+int record(const Experiment& e, const VecEnvConfig& env_cfg, bool quiet = false) {
+  const bool image = *env_cfg.observation == ObservationKind::image;
   anvil::Demonstrations d;
   d.env_name = std::string(PushT::name);
   d.act_dim = 2;
   if (image) {
-    d.layout = anvil::envs::chipmunk::push_t_image_layout(*e.image_size);
+    d.layout = anvil::envs::chipmunk::push_t_image_layout(env_cfg.image_size);
     d.obs_dim = d.layout.row_bytes();
   } else {
     d.obs_parts = {{"keypoints", 2 * PushT::kNumKeypoints}, {"agent_pos", 2}};
@@ -91,7 +107,7 @@ int record(const Experiment& e, bool quiet = false) {
   }
   const PushTExpert expert;
   PushT env;
-  auto canvas = anvil::envs::chipmunk::push_t_canvas(*e.image_size);
+  auto canvas = anvil::envs::chipmunk::push_t_canvas(env_cfg.image_size);
   int tried = 0;
   for (std::uint64_t seed = static_cast<std::uint64_t>(*e.seed); d.episodes() < e.demos; ++seed, ++tried) {
     std::vector<float> o, a;
@@ -195,23 +211,28 @@ int evaluate_run(const Experiment& e, const anvil::Args& args) {
   t.run->run_dir = (std::filesystem::temp_directory_path() / ("anvil_diffusion_eval_" + std::to_string(::getpid()))).string();
   t.run->progress = anvil::ProgressMode::off;
   t.run->tensorboard = false;
-  Trainer trainer(pusht_env(*t.algorithm), t, "diffusion_pusht");
-  trainer.begin();
-  auto& dp = trainer.algorithm();
-  const auto t0 = std::chrono::steady_clock::now();
-  const auto r = anvil::envs::chipmunk::score_on_test_seeds(pusht_env(*t.algorithm), e.test_episodes, [&](std::span<const float> obs, int n) {
-    const auto rows = at::from_blob(const_cast<float*>(obs.data()), {n, static_cast<std::int64_t>(obs.size()) / n}, at::kFloat);
-    const at::Tensor unit = dp.with_ema_weights([&] { return dp.act(rows, anvil::ActMode::deterministic); }).to(at::kCPU).contiguous();
-    return std::vector<float>(unit.data_ptr<float>(), unit.data_ptr<float>() + unit.numel());
+  return with_pusht_env(*t.algorithm, *t.env, [&](const auto& env) {
+    Trainer trainer(env, t, "diffusion_pusht");
+    trainer.begin();
+    auto& dp = trainer.algorithm();
+    const auto t0 = std::chrono::steady_clock::now();
+    const auto r = anvil::envs::chipmunk::score_on_test_seeds(env, e.test_episodes, [&](auto obs, int n) {
+      using Element = typename decltype(obs)::element_type;
+      const auto rows = at::from_blob(const_cast<std::remove_const_t<Element>*>(obs.data()), {n, static_cast<std::int64_t>(obs.size()) / n},
+                                      std::is_same_v<std::remove_const_t<Element>, float> ? at::kFloat : at::kByte);
+      const at::Tensor unit = dp.with_ema_weights([&] { return dp.act(rows, anvil::ActMode::deterministic); }).to(at::kCPU).contiguous();
+      return std::vector<float>(unit.data_ptr<float>(), unit.data_ptr<float>() + unit.numel());
+    });
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::printf("{\"policy\": \"%s\", \"observation\": \"%s\", \"run\": \"%s\", \"updates\": %lld, \"test_episodes\": %d, "
+                "\"score\": %.4f, \"success\": %.4f, \"seconds_per_chunk_batch\": %.4f}\n",
+                anvil::enum_text(*t.algorithm->objective).c_str(), *t.env->observation == ObservationKind::image ? "image" : "state",
+                e.run->c_str(), static_cast<long long>(trainer.updates()), *e.test_episodes, r.score, r.success,
+                seconds / static_cast<double>(r.calls));
+    std::error_code ec;
+    std::filesystem::remove_all(trainer.run_dir(), ec);
+    return 0;
   });
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::printf("{\"policy\": \"%s\", \"run\": \"%s\", \"updates\": %lld, \"test_episodes\": %d, \"score\": %.4f, \"success\": %.4f, "
-              "\"seconds_per_chunk_batch\": %.4f}\n",
-              std::string(anvil::enum_names(*t.algorithm->objective)[static_cast<std::size_t>(*t.algorithm->objective)]).c_str(), e.run->c_str(),
-              static_cast<long long>(trainer.updates()), *e.test_episodes, r.score, r.success, seconds / static_cast<double>(r.calls));
-  std::error_code ec;
-  std::filesystem::remove_all(trainer.run_dir(), ec);
-  return 0;
 }
 
 template <class X>
@@ -226,16 +247,19 @@ int train(const anvil::Args& args, Experiment e) {
   if (own_demos) {
     e.demos = 3;
     e.file = (std::filesystem::temp_directory_path() / ("anvil_pusht_smoke_" + std::to_string(::getpid()) + ".hdf5")).string();
-    record(e, /*quiet=*/true);
+    record(e, *cfg.env, /*quiet=*/true);
     cfg.train->dataset = *e.file;
   }
-  Trainer trainer(pusht_env(*cfg.algorithm), cfg, "diffusion_pusht");
-  trainer.fit();
+  const auto [rank, run_dir] = with_pusht_env(*cfg.algorithm, *cfg.env, [&](const auto& env) {
+    Trainer trainer(env, cfg, "diffusion_pusht");
+    trainer.fit();
+    return std::pair{trainer.context().rank, trainer.run_dir()};
+  });
   if (own_demos) {
-    if (trainer.context().rank == 0) {
+    if (rank == 0) {
       std::printf("smoke: trained on 3 demonstrations recorded by the expert; the run on 2 test seeds:\n");
       std::fflush(stdout);
-      e.run = trainer.run_dir().string();
+      e.run = run_dir.string();
       e.test_episodes = 2;
       evaluate_run<X>(e, anvil::Args{});
     }
@@ -261,7 +285,7 @@ int main(int argc, char** argv) {
   const auto [args, own] = anvil::start_with_section<ExperimentConfig>(argc, argv, "experiment");
   const Experiment& e = *own.experiment;
   try {
-    if (*e.mode == "record") return record(e);
+    if (*e.mode == "record") return record(e, env_section(args));
     if (*e.mode == "expert") return expert_score(e);
     if (*e.mode == "eval") {
       if (e.run->empty()) throw anvil::ConfigError("experiment.run: name the training run's directory to evaluate (experiment.mode=eval)");

@@ -329,7 +329,14 @@ def _diffusion_policy(torch, tensors, meta, path):
     else:
         c = train_steps // inference
         steps = [i * c for i in range(inference - 1, -1, -1)]
-    cond_dim = d + oh * od
+    encoder = None
+    if "encoder" in meta:  # image observations: each step's images cropped and encoded
+        encoder = _obs_encoder(torch, meta, path)
+        step_parts, step_row = _layout({"layout": meta["step_layout"]}, path)
+        crop = int(meta["crop"])
+        cond_dim = d + oh * encoder.output_size
+    else:
+        cond_dim = d + oh * od
 
     class ConvBlock(torch.nn.Module):  # Conv1d (same padding) -> GroupNorm -> Mish
         def __init__(self, i, o):
@@ -413,6 +420,8 @@ def _diffusion_policy(torch, tensors, meta, path):
         def __init__(self):
             super().__init__()
             self.net = Unet()
+            if encoder is not None:
+                self.encoder = encoder
             self.norm, self.schedule = torch.nn.Module(), torch.nn.Module()
             for name, size in (("obs_scale", od), ("obs_offset", od), ("action_scale", ad), ("action_offset", ad)):
                 self.norm.register_buffer(name, torch.zeros(size))
@@ -423,9 +432,39 @@ def _diffusion_policy(torch, tensors, meta, path):
                 self.register_buffer(name, torch.zeros(ah * ad))
             self.steps = steps
 
+        def condition(self, obs):
+            n = obs.shape[0]
+            if encoder is None:
+                return (obs.to(torch.float32).view(n, oh, od) * self.norm.obs_scale + self.norm.obs_offset).reshape(n, -1)
+            # rows of parts [N, obs_horizon * row_bytes] (uint8): per step, the images
+            # centre-cropped, encoded; the float parts min-max scaled after the encoder
+            if obs.dtype != torch.uint8 or obs.shape[-1] != oh * step_row:
+                raise ValueError(f"observations of {meta['step_layout']} per step come as uint8 rows [N, {oh * step_row}]; "
+                                 f"got {tuple(obs.shape)} {obs.dtype}")
+            rows, parts, scale, offset, k = obs.reshape(n * oh, step_row), {}, [], [], 0
+            for name, dtype, shape, off in step_parts:
+                size = int(np.prod(shape)) * (1 if dtype == "uint8" else 4)
+                piece = rows[:, off:off + size].contiguous()
+                if dtype == "uint8":
+                    x = piece.view(-1, *shape)
+                    if crop:
+                        top, left = (shape[1] - crop) // 2, (shape[2] - crop) // 2
+                        x = x[:, :, top:top + crop, left:left + crop]
+                    parts[name] = x
+                    scale.append(torch.ones(int(meta["encoder_features"])))
+                    offset.append(torch.zeros(scale[-1].shape))
+                else:
+                    m = int(np.prod(shape))
+                    parts[name] = piece.view(torch.float32)
+                    scale.append(self.norm.obs_scale[k:k + m])
+                    offset.append(self.norm.obs_offset[k:k + m])
+                    k += m
+            f = self.encoder(parts)
+            return (f * torch.cat(scale) + torch.cat(offset)).reshape(n, -1)
+
         def forward(self, obs, noise=None, step_noise=None):
             n = obs.shape[0]
-            cond = (obs.to(torch.float32).view(n, oh, od) * self.norm.obs_scale + self.norm.obs_offset).reshape(n, -1)
+            cond = self.condition(obs)
             if objective == "mse":
                 x = self.net(torch.zeros(n, h, ad), torch.zeros(n, dtype=torch.long), cond)
             else:

@@ -3396,6 +3396,7 @@ using policy_config_t = typename policy_config<P>::type;
 #include <variant>
 #include <vector>
 
+
 namespace anvil {
 
 /// A box in R^n: `low[i] <= x[i] <= high[i]` (bounds may be +-infinity).
@@ -3524,6 +3525,34 @@ struct ObsLayout {
       s.push_back(']');
     }
     return s;
+  }
+
+  /// A window of `n` of these rows side by side, oldest first (envs::MultiStep's
+  /// observation): each part repeated, named `<name>@<i>`. Its rows are the n rows
+  /// concatenated, byte for byte (row_bytes() is a multiple of 4).
+  [[nodiscard]] ObsLayout stacked(int n) const {
+    ObsLayout out;
+    for (int i = 0; i < n; ++i)
+      for (const auto& p : parts) out.add({p.name + "@" + std::to_string(i), p.dtype, p.shape, 0});
+    return out;
+  }
+  /// The layout of one step of a `stacked(n)` window (the names without `@0`); a
+  /// ConfigError when this is not such a window. A layout that is not a window is its own
+  /// window of one.
+  [[nodiscard]] ObsLayout unstacked(int n) const {
+    if (n == 1 && (parts.empty() || !parts.front().name.ends_with("@0"))) return *this;
+    const auto k = n > 0 ? parts.size() / static_cast<std::size_t>(n) : 0;
+    ObsLayout out;
+    for (std::size_t j = 0; j < k; ++j) {
+      const auto& name = parts[j].name;
+      const auto at = name.rfind("@0");
+      if (at == std::string::npos || at + 2 != name.size()) break;
+      out.add({name.substr(0, at), parts[j].dtype, parts[j].shape, 0});
+    }
+    if (k == 0 || out.parts.size() != k || out.stacked(n).describe() != describe())
+      throw ConfigError("the observation (" + describe() + ") is not a window of " + std::to_string(n) +
+                        " steps (wrap the env in envs::MultiStep with the same horizon)");
+    return out;
   }
 
  private:
@@ -4431,6 +4460,10 @@ constexpr auto enum_names(VecMode) { return std::array<std::string_view, 2>{"syn
 enum class HangAction { stop, wait };
 constexpr auto enum_names(HangAction) { return std::array<std::string_view, 2>{"stop", "wait"}; }
 
+/// What an env that can be seen two ways hands out (`env.observation`).
+enum class ObservationKind { own, state, image };
+constexpr auto enum_names(ObservationKind) { return std::array<std::string_view, 3>{"own", "state", "image"}; }
+
 /// The `env` section of a run's config.
 struct VecEnvConfig {
   Param<int, "num_envs", "environments stepped together (one batched action per step)",
@@ -4461,6 +4494,13 @@ struct VecEnvConfig {
   Param<HangAction, "on_hang", "a hung Python env worker: stop (the run ends, naming the env and step) or wait "
                                "(report it each env.worker_timeout and keep waiting)">
       on_hang{HangAction::stop};
+  Param<ObservationKind, "observation",
+        "own: what the env hands out; state or image, in programs whose env has both (diffusion_pusht: Push-T's image "
+        "variant, the field drawn at env.image_size RGB beside agent_pos); elsewhere own or the env's kind">
+      observation{ObservationKind::own};
+  Param<int, "image_size", "image observations' height and width in pixels, where the program draws them (env.observation=image)",
+        in_range(8, 1024)>
+      image_size{96};
   Param<std::string, "suite", "a suite of tasks for envs that have tasks (the manipulation suite: mt10)"> suite{""};
   Param<std::vector<std::string>, "tasks",
         "tasks for envs that have tasks, comma-separated (e.g. reach,push); envs are spread over them">
@@ -5618,7 +5658,10 @@ decltype(auto) with_team_env(std::string_view id, F&& f) {
 /// evaluation wraps its envs the same way). One step of the wrapper executes
 /// `action_horizon` actions of the inner env in turn, stopping early when the episode ends;
 /// its reward is their sum; its observation is the inner env's last `obs_horizon`
-/// observations, oldest first (after a reset: the first one repeated). Light header: no torch.
+/// observations, oldest first (after a reset: the first one repeated). An env of float
+/// rows gives float rows (a `Box` repeated); an env of rows of parts (images) gives their
+/// rows side by side, its `ObsLayout` stacked (`ObsLayout::stacked`: parts named
+/// `<name>@<i>`). Light header: no torch.
 
 #include <algorithm>
 #include <cstdint>
@@ -5638,19 +5681,26 @@ class MultiStep {
  public:
   static constexpr std::string_view name = E::name;
 
+  using Element = obs_element_t<E>;
+  using Step = BasicStepResult<Element>;
+
   MultiStep(E env, int obs_horizon, int action_horizon) : env_(std::move(env)), to_(obs_horizon), ta_(action_horizon) {
     if (obs_horizon < 1 || action_horizon < 1)
       throw ConfigError("MultiStep: obs_horizon and action_horizon must be at least 1 (are " + std::to_string(obs_horizon) + ", " +
                         std::to_string(action_horizon) + ")");
-    inner_obs_ = env_.observation_space().size();
+    if constexpr (ByteObservations<E>) inner_obs_ = static_cast<std::size_t>(env_.observation_space().row_bytes());
+    else inner_obs_ = env_.observation_space().size();
     inner_act_ = env_.action_space().size();
-    obs_.assign(static_cast<std::size_t>(to_) * inner_obs_, 0.0f);
+    obs_.assign(static_cast<std::size_t>(to_) * inner_obs_, Element{});
   }
 
-  [[nodiscard]] Box observation_space() const { return repeat(env_.observation_space(), to_); }
+  [[nodiscard]] auto observation_space() const {
+    if constexpr (ByteObservations<E>) return env_.observation_space().stacked(to_);
+    else return repeat(env_.observation_space(), to_);
+  }
   [[nodiscard]] Box action_space() const { return repeat(env_.action_space(), ta_); }
 
-  std::span<const float> reset(std::uint64_t seed) {
+  std::span<const Element> reset(std::uint64_t seed) {
     const auto o = env_.reset(seed);
     for (int i = 0; i < to_; ++i) std::copy(o.begin(), o.end(), obs_.begin() + static_cast<std::ptrdiff_t>(i * inner_obs_));
     success_ = false;
@@ -5658,11 +5708,11 @@ class MultiStep {
   }
 
   /// Executes the chunk's actions in turn (see file comment).
-  StepResult step(std::span<const float> actions) {
+  Step step(std::span<const float> actions) {
     if (actions.size() != static_cast<std::size_t>(ta_) * inner_act_)
       throw EnvError(std::string(name) + ": a chunk of " + std::to_string(actions.size()) + " numbers; expected " +
                      std::to_string(ta_) + " actions of " + std::to_string(inner_act_));
-    StepResult out{obs_, 0.0, false, false};
+    Step out{obs_, 0.0, false, false};
     success_ = false;
     for (int i = 0; i < ta_; ++i) {
       const auto r = env_.step(actions.subspan(static_cast<std::size_t>(i) * inner_act_, inner_act_));
@@ -5693,13 +5743,13 @@ class MultiStep {
   void save_state(BinaryWriter& w) const {
     if constexpr (SavesOwnState<E>) env_.save_state(w);
     else w.value(env_);
-    w.bytes(obs_.data(), obs_.size() * sizeof(float));
+    w.bytes(obs_.data(), obs_.size() * sizeof(Element));
     w.value(success_);
   }
   void load_state(BinaryReader& r) {
     if constexpr (SavesOwnState<E>) env_.load_state(r);
     else env_ = r.value<E>("inner env");
-    r.bytes(obs_.data(), obs_.size() * sizeof(float), "observation window");
+    r.bytes(obs_.data(), obs_.size() * sizeof(Element), "observation window");
     success_ = r.value<bool>("chunk success");
   }
 
@@ -5716,7 +5766,7 @@ class MultiStep {
   E env_;
   int to_, ta_;
   std::size_t inner_obs_ = 0, inner_act_ = 0;
-  std::vector<float> obs_;
+  std::vector<Element> obs_;
   bool success_ = false;
 };
 
@@ -6267,6 +6317,14 @@ class EnvArray final : public EnvBatch {
     if (!cfg.id->empty() && *cfg.id != env_name(prototype))
       throw ConfigError("env.id=" + *cfg.id + ": this program trains " + env_name(prototype) +
                         " (env.id chooses the env only in programs that take it at run time, e.g. train_ppo)");
+    if constexpr (ByteObservations<E>) {
+      if (*cfg.observation == ObservationKind::state)
+        throw ConfigError("env.observation=state: " + env_name(prototype) + " hands out images (" + prototype.observation_space().describe() +
+                          "), and this program builds it so");
+    } else if (*cfg.observation == ObservationKind::image) {
+      throw ConfigError("env.observation=image: " + env_name(prototype) + " hands out float observations, and this program has no image "
+                        "variant of it (images: env.id=PixelPendulum-v1 in train_sac and train_ppo, env.observation=image in diffusion_pusht)");
+    }
     if (cfg.workers > 0)
       throw ConfigError("env.workers=" + std::to_string(*cfg.workers) + ": worker processes step envs written in Python "
                         "(env.id=python:MODULE:ATTR); " + env_name(prototype) + " steps in this process (env.threads)");
@@ -8772,6 +8830,40 @@ at::Tensor augment_images(const at::Tensor& rows, const ObsLayout& layout, F&& f
 inline at::Tensor shift_images(const at::Tensor& rows, const ObsLayout& layout, std::int64_t pad) {
   if (pad == 0) return rows;
   return augment_images(rows, layout, [pad](const at::Tensor& images) { return random_shift(images, pad); });
+}
+
+/// `layout` with each image part cut to `size` x `size` pixels (Diffusion Policy's crop: 84 of
+/// Push-T's 96); 0 leaves it as it is. A ConfigError naming `field` when an image is smaller.
+inline ObsLayout cropped_layout(const ObsLayout& layout, std::int64_t size, const char* field = "crop") {
+  if (size == 0) return layout;
+  ObsLayout out;
+  for (const auto& p : layout.parts) {
+    if (!p.image()) {
+      out.vector(p.name, p.numel());
+      continue;
+    }
+    if (size > p.shape[1] || size > p.shape[2])
+      throw ConfigError(std::string(field) + "=" + std::to_string(size) + ": larger than the image part '" + p.name + "' (" +
+                        std::to_string(p.shape[1]) + "x" + std::to_string(p.shape[2]) + ")");
+    out.image(p.name, p.shape[0], size, size);
+  }
+  return out;
+}
+
+/// `rows` of `layout` as rows of `to` (`cropped_layout` of it): each image part cropped, at a
+/// random place per image when `random` (training), else the centre (acting); the float
+/// parts copied. `rows` itself when nothing is cropped.
+inline at::Tensor crop_images(const at::Tensor& rows, const ObsLayout& layout, const ObsLayout& to, bool random) {
+  detail::check_rows(rows, layout, "crop_images");
+  if (to.row_bytes() == layout.row_bytes()) return rows;
+  auto out = at::empty({rows.size(0), to.row_bytes()}, rows.options());
+  for (std::size_t i = 0; i < layout.parts.size(); ++i) {
+    const auto& p = layout.parts[i];
+    const auto& q = to.parts[i];
+    const auto in = detail::part_of(rows, p);
+    detail::part_of(out, q).copy_(!p.image() ? in : random ? random_crop(in, q.shape[1], q.shape[2]) : center_crop(in, q.shape[1], q.shape[2]));
+  }
+  return out;
 }
 
 }  // namespace anvil::nn
@@ -18677,6 +18769,15 @@ static_assert(Algorithm<COMA>);
 ///
 /// `objective = mse` is the baseline: the same network and data, regressing the action
 /// sequence directly (its input a zero sequence at step 0), trained on the squared error.
+///
+/// Observations with images (an env of rows of parts in `envs::MultiStep`, e.g. Push-T's
+/// image variant; section IV-B of the paper): each step's images are cropped (`crop`: a
+/// random crop in training, the centre when acting; the paper's 84 of 96), encoded by an
+/// `nn::ObsEncoder` (`diffusion.encoder`: the small GroupNorm/spatial-softmax CNN by default,
+/// the paper's ResNet-18 being the same design at GPU scale) shared over the observation
+/// steps and trained end to end with the denoiser, its features beside the min-max scaled
+/// float parts; the concatenation over the steps conditions the U-Net. The images travel as
+/// bytes to the device. CUDA graphs are not used for them (the crops are drawn on the host).
 
 #include <torch/nn/module.h>
 #include <torch/utils.h>
@@ -18844,6 +18945,7 @@ class DiffusionPolicy {
   using policy_kind = AlgorithmKind;
   static constexpr FixedString config_section = "diffusion";
   static constexpr bool on_policy = false;
+  static constexpr bool reads_images = true;
   using Batch = ReplayBatch;
   using loop = OfflineLoop;
 
@@ -18876,11 +18978,25 @@ class DiffusionPolicy {
     Param<double, "max_grad_norm", "clip the gradient's global norm (0: off)", at_least(0)> max_grad_norm{0.0};
     Param<bool, "cuda_graph",
           "on CUDA, capture the update as a CUDA graph and replay it (one process, no loss scaling or gradient "
-          "accumulation; false: op by op)">
+          "accumulation; false: op by op; never with image observations)">
         cuda_graph{true};
+    Param<double, "crop",
+          "image observations: the crop's side as a fraction of the image's, at a random place in training and at the "
+          "centre when acting (0.875: 84 of Push-T's 96, the paper's; 1: none)",
+          Range{.lo = 0, .hi = 1, .lo_open = true}>
+        crop{0.875};
+    /// Image observations: the encoder of each step's images, shared over the steps (no
+    /// random shift by default: the crop is the paper's augmentation).
+    Section<"encoder", nn::ObsEncoderConfig> encoder{[] {
+      nn::ObsEncoderConfig c;
+      c.shift = 0;
+      return c;
+    }()};
 
     /// A run of seconds (`run.smoke`): a small U-Net on small batches, a short warm-up.
     void shrink() {
+      encoder->width = std::min(*encoder->width, 8);
+      encoder->features = std::min(*encoder->features, 16);
       if (widths->size() > 2 || widths->front() > 16) widths = {16, 32};
       step_embed = std::min(*step_embed, 16);
       batch_size = std::min<std::int64_t>(batch_size, 64);
@@ -18892,7 +19008,20 @@ class DiffusionPolicy {
       : cfg_(cfg), device_(ctx.device), schedule_(cfg.train_steps) {
     if (spec.discrete()) throw ConfigError("DiffusionPolicy: " + spec.name + " has discrete actions; it needs a Box");
     const auto od = spec.obs_dim(), ad = spec.action_dim();
-    if (od % cfg.obs_horizon != 0)
+    if (spec.byte_rows()) {
+      try {
+        step_layout_ = spec.layout.unstacked(cfg.obs_horizon);
+      } catch (const ConfigError& e) {
+        throw ConfigError("diffusion.obs_horizon: " + spec.name + ": " + e.what());
+      }
+      std::int64_t side = 0;
+      for (const auto& p : step_layout_.parts)
+        if (p.image()) side = side == 0 ? std::min(p.shape[1], p.shape[2]) : std::min({side, p.shape[1], p.shape[2]});
+      const auto crop = std::max<std::int64_t>(1, std::llround(*cfg.crop * static_cast<double>(side)));
+      crop_layout_ = nn::cropped_layout(step_layout_, crop == side ? 0 : crop, "diffusion.crop");
+      encoder_ = nn::ObsEncoder(crop_layout_, *cfg.encoder);
+      encoder_->to(device_);
+    } else if (od % cfg.obs_horizon != 0)
       throw ConfigError("diffusion.obs_horizon: " + spec.name + "'s observation has " + std::to_string(od) +
                         " numbers, not a multiple of " + std::to_string(*cfg.obs_horizon) +
                         " (wrap the env in envs::MultiStep with the same horizons)");
@@ -18909,14 +19038,14 @@ class DiffusionPolicy {
     if (ctx.micro_batches > cfg.batch_size)
       throw ConfigError("train.grad_accumulation (" + std::to_string(ctx.micro_batches) + ") is larger than diffusion.batch_size (" +
                         std::to_string(*cfg.batch_size) + "): micro-batches would be empty");
-    obs_dim_ = od / cfg.obs_horizon;
+    obs_dim_ = encoder_ ? step_layout_.float_numel() : od / cfg.obs_horizon;
     act_dim_ = ad / cfg.action_horizon;
     const auto& box = std::get<Box>(spec.action);
     act_low_ = at::tensor(std::vector<float>(box.low.begin(), box.low.begin() + act_dim_)).to(device_);
     act_high_ = at::tensor(std::vector<float>(box.high.begin(), box.high.begin() + act_dim_)).to(device_);
     nn::Unet1dImpl::Options o;
     o.action_dim = act_dim_;
-    o.cond_dim = cfg.obs_horizon * obs_dim_;
+    o.cond_dim = cfg.obs_horizon * (encoder_ ? encoder_->output_size() : obs_dim_);
     o.widths = std::vector<std::int64_t>(cfg.widths->begin(), cfg.widths->end());
     o.step_embed = cfg.step_embed;
     o.kernel = cfg.kernel;
@@ -18924,7 +19053,10 @@ class DiffusionPolicy {
     net_ = nn::Unet1d(o);
     net_->to(device_);
     base_lr_ = cfg.lr * ctx.lr_scale(cfg.batch_size);
-    opt_ = FlatAdam(net_->parameters(), {.lr = base_lr_, .beta1 = cfg.beta1, .beta2 = cfg.beta2, .eps = 1e-8, .weight_decay = cfg.weight_decay});
+    auto params = net_->parameters();
+    if (encoder_)
+      for (const auto& t : encoder_->parameters()) params.push_back(t);
+    opt_ = FlatAdam(std::move(params), {.lr = base_lr_, .beta1 = cfg.beta1, .beta2 = cfg.beta2, .eps = 1e-8, .weight_decay = cfg.weight_decay});
     set_lr();
     ema_.set_device(device_);
     alpha_bars_ = at::tensor(schedule_.alpha_bars(), at::TensorOptions().dtype(at::kDouble)).to(device_);
@@ -18942,6 +19074,7 @@ class DiffusionPolicy {
                         std::to_string(act_dim_));
     obs_norm_ = diffusion::MinMax::fit(obs_min.to(device_), obs_max.to(device_));
     act_norm_ = diffusion::MinMax::fit(act_min.to(device_), act_max.to(device_));
+    condition_affine();
     graphs_.clear();  // they read the old normalisation's tensors
   }
   [[nodiscard]] bool has_normalizer() const noexcept { return obs_norm_.defined(); }
@@ -18968,7 +19101,7 @@ class DiffusionPolicy {
     torch::NoGradGuard no_grad;
     need_normalizer();
     const auto n = obs.size(0);
-    const auto cond = obs_norm_.apply(obs.to(device_, at::kFloat).view({n, cfg_.obs_horizon, obs_dim_})).reshape({n, -1});
+    const auto cond = condition(obs, /*train=*/false);
     at::Tensor x;
     if (*cfg_.objective == DiffusionObjective::mse) {
       x = net_->forward(at::zeros({n, cfg_.horizon, act_dim_}, cond.options()), at::zeros({n}, cond.options().dtype(at::kLong)), cond);
@@ -18992,7 +19125,7 @@ class DiffusionPolicy {
   /// into the context's micro-batches, whose weighted gradients are summed before the step.
   UpdateInfo update(const ReplayBatch& b, StepContext& ctx) {
     need_normalizer();
-    if (cuda::kCudaGraphs && cfg_.cuda_graph && device_.is_cuda() && ctx.graphable()) return graphed_update(b, ctx);
+    if (cuda::kCudaGraphs && cfg_.cuda_graph && !encoder_ && device_.is_cuda() && ctx.graphable()) return graphed_update(b, ctx);
     return eager_update(b, ctx);
   }
 
@@ -19031,11 +19164,11 @@ class DiffusionPolicy {
   at::Tensor loss(const at::Tensor& obs, const at::Tensor& action, StepContext& ctx, double& value,
                   const at::Tensor& given_noise = {}, const at::Tensor& given_k = {}) {
     const auto n = obs.size(0);
-    const auto cond = obs_norm_.apply(obs.to(device_, at::kFloat).view({n, cfg_.obs_horizon, obs_dim_})).reshape({n, -1});
     const auto x0 = act_norm_.apply(action.to(device_, at::kFloat).view({n, cfg_.horizon, act_dim_}));
     at::Tensor l;
     {
       auto guard = ctx.autocast();
+      const auto cond = condition(obs, /*train=*/true);
       if (*cfg_.objective == DiffusionObjective::mse) {
         const auto pred = net_->forward(at::zeros_like(x0), at::zeros({n}, x0.options().dtype(at::kLong)), cond).to(at::kFloat);
         l = (pred - x0).square().mean();
@@ -19106,6 +19239,7 @@ class DiffusionPolicy {
     if (s.norm[0].defined()) {
       obs_norm_ = {s.norm[0].to(device_), s.norm[1].to(device_)};
       act_norm_ = {s.norm[2].to(device_), s.norm[3].to(device_)};
+      condition_affine();
     }
     graphs_.clear();  // captured again from the restored state (they read the old normalisation's tensors)
     set_lr();
@@ -19116,7 +19250,9 @@ class DiffusionPolicy {
   /// min-max normalisation (`norm.obs_scale`, `norm.obs_offset`, `norm.action_scale`,
   /// `norm.action_offset`: y = scale x + offset), the env's bounds of one action
   /// (`chunk_low`, `chunk_high`), and the schedule's alpha-bars (`schedule.alpha_bars`,
-  /// float64); the metadata holds the horizons, the sampler and the network's shape.
+  /// float64); the metadata holds the horizons, the sampler and the network's shape. With
+  /// image observations: the encoder (`encoder.*`, see nn::add_encoder_tensors), `crop` and
+  /// `step_layout`.
   /// Acting: the sampler's loop from the given noise, the executed chunk in env units.
   [[nodiscard]] PolicyTensors policy_tensors() const {
     need_normalizer();
@@ -19146,14 +19282,29 @@ class DiffusionPolicy {
               {"step_embed", std::to_string(*cfg_.step_embed)},
               {"kernel", std::to_string(*cfg_.kernel)},
               {"groups", std::to_string(*cfg_.groups)}};
+    if (encoder_) {
+      // The encoder of the cropped images (`encoder.*`, its `layout`), the parts as the env
+      // hands them out per step (`step_layout`), and the crop's side (0: none).
+      nn::add_encoder_tensors(p, *encoder_);
+      p.meta["step_layout"] = step_layout_.describe();
+      p.meta["crop"] = std::to_string(crop_layout_.row_bytes() == step_layout_.row_bytes() ? 0 : crop_side());
+    }
     return p;
   }
   /// The U-Net's parameters as policy.safetensors names them (`WarmStarts`: `init.weights`).
   [[nodiscard]] std::vector<std::pair<std::string, at::Tensor>> policy_parameters() {
-    return named_parameters_of(*net_, "net.");
+    auto out = named_parameters_of(*net_, "net.");
+    if (encoder_)
+      for (auto& p : named_parameters_of(*encoder_, "encoder.")) out.push_back(std::move(p));
+    return out;
   }
 
   [[nodiscard]] nn::Unet1d& network() noexcept { return net_; }
+  /// The image encoder (null without image observations).
+  [[nodiscard]] nn::ObsEncoder& encoder() noexcept { return encoder_; }
+  /// One step's observation parts, and the same with the images cropped (empty without images).
+  [[nodiscard]] const ObsLayout& step_layout() const noexcept { return step_layout_; }
+  [[nodiscard]] const ObsLayout& crop_layout() const noexcept { return crop_layout_; }
   [[nodiscard]] const diffusion::NoiseSchedule& schedule() const noexcept { return schedule_; }
   [[nodiscard]] const Config& config() const noexcept { return cfg_; }
   [[nodiscard]] std::int64_t updates() const noexcept { return updates_; }
@@ -19167,6 +19318,46 @@ class DiffusionPolicy {
     std::vector<int> ts;
     for (int t = cfg_.train_steps - 1; t >= 0; --t) ts.push_back(t);
     return ts;
+  }
+  // The U-Net's condition [N, obs_horizon * features] from observations [N, obs_horizon *
+  // obs_dim] (float rows) or [N, obs_horizon * row_bytes] (rows of parts: the images cropped,
+  // at random when training, and encoded; the float parts min-max scaled).
+  at::Tensor condition(const at::Tensor& obs, bool train) {
+    const auto n = obs.size(0);
+    if (!encoder_) return obs_norm_.apply(obs.to(device_, at::kFloat).view({n, cfg_.obs_horizon, obs_dim_})).reshape({n, -1});
+    if (obs.scalar_type() != at::kByte)
+      throw Error("DiffusionPolicy: observations of parts (" + step_layout_.describe() + " per step) come as uint8 rows; got " +
+                  std::string(obs.dtype().name()));
+    auto rows = obs.to(device_).contiguous().view({n * cfg_.obs_horizon, step_layout_.row_bytes()});
+    rows = nn::crop_images(rows, step_layout_, crop_layout_, train);
+    if (train) rows = nn::shift_images(rows, crop_layout_, cfg_.encoder->shift);
+    const auto f = encoder_->forward(rows);
+    return (f * cond_scale_.to(f.scalar_type()) + cond_offset_.to(f.scalar_type())).reshape({n, -1});
+  }
+  // The side of the cropped images.
+  [[nodiscard]] std::int64_t crop_side() const {
+    for (const auto& p : crop_layout_.parts)
+      if (p.image()) return p.shape[1];
+    return 0;
+  }
+  // The image encoder's features pass as they are; its float parts are min-max scaled.
+  void condition_affine() {
+    if (!encoder_) return;
+    std::vector<at::Tensor> scale, offset;
+    std::int64_t k = 0;
+    const auto o = at::TensorOptions().device(device_);
+    for (const auto& p : crop_layout_.parts) {
+      if (p.image()) {
+        scale.push_back(at::ones({encoder_->features()}, o));
+        offset.push_back(at::zeros({encoder_->features()}, o));
+      } else if (p.dtype == PartDtype::float32) {
+        scale.push_back(obs_norm_.scale.narrow(0, k, p.numel()));
+        offset.push_back(obs_norm_.offset.narrow(0, k, p.numel()));
+        k += p.numel();
+      }
+    }
+    cond_scale_ = at::cat(scale);
+    cond_offset_ = at::cat(offset);
   }
   void need_normalizer() const {
     if (!obs_norm_.defined())
@@ -19236,6 +19427,9 @@ class DiffusionPolicy {
   std::int64_t obs_dim_ = 0, act_dim_ = 0;
   at::Tensor act_low_, act_high_;
   nn::Unet1d net_{nullptr};
+  ObsLayout step_layout_, crop_layout_;  // image observations: one step's parts, and cropped
+  nn::ObsEncoder encoder_{nullptr};
+  at::Tensor cond_scale_, cond_offset_;  // the condition's affine map per feature (images)
   double base_lr_ = 0;
   FlatAdam opt_;
   std::int64_t updates_ = 0;

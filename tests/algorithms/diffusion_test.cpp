@@ -336,6 +336,23 @@ DpTrainer::Config dp_config(const std::string& run, const std::filesystem::path&
   return c;
 }
 
+// The run's actions for `obs` (the averaged weights, as it acts) and the noise its sampler drew
+// from torch's generator, drawn again in that order (the start, then one draw per step of
+// `steps`): the cases tests/python/policy_check.py replays.
+std::vector<std::pair<std::string, at::Tensor>> sampled_cases(DpTrainer& t, const at::Tensor& obs, std::int64_t steps) {
+  auto& dp = t.algorithm();
+  const auto action = dp.with_ema_weights([&] {
+    torch::manual_seed(5);
+    return t.collector().to_env(dp.act(obs, ActMode::deterministic));
+  });
+  torch::manual_seed(5);
+  const std::vector<std::int64_t> shape{obs.size(0), *dp.config().horizon, dp.act_dim()};
+  const auto noise = torch::randn(shape);
+  std::vector<at::Tensor> z;
+  for (std::int64_t s = 0; s < steps; ++s) z.push_back(torch::randn(shape));
+  return {{"obs", obs}, {"noise", noise}, {"step_noise", at::stack(z)}, {"action", action}};
+}
+
 }  // namespace
 
 TEST_CASE("DiffusionPolicy: trains from demonstrations through the offline loop, EMA and loader position resumed exactly") {
@@ -395,26 +412,101 @@ TEST_CASE("DiffusionPolicy: policy.safetensors (the EMA network, normalisation, 
     t.fit();
     const std::filesystem::path run = *c.run->run_dir;
     REQUIRE(std::filesystem::exists(run / "policy.safetensors"));
-    auto& dp = t.algorithm();
-    const std::int64_t n = 1000, horizon = 8, steps = ddim ? 4 : 20;
+    const std::int64_t n = 1000, steps = ddim ? 4 : 20;
     torch::manual_seed(21);
     const auto obs = torch::rand({n, 6}) * torch::tensor({2.0f, 2.0f, 16.0f, 2.0f, 2.0f, 16.0f}) -
                      torch::tensor({1.0f, 1.0f, 8.0f, 1.0f, 1.0f, 8.0f});
-    // the run's policy acts with the averaged weights; its sampler draws the start, then one
-    // draw per step, from torch's generator: drawn again here in that order
-    const auto action = dp.with_ema_weights([&] {
-      torch::manual_seed(5);
-      return t.collector().to_env(dp.act(obs, ActMode::deterministic));
-    });
-    torch::manual_seed(5);
-    const auto noise = torch::randn({n, horizon, 1});
-    std::vector<at::Tensor> z;
-    for (std::int64_t s = 0; s < steps; ++s) z.push_back(torch::randn({n, horizon, 1}));
-    CHECK((action.abs() < 2.0 - 1e-3).to(at::kFloat).mean().item<double>() > 0.2);  // most inside the bounds
-    ANVIL_CHECK_POLICY_IN_PYTHON(run / "policy.safetensors",
-                                 {{"obs", obs}, {"noise", noise}, {"step_noise", at::stack(z)}, {"action", action}}, {});
+    const auto cases = sampled_cases(t, obs, steps);
+    CHECK((cases.back().second.abs() < 2.0 - 1e-3).to(at::kFloat).mean().item<double>() > 0.2);  // most inside the bounds
+    ANVIL_CHECK_POLICY_IN_PYTHON(run / "policy.safetensors", cases, {});
     std::filesystem::remove_all(run);
   }
   std::filesystem::remove_all(dir);
+}
+#endif
+
+#if ANVIL_WITH_HDF5 && ANVIL_WITH_CHIPMUNK
+#include <anvil/envs/chipmunk/push_t_expert.hpp>
+#include <anvil/envs/chipmunk/push_t_view.hpp>
+
+TEST_CASE("DiffusionPolicy on images: Push-T's image variant learns from image demonstrations, resumes exactly, and acts in PyTorch as in C++") {
+  using namespace anvil::envs::chipmunk;
+  const auto dir = std::filesystem::path(temp_run_dir("dp_image_demos"));
+  std::filesystem::create_directories(dir);
+  // Two demonstrations of the expert, drawn at 24x24 beside agent_pos.
+  Demonstrations d;
+  d.env_name = "PushT";
+  d.layout = push_t_image_layout(24);
+  d.obs_dim = d.layout.row_bytes();
+  d.act_dim = 2;
+  auto canvas = push_t_canvas(24);
+  PushT pusht;
+  for (std::uint64_t seed = 0; d.episodes() < 2; ++seed) {
+    std::vector<std::uint8_t> rows;
+    std::vector<float> a;
+    if (!PushTExpert{}.run(pusht, seed, [&](std::span<const float>, std::span<const float> act) {
+          rows.resize(rows.size() + static_cast<std::size_t>(d.obs_dim));
+          push_t_image_row(canvas, pusht, rows.data() + rows.size() - d.obs_dim);
+          a.insert(a.end(), act.begin(), act.end());
+        }))
+      continue;
+    std::vector<float> r(a.size() / 2, 0.0f);
+    std::vector<std::uint8_t> dn(a.size() / 2, 0);
+    dn.back() = 1;
+    d.add_episode_rows(rows, a, r, dn);
+  }
+  const auto demos = dir / "images.hdf5";
+  write_demonstrations(demos, d);
+
+  const envs::MultiStep<PushTImage> env(PushTImage(24, PushT::Reward::best_gain), 2, 4);
+  auto c = dp_config("dp_image_a", demos);
+  c.algorithm->encoder->width = 8, c.algorithm->encoder->features = 8;
+  c.train->steps = 20;
+  c.run->checkpoint_interval = 10;
+  DpTrainer a(env, c);
+  auto& dp = a.algorithm();
+  CHECK(dp.step_layout().describe() == "image uint8 [3,24,24], agent_pos float32 [2]");
+  CHECK(dp.crop_layout().describe() == "image uint8 [3,21,21], agent_pos float32 [2]");  // 0.875 of 24
+  const auto ranges = a.buffer().ranges();
+  CHECK(ranges[0].numel() == 2);  // the float part alone: agent_pos
+  CHECK(ranges[0].max().item<double>() >= 0.0);
+  CHECK(ranges[1].max().item<double>() <= 512.0);
+  const auto batch = a.buffer().sample(3);
+  const bool bytes = batch.obs.scalar_type() == at::kByte;  // windows of rows of bytes
+  CHECK(bytes);
+  CHECK(batch.obs.size(1) == 2 * d.obs_dim);
+  a.fit();
+  CHECK(a.updates() == 20);
+  CHECK(std::isfinite(a.last_evaluation().mean));  // acted on the image env (rows of bytes)
+
+  auto rc = c;
+  rc.run->run_dir = temp_run_dir("dp_image_b");
+  rc.run->resume = (std::filesystem::path(*c.run->run_dir) / "checkpoint-000000000010.ckpt").string();
+  DpTrainer b(env, rc);
+  b.fit();
+  CHECK(torch::equal(a.algorithm().optimizer().parameters().flat(), b.algorithm().optimizer().parameters().flat()));
+  CHECK(torch::equal(a.algorithm().ema().weights(), b.algorithm().ema().weights()));
+
+  // A state run on these files, and this run on state files, are refused naming the data.
+  auto state_run = c;
+  state_run.run->run_dir = temp_run_dir("dp_image_c");
+  CHECK_THROWS_WITH_AS(DpTrainer(envs::MultiStep<PushT>(PushT{}, 2, 4), state_run).fit(), doctest::Contains("holds images (agent_pos float32 [2], image uint8 [3,24,24])"),
+                       Error);
+
+  // policy.safetensors: the EMA network and the encoder act in PyTorch as here, from the
+  // same noise, on rows of the env (bytes) as it hands them out.
+  const std::filesystem::path run = *c.run->run_dir;
+  REQUIRE(std::filesystem::exists(run / "policy.safetensors"));
+  const std::int64_t n = 6, steps = 4;
+  auto probe = env;
+  std::vector<std::uint8_t> rows;
+  for (std::int64_t i = 0; i < n; ++i) {
+    const auto o = probe.reset(static_cast<std::uint64_t>(50 + i));
+    rows.insert(rows.end(), o.begin(), o.end());
+  }
+  const auto obs = torch::from_blob(rows.data(), {n, 2 * d.obs_dim}, at::kByte).clone();
+  ANVIL_CHECK_POLICY_IN_PYTHON(run / "policy.safetensors", sampled_cases(a, obs, steps), {});
+  for (const auto& p : {dir, run, std::filesystem::path(*rc.run->run_dir), std::filesystem::path(*state_run.run->run_dir)})
+    std::filesystem::remove_all(p);
 }
 #endif

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstring>
 #include <span>
 #include <limits>
 #include <numbers>
@@ -20,6 +21,7 @@
 #include <anvil/envs/chipmunk/push_t.hpp>
 #include <anvil/envs/chipmunk/push_t_expert.hpp>
 #include <anvil/envs/chipmunk/push_t_view.hpp>
+#include <anvil/envs/multi_step.hpp>
 #endif
 
 namespace {
@@ -264,3 +266,66 @@ TEST_CASE("Push-T as pixels: a known state gives the known image at 96x96 (pushe
 #endif
 
 }  // namespace
+
+TEST_CASE("Push-T's image variant: rows of the drawing and agent_pos, windows of them side by side in MultiStep, its state redrawn") {
+  using namespace anvil::envs::chipmunk;
+  PushTImage img(32);
+  const auto layout = img.observation_space();
+  CHECK(layout.describe() == "image uint8 [3,32,32], agent_pos float32 [2]");
+  const auto row_bytes = static_cast<std::size_t>(layout.row_bytes());
+  CHECK(row_bytes == 3 * 32 * 32 + 8);
+  // The row is the drawing of the env's state, agent_pos its pusher.
+  const auto first = img.reset(3);
+  REQUIRE(first.size() == row_bytes);
+  auto cv = push_t_canvas(32);
+  draw_push_t(cv, img.env());
+  CHECK(std::equal(cv.pixels().begin(), cv.pixels().end(), first.begin()));
+  float pos[2];
+  std::memcpy(pos, first.data() + 3 * 32 * 32, sizeof pos);
+  CHECK(pos[0] == static_cast<float>(img.env().state().agent_x));
+  CHECK(pos[1] == static_cast<float>(img.env().state().agent_y));
+
+  // A window of two steps: the layout stacked (parts named <name>@<i>), rows side by side.
+  anvil::envs::MultiStep<PushTImage> ms(PushTImage(32), 2, 4);
+  const auto window = ms.observation_space();
+  CHECK(window.describe() == "image@0 uint8 [3,32,32], agent_pos@0 float32 [2], image@1 uint8 [3,32,32], agent_pos@1 float32 [2]");
+  CHECK(window.row_bytes() == 2 * layout.row_bytes());
+  CHECK(window.unstacked(2).describe() == layout.describe());
+  CHECK(layout.unstacked(1).describe() == layout.describe());  // a layout that is not a window is its own
+  CHECK_THROWS_WITH_AS((void)window.unstacked(3), doctest::Contains("is not a window of 3 steps"), anvil::ConfigError);
+  const auto w0 = std::vector<std::uint8_t>(ms.reset(3).begin(), ms.reset(3).end());
+  REQUIRE(w0.size() == 2 * row_bytes);
+  CHECK(std::equal(w0.begin(), w0.begin() + static_cast<std::ptrdiff_t>(row_bytes), first.begin()));  // the first row twice
+  CHECK(std::equal(w0.begin() + static_cast<std::ptrdiff_t>(row_bytes), w0.end(), first.begin()));
+  PushTImage ref(32);
+  ref.reset(3);
+  std::vector<std::uint8_t> prev, last;
+  const std::array<float, 8> chunk{300, 200, 310, 210, 320, 220, 330, 230};
+  double reward = 0;
+  for (int k = 0; k < 4; ++k) {
+    const auto r = ref.step(std::span<const float>(chunk).subspan(static_cast<std::size_t>(2 * k), 2));
+    reward += r.reward;
+    prev = last;
+    last.assign(r.observation.begin(), r.observation.end());
+  }
+  const auto s = ms.step(chunk);
+  CHECK(s.reward == doctest::Approx(reward));
+  CHECK(std::equal(prev.begin(), prev.end(), s.observation.begin()));
+  CHECK(std::equal(last.begin(), last.end(), s.observation.begin() + static_cast<std::ptrdiff_t>(row_bytes)));
+
+  // Saved and loaded: the same window and bodies (the contact cache restarts empty, so the
+  // path after it agrees to well below a pixel, as PushT's own).
+  auto w = anvil::BinaryWriter::in_memory("state");
+  ms.save_state(w);
+  const auto bytes = w.take_bytes();
+  anvil::envs::MultiStep<PushTImage> copy(PushTImage(32), 2, 4);
+  copy.reset(99);
+  anvil::BinaryReader r(bytes, "state", "state");
+  copy.load_state(r);
+  r.finish();
+  ms.step(chunk);
+  const auto b = copy.step(chunk);
+  CHECK(copy.env().env().state().block_x == doctest::Approx(ms.env().env().state().block_x).epsilon(1e-4));
+  std::memcpy(pos, b.observation.data() + 2 * row_bytes - 8, sizeof pos);
+  CHECK(pos[0] == doctest::Approx(ms.env().env().state().agent_x).epsilon(1e-4));
+}

@@ -1,4 +1,4 @@
-"""Checks image demonstrations recorded by `diffusion_pusht --experiment.observation=image`
+"""Checks image demonstrations recorded by `diffusion_pusht --env.observation=image`
 with h5py: robomimic's layout, frames [T, S, S, 3] uint8 gzip-compressed, and each frame
 showing the pusher where agent_pos says it is (the centroid of the pusher's blue pixels
 within 1 pixel of agent_pos scaled from the 512-unit field) and the block's grey.

@@ -25,6 +25,15 @@
 ///
 /// `objective = mse` is the baseline: the same network and data, regressing the action
 /// sequence directly (its input a zero sequence at step 0), trained on the squared error.
+///
+/// Observations with images (an env of rows of parts in `envs::MultiStep`, e.g. Push-T's
+/// image variant; section IV-B of the paper): each step's images are cropped (`crop`: a
+/// random crop in training, the centre when acting; the paper's 84 of 96), encoded by an
+/// `nn::ObsEncoder` (`diffusion.encoder`: the small GroupNorm/spatial-softmax CNN by default,
+/// the paper's ResNet-18 being the same design at GPU scale) shared over the observation
+/// steps and trained end to end with the denoiser, its features beside the min-max scaled
+/// float parts; the concatenation over the steps conditions the U-Net. The images travel as
+/// bytes to the device. CUDA graphs are not used for them (the crops are drawn on the host).
 
 #include <torch/nn/module.h>
 #include <torch/utils.h>
@@ -48,6 +57,8 @@
 #include <anvil/core/error.hpp>
 #include <anvil/core/spaces.hpp>
 #include <anvil/core/tensor_io.hpp>
+#include <anvil/nn/network_config.hpp>
+#include <anvil/nn/observation_encoder.hpp>
 #include <anvil/nn/unet1d.hpp>
 #include <anvil/optim/ema.hpp>
 #include <anvil/optim/flat_adam.hpp>
@@ -205,6 +216,7 @@ class DiffusionPolicy {
   using policy_kind = AlgorithmKind;
   static constexpr FixedString config_section = "diffusion";
   static constexpr bool on_policy = false;
+  static constexpr bool reads_images = true;
   using Batch = ReplayBatch;
   using loop = OfflineLoop;
 
@@ -237,11 +249,25 @@ class DiffusionPolicy {
     Param<double, "max_grad_norm", "clip the gradient's global norm (0: off)", at_least(0)> max_grad_norm{0.0};
     Param<bool, "cuda_graph",
           "on CUDA, capture the update as a CUDA graph and replay it (one process, no loss scaling or gradient "
-          "accumulation; false: op by op)">
+          "accumulation; false: op by op; never with image observations)">
         cuda_graph{true};
+    Param<double, "crop",
+          "image observations: the crop's side as a fraction of the image's, at a random place in training and at the "
+          "centre when acting (0.875: 84 of Push-T's 96, the paper's; 1: none)",
+          Range{.lo = 0, .hi = 1, .lo_open = true}>
+        crop{0.875};
+    /// Image observations: the encoder of each step's images, shared over the steps (no
+    /// random shift by default: the crop is the paper's augmentation).
+    Section<"encoder", nn::ObsEncoderConfig> encoder{[] {
+      nn::ObsEncoderConfig c;
+      c.shift = 0;
+      return c;
+    }()};
 
     /// A run of seconds (`run.smoke`): a small U-Net on small batches, a short warm-up.
     void shrink() {
+      encoder->width = std::min(*encoder->width, 8);
+      encoder->features = std::min(*encoder->features, 16);
       if (widths->size() > 2 || widths->front() > 16) widths = {16, 32};
       step_embed = std::min(*step_embed, 16);
       batch_size = std::min<std::int64_t>(batch_size, 64);
@@ -253,7 +279,20 @@ class DiffusionPolicy {
       : cfg_(cfg), device_(ctx.device), schedule_(cfg.train_steps) {
     if (spec.discrete()) throw ConfigError("DiffusionPolicy: " + spec.name + " has discrete actions; it needs a Box");
     const auto od = spec.obs_dim(), ad = spec.action_dim();
-    if (od % cfg.obs_horizon != 0)
+    if (spec.byte_rows()) {
+      try {
+        step_layout_ = spec.layout.unstacked(cfg.obs_horizon);
+      } catch (const ConfigError& e) {
+        throw ConfigError("diffusion.obs_horizon: " + spec.name + ": " + e.what());
+      }
+      std::int64_t side = 0;
+      for (const auto& p : step_layout_.parts)
+        if (p.image()) side = side == 0 ? std::min(p.shape[1], p.shape[2]) : std::min({side, p.shape[1], p.shape[2]});
+      const auto crop = std::max<std::int64_t>(1, std::llround(*cfg.crop * static_cast<double>(side)));
+      crop_layout_ = nn::cropped_layout(step_layout_, crop == side ? 0 : crop, "diffusion.crop");
+      encoder_ = nn::ObsEncoder(crop_layout_, *cfg.encoder);
+      encoder_->to(device_);
+    } else if (od % cfg.obs_horizon != 0)
       throw ConfigError("diffusion.obs_horizon: " + spec.name + "'s observation has " + std::to_string(od) +
                         " numbers, not a multiple of " + std::to_string(*cfg.obs_horizon) +
                         " (wrap the env in envs::MultiStep with the same horizons)");
@@ -270,14 +309,14 @@ class DiffusionPolicy {
     if (ctx.micro_batches > cfg.batch_size)
       throw ConfigError("train.grad_accumulation (" + std::to_string(ctx.micro_batches) + ") is larger than diffusion.batch_size (" +
                         std::to_string(*cfg.batch_size) + "): micro-batches would be empty");
-    obs_dim_ = od / cfg.obs_horizon;
+    obs_dim_ = encoder_ ? step_layout_.float_numel() : od / cfg.obs_horizon;
     act_dim_ = ad / cfg.action_horizon;
     const auto& box = std::get<Box>(spec.action);
     act_low_ = at::tensor(std::vector<float>(box.low.begin(), box.low.begin() + act_dim_)).to(device_);
     act_high_ = at::tensor(std::vector<float>(box.high.begin(), box.high.begin() + act_dim_)).to(device_);
     nn::Unet1dImpl::Options o;
     o.action_dim = act_dim_;
-    o.cond_dim = cfg.obs_horizon * obs_dim_;
+    o.cond_dim = cfg.obs_horizon * (encoder_ ? encoder_->output_size() : obs_dim_);
     o.widths = std::vector<std::int64_t>(cfg.widths->begin(), cfg.widths->end());
     o.step_embed = cfg.step_embed;
     o.kernel = cfg.kernel;
@@ -285,7 +324,10 @@ class DiffusionPolicy {
     net_ = nn::Unet1d(o);
     net_->to(device_);
     base_lr_ = cfg.lr * ctx.lr_scale(cfg.batch_size);
-    opt_ = FlatAdam(net_->parameters(), {.lr = base_lr_, .beta1 = cfg.beta1, .beta2 = cfg.beta2, .eps = 1e-8, .weight_decay = cfg.weight_decay});
+    auto params = net_->parameters();
+    if (encoder_)
+      for (const auto& t : encoder_->parameters()) params.push_back(t);
+    opt_ = FlatAdam(std::move(params), {.lr = base_lr_, .beta1 = cfg.beta1, .beta2 = cfg.beta2, .eps = 1e-8, .weight_decay = cfg.weight_decay});
     set_lr();
     ema_.set_device(device_);
     alpha_bars_ = at::tensor(schedule_.alpha_bars(), at::TensorOptions().dtype(at::kDouble)).to(device_);
@@ -303,6 +345,7 @@ class DiffusionPolicy {
                         std::to_string(act_dim_));
     obs_norm_ = diffusion::MinMax::fit(obs_min.to(device_), obs_max.to(device_));
     act_norm_ = diffusion::MinMax::fit(act_min.to(device_), act_max.to(device_));
+    condition_affine();
     graphs_.clear();  // they read the old normalisation's tensors
   }
   [[nodiscard]] bool has_normalizer() const noexcept { return obs_norm_.defined(); }
@@ -329,7 +372,7 @@ class DiffusionPolicy {
     torch::NoGradGuard no_grad;
     need_normalizer();
     const auto n = obs.size(0);
-    const auto cond = obs_norm_.apply(obs.to(device_, at::kFloat).view({n, cfg_.obs_horizon, obs_dim_})).reshape({n, -1});
+    const auto cond = condition(obs, /*train=*/false);
     at::Tensor x;
     if (*cfg_.objective == DiffusionObjective::mse) {
       x = net_->forward(at::zeros({n, cfg_.horizon, act_dim_}, cond.options()), at::zeros({n}, cond.options().dtype(at::kLong)), cond);
@@ -353,7 +396,7 @@ class DiffusionPolicy {
   /// into the context's micro-batches, whose weighted gradients are summed before the step.
   UpdateInfo update(const ReplayBatch& b, StepContext& ctx) {
     need_normalizer();
-    if (cuda::kCudaGraphs && cfg_.cuda_graph && device_.is_cuda() && ctx.graphable()) return graphed_update(b, ctx);
+    if (cuda::kCudaGraphs && cfg_.cuda_graph && !encoder_ && device_.is_cuda() && ctx.graphable()) return graphed_update(b, ctx);
     return eager_update(b, ctx);
   }
 
@@ -392,11 +435,11 @@ class DiffusionPolicy {
   at::Tensor loss(const at::Tensor& obs, const at::Tensor& action, StepContext& ctx, double& value,
                   const at::Tensor& given_noise = {}, const at::Tensor& given_k = {}) {
     const auto n = obs.size(0);
-    const auto cond = obs_norm_.apply(obs.to(device_, at::kFloat).view({n, cfg_.obs_horizon, obs_dim_})).reshape({n, -1});
     const auto x0 = act_norm_.apply(action.to(device_, at::kFloat).view({n, cfg_.horizon, act_dim_}));
     at::Tensor l;
     {
       auto guard = ctx.autocast();
+      const auto cond = condition(obs, /*train=*/true);
       if (*cfg_.objective == DiffusionObjective::mse) {
         const auto pred = net_->forward(at::zeros_like(x0), at::zeros({n}, x0.options().dtype(at::kLong)), cond).to(at::kFloat);
         l = (pred - x0).square().mean();
@@ -467,6 +510,7 @@ class DiffusionPolicy {
     if (s.norm[0].defined()) {
       obs_norm_ = {s.norm[0].to(device_), s.norm[1].to(device_)};
       act_norm_ = {s.norm[2].to(device_), s.norm[3].to(device_)};
+      condition_affine();
     }
     graphs_.clear();  // captured again from the restored state (they read the old normalisation's tensors)
     set_lr();
@@ -477,7 +521,9 @@ class DiffusionPolicy {
   /// min-max normalisation (`norm.obs_scale`, `norm.obs_offset`, `norm.action_scale`,
   /// `norm.action_offset`: y = scale x + offset), the env's bounds of one action
   /// (`chunk_low`, `chunk_high`), and the schedule's alpha-bars (`schedule.alpha_bars`,
-  /// float64); the metadata holds the horizons, the sampler and the network's shape.
+  /// float64); the metadata holds the horizons, the sampler and the network's shape. With
+  /// image observations: the encoder (`encoder.*`, see nn::add_encoder_tensors), `crop` and
+  /// `step_layout`.
   /// Acting: the sampler's loop from the given noise, the executed chunk in env units.
   [[nodiscard]] PolicyTensors policy_tensors() const {
     need_normalizer();
@@ -507,14 +553,29 @@ class DiffusionPolicy {
               {"step_embed", std::to_string(*cfg_.step_embed)},
               {"kernel", std::to_string(*cfg_.kernel)},
               {"groups", std::to_string(*cfg_.groups)}};
+    if (encoder_) {
+      // The encoder of the cropped images (`encoder.*`, its `layout`), the parts as the env
+      // hands them out per step (`step_layout`), and the crop's side (0: none).
+      nn::add_encoder_tensors(p, *encoder_);
+      p.meta["step_layout"] = step_layout_.describe();
+      p.meta["crop"] = std::to_string(crop_layout_.row_bytes() == step_layout_.row_bytes() ? 0 : crop_side());
+    }
     return p;
   }
   /// The U-Net's parameters as policy.safetensors names them (`WarmStarts`: `init.weights`).
   [[nodiscard]] std::vector<std::pair<std::string, at::Tensor>> policy_parameters() {
-    return named_parameters_of(*net_, "net.");
+    auto out = named_parameters_of(*net_, "net.");
+    if (encoder_)
+      for (auto& p : named_parameters_of(*encoder_, "encoder.")) out.push_back(std::move(p));
+    return out;
   }
 
   [[nodiscard]] nn::Unet1d& network() noexcept { return net_; }
+  /// The image encoder (null without image observations).
+  [[nodiscard]] nn::ObsEncoder& encoder() noexcept { return encoder_; }
+  /// One step's observation parts, and the same with the images cropped (empty without images).
+  [[nodiscard]] const ObsLayout& step_layout() const noexcept { return step_layout_; }
+  [[nodiscard]] const ObsLayout& crop_layout() const noexcept { return crop_layout_; }
   [[nodiscard]] const diffusion::NoiseSchedule& schedule() const noexcept { return schedule_; }
   [[nodiscard]] const Config& config() const noexcept { return cfg_; }
   [[nodiscard]] std::int64_t updates() const noexcept { return updates_; }
@@ -528,6 +589,46 @@ class DiffusionPolicy {
     std::vector<int> ts;
     for (int t = cfg_.train_steps - 1; t >= 0; --t) ts.push_back(t);
     return ts;
+  }
+  // The U-Net's condition [N, obs_horizon * features] from observations [N, obs_horizon *
+  // obs_dim] (float rows) or [N, obs_horizon * row_bytes] (rows of parts: the images cropped,
+  // at random when training, and encoded; the float parts min-max scaled).
+  at::Tensor condition(const at::Tensor& obs, bool train) {
+    const auto n = obs.size(0);
+    if (!encoder_) return obs_norm_.apply(obs.to(device_, at::kFloat).view({n, cfg_.obs_horizon, obs_dim_})).reshape({n, -1});
+    if (obs.scalar_type() != at::kByte)
+      throw Error("DiffusionPolicy: observations of parts (" + step_layout_.describe() + " per step) come as uint8 rows; got " +
+                  std::string(obs.dtype().name()));
+    auto rows = obs.to(device_).contiguous().view({n * cfg_.obs_horizon, step_layout_.row_bytes()});
+    rows = nn::crop_images(rows, step_layout_, crop_layout_, train);
+    if (train) rows = nn::shift_images(rows, crop_layout_, cfg_.encoder->shift);
+    const auto f = encoder_->forward(rows);
+    return (f * cond_scale_.to(f.scalar_type()) + cond_offset_.to(f.scalar_type())).reshape({n, -1});
+  }
+  // The side of the cropped images.
+  [[nodiscard]] std::int64_t crop_side() const {
+    for (const auto& p : crop_layout_.parts)
+      if (p.image()) return p.shape[1];
+    return 0;
+  }
+  // The image encoder's features pass as they are; its float parts are min-max scaled.
+  void condition_affine() {
+    if (!encoder_) return;
+    std::vector<at::Tensor> scale, offset;
+    std::int64_t k = 0;
+    const auto o = at::TensorOptions().device(device_);
+    for (const auto& p : crop_layout_.parts) {
+      if (p.image()) {
+        scale.push_back(at::ones({encoder_->features()}, o));
+        offset.push_back(at::zeros({encoder_->features()}, o));
+      } else if (p.dtype == PartDtype::float32) {
+        scale.push_back(obs_norm_.scale.narrow(0, k, p.numel()));
+        offset.push_back(obs_norm_.offset.narrow(0, k, p.numel()));
+        k += p.numel();
+      }
+    }
+    cond_scale_ = at::cat(scale);
+    cond_offset_ = at::cat(offset);
   }
   void need_normalizer() const {
     if (!obs_norm_.defined())
@@ -597,6 +698,9 @@ class DiffusionPolicy {
   std::int64_t obs_dim_ = 0, act_dim_ = 0;
   at::Tensor act_low_, act_high_;
   nn::Unet1d net_{nullptr};
+  ObsLayout step_layout_, crop_layout_;  // image observations: one step's parts, and cropped
+  nn::ObsEncoder encoder_{nullptr};
+  at::Tensor cond_scale_, cond_offset_;  // the condition's affine map per feature (images)
   double base_lr_ = 0;
   FlatAdam opt_;
   std::int64_t updates_ = 0;

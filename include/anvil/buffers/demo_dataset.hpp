@@ -10,6 +10,13 @@
 /// horizons come from the algorithm (`StoragePlan::sequence_obs`, `sequence_actions`, and
 /// `action_horizon` from the env's action chunk).
 ///
+/// Observations are float rows, or, for an env of rows of parts (images beside numbers, e.g.
+/// Push-T's image variant in envs::MultiStep), rows of bytes: the file's keys are the env's
+/// parts (by name, in the env's order, unless `demos.obs_keys` says otherwise), its frames
+/// resized on read to the env's image size when they differ, decoded by `demos.threads`
+/// threads (data/demo_reader.hpp), kept as bytes, and windows of them handed out as uint8
+/// rows. `ranges()` then covers the float parts alone.
+///
 /// The order is a loader's: each epoch is a permutation of all windows drawn from the
 /// run's seed and the epoch's number; with several ranks each takes every world-th window of
 /// it (the tail that does not divide evenly is left out that epoch), so ranks see disjoint
@@ -53,6 +60,7 @@ class DemoDataset : public BufferPolicy<"demos", ReplayBatch, StepBatch> {
   struct Config {
     Param<std::vector<std::string>, "obs_keys", "observation parts to use, in order (empty: all, by name)"> obs_keys{};
     Param<std::int64_t, "episodes", "use the first N demonstrations (0: all)", at_least(0)> episodes{0};
+    Param<int, "threads", "threads decoding image frames when the file is read (0: the calling thread)", in_range(0, 256)> threads{2};
   };
 
   DemoDataset(const EnvSpec& spec, const Config& cfg, const RunContext& ctx)
@@ -74,8 +82,22 @@ class DemoDataset : public BufferPolicy<"demos", ReplayBatch, StepBatch> {
   /// dataset when it does not fit the env.
   void load(const std::filesystem::path& path) {
 #if defined(ANVIL_WITH_HDF5)
-    auto d = read_demonstrations(path, *cfg_.obs_keys);
+    DemoReadOptions o{*cfg_.obs_keys};
+    o.threads = cfg_.threads;
+    if (spec_.byte_rows()) {
+      // The env's parts, at the env's image size (the file's frames resized when they differ).
+      const auto step = step_layout();
+      if (o.obs_keys.empty())
+        for (const auto& p : step.parts) o.obs_keys.push_back(p.name);
+      for (const auto& p : step.parts)
+        if (p.image()) {
+          o.image_height = static_cast<int>(p.shape[1]);
+          o.image_width = static_cast<int>(p.shape[2]);
+          break;
+        }
+    }
     source_ = path.string();
+    auto d = read_demonstrations(path, o);
     set(std::move(d));
 #else
     throw ConfigError("train.dataset: this program was built without HDF5 (link anvil::hdf5) and cannot read '" + path.string() +
@@ -85,12 +107,16 @@ class DemoDataset : public BufferPolicy<"demos", ReplayBatch, StepBatch> {
 
   /// Uses `d` as the data (the first `demos.episodes` of it when set).
   void set(Demonstrations d) {
-    if (d.byte_rows())
+    if (d.byte_rows() && !spec_.byte_rows())
       throw ConfigError("train.dataset: " + where() + " holds images (" + d.layout.describe() + "); this dataset hands out float observations to " +
-                        spec_.name + ": choose its float keys with demos.obs_keys");
+                        spec_.name + ": choose its float keys with demos.obs_keys (or train on the env's image variant)");
+    if (!d.byte_rows() && spec_.byte_rows())
+      throw ConfigError("train.dataset: " + where() + " holds float observations (" + std::to_string(d.obs_dim) + " numbers); " + spec_.name +
+                        " hands out rows of parts (" + spec_.layout.describe() + "): record or choose its image keys");
     if (cfg_.episodes > 0 && cfg_.episodes < d.episodes()) {
       const auto steps = d.starts[static_cast<std::size_t>(*cfg_.episodes)];
-      d.obs.resize(static_cast<std::size_t>(steps * d.obs_dim));
+      if (d.byte_rows()) d.rows.resize(static_cast<std::size_t>(steps * d.obs_dim));
+      else d.obs.resize(static_cast<std::size_t>(steps * d.obs_dim));
       d.actions.resize(static_cast<std::size_t>(steps * d.act_dim));
       d.rewards.resize(static_cast<std::size_t>(steps));
       d.dones.resize(static_cast<std::size_t>(steps));
@@ -98,7 +124,9 @@ class DemoDataset : public BufferPolicy<"demos", ReplayBatch, StepBatch> {
     }
     if (d.episodes() == 0) throw ConfigError("DemoDataset: " + where() + " holds no demonstrations");
     demos_ = std::move(d);
-    obs_ = at::from_blob(demos_.obs.data(), {demos_.steps(), demos_.obs_dim}, at::kFloat).clone();
+    // Rows of parts are used where they lie (they may be gigabytes); float rows are copied.
+    obs_ = demos_.byte_rows() ? at::from_blob(demos_.rows.data(), {demos_.steps(), demos_.obs_dim}, at::kByte)
+                              : at::from_blob(demos_.obs.data(), {demos_.steps(), demos_.obs_dim}, at::kFloat).clone();
     act_ = at::from_blob(demos_.actions.data(), {demos_.steps(), demos_.act_dim}, at::kFloat).clone();
     index();
   }
@@ -140,9 +168,21 @@ class DemoDataset : public BufferPolicy<"demos", ReplayBatch, StepBatch> {
   [[nodiscard]] const Demonstrations& demonstrations() const noexcept { return demos_; }
 
   /// Per-dimension minimum and maximum of the observations and the actions: {obs_min,
-  /// obs_max, act_min, act_max} (for the algorithm's normalisation).
+  /// obs_max, act_min, act_max} (for the algorithm's normalisation); of rows of parts, of
+  /// their float numbers in the parts' order (empty when there are none).
   [[nodiscard]] std::array<at::Tensor, 4> ranges() const {
-    return {std::get<0>(obs_.min(0)), std::get<0>(obs_.max(0)), std::get<0>(act_.min(0)), std::get<0>(act_.max(0))};
+    at::Tensor o = obs_;
+    if (demos_.byte_rows()) {
+      std::vector<at::Tensor> floats;
+      for (const auto& p : demos_.layout.parts)
+        if (p.dtype == PartDtype::float32) floats.push_back(obs_.narrow(1, p.offset, p.bytes()).contiguous().view(at::kFloat));
+      if (floats.empty()) {
+        const auto none = at::zeros({0});
+        return {none, none, std::get<0>(act_.min(0)), std::get<0>(act_.max(0))};
+      }
+      o = at::cat(floats, 1);
+    }
+    return {std::get<0>(o.min(0)), std::get<0>(o.max(0)), std::get<0>(act_.min(0)), std::get<0>(act_.max(0))};
   }
 
   /// State protocol: the position in the order, and what it is an order of (windows,
@@ -175,6 +215,9 @@ class DemoDataset : public BufferPolicy<"demos", ReplayBatch, StepBatch> {
   }
 
  private:
+  // One step of the env's observation window (an env of rows of parts).
+  [[nodiscard]] ObsLayout step_layout() const { return spec_.layout.unstacked(static_cast<int>(to_)); }
+
   [[nodiscard]] std::string where() const { return source_.empty() ? std::string("the demonstrations") : "'" + source_ + "'"; }
 
   // The windows of every demonstration (needs the data and the plan).
@@ -183,6 +226,9 @@ class DemoDataset : public BufferPolicy<"demos", ReplayBatch, StepBatch> {
     order_epoch_ = -1;
     if (demos_.episodes() == 0) return;
     const auto ta = spec_.action_dim() / std::max<std::int64_t>(1, demos_.act_dim);
+    if (demos_.byte_rows() && demos_.layout.describe() != step_layout().describe())
+      throw ConfigError("train.dataset: " + where() + " holds observations of " + demos_.layout.describe() + "; " + spec_.name + " observes " +
+                        step_layout().describe() + " per step (choose the keys with demos.obs_keys)");
     if (spec_.obs_dim() != to_ * demos_.obs_dim || spec_.action_dim() % demos_.act_dim != 0)
       throw ConfigError("train.dataset: " + where() + " has observations of " + std::to_string(demos_.obs_dim) + " and actions of " +
                         std::to_string(demos_.act_dim) + " numbers; the env (" + spec_.name + ") takes " + std::to_string(spec_.obs_dim()) +

@@ -12,6 +12,8 @@
 #include <variant>
 #include <vector>
 
+#include <anvil/core/error.hpp>
+
 namespace anvil {
 
 /// A box in R^n: `low[i] <= x[i] <= high[i]` (bounds may be +-infinity).
@@ -140,6 +142,34 @@ struct ObsLayout {
       s.push_back(']');
     }
     return s;
+  }
+
+  /// A window of `n` of these rows side by side, oldest first (envs::MultiStep's
+  /// observation): each part repeated, named `<name>@<i>`. Its rows are the n rows
+  /// concatenated, byte for byte (row_bytes() is a multiple of 4).
+  [[nodiscard]] ObsLayout stacked(int n) const {
+    ObsLayout out;
+    for (int i = 0; i < n; ++i)
+      for (const auto& p : parts) out.add({p.name + "@" + std::to_string(i), p.dtype, p.shape, 0});
+    return out;
+  }
+  /// The layout of one step of a `stacked(n)` window (the names without `@0`); a
+  /// ConfigError when this is not such a window. A layout that is not a window is its own
+  /// window of one.
+  [[nodiscard]] ObsLayout unstacked(int n) const {
+    if (n == 1 && (parts.empty() || !parts.front().name.ends_with("@0"))) return *this;
+    const auto k = n > 0 ? parts.size() / static_cast<std::size_t>(n) : 0;
+    ObsLayout out;
+    for (std::size_t j = 0; j < k; ++j) {
+      const auto& name = parts[j].name;
+      const auto at = name.rfind("@0");
+      if (at == std::string::npos || at + 2 != name.size()) break;
+      out.add({name.substr(0, at), parts[j].dtype, parts[j].shape, 0});
+    }
+    if (k == 0 || out.parts.size() != k || out.stacked(n).describe() != describe())
+      throw ConfigError("the observation (" + describe() + ") is not a window of " + std::to_string(n) +
+                        " steps (wrap the env in envs::MultiStep with the same horizon)");
+    return out;
   }
 
  private:

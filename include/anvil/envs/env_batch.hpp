@@ -261,6 +261,14 @@ class EnvArray final : public EnvBatch {
     if (!cfg.id->empty() && *cfg.id != env_name(prototype))
       throw ConfigError("env.id=" + *cfg.id + ": this program trains " + env_name(prototype) +
                         " (env.id chooses the env only in programs that take it at run time, e.g. train_ppo)");
+    if constexpr (ByteObservations<E>) {
+      if (*cfg.observation == ObservationKind::state)
+        throw ConfigError("env.observation=state: " + env_name(prototype) + " hands out images (" + prototype.observation_space().describe() +
+                          "), and this program builds it so");
+    } else if (*cfg.observation == ObservationKind::image) {
+      throw ConfigError("env.observation=image: " + env_name(prototype) + " hands out float observations, and this program has no image "
+                        "variant of it (images: env.id=PixelPendulum-v1 in train_sac and train_ppo, env.observation=image in diffusion_pusht)");
+    }
     if (cfg.workers > 0)
       throw ConfigError("env.workers=" + std::to_string(*cfg.workers) + ": worker processes step envs written in Python "
                         "(env.id=python:MODULE:ATTR); " + env_name(prototype) + " steps in this process (env.threads)");

@@ -20,6 +20,10 @@ constexpr auto enum_names(VecMode) { return std::array<std::string_view, 2>{"syn
 enum class HangAction { stop, wait };
 constexpr auto enum_names(HangAction) { return std::array<std::string_view, 2>{"stop", "wait"}; }
 
+/// What an env that can be seen two ways hands out (`env.observation`).
+enum class ObservationKind { own, state, image };
+constexpr auto enum_names(ObservationKind) { return std::array<std::string_view, 3>{"own", "state", "image"}; }
+
 /// The `env` section of a run's config.
 struct VecEnvConfig {
   Param<int, "num_envs", "environments stepped together (one batched action per step)",
@@ -50,6 +54,13 @@ struct VecEnvConfig {
   Param<HangAction, "on_hang", "a hung Python env worker: stop (the run ends, naming the env and step) or wait "
                                "(report it each env.worker_timeout and keep waiting)">
       on_hang{HangAction::stop};
+  Param<ObservationKind, "observation",
+        "own: what the env hands out; state or image, in programs whose env has both (diffusion_pusht: Push-T's image "
+        "variant, the field drawn at env.image_size RGB beside agent_pos); elsewhere own or the env's kind">
+      observation{ObservationKind::own};
+  Param<int, "image_size", "image observations' height and width in pixels, where the program draws them (env.observation=image)",
+        in_range(8, 1024)>
+      image_size{96};
   Param<std::string, "suite", "a suite of tasks for envs that have tasks (the manipulation suite: mt10)"> suite{""};
   Param<std::vector<std::string>, "tasks",
         "tasks for envs that have tasks, comma-separated (e.g. reach,push); envs are spread over them">

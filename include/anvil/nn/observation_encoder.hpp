@@ -221,4 +221,38 @@ inline at::Tensor shift_images(const at::Tensor& rows, const ObsLayout& layout, 
   return augment_images(rows, layout, [pad](const at::Tensor& images) { return random_shift(images, pad); });
 }
 
+/// `layout` with each image part cut to `size` x `size` pixels (Diffusion Policy's crop: 84 of
+/// Push-T's 96); 0 leaves it as it is. A ConfigError naming `field` when an image is smaller.
+inline ObsLayout cropped_layout(const ObsLayout& layout, std::int64_t size, const char* field = "crop") {
+  if (size == 0) return layout;
+  ObsLayout out;
+  for (const auto& p : layout.parts) {
+    if (!p.image()) {
+      out.vector(p.name, p.numel());
+      continue;
+    }
+    if (size > p.shape[1] || size > p.shape[2])
+      throw ConfigError(std::string(field) + "=" + std::to_string(size) + ": larger than the image part '" + p.name + "' (" +
+                        std::to_string(p.shape[1]) + "x" + std::to_string(p.shape[2]) + ")");
+    out.image(p.name, p.shape[0], size, size);
+  }
+  return out;
+}
+
+/// `rows` of `layout` as rows of `to` (`cropped_layout` of it): each image part cropped, at a
+/// random place per image when `random` (training), else the centre (acting); the float
+/// parts copied. `rows` itself when nothing is cropped.
+inline at::Tensor crop_images(const at::Tensor& rows, const ObsLayout& layout, const ObsLayout& to, bool random) {
+  detail::check_rows(rows, layout, "crop_images");
+  if (to.row_bytes() == layout.row_bytes()) return rows;
+  auto out = at::empty({rows.size(0), to.row_bytes()}, rows.options());
+  for (std::size_t i = 0; i < layout.parts.size(); ++i) {
+    const auto& p = layout.parts[i];
+    const auto& q = to.parts[i];
+    const auto in = detail::part_of(rows, p);
+    detail::part_of(out, q).copy_(!p.image() ? in : random ? random_crop(in, q.shape[1], q.shape[2]) : center_crop(in, q.shape[1], q.shape[2]));
+  }
+  return out;
+}
+
 }  // namespace anvil::nn

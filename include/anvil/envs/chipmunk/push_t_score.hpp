@@ -3,7 +3,9 @@
 /// Push-T's published evaluation: one episode from each test seed 100000 + i, the score the
 /// mean over episodes of the best reward reached (reward = clip(coverage / 0.95, 0, 1)),
 /// and the share of episodes that reached 95% coverage. The episodes run side by side, so a
-/// policy is asked once per chunk for all of them. Light header: no torch.
+/// policy is asked once per chunk for all of them. The state env (`MultiStep<PushT>`, float
+/// rows) and the image variant (`MultiStep<PushTImage>`, rows of bytes) alike. Light header:
+/// no torch.
 
 #include <algorithm>
 #include <cstdint>
@@ -23,16 +25,21 @@ struct PushTScore {
 };
 
 /// Runs `episodes` test episodes of copies of `proto` (see file comment). `policy(obs, n)`
-/// gets the n episodes' observations, row-major, and returns their actions row-major, in
+/// gets the n episodes' observations, row-major (a span of the env's elements: floats, or
+/// bytes of rows of parts), and returns their actions row-major, in
 /// [-1, 1] over the action box (the Trainer's units; values outside are clipped); rows of
 /// episodes that have ended are ignored.
-template <class Policy>
-PushTScore score_on_test_seeds(const MultiStep<PushT>& proto, int episodes, Policy&& policy) {
+template <class E, class Policy>
+PushTScore score_on_test_seeds(const MultiStep<E>& proto, int episodes, Policy&& policy) {
+  using Element = typename MultiStep<E>::Element;
   const auto n = static_cast<std::size_t>(episodes);
-  const std::size_t od = proto.observation_space().size();
+  std::size_t od = 0;
+  if constexpr (ByteObservations<E>) od = static_cast<std::size_t>(proto.observation_space().row_bytes());
+  else od = proto.observation_space().size();
   const auto box = proto.action_space();
-  std::vector<MultiStep<PushT>> envs(n, proto);
-  std::vector<float> obs(n * od), a(box.size());
+  std::vector<MultiStep<E>> envs(n, proto);
+  std::vector<Element> obs(n * od);
+  std::vector<float> a(box.size());
   std::vector<bool> done(n, false), success(n, false);
   for (std::size_t i = 0; i < n; ++i) {
     const auto o = envs[i].reset(100000 + i);
@@ -40,7 +47,7 @@ PushTScore score_on_test_seeds(const MultiStep<PushT>& proto, int episodes, Poli
   }
   PushTScore out;
   for (std::size_t left = n; left > 0;) {
-    const std::vector<float> unit = policy(std::span<const float>(obs), episodes);
+    const std::vector<float> unit = policy(std::span<const Element>(obs), episodes);
     ++out.calls;
     for (std::size_t i = 0; i < n; ++i) {
       if (done[i]) continue;

@@ -11,8 +11,12 @@
 #include <array>
 #include <cstdint>
 #include <cstring>
+#include <span>
+#include <string_view>
+#include <utility>
 #include <vector>
 
+#include <anvil/core/binary_io.hpp>
 #include <anvil/core/spaces.hpp>
 #include <anvil/envs/chipmunk/push_t.hpp>
 #include <anvil/envs/render/canvas.hpp>
@@ -77,5 +81,48 @@ inline void push_t_image_row(render::Canvas& canvas, const PushT& env, std::uint
   // agent_pos follows the image, which is padded to a multiple of 4 bytes.
   std::memcpy(row + (px.size() + 3) / 4 * 4, pos, sizeof pos);
 }
+
+/// Push-T's image variant as an env: `PushT` whose observation is `push_t_image_layout`'s
+/// row (the field drawn at `size` x `size` RGB beside agent_pos), drawn after every reset
+/// and step; rewards, ends, success and the best reward are PushT's. Its state in
+/// checkpoints is PushT's (the row is drawn again from it).
+class PushTImage {
+ public:
+  static constexpr std::string_view name = PushT::name;
+
+  explicit PushTImage(int size = 96, PushT::Reward reward = PushT::Reward::coverage)
+      : env_(reward), canvas_(push_t_canvas(size)), layout_(push_t_image_layout(size)),
+        row_(static_cast<std::size_t>(layout_.row_bytes()), 0) {}
+
+  [[nodiscard]] ObsLayout observation_space() const { return layout_; }
+  [[nodiscard]] Box action_space() const { return env_.action_space(); }
+
+  std::span<const std::uint8_t> reset(std::uint64_t seed) {
+    env_.reset(seed);
+    push_t_image_row(canvas_, env_, row_.data());
+    return row_;
+  }
+  ByteStepResult step(std::span<const float> action) {
+    const auto r = env_.step(action);
+    push_t_image_row(canvas_, env_, row_.data());
+    return {row_, r.reward, r.terminated, r.truncated};
+  }
+
+  [[nodiscard]] bool success() const noexcept { return env_.success(); }
+  [[nodiscard]] double best_reward() const noexcept { return env_.best_reward(); }
+  [[nodiscard]] const PushT& env() const noexcept { return env_; }
+
+  void save_state(BinaryWriter& w) const { env_.save_state(w); }
+  void load_state(BinaryReader& r) {
+    env_.load_state(r);
+    push_t_image_row(canvas_, env_, row_.data());
+  }
+
+ private:
+  PushT env_;
+  render::Canvas canvas_;
+  ObsLayout layout_;
+  std::vector<std::uint8_t> row_;
+};
 
 }  // namespace anvil::envs::chipmunk
