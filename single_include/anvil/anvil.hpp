@@ -15692,6 +15692,7 @@ TORCH_MODULE(CollectiveTransformer);
 #include <cstdint>
 #include <cstdio>
 #include <map>
+#include <set>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -16161,12 +16162,14 @@ inline std::string warm_start(const std::filesystem::path& file, const std::vect
            n == "obs_inv_std" || n == "chunk_low" || n == "chunk_high" || n.starts_with("norm.") || n.starts_with("schedule.");
   };
   std::vector<std::string> faults;
+  std::set<std::string> used;
   for (const auto& [name, p] : params) {
     const auto it = given.find(name);
     if (it == given.end()) {
       faults.push_back("missing '" + name + "' " + detail::shape_text(p.sizes()));
       continue;
     }
+    if (!used.insert(name).second) continue;  // a second copy of a network (SAC's target encoder): checked once
     const at::Tensor& t = *it->second;
     if (t.sizes() != p.sizes())
       faults.push_back("'" + name + "' is " + detail::shape_text(t.sizes()) + " in the file, " + detail::shape_text(p.sizes()) + " in " + network);
@@ -16174,10 +16177,10 @@ inline std::string warm_start(const std::filesystem::path& file, const std::vect
       faults.push_back("'" + name + "' is " + std::string(c10::toString(t.scalar_type())) + ", not floating point");
     else if (!t.isfinite().all().item<bool>())
       faults.push_back("'" + name + "' holds NaN or infinite values");
-    given.erase(it);
   }
   std::vector<std::string> left;
   for (const auto& [name, t] : given) {
+    if (used.contains(name)) continue;
     if (beside(name)) left.push_back(name);
     else faults.push_back("unexpected '" + name + "' " + detail::shape_text(t->sizes()));
   }
@@ -17732,10 +17735,16 @@ class BasicSAC {
   }
 
   /// The actor's parameters as policy.safetensors names them (`WarmStarts`: `init.weights`).
+  /// With images, the encoder the actor reads through (`encoder.*`) too: the critic's and
+  /// its target's copy, both starting from the file's (a name listed twice is copied twice).
   [[nodiscard]] std::vector<std::pair<std::string, at::Tensor>> policy_parameters()
     requires std::same_as<Actor, nn::GaussianActor>
   {
-    return named_parameters_of(*actor_, "");
+    auto out = named_parameters_of(*actor_, "");
+    if (critic_->encoder())
+      for (const auto* c : {&critic_, &critic_target_})
+        for (auto& p : named_parameters_of(*(*c)->encoder(), "encoder.")) out.push_back(std::move(p));
+    return out;
   }
 
   /// Writes the policy alone, for deployment (`anvil::load_policy`): the actor's shape and
@@ -19995,9 +20004,13 @@ class PPO {
     return p;
   }
 
-  /// The actor's parameters as policy.safetensors names them (`WarmStarts`: `init.weights`).
+  /// The actor's parameters as policy.safetensors names them (`WarmStarts`: `init.weights`),
+  /// with images the heads' shared encoder (`encoder.*`) too.
   [[nodiscard]] std::vector<std::pair<std::string, at::Tensor>> policy_parameters() {
-    return named_parameters_of(*actor_, "net.");
+    auto out = named_parameters_of(*actor_, "net.");
+    if (encoder_)
+      for (auto& p : named_parameters_of(*encoder_, "encoder.")) out.push_back(std::move(p));
+    return out;
   }
 
   [[nodiscard]] nn::Mlp& actor() noexcept { return actor_; }

@@ -634,3 +634,34 @@ TEST_CASE("PPO on images: both heads read one encoder, and policy.safetensors ho
     std::filesystem::remove_all(dir);
   }
 }
+
+TEST_CASE("PPO on images: init.weights starts the actor and the shared encoder from policy.safetensors") {
+  torch::manual_seed(6);
+  envs::EnvSpec s{"ImageTask", envs::Box{{-10.f, -10.f}, {10.f, 10.f}}, envs::Box{{-1.f, -1.f}, {1.f, 1.f}}, {}};
+  s.layout.image("pixels", 3, 16, 16).vector("state", 2);
+  PPO::Config cfg;
+  cfg.encoder->width = 8;
+  cfg.encoder->features = 8;
+  PPO trained(s, cfg, RunContext{});
+  {
+    torch::NoGradGuard no_grad;
+    for (auto& w : trained.policy_parameters()) w.second.add_(0.25);  // away from any fresh start
+  }
+  const std::filesystem::path dir = temp_run_dir("ppo_image_warm");
+  std::filesystem::create_directories(dir);
+  const PolicyFileParts parts{"ImageTask", torch::full({2}, 1.0f), torch::zeros({2}), torch::full({2}, -1.0f), torch::full({2}, 1.0f), {}, {}, 0};
+  write_policy_tensors(dir / "policy.safetensors", trained.policy_tensors(), parts);
+  PPO fresh(s, cfg, RunContext{});
+  const auto note = warm_start(dir / "policy.safetensors", fresh.policy_parameters(), "the ppo actor");
+  const auto want = trained.policy_parameters(), got = fresh.policy_parameters();
+  REQUIRE(want.size() == got.size());
+  std::size_t encoder = 0;
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    CAPTURE(want[i].first);
+    CHECK(torch::equal(want[i].second, got[i].second));
+    encoder += want[i].first.starts_with("encoder.");
+  }
+  CHECK(encoder > 0);
+  CHECK(note.find("starts from") != std::string::npos);
+  std::filesystem::remove_all(dir);
+}

@@ -689,3 +689,38 @@ TEST_CASE("SAC on images: policy.bin and policy.safetensors hold the encoder, an
     std::filesystem::remove_all(dir);
   }
 }
+
+TEST_CASE("SAC on images: init.weights starts the actor and the encoder (the critic's and its target's) from policy.safetensors") {
+  torch::manual_seed(4);
+  const auto spec = image_spec();
+  const auto cfg = image_config();
+  SAC trained(spec, cfg, RunContext{});
+  StepContext ctx;
+  for (int i = 0; i < 3; ++i) trained.update(image_batch(spec, 8), ctx);
+  const auto dir = std::filesystem::temp_directory_path() / ("anvil_sac_image_warm_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const PolicyFileParts parts{spec.name, torch::full({1}, 2.0f), torch::zeros({1}), {}, {}, {}, {}, 0};
+  write_policy(dir / "policy.bin", parts, [&](BinaryWriter& w) { trained.save_policy(w); });
+  write_policy_safetensors(load_policy(dir / "policy.bin"), dir / "policy.safetensors");
+  SAC fresh(spec, cfg, RunContext{});
+  const auto note = warm_start(dir / "policy.safetensors", fresh.policy_parameters(), "the sac actor");
+  CHECK(note.find("starts from") != std::string::npos);
+  // The actor and the critic's encoder as trained; the target's encoder as the critic's.
+  const auto want = named_parameters_of(*trained.actor(), "");
+  const auto got = named_parameters_of(*fresh.actor(), "");
+  for (std::size_t i = 0; i < want.size(); ++i) CHECK(torch::equal(want[i].second, got[i].second));
+  const auto enc = trained.critic()->encoder()->parameters();
+  const auto fresh_enc = fresh.critic()->encoder()->parameters(), target_enc = fresh.critic_target()->encoder()->parameters();
+  REQUIRE(enc.size() == fresh_enc.size());
+  for (std::size_t i = 0; i < enc.size(); ++i) {
+    CHECK(torch::equal(enc[i], fresh_enc[i]));
+    CHECK(torch::equal(enc[i], target_enc[i]));
+  }
+  // A file of another encoder is refused naming the tensor.
+  auto other = image_config();
+  other.encoder->features = *cfg.encoder->features * 2;
+  SAC wide(spec, other, RunContext{});
+  CHECK_THROWS_WITH_AS(warm_start(dir / "policy.safetensors", wide.policy_parameters(), "the sac actor"), doctest::Contains("in the file"),
+                       ConfigError);
+  std::filesystem::remove_all(dir);
+}

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <map>
+#include <set>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -286,12 +287,14 @@ inline std::string warm_start(const std::filesystem::path& file, const std::vect
            n == "obs_inv_std" || n == "chunk_low" || n == "chunk_high" || n.starts_with("norm.") || n.starts_with("schedule.");
   };
   std::vector<std::string> faults;
+  std::set<std::string> used;
   for (const auto& [name, p] : params) {
     const auto it = given.find(name);
     if (it == given.end()) {
       faults.push_back("missing '" + name + "' " + detail::shape_text(p.sizes()));
       continue;
     }
+    if (!used.insert(name).second) continue;  // a second copy of a network (SAC's target encoder): checked once
     const at::Tensor& t = *it->second;
     if (t.sizes() != p.sizes())
       faults.push_back("'" + name + "' is " + detail::shape_text(t.sizes()) + " in the file, " + detail::shape_text(p.sizes()) + " in " + network);
@@ -299,10 +302,10 @@ inline std::string warm_start(const std::filesystem::path& file, const std::vect
       faults.push_back("'" + name + "' is " + std::string(c10::toString(t.scalar_type())) + ", not floating point");
     else if (!t.isfinite().all().item<bool>())
       faults.push_back("'" + name + "' holds NaN or infinite values");
-    given.erase(it);
   }
   std::vector<std::string> left;
   for (const auto& [name, t] : given) {
+    if (used.contains(name)) continue;
     if (beside(name)) left.push_back(name);
     else faults.push_back("unexpected '" + name + "' " + detail::shape_text(t->sizes()));
   }

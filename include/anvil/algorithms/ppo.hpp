@@ -279,9 +279,13 @@ class PPO {
     return p;
   }
 
-  /// The actor's parameters as policy.safetensors names them (`WarmStarts`: `init.weights`).
+  /// The actor's parameters as policy.safetensors names them (`WarmStarts`: `init.weights`),
+  /// with images the heads' shared encoder (`encoder.*`) too.
   [[nodiscard]] std::vector<std::pair<std::string, at::Tensor>> policy_parameters() {
-    return named_parameters_of(*actor_, "net.");
+    auto out = named_parameters_of(*actor_, "net.");
+    if (encoder_)
+      for (auto& p : named_parameters_of(*encoder_, "encoder.")) out.push_back(std::move(p));
+    return out;
   }
 
   [[nodiscard]] nn::Mlp& actor() noexcept { return actor_; }

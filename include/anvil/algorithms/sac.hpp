@@ -527,10 +527,16 @@ class BasicSAC {
   }
 
   /// The actor's parameters as policy.safetensors names them (`WarmStarts`: `init.weights`).
+  /// With images, the encoder the actor reads through (`encoder.*`) too: the critic's and
+  /// its target's copy, both starting from the file's (a name listed twice is copied twice).
   [[nodiscard]] std::vector<std::pair<std::string, at::Tensor>> policy_parameters()
     requires std::same_as<Actor, nn::GaussianActor>
   {
-    return named_parameters_of(*actor_, "");
+    auto out = named_parameters_of(*actor_, "");
+    if (critic_->encoder())
+      for (const auto* c : {&critic_, &critic_target_})
+        for (auto& p : named_parameters_of(*(*c)->encoder(), "encoder.")) out.push_back(std::move(p));
+    return out;
   }
 
   /// Writes the policy alone, for deployment (`anvil::load_policy`): the actor's shape and
