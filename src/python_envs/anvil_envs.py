@@ -123,16 +123,113 @@ def _floats(a):
     return " ".join(repr(float(x)) for x in a)
 
 
+def _image_shape(space):
+    """A Box of bytes shaped as an image, [H, W, C] (C of 1 to 4: Gymnasium's pixel
+    observations) or [H, W], as anvil's [C, H, W]; else None."""
+    shape = tuple(int(d) for d in getattr(space, "shape", ()) or ())
+    if not hasattr(space, "dtype") or np.dtype(space.dtype) != np.uint8:
+        return None
+    if len(shape) == 3 and 1 <= shape[2] <= 4:
+        return (shape[2], shape[0], shape[1])
+    if len(shape) == 2:
+        return (1, shape[0], shape[1])
+    return None
+
+
+def obs_parts(space, env_id):
+    """The observation's parts when it holds images or is a Dict: ([(name, dtype, shape)],
+    keyed), an image part ("uint8", [C, H, W]) for each Box of bytes shaped [H, W, C] or
+    [H, W], a float part ("float32", [n]) for each other Box, in the Dict space's order
+    (keyed: observations are dicts), or a lone image Box as one part, "image" (not keyed);
+    None for a Box of numbers."""
+    spaces = getattr(space, "spaces", None)
+    keyed = spaces is not None and hasattr(spaces, "items")
+    if keyed:
+        items = list(spaces.items())
+        if not items:
+            raise Fault(f"{env_id}: observation_space is an empty Dict")
+    elif _image_shape(space) is not None:
+        items = [("image", space)]
+    else:
+        return None
+    parts = []
+    for name, sub in items:
+        name = str(name)
+        if not name.replace("_", "a").isalnum():
+            raise Fault(f"{env_id}: observation_space['{name}']: part names are letters, digits and _")
+        image = _image_shape(sub)
+        if image is not None:
+            parts.append((name, "uint8", image))
+        else:
+            shape, _, _ = _box(sub, f"{env_id}: observation_space['{name}']")
+            parts.append((name, "float32", (int(np.prod(shape, dtype=np.int64)),)))
+    return parts, keyed
+
+
+class Rows:
+    """Writes observations of parts (a dict of them, or the one image) into rows of bytes
+    as anvil lays them out: each part at the next multiple of 4 bytes, images [H, W, C]
+    transposed to [C, H, W], float parts as float32."""
+
+    def __init__(self, parts, keyed):
+        self.parts, offset = [], 0
+        for name, dtype, shape in parts:
+            offset = (offset + 3) // 4 * 4
+            size = int(np.prod(shape)) * (1 if dtype == "uint8" else 4)
+            self.parts.append((name, dtype, tuple(shape), offset, size))
+            offset += size
+        self.row_bytes = (offset + 3) // 4 * 4
+        self.dict = keyed
+
+    def write(self, obs, row):
+        """`obs` into `row` (a uint8 array of row_bytes); a Fault naming the part at fault."""
+        if self.dict and not hasattr(obs, "keys"):
+            raise Fault(f"observation is {type(obs).__name__}; the observation space is a Dict of "
+                        f"{', '.join(p[0] for p in self.parts)}")
+        for name, dtype, shape, offset, size in self.parts:
+            if self.dict:
+                if name not in obs:
+                    raise Fault(f"observation has no part '{name}' (it has {', '.join(map(str, obs.keys()))})")
+                x = obs[name]
+            else:
+                x = obs
+            out = row[offset:offset + size]
+            if dtype == "uint8":
+                a = np.asarray(x)
+                c, hh, ww = shape
+                if a.shape not in ((hh, ww, c), (hh, ww)) or (a.ndim == 2 and c != 1):
+                    raise Fault(f"observation part '{name}' has shape {a.shape}; the space's is {(hh, ww, c)}")
+                if a.dtype != np.uint8:
+                    raise Fault(f"observation part '{name}' is {a.dtype}; the space's images are uint8")
+                out.reshape(c, hh, ww)[...] = a.reshape(hh, ww, c).transpose(2, 0, 1)
+            else:
+                try:
+                    a = np.asarray(x, dtype=np.float32).reshape(-1)
+                except (TypeError, ValueError):
+                    raise Fault(f"observation part '{name}' is {type(x).__name__}, not an array of numbers") from None
+                if a.size != shape[0]:
+                    raise Fault(f"observation part '{name}' has {a.size} numbers; the space's has {shape[0]}")
+                out.view(np.float32)[:] = a
+
+
 def spec(env, env_id):
     """The env's spaces, tasks and agents as lines of "key values" (anvil's `parse_spec`
-    reads them), checked; and (obs_dim, discrete, action_shape) for stepping it."""
+    reads them), checked; and (obs_dim, discrete, action_shape, rows) for stepping it (obs_dim:
+    an observation's numbers, or its row's bytes when it has parts, `obs_parts`, which `rows`,
+    a `Rows`, writes; None for a Box of numbers)."""
     if not all(hasattr(env, a) for a in ("observation_space", "action_space", "reset", "step")):
         raise Fault(f"the env ({type(env).__name__}) lacks observation_space, action_space, reset or step "
                     "(Gymnasium's Env API)")
     lines = [f"python {sys.version.split()[0]}"]
-    _, low, high = _box(env.observation_space, f"{env_id}: observation_space")
-    obs_dim = low.size
-    lines += [f"obs_low {_floats(low)}", f"obs_high {_floats(high)}"]
+    found, rows = obs_parts(env.observation_space, env_id), None
+    if found is None:
+        _, low, high = _box(env.observation_space, f"{env_id}: observation_space")
+        obs_dim = low.size
+        lines += [f"obs_low {_floats(low)}", f"obs_high {_floats(high)}"]
+    else:  # rows of parts: obs_dim is the row's bytes
+        rows = Rows(*found)
+        obs_dim = rows.row_bytes
+        lines += [f"obs_part {name} {dtype} " + " ".join(str(d) for d in shape) for name, dtype, shape in found[0]]
     space = env.action_space
     if hasattr(space, "n"):  # a Discrete space (a Box has no `n`)
         n = int(space.n)
@@ -151,4 +248,4 @@ def spec(env, env_id):
     if hasattr(env, "agent_layout"):
         lines.append("agents " + " ".join(str(int(x)) for x in env.agent_layout))
     lines += [f"task {t}" for t in getattr(env, "tasks", [])]
-    return "\n".join(lines) + "\n", (obs_dim, discrete, action_shape)
+    return "\n".join(lines) + "\n", (obs_dim, discrete, action_shape, rows)

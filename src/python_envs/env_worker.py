@@ -59,7 +59,7 @@ class Worker:
         factory = anvil_envs.import_factory(args["target"])
         self.envs = anvil_envs.make_envs(factory, args["kwargs"], args["first"], args["count"])
         e0 = self.envs[0]
-        self.spec, (self.obs_dim, self.discrete, self.action_shape) = anvil_envs.spec(e0, env_id)
+        self.spec, (self.obs_dim, self.discrete, self.action_shape, self.rows) = anvil_envs.spec(e0, env_id)
         self.tasks = [str(t) for t in getattr(e0, "tasks", [])]
 
     def map(self):
@@ -79,8 +79,9 @@ class Worker:
             self.actions = arr(ACTIONS, np.int64, n)
         else:
             self.actions = arr(ACTIONS, np.float32, n * int(h[ACT_BYTES]) // 4, (n, -1))
-        self.next_obs = arr(NEXT_OBS, np.float32, n * d, (n, d))
-        self.reset_obs = arr(RESET_OBS, np.float32, n * d, (n, d))
+        rows = np.uint8 if self.rows else np.float32  # rows of parts (images) as bytes
+        self.next_obs = arr(NEXT_OBS, rows, n * d, (n, d))
+        self.reset_obs = arr(RESET_OBS, rows, n * d, (n, d))
         self.reward = arr(REWARD, np.float64, n)
         self.terminated = arr(TERMINATED, np.uint8, n)
         self.truncated = arr(TRUNCATED, np.uint8, n)
@@ -89,6 +90,9 @@ class Worker:
         self.error = arr(ERROR, np.uint8, int(h[ERROR_CAP]))
 
     def observation(self, o, row):
+        if self.rows:  # a row of parts: images transposed, numbers as float32
+            self.rows.write(o, row)
+            return
         try:
             a = np.asarray(o, dtype=np.float32).reshape(-1)
         except (TypeError, ValueError) as e:
@@ -137,7 +141,7 @@ class Worker:
         actions = self.actions[lo:hi]
         # each env's action is its own: a row of this batch's copy (an int for a Discrete space)
         actions = actions.tolist() if self.discrete else actions.reshape((n,) + self.action_shape).copy()
-        obs, rewards, terms, truncs = [None] * n, [0.0] * n, [False] * n, [False] * n
+        obs, rewards, terms, truncs, ended = [None] * n, [0.0] * n, [False] * n, [False] * n, [False] * n
         for k in range(n):
             j = lo + k
             h[CURRENT] = j
@@ -152,12 +156,19 @@ class Worker:
                 self.task[j] = self.task_of(r[4])
             if r[2] or r[3]:
                 self.observation(r[0], self.next_obs[j])  # before the reset, which may reuse the env's array
-                obs[k] = self.next_obs[j]
+                obs[k], ended[k] = self.next_obs[j], True
                 h[PHASE] = AUTORESET
                 self.reset_env(j)
                 h[PHASE] = STEP
+        if self.rows:
+            for k in range(n):
+                if not ended[k]:  # written already at an episode's end
+                    h[CURRENT] = lo + k
+                    self.observation(obs[k], self.next_obs[lo + k])
+            obs = None
         try:
-            self.next_obs[lo:hi] = np.asarray(obs, dtype=np.float32).reshape(n, self.obs_dim)
+            if obs is not None:
+                self.next_obs[lo:hi] = np.asarray(obs, dtype=np.float32).reshape(n, self.obs_dim)
         except (TypeError, ValueError):
             for k in range(n):  # find the env: its observation's own fault
                 h[CURRENT] = lo + k

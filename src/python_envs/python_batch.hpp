@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <functional>
+#include <limits>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -19,7 +20,9 @@
 
 namespace anvil::envs::python {
 
-/// An env's spec as anvil_envs.py's `spec` writes it: lines of "key values".
+/// An env's spec as anvil_envs.py's `spec` writes it: lines of "key values". An env whose
+/// observations hold images (a Box of bytes [H, W, C], or a Dict of parts) has `obs_part`
+/// lines, its `EnvSpec::layout`.
 struct Spec {
   EnvSpec env;
   std::vector<std::string> tasks;
@@ -54,11 +57,24 @@ struct Spec {
       for (std::int64_t d = 0; in >> d;) s.action_shape.push_back(d);
     else if (key == "agents")
       in >> s.env.agents.agents >> s.env.agents.obs_dim >> s.env.agents.num_actions >> s.env.agents.state_dim;
-    else if (key == "task") {
+    else if (key == "obs_part") {  // a part of rows of parts: name, dtype, shape
+      std::string name, dtype;
+      std::vector<std::int64_t> shape;
+      in >> name >> dtype;
+      for (std::int64_t d = 0; in >> d;) shape.push_back(d);
+      if (dtype == "uint8" && shape.size() == 3) s.env.layout.image(name, shape[0], shape[1], shape[2]);
+      else if (dtype == "float32" && shape.size() == 1) s.env.layout.vector(name, shape[0]);
+      else throw Error(id + ": the spec's observation part '" + name + "' is neither uint8 [C, H, W] nor float32 [n]");
+    } else if (key == "task") {
       std::string t;
       std::getline(in >> std::ws, t);
       s.tasks.push_back(t);
     }
+  }
+  if (s.env.byte_rows()) {  // the float parts' bounds, as envs of parts give them (core/spaces.hpp)
+    const auto n = static_cast<std::size_t>(s.env.layout.float_numel());
+    obs_low.assign(n, -std::numeric_limits<float>::infinity());
+    obs_high.assign(n, std::numeric_limits<float>::infinity());
   }
   s.env.observation = Box{obs_low, obs_high};
   if (discrete > 0) s.env.action = Discrete{discrete};

@@ -4,7 +4,8 @@
 // module (python/module.cpp: the interpreter that imported anvil) share. The GIL is taken
 // once per batched step (or reset) and released between them, so the program's Python
 // threads run while anvil learns. Observations are read through the buffer protocol without
-// a copy when they are float32 and contiguous.
+// a copy when they are float32 and contiguous; observations with images (a Box of bytes
+// [H, W, C], or a Dict of parts) are written into rows of parts by anvil_envs.Rows.
 //
 // The includer defines `support_dir()`: the folder of anvil's Python support files
 // (anvil_envs.py, anvil_team.py).
@@ -67,11 +68,16 @@ inline std::string describe(const py::error_already_set& e) {
 // Hidden, as pybind11's own types are (its members hold them).
 class __attribute__((visibility("hidden"))) PythonEnvBatch final : public PythonBatch {
  public:
-  PythonEnvBatch(Spec spec, std::vector<py::object> envs, std::uint64_t seed)
+  /// `rows`: anvil_envs.Rows of an env with parts (None for float observations). GIL held.
+  PythonEnvBatch(Spec spec, std::vector<py::object> envs, std::uint64_t seed, py::object rows)
       : PythonBatch(std::move(spec.env), static_cast<std::int64_t>(envs.size()), spec.tasks, seed),
         envs_(std::move(envs)),
         action_shape_(spec.action_shape.begin(), spec.action_shape.end()) {
     for (auto& e : envs_) step_fns_.push_back(e.attr("step"));
+    if (spec_.byte_rows()) {
+      rows_ = rows.attr("write");
+      row_ = py::array_t<std::uint8_t>(spec_.obs_dim());
+    }
   }
   ~PythonEnvBatch() override {
     py::gil_scoped_acquire gil;
@@ -84,22 +90,24 @@ class __attribute__((visibility("hidden"))) PythonEnvBatch final : public Python
     step_fns_.clear();
     envs_.clear();
     obs_ = {};
+    rows_ = {};
+    row_ = {};
   }
 
 
   void reset(void* rows_out, std::int64_t steps) override {
-    auto* obs = static_cast<float*>(rows_out);  // Python envs' observations are float rows
+    auto* obs = static_cast<std::uint8_t*>(rows_out);
     py::gil_scoped_acquire gil;
-    const auto d = spec_.obs_dim();
+    const auto b = spec_.obs_row_bytes();
     for (std::int64_t i = 0; i < n_; ++i) {
-      reset_env(i, obs + i * d, "reset", steps);
+      reset_env(i, obs + i * b, "reset", steps);
       begin_episode(i);
     }
   }
 
   void step(std::int64_t begin, std::int64_t end, const void* actions, const StepRows& out, std::int64_t steps) override {
     py::gil_scoped_acquire gil;
-    const auto d = spec_.obs_dim();
+    const auto b = spec_.obs_row_bytes();
     for (std::int64_t i = begin; i < end; ++i) {
       // The step, through CPython's own calls (this loop is the bridge's whole cost per env
       // step): the bound method looked up once, a new action array, the five-tuple read in place.
@@ -128,7 +136,7 @@ class __attribute__((visibility("hidden"))) PythonEnvBatch final : public Python
         throw EnvError(at_fault(i, "step", steps) + "step() returned " + std::to_string(r.size()) +
                        " values; expected (obs, reward, terminated, truncated, info)");
       PyObject* const* item = &PyTuple_GET_ITEM(r.ptr(), 0);
-      const auto o = observation(item[0], i, "step", steps);
+      const auto o = row_of(item[0], i, "step", steps);
       const double reward = PyFloat_AsDouble(item[1]);  // a float, a numpy number, or anything with __float__
       if (reward == -1.0 && PyErr_Occurred()) {
         PyErr_Clear();
@@ -141,8 +149,9 @@ class __attribute__((visibility("hidden"))) PythonEnvBatch final : public Python
       }
       const std::int32_t group = has_tasks_ ? task_of(item[4], i, steps) : -1;
       if (out.task) out.task[i] = group;
-      if (record_step(i, o, reward, terminated != 0, truncated != 0, group, -1, out, steps))
-        reset_env(i, static_cast<float*>(out.obs) + i * d, "autoreset", steps);
+      const bool ended = spec_.byte_rows() ? record_step(i, o, reward, terminated != 0, truncated != 0, group, -1, out, steps)
+                                           : record_step(i, as_floats(o), reward, terminated != 0, truncated != 0, group, -1, out, steps);
+      if (ended) reset_env(i, static_cast<std::uint8_t*>(out.obs) + i * b, "autoreset", steps);
     }
   }
 
@@ -164,6 +173,27 @@ class __attribute__((visibility("hidden"))) PythonEnvBatch final : public Python
     if (!a) throw py::error_already_set();
     std::memcpy(py::detail::array_proxy(a)->data, row, static_cast<std::size_t>(ad) * sizeof(float));
     return a;
+  }
+
+  // An observation as its row's bytes: float32 numbers (`observation`), or a row of parts
+  // written by anvil_envs.Rows (images transposed), checked (length, finiteness of the
+  // numbers); valid until the next call.
+  std::span<const std::uint8_t> row_of(const py::handle& o, std::int64_t i, std::string_view when, std::int64_t steps) {
+    if (!spec_.byte_rows()) {
+      const auto f = observation(o, i, when, steps);
+      return {reinterpret_cast<const std::uint8_t*>(f.data()), f.size_bytes()};
+    }
+    try {
+      rows_(o, row_);
+    } catch (const py::error_already_set& e) {
+      throw EnvError(at_fault(i, when, steps) + describe(e));
+    }
+    const std::span<const std::uint8_t> s(row_.data(), static_cast<std::size_t>(row_.size()));
+    check_observation(i, s, when, steps);
+    return s;
+  }
+  static std::span<const float> as_floats(std::span<const std::uint8_t> b) {
+    return {reinterpret_cast<const float*>(b.data()), b.size() / sizeof(float)};
   }
 
   // An observation as a float32 row, checked (length, finiteness); held in `obs_` until the
@@ -205,7 +235,7 @@ class __attribute__((visibility("hidden"))) PythonEnvBatch final : public Python
   }
 
   // Env i's first observation of a new episode (seeded from its own stream) into `row`.
-  void reset_env(std::int64_t i, float* row, std::string_view when, std::int64_t steps) {
+  void reset_env(std::int64_t i, std::uint8_t* row, std::string_view when, std::int64_t steps) {
     const auto seed = next_seed(i);
     py::object result;
     try {
@@ -217,7 +247,7 @@ class __attribute__((visibility("hidden"))) PythonEnvBatch final : public Python
       throw EnvError(at_fault(i, when, steps) + "reset() returned " + type_of(result) +
                      (py::isinstance<py::tuple>(result) ? " of " + std::to_string(py::len(result)) + " values" : "") +
                      "; expected (obs, info) (Gymnasium's API; the old Gym API returned obs alone)");
-    const auto o = observation(py::reinterpret_borrow<py::tuple>(result)[0], i, when, steps);
+    const auto o = row_of(py::reinterpret_borrow<py::tuple>(result)[0], i, when, steps);
     std::copy(o.begin(), o.end(), row);
   }
 
@@ -225,6 +255,8 @@ class __attribute__((visibility("hidden"))) PythonEnvBatch final : public Python
   std::vector<py::object> step_fns_;  // each env's bound `step`, looked up once
   std::vector<Py_intptr_t> action_shape_;
   py::array_t<float, py::array::c_style | py::array::forcecast> obs_;
+  py::object rows_;                // anvil_envs.Rows(...).write, for an env with parts
+  py::array_t<std::uint8_t> row_;  // the row it writes into
 };
 
 
@@ -248,10 +280,11 @@ inline AnyEnv door(py::object factory, const std::string& id, const std::map<std
     auto envs_py = support("anvil_envs");
     try {
       py::list made = envs_py.attr("make_envs")(*held, kwargs, first, *cfg.num_envs);
-      const auto text = py::tuple(envs_py.attr("spec")(made[0], id))[0].cast<std::string>();
+      const py::tuple spec = envs_py.attr("spec")(made[0], id);
+      const auto text = spec[0].cast<std::string>();
       std::vector<py::object> envs;
       for (const auto& e : made) envs.push_back(py::reinterpret_borrow<py::object>(e));
-      return std::make_unique<PythonEnvBatch>(parse_spec(text, id), std::move(envs), seed);
+      return std::make_unique<PythonEnvBatch>(parse_spec(text, id), std::move(envs), seed, py::tuple(spec[1])[3]);
     } catch (const py::error_already_set& e) {
       throw ConfigError("env.id=" + id + ": " + describe(e));
     }

@@ -58,11 +58,11 @@ namespace {
 enum Slot : int {
   kMagic,       // kMagicValue: the block is laid out
   kCount,       // envs in the worker's slice
-  kObsDim,      // numbers per observation
+  kObsDim,      // elements per observation row: float32 numbers, or bytes of a row of parts (images)
   kActBytes,    // bytes per env's action (float32 x dim, or one int64)
   kActions,     // offsets of the arrays, in bytes
-  kNextObs,     // float32 [count, obs_dim]: what each step led to
-  kResetObs,    // float32 [count, obs_dim]: a new episode's first (after an autoreset, or a reset)
+  kNextObs,     // float32 [count, obs_dim] (or uint8 rows of parts): what each step led to
+  kResetObs,    // the same: a new episode's first (after an autoreset, or a reset)
   kReward,      // float64 [count]
   kTerminated,  // uint8 [count]
   kTruncated,   // uint8 [count]
@@ -199,8 +199,9 @@ class Worker {
     return body;
   }
 
-  // Lays out the shared block for `obs_dim` and actions of `act_bytes`, and tells the worker.
-  void layout(std::int64_t obs_dim, std::int64_t act_bytes) {
+  // Lays out the shared block for rows of `obs_dim` elements of `obs_bytes` bytes each and
+  // actions of `act_bytes`, and tells the worker.
+  void layout(std::int64_t obs_dim, std::int64_t obs_bytes, std::int64_t act_bytes) {
     auto align = [](std::int64_t x) { return (x + 63) / 64 * 64; };
     std::int64_t at = kHeaderBytes;
     std::int64_t offsets[kSlots] = {};
@@ -209,8 +210,8 @@ class Worker {
       at = align(at + bytes);
     };
     take(kActions, count_ * act_bytes);
-    take(kNextObs, count_ * obs_dim * 4);
-    take(kResetObs, count_ * obs_dim * 4);
+    take(kNextObs, count_ * obs_dim * obs_bytes);
+    take(kResetObs, count_ * obs_dim * obs_bytes);
     take(kReward, count_ * 8);
     take(kTerminated, count_);
     take(kTruncated, count_);
@@ -425,7 +426,21 @@ class WorkerEnvBatch final : public PythonBatch {
 
 
   void reset(void* rows_out, std::int64_t steps) override {
-    auto* obs = static_cast<float*>(rows_out);  // Python envs' observations are float rows
+    if (spec_.byte_rows()) reset_rows<std::uint8_t>(rows_out, steps);
+    else reset_rows<float>(rows_out, steps);
+  }
+
+  void step(std::int64_t begin, std::int64_t end, const void* actions, const StepRows& out, std::int64_t steps) override {
+    if (spec_.byte_rows()) step_rows<std::uint8_t>(begin, end, actions, out, steps);
+    else step_rows<float>(begin, end, actions, out, steps);
+  }
+
+
+ private:
+  // The observation rows' element: float (a Box) or bytes (rows of parts, e.g. images).
+  template <class T>
+  void reset_rows(void* rows_out, std::int64_t steps) {
+    auto* obs = static_cast<T*>(rows_out);
     const auto d = spec_.obs_dim();
     for (auto& w : workers_) {
       auto* seeds = w->array<std::int64_t>(kSeed);
@@ -434,11 +449,11 @@ class WorkerEnvBatch final : public PythonBatch {
     }
     collect(steps, "reset");
     for (auto& w : workers_) {
-      const float* rows = w->array<float>(kResetObs);
+      const T* rows = w->array<T>(kResetObs);
       auto* seeds = w->array<std::int64_t>(kSeed);
       for (std::int64_t j = 0; j < w->count(); ++j) {
         const auto i = w->first() + j;
-        const std::span<const float> o(rows + j * d, static_cast<std::size_t>(d));
+        const std::span<const T> o(rows + j * d, static_cast<std::size_t>(d));
         check_observation(i, o, "reset", steps);
         std::copy(o.begin(), o.end(), obs + i * d);
         begin_episode(i);
@@ -447,7 +462,8 @@ class WorkerEnvBatch final : public PythonBatch {
     }
   }
 
-  void step(std::int64_t begin, std::int64_t end, const void* actions, const StepRows& out, std::int64_t steps) override {
+  template <class T>
+  void step_rows(std::int64_t begin, std::int64_t end, const void* actions, const StepRows& out, std::int64_t steps) {
     const auto d = spec_.obs_dim();
     const auto* bytes = static_cast<const std::uint8_t*>(actions);
     active_.clear();
@@ -462,8 +478,8 @@ class WorkerEnvBatch final : public PythonBatch {
     collect(steps, "step");
     for (Worker* w : active_) {
       const auto* h = w->header();
-      const float* next = w->array<float>(kNextObs);
-      const float* first = w->array<float>(kResetObs);
+      const T* next = w->array<T>(kNextObs);
+      const T* first = w->array<T>(kResetObs);
       const double* reward = w->array<double>(kReward);
       const std::uint8_t* term = w->array<std::uint8_t>(kTerminated);
       const std::uint8_t* trunc = w->array<std::uint8_t>(kTruncated);
@@ -473,19 +489,17 @@ class WorkerEnvBatch final : public PythonBatch {
         const auto i = w->first() + j;
         const auto group = has_tasks_ ? static_cast<std::int32_t>(task[j]) : -1;
         if (out.task) out.task[i] = group;
-        const std::span<const float> o(next + j * d, static_cast<std::size_t>(d));
+        const std::span<const T> o(next + j * d, static_cast<std::size_t>(d));
         if (record_step(i, o, reward[j], term[j] != 0, trunc[j] != 0, group, -1, out, steps)) {
-          const std::span<const float> f(first + j * d, static_cast<std::size_t>(d));
+          const std::span<const T> f(first + j * d, static_cast<std::size_t>(d));
           check_observation(i, f, "autoreset", steps);
-          std::copy(f.begin(), f.end(), static_cast<float*>(out.obs) + i * d);
+          std::copy(f.begin(), f.end(), static_cast<T*>(out.obs) + i * d);
           seeds[j] = next_seed(i);
         }
       }
     }
   }
 
-
- private:
   // Waits for every worker given a command; the first fault (by env) is thrown once all
   // have answered.
   void collect(std::int64_t steps, std::string_view what) {
@@ -555,7 +569,7 @@ AnyEnv worker_env(const std::string& id, const KeyValues& kwargs) {
     // their answers for a while before sleeping (a wake-up costs tens of microseconds on a VM).
     const bool spare = static_cast<unsigned>(w) + 1 <= std::max(1u, std::thread::hardware_concurrency());
     for (auto& wk : workers) {
-      wk->layout(spec->env.obs_dim(), act_bytes);
+      wk->layout(spec->env.obs_dim(), spec->env.byte_rows() ? 1 : 4, act_bytes);
       wk->set_spin(spare ? 200 : 0);
     }
     return std::make_unique<WorkerEnvBatch>(std::move(*spec), std::move(workers), n, seed, cfg.worker_timeout, cfg.on_hang);

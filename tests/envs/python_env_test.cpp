@@ -12,6 +12,7 @@
 #include <fstream>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <string>
@@ -297,4 +298,53 @@ TEST_CASE("Python envs in worker processes: settings that do not apply are refus
   CHECK(error_of([&] { anvil::envs::EnvArray<anvil::envs::Pendulum> b(anvil::envs::Pendulum{}, cfg, 7); })
             .find("env.workers=2: worker processes step envs written in Python") != std::string::npos);
   CHECK(live_workers() == 0);
+}
+
+TEST_CASE("Python envs with images: a Dict of an image [H, W, C] and numbers, and a lone image, as rows of parts, in this process and in workers") {
+  for (const int workers : {0, 2}) {
+    CAPTURE(workers);
+    auto b = make("python:pictures:Dot", 3, {}, workers);
+    const auto& spec = b->spec();
+    REQUIRE(spec.byte_rows());
+    CHECK(spec.layout.describe() == "image uint8 [3,8,6], pos float32 [2]");
+    const auto row = spec.obs_dim();
+    CHECK(row == 3 * 8 * 6 + 8);
+    std::vector<std::uint8_t> obs(static_cast<std::size_t>(3 * row)), next(obs.size());
+    std::vector<float> reward(3), term(3), trunc(3);
+    std::vector<anvil::envs::EpisodeEnd> ended(3);
+    const anvil::envs::StepRows out{obs.data(), next.data(), reward.data(), term.data(), trunc.data(), nullptr, ended.data()};
+    b->reset(obs.data(), 0);
+    const float moves[6] = {1, 0, 0, 1, 1, 1};
+    for (int t = 0; t < 3; ++t) b->step(0, 3, moves, out, t);
+    // The image transposed to [C, H, W]: red 10 row + column, green the step, blue the dot;
+    // pos beside it as float32.
+    for (int i = 0; i < 3; ++i) {
+      CAPTURE(i);
+      const std::uint8_t* r = next.data() + i * row;
+      CHECK(r[0 * 48 + 3 * 6 + 2] == 32);  // red at row 3, column 2
+      CHECK(r[1 * 48 + 5 * 6 + 1] == 3);   // green: 3 steps
+      float pos[2];
+      std::memcpy(pos, r + 144, sizeof pos);
+      int dots = 0;
+      for (int k = 0; k < 48; ++k) dots += r[2 * 48 + k] == 255;
+      CHECK(dots == 1);
+      const int dr = static_cast<int>(pos[0]) % 8, dc = static_cast<int>(pos[1]) % 6;
+      CHECK(r[2 * 48 + dr * 6 + dc] == 255);
+    }
+    // A lone image Box is one part, "image".
+    auto p = make("python:pictures:plain", 2, {}, workers);
+    CHECK(p->spec().layout.describe() == "image uint8 [3,8,6]");
+    // A part in the wrong shape is named, with the env and the step.
+    const auto fault = error_of([&] {
+      auto bad = make("python:pictures:BadDot", 1, {}, workers);
+      std::vector<std::uint8_t> o(static_cast<std::size_t>(row)), n2(o.size());
+      std::vector<float> rw(1), tm(1), tr(1);
+      std::vector<anvil::envs::EpisodeEnd> en(1);
+      const anvil::envs::StepRows o1{o.data(), n2.data(), rw.data(), tm.data(), tr.data(), nullptr, en.data()};
+      bad->reset(o.data(), 0);
+      for (int t = 0; t < 4; ++t) bad->step(0, 1, moves, o1, t);
+    });
+    CHECK(fault.find("env 0 of 1: step 2") != std::string::npos);
+    CHECK(fault.find("observation part 'image' has shape (8, 6, 2); the space's is (8, 6, 3)") != std::string::npos);
+  }
 }
