@@ -3804,6 +3804,7 @@ inline constexpr std::string_view kVersion =
 /// batched tensors.
 
 #include <concepts>
+#include <cstddef>
 #include <cstdint>
 #include <limits>
 #include <optional>
@@ -3846,6 +3847,10 @@ template <class E>
 using observation_space_t = std::remove_cvref_t<decltype(std::declval<const E&>().observation_space())>;
 template <class E>
 using obs_element_t = typename obs_element_for<observation_space_t<E>>::type;
+
+/// Elements in one observation row of a space: a Box's numbers, a layout's bytes.
+inline std::size_t row_elements(const Box& b) noexcept { return b.size(); }
+inline std::size_t row_elements(const ObsLayout& l) noexcept { return static_cast<std::size_t>(l.row_bytes()); }
 
 /// Action type an env with action space `S` takes.
 template <class S> struct action_for;
@@ -5688,8 +5693,7 @@ class MultiStep {
     if (obs_horizon < 1 || action_horizon < 1)
       throw ConfigError("MultiStep: obs_horizon and action_horizon must be at least 1 (are " + std::to_string(obs_horizon) + ", " +
                         std::to_string(action_horizon) + ")");
-    if constexpr (ByteObservations<E>) inner_obs_ = static_cast<std::size_t>(env_.observation_space().row_bytes());
-    else inner_obs_ = env_.observation_space().size();
+    inner_obs_ = row_elements(env_.observation_space());
     inner_act_ = env_.action_space().size();
     obs_.assign(static_cast<std::size_t>(to_) * inner_obs_, Element{});
   }

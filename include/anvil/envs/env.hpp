@@ -7,6 +7,7 @@
 /// batched tensors.
 
 #include <concepts>
+#include <cstddef>
 #include <cstdint>
 #include <limits>
 #include <optional>
@@ -52,6 +53,10 @@ template <class E>
 using observation_space_t = std::remove_cvref_t<decltype(std::declval<const E&>().observation_space())>;
 template <class E>
 using obs_element_t = typename obs_element_for<observation_space_t<E>>::type;
+
+/// Elements in one observation row of a space: a Box's numbers, a layout's bytes.
+inline std::size_t row_elements(const Box& b) noexcept { return b.size(); }
+inline std::size_t row_elements(const ObsLayout& l) noexcept { return static_cast<std::size_t>(l.row_bytes()); }
 
 /// Action type an env with action space `S` takes.
 template <class S> struct action_for;

@@ -38,8 +38,7 @@ class MultiStep {
     if (obs_horizon < 1 || action_horizon < 1)
       throw ConfigError("MultiStep: obs_horizon and action_horizon must be at least 1 (are " + std::to_string(obs_horizon) + ", " +
                         std::to_string(action_horizon) + ")");
-    if constexpr (ByteObservations<E>) inner_obs_ = static_cast<std::size_t>(env_.observation_space().row_bytes());
-    else inner_obs_ = env_.observation_space().size();
+    inner_obs_ = row_elements(env_.observation_space());
     inner_act_ = env_.action_space().size();
     obs_.assign(static_cast<std::size_t>(to_) * inner_obs_, Element{});
   }

@@ -33,9 +33,7 @@ template <class E, class Policy>
 PushTScore score_on_test_seeds(const MultiStep<E>& proto, int episodes, Policy&& policy) {
   using Element = typename MultiStep<E>::Element;
   const auto n = static_cast<std::size_t>(episodes);
-  std::size_t od = 0;
-  if constexpr (ByteObservations<E>) od = static_cast<std::size_t>(proto.observation_space().row_bytes());
-  else od = proto.observation_space().size();
+  const std::size_t od = row_elements(proto.observation_space());
   const auto box = proto.action_space();
   std::vector<MultiStep<E>> envs(n, proto);
   std::vector<Element> obs(n * od);
