@@ -50,6 +50,17 @@ def workers_of(pid):
     return found
 
 
+def ended(pid):
+    """Process `pid` has exited: gone from /proc, or a zombie (or dead) waiting to be reaped. A
+    process in the middle of exiting has already lost its command line, so workers_of no longer
+    sees it; this asks its state instead."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return True
+    return state in ("Z", "X")
+
+
 def wait_for(predicate, seconds):
     end = time.monotonic() + seconds
     while time.monotonic() < end:
@@ -96,7 +107,8 @@ def test_sigkill_of_anvil_leaves_no_worker_and_nothing_in_dev_shm(tmp_path):
         p.wait(timeout=30)
         # the workers notice their parent is gone and exit
         assert wait_for(lambda: workers_of(p.pid) == [], 10), f"workers {workers_of(p.pid)} outlived a SIGKILL of anvil"
-        assert all(not os.path.exists(f"/proc/{w}") or "Z" in Path(f"/proc/{w}/stat").read_text() for w in started)
+        assert wait_for(lambda: all(ended(w) for w in started), 10), \
+            f"workers {[w for w in started if not ended(w)]} still run after a SIGKILL of anvil"
     finally:
         if p.poll() is None:
             p.kill()
