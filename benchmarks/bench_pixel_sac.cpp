@@ -2,10 +2,12 @@
 //
 //  - PixelPendulum (envs/render/pixels.hpp: Pendulum drawn at 64x64, 3 frames, action
 //    repeat 2): agent steps/s of one env, drawing included;
-//  - the replay buffer with image transitions (uint8 rows of 3 x 3 x 64 x 64 bytes, stored
-//    as they come): transitions/s inserted one env step at a time, bytes per transition at
-//    `capacity` (and what 1M would take, extrapolated, never allocated), transitions/s
-//    sampled in batches;
+//  - the replay buffer with image transitions (uint8 rows of 3 x 3 x 64 x 64 bytes), each
+//    frame of a stack stored once (buffers/detail/frame_chains.hpp) against whole rows (the
+//    same layout with its frames unmarked: how they were stored before), filled side by side
+//    from the same env steps: transitions/s inserted one env step at a time, bytes per
+//    transition at `capacity` (and what 1M would take, extrapolated, never allocated),
+//    transitions/s sampled in batches, in interleaved rounds;
 //  - SAC updates/s with the small encoder (GroupNorm, spatial softmax) of each width, batch
 //    `batch`, one core, in interleaved rounds with the C library's heap kept (anvil's
 //    setting, train/process_settings.hpp `keep_heap`) and with glibc's default thresholds
@@ -79,11 +81,15 @@ int main(int argc, char** argv) {
     bench::emit("pixel_pendulum_steps_per_s", rate, "agent steps/s", {{"size", 64}, {"frames", 3}, {"action_repeat", 2}});
   }
 
-  // The buffer: filled by one env's real steps (as the training loop adds them).
+  // The buffers: filled by one env's real steps (as the training loop adds them), frames
+  // stored once and whole rows side by side, in alternating order.
   anvil::UniformBuffer::Config bc;
   bc.capacity = *b.capacity;
+  auto whole_spec = spec;
+  for (auto& part : whole_spec.layout.parts) part.frames = 1;
   anvil::UniformBuffer buffer(spec, bc, anvil::RunContext{.seed = 3});
   {
+    anvil::UniformBuffer whole(whole_spec, bc, anvil::RunContext{.seed = 3});
     anvil::envs::VecEnvConfig vc;
     vc.num_envs = 1;
     anvil::envs::EnvArray<PixelPendulum> envs(PixelPendulum{}, vc, 5);
@@ -92,25 +98,42 @@ int main(int argc, char** argv) {
     std::vector<anvil::envs::EpisodeEnd> ended(1);
     envs.reset(obs.data_ptr(), 0);
     auto prev = obs.clone();
-    double add_seconds = 0;
+    double add_seconds[2] = {0, 0};  // frames once, whole rows
     for (std::int64_t t = 0; t < *b.capacity; ++t) {
       const auto act = at::rand({1, 1}) * 4 - 2;
       const anvil::envs::StepRows rows{obs.data_ptr(), next.data_ptr(), reward.data_ptr<float>(), term.data_ptr<float>(),
                                        trunc.data_ptr<float>(), nullptr, ended.data()};
       envs.step(0, 1, act.data_ptr<float>(), rows, t);
-      const auto t0 = std::chrono::steady_clock::now();
-      buffer.add(anvil::StepBatch{prev, act / 2, reward, next, term, trunc, {}});
-      add_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      const anvil::StepBatch step{prev, act / 2, reward, next, term, trunc, {}};
+      for (int k = 0; k < 2; ++k) {
+        const int which = (k + static_cast<int>(t)) % 2;
+        const auto t0 = std::chrono::steady_clock::now();
+        (which == 0 ? buffer : whole).add(step);
+        add_seconds[which] += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      }
       prev.copy_(obs);
     }
-    bench::emit("image_buffer_insert", static_cast<double>(*b.capacity) / add_seconds, "transitions/s",
-                {{"row_bytes", row}, {"envs", 1}});
-    const double per = static_cast<double>(buffer.bytes()) / static_cast<double>(*b.capacity);
-    bench::emit("image_buffer_bytes_per_transition", per, "bytes",
-                {{"capacity", *b.capacity}, {"row_bytes", row}, {"allocated_gib", buffer.bytes() / 1073741824.0},
-                 {"at_1m_gib_extrapolated", per * 1e6 / 1073741824.0}});
-    const double rate = bench::median_rate([&] { (void)buffer.sample(*b.batch); }, b.seconds);
-    bench::emit("image_buffer_sample", rate * *b.batch, "transitions/s", {{"batch", *b.batch}, {"capacity", *b.capacity}});
+    const char* names[2] = {"frames_once", "whole_rows"};
+    const anvil::UniformBuffer* both[2] = {&buffer, &whole};
+    for (int k = 0; k < 2; ++k) {
+      bench::emit("image_buffer_insert", static_cast<double>(*b.capacity) / add_seconds[k], "transitions/s",
+                  {{"row_bytes", row}, {"envs", 1}, {"storage", names[k]}});
+      const double per = static_cast<double>(both[k]->bytes()) / static_cast<double>(*b.capacity);
+      bench::emit("image_buffer_bytes_per_transition", per, "bytes",
+                  {{"capacity", *b.capacity}, {"row_bytes", row}, {"storage", names[k]},
+                   {"allocated_gib", both[k]->bytes() / 1073741824.0}, {"at_1m_gib_extrapolated", per * 1e6 / 1073741824.0}});
+    }
+    std::vector<double> rates[2];
+    for (int round = 0; round < b.rounds; ++round)
+      for (int k = 0; k < 2; ++k) {
+        auto& from = k == 0 ? buffer : whole;
+        rates[k].push_back(bench::median_rate([&] { (void)from.sample(*b.batch); }, b.seconds / b.rounds));
+      }
+    for (int k = 0; k < 2; ++k) {
+      std::sort(rates[k].begin(), rates[k].end());
+      bench::emit("image_buffer_sample", rates[k][rates[k].size() / 2] * *b.batch, "transitions/s",
+                  {{"batch", *b.batch}, {"capacity", *b.capacity}, {"storage", names[k]}});
+    }
   }
 
   // SAC updates, heap kept against glibc's default, interleaved.

@@ -101,14 +101,14 @@ def _layout(meta, path):
 
 def _obs_encoder(torch, meta, path):
     """anvil's nn::ObsEncoder: one CNN per image part (the small GroupNorm/spatial-softmax one,
-    or DQN's), float parts read as they are, features side by side in the parts' order. Takes
+    DQN's, or Diffusion Policy's ResNet-18 with GroupNorm), float parts read as they are, features side by side in the parts' order. Takes
     rows of parts (uint8 [B, row_bytes], as anvil's env hands them out), a dict of parts by
     name, or, when the observation is one image, the image (uint8 [B, C, H, W])."""
     nn, f = torch.nn, torch.nn.functional
     parts, row_bytes = _layout(meta, path)
     kind, features, width = meta["encoder"], int(meta["encoder_features"]), int(meta["encoder_width"])
-    if kind not in ("small", "nature"):
-        raise ValueError(f"{path}: encoder {kind!r} is not small or nature")
+    if kind not in ("small", "nature", "resnet18"):
+        raise ValueError(f"{path}: encoder {kind!r} is not small, nature or resnet18")
 
     def conv_out(size, k, s, p=0):
         return (size + 2 * p - k) // s + 1
@@ -156,13 +156,47 @@ def _obs_encoder(torch, meta, path):
             x = f.relu(self.conv2(f.relu(self.conv1(f.relu(self.conv0(x))))))
             return f.relu(self.fc(x.flatten(1)))
 
+    class BasicBlock(nn.Module):  # ResNet's basic block, GroupNorm of 16 channels a group
+        def __init__(self, i, o, stride):
+            super().__init__()
+            self.conv0, self.norm0 = nn.Conv2d(i, o, 3, stride, 1, bias=False), nn.GroupNorm(o // 16, o)
+            self.conv1, self.norm1 = nn.Conv2d(o, o, 3, 1, 1, bias=False), nn.GroupNorm(o // 16, o)
+            if stride != 1 or i != o:
+                self.down, self.down_norm = nn.Conv2d(i, o, 1, stride, bias=False), nn.GroupNorm(o // 16, o)
+
+        def forward(self, x):
+            h = self.norm1(self.conv1(f.relu(self.norm0(self.conv0(x)))))
+            return f.relu(h + (self.down_norm(self.down(x)) if hasattr(self, "down") else x))
+
+    class ResNet18Gn(nn.Module):  # anvil's nn::ResNet18Gn (nn/resnet18_gn.hpp)
+        def __init__(self, c, h, w):
+            super().__init__()
+            self.stem, self.stem_norm = nn.Conv2d(c, 64, 7, 2, 3, bias=False), nn.GroupNorm(4, 64)
+            i, k = 64, 0
+            for o in (64, 128, 256, 512):
+                for b in range(2):
+                    self.add_module(f"block{k}", BasicBlock(i, o, 2 if b == 0 and o != 64 else 1))
+                    i, k = o, k + 1
+            h, w = (conv_out(conv_out(conv_out(conv_out(conv_out(d, 7, 2, 3), 3, 2, 1), 3, 2, 1), 3, 2, 1), 3, 2, 1)
+                    for d in (h, w))
+            self.pool = SpatialSoftmax(512, h, w, 32)
+            self.fc = nn.Linear(64, features)
+
+        def forward(self, x):
+            x = f.max_pool2d(f.relu(self.stem_norm(self.stem(x))), 3, 2, 1)
+            for k in range(8):
+                x = getattr(self, f"block{k}")(x)
+            return self.fc(self.pool(x))
+
+    cnn = {"small": SmallCnn, "nature": NatureCnn, "resnet18": ResNet18Gn}[kind]
+
     class ObsEncoder(nn.Module):
         def __init__(self):
             super().__init__()
             self.parts, self.row_bytes = parts, row_bytes
             for name, dtype, shape, _ in parts:
                 if dtype == "uint8":
-                    self.add_module(name, (SmallCnn if kind == "small" else NatureCnn)(*shape))
+                    self.add_module(name, cnn(*shape))
             self.output_size = sum(features if d == "uint8" else int(np.prod(s)) for _, d, s, _ in parts)
 
         def _part(self, obs, name, dtype, shape, offset):

@@ -3463,6 +3463,10 @@ struct ObsPart {
   PartDtype dtype = PartDtype::float32;
   std::vector<std::int64_t> shape;
   std::int64_t offset = 0;  ///< bytes into the row (a multiple of 4)
+  /// An image's frames stacked on its channels, oldest first, each `channels / frames`
+  /// deep (`envs::Pixels`' stack): replay buffers then store each frame once. It does not
+  /// change the part's bytes or what a network sees; 1 for a single frame.
+  std::int64_t frames = 1;
 
   [[nodiscard]] std::int64_t numel() const noexcept {
     std::int64_t n = 1;
@@ -3482,9 +3486,14 @@ struct ObsPart {
 struct ObsLayout {
   std::vector<ObsPart> parts;
 
-  /// An image part `[channels, height, width]` of bytes.
-  ObsLayout& image(std::string name, std::int64_t channels, std::int64_t height, std::int64_t width) {
-    return add({std::move(name), PartDtype::uint8, {channels, height, width}, 0});
+  /// An image part `[channels, height, width]` of bytes; `frames` > 1: a stack of that many
+  /// frames on the channels, oldest first (ObsPart::frames).
+  ObsLayout& image(std::string name, std::int64_t channels, std::int64_t height, std::int64_t width,
+                   std::int64_t frames = 1) {
+    if (frames < 1 || channels % frames != 0)
+      throw ConfigError("observation part " + name + ": " + std::to_string(channels) + " channels are not a stack of " +
+                        std::to_string(frames) + " frames");
+    return add({std::move(name), PartDtype::uint8, {channels, height, width}, 0, frames});
   }
   /// A part of `n` float32 numbers.
   ObsLayout& vector(std::string name, std::int64_t n) { return add({std::move(name), PartDtype::float32, {n}, 0}); }
@@ -3533,7 +3542,7 @@ struct ObsLayout {
   [[nodiscard]] ObsLayout stacked(int n) const {
     ObsLayout out;
     for (int i = 0; i < n; ++i)
-      for (const auto& p : parts) out.add({p.name + "@" + std::to_string(i), p.dtype, p.shape, 0});
+      for (const auto& p : parts) out.add({p.name + "@" + std::to_string(i), p.dtype, p.shape, 0, p.frames});
     return out;
   }
   /// The layout of one step of a `stacked(n)` window (the names without `@0`); a
@@ -3547,7 +3556,7 @@ struct ObsLayout {
       const auto& name = parts[j].name;
       const auto at = name.rfind("@0");
       if (at == std::string::npos || at + 2 != name.size()) break;
-      out.add({name.substr(0, at), parts[j].dtype, parts[j].shape, 0});
+      out.add({name.substr(0, at), parts[j].dtype, parts[j].shape, 0, parts[j].frames});
     }
     if (k == 0 || out.parts.size() != k || out.stacked(n).describe() != describe())
       throw ConfigError("the observation (" + describe() + ") is not a window of " + std::to_string(n) +
@@ -7663,7 +7672,9 @@ class Pixels {
     obs_.assign(frame_ * static_cast<std::size_t>(o.frames), 0);
   }
 
-  [[nodiscard]] ObsLayout observation_space() const { return ObsLayout{}.image("pixels", 3 * o_.frames, o_.size, o_.size); }
+  [[nodiscard]] ObsLayout observation_space() const {
+    return ObsLayout{}.image("pixels", 3 * o_.frames, o_.size, o_.size, o_.frames);
+  }
   [[nodiscard]] auto action_space() const { return env_.action_space(); }
 
   std::span<const std::uint8_t> reset(std::uint64_t seed) {
@@ -7839,8 +7850,8 @@ struct TwinQConfig {
 };
 
 /// Which convolutional encoder reads an image part of the observation.
-enum class EncoderKind { small, nature };
-constexpr auto enum_names(EncoderKind) { return std::array<std::string_view, 2>{"small", "nature"}; }
+enum class EncoderKind { small, nature, resnet18 };
+constexpr auto enum_names(EncoderKind) { return std::array<std::string_view, 3>{"small", "nature", "resnet18"}; }
 
 /// How an algorithm reads observations with images (`EnvSpec::layout`), under its
 /// `encoder` section (`sac.encoder.kind=nature`): one encoder per image part, its features
@@ -7848,7 +7859,8 @@ constexpr auto enum_names(EncoderKind) { return std::array<std::string_view, 2>{
 /// float observations.
 struct ObsEncoderConfig {
   Param<EncoderKind, "kind",
-        "small: 4 convolutions with GroupNorm and spatial-softmax keypoints; nature: DQN's 3 convolutions"> kind{
+        "small: 4 convolutions with GroupNorm and spatial-softmax keypoints; nature: DQN's 3 convolutions; resnet18: "
+        "Diffusion Policy's ResNet-18 with GroupNorm and spatial softmax (11.2M weights; images 32x32 or larger)"> kind{
       EncoderKind::small};
   Param<int, "features", "features per image part", at_least(1)> features{64};
   Param<int, "width", "small: channels of its first two convolutions (the last two have twice as many; a multiple of 8)",
@@ -8180,7 +8192,8 @@ class MlpTape {
 /// `ObsEncoder`: reads observations that are rows of parts (`EnvSpec::layout`: images, or
 /// images beside numbers) into float features for a policy's or a critic's MLP. Each image
 /// part goes through its own convolutional encoder (nn/image_encoders.hpp: the small
-/// GroupNorm/spatial-softmax one, or DQN's), which converts the bytes to floats where the
+/// GroupNorm/spatial-softmax one, or DQN's; nn/resnet18_gn.hpp: Diffusion Policy's ResNet-18),
+/// which converts the bytes to floats where the
 /// row is (the images cross to a GPU as bytes); each float part is read in place from the
 /// row's bytes; the features are concatenated in the parts' order.
 ///
@@ -8646,6 +8659,127 @@ TORCH_MODULE(SmallCnn);
 
 }  // namespace anvil::nn
 // ---- end <anvil/nn/image_encoders.hpp> ----
+// ---- begin <anvil/nn/resnet18_gn.hpp> ----
+/// @file
+/// `ResNet18Gn`: the image encoder of Diffusion Policy (Chi et al. 2023, section IV-B): a
+/// ResNet-18 (He et al. 2016, "Deep Residual Learning for Image Recognition", table 1) trained
+/// from scratch, with two changes the paper makes: every BatchNorm is a GroupNorm (16 channels
+/// a group), which keeps per-sample statistics and so works with EMA weights and any batch,
+/// and the global average pooling is a spatial softmax (nn/spatial_softmax.hpp; 32 keypoints,
+/// as robomimic's visual core that the paper builds on), projected to `features` (64).
+///
+/// Trunk: 7x7 stride-2 convolution (64), norm, ReLU, 3x3 stride-2 max pooling; four stages of
+/// two basic blocks (64, 128, 256, 512 channels; stages 2-4 halve the size), a basic block
+/// being 3x3 conv, norm, ReLU, 3x3 conv, norm, plus the input (through a strided 1x1
+/// convolution and norm where the size or width changes), ReLU. No convolution has a bias
+/// (a norm follows each). The trunk has ResNet-18's 11,176,512 parameters for RGB input (its
+/// 11,689,512 less the 1000-class layer); an 84x84 image leaves a 3x3 map of 512 channels.
+
+#include <torch/nn/cloneable.h>
+#include <torch/nn/modules/conv.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/nn/modules/normalization.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+
+namespace anvil::nn {
+
+/// GroupNorm with 16 channels a group (Diffusion Policy's replacement of BatchNorm).
+inline torch::nn::GroupNorm group_norm_16(std::int64_t channels) {
+  return torch::nn::GroupNorm(torch::nn::GroupNormOptions(channels / 16, channels));
+}
+
+/// ResNet's basic block with GroupNorm (see file comment).
+class BasicBlockGnImpl : public torch::nn::Cloneable<BasicBlockGnImpl> {
+ public:
+  BasicBlockGnImpl(std::int64_t in, std::int64_t out, std::int64_t stride) : in_(in), out_(out), stride_(stride) { reset(); }
+  void reset() override {
+    conv0 = register_module("conv0", torch::nn::Conv2d(torch::nn::Conv2dOptions(in_, out_, 3).stride(stride_).padding(1).bias(false)));
+    norm0 = register_module("norm0", group_norm_16(out_));
+    conv1 = register_module("conv1", torch::nn::Conv2d(torch::nn::Conv2dOptions(out_, out_, 3).padding(1).bias(false)));
+    norm1 = register_module("norm1", group_norm_16(out_));
+    if (stride_ != 1 || in_ != out_) {
+      down = register_module("down", torch::nn::Conv2d(torch::nn::Conv2dOptions(in_, out_, 1).stride(stride_).bias(false)));
+      down_norm = register_module("down_norm", group_norm_16(out_));
+    }
+  }
+  at::Tensor forward(const at::Tensor& x) {
+    auto h = at::relu(group_norm_f32(norm0, conv0->forward(x)));
+    h = group_norm_f32(norm1, conv1->forward(h));
+    const auto skip = down ? group_norm_f32(down_norm, down->forward(x)) : x;
+    return at::relu(h + skip);
+  }
+  torch::nn::Conv2d conv0{nullptr}, conv1{nullptr}, down{nullptr};
+  torch::nn::GroupNorm norm0{nullptr}, norm1{nullptr}, down_norm{nullptr};
+
+ private:
+  std::int64_t in_, out_, stride_;
+};
+TORCH_MODULE(BasicBlockGn);
+
+/// Diffusion Policy's ResNet-18 (see file comment): [B, C, H, W] -> [B, features].
+class ResNet18GnImpl : public torch::nn::Cloneable<ResNet18GnImpl> {
+ public:
+  explicit ResNet18GnImpl(ImageShape in, std::int64_t keypoints = 32, std::int64_t features = 64)
+      : in_(in), keypoints_(keypoints), features_(features) {
+    auto size = [](std::int64_t s) {
+      s = conv_out(conv_out(s, 7, 2, 3), 3, 2, 1);                                     // stem and max pooling
+      for (int stage = 1; stage < 4; ++stage) s = conv_out(s, 3, 2, 1);                // stages 2-4
+      return s;
+    };
+    h_ = size(in.height), w_ = size(in.width);
+    if (in.height < 32 || in.width < 32)
+      throw ConfigError("ResNet18Gn: a " + std::to_string(in.height) + "x" + std::to_string(in.width) +
+                        " image is too small for its five halvings (32x32 at least)");
+    reset();
+  }
+
+  void reset() override {
+    stem = register_module("stem", torch::nn::Conv2d(torch::nn::Conv2dOptions(in_.channels, 64, 7).stride(2).padding(3).bias(false)));
+    stem_norm = register_module("stem_norm", group_norm_16(64));
+    // Each block a direct child ("block0".."block7"): a clone then copies into these very
+    // modules (a ModuleList would be replaced by new ones, leaving `blocks` pointing at the old).
+    blocks.clear();
+    std::int64_t c = 64;
+    for (const std::int64_t width : {64, 128, 256, 512})
+      for (int b = 0; b < 2; ++b) {
+        blocks.push_back(register_module("block" + std::to_string(blocks.size()), BasicBlockGn(c, width, b == 0 && width != 64 ? 2 : 1)));
+        c = width;
+      }
+    pool = register_module("pool", SpatialSoftmax(512, h_, w_, keypoints_));
+    fc = register_module("fc", torch::nn::Linear(pool->output_size(), features_));
+  }
+
+  /// The trunk alone: [B, C, H, W] -> [B, 512, h, w].
+  at::Tensor trunk(const at::Tensor& images) {
+    auto h = at::relu(group_norm_f32(stem_norm, stem->forward(image_to_float(images))));
+    h = at::max_pool2d(h, /*kernel_size=*/3, /*stride=*/2, /*padding=*/1);
+    for (auto& b : blocks) h = b->forward(h);
+    return h;
+  }
+  at::Tensor forward(const at::Tensor& images) { return fc->forward(pool->forward(trunk(images))); }
+
+  [[nodiscard]] std::int64_t output_size() const noexcept { return features_; }
+  /// The trunk's output map: 512 x height x width.
+  [[nodiscard]] std::pair<std::int64_t, std::int64_t> map_size() const noexcept { return {h_, w_}; }
+
+  torch::nn::Conv2d stem{nullptr};
+  torch::nn::GroupNorm stem_norm{nullptr};
+  std::vector<BasicBlockGn> blocks;  ///< the four stages' two blocks each
+  SpatialSoftmax pool{nullptr};
+  torch::nn::Linear fc{nullptr};
+
+ private:
+  ImageShape in_;
+  std::int64_t keypoints_, features_, h_ = 0, w_ = 0;
+};
+TORCH_MODULE(ResNet18Gn);
+
+}  // namespace anvil::nn
+// ---- end <anvil/nn/resnet18_gn.hpp> ----
 
 namespace anvil::nn {
 
@@ -8686,7 +8820,7 @@ class ObsEncoderImpl : public torch::nn::Cloneable<ObsEncoderImpl> {
 
   void reset() override {
     // Direct children, one per image part (see SmallCnn on why not a ModuleList).
-    small_.clear(), nature_.clear();
+    small_.clear(), nature_.clear(), resnet_.clear();
     for (const auto& p : layout_.parts) {
       if (!p.image()) continue;
       const ImageShape in{p.shape[0], p.shape[1], p.shape[2]};
@@ -8695,6 +8829,8 @@ class ObsEncoderImpl : public torch::nn::Cloneable<ObsEncoderImpl> {
         o.features = features_;
         o.width = width_;
         small_.push_back(register_module(p.name, SmallCnn(in, o)));
+      } else if (kind_ == EncoderKind::resnet18) {
+        resnet_.push_back(register_module(p.name, ResNet18Gn(in, /*keypoints=*/32, features_)));
       } else {
         nature_.push_back(register_module(p.name, NatureCnn(in, features_)));
       }
@@ -8709,7 +8845,9 @@ class ObsEncoderImpl : public torch::nn::Cloneable<ObsEncoderImpl> {
     for (const auto& p : layout_.parts) {
       const auto x = detail::part_of(rows, p);
       if (!p.image()) out.push_back(x.to(at::kFloat));
-      else out.push_back(kind_ == EncoderKind::small ? small_[k++]->forward(x) : nature_[k++]->forward(x));
+      else if (kind_ == EncoderKind::small) out.push_back(small_[k++]->forward(x));
+      else if (kind_ == EncoderKind::resnet18) out.push_back(resnet_[k++]->forward(x));
+      else out.push_back(nature_[k++]->forward(x));
     }
     return out.size() == 1 ? out.front() : at::cat(out, 1);
   }
@@ -8731,17 +8869,18 @@ class ObsEncoderImpl : public torch::nn::Cloneable<ObsEncoderImpl> {
   std::int64_t features_, width_;
   std::vector<SmallCnn> small_;
   std::vector<NatureCnn> nature_;
+  std::vector<ResNet18Gn> resnet_;
 };
 TORCH_MODULE(ObsEncoder);
 
 /// Adds `encoder`'s parameters to a policy's tensors as `encoder.<part>.<name>` (detached
-/// float32 copies on the CPU) and what rebuilds it to the metadata: `encoder` (small or
-/// nature), `encoder_features`, `encoder_width`, `layout` (`ObsLayout::describe()`: the
+/// float32 copies on the CPU) and what rebuilds it to the metadata: `encoder` (small,
+/// nature or resnet18), `encoder_features`, `encoder_width`, `layout` (`ObsLayout::describe()`: the
 /// parts, in order, from which their offsets in a row follow). anvil.load_policy in Python
 /// builds the same encoder from them (python/anvil/policy.py).
 inline void add_encoder_tensors(PolicyTensors& p, const ObsEncoderImpl& encoder) {
   add_module_tensors(p, "encoder.", encoder);
-  p.meta["encoder"] = encoder.kind() == EncoderKind::small ? "small" : "nature";
+  p.meta["encoder"] = std::string(enum_names(EncoderKind{})[static_cast<std::size_t>(encoder.kind())]);
   p.meta["encoder_features"] = std::to_string(encoder.features());
   p.meta["encoder_width"] = std::to_string(encoder.width());
   p.meta["layout"] = encoder.layout().describe();
@@ -8793,7 +8932,7 @@ inline ObsEncoder read_encoder(BinaryReader& r) {
     else r.fail("observation part '" + name + "'", "is neither an image [C, H, W] of bytes nor a vector of floats");
   }
   const int kind = r.value<int>("encoder kind");
-  if (kind < 0 || kind > 1) r.fail("encoder kind", "is not small or nature");
+  if (kind < 0 || kind > 2) r.fail("encoder kind", "is not small, nature or resnet18");
   const auto features = r.value<std::int64_t>("encoder features");
   const auto width = r.value<std::int64_t>("encoder width");
   if (features < 1 || features > 65536 || width < 1 || width > 4096) r.fail("encoder features or width", "is out of range");
@@ -12996,6 +13135,376 @@ static_assert(Buffer<EpisodeBuffer>);
 #include <utility>
 #include <vector>
 
+// ---- begin <anvil/buffers/detail/frame_chains.hpp> ----
+/// @file
+/// `FrameChains`: how the replay store keeps each frame of a frame stack once. A stored
+/// observation row holds its image stacks' newest frames only (and every other part
+/// whole), and links to the row of its env's previous observation; a stack is rebuilt by
+/// following the links back.
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+// ---- begin <anvil/core/detail/huge_pages.hpp> ----
+/// @file
+/// Large arrays that are read at random (replay storage, priority trees) backed by 2 MiB
+/// pages where the OS offers them, so a random access costs one cache miss and rarely a
+/// TLB miss too: with 4 KiB pages, a 100 MB array spans 25,000 pages, far more than the TLB
+/// holds. On Linux with transparent huge pages in "madvise" mode (Debian's default) this
+/// needs an madvise(MADV_HUGEPAGE) before the memory is first touched. Light header.
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <type_traits>
+#include <utility>
+
+#if defined(__linux__)
+#include <sys/mman.h>
+#include <unistd.h>
+#endif
+
+namespace anvil::detail {
+
+inline constexpr std::size_t kHugePage = std::size_t{2} << 20;
+
+/// Starts fetching the cache line at `p` into the second-level cache, for a read soon.
+///
+/// The random reads of replay storage and priority trees fetch their lines ahead this way
+/// rather than into the first-level cache (`__builtin_prefetch(p)`): on the machine class
+/// of benchmarks/RESULTS.md, random lines of a 128 MiB array on 2 MiB pages arrive at 4.9
+/// ns a line when each is fetched 32 lines ahead into the L2, 7.3 ns into the L1 (whose
+/// few miss buffers bound how many are in flight) and 8.9 ns unfetched
+/// (benchmarks/random_lines.c). Always inlined: GCC counts a prefetch as no side effect,
+/// so a call to a function that only prefetches may be dropped as dead code.
+#if defined(__GNUC__) || defined(__clang__)
+__attribute__((always_inline))
+#endif
+inline void prefetch_l2(const void* p) noexcept {
+#if defined(__GNUC__) || defined(__clang__)
+  __builtin_prefetch(p, 0, 1);
+#else
+  (void)p;
+#endif
+}
+
+/// Asks for huge pages over the whole pages inside [p, p + bytes), for regions of at least
+/// two huge pages; a no-op elsewhere. Call it before the memory is first written.
+inline void advise_huge_pages(void* p, std::size_t bytes) noexcept {
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+  if (p == nullptr || bytes < 2 * kHugePage) return;
+  const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const auto a = (reinterpret_cast<std::uintptr_t>(p) + page - 1) & ~(page - 1);
+  const auto e = (reinterpret_cast<std::uintptr_t>(p) + bytes) & ~(page - 1);
+  if (e > a) (void)::madvise(reinterpret_cast<void*>(a), e - a, MADV_HUGEPAGE);
+#else
+  (void)p;
+  (void)bytes;
+#endif
+}
+
+/// A `std::allocator` for vectors of bytes or numbers filled in bulk (demonstrations read
+/// from a file): blocks of two huge pages or more aligned to a huge page and advised to use
+/// huge pages, and elements default-initialised (a resize leaves them unset, the reader
+/// writes every one), so a large read takes a few page faults, by the threads that fill it,
+/// instead of one per 4 KiB page (at about 10 us a fault on a VM: 0.25 s for 90 MB,
+/// measured on this machine class, 0.012 s on huge pages).
+template <class T>
+struct HugePageAllocator {
+  static_assert(std::is_trivially_copyable_v<T>);
+  using value_type = T;
+  HugePageAllocator() = default;
+  template <class U>
+  HugePageAllocator(const HugePageAllocator<U>&) noexcept {}
+  [[nodiscard]] T* allocate(std::size_t n) {
+    const std::size_t bytes = std::max<std::size_t>(n * sizeof(T), 1);
+    const std::size_t align = bytes >= 2 * kHugePage ? kHugePage : 64;
+    void* p = std::aligned_alloc(align, (bytes + align - 1) / align * align);
+    if (p == nullptr) throw std::bad_alloc();
+    advise_huge_pages(p, bytes);
+    return static_cast<T*>(p);
+  }
+  void deallocate(T* p, std::size_t) noexcept { std::free(p); }
+  template <class U, class... Args>
+  void construct(U* p, Args&&... args) {
+    if constexpr (sizeof...(Args) == 0) ::new (static_cast<void*>(p)) U;  // default-initialised: unset
+    else ::new (static_cast<void*>(p)) U(std::forward<Args>(args)...);
+  }
+  template <class U>
+  bool operator==(const HugePageAllocator<U>&) const noexcept { return true; }
+};
+
+/// A fixed-size array of trivially copyable `T`, aligned to a cache line (to a huge page
+/// when large, and advised to use huge pages), every element set to `fill`: at once, or
+/// (`Lazy`) as `reach` first passes each, front to back, so that the pages of a large table
+/// that fills in index order are touched as it fills rather than when it is made.
+template <class T>
+class HugeArray {
+  static_assert(std::is_trivially_copyable_v<T>);
+
+ public:
+  struct Lazy {};
+
+  HugeArray() = default;
+  HugeArray(std::size_t n, const T& fill) : HugeArray(n, fill, Lazy{}) {
+    if (n > 0) reach(n - 1);
+  }
+  /// `n` elements of which none is set yet: an element at or past `filled()` holds no value
+  /// until `reach` passes it.
+  HugeArray(std::size_t n, const T& fill, Lazy) : n_(n), fill_(fill) {
+    if (n == 0) return;
+    const std::size_t bytes = n * sizeof(T);
+    const std::size_t align = bytes >= 2 * kHugePage ? kHugePage : 64;
+    p_ = static_cast<T*>(std::aligned_alloc(align, (bytes + align - 1) / align * align));
+    if (p_ == nullptr) throw std::bad_alloc();
+    advise_huge_pages(p_, bytes);
+  }
+  HugeArray(const HugeArray& o) : HugeArray(o.n_, o.fill_, Lazy{}) {
+    std::copy(o.p_, o.p_ + o.filled_, p_);
+    filled_ = o.filled_;
+  }
+  HugeArray(HugeArray&& o) noexcept
+      : p_(std::exchange(o.p_, nullptr)), n_(std::exchange(o.n_, 0)), filled_(std::exchange(o.filled_, 0)), fill_(o.fill_) {}
+  HugeArray& operator=(HugeArray o) noexcept {
+    std::swap(p_, o.p_);
+    std::swap(n_, o.n_);
+    std::swap(filled_, o.filled_);
+    std::swap(fill_, o.fill_);
+    return *this;
+  }
+  ~HugeArray() { std::free(p_); }
+
+  /// Sets every element before and at `i` not set yet to the fill.
+  void reach(std::size_t i) noexcept {
+    if (i < filled_) return;
+    std::fill(p_ + filled_, p_ + i + 1, fill_);
+    filled_ = i + 1;
+  }
+  /// Sets the first `k` elements to the fill and leaves the rest unset (a table about to
+  /// be filled again from the front, as from a checkpoint).
+  void restart(std::size_t k) noexcept {
+    filled_ = 0;
+    if (k > 0) reach(k - 1);
+  }
+  /// How many elements from the front hold a value.
+  [[nodiscard]] std::size_t filled() const noexcept { return filled_; }
+
+  [[nodiscard]] std::size_t size() const noexcept { return n_; }
+  [[nodiscard]] T* data() noexcept { return p_; }
+  [[nodiscard]] const T* data() const noexcept { return p_; }
+  T& operator[](std::size_t i) noexcept { return p_[i]; }
+  const T& operator[](std::size_t i) const noexcept { return p_[i]; }
+  T* begin() noexcept { return p_; }
+  T* end() noexcept { return p_ + n_; }
+  const T* begin() const noexcept { return p_; }
+  const T* end() const noexcept { return p_ + n_; }
+
+ private:
+  T* p_ = nullptr;
+  std::size_t n_ = 0;
+  std::size_t filled_ = 0;
+  T fill_{};
+};
+
+}  // namespace anvil::detail
+// ---- end <anvil/core/detail/huge_pages.hpp> ----
+
+namespace anvil::detail {
+
+/// The frame stacks of an observation layout (image parts with `frames` > 1, oldest frame
+/// first on the channels) and, per row of an observation ring, the links between rows
+/// that rebuild them.
+///
+/// A row's stack of k frames is itself (its newest frame) and the rows its env observed
+/// 1 to k - 1 steps before, found by `prev` links; where a chain starts (-1: an episode's
+/// first observation) its first row stands for the frames before it, as Gymnasium's frame
+/// stack repeats the first frame at a reset. The store links a new row to its env's
+/// previous row only where the bytes say so (`follows`: the new stack's older frames are
+/// that row's newer ones) and starts a chain only where they allow it (`starts`: every frame
+/// of each stack the same); any other stack is stored as its own short chain of rows
+/// (`stored_row` with `back` > 0), so the rebuilt bytes are always the bytes put in.
+///
+/// Each row also has a `child` link (the row whose `prev` it is; at most one), so that when
+/// the ring overwrites a row, the rows whose stacks read it (its next `depth() - 1` rows down
+/// the chain) are found, and their transitions leave.
+class FrameChains {
+ public:
+  static constexpr std::int64_t kMaxFrames = 64;
+
+  FrameChains() = default;
+  /// The plan for rows of `layout` (`full` bytes each); `depth()` is 1 when it stacks no frames.
+  FrameChains(const ObsLayout& layout, std::int64_t full) : full_(full), stored_(full) {
+    std::int64_t to = 0;
+    for (std::size_t i = 0; i < layout.parts.size(); ++i) {
+      const auto& p = layout.parts[i];
+      const std::int64_t end = i + 1 < layout.parts.size() ? layout.parts[i + 1].offset : full;  // padding included
+      if (p.image() && p.frames > 1) {
+        if (p.frames > kMaxFrames)
+          throw ConfigError("observation part " + p.name + " stacks " + std::to_string(p.frames) +
+                            " frames; a replay buffer rebuilds stacks of at most " + std::to_string(kMaxFrames));
+        const std::int64_t frame = p.bytes() / p.frames;
+        stacks_.push_back({p.offset, frame, p.frames, to});
+        pieces_.push_back({p.offset + (p.frames - 1) * frame, to, end - p.offset - (p.frames - 1) * frame,
+                           static_cast<std::int32_t>(stacks_.size() - 1)});
+        depth_ = std::max(depth_, p.frames);
+      } else {
+        pieces_.push_back({p.offset, to, end - p.offset, -1});
+      }
+      to += pieces_.back().len;
+    }
+    if (depth_ > 1) stored_ = (to + 3) / 4 * 4;
+  }
+
+  /// The most frames of any stack (1: no stacks; rows are stored whole).
+  [[nodiscard]] std::int64_t depth() const noexcept { return depth_; }
+  [[nodiscard]] bool on() const noexcept { return depth_ > 1; }
+  /// Bytes of a stored row (the full row's when there are no stacks).
+  [[nodiscard]] std::int64_t stored_bytes() const noexcept { return stored_; }
+
+  /// Makes room for `rows` rows of links (filled as rows are first written).
+  void allocate(std::int64_t rows) {
+    prev_ = HugeArray<std::int32_t>(static_cast<std::size_t>(rows), -1, HugeArray<std::int32_t>::Lazy{});
+    child_ = HugeArray<std::int32_t>(static_cast<std::size_t>(rows), -1, HugeArray<std::int32_t>::Lazy{});
+  }
+  [[nodiscard]] std::int64_t link_bytes() const noexcept {
+    return static_cast<std::int64_t>((prev_.size() + child_.size()) * sizeof(std::int32_t));
+  }
+
+  /// Whether full row `row`'s stacks continue full row `before`'s: each stack's older frames
+  /// are `before`'s newer ones.
+  [[nodiscard]] bool follows(const std::uint8_t* row, const std::uint8_t* before) const noexcept {
+    for (const auto& s : stacks_)
+      if (std::memcmp(row + s.offset, before + s.offset + s.frame, static_cast<std::size_t>((s.frames - 1) * s.frame)) != 0)
+        return false;
+    return true;
+  }
+  /// Whether full row `row` can start a chain: every frame of each stack is its newest.
+  [[nodiscard]] bool starts(const std::uint8_t* row) const noexcept {
+    for (const auto& s : stacks_) {
+      const std::uint8_t* newest = row + s.offset + (s.frames - 1) * s.frame;
+      for (std::int64_t j = 0; j + 1 < s.frames; ++j)
+        if (std::memcmp(row + s.offset + j * s.frame, newest, static_cast<std::size_t>(s.frame)) != 0) return false;
+    }
+    return true;
+  }
+  /// Appends to `out` the stored row of full row `row` standing `back` steps before it:
+  /// each stack's frame `back` places older than its newest (its oldest where the stack is
+  /// shorter), every other part as it is.
+  void stored_row(const std::uint8_t* row, std::int64_t back, std::vector<std::uint8_t>& out) const {
+    const auto at = out.size();
+    out.resize(at + static_cast<std::size_t>(stored_), 0);
+    for (const auto& p : pieces_) {
+      std::int64_t from = p.from;
+      if (p.stack >= 0) {
+        const auto& s = stacks_[static_cast<std::size_t>(p.stack)];
+        from = s.offset + std::max<std::int64_t>(0, s.frames - 1 - back) * s.frame;
+        if (back > 0) {  // the frame only (the padding after the part comes from the newest place)
+          std::memcpy(out.data() + at + p.to, row + from, static_cast<std::size_t>(s.frame));
+          std::memcpy(out.data() + at + p.to + s.frame, row + p.from + s.frame, static_cast<std::size_t>(p.len - s.frame));
+          continue;
+        }
+      }
+      std::memcpy(out.data() + at + p.to, row + from, static_cast<std::size_t>(p.len));
+    }
+  }
+
+  /// Links a new row in `slot` to the row in `parent` (-1: it starts a chain).
+  void link(std::int64_t slot, std::int64_t parent) noexcept {
+    const auto s = static_cast<std::size_t>(slot);
+    prev_.reach(s);
+    child_.reach(s);
+    prev_[s] = static_cast<std::int32_t>(parent);
+    child_[s] = -1;
+    if (parent >= 0) child_[static_cast<std::size_t>(parent)] = static_cast<std::int32_t>(slot);
+  }
+  [[nodiscard]] std::int32_t prev(std::int64_t slot) const noexcept { return prev_[static_cast<std::size_t>(slot)]; }
+  [[nodiscard]] std::int32_t child(std::int64_t slot) const noexcept { return child_[static_cast<std::size_t>(slot)]; }
+
+  /// The rows of row `slot`'s stack, newest first: `rows[m]` holds the frame m steps back.
+  void chain(std::int32_t slot, std::int32_t* rows) const noexcept {
+    rows[0] = slot;
+    for (std::int64_t m = 1; m < depth_; ++m) {
+      const std::int32_t p = prev_[static_cast<std::size_t>(rows[m - 1])];
+      rows[m] = p < 0 ? rows[m - 1] : p;
+    }
+  }
+
+  /// Rebuilds into `out` (a full row) the observation of stored row `slot` of ring `ring`
+  /// (rows of `stored_bytes()`).
+  void rebuild(const std::uint8_t* ring, std::int32_t slot, std::uint8_t* out) const noexcept {
+    std::array<std::int32_t, kMaxFrames> rows;
+    chain(slot, rows.data());
+    const std::uint8_t* own = ring + static_cast<std::int64_t>(slot) * stored_;
+    for (const auto& p : pieces_) std::memcpy(out + p.from, own + p.to, static_cast<std::size_t>(p.len));
+    for (const auto& s : stacks_)
+      for (std::int64_t j = 0; j + 1 < s.frames; ++j)
+        std::memcpy(out + s.offset + j * s.frame, ring + static_cast<std::int64_t>(rows[static_cast<std::size_t>(s.frames - 1 - j)]) * stored_ + s.to,
+                    static_cast<std::size_t>(s.frame));
+  }
+
+  /// The same for rows gathered on a device: `picked` is [n, depth(), stored_bytes()], each
+  /// row's chain (`chain`) gathered in order; returns [n, full] bytes.
+  [[nodiscard]] at::Tensor rebuild(const at::Tensor& picked) const {
+    auto out = at::empty({picked.size(0), full_}, picked.options());
+    const auto own = picked.select(1, 0);
+    for (const auto& p : pieces_) out.narrow(1, p.from, p.len).copy_(own.narrow(1, p.to, p.len));
+    for (const auto& s : stacks_)
+      for (std::int64_t j = 0; j + 1 < s.frames; ++j)
+        out.narrow(1, s.offset + j * s.frame, s.frame).copy_(picked.select(1, s.frames - 1 - j).narrow(1, s.to, s.frame));
+    return out;
+  }
+
+  /// Writes the links of the first `rows` rows.
+  void save(BinaryWriter& w, std::int64_t rows) const {
+    w.bytes(prev_.data(), static_cast<std::size_t>(rows) * sizeof(std::int32_t));
+    w.bytes(child_.data(), static_cast<std::size_t>(rows) * sizeof(std::int32_t));
+  }
+  struct Saved {
+    std::vector<std::int32_t> prev, child;
+  };
+  /// Reads what `save` wrote for `rows` rows, checking each link points at one of them.
+  Saved read(BinaryReader& r, std::int64_t rows) const {
+    Saved s;
+    for (auto* v : {&s.prev, &s.child}) {
+      v->resize(static_cast<std::size_t>(rows));
+      r.bytes(v->data(), v->size() * sizeof(std::int32_t), v == &s.prev ? "frame links" : "frame links forward");
+      for (auto l : *v)
+        if (l < -1 || l >= rows) r.fail("frame links", "point outside the stored observations");
+    }
+    return s;
+  }
+  void restore(Saved&& s) {
+    prev_.restart(s.prev.size());
+    child_.restart(s.child.size());
+    std::copy(s.prev.begin(), s.prev.end(), prev_.begin());
+    std::copy(s.child.begin(), s.child.end(), child_.begin());
+  }
+
+ private:
+  struct Stack {
+    std::int64_t offset, frame, frames, to;  // in the full row; bytes a frame; frames; its newest frame's place in a stored row
+  };
+  struct Piece {
+    std::int64_t from, to, len;  // bytes from the full row to the stored row
+    std::int32_t stack;          // the stack whose newest frame it is, or -1
+  };
+  std::int64_t full_ = 0, stored_ = 0, depth_ = 1;
+  std::vector<Stack> stacks_;
+  std::vector<Piece> pieces_;
+  HugeArray<std::int32_t> prev_, child_;  // per stored row
+};
+
+}  // namespace anvil::detail
+// ---- end <anvil/buffers/detail/frame_chains.hpp> ----
 // ---- begin <anvil/buffers/detail/n_step.hpp> ----
 /// @file
 /// `NStepWindow`: turns each env's stream of one-step transitions into n-step ones
@@ -13237,172 +13746,6 @@ struct policy_config<RolloutBuffer> {
 
 }  // namespace anvil
 // ---- end <anvil/buffers/replay_config.hpp> ----
-// ---- begin <anvil/core/detail/huge_pages.hpp> ----
-/// @file
-/// Large arrays that are read at random (replay storage, priority trees) backed by 2 MiB
-/// pages where the OS offers them, so a random access costs one cache miss and rarely a
-/// TLB miss too: with 4 KiB pages, a 100 MB array spans 25,000 pages, far more than the TLB
-/// holds. On Linux with transparent huge pages in "madvise" mode (Debian's default) this
-/// needs an madvise(MADV_HUGEPAGE) before the memory is first touched. Light header.
-
-#include <algorithm>
-#include <cstddef>
-#include <cstdint>
-#include <cstdlib>
-#include <cstring>
-#include <new>
-#include <type_traits>
-#include <utility>
-
-#if defined(__linux__)
-#include <sys/mman.h>
-#include <unistd.h>
-#endif
-
-namespace anvil::detail {
-
-inline constexpr std::size_t kHugePage = std::size_t{2} << 20;
-
-/// Starts fetching the cache line at `p` into the second-level cache, for a read soon.
-///
-/// The random reads of replay storage and priority trees fetch their lines ahead this way
-/// rather than into the first-level cache (`__builtin_prefetch(p)`): on the machine class
-/// of benchmarks/RESULTS.md, random lines of a 128 MiB array on 2 MiB pages arrive at 4.9
-/// ns a line when each is fetched 32 lines ahead into the L2, 7.3 ns into the L1 (whose
-/// few miss buffers bound how many are in flight) and 8.9 ns unfetched
-/// (benchmarks/random_lines.c). Always inlined: GCC counts a prefetch as no side effect,
-/// so a call to a function that only prefetches may be dropped as dead code.
-#if defined(__GNUC__) || defined(__clang__)
-__attribute__((always_inline))
-#endif
-inline void prefetch_l2(const void* p) noexcept {
-#if defined(__GNUC__) || defined(__clang__)
-  __builtin_prefetch(p, 0, 1);
-#else
-  (void)p;
-#endif
-}
-
-/// Asks for huge pages over the whole pages inside [p, p + bytes), for regions of at least
-/// two huge pages; a no-op elsewhere. Call it before the memory is first written.
-inline void advise_huge_pages(void* p, std::size_t bytes) noexcept {
-#if defined(__linux__) && defined(MADV_HUGEPAGE)
-  if (p == nullptr || bytes < 2 * kHugePage) return;
-  const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
-  const auto a = (reinterpret_cast<std::uintptr_t>(p) + page - 1) & ~(page - 1);
-  const auto e = (reinterpret_cast<std::uintptr_t>(p) + bytes) & ~(page - 1);
-  if (e > a) (void)::madvise(reinterpret_cast<void*>(a), e - a, MADV_HUGEPAGE);
-#else
-  (void)p;
-  (void)bytes;
-#endif
-}
-
-/// A `std::allocator` for vectors of bytes or numbers filled in bulk (demonstrations read
-/// from a file): blocks of two huge pages or more aligned to a huge page and advised to use
-/// huge pages, and elements default-initialised (a resize leaves them unset, the reader
-/// writes every one), so a large read takes a few page faults, by the threads that fill it,
-/// instead of one per 4 KiB page (at about 10 us a fault on a VM: 0.25 s for 90 MB,
-/// measured on this machine class, 0.012 s on huge pages).
-template <class T>
-struct HugePageAllocator {
-  static_assert(std::is_trivially_copyable_v<T>);
-  using value_type = T;
-  HugePageAllocator() = default;
-  template <class U>
-  HugePageAllocator(const HugePageAllocator<U>&) noexcept {}
-  [[nodiscard]] T* allocate(std::size_t n) {
-    const std::size_t bytes = std::max<std::size_t>(n * sizeof(T), 1);
-    const std::size_t align = bytes >= 2 * kHugePage ? kHugePage : 64;
-    void* p = std::aligned_alloc(align, (bytes + align - 1) / align * align);
-    if (p == nullptr) throw std::bad_alloc();
-    advise_huge_pages(p, bytes);
-    return static_cast<T*>(p);
-  }
-  void deallocate(T* p, std::size_t) noexcept { std::free(p); }
-  template <class U, class... Args>
-  void construct(U* p, Args&&... args) {
-    if constexpr (sizeof...(Args) == 0) ::new (static_cast<void*>(p)) U;  // default-initialised: unset
-    else ::new (static_cast<void*>(p)) U(std::forward<Args>(args)...);
-  }
-  template <class U>
-  bool operator==(const HugePageAllocator<U>&) const noexcept { return true; }
-};
-
-/// A fixed-size array of trivially copyable `T`, aligned to a cache line (to a huge page
-/// when large, and advised to use huge pages), every element set to `fill`: at once, or
-/// (`Lazy`) as `reach` first passes each, front to back, so that the pages of a large table
-/// that fills in index order are touched as it fills rather than when it is made.
-template <class T>
-class HugeArray {
-  static_assert(std::is_trivially_copyable_v<T>);
-
- public:
-  struct Lazy {};
-
-  HugeArray() = default;
-  HugeArray(std::size_t n, const T& fill) : HugeArray(n, fill, Lazy{}) {
-    if (n > 0) reach(n - 1);
-  }
-  /// `n` elements of which none is set yet: an element at or past `filled()` holds no value
-  /// until `reach` passes it.
-  HugeArray(std::size_t n, const T& fill, Lazy) : n_(n), fill_(fill) {
-    if (n == 0) return;
-    const std::size_t bytes = n * sizeof(T);
-    const std::size_t align = bytes >= 2 * kHugePage ? kHugePage : 64;
-    p_ = static_cast<T*>(std::aligned_alloc(align, (bytes + align - 1) / align * align));
-    if (p_ == nullptr) throw std::bad_alloc();
-    advise_huge_pages(p_, bytes);
-  }
-  HugeArray(const HugeArray& o) : HugeArray(o.n_, o.fill_, Lazy{}) {
-    std::copy(o.p_, o.p_ + o.filled_, p_);
-    filled_ = o.filled_;
-  }
-  HugeArray(HugeArray&& o) noexcept
-      : p_(std::exchange(o.p_, nullptr)), n_(std::exchange(o.n_, 0)), filled_(std::exchange(o.filled_, 0)), fill_(o.fill_) {}
-  HugeArray& operator=(HugeArray o) noexcept {
-    std::swap(p_, o.p_);
-    std::swap(n_, o.n_);
-    std::swap(filled_, o.filled_);
-    std::swap(fill_, o.fill_);
-    return *this;
-  }
-  ~HugeArray() { std::free(p_); }
-
-  /// Sets every element before and at `i` not set yet to the fill.
-  void reach(std::size_t i) noexcept {
-    if (i < filled_) return;
-    std::fill(p_ + filled_, p_ + i + 1, fill_);
-    filled_ = i + 1;
-  }
-  /// Sets the first `k` elements to the fill and leaves the rest unset (a table about to
-  /// be filled again from the front, as from a checkpoint).
-  void restart(std::size_t k) noexcept {
-    filled_ = 0;
-    if (k > 0) reach(k - 1);
-  }
-  /// How many elements from the front hold a value.
-  [[nodiscard]] std::size_t filled() const noexcept { return filled_; }
-
-  [[nodiscard]] std::size_t size() const noexcept { return n_; }
-  [[nodiscard]] T* data() noexcept { return p_; }
-  [[nodiscard]] const T* data() const noexcept { return p_; }
-  T& operator[](std::size_t i) noexcept { return p_[i]; }
-  const T& operator[](std::size_t i) const noexcept { return p_[i]; }
-  T* begin() noexcept { return p_; }
-  T* end() noexcept { return p_ + n_; }
-  const T* begin() const noexcept { return p_; }
-  const T* end() const noexcept { return p_ + n_; }
-
- private:
-  T* p_ = nullptr;
-  std::size_t n_ = 0;
-  std::size_t filled_ = 0;
-  T fill_{};
-};
-
-}  // namespace anvil::detail
-// ---- end <anvil/core/detail/huge_pages.hpp> ----
 
 namespace anvil {
 
@@ -13435,6 +13778,12 @@ inline at::Tensor host_as(const at::Tensor& t, at::ScalarType dtype) {
 /// task, batches carry it (`ReplayBatch::task`), and the store counts the live
 /// transitions of each task (`task_count`, `task_of`) for task-balanced sampling.
 ///
+/// Frame stacks (image parts with `frames` > 1, as `envs::Pixels` hands out) are stored a
+/// frame a row: a row keeps its stacks' newest frames and links to its env's previous row,
+/// and a sample rebuilds each stack by following the links (`FrameChains`). A transition
+/// then also leaves early when a row its stacks read is overwritten; the observation ring
+/// has (frames - 1) * 256 more rows for them.
+///
 /// n-step returns (`n_step` > 1) are formed before storing by an `NStepWindow` per env.
 /// Rows live with the networks (`device`); on the CPU a batch comes out as contiguous
 /// float32 tensors gathered with prefetching; on a GPU by `index_select`, so transitions
@@ -13464,6 +13813,9 @@ class TransitionStore {
         tasks_(static_cast<std::int64_t>(spec.tasks.size())),
         width_(ad_ + 2 + (n_step > 1 ? 1 : 0) + (tasks_ > 0 ? 1 : 0)),
         window_(n_step, 0.99) {
+    if (bytes_) frames_ = FrameChains(spec.layout, row_bytes_);
+    sd_ = frames_.on() ? frames_.stored_bytes() : od_;
+    obs_capacity_ += (frames_.depth() - 1) * 256;
     if (bytes_ && obs_dtype_ != ObsDtype::float32)
       throw ConfigError("buffer.obs_dtype: " + spec.name + "'s observations are rows of parts (" + spec.layout.describe() +
                         "), stored as they come; obs_dtype applies to float observations only");
@@ -13475,14 +13827,15 @@ class TransitionStore {
     const std::int64_t obs_size = bytes_ ? 1 : obs_dtype_ == ObsDtype::float32 ? 4 : 2;
     const std::int64_t host = static_cast<std::int64_t>(capacity_ * sizeof(Link) + obs_capacity_ * sizeof(std::int32_t)) +
                               (tasks_ > 0 ? capacity_ * static_cast<std::int64_t>(sizeof(std::int32_t)) : 0) +
+                              (frames_.on() ? obs_capacity_ * 2 * static_cast<std::int64_t>(sizeof(std::int32_t)) : 0) +
                               extra_host_bytes;
-    const std::int64_t need = capacity_ * width_ * 4 + obs_capacity_ * od_ * obs_size + host;
+    const std::int64_t need = capacity_ * width_ * 4 + obs_capacity_ * sd_ * obs_size + host;
     const std::string field = "buffer.capacity=" + std::to_string(capacity);
     check_fits(device_.is_cpu() ? need : host, field, owner_ + "'s storage");
     allocating(owner_ + "'s storage (" + field + ")", need, [&] {
       const auto f = at::TensorOptions().dtype(at::kFloat).device(device_);
       data_ = at::empty({capacity_, width_}, f);
-      obs_ = at::empty({obs_capacity_, od_}, f.dtype(bytes_                                ? at::kByte
+      obs_ = at::empty({obs_capacity_, sd_}, f.dtype(bytes_                                ? at::kByte
                                                      : obs_dtype_ == ObsDtype::float32    ? at::kFloat
                                                      : obs_dtype_ == ObsDtype::bfloat16 ? at::kBFloat16
                                                                                         : at::kHalf));
@@ -13495,6 +13848,7 @@ class TransitionStore {
       link_ = HugeArray<Link>(static_cast<std::size_t>(capacity_), Link{}, HugeArray<Link>::Lazy{});
       owner_of_ = HugeArray<std::int32_t>(static_cast<std::size_t>(obs_capacity_), -1, HugeArray<std::int32_t>::Lazy{});
       if (tasks_ > 0) task_of_ = HugeArray<std::int32_t>(static_cast<std::size_t>(capacity_), -1);
+      if (frames_.on()) frames_.allocate(obs_capacity_);
     });
     task_count_.assign(static_cast<std::size_t>(tasks_), 0);
   }
@@ -13508,9 +13862,9 @@ class TransitionStore {
     if (n > capacity_)
       throw Error(owner_ + ": adding " + std::to_string(n) +
                   " transitions at once exceeds buffer.capacity=" + std::to_string(capacity_));
-    if (2 * n > obs_capacity_)
+    if (2 * n * frames_.depth() > obs_capacity_)
       throw Error(owner_ + ": adding " + std::to_string(n) + " transitions at once needs up to " +
-                  std::to_string(2 * n) + " observation rows; this buffer has " + std::to_string(obs_capacity_) +
+                  std::to_string(2 * n * frames_.depth()) + " observation rows; this buffer has " + std::to_string(obs_capacity_) +
                   " (buffer.capacity=" + std::to_string(capacity_) + ")");
     const auto obs = host_obs(s.obs, n, "obs"), next = host_obs(s.next_obs, n, "next_obs");
     const auto act = host(s.action, n, ad_, "action"), rew = host(s.reward, n, 1, "reward");
@@ -13547,18 +13901,22 @@ class TransitionStore {
       const std::uint8_t* oi = o + i * row_bytes_;
       std::uint8_t* open = open_obs_.data() + i * row_bytes_;
       std::int64_t oid = open_[e];
-      if (!obs_live(oid) || std::memcmp(oi, open, static_cast<std::size_t>(row_bytes_)) != 0) oid = append_obs(oi);
-      const std::int64_t nid = append_obs(no + i * row_bytes_);
+      if (!obs_live(oid) || std::memcmp(oi, open, static_cast<std::size_t>(row_bytes_)) != 0)
+        oid = store_obs(oi, open_[e], open);
+      const std::int64_t nid = store_obs(no + i * row_bytes_, oid, oi);
       open_[e] = nid;
       std::memcpy(open, no + i * row_bytes_, static_cast<std::size_t>(row_bytes_));
       const std::int32_t ti = tk ? static_cast<std::int32_t>(tk[i]) : -1;
       if (window_.n() == 1) {
-        put(oid, nid, a + i * ad_, r[i], t[i], 1.0, ti);
+        if (obs_live(oid))
+          put(oid, nid, a + i * ad_, r[i], t[i], 1.0, ti);
+        else
+          ++dropped_;  // storing next_obs overwrote a row obs needs (a ring too small for this many envs)
       } else {
         window_.push(e, {oid, nid, std::vector<float>(a + i * ad_, a + (i + 1) * ad_), r[i], t[i] > 0.5f},
                      t[i] > 0.5f || tr[i] > 0.5f, done_);
         for (const auto& d : done_) {
-          if (obs_live(d.obs)) {
+          if (obs_live(d.obs)) {  // (and the rows its stacks read)
             put(d.obs, d.next, d.action.data(), static_cast<float>(d.reward), d.terminated ? 1.f : 0.f, d.discount, ti);
           } else {
             ++dropped_;  // its first observation was overwritten while the window filled
@@ -13634,20 +13992,27 @@ class TransitionStore {
           // at most two lines), 2 * kAhead rows ahead
           const std::int64_t count = 2 * m, ahead = 2 * kAhead;
           for (std::int64_t e = 0; e < std::min(ahead, count); ++e) {
-            prefetch_l2(obs_src + rows[e] * od_);
-            prefetch_l2(obs_src + rows[e] * od_ + od_ - 1);
+            prefetch_l2(obs_src + rows[e] * sd_);
+            prefetch_l2(obs_src + rows[e] * sd_ + sd_ - 1);
           }
           for (std::int64_t e = 0; e < count; e += 2) {  // a transition's obs and next_obs
             if (e + ahead < count) {
-              prefetch_l2(obs_src + rows[e + ahead] * od_);
-              prefetch_l2(obs_src + rows[e + ahead] * od_ + od_ - 1);
-              prefetch_l2(obs_src + rows[e + ahead + 1] * od_);
-              prefetch_l2(obs_src + rows[e + ahead + 1] * od_ + od_ - 1);
+              prefetch_l2(obs_src + rows[e + ahead] * sd_);
+              prefetch_l2(obs_src + rows[e + ahead] * sd_ + sd_ - 1);
+              prefetch_l2(obs_src + rows[e + ahead + 1] * sd_);
+              prefetch_l2(obs_src + rows[e + ahead + 1] * sd_ + sd_ - 1);
             }
-            const auto* ro = obs_src + rows[e] * od_;
-            const auto* rn = obs_src + rows[e + 1] * od_;
+            const auto* ro = obs_src + rows[e] * sd_;
+            const auto* rn = obs_src + rows[e + 1] * sd_;
             Out* oi = o + (c0 + e / 2) * od_;
             Out* ni = no + (c0 + e / 2) * od_;
+            if constexpr (std::is_same_v<Out, std::uint8_t>) {
+              if (frames_.on()) {  // stacks rebuilt from their rows
+                frames_.rebuild(obs_src, rows[e], oi);
+                frames_.rebuild(obs_src, rows[e + 1], ni);
+                continue;
+              }
+            }
             for (std::int64_t j = 0; j < od_; ++j) oi[j] = static_cast<Out>(ro[j]);
             for (std::int64_t j = 0; j < od_; ++j) ni[j] = static_cast<Out>(rn[j]);
           }
@@ -13678,18 +14043,31 @@ class TransitionStore {
     const auto n = static_cast<std::int64_t>(slots.size());
     ReplayBatch b;
     {
-      auto idx = at::empty({3 * n}, at::TensorOptions().dtype(at::kLong));
+      // the transitions' rows, then each one's obs and next_obs rows (with frame stacks, each
+      // one's chain of k rows, newest first)
+      const std::int64_t k = frames_.depth();
+      auto idx = at::empty({n + 2 * n * k}, at::TensorOptions().dtype(at::kLong));
       auto* ip = idx.data_ptr<std::int64_t>();
+      std::array<std::int32_t, FrameChains::kMaxFrames> chain{};
       for (std::int64_t i = 0; i < n; ++i) {
         const auto s = static_cast<std::size_t>(slots[static_cast<std::size_t>(i)]);
         ip[i] = slots[static_cast<std::size_t>(i)];
-        ip[n + i] = link_[s].obs;
-        ip[2 * n + i] = link_[s].next;
+        if (k == 1) {
+          ip[n + i] = link_[s].obs;
+          ip[2 * n + i] = link_[s].next;
+          continue;
+        }
+        frames_.chain(link_[s].obs, chain.data());
+        for (std::int64_t m = 0; m < k; ++m) ip[n + i * k + m] = chain[static_cast<std::size_t>(m)];
+        frames_.chain(link_[s].next, chain.data());
+        for (std::int64_t m = 0; m < k; ++m) ip[n + (n + i) * k + m] = chain[static_cast<std::size_t>(m)];
       }
       const auto di = idx.to(device_, /*non_blocking=*/true);
       const auto rows = data_.index_select(0, di.narrow(0, 0, n));
-      const auto rows2 = obs_.index_select(0, di.narrow(0, n, 2 * n));
-      const auto both = bytes_ ? rows2 : rows2.to(at::kFloat);  // rows of parts cross as bytes
+      const auto rows2 = obs_.index_select(0, di.narrow(0, n, 2 * n * k));
+      const auto both = k > 1     ? frames_.rebuild(rows2.view({2 * n, k, sd_}))
+                        : bytes_ ? rows2
+                                 : rows2.to(at::kFloat);  // rows of parts cross as bytes
       b.obs = both.narrow(0, 0, n);
       b.next_obs = both.narrow(0, n, n);
       b.action = discrete_ ? rows.select(1, 0).to(at::kLong) : rows.narrow(1, 0, ad_);
@@ -13708,6 +14086,7 @@ class TransitionStore {
     w.value(obs_capacity_);
     w.value(width_);
     w.value(od_);
+    if (frames_.on()) w.value(sd_);
     w.value(ad_);
     w.value<std::uint8_t>(static_cast<std::uint8_t>(obs_dtype_));
     w.value(added_);
@@ -13720,6 +14099,7 @@ class TransitionStore {
     w.bytes(obs.data_ptr(), static_cast<std::size_t>(obs.numel() * obs.element_size()));
     w.bytes(link_.data(), static_cast<std::size_t>(stored()) * sizeof(Link));
     w.bytes(owner_of_.data(), static_cast<std::size_t>(obs_stored()) * sizeof(std::int32_t));
+    if (frames_.on()) frames_.save(w, obs_stored());
     w.value<std::uint64_t>(open_.size());
     w.bytes(open_.data(), open_.size() * sizeof(std::int64_t));
     w.bytes(open_obs_.data(), open_obs_.size());
@@ -13734,12 +14114,14 @@ class TransitionStore {
     std::vector<std::int64_t> open;
     std::vector<std::uint8_t> open_obs;  // each env's row's bytes
     NStepWindow::Saved window;
+    FrameChains::Saved frames;
   };
   Saved read(BinaryReader& r) const {
     r.expect(capacity_, "buffer.capacity");
     r.expect(obs_capacity_, "observation ring size");
     r.expect(width_, "row width");
     r.expect(od_, "observation size");
+    if (frames_.on()) r.expect(sd_, "stored observation row size (a frame of each stack)");
     r.expect(ad_, "action size");
     r.expect<std::uint8_t>(static_cast<std::uint8_t>(obs_dtype_), "buffer.obs_dtype (0 float32, 1 bfloat16, 2 float16)");
     Saved s;
@@ -13752,8 +14134,8 @@ class TransitionStore {
     const std::int64_t n = std::min(s.added, capacity_), m = std::min(s.obs_added, obs_capacity_);
     s.rows = at::empty({n, width_}, at::kFloat);
     r.bytes(s.rows.data_ptr<float>(), static_cast<std::size_t>(n * width_) * sizeof(float), "transitions");
-    s.obs = at::empty({m, od_}, obs_.options().device(at::kCPU));
-    r.bytes(s.obs.data_ptr(), static_cast<std::size_t>(m * od_ * s.obs.element_size()), "observations");
+    s.obs = at::empty({m, sd_}, obs_.options().device(at::kCPU));
+    r.bytes(s.obs.data_ptr(), static_cast<std::size_t>(m * sd_ * s.obs.element_size()), "observations");
     auto ints = [&](std::vector<std::int32_t>& v, std::int64_t k, const char* what) {
       v.resize(static_cast<std::size_t>(k));
       r.bytes(v.data(), v.size() * sizeof(std::int32_t), what);
@@ -13761,6 +14143,7 @@ class TransitionStore {
     s.links.resize(static_cast<std::size_t>(n));
     r.bytes(s.links.data(), s.links.size() * sizeof(Link), "observation links");
     ints(s.owner_of, m, "observation owners");
+    if (frames_.on()) s.frames = frames_.read(r, m);
     std::int64_t live = 0;
     for (const auto& l : s.links) {
       const auto a = l.obs, b = l.next;
@@ -13785,6 +14168,7 @@ class TransitionStore {
     obs_.narrow(0, 0, s.obs.size(0)).copy_(s.obs);
     link_.restart(s.links.size());  // the rows written so far; the rest fill as before
     owner_of_.restart(s.owner_of.size());
+    if (frames_.on()) frames_.restore(std::move(s.frames));
     std::copy(s.links.begin(), s.links.end(), link_.begin());
     std::copy(s.owner_of.begin(), s.owner_of.end(), owner_of_.begin());
     added_ = s.added;
@@ -13844,7 +14228,8 @@ class TransitionStore {
   [[nodiscard]] std::int64_t bytes() const noexcept {
     return data_.numel() * static_cast<std::int64_t>(data_.element_size()) +
            obs_.numel() * static_cast<std::int64_t>(obs_.element_size()) +
-           static_cast<std::int64_t>(link_.size() * sizeof(Link) + owner_of_.size() * sizeof(std::int32_t));
+           static_cast<std::int64_t>(link_.size() * sizeof(Link) + owner_of_.size() * sizeof(std::int32_t)) +
+           frames_.link_bytes();
   }
 
  private:
@@ -13886,14 +14271,58 @@ class TransitionStore {
     return {newest_slot, added_ - 1 - newest_slot, capacity_};
   }
   [[nodiscard]] std::int64_t obs_stored() const noexcept { return std::min(obs_added_, obs_capacity_); }
-  [[nodiscard]] bool obs_live(std::int64_t id) const noexcept { return id >= 0 && id + obs_capacity_ >= obs_added_; }
+  // Whether observation `id` is still in the ring, and with frame stacks, every row its
+  // stacks read (an older row's slot that holds a newer id now was overwritten).
+  [[nodiscard]] bool obs_live(std::int64_t id) const noexcept {
+    if (id < 0 || id + obs_capacity_ < obs_added_) return false;
+    std::int64_t cur = id;
+    for (std::int64_t m = 1; m < frames_.depth(); ++m) {
+      const std::int32_t p = frames_.prev(cur % obs_capacity_);
+      if (p < 0) break;
+      const std::int64_t last = obs_added_ - 1, pid = last - (last - p) % obs_capacity_;  // the id now in row p
+      if (pid >= cur) return false;
+      cur = pid;
+    }
+    return true;
+  }
 
-  // Appends one observation; a stored transition that still uses the row it overwrites
-  // is dropped.
-  std::int64_t append_obs(const std::uint8_t* o) {
+  // Appends observation `o` (a full row). With frame stacks it is linked to observation
+  // `parent` (whose full row is `parent_row`) where its stacks continue that row's; else
+  // it starts a chain where every frame of its stacks is the same (an episode's start);
+  // else it comes after rows of its own older frames.
+  std::int64_t store_obs(const std::uint8_t* o, std::int64_t parent, const std::uint8_t* parent_row) {
+    if (!frames_.on()) return append_obs(o);
+    std::int64_t link = -1;
+    if (parent >= 0 && obs_live(parent) && frames_.child(parent % obs_capacity_) < 0 && frames_.follows(o, parent_row))
+      link = parent;
+    else if (!frames_.starts(o))
+      for (std::int64_t back = frames_.depth() - 1; back >= 1; --back) link = append_obs(o, link, back);
+    return append_obs(o, link, 0);
+  }
+
+  // Appends one observation row (with frame stacks: the one `back` steps before full row
+  // `o`, linked to observation `parent`); a stored transition that still uses the row it
+  // overwrites is dropped, and with frame stacks, those whose stacks read it.
+  std::int64_t append_obs(const std::uint8_t* o, std::int64_t parent = -1, std::int64_t back = 0) {
     const std::int64_t id = obs_added_++;
     const auto slot = static_cast<std::int32_t>(id % obs_capacity_);
     owner_of_.reach(static_cast<std::size_t>(slot));
+    drop_user(slot);
+    owner_of_[static_cast<std::size_t>(slot)] = -1;
+    if (frames_.on()) {
+      if (id >= obs_capacity_)  // the rows that read this one: its next depth - 1 down its env's chain
+        for (std::int32_t c = frames_.child(slot), m = 1; c >= 0 && m < frames_.depth(); c = frames_.child(c), ++m)
+          drop_user(c);
+      frames_.link(slot, parent >= 0 ? parent % obs_capacity_ : -1);
+      frames_.stored_row(o, back, obs_stage_);
+    } else {
+      obs_stage_.insert(obs_stage_.end(), o, o + row_bytes_);
+    }
+    return id;
+  }
+
+  // Drops the stored transition whose obs is in observation row `slot`, if any.
+  void drop_user(std::int32_t slot) {
     const std::int32_t t = owner_of_[static_cast<std::size_t>(slot)];
     if (t >= 0 && link_[static_cast<std::size_t>(t)].obs == slot) {
       link_[static_cast<std::size_t>(t)] = Link{};
@@ -13902,9 +14331,6 @@ class TransitionStore {
       ++dropped_;
       killed_.push_back(t);
     }
-    owner_of_[static_cast<std::size_t>(slot)] = -1;
-    obs_stage_.insert(obs_stage_.end(), o, o + row_bytes_);
-    return id;
   }
 
   // Stores one transition of task `task` (-1: none) from observation `oid` to `nid`.
@@ -13960,7 +14386,7 @@ class TransitionStore {
         done += len;
       }
     };
-    copy_in(obs_, first_obs, obs_stage_.data(), static_cast<std::int64_t>(obs_stage_.size()), od_,
+    copy_in(obs_, first_obs, obs_stage_.data(), static_cast<std::int64_t>(obs_stage_.size()), sd_,
             bytes_ ? at::kByte : at::kFloat);
     copy_in(data_, first_row, row_stage_.data(), static_cast<std::int64_t>(row_stage_.size() * sizeof(float)), width_,
             at::kFloat);
@@ -13971,6 +14397,8 @@ class TransitionStore {
   std::string owner_;
   std::int64_t od_;                // observation row width: floats, or bytes for rows of parts
   std::int64_t row_bytes_;         // ... in bytes
+  std::int64_t sd_ = 0;            // stored observation row width (od_, or a frame of each stack)
+  FrameChains frames_;             // frame stacks stored once (none: rows stored whole)
   bool bytes_;                     // rows of parts (uint8), stored as they come
   std::int64_t ad_;
   bool discrete_, with_discount_;
@@ -13978,7 +14406,7 @@ class TransitionStore {
   std::int64_t tasks_;             // the env's tasks (0: none)
   std::int64_t width_;             // columns of data_
   at::Tensor data_;                // [capacity, width]: action, reward, terminated (, discount) (, task)
-  at::Tensor obs_;                 // [obs_capacity, obs_dim] in the storage dtype
+  at::Tensor obs_;                 // [obs_capacity, sd_] in the storage dtype
   HugeArray<Link> link_;           // per transition row
   HugeArray<std::int32_t> owner_of_;  // per observation row: the transition row using it as obs
   HugeArray<std::int32_t> task_of_;   // per transition row: its task (envs with tasks)

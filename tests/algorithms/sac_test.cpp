@@ -656,13 +656,13 @@ TEST_CASE("SAC on images: settings that cannot apply are refused naming the fiel
 }
 
 TEST_CASE("SAC on images: policy.bin and policy.safetensors hold the encoder, and anvil::load_policy and anvil.load_policy act as SAC does") {
-  for (const auto kind : {nn::EncoderKind::small, nn::EncoderKind::nature}) {
+  for (const auto kind : {nn::EncoderKind::small, nn::EncoderKind::nature, nn::EncoderKind::resnet18}) {
     CAPTURE(static_cast<int>(kind));
     torch::manual_seed(4);
     auto spec = image_spec();
     auto cfg = image_config();
     cfg.encoder->kind = kind;
-    if (kind == nn::EncoderKind::nature) {  // DQN's encoder needs 36x36 at least
+    if (kind != nn::EncoderKind::small) {  // DQN's encoder needs 36x36 at least, the ResNet 32x32
       spec.layout = ObsLayout{};
       spec.layout.image("pixels", 3, 36, 36).vector("state", 2);
     }

@@ -80,6 +80,10 @@ struct ObsPart {
   PartDtype dtype = PartDtype::float32;
   std::vector<std::int64_t> shape;
   std::int64_t offset = 0;  ///< bytes into the row (a multiple of 4)
+  /// An image's frames stacked on its channels, oldest first, each `channels / frames`
+  /// deep (`envs::Pixels`' stack): replay buffers then store each frame once. It does not
+  /// change the part's bytes or what a network sees; 1 for a single frame.
+  std::int64_t frames = 1;
 
   [[nodiscard]] std::int64_t numel() const noexcept {
     std::int64_t n = 1;
@@ -99,9 +103,14 @@ struct ObsPart {
 struct ObsLayout {
   std::vector<ObsPart> parts;
 
-  /// An image part `[channels, height, width]` of bytes.
-  ObsLayout& image(std::string name, std::int64_t channels, std::int64_t height, std::int64_t width) {
-    return add({std::move(name), PartDtype::uint8, {channels, height, width}, 0});
+  /// An image part `[channels, height, width]` of bytes; `frames` > 1: a stack of that many
+  /// frames on the channels, oldest first (ObsPart::frames).
+  ObsLayout& image(std::string name, std::int64_t channels, std::int64_t height, std::int64_t width,
+                   std::int64_t frames = 1) {
+    if (frames < 1 || channels % frames != 0)
+      throw ConfigError("observation part " + name + ": " + std::to_string(channels) + " channels are not a stack of " +
+                        std::to_string(frames) + " frames");
+    return add({std::move(name), PartDtype::uint8, {channels, height, width}, 0, frames});
   }
   /// A part of `n` float32 numbers.
   ObsLayout& vector(std::string name, std::int64_t n) { return add({std::move(name), PartDtype::float32, {n}, 0}); }
@@ -150,7 +159,7 @@ struct ObsLayout {
   [[nodiscard]] ObsLayout stacked(int n) const {
     ObsLayout out;
     for (int i = 0; i < n; ++i)
-      for (const auto& p : parts) out.add({p.name + "@" + std::to_string(i), p.dtype, p.shape, 0});
+      for (const auto& p : parts) out.add({p.name + "@" + std::to_string(i), p.dtype, p.shape, 0, p.frames});
     return out;
   }
   /// The layout of one step of a `stacked(n)` window (the names without `@0`); a
@@ -164,7 +173,7 @@ struct ObsLayout {
       const auto& name = parts[j].name;
       const auto at = name.rfind("@0");
       if (at == std::string::npos || at + 2 != name.size()) break;
-      out.add({name.substr(0, at), parts[j].dtype, parts[j].shape, 0});
+      out.add({name.substr(0, at), parts[j].dtype, parts[j].shape, 0, parts[j].frames});
     }
     if (k == 0 || out.parts.size() != k || out.stacked(n).describe() != describe())
       throw ConfigError("the observation (" + describe() + ") is not a window of " + std::to_string(n) +

@@ -37,8 +37,8 @@ struct TwinQConfig {
 };
 
 /// Which convolutional encoder reads an image part of the observation.
-enum class EncoderKind { small, nature };
-constexpr auto enum_names(EncoderKind) { return std::array<std::string_view, 2>{"small", "nature"}; }
+enum class EncoderKind { small, nature, resnet18 };
+constexpr auto enum_names(EncoderKind) { return std::array<std::string_view, 3>{"small", "nature", "resnet18"}; }
 
 /// How an algorithm reads observations with images (`EnvSpec::layout`), under its
 /// `encoder` section (`sac.encoder.kind=nature`): one encoder per image part, its features
@@ -46,7 +46,8 @@ constexpr auto enum_names(EncoderKind) { return std::array<std::string_view, 2>{
 /// float observations.
 struct ObsEncoderConfig {
   Param<EncoderKind, "kind",
-        "small: 4 convolutions with GroupNorm and spatial-softmax keypoints; nature: DQN's 3 convolutions"> kind{
+        "small: 4 convolutions with GroupNorm and spatial-softmax keypoints; nature: DQN's 3 convolutions; resnet18: "
+        "Diffusion Policy's ResNet-18 with GroupNorm and spatial softmax (11.2M weights; images 32x32 or larger)"> kind{
       EncoderKind::small};
   Param<int, "features", "features per image part", at_least(1)> features{64};
   Param<int, "width", "small: channels of its first two convolutions (the last two have twice as many; a multiple of 8)",

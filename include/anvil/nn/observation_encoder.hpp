@@ -3,7 +3,8 @@
 /// `ObsEncoder`: reads observations that are rows of parts (`EnvSpec::layout`: images, or
 /// images beside numbers) into float features for a policy's or a critic's MLP. Each image
 /// part goes through its own convolutional encoder (nn/image_encoders.hpp: the small
-/// GroupNorm/spatial-softmax one, or DQN's), which converts the bytes to floats where the
+/// GroupNorm/spatial-softmax one, or DQN's; nn/resnet18_gn.hpp: Diffusion Policy's ResNet-18),
+/// which converts the bytes to floats where the
 /// row is (the images cross to a GPU as bytes); each float part is read in place from the
 /// row's bytes; the features are concatenated in the parts' order.
 ///
@@ -31,6 +32,7 @@
 #include <anvil/nn/image_augment.hpp>
 #include <anvil/nn/image_encoders.hpp>
 #include <anvil/nn/network_config.hpp>
+#include <anvil/nn/resnet18_gn.hpp>
 
 namespace anvil::nn {
 
@@ -71,7 +73,7 @@ class ObsEncoderImpl : public torch::nn::Cloneable<ObsEncoderImpl> {
 
   void reset() override {
     // Direct children, one per image part (see SmallCnn on why not a ModuleList).
-    small_.clear(), nature_.clear();
+    small_.clear(), nature_.clear(), resnet_.clear();
     for (const auto& p : layout_.parts) {
       if (!p.image()) continue;
       const ImageShape in{p.shape[0], p.shape[1], p.shape[2]};
@@ -80,6 +82,8 @@ class ObsEncoderImpl : public torch::nn::Cloneable<ObsEncoderImpl> {
         o.features = features_;
         o.width = width_;
         small_.push_back(register_module(p.name, SmallCnn(in, o)));
+      } else if (kind_ == EncoderKind::resnet18) {
+        resnet_.push_back(register_module(p.name, ResNet18Gn(in, /*keypoints=*/32, features_)));
       } else {
         nature_.push_back(register_module(p.name, NatureCnn(in, features_)));
       }
@@ -94,7 +98,9 @@ class ObsEncoderImpl : public torch::nn::Cloneable<ObsEncoderImpl> {
     for (const auto& p : layout_.parts) {
       const auto x = detail::part_of(rows, p);
       if (!p.image()) out.push_back(x.to(at::kFloat));
-      else out.push_back(kind_ == EncoderKind::small ? small_[k++]->forward(x) : nature_[k++]->forward(x));
+      else if (kind_ == EncoderKind::small) out.push_back(small_[k++]->forward(x));
+      else if (kind_ == EncoderKind::resnet18) out.push_back(resnet_[k++]->forward(x));
+      else out.push_back(nature_[k++]->forward(x));
     }
     return out.size() == 1 ? out.front() : at::cat(out, 1);
   }
@@ -116,17 +122,18 @@ class ObsEncoderImpl : public torch::nn::Cloneable<ObsEncoderImpl> {
   std::int64_t features_, width_;
   std::vector<SmallCnn> small_;
   std::vector<NatureCnn> nature_;
+  std::vector<ResNet18Gn> resnet_;
 };
 TORCH_MODULE(ObsEncoder);
 
 /// Adds `encoder`'s parameters to a policy's tensors as `encoder.<part>.<name>` (detached
-/// float32 copies on the CPU) and what rebuilds it to the metadata: `encoder` (small or
-/// nature), `encoder_features`, `encoder_width`, `layout` (`ObsLayout::describe()`: the
+/// float32 copies on the CPU) and what rebuilds it to the metadata: `encoder` (small,
+/// nature or resnet18), `encoder_features`, `encoder_width`, `layout` (`ObsLayout::describe()`: the
 /// parts, in order, from which their offsets in a row follow). anvil.load_policy in Python
 /// builds the same encoder from them (python/anvil/policy.py).
 inline void add_encoder_tensors(PolicyTensors& p, const ObsEncoderImpl& encoder) {
   add_module_tensors(p, "encoder.", encoder);
-  p.meta["encoder"] = encoder.kind() == EncoderKind::small ? "small" : "nature";
+  p.meta["encoder"] = std::string(enum_names(EncoderKind{})[static_cast<std::size_t>(encoder.kind())]);
   p.meta["encoder_features"] = std::to_string(encoder.features());
   p.meta["encoder_width"] = std::to_string(encoder.width());
   p.meta["layout"] = encoder.layout().describe();
@@ -178,7 +185,7 @@ inline ObsEncoder read_encoder(BinaryReader& r) {
     else r.fail("observation part '" + name + "'", "is neither an image [C, H, W] of bytes nor a vector of floats");
   }
   const int kind = r.value<int>("encoder kind");
-  if (kind < 0 || kind > 1) r.fail("encoder kind", "is not small or nature");
+  if (kind < 0 || kind > 2) r.fail("encoder kind", "is not small, nature or resnet18");
   const auto features = r.value<std::int64_t>("encoder features");
   const auto width = r.value<std::int64_t>("encoder width");
   if (features < 1 || features > 65536 || width < 1 || width > 4096) r.fail("encoder features or width", "is out of range");

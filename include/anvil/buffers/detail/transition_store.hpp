@@ -17,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include <anvil/buffers/detail/frame_chains.hpp>
 #include <anvil/buffers/detail/n_step.hpp>
 #include <anvil/buffers/replay_config.hpp>
 #include <anvil/core/batch.hpp>
@@ -57,6 +58,12 @@ inline at::Tensor host_as(const at::Tensor& t, at::ScalarType dtype) {
 /// task, batches carry it (`ReplayBatch::task`), and the store counts the live
 /// transitions of each task (`task_count`, `task_of`) for task-balanced sampling.
 ///
+/// Frame stacks (image parts with `frames` > 1, as `envs::Pixels` hands out) are stored a
+/// frame a row: a row keeps its stacks' newest frames and links to its env's previous row,
+/// and a sample rebuilds each stack by following the links (`FrameChains`). A transition
+/// then also leaves early when a row its stacks read is overwritten; the observation ring
+/// has (frames - 1) * 256 more rows for them.
+///
 /// n-step returns (`n_step` > 1) are formed before storing by an `NStepWindow` per env.
 /// Rows live with the networks (`device`); on the CPU a batch comes out as contiguous
 /// float32 tensors gathered with prefetching; on a GPU by `index_select`, so transitions
@@ -86,6 +93,9 @@ class TransitionStore {
         tasks_(static_cast<std::int64_t>(spec.tasks.size())),
         width_(ad_ + 2 + (n_step > 1 ? 1 : 0) + (tasks_ > 0 ? 1 : 0)),
         window_(n_step, 0.99) {
+    if (bytes_) frames_ = FrameChains(spec.layout, row_bytes_);
+    sd_ = frames_.on() ? frames_.stored_bytes() : od_;
+    obs_capacity_ += (frames_.depth() - 1) * 256;
     if (bytes_ && obs_dtype_ != ObsDtype::float32)
       throw ConfigError("buffer.obs_dtype: " + spec.name + "'s observations are rows of parts (" + spec.layout.describe() +
                         "), stored as they come; obs_dtype applies to float observations only");
@@ -97,14 +107,15 @@ class TransitionStore {
     const std::int64_t obs_size = bytes_ ? 1 : obs_dtype_ == ObsDtype::float32 ? 4 : 2;
     const std::int64_t host = static_cast<std::int64_t>(capacity_ * sizeof(Link) + obs_capacity_ * sizeof(std::int32_t)) +
                               (tasks_ > 0 ? capacity_ * static_cast<std::int64_t>(sizeof(std::int32_t)) : 0) +
+                              (frames_.on() ? obs_capacity_ * 2 * static_cast<std::int64_t>(sizeof(std::int32_t)) : 0) +
                               extra_host_bytes;
-    const std::int64_t need = capacity_ * width_ * 4 + obs_capacity_ * od_ * obs_size + host;
+    const std::int64_t need = capacity_ * width_ * 4 + obs_capacity_ * sd_ * obs_size + host;
     const std::string field = "buffer.capacity=" + std::to_string(capacity);
     check_fits(device_.is_cpu() ? need : host, field, owner_ + "'s storage");
     allocating(owner_ + "'s storage (" + field + ")", need, [&] {
       const auto f = at::TensorOptions().dtype(at::kFloat).device(device_);
       data_ = at::empty({capacity_, width_}, f);
-      obs_ = at::empty({obs_capacity_, od_}, f.dtype(bytes_                                ? at::kByte
+      obs_ = at::empty({obs_capacity_, sd_}, f.dtype(bytes_                                ? at::kByte
                                                      : obs_dtype_ == ObsDtype::float32    ? at::kFloat
                                                      : obs_dtype_ == ObsDtype::bfloat16 ? at::kBFloat16
                                                                                         : at::kHalf));
@@ -117,6 +128,7 @@ class TransitionStore {
       link_ = HugeArray<Link>(static_cast<std::size_t>(capacity_), Link{}, HugeArray<Link>::Lazy{});
       owner_of_ = HugeArray<std::int32_t>(static_cast<std::size_t>(obs_capacity_), -1, HugeArray<std::int32_t>::Lazy{});
       if (tasks_ > 0) task_of_ = HugeArray<std::int32_t>(static_cast<std::size_t>(capacity_), -1);
+      if (frames_.on()) frames_.allocate(obs_capacity_);
     });
     task_count_.assign(static_cast<std::size_t>(tasks_), 0);
   }
@@ -130,9 +142,9 @@ class TransitionStore {
     if (n > capacity_)
       throw Error(owner_ + ": adding " + std::to_string(n) +
                   " transitions at once exceeds buffer.capacity=" + std::to_string(capacity_));
-    if (2 * n > obs_capacity_)
+    if (2 * n * frames_.depth() > obs_capacity_)
       throw Error(owner_ + ": adding " + std::to_string(n) + " transitions at once needs up to " +
-                  std::to_string(2 * n) + " observation rows; this buffer has " + std::to_string(obs_capacity_) +
+                  std::to_string(2 * n * frames_.depth()) + " observation rows; this buffer has " + std::to_string(obs_capacity_) +
                   " (buffer.capacity=" + std::to_string(capacity_) + ")");
     const auto obs = host_obs(s.obs, n, "obs"), next = host_obs(s.next_obs, n, "next_obs");
     const auto act = host(s.action, n, ad_, "action"), rew = host(s.reward, n, 1, "reward");
@@ -169,18 +181,22 @@ class TransitionStore {
       const std::uint8_t* oi = o + i * row_bytes_;
       std::uint8_t* open = open_obs_.data() + i * row_bytes_;
       std::int64_t oid = open_[e];
-      if (!obs_live(oid) || std::memcmp(oi, open, static_cast<std::size_t>(row_bytes_)) != 0) oid = append_obs(oi);
-      const std::int64_t nid = append_obs(no + i * row_bytes_);
+      if (!obs_live(oid) || std::memcmp(oi, open, static_cast<std::size_t>(row_bytes_)) != 0)
+        oid = store_obs(oi, open_[e], open);
+      const std::int64_t nid = store_obs(no + i * row_bytes_, oid, oi);
       open_[e] = nid;
       std::memcpy(open, no + i * row_bytes_, static_cast<std::size_t>(row_bytes_));
       const std::int32_t ti = tk ? static_cast<std::int32_t>(tk[i]) : -1;
       if (window_.n() == 1) {
-        put(oid, nid, a + i * ad_, r[i], t[i], 1.0, ti);
+        if (obs_live(oid))
+          put(oid, nid, a + i * ad_, r[i], t[i], 1.0, ti);
+        else
+          ++dropped_;  // storing next_obs overwrote a row obs needs (a ring too small for this many envs)
       } else {
         window_.push(e, {oid, nid, std::vector<float>(a + i * ad_, a + (i + 1) * ad_), r[i], t[i] > 0.5f},
                      t[i] > 0.5f || tr[i] > 0.5f, done_);
         for (const auto& d : done_) {
-          if (obs_live(d.obs)) {
+          if (obs_live(d.obs)) {  // (and the rows its stacks read)
             put(d.obs, d.next, d.action.data(), static_cast<float>(d.reward), d.terminated ? 1.f : 0.f, d.discount, ti);
           } else {
             ++dropped_;  // its first observation was overwritten while the window filled
@@ -256,20 +272,27 @@ class TransitionStore {
           // at most two lines), 2 * kAhead rows ahead
           const std::int64_t count = 2 * m, ahead = 2 * kAhead;
           for (std::int64_t e = 0; e < std::min(ahead, count); ++e) {
-            prefetch_l2(obs_src + rows[e] * od_);
-            prefetch_l2(obs_src + rows[e] * od_ + od_ - 1);
+            prefetch_l2(obs_src + rows[e] * sd_);
+            prefetch_l2(obs_src + rows[e] * sd_ + sd_ - 1);
           }
           for (std::int64_t e = 0; e < count; e += 2) {  // a transition's obs and next_obs
             if (e + ahead < count) {
-              prefetch_l2(obs_src + rows[e + ahead] * od_);
-              prefetch_l2(obs_src + rows[e + ahead] * od_ + od_ - 1);
-              prefetch_l2(obs_src + rows[e + ahead + 1] * od_);
-              prefetch_l2(obs_src + rows[e + ahead + 1] * od_ + od_ - 1);
+              prefetch_l2(obs_src + rows[e + ahead] * sd_);
+              prefetch_l2(obs_src + rows[e + ahead] * sd_ + sd_ - 1);
+              prefetch_l2(obs_src + rows[e + ahead + 1] * sd_);
+              prefetch_l2(obs_src + rows[e + ahead + 1] * sd_ + sd_ - 1);
             }
-            const auto* ro = obs_src + rows[e] * od_;
-            const auto* rn = obs_src + rows[e + 1] * od_;
+            const auto* ro = obs_src + rows[e] * sd_;
+            const auto* rn = obs_src + rows[e + 1] * sd_;
             Out* oi = o + (c0 + e / 2) * od_;
             Out* ni = no + (c0 + e / 2) * od_;
+            if constexpr (std::is_same_v<Out, std::uint8_t>) {
+              if (frames_.on()) {  // stacks rebuilt from their rows
+                frames_.rebuild(obs_src, rows[e], oi);
+                frames_.rebuild(obs_src, rows[e + 1], ni);
+                continue;
+              }
+            }
             for (std::int64_t j = 0; j < od_; ++j) oi[j] = static_cast<Out>(ro[j]);
             for (std::int64_t j = 0; j < od_; ++j) ni[j] = static_cast<Out>(rn[j]);
           }
@@ -300,18 +323,31 @@ class TransitionStore {
     const auto n = static_cast<std::int64_t>(slots.size());
     ReplayBatch b;
     {
-      auto idx = at::empty({3 * n}, at::TensorOptions().dtype(at::kLong));
+      // the transitions' rows, then each one's obs and next_obs rows (with frame stacks, each
+      // one's chain of k rows, newest first)
+      const std::int64_t k = frames_.depth();
+      auto idx = at::empty({n + 2 * n * k}, at::TensorOptions().dtype(at::kLong));
       auto* ip = idx.data_ptr<std::int64_t>();
+      std::array<std::int32_t, FrameChains::kMaxFrames> chain{};
       for (std::int64_t i = 0; i < n; ++i) {
         const auto s = static_cast<std::size_t>(slots[static_cast<std::size_t>(i)]);
         ip[i] = slots[static_cast<std::size_t>(i)];
-        ip[n + i] = link_[s].obs;
-        ip[2 * n + i] = link_[s].next;
+        if (k == 1) {
+          ip[n + i] = link_[s].obs;
+          ip[2 * n + i] = link_[s].next;
+          continue;
+        }
+        frames_.chain(link_[s].obs, chain.data());
+        for (std::int64_t m = 0; m < k; ++m) ip[n + i * k + m] = chain[static_cast<std::size_t>(m)];
+        frames_.chain(link_[s].next, chain.data());
+        for (std::int64_t m = 0; m < k; ++m) ip[n + (n + i) * k + m] = chain[static_cast<std::size_t>(m)];
       }
       const auto di = idx.to(device_, /*non_blocking=*/true);
       const auto rows = data_.index_select(0, di.narrow(0, 0, n));
-      const auto rows2 = obs_.index_select(0, di.narrow(0, n, 2 * n));
-      const auto both = bytes_ ? rows2 : rows2.to(at::kFloat);  // rows of parts cross as bytes
+      const auto rows2 = obs_.index_select(0, di.narrow(0, n, 2 * n * k));
+      const auto both = k > 1     ? frames_.rebuild(rows2.view({2 * n, k, sd_}))
+                        : bytes_ ? rows2
+                                 : rows2.to(at::kFloat);  // rows of parts cross as bytes
       b.obs = both.narrow(0, 0, n);
       b.next_obs = both.narrow(0, n, n);
       b.action = discrete_ ? rows.select(1, 0).to(at::kLong) : rows.narrow(1, 0, ad_);
@@ -330,6 +366,7 @@ class TransitionStore {
     w.value(obs_capacity_);
     w.value(width_);
     w.value(od_);
+    if (frames_.on()) w.value(sd_);
     w.value(ad_);
     w.value<std::uint8_t>(static_cast<std::uint8_t>(obs_dtype_));
     w.value(added_);
@@ -342,6 +379,7 @@ class TransitionStore {
     w.bytes(obs.data_ptr(), static_cast<std::size_t>(obs.numel() * obs.element_size()));
     w.bytes(link_.data(), static_cast<std::size_t>(stored()) * sizeof(Link));
     w.bytes(owner_of_.data(), static_cast<std::size_t>(obs_stored()) * sizeof(std::int32_t));
+    if (frames_.on()) frames_.save(w, obs_stored());
     w.value<std::uint64_t>(open_.size());
     w.bytes(open_.data(), open_.size() * sizeof(std::int64_t));
     w.bytes(open_obs_.data(), open_obs_.size());
@@ -356,12 +394,14 @@ class TransitionStore {
     std::vector<std::int64_t> open;
     std::vector<std::uint8_t> open_obs;  // each env's row's bytes
     NStepWindow::Saved window;
+    FrameChains::Saved frames;
   };
   Saved read(BinaryReader& r) const {
     r.expect(capacity_, "buffer.capacity");
     r.expect(obs_capacity_, "observation ring size");
     r.expect(width_, "row width");
     r.expect(od_, "observation size");
+    if (frames_.on()) r.expect(sd_, "stored observation row size (a frame of each stack)");
     r.expect(ad_, "action size");
     r.expect<std::uint8_t>(static_cast<std::uint8_t>(obs_dtype_), "buffer.obs_dtype (0 float32, 1 bfloat16, 2 float16)");
     Saved s;
@@ -374,8 +414,8 @@ class TransitionStore {
     const std::int64_t n = std::min(s.added, capacity_), m = std::min(s.obs_added, obs_capacity_);
     s.rows = at::empty({n, width_}, at::kFloat);
     r.bytes(s.rows.data_ptr<float>(), static_cast<std::size_t>(n * width_) * sizeof(float), "transitions");
-    s.obs = at::empty({m, od_}, obs_.options().device(at::kCPU));
-    r.bytes(s.obs.data_ptr(), static_cast<std::size_t>(m * od_ * s.obs.element_size()), "observations");
+    s.obs = at::empty({m, sd_}, obs_.options().device(at::kCPU));
+    r.bytes(s.obs.data_ptr(), static_cast<std::size_t>(m * sd_ * s.obs.element_size()), "observations");
     auto ints = [&](std::vector<std::int32_t>& v, std::int64_t k, const char* what) {
       v.resize(static_cast<std::size_t>(k));
       r.bytes(v.data(), v.size() * sizeof(std::int32_t), what);
@@ -383,6 +423,7 @@ class TransitionStore {
     s.links.resize(static_cast<std::size_t>(n));
     r.bytes(s.links.data(), s.links.size() * sizeof(Link), "observation links");
     ints(s.owner_of, m, "observation owners");
+    if (frames_.on()) s.frames = frames_.read(r, m);
     std::int64_t live = 0;
     for (const auto& l : s.links) {
       const auto a = l.obs, b = l.next;
@@ -407,6 +448,7 @@ class TransitionStore {
     obs_.narrow(0, 0, s.obs.size(0)).copy_(s.obs);
     link_.restart(s.links.size());  // the rows written so far; the rest fill as before
     owner_of_.restart(s.owner_of.size());
+    if (frames_.on()) frames_.restore(std::move(s.frames));
     std::copy(s.links.begin(), s.links.end(), link_.begin());
     std::copy(s.owner_of.begin(), s.owner_of.end(), owner_of_.begin());
     added_ = s.added;
@@ -466,7 +508,8 @@ class TransitionStore {
   [[nodiscard]] std::int64_t bytes() const noexcept {
     return data_.numel() * static_cast<std::int64_t>(data_.element_size()) +
            obs_.numel() * static_cast<std::int64_t>(obs_.element_size()) +
-           static_cast<std::int64_t>(link_.size() * sizeof(Link) + owner_of_.size() * sizeof(std::int32_t));
+           static_cast<std::int64_t>(link_.size() * sizeof(Link) + owner_of_.size() * sizeof(std::int32_t)) +
+           frames_.link_bytes();
   }
 
  private:
@@ -508,14 +551,58 @@ class TransitionStore {
     return {newest_slot, added_ - 1 - newest_slot, capacity_};
   }
   [[nodiscard]] std::int64_t obs_stored() const noexcept { return std::min(obs_added_, obs_capacity_); }
-  [[nodiscard]] bool obs_live(std::int64_t id) const noexcept { return id >= 0 && id + obs_capacity_ >= obs_added_; }
+  // Whether observation `id` is still in the ring, and with frame stacks, every row its
+  // stacks read (an older row's slot that holds a newer id now was overwritten).
+  [[nodiscard]] bool obs_live(std::int64_t id) const noexcept {
+    if (id < 0 || id + obs_capacity_ < obs_added_) return false;
+    std::int64_t cur = id;
+    for (std::int64_t m = 1; m < frames_.depth(); ++m) {
+      const std::int32_t p = frames_.prev(cur % obs_capacity_);
+      if (p < 0) break;
+      const std::int64_t last = obs_added_ - 1, pid = last - (last - p) % obs_capacity_;  // the id now in row p
+      if (pid >= cur) return false;
+      cur = pid;
+    }
+    return true;
+  }
 
-  // Appends one observation; a stored transition that still uses the row it overwrites
-  // is dropped.
-  std::int64_t append_obs(const std::uint8_t* o) {
+  // Appends observation `o` (a full row). With frame stacks it is linked to observation
+  // `parent` (whose full row is `parent_row`) where its stacks continue that row's; else
+  // it starts a chain where every frame of its stacks is the same (an episode's start);
+  // else it comes after rows of its own older frames.
+  std::int64_t store_obs(const std::uint8_t* o, std::int64_t parent, const std::uint8_t* parent_row) {
+    if (!frames_.on()) return append_obs(o);
+    std::int64_t link = -1;
+    if (parent >= 0 && obs_live(parent) && frames_.child(parent % obs_capacity_) < 0 && frames_.follows(o, parent_row))
+      link = parent;
+    else if (!frames_.starts(o))
+      for (std::int64_t back = frames_.depth() - 1; back >= 1; --back) link = append_obs(o, link, back);
+    return append_obs(o, link, 0);
+  }
+
+  // Appends one observation row (with frame stacks: the one `back` steps before full row
+  // `o`, linked to observation `parent`); a stored transition that still uses the row it
+  // overwrites is dropped, and with frame stacks, those whose stacks read it.
+  std::int64_t append_obs(const std::uint8_t* o, std::int64_t parent = -1, std::int64_t back = 0) {
     const std::int64_t id = obs_added_++;
     const auto slot = static_cast<std::int32_t>(id % obs_capacity_);
     owner_of_.reach(static_cast<std::size_t>(slot));
+    drop_user(slot);
+    owner_of_[static_cast<std::size_t>(slot)] = -1;
+    if (frames_.on()) {
+      if (id >= obs_capacity_)  // the rows that read this one: its next depth - 1 down its env's chain
+        for (std::int32_t c = frames_.child(slot), m = 1; c >= 0 && m < frames_.depth(); c = frames_.child(c), ++m)
+          drop_user(c);
+      frames_.link(slot, parent >= 0 ? parent % obs_capacity_ : -1);
+      frames_.stored_row(o, back, obs_stage_);
+    } else {
+      obs_stage_.insert(obs_stage_.end(), o, o + row_bytes_);
+    }
+    return id;
+  }
+
+  // Drops the stored transition whose obs is in observation row `slot`, if any.
+  void drop_user(std::int32_t slot) {
     const std::int32_t t = owner_of_[static_cast<std::size_t>(slot)];
     if (t >= 0 && link_[static_cast<std::size_t>(t)].obs == slot) {
       link_[static_cast<std::size_t>(t)] = Link{};
@@ -524,9 +611,6 @@ class TransitionStore {
       ++dropped_;
       killed_.push_back(t);
     }
-    owner_of_[static_cast<std::size_t>(slot)] = -1;
-    obs_stage_.insert(obs_stage_.end(), o, o + row_bytes_);
-    return id;
   }
 
   // Stores one transition of task `task` (-1: none) from observation `oid` to `nid`.
@@ -582,7 +666,7 @@ class TransitionStore {
         done += len;
       }
     };
-    copy_in(obs_, first_obs, obs_stage_.data(), static_cast<std::int64_t>(obs_stage_.size()), od_,
+    copy_in(obs_, first_obs, obs_stage_.data(), static_cast<std::int64_t>(obs_stage_.size()), sd_,
             bytes_ ? at::kByte : at::kFloat);
     copy_in(data_, first_row, row_stage_.data(), static_cast<std::int64_t>(row_stage_.size() * sizeof(float)), width_,
             at::kFloat);
@@ -593,6 +677,8 @@ class TransitionStore {
   std::string owner_;
   std::int64_t od_;                // observation row width: floats, or bytes for rows of parts
   std::int64_t row_bytes_;         // ... in bytes
+  std::int64_t sd_ = 0;            // stored observation row width (od_, or a frame of each stack)
+  FrameChains frames_;             // frame stacks stored once (none: rows stored whole)
   bool bytes_;                     // rows of parts (uint8), stored as they come
   std::int64_t ad_;
   bool discrete_, with_discount_;
@@ -600,7 +686,7 @@ class TransitionStore {
   std::int64_t tasks_;             // the env's tasks (0: none)
   std::int64_t width_;             // columns of data_
   at::Tensor data_;                // [capacity, width]: action, reward, terminated (, discount) (, task)
-  at::Tensor obs_;                 // [obs_capacity, obs_dim] in the storage dtype
+  at::Tensor obs_;                 // [obs_capacity, sd_] in the storage dtype
   HugeArray<Link> link_;           // per transition row
   HugeArray<std::int32_t> owner_of_;  // per observation row: the transition row using it as obs
   HugeArray<std::int32_t> task_of_;   // per transition row: its task (envs with tasks)

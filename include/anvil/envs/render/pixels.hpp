@@ -56,7 +56,9 @@ class Pixels {
     obs_.assign(frame_ * static_cast<std::size_t>(o.frames), 0);
   }
 
-  [[nodiscard]] ObsLayout observation_space() const { return ObsLayout{}.image("pixels", 3 * o_.frames, o_.size, o_.size); }
+  [[nodiscard]] ObsLayout observation_space() const {
+    return ObsLayout{}.image("pixels", 3 * o_.frames, o_.size, o_.size, o_.frames);
+  }
   [[nodiscard]] auto action_space() const { return env_.action_space(); }
 
   std::span<const std::uint8_t> reset(std::uint64_t seed) {
