@@ -13130,8 +13130,6 @@ static_assert(Buffer<EpisodeBuffer>);
 #include <cstring>
 #include <span>
 #include <string>
-#include <string_view>
-#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -13505,6 +13503,154 @@ class FrameChains {
 
 }  // namespace anvil::detail
 // ---- end <anvil/buffers/detail/frame_chains.hpp> ----
+// ---- begin <anvil/buffers/detail/ring_rows.hpp> ----
+/// @file
+/// How the replay store (buffers/detail/transition_store.hpp) copies rows on the host:
+/// `copy_into_ring`, a step's staged rows into a ring; `gather_on_host`, a batch of random
+/// transitions out of the rings, prefetching ahead of the copies; `host_as`, a tensor's
+/// values readable on the host; and `ObsLink`, a transition's links to its observation rows.
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <span>
+#include <type_traits>
+
+
+namespace anvil::detail {
+
+/// `t`'s values as a contiguous host tensor of `dtype`, for reading its data: `t` itself when
+/// it is one already, so the per-step calls of the buffers, which usually get such tensors,
+/// run no LibTorch op; else a converted copy (no autograd history).
+inline at::Tensor host_as(const at::Tensor& t, at::ScalarType dtype) {
+  if (t.is_cpu() && t.scalar_type() == dtype && t.is_contiguous()) return t;
+  return t.detach().to(at::kCPU, dtype).contiguous();
+}
+
+/// Copies `stage` (rows of `w` elements of `dtype`: float32, or the bytes of observation
+/// rows; `stage_bytes` in all) into `ring` from row `first` on, wrapping (at most two
+/// pieces); only the last `ring.size(0)` rows survive when more were staged.
+inline void copy_into_ring(at::Tensor& ring, std::int64_t first, void* stage_data, std::int64_t stage_bytes, std::int64_t w,
+                           at::ScalarType dtype) {
+  const std::int64_t es = dtype == at::kByte ? 1 : 4;
+  auto* stage = static_cast<std::uint8_t*>(stage_data);
+  const auto k = stage_bytes / (w * es);
+  const std::int64_t cap = ring.size(0);
+  if (k == 0) return;
+  const std::int64_t skip = std::max<std::int64_t>(0, k - cap);
+  // A ring on the host in the stage's dtype (the usual case, once per env step) takes a
+  // memcpy per piece; other dtypes and devices go through LibTorch's copy.
+  const bool raw = ring.is_cpu() && ring.scalar_type() == dtype && ring.is_contiguous();
+  const auto src = raw ? at::Tensor() : at::from_blob(stage + skip * w * es, {k - skip, w}, dtype);
+  std::int64_t done = 0;
+  while (done < k - skip) {
+    const std::int64_t slot = (first + skip + done) % cap;
+    const std::int64_t len = std::min(k - skip - done, cap - slot);
+    if (raw)
+      std::memcpy(static_cast<std::uint8_t*>(ring.data_ptr()) + slot * w * es, stage + (skip + done) * w * es,
+                  static_cast<std::size_t>(len * w * es));
+    else
+      ring.narrow(0, slot, len).copy_(src.narrow(0, done, len));
+    done += len;
+  }
+}
+
+/// The observation rows of a transition's obs and next_obs; -1 when the row holds none.
+struct ObsLink {
+  std::int32_t obs = -1, next = -1;
+};
+
+/// What a batch is gathered from (the rings) and into (the batch's columns) on the host.
+struct HostGather {
+  const float* rows;          ///< transition rows: action, reward, terminated (, discount) (, task)
+  std::int64_t width;         ///< floats a transition row
+  const ObsLink* links;       ///< per transition row
+  std::int64_t ad;            ///< action width
+  std::int64_t task_col;      ///< the task's column, or -1
+  bool discount;              ///< a discount column after terminated
+  std::int64_t od, sd;        ///< an observation's width in the batch, and stored (elements)
+  const FrameChains* frames;  ///< frame stacks to rebuild (bytes), or null: rows stored whole
+  float *action, *reward, *terminated, *discount_out;
+  std::int64_t* task;  ///< null without tasks
+};
+
+/// Copies the transitions in rows `slots` into `g`'s columns and their obs and next_obs into
+/// `o` and `no` (`g.od` elements each, converted from the ring's `Src`).
+///
+/// Rows of random transitions miss every cache. They are read in two passes over each chunk
+/// of the batch, each fetching its lines kAhead transitions ahead into the L2
+/// (`prefetch_l2`): the links and action rows, then the two observation rows that the links
+/// name. The prefetches are written out in the loops, not in helper lambdas: GCC 12 counts a
+/// lambda that only reads and prefetches as free of side effects and drops its calls, which
+/// left the observation rows unfetched before (a uniform sample took 2.6x as long;
+/// benchmarks/RESULTS.md, "The gather in two passes").
+template <class Src, class Out>
+void gather_on_host(const HostGather& g, std::span<const std::int64_t> slots, const Src* obs_src, Out* o, Out* no) {
+  constexpr std::int64_t kChunk = 256, kAhead = 24;
+  const auto n = static_cast<std::int64_t>(slots.size());
+  const float* src = g.rows;
+  const ObsLink* link = g.links;
+  const std::int64_t width = g.width, ad = g.ad, od = g.od, sd = g.sd;
+  std::int32_t rows[2 * kChunk];  // the chunk's observation rows: obs, next_obs of each transition
+  for (std::int64_t c0 = 0; c0 < n; c0 += kChunk) {
+    const std::int64_t m = std::min(kChunk, n - c0);
+    const std::int64_t* sl = slots.data() + c0;
+    // pass 1: the links and action rows
+    for (std::int64_t i = 0; i < std::min(kAhead, m); ++i) {
+      prefetch_l2(link + sl[i]);
+      prefetch_l2(src + sl[i] * width);
+    }
+    for (std::int64_t i = 0; i < m; ++i) {
+      if (i + kAhead < m) {
+        prefetch_l2(link + sl[i + kAhead]);
+        prefetch_l2(src + sl[i + kAhead] * width);
+      }
+      const ObsLink l = link[sl[i]];
+      rows[2 * i] = l.obs;
+      rows[2 * i + 1] = l.next;
+      const float* row = src + sl[i] * width;
+      const std::int64_t k = c0 + i;
+      for (std::int64_t j = 0; j < ad; ++j) g.action[k * ad + j] = row[j];
+      g.reward[k] = row[ad];
+      g.terminated[k] = row[ad + 1];
+      if (g.discount) g.discount_out[k] = row[ad + 2];
+      if (g.task) g.task[k] = static_cast<std::int64_t>(row[g.task_col]);
+    }
+    // pass 2: the observation rows, each fetched by its first and last elements (its at most
+    // two lines), 2 * kAhead rows ahead
+    const std::int64_t count = 2 * m, ahead = 2 * kAhead;
+    for (std::int64_t e = 0; e < std::min(ahead, count); ++e) {
+      prefetch_l2(obs_src + rows[e] * sd);
+      prefetch_l2(obs_src + rows[e] * sd + sd - 1);
+    }
+    for (std::int64_t e = 0; e < count; e += 2) {  // a transition's obs and next_obs
+      if (e + ahead < count) {
+        prefetch_l2(obs_src + rows[e + ahead] * sd);
+        prefetch_l2(obs_src + rows[e + ahead] * sd + sd - 1);
+        prefetch_l2(obs_src + rows[e + ahead + 1] * sd);
+        prefetch_l2(obs_src + rows[e + ahead + 1] * sd + sd - 1);
+      }
+      const Src* ro = obs_src + rows[e] * sd;
+      const Src* rn = obs_src + rows[e + 1] * sd;
+      Out* oi = o + (c0 + e / 2) * od;
+      Out* ni = no + (c0 + e / 2) * od;
+      if constexpr (std::is_same_v<Src, std::uint8_t> && std::is_same_v<Out, std::uint8_t>) {
+        if (g.frames != nullptr) {  // stacks rebuilt from their rows
+          g.frames->rebuild(obs_src, rows[e], oi);
+          g.frames->rebuild(obs_src, rows[e + 1], ni);
+          continue;
+        }
+      }
+      for (std::int64_t j = 0; j < od; ++j) oi[j] = static_cast<Out>(ro[j]);
+      for (std::int64_t j = 0; j < od; ++j) ni[j] = static_cast<Out>(rn[j]);
+    }
+  }
+}
+
+}  // namespace anvil::detail
+// ---- end <anvil/buffers/detail/ring_rows.hpp> ----
 // ---- begin <anvil/buffers/detail/n_step.hpp> ----
 /// @file
 /// `NStepWindow`: turns each env's stream of one-step transitions into n-step ones
@@ -13751,14 +13897,6 @@ namespace anvil {
 
 namespace detail {
 
-/// `t`'s values as a contiguous host tensor of `dtype`, for reading its data: `t` itself when
-/// it is one already, so the per-step calls of the buffers, which usually get such tensors,
-/// run no LibTorch op; else a converted copy (no autograd history).
-inline at::Tensor host_as(const at::Tensor& t, at::ScalarType dtype) {
-  if (t.is_cpu() && t.scalar_type() == dtype && t.is_contiguous()) return t;
-  return t.detach().to(at::kCPU, dtype).contiguous();
-}
-
 /// Replay storage in two preallocated rings.
 ///
 /// Transitions: `capacity` rows of [action | reward | terminated (| discount)] floats,
@@ -13790,10 +13928,7 @@ inline at::Tensor host_as(const at::Tensor& t, at::ScalarType dtype) {
 /// never cross to the host. Discrete actions are stored as floats (exact below 2^24).
 class TransitionStore {
  public:
-  /// The observation rows of a transition's obs and next_obs; -1 when the row holds none.
-  struct Link {
-    std::int32_t obs = -1, next = -1;
-  };
+  using Link = ObsLink;  ///< a transition's obs and next_obs rows (-1: none)
 
   /// `extra_host_bytes`: host memory the owner allocates beside the store (a priority
   /// tree), counted in the check that the whole fits before anything is allocated.
@@ -13942,7 +14077,6 @@ class TransitionStore {
       b.reward = at::empty({n}, f);
       b.terminated = at::empty({n}, f);
       if (with_discount_) b.discount = at::empty({n}, f);
-      const float* src = data_.data_ptr<float>();
       float* a = action.data_ptr<float>();
       float *r = b.reward.data_ptr<float>(), *t = b.terminated.data_ptr<float>();
       float* d = with_discount_ ? b.discount.data_ptr<float>() : nullptr;
@@ -13951,81 +14085,16 @@ class TransitionStore {
         b.task = at::empty({n}, at::TensorOptions().dtype(at::kLong));
         tk = b.task.data_ptr<std::int64_t>();
       }
-      const std::int64_t task_col = ad_ + 2 + (with_discount_ ? 1 : 0);
-      // Rows of random transitions miss every cache. They are read in two passes over each
-      // chunk of the batch, each fetching its lines kAhead transitions ahead into the L2
-      // (`prefetch_l2`): the links and action rows, then the two observation rows that the
-      // links name. The prefetches are written out in the loops, not in helper lambdas:
-      // GCC 12 counts a lambda that only reads and prefetches as free of side effects and
-      // drops its calls, which left the observation rows unfetched before (a uniform sample
-      // took 2.6x as long; benchmarks/RESULTS.md, "The gather in two passes").
-      constexpr std::int64_t kChunk = 256, kAhead = 24;
-      const Link* link = link_.data();
-      auto run = [&](const auto* obs_src, auto* o, auto* no) {
-        using Out = std::remove_cvref_t<decltype(*o)>;
-        std::int32_t rows[2 * kChunk];  // the chunk's observation rows: obs, next_obs of each transition
-        for (std::int64_t c0 = 0; c0 < n; c0 += kChunk) {
-          const std::int64_t m = std::min(kChunk, n - c0);
-          const std::int64_t* sl = slots.data() + c0;
-          // pass 1: the links and action rows
-          for (std::int64_t i = 0; i < std::min(kAhead, m); ++i) {
-            prefetch_l2(link + sl[i]);
-            prefetch_l2(src + sl[i] * width_);
-          }
-          for (std::int64_t i = 0; i < m; ++i) {
-            if (i + kAhead < m) {
-              prefetch_l2(link + sl[i + kAhead]);
-              prefetch_l2(src + sl[i + kAhead] * width_);
-            }
-            const Link l = link[sl[i]];
-            rows[2 * i] = l.obs;
-            rows[2 * i + 1] = l.next;
-            const float* row = src + sl[i] * width_;
-            const std::int64_t k = c0 + i;
-            for (std::int64_t j = 0; j < ad_; ++j) a[k * ad_ + j] = row[j];
-            r[k] = row[ad_];
-            t[k] = row[ad_ + 1];
-            if (d) d[k] = row[ad_ + 2];
-            if (tk) tk[k] = static_cast<std::int64_t>(row[task_col]);
-          }
-          // pass 2: the observation rows, each fetched by its first and last elements (its
-          // at most two lines), 2 * kAhead rows ahead
-          const std::int64_t count = 2 * m, ahead = 2 * kAhead;
-          for (std::int64_t e = 0; e < std::min(ahead, count); ++e) {
-            prefetch_l2(obs_src + rows[e] * sd_);
-            prefetch_l2(obs_src + rows[e] * sd_ + sd_ - 1);
-          }
-          for (std::int64_t e = 0; e < count; e += 2) {  // a transition's obs and next_obs
-            if (e + ahead < count) {
-              prefetch_l2(obs_src + rows[e + ahead] * sd_);
-              prefetch_l2(obs_src + rows[e + ahead] * sd_ + sd_ - 1);
-              prefetch_l2(obs_src + rows[e + ahead + 1] * sd_);
-              prefetch_l2(obs_src + rows[e + ahead + 1] * sd_ + sd_ - 1);
-            }
-            const auto* ro = obs_src + rows[e] * sd_;
-            const auto* rn = obs_src + rows[e + 1] * sd_;
-            Out* oi = o + (c0 + e / 2) * od_;
-            Out* ni = no + (c0 + e / 2) * od_;
-            if constexpr (std::is_same_v<Out, std::uint8_t>) {
-              if (frames_.on()) {  // stacks rebuilt from their rows
-                frames_.rebuild(obs_src, rows[e], oi);
-                frames_.rebuild(obs_src, rows[e + 1], ni);
-                continue;
-              }
-            }
-            for (std::int64_t j = 0; j < od_; ++j) oi[j] = static_cast<Out>(ro[j]);
-            for (std::int64_t j = 0; j < od_; ++j) ni[j] = static_cast<Out>(rn[j]);
-          }
-        }
-      };
+      const HostGather g{data_.data_ptr<float>(), width_, link_.data(), ad_, tasks_ > 0 ? ad_ + 2 + (with_discount_ ? 1 : 0) : -1,
+                         with_discount_, od_, sd_, frames_.on() ? &frames_ : nullptr, a, r, t, d, tk};
       if (bytes_) {
-        run(obs_.data_ptr<std::uint8_t>(), b.obs.data_ptr<std::uint8_t>(), b.next_obs.data_ptr<std::uint8_t>());
+        gather_on_host(g, slots, obs_.data_ptr<std::uint8_t>(), b.obs.data_ptr<std::uint8_t>(), b.next_obs.data_ptr<std::uint8_t>());
       } else {
         float *o = b.obs.data_ptr<float>(), *no = b.next_obs.data_ptr<float>();
         switch (obs_dtype_) {
-          case ObsDtype::float32: run(obs_.data_ptr<float>(), o, no); break;
-          case ObsDtype::bfloat16: run(obs_.data_ptr<c10::BFloat16>(), o, no); break;
-          case ObsDtype::float16: run(obs_.data_ptr<c10::Half>(), o, no); break;
+          case ObsDtype::float32: gather_on_host(g, slots, obs_.data_ptr<float>(), o, no); break;
+          case ObsDtype::bfloat16: gather_on_host(g, slots, obs_.data_ptr<c10::BFloat16>(), o, no); break;
+          case ObsDtype::float16: gather_on_host(g, slots, obs_.data_ptr<c10::Half>(), o, no); break;
         }
       }
       b.action = discrete_ ? action.view({n}).to(at::kLong) : action;
@@ -14357,39 +14426,12 @@ class TransitionStore {
     ++added_;
   }
 
-  // Copies the rows staged by this add into the rings (at most two pieces each: the ids
-  // of one add are consecutive).
+  // Copies the rows this add staged into the rings (its ids are consecutive).
   void flush(std::int64_t first_obs, std::int64_t first_row) {
-    // `stage`: rows of `w` elements of `dtype` (float32, or the bytes of observation rows).
-    auto copy_in = [](at::Tensor& ring, std::int64_t first, void* stage_data, std::int64_t stage_bytes, std::int64_t w,
-                      at::ScalarType dtype) {
-      const std::int64_t es = dtype == at::kByte ? 1 : 4;
-      auto* stage = static_cast<std::uint8_t*>(stage_data);
-      const auto k = stage_bytes / (w * es);
-      const std::int64_t cap = ring.size(0);
-      if (k == 0) return;
-      // Only the last `cap` rows survive when more than `cap` were staged.
-      const std::int64_t skip = std::max<std::int64_t>(0, k - cap);
-      // A ring on the host in the stage's dtype (the usual case, once per env step) takes a
-      // memcpy per piece; other dtypes and devices go through LibTorch's copy.
-      const bool raw = ring.is_cpu() && ring.scalar_type() == dtype && ring.is_contiguous();
-      const auto src = raw ? at::Tensor() : at::from_blob(stage + skip * w * es, {k - skip, w}, dtype);
-      std::int64_t done = 0;
-      while (done < k - skip) {
-        const std::int64_t slot = (first + skip + done) % cap;
-        const std::int64_t len = std::min(k - skip - done, cap - slot);
-        if (raw)
-          std::memcpy(static_cast<std::uint8_t*>(ring.data_ptr()) + slot * w * es, stage + (skip + done) * w * es,
-                      static_cast<std::size_t>(len * w * es));
-        else
-          ring.narrow(0, slot, len).copy_(src.narrow(0, done, len));
-        done += len;
-      }
-    };
-    copy_in(obs_, first_obs, obs_stage_.data(), static_cast<std::int64_t>(obs_stage_.size()), sd_,
-            bytes_ ? at::kByte : at::kFloat);
-    copy_in(data_, first_row, row_stage_.data(), static_cast<std::int64_t>(row_stage_.size() * sizeof(float)), width_,
-            at::kFloat);
+    copy_into_ring(obs_, first_obs, obs_stage_.data(), static_cast<std::int64_t>(obs_stage_.size()), sd_,
+                   bytes_ ? at::kByte : at::kFloat);
+    copy_into_ring(data_, first_row, row_stage_.data(), static_cast<std::int64_t>(row_stage_.size() * sizeof(float)),
+                   width_, at::kFloat);
   }
 
   std::int64_t capacity_, obs_capacity_;
@@ -17087,19 +17129,22 @@ struct policy_config<BasicSAC<nn::GaussianActor, nn::TwinQ, kMultiTask>> {
 
 }  // namespace anvil
 // ---- end <anvil/algorithms/sac_config.hpp> ----
-// ---- begin <anvil/algorithms/sac_manual.hpp> ----
+// ---- begin <anvil/algorithms/sac_graph.hpp> ----
 /// @file
-/// SAC's CPU backend (`sac.manual_backward`): the critic part and the actor part of
-/// algorithms/sac_parts.hpp with hand-written gradients over the default networks'
-/// tapes (nn/manual_mlp.hpp, nn/gaussian_actor.hpp): the same arithmetic as autograd,
-/// without its graph, into the flat gradients the optimizers read. Float32 on the CPU.
+/// SAC's update in a CUDA graph (optim/graphed_update.hpp): the update's device work with no
+/// host synchronisation (what a graph captures), one graph per shape of update, and the
+/// host's part after a replay; and the same work op by op on any device
+/// (`BasicSAC::update_as_captured`, which the tests compare with the eager update on the
+/// CPU). Static functions on a `BasicSAC` (algorithms/sac.hpp), whose friend they are; the
+/// noise is drawn outside the graph, as op by op, so a run draws the same numbers with the
+/// graph or without.
 
 #include <torch/utils.h>
 
-#include <algorithm>
-#include <cmath>
 #include <cstdint>
-#include <initializer_list>
+#include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 // ---- begin <anvil/algorithms/sac_parts.hpp> ----
@@ -17264,182 +17309,6 @@ inline std::pair<at::Tensor, double> task_temperatures(const at::Tensor& log_alp
 }  // namespace detail
 }  // namespace anvil
 // ---- end <anvil/algorithms/sac_parts.hpp> ----
-
-namespace anvil::detail {
-
-/// Buffers of SAC's hand-written fast path (`manual_backward`): one set per part of the
-/// update, so the critic part and the actor part can run at once (see nn/manual_mlp.hpp).
-struct SacManual {
-  SacManual(const FlatParameters& critic, const nn::TwinQ& q, const FlatParameters& actor,
-            const nn::GaussianActor& pi)
-      : critic_grad(critic.new_gradient()),
-        q1_grads(critic.views_of(critic_grad, q->q1()->parameters())),
-        q2_grads(critic.views_of(critic_grad, q->q2()->parameters())),
-        actor_grad(actor.new_gradient()),
-        actor_grads(actor.views_of(actor_grad, pi->net()->parameters())),
-        alpha_grad(at::empty({1}, actor.flat().options())) {}
-  at::Tensor critic_grad;
-  std::vector<at::Tensor> q1_grads, q2_grads;
-  at::Tensor actor_grad;
-  std::vector<at::Tensor> actor_grads;
-  at::Tensor alpha_grad;
-  // critic part
-  nn::GaussianActorTape next_tape;
-  nn::MlpTape tq1, tq2, q1, q2;
-  at::Tensor x_next, x, dq1, dq2;
-  // actor part
-  nn::GaussianActorTape actor_tape;
-  nn::MlpTape aq1, aq2;
-  at::Tensor xa, dqa1, dqa2, dx1, dx2, da, dlp;
-  // act()
-  nn::GaussianActorTape act_tape;
-};
-
-// Rows of [obs | action] for the critics: copies `obs` [B, od] into the first od columns of
-// `x` [B, od + ad], (re)allocating x for the batch size.
-inline void obs_into(at::Tensor& x, const at::Tensor& obs, std::int64_t ad) {
-  const std::int64_t batch = obs.size(0), od = obs.size(1), w = od + ad;
-  if (!x.defined() || x.size(0) != batch) x = at::empty({batch, w}, obs.options());
-  const float* o = obs.data_ptr<float>();
-  float* p = x.data_ptr<float>();
-  for (std::int64_t i = 0; i < batch; ++i)
-    for (std::int64_t j = 0; j < od; ++j) p[i * w + j] = o[i * od + j];
-}
-inline void ensure(at::Tensor& t, std::initializer_list<std::int64_t> sizes, const at::Tensor& like) {
-  if (!t.defined() || t.sizes() != at::IntArrayRef(sizes)) t = at::empty(sizes, like.options());
-}
-inline const float* opt_ptr(const at::Tensor& t) { return t.defined() ? t.data_ptr<float>() : nullptr; }
-
-// SAC's critic part with hand-written gradients: the same arithmetic as autograd_critic.
-inline SacCriticResult manual_critic(SacManual& m, const nn::GaussianActorImpl& actor,
-                                   const nn::TwinQImpl& critic, const nn::TwinQImpl& target,
-                                   const ReplayBatch& batch, double alpha, double gamma_,
-                                   const at::Tensor& noise_next, const at::Tensor& alpha_row = {}) {
-  torch::NoGradGuard no_grad;
-  const auto obs = batch.obs.contiguous(), next_obs = batch.next_obs.contiguous();
-  const auto action = batch.action.contiguous(), reward = batch.reward.contiguous();
-  const auto terminated = batch.terminated.contiguous();
-  const auto discount = batch.discount.defined() ? batch.discount.contiguous() : at::Tensor();
-  const auto weight = batch.weight.defined() ? batch.weight.contiguous() : at::Tensor();
-  const std::int64_t n = obs.size(0), od = obs.size(1), ad = actor.action_dim(), w = od + ad;
-
-  obs_into(m.x_next, next_obs, ad);
-  m.next_tape.sample(actor, next_obs, noise_next, m.x_next.data_ptr<float>() + od, w);
-  const float* lp = m.next_tape.log_prob().data_ptr<float>();
-  const float* tq1 = m.tq1.forward(*target.q1(), m.x_next).data_ptr<float>();
-  const float* tq2 = m.tq2.forward(*target.q2(), m.x_next).data_ptr<float>();
-
-  obs_into(m.x, obs, ad);
-  {
-    const float* a = action.data_ptr<float>();
-    float* x = m.x.data_ptr<float>();
-    for (std::int64_t i = 0; i < n; ++i)
-      for (std::int64_t j = 0; j < ad; ++j) x[i * w + od + j] = a[i * ad + j];
-  }
-  const float* q1 = m.q1.forward(*critic.q1(), m.x).data_ptr<float>();
-  const float* q2 = m.q2.forward(*critic.q2(), m.x).data_ptr<float>();
-
-  ensure(m.dq1, {n, 1}, obs);
-  ensure(m.dq2, {n, 1}, obs);
-  SacCriticResult r;
-  r.td = at::empty({n}, obs.options());
-  const float *rw = reward.data_ptr<float>(), *term = terminated.data_ptr<float>();
-  const float *disc = opt_ptr(discount), *wt = opt_ptr(weight);
-  const auto alpha_rows = alpha_row.defined() ? alpha_row.contiguous() : at::Tensor();
-  const float* ar = opt_ptr(alpha_rows);  // per-transition temperatures (one per task), or none
-  float *d1 = m.dq1.data_ptr<float>(), *d2 = m.dq2.data_ptr<float>(), *td = r.td.data_ptr<float>();
-  const float gamma = static_cast<float>(gamma_), fa = static_cast<float>(alpha);
-  const float inv_n = 1.0f / static_cast<float>(n);
-  double loss = 0, q_sum = 0;
-  for (std::int64_t i = 0; i < n; ++i) {
-    const float v = std::min(tq1[i], tq2[i]) - (ar ? ar[i] : fa) * lp[i];
-    const float y = rw[i] + (disc ? disc[i] : gamma) * (1.0f - term[i]) * v;
-    const float e1 = q1[i] - y, e2 = q2[i] - y, wi = wt ? wt[i] : 1.0f;
-    loss += static_cast<double>(wi * 0.5f * (e1 * e1 + e2 * e2));
-    q_sum += q1[i];
-    d1[i] = wi * e1 * inv_n;
-    d2[i] = wi * e2 * inv_n;
-    td[i] = 0.5f * (std::abs(e1) + std::abs(e2));
-  }
-  m.q1.backward(*critic.q1(), m.dq1, &m.q1_grads, nullptr);
-  m.q2.backward(*critic.q2(), m.dq2, &m.q2_grads, nullptr);
-  r.grad = m.critic_grad;
-  r.loss = loss / static_cast<double>(n);
-  r.q_mean = q_sum / static_cast<double>(n);
-  return r;
-}
-
-// SAC's actor and temperature part with hand-written gradients (as autograd_actor). With
-// `alpha_row` (per-transition temperatures) or `weight_row` (per-transition loss weights),
-// the temperature's gradient is left to the caller (`log_prob` comes back).
-inline SacActorResult manual_actor(SacManual& m, const nn::GaussianActorImpl& actor,
-                                 const nn::TwinQImpl& critic, const ReplayBatch& batch,
-                                 double alpha, bool auto_alpha, double target_entropy,
-                                 const at::Tensor& noise, const at::Tensor& alpha_row = {},
-                                 const at::Tensor& weight_row = {}) {
-  torch::NoGradGuard no_grad;
-  const auto obs = batch.obs.contiguous();
-  const auto alpha_rows = alpha_row.defined() ? alpha_row.contiguous() : at::Tensor();
-  const auto weight = weight_row.defined() ? weight_row.contiguous() : at::Tensor();
-  const float *ar = opt_ptr(alpha_rows), *wt = opt_ptr(weight);
-  const bool per_row = ar || wt;
-  const std::int64_t n = obs.size(0), od = obs.size(1), ad = actor.action_dim(), w = od + ad;
-
-  obs_into(m.xa, obs, ad);
-  m.actor_tape.sample(actor, obs, noise, m.xa.data_ptr<float>() + od, w);
-  const float* lp = m.actor_tape.log_prob().data_ptr<float>();
-  const float* q1 = m.aq1.forward(*critic.q1(), m.xa).data_ptr<float>();
-  const float* q2 = m.aq2.forward(*critic.q2(), m.xa).data_ptr<float>();
-
-  ensure(m.dqa1, {n, 1}, obs);
-  ensure(m.dqa2, {n, 1}, obs);
-  float *d1 = m.dqa1.data_ptr<float>(), *d2 = m.dqa2.data_ptr<float>();
-  const float fa = static_cast<float>(alpha), inv_n = 1.0f / static_cast<float>(n);
-  if (per_row) ensure(m.dlp, {n}, obs);
-  float* dlp = per_row ? m.dlp.data_ptr<float>() : nullptr;
-  double loss = 0, lp_sum = 0;
-  for (std::int64_t i = 0; i < n; ++i) {
-    // d min(q1, q2) goes to the smaller one (ties: to both halves, as torch's minimum)
-    const float qmin = std::min(q1[i], q2[i]);
-    const float ai = ar ? ar[i] : fa, wi = wt ? wt[i] : 1.0f;
-    loss += static_cast<double>(wi * (ai * lp[i] - qmin));
-    lp_sum += lp[i];
-    const float g1 = q1[i] < q2[i] ? 1.0f : q1[i] > q2[i] ? 0.0f : 0.5f;
-    d1[i] = -g1 * wi * inv_n;
-    d2[i] = -(1.0f - g1) * wi * inv_n;
-    if (dlp) dlp[i] = ai * wi * inv_n;
-  }
-  ensure(m.dx1, {n, w}, obs);
-  ensure(m.dx2, {n, w}, obs);
-  m.aq1.backward(*critic.q1(), m.dqa1, nullptr, &m.dx1);
-  m.aq2.backward(*critic.q2(), m.dqa2, nullptr, &m.dx2);
-  ensure(m.da, {n, ad}, obs);
-  {
-    const float *x1 = m.dx1.data_ptr<float>(), *x2 = m.dx2.data_ptr<float>();
-    float* da = m.da.data_ptr<float>();
-    for (std::int64_t i = 0; i < n; ++i)
-      for (std::int64_t j = 0; j < ad; ++j) da[i * ad + j] = x1[i * w + od + j] + x2[i * w + od + j];
-  }
-  m.actor_tape.backward(actor, m.da, fa * inv_n, m.actor_grads, dlp);
-
-  SacActorResult r;
-  r.grad = m.actor_grad;
-  const double mean_lp = lp_sum / static_cast<double>(n);
-  r.loss = loss / static_cast<double>(n);
-  r.entropy = -mean_lp;
-  if (per_row) {
-    r.log_prob = m.actor_tape.log_prob().clone();
-  } else if (auto_alpha) {
-    // d/dlog_alpha of -(log_alpha (log_prob + target_entropy)).mean()
-    r.alpha_grad = m.alpha_grad;
-    r.alpha_grad.data_ptr<float>()[0] = static_cast<float>(-(mean_lp + target_entropy));
-    r.alpha_loss = -std::log(alpha) * (mean_lp + target_entropy);
-  }
-  return r;
-}
-
-}  // namespace anvil::detail
-// ---- end <anvil/algorithms/sac_manual.hpp> ----
 // ---- begin <anvil/optim/graphed_update.hpp> ----
 /// @file
 /// `GraphedUpdate`: an algorithm's update as a CUDA graph (core/cuda_graph.hpp). The first
@@ -17684,6 +17553,342 @@ class GraphedUpdates {
 }  // namespace anvil
 // ---- end <anvil/optim/graphed_update.hpp> ----
 
+namespace anvil::detail {
+
+/// What a captured SAC update leaves: its TD errors and metrics (and the metrics' names).
+struct SacGraphOutputs {
+  at::Tensor td, metrics;
+  std::vector<std::string> names;
+};
+using SacGraphs = GraphedUpdates<SacGraphOutputs>;
+
+/// SAC's captured update (see file comment).
+struct SacGraphed {
+  /// Whether a graph can hold this update: CUDA graphs built and on (`cuda_graph`), the
+  /// batch on the GPU, one process, one temperature, no loss scaling or accumulation.
+  template <class S, class Noise>
+  static bool graphable(const S& s, const ReplayBatch& b, const StepContext& ctx, const Noise& noise) {
+    return cuda::kCudaGraphs && s.cfg_.cuda_graph && s.device_.is_cuda() && b.obs.is_cuda() && s.alphas_ == 1 &&
+           !s.task_weights_ && ctx.graphable() && noise.next.defined() &&
+           (noise.obs.defined() || s.updates_ % s.cfg_.actor_update_freq != 0);
+  }
+
+  /// The update from a graph: one per shape of update (batch rows, actor and target steps or
+  /// not, importance weights and discounts given or not), warmed up op by op, captured, then
+  /// replayed.
+  template <class S, class Noise>
+  static UpdateInfo update(S& s, const ReplayBatch& b, StepContext& ctx, const Noise& noise) {
+    const bool actor_step = s.updates_ % s.cfg_.actor_update_freq == 0;
+    const bool target_step = s.updates_ % s.cfg_.target_update_freq == 0;
+    const std::int64_t key = b.obs.size(0) * 16 + (actor_step ? 1 : 0) + (target_step ? 2 : 0) +
+                             (b.weight.defined() ? 4 : 0) + (b.discount.defined() ? 8 : 0);
+    auto& g = s.graphs_.of(key, s.device_);
+    if (g.update.warming()) {
+      UpdateInfo info;
+      g.update.warm_up([&] { info = s.eager_update(b, ctx, noise); });
+      return info;
+    }
+    for (auto* o : {&s.actor_opt_, &s.critic_opt_, &s.alpha_opt_}) o->sync_device_state();
+    const std::vector<at::Tensor> values{b.obs,    b.action, b.reward,   b.next_obs,
+                                         b.terminated, b.discount, b.weight, noise.next,
+                                         actor_step ? noise.obs : at::Tensor()};
+    if (!g.update.captured()) {
+      auto& u = g.update;
+      const ReplayBatch in{u.input(b.obs),        u.input(b.action),   u.input(b.reward), u.input(b.next_obs),
+                           u.input(b.terminated), u.input(b.discount), u.input(b.weight), {}, {}};
+      const Noise in_noise{u.input(noise.next), u.input(values.back())};
+      g.out.names = metric_names(s, actor_step);
+      u.capture(ctx, S::config_section.view(), [&] {
+        std::tie(g.out.td, g.out.metrics) = device_update(s, in, ctx, in_noise, actor_step, target_step);
+      });
+    }
+    s.graphs_.replay(g, values);
+    return finish(s, actor_step, ctx, g.out.names, g.out.metrics, g.out.td);
+  }
+
+  /// The captured update's work op by op (`BasicSAC::update_as_captured`).
+  template <class S, class Noise>
+  static UpdateInfo as_captured(S& s, const ReplayBatch& b, StepContext& ctx, const Noise& noise) {
+    if (s.alphas_ != 1 || s.task_weights_ || !ctx.graphable())
+      throw Error(std::string(S::config_section.view()) + ": a captured update holds one temperature, one process, no "
+                  "loss scaling and no gradient accumulation");
+    const bool actor_step = s.updates_ % s.cfg_.actor_update_freq == 0;
+    const bool target_step = s.updates_ % s.cfg_.target_update_freq == 0;
+    for (auto* o : {&s.actor_opt_, &s.critic_opt_, &s.alpha_opt_}) o->sync_device_state();
+    at::Tensor td, metrics;
+    {
+      const StepContext::Capture capture(ctx);
+      std::tie(td, metrics) = device_update(s, b, ctx, noise, actor_step, target_step);
+    }
+    return finish(s, actor_step, ctx, metric_names(s, actor_step), metrics, td);
+  }
+
+ private:
+  // The update's device work with no host synchronisation: what a graph captures. Returns
+  // the TD errors and the metrics (float64, in the order of `metric_names`).
+  template <class S, class Noise>
+  static std::pair<at::Tensor, at::Tensor> device_update(S& s, const ReplayBatch& b, StepContext& ctx, const Noise& noise,
+                                                         bool actor_step, bool target_step) {
+    const auto& cfg = s.cfg_;
+    // The temperature before the update, as a tensor (a host value would be fixed at capture).
+    const auto alpha_now = s.log_alpha_.detach().exp();
+    auto c = autograd_critic(s.actor_, s.critic_, s.critic_target_, s.critic_opt_, *cfg.gamma, b, {0.0, alpha_now},
+                             noise.next, ctx);
+    std::vector<StepContext::Step> steps{{&s.critic_opt_, c.grad, cfg.max_grad_norm}};
+    std::vector<at::Tensor> m{c.loss_t, c.q_mean_t};
+    if (actor_step) {
+      auto a = autograd_actor(s.actor_, s.critic_, s.actor_opt_, b, {0.0, alpha_now}, noise.obs, ctx);
+      if (cfg.auto_alpha) autograd_temperature(a, s.log_alpha_, s.alpha_opt_, s.target_entropy_[0], ctx);
+      steps.push_back({&s.actor_opt_, a.grad, cfg.max_grad_norm});
+      m.push_back(a.loss_t);
+      m.push_back(a.entropy_t);
+      if (cfg.auto_alpha) {
+        steps.push_back({&s.alpha_opt_, a.alpha_grad, 0.0});
+        m.push_back(a.alpha_loss_t);
+      }
+    }
+    ctx.apply(std::move(steps));
+    m.push_back(s.log_alpha_.detach().exp().reshape({}));
+    if (target_step) {
+      torch::NoGradGuard no_grad;
+      polyak(s.target_.flat(), s.critic_opt_.parameters().flat(), *cfg.tau);
+    }
+    for (auto& t : m) t = t.detach().reshape({}).to(at::kDouble);
+    return {c.td, at::stack(m)};
+  }
+
+  template <class S>
+  static std::vector<std::string> metric_names(const S& s, bool actor_step) {
+    std::vector<std::string> n{"critic_loss", "q_mean"};
+    if (actor_step) {
+      n.insert(n.end(), {"actor_loss", "entropy"});
+      if (s.cfg_.auto_alpha) n.emplace_back("alpha_loss");
+    }
+    n.emplace_back("alpha");
+    return n;
+  }
+
+  // The host's part of a captured update, after its device work: counts the optimizer
+  // steps it took and the update, and reads its metrics (one copy to the host, which waits
+  // for the device) and TD errors.
+  template <class S>
+  static UpdateInfo finish(S& s, bool actor_step, StepContext& ctx, const std::vector<std::string>& names,
+                           const at::Tensor& metrics, const at::Tensor& td) {
+    s.critic_opt_.count_step();
+    int steps = 1;
+    if (actor_step) {
+      s.actor_opt_.count_step();
+      ++steps;
+      if (s.cfg_.auto_alpha) {
+        s.alpha_opt_.count_step();
+        ++steps;
+      }
+    }
+    ctx.count_steps(steps);
+    ++s.updates_;
+    UpdateInfo info;
+    const auto values = metrics.to(at::kCPU);
+    const double* v = values.data_ptr<double>();
+    for (std::size_t i = 0; i < names.size(); ++i) info.metrics.emplace_back(names[i], v[i]);
+    info.td_error = td.clone();
+    return info;
+  }
+};
+
+}  // namespace anvil::detail
+// ---- end <anvil/algorithms/sac_graph.hpp> ----
+// ---- begin <anvil/algorithms/sac_manual.hpp> ----
+/// @file
+/// SAC's CPU backend (`sac.manual_backward`): the critic part and the actor part of
+/// algorithms/sac_parts.hpp with hand-written gradients over the default networks'
+/// tapes (nn/manual_mlp.hpp, nn/gaussian_actor.hpp): the same arithmetic as autograd,
+/// without its graph, into the flat gradients the optimizers read. Float32 on the CPU.
+
+#include <torch/utils.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <initializer_list>
+#include <vector>
+
+
+namespace anvil::detail {
+
+/// Buffers of SAC's hand-written fast path (`manual_backward`): one set per part of the
+/// update, so the critic part and the actor part can run at once (see nn/manual_mlp.hpp).
+struct SacManual {
+  SacManual(const FlatParameters& critic, const nn::TwinQ& q, const FlatParameters& actor,
+            const nn::GaussianActor& pi)
+      : critic_grad(critic.new_gradient()),
+        q1_grads(critic.views_of(critic_grad, q->q1()->parameters())),
+        q2_grads(critic.views_of(critic_grad, q->q2()->parameters())),
+        actor_grad(actor.new_gradient()),
+        actor_grads(actor.views_of(actor_grad, pi->net()->parameters())),
+        alpha_grad(at::empty({1}, actor.flat().options())) {}
+  at::Tensor critic_grad;
+  std::vector<at::Tensor> q1_grads, q2_grads;
+  at::Tensor actor_grad;
+  std::vector<at::Tensor> actor_grads;
+  at::Tensor alpha_grad;
+  // critic part
+  nn::GaussianActorTape next_tape;
+  nn::MlpTape tq1, tq2, q1, q2;
+  at::Tensor x_next, x, dq1, dq2;
+  // actor part
+  nn::GaussianActorTape actor_tape;
+  nn::MlpTape aq1, aq2;
+  at::Tensor xa, dqa1, dqa2, dx1, dx2, da, dlp;
+  // act()
+  nn::GaussianActorTape act_tape;
+};
+
+// Rows of [obs | action] for the critics: copies `obs` [B, od] into the first od columns of
+// `x` [B, od + ad], (re)allocating x for the batch size.
+inline void obs_into(at::Tensor& x, const at::Tensor& obs, std::int64_t ad) {
+  const std::int64_t batch = obs.size(0), od = obs.size(1), w = od + ad;
+  if (!x.defined() || x.size(0) != batch) x = at::empty({batch, w}, obs.options());
+  const float* o = obs.data_ptr<float>();
+  float* p = x.data_ptr<float>();
+  for (std::int64_t i = 0; i < batch; ++i)
+    for (std::int64_t j = 0; j < od; ++j) p[i * w + j] = o[i * od + j];
+}
+inline void ensure(at::Tensor& t, std::initializer_list<std::int64_t> sizes, const at::Tensor& like) {
+  if (!t.defined() || t.sizes() != at::IntArrayRef(sizes)) t = at::empty(sizes, like.options());
+}
+inline const float* opt_ptr(const at::Tensor& t) { return t.defined() ? t.data_ptr<float>() : nullptr; }
+
+// SAC's critic part with hand-written gradients: the same arithmetic as autograd_critic.
+inline SacCriticResult manual_critic(SacManual& m, const nn::GaussianActorImpl& actor,
+                                   const nn::TwinQImpl& critic, const nn::TwinQImpl& target,
+                                   const ReplayBatch& batch, double alpha, double gamma_,
+                                   const at::Tensor& noise_next, const at::Tensor& alpha_row = {}) {
+  torch::NoGradGuard no_grad;
+  const auto obs = batch.obs.contiguous(), next_obs = batch.next_obs.contiguous();
+  const auto action = batch.action.contiguous(), reward = batch.reward.contiguous();
+  const auto terminated = batch.terminated.contiguous();
+  const auto discount = batch.discount.defined() ? batch.discount.contiguous() : at::Tensor();
+  const auto weight = batch.weight.defined() ? batch.weight.contiguous() : at::Tensor();
+  const std::int64_t n = obs.size(0), od = obs.size(1), ad = actor.action_dim(), w = od + ad;
+
+  obs_into(m.x_next, next_obs, ad);
+  m.next_tape.sample(actor, next_obs, noise_next, m.x_next.data_ptr<float>() + od, w);
+  const float* lp = m.next_tape.log_prob().data_ptr<float>();
+  const float* tq1 = m.tq1.forward(*target.q1(), m.x_next).data_ptr<float>();
+  const float* tq2 = m.tq2.forward(*target.q2(), m.x_next).data_ptr<float>();
+
+  obs_into(m.x, obs, ad);
+  {
+    const float* a = action.data_ptr<float>();
+    float* x = m.x.data_ptr<float>();
+    for (std::int64_t i = 0; i < n; ++i)
+      for (std::int64_t j = 0; j < ad; ++j) x[i * w + od + j] = a[i * ad + j];
+  }
+  const float* q1 = m.q1.forward(*critic.q1(), m.x).data_ptr<float>();
+  const float* q2 = m.q2.forward(*critic.q2(), m.x).data_ptr<float>();
+
+  ensure(m.dq1, {n, 1}, obs);
+  ensure(m.dq2, {n, 1}, obs);
+  SacCriticResult r;
+  r.td = at::empty({n}, obs.options());
+  const float *rw = reward.data_ptr<float>(), *term = terminated.data_ptr<float>();
+  const float *disc = opt_ptr(discount), *wt = opt_ptr(weight);
+  const auto alpha_rows = alpha_row.defined() ? alpha_row.contiguous() : at::Tensor();
+  const float* ar = opt_ptr(alpha_rows);  // per-transition temperatures (one per task), or none
+  float *d1 = m.dq1.data_ptr<float>(), *d2 = m.dq2.data_ptr<float>(), *td = r.td.data_ptr<float>();
+  const float gamma = static_cast<float>(gamma_), fa = static_cast<float>(alpha);
+  const float inv_n = 1.0f / static_cast<float>(n);
+  double loss = 0, q_sum = 0;
+  for (std::int64_t i = 0; i < n; ++i) {
+    const float v = std::min(tq1[i], tq2[i]) - (ar ? ar[i] : fa) * lp[i];
+    const float y = rw[i] + (disc ? disc[i] : gamma) * (1.0f - term[i]) * v;
+    const float e1 = q1[i] - y, e2 = q2[i] - y, wi = wt ? wt[i] : 1.0f;
+    loss += static_cast<double>(wi * 0.5f * (e1 * e1 + e2 * e2));
+    q_sum += q1[i];
+    d1[i] = wi * e1 * inv_n;
+    d2[i] = wi * e2 * inv_n;
+    td[i] = 0.5f * (std::abs(e1) + std::abs(e2));
+  }
+  m.q1.backward(*critic.q1(), m.dq1, &m.q1_grads, nullptr);
+  m.q2.backward(*critic.q2(), m.dq2, &m.q2_grads, nullptr);
+  r.grad = m.critic_grad;
+  r.loss = loss / static_cast<double>(n);
+  r.q_mean = q_sum / static_cast<double>(n);
+  return r;
+}
+
+// SAC's actor and temperature part with hand-written gradients (as autograd_actor). With
+// `alpha_row` (per-transition temperatures) or `weight_row` (per-transition loss weights),
+// the temperature's gradient is left to the caller (`log_prob` comes back).
+inline SacActorResult manual_actor(SacManual& m, const nn::GaussianActorImpl& actor,
+                                 const nn::TwinQImpl& critic, const ReplayBatch& batch,
+                                 double alpha, bool auto_alpha, double target_entropy,
+                                 const at::Tensor& noise, const at::Tensor& alpha_row = {},
+                                 const at::Tensor& weight_row = {}) {
+  torch::NoGradGuard no_grad;
+  const auto obs = batch.obs.contiguous();
+  const auto alpha_rows = alpha_row.defined() ? alpha_row.contiguous() : at::Tensor();
+  const auto weight = weight_row.defined() ? weight_row.contiguous() : at::Tensor();
+  const float *ar = opt_ptr(alpha_rows), *wt = opt_ptr(weight);
+  const bool per_row = ar || wt;
+  const std::int64_t n = obs.size(0), od = obs.size(1), ad = actor.action_dim(), w = od + ad;
+
+  obs_into(m.xa, obs, ad);
+  m.actor_tape.sample(actor, obs, noise, m.xa.data_ptr<float>() + od, w);
+  const float* lp = m.actor_tape.log_prob().data_ptr<float>();
+  const float* q1 = m.aq1.forward(*critic.q1(), m.xa).data_ptr<float>();
+  const float* q2 = m.aq2.forward(*critic.q2(), m.xa).data_ptr<float>();
+
+  ensure(m.dqa1, {n, 1}, obs);
+  ensure(m.dqa2, {n, 1}, obs);
+  float *d1 = m.dqa1.data_ptr<float>(), *d2 = m.dqa2.data_ptr<float>();
+  const float fa = static_cast<float>(alpha), inv_n = 1.0f / static_cast<float>(n);
+  if (per_row) ensure(m.dlp, {n}, obs);
+  float* dlp = per_row ? m.dlp.data_ptr<float>() : nullptr;
+  double loss = 0, lp_sum = 0;
+  for (std::int64_t i = 0; i < n; ++i) {
+    // d min(q1, q2) goes to the smaller one (ties: to both halves, as torch's minimum)
+    const float qmin = std::min(q1[i], q2[i]);
+    const float ai = ar ? ar[i] : fa, wi = wt ? wt[i] : 1.0f;
+    loss += static_cast<double>(wi * (ai * lp[i] - qmin));
+    lp_sum += lp[i];
+    const float g1 = q1[i] < q2[i] ? 1.0f : q1[i] > q2[i] ? 0.0f : 0.5f;
+    d1[i] = -g1 * wi * inv_n;
+    d2[i] = -(1.0f - g1) * wi * inv_n;
+    if (dlp) dlp[i] = ai * wi * inv_n;
+  }
+  ensure(m.dx1, {n, w}, obs);
+  ensure(m.dx2, {n, w}, obs);
+  m.aq1.backward(*critic.q1(), m.dqa1, nullptr, &m.dx1);
+  m.aq2.backward(*critic.q2(), m.dqa2, nullptr, &m.dx2);
+  ensure(m.da, {n, ad}, obs);
+  {
+    const float *x1 = m.dx1.data_ptr<float>(), *x2 = m.dx2.data_ptr<float>();
+    float* da = m.da.data_ptr<float>();
+    for (std::int64_t i = 0; i < n; ++i)
+      for (std::int64_t j = 0; j < ad; ++j) da[i * ad + j] = x1[i * w + od + j] + x2[i * w + od + j];
+  }
+  m.actor_tape.backward(actor, m.da, fa * inv_n, m.actor_grads, dlp);
+
+  SacActorResult r;
+  r.grad = m.actor_grad;
+  const double mean_lp = lp_sum / static_cast<double>(n);
+  r.loss = loss / static_cast<double>(n);
+  r.entropy = -mean_lp;
+  if (per_row) {
+    r.log_prob = m.actor_tape.log_prob().clone();
+  } else if (auto_alpha) {
+    // d/dlog_alpha of -(log_alpha (log_prob + target_entropy)).mean()
+    r.alpha_grad = m.alpha_grad;
+    r.alpha_grad.data_ptr<float>()[0] = static_cast<float>(-(mean_lp + target_entropy));
+    r.alpha_loss = -std::log(alpha) * (mean_lp + target_entropy);
+  }
+  return r;
+}
+
+}  // namespace anvil::detail
+// ---- end <anvil/algorithms/sac_manual.hpp> ----
+
 namespace anvil {
 
 /// Algorithm policy: Soft Actor-Critic (see file comment) with swappable networks.
@@ -17853,7 +18058,7 @@ class BasicSAC {
       shifted.next_obs = nn::shift_images(batch.next_obs, layout_, *cfg_.encoder->shift);
       return eager_update(shifted, ctx, noise);
     }
-    if (graphable(batch, ctx, noise)) return graphed_update(batch, ctx, noise);
+    if (detail::SacGraphed::graphable(*this, batch, ctx, noise)) return detail::SacGraphed::update(*this, batch, ctx, noise);
     return eager_update(batch, ctx, noise);
   }
 
@@ -17865,18 +18070,7 @@ class BasicSAC {
   /// host read until the end), then the host's bookkeeping. The same update as `update`
   /// within float rounding; the tests check the two agree on the CPU, where no graph runs.
   UpdateInfo update_as_captured(const ReplayBatch& b, StepContext& ctx, const UpdateNoise& noise) {
-    if (alphas_ != 1 || task_weights_ || !ctx.graphable())
-      throw Error(std::string(config_section.view()) + ": a captured update holds one temperature, one process, no "
-                  "loss scaling and no gradient accumulation");
-    const bool actor_step = updates_ % cfg_.actor_update_freq == 0;
-    const bool target_step = updates_ % cfg_.target_update_freq == 0;
-    for (auto* o : {&actor_opt_, &critic_opt_, &alpha_opt_}) o->sync_device_state();
-    at::Tensor td, metrics;
-    {
-      const StepContext::Capture capture(ctx);
-      std::tie(td, metrics) = device_update(b, ctx, noise, actor_step, target_step);
-    }
-    return finish_device_update(actor_step, ctx, metric_names(actor_step), metrics, td);
+    return detail::SacGraphed::as_captured(*this, b, ctx, noise);
   }
 
  private:
@@ -18024,114 +18218,7 @@ class BasicSAC {
     return info;
   }
 
-  // The update's device work with no host synchronisation: what a graph captures. Returns
-  // the TD errors and the metrics (float64, in the order of `metric_names`).
-  std::pair<at::Tensor, at::Tensor> device_update(const ReplayBatch& b, StepContext& ctx, const UpdateNoise& noise,
-                                                  bool actor_step, bool target_step) {
-    // The temperature before the update, as a tensor (a host value would be fixed at capture).
-    const auto alpha_now = log_alpha_.detach().exp();
-    auto c = detail::autograd_critic(actor_, critic_, critic_target_, critic_opt_, *cfg_.gamma, b, {0.0, alpha_now}, noise.next, ctx);
-    std::vector<StepContext::Step> steps{{&critic_opt_, c.grad, cfg_.max_grad_norm}};
-    std::vector<at::Tensor> m{c.loss_t, c.q_mean_t};
-    if (actor_step) {
-      auto a = detail::autograd_actor(actor_, critic_, actor_opt_, b, {0.0, alpha_now}, noise.obs, ctx);
-      if (cfg_.auto_alpha) detail::autograd_temperature(a, log_alpha_, alpha_opt_, target_entropy_[0], ctx);
-      steps.push_back({&actor_opt_, a.grad, cfg_.max_grad_norm});
-      m.push_back(a.loss_t);
-      m.push_back(a.entropy_t);
-      if (cfg_.auto_alpha) {
-        steps.push_back({&alpha_opt_, a.alpha_grad, 0.0});
-        m.push_back(a.alpha_loss_t);
-      }
-    }
-    ctx.apply(std::move(steps));
-    m.push_back(log_alpha_.detach().exp().reshape({}));
-    if (target_step) {
-      torch::NoGradGuard no_grad;
-      polyak(target_.flat(), critic_opt_.parameters().flat(), *cfg_.tau);
-    }
-    for (auto& t : m) t = t.detach().reshape({}).to(at::kDouble);
-    return {c.td, at::stack(m)};
-  }
-  [[nodiscard]] std::vector<std::string> metric_names(bool actor_step) const {
-    std::vector<std::string> n{"critic_loss", "q_mean"};
-    if (actor_step) {
-      n.insert(n.end(), {"actor_loss", "entropy"});
-      if (cfg_.auto_alpha) n.emplace_back("alpha_loss");
-    }
-    n.emplace_back("alpha");
-    return n;
-  }
-
-  // The host's part of a captured update, after its device work: counts the optimizer
-  // steps it took and the update, and reads its metrics (one copy to the host, which waits
-  // for the device) and TD errors.
-  UpdateInfo finish_device_update(bool actor_step, StepContext& ctx, const std::vector<std::string>& names,
-                                  const at::Tensor& metrics, const at::Tensor& td) {
-    critic_opt_.count_step();
-    int steps = 1;
-    if (actor_step) {
-      actor_opt_.count_step();
-      ++steps;
-      if (cfg_.auto_alpha) {
-        alpha_opt_.count_step();
-        ++steps;
-      }
-    }
-    ctx.count_steps(steps);
-    ++updates_;
-    UpdateInfo info;
-    const auto values = metrics.to(at::kCPU);
-    const double* v = values.data_ptr<double>();
-    for (std::size_t i = 0; i < names.size(); ++i) info.metrics.emplace_back(names[i], v[i]);
-    info.td_error = td.clone();
-    return info;
-  }
-
-  [[nodiscard]] bool graphable(const ReplayBatch& b, const StepContext& ctx, const UpdateNoise& noise) const {
-    return cuda::kCudaGraphs && cfg_.cuda_graph && device_.is_cuda() && b.obs.is_cuda() && alphas_ == 1 &&
-           !task_weights_ && ctx.graphable() && noise.next.defined() &&
-           (noise.obs.defined() || updates_ % cfg_.actor_update_freq != 0);
-  }
-
-  // The update from a CUDA graph (optim/graphed_update.hpp): one per shape of update (batch
-  // rows, actor and target steps or not, importance weights and discounts given or not).
-  // The noise is drawn outside the graph, as op by op, so a run draws the same numbers with
-  // the graph or without.
-  UpdateInfo graphed_update(const ReplayBatch& b, StepContext& ctx, const UpdateNoise& noise) {
-    const bool actor_step = updates_ % cfg_.actor_update_freq == 0;
-    const bool target_step = updates_ % cfg_.target_update_freq == 0;
-    const std::int64_t key = b.obs.size(0) * 16 + (actor_step ? 1 : 0) + (target_step ? 2 : 0) +
-                             (b.weight.defined() ? 4 : 0) + (b.discount.defined() ? 8 : 0);
-    auto& g = graphs_.of(key, device_);
-    if (g.update.warming()) {
-      UpdateInfo info;
-      g.update.warm_up([&] { info = eager_update(b, ctx, noise); });
-      return info;
-    }
-    for (auto* o : {&actor_opt_, &critic_opt_, &alpha_opt_}) o->sync_device_state();
-    const std::vector<at::Tensor> values{b.obs,    b.action, b.reward,   b.next_obs,
-                                         b.terminated, b.discount, b.weight, noise.next,
-                                         actor_step ? noise.obs : at::Tensor()};
-    if (!g.update.captured()) {
-      auto& u = g.update;
-      const ReplayBatch in{u.input(b.obs),        u.input(b.action),   u.input(b.reward), u.input(b.next_obs),
-                           u.input(b.terminated), u.input(b.discount), u.input(b.weight), {}, {}};
-      const UpdateNoise in_noise{u.input(noise.next), u.input(values.back())};
-      g.out.names = metric_names(actor_step);
-      u.capture(ctx, config_section.view(), [&] {
-        std::tie(g.out.td, g.out.metrics) = device_update(in, ctx, in_noise, actor_step, target_step);
-      });
-    }
-    graphs_.replay(g, values);
-    return finish_device_update(actor_step, ctx, g.out.names, g.out.metrics, g.out.td);
-  }
-  // What a captured update leaves: its TD errors and metrics (and the metrics' names).
-  struct GraphOutputs {
-    at::Tensor td, metrics;
-    std::vector<std::string> names;
-  };
-  GraphedUpdates<GraphOutputs> graphs_;
+  detail::SacGraphs graphs_;  // the update in CUDA graphs, one per shape (algorithms/sac_graph.hpp)
 
  public:
 
@@ -18271,6 +18358,7 @@ class BasicSAC {
   [[nodiscard]] double discount() const noexcept { return cfg_.gamma; }
 
  private:
+  friend struct detail::SacGraphed;
   static constexpr bool kDefaultNetworks =
       std::same_as<Actor, nn::GaussianActor> && std::same_as<Critic, nn::TwinQ>;
 
@@ -19215,7 +19303,7 @@ static_assert(Algorithm<COMA>);
 /// image variant; section IV-B of the paper): each step's images are cropped (`crop`: a
 /// random crop in training, the centre when acting; the paper's 84 of 96), encoded by an
 /// `nn::ObsEncoder` (`diffusion.encoder`: the small GroupNorm/spatial-softmax CNN by default,
-/// the paper's ResNet-18 being the same design at GPU scale) shared over the observation
+/// `resnet18` for the paper's ResNet-18 with GroupNorm, at GPU scale) shared over the observation
 /// steps and trained end to end with the denoiser, its features beside the min-max scaled
 /// float parts; the concatenation over the steps conditions the U-Net. The images travel as
 /// bytes to the device. CUDA graphs are not used for them (the crops are drawn on the host).
@@ -19234,10 +19322,25 @@ static_assert(Algorithm<COMA>);
 #include <utility>
 #include <vector>
 
+// ---- begin <anvil/algorithms/diffusion_schedule.hpp> ----
+/// @file
+/// Diffusion Policy's schedule and samplers (algorithms/diffusion_policy.hpp): DDPM's noise
+/// schedule (Ho, Jain, Abbeel 2020; the squared cosine of Nichol and Dhariwal 2021), the
+/// forward noising, DDPM's and DDIM's (Song, Meng, Ermon 2021) reverse steps, the EMA's
+/// warm-up, and the min-max scaling of observations and actions to [-1, 1]. Free functions
+/// on tensors, on any device.
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <numbers>
+#include <string>
+#include <vector>
+
 
 namespace anvil {
-
-struct OfflineLoop;  // train/loops/offline.hpp (a layer above; the Trainer includes it)
 
 namespace diffusion {
 
@@ -19371,6 +19474,13 @@ struct MinMax {
 };
 
 }  // namespace diffusion
+
+}  // namespace anvil
+// ---- end <anvil/algorithms/diffusion_schedule.hpp> ----
+
+namespace anvil {
+
+struct OfflineLoop;  // train/loops/offline.hpp (a layer above; the Trainer includes it)
 
 /// What Diffusion Policy's network learns (see diffusion_policy.hpp).
 enum class DiffusionObjective { ddpm, mse };
@@ -21276,6 +21386,36 @@ void check_ema(double ema_decay) {
 }
 
 }  // namespace loops
+
+/// What a Run needs of the loop that drives it, whatever the loop's type.
+class LoopControl {
+ public:
+  virtual ~LoopControl() = default;
+  [[nodiscard]] virtual LoopSettings settings() const = 0;
+  [[nodiscard]] virtual int stage() const = 0;
+  [[nodiscard]] virtual bool done() const = 0;
+  virtual void iterate(std::int64_t quiet_until) = 0;
+  virtual void at_log_row() = 0;
+  virtual void resumed() = 0;
+  [[nodiscard]] virtual BottleneckAdvice advice(const AdviceKeys& keys) const = 0;
+};
+
+/// `LoopControl` of a loop runner `R` (train/loops/loop.hpp).
+template <class R>
+class LoopControlOf final : public LoopControl {
+ public:
+  explicit LoopControlOf(R& r) : r_(r) {}
+  [[nodiscard]] LoopSettings settings() const override { return r_.settings(); }
+  [[nodiscard]] int stage() const override { return r_.stage(); }
+  [[nodiscard]] bool done() const override { return r_.done(); }
+  void iterate(std::int64_t quiet_until) override { r_.iterate(quiet_until); }
+  void at_log_row() override { r_.at_log_row(); }
+  void resumed() override { r_.resumed(); }
+  [[nodiscard]] BottleneckAdvice advice(const AdviceKeys& keys) const override { return r_.advice(keys); }
+
+ private:
+  R& r_;
+};
 
 }  // namespace anvil
 // ---- end <anvil/train/loops/loop.hpp> ----
@@ -23721,36 +23861,6 @@ namespace anvil {
   if (*run.resume != "auto") return true;
   return !run.run_dir->empty() && !Checkpoints::latest(*run.run_dir).empty();
 }
-
-/// What a Run needs of the loop that drives it, whatever the loop's type.
-class LoopControl {
- public:
-  virtual ~LoopControl() = default;
-  [[nodiscard]] virtual LoopSettings settings() const = 0;
-  [[nodiscard]] virtual int stage() const = 0;
-  [[nodiscard]] virtual bool done() const = 0;
-  virtual void iterate(std::int64_t quiet_until) = 0;
-  virtual void at_log_row() = 0;
-  virtual void resumed() = 0;
-  [[nodiscard]] virtual BottleneckAdvice advice(const AdviceKeys& keys) const = 0;
-};
-
-/// `LoopControl` of a loop runner `R` (train/loops/loop.hpp).
-template <class R>
-class LoopControlOf final : public LoopControl {
- public:
-  explicit LoopControlOf(R& r) : r_(r) {}
-  [[nodiscard]] LoopSettings settings() const override { return r_.settings(); }
-  [[nodiscard]] int stage() const override { return r_.stage(); }
-  [[nodiscard]] bool done() const override { return r_.done(); }
-  void iterate(std::int64_t quiet_until) override { r_.iterate(quiet_until); }
-  void at_log_row() override { r_.at_log_row(); }
-  void resumed() override { r_.resumed(); }
-  [[nodiscard]] BottleneckAdvice advice(const AdviceKeys& keys) const override { return r_.advice(keys); }
-
- private:
-  R& r_;
-};
 
 /// The life of a run (see file comment).
 class Run {

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include <anvil/algorithms/sac_config.hpp>
+#include <anvil/algorithms/sac_graph.hpp>
 #include <anvil/algorithms/sac_manual.hpp>
 #include <anvil/algorithms/sac_parts.hpp>
 #include <anvil/core/batch.hpp>
@@ -213,7 +214,7 @@ class BasicSAC {
       shifted.next_obs = nn::shift_images(batch.next_obs, layout_, *cfg_.encoder->shift);
       return eager_update(shifted, ctx, noise);
     }
-    if (graphable(batch, ctx, noise)) return graphed_update(batch, ctx, noise);
+    if (detail::SacGraphed::graphable(*this, batch, ctx, noise)) return detail::SacGraphed::update(*this, batch, ctx, noise);
     return eager_update(batch, ctx, noise);
   }
 
@@ -225,18 +226,7 @@ class BasicSAC {
   /// host read until the end), then the host's bookkeeping. The same update as `update`
   /// within float rounding; the tests check the two agree on the CPU, where no graph runs.
   UpdateInfo update_as_captured(const ReplayBatch& b, StepContext& ctx, const UpdateNoise& noise) {
-    if (alphas_ != 1 || task_weights_ || !ctx.graphable())
-      throw Error(std::string(config_section.view()) + ": a captured update holds one temperature, one process, no "
-                  "loss scaling and no gradient accumulation");
-    const bool actor_step = updates_ % cfg_.actor_update_freq == 0;
-    const bool target_step = updates_ % cfg_.target_update_freq == 0;
-    for (auto* o : {&actor_opt_, &critic_opt_, &alpha_opt_}) o->sync_device_state();
-    at::Tensor td, metrics;
-    {
-      const StepContext::Capture capture(ctx);
-      std::tie(td, metrics) = device_update(b, ctx, noise, actor_step, target_step);
-    }
-    return finish_device_update(actor_step, ctx, metric_names(actor_step), metrics, td);
+    return detail::SacGraphed::as_captured(*this, b, ctx, noise);
   }
 
  private:
@@ -384,114 +374,7 @@ class BasicSAC {
     return info;
   }
 
-  // The update's device work with no host synchronisation: what a graph captures. Returns
-  // the TD errors and the metrics (float64, in the order of `metric_names`).
-  std::pair<at::Tensor, at::Tensor> device_update(const ReplayBatch& b, StepContext& ctx, const UpdateNoise& noise,
-                                                  bool actor_step, bool target_step) {
-    // The temperature before the update, as a tensor (a host value would be fixed at capture).
-    const auto alpha_now = log_alpha_.detach().exp();
-    auto c = detail::autograd_critic(actor_, critic_, critic_target_, critic_opt_, *cfg_.gamma, b, {0.0, alpha_now}, noise.next, ctx);
-    std::vector<StepContext::Step> steps{{&critic_opt_, c.grad, cfg_.max_grad_norm}};
-    std::vector<at::Tensor> m{c.loss_t, c.q_mean_t};
-    if (actor_step) {
-      auto a = detail::autograd_actor(actor_, critic_, actor_opt_, b, {0.0, alpha_now}, noise.obs, ctx);
-      if (cfg_.auto_alpha) detail::autograd_temperature(a, log_alpha_, alpha_opt_, target_entropy_[0], ctx);
-      steps.push_back({&actor_opt_, a.grad, cfg_.max_grad_norm});
-      m.push_back(a.loss_t);
-      m.push_back(a.entropy_t);
-      if (cfg_.auto_alpha) {
-        steps.push_back({&alpha_opt_, a.alpha_grad, 0.0});
-        m.push_back(a.alpha_loss_t);
-      }
-    }
-    ctx.apply(std::move(steps));
-    m.push_back(log_alpha_.detach().exp().reshape({}));
-    if (target_step) {
-      torch::NoGradGuard no_grad;
-      polyak(target_.flat(), critic_opt_.parameters().flat(), *cfg_.tau);
-    }
-    for (auto& t : m) t = t.detach().reshape({}).to(at::kDouble);
-    return {c.td, at::stack(m)};
-  }
-  [[nodiscard]] std::vector<std::string> metric_names(bool actor_step) const {
-    std::vector<std::string> n{"critic_loss", "q_mean"};
-    if (actor_step) {
-      n.insert(n.end(), {"actor_loss", "entropy"});
-      if (cfg_.auto_alpha) n.emplace_back("alpha_loss");
-    }
-    n.emplace_back("alpha");
-    return n;
-  }
-
-  // The host's part of a captured update, after its device work: counts the optimizer
-  // steps it took and the update, and reads its metrics (one copy to the host, which waits
-  // for the device) and TD errors.
-  UpdateInfo finish_device_update(bool actor_step, StepContext& ctx, const std::vector<std::string>& names,
-                                  const at::Tensor& metrics, const at::Tensor& td) {
-    critic_opt_.count_step();
-    int steps = 1;
-    if (actor_step) {
-      actor_opt_.count_step();
-      ++steps;
-      if (cfg_.auto_alpha) {
-        alpha_opt_.count_step();
-        ++steps;
-      }
-    }
-    ctx.count_steps(steps);
-    ++updates_;
-    UpdateInfo info;
-    const auto values = metrics.to(at::kCPU);
-    const double* v = values.data_ptr<double>();
-    for (std::size_t i = 0; i < names.size(); ++i) info.metrics.emplace_back(names[i], v[i]);
-    info.td_error = td.clone();
-    return info;
-  }
-
-  [[nodiscard]] bool graphable(const ReplayBatch& b, const StepContext& ctx, const UpdateNoise& noise) const {
-    return cuda::kCudaGraphs && cfg_.cuda_graph && device_.is_cuda() && b.obs.is_cuda() && alphas_ == 1 &&
-           !task_weights_ && ctx.graphable() && noise.next.defined() &&
-           (noise.obs.defined() || updates_ % cfg_.actor_update_freq != 0);
-  }
-
-  // The update from a CUDA graph (optim/graphed_update.hpp): one per shape of update (batch
-  // rows, actor and target steps or not, importance weights and discounts given or not).
-  // The noise is drawn outside the graph, as op by op, so a run draws the same numbers with
-  // the graph or without.
-  UpdateInfo graphed_update(const ReplayBatch& b, StepContext& ctx, const UpdateNoise& noise) {
-    const bool actor_step = updates_ % cfg_.actor_update_freq == 0;
-    const bool target_step = updates_ % cfg_.target_update_freq == 0;
-    const std::int64_t key = b.obs.size(0) * 16 + (actor_step ? 1 : 0) + (target_step ? 2 : 0) +
-                             (b.weight.defined() ? 4 : 0) + (b.discount.defined() ? 8 : 0);
-    auto& g = graphs_.of(key, device_);
-    if (g.update.warming()) {
-      UpdateInfo info;
-      g.update.warm_up([&] { info = eager_update(b, ctx, noise); });
-      return info;
-    }
-    for (auto* o : {&actor_opt_, &critic_opt_, &alpha_opt_}) o->sync_device_state();
-    const std::vector<at::Tensor> values{b.obs,    b.action, b.reward,   b.next_obs,
-                                         b.terminated, b.discount, b.weight, noise.next,
-                                         actor_step ? noise.obs : at::Tensor()};
-    if (!g.update.captured()) {
-      auto& u = g.update;
-      const ReplayBatch in{u.input(b.obs),        u.input(b.action),   u.input(b.reward), u.input(b.next_obs),
-                           u.input(b.terminated), u.input(b.discount), u.input(b.weight), {}, {}};
-      const UpdateNoise in_noise{u.input(noise.next), u.input(values.back())};
-      g.out.names = metric_names(actor_step);
-      u.capture(ctx, config_section.view(), [&] {
-        std::tie(g.out.td, g.out.metrics) = device_update(in, ctx, in_noise, actor_step, target_step);
-      });
-    }
-    graphs_.replay(g, values);
-    return finish_device_update(actor_step, ctx, g.out.names, g.out.metrics, g.out.td);
-  }
-  // What a captured update leaves: its TD errors and metrics (and the metrics' names).
-  struct GraphOutputs {
-    at::Tensor td, metrics;
-    std::vector<std::string> names;
-  };
-  GraphedUpdates<GraphOutputs> graphs_;
+  detail::SacGraphs graphs_;  // the update in CUDA graphs, one per shape (algorithms/sac_graph.hpp)
 
  public:
 
@@ -631,6 +514,7 @@ class BasicSAC {
   [[nodiscard]] double discount() const noexcept { return cfg_.gamma; }
 
  private:
+  friend struct detail::SacGraphed;
   static constexpr bool kDefaultNetworks =
       std::same_as<Actor, nn::GaussianActor> && std::same_as<Critic, nn::TwinQ>;
 

@@ -12,12 +12,11 @@
 #include <cstring>
 #include <span>
 #include <string>
-#include <string_view>
-#include <type_traits>
 #include <utility>
 #include <vector>
 
 #include <anvil/buffers/detail/frame_chains.hpp>
+#include <anvil/buffers/detail/ring_rows.hpp>
 #include <anvil/buffers/detail/n_step.hpp>
 #include <anvil/buffers/replay_config.hpp>
 #include <anvil/core/batch.hpp>
@@ -30,14 +29,6 @@
 namespace anvil {
 
 namespace detail {
-
-/// `t`'s values as a contiguous host tensor of `dtype`, for reading its data: `t` itself when
-/// it is one already, so the per-step calls of the buffers, which usually get such tensors,
-/// run no LibTorch op; else a converted copy (no autograd history).
-inline at::Tensor host_as(const at::Tensor& t, at::ScalarType dtype) {
-  if (t.is_cpu() && t.scalar_type() == dtype && t.is_contiguous()) return t;
-  return t.detach().to(at::kCPU, dtype).contiguous();
-}
 
 /// Replay storage in two preallocated rings.
 ///
@@ -70,10 +61,7 @@ inline at::Tensor host_as(const at::Tensor& t, at::ScalarType dtype) {
 /// never cross to the host. Discrete actions are stored as floats (exact below 2^24).
 class TransitionStore {
  public:
-  /// The observation rows of a transition's obs and next_obs; -1 when the row holds none.
-  struct Link {
-    std::int32_t obs = -1, next = -1;
-  };
+  using Link = ObsLink;  ///< a transition's obs and next_obs rows (-1: none)
 
   /// `extra_host_bytes`: host memory the owner allocates beside the store (a priority
   /// tree), counted in the check that the whole fits before anything is allocated.
@@ -222,7 +210,6 @@ class TransitionStore {
       b.reward = at::empty({n}, f);
       b.terminated = at::empty({n}, f);
       if (with_discount_) b.discount = at::empty({n}, f);
-      const float* src = data_.data_ptr<float>();
       float* a = action.data_ptr<float>();
       float *r = b.reward.data_ptr<float>(), *t = b.terminated.data_ptr<float>();
       float* d = with_discount_ ? b.discount.data_ptr<float>() : nullptr;
@@ -231,81 +218,16 @@ class TransitionStore {
         b.task = at::empty({n}, at::TensorOptions().dtype(at::kLong));
         tk = b.task.data_ptr<std::int64_t>();
       }
-      const std::int64_t task_col = ad_ + 2 + (with_discount_ ? 1 : 0);
-      // Rows of random transitions miss every cache. They are read in two passes over each
-      // chunk of the batch, each fetching its lines kAhead transitions ahead into the L2
-      // (`prefetch_l2`): the links and action rows, then the two observation rows that the
-      // links name. The prefetches are written out in the loops, not in helper lambdas:
-      // GCC 12 counts a lambda that only reads and prefetches as free of side effects and
-      // drops its calls, which left the observation rows unfetched before (a uniform sample
-      // took 2.6x as long; benchmarks/RESULTS.md, "The gather in two passes").
-      constexpr std::int64_t kChunk = 256, kAhead = 24;
-      const Link* link = link_.data();
-      auto run = [&](const auto* obs_src, auto* o, auto* no) {
-        using Out = std::remove_cvref_t<decltype(*o)>;
-        std::int32_t rows[2 * kChunk];  // the chunk's observation rows: obs, next_obs of each transition
-        for (std::int64_t c0 = 0; c0 < n; c0 += kChunk) {
-          const std::int64_t m = std::min(kChunk, n - c0);
-          const std::int64_t* sl = slots.data() + c0;
-          // pass 1: the links and action rows
-          for (std::int64_t i = 0; i < std::min(kAhead, m); ++i) {
-            prefetch_l2(link + sl[i]);
-            prefetch_l2(src + sl[i] * width_);
-          }
-          for (std::int64_t i = 0; i < m; ++i) {
-            if (i + kAhead < m) {
-              prefetch_l2(link + sl[i + kAhead]);
-              prefetch_l2(src + sl[i + kAhead] * width_);
-            }
-            const Link l = link[sl[i]];
-            rows[2 * i] = l.obs;
-            rows[2 * i + 1] = l.next;
-            const float* row = src + sl[i] * width_;
-            const std::int64_t k = c0 + i;
-            for (std::int64_t j = 0; j < ad_; ++j) a[k * ad_ + j] = row[j];
-            r[k] = row[ad_];
-            t[k] = row[ad_ + 1];
-            if (d) d[k] = row[ad_ + 2];
-            if (tk) tk[k] = static_cast<std::int64_t>(row[task_col]);
-          }
-          // pass 2: the observation rows, each fetched by its first and last elements (its
-          // at most two lines), 2 * kAhead rows ahead
-          const std::int64_t count = 2 * m, ahead = 2 * kAhead;
-          for (std::int64_t e = 0; e < std::min(ahead, count); ++e) {
-            prefetch_l2(obs_src + rows[e] * sd_);
-            prefetch_l2(obs_src + rows[e] * sd_ + sd_ - 1);
-          }
-          for (std::int64_t e = 0; e < count; e += 2) {  // a transition's obs and next_obs
-            if (e + ahead < count) {
-              prefetch_l2(obs_src + rows[e + ahead] * sd_);
-              prefetch_l2(obs_src + rows[e + ahead] * sd_ + sd_ - 1);
-              prefetch_l2(obs_src + rows[e + ahead + 1] * sd_);
-              prefetch_l2(obs_src + rows[e + ahead + 1] * sd_ + sd_ - 1);
-            }
-            const auto* ro = obs_src + rows[e] * sd_;
-            const auto* rn = obs_src + rows[e + 1] * sd_;
-            Out* oi = o + (c0 + e / 2) * od_;
-            Out* ni = no + (c0 + e / 2) * od_;
-            if constexpr (std::is_same_v<Out, std::uint8_t>) {
-              if (frames_.on()) {  // stacks rebuilt from their rows
-                frames_.rebuild(obs_src, rows[e], oi);
-                frames_.rebuild(obs_src, rows[e + 1], ni);
-                continue;
-              }
-            }
-            for (std::int64_t j = 0; j < od_; ++j) oi[j] = static_cast<Out>(ro[j]);
-            for (std::int64_t j = 0; j < od_; ++j) ni[j] = static_cast<Out>(rn[j]);
-          }
-        }
-      };
+      const HostGather g{data_.data_ptr<float>(), width_, link_.data(), ad_, tasks_ > 0 ? ad_ + 2 + (with_discount_ ? 1 : 0) : -1,
+                         with_discount_, od_, sd_, frames_.on() ? &frames_ : nullptr, a, r, t, d, tk};
       if (bytes_) {
-        run(obs_.data_ptr<std::uint8_t>(), b.obs.data_ptr<std::uint8_t>(), b.next_obs.data_ptr<std::uint8_t>());
+        gather_on_host(g, slots, obs_.data_ptr<std::uint8_t>(), b.obs.data_ptr<std::uint8_t>(), b.next_obs.data_ptr<std::uint8_t>());
       } else {
         float *o = b.obs.data_ptr<float>(), *no = b.next_obs.data_ptr<float>();
         switch (obs_dtype_) {
-          case ObsDtype::float32: run(obs_.data_ptr<float>(), o, no); break;
-          case ObsDtype::bfloat16: run(obs_.data_ptr<c10::BFloat16>(), o, no); break;
-          case ObsDtype::float16: run(obs_.data_ptr<c10::Half>(), o, no); break;
+          case ObsDtype::float32: gather_on_host(g, slots, obs_.data_ptr<float>(), o, no); break;
+          case ObsDtype::bfloat16: gather_on_host(g, slots, obs_.data_ptr<c10::BFloat16>(), o, no); break;
+          case ObsDtype::float16: gather_on_host(g, slots, obs_.data_ptr<c10::Half>(), o, no); break;
         }
       }
       b.action = discrete_ ? action.view({n}).to(at::kLong) : action;
@@ -637,39 +559,12 @@ class TransitionStore {
     ++added_;
   }
 
-  // Copies the rows staged by this add into the rings (at most two pieces each: the ids
-  // of one add are consecutive).
+  // Copies the rows this add staged into the rings (its ids are consecutive).
   void flush(std::int64_t first_obs, std::int64_t first_row) {
-    // `stage`: rows of `w` elements of `dtype` (float32, or the bytes of observation rows).
-    auto copy_in = [](at::Tensor& ring, std::int64_t first, void* stage_data, std::int64_t stage_bytes, std::int64_t w,
-                      at::ScalarType dtype) {
-      const std::int64_t es = dtype == at::kByte ? 1 : 4;
-      auto* stage = static_cast<std::uint8_t*>(stage_data);
-      const auto k = stage_bytes / (w * es);
-      const std::int64_t cap = ring.size(0);
-      if (k == 0) return;
-      // Only the last `cap` rows survive when more than `cap` were staged.
-      const std::int64_t skip = std::max<std::int64_t>(0, k - cap);
-      // A ring on the host in the stage's dtype (the usual case, once per env step) takes a
-      // memcpy per piece; other dtypes and devices go through LibTorch's copy.
-      const bool raw = ring.is_cpu() && ring.scalar_type() == dtype && ring.is_contiguous();
-      const auto src = raw ? at::Tensor() : at::from_blob(stage + skip * w * es, {k - skip, w}, dtype);
-      std::int64_t done = 0;
-      while (done < k - skip) {
-        const std::int64_t slot = (first + skip + done) % cap;
-        const std::int64_t len = std::min(k - skip - done, cap - slot);
-        if (raw)
-          std::memcpy(static_cast<std::uint8_t*>(ring.data_ptr()) + slot * w * es, stage + (skip + done) * w * es,
-                      static_cast<std::size_t>(len * w * es));
-        else
-          ring.narrow(0, slot, len).copy_(src.narrow(0, done, len));
-        done += len;
-      }
-    };
-    copy_in(obs_, first_obs, obs_stage_.data(), static_cast<std::int64_t>(obs_stage_.size()), sd_,
-            bytes_ ? at::kByte : at::kFloat);
-    copy_in(data_, first_row, row_stage_.data(), static_cast<std::int64_t>(row_stage_.size() * sizeof(float)), width_,
-            at::kFloat);
+    copy_into_ring(obs_, first_obs, obs_stage_.data(), static_cast<std::int64_t>(obs_stage_.size()), sd_,
+                   bytes_ ? at::kByte : at::kFloat);
+    copy_into_ring(data_, first_row, row_stage_.data(), static_cast<std::int64_t>(row_stage_.size() * sizeof(float)),
+                   width_, at::kFloat);
   }
 
   std::int64_t capacity_, obs_capacity_;

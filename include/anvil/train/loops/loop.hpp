@@ -170,4 +170,34 @@ void check_ema(double ema_decay) {
 
 }  // namespace loops
 
+/// What a Run needs of the loop that drives it, whatever the loop's type.
+class LoopControl {
+ public:
+  virtual ~LoopControl() = default;
+  [[nodiscard]] virtual LoopSettings settings() const = 0;
+  [[nodiscard]] virtual int stage() const = 0;
+  [[nodiscard]] virtual bool done() const = 0;
+  virtual void iterate(std::int64_t quiet_until) = 0;
+  virtual void at_log_row() = 0;
+  virtual void resumed() = 0;
+  [[nodiscard]] virtual BottleneckAdvice advice(const AdviceKeys& keys) const = 0;
+};
+
+/// `LoopControl` of a loop runner `R` (train/loops/loop.hpp).
+template <class R>
+class LoopControlOf final : public LoopControl {
+ public:
+  explicit LoopControlOf(R& r) : r_(r) {}
+  [[nodiscard]] LoopSettings settings() const override { return r_.settings(); }
+  [[nodiscard]] int stage() const override { return r_.stage(); }
+  [[nodiscard]] bool done() const override { return r_.done(); }
+  void iterate(std::int64_t quiet_until) override { r_.iterate(quiet_until); }
+  void at_log_row() override { r_.at_log_row(); }
+  void resumed() override { r_.resumed(); }
+  [[nodiscard]] BottleneckAdvice advice(const AdviceKeys& keys) const override { return r_.advice(keys); }
+
+ private:
+  R& r_;
+};
+
 }  // namespace anvil

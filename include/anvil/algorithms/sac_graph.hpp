@@ -1,0 +1,169 @@
+#pragma once
+/// @file
+/// SAC's update in a CUDA graph (optim/graphed_update.hpp): the update's device work with no
+/// host synchronisation (what a graph captures), one graph per shape of update, and the
+/// host's part after a replay; and the same work op by op on any device
+/// (`BasicSAC::update_as_captured`, which the tests compare with the eager update on the
+/// CPU). Static functions on a `BasicSAC` (algorithms/sac.hpp), whose friend they are; the
+/// noise is drawn outside the graph, as op by op, so a run draws the same numbers with the
+/// graph or without.
+
+#include <torch/utils.h>
+
+#include <cstdint>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include <anvil/algorithms/sac_parts.hpp>
+#include <anvil/core/batch.hpp>
+#include <anvil/core/error.hpp>
+#include <anvil/optim/ema.hpp>
+#include <anvil/optim/flat_adam.hpp>
+#include <anvil/optim/graphed_update.hpp>
+#include <anvil/optim/step_context.hpp>
+
+namespace anvil::detail {
+
+/// What a captured SAC update leaves: its TD errors and metrics (and the metrics' names).
+struct SacGraphOutputs {
+  at::Tensor td, metrics;
+  std::vector<std::string> names;
+};
+using SacGraphs = GraphedUpdates<SacGraphOutputs>;
+
+/// SAC's captured update (see file comment).
+struct SacGraphed {
+  /// Whether a graph can hold this update: CUDA graphs built and on (`cuda_graph`), the
+  /// batch on the GPU, one process, one temperature, no loss scaling or accumulation.
+  template <class S, class Noise>
+  static bool graphable(const S& s, const ReplayBatch& b, const StepContext& ctx, const Noise& noise) {
+    return cuda::kCudaGraphs && s.cfg_.cuda_graph && s.device_.is_cuda() && b.obs.is_cuda() && s.alphas_ == 1 &&
+           !s.task_weights_ && ctx.graphable() && noise.next.defined() &&
+           (noise.obs.defined() || s.updates_ % s.cfg_.actor_update_freq != 0);
+  }
+
+  /// The update from a graph: one per shape of update (batch rows, actor and target steps or
+  /// not, importance weights and discounts given or not), warmed up op by op, captured, then
+  /// replayed.
+  template <class S, class Noise>
+  static UpdateInfo update(S& s, const ReplayBatch& b, StepContext& ctx, const Noise& noise) {
+    const bool actor_step = s.updates_ % s.cfg_.actor_update_freq == 0;
+    const bool target_step = s.updates_ % s.cfg_.target_update_freq == 0;
+    const std::int64_t key = b.obs.size(0) * 16 + (actor_step ? 1 : 0) + (target_step ? 2 : 0) +
+                             (b.weight.defined() ? 4 : 0) + (b.discount.defined() ? 8 : 0);
+    auto& g = s.graphs_.of(key, s.device_);
+    if (g.update.warming()) {
+      UpdateInfo info;
+      g.update.warm_up([&] { info = s.eager_update(b, ctx, noise); });
+      return info;
+    }
+    for (auto* o : {&s.actor_opt_, &s.critic_opt_, &s.alpha_opt_}) o->sync_device_state();
+    const std::vector<at::Tensor> values{b.obs,    b.action, b.reward,   b.next_obs,
+                                         b.terminated, b.discount, b.weight, noise.next,
+                                         actor_step ? noise.obs : at::Tensor()};
+    if (!g.update.captured()) {
+      auto& u = g.update;
+      const ReplayBatch in{u.input(b.obs),        u.input(b.action),   u.input(b.reward), u.input(b.next_obs),
+                           u.input(b.terminated), u.input(b.discount), u.input(b.weight), {}, {}};
+      const Noise in_noise{u.input(noise.next), u.input(values.back())};
+      g.out.names = metric_names(s, actor_step);
+      u.capture(ctx, S::config_section.view(), [&] {
+        std::tie(g.out.td, g.out.metrics) = device_update(s, in, ctx, in_noise, actor_step, target_step);
+      });
+    }
+    s.graphs_.replay(g, values);
+    return finish(s, actor_step, ctx, g.out.names, g.out.metrics, g.out.td);
+  }
+
+  /// The captured update's work op by op (`BasicSAC::update_as_captured`).
+  template <class S, class Noise>
+  static UpdateInfo as_captured(S& s, const ReplayBatch& b, StepContext& ctx, const Noise& noise) {
+    if (s.alphas_ != 1 || s.task_weights_ || !ctx.graphable())
+      throw Error(std::string(S::config_section.view()) + ": a captured update holds one temperature, one process, no "
+                  "loss scaling and no gradient accumulation");
+    const bool actor_step = s.updates_ % s.cfg_.actor_update_freq == 0;
+    const bool target_step = s.updates_ % s.cfg_.target_update_freq == 0;
+    for (auto* o : {&s.actor_opt_, &s.critic_opt_, &s.alpha_opt_}) o->sync_device_state();
+    at::Tensor td, metrics;
+    {
+      const StepContext::Capture capture(ctx);
+      std::tie(td, metrics) = device_update(s, b, ctx, noise, actor_step, target_step);
+    }
+    return finish(s, actor_step, ctx, metric_names(s, actor_step), metrics, td);
+  }
+
+ private:
+  // The update's device work with no host synchronisation: what a graph captures. Returns
+  // the TD errors and the metrics (float64, in the order of `metric_names`).
+  template <class S, class Noise>
+  static std::pair<at::Tensor, at::Tensor> device_update(S& s, const ReplayBatch& b, StepContext& ctx, const Noise& noise,
+                                                         bool actor_step, bool target_step) {
+    const auto& cfg = s.cfg_;
+    // The temperature before the update, as a tensor (a host value would be fixed at capture).
+    const auto alpha_now = s.log_alpha_.detach().exp();
+    auto c = autograd_critic(s.actor_, s.critic_, s.critic_target_, s.critic_opt_, *cfg.gamma, b, {0.0, alpha_now},
+                             noise.next, ctx);
+    std::vector<StepContext::Step> steps{{&s.critic_opt_, c.grad, cfg.max_grad_norm}};
+    std::vector<at::Tensor> m{c.loss_t, c.q_mean_t};
+    if (actor_step) {
+      auto a = autograd_actor(s.actor_, s.critic_, s.actor_opt_, b, {0.0, alpha_now}, noise.obs, ctx);
+      if (cfg.auto_alpha) autograd_temperature(a, s.log_alpha_, s.alpha_opt_, s.target_entropy_[0], ctx);
+      steps.push_back({&s.actor_opt_, a.grad, cfg.max_grad_norm});
+      m.push_back(a.loss_t);
+      m.push_back(a.entropy_t);
+      if (cfg.auto_alpha) {
+        steps.push_back({&s.alpha_opt_, a.alpha_grad, 0.0});
+        m.push_back(a.alpha_loss_t);
+      }
+    }
+    ctx.apply(std::move(steps));
+    m.push_back(s.log_alpha_.detach().exp().reshape({}));
+    if (target_step) {
+      torch::NoGradGuard no_grad;
+      polyak(s.target_.flat(), s.critic_opt_.parameters().flat(), *cfg.tau);
+    }
+    for (auto& t : m) t = t.detach().reshape({}).to(at::kDouble);
+    return {c.td, at::stack(m)};
+  }
+
+  template <class S>
+  static std::vector<std::string> metric_names(const S& s, bool actor_step) {
+    std::vector<std::string> n{"critic_loss", "q_mean"};
+    if (actor_step) {
+      n.insert(n.end(), {"actor_loss", "entropy"});
+      if (s.cfg_.auto_alpha) n.emplace_back("alpha_loss");
+    }
+    n.emplace_back("alpha");
+    return n;
+  }
+
+  // The host's part of a captured update, after its device work: counts the optimizer
+  // steps it took and the update, and reads its metrics (one copy to the host, which waits
+  // for the device) and TD errors.
+  template <class S>
+  static UpdateInfo finish(S& s, bool actor_step, StepContext& ctx, const std::vector<std::string>& names,
+                           const at::Tensor& metrics, const at::Tensor& td) {
+    s.critic_opt_.count_step();
+    int steps = 1;
+    if (actor_step) {
+      s.actor_opt_.count_step();
+      ++steps;
+      if (s.cfg_.auto_alpha) {
+        s.alpha_opt_.count_step();
+        ++steps;
+      }
+    }
+    ctx.count_steps(steps);
+    ++s.updates_;
+    UpdateInfo info;
+    const auto values = metrics.to(at::kCPU);
+    const double* v = values.data_ptr<double>();
+    for (std::size_t i = 0; i < names.size(); ++i) info.metrics.emplace_back(names[i], v[i]);
+    info.td_error = td.clone();
+    return info;
+  }
+};
+
+}  // namespace anvil::detail
