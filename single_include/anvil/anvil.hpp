@@ -7349,10 +7349,14 @@ static_assert(ContinuousEnv<Pendulum>);
 /// interpreters that step slices of the envs through shared memory. A program links no
 /// Python and starts no interpreter until a `python:` env is named. Each library is found by
 /// an environment variable (`ANVIL_PYTHON_ENVS`, `ANVIL_PYTHON_WORKERS`), else where the
-/// build put it (defined by CMake), else beside the program or in ../lib. Light header.
+/// build put it (defined by CMake), else beside the program or in ../lib. Both export
+/// `anvil_python_abi`, the fingerprint of the types that cross between them and the program
+/// (`abi_fingerprint`): a library built from other anvil headers than the program is refused,
+/// naming both, rather than misreading the program's fields. Light header.
 
 #include <dlfcn.h>
 
+#include <cstdint>
 #include <cstdlib>
 #include <filesystem>
 #include <initializer_list>
@@ -7413,6 +7417,17 @@ inline constexpr Library kWorkers{"libanvil_python_workers.so", "ANVIL_PYTHON_WO
   return {};
 }
 
+/// The sizes of the types a program and the Python env libraries hand each other, folded
+/// into one number (FNV-1a): any field added to one of them changes it.
+[[nodiscard]] constexpr std::uint64_t abi_fingerprint() noexcept {
+  std::uint64_t h = 14695981039346656037ull;
+  for (const std::uint64_t v : {sizeof(AnyEnv), sizeof(VecEnvConfig), sizeof(EnvSpec), sizeof(ObsLayout), sizeof(ObsPart),
+                                sizeof(Box), sizeof(AgentLayout), sizeof(KeyValues), sizeof(StepRows), sizeof(EpisodeEnd),
+                                sizeof(ByteStepResult), sizeof(EnvBatch)})
+    h = (h ^ v) * 1099511628211ull;
+  return h;
+}
+
 /// Where `lib` is (see file comment): beside the program or in ../lib when installed.
 [[nodiscard]] inline std::filesystem::path library_path(const Library& lib) {
   return find_file(lib.variable, lib.built, lib.file, {".", "../lib"});
@@ -7443,6 +7458,14 @@ inline constexpr Library kWorkers{"libanvil_python_workers.so", "ANVIL_PYTHON_WO
     if (!handle) throw ConfigError("env.id=" + id + ": cannot load " + path.string() + ": " + dlerror());
     entry = reinterpret_cast<Entry>(dlsym(handle, lib.entry));
     if (!entry) throw ConfigError("env.id=" + id + ": " + path.string() + " is not " + lib.file);
+    using Abi = std::uint64_t (*)();
+    const auto abi = reinterpret_cast<Abi>(dlsym(handle, "anvil_python_abi"));
+    if (!abi || abi() != python::abi_fingerprint()) {
+      entry = nullptr;
+      throw ConfigError("env.id=" + id + ": " + path.string() + " was built from other anvil headers than this program (" +
+                        (abi ? "their shared types differ" : "it predates the check") +
+                        "); rebuild both (a stale build directory?), or point " + lib.variable + " at a matching library");
+    }
   }
   std::optional<AnyEnv> out;
   entry(&id, &kwargs, &out);

@@ -64,3 +64,8 @@ extern "C" __attribute__((visibility("default"))) void anvil_python_make_env(
     const std::string* id, const std::map<std::string, std::string>* kwargs, std::optional<anvil::envs::AnyEnv>* out) {
   out->emplace(anvil::envs::python::make_env(*id, *kwargs));
 }
+
+// The fingerprint `envs::python_env` checks against its own (envs/python_env.hpp).
+extern "C" __attribute__((visibility("default"))) std::uint64_t anvil_python_abi() {
+  return anvil::envs::python::abi_fingerprint();
+}

@@ -587,3 +587,8 @@ extern "C" __attribute__((visibility("default"))) void anvil_python_worker_env(
     const std::string* id, const anvil::KeyValues* kwargs, std::optional<anvil::envs::AnyEnv>* out) {
   out->emplace(anvil::envs::python::worker_env(*id, *kwargs));
 }
+
+// The fingerprint `envs::python_env` checks against its own (envs/python_env.hpp).
+extern "C" __attribute__((visibility("default"))) std::uint64_t anvil_python_abi() {
+  return anvil::envs::python::abi_fingerprint();
+}
