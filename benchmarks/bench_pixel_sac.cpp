@@ -82,7 +82,11 @@ int main(int argc, char** argv) {
   }
 
   // The buffers: filled by one env's real steps (as the training loop adds them), frames
-  // stored once and whole rows side by side, in alternating order.
+  // stored once and whole rows side by side, in alternating order; with the C library's heap
+  // kept, as a run keeps it (a sampled batch of image rows is megabytes: with glibc's
+  // defaults each one is a fresh mmap whose pages fault in, which the sample figure measured
+  // before, 25x slower than a run samples).
+  heap(true);
   anvil::UniformBuffer::Config bc;
   bc.capacity = *b.capacity;
   auto whole_spec = spec;
