@@ -130,7 +130,8 @@ class FrameChains {
   [[nodiscard]] std::int32_t prev(std::int64_t slot) const noexcept { return prev_[static_cast<std::size_t>(slot)]; }
   [[nodiscard]] std::int32_t child(std::int64_t slot) const noexcept { return child_[static_cast<std::size_t>(slot)]; }
 
-  /// The rows of row `slot`'s stack, newest first: `rows[m]` holds the frame m steps back.
+  /// The rows of row `slot`'s stack, newest first: `rows[m]` holds the frame m steps back
+  /// (`depth()` of them: the row alone without stacks).
   void chain(std::int32_t slot, std::int32_t* rows) const noexcept {
     rows[0] = slot;
     for (std::int64_t m = 1; m < depth_; ++m) {

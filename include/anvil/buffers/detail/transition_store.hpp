@@ -245,8 +245,8 @@ class TransitionStore {
     const auto n = static_cast<std::int64_t>(slots.size());
     ReplayBatch b;
     {
-      // the transitions' rows, then each one's obs and next_obs rows (with frame stacks, each
-      // one's chain of k rows, newest first)
+      // the transitions' rows, then each one's obs and next_obs rows: each one's chain of k
+      // rows, newest first (k = 1, the row alone, without frame stacks)
       const std::int64_t k = frames_.depth();
       auto idx = at::empty({n + 2 * n * k}, at::TensorOptions().dtype(at::kLong));
       auto* ip = idx.data_ptr<std::int64_t>();
@@ -254,11 +254,6 @@ class TransitionStore {
       for (std::int64_t i = 0; i < n; ++i) {
         const auto s = static_cast<std::size_t>(slots[static_cast<std::size_t>(i)]);
         ip[i] = slots[static_cast<std::size_t>(i)];
-        if (k == 1) {
-          ip[n + i] = link_[s].obs;
-          ip[2 * n + i] = link_[s].next;
-          continue;
-        }
         frames_.chain(link_[s].obs, chain.data());
         for (std::int64_t m = 0; m < k; ++m) ip[n + i * k + m] = chain[static_cast<std::size_t>(m)];
         frames_.chain(link_[s].next, chain.data());
