@@ -79,9 +79,12 @@ using anvil::envs::VecEnvConfig;
 /// variant at env.image_size (env.observation=image).
 template <class F>
 decltype(auto) with_pusht_env(const anvil::DiffusionPolicy::Config& c, const VecEnvConfig& env, F&& f) {
+  if (*env.frame_stack > 0 || *env.action_repeat > 0)
+    throw anvil::ConfigError("env.frame_stack and env.action_repeat: Push-T takes neither (its frames are the policy's "
+                             "diffusion.obs_horizon; each action chunk's steps are diffusion.action_horizon)");
   if (*env.observation == ObservationKind::image)
     return f(anvil::envs::MultiStep<anvil::envs::chipmunk::PushTImage>(
-        anvil::envs::chipmunk::PushTImage(env.image_size, PushT::Reward::best_gain), c.obs_horizon, c.action_horizon));
+        anvil::envs::chipmunk::PushTImage(env.image_size_or(96), PushT::Reward::best_gain), c.obs_horizon, c.action_horizon));
   return f(anvil::envs::MultiStep<PushT>(PushT(PushT::Reward::best_gain), c.obs_horizon, c.action_horizon));
 }
 
@@ -99,7 +102,7 @@ int record(const Experiment& e, const VecEnvConfig& env_cfg, bool quiet = false)
   d.env_name = std::string(PushT::name);
   d.act_dim = 2;
   if (image) {
-    d.layout = anvil::envs::chipmunk::push_t_image_layout(env_cfg.image_size);
+    d.layout = anvil::envs::chipmunk::push_t_image_layout(env_cfg.image_size_or(96));
     d.obs_dim = d.layout.row_bytes();
   } else {
     d.obs_parts = {{"keypoints", 2 * PushT::kNumKeypoints}, {"agent_pos", 2}};
@@ -107,7 +110,7 @@ int record(const Experiment& e, const VecEnvConfig& env_cfg, bool quiet = false)
   }
   const PushTExpert expert;
   PushT env;
-  auto canvas = anvil::envs::chipmunk::push_t_canvas(env_cfg.image_size);
+  auto canvas = anvil::envs::chipmunk::push_t_canvas(env_cfg.image_size_or(96));
   int tried = 0;
   for (std::uint64_t seed = static_cast<std::uint64_t>(*e.seed); d.episodes() < e.demos; ++seed, ++tried) {
     std::vector<float> o, a;

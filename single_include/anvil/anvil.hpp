@@ -4512,13 +4512,27 @@ struct VecEnvConfig {
         "own: what the env hands out; state or image, in programs whose env has both (diffusion_pusht: Push-T's image "
         "variant, the field drawn at env.image_size RGB beside agent_pos); elsewhere own or the env's kind">
       observation{ObservationKind::own};
-  Param<int, "image_size", "image observations' height and width in pixels, where the program draws them (env.observation=image)",
-        in_range(8, 1024)>
-      image_size{96};
+  Param<int, "image_size",
+        "image observations' height and width in pixels, where the env is drawn by anvil (PixelPendulum-v1, "
+        "diffusion_pusht's env.observation=image); 0: the env's own (64 and 96)",
+        in_range(0, 1024)>
+      image_size{0};
+  Param<int, "frame_stack", "frames stacked in each observation of a pixel task (PixelPendulum-v1); 0: its own (3)",
+        in_range(0, 64)>
+      frame_stack{0};
+  Param<int, "action_repeat",
+        "env steps each agent action is repeated for, in a pixel task (PixelPendulum-v1); 0: its own (2)",
+        in_range(0, 1000)>
+      action_repeat{0};
   Param<std::string, "suite", "a suite of tasks for envs that have tasks (the manipulation suite: mt10)"> suite{""};
   Param<std::vector<std::string>, "tasks",
         "tasks for envs that have tasks, comma-separated (e.g. reach,push); envs are spread over them">
       tasks{};
+
+  /// `image_size`, or `own` where it is 0.
+  [[nodiscard]] int image_size_or(int own) const { return *image_size > 0 ? *image_size : own; }
+  /// Whether any of the pixel task's settings (image_size, frame_stack, action_repeat) is set.
+  [[nodiscard]] bool pixel_settings() const { return *image_size > 0 || *frame_stack > 0 || *action_repeat > 0; }
 };
 
 /// The `normalize` section of a run's config.
@@ -7813,14 +7827,29 @@ decltype(auto) with_env(std::string_view id, F&& f) {
                     ", or python:MODULE:ATTR for an env in Python (or pass your own env's type to the Trainer)");
 }
 
-/// `with_env` for the env section of a run's config: `env.id` names a built-in env, or an
-/// env in Python (`python:MODULE:ATTR`, with `env.kwargs`), which `f` gets as an `AnyEnv`.
+/// The pixel task's settings in the env section (env.image_size, env.frame_stack,
+/// env.action_repeat), each the task's own where 0.
+[[nodiscard]] inline PixelOptions pixel_options(const VecEnvConfig& cfg) {
+  PixelOptions o;
+  o.size = cfg.image_size_or(o.size);
+  if (*cfg.frame_stack > 0) o.frames = cfg.frame_stack;
+  if (*cfg.action_repeat > 0) o.action_repeat = cfg.action_repeat;
+  return o;
+}
+
+/// `with_env` for the env section of a run's config: `env.id` names a built-in env (a pixel
+/// task drawn at env.image_size, env.frame_stack frames, env.action_repeat), or an env in
+/// Python (`python:MODULE:ATTR`, with `env.kwargs`), which `f` gets as an `AnyEnv`.
 template <class F>
 decltype(auto) with_env(const VecEnvConfig& cfg, F&& f) {
+  const std::string id = cfg.id->empty() ? std::string("env.id is empty") : "env.id is " + *cfg.id;
+  if (cfg.pixel_settings() && *cfg.id != PixelPendulum::name)
+    throw ConfigError("env.image_size, env.frame_stack and env.action_repeat apply to a pixel task anvil draws (" +
+                      std::string(PixelPendulum::name) + "); " + id);
   if (python::is_python_id(*cfg.id)) return std::forward<F>(f)(python_env(*cfg.id, *cfg.kwargs, *cfg.workers));
   if (!cfg.kwargs->empty())
-    throw ConfigError("env.kwargs: only an env in Python (env.id=python:MODULE:ATTR) takes keyword arguments; " +
-                      (cfg.id->empty() ? std::string("env.id is empty") : "env.id is " + *cfg.id));
+    throw ConfigError("env.kwargs: only an env in Python (env.id=python:MODULE:ATTR) takes keyword arguments; " + id);
+  if (*cfg.id == PixelPendulum::name) return std::forward<F>(f)(PixelPendulum(pixel_options(cfg)));
   return with_env(*cfg.id, std::forward<F>(f));
 }
 
@@ -10302,6 +10331,15 @@ class LossScaler {
 // ---- end <anvil/precision/loss_scaler.hpp> ----
 
 namespace anvil {
+
+/// Adds micro-batch `part`'s gradient `g` to `sum`, weighed by its share
+/// (optim/micro_batches.hpp): the batch's gradient once every part is in. A part that is the
+/// whole batch is its gradient, not copied.
+inline void accumulate(at::Tensor& sum, at::Tensor g, const MicroBatch& part) {
+  if (part.share == 1.0) sum = std::move(g);
+  else if (!sum.defined()) sum = g * part.share;
+  else sum.add_(g, part.share);
+}
 
 /// The gradient-step services a Trainer gives its algorithm (see file comment).
 class StepContext {
@@ -16804,9 +16842,7 @@ class CollectiveDistillation {
       const CollectiveBatch& mb = whole ? b : (rows = rows_of(b, part.begin, part.rows));
       Losses l;
       auto g = ctx.gradient(loss(mb, ctx, l), opt_);
-      if (whole) grad = std::move(g);
-      else if (!grad.defined()) grad = g * part.share;
-      else grad.add_(g, part.share);
+      accumulate(grad, std::move(g), part);
       sum.total += part.share * l.total;
       sum.mean += part.share * l.mean;
       sum.log_std += part.share * l.log_std;
@@ -18637,6 +18673,41 @@ static_assert(Algorithm<CollectiveStudent>);
 #include <utility>
 #include <vector>
 
+// ---- begin <anvil/algorithms/categorical.hpp> ----
+/// @file
+/// Categorical policies over a discrete action set with some actions unavailable (an
+/// availability mask of 1s and 0s beside each row): logits masked, a policy mixed with
+/// epsilon of a uniform choice among the available actions, and a sample from each row's
+/// distribution. Used by COMA's actor (algorithms/coma.hpp).
+
+#include <torch/torch.h>
+
+#include <cstdint>
+
+namespace anvil::categorical {
+
+/// `logits` with the actions `avail` marks unavailable (below 0.5) at -1e10, so a softmax
+/// gives them no probability.
+[[nodiscard]] inline at::Tensor masked(const at::Tensor& logits, const at::Tensor& avail) {
+  return logits.masked_fill(avail < 0.5, -1e10);
+}
+
+/// Probabilities `p` mixed with `eps` of a uniform choice among the available actions.
+[[nodiscard]] inline at::Tensor mixed(const at::Tensor& p, const at::Tensor& avail, double eps) {
+  if (eps <= 0) return p;
+  const auto a = avail.to(at::kFloat);
+  return (1 - eps) * p + eps * a / a.sum(-1, true);
+}
+
+/// An action index drawn from each row of probabilities `p` [..., n]: shape [...] (int64).
+[[nodiscard]] inline at::Tensor sample(const at::Tensor& p) {
+  auto s = p.sizes().vec();
+  s.pop_back();
+  return at::multinomial(p.reshape({-1, p.size(-1)}), 1).reshape(s);
+}
+
+}  // namespace anvil::categorical
+// ---- end <anvil/algorithms/categorical.hpp> ----
 // ---- begin <anvil/algorithms/coma_config.hpp> ----
 /// @file
 /// COMA's config section (`coma`), apart from the algorithm (algorithms/coma.hpp), as SAC's
@@ -18813,8 +18884,9 @@ class COMA {
     torch::NoGradGuard no_grad;
     const auto rows = obs.to(device_, at::kFloat);
     const auto avail = split_avail(rows);
-    const auto logits = mask(recurrent() ? step_memory(rows) : mlp_logits(split_obs(rows)), avail);
-    const auto u = mode == ActMode::explore ? sample(mix(logits.softmax(-1), avail, epsilon())) : logits.argmax(-1);
+    const auto logits = categorical::masked(recurrent() ? step_memory(rows) : mlp_logits(split_obs(rows)), avail);
+    const auto u = mode == ActMode::explore ? categorical::sample(categorical::mixed(logits.softmax(-1), avail, epsilon()))
+                                            : logits.argmax(-1);
     return encode(u);
   }
 
@@ -18890,7 +18962,7 @@ class COMA {
   /// available actions, mixed with epsilon of a uniform choice among them.
   at::Tensor policy(const at::Tensor& rows, double eps) {
     const auto avail = split_avail(rows);
-    return mix(mask(logits(rows), avail).softmax(-1), avail, eps);
+    return categorical::mixed(categorical::masked(logits(rows), avail).softmax(-1), avail, eps);
   }
   /// The counterfactual baseline of each row: sum_u' pi(u') Q[u'] ([R] from [R, n] twice).
   static at::Tensor counterfactual_baseline(const at::Tensor& pi, const at::Tensor& q) { return (pi * q).sum(-1); }
@@ -19066,7 +19138,7 @@ class COMA {
       torch::NoGradGuard no_grad;
       // A recurrent policy at the bootstrap step needs the episode before it.
       const auto pi_last = recurrent() ? policy(e.rows, epsilon()).index({batch, len}) : policy(last, epsilon());
-      u.index_put_({batch, len}, sample(pi_last));
+      u.index_put_({batch, len}, categorical::sample(pi_last));
     }
     e.u = u;
     e.onehot = at::one_hot(u, n_).to(at::kFloat);
@@ -19076,14 +19148,6 @@ class COMA {
 
   // The MLP actor's logits [..., k, n] (float32) for each agent's observation [..., k, obs_dim].
   at::Tensor mlp_logits(const at::Tensor& obs_k) { return actor_->forward(actor_input(obs_k)).to(at::kFloat); }
-  // Logits with unavailable actions at -1e10.
-  static at::Tensor mask(const at::Tensor& logits, const at::Tensor& avail) { return logits.masked_fill(avail < 0.5, -1e10); }
-  // A policy mixed with epsilon of a uniform choice among the available actions.
-  static at::Tensor mix(const at::Tensor& p, const at::Tensor& avail, double eps) {
-    if (eps <= 0) return p;
-    const auto a = avail.to(at::kFloat);
-    return (1 - eps) * p + eps * a / a.sum(-1, true);
-  }
   // One step of the recurrent actor for rows [N, row] (one per env), from and into the
   // memory of each env's agents; a row that starts an episode starts from zero.
   at::Tensor step_memory(const at::Tensor& rows) {
@@ -19107,11 +19171,6 @@ class COMA {
   static std::vector<std::int64_t> with_last(std::vector<std::int64_t> s, std::int64_t last) {
     s.push_back(last);
     return s;
-  }
-  static at::Tensor sample(const at::Tensor& p) {
-    auto s = p.sizes().vec();
-    s.pop_back();
-    return at::multinomial(p.reshape({-1, p.size(-1)}), 1).reshape(s);
   }
 
   // What one training draws its minibatches from: one row per agent-transition (a
@@ -19213,8 +19272,7 @@ class COMA {
         loss = (taken - y).square().mean();
       }
       auto g = ctx.gradient(loss, critic_opt_);
-      if (!grad.defined()) grad = parts.size() == 1 ? g : g * part.share;
-      else grad.add_(g, part.share);
+      accumulate(grad, std::move(g), part);
       loss_sum += part.share * loss.item<double>();
       q_sum += part.share * taken.detach().mean().item<double>();
     }
@@ -19238,11 +19296,11 @@ class COMA {
         auto guard = ctx.autocast();
         // A recurrent actor unrolls every held episode (the gradient runs through time) and
         // takes the minibatch's rows.
-        auto logits = mask(recurrent() ? sequence_logits().index({mb.index.narrow(0, part.begin, part.rows)})
+        auto logits = categorical::masked(recurrent() ? sequence_logits().index({mb.index.narrow(0, part.begin, part.rows)})
                                        : actor_->forward(mb.actor_in.narrow(0, part.begin, part.rows)).to(at::kFloat),
                            av);
         auto pi = logits.softmax(-1);
-        if (eps > 0) pi = (1 - eps) * pi + eps * av / av.sum(-1, true);
+        pi = categorical::mixed(pi, av, eps);
         const auto log_pi = pi.gather(-1, u.unsqueeze(-1)).squeeze(-1).clamp_min(1e-10).log();
         {
           torch::NoGradGuard no_grad;
@@ -19254,8 +19312,7 @@ class COMA {
         loss = -(adv * log_pi).mean() - *cfg_.ent_coef * h;
       }
       auto g = ctx.gradient(loss, actor_opt_);
-      if (!grad.defined()) grad = parts.size() == 1 ? g : g * part.share;
-      else grad.add_(g, part.share);
+      accumulate(grad, std::move(g), part);
       loss_sum += part.share * loss.item<double>();
       adv_sum += part.share * adv.abs().mean().item<double>();
       ent_sum += part.share * h.item<double>();
@@ -19714,9 +19771,7 @@ class DiffusionPolicy {
       const auto act = whole ? b.action : b.action.narrow(0, part.begin, part.rows);
       double l = 0;
       auto g = ctx.gradient(loss(obs, act, ctx, l), opt_);
-      if (whole) grad = std::move(g);
-      else if (!grad.defined()) grad = g * part.share;
-      else grad.add_(g, part.share);
+      accumulate(grad, std::move(g), part);
       loss_sum += part.share * l;
     }
     ctx.apply(opt_, grad, cfg_.max_grad_norm);
@@ -20462,9 +20517,7 @@ class PPO {
       const RolloutBatch& mb = whole ? b : slice(b, part.begin, part.rows);
       auto g = manual_ && !ctx.autocasts() ? manual_->gradient(*actor_, *critic_, log_std_, cfg_, mb, l)
                                             : ctx.gradient(losses(mb, ctx, l), opt_);
-      if (whole) grad = std::move(g);
-      else if (!grad.defined()) grad = g * part.share;
-      else grad.add_(g, part.share);
+      accumulate(grad, std::move(g), part);
       sum.add(l, part.share);
     }
     ctx.apply(opt_, grad, cfg_.max_grad_norm);

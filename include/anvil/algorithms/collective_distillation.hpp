@@ -149,9 +149,7 @@ class CollectiveDistillation {
       const CollectiveBatch& mb = whole ? b : (rows = rows_of(b, part.begin, part.rows));
       Losses l;
       auto g = ctx.gradient(loss(mb, ctx, l), opt_);
-      if (whole) grad = std::move(g);
-      else if (!grad.defined()) grad = g * part.share;
-      else grad.add_(g, part.share);
+      accumulate(grad, std::move(g), part);
       sum.total += part.share * l.total;
       sum.mean += part.share * l.mean;
       sum.log_std += part.share * l.log_std;

@@ -52,6 +52,7 @@
 #include <utility>
 #include <vector>
 
+#include <anvil/algorithms/categorical.hpp>
 #include <anvil/algorithms/coma_config.hpp>
 #include <anvil/algorithms/td_lambda.hpp>
 #include <anvil/core/batch.hpp>
@@ -128,8 +129,9 @@ class COMA {
     torch::NoGradGuard no_grad;
     const auto rows = obs.to(device_, at::kFloat);
     const auto avail = split_avail(rows);
-    const auto logits = mask(recurrent() ? step_memory(rows) : mlp_logits(split_obs(rows)), avail);
-    const auto u = mode == ActMode::explore ? sample(mix(logits.softmax(-1), avail, epsilon())) : logits.argmax(-1);
+    const auto logits = categorical::masked(recurrent() ? step_memory(rows) : mlp_logits(split_obs(rows)), avail);
+    const auto u = mode == ActMode::explore ? categorical::sample(categorical::mixed(logits.softmax(-1), avail, epsilon()))
+                                            : logits.argmax(-1);
     return encode(u);
   }
 
@@ -205,7 +207,7 @@ class COMA {
   /// available actions, mixed with epsilon of a uniform choice among them.
   at::Tensor policy(const at::Tensor& rows, double eps) {
     const auto avail = split_avail(rows);
-    return mix(mask(logits(rows), avail).softmax(-1), avail, eps);
+    return categorical::mixed(categorical::masked(logits(rows), avail).softmax(-1), avail, eps);
   }
   /// The counterfactual baseline of each row: sum_u' pi(u') Q[u'] ([R] from [R, n] twice).
   static at::Tensor counterfactual_baseline(const at::Tensor& pi, const at::Tensor& q) { return (pi * q).sum(-1); }
@@ -381,7 +383,7 @@ class COMA {
       torch::NoGradGuard no_grad;
       // A recurrent policy at the bootstrap step needs the episode before it.
       const auto pi_last = recurrent() ? policy(e.rows, epsilon()).index({batch, len}) : policy(last, epsilon());
-      u.index_put_({batch, len}, sample(pi_last));
+      u.index_put_({batch, len}, categorical::sample(pi_last));
     }
     e.u = u;
     e.onehot = at::one_hot(u, n_).to(at::kFloat);
@@ -391,14 +393,6 @@ class COMA {
 
   // The MLP actor's logits [..., k, n] (float32) for each agent's observation [..., k, obs_dim].
   at::Tensor mlp_logits(const at::Tensor& obs_k) { return actor_->forward(actor_input(obs_k)).to(at::kFloat); }
-  // Logits with unavailable actions at -1e10.
-  static at::Tensor mask(const at::Tensor& logits, const at::Tensor& avail) { return logits.masked_fill(avail < 0.5, -1e10); }
-  // A policy mixed with epsilon of a uniform choice among the available actions.
-  static at::Tensor mix(const at::Tensor& p, const at::Tensor& avail, double eps) {
-    if (eps <= 0) return p;
-    const auto a = avail.to(at::kFloat);
-    return (1 - eps) * p + eps * a / a.sum(-1, true);
-  }
   // One step of the recurrent actor for rows [N, row] (one per env), from and into the
   // memory of each env's agents; a row that starts an episode starts from zero.
   at::Tensor step_memory(const at::Tensor& rows) {
@@ -422,11 +416,6 @@ class COMA {
   static std::vector<std::int64_t> with_last(std::vector<std::int64_t> s, std::int64_t last) {
     s.push_back(last);
     return s;
-  }
-  static at::Tensor sample(const at::Tensor& p) {
-    auto s = p.sizes().vec();
-    s.pop_back();
-    return at::multinomial(p.reshape({-1, p.size(-1)}), 1).reshape(s);
   }
 
   // What one training draws its minibatches from: one row per agent-transition (a
@@ -528,8 +517,7 @@ class COMA {
         loss = (taken - y).square().mean();
       }
       auto g = ctx.gradient(loss, critic_opt_);
-      if (!grad.defined()) grad = parts.size() == 1 ? g : g * part.share;
-      else grad.add_(g, part.share);
+      accumulate(grad, std::move(g), part);
       loss_sum += part.share * loss.item<double>();
       q_sum += part.share * taken.detach().mean().item<double>();
     }
@@ -553,11 +541,11 @@ class COMA {
         auto guard = ctx.autocast();
         // A recurrent actor unrolls every held episode (the gradient runs through time) and
         // takes the minibatch's rows.
-        auto logits = mask(recurrent() ? sequence_logits().index({mb.index.narrow(0, part.begin, part.rows)})
+        auto logits = categorical::masked(recurrent() ? sequence_logits().index({mb.index.narrow(0, part.begin, part.rows)})
                                        : actor_->forward(mb.actor_in.narrow(0, part.begin, part.rows)).to(at::kFloat),
                            av);
         auto pi = logits.softmax(-1);
-        if (eps > 0) pi = (1 - eps) * pi + eps * av / av.sum(-1, true);
+        pi = categorical::mixed(pi, av, eps);
         const auto log_pi = pi.gather(-1, u.unsqueeze(-1)).squeeze(-1).clamp_min(1e-10).log();
         {
           torch::NoGradGuard no_grad;
@@ -569,8 +557,7 @@ class COMA {
         loss = -(adv * log_pi).mean() - *cfg_.ent_coef * h;
       }
       auto g = ctx.gradient(loss, actor_opt_);
-      if (!grad.defined()) grad = parts.size() == 1 ? g : g * part.share;
-      else grad.add_(g, part.share);
+      accumulate(grad, std::move(g), part);
       loss_sum += part.share * loss.item<double>();
       adv_sum += part.share * adv.abs().mean().item<double>();
       ent_sum += part.share * h.item<double>();

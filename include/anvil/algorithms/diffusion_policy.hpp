@@ -283,9 +283,7 @@ class DiffusionPolicy {
       const auto act = whole ? b.action : b.action.narrow(0, part.begin, part.rows);
       double l = 0;
       auto g = ctx.gradient(loss(obs, act, ctx, l), opt_);
-      if (whole) grad = std::move(g);
-      else if (!grad.defined()) grad = g * part.share;
-      else grad.add_(g, part.share);
+      accumulate(grad, std::move(g), part);
       loss_sum += part.share * l;
     }
     ctx.apply(opt_, grad, cfg_.max_grad_norm);

@@ -176,9 +176,7 @@ class PPO {
       const RolloutBatch& mb = whole ? b : slice(b, part.begin, part.rows);
       auto g = manual_ && !ctx.autocasts() ? manual_->gradient(*actor_, *critic_, log_std_, cfg_, mb, l)
                                             : ctx.gradient(losses(mb, ctx, l), opt_);
-      if (whole) grad = std::move(g);
-      else if (!grad.defined()) grad = g * part.share;
-      else grad.add_(g, part.share);
+      accumulate(grad, std::move(g), part);
       sum.add(l, part.share);
     }
     ctx.apply(opt_, grad, cfg_.max_grad_norm);

@@ -58,13 +58,27 @@ struct VecEnvConfig {
         "own: what the env hands out; state or image, in programs whose env has both (diffusion_pusht: Push-T's image "
         "variant, the field drawn at env.image_size RGB beside agent_pos); elsewhere own or the env's kind">
       observation{ObservationKind::own};
-  Param<int, "image_size", "image observations' height and width in pixels, where the program draws them (env.observation=image)",
-        in_range(8, 1024)>
-      image_size{96};
+  Param<int, "image_size",
+        "image observations' height and width in pixels, where the env is drawn by anvil (PixelPendulum-v1, "
+        "diffusion_pusht's env.observation=image); 0: the env's own (64 and 96)",
+        in_range(0, 1024)>
+      image_size{0};
+  Param<int, "frame_stack", "frames stacked in each observation of a pixel task (PixelPendulum-v1); 0: its own (3)",
+        in_range(0, 64)>
+      frame_stack{0};
+  Param<int, "action_repeat",
+        "env steps each agent action is repeated for, in a pixel task (PixelPendulum-v1); 0: its own (2)",
+        in_range(0, 1000)>
+      action_repeat{0};
   Param<std::string, "suite", "a suite of tasks for envs that have tasks (the manipulation suite: mt10)"> suite{""};
   Param<std::vector<std::string>, "tasks",
         "tasks for envs that have tasks, comma-separated (e.g. reach,push); envs are spread over them">
       tasks{};
+
+  /// `image_size`, or `own` where it is 0.
+  [[nodiscard]] int image_size_or(int own) const { return *image_size > 0 ? *image_size : own; }
+  /// Whether any of the pixel task's settings (image_size, frame_stack, action_repeat) is set.
+  [[nodiscard]] bool pixel_settings() const { return *image_size > 0 || *frame_stack > 0 || *action_repeat > 0; }
 };
 
 /// The `normalize` section of a run's config.

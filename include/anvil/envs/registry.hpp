@@ -41,14 +41,29 @@ decltype(auto) with_env(std::string_view id, F&& f) {
                     ", or python:MODULE:ATTR for an env in Python (or pass your own env's type to the Trainer)");
 }
 
-/// `with_env` for the env section of a run's config: `env.id` names a built-in env, or an
-/// env in Python (`python:MODULE:ATTR`, with `env.kwargs`), which `f` gets as an `AnyEnv`.
+/// The pixel task's settings in the env section (env.image_size, env.frame_stack,
+/// env.action_repeat), each the task's own where 0.
+[[nodiscard]] inline PixelOptions pixel_options(const VecEnvConfig& cfg) {
+  PixelOptions o;
+  o.size = cfg.image_size_or(o.size);
+  if (*cfg.frame_stack > 0) o.frames = cfg.frame_stack;
+  if (*cfg.action_repeat > 0) o.action_repeat = cfg.action_repeat;
+  return o;
+}
+
+/// `with_env` for the env section of a run's config: `env.id` names a built-in env (a pixel
+/// task drawn at env.image_size, env.frame_stack frames, env.action_repeat), or an env in
+/// Python (`python:MODULE:ATTR`, with `env.kwargs`), which `f` gets as an `AnyEnv`.
 template <class F>
 decltype(auto) with_env(const VecEnvConfig& cfg, F&& f) {
+  const std::string id = cfg.id->empty() ? std::string("env.id is empty") : "env.id is " + *cfg.id;
+  if (cfg.pixel_settings() && *cfg.id != PixelPendulum::name)
+    throw ConfigError("env.image_size, env.frame_stack and env.action_repeat apply to a pixel task anvil draws (" +
+                      std::string(PixelPendulum::name) + "); " + id);
   if (python::is_python_id(*cfg.id)) return std::forward<F>(f)(python_env(*cfg.id, *cfg.kwargs, *cfg.workers));
   if (!cfg.kwargs->empty())
-    throw ConfigError("env.kwargs: only an env in Python (env.id=python:MODULE:ATTR) takes keyword arguments; " +
-                      (cfg.id->empty() ? std::string("env.id is empty") : "env.id is " + *cfg.id));
+    throw ConfigError("env.kwargs: only an env in Python (env.id=python:MODULE:ATTR) takes keyword arguments; " + id);
+  if (*cfg.id == PixelPendulum::name) return std::forward<F>(f)(PixelPendulum(pixel_options(cfg)));
   return with_env(*cfg.id, std::forward<F>(f));
 }
 

@@ -30,6 +30,15 @@
 
 namespace anvil {
 
+/// Adds micro-batch `part`'s gradient `g` to `sum`, weighed by its share
+/// (optim/micro_batches.hpp): the batch's gradient once every part is in. A part that is the
+/// whole batch is its gradient, not copied.
+inline void accumulate(at::Tensor& sum, at::Tensor g, const MicroBatch& part) {
+  if (part.share == 1.0) sum = std::move(g);
+  else if (!sum.defined()) sum = g * part.share;
+  else sum.add_(g, part.share);
+}
+
 /// The gradient-step services a Trainer gives its algorithm (see file comment).
 class StepContext {
  public:
