@@ -670,7 +670,8 @@ TEST_CASE("PPO on images: init.weights starts the actor and the shared encoder f
 // task's own 64x64 in benchmarks/RESULTS.md) with Pendulum-v1's PPO settings
 // (examples/hyperparams/ppo.yaml), the shared encoder 8 wide. About 25 s on one core of this
 // machine class; here seed 1 ends at -250 (train_ppo with the same settings: -223; with an
-// evaluation every 4,096 steps, seeds 1 to 4: -164, -197, -163 and -126).
+// evaluation every 4,096 steps, whose last one draws other starting states, seeds 1 to 4:
+// -164, -197, -163 and -126).
 TEST_CASE("Trainer: PPO learns PixelPendulum-v1 from 32x32 images (eval above -400 within 20,480 agent steps)") {
   PpoTrainer::Config c;
   learning_test_run(*c.run, "ppo_pixels", 4096, 1);
