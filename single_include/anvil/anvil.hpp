@@ -18227,13 +18227,13 @@ class BasicSAC {
         break;
       }
       const double share = part.share;
-      accumulate(critic.grad, c.grad, share);
+      accumulate(critic.grad, c.grad, part);
       critic.loss += share * c.loss;
       critic.q_mean += share * c.q_mean;
       td_parts.push_back(c.td.clone());  // the fast path reuses its buffers
       if (actor_step) {
-        accumulate(actor.grad, a.grad, share);
-        if (a.alpha_grad.defined()) accumulate(actor.alpha_grad, a.alpha_grad, share);
+        accumulate(actor.grad, a.grad, part);
+        if (a.alpha_grad.defined()) accumulate(actor.alpha_grad, a.alpha_grad, part);
         actor.loss += share * a.loss;
         actor.entropy += share * a.entropy;
         actor.alpha_loss += share * a.alpha_loss;
@@ -18416,12 +18416,6 @@ class BasicSAC {
   friend struct detail::SacGraphed;
   static constexpr bool kDefaultNetworks =
       std::same_as<Actor, nn::GaussianActor> && std::same_as<Critic, nn::TwinQ>;
-
-  // sum += share * part (sum starts undefined).
-  static void accumulate(at::Tensor& sum, const at::Tensor& part, double share) {
-    if (!sum.defined()) sum = part * share;
-    else sum.add_(part, share);
-  }
 
   Config cfg_;
   c10::Device device_;
