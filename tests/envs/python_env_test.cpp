@@ -268,14 +268,16 @@ TEST_CASE("Python envs in worker processes: a worker that dies is named, with it
 
 TEST_CASE("Python envs in worker processes: a worker that stops answering is named with its env and step") {
   const float a = 0.5f;
+  // The timeout also bounds the worker's start (an interpreter, numpy): 2.5 s, so that a loaded
+  // machine reports the hang at step 3, not a slow start.
   const auto hung = error_of([&] {
-    auto b = make("python:faulty:Hangs", 1, {}, 1, 0.5);
+    auto b = make("python:faulty:Hangs", 1, {}, 1, 2.5);
     Rows r(*b);
     b->reset(r.obs.data(), 0);
     for (int t = 0; t < 10; ++t) b->step(0, 1, &a, r.out(), t);
   });
   CHECK(hung.find("env 0 of 1: step 3 (step 3 of its episode): in worker 0 of 1") != std::string::npos);
-  CHECK(hung.find("no answer in 0.5 s (env.worker_timeout=0.5)") != std::string::npos);
+  CHECK(hung.find("no answer in 2.5 s (env.worker_timeout=2.5)") != std::string::npos);
   CHECK(hung.find("env.on_hang=stop") != std::string::npos);
   CHECK(live_workers() == 0);  // the stuck worker was killed
   // env.on_hang=wait: a slow step is reported and waited for, and the run goes on
