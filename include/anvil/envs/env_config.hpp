@@ -8,6 +8,7 @@
 #include <string_view>
 #include <vector>
 
+#include <anvil/core/error.hpp>
 #include <anvil/core/param.hpp>
 
 namespace anvil::envs {
@@ -75,8 +76,14 @@ struct VecEnvConfig {
         "tasks for envs that have tasks, comma-separated (e.g. reach,push); envs are spread over them">
       tasks{};
 
-  /// `image_size`, or `own` where it is 0.
-  [[nodiscard]] int image_size_or(int own) const { return *image_size > 0 ? *image_size : own; }
+  /// `image_size`, or `own` where it is 0; a ConfigError naming the field for 1 to 7 (too
+  /// small for any encoder; the field's range has to admit 0).
+  [[nodiscard]] int image_size_or(int own) const {
+    if (*image_size > 0 && *image_size < 8)
+      throw ConfigError("env.image_size=" + std::to_string(*image_size) +
+                        ": images are at least 8 pixels a side (0: the env's own size)");
+    return *image_size > 0 ? *image_size : own;
+  }
   /// Whether any of the pixel task's settings (image_size, frame_stack, action_repeat) is set.
   [[nodiscard]] bool pixel_settings() const { return *image_size > 0 || *frame_stack > 0 || *action_repeat > 0; }
 };
