@@ -19,6 +19,7 @@
 #include <pybind11/stl/filesystem.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <csignal>
 #include <cstdlib>
@@ -83,19 +84,15 @@ std::vector<std::string> cxx_env_ids() {
   return ids;
 }
 
-// One of anvil's C++ envs, through the door every env takes; a ConfigError naming env.id and
+// One of anvil's C++ envs (`cfg.id`, with the pixel task's env.image_size, env.frame_stack
+// and env.action_repeat), through the door every env takes; a ConfigError naming env.id and
 // the ids this build knows otherwise.
-AnyEnv cxx_env(const std::string& id) {
-  for (auto n : anvil::envs::kBuiltinEnvs)
-    if (id == n)
-      return anvil::envs::with_env(id, [&](const auto& e) -> AnyEnv {
-        if constexpr (anvil::envs::ByteObservations<std::remove_cvref_t<decltype(e)>>)
-          throw anvil::ConfigError(id + ": its observations are images (" + anvil::envs::spec_of(e).layout.describe() +
-                                   "); make_vec hands float observations to Python only (train it from C++: "
-                                   "train_sac --env.id=" + id + ")");
-        else
-          return AnyEnv(e);
-      });
+AnyEnv cxx_env(const anvil::envs::VecEnvConfig& cfg) {
+  const auto& id = *cfg.id;
+  const auto& builtin = anvil::envs::kBuiltinEnvs;
+  // with_env refuses the pixel fields for any env but the pixel task, naming them
+  if (std::find(builtin.begin(), builtin.end(), id) != builtin.end() || cfg.pixel_settings())
+    return anvil::envs::with_env(cfg, [](const auto& e) { return AnyEnv(e); });
   for (auto n : anvil::envs::kBuiltinTeamEnvs)
     if (id == n) return anvil::envs::with_team_env(id, [](const auto& e) { return AnyEnv(e); });
 #ifdef ANVIL_WITH_MUJOCO
@@ -125,6 +122,8 @@ std::string hyperparams_file(const char* name) {
 // python:MODULE:ATTR a worker process imports, or empty with `why` not.
 AnyEnv training_env(const py::object& env, const std::string& name, const std::string& importable,
                     const std::string& why, const anvil::envs::VecEnvConfig& cfg) {
+  if (!py::isinstance<py::str>(env) || pyenv::is_python_id(env.cast<std::string>()))
+    anvil::envs::refuse_pixel_fields(cfg, "the env is " + name + ", in Python");
   if (*cfg.workers > 0) {
     // The workers run this interpreter (unless ANVIL_PYTHON_EXE says another), with numpy.
     ::setenv("ANVIL_PYTHON_EXE", py::module_::import("sys").attr("executable").cast<std::string>().c_str(), 0);
@@ -143,7 +142,9 @@ AnyEnv training_env(const py::object& env, const std::string& name, const std::s
   if (!pyenv::is_python_id(id)) {
     if (!cfg.kwargs->empty())
       throw ConfigError("env.kwargs: only an env in Python takes keyword arguments; env.id is " + id);
-    return cxx_env(id);
+    auto c = cfg;  // the env is the one named by `env` (the config's env.id may be empty)
+    c.id = id;
+    return cxx_env(c);
   }
   if (*cfg.workers > 0) return anvil::envs::python_env(id, *cfg.kwargs, *cfg.workers);  // links no Python
   py::object factory;
@@ -259,21 +260,18 @@ std::string config_help(const std::string& algorithm) {
 // default): the step that ends an episode returns its last observation, and the env's next
 // step starts the new episode (the action is ignored; reward 0, not terminated or truncated);
 // "same_step": the step that ends an episode returns the new episode's first observation,
-// and the last one in infos["final_obs"].
+// and the last one in infos["final_obs"]. Observations: float32 [N, obs_dim], or for an env
+// of parts (a pixel task) an array per part (ObsArrays).
 class VecEnv {
  public:
   VecEnv(const std::string& id, int num_envs, int threads, const std::string& autoreset_mode, const std::string& suite,
-         const std::vector<std::string>& tasks)
-      : door_(cxx_env(id)), pool_(std::max(1, threads)) {
+         const std::vector<std::string>& tasks, const std::array<int, 3>& pixels)
+      : cfg_(config(id, num_envs, suite, tasks, pixels)), door_(cxx_env(cfg_)), pool_(std::max(1, threads)) {
     if (num_envs < 1) throw ConfigError("num_envs=" + std::to_string(num_envs) + ": needs 1 or more envs");
     if (threads < 0) throw ConfigError("threads=" + std::to_string(threads) + ": 0 (this thread) or more threads");
     if (autoreset_mode != "next_step" && autoreset_mode != "same_step")
       throw ConfigError("autoreset_mode='" + autoreset_mode + "': choose next_step (Gymnasium's default) or same_step");
     same_step_ = autoreset_mode == "same_step";
-    cfg_.id = id;
-    cfg_.num_envs = num_envs;
-    cfg_.suite = suite;
-    cfg_.tasks = tasks;
     make(std::random_device{}());
   }
 
@@ -294,12 +292,10 @@ class VecEnv {
 
   py::tuple step(const py::array& actions) {
     if (!started_) throw anvil::Error("step() before reset(): call reset(seed=...) first");
-    const auto d = spec().obs_dim();
     const void* act = action_rows(actions);
-    py::array_t<float> obs({n_, d});
+    const ObsArrays obs(spec(), n_);
     py::array_t<double> reward(n_);
     py::array_t<bool> terminated(n_), truncated(n_);
-    float* o = obs.mutable_data();
     double* r = reward.mutable_data();
     bool* te = terminated.mutable_data();
     bool* tr = truncated.mutable_data();
@@ -325,9 +321,8 @@ class VecEnv {
     bool any_end = false;
     for (std::int64_t i = 0; i < n_; ++i) {
       const auto k = static_cast<std::size_t>(i);
-      float* out = o + i * d;
       if (pending_[k]) {  // the new episode's first observation, from the step that ended the last
-        std::copy_n(obs_.data() + i * d, d, out);
+        obs.put(i, row(obs_, i));
         r[i] = 0.0;
         te[i] = tr[i] = false;
         pending_[k] = 0;
@@ -339,22 +334,86 @@ class VecEnv {
       tr[i] = trunc_[k] != 0.0f;
       const bool ended = ended_[k].length > 0;
       any_end = any_end || ended;
-      std::copy_n((ended && !same_step_ ? next_ : obs_).data() + i * d, d, out);
+      obs.put(i, row(ended && !same_step_ ? next_ : obs_, i));
       if (ended && !same_step_) pending_[k] = 1;
     }
     py::dict infos;
     if (batch_->has_tasks()) infos["task"] = tasks_array();
     if (any_end) episode_infos(infos);
-    return py::make_tuple(obs, reward, terminated, truncated, infos);
+    return py::make_tuple(obs.value(), reward, terminated, truncated, infos);
   }
 
  private:
+  // Observation rows as Python gets them: float32 [N, obs_dim] for an env of float rows; for
+  // an env of parts, an array per part, [N, *shape] of its dtype (images uint8 [N, C, H, W]),
+  // in a dict by name (Gymnasium's Dict space), or the one part's array where there is one.
+  class ObsArrays {
+   public:
+    ObsArrays(const anvil::EnvSpec& s, std::int64_t n) {
+      if (!s.byte_rows()) {
+        add(n, {s.obs_dim()}, py::dtype::of<float>(), 0);
+        value_ = arrays_.front();
+        return;
+      }
+      py::dict parts;
+      for (const auto& p : s.layout.parts) {
+        add(n, p.shape, p.dtype == anvil::PartDtype::uint8 ? py::dtype::of<std::uint8_t>() : py::dtype::of<float>(), p.offset);
+        parts[py::str(p.name)] = arrays_.back();
+      }
+      value_ = arrays_.size() == 1 ? py::object(arrays_.front()) : py::object(parts);
+    }
+    // Row i, from a row of the batch's (obs_row_bytes() long).
+    void put(std::int64_t i, const std::uint8_t* row) const {
+      for (const auto& s : slots_) std::memcpy(s.data + i * s.bytes, row + s.offset, static_cast<std::size_t>(s.bytes));
+    }
+    [[nodiscard]] const py::object& value() const noexcept { return value_; }
+
+   private:
+    struct Slot {
+      std::uint8_t* data;
+      std::int64_t offset, bytes;
+    };
+    void add(std::int64_t n, const std::vector<std::int64_t>& shape, const py::dtype& dtype, std::int64_t offset) {
+      std::vector<py::ssize_t> dims{n};
+      dims.insert(dims.end(), shape.begin(), shape.end());
+      py::array a(dtype, dims);
+      slots_.push_back({static_cast<std::uint8_t*>(a.mutable_data()), offset, a.nbytes() / std::max<std::int64_t>(n, 1)});
+      arrays_.push_back(std::move(a));
+    }
+    std::vector<py::array> arrays_;
+    std::vector<Slot> slots_;
+    py::object value_;
+  };
+
+  static anvil::envs::VecEnvConfig config(const std::string& id, int num_envs, const std::string& suite,
+                                          const std::vector<std::string>& tasks, const std::array<int, 3>& pixels) {
+    anvil::envs::VecEnvConfig c;
+    c.id = id;
+    c.num_envs = num_envs;
+    c.suite = suite;
+    c.tasks = tasks;
+    const char* names[] = {"image_size", "frame_stack", "action_repeat"};
+    for (int k = 0; k < 3; ++k)
+      if (pixels[static_cast<std::size_t>(k)] < 0)
+        throw ConfigError(std::string(names[k]) + "=" + std::to_string(pixels[static_cast<std::size_t>(k)]) +
+                          ": 0 (the pixel task's own) or more");
+    c.image_size = pixels[0];
+    c.frame_stack = pixels[1];
+    c.action_repeat = pixels[2];
+    return c;
+  }
+
+  // Row i of a batch's observation rows (floats, or bytes of parts).
+  const std::uint8_t* row(const std::vector<float>& rows, std::int64_t i) const {
+    return reinterpret_cast<const std::uint8_t*>(rows.data()) + i * spec().obs_row_bytes();
+  }
+
   // The batch, seeded from `seed` (env i's episodes from its own stream).
   void make(std::uint64_t seed) {
     batch_ = door_.batch_maker()(cfg_, seed, 0, 0);
     n_ = batch_->size();
-    const auto d = batch_->spec().obs_dim();
-    obs_.assign(static_cast<std::size_t>(n_ * d), 0.0f);
+    // rows of floats, or of bytes of parts (a multiple of 4 bytes: ObsLayout::row_bytes)
+    obs_.assign(static_cast<std::size_t>(n_ * batch_->spec().obs_row_bytes() / 4), 0.0f);
     next_.assign(obs_.size(), 0.0f);
     reward_.assign(static_cast<std::size_t>(n_), 0.0f);
     term_ = trunc_ = reward_;
@@ -364,10 +423,10 @@ class VecEnv {
     steps_ = 0;
   }
 
-  py::array_t<float> rows(const std::vector<float>& v) const {
-    py::array_t<float> a({n_, spec().obs_dim()});
-    std::copy(v.begin(), v.end(), a.mutable_data());
-    return a;
+  py::object rows(const std::vector<float>& v) const {
+    const ObsArrays a(spec(), n_);
+    for (std::int64_t i = 0; i < n_; ++i) a.put(i, row(v, i));
+    return a.value();
   }
   py::array_t<std::int64_t> tasks_array() const {
     py::array_t<std::int64_t> a(n_);
@@ -439,8 +498,8 @@ class VecEnv {
     return s + (a.ndim() == 1 ? ",)" : ")");
   }
 
-  AnyEnv door_;
   anvil::envs::VecEnvConfig cfg_;
+  AnyEnv door_;
   std::unique_ptr<anvil::envs::EnvBatch> batch_;
   anvil::detail::ThreadPool pool_;
   std::int64_t n_ = 0, steps_ = 0;
@@ -460,9 +519,9 @@ double bare_step_us(const std::string& id, int num_envs, std::int64_t batches) {
   anvil::envs::VecEnvConfig cfg;
   cfg.id = id;
   cfg.num_envs = num_envs;
-  auto batch = cxx_env(id).batch_maker()(cfg, 1, 0, 0);
-  const auto n = batch->size(), d = batch->spec().obs_dim();
-  std::vector<float> obs(static_cast<std::size_t>(n * d)), next(obs.size()), reward(static_cast<std::size_t>(n)),
+  auto batch = cxx_env(cfg).batch_maker()(cfg, 1, 0, 0);
+  const auto n = batch->size();
+  std::vector<float> obs(static_cast<std::size_t>(n * batch->spec().obs_row_bytes() / 4)), next(obs.size()), reward(static_cast<std::size_t>(n)),
       term(reward.size()), trunc(reward.size()), actions(static_cast<std::size_t>(n * batch->spec().action_dim()));
   std::vector<std::int64_t> task(static_cast<std::size_t>(n)), discrete(static_cast<std::size_t>(n));
   std::vector<anvil::envs::EpisodeEnd> ended(static_cast<std::size_t>(n));
@@ -501,6 +560,12 @@ py::dict space_of(const anvil::EnvSpec& s) {
   } else {
     d["action_low"] = std::get<anvil::Box>(s.action).low;
     d["action_high"] = std::get<anvil::Box>(s.action).high;
+  }
+  if (s.byte_rows()) {  // the parts: (name, dtype, shape); the float parts' bounds are obs_low/obs_high, in order
+    py::list parts;
+    for (const auto& p : s.layout.parts)
+      parts.append(py::make_tuple(p.name, p.dtype == anvil::PartDtype::uint8 ? "uint8" : "float32", py::tuple(py::cast(p.shape))));
+    d["parts"] = parts;
   }
   if (s.agents.multi_agent())
     d["agents"] = py::make_tuple(s.agents.agents, s.agents.obs_dim, s.agents.num_actions, s.agents.state_dim);
@@ -542,9 +607,11 @@ PYBIND11_MODULE(_anvil, m) {
   m.def("policy_act", &policy_act, py::arg("path"), py::arg("obs"));
 
   py::class_<VecEnv>(m, "VecEnv")
-      .def(py::init<const std::string&, int, int, const std::string&, const std::string&, const std::vector<std::string>&>(),
+      .def(py::init<const std::string&, int, int, const std::string&, const std::string&, const std::vector<std::string>&,
+                    const std::array<int, 3>&>(),
            py::arg("id"), py::arg("num_envs"), py::arg("threads") = 0, py::arg("autoreset_mode") = "next_step",
-           py::arg("suite") = "", py::arg("tasks") = std::vector<std::string>{})
+           py::arg("suite") = "", py::arg("tasks") = std::vector<std::string>{},
+           py::arg("pixels") = std::array<int, 3>{0, 0, 0})
       .def_property_readonly("num_envs", &VecEnv::num_envs)
       .def_property_readonly("spec", [](const VecEnv& v) { return space_of(v.spec()); })
       .def_property_readonly("tasks", &VecEnv::tasks)

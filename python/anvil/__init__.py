@@ -21,10 +21,10 @@ import numpy as np
 from . import _anvil, safetensors  # noqa: F401 - anvil.safetensors: the format with numpy
 from ._anvil import ConfigError, EnvError, Error  # noqa: F401 - anvil's errors, as Python's
 from .policy import load_policy
-from .spaces import Box, Discrete, MultiDiscrete
+from .spaces import Box, Dict, Discrete, MultiDiscrete
 
 __all__ = ["train", "make_vec", "VectorEnv", "load_policy", "config_help", "envs", "algorithms",
-           "Error", "ConfigError", "EnvError", "Box", "Discrete", "MultiDiscrete"]
+           "Error", "ConfigError", "EnvError", "Box", "Dict", "Discrete", "MultiDiscrete"]
 
 _ALGORITHMS = ("sac", "ppo", "mt_sac")
 
@@ -165,6 +165,26 @@ def train(algorithm, env, config=None, run_dir=None):
     return summary
 
 
+def _part_spaces(parts, low, high, n):
+    """The single and batched observation spaces of an env of parts: a Box per part (uint8
+    images in [0, 255], float parts in their bounds, taken in order from low and high), in a
+    Dict by name, or the one part's Box where there is one."""
+    single, batched, k = {}, {}, 0
+    for name, dtype, shape in parts:
+        shape = tuple(shape)
+        if dtype == "uint8":
+            lo, hi = np.zeros(shape, np.uint8), np.full(shape, 255, np.uint8)
+        else:
+            m = int(np.prod(shape))
+            lo, hi = low[k:k + m].reshape(shape), high[k:k + m].reshape(shape)
+            k += m
+        single[name] = Box(lo, hi, dtype=np.dtype(dtype))
+        batched[name] = Box(np.broadcast_to(lo, (n,) + shape), np.broadcast_to(hi, (n,) + shape), dtype=np.dtype(dtype))
+    if len(parts) == 1:
+        return next(iter(single.values())), next(iter(batched.values()))
+    return Dict(single), Dict(batched)
+
+
 class VectorEnv(_anvil.VecEnv):
     """`num_envs` of one of anvil's C++ envs stepped together in C++ (no Python per env), in
     Gymnasium's VectorEnv shape: `reset(seed=)` -> (obs, infos); `step(actions)` -> (obs,
@@ -180,15 +200,20 @@ class VectorEnv(_anvil.VecEnv):
     for the same s; env i's episodes come from its own stream.
     """
 
-    def __init__(self, id, num_envs, threads=0, autoreset_mode="next_step", suite="", tasks=()):
+    def __init__(self, id, num_envs, threads=0, autoreset_mode="next_step", suite="", tasks=(), *,
+                 image_size=0, frame_stack=0, action_repeat=0):
         if isinstance(tasks, str):
             tasks = [t for t in tasks.split(",") if t]
-        super().__init__(id, int(num_envs), int(threads), autoreset_mode, suite, list(tasks))
+        super().__init__(id, int(num_envs), int(threads), autoreset_mode, suite, list(tasks),
+                         [int(image_size), int(frame_stack), int(action_repeat)])
         spec = self.spec
         n = self.num_envs
         low, high = np.asarray(spec["obs_low"], np.float32), np.asarray(spec["obs_high"], np.float32)
-        self.single_observation_space = Box(low, high, dtype=np.float32)
-        self.observation_space = Box(np.tile(low, (n, 1)), np.tile(high, (n, 1)), dtype=np.float32)
+        if "parts" in spec:  # a pixel task: uint8 [C, H, W] images (beside float parts, in a Dict)
+            self.single_observation_space, self.observation_space = _part_spaces(spec["parts"], low, high, n)
+        else:
+            self.single_observation_space = Box(low, high, dtype=np.float32)
+            self.observation_space = Box(np.tile(low, (n, 1)), np.tile(high, (n, 1)), dtype=np.float32)
         if "action_n" in spec:
             self.single_action_space = Discrete(spec["action_n"])
             self.action_space = MultiDiscrete(np.full(n, spec["action_n"]))
@@ -227,8 +252,13 @@ class VectorEnv(_anvil.VecEnv):
         return f"anvil.VectorEnv({self.name!r}, num_envs={self.num_envs}, autoreset_mode={self.autoreset_mode!r})"
 
 
-def make_vec(id, num_envs, threads=0, *, autoreset_mode="next_step", suite="", tasks=()):
+def make_vec(id, num_envs, threads=0, *, autoreset_mode="next_step", suite="", tasks=(),
+             image_size=0, frame_stack=0, action_repeat=0):
     """`num_envs` of anvil's C++ env `id` (`anvil.envs()`) as a VectorEnv, stepped on
     `threads` threads (0: the calling thread), the GIL released while they step. For the
-    manipulation suite, `suite="mt10"` or `tasks="reach,push"` chooses its tasks."""
-    return VectorEnv(id, num_envs, threads=threads, autoreset_mode=autoreset_mode, suite=suite, tasks=tasks)
+    manipulation suite, `suite="mt10"` or `tasks="reach,push"` chooses its tasks. The pixel
+    task (PixelPendulum-v1) hands out uint8 images [num_envs, C, H, W], drawn in C++;
+    `image_size`, `frame_stack` and `action_repeat` (0: the task's own, 64, 3 and 2) are the
+    run config's env.image_size, env.frame_stack and env.action_repeat."""
+    return VectorEnv(id, num_envs, threads=threads, autoreset_mode=autoreset_mode, suite=suite, tasks=tasks,
+                     image_size=image_size, frame_stack=frame_stack, action_repeat=action_repeat)

@@ -1,11 +1,12 @@
 """The spaces anvil's vector envs describe themselves with: Gymnasium's own (gymnasium.spaces)
 when Gymnasium is installed, else these, which have the attributes and methods of
-Gymnasium's that code reads (shape, dtype, low, high, n, nvec, sample, contains, seed)."""
+Gymnasium's that code reads (shape, dtype, low, high, n, nvec, spaces, sample, contains,
+seed)."""
 
 import numpy as np
 
 try:  # Gymnasium's own spaces, where it is installed
-    from gymnasium.spaces import Box, Discrete, MultiDiscrete  # noqa: F401
+    from gymnasium.spaces import Box, Dict, Discrete, MultiDiscrete  # noqa: F401
 except ImportError:
     class _Space:
         def __init__(self, shape, dtype):
@@ -27,6 +28,8 @@ except ImportError:
             self.high = np.broadcast_to(np.asarray(high, self.dtype), self.shape).copy()
 
         def sample(self):
+            if self.dtype.kind in "ui":  # integers (images): each in [low, high]
+                return self.np_random.integers(self.low, self.high, endpoint=True).astype(self.dtype)
             lo = np.where(np.isfinite(self.low), self.low, -1.0)
             hi = np.where(np.isfinite(self.high), self.high, 1.0)
             return self.np_random.uniform(lo, hi).astype(self.dtype)
@@ -70,3 +73,31 @@ except ImportError:
 
         def __repr__(self):
             return f"MultiDiscrete({self.nvec})"
+
+    class Dict(_Space):
+        """Named spaces (an observation of parts: images beside numbers), in order."""
+
+        def __init__(self, spaces):
+            self.spaces = dict(spaces)
+            self.shape, self.dtype, self.np_random = None, None, np.random.default_rng()
+
+        def __getitem__(self, name):
+            return self.spaces[name]
+
+        def keys(self):
+            return self.spaces.keys()
+
+        def seed(self, seed=None):
+            for i, s in enumerate(self.spaces.values()):
+                s.seed(None if seed is None else seed + i)
+            return [seed]
+
+        def sample(self):
+            return {k: s.sample() for k, s in self.spaces.items()}
+
+        def contains(self, x):
+            return isinstance(x, dict) and x.keys() == self.spaces.keys() and \
+                all(s.contains(x[k]) for k, s in self.spaces.items())
+
+        def __repr__(self):
+            return "Dict(" + ", ".join(f"{k!r}: {s}" for k, s in self.spaces.items()) + ")"

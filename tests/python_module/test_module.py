@@ -243,6 +243,67 @@ def test_make_vec_envs_with_tasks_and_agents():
     assert obs.shape == (5, team.single_observation_space.shape[0])
 
 
+def test_make_vec_of_the_pixel_task_hands_out_uint8_images_with_the_frames_stacked():
+    envs = anvil.make_vec("PixelPendulum-v1", 3, image_size=32, frame_stack=2, action_repeat=3)
+    space = envs.single_observation_space
+    assert space.shape == (6, 32, 32) and space.dtype == np.uint8 and space.low.max() == 0 and space.high.min() == 255
+    assert envs.observation_space.shape == (3, 6, 32, 32) and envs.observation_space.dtype == np.uint8
+    obs, _ = envs.reset(seed=4)
+    assert obs.shape == (3, 6, 32, 32) and obs.dtype == np.uint8 and obs.std() > 0 and space.contains(obs[0])
+    assert not np.array_equal(obs[0], obs[1])  # each env from its own stream
+    a = np.full((3, 1), 1.0, np.float32)
+    prev = obs
+    for _ in range(5):
+        obs, r, te, tr, infos = envs.step(a)
+        assert obs.shape == (3, 6, 32, 32) and r.shape == (3,) and np.all(r <= 0)
+        assert np.array_equal(obs[:, :3], prev[:, 3:])  # the newest frame becomes the older one
+        assert not np.array_equal(obs[:, 3:], prev[:, 3:])
+        prev = obs
+    again = anvil.make_vec("PixelPendulum-v1", 3, image_size=32, frame_stack=2, action_repeat=3)
+    assert np.array_equal(again.reset(seed=4)[0], envs.reset(seed=4)[0])  # seeds repeat
+    own = anvil.make_vec("PixelPendulum-v1", 1)  # the task's own: 64x64, 3 frames
+    assert own.single_observation_space.shape == (9, 64, 64) and own.reset(seed=0)[0].shape == (1, 9, 64, 64)
+
+
+def test_make_vec_of_the_pixel_task_ends_episodes_with_their_last_images():
+    envs = anvil.make_vec("PixelPendulum-v1", 2, autoreset_mode="same_step", image_size=16, frame_stack=1, action_repeat=2)
+    envs.reset(seed=1)
+    a = np.zeros((2, 1), np.float32)
+    for _ in range(100):  # 200 env steps of Pendulum: 100 steps of 2
+        obs, r, te, tr, infos = envs.step(a)
+    assert tr.all() and infos["_final_obs"].all()
+    assert infos["final_obs"].shape == (2, 3, 16, 16) and infos["final_obs"].dtype == np.uint8
+    assert np.array_equal(infos["episode"]["l"], [100, 100])
+
+
+def test_make_vec_and_train_refuse_bad_pixel_settings_naming_the_field(tmp_path):
+    with pytest.raises(anvil.ConfigError, match=r"env.image_size, env.frame_stack and env.action_repeat apply to a "
+                                                r"pixel task anvil draws \(PixelPendulum-v1\); env.id is Pendulum-v1"):
+        anvil.make_vec("Pendulum-v1", 2, image_size=32)
+    with pytest.raises(anvil.ConfigError, match="frame_stack=-1"):
+        anvil.make_vec("PixelPendulum-v1", 2, frame_stack=-1)
+    with pytest.raises(anvil.ConfigError, match="env.image_size"):
+        anvil.make_vec("PixelPendulum-v1", 2, image_size=4)
+    with pytest.raises(anvil.ConfigError, match=r"apply to a pixel task anvil draws .*the env is python:pendulum:Pendulum, in Python"):
+        anvil.train("sac", pendulum.Pendulum, config={"env.frame_stack": 2}, run_dir=tmp_path / "run")
+
+
+def test_train_sac_on_the_pixel_task_by_id(tmp_path):
+    cfg = {"train.steps": 300, "train.learning_starts": 200, "train.eval_interval": 300, "train.eval_episodes": 1,
+           "run.update_threads": 1, "buffer.capacity": 1000, "sac.batch_size": 16, "sac.encoder.width": 8,
+           "sac.encoder.features": 16, "env.image_size": 32, "env.frame_stack": 2}
+    s = anvil.train("sac", "PixelPendulum-v1", config=cfg, run_dir=tmp_path / "run")
+    assert s["status"] == "finished" and s["env_steps"] == 300 and s["updates"] > 0
+    assert np.isfinite(s["final_eval_return"])
+    assert "observations: pixels uint8 [6,32,32]" in (tmp_path / "run" / "training.log").read_text()
+    torch = pytest.importorskip("torch", reason="the policy as a torch module needs torch (Debian: python3-torch)")
+    policy = anvil.load_policy(tmp_path / "run" / "policy.safetensors")  # the encoder with the actor
+    obs, _ = anvil.make_vec("PixelPendulum-v1", 4, image_size=32, frame_stack=2).reset(seed=0)
+    with torch.no_grad():
+        a = policy(torch.from_numpy(obs)).numpy()  # uint8 images as make_vec hands them out
+    assert a.shape == (4, 1) and np.all(np.abs(a) <= 2.0) and len(np.unique(a)) > 1
+
+
 def test_pip_installs_the_built_package_offline(tmp_path):
     probe = [subprocess.run([sys.executable, *a], capture_output=True).returncode
              for a in (["-c", "import venv, setuptools"], ["-m", "pip", "--version"])]

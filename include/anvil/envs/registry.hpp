@@ -54,12 +54,18 @@ decltype(auto) with_env(std::string_view id, F&& f) {
 /// `with_env` for the env section of a run's config: `env.id` names a built-in env (a pixel
 /// task drawn at env.image_size, env.frame_stack frames, env.action_repeat), or an env in
 /// Python (`python:MODULE:ATTR`, with `env.kwargs`), which `f` gets as an `AnyEnv`.
+/// Refuses env.image_size, env.frame_stack and env.action_repeat unless env.id is a pixel
+/// task anvil draws; `env` says which env the run has ("env.id is Pendulum-v1").
+inline void refuse_pixel_fields(const VecEnvConfig& cfg, const std::string& env) {
+  if (cfg.pixel_settings() && *cfg.id != PixelPendulum::name)
+    throw ConfigError("env.image_size, env.frame_stack and env.action_repeat apply to a pixel task anvil draws (" +
+                      std::string(PixelPendulum::name) + "); " + env);
+}
+
 template <class F>
 decltype(auto) with_env(const VecEnvConfig& cfg, F&& f) {
   const std::string id = cfg.id->empty() ? std::string("env.id is empty") : "env.id is " + *cfg.id;
-  if (cfg.pixel_settings() && *cfg.id != PixelPendulum::name)
-    throw ConfigError("env.image_size, env.frame_stack and env.action_repeat apply to a pixel task anvil draws (" +
-                      std::string(PixelPendulum::name) + "); " + id);
+  refuse_pixel_fields(cfg, id);
   if (python::is_python_id(*cfg.id)) return std::forward<F>(f)(python_env(*cfg.id, *cfg.kwargs, *cfg.workers));
   if (!cfg.kwargs->empty())
     throw ConfigError("env.kwargs: only an env in Python (env.id=python:MODULE:ATTR) takes keyword arguments; " + id);
