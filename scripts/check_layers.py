@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Checks that anvil's headers include only from their own layer or the layers below.
 
-The layers, bottom up (DESIGN.md: "layers only include downwards"):
+The layers, bottom up (docs/design.md, "Layers and layout"):
 
   0 core          spaces, config, state protocol, errors, seeding, ...
   1 optim nn envs precision observe parallel
