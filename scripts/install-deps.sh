@@ -32,6 +32,8 @@ packages=(
   python3-pip python3-venv python3-setuptools
   # side-by-side Python reference implementations in benchmarks/
   python3-torch
+  # the API reference from the headers (target api_docs, docs/Doxyfile.in)
+  doxygen
 )
 
 missing=()
