@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Checks anvil's Markdown: the README stays a front door (at most 250 lines; new material
-goes to docs/), and every relative link in README.md, CHANGELOG.md, docs/ and
+goes to docs/), benchmarks/RESULTS.md a summary (at most 200 lines; figures in full go to
+docs/benchmarks/), and every relative link in README.md, CHANGELOG.md, docs/ and
 benchmarks/RESULTS.md leads somewhere: to a file that exists and, where it names a section
 (`page.md#section`), to a heading of that page (GitHub's anchors: lower case, punctuation
 dropped, spaces to hyphens, "-1", "-2" for repeats). Links inside code are not links.
@@ -15,6 +16,7 @@ import sys
 import tempfile
 
 README_MAX_LINES = 250
+RESULTS_MAX_LINES = 200
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
 
 
@@ -58,6 +60,12 @@ def check(root):
     if n > README_MAX_LINES:
         faults.append(f"README.md: {n} lines; it stays a front door of at most {README_MAX_LINES} "
                       "(move the new material to a page in docs/ and link it)")
+    results = root / "benchmarks" / "RESULTS.md"
+    if results.is_file():
+        n = len(results.read_text(encoding="utf-8").splitlines())
+        if n > RESULTS_MAX_LINES:
+            faults.append(f"benchmarks/RESULTS.md: {n} lines; it stays a summary of at most {RESULTS_MAX_LINES} "
+                          "(the figures in full go to a page in docs/benchmarks/)")
     cache = {}
     for page in pages(root):
         rel = page.relative_to(root)
