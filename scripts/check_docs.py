@@ -20,25 +20,25 @@ RESULTS_MAX_LINES = 200
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
 
 
-def prose_lines(text):
-    """(line number, line) outside fenced code, with inline code blanked."""
+def prose_lines(text, keep_code=False):
+    """(line number, line) outside fenced code, with inline code blanked (or kept)."""
     fence = False
     for n, line in enumerate(text.split("\n"), 1):
         if line.lstrip().startswith("```"):
             fence = not fence
             continue
         if not fence:
-            yield n, re.sub(r"`[^`]*`", "``", line)
+            yield n, line if keep_code else re.sub(r"`[^`]*`", "``", line)
 
 
 def anchors(path):
     """The section anchors of a Markdown page, as GitHub makes them."""
     seen, out = {}, set()
-    for _, line in prose_lines(path.read_text(encoding="utf-8")):
+    for _, line in prose_lines(path.read_text(encoding="utf-8"), keep_code=True):
         m = re.match(r"#{1,6}\s+(.*?)\s*#*\s*$", line)
         if not m:
             continue
-        slug = re.sub(r"[^\w\- ]", "", m.group(1).replace("``", "").strip().lower()).replace(" ", "-")
+        slug = re.sub(r"[^\w\- ]", "", m.group(1).strip().lower()).replace(" ", "-")
         k = seen.get(slug, 0)
         seen[slug] = k + 1
         out.add(slug if k == 0 else f"{slug}-{k}")
