@@ -4,7 +4,10 @@ blocks) against the build: every anvil program a command runs exists in the buil
 command line is valid: the program parses it with `--print-config` appended (every key
 known, every value in range, every --config file readable), which runs nothing. A sweep
 (`--multirun k=a,b ...`) is checked run by run. Scripts a command runs must exist and be
-executable.
+executable. A YAML config in the docs (```yaml) is given to a main as `--config FILE`
+with `--print-config` (train_sac_pendulum, or the main YAML_PROGRAMS names), and a CMake
+snippet (```cmake) must be what the package test's consumer project does
+(tests/package/consumer/CMakeLists.txt, `my_trainer` being its `consumer`).
 
 Not run, and said so: a command whose program is an optional component this build lacks, a
 command with a placeholder (`<the run>`), and one that reads what an earlier command of
@@ -13,7 +16,8 @@ the same block writes (an evaluation of the run trained above).
 Usage: scripts/check_doc_commands.py --build DIR [--root DIR]   (exit 1 naming page, line
 and command at fault)
        scripts/check_doc_commands.py --build DIR --selftest  (a page with a bad key, a
-       missing script and a bad sweep value is refused, each named)
+       missing script, a bad sweep value, a bad YAML key and a CMake line no test runs is
+       refused, each named)
 """
 import argparse
 import itertools
@@ -52,6 +56,57 @@ def commands(page):
     return out
 
 
+# (page, first line) of a YAML block -> the main that reads it (default: train_sac_pendulum).
+YAML_PROGRAMS = {}
+CONSUMER = "tests/package/consumer/CMakeLists.txt"
+
+
+def blocks(page, lang):
+    """(first line number, text) of each ```lang block of the page."""
+    block, start, lines = False, 0, []
+    for n, line in enumerate(page.read_text(encoding="utf-8").split("\n"), 1):
+        if line.startswith("```"):
+            if block:
+                yield start, "\n".join(lines)
+                block = False
+            elif line[3:].strip() == lang:
+                block, start, lines = True, n + 1, []
+            continue
+        if block:
+            lines.append(line)
+
+
+def statements(cmake):
+    """A CMake text's statements, comments dropped and spaces collapsed."""
+    text = re.sub(r"#[^\n]*", "", cmake)
+    return [re.sub(r"\s+", " ", m).strip() for m in re.findall(r"[\w_]+\s*\([^)]*\)", text)]
+
+
+def check_configs(root, build, page, faults):
+    """The page's YAML and CMake snippets (see file comment); how many were checked."""
+    import tempfile
+    rel, checked = page.relative_to(root), 0
+    for line, text in blocks(page, "yaml"):
+        exe = build / "examples" / YAML_PROGRAMS.get((rel.as_posix(), text.split("\n")[0]), "train_sac_pendulum")
+        if not exe.exists():
+            continue
+        with tempfile.NamedTemporaryFile("w", suffix=".yaml") as f:
+            f.write(text)
+            f.flush()
+            r = subprocess.run([str(exe), "--config", f.name, "--print-config"], capture_output=True, text=True, timeout=120)
+        checked += 1
+        if r.returncode != 0:
+            err = (r.stderr.strip() or r.stdout.strip()).splitlines()
+            faults.append(f"{rel}:{line}: the YAML config: {exe.name} --config exits {r.returncode}: {err[-1] if err else ''}")
+    consumer = statements((root / CONSUMER).read_text(encoding="utf-8")) if (root / CONSUMER).exists() else []
+    for line, text in blocks(page, "cmake"):
+        checked += 1
+        for st in statements(text.replace("my_trainer", "consumer")):
+            if st not in consumer:
+                faults.append(f"{rel}:{line}: the CMake snippet's `{st}` is not what {CONSUMER} (tested) does")
+    return checked
+
+
 def sweep_runs(args):
     """A --multirun command line as the command lines of its runs (each key=a,b,... a list)."""
     if "--multirun" not in args:
@@ -77,6 +132,7 @@ def check(root, build):
     for page in pages:
         rel = page.relative_to(root)
         made = set()  # run directories and files earlier commands of the page write
+        checked += check_configs(root, build, page, faults)
         for n, cmd in commands(page):
             env = dict(os.environ)
             words = shlex.split(cmd)
@@ -128,12 +184,15 @@ def selftest(build):
         (root / "docs").mkdir()
         (root / "README.md").write_text(
             "```sh\nbuild/examples/train_sac --sac.batch_sizze=3\nscripts/nowhere.sh\n"
-            "build/examples/train_sac --multirun seed=1,x --jobs 2\nbuild/examples/train_sac --seed=2\n```\n")
+            "build/examples/train_sac --multirun seed=1,x --jobs 2\nbuild/examples/train_sac --seed=2\n```\n"
+            "```yaml\nsac:\n  batch_sizze: 3\n```\n```cmake\nanvil_slow_start(my_trainer)\n```\n")
         faults, _, checked = check(root, build)
         print("\n".join(faults))
         want = ["README.md:2: build/examples/train_sac --sac.batch_sizze=3: exit 2", "README.md:3: scripts/nowhere.sh: no executable",
-                "README.md:4: build/examples/train_sac --multirun seed=1,x --jobs 2: exit 2"]
-        ok = len(faults) == 3 and all(any(f.startswith(w) for f in faults) for w in want) and checked == 5
+                "README.md:4: build/examples/train_sac --multirun seed=1,x --jobs 2: exit 2",
+                "README.md:8: the YAML config: train_sac_pendulum --config exits 2",
+                "README.md:12: the CMake snippet's `anvil_slow_start(consumer)`"]
+        ok = len(faults) == 5 and all(any(f.startswith(w) for f in faults) for w in want) and checked == 7
         print("selftest:", "the faults are named" if ok else "FAILED: expected " + "; ".join(want))
         return 0 if ok else 1
 
