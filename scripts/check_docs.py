@@ -17,7 +17,7 @@ import tempfile
 
 README_MAX_LINES = 250
 RESULTS_MAX_LINES = 200
-LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
+LINK = re.compile(r"\]\(([^)\s]+)\)")  # the target of a link, its text on this line or the one before
 
 
 def prose_lines(text, keep_code=False):

@@ -21,7 +21,7 @@ import sys
 # (declarations), "struct" (members), "main" (a whole program, in a file of its own).
 CONTEXTS = {
     ("README.md", "using Trainer = anvil::Trainer<anvil::SAC, anvil::UniformBuffer>;"): ("function", "", ""),
-    ("docs/concepts.md", "// Learn from a dataset first, then go on online with the dataset in the replay buffer."):
+    ("docs/loops.md", "// Learn from a dataset first, then go on online with the dataset in the replay buffer."):
         ("namespace", "", "[[maybe_unused]] inline T::Config config{};  // the Trainer type is well-formed"),
     ("docs/configuration.md", 'Param<int, "batch_size", "transitions per gradient update", at_least(1)> batch_size{256};'):
         ("struct", "", ""),
