@@ -28,32 +28,28 @@ import shlex
 import subprocess
 import sys
 
+from doc_blocks import code_blocks, doc_pages, report
+
 PROGRAM = re.compile(r"^build/(examples|tools|benchmarks)/([\w-]+)$")
 
 
 def commands(page):
-    """(line number, command text) of each command in the page's sh/bash blocks, continued
-    lines joined, comments dropped."""
-    lines = page.read_text(encoding="utf-8").split("\n")
-    block, out, pending, start = False, [], "", 0
-    for n, line in enumerate(lines, 1):
-        if line.startswith("```"):
-            block = line[3:].strip() in ("sh", "bash") if not block else False
-            continue
-        if not block:
-            continue
-        text = re.sub(r"(^|\s)#.*$", "", line).rstrip()  # a comment (no '#' inside the commands here)
-        if not pending:
-            start = n
-        if text.endswith("\\"):
-            pending += text[:-1] + " "
-            continue
-        text = (pending + text).strip()
-        pending = ""
-        for part in text.split("&&"):
-            if part.strip():
-                out.append((start, part.strip()))
-    return out
+    """(line number, command text) of each command in the page's sh/bash blocks, in the page's
+    order, continued lines joined, comments dropped."""
+    out = []
+    for lang in ("sh", "bash"):
+        for start, lines in code_blocks(page, lang):
+            pending, first = "", start
+            for n, line in enumerate(lines, start):
+                text = re.sub(r"(^|\s)#.*$", "", line).rstrip()  # a comment (no '#' inside the commands here)
+                if not pending:
+                    first = n
+                if text.endswith("\\"):
+                    pending += text[:-1] + " "
+                    continue
+                text, pending = (pending + text).strip(), ""
+                out += [(first, part.strip()) for part in text.split("&&") if part.strip()]
+    return sorted(out, key=lambda c: c[0])
 
 
 # (page, first line) of a YAML block -> the main that reads it (default: train_sac_pendulum).
@@ -63,17 +59,8 @@ CONSUMER = "tests/package/consumer/CMakeLists.txt"
 
 def blocks(page, lang):
     """(first line number, text) of each ```lang block of the page."""
-    block, start, lines = False, 0, []
-    for n, line in enumerate(page.read_text(encoding="utf-8").split("\n"), 1):
-        if line.startswith("```"):
-            if block:
-                yield start, "\n".join(lines)
-                block = False
-            elif line[3:].strip() == lang:
-                block, start, lines = True, n + 1, []
-            continue
-        if block:
-            lines.append(line)
+    for start, lines in code_blocks(page, lang):
+        yield start, "\n".join(lines)
 
 
 def statements(cmake):
@@ -128,8 +115,7 @@ def sweep_runs(args):
 
 def check(root, build):
     faults, notes, checked = [], [], 0
-    pages = [root / "README.md"] + sorted((root / "docs").rglob("*.md"))
-    for page in pages:
+    for page in doc_pages(root):
         rel = page.relative_to(root)
         made = set()  # run directories and files earlier commands of the page write
         checked += check_configs(root, build, page, faults)
@@ -206,13 +192,7 @@ def main():
     if args.selftest:
         return selftest(pathlib.Path(args.build).resolve())
     faults, notes, checked = check(pathlib.Path(args.root).resolve(), pathlib.Path(args.build).resolve())
-    for x in notes:
-        print(x)
-    for f in faults:
-        print(f, file=sys.stderr)
-    print(f"check_doc_commands: {checked} commands checked, {len(notes)} not run (said above), "
-          + (f"{len(faults)} faults" if faults else "none at fault"))
-    return 1 if faults else 0
+    return report("check_doc_commands", notes, faults, f"{checked} commands checked, {len(notes)} not run (said above)")
 
 
 if __name__ == "__main__":

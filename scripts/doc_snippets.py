@@ -17,6 +17,8 @@ import pathlib
 import re
 import sys
 
+from doc_blocks import code_blocks, doc_pages
+
 # (page, first line) -> (where, before, after). where: "function" (statements), "namespace"
 # (declarations), "struct" (members), "main" (a whole program, in a file of its own).
 CONTEXTS = {
@@ -40,20 +42,9 @@ CONTEXTS = {
 
 
 def snippets(root):
-    pages = [root / "README.md"] + sorted((root / "docs").rglob("*.md"))
-    for page in pages:
-        rel = page.relative_to(root).as_posix()
-        block, start, lines = False, 0, []
-        for n, line in enumerate(page.read_text(encoding="utf-8").split("\n"), 1):
-            if line.startswith("```"):
-                if block:
-                    yield rel, start, lines
-                    block = False
-                elif line[3:].strip() == "cpp":
-                    block, start, lines = True, n + 1, []
-                continue
-            if block:
-                lines.append(line)
+    for page in doc_pages(root):
+        for start, lines in code_blocks(page, "cpp"):
+            yield page.relative_to(root).as_posix(), start, lines
 
 
 def units(root):

@@ -17,6 +17,8 @@ import sys
 import tempfile
 import traceback
 
+from doc_blocks import code_blocks, doc_pages, report
+
 # (page, first line) -> what it needs: "needs:MODULE" (skipped, said so, without it),
 # "my_envs" (a module my_envs with a Gymnasium-style Pendulum), or "" (nothing more).
 CONTEXTS = {
@@ -30,19 +32,9 @@ PRELUDE = {"needs:gymnasium": "import gymnasium, numpy as np\nfrom gymnasium.spa
 
 
 def snippets(root):
-    for page in [root / "README.md"] + sorted((root / "docs").rglob("*.md")):
-        rel = page.relative_to(root).as_posix()
-        block, start, lines = False, 0, []
-        for n, line in enumerate(page.read_text(encoding="utf-8").split("\n"), 1):
-            if line.startswith("```"):
-                if block:
-                    yield rel, start, "\n".join(lines)
-                    block = False
-                elif line[3:].strip() == "python":
-                    block, start, lines = True, n + 1, []
-                continue
-            if block:
-                lines.append(line)
+    for page in doc_pages(root):
+        for start, lines in code_blocks(page, "python"):
+            yield page.relative_to(root).as_posix(), start, "\n".join(lines)
 
 
 def main():
@@ -77,13 +69,7 @@ def main():
                 ran += 1
             except Exception:  # noqa: BLE001 - any failure of a snippet is reported
                 faults.append(f"{page}:{line}: {traceback.format_exc(limit=3).strip().splitlines()[-1]}")
-    for s in skipped:
-        print(s)
-    for f in faults:
-        print(f, file=sys.stderr)
-    print(f"run_doc_python: {ran} snippets ran, {len(skipped)} skipped (said above), "
-          + (f"{len(faults)} faults" if faults else "none failed"))
-    return 1 if faults else 0
+    return report("run_doc_python", skipped, faults, f"{ran} snippets ran, {len(skipped)} skipped (said above)")
 
 
 if __name__ == "__main__":
