@@ -267,7 +267,6 @@ class VecEnv {
   VecEnv(const std::string& id, int num_envs, int threads, const std::string& autoreset_mode, const std::string& suite,
          const std::vector<std::string>& tasks, const std::array<int, 3>& pixels)
       : cfg_(config(id, num_envs, suite, tasks, pixels)), door_(cxx_env(cfg_)), pool_(std::max(1, threads)) {
-    if (num_envs < 1) throw ConfigError("num_envs=" + std::to_string(num_envs) + ": needs 1 or more envs");
     if (threads < 0) throw ConfigError("threads=" + std::to_string(threads) + ": 0 (this thread) or more threads");
     if (autoreset_mode != "next_step" && autoreset_mode != "same_step")
       throw ConfigError("autoreset_mode='" + autoreset_mode + "': choose next_step (Gymnasium's default) or same_step");
@@ -392,14 +391,10 @@ class VecEnv {
     c.num_envs = num_envs;
     c.suite = suite;
     c.tasks = tasks;
-    const char* names[] = {"image_size", "frame_stack", "action_repeat"};
-    for (int k = 0; k < 3; ++k)
-      if (pixels[static_cast<std::size_t>(k)] < 0)
-        throw ConfigError(std::string(names[k]) + "=" + std::to_string(pixels[static_cast<std::size_t>(k)]) +
-                          ": 0 (the pixel task's own) or more");
     c.image_size = pixels[0];
     c.frame_stack = pixels[1];
     c.action_repeat = pixels[2];
+    anvil::validate(c);  // each field's own range, as a run's config is checked (a ConfigError naming it)
     return c;
   }
 

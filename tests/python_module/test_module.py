@@ -280,7 +280,7 @@ def test_make_vec_and_train_refuse_bad_pixel_settings_naming_the_field(tmp_path)
     with pytest.raises(anvil.ConfigError, match=r"env.image_size, env.frame_stack and env.action_repeat apply to a "
                                                 r"pixel task anvil draws \(PixelPendulum-v1\); env.id is Pendulum-v1"):
         anvil.make_vec("Pendulum-v1", 2, image_size=32)
-    with pytest.raises(anvil.ConfigError, match="frame_stack=-1"):
+    with pytest.raises(anvil.ConfigError, match="frame_stack = -1 is out of range"):
         anvil.make_vec("PixelPendulum-v1", 2, frame_stack=-1)
     with pytest.raises(anvil.ConfigError, match="env.image_size"):
         anvil.make_vec("PixelPendulum-v1", 2, image_size=4)
