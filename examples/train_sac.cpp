@@ -3,7 +3,8 @@
 // `--env.id=python:my_module:make` (docs/python.md). Each built-in env's defaults come from
 // examples/hyperparams/sac.yaml (RL Baselines3 Zoo's, where anvil has the same knobs);
 // `--hyperparams=FILE` reads another file, and `--config` files and the command line
-// override both. An env with discrete actions is refused with a message (use train_ppo).
+// override both. An env with discrete actions is refused with a message (use train_sac_discrete
+// or train_ppo).
 #include <anvil/algorithms/sac.hpp>
 #include <anvil/buffers/uniform_buffer.hpp>
 #include <anvil/core/hyperparams.hpp>

@@ -38,6 +38,8 @@ CONTEXTS = {
         ("function", "const auto cfg = anvil::start<anvil::Trainer<anvil::PPO, anvil::RolloutBuffer>>(argc, argv);", ""),
     ("docs/sac.md", "anvil::Trainer<anvil::SAC, anvil::PrioritizedBuffer> trainer(anvil::envs::Pendulum{}, cfg);"):
         ("function", "const auto cfg = anvil::start<anvil::Trainer<anvil::SAC, anvil::PrioritizedBuffer>>(argc, argv);", ""),
+    ("docs/sac.md", "anvil::Trainer<anvil::DiscreteSAC, anvil::PrioritizedBuffer> trainer(anvil::envs::CartPole{}, cfg);"):
+        ("function", "const auto cfg = anvil::start<anvil::Trainer<anvil::DiscreteSAC, anvil::PrioritizedBuffer>>(argc, argv);", ""),
 }
 
 

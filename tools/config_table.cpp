@@ -37,7 +37,7 @@ void rows(std::string& out, const std::string& name, const std::string& section,
     const std::string value = f.format();
     out += "| " + name + " | `" + f.key + "` | " + cell(f.type) + " | " + (value.empty() ? "(empty)" : "`" + value + "`") +
            cell(rule) + " | " +
-           cell(std::string(f.help)) + " |\n";
+           cell(std::string(f.help) + (f.acting ? " (acting only: a resumed or evaluated run may change it)" : "")) + " |\n";
   }
 }
 
@@ -61,6 +61,7 @@ std::string table() {
   policy<OfflineLoop>(t, "`OfflineLoop`");
   policy<EpisodicLoop>(t, "`EpisodicLoop`");
   policy<SAC>(t, "`SAC`");
+  policy<DiscreteSAC>(t, "`DiscreteSAC`");
   policy<PPO>(t, "`PPO`");
   policy<COMA>(t, "`COMA`");
   policy<DiffusionPolicy>(t, "`DiffusionPolicy`");

@@ -91,6 +91,7 @@
 #include <anvil/algorithms/collective_student.hpp>
 #include <anvil/algorithms/coma.hpp>
 #include <anvil/algorithms/diffusion_policy.hpp>
+#include <anvil/algorithms/discrete_sac.hpp>
 #include <anvil/algorithms/policy.hpp>
 #include <anvil/algorithms/ppo.hpp>
 #include <anvil/algorithms/ppo_config.hpp>

@@ -608,7 +608,9 @@ def _collective(torch, tensors, meta, path):
     return CollectivePolicy()
 
 
-_KINDS = {"GaussianActor": _gaussian_actor, "PpoActor": _ppo_actor, "ComaActor": _coma_actor,
+# Discrete SAC's actor is an MLP to one logit per action, acting by the most likely one: PPO's
+# discrete actor in shape and in how it acts.
+_KINDS = {"GaussianActor": _gaussian_actor, "PpoActor": _ppo_actor, "DiscreteSacActor": _ppo_actor, "ComaActor": _coma_actor,
           "DiffusionPolicy": _diffusion_policy, "CollectiveTransformer": _collective}
 
 

@@ -813,14 +813,22 @@ concept ParamValue = ParamScalar<T> || std::same_as<T, KeyValues> ||
                      (detail::is_vector<T>::value && ParamScalar<typename T::value_type> &&
                       !std::same_as<typename T::value_type, bool>);
 
-/// One configuration field: a value of type `T` with its key, help and rule in its type.
-/// For vectors the rule applies to each element.
-template <ParamValue T, FixedString Name, FixedString Help, Range Rule = any_value>
+/// What a field changes, in its type. `learning` (the default): what a run learns, holds or
+/// collects, so a resumed run must keep it. `acting`: only how a trained policy picks its
+/// actions when it is evaluated (a sampler, its number of steps), never its weights, its
+/// state or the data it learns from, so a run resumed or evaluated from a checkpoint may set
+/// it anew (`--diffusion.sampler=ddpm` on a run trained with DDIM).
+enum class FieldRole { learning, acting };
+
+/// One configuration field: a value of type `T` with its key, help, rule and role in its
+/// type. For vectors the rule applies to each element.
+template <ParamValue T, FixedString Name, FixedString Help, Range Rule = any_value, FieldRole Role = FieldRole::learning>
 struct Param {
   using value_type = T;
   static constexpr std::string_view name = Name.view();
   static constexpr std::string_view help = Help.view();
   static constexpr Range rule = Rule;
+  static constexpr FieldRole role = Role;
 
   T value{};
 
@@ -877,8 +885,8 @@ struct Section {
 
 namespace detail {
 template <class T> struct is_param : std::false_type {};
-template <class T, FixedString N, FixedString H, Range R>
-struct is_param<Param<T, N, H, R>> : std::true_type {};
+template <class T, FixedString N, FixedString H, Range R, FieldRole F>
+struct is_param<Param<T, N, H, R, F>> : std::true_type {};
 template <class T> struct is_section : std::false_type {};
 template <FixedString N, class C> struct is_section<Section<N, C>> : std::true_type {};
 }  // namespace detail
@@ -2343,6 +2351,7 @@ struct FieldRef {
   std::string rule;  ///< e.g. ">= 1", empty when unconstrained
   bool is_bool = false;
   bool takes_keys = false;  ///< a field of free keys (`KeyValues`): `key.K` sets one
+  bool acting = false;      ///< only how a trained policy acts (`FieldRole::acting`)
 
   /// Sets the field from `s`; empty string on success, else why not.
   [[nodiscard]] std::string assign(const Setting& s) const { return assign_(value_, s); }
@@ -2381,6 +2390,7 @@ void collect_fields(Cfg& cfg, const std::string& prefix, std::vector<FieldRef>& 
       r.rule = format_range(F::rule);
       r.is_bool = std::same_as<T, bool>;
       r.takes_keys = is_key_values<T>::value;
+      r.acting = F::role == FieldRole::acting;
       r.value_ = const_cast<std::remove_const_t<T>*>(&field.value);
       r.range_ = F::rule;
       r.assign_ = &ValueOps<T>::assign;
@@ -2736,6 +2746,7 @@ std::string help_text(std::string_view program, const Cfg& defaults = Cfg{}) {
     d.resize(std::max(d.size(), wd) + 2, ' ');
     o << line << t << d << f.help;
     if (!f.rule.empty()) o << " (" << f.rule << ")";
+    if (f.acting) o << " [acting: may change on resume]";
     o << "\n";
   }
   return o.str();
@@ -2773,6 +2784,16 @@ template <class Cfg>
 std::vector<std::pair<std::string, std::string>> flatten(const Cfg& cfg) {
   std::vector<std::pair<std::string, std::string>> out;
   for (const auto& f : fields(const_cast<Cfg&>(cfg))) out.emplace_back(f.key, f.format());
+  return out;
+}
+
+/// The keys of the fields that change only how a trained policy acts (`FieldRole::acting`):
+/// a run resumed or evaluated from a checkpoint may set them anew.
+template <class Cfg>
+std::vector<std::string> acting_keys(const Cfg& cfg) {
+  std::vector<std::string> out;
+  for (const auto& f : fields(const_cast<Cfg&>(cfg)))
+    if (f.acting) out.push_back(f.key);
   return out;
 }
 
@@ -17126,6 +17147,22 @@ using BasicMultiTaskSAC = BasicSAC<Actor, Critic, true>;
 /// Multi-task SAC with the default networks.
 using MultiTaskSAC = BasicMultiTaskSAC<>;
 
+/// The fields both soft actor-critics have (SAC here, `DiscreteSAC` in
+/// algorithms/discrete_sac.hpp), declared once; each config gives its own defaults.
+namespace soft {
+using BatchSize = Param<int, "batch_size", "transitions per gradient update", at_least(1)>;
+using Gamma = Param<double, "gamma", "discount factor", in_range(0, 1)>;
+using Tau = Param<double, "tau", "Polyak coefficient of the target networks (1: a copy)", in_range(0, 1)>;
+using ActorLr = Param<double, "actor_lr", "actor learning rate (Adam)", positive>;
+using CriticLr = Param<double, "critic_lr", "critic learning rate (Adam)", positive>;
+using AlphaLr = Param<double, "alpha_lr", "entropy temperature learning rate (Adam)", positive>;
+using InitAlpha = Param<double, "init_alpha", "initial entropy temperature", positive>;
+using AutoAlpha = Param<bool, "auto_alpha", "tune the temperature towards the target entropy">;
+using ActorUpdateFreq = Param<int, "actor_update_freq", "update the actor and temperature every N updates", at_least(1)>;
+using TargetUpdateFreq = Param<int, "target_update_freq", "move the targets every N updates", at_least(1)>;
+using MaxGradNorm = Param<double, "max_grad_norm", "clip each gradient's global norm (0: off)", at_least(0)>;
+}  // namespace soft
+
 namespace detail {
 
 template <bool kMultiTask>
@@ -17156,22 +17193,19 @@ struct SacTaskConfig {
 /// SAC's section: its hyperparameters and its networks' shapes (`ActorConfig`, `CriticConfig`).
 template <class ActorConfig, class CriticConfig, bool kMultiTask>
 struct SacConfig {
-  Param<int, "batch_size", "transitions per gradient update", at_least(1)> batch_size{256};
-  Param<double, "gamma", "discount factor", in_range(0, 1)> gamma{0.99};
-  Param<double, "tau", "Polyak coefficient of the target networks", in_range(0, 1)> tau{0.005};
-  Param<double, "actor_lr", "actor learning rate (Adam)", positive> actor_lr{3e-4};
-  Param<double, "critic_lr", "critic learning rate (Adam)", positive> critic_lr{3e-4};
-  Param<double, "alpha_lr", "entropy temperature learning rate (Adam)", positive> alpha_lr{3e-4};
-  Param<double, "init_alpha", "initial entropy temperature", positive> init_alpha{1.0};
-  Param<bool, "auto_alpha", "tune the temperature towards the target entropy"> auto_alpha{true};
+  soft::BatchSize batch_size{256};
+  soft::Gamma gamma{0.99};
+  soft::Tau tau{0.005};
+  soft::ActorLr actor_lr{3e-4};
+  soft::CriticLr critic_lr{3e-4};
+  soft::AlphaLr alpha_lr{3e-4};
+  soft::InitAlpha init_alpha{1.0};
+  soft::AutoAlpha auto_alpha{true};
   Param<double, "target_entropy_scale", "target entropy is -scale * action_dim", at_least(0)>
       target_entropy_scale{1.0};
-  Param<int, "actor_update_freq", "update the actor and temperature every N updates", at_least(1)>
-      actor_update_freq{1};
-  Param<int, "target_update_freq", "Polyak-average the targets every N updates", at_least(1)>
-      target_update_freq{1};
-  Param<double, "max_grad_norm", "clip each gradient's global norm (0: off)", at_least(0)>
-      max_grad_norm{0.0};
+  soft::ActorUpdateFreq actor_update_freq{1};
+  soft::TargetUpdateFreq target_update_freq{1};
+  soft::MaxGradNorm max_grad_norm{0.0};
   Param<bool, "manual_backward",
         "hand-written gradients for the default networks in float32 on the CPU (false: "
         "autograd; same result, slower)">
@@ -17955,6 +17989,66 @@ inline SacActorResult manual_actor(SacManual& m, const nn::GaussianActorImpl& ac
 
 }  // namespace anvil::detail
 // ---- end <anvil/algorithms/sac_manual.hpp> ----
+// ---- begin <anvil/algorithms/soft_state.hpp> ----
+/// @file
+/// What a checkpoint holds of a soft actor-critic (SAC and discrete SAC), written, read and
+/// restored in one order for both: the actor, the critics and the temperature with their
+/// Adam states, the target critics, the update count (which schedules the actor's and the
+/// targets' updates) and the averaged actor. An algorithm that keeps these members
+/// (`actor_opt_`, `critic_opt_`, `alpha_opt_`, `target_`, `updates_`, `ema_`) names
+/// `detail::SoftState` its friend and forwards its `save`, `read` and `restore` here.
+
+#include <cstdint>
+#include <string>
+
+
+namespace anvil::detail {
+
+/// A soft actor-critic's state as read from a checkpoint, checked before it is applied.
+struct SoftSaved {
+  FlatAdam::Saved actor, critic, alpha;
+  at::Tensor target;
+  Ema::Saved ema;
+  std::int64_t updates = 0;
+};
+
+/// Writes, reads (checking every size; `who` names the algorithm in errors) and restores a
+/// soft actor-critic's state.
+struct SoftState {
+  template <class A>
+  static void save(const A& a, BinaryWriter& w) {
+    a.actor_opt_.save(w);
+    a.critic_opt_.save(w);
+    a.alpha_opt_.save(w);
+    write_tensor(w, a.target_.flat(), "the target critic's weights");
+    w.value(a.updates_);
+    a.ema_.save(w);
+  }
+  template <class A>
+  [[nodiscard]] static SoftSaved read(const A& a, BinaryReader& r, const std::string& who) {
+    SoftSaved s;
+    s.actor = a.actor_opt_.read(r, who + " actor");
+    s.critic = a.critic_opt_.read(r, who + " critic");
+    s.alpha = a.alpha_opt_.read(r, who + " temperature");
+    s.target = read_tensor(r, (who + " target critic parameters").c_str(), a.target_.flat());
+    s.updates = r.value<std::int64_t>((who + " update count").c_str());
+    s.ema = a.ema_.read(r, (who + " averaged actor parameters").c_str(), a.actor_opt_.parameters().flat());
+    return s;
+  }
+  template <class A>
+  static void restore(A& a, const SoftSaved& s) {
+    a.actor_opt_.restore(s.actor);
+    a.critic_opt_.restore(s.critic);
+    a.alpha_opt_.restore(s.alpha);
+    torch::NoGradGuard no_grad;
+    a.target_.flat().copy_(s.target);
+    a.updates_ = s.updates;
+    a.ema_.restore(s.ema);
+  }
+};
+
+}  // namespace anvil::detail
+// ---- end <anvil/algorithms/soft_state.hpp> ----
 
 namespace anvil {
 
@@ -17987,7 +18081,7 @@ class BasicSAC {
       : cfg_(cfg), device_(ctx.device) {
     if (spec.discrete())
       throw ConfigError("SAC needs a continuous (Box) action space; " + spec.name +
-                        " has discrete actions: use PPO");
+                        " has discrete actions: use DiscreteSAC (train_sac_discrete) or PPO");
     const auto& box = std::get<Box>(spec.action);
     for (std::size_t i = 0; i < box.size(); ++i)
       if (!std::isfinite(box.low[i]) || !std::isfinite(box.high[i]))
@@ -18359,43 +18453,16 @@ class BasicSAC {
     write_tensor(w, ema_.defined() ? ema_.weights() : actor_opt_.parameters().flat(), "the actor's weights");
   }
 
-  /// Everything a checkpoint holds of SAC: the actor and the critic with their Adam
-  /// states, the target critic, the learned temperature with its optimizer, and the update
-  /// count (which schedules actor and target updates).
-  struct Saved {
-    FlatAdam::Saved actor, critic, alpha;
-    at::Tensor target;
-    Ema::Saved ema;
-    std::int64_t updates = 0;
-  };
-  void save(BinaryWriter& w) const {
-    actor_opt_.save(w);
-    critic_opt_.save(w);
-    alpha_opt_.save(w);
-    write_tensor(w, target_.flat(), "the target critic's weights");
-    w.value(updates_);
-    ema_.save(w);
-  }
+  /// Everything a checkpoint holds of SAC (algorithms/soft_state.hpp): the actor and the
+  /// critic with their Adam states, the target critic, the learned temperature with its
+  /// optimizer, the update count (which schedules actor and target updates) and the average.
+  using Saved = detail::SoftSaved;
+  void save(BinaryWriter& w) const { detail::SoftState::save(*this, w); }
   /// Reads what `save` wrote, checking every size against this SAC; changes nothing here,
   /// so a caller can check the whole file before `restore`.
-  [[nodiscard]] Saved read(BinaryReader& r) const {
-    Saved s;
-    s.actor = actor_opt_.read(r, "sac actor");
-    s.critic = critic_opt_.read(r, "sac critic");
-    s.alpha = alpha_opt_.read(r, "sac temperature");
-    s.target = read_tensor(r, "sac target critic parameters", target_.flat());
-    s.updates = r.value<std::int64_t>("sac update count");
-    s.ema = ema_.read(r, "sac averaged actor parameters", actor_opt_.parameters().flat());
-    return s;
-  }
+  [[nodiscard]] Saved read(BinaryReader& r) const { return detail::SoftState::read(*this, r, "sac"); }
   void restore(const Saved& s) {
-    actor_opt_.restore(s.actor);
-    critic_opt_.restore(s.critic);
-    alpha_opt_.restore(s.alpha);
-    torch::NoGradGuard no_grad;
-    target_.flat().copy_(s.target);
-    updates_ = s.updates;
-    ema_.restore(s.ema);
+    detail::SoftState::restore(*this, s);
     graphs_.clear();  // captured again from the restored state (warm-ups first)
   }
 
@@ -18426,6 +18493,7 @@ class BasicSAC {
 
  private:
   friend struct detail::SacGraphed;
+  friend struct detail::SoftState;
   static constexpr bool kDefaultNetworks =
       std::same_as<Actor, nn::GaussianActor> && std::same_as<Critic, nn::TwinQ>;
 
@@ -19590,10 +19658,15 @@ class DiffusionPolicy {
     Param<int, "action_horizon", "predicted actions executed before the policy is asked again", in_range(1, 1024)>
         action_horizon{8};
     Param<int, "train_steps", "diffusion steps of training (DDPM's K)", in_range(1, 10000)> train_steps{100};
-    Param<int, "inference_steps", "DDIM steps at inference (diffusion.sampler=ddim)", in_range(1, 10000)> inference_steps{16};
-    Param<DiffusionSampler, "sampler", "ddim: inference_steps steps; ddpm: all train_steps"> sampler{DiffusionSampler::ddim};
-    Param<double, "ddim_eta", "DDIM's stochasticity (0: deterministic; 1 with all steps: DDPM)", in_range(0, 1)> ddim_eta{0.0};
-    Param<bool, "clip_sample", "clip predicted clean samples to [-1, 1]"> clip_sample{true};
+    // How the trained denoiser samples: acting only, so an evaluation may change it.
+    Param<int, "inference_steps", "DDIM steps at inference (diffusion.sampler=ddim)", in_range(1, 10000), FieldRole::acting>
+        inference_steps{16};
+    Param<DiffusionSampler, "sampler", "ddim: inference_steps steps; ddpm: all train_steps", any_value, FieldRole::acting>
+        sampler{DiffusionSampler::ddim};
+    Param<double, "ddim_eta", "DDIM's stochasticity (0: deterministic; 1 with all steps: DDPM)", in_range(0, 1),
+          FieldRole::acting>
+        ddim_eta{0.0};
+    Param<bool, "clip_sample", "clip predicted clean samples to [-1, 1]", any_value, FieldRole::acting> clip_sample{true};
     Param<std::vector<int>, "widths", "the U-Net's channels per level", at_least(1)> widths{256, 512, 1024};
     Param<int, "kernel", "the U-Net's convolution width", in_range(1, 31)> kernel{5};
     Param<int, "groups", "GroupNorm groups", in_range(1, 1024)> groups{8};
@@ -20073,6 +20146,325 @@ class DiffusionPolicy {
 
 }  // namespace anvil
 // ---- end <anvil/algorithms/diffusion_policy.hpp> ----
+// ---- begin <anvil/algorithms/discrete_sac.hpp> ----
+/// @file
+/// Soft Actor-Critic for discrete actions (Christodoulou 2019, "Soft Actor-Critic for
+/// Discrete Action Settings", arXiv:1910.07207). The actor gives a probability for every
+/// action and each critic a Q-value for every action, so the expectations over actions that
+/// continuous SAC estimates from one reparameterised sample are taken exactly:
+///
+///     critic target  y = r + discount (1 - terminated) sum_a' pi(a'|s') (min Q'(s',a') - alpha log pi(a'|s'))
+///     actor loss     sum_a pi(a|s) (alpha log pi(a|s) - min Q(s,a))
+///     temperature    -log alpha (sum_a pi(a|s) log pi(a|s) + target entropy)
+///
+/// with the target entropy `target_entropy_scale * log |A|` (the paper's 0.98: most of the
+/// uniform policy's entropy). Twin critics with target copies; Adam at 3e-4 for the actor,
+/// the critics and the temperature (the paper's). On the off-policy loop as SAC is: the
+/// prioritized buffer (each transition's priority the mean |TD error| of both critics),
+/// n-step returns (the batch's discounts), data parallelism (one all-reduce an update) and
+/// gradient accumulation. Float observations only; it acts by sampling from the policy to
+/// explore and by its most likely action otherwise.
+
+#include <torch/nn/module.h>
+#include <torch/utils.h>
+
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
+
+namespace anvil {
+
+/// The shape of discrete SAC's actor and of each critic: MLPs from the observation to one
+/// output per action.
+struct DiscreteSacNetConfig {
+  Param<std::vector<int>, "hidden", "hidden layer widths", at_least(1)> hidden{256, 256};
+  Param<nn::Activation, "activation", "hidden-layer activation"> activation{nn::Activation::relu};
+};
+
+/// Discrete SAC's section (`sac_discrete`). The paper's Atari settings are Adam at 3e-4,
+/// batches of 64, gamma 0.99, target entropy 0.98 log|A| and the target copied every 8,000
+/// steps (`tau=1 target_update_freq=8000`); the defaults here keep SAC's Polyak average.
+struct DiscreteSacConfig {
+  soft::BatchSize batch_size{64};
+  soft::Gamma gamma{0.99};
+  soft::Tau tau{0.005};
+  soft::ActorLr actor_lr{3e-4};
+  soft::CriticLr critic_lr{3e-4};
+  soft::AlphaLr alpha_lr{3e-4};
+  soft::InitAlpha init_alpha{1.0};
+  soft::AutoAlpha auto_alpha{true};
+  Param<double, "target_entropy_scale",
+        "target entropy is scale * log(number of actions), the uniform policy's entropy times scale "
+        "(Christodoulou 2019: 0.98)",
+        in_range(0, 1)>
+      target_entropy_scale{0.98};
+  soft::ActorUpdateFreq actor_update_freq{1};
+  soft::TargetUpdateFreq target_update_freq{1};
+  soft::MaxGradNorm max_grad_norm{0.0};
+  Section<"actor", DiscreteSacNetConfig> actor;
+  Section<"critic", DiscreteSacNetConfig> critic;
+};
+
+/// Algorithm policy: Soft Actor-Critic for discrete actions (see file comment).
+class DiscreteSAC {
+ public:
+  using policy_kind = AlgorithmKind;
+  static constexpr FixedString config_section = "sac_discrete";
+  static constexpr bool on_policy = false;
+  using Batch = ReplayBatch;
+  using Config = DiscreteSacConfig;
+
+  DiscreteSAC(const EnvSpec& spec, const Config& cfg, const RunContext& ctx) : cfg_(cfg), device_(ctx.device) {
+    if (!spec.discrete())
+      throw ConfigError("discrete SAC (sac_discrete) needs a discrete action space; " + spec.name +
+                        " has continuous actions: use SAC (train_sac)");
+    if (spec.num_actions() < 2)
+      throw ConfigError("discrete SAC: " + spec.name + " has " + std::to_string(spec.num_actions()) +
+                        " action(s); it needs 2 or more to choose from");
+    if (spec.byte_rows())
+      throw ConfigError("discrete SAC reads float observations only; " + spec.name + "'s have images (" +
+                        spec.layout.describe() + ")");
+    if (ctx.micro_batches > cfg.batch_size)
+      throw ConfigError("train.grad_accumulation (" + std::to_string(ctx.micro_batches) +
+                        ") is larger than sac_discrete.batch_size (" + std::to_string(*cfg.batch_size) +
+                        "): micro-batches would be empty");
+    actions_ = spec.num_actions();
+    const auto od = spec.obs_dim();
+    auto mlp = [&](const DiscreteSacNetConfig& n) {
+      return nn::Mlp(od, std::vector<std::int64_t>(n.hidden->begin(), n.hidden->end()), actions_, *n.activation);
+    };
+    actor_ = mlp(*cfg.actor);
+    q1_ = mlp(*cfg.critic);
+    q2_ = mlp(*cfg.critic);
+    t1_ = std::dynamic_pointer_cast<nn::MlpImpl>(q1_->clone());
+    t2_ = std::dynamic_pointer_cast<nn::MlpImpl>(q2_->clone());
+    for (auto* m : {&actor_, &q1_, &q2_, &t1_, &t2_}) (*m)->to(device_);
+    auto params = [](std::initializer_list<const nn::Mlp*> ms) {
+      std::vector<at::Tensor> out;
+      for (const auto* m : ms)
+        for (auto& p : (*m)->parameters()) out.push_back(p);
+      return out;
+    };
+    for (auto& p : params({&t1_, &t2_})) p.set_requires_grad(false);
+    target_entropy_ = *cfg.target_entropy_scale * std::log(static_cast<double>(actions_));
+    log_alpha_ = torch::full({1}, std::log(*cfg.init_alpha), torch::TensorOptions().device(device_).requires_grad(true));
+    const double s = ctx.lr_scale(cfg.batch_size);
+    actor_opt_ = FlatAdam(actor_->parameters(), {.lr = cfg.actor_lr * s});
+    critic_opt_ = FlatAdam(params({&q1_, &q2_}), {.lr = cfg.critic_lr * s});
+    alpha_opt_ = FlatAdam({log_alpha_}, {.lr = cfg.alpha_lr * s});
+    target_ = FlatParameters(params({&t1_, &t2_}));
+    ema_.set_device(device_);
+  }
+
+  /// Action indices (int64 [N]) for a batch of observations: drawn from the policy to
+  /// explore, else the most likely.
+  at::Tensor act(const at::Tensor& obs, ActMode mode) {
+    torch::NoGradGuard no_grad;
+    const auto logits = actor_->forward(obs.to(device_, at::kFloat));
+    return mode == ActMode::explore ? categorical::sample(at::softmax(logits.to(at::kFloat), -1)) : logits.argmax(-1);
+  }
+
+  /// One update: the critics towards the soft Bellman target, and (every actor_update_freq
+  /// updates) the actor and the temperature, all from the parameters as they were before it,
+  /// so the critics' and the actor's gradients are taken at once when `ctx` has two threads.
+  /// Then one step of the three optimizers (one all-reduce across ranks) and the targets'
+  /// move (every target_update_freq updates).
+  UpdateInfo update(const ReplayBatch& batch, StepContext& ctx) {
+    const double alpha = this->alpha();
+    const bool actor_step = updates_ % cfg_.actor_update_freq == 0;
+    Part critic, actor;
+    std::vector<at::Tensor> td_parts;
+    const auto parts = ctx.micro_batches(batch.obs.size(0));
+    for (const auto& part : parts) {
+      ReplayBatch rows;
+      const ReplayBatch& mb = parts.size() == 1 ? batch : (rows = rows_of(batch, part.begin, part.rows));
+      Part c, a;
+      if (actor_step)
+        ctx.concurrently({[&] { c = critic_part(mb, alpha, ctx); }, [&] { a = actor_part(mb, alpha, ctx); }});
+      else
+        c = critic_part(mb, alpha, ctx);
+      accumulate(critic.grad, c.grad, part);
+      critic.add(c, part.share);
+      td_parts.push_back(c.td);
+      if (actor_step) {
+        accumulate(actor.grad, a.grad, part);
+        if (a.alpha_grad.defined()) accumulate(actor.alpha_grad, a.alpha_grad, part);
+        actor.add(a, part.share);
+      }
+    }
+    UpdateInfo info;
+    std::vector<StepContext::Step> steps{{&critic_opt_, critic.grad, cfg_.max_grad_norm}};
+    info.metrics.emplace_back("critic_loss", critic.loss);
+    info.metrics.emplace_back("q_mean", critic.q_mean);
+    if (actor_step) {
+      steps.push_back({&actor_opt_, actor.grad, cfg_.max_grad_norm});
+      info.metrics.emplace_back("actor_loss", actor.loss);
+      info.metrics.emplace_back("entropy", actor.entropy);
+      if (cfg_.auto_alpha) {
+        steps.push_back({&alpha_opt_, actor.alpha_grad, 0.0});
+        info.metrics.emplace_back("alpha_loss", actor.alpha_loss);
+      }
+    }
+    ctx.apply(std::move(steps));
+    info.metrics.emplace_back("alpha", this->alpha());
+    if (updates_ % cfg_.target_update_freq == 0) {
+      torch::NoGradGuard no_grad;
+      polyak(target_.flat(), critic_opt_.parameters().flat(), *cfg_.tau);
+    }
+    ++updates_;
+    info.td_error = td_parts.size() == 1 ? td_parts[0] : at::cat(td_parts);
+    return info;
+  }
+
+  /// The learning rates now, by optimizer (for logs).
+  [[nodiscard]] std::vector<std::pair<std::string, double>> learning_rates() const {
+    return {{"actor", actor_opt_.lr()}, {"critic", critic_opt_.lr()}, {"alpha", alpha_opt_.lr()}};
+  }
+  /// Each network's parameters as one flat tensor (for weight histograms).
+  [[nodiscard]] std::vector<std::pair<std::string, at::Tensor>> flat_parameters() const {
+    return {{"actor", actor_opt_.parameters().flat()}, {"critic", critic_opt_.parameters().flat()}};
+  }
+  /// How the gradients are taken (anvil::DescribesGradients): by autograd, always.
+  [[nodiscard]] std::vector<std::pair<std::string, std::string>> gradient_paths() const {
+    return {{"actor and critics", "discrete SAC has no hand-written passes"}};
+  }
+
+  /// The moving average of the actor's weights (`train.ema_decay`), as SAC keeps it.
+  void ema_update(double decay) { ema_.update(actor_opt_.parameters().flat(), decay); }
+  [[nodiscard]] const at::Tensor& ema_weights() const noexcept { return ema_.weights(); }
+  template <class F>
+  decltype(auto) with_ema_weights(F&& f) {
+    return ema_.with_weights(actor_opt_.parameters().flat(), std::forward<F>(f));
+  }
+
+  /// The acting network for policy.safetensors (`ExportsTensors`): the actor MLP as
+  /// `net.fc0`, `net.fc1`, ...; `anvil.load_policy` acts with its most likely action.
+  [[nodiscard]] PolicyTensors policy_tensors() const {
+    PolicyTensors p{"DiscreteSacActor", {}, {}, false};
+    add_module_tensors(p, "net.", *actor_);
+    p.meta = {{"obs_dim", std::to_string(actor_->in_features())},
+              {"action_dim", std::to_string(actions_)},
+              {"discrete", "1"},
+              {"hidden", comma_list(*cfg_.actor->hidden)},
+              {"activation", enum_text(*cfg_.actor->activation)}};
+    return p;
+  }
+  /// The actor's parameters as policy.safetensors names them (`WarmStarts`: `init.weights`).
+  [[nodiscard]] std::vector<std::pair<std::string, at::Tensor>> policy_parameters() {
+    return named_parameters_of(*actor_, "net.");
+  }
+
+  /// Everything a checkpoint holds (algorithms/soft_state.hpp, as SAC's): the actor and the
+  /// critics with their Adam states, the target critics, the temperature with its optimizer,
+  /// the update count and the average.
+  using Saved = detail::SoftSaved;
+  void save(BinaryWriter& w) const { detail::SoftState::save(*this, w); }
+  /// Reads what `save` wrote, checking every size against this one; changes nothing.
+  [[nodiscard]] Saved read(BinaryReader& r) const { return detail::SoftState::read(*this, r, "sac_discrete"); }
+  void restore(const Saved& s) { detail::SoftState::restore(*this, s); }
+
+  [[nodiscard]] nn::Mlp& actor() noexcept { return actor_; }
+  /// The two critics and their targets.
+  [[nodiscard]] std::pair<nn::Mlp&, nn::Mlp&> critics() noexcept { return {q1_, q2_}; }
+  [[nodiscard]] std::pair<nn::Mlp&, nn::Mlp&> target_critics() noexcept { return {t1_, t2_}; }
+  [[nodiscard]] const FlatAdam& actor_optimizer() const noexcept { return actor_opt_; }
+  [[nodiscard]] const FlatAdam& critic_optimizer() const noexcept { return critic_opt_; }
+  [[nodiscard]] double alpha() const { return std::exp(log_alpha_.detach().to(at::kCPU, at::kDouble).item<double>()); }
+  [[nodiscard]] double target_entropy() const noexcept { return target_entropy_; }
+  [[nodiscard]] const Config& config() const noexcept { return cfg_; }
+  [[nodiscard]] std::int64_t updates() const noexcept { return updates_; }
+  [[nodiscard]] std::int64_t batch_size() const noexcept { return cfg_.batch_size; }
+  [[nodiscard]] double discount() const noexcept { return cfg_.gamma; }
+
+ private:
+  friend struct detail::SoftState;
+
+  // What one part of an update gives back: its gradient(s), losses and the critics' |TD errors|.
+  struct Part {
+    at::Tensor grad, alpha_grad, td;
+    double loss = 0, q_mean = 0, entropy = 0, alpha_loss = 0;
+    void add(const Part& p, double share) {
+      loss += share * p.loss, q_mean += share * p.q_mean;
+      entropy += share * p.entropy, alpha_loss += share * p.alpha_loss;
+    }
+  };
+
+  // The policy's log-probabilities of every action, [B, |A|], in float32.
+  [[nodiscard]] at::Tensor log_policy(const at::Tensor& obs) { return at::log_softmax(actor_->forward(obs).to(at::kFloat), -1); }
+
+  // The critics' halved squared errors against the soft Bellman target (weighed by the
+  // batch's importance weights when it has them), and their gradient.
+  Part critic_part(const ReplayBatch& b, double alpha, StepContext& ctx) {
+    at::Tensor target;
+    {
+      torch::NoGradGuard no_grad;
+      auto guard = ctx.autocast();
+      const auto logp = log_policy(b.next_obs);
+      const auto q = at::min(t1_->forward(b.next_obs), t2_->forward(b.next_obs)).to(at::kFloat);
+      const auto v = (logp.exp() * (q - alpha * logp)).sum(-1);
+      const auto discount = b.discount.defined() ? b.discount : at::full({}, *cfg_.gamma, v.options());
+      target = b.reward + discount * (1.0 - b.terminated) * v;
+    }
+    auto guard = ctx.autocast();
+    const auto action = b.action.to(at::kLong).reshape({-1, 1});
+    const auto q1 = q1_->forward(b.obs).to(at::kFloat).gather(1, action).squeeze(1);
+    const auto q2 = q2_->forward(b.obs).to(at::kFloat).gather(1, action).squeeze(1);
+    const auto e1 = q1 - target, e2 = q2 - target;
+    const auto per_sample = 0.5 * (e1.square() + e2.square());
+    const auto loss = b.weight.defined() ? (b.weight * per_sample).mean() : per_sample.mean();
+    Part r;
+    r.grad = ctx.gradient(loss, critic_opt_);
+    r.td = 0.5 * (e1.abs() + e2.abs()).detach();
+    r.loss = loss.item<double>();
+    r.q_mean = q1.detach().mean().item<double>();
+    return r;
+  }
+
+  // The actor's expected loss over every action against the critics as they are (no
+  // gradient into them), and the temperature's gradient from the policy's entropy.
+  Part actor_part(const ReplayBatch& b, double alpha, StepContext& ctx) {
+    auto guard = ctx.autocast();
+    const auto logp = log_policy(b.obs);
+    const auto p = logp.exp();
+    at::Tensor q;
+    {
+      torch::NoGradGuard no_grad;
+      q = at::min(q1_->forward(b.obs), q2_->forward(b.obs)).to(at::kFloat);
+    }
+    const auto loss = (p * (alpha * logp - q)).sum(-1).mean();
+    Part r;
+    r.grad = ctx.gradient(loss, actor_opt_);
+    const auto expected_log_prob = (p * logp).sum(-1).detach();  // minus each row's entropy
+    r.loss = loss.item<double>();
+    r.entropy = -expected_log_prob.mean().item<double>();
+    if (cfg_.auto_alpha) {
+      const auto alpha_loss = -(log_alpha_ * (expected_log_prob + target_entropy_)).mean();
+      r.alpha_grad = ctx.gradient(alpha_loss, alpha_opt_);
+      r.alpha_loss = alpha_loss.item<double>();
+    }
+    return r;
+  }
+
+  Config cfg_;
+  c10::Device device_;
+  std::int64_t actions_ = 0;
+  nn::Mlp actor_{nullptr}, q1_{nullptr}, q2_{nullptr}, t1_{nullptr}, t2_{nullptr};
+  at::Tensor log_alpha_;
+  double target_entropy_ = 0;
+  FlatAdam actor_opt_, critic_opt_, alpha_opt_;
+  FlatParameters target_;
+  std::int64_t updates_ = 0;
+  Ema ema_;
+};
+
+static_assert(Algorithm<DiscreteSAC>);
+
+}  // namespace anvil
+// ---- end <anvil/algorithms/discrete_sac.hpp> ----
 // ---- begin <anvil/algorithms/ppo.hpp> ----
 /// @file
 /// Proximal Policy Optimization (Schulman, Wolski, Dhariwal, Radford, Klimov 2017,
@@ -23593,6 +23985,7 @@ class Checkpoints {
     std::string precision;  ///< e.g. "fp32"
     std::string config_hash;
     std::vector<std::pair<std::string, std::string>> config;  ///< every field, `key = value`
+    std::vector<std::string> acting_keys;  ///< fields that change only how the policy acts (`FieldRole::acting`)
   };
   struct Options {
     std::filesystem::path dir;  ///< where `save_at` writes (the run directory)
@@ -23662,7 +24055,7 @@ class Checkpoints {
       saved[k] = r.string("config value");
     }
     for (const auto& [k, v] : id_.config) {
-      if (may_differ(k)) continue;
+      if (may_differ(k) || std::ranges::find(id_.acting_keys, k) != id_.acting_keys.end()) continue;
       if (auto it = saved.find(k); it != saved.end() && it->second != v)
         throw Error("'" + file.string() + "' was written by a run with " + k + " = " + it->second + "; this run has " +
                     k + " = " + v +
@@ -23741,8 +24134,9 @@ class Checkpoints {
   void set_dir(std::filesystem::path dir) { opt_.dir = std::move(dir); }
 
  private:
-  // Fields a resumed run may change: where and how it runs, and how long and how often it
-  // evaluates (a loop's own `steps`, `eval_interval`, `eval_episodes`, at any depth).
+  // Fields a resumed run may change, besides the acting ones (`FieldRole::acting`): where and
+  // how it runs, and how long and how often it evaluates (a loop's own `steps`,
+  // `eval_interval`, `eval_episodes`, at any depth).
   static bool may_differ(const std::string& key) {
     if (key == "run.seed") return false;  // another seed is another run
     if (key.rfind("run.", 0) == 0 || key.rfind("parallel.", 0) == 0 || key.rfind("init.", 0) == 0) return true;
@@ -23954,6 +24348,7 @@ class Run {
     std::string device;
     std::string config_hash, config_yaml;
     std::vector<std::pair<std::string, std::string>> config;  ///< every field, flattened
+    std::vector<std::string> acting_keys;  ///< fields a resumed run may set anew (`FieldRole::acting`)
     std::vector<std::string> notes;  ///< said once when the run starts
     /// Where the run comes from (observe/provenance.hpp): env, policy types, versions,
     /// command line, host, git commit. In config.yaml, summary.json and TensorBoard.
@@ -23983,7 +24378,7 @@ class Run {
 
   Run(Setup s, Parts p) : s_(std::move(s)), p_(std::move(p)) {
     checkpoints_ = Checkpoints(Checkpoints::Options{s_.run.run_dir.value, s_.run.keep_last, s_.run.checkpoint_buffer},
-                               Checkpoints::Identity{s_.algorithm, s_.precision, s_.config_hash, s_.config},
+                               Checkpoints::Identity{s_.algorithm, s_.precision, s_.config_hash, s_.config, s_.acting_keys},
                                *p_.state, *p_.buffer_state);
     if (!s_.run.run_dir->empty()) run_dir_ = *s_.run.run_dir;
     restart_schedules();
@@ -24648,7 +25043,7 @@ inline PolicyFileParts policy_file_parts(const StepCollector& collector, const e
 inline Run::Setup run_setup(const RunConfig& run, std::string program, std::string algorithm, std::string precision,
                             const StepCollector& collector, c10::Device device, std::string config_hash,
                             std::string config_yaml, std::vector<std::pair<std::string, std::string>> config,
-                            std::string world, std::vector<std::string> notes,
+                            std::vector<std::string> acting_keys, std::string world, std::vector<std::string> notes,
                             const std::vector<std::pair<std::string, std::string>>& policy_types) {
   Run::Setup s;
   s.run = run;
@@ -24661,6 +25056,7 @@ inline Run::Setup run_setup(const RunConfig& run, std::string program, std::stri
   s.config_hash = std::move(config_hash);
   s.config_yaml = std::move(config_yaml);
   s.config = std::move(config);
+  s.acting_keys = std::move(acting_keys);
   s.notes = std::move(notes);
   s.notes.insert(s.notes.begin(), std::move(world));
   if (!compiled_optimised())
@@ -24966,7 +25362,7 @@ class BasicTrainer {
     // The config hash covers the policy types too (TrainerConfig::hashed_types).
     return run_setup(*cfg_.run, std::move(program), std::string(A::config_section.view()), std::string(X::name),
                      *collector_, ctx_.device, config_hash_hex(cfg_), to_yaml(cfg_), flatten(cfg_),
-                     "world: " + parallel_->describe(), std::move(notes),
+                     acting_keys(cfg_), "world: " + parallel_->describe(), std::move(notes),
                      {{"algorithm", std::string(type_name<A>())}, {"buffer", std::string(type_name<B>())},
                       {"parallelism", std::string(type_name<P>())}, {"precision", std::string(type_name<X>())},
                       {"loop", std::string(type_name<L>())}, {"gradients", gradients_}});

@@ -379,6 +379,22 @@ TEST_CASE("DiffusionPolicy: trains from demonstrations through the offline loop,
   CHECK(a.algorithm().ema().updates() == b.algorithm().ema().updates());
   CHECK(a.buffer().offset() == b.buffer().offset());
 
+  // How the denoiser samples is acting only (FieldRole::acting): a resumed run may change it,
+  // and learns the same (its evaluations sample otherwise); a field it learns by may not.
+  auto ddpm = rc;
+  ddpm.run->run_dir = temp_run_dir("dp_ddpm");
+  ddpm.algorithm->sampler = DiffusionSampler::ddpm, ddpm.algorithm->ddim_eta = 0.5, ddpm.algorithm->clip_sample = false;
+  ddpm.algorithm->inference_steps = 2;
+  DpTrainer d(env, ddpm);
+  d.fit();
+  CHECK(torch::equal(a.algorithm().optimizer().parameters().flat(), d.algorithm().optimizer().parameters().flat()));
+  CHECK(std::isfinite(d.last_evaluation().mean));
+  auto longer = rc;
+  longer.run->run_dir = temp_run_dir("dp_k");
+  longer.algorithm->train_steps = 30;
+  CHECK_THROWS_WITH_AS(DpTrainer(env, longer).fit(),
+                       doctest::Contains("was written by a run with diffusion.train_steps = 20; this run has diffusion.train_steps = 30"), Error);
+
   // A checkpoint resumed on another dataset is refused: by its config when the path
   // differs, by the data when the file at the same path was replaced.
   auto other = rc;
@@ -393,7 +409,9 @@ TEST_CASE("DiffusionPolicy: trains from demonstrations through the offline loop,
   wide.run->run_dir = temp_run_dir("dp_d");
   CHECK_THROWS_WITH_AS(DpTrainer(envs::MultiStep<envs::MountainCarContinuous>(envs::MountainCarContinuous{}, 2, 4), wide),
                        doctest::Contains(("train.dataset: '" + demos.string() + "' has observations of 3").c_str()), Error);
-  for (const auto& d : {dir, std::filesystem::path(*c.run->run_dir), std::filesystem::path(*rc.run->run_dir)}) std::filesystem::remove_all(d);
+  for (const auto& p : {dir, std::filesystem::path(*c.run->run_dir), std::filesystem::path(*rc.run->run_dir),
+                        std::filesystem::path(*ddpm.run->run_dir)})
+    std::filesystem::remove_all(p);
 }
 
 TEST_CASE("DiffusionPolicy: policy.safetensors (the EMA network, normalisation, schedule) acts in PyTorch as the run's policy from the same noise") {

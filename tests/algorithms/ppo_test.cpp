@@ -449,7 +449,7 @@ TEST_CASE("Trainer: PPO's bad schedules are refused naming the field") {
   // SAC refuses discrete actions, pointing to PPO.
   Trainer<SAC, UniformBuffer>::Config sc;
   sc.run->device = "cpu";
-  CHECK_THROWS_WITH_AS((Trainer<SAC, UniformBuffer>(envs::CartPole{}, sc)), doctest::Contains("use PPO"), ConfigError);
+  CHECK_THROWS_WITH_AS((Trainer<SAC, UniformBuffer>(envs::CartPole{}, sc)), doctest::Contains("use DiscreteSAC (train_sac_discrete) or PPO"), ConfigError);
 }
 
 TEST_CASE("Trainer: with normalize.obs, policy.bin carries the statistics and load_policy acts on raw observations") {

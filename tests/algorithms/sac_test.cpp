@@ -109,7 +109,7 @@ TEST_CASE("SAC: the temperature falls when entropy is above the target") {
 TEST_CASE("SAC: a discrete or unbounded action space is refused with the reason") {
   envs::EnvSpec discrete{"Grid", envs::Box{{0.f}, {1.f}}, envs::Discrete{4}, {}};
   CHECK_THROWS_WITH_AS(SAC(discrete, small(), RunContext{}),
-                       "SAC needs a continuous (Box) action space; Grid has discrete actions: use PPO",
+                       "SAC needs a continuous (Box) action space; Grid has discrete actions: use DiscreteSAC (train_sac_discrete) or PPO",
                        ConfigError);
   const float inf = std::numeric_limits<float>::infinity();
   envs::EnvSpec unbounded{"Free", envs::Box{{0.f}, {1.f}}, envs::Box{{-inf}, {inf}}, {}};

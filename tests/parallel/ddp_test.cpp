@@ -8,8 +8,10 @@
 #include <functional>
 #include <thread>
 
+#include <anvil/algorithms/discrete_sac.hpp>
 #include <anvil/algorithms/sac.hpp>
 #include <anvil/core/batch.hpp>
+#include <anvil/envs/cart_pole.hpp>
 #include <anvil/envs/pendulum.hpp>
 #include <anvil/parallel/collectives.hpp>
 #include <anvil/parallel/ddp.hpp>
@@ -40,6 +42,25 @@ void with_ranks(int world, const std::function<void(int, dist::Group&)>& body, d
   for (auto& t : threads) t.join();
   for (auto& e : errors)
     if (e) std::rethrow_exception(e);
+}
+
+// Gives rank `r` rank 0's state, as the Trainer does when a run starts: saved on rank 0,
+// broadcast over `g`, read and restored on the others.
+template <class A>
+void take_rank0_state(A& me, int r, dist::Group& g) {
+  std::vector<std::uint8_t> bytes;
+  if (r == 0) {
+    auto w = BinaryWriter::in_memory("state");
+    me.save(w);
+    bytes = w.take_bytes();
+  }
+  broadcast_bytes(g, bytes, c10::Device(c10::kCPU));
+  if (r != 0) {
+    BinaryReader rd(bytes, "rank 0's state", "state");
+    auto s = me.read(rd);
+    rd.finish();
+    me.restore(s);
+  }
 }
 
 SAC::Config small() {
@@ -136,19 +157,7 @@ TEST_CASE("DDP: 2 ranks taking half a batch each end, after 20 SAC updates, wher
   std::array<int, 2> reduces{};
   with_ranks(2, [&](int r, dist::Group& g) {
     SAC& me = *ranks[static_cast<std::size_t>(r)];
-    std::vector<std::uint8_t> bytes;
-    if (r == 0) {
-      auto w = BinaryWriter::in_memory("state");
-      me.save(w);
-      bytes = w.take_bytes();
-    }
-    broadcast_bytes(g, bytes, c10::Device(c10::kCPU));
-    if (r != 0) {
-      BinaryReader rd(bytes, "rank 0's state", "state");
-      auto s = me.read(rd);
-      rd.finish();
-      me.restore(s);
-    }
+    take_rank0_state(me, r, g);
     StepContext::Options o;
     o.all_reduce_mean = [&, r](std::vector<at::Tensor>& ts) {
       ++reduces[static_cast<std::size_t>(r)];
@@ -179,4 +188,65 @@ TEST_CASE("DDP: 2 ranks taking half a batch each end, after 20 SAC updates, wher
     alone.update(b, own, n);
   }
   CHECK_FALSE(torch::allclose(state_of(alone)[1], s1[1], 1e-4, 1e-6));
+}
+
+TEST_CASE("DDP: 2 ranks taking half a batch each end, after 20 discrete SAC updates, where one process taking the whole batch ends") {
+  torch::set_num_threads(1);
+  const auto spec = envs::spec_of(envs::CartPole{});
+  DiscreteSAC::Config cfg;
+  cfg.actor->hidden = {32, 32};
+  cfg.critic->hidden = {32, 32};
+  constexpr int kUpdates = 20;
+  constexpr std::int64_t kBatch = 64, kHalf = kBatch / 2;
+  torch::manual_seed(12);
+  std::vector<ReplayBatch> batches;
+  for (int i = 0; i < kUpdates; ++i) {
+    ReplayBatch b;
+    b.obs = torch::randn({kBatch, 4});
+    b.action = torch::randint(2, {kBatch}, torch::kLong);
+    b.reward = torch::randn({kBatch});
+    b.next_obs = torch::randn({kBatch, 4});
+    b.terminated = (torch::rand({kBatch}) < 0.1).to(torch::kFloat);
+    batches.push_back(b);
+  }
+  auto state = [](const DiscreteSAC& s) {
+    return std::vector<at::Tensor>{s.actor_optimizer().parameters().flat(), s.critic_optimizer().parameters().flat(),
+                                   at::tensor(s.alpha())};
+  };
+  // One process, whole batches (the update draws no noise: its expectations are exact).
+  torch::manual_seed(0);
+  DiscreteSAC one(spec, cfg, RunContext{});
+  StepContext whole;
+  for (const auto& b : batches) one.update(b, whole);
+  // Two ranks built apart, rank 0's state broadcast first as the Trainer does.
+  torch::manual_seed(0);
+  DiscreteSAC rank0(spec, cfg, RunContext{});
+  torch::manual_seed(5);
+  DiscreteSAC rank1(spec, cfg, RunContext{});
+  std::array<DiscreteSAC*, 2> ranks{&rank0, &rank1};
+  std::array<int, 2> reduces{};
+  with_ranks(2, [&](int r, dist::Group& g) {
+    DiscreteSAC& me = *ranks[static_cast<std::size_t>(r)];
+    take_rank0_state(me, r, g);
+    StepContext::Options o;
+    o.all_reduce_mean = [&, r](std::vector<at::Tensor>& ts) {
+      ++reduces[static_cast<std::size_t>(r)];
+      g.all_reduce_mean(ts);
+    };
+    StepContext ctx(o);
+    for (int i = 0; i < kUpdates; ++i) me.update(rows_of(batches[static_cast<std::size_t>(i)], r * kHalf, kHalf), ctx);
+  });
+  CHECK(reduces[0] == kUpdates);
+  CHECK(reduces[1] == kUpdates);
+  const auto s1 = state(one), s0 = state(rank0), s2 = state(rank1);
+  for (std::size_t i = 0; i < s1.size(); ++i) {
+    CHECK(torch::allclose(s0[i], s1[i], 1e-4, 1e-6));
+    CHECK(torch::equal(s0[i], s2[i]));
+  }
+  // The control: half the batch without the all-reduce ends elsewhere.
+  torch::manual_seed(0);
+  DiscreteSAC alone(spec, cfg, RunContext{});
+  StepContext own;
+  for (int i = 0; i < kUpdates; ++i) alone.update(rows_of(batches[static_cast<std::size_t>(i)], 0, kHalf), own);
+  CHECK_FALSE(torch::allclose(state(alone)[1], s1[1], 1e-4, 1e-6));
 }

@@ -234,7 +234,9 @@ TEST_CASE("Checkpoints: files every step asked, the oldest beyond keep_last dele
   StateSections state, buffer;
   state.add("counter", a);
   buffer.add("buffer", buf);
-  const Checkpoints::Identity id{"sac", "fp32", "h", {{"sac.batch_size", "256"}, {"train.steps", "100"}, {"run.seed", "1"}}};
+  const Checkpoints::Identity id{"sac", "fp32", "h",
+                                 {{"sac.batch_size", "256"}, {"train.steps", "100"}, {"run.seed", "1"}, {"diffusion.sampler", "ddim"}},
+                                 {"diffusion.sampler"}};
   Checkpoints ckpt({dir, /*keep_last=*/2, /*with_buffer=*/true}, id, state, buffer);
   for (std::int64_t step : {100, 200, 300}) {
     a.n = step;
@@ -259,6 +261,14 @@ TEST_CASE("Checkpoints: files every step asked, the oldest beyond keep_last dele
   Checkpoints::Identity longer = id;
   longer.config = {{"sac.batch_size", "256"}, {"train.steps", "999"}, {"run.threads", "7"}};
   CHECK_NOTHROW((void)Checkpoints({dir, 2, true}, longer, state, buffer).read(all[1]));
+  // A field that changes only how the policy acts (FieldRole::acting) may differ too.
+  Checkpoints::Identity resampled = id;
+  resampled.config = {{"sac.batch_size", "256"}, {"diffusion.sampler", "ddpm"}};
+  CHECK_NOTHROW((void)Checkpoints({dir, 2, true}, resampled, state, buffer).read(all[1]));
+  resampled.acting_keys.clear();
+  CHECK_THROWS_WITH_AS((void)Checkpoints({dir, 2, true}, resampled, state, buffer).read(all[1]),
+                       doctest::Contains("was written by a run with diffusion.sampler = ddim; this run has diffusion.sampler = ddpm"),
+                       Error);
   Checkpoints::Identity reseeded = id;
   reseeded.config = {{"sac.batch_size", "256"}, {"run.seed", "7"}};
   CHECK_THROWS_WITH_AS((void)Checkpoints({dir, 2, true}, reseeded, state, buffer).read(all[1]),

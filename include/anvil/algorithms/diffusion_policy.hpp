@@ -96,10 +96,15 @@ class DiffusionPolicy {
     Param<int, "action_horizon", "predicted actions executed before the policy is asked again", in_range(1, 1024)>
         action_horizon{8};
     Param<int, "train_steps", "diffusion steps of training (DDPM's K)", in_range(1, 10000)> train_steps{100};
-    Param<int, "inference_steps", "DDIM steps at inference (diffusion.sampler=ddim)", in_range(1, 10000)> inference_steps{16};
-    Param<DiffusionSampler, "sampler", "ddim: inference_steps steps; ddpm: all train_steps"> sampler{DiffusionSampler::ddim};
-    Param<double, "ddim_eta", "DDIM's stochasticity (0: deterministic; 1 with all steps: DDPM)", in_range(0, 1)> ddim_eta{0.0};
-    Param<bool, "clip_sample", "clip predicted clean samples to [-1, 1]"> clip_sample{true};
+    // How the trained denoiser samples: acting only, so an evaluation may change it.
+    Param<int, "inference_steps", "DDIM steps at inference (diffusion.sampler=ddim)", in_range(1, 10000), FieldRole::acting>
+        inference_steps{16};
+    Param<DiffusionSampler, "sampler", "ddim: inference_steps steps; ddpm: all train_steps", any_value, FieldRole::acting>
+        sampler{DiffusionSampler::ddim};
+    Param<double, "ddim_eta", "DDIM's stochasticity (0: deterministic; 1 with all steps: DDPM)", in_range(0, 1),
+          FieldRole::acting>
+        ddim_eta{0.0};
+    Param<bool, "clip_sample", "clip predicted clean samples to [-1, 1]", any_value, FieldRole::acting> clip_sample{true};
     Param<std::vector<int>, "widths", "the U-Net's channels per level", at_least(1)> widths{256, 512, 1024};
     Param<int, "kernel", "the U-Net's convolution width", in_range(1, 31)> kernel{5};
     Param<int, "groups", "GroupNorm groups", in_range(1, 1024)> groups{8};

@@ -30,6 +30,7 @@
 #include <anvil/algorithms/sac_graph.hpp>
 #include <anvil/algorithms/sac_manual.hpp>
 #include <anvil/algorithms/sac_parts.hpp>
+#include <anvil/algorithms/soft_state.hpp>
 #include <anvil/core/batch.hpp>
 #include <anvil/core/binary_io.hpp>
 #include <anvil/core/concepts.hpp>
@@ -76,7 +77,7 @@ class BasicSAC {
       : cfg_(cfg), device_(ctx.device) {
     if (spec.discrete())
       throw ConfigError("SAC needs a continuous (Box) action space; " + spec.name +
-                        " has discrete actions: use PPO");
+                        " has discrete actions: use DiscreteSAC (train_sac_discrete) or PPO");
     const auto& box = std::get<Box>(spec.action);
     for (std::size_t i = 0; i < box.size(); ++i)
       if (!std::isfinite(box.low[i]) || !std::isfinite(box.high[i]))
@@ -448,43 +449,16 @@ class BasicSAC {
     write_tensor(w, ema_.defined() ? ema_.weights() : actor_opt_.parameters().flat(), "the actor's weights");
   }
 
-  /// Everything a checkpoint holds of SAC: the actor and the critic with their Adam
-  /// states, the target critic, the learned temperature with its optimizer, and the update
-  /// count (which schedules actor and target updates).
-  struct Saved {
-    FlatAdam::Saved actor, critic, alpha;
-    at::Tensor target;
-    Ema::Saved ema;
-    std::int64_t updates = 0;
-  };
-  void save(BinaryWriter& w) const {
-    actor_opt_.save(w);
-    critic_opt_.save(w);
-    alpha_opt_.save(w);
-    write_tensor(w, target_.flat(), "the target critic's weights");
-    w.value(updates_);
-    ema_.save(w);
-  }
+  /// Everything a checkpoint holds of SAC (algorithms/soft_state.hpp): the actor and the
+  /// critic with their Adam states, the target critic, the learned temperature with its
+  /// optimizer, the update count (which schedules actor and target updates) and the average.
+  using Saved = detail::SoftSaved;
+  void save(BinaryWriter& w) const { detail::SoftState::save(*this, w); }
   /// Reads what `save` wrote, checking every size against this SAC; changes nothing here,
   /// so a caller can check the whole file before `restore`.
-  [[nodiscard]] Saved read(BinaryReader& r) const {
-    Saved s;
-    s.actor = actor_opt_.read(r, "sac actor");
-    s.critic = critic_opt_.read(r, "sac critic");
-    s.alpha = alpha_opt_.read(r, "sac temperature");
-    s.target = read_tensor(r, "sac target critic parameters", target_.flat());
-    s.updates = r.value<std::int64_t>("sac update count");
-    s.ema = ema_.read(r, "sac averaged actor parameters", actor_opt_.parameters().flat());
-    return s;
-  }
+  [[nodiscard]] Saved read(BinaryReader& r) const { return detail::SoftState::read(*this, r, "sac"); }
   void restore(const Saved& s) {
-    actor_opt_.restore(s.actor);
-    critic_opt_.restore(s.critic);
-    alpha_opt_.restore(s.alpha);
-    torch::NoGradGuard no_grad;
-    target_.flat().copy_(s.target);
-    updates_ = s.updates;
-    ema_.restore(s.ema);
+    detail::SoftState::restore(*this, s);
     graphs_.clear();  // captured again from the restored state (warm-ups first)
   }
 
@@ -515,6 +489,7 @@ class BasicSAC {
 
  private:
   friend struct detail::SacGraphed;
+  friend struct detail::SoftState;
   static constexpr bool kDefaultNetworks =
       std::same_as<Actor, nn::GaussianActor> && std::same_as<Critic, nn::TwinQ>;
 

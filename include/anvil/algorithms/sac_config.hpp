@@ -26,6 +26,22 @@ using BasicMultiTaskSAC = BasicSAC<Actor, Critic, true>;
 /// Multi-task SAC with the default networks.
 using MultiTaskSAC = BasicMultiTaskSAC<>;
 
+/// The fields both soft actor-critics have (SAC here, `DiscreteSAC` in
+/// algorithms/discrete_sac.hpp), declared once; each config gives its own defaults.
+namespace soft {
+using BatchSize = Param<int, "batch_size", "transitions per gradient update", at_least(1)>;
+using Gamma = Param<double, "gamma", "discount factor", in_range(0, 1)>;
+using Tau = Param<double, "tau", "Polyak coefficient of the target networks (1: a copy)", in_range(0, 1)>;
+using ActorLr = Param<double, "actor_lr", "actor learning rate (Adam)", positive>;
+using CriticLr = Param<double, "critic_lr", "critic learning rate (Adam)", positive>;
+using AlphaLr = Param<double, "alpha_lr", "entropy temperature learning rate (Adam)", positive>;
+using InitAlpha = Param<double, "init_alpha", "initial entropy temperature", positive>;
+using AutoAlpha = Param<bool, "auto_alpha", "tune the temperature towards the target entropy">;
+using ActorUpdateFreq = Param<int, "actor_update_freq", "update the actor and temperature every N updates", at_least(1)>;
+using TargetUpdateFreq = Param<int, "target_update_freq", "move the targets every N updates", at_least(1)>;
+using MaxGradNorm = Param<double, "max_grad_norm", "clip each gradient's global norm (0: off)", at_least(0)>;
+}  // namespace soft
+
 namespace detail {
 
 template <bool kMultiTask>
@@ -56,22 +72,19 @@ struct SacTaskConfig {
 /// SAC's section: its hyperparameters and its networks' shapes (`ActorConfig`, `CriticConfig`).
 template <class ActorConfig, class CriticConfig, bool kMultiTask>
 struct SacConfig {
-  Param<int, "batch_size", "transitions per gradient update", at_least(1)> batch_size{256};
-  Param<double, "gamma", "discount factor", in_range(0, 1)> gamma{0.99};
-  Param<double, "tau", "Polyak coefficient of the target networks", in_range(0, 1)> tau{0.005};
-  Param<double, "actor_lr", "actor learning rate (Adam)", positive> actor_lr{3e-4};
-  Param<double, "critic_lr", "critic learning rate (Adam)", positive> critic_lr{3e-4};
-  Param<double, "alpha_lr", "entropy temperature learning rate (Adam)", positive> alpha_lr{3e-4};
-  Param<double, "init_alpha", "initial entropy temperature", positive> init_alpha{1.0};
-  Param<bool, "auto_alpha", "tune the temperature towards the target entropy"> auto_alpha{true};
+  soft::BatchSize batch_size{256};
+  soft::Gamma gamma{0.99};
+  soft::Tau tau{0.005};
+  soft::ActorLr actor_lr{3e-4};
+  soft::CriticLr critic_lr{3e-4};
+  soft::AlphaLr alpha_lr{3e-4};
+  soft::InitAlpha init_alpha{1.0};
+  soft::AutoAlpha auto_alpha{true};
   Param<double, "target_entropy_scale", "target entropy is -scale * action_dim", at_least(0)>
       target_entropy_scale{1.0};
-  Param<int, "actor_update_freq", "update the actor and temperature every N updates", at_least(1)>
-      actor_update_freq{1};
-  Param<int, "target_update_freq", "Polyak-average the targets every N updates", at_least(1)>
-      target_update_freq{1};
-  Param<double, "max_grad_norm", "clip each gradient's global norm (0: off)", at_least(0)>
-      max_grad_norm{0.0};
+  soft::ActorUpdateFreq actor_update_freq{1};
+  soft::TargetUpdateFreq target_update_freq{1};
+  soft::MaxGradNorm max_grad_norm{0.0};
   Param<bool, "manual_backward",
         "hand-written gradients for the default networks in float32 on the CPU (false: "
         "autograd; same result, slower)">

@@ -181,6 +181,7 @@ std::string help_text(std::string_view program, const Cfg& defaults = Cfg{}) {
     d.resize(std::max(d.size(), wd) + 2, ' ');
     o << line << t << d << f.help;
     if (!f.rule.empty()) o << " (" << f.rule << ")";
+    if (f.acting) o << " [acting: may change on resume]";
     o << "\n";
   }
   return o.str();
@@ -218,6 +219,16 @@ template <class Cfg>
 std::vector<std::pair<std::string, std::string>> flatten(const Cfg& cfg) {
   std::vector<std::pair<std::string, std::string>> out;
   for (const auto& f : fields(const_cast<Cfg&>(cfg))) out.emplace_back(f.key, f.format());
+  return out;
+}
+
+/// The keys of the fields that change only how a trained policy acts (`FieldRole::acting`):
+/// a run resumed or evaluated from a checkpoint may set them anew.
+template <class Cfg>
+std::vector<std::string> acting_keys(const Cfg& cfg) {
+  std::vector<std::string> out;
+  for (const auto& f : fields(const_cast<Cfg&>(cfg)))
+    if (f.acting) out.push_back(f.key);
   return out;
 }
 

@@ -339,6 +339,7 @@ struct FieldRef {
   std::string rule;  ///< e.g. ">= 1", empty when unconstrained
   bool is_bool = false;
   bool takes_keys = false;  ///< a field of free keys (`KeyValues`): `key.K` sets one
+  bool acting = false;      ///< only how a trained policy acts (`FieldRole::acting`)
 
   /// Sets the field from `s`; empty string on success, else why not.
   [[nodiscard]] std::string assign(const Setting& s) const { return assign_(value_, s); }
@@ -377,6 +378,7 @@ void collect_fields(Cfg& cfg, const std::string& prefix, std::vector<FieldRef>& 
       r.rule = format_range(F::rule);
       r.is_bool = std::same_as<T, bool>;
       r.takes_keys = is_key_values<T>::value;
+      r.acting = F::role == FieldRole::acting;
       r.value_ = const_cast<std::remove_const_t<T>*>(&field.value);
       r.range_ = F::rule;
       r.assign_ = &ValueOps<T>::assign;

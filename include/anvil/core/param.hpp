@@ -98,14 +98,22 @@ concept ParamValue = ParamScalar<T> || std::same_as<T, KeyValues> ||
                      (detail::is_vector<T>::value && ParamScalar<typename T::value_type> &&
                       !std::same_as<typename T::value_type, bool>);
 
-/// One configuration field: a value of type `T` with its key, help and rule in its type.
-/// For vectors the rule applies to each element.
-template <ParamValue T, FixedString Name, FixedString Help, Range Rule = any_value>
+/// What a field changes, in its type. `learning` (the default): what a run learns, holds or
+/// collects, so a resumed run must keep it. `acting`: only how a trained policy picks its
+/// actions when it is evaluated (a sampler, its number of steps), never its weights, its
+/// state or the data it learns from, so a run resumed or evaluated from a checkpoint may set
+/// it anew (`--diffusion.sampler=ddpm` on a run trained with DDIM).
+enum class FieldRole { learning, acting };
+
+/// One configuration field: a value of type `T` with its key, help, rule and role in its
+/// type. For vectors the rule applies to each element.
+template <ParamValue T, FixedString Name, FixedString Help, Range Rule = any_value, FieldRole Role = FieldRole::learning>
 struct Param {
   using value_type = T;
   static constexpr std::string_view name = Name.view();
   static constexpr std::string_view help = Help.view();
   static constexpr Range rule = Rule;
+  static constexpr FieldRole role = Role;
 
   T value{};
 
@@ -162,8 +170,8 @@ struct Section {
 
 namespace detail {
 template <class T> struct is_param : std::false_type {};
-template <class T, FixedString N, FixedString H, Range R>
-struct is_param<Param<T, N, H, R>> : std::true_type {};
+template <class T, FixedString N, FixedString H, Range R, FieldRole F>
+struct is_param<Param<T, N, H, R, F>> : std::true_type {};
 template <class T> struct is_section : std::false_type {};
 template <FixedString N, class C> struct is_section<Section<N, C>> : std::true_type {};
 }  // namespace detail

@@ -71,6 +71,7 @@ class Run {
     std::string device;
     std::string config_hash, config_yaml;
     std::vector<std::pair<std::string, std::string>> config;  ///< every field, flattened
+    std::vector<std::string> acting_keys;  ///< fields a resumed run may set anew (`FieldRole::acting`)
     std::vector<std::string> notes;  ///< said once when the run starts
     /// Where the run comes from (observe/provenance.hpp): env, policy types, versions,
     /// command line, host, git commit. In config.yaml, summary.json and TensorBoard.
@@ -100,7 +101,7 @@ class Run {
 
   Run(Setup s, Parts p) : s_(std::move(s)), p_(std::move(p)) {
     checkpoints_ = Checkpoints(Checkpoints::Options{s_.run.run_dir.value, s_.run.keep_last, s_.run.checkpoint_buffer},
-                               Checkpoints::Identity{s_.algorithm, s_.precision, s_.config_hash, s_.config},
+                               Checkpoints::Identity{s_.algorithm, s_.precision, s_.config_hash, s_.config, s_.acting_keys},
                                *p_.state, *p_.buffer_state);
     if (!s_.run.run_dir->empty()) run_dir_ = *s_.run.run_dir;
     restart_schedules();

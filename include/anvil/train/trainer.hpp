@@ -249,7 +249,7 @@ class BasicTrainer {
     // The config hash covers the policy types too (TrainerConfig::hashed_types).
     return run_setup(*cfg_.run, std::move(program), std::string(A::config_section.view()), std::string(X::name),
                      *collector_, ctx_.device, config_hash_hex(cfg_), to_yaml(cfg_), flatten(cfg_),
-                     "world: " + parallel_->describe(), std::move(notes),
+                     acting_keys(cfg_), "world: " + parallel_->describe(), std::move(notes),
                      {{"algorithm", std::string(type_name<A>())}, {"buffer", std::string(type_name<B>())},
                       {"parallelism", std::string(type_name<P>())}, {"precision", std::string(type_name<X>())},
                       {"loop", std::string(type_name<L>())}, {"gradients", gradients_}});

@@ -140,7 +140,7 @@ inline PolicyFileParts policy_file_parts(const StepCollector& collector, const e
 inline Run::Setup run_setup(const RunConfig& run, std::string program, std::string algorithm, std::string precision,
                             const StepCollector& collector, c10::Device device, std::string config_hash,
                             std::string config_yaml, std::vector<std::pair<std::string, std::string>> config,
-                            std::string world, std::vector<std::string> notes,
+                            std::vector<std::string> acting_keys, std::string world, std::vector<std::string> notes,
                             const std::vector<std::pair<std::string, std::string>>& policy_types) {
   Run::Setup s;
   s.run = run;
@@ -153,6 +153,7 @@ inline Run::Setup run_setup(const RunConfig& run, std::string program, std::stri
   s.config_hash = std::move(config_hash);
   s.config_yaml = std::move(config_yaml);
   s.config = std::move(config);
+  s.acting_keys = std::move(acting_keys);
   s.notes = std::move(notes);
   s.notes.insert(s.notes.begin(), std::move(world));
   if (!compiled_optimised())

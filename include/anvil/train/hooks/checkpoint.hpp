@@ -40,6 +40,7 @@ class Checkpoints {
     std::string precision;  ///< e.g. "fp32"
     std::string config_hash;
     std::vector<std::pair<std::string, std::string>> config;  ///< every field, `key = value`
+    std::vector<std::string> acting_keys;  ///< fields that change only how the policy acts (`FieldRole::acting`)
   };
   struct Options {
     std::filesystem::path dir;  ///< where `save_at` writes (the run directory)
@@ -109,7 +110,7 @@ class Checkpoints {
       saved[k] = r.string("config value");
     }
     for (const auto& [k, v] : id_.config) {
-      if (may_differ(k)) continue;
+      if (may_differ(k) || std::ranges::find(id_.acting_keys, k) != id_.acting_keys.end()) continue;
       if (auto it = saved.find(k); it != saved.end() && it->second != v)
         throw Error("'" + file.string() + "' was written by a run with " + k + " = " + it->second + "; this run has " +
                     k + " = " + v +
@@ -188,8 +189,9 @@ class Checkpoints {
   void set_dir(std::filesystem::path dir) { opt_.dir = std::move(dir); }
 
  private:
-  // Fields a resumed run may change: where and how it runs, and how long and how often it
-  // evaluates (a loop's own `steps`, `eval_interval`, `eval_episodes`, at any depth).
+  // Fields a resumed run may change, besides the acting ones (`FieldRole::acting`): where and
+  // how it runs, and how long and how often it evaluates (a loop's own `steps`,
+  // `eval_interval`, `eval_episodes`, at any depth).
   static bool may_differ(const std::string& key) {
     if (key == "run.seed") return false;  // another seed is another run
     if (key.rfind("run.", 0) == 0 || key.rfind("parallel.", 0) == 0 || key.rfind("init.", 0) == 0) return true;
