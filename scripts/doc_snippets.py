@@ -40,6 +40,8 @@ CONTEXTS = {
         ("function", "const auto cfg = anvil::start<anvil::Trainer<anvil::SAC, anvil::PrioritizedBuffer>>(argc, argv);", ""),
     ("docs/sac.md", "anvil::Trainer<anvil::DiscreteSAC, anvil::PrioritizedBuffer> trainer(anvil::envs::CartPole{}, cfg);"):
         ("function", "const auto cfg = anvil::start<anvil::Trainer<anvil::DiscreteSAC, anvil::PrioritizedBuffer>>(argc, argv);", ""),
+    ("docs/ppo.md", "anvil::Trainer<anvil::RecurrentPPO, anvil::RolloutBuffer> trainer(anvil::envs::CartPoleNoVel{}, cfg);"):
+        ("function", "const auto cfg = anvil::start<anvil::Trainer<anvil::RecurrentPPO, anvil::RolloutBuffer>>(argc, argv);", ""),
 }
 
 

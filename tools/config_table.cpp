@@ -63,6 +63,7 @@ std::string table() {
   policy<SAC>(t, "`SAC`");
   policy<DiscreteSAC>(t, "`DiscreteSAC`");
   policy<PPO>(t, "`PPO`");
+  policy<RecurrentPPO>(t, "`RecurrentPPO`");
   policy<COMA>(t, "`COMA`");
   policy<DiffusionPolicy>(t, "`DiffusionPolicy`");
   policy<CollectiveDistillation>(t, "`CollectiveDistillation`");

@@ -10,6 +10,7 @@
 ///       t.fit();
 ///     }
 
+#include <anvil/core/agent_memory.hpp>
 #include <anvil/core/batch.hpp>
 #include <anvil/core/blas.hpp>
 #include <anvil/core/concepts.hpp>
@@ -95,6 +96,7 @@
 #include <anvil/algorithms/policy.hpp>
 #include <anvil/algorithms/ppo.hpp>
 #include <anvil/algorithms/ppo_config.hpp>
+#include <anvil/algorithms/recurrent_ppo.hpp>
 #include <anvil/algorithms/sac.hpp>
 #include <anvil/algorithms/sac_config.hpp>
 

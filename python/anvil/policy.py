@@ -282,6 +282,64 @@ def _ppo_actor(torch, tensors, meta, path):
     return PpoPolicy()
 
 
+def _gru_net(torch, widths, memory, out, act):
+    """anvil's nn::GruActor: Linear layers fc0, fc1, ... of `widths` (`act` after each), a GRU
+    cell `gru` of `memory`, a Linear head to `out`; forward(x, h) gives (output, next h)."""
+
+    class GruNet(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layers = _linear_layers(torch, self, widths)
+            self.gru = torch.nn.GRUCell(widths[-1], memory)
+            self.head = torch.nn.Linear(memory, out)
+
+        def forward(self, x, h):
+            for i in range(self.layers):
+                x = act(getattr(self, f"fc{i}")(x))
+            h = self.gru(x, h)
+            return self.head(h), h
+
+    return GruNet()
+
+
+def _recurrent_ppo_actor(torch, tensors, meta, path):
+    obs_dim, act_dim, memory = int(meta["obs_dim"]), int(meta["action_dim"]), int(meta["memory"])
+    discrete = meta["discrete"] == "1"
+    widths = _layers(tensors, "net.") or [obs_dim]
+    if widths[0] != obs_dim:
+        raise ValueError(f"{path}: the actor's first layer does not take {obs_dim} observations")
+    net = _gru_net(torch, widths, memory, act_dim, _activation_of(torch, meta, path))
+
+    class RecurrentPpoPolicy(torch.nn.Module, _Normaliser):
+        """anvil's recurrent PPO actor acting deterministically: `forward(obs, memory=None)` takes
+        observations [..., obs_dim] and the actor's memory [..., memory] (None: zeros, an
+        episode's first step; then what the last step returned, zeroed where an episode starts)
+        and gives (action, next memory): the most likely action (int64) for discrete actions;
+        for continuous ones the mean, clipped and scaled to the env's units as the run does."""
+
+        recurrent = True
+
+        def __init__(self):
+            super().__init__()
+            self.net = net
+            if not discrete:
+                for name in ("action_scale", "action_offset", "action_low", "action_high"):
+                    self.register_buffer(name, torch.zeros(act_dim))
+            self._add_normaliser(torch, tensors, meta, obs_dim)
+
+        def forward(self, obs, memory=None):
+            x = self._normalise(obs.to(torch.float32))
+            lead = x.shape[:-1]
+            h = torch.zeros(*lead, net.gru.hidden_size) if memory is None else memory.to(torch.float32)
+            out, h = self.net(x.reshape(-1, obs_dim), h.reshape(-1, net.gru.hidden_size))
+            out, h = out.reshape(*lead, act_dim), h.reshape(*lead, -1)
+            if discrete:
+                return out.argmax(-1), h
+            return torch.maximum(torch.minimum(out, self.action_high), self.action_low) * self.action_scale + self.action_offset, h
+
+    return RecurrentPpoPolicy()
+
+
 def _coma_actor(torch, tensors, meta, path):
     agents, obs_dim, actions, memory = (int(meta[k]) for k in ("agents", "obs_dim", "actions", "memory"))
     act = _activation_of(torch, meta, path)
@@ -290,22 +348,7 @@ def _coma_actor(torch, tensors, meta, path):
         if not widths or widths[0] != obs_dim + agents:
             raise ValueError(f"{path}: the actor's first layer does not take {obs_dim} observations and {agents} ids")
 
-        class GruNet(torch.nn.Module):
-            """anvil's nn::GruActor: hidden layers fc0, fc1, ... (activated), a GRU cell, a head."""
-
-            def __init__(self):
-                super().__init__()
-                self.layers = _linear_layers(torch, self, widths)
-                self.gru = torch.nn.GRUCell(widths[-1], memory)
-                self.head = torch.nn.Linear(memory, actions)
-
-            def forward(self, x, h):
-                for i in range(self.layers):
-                    x = act(getattr(self, f"fc{i}")(x))
-                h = self.gru(x, h)
-                return self.head(h), h
-
-        net = GruNet()
+        net = _gru_net(torch, widths, memory, actions, act)
     else:
         if len(widths) < 2 or widths[0] != obs_dim + agents or widths[-1] != actions:
             raise ValueError(f"{path}: the actor's layers {widths} do not take {obs_dim} observations and {agents} "
@@ -610,14 +653,16 @@ def _collective(torch, tensors, meta, path):
 
 # Discrete SAC's actor is an MLP to one logit per action, acting by the most likely one: PPO's
 # discrete actor in shape and in how it acts.
-_KINDS = {"GaussianActor": _gaussian_actor, "PpoActor": _ppo_actor, "DiscreteSacActor": _ppo_actor, "ComaActor": _coma_actor,
+_KINDS = {"GaussianActor": _gaussian_actor, "PpoActor": _ppo_actor, "DiscreteSacActor": _ppo_actor,
+          "RecurrentPpoActor": _recurrent_ppo_actor, "ComaActor": _coma_actor,
           "DiffusionPolicy": _diffusion_policy, "CollectiveTransformer": _collective}
 
 
 def load_policy(path):
     """The policy a run wrote (its policy.safetensors) as a torch.nn.Module in eval mode whose
     forward gives the deterministic action in the env's units: SAC, multi-task SAC and PPO
-    policies take observations [..., obs_dim]; a COMA actor takes each agent's observation
+    policies take observations [..., obs_dim] (a recurrent PPO actor also its memory); a COMA
+    actor takes each agent's observation
     (and available actions, and a recurrent actor's memory). `module.metadata` names the env,
     the kind and the architecture."""
     torch = _torch()

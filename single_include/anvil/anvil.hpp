@@ -13,6 +13,552 @@
 ///       t.fit();
 ///     }
 
+// ---- begin <anvil/core/agent_memory.hpp> ----
+/// @file
+/// `AgentMemory`: what a recurrent policy (`CarriesMemory`) remembers of each of N envs,
+/// held by whoever steps those envs, not by the policy: the on-policy loop holds the
+/// training envs' (in the StepCollector, saved in checkpoints per rank, like the envs), an
+/// evaluation holds its own. The policy reads it when it acts and writes the next state
+/// back; the holder marks the envs whose next observation starts an episode, and the policy
+/// forgets those rows before it acts on them.
+
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <string>
+
+// ---- begin <anvil/core/binary_io.hpp> ----
+/// @file
+/// Binary files that are replaced atomically and read back with checks: `BinaryWriter`
+/// writes next to the target and renames over it only when everything is written and
+/// flushed, so a crash or kill mid-save leaves the previous file intact; `BinaryReader`
+/// names the file and the field when a file is short, foreign, from another shape or
+/// damaged. Every file ends with a CRC-32C of all bytes before it, which the reader checks
+/// in `finish`: a loader reads into temporaries, calls `finish`, and only then replaces
+/// its state, so a corrupted file changes nothing. Light header.
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include <unistd.h>
+
+#include <fcntl.h>
+
+// ---- begin <anvil/core/detail/crc32c.hpp> ----
+/// @file
+/// CRC-32C (Castagnoli), the checksum anvil's binary files (buffers, checkpoints) end with,
+/// so a file damaged on disk or in transit is refused instead of silently loaded. It is
+/// computed as the bytes stream through, at memory speed where the CPU has SSE4.2's crc32
+/// instruction (chosen at run time: the build stays baseline x86-64), and with a table
+/// elsewhere. Light header.
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define ANVIL_CRC32C_X86 1
+#include <immintrin.h>
+#endif
+
+namespace anvil::detail {
+
+/// A running CRC-32C: `update` with each piece, `value` at the end. Same result however
+/// the bytes are split.
+class Crc32c {
+ public:
+  void update(const void* data, std::size_t n) noexcept { crc_ = impl()(crc_, static_cast<const unsigned char*>(data), n); }
+  /// The checksum of everything passed to `update` so far.
+  [[nodiscard]] std::uint32_t value() const noexcept { return ~crc_; }
+
+  /// The table-driven version, whatever the CPU (the tests compare both).
+  static std::uint32_t portable(std::uint32_t crc, const unsigned char* p, std::size_t n) noexcept {
+    static const auto table = [] {
+      std::array<std::uint32_t, 256> t{};
+      for (std::uint32_t i = 0; i < 256; ++i) {
+        std::uint32_t c = i;
+        for (int k = 0; k < 8; ++k) c = (c & 1u) ? (c >> 1) ^ 0x82F63B78u : c >> 1;  // reflected polynomial
+        t[i] = c;
+      }
+      return t;
+    }();
+    for (std::size_t i = 0; i < n; ++i) crc = table[(crc ^ p[i]) & 0xFFu] ^ (crc >> 8);
+    return crc;
+  }
+
+ private:
+  using Fn = std::uint32_t (*)(std::uint32_t, const unsigned char*, std::size_t) noexcept;
+
+#if defined(ANVIL_CRC32C_X86)
+  __attribute__((target("sse4.2"))) static std::uint32_t hardware(std::uint32_t crc, const unsigned char* p,
+                                                                  std::size_t n) noexcept {
+    std::uint64_t c = crc;
+    for (; n >= 8; n -= 8, p += 8) {
+      std::uint64_t w;
+      std::memcpy(&w, p, 8);
+      c = _mm_crc32_u64(c, w);
+    }
+    auto c32 = static_cast<std::uint32_t>(c);
+    for (; n > 0; --n, ++p) c32 = _mm_crc32_u8(c32, *p);
+    return c32;
+  }
+#endif
+
+  static Fn impl() noexcept {
+#if defined(ANVIL_CRC32C_X86)
+    static const Fn f = __builtin_cpu_supports("sse4.2") ? &hardware : &portable;
+    return f;
+#else
+    return &portable;
+#endif
+  }
+
+  std::uint32_t crc_ = 0xFFFFFFFFu;
+};
+
+}  // namespace anvil::detail
+// ---- end <anvil/core/detail/crc32c.hpp> ----
+// ---- begin <anvil/core/error.hpp> ----
+/// @file
+/// anvil's exception types. Light header.
+///
+/// Every error anvil raises derives from `anvil::Error` and names what is at fault (the
+/// field, file, rank or env). `install_error_handler()` (called by `parse_config`) turns
+/// an uncaught `anvil::Error` into a one-line message and a non-zero exit instead of an
+/// abort, so bad input never looks like a crash.
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <stdexcept>
+#include <string>
+
+namespace anvil {
+
+/// Base of every anvil error. `exit_code()` is what the process exits with when the
+/// error is not caught.
+class Error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+  [[nodiscard]] virtual int exit_code() const noexcept { return 1; }
+  /// The word before the message when the error ends the program ("error: ...").
+  [[nodiscard]] virtual const char* label() const noexcept { return "error"; }
+};
+
+/// Bad configuration: an unknown key, a wrong type, a value out of range, a malformed
+/// file. Exit status 2, as for any command-line usage error.
+class ConfigError : public Error {
+ public:
+  using Error::Error;
+  [[nodiscard]] int exit_code() const noexcept override { return 2; }
+};
+
+/// A requested device or feature that this build or machine does not have.
+class DeviceError : public Error {
+ public:
+  using Error::Error;
+  [[nodiscard]] int exit_code() const noexcept override { return 2; }
+};
+
+/// Whether the translation unit that calls this was compiled with optimisation (anvil is
+/// header-only: the user's program decides). Runs warn when it was not.
+[[nodiscard]] constexpr bool compiled_optimised() noexcept {
+#if defined(__OPTIMIZE__)
+  return true;
+#else
+  return false;
+#endif
+}
+
+/// "nan", "inf" or "-inf": how an error names a non-finite value it found.
+[[nodiscard]] inline const char* non_finite_name(double v) noexcept {
+  return std::isnan(v) ? "nan" : v > 0 ? "inf" : "-inf";
+}
+
+namespace detail {
+[[noreturn]] inline void terminate_with_message() {
+  std::fflush(stdout);
+  if (auto p = std::current_exception()) {
+    try {
+      std::rethrow_exception(p);
+    } catch (const Error& e) {
+      std::fprintf(stderr, "%s: %s\n", e.label(), e.what());
+      std::fflush(stderr);
+      std::_Exit(e.exit_code());
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "error: %s\n", e.what());
+      std::fflush(stderr);
+      std::_Exit(1);
+    } catch (...) {
+    }
+  }
+  std::fputs("error: terminated by an unknown exception\n", stderr);
+  std::abort();
+}
+}  // namespace detail
+
+/// Make uncaught exceptions end the program with `error: <message>` on stderr and the
+/// error's exit code (2 for configuration errors, 1 otherwise), not an abort and a core
+/// dump. Idempotent.
+inline void install_error_handler() { std::set_terminate(&detail::terminate_with_message); }
+
+}  // namespace anvil
+// ---- end <anvil/core/error.hpp> ----
+
+namespace anvil {
+
+class BinaryWriter {
+ public:
+  /// Starts writing `path` (into `path` + ".tmp" until `commit`), with a format tag.
+  BinaryWriter(std::filesystem::path path, const std::string& format)
+      : path_(std::move(path)), tmp_(path_.string() + ".tmp") {
+    f_ = std::fopen(tmp_.c_str(), "wb");
+    if (!f_) throw Error("cannot write '" + tmp_ + "' (does its directory exist?)");
+    string(format);
+  }
+  /// Writes into memory instead of a file (`take_bytes()` ends it): the same format, checksum
+  /// included, e.g. to send state from one rank to the others.
+  static BinaryWriter in_memory(const std::string& format) { return BinaryWriter(format); }
+  BinaryWriter(const BinaryWriter&) = delete;
+  BinaryWriter& operator=(const BinaryWriter&) = delete;
+  ~BinaryWriter() {
+    if (f_) {  // not committed: drop the partial file, keep the old one
+      std::fclose(f_);
+      if (!memory_) std::remove(tmp_.c_str());
+    }
+    std::free(mem_);
+  }
+
+  /// The file being written ("memory" for an in-memory writer), for messages.
+  [[nodiscard]] std::string target() const { return memory_ ? std::string("memory") : path_.string(); }
+
+  /// Ends an `in_memory` writer: its bytes, checksum appended.
+  [[nodiscard]] std::vector<std::uint8_t> take_bytes() {
+    const std::uint32_t crc = crc_.value();
+    raw(&crc, sizeof crc);
+    std::fclose(f_);  // sets mem_ and mem_size_
+    f_ = nullptr;
+    return std::vector<std::uint8_t>(reinterpret_cast<std::uint8_t*>(mem_),
+                                     reinterpret_cast<std::uint8_t*>(mem_) + mem_size_);
+  }
+
+  template <class T>
+    requires std::is_trivially_copyable_v<T>
+  void value(const T& v) { bytes(&v, sizeof v); }
+  void string(const std::string& s) {
+    value<std::uint64_t>(s.size());
+    bytes(s.data(), s.size());
+  }
+  void bytes(const void* p, std::size_t n) {
+    raw(p, n);
+    crc_.update(p, n);
+  }
+
+  /// Bytes written so far (the format tag included).
+  [[nodiscard]] std::uint64_t written() const noexcept { return written_; }
+
+  /// Appends the checksum, flushes to disk and renames over the target; then syncs the
+  /// directory, so the rename itself survives a power cut.
+  void commit() {
+    const std::uint32_t crc = crc_.value();
+    raw(&crc, sizeof crc);
+    if (std::fflush(f_) != 0 || ::fsync(::fileno(f_)) != 0) throw Error("writing '" + tmp_ + "' failed (disk full?)");
+    std::fclose(f_);
+    f_ = nullptr;
+    std::error_code ec;
+    std::filesystem::rename(tmp_, path_, ec);
+    if (ec) throw Error("cannot rename '" + tmp_ + "' to '" + path_.string() + "': " + ec.message());
+    const auto dir = path_.has_parent_path() ? path_.parent_path() : std::filesystem::path(".");
+    if (const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY); fd >= 0) {
+      (void)::fsync(fd);
+      ::close(fd);
+    }
+  }
+
+ private:
+  explicit BinaryWriter(const std::string& format) : tmp_("(memory)"), memory_(true) {
+    f_ = ::open_memstream(&mem_, &mem_size_);
+    if (!f_) throw Error("cannot open a memory stream");
+    string(format);
+  }
+  void raw(const void* p, std::size_t n) {
+    if (n && std::fwrite(p, 1, n, f_) != n) throw Error("writing '" + tmp_ + "' failed (disk full?)");
+    written_ += n;
+  }
+
+  std::filesystem::path path_;
+  std::string tmp_;
+  std::FILE* f_ = nullptr;
+  detail::Crc32c crc_;
+  bool memory_ = false;
+  char* mem_ = nullptr;
+  std::size_t mem_size_ = 0;
+  std::uint64_t written_ = 0;
+};
+
+class BinaryReader {
+ public:
+  /// Opens `path` and checks its format tag.
+  BinaryReader(std::filesystem::path path, const std::string& format) : path_(std::move(path)) {
+    std::error_code ec;
+    if (std::filesystem::is_directory(path_, ec)) throw Error("cannot read '" + path_.string() + "': it is a directory");
+    f_ = std::fopen(path_.c_str(), "rb");
+    if (!f_) throw Error("cannot read '" + path_.string() + "'");
+    size_ = static_cast<std::int64_t>(std::filesystem::file_size(path_, ec));
+    if (ec) size_ = INT64_MAX;
+    check_tag(format);
+  }
+  /// Reads what an `in_memory` writer wrote (`take_bytes`); `name` stands for the file in messages.
+  BinaryReader(const std::vector<std::uint8_t>& bytes, std::string name, const std::string& format)
+      : path_(std::move(name)) {
+    if (bytes.empty()) throw Error("'" + path_.string() + "' is empty");
+    f_ = ::fmemopen(const_cast<std::uint8_t*>(bytes.data()), bytes.size(), "rb");
+    if (!f_) throw Error("cannot open a memory stream");
+    size_ = static_cast<std::int64_t>(bytes.size());
+    check_tag(format);
+  }
+  BinaryReader(const BinaryReader&) = delete;
+  BinaryReader& operator=(const BinaryReader&) = delete;
+  ~BinaryReader() {
+    if (f_) std::fclose(f_);
+  }
+
+
+  template <class T>
+    requires std::is_trivially_copyable_v<T>
+  T value(const char* what) {
+    T v;
+    bytes(&v, sizeof v, what);
+    return v;
+  }
+  std::string string(const char* what) {
+    const auto n = value<std::uint64_t>(what);
+    if (n > (1u << 20)) fail(what, "has an implausible length");
+    std::string s(n, '\0');
+    bytes(s.data(), n, what);
+    return s;
+  }
+  /// Bytes left to read: a size field read from the file can be checked against it before
+  /// anything of that size is allocated (a flipped bit must not ask for gigabytes).
+  [[nodiscard]] std::int64_t remaining() const {
+    const long at = std::ftell(f_);
+    return at < 0 ? INT64_MAX : size_ - static_cast<std::int64_t>(at);
+  }
+  /// Fails naming `what` unless `n` more bytes are left in the file.
+  void expect_available(std::int64_t n, const char* what) {
+    if (n < 0 || n > remaining())
+      fail(what, "ask for " + std::to_string(n) + " bytes, but the file has " + std::to_string(remaining()) +
+                     " left (a corrupted size field, or a truncated file?)");
+  }
+
+  void bytes(void* p, std::size_t n, const char* what) {
+    if (n && std::fread(p, 1, n, f_) != n) fail(what, "is cut short (truncated file?)");
+    crc_.update(p, n);
+    consumed_ += n;
+  }
+  /// Bytes read so far (the format tag included).
+  [[nodiscard]] std::uint64_t consumed() const noexcept { return consumed_; }
+  /// Names the part of the file being read in every message from here on (e.g. "section
+  /// 'algorithm'"); empty for none.
+  void set_context(std::string context) { context_ = std::move(context); }
+  /// Checks the checksum at the end of the file against the bytes read, and that nothing
+  /// follows it. Call it after reading everything and before using what was read.
+  void finish() {
+    const std::uint32_t computed = crc_.value();
+    std::uint32_t stored = 0;
+    if (std::fread(&stored, 1, sizeof stored, f_) != sizeof stored) fail("checksum", "is missing (truncated file?)");
+    if (stored != computed) fail("checksum", "does not match the contents (corrupted file?)");
+    if (std::fgetc(f_) != EOF) fail("end", "is followed by unexpected bytes");
+  }
+  /// Reads a value and checks it equals `expected`.
+  template <class T>
+  void expect(const T& expected, const char* what) {
+    const T v = value<T>(what);
+    if (v != expected) fail(what, "is " + std::to_string(v) + " in the file but " + std::to_string(expected) + " here");
+  }
+  /// Throws naming the file, the part being read and `what` is wrong with it. When the
+  /// bytes after this point do not match the file's checksum, the file is damaged and that
+  /// is what the message says (a flipped bit in a size field would otherwise read as a
+  /// misleading "wrong size").
+  [[noreturn]] void fail(const std::string& what, const std::string& why) {
+    const std::string where = "'" + path_.string() + "'" + (context_.empty() ? "" : " (" + context_ + ")") + ": ";
+    if (!failing_ && f_) {
+      failing_ = true;
+      if (damaged()) throw Error("'" + path_.string() + "': checksum does not match the contents (corrupted file?); " +
+                                 "reading it found: " + what + " " + why);
+    }
+    throw Error(where + what + " " + why);
+  }
+  [[nodiscard]] const std::filesystem::path& path() const noexcept { return path_; }
+
+ private:
+  // Whether the rest of the file fails its checksum (the last 4 bytes). Unknown (false)
+  // when the file ends too soon to tell: a "cut short" message says more.
+  bool damaged() {
+    detail::Crc32c crc = crc_;
+    std::vector<unsigned char> held;  // the last 4 bytes read, which may be the checksum
+    unsigned char buf[65536];
+    for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, f_)) > 0;) {
+      held.insert(held.end(), buf, buf + n);
+      if (held.size() > 4) {
+        crc.update(held.data(), held.size() - 4);
+        held.erase(held.begin(), held.end() - 4);
+      }
+    }
+    if (held.size() < 4) return false;
+    std::uint32_t stored = 0;
+    std::memcpy(&stored, held.data(), 4);
+    return stored != crc.value();
+  }
+
+  void check_tag(const std::string& format) {
+    std::string tag;
+    try {
+      tag = string("format tag");
+    } catch (const Error&) {
+      tag.clear();
+    }
+    if (tag != format) {
+      std::fclose(f_);
+      f_ = nullptr;
+      throw Error("'" + path_.string() + "' is not an " + format + " file");
+    }
+  }
+
+  std::filesystem::path path_;
+  std::FILE* f_ = nullptr;
+  std::int64_t size_ = INT64_MAX;  ///< bytes in the file
+  detail::Crc32c crc_;
+  std::uint64_t consumed_ = 0;
+  std::string context_;
+  bool failing_ = false;
+};
+
+}  // namespace anvil
+// ---- end <anvil/core/binary_io.hpp> ----
+// ---- begin <anvil/core/tensor_io.hpp> ----
+/// @file
+/// Tensors in anvil's binary files (see core/binary_io.hpp): dtype, element count, then
+/// the raw elements of a contiguous host copy. Reading checks both against the tensor the
+/// values are meant for and names the field when they differ, so a file from another
+/// network shape is refused rather than loaded into the wrong places.
+
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <string>
+
+
+namespace anvil {
+
+/// Writes `t` (any device; copied to the host). A floating tensor holding a NaN or an
+/// infinity is refused with an Error naming the file and `what`, before a byte of it is
+/// written: the writer's file is then dropped and what was there before stays (no
+/// checkpoint or policy file is ever written from non-finite weights).
+inline void write_tensor(BinaryWriter& w, const at::Tensor& t, const char* what = "a tensor") {
+  const auto host = t.detach().to(at::kCPU).contiguous();
+  if (at::isFloatingType(host.scalar_type()) && host.numel() > 0 && !host.isfinite().all().item<bool>()) [[unlikely]]
+    throw Error("not writing '" + w.target() + "': " + what + " holds " +
+                (host.isnan().any().item<bool>() ? "nan" : "inf") + " values (" +
+                std::to_string(host.numel() - host.isfinite().sum().item<std::int64_t>()) + " of " +
+                std::to_string(host.numel()) + "); non-finite weights are never saved, and the file that was there is kept");
+  w.value(static_cast<std::int8_t>(host.scalar_type()));
+  w.value(static_cast<std::int64_t>(host.numel()));
+  w.bytes(host.data_ptr(), static_cast<std::size_t>(host.numel()) * host.element_size());
+}
+
+/// Reads a tensor written by `write_tensor` into a new host tensor shaped like `like`,
+/// which must have the same dtype and element count (else the error names `what`).
+inline at::Tensor read_tensor(BinaryReader& r, const char* what, const at::Tensor& like) {
+  const auto dtype = static_cast<at::ScalarType>(r.value<std::int8_t>(what));
+  if (dtype != like.scalar_type())
+    r.fail(what, std::string("are ") + c10::toString(dtype) + " in the file but " + c10::toString(like.scalar_type()) +
+                     " here");
+  const auto n = r.value<std::int64_t>(what);
+  if (n != like.numel())
+    r.fail(what, "have " + std::to_string(n) + " values in the file but " + std::to_string(like.numel()) +
+                     " here (another network shape?)");
+  auto t = at::empty(like.sizes(), like.options().device(at::kCPU));
+  r.bytes(t.data_ptr(), static_cast<std::size_t>(n) * t.element_size(), what);
+  return t;
+}
+
+}  // namespace anvil
+// ---- end <anvil/core/tensor_io.hpp> ----
+
+namespace anvil {
+
+/// A recurrent policy's memory of N envs (see file comment).
+struct AgentMemory {
+  at::Tensor state;  ///< [N, width] float on the policy's device
+  at::Tensor first;  ///< [N] float on the policy's device: 1 where the next observation starts an episode
+
+  /// Memory for `n` envs of `width` numbers on `device`, every env at an episode's start.
+  /// Kept as it is when it already has that shape (a resumed run's restored memory).
+  void plan(std::int64_t n, std::int64_t width, c10::Device device) {
+    if (state.defined() && state.size(0) == n && state.size(1) == width) {
+      state = state.to(device);
+      first = first.to(device);
+      return;
+    }
+    state = at::zeros({n, width}, at::TensorOptions().dtype(at::kFloat).device(device));
+    first = at::ones({n}, state.options());
+  }
+  /// Whether `plan` has given it a shape.
+  [[nodiscard]] bool planned() const noexcept { return state.defined(); }
+  /// Every env starts an episode at its next observation (the envs were all reset).
+  void restart() {
+    if (planned()) first.fill_(1.0);
+  }
+  /// After a step: the envs whose episode ended (terminated or truncated, [N] float 0/1,
+  /// any device) start one at their next observation; the others go on.
+  void mark_starts(const at::Tensor& terminated, const at::Tensor& truncated) {
+    if (planned()) first.copy_(at::max(terminated, truncated).to(at::kFloat).reshape({first.size(0)}));
+  }
+
+  /// State protocol (core/state.hpp): the shape, then the state and the flags (none before
+  /// `plan`).
+  void save(BinaryWriter& w) const {
+    w.value(static_cast<std::int64_t>(planned() ? state.size(0) : 0));
+    w.value(static_cast<std::int64_t>(planned() ? state.size(1) : 0));
+    if (!planned()) return;
+    write_tensor(w, state, "the policy's memory of its envs");
+    write_tensor(w, first, "the envs' episode-start flags");
+  }
+  struct Saved {
+    at::Tensor state, first;
+  };
+  [[nodiscard]] Saved read(BinaryReader& r) const {
+    const auto n = r.value<std::int64_t>("memory rows"), width = r.value<std::int64_t>("memory width");
+    if (n < 0 || width < 0) r.fail("memory rows", "are negative");
+    Saved s;
+    if (n == 0) return s;
+    const auto like = at::empty({n, width}, at::kFloat);
+    s.state = read_tensor(r, "the policy's memory of its envs", like);
+    s.first = read_tensor(r, "the envs' episode-start flags", at::empty({n}, at::kFloat));
+    return s;
+  }
+  void restore(const Saved& s) {
+    if (!s.state.defined()) {
+      state = first = at::Tensor();
+      return;
+    }
+    const auto device = planned() ? state.device() : c10::Device(c10::kCPU);
+    state = s.state.to(device);
+    first = s.first.to(device);
+  }
+};
+
+}  // namespace anvil
+// ---- end <anvil/core/agent_memory.hpp> ----
 // ---- begin <anvil/core/batch.hpp> ----
 /// @file
 /// The data that passes between policies, as named structs of tensors.
@@ -87,6 +633,14 @@ struct RolloutBatch {
   at::Tensor advantage;  ///< [B]
   at::Tensor returns;    ///< [B] targets for the value function
   at::Tensor value;      ///< [B] value estimates at collection time
+  /// Sequences, for recurrent policies (`CarriesMemory`): with `sequence_length` L > 0 the
+  /// B rows are L consecutive steps of K = B / L env rows, time first (row t K + j is step
+  /// t of sequence j); `first` [B] is 1 where an episode starts at a row (the memory is
+  /// forgotten before it), `memory` [K, width] the policy's memory at each sequence's first
+  /// row as it acted. L = 0: independent rows, `first` and `memory` undefined.
+  at::Tensor first{};
+  at::Tensor memory{};
+  std::int64_t sequence_length = 0;
 };
 
 /// One step of N envs as an on-policy algorithm collects it: what the policy did and what
@@ -100,6 +654,8 @@ struct RolloutStep {
   at::Tensor terminated;      ///< [N] float 0/1: terminal state, the return ends here
   at::Tensor truncated;       ///< [N] float 0/1: cut by a time limit, bootstrap from the last state
   at::Tensor bootstrap_value; ///< [N] value of the last state where truncated (undefined: none truncated)
+  at::Tensor memory{};        ///< [N, width] a recurrent policy's memory it acted from (undefined: none)
+  at::Tensor first{};         ///< [N] float 0/1: `obs` starts an episode (with `memory`)
 };
 
 /// What an on-policy algorithm returns when it acts for a rollout.
@@ -107,6 +663,7 @@ struct RolloutAct {
   at::Tensor action;    ///< [N, act_dim] or [N] (discrete)
   at::Tensor log_prob;  ///< [N]
   at::Tensor value;     ///< [N]
+  at::Tensor memory{};  ///< [N, width] a recurrent policy's memory it acted from (undefined: none)
 };
 
 /// One step of N envs as the episodic loop collects it: row i is env i. `live` is 1 for
@@ -142,6 +699,9 @@ struct StoragePlan {
   /// Policy): observations and actions per sample (1, 1: single transitions).
   std::int64_t sequence_obs = 1;
   std::int64_t sequence_actions = 1;
+  /// A recurrent policy's memory of each env, in numbers (0: none), for a rollout to keep
+  /// beside each step (`CarriesMemory`).
+  std::int64_t memory = 0;
 };
 
 /// What one call of an algorithm's `update` reports: scalar metrics for logging, and for
@@ -933,423 +1493,6 @@ concept IsSection = detail::is_section<std::remove_cvref_t<T>>::value;
 #include <utility>
 #include <vector>
 
-// ---- begin <anvil/core/binary_io.hpp> ----
-/// @file
-/// Binary files that are replaced atomically and read back with checks: `BinaryWriter`
-/// writes next to the target and renames over it only when everything is written and
-/// flushed, so a crash or kill mid-save leaves the previous file intact; `BinaryReader`
-/// names the file and the field when a file is short, foreign, from another shape or
-/// damaged. Every file ends with a CRC-32C of all bytes before it, which the reader checks
-/// in `finish`: a loader reads into temporaries, calls `finish`, and only then replaces
-/// its state, so a corrupted file changes nothing. Light header.
-
-#include <cstdint>
-#include <cstdio>
-#include <cstdlib>
-#include <cstring>
-#include <filesystem>
-#include <string>
-#include <type_traits>
-#include <vector>
-
-#include <unistd.h>
-
-#include <fcntl.h>
-
-// ---- begin <anvil/core/detail/crc32c.hpp> ----
-/// @file
-/// CRC-32C (Castagnoli), the checksum anvil's binary files (buffers, checkpoints) end with,
-/// so a file damaged on disk or in transit is refused instead of silently loaded. It is
-/// computed as the bytes stream through, at memory speed where the CPU has SSE4.2's crc32
-/// instruction (chosen at run time: the build stays baseline x86-64), and with a table
-/// elsewhere. Light header.
-
-#include <array>
-#include <cstddef>
-#include <cstdint>
-#include <cstring>
-
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#define ANVIL_CRC32C_X86 1
-#include <immintrin.h>
-#endif
-
-namespace anvil::detail {
-
-/// A running CRC-32C: `update` with each piece, `value` at the end. Same result however
-/// the bytes are split.
-class Crc32c {
- public:
-  void update(const void* data, std::size_t n) noexcept { crc_ = impl()(crc_, static_cast<const unsigned char*>(data), n); }
-  /// The checksum of everything passed to `update` so far.
-  [[nodiscard]] std::uint32_t value() const noexcept { return ~crc_; }
-
-  /// The table-driven version, whatever the CPU (the tests compare both).
-  static std::uint32_t portable(std::uint32_t crc, const unsigned char* p, std::size_t n) noexcept {
-    static const auto table = [] {
-      std::array<std::uint32_t, 256> t{};
-      for (std::uint32_t i = 0; i < 256; ++i) {
-        std::uint32_t c = i;
-        for (int k = 0; k < 8; ++k) c = (c & 1u) ? (c >> 1) ^ 0x82F63B78u : c >> 1;  // reflected polynomial
-        t[i] = c;
-      }
-      return t;
-    }();
-    for (std::size_t i = 0; i < n; ++i) crc = table[(crc ^ p[i]) & 0xFFu] ^ (crc >> 8);
-    return crc;
-  }
-
- private:
-  using Fn = std::uint32_t (*)(std::uint32_t, const unsigned char*, std::size_t) noexcept;
-
-#if defined(ANVIL_CRC32C_X86)
-  __attribute__((target("sse4.2"))) static std::uint32_t hardware(std::uint32_t crc, const unsigned char* p,
-                                                                  std::size_t n) noexcept {
-    std::uint64_t c = crc;
-    for (; n >= 8; n -= 8, p += 8) {
-      std::uint64_t w;
-      std::memcpy(&w, p, 8);
-      c = _mm_crc32_u64(c, w);
-    }
-    auto c32 = static_cast<std::uint32_t>(c);
-    for (; n > 0; --n, ++p) c32 = _mm_crc32_u8(c32, *p);
-    return c32;
-  }
-#endif
-
-  static Fn impl() noexcept {
-#if defined(ANVIL_CRC32C_X86)
-    static const Fn f = __builtin_cpu_supports("sse4.2") ? &hardware : &portable;
-    return f;
-#else
-    return &portable;
-#endif
-  }
-
-  std::uint32_t crc_ = 0xFFFFFFFFu;
-};
-
-}  // namespace anvil::detail
-// ---- end <anvil/core/detail/crc32c.hpp> ----
-// ---- begin <anvil/core/error.hpp> ----
-/// @file
-/// anvil's exception types. Light header.
-///
-/// Every error anvil raises derives from `anvil::Error` and names what is at fault (the
-/// field, file, rank or env). `install_error_handler()` (called by `parse_config`) turns
-/// an uncaught `anvil::Error` into a one-line message and a non-zero exit instead of an
-/// abort, so bad input never looks like a crash.
-
-#include <cmath>
-#include <cstdio>
-#include <cstdlib>
-#include <exception>
-#include <stdexcept>
-#include <string>
-
-namespace anvil {
-
-/// Base of every anvil error. `exit_code()` is what the process exits with when the
-/// error is not caught.
-class Error : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-  [[nodiscard]] virtual int exit_code() const noexcept { return 1; }
-  /// The word before the message when the error ends the program ("error: ...").
-  [[nodiscard]] virtual const char* label() const noexcept { return "error"; }
-};
-
-/// Bad configuration: an unknown key, a wrong type, a value out of range, a malformed
-/// file. Exit status 2, as for any command-line usage error.
-class ConfigError : public Error {
- public:
-  using Error::Error;
-  [[nodiscard]] int exit_code() const noexcept override { return 2; }
-};
-
-/// A requested device or feature that this build or machine does not have.
-class DeviceError : public Error {
- public:
-  using Error::Error;
-  [[nodiscard]] int exit_code() const noexcept override { return 2; }
-};
-
-/// Whether the translation unit that calls this was compiled with optimisation (anvil is
-/// header-only: the user's program decides). Runs warn when it was not.
-[[nodiscard]] constexpr bool compiled_optimised() noexcept {
-#if defined(__OPTIMIZE__)
-  return true;
-#else
-  return false;
-#endif
-}
-
-/// "nan", "inf" or "-inf": how an error names a non-finite value it found.
-[[nodiscard]] inline const char* non_finite_name(double v) noexcept {
-  return std::isnan(v) ? "nan" : v > 0 ? "inf" : "-inf";
-}
-
-namespace detail {
-[[noreturn]] inline void terminate_with_message() {
-  std::fflush(stdout);
-  if (auto p = std::current_exception()) {
-    try {
-      std::rethrow_exception(p);
-    } catch (const Error& e) {
-      std::fprintf(stderr, "%s: %s\n", e.label(), e.what());
-      std::fflush(stderr);
-      std::_Exit(e.exit_code());
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "error: %s\n", e.what());
-      std::fflush(stderr);
-      std::_Exit(1);
-    } catch (...) {
-    }
-  }
-  std::fputs("error: terminated by an unknown exception\n", stderr);
-  std::abort();
-}
-}  // namespace detail
-
-/// Make uncaught exceptions end the program with `error: <message>` on stderr and the
-/// error's exit code (2 for configuration errors, 1 otherwise), not an abort and a core
-/// dump. Idempotent.
-inline void install_error_handler() { std::set_terminate(&detail::terminate_with_message); }
-
-}  // namespace anvil
-// ---- end <anvil/core/error.hpp> ----
-
-namespace anvil {
-
-class BinaryWriter {
- public:
-  /// Starts writing `path` (into `path` + ".tmp" until `commit`), with a format tag.
-  BinaryWriter(std::filesystem::path path, const std::string& format)
-      : path_(std::move(path)), tmp_(path_.string() + ".tmp") {
-    f_ = std::fopen(tmp_.c_str(), "wb");
-    if (!f_) throw Error("cannot write '" + tmp_ + "' (does its directory exist?)");
-    string(format);
-  }
-  /// Writes into memory instead of a file (`take_bytes()` ends it): the same format, checksum
-  /// included, e.g. to send state from one rank to the others.
-  static BinaryWriter in_memory(const std::string& format) { return BinaryWriter(format); }
-  BinaryWriter(const BinaryWriter&) = delete;
-  BinaryWriter& operator=(const BinaryWriter&) = delete;
-  ~BinaryWriter() {
-    if (f_) {  // not committed: drop the partial file, keep the old one
-      std::fclose(f_);
-      if (!memory_) std::remove(tmp_.c_str());
-    }
-    std::free(mem_);
-  }
-
-  /// The file being written ("memory" for an in-memory writer), for messages.
-  [[nodiscard]] std::string target() const { return memory_ ? std::string("memory") : path_.string(); }
-
-  /// Ends an `in_memory` writer: its bytes, checksum appended.
-  [[nodiscard]] std::vector<std::uint8_t> take_bytes() {
-    const std::uint32_t crc = crc_.value();
-    raw(&crc, sizeof crc);
-    std::fclose(f_);  // sets mem_ and mem_size_
-    f_ = nullptr;
-    return std::vector<std::uint8_t>(reinterpret_cast<std::uint8_t*>(mem_),
-                                     reinterpret_cast<std::uint8_t*>(mem_) + mem_size_);
-  }
-
-  template <class T>
-    requires std::is_trivially_copyable_v<T>
-  void value(const T& v) { bytes(&v, sizeof v); }
-  void string(const std::string& s) {
-    value<std::uint64_t>(s.size());
-    bytes(s.data(), s.size());
-  }
-  void bytes(const void* p, std::size_t n) {
-    raw(p, n);
-    crc_.update(p, n);
-  }
-
-  /// Bytes written so far (the format tag included).
-  [[nodiscard]] std::uint64_t written() const noexcept { return written_; }
-
-  /// Appends the checksum, flushes to disk and renames over the target; then syncs the
-  /// directory, so the rename itself survives a power cut.
-  void commit() {
-    const std::uint32_t crc = crc_.value();
-    raw(&crc, sizeof crc);
-    if (std::fflush(f_) != 0 || ::fsync(::fileno(f_)) != 0) throw Error("writing '" + tmp_ + "' failed (disk full?)");
-    std::fclose(f_);
-    f_ = nullptr;
-    std::error_code ec;
-    std::filesystem::rename(tmp_, path_, ec);
-    if (ec) throw Error("cannot rename '" + tmp_ + "' to '" + path_.string() + "': " + ec.message());
-    const auto dir = path_.has_parent_path() ? path_.parent_path() : std::filesystem::path(".");
-    if (const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY); fd >= 0) {
-      (void)::fsync(fd);
-      ::close(fd);
-    }
-  }
-
- private:
-  explicit BinaryWriter(const std::string& format) : tmp_("(memory)"), memory_(true) {
-    f_ = ::open_memstream(&mem_, &mem_size_);
-    if (!f_) throw Error("cannot open a memory stream");
-    string(format);
-  }
-  void raw(const void* p, std::size_t n) {
-    if (n && std::fwrite(p, 1, n, f_) != n) throw Error("writing '" + tmp_ + "' failed (disk full?)");
-    written_ += n;
-  }
-
-  std::filesystem::path path_;
-  std::string tmp_;
-  std::FILE* f_ = nullptr;
-  detail::Crc32c crc_;
-  bool memory_ = false;
-  char* mem_ = nullptr;
-  std::size_t mem_size_ = 0;
-  std::uint64_t written_ = 0;
-};
-
-class BinaryReader {
- public:
-  /// Opens `path` and checks its format tag.
-  BinaryReader(std::filesystem::path path, const std::string& format) : path_(std::move(path)) {
-    std::error_code ec;
-    if (std::filesystem::is_directory(path_, ec)) throw Error("cannot read '" + path_.string() + "': it is a directory");
-    f_ = std::fopen(path_.c_str(), "rb");
-    if (!f_) throw Error("cannot read '" + path_.string() + "'");
-    size_ = static_cast<std::int64_t>(std::filesystem::file_size(path_, ec));
-    if (ec) size_ = INT64_MAX;
-    check_tag(format);
-  }
-  /// Reads what an `in_memory` writer wrote (`take_bytes`); `name` stands for the file in messages.
-  BinaryReader(const std::vector<std::uint8_t>& bytes, std::string name, const std::string& format)
-      : path_(std::move(name)) {
-    if (bytes.empty()) throw Error("'" + path_.string() + "' is empty");
-    f_ = ::fmemopen(const_cast<std::uint8_t*>(bytes.data()), bytes.size(), "rb");
-    if (!f_) throw Error("cannot open a memory stream");
-    size_ = static_cast<std::int64_t>(bytes.size());
-    check_tag(format);
-  }
-  BinaryReader(const BinaryReader&) = delete;
-  BinaryReader& operator=(const BinaryReader&) = delete;
-  ~BinaryReader() {
-    if (f_) std::fclose(f_);
-  }
-
-
-  template <class T>
-    requires std::is_trivially_copyable_v<T>
-  T value(const char* what) {
-    T v;
-    bytes(&v, sizeof v, what);
-    return v;
-  }
-  std::string string(const char* what) {
-    const auto n = value<std::uint64_t>(what);
-    if (n > (1u << 20)) fail(what, "has an implausible length");
-    std::string s(n, '\0');
-    bytes(s.data(), n, what);
-    return s;
-  }
-  /// Bytes left to read: a size field read from the file can be checked against it before
-  /// anything of that size is allocated (a flipped bit must not ask for gigabytes).
-  [[nodiscard]] std::int64_t remaining() const {
-    const long at = std::ftell(f_);
-    return at < 0 ? INT64_MAX : size_ - static_cast<std::int64_t>(at);
-  }
-  /// Fails naming `what` unless `n` more bytes are left in the file.
-  void expect_available(std::int64_t n, const char* what) {
-    if (n < 0 || n > remaining())
-      fail(what, "ask for " + std::to_string(n) + " bytes, but the file has " + std::to_string(remaining()) +
-                     " left (a corrupted size field, or a truncated file?)");
-  }
-
-  void bytes(void* p, std::size_t n, const char* what) {
-    if (n && std::fread(p, 1, n, f_) != n) fail(what, "is cut short (truncated file?)");
-    crc_.update(p, n);
-    consumed_ += n;
-  }
-  /// Bytes read so far (the format tag included).
-  [[nodiscard]] std::uint64_t consumed() const noexcept { return consumed_; }
-  /// Names the part of the file being read in every message from here on (e.g. "section
-  /// 'algorithm'"); empty for none.
-  void set_context(std::string context) { context_ = std::move(context); }
-  /// Checks the checksum at the end of the file against the bytes read, and that nothing
-  /// follows it. Call it after reading everything and before using what was read.
-  void finish() {
-    const std::uint32_t computed = crc_.value();
-    std::uint32_t stored = 0;
-    if (std::fread(&stored, 1, sizeof stored, f_) != sizeof stored) fail("checksum", "is missing (truncated file?)");
-    if (stored != computed) fail("checksum", "does not match the contents (corrupted file?)");
-    if (std::fgetc(f_) != EOF) fail("end", "is followed by unexpected bytes");
-  }
-  /// Reads a value and checks it equals `expected`.
-  template <class T>
-  void expect(const T& expected, const char* what) {
-    const T v = value<T>(what);
-    if (v != expected) fail(what, "is " + std::to_string(v) + " in the file but " + std::to_string(expected) + " here");
-  }
-  /// Throws naming the file, the part being read and `what` is wrong with it. When the
-  /// bytes after this point do not match the file's checksum, the file is damaged and that
-  /// is what the message says (a flipped bit in a size field would otherwise read as a
-  /// misleading "wrong size").
-  [[noreturn]] void fail(const std::string& what, const std::string& why) {
-    const std::string where = "'" + path_.string() + "'" + (context_.empty() ? "" : " (" + context_ + ")") + ": ";
-    if (!failing_ && f_) {
-      failing_ = true;
-      if (damaged()) throw Error("'" + path_.string() + "': checksum does not match the contents (corrupted file?); " +
-                                 "reading it found: " + what + " " + why);
-    }
-    throw Error(where + what + " " + why);
-  }
-  [[nodiscard]] const std::filesystem::path& path() const noexcept { return path_; }
-
- private:
-  // Whether the rest of the file fails its checksum (the last 4 bytes). Unknown (false)
-  // when the file ends too soon to tell: a "cut short" message says more.
-  bool damaged() {
-    detail::Crc32c crc = crc_;
-    std::vector<unsigned char> held;  // the last 4 bytes read, which may be the checksum
-    unsigned char buf[65536];
-    for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, f_)) > 0;) {
-      held.insert(held.end(), buf, buf + n);
-      if (held.size() > 4) {
-        crc.update(held.data(), held.size() - 4);
-        held.erase(held.begin(), held.end() - 4);
-      }
-    }
-    if (held.size() < 4) return false;
-    std::uint32_t stored = 0;
-    std::memcpy(&stored, held.data(), 4);
-    return stored != crc.value();
-  }
-
-  void check_tag(const std::string& format) {
-    std::string tag;
-    try {
-      tag = string("format tag");
-    } catch (const Error&) {
-      tag.clear();
-    }
-    if (tag != format) {
-      std::fclose(f_);
-      f_ = nullptr;
-      throw Error("'" + path_.string() + "' is not an " + format + " file");
-    }
-  }
-
-  std::filesystem::path path_;
-  std::FILE* f_ = nullptr;
-  std::int64_t size_ = INT64_MAX;  ///< bytes in the file
-  detail::Crc32c crc_;
-  std::uint64_t consumed_ = 0;
-  std::string context_;
-  bool failing_ = false;
-};
-
-}  // namespace anvil
-// ---- end <anvil/core/binary_io.hpp> ----
 
 namespace anvil {
 
@@ -1519,6 +1662,7 @@ struct RunContext;
 struct ReplayBatch;
 struct RolloutBatch;
 struct RolloutAct;
+struct AgentMemory;  // core/agent_memory.hpp
 struct StepBatch;
 struct RolloutStep;
 struct StoragePlan;
@@ -1616,16 +1760,38 @@ concept OffPolicyAlgorithm = Algorithm<A> && !A::on_policy && requires(const A& 
   { a.discount() } -> std::convertible_to<double>;
 };
 
-/// What the on-policy loop needs of its algorithm besides `act` and `update`: an action
-/// with its log-probability and value for the rollout, values alone for bootstrapping, the
-/// schedule of its epochs and whether to go on after each (PPO's KL early stop lives in
-/// `end_epoch`, which may agree with the other ranks through the StepContext), where the
-/// run is (for annealing), and its discount (for the rollout's advantages).
+/// A feed-forward policy's part of a rollout: an action with its log-probability and the
+/// value of each env's observation, and values alone (to bootstrap from).
 template <class A>
-concept OnPolicyAlgorithm = Algorithm<A> && A::on_policy &&
-                            requires(A& a, const A& ca, const at::Tensor& obs, double progress, StepContext& ctx) {
-                              { a.act_for_rollout(obs) } -> std::same_as<RolloutAct>;
-                              { a.value(obs) } -> std::same_as<at::Tensor>;
+concept ActsForRollouts = requires(A& a, const at::Tensor& obs) {
+  { a.act_for_rollout(obs) } -> std::same_as<RolloutAct>;
+  { a.value(obs) } -> std::same_as<at::Tensor>;
+};
+
+/// A policy with memory (a recurrent one, `RecurrentPPO`): it acts from each env's memory
+/// and writes the next one back (`AgentMemory`, held by whoever steps the envs, who marks
+/// episode starts), for a rollout also giving the memory it acted from, which the rollout
+/// keeps beside each step; values read the memory without moving it on. It learns from
+/// sequences of `sequence_length()` steps (0: a whole rollout) unrolled from the kept
+/// memory, and says how wide its memory is. `act(obs, mode)` alone acts as at an episode's
+/// first step.
+template <class A>
+concept CarriesMemory = requires(A& a, const A& ca, const at::Tensor& obs, ActMode mode, AgentMemory& m) {
+  { ca.memory_width() } -> std::convertible_to<std::int64_t>;
+  { ca.sequence_length() } -> std::convertible_to<std::int64_t>;
+  { a.act(obs, mode, m) } -> std::same_as<at::Tensor>;
+  { a.act_for_rollout(obs, m) } -> std::same_as<RolloutAct>;
+  { a.value(obs, m) } -> std::same_as<at::Tensor>;
+};
+
+/// What the on-policy loop needs of its algorithm besides `act` and `update`: its part of
+/// a rollout (from the observation alone, or with memory), the schedule of its epochs and
+/// whether to go on after each (PPO's KL early stop lives in `end_epoch`, which may agree
+/// with the other ranks through the StepContext), where the run is (for annealing), and
+/// its discount (for the rollout's advantages).
+template <class A>
+concept OnPolicyAlgorithm = Algorithm<A> && A::on_policy && (ActsForRollouts<A> || CarriesMemory<A>) &&
+                            requires(A& a, const A& ca, double progress, StepContext& ctx) {
                               { ca.epochs() } -> std::convertible_to<int>;
                               { ca.minibatch_size() } -> std::convertible_to<std::int64_t>;
                               { a.end_epoch(ctx) } -> std::convertible_to<bool>;
@@ -1742,6 +1908,15 @@ concept RolloutStorage = Buffer<B> && requires(B& b, const B& cb, const at::Tens
   { b.finish(last_value) };
   { b.minibatches(n) };
   { b.clear() };
+};
+
+/// A rollout that also keeps a recurrent policy's memory beside each step and hands out
+/// sequences: shuffled minibatches of `rows` rows made of whole runs of `length`
+/// consecutive steps of one env (0: the whole rollout), with the memory at each start
+/// (`RolloutBatch::sequence_length`).
+template <class B>
+concept StoresSequences = RolloutStorage<B> && requires(const B& cb, std::int64_t rows, std::int64_t length) {
+  { cb.sequences(rows, length) };
 };
 
 /// A replay buffer that also takes back priorities (e.g. |TD error|) for the sampled rows.
@@ -4472,6 +4647,42 @@ struct CartPole {
 static_assert(Env<CartPole>);
 static_assert(DiscreteEnv<CartPole>);
 
+/// CartPole-v1 seen through its positions only: the observation is (x, theta), the two
+/// velocities hidden, so a policy has to infer them from what it saw before (a recurrent
+/// policy's memory). The partially observed cart-pole of recurrent-policy benchmarks, under
+/// the name RL Baselines3 Zoo gives it (CartPoleNoVel-v1, its recurrent PPO settings).
+/// Dynamics, reward, start distribution, termination and time limit are CartPole-v1's
+/// (its errors name CartPole-v1's steps).
+struct CartPoleNoVel {
+  static constexpr std::string_view name = "CartPoleNoVel-v1";
+
+  /// CartPole-v1's bounds of x and theta.
+  [[nodiscard]] Box observation_space() const {
+    const auto full = pole_.observation_space();
+    return Box{{full.low[0], full.low[2]}, {full.high[0], full.high[2]}};
+  }
+  [[nodiscard]] Discrete action_space() const { return pole_.action_space(); }
+  std::span<const float> reset(std::uint64_t seed) { return positions(pole_.reset(seed)); }
+  StepResult step(std::int64_t action) {
+    auto r = pole_.step(action);
+    r.observation = positions(r.observation);
+    return r;
+  }
+  [[nodiscard]] std::int64_t elapsed_steps() const noexcept { return pole_.elapsed_steps(); }
+  /// The whole physical state, velocities included.
+  [[nodiscard]] CartPole::State state() const noexcept { return pole_.state(); }
+
+ private:
+  std::span<const float> positions(std::span<const float> full) noexcept {
+    obs_ = {full[0], full[2]};
+    return obs_;
+  }
+  CartPole pole_;
+  std::array<float, 2> obs_{};
+};
+
+static_assert(DiscreteEnv<CartPoleNoVel>);
+
 }  // namespace anvil::envs
 // ---- end <anvil/envs/cart_pole.hpp> ----
 // ---- begin <anvil/envs/env_config.hpp> ----
@@ -4509,7 +4720,7 @@ struct VecEnvConfig {
   Param<VecMode, "mode", "sync: step in step(); async: step in the background during updates">
       mode{VecMode::sync};
   Param<std::string, "id",
-        "the env by name, in programs that choose it at run time (Pendulum-v1, CartPole-v1, Acrobot-v1, "
+        "the env by name, in programs that choose it at run time (Pendulum-v1, CartPole-v1, CartPoleNoVel-v1, Acrobot-v1, "
         "MountainCarContinuous-v0, PixelPendulum-v1 (images); multi-agent: Mapping, SimpleSpread, Climbing, "
         "Penalty, Credit; an env in Python: python:MODULE:ATTR); elsewhere empty or the program's env">
       id{""};
@@ -7836,7 +8047,8 @@ static_assert(Env<PixelPendulum> && ByteObservations<PixelPendulum> && SavesOwnS
 namespace anvil::envs {
 
 /// The names `with_env` knows.
-inline constexpr std::array<std::string_view, 5> kBuiltinEnvs{Pendulum::name, CartPole::name, Acrobot::name,
+inline constexpr std::array<std::string_view, 6> kBuiltinEnvs{Pendulum::name,      CartPole::name,
+                                                              CartPoleNoVel::name, Acrobot::name,
                                                               MountainCarContinuous::name, PixelPendulum::name};
 
 /// Calls `f(env)` with the built-in env named `id`; a ConfigError naming `env.id` and the
@@ -7845,6 +8057,7 @@ template <class F>
 decltype(auto) with_env(std::string_view id, F&& f) {
   if (id == Pendulum::name) return std::forward<F>(f)(Pendulum{});
   if (id == CartPole::name) return std::forward<F>(f)(CartPole{});
+  if (id == CartPoleNoVel::name) return std::forward<F>(f)(CartPoleNoVel{});
   if (id == Acrobot::name) return std::forward<F>(f)(Acrobot{});
   if (id == MountainCarContinuous::name) return std::forward<F>(f)(MountainCarContinuous{});
   if (id == PixelPendulum::name) return std::forward<F>(f)(PixelPendulum{});
@@ -8364,55 +8577,6 @@ std::string enum_text(E e) {
 
 }  // namespace anvil
 // ---- end <anvil/core/policy_tensors.hpp> ----
-// ---- begin <anvil/core/tensor_io.hpp> ----
-/// @file
-/// Tensors in anvil's binary files (see core/binary_io.hpp): dtype, element count, then
-/// the raw elements of a contiguous host copy. Reading checks both against the tensor the
-/// values are meant for and names the field when they differ, so a file from another
-/// network shape is refused rather than loaded into the wrong places.
-
-#include <ATen/ATen.h>
-
-#include <cstdint>
-#include <string>
-
-
-namespace anvil {
-
-/// Writes `t` (any device; copied to the host). A floating tensor holding a NaN or an
-/// infinity is refused with an Error naming the file and `what`, before a byte of it is
-/// written: the writer's file is then dropped and what was there before stays (no
-/// checkpoint or policy file is ever written from non-finite weights).
-inline void write_tensor(BinaryWriter& w, const at::Tensor& t, const char* what = "a tensor") {
-  const auto host = t.detach().to(at::kCPU).contiguous();
-  if (at::isFloatingType(host.scalar_type()) && host.numel() > 0 && !host.isfinite().all().item<bool>()) [[unlikely]]
-    throw Error("not writing '" + w.target() + "': " + what + " holds " +
-                (host.isnan().any().item<bool>() ? "nan" : "inf") + " values (" +
-                std::to_string(host.numel() - host.isfinite().sum().item<std::int64_t>()) + " of " +
-                std::to_string(host.numel()) + "); non-finite weights are never saved, and the file that was there is kept");
-  w.value(static_cast<std::int8_t>(host.scalar_type()));
-  w.value(static_cast<std::int64_t>(host.numel()));
-  w.bytes(host.data_ptr(), static_cast<std::size_t>(host.numel()) * host.element_size());
-}
-
-/// Reads a tensor written by `write_tensor` into a new host tensor shaped like `like`,
-/// which must have the same dtype and element count (else the error names `what`).
-inline at::Tensor read_tensor(BinaryReader& r, const char* what, const at::Tensor& like) {
-  const auto dtype = static_cast<at::ScalarType>(r.value<std::int8_t>(what));
-  if (dtype != like.scalar_type())
-    r.fail(what, std::string("are ") + c10::toString(dtype) + " in the file but " + c10::toString(like.scalar_type()) +
-                     " here");
-  const auto n = r.value<std::int64_t>(what);
-  if (n != like.numel())
-    r.fail(what, "have " + std::to_string(n) + " values in the file but " + std::to_string(like.numel()) +
-                     " here (another network shape?)");
-  auto t = at::empty(like.sizes(), like.options().device(at::kCPU));
-  r.bytes(t.data_ptr(), static_cast<std::size_t>(n) * t.element_size(), what);
-  return t;
-}
-
-}  // namespace anvil
-// ---- end <anvil/core/tensor_io.hpp> ----
 // ---- begin <anvil/nn/image_augment.hpp> ----
 /// @file
 /// Image augmentation for learning from pixels, as the papers do it:
@@ -9293,9 +9457,9 @@ class GaussianActorTape {
 /// `GruActor`: a policy network with memory, for agents that see only part of the world:
 /// hidden layers on each step's input, a GRU cell that carries a hidden state through the
 /// episode, and a linear output (the recurrent agent of PyMARL's COMA, with hidden layers
-/// of our choosing). The caller owns the hidden state: `step` takes and returns it, and
-/// `unroll` runs whole sequences from a zero state, forgetting where a sequence says an
-/// episode starts.
+/// of our choosing; recurrent PPO's actor and value). The caller owns the hidden state:
+/// `step` takes and returns it, and `unroll` runs whole sequences from a given state (zero
+/// by default), forgetting where a sequence says an episode starts.
 
 #include <torch/nn/cloneable.h>
 #include <torch/nn/modules/linear.h>
@@ -9341,20 +9505,25 @@ class GruActorImpl : public torch::nn::Cloneable<GruActorImpl> {
     return {head_->forward(next), next};
   }
 
-  /// The outputs [T, R, out] of sequences [T, R, in] (time first), from a zero state that
-  /// is zeroed again at every step t where `first[t]` ([T, R], 1/0) marks an episode start.
-  at::Tensor unroll(const at::Tensor& x, const at::Tensor& first) {
+  /// The outputs [T, R, out] of sequences [T, R, in] (time first), from the state `h0`
+  /// [R, memory] (undefined: zero), zeroed again at every step t where `first[t]` ([T, R],
+  /// 1/0) marks an episode start. The hidden layers and the output run on every step at
+  /// once; only the cell steps through time. With autocast as `step`.
+  at::Tensor unroll(const at::Tensor& x, const at::Tensor& first, const at::Tensor& h0 = {}) {
     const auto T = x.size(0), R = x.size(1);
-    auto h = at::zeros({R, memory_}, x.options().dtype(at::kFloat));
-    std::vector<at::Tensor> out;
-    out.reserve(static_cast<std::size_t>(T));
+    auto y = x.reshape({T * R, x.size(2)});
+    for (auto& layer : layers_) y = activate(layer->forward(y), activation_);
+    const Float32Scope float32(x.device().type());
+    y = y.to(at::kFloat).view({T, R, y.size(1)});
+    auto h = h0.defined() ? h0.to(at::kFloat) : at::zeros({R, memory_}, y.options());
+    const auto keep = (1 - first.to(y.device(), at::kFloat)).view({T, R, 1});
+    std::vector<at::Tensor> states;
+    states.reserve(static_cast<std::size_t>(T));
     for (std::int64_t t = 0; t < T; ++t) {
-      h = h * (1 - first[t].to(at::kFloat)).unsqueeze(-1);
-      auto [y, next] = step(x[t], h);
-      out.push_back(std::move(y));
-      h = std::move(next);
+      h = cell_->forward(y[t], h * keep[t]);
+      states.push_back(h);
     }
-    return at::stack(out);
+    return head_->forward(at::stack(states));
   }
 
   [[nodiscard]] std::int64_t memory() const noexcept { return memory_; }
@@ -15443,6 +15612,12 @@ static_assert(PrioritizedReplay<PrioritizedBuffer>);
 /// continues past the cut as the value of the episode's true last state, which the
 /// collector passes as `bootstrap_value`. Either way the advantage does not run on into
 /// the next episode, which the vectorised env has already started in that row.
+///
+/// For a recurrent policy (`CarriesMemory`; the plan's `memory` > 0) the rollout also
+/// keeps, beside each step, the memory the policy acted from and whether the step started
+/// an episode, and hands out *sequences* (`sequences`): runs of consecutive steps of one
+/// env, shuffled whole, each with the memory it started from as the policy acted: stored
+/// states, not a burn-in (see docs/ppo.md#recurrent-ppo).
 
 #include <ATen/ATen.h>
 
@@ -15477,7 +15652,8 @@ class RolloutBuffer : public BufferPolicy<"rollout", RolloutBatch, RolloutStep, 
     const std::int64_t t = cfg_.steps;
     const auto f = at::TensorOptions().dtype(at::kFloat);
     // Refused before anything is allocated when it cannot fit (it is zeroed, so it is touched).
-    const std::int64_t bytes = t * n * (obs_dim_ * (byte_rows_ ? 1 : 4) + ((discrete_ ? 2 : act_dim_) + 8) * 4);
+    const std::int64_t bytes =
+        t * n * (obs_dim_ * (byte_rows_ ? 1 : 4) + ((discrete_ ? 2 : act_dim_) + 8 + (memory_ > 0 ? memory_ + 1 : 0)) * 4);
     const std::string field = "rollout.steps=" + std::to_string(t) + " x env.num_envs=" + std::to_string(n);
     check_fits(bytes, field, "RolloutBuffer's storage");
     allocating("RolloutBuffer's storage (" + field + ")", bytes, [&] {
@@ -15485,15 +15661,25 @@ class RolloutBuffer : public BufferPolicy<"rollout", RolloutBatch, RolloutStep, 
       action_ = discrete_ ? at::zeros({t, n}, f.dtype(at::kLong)) : at::zeros({t, n, act_dim_}, f);
       for (auto* x : {&log_prob_, &value_, &reward_, &terminated_, &truncated_, &bootstrap_, &advantage_, &returns_})
         *x = at::zeros({t, n}, f);
+      if (memory_ > 0) {
+        memory_state_ = at::zeros({t, n, memory_}, f);
+        first_ = at::zeros({t, n}, f);
+      } else {
+        memory_state_ = first_ = at::Tensor();
+      }
     });
     clear();
   }
   /// The discount of the returns (the Trainer passes the algorithm's gamma; 0.99 before).
   void set_discount(double gamma) noexcept { gamma_ = gamma; }
   /// The run's plan (the loop calls it before the run and after a resume): storage for the
-  /// envs (allocated when their number changes), the discount.
+  /// envs (allocated when their number or the policy's memory changes), the discount.
   void plan(const StoragePlan& p) {
-    if (p.num_envs != envs_) set_num_envs(p.num_envs);
+    if (p.memory < 0) throw ConfigError("RolloutBuffer: a policy's memory is " + std::to_string(p.memory) + " numbers wide");
+    if (p.num_envs != envs_ || p.memory != memory_) {
+      memory_ = p.memory;
+      set_num_envs(p.num_envs);
+    }
     set_discount(p.discount);
   }
 
@@ -15502,7 +15688,7 @@ class RolloutBuffer : public BufferPolicy<"rollout", RolloutBatch, RolloutStep, 
   void save(BinaryWriter& w) const {
     w.value(envs_);
     w.value(steps_);
-    for (const auto* t : {&obs_, &action_, &log_prob_, &value_, &reward_, &terminated_, &truncated_, &bootstrap_})
+    for (const auto* t : kept())
       if (steps_ > 0) write_tensor(w, t->narrow(0, 0, steps_));
   }
   struct Saved {
@@ -15515,7 +15701,7 @@ class RolloutBuffer : public BufferPolicy<"rollout", RolloutBatch, RolloutStep, 
     s.steps = r.value<std::int64_t>("rollout steps");
     if (s.steps < 0 || s.steps > *cfg_.steps) r.fail("rollout steps", "are outside [0, rollout.steps]");
     if (s.steps > 0)
-      for (const auto* t : {&obs_, &action_, &log_prob_, &value_, &reward_, &terminated_, &truncated_, &bootstrap_})
+      for (const auto* t : kept())
         s.rows.push_back(read_tensor(r, "rollout rows", t->narrow(0, 0, s.steps)));
     return s;
   }
@@ -15523,8 +15709,7 @@ class RolloutBuffer : public BufferPolicy<"rollout", RolloutBatch, RolloutStep, 
     clear();
     std::size_t i = 0;
     if (s.steps > 0)
-      for (auto* t : {&obs_, &action_, &log_prob_, &value_, &reward_, &terminated_, &truncated_, &bootstrap_})
-        t->narrow(0, 0, s.steps).copy_(s.rows[i++]);
+      for (const auto* t : kept()) t->narrow(0, 0, s.steps).copy_(s.rows[i++]);
     steps_ = s.steps;
   }
 
@@ -15544,6 +15729,13 @@ class RolloutBuffer : public BufferPolicy<"rollout", RolloutBatch, RolloutStep, 
     put(truncated_, t, s.truncated);
     if (s.bootstrap_value.defined()) put(bootstrap_, t, s.bootstrap_value);
     else std::memset(bootstrap_.data_ptr<float>() + t * envs_, 0, static_cast<std::size_t>(envs_) * sizeof(float));
+    if (memory_ > 0) {
+      if (!s.memory.defined() || !s.first.defined())
+        throw Error("RolloutBuffer::add: the rollout keeps a policy's memory (" + std::to_string(memory_) +
+                    " numbers per env) but the step has none");
+      put(memory_state_, t, s.memory);
+      put(first_, t, s.first);
+    }
     ++steps_;
     ready_ = false;
   }
@@ -15583,6 +15775,10 @@ class RolloutBuffer : public BufferPolicy<"rollout", RolloutBatch, RolloutStep, 
     flat_.value = value_.view({m}).to(device_);
     flat_.advantage = advantage_.view({m}).to(device_);
     flat_.returns = returns_.view({m}).to(device_);
+    if (memory_ > 0) {
+      flat_.memory = memory_state_.view({m, memory_}).to(device_);
+      flat_.first = first_.view({m}).to(device_);
+    }
     ready_ = true;
   }
 
@@ -15602,6 +15798,43 @@ class RolloutBuffer : public BufferPolicy<"rollout", RolloutBatch, RolloutStep, 
              auto index = at::from_blob(const_cast<std::int64_t*>(&*ranges::begin(ids)),
                                         {static_cast<std::int64_t>(ranges::distance(ids))}, at::kLong);
              return rows(index.to(device_));
+           });
+  }
+
+  /// One epoch of the finished rollout as sequences (a rollout that keeps a policy's
+  /// memory): each env's steps cut into runs of `length` consecutive steps (0: the whole
+  /// rollout; it must divide `rollout.steps`), the runs in a fresh random order, `batch_rows
+  /// / length` of them (at least one) per minibatch, time first (`RolloutBatch`), each with
+  /// the memory the policy acted from at its first step and the episode starts within it.
+  [[nodiscard]] auto sequences(std::int64_t batch_rows, std::int64_t length) const {
+    if (!ready_) throw Error("RolloutBuffer::sequences: call finish() on a full rollout first");
+    if (memory_ == 0) throw Error("RolloutBuffer::sequences: the rollout keeps no policy memory (plan one)");
+    const std::int64_t t = *cfg_.steps, len = length == 0 ? t : length;
+    if (len < 1 || t % len != 0)
+      throw ConfigError("RolloutBuffer: sequences of " + std::to_string(len) + " steps do not divide rollout.steps (" +
+                        std::to_string(t) + ")");
+    const std::int64_t per = std::max<std::int64_t>(1, batch_rows / len), count = envs_ * (t / len);
+    const auto perm = at::randperm(count, at::TensorOptions().dtype(at::kLong));
+    auto order = std::make_shared<const std::vector<std::int64_t>>(perm.data_ptr<std::int64_t>(),
+                                                                  perm.data_ptr<std::int64_t>() + count);
+    // Run s is env s % N from step (s / N) * len on; its step u is rollout row
+    // ((s / N) * len + u) * N + s % N.
+    return *order | ranges::views::chunk(per) | ranges::views::transform([this, order, len](const auto& ids) {
+             const auto k = static_cast<std::int64_t>(ranges::distance(ids));
+             auto index = at::empty({len * k}, at::kLong);
+             auto* ix = index.data_ptr<std::int64_t>();
+             std::int64_t j = 0;
+             for (const std::int64_t s : ids) {
+               const std::int64_t env = s % envs_, start = (s / envs_) * len;
+               for (std::int64_t u = 0; u < len; ++u) ix[u * k + j] = (start + u) * envs_ + env;
+               ++j;
+             }
+             const auto on_device = index.to(device_);
+             auto b = rows(on_device);
+             b.first = flat_.first.index_select(0, on_device);
+             b.memory = flat_.memory.index_select(0, on_device.narrow(0, 0, k));
+             b.sequence_length = len;
+             return b;
            });
   }
 
@@ -15636,6 +15869,8 @@ class RolloutBuffer : public BufferPolicy<"rollout", RolloutBatch, RolloutStep, 
   [[nodiscard]] const at::Tensor& advantages() const noexcept { return advantage_; }
   [[nodiscard]] const at::Tensor& returns() const noexcept { return returns_; }
   [[nodiscard]] const at::Tensor& values() const noexcept { return value_; }
+  /// The policy memory kept per env (0: none).
+  [[nodiscard]] std::int64_t memory_width() const noexcept { return memory_; }
 
  private:
   // Row t of `dst` ([steps, N, ...], contiguous on the CPU) from `src`, the same values in
@@ -15652,6 +15887,12 @@ class RolloutBuffer : public BufferPolicy<"rollout", RolloutBatch, RolloutStep, 
     auto to = dst[t];
     to.copy_(src.reshape(to.sizes()));
   }
+  // What the rollout keeps of each step (and checkpoints mid-rollout).
+  [[nodiscard]] std::vector<const at::Tensor*> kept() const {
+    std::vector<const at::Tensor*> v{&obs_, &action_, &log_prob_, &value_, &reward_, &terminated_, &truncated_, &bootstrap_};
+    if (memory_ > 0) v.insert(v.end(), {&memory_state_, &first_});
+    return v;
+  }
   void check_rows(const at::Tensor& t, const char* what) const {
     if (t.dim() < 1 || t.size(0) != envs_)
       throw Error(std::string("RolloutBuffer::add: ") + what + " has " + std::to_string(t.dim() ? t.size(0) : 0) +
@@ -15663,9 +15904,10 @@ class RolloutBuffer : public BufferPolicy<"rollout", RolloutBatch, RolloutStep, 
   std::int64_t obs_dim_, act_dim_;  // obs_dim_: floats, or bytes for rows of parts
   bool discrete_, byte_rows_;
   double gamma_ = 0.99;
-  std::int64_t envs_ = 0, steps_ = 0;
+  std::int64_t envs_ = 0, steps_ = 0, memory_ = 0;
   bool ready_ = false;
   at::Tensor obs_, action_, log_prob_, value_, reward_, terminated_, truncated_, bootstrap_, advantage_, returns_;
+  at::Tensor memory_state_, first_;  // [steps, N, memory] and [steps, N]: a recurrent policy's (memory_ > 0)
   RolloutBatch flat_;
 };
 
@@ -15867,7 +16109,8 @@ class EpisodeStats {
 /// the observations they show now, maps the algorithm's actions to the env's units (and
 /// draws the uniform random actions of the warm-up), steps the envs (at once, or started in
 /// the background and landed later: `env.mode=async`), times the env phase, and keeps the
-/// training episodes' returns. Not a template: one copy serves every Trainer type.
+/// training episodes' returns, and a recurrent policy's memory of each env (`AgentMemory`:
+/// the envs whose episode ended start one at their next observation). Not a template: one copy serves every Trainer type.
 
 #include <ATen/ATen.h>
 
@@ -15918,6 +16161,10 @@ class StepCollector {
   [[nodiscard]] const std::vector<std::string>& groups() const noexcept { return envs_->groups(); }
   [[nodiscard]] EpisodeStats& episodes() noexcept { return stats_; }
   [[nodiscard]] const EpisodeStats& episodes() const noexcept { return stats_; }
+  /// A recurrent policy's memory of each env (unplanned for other policies; the on-policy
+  /// loop plans it); each step marks the envs whose episode ended as starting one.
+  [[nodiscard]] AgentMemory& memory() noexcept { return memory_; }
+  [[nodiscard]] const AgentMemory& memory() const noexcept { return memory_; }
 
   /// The observations to act on: those the last step left (the first of a new episode
   /// where one ended); the envs are reset the first time.
@@ -15999,6 +16246,7 @@ class StepCollector {
     }
     last_obs_ = obs_;
     obs_ = s->obs;
+    memory_.mark_starts(s->terminated, s->truncated);
     if (count_episodes)
       for (const auto& e : s->ended) stats_.record(e.episode_return, e.length, env_step() + num_envs());
     return *s;
@@ -16010,6 +16258,7 @@ class StepCollector {
     if (in_flight_) (void)land();
     obs_ = envs_->reset();
     last_obs_ = at::Tensor();
+    memory_.restart();
   }
   /// The observations the step that landed last was taken from (what a transition stores).
   [[nodiscard]] const at::Tensor& previous_observations() const noexcept { return last_obs_; }
@@ -16024,6 +16273,7 @@ class StepCollector {
   void restored() {
     obs_ = envs_->observations();
     last_obs_ = at::Tensor();
+    if (!envs_->saves_state()) memory_.restart();
   }
 
  private:
@@ -16033,6 +16283,7 @@ class StepCollector {
   at::Tensor scale_, offset_, low_, high_;
   bool in_flight_ = false;
   EpisodeStats stats_;
+  AgentMemory memory_;
   const std::int64_t* env_steps_ = nullptr;
 };
 
@@ -20516,27 +20767,41 @@ struct PpoNetConfig {
   Param<nn::Activation, "activation", "hidden-layer activation"> activation{nn::Activation::tanh};
 };
 
+/// The fields PPO (`ppo`) and recurrent PPO (`ppo_recurrent`) share, declared once.
+namespace proximal {
+using Gamma = Param<double, "gamma", "discount factor", in_range(0, 1)>;
+using Lr = Param<double, "lr", "learning rate (Adam) of actor and critic", positive>;
+using AnnealLr = Param<bool, "anneal_lr", "decay the learning rate linearly to 0 over train.steps">;
+using Epochs = Param<int, "epochs", "passes over each rollout", in_range(1, 1000)>;
+using MinibatchSize = Param<std::int64_t, "minibatch_size", "rollout rows per gradient step (per rank)", at_least(1)>;
+using Clip = Param<double, "clip", "clip range of the probability ratio", positive>;
+using ClipValue = Param<double, "clip_value", "clip the value's change to +-this in the value loss (0: off)", at_least(0)>;
+using VfCoef = Param<double, "vf_coef", "weight of the value loss", at_least(0)>;
+using EntCoef = Param<double, "ent_coef", "weight of the entropy bonus", at_least(0)>;
+using MaxGradNorm = Param<double, "max_grad_norm", "clip the gradient's global norm (0: off)", at_least(0)>;
+using TargetKl = Param<double, "target_kl",
+                       "stop a rollout's epochs once the mean approximate KL of an epoch exceeds this (0: off)", at_least(0)>;
+using AdamEps = Param<double, "adam_eps", "Adam's epsilon", positive>;
+using InitLogStd = Param<double, "init_log_std", "initial log standard deviation of continuous actions">;
+using OrthoInit = Param<bool, "ortho_init", "orthogonal initialisation of the layers (gain sqrt 2; heads 0.01 and 1)">;
+}  // namespace proximal
+
 /// PPO's section (`ppo`).
 struct PpoConfig {
-  Param<double, "gamma", "discount factor", in_range(0, 1)> gamma{0.99};
-  Param<double, "lr", "learning rate (Adam) of actor and critic", positive> lr{3e-4};
-  Param<bool, "anneal_lr", "decay the learning rate linearly to 0 over train.steps"> anneal_lr{true};
-  Param<int, "epochs", "passes over each rollout", in_range(1, 1000)> epochs{10};
-  Param<std::int64_t, "minibatch_size", "rollout rows per gradient step (per rank)", at_least(1)>
-      minibatch_size{64};
-  Param<double, "clip", "clip range of the probability ratio", positive> clip{0.2};
-  Param<double, "clip_value", "clip the value's change to +-this in the value loss (0: off)", at_least(0)>
-      clip_value{0.0};
-  Param<double, "vf_coef", "weight of the value loss", at_least(0)> vf_coef{0.5};
-  Param<double, "ent_coef", "weight of the entropy bonus", at_least(0)> ent_coef{0.0};
-  Param<double, "max_grad_norm", "clip the gradient's global norm (0: off)", at_least(0)> max_grad_norm{0.5};
-  Param<double, "target_kl",
-        "stop a rollout's epochs once the mean approximate KL of an epoch exceeds this (0: off)", at_least(0)>
-      target_kl{0.0};
-  Param<double, "adam_eps", "Adam's epsilon", positive> adam_eps{1e-5};
-  Param<double, "init_log_std", "initial log standard deviation of continuous actions"> init_log_std{0.0};
-  Param<bool, "ortho_init", "orthogonal initialisation of the layers (gain sqrt 2; heads 0.01 and 1)">
-      ortho_init{true};
+  proximal::Gamma gamma{0.99};
+  proximal::Lr lr{3e-4};
+  proximal::AnnealLr anneal_lr{true};
+  proximal::Epochs epochs{10};
+  proximal::MinibatchSize minibatch_size{64};
+  proximal::Clip clip{0.2};
+  proximal::ClipValue clip_value{0.0};
+  proximal::VfCoef vf_coef{0.5};
+  proximal::EntCoef ent_coef{0.0};
+  proximal::MaxGradNorm max_grad_norm{0.5};
+  proximal::TargetKl target_kl{0.0};
+  proximal::AdamEps adam_eps{1e-5};
+  proximal::InitLogStd init_log_std{0.0};
+  proximal::OrthoInit ortho_init{true};
   Param<bool, "manual_backward",
         "hand-written passes for the default networks in float32 on the CPU: acting and updates without "
         "LibTorch ops (false: autograd; same result, slower)">
@@ -20553,11 +20818,56 @@ struct PpoConfig {
 };
 
 class PPO;  // algorithms/ppo.hpp
+class RecurrentPPO;  // algorithms/recurrent_ppo.hpp
 
 template <>
 struct policy_config<PPO> {
   using type = PpoConfig;
   static constexpr FixedString section = "ppo";
+};
+
+/// Recurrent PPO's section (`ppo_recurrent`): PPO's fields, the memory each network
+/// carries, and the sequences its updates unroll.
+struct RecurrentPpoConfig {
+  proximal::Gamma gamma{0.99};
+  proximal::Lr lr{3e-4};
+  proximal::AnnealLr anneal_lr{true};
+  proximal::Epochs epochs{10};
+  proximal::MinibatchSize minibatch_size{256};
+  proximal::Clip clip{0.2};
+  proximal::ClipValue clip_value{0.0};
+  proximal::VfCoef vf_coef{0.5};
+  proximal::EntCoef ent_coef{0.0};
+  proximal::MaxGradNorm max_grad_norm{0.5};
+  proximal::TargetKl target_kl{0.0};
+  proximal::AdamEps adam_eps{1e-5};
+  proximal::InitLogStd init_log_std{0.0};
+  proximal::OrthoInit ortho_init{true};
+  Param<int, "memory", "width of the GRU state the actor and the value each carry through an episode",
+        in_range(1, 65536)>
+      memory{64};
+  Param<std::int64_t, "sequence_length",
+        "consecutive steps of one env per sequence an update unrolls from the memory stored as it acted (0: "
+        "a whole rollout; must divide rollout.steps)",
+        at_least(0)>
+      sequence_length{0};
+  /// The layers before each GRU (one of 64 by default).
+  Section<"actor", PpoNetConfig> actor{[] {
+    PpoNetConfig c;
+    c.hidden = {64};
+    return c;
+  }()};
+  Section<"critic", PpoNetConfig> critic{[] {
+    PpoNetConfig c;
+    c.hidden = {64};
+    return c;
+  }()};
+};
+
+template <>
+struct policy_config<RecurrentPPO> {
+  using type = RecurrentPpoConfig;
+  static constexpr FixedString section = "ppo_recurrent";
 };
 
 }  // namespace anvil
@@ -20578,6 +20888,26 @@ struct policy_config<PPO> {
 #include <numbers>
 #include <vector>
 
+// ---- begin <anvil/algorithms/ppo_objective.hpp> ----
+/// @file
+/// What PPO and recurrent PPO share, written once: the clipped objective of a minibatch
+/// from the policy's log-probabilities, entropies and values of its rows
+/// (`clipped_objective`), its parts for logs (`PpoLosses`), and the optimizer with its
+/// schedule and state (`PpoOptimizer`): the learning rate annealed over the run, each
+/// epoch's KL early stop agreed over the ranks, the averaged weights and what checkpoints
+/// keep.
+
+#include <ATen/ATen.h>
+#include <torch/utils.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <numbers>
+#include <string>
+#include <utility>
+#include <vector>
+
 
 namespace anvil::detail {
 
@@ -20591,7 +20921,166 @@ struct PpoLosses {
     approx_kl += w * o.approx_kl;
     clip_fraction += w * o.clip_fraction;
   }
+  /// As an update's metrics.
+  [[nodiscard]] std::vector<std::pair<std::string, double>> metrics() const {
+    return {{"policy_loss", policy}, {"value_loss", value}, {"entropy", entropy},
+            {"approx_kl", approx_kl}, {"clip_fraction", clip_fraction}};
+  }
 };
+
+/// PPO's loss of a (micro-)batch `b`: the clipped surrogate + vf_coef * the value loss
+/// (clipped with `clip_value`) - ent_coef * the mean entropy, from the current policy's
+/// `log_prob`, `entropy` and value `v` of its rows ([B] each, float32); its parts in `out`.
+/// `Cfg` has PPO's fields (clip, clip_value, vf_coef, ent_coef).
+template <class Cfg>
+at::Tensor clipped_objective(const at::Tensor& log_prob, const at::Tensor& entropy, const at::Tensor& v,
+                             const RolloutBatch& b, const Cfg& cfg, PpoLosses& out) {
+  const auto log_ratio = log_prob - b.log_prob;
+  const auto ratio = log_ratio.exp();
+  const double c = cfg.clip;
+  const auto policy_loss = at::max(-b.advantage * ratio, -b.advantage * ratio.clamp(1.0 - c, 1.0 + c)).mean();
+  at::Tensor value_loss;
+  if (cfg.clip_value > 0) {
+    const auto clipped = b.value + (v - b.value).clamp(-*cfg.clip_value, *cfg.clip_value);
+    value_loss = 0.5 * at::max((v - b.returns).square(), (clipped - b.returns).square()).mean();
+  } else {
+    value_loss = 0.5 * (v - b.returns).square().mean();
+  }
+  const auto ent = entropy.mean();
+  auto loss = policy_loss + *cfg.vf_coef * value_loss - *cfg.ent_coef * ent;
+  torch::NoGradGuard no_grad;
+  // KL(old || new) estimated as E[(r - 1) - log r], unbiased and never negative.
+  out.approx_kl = ((ratio - 1.0) - log_ratio).mean().item().toDouble();
+  out.clip_fraction = ((ratio - 1.0).abs() > c).to(at::kFloat).mean().item().toDouble();
+  out.policy = policy_loss.item().toDouble();
+  out.value = value_loss.item().toDouble();
+  out.entropy = ent.item().toDouble();
+  return loss;
+}
+
+/// Log-densities [B] of `action` [B, d] under independent Gaussians of means `mean`
+/// [B, d] and log standard deviations `log_std` [d].
+inline at::Tensor gaussian_log_prob(const at::Tensor& mean, const at::Tensor& log_std, const at::Tensor& action) {
+  const auto z = (action - mean) * (-log_std).exp();
+  return (-0.5 * z.square() - log_std - 0.5 * std::log(2.0 * std::numbers::pi)).sum(-1);
+}
+/// The entropy of those Gaussians, for each of `rows` rows.
+inline at::Tensor gaussian_entropy(const at::Tensor& log_std, std::int64_t rows) {
+  return (log_std + 0.5 * (1.0 + std::log(2.0 * std::numbers::pi))).sum().expand({rows});
+}
+/// An action [B] drawn from each row's categorical distribution of `logits` [B, n].
+inline at::Tensor sample_categorical(const at::Tensor& logits) {
+  return at::multinomial(logits.softmax(-1), 1).squeeze(-1);
+}
+/// The mean standard deviation of continuous actions (`action_std` in logs), with no
+/// LibTorch op for a float32 host tensor.
+inline double mean_std(const at::Tensor& log_std) {
+  if (log_std.device().is_cpu() && log_std.scalar_type() == at::kFloat) {
+    const float* ls = log_std.data_ptr<float>();
+    const std::int64_t d = log_std.numel();
+    double m = 0;
+    for (std::int64_t j = 0; j < d; ++j) m += std::exp(static_cast<double>(ls[j])) / static_cast<double>(d);
+    return m;
+  }
+  return log_std.detach().exp().mean().item().toDouble();
+}
+
+/// The optimizer of a PPO actor-critic with its schedule and state (see file comment).
+class PpoOptimizer {
+ public:
+  PpoOptimizer() = default;
+  /// Adam over `params` at `lr` (the annealing's start) with epsilon `eps`; `section`
+  /// names the algorithm in errors; the averaged weights live on `device`.
+  PpoOptimizer(std::vector<at::Tensor> params, double lr, double eps, std::string section, c10::Device device)
+      : base_lr_(lr), opt_(std::move(params), {.lr = lr, .eps = eps}), section_(std::move(section)) {
+    ema_.set_device(device);
+  }
+
+  [[nodiscard]] FlatAdam& adam() noexcept { return opt_; }
+  [[nodiscard]] const FlatAdam& adam() const noexcept { return opt_; }
+  /// An update was made whose minibatch's approximate KL was `approx_kl`.
+  void count(double approx_kl) noexcept {
+    ++updates_;
+    epoch_kl_ += approx_kl;
+    ++epoch_minibatches_;
+  }
+  [[nodiscard]] std::int64_t updates() const noexcept { return updates_; }
+  /// Ends an update: one optimizer step on the minibatch's gradient `grad` (its norm
+  /// clipped to `max_grad_norm`), counted; its losses `sum` and, for a Gaussian policy
+  /// (`log_std` defined), the actions' mean standard deviation as its metrics.
+  UpdateInfo step(StepContext& ctx, const at::Tensor& grad, double max_grad_norm, const PpoLosses& sum,
+                  const at::Tensor& log_std) {
+    ctx.apply(opt_, grad, max_grad_norm);
+    count(sum.approx_kl);
+    UpdateInfo info;
+    info.metrics = sum.metrics();
+    if (log_std.defined()) info.metrics.emplace_back("action_std", mean_std(log_std));
+    return info;
+  }
+
+  /// Ends an epoch: whether to run another. With `target_kl` > 0, the epochs stop once
+  /// the epoch's mean approximate KL between the policy that collected the rollout and the
+  /// current one, averaged over the ranks (so every rank stops at the same epoch), exceeds it.
+  bool end_epoch(double target_kl, StepContext& ctx) {
+    const double kl = epoch_minibatches_ > 0 ? epoch_kl_ / static_cast<double>(epoch_minibatches_) : 0.0;
+    const bool any = epoch_minibatches_ > 0;
+    epoch_kl_ = 0;
+    epoch_minibatches_ = 0;
+    if (!(target_kl > 0) || !any) return true;
+    return ctx.mean_over_ranks(kl) <= target_kl;
+  }
+  /// Where the run is (the fraction of train.steps done): with `anneal` the learning rate
+  /// falls linearly to 0.
+  void set_progress(bool anneal, double done) {
+    if (anneal) opt_.set_lr(base_lr_ * std::clamp(1.0 - done, 0.0, 1.0));
+  }
+
+  /// The averaged weights (`train.ema_decay`; optim/ema.hpp).
+  void ema_update(double decay) { ema_.update(opt_.parameters().flat(), decay); }
+  template <class F>
+  decltype(auto) with_ema_weights(F&& f) {
+    return ema_.with_weights(opt_.parameters().flat(), std::forward<F>(f));
+  }
+
+  /// State protocol: the actor-critic with its Adam state, the update count, the averaged
+  /// weights.
+  struct Saved {
+    FlatAdam::Saved opt;
+    std::int64_t updates = 0;
+    Ema::Saved ema;
+  };
+  void save(BinaryWriter& w) const {
+    opt_.save(w);
+    w.value(updates_);
+    ema_.save(w);
+  }
+  [[nodiscard]] Saved read(BinaryReader& r) const {
+    Saved s;
+    s.opt = opt_.read(r, (section_ + " actor-critic").c_str());
+    s.updates = r.value<std::int64_t>((section_ + " update count").c_str());
+    s.ema = ema_.read(r, (section_ + " averaged parameters").c_str(), opt_.parameters().flat());
+    return s;
+  }
+  void restore(const Saved& s) {
+    opt_.restore(s.opt);
+    updates_ = s.updates;
+    ema_.restore(s.ema);
+  }
+
+ private:
+  double base_lr_ = 0;
+  FlatAdam opt_;
+  std::string section_ = "ppo";
+  std::int64_t updates_ = 0;
+  double epoch_kl_ = 0;  ///< approximate KL summed over this epoch's minibatches
+  std::int64_t epoch_minibatches_ = 0;
+  Ema ema_;
+};
+
+}  // namespace anvil::detail
+// ---- end <anvil/algorithms/ppo_objective.hpp> ----
+
+namespace anvil::detail {
 
 /// PPO's hand-written path: tapes for acting and for updates (so a rollout can be
 /// collected while an update runs), and the flat gradient with each parameter's view.
@@ -20834,15 +21323,14 @@ class PPO {
       encoder_->to(device_);
       for (const auto& p : encoder_->parameters()) params.push_back(p);
     }
-    base_lr_ = cfg.lr * ctx.lr_scale(cfg.minibatch_size);
-    opt_ = FlatAdam(std::move(params), {.lr = base_lr_, .eps = cfg.adam_eps});
-    ema_.set_device(device_);
+    opt_ = detail::PpoOptimizer(std::move(params), cfg.lr * ctx.lr_scale(cfg.minibatch_size), cfg.adam_eps,
+                                std::string(config_section.view()), device_);
     autograd_why_ = nn::why_autograd(cfg.manual_backward, std::string(config_section.view()), device_,
                                          {{"the actor's", encoder_ ? std::string("input comes through a convolutional encoder (images)")
                                                                    : nn::MlpTape::unsupported(*actor_)},
                                           {"the critic's", nn::MlpTape::unsupported(*critic_)}});
     if (autograd_why_.empty())
-      manual_ = std::make_unique<detail::PpoManual>(opt_.parameters(), actor_, log_std_, critic_);
+      manual_ = std::make_unique<detail::PpoManual>(opt_.adam().parameters(), actor_, log_std_, critic_);
   }
 
   /// Actions for a batch of observations: sampled to explore, the mode (argmax or mean)
@@ -20914,48 +21402,21 @@ class PPO {
       Losses l;
       const RolloutBatch& mb = whole ? b : slice(b, part.begin, part.rows);
       auto g = manual_ && !ctx.autocasts() ? manual_->gradient(*actor_, *critic_, log_std_, cfg_, mb, l)
-                                            : ctx.gradient(losses(mb, ctx, l), opt_);
+                                            : ctx.gradient(losses(mb, ctx, l), opt_.adam());
       accumulate(grad, std::move(g), part);
       sum.add(l, part.share);
     }
-    ctx.apply(opt_, grad, cfg_.max_grad_norm);
-    ++updates_;
-    epoch_kl_ += sum.approx_kl;
-    ++epoch_minibatches_;
-    UpdateInfo info;
-    info.metrics = {{"policy_loss", sum.policy},       {"value_loss", sum.value},
-                    {"entropy", sum.entropy},          {"approx_kl", sum.approx_kl},
-                    {"clip_fraction", sum.clip_fraction}};
-    if (!discrete_) {  // the mean standard deviation of the actions
-      double std_mean = 0;
-      if (log_std_.device().is_cpu() && log_std_.scalar_type() == at::kFloat) {  // no ops for a host value
-        const float* ls = log_std_.data_ptr<float>();
-        for (std::int64_t j = 0; j < act_dim_; ++j) std_mean += std::exp(static_cast<double>(ls[j])) / static_cast<double>(act_dim_);
-      } else {
-        std_mean = log_std_.detach().exp().mean().item().toDouble();
-      }
-      info.metrics.emplace_back("action_std", std_mean);
-    }
-    return info;
+    return opt_.step(ctx, grad, cfg_.max_grad_norm, sum, log_std_);
   }
 
   /// Ends an epoch over the rollout: whether to run another. With `target_kl` set, the
   /// epochs stop once the epoch's mean approximate KL between the policy that collected the
   /// rollout and the current one, averaged over the ranks (so every rank stops at the same
   /// epoch), exceeds it.
-  bool end_epoch(StepContext& ctx) {
-    const double kl = epoch_minibatches_ > 0 ? epoch_kl_ / epoch_minibatches_ : 0.0;
-    const bool any = epoch_minibatches_ > 0;
-    epoch_kl_ = 0;
-    epoch_minibatches_ = 0;
-    if (!(cfg_.target_kl > 0) || !any) return true;
-    return ctx.mean_over_ranks(kl) <= cfg_.target_kl;
-  }
+  bool end_epoch(StepContext& ctx) { return opt_.end_epoch(cfg_.target_kl, ctx); }
 
   /// Where the run is, as the fraction of train.steps done: anneals the learning rate.
-  void set_progress(double done) {
-    if (cfg_.anneal_lr) opt_.set_lr(base_lr_ * std::clamp(1.0 - done, 0.0, 1.0));
-  }
+  void set_progress(double done) { opt_.set_progress(cfg_.anneal_lr, done); }
   [[nodiscard]] int epochs() const noexcept { return cfg_.epochs; }
   [[nodiscard]] std::int64_t minibatch_size() const noexcept { return cfg_.minibatch_size; }
   [[nodiscard]] double target_kl() const noexcept { return cfg_.target_kl; }
@@ -20964,42 +21425,24 @@ class PPO {
 
   /// Moves the average of the actor-critic's weights towards the current ones
   /// (`train.ema_decay`; see optim/ema.hpp); evaluation and checkpoints use it.
-  void ema_update(double decay) { ema_.update(opt_.parameters().flat(), decay); }
+  void ema_update(double decay) { opt_.ema_update(decay); }
   /// Runs `f` with the averaged weights in place (when there are any), then restores them.
   template <class F>
   decltype(auto) with_ema_weights(F&& f) {
-    return ema_.with_weights(opt_.parameters().flat(), std::forward<F>(f));
+    return opt_.with_ema_weights(std::forward<F>(f));
   }
 
-  [[nodiscard]] std::vector<std::pair<std::string, double>> learning_rates() const { return {{"ppo", opt_.lr()}}; }
+  [[nodiscard]] std::vector<std::pair<std::string, double>> learning_rates() const { return {{"ppo", opt_.adam().lr()}}; }
   [[nodiscard]] std::vector<std::pair<std::string, at::Tensor>> flat_parameters() const {
-    return {{"actor_critic", opt_.parameters().flat()}};
+    return {{"actor_critic", opt_.adam().parameters().flat()}};
   }
 
   /// State protocol (core/state.hpp): the actor-critic with its Adam state, the update
   /// count, the averaged weights.
-  struct Saved {
-    FlatAdam::Saved opt;
-    std::int64_t updates = 0;
-    Ema::Saved ema;
-  };
-  void save(BinaryWriter& w) const {
-    opt_.save(w);
-    w.value(updates_);
-    ema_.save(w);
-  }
-  [[nodiscard]] Saved read(BinaryReader& r) const {
-    Saved s;
-    s.opt = opt_.read(r, "ppo actor-critic");
-    s.updates = r.value<std::int64_t>("ppo update count");
-    s.ema = ema_.read(r, "ppo averaged parameters", opt_.parameters().flat());
-    return s;
-  }
-  void restore(const Saved& s) {
-    opt_.restore(s.opt);
-    updates_ = s.updates;
-    ema_.restore(s.ema);
-  }
+  using Saved = detail::PpoOptimizer::Saved;
+  void save(BinaryWriter& w) const { opt_.save(w); }
+  [[nodiscard]] Saved read(BinaryReader& r) const { return opt_.read(r); }
+  void restore(const Saved& s) { opt_.restore(s); }
 
   /// The acting network for policy.safetensors (`ExportsTensors`): the actor MLP as `net.fc0`,
   /// `net.fc1`, ...; its deterministic action is the argmax (discrete) or the mean
@@ -21029,9 +21472,9 @@ class PPO {
   [[nodiscard]] nn::Mlp& critic() noexcept { return critic_; }
   /// Log standard deviation of continuous actions (undefined for discrete ones).
   [[nodiscard]] const at::Tensor& log_std() const noexcept { return log_std_; }
-  [[nodiscard]] const FlatAdam& optimizer() const noexcept { return opt_; }
+  [[nodiscard]] const FlatAdam& optimizer() const noexcept { return opt_.adam(); }
   [[nodiscard]] const Config& config() const noexcept { return cfg_; }
-  [[nodiscard]] std::int64_t updates() const noexcept { return updates_; }
+  [[nodiscard]] std::int64_t updates() const noexcept { return opt_.updates(); }
   [[nodiscard]] bool discrete() const noexcept { return discrete_; }
   /// Whether acting and updates take the hand-written fast path (`manual_backward`).
   [[nodiscard]] bool manual_backward() const noexcept { return manual_ != nullptr; }
@@ -21069,41 +21512,16 @@ class PPO {
       entropy = -(lp.exp() * lp).sum(-1);
     } else {
       log_prob = gaussian_log_prob(logits, b.action);
-      entropy = (log_std_ + 0.5 * (1.0 + std::log(2.0 * std::numbers::pi))).sum().expand({b.obs.size(0)});
+      entropy = detail::gaussian_entropy(log_std_, b.obs.size(0));
     }
-    const auto log_ratio = log_prob - b.log_prob;
-    const auto ratio = log_ratio.exp();
-    const double c = cfg_.clip;
-    const auto policy_loss = at::max(-b.advantage * ratio, -b.advantage * ratio.clamp(1.0 - c, 1.0 + c)).mean();
     const auto v = critic_->forward(x).squeeze(-1).to(at::kFloat);
-    at::Tensor value_loss;
-    if (cfg_.clip_value > 0) {
-      const auto clipped = b.value + (v - b.value).clamp(-*cfg_.clip_value, *cfg_.clip_value);
-      value_loss = 0.5 * at::max((v - b.returns).square(), (clipped - b.returns).square()).mean();
-    } else {
-      value_loss = 0.5 * (v - b.returns).square().mean();
-    }
-    const auto ent = entropy.mean();
-    auto loss = policy_loss + *cfg_.vf_coef * value_loss - *cfg_.ent_coef * ent;
-    {
-      torch::NoGradGuard no_grad;
-      // KL(old || new) estimated as E[(r - 1) - log r], unbiased and never negative.
-      out.approx_kl = ((ratio - 1.0) - log_ratio).mean().item().toDouble();
-      out.clip_fraction = ((ratio - 1.0).abs() > c).to(at::kFloat).mean().item().toDouble();
-      out.policy = policy_loss.item().toDouble();
-      out.value = value_loss.item().toDouble();
-      out.entropy = ent.item().toDouble();
-    }
-    return loss;
+    return detail::clipped_objective(log_prob, entropy, v, b, cfg_, out);
   }
 
   at::Tensor gaussian_log_prob(const at::Tensor& mean, const at::Tensor& action) const {
-    const auto z = (action - mean) * (-log_std_).exp();
-    return (-0.5 * z.square() - log_std_ - 0.5 * std::log(2.0 * std::numbers::pi)).sum(-1);
+    return detail::gaussian_log_prob(mean, log_std_, action);
   }
-  static at::Tensor sample_categorical(const at::Tensor& logits) {
-    return at::multinomial(logits.softmax(-1), 1).squeeze(-1);
-  }
+  static at::Tensor sample_categorical(const at::Tensor& logits) { return detail::sample_categorical(logits); }
   static RolloutBatch slice(const RolloutBatch& b, std::int64_t begin, std::int64_t n) {
     return {b.obs.narrow(0, begin, n),       b.action.narrow(0, begin, n),  b.log_prob.narrow(0, begin, n),
             b.advantage.narrow(0, begin, n), b.returns.narrow(0, begin, n), b.value.narrow(0, begin, n)};
@@ -21125,12 +21543,7 @@ class PPO {
   std::int64_t act_dim_;  ///< action dimensions, or the number of discrete actions
   nn::Mlp actor_{nullptr}, critic_{nullptr};
   at::Tensor log_std_;
-  double base_lr_ = 0;
-  FlatAdam opt_;
-  std::int64_t updates_ = 0;
-  double epoch_kl_ = 0;              ///< approximate KL summed over this epoch's minibatches
-  std::int64_t epoch_minibatches_ = 0;
-  Ema ema_;                          ///< averaged weights (train.ema_decay)
+  detail::PpoOptimizer opt_;         ///< Adam, its schedule, the averaged weights (train.ema_decay)
   nn::ObsEncoder encoder_{nullptr};  ///< observations with images: the heads' shared encoder
   std::unique_ptr<detail::PpoManual> manual_;  ///< the hand-written path, when it applies
   std::string autograd_why_;                   ///< why not ("" when it applies)
@@ -21140,6 +21553,315 @@ static_assert(OnPolicyAlgorithm<PPO>);
 
 }  // namespace anvil
 // ---- end <anvil/algorithms/ppo.hpp> ----
+// ---- begin <anvil/algorithms/recurrent_ppo.hpp> ----
+/// @file
+/// Recurrent PPO: PPO (algorithms/ppo.hpp: the clipped objective, value loss, entropy
+/// bonus, annealed Adam, KL early stop) whose actor and value each carry a GRU state
+/// through the episode (`nn::GruActor`: layers on the observation, a GRU cell, a linear
+/// head), for envs whose current observation does not tell the whole state (the GRU policy
+/// of Habitat's PPO; CleanRL's and SB3-contrib's recurrent PPO with a GRU for the LSTM).
+///
+/// Memory (`CarriesMemory`): the actor's and the value's states side by side, [N, 2 x
+/// ppo_recurrent.memory] per env, held by whoever steps the envs and forgotten where an
+/// episode starts. The rollout keeps the memory each step acted from.
+///
+/// Learning from sequences with *stored states*, not a burn-in: each minibatch is made of
+/// runs of `sequence_length` consecutive steps of one env (a whole rollout by default),
+/// unrolled from the memory the policy had when it acted on the run's first step, the
+/// memory forgotten again at every episode start inside the run. Why stored states: the
+/// data is on-policy, so the stored state is exactly the one the rollout's
+/// log-probabilities came from (the first epoch's ratios are 1, as in feed-forward PPO),
+/// and it is stale only by the few epochs of one rollout. A burn-in (R2D2's answer to
+/// states thousands of updates old in a replay buffer) would spend steps of every
+/// sequence on warming a state up and still not reproduce the acting one. Gradients flow
+/// through the whole sequence (back-propagation through time).
+///
+/// Discrete actions: a categorical policy; continuous: a Gaussian with a state-independent
+/// log standard deviation, in the Trainer's normalised units as PPO's. Autograd only (no
+/// hand-written path); observations with images are refused by the Trainer. The actor
+/// goes to policy.safetensors (kind `RecurrentPpoActor`): in Python `anvil.load_policy`
+/// gives a module that takes and returns the actor's memory.
+
+#include <torch/nn/init.h>
+#include <torch/nn/module.h>
+#include <torch/utils.h>
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+
+namespace anvil {
+
+/// Algorithm policy: recurrent PPO (see file comment).
+class RecurrentPPO {
+ public:
+  using policy_kind = AlgorithmKind;
+  static constexpr FixedString config_section = "ppo_recurrent";
+  static constexpr bool on_policy = true;
+  using Batch = RolloutBatch;
+  using Config = RecurrentPpoConfig;
+
+  RecurrentPPO(const EnvSpec& spec, const Config& cfg, const RunContext& ctx)
+      : cfg_(cfg), device_(ctx.device), discrete_(spec.discrete()),
+        act_dim_(spec.discrete() ? spec.num_actions() : spec.action_dim()), width_(cfg.memory) {
+    const std::string section(config_section.view());
+    if (discrete_ && act_dim_ < 2)
+      throw ConfigError(section + ": " + spec.name + " has " + std::to_string(act_dim_) + " discrete action(s); needs 2 or more");
+    const std::int64_t od = spec.obs_dim();
+    actor_ = nn::GruActor(od, nn::widths(cfg.actor->hidden), width_, act_dim_, cfg.actor->activation);
+    critic_ = nn::GruActor(od, nn::widths(cfg.critic->hidden), width_, 1, cfg.critic->activation);
+    if (cfg.ortho_init) {
+      init_orthogonal(*actor_, 0.01);
+      init_orthogonal(*critic_, 1.0);
+    }
+    actor_->to(device_);
+    critic_->to(device_);
+    std::vector<at::Tensor> params = actor_->parameters();
+    if (!discrete_) {
+      log_std_ = torch::full({act_dim_}, *cfg.init_log_std, at::TensorOptions().device(device_).requires_grad(true));
+      params.push_back(log_std_);
+    }
+    for (const auto& p : critic_->parameters()) params.push_back(p);
+    opt_ = detail::PpoOptimizer(std::move(params), cfg.lr * ctx.lr_scale(cfg.minibatch_size), cfg.adam_eps, section,
+                                device_);
+  }
+
+  /// The numbers of memory per env: the actor's state, then the value's.
+  [[nodiscard]] std::int64_t memory_width() const noexcept { return 2 * width_; }
+  /// Steps per sequence the updates unroll (0: a whole rollout).
+  [[nodiscard]] std::int64_t sequence_length() const noexcept { return cfg_.sequence_length; }
+
+  /// Actions for observations of N envs, acting from `memory` (planned for N envs here
+  /// when it has no shape yet: every env at an episode's start) and moving it on: sampled
+  /// to explore, the mode when deterministic. Discrete: int64 [N]; continuous: [N, d].
+  at::Tensor act(const at::Tensor& obs, ActMode mode, AgentMemory& memory) {
+    torch::NoGradGuard no_grad;
+    const auto s = advance(obs, memory);
+    if (discrete_) return mode == ActMode::explore ? detail::sample_categorical(s.out) : s.out.argmax(-1);
+    return mode == ActMode::explore ? s.out + log_std_.exp() * at::randn_like(s.out) : s.out;
+  }
+  /// Actions as at the first step of an episode (a fresh memory): what a caller without
+  /// memory gets.
+  at::Tensor act(const at::Tensor& obs, ActMode mode) {
+    AgentMemory fresh;
+    return act(obs, mode, fresh);
+  }
+
+  /// A sampled action with its log-probability and the value of `obs`, from `memory`
+  /// (moved on), and the memory it acted from, for the rollout.
+  RolloutAct act_for_rollout(const at::Tensor& obs, AgentMemory& memory) {
+    torch::NoGradGuard no_grad;
+    auto s = advance(obs, memory);
+    RolloutAct r;
+    if (discrete_) {
+      r.action = detail::sample_categorical(s.out);
+      r.log_prob = s.out.log_softmax(-1).gather(-1, r.action.unsqueeze(-1)).squeeze(-1);
+    } else {
+      r.action = s.out + log_std_.exp() * at::randn_like(s.out);
+      r.log_prob = detail::gaussian_log_prob(s.out, log_std_, r.action);
+    }
+    r.value = std::move(s.value);
+    r.memory = std::move(s.from);
+    return r;
+  }
+
+  /// Values [N] of `obs` from `memory`, which stays as it is.
+  at::Tensor value(const at::Tensor& obs, const AgentMemory& memory) {
+    torch::NoGradGuard no_grad;
+    const auto o = obs.to(device_, at::kFloat);
+    const auto h = from(memory, o.size(0));
+    return critic_->step(o, h.narrow(1, width_, width_)).first.squeeze(-1);
+  }
+
+  /// One gradient step on a minibatch of sequences (`RolloutBatch::sequence_length`), each
+  /// unrolled from its stored memory: clipped surrogate + vf_coef * value loss - ent_coef *
+  /// entropy. With gradient accumulation the sequences are split into the context's
+  /// micro-batches and their weighted gradients summed before one step.
+  UpdateInfo update(const RolloutBatch& b, StepContext& ctx) {
+    if (b.sequence_length < 1 || !b.memory.defined() || !b.first.defined())
+      throw Error(std::string(config_section.view()) +
+                  ": update needs a minibatch of sequences with their stored memory (RolloutBuffer::sequences)");
+    const std::int64_t sequences = b.obs.size(0) / b.sequence_length;
+    Losses sum;
+    at::Tensor grad;
+    const auto parts = ctx.micro_batches(sequences);
+    for (const auto& part : parts) {
+      Losses l;
+      const RolloutBatch mb = parts.size() == 1 ? b : some_sequences(b, part.begin, part.rows);
+      accumulate(grad, ctx.gradient(losses(mb, ctx, l), opt_.adam()), part);
+      sum.add(l, part.share);
+    }
+    return opt_.step(ctx, grad, cfg_.max_grad_norm, sum, log_std_);
+  }
+
+  /// Ends an epoch over the rollout: whether to run another (`target_kl`, as PPO).
+  bool end_epoch(StepContext& ctx) { return opt_.end_epoch(cfg_.target_kl, ctx); }
+  /// Where the run is, as the fraction of train.steps done: anneals the learning rate.
+  void set_progress(double done) { opt_.set_progress(cfg_.anneal_lr, done); }
+  [[nodiscard]] int epochs() const noexcept { return cfg_.epochs; }
+  [[nodiscard]] std::int64_t minibatch_size() const noexcept { return cfg_.minibatch_size; }
+  [[nodiscard]] double discount() const noexcept { return cfg_.gamma; }
+
+  /// The averaged weights (`train.ema_decay`), as PPO's.
+  void ema_update(double decay) { opt_.ema_update(decay); }
+  template <class F>
+  decltype(auto) with_ema_weights(F&& f) {
+    return opt_.with_ema_weights(std::forward<F>(f));
+  }
+  [[nodiscard]] std::vector<std::pair<std::string, double>> learning_rates() const {
+    return {{std::string(config_section.view()), opt_.adam().lr()}};
+  }
+  [[nodiscard]] std::vector<std::pair<std::string, at::Tensor>> flat_parameters() const {
+    return {{"actor_critic", opt_.adam().parameters().flat()}};
+  }
+  [[nodiscard]] std::vector<std::pair<std::string, std::string>> gradient_paths() const {
+    return {{"actor and value (GRU)", "recurrent networks: autograd through time"}};
+  }
+
+  /// State protocol (core/state.hpp): the networks with their Adam state, the update count,
+  /// the averaged weights (the envs' memory is the run's, per rank: `AgentMemory`).
+  using Saved = detail::PpoOptimizer::Saved;
+  void save(BinaryWriter& w) const { opt_.save(w); }
+  [[nodiscard]] Saved read(BinaryReader& r) const { return opt_.read(r); }
+  void restore(const Saved& s) { opt_.restore(s); }
+
+  /// The acting network for policy.safetensors (`ExportsTensors`): the actor's layers,
+  /// GRU cell and head as `net.fc0`, ..., `net.gru.*`, `net.head.*`, with its memory width;
+  /// its deterministic action is the argmax (discrete) or the mean (continuous, clipped and
+  /// scaled by the run as its collector does), from the actor's part of the memory.
+  [[nodiscard]] PolicyTensors policy_tensors() const {
+    PolicyTensors p{"RecurrentPpoActor", {}, {}, !discrete_};
+    add_module_tensors(p, "net.", *actor_);
+    p.meta = {{"obs_dim", std::to_string(actor_->in_features())},
+              {"action_dim", std::to_string(act_dim_)},
+              {"discrete", discrete_ ? "1" : "0"},
+              {"hidden", comma_list(*cfg_.actor->hidden)},
+              {"activation", enum_text(*cfg_.actor->activation)},
+              {"memory", std::to_string(width_)}};
+    return p;
+  }
+
+  /// What the current networks make of a minibatch of sequences, unrolled from their
+  /// stored memory (with gradients): the log-probability of each row's action, the
+  /// entropy of its distribution and its value, [B] each in float32.
+  struct Unrolled {
+    at::Tensor log_prob, entropy, value;
+  };
+  [[nodiscard]] Unrolled unroll(const RolloutBatch& b) {
+    const std::int64_t len = b.sequence_length, rows = b.obs.size(0), k = rows / len;
+    const auto x = b.obs.to(device_, at::kFloat).view({len, k, b.obs.size(1)});
+    const auto first = b.first.view({len, k});
+    const auto out = actor_->unroll(x, first, b.memory.narrow(1, 0, width_)).reshape({rows, act_dim_}).to(at::kFloat);
+    Unrolled u;
+    u.value = critic_->unroll(x, first, b.memory.narrow(1, width_, width_)).reshape({rows}).to(at::kFloat);
+    if (discrete_) {
+      const auto lp = out.log_softmax(-1);
+      u.log_prob = lp.gather(-1, b.action.unsqueeze(-1)).squeeze(-1);
+      u.entropy = -(lp.exp() * lp).sum(-1);
+    } else {
+      u.log_prob = detail::gaussian_log_prob(out, log_std_, b.action);
+      u.entropy = detail::gaussian_entropy(log_std_, rows);
+    }
+    return u;
+  }
+
+  [[nodiscard]] nn::GruActor& actor() noexcept { return actor_; }
+  [[nodiscard]] nn::GruActor& critic() noexcept { return critic_; }
+  [[nodiscard]] const at::Tensor& log_std() const noexcept { return log_std_; }
+  [[nodiscard]] const FlatAdam& optimizer() const noexcept { return opt_.adam(); }
+  [[nodiscard]] const Config& config() const noexcept { return cfg_; }
+  [[nodiscard]] std::int64_t updates() const noexcept { return opt_.updates(); }
+  [[nodiscard]] bool discrete() const noexcept { return discrete_; }
+
+ private:
+  using Losses = detail::PpoLosses;
+
+  // One step of both networks from `memory` (its episode starts forgotten), which then
+  // holds the next states: the actor's output, the value, and the memory acted from.
+  struct Step {
+    at::Tensor out, value, from;
+  };
+  Step advance(const at::Tensor& obs, AgentMemory& memory) {
+    const auto o = obs.to(device_, at::kFloat);
+    const std::int64_t n = o.size(0);
+    memory.plan(n, memory_width(), device_);
+    Step s;
+    s.from = from(memory, n);
+    auto [out, next_a] = actor_->step(o, s.from.narrow(1, 0, width_));
+    auto [v, next_c] = critic_->step(o, s.from.narrow(1, width_, width_));
+    memory.state = at::cat({next_a, next_c}, 1);
+    memory.first.zero_();
+    s.out = std::move(out);
+    s.value = v.squeeze(-1);
+    return s;
+  }
+  // The memory to act from for `n` rows: the held state, zero where an episode starts.
+  at::Tensor from(const AgentMemory& memory, std::int64_t n) const {
+    if (!memory.planned() || memory.state.size(0) != n || memory.state.size(1) != memory_width())
+      throw Error(std::string(config_section.view()) + ": the memory holds " +
+                  (memory.planned() ? std::to_string(memory.state.size(0)) + " x " + std::to_string(memory.state.size(1))
+                                    : std::string("nothing")) +
+                  " but " + std::to_string(n) + " envs x " + std::to_string(memory_width()) + " are acted on");
+    return memory.state * (1 - memory.first).unsqueeze(-1);
+  }
+
+  // The loss of a minibatch of sequences; its parts reported in `out`.
+  at::Tensor losses(const RolloutBatch& b, StepContext& ctx, Losses& out) {
+    auto guard = ctx.autocast();
+    const auto u = unroll(b);
+    return detail::clipped_objective(u.log_prob, u.entropy, u.value, b, cfg_, out);
+  }
+
+  // Sequences [begin, begin + n) of a minibatch of sequences (time first).
+  static RolloutBatch some_sequences(const RolloutBatch& b, std::int64_t begin, std::int64_t n) {
+    const std::int64_t len = b.sequence_length, k = b.obs.size(0) / len;
+    auto cut = [&](const at::Tensor& t) {
+      std::vector<std::int64_t> shape{len, k};
+      for (std::int64_t d = 1; d < t.dim(); ++d) shape.push_back(t.size(d));
+      auto parts = t.view(shape).narrow(1, begin, n);
+      shape[1] = n;
+      std::vector<std::int64_t> flat{len * n};
+      flat.insert(flat.end(), shape.begin() + 2, shape.end());
+      return parts.reshape(flat);
+    };
+    RolloutBatch out{cut(b.obs), cut(b.action), cut(b.log_prob), cut(b.advantage), cut(b.returns), cut(b.value)};
+    out.first = cut(b.first);
+    out.memory = b.memory.narrow(0, begin, n);
+    out.sequence_length = len;
+    return out;
+  }
+
+  // Orthogonal weights with gain sqrt(2) in the layers before the cell and `head_gain` in
+  // the output layer, zero biases; the GRU cell keeps its own initialisation.
+  static void init_orthogonal(nn::GruActorImpl& net, double head_gain) {
+    torch::NoGradGuard no_grad;
+    for (auto& item : net.named_parameters()) {
+      const std::string& name = item.key();
+      at::Tensor& p = item.value();
+      if (name.starts_with("gru.")) continue;
+      if (name.ends_with(".bias")) p.zero_();
+      else torch::nn::init::orthogonal_(p, name.starts_with("head.") ? head_gain : std::sqrt(2.0));
+    }
+  }
+
+  Config cfg_;
+  c10::Device device_;
+  bool discrete_;
+  std::int64_t act_dim_;  ///< action dimensions, or the number of discrete actions
+  std::int64_t width_;    ///< each network's GRU state
+  nn::GruActor actor_{nullptr}, critic_{nullptr};
+  at::Tensor log_std_;
+  detail::PpoOptimizer opt_;  ///< Adam, its schedule, the averaged weights (train.ema_decay)
+};
+
+static_assert(OnPolicyAlgorithm<RecurrentPPO>);
+static_assert(CarriesMemory<RecurrentPPO>);
+
+}  // namespace anvil
+// ---- end <anvil/algorithms/recurrent_ppo.hpp> ----
 
 // ---- begin <anvil/train/clock.hpp> ----
 /// @file
@@ -22170,6 +22892,11 @@ struct OffPolicyLoop : loops::LoopTag<"off-policy", "off_policy", loops::OffPoli
 /// `end_epoch` says whether to go on (PPO stops early once the policy has moved too far:
 /// `ppo.target_kl`). Then the rollout is cleared: no step is learned from by a policy other
 /// than the one that collected it and the epochs right after.
+///
+/// A recurrent policy (`CarriesMemory`) acts from each training env's memory, which the
+/// collector holds and resets where an episode ends; the rollout keeps the memory beside
+/// each step, and the epochs hand out sequences of the policy's `sequence_length()` steps
+/// (whole runs of one env, shuffled) instead of single rows.
 
 #include <algorithm>
 #include <cstdint>
@@ -22196,7 +22923,11 @@ struct OnPolicyLoop : loops::LoopTag<"on-policy", "on_policy", loops::OnPolicyCo
     static_assert(step_ok,
                   "Trainer: the on-policy loop stores each env step as a RolloutStep, but the Buffer's Step "
                   "is another type");
-    static constexpr bool ok = algorithm_ok && buffer_ok && step_ok;
+    static constexpr bool memory_ok = !(algorithm_ok && buffer_ok) || !CarriesMemory<A> || StoresSequences<B>;
+    static_assert(memory_ok,
+                  "Trainer: the Algorithm carries memory (a recurrent policy) and learns from sequences, but the "
+                  "Buffer keeps no memory beside its steps and hands out no sequences (see anvil::StoresSequences)");
+    static constexpr bool ok = algorithm_ok && buffer_ok && step_ok && memory_ok;
   };
 
   /// Runs the loop: a rollout of every env, learnt from and cleared, until train.steps env steps.
@@ -22212,8 +22943,18 @@ struct OnPolicyLoop : loops::LoopTag<"on-policy", "on_policy", loops::OnPolicyCo
     /// minibatch larger than a rollout is refused, naming both.
     void prepare() {
       p_.collector.envs().set_discount(p_.algorithm.discount());
-      p_.buffer.plan(StoragePlan{p_.collector.num_envs(), cfg_.steps, p_.algorithm.discount()});
+      StoragePlan plan{p_.collector.num_envs(), cfg_.steps, p_.algorithm.discount()};
+      if constexpr (CarriesMemory<A>) plan.memory = p_.algorithm.memory_width();
+      p_.buffer.plan(plan);
       const std::int64_t rows = p_.buffer.capacity(), envs = p_.collector.num_envs();
+      if constexpr (CarriesMemory<A>) {
+        p_.collector.memory().plan(envs, p_.algorithm.memory_width(), p_.step.device());
+        const std::int64_t steps = rows / envs, length = p_.algorithm.sequence_length();
+        if (length < 0 || length > steps || (length > 0 && steps % length != 0))
+          throw ConfigError(std::string(A::config_section.view()) + ".sequence_length (" + std::to_string(length) +
+                            ") must divide " + std::string(B::config_section.view()) + ".steps (" +
+                            std::to_string(steps) + "): sequences are cut from each env's steps of a rollout");
+      }
       if (p_.algorithm.minibatch_size() > rows)
         throw ConfigError(std::string(A::config_section.view()) + ".minibatch_size (" +
                           std::to_string(p_.algorithm.minibatch_size()) + ") is larger than a rollout: " +
@@ -22233,7 +22974,10 @@ struct OnPolicyLoop : loops::LoopTag<"on-policy", "on_policy", loops::OnPolicyCo
       p_.buffer.clear();
       while (!p_.buffer.full()) step();
       ScopedPhase ph(p_.times, Phase::buffer_add);
-      p_.buffer.finish(p_.algorithm.value(p_.collector.observations()));
+      if constexpr (CarriesMemory<A>)
+        p_.buffer.finish(p_.algorithm.value(p_.collector.observations(), p_.collector.memory()));
+      else
+        p_.buffer.finish(p_.algorithm.value(p_.collector.observations()));
     }
 
     /// Learns from the collected rollout (see file comment), then clears it.
@@ -22244,11 +22988,17 @@ struct OnPolicyLoop : loops::LoopTag<"on-policy", "on_policy", loops::OnPolicyCo
       int epochs = 0;
       for (int e = 0; e < p_.algorithm.epochs(); ++e) {
         std::optional<ScopedPhase> sampling(std::in_place, p_.times, Phase::sample);
-        for (const auto& batch : p_.buffer.minibatches(p_.algorithm.minibatch_size())) {
-          sampling.reset();
-          loops::update_once(p_, batch, cfg_.update->ema_decay);
-          sampling.emplace(p_.times, Phase::sample);
-        }
+        auto learn = [&](const auto& minibatches) {
+          for (const auto& batch : minibatches) {
+            sampling.reset();
+            loops::update_once(p_, batch, cfg_.update->ema_decay);
+            sampling.emplace(p_.times, Phase::sample);
+          }
+        };
+        if constexpr (CarriesMemory<A>)
+          learn(p_.buffer.sequences(p_.algorithm.minibatch_size(), p_.algorithm.sequence_length()));
+        else
+          learn(p_.buffer.minibatches(p_.algorithm.minibatch_size()));
         sampling.reset();
         ++epochs;
         if (!p_.algorithm.end_epoch(p_.step)) break;
@@ -22277,24 +23027,40 @@ struct OnPolicyLoop : loops::LoopTag<"on-policy", "on_policy", loops::OnPolicyCo
 
    private:
     // One step of every env for the rollout: act, step, and for rows cut by the time limit
-    // the value of their true last state (the bootstrap; see RolloutBuffer).
+    // the value of their true last state (the bootstrap; see RolloutBuffer). A recurrent
+    // policy acts from the envs' memory and moves it on; the step's episode starts (taken
+    // before the step marks the next ones) and the memory it acted from go with the step.
     void step() {
       RolloutAct act;
+      at::Tensor first;
       {
         const auto& obs = p_.collector.observations();
         ScopedPhase ph(p_.times, Phase::act);
-        act = p_.algorithm.act_for_rollout(obs);
+        if constexpr (CarriesMemory<A>) {
+          first = p_.collector.memory().first.clone();
+          act = p_.algorithm.act_for_rollout(obs, p_.collector.memory());
+        } else {
+          act = p_.algorithm.act_for_rollout(obs);
+        }
       }
       const envs::VecStep& s = p_.collector.step(act.action);
       at::Tensor bootstrap;
       if (std::any_of(s.ended.begin(), s.ended.end(), [](const envs::EpisodeEnd& e) { return !e.terminated; })) {
         ScopedPhase ph(p_.times, Phase::act);
-        bootstrap = p_.algorithm.value(s.next_obs);
+        if constexpr (CarriesMemory<A>) {
+          // The memory has taken in the step's observation; the last one of an ended
+          // episode goes on from it (the step marked that row as starting afresh).
+          const auto& m = p_.collector.memory();
+          AgentMemory going_on{m.state, at::zeros_like(m.first)};
+          bootstrap = p_.algorithm.value(s.next_obs, going_on);
+        } else {
+          bootstrap = p_.algorithm.value(s.next_obs);
+        }
       }
       {
         ScopedPhase ph(p_.times, Phase::buffer_add);
         p_.buffer.add(RolloutStep{p_.collector.previous_observations(), act.action, act.log_prob, act.value, s.reward,
-                                  s.terminated, s.truncated, bootstrap});
+                                  s.terminated, s.truncated, bootstrap, act.memory, first});
       }
       p_.clock.env_steps += p_.collector.num_envs() * p_.ranks.world_size();
     }
@@ -25350,6 +26116,7 @@ class BasicTrainer {
     if (norm_) state_.add("normalizer", *norm_, Scope::shared);
     state_.add("envs", collector_->envs());
     state_.add("episodes", collector_->episodes());
+    if constexpr (CarriesMemory<A>) state_.add("memory", collector_->memory());  // per rank, like the envs
     state_.add("metrics", metrics_);
     state_.add("torch_rng", torch_rng_);
     // Demonstrations are read again from their file: only the loader's position is state,
@@ -25372,7 +26139,13 @@ class BasicTrainer {
     Run::Parts p{&clock_,  &ranks_,        &times_,        collector_.get(), &metrics_,
                  &state_, &buffer_state_, control_.get(), &evaluation_,     {}, {}, {}};
     p.evaluate = [this](int n) {
-      auto act = [this](const at::Tensor& obs) { return collector_->to_env(algo_->act(obs, ActMode::deterministic)); };
+      // A recurrent policy acts from a memory of its own for the evaluation's envs, fresh
+      // at each evaluation (each env's first episode is the one counted).
+      auto memory = std::make_shared<AgentMemory>();
+      auto act = [this, memory](const at::Tensor& obs) {
+        if constexpr (CarriesMemory<A>) return collector_->to_env(algo_->act(obs, ActMode::deterministic, *memory));
+        else return collector_->to_env(algo_->act(obs, ActMode::deterministic));
+      };
       if constexpr (AveragesPolicy<A>)
         if (runner_->settings().ema_decay > 0)
           return algo_->with_ema_weights([&] { return evaluation_.run(act, n); });

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include <anvil/algorithms/discrete_sac.hpp>
+#include <anvil/algorithms/recurrent_ppo.hpp>
 #include <anvil/algorithms/sac.hpp>
 #include <anvil/core/batch.hpp>
 #include <anvil/envs/cart_pole.hpp>
@@ -249,4 +250,78 @@ TEST_CASE("DDP: 2 ranks taking half a batch each end, after 20 discrete SAC upda
   StepContext own;
   for (int i = 0; i < kUpdates; ++i) alone.update(rows_of(batches[static_cast<std::size_t>(i)], 0, kHalf), own);
   CHECK_FALSE(torch::allclose(state(alone)[1], s1[1], 1e-4, 1e-6));
+}
+
+TEST_CASE("DDP: 2 ranks taking half the sequences each end, after 10 recurrent PPO updates, where one process taking them all ends") {
+  torch::set_num_threads(1);
+  const auto spec = envs::spec_of(envs::CartPoleNoVel{});
+  RecurrentPPO::Config cfg;
+  cfg.memory = 8;
+  constexpr int kUpdates = 10;
+  constexpr std::int64_t kLen = 6, kSeq = 8, kHalf = kSeq / 2;
+  const std::int64_t width = 2 * *cfg.memory;
+  torch::manual_seed(21);
+  // Minibatches of 8 sequences of 6 steps, time first, with stored memory and episode starts.
+  std::vector<RolloutBatch> batches;
+  for (int i = 0; i < kUpdates; ++i) {
+    RolloutBatch b{torch::randn({kLen * kSeq, 2}),         torch::randint(2, {kLen * kSeq}, torch::kLong),
+                   -torch::rand({kLen * kSeq}) - 0.3,       torch::randn({kLen * kSeq}),
+                   torch::randn({kLen * kSeq}),             torch::randn({kLen * kSeq})};
+    b.first = (torch::rand({kLen * kSeq}) < 0.15).to(torch::kFloat);
+    b.memory = torch::randn({kSeq, width}) * 0.5;
+    b.sequence_length = kLen;
+    batches.push_back(b);
+  }
+  // Sequences [begin, begin + n) of a batch: columns of its [kLen, kSeq] rows.
+  auto half = [](const RolloutBatch& b, std::int64_t begin, std::int64_t n) {
+    auto cut = [&](const at::Tensor& t) {
+      std::vector<std::int64_t> shape{kLen, kSeq};
+      for (std::int64_t d = 1; d < t.dim(); ++d) shape.push_back(t.size(d));
+      std::vector<std::int64_t> flat{kLen * n};
+      flat.insert(flat.end(), shape.begin() + 2, shape.end());
+      return t.view(shape).narrow(1, begin, n).reshape(flat);
+    };
+    RolloutBatch h{cut(b.obs), cut(b.action), cut(b.log_prob), cut(b.advantage), cut(b.returns), cut(b.value)};
+    h.first = cut(b.first);
+    h.memory = b.memory.narrow(0, begin, n);
+    h.sequence_length = kLen;
+    return h;
+  };
+  auto state = [](const RecurrentPPO& p) {
+    return std::vector<at::Tensor>{p.optimizer().parameters().flat(), p.optimizer().exp_avg_sq()};
+  };
+  torch::manual_seed(0);
+  RecurrentPPO one(spec, cfg, RunContext{});
+  StepContext whole;
+  for (const auto& b : batches) one.update(b, whole);
+  torch::manual_seed(0);
+  RecurrentPPO rank0(spec, cfg, RunContext{});
+  torch::manual_seed(5);
+  RecurrentPPO rank1(spec, cfg, RunContext{});
+  std::array<RecurrentPPO*, 2> ranks{&rank0, &rank1};
+  std::array<int, 2> reduces{};
+  with_ranks(2, [&](int r, dist::Group& g) {
+    RecurrentPPO& me = *ranks[static_cast<std::size_t>(r)];
+    take_rank0_state(me, r, g);
+    StepContext::Options o;
+    o.all_reduce_mean = [&, r](std::vector<at::Tensor>& ts) {
+      ++reduces[static_cast<std::size_t>(r)];
+      g.all_reduce_mean(ts);
+    };
+    StepContext ctx(o);
+    for (int i = 0; i < kUpdates; ++i) me.update(half(batches[static_cast<std::size_t>(i)], r * kHalf, kHalf), ctx);
+  });
+  CHECK(reduces[0] == kUpdates);
+  CHECK(reduces[1] == kUpdates);
+  const auto s1 = state(one), s0 = state(rank0), s2 = state(rank1);
+  for (std::size_t i = 0; i < s1.size(); ++i) {
+    CHECK(torch::allclose(s0[i], s1[i], 1e-4, 1e-6));
+    CHECK(torch::equal(s0[i], s2[i]));
+  }
+  // The control: half the sequences without the all-reduce end elsewhere.
+  torch::manual_seed(0);
+  RecurrentPPO alone(spec, cfg, RunContext{});
+  StepContext own;
+  for (int i = 0; i < kUpdates; ++i) alone.update(half(batches[static_cast<std::size_t>(i)], 0, kHalf), own);
+  CHECK_FALSE(torch::allclose(state(alone)[0], s1[0], 1e-4, 1e-6));
 }

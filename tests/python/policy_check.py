@@ -30,6 +30,15 @@ with torch.no_grad():
             u, memory = module(t["obs"][s], t["avail"][s], memory)
             steps.append(u)
         ours = torch.stack(steps)
+    elif kind == "RecurrentPpoActor":
+        # obs [T, N, od], first [T, N]: one step of N envs at a time, as the C++ policy acted
+        memory, steps = None, []
+        for s in range(t["obs"].shape[0]):
+            if memory is not None:
+                memory = memory * (1 - t["first"][s].to(torch.float32))[:, None]
+            u, memory = module(t["obs"][s], memory)
+            steps.append(u)
+        ours = torch.stack(steps)
     elif kind == "ComaActor":
         ours = module(t["obs"], t["avail"])
     elif kind == "DiffusionPolicy":  # the same noise as the C++ sampler drew

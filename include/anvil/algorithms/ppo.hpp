@@ -34,6 +34,7 @@
 
 #include <anvil/algorithms/ppo_config.hpp>
 #include <anvil/algorithms/ppo_manual.hpp>
+#include <anvil/algorithms/ppo_objective.hpp>
 #include <anvil/core/batch.hpp>
 #include <anvil/core/binary_io.hpp>
 #include <anvil/core/concepts.hpp>
@@ -95,15 +96,14 @@ class PPO {
       encoder_->to(device_);
       for (const auto& p : encoder_->parameters()) params.push_back(p);
     }
-    base_lr_ = cfg.lr * ctx.lr_scale(cfg.minibatch_size);
-    opt_ = FlatAdam(std::move(params), {.lr = base_lr_, .eps = cfg.adam_eps});
-    ema_.set_device(device_);
+    opt_ = detail::PpoOptimizer(std::move(params), cfg.lr * ctx.lr_scale(cfg.minibatch_size), cfg.adam_eps,
+                                std::string(config_section.view()), device_);
     autograd_why_ = nn::why_autograd(cfg.manual_backward, std::string(config_section.view()), device_,
                                          {{"the actor's", encoder_ ? std::string("input comes through a convolutional encoder (images)")
                                                                    : nn::MlpTape::unsupported(*actor_)},
                                           {"the critic's", nn::MlpTape::unsupported(*critic_)}});
     if (autograd_why_.empty())
-      manual_ = std::make_unique<detail::PpoManual>(opt_.parameters(), actor_, log_std_, critic_);
+      manual_ = std::make_unique<detail::PpoManual>(opt_.adam().parameters(), actor_, log_std_, critic_);
   }
 
   /// Actions for a batch of observations: sampled to explore, the mode (argmax or mean)
@@ -175,48 +175,21 @@ class PPO {
       Losses l;
       const RolloutBatch& mb = whole ? b : slice(b, part.begin, part.rows);
       auto g = manual_ && !ctx.autocasts() ? manual_->gradient(*actor_, *critic_, log_std_, cfg_, mb, l)
-                                            : ctx.gradient(losses(mb, ctx, l), opt_);
+                                            : ctx.gradient(losses(mb, ctx, l), opt_.adam());
       accumulate(grad, std::move(g), part);
       sum.add(l, part.share);
     }
-    ctx.apply(opt_, grad, cfg_.max_grad_norm);
-    ++updates_;
-    epoch_kl_ += sum.approx_kl;
-    ++epoch_minibatches_;
-    UpdateInfo info;
-    info.metrics = {{"policy_loss", sum.policy},       {"value_loss", sum.value},
-                    {"entropy", sum.entropy},          {"approx_kl", sum.approx_kl},
-                    {"clip_fraction", sum.clip_fraction}};
-    if (!discrete_) {  // the mean standard deviation of the actions
-      double std_mean = 0;
-      if (log_std_.device().is_cpu() && log_std_.scalar_type() == at::kFloat) {  // no ops for a host value
-        const float* ls = log_std_.data_ptr<float>();
-        for (std::int64_t j = 0; j < act_dim_; ++j) std_mean += std::exp(static_cast<double>(ls[j])) / static_cast<double>(act_dim_);
-      } else {
-        std_mean = log_std_.detach().exp().mean().item().toDouble();
-      }
-      info.metrics.emplace_back("action_std", std_mean);
-    }
-    return info;
+    return opt_.step(ctx, grad, cfg_.max_grad_norm, sum, log_std_);
   }
 
   /// Ends an epoch over the rollout: whether to run another. With `target_kl` set, the
   /// epochs stop once the epoch's mean approximate KL between the policy that collected the
   /// rollout and the current one, averaged over the ranks (so every rank stops at the same
   /// epoch), exceeds it.
-  bool end_epoch(StepContext& ctx) {
-    const double kl = epoch_minibatches_ > 0 ? epoch_kl_ / epoch_minibatches_ : 0.0;
-    const bool any = epoch_minibatches_ > 0;
-    epoch_kl_ = 0;
-    epoch_minibatches_ = 0;
-    if (!(cfg_.target_kl > 0) || !any) return true;
-    return ctx.mean_over_ranks(kl) <= cfg_.target_kl;
-  }
+  bool end_epoch(StepContext& ctx) { return opt_.end_epoch(cfg_.target_kl, ctx); }
 
   /// Where the run is, as the fraction of train.steps done: anneals the learning rate.
-  void set_progress(double done) {
-    if (cfg_.anneal_lr) opt_.set_lr(base_lr_ * std::clamp(1.0 - done, 0.0, 1.0));
-  }
+  void set_progress(double done) { opt_.set_progress(cfg_.anneal_lr, done); }
   [[nodiscard]] int epochs() const noexcept { return cfg_.epochs; }
   [[nodiscard]] std::int64_t minibatch_size() const noexcept { return cfg_.minibatch_size; }
   [[nodiscard]] double target_kl() const noexcept { return cfg_.target_kl; }
@@ -225,42 +198,24 @@ class PPO {
 
   /// Moves the average of the actor-critic's weights towards the current ones
   /// (`train.ema_decay`; see optim/ema.hpp); evaluation and checkpoints use it.
-  void ema_update(double decay) { ema_.update(opt_.parameters().flat(), decay); }
+  void ema_update(double decay) { opt_.ema_update(decay); }
   /// Runs `f` with the averaged weights in place (when there are any), then restores them.
   template <class F>
   decltype(auto) with_ema_weights(F&& f) {
-    return ema_.with_weights(opt_.parameters().flat(), std::forward<F>(f));
+    return opt_.with_ema_weights(std::forward<F>(f));
   }
 
-  [[nodiscard]] std::vector<std::pair<std::string, double>> learning_rates() const { return {{"ppo", opt_.lr()}}; }
+  [[nodiscard]] std::vector<std::pair<std::string, double>> learning_rates() const { return {{"ppo", opt_.adam().lr()}}; }
   [[nodiscard]] std::vector<std::pair<std::string, at::Tensor>> flat_parameters() const {
-    return {{"actor_critic", opt_.parameters().flat()}};
+    return {{"actor_critic", opt_.adam().parameters().flat()}};
   }
 
   /// State protocol (core/state.hpp): the actor-critic with its Adam state, the update
   /// count, the averaged weights.
-  struct Saved {
-    FlatAdam::Saved opt;
-    std::int64_t updates = 0;
-    Ema::Saved ema;
-  };
-  void save(BinaryWriter& w) const {
-    opt_.save(w);
-    w.value(updates_);
-    ema_.save(w);
-  }
-  [[nodiscard]] Saved read(BinaryReader& r) const {
-    Saved s;
-    s.opt = opt_.read(r, "ppo actor-critic");
-    s.updates = r.value<std::int64_t>("ppo update count");
-    s.ema = ema_.read(r, "ppo averaged parameters", opt_.parameters().flat());
-    return s;
-  }
-  void restore(const Saved& s) {
-    opt_.restore(s.opt);
-    updates_ = s.updates;
-    ema_.restore(s.ema);
-  }
+  using Saved = detail::PpoOptimizer::Saved;
+  void save(BinaryWriter& w) const { opt_.save(w); }
+  [[nodiscard]] Saved read(BinaryReader& r) const { return opt_.read(r); }
+  void restore(const Saved& s) { opt_.restore(s); }
 
   /// The acting network for policy.safetensors (`ExportsTensors`): the actor MLP as `net.fc0`,
   /// `net.fc1`, ...; its deterministic action is the argmax (discrete) or the mean
@@ -290,9 +245,9 @@ class PPO {
   [[nodiscard]] nn::Mlp& critic() noexcept { return critic_; }
   /// Log standard deviation of continuous actions (undefined for discrete ones).
   [[nodiscard]] const at::Tensor& log_std() const noexcept { return log_std_; }
-  [[nodiscard]] const FlatAdam& optimizer() const noexcept { return opt_; }
+  [[nodiscard]] const FlatAdam& optimizer() const noexcept { return opt_.adam(); }
   [[nodiscard]] const Config& config() const noexcept { return cfg_; }
-  [[nodiscard]] std::int64_t updates() const noexcept { return updates_; }
+  [[nodiscard]] std::int64_t updates() const noexcept { return opt_.updates(); }
   [[nodiscard]] bool discrete() const noexcept { return discrete_; }
   /// Whether acting and updates take the hand-written fast path (`manual_backward`).
   [[nodiscard]] bool manual_backward() const noexcept { return manual_ != nullptr; }
@@ -330,41 +285,16 @@ class PPO {
       entropy = -(lp.exp() * lp).sum(-1);
     } else {
       log_prob = gaussian_log_prob(logits, b.action);
-      entropy = (log_std_ + 0.5 * (1.0 + std::log(2.0 * std::numbers::pi))).sum().expand({b.obs.size(0)});
+      entropy = detail::gaussian_entropy(log_std_, b.obs.size(0));
     }
-    const auto log_ratio = log_prob - b.log_prob;
-    const auto ratio = log_ratio.exp();
-    const double c = cfg_.clip;
-    const auto policy_loss = at::max(-b.advantage * ratio, -b.advantage * ratio.clamp(1.0 - c, 1.0 + c)).mean();
     const auto v = critic_->forward(x).squeeze(-1).to(at::kFloat);
-    at::Tensor value_loss;
-    if (cfg_.clip_value > 0) {
-      const auto clipped = b.value + (v - b.value).clamp(-*cfg_.clip_value, *cfg_.clip_value);
-      value_loss = 0.5 * at::max((v - b.returns).square(), (clipped - b.returns).square()).mean();
-    } else {
-      value_loss = 0.5 * (v - b.returns).square().mean();
-    }
-    const auto ent = entropy.mean();
-    auto loss = policy_loss + *cfg_.vf_coef * value_loss - *cfg_.ent_coef * ent;
-    {
-      torch::NoGradGuard no_grad;
-      // KL(old || new) estimated as E[(r - 1) - log r], unbiased and never negative.
-      out.approx_kl = ((ratio - 1.0) - log_ratio).mean().item().toDouble();
-      out.clip_fraction = ((ratio - 1.0).abs() > c).to(at::kFloat).mean().item().toDouble();
-      out.policy = policy_loss.item().toDouble();
-      out.value = value_loss.item().toDouble();
-      out.entropy = ent.item().toDouble();
-    }
-    return loss;
+    return detail::clipped_objective(log_prob, entropy, v, b, cfg_, out);
   }
 
   at::Tensor gaussian_log_prob(const at::Tensor& mean, const at::Tensor& action) const {
-    const auto z = (action - mean) * (-log_std_).exp();
-    return (-0.5 * z.square() - log_std_ - 0.5 * std::log(2.0 * std::numbers::pi)).sum(-1);
+    return detail::gaussian_log_prob(mean, log_std_, action);
   }
-  static at::Tensor sample_categorical(const at::Tensor& logits) {
-    return at::multinomial(logits.softmax(-1), 1).squeeze(-1);
-  }
+  static at::Tensor sample_categorical(const at::Tensor& logits) { return detail::sample_categorical(logits); }
   static RolloutBatch slice(const RolloutBatch& b, std::int64_t begin, std::int64_t n) {
     return {b.obs.narrow(0, begin, n),       b.action.narrow(0, begin, n),  b.log_prob.narrow(0, begin, n),
             b.advantage.narrow(0, begin, n), b.returns.narrow(0, begin, n), b.value.narrow(0, begin, n)};
@@ -386,12 +316,7 @@ class PPO {
   std::int64_t act_dim_;  ///< action dimensions, or the number of discrete actions
   nn::Mlp actor_{nullptr}, critic_{nullptr};
   at::Tensor log_std_;
-  double base_lr_ = 0;
-  FlatAdam opt_;
-  std::int64_t updates_ = 0;
-  double epoch_kl_ = 0;              ///< approximate KL summed over this epoch's minibatches
-  std::int64_t epoch_minibatches_ = 0;
-  Ema ema_;                          ///< averaged weights (train.ema_decay)
+  detail::PpoOptimizer opt_;         ///< Adam, its schedule, the averaged weights (train.ema_decay)
   nn::ObsEncoder encoder_{nullptr};  ///< observations with images: the heads' shared encoder
   std::unique_ptr<detail::PpoManual> manual_;  ///< the hand-written path, when it applies
   std::string autograd_why_;                   ///< why not ("" when it applies)

@@ -15,24 +15,13 @@
 #include <vector>
 
 #include <anvil/algorithms/ppo_config.hpp>
+#include <anvil/algorithms/ppo_objective.hpp>
 #include <anvil/core/batch.hpp>
 #include <anvil/nn/manual_mlp.hpp>
 #include <anvil/nn/mlp.hpp>
 #include <anvil/optim/flat_adam.hpp>
 
 namespace anvil::detail {
-
-/// The parts of PPO's loss, for logs: means over a (micro-)batch.
-struct PpoLosses {
-  double policy = 0, value = 0, entropy = 0, approx_kl = 0, clip_fraction = 0;
-  void add(const PpoLosses& o, double w) {
-    policy += w * o.policy;
-    value += w * o.value;
-    entropy += w * o.entropy;
-    approx_kl += w * o.approx_kl;
-    clip_fraction += w * o.clip_fraction;
-  }
-};
 
 /// PPO's hand-written path: tapes for acting and for updates (so a rollout can be
 /// collected while an update runs), and the flat gradient with each parameter's view.

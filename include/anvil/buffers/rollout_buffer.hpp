@@ -13,6 +13,12 @@
 /// continues past the cut as the value of the episode's true last state, which the
 /// collector passes as `bootstrap_value`. Either way the advantage does not run on into
 /// the next episode, which the vectorised env has already started in that row.
+///
+/// For a recurrent policy (`CarriesMemory`; the plan's `memory` > 0) the rollout also
+/// keeps, beside each step, the memory the policy acted from and whether the step started
+/// an episode, and hands out *sequences* (`sequences`): runs of consecutive steps of one
+/// env, shuffled whole, each with the memory it started from as the policy acted: stored
+/// states, not a burn-in (see docs/ppo.md#recurrent-ppo).
 
 #include <ATen/ATen.h>
 
@@ -56,7 +62,8 @@ class RolloutBuffer : public BufferPolicy<"rollout", RolloutBatch, RolloutStep, 
     const std::int64_t t = cfg_.steps;
     const auto f = at::TensorOptions().dtype(at::kFloat);
     // Refused before anything is allocated when it cannot fit (it is zeroed, so it is touched).
-    const std::int64_t bytes = t * n * (obs_dim_ * (byte_rows_ ? 1 : 4) + ((discrete_ ? 2 : act_dim_) + 8) * 4);
+    const std::int64_t bytes =
+        t * n * (obs_dim_ * (byte_rows_ ? 1 : 4) + ((discrete_ ? 2 : act_dim_) + 8 + (memory_ > 0 ? memory_ + 1 : 0)) * 4);
     const std::string field = "rollout.steps=" + std::to_string(t) + " x env.num_envs=" + std::to_string(n);
     check_fits(bytes, field, "RolloutBuffer's storage");
     allocating("RolloutBuffer's storage (" + field + ")", bytes, [&] {
@@ -64,15 +71,25 @@ class RolloutBuffer : public BufferPolicy<"rollout", RolloutBatch, RolloutStep, 
       action_ = discrete_ ? at::zeros({t, n}, f.dtype(at::kLong)) : at::zeros({t, n, act_dim_}, f);
       for (auto* x : {&log_prob_, &value_, &reward_, &terminated_, &truncated_, &bootstrap_, &advantage_, &returns_})
         *x = at::zeros({t, n}, f);
+      if (memory_ > 0) {
+        memory_state_ = at::zeros({t, n, memory_}, f);
+        first_ = at::zeros({t, n}, f);
+      } else {
+        memory_state_ = first_ = at::Tensor();
+      }
     });
     clear();
   }
   /// The discount of the returns (the Trainer passes the algorithm's gamma; 0.99 before).
   void set_discount(double gamma) noexcept { gamma_ = gamma; }
   /// The run's plan (the loop calls it before the run and after a resume): storage for the
-  /// envs (allocated when their number changes), the discount.
+  /// envs (allocated when their number or the policy's memory changes), the discount.
   void plan(const StoragePlan& p) {
-    if (p.num_envs != envs_) set_num_envs(p.num_envs);
+    if (p.memory < 0) throw ConfigError("RolloutBuffer: a policy's memory is " + std::to_string(p.memory) + " numbers wide");
+    if (p.num_envs != envs_ || p.memory != memory_) {
+      memory_ = p.memory;
+      set_num_envs(p.num_envs);
+    }
     set_discount(p.discount);
   }
 
@@ -81,7 +98,7 @@ class RolloutBuffer : public BufferPolicy<"rollout", RolloutBatch, RolloutStep, 
   void save(BinaryWriter& w) const {
     w.value(envs_);
     w.value(steps_);
-    for (const auto* t : {&obs_, &action_, &log_prob_, &value_, &reward_, &terminated_, &truncated_, &bootstrap_})
+    for (const auto* t : kept())
       if (steps_ > 0) write_tensor(w, t->narrow(0, 0, steps_));
   }
   struct Saved {
@@ -94,7 +111,7 @@ class RolloutBuffer : public BufferPolicy<"rollout", RolloutBatch, RolloutStep, 
     s.steps = r.value<std::int64_t>("rollout steps");
     if (s.steps < 0 || s.steps > *cfg_.steps) r.fail("rollout steps", "are outside [0, rollout.steps]");
     if (s.steps > 0)
-      for (const auto* t : {&obs_, &action_, &log_prob_, &value_, &reward_, &terminated_, &truncated_, &bootstrap_})
+      for (const auto* t : kept())
         s.rows.push_back(read_tensor(r, "rollout rows", t->narrow(0, 0, s.steps)));
     return s;
   }
@@ -102,8 +119,7 @@ class RolloutBuffer : public BufferPolicy<"rollout", RolloutBatch, RolloutStep, 
     clear();
     std::size_t i = 0;
     if (s.steps > 0)
-      for (auto* t : {&obs_, &action_, &log_prob_, &value_, &reward_, &terminated_, &truncated_, &bootstrap_})
-        t->narrow(0, 0, s.steps).copy_(s.rows[i++]);
+      for (const auto* t : kept()) t->narrow(0, 0, s.steps).copy_(s.rows[i++]);
     steps_ = s.steps;
   }
 
@@ -123,6 +139,13 @@ class RolloutBuffer : public BufferPolicy<"rollout", RolloutBatch, RolloutStep, 
     put(truncated_, t, s.truncated);
     if (s.bootstrap_value.defined()) put(bootstrap_, t, s.bootstrap_value);
     else std::memset(bootstrap_.data_ptr<float>() + t * envs_, 0, static_cast<std::size_t>(envs_) * sizeof(float));
+    if (memory_ > 0) {
+      if (!s.memory.defined() || !s.first.defined())
+        throw Error("RolloutBuffer::add: the rollout keeps a policy's memory (" + std::to_string(memory_) +
+                    " numbers per env) but the step has none");
+      put(memory_state_, t, s.memory);
+      put(first_, t, s.first);
+    }
     ++steps_;
     ready_ = false;
   }
@@ -162,6 +185,10 @@ class RolloutBuffer : public BufferPolicy<"rollout", RolloutBatch, RolloutStep, 
     flat_.value = value_.view({m}).to(device_);
     flat_.advantage = advantage_.view({m}).to(device_);
     flat_.returns = returns_.view({m}).to(device_);
+    if (memory_ > 0) {
+      flat_.memory = memory_state_.view({m, memory_}).to(device_);
+      flat_.first = first_.view({m}).to(device_);
+    }
     ready_ = true;
   }
 
@@ -181,6 +208,43 @@ class RolloutBuffer : public BufferPolicy<"rollout", RolloutBatch, RolloutStep, 
              auto index = at::from_blob(const_cast<std::int64_t*>(&*ranges::begin(ids)),
                                         {static_cast<std::int64_t>(ranges::distance(ids))}, at::kLong);
              return rows(index.to(device_));
+           });
+  }
+
+  /// One epoch of the finished rollout as sequences (a rollout that keeps a policy's
+  /// memory): each env's steps cut into runs of `length` consecutive steps (0: the whole
+  /// rollout; it must divide `rollout.steps`), the runs in a fresh random order, `batch_rows
+  /// / length` of them (at least one) per minibatch, time first (`RolloutBatch`), each with
+  /// the memory the policy acted from at its first step and the episode starts within it.
+  [[nodiscard]] auto sequences(std::int64_t batch_rows, std::int64_t length) const {
+    if (!ready_) throw Error("RolloutBuffer::sequences: call finish() on a full rollout first");
+    if (memory_ == 0) throw Error("RolloutBuffer::sequences: the rollout keeps no policy memory (plan one)");
+    const std::int64_t t = *cfg_.steps, len = length == 0 ? t : length;
+    if (len < 1 || t % len != 0)
+      throw ConfigError("RolloutBuffer: sequences of " + std::to_string(len) + " steps do not divide rollout.steps (" +
+                        std::to_string(t) + ")");
+    const std::int64_t per = std::max<std::int64_t>(1, batch_rows / len), count = envs_ * (t / len);
+    const auto perm = at::randperm(count, at::TensorOptions().dtype(at::kLong));
+    auto order = std::make_shared<const std::vector<std::int64_t>>(perm.data_ptr<std::int64_t>(),
+                                                                  perm.data_ptr<std::int64_t>() + count);
+    // Run s is env s % N from step (s / N) * len on; its step u is rollout row
+    // ((s / N) * len + u) * N + s % N.
+    return *order | ranges::views::chunk(per) | ranges::views::transform([this, order, len](const auto& ids) {
+             const auto k = static_cast<std::int64_t>(ranges::distance(ids));
+             auto index = at::empty({len * k}, at::kLong);
+             auto* ix = index.data_ptr<std::int64_t>();
+             std::int64_t j = 0;
+             for (const std::int64_t s : ids) {
+               const std::int64_t env = s % envs_, start = (s / envs_) * len;
+               for (std::int64_t u = 0; u < len; ++u) ix[u * k + j] = (start + u) * envs_ + env;
+               ++j;
+             }
+             const auto on_device = index.to(device_);
+             auto b = rows(on_device);
+             b.first = flat_.first.index_select(0, on_device);
+             b.memory = flat_.memory.index_select(0, on_device.narrow(0, 0, k));
+             b.sequence_length = len;
+             return b;
            });
   }
 
@@ -215,6 +279,8 @@ class RolloutBuffer : public BufferPolicy<"rollout", RolloutBatch, RolloutStep, 
   [[nodiscard]] const at::Tensor& advantages() const noexcept { return advantage_; }
   [[nodiscard]] const at::Tensor& returns() const noexcept { return returns_; }
   [[nodiscard]] const at::Tensor& values() const noexcept { return value_; }
+  /// The policy memory kept per env (0: none).
+  [[nodiscard]] std::int64_t memory_width() const noexcept { return memory_; }
 
  private:
   // Row t of `dst` ([steps, N, ...], contiguous on the CPU) from `src`, the same values in
@@ -231,6 +297,12 @@ class RolloutBuffer : public BufferPolicy<"rollout", RolloutBatch, RolloutStep, 
     auto to = dst[t];
     to.copy_(src.reshape(to.sizes()));
   }
+  // What the rollout keeps of each step (and checkpoints mid-rollout).
+  [[nodiscard]] std::vector<const at::Tensor*> kept() const {
+    std::vector<const at::Tensor*> v{&obs_, &action_, &log_prob_, &value_, &reward_, &terminated_, &truncated_, &bootstrap_};
+    if (memory_ > 0) v.insert(v.end(), {&memory_state_, &first_});
+    return v;
+  }
   void check_rows(const at::Tensor& t, const char* what) const {
     if (t.dim() < 1 || t.size(0) != envs_)
       throw Error(std::string("RolloutBuffer::add: ") + what + " has " + std::to_string(t.dim() ? t.size(0) : 0) +
@@ -242,9 +314,10 @@ class RolloutBuffer : public BufferPolicy<"rollout", RolloutBatch, RolloutStep, 
   std::int64_t obs_dim_, act_dim_;  // obs_dim_: floats, or bytes for rows of parts
   bool discrete_, byte_rows_;
   double gamma_ = 0.99;
-  std::int64_t envs_ = 0, steps_ = 0;
+  std::int64_t envs_ = 0, steps_ = 0, memory_ = 0;
   bool ready_ = false;
   at::Tensor obs_, action_, log_prob_, value_, reward_, terminated_, truncated_, bootstrap_, advantage_, returns_;
+  at::Tensor memory_state_, first_;  // [steps, N, memory] and [steps, N]: a recurrent policy's (memory_ > 0)
   RolloutBatch flat_;
 };
 

@@ -72,6 +72,14 @@ struct RolloutBatch {
   at::Tensor advantage;  ///< [B]
   at::Tensor returns;    ///< [B] targets for the value function
   at::Tensor value;      ///< [B] value estimates at collection time
+  /// Sequences, for recurrent policies (`CarriesMemory`): with `sequence_length` L > 0 the
+  /// B rows are L consecutive steps of K = B / L env rows, time first (row t K + j is step
+  /// t of sequence j); `first` [B] is 1 where an episode starts at a row (the memory is
+  /// forgotten before it), `memory` [K, width] the policy's memory at each sequence's first
+  /// row as it acted. L = 0: independent rows, `first` and `memory` undefined.
+  at::Tensor first{};
+  at::Tensor memory{};
+  std::int64_t sequence_length = 0;
 };
 
 /// One step of N envs as an on-policy algorithm collects it: what the policy did and what
@@ -85,6 +93,8 @@ struct RolloutStep {
   at::Tensor terminated;      ///< [N] float 0/1: terminal state, the return ends here
   at::Tensor truncated;       ///< [N] float 0/1: cut by a time limit, bootstrap from the last state
   at::Tensor bootstrap_value; ///< [N] value of the last state where truncated (undefined: none truncated)
+  at::Tensor memory{};        ///< [N, width] a recurrent policy's memory it acted from (undefined: none)
+  at::Tensor first{};         ///< [N] float 0/1: `obs` starts an episode (with `memory`)
 };
 
 /// What an on-policy algorithm returns when it acts for a rollout.
@@ -92,6 +102,7 @@ struct RolloutAct {
   at::Tensor action;    ///< [N, act_dim] or [N] (discrete)
   at::Tensor log_prob;  ///< [N]
   at::Tensor value;     ///< [N]
+  at::Tensor memory{};  ///< [N, width] a recurrent policy's memory it acted from (undefined: none)
 };
 
 /// One step of N envs as the episodic loop collects it: row i is env i. `live` is 1 for
@@ -127,6 +138,9 @@ struct StoragePlan {
   /// Policy): observations and actions per sample (1, 1: single transitions).
   std::int64_t sequence_obs = 1;
   std::int64_t sequence_actions = 1;
+  /// A recurrent policy's memory of each env, in numbers (0: none), for a rollout to keep
+  /// beside each step (`CarriesMemory`).
+  std::int64_t memory = 0;
 };
 
 /// What one call of an algorithm's `update` reports: scalar metrics for logging, and for

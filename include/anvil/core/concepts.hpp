@@ -35,6 +35,7 @@ struct RunContext;
 struct ReplayBatch;
 struct RolloutBatch;
 struct RolloutAct;
+struct AgentMemory;  // core/agent_memory.hpp
 struct StepBatch;
 struct RolloutStep;
 struct StoragePlan;
@@ -132,16 +133,38 @@ concept OffPolicyAlgorithm = Algorithm<A> && !A::on_policy && requires(const A& 
   { a.discount() } -> std::convertible_to<double>;
 };
 
-/// What the on-policy loop needs of its algorithm besides `act` and `update`: an action
-/// with its log-probability and value for the rollout, values alone for bootstrapping, the
-/// schedule of its epochs and whether to go on after each (PPO's KL early stop lives in
-/// `end_epoch`, which may agree with the other ranks through the StepContext), where the
-/// run is (for annealing), and its discount (for the rollout's advantages).
+/// A feed-forward policy's part of a rollout: an action with its log-probability and the
+/// value of each env's observation, and values alone (to bootstrap from).
 template <class A>
-concept OnPolicyAlgorithm = Algorithm<A> && A::on_policy &&
-                            requires(A& a, const A& ca, const at::Tensor& obs, double progress, StepContext& ctx) {
-                              { a.act_for_rollout(obs) } -> std::same_as<RolloutAct>;
-                              { a.value(obs) } -> std::same_as<at::Tensor>;
+concept ActsForRollouts = requires(A& a, const at::Tensor& obs) {
+  { a.act_for_rollout(obs) } -> std::same_as<RolloutAct>;
+  { a.value(obs) } -> std::same_as<at::Tensor>;
+};
+
+/// A policy with memory (a recurrent one, `RecurrentPPO`): it acts from each env's memory
+/// and writes the next one back (`AgentMemory`, held by whoever steps the envs, who marks
+/// episode starts), for a rollout also giving the memory it acted from, which the rollout
+/// keeps beside each step; values read the memory without moving it on. It learns from
+/// sequences of `sequence_length()` steps (0: a whole rollout) unrolled from the kept
+/// memory, and says how wide its memory is. `act(obs, mode)` alone acts as at an episode's
+/// first step.
+template <class A>
+concept CarriesMemory = requires(A& a, const A& ca, const at::Tensor& obs, ActMode mode, AgentMemory& m) {
+  { ca.memory_width() } -> std::convertible_to<std::int64_t>;
+  { ca.sequence_length() } -> std::convertible_to<std::int64_t>;
+  { a.act(obs, mode, m) } -> std::same_as<at::Tensor>;
+  { a.act_for_rollout(obs, m) } -> std::same_as<RolloutAct>;
+  { a.value(obs, m) } -> std::same_as<at::Tensor>;
+};
+
+/// What the on-policy loop needs of its algorithm besides `act` and `update`: its part of
+/// a rollout (from the observation alone, or with memory), the schedule of its epochs and
+/// whether to go on after each (PPO's KL early stop lives in `end_epoch`, which may agree
+/// with the other ranks through the StepContext), where the run is (for annealing), and
+/// its discount (for the rollout's advantages).
+template <class A>
+concept OnPolicyAlgorithm = Algorithm<A> && A::on_policy && (ActsForRollouts<A> || CarriesMemory<A>) &&
+                            requires(A& a, const A& ca, double progress, StepContext& ctx) {
                               { ca.epochs() } -> std::convertible_to<int>;
                               { ca.minibatch_size() } -> std::convertible_to<std::int64_t>;
                               { a.end_epoch(ctx) } -> std::convertible_to<bool>;
@@ -258,6 +281,15 @@ concept RolloutStorage = Buffer<B> && requires(B& b, const B& cb, const at::Tens
   { b.finish(last_value) };
   { b.minibatches(n) };
   { b.clear() };
+};
+
+/// A rollout that also keeps a recurrent policy's memory beside each step and hands out
+/// sequences: shuffled minibatches of `rows` rows made of whole runs of `length`
+/// consecutive steps of one env (0: the whole rollout), with the memory at each start
+/// (`RolloutBatch::sequence_length`).
+template <class B>
+concept StoresSequences = RolloutStorage<B> && requires(const B& cb, std::int64_t rows, std::int64_t length) {
+  { cb.sequences(rows, length) };
 };
 
 /// A replay buffer that also takes back priorities (e.g. |TD error|) for the sampled rows.

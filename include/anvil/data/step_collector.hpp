@@ -4,7 +4,8 @@
 /// the observations they show now, maps the algorithm's actions to the env's units (and
 /// draws the uniform random actions of the warm-up), steps the envs (at once, or started in
 /// the background and landed later: `env.mode=async`), times the env phase, and keeps the
-/// training episodes' returns. Not a template: one copy serves every Trainer type.
+/// training episodes' returns, and a recurrent policy's memory of each env (`AgentMemory`:
+/// the envs whose episode ended start one at their next observation). Not a template: one copy serves every Trainer type.
 
 #include <ATen/ATen.h>
 
@@ -17,6 +18,7 @@
 #include <utility>
 #include <vector>
 
+#include <anvil/core/agent_memory.hpp>
 #include <anvil/core/error.hpp>
 #include <anvil/core/spaces.hpp>
 #include <anvil/data/episode_stats.hpp>
@@ -60,6 +62,10 @@ class StepCollector {
   [[nodiscard]] const std::vector<std::string>& groups() const noexcept { return envs_->groups(); }
   [[nodiscard]] EpisodeStats& episodes() noexcept { return stats_; }
   [[nodiscard]] const EpisodeStats& episodes() const noexcept { return stats_; }
+  /// A recurrent policy's memory of each env (unplanned for other policies; the on-policy
+  /// loop plans it); each step marks the envs whose episode ended as starting one.
+  [[nodiscard]] AgentMemory& memory() noexcept { return memory_; }
+  [[nodiscard]] const AgentMemory& memory() const noexcept { return memory_; }
 
   /// The observations to act on: those the last step left (the first of a new episode
   /// where one ended); the envs are reset the first time.
@@ -141,6 +147,7 @@ class StepCollector {
     }
     last_obs_ = obs_;
     obs_ = s->obs;
+    memory_.mark_starts(s->terminated, s->truncated);
     if (count_episodes)
       for (const auto& e : s->ended) stats_.record(e.episode_return, e.length, env_step() + num_envs());
     return *s;
@@ -152,6 +159,7 @@ class StepCollector {
     if (in_flight_) (void)land();
     obs_ = envs_->reset();
     last_obs_ = at::Tensor();
+    memory_.restart();
   }
   /// The observations the step that landed last was taken from (what a transition stores).
   [[nodiscard]] const at::Tensor& previous_observations() const noexcept { return last_obs_; }
@@ -166,6 +174,7 @@ class StepCollector {
   void restored() {
     obs_ = envs_->observations();
     last_obs_ = at::Tensor();
+    if (!envs_->saves_state()) memory_.restart();
   }
 
  private:
@@ -175,6 +184,7 @@ class StepCollector {
   at::Tensor scale_, offset_, low_, high_;
   bool in_flight_ = false;
   EpisodeStats stats_;
+  AgentMemory memory_;
   const std::int64_t* env_steps_ = nullptr;
 };
 

@@ -159,4 +159,40 @@ struct CartPole {
 static_assert(Env<CartPole>);
 static_assert(DiscreteEnv<CartPole>);
 
+/// CartPole-v1 seen through its positions only: the observation is (x, theta), the two
+/// velocities hidden, so a policy has to infer them from what it saw before (a recurrent
+/// policy's memory). The partially observed cart-pole of recurrent-policy benchmarks, under
+/// the name RL Baselines3 Zoo gives it (CartPoleNoVel-v1, its recurrent PPO settings).
+/// Dynamics, reward, start distribution, termination and time limit are CartPole-v1's
+/// (its errors name CartPole-v1's steps).
+struct CartPoleNoVel {
+  static constexpr std::string_view name = "CartPoleNoVel-v1";
+
+  /// CartPole-v1's bounds of x and theta.
+  [[nodiscard]] Box observation_space() const {
+    const auto full = pole_.observation_space();
+    return Box{{full.low[0], full.low[2]}, {full.high[0], full.high[2]}};
+  }
+  [[nodiscard]] Discrete action_space() const { return pole_.action_space(); }
+  std::span<const float> reset(std::uint64_t seed) { return positions(pole_.reset(seed)); }
+  StepResult step(std::int64_t action) {
+    auto r = pole_.step(action);
+    r.observation = positions(r.observation);
+    return r;
+  }
+  [[nodiscard]] std::int64_t elapsed_steps() const noexcept { return pole_.elapsed_steps(); }
+  /// The whole physical state, velocities included.
+  [[nodiscard]] CartPole::State state() const noexcept { return pole_.state(); }
+
+ private:
+  std::span<const float> positions(std::span<const float> full) noexcept {
+    obs_ = {full[0], full[2]};
+    return obs_;
+  }
+  CartPole pole_;
+  std::array<float, 2> obs_{};
+};
+
+static_assert(DiscreteEnv<CartPoleNoVel>);
+
 }  // namespace anvil::envs

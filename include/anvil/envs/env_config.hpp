@@ -35,7 +35,7 @@ struct VecEnvConfig {
   Param<VecMode, "mode", "sync: step in step(); async: step in the background during updates">
       mode{VecMode::sync};
   Param<std::string, "id",
-        "the env by name, in programs that choose it at run time (Pendulum-v1, CartPole-v1, Acrobot-v1, "
+        "the env by name, in programs that choose it at run time (Pendulum-v1, CartPole-v1, CartPoleNoVel-v1, Acrobot-v1, "
         "MountainCarContinuous-v0, PixelPendulum-v1 (images); multi-agent: Mapping, SimpleSpread, Climbing, "
         "Penalty, Credit; an env in Python: python:MODULE:ATTR); elsewhere empty or the program's env">
       id{""};

@@ -23,7 +23,8 @@
 namespace anvil::envs {
 
 /// The names `with_env` knows.
-inline constexpr std::array<std::string_view, 5> kBuiltinEnvs{Pendulum::name, CartPole::name, Acrobot::name,
+inline constexpr std::array<std::string_view, 6> kBuiltinEnvs{Pendulum::name,      CartPole::name,
+                                                              CartPoleNoVel::name, Acrobot::name,
                                                               MountainCarContinuous::name, PixelPendulum::name};
 
 /// Calls `f(env)` with the built-in env named `id`; a ConfigError naming `env.id` and the
@@ -32,6 +33,7 @@ template <class F>
 decltype(auto) with_env(std::string_view id, F&& f) {
   if (id == Pendulum::name) return std::forward<F>(f)(Pendulum{});
   if (id == CartPole::name) return std::forward<F>(f)(CartPole{});
+  if (id == CartPoleNoVel::name) return std::forward<F>(f)(CartPoleNoVel{});
   if (id == Acrobot::name) return std::forward<F>(f)(Acrobot{});
   if (id == MountainCarContinuous::name) return std::forward<F>(f)(MountainCarContinuous{});
   if (id == PixelPendulum::name) return std::forward<F>(f)(PixelPendulum{});

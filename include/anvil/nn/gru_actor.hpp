@@ -3,9 +3,9 @@
 /// `GruActor`: a policy network with memory, for agents that see only part of the world:
 /// hidden layers on each step's input, a GRU cell that carries a hidden state through the
 /// episode, and a linear output (the recurrent agent of PyMARL's COMA, with hidden layers
-/// of our choosing). The caller owns the hidden state: `step` takes and returns it, and
-/// `unroll` runs whole sequences from a zero state, forgetting where a sequence says an
-/// episode starts.
+/// of our choosing; recurrent PPO's actor and value). The caller owns the hidden state:
+/// `step` takes and returns it, and `unroll` runs whole sequences from a given state (zero
+/// by default), forgetting where a sequence says an episode starts.
 
 #include <torch/nn/cloneable.h>
 #include <torch/nn/modules/linear.h>
@@ -54,20 +54,25 @@ class GruActorImpl : public torch::nn::Cloneable<GruActorImpl> {
     return {head_->forward(next), next};
   }
 
-  /// The outputs [T, R, out] of sequences [T, R, in] (time first), from a zero state that
-  /// is zeroed again at every step t where `first[t]` ([T, R], 1/0) marks an episode start.
-  at::Tensor unroll(const at::Tensor& x, const at::Tensor& first) {
+  /// The outputs [T, R, out] of sequences [T, R, in] (time first), from the state `h0`
+  /// [R, memory] (undefined: zero), zeroed again at every step t where `first[t]` ([T, R],
+  /// 1/0) marks an episode start. The hidden layers and the output run on every step at
+  /// once; only the cell steps through time. With autocast as `step`.
+  at::Tensor unroll(const at::Tensor& x, const at::Tensor& first, const at::Tensor& h0 = {}) {
     const auto T = x.size(0), R = x.size(1);
-    auto h = at::zeros({R, memory_}, x.options().dtype(at::kFloat));
-    std::vector<at::Tensor> out;
-    out.reserve(static_cast<std::size_t>(T));
+    auto y = x.reshape({T * R, x.size(2)});
+    for (auto& layer : layers_) y = activate(layer->forward(y), activation_);
+    const Float32Scope float32(x.device().type());
+    y = y.to(at::kFloat).view({T, R, y.size(1)});
+    auto h = h0.defined() ? h0.to(at::kFloat) : at::zeros({R, memory_}, y.options());
+    const auto keep = (1 - first.to(y.device(), at::kFloat)).view({T, R, 1});
+    std::vector<at::Tensor> states;
+    states.reserve(static_cast<std::size_t>(T));
     for (std::int64_t t = 0; t < T; ++t) {
-      h = h * (1 - first[t].to(at::kFloat)).unsqueeze(-1);
-      auto [y, next] = step(x[t], h);
-      out.push_back(std::move(y));
-      h = std::move(next);
+      h = cell_->forward(y[t], h * keep[t]);
+      states.push_back(h);
     }
-    return at::stack(out);
+    return head_->forward(at::stack(states));
   }
 
   [[nodiscard]] std::int64_t memory() const noexcept { return memory_; }

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include <anvil/algorithms/policy.hpp>
+#include <anvil/core/agent_memory.hpp>
 #include <anvil/core/concepts.hpp>
 #include <anvil/core/config.hpp>
 #include <anvil/core/context.hpp>
@@ -237,6 +238,7 @@ class BasicTrainer {
     if (norm_) state_.add("normalizer", *norm_, Scope::shared);
     state_.add("envs", collector_->envs());
     state_.add("episodes", collector_->episodes());
+    if constexpr (CarriesMemory<A>) state_.add("memory", collector_->memory());  // per rank, like the envs
     state_.add("metrics", metrics_);
     state_.add("torch_rng", torch_rng_);
     // Demonstrations are read again from their file: only the loader's position is state,
@@ -259,7 +261,13 @@ class BasicTrainer {
     Run::Parts p{&clock_,  &ranks_,        &times_,        collector_.get(), &metrics_,
                  &state_, &buffer_state_, control_.get(), &evaluation_,     {}, {}, {}};
     p.evaluate = [this](int n) {
-      auto act = [this](const at::Tensor& obs) { return collector_->to_env(algo_->act(obs, ActMode::deterministic)); };
+      // A recurrent policy acts from a memory of its own for the evaluation's envs, fresh
+      // at each evaluation (each env's first episode is the one counted).
+      auto memory = std::make_shared<AgentMemory>();
+      auto act = [this, memory](const at::Tensor& obs) {
+        if constexpr (CarriesMemory<A>) return collector_->to_env(algo_->act(obs, ActMode::deterministic, *memory));
+        else return collector_->to_env(algo_->act(obs, ActMode::deterministic));
+      };
       if constexpr (AveragesPolicy<A>)
         if (runner_->settings().ema_decay > 0)
           return algo_->with_ema_weights([&] { return evaluation_.run(act, n); });

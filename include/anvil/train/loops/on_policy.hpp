@@ -8,12 +8,18 @@
 /// `end_epoch` says whether to go on (PPO stops early once the policy has moved too far:
 /// `ppo.target_kl`). Then the rollout is cleared: no step is learned from by a policy other
 /// than the one that collected it and the epochs right after.
+///
+/// A recurrent policy (`CarriesMemory`) acts from each training env's memory, which the
+/// collector holds and resets where an episode ends; the rollout keeps the memory beside
+/// each step, and the epochs hand out sequences of the policy's `sequence_length()` steps
+/// (whole runs of one env, shuffled) instead of single rows.
 
 #include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <string>
 
+#include <anvil/core/agent_memory.hpp>
 #include <anvil/core/batch.hpp>
 #include <anvil/core/concepts.hpp>
 #include <anvil/core/error.hpp>
@@ -42,7 +48,11 @@ struct OnPolicyLoop : loops::LoopTag<"on-policy", "on_policy", loops::OnPolicyCo
     static_assert(step_ok,
                   "Trainer: the on-policy loop stores each env step as a RolloutStep, but the Buffer's Step "
                   "is another type");
-    static constexpr bool ok = algorithm_ok && buffer_ok && step_ok;
+    static constexpr bool memory_ok = !(algorithm_ok && buffer_ok) || !CarriesMemory<A> || StoresSequences<B>;
+    static_assert(memory_ok,
+                  "Trainer: the Algorithm carries memory (a recurrent policy) and learns from sequences, but the "
+                  "Buffer keeps no memory beside its steps and hands out no sequences (see anvil::StoresSequences)");
+    static constexpr bool ok = algorithm_ok && buffer_ok && step_ok && memory_ok;
   };
 
   /// Runs the loop: a rollout of every env, learnt from and cleared, until train.steps env steps.
@@ -58,8 +68,18 @@ struct OnPolicyLoop : loops::LoopTag<"on-policy", "on_policy", loops::OnPolicyCo
     /// minibatch larger than a rollout is refused, naming both.
     void prepare() {
       p_.collector.envs().set_discount(p_.algorithm.discount());
-      p_.buffer.plan(StoragePlan{p_.collector.num_envs(), cfg_.steps, p_.algorithm.discount()});
+      StoragePlan plan{p_.collector.num_envs(), cfg_.steps, p_.algorithm.discount()};
+      if constexpr (CarriesMemory<A>) plan.memory = p_.algorithm.memory_width();
+      p_.buffer.plan(plan);
       const std::int64_t rows = p_.buffer.capacity(), envs = p_.collector.num_envs();
+      if constexpr (CarriesMemory<A>) {
+        p_.collector.memory().plan(envs, p_.algorithm.memory_width(), p_.step.device());
+        const std::int64_t steps = rows / envs, length = p_.algorithm.sequence_length();
+        if (length < 0 || length > steps || (length > 0 && steps % length != 0))
+          throw ConfigError(std::string(A::config_section.view()) + ".sequence_length (" + std::to_string(length) +
+                            ") must divide " + std::string(B::config_section.view()) + ".steps (" +
+                            std::to_string(steps) + "): sequences are cut from each env's steps of a rollout");
+      }
       if (p_.algorithm.minibatch_size() > rows)
         throw ConfigError(std::string(A::config_section.view()) + ".minibatch_size (" +
                           std::to_string(p_.algorithm.minibatch_size()) + ") is larger than a rollout: " +
@@ -79,7 +99,10 @@ struct OnPolicyLoop : loops::LoopTag<"on-policy", "on_policy", loops::OnPolicyCo
       p_.buffer.clear();
       while (!p_.buffer.full()) step();
       ScopedPhase ph(p_.times, Phase::buffer_add);
-      p_.buffer.finish(p_.algorithm.value(p_.collector.observations()));
+      if constexpr (CarriesMemory<A>)
+        p_.buffer.finish(p_.algorithm.value(p_.collector.observations(), p_.collector.memory()));
+      else
+        p_.buffer.finish(p_.algorithm.value(p_.collector.observations()));
     }
 
     /// Learns from the collected rollout (see file comment), then clears it.
@@ -90,11 +113,17 @@ struct OnPolicyLoop : loops::LoopTag<"on-policy", "on_policy", loops::OnPolicyCo
       int epochs = 0;
       for (int e = 0; e < p_.algorithm.epochs(); ++e) {
         std::optional<ScopedPhase> sampling(std::in_place, p_.times, Phase::sample);
-        for (const auto& batch : p_.buffer.minibatches(p_.algorithm.minibatch_size())) {
-          sampling.reset();
-          loops::update_once(p_, batch, cfg_.update->ema_decay);
-          sampling.emplace(p_.times, Phase::sample);
-        }
+        auto learn = [&](const auto& minibatches) {
+          for (const auto& batch : minibatches) {
+            sampling.reset();
+            loops::update_once(p_, batch, cfg_.update->ema_decay);
+            sampling.emplace(p_.times, Phase::sample);
+          }
+        };
+        if constexpr (CarriesMemory<A>)
+          learn(p_.buffer.sequences(p_.algorithm.minibatch_size(), p_.algorithm.sequence_length()));
+        else
+          learn(p_.buffer.minibatches(p_.algorithm.minibatch_size()));
         sampling.reset();
         ++epochs;
         if (!p_.algorithm.end_epoch(p_.step)) break;
@@ -123,24 +152,40 @@ struct OnPolicyLoop : loops::LoopTag<"on-policy", "on_policy", loops::OnPolicyCo
 
    private:
     // One step of every env for the rollout: act, step, and for rows cut by the time limit
-    // the value of their true last state (the bootstrap; see RolloutBuffer).
+    // the value of their true last state (the bootstrap; see RolloutBuffer). A recurrent
+    // policy acts from the envs' memory and moves it on; the step's episode starts (taken
+    // before the step marks the next ones) and the memory it acted from go with the step.
     void step() {
       RolloutAct act;
+      at::Tensor first;
       {
         const auto& obs = p_.collector.observations();
         ScopedPhase ph(p_.times, Phase::act);
-        act = p_.algorithm.act_for_rollout(obs);
+        if constexpr (CarriesMemory<A>) {
+          first = p_.collector.memory().first.clone();
+          act = p_.algorithm.act_for_rollout(obs, p_.collector.memory());
+        } else {
+          act = p_.algorithm.act_for_rollout(obs);
+        }
       }
       const envs::VecStep& s = p_.collector.step(act.action);
       at::Tensor bootstrap;
       if (std::any_of(s.ended.begin(), s.ended.end(), [](const envs::EpisodeEnd& e) { return !e.terminated; })) {
         ScopedPhase ph(p_.times, Phase::act);
-        bootstrap = p_.algorithm.value(s.next_obs);
+        if constexpr (CarriesMemory<A>) {
+          // The memory has taken in the step's observation; the last one of an ended
+          // episode goes on from it (the step marked that row as starting afresh).
+          const auto& m = p_.collector.memory();
+          AgentMemory going_on{m.state, at::zeros_like(m.first)};
+          bootstrap = p_.algorithm.value(s.next_obs, going_on);
+        } else {
+          bootstrap = p_.algorithm.value(s.next_obs);
+        }
       }
       {
         ScopedPhase ph(p_.times, Phase::buffer_add);
         p_.buffer.add(RolloutStep{p_.collector.previous_observations(), act.action, act.log_prob, act.value, s.reward,
-                                  s.terminated, s.truncated, bootstrap});
+                                  s.terminated, s.truncated, bootstrap, act.memory, first});
       }
       p_.clock.env_steps += p_.collector.num_envs() * p_.ranks.world_size();
     }

@@ -1,0 +1,26 @@
+// Recurrent PPO (a GRU in the actor and in the value) on any built-in env, chosen at run
+// time: `train_ppo_recurrent --env.id=CartPoleNoVel-v1` (CartPole with its velocities
+// hidden), or an env in Python: `--env.id=python:my_module:make` (docs/python.md). Each
+// built-in env's defaults come from examples/hyperparams/ppo_recurrent.yaml;
+// `--hyperparams=FILE` reads another file, and `--config` files and the command line
+// override both.
+#include <anvil/algorithms/recurrent_ppo.hpp>
+#include <anvil/buffers/rollout_buffer.hpp>
+#include <anvil/core/hyperparams.hpp>
+#include <anvil/envs/registry.hpp>
+#include <anvil/train/trainer.hpp>
+
+#ifndef ANVIL_HYPERPARAMS_DIR
+#define ANVIL_HYPERPARAMS_DIR "examples/hyperparams"
+#endif
+
+int main(int argc, char** argv) {
+  using Trainer = anvil::Trainer<anvil::RecurrentPPO, anvil::RolloutBuffer>;
+  auto args = anvil::with_hyperparameters(anvil::start(argc, argv), ANVIL_HYPERPARAMS_DIR "/ppo_recurrent.yaml",
+                                          "CartPoleNoVel-v1");
+  const auto cfg = anvil::start<Trainer>(args);
+  anvil::envs::with_env(*cfg.env, [&](const auto& env) {
+    Trainer trainer(env, cfg, "train_ppo_recurrent");
+    trainer.fit();
+  });
+}
