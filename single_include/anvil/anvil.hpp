@@ -15617,7 +15617,7 @@ static_assert(PrioritizedReplay<PrioritizedBuffer>);
 /// keeps, beside each step, the memory the policy acted from and whether the step started
 /// an episode, and hands out *sequences* (`sequences`): runs of consecutive steps of one
 /// env, shuffled whole, each with the memory it started from as the policy acted: stored
-/// states, not a burn-in (see docs/ppo.md#recurrent-ppo).
+/// states, not a burn-in (docs/ppo.md, "Recurrent PPO", says why).
 
 #include <ATen/ATen.h>
 
