@@ -265,7 +265,7 @@ TEST_CASE("Trainer: recurrent PPO writes policy.safetensors, which acts in PyTor
 }
 
 TEST_CASE("Trainer: recurrent PPO learns CartPole with its velocities hidden (CartPoleNoVel-v1), evaluated with its own memory") {
-  auto c = novel_config(40'960, "ppo_recurrent_learns");
+  auto c = novel_config(30'720, "ppo_recurrent_learns");
   c.run->seed = 1;
   RecurrentTrainer t(envs::CartPoleNoVel{}, c);
   const auto r = t.fit();
