@@ -11,10 +11,7 @@
 #include <cmath>
 #include <filesystem>
 
-#include <anvil/algorithms/sac.hpp>
-#include <anvil/buffers/uniform_buffer.hpp>
-#include <anvil/envs/pendulum.hpp>
-#include <anvil/train/trainer.hpp>
+#include <anvil/compiled.hpp>  // the prebuilt Trainer<SAC, UniformBuffer>: this file compiles in seconds
 
 namespace {
 
@@ -48,7 +45,7 @@ struct Config {
   anvil::Section<"bench", BenchConfig> bench;
 };
 
-using Trainer = anvil::Trainer<anvil::SAC, anvil::UniformBuffer>;
+using Trainer = anvil::compiled::Trainer<anvil::SAC, anvil::UniformBuffer>;
 
 struct Outcome {
   double wall = 0, final_eval = NAN, best_eval = NAN, update_s = 0;

@@ -11,10 +11,7 @@
 
 #include <filesystem>
 
-#include <anvil/algorithms/ppo.hpp>
-#include <anvil/buffers/rollout_buffer.hpp>
-#include <anvil/envs/cart_pole.hpp>
-#include <anvil/train/trainer.hpp>
+#include <anvil/compiled.hpp>  // the prebuilt Trainer<PPO, RolloutBuffer>: this file compiles in seconds
 
 struct BenchConfig {
   anvil::Param<std::vector<int>, "num_envs", "env counts to measure", anvil::at_least(1)> num_envs{1, 8, 64};
@@ -35,7 +32,7 @@ struct Config {
 int main(int argc, char** argv) {
   const auto cfg = anvil::start_config<Config>(argc, argv);
   const auto& b = *cfg.bench;
-  using Trainer = anvil::Trainer<anvil::PPO, anvil::RolloutBuffer>;
+  using Trainer = anvil::compiled::Trainer<anvil::PPO, anvil::RolloutBuffer>;
   for (int n : *b.num_envs) {
     for (const auto& mode : *b.modes) {
       if (mode != "sync" && mode != "async") {
@@ -66,10 +63,10 @@ int main(int argc, char** argv) {
           {"mode", mode},                  {"rollout_rows", static_cast<long long>(*t.buffer->steps * n)},
           {"epochs", *b.epochs},           {"minibatch", static_cast<long long>(*t.algorithm->minibatch_size)},
           {"steps", static_cast<long long>(r.env_steps)}};
-      const std::string dev = trainer.context().device.str();
+      const std::string dev = trainer.device();
       bench::emit("ppo_env_steps_per_s", static_cast<double>(r.env_steps) / r.wall_seconds, "env steps/s", config, dev);
       bench::emit("ppo_collect_steps_per_s", static_cast<double>(r.env_steps) / collect, "env steps/s", config, dev);
-      if (mode == "sync" && !b.python->empty() && trainer.context().device.is_cpu()) {
+      if (mode == "sync" && !b.python->empty() && dev == "cpu") {
         const double py = bench::run_reference(*b.python + " " + *b.reference + " --num-envs " + std::to_string(n) +
                                                " --steps " + std::to_string(*b.steps) + " --rollout " +
                                                std::to_string(*t.buffer->steps * n) + " --epochs " +

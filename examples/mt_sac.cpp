@@ -9,21 +9,18 @@
 //
 // For a multi-GPU server with DDP and BF16, examples/mt_sac_ddp.cpp with
 // configs/mt10_server.yaml.
-#include <anvil/algorithms/sac.hpp>
-#include <anvil/buffers/uniform_buffer.hpp>
+// The Trainer is prebuilt (anvil::compiled): this file compiles in seconds.
+#include <anvil/compiled.hpp>
 #include <anvil/envs/mujoco/manipulation.hpp>
 #include <anvil/envs/python_env.hpp>
-#include <anvil/train/start.hpp>
-#include <anvil/train/trainer.hpp>
 
 int main(int argc, char** argv) {
-  using Trainer = anvil::Trainer<anvil::MultiTaskSAC, anvil::UniformBuffer>;
+  using Trainer = anvil::compiled::Trainer<anvil::MultiTaskSAC, anvil::UniformBuffer>;
   const auto cfg = anvil::start<Trainer>(argc, argv);
-  if (anvil::envs::python::is_python_id(*cfg.env->id)) {  // a multi-task env in Python (docs/python.md)
-    Trainer trainer(anvil::envs::python_env(*cfg.env->id, *cfg.env->kwargs, *cfg.env->workers), cfg);
-    trainer.fit();
-    return 0;
-  }
-  Trainer trainer(anvil::envs::mujoco::Manipulation{}, cfg);
+  const auto& env = *cfg.env;
+  Trainer trainer(anvil::envs::python::is_python_id(*env.id)  // a multi-task env in Python (docs/python.md)
+                      ? anvil::envs::python_env(*env.id, *env.kwargs, *env.workers)
+                      : anvil::envs::AnyEnv(anvil::envs::mujoco::Manipulation{}),
+                  cfg);
   trainer.fit();
 }

@@ -4,23 +4,20 @@
 // built-in env's defaults come from examples/hyperparams/ppo_recurrent.yaml;
 // `--hyperparams=FILE` reads another file, and `--config` files and the command line
 // override both.
-#include <anvil/algorithms/recurrent_ppo.hpp>
-#include <anvil/buffers/rollout_buffer.hpp>
+// The Trainer is prebuilt (anvil::compiled) and the env comes through its door
+// (envs::any_env), so this file compiles in seconds and one build trains every env.
+#include <anvil/compiled.hpp>
 #include <anvil/core/hyperparams.hpp>
 #include <anvil/envs/registry.hpp>
-#include <anvil/train/trainer.hpp>
 
 #ifndef ANVIL_HYPERPARAMS_DIR
 #define ANVIL_HYPERPARAMS_DIR "examples/hyperparams"
 #endif
 
 int main(int argc, char** argv) {
-  using Trainer = anvil::Trainer<anvil::RecurrentPPO, anvil::RolloutBuffer>;
-  auto args = anvil::with_hyperparameters(anvil::start(argc, argv), ANVIL_HYPERPARAMS_DIR "/ppo_recurrent.yaml",
-                                          "CartPoleNoVel-v1");
+  using Trainer = anvil::compiled::Trainer<anvil::RecurrentPPO, anvil::RolloutBuffer>;
+  const auto args = anvil::with_hyperparameters(anvil::start(argc, argv), ANVIL_HYPERPARAMS_DIR "/ppo_recurrent.yaml", "CartPoleNoVel-v1");
   const auto cfg = anvil::start<Trainer>(args);
-  anvil::envs::with_env(*cfg.env, [&](const auto& env) {
-    Trainer trainer(env, cfg, "train_ppo_recurrent");
-    trainer.fit();
-  });
+  Trainer trainer(anvil::envs::any_env(*cfg.env), cfg, "train_ppo_recurrent");
+  trainer.fit();
 }

@@ -5,22 +5,20 @@
 // `--hyperparams=FILE` reads another file, and `--config` files and the command line
 // override both. An env with discrete actions is refused with a message (use train_sac_discrete
 // or train_ppo).
-#include <anvil/algorithms/sac.hpp>
-#include <anvil/buffers/uniform_buffer.hpp>
+// The Trainer is prebuilt (anvil::compiled) and the env comes through its door
+// (envs::any_env), so this file compiles in seconds and one build trains every env.
+#include <anvil/compiled.hpp>
 #include <anvil/core/hyperparams.hpp>
 #include <anvil/envs/registry.hpp>
-#include <anvil/train/trainer.hpp>
 
 #ifndef ANVIL_HYPERPARAMS_DIR
 #define ANVIL_HYPERPARAMS_DIR "examples/hyperparams"
 #endif
 
 int main(int argc, char** argv) {
-  using Trainer = anvil::Trainer<anvil::SAC, anvil::UniformBuffer>;
-  auto args = anvil::with_hyperparameters(anvil::start(argc, argv), ANVIL_HYPERPARAMS_DIR "/sac.yaml", "Pendulum-v1");
+  using Trainer = anvil::compiled::Trainer<anvil::SAC, anvil::UniformBuffer>;
+  const auto args = anvil::with_hyperparameters(anvil::start(argc, argv), ANVIL_HYPERPARAMS_DIR "/sac.yaml", "Pendulum-v1");
   const auto cfg = anvil::start<Trainer>(args);
-  anvil::envs::with_env(*cfg.env, [&](const auto& env) {
-    Trainer trainer(env, cfg, "train_sac");
-    trainer.fit();
-  });
+  Trainer trainer(anvil::envs::any_env(*cfg.env), cfg, "train_sac");
+  trainer.fit();
 }

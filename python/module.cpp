@@ -31,6 +31,7 @@
 #include <optional>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include <anvil/algorithms/policy.hpp>
@@ -223,34 +224,42 @@ py::dict train_with(const EnvArg& e, const anvil::Args& args, typename T::Config
   return fit_result(result, run_dir);
 }
 
+// The algorithms `train` takes by name, each a prebuilt Trainer, with its C++ main's file of
+// per-env defaults for anvil's C++ envs (examples/hyperparams; none for mt_sac).
+constexpr std::array<const char*, 5> kAlgorithms{"sac", "sac_discrete", "ppo", "ppo_recurrent", "mt_sac"};
+
+template <class F>
+decltype(auto) with_algorithm(const std::string& algorithm, F&& f) {
+  namespace a = anvil;
+  using anvil::compiled::Trainer;
+  if (algorithm == "sac") return f(std::type_identity<Trainer<a::SAC, a::UniformBuffer>>{}, "sac.yaml");
+  if (algorithm == "sac_discrete")
+    return f(std::type_identity<Trainer<a::DiscreteSAC, a::UniformBuffer>>{}, "sac_discrete.yaml");
+  if (algorithm == "ppo") return f(std::type_identity<Trainer<a::PPO, a::RolloutBuffer>>{}, "ppo.yaml");
+  if (algorithm == "ppo_recurrent")
+    return f(std::type_identity<Trainer<a::RecurrentPPO, a::RolloutBuffer>>{}, "ppo_recurrent.yaml");
+  if (algorithm == "mt_sac") return f(std::type_identity<Trainer<a::MultiTaskSAC, a::UniformBuffer>>{}, "");
+  std::string known;
+  for (const char* n : kAlgorithms) known += (known.empty() ? "" : ", ") + std::string(n);
+  throw ConfigError("algorithm='" + algorithm + "': choose one of " + known);
+}
+
 py::dict train(const std::string& algorithm, const py::object& env, const std::string& name,
                const std::string& importable, const std::string& why, const std::vector<std::string>& arguments) {
   auto args = anvil::parse_args(arguments);
   const EnvArg e{env, name, importable, why};
   const bool builtin = py::isinstance<py::str>(env) && !pyenv::is_python_id(env.cast<std::string>());
-  if (algorithm == "sac") {
-    using T = anvil::compiled::Trainer<anvil::SAC, anvil::UniformBuffer>;
-    if (builtin) args = anvil::with_hyperparameters(args, hyperparams_file("sac.yaml"), env.cast<std::string>());
+  return with_algorithm(algorithm, [&]<class T>(std::type_identity<T>, const std::string& hyperparams) {
+    if (builtin && !hyperparams.empty())
+      args = anvil::with_hyperparameters(args, hyperparams_file(hyperparams.c_str()), env.cast<std::string>());
     return train_with<T>(e, args, {});
-  }
-  if (algorithm == "ppo") {
-    using T = anvil::compiled::Trainer<anvil::PPO, anvil::RolloutBuffer>;
-    if (builtin) args = anvil::with_hyperparameters(args, hyperparams_file("ppo.yaml"), env.cast<std::string>());
-    return train_with<T>(e, args, {});
-  }
-  if (algorithm == "mt_sac") {
-    using T = anvil::compiled::Trainer<anvil::MultiTaskSAC, anvil::UniformBuffer>;
-    return train_with<T>(e, args, {});
-  }
-  throw ConfigError("algorithm='" + algorithm + "': choose one of sac, ppo, mt_sac");
+  });
 }
 
 std::string config_help(const std::string& algorithm) {
-  if (algorithm == "sac") return anvil::compiled::Trainer<anvil::SAC, anvil::UniformBuffer>::help("anvil.train('sac')", {});
-  if (algorithm == "ppo") return anvil::compiled::Trainer<anvil::PPO, anvil::RolloutBuffer>::help("anvil.train('ppo')", {});
-  if (algorithm == "mt_sac")
-    return anvil::compiled::Trainer<anvil::MultiTaskSAC, anvil::UniformBuffer>::help("anvil.train('mt_sac')", {});
-  throw ConfigError("algorithm='" + algorithm + "': choose one of sac, ppo, mt_sac");
+  return with_algorithm(algorithm, [&]<class T>(std::type_identity<T>, const std::string&) {
+    return T::help("anvil.train('" + algorithm + "')", {});
+  });
 }
 
 // ---- anvil's C++ envs as a vector env for Python ------------------------------------------
@@ -597,6 +606,7 @@ PYBIND11_MODULE(_anvil, m) {
   m.def("train", &train, py::arg("algorithm"), py::arg("env"), py::arg("name"), py::arg("importable"), py::arg("why"),
         py::arg("arguments"));
   m.def("config_help", &config_help, py::arg("algorithm"));
+  m.def("algorithms", [] { return std::vector<std::string>(kAlgorithms.begin(), kAlgorithms.end()); });
   m.def("env_ids", &cxx_env_ids);
   m.def("_bare_step_us", &bare_step_us, py::arg("id"), py::arg("num_envs"), py::arg("batches"));
   m.def("policy_act", &policy_act, py::arg("path"), py::arg("obs"));

@@ -17,6 +17,7 @@
 #include <anvil/envs/cart_pole.hpp>
 #include <anvil/envs/mountain_car_continuous.hpp>
 #include <anvil/envs/pendulum.hpp>
+#include <anvil/envs/render/classic_views.hpp>
 #include <anvil/train/compiled_trainer.hpp>
 #include <anvil/train/start.hpp>
 
@@ -27,7 +28,9 @@
   M(::anvil::envs::Pendulum)              \
   M(::anvil::envs::MountainCarContinuous) \
   M(::anvil::envs::CartPole)              \
-  M(::anvil::envs::Acrobot)
+  M(::anvil::envs::CartPoleNoVel)         \
+  M(::anvil::envs::Acrobot)               \
+  M(::anvil::envs::PixelPendulum)
 
 #ifdef ANVIL_COMPILED
 #define ANVIL_DETAIL_EXTERN_ENV(E)                        \

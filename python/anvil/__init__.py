@@ -26,7 +26,7 @@ from .spaces import Box, Dict, Discrete, MultiDiscrete
 __all__ = ["train", "make_vec", "VectorEnv", "load_policy", "config_help", "envs", "algorithms",
            "Error", "ConfigError", "EnvError", "Box", "Dict", "Discrete", "MultiDiscrete"]
 
-_ALGORITHMS = ("sac", "ppo", "mt_sac")
+_ALGORITHMS = tuple(_anvil.algorithms())
 
 
 def algorithms():
@@ -132,8 +132,8 @@ def _env(env):
 
 
 def train(algorithm, env, config=None, run_dir=None):
-    """Trains `env` with `algorithm` ("sac", "ppo" or "mt_sac") through anvil's prebuilt C++
-    Trainer and returns the run's summary (summary.json, with the run directory).
+    """Trains `env` with `algorithm` ("sac", "sac_discrete", "ppo", "ppo_recurrent" or
+    "mt_sac"; `anvil.algorithms()`) through anvil's prebuilt C++ Trainer and returns the run's summary (summary.json, with the run directory).
 
     env: a Gymnasium-style env class or factory (called once per env; `index=i` when it takes
     `index`), an env object (deep-copied per env), "python:MODULE:ATTR", or one of anvil's C++

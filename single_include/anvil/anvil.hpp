@@ -7576,7 +7576,7 @@ static_assert(ContinuousEnv<Pendulum>);
 /// that name; `with_env(cfg.env, f)` also takes an env in Python (`python:MODULE:ATTR`,
 /// envs/python_env.hpp), as the door (`AnyEnv`) a Trainer takes. A Trainer's type does not depend on its env's (the envs are type-erased
 /// behind `VecEnvBase`), so one program trains any of them. Users' own envs stay types:
-/// pass them to a Trainer directly.
+/// pass them to a Trainer directly. Light header.
 
 #include <array>
 #include <string>
@@ -8097,6 +8097,13 @@ decltype(auto) with_env(const VecEnvConfig& cfg, F&& f) {
     throw ConfigError("env.kwargs: only an env in Python (env.id=python:MODULE:ATTR) takes keyword arguments; " + id);
   if (*cfg.id == PixelPendulum::name) return std::forward<F>(f)(PixelPendulum(pixel_options(cfg)));
   return with_env(*cfg.id, std::forward<F>(f));
+}
+
+/// The env the env section names (`with_env(cfg, f)`'s choice and checks) through the door a
+/// Trainer takes: what a main on a prebuilt Trainer (`anvil/compiled.hpp`) passes it, so
+/// one Trainer serves every env without being built per env.
+[[nodiscard]] inline AnyEnv any_env(const VecEnvConfig& cfg) {
+  return with_env(cfg, [](const auto& env) { return AnyEnv(env); });
 }
 
 }  // namespace anvil::envs
@@ -17479,6 +17486,47 @@ struct policy_config<BasicSAC<nn::GaussianActor, nn::TwinQ, kMultiTask>> {
   static constexpr auto section = detail::sac_config_section<kMultiTask>;
 };
 
+/// Discrete SAC (algorithms/discrete_sac.hpp).
+class DiscreteSAC;
+
+/// The shape of discrete SAC's actor and of each critic: MLPs from the observation to one
+/// output per action.
+struct DiscreteSacNetConfig {
+  Param<std::vector<int>, "hidden", "hidden layer widths", at_least(1)> hidden{256, 256};
+  Param<nn::Activation, "activation", "hidden-layer activation"> activation{nn::Activation::relu};
+};
+
+/// Discrete SAC's section (`sac_discrete`). The paper's Atari settings are Adam at 3e-4,
+/// batches of 64, gamma 0.99, target entropy 0.98 log|A| and the target copied every 8,000
+/// steps (`tau=1 target_update_freq=8000`); the defaults here keep SAC's Polyak average.
+struct DiscreteSacConfig {
+  soft::BatchSize batch_size{64};
+  soft::Gamma gamma{0.99};
+  soft::Tau tau{0.005};
+  soft::ActorLr actor_lr{3e-4};
+  soft::CriticLr critic_lr{3e-4};
+  soft::AlphaLr alpha_lr{3e-4};
+  soft::InitAlpha init_alpha{1.0};
+  soft::AutoAlpha auto_alpha{true};
+  Param<double, "target_entropy_scale",
+        "target entropy is scale * log(number of actions), the uniform policy's entropy times scale "
+        "(Christodoulou 2019: 0.98)",
+        in_range(0, 1)>
+      target_entropy_scale{0.98};
+  soft::ActorUpdateFreq actor_update_freq{1};
+  soft::TargetUpdateFreq target_update_freq{1};
+  soft::MaxGradNorm max_grad_norm{0.0};
+  Section<"actor", DiscreteSacNetConfig> actor;
+  Section<"critic", DiscreteSacNetConfig> critic;
+};
+
+/// Discrete SAC's config, named without the algorithm's class.
+template <>
+struct policy_config<DiscreteSAC> {
+  using type = DiscreteSacConfig;
+  static constexpr FixedString section = "sac_discrete";
+};
+
 }  // namespace anvil
 // ---- end <anvil/algorithms/sac_config.hpp> ----
 // ---- begin <anvil/algorithms/sac_graph.hpp> ----
@@ -20429,37 +20477,6 @@ class DiffusionPolicy {
 
 namespace anvil {
 
-/// The shape of discrete SAC's actor and of each critic: MLPs from the observation to one
-/// output per action.
-struct DiscreteSacNetConfig {
-  Param<std::vector<int>, "hidden", "hidden layer widths", at_least(1)> hidden{256, 256};
-  Param<nn::Activation, "activation", "hidden-layer activation"> activation{nn::Activation::relu};
-};
-
-/// Discrete SAC's section (`sac_discrete`). The paper's Atari settings are Adam at 3e-4,
-/// batches of 64, gamma 0.99, target entropy 0.98 log|A| and the target copied every 8,000
-/// steps (`tau=1 target_update_freq=8000`); the defaults here keep SAC's Polyak average.
-struct DiscreteSacConfig {
-  soft::BatchSize batch_size{64};
-  soft::Gamma gamma{0.99};
-  soft::Tau tau{0.005};
-  soft::ActorLr actor_lr{3e-4};
-  soft::CriticLr critic_lr{3e-4};
-  soft::AlphaLr alpha_lr{3e-4};
-  soft::InitAlpha init_alpha{1.0};
-  soft::AutoAlpha auto_alpha{true};
-  Param<double, "target_entropy_scale",
-        "target entropy is scale * log(number of actions), the uniform policy's entropy times scale "
-        "(Christodoulou 2019: 0.98)",
-        in_range(0, 1)>
-      target_entropy_scale{0.98};
-  soft::ActorUpdateFreq actor_update_freq{1};
-  soft::TargetUpdateFreq target_update_freq{1};
-  soft::MaxGradNorm max_grad_norm{0.0};
-  Section<"actor", DiscreteSacNetConfig> actor;
-  Section<"critic", DiscreteSacNetConfig> critic;
-};
-
 /// Algorithm policy: Soft Actor-Critic for discrete actions (see file comment).
 class DiscreteSAC {
  public:
@@ -21962,7 +21979,8 @@ class Every {
 ///
 /// Two ways to build a program that uses it:
 ///  - link the CMake target `anvil::compiled`: a library of the common Trainers, prebuilt
-///    (the list `ANVIL_PREBUILT_TRAINERS` in anvil's CMakeLists.txt); the main includes
+///    (the list `ANVIL_PREBUILT_TRAINERS` in anvil's CMakeLists.txt, and any in the cache
+///    variable `ANVIL_EXTRA_PREBUILT_TRAINERS`); the main includes
 ///    `<anvil/compiled.hpp>` and none of torch's ATen or `torch/` headers (only a few of c10's
 ///    small ones). Another combination is built in one translation unit of yours that
 ///    includes `train/compiled_trainer_impl.hpp` and says `ANVIL_COMPILED_TRAINER(...)`
@@ -22295,7 +22313,15 @@ struct loop_of<BasicSAC<nn::GaussianActor, nn::TwinQ, kMultiTask>> {
   using type = OffPolicyLoop;
 };
 template <>
+struct loop_of<DiscreteSAC> {
+  using type = OffPolicyLoop;
+};
+template <>
 struct loop_of<PPO> {
+  using type = OnPolicyLoop;
+};
+template <>
+struct loop_of<RecurrentPPO> {
   using type = OnPolicyLoop;
 };
 
@@ -22359,6 +22385,10 @@ class Trainer {
   /// Writes the policy files into `dir` (policy.safetensors; policy.bin where the algorithm
   /// has one); an algorithm with no policy file throws.
   void export_policy(const std::filesystem::path& dir) const;
+  /// Where the run's time went so far, by phase (act, env, update, ...; observe/timers.hpp).
+  [[nodiscard]] const PhaseTimes& times() const noexcept;
+  /// The device the run trains on, as torch names it ("cpu", "cuda:0").
+  [[nodiscard]] std::string device() const;
   /// The resolved config the run uses.
   [[nodiscard]] const Config& config() const noexcept;
   /// Where the run writes its files.
@@ -22392,8 +22422,9 @@ class Trainer {
 ///     #include <anvil/train/compiled_trainer_impl.hpp>
 ///     ANVIL_COMPILED_TRAINER(anvil::SAC, anvil::UniformBuffer, anvil::SingleDevice, anvil::TF32)
 ///
-/// It includes the classes of the policies `compiled.hpp` names (SAC, PPO, their buffers);
-/// a combination with other policies includes theirs too.
+/// It includes the classes of the algorithms whose loop `compiled::loop_of` names (SAC,
+/// MultiTaskSAC, DiscreteSAC, PPO, RecurrentPPO) and their buffers; a combination with other
+/// policies includes theirs too.
 
 #include <filesystem>
 #include <memory>
@@ -26304,6 +26335,16 @@ void Trainer<A, B, P, X, L>::export_policy(const std::filesystem::path& dir) con
   } else {
     throw Error("export_policy: " + std::string(A::config_section.view()) + " writes no policy file; its checkpoints hold it");
   }
+}
+
+template <class A, class B, class P, class X, class L>
+const PhaseTimes& Trainer<A, B, P, X, L>::times() const noexcept {
+  return impl_->times();
+}
+
+template <class A, class B, class P, class X, class L>
+std::string Trainer<A, B, P, X, L>::device() const {
+  return impl_->context().device.str();
 }
 
 template <class A, class B, class P, class X, class L>

@@ -57,6 +57,23 @@ def test_train_ppo_on_a_cxx_env_by_id_takes_the_mains_hyperparameters(tmp_path):
     assert s["config"]["env.num_envs"] == 8  # examples/hyperparams/ppo.yaml's CartPole-v1 block
 
 
+def test_train_discrete_sac_and_recurrent_ppo_by_name_with_their_mains_hyperparameters(tmp_path):
+    assert anvil.algorithms() == ["sac", "sac_discrete", "ppo", "ppo_recurrent", "mt_sac"]
+    s = anvil.train("sac_discrete", "CartPole-v1", config={**QUICK, "train.steps": 800}, run_dir=tmp_path / "d")
+    assert s["status"] == "finished" and s["env_steps"] == 800 and s["updates"] > 0
+    assert s["config"]["sac_discrete.critic_lr"] == 1e-3  # examples/hyperparams/sac_discrete.yaml's CartPole-v1
+    r = anvil.train("ppo_recurrent", "CartPoleNoVel-v1", config={"train.steps": 512, "run.update_threads": 1},
+                    run_dir=tmp_path / "r")
+    assert r["status"] == "finished" and r["env_steps"] >= 512
+    assert r["config"]["ppo_recurrent.memory"] == 64 and r["config"]["env.num_envs"] == 8
+    for run in ("d", "r"):  # their policies act in PyTorch as exported
+        policy = anvil.load_policy(tmp_path / run / "policy.safetensors")
+        assert policy is not None
+    with pytest.raises(anvil.ConfigError, match="continuous actions: use SAC"):
+        anvil.train("sac_discrete", "Pendulum-v1", config=QUICK, run_dir=tmp_path / "p")
+    assert "ppo_recurrent.sequence_length" in anvil.config_help("ppo_recurrent")
+
+
 @pytest.mark.skipif("Manipulation" not in anvil.envs(), reason="built without MuJoCo")
 def test_train_mt_sac_on_the_manipulation_suite(tmp_path):
     s = anvil.train("mt_sac", "Manipulation", config={"env.tasks": ["reach", "push"], "train.steps": 600,

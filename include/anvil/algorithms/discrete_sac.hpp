@@ -47,37 +47,6 @@
 
 namespace anvil {
 
-/// The shape of discrete SAC's actor and of each critic: MLPs from the observation to one
-/// output per action.
-struct DiscreteSacNetConfig {
-  Param<std::vector<int>, "hidden", "hidden layer widths", at_least(1)> hidden{256, 256};
-  Param<nn::Activation, "activation", "hidden-layer activation"> activation{nn::Activation::relu};
-};
-
-/// Discrete SAC's section (`sac_discrete`). The paper's Atari settings are Adam at 3e-4,
-/// batches of 64, gamma 0.99, target entropy 0.98 log|A| and the target copied every 8,000
-/// steps (`tau=1 target_update_freq=8000`); the defaults here keep SAC's Polyak average.
-struct DiscreteSacConfig {
-  soft::BatchSize batch_size{64};
-  soft::Gamma gamma{0.99};
-  soft::Tau tau{0.005};
-  soft::ActorLr actor_lr{3e-4};
-  soft::CriticLr critic_lr{3e-4};
-  soft::AlphaLr alpha_lr{3e-4};
-  soft::InitAlpha init_alpha{1.0};
-  soft::AutoAlpha auto_alpha{true};
-  Param<double, "target_entropy_scale",
-        "target entropy is scale * log(number of actions), the uniform policy's entropy times scale "
-        "(Christodoulou 2019: 0.98)",
-        in_range(0, 1)>
-      target_entropy_scale{0.98};
-  soft::ActorUpdateFreq actor_update_freq{1};
-  soft::TargetUpdateFreq target_update_freq{1};
-  soft::MaxGradNorm max_grad_norm{0.0};
-  Section<"actor", DiscreteSacNetConfig> actor;
-  Section<"critic", DiscreteSacNetConfig> critic;
-};
-
 /// Algorithm policy: Soft Actor-Critic for discrete actions (see file comment).
 class DiscreteSAC {
  public:

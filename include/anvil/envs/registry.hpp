@@ -5,7 +5,7 @@
 /// that name; `with_env(cfg.env, f)` also takes an env in Python (`python:MODULE:ATTR`,
 /// envs/python_env.hpp), as the door (`AnyEnv`) a Trainer takes. A Trainer's type does not depend on its env's (the envs are type-erased
 /// behind `VecEnvBase`), so one program trains any of them. Users' own envs stay types:
-/// pass them to a Trainer directly.
+/// pass them to a Trainer directly. Light header.
 
 #include <array>
 #include <string>
@@ -73,6 +73,13 @@ decltype(auto) with_env(const VecEnvConfig& cfg, F&& f) {
     throw ConfigError("env.kwargs: only an env in Python (env.id=python:MODULE:ATTR) takes keyword arguments; " + id);
   if (*cfg.id == PixelPendulum::name) return std::forward<F>(f)(PixelPendulum(pixel_options(cfg)));
   return with_env(*cfg.id, std::forward<F>(f));
+}
+
+/// The env the env section names (`with_env(cfg, f)`'s choice and checks) through the door a
+/// Trainer takes: what a main on a prebuilt Trainer (`anvil/compiled.hpp`) passes it, so
+/// one Trainer serves every env without being built per env.
+[[nodiscard]] inline AnyEnv any_env(const VecEnvConfig& cfg) {
+  return with_env(cfg, [](const auto& env) { return AnyEnv(env); });
 }
 
 }  // namespace anvil::envs

@@ -13,7 +13,8 @@
 ///
 /// Two ways to build a program that uses it:
 ///  - link the CMake target `anvil::compiled`: a library of the common Trainers, prebuilt
-///    (the list `ANVIL_PREBUILT_TRAINERS` in anvil's CMakeLists.txt); the main includes
+///    (the list `ANVIL_PREBUILT_TRAINERS` in anvil's CMakeLists.txt, and any in the cache
+///    variable `ANVIL_EXTRA_PREBUILT_TRAINERS`); the main includes
 ///    `<anvil/compiled.hpp>` and none of torch's ATen or `torch/` headers (only a few of c10's
 ///    small ones). Another combination is built in one translation unit of yours that
 ///    includes `train/compiled_trainer_impl.hpp` and says `ANVIL_COMPILED_TRAINER(...)`
@@ -34,6 +35,7 @@
 #include <anvil/buffers/replay_config.hpp>
 #include <anvil/core/config.hpp>
 #include <anvil/envs/any_env.hpp>
+#include <anvil/observe/timers.hpp>
 #include <anvil/parallel/single_device.hpp>
 #include <anvil/precision/bf16.hpp>
 #include <anvil/precision/fp32.hpp>
@@ -57,7 +59,15 @@ struct loop_of<BasicSAC<nn::GaussianActor, nn::TwinQ, kMultiTask>> {
   using type = OffPolicyLoop;
 };
 template <>
+struct loop_of<DiscreteSAC> {
+  using type = OffPolicyLoop;
+};
+template <>
 struct loop_of<PPO> {
+  using type = OnPolicyLoop;
+};
+template <>
+struct loop_of<RecurrentPPO> {
   using type = OnPolicyLoop;
 };
 
@@ -121,6 +131,10 @@ class Trainer {
   /// Writes the policy files into `dir` (policy.safetensors; policy.bin where the algorithm
   /// has one); an algorithm with no policy file throws.
   void export_policy(const std::filesystem::path& dir) const;
+  /// Where the run's time went so far, by phase (act, env, update, ...; observe/timers.hpp).
+  [[nodiscard]] const PhaseTimes& times() const noexcept;
+  /// The device the run trains on, as torch names it ("cpu", "cuda:0").
+  [[nodiscard]] std::string device() const;
   /// The resolved config the run uses.
   [[nodiscard]] const Config& config() const noexcept;
   /// Where the run writes its files.

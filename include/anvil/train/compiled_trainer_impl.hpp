@@ -8,15 +8,18 @@
 ///     #include <anvil/train/compiled_trainer_impl.hpp>
 ///     ANVIL_COMPILED_TRAINER(anvil::SAC, anvil::UniformBuffer, anvil::SingleDevice, anvil::TF32)
 ///
-/// It includes the classes of the policies `compiled.hpp` names (SAC, PPO, their buffers);
-/// a combination with other policies includes theirs too.
+/// It includes the classes of the algorithms whose loop `compiled::loop_of` names (SAC,
+/// MultiTaskSAC, DiscreteSAC, PPO, RecurrentPPO) and their buffers; a combination with other
+/// policies includes theirs too.
 
 #include <filesystem>
 #include <memory>
 #include <string>
 #include <utility>
 
+#include <anvil/algorithms/discrete_sac.hpp>
 #include <anvil/algorithms/ppo.hpp>
+#include <anvil/algorithms/recurrent_ppo.hpp>
 #include <anvil/algorithms/sac.hpp>
 #include <anvil/buffers/prioritized_buffer.hpp>
 #include <anvil/buffers/rollout_buffer.hpp>
@@ -149,6 +152,16 @@ void Trainer<A, B, P, X, L>::export_policy(const std::filesystem::path& dir) con
   } else {
     throw Error("export_policy: " + std::string(A::config_section.view()) + " writes no policy file; its checkpoints hold it");
   }
+}
+
+template <class A, class B, class P, class X, class L>
+const PhaseTimes& Trainer<A, B, P, X, L>::times() const noexcept {
+  return impl_->times();
+}
+
+template <class A, class B, class P, class X, class L>
+std::string Trainer<A, B, P, X, L>::device() const {
+  return impl_->context().device.str();
 }
 
 template <class A, class B, class P, class X, class L>
