@@ -9,6 +9,8 @@
 // both halves of a ratio saw the same machine. One JSON line per figure.
 #include "bench_common.hpp"
 
+#include <filesystem>
+
 #include <anvil/anvil.hpp>
 
 #ifndef ANVIL_BENCH_REFERENCE
@@ -167,7 +169,8 @@ int main(int argc, char** argv) {
     c.algorithm->alpha_lr = 1e-3;
     c.run->device = "cpu";
     c.run->progress = anvil::ProgressMode::off;
-    c.run->run_dir = "runs/bench_sac_update";
+    // A directory of its own each time (a second run must not find the first's run there).
+    c.run->run_dir = (std::filesystem::temp_directory_path() / ("anvil_bench_sac_update_" + std::to_string(::getpid()))).string();
     T t(anvil::envs::Pendulum{}, c);
     const auto r = t.fit();
     bench::emit("main_job_env_steps_per_s", static_cast<double>(r.env_steps) / r.wall_seconds,
@@ -194,5 +197,7 @@ int main(int argc, char** argv) {
     bench::emit("main_job_timer_overhead_share", t.timer_overhead(), "fraction",
                 {{"env", "Pendulum-v1"}, {"steps", static_cast<long long>(r.env_steps)},
                  {"phases_timed", static_cast<long long>(t.times().calls())}});
+    std::error_code ec;
+    std::filesystem::remove_all(t.run_dir(), ec);
   }
 }

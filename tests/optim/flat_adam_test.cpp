@@ -8,6 +8,7 @@
 
 #include <array>
 #include <cmath>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -231,6 +232,57 @@ TEST_CASE("simd kernels: every build this CPU runs gives LibTorch's results (the
       CHECK(close(w, w1));
     }
   }
+}
+
+TEST_CASE("simd::adam: moments that decay into the denormal range become zero, the weights move as without the flush, and the thread's float mode is left as it was") {
+  const std::int64_t n = 1000;
+  const float tiny = std::numeric_limits<float>::min();  // the smallest normal float
+  // Half the weights have stopped learning (zero gradients: a dead unit), their moments just
+  // above the smallest normal; the other half learn.
+  std::vector<float> w(n), m(n), v(n), g(n);
+  for (std::int64_t i = 0; i < n; ++i) {
+    const bool dead = i % 2 == 0;
+    w[i] = 0.01f * static_cast<float>(i % 17 + 1);
+    m[i] = dead ? 1.05f * tiny : 1e-3f;    // times b1: below the smallest normal
+    v[i] = dead ? 1.0005f * tiny : 1e-6f;  // times b2: the same
+    g[i] = dead ? 0.0f : 1e-3f * static_cast<float>(i % 5 + 1);
+  }
+  auto w_plain = w, m_plain = m, v_plain = v;
+  const float b1 = 0.9f, b2 = 0.999f, c1 = 0.1f, c2 = 0.001f, sqrt_bc2 = 0.3f, eps = 1e-8f, step = -1e-3f;
+  // The same step without the flush (the formula written out, in float).
+  for (std::int64_t i = 0; i < n; ++i) {
+    m_plain[i] = m_plain[i] * b1 + g[i] * c1;
+    v_plain[i] = v_plain[i] * b2 + c2 * g[i] * g[i];
+    w_plain[i] = w_plain[i] + step * (m_plain[i] / (std::sqrt(v_plain[i]) / sqrt_bc2 + eps));
+  }
+#if ANVIL_SIMD_X86
+  const unsigned before = _mm_getcsr();
+#endif
+  anvil::simd::adam(w.data(), m.data(), v.data(), g.data(), n, b1, b2, c1, c2, 1.0f, sqrt_bc2, eps, step);
+  for (std::int64_t i = 0; i < n; ++i) {
+    CAPTURE(i);
+    CHECK(w[i] == w_plain[i]);  // bitwise: a denormal moment moves no weight
+    if (i % 2 == 0) {
+      CHECK(std::fpclassify(m_plain[i]) == FP_SUBNORMAL);  // the plain step made denormals
+      CHECK(std::fpclassify(v_plain[i]) == FP_SUBNORMAL);
+      CHECK(m[i] == 0.0f);
+      CHECK(v[i] == 0.0f);
+    } else {
+      CHECK(m[i] == doctest::Approx(m_plain[i]).epsilon(1e-6));
+      CHECK(v[i] == doctest::Approx(v_plain[i]).epsilon(1e-6));
+    }
+  }
+  for (int k = 0; k < 2; ++k)
+    anvil::simd::adam(w.data(), m.data(), v.data(), g.data(), n, b1, b2, c1, c2, 1.0f, sqrt_bc2, eps, step);
+  for (std::int64_t i = 0; i < n; ++i) {
+    CHECK(std::fpclassify(m[i]) != FP_SUBNORMAL);
+    CHECK(std::fpclassify(v[i]) != FP_SUBNORMAL);
+  }
+#if ANVIL_SIMD_X86
+  CHECK(_mm_getcsr() == before);
+  volatile float x = tiny;  // denormals still come out of this thread's own arithmetic
+  CHECK(std::fpclassify(x * 0.5f) == FP_SUBNORMAL);
+#endif
 }
 
 TEST_CASE("simd::exp and simd::log: within 2 ulp of std::exp and std::log in both builds, special values as std") {

@@ -305,8 +305,36 @@ inline void adam_baseline(float* __restrict w, float* __restrict m, float* __res
 #undef ANVIL_ADAM_BODY
 }  // namespace detail
 
+/// While it lives, this thread's float arithmetic flushes denormal results to zero and reads
+/// denormal inputs as zero (x86's FTZ and DAZ bits); the thread's own setting comes back
+/// after. Adam's moments of a weight whose gradient has stopped (a dead unit) decay into the
+/// denormal range, where every operation on them takes a microcode assist on Intel cores:
+/// measured on an Intel Xeon, an Adam step over 200,000 such moments took 1,551 us against
+/// 114 us (30% of the main job's time). The update of the weight is the same either way: a
+/// denormal moment moves it by under 1e-33. A no-op elsewhere.
+class FlushDenormals {
+ public:
+#if ANVIL_SIMD_X86
+  FlushDenormals() : saved_(_mm_getcsr()) { _mm_setcsr(saved_ | kFtzDaz); }
+  ~FlushDenormals() { _mm_setcsr(saved_); }
+#else
+  FlushDenormals() = default;
+#endif
+  FlushDenormals(const FlushDenormals&) = delete;
+  FlushDenormals& operator=(const FlushDenormals&) = delete;
+
+ private:
+#if ANVIL_SIMD_X86
+  static constexpr unsigned kFtzDaz = 0x8040;  // MXCSR: flush to zero (bit 15), denormals are zero (bit 6)
+  unsigned saved_;
+#endif
+};
+
+/// One Adam step over `n` floats (see ANVIL_ADAM_BODY), denormal moments flushed to zero
+/// (FlushDenormals).
 inline void adam(float* w, float* m, float* v, const float* g, std::int64_t n, float b1, float b2, float c1, float c2,
                  float decay, float sqrt_bc2, float eps, float step) {
+  const FlushDenormals flush;
 #if ANVIL_SIMD_X86
   if (avx512()) return detail::adam_avx512(w, m, v, g, n, b1, b2, c1, c2, decay, sqrt_bc2, eps, step);
 #endif
