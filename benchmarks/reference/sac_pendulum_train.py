@@ -78,9 +78,14 @@ def main():
     ap.add_argument("--eval-episodes", type=int, default=10)
     ap.add_argument("--batch", type=int, default=256)
     ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--flush-denormal", action="store_true",
+                    help="torch.set_flush_denormal(True): PyTorch's own switch for the CPUs where arithmetic on "
+                         "denormal floats (Adam's decayed moments) is slow")
     args = ap.parse_args()
 
     torch.set_num_threads(args.threads)
+    if args.flush_denormal and not torch.set_flush_denormal(True):
+        sys.exit("--flush-denormal: this CPU cannot flush denormals (torch.set_flush_denormal returned False)")
     torch.manual_seed(args.seed)
     rng = np.random.default_rng(args.seed)
     env, eval_env = pendulum.Pendulum(), pendulum.Pendulum()

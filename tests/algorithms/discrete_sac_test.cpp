@@ -169,7 +169,7 @@ TEST_CASE("Trainer<DiscreteSAC, PrioritizedBuffer> with 3-step returns resumes f
   for (const auto& d : {*c.run->run_dir, *rc.run->run_dir}) std::filesystem::remove_all(d);
 }
 
-TEST_CASE("Trainer: discrete SAC learns CartPole-v1 (best evaluation of 10 episodes 200 or more within 12,000 steps)") {
+TEST_CASE("Trainer: discrete SAC learns CartPole-v1 (best evaluation of 10 episodes 200 or more within 12,000 steps)" * doctest::test_suite("learning")) {
   using T = Trainer<DiscreteSAC, UniformBuffer>;
   T::Config c;
   learning_test_run(*c.run, "dsac_cartpole", 4000, 1);

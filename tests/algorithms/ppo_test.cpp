@@ -384,9 +384,9 @@ TEST_CASE("NormalizedVecEnv: observations standardised, rewards scaled, evaluati
   CHECK(v.state()->obs.count() == count);
 }
 
-TEST_CASE("Trainer: PPO solves CartPole (mean eval return >= 475) within 150,000 env steps with 8 envs") {
+TEST_CASE("Trainer: PPO solves CartPole (mean eval return >= 475) within 150,000 env steps with 8 envs" * doctest::test_suite("learning")) {
   auto c = cartpole_config(150'000, "ppo_cartpole");
-  c.run->seed = 1;
+  c.run->seed = learning_seed(1);
   PpoTrainer t(envs::CartPole{}, c);
   const auto r = t.fit();
   MESSAGE("PPO CartPole: final eval " << r.final_eval_return << ", best " << r.best_eval_return << ", "
@@ -396,10 +396,10 @@ TEST_CASE("Trainer: PPO solves CartPole (mean eval return >= 475) within 150,000
   std::filesystem::remove_all(*c.run->run_dir);
 }
 
-TEST_CASE("Trainer: Trainer<PPO, RolloutBuffer, SingleDevice, BF16> learns CartPole on the CPU") {
+TEST_CASE("Trainer: Trainer<PPO, RolloutBuffer, SingleDevice, BF16> learns CartPole on the CPU" * doctest::test_suite("learning")) {
   using T = Trainer<PPO, RolloutBuffer, SingleDevice, BF16>;
   auto c = cartpole_config<T>(60'000, "ppo_bf16");
-  c.run->seed = 2;
+  c.run->seed = learning_seed(2);
   T t(envs::CartPole{}, c);
   const auto r = t.fit();
   MESSAGE("PPO CartPole BF16: best eval " << r.best_eval_return);
@@ -672,7 +672,7 @@ TEST_CASE("PPO on images: init.weights starts the actor and the shared encoder f
 // machine class; here seed 1 ends at -250 (train_ppo with the same settings: -223; with an
 // evaluation every 4,096 steps, whose last one draws other starting states, seeds 1 to 4:
 // -164, -197, -163 and -126).
-TEST_CASE("Trainer: PPO learns PixelPendulum-v1 from 32x32 images (eval above -400 within 20,480 agent steps)") {
+TEST_CASE("Trainer: PPO learns PixelPendulum-v1 from 32x32 images (eval above -400 within 20,480 agent steps)" * doctest::test_suite("learning")) {
   PpoTrainer::Config c;
   learning_test_run(*c.run, "ppo_pixels", 4096, 1);
   c.train->steps = 20'000;

@@ -264,9 +264,9 @@ TEST_CASE("Trainer: recurrent PPO writes policy.safetensors, which acts in PyTor
   SUBCASE("Pendulum-v1: the mean clipped and scaled to the bounds") { check_in_python(envs::Pendulum{}, "ppo_recurrent_export_pd"); }
 }
 
-TEST_CASE("Trainer: recurrent PPO learns CartPole with its velocities hidden (CartPoleNoVel-v1), evaluated with its own memory") {
+TEST_CASE("Trainer: recurrent PPO learns CartPole with its velocities hidden (CartPoleNoVel-v1), evaluated with its own memory" * doctest::test_suite("learning")) {
   auto c = novel_config(30'720, "ppo_recurrent_learns");
-  c.run->seed = 1;
+  c.run->seed = learning_seed(1);
   RecurrentTrainer t(envs::CartPoleNoVel{}, c);
   const auto r = t.fit();
   MESSAGE("recurrent PPO CartPoleNoVel-v1: final eval " << r.final_eval_return << ", " << r.wall_seconds << " s");

@@ -52,7 +52,9 @@ std::array<float, 4> toward(const Manipulation& e, V3 target, double grip) {
 
 // Runs one episode of `phases` (the last one until success or the episode ends); returns
 // whether the episode succeeded, and says where it got to when it did not.
-bool run_script(Manipulation& e, std::uint64_t seed, const std::vector<Phase>& phases) {
+// `on_step` (if given) sees the env and the result after each step.
+bool run_script(Manipulation& e, std::uint64_t seed, const std::vector<Phase>& phases,
+                const std::function<void(const Manipulation&, const envs::StepResult&)>& on_step = {}) {
   e.reset(seed);
   std::size_t p = 0;
   int in_phase = 0;
@@ -61,6 +63,7 @@ bool run_script(Manipulation& e, std::uint64_t seed, const std::vector<Phase>& p
     const V3 target = ph.target(e);
     const auto a = toward(e, target, ph.grip);
     const auto r = e.step(a);
+    if (on_step) on_step(e, r);
     if (e.episode_succeeded()) return true;
     ++in_phase;
     const bool done = ph.done ? ph.done(e) : norm(sub(e.tcp(), target)) < 0.01;
@@ -171,6 +174,49 @@ TEST_CASE("Manipulation: a scripted controller solves every MT10 task as built")
     int wins = 0;
     for (std::uint64_t seed = 1; seed <= 10; ++seed) wins += run_script(e, seed, script_for(t)) ? 1 : 0;
     CHECK(wins == 10);
+  }
+}
+
+TEST_CASE("Manipulation: push and pick-place are rewarded as MetaWorld v2 publishes them, along a scripted episode") {
+  // sawyer_push_v2.py / sawyer_pick_place_v2.py (Metaworld v2.0.0): push 2 x caging while the
+  // tcp is 2 cm or more from the puck, 4 x caging + 1 + 5 x in-place within it; pick-place the
+  // Hamacher product of caging and in-place (at most 1) until the puck is lifted 1 cm with the
+  // tcp on it, then + 1 + 5 x in-place; 10 once the puck is within 5 cm of the goal.
+  for (const Task t : {Task::push, Task::pick_place}) {
+    CAPTURE(envs::mujoco::kTaskNames[static_cast<std::size_t>(t)]);
+    auto e = env_of(t);
+    for (std::uint64_t seed = 1; seed <= 3; ++seed) {
+      CAPTURE(seed);
+      int steps = 0, bonus = 0;
+      double first = -1;
+      V3 start{};
+      const bool won = run_script(e, seed, script_for(t), [&](const Manipulation& m, const envs::StepResult& r) {
+        if (steps++ == 0) {
+          first = r.reward;
+          start = m.object_position();  // the puck has not moved in one step
+        }
+        const V3 obj = m.object_position();
+        const double to_goal = norm(sub(obj, m.goal())), to_tcp = norm(sub(obj, m.tcp()));
+        CHECK(r.reward >= 0.0);
+        CHECK(r.reward <= 10.0);
+        if (to_goal < 0.049) {
+          CHECK(r.reward == 10.0);
+          return;
+        }
+        if (to_goal < 0.051) return;  // the first step inside: the two distances may round apart
+        const bool lifted = obj[2] - 0.01 > start[2] + 1e-4;
+        const bool near = to_tcp < 0.0199;
+        if (t == Task::push ? to_tcp > 0.0201 : (!lifted || !near)) CHECK(r.reward <= (t == Task::push ? 2.0 : 1.0 + 1e-9));
+        if (near && (t == Task::push || lifted)) {
+          CHECK(r.reward >= 1.0);
+          ++bonus;
+        }
+      });
+      CHECK(won);
+      CHECK(first >= 0.0);
+      CHECK(first < 0.5);  // the hand starts 13 cm above the puck: the caging's x-z term is small
+      CHECK(bonus > 0);    // the script held the puck on its way to the goal
+    }
   }
 }
 
@@ -297,6 +343,14 @@ TEST_CASE("Manipulation: a saved state steps on bitwise as the original") {
     auto other = env_of(Task::reach);
     BinaryReader r2(bytes, "state", "state");
     CHECK_THROWS_WITH_AS(other.load_state(r2), doctest::Contains("manipulation task"), Error);
+    // A state written before the version was (the task, then the simulation's bytes) is
+    // refused by it.
+    auto w3 = BinaryWriter::in_memory("state");
+    w3.value(static_cast<std::int8_t>(t));
+    w3.value(std::uint64_t{27});  // what the simulation's state began with
+    const auto old = w3.take_bytes();
+    BinaryReader r3(old, "state", "state");
+    CHECK_THROWS_WITH_AS(copy.load_state(r3), doctest::Contains("manipulation state version"), Error);
   }
 }
 

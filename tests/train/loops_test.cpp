@@ -279,14 +279,14 @@ static_assert(Algorithm<Reinforce> && NamesItsLoop<Reinforce>);
 
 }  // namespace
 
-TEST_CASE("EpisodicLoop: a user's REINFORCE learns CartPole from rounds of whole episodes") {
+TEST_CASE("EpisodicLoop: a user's REINFORCE learns CartPole from rounds of whole episodes" * doctest::test_suite("learning")) {
   using T = Trainer<Reinforce, EpisodeBuffer>;
   static_assert(std::same_as<T::Loop, EpisodicLoop>);  // the algorithm named its loop
   T::Config c;
   c.run->device = "cpu";
   c.run->run_dir = temp_run_dir("reinforce");
   c.run->progress = ProgressMode::off;
-  c.run->seed = 1;
+  c.run->seed = learning_seed(1);
   c.run->log_interval = 20'000;
   c.env->num_envs = 8;
   c.buffer->max_steps = 500;

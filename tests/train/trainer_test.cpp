@@ -201,9 +201,9 @@ TEST_CASE("Trainer: fit writes config.yaml, metrics.csv and summary.json in the 
   std::filesystem::remove_all(dir);
 }
 
-TEST_CASE("Trainer: SAC reaches a mean eval return of at least -250 on Pendulum within 15,000 steps") {
+TEST_CASE("Trainer: SAC reaches a mean eval return of at least -250 on Pendulum within 15,000 steps" * doctest::test_suite("learning")) {
   auto c = pendulum_config(15000, "learn");
-  c.run->seed = 1;
+  c.run->seed = learning_seed(1);
   SacTrainer t(envs::Pendulum{}, c);
   auto r = t.fit();
   MESSAGE("final eval return " << r.final_eval_return << " after " << r.env_steps << " steps");
@@ -211,10 +211,10 @@ TEST_CASE("Trainer: SAC reaches a mean eval return of at least -250 on Pendulum 
   std::filesystem::remove_all(*c.run->run_dir);
 }
 
-TEST_CASE("Trainer: Trainer<SAC, PrioritizedBuffer> learns Pendulum with no extra code") {
+TEST_CASE("Trainer: Trainer<SAC, PrioritizedBuffer> learns Pendulum with no extra code" * doctest::test_suite("learning")) {
   using PerTrainer = Trainer<SAC, PrioritizedBuffer>;
   auto c = pendulum_config<PerTrainer>(15000, "learn_per");
-  c.run->seed = 1;  // the seed of the uniform-buffer test above
+  c.run->seed = learning_seed(1);  // the seed of the uniform-buffer test above
   PerTrainer t(envs::Pendulum{}, c);
   auto r = t.fit();
   MESSAGE("final eval return " << r.final_eval_return);
@@ -226,10 +226,10 @@ TEST_CASE("Trainer: Trainer<SAC, PrioritizedBuffer> learns Pendulum with no extr
   std::filesystem::remove_all(*c.run->run_dir);
 }
 
-TEST_CASE("Trainer: Trainer<SAC, UniformBuffer, SingleDevice, BF16> learns Pendulum on the CPU to the FP32 bar") {
+TEST_CASE("Trainer: Trainer<SAC, UniformBuffer, SingleDevice, BF16> learns Pendulum on the CPU to the FP32 bar" * doctest::test_suite("learning")) {
   using Bf16Trainer = Trainer<SAC, UniformBuffer, SingleDevice, BF16>;
   auto c = pendulum_config<Bf16Trainer>(15000, "learn_bf16");
-  c.run->seed = 1;  // the seed of the FP32 test above
+  c.run->seed = learning_seed(1);  // the seed of the FP32 test above
   Bf16Trainer t(envs::Pendulum{}, c);
   auto r = t.fit();
   MESSAGE("final eval return " << r.final_eval_return);
@@ -283,9 +283,9 @@ TEST_CASE("Trainer: a run says why its networks take autograd instead of the han
   }
 }
 
-TEST_CASE("Trainer: update_interval=10 with updates_per_interval=10 also learns Pendulum") {
+TEST_CASE("Trainer: update_interval=10 with updates_per_interval=10 also learns Pendulum" * doctest::test_suite("learning")) {
   auto c = pendulum_config(15000, "learn10");
-  c.run->seed = 2;
+  c.run->seed = learning_seed(2);
   c.train->update_interval = 10;
   c.train->updates_per_interval = 10;
   SacTrainer t(envs::Pendulum{}, c);
@@ -636,7 +636,7 @@ TEST_CASE("Trainer: envs that come batched train through the same door as an Env
 // scaled to the image (2 pixels), learning rates 1e-3 (the state Pendulum's), one update
 // thread so the seed fixes the run. About 60 s on one core of this machine class; seeds 1, 2
 // and 3 were at -207, -330 and -153 after 4,000 agent steps and -184, -229, -174 after 6,000.
-TEST_CASE("Trainer: SAC learns PixelPendulum-v1 from 32x32 images with random shift (eval above -600 within 5,000 agent steps)") {
+TEST_CASE("Trainer: SAC learns PixelPendulum-v1 from 32x32 images with random shift (eval above -600 within 5,000 agent steps)" * doctest::test_suite("learning")) {
   SacTrainer::Config c;
   learning_test_run(*c.run, "sac_pixels", 1000, 1);
   c.train->steps = 5000;

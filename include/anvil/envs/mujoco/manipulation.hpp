@@ -4,8 +4,9 @@
 /// "Meta-World: A Benchmark and Evaluation for Multi-Task and Meta Reinforcement
 /// Learning"; the numbers cited below are from its public v2 sources,
 /// metaworld/envs/mujoco/sawyer_xyz/), so that configs and intuitions carry over, and its
-/// ten MT10 tasks. The models are this file's own (envs/mujoco/models.hpp), as are the
-/// shaped rewards; the interface, ranges and success thresholds follow MetaWorld:
+/// ten MT10 tasks. The models are this file's own (envs/mujoco/models.hpp); push and
+/// pick-place are rewarded as MetaWorld v2 publishes (`evaluate`), the other tasks' shaped
+/// rewards are this suite's own; the interface, ranges and success thresholds follow MetaWorld:
 ///
 ///  - action (4): xyz displacement of the hand's mocap target, clip(a, -1, 1) / 100 metres a
 ///    step, the target clipped to the hand's box [-0.5, 0.4, 0.05] .. [0.5, 1.0, 0.5]; and a
@@ -135,6 +136,7 @@ class Manipulation {
     episode_.start({});
     object_start_ = object_position();
     tcp_start_ = site(ids_.tcp);
+    pads_start_ = {pad_y(ids_.pad_l), pad_y(ids_.pad_r)};
     succeeded_ = false;
     write_observation(true);
     check_physics("reset");
@@ -184,10 +186,12 @@ class Manipulation {
   /// previous observation, the start positions rewards are shaped from.
   void save_state(BinaryWriter& w) const {
     w.value(static_cast<std::int8_t>(task()));
+    w.value(kStateVersion);
     sim_.save(w);
     w.value(goal_);
     w.value(object_start_);
     w.value(tcp_start_);
+    w.value(pads_start_);
     w.value(episode_.steps());
     w.value(succeeded_);
     w.value(success_);
@@ -197,10 +201,13 @@ class Manipulation {
   void load_state(BinaryReader& r) {
     const auto t = r.value<std::int8_t>("manipulation task");
     if (t != static_cast<std::int8_t>(task())) r.fail("manipulation task", "differs from this env's");
+    r.expect(kStateVersion, "manipulation state version (a checkpoint from before push and pick-place took MetaWorld's rewards "
+                            "holds none; it cannot be resumed)");
     sim_.read(r);
     goal_ = r.value<std::array<double, 3>>("goal");
     object_start_ = r.value<std::array<double, 3>>("object start");
     tcp_start_ = r.value<std::array<double, 3>>("hand start");
+    pads_start_ = r.value<std::array<double, 2>>("gripper pads' start");
     const auto steps = r.value<std::int64_t>("episode steps");
     succeeded_ = r.value<bool>("episode success");
     success_ = r.value<bool>("step success");
@@ -209,8 +216,12 @@ class Manipulation {
   }
 
  private:
+  // What `save_state` writes first after the task; bumped when its layout changes.
+  static constexpr std::uint64_t kStateVersion = 0x616e76696c4d5732;  // "anvilMW2"
+
   struct Ids {
     int hand = -1, mocap = -1, tcp = -1, tip_r = -1, tip_l = -1, object = -1, object_body = -1, peg_head = -1;
+    int pad_l = -1, pad_r = -1;  // the fingers' pad geoms (MetaWorld's leftpad, rightpad)
     int hand_q[3]{}, hand_v[3]{};
     int free_q = -1;     // the object's free joint (puck, peg), -1: none
     int fixture = -1;    // the body placed per episode (door, drawer case, button box, window, hole block)
@@ -229,6 +240,8 @@ class Manipulation {
     ids.tcp = mo.id(mjOBJ_SITE, "tcp");
     ids.tip_r = mo.id(mjOBJ_SITE, "tip_r");
     ids.tip_l = mo.id(mjOBJ_SITE, "tip_l");
+    ids.pad_l = mo.id(mjOBJ_GEOM, "pad_l");
+    ids.pad_r = mo.id(mjOBJ_GEOM, "pad_r");
     ids.object = mo.id(mjOBJ_SITE, "object");
     ids.object_body = sim_.m()->site_bodyid[ids.object];
     const char* hand_joints[3] = {"hand_x", "hand_y", "hand_z"};
@@ -274,6 +287,7 @@ class Manipulation {
     const mjtNum* p = sim_.d()->site_xpos + 3 * id;
     return {p[0], p[1], p[2]};
   }
+  [[nodiscard]] double pad_y(int geom) const { return sim_.d()->geom_xpos[3 * geom + 1]; }
   [[nodiscard]] std::array<double, 3> draw(const std::array<double, 3>& lo, const std::array<double, 3>& hi) {
     return {rng_.uniform(lo[0], hi[0] + 1e-12), rng_.uniform(lo[1], hi[1] + 1e-12), rng_.uniform(lo[2], hi[2] + 1e-12)};
   }
@@ -400,8 +414,36 @@ class Manipulation {
     return std::hypot(w[0] * (a[0] - b[0]), w[1] * (a[1] - b[1]), w[2] * (a[2] - b[2]));
   }
 
-  // This step's reward (dense, in [0, 10], 10 on success) and success flag. The shaping is
-  // this suite's own: a term for bringing the hand to where it must act, and one for the
+  // MetaWorld v2's gripper-caging reward in [0, 1] (SawyerXYZEnv._gripper_caging_reward with
+  // push-v2's arguments and high density; pick-place-v2's own version with `signed_pads`):
+  // each pad's y 1.5-5 cm from the object's and the tcp within 5 mm of it in x-z, each
+  // long-tailed from where the episode started, their Hamacher product the caging; the
+  // gripper's closing command counts once the caging passes 0.97; the mean of the caging and
+  // of the caging with the closing.
+  double caging(double grip, const std::array<double, 3>& obj, bool signed_pads) const {
+    constexpr double kObjRadius = 0.015, kPadSuccess = 0.05, kXzSuccess = 0.005;
+    const double yl = pad_y(ids_.pad_l), yr = pad_y(ids_.pad_r);
+    double cl = 0, cr = 0;
+    if (signed_pads) {  // a pad on the wrong side falls below the bound; margins from the pads' start
+      cl = tolerance_between(yl - obj[1], kObjRadius, kPadSuccess, std::abs(std::abs(obj[1] - pads_start_[0]) - kPadSuccess));
+      cr = tolerance_between(obj[1] - yr, kObjRadius, kPadSuccess, std::abs(std::abs(obj[1] - pads_start_[1]) - kPadSuccess));
+    } else {  // distances; margins from each pad to where the object started
+      cl = tolerance_between(std::abs(yl - obj[1]), kObjRadius, kPadSuccess,
+                             std::abs(std::abs(yl - object_start_[1]) - kPadSuccess));
+      cr = tolerance_between(std::abs(yr - obj[1]), kObjRadius, kPadSuccess,
+                             std::abs(std::abs(yr - object_start_[1]) - kPadSuccess));
+    }
+    const auto t = tcp();
+    const double xz_margin = std::hypot(object_start_[0] - tcp_start_[0], object_start_[2] - tcp_start_[2]) - kXzSuccess;
+    const double xz = tolerance_between(std::hypot(t[0] - obj[0], t[2] - obj[2]), 0.0, kXzSuccess, xz_margin);
+    const double cage = hamacher(hamacher(cl, cr), xz);
+    const double gripping = cage > 0.97 ? std::clamp(grip, 0.0, 1.0) : 0.0;
+    return (hamacher(cage, gripping) + cage) / 2.0;
+  }
+
+  // This step's reward (dense, in [0, 10], 10 on success) and success flag. Push and
+  // pick-place: MetaWorld v2's (below). The other tasks' shaping is this suite's own: a term
+  // for bringing the hand to where it must act, and one for the
   // task's progress, each a tolerance (above) or a fraction of the stroke to go. Distances
   // to a goal are shaped towards the goal itself, not the edge of the success region: a
   // reward that is flat at the edge lets a policy hover a centimetre outside it (SAC on
@@ -413,7 +455,7 @@ class Manipulation {
     const double q = fixture_joint();
     double near = tolerance(dist(tcp_now, obj), 0.02, std::max(0.1, dist(tcp_start_, object_start_)));
     double reward = 0;
-    bool ok = false;
+    bool ok = false, published = false;  // published: the reward is MetaWorld's, 10 where it says
     switch (task()) {
       case Task::reach: {  // a broad pull from the start, and a sharp one over the last 10 cm
         const double e = dist(tcp_now, goal_);
@@ -423,15 +465,23 @@ class Manipulation {
       }
       case Task::push:
       case Task::pick_place: {
+        // sawyer_push_v2.py and sawyer_pick_place_v2.py's compute_reward (Metaworld v2.0.0):
+        // the caging above, the object within 5 cm of the goal long-tailed from its start; a
+        // bonus with the tcp within 2 cm of the object and the gripper open (pick-place: the
+        // object also lifted 1 cm); 10 within 5 cm (pick-place succeeds within 7).
         const double e = dist(obj, goal_);
         ok = e <= ts.success_distance;
-        const double place = tolerance(e, 0.0, std::max(0.05, dist(object_start_, goal_)));
+        const double in_place = tolerance_between(e, 0.0, 0.05, dist(object_start_, goal_));
+        const bool at_object = dist(obj, tcp_now) < 0.02 && obs_[3] > 0.0f;
         if (task() == Task::push) {
-          reward = 2.0 * near + 8.0 * place;
+          const double grasped = caging(grip, obj, /*signed_pads=*/false);
+          reward = at_object ? 4.0 * grasped + 1.0 + 5.0 * in_place : 2.0 * grasped;
         } else {
-          const bool held = near > 0.9 && grip > 0 && obj[2] > object_start_[2] + 0.01;
-          reward = 1.0 * near + (held ? 1.0 + 8.0 * place : 0.0);
+          reward = hamacher(caging(grip, obj, /*signed_pads=*/true), in_place);
+          if (at_object && obj[2] - 0.01 > object_start_[2]) reward += 1.0 + 5.0 * in_place;
         }
+        if (e < 0.05) reward = 10.0;
+        published = true;
         break;
       }
       case Task::door_open: {
@@ -470,6 +520,7 @@ class Manipulation {
     }
     success_ = ok;
     succeeded_ = succeeded_ || ok;
+    if (published) return reward;
     return ok ? 10.0 : std::min(reward, 10.0);
   }
 
@@ -489,6 +540,7 @@ class Manipulation {
   Ids ids_;
   std::vector<float> obs_;
   std::array<double, 3> goal_{}, object_start_{}, tcp_start_{};
+  std::array<double, 2> pads_start_{};  // the pads' y when the episode started (left, right)
   bool success_ = false, succeeded_ = false;
   detail::Episode episode_{name, kMaxEpisodeSteps};
   Rng rng_{};

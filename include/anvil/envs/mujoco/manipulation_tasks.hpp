@@ -137,4 +137,21 @@ inline constexpr std::int64_t kObsDim = 39;
   return 1.0 / (1.0 + x * x);
 }
 
+/// MetaWorld's `reward_utils.tolerance` with bounds (dm_control's, long-tailed sigmoid, 0.1
+/// at the margin): 1 for x in [lo, hi], else 1 / (1 + 9 d^2) with d the distance to the
+/// nearer bound over `margin`; 0 outside when the margin is 0 or less.
+[[nodiscard]] inline double tolerance_between(double x, double lo, double hi, double margin) noexcept {
+  if (x >= lo && x <= hi) return 1.0;
+  if (margin <= 0.0) return 0.0;
+  const double d = (x < lo ? lo - x : x - hi) / margin;
+  return 1.0 / (1.0 + 9.0 * d * d);
+}
+
+/// MetaWorld's `reward_utils.hamacher_product` of a, b in [0, 1]: a b / (a + b - a b), 0 when
+/// both are 0; 1 only when both are, and at most the smaller of the two.
+[[nodiscard]] inline double hamacher(double a, double b) noexcept {
+  const double d = a + b - a * b;
+  return d > 0.0 ? a * b / d : 0.0;
+}
+
 }  // namespace anvil::envs::mujoco
