@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -129,22 +130,21 @@ inline constexpr std::int64_t kMaxEpisodeSteps = 500;
 /// The observation without the task one-hot.
 inline constexpr std::int64_t kObsDim = 39;
 
-/// Dense shaping: 1 within `bound`, falling off as 1 / (1 + (3 (d - bound) / margin)^2)
-/// beyond it (0.1 at `margin` past it), the long-tailed tolerance of MetaWorld's rewards.
-[[nodiscard]] inline double tolerance(double d, double bound, double margin) noexcept {
-  if (d <= bound) return 1.0;
-  const double x = 3.0 * (d - bound) / std::max(margin, 1e-6);
-  return 1.0 / (1.0 + x * x);
-}
-
 /// MetaWorld's `reward_utils.tolerance` with bounds (dm_control's, long-tailed sigmoid, 0.1
-/// at the margin): 1 for x in [lo, hi], else 1 / (1 + 9 d^2) with d the distance to the
+/// at the margin): 1 for x in [lo, hi], else 1 / (1 + (3 d)^2) with d the distance to the
 /// nearer bound over `margin`; 0 outside when the margin is 0 or less.
 [[nodiscard]] inline double tolerance_between(double x, double lo, double hi, double margin) noexcept {
   if (x >= lo && x <= hi) return 1.0;
   if (margin <= 0.0) return 0.0;
-  const double d = (x < lo ? lo - x : x - hi) / margin;
-  return 1.0 / (1.0 + 9.0 * d * d);
+  const double s = 3.0 * (x < lo ? lo - x : x - hi) / margin;
+  return 1.0 / (1.0 + s * s);
+}
+
+/// Dense shaping towards 0: 1 within `bound`, falling off as 1 / (1 + (3 (d - bound) /
+/// margin)^2) beyond it (0.1 at `margin` past it): `tolerance_between` with no lower bound
+/// and a margin of at least 1e-6.
+[[nodiscard]] inline double tolerance(double d, double bound, double margin) noexcept {
+  return tolerance_between(d, -std::numeric_limits<double>::infinity(), bound, std::max(margin, 1e-6));
 }
 
 /// MetaWorld's `reward_utils.hamacher_product` of a, b in [0, 1]: a b / (a + b - a b), 0 when
