@@ -2026,7 +2026,7 @@ concept Precision = DeclaresKind<X, PrecisionKind> && HasConfig<X> && DescribesN
 
 // ---------------------------------------------------------------------------------------
 // Loop: the order of collect, store and update for one data regime (train/loops/). A
-// loop declares its kind, its config (the `train` section) and its name; its `Rules<A, B>`
+// loop declares its kind, its config (the `train` section) and its name; its `rules<A, B>()`
 // check, with one sentence each, that the algorithm and buffer have what it uses, and its
 // `Runner<A, B>` runs it.
 
@@ -14986,19 +14986,29 @@ inline void node_scalar(const double* s, const double* m, std::int64_t p, double
   m_up[p] = lo;
 }
 
-template <bool kLeaves>
-inline std::size_t recompute_list_scalar(const double* s, const double* m, std::int64_t* list,
-                                         std::size_t n, double* s_up, double* m_up) {
+/// Recomputes the parents of a sorted list of changed nodes (indices at the level below) with
+/// the node kernel `Node`, each parent once; leaves the parents in `list` and returns how
+/// many. Always inlined, so it takes each kernel's own target (and `Node` inlines into it).
+template <auto Node>
+[[gnu::always_inline]] inline std::size_t recompute_parents(const double* s, const double* m, std::int64_t* list,
+                                                            std::size_t n, double* s_up, double* m_up) {
   std::size_t out = 0;
   std::int64_t last = -1;
   for (std::size_t i = 0; i < n; ++i) {
-    if (i + kWriteAhead < n) prefetch_l2(m_up + (list[i + kWriteAhead] >> 3));  // (as the vector kernel)
+    // the minimums above a batch's leaves are not on `find`'s path: fetch them ahead
+    if (i + kWriteAhead < n) prefetch_l2(m_up + (list[i + kWriteAhead] >> 3));
     const std::int64_t p = list[i] >> 3;  // indices are >= 0
     if (p == last) continue;
-    node_scalar<kLeaves>(s, m, p, s_up, m_up);
+    Node(s, m, p, s_up, m_up);
     list[out++] = last = p;
   }
   return out;
+}
+
+template <bool kLeaves>
+inline std::size_t recompute_list_scalar(const double* s, const double* m, std::int64_t* list, std::size_t n,
+                                         double* s_up, double* m_up) {
+  return recompute_parents<&node_scalar<kLeaves>>(s, m, list, n, s_up, m_up);
 }
 
 template <bool kLeaves>
@@ -15111,17 +15121,7 @@ template <bool kLeaves>
 ANVIL_SUM_TREE_AVX512 inline std::size_t recompute_list_avx512(const double* s, const double* m,
                                                                std::int64_t* list, std::size_t n,
                                                                double* s_up, double* m_up) {
-  std::size_t out = 0;
-  std::int64_t last = -1;
-  for (std::size_t i = 0; i < n; ++i) {
-    // the minimums above a batch's leaves are not on `find`'s path: fetch them ahead
-    if (i + kWriteAhead < n) prefetch_l2(m_up + (list[i + kWriteAhead] >> 3));
-    const std::int64_t p = list[i] >> 3;  // indices are >= 0
-    if (p == last) continue;
-    node_avx512<kLeaves>(s, m, p, s_up, m_up);
-    list[out++] = last = p;
-  }
-  return out;
+  return recompute_parents<&node_avx512<kLeaves>>(s, m, list, n, s_up, m_up);
 }
 
 template <bool kLeaves>
@@ -22485,8 +22485,8 @@ class Trainer {
 /// optimizer-step settings), and the config fields several loops have, declared once.
 ///
 /// A loop is a policy of kind `LoopKind` (core/concepts.hpp): a tag type with a `name`, a
-/// `Config` (the `train` section), `Rules<A, B>` (one static_assert sentence for each thing
-/// the loop needs of the algorithm A or the buffer B that is missing; `ok` when all hold)
+/// `Config` (the `train` section), `rules<A, B>()` (true when the loop can run algorithm A
+/// with buffer B; otherwise one static_assert sentence, an `ANVIL_LOOP_RULE`, names what is missing)
 /// and `Runner<A, B>`, which runs it. A runner has:
 ///
 ///     Runner(const Config&, LoopParts<A, B>);
@@ -22513,6 +22513,17 @@ class Trainer {
 #include <string_view>
 #include <vector>
 
+
+/// One rule of a loop's `rules<A, B>()`, a chain of them ended by `return true;`: when
+/// `condition` is false the chain stops there, returning false after a static_assert that says
+/// "Trainer: the " `sentence`; the rules after it are not instantiated, so only the first broken
+/// rule speaks. (A macro because C++20 takes only a string literal as a static_assert's
+/// message; `condition` goes in parentheses where it has a comma.)
+#define ANVIL_LOOP_RULE(condition, sentence)         \
+  if constexpr (!(condition)) {                      \
+    static_assert(condition, "Trainer: the " sentence); \
+    return false;                                    \
+  } else
 
 namespace anvil {
 
@@ -22688,7 +22699,7 @@ class LoopControlOf final : public LoopControl {
 namespace anvil::loops {
 
 /// A loop policy's declaration: `struct OnPolicyLoop : loops::LoopTag<"on-policy",
-/// "on_policy", loops::OnPolicyConfig, ClockUnit::env_steps> { ... Rules, Runner ... };`.
+/// "on_policy", loops::OnPolicyConfig, ClockUnit::env_steps> { ... rules, Runner ... };`.
 template <FixedString Name, FixedString StageName, class Cfg, ClockUnit Unit>
 struct LoopTag {
   using policy_kind = LoopKind;
@@ -22767,32 +22778,13 @@ concept ShapesRewards = requires(A& a, const StepBatch& step) {
 
 /// Loop policy for off-policy algorithms (see file comment).
 struct OffPolicyLoop : loops::LoopTag<"off-policy", "off_policy", loops::OffPolicyConfig, ClockUnit::env_steps> {
-  /// What this loop needs of the algorithm and the buffer, one sentence each.
-  template <class A, class B>
-  struct Rules {
-    static constexpr bool algorithm_ok = OffPolicyAlgorithm<A>;
-    static_assert(algorithm_ok,
-                  "Trainer: the off-policy loop samples batch_size() transitions per update and stores "
-                  "n-step returns with discount(); the Algorithm lacks one (see anvil::OffPolicyAlgorithm)");
-    static constexpr bool buffer_ok = !algorithm_ok || ReplayBuffer<B>;
-    static_assert(buffer_ok,
-                  "Trainer: the off-policy loop samples random batches, but the Buffer has no sample(n) "
-                  "(see anvil::ReplayBuffer); use UniformBuffer or PrioritizedBuffer");
-    static constexpr bool step_ok = !(algorithm_ok && buffer_ok) || std::same_as<typename B::Step, StepBatch>;
-    static_assert(step_ok,
-                  "Trainer: the off-policy loop stores each env step as a StepBatch, but the Buffer's Step "
-                  "is another type");
-    static constexpr bool ok = algorithm_ok && buffer_ok && step_ok;
-  };
-
   /// Runs the loop (see file comment).
   template <class A, class B>
   class Runner : public loops::Stage<Runner<A, B>, OffPolicyLoop, A, B> {
-    using Base = loops::Stage<Runner, OffPolicyLoop, A, B>;
-    using Base::cfg_, Base::p_, Base::origin_;
+    using Runner::Stage::cfg_, Runner::Stage::p_, Runner::Stage::origin_;
 
    public:
-    Runner(const Config& cfg, LoopParts<A, B> parts) : Base(cfg, parts) {
+    Runner(const Config& cfg, LoopParts<A, B> parts) : Runner::Stage(cfg, parts) {
       if (p_.algorithm.batch_size() > p_.buffer.capacity())
         throw ConfigError(std::string(A::config_section.view()) + ".batch_size (" +
                           std::to_string(p_.algorithm.batch_size()) + ") is larger than " +
@@ -22937,6 +22929,20 @@ struct OffPolicyLoop : loops::LoopTag<"off-policy", "off_policy", loops::OffPoli
     std::int64_t since_update_ = 0;  ///< this rank's env steps since the last round of updates
     bool ready_ = false;            ///< every rank's buffer can give a batch
   };
+
+  /// What this loop needs of the algorithm and the buffer, one sentence each (see loops/loop.hpp).
+  template <class A, class B>
+  static constexpr bool rules() {
+    ANVIL_LOOP_RULE(OffPolicyAlgorithm<A>,
+                    "off-policy loop samples batch_size() transitions per update and stores n-step returns "
+                    "with discount(); the Algorithm lacks one (see anvil::OffPolicyAlgorithm)")
+    ANVIL_LOOP_RULE(ReplayBuffer<B>,
+                    "off-policy loop samples random batches, but the Buffer has no sample(n) (see "
+                    "anvil::ReplayBuffer); use UniformBuffer or PrioritizedBuffer")
+    ANVIL_LOOP_RULE((std::same_as<typename B::Step, StepBatch>),
+                    "off-policy loop stores each env step as a StepBatch, but the Buffer's Step is another type")
+    return true;
+  }
 };
 
 }  // namespace anvil
@@ -22967,37 +22973,12 @@ namespace anvil {
 
 /// Loop policy for on-policy algorithms (see file comment).
 struct OnPolicyLoop : loops::LoopTag<"on-policy", "on_policy", loops::OnPolicyConfig, ClockUnit::env_steps> {
-  /// What this loop needs of the algorithm and the buffer, one sentence each.
-  template <class A, class B>
-  struct Rules {
-    static constexpr bool algorithm_ok = OnPolicyAlgorithm<A>;
-    static_assert(algorithm_ok,
-                  "Trainer: the on-policy loop needs act_for_rollout, value, epochs, minibatch_size, end_epoch, "
-                  "set_progress and discount of the Algorithm; one is missing (see anvil::OnPolicyAlgorithm)");
-    static constexpr bool buffer_ok = !algorithm_ok || RolloutStorage<B>;
-    static_assert(buffer_ok,
-                  "Trainer: the on-policy loop fills a rollout, computes its advantages and hands it out in "
-                  "minibatches; the Buffer lacks full, finish, minibatches or clear (see anvil::RolloutStorage)");
-    static constexpr bool step_ok = !(algorithm_ok && buffer_ok) || std::same_as<typename B::Step, RolloutStep>;
-    static_assert(step_ok,
-                  "Trainer: the on-policy loop stores each env step as a RolloutStep, but the Buffer's Step "
-                  "is another type");
-    static constexpr bool memory_ok = !(algorithm_ok && buffer_ok) || !CarriesMemory<A> || StoresSequences<B>;
-    static_assert(memory_ok,
-                  "Trainer: the Algorithm carries memory (a recurrent policy) and learns from sequences, but the "
-                  "Buffer keeps no memory beside its steps and hands out no sequences (see anvil::StoresSequences)");
-    static constexpr bool ok = algorithm_ok && buffer_ok && step_ok && memory_ok;
-  };
-
   /// Runs the loop: a rollout of every env, learnt from and cleared, until train.steps env steps.
   template <class A, class B>
   class Runner : public loops::Stage<Runner<A, B>, OnPolicyLoop, A, B> {
-    using Base = loops::Stage<Runner, OnPolicyLoop, A, B>;
-    using Base::cfg_, Base::p_;
+    using Runner::Stage::Stage, Runner::Stage::cfg_, Runner::Stage::p_;
 
    public:
-    using Base::Base;
-
     /// At the stage's start and after a resume: the rollout is sized for the envs. A
     /// minibatch larger than a rollout is refused, naming both.
     void prepare() {
@@ -23124,6 +23105,23 @@ struct OnPolicyLoop : loops::LoopTag<"on-policy", "on_policy", loops::OnPolicyCo
       p_.clock.env_steps += p_.collector.num_envs() * p_.ranks.world_size();
     }
   };
+
+  /// What this loop needs of the algorithm and the buffer, one sentence each (see loops/loop.hpp).
+  template <class A, class B>
+  static constexpr bool rules() {
+    ANVIL_LOOP_RULE(OnPolicyAlgorithm<A>,
+                    "on-policy loop needs act_for_rollout, value, epochs, minibatch_size, end_epoch, "
+                    "set_progress and discount of the Algorithm; one is missing (see anvil::OnPolicyAlgorithm)")
+    ANVIL_LOOP_RULE(RolloutStorage<B>,
+                    "on-policy loop fills a rollout, computes its advantages and hands it out in minibatches; "
+                    "the Buffer lacks full, finish, minibatches or clear (see anvil::RolloutStorage)")
+    ANVIL_LOOP_RULE((std::same_as<typename B::Step, RolloutStep>),
+                    "on-policy loop stores each env step as a RolloutStep, but the Buffer's Step is another type")
+    ANVIL_LOOP_RULE(!CarriesMemory<A> || StoresSequences<B>,
+                    "Algorithm carries memory (a recurrent policy) and learns from sequences, but the Buffer "
+                    "keeps no memory beside its steps and hands out no sequences (see anvil::StoresSequences)")
+    return true;
+  }
 };
 
 }  // namespace anvil
@@ -24374,27 +24372,12 @@ concept EpisodeStorage = Buffer<B> && std::same_as<typename B::Step, EpisodeStep
 /// Loop policy for learning from whole episodes (see file comment); its `train` section is
 /// the on-policy loop's.
 struct EpisodicLoop : loops::LoopTag<"episodic", "episodic", loops::OnPolicyConfig, ClockUnit::env_steps> {
-  /// What this loop needs of the algorithm and the buffer, one sentence each.
-  template <class A, class B>
-  struct Rules {
-    static constexpr bool buffer_ok = EpisodeStorage<B>;
-    static_assert(buffer_ok,
-                  "Trainer: the episodic loop stores rounds of EpisodeSteps and learns from their episodes(); the "
-                  "Buffer cannot (see anvil::EpisodeStorage); use EpisodeBuffer");
-    static constexpr bool batch_ok = !buffer_ok || std::same_as<typename A::Batch, typename B::Batch>;
-    static_assert(batch_ok, "Trainer: the episodic loop hands the Algorithm the Buffer's episodes, which are not its Batch");
-    static constexpr bool ok = buffer_ok && batch_ok;
-  };
-
   /// Runs the loop: rounds of one episode per env, each followed by an update from them.
   template <class A, class B>
   class Runner : public loops::Stage<Runner<A, B>, EpisodicLoop, A, B> {
-    using Base = loops::Stage<Runner, EpisodicLoop, A, B>;
-    using Base::cfg_, Base::p_;
+    using Runner::Stage::Stage, Runner::Stage::cfg_, Runner::Stage::p_;
 
    public:
-    using Base::Base;
-
     /// One round: an episode of every env, then an update from them.
     void iterate(std::int64_t /*quiet_until*/ = INT64_MAX) {
       collect_round();
@@ -24451,6 +24434,17 @@ struct EpisodicLoop : loops::LoopTag<"episodic", "episodic", loops::OnPolicyConf
     }
 
   };
+
+  /// What this loop needs of the algorithm and the buffer, one sentence each (see loops/loop.hpp).
+  template <class A, class B>
+  static constexpr bool rules() {
+    ANVIL_LOOP_RULE(EpisodeStorage<B>,
+                    "episodic loop stores rounds of EpisodeSteps and learns from their episodes(); the Buffer "
+                    "cannot (see anvil::EpisodeStorage); use EpisodeBuffer")
+    ANVIL_LOOP_RULE((std::same_as<typename A::Batch, typename B::Batch>),
+                    "episodic loop hands the Algorithm the Buffer's episodes, which are not its Batch")
+    return true;
+  }
 };
 
 }  // namespace anvil
@@ -24533,32 +24527,12 @@ struct OfflineLoop : loops::LoopTag<"offline", "offline", loops::OfflineConfig, 
     else return a.batch_size();
   }
 
-  /// What this loop needs of the algorithm and the buffer, one sentence each.
-  template <class A, class B>
-  struct Rules {
-    static constexpr bool algorithm_ok = OffPolicyAlgorithm<A>;
-    static_assert(algorithm_ok,
-                  "Trainer: the offline loop samples batch_size() stored transitions per update; the Algorithm "
-                  "lacks batch_size() or discount() (see anvil::OffPolicyAlgorithm)");
-    static constexpr bool buffer_ok = !algorithm_ok || LoadsDataset<B>;
-    static_assert(buffer_ok,
-                  "Trainer: the offline loop samples random batches from data it loads from a file; the Buffer "
-                  "lacks sample(n) or load(path) (see anvil::LoadsDataset)");
-    static constexpr bool batch_ok = !(algorithm_ok && buffer_ok) || requires(A& a, B& b, StepContext& c) { a.update(dataset_batch(b, 1), c); };
-    static_assert(batch_ok, "Trainer: the offline loop hands the Algorithm the Buffer's batches (sample_dataset(n) where the Buffer "
-                            "also replays, else sample(n)), but the Algorithm has no update for them");
-    static constexpr bool ok = algorithm_ok && buffer_ok && batch_ok;
-  };
-
   /// Runs the loop (see file comment).
   template <class A, class B>
   class Runner : public loops::Stage<Runner<A, B>, OfflineLoop, A, B> {
-    using Base = loops::Stage<Runner, OfflineLoop, A, B>;
-    using Base::cfg_, Base::p_, Base::origin_;
+    using Runner::Stage::Stage, Runner::Stage::cfg_, Runner::Stage::p_, Runner::Stage::origin_;
 
    public:
-    using Base::Base;
-
     /// At the stage's start and after a resume: the buffer learns the plan, and the dataset
     /// is read (once, when the run is built; a resume that restores a saved buffer replaces it).
     void prepare() {
@@ -24625,6 +24599,21 @@ struct OfflineLoop : loops::LoopTag<"offline", "offline", loops::OfflineConfig, 
    private:
     bool loaded_ = false;
   };
+
+  /// What this loop needs of the algorithm and the buffer, one sentence each (see loops/loop.hpp).
+  template <class A, class B>
+  static constexpr bool rules() {
+    ANVIL_LOOP_RULE(OffPolicyAlgorithm<A>,
+                    "offline loop samples batch_size() stored transitions per update; the Algorithm lacks "
+                    "batch_size() or discount() (see anvil::OffPolicyAlgorithm)")
+    ANVIL_LOOP_RULE(LoadsDataset<B>,
+                    "offline loop samples random batches from data it loads from a file; the Buffer lacks "
+                    "sample(n) or load(path) (see anvil::LoadsDataset)")
+    ANVIL_LOOP_RULE((requires(A& a, B& b, StepContext& c) { a.update(dataset_batch(b, 1), c); }),
+                    "offline loop hands the Algorithm the Buffer's batches (sample_dataset(n) where the "
+                    "Buffer also replays, else sample(n)), but the Algorithm has no update for them")
+    return true;
+  }
 };
 
 }  // namespace anvil
@@ -25960,7 +25949,7 @@ struct TrainerSelect {
       static_assert(Loop<L>,
                     "Trainer's fifth argument is not a Loop: a loop declares `using policy_kind = anvil::LoopKind;`; "
                     "use OffPolicyLoop, OnPolicyLoop, OfflineLoop or Staged<...>");
-      if constexpr (Loop<L>) return L::template Rules<A, B>::ok;
+      if constexpr (Loop<L>) return L::template rules<A, B>();
       else return false;
     } else {
       return false;
@@ -26456,15 +26445,10 @@ struct Staged {
 
   /// Both stages' rules (the second's only once the first's hold: one sentence).
   template <class A, class B>
-  struct Rules {
-    static constexpr bool first_ok = First::template Rules<A, B>::ok;
-    template <bool Check>
-    static constexpr bool second_ok() {
-      if constexpr (Check) return Second::template Rules<A, B>::ok;
-      else return true;
-    }
-    static constexpr bool ok = first_ok && second_ok<first_ok>();
-  };
+  static constexpr bool rules() {
+    if constexpr (First::template rules<A, B>()) return Second::template rules<A, B>();
+    else return false;
+  }
 
   /// Runs the stages in turn (see file comment).
   template <class A, class B>

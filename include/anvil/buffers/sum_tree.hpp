@@ -144,19 +144,29 @@ inline void node_scalar(const double* s, const double* m, std::int64_t p, double
   m_up[p] = lo;
 }
 
-template <bool kLeaves>
-inline std::size_t recompute_list_scalar(const double* s, const double* m, std::int64_t* list,
-                                         std::size_t n, double* s_up, double* m_up) {
+/// Recomputes the parents of a sorted list of changed nodes (indices at the level below) with
+/// the node kernel `Node`, each parent once; leaves the parents in `list` and returns how
+/// many. Always inlined, so it takes each kernel's own target (and `Node` inlines into it).
+template <auto Node>
+[[gnu::always_inline]] inline std::size_t recompute_parents(const double* s, const double* m, std::int64_t* list,
+                                                            std::size_t n, double* s_up, double* m_up) {
   std::size_t out = 0;
   std::int64_t last = -1;
   for (std::size_t i = 0; i < n; ++i) {
-    if (i + kWriteAhead < n) prefetch_l2(m_up + (list[i + kWriteAhead] >> 3));  // (as the vector kernel)
+    // the minimums above a batch's leaves are not on `find`'s path: fetch them ahead
+    if (i + kWriteAhead < n) prefetch_l2(m_up + (list[i + kWriteAhead] >> 3));
     const std::int64_t p = list[i] >> 3;  // indices are >= 0
     if (p == last) continue;
-    node_scalar<kLeaves>(s, m, p, s_up, m_up);
+    Node(s, m, p, s_up, m_up);
     list[out++] = last = p;
   }
   return out;
+}
+
+template <bool kLeaves>
+inline std::size_t recompute_list_scalar(const double* s, const double* m, std::int64_t* list, std::size_t n,
+                                         double* s_up, double* m_up) {
+  return recompute_parents<&node_scalar<kLeaves>>(s, m, list, n, s_up, m_up);
 }
 
 template <bool kLeaves>
@@ -269,17 +279,7 @@ template <bool kLeaves>
 ANVIL_SUM_TREE_AVX512 inline std::size_t recompute_list_avx512(const double* s, const double* m,
                                                                std::int64_t* list, std::size_t n,
                                                                double* s_up, double* m_up) {
-  std::size_t out = 0;
-  std::int64_t last = -1;
-  for (std::size_t i = 0; i < n; ++i) {
-    // the minimums above a batch's leaves are not on `find`'s path: fetch them ahead
-    if (i + kWriteAhead < n) prefetch_l2(m_up + (list[i + kWriteAhead] >> 3));
-    const std::int64_t p = list[i] >> 3;  // indices are >= 0
-    if (p == last) continue;
-    node_avx512<kLeaves>(s, m, p, s_up, m_up);
-    list[out++] = last = p;
-  }
-  return out;
+  return recompute_parents<&node_avx512<kLeaves>>(s, m, list, n, s_up, m_up);
 }
 
 template <bool kLeaves>

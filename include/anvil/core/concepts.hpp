@@ -371,7 +371,7 @@ concept Precision = DeclaresKind<X, PrecisionKind> && HasConfig<X> && DescribesN
 
 // ---------------------------------------------------------------------------------------
 // Loop: the order of collect, store and update for one data regime (train/loops/). A
-// loop declares its kind, its config (the `train` section) and its name; its `Rules<A, B>`
+// loop declares its kind, its config (the `train` section) and its name; its `rules<A, B>()`
 // check, with one sentence each, that the algorithm and buffer have what it uses, and its
 // `Runner<A, B>` runs it.
 

@@ -63,7 +63,7 @@ struct TrainerSelect {
       static_assert(Loop<L>,
                     "Trainer's fifth argument is not a Loop: a loop declares `using policy_kind = anvil::LoopKind;`; "
                     "use OffPolicyLoop, OnPolicyLoop, OfflineLoop or Staged<...>");
-      if constexpr (Loop<L>) return L::template Rules<A, B>::ok;
+      if constexpr (Loop<L>) return L::template rules<A, B>();
       else return false;
     } else {
       return false;

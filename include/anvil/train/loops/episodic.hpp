@@ -37,27 +37,12 @@ concept EpisodeStorage = Buffer<B> && std::same_as<typename B::Step, EpisodeStep
 /// Loop policy for learning from whole episodes (see file comment); its `train` section is
 /// the on-policy loop's.
 struct EpisodicLoop : loops::LoopTag<"episodic", "episodic", loops::OnPolicyConfig, ClockUnit::env_steps> {
-  /// What this loop needs of the algorithm and the buffer, one sentence each.
-  template <class A, class B>
-  struct Rules {
-    static constexpr bool buffer_ok = EpisodeStorage<B>;
-    static_assert(buffer_ok,
-                  "Trainer: the episodic loop stores rounds of EpisodeSteps and learns from their episodes(); the "
-                  "Buffer cannot (see anvil::EpisodeStorage); use EpisodeBuffer");
-    static constexpr bool batch_ok = !buffer_ok || std::same_as<typename A::Batch, typename B::Batch>;
-    static_assert(batch_ok, "Trainer: the episodic loop hands the Algorithm the Buffer's episodes, which are not its Batch");
-    static constexpr bool ok = buffer_ok && batch_ok;
-  };
-
   /// Runs the loop: rounds of one episode per env, each followed by an update from them.
   template <class A, class B>
   class Runner : public loops::Stage<Runner<A, B>, EpisodicLoop, A, B> {
-    using Base = loops::Stage<Runner, EpisodicLoop, A, B>;
-    using Base::cfg_, Base::p_;
+    using Runner::Stage::Stage, Runner::Stage::cfg_, Runner::Stage::p_;
 
    public:
-    using Base::Base;
-
     /// One round: an episode of every env, then an update from them.
     void iterate(std::int64_t /*quiet_until*/ = INT64_MAX) {
       collect_round();
@@ -114,6 +99,17 @@ struct EpisodicLoop : loops::LoopTag<"episodic", "episodic", loops::OnPolicyConf
     }
 
   };
+
+  /// What this loop needs of the algorithm and the buffer, one sentence each (see loops/loop.hpp).
+  template <class A, class B>
+  static constexpr bool rules() {
+    ANVIL_LOOP_RULE(EpisodeStorage<B>,
+                    "episodic loop stores rounds of EpisodeSteps and learns from their episodes(); the Buffer "
+                    "cannot (see anvil::EpisodeStorage); use EpisodeBuffer")
+    ANVIL_LOOP_RULE((std::same_as<typename A::Batch, typename B::Batch>),
+                    "episodic loop hands the Algorithm the Buffer's episodes, which are not its Batch")
+    return true;
+  }
 };
 
 }  // namespace anvil

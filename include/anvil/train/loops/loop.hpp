@@ -5,8 +5,8 @@
 /// optimizer-step settings), and the config fields several loops have, declared once.
 ///
 /// A loop is a policy of kind `LoopKind` (core/concepts.hpp): a tag type with a `name`, a
-/// `Config` (the `train` section), `Rules<A, B>` (one static_assert sentence for each thing
-/// the loop needs of the algorithm A or the buffer B that is missing; `ok` when all hold)
+/// `Config` (the `train` section), `rules<A, B>()` (true when the loop can run algorithm A
+/// with buffer B; otherwise one static_assert sentence, an `ANVIL_LOOP_RULE`, names what is missing)
 /// and `Runner<A, B>`, which runs it. A runner has:
 ///
 ///     Runner(const Config&, LoopParts<A, B>);
@@ -38,6 +38,17 @@
 #include <anvil/core/error.hpp>
 #include <anvil/core/lr_scaling.hpp>
 #include <anvil/core/param.hpp>
+
+/// One rule of a loop's `rules<A, B>()`, a chain of them ended by `return true;`: when
+/// `condition` is false the chain stops there, returning false after a static_assert that says
+/// "Trainer: the " `sentence`; the rules after it are not instantiated, so only the first broken
+/// rule speaks. (A macro because C++20 takes only a string literal as a static_assert's
+/// message; `condition` goes in parentheses where it has a comma.)
+#define ANVIL_LOOP_RULE(condition, sentence)         \
+  if constexpr (!(condition)) {                      \
+    static_assert(condition, "Trainer: the " sentence); \
+    return false;                                    \
+  } else
 #include <anvil/data/step_collector.hpp>
 #include <anvil/observe/timers.hpp>
 #include <anvil/observe/update_metrics.hpp>

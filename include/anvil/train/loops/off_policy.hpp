@@ -37,32 +37,13 @@ concept ShapesRewards = requires(A& a, const StepBatch& step) {
 
 /// Loop policy for off-policy algorithms (see file comment).
 struct OffPolicyLoop : loops::LoopTag<"off-policy", "off_policy", loops::OffPolicyConfig, ClockUnit::env_steps> {
-  /// What this loop needs of the algorithm and the buffer, one sentence each.
-  template <class A, class B>
-  struct Rules {
-    static constexpr bool algorithm_ok = OffPolicyAlgorithm<A>;
-    static_assert(algorithm_ok,
-                  "Trainer: the off-policy loop samples batch_size() transitions per update and stores "
-                  "n-step returns with discount(); the Algorithm lacks one (see anvil::OffPolicyAlgorithm)");
-    static constexpr bool buffer_ok = !algorithm_ok || ReplayBuffer<B>;
-    static_assert(buffer_ok,
-                  "Trainer: the off-policy loop samples random batches, but the Buffer has no sample(n) "
-                  "(see anvil::ReplayBuffer); use UniformBuffer or PrioritizedBuffer");
-    static constexpr bool step_ok = !(algorithm_ok && buffer_ok) || std::same_as<typename B::Step, StepBatch>;
-    static_assert(step_ok,
-                  "Trainer: the off-policy loop stores each env step as a StepBatch, but the Buffer's Step "
-                  "is another type");
-    static constexpr bool ok = algorithm_ok && buffer_ok && step_ok;
-  };
-
   /// Runs the loop (see file comment).
   template <class A, class B>
   class Runner : public loops::Stage<Runner<A, B>, OffPolicyLoop, A, B> {
-    using Base = loops::Stage<Runner, OffPolicyLoop, A, B>;
-    using Base::cfg_, Base::p_, Base::origin_;
+    using Runner::Stage::cfg_, Runner::Stage::p_, Runner::Stage::origin_;
 
    public:
-    Runner(const Config& cfg, LoopParts<A, B> parts) : Base(cfg, parts) {
+    Runner(const Config& cfg, LoopParts<A, B> parts) : Runner::Stage(cfg, parts) {
       if (p_.algorithm.batch_size() > p_.buffer.capacity())
         throw ConfigError(std::string(A::config_section.view()) + ".batch_size (" +
                           std::to_string(p_.algorithm.batch_size()) + ") is larger than " +
@@ -207,6 +188,20 @@ struct OffPolicyLoop : loops::LoopTag<"off-policy", "off_policy", loops::OffPoli
     std::int64_t since_update_ = 0;  ///< this rank's env steps since the last round of updates
     bool ready_ = false;            ///< every rank's buffer can give a batch
   };
+
+  /// What this loop needs of the algorithm and the buffer, one sentence each (see loops/loop.hpp).
+  template <class A, class B>
+  static constexpr bool rules() {
+    ANVIL_LOOP_RULE(OffPolicyAlgorithm<A>,
+                    "off-policy loop samples batch_size() transitions per update and stores n-step returns "
+                    "with discount(); the Algorithm lacks one (see anvil::OffPolicyAlgorithm)")
+    ANVIL_LOOP_RULE(ReplayBuffer<B>,
+                    "off-policy loop samples random batches, but the Buffer has no sample(n) (see "
+                    "anvil::ReplayBuffer); use UniformBuffer or PrioritizedBuffer")
+    ANVIL_LOOP_RULE((std::same_as<typename B::Step, StepBatch>),
+                    "off-policy loop stores each env step as a StepBatch, but the Buffer's Step is another type")
+    return true;
+  }
 };
 
 }  // namespace anvil

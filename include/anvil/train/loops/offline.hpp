@@ -84,32 +84,12 @@ struct OfflineLoop : loops::LoopTag<"offline", "offline", loops::OfflineConfig, 
     else return a.batch_size();
   }
 
-  /// What this loop needs of the algorithm and the buffer, one sentence each.
-  template <class A, class B>
-  struct Rules {
-    static constexpr bool algorithm_ok = OffPolicyAlgorithm<A>;
-    static_assert(algorithm_ok,
-                  "Trainer: the offline loop samples batch_size() stored transitions per update; the Algorithm "
-                  "lacks batch_size() or discount() (see anvil::OffPolicyAlgorithm)");
-    static constexpr bool buffer_ok = !algorithm_ok || LoadsDataset<B>;
-    static_assert(buffer_ok,
-                  "Trainer: the offline loop samples random batches from data it loads from a file; the Buffer "
-                  "lacks sample(n) or load(path) (see anvil::LoadsDataset)");
-    static constexpr bool batch_ok = !(algorithm_ok && buffer_ok) || requires(A& a, B& b, StepContext& c) { a.update(dataset_batch(b, 1), c); };
-    static_assert(batch_ok, "Trainer: the offline loop hands the Algorithm the Buffer's batches (sample_dataset(n) where the Buffer "
-                            "also replays, else sample(n)), but the Algorithm has no update for them");
-    static constexpr bool ok = algorithm_ok && buffer_ok && batch_ok;
-  };
-
   /// Runs the loop (see file comment).
   template <class A, class B>
   class Runner : public loops::Stage<Runner<A, B>, OfflineLoop, A, B> {
-    using Base = loops::Stage<Runner, OfflineLoop, A, B>;
-    using Base::cfg_, Base::p_, Base::origin_;
+    using Runner::Stage::Stage, Runner::Stage::cfg_, Runner::Stage::p_, Runner::Stage::origin_;
 
    public:
-    using Base::Base;
-
     /// At the stage's start and after a resume: the buffer learns the plan, and the dataset
     /// is read (once, when the run is built; a resume that restores a saved buffer replaces it).
     void prepare() {
@@ -176,6 +156,21 @@ struct OfflineLoop : loops::LoopTag<"offline", "offline", loops::OfflineConfig, 
    private:
     bool loaded_ = false;
   };
+
+  /// What this loop needs of the algorithm and the buffer, one sentence each (see loops/loop.hpp).
+  template <class A, class B>
+  static constexpr bool rules() {
+    ANVIL_LOOP_RULE(OffPolicyAlgorithm<A>,
+                    "offline loop samples batch_size() stored transitions per update; the Algorithm lacks "
+                    "batch_size() or discount() (see anvil::OffPolicyAlgorithm)")
+    ANVIL_LOOP_RULE(LoadsDataset<B>,
+                    "offline loop samples random batches from data it loads from a file; the Buffer lacks "
+                    "sample(n) or load(path) (see anvil::LoadsDataset)")
+    ANVIL_LOOP_RULE((requires(A& a, B& b, StepContext& c) { a.update(dataset_batch(b, 1), c); }),
+                    "offline loop hands the Algorithm the Buffer's batches (sample_dataset(n) where the "
+                    "Buffer also replays, else sample(n)), but the Algorithm has no update for them")
+    return true;
+  }
 };
 
 }  // namespace anvil

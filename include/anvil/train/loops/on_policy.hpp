@@ -33,37 +33,12 @@ namespace anvil {
 
 /// Loop policy for on-policy algorithms (see file comment).
 struct OnPolicyLoop : loops::LoopTag<"on-policy", "on_policy", loops::OnPolicyConfig, ClockUnit::env_steps> {
-  /// What this loop needs of the algorithm and the buffer, one sentence each.
-  template <class A, class B>
-  struct Rules {
-    static constexpr bool algorithm_ok = OnPolicyAlgorithm<A>;
-    static_assert(algorithm_ok,
-                  "Trainer: the on-policy loop needs act_for_rollout, value, epochs, minibatch_size, end_epoch, "
-                  "set_progress and discount of the Algorithm; one is missing (see anvil::OnPolicyAlgorithm)");
-    static constexpr bool buffer_ok = !algorithm_ok || RolloutStorage<B>;
-    static_assert(buffer_ok,
-                  "Trainer: the on-policy loop fills a rollout, computes its advantages and hands it out in "
-                  "minibatches; the Buffer lacks full, finish, minibatches or clear (see anvil::RolloutStorage)");
-    static constexpr bool step_ok = !(algorithm_ok && buffer_ok) || std::same_as<typename B::Step, RolloutStep>;
-    static_assert(step_ok,
-                  "Trainer: the on-policy loop stores each env step as a RolloutStep, but the Buffer's Step "
-                  "is another type");
-    static constexpr bool memory_ok = !(algorithm_ok && buffer_ok) || !CarriesMemory<A> || StoresSequences<B>;
-    static_assert(memory_ok,
-                  "Trainer: the Algorithm carries memory (a recurrent policy) and learns from sequences, but the "
-                  "Buffer keeps no memory beside its steps and hands out no sequences (see anvil::StoresSequences)");
-    static constexpr bool ok = algorithm_ok && buffer_ok && step_ok && memory_ok;
-  };
-
   /// Runs the loop: a rollout of every env, learnt from and cleared, until train.steps env steps.
   template <class A, class B>
   class Runner : public loops::Stage<Runner<A, B>, OnPolicyLoop, A, B> {
-    using Base = loops::Stage<Runner, OnPolicyLoop, A, B>;
-    using Base::cfg_, Base::p_;
+    using Runner::Stage::Stage, Runner::Stage::cfg_, Runner::Stage::p_;
 
    public:
-    using Base::Base;
-
     /// At the stage's start and after a resume: the rollout is sized for the envs. A
     /// minibatch larger than a rollout is refused, naming both.
     void prepare() {
@@ -190,6 +165,23 @@ struct OnPolicyLoop : loops::LoopTag<"on-policy", "on_policy", loops::OnPolicyCo
       p_.clock.env_steps += p_.collector.num_envs() * p_.ranks.world_size();
     }
   };
+
+  /// What this loop needs of the algorithm and the buffer, one sentence each (see loops/loop.hpp).
+  template <class A, class B>
+  static constexpr bool rules() {
+    ANVIL_LOOP_RULE(OnPolicyAlgorithm<A>,
+                    "on-policy loop needs act_for_rollout, value, epochs, minibatch_size, end_epoch, "
+                    "set_progress and discount of the Algorithm; one is missing (see anvil::OnPolicyAlgorithm)")
+    ANVIL_LOOP_RULE(RolloutStorage<B>,
+                    "on-policy loop fills a rollout, computes its advantages and hands it out in minibatches; "
+                    "the Buffer lacks full, finish, minibatches or clear (see anvil::RolloutStorage)")
+    ANVIL_LOOP_RULE((std::same_as<typename B::Step, RolloutStep>),
+                    "on-policy loop stores each env step as a RolloutStep, but the Buffer's Step is another type")
+    ANVIL_LOOP_RULE(!CarriesMemory<A> || StoresSequences<B>,
+                    "Algorithm carries memory (a recurrent policy) and learns from sequences, but the Buffer "
+                    "keeps no memory beside its steps and hands out no sequences (see anvil::StoresSequences)")
+    return true;
+  }
 };
 
 }  // namespace anvil

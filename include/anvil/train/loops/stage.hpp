@@ -21,7 +21,7 @@
 namespace anvil::loops {
 
 /// A loop policy's declaration: `struct OnPolicyLoop : loops::LoopTag<"on-policy",
-/// "on_policy", loops::OnPolicyConfig, ClockUnit::env_steps> { ... Rules, Runner ... };`.
+/// "on_policy", loops::OnPolicyConfig, ClockUnit::env_steps> { ... rules, Runner ... };`.
 template <FixedString Name, FixedString StageName, class Cfg, ClockUnit Unit>
 struct LoopTag {
   using policy_kind = LoopKind;

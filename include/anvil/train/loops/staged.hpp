@@ -67,15 +67,10 @@ struct Staged {
 
   /// Both stages' rules (the second's only once the first's hold: one sentence).
   template <class A, class B>
-  struct Rules {
-    static constexpr bool first_ok = First::template Rules<A, B>::ok;
-    template <bool Check>
-    static constexpr bool second_ok() {
-      if constexpr (Check) return Second::template Rules<A, B>::ok;
-      else return true;
-    }
-    static constexpr bool ok = first_ok && second_ok<first_ok>();
-  };
+  static constexpr bool rules() {
+    if constexpr (First::template rules<A, B>()) return Second::template rules<A, B>();
+    else return false;
+  }
 
   /// Runs the stages in turn (see file comment).
   template <class A, class B>
