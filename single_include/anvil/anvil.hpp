@@ -25734,9 +25734,9 @@ inline RunEnvs make_run_envs(const envs::AnyEnv& env, const envs::VecEnvConfig& 
 /// @file
 /// What the Trainer (train/trainer.hpp) builds from its config that does not depend on its
 /// policy types, so the host itself stays short and these are compiled once: the run's
-/// context, the step context's options, the update threads, the policy file's parts from
-/// the envs and the normaliser, and the run's description (`Run::Setup`) with its
-/// provenance. Not templates, but for the provenance's list of policy types.
+/// context, its note on image observations, the step context's options, the update
+/// threads, the policy file's parts from the envs and the normaliser, and the run's
+/// description (`Run::Setup`) with its provenance. Not templates, but for the provenance's list of policy types.
 
 #include <torch/cuda.h>
 
@@ -25746,6 +25746,7 @@ inline RunEnvs make_run_envs(const envs::AnyEnv& env, const envs::VecEnvConfig& 
 #include <cmath>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -25771,6 +25772,17 @@ inline std::string describe_gradients(const std::vector<std::pair<std::string, s
     out += (out.empty() ? "" : "; ") + networks + " by " + how;
   }
   return out;
+}
+
+/// The run's note on image observations ("observations: ..."), none without images; refuses
+/// them, naming the env and the algorithm (`section`), when the algorithm reads only floats.
+inline std::optional<std::string> image_note(const EnvSpec& spec, bool reads_images, std::string_view section) {
+  if (!spec.byte_rows()) return std::nullopt;
+  if (!reads_images)
+    throw ConfigError("env.id: " + spec.name + "'s observations have images (" + spec.layout.describe() + "); " +
+                      std::string(section) + " reads float observations only (SAC reads images)");
+  return "observations: " + spec.layout.describe() +
+         " (images as bytes to the device; the policy files hold the image encoder)";
 }
 
 /// The run's context on `device` for this rank of `world_size`: the seed, and the loop's
@@ -26011,26 +26023,12 @@ class BasicTrainer {
     notes.insert(notes.end(), envs.notes.begin(), envs.notes.end());
     collector_ = std::make_unique<StepCollector>(std::move(envs.training), times_);
     collector_->count_steps_from(&clock_.env_steps);
-    if (collector_->spec().byte_rows() && !ReadsImages<A>)
-      throw ConfigError("env.id: " + collector_->spec().name + "'s observations have images (" +
-                        collector_->spec().layout.describe() + "); " + std::string(A::config_section.view()) +
-                        " reads float observations only (SAC reads images)");
+    const auto images = image_note(collector_->spec(), ReadsImages<A>, A::config_section.view());
     algo_ = std::make_unique<A>(collector_->spec(), *cfg_.algorithm, ctx_);
-    if (!cfg_.init->weights->empty() && !resumes_a_checkpoint(*cfg_.run)) {
-      if constexpr (WarmStarts<A>)
-        notes.push_back(warm_start(*cfg_.init->weights, algo_->policy_parameters(),
-                                   "the " + std::string(A::config_section.view()) + " actor"));
-      else
-        throw ConfigError("init.weights: " + std::string(A::config_section.view()) +
-                          " has no acting network that starts from a file (anvil::WarmStarts)");
-    }
-    std::vector<std::pair<std::string, std::string>> paths;
-    if constexpr (DescribesGradients<A>) paths = algo_->gradient_paths();
-    gradients_ = describe_gradients(paths, A::config_section.view(), precision);
+    if (!cfg_.init->weights->empty() && !resumes_a_checkpoint(*cfg_.run)) notes.push_back(warm_start_actor());
+    gradients_ = describe_gradients(gradient_paths(), A::config_section.view(), precision);
     notes.push_back("gradients: " + gradients_);
-    if (collector_->spec().byte_rows())
-      notes.push_back("observations: " + collector_->spec().layout.describe() +
-                      " (images as bytes to the device; the policy files hold the image encoder)");
+    if (images) notes.push_back(*images);
     buffer_ = std::make_unique<B>(collector_->spec(), *cfg_.buffer, ctx_);
     step_ctx_ = StepContext(step_options(ctx_, precision, threads(), *cfg_.run, times_,
                                          [p = parallel_.get()](std::vector<at::Tensor>& g) { p->all_reduce_mean(g); }));
@@ -26146,6 +26144,20 @@ class BasicTrainer {
   [[nodiscard]] BottleneckAdvice advice() const { return run_->advice(); }
 
  private:
+  // The actor's weights from `init.weights` (anvil::WarmStarts): the run's note on them.
+  std::string warm_start_actor() {
+    if constexpr (WarmStarts<A>)
+      return warm_start(*cfg_.init->weights, algo_->policy_parameters(), "the " + std::string(A::config_section.view()) + " actor");
+    else
+      throw ConfigError("init.weights: " + std::string(A::config_section.view()) +
+                        " has no acting network that starts from a file (anvil::WarmStarts)");
+  }
+  // The algorithm's hand-written gradient passes (anvil::DescribesGradients), else none.
+  std::vector<std::pair<std::string, std::string>> gradient_paths() const {
+    if constexpr (DescribesGradients<A>) return algo_->gradient_paths();
+    else return {};
+  }
+
   // Threads for an update's independent parts (`run.update_threads`; 0: by the cores this
   // rank's node gives each of its ranks).
   int threads() const {

@@ -2,9 +2,9 @@
 /// @file
 /// What the Trainer (train/trainer.hpp) builds from its config that does not depend on its
 /// policy types, so the host itself stays short and these are compiled once: the run's
-/// context, the step context's options, the update threads, the policy file's parts from
-/// the envs and the normaliser, and the run's description (`Run::Setup`) with its
-/// provenance. Not templates, but for the provenance's list of policy types.
+/// context, its note on image observations, the step context's options, the update
+/// threads, the policy file's parts from the envs and the normaliser, and the run's
+/// description (`Run::Setup`) with its provenance. Not templates, but for the provenance's list of policy types.
 
 #include <torch/cuda.h>
 
@@ -14,6 +14,7 @@
 #include <cmath>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -23,6 +24,7 @@
 #include <anvil/core/context.hpp>
 #include <anvil/core/detail/thread_pool.hpp>
 #include <anvil/core/error.hpp>
+#include <anvil/core/spaces.hpp>
 #include <anvil/core/torch_compat.hpp>
 #include <anvil/core/type_name.hpp>
 #include <anvil/core/version.hpp>
@@ -54,6 +56,17 @@ inline std::string describe_gradients(const std::vector<std::pair<std::string, s
     out += (out.empty() ? "" : "; ") + networks + " by " + how;
   }
   return out;
+}
+
+/// The run's note on image observations ("observations: ..."), none without images; refuses
+/// them, naming the env and the algorithm (`section`), when the algorithm reads only floats.
+inline std::optional<std::string> image_note(const EnvSpec& spec, bool reads_images, std::string_view section) {
+  if (!spec.byte_rows()) return std::nullopt;
+  if (!reads_images)
+    throw ConfigError("env.id: " + spec.name + "'s observations have images (" + spec.layout.describe() + "); " +
+                      std::string(section) + " reads float observations only (SAC reads images)");
+  return "observations: " + spec.layout.describe() +
+         " (images as bytes to the device; the policy files hold the image encoder)";
 }
 
 /// The run's context on `device` for this rank of `world_size`: the seed, and the loop's
