@@ -220,6 +220,32 @@ TEST_CASE("Manipulation: push and pick-place are rewarded as MetaWorld v2 publis
   }
 }
 
+TEST_CASE("Manipulation: push cages the puck only between the pads, not with a closed gripper held behind it") {
+  // Where SAC settled with push-v2's own caging (unsigned pad distances): the gripper closed,
+  // the tcp 4.6 cm behind the puck at its height, 0.9 a step. With pick-place-v2's signed pad
+  // offsets that pose earns little; an open gripper lowered over the puck earns more.
+  auto e = env_of(Task::push);
+  // Holds the tcp at `offset` from the puck (the puck's x and height) for 80 steps with the
+  // gripper command `grip`; returns the last step's reward and the tcp's distance to the puck.
+  auto hold = [&](double dy, double dz, double grip) {
+    e.reset(5);
+    envs::StepResult r;
+    for (int t = 0; t < 80; ++t) {
+      const V3 obj = e.object_position();
+      r = e.step(toward(e, {obj[0], obj[1] + dy, obj[2] + dz}, grip));
+    }
+    return std::pair{r.reward, norm(sub(e.object_position(), e.tcp()))};
+  };
+  const auto [behind, behind_gap] = hold(-0.046, 0.0, 1.0);  // closed, behind the puck
+  const auto [above, above_gap] = hold(0.0, 0.03, -1.0);     // open, 3 cm above it
+  CAPTURE(behind_gap);
+  CAPTURE(above_gap);
+  CHECK(behind_gap > 0.03);
+  CHECK(above_gap > 0.02);  // neither pose is within the 2 cm of the bonus
+  CHECK(behind < 0.3);
+  CHECK(above > 0.6);
+}
+
 TEST_CASE("Manipulation: the observation's layout and bounds hold under random actions, in every task") {
   for (int i = 0; i < envs::mujoco::kNumTasks; ++i) {
     const Task t = static_cast<Task>(i);

@@ -414,29 +414,24 @@ class Manipulation {
     return std::hypot(w[0] * (a[0] - b[0]), w[1] * (a[1] - b[1]), w[2] * (a[2] - b[2]));
   }
 
-  // MetaWorld v2's gripper-caging reward in [0, 1] (SawyerXYZEnv._gripper_caging_reward with
-  // push-v2's arguments and high density; pick-place-v2's own version with `signed_pads`):
-  // each pad's y 1.5-6 cm from the object's and the tcp within 5 mm of it in x-z, each
-  // long-tailed from where the episode started, their Hamacher product the caging; the
-  // gripper's closing command counts once the caging passes 0.97; the mean of the caging and
-  // of the caging with the closing. One constant is adapted to this suite's gripper: its open
-  // pads sit 5 cm either side of the tcp, on the edge of MetaWorld's 5 cm bound (pad_success_
-  // thresh), where each pad's term with its near-zero margin is about 0.1 and the caging stays
-  // near 0 until the fingers close (SAC learnt nothing of push in 200K steps so); at 6 cm an
-  // open gripper centred over the object cages it in y, as MetaWorld's Sawyer gripper does.
-  double caging(double grip, const std::array<double, 3>& obj, bool signed_pads) const {
+  // MetaWorld v2's gripper-caging reward in [0, 1], as pick-place-v2 computes it (its own
+  // _gripper_caging_reward, high density): each pad's signed y offset from the object 1.5-6
+  // cm (a pad on the wrong side falls below the bound), long-tailed from the pads' start, and
+  // the tcp within 5 mm of the object in x-z, long-tailed from the episode's start; their
+  // Hamacher product is the caging; the gripper's closing command counts once the caging
+  // passes 0.97; the mean of the caging and of the caging with the closing. Push uses it too,
+  // in place of its own version (SawyerXYZEnv's, with unsigned pad distances): there a closed
+  // gripper held 1.5-6 cm behind the puck has both pads "caging" it, and SAC settled there
+  // (0.9 a step with the tcp 4.6 cm from the puck; 0.0-0.1 success at 200K steps, five runs).
+  // One constant is adapted to this suite's gripper: its open pads sit 5 cm either side of
+  // the tcp, on the edge of MetaWorld's 5 cm bound (pad_success_thresh), where each pad's term
+  // is about 0.1 and the caging stays near 0 until the fingers close; at 6 cm an open gripper
+  // centred over the object cages it in y, as MetaWorld's Sawyer gripper does.
+  double caging(double grip, const std::array<double, 3>& obj) const {
     constexpr double kObjRadius = 0.015, kPadSuccess = 0.06, kXzSuccess = 0.005;
     const double yl = pad_y(ids_.pad_l), yr = pad_y(ids_.pad_r);
-    double cl = 0, cr = 0;
-    if (signed_pads) {  // a pad on the wrong side falls below the bound; margins from the pads' start
-      cl = tolerance_between(yl - obj[1], kObjRadius, kPadSuccess, std::abs(std::abs(obj[1] - pads_start_[0]) - kPadSuccess));
-      cr = tolerance_between(obj[1] - yr, kObjRadius, kPadSuccess, std::abs(std::abs(obj[1] - pads_start_[1]) - kPadSuccess));
-    } else {  // distances; margins from each pad to where the object started
-      cl = tolerance_between(std::abs(yl - obj[1]), kObjRadius, kPadSuccess,
-                             std::abs(std::abs(yl - object_start_[1]) - kPadSuccess));
-      cr = tolerance_between(std::abs(yr - obj[1]), kObjRadius, kPadSuccess,
-                             std::abs(std::abs(yr - object_start_[1]) - kPadSuccess));
-    }
+    const double cl = tolerance_between(yl - obj[1], kObjRadius, kPadSuccess, std::abs(std::abs(obj[1] - pads_start_[0]) - kPadSuccess));
+    const double cr = tolerance_between(obj[1] - yr, kObjRadius, kPadSuccess, std::abs(std::abs(obj[1] - pads_start_[1]) - kPadSuccess));
     const auto t = tcp();
     const double xz_margin = std::hypot(object_start_[0] - tcp_start_[0], object_start_[2] - tcp_start_[2]) - kXzSuccess;
     const double xz = tolerance_between(std::hypot(t[0] - obj[0], t[2] - obj[2]), 0.0, kXzSuccess, xz_margin);
@@ -478,10 +473,10 @@ class Manipulation {
         const double in_place = tolerance_between(e, 0.0, 0.05, dist(object_start_, goal_));
         const bool at_object = dist(obj, tcp_now) < 0.02 && obs_[3] > 0.0f;
         if (task() == Task::push) {
-          const double grasped = caging(grip, obj, /*signed_pads=*/false);
+          const double grasped = caging(grip, obj);  // pick-place's caging, not push's own: see `caging`
           reward = at_object ? 4.0 * grasped + 1.0 + 5.0 * in_place : 2.0 * grasped;
         } else {
-          reward = hamacher(caging(grip, obj, /*signed_pads=*/true), in_place);
+          reward = hamacher(caging(grip, obj), in_place);
           if (at_object && obj[2] - 0.01 > object_start_[2]) reward += 1.0 + 5.0 * in_place;
         }
         if (e < 0.05) reward = 10.0;
