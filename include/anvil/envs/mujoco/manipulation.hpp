@@ -5,7 +5,8 @@
 /// Learning"; the numbers cited below are from its public v2 sources,
 /// metaworld/envs/mujoco/sawyer_xyz/), so that configs and intuitions carry over, and its
 /// ten MT10 tasks. The models are this file's own (envs/mujoco/models.hpp); push and
-/// pick-place are rewarded as MetaWorld v2 publishes (`evaluate`), the other tasks' shaped
+/// pick-place are rewarded as MetaWorld v2 publishes (`evaluate`; push with pick-place's
+/// caging term, and the pads' bound 6 cm: `caging` says why), the other tasks' shaped
 /// rewards are this suite's own; the interface, ranges and success thresholds follow MetaWorld:
 ///
 ///  - action (4): xyz displacement of the hand's mocap target, clip(a, -1, 1) / 100 metres a
