@@ -340,20 +340,51 @@ def _recurrent_ppo_actor(torch, tensors, meta, path):
     return RecurrentPpoPolicy()
 
 
+def _map_encoder(torch, meta, size):
+    """COMA's map encoder (nn/map_encoder.hpp): the first C x H x W numbers of a vector of `size`
+    through three convolutions (5x5, 4x4, 4x4, ReLU), flattened, then the other numbers."""
+    c, h, w = (int(v) for v in meta["map"].split(","))
+    width = int(meta["map_channels"])
+
+    class MapEncoder(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv0 = torch.nn.Conv2d(c, width, 5)
+            self.conv1 = torch.nn.Conv2d(width, width, 4)
+            self.conv2 = torch.nn.Conv2d(width, width, 4)
+            self.output_size = width * (h - 10) * (w - 10) + size - c * h * w
+
+        def forward(self, x):
+            lead = x.shape[:-1]
+            flat = x.reshape(-1, x.shape[-1])
+            y = flat[:, : c * h * w].reshape(-1, c, h, w)
+            for conv in (self.conv0, self.conv1, self.conv2):
+                y = conv(y).relu()
+            return torch.cat([y.flatten(1), flat[:, c * h * w:]], 1).reshape(*lead, -1)
+
+    return MapEncoder()
+
+
 def _coma_actor(torch, tensors, meta, path):
     agents, obs_dim, actions, memory = (int(meta[k]) for k in ("agents", "obs_dim", "actions", "memory"))
     act = _activation_of(torch, meta, path)
     widths = _layers(tensors, "net.")
+    encoder = _map_encoder(torch, meta, obs_dim + agents) if "map" in meta else None
+    features = encoder.output_size if encoder is not None else obs_dim + agents
+    if encoder is not None and widths:
+        if widths[0] != features:
+            raise ValueError(f"{path}: the actor's first layer takes {widths[0]} numbers, not the map encoder's {features}")
+        widths = [obs_dim + agents, *widths[1:]]  # the checks below are of the observation; the MLP reads features
     if memory > 0:
         if not widths or widths[0] != obs_dim + agents:
             raise ValueError(f"{path}: the actor's first layer does not take {obs_dim} observations and {agents} ids")
 
-        net = _gru_net(torch, widths, memory, actions, act)
+        net = _gru_net(torch, [features, *widths[1:]], memory, actions, act)
     else:
         if len(widths) < 2 or widths[0] != obs_dim + agents or widths[-1] != actions:
             raise ValueError(f"{path}: the actor's layers {widths} do not take {obs_dim} observations and {agents} "
                              f"ids to {actions} actions")
-        net = _mlp(torch, widths, act)
+        net = _mlp(torch, [features, *widths[1:]], act)
 
     class ComaPolicy(torch.nn.Module):
         """anvil's COMA actor, shared by the agents: `forward(obs, avail=None, memory=None)` takes
@@ -367,11 +398,15 @@ def _coma_actor(torch, tensors, meta, path):
         def __init__(self):
             super().__init__()
             self.net = net
+            if encoder is not None:  # the observation's maps through a CNN (metadata map)
+                self.encoder = encoder
             self.register_buffer("ids", torch.eye(agents), persistent=False)
 
         def forward(self, obs, avail=None, memory=None):
             x = obs.to(torch.float32)
             x = torch.cat([x, self.ids.expand(*x.shape[:-1], agents)], -1)
+            if encoder is not None:
+                x = self.encoder(x)
             if self.recurrent:
                 lead = x.shape[:-1]
                 h = torch.zeros(*lead, net.gru.hidden_size) if memory is None else memory.to(torch.float32)

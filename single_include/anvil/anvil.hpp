@@ -3655,11 +3655,21 @@ struct Discrete {
 /// (0 after), so that a policy with memory (a recurrent actor) knows when to forget,
 /// whichever loop or evaluation steps the env. The joint action's digits in base
 /// `num_actions` are the agents' actions, agent 0's the least significant.
+/// Maps at the start of a vector of floats: `channels` maps of `height` x `width`,
+/// channel-major (a multi-agent env's observation or state, `AgentLayout`); all 0: none.
+struct MapShape {
+  std::int64_t channels = 0, height = 0, width = 0;
+  [[nodiscard]] bool any() const noexcept { return channels > 0; }
+  [[nodiscard]] std::int64_t numel() const noexcept { return channels * height * width; }
+};
+
 struct AgentLayout {
   std::int64_t agents = 0;       ///< 0: a single-agent env
   std::int64_t obs_dim = 0;      ///< one agent's observation
   std::int64_t num_actions = 0;  ///< one agent's discrete actions
   std::int64_t state_dim = 0;    ///< the global state (the centralised critic's input)
+  MapShape obs_map{};            ///< maps at the start of each agent's observation (none: 0)
+  MapShape state_map{};          ///< maps at the start of the state (none: 0)
 
   [[nodiscard]] bool multi_agent() const noexcept { return agents > 0; }
   [[nodiscard]] std::int64_t avail_offset() const noexcept { return agents * obs_dim; }
@@ -5219,9 +5229,14 @@ class Joint {
   }
   /// Every joint action: num_actions ^ agents.
   [[nodiscard]] Discrete action_space() const { return Discrete{agent_layout().joint_actions()}; }
+  /// The layout; an env that declares maps at the start of its observations and state
+  /// (`observation_map()`, `state_map()`: a MapShape) has them read through a CNN by COMA.
   [[nodiscard]] AgentLayout agent_layout() const {
-    return AgentLayout{static_cast<std::int64_t>(env_.num_agents()), static_cast<std::int64_t>(env_.agent_observation_size()),
-                       static_cast<std::int64_t>(env_.num_actions()), static_cast<std::int64_t>(env_.state_size())};
+    AgentLayout l{static_cast<std::int64_t>(env_.num_agents()), static_cast<std::int64_t>(env_.agent_observation_size()),
+                  static_cast<std::int64_t>(env_.num_actions()), static_cast<std::int64_t>(env_.state_size())};
+    if constexpr (requires { { env_.observation_map() } -> std::convertible_to<MapShape>; }) l.obs_map = env_.observation_map();
+    if constexpr (requires { { env_.state_map() } -> std::convertible_to<MapShape>; }) l.state_map = env_.state_map();
+    return l;
   }
 
   std::span<const float> reset(std::uint64_t seed) {
@@ -5294,6 +5309,10 @@ class Joint {
     if (l.agents < 1 || l.num_actions < 1 || l.obs_dim < 0 || l.state_dim < 0)
       throw Error(std::string(name) + ": a multi-agent env needs at least one agent and one action (it has " +
                   std::to_string(l.agents) + " agents, " + std::to_string(l.num_actions) + " actions)");
+    if (l.obs_map.numel() > l.obs_dim || l.state_map.numel() > l.state_dim)
+      throw Error(std::string(name) + ": the declared maps (" + std::to_string(l.obs_map.numel()) + " and " +
+                  std::to_string(l.state_map.numel()) + " numbers) do not fit in an observation of " +
+                  std::to_string(l.obs_dim) + " and a state of " + std::to_string(l.state_dim));
     if (l.joint_actions() == 0)
       throw Error(std::string(name) + ": " + std::to_string(l.num_actions) + " actions ^ " + std::to_string(l.agents) +
                   " agents joint actions do not fit in an int64");
@@ -5365,7 +5384,7 @@ class MappingTask {
   static constexpr std::string_view name = "Mapping";
   static constexpr int kAgents = 4, kCells = 32, kPositions = 8, kBlock = kCells / kPositions, kAltitudes = 3;
   static constexpr int kActions = 7;
-  static constexpr std::int64_t kBudget = 14;
+  static constexpr std::int64_t kBudget = 14, kSteps = kBudget;  ///< kSteps: steps an episode takes
   static constexpr std::array<int, kAltitudes> kFootprintHalf{2, 4, 6};   ///< cells each side of the centre
   static constexpr std::array<double, kAltitudes> kFlip{0.05, 0.15, 0.25};  ///< per-cell error probability
   enum Action : std::int64_t { stay = 0, north, south, east, west, up, down };
@@ -5748,6 +5767,380 @@ static_assert(MultiAgentEnv<MatrixGame>);
 #include <string_view>
 #include <utility>
 
+// ---- begin <anvil/envs/multi_agent/mapping_published.hpp> ----
+/// @file
+/// The multi-UAV mapping mission as Westheider, Rückin, Popović publish it ("Multi-UAV
+/// Adaptive Path Planning Using Deep Reinforcement Learning", IROS 2023, arXiv 2303.01150),
+/// beside this library's own mission (mapping.hpp): its field, altitudes, camera, sensor
+/// noise, communication, reward and budget, and its inputs, map channels for a CNN. The
+/// paper's text gives the setting; the numbers are those of its public implementation
+/// (dmar-bonn/ipp-marl, marl_framework/: params.yaml and the files named below), read, not
+/// copied. Light header: no torch.
+///
+/// - **Field** 50 m x 50 m (params.yaml environment.x_dim, y_dim), held as 100 x 100 cells
+///   of 0.5 m. The implementation's cells are about 0.1 m (493 x 493, mapping/grid_maps.py);
+///   0.5 m keeps a step within a few hundred microseconds on one core, and every input the
+///   networks see is the map shrunk to 11 x 11 (below), as there.
+/// - **Targets**: one rectangular region against one of the field's four edges (drawn per
+///   episode), 30-60 % of the field's depth, the rest empty: the ground truth the
+///   implementation trains on (mapping/ground_truths.py, layout 0). Prior 0.5 per cell.
+/// - **Agents**: 4 (params.yaml n_agents) over an 11 x 11 grid of positions 5 m apart
+///   (0 .. 50 m) at 5, 10 or 15 m (agent/state_space.py); actions (agent/action_space.py, 6):
+///   0 up, 1 -x, 2 -y, 3 +y, 4 +x, 5 down, each 5 m; moves off the grid or beyond the
+///   altitudes are unavailable; there is no "stay". They start at random positions at
+///   15 m. The implementation also keeps two agents from choosing the same x-y cell in one
+///   step (a sequential mask); this env does not (joint actions are chosen at once), and,
+///   as there, there is no collision penalty.
+/// - **Camera** 60 x 60 degrees (params.yaml sensor.fov): a square footprint 2 h tan 30 deg
+///   wide, 5.8, 11.5, 17.3 m at the three altitudes (sensors/cameras.py), centred under the
+///   agent and clipped to the field.
+/// - **Sensor**: each cell of a footprint reads its class wrongly with probability 0.01,
+///   0.265, 0.375 at 5, 10, 15 m (sensors/models/sensor_models.py); a reading is fused into
+///   a map by Bayes' rule in log-odds, z = 1 - e for "target" and e for "empty" (e: that
+///   error), p clamped to [1e-4, 0.9999] (mapping/mappings.py).
+/// - **Communication**: each agent keeps its own map; an agent's measurement reaches the
+///   agents within 25 m (3-D distance, params.yaml communication_range) and is fused into
+///   theirs (agent/communication_log.py). The team's map fuses every measurement.
+/// - **Reward** (utils/reward.py), one for the team each step: 22 r - 0.5, where r is the
+///   step's relative reduction of the team map's weighted entropy, sum w (H_before -
+///   H_after) / sum w H_before; w per cell from the updated map: 1 where p > 0.501, 0.5 for
+///   p in [0.499, 0.501], 0 below (class_weighting [0, 1]); H binary entropy in bits.
+/// - **Budget** 14 (params.yaml budget): a first measurement where the agents start, then
+///   steps t = 0 .. 14 (15 moves, each followed by a measurement); the episode ends
+///   (terminated) after the last (missions/episode_generator.py).
+/// - **Inputs** (actor/transformations.py, critic/transformations.py): an agent's
+///   observation is 7 maps of 11 x 11 (channel-major): the budget left (14 - t) / 14 and
+///   its id (i + 1) / 4, each a constant map; a map centred on the agent over the position
+///   grid (1 on the field, 0 beyond it, (altitude index + 1) / 4 where it and the agents in
+///   communication range are); its own map's weighted entropy (w H per cell); that within
+///   its current footprint, 0 elsewhere; its map's probabilities; and this step's
+///   footprints (1 its own, 0 those of the agents it heard, 0.5 elsewhere). Field maps are
+///   shrunk to 11 x 11 by area averages. The state (the critic's) is 4 maps of 11 x 11 --
+///   every agent's position ((altitude index + 1) / 3 at its cell), the team map's weighted
+///   entropy and probabilities, and every footprint of this step (1, else 0) -- and the
+///   budget left. The implementation's critic also reads the other agents' actions as a
+///   map; COMA's critic here reads them as one-hots (algorithms/coma.hpp).
+///
+/// The env declares its maps (`observation_map`, `state_map`), so COMA reads them through
+/// a CNN (coma.map_encoder: the implementation's three convolutions, 5x5, 4x4, 4x4, 256
+/// channels). Trivially copyable: checkpoints save it as bytes.
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdint>
+#include <span>
+#include <string_view>
+
+
+namespace anvil::envs {
+
+/// The published mapping mission (see file comment).
+class PublishedMapping {
+ public:
+  static constexpr std::string_view name = "MappingWestheider";
+  static constexpr int kAgents = 4, kCells = 100, kGrid = 11, kAltitudes = 3, kActions = 6, kMaps = 7, kStateMaps = 4;
+  static constexpr int kSide = 11;                 ///< the input maps' side
+  static constexpr double kCellM = 0.5, kSpacingM = 5.0, kRangeM = 25.0;
+  static constexpr std::int64_t kBudget = 14, kSteps = kBudget + 1;
+  static constexpr std::array<double, kAltitudes> kAltitudeM{5, 10, 15};
+  static constexpr std::array<double, kAltitudes> kError{0.01, 0.265, 0.375};  ///< misclassification per altitude
+  enum Action : std::int64_t { up = 0, minus_x, minus_y, plus_y, plus_x, down };
+
+  [[nodiscard]] std::int64_t num_agents() const noexcept { return kAgents; }
+  [[nodiscard]] std::int64_t agent_observation_size() const noexcept { return kMaps * kSide * kSide; }
+  [[nodiscard]] std::int64_t num_actions() const noexcept { return kActions; }
+  [[nodiscard]] std::int64_t state_size() const noexcept { return kStateMaps * kSide * kSide + 1; }
+  /// The maps at the start of an observation and of the state (channels, height, width).
+  [[nodiscard]] MapShape observation_map() const noexcept { return {kMaps, kSide, kSide}; }
+  [[nodiscard]] MapShape state_map() const noexcept { return {kStateMaps, kSide, kSide}; }
+
+  void reset(std::uint64_t seed) {
+    rng_.reseed(seed);
+    truth_.fill(0);
+    const int edge = static_cast<int>(rng_.below(4));
+    const int depth = kCells * (30 + static_cast<int>(rng_.below(31))) / 100;  // 30-60 % of the field
+    for (int y = 0; y < kCells; ++y)
+      for (int x = 0; x < kCells; ++x) {
+        const int d = edge == 0 ? y : edge == 1 ? kCells - 1 - y : edge == 2 ? x : kCells - 1 - x;
+        truth_[index(x, y)] = d < depth ? 1 : 0;
+      }
+    team_.fill(0.0f);
+    for (auto& m : local_) m.fill(0.0f);
+    for (auto& a : agents_) a = Pose{static_cast<int>(rng_.below(kGrid)), static_cast<int>(rng_.below(kGrid)), kAltitudes - 1};
+    sweep_north_.fill(true);
+    steps_ = 0;
+    started_ = true;
+    measure_all();
+    refresh();
+  }
+
+  TeamStep step(std::span<const std::int64_t> actions) {
+    if (!started_) throw EnvError("MappingWestheider: step before reset");
+    if (steps_ >= kSteps) throw EnvError("MappingWestheider: step after the budget (14: steps 0 .. 14) is spent");
+    for (int i = 0; i < kAgents; ++i) {
+      const auto a = actions[static_cast<std::size_t>(i)];
+      if (a < 0 || a >= kActions || !available(agents_[i], a))
+        throw EnvError("MappingWestheider: agent " + std::to_string(i) + " cannot take action " + std::to_string(a) + " now");
+    }
+    for (int i = 0; i < kAgents; ++i) agents_[i] = moved(agents_[i], actions[static_cast<std::size_t>(i)]);
+    for (int c = 0; c < kCells * kCells; ++c)
+      h_before_[static_cast<std::size_t>(c)] = static_cast<float>(binary_entropy(probability(team_[static_cast<std::size_t>(c)])));
+    measure_all();
+    // The step's relative reduction, each cell weighted by the map after the update.
+    double before = 0, after = 0;
+    for (int c = 0; c < kCells * kCells; ++c) {
+      const double p = probability(team_[static_cast<std::size_t>(c)]), w = weight(p);
+      before += w * h_before_[static_cast<std::size_t>(c)];
+      after += w * binary_entropy(p);
+    }
+    ++steps_;
+    refresh();
+    const double relative = before > 0 ? (before - after) / before : 0.0;
+    return TeamStep{22.0 * relative - 0.5, steps_ >= kSteps, false};
+  }
+
+  void observe(std::int64_t agent, std::span<float> out) const noexcept {
+    const auto i = static_cast<std::size_t>(agent);
+    const auto& me = agents_[i];
+    float* o = out.data();
+    constexpr int n = kSide * kSide;
+    std::fill(o, o + n, static_cast<float>(kSteps - 1 - std::min<std::int64_t>(steps_, kSteps - 1)) / kBudget);
+    std::fill(o + n, o + 2 * n, static_cast<float>(agent + 1) / kAgents);
+    float* pos = o + 2 * n;
+    for (int dy = -5; dy <= 5; ++dy)
+      for (int dx = -5; dx <= 5; ++dx) {
+        const int x = me.x + dx, y = me.y + dy;
+        pos[(dy + 5) * kSide + (dx + 5)] = x >= 0 && x < kGrid && y >= 0 && y < kGrid ? 1.0f : 0.0f;
+      }
+    for (int j = 0; j < kAgents; ++j)
+      if (j == static_cast<int>(agent) || heard_[i][static_cast<std::size_t>(j)])
+        pos[(agents_[j].y - me.y + 5) * kSide + (agents_[j].x - me.x + 5)] = static_cast<float>(agents_[j].alt + 1) / 4.0f;
+    // The agent's own map: weighted entropy, that within the footprint, probabilities.
+    std::array<float, kCells * kCells> wh{}, in_fp{}, p{}, fp{};
+    const auto& m = local_[i];
+    const auto& mine = footprint_[i];
+    for (int y = 0; y < kCells; ++y)
+      for (int x = 0; x < kCells; ++x) {
+        const auto c = index(x, y);
+        const double pc = probability(m[c]);
+        wh[c] = static_cast<float>(weight(pc) * binary_entropy(pc));
+        in_fp[c] = mine.contains(x, y) ? wh[c] : 0.0f;
+        p[c] = static_cast<float>(pc);
+        float f = 0.5f;
+        for (int j = 0; j < kAgents; ++j)
+          if (j != static_cast<int>(agent) && heard_[i][static_cast<std::size_t>(j)] && footprint_[j].contains(x, y)) f = 0.0f;
+        fp[c] = mine.contains(x, y) ? 1.0f : f;
+      }
+    shrink(wh, o + 3 * n);
+    shrink(in_fp, o + 4 * n);
+    shrink(p, o + 5 * n);
+    shrink(fp, o + 6 * n);
+  }
+  void available_actions(std::int64_t agent, std::span<float> out) const noexcept {
+    for (int a = 0; a < kActions; ++a)
+      out[static_cast<std::size_t>(a)] = available(agents_[static_cast<std::size_t>(agent)], a) ? 1.0f : 0.0f;
+  }
+  void write_state(std::span<float> out) const noexcept {
+    float* o = out.data();
+    constexpr int n = kSide * kSide;
+    std::fill(o, o + n, 0.0f);
+    for (const auto& a : agents_) o[a.y * kSide + a.x] = std::max(o[a.y * kSide + a.x], static_cast<float>(a.alt + 1) / 3.0f);
+    std::array<float, kCells * kCells> wh{}, p{}, fp{};
+    for (int y = 0; y < kCells; ++y)
+      for (int x = 0; x < kCells; ++x) {
+        const auto c = index(x, y);
+        const double pc = probability(team_[c]);
+        wh[c] = static_cast<float>(weight(pc) * binary_entropy(pc));
+        p[c] = static_cast<float>(pc);
+        bool any = false;
+        for (const auto& f : footprint_) any = any || f.contains(x, y);
+        fp[c] = any ? 1.0f : 0.0f;
+      }
+    shrink(wh, o + n);
+    shrink(p, o + 2 * n);
+    shrink(fp, o + 3 * n);
+    o[kStateMaps * n] = static_cast<float>(kSteps - std::min<std::int64_t>(steps_, kSteps)) / kSteps;
+  }
+
+  // --- What a mission ends with, and the reference policies -------------------------
+
+  /// The team map's weighted entropy left, as a fraction of the prior's (w = 1/2 at p = 0.5).
+  [[nodiscard]] double weighted_entropy_fraction() const noexcept { return weighted_entropy_ / (0.5 * kCells * kCells); }
+  /// The team map's entropy left, as a fraction of the prior's.
+  [[nodiscard]] double entropy_fraction() const noexcept { return entropy_ / (kCells * kCells); }
+  /// Mean absolute error of the team map against the targets (0.5 for the prior).
+  [[nodiscard]] double map_error() const noexcept {
+    double e = 0;
+    for (int c = 0; c < kCells * kCells; ++c) e += std::abs(probability(team_[static_cast<std::size_t>(c)]) - truth_[static_cast<std::size_t>(c)]);
+    return e / (kCells * kCells);
+  }
+  /// F1 score of the target class, the team map thresholded at 0.5 (the implementation's
+  /// mission metric, utils/utils.py); 0 when nothing is found.
+  [[nodiscard]] double f1() const noexcept {
+    double tp = 0, fp = 0, fn = 0;
+    for (int c = 0; c < kCells * kCells; ++c) {
+      const bool said = probability(team_[static_cast<std::size_t>(c)]) > 0.5, is = truth_[static_cast<std::size_t>(c)] != 0;
+      tp += said && is, fp += said && !is, fn += !said && is;
+    }
+    return tp > 0 ? 2 * tp / (2 * tp + fp + fn) : 0.0;
+  }
+  [[nodiscard]] bool available(int i, std::int64_t a) const noexcept { return available(agents_[i], a); }
+  [[nodiscard]] std::array<int, 3> pose(int i) const noexcept { return {agents_[i].x, agents_[i].y, agents_[i].alt}; }
+  [[nodiscard]] std::int64_t steps() const noexcept { return steps_; }
+  [[nodiscard]] bool target(int x, int y) const noexcept { return truth_[index(x, y)] != 0; }
+  [[nodiscard]] double belief(int x, int y) const noexcept { return probability(team_[index(x, y)]); }
+  /// Agent i's footprint of its last measurement: cells [x0, x1) x [y0, y1).
+  [[nodiscard]] std::array<int, 4> footprint(int i) const noexcept {
+    const auto& w = footprint_[static_cast<std::size_t>(i)];
+    return {w.x0, w.x1, w.y0, w.y1};
+  }
+  /// Whether agent i heard agent j's last measurement (j within 25 m of it).
+  [[nodiscard]] bool heard(int i, int j) const noexcept { return heard_[static_cast<std::size_t>(i)][static_cast<std::size_t>(j)]; }
+
+  /// A lawnmower sweep at the published baseline's altitude (5 m, params.yaml
+  /// baselines.lawnmower.altitude): agent i owns the columns [ceil(11 i / 4), ceil(11 (i+1) / 4)),
+  /// descends, flies to its strip's first column and sweeps it along y, stepping one column
+  /// over at each end.
+  [[nodiscard]] std::array<std::int64_t, kAgents> lawnmower(int altitude = 0) const noexcept {
+    std::array<std::int64_t, kAgents> act{};
+    for (int i = 0; i < kAgents; ++i) {
+      const auto& a = agents_[i];
+      const int x0 = (kGrid * i + kAgents - 1) / kAgents, x1 = (kGrid * (i + 1) + kAgents - 1) / kAgents - 1;
+      const bool north = sweep_north_[i];
+      if (a.alt > altitude) act[i] = down;
+      else if (a.alt < altitude) act[i] = up;
+      else if (a.x < x0) act[i] = plus_x;
+      else if (a.x > x1) act[i] = minus_x;
+      else if (north && a.y + 1 < kGrid) act[i] = plus_y;
+      else if (!north && a.y > 0) act[i] = minus_y;
+      else act[i] = a.x < x1 ? plus_x : (a.x > x0 ? minus_x : (north ? minus_y : plus_y));
+    }
+    return act;
+  }
+  /// Call after stepping with `lawnmower()` actions: turns the sweeps at the edges.
+  void lawnmower_turns() noexcept {
+    for (int i = 0; i < kAgents; ++i) {
+      if (agents_[i].y + 1 >= kGrid) sweep_north_[i] = false;
+      if (agents_[i].y <= 0) sweep_north_[i] = true;
+    }
+  }
+
+ private:
+  struct Pose {
+    int x = 0, y = 0, alt = 0;
+  };
+  struct Window {  // cells [x0, x1) x [y0, y1)
+    int x0 = 0, x1 = 0, y0 = 0, y1 = 0;
+    [[nodiscard]] bool contains(int x, int y) const noexcept { return x >= x0 && x < x1 && y >= y0 && y < y1; }
+  };
+  using Map = std::array<float, kCells * kCells>;  // log-odds per cell
+
+  static constexpr std::size_t index(int x, int y) noexcept { return static_cast<std::size_t>(y * kCells + x); }
+  static double probability(float l) noexcept { return 1.0 / (1.0 + std::exp(-static_cast<double>(l))); }
+  static double binary_entropy(double p) noexcept {
+    if (p <= 0.0 || p >= 1.0) return 0.0;
+    return -(p * std::log2(p) + (1 - p) * std::log2(1 - p));
+  }
+  static constexpr double weight(double p) noexcept { return p > 0.501 ? 1.0 : p < 0.499 ? 0.0 : 0.5; }
+  static constexpr bool available(const Pose& p, std::int64_t a) noexcept {
+    switch (a) {
+      case up: return p.alt + 1 < kAltitudes;
+      case down: return p.alt > 0;
+      case minus_x: return p.x > 0;
+      case plus_x: return p.x + 1 < kGrid;
+      case minus_y: return p.y > 0;
+      case plus_y: return p.y + 1 < kGrid;
+      default: return false;
+    }
+  }
+  static constexpr Pose moved(Pose p, std::int64_t a) noexcept {
+    if (a == up) ++p.alt;
+    if (a == down) --p.alt;
+    if (a == minus_x) --p.x;
+    if (a == plus_x) ++p.x;
+    if (a == minus_y) --p.y;
+    if (a == plus_y) ++p.y;
+    return p;
+  }
+  static Window window(const Pose& p) noexcept {
+    const double side = 2.0 * kAltitudeM[static_cast<std::size_t>(p.alt)] * std::tan(M_PI / 6.0);
+    const int w = static_cast<int>(std::lround(side / kCellM));
+    const double cx = p.x * kSpacingM / kCellM, cy = p.y * kSpacingM / kCellM;
+    const int x0 = static_cast<int>(std::lround(cx - w / 2.0)), y0 = static_cast<int>(std::lround(cy - w / 2.0));
+    return Window{std::max(0, x0), std::min(kCells, x0 + w), std::max(0, y0), std::min(kCells, y0 + w)};
+  }
+  // Every agent measures its footprint; each reading goes into the team map, the agent's
+  // own map and the maps of the agents within range.
+  void measure_all() {
+    constexpr float kClamp = 9.21024f;  // logit(0.9999)
+    for (int i = 0; i < kAgents; ++i) {
+      footprint_[i] = window(agents_[i]);
+      for (int j = 0; j < kAgents; ++j) {
+        const double dx = (agents_[i].x - agents_[j].x) * kSpacingM, dy = (agents_[i].y - agents_[j].y) * kSpacingM;
+        const double dz = kAltitudeM[static_cast<std::size_t>(agents_[i].alt)] - kAltitudeM[static_cast<std::size_t>(agents_[j].alt)];
+        heard_[static_cast<std::size_t>(j)][static_cast<std::size_t>(i)] = j != i && std::sqrt(dx * dx + dy * dy + dz * dz) <= kRangeM;
+      }
+    }
+    for (int i = 0; i < kAgents; ++i) {
+      const double e = kError[static_cast<std::size_t>(agents_[i].alt)];
+      const auto evidence = static_cast<float>(std::log((1 - e) / e));
+      const Window& w = footprint_[i];
+      for (int y = w.y0; y < w.y1; ++y)
+        for (int x = w.x0; x < w.x1; ++x) {
+          const auto c = index(x, y);
+          const bool t = truth_[c] != 0;
+          const bool reads = rng_.uniform() < e ? !t : t;
+          const float d = reads ? evidence : -evidence;
+          team_[c] = std::clamp(team_[c] + d, -kClamp, kClamp);
+          for (int j = 0; j < kAgents; ++j)
+            if (j == i || heard_[static_cast<std::size_t>(j)][static_cast<std::size_t>(i)])
+              local_[static_cast<std::size_t>(j)][c] = std::clamp(local_[static_cast<std::size_t>(j)][c] + d, -kClamp, kClamp);
+        }
+    }
+  }
+  // The team map's entropies for the mission's metrics.
+  void refresh() noexcept {
+    double h = 0, wh = 0;
+    for (int c = 0; c < kCells * kCells; ++c) {
+      const double p = probability(team_[static_cast<std::size_t>(c)]);
+      const double hc = binary_entropy(p);
+      h += hc;
+      wh += weight(p) * hc;
+    }
+    entropy_ = h;
+    weighted_entropy_ = wh;
+  }
+  // Area averages of a field map over an 11 x 11 grid of bins (each 9 or 10 cells a side).
+  static void shrink(const std::array<float, kCells * kCells>& m, float* out) noexcept {
+    for (int by = 0; by < kSide; ++by)
+      for (int bx = 0; bx < kSide; ++bx) {
+        const int x0 = bx * kCells / kSide, x1 = (bx + 1) * kCells / kSide, y0 = by * kCells / kSide, y1 = (by + 1) * kCells / kSide;
+        double s = 0;
+        for (int y = y0; y < y1; ++y)
+          for (int x = x0; x < x1; ++x) s += m[index(x, y)];
+        out[by * kSide + bx] = static_cast<float>(s / ((x1 - x0) * (y1 - y0)));
+      }
+  }
+
+  Rng rng_{0};
+  std::array<std::uint8_t, kCells * kCells> truth_{};
+  Map team_{};
+  std::array<Map, kAgents> local_{};
+  std::array<float, kCells * kCells> h_before_{};
+  std::array<Pose, kAgents> agents_{};
+  std::array<Window, kAgents> footprint_{};
+  std::array<std::array<bool, kAgents>, kAgents> heard_{};  // heard_[j][i]: j received i's measurement
+  std::array<bool, kAgents> sweep_north_{true, true, true, true};
+  double entropy_ = kCells * kCells, weighted_entropy_ = 0.5 * kCells * kCells;
+  std::int64_t steps_ = 0;
+  bool started_ = false;
+};
+
+static_assert(MultiAgentEnv<PublishedMapping>);
+
+}  // namespace anvil::envs
+// ---- end <anvil/envs/multi_agent/mapping_published.hpp> ----
 // ---- begin <anvil/envs/multi_agent/simple_spread.hpp> ----
 /// @file
 /// "Simple spread" of the multi-agent particle environments (Lowe et al. 2017, "Multi-Agent
@@ -5923,16 +6316,18 @@ static_assert(MultiAgentEnv<SimpleSpread>);
 
 namespace anvil::envs {
 
-/// The names `with_team_env` knows: the mapping mission, simple spread, and the climbing,
-/// penalty (k = -100) and credit (7 agents, 1 and 50) matrix games.
-inline constexpr std::array<std::string_view, 5> kBuiltinTeamEnvs{"Mapping", "SimpleSpread", "Climbing", "Penalty",
-                                                                  "Credit"};
+/// The names `with_team_env` knows: the mapping mission (this library's and the published
+/// one, mapping_published.hpp), simple spread, and the climbing, penalty (k = -100) and
+/// credit (7 agents, 1 and 50) matrix games.
+inline constexpr std::array<std::string_view, 6> kBuiltinTeamEnvs{"Mapping",  "MappingWestheider", "SimpleSpread",
+                                                                  "Climbing", "Penalty",           "Credit"};
 
 /// Calls `f(env)` with the built-in multi-agent env named `id`, as a `Joint`; a ConfigError
 /// naming `env.id` and the known names otherwise.
 template <class F>
 decltype(auto) with_team_env(std::string_view id, F&& f) {
   if (id == "Mapping") return std::forward<F>(f)(Joint<MappingTask>{});
+  if (id == "MappingWestheider") return std::forward<F>(f)(Joint<PublishedMapping>{});
   if (id == "SimpleSpread") return std::forward<F>(f)(Joint<SimpleSpread>{});
   if (id == "Climbing") return std::forward<F>(f)(Joint<MatrixGame>(MatrixGame::climbing()));
   if (id == "Penalty") return std::forward<F>(f)(Joint<MatrixGame>(MatrixGame::penalty(-100)));
@@ -19143,6 +19538,16 @@ struct ComaActorConfig {
       gru{0};
 };
 
+/// The CNN that reads the maps an env declares (`MapShape`, e.g. the published mapping
+/// mission's) for COMA's actor and critic (`coma.map_encoder`, nn/map_encoder.hpp).
+struct ComaMapEncoderConfig {
+  Param<int, "channels",
+        "channels of the three convolutions over an env's maps (Westheider et al.: 256); 0: the maps are read "
+        "as plain numbers by the MLPs",
+        in_range(0, 4096)>
+      channels{256};
+};
+
 /// Defaults: PyMARL's COMA (lr 5e-4, gamma 0.99, TD lambda 0.8, target every 200
 /// critic steps, gradient norm 10, epsilon 0.5 -> 0.01) and our users' schedule (128 x 5
 /// x 5 passes).
@@ -19176,6 +19581,7 @@ struct ComaConfig {
   Param<double, "max_grad_norm", "clip each network's gradient norm (0: off)", at_least(0)> max_grad_norm{10.0};
   Section<"actor", ComaActorConfig> actor;
   Section<"critic_net", ComaNetConfig> critic_net;
+  Section<"map_encoder", ComaMapEncoderConfig> map_encoder;
 };
 
 }  // namespace anvil
@@ -19224,6 +19630,109 @@ inline at::Tensor td_lambda_targets(const at::Tensor& reward, const at::Tensor& 
 
 }  // namespace anvil
 // ---- end <anvil/algorithms/td_lambda.hpp> ----
+// ---- begin <anvil/nn/map_encoder.hpp> ----
+/// @file
+/// `MapEncoder`: reads vectors that carry maps (a multi-agent env's map channels,
+/// `MapShape`, at known offsets) through a CNN and passes the rest of each vector as it
+/// is: [..., d] -> [..., output_size()], the CNN's features followed by the other numbers
+/// in their order. The maps of one vector (e.g. the state's and an agent's observation's,
+/// for a critic) share their height and width and are stacked on their channels into one
+/// CNN input. The CNN is Westheider et al.'s (IROS 2023; dmar-bonn/ipp-marl, actor/network.py
+/// and critic/network.py): three convolutions, 5x5, 4x4 and 4x4, stride 1, no padding,
+/// `channels` wide, each followed by ReLU, flattened (11 x 11 maps: 1 x 1 x channels).
+
+#include <torch/nn/cloneable.h>
+#include <torch/nn/modules/conv.h>
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+
+namespace anvil::nn {
+
+/// Maps at `offset` numbers into a vector.
+struct MapSegment {
+  std::int64_t offset = 0;
+  MapShape shape;
+};
+
+class MapEncoderImpl : public torch::nn::Cloneable<MapEncoderImpl> {
+ public:
+  static constexpr std::array<std::int64_t, 3> kKernels{5, 4, 4};
+
+  MapEncoderImpl(std::int64_t input_size, std::vector<MapSegment> maps, std::int64_t channels)
+      : input_size_(input_size), maps_(std::move(maps)), channels_(channels) {
+    if (maps_.empty()) throw ConfigError("MapEncoder: no maps to encode");
+    std::int64_t h = maps_.front().shape.height, w = maps_.front().shape.width;
+    for (const auto& m : maps_) {
+      if (m.shape.height != h || m.shape.width != w)
+        throw ConfigError("MapEncoder: maps of " + std::to_string(h) + " x " + std::to_string(w) + " and " +
+                          std::to_string(m.shape.height) + " x " + std::to_string(m.shape.width) +
+                          " cannot be stacked into one CNN input");
+      if (m.offset < 0 || m.offset + m.shape.numel() > input_size_)
+        throw ConfigError("MapEncoder: maps at " + std::to_string(m.offset) + " overrun a vector of " + std::to_string(input_size_));
+      in_channels_ += m.shape.channels;
+    }
+    for (auto k : kKernels) h -= k - 1, w -= k - 1;
+    if (h < 1 || w < 1)
+      throw ConfigError("MapEncoder: maps of " + std::to_string(maps_.front().shape.height) + " x " +
+                        std::to_string(maps_.front().shape.width) + " are too small for its 5x5, 4x4, 4x4 convolutions (at least 11 x 11)");
+    features_ = channels_ * h * w;
+    reset();
+  }
+
+  void reset() override {
+    convs_.clear();
+    std::int64_t in = in_channels_;
+    for (std::size_t i = 0; i < kKernels.size(); ++i) {
+      convs_.push_back(register_module("conv" + std::to_string(i), torch::nn::Conv2d(torch::nn::Conv2dOptions(in, channels_, kKernels[i]))));
+      in = channels_;
+    }
+    std::vector<std::int64_t> rest;
+    std::vector<bool> in_map(static_cast<std::size_t>(input_size_), false);
+    for (const auto& m : maps_)
+      for (std::int64_t i = 0; i < m.shape.numel(); ++i) in_map[static_cast<std::size_t>(m.offset + i)] = true;
+    for (std::int64_t i = 0; i < input_size_; ++i)
+      if (!in_map[static_cast<std::size_t>(i)]) rest.push_back(i);
+    rest_ = register_buffer("rest", at::tensor(rest, at::TensorOptions().dtype(at::kLong)));
+  }
+
+  /// [..., input_size] -> [..., output_size()].
+  at::Tensor forward(const at::Tensor& x) {
+    auto lead = x.sizes().vec();
+    lead.pop_back();
+    const auto flat = x.reshape({-1, input_size_});
+    const auto n = flat.size(0);
+    const auto& s = maps_.front().shape;
+    std::vector<at::Tensor> planes;
+    for (const auto& m : maps_) planes.push_back(flat.narrow(1, m.offset, m.shape.numel()).reshape({n, m.shape.channels, s.height, s.width}));
+    auto y = planes.size() == 1 ? planes.front() : at::cat(planes, 1);
+    for (auto& c : convs_) y = c->forward(y).relu();
+    auto out = at::cat({y.reshape({n, features_}), flat.index_select(1, rest_.to(flat.device()))}, 1);
+    lead.push_back(output_size());
+    return out.reshape(lead);
+  }
+
+  [[nodiscard]] std::int64_t output_size() const noexcept { return features_ + rest_.numel(); }
+  [[nodiscard]] std::int64_t input_size() const noexcept { return input_size_; }
+  [[nodiscard]] std::int64_t in_channels() const noexcept { return in_channels_; }
+  [[nodiscard]] std::int64_t channels() const noexcept { return channels_; }
+  [[nodiscard]] const std::vector<MapSegment>& maps() const noexcept { return maps_; }
+
+ private:
+  std::int64_t input_size_;
+  std::vector<MapSegment> maps_;
+  std::int64_t channels_, in_channels_ = 0, features_ = 0;
+  std::vector<torch::nn::Conv2d> convs_;
+  at::Tensor rest_;
+};
+TORCH_MODULE(MapEncoder);
+
+}  // namespace anvil::nn
+// ---- end <anvil/nn/map_encoder.hpp> ----
 
 namespace anvil {
 
@@ -19260,19 +19769,37 @@ class COMA {
     // Row j of others_mask_ zeroes agent j's block of a joint one-hot.
     others_mask_ = (1 - eye_).repeat_interleave(n_, 1);  // [k, k*n]
 
+    // An env's maps go through a CNN first (coma.map_encoder), the actor's from the
+    // agent's observation, the critic's from the state's and the observation's.
+    std::int64_t actor_in = layout_.obs_dim + k_, critic_in = critic_input_size();
+    if (maps()) {
+      actor_enc_ = nn::MapEncoder(actor_in, std::vector<nn::MapSegment>{{0, layout_.obs_map}}, *cfg.map_encoder->channels);
+      std::vector<nn::MapSegment> seen;
+      if (*cfg_.critic != ComaCritic::independent && layout_.state_map.any()) seen.push_back({0, layout_.state_map});
+      seen.push_back({*cfg_.critic == ComaCritic::independent ? 0 : layout_.state_dim, layout_.obs_map});
+      critic_enc_ = nn::MapEncoder(critic_in, seen, *cfg.map_encoder->channels);
+      actor_enc_->to(device_), critic_enc_->to(device_);
+      actor_in = actor_enc_->output_size(), critic_in = critic_enc_->output_size();
+    }
     if (recurrent()) {
-      gru_ = nn::GruActor(layout_.obs_dim + k_, nn::widths(cfg.actor->hidden), cfg.actor->gru, n_, cfg.actor->activation);
+      gru_ = nn::GruActor(actor_in, nn::widths(cfg.actor->hidden), cfg.actor->gru, n_, cfg.actor->activation);
       gru_->to(device_);
     } else {
-      actor_ = nn::Mlp(layout_.obs_dim + k_, nn::widths(cfg.actor->hidden), n_, cfg.actor->activation);
+      actor_ = nn::Mlp(actor_in, nn::widths(cfg.actor->hidden), n_, cfg.actor->activation);
       actor_->to(device_);
     }
-    critic_ = nn::Mlp(critic_input_size(), nn::widths(cfg.critic_net->hidden), q_critic() ? n_ : 1,
-                      cfg.critic_net->activation);
+    critic_ = nn::Mlp(critic_in, nn::widths(cfg.critic_net->hidden), q_critic() ? n_ : 1, cfg.critic_net->activation);
     critic_->to(device_);
-    actor_opt_ = FlatAdam(recurrent() ? gru_->parameters() : actor_->parameters(),
-                          {.lr = cfg.actor_lr * ctx.lr_scale(cfg.batch_size)});
-    critic_opt_ = FlatAdam(critic_->parameters(), {.lr = cfg.critic_lr * ctx.lr_scale(cfg.batch_size)});
+    auto actor_params = recurrent() ? gru_->parameters() : actor_->parameters();
+    auto critic_params = critic_->parameters();
+    if (maps()) {
+      for (auto& p : actor_enc_->parameters()) actor_params.push_back(p);
+      for (auto& p : critic_enc_->parameters()) critic_params.push_back(p);
+      target_enc_ = std::dynamic_pointer_cast<nn::MapEncoderImpl>(critic_enc_->clone());
+      for (auto& p : target_enc_->parameters()) p.set_requires_grad(false);
+    }
+    actor_opt_ = FlatAdam(actor_params, {.lr = cfg.actor_lr * ctx.lr_scale(cfg.batch_size)});
+    critic_opt_ = FlatAdam(critic_params, {.lr = cfg.critic_lr * ctx.lr_scale(cfg.batch_size)});
     target_ = std::dynamic_pointer_cast<nn::MlpImpl>(critic_->clone());
     for (auto& p : target_->parameters()) p.set_requires_grad(false);
   }
@@ -19344,6 +19871,8 @@ class COMA {
   /// Joint actions [...] of agents' actions [..., k].
   [[nodiscard]] at::Tensor encode(const at::Tensor& u) const { return (u * powers_).sum(-1); }
 
+  /// Whether the env's maps are read through CNNs (it declares maps, coma.map_encoder.channels > 0).
+  [[nodiscard]] bool maps() const noexcept { return layout_.obs_map.any() && cfg_.map_encoder->channels > 0; }
   /// Whether the actor has memory (`coma.actor.gru` > 0).
   [[nodiscard]] bool recurrent() const noexcept { return cfg_.actor->gru > 0; }
   /// The actor's logits [..., k, n] (float32, unmasked) for observation rows: per row for
@@ -19353,7 +19882,7 @@ class COMA {
     if (!recurrent()) return mlp_logits(split_obs(rows));
     const auto seq = rows.dim() == 2 ? rows.unsqueeze(1) : rows;  // [B, T, row]
     const auto B = seq.size(0), T = seq.size(1);
-    const auto x = actor_input(split_obs(seq)).transpose(0, 1).reshape({T, B * k_, -1});  // time first, rows b*k + a
+    const auto x = actor_features(actor_input(split_obs(seq))).transpose(0, 1).reshape({T, B * k_, -1});  // time first, rows b*k + a
     auto first = split_first(seq).transpose(0, 1).repeat_interleave(k_, 1);               // [T, B*k]
     first.select(0, 0).fill_(1.0);                                                          // every sequence starts afresh
     const auto out = gru_->unroll(x, first).reshape({T, B, k_, n_}).transpose(0, 1);       // [B, T, k, n]
@@ -19400,7 +19929,7 @@ class COMA {
   at::Tensor targets(const EpisodeBatch& b) {
     torch::NoGradGuard no_grad;
     const auto ext = extended(b);
-    auto v = target_->forward(critic_input(ext.rows, ext.onehot, ext.onehot_prev)).to(at::kFloat);  // [B, T+1, k, .]
+    auto v = target_net(critic_input(ext.rows, ext.onehot, ext.onehot_prev)).to(at::kFloat);  // [B, T+1, k, .]
     v = q_critic() ? v.gather(-1, ext.u.unsqueeze(-1)).squeeze(-1) : v.squeeze(-1);
     const auto next = v.narrow(1, 1, b.obs.size(1));  // value of the step after each step
     return td_lambda_targets(b.reward.to(device_, at::kFloat), b.terminated.to(device_, at::kFloat),
@@ -19426,7 +19955,7 @@ class COMA {
   void save(BinaryWriter& w) const {
     actor_opt_.save(w);
     critic_opt_.save(w);
-    for (const auto& p : target_->parameters()) write_tensor(w, p, "coma target critic");
+    for (const auto& p : target_parameters()) write_tensor(w, p, "coma target critic");
     w.value(episodes_);
     w.value(critic_steps_);
     w.value(updates_);
@@ -19442,7 +19971,7 @@ class COMA {
     Saved s;
     s.actor = actor_opt_.read(r, "coma actor");
     s.critic = critic_opt_.read(r, "coma critic");
-    for (const auto& p : target_->parameters()) s.target.push_back(read_tensor(r, "coma target critic", p));
+    for (const auto& p : target_parameters()) s.target.push_back(read_tensor(r, "coma target critic", p));
     s.episodes = r.value<std::int64_t>("coma episode count");
     s.critic_steps = r.value<std::int64_t>("coma critic steps");
     s.updates = r.value<std::int64_t>("coma update count");
@@ -19469,7 +19998,7 @@ class COMA {
     actor_opt_.restore(s.actor);
     critic_opt_.restore(s.critic);
     torch::NoGradGuard no_grad;
-    const auto params = target_->parameters();
+    const auto params = target_parameters();
     for (std::size_t i = 0; i < params.size(); ++i) params[i].copy_(s.target[i]);
     episodes_ = s.episodes;
     critic_steps_ = s.critic_steps;
@@ -19492,24 +20021,36 @@ class COMA {
     PolicyTensors p{"ComaActor", {}, {}, false};
     if (recurrent()) add_module_tensors(p, "net.", *gru_);
     else add_module_tensors(p, "net.", *actor_);
+    if (maps()) add_module_tensors(p, "encoder.", *actor_enc_);
     p.meta = {{"agents", std::to_string(k_)},
               {"obs_dim", std::to_string(layout_.obs_dim)},
               {"actions", std::to_string(n_)},
               {"hidden", comma_list(*cfg_.actor->hidden)},
               {"activation", enum_text(*cfg_.actor->activation)},
               {"memory", std::to_string(*cfg_.actor->gru)}};
+    if (maps()) {  // the observation's first maps through encoder.conv0-2 (nn/map_encoder.hpp), then the rest
+      const auto& m = layout_.obs_map;
+      p.meta["map"] = std::to_string(m.channels) + "," + std::to_string(m.height) + "," + std::to_string(m.width);
+      p.meta["map_channels"] = std::to_string(*cfg_.map_encoder->channels);
+    }
     return p;
   }
 
   /// The actor's parameters as policy.safetensors names them (`WarmStarts`: `init.weights`).
   [[nodiscard]] std::vector<std::pair<std::string, at::Tensor>> policy_parameters() {
-    return recurrent() ? named_parameters_of(*gru_, "net.") : named_parameters_of(*actor_, "net.");
+    auto named = recurrent() ? named_parameters_of(*gru_, "net.") : named_parameters_of(*actor_, "net.");
+    if (maps())
+      for (auto& e : named_parameters_of(*actor_enc_, "encoder.")) named.push_back(std::move(e));
+    return named;
   }
 
   /// The MLP actor (null when the actor is recurrent) and the recurrent one (null otherwise).
   [[nodiscard]] nn::Mlp& actor() noexcept { return actor_; }
   [[nodiscard]] nn::GruActor& recurrent_actor() noexcept { return gru_; }
   [[nodiscard]] nn::Mlp& critic() noexcept { return critic_; }
+  /// The actor's and the critic's map encoders (null unless `maps()`).
+  [[nodiscard]] nn::MapEncoder& actor_encoder() noexcept { return actor_enc_; }
+  [[nodiscard]] nn::MapEncoder& critic_encoder() noexcept { return critic_enc_; }
   [[nodiscard]] const Config& config() const noexcept { return cfg_; }
   [[nodiscard]] const AgentLayout& layout() const noexcept { return layout_; }
   [[nodiscard]] std::int64_t episodes() const noexcept { return episodes_; }
@@ -19548,7 +20089,12 @@ class COMA {
   }
 
   // The MLP actor's logits [..., k, n] (float32) for each agent's observation [..., k, obs_dim].
-  at::Tensor mlp_logits(const at::Tensor& obs_k) { return actor_->forward(actor_input(obs_k)).to(at::kFloat); }
+  at::Tensor mlp_logits(const at::Tensor& obs_k) { return actor_net(actor_input(obs_k)).to(at::kFloat); }
+  // The networks on their inputs, through the map encoders where the env has maps.
+  at::Tensor actor_features(const at::Tensor& x) { return maps() ? actor_enc_->forward(x) : x; }
+  at::Tensor actor_net(const at::Tensor& x) { return actor_->forward(actor_features(x)); }
+  at::Tensor critic_net(const at::Tensor& x) { return critic_->forward(maps() ? critic_enc_->forward(x) : x); }
+  at::Tensor target_net(const at::Tensor& x) { return target_->forward(maps() ? target_enc_->forward(x) : x); }
   // One step of the recurrent actor for rows [N, row] (one per env), from and into the
   // memory of each env's agents; a row that starts an episode starts from zero.
   at::Tensor step_memory(const at::Tensor& rows) {
@@ -19556,7 +20102,7 @@ class COMA {
     if (!memory_.defined() || memory_.size(0) != N * k_)
       memory_ = at::zeros({N * k_, gru_->memory()}, rows.options().dtype(at::kFloat));
     const auto keep = (1 - split_first(rows)).repeat_interleave(k_).unsqueeze(-1);
-    auto [out, next] = gru_->step(actor_input(split_obs(rows)).reshape({N * k_, -1}), memory_ * keep);
+    auto [out, next] = gru_->step(actor_features(actor_input(split_obs(rows))).reshape({N * k_, -1}), memory_ * keep);
     memory_ = next;
     return out.reshape({N, k_, n_});
   }
@@ -19668,7 +20214,7 @@ class COMA {
       at::Tensor loss, taken;
       {
         auto guard = ctx.autocast();
-        const auto out = critic_->forward(ci).to(at::kFloat);
+        const auto out = critic_net(ci).to(at::kFloat);
         taken = q_critic() ? out.gather(-1, u.unsqueeze(-1)).squeeze(-1) : out.squeeze(-1);
         loss = (taken - y).square().mean();
       }
@@ -19698,14 +20244,14 @@ class COMA {
         // A recurrent actor unrolls every held episode (the gradient runs through time) and
         // takes the minibatch's rows.
         auto logits = categorical::masked(recurrent() ? sequence_logits().index({mb.index.narrow(0, part.begin, part.rows)})
-                                       : actor_->forward(mb.actor_in.narrow(0, part.begin, part.rows)).to(at::kFloat),
+                                       : actor_net(mb.actor_in.narrow(0, part.begin, part.rows)).to(at::kFloat),
                            av);
         auto pi = logits.softmax(-1);
         pi = categorical::mixed(pi, av, eps);
         const auto log_pi = pi.gather(-1, u.unsqueeze(-1)).squeeze(-1).clamp_min(1e-10).log();
         {
           torch::NoGradGuard no_grad;
-          const auto out = critic_->forward(ci).to(at::kFloat);
+          const auto out = critic_net(ci).to(at::kFloat);
           if (q_critic()) adv = out.gather(-1, u.unsqueeze(-1)).squeeze(-1) - counterfactual_baseline(pi.detach(), out);
           else adv = y - out.squeeze(-1);
         }
@@ -19728,6 +20274,16 @@ class COMA {
     torch::NoGradGuard no_grad;
     const auto src = critic_->parameters(), dst = target_->parameters();
     for (std::size_t i = 0; i < src.size(); ++i) dst[i].copy_(src[i]);
+    if (!maps()) return;
+    const auto es = critic_enc_->parameters(), ed = target_enc_->parameters();
+    for (std::size_t i = 0; i < es.size(); ++i) ed[i].copy_(es[i]);
+  }
+  // The target critic's parameters, its map encoder's after its MLP's.
+  [[nodiscard]] std::vector<at::Tensor> target_parameters() const {
+    auto t = target_->parameters();
+    if (maps())
+      for (auto& p : target_enc_->parameters()) t.push_back(p);
+    return t;
   }
 
   Config cfg_;
@@ -19737,6 +20293,7 @@ class COMA {
   at::Tensor eye_, powers_, others_mask_;
   nn::Mlp actor_{nullptr}, critic_{nullptr}, target_{nullptr};
   nn::GruActor gru_{nullptr};
+  nn::MapEncoder actor_enc_{nullptr}, critic_enc_{nullptr}, target_enc_{nullptr};  // with maps() only
   at::Tensor memory_;                 // the recurrent actor's state while acting, [envs * k, gru]
   std::vector<Sequences> sequences_;  // the held episodes while training a recurrent actor
   FlatAdam actor_opt_, critic_opt_;

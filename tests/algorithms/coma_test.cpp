@@ -51,6 +51,35 @@ typename T::Config coma_config(const std::string& name, std::int64_t steps, int 
   return c;
 }
 
+
+// Steps a trained run's envs `steps` times from new episodes, acting as evaluation does,
+// and checks that its policy.safetensors, loaded by anvil.load_policy, takes the same
+// actions on the same observation rows (skipped visibly without torch in Python); `out`:
+// how many episode starts and whether some action was masked.
+struct ExportedRollout {
+  double firsts = 0;
+  bool any_masked = false;
+};
+void check_exported_policy(ComaTrainer& t, int steps, ExportedRollout& out) {
+  const std::filesystem::path file = t.run_dir() / "policy.safetensors";
+  REQUIRE(std::filesystem::exists(file));
+  auto& col = t.collector();
+  auto& coma = t.algorithm();
+  col.restart();
+  std::vector<at::Tensor> obs, avail, first, action;
+  for (int s = 0; s < steps; ++s) {
+    const auto rows = col.observations().clone();
+    const auto joint = coma.act(rows, ActMode::deterministic);
+    obs.push_back(coma.split_obs(rows));
+    avail.push_back(coma.split_avail(rows));
+    first.push_back(coma.split_first(rows));
+    action.push_back(coma.decode(joint));
+    (void)col.step(joint, false);
+  }
+  const auto firsts = at::stack(first), av = at::stack(avail);
+  out = {firsts.sum().item<double>(), (av < 0.5).any().item<bool>()};
+  ANVIL_CHECK_POLICY_IN_PYTHON(file, {{"obs", at::stack(obs)}, {"avail", av}, {"first", firsts}, {"action", at::stack(action)}}, {});
+}
 }  // namespace
 
 TEST_CASE("COMA: the counterfactual baseline and advantage of a matrix game, by hand") {
@@ -548,29 +577,79 @@ TEST_CASE("Trainer<COMA>: policy.safetensors acts in PyTorch as the run's actor 
     c.algorithm->batch_number = 2;
     ComaTrainer t(envs::Joint<envs::MappingTask>{}, c);
     t.fit();
-    const std::filesystem::path dir = *c.run->run_dir;
-    REQUIRE(std::filesystem::exists(dir / "policy.safetensors"));
     // 125 steps of the 8 envs (1,000 observation rows) from new episodes (many end and start
     // again: a recurrent actor's memory restarts there), acting as evaluation does
-    auto& col = t.collector();
-    auto& coma = t.algorithm();
-    col.restart();
-    std::vector<at::Tensor> obs, avail, first, action;
-    for (int s = 0; s < 125; ++s) {
-      const auto rows = col.observations().clone();
-      const auto joint = coma.act(rows, ActMode::deterministic);
-      obs.push_back(coma.split_obs(rows));
-      avail.push_back(coma.split_avail(rows));
-      first.push_back(coma.split_first(rows));
-      action.push_back(coma.decode(joint));
-      (void)col.step(joint, false);
-    }
-    const auto firsts = at::stack(first);
-    CHECK(firsts.sum().item<double>() > 8);                             // episodes restarted
-    CHECK((at::stack(avail) < 0.5).any().item<bool>());                 // some actions masked
-    ANVIL_CHECK_POLICY_IN_PYTHON(dir / "policy.safetensors",
-                                 {{"obs", at::stack(obs)}, {"avail", at::stack(avail)}, {"first", firsts},
-                                  {"action", at::stack(action)}},
-                                 {});
+    ExportedRollout r;
+    check_exported_policy(t, 125, r);
+    CHECK(r.firsts > 8);    // episodes restarted
+    CHECK(r.any_masked);    // some actions masked
   }
 }
+
+namespace {
+
+TEST_CASE("Trainer<COMA> on the published mapping mission: its maps go through the CNN for every critic kind, and resume bitwise") {
+  for (auto critic : {ComaCritic::counterfactual, ComaCritic::central_v, ComaCritic::independent}) {
+    CAPTURE(critic);
+    auto c = coma_config("coma_maps", 600, 4);
+    c.buffer->max_steps = 15;
+    c.algorithm->critic = critic;
+    c.algorithm->map_encoder->channels = 8;
+    c.algorithm->batch_size = 60;
+    c.algorithm->batch_number = 2;
+    c.algorithm->data_passes = 1;
+    c.algorithm->target_update_interval = 3;
+    c.run->checkpoint_interval = 300;
+    ComaTrainer t(envs::Joint<envs::PublishedMapping>{}, c);
+    auto& coma = t.algorithm();
+    REQUIRE(coma.maps());
+    // 7 observation maps through the actor's CNN; the critic's stacks the state's 4 with them
+    // (the independent critic reads the observation alone).
+    CHECK(coma.actor_encoder()->in_channels() == 7);
+    CHECK(coma.critic_encoder()->in_channels() == (critic == ComaCritic::independent ? 7 : 11));
+    CHECK(coma.actor()->in_features() == 8 * 1 * 1 + 4);  // the CNN's 8 features and the id
+    const auto r = t.fit();
+    CHECK(coma.updates() >= 2);
+    CHECK(std::isfinite(r.final_eval_return));
+    // Resume from the checkpoint at 300 steps: the same weights at the end.
+    auto rc = c;
+    rc.run->run_dir = temp_run_dir("coma_maps_resume");
+    std::filesystem::path ckpt;
+    for (const auto& e : std::filesystem::directory_iterator(*c.run->run_dir))
+      if (e.path().extension() == ".ckpt" && e.path().filename().string().find("000000000300") != std::string::npos) ckpt = e.path();
+    REQUIRE_FALSE(ckpt.empty());
+    rc.run->resume = ckpt.string();
+    ComaTrainer b(envs::Joint<envs::PublishedMapping>{}, rc);
+    b.fit();
+    const auto fa = coma.flat_parameters(), fb = b.algorithm().flat_parameters();
+    for (std::size_t i = 0; i < fa.size(); ++i) CHECK(at::equal(fa[i].second, fb[i].second));
+    std::filesystem::remove_all(*c.run->run_dir);
+    std::filesystem::remove_all(*rc.run->run_dir);
+  }
+  // coma.map_encoder.channels=0: the maps are plain numbers for the MLPs.
+  auto c = coma_config("coma_maps_flat", 120, 2);
+  c.buffer->max_steps = 15;
+  c.algorithm->map_encoder->channels = 0;
+  c.algorithm->batch_size = 60;
+  c.algorithm->batch_number = 1;
+  ComaTrainer t(envs::Joint<envs::PublishedMapping>{}, c);
+  CHECK_FALSE(t.algorithm().maps());
+  CHECK(t.algorithm().actor()->in_features() == 7 * 121 + 4);
+  t.fit();
+  std::filesystem::remove_all(*c.run->run_dir);
+}
+
+TEST_CASE("Trainer<COMA>: a policy with a map encoder acts in PyTorch as the run's actor (anvil.load_policy)") {
+  auto c = coma_config("coma_export_maps", 300, 4);
+  c.buffer->max_steps = 15;
+  c.algorithm->map_encoder->channels = 8;
+  c.algorithm->batch_size = 60;
+  c.algorithm->batch_number = 2;
+  ComaTrainer t(envs::Joint<envs::PublishedMapping>{}, c);
+  t.fit();
+  ExportedRollout r;
+  check_exported_policy(t, 30, r);
+  CHECK(r.any_masked);
+}
+
+}  // namespace

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include <anvil/envs/multi_agent/mapping.hpp>
+#include <anvil/envs/multi_agent/mapping_published.hpp>
 #include <anvil/envs/multi_agent/matrix_game.hpp>
 #include <anvil/envs/multi_agent/multi_agent_env.hpp>
 #include <anvil/envs/multi_agent/simple_spread.hpp>
@@ -213,6 +214,117 @@ TEST_CASE("Mapping: rewards add up to the entropy removed, the budget ends the m
   }
   CHECK(lawn.entropy_fraction() < j.env().entropy_fraction());
   CHECK(lawn.map_error() < j.env().map_error());
+}
+
+}  // namespace
+
+namespace {
+
+using namespace anvil::envs;
+using PM = PublishedMapping;
+
+TEST_CASE("MappingWestheider: the published field, start, footprints, sensor, communication, reward and budget") {
+  Joint<PM> j;
+  const auto l = j.agent_layout();
+  CHECK(l.agents == 4);
+  CHECK(l.num_actions == 6);
+  CHECK(l.obs_map.channels == 7);
+  CHECK(l.obs_map.height == 11);
+  CHECK(l.obs_dim == 7 * 11 * 11);
+  CHECK(l.state_map.channels == 4);
+  CHECK(l.state_dim == 4 * 121 + 1);
+  for (std::uint64_t seed = 1; seed <= 20; ++seed) {
+    j.reset(seed);
+    const auto& e = j.env();
+    // The targets: one block against an edge, 30-60 % of the field.
+    int targets = 0;
+    for (int y = 0; y < 100; ++y)
+      for (int x = 0; x < 100; ++x) targets += e.target(x, y);
+    CHECK(targets >= 3000);
+    CHECK(targets <= 6000);
+    CHECK(targets % 100 == 0);  // whole rows or columns
+    const bool edge = e.target(0, 0) || e.target(99, 99);
+    CHECK(edge);
+    for (int i = 0; i < 4; ++i) {
+      CHECK(e.pose(i)[2] == 2);       // every agent starts at 15 m
+      CHECK_FALSE(e.available(i, PM::up));
+      const auto f = e.footprint(i);  // 2 x 15 m x tan 30 deg = 17.3 m: 35 cells of 0.5 m, clipped to the field
+      CHECK(f[1] - f[0] <= 35);
+      CHECK(f[1] - f[0] >= 17);
+    }
+  }
+  // Down to 5 m: footprints 23 cells (11.5 m), then 12 (5.8 m), away from the field's edges.
+  j.reset(3);
+  std::array<std::int64_t, 4> a{};
+  auto joint = [&](std::array<std::int64_t, 4> u) { return encode_joint_action(u, PM::kActions); };
+  double sum = 0;
+  StepResult r;
+  for (int t = 0; t < 15; ++t) {
+    for (int i = 0; i < 4; ++i) {
+      const auto p = j.env().pose(i);
+      a[static_cast<std::size_t>(i)] = p[2] > 0 ? PM::down : (j.env().available(i, PM::plus_x) ? PM::plus_x : PM::minus_x);
+    }
+    r = j.step(joint(a));
+    sum += r.reward;
+    if (t == 0)
+      for (int i = 0; i < 4; ++i) {
+        const auto p = j.env().pose(i);
+        const auto f = j.env().footprint(i);
+        if (p[0] >= 3 && p[0] <= 7 && p[1] >= 3 && p[1] <= 7) {
+          CHECK(f[1] - f[0] == 23);
+          CHECK(f[3] - f[2] == 23);
+        }
+      }
+    if (t < 14) CHECK_FALSE(r.terminated);
+    CHECK(r.reward <= 21.5);
+  }
+  CHECK(r.terminated);  // the budget of 14: steps 0 .. 14
+  CHECK_THROWS_AS(j.step(joint(a)), EnvError);
+  // At 5 m (1 % error) the cells under each agent are known after its readings there.
+  for (int i = 0; i < 4; ++i) {
+    const auto f = j.env().footprint(i);
+    CHECK(f[1] - f[0] <= 12);
+    int wrong = 0;
+    for (int y = f[2]; y < f[3]; ++y)
+      for (int x = f[0]; x < f[1]; ++x) wrong += std::abs(j.env().belief(x, y) - (j.env().target(x, y) ? 1.0 : 0.0)) > 0.05;
+    CHECK(wrong <= 2);
+  }
+  CHECK(j.env().f1() > 0.0);
+  CHECK(j.env().weighted_entropy_fraction() < 1.0);
+  // A step that measures nothing new at 15 m gains little: 22 r - 0.5 is about -0.5 at worst.
+  CHECK(sum > -0.5 * 15);
+}
+
+TEST_CASE("MappingWestheider: measurements reach the agents within 25 m, and the inputs are the published map channels") {
+  Joint<PM> j;
+  for (std::uint64_t seed = 1; seed <= 30; ++seed) {
+    j.reset(seed);
+    const auto& e = j.env();
+    const auto row = j.observation();
+    const auto l = j.agent_layout();
+    for (int i = 0; i < 4; ++i) {
+      const float* o = row.data() + i * l.obs_dim;
+      CHECK(o[0] == doctest::Approx(1.0));                  // budget left, (14 - 0) / 14
+      CHECK(o[121] == doctest::Approx((i + 1) / 4.0));      // the id
+      CHECK(o[242 + 5 * 11 + 5] == doctest::Approx(0.75));  // itself at the centre, (2 + 1) / 4
+      for (int k = 0; k < 121; ++k) {
+        CHECK(o[5 * 121 + k] >= 0.0f);  // probabilities
+        CHECK(o[5 * 121 + k] <= 1.0f);
+      }
+      for (int k = 0; k < 4; ++k) {
+        if (k == i) continue;
+        const auto p = e.pose(i), q = e.pose(k);
+        const double d = std::hypot(5.0 * (p[0] - q[0]), 5.0 * (p[1] - q[1]));  // both at 15 m
+        CHECK(e.heard(i, k) == (d <= 25.0));
+        const float mark = o[242 + (q[1] - p[1] + 5) * 11 + (q[0] - p[0] + 5)];
+        if (d <= 25.0) CHECK(mark == doctest::Approx(0.75));
+      }
+    }
+    // The state: every agent's cell marked (2 + 1) / 3, the budget last.
+    const float* s = row.data() + l.state_offset();
+    for (int i = 0; i < 4; ++i) CHECK(s[e.pose(i)[1] * 11 + e.pose(i)[0]] == doctest::Approx(1.0));
+    CHECK(s[4 * 121] == doctest::Approx(1.0));
+  }
 }
 
 }  // namespace

@@ -65,6 +65,7 @@
 #include <anvil/core/spaces.hpp>
 #include <anvil/core/tensor_io.hpp>
 #include <anvil/nn/gru_actor.hpp>
+#include <anvil/nn/map_encoder.hpp>
 #include <anvil/nn/mlp.hpp>
 #include <anvil/optim/flat_adam.hpp>
 #include <anvil/optim/step_context.hpp>
@@ -104,19 +105,37 @@ class COMA {
     // Row j of others_mask_ zeroes agent j's block of a joint one-hot.
     others_mask_ = (1 - eye_).repeat_interleave(n_, 1);  // [k, k*n]
 
+    // An env's maps go through a CNN first (coma.map_encoder), the actor's from the
+    // agent's observation, the critic's from the state's and the observation's.
+    std::int64_t actor_in = layout_.obs_dim + k_, critic_in = critic_input_size();
+    if (maps()) {
+      actor_enc_ = nn::MapEncoder(actor_in, std::vector<nn::MapSegment>{{0, layout_.obs_map}}, *cfg.map_encoder->channels);
+      std::vector<nn::MapSegment> seen;
+      if (*cfg_.critic != ComaCritic::independent && layout_.state_map.any()) seen.push_back({0, layout_.state_map});
+      seen.push_back({*cfg_.critic == ComaCritic::independent ? 0 : layout_.state_dim, layout_.obs_map});
+      critic_enc_ = nn::MapEncoder(critic_in, seen, *cfg.map_encoder->channels);
+      actor_enc_->to(device_), critic_enc_->to(device_);
+      actor_in = actor_enc_->output_size(), critic_in = critic_enc_->output_size();
+    }
     if (recurrent()) {
-      gru_ = nn::GruActor(layout_.obs_dim + k_, nn::widths(cfg.actor->hidden), cfg.actor->gru, n_, cfg.actor->activation);
+      gru_ = nn::GruActor(actor_in, nn::widths(cfg.actor->hidden), cfg.actor->gru, n_, cfg.actor->activation);
       gru_->to(device_);
     } else {
-      actor_ = nn::Mlp(layout_.obs_dim + k_, nn::widths(cfg.actor->hidden), n_, cfg.actor->activation);
+      actor_ = nn::Mlp(actor_in, nn::widths(cfg.actor->hidden), n_, cfg.actor->activation);
       actor_->to(device_);
     }
-    critic_ = nn::Mlp(critic_input_size(), nn::widths(cfg.critic_net->hidden), q_critic() ? n_ : 1,
-                      cfg.critic_net->activation);
+    critic_ = nn::Mlp(critic_in, nn::widths(cfg.critic_net->hidden), q_critic() ? n_ : 1, cfg.critic_net->activation);
     critic_->to(device_);
-    actor_opt_ = FlatAdam(recurrent() ? gru_->parameters() : actor_->parameters(),
-                          {.lr = cfg.actor_lr * ctx.lr_scale(cfg.batch_size)});
-    critic_opt_ = FlatAdam(critic_->parameters(), {.lr = cfg.critic_lr * ctx.lr_scale(cfg.batch_size)});
+    auto actor_params = recurrent() ? gru_->parameters() : actor_->parameters();
+    auto critic_params = critic_->parameters();
+    if (maps()) {
+      for (auto& p : actor_enc_->parameters()) actor_params.push_back(p);
+      for (auto& p : critic_enc_->parameters()) critic_params.push_back(p);
+      target_enc_ = std::dynamic_pointer_cast<nn::MapEncoderImpl>(critic_enc_->clone());
+      for (auto& p : target_enc_->parameters()) p.set_requires_grad(false);
+    }
+    actor_opt_ = FlatAdam(actor_params, {.lr = cfg.actor_lr * ctx.lr_scale(cfg.batch_size)});
+    critic_opt_ = FlatAdam(critic_params, {.lr = cfg.critic_lr * ctx.lr_scale(cfg.batch_size)});
     target_ = std::dynamic_pointer_cast<nn::MlpImpl>(critic_->clone());
     for (auto& p : target_->parameters()) p.set_requires_grad(false);
   }
@@ -188,6 +207,8 @@ class COMA {
   /// Joint actions [...] of agents' actions [..., k].
   [[nodiscard]] at::Tensor encode(const at::Tensor& u) const { return (u * powers_).sum(-1); }
 
+  /// Whether the env's maps are read through CNNs (it declares maps, coma.map_encoder.channels > 0).
+  [[nodiscard]] bool maps() const noexcept { return layout_.obs_map.any() && cfg_.map_encoder->channels > 0; }
   /// Whether the actor has memory (`coma.actor.gru` > 0).
   [[nodiscard]] bool recurrent() const noexcept { return cfg_.actor->gru > 0; }
   /// The actor's logits [..., k, n] (float32, unmasked) for observation rows: per row for
@@ -197,7 +218,7 @@ class COMA {
     if (!recurrent()) return mlp_logits(split_obs(rows));
     const auto seq = rows.dim() == 2 ? rows.unsqueeze(1) : rows;  // [B, T, row]
     const auto B = seq.size(0), T = seq.size(1);
-    const auto x = actor_input(split_obs(seq)).transpose(0, 1).reshape({T, B * k_, -1});  // time first, rows b*k + a
+    const auto x = actor_features(actor_input(split_obs(seq))).transpose(0, 1).reshape({T, B * k_, -1});  // time first, rows b*k + a
     auto first = split_first(seq).transpose(0, 1).repeat_interleave(k_, 1);               // [T, B*k]
     first.select(0, 0).fill_(1.0);                                                          // every sequence starts afresh
     const auto out = gru_->unroll(x, first).reshape({T, B, k_, n_}).transpose(0, 1);       // [B, T, k, n]
@@ -244,7 +265,7 @@ class COMA {
   at::Tensor targets(const EpisodeBatch& b) {
     torch::NoGradGuard no_grad;
     const auto ext = extended(b);
-    auto v = target_->forward(critic_input(ext.rows, ext.onehot, ext.onehot_prev)).to(at::kFloat);  // [B, T+1, k, .]
+    auto v = target_net(critic_input(ext.rows, ext.onehot, ext.onehot_prev)).to(at::kFloat);  // [B, T+1, k, .]
     v = q_critic() ? v.gather(-1, ext.u.unsqueeze(-1)).squeeze(-1) : v.squeeze(-1);
     const auto next = v.narrow(1, 1, b.obs.size(1));  // value of the step after each step
     return td_lambda_targets(b.reward.to(device_, at::kFloat), b.terminated.to(device_, at::kFloat),
@@ -270,7 +291,7 @@ class COMA {
   void save(BinaryWriter& w) const {
     actor_opt_.save(w);
     critic_opt_.save(w);
-    for (const auto& p : target_->parameters()) write_tensor(w, p, "coma target critic");
+    for (const auto& p : target_parameters()) write_tensor(w, p, "coma target critic");
     w.value(episodes_);
     w.value(critic_steps_);
     w.value(updates_);
@@ -286,7 +307,7 @@ class COMA {
     Saved s;
     s.actor = actor_opt_.read(r, "coma actor");
     s.critic = critic_opt_.read(r, "coma critic");
-    for (const auto& p : target_->parameters()) s.target.push_back(read_tensor(r, "coma target critic", p));
+    for (const auto& p : target_parameters()) s.target.push_back(read_tensor(r, "coma target critic", p));
     s.episodes = r.value<std::int64_t>("coma episode count");
     s.critic_steps = r.value<std::int64_t>("coma critic steps");
     s.updates = r.value<std::int64_t>("coma update count");
@@ -313,7 +334,7 @@ class COMA {
     actor_opt_.restore(s.actor);
     critic_opt_.restore(s.critic);
     torch::NoGradGuard no_grad;
-    const auto params = target_->parameters();
+    const auto params = target_parameters();
     for (std::size_t i = 0; i < params.size(); ++i) params[i].copy_(s.target[i]);
     episodes_ = s.episodes;
     critic_steps_ = s.critic_steps;
@@ -336,24 +357,36 @@ class COMA {
     PolicyTensors p{"ComaActor", {}, {}, false};
     if (recurrent()) add_module_tensors(p, "net.", *gru_);
     else add_module_tensors(p, "net.", *actor_);
+    if (maps()) add_module_tensors(p, "encoder.", *actor_enc_);
     p.meta = {{"agents", std::to_string(k_)},
               {"obs_dim", std::to_string(layout_.obs_dim)},
               {"actions", std::to_string(n_)},
               {"hidden", comma_list(*cfg_.actor->hidden)},
               {"activation", enum_text(*cfg_.actor->activation)},
               {"memory", std::to_string(*cfg_.actor->gru)}};
+    if (maps()) {  // the observation's first maps through encoder.conv0-2 (nn/map_encoder.hpp), then the rest
+      const auto& m = layout_.obs_map;
+      p.meta["map"] = std::to_string(m.channels) + "," + std::to_string(m.height) + "," + std::to_string(m.width);
+      p.meta["map_channels"] = std::to_string(*cfg_.map_encoder->channels);
+    }
     return p;
   }
 
   /// The actor's parameters as policy.safetensors names them (`WarmStarts`: `init.weights`).
   [[nodiscard]] std::vector<std::pair<std::string, at::Tensor>> policy_parameters() {
-    return recurrent() ? named_parameters_of(*gru_, "net.") : named_parameters_of(*actor_, "net.");
+    auto named = recurrent() ? named_parameters_of(*gru_, "net.") : named_parameters_of(*actor_, "net.");
+    if (maps())
+      for (auto& e : named_parameters_of(*actor_enc_, "encoder.")) named.push_back(std::move(e));
+    return named;
   }
 
   /// The MLP actor (null when the actor is recurrent) and the recurrent one (null otherwise).
   [[nodiscard]] nn::Mlp& actor() noexcept { return actor_; }
   [[nodiscard]] nn::GruActor& recurrent_actor() noexcept { return gru_; }
   [[nodiscard]] nn::Mlp& critic() noexcept { return critic_; }
+  /// The actor's and the critic's map encoders (null unless `maps()`).
+  [[nodiscard]] nn::MapEncoder& actor_encoder() noexcept { return actor_enc_; }
+  [[nodiscard]] nn::MapEncoder& critic_encoder() noexcept { return critic_enc_; }
   [[nodiscard]] const Config& config() const noexcept { return cfg_; }
   [[nodiscard]] const AgentLayout& layout() const noexcept { return layout_; }
   [[nodiscard]] std::int64_t episodes() const noexcept { return episodes_; }
@@ -392,7 +425,12 @@ class COMA {
   }
 
   // The MLP actor's logits [..., k, n] (float32) for each agent's observation [..., k, obs_dim].
-  at::Tensor mlp_logits(const at::Tensor& obs_k) { return actor_->forward(actor_input(obs_k)).to(at::kFloat); }
+  at::Tensor mlp_logits(const at::Tensor& obs_k) { return actor_net(actor_input(obs_k)).to(at::kFloat); }
+  // The networks on their inputs, through the map encoders where the env has maps.
+  at::Tensor actor_features(const at::Tensor& x) { return maps() ? actor_enc_->forward(x) : x; }
+  at::Tensor actor_net(const at::Tensor& x) { return actor_->forward(actor_features(x)); }
+  at::Tensor critic_net(const at::Tensor& x) { return critic_->forward(maps() ? critic_enc_->forward(x) : x); }
+  at::Tensor target_net(const at::Tensor& x) { return target_->forward(maps() ? target_enc_->forward(x) : x); }
   // One step of the recurrent actor for rows [N, row] (one per env), from and into the
   // memory of each env's agents; a row that starts an episode starts from zero.
   at::Tensor step_memory(const at::Tensor& rows) {
@@ -400,7 +438,7 @@ class COMA {
     if (!memory_.defined() || memory_.size(0) != N * k_)
       memory_ = at::zeros({N * k_, gru_->memory()}, rows.options().dtype(at::kFloat));
     const auto keep = (1 - split_first(rows)).repeat_interleave(k_).unsqueeze(-1);
-    auto [out, next] = gru_->step(actor_input(split_obs(rows)).reshape({N * k_, -1}), memory_ * keep);
+    auto [out, next] = gru_->step(actor_features(actor_input(split_obs(rows))).reshape({N * k_, -1}), memory_ * keep);
     memory_ = next;
     return out.reshape({N, k_, n_});
   }
@@ -512,7 +550,7 @@ class COMA {
       at::Tensor loss, taken;
       {
         auto guard = ctx.autocast();
-        const auto out = critic_->forward(ci).to(at::kFloat);
+        const auto out = critic_net(ci).to(at::kFloat);
         taken = q_critic() ? out.gather(-1, u.unsqueeze(-1)).squeeze(-1) : out.squeeze(-1);
         loss = (taken - y).square().mean();
       }
@@ -542,14 +580,14 @@ class COMA {
         // A recurrent actor unrolls every held episode (the gradient runs through time) and
         // takes the minibatch's rows.
         auto logits = categorical::masked(recurrent() ? sequence_logits().index({mb.index.narrow(0, part.begin, part.rows)})
-                                       : actor_->forward(mb.actor_in.narrow(0, part.begin, part.rows)).to(at::kFloat),
+                                       : actor_net(mb.actor_in.narrow(0, part.begin, part.rows)).to(at::kFloat),
                            av);
         auto pi = logits.softmax(-1);
         pi = categorical::mixed(pi, av, eps);
         const auto log_pi = pi.gather(-1, u.unsqueeze(-1)).squeeze(-1).clamp_min(1e-10).log();
         {
           torch::NoGradGuard no_grad;
-          const auto out = critic_->forward(ci).to(at::kFloat);
+          const auto out = critic_net(ci).to(at::kFloat);
           if (q_critic()) adv = out.gather(-1, u.unsqueeze(-1)).squeeze(-1) - counterfactual_baseline(pi.detach(), out);
           else adv = y - out.squeeze(-1);
         }
@@ -572,6 +610,16 @@ class COMA {
     torch::NoGradGuard no_grad;
     const auto src = critic_->parameters(), dst = target_->parameters();
     for (std::size_t i = 0; i < src.size(); ++i) dst[i].copy_(src[i]);
+    if (!maps()) return;
+    const auto es = critic_enc_->parameters(), ed = target_enc_->parameters();
+    for (std::size_t i = 0; i < es.size(); ++i) ed[i].copy_(es[i]);
+  }
+  // The target critic's parameters, its map encoder's after its MLP's.
+  [[nodiscard]] std::vector<at::Tensor> target_parameters() const {
+    auto t = target_->parameters();
+    if (maps())
+      for (auto& p : target_enc_->parameters()) t.push_back(p);
+    return t;
   }
 
   Config cfg_;
@@ -581,6 +629,7 @@ class COMA {
   at::Tensor eye_, powers_, others_mask_;
   nn::Mlp actor_{nullptr}, critic_{nullptr}, target_{nullptr};
   nn::GruActor gru_{nullptr};
+  nn::MapEncoder actor_enc_{nullptr}, critic_enc_{nullptr}, target_enc_{nullptr};  // with maps() only
   at::Tensor memory_;                 // the recurrent actor's state while acting, [envs * k, gru]
   std::vector<Sequences> sequences_;  // the held episodes while training a recurrent actor
   FlatAdam actor_opt_, critic_opt_;

@@ -34,6 +34,16 @@ struct ComaActorConfig {
       gru{0};
 };
 
+/// The CNN that reads the maps an env declares (`MapShape`, e.g. the published mapping
+/// mission's) for COMA's actor and critic (`coma.map_encoder`, nn/map_encoder.hpp).
+struct ComaMapEncoderConfig {
+  Param<int, "channels",
+        "channels of the three convolutions over an env's maps (Westheider et al.: 256); 0: the maps are read "
+        "as plain numbers by the MLPs",
+        in_range(0, 4096)>
+      channels{256};
+};
+
 /// Defaults: PyMARL's COMA (lr 5e-4, gamma 0.99, TD lambda 0.8, target every 200
 /// critic steps, gradient norm 10, epsilon 0.5 -> 0.01) and our users' schedule (128 x 5
 /// x 5 passes).
@@ -67,6 +77,7 @@ struct ComaConfig {
   Param<double, "max_grad_norm", "clip each network's gradient norm (0: off)", at_least(0)> max_grad_norm{10.0};
   Section<"actor", ComaActorConfig> actor;
   Section<"critic_net", ComaNetConfig> critic_net;
+  Section<"map_encoder", ComaMapEncoderConfig> map_encoder;
 };
 
 }  // namespace anvil

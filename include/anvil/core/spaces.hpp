@@ -48,11 +48,21 @@ struct Discrete {
 /// (0 after), so that a policy with memory (a recurrent actor) knows when to forget,
 /// whichever loop or evaluation steps the env. The joint action's digits in base
 /// `num_actions` are the agents' actions, agent 0's the least significant.
+/// Maps at the start of a vector of floats: `channels` maps of `height` x `width`,
+/// channel-major (a multi-agent env's observation or state, `AgentLayout`); all 0: none.
+struct MapShape {
+  std::int64_t channels = 0, height = 0, width = 0;
+  [[nodiscard]] bool any() const noexcept { return channels > 0; }
+  [[nodiscard]] std::int64_t numel() const noexcept { return channels * height * width; }
+};
+
 struct AgentLayout {
   std::int64_t agents = 0;       ///< 0: a single-agent env
   std::int64_t obs_dim = 0;      ///< one agent's observation
   std::int64_t num_actions = 0;  ///< one agent's discrete actions
   std::int64_t state_dim = 0;    ///< the global state (the centralised critic's input)
+  MapShape obs_map{};            ///< maps at the start of each agent's observation (none: 0)
+  MapShape state_map{};          ///< maps at the start of the state (none: 0)
 
   [[nodiscard]] bool multi_agent() const noexcept { return agents > 0; }
   [[nodiscard]] std::int64_t avail_offset() const noexcept { return agents * obs_dim; }

@@ -62,7 +62,7 @@ class MappingTask {
   static constexpr std::string_view name = "Mapping";
   static constexpr int kAgents = 4, kCells = 32, kPositions = 8, kBlock = kCells / kPositions, kAltitudes = 3;
   static constexpr int kActions = 7;
-  static constexpr std::int64_t kBudget = 14;
+  static constexpr std::int64_t kBudget = 14, kSteps = kBudget;  ///< kSteps: steps an episode takes
   static constexpr std::array<int, kAltitudes> kFootprintHalf{2, 4, 6};   ///< cells each side of the centre
   static constexpr std::array<double, kAltitudes> kFlip{0.05, 0.15, 0.25};  ///< per-cell error probability
   enum Action : std::int64_t { stay = 0, north, south, east, west, up, down };

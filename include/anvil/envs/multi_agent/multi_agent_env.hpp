@@ -103,9 +103,14 @@ class Joint {
   }
   /// Every joint action: num_actions ^ agents.
   [[nodiscard]] Discrete action_space() const { return Discrete{agent_layout().joint_actions()}; }
+  /// The layout; an env that declares maps at the start of its observations and state
+  /// (`observation_map()`, `state_map()`: a MapShape) has them read through a CNN by COMA.
   [[nodiscard]] AgentLayout agent_layout() const {
-    return AgentLayout{static_cast<std::int64_t>(env_.num_agents()), static_cast<std::int64_t>(env_.agent_observation_size()),
-                       static_cast<std::int64_t>(env_.num_actions()), static_cast<std::int64_t>(env_.state_size())};
+    AgentLayout l{static_cast<std::int64_t>(env_.num_agents()), static_cast<std::int64_t>(env_.agent_observation_size()),
+                  static_cast<std::int64_t>(env_.num_actions()), static_cast<std::int64_t>(env_.state_size())};
+    if constexpr (requires { { env_.observation_map() } -> std::convertible_to<MapShape>; }) l.obs_map = env_.observation_map();
+    if constexpr (requires { { env_.state_map() } -> std::convertible_to<MapShape>; }) l.state_map = env_.state_map();
+    return l;
   }
 
   std::span<const float> reset(std::uint64_t seed) {
@@ -178,6 +183,10 @@ class Joint {
     if (l.agents < 1 || l.num_actions < 1 || l.obs_dim < 0 || l.state_dim < 0)
       throw Error(std::string(name) + ": a multi-agent env needs at least one agent and one action (it has " +
                   std::to_string(l.agents) + " agents, " + std::to_string(l.num_actions) + " actions)");
+    if (l.obs_map.numel() > l.obs_dim || l.state_map.numel() > l.state_dim)
+      throw Error(std::string(name) + ": the declared maps (" + std::to_string(l.obs_map.numel()) + " and " +
+                  std::to_string(l.state_map.numel()) + " numbers) do not fit in an observation of " +
+                  std::to_string(l.obs_dim) + " and a state of " + std::to_string(l.state_dim));
     if (l.joint_actions() == 0)
       throw Error(std::string(name) + ": " + std::to_string(l.num_actions) + " actions ^ " + std::to_string(l.agents) +
                   " agents joint actions do not fit in an int64");
