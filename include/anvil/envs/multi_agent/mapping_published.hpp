@@ -118,19 +118,13 @@ class PublishedMapping {
         throw EnvError("MappingWestheider: agent " + std::to_string(i) + " cannot take action " + std::to_string(a) + " now");
     }
     for (int i = 0; i < kAgents; ++i) agents_[i] = moved(agents_[i], actions[static_cast<std::size_t>(i)]);
-    for (int c = 0; c < kCells * kCells; ++c)
-      h_before_[static_cast<std::size_t>(c)] = static_cast<float>(binary_entropy(probability(team_[static_cast<std::size_t>(c)])));
+    const Map prior = team_;
     measure_all();
-    // The step's relative reduction, each cell weighted by the map after the update.
-    double before = 0, after = 0;
-    for (int c = 0; c < kCells * kCells; ++c) {
-      const double p = probability(team_[static_cast<std::size_t>(c)]), w = weight(p);
-      before += w * h_before_[static_cast<std::size_t>(c)];
-      after += w * binary_entropy(p);
-    }
     ++steps_;
-    refresh();
-    const double relative = before > 0 ? (before - after) / before : 0.0;
+    // The step's relative reduction of the weighted entropy, each cell weighted by the map
+    // after the update (refresh: the sum before; weighted_entropy_: after).
+    const double before = refresh(&prior);
+    const double relative = before > 0 ? (before - weighted_entropy_) / before : 0.0;
     return TeamStep{22.0 * relative - 0.5, steps_ >= kSteps, false};
   }
 
@@ -333,17 +327,22 @@ class PublishedMapping {
         }
     }
   }
-  // The team map's entropies for the mission's metrics.
-  void refresh() noexcept {
-    double h = 0, wh = 0;
+  // The team map's entropy and weighted entropy (the reward and the mission's metrics), in
+  // one pass; with `prior` (the team map before this step's measurements), also returns the
+  // prior's entropy weighted by the updated map (cells no reading touched: the same entropy).
+  double refresh(const Map* prior = nullptr) noexcept {
+    double h = 0, wh = 0, before = 0;
     for (int c = 0; c < kCells * kCells; ++c) {
-      const double p = probability(team_[static_cast<std::size_t>(c)]);
+      const auto i = static_cast<std::size_t>(c);
+      const double p = probability(team_[i]), w = weight(p);
       const double hc = binary_entropy(p);
       h += hc;
-      wh += weight(p) * hc;
+      wh += w * hc;
+      if (prior) before += w * ((*prior)[i] == team_[i] ? hc : binary_entropy(probability((*prior)[i])));
     }
     entropy_ = h;
     weighted_entropy_ = wh;
+    return before;
   }
   // Area averages of a field map over an 11 x 11 grid of bins (each 9 or 10 cells a side).
   static void shrink(const std::array<float, kCells * kCells>& m, float* out) noexcept {
@@ -361,7 +360,6 @@ class PublishedMapping {
   std::array<std::uint8_t, kCells * kCells> truth_{};
   Map team_{};
   std::array<Map, kAgents> local_{};
-  std::array<float, kCells * kCells> h_before_{};
   std::array<Pose, kAgents> agents_{};
   std::array<Window, kAgents> footprint_{};
   std::array<std::array<bool, kAgents>, kAgents> heard_{};  // heard_[j][i]: j received i's measurement
