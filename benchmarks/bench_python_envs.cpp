@@ -58,9 +58,9 @@ int main(int argc, char** argv) {
       // library): what in-process stepping could reach at best.
       const double embedded = bench::run_reference(std::string(ANVIL_BENCH_PYTHON_EMBEDDED) + cmd.substr(b.python->size()));
       bench::emit("python_env_bare_loop_steps", embedded, "env steps/s",
-                  {{"env", *b.env}, {"num_envs", n}, {"interpreter", "libpython (embedded)"}});
+                  {{"env", *b.env}, {"num_envs", n}, {"interpreter", ANVIL_BENCH_EMBEDDED_AS}});
       bench::emit("python_env_vs_bare_loop", calls * n / embedded, "x",
-                  {{"env", *b.env}, {"num_envs", n}, {"workers", 0}, {"interpreter", "libpython (embedded)"}});
+                  {{"env", *b.env}, {"num_envs", n}, {"workers", 0}, {"interpreter", ANVIL_BENCH_EMBEDDED_AS}});
     }
   }
   // Worker processes: W workers of bench.worker_envs envs each, and one worker with all of
