@@ -16,6 +16,10 @@
 #                   checkpoints, exit 143; --resume=auto continues with the ranks in sync
 #   ppo             Trainer<PPO, RolloutBuffer, DDP<2>> with normalised observations
 #                   solves CartPole (fixed seed) and its ranks end bitwise identical
+#   slurm           two tasks as srun starts them (SLURM_PROCID, SLURM_LOCALID, SLURM_STEP_ID,
+#                   SLURM_NTASKS, SLURM_STEP_NODELIST, SLURM_JOB_ID; no RANK, no MASTER_*):
+#                   they find each other at the step's first node on the port derived from
+#                   the job id, train together and end in sync
 set -u
 case_name=$1 ddp=$2 one=$3 work=$4 ppo=${5:-}
 rm -rf "$work" && mkdir -p "$work"
@@ -44,6 +48,12 @@ wait_gone() {
   local t0; t0=$(now)
   for _ in $(seq 1 $(( $2 * 10 ))); do kill -0 "$1" 2>/dev/null || { elapsed "$t0"; return 0; }; sleep 0.1; done
   fail "pid $1 still runs after $2 s"
+}
+# Waits for the two processes in $pid0 and $pid1; fails unless both exit 0.
+both_succeed() {
+  wait "$pid0"; local rc0=$?
+  wait "$pid1"; local rc1=$?
+  [ "$rc0" -eq 0 ] && [ "$rc1" -eq 0 ] || fail "exit statuses $rc0 and $rc1"
 }
 long=(--train.steps=10000000 --progress=lines --log_interval=100)
 
@@ -125,9 +135,7 @@ multi-node)
       "$one" --smoke --progress=lines --run_dir="$work/node$n" > "$work/node$n.log" 2>&1 &
     eval "pid$n=$!"
   done
-  wait "$pid0"; rc0=$?
-  wait "$pid1"; rc1=$?
-  [ "$rc0" -eq 0 ] && [ "$rc1" -eq 0 ] || fail "exit statuses $rc0 and $rc1"
+  both_succeed
   grep -q "launcher: starting 1 rank(s) on node 1 of 2 (world of 2)" "$work/node1.log" || fail "node 1 did not launch"
   grep -q "world: 2 rank(s) on 2 nodes, gloo" "$work/node0.log" || fail "rank 0 is not in a world of 2 nodes"
   grep -q "ranks in sync: all 2 ranks hold bitwise-identical" "$work/node0.log" || fail "no in-sync check"
@@ -186,6 +194,35 @@ ppo)
   final=$(python3 -c "import json; print(json.load(open('$work/run/summary.json'))['final_eval_return'])")
   python3 -c "import sys; sys.exit(0 if $final >= 475 else 1)" || fail "final eval return $final < 475"
   echo "ok: PPO with DDP<2> reached eval return $final in 100,000 env steps; ranks bitwise identical"
+  ;;
+slurm)
+  # A job id whose derived port (10000 + 20 x (id mod 1000) + step) is free here.
+  job=$(python3 -c '
+import random, socket
+for _ in range(200):
+    j = random.randrange(1, 10**6)
+    s = socket.socket()
+    try:
+        s.bind(("127.0.0.1", 10000 + 20 * (j % 1000))); print(j); break
+    except OSError:
+        pass
+    finally:
+        s.close()')
+  [ -n "$job" ] || fail "no free port in 10000-29999"
+  port=$((10000 + 20 * (job % 1000)))
+  for r in 0 1; do
+    env -u RANK -u WORLD_SIZE -u LOCAL_RANK -u MASTER_ADDR -u MASTER_PORT \
+      SLURM_PROCID=$r SLURM_LOCALID=$r SLURM_NODEID=0 SLURM_STEP_ID=0 SLURM_NTASKS=2 SLURM_STEP_NUM_TASKS=2 \
+      SLURM_STEP_NUM_NODES=1 SLURM_STEP_NODELIST=localhost SLURM_STEP_TASKS_PER_NODE=2 SLURM_JOB_ID=$job \
+      "$ddp" --smoke --progress=lines --run_dir="$work/run" > "$work/task$r.log" 2>&1 &
+    eval "pid$r=$!"
+  done
+  both_succeed
+  grep -q "world: 2 rank(s), gloo, joined via SLURM step $job.0, rendezvous localhost:$port" "$work/task0.log" ||
+    fail "task 0 did not join a world of 2 through SLURM's variables at localhost:$port"
+  grep -q "ranks in sync: all 2 ranks hold bitwise-identical" "$work/task0.log" || fail "no in-sync check"
+  grep -q "launcher:" "$work/task0.log" && fail "a task launched ranks of its own"
+  echo "ok: two srun-style tasks trained together (rendezvous localhost:$port from SLURM_JOB_ID=$job)"
   ;;
 *) echo "unknown case $case_name"; exit 2 ;;
 esac

@@ -371,9 +371,13 @@ class DDP {
   [[nodiscard]] bool is_main() const noexcept { return world_.rank == 0; }
   [[nodiscard]] const dist::World& world() const noexcept { return world_; }
   /// The CUDA device this rank uses when the run is on CUDA: the LOCAL_RANK-th of
-  /// parallel.gpu_ids, or cuda:LOCAL_RANK.
+  /// parallel.gpu_ids, else cuda:LOCAL_RANK among the GPUs this process sees, taken modulo
+  /// their number (`dist::visible_device`): under per-task binding (srun --gpus-per-task=1)
+  /// each rank sees only its own GPU, cuda:0.
   [[nodiscard]] int device_index() const {
-    return cfg_.gpu_ids->empty() ? world_.local_rank : (*cfg_.gpu_ids)[static_cast<std::size_t>(world_.local_rank)];
+    if (!cfg_.gpu_ids->empty()) return (*cfg_.gpu_ids)[static_cast<std::size_t>(world_.local_rank)];
+    const int visible = at::hasCUDA() ? static_cast<int>(torch::cuda::device_count()) : 0;
+    return dist::visible_device(world_.local_rank, visible);
   }
 
   /// Builds the process group once the run's device is known (NCCL needs it).
@@ -382,6 +386,16 @@ class DDP {
       throw ConfigError(std::string(*cfg_.num_gpus > 0 ? "parallel.num_gpus" : "parallel.gpu_ids") +
                         " chooses GPUs but this run is on " + device.str() +
                         " (run.device); for ranks on the CPU use parallel.nproc_per_node");
+    if (device.is_cuda() && cfg_.gpu_ids->empty()) {
+      const int visible = static_cast<int>(torch::cuda::device_count());
+      if (visible < world_.local_world_size) {
+        const char* cvd = dist::detail::getenv_nonempty("CUDA_VISIBLE_DEVICES");
+        note_ += std::string(note_.empty() ? "" : "; ") + "LOCAL_RANK " + std::to_string(world_.local_rank) + " of " +
+                 std::to_string(world_.local_world_size) + " on this node sees " + std::to_string(visible) + " GPU(s)" +
+                 (cvd ? std::string(" (CUDA_VISIBLE_DEVICES=") + cvd + ")" : std::string()) + ": it uses " + device.str() +
+                 " among them";
+      }
+    }
     if (world_.world_size == 1) return;
     group_ = dist::Group(world_, dist::connect_store(world_, timeout()), device, cfg_.backend, timeout(),
                          cfg_.interface, cfg_.bucket_mb);
@@ -396,7 +410,7 @@ class DDP {
     std::string s = std::to_string(world_.world_size) + " rank(s)";
     if (world_.nnodes > 1) s += " on " + std::to_string(world_.nnodes) + " nodes";
     if (world_.world_size > 1) s += std::string(", ") + (group_.backend() == DistBackend::nccl ? "nccl" : "gloo");
-    s += joined_ ? (world_.agent_store ? ", started by a launcher" : ", joined via RANK/WORLD_SIZE") : ", one process";
+    s += joined_ ? (world_.agent_store ? ", started by a launcher" : ", joined via " + world_.source) : ", one process";
     if (world_.world_size > 1) s += ", rendezvous " + world_.rendezvous();
     if (!note_.empty()) s += "; " + note_;
     return s;
