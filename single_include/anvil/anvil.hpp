@@ -18109,8 +18109,8 @@ struct SacConfig {
       manual_backward{true};
   Param<bool, "cuda_graph",
         "on CUDA, capture the update as a CUDA graph and replay it: one launch instead of hundreds "
-        "of dispatched ops (one process, one temperature, no loss scaling or gradient accumulation; "
-        "false: op by op)">
+        "of dispatched ops (one process, no loss scaling or gradient accumulation; a temperature per "
+        "task included; false: op by op)">
       cuda_graph{true};
   Section<"actor", ActorConfig> actor;
   Section<"critic", CriticConfig> critic;
@@ -18176,7 +18176,9 @@ struct policy_config<DiscreteSAC> {
 /// (`BasicSAC::update_as_captured`, which the tests compare with the eager update on the
 /// CPU). Static functions on a `BasicSAC` (algorithms/sac.hpp), whose friend they are; the
 /// noise is drawn outside the graph, as op by op, so a run draws the same numbers with the
-/// graph or without.
+/// graph or without. MultiTaskSAC's temperature per task (and its tasks' loss weights) is
+/// device work like the rest: each transition's temperature indexed by its task on the
+/// device, the tasks' target entropies a device tensor.
 
 #include <torch/utils.h>
 
@@ -18329,20 +18331,46 @@ inline void autograd_temperature(SacActorResult& r, const at::Tensor& log_alpha,
   if (!ctx.capturing()) r.alpha_loss = r.alpha_loss_t.item().toDouble();
 }
 
-/// Per task: the gradient of -(log_alpha[task_i] (log_prob_i + target_entropy[task_i])).mean()
-/// with respect to each task's log_alpha, and that loss.
-inline std::pair<at::Tensor, double> task_temperatures(const at::Tensor& log_alpha, const std::vector<double>& target_entropy,
-                                                       const at::Tensor& log_prob, const at::Tensor& task) {
+/// With a temperature per task: each transition's temperature (`alpha_row`, by its task,
+/// float32 on the batch's device) and, with the tasks' loss weights (`loss_weights`:
+/// softmax(-log alpha) x tasks), the batch whose importance weights carry them (`weighted`)
+/// and the weights alone (`task_w`). Device work alone, so a CUDA graph can hold it.
+struct TaskRows {
+  at::Tensor alpha_row, task_w;
+  ReplayBatch weighted;
+};
+inline TaskRows task_rows(const at::Tensor& log_alpha, const ReplayBatch& batch, bool loss_weights) {
+  torch::NoGradGuard no_grad;
+  TaskRows r;
+  const auto task = batch.task.to(log_alpha.device(), at::kLong);
+  const auto la = log_alpha.detach();
+  r.alpha_row = la.exp().index_select(0, task).to(batch.obs.device(), at::kFloat).contiguous();
+  if (loss_weights) {
+    r.task_w = (at::softmax(-la, 0) * static_cast<double>(la.numel())).index_select(0, task).to(batch.obs.device(), at::kFloat);
+    r.weighted = batch;
+    r.weighted.weight = batch.weight.defined() ? (batch.weight * r.task_w).contiguous() : r.task_w.contiguous();
+  }
+  return r;
+}
+
+/// The tasks' temperatures' part: the gradient of the loss
+/// -(log_alpha[task_i] (log_prob_i + target_entropy[task_i])).mean() with respect to each
+/// task's log_alpha, and the loss's sum over the batch (divide by its rows for the loss).
+/// Device work alone (`target_entropy` a float32 tensor on log_alpha's device, one per
+/// task), so a CUDA graph can hold it.
+struct TaskTemperatures {
+  at::Tensor grad, loss_sum;
+};
+inline TaskTemperatures task_temperatures(const at::Tensor& log_alpha, const at::Tensor& target_entropy,
+                                          const at::Tensor& log_prob, const at::Tensor& task) {
   torch::NoGradGuard no_grad;
   const auto dev = log_alpha.device();
   const auto lp = log_prob.to(dev, at::kFloat).reshape({-1});
   const auto tk = task.to(dev, at::kLong).reshape({-1});
-  const auto ent = at::tensor(std::vector<float>(target_entropy.begin(), target_entropy.end()), at::TensorOptions().device(dev));
-  const auto term = lp + ent.index_select(0, tk);  // log_prob_i + target_entropy[task_i]
+  const auto term = lp + target_entropy.index_select(0, tk);  // log_prob_i + target_entropy[task_i]
   const double n = static_cast<double>(lp.numel());
   auto grad = at::zeros({log_alpha.numel()}, term.options()).index_add_(0, tk, -term) / n;
-  const double loss = -(log_alpha.detach().index_select(0, tk) * term).sum().item<double>() / n;
-  return {grad, loss};
+  return {grad, -(log_alpha.detach().index_select(0, tk) * term).sum()};
 }
 
 }  // namespace detail
@@ -18604,11 +18632,12 @@ using SacGraphs = GraphedUpdates<SacGraphOutputs>;
 /// SAC's captured update (see file comment).
 struct SacGraphed {
   /// Whether a graph can hold this update: CUDA graphs built and on (`cuda_graph`), the
-  /// batch on the GPU, one process, one temperature, no loss scaling or accumulation.
+  /// batch on the GPU (with its task ids when there is a temperature per task), one
+  /// process, no loss scaling or accumulation.
   template <class S, class Noise>
   static bool graphable(const S& s, const ReplayBatch& b, const StepContext& ctx, const Noise& noise) {
-    return cuda::kCudaGraphs && s.cfg_.cuda_graph && s.device_.is_cuda() && b.obs.is_cuda() && s.alphas_ == 1 &&
-           !s.task_weights_ && ctx.graphable() && noise.next.defined() &&
+    return cuda::kCudaGraphs && s.cfg_.cuda_graph && s.device_.is_cuda() && b.obs.is_cuda() &&
+           (s.alphas_ == 1 || (b.task.defined() && b.task.is_cuda())) && ctx.graphable() && noise.next.defined() &&
            (noise.obs.defined() || s.updates_ % s.cfg_.actor_update_freq != 0);
   }
 
@@ -18628,13 +18657,14 @@ struct SacGraphed {
       return info;
     }
     for (auto* o : {&s.actor_opt_, &s.critic_opt_, &s.alpha_opt_}) o->sync_device_state();
-    const std::vector<at::Tensor> values{b.obs,    b.action, b.reward,   b.next_obs,
-                                         b.terminated, b.discount, b.weight, noise.next,
-                                         actor_step ? noise.obs : at::Tensor()};
+    const at::Tensor task = s.alphas_ > 1 ? b.task : at::Tensor();
+    const std::vector<at::Tensor> values{b.obs,      b.action, b.reward,   b.next_obs,
+                                         b.terminated, b.discount, b.weight, task,
+                                         noise.next, actor_step ? noise.obs : at::Tensor()};
     if (!g.update.captured()) {
       auto& u = g.update;
       const ReplayBatch in{u.input(b.obs),        u.input(b.action),   u.input(b.reward), u.input(b.next_obs),
-                           u.input(b.terminated), u.input(b.discount), u.input(b.weight), {}, {}};
+                           u.input(b.terminated), u.input(b.discount), u.input(b.weight), {}, u.input(task)};
       const Noise in_noise{u.input(noise.next), u.input(values.back())};
       g.out.names = metric_names(s, actor_step);
       u.capture(ctx, S::config_section.view(), [&] {
@@ -18648,9 +18678,12 @@ struct SacGraphed {
   /// The captured update's work op by op (`BasicSAC::update_as_captured`).
   template <class S, class Noise>
   static UpdateInfo as_captured(S& s, const ReplayBatch& b, StepContext& ctx, const Noise& noise) {
-    if (s.alphas_ != 1 || s.task_weights_ || !ctx.graphable())
-      throw Error(std::string(S::config_section.view()) + ": a captured update holds one temperature, one process, no "
-                  "loss scaling and no gradient accumulation");
+    if (!ctx.graphable())
+      throw Error(std::string(S::config_section.view()) + ": a captured update holds one process, no loss scaling and no "
+                  "gradient accumulation");
+    if (s.alphas_ > 1 && !b.task.defined())
+      throw Error(std::string(S::config_section.view()) + ": the batch has no task ids, but the env has " +
+                  std::to_string(s.alphas_) + " tasks (a replay buffer of this run stores them)");
     const bool actor_step = s.updates_ % s.cfg_.actor_update_freq == 0;
     const bool target_step = s.updates_ % s.cfg_.target_update_freq == 0;
     for (auto* o : {&s.actor_opt_, &s.critic_opt_, &s.alpha_opt_}) o->sync_device_state();
@@ -18666,18 +18699,31 @@ struct SacGraphed {
   // The update's device work with no host synchronisation: what a graph captures. Returns
   // the TD errors and the metrics (float64, in the order of `metric_names`).
   template <class S, class Noise>
-  static std::pair<at::Tensor, at::Tensor> device_update(S& s, const ReplayBatch& b, StepContext& ctx, const Noise& noise,
+  static std::pair<at::Tensor, at::Tensor> device_update(S& s, const ReplayBatch& batch, StepContext& ctx, const Noise& noise,
                                                          bool actor_step, bool target_step) {
     const auto& cfg = s.cfg_;
-    // The temperature before the update, as a tensor (a host value would be fixed at capture).
-    const auto alpha_now = s.log_alpha_.detach().exp();
-    auto c = autograd_critic(s.actor_, s.critic_, s.critic_target_, s.critic_opt_, *cfg.gamma, b, {0.0, alpha_now},
-                             noise.next, ctx);
+    const bool per_task = s.alphas_ > 1;
+    // The temperatures before the update, as a tensor (a host value would be fixed at
+    // capture): one, or each transition's task's, with its task's loss weight (the critic's
+    // times the importance weight), as the op-by-op update has them.
+    const TaskRows rows = per_task ? task_rows(s.log_alpha_, batch, s.task_weights_) : TaskRows{};
+    const SacAlpha alpha{0.0, per_task ? rows.alpha_row : s.log_alpha_.detach().exp()};
+    const at::Tensor& task_w = rows.task_w;
+    const ReplayBatch& b = s.task_weights_ ? rows.weighted : batch;
+    auto c = autograd_critic(s.actor_, s.critic_, s.critic_target_, s.critic_opt_, *cfg.gamma, b, alpha, noise.next, ctx);
     std::vector<StepContext::Step> steps{{&s.critic_opt_, c.grad, cfg.max_grad_norm}};
     std::vector<at::Tensor> m{c.loss_t, c.q_mean_t};
     if (actor_step) {
-      auto a = autograd_actor(s.actor_, s.critic_, s.actor_opt_, b, {0.0, alpha_now}, noise.obs, ctx);
-      if (cfg.auto_alpha) autograd_temperature(a, s.log_alpha_, s.alpha_opt_, s.target_entropy_[0], ctx);
+      auto a = autograd_actor(s.actor_, s.critic_, s.actor_opt_, b, alpha, noise.obs, ctx, task_w);
+      if (cfg.auto_alpha) {
+        if (per_task) {
+          const auto t = task_temperatures(s.log_alpha_, s.target_entropy_t_, a.log_prob, batch.task);
+          a.alpha_grad = t.grad;
+          a.alpha_loss_t = t.loss_sum / static_cast<double>(batch.task.size(0));
+        } else {
+          autograd_temperature(a, s.log_alpha_, s.alpha_opt_, s.target_entropy_[0], ctx);
+        }
+      }
       steps.push_back({&s.actor_opt_, a.grad, cfg.max_grad_norm});
       m.push_back(a.loss_t);
       m.push_back(a.entropy_t);
@@ -18687,7 +18733,11 @@ struct SacGraphed {
       }
     }
     ctx.apply(std::move(steps));
-    m.push_back(s.log_alpha_.detach().exp().reshape({}));
+    // The temperatures after the update: their mean ("alpha"), then each task's.
+    const auto alphas = s.log_alpha_.detach().exp();
+    m.push_back(alphas.mean());
+    if (per_task)
+      for (std::int64_t k = 0; k < s.alphas_; ++k) m.push_back(alphas[k]);
     if (target_step) {
       torch::NoGradGuard no_grad;
       polyak(s.target_.flat(), s.critic_opt_.parameters().flat(), *cfg.tau);
@@ -18704,6 +18754,8 @@ struct SacGraphed {
       if (s.cfg_.auto_alpha) n.emplace_back("alpha_loss");
     }
     n.emplace_back("alpha");
+    if (s.alphas_ > 1)
+      for (const auto& task : s.task_names_) n.push_back("alpha/" + task);
     return n;
   }
 
@@ -19078,6 +19130,7 @@ class BasicSAC {
                                 static_cast<double>(ad));
     log_alpha_ = torch::full({alphas_}, std::log(*cfg.init_alpha),
                              torch::TensorOptions().device(device_).requires_grad(true));
+    target_entropy_t_ = at::tensor(std::vector<float>(target_entropy_.begin(), target_entropy_.end())).to(device_);
     // Each network's parameters move into one flat buffer: Adam, clipping, all-reduce and
     // the Polyak average become a handful of ops (see train/flat_adam.hpp).
     const double s = ctx.lr_scale(cfg.batch_size);
@@ -19147,8 +19200,9 @@ class BasicSAC {
 
   /// `update` with given noise: the same draws give the same update however the batch is
   /// split, e.g. across ranks (the data-parallel equivalence test uses this). On CUDA, with
-  /// `cuda_graph` on and an update a graph can hold (one process, one temperature, no loss
-  /// scaling or gradient accumulation), the update is replayed from a CUDA graph.
+  /// `cuda_graph` on and an update a graph can hold (one process, no loss scaling or
+  /// gradient accumulation; one temperature or one per task), the update is replayed from a
+  /// CUDA graph.
   UpdateInfo update(const ReplayBatch& batch, StepContext& ctx, const UpdateNoise& noise) {
     if (!layout_.parts.empty() && cfg_.encoder->shift > 0) {
       // DrQ: obs and next_obs each shifted at random, every transition on its own.
@@ -19182,23 +19236,16 @@ class BasicSAC {
     const auto& noise_obs = noise.obs;
     // Per task: each transition's temperature, and its task's loss weight (the critic's
     // times PER's importance weight).
-    at::Tensor alpha_row, task_w;
-    ReplayBatch weighted;
+    detail::TaskRows rows;
     if (per_task) {
       if (!batch.task.defined())
         throw Error(std::string(config_section.view()) + ": the batch has no task ids, but the env has " +
                     std::to_string(alphas_) + " tasks (a replay buffer of this run stores them)");
-      torch::NoGradGuard no_grad;
-      const auto task = batch.task.to(log_alpha_.device(), at::kLong);
-      const auto la = log_alpha_.detach();
-      alpha_row = la.exp().index_select(0, task).to(batch.obs.device(), at::kFloat).contiguous();
-      if (task_weights_) {
-        weighted = batch;
-        task_w = (at::softmax(-la, 0) * static_cast<double>(alphas_)).index_select(0, task).to(batch.obs.device(), at::kFloat);
-        weighted.weight = batch.weight.defined() ? (batch.weight * task_w).contiguous() : task_w.contiguous();
-      }
+      rows = detail::task_rows(log_alpha_, batch, task_weights_);
     }
-    const ReplayBatch& b = task_weights_ ? weighted : batch;
+    const at::Tensor& alpha_row = rows.alpha_row;
+    const at::Tensor& task_w = rows.task_w;
+    const ReplayBatch& b = task_weights_ ? rows.weighted : batch;
 
     bool manual = false;
     if constexpr (kDefaultNetworks)
@@ -19260,7 +19307,9 @@ class BasicSAC {
       auto temperature_part = [&] {
         if (!per_task || !actor_step || !cfg_.auto_alpha) return;
         const auto task = (whole ? batch.task : batch.task.narrow(0, part.begin, part.rows)).to(at::kLong);
-        std::tie(a.alpha_grad, a.alpha_loss) = detail::task_temperatures(log_alpha_, target_entropy_, a.log_prob, task);
+        const auto t = detail::task_temperatures(log_alpha_, target_entropy_t_, a.log_prob, task);
+        a.alpha_grad = t.grad;
+        a.alpha_loss = t.loss_sum.item<double>() / static_cast<double>(task.numel());
       };
       if (actor_step) ctx.concurrently({critic_part, actor_part});
       else critic_part();
@@ -19441,6 +19490,7 @@ class BasicSAC {
   Critic critic_{nullptr}, critic_target_{nullptr};
   at::Tensor log_alpha_;
   std::vector<double> target_entropy_;  // one per temperature
+  at::Tensor target_entropy_t_;         // the same, float32 on the device (the tasks' temperatures read it there)
   std::int64_t alphas_ = 1;             // temperatures: 1, or one per task
   bool task_weights_ = false;           // tasks.loss_weights
   std::vector<std::string> task_names_;

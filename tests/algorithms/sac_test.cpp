@@ -5,6 +5,7 @@
 #include <torch/torch.h>
 
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <unistd.h>
 
@@ -496,6 +497,48 @@ TEST_CASE("MultiTaskSAC: settings that cannot apply are refused naming the field
   CHECK(SAC::config_section.view() == "sac");
 }
 
+namespace {
+// Two copies of an algorithm from `make` (the same seed), one updated by `update`, one by
+// `update_as_captured`, on the same 12 batches from `batch` and the same noise: their
+// metrics, TD errors, networks, temperatures and step counts agree within float rounding.
+template <class A>
+void check_captured_matches(const std::function<A()>& make, const std::function<ReplayBatch()>& batch) {
+  torch::manual_seed(0);
+  A eager = make();
+  torch::manual_seed(0);
+  A captured = make();
+  StepContext ce, cc;
+  torch::manual_seed(7);
+  for (int i = 0; i < 12; ++i) {
+    const auto b = batch();
+    const auto n = b.obs.size(0);
+    typename A::UpdateNoise noise{torch::randn({n, 1}), torch::randn({n, 1})};
+    const auto x = eager.update(b, ce, noise);
+    const auto y = captured.update_as_captured(b, cc, noise);
+    REQUIRE(x.metrics.size() == y.metrics.size());
+    for (std::size_t k = 0; k < x.metrics.size(); ++k) {
+      CHECK(x.metrics[k].first == y.metrics[k].first);
+      CHECK(y.metrics[k].second == doctest::Approx(x.metrics[k].second).epsilon(1e-4));
+    }
+    CHECK(torch::allclose(x.td_error, y.td_error, 1e-4, 1e-5));
+  }
+  auto close = [](const std::vector<at::Tensor>& x, const std::vector<at::Tensor>& y) {
+    bool ok = x.size() == y.size();
+    for (std::size_t i = 0; ok && i < x.size(); ++i) ok = torch::allclose(x[i], y[i], 1e-4, 1e-5);
+    return ok;
+  };
+  CHECK(close(eager.actor()->parameters(), captured.actor()->parameters()));
+  CHECK(close(eager.critic()->parameters(), captured.critic()->parameters()));
+  CHECK(close(eager.critic_target()->parameters(), captured.critic_target()->parameters()));
+  CHECK(torch::allclose(captured.alphas(), eager.alphas(), 1e-5, 1e-7));
+  CHECK(captured.updates() == eager.updates());
+  CHECK(cc.steps() == ce.steps());
+  for (auto opt : {&A::actor_optimizer, &A::critic_optimizer, &A::alpha_optimizer})
+    CHECK((captured.*opt)().steps() == (eager.*opt)().steps());
+  CHECK(captured.graphed_updates() == 0);
+}
+}  // namespace
+
 TEST_CASE("SAC: the update as a CUDA graph holds it (device work alone, then the host's bookkeeping) matches the op-by-op update") {
   // On the CPU no graph runs, but the captured form of the update runs op by op
   // (update_as_captured): the same arithmetic a replay does on CUDA, with the temperature,
@@ -515,39 +558,11 @@ TEST_CASE("SAC: the update as a CUDA graph holds it (device work alone, then the
     cfg.target_update_freq = c.target_freq;
     cfg.max_grad_norm = c.max_grad_norm;
     cfg.auto_alpha = c.auto_alpha;
-    torch::manual_seed(0);
-    SAC eager(spec, cfg, RunContext{});
-    torch::manual_seed(0);
-    SAC captured(spec, cfg, RunContext{});
-    StepContext ce, cc;
-    torch::manual_seed(7);
-    for (int i = 0; i < 12; ++i) {
+    check_captured_matches<SAC>([&] { return SAC(spec, cfg, RunContext{}); }, [&] {
       auto b = random_batch(48);
       if (c.weights) b.weight = torch::rand({48}) + 0.5;
-      SAC::UpdateNoise noise{torch::randn({48, 1}), torch::randn({48, 1})};
-      const auto x = eager.update(b, ce, noise);
-      const auto y = captured.update_as_captured(b, cc, noise);
-      REQUIRE(x.metrics.size() == y.metrics.size());
-      for (std::size_t k = 0; k < x.metrics.size(); ++k) {
-        CHECK(x.metrics[k].first == y.metrics[k].first);
-        CHECK(y.metrics[k].second == doctest::Approx(x.metrics[k].second).epsilon(1e-4));
-      }
-      CHECK(torch::allclose(x.td_error, y.td_error, 1e-4, 1e-5));
-    }
-    auto close = [](const std::vector<at::Tensor>& x, const std::vector<at::Tensor>& y) {
-      bool ok = x.size() == y.size();
-      for (std::size_t i = 0; ok && i < x.size(); ++i) ok = torch::allclose(x[i], y[i], 1e-4, 1e-5);
-      return ok;
-    };
-    CHECK(close(eager.actor()->parameters(), captured.actor()->parameters()));
-    CHECK(close(eager.critic()->parameters(), captured.critic()->parameters()));
-    CHECK(close(eager.critic_target()->parameters(), captured.critic_target()->parameters()));
-    CHECK(captured.alpha() == doctest::Approx(eager.alpha()).epsilon(1e-5));
-    CHECK(captured.updates() == eager.updates());
-    CHECK(cc.steps() == ce.steps());
-    for (auto opt : {&SAC::actor_optimizer, &SAC::critic_optimizer, &SAC::alpha_optimizer})
-      CHECK((captured.*opt)().steps() == (eager.*opt)().steps());
-    CHECK(captured.graphed_updates() == 0);
+      return b;
+    });
   }
   // What a graph cannot hold is refused by name.
   StepContext::Options o;
@@ -557,6 +572,35 @@ TEST_CASE("SAC: the update as a CUDA graph holds it (device work alone, then the
   SAC sac(spec, small(), RunContext{});
   CHECK_THROWS_WITH_AS((void)sac.update_as_captured(random_batch(8), split, {torch::randn({8, 1}), torch::randn({8, 1})}),
                        doctest::Contains("gradient accumulation"), Error);
+}
+
+TEST_CASE("MultiTaskSAC: the captured update (a CUDA graph's arithmetic) matches the op-by-op update with a temperature per task") {
+  // Each transition's temperature indexed by its task, the tasks' own target entropies and
+  // (with loss_weights) their loss weights, all as device work: what a graph replays on CUDA.
+  struct Case {
+    int actor_freq;
+    bool loss_weights, importance;
+  };
+  for (const Case& c : {Case{1, false, false}, Case{1, true, true}, Case{2, true, false}}) {
+    CAPTURE(c.actor_freq);
+    CAPTURE(c.loss_weights);
+    auto cfg = small_mt();
+    cfg.manual_backward = false;
+    cfg.alpha_lr = 0.05;  // temperatures that move apart within the 12 updates
+    cfg.actor_update_freq = c.actor_freq;
+    cfg.tasks->loss_weights = c.loss_weights;
+    cfg.tasks->target_entropy_scales = {-3.0, 1.0, 30.0};
+    check_captured_matches<MultiTaskSAC>([&] { return MultiTaskSAC(three_tasks(), cfg, RunContext{}); }, [&] {
+      auto b = tasked_batch(48);
+      if (c.importance) b.weight = torch::rand({48}) + 0.5;
+      return b;
+    });
+  }
+  // Without task ids the captured update refuses the batch as the op-by-op one does.
+  MultiTaskSAC mt(three_tasks(), small_mt(), RunContext{});
+  StepContext ctx;
+  CHECK_THROWS_WITH_AS((void)mt.update_as_captured(random_batch(8), ctx, {torch::randn({8, 1}), torch::randn({8, 1})}),
+                       doctest::Contains("the batch has no task ids"), Error);
 }
 
 // ---- SAC from images (rows of parts: an image beside numbers) ----

@@ -1,5 +1,5 @@
-// SAC's and DiffusionPolicy's updates replayed from CUDA graphs against the same updates op
-// by op, on a GPU.
+// SAC's (and MultiTaskSAC's, a temperature per task) and DiffusionPolicy's updates replayed
+// from CUDA graphs against the same updates op by op, on a GPU.
 // Built only with LibTorch's CUDA (ANVIL_WITH_CUDA; CMake's anvil_cuda_tests, or
 // scripts/gpu-check.sh graph on a machine with PyTorch); on such a build without a GPU
 // each case says so and checks nothing.
@@ -24,7 +24,8 @@ using namespace anvil;
 
 namespace {
 
-ReplayBatch random_batch(std::int64_t n, const c10::Device& d, bool weights) {
+// A batch of Pendulum-shaped transitions on `d` (with tasks 0, 1, 2 in turn when `tasks`).
+ReplayBatch random_batch(std::int64_t n, const c10::Device& d, bool weights, bool tasks = false) {
   const auto o = at::TensorOptions().device(d);
   ReplayBatch b;
   b.obs = torch::randn({n, 3}, o);
@@ -33,6 +34,7 @@ ReplayBatch random_batch(std::int64_t n, const c10::Device& d, bool weights) {
   b.next_obs = torch::randn({n, 3}, o);
   b.terminated = (torch::rand({n}, o) < 0.1).to(torch::kFloat);
   if (weights) b.weight = torch::rand({n}, o) + 0.5;
+  if (tasks) b.task = torch::arange(n, o.dtype(torch::kLong)) % 3;
   return b;
 }
 
@@ -42,25 +44,28 @@ bool close(const std::vector<at::Tensor>& x, const std::vector<at::Tensor>& y, d
   return ok;
 }
 
-// `updates` updates of two SACs from one seed, one with cuda_graph and one without, on the
-// same batches and noise; checks they agree and that the graph ran.
-void compare(SAC::Config cfg, StepContext::Options so, int updates, bool weights, double tol) {
+// `updates` updates of two SACs (of type A: SAC, MultiTaskSAC) from one seed, one with
+// cuda_graph and one without, on the same batches and noise; checks they agree and that the
+// graph ran. `spec`: Pendulum's, or Pendulum's with three tasks (batches carry their tasks).
+template <class A = SAC>
+void compare(typename A::Config cfg, StepContext::Options so, int updates, bool weights, double tol,
+             EnvSpec spec = envs::spec_of(envs::Pendulum{})) {
   const c10::Device d(c10::kCUDA, 0);
   RunContext run;
   run.device = d;
   so.device = d;
-  const auto spec = envs::spec_of(envs::Pendulum{});
+  const bool tasks = !spec.tasks.empty();
   cfg.cuda_graph = true;
   torch::manual_seed(0);
-  SAC graphed(spec, cfg, run);
+  A graphed(spec, cfg, run);
   cfg.cuda_graph = false;
   torch::manual_seed(0);
-  SAC eager(spec, cfg, run);
+  A eager(spec, cfg, run);
   StepContext cg(so), ce(so);
   torch::manual_seed(5);
   for (int i = 0; i < updates; ++i) {
-    const auto b = random_batch(cfg.batch_size, d, weights);
-    SAC::UpdateNoise noise{torch::randn({cfg.batch_size, 1}, b.obs.options()),
+    const auto b = random_batch(cfg.batch_size, d, weights, tasks);
+    typename A::UpdateNoise noise{torch::randn({cfg.batch_size, 1}, b.obs.options()),
                            torch::randn({cfg.batch_size, 1}, b.obs.options())};
     const auto x = eager.update(b, ce, noise);
     const auto y = graphed.update(b, cg, noise);
@@ -76,10 +81,10 @@ void compare(SAC::Config cfg, StepContext::Options so, int updates, bool weights
   CHECK(close(eager.actor()->parameters(), graphed.actor()->parameters(), tol, tol));
   CHECK(close(eager.critic()->parameters(), graphed.critic()->parameters(), tol, tol));
   CHECK(close(eager.critic_target()->parameters(), graphed.critic_target()->parameters(), tol, tol));
-  CHECK(graphed.alpha() == doctest::Approx(eager.alpha()).epsilon(tol));
+  CHECK(torch::allclose(graphed.alphas(), eager.alphas(), tol, tol));
   CHECK(graphed.updates() == eager.updates());
   CHECK(cg.steps() == ce.steps());
-  for (auto opt : {&SAC::actor_optimizer, &SAC::critic_optimizer, &SAC::alpha_optimizer})
+  for (auto opt : {&A::actor_optimizer, &A::critic_optimizer, &A::alpha_optimizer})
     CHECK((graphed.*opt)().steps() == (eager.*opt)().steps());
 }
 
@@ -105,6 +110,22 @@ TEST_CASE("SAC on CUDA: graphs per update shape (actor every 2nd, target every 3
   cfg.target_update_freq = 3;
   cfg.max_grad_norm = 1.0;
   compare(cfg, {}, 40, true, 1e-4);
+}
+
+TEST_CASE("MultiTaskSAC on CUDA: a temperature per task and the tasks' loss weights in the graph match op by op (50 updates)") {
+  if (!torch::cuda::is_available()) ANVIL_SKIP("no CUDA device on this machine");
+  MultiTaskSAC::Config cfg;
+  cfg.actor->hidden = {64, 64};
+  cfg.critic->hidden = {64, 64};
+  cfg.batch_size = 128;
+  cfg.alpha_lr = 0.05;  // temperatures that move apart
+  cfg.tasks->target_entropy_scales = {-3.0, 1.0, 30.0};
+  auto spec = envs::spec_of(envs::Pendulum{});
+  spec.tasks = {"a", "b", "c"};
+  compare<MultiTaskSAC>(cfg, {}, 50, false, 1e-4, spec);
+  cfg.tasks->loss_weights = true;
+  cfg.actor_update_freq = 2;
+  compare<MultiTaskSAC>(cfg, {}, 50, true, 1e-4, spec);
 }
 
 TEST_CASE("SAC on CUDA: a graph under BF16 autocast matches the same updates op by op") {

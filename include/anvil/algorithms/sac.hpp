@@ -136,6 +136,7 @@ class BasicSAC {
                                 static_cast<double>(ad));
     log_alpha_ = torch::full({alphas_}, std::log(*cfg.init_alpha),
                              torch::TensorOptions().device(device_).requires_grad(true));
+    target_entropy_t_ = at::tensor(std::vector<float>(target_entropy_.begin(), target_entropy_.end())).to(device_);
     // Each network's parameters move into one flat buffer: Adam, clipping, all-reduce and
     // the Polyak average become a handful of ops (see train/flat_adam.hpp).
     const double s = ctx.lr_scale(cfg.batch_size);
@@ -205,8 +206,9 @@ class BasicSAC {
 
   /// `update` with given noise: the same draws give the same update however the batch is
   /// split, e.g. across ranks (the data-parallel equivalence test uses this). On CUDA, with
-  /// `cuda_graph` on and an update a graph can hold (one process, one temperature, no loss
-  /// scaling or gradient accumulation), the update is replayed from a CUDA graph.
+  /// `cuda_graph` on and an update a graph can hold (one process, no loss scaling or
+  /// gradient accumulation; one temperature or one per task), the update is replayed from a
+  /// CUDA graph.
   UpdateInfo update(const ReplayBatch& batch, StepContext& ctx, const UpdateNoise& noise) {
     if (!layout_.parts.empty() && cfg_.encoder->shift > 0) {
       // DrQ: obs and next_obs each shifted at random, every transition on its own.
@@ -240,23 +242,16 @@ class BasicSAC {
     const auto& noise_obs = noise.obs;
     // Per task: each transition's temperature, and its task's loss weight (the critic's
     // times PER's importance weight).
-    at::Tensor alpha_row, task_w;
-    ReplayBatch weighted;
+    detail::TaskRows rows;
     if (per_task) {
       if (!batch.task.defined())
         throw Error(std::string(config_section.view()) + ": the batch has no task ids, but the env has " +
                     std::to_string(alphas_) + " tasks (a replay buffer of this run stores them)");
-      torch::NoGradGuard no_grad;
-      const auto task = batch.task.to(log_alpha_.device(), at::kLong);
-      const auto la = log_alpha_.detach();
-      alpha_row = la.exp().index_select(0, task).to(batch.obs.device(), at::kFloat).contiguous();
-      if (task_weights_) {
-        weighted = batch;
-        task_w = (at::softmax(-la, 0) * static_cast<double>(alphas_)).index_select(0, task).to(batch.obs.device(), at::kFloat);
-        weighted.weight = batch.weight.defined() ? (batch.weight * task_w).contiguous() : task_w.contiguous();
-      }
+      rows = detail::task_rows(log_alpha_, batch, task_weights_);
     }
-    const ReplayBatch& b = task_weights_ ? weighted : batch;
+    const at::Tensor& alpha_row = rows.alpha_row;
+    const at::Tensor& task_w = rows.task_w;
+    const ReplayBatch& b = task_weights_ ? rows.weighted : batch;
 
     bool manual = false;
     if constexpr (kDefaultNetworks)
@@ -318,7 +313,9 @@ class BasicSAC {
       auto temperature_part = [&] {
         if (!per_task || !actor_step || !cfg_.auto_alpha) return;
         const auto task = (whole ? batch.task : batch.task.narrow(0, part.begin, part.rows)).to(at::kLong);
-        std::tie(a.alpha_grad, a.alpha_loss) = detail::task_temperatures(log_alpha_, target_entropy_, a.log_prob, task);
+        const auto t = detail::task_temperatures(log_alpha_, target_entropy_t_, a.log_prob, task);
+        a.alpha_grad = t.grad;
+        a.alpha_loss = t.loss_sum.item<double>() / static_cast<double>(task.numel());
       };
       if (actor_step) ctx.concurrently({critic_part, actor_part});
       else critic_part();
@@ -499,6 +496,7 @@ class BasicSAC {
   Critic critic_{nullptr}, critic_target_{nullptr};
   at::Tensor log_alpha_;
   std::vector<double> target_entropy_;  // one per temperature
+  at::Tensor target_entropy_t_;         // the same, float32 on the device (the tasks' temperatures read it there)
   std::int64_t alphas_ = 1;             // temperatures: 1, or one per task
   bool task_weights_ = false;           // tasks.loss_weights
   std::vector<std::string> task_names_;

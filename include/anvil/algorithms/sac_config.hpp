@@ -91,8 +91,8 @@ struct SacConfig {
       manual_backward{true};
   Param<bool, "cuda_graph",
         "on CUDA, capture the update as a CUDA graph and replay it: one launch instead of hundreds "
-        "of dispatched ops (one process, one temperature, no loss scaling or gradient accumulation; "
-        "false: op by op)">
+        "of dispatched ops (one process, no loss scaling or gradient accumulation; a temperature per "
+        "task included; false: op by op)">
       cuda_graph{true};
   Section<"actor", ActorConfig> actor;
   Section<"critic", CriticConfig> critic;

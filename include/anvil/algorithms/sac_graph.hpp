@@ -6,7 +6,9 @@
 /// (`BasicSAC::update_as_captured`, which the tests compare with the eager update on the
 /// CPU). Static functions on a `BasicSAC` (algorithms/sac.hpp), whose friend they are; the
 /// noise is drawn outside the graph, as op by op, so a run draws the same numbers with the
-/// graph or without.
+/// graph or without. MultiTaskSAC's temperature per task (and its tasks' loss weights) is
+/// device work like the rest: each transition's temperature indexed by its task on the
+/// device, the tasks' target entropies a device tensor.
 
 #include <torch/utils.h>
 
@@ -36,11 +38,12 @@ using SacGraphs = GraphedUpdates<SacGraphOutputs>;
 /// SAC's captured update (see file comment).
 struct SacGraphed {
   /// Whether a graph can hold this update: CUDA graphs built and on (`cuda_graph`), the
-  /// batch on the GPU, one process, one temperature, no loss scaling or accumulation.
+  /// batch on the GPU (with its task ids when there is a temperature per task), one
+  /// process, no loss scaling or accumulation.
   template <class S, class Noise>
   static bool graphable(const S& s, const ReplayBatch& b, const StepContext& ctx, const Noise& noise) {
-    return cuda::kCudaGraphs && s.cfg_.cuda_graph && s.device_.is_cuda() && b.obs.is_cuda() && s.alphas_ == 1 &&
-           !s.task_weights_ && ctx.graphable() && noise.next.defined() &&
+    return cuda::kCudaGraphs && s.cfg_.cuda_graph && s.device_.is_cuda() && b.obs.is_cuda() &&
+           (s.alphas_ == 1 || (b.task.defined() && b.task.is_cuda())) && ctx.graphable() && noise.next.defined() &&
            (noise.obs.defined() || s.updates_ % s.cfg_.actor_update_freq != 0);
   }
 
@@ -60,13 +63,14 @@ struct SacGraphed {
       return info;
     }
     for (auto* o : {&s.actor_opt_, &s.critic_opt_, &s.alpha_opt_}) o->sync_device_state();
-    const std::vector<at::Tensor> values{b.obs,    b.action, b.reward,   b.next_obs,
-                                         b.terminated, b.discount, b.weight, noise.next,
-                                         actor_step ? noise.obs : at::Tensor()};
+    const at::Tensor task = s.alphas_ > 1 ? b.task : at::Tensor();
+    const std::vector<at::Tensor> values{b.obs,      b.action, b.reward,   b.next_obs,
+                                         b.terminated, b.discount, b.weight, task,
+                                         noise.next, actor_step ? noise.obs : at::Tensor()};
     if (!g.update.captured()) {
       auto& u = g.update;
       const ReplayBatch in{u.input(b.obs),        u.input(b.action),   u.input(b.reward), u.input(b.next_obs),
-                           u.input(b.terminated), u.input(b.discount), u.input(b.weight), {}, {}};
+                           u.input(b.terminated), u.input(b.discount), u.input(b.weight), {}, u.input(task)};
       const Noise in_noise{u.input(noise.next), u.input(values.back())};
       g.out.names = metric_names(s, actor_step);
       u.capture(ctx, S::config_section.view(), [&] {
@@ -80,9 +84,12 @@ struct SacGraphed {
   /// The captured update's work op by op (`BasicSAC::update_as_captured`).
   template <class S, class Noise>
   static UpdateInfo as_captured(S& s, const ReplayBatch& b, StepContext& ctx, const Noise& noise) {
-    if (s.alphas_ != 1 || s.task_weights_ || !ctx.graphable())
-      throw Error(std::string(S::config_section.view()) + ": a captured update holds one temperature, one process, no "
-                  "loss scaling and no gradient accumulation");
+    if (!ctx.graphable())
+      throw Error(std::string(S::config_section.view()) + ": a captured update holds one process, no loss scaling and no "
+                  "gradient accumulation");
+    if (s.alphas_ > 1 && !b.task.defined())
+      throw Error(std::string(S::config_section.view()) + ": the batch has no task ids, but the env has " +
+                  std::to_string(s.alphas_) + " tasks (a replay buffer of this run stores them)");
     const bool actor_step = s.updates_ % s.cfg_.actor_update_freq == 0;
     const bool target_step = s.updates_ % s.cfg_.target_update_freq == 0;
     for (auto* o : {&s.actor_opt_, &s.critic_opt_, &s.alpha_opt_}) o->sync_device_state();
@@ -98,18 +105,31 @@ struct SacGraphed {
   // The update's device work with no host synchronisation: what a graph captures. Returns
   // the TD errors and the metrics (float64, in the order of `metric_names`).
   template <class S, class Noise>
-  static std::pair<at::Tensor, at::Tensor> device_update(S& s, const ReplayBatch& b, StepContext& ctx, const Noise& noise,
+  static std::pair<at::Tensor, at::Tensor> device_update(S& s, const ReplayBatch& batch, StepContext& ctx, const Noise& noise,
                                                          bool actor_step, bool target_step) {
     const auto& cfg = s.cfg_;
-    // The temperature before the update, as a tensor (a host value would be fixed at capture).
-    const auto alpha_now = s.log_alpha_.detach().exp();
-    auto c = autograd_critic(s.actor_, s.critic_, s.critic_target_, s.critic_opt_, *cfg.gamma, b, {0.0, alpha_now},
-                             noise.next, ctx);
+    const bool per_task = s.alphas_ > 1;
+    // The temperatures before the update, as a tensor (a host value would be fixed at
+    // capture): one, or each transition's task's, with its task's loss weight (the critic's
+    // times the importance weight), as the op-by-op update has them.
+    const TaskRows rows = per_task ? task_rows(s.log_alpha_, batch, s.task_weights_) : TaskRows{};
+    const SacAlpha alpha{0.0, per_task ? rows.alpha_row : s.log_alpha_.detach().exp()};
+    const at::Tensor& task_w = rows.task_w;
+    const ReplayBatch& b = s.task_weights_ ? rows.weighted : batch;
+    auto c = autograd_critic(s.actor_, s.critic_, s.critic_target_, s.critic_opt_, *cfg.gamma, b, alpha, noise.next, ctx);
     std::vector<StepContext::Step> steps{{&s.critic_opt_, c.grad, cfg.max_grad_norm}};
     std::vector<at::Tensor> m{c.loss_t, c.q_mean_t};
     if (actor_step) {
-      auto a = autograd_actor(s.actor_, s.critic_, s.actor_opt_, b, {0.0, alpha_now}, noise.obs, ctx);
-      if (cfg.auto_alpha) autograd_temperature(a, s.log_alpha_, s.alpha_opt_, s.target_entropy_[0], ctx);
+      auto a = autograd_actor(s.actor_, s.critic_, s.actor_opt_, b, alpha, noise.obs, ctx, task_w);
+      if (cfg.auto_alpha) {
+        if (per_task) {
+          const auto t = task_temperatures(s.log_alpha_, s.target_entropy_t_, a.log_prob, batch.task);
+          a.alpha_grad = t.grad;
+          a.alpha_loss_t = t.loss_sum / static_cast<double>(batch.task.size(0));
+        } else {
+          autograd_temperature(a, s.log_alpha_, s.alpha_opt_, s.target_entropy_[0], ctx);
+        }
+      }
       steps.push_back({&s.actor_opt_, a.grad, cfg.max_grad_norm});
       m.push_back(a.loss_t);
       m.push_back(a.entropy_t);
@@ -119,7 +139,11 @@ struct SacGraphed {
       }
     }
     ctx.apply(std::move(steps));
-    m.push_back(s.log_alpha_.detach().exp().reshape({}));
+    // The temperatures after the update: their mean ("alpha"), then each task's.
+    const auto alphas = s.log_alpha_.detach().exp();
+    m.push_back(alphas.mean());
+    if (per_task)
+      for (std::int64_t k = 0; k < s.alphas_; ++k) m.push_back(alphas[k]);
     if (target_step) {
       torch::NoGradGuard no_grad;
       polyak(s.target_.flat(), s.critic_opt_.parameters().flat(), *cfg.tau);
@@ -136,6 +160,8 @@ struct SacGraphed {
       if (s.cfg_.auto_alpha) n.emplace_back("alpha_loss");
     }
     n.emplace_back("alpha");
+    if (s.alphas_ > 1)
+      for (const auto& task : s.task_names_) n.push_back("alpha/" + task);
     return n;
   }
 

@@ -145,20 +145,46 @@ inline void autograd_temperature(SacActorResult& r, const at::Tensor& log_alpha,
   if (!ctx.capturing()) r.alpha_loss = r.alpha_loss_t.item().toDouble();
 }
 
-/// Per task: the gradient of -(log_alpha[task_i] (log_prob_i + target_entropy[task_i])).mean()
-/// with respect to each task's log_alpha, and that loss.
-inline std::pair<at::Tensor, double> task_temperatures(const at::Tensor& log_alpha, const std::vector<double>& target_entropy,
-                                                       const at::Tensor& log_prob, const at::Tensor& task) {
+/// With a temperature per task: each transition's temperature (`alpha_row`, by its task,
+/// float32 on the batch's device) and, with the tasks' loss weights (`loss_weights`:
+/// softmax(-log alpha) x tasks), the batch whose importance weights carry them (`weighted`)
+/// and the weights alone (`task_w`). Device work alone, so a CUDA graph can hold it.
+struct TaskRows {
+  at::Tensor alpha_row, task_w;
+  ReplayBatch weighted;
+};
+inline TaskRows task_rows(const at::Tensor& log_alpha, const ReplayBatch& batch, bool loss_weights) {
+  torch::NoGradGuard no_grad;
+  TaskRows r;
+  const auto task = batch.task.to(log_alpha.device(), at::kLong);
+  const auto la = log_alpha.detach();
+  r.alpha_row = la.exp().index_select(0, task).to(batch.obs.device(), at::kFloat).contiguous();
+  if (loss_weights) {
+    r.task_w = (at::softmax(-la, 0) * static_cast<double>(la.numel())).index_select(0, task).to(batch.obs.device(), at::kFloat);
+    r.weighted = batch;
+    r.weighted.weight = batch.weight.defined() ? (batch.weight * r.task_w).contiguous() : r.task_w.contiguous();
+  }
+  return r;
+}
+
+/// The tasks' temperatures' part: the gradient of the loss
+/// -(log_alpha[task_i] (log_prob_i + target_entropy[task_i])).mean() with respect to each
+/// task's log_alpha, and the loss's sum over the batch (divide by its rows for the loss).
+/// Device work alone (`target_entropy` a float32 tensor on log_alpha's device, one per
+/// task), so a CUDA graph can hold it.
+struct TaskTemperatures {
+  at::Tensor grad, loss_sum;
+};
+inline TaskTemperatures task_temperatures(const at::Tensor& log_alpha, const at::Tensor& target_entropy,
+                                          const at::Tensor& log_prob, const at::Tensor& task) {
   torch::NoGradGuard no_grad;
   const auto dev = log_alpha.device();
   const auto lp = log_prob.to(dev, at::kFloat).reshape({-1});
   const auto tk = task.to(dev, at::kLong).reshape({-1});
-  const auto ent = at::tensor(std::vector<float>(target_entropy.begin(), target_entropy.end()), at::TensorOptions().device(dev));
-  const auto term = lp + ent.index_select(0, tk);  // log_prob_i + target_entropy[task_i]
+  const auto term = lp + target_entropy.index_select(0, tk);  // log_prob_i + target_entropy[task_i]
   const double n = static_cast<double>(lp.numel());
   auto grad = at::zeros({log_alpha.numel()}, term.options()).index_add_(0, tk, -term) / n;
-  const double loss = -(log_alpha.detach().index_select(0, tk) * term).sum().item<double>() / n;
-  return {grad, loss};
+  return {grad, -(log_alpha.detach().index_select(0, tk) * term).sum()};
 }
 
 }  // namespace detail
