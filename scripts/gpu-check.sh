@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # GPU figures on a machine that has PyTorch with CUDA but not anvil's Debian packages:
-# builds the GPU benchmarks with g++ against the LibTorch inside that PyTorch (its headers
-# and libraries under torch/), then runs them on CUDA and prints their JSON lines.
+# builds the GPU programs with CMake's `cuda` preset against the LibTorch inside that
+# PyTorch, then runs them on CUDA and prints their JSON lines.
 #
 #   scripts/gpu-check.sh bench [overrides...]   bench_diffusion on CUDA (e.g. bench.seconds=2)
 #   scripts/gpu-check.sh pusht [overrides...]   diffusion_pusht_direct: Diffusion Policy trained
@@ -28,77 +28,72 @@
 #                                               (bench_diffusion) and the main job graphed
 #   scripts/gpu-check.sh crash [doctest args]   the CUDA tests and bench_ppo on CUDA under cuda-gdb
 #                                               (GPU_CXXFLAGS=-g1 for line numbers): backtraces
-#   scripts/gpu-check.sh all                    builds every program above at once (one g++ each, in
-#                                               parallel), then runs sac and pusht (PUSHT_ARGS: its
-#                                               overrides)
+#   scripts/gpu-check.sh figures                issue 53's figures in its order, each with the GPU's
+#                                               utilisation: MT-SAC at batch 2048 (the one-GPU MT10
+#                                               config) graphed and op by op, SAC per precision, COMA
+#                                               128x5x5, acting (16 envs), PPO, the U-Net at batch 256
+#   scripts/gpu-check.sh tests [ctest args]     every CUDA test as ctest runs it (ctest -L gpu)
+#   scripts/gpu-check.sh curated                builds what a GPU machine builds (the build preset
+#                                               cuda-curated: the target anvil_gpu_programs), then
+#                                               runs the CUDA tests
+#   scripts/gpu-check.sh all                    builds sac's and pusht's programs at once, then runs
+#                                               sac and pusht (PUSHT_ARGS: its overrides)
 #
-# The header-only dependencies the programs use (Boost.PFR, nlohmann-json, range-v3,
-# yaml-cpp and its static library) come from DEPS (default .deps: include/ and lib/), filled
-# on a Debian machine with:  mkdir -p .deps/include/boost .deps/lib &&
-#   cp -r /usr/include/boost/pfr /usr/include/boost/pfr.hpp .deps/include/boost/ &&
-#   cp -r /usr/include/nlohmann /usr/include/yaml-cpp .deps/include/ &&
-#   cp -r /usr/include/range /usr/include/meta /usr/include/concepts /usr/include/std .deps/include/ &&
-#   cp /usr/lib/x86_64-linux-gnu/libyaml-cpp.a .deps/lib/ &&
-#   cp -r /usr/include/chipmunk .deps/include/ && cp /usr/lib/x86_64-linux-gnu/libchipmunk.a .deps/lib/ &&
-#   cp -r /usr/include/doctest .deps/include/
+# Builds with CMake's `cuda` preset (CMakePresets.json: LibTorch from PYTHON's PyTorch,
+# ANVIL_TORCH_PYTHON), in GPU_BUILD_DIR (default build-gpu), the dependencies without a
+# package on this machine found by their files under DEPS (default .deps), which
+# scripts/gpu-deps.sh fills on a Debian machine: Boost.PFR, nlohmann-json, range-v3, doctest
+# and yaml-cpp's static library, Chipmunk2D's (Push-T), MuJoCo's shared libraries (mt_sac,
+# mt_sac_ddp; the programs run with DEPS/lib on LD_LIBRARY_PATH). Each mode builds its
+# targets in one `cmake --build` (all of them: `cmake --build --preset cuda-curated`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 py=${PYTHON:-python3}
-deps=${DEPS:-.deps}
+deps=$(realpath -m "${DEPS:-.deps}")
 out=${GPU_BUILD_DIR:-build-gpu}
-torch_dir=$($py -c 'import os, torch; print(os.path.dirname(torch.__file__))')
-abi=$($py -c 'import torch; print(int(torch._C._GLIBCXX_USE_CXX11_ABI))')
-# CUDA's runtime headers (LibTorch's CUDA headers include them): the toolkit's, or the
-# nvidia-cuda-runtime wheel's that PyTorch installs.
-cuda_inc=
-for d in "${CUDA_HOME:-/usr/local/cuda}/include" "$(dirname "$(command -v nvcc || echo /none/bin/nvcc)")/../include"; do
-  [[ -f $d/cuda_runtime.h ]] && { cuda_inc=$d; break; }
-done
-if [[ -z $cuda_inc ]]; then
-  h=$(find "$(dirname "$torch_dir")/nvidia" -name cuda_runtime.h 2>/dev/null | head -n 1)
-  [[ -n $h ]] && cuda_inc=$(dirname "$h")
-fi
-echo "gpu-check: torch $($py -c 'import torch; print(torch.__version__, torch.version.cuda)') at $torch_dir, g++ $(g++ -dumpfullversion), CUDA headers ${cuda_inc:-not found}"
-mkdir -p "$out"
-# PyTorch's wheels are built with c10d and Gloo, and its c10d headers declare their classes
-# only under these macros (CMake's Torch package adds them; a plain g++ line must).
-# ANVIL_WITH_CUDA: anvil's CUDA-only code (CMake defines it when LibTorch has CUDA).
-# GPU_CXXFLAGS: more flags (e.g. -g1, for the backtraces of `crash`)
-# shellcheck disable=SC2206
-flags=(${GPU_CXXFLAGS:-} -std=c++20 -O2 -DNDEBUG "-D_GLIBCXX_USE_CXX11_ABI=$abi" -DUSE_DISTRIBUTED -DUSE_C10D_GLOO -DANVIL_WITH_CUDA=1 -Iinclude "-I$deps/include"
-       -isystem "$torch_dir/include" -isystem "$torch_dir/include/torch/csrc/api/include" ${cuda_inc:+-isystem "$cuda_inc"})
-# CUDA's runtime library (c10's CUDA headers call it inline): the one PyTorch loads.
-cudart=$(find "$(dirname "$torch_dir")/nvidia" "$torch_dir/lib" -name 'libcudart.so*' 2>/dev/null | head -n 1)
-[[ -n $cudart ]] || cudart=$(find "${CUDA_HOME:-/usr/local/cuda}/" -name 'libcudart.so*' 2>/dev/null | head -n 1)
-# libstdc++ first: PyTorch's wheels carry and export their own copy of std::filesystem
-# (built for an older libstdc++), and the first library that defines a symbol wins. Bound to
-# that copy, std::filesystem::remove_all called address 0 on an H200 (cuda-gdb, `crash`),
-# killing the CUDA tests and bench_ppo/bench_coma in their clean-up.
-libs=("$deps/lib/libyaml-cpp.a" "-L$torch_dir/lib" "-Wl,-rpath,$torch_dir/lib" -Wl,--no-as-needed -lstdc++
-      -ltorch -ltorch_cuda -ltorch_cpu -lc10_cuda -lc10 ${cudart:+"$cudart" "-Wl,-rpath,$(dirname "$cudart")"}
-      -Wl,--as-needed -lpthread -ldl)
+bin=$out/bin
+export LD_LIBRARY_PATH=$deps/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+echo "gpu-check: torch $($py -c 'import torch; print(torch.__version__, torch.version.cuda)'), g++ $(g++ -dumpfullversion), cmake $(cmake --version | head -n 1 | cut -d' ' -f3)"
+mkdir -p "$bin"
 what=${1:-bench}
 shift || true
-# build PROG SOURCE [EXTRA...]: one program, its compiler output in $out/PROG.build.log
-build() {
-  local prog=$1 src=$2
-  shift 2
-  if g++ "${flags[@]}" "$src" "$@" "${libs[@]}" -o "$out/$prog" >"$out/$prog.build.log" 2>&1; then
-    echo "gpu-check: built $prog"
+case "$what" in
+  bench|pusht|sac|graph|baseline|figures|tests|curated|crash|all) ;;
+  *) echo "scripts/gpu-check.sh: bench, pusht, sac, graph, baseline, figures, tests, curated, crash or all, not '$what'" >&2; exit 2 ;;
+esac
+# GPU_CXXFLAGS: more flags (e.g. -g1, for the backtraces of `crash`)
+configure() {
+  local gen=()
+  command -v ninja >/dev/null || gen=(-G "Unix Makefiles")
+  if cmake --preset cuda -B "$out" "${gen[@]}" "-DANVIL_TORCH_PYTHON=$(command -v "$py")" "-DCMAKE_PREFIX_PATH=$deps" \
+       -DANVIL_BUILD_PYTHON_MODULE=OFF "-DCMAKE_CXX_FLAGS=${GPU_CXXFLAGS:-}" >"$out/configure.log" 2>&1; then
+    grep '^-- anvil' "$out/configure.log" | sed 's/^-- /gpu-check: /'
   else
-    echo "gpu-check: $prog did not build:" >&2
-    tail -n 30 "$out/$prog.build.log" >&2
+    echo "gpu-check: cmake --preset cuda failed:" >&2
+    tail -n 30 "$out/configure.log" >&2
     return 1
   fi
 }
-build_sac() {
-  build bench_precision benchmarks/bench_precision.cpp & local a=$!
-  build train_sac_pendulum examples/train_sac_pendulum.cpp & local b=$!
-  local rc=0
-  wait $a || rc=1
-  wait $b || rc=1
-  return $rc
+configure
+# build TARGET...: the targets in one build (the others go on where one fails), each program
+# built linked as $bin/TARGET
+build() {
+  local keep=(-k 0)
+  [[ -f $out/build.ninja ]] || keep=(-k)
+  cmake --build "$out" --target "$@" -- "${keep[@]}" >"$out/build-$1.log" 2>&1 ||
+    { echo "gpu-check: not every one of $* built:" >&2; grep -E 'error|FAILED' "$out/build-$1.log" | head -n 30 >&2; }
+  local t f
+  for t in "$@"; do
+    f=$(find "$out" -path "$bin" -prune -o -type f -name "$t" -perm -u+x -print | head -n 1)
+    if [[ -n $f ]]; then
+      ln -sf "$(realpath "$f")" "$bin/$t"
+      echo "gpu-check: built $t"
+    else
+      rm -f "$bin/$t"
+    fi
+  done
 }
+build_sac() { build bench_precision train_sac_pendulum; }
 # summary NAME DIR: one JSON line from the run's summary.json
 summary() {
   $py - "$1" "$2/summary.json" <<'PYEOF'
@@ -124,7 +119,7 @@ run_mains() {
     rm -rf "$dir"
     echo "== train_sac_pendulum $a"
     # shellcheck disable=SC2086
-    if "$out/train_sac_pendulum" "${common[@]}" $a run.run_dir="$dir" >"$dir.log" 2>&1; then
+    if "$bin/train_sac_pendulum" "${common[@]}" $a run.run_dir="$dir" >"$dir.log" 2>&1; then
       summary "$name" "$dir"
     else
       echo "gpu-check: train_sac_pendulum $a failed:" >&2
@@ -135,11 +130,11 @@ run_mains() {
   return $rc
 }
 run_sac() {
-  if [[ -x $out/bench_precision ]]; then
+  if [[ -x $bin/bench_precision ]]; then
     echo "== bench_precision"
-    "$out/bench_precision" bench.device=cuda bench.seconds=1 bench.rounds=2 || echo "gpu-check: bench_precision failed" >&2
+    "$bin/bench_precision" bench.device=cuda bench.seconds=1 bench.rounds=2 || echo "gpu-check: bench_precision failed" >&2
   fi
-  [[ -x $out/train_sac_pendulum ]] || return 0
+  [[ -x $bin/train_sac_pendulum ]] || return 0
   # the main job as it ships (256x256, batch 256, one env, one update per step), then the
   # same on this machine's CPU (fewer steps: its rate is what is compared), on CUDA without
   # a device synchronisation per timed phase, and a GPU-sized setup: 16 envs, batch 2048,
@@ -171,107 +166,153 @@ print(json.dumps({"name": "gpu_utilisation", "run": name, "exit": int(rc), "samp
 PYEOF
   return $rc
 }
-run_baseline() {
-  if [[ -x $out/anvil_cuda_tests ]]; then
-    echo "== anvil_cuda_tests"
-    "$out/anvil_cuda_tests" || echo "gpu-check: anvil_cuda_tests failed" >&2
-  fi
-  if [[ -x $out/bench_ppo ]]; then
+# PPO (bench_ppo, 8 and 64 envs), COMA at its users' schedule (bench_coma: batch 128 x 5
+# minibatches x 5 passes), the U-Net at batch 256 (bench_diffusion): each under util
+run_ppo() {
+  if [[ -x $bin/bench_ppo ]]; then
     echo "== bench_ppo (CUDA)"
-    util ppo_cuda "$out/bench_ppo" bench.device=cuda 'bench.num_envs=[8,64]' 'bench.modes=[sync]' bench.steps=32768 ||
+    util ppo_cuda "$bin/bench_ppo" bench.device=cuda 'bench.num_envs=[8,64]' 'bench.modes=[sync]' bench.steps=32768 ||
       echo "gpu-check: bench_ppo failed" >&2
   fi
-  if [[ -x $out/bench_coma ]]; then
+}
+run_coma() {
+  if [[ -x $bin/bench_coma ]]; then
     echo "== bench_coma (CUDA, 128 x 5 x 5)"
-    util coma_cuda "$out/bench_coma" bench.device=cuda 'bench.num_envs=[8]' bench.steps=${COMA_STEPS:-6000} bench.rounds=1 ||
+    util coma_cuda "$bin/bench_coma" bench.device=cuda 'bench.num_envs=[8]' bench.steps=${COMA_STEPS:-6000} bench.rounds=1 ||
       echo "gpu-check: bench_coma failed" >&2
   fi
-  if [[ -x $out/bench_diffusion ]]; then
+}
+run_unet() {
+  if [[ -x $bin/bench_diffusion ]]; then
     echo "== bench_diffusion (CUDA)"
-    util unet_cuda "$out/bench_diffusion" bench.device=cuda bench.seconds=2 bench.rounds=1 || echo "gpu-check: bench_diffusion failed" >&2
+    util unet_cuda "$bin/bench_diffusion" bench.device=cuda bench.seconds=2 bench.rounds=1 || echo "gpu-check: bench_diffusion failed" >&2
   fi
-  if [[ -x $out/train_sac_pendulum ]]; then
+}
+run_baseline() {
+  if [[ -x $bin/anvil_cuda_tests ]]; then
+    echo "== anvil_cuda_tests"
+    "$bin/anvil_cuda_tests" || echo "gpu-check: anvil_cuda_tests failed" >&2
+  fi
+  run_ppo
+  run_coma
+  run_unet
+  if [[ -x $bin/train_sac_pendulum ]]; then
     util main_graph_cuda run_mains graph_cuda "run.device=cuda" || true
   fi
 }
 run_graph() {
   local rc=0 runs=" ${GRAPH_RUNS:-precision main diffusion} "
-  if [[ -x $out/anvil_cuda_tests ]]; then
+  if [[ -x $bin/anvil_cuda_tests ]]; then
     echo "== anvil_cuda_tests"
-    "$out/anvil_cuda_tests" || { echo "gpu-check: anvil_cuda_tests failed" >&2; rc=1; }
+    "$bin/anvil_cuda_tests" || { echo "gpu-check: anvil_cuda_tests failed" >&2; rc=1; }
   fi
-  if [[ $runs == *" precision "* && -x $out/bench_precision ]]; then
+  if [[ $runs == *" precision "* && -x $bin/bench_precision ]]; then
     echo "== bench_precision (256x256)"
-    "$out/bench_precision" bench.device=cuda bench.seconds=1 bench.rounds=3 'bench.hidden=[256]' 'bench.batch=[256,2048]' ||
+    "$bin/bench_precision" bench.device=cuda bench.seconds=1 bench.rounds=3 'bench.hidden=[256]' 'bench.batch=[256,2048]' ||
       echo "gpu-check: bench_precision failed" >&2
   fi
-  if [[ $runs == *" diffusion "* && -x $out/bench_diffusion ]]; then
+  if [[ $runs == *" diffusion "* && -x $bin/bench_diffusion ]]; then
     echo "== bench_diffusion"
-    "$out/bench_diffusion" bench.device=cuda bench.seconds=1 bench.rounds=3 || echo "gpu-check: bench_diffusion failed" >&2
+    "$bin/bench_diffusion" bench.device=cuda bench.seconds=1 bench.rounds=3 || echo "gpu-check: bench_diffusion failed" >&2
   fi
-  if [[ $runs == *" main "* && -x $out/train_sac_pendulum ]]; then
+  if [[ $runs == *" main "* && -x $bin/train_sac_pendulum ]]; then
     run_mains graph_cuda "run.device=cuda" eager_cuda "run.device=cuda sac.cuda_graph=false train.steps=6000" \
       graph_nosync_cuda "run.device=cuda run.sync_timings=false" || rc=1
   fi
-  if [[ $runs == *" pusht "* && -x $out/diffusion_pusht_direct ]]; then
+  if [[ $runs == *" pusht "* && -x $bin/diffusion_pusht_direct ]]; then
     echo "== diffusion_pusht_direct ${PUSHT_ARGS:-}"
     # shellcheck disable=SC2086
-    "$out/diffusion_pusht_direct" bench.device=cuda ${PUSHT_ARGS:-} || { echo "gpu-check: diffusion_pusht_direct failed" >&2; rc=1; }
+    "$bin/diffusion_pusht_direct" bench.device=cuda ${PUSHT_ARGS:-} || { echo "gpu-check: diffusion_pusht_direct failed" >&2; rc=1; }
   fi
   return $rc
 }
+# The figures of issue 53, in its order, each with the GPU's utilisation over its run:
+# MT-SAC at batch 2048 (the one-GPU MT10 config, examples/mt_sac_ddp: env steps/s and
+# updates/s) graphed and op by op, SAC per precision (bench_precision: FP16 stays op by op
+# under its loss scaler), COMA at 128 x 5 x 5, acting (the main job with 16 envs, graphed and
+# op by op: its act phase), PPO, the U-Net at batch 256. MT10_STEPS: the MT10 runs' env steps.
+run_figures() {
+  local steps=${MT10_STEPS:-30000} g dir
+  if [[ -x $bin/mt_sac_ddp ]]; then
+    for g in true false; do
+      dir=$out/run-mt10_graph_$g
+      rm -rf "$dir"
+      echo "== mt_sac_ddp --config configs/mt10_server_1gpu.yaml mtsac.cuda_graph=$g train.steps=$steps"
+      if util "mt10_1gpu_graph_$g" "$bin/mt_sac_ddp" --config configs/mt10_server_1gpu.yaml "mtsac.cuda_graph=$g" \
+           "train.steps=$steps" train.eval_interval=1000000 run.checkpoint_interval=0 run.progress=off \
+           run.tensorboard=false "run.run_dir=$dir" >"$dir.log" 2>&1; then
+        grep -E '"name": "gpu_utilisation"' "$dir.log" || true
+        summary "mt10_1gpu_graph_$g" "$dir"
+      else
+        echo "gpu-check: mt_sac_ddp failed:" >&2
+        tail -n 20 "$dir.log" >&2
+      fi
+    done
+  else
+    echo "gpu-check: mt_sac_ddp not built (MuJoCo's files under DEPS: scripts/gpu-deps.sh)" >&2
+  fi
+  if [[ -x $bin/bench_precision ]]; then
+    echo "== bench_precision (256x256, batch 256 and 2048)"
+    util precision "$bin/bench_precision" bench.device=cuda bench.seconds=1 bench.rounds=2 'bench.hidden=[256]' \
+      'bench.batch=[256,2048]' || echo "gpu-check: bench_precision failed" >&2
+  fi
+  run_coma
+  if [[ -x $bin/train_sac_pendulum ]]; then
+    local wide="run.device=cuda env.num_envs=16 train.update_interval=16 train.steps=32000 train.eval_interval=16000"
+    util acting run_mains act16_graph "$wide" act16_eager "$wide sac.cuda_graph=false" || true
+  fi
+  run_ppo
+  run_unet
+}
 case "$what" in
+  figures)
+    build anvil_cuda_tests mt_sac_ddp bench_precision bench_coma train_sac_pendulum bench_ppo bench_diffusion
+    [[ ! -x $bin/anvil_cuda_tests ]] || "$bin/anvil_cuda_tests" || echo "gpu-check: anvil_cuda_tests failed" >&2
+    run_figures ;;
   graph)
-    build anvil_cuda_tests tests/doctest_main.cpp tests/cuda/cuda_graph_test.cpp & t=$!
-    build bench_diffusion benchmarks/bench_diffusion.cpp & d=$!
-    p=
-    if [[ " ${GRAPH_RUNS:-} " == *" pusht "* ]]; then
-      build diffusion_pusht_direct benchmarks/diffusion_pusht_direct.cpp "$deps/lib/libchipmunk.a" & p=$!
-    fi
-    build_sac || true
-    wait $t || true
-    wait $d || true
-    [[ -z $p ]] || wait $p || true
+    targets=(anvil_cuda_tests bench_diffusion bench_precision train_sac_pendulum)
+    [[ " ${GRAPH_RUNS:-} " != *" pusht "* ]] || targets+=(diffusion_pusht_direct)
+    build "${targets[@]}"
     run_graph ;;
-  bench) build bench_diffusion benchmarks/bench_diffusion.cpp; echo "== bench_diffusion"; "$out/bench_diffusion" bench.device=cuda "$@" ;;
+  bench) build bench_diffusion; echo "== bench_diffusion"; "$bin/bench_diffusion" bench.device=cuda "$@" ;;
   pusht)
-    build diffusion_pusht_direct benchmarks/diffusion_pusht_direct.cpp "$deps/lib/libchipmunk.a"
+    build diffusion_pusht_direct
     echo "== diffusion_pusht_direct"
-    "$out/diffusion_pusht_direct" bench.device=cuda "$@" ;;
-  sac) build_sac || true; run_sac ;;
+    "$bin/diffusion_pusht_direct" bench.device=cuda "$@" ;;
+  sac) build_sac; run_sac ;;
+  tests)
+    # every CUDA test as ctest runs it (the preset `gpu`: the label gpu)
+    build anvil_cuda_tests anvil_tests
+    ctest --test-dir "$out" -L gpu --output-on-failure "$@" ;;
+  curated)
+    # what a GPU machine builds (the build preset cuda-curated), then the CUDA tests
+    build anvil_gpu_programs
+    build anvil_cuda_tests bench_precision bench_sac_update bench_ppo bench_coma bench_diffusion bench_ddp \
+      train_sac_pendulum train_sac mt_sac mt_sac_ddp diffusion_pusht_direct
+    [[ ! -x $bin/anvil_cuda_tests ]] || "$bin/anvil_cuda_tests" ;;
   crash)
     # the CUDA tests and bench_ppo on CUDA under cuda-gdb: each thread's backtrace where one crashes
-    build anvil_cuda_tests tests/doctest_main.cpp tests/cuda/cuda_graph_test.cpp & t=$!
-    build bench_ppo benchmarks/bench_ppo.cpp '-DANVIL_BENCH_PPO_REFERENCE=""' & p=$!
-    wait $t || true
-    wait $p || true
+    build anvil_cuda_tests bench_ppo
     # a jump to address 0 leaves no frame to unwind: the words on the stack name the caller
     gdb=(cuda-gdb -q -batch -ex 'set pagination off' -ex 'set print thread-events off' -ex 'set cuda api_failures ignore'
          -ex run -ex 'bt 40' -ex 'x/16a $sp' -ex 'info threads' --args)
     command -v cuda-gdb >/dev/null || gdb=()
     echo "== anvil_cuda_tests, the restore case alone"
-    "${gdb[@]}" "$out/anvil_cuda_tests" -tc='*restore*' "$@" || true
+    "${gdb[@]}" "$bin/anvil_cuda_tests" -tc='*restore*' "$@" || true
     echo "== anvil_cuda_tests, the others"
-    "$out/anvil_cuda_tests" -tce='*restore*' "$@" || echo "gpu-check: anvil_cuda_tests failed"
+    "$bin/anvil_cuda_tests" -tce='*restore*' "$@" || echo "gpu-check: anvil_cuda_tests failed"
     echo "== bench_ppo (CUDA)"
-    "${gdb[@]}" "$out/bench_ppo" bench.device=cuda 'bench.num_envs=[8]' 'bench.modes=[sync]' bench.steps=2048 || true ;;
+    "${gdb[@]}" "$bin/bench_ppo" bench.device=cuda 'bench.num_envs=[8]' 'bench.modes=[sync]' bench.steps=2048 || true ;;
   baseline)
-    build anvil_cuda_tests tests/doctest_main.cpp tests/cuda/cuda_graph_test.cpp & t=$!
-    build bench_diffusion benchmarks/bench_diffusion.cpp & d=$!
-    build bench_ppo benchmarks/bench_ppo.cpp '-DANVIL_BENCH_PPO_REFERENCE=""' & p=$!
-    build bench_coma benchmarks/bench_coma.cpp & c=$!
-    build train_sac_pendulum examples/train_sac_pendulum.cpp & m=$!
-    for j in $t $d $p $c $m; do wait "$j" || true; done
+    build anvil_cuda_tests bench_diffusion bench_ppo bench_coma train_sac_pendulum
     run_baseline ;;
   all)
-    build diffusion_pusht_direct benchmarks/diffusion_pusht_direct.cpp "$deps/lib/libchipmunk.a" & pusht=$!
-    build_sac || true
-    wait $pusht || true
+    build bench_precision train_sac_pendulum diffusion_pusht_direct
     run_sac
-    if [[ -x $out/diffusion_pusht_direct ]]; then
+    if [[ -x $bin/diffusion_pusht_direct ]]; then
       echo "== diffusion_pusht_direct ${PUSHT_ARGS:-}"
       # shellcheck disable=SC2086
-      "$out/diffusion_pusht_direct" bench.device=cuda ${PUSHT_ARGS:-}
+      "$bin/diffusion_pusht_direct" bench.device=cuda ${PUSHT_ARGS:-}
     fi ;;
-  *) echo "scripts/gpu-check.sh: bench, pusht, sac, graph, baseline, crash or all, not '$what'" >&2; exit 2 ;;
+  *) echo "scripts/gpu-check.sh: bench, pusht, sac, graph, baseline, tests, curated, crash or all, not '$what'" >&2; exit 2 ;;
 esac

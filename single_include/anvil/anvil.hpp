@@ -11148,9 +11148,19 @@ class StepContext {
 
   /// Whether an update through this context can be captured as a CUDA graph
   /// (core/cuda_graph.hpp): one process (no all-reduce), no loss scaler (its skip is a host
-  /// decision), one micro-batch.
-  [[nodiscard]] bool graphable() const noexcept {
-    return !opt_.all_reduce_mean && !scaler_ && opt_.micro_batches == 1;
+  /// decision), and one micro-batch unless the algorithm's captured update loops over the
+  /// micro-batches itself (`loops_micro_batches`: SAC's does; the split is fixed for a batch
+  /// size, so a graph holds the loop).
+  [[nodiscard]] bool graphable(bool loops_micro_batches = false) const noexcept {
+    return !opt_.all_reduce_mean && !scaler_ && (loops_micro_batches || opt_.micro_batches == 1);
+  }
+  /// Why an update through this context cannot be captured (empty where it can: `graphable`),
+  /// for the run header.
+  [[nodiscard]] std::string why_not_graphable(bool loops_micro_batches = false) const {
+    if (opt_.all_reduce_mean) return "DDP: the all-reduce of gradients across ranks is not captured yet";
+    if (scaler_) return "FP16's loss scaler decides on the host whether to skip a step (BF16 needs no scaler)";
+    if (!loops_micro_batches && opt_.micro_batches > 1) return "gradient accumulation's micro-batches";
+    return {};
   }
   /// Scope of a CUDA graph's capture: optimizer steps take `FlatAdam::step_on_device`, and
   /// nothing is timed (a timer's device synchronisation would break the capture) or
@@ -18108,9 +18118,9 @@ struct SacConfig {
         "autograd; same result, slower)">
       manual_backward{true};
   Param<bool, "cuda_graph",
-        "on CUDA, capture the update as a CUDA graph and replay it: one launch instead of hundreds "
-        "of dispatched ops (one process, no loss scaling or gradient accumulation; a temperature per "
-        "task included; false: op by op)">
+        "on CUDA, capture the update and acting as CUDA graphs and replay them: one launch instead "
+        "of hundreds of dispatched ops (the update: one process, no loss scaling; a temperature per "
+        "task and gradient accumulation's micro-batches included; false: op by op)">
       cuda_graph{true};
   Section<"actor", ActorConfig> actor;
   Section<"critic", CriticConfig> critic;
@@ -18176,9 +18186,11 @@ struct policy_config<DiscreteSAC> {
 /// (`BasicSAC::update_as_captured`, which the tests compare with the eager update on the
 /// CPU). Static functions on a `BasicSAC` (algorithms/sac.hpp), whose friend they are; the
 /// noise is drawn outside the graph, as op by op, so a run draws the same numbers with the
-/// graph or without. MultiTaskSAC's temperature per task (and its tasks' loss weights) is
+/// graph or without. Gradient accumulation is a loop over the micro-batches inside the
+/// graph, as op by op. MultiTaskSAC's temperature per task (and its tasks' loss weights) is
 /// device work like the rest: each transition's temperature indexed by its task on the
-/// device, the tasks' target entropies a device tensor.
+/// device, the tasks' target entropies a device tensor. Acting is captured too: the actor's
+/// forward for a batch of envs.
 
 #include <torch/utils.h>
 
@@ -18553,15 +18565,20 @@ class GraphedUpdate {
   /// (the config section) and its `cuda_graph` switch.
   template <class F>
   void capture(StepContext& ctx, std::string_view who, F&& f) {
-    const StepContext::Capture capture(ctx);
+    const StepContext::Capture capturing(ctx);
+    capture(who, "the update", std::forward<F>(f));
+  }
+  /// Captures `f`, device work that steps no optimizer (acting: `what` names it in a failure).
+  template <class F>
+  void capture(std::string_view who, std::string_view what, F&& f) {
     const bool cache = at::autocast::is_autocast_cache_enabled();
     at::autocast::set_autocast_cache_enabled(false);
     try {
       graph_.capture(std::forward<F>(f));
     } catch (const std::exception& e) {
       at::autocast::set_autocast_cache_enabled(cache);
-      throw Error(std::string(who) + ": capturing the update as a CUDA graph failed (" + e.what() + "); run with " +
-                  std::string(who) + ".cuda_graph=false");
+      throw Error(std::string(who) + ": capturing " + std::string(what) + " as a CUDA graph failed (" + e.what() +
+                  "); run with " + std::string(who) + ".cuda_graph=false");
     }
     at::autocast::set_autocast_cache_enabled(cache);
   }
@@ -18628,17 +18645,50 @@ struct SacGraphOutputs {
   std::vector<std::string> names;
 };
 using SacGraphs = GraphedUpdates<SacGraphOutputs>;
+/// Acting's captured forward leaves the actions (valid until the graph's next replay).
+using SacActGraphs = GraphedUpdates<at::Tensor>;
 
 /// SAC's captured update (see file comment).
 struct SacGraphed {
   /// Whether a graph can hold this update: CUDA graphs built and on (`cuda_graph`), the
   /// batch on the GPU (with its task ids when there is a temperature per task), one
-  /// process, no loss scaling or accumulation.
+  /// process, no loss scaling (micro-batches of gradient accumulation are looped over in
+  /// the graph).
   template <class S, class Noise>
   static bool graphable(const S& s, const ReplayBatch& b, const StepContext& ctx, const Noise& noise) {
     return cuda::kCudaGraphs && s.cfg_.cuda_graph && s.device_.is_cuda() && b.obs.is_cuda() &&
-           (s.alphas_ == 1 || (b.task.defined() && b.task.is_cuda())) && ctx.graphable() && noise.next.defined() &&
+           (s.alphas_ == 1 || (b.task.defined() && b.task.is_cuda())) && ctx.graphable(/*loops_micro_batches=*/true) &&
+           noise.next.defined() &&
            (noise.obs.defined() || s.updates_ % s.cfg_.actor_update_freq != 0);
+  }
+
+  /// Whether a graph can hold acting: CUDA graphs built and on (`cuda_graph`), the
+  /// observations on the GPU.
+  template <class S>
+  static bool act_graphable(const S& s, const at::Tensor& obs) {
+    return cuda::kCudaGraphs && s.cfg_.cuda_graph && s.device_.is_cuda() && obs.is_cuda();
+  }
+
+  /// Acting from a graph: `forward(obs, noise)` (the actor's sample for the noise, or its
+  /// mode where the noise is undefined) for a batch of observations, one graph per batch size
+  /// and mode, warmed up op by op, captured, then replayed. The actor's weights are read
+  /// where they live, so a replay acts with the weights of the last update. The actions are
+  /// a copy (the next replay writes over the graph's own).
+  template <class S, class F>
+  static at::Tensor act(S& s, const at::Tensor& obs, const at::Tensor& noise, F&& forward) {
+    auto& g = s.act_graphs_.of(obs.size(0) * 2 + (noise.defined() ? 1 : 0), s.device_);
+    if (g.update.warming()) {
+      at::Tensor action;
+      g.update.warm_up([&] { action = forward(obs, noise); });
+      return action;
+    }
+    if (!g.update.captured()) {
+      auto& u = g.update;
+      const at::Tensor in_obs = u.input(obs), in_noise = u.input(noise);
+      u.capture(S::config_section.view(), "acting", [&] { g.out = forward(in_obs, in_noise); });
+    }
+    s.act_graphs_.replay(g, {obs, noise});
+    return g.out.clone();
   }
 
   /// The update from a graph: one per shape of update (batch rows, actor and target steps or
@@ -18678,9 +18728,8 @@ struct SacGraphed {
   /// The captured update's work op by op (`BasicSAC::update_as_captured`).
   template <class S, class Noise>
   static UpdateInfo as_captured(S& s, const ReplayBatch& b, StepContext& ctx, const Noise& noise) {
-    if (!ctx.graphable())
-      throw Error(std::string(S::config_section.view()) + ": a captured update holds one process, no loss scaling and no "
-                  "gradient accumulation");
+    if (!ctx.graphable(/*loops_micro_batches=*/true))
+      throw Error(std::string(S::config_section.view()) + ": a captured update holds one process and no loss scaling");
     if (s.alphas_ > 1 && !b.task.defined())
       throw Error(std::string(S::config_section.view()) + ": the batch has no task ids, but the env has " +
                   std::to_string(s.alphas_) + " tasks (a replay buffer of this run stores them)");
@@ -18708,29 +18757,52 @@ struct SacGraphed {
     // times the importance weight), as the op-by-op update has them.
     const TaskRows rows = per_task ? task_rows(s.log_alpha_, batch, s.task_weights_) : TaskRows{};
     const SacAlpha alpha{0.0, per_task ? rows.alpha_row : s.log_alpha_.detach().exp()};
-    const at::Tensor& task_w = rows.task_w;
     const ReplayBatch& b = s.task_weights_ ? rows.weighted : batch;
-    auto c = autograd_critic(s.actor_, s.critic_, s.critic_target_, s.critic_opt_, *cfg.gamma, b, alpha, noise.next, ctx);
-    std::vector<StepContext::Step> steps{{&s.critic_opt_, c.grad, cfg.max_grad_norm}};
-    std::vector<at::Tensor> m{c.loss_t, c.q_mean_t};
-    if (actor_step) {
-      auto a = autograd_actor(s.actor_, s.critic_, s.actor_opt_, b, alpha, noise.obs, ctx, task_w);
+    // Gradient accumulation as op by op: the batch in micro-batches (a fixed split, so a graph
+    // holds the loop), each part's gradients and metrics weighed by its share of the batch,
+    // one optimizer step on their sum.
+    const auto parts = ctx.micro_batches(b.obs.size(0));
+    const bool whole = parts.size() == 1;
+    at::Tensor critic_grad, actor_grad, alpha_grad;
+    std::vector<at::Tensor> m, td_parts;  // the metrics' share-weighted sums
+    auto add = [&](std::size_t k, const at::Tensor& value, const MicroBatch& part) {
+      if (m.size() <= k) m.push_back(whole ? value : value * part.share);
+      else m[k] = m[k] + value * part.share;
+    };
+    for (const auto& part : parts) {
+      auto rows_of_part = [&](const at::Tensor& t) { return whole || !t.defined() ? t : t.narrow(0, part.begin, part.rows); };
+      ReplayBatch split;
+      const ReplayBatch& mb = whole ? b : (split = rows_of(b, part.begin, part.rows));
+      const SacAlpha part_alpha{0.0, per_task ? rows_of_part(alpha.row) : alpha.row};
+      auto c = autograd_critic(s.actor_, s.critic_, s.critic_target_, s.critic_opt_, *cfg.gamma, mb, part_alpha,
+                               rows_of_part(noise.next), ctx);
+      accumulate(critic_grad, c.grad, part);
+      add(0, c.loss_t, part);
+      add(1, c.q_mean_t, part);
+      td_parts.push_back(whole ? c.td : c.td.clone());
+      if (!actor_step) continue;
+      auto a = autograd_actor(s.actor_, s.critic_, s.actor_opt_, mb, part_alpha, rows_of_part(noise.obs), ctx,
+                              rows_of_part(rows.task_w));
       if (cfg.auto_alpha) {
         if (per_task) {
-          const auto t = task_temperatures(s.log_alpha_, s.target_entropy_t_, a.log_prob, batch.task);
+          const auto task = rows_of_part(batch.task);
+          const auto t = task_temperatures(s.log_alpha_, s.target_entropy_t_, a.log_prob, task);
           a.alpha_grad = t.grad;
-          a.alpha_loss_t = t.loss_sum / static_cast<double>(batch.task.size(0));
+          a.alpha_loss_t = t.loss_sum / static_cast<double>(task.size(0));
         } else {
           autograd_temperature(a, s.log_alpha_, s.alpha_opt_, s.target_entropy_[0], ctx);
         }
+        accumulate(alpha_grad, a.alpha_grad, part);
       }
-      steps.push_back({&s.actor_opt_, a.grad, cfg.max_grad_norm});
-      m.push_back(a.loss_t);
-      m.push_back(a.entropy_t);
-      if (cfg.auto_alpha) {
-        steps.push_back({&s.alpha_opt_, a.alpha_grad, 0.0});
-        m.push_back(a.alpha_loss_t);
-      }
+      accumulate(actor_grad, a.grad, part);
+      add(2, a.loss_t, part);
+      add(3, a.entropy_t, part);
+      if (cfg.auto_alpha) add(4, a.alpha_loss_t, part);
+    }
+    std::vector<StepContext::Step> steps{{&s.critic_opt_, critic_grad, cfg.max_grad_norm}};
+    if (actor_step) {
+      steps.push_back({&s.actor_opt_, actor_grad, cfg.max_grad_norm});
+      if (cfg.auto_alpha) steps.push_back({&s.alpha_opt_, alpha_grad, 0.0});
     }
     ctx.apply(std::move(steps));
     // The temperatures after the update: their mean ("alpha"), then each task's.
@@ -18743,7 +18815,7 @@ struct SacGraphed {
       polyak(s.target_.flat(), s.critic_opt_.parameters().flat(), *cfg.tau);
     }
     for (auto& t : m) t = t.detach().reshape({}).to(at::kDouble);
-    return {c.td, at::stack(m)};
+    return {whole ? td_parts[0] : at::cat(td_parts), at::stack(m)};
   }
 
   template <class S>
@@ -19170,10 +19242,27 @@ class BasicSAC {
         return action;
       }
     }
-    return mode == ActMode::explore
-               ? actor_->sample(o, at::randn({o.size(0), act_dim_}, o.options().dtype(at::kFloat))).action
-               : actor_->mode(o);
+    const at::Tensor noise =
+        mode == ActMode::explore ? at::randn({o.size(0), act_dim_}, o.options().dtype(at::kFloat)) : at::Tensor();
+    auto actor_forward = [this](const at::Tensor& x, const at::Tensor& eps) {
+      return eps.defined() ? actor_->sample(x, eps).action : actor_->mode(x);
+    };
+    // On a GPU the actor's forward is replayed from a CUDA graph per batch size and mode
+    // (algorithms/sac_graph.hpp), the noise drawn here as op by op.
+    if (detail::SacGraphed::act_graphable(*this, o)) return detail::SacGraphed::act(*this, o, noise, actor_forward);
+    return actor_forward(o, noise);
   }
+  /// What the run header says of CUDA graphs on a GPU: what is captured, and why not where not.
+  [[nodiscard]] std::string cuda_graph_note(const StepContext& ctx) const {
+    const std::string who(config_section.view());
+    if (!cfg_.cuda_graph) return "off (" + who + ".cuda_graph=false): the update and acting run op by op";
+    const std::string why = ctx.why_not_graphable(/*loops_micro_batches=*/true);
+    if (!why.empty()) return who + "'s update runs op by op (" + why + "); acting is captured";
+    return who + "'s update and acting are captured (a graph per shape, after " +
+           std::to_string(GraphedUpdate::kWarmups) + " warm-ups op by op each)";
+  }
+  /// Actions replayed from a CUDA graph so far (0 without CUDA or with `cuda_graph` off).
+  [[nodiscard]] std::int64_t graphed_acts() const noexcept { return act_graphs_.replays(); }
 
   /// One SAC update. The critic loss, the actor loss and the temperature loss are all
   /// computed from the parameters as they were before this update, as in the authors'
@@ -19200,9 +19289,9 @@ class BasicSAC {
 
   /// `update` with given noise: the same draws give the same update however the batch is
   /// split, e.g. across ranks (the data-parallel equivalence test uses this). On CUDA, with
-  /// `cuda_graph` on and an update a graph can hold (one process, no loss scaling or
-  /// gradient accumulation; one temperature or one per task), the update is replayed from a
-  /// CUDA graph.
+  /// `cuda_graph` on and an update a graph can hold (one process, no loss scaling; one
+  /// temperature or one per task, micro-batches or not), the update is replayed from a CUDA
+  /// graph.
   UpdateInfo update(const ReplayBatch& batch, StepContext& ctx, const UpdateNoise& noise) {
     if (!layout_.parts.empty() && cfg_.encoder->shift > 0) {
       // DrQ: obs and next_obs each shifted at random, every transition on its own.
@@ -19367,6 +19456,7 @@ class BasicSAC {
   }
 
   detail::SacGraphs graphs_;  // the update in CUDA graphs, one per shape (algorithms/sac_graph.hpp)
+  detail::SacActGraphs act_graphs_;  // acting in CUDA graphs, one per batch size and mode
 
  public:
 
@@ -19451,6 +19541,7 @@ class BasicSAC {
   void restore(const Saved& s) {
     detail::SoftState::restore(*this, s);
     graphs_.clear();  // captured again from the restored state (warm-ups first)
+    act_graphs_.clear();
   }
 
   [[nodiscard]] Actor& actor() noexcept { return actor_; }
@@ -26559,7 +26650,8 @@ inline RunEnvs make_run_envs(const envs::AnyEnv& env, const envs::VecEnvConfig& 
 /// policy types, so the host itself stays short and these are compiled once: the run's
 /// context, its note on image observations, the step context's options, the update
 /// threads, the policy file's parts from the envs and the normaliser, and the run's
-/// description (`Run::Setup`) with its provenance. Not templates, but for the provenance's list of policy types.
+/// description (`Run::Setup`) with its provenance. Not templates, but for the provenance's list of policy types
+/// and the note on CUDA graphs.
 
 #include <torch/cuda.h>
 
@@ -26567,6 +26659,7 @@ inline RunEnvs make_run_envs(const envs::AnyEnv& env, const envs::VecEnvConfig& 
 #include <cctype>
 #include <cerrno>
 #include <cmath>
+#include <concepts>
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -26595,6 +26688,17 @@ inline std::string describe_gradients(const std::vector<std::pair<std::string, s
     out += (out.empty() ? "" : "; ") + networks + " by " + how;
   }
   return out;
+}
+
+/// What the run header says of CUDA graphs on a GPU ("cuda graphs: ..."): the algorithm's
+/// own account where it captures work (`cuda_graph_note(ctx)`: what is captured, and why not
+/// where not), else that its update runs op by op.
+template <class A>
+std::string cuda_graph_note(const A& algo, const StepContext& ctx) {
+  if constexpr (requires { { algo.cuda_graph_note(ctx) } -> std::convertible_to<std::string>; })
+    return algo.cuda_graph_note(ctx);
+  else
+    return std::string(A::config_section.view()) + "'s update and acting run op by op (no captured form of them yet)";
 }
 
 /// The run's note on image observations ("observations: ..."), none without images; refuses
@@ -26855,6 +26959,7 @@ class BasicTrainer {
     buffer_ = std::make_unique<B>(collector_->spec(), *cfg_.buffer, ctx_);
     step_ctx_ = StepContext(step_options(ctx_, precision, threads(), *cfg_.run, times_,
                                          [p = parallel_.get()](std::vector<at::Tensor>& g) { p->all_reduce_mean(g); }));
+    if (ctx_.device.is_cuda() && cuda::kCudaGraphs) notes.push_back("cuda graphs: " + cuda_graph_note(*algo_, step_ctx_));
     runner_ = std::make_unique<Runner>(
         *cfg_.train, LoopParts<A, B>{*algo_, *buffer_, step_ctx_, *collector_, clock_, ranks_, times_, metrics_});
     runner_->begin();

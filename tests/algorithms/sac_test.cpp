@@ -13,6 +13,7 @@
 #include <anvil/algorithms/sac.hpp>
 #include <anvil/core/config.hpp>
 #include <anvil/envs/pendulum.hpp>
+#include <anvil/train/trainer_parts.hpp>
 
 #include "../python_policy_check.hpp"
 
@@ -93,6 +94,25 @@ TEST_CASE("SAC: actions lie in [-1, 1] and the deterministic action is repeatabl
   CHECK(a.abs().max().item<float>() <= 1.0f);
   CHECK(torch::equal(sac.act(obs, ActMode::deterministic), sac.act(obs, ActMode::deterministic)));
   CHECK_FALSE(torch::equal(sac.act(obs, ActMode::explore), sac.act(obs, ActMode::explore)));
+}
+
+TEST_CASE("SAC: acting is the actor's forward on noise drawn first (the arithmetic a CUDA graph of acting holds), with either backward") {
+  for (const bool manual : {true, false}) {
+    CAPTURE(manual);
+    auto cfg = small();
+    cfg.manual_backward = manual;
+    torch::manual_seed(4);
+    SAC sac(envs::spec_of(envs::Pendulum{}), cfg, RunContext{});
+    const auto obs = torch::randn({16, 3}) * 2;
+    torch::manual_seed(9);
+    const auto a = sac.act(obs, ActMode::explore);
+    torch::manual_seed(9);
+    const auto noise = torch::randn({16, 1});
+    torch::NoGradGuard no_grad;
+    CHECK(torch::allclose(a, sac.actor()->sample(obs, noise).action, 1e-5, 1e-6));
+    CHECK(torch::allclose(sac.act(obs, ActMode::deterministic), sac.actor()->mode(obs), 1e-5, 1e-6));
+    CHECK(sac.graphed_acts() == 0);  // no graph on the CPU
+  }
 }
 
 TEST_CASE("SAC: the temperature falls when entropy is above the target") {
@@ -499,15 +519,17 @@ TEST_CASE("MultiTaskSAC: settings that cannot apply are refused naming the field
 
 namespace {
 // Two copies of an algorithm from `make` (the same seed), one updated by `update`, one by
-// `update_as_captured`, on the same 12 batches from `batch` and the same noise: their
-// metrics, TD errors, networks, temperatures and step counts agree within float rounding.
+// `update_as_captured`, on the same 12 batches from `batch` and the same noise, each through a
+// step context with `options` (micro-batches): their metrics, TD errors, networks,
+// temperatures and step counts agree within float rounding.
 template <class A>
-void check_captured_matches(const std::function<A()>& make, const std::function<ReplayBatch()>& batch) {
+void check_captured_matches(const std::function<A()>& make, const std::function<ReplayBatch()>& batch,
+                            const StepContext::Options& options = {}) {
   torch::manual_seed(0);
   A eager = make();
   torch::manual_seed(0);
   A captured = make();
-  StepContext ce, cc;
+  StepContext ce(options), cc(options);
   torch::manual_seed(7);
   for (int i = 0; i < 12; ++i) {
     const auto b = batch();
@@ -539,7 +561,7 @@ void check_captured_matches(const std::function<A()>& make, const std::function<
 }
 }  // namespace
 
-TEST_CASE("SAC: the update as a CUDA graph holds it (device work alone, then the host's bookkeeping) matches the op-by-op update") {
+TEST_CASE("SAC: the update as a CUDA graph holds it (device work alone, then the host's bookkeeping) matches the op-by-op update, micro-batches included") {
   // On the CPU no graph runs, but the captured form of the update runs op by op
   // (update_as_captured): the same arithmetic a replay does on CUDA, with the temperature,
   // the step counts and the learning rates read from tensors.
@@ -548,30 +570,51 @@ TEST_CASE("SAC: the update as a CUDA graph holds it (device work alone, then the
     int actor_freq, target_freq;
     double max_grad_norm;
     bool weights, auto_alpha;
+    int micro_batches = 1;  // gradient accumulation: the captured update loops over them
   };
-  for (const Case& c : {Case{1, 1, 0.0, false, true}, Case{2, 3, 1.0, true, true}, Case{1, 2, 0.5, false, false}}) {
+  for (const Case& c : {Case{1, 1, 0.0, false, true}, Case{2, 3, 1.0, true, true}, Case{1, 2, 0.5, false, false},
+                        Case{1, 1, 1.0, true, true, 3}, Case{2, 1, 0.0, false, true, 2}}) {
     CAPTURE(c.actor_freq);
     CAPTURE(c.target_freq);
+    CAPTURE(c.micro_batches);
+    StepContext::Options options;
+    options.micro_batches = c.micro_batches;
     auto cfg = small();
     cfg.manual_backward = false;
     cfg.actor_update_freq = c.actor_freq;
     cfg.target_update_freq = c.target_freq;
     cfg.max_grad_norm = c.max_grad_norm;
     cfg.auto_alpha = c.auto_alpha;
-    check_captured_matches<SAC>([&] { return SAC(spec, cfg, RunContext{}); }, [&] {
-      auto b = random_batch(48);
-      if (c.weights) b.weight = torch::rand({48}) + 0.5;
-      return b;
-    });
+    check_captured_matches<SAC>(
+        [&] { return SAC(spec, cfg, RunContext{}); },
+        [&] {
+          auto b = random_batch(48);
+          if (c.weights) b.weight = torch::rand({48}) + 0.5;
+          return b;
+        },
+        options);
   }
-  // What a graph cannot hold is refused by name.
+  // What a graph cannot hold is refused by name: the loss scaler's skip is a host decision.
   StepContext::Options o;
-  o.micro_batches = 2;
-  StepContext split(o);
+  o.loss_scaling = LossScaler::Options{};
+  StepContext scaled(o);
   torch::manual_seed(0);
   SAC sac(spec, small(), RunContext{});
-  CHECK_THROWS_WITH_AS((void)sac.update_as_captured(random_batch(8), split, {torch::randn({8, 1}), torch::randn({8, 1})}),
-                       doctest::Contains("gradient accumulation"), Error);
+  CHECK_THROWS_WITH_AS((void)sac.update_as_captured(random_batch(8), scaled, {torch::randn({8, 1}), torch::randn({8, 1})}),
+                       doctest::Contains("no loss scaling"), Error);
+  // ... and the run header says why (trainer_parts.hpp's cuda_graph_note asks the algorithm).
+  CHECK(cuda_graph_note(sac, scaled).find("sac's update runs op by op (FP16's loss scaler") == 0);
+  CHECK(cuda_graph_note(sac, StepContext{}).find("sac's update and acting are captured") == 0);
+  StepContext::Options ddp;
+  ddp.all_reduce_mean = [](std::vector<at::Tensor>&) {};
+  CHECK(cuda_graph_note(sac, StepContext(ddp)).find("(DDP: the all-reduce") != std::string::npos);
+  StepContext::Options accumulating;
+  accumulating.micro_batches = 4;
+  CHECK(cuda_graph_note(sac, StepContext(accumulating)).find("are captured") != std::string::npos);
+  auto off = small();
+  off.cuda_graph = false;
+  CHECK(cuda_graph_note(SAC(spec, off, RunContext{}), StepContext{}) ==
+        "off (sac.cuda_graph=false): the update and acting run op by op");
 }
 
 TEST_CASE("MultiTaskSAC: the captured update (a CUDA graph's arithmetic) matches the op-by-op update with a temperature per task") {
@@ -580,21 +623,28 @@ TEST_CASE("MultiTaskSAC: the captured update (a CUDA graph's arithmetic) matches
   struct Case {
     int actor_freq;
     bool loss_weights, importance;
+    int micro_batches = 1;
   };
-  for (const Case& c : {Case{1, false, false}, Case{1, true, true}, Case{2, true, false}}) {
+  for (const Case& c : {Case{1, false, false}, Case{1, true, true}, Case{2, true, false}, Case{1, true, true, 2}}) {
     CAPTURE(c.actor_freq);
     CAPTURE(c.loss_weights);
+    CAPTURE(c.micro_batches);
+    StepContext::Options options;
+    options.micro_batches = c.micro_batches;
     auto cfg = small_mt();
     cfg.manual_backward = false;
     cfg.alpha_lr = 0.05;  // temperatures that move apart within the 12 updates
     cfg.actor_update_freq = c.actor_freq;
     cfg.tasks->loss_weights = c.loss_weights;
     cfg.tasks->target_entropy_scales = {-3.0, 1.0, 30.0};
-    check_captured_matches<MultiTaskSAC>([&] { return MultiTaskSAC(three_tasks(), cfg, RunContext{}); }, [&] {
-      auto b = tasked_batch(48);
-      if (c.importance) b.weight = torch::rand({48}) + 0.5;
-      return b;
-    });
+    check_captured_matches<MultiTaskSAC>(
+        [&] { return MultiTaskSAC(three_tasks(), cfg, RunContext{}); },
+        [&] {
+          auto b = tasked_batch(48);
+          if (c.importance) b.weight = torch::rand({48}) + 0.5;
+          return b;
+        },
+        options);
   }
   // Without task ids the captured update refuses the batch as the op-by-op one does.
   MultiTaskSAC mt(three_tasks(), small_mt(), RunContext{});

@@ -8,6 +8,7 @@
 #include <torch/cuda.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <string>
 #include <unistd.h>
@@ -44,6 +45,14 @@ bool close(const std::vector<at::Tensor>& x, const std::vector<at::Tensor>& y, d
   return ok;
 }
 
+// An A (SAC, MultiTaskSAC) from seed 0, with its update and acting as CUDA graphs or not.
+template <class A>
+A seeded(typename A::Config cfg, const EnvSpec& spec, const RunContext& run, bool graph) {
+  cfg.cuda_graph = graph;
+  torch::manual_seed(0);
+  return A(spec, cfg, run);
+}
+
 // `updates` updates of two SACs (of type A: SAC, MultiTaskSAC) from one seed, one with
 // cuda_graph and one without, on the same batches and noise; checks they agree and that the
 // graph ran. `spec`: Pendulum's, or Pendulum's with three tasks (batches carry their tasks).
@@ -55,12 +64,8 @@ void compare(typename A::Config cfg, StepContext::Options so, int updates, bool 
   run.device = d;
   so.device = d;
   const bool tasks = !spec.tasks.empty();
-  cfg.cuda_graph = true;
-  torch::manual_seed(0);
-  A graphed(spec, cfg, run);
-  cfg.cuda_graph = false;
-  torch::manual_seed(0);
-  A eager(spec, cfg, run);
+  A graphed = seeded<A>(cfg, spec, run, true);
+  A eager = seeded<A>(cfg, spec, run, false);
   StepContext cg(so), ce(so);
   torch::manual_seed(5);
   for (int i = 0; i < updates; ++i) {
@@ -97,6 +102,9 @@ SAC::Config small() {
 }
 
 }  // namespace
+
+// The doctest suite `gpu` (a ctest label): `ctest -L gpu` runs every case that needs CUDA.
+TEST_SUITE_BEGIN("gpu");
 
 TEST_CASE("SAC on CUDA: updates replayed from a CUDA graph match the same updates op by op (float32)") {
   if (!torch::cuda::is_available()) ANVIL_SKIP("no CUDA device on this machine");
@@ -136,7 +144,55 @@ TEST_CASE("SAC on CUDA: a graph under BF16 autocast matches the same updates op 
   compare(small(), so, 20, false, 2e-2);
 }
 
-TEST_CASE("SAC on CUDA: a loss scaler (FP16) or gradient accumulation keeps the update op by op") {
+TEST_CASE("SAC on CUDA: gradient accumulation (3 micro-batches) in the graph matches op by op") {
+  if (!torch::cuda::is_available()) ANVIL_SKIP("no CUDA device on this machine");
+  StepContext::Options so;
+  so.micro_batches = 3;
+  auto cfg = small();
+  cfg.batch_size = 120;
+  compare(cfg, so, 50, true, 1e-4);
+}
+
+TEST_CASE("SAC on CUDA: acting replayed from CUDA graphs matches op by op (explore and mean, 16 and 3 envs, 50 acts, the weights updated between)") {
+  if (!torch::cuda::is_available()) ANVIL_SKIP("no CUDA device on this machine");
+  const c10::Device d(c10::kCUDA, 0);
+  RunContext run;
+  run.device = d;
+  StepContext::Options so;
+  so.device = d;
+  auto cfg = small();
+  const auto spec = envs::spec_of(envs::Pendulum{});
+  SAC graphed = seeded<SAC>(cfg, spec, run, true);
+  SAC eager = seeded<SAC>(cfg, spec, run, false);
+  StepContext cg(so), ce(so);
+  double worst = 0.0;
+  for (int i = 0; i < 50; ++i) {
+    torch::manual_seed(100 + i);
+    const auto b = random_batch(cfg.batch_size, d, false);
+    SAC::UpdateNoise noise{torch::randn({cfg.batch_size, 1}, b.obs.options()),
+                           torch::randn({cfg.batch_size, 1}, b.obs.options())};
+    eager.update(b, ce, noise);
+    graphed.update(b, cg, noise);
+    for (const std::int64_t envs : {16, 3}) {
+      // observations on the host, as envs give them; each act draws its noise after the same seed
+      const auto obs = torch::randn({envs, 3});
+      for (const auto mode : {ActMode::explore, ActMode::deterministic}) {
+        torch::manual_seed(1000 + i);
+        const auto x = eager.act(obs, mode);
+        torch::manual_seed(1000 + i);
+        const auto y = graphed.act(obs, mode);
+        REQUIRE(x.sizes() == y.sizes());
+        worst = std::max(worst, ((x - y).abs() / (x.abs() + 1e-6)).max().item<double>());
+        CHECK(torch::allclose(x, y, 1e-4, 1e-5));
+      }
+    }
+  }
+  MESSAGE("largest relative difference of an action: " << worst);
+  CHECK(graphed.graphed_acts() > 0);
+  CHECK(eager.graphed_acts() == 0);
+}
+
+TEST_CASE("SAC on CUDA: a loss scaler (FP16) keeps the update op by op") {
   if (!torch::cuda::is_available()) ANVIL_SKIP("no CUDA device on this machine");
   RunContext run;
   run.device = c10::Device(c10::kCUDA, 0);
@@ -144,7 +200,7 @@ TEST_CASE("SAC on CUDA: a loss scaler (FP16) or gradient accumulation keeps the 
   SAC sac(spec, small(), run);
   StepContext::Options so;
   so.device = run.device;
-  so.micro_batches = 2;
+  so.loss_scaling = LossScaler::Options{};
   StepContext ctx(so);
   for (int i = 0; i < 4; ++i) (void)sac.update(random_batch(128, run.device, false), ctx);
   CHECK(sac.graphed_updates() == 0);
@@ -257,3 +313,5 @@ TEST_CASE("SAC on CUDA: a restore drops the captured graphs, and the updates aft
   phase = "end";
   std::filesystem::remove_all(dir);
 }
+
+TEST_SUITE_END();

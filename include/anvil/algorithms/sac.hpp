@@ -176,10 +176,27 @@ class BasicSAC {
         return action;
       }
     }
-    return mode == ActMode::explore
-               ? actor_->sample(o, at::randn({o.size(0), act_dim_}, o.options().dtype(at::kFloat))).action
-               : actor_->mode(o);
+    const at::Tensor noise =
+        mode == ActMode::explore ? at::randn({o.size(0), act_dim_}, o.options().dtype(at::kFloat)) : at::Tensor();
+    auto actor_forward = [this](const at::Tensor& x, const at::Tensor& eps) {
+      return eps.defined() ? actor_->sample(x, eps).action : actor_->mode(x);
+    };
+    // On a GPU the actor's forward is replayed from a CUDA graph per batch size and mode
+    // (algorithms/sac_graph.hpp), the noise drawn here as op by op.
+    if (detail::SacGraphed::act_graphable(*this, o)) return detail::SacGraphed::act(*this, o, noise, actor_forward);
+    return actor_forward(o, noise);
   }
+  /// What the run header says of CUDA graphs on a GPU: what is captured, and why not where not.
+  [[nodiscard]] std::string cuda_graph_note(const StepContext& ctx) const {
+    const std::string who(config_section.view());
+    if (!cfg_.cuda_graph) return "off (" + who + ".cuda_graph=false): the update and acting run op by op";
+    const std::string why = ctx.why_not_graphable(/*loops_micro_batches=*/true);
+    if (!why.empty()) return who + "'s update runs op by op (" + why + "); acting is captured";
+    return who + "'s update and acting are captured (a graph per shape, after " +
+           std::to_string(GraphedUpdate::kWarmups) + " warm-ups op by op each)";
+  }
+  /// Actions replayed from a CUDA graph so far (0 without CUDA or with `cuda_graph` off).
+  [[nodiscard]] std::int64_t graphed_acts() const noexcept { return act_graphs_.replays(); }
 
   /// One SAC update. The critic loss, the actor loss and the temperature loss are all
   /// computed from the parameters as they were before this update, as in the authors'
@@ -206,9 +223,9 @@ class BasicSAC {
 
   /// `update` with given noise: the same draws give the same update however the batch is
   /// split, e.g. across ranks (the data-parallel equivalence test uses this). On CUDA, with
-  /// `cuda_graph` on and an update a graph can hold (one process, no loss scaling or
-  /// gradient accumulation; one temperature or one per task), the update is replayed from a
-  /// CUDA graph.
+  /// `cuda_graph` on and an update a graph can hold (one process, no loss scaling; one
+  /// temperature or one per task, micro-batches or not), the update is replayed from a CUDA
+  /// graph.
   UpdateInfo update(const ReplayBatch& batch, StepContext& ctx, const UpdateNoise& noise) {
     if (!layout_.parts.empty() && cfg_.encoder->shift > 0) {
       // DrQ: obs and next_obs each shifted at random, every transition on its own.
@@ -373,6 +390,7 @@ class BasicSAC {
   }
 
   detail::SacGraphs graphs_;  // the update in CUDA graphs, one per shape (algorithms/sac_graph.hpp)
+  detail::SacActGraphs act_graphs_;  // acting in CUDA graphs, one per batch size and mode
 
  public:
 
@@ -457,6 +475,7 @@ class BasicSAC {
   void restore(const Saved& s) {
     detail::SoftState::restore(*this, s);
     graphs_.clear();  // captured again from the restored state (warm-ups first)
+    act_graphs_.clear();
   }
 
   [[nodiscard]] Actor& actor() noexcept { return actor_; }

@@ -6,9 +6,11 @@
 /// (`BasicSAC::update_as_captured`, which the tests compare with the eager update on the
 /// CPU). Static functions on a `BasicSAC` (algorithms/sac.hpp), whose friend they are; the
 /// noise is drawn outside the graph, as op by op, so a run draws the same numbers with the
-/// graph or without. MultiTaskSAC's temperature per task (and its tasks' loss weights) is
+/// graph or without. Gradient accumulation is a loop over the micro-batches inside the
+/// graph, as op by op. MultiTaskSAC's temperature per task (and its tasks' loss weights) is
 /// device work like the rest: each transition's temperature indexed by its task on the
-/// device, the tasks' target entropies a device tensor.
+/// device, the tasks' target entropies a device tensor. Acting is captured too: the actor's
+/// forward for a batch of envs.
 
 #include <torch/utils.h>
 
@@ -34,17 +36,50 @@ struct SacGraphOutputs {
   std::vector<std::string> names;
 };
 using SacGraphs = GraphedUpdates<SacGraphOutputs>;
+/// Acting's captured forward leaves the actions (valid until the graph's next replay).
+using SacActGraphs = GraphedUpdates<at::Tensor>;
 
 /// SAC's captured update (see file comment).
 struct SacGraphed {
   /// Whether a graph can hold this update: CUDA graphs built and on (`cuda_graph`), the
   /// batch on the GPU (with its task ids when there is a temperature per task), one
-  /// process, no loss scaling or accumulation.
+  /// process, no loss scaling (micro-batches of gradient accumulation are looped over in
+  /// the graph).
   template <class S, class Noise>
   static bool graphable(const S& s, const ReplayBatch& b, const StepContext& ctx, const Noise& noise) {
     return cuda::kCudaGraphs && s.cfg_.cuda_graph && s.device_.is_cuda() && b.obs.is_cuda() &&
-           (s.alphas_ == 1 || (b.task.defined() && b.task.is_cuda())) && ctx.graphable() && noise.next.defined() &&
+           (s.alphas_ == 1 || (b.task.defined() && b.task.is_cuda())) && ctx.graphable(/*loops_micro_batches=*/true) &&
+           noise.next.defined() &&
            (noise.obs.defined() || s.updates_ % s.cfg_.actor_update_freq != 0);
+  }
+
+  /// Whether a graph can hold acting: CUDA graphs built and on (`cuda_graph`), the
+  /// observations on the GPU.
+  template <class S>
+  static bool act_graphable(const S& s, const at::Tensor& obs) {
+    return cuda::kCudaGraphs && s.cfg_.cuda_graph && s.device_.is_cuda() && obs.is_cuda();
+  }
+
+  /// Acting from a graph: `forward(obs, noise)` (the actor's sample for the noise, or its
+  /// mode where the noise is undefined) for a batch of observations, one graph per batch size
+  /// and mode, warmed up op by op, captured, then replayed. The actor's weights are read
+  /// where they live, so a replay acts with the weights of the last update. The actions are
+  /// a copy (the next replay writes over the graph's own).
+  template <class S, class F>
+  static at::Tensor act(S& s, const at::Tensor& obs, const at::Tensor& noise, F&& forward) {
+    auto& g = s.act_graphs_.of(obs.size(0) * 2 + (noise.defined() ? 1 : 0), s.device_);
+    if (g.update.warming()) {
+      at::Tensor action;
+      g.update.warm_up([&] { action = forward(obs, noise); });
+      return action;
+    }
+    if (!g.update.captured()) {
+      auto& u = g.update;
+      const at::Tensor in_obs = u.input(obs), in_noise = u.input(noise);
+      u.capture(S::config_section.view(), "acting", [&] { g.out = forward(in_obs, in_noise); });
+    }
+    s.act_graphs_.replay(g, {obs, noise});
+    return g.out.clone();
   }
 
   /// The update from a graph: one per shape of update (batch rows, actor and target steps or
@@ -84,9 +119,8 @@ struct SacGraphed {
   /// The captured update's work op by op (`BasicSAC::update_as_captured`).
   template <class S, class Noise>
   static UpdateInfo as_captured(S& s, const ReplayBatch& b, StepContext& ctx, const Noise& noise) {
-    if (!ctx.graphable())
-      throw Error(std::string(S::config_section.view()) + ": a captured update holds one process, no loss scaling and no "
-                  "gradient accumulation");
+    if (!ctx.graphable(/*loops_micro_batches=*/true))
+      throw Error(std::string(S::config_section.view()) + ": a captured update holds one process and no loss scaling");
     if (s.alphas_ > 1 && !b.task.defined())
       throw Error(std::string(S::config_section.view()) + ": the batch has no task ids, but the env has " +
                   std::to_string(s.alphas_) + " tasks (a replay buffer of this run stores them)");
@@ -114,29 +148,52 @@ struct SacGraphed {
     // times the importance weight), as the op-by-op update has them.
     const TaskRows rows = per_task ? task_rows(s.log_alpha_, batch, s.task_weights_) : TaskRows{};
     const SacAlpha alpha{0.0, per_task ? rows.alpha_row : s.log_alpha_.detach().exp()};
-    const at::Tensor& task_w = rows.task_w;
     const ReplayBatch& b = s.task_weights_ ? rows.weighted : batch;
-    auto c = autograd_critic(s.actor_, s.critic_, s.critic_target_, s.critic_opt_, *cfg.gamma, b, alpha, noise.next, ctx);
-    std::vector<StepContext::Step> steps{{&s.critic_opt_, c.grad, cfg.max_grad_norm}};
-    std::vector<at::Tensor> m{c.loss_t, c.q_mean_t};
-    if (actor_step) {
-      auto a = autograd_actor(s.actor_, s.critic_, s.actor_opt_, b, alpha, noise.obs, ctx, task_w);
+    // Gradient accumulation as op by op: the batch in micro-batches (a fixed split, so a graph
+    // holds the loop), each part's gradients and metrics weighed by its share of the batch,
+    // one optimizer step on their sum.
+    const auto parts = ctx.micro_batches(b.obs.size(0));
+    const bool whole = parts.size() == 1;
+    at::Tensor critic_grad, actor_grad, alpha_grad;
+    std::vector<at::Tensor> m, td_parts;  // the metrics' share-weighted sums
+    auto add = [&](std::size_t k, const at::Tensor& value, const MicroBatch& part) {
+      if (m.size() <= k) m.push_back(whole ? value : value * part.share);
+      else m[k] = m[k] + value * part.share;
+    };
+    for (const auto& part : parts) {
+      auto rows_of_part = [&](const at::Tensor& t) { return whole || !t.defined() ? t : t.narrow(0, part.begin, part.rows); };
+      ReplayBatch split;
+      const ReplayBatch& mb = whole ? b : (split = rows_of(b, part.begin, part.rows));
+      const SacAlpha part_alpha{0.0, per_task ? rows_of_part(alpha.row) : alpha.row};
+      auto c = autograd_critic(s.actor_, s.critic_, s.critic_target_, s.critic_opt_, *cfg.gamma, mb, part_alpha,
+                               rows_of_part(noise.next), ctx);
+      accumulate(critic_grad, c.grad, part);
+      add(0, c.loss_t, part);
+      add(1, c.q_mean_t, part);
+      td_parts.push_back(whole ? c.td : c.td.clone());
+      if (!actor_step) continue;
+      auto a = autograd_actor(s.actor_, s.critic_, s.actor_opt_, mb, part_alpha, rows_of_part(noise.obs), ctx,
+                              rows_of_part(rows.task_w));
       if (cfg.auto_alpha) {
         if (per_task) {
-          const auto t = task_temperatures(s.log_alpha_, s.target_entropy_t_, a.log_prob, batch.task);
+          const auto task = rows_of_part(batch.task);
+          const auto t = task_temperatures(s.log_alpha_, s.target_entropy_t_, a.log_prob, task);
           a.alpha_grad = t.grad;
-          a.alpha_loss_t = t.loss_sum / static_cast<double>(batch.task.size(0));
+          a.alpha_loss_t = t.loss_sum / static_cast<double>(task.size(0));
         } else {
           autograd_temperature(a, s.log_alpha_, s.alpha_opt_, s.target_entropy_[0], ctx);
         }
+        accumulate(alpha_grad, a.alpha_grad, part);
       }
-      steps.push_back({&s.actor_opt_, a.grad, cfg.max_grad_norm});
-      m.push_back(a.loss_t);
-      m.push_back(a.entropy_t);
-      if (cfg.auto_alpha) {
-        steps.push_back({&s.alpha_opt_, a.alpha_grad, 0.0});
-        m.push_back(a.alpha_loss_t);
-      }
+      accumulate(actor_grad, a.grad, part);
+      add(2, a.loss_t, part);
+      add(3, a.entropy_t, part);
+      if (cfg.auto_alpha) add(4, a.alpha_loss_t, part);
+    }
+    std::vector<StepContext::Step> steps{{&s.critic_opt_, critic_grad, cfg.max_grad_norm}};
+    if (actor_step) {
+      steps.push_back({&s.actor_opt_, actor_grad, cfg.max_grad_norm});
+      if (cfg.auto_alpha) steps.push_back({&s.alpha_opt_, alpha_grad, 0.0});
     }
     ctx.apply(std::move(steps));
     // The temperatures after the update: their mean ("alpha"), then each task's.
@@ -149,7 +206,7 @@ struct SacGraphed {
       polyak(s.target_.flat(), s.critic_opt_.parameters().flat(), *cfg.tau);
     }
     for (auto& t : m) t = t.detach().reshape({}).to(at::kDouble);
-    return {c.td, at::stack(m)};
+    return {whole ? td_parts[0] : at::cat(td_parts), at::stack(m)};
   }
 
   template <class S>

@@ -62,15 +62,20 @@ class GraphedUpdate {
   /// (the config section) and its `cuda_graph` switch.
   template <class F>
   void capture(StepContext& ctx, std::string_view who, F&& f) {
-    const StepContext::Capture capture(ctx);
+    const StepContext::Capture capturing(ctx);
+    capture(who, "the update", std::forward<F>(f));
+  }
+  /// Captures `f`, device work that steps no optimizer (acting: `what` names it in a failure).
+  template <class F>
+  void capture(std::string_view who, std::string_view what, F&& f) {
     const bool cache = at::autocast::is_autocast_cache_enabled();
     at::autocast::set_autocast_cache_enabled(false);
     try {
       graph_.capture(std::forward<F>(f));
     } catch (const std::exception& e) {
       at::autocast::set_autocast_cache_enabled(cache);
-      throw Error(std::string(who) + ": capturing the update as a CUDA graph failed (" + e.what() + "); run with " +
-                  std::string(who) + ".cuda_graph=false");
+      throw Error(std::string(who) + ": capturing " + std::string(what) + " as a CUDA graph failed (" + e.what() +
+                  "); run with " + std::string(who) + ".cuda_graph=false");
     }
     at::autocast::set_autocast_cache_enabled(cache);
   }

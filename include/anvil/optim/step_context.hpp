@@ -216,9 +216,19 @@ class StepContext {
 
   /// Whether an update through this context can be captured as a CUDA graph
   /// (core/cuda_graph.hpp): one process (no all-reduce), no loss scaler (its skip is a host
-  /// decision), one micro-batch.
-  [[nodiscard]] bool graphable() const noexcept {
-    return !opt_.all_reduce_mean && !scaler_ && opt_.micro_batches == 1;
+  /// decision), and one micro-batch unless the algorithm's captured update loops over the
+  /// micro-batches itself (`loops_micro_batches`: SAC's does; the split is fixed for a batch
+  /// size, so a graph holds the loop).
+  [[nodiscard]] bool graphable(bool loops_micro_batches = false) const noexcept {
+    return !opt_.all_reduce_mean && !scaler_ && (loops_micro_batches || opt_.micro_batches == 1);
+  }
+  /// Why an update through this context cannot be captured (empty where it can: `graphable`),
+  /// for the run header.
+  [[nodiscard]] std::string why_not_graphable(bool loops_micro_batches = false) const {
+    if (opt_.all_reduce_mean) return "DDP: the all-reduce of gradients across ranks is not captured yet";
+    if (scaler_) return "FP16's loss scaler decides on the host whether to skip a step (BF16 needs no scaler)";
+    if (!loops_micro_batches && opt_.micro_batches > 1) return "gradient accumulation's micro-batches";
+    return {};
   }
   /// Scope of a CUDA graph's capture: optimizer steps take `FlatAdam::step_on_device`, and
   /// nothing is timed (a timer's device synchronisation would break the capture) or

@@ -20,6 +20,7 @@
 #include <anvil/core/concepts.hpp>
 #include <anvil/core/config.hpp>
 #include <anvil/core/context.hpp>
+#include <anvil/core/cuda_graph.hpp>
 #include <anvil/core/state.hpp>
 #include <anvil/core/type_name.hpp>
 #include <anvil/data/step_collector.hpp>
@@ -94,6 +95,7 @@ class BasicTrainer {
     buffer_ = std::make_unique<B>(collector_->spec(), *cfg_.buffer, ctx_);
     step_ctx_ = StepContext(step_options(ctx_, precision, threads(), *cfg_.run, times_,
                                          [p = parallel_.get()](std::vector<at::Tensor>& g) { p->all_reduce_mean(g); }));
+    if (ctx_.device.is_cuda() && cuda::kCudaGraphs) notes.push_back("cuda graphs: " + cuda_graph_note(*algo_, step_ctx_));
     runner_ = std::make_unique<Runner>(
         *cfg_.train, LoopParts<A, B>{*algo_, *buffer_, step_ctx_, *collector_, clock_, ranks_, times_, metrics_});
     runner_->begin();

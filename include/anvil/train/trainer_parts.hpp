@@ -4,7 +4,8 @@
 /// policy types, so the host itself stays short and these are compiled once: the run's
 /// context, its note on image observations, the step context's options, the update
 /// threads, the policy file's parts from the envs and the normaliser, and the run's
-/// description (`Run::Setup`) with its provenance. Not templates, but for the provenance's list of policy types.
+/// description (`Run::Setup`) with its provenance. Not templates, but for the provenance's list of policy types
+/// and the note on CUDA graphs.
 
 #include <torch/cuda.h>
 
@@ -12,6 +13,7 @@
 #include <cctype>
 #include <cerrno>
 #include <cmath>
+#include <concepts>
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -56,6 +58,17 @@ inline std::string describe_gradients(const std::vector<std::pair<std::string, s
     out += (out.empty() ? "" : "; ") + networks + " by " + how;
   }
   return out;
+}
+
+/// What the run header says of CUDA graphs on a GPU ("cuda graphs: ..."): the algorithm's
+/// own account where it captures work (`cuda_graph_note(ctx)`: what is captured, and why not
+/// where not), else that its update runs op by op.
+template <class A>
+std::string cuda_graph_note(const A& algo, const StepContext& ctx) {
+  if constexpr (requires { { algo.cuda_graph_note(ctx) } -> std::convertible_to<std::string>; })
+    return algo.cuda_graph_note(ctx);
+  else
+    return std::string(A::config_section.view()) + "'s update and acting run op by op (no captured form of them yet)";
 }
 
 /// The run's note on image observations ("observations: ..."), none without images; refuses
