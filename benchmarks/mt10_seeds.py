@@ -39,17 +39,18 @@ def blas_kernel():
 
 
 def runs_of(out):
-    """(side, task, run directory, summary) of each run in one seed's output directory."""
+    """(side, task, run directory, summary) of each run in one seed's output directory: one SAC
+    per task, then the multi-task SAC where the directory has it (PARTS=single has not)."""
+    singles = sorted(glob.glob(os.path.join(out, "single", "*", "summary.json")),
+                     key=lambda p: int(os.path.basename(os.path.dirname(p)).split("_", 1)[0]))
     multi_dir = os.path.join(out, "multi")
-    multi = json.load(open(os.path.join(multi_dir, "summary.json")))
-    config = multi["config"]
-    tasks = config["env.tasks"]
-    if isinstance(tasks, str):
-        tasks = tasks.strip("[]").replace(" ", "").split(",")
-    for t in tasks:
-        (d,) = [d for d in glob.glob(os.path.join(out, "single", "*")) if d.endswith("env.tasks=" + t)]
-        yield "sac", t, d, json.load(open(os.path.join(d, "summary.json")))
-        yield "mt_sac", t, multi_dir, multi
+    multi = json.load(open(os.path.join(multi_dir, "summary.json"))) if os.path.isdir(multi_dir) else None
+    for path in singles:
+        s = json.load(open(path))
+        (t,) = s["final_eval_tasks"]
+        yield "sac", t, os.path.dirname(path), s
+        if multi:
+            yield "mt_sac", t, multi_dir, multi
 
 
 def main():
@@ -57,13 +58,15 @@ def main():
     ap.add_argument("--jsonl", help="append the JSON lines to this file")
     ap.add_argument("outs", nargs="+", help="benchmarks/mt_sac_vs_sac.sh's output directories, one per seed")
     a = ap.parse_args()
-    lines, success, tasks = [], {}, []
+    lines, success, tasks, steps = [], {}, [], 0
     cpu, blas = cpu_model(), blas_kernel()
     for out in a.outs:
         for side, task, d, s in runs_of(out):
             if task not in tasks:
                 tasks.append(task)
             final = s["final_eval_tasks"][task]
+            if side == "sac":
+                steps = s["env_steps"]
             evals = evaluations(d, task)
             seed = s["config"]["run.seed"]
             success.setdefault((side, task), []).append(final["success"])
@@ -73,17 +76,18 @@ def main():
                           "success_by_eval": [[e, v] for e, v in evals], "first_80": first_at(evals),
                           "seconds": round(s["wall_seconds"], 1), "run_dir": d,
                           "commit": s["provenance"]["git_commit"][:7],
-                          "command": f"TASKS=mt10 SEED={seed} benchmarks/mt_sac_vs_sac.sh build {out} 100000",
+                          "command": f"TASKS=mt10 SEED={seed} benchmarks/mt_sac_vs_sac.sh build {out} {steps}",
                           "cpu": cpu, "blas": blas, "host": "vm",
                           "date": datetime.date.today().isoformat()})
     def cell(side, t):
         v = success[(side, t)]
         return f"{sum(v) / len(v):.2f} ({min(v):.1f}-{max(v):.1f})"
-    rows = [f"| task | one SAC per task ({len(a.outs)} seeds) | MT-SAC |", "| --- | --- | --- |"]
-    rows += [f"| {t} | {cell('sac', t)} | {cell('mt_sac', t)} |" for t in tasks]
-    mean = {side: sum(sum(success[(side, t)]) / len(success[(side, t)]) for t in tasks) / len(tasks)
-            for side in ("sac", "mt_sac")}
-    rows.append(f"| mean | {mean['sac']:.2f} | {mean['mt_sac']:.2f} |")
+    sides = [side for side in ("sac", "mt_sac") if any(k[0] == side for k in success)]
+    head = {"sac": f"one SAC per task ({len(a.outs)} seeds)", "mt_sac": "MT-SAC"}
+    rows = ["| task | " + " | ".join(head[x] for x in sides) + " |", "| --- " * (len(sides) + 1) + "|"]
+    rows += [f"| {t} | " + " | ".join(cell(x, t) for x in sides) + " |" for t in tasks]
+    mean = {x: sum(sum(success[(x, t)]) / len(success[(x, t)]) for t in tasks) / len(tasks) for x in sides}
+    rows.append("| mean | " + " | ".join(f"{mean[x]:.2f}" for x in sides) + " |")
     print("\n".join(rows))
     print(f"({cpu}, {blas})")
     if a.jsonl:
