@@ -27,7 +27,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from python_module_sac import cpu_model  # noqa: E402  (the benchmarks read the CPU's name one way)
+from machine import append_jsonl, cpu_model  # noqa: E402  (the benchmarks read the CPU's name one way)
 
 
 def learning_tests(build):
@@ -104,9 +104,7 @@ def main():
         print(json.dumps(row), flush=True)
         lines.append(row)
     if args.out:
-        with open(args.out, "a") as f:
-            for row in lines:
-                f.write(json.dumps(row) + "\n")
+        append_jsonl(args.out, lines)
 
 
 if __name__ == "__main__":

@@ -12,30 +12,9 @@ import datetime
 import glob
 import json
 import os
-import subprocess
-import sys
 
+from machine import append_jsonl, blas_kernel, cpu_model
 from mt_sac_table import evaluations, first_at
-
-
-def cpu_model():
-    for line in open("/proc/cpuinfo"):
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return "unknown"
-
-
-def blas_kernel():
-    """OpenBLAS's kernel family as the runs loaded it (benchmarks/mt_sac_vs_sac.sh unsets
-    OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE, so asked of a process without them)."""
-    code = ("import ctypes; f = ctypes.CDLL('libopenblas.so.0').openblas_get_corename; "
-            "f.restype = ctypes.c_char_p; print(f().decode())")
-    env = {k: v for k, v in os.environ.items() if k not in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")}
-    try:
-        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-    return "OpenBLAS " + out.stdout.strip() if out.returncode == 0 else "unknown"
 
 
 def runs_of(out):
@@ -91,9 +70,7 @@ def main():
     print("\n".join(rows))
     print(f"({cpu}, {blas})")
     if a.jsonl:
-        with open(a.jsonl, "a") as f:
-            for line in lines:
-                f.write(json.dumps(line) + "\n")
+        append_jsonl(a.jsonl, lines)
 
 
 if __name__ == "__main__":

@@ -19,6 +19,9 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from machine import cpu_model  # noqa: E402 - one reading of the CPU's name for the benchmarks
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ENVS = os.path.join(HERE, "..", "tests", "python", "envs")
 
@@ -38,14 +41,6 @@ fn.restype = ctypes.c_char_p
 print(json.dumps({"final_eval_return": s["final_eval_return"], "train_seconds": seconds, "updates": s["updates"],
                   "openblas_core": fn().decode()}))
 """
-
-
-def cpu_model():
-    with open("/proc/cpuinfo") as f:
-        for line in f:
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return "unknown"
 
 
 def run(cmd, env):

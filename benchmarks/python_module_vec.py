@@ -22,7 +22,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [HERE, os.path.join(HERE, "..", "tests", "python", "envs")]
 import anvil  # noqa: E402
 import pendulum  # noqa: E402
-from python_module_sac import cpu_model  # noqa: E402 - one reading of the CPU's name for both benchmarks
+from machine import cpu_model  # noqa: E402 - one reading of the CPU's name for the benchmarks
 
 
 def blas_core():
