@@ -5,7 +5,11 @@ task's final success for both sides, mean and min-max over the seeds, and with -
 appends one JSON line per task, side and seed (the final success and return, the success at
 each evaluation, the first evaluation at 80%).
 
-    python3 benchmarks/mt10_seeds.py [--jsonl benchmarks/results-vm.jsonl] runs/mt10_s1 runs/mt10_s2 ...
+    python3 benchmarks/mt10_seeds.py [--jsonl benchmarks/results-vm.jsonl] [--tag KEY=VALUE ...]
+                                     runs/mt10_s1 runs/mt10_s2 ...
+
+--tag adds a field to every JSON line (e.g. --tag rewards=metaworld_v2: which rewards the
+suite had when the runs ran).
 """
 import argparse
 import datetime
@@ -35,11 +39,20 @@ def runs_of(out):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--jsonl", help="append the JSON lines to this file")
+    ap.add_argument("--tag", action="append", default=[], metavar="KEY=VALUE",
+                    help="a field added to every JSON line")
     ap.add_argument("outs", nargs="+", help="benchmarks/mt_sac_vs_sac.sh's output directories, one per seed")
     a = ap.parse_args()
+    tags = {}
+    for t in a.tag:
+        key, eq, value = t.partition("=")
+        if not eq or not key:
+            ap.error(f"--tag {t!r}: expected KEY=VALUE")
+        tags[key] = value
     lines, success, tasks, steps = [], {}, [], 0
     cpu, blas = cpu_model(), blas_kernel()
     for out in a.outs:
+        parts = "" if os.path.isdir(os.path.join(out, "multi")) else "PARTS=single "
         for side, task, d, s in runs_of(out):
             if task not in tasks:
                 tasks.append(task)
@@ -55,9 +68,9 @@ def main():
                           "success_by_eval": [[e, v] for e, v in evals], "first_80": first_at(evals),
                           "seconds": round(s["wall_seconds"], 1), "run_dir": d,
                           "commit": s["provenance"]["git_commit"][:7],
-                          "command": f"TASKS=mt10 SEED={seed} benchmarks/mt_sac_vs_sac.sh build {out} {steps}",
+                          "command": f"TASKS=mt10 SEED={seed} {parts}benchmarks/mt_sac_vs_sac.sh build {out} {steps}",
                           "cpu": cpu, "blas": blas, "host": "vm",
-                          "date": datetime.date.today().isoformat()})
+                          "date": datetime.date.today().isoformat(), **tags})
     def cell(side, t):
         v = success[(side, t)]
         return f"{sum(v) / len(v):.2f} ({min(v):.1f}-{max(v):.1f})"

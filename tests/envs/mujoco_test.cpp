@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <functional>
 #include <string>
 #include <vector>
@@ -378,6 +379,51 @@ TEST_CASE("Manipulation: a saved state steps on bitwise as the original") {
     BinaryReader r3(old, "state", "state");
     CHECK_THROWS_WITH_AS(copy.load_state(r3), doctest::Contains("manipulation state version"), Error);
   }
+}
+
+TEST_CASE("Manipulation: a step that makes the simulation unstable ends the episode, truncated, as MetaWorld's does") {
+  // A peg spinning faster than MuJoCo accepts (its velocities written into a saved state):
+  // the next step ends the episode with the last stable observation and reward 0, counted;
+  // stepping on is refused, and a reset starts afresh.
+  auto e = env_of(Task::peg_insert_side);
+  e.reset(3);
+  for (int i = 0; i < 5; ++i) e.step(std::array<float, 4>{0.5f, 0.0f, -0.5f, -1.0f});
+  const auto last = e.step(std::array<float, 4>{0, 0, 0, 0});
+  const std::vector<float> before(last.observation.begin(), last.observation.end());
+  const auto* m = e.sim().m();
+  const auto* d = e.sim().d();
+  auto w = BinaryWriter::in_memory("state");
+  e.save_state(w);
+  auto bytes = w.take_bytes();
+  // The saved qvel, found by its bytes, gets the peg's angular velocities set to 1e11.
+  const auto* qv = reinterpret_cast<const unsigned char*>(d->qvel);
+  const std::size_t n = static_cast<std::size_t>(m->nv) * sizeof(mjtNum);
+  const auto at = std::search(bytes.begin(), bytes.end(), qv, qv + n);
+  REQUIRE(at != bytes.end());
+  for (int k = m->nv - 3; k < m->nv; ++k) {
+    const mjtNum huge = 1e11;
+    std::memcpy(&*at + static_cast<std::size_t>(k) * sizeof(mjtNum), &huge, sizeof huge);
+  }
+  auto spun = env_of(Task::peg_insert_side);
+  spun.reset(4);
+  BinaryReader r(bytes, "state", "state");
+  spun.load_state(r);
+  const auto x = spun.step(std::array<float, 4>{0, 0, 0, 0});
+  CHECK(x.truncated);
+  CHECK_FALSE(x.terminated);
+  CHECK(x.reward == 0.0);
+  CHECK_FALSE(spun.success());
+  CHECK(std::equal(before.begin(), before.end(), x.observation.begin(), x.observation.end()));
+  CHECK(spun.unstable_episodes() == 1);
+  CHECK(spun.elapsed_steps() == e.elapsed_steps() + 1);
+  CHECK_THROWS_WITH_AS(spun.step(std::array<float, 4>{0, 0, 0, 0}), doctest::Contains("has ended (truncated: the env could not go on)"), envs::EnvError);
+  spun.reset(5);
+  const auto y = spun.step(std::array<float, 4>{0, 0, 0, 0});
+  CHECK_FALSE(y.truncated);
+  CHECK(spun.unstable_episodes() == 1);
+  // The same state, unspun, steps on as usual.
+  CHECK_FALSE(e.step(std::array<float, 4>{0, 0, 0, 0}).truncated);
+  CHECK(e.unstable_episodes() == 0);
 }
 
 TEST_CASE("Manipulation: tasks chosen at run time, envs spread over them, the task's one-hot appended") {

@@ -136,10 +136,12 @@ TEST_CASE("Trainer<MultiTaskSAC>: two tasks, balanced batches, a temperature per
   std::filesystem::remove_all(t.run_dir());
 }
 
-TEST_CASE("Trainer<SAC> learns reach: at least 80% of evaluation episodes succeed (fixed seed)" * doctest::test_suite("learning")) {
-  // The settings of configs/reach_cpu.yaml, shortened to 40K env steps: SAC reached 100%
-  // success there with seeds 1 and 2 (benchmarks/RESULTS.md). gamma 0.95 suits a task
-  // whose goal is ~20 steps away; a small initial temperature lets the shaped reward lead.
+TEST_CASE("Trainer<SAC> learns reach: at least 80% of evaluation episodes succeed in 60K env steps (fixed seed)" * doctest::test_suite("learning")) {
+  // The settings of configs/reach_cpu.yaml (60K env steps). With MetaWorld's reach reward
+  // (10 within 5 cm, long-tailed from the start) MT-SAC on these settings had 80-90% at
+  // 40K steps for seeds 1-3, just at the threshold, and 90-100% from 50K at 200K-step runs
+  // (docs/benchmarks/learning.md). gamma 0.95 suits a task whose goal is ~20 steps away;
+  // a small initial temperature lets the shaped reward lead.
   using T = Trainer<SAC, UniformBuffer>;
   T::Config c;
   c.run->device = "cpu";
@@ -150,7 +152,7 @@ TEST_CASE("Trainer<SAC> learns reach: at least 80% of evaluation episodes succee
   c.run->checkpoint_interval = 0;
   c.env->num_envs = 4;
   c.env->tasks = {"reach"};
-  c.train->steps = 40000;
+  c.train->steps = 60000;
   c.train->learning_starts = 2000;
   c.train->eval_interval = 0;
   c.train->eval_episodes = 20;

@@ -81,6 +81,15 @@ class Episode {
     return StepResult{observation, reward, terminated, truncated};
   }
 
+  /// Count the step the env has just applied and end the episode there, truncated, before
+  /// its time limit: the env cannot go on (a simulator that went unstable), and the step's
+  /// outcome must not be treated as terminal.
+  StepResult cut_short(std::span<const float> observation, double reward) {
+    ++steps_;
+    phase_ = Phase::kCutShort;
+    return StepResult{observation, reward, false, true};
+  }
+
   /// Continue an episode restored from a checkpoint, `steps` steps in (running, or ended
   /// at the time limit when it has reached it).
   void resume(std::int64_t steps) noexcept {
@@ -92,7 +101,7 @@ class Episode {
   [[nodiscard]] std::int64_t steps() const noexcept { return steps_; }
 
  private:
-  enum class Phase { kNotStarted, kRunning, kTerminated, kTruncated };
+  enum class Phase { kNotStarted, kRunning, kTerminated, kTruncated, kCutShort };
 
   // Stepping before `reset` or past the end of an episode is a bug in the caller's loop,
   // not something to step through silently.
@@ -103,6 +112,8 @@ class Episode {
       fail("the episode has ended (terminated); call reset() first");
     if (phase_ == Phase::kTruncated)
       fail("the episode has ended (truncated at the time limit); call reset() first");
+    if (phase_ == Phase::kCutShort)
+      fail("the episode has ended (truncated: the env could not go on); call reset() first");
   }
 
   [[noreturn]] void fail(const std::string& what) const {

@@ -3,13 +3,13 @@
 /// The manipulation suite's tasks (envs/mujoco/manipulation.hpp): MetaWorld v2's MT10 by
 /// name, what each draws per episode and how it is judged (its published ranges and
 /// success thresholds), each task's scene and compiled model, the suite's constants
-/// (MetaWorld's hand box, action scale, frame skip, episode length) and the tolerance its
-/// shaped rewards are made of.
+/// (MetaWorld's hand box, action scale, frame skip, episode length) and the tolerances and
+/// product MetaWorld's rewards are made of.
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstdint>
-#include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -140,11 +140,13 @@ inline constexpr std::int64_t kObsDim = 39;
   return 1.0 / (1.0 + s * s);
 }
 
-/// Dense shaping towards 0: 1 within `bound`, falling off as 1 / (1 + (3 (d - bound) /
-/// margin)^2) beyond it (0.1 at `margin` past it): `tolerance_between` with no lower bound
-/// and a margin of at least 1e-6.
-[[nodiscard]] inline double tolerance(double d, double bound, double margin) noexcept {
-  return tolerance_between(d, -std::numeric_limits<double>::infinity(), bound, std::max(margin, 1e-6));
+/// `tolerance_between` with dm_control's gaussian sigmoid (MetaWorld's `sigmoid='gaussian'`):
+/// 1 for x in [lo, hi], else 0.1^(d^2) with d the distance to the nearer bound over `margin`.
+[[nodiscard]] inline double gaussian_between(double x, double lo, double hi, double margin) noexcept {
+  if (x >= lo && x <= hi) return 1.0;
+  if (margin <= 0.0) return 0.0;
+  const double d = (x < lo ? lo - x : x - hi) / margin;
+  return std::pow(0.1, d * d);
 }
 
 /// MetaWorld's `reward_utils.hamacher_product` of a, b in [0, 1]: a b / (a + b - a b), 0 when

@@ -9,6 +9,7 @@
 #include <mujoco/mujoco.h>
 
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -25,6 +26,9 @@ class Model {
  public:
   /// Compiles MJCF `xml`; an Error with MuJoCo's message when it does not compile.
   static std::shared_ptr<const Model> compile(std::string_view xml, const std::string& what) {
+    // MuJoCo's default warning handler also appends to MUJOCO_LOG.TXT in the working
+    // directory; unless the program installed its own, warnings go to stderr alone.
+    if (!mju_user_warning) mju_user_warning = [](const char* msg) { std::fprintf(stderr, "MuJoCo warning: %s\n", msg); };
     auto vfs = std::make_unique<mjVFS>();  // ~2 MB: not on the stack
     mj_defaultVFS(vfs.get());
     const char* file = "model.xml";
