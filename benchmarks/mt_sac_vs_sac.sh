@@ -27,7 +27,11 @@ common=(--train.learning_starts=2000 --train.update_interval=2 --train.eval_inte
         --mtsac.gamma=0.95 --mtsac.init_alpha=0.1 "--mtsac.actor.hidden=[128,128]"
         "--mtsac.critic.hidden=[128,128]" --run.progress=lines --run.checkpoint_interval=0 --seed="${SEED:-1}")
 mkdir -p "$out"
-if [[ $parts == *single* ]]; then
+if [[ $parts == *single* && $n == 1 ]]; then  # one task: one run (a sweep needs two values or more)
+  mkdir -p "$out/single"
+  "$build/examples/mt_sac" --env.tasks="$tasks" --run_dir="$out/single/0_env.tasks=$tasks" \
+    --env.num_envs=2 --train.steps="$steps" "${common[@]}" > "$out/single/0_env.tasks=$tasks.log" 2>&1
+elif [[ $parts == *single* ]]; then
   "$build/examples/mt_sac" --multirun "env.tasks=$tasks" --jobs 2 --run_dir="$out/single" \
     --env.num_envs=2 --train.steps="$steps" "${common[@]}"
 fi
