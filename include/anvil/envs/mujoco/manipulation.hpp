@@ -4,8 +4,8 @@
 /// "Meta-World: A Benchmark and Evaluation for Multi-Task and Meta Reinforcement
 /// Learning"; the numbers cited below are from its public v2 sources,
 /// metaworld/envs/mujoco/sawyer_xyz/), so that configs and intuitions carry over, and its
-/// ten MT10 tasks. The models are this file's own (envs/mujoco/models.hpp); every task is
-/// rewarded as MetaWorld v2 publishes (`evaluate`), adapted where the models differ (push
+/// ten MT10 tasks. The models are this file's own (envs/mujoco/models.hpp); every task but
+/// reach is rewarded as MetaWorld v2 publishes (`evaluate`), adapted where the models differ (push
 /// with pick-place's caging term, and the pads' bound 6 cm: `caging` says why); the
 /// interface, ranges and success thresholds follow MetaWorld:
 ///
@@ -463,10 +463,17 @@ class Manipulation {
     double reward = 0;
     bool ok = false;
     switch (task()) {
-      case Task::reach: {  // sawyer_reach_v2.py: 10 within 5 cm of the goal, long-tailed from the hand's start
+      case Task::reach: {
+        // The one task not on MetaWorld's reward (sawyer_reach_v2.py: 10 within 5 cm,
+        // long-tailed from the hand's start, so 9.9 at 6 cm): under it SAC hovers just outside
+        // the success region (the reach learning test: 0.75 at 60K steps, against 1.0 at 40K
+        // here). This suite's own: a broad pull from the start and a sharp one over the last
+        // 10 cm, both towards the goal itself, and 10 on success.
         const double e = dist(tcp_now, goal_);
         ok = e <= ts.success_distance;
-        reward = 10.0 * tolerance_between(e, 0.0, 0.05, dist(ts.hand_init, goal_));
+        reward = ok ? 10.0
+                    : 5.0 * tolerance_between(e, 0.0, 0.0, std::max(dist(tcp_start_, goal_), 1e-6)) +
+                          5.0 * tolerance_between(e, 0.0, 0.0, 0.1);
         break;
       }
       case Task::push:
