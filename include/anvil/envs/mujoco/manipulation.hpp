@@ -416,6 +416,9 @@ class Manipulation {
     }
   }
 
+  // `p` moved `dy` along y: where the gripper acts on a fixture's handle.
+  static std::array<double, 3> shifted_y(const std::array<double, 3>& p, double dy) { return {p[0], p[1] + dy, p[2]}; }
+
   static double dist(const std::array<double, 3>& a, const std::array<double, 3>& b, std::array<double, 3> w = {1, 1, 1}) {
     return std::hypot(w[0] * (a[0] - b[0]), w[1] * (a[1] - b[1]), w[2] * (a[2] - b[2]));
   }
@@ -459,7 +462,6 @@ class Manipulation {
     const auto obj = object_position();
     const TaskSpec& ts = task_spec(task());
     const double q = fixture_joint();
-    const double grip_closed = std::clamp(grip, 0.0, 1.0);
     double reward = 0;
     bool ok = false;
     switch (task()) {
@@ -521,8 +523,7 @@ class Manipulation {
         // handle with x and y weighted 3 to 1 against z, within 1 cm, long-tailed from the start
         // (here the tcp 3 cm behind the bar, where it hooks it); opening: the handle within 2 cm
         // of the goal, long-tailed over the stroke (MetaWorld: 20 cm; here 16).
-        const std::array<double, 3> hook{obj[0], obj[1] + 0.03, obj[2]};
-        const std::array<double, 3> hook_start{object_start_[0], object_start_[1] + 0.03, object_start_[2]};
+        const auto hook = shifted_y(obj, 0.03), hook_start = shifted_y(object_start_, 0.03);
         const double caged = tolerance_between(dist(hook, tcp_now, {3, 3, 1}), 0.0, 0.01, dist(hook_start, tcp_start_, {3, 3, 1}));
         const double opening = tolerance_between(dist(obj, goal_), 0.0, 0.02, 0.16);
         ok = dist(obj, goal_) <= ts.success_distance;
@@ -534,10 +535,10 @@ class Manipulation {
         // Reach: within 5 mm, gaussian from the start (here the tcp 2 cm in front of the bar,
         // where the closed pads touch it); in place: the handle within the success distance
         // (MetaWorld: 5 cm, success 6.5; here 3 for both, see task_spec), long-tailed.
-        const std::array<double, 3> push_at{obj[0], obj[1] - 0.02, obj[2]};
-        const std::array<double, 3> push_start{object_start_[0], object_start_[1] - 0.02, object_start_[2]};
+        const auto push_at = shifted_y(obj, -0.02), push_start = shifted_y(object_start_, -0.02);
         const double reach = hamacher(
-            gaussian_between(dist(push_at, tcp_now), 0.0, 0.005, std::abs(dist(push_start, tcp_start_) - 0.005)), grip_closed);
+            gaussian_between(dist(push_at, tcp_now), 0.0, 0.005, std::abs(dist(push_start, tcp_start_) - 0.005)),
+            std::clamp(grip, 0.0, 1.0));
         const double e = dist(obj, goal_);
         const double in_place = tolerance_between(e, 0.0, ts.success_distance, std::abs(dist(object_start_, goal_) - ts.success_distance));
         ok = e <= ts.success_distance;
