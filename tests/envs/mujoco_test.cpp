@@ -224,7 +224,9 @@ TEST_CASE("Manipulation: push and pick-place are rewarded as MetaWorld v2 publis
 TEST_CASE("Manipulation: push cages the puck only between the pads, not with a closed gripper held behind it") {
   // Where SAC settled with push-v2's own caging (unsigned pad distances): the gripper closed,
   // the tcp 4.6 cm behind the puck at its height, 0.9 a step. With pick-place-v2's signed pad
-  // offsets that pose earns little; an open gripper lowered over the puck earns more.
+  // offsets that pose earns almost only the reach term (MetaWorld's medium density, about 0.67
+  // with the tcp 4.5 cm from the puck); an open gripper lowered over the puck earns the
+  // caging besides.
   auto e = env_of(Task::push);
   // Holds the tcp at `offset` from the puck (the puck's x and height) for 80 steps with the
   // gripper command `grip`; returns the last step's reward and the tcp's distance to the puck.
@@ -243,8 +245,10 @@ TEST_CASE("Manipulation: push cages the puck only between the pads, not with a c
   CAPTURE(above_gap);
   CHECK(behind_gap > 0.03);
   CHECK(above_gap > 0.02);  // neither pose is within the 2 cm of the bonus
-  CHECK(behind < 0.3);
-  CHECK(above > 0.6);
+  CAPTURE(behind);
+  CAPTURE(above);
+  CHECK(behind < 0.75);
+  CHECK(above > 1.5 * behind);
 }
 
 TEST_CASE("Manipulation: the observation's layout and bounds hold under random actions, in every task") {

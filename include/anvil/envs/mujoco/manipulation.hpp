@@ -428,7 +428,12 @@ class Manipulation {
   // cm (a pad on the wrong side falls below the bound), long-tailed from the pads' start, and
   // the tcp within 5 mm of the object in x-z, long-tailed from the episode's start; their
   // Hamacher product is the caging; the gripper's closing command counts once the caging
-  // passes 0.97; the mean of the caging and of the caging with the closing. Push uses it too,
+  // passes 0.97; the mean of the caging and of the caging with the closing, averaged with a
+  // reach term: the tcp within 1 cm of the object, long-tailed from the episode's start
+  // (SawyerXYZEnv._gripper_caging_reward's medium_density, as coffee-pull-v2 and assembly-v2
+  // use it). Without it the caging, three long-tailed terms whose pad margins can be a few
+  // millimetres, paid under 0.1 a step away from the object, and a trained push policy
+  // wandered 17 cm from the puck at 0.0 a step. Push uses the caging too,
   // in place of its own version (SawyerXYZEnv's, with unsigned pad distances): there a closed
   // gripper held 1.5-6 cm behind the puck has both pads "caging" it, and SAC settled there
   // (0.9 a step with the tcp 4.6 cm from the puck; 0.0-0.1 success at 200K steps, five runs).
@@ -437,7 +442,7 @@ class Manipulation {
   // is about 0.1 and the caging stays near 0 until the fingers close; at 6 cm an open gripper
   // centred over the object cages it in y, as MetaWorld's Sawyer gripper does.
   double caging(double grip, const std::array<double, 3>& obj) const {
-    constexpr double kObjRadius = 0.015, kPadSuccess = 0.06, kXzSuccess = 0.005;
+    constexpr double kObjRadius = 0.015, kPadSuccess = 0.06, kXzSuccess = 0.005, kReach = 0.01;
     const double yl = pad_y(ids_.pad_l), yr = pad_y(ids_.pad_r);
     const double cl = tolerance_between(yl - obj[1], kObjRadius, kPadSuccess, std::abs(std::abs(obj[1] - pads_start_[0]) - kPadSuccess));
     const double cr = tolerance_between(obj[1] - yr, kObjRadius, kPadSuccess, std::abs(std::abs(obj[1] - pads_start_[1]) - kPadSuccess));
@@ -446,7 +451,9 @@ class Manipulation {
     const double xz = tolerance_between(std::hypot(t[0] - obj[0], t[2] - obj[2]), 0.0, kXzSuccess, xz_margin);
     const double cage = hamacher(hamacher(cl, cr), xz);
     const double gripping = cage > 0.97 ? std::clamp(grip, 0.0, 1.0) : 0.0;
-    return (hamacher(cage, gripping) + cage) / 2.0;
+    const double dense = (hamacher(cage, gripping) + cage) / 2.0;
+    const double reach = tolerance_between(dist(t, obj), 0.0, kReach, std::abs(dist(object_start_, tcp_start_) - kReach));
+    return (dense + reach) / 2.0;
   }
 
   // This step's reward (dense, in [0, 10]) and success flag: each task's compute_reward in
