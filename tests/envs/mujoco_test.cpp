@@ -251,6 +251,23 @@ TEST_CASE("Manipulation: push cages the puck only between the pads, not with a c
   CHECK(above > 1.5 * behind);
 }
 
+TEST_CASE("Manipulation: the gripper closes with the hand at its floor (the pads clear the table)") {
+  // With MetaWorld's floor (0.05) this suite's pads pressed into the table and its friction
+  // held them open: a closing command at the floor left the opening near 0.5 or above, and
+  // SAC's push policies hovered there over the puck, unable to grasp it.
+  auto e = env_of(Task::push);
+  auto obs = e.reset(5);
+  const V3 away = add(e.object_position(), {-0.2, 0, 0});  // clear of the puck
+  for (int t = 0; t < 60; ++t) {
+    std::array<float, 4> a = toward(e, {away[0], away[1], 0.0}, -1.0);  // down to the floor, open
+    obs = e.step(a).observation;
+  }
+  CHECK(e.tcp()[2] < 0.015);  // at the floor (the tcp 4.5 cm below the hand)
+  CHECK(obs[3] > 0.9f);       // open
+  for (int t = 0; t < 15; ++t) obs = e.step(std::array<float, 4>{0, 0, 0, 1}).observation;
+  CHECK(obs[3] < 0.2f);  // the fingers met
+}
+
 TEST_CASE("Manipulation: the observation's layout and bounds hold under random actions, in every task") {
   for (int i = 0; i < envs::mujoco::kNumTasks; ++i) {
     const Task t = static_cast<Task>(i);

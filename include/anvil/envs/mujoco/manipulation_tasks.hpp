@@ -119,8 +119,12 @@ struct TaskSpec {
   return m;
 }
 
-/// The hand's box: where the mocap target may go (MetaWorld v2's hand_low / hand_high).
-inline constexpr std::array<double, 3> kHandLow{-0.5, 0.40, 0.05}, kHandHigh{0.5, 1.0, 0.5};
+/// The hand's box: where the mocap target may go (MetaWorld v2's hand_low / hand_high), but
+/// for its floor: 0.056, not 0.05. This suite's pads reach 5.5 cm below the hand body, so at
+/// 0.05 the lowest hand pressed them into the table, whose friction held the fingers open: a
+/// closing command there did nothing, and SAC's push policies hovered there, over the puck.
+/// At 0.056 the pads' bottoms clear the table by a millimetre.
+inline constexpr std::array<double, 3> kHandLow{-0.5, 0.40, 0.056}, kHandHigh{0.5, 1.0, 0.5};
 /// Metres of mocap motion per unit of action (MetaWorld's action_scale, 1/100).
 inline constexpr double kActionScale = 0.01;
 /// Physics steps per env step (MetaWorld's frame_skip).
