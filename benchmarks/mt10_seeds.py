@@ -53,7 +53,10 @@ def main():
     cpu, blas = cpu_model(), blas_kernel()
     for out in a.outs:
         parts = "" if os.path.isdir(os.path.join(out, "multi")) else "PARTS=single "
-        for side, task, d, s in runs_of(out):
+        runs = list(runs_of(out))
+        out_tasks = [task for side, task, _, _ in runs if side == "sac"]
+        tasks_arg = "mt10" if len(out_tasks) == 10 else ",".join(out_tasks)
+        for side, task, d, s in runs:
             if task not in tasks:
                 tasks.append(task)
             final = s["final_eval_tasks"][task]
@@ -68,7 +71,7 @@ def main():
                           "success_by_eval": [[e, v] for e, v in evals], "first_80": first_at(evals),
                           "seconds": round(s["wall_seconds"], 1), "run_dir": d,
                           "commit": s["provenance"]["git_commit"][:7],
-                          "command": f"TASKS=mt10 SEED={seed} {parts}benchmarks/mt_sac_vs_sac.sh build {out} {steps}",
+                          "command": f"TASKS={tasks_arg} SEED={seed} {parts}benchmarks/mt_sac_vs_sac.sh build {out} {steps}",
                           "cpu": cpu, "blas": blas, "host": "vm",
                           "date": datetime.date.today().isoformat(), **tags})
     def cell(side, t):
