@@ -6,12 +6,14 @@
 /// metaworld/envs/mujoco/sawyer_xyz/), so that configs and intuitions carry over, and its
 /// ten MT10 tasks. The models are this file's own (envs/mujoco/models.hpp); every task but
 /// reach is rewarded as MetaWorld v2 publishes (`evaluate`), adapted where the models differ (push
-/// with pick-place's caging term, and the pads' bound 6 cm: `caging` says why); the
+/// with pick-place's caging term, and the pads' bound 6 cm; the caging with MetaWorld's
+/// medium-density reach term: `caging` says why); the
 /// interface, ranges and success thresholds follow MetaWorld:
 ///
 ///  - action (4): xyz displacement of the hand's mocap target, clip(a, -1, 1) / 100 metres a
-///    step, the target clipped to the hand's box [-0.5, 0.4, 0.05] .. [0.5, 1.0, 0.5]; and a
-///    gripper command, -1 open .. +1 closed;
+///    step, the target clipped to the hand's box [-0.5, 0.4, 0.056] .. [0.5, 1.0, 0.5]
+///    (MetaWorld's but for the floor: `kHandLow` says why); and a gripper command, -1 open ..
+///    +1 closed;
 ///  - 5 physics steps of 2.5 ms per env step; episodes are truncated after 500 steps;
 ///  - observation (39): hand position (3), gripper opening (1: the fingertips' distance /
 ///    0.1, clipped to [0, 1]), the object's position (3) and orientation quaternion (4, w
