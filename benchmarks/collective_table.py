@@ -3,8 +3,9 @@
    benchmarks/collective_table.py OUT_DIR [DISTILL_RUN]
 1. each worker expert's final success rate against the collective's on the same task (the
    distillation run's last evaluation: deterministic actions, its EMA weights);
-2. the shaped student against plain SAC: env steps to the first evaluation at 80% success,
-   per seed, and the median."""
+2. per student task, the shaped students (shaping at update time, at store time) against
+   plain SAC: env steps to the first evaluation at 80% success, per seed, and the median
+   (a run that never gets there counts as after every run that does)."""
 import csv, glob, json, os, statistics, sys
 
 out = sys.argv[1]
@@ -36,15 +37,22 @@ def steps_to(run, level=0.8):
             return int(float(r["env_steps"]))
     return None
 
-seeds = sorted({p.rsplit('_', 1)[1] for p in glob.glob(os.path.join(out, 'student_*_*')) if os.path.isdir(p)})
-print("| student: env steps to 80% success | " + " | ".join(f"seed {s}" for s in seeds) + " | median |")
-print("|---|" + "---|" * (len(seeds) + 1))
-for kind in ("shaped", "plain"):
-    runs = sorted(p for p in glob.glob(os.path.join(out, f"student_{kind}_*")) if os.path.isdir(p))
-    if not runs:
-        continue
-    steps = [steps_to(r) for r in runs]
-    cells = [f"{s / 1000:.0f}K" if s is not None else "never" for s in steps]
-    known = [s if s is not None else float("inf") for s in steps]
-    med = statistics.median(known)
-    print(f"| {kind} | " + " | ".join(cells) + f" | {'never' if med == float('inf') else f'{med / 1000:.0f}K'} |")
+students = {}
+for p in glob.glob(os.path.join(out, "student_*_*_*")):
+    if os.path.isdir(p):
+        task, kind, seed = os.path.basename(p)[len("student_"):].rsplit("_", 2)
+        students.setdefault(task, {}).setdefault(kind, {})[int(seed)] = p
+for task in sorted(students):
+    seeds = sorted({s for runs in students[task].values() for s in runs})
+    print(f"| {task}: env steps to 80% success | " + " | ".join(f"seed {s}" for s in seeds) + " | median |")
+    print("|---|" + "---|" * (len(seeds) + 1))
+    for kind, label in (("update", "shaped at update time"), ("store", "shaped at store time"), ("plain", "plain SAC")):
+        runs = students[task].get(kind)
+        if not runs:
+            continue
+        steps = [steps_to(runs[s]) if s in runs else None for s in seeds]
+        cells = [f"{s / 1000:.0f}K" if s is not None else ("never" if seed in runs else "-") for s, seed in zip(steps, seeds)]
+        known = [s if s is not None else float("inf") for s, seed in zip(steps, seeds) if seed in runs]
+        med = statistics.median(known)
+        print(f"| {label} | " + " | ".join(cells) + f" | {'never' if med == float('inf') else f'{med / 1000:.0f}K'} |")
+    print()

@@ -204,7 +204,7 @@ TEST_CASE("Collective: envs::History keeps the episode's last steps as tokens, i
   CHECK(o1[9] == doctest::Approx(r.reward));
 }
 
-TEST_CASE("Collective: the student's reward is the env's plus the weighted, clipped log-likelihood of its action under the collective") {
+TEST_CASE("Collective: the student's reward is the env's plus the weighted, clipped log-likelihood of its action under the collective, at update or at store") {
   torch::manual_seed(5);
   const int h = 2, od = 3, ad = 1;
   CollectiveStudent::Config c;
@@ -247,9 +247,28 @@ TEST_CASE("Collective: the student's reward is the env's plus the weighted, clip
     const auto expect = (gauss - torch::log(1 - s.action.square())).sum(1);
     CHECK(torch::allclose(lp, expect, 1e-4, 1e-4));
   }
-  const auto r = student.shaped_rewards(s, 200);  // weight 0.25
-  CHECK(torch::allclose(r, s.reward + 0.25 * lp.clamp_min(-3.0), 1e-6, 1e-6));
-  CHECK(torch::equal(student.shaped_rewards(s, 400), s.reward));  // after the decay: the env's own
+  const auto shaped = s.reward + 0.25 * lp.clamp_min(-3.0);
+  ReplayBatch b;
+  b.obs = s.obs;
+  b.action = s.action;
+  b.reward = s.reward;
+  SUBCASE("at update (the default): stored as the env gave it, each batch shaped with the weight of the last step stored") {
+    CHECK(torch::equal(student.shaped_rewards(s, 200), s.reward));
+    CHECK(torch::allclose(student.update_rewards(b), shaped, 1e-6, 1e-6));  // weight 0.25
+    student.shaped_rewards(s, 250);
+    CHECK(torch::allclose(student.update_rewards(b), s.reward + 0.125 * lp.clamp_min(-3.0), 1e-6, 1e-6));
+    student.shaped_rewards(s, 400);  // after the decay the same batch learns from the env's own
+    CHECK(torch::equal(student.update_rewards(b), s.reward));
+  }
+  SUBCASE("at store: each step shaped as it is stored, batches learn from what was stored") {
+    CollectiveStudent::Config cs = c;
+    cs.shaping->at = ShapeAt::store;
+    CollectiveStudent stored(history_spec(h, od, ad), cs, ctx);
+    stored.collective().set_weights(FlatParameters(student.collective().network()->parameters()).flat());
+    CHECK(torch::allclose(stored.shaped_rewards(s, 200), shaped, 1e-6, 1e-6));  // weight 0.25
+    CHECK(torch::equal(stored.update_rewards(b), b.reward));
+    CHECK(torch::equal(stored.shaped_rewards(s, 400), s.reward));  // after the decay: the env's own
+  }
   // The student's SAC reads the state part only; acting works on History observations.
   CHECK(student.act(s.obs, ActMode::deterministic).sizes() == at::IntArrayRef({n, ad}));
 }

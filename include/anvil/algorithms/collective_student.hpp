@@ -6,9 +6,18 @@
 ///     r' = r + w(t) max(log pi_collective(a given history, s), shaping.min_log_prob)
 ///
 /// with w(t) = shaping.weight for the run's first shaping.warmup env steps, then falling
-/// linearly to 0 over the next shaping.decay env steps (and 0 after). The off-policy loop
-/// asks for the shaped rewards of every step before storing it (`shaped_rewards`), so the
-/// replay holds shaped rewards; episode returns and evaluations stay the env's own.
+/// linearly to 0 over the next shaping.decay env steps (and 0 after). Where the shaping is
+/// added (`shaping.at`):
+/// - `update` (the default): the replay holds the env's rewards and each update adds the
+///   shaping to its batch with the weight of now, so every transition sampled carries the
+///   same weight and none keeps a stale one once it has decayed (the log-likelihood is
+///   recomputed from the stored History observation; the collective is frozen, so it is the
+///   value it had when the step was stored). A forward pass of the collective per batch.
+/// - `store`: the off-policy loop asks for the shaped rewards of every step before storing
+///   it (`shaped_rewards`), so the replay holds each step's shaping at its own weight (the
+///   pipeline our users run). With the weight decaying, the critic then learns from rewards
+///   that disagree with each other (docs/benchmarks/learning.md, issue 23).
+/// Episode returns and evaluations stay the env's own either way.
 ///
 /// The env is seen through `envs::History<E>` (the collective needs the history); the SAC's
 /// networks read only the state part of the observation. The collective comes from a
@@ -19,10 +28,12 @@
 #include <torch/utils.h>
 
 #include <algorithm>
+#include <array>
 #include <limits>
 #include <cstdint>
 #include <filesystem>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -35,6 +46,10 @@
 #include <anvil/core/param.hpp>
 
 namespace anvil {
+
+/// Where the student's shaping enters (see the file comment).
+enum class ShapeAt { update, store };
+constexpr auto enum_names(ShapeAt) { return std::array<std::string_view, 2>{"update", "store"}; }
 
 class CollectiveStudent {
  public:
@@ -50,6 +65,8 @@ class CollectiveStudent {
     Param<std::int64_t, "warmup", "env steps of the run at full weight", at_least(0)> warmup{10'000};
     Param<std::int64_t, "decay", "env steps over which the weight then falls linearly to 0", at_least(0)> decay{20'000};
     Param<double, "min_log_prob", "the log-likelihood is clipped from below at this", in_range(-1e6, 0)> min_log_prob{-10.0};
+    Param<ShapeAt, "at", "update: each batch shaped with the weight of now; store: each step shaped as it is stored, at its weight then">
+        at{ShapeAt::update};
   };
   struct Config {
     Section<"shaping", Shaping> shaping;
@@ -103,20 +120,31 @@ class CollectiveStudent {
     return nn::CollectiveTransformerImpl::log_prob(mean, log_std, action.to(device_, at::kFloat));
   }
 
-  /// The rewards to store for step `s` (the loop's hook; see file comment).
+  /// The rewards to store for step `s` (the loop's hook; see file comment): shaped when
+  /// shaping.at is `store`, the env's own when it is `update`. Either way it records the run's
+  /// env steps, whose weight the next updates use.
   at::Tensor shaped_rewards(const StepBatch& s, std::int64_t env_steps) {
     const double w = weight(env_steps);
     last_weight_ = w;
-    if (w == 0.0) return s.reward;
-    const auto lp = collective_log_prob(s.obs, s.action).clamp_min(*cfg_.shaping->min_log_prob).to(s.reward.device(), at::kFloat);
-    return s.reward.to(at::kFloat) + w * lp;
+    if (w == 0.0 || *cfg_.shaping->at == ShapeAt::update) return s.reward;
+    return shape(s.reward, s.obs, s.action, w);
+  }
+
+  /// The rewards an update learns from for replay batch `b`: shaped with the weight of the
+  /// last step stored when shaping.at is `update`, as stored when it is `store`. (With a
+  /// buffer's n_step above 1 an update-time shaping shapes each return's first step only.)
+  at::Tensor update_rewards(const ReplayBatch& b) {
+    if (*cfg_.shaping->at == ShapeAt::store || last_weight_ == 0.0) return b.reward;
+    return shape(b.reward, b.obs, b.action, last_weight_);
   }
 
   at::Tensor act(const at::Tensor& obs, ActMode mode) { return sac_.act(state_of(obs), mode); }
 
-  /// A SAC update on the state part of a replay batch (rewards already shaped).
+  /// A SAC update on the state part of a replay batch, its rewards shaped now with the
+  /// current weight when shaping.at is `update` (already shaped when it is `store`).
   UpdateInfo update(const ReplayBatch& b, StepContext& ctx) {
     ReplayBatch s = b;
+    s.reward = update_rewards(b);
     s.obs = state_of(b.obs);
     s.next_obs = state_of(b.next_obs);
     auto info = sac_.update(s, ctx);
@@ -167,6 +195,11 @@ class CollectiveStudent {
     b.high.assign(static_cast<std::size_t>(od), std::numeric_limits<float>::infinity());
     s.observation = b;
     return s;
+  }
+  // `reward` + w * the clipped log-likelihood of `action` at History observations `obs`.
+  at::Tensor shape(const at::Tensor& reward, const at::Tensor& obs, const at::Tensor& action, double w) {
+    const auto lp = collective_log_prob(obs, action).clamp_min(*cfg_.shaping->min_log_prob).to(reward.device(), at::kFloat);
+    return reward.to(at::kFloat) + w * lp;
   }
   [[nodiscard]] at::Tensor state_of(const at::Tensor& obs) const {
     return collective::split_history(obs, h_, od_, ad_, env_).state;
