@@ -21,19 +21,20 @@ unset OPENBLAS_CORETYPE OPENBLAS_L2_SIZE
 mkdir -p "$out"
 common=(--progress=off --run.update_threads=1)
 phases=${PHASES:-workers distill students}
-# Workers run two at a time, each into a file of its own (an append rewrites the file), merged
-# in task order afterwards.
+# Runs go two at a time: a new one starts as soon as either finishes (their lengths differ).
+running=0
+two_at_a_time() { if (( ++running == 2 )); then wait -n; running=1; fi; }
+# Workers run into a file each (an append rewrites the file), merged in task order afterwards.
 if [[ $phases == *workers* ]]; then
-pids=()
 for ts in $tasks; do
   t=${ts%%:*} steps=()
   [[ $ts == *:* ]] && steps=(--train.steps=${ts#*:})
   $bin --experiment.mode=train_worker --env.tasks=$t "${steps[@]}" --experiment.dataset=$out/worker_$t.hdf5 \
        --run_dir=$out/worker_$t "${common[@]}" > $out/worker_$t.log 2>&1 &
-  pids+=($!)
-  if (( ${#pids[@]} == 2 )); then wait "${pids[0]}"; pids=("${pids[@]:1}"); fi
+  two_at_a_time
 done
 wait
+running=0
 fi
 if [[ $phases == *workers* || $phases == *merge* ]]; then
 rm -f $out/collective.hdf5
@@ -46,10 +47,11 @@ $bin --experiment.mode=distill_collective_transformer --experiment.dataset=$out/
      --run_dir=$out/distill_fp32 "${common[@]}" ${DISTILL_ARGS:-} > $out/distill_fp32.log 2>&1
 fi
 [[ $phases == *students* ]] || exit 0
-pids=()
+# A student run that finished (its summary.json is there) is not run again.
 for t in $students; do
   for s in $seeds; do
     for w in $shapings; do
+      [[ -f $out/student_${t}_${w}_$s/summary.json ]] && continue
       extra=(--student.shaping.collective=$out/distill_fp32/policy.bin)
       case $w in
         update|store) extra+=(--student.shaping.at=$w) ;;
@@ -58,8 +60,7 @@ for t in $students; do
       esac
       $bin --experiment.mode=train_student --env.tasks=$t --seed=$s "${extra[@]}" \
            --run_dir=$out/student_${t}_${w}_$s "${common[@]}" > $out/student_${t}_${w}_$s.log 2>&1 &
-      pids+=($!)
-      if (( ${#pids[@]} == 2 )); then wait "${pids[0]}"; pids=("${pids[@]:1}"); fi
+      two_at_a_time
     done
   done
 done

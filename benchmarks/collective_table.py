@@ -1,58 +1,115 @@
 #!/usr/bin/env python3
 """Tables of benchmarks/RESULTS.md from a benchmarks/collective_pipeline.sh output directory:
-   benchmarks/collective_table.py OUT_DIR [DISTILL_RUN]
+
+    benchmarks/collective_table.py OUT_DIR [--distill RUN] [--jsonl FILE] [--tag KEY=VALUE ...]
+
 1. each worker expert's final success rate against the collective's on the same task (the
    distillation run's last evaluation: deterministic actions, its EMA weights);
 2. per student task, the shaped students (shaping at update time, at store time) against
    plain SAC: env steps to the first evaluation at 80% success, per seed, and the median
-   (a run that never gets there counts as after every run that does)."""
-import csv, glob, json, os, statistics, sys
+   (a run that never gets there counts as after every run that does).
 
-out = sys.argv[1]
-distill = sys.argv[2] if len(sys.argv) > 2 else os.path.join(out, "distill_fp32")
+--jsonl appends one JSON line per task (worker against collective) and per student run.
+"""
+import argparse
+import csv
+import datetime
+import glob
+import json
+import os
+import statistics
+
+from machine import append_jsonl, blas_kernel, cpu_model
+
 
 def rows(run):
     with open(os.path.join(run, "metrics.csv")) as f:
         return list(csv.DictReader(f))
 
-def last_eval(run):
-    ev = [r for r in rows(run) if r.get("eval_success") not in ("", "nan", None)]
-    return ev[-1] if ev else {}
 
-workers = sorted(glob.glob(os.path.join(out, "worker_*/")))
-coll = last_eval(distill)
-print("| task | worker expert: success | collective: success | collective / expert |")
-print("|---|---|---|---|")
-for w in workers:
-    task = os.path.basename(os.path.dirname(w))[len("worker_"):]
-    expert = float(last_eval(w)["eval_success"])
-    c = float(coll.get("eval_success/" + task, "nan"))
-    print(f"| {task} | {expert:.2f} | {c:.2f} | {c / expert if expert else float('nan'):.2f} |")
-print(f"\n(collective: {distill}, after {coll.get('updates')} updates)\n")
+def evaluations(run, key="eval_success"):
+    return [r for r in rows(run) if r.get(key) not in ("", "nan", None)]
+
 
 def steps_to(run, level=0.8):
-    for r in rows(run):
-        s = r.get("eval_success")
-        if s not in ("", "nan", None) and float(s) >= level:
+    for r in evaluations(run):
+        if float(r["eval_success"]) >= level:
             return int(float(r["env_steps"]))
     return None
 
-students = {}
-for p in glob.glob(os.path.join(out, "student_*_*_*")):
-    if os.path.isdir(p):
-        task, kind, seed = os.path.basename(p)[len("student_"):].rsplit("_", 2)
-        students.setdefault(task, {}).setdefault(kind, {})[int(seed)] = p
-for task in sorted(students):
-    seeds = sorted({s for runs in students[task].values() for s in runs})
-    print(f"| {task}: env steps to 80% success | " + " | ".join(f"seed {s}" for s in seeds) + " | median |")
-    print("|---|" + "---|" * (len(seeds) + 1))
-    for kind, label in (("update", "shaped at update time"), ("store", "shaped at store time"), ("plain", "plain SAC")):
-        runs = students[task].get(kind)
-        if not runs:
-            continue
-        steps = [steps_to(runs[s]) if s in runs else None for s in seeds]
-        cells = [f"{s / 1000:.0f}K" if s is not None else ("never" if seed in runs else "-") for s, seed in zip(steps, seeds)]
-        known = [s if s is not None else float("inf") for s, seed in zip(steps, seeds) if seed in runs]
-        med = statistics.median(known)
-        print(f"| {label} | " + " | ".join(cells) + f" | {'never' if med == float('inf') else f'{med / 1000:.0f}K'} |")
-    print()
+
+def summary(run):
+    p = os.path.join(run, "summary.json")
+    return json.load(open(p)) if os.path.exists(p) else {}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("out", help="collective_pipeline.sh's output directory")
+    ap.add_argument("--distill", help="the distillation run (default OUT/distill_fp32)")
+    ap.add_argument("--jsonl", help="append the JSON lines to this file")
+    ap.add_argument("--tag", action="append", default=[], metavar="KEY=VALUE", help="a field added to every JSON line")
+    a = ap.parse_args()
+    tags = {}
+    for t in a.tag:
+        key, eq, value = t.partition("=")
+        if not eq or not key:
+            ap.error(f"--tag {t!r}: expected KEY=VALUE")
+        tags[key] = value
+    out = a.out
+    distill = a.distill or os.path.join(out, "distill_fp32")
+    stamp = {"cpu": cpu_model(), "blas": blas_kernel(), "host": "vm", "date": datetime.date.today().isoformat()}
+    lines = []
+
+    workers = sorted(glob.glob(os.path.join(out, "worker_*/")))
+    if workers:
+        ev = evaluations(distill) if os.path.isdir(distill) else []
+        coll = ev[-1] if ev else {}
+        ds = summary(distill)
+        print("| task | worker expert: success | collective: success | collective / expert |")
+        print("|---|---|---|---|")
+        for w in workers:
+            task = os.path.basename(os.path.dirname(w))[len("worker_"):]
+            expert = float(evaluations(w)[-1]["eval_success"])
+            c = float(coll.get("eval_success/" + task, "nan"))
+            ratio = c / expert if expert else float("nan")
+            print(f"| {task} | {expert:.2f} | {c:.2f} | {ratio:.2f} |")
+            lines.append({"name": "collective_vs_worker", "issue": 50, "task": task, "worker_success": expert,
+                          "worker_env_steps": summary(w).get("env_steps"), "collective_success": c,
+                          "collective_over_worker": None if expert == 0 else round(ratio, 3),
+                          "collective_updates": int(float(coll["updates"])) if coll else None,
+                          "commit": ds.get("provenance", {}).get("git_commit", "")[:7], "run_dir": distill, **stamp, **tags})
+        print(f"\n(collective: {distill}, after {coll.get('updates')} updates)\n")
+
+    students = {}
+    for p in glob.glob(os.path.join(out, "student_*_*_*")):
+        if os.path.exists(os.path.join(p, "summary.json")):  # finished runs only
+            task, kind, seed = os.path.basename(p)[len("student_"):].rsplit("_", 2)
+            students.setdefault(task, {}).setdefault(kind, {})[int(seed)] = p
+    for task in sorted(students):
+        seeds = sorted({s for runs in students[task].values() for s in runs})
+        print(f"| {task}: env steps to 80% success | " + " | ".join(f"seed {s}" for s in seeds) + " | median |")
+        print("|---|" + "---|" * (len(seeds) + 1))
+        for kind, label in (("update", "shaped at update time"), ("store", "shaped at store time"), ("plain", "plain SAC")):
+            runs = students[task].get(kind)
+            if not runs:
+                continue
+            steps = {s: steps_to(runs[s]) for s in runs}
+            cells = [("never" if steps[s] is None else f"{steps[s] / 1000:.0f}K") if s in runs else "-" for s in seeds]
+            med = statistics.median(v if v is not None else float("inf") for v in steps.values())
+            print(f"| {label} | " + " | ".join(cells) + f" | {'never' if med == float('inf') else f'{med / 1000:.0f}K'} |")
+            for s, run in sorted(runs.items()):
+                sm = summary(run)
+                lines.append({"name": "collective_student", "issue": 50, "task": task, "variant": kind, "seed": s,
+                              "first_80": steps[s], "success_by_eval": [[int(float(r["env_steps"])), float(r["eval_success"])]
+                                                                        for r in evaluations(run)],
+                              "seconds": round(sm.get("wall_seconds", 0.0), 1),
+                              "commit": sm.get("provenance", {}).get("git_commit", "")[:7], "run_dir": run, **stamp, **tags})
+        print()
+    if a.jsonl:
+        append_jsonl(a.jsonl, lines)
+        print(f"{len(lines)} JSON lines appended to {a.jsonl}")
+
+
+if __name__ == "__main__":
+    main()
