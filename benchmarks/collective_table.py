@@ -19,7 +19,7 @@ import json
 import os
 import statistics
 
-from machine import append_jsonl, blas_kernel, cpu_model
+from machine import add_jsonl_arguments, append_jsonl, blas_kernel, cpu_model, tags_of
 
 
 def rows(run):
@@ -47,15 +47,9 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("out", help="collective_pipeline.sh's output directory")
     ap.add_argument("--distill", help="the distillation run (default OUT/distill_fp32)")
-    ap.add_argument("--jsonl", help="append the JSON lines to this file")
-    ap.add_argument("--tag", action="append", default=[], metavar="KEY=VALUE", help="a field added to every JSON line")
+    add_jsonl_arguments(ap)
     a = ap.parse_args()
-    tags = {}
-    for t in a.tag:
-        key, eq, value = t.partition("=")
-        if not eq or not key:
-            ap.error(f"--tag {t!r}: expected KEY=VALUE")
-        tags[key] = value
+    tags = tags_of(ap, a)
     out = a.out
     distill = a.distill or os.path.join(out, "distill_fp32")
     stamp = {"cpu": cpu_model(), "blas": blas_kernel(), "host": "vm", "date": datetime.date.today().isoformat()}

@@ -34,3 +34,21 @@ def append_jsonl(path, rows):
     with open(path, "a") as f:
         for row in rows:
             f.write(json.dumps(row) + "\n")
+
+
+def add_jsonl_arguments(ap):
+    """--jsonl FILE and --tag KEY=VALUE (repeatable) on argparse parser `ap`."""
+    ap.add_argument("--jsonl", help="append the JSON lines to this file")
+    ap.add_argument("--tag", action="append", default=[], metavar="KEY=VALUE",
+                    help="a field added to every JSON line")
+
+
+def tags_of(ap, args):
+    """The --tag fields of parsed `args` as a dict; a malformed one is `ap`'s error."""
+    tags = {}
+    for t in args.tag:
+        key, eq, value = t.partition("=")
+        if not eq or not key:
+            ap.error(f"--tag {t!r}: expected KEY=VALUE")
+        tags[key] = value
+    return tags

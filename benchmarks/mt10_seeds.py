@@ -17,7 +17,7 @@ import glob
 import json
 import os
 
-from machine import append_jsonl, blas_kernel, cpu_model
+from machine import add_jsonl_arguments, append_jsonl, blas_kernel, cpu_model, tags_of
 from mt_sac_table import evaluations, first_at
 
 
@@ -38,17 +38,10 @@ def runs_of(out):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--jsonl", help="append the JSON lines to this file")
-    ap.add_argument("--tag", action="append", default=[], metavar="KEY=VALUE",
-                    help="a field added to every JSON line")
+    add_jsonl_arguments(ap)
     ap.add_argument("outs", nargs="+", help="benchmarks/mt_sac_vs_sac.sh's output directories, one per seed")
     a = ap.parse_args()
-    tags = {}
-    for t in a.tag:
-        key, eq, value = t.partition("=")
-        if not eq or not key:
-            ap.error(f"--tag {t!r}: expected KEY=VALUE")
-        tags[key] = value
+    tags = tags_of(ap, a)
     lines, success, tasks, steps = [], {}, [], 0
     cpu, blas = cpu_model(), blas_kernel()
     for out in a.outs:
