@@ -12,7 +12,6 @@
 --jsonl appends one JSON line per task (worker against collective) and per student run.
 """
 import argparse
-import csv
 import datetime
 import glob
 import json
@@ -20,22 +19,12 @@ import os
 import statistics
 
 from machine import add_jsonl_arguments, append_jsonl, blas_kernel, cpu_model, tags_of
+from mt_sac_table import evaluations
 
 
-def rows(run):
-    with open(os.path.join(run, "metrics.csv")) as f:
-        return list(csv.DictReader(f))
-
-
-def evaluations(run, key="eval_success"):
-    return [r for r in rows(run) if r.get(key) not in ("", "nan", None)]
-
-
-def steps_to(run, level=0.8):
-    for r in evaluations(run):
-        if float(r["eval_success"]) >= level:
-            return int(float(r["env_steps"]))
-    return None
+def steps_to(evals, level=0.8):
+    """The env steps of the first evaluation at `level` success or above (None: never)."""
+    return next((steps for steps, v in evals if v >= level), None)
 
 
 def summary(run):
@@ -57,23 +46,22 @@ def main():
 
     workers = sorted(glob.glob(os.path.join(out, "worker_*/")))
     if workers:
-        ev = evaluations(distill) if os.path.isdir(distill) else []
-        coll = ev[-1] if ev else {}
         ds = summary(distill)
         print("| task | worker expert: success | collective: success | collective / expert |")
         print("|---|---|---|---|")
         for w in workers:
             task = os.path.basename(os.path.dirname(w))[len("worker_"):]
-            expert = float(evaluations(w)[-1]["eval_success"])
-            c = float(coll.get("eval_success/" + task, "nan"))
-            ratio = c / expert if expert else float("nan")
-            print(f"| {task} | {expert:.2f} | {c:.2f} | {ratio:.2f} |")
+            expert = evaluations(w, task)[-1][1]
+            coll = evaluations(distill, task) if os.path.isdir(distill) else []
+            c = coll[-1][1] if coll else float("nan")
+            ratio = None if expert == 0 else c / expert
+            print(f"| {task} | {expert:.2f} | {c:.2f} | {'-' if ratio is None else f'{ratio:.2f}'} |")
             lines.append({"name": "collective_vs_worker", "issue": 50, "task": task, "worker_success": expert,
                           "worker_env_steps": summary(w).get("env_steps"), "collective_success": c,
-                          "collective_over_worker": None if expert == 0 else round(ratio, 3),
-                          "collective_updates": int(float(coll["updates"])) if coll else None,
+                          "collective_over_worker": None if ratio is None else round(ratio, 3),
+                          "collective_updates": ds.get("updates"),
                           "commit": ds.get("provenance", {}).get("git_commit", "")[:7], "run_dir": distill, **stamp, **tags})
-        print(f"\n(collective: {distill}, after {coll.get('updates')} updates)\n")
+        print(f"\n(collective: {distill}, after {ds.get('updates')} updates)\n")
 
     students = {}
     for p in glob.glob(os.path.join(out, "student_*_*_*")):
@@ -88,15 +76,15 @@ def main():
             runs = students[task].get(kind)
             if not runs:
                 continue
-            steps = {s: steps_to(runs[s]) for s in runs}
+            evals = {s: evaluations(runs[s], task) for s in runs}
+            steps = {s: steps_to(evals[s]) for s in runs}
             cells = [("never" if steps[s] is None else f"{steps[s] / 1000:.0f}K") if s in runs else "-" for s in seeds]
             med = statistics.median(v if v is not None else float("inf") for v in steps.values())
             print(f"| {label} | " + " | ".join(cells) + f" | {'never' if med == float('inf') else f'{med / 1000:.0f}K'} |")
             for s, run in sorted(runs.items()):
                 sm = summary(run)
                 lines.append({"name": "collective_student", "issue": 50, "task": task, "variant": kind, "seed": s,
-                              "first_80": steps[s], "success_by_eval": [[int(float(r["env_steps"])), float(r["eval_success"])]
-                                                                        for r in evaluations(run)],
+                              "first_80": steps[s], "success_by_eval": [list(e) for e in evals[s]],
                               "seconds": round(sm.get("wall_seconds", 0.0), 1),
                               "commit": sm.get("provenance", {}).get("git_commit", "")[:7], "run_dir": run, **stamp, **tags})
         print()
