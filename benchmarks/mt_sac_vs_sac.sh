@@ -3,7 +3,8 @@
 # One multi-task SAC against one SAC per task at equal total env steps, on TASKS of the
 # MuJoCo manipulation suite (default six: reach, push, drawer-open, drawer-close,
 # button-press-topdown, window-open; TASKS=mt10 for MT10's ten), seed SEED (default 1), and
-# PARTS=single or PARTS=multi for one side only. Each single-task run gets STEPS_PER_TASK env
+# PARTS=single or PARTS=multi for one side only; EXTRA_ARGS (space-separated flags) go to
+# every run. Each single-task run gets STEPS_PER_TASK env
 # steps on 2 envs; the multi-task run gets N x STEPS_PER_TASK on 2N envs (2 per task) with
 # task-balanced batches and a temperature per task. Same networks, learning rates and
 # update-to-data ratio everywhere.
@@ -26,6 +27,8 @@ common=(--train.learning_starts=2000 --train.update_interval=2 --train.eval_inte
         --train.eval_episodes=10 --mtsac.actor_lr=0.001 --mtsac.critic_lr=0.001 --mtsac.alpha_lr=0.001
         --mtsac.gamma=0.95 --mtsac.init_alpha=0.1 "--mtsac.actor.hidden=[128,128]"
         "--mtsac.critic.hidden=[128,128]" --run.progress=lines --run.checkpoint_interval=0 --seed="${SEED:-1}")
+read -ra extra <<< "${EXTRA_ARGS:-}"  # further flags for every run, e.g. EXTRA_ARGS=--env.max_episode_steps=150
+common+=("${extra[@]}")
 mkdir -p "$out"
 if [[ $parts == *single* && $n == 1 ]]; then  # one task: one run (a sweep needs two values or more)
   mkdir -p "$out/single"

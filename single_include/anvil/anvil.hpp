@@ -4190,6 +4190,12 @@ concept TaskSelectable = TaskTagged<E> && requires(E& e, const std::string& suit
   e.select_tasks(suite, tasks);
 };
 
+/// An env whose time limit can be set at run time (`env.max_episode_steps`):
+/// `set_max_episode_steps(n)` truncates its episodes after n steps from the next reset on,
+/// and throws a ConfigError naming the field for n < 1.
+template <class E>
+concept TimeLimitable = Env<E> && requires(E& e, std::int64_t n) { e.set_max_episode_steps(n); };
+
 /// An env that takes its place among several: a VecEnv calls `place(index, count)` on env
 /// `index` of `count` (indices count over every rank's envs), e.g. to spread the envs over
 /// tasks.
@@ -4304,6 +4310,16 @@ class Episode {
     steps_ = steps;
     phase_ = steps >= max_steps_ ? Phase::kTruncated : Phase::kRunning;
   }
+
+  /// Set the time limit (`env.max_episode_steps`): episodes from the next `start` on are
+  /// truncated after `max_steps` steps. Throws a ConfigError naming the field for fewer than 1.
+  void set_max_steps(std::int64_t max_steps) {
+    if (max_steps < 1)
+      throw ConfigError(std::string(env_name_) + ": env.max_episode_steps=" + std::to_string(max_steps) +
+                        ": a time limit is at least 1 step");
+    max_steps_ = max_steps;
+  }
+  [[nodiscard]] std::int64_t max_steps() const noexcept { return max_steps_; }
 
   /// Steps completed in the current episode (0 before the first `start`).
   [[nodiscard]] std::int64_t steps() const noexcept { return steps_; }
@@ -4481,6 +4497,8 @@ struct Acrobot {
 
   /// Steps taken in the current episode; the time limit and error messages count these.
   [[nodiscard]] std::int64_t elapsed_steps() const noexcept { return episode_.steps(); }
+  /// Replace the published time limit (`env.max_episode_steps`; `detail::Episode::set_max_steps`).
+  void set_max_episode_steps(std::int64_t n) { episode_.set_max_steps(n); }
   /// The physical state, in double, for tests and for logging what the observation's
   /// sines and cosines hide.
   [[nodiscard]] State state() const noexcept { return state_; }
@@ -4675,6 +4693,8 @@ struct CartPole {
 
   /// Steps taken in the current episode; the time limit and error messages count these.
   [[nodiscard]] std::int64_t elapsed_steps() const noexcept { return episode_.steps(); }
+  /// Replace the published time limit (`env.max_episode_steps`; `detail::Episode::set_max_steps`).
+  void set_max_episode_steps(std::int64_t n) { episode_.set_max_steps(n); }
   /// The physical state, in double, for tests and for logging what the float32
   /// observation rounds away.
   [[nodiscard]] State state() const noexcept { return state_; }
@@ -4718,6 +4738,7 @@ struct CartPoleNoVel {
     return r;
   }
   [[nodiscard]] std::int64_t elapsed_steps() const noexcept { return pole_.elapsed_steps(); }
+  void set_max_episode_steps(std::int64_t n) { pole_.set_max_episode_steps(n); }
   /// The whole physical state, velocities included.
   [[nodiscard]] CartPole::State state() const noexcept { return pole_.state(); }
 
@@ -4805,6 +4826,16 @@ struct VecEnvConfig {
         "env steps each agent action is repeated for, in a pixel task (PixelPendulum-v1); 0: its own (2)",
         in_range(0, 1000)>
       action_repeat{0};
+  Param<std::int64_t, "max_episode_steps",
+        "the training episodes' time limit in env steps, for a built-in env; 0: the env's own (Gymnasium's, "
+        "MetaWorld v2's 500; MetaWorld v1 and mtrl's MT10 used 150)",
+        at_least(0)>
+      max_episode_steps{0};
+  Param<std::int64_t, "eval_max_episode_steps",
+        "the evaluation episodes' time limit in env steps, for a built-in env; 0: the env's own (not "
+        "env.max_episode_steps: the two horizons are set apart)",
+        at_least(0)>
+      eval_max_episode_steps{0};
   Param<std::string, "suite", "a suite of tasks for envs that have tasks (the manipulation suite: mt10)"> suite{""};
   Param<std::vector<std::string>, "tasks",
         "tasks for envs that have tasks, comma-separated (e.g. reach,push); envs are spread over them">
@@ -4817,6 +4848,20 @@ struct VecEnvConfig {
       throw ConfigError("env.image_size=" + std::to_string(*image_size) +
                         ": images are at least 8 pixels a side (0: the env's own size)");
     return *image_size > 0 ? *image_size : own;
+  }
+  /// For an env in Python (`id`), which declares its own tasks and keeps its own time limit:
+  /// a ConfigError naming env.suite, env.tasks, env.max_episode_steps or
+  /// env.eval_max_episode_steps where one is set (they apply to C++ envs).
+  void refuse_python_fields(const std::string& id) const {
+    if (!suite->empty() || !tasks->empty())
+      throw ConfigError(std::string(suite->empty() ? "env.tasks" : "env.suite") + ": " + id +
+                        " declares its own tasks (its `tasks` attribute); env.suite and env.tasks choose among a C++ "
+                        "suite's");
+    const bool eval = *eval_max_episode_steps > 0;
+    if (eval || *max_episode_steps > 0)
+      throw ConfigError(std::string(eval ? "env.eval_max_episode_steps=" : "env.max_episode_steps=") +
+                        std::to_string(eval ? *eval_max_episode_steps : *max_episode_steps) + ": " + id +
+                        " keeps its own time limit (wrap the env in gymnasium.wrappers.TimeLimit)");
   }
   /// Whether any of the pixel task's settings (image_size, frame_stack, action_repeat) is set.
   [[nodiscard]] bool pixel_settings() const { return *image_size > 0 || *frame_stack > 0 || *action_repeat > 0; }
@@ -4944,6 +4989,11 @@ class History {
     if (static_cast<std::int64_t>(env_.observation_space().size()) < sd_)
       throw ConfigError("History: the env's observation has " + std::to_string(env_.observation_space().size()) +
                         " numbers with these tasks, fewer than state_dim " + std::to_string(sd_));
+  }
+  void set_max_episode_steps(std::int64_t n)
+    requires TimeLimitable<E>
+  {
+    env_.set_max_episode_steps(n);
   }
   void place(std::int64_t index, std::int64_t count)
     requires Placeable<E>
@@ -5100,6 +5150,8 @@ struct MountainCarContinuous {
 
   /// Steps taken in the current episode; the time limit and error messages count these.
   [[nodiscard]] std::int64_t elapsed_steps() const noexcept { return episode_.steps(); }
+  /// Replace the published time limit (`env.max_episode_steps`; `detail::Episode::set_max_steps`).
+  void set_max_episode_steps(std::int64_t n) { episode_.set_max_steps(n); }
   /// The physical state, for tests and for logging.
   [[nodiscard]] State state() const noexcept { return state_; }
 
@@ -6976,8 +7028,8 @@ class EnvBatch {
 template <Env E>
 class EnvArray final : public EnvBatch {
  public:
-  /// `cfg.num_envs` copies of `prototype` with the config's env.id, env.suite and env.tasks
-  /// applied (or refused, naming the field). `first`: the index of env 0 among all envs of
+  /// `cfg.num_envs` copies of `prototype` with the config's env.id, env.max_episode_steps,
+  /// env.suite and env.tasks applied (or refused, naming the field). `first`: the index of env 0 among all envs of
   /// the run (every rank's), which `envs::Placeable` envs are told (`place(first + i,
   /// count)`); `count` (0: this batch's size) is how many there are in all.
   EnvArray(const E& prototype, const VecEnvConfig& cfg, std::uint64_t seed, std::int64_t first = 0, std::int64_t count = 0)
@@ -7009,7 +7061,8 @@ class EnvArray final : public EnvBatch {
     for (std::int64_t i = 0; i < n_; ++i) seeds_.emplace_back(derive_seed(seed, Stream::env, static_cast<std::uint64_t>(i)));
   }
 
-  // The prototype with the config's env.id, env.suite and env.tasks applied (or refused).
+  // The prototype with the config's env.id, env.max_episode_steps, env.suite and env.tasks
+  // applied (or refused).
   static E configured(const E& prototype, const VecEnvConfig& cfg) {
     if (!cfg.id->empty() && *cfg.id != env_name(prototype))
       throw ConfigError("env.id=" + *cfg.id + ": this program trains " + env_name(prototype) +
@@ -7026,6 +7079,13 @@ class EnvArray final : public EnvBatch {
       throw ConfigError("env.workers=" + std::to_string(*cfg.workers) + ": worker processes step envs written in Python "
                         "(env.id=python:MODULE:ATTR); " + env_name(prototype) + " steps in this process (env.threads)");
     E e = prototype;
+    if (*cfg.max_episode_steps > 0) {
+      if constexpr (TimeLimitable<E>) e.set_max_episode_steps(*cfg.max_episode_steps);
+      else
+        throw ConfigError("env.max_episode_steps=" + std::to_string(*cfg.max_episode_steps) + ": " + env_name(prototype) +
+                          "'s time limit is its own (a built-in env's can be set; give your env type "
+                          "set_max_episode_steps, envs::TimeLimitable)");
+    }
     if (cfg.suite->empty() && cfg.tasks->empty()) return e;
     if constexpr (TaskSelectable<E>) e.select_tasks(*cfg.suite, *cfg.tasks);
     else
@@ -7508,6 +7568,12 @@ class VecEnv final : public LocalVecEnv {
 inline std::unique_ptr<VecEnvBase> make_vec_env(const AnyEnv& env, const VecEnvConfig& cfg, std::uint64_t seed,
                                                 std::int64_t first = 0, std::int64_t count = 0) {
   if (env.vec_maker()) {
+    const bool eval = *cfg.eval_max_episode_steps > 0;
+    if (eval || *cfg.max_episode_steps > 0)
+      throw ConfigError(std::string(eval ? "env.eval_max_episode_steps=" : "env.max_episode_steps=") +
+                        std::to_string(eval ? *cfg.eval_max_episode_steps : *cfg.max_episode_steps) + ": " + env.name() +
+                        " comes batched by its own maker, which keeps its own time limit (an env in Python: wrap it "
+                        "in gymnasium.wrappers.TimeLimit)");
     auto v = env.vec_maker()(cfg, seed, first, count);
     if (!v) throw Error(env.name() + ": its maker made no envs");
     if (v->num_envs() != *cfg.num_envs)
@@ -7970,6 +8036,8 @@ struct Pendulum {
 
   /// Steps taken in the current episode; the time limit and error messages count these.
   [[nodiscard]] std::int64_t elapsed_steps() const noexcept { return episode_.steps(); }
+  /// Replace the published time limit (`env.max_episode_steps`; `detail::Episode::set_max_steps`).
+  void set_max_episode_steps(std::int64_t n) { episode_.set_max_steps(n); }
   /// The physical state, in double, for tests and for logging what the float32
   /// observation rounds away.
   [[nodiscard]] State state() const noexcept { return state_; }
@@ -26678,6 +26746,7 @@ inline RunEnvs make_run_envs(const envs::AnyEnv& env, const envs::VecEnvConfig& 
     c.num_envs = count_here;
     c.threads = 1;
     c.mode = envs::VecMode::sync;
+    c.max_episode_steps = *ecfg.eval_max_episode_steps;  // the evaluation's horizon, not training's
     auto v = envs::make_vec_env(env, c, s, first, count);
     if (!norm) return v;
     return std::unique_ptr<envs::VecEnvBase>(

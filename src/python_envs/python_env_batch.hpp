@@ -272,10 +272,7 @@ inline AnyEnv door(py::object factory, const std::string& id, const std::map<std
   });
   auto maker = [held, id, kwargs](const VecEnvConfig& cfg, std::uint64_t seed, std::int64_t first,
                                   std::int64_t /*count*/) -> std::unique_ptr<EnvBatch> {
-    if (!cfg.suite->empty() || !cfg.tasks->empty())
-      throw ConfigError(std::string(cfg.suite->empty() ? "env.tasks" : "env.suite") + ": " + id +
-                        " declares its own tasks (its `tasks` attribute); env.suite and env.tasks choose among a C++ "
-                        "suite's");
+    cfg.refuse_python_fields(id);
     py::gil_scoped_acquire g;
     auto envs_py = support("anvil_envs");
     try {

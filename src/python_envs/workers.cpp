@@ -537,10 +537,7 @@ AnyEnv worker_env(const std::string& id, const KeyValues& kwargs) {
     throw ConfigError("env.id=" + id + ": expected python:MODULE:ATTR (e.g. python:my_envs.pendulum:make)");
   auto maker = [id, target, kwargs](const VecEnvConfig& cfg, std::uint64_t seed, std::int64_t first,
                                     std::int64_t /*count*/) -> std::unique_ptr<EnvBatch> {
-    if (!cfg.suite->empty() || !cfg.tasks->empty())
-      throw ConfigError(std::string(cfg.suite->empty() ? "env.tasks" : "env.suite") + ": " + id +
-                        " declares its own tasks (its `tasks` attribute); env.suite and env.tasks choose among a C++ "
-                        "suite's");
+    cfg.refuse_python_fields(id);
     if (cfg.threads > 1)
       throw ConfigError("env.threads=" + std::to_string(*cfg.threads) + ": with env.workers=" +
                         std::to_string(*cfg.workers) +

@@ -316,7 +316,7 @@ TEST_CASE("Manipulation: the observation's layout and bounds hold under random a
   }
 }
 
-TEST_CASE("Manipulation: 500-step episodes, layouts drawn in the published ranges, resets reproducible by seed") {
+TEST_CASE("Manipulation: 500-step episodes (or env.max_episode_steps), layouts drawn in the published ranges, resets reproducible by seed") {
   auto e = env_of(Task::push);
   e.reset(3);
   const auto goal = e.goal();
@@ -331,6 +331,12 @@ TEST_CASE("Manipulation: 500-step episodes, layouts drawn in the published range
   }
   CHECK(steps == 500);
   CHECK_THROWS_AS(e.step(std::array<float, 4>{}), envs::EnvError);  // the episode has ended
+  // MetaWorld v1's (and mtrl's) 150 steps, set at run time (env.max_episode_steps).
+  auto v1 = env_of(Task::push);
+  v1.set_max_episode_steps(150);
+  v1.reset(3);
+  for (steps = 1; !v1.step(std::array<float, 4>{0.3f, -0.2f, 0.1f, 1.0f}).truncated; ++steps) REQUIRE(steps < 150);
+  CHECK(steps == 150);
   // The same seed, the same layout; another seed, another.
   e.reset(3);
   CHECK(e.goal() == goal);

@@ -302,6 +302,27 @@ TEST_CASE("Python envs in worker processes: settings that do not apply are refus
   CHECK(live_workers() == 0);
 }
 
+TEST_CASE("Python envs: the fields only C++ envs apply (tasks, time limits) are refused, naming the field") {
+  for (const int workers : {0, 2}) {
+    CAPTURE(workers);
+    VecEnvConfig cfg;
+    cfg.num_envs = 2;
+    cfg.workers = workers;
+    const AnyEnv env = anvil::envs::python_env("python:pendulum:make", {}, workers);
+    cfg.tasks = std::vector<std::string>{"reach"};
+    CHECK(error_of([&] { (void)env.batch_maker()(cfg, 7, 0, 0); })
+              .find("env.tasks: python:pendulum:make declares its own tasks") != std::string::npos);
+    cfg.tasks = std::vector<std::string>{};
+    cfg.max_episode_steps = 150;
+    CHECK(error_of([&] { (void)env.batch_maker()(cfg, 7, 0, 0); })
+              .find("env.max_episode_steps=150: python:pendulum:make keeps its own time limit") != std::string::npos);
+    cfg.eval_max_episode_steps = 90;
+    CHECK(error_of([&] { (void)env.batch_maker()(cfg, 7, 0, 0); }).find("env.eval_max_episode_steps=90") !=
+          std::string::npos);
+  }
+  CHECK(live_workers() == 0);
+}
+
 TEST_CASE("Python envs with images: a Dict of an image [H, W, C] and numbers, and a lone image, as rows of parts, in this process and in workers") {
   for (const int workers : {0, 2}) {
     CAPTURE(workers);

@@ -14,6 +14,7 @@
 #include <anvil/envs/pendulum.hpp>
 #include <anvil/envs/render/classic_views.hpp>
 #include <anvil/envs/vec_env.hpp>
+#include <anvil/train/run_envs.hpp>
 
 using namespace anvil;
 
@@ -64,6 +65,55 @@ TEST_CASE("VecEnv: autoreset keeps the last observation of an ended episode apar
   CHECK(s.terminated.sum().item<float>() == 0.0f);
   CHECK_FALSE(torch::equal(s.obs, s.next_obs));  // new episode vs. true final state
   CHECK(v.env(0).elapsed_steps() == 0);
+}
+
+TEST_CASE("VecEnv: env.max_episode_steps sets the training envs' time limit, env.eval_max_episode_steps the evaluation's") {
+  // Steps until env 0's first episode ends (truncated, not terminated), from a reset.
+  auto steps_to_end = [](envs::VecEnvBase& v) -> std::int64_t {
+    v.reset();
+    const auto zero = torch::zeros({v.num_envs(), 1});
+    for (std::int64_t t = 1; t <= 300; ++t) {
+      const auto& s = v.step(zero);
+      if (s.ended.empty()) continue;
+      CHECK_FALSE(s.ended[0].terminated);
+      CHECK(s.ended[0].length == t);
+      return t;
+    }
+    return -1;
+  };
+  auto c = vcfg(2);
+  c.max_episode_steps = 7;
+  c.eval_max_episode_steps = 12;
+  auto run = make_run_envs(envs::Pendulum{}, c, envs::NormalizeConfig{}, 3, 0, 1);
+  CHECK(steps_to_end(*run.training) == 7);
+  CHECK(steps_to_end(*run.training) == 7);  // every episode, not the first alone
+  CHECK(steps_to_end(*run.evaluation(1, 5, 0, 1)) == 12);
+  c.eval_max_episode_steps = 0;  // the env's own: Pendulum-v1's 200, whatever training's is
+  run = make_run_envs(envs::Pendulum{}, c, envs::NormalizeConfig{}, 3, 0, 1);
+  CHECK(steps_to_end(*run.evaluation(1, 5, 0, 1)) == 200);
+  // An env type that wraps another's episode passes the limit on (CartPoleNoVel's CartPole).
+  envs::CartPoleNoVel nv;
+  nv.set_max_episode_steps(3);
+  nv.reset(1);
+  CHECK_FALSE(nv.step(0).truncated);
+  CHECK_FALSE(nv.step(1).truncated);
+  CHECK(nv.step(0).truncated);
+  // Refused, naming the field: a limit under 1 step, an env type without a settable limit,
+  // envs that come batched by their own maker.
+  envs::Pendulum p;
+  CHECK_THROWS_WITH_AS(p.set_max_episode_steps(0), "Pendulum-v1: env.max_episode_steps=0: a time limit is at least 1 step",
+                       ConfigError);
+  CHECK_THROWS_WITH_AS(envs::VecEnv<envs::PixelPendulum>(envs::PixelPendulum{}, c, 1),
+                       doctest::Contains("env.max_episode_steps=7: PixelPendulum-v1's time limit is its own"), ConfigError);
+  const envs::AnyEnv batched("Pendula", [](const envs::VecEnvConfig& vc, std::uint64_t seed, std::int64_t, std::int64_t) {
+    return std::unique_ptr<envs::VecEnvBase>(std::make_unique<envs::VecEnv<envs::Pendulum>>(envs::Pendulum{}, vc, seed));
+  });
+  CHECK_THROWS_WITH_AS(envs::make_vec_env(batched, c, 1),
+                       doctest::Contains("env.max_episode_steps=7: Pendula comes batched by its own maker"), ConfigError);
+  c.max_episode_steps = 0;
+  c.eval_max_episode_steps = 9;
+  CHECK_THROWS_WITH_AS(envs::make_vec_env(batched, c, 1), doctest::Contains("env.eval_max_episode_steps=9: Pendula"),
+                       ConfigError);
 }
 
 TEST_CASE("VecEnv: a bad action names the env index and the step") {

@@ -159,6 +159,8 @@ struct Acrobot {
 
   /// Steps taken in the current episode; the time limit and error messages count these.
   [[nodiscard]] std::int64_t elapsed_steps() const noexcept { return episode_.steps(); }
+  /// Replace the published time limit (`env.max_episode_steps`; `detail::Episode::set_max_steps`).
+  void set_max_episode_steps(std::int64_t n) { episode_.set_max_steps(n); }
   /// The physical state, in double, for tests and for logging what the observation's
   /// sines and cosines hide.
   [[nodiscard]] State state() const noexcept { return state_; }

@@ -138,6 +138,8 @@ struct CartPole {
 
   /// Steps taken in the current episode; the time limit and error messages count these.
   [[nodiscard]] std::int64_t elapsed_steps() const noexcept { return episode_.steps(); }
+  /// Replace the published time limit (`env.max_episode_steps`; `detail::Episode::set_max_steps`).
+  void set_max_episode_steps(std::int64_t n) { episode_.set_max_steps(n); }
   /// The physical state, in double, for tests and for logging what the float32
   /// observation rounds away.
   [[nodiscard]] State state() const noexcept { return state_; }
@@ -181,6 +183,7 @@ struct CartPoleNoVel {
     return r;
   }
   [[nodiscard]] std::int64_t elapsed_steps() const noexcept { return pole_.elapsed_steps(); }
+  void set_max_episode_steps(std::int64_t n) { pole_.set_max_episode_steps(n); }
   /// The whole physical state, velocities included.
   [[nodiscard]] CartPole::State state() const noexcept { return pole_.state(); }
 

@@ -153,6 +153,12 @@ concept TaskSelectable = TaskTagged<E> && requires(E& e, const std::string& suit
   e.select_tasks(suite, tasks);
 };
 
+/// An env whose time limit can be set at run time (`env.max_episode_steps`):
+/// `set_max_episode_steps(n)` truncates its episodes after n steps from the next reset on,
+/// and throws a ConfigError naming the field for n < 1.
+template <class E>
+concept TimeLimitable = Env<E> && requires(E& e, std::int64_t n) { e.set_max_episode_steps(n); };
+
 /// An env that takes its place among several: a VecEnv calls `place(index, count)` on env
 /// `index` of `count` (indices count over every rank's envs), e.g. to spread the envs over
 /// tasks.

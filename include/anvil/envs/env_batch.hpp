@@ -223,8 +223,8 @@ class EnvBatch {
 template <Env E>
 class EnvArray final : public EnvBatch {
  public:
-  /// `cfg.num_envs` copies of `prototype` with the config's env.id, env.suite and env.tasks
-  /// applied (or refused, naming the field). `first`: the index of env 0 among all envs of
+  /// `cfg.num_envs` copies of `prototype` with the config's env.id, env.max_episode_steps,
+  /// env.suite and env.tasks applied (or refused, naming the field). `first`: the index of env 0 among all envs of
   /// the run (every rank's), which `envs::Placeable` envs are told (`place(first + i,
   /// count)`); `count` (0: this batch's size) is how many there are in all.
   EnvArray(const E& prototype, const VecEnvConfig& cfg, std::uint64_t seed, std::int64_t first = 0, std::int64_t count = 0)
@@ -256,7 +256,8 @@ class EnvArray final : public EnvBatch {
     for (std::int64_t i = 0; i < n_; ++i) seeds_.emplace_back(derive_seed(seed, Stream::env, static_cast<std::uint64_t>(i)));
   }
 
-  // The prototype with the config's env.id, env.suite and env.tasks applied (or refused).
+  // The prototype with the config's env.id, env.max_episode_steps, env.suite and env.tasks
+  // applied (or refused).
   static E configured(const E& prototype, const VecEnvConfig& cfg) {
     if (!cfg.id->empty() && *cfg.id != env_name(prototype))
       throw ConfigError("env.id=" + *cfg.id + ": this program trains " + env_name(prototype) +
@@ -273,6 +274,13 @@ class EnvArray final : public EnvBatch {
       throw ConfigError("env.workers=" + std::to_string(*cfg.workers) + ": worker processes step envs written in Python "
                         "(env.id=python:MODULE:ATTR); " + env_name(prototype) + " steps in this process (env.threads)");
     E e = prototype;
+    if (*cfg.max_episode_steps > 0) {
+      if constexpr (TimeLimitable<E>) e.set_max_episode_steps(*cfg.max_episode_steps);
+      else
+        throw ConfigError("env.max_episode_steps=" + std::to_string(*cfg.max_episode_steps) + ": " + env_name(prototype) +
+                          "'s time limit is its own (a built-in env's can be set; give your env type "
+                          "set_max_episode_steps, envs::TimeLimitable)");
+    }
     if (cfg.suite->empty() && cfg.tasks->empty()) return e;
     if constexpr (TaskSelectable<E>) e.select_tasks(*cfg.suite, *cfg.tasks);
     else

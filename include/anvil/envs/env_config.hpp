@@ -71,6 +71,16 @@ struct VecEnvConfig {
         "env steps each agent action is repeated for, in a pixel task (PixelPendulum-v1); 0: its own (2)",
         in_range(0, 1000)>
       action_repeat{0};
+  Param<std::int64_t, "max_episode_steps",
+        "the training episodes' time limit in env steps, for a built-in env; 0: the env's own (Gymnasium's, "
+        "MetaWorld v2's 500; MetaWorld v1 and mtrl's MT10 used 150)",
+        at_least(0)>
+      max_episode_steps{0};
+  Param<std::int64_t, "eval_max_episode_steps",
+        "the evaluation episodes' time limit in env steps, for a built-in env; 0: the env's own (not "
+        "env.max_episode_steps: the two horizons are set apart)",
+        at_least(0)>
+      eval_max_episode_steps{0};
   Param<std::string, "suite", "a suite of tasks for envs that have tasks (the manipulation suite: mt10)"> suite{""};
   Param<std::vector<std::string>, "tasks",
         "tasks for envs that have tasks, comma-separated (e.g. reach,push); envs are spread over them">
@@ -83,6 +93,20 @@ struct VecEnvConfig {
       throw ConfigError("env.image_size=" + std::to_string(*image_size) +
                         ": images are at least 8 pixels a side (0: the env's own size)");
     return *image_size > 0 ? *image_size : own;
+  }
+  /// For an env in Python (`id`), which declares its own tasks and keeps its own time limit:
+  /// a ConfigError naming env.suite, env.tasks, env.max_episode_steps or
+  /// env.eval_max_episode_steps where one is set (they apply to C++ envs).
+  void refuse_python_fields(const std::string& id) const {
+    if (!suite->empty() || !tasks->empty())
+      throw ConfigError(std::string(suite->empty() ? "env.tasks" : "env.suite") + ": " + id +
+                        " declares its own tasks (its `tasks` attribute); env.suite and env.tasks choose among a C++ "
+                        "suite's");
+    const bool eval = *eval_max_episode_steps > 0;
+    if (eval || *max_episode_steps > 0)
+      throw ConfigError(std::string(eval ? "env.eval_max_episode_steps=" : "env.max_episode_steps=") +
+                        std::to_string(eval ? *eval_max_episode_steps : *max_episode_steps) + ": " + id +
+                        " keeps its own time limit (wrap the env in gymnasium.wrappers.TimeLimit)");
   }
   /// Whether any of the pixel task's settings (image_size, frame_stack, action_repeat) is set.
   [[nodiscard]] bool pixel_settings() const { return *image_size > 0 || *frame_stack > 0 || *action_repeat > 0; }

@@ -110,6 +110,11 @@ class History {
       throw ConfigError("History: the env's observation has " + std::to_string(env_.observation_space().size()) +
                         " numbers with these tasks, fewer than state_dim " + std::to_string(sd_));
   }
+  void set_max_episode_steps(std::int64_t n)
+    requires TimeLimitable<E>
+  {
+    env_.set_max_episode_steps(n);
+  }
   void place(std::int64_t index, std::int64_t count)
     requires Placeable<E>
   {

@@ -122,6 +122,8 @@ struct MountainCarContinuous {
 
   /// Steps taken in the current episode; the time limit and error messages count these.
   [[nodiscard]] std::int64_t elapsed_steps() const noexcept { return episode_.steps(); }
+  /// Replace the published time limit (`env.max_episode_steps`; `detail::Episode::set_max_steps`).
+  void set_max_episode_steps(std::int64_t n) { episode_.set_max_steps(n); }
   /// The physical state, for tests and for logging.
   [[nodiscard]] State state() const noexcept { return state_; }
 

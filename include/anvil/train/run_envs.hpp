@@ -57,6 +57,7 @@ inline RunEnvs make_run_envs(const envs::AnyEnv& env, const envs::VecEnvConfig& 
     c.num_envs = count_here;
     c.threads = 1;
     c.mode = envs::VecMode::sync;
+    c.max_episode_steps = *ecfg.eval_max_episode_steps;  // the evaluation's horizon, not training's
     auto v = envs::make_vec_env(env, c, s, first, count);
     if (!norm) return v;
     return std::unique_ptr<envs::VecEnvBase>(

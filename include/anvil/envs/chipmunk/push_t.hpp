@@ -179,6 +179,8 @@ class PushT {
   /// The fraction of the goal region the block covers now.
   [[nodiscard]] double coverage() const noexcept { return coverage_; }
   [[nodiscard]] std::int64_t elapsed_steps() const noexcept { return episode_.steps(); }
+  /// Replace the published time limit (`env.max_episode_steps`; `detail::Episode::set_max_steps`).
+  void set_max_episode_steps(std::int64_t n) { episode_.set_max_steps(n); }
 
   /// The bodies' state now (a `set_state` of it starts an episode from here).
   [[nodiscard]] State state() const {

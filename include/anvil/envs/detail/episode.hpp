@@ -97,6 +97,16 @@ class Episode {
     phase_ = steps >= max_steps_ ? Phase::kTruncated : Phase::kRunning;
   }
 
+  /// Set the time limit (`env.max_episode_steps`): episodes from the next `start` on are
+  /// truncated after `max_steps` steps. Throws a ConfigError naming the field for fewer than 1.
+  void set_max_steps(std::int64_t max_steps) {
+    if (max_steps < 1)
+      throw ConfigError(std::string(env_name_) + ": env.max_episode_steps=" + std::to_string(max_steps) +
+                        ": a time limit is at least 1 step");
+    max_steps_ = max_steps;
+  }
+  [[nodiscard]] std::int64_t max_steps() const noexcept { return max_steps_; }
+
   /// Steps completed in the current episode (0 before the first `start`).
   [[nodiscard]] std::int64_t steps() const noexcept { return steps_; }
 

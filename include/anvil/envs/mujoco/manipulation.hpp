@@ -173,6 +173,8 @@ class Manipulation {
   /// Whether any step of this episode did.
   [[nodiscard]] bool episode_succeeded() const noexcept { return succeeded_; }
   [[nodiscard]] std::int64_t elapsed_steps() const noexcept { return episode_.steps(); }
+  /// Replace the published time limit (`env.max_episode_steps`; `detail::Episode::set_max_steps`).
+  void set_max_episode_steps(std::int64_t n) { episode_.set_max_steps(n); }
   /// Episodes this env ended early because the simulation went unstable (`step`).
   [[nodiscard]] std::int64_t unstable_episodes() const noexcept { return unstable_episodes_; }
 

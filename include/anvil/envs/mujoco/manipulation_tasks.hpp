@@ -129,7 +129,8 @@ inline constexpr std::array<double, 3> kHandLow{-0.5, 0.40, 0.056}, kHandHigh{0.
 inline constexpr double kActionScale = 0.01;
 /// Physics steps per env step (MetaWorld's frame_skip).
 inline constexpr int kFrameSkip = 5;
-/// Steps per episode (MetaWorld's max_path_length).
+/// Steps per episode (MetaWorld v2's max_path_length, 500; v1's sawyer envs, which mtrl's MT10
+/// ran, set 150: `env.max_episode_steps=150`).
 inline constexpr std::int64_t kMaxEpisodeSteps = 500;
 /// The observation without the task one-hot.
 inline constexpr std::int64_t kObsDim = 39;
