@@ -57,6 +57,10 @@ def main():
                 steps = s["env_steps"]
             evals = evaluations(d, task)
             seed = s["config"]["run.seed"]
+            # The episodes' time limits the runs had (0: the env's own, 500) and the flags that set them.
+            horizons = {k: s["config"].get(f"env.{k}", 0) for k in ("max_episode_steps", "eval_max_episode_steps")}
+            extra = " ".join(f"--env.{k}={v}" for k, v in horizons.items() if v)
+            extra = f"EXTRA_ARGS='{extra}' " if " " in extra else f"EXTRA_ARGS={extra} " if extra else ""
             success.setdefault((side, task), []).append(final["success"])
             lines.append({"name": f"{side}_mt10_success", "issue": 50, "task": task, "seed": seed,
                           "env_steps": s["env_steps"], "final_success": final["success"],
@@ -64,7 +68,9 @@ def main():
                           "success_by_eval": [[e, v] for e, v in evals], "first_80": first_at(evals),
                           "seconds": round(s["wall_seconds"], 1), "run_dir": d,
                           "commit": s["provenance"]["git_commit"][:7],
-                          "command": f"TASKS={tasks_arg} SEED={seed} {parts}benchmarks/mt_sac_vs_sac.sh build {out} {steps}",
+                          "train_max_episode_steps": horizons["max_episode_steps"] or 500,
+                          "eval_max_episode_steps": horizons["eval_max_episode_steps"] or 500,
+                          "command": f"TASKS={tasks_arg} SEED={seed} {parts}{extra}benchmarks/mt_sac_vs_sac.sh build {out} {steps}",
                           "cpu": cpu, "blas": blas, "host": "vm",
                           "date": datetime.date.today().isoformat(), **tags})
     def cell(side, t):
