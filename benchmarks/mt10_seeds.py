@@ -36,6 +36,13 @@ def runs_of(out):
             yield "mt_sac", t, multi_dir, multi
 
 
+def command_of(out):
+    """The command that made output directory `out`, as mt_sac_vs_sac.sh wrote it in
+    `out/command` (None for an output from before it did: the command is rebuilt)."""
+    path = os.path.join(out, "command")
+    return open(path).read().strip() if os.path.exists(path) else None
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_jsonl_arguments(ap)
@@ -70,7 +77,8 @@ def main():
                           "commit": s["provenance"]["git_commit"][:7],
                           "train_max_episode_steps": horizons["max_episode_steps"] or 500,
                           "eval_max_episode_steps": horizons["eval_max_episode_steps"] or 500,
-                          "command": f"TASKS={tasks_arg} SEED={seed} {parts}{extra}benchmarks/mt_sac_vs_sac.sh build {out} {steps}",
+                          "command": command_of(out) or
+                          f"TASKS={tasks_arg} SEED={seed} {parts}{extra}benchmarks/mt_sac_vs_sac.sh build {out} {steps}",
                           "cpu": cpu, "blas": blas, "host": "vm",
                           "date": datetime.date.today().isoformat(), **tags})
     def cell(side, t):

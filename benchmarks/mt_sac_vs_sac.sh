@@ -3,8 +3,8 @@
 # One multi-task SAC against one SAC per task at equal total env steps, on TASKS of the
 # MuJoCo manipulation suite (default six: reach, push, drawer-open, drawer-close,
 # button-press-topdown, window-open; TASKS=mt10 for MT10's ten), seed SEED (default 1), and
-# PARTS=single or PARTS=multi for one side only; EXTRA_ARGS (space-separated flags) go to
-# every run. Each single-task run gets STEPS_PER_TASK env
+# PARTS=single or PARTS=multi for one side only; EXTRA_ARGS (space-separated --KEY=VALUE
+# flags) go to every run, replacing the settings below where they name the same key. Each single-task run gets STEPS_PER_TASK env
 # steps on 2 envs; the multi-task run gets N x STEPS_PER_TASK on 2N envs (2 per task) with
 # task-balanced batches and a temperature per task. Same networks, learning rates and
 # update-to-data ratio everywhere.
@@ -28,8 +28,15 @@ common=(--train.learning_starts=2000 --train.update_interval=2 --train.eval_inte
         --mtsac.gamma=0.95 --mtsac.init_alpha=0.1 "--mtsac.actor.hidden=[128,128]"
         "--mtsac.critic.hidden=[128,128]" --run.progress=lines --run.checkpoint_interval=0 --seed="${SEED:-1}")
 read -ra extra <<< "${EXTRA_ARGS:-}"  # further flags for every run, e.g. EXTRA_ARGS=--env.max_episode_steps=150
-common+=("${extra[@]}")
+for flag in "${extra[@]}"; do         # one of the settings above given again replaces it
+  kept=()
+  for c in "${common[@]}"; do [[ $c == "${flag%%=*}="* ]] || kept+=("$c"); done
+  common=("${kept[@]}" "$flag")
+done
 mkdir -p "$out"
+# How this output was made, for the tables' JSON lines (benchmarks/mt10_seeds.py).
+printf 'TASKS=%s SEED=%s PARTS=%s EXTRA_ARGS=%q benchmarks/mt_sac_vs_sac.sh %s %s %s\n' \
+  "${TASKS:-}" "${SEED:-1}" "$parts" "${EXTRA_ARGS:-}" "$build" "$out" "$steps" > "$out/command"
 if [[ $parts == *single* && $n == 1 ]]; then  # one task: one run (a sweep needs two values or more)
   mkdir -p "$out/single"
   "$build/examples/mt_sac" --env.tasks="$tasks" --run_dir="$out/single/0_env.tasks=$tasks" \
