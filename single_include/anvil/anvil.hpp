@@ -4319,7 +4319,6 @@ class Episode {
                         ": a time limit is at least 1 step");
     max_steps_ = max_steps;
   }
-  [[nodiscard]] std::int64_t max_steps() const noexcept { return max_steps_; }
 
   /// Steps completed in the current episode (0 before the first `start`).
   [[nodiscard]] std::int64_t steps() const noexcept { return steps_; }
@@ -4827,12 +4826,12 @@ struct VecEnvConfig {
         in_range(0, 1000)>
       action_repeat{0};
   Param<std::int64_t, "max_episode_steps",
-        "the training episodes' time limit in env steps, for a built-in env; 0: the env's own (Gymnasium's, "
+        "the training episodes' time limit in env steps, for a built-in env (not PixelPendulum-v1); 0: the env's own (Gymnasium's, "
         "MetaWorld v2's 500; MetaWorld v1 and mtrl's MT10 used 150)",
         at_least(0)>
       max_episode_steps{0};
   Param<std::int64_t, "eval_max_episode_steps",
-        "the evaluation episodes' time limit in env steps, for a built-in env; 0: the env's own (not "
+        "the evaluation episodes' time limit in env steps, for a built-in env (not PixelPendulum-v1); 0: the env's own (not "
         "env.max_episode_steps: the two horizons are set apart)",
         at_least(0)>
       eval_max_episode_steps{0};
@@ -4857,11 +4856,15 @@ struct VecEnvConfig {
       throw ConfigError(std::string(suite->empty() ? "env.tasks" : "env.suite") + ": " + id +
                         " declares its own tasks (its `tasks` attribute); env.suite and env.tasks choose among a C++ "
                         "suite's");
+    refuse_time_limits(id + " keeps its own time limit (wrap the env in gymnasium.wrappers.TimeLimit)");
+  }
+  /// A ConfigError naming env.eval_max_episode_steps or env.max_episode_steps, whichever is
+  /// set, followed by `why` (the envs that keep their own limit: Python's, batched ones).
+  void refuse_time_limits(const std::string& why) const {
     const bool eval = *eval_max_episode_steps > 0;
     if (eval || *max_episode_steps > 0)
       throw ConfigError(std::string(eval ? "env.eval_max_episode_steps=" : "env.max_episode_steps=") +
-                        std::to_string(eval ? *eval_max_episode_steps : *max_episode_steps) + ": " + id +
-                        " keeps its own time limit (wrap the env in gymnasium.wrappers.TimeLimit)");
+                        std::to_string(eval ? *eval_max_episode_steps : *max_episode_steps) + ": " + why);
   }
   /// Whether any of the pixel task's settings (image_size, frame_stack, action_repeat) is set.
   [[nodiscard]] bool pixel_settings() const { return *image_size > 0 || *frame_stack > 0 || *action_repeat > 0; }
@@ -7568,12 +7571,7 @@ class VecEnv final : public LocalVecEnv {
 inline std::unique_ptr<VecEnvBase> make_vec_env(const AnyEnv& env, const VecEnvConfig& cfg, std::uint64_t seed,
                                                 std::int64_t first = 0, std::int64_t count = 0) {
   if (env.vec_maker()) {
-    const bool eval = *cfg.eval_max_episode_steps > 0;
-    if (eval || *cfg.max_episode_steps > 0)
-      throw ConfigError(std::string(eval ? "env.eval_max_episode_steps=" : "env.max_episode_steps=") +
-                        std::to_string(eval ? *cfg.eval_max_episode_steps : *cfg.max_episode_steps) + ": " + env.name() +
-                        " comes batched by its own maker, which keeps its own time limit (an env in Python: wrap it "
-                        "in gymnasium.wrappers.TimeLimit)");
+    cfg.refuse_time_limits(env.name() + " comes batched by its own maker, which keeps its own time limit");
     auto v = env.vec_maker()(cfg, seed, first, count);
     if (!v) throw Error(env.name() + ": its maker made no envs");
     if (v->num_envs() != *cfg.num_envs)

@@ -340,12 +340,7 @@ class VecEnv final : public LocalVecEnv {
 inline std::unique_ptr<VecEnvBase> make_vec_env(const AnyEnv& env, const VecEnvConfig& cfg, std::uint64_t seed,
                                                 std::int64_t first = 0, std::int64_t count = 0) {
   if (env.vec_maker()) {
-    const bool eval = *cfg.eval_max_episode_steps > 0;
-    if (eval || *cfg.max_episode_steps > 0)
-      throw ConfigError(std::string(eval ? "env.eval_max_episode_steps=" : "env.max_episode_steps=") +
-                        std::to_string(eval ? *cfg.eval_max_episode_steps : *cfg.max_episode_steps) + ": " + env.name() +
-                        " comes batched by its own maker, which keeps its own time limit (an env in Python: wrap it "
-                        "in gymnasium.wrappers.TimeLimit)");
+    cfg.refuse_time_limits(env.name() + " comes batched by its own maker, which keeps its own time limit");
     auto v = env.vec_maker()(cfg, seed, first, count);
     if (!v) throw Error(env.name() + ": its maker made no envs");
     if (v->num_envs() != *cfg.num_envs)

@@ -105,7 +105,6 @@ class Episode {
                         ": a time limit is at least 1 step");
     max_steps_ = max_steps;
   }
-  [[nodiscard]] std::int64_t max_steps() const noexcept { return max_steps_; }
 
   /// Steps completed in the current episode (0 before the first `start`).
   [[nodiscard]] std::int64_t steps() const noexcept { return steps_; }
