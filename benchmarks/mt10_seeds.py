@@ -46,10 +46,10 @@ def command_of(out):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_jsonl_arguments(ap)
-    ap.add_argument("outs", nargs="+", help="benchmarks/mt_sac_vs_sac.sh's output directories, one per seed")
+    ap.add_argument("outs", nargs="+", help="benchmarks/mt_sac_vs_sac.sh's output directories (one per seed, or per task and seed)")
     a = ap.parse_args()
     tags = tags_of(ap, a)
-    lines, success, tasks, steps = [], {}, [], 0
+    lines, success, tasks, steps, seeds = [], {}, [], 0, set()
     cpu, blas = cpu_model(), blas_kernel()
     for out in a.outs:
         parts = "" if os.path.isdir(os.path.join(out, "multi")) else "PARTS=single "
@@ -64,6 +64,7 @@ def main():
                 steps = s["env_steps"]
             evals = evaluations(d, task)
             seed = s["config"]["run.seed"]
+            seeds.add(seed)
             # The episodes' time limits the runs had (0: the env's own, 500) and the flags that set them.
             horizons = {k: s["config"].get(f"env.{k}", 0) for k in ("max_episode_steps", "eval_max_episode_steps")}
             extra = " ".join(f"--env.{k}={v}" for k, v in horizons.items() if v)
@@ -77,6 +78,7 @@ def main():
                           "commit": s["provenance"]["git_commit"][:7],
                           "train_max_episode_steps": horizons["max_episode_steps"] or 500,
                           "eval_max_episode_steps": horizons["eval_max_episode_steps"] or 500,
+                          "n_step": s["config"].get("buffer.n_step", 1),
                           "command": command_of(out) or
                           f"TASKS={tasks_arg} SEED={seed} {parts}{extra}benchmarks/mt_sac_vs_sac.sh build {out} {steps}",
                           "cpu": cpu, "blas": blas, "host": "vm",
@@ -85,7 +87,7 @@ def main():
         v = success[(side, t)]
         return f"{sum(v) / len(v):.2f} ({min(v):.1f}-{max(v):.1f})"
     sides = [side for side in ("sac", "mt_sac") if any(k[0] == side for k in success)]
-    head = {"sac": f"one SAC per task ({len(a.outs)} seeds)", "mt_sac": "MT-SAC"}
+    head = {"sac": f"one SAC per task ({len(seeds)} seeds)", "mt_sac": "MT-SAC"}
     rows = ["| task | " + " | ".join(head[x] for x in sides) + " |", "| --- " * (len(sides) + 1) + "|"]
     rows += [f"| {t} | " + " | ".join(cell(x, t) for x in sides) + " |" for t in tasks]
     mean = {x: sum(sum(success[(x, t)]) / len(success[(x, t)]) for t in tasks) / len(tasks) for x in sides}
