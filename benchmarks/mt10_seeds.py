@@ -87,7 +87,7 @@ def main():
         v = success[(side, t)]
         return f"{sum(v) / len(v):.2f} ({min(v):.1f}-{max(v):.1f})"
     sides = [side for side in ("sac", "mt_sac") if any(k[0] == side for k in success)]
-    head = {"sac": f"one SAC per task ({len(seeds)} seeds)", "mt_sac": "MT-SAC"}
+    head = {"sac": f"one SAC per task ({len(seeds)} seed{'' if len(seeds) == 1 else 's'})", "mt_sac": "MT-SAC"}
     rows = ["| task | " + " | ".join(head[x] for x in sides) + " |", "| --- " * (len(sides) + 1) + "|"]
     rows += [f"| {t} | " + " | ".join(cell(x, t) for x in sides) + " |" for t in tasks]
     mean = {x: sum(sum(success[(x, t)]) / len(success[(x, t)]) for t in tasks) / len(tasks) for x in sides}
