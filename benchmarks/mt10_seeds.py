@@ -3,7 +3,8 @@
 directories of benchmarks/mt_sac_vs_sac.sh (one per seed), prints a markdown table of each
 task's final success for both sides, mean and min-max over the seeds, and with --jsonl FILE
 appends one JSON line per task, side and seed (the final success and return, the success at
-each evaluation, the first evaluation at 80%).
+each evaluation, the first evaluation at 80%). An output directory of PARTS=multi (the
+multi-task SAC alone) gives MT-SAC's rows only.
 
     python3 benchmarks/mt10_seeds.py [--jsonl benchmarks/results-vm.jsonl] [--tag KEY=VALUE ...]
                                      runs/mt10_s1 runs/mt10_s2 ...
@@ -33,6 +34,9 @@ def runs_of(out):
         (t,) = s["final_eval_tasks"]
         yield "sac", t, os.path.dirname(path), s
         if multi:
+            yield "mt_sac", t, multi_dir, multi
+    if multi and not singles:  # PARTS=multi: the multi-task SAC alone
+        for t in multi["final_eval_tasks"]:
             yield "mt_sac", t, multi_dir, multi
 
 
@@ -79,6 +83,7 @@ def main():
                           "train_max_episode_steps": horizons["max_episode_steps"] or 500,
                           "eval_max_episode_steps": horizons["eval_max_episode_steps"] or 500,
                           "n_step": s["config"].get("buffer.n_step", 1),
+                          "update_interval": s["config"].get("train.update_interval"),
                           "command": command_of(out) or
                           f"TASKS={tasks_arg} SEED={seed} {parts}{extra}benchmarks/mt_sac_vs_sac.sh build {out} {steps}",
                           "cpu": cpu, "blas": blas, "host": "vm",
@@ -87,7 +92,8 @@ def main():
         v = success[(side, t)]
         return f"{sum(v) / len(v):.2f} ({min(v):.1f}-{max(v):.1f})"
     sides = [side for side in ("sac", "mt_sac") if any(k[0] == side for k in success)]
-    head = {"sac": f"one SAC per task ({len(seeds)} seed{'' if len(seeds) == 1 else 's'})", "mt_sac": "MT-SAC"}
+    n_seeds = f"{len(seeds)} seed{'' if len(seeds) == 1 else 's'}"
+    head = {"sac": f"one SAC per task ({n_seeds})", "mt_sac": "MT-SAC" if "sac" in sides else f"MT-SAC ({n_seeds})"}
     rows = ["| task | " + " | ".join(head[x] for x in sides) + " |", "| --- " * (len(sides) + 1) + "|"]
     rows += [f"| {t} | " + " | ".join(cell(x, t) for x in sides) + " |" for t in tasks]
     mean = {x: sum(sum(success[(x, t)]) / len(success[(x, t)]) for t in tasks) / len(tasks) for x in sides}
