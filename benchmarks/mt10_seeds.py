@@ -56,16 +56,17 @@ def main():
     lines, success, tasks, steps, seeds = [], {}, [], 0, set()
     cpu, blas = cpu_model(), blas_kernel()
     for out in a.outs:
-        parts = "" if os.path.isdir(os.path.join(out, "multi")) else "PARTS=single "
         runs = list(runs_of(out))
-        out_tasks = [task for side, task, _, _ in runs if side == "sac"]
+        has_single, has_multi = any(r[0] == "sac" for r in runs), any(r[0] == "mt_sac" for r in runs)
+        parts = "" if has_single and has_multi else "PARTS=single " if has_single else "PARTS=multi "
+        out_tasks = list(dict.fromkeys(task for _, task, _, _ in runs))
         tasks_arg = "mt10" if len(out_tasks) == 10 else ",".join(out_tasks)
         for side, task, d, s in runs:
             if task not in tasks:
                 tasks.append(task)
             final = s["final_eval_tasks"][task]
-            if side == "sac":
-                steps = s["env_steps"]
+            if side == "sac" or not has_single:  # the steps per task the command was given
+                steps = s["env_steps"] if side == "sac" else s["env_steps"] // len(out_tasks)
             evals = evaluations(d, task)
             seed = s["config"]["run.seed"]
             seeds.add(seed)
