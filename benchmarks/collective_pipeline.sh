@@ -11,8 +11,9 @@
 #    names the variants: update (student.shaping.at=update), store (at=store), plain.
 # benchmarks/collective_table.py OUT_DIR prints the tables of benchmarks/RESULTS.md.
 # PHASES (default "workers distill students") runs some of the three; "merge" (implied by
-# workers) merges the workers' files again. DISTILL_ARGS: more flags for the distillation
-# (e.g. --train.steps=20000 for ten tasks).
+# workers) merges the workers' files again. WORKER_ARGS: more flags for every worker (e.g.
+# the one-SAC-per-task settings of configs/manipulation_task_cpu.yaml). DISTILL_ARGS: more
+# flags for the distillation (e.g. --train.steps=20000 for ten tasks).
 set -euo pipefail
 build=$1 out=$2 tasks=${3:-reach drawer-close window-open} students=${4:-window-open} seeds=${5:-1 2 3 4 5}
 shapings=${SHAPINGS:-update plain}
@@ -29,7 +30,7 @@ if [[ $phases == *workers* ]]; then
 for ts in $tasks; do
   t=${ts%%:*} steps=()
   [[ $ts == *:* ]] && steps=(--train.steps=${ts#*:})
-  $bin --experiment.mode=train_worker --env.tasks=$t "${steps[@]}" --experiment.dataset=$out/worker_$t.hdf5 \
+  $bin --experiment.mode=train_worker --env.tasks=$t ${WORKER_ARGS:-} "${steps[@]}" --experiment.dataset=$out/worker_$t.hdf5 \
        --run_dir=$out/worker_$t "${common[@]}" > $out/worker_$t.log 2>&1 &
   two_at_a_time
 done

@@ -85,6 +85,7 @@ def main():
                           "eval_max_episode_steps": horizons["eval_max_episode_steps"] or 500,
                           "n_step": s["config"].get("buffer.n_step", 1),
                           "update_interval": s["config"].get("train.update_interval"),
+                          "batch_size": s["config"].get("mtsac.batch_size"),
                           "command": command_of(out) or
                           f"TASKS={tasks_arg} SEED={seed} {parts}{extra}benchmarks/mt_sac_vs_sac.sh build {out} {steps}",
                           "cpu": cpu, "blas": blas, "host": "vm",
