@@ -12,7 +12,8 @@
 # benchmarks/collective_table.py OUT_DIR prints the tables of benchmarks/RESULTS.md.
 # PHASES (default "workers distill students") runs some of the three; "merge" (implied by
 # workers) merges the workers' files again. WORKER_ARGS: more flags for every worker (e.g.
-# the one-SAC-per-task settings of configs/manipulation_task_cpu.yaml). DISTILL_ARGS: more
+# configs/manipulation_task_cpu.yaml's settings as flags, n_step as
+# --collective.replay.n_step). DISTILL_ARGS: more
 # flags for the distillation (e.g. --train.steps=20000 for ten tasks).
 set -euo pipefail
 build=$1 out=$2 tasks=${3:-reach drawer-close window-open} students=${4:-window-open} seeds=${5:-1 2 3 4 5}
