@@ -228,24 +228,36 @@ def _obs_encoder(torch, meta, path):
 def _gaussian_actor(torch, tensors, meta, path):
     obs_dim, act_dim = int(meta["obs_dim"]), int(meta["action_dim"])
     hidden = [int(h) for h in meta["hidden"].split(",") if h]
+    heads = int(meta.get("heads", "1"))  # > 1: an output head per task, picked by the observation's last `heads` numbers
+    if not 1 <= heads <= obs_dim:
+        raise ValueError(f"{path}: {heads} heads for observations of {obs_dim} numbers")
     act = _activation_of(torch, meta, path)
 
     class GaussianPolicy(torch.nn.Module, _Normaliser):
-        """anvil's Gaussian actor (SAC) acting deterministically: tanh(mean) in the env's units."""
+        """anvil's Gaussian actor (SAC) acting deterministically: tanh(mean) in the env's units.
+        With several heads (multi-task SAC's `actor.heads`), each observation's task one-hot (its
+        last `heads` numbers, the one positive among them) picks its head."""
 
         def __init__(self):
             super().__init__()
             if "encoder" in meta:  # observations with images: read through the encoder first
                 self.encoder = _obs_encoder(torch, meta, path)
-            self.net = _mlp(torch, [obs_dim, *hidden, 2 * act_dim], act)
+            self.net = _mlp(torch, [obs_dim, *hidden, 2 * act_dim * heads], act)
             self.register_buffer("action_scale", torch.zeros(act_dim))
             self.register_buffer("action_offset", torch.zeros(act_dim))
             self._add_normaliser(torch, tensors, meta, obs_dim)
 
         def forward(self, obs):
-            x = self.encoder(obs) if hasattr(self, "encoder") else obs.to(torch.float32)
-            mean = self.net(self._normalise(x))[..., :act_dim]
-            return torch.tanh(mean) * self.action_scale + self.action_offset
+            x = self._normalise(self.encoder(obs) if hasattr(self, "encoder") else obs.to(torch.float32))
+            out = self.net(x)
+            if heads > 1:
+                one_hot = x[..., obs_dim - heads:]
+                if not bool(((one_hot > 0).sum(-1) == 1).all()):
+                    raise ValueError(f"observations' last {heads} numbers are not a task one-hot in every row")
+                out = out.unflatten(-1, (heads, 2 * act_dim))
+                pick = one_hot.argmax(-1)[..., None, None].expand(*one_hot.shape[:-1], 1, 2 * act_dim)
+                out = out.gather(-2, pick).squeeze(-2)
+            return torch.tanh(out[..., :act_dim]) * self.action_scale + self.action_offset
 
     return GaussianPolicy()
 

@@ -8642,14 +8642,22 @@ struct GaussianActorConfig {
   Param<std::vector<int>, "hidden", "hidden layer widths", at_least(1)> hidden{256, 256};
   Param<Activation, "activation", "hidden-layer activation"> activation{Activation::relu};
   Param<double, "log_std_min", "lower bound of the log standard deviation"> log_std_min{-5.0};
-  Param<double, "log_std_max", "upper bound of the log standard deviation"> log_std_max{2.0};
+  Param<double, "log_std_max", "upper bound of the log standard deviation"> log_std_max{2.0};  Param<int, "heads",
+        "output heads: N > 1 gives each of N tasks its own output layer, picked by the observation's last N "
+        "numbers, the task's one-hot (a multi-task env's; multi-head SAC, Yu et al. 2019)",
+        at_least(1)>
+      heads{1};
 };
 
 /// The twin critics' shape (`TwinQ`), under the algorithm's `critic` section
 /// (`sac.critic.hidden=256,256`).
 struct TwinQConfig {
   Param<std::vector<int>, "hidden", "hidden layer widths", at_least(1)> hidden{256, 256};
-  Param<Activation, "activation", "hidden-layer activation"> activation{Activation::relu};
+  Param<Activation, "activation", "hidden-layer activation"> activation{Activation::relu};  Param<int, "heads",
+        "output heads: N > 1 gives each of N tasks its own output layer, picked by the observation's last N "
+        "numbers, the task's one-hot (a multi-task env's; multi-head SAC, Yu et al. 2019)",
+        at_least(1)>
+      heads{1};
 };
 
 /// Which convolutional encoder reads an image part of the observation.
@@ -8753,13 +8761,27 @@ inline at::Tensor activate(const at::Tensor& x, Activation a) {
 
 namespace anvil::nn {
 
+/// An `Mlp`'s output heads: `count` output layers in one (rows [k out, (k + 1) out) of
+/// the output layer are head k), each input row taking the head its one-hot in columns
+/// [at, at + count) names (its one positive number, so a one-hot normalised per column
+/// still names it): a task's, as a multi-task env's observations end in (the multi-head
+/// SAC of Yu et al. 2019, "Meta-World", arXiv:1910.10897). One head: a plain MLP.
+struct MlpHeads {
+  std::int64_t count = 1;
+  std::int64_t at = 0;
+};
+
 /// Fully connected network `in -> hidden... -> out`, activation after every hidden layer,
 /// none after the output. Cloneable, so target networks are deep copies.
 class MlpImpl : public torch::nn::Cloneable<MlpImpl> {
  public:
   MlpImpl(std::int64_t in, std::vector<std::int64_t> hidden, std::int64_t out,
-          Activation activation = Activation::relu)
-      : in_(in), hidden_(std::move(hidden)), out_(out), activation_(activation) {
+          Activation activation = Activation::relu, MlpHeads heads = {})
+      : in_(in), hidden_(std::move(hidden)), out_(out), activation_(activation), heads_(heads) {
+    if (heads_.count < 1 || heads_.at < 0 || heads_.at + heads_.count > in_)
+      throw ConfigError("Mlp: " + std::to_string(heads_.count) + " heads read input columns " +
+                        std::to_string(heads_.at) + " to " + std::to_string(heads_.at + heads_.count - 1) +
+                        ", but the input has " + std::to_string(in_));
     reset();
   }
 
@@ -8768,7 +8790,7 @@ class MlpImpl : public torch::nn::Cloneable<MlpImpl> {
     layers_.clear();
     std::int64_t width = in_;
     for (std::size_t i = 0; i <= hidden_.size(); ++i) {
-      const std::int64_t next = i < hidden_.size() ? hidden_[i] : out_;
+      const std::int64_t next = i < hidden_.size() ? hidden_[i] : out_ * heads_.count;
       layers_.push_back(register_module("fc" + std::to_string(i), torch::nn::Linear(width, next)));
       width = next;
     }
@@ -8778,10 +8800,29 @@ class MlpImpl : public torch::nn::Cloneable<MlpImpl> {
   /// layer in float32: outputs such as Q-values of several hundred need float32's 24-bit
   /// significand, since bfloat16 keeps 8 bits (steps of 2 to 4 at |Q| = 500, larger than
   /// a typical reward), and the output layer is a small part of the network's work.
+  /// With several heads, each row's output is its head's (see `MlpHeads`).
   at::Tensor forward(at::Tensor x) {
+    const at::Tensor input = x;
     for (std::size_t i = 0; i + 1 < layers_.size(); ++i) x = activate(layers_[i]->forward(x), activation_);
     const Float32Scope float32(x.device().type());
-    return layers_.back()->forward(float32.active() ? x.to(at::kFloat) : x);
+    auto y = layers_.back()->forward(float32.active() ? x.to(at::kFloat) : x);
+    if (heads_.count == 1) return y;
+    // [..., H out] -> [..., H, out], then each row's head: the one-hot's position.
+    auto sizes = y.sizes().vec();
+    sizes.back() = heads_.count;
+    sizes.push_back(out_);
+    const auto one_hot = input.narrow(-1, heads_.at, heads_.count);
+    // A row's head is its one-hot's one positive number (also once normalised per column),
+    // checked where that costs no device sync.
+    if (one_hot.device().is_cpu() && !one_hot.gt(0).sum(-1).eq(1).all().item<bool>())
+      throw Error("Mlp with " + std::to_string(heads_.count) + " heads: input columns " + std::to_string(heads_.at) +
+                  " to " + std::to_string(heads_.at + heads_.count - 1) +
+                  " are not a one-hot in every row: a row has no positive number or several (the observation must "
+                  "end in its task's one-hot)");
+    auto index = one_hot.argmax(-1, /*keepdim=*/true).unsqueeze(-1);  // [..., 1, 1]
+    auto pick = sizes;
+    pick[pick.size() - 2] = 1;
+    return y.view(sizes).gather(-2, index.expand(pick)).squeeze(-2);
   }
 
   /// The output layer, e.g. to rescale its initial weights.
@@ -8790,13 +8831,16 @@ class MlpImpl : public torch::nn::Cloneable<MlpImpl> {
   [[nodiscard]] const std::vector<torch::nn::Linear>& layers() const noexcept { return layers_; }
   [[nodiscard]] Activation activation() const noexcept { return activation_; }
   [[nodiscard]] std::int64_t in_features() const noexcept { return in_; }
+  /// One head's outputs (the output layer has `heads().count` times as many).
   [[nodiscard]] std::int64_t out_features() const noexcept { return out_; }
+  [[nodiscard]] const MlpHeads& heads() const noexcept { return heads_; }
 
  private:
   std::int64_t in_;
   std::vector<std::int64_t> hidden_;
   std::int64_t out_;
   Activation activation_;
+  MlpHeads heads_;
   std::vector<torch::nn::Linear> layers_;
 };
 TORCH_MODULE(Mlp);
@@ -8885,6 +8929,25 @@ inline void gemm(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std
   torch_gemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
+// Which head each row of `x` [B, in] takes: the one positive number of its one-hot (a
+// one-hot normalised per column keeps its 1 the only positive number), checked: a row with
+// none or several is named.
+inline void head_of_rows(const float* x, std::int64_t batch, std::int64_t in, const MlpHeads& heads,
+                         std::vector<std::int64_t>& out) {
+  out.resize(static_cast<std::size_t>(batch));
+  for (std::int64_t i = 0; i < batch; ++i) {
+    const float* h = x + i * in + heads.at;
+    std::int64_t k = -1, ones = 0;
+    for (std::int64_t j = 0; j < heads.count; ++j)
+      if (h[j] > 0.f) k = j, ++ones;
+    if (ones != 1)
+      throw Error("Mlp with " + std::to_string(heads.count) + " heads: input row " + std::to_string(i) + "'s columns " +
+                  std::to_string(heads.at) + " to " + std::to_string(heads.at + heads.count - 1) +
+                  " are not a one-hot: " + std::to_string(ones) + " positive numbers, not 1 (the observation must end in its task's one-hot)");
+    out[static_cast<std::size_t>(i)] = k;
+  }
+}
+
 }  // namespace detail
 
 /// One hand-written forward pass of an `Mlp` and what its backward needs (see file comment).
@@ -8944,7 +9007,17 @@ class MlpTape {
       in = h;
       in_dim = out_dim;
     }
-    return h_.back();
+    const auto& heads = m.heads();
+    if (heads.count == 1) return h_.back();
+    // Several heads: each row's own head, picked from the whole output layer's.
+    const std::int64_t out = m.out_features();
+    detail::head_of_rows(x_.data_ptr<float>(), batch, x_.size(1), heads, head_);
+    if (!y_.defined() || y_.size(0) != batch || y_.size(1) != out) y_ = at::empty({batch, out}, x.options());
+    const float* full = h_.back().data_ptr<float>();
+    float* y = y_.data_ptr<float>();
+    for (std::int64_t i = 0; i < batch; ++i)
+      std::copy_n(full + (i * heads.count + head_[static_cast<std::size_t>(i)]) * out, out, y + i * out);
+    return y_;
   }
 
   /// Backpropagates `dy` [B, out] through the last `forward`. When `grads` is given it
@@ -8956,6 +9029,16 @@ class MlpTape {
     const auto& layers = m.layers();
     const std::int64_t batch = x_.size(0);
     const float* d = dy.data_ptr<float>();
+    if (const auto& heads = m.heads(); heads.count > 1) {
+      // Several heads: each row's gradient goes to its head's outputs, zero to the others'.
+      const std::int64_t out = m.out_features();
+      at::Tensor& full = g_.back();  // the output layer's gradient buffer, unused otherwise
+      full.zero_();
+      float* f = full.data_ptr<float>();
+      for (std::int64_t i = 0; i < batch; ++i)
+        std::copy_n(d + i * out, out, f + (i * heads.count + head_[static_cast<std::size_t>(i)]) * out);
+      d = f;
+    }
     for (std::size_t k = layers.size(); k-- > 0;) {
       const std::int64_t out_dim = layers[k]->weight.size(0), in_dim = layers[k]->weight.size(1);
       const float* in = k ? h_[k - 1].data_ptr<float>() : x_.data_ptr<float>();
@@ -8986,6 +9069,8 @@ class MlpTape {
   std::vector<at::Tensor> h_;  // each layer's output (activated for hidden layers)
   std::vector<at::Tensor> g_;  // gradient buffers, one per layer
   std::vector<float> wt_;      // a layer's weight transposed, when that is faster (blas::transposed_copy_pays)
+  at::Tensor y_;                     // with several heads: each row's head's outputs
+  std::vector<std::int64_t> head_;  // with several heads: each row's head
 };
 
 }  // namespace anvil::nn
@@ -9786,7 +9871,9 @@ class GaussianActorImpl : public torch::nn::Cloneable<GaussianActorImpl> {
   }
 
   void reset() override {
-    net_ = register_module("net", Mlp(obs_dim_, widths(cfg_.hidden), 2 * act_dim_, cfg_.activation));
+    // Several heads read the task's one-hot, the observation's last `heads` numbers.
+    net_ = register_module("net", Mlp(obs_dim_, widths(cfg_.hidden), 2 * act_dim_, cfg_.activation,
+                                      MlpHeads{.count = cfg_.heads, .at = obs_dim_ - cfg_.heads}));
   }
 
   /// Mean and log standard deviation of the pre-squash Gaussian. The log std is squashed
@@ -10073,8 +10160,11 @@ class TwinQImpl : public torch::nn::Cloneable<TwinQImpl> {
   }
 
   void reset() override {
-    q1_ = register_module("q1", Mlp(obs_dim_ + act_dim_, widths(cfg_.hidden), 1, cfg_.activation));
-    q2_ = register_module("q2", Mlp(obs_dim_ + act_dim_, widths(cfg_.hidden), 1, cfg_.activation));
+    // Several heads read the task's one-hot, the observation's last `heads` numbers (the
+    // action follows the observation in each network's input).
+    const MlpHeads heads{.count = cfg_.heads, .at = obs_dim_ - cfg_.heads};
+    q1_ = register_module("q1", Mlp(obs_dim_ + act_dim_, widths(cfg_.hidden), 1, cfg_.activation, heads));
+    q2_ = register_module("q2", Mlp(obs_dim_ + act_dim_, widths(cfg_.hidden), 1, cfg_.activation, heads));
     // A clone rebuilds its own encoder here (the copy's holder still names the original's),
     // and copies the original's weights into it.
     if (encoder_) encoder_ = register_module("encoder", ObsEncoder(encoder_->layout(), encoder_->kind(), encoder_->features(), encoder_->width()));
@@ -17548,14 +17638,20 @@ inline Policy load_policy(const std::filesystem::path& path) {
   Policy p;
   p.env_ = r.string("env name");
   const auto kind = r.string("actor kind");
-  if (kind != "GaussianActor" && kind != "EncodedGaussianActor") r.fail("actor kind", "'" + kind + "' is not one this build knows");
+  if (kind != "GaussianActor" && kind != "EncodedGaussianActor" && kind != "MultiHeadGaussianActor")
+    r.fail("actor kind", "'" + kind + "' is not one this build knows");
   if (kind == "EncodedGaussianActor") p.encoder_ = nn::read_encoder(r);
+  nn::GaussianActorImpl::Config cfg;
+  if (kind == "MultiHeadGaussianActor") {  // an output head per task, picked by the observation's one-hot
+    cfg.heads = r.value<int>("head count");
+    if (cfg.heads < 2 || cfg.heads > (1 << 16)) r.fail("head count", "is out of range (2 to 65536)");
+  }
   p.obs_dim_ = r.value<std::int64_t>("observation size");
+  if (p.obs_dim_ < cfg.heads) r.fail("head count", "is larger than the observation size");
   if (p.encoder_ && p.obs_dim_ != p.encoder_->output_size())
     r.fail("observation size", std::to_string(p.obs_dim_) + " is not the encoder's " + std::to_string(p.encoder_->output_size()) + " features");
   p.act_dim_ = r.value<std::int64_t>("action size");
   if (p.obs_dim_ < 1 || p.act_dim_ < 1) r.fail("observation or action size", "is not positive");
-  nn::GaussianActorImpl::Config cfg;
   const auto layers = r.value<std::uint64_t>("hidden layer count");
   if (layers < 1 || layers > 64) r.fail("hidden layer count", "is out of range");
   std::vector<int> hidden;
@@ -17567,7 +17663,7 @@ inline Policy load_policy(const std::filesystem::path& path) {
   // flipped bit in a width must not allocate gigabytes).
   std::int64_t weights = 0, in = p.obs_dim_;
   for (int h : hidden) weights += in * h, in = h;
-  weights += in * p.act_dim_;
+  weights += in * p.act_dim_ * cfg.heads;
   r.expect_available(weights * static_cast<std::int64_t>(sizeof(float)), "hidden layer widths");
   cfg.hidden = hidden;
   const int activation = r.value<int>("activation");
@@ -17671,6 +17767,7 @@ inline void write_policy_safetensors(const Policy& p, const std::filesystem::pat
             {"activation", std::string(nn::enum_names(*cfg.activation)[static_cast<std::size_t>(*cfg.activation)])},
             {"log_std_min", exact_text(*cfg.log_std_min)},
             {"log_std_max", exact_text(*cfg.log_std_max)}};
+  if (cfg.heads > 1) t.meta["heads"] = std::to_string(*cfg.heads);  // the observation's last `heads` numbers pick one
   t.meta.insert(encoder_meta.begin(), encoder_meta.end());
   write_policy_tensors(file, std::move(t),
                        PolicyFileParts{p.env_, p.scale_, p.offset_, {}, {}, p.obs_mean_, p.obs_inv_std_, p.obs_clip_});
@@ -18103,7 +18200,10 @@ inline nn::CollectiveTransformer load_collective(const std::filesystem::path& fi
 /// task's T * softmax(-log alpha) (Yang et al. 2020, "Multi-Task Reinforcement Learning with
 /// Soft Modularization"; the Meta-World+ baselines' `use_task_weights`): the multi-task SAC
 /// of Yu et al. 2019 (Meta-World) with disentangled temperatures. `MultiTaskSAC` is this
-/// algorithm with those on by default, in its own config section (`mtsac`).
+/// algorithm with those on by default, in its own config section (`mtsac`). With
+/// `actor.heads` and `critic.heads` at the number of tasks, each task has its own output
+/// layer in the actor and the critics (nn::MlpHeads), picked by the observation's task
+/// one-hot: Meta-World's multi-head SAC (MT-MH-SAC).
 
 #include <torch/nn/module.h>
 #include <torch/utils.h>
@@ -19256,6 +19356,16 @@ class BasicSAC {
       }
     }
     const auto od = encoder ? encoder->output_size() : spec.obs_dim();
+    if constexpr (kDefaultNetworks) {  // output heads, one per task, read the observation's task one-hot
+      const auto tasks = static_cast<int>(spec.tasks.size());
+      for (const auto& [net, heads] : {std::pair{"actor", *cfg.actor->heads}, std::pair{"critic", *cfg.critic->heads}})
+        if (heads > 1 && (encoder || heads != tasks))
+          throw ConfigError(std::string(config_section.view()) + "." + net + ".heads=" + std::to_string(heads) +
+                            " gives each task its own output layer, picked by the observation's task one-hot: it "
+                            "needs an env with " + std::to_string(heads) + " tasks and float observations; " +
+                            spec.name + " has " + std::to_string(tasks) + " task" + (tasks == 1 ? "" : "s") +
+                            (encoder ? " and images" : ""));
+    }
     actor_ = Actor(od, ad, *cfg.actor);
     critic_ = Critic(od, ad, *cfg.critic);
     if constexpr (kReadsImages) {
@@ -19601,15 +19711,18 @@ class BasicSAC {
     requires std::same_as<Actor, nn::GaussianActor>
   {
     // A policy that reads images: the encoder (the critic's, shared) goes first.
+    const auto& ac = *cfg_.actor;
     if (const auto encoder = actor_->encoder()) {
       w.string("EncodedGaussianActor");
       nn::save_encoder(w, *encoder);
+    } else if (ac.heads > 1) {  // an output head per task (nn::MlpHeads)
+      w.string("MultiHeadGaussianActor");
+      w.value(*ac.heads);
     } else {
       w.string("GaussianActor");
     }
     w.value(static_cast<std::int64_t>(actor_->net()->in_features()));
     w.value(act_dim_);
-    const auto& ac = *cfg_.actor;
     w.value(static_cast<std::uint64_t>(ac.hidden->size()));
     for (int h : *ac.hidden) w.value(h);
     w.value(static_cast<int>(*ac.activation));

@@ -518,6 +518,116 @@ TEST_CASE("MultiTaskSAC: settings that cannot apply are refused naming the field
 }
 
 namespace {
+// Three tasks whose observations end in the task's one-hot (3 numbers, then 3), as a
+// multi-task suite's do, and batches of them.
+EnvSpec three_tasks_one_hot() {
+  auto s = three_tasks();
+  s.observation = Box{std::vector<float>(6, -10.f), std::vector<float>(6, 10.f)};
+  return s;
+}
+ReplayBatch one_hot_batch(std::int64_t n) {
+  auto b = tasked_batch(n);
+  const auto one_hot = at::one_hot(b.task, 3).to(at::kFloat);
+  b.obs = at::cat({b.obs, one_hot}, 1);
+  b.next_obs = at::cat({b.next_obs, one_hot}, 1);
+  return b;
+}
+MultiTaskSAC::Config multi_head() {
+  auto c = small_mt();
+  c.actor->heads = 3;
+  c.critic->heads = 3;
+  return c;
+}
+}  // namespace
+
+TEST_CASE("MultiTaskSAC with an output head per task (actor.heads, critic.heads): each row takes its task's head, the hand-written gradients match autograd's, and policy files keep the heads") {
+  SUBCASE("a row's output is its task's head, on the tape and through autograd") {
+    torch::manual_seed(5);
+    nn::Mlp m(7, std::vector<std::int64_t>{16}, 2, nn::Activation::relu, nn::MlpHeads{.count = 3, .at = 2});
+    auto x = torch::randn({9, 7});
+    const auto task = torch::arange(9, torch::kLong) % 3;
+    x.narrow(1, 2, 3).copy_(at::one_hot(task, 3).to(at::kFloat) * 2.5);  // a normalised one-hot: its one positive picks
+    const auto y = m->forward(x);
+    REQUIRE(y.sizes() == at::IntArrayRef{9, 2});
+    // By hand: the hidden layer, then each row's head's rows of the output layer.
+    auto hidden = m->layers()[0], output = m->layers()[1];
+    const auto h = torch::relu(hidden->forward(x));
+    const auto full = output->forward(h).view({9, 3, 2});
+    for (int i = 0; i < 9; ++i) CHECK(torch::allclose(y[i], full[i][task[i].item<int>()]));
+    torch::NoGradGuard no_grad;
+    nn::MlpTape tape;
+    CHECK(torch::allclose(tape.forward(*m, x), y, 1e-5, 1e-6));
+    // Its backward: a head that no row takes gets no gradient.
+    auto only0 = x.narrow(0, 0, 1).repeat({4, 1});
+    tape.forward(*m, only0);
+    std::vector<at::Tensor> grads;
+    for (auto& p : m->parameters()) grads.push_back(torch::empty_like(p));
+    tape.backward(*m, torch::ones({4, 2}), &grads, nullptr);
+    CHECK(grads[2].narrow(0, 0, 2).abs().sum().item<float>() > 0);
+    CHECK(grads[2].narrow(0, 2, 4).abs().sum().item<float>() == 0);
+    CHECK(grads[3].narrow(0, 2, 4).abs().sum().item<float>() == 0);
+    // A row that is not a one-hot is named, on either path.
+    x[4][2] = 1.0;  // row 4 is task 1 (column 3): a second positive number
+    CHECK_THROWS_WITH_AS(tape.forward(*m, x), doctest::Contains("input row 4's columns 2 to 4 are not a one-hot"), Error);
+    CHECK_THROWS_WITH_AS(m->forward(x), doctest::Contains("columns 2 to 4 are not a one-hot in every row"), Error);
+  }
+  SUBCASE("hand-written gradients match autograd's") {
+    auto train = [](bool manual) {
+      auto cfg = multi_head();
+      cfg.manual_backward = manual;
+      torch::manual_seed(21);
+      MultiTaskSAC sac(three_tasks_one_hot(), cfg, RunContext{});
+      CHECK(sac.manual_backward() == manual);
+      CHECK(sac.actor()->net()->layers().back()->weight.size(0) == 3 * 2);  // 3 heads of mean and log std
+      CHECK(sac.critic()->q1()->layers().back()->weight.size(0) == 3);
+      StepContext ctx;
+      torch::manual_seed(22);
+      for (int i = 0; i < 8; ++i) sac.update(one_hot_batch(60), ctx);
+      std::vector<at::Tensor> w;
+      for (auto& p : sac.actor()->parameters()) w.push_back(p.detach().clone());
+      for (auto& p : sac.critic()->parameters()) w.push_back(p.detach().clone());
+      w.push_back(sac.alphas());
+      return w;
+    };
+    check_close(train(true), train(false));
+  }
+  SUBCASE("policy.bin and policy.safetensors keep the heads; anvil::load_policy and anvil.load_policy act as SAC does") {
+    torch::manual_seed(4);
+    MultiTaskSAC sac(three_tasks_one_hot(), multi_head(), RunContext{});
+    StepContext ctx;
+    for (int i = 0; i < 3; ++i) sac.update(one_hot_batch(30), ctx);
+    const auto dir = std::filesystem::temp_directory_path() / ("anvil_sac_heads_policy_" + std::to_string(::getpid()));
+    std::filesystem::create_directories(dir);
+    const PolicyFileParts parts{"three tasks", torch::full({1}, 2.0f), torch::zeros({1}), {}, {}, {}, {}, 0};
+    write_policy(dir / "policy.bin", parts, [&](BinaryWriter& w) { sac.save_policy(w); });
+    CHECK(policy_kind(dir / "policy.bin") == "MultiHeadGaussianActor");
+    const auto policy = load_policy(dir / "policy.bin");
+    CHECK(policy.network()->config().heads == 3);
+    const auto obs = one_hot_batch(12).obs;
+    const auto expected = sac.act(obs, ActMode::deterministic) * 2.0;
+    CHECK(torch::allclose(policy.act(obs), expected, 1e-5, 1e-5));
+    // Each task's action is its own head's: the same state under another task acts otherwise.
+    auto other = obs.clone();
+    other.narrow(1, 3, 3).copy_(obs.narrow(1, 3, 3).roll(1, 1));
+    CHECK_FALSE(torch::allclose(policy.act(other), expected, 1e-3, 1e-3));
+    write_policy_safetensors(policy, dir / "policy.safetensors");
+    ANVIL_CHECK_POLICY_IN_PYTHON(dir / "policy.safetensors", {{"obs", obs}, {"action", expected}}, {});
+    std::filesystem::remove_all(dir);
+  }
+}
+
+TEST_CASE("MultiTaskSAC: heads that do not match the env's tasks are refused naming the field") {
+  auto cfg = small_mt();
+  cfg.critic->heads = 2;
+  CHECK_THROWS_WITH_AS(MultiTaskSAC(three_tasks_one_hot(), cfg, RunContext{}),
+                       doctest::Contains("mtsac.critic.heads=2 gives each task its own output layer"), ConfigError);
+  cfg.critic->heads = 3;
+  CHECK_THROWS_WITH_AS(MultiTaskSAC(envs::spec_of(envs::Pendulum{}), cfg, RunContext{}),
+                       doctest::Contains("needs an env with 3 tasks and float observations; Pendulum-v1 has 0 tasks"),
+                       ConfigError);
+}
+
+namespace {
 // Two copies of an algorithm from `make` (the same seed), one updated by `update`, one by
 // `update_as_captured`, on the same 12 batches from `batch` and the same noise, each through a
 // step context with `options` (micro-batches): their metrics, TD errors, networks,

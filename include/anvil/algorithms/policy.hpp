@@ -125,14 +125,20 @@ inline Policy load_policy(const std::filesystem::path& path) {
   Policy p;
   p.env_ = r.string("env name");
   const auto kind = r.string("actor kind");
-  if (kind != "GaussianActor" && kind != "EncodedGaussianActor") r.fail("actor kind", "'" + kind + "' is not one this build knows");
+  if (kind != "GaussianActor" && kind != "EncodedGaussianActor" && kind != "MultiHeadGaussianActor")
+    r.fail("actor kind", "'" + kind + "' is not one this build knows");
   if (kind == "EncodedGaussianActor") p.encoder_ = nn::read_encoder(r);
+  nn::GaussianActorImpl::Config cfg;
+  if (kind == "MultiHeadGaussianActor") {  // an output head per task, picked by the observation's one-hot
+    cfg.heads = r.value<int>("head count");
+    if (cfg.heads < 2 || cfg.heads > (1 << 16)) r.fail("head count", "is out of range (2 to 65536)");
+  }
   p.obs_dim_ = r.value<std::int64_t>("observation size");
+  if (p.obs_dim_ < cfg.heads) r.fail("head count", "is larger than the observation size");
   if (p.encoder_ && p.obs_dim_ != p.encoder_->output_size())
     r.fail("observation size", std::to_string(p.obs_dim_) + " is not the encoder's " + std::to_string(p.encoder_->output_size()) + " features");
   p.act_dim_ = r.value<std::int64_t>("action size");
   if (p.obs_dim_ < 1 || p.act_dim_ < 1) r.fail("observation or action size", "is not positive");
-  nn::GaussianActorImpl::Config cfg;
   const auto layers = r.value<std::uint64_t>("hidden layer count");
   if (layers < 1 || layers > 64) r.fail("hidden layer count", "is out of range");
   std::vector<int> hidden;
@@ -144,7 +150,7 @@ inline Policy load_policy(const std::filesystem::path& path) {
   // flipped bit in a width must not allocate gigabytes).
   std::int64_t weights = 0, in = p.obs_dim_;
   for (int h : hidden) weights += in * h, in = h;
-  weights += in * p.act_dim_;
+  weights += in * p.act_dim_ * cfg.heads;
   r.expect_available(weights * static_cast<std::int64_t>(sizeof(float)), "hidden layer widths");
   cfg.hidden = hidden;
   const int activation = r.value<int>("activation");
@@ -248,6 +254,7 @@ inline void write_policy_safetensors(const Policy& p, const std::filesystem::pat
             {"activation", std::string(nn::enum_names(*cfg.activation)[static_cast<std::size_t>(*cfg.activation)])},
             {"log_std_min", exact_text(*cfg.log_std_min)},
             {"log_std_max", exact_text(*cfg.log_std_max)}};
+  if (cfg.heads > 1) t.meta["heads"] = std::to_string(*cfg.heads);  // the observation's last `heads` numbers pick one
   t.meta.insert(encoder_meta.begin(), encoder_meta.end());
   write_policy_tensors(file, std::move(t),
                        PolicyFileParts{p.env_, p.scale_, p.offset_, {}, {}, p.obs_mean_, p.obs_inv_std_, p.obs_clip_});

@@ -12,7 +12,10 @@
 /// task's T * softmax(-log alpha) (Yang et al. 2020, "Multi-Task Reinforcement Learning with
 /// Soft Modularization"; the Meta-World+ baselines' `use_task_weights`): the multi-task SAC
 /// of Yu et al. 2019 (Meta-World) with disentangled temperatures. `MultiTaskSAC` is this
-/// algorithm with those on by default, in its own config section (`mtsac`).
+/// algorithm with those on by default, in its own config section (`mtsac`). With
+/// `actor.heads` and `critic.heads` at the number of tasks, each task has its own output
+/// layer in the actor and the critics (nn::MlpHeads), picked by the observation's task
+/// one-hot: Meta-World's multi-head SAC (MT-MH-SAC).
 
 #include <torch/nn/module.h>
 #include <torch/utils.h>
@@ -102,6 +105,16 @@ class BasicSAC {
       }
     }
     const auto od = encoder ? encoder->output_size() : spec.obs_dim();
+    if constexpr (kDefaultNetworks) {  // output heads, one per task, read the observation's task one-hot
+      const auto tasks = static_cast<int>(spec.tasks.size());
+      for (const auto& [net, heads] : {std::pair{"actor", *cfg.actor->heads}, std::pair{"critic", *cfg.critic->heads}})
+        if (heads > 1 && (encoder || heads != tasks))
+          throw ConfigError(std::string(config_section.view()) + "." + net + ".heads=" + std::to_string(heads) +
+                            " gives each task its own output layer, picked by the observation's task one-hot: it "
+                            "needs an env with " + std::to_string(heads) + " tasks and float observations; " +
+                            spec.name + " has " + std::to_string(tasks) + " task" + (tasks == 1 ? "" : "s") +
+                            (encoder ? " and images" : ""));
+    }
     actor_ = Actor(od, ad, *cfg.actor);
     critic_ = Critic(od, ad, *cfg.critic);
     if constexpr (kReadsImages) {
@@ -447,15 +460,18 @@ class BasicSAC {
     requires std::same_as<Actor, nn::GaussianActor>
   {
     // A policy that reads images: the encoder (the critic's, shared) goes first.
+    const auto& ac = *cfg_.actor;
     if (const auto encoder = actor_->encoder()) {
       w.string("EncodedGaussianActor");
       nn::save_encoder(w, *encoder);
+    } else if (ac.heads > 1) {  // an output head per task (nn::MlpHeads)
+      w.string("MultiHeadGaussianActor");
+      w.value(*ac.heads);
     } else {
       w.string("GaussianActor");
     }
     w.value(static_cast<std::int64_t>(actor_->net()->in_features()));
     w.value(act_dim_);
-    const auto& ac = *cfg_.actor;
     w.value(static_cast<std::uint64_t>(ac.hidden->size()));
     for (int h : *ac.hidden) w.value(h);
     w.value(static_cast<int>(*ac.activation));

@@ -34,7 +34,9 @@ class GaussianActorImpl : public torch::nn::Cloneable<GaussianActorImpl> {
   }
 
   void reset() override {
-    net_ = register_module("net", Mlp(obs_dim_, widths(cfg_.hidden), 2 * act_dim_, cfg_.activation));
+    // Several heads read the task's one-hot, the observation's last `heads` numbers.
+    net_ = register_module("net", Mlp(obs_dim_, widths(cfg_.hidden), 2 * act_dim_, cfg_.activation,
+                                      MlpHeads{.count = cfg_.heads, .at = obs_dim_ - cfg_.heads}));
   }
 
   /// Mean and log standard deviation of the pre-squash Gaussian. The log std is squashed

@@ -107,6 +107,25 @@ inline void gemm(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std
   torch_gemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
+// Which head each row of `x` [B, in] takes: the one positive number of its one-hot (a
+// one-hot normalised per column keeps its 1 the only positive number), checked: a row with
+// none or several is named.
+inline void head_of_rows(const float* x, std::int64_t batch, std::int64_t in, const MlpHeads& heads,
+                         std::vector<std::int64_t>& out) {
+  out.resize(static_cast<std::size_t>(batch));
+  for (std::int64_t i = 0; i < batch; ++i) {
+    const float* h = x + i * in + heads.at;
+    std::int64_t k = -1, ones = 0;
+    for (std::int64_t j = 0; j < heads.count; ++j)
+      if (h[j] > 0.f) k = j, ++ones;
+    if (ones != 1)
+      throw Error("Mlp with " + std::to_string(heads.count) + " heads: input row " + std::to_string(i) + "'s columns " +
+                  std::to_string(heads.at) + " to " + std::to_string(heads.at + heads.count - 1) +
+                  " are not a one-hot: " + std::to_string(ones) + " positive numbers, not 1 (the observation must end in its task's one-hot)");
+    out[static_cast<std::size_t>(i)] = k;
+  }
+}
+
 }  // namespace detail
 
 /// One hand-written forward pass of an `Mlp` and what its backward needs (see file comment).
@@ -166,7 +185,17 @@ class MlpTape {
       in = h;
       in_dim = out_dim;
     }
-    return h_.back();
+    const auto& heads = m.heads();
+    if (heads.count == 1) return h_.back();
+    // Several heads: each row's own head, picked from the whole output layer's.
+    const std::int64_t out = m.out_features();
+    detail::head_of_rows(x_.data_ptr<float>(), batch, x_.size(1), heads, head_);
+    if (!y_.defined() || y_.size(0) != batch || y_.size(1) != out) y_ = at::empty({batch, out}, x.options());
+    const float* full = h_.back().data_ptr<float>();
+    float* y = y_.data_ptr<float>();
+    for (std::int64_t i = 0; i < batch; ++i)
+      std::copy_n(full + (i * heads.count + head_[static_cast<std::size_t>(i)]) * out, out, y + i * out);
+    return y_;
   }
 
   /// Backpropagates `dy` [B, out] through the last `forward`. When `grads` is given it
@@ -178,6 +207,16 @@ class MlpTape {
     const auto& layers = m.layers();
     const std::int64_t batch = x_.size(0);
     const float* d = dy.data_ptr<float>();
+    if (const auto& heads = m.heads(); heads.count > 1) {
+      // Several heads: each row's gradient goes to its head's outputs, zero to the others'.
+      const std::int64_t out = m.out_features();
+      at::Tensor& full = g_.back();  // the output layer's gradient buffer, unused otherwise
+      full.zero_();
+      float* f = full.data_ptr<float>();
+      for (std::int64_t i = 0; i < batch; ++i)
+        std::copy_n(d + i * out, out, f + (i * heads.count + head_[static_cast<std::size_t>(i)]) * out);
+      d = f;
+    }
     for (std::size_t k = layers.size(); k-- > 0;) {
       const std::int64_t out_dim = layers[k]->weight.size(0), in_dim = layers[k]->weight.size(1);
       const float* in = k ? h_[k - 1].data_ptr<float>() : x_.data_ptr<float>();
@@ -208,6 +247,8 @@ class MlpTape {
   std::vector<at::Tensor> h_;  // each layer's output (activated for hidden layers)
   std::vector<at::Tensor> g_;  // gradient buffers, one per layer
   std::vector<float> wt_;      // a layer's weight transposed, when that is faster (blas::transposed_copy_pays)
+  at::Tensor y_;                     // with several heads: each row's head's outputs
+  std::vector<std::int64_t> head_;  // with several heads: each row's head
 };
 
 }  // namespace anvil::nn

@@ -26,14 +26,22 @@ struct GaussianActorConfig {
   Param<std::vector<int>, "hidden", "hidden layer widths", at_least(1)> hidden{256, 256};
   Param<Activation, "activation", "hidden-layer activation"> activation{Activation::relu};
   Param<double, "log_std_min", "lower bound of the log standard deviation"> log_std_min{-5.0};
-  Param<double, "log_std_max", "upper bound of the log standard deviation"> log_std_max{2.0};
+  Param<double, "log_std_max", "upper bound of the log standard deviation"> log_std_max{2.0};  Param<int, "heads",
+        "output heads: N > 1 gives each of N tasks its own output layer, picked by the observation's last N "
+        "numbers, the task's one-hot (a multi-task env's; multi-head SAC, Yu et al. 2019)",
+        at_least(1)>
+      heads{1};
 };
 
 /// The twin critics' shape (`TwinQ`), under the algorithm's `critic` section
 /// (`sac.critic.hidden=256,256`).
 struct TwinQConfig {
   Param<std::vector<int>, "hidden", "hidden layer widths", at_least(1)> hidden{256, 256};
-  Param<Activation, "activation", "hidden-layer activation"> activation{Activation::relu};
+  Param<Activation, "activation", "hidden-layer activation"> activation{Activation::relu};  Param<int, "heads",
+        "output heads: N > 1 gives each of N tasks its own output layer, picked by the observation's last N "
+        "numbers, the task's one-hot (a multi-task env's; multi-head SAC, Yu et al. 2019)",
+        at_least(1)>
+      heads{1};
 };
 
 /// Which convolutional encoder reads an image part of the observation.

@@ -26,8 +26,11 @@ class TwinQImpl : public torch::nn::Cloneable<TwinQImpl> {
   }
 
   void reset() override {
-    q1_ = register_module("q1", Mlp(obs_dim_ + act_dim_, widths(cfg_.hidden), 1, cfg_.activation));
-    q2_ = register_module("q2", Mlp(obs_dim_ + act_dim_, widths(cfg_.hidden), 1, cfg_.activation));
+    // Several heads read the task's one-hot, the observation's last `heads` numbers (the
+    // action follows the observation in each network's input).
+    const MlpHeads heads{.count = cfg_.heads, .at = obs_dim_ - cfg_.heads};
+    q1_ = register_module("q1", Mlp(obs_dim_ + act_dim_, widths(cfg_.hidden), 1, cfg_.activation, heads));
+    q2_ = register_module("q2", Mlp(obs_dim_ + act_dim_, widths(cfg_.hidden), 1, cfg_.activation, heads));
     // A clone rebuilds its own encoder here (the copy's holder still names the original's),
     // and copies the original's weights into it.
     if (encoder_) encoder_ = register_module("encoder", ObsEncoder(encoder_->layout(), encoder_->kind(), encoder_->features(), encoder_->width()));
