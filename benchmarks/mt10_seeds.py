@@ -86,6 +86,8 @@ def main():
                           "n_step": s["config"].get("buffer.n_step", 1),
                           "update_interval": s["config"].get("train.update_interval"),
                           "batch_size": s["config"].get("mtsac.batch_size"),
+                          "hidden": s["config"].get("mtsac.actor.hidden"),
+                          "heads": s["config"].get("mtsac.actor.heads", 1),
                           "command": command_of(out) or
                           f"TASKS={tasks_arg} SEED={seed} {parts}{extra}benchmarks/mt_sac_vs_sac.sh build {out} {steps}",
                           "cpu": cpu, "blas": blas, "host": "vm",
