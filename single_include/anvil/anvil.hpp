@@ -17335,6 +17335,7 @@ TORCH_MODULE(CollectiveTransformer);
 #include <fstream>
 #include <functional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 // ---- begin <anvil/core/safetensors.hpp> ----
@@ -17631,6 +17632,12 @@ inline void write_policy(const std::filesystem::path& file, const PolicyFilePart
   return r.string("actor kind");
 }
 
+/// Whether `load_policy` reads policy files of this kind (`policy_kind`): SAC's Gaussian
+/// actors, plain, through an image encoder, or with an output head per task.
+[[nodiscard]] inline bool loadable_policy_kind(std::string_view kind) {
+  return kind == "GaussianActor" || kind == "EncodedGaussianActor" || kind == "MultiHeadGaussianActor";
+}
+
 /// Reads a policy file written by a run (see file comment); a missing, truncated, corrupted
 /// or foreign file gets an error naming it and the field at fault.
 inline Policy load_policy(const std::filesystem::path& path) {
@@ -17638,8 +17645,7 @@ inline Policy load_policy(const std::filesystem::path& path) {
   Policy p;
   p.env_ = r.string("env name");
   const auto kind = r.string("actor kind");
-  if (kind != "GaussianActor" && kind != "EncodedGaussianActor" && kind != "MultiHeadGaussianActor")
-    r.fail("actor kind", "'" + kind + "' is not one this build knows");
+  if (!loadable_policy_kind(kind)) r.fail("actor kind", "'" + kind + "' is not one this build knows");
   if (kind == "EncodedGaussianActor") p.encoder_ = nn::read_encoder(r);
   nn::GaussianActorImpl::Config cfg;
   if (kind == "MultiHeadGaussianActor") {  // an output head per task, picked by the observation's one-hot
@@ -27237,8 +27243,7 @@ class BasicTrainer {
     write_policy(file, policy_file_parts(*collector_, norm_.get(), *cfg_.normalize),
                  [this](BinaryWriter& w) { algo_->save_policy(w); });
     // and the same policy as safetensors beside it, for PyTorch (anvil.load_policy)
-    if (const auto kind = file.extension() == ".bin" ? policy_kind(file) : std::string();
-        kind == "GaussianActor" || kind == "EncodedGaussianActor")
+    if (file.extension() == ".bin" && loadable_policy_kind(policy_kind(file)))
       write_policy_safetensors(load_policy(file), std::filesystem::path(file).replace_extension(".safetensors"));
   }
 

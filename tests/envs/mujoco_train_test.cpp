@@ -136,6 +136,46 @@ TEST_CASE("Trainer<MultiTaskSAC>: two tasks, balanced batches, a temperature per
   std::filesystem::remove_all(t.run_dir());
 }
 
+TEST_CASE("Trainer<MultiTaskSAC>: an output head per task (actor.heads, critic.heads) trains on the suite's one-hot, resumes and writes both policy files") {
+  using T = Trainer<MultiTaskSAC, UniformBuffer>;
+  T::Config c;
+  c.run->device = "cpu";
+  c.run->run_dir = temp_run_dir("mt_heads");
+  c.run->progress = ProgressMode::off;
+  c.env->num_envs = 4;
+  c.env->tasks = {"reach", "drawer-close"};
+  c.train->steps = 1200;
+  c.train->learning_starts = 800;
+  c.train->eval_interval = 0;
+  c.train->eval_episodes = 1;
+  c.algorithm->batch_size = 64;
+  c.algorithm->actor->hidden = {32, 32};
+  c.algorithm->critic->hidden = {32, 32};
+  c.algorithm->actor->heads = 2;
+  c.algorithm->critic->heads = 2;
+  T t(Manipulation{}, c);
+  CHECK(t.algorithm().manual_backward());
+  CHECK(t.fit().env_steps == 1200);
+  // policy.bin keeps the heads; policy.safetensors beside it says how many.
+  const auto policy = load_policy(t.run_dir() / "policy.bin");
+  CHECK(policy_kind(t.run_dir() / "policy.bin") == "MultiHeadGaussianActor");
+  CHECK(policy.network()->config().heads == 2);
+  const auto st = safetensors::read(t.run_dir() / "policy.safetensors");
+  CHECK(st.metadata.at("heads") == "2");
+  // Acting on the suite's observations (39 numbers, then the task's one-hot).
+  auto obs = torch::zeros({2, policy.obs_dim()});
+  obs[0][policy.obs_dim() - 2] = 1;
+  obs[1][policy.obs_dim() - 1] = 1;
+  CHECK(policy.act(obs).sizes() == at::IntArrayRef{2, policy.action_dim()});
+  CHECK_THROWS_WITH_AS((void)policy.act(torch::zeros({1, policy.obs_dim()})), doctest::Contains("not a one-hot"), Error);
+  auto rc = c;
+  rc.run->resume = "auto";
+  rc.train->steps = 1400;
+  T back(Manipulation{}, rc);
+  CHECK(back.fit().env_steps == 1400);
+  std::filesystem::remove_all(t.run_dir());
+}
+
 TEST_CASE("Trainer<SAC> learns reach: at least 80% of evaluation episodes succeed in 60K env steps (fixed seed)" * doctest::test_suite("learning")) {
   // The settings of configs/reach_cpu.yaml (60K env steps), on the suite's own reach
   // reward: with MetaWorld's (9.9 at 6 cm) this test saw 0.75 at 60K (docs/benchmarks/learning.md). gamma 0.95 suits a task whose goal is ~20 steps away;

@@ -21,6 +21,7 @@
 #include <fstream>
 #include <functional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <anvil/core/binary_io.hpp>
@@ -118,6 +119,12 @@ inline void write_policy(const std::filesystem::path& file, const PolicyFilePart
   return r.string("actor kind");
 }
 
+/// Whether `load_policy` reads policy files of this kind (`policy_kind`): SAC's Gaussian
+/// actors, plain, through an image encoder, or with an output head per task.
+[[nodiscard]] inline bool loadable_policy_kind(std::string_view kind) {
+  return kind == "GaussianActor" || kind == "EncodedGaussianActor" || kind == "MultiHeadGaussianActor";
+}
+
 /// Reads a policy file written by a run (see file comment); a missing, truncated, corrupted
 /// or foreign file gets an error naming it and the field at fault.
 inline Policy load_policy(const std::filesystem::path& path) {
@@ -125,8 +132,7 @@ inline Policy load_policy(const std::filesystem::path& path) {
   Policy p;
   p.env_ = r.string("env name");
   const auto kind = r.string("actor kind");
-  if (kind != "GaussianActor" && kind != "EncodedGaussianActor" && kind != "MultiHeadGaussianActor")
-    r.fail("actor kind", "'" + kind + "' is not one this build knows");
+  if (!loadable_policy_kind(kind)) r.fail("actor kind", "'" + kind + "' is not one this build knows");
   if (kind == "EncodedGaussianActor") p.encoder_ = nn::read_encoder(r);
   nn::GaussianActorImpl::Config cfg;
   if (kind == "MultiHeadGaussianActor") {  // an output head per task, picked by the observation's one-hot

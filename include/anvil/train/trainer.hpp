@@ -149,8 +149,7 @@ class BasicTrainer {
     write_policy(file, policy_file_parts(*collector_, norm_.get(), *cfg_.normalize),
                  [this](BinaryWriter& w) { algo_->save_policy(w); });
     // and the same policy as safetensors beside it, for PyTorch (anvil.load_policy)
-    if (const auto kind = file.extension() == ".bin" ? policy_kind(file) : std::string();
-        kind == "GaussianActor" || kind == "EncodedGaussianActor")
+    if (file.extension() == ".bin" && loadable_policy_kind(policy_kind(file)))
       write_policy_safetensors(load_policy(file), std::filesystem::path(file).replace_extension(".safetensors"));
   }
 
