@@ -25,6 +25,25 @@ envs::VecEnvConfig vec_config(int n, const std::string& suite, std::vector<std::
   c.tasks = std::move(tasks);
   return c;
 }
+// A short multi-task SAC run on reach and drawer-close: 4 envs, small networks, updates
+// from step 800, one evaluation episode per task at the end, in a fresh run directory.
+using TwoTasks = Trainer<MultiTaskSAC, UniformBuffer>;
+TwoTasks::Config two_tasks(const std::string& name, int steps) {
+  TwoTasks::Config c;
+  c.run->device = "cpu";
+  c.run->run_dir = temp_run_dir(name);
+  c.run->progress = ProgressMode::off;
+  c.env->num_envs = 4;
+  c.env->tasks = {"reach", "drawer-close"};
+  c.train->steps = steps;
+  c.train->learning_starts = 800;
+  c.train->eval_interval = 0;
+  c.train->eval_episodes = 1;
+  c.algorithm->batch_size = 64;
+  c.algorithm->actor->hidden = {32, 32};
+  c.algorithm->critic->hidden = {32, 32};
+  return c;
+}
 }  // namespace
 
 TEST_CASE("VecEnv<Manipulation>: env.suite spreads the envs over the tasks, steps carry tasks, episodes say whether they succeeded") {
@@ -91,21 +110,9 @@ TEST_CASE("VecEnv<Manipulation>: its saved state steps on bitwise, and a refused
 }
 
 TEST_CASE("Trainer<MultiTaskSAC>: two tasks, balanced batches, a temperature per task, each task's evaluation in metrics.csv and summary.json") {
-  using T = Trainer<MultiTaskSAC, UniformBuffer>;
-  T::Config c;
-  c.run->device = "cpu";
-  c.run->run_dir = temp_run_dir("mt_two_tasks");
-  c.run->progress = ProgressMode::off;
+  using T = TwoTasks;
+  auto c = two_tasks("mt_two_tasks", 1600);
   c.run->log_interval = 400;
-  c.env->num_envs = 4;
-  c.env->tasks = {"reach", "drawer-close"};
-  c.train->steps = 1600;
-  c.train->learning_starts = 800;
-  c.train->eval_interval = 0;
-  c.train->eval_episodes = 1;
-  c.algorithm->batch_size = 64;
-  c.algorithm->actor->hidden = {32, 32};
-  c.algorithm->critic->hidden = {32, 32};
   T t(Manipulation{}, c);
   CHECK(t.algorithm().temperatures() == 2);
   CHECK(t.buffer().balances_tasks());
@@ -137,20 +144,8 @@ TEST_CASE("Trainer<MultiTaskSAC>: two tasks, balanced batches, a temperature per
 }
 
 TEST_CASE("Trainer<MultiTaskSAC>: an output head per task (actor.heads, critic.heads) trains on the suite's one-hot, resumes and writes both policy files") {
-  using T = Trainer<MultiTaskSAC, UniformBuffer>;
-  T::Config c;
-  c.run->device = "cpu";
-  c.run->run_dir = temp_run_dir("mt_heads");
-  c.run->progress = ProgressMode::off;
-  c.env->num_envs = 4;
-  c.env->tasks = {"reach", "drawer-close"};
-  c.train->steps = 1200;
-  c.train->learning_starts = 800;
-  c.train->eval_interval = 0;
-  c.train->eval_episodes = 1;
-  c.algorithm->batch_size = 64;
-  c.algorithm->actor->hidden = {32, 32};
-  c.algorithm->critic->hidden = {32, 32};
+  using T = TwoTasks;
+  auto c = two_tasks("mt_heads", 1200);
   c.algorithm->actor->heads = 2;
   c.algorithm->critic->heads = 2;
   T t(Manipulation{}, c);
