@@ -44,6 +44,14 @@ TwoTasks::Config two_tasks(const std::string& name, int steps) {
   c.algorithm->critic->hidden = {32, 32};
   return c;
 }
+// Resumes the run of `c` from its latest checkpoint (the simulations' state included) and
+// trains on to `steps`.
+void check_resumes(TwoTasks::Config c, int steps) {
+  c.run->resume = "auto";
+  c.train->steps = steps;
+  TwoTasks back(Manipulation{}, c);
+  CHECK(back.fit().env_steps == steps);
+}
 }  // namespace
 
 TEST_CASE("VecEnv<Manipulation>: env.suite spreads the envs over the tasks, steps carry tasks, episodes say whether they succeeded") {
@@ -135,11 +143,7 @@ TEST_CASE("Trainer<MultiTaskSAC>: two tasks, balanced batches, a temperature per
   CHECK(summary.find("\"final_eval_tasks\"") != std::string::npos);
   CHECK(summary.find("\"drawer-close\": {") != std::string::npos);
   // A resumed run restores the simulations (checkpoint) and continues.
-  auto rc = c;
-  rc.run->resume = "auto";
-  rc.train->steps = 2000;
-  T back(Manipulation{}, rc);
-  CHECK(back.fit().env_steps == 2000);
+  check_resumes(c, 2000);
   std::filesystem::remove_all(t.run_dir());
 }
 
@@ -163,11 +167,7 @@ TEST_CASE("Trainer<MultiTaskSAC>: an output head per task (actor.heads, critic.h
   obs[1][policy.obs_dim() - 1] = 1;
   CHECK(policy.act(obs).sizes() == at::IntArrayRef{2, policy.action_dim()});
   CHECK_THROWS_WITH_AS((void)policy.act(torch::zeros({1, policy.obs_dim()})), doctest::Contains("not a one-hot"), Error);
-  auto rc = c;
-  rc.run->resume = "auto";
-  rc.train->steps = 1400;
-  T back(Manipulation{}, rc);
-  CHECK(back.fit().env_steps == 1400);
+  check_resumes(c, 1400);
   std::filesystem::remove_all(t.run_dir());
 }
 
