@@ -167,6 +167,16 @@ TEST_CASE("RolloutBuffer: each epoch hands out every row once, in a new order, i
     CHECK(seen == all);
   }
   CHECK(orders[0] != orders[1]);
+  // Rows by id (the CPU's byte-copy gather): each field's rows, the advantages normalised
+  // as torch's ops would; an id outside the rollout is refused with it named.
+  const auto index = torch::tensor({7, 0, 49, 3}, torch::kLong);
+  const RolloutBatch r = buf.rows(index);
+  CHECK(torch::equal(r.obs.squeeze(1), index.to(torch::kFloat)));
+  CHECK(torch::equal(r.returns, buf.returns().reshape({-1}).index_select(0, index)));
+  CHECK(torch::equal(r.value, buf.values().reshape({-1}).index_select(0, index)));
+  const auto adv = buf.advantages().reshape({-1}).index_select(0, index);
+  CHECK(torch::allclose(r.advantage, (adv - adv.mean()) / (adv.std() + 1e-8), 1e-5, 1e-6));
+  CHECK_THROWS_WITH_AS((void)buf.rows(torch::tensor({2, 50}, torch::kLong)), doctest::Contains("row 50 is outside"), Error);
   buf.clear();
   CHECK(buf.size() == 0);
   CHECK_THROWS_WITH_AS((void)buf.minibatches(16), doctest::Contains("finish()"), Error);
@@ -281,6 +291,29 @@ TEST_CASE("PPO: the hand-written path acts and updates as autograd does (Gaussia
       }
       CHECK(clip_max > 0);  // ratios left the clip range: both of max's branches were taken
     }
+}
+
+TEST_CASE("PPO: the hand-written path draws acting noise as at::randn does, below and above 16 values") {
+  // Under 16 values it draws them itself from torch's generator (PpoManual::randn); the
+  // autograd path calls randn_like. Same seed, same actions and log-probabilities.
+  for (const int rows : {1, 4, 5, 6}) {  // 3, 12, 15 and 18 values of 3 dimensions
+    CAPTURE(rows);
+    std::vector<at::Tensor> out[2];
+    for (const bool manual : {true, false}) {
+      PPO::Config cfg;
+      cfg.manual_backward = manual;
+      torch::manual_seed(5);
+      PPO ppo(spec(5, envs::Box{{-1, -1, -1}, {1, 1, 1}}), cfg, RunContext{});
+      torch::manual_seed(6);
+      for (int k = 0; k < 3; ++k) {
+        const auto a = ppo.act_for_rollout(torch::randn({rows, 5}));
+        out[manual].push_back(a.action);
+        out[manual].push_back(a.log_prob);
+      }
+      out[manual].push_back(torch::randn({2}));  // the generator moved on alike
+    }
+    for (std::size_t i = 0; i < out[0].size(); ++i) CHECK(torch::allclose(out[0][i], out[1][i], 1e-5, 1e-6));
+  }
 }
 
 TEST_CASE("PPO: the hand-written path is the default for both action spaces, and can be turned off") {

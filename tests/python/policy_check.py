@@ -1,7 +1,8 @@
 """anvil.load_policy(POLICY) against a C++ policy: CASES (safetensors a C++ test wrote) holds
 the inputs and the actions the C++ policy took; the torch module acts on the same inputs.
-Prints one JSON line; exits 1 when an action differs by more than 1e-5 (discrete ones at all)
-or the module's parameter names are not the file's.
+Prints one JSON line; exits 1 when an action differs by more than 1e-5 times the largest
+action's size (at least 1e-5: float rounding, in the env's units, so a bound of 2 allows 2e-5;
+discrete ones at all) or the module's parameter names are not the file's.
 
     policy_check.py POLICY CASES"""
 
@@ -52,4 +53,5 @@ exact = not ours.is_floating_point()
 diff = float((ours.to(torch.float64) - cxx.to(torch.float64)).abs().max())
 print(json.dumps({"kind": kind, "actions": int(cxx.numel()), "max_abs_diff": diff,
                   "largest_action": float(cxx.to(torch.float64).abs().max())}))
-sys.exit(1 if diff > (0 if exact else 1e-5) else 0)
+scale = max(1.0, float(cxx.to(torch.float64).abs().max())) if cxx.numel() else 1.0
+sys.exit(1 if diff > (0 if exact else 1e-5 * scale) else 0)

@@ -251,6 +251,7 @@ class RolloutBuffer : public BufferPolicy<"rollout", RolloutBatch, RolloutStep, 
   /// The rollout's rows `index` (int64 on the algorithm's device), advantages normalised
   /// when `rollout.normalize_advantage` is on and there are at least two rows.
   [[nodiscard]] RolloutBatch rows(const at::Tensor& index) const {
+    if (index.is_cpu() && flat_.obs.is_cpu()) return rows_on_cpu(index);
     RolloutBatch b{flat_.obs.index_select(0, index),      flat_.action.index_select(0, index),
                    flat_.log_prob.index_select(0, index), flat_.advantage.index_select(0, index),
                    flat_.returns.index_select(0, index),  flat_.value.index_select(0, index)};
@@ -296,6 +297,44 @@ class RolloutBuffer : public BufferPolicy<"rollout", RolloutBatch, RolloutStep, 
     }
     auto to = dst[t];
     to.copy_(src.reshape(to.sizes()));
+  }
+  // `rows` on the CPU, once per minibatch: each field's rows copied by bytes and the
+  // advantages normalised in one loop (mean and unbiased standard deviation in double
+  // precision, rounded to float as torch's ops would hold them), instead of thirteen
+  // LibTorch ops (about 25 us of a PPO update of 256 rows at RLtools' Pendulum config).
+  [[nodiscard]] RolloutBatch rows_on_cpu(const at::Tensor& index) const {
+    const auto ix = index.to(at::kLong).contiguous();
+    const std::int64_t k = ix.numel(), m = flat_.obs.size(0);
+    const std::int64_t* id = ix.data_ptr<std::int64_t>();
+    for (std::int64_t i = 0; i < k; ++i)
+      if (id[i] < 0 || id[i] >= m)
+        throw Error("RolloutBuffer::rows: row " + std::to_string(id[i]) + " is outside the rollout's " +
+                    std::to_string(m) + " rows");
+    auto gather = [&](const at::Tensor& src) {
+      auto sizes = src.sizes().vec();
+      sizes[0] = k;
+      auto out = at::empty(sizes, src.options());
+      const auto bytes = static_cast<std::size_t>(src.numel() / std::max<std::int64_t>(1, m)) * src.element_size();
+      const auto* from = static_cast<const char*>(src.data_ptr());
+      auto* to = static_cast<char*>(out.data_ptr());
+      for (std::int64_t i = 0; i < k; ++i)
+        std::memcpy(to + static_cast<std::size_t>(i) * bytes, from + static_cast<std::size_t>(id[i]) * bytes, bytes);
+      return out;
+    };
+    RolloutBatch b{gather(flat_.obs),       gather(flat_.action),  gather(flat_.log_prob),
+                   gather(flat_.advantage), gather(flat_.returns), gather(flat_.value)};
+    if (cfg_.normalize_advantage && k > 1) {
+      float* a = b.advantage.data_ptr<float>();
+      double sum = 0;
+      for (std::int64_t i = 0; i < k; ++i) sum += a[i];
+      const double mean = sum / static_cast<double>(k);
+      double ss = 0;
+      for (std::int64_t i = 0; i < k; ++i) ss += (a[i] - mean) * (a[i] - mean);
+      const auto mean_f = static_cast<float>(mean);
+      const float denom = static_cast<float>(std::sqrt(ss / static_cast<double>(k - 1))) + 1e-8f;
+      for (std::int64_t i = 0; i < k; ++i) a[i] = (a[i] - mean_f) / denom;
+    }
+    return b;
   }
   // What the rollout keeps of each step (and checkpoints mid-rollout).
   [[nodiscard]] std::vector<const at::Tensor*> kept() const {

@@ -63,6 +63,8 @@ class RunningMeanVar {
     const auto c = x.to(at::kCPU, at::kDouble).reshape({x.size(0), -1}).contiguous();
     add_rows(c.data_ptr<double>(), c.size(0), c.size(1));
   }
+  /// Adds `b` rows of this statistic's dimension at `rows` (no LibTorch op).
+  void update(const double* rows, std::int64_t b) { add_rows(rows, b, static_cast<std::int64_t>(now_.mean.size())); }
 
   /// Merges every rank's fresh statistics into the shared ones: `sum` adds a double tensor
   /// over the ranks in place. Afterwards every rank holds the same statistics.
@@ -106,7 +108,9 @@ class RunningMeanVar {
     variance(v);
     return v;
   }
-  /// The same into `v` (its buffer reused).
+  /// Population variance of dimension `j` (1 before anything was seen).
+  [[nodiscard]] double variance(std::size_t j) const { return now_.count > 0 ? now_.m2[j] / now_.count : 1.0; }
+  /// The same for every dimension into `v` (its buffer reused).
   void variance(std::vector<double>& v) const {
     v.assign(now_.m2.size(), 1.0);
     if (now_.count > 0)
@@ -339,11 +343,9 @@ class NormalizedVecEnv final : public VecEnvBase {
                         "normalize.gamma");
     const float* r = s.reward.data_ptr<float>();
     const float *term = s.terminated.data_ptr<float>(), *trunc = s.truncated.data_ptr<float>();
-    auto rets = at::empty({n_}, at::kDouble);
-    double* p = rets.data_ptr<double>();
-    for (std::int64_t i = 0; i < n_; ++i) p[i] = running_return_[i] = running_return_[i] * gamma_ + r[i];
-    state_->ret.update(rets);
-    const double scale = 1.0 / std::sqrt(state_->ret.variance()[0] + cfg_.epsilon), clip = cfg_.clip_reward;
+    for (std::int64_t i = 0; i < n_; ++i) running_return_[i] = running_return_[i] * gamma_ + r[i];
+    state_->ret.update(running_return_.data(), n_);  // every step: no LibTorch op
+    const double scale = 1.0 / std::sqrt(state_->ret.variance(0) + cfg_.epsilon), clip = cfg_.clip_reward;
     float* out = reward_.data_ptr<float>();
     for (std::int64_t i = 0; i < n_; ++i) {
       out[i] = static_cast<float>(std::clamp(r[i] * scale, -clip, clip));
