@@ -163,6 +163,8 @@ for w in ("learn", "ppo_learn"):
     if sides["rltools"]:
         lo, hi = min(sides["rltools"]), max(sides["rltools"])
         line["anvil_mean_inside_rltools_range"] = lo <= statistics.mean(sides["anvil"]) <= hi
+        # returns are higher-is-better: a mean above RLtools' best seed learns at least as well
+        line["anvil_mean_at_least_rltools_worst"] = statistics.mean(sides["anvil"]) >= lo
     print(json.dumps(line))
 med = lambda v: statistics.median(v) if v else None
 for w in dict.fromkeys(r["workload"] for r in rows if r["workload"] not in ("learn", "ppo_learn")):
