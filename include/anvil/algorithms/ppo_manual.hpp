@@ -73,7 +73,7 @@ class PpoManual {
   /// 16 values (acting for a few envs, once per env step) torch fills the tensor one value at
   /// a time from the default generator's `normal_distribution<double>`
   /// (aten/src/ATen/native/cpu/DistributionTemplates.h, `normal_kernel`, LibTorch 1.13 and
-  /// 2.x); so does this, without the op's dispatch and TensorIterator (about 0.7 us of the
+  /// 2.x); so does this, without the op's dispatch and TensorIterator (about 0.6 us of the
   /// 3.5 us a step took at RLtools' Pendulum config). From 16 values on, torch's op.
   static at::Tensor randn(std::int64_t n, std::int64_t ad, const at::TensorOptions& options) {
     if (n * ad >= 16) return at::randn({n, ad}, options);

@@ -303,14 +303,16 @@ class RolloutBuffer : public BufferPolicy<"rollout", RolloutBatch, RolloutStep, 
   // precision, rounded to float as torch's ops would hold them), instead of thirteen
   // LibTorch ops (about 25 us of a PPO update of 256 rows at RLtools' Pendulum config).
   [[nodiscard]] RolloutBatch rows_on_cpu(const at::Tensor& index) const {
-    const auto ix = index.to(at::kLong).contiguous();
+    const bool ready = index.scalar_type() == at::kLong && index.is_contiguous();
+    const auto ix = ready ? index : index.to(at::kLong).contiguous();
     const std::int64_t k = ix.numel(), m = flat_.obs.size(0);
     const std::int64_t* id = ix.data_ptr<std::int64_t>();
     for (std::int64_t i = 0; i < k; ++i)
       if (id[i] < 0 || id[i] >= m)
         throw Error("RolloutBuffer::rows: row " + std::to_string(id[i]) + " is outside the rollout's " +
                     std::to_string(m) + " rows");
-    auto gather = [&](const at::Tensor& src) {
+    auto gather = [&](const at::Tensor& field) {
+      const auto src = field.contiguous();  // the rollout's rows are; a no-op then
       auto sizes = src.sizes().vec();
       sizes[0] = k;
       auto out = at::empty(sizes, src.options());
