@@ -7662,9 +7662,8 @@ class RunningMeanVar {
   [[nodiscard]] double variance(std::size_t j) const { return now_.count > 0 ? now_.m2[j] / now_.count : 1.0; }
   /// The same for every dimension into `v` (its buffer reused).
   void variance(std::vector<double>& v) const {
-    v.assign(now_.m2.size(), 1.0);
-    if (now_.count > 0)
-      for (std::size_t j = 0; j < v.size(); ++j) v[j] = now_.m2[j] / now_.count;
+    v.resize(now_.m2.size());
+    for (std::size_t j = 0; j < v.size(); ++j) v[j] = variance(j);
   }
 
   // The statistics in two parts, saved apart: the merged ones every rank holds alike (the
@@ -19348,6 +19347,43 @@ struct SoftState {
 
 }  // namespace anvil::detail
 // ---- end <anvil/algorithms/soft_state.hpp> ----
+// ---- begin <anvil/core/randn.hpp> ----
+/// @file
+/// `anvil::randn(rows, cols, options)`: `at::randn({rows, cols}, options)`, the same values
+/// from the same generator, made cheap for the few values an algorithm draws to act once per
+/// env step. Below 16 float values on the CPU, torch fills the tensor one value at a time from
+/// the default generator's `normal_distribution<double>` (`normal_kernel` in
+/// aten/src/ATen/native/cpu/DistributionTemplates.h, LibTorch 1.13 and 2.x); so does this,
+/// without the op's dispatch and TensorIterator (about 0.6 us a call on the machines of
+/// docs/benchmarks/peers.md). Anything else is torch's op.
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/core/DistributionsHelper.h>
+
+#include <cstdint>
+#include <mutex>
+
+namespace anvil {
+
+/// Standard normal draws [rows, cols], as `at::randn` draws them (see file comment).
+[[nodiscard]] inline at::Tensor randn(std::int64_t rows, std::int64_t cols, const at::TensorOptions& options) {
+  const bool small = rows * cols < 16 && options.device().is_cpu() && options.dtype() == at::kFloat;
+  if (!small) return at::randn({rows, cols}, options);
+  auto out = at::empty({rows, cols}, options);
+  float* x = out.data_ptr<float>();
+  at::Generator gen = at::detail::getDefaultCPUGenerator();
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  auto* impl = at::check_generator<at::CPUGeneratorImpl>(gen);
+  for (std::int64_t i = 0; i < rows * cols; ++i) {
+    at::normal_distribution<double> normal(0.0, 1.0);
+    x[i] = static_cast<float>(normal(impl));
+  }
+  return out;
+}
+
+}  // namespace anvil
+// ---- end <anvil/core/randn.hpp> ----
 
 namespace anvil {
 
@@ -19482,7 +19518,7 @@ class BasicSAC {
         o = o.contiguous();
         auto action = at::empty({o.size(0), act_dim_}, o.options());
         if (mode == ActMode::explore)
-          manual_->act_tape.sample(*actor_, o, at::randn({o.size(0), act_dim_}, o.options()),
+          manual_->act_tape.sample(*actor_, o, anvil::randn(o.size(0), act_dim_, o.options()),
                                    action.data_ptr<float>(), act_dim_);
         else
           manual_->act_tape.mode(*actor_, o, action.data_ptr<float>(), act_dim_);
@@ -22111,14 +22147,11 @@ struct policy_config<RecurrentPPO> {
 /// reads. Gaussian (a log standard deviation given) or categorical policies; float32 on
 /// the CPU.
 
-#include <ATen/CPUGeneratorImpl.h>
-#include <ATen/core/DistributionsHelper.h>
 #include <torch/utils.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <mutex>
 #include <numbers>
 #include <vector>
 
@@ -22331,7 +22364,7 @@ class PpoManual {
   /// as the autograd path), and when `log_prob` is given each row's log-density into it.
   at::Tensor sample(const at::Tensor& mean, const at::Tensor& log_std, at::Tensor* log_prob) const {
     const std::int64_t n = mean.size(0), ad = mean.size(1);
-    auto action = randn(n, ad, mean.options());
+    auto action = anvil::randn(n, ad, mean.options());  // torch's draws, cheap for a few envs
     const float *m = mean.data_ptr<float>(), *ls = log_std.data_ptr<float>();
     float* a = action.data_ptr<float>();
     float* lp = log_prob ? log_prob->data_ptr<float>() : nullptr;
@@ -22357,26 +22390,6 @@ class PpoManual {
       if (lp) lp[i] = sum;
     }
     return action;
-  }
-
-  /// `at::randn({n, ad}, options)` on the CPU, the same values from the same generator. Under
-  /// 16 values (acting for a few envs, once per env step) torch fills the tensor one value at
-  /// a time from the default generator's `normal_distribution<double>`
-  /// (aten/src/ATen/native/cpu/DistributionTemplates.h, `normal_kernel`, LibTorch 1.13 and
-  /// 2.x); so does this, without the op's dispatch and TensorIterator (about 0.6 us of the
-  /// 3.5 us a step took at RLtools' Pendulum config). From 16 values on, torch's op.
-  static at::Tensor randn(std::int64_t n, std::int64_t ad, const at::TensorOptions& options) {
-    if (n * ad >= 16) return at::randn({n, ad}, options);
-    auto out = at::empty({n, ad}, options);
-    float* x = out.data_ptr<float>();
-    at::Generator gen = at::detail::getDefaultCPUGenerator();
-    std::lock_guard<std::mutex> lock(gen.mutex());
-    auto* impl = at::check_generator<at::CPUGeneratorImpl>(gen);
-    for (std::int64_t i = 0; i < n * ad; ++i) {
-      at::normal_distribution<double> normal(0.0, 1.0);
-      x[i] = static_cast<float>(normal(impl));
-    }
-    return out;
   }
 
   /// Actions drawn from the softmax of `logits` [N, K] by `multinomial` (the autograd path's

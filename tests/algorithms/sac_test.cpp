@@ -97,22 +97,26 @@ TEST_CASE("SAC: actions lie in [-1, 1] and the deterministic action is repeatabl
 }
 
 TEST_CASE("SAC: acting is the actor's forward on noise drawn first (the arithmetic a CUDA graph of acting holds), with either backward") {
-  for (const bool manual : {true, false}) {
-    CAPTURE(manual);
-    auto cfg = small();
-    cfg.manual_backward = manual;
-    torch::manual_seed(4);
-    SAC sac(envs::spec_of(envs::Pendulum{}), cfg, RunContext{});
-    const auto obs = torch::randn({16, 3}) * 2;
-    torch::manual_seed(9);
-    const auto a = sac.act(obs, ActMode::explore);
-    torch::manual_seed(9);
-    const auto noise = torch::randn({16, 1});
-    torch::NoGradGuard no_grad;
-    CHECK(torch::allclose(a, sac.actor()->sample(obs, noise).action, 1e-5, 1e-6));
-    CHECK(torch::allclose(sac.act(obs, ActMode::deterministic), sac.actor()->mode(obs), 1e-5, 1e-6));
-    CHECK(sac.graphed_acts() == 0);  // no graph on the CPU
-  }
+  // 1 and 4 rows: the hand-written path draws under 16 values itself (anvil::randn), as
+  // at::randn would; 16 rows: torch's op
+  for (const bool manual : {true, false})
+    for (const std::int64_t rows : {1, 4, 16}) {
+      CAPTURE(manual);
+      CAPTURE(rows);
+      auto cfg = small();
+      cfg.manual_backward = manual;
+      torch::manual_seed(4);
+      SAC sac(envs::spec_of(envs::Pendulum{}), cfg, RunContext{});
+      const auto obs = torch::randn({rows, 3}) * 2;
+      torch::manual_seed(9);
+      const auto a = sac.act(obs, ActMode::explore);
+      torch::manual_seed(9);
+      const auto noise = torch::randn({rows, 1});
+      torch::NoGradGuard no_grad;
+      CHECK(torch::allclose(a, sac.actor()->sample(obs, noise).action, 1e-5, 1e-6));
+      CHECK(torch::allclose(sac.act(obs, ActMode::deterministic), sac.actor()->mode(obs), 1e-5, 1e-6));
+      CHECK(sac.graphed_acts() == 0);  // no graph on the CPU
+    }
 }
 
 TEST_CASE("SAC: the temperature falls when entropy is above the target") {

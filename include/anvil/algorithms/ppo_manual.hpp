@@ -6,20 +6,18 @@
 /// reads. Gaussian (a log standard deviation given) or categorical policies; float32 on
 /// the CPU.
 
-#include <ATen/CPUGeneratorImpl.h>
-#include <ATen/core/DistributionsHelper.h>
 #include <torch/utils.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <mutex>
 #include <numbers>
 #include <vector>
 
 #include <anvil/algorithms/ppo_config.hpp>
 #include <anvil/algorithms/ppo_objective.hpp>
 #include <anvil/core/batch.hpp>
+#include <anvil/core/randn.hpp>
 #include <anvil/nn/manual_mlp.hpp>
 #include <anvil/nn/mlp.hpp>
 #include <anvil/optim/flat_adam.hpp>
@@ -41,7 +39,7 @@ class PpoManual {
   /// as the autograd path), and when `log_prob` is given each row's log-density into it.
   at::Tensor sample(const at::Tensor& mean, const at::Tensor& log_std, at::Tensor* log_prob) const {
     const std::int64_t n = mean.size(0), ad = mean.size(1);
-    auto action = randn(n, ad, mean.options());
+    auto action = anvil::randn(n, ad, mean.options());  // torch's draws, cheap for a few envs
     const float *m = mean.data_ptr<float>(), *ls = log_std.data_ptr<float>();
     float* a = action.data_ptr<float>();
     float* lp = log_prob ? log_prob->data_ptr<float>() : nullptr;
@@ -67,26 +65,6 @@ class PpoManual {
       if (lp) lp[i] = sum;
     }
     return action;
-  }
-
-  /// `at::randn({n, ad}, options)` on the CPU, the same values from the same generator. Under
-  /// 16 values (acting for a few envs, once per env step) torch fills the tensor one value at
-  /// a time from the default generator's `normal_distribution<double>`
-  /// (aten/src/ATen/native/cpu/DistributionTemplates.h, `normal_kernel`, LibTorch 1.13 and
-  /// 2.x); so does this, without the op's dispatch and TensorIterator (about 0.6 us of the
-  /// 3.5 us a step took at RLtools' Pendulum config). From 16 values on, torch's op.
-  static at::Tensor randn(std::int64_t n, std::int64_t ad, const at::TensorOptions& options) {
-    if (n * ad >= 16) return at::randn({n, ad}, options);
-    auto out = at::empty({n, ad}, options);
-    float* x = out.data_ptr<float>();
-    at::Generator gen = at::detail::getDefaultCPUGenerator();
-    std::lock_guard<std::mutex> lock(gen.mutex());
-    auto* impl = at::check_generator<at::CPUGeneratorImpl>(gen);
-    for (std::int64_t i = 0; i < n * ad; ++i) {
-      at::normal_distribution<double> normal(0.0, 1.0);
-      x[i] = static_cast<float>(normal(impl));
-    }
-    return out;
   }
 
   /// Actions drawn from the softmax of `logits` [N, K] by `multinomial` (the autograd path's

@@ -38,6 +38,7 @@
 #include <anvil/core/binary_io.hpp>
 #include <anvil/core/concepts.hpp>
 #include <anvil/core/policy_tensors.hpp>
+#include <anvil/core/randn.hpp>
 #include <anvil/core/context.hpp>
 #include <anvil/core/error.hpp>
 #include <anvil/core/spaces.hpp>
@@ -182,7 +183,7 @@ class BasicSAC {
         o = o.contiguous();
         auto action = at::empty({o.size(0), act_dim_}, o.options());
         if (mode == ActMode::explore)
-          manual_->act_tape.sample(*actor_, o, at::randn({o.size(0), act_dim_}, o.options()),
+          manual_->act_tape.sample(*actor_, o, anvil::randn(o.size(0), act_dim_, o.options()),
                                    action.data_ptr<float>(), act_dim_);
         else
           manual_->act_tape.mode(*actor_, o, action.data_ptr<float>(), act_dim_);

@@ -112,9 +112,8 @@ class RunningMeanVar {
   [[nodiscard]] double variance(std::size_t j) const { return now_.count > 0 ? now_.m2[j] / now_.count : 1.0; }
   /// The same for every dimension into `v` (its buffer reused).
   void variance(std::vector<double>& v) const {
-    v.assign(now_.m2.size(), 1.0);
-    if (now_.count > 0)
-      for (std::size_t j = 0; j < v.size(); ++j) v[j] = now_.m2[j] / now_.count;
+    v.resize(now_.m2.size());
+    for (std::size_t j = 0; j < v.size(); ++j) v[j] = variance(j);
   }
 
   // The statistics in two parts, saved apart: the merged ones every rank holds alike (the
