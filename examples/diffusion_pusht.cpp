@@ -62,6 +62,16 @@ struct Experiment {
   anvil::Param<int, "demos", "successful demonstrations to record (record)", anvil::at_least(1)> demos{200};
   anvil::Param<std::string, "file", "the demonstration file written (record)"> file{"data/pusht_demos.hdf5"};
   anvil::Param<std::int64_t, "seed", "first seed of the recorded episodes (record)", anvil::at_least(0)> seed{0};
+  anvil::Param<double, "expert_detour",
+               "chance the expert goes round the block the longer way when the shorter turns over a quarter circle: a "
+               "person's either-way choice (record, expert; 0: one choice a state)",
+               anvil::in_range(0, 1)>
+      expert_detour{0.0};
+  anvil::Param<double, "expert_choice",
+               "the expert picks at random among pushes whose gain is within this fraction of the best's (record, "
+               "expert; 0: always the best)",
+               anvil::in_range(0, 1)>
+      expert_choice{0.0};
   anvil::Param<int, "test_episodes", "test seeds 100000 .. 100000 + n - 1 (expert, eval)", anvil::at_least(1)> test_episodes{50};
   anvil::Param<std::string, "run", "a training run's directory (eval)"> run{""};
 };
@@ -96,6 +106,14 @@ VecEnvConfig env_section(const anvil::Args& args) {
   return *t.env;
 }
 
+// The expert as the experiment section asks: one choice a state, or a person's variety.
+PushTExpert::Options expert_options(const Experiment& e) {
+  PushTExpert::Options o;
+  o.detour = e.expert_detour;
+  o.choice = e.expert_choice;
+  return o;
+}
+
 int record(const Experiment& e, const VecEnvConfig& env_cfg, bool quiet = false) {
   const bool image = *env_cfg.observation == ObservationKind::image;
   anvil::Demonstrations d;
@@ -108,7 +126,7 @@ int record(const Experiment& e, const VecEnvConfig& env_cfg, bool quiet = false)
     d.obs_parts = {{"keypoints", 2 * PushT::kNumKeypoints}, {"agent_pos", 2}};
     d.obs_dim = PushT::kObsDim;
   }
-  const PushTExpert expert;
+  const PushTExpert expert(expert_options(e));
   PushT env;
   auto canvas = anvil::envs::chipmunk::push_t_canvas(env_cfg.image_size_or(96));
   int tried = 0;
@@ -145,7 +163,7 @@ int record(const Experiment& e, const VecEnvConfig& env_cfg, bool quiet = false)
 
 // The expert on the test seeds: mean best reward (the published score) and success rate.
 int expert_score(const Experiment& e) {
-  const PushTExpert expert;
+  const PushTExpert expert(expert_options(e));
   double score = 0, success = 0;
   for (int i = 0; i < e.test_episodes; ++i) {
     PushT env;

@@ -214,6 +214,47 @@ TEST_CASE("Push-T: the scripted expert reaches the goal from most starts, with s
   CHECK(anvil::envs::chipmunk::PushTExpert::cost({PushT::kGoal[0] + 3, PushT::kGoal[1] + 4, PushT::kGoal[2]}) == doctest::Approx(5.0));
 }
 
+TEST_CASE("Push-T: the varied expert chooses as a person might, still solves, and repeats itself for a seed") {
+  using anvil::envs::chipmunk::PushTExpert;
+  PushTExpert::Options o;
+  o.detour = 0.5;
+  o.choice = 0.3;
+  const PushTExpert varied(o), plain;
+  auto actions = [](const PushTExpert& e, std::uint64_t seed, bool& solved) {
+    PushT env;
+    std::vector<float> out;
+    solved = e.run(env, seed, [&](std::span<const float>, std::span<const float> a) { out.insert(out.end(), a.begin(), a.end()); });
+    return out;
+  };
+  int solved = 0, differ = 0;
+  for (std::uint64_t seed = 0; seed < 12; ++seed) {
+    bool ok = false, again = false, plain_ok = false;
+    const auto a = actions(varied, 7000 + seed, ok);
+    CHECK(actions(varied, 7000 + seed, again) == a);  // the choices come from the episode's seed
+    CHECK(again == ok);
+    differ += actions(plain, 7000 + seed, plain_ok) != a;
+    solved += ok;
+  }
+  MESSAGE("the varied expert solved " << solved << " of 12; its path differed from the plain expert's on " << differ);
+  CHECK(solved >= 9);
+  CHECK(differ >= 6);
+  // Each kind of choice on its own changes some paths.
+  PushTExpert::Options detour_only, choice_only;
+  detour_only.detour = 1.0;
+  choice_only.choice = 0.3;
+  int detoured = 0, chose = 0;
+  for (std::uint64_t seed = 0; seed < 6; ++seed) {
+    bool ok = false;
+    const auto p = actions(plain, 7000 + seed, ok);
+    detoured += actions(PushTExpert(detour_only), 7000 + seed, ok) != p;
+    chose += actions(PushTExpert(choice_only), 7000 + seed, ok) != p;
+  }
+  CHECK(detoured >= 1);
+  CHECK(chose >= 1);
+  CHECK_FALSE(PushTExpert().options().varied());
+  CHECK(varied.options().varied());
+}
+
 TEST_CASE("Push-T as pixels: a known state gives the known image at 96x96 (pusher, block, goal, y down the rows)") {
   using namespace anvil::envs::chipmunk;
   auto cv = push_t_canvas(96);

@@ -15,7 +15,15 @@
 ///     moving at `travel_speed` and then `push_speed` pixels per step.
 ///
 /// It replans after every push. The actions are the commanded points, one per step, so the
-/// demonstrations are smooth paths as a person's are. Light header: no torch.
+/// demonstrations are smooth paths as a person's are.
+///
+/// By default it makes one choice at every state, which a person does not: the paper's
+/// demonstrations are human (Chi et al. 2023, section V-A), and their multimodality, going
+/// round the block either way, pushing one of several good places, is what Diffusion Policy
+/// is built to learn. `Options::detour` and `Options::choice` make the expert choose as a
+/// person might (going round the longer way at random when the shorter turns more than a
+/// quarter circle; any push nearly as good as the best), drawn from a generator seeded by
+/// the episode's seed, so a recording is still reproducible. Light header: no torch.
 
 #include <algorithm>
 #include <array>
@@ -26,6 +34,7 @@
 #include <span>
 #include <vector>
 
+#include <anvil/core/random.hpp>
 #include <anvil/envs/chipmunk/push_t.hpp>
 #include <anvil/envs/detail/convex_polygon.hpp>
 
@@ -41,22 +50,38 @@ class PushTExpert {
     double travel_speed = 24.0;                       ///< commanded point's speed when travelling
     double push_speed = 10.0;                         ///< and when pushing
     double clearance = 10.0;                          ///< kept between pusher and block when travelling
+    /// Chance of going round the block the longer way when the shorter way turns more than a
+    /// quarter circle (0: always the shorter).
+    double detour = 0.0;
+    /// A push whose gain (fall of `cost`) is at least (1 - choice) of the best push's is
+    /// picked as often as the best (0: always the best).
+    double choice = 0.0;
+    /// Whether either of the above draws: the planner is then no longer one choice a state.
+    [[nodiscard]] bool varied() const noexcept { return detour > 0 || choice > 0; }
   };
 
   PushTExpert() : PushTExpert(Options{}) {}
   explicit PushTExpert(Options o) : o_(std::move(o)) { candidates(); }
 
-  /// The commanded points of the next push (travel, push, settle) from `env`'s state.
-  [[nodiscard]] std::vector<std::array<float, 2>> plan(const PushT& env) const {
+  /// The commanded points of the next push (travel, push, settle) from `env`'s state. `rng`
+  /// draws the choices `Options::detour` and `Options::choice` allow (none when null).
+  [[nodiscard]] std::vector<std::array<float, 2>> plan(const PushT& env, Rng* rng = nullptr) const {
     const auto pose = env.block_pose();
     const auto st = env.state();
-    double best = cost(pose);
+    const double now = cost(pose);
+    double best = now;
     const Candidate* pick = nullptr;
     double pick_len = 0;
+    struct Tried {
+      const Candidate* c;
+      double len, after;
+    };
+    std::vector<Tried> improving;
     PushT sim(env);
     for (const auto& c : cands_) {
       for (double len : o_.lengths) {
         const double after = try_push(sim, st, pose, c, len);
+        if (after < now - 1e-9) improving.push_back({&c, len, after});
         if (after < best - 1e-9) {
           best = after;
           pick = &c;
@@ -64,14 +89,25 @@ class PushTExpert {
         }
       }
     }
+    if (pick && rng && o_.choice > 0) {
+      // Any push nearly as good as the best, as likely as the best.
+      std::vector<const Tried*> near;
+      for (const auto& t : improving)
+        if (now - t.after >= (1.0 - o_.choice) * (now - best)) near.push_back(&t);
+      const auto* t = near[static_cast<std::size_t>(rng->below(near.size()))];
+      pick = t->c;
+      pick_len = t->len;
+    }
     if (!pick) {
       // No push improves: the shortest push of the first candidate that moves the block at
       // all (a nudge out of a stall), else nothing.
       pick = &cands_.front();
       pick_len = o_.lengths.front();
     }
-    return path(st, pose, *pick, pick_len);
+    return path(st, pose, *pick, pick_len, rng);
   }
+
+  [[nodiscard]] const Options& options() const noexcept { return o_; }
 
   /// The mean distance of the block's keypoints from the goal's, pixels.
   [[nodiscard]] static double cost(const detail::Pose2& pose) {
@@ -86,11 +122,14 @@ class PushTExpert {
   }
 
   /// Runs one episode from `seed` with this expert, calling `record(obs, action)` before
-  /// each step; returns whether it succeeded within the time limit.
+  /// each step; returns whether it succeeded within the time limit. A varied expert's
+  /// choices are drawn from a generator seeded by `seed`.
   bool run(PushT& env, std::uint64_t seed, const std::function<void(std::span<const float>, std::span<const float>)>& record) const {
     auto obs = env.reset(seed);
+    Rng rng(splitmix64(seed ^ 0x5055534854455850ull));  // "PUSHTEXP": apart from the env's own streams
+    Rng* draws = o_.varied() ? &rng : nullptr;
     while (true) {
-      for (const auto& a : plan(env)) {
+      for (const auto& a : plan(env, draws)) {
         if (record) record(obs, a);
         const auto r = env.step(a);
         obs = r.observation;
@@ -183,7 +222,8 @@ class PushTExpert {
   }
 
   // Travel (clear of the block) to the chosen push's pre-contact point, then the push.
-  [[nodiscard]] std::vector<std::array<float, 2>> path(const PushT::State& st, const detail::Pose2& pose, const Candidate& c, double len) const {
+  [[nodiscard]] std::vector<std::array<float, 2>> path(const PushT::State& st, const detail::Pose2& pose, const Candidate& c, double len,
+                                                      Rng* rng) const {
     std::vector<std::array<float, 2>> out;
     const detail::Vec2 start{st.agent_x, st.agent_y};
     const auto pre = pose.apply(offset(c, PushT::kPusherRadius + o_.margin));
@@ -202,7 +242,9 @@ class PushTExpert {
         line(p, out0, o_.travel_speed, out);
         p = out0;
       }
-      double da = std::remainder(a1 - a0, 2.0 * std::numbers::pi);
+      double da = std::remainder(a1 - a0, 2.0 * std::numbers::pi);  // the shorter way round
+      if (rng && o_.detour > 0 && std::abs(da) > std::numbers::pi / 2 && rng->uniform() < o_.detour)
+        da -= std::copysign(2.0 * std::numbers::pi, da);
       const double r0 = std::max(radius, std::hypot(p.x - cog.x, p.y - cog.y));
       const int n = std::max(1, static_cast<int>(std::ceil(std::abs(da) * r0 / o_.travel_speed)));
       for (int i = 1; i <= n; ++i) {
