@@ -252,6 +252,12 @@ TEST_CASE("Push-T: the varied expert chooses as a person might, still solves, an
   CHECK(detoured >= 1);
   CHECK(chose >= 1);
   CHECK_FALSE(PushTExpert().options().varied());
+  PushTExpert::Options bad;
+  bad.choice = 1.5;
+  CHECK_THROWS_WITH_AS(PushTExpert{bad}, doctest::Contains("Options::choice"), anvil::ConfigError);
+  bad.choice = 0;
+  bad.detour = -0.1;
+  CHECK_THROWS_WITH_AS(PushTExpert{bad}, doctest::Contains("Options::detour"), anvil::ConfigError);
   CHECK(varied.options().varied());
 }
 

@@ -32,8 +32,10 @@
 #include <functional>
 #include <numbers>
 #include <span>
+#include <string>
 #include <vector>
 
+#include <anvil/core/error.hpp>
 #include <anvil/core/random.hpp>
 #include <anvil/envs/chipmunk/push_t.hpp>
 #include <anvil/envs/detail/convex_polygon.hpp>
@@ -61,7 +63,13 @@ class PushTExpert {
   };
 
   PushTExpert() : PushTExpert(Options{}) {}
-  explicit PushTExpert(Options o) : o_(std::move(o)) { candidates(); }
+  explicit PushTExpert(Options o) : o_(std::move(o)) {
+    if (!(o_.detour >= 0 && o_.detour <= 1))
+      throw ConfigError("PushTExpert::Options::detour: " + std::to_string(o_.detour) + " is not a chance in [0, 1]");
+    if (!(o_.choice >= 0 && o_.choice <= 1))
+      throw ConfigError("PushTExpert::Options::choice: " + std::to_string(o_.choice) + " is not a fraction in [0, 1]");
+    candidates();
+  }
 
   /// The commanded points of the next push (travel, push, settle) from `env`'s state. `rng`
   /// draws the choices `Options::detour` and `Options::choice` allow (none when null).
@@ -107,6 +115,7 @@ class PushTExpert {
     return path(st, pose, *pick, pick_len, rng);
   }
 
+  /// The options it plans by.
   [[nodiscard]] const Options& options() const noexcept { return o_; }
 
   /// The mean distance of the block's keypoints from the goal's, pixels.
