@@ -84,12 +84,13 @@ class PushTExpert {
       const Candidate* c;
       double len, after;
     };
-    std::vector<Tried> improving;
+    const bool draw_choice = rng && o_.choice > 0;
+    std::vector<Tried> improving;  // kept only when a push is drawn among them
     PushT sim(env);
     for (const auto& c : cands_) {
       for (double len : o_.lengths) {
         const double after = try_push(sim, st, pose, c, len);
-        if (after < now - 1e-9) improving.push_back({&c, len, after});
+        if (draw_choice && after < now - 1e-9) improving.push_back({&c, len, after});
         if (after < best - 1e-9) {
           best = after;
           pick = &c;
@@ -97,7 +98,7 @@ class PushTExpert {
         }
       }
     }
-    if (pick && rng && o_.choice > 0) {
+    if (pick && draw_choice) {
       // Any push nearly as good as the best, as likely as the best.
       std::vector<const Tried*> near;
       for (const auto& t : improving)
