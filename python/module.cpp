@@ -41,6 +41,7 @@
 #include <anvil/core/hyperparams.hpp>
 #include <anvil/envs/multi_agent/registry.hpp>
 #include <anvil/envs/registry.hpp>
+#include <anvil/envs/vec_env.hpp>
 #include <anvil/train/signals.hpp>
 #ifdef ANVIL_WITH_MUJOCO
 #include <anvil/envs/mujoco/manipulation.hpp>
@@ -539,6 +540,37 @@ double bare_step_us(const std::string& id, int num_envs, std::int64_t batches) {
   return us.count() / static_cast<double>(batches);
 }
 
+// Env steps per second of a Python env (python:MODULE:ATTR) stepped by anvil's VecEnv in this
+// interpreter (env.workers=0), with fixed actions of 0.5: the loop bench_python_envs times in
+// a C++ main, here with the interpreter that imported this module as the host
+// (benchmarks/python_host_steps.py). The median of three timed stretches of `seconds`.
+double python_step_rate(const std::string& id, int num_envs, double seconds) {
+  if (!pyenv::is_python_id(id)) throw py::value_error("id: " + id + " is not python:MODULE:ATTR");
+  if (num_envs < 1 || !(seconds > 0)) throw py::value_error("num_envs and seconds must be positive");
+  anvil::envs::VecEnvConfig cfg;
+  cfg.id = id;
+  cfg.num_envs = num_envs;
+  auto venv = anvil::envs::make_vec_env(training_env(py::str(id), id, "", "", cfg), cfg, 0);
+  const auto actions = at::full({static_cast<std::int64_t>(num_envs), venv->spec().action_dim()}, 0.5f);
+  py::gil_scoped_release nogil;  // the door takes it once per batched step, as in training
+  venv->reset();
+  for (int i = 0; i < 20; ++i) venv->step(actions);
+  std::vector<double> rates;
+  for (int r = 0; r < 3; ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    long calls = 0;
+    double elapsed = 0;
+    do {
+      venv->step(actions);
+      ++calls;
+      elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    } while (elapsed < seconds);
+    rates.push_back(static_cast<double>(calls) * num_envs / elapsed);
+  }
+  std::sort(rates.begin(), rates.end());
+  return rates[1];
+}
+
 // The deterministic actions of a run's policy.bin (anvil::load_policy, the C++ policy) for
 // observations [N, obs_dim]: what anvil.load_policy's torch module is checked against.
 py::array_t<float> policy_act(const std::string& path, const py::array_t<float, py::array::c_style | py::array::forcecast>& obs) {
@@ -609,6 +641,7 @@ PYBIND11_MODULE(_anvil, m) {
   m.def("algorithms", [] { return std::vector<std::string>(kAlgorithms.begin(), kAlgorithms.end()); });
   m.def("env_ids", &cxx_env_ids);
   m.def("_bare_step_us", &bare_step_us, py::arg("id"), py::arg("num_envs"), py::arg("batches"));
+  m.def("_python_step_rate", &python_step_rate, py::arg("id"), py::arg("num_envs"), py::arg("seconds"));
   m.def("policy_act", &policy_act, py::arg("path"), py::arg("obs"));
 
   py::class_<VecEnv>(m, "VecEnv")

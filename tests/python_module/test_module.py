@@ -220,6 +220,16 @@ def test_make_vec_seeds_repeat_and_differ_between_envs():
             assert np.array_equal(u, v)
 
 
+def test_python_step_rate_steps_a_python_env_in_this_interpreter():
+    # the hook benchmarks/python_host_steps.py times: anvil's VecEnv stepping a Python env
+    # with this interpreter as the host (env.workers=0)
+    assert anvil._anvil._python_step_rate("python:pendulum:make", 2, 0.02) > 0
+    with pytest.raises(ValueError, match="python:MODULE:ATTR"):
+        anvil._anvil._python_step_rate("Pendulum-v1", 2, 0.02)
+    with pytest.raises(anvil.ConfigError, match="nowhere_module"):
+        anvil._anvil._python_step_rate("python:nowhere_module:make", 2, 0.02)
+
+
 def test_make_vec_autoreset_next_step_and_same_step():
     nxt = anvil.make_vec("Pendulum-v1", 3)
     same = anvil.make_vec("Pendulum-v1", 3, autoreset_mode="same_step")
