@@ -9062,6 +9062,50 @@ class MlpTape {
     }
   }
 
+  /// The input gradient of some rows of the last `forward` alone, for a loss whose other
+  /// rows have a zero output gradient (so a zero input gradient: nothing is computed for
+  /// them). `dy` [R, out] holds the output gradients of the rows `rows` (indices into the
+  /// forward's batch), in that order; `dx` [R, cols] receives columns [first_col,
+  /// first_col + cols) of their input gradients, in the same order. No parameter gradients.
+  /// Each row's result is `backward`'s for that row: only the rows and columns asked are
+  /// multiplied. SAC's actor loss takes min(Q1, Q2), whose gradient reaches one critic per
+  /// row, and needs only the action's columns: this halves its products through the critics.
+  void backward_input_rows(const MlpImpl& m, const float* dy, const std::vector<std::int64_t>& rows, float* dx,
+                           std::int64_t first_col, std::int64_t cols) {
+    const auto& layers = m.layers();
+    const auto r = static_cast<std::int64_t>(rows.size());
+    if (r == 0) return;
+    const float* d = dy;
+    if (const auto& heads = m.heads(); heads.count > 1) {
+      // Several heads: each row's gradient goes to its head's outputs, zero to the others'.
+      const std::int64_t out = m.out_features(), wide = out * heads.count;
+      rows_d_.assign(static_cast<std::size_t>(r * wide), 0.f);
+      for (std::int64_t j = 0; j < r; ++j)
+        std::copy_n(dy + j * out, out,
+                    rows_d_.data() + j * wide + head_[static_cast<std::size_t>(rows[static_cast<std::size_t>(j)])] * out);
+      d = rows_d_.data();
+    }
+    rows_g_.resize(layers.size());
+    for (std::size_t k = layers.size(); k-- > 0;) {
+      const std::int64_t out_dim = layers[k]->weight.size(0), in_dim = layers[k]->weight.size(1);
+      const float* w = layers[k]->weight.data_ptr<float>();
+      if (k == 0) {
+        detail::gemm(false, false, r, cols, out_dim, 1.f, d, out_dim, w + first_col, in_dim, 0.f, dx, cols);
+        break;
+      }
+      // g = d W for these rows, then the activation's derivative from their outputs
+      auto& g = rows_g_[k - 1];
+      g.resize(static_cast<std::size_t>(r * in_dim));
+      rows_y_.resize(g.size());
+      const float* y = h_[k - 1].data_ptr<float>();
+      for (std::int64_t j = 0; j < r; ++j)
+        std::copy_n(y + rows[static_cast<std::size_t>(j)] * in_dim, in_dim, rows_y_.data() + j * in_dim);
+      detail::gemm(false, false, r, in_dim, out_dim, 1.f, d, out_dim, w, in_dim, 0.f, g.data(), in_dim);
+      detail::activation_backward_inplace(g.data(), rows_y_.data(), r * in_dim, m.activation());
+      d = g.data();
+    }
+  }
+
   /// Output of hidden layer `i` (after its activation) from the last forward.
   [[nodiscard]] const at::Tensor& hidden(std::size_t i) const { return h_.at(i); }
 
@@ -9072,6 +9116,9 @@ class MlpTape {
   std::vector<float> wt_;      // a layer's weight transposed, when that is faster (blas::transposed_copy_pays)
   at::Tensor y_;                     // with several heads: each row's head's outputs
   std::vector<std::int64_t> head_;  // with several heads: each row's head
+  // backward_input_rows: the rows' gradients per layer, their outputs, the heads' spread
+  std::vector<std::vector<float>> rows_g_;
+  std::vector<float> rows_y_, rows_d_;
 };
 
 }  // namespace anvil::nn
@@ -19137,7 +19184,9 @@ struct SacManual {
   // actor part
   nn::GaussianActorTape actor_tape;
   nn::MlpTape aq1, aq2;
-  at::Tensor xa, dqa1, dqa2, dx1, dx2, da, dlp;
+  at::Tensor xa, da, dlp;
+  std::vector<std::int64_t> rows1, rows2;  // the rows whose min(q1, q2) is each critic's
+  std::vector<float> dqa1, dqa2, dxa1, dxa2;  // those rows' output and action gradients
   // act()
   nn::GaussianActorTape act_tape;
 };
@@ -19238,34 +19287,39 @@ inline SacActorResult manual_actor(SacManual& m, const nn::GaussianActorImpl& ac
   const float* q1 = m.aq1.forward(*critic.q1(), m.xa).data_ptr<float>();
   const float* q2 = m.aq2.forward(*critic.q2(), m.xa).data_ptr<float>();
 
-  ensure(m.dqa1, {n, 1}, obs);
-  ensure(m.dqa2, {n, 1}, obs);
-  float *d1 = m.dqa1.data_ptr<float>(), *d2 = m.dqa2.data_ptr<float>();
   const float fa = static_cast<float>(alpha), inv_n = 1.0f / static_cast<float>(n);
   if (per_row) ensure(m.dlp, {n}, obs);
   float* dlp = per_row ? m.dlp.data_ptr<float>() : nullptr;
+  m.rows1.clear();
+  m.rows2.clear();
+  m.dqa1.clear();
+  m.dqa2.clear();
   double loss = 0, lp_sum = 0;
   for (std::int64_t i = 0; i < n; ++i) {
-    // d min(q1, q2) goes to the smaller one (ties: to both halves, as torch's minimum)
+    // d min(q1, q2) goes to the smaller one (ties: to both halves, as torch's minimum), so
+    // each critic backpropagates only its own rows
     const float qmin = std::min(q1[i], q2[i]);
     const float ai = ar ? ar[i] : fa, wi = wt ? wt[i] : 1.0f;
     loss += static_cast<double>(wi * (ai * lp[i] - qmin));
     lp_sum += lp[i];
     const float g1 = q1[i] < q2[i] ? 1.0f : q1[i] > q2[i] ? 0.0f : 0.5f;
-    d1[i] = -g1 * wi * inv_n;
-    d2[i] = -(1.0f - g1) * wi * inv_n;
+    if (g1 > 0.0f) m.rows1.push_back(i), m.dqa1.push_back(-g1 * wi * inv_n);
+    if (g1 < 1.0f) m.rows2.push_back(i), m.dqa2.push_back(-(1.0f - g1) * wi * inv_n);
     if (dlp) dlp[i] = ai * wi * inv_n;
   }
-  ensure(m.dx1, {n, w}, obs);
-  ensure(m.dx2, {n, w}, obs);
-  m.aq1.backward(*critic.q1(), m.dqa1, nullptr, &m.dx1);
-  m.aq2.backward(*critic.q2(), m.dqa2, nullptr, &m.dx2);
+  // the critics' input gradients in the action's columns, for their rows only
+  m.dxa1.resize(m.rows1.size() * static_cast<std::size_t>(ad));
+  m.dxa2.resize(m.rows2.size() * static_cast<std::size_t>(ad));
+  m.aq1.backward_input_rows(*critic.q1(), m.dqa1.data(), m.rows1, m.dxa1.data(), od, ad);
+  m.aq2.backward_input_rows(*critic.q2(), m.dqa2.data(), m.rows2, m.dxa2.data(), od, ad);
   ensure(m.da, {n, ad}, obs);
   {
-    const float *x1 = m.dx1.data_ptr<float>(), *x2 = m.dx2.data_ptr<float>();
     float* da = m.da.data_ptr<float>();
-    for (std::int64_t i = 0; i < n; ++i)
-      for (std::int64_t j = 0; j < ad; ++j) da[i * ad + j] = x1[i * w + od + j] + x2[i * w + od + j];
+    std::fill_n(da, n * ad, 0.0f);
+    for (std::size_t j = 0; j < m.rows1.size(); ++j)
+      for (std::int64_t c = 0; c < ad; ++c) da[m.rows1[j] * ad + c] = m.dxa1[j * static_cast<std::size_t>(ad) + static_cast<std::size_t>(c)];
+    for (std::size_t j = 0; j < m.rows2.size(); ++j)
+      for (std::int64_t c = 0; c < ad; ++c) da[m.rows2[j] * ad + c] += m.dxa2[j * static_cast<std::size_t>(ad) + static_cast<std::size_t>(c)];
   }
   m.actor_tape.backward(actor, m.da, fa * inv_n, m.actor_grads, dlp);
 

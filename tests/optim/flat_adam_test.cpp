@@ -337,7 +337,7 @@ TEST_CASE("simd::exp and simd::log: within 2 ulp of std::exp and std::log in bot
   }
 }
 
-TEST_CASE("MlpTape: forward and backward match autograd for every activation it takes, with and without the transposed-weight products") {
+TEST_CASE("MlpTape: forward and backward match autograd for every activation it takes, with and without the transposed-weight products, and for chosen rows alone") {
   torch::manual_seed(7);
   using anvil::nn::Activation;
   // Every activation: those with a hand-written derivative are checked against autograd,
@@ -369,6 +369,17 @@ TEST_CASE("MlpTape: forward and backward match autograd for every activation it 
       const auto y = tape.forward(*m, x);
       CHECK(torch::allclose(y, m->forward(x), 1e-5, 1e-5));
       tape.backward(*m, dy, &grads, &dx);
+      // backward_input_rows: every other row (and the last) and the columns after the first
+      // alone give what backward gives them
+      std::vector<std::int64_t> rows;
+      for (std::int64_t i = 0; i < batch; i += 2) rows.push_back(i);
+      if (rows.back() != batch - 1) rows.push_back(batch - 1);
+      const auto idx = torch::tensor(rows, torch::kLong);
+      const auto dy_rows = dy.index_select(0, idx).contiguous();
+      const std::int64_t first = in > 1 ? 1 : 0, cols = in - first;
+      auto dx_rows = torch::empty({static_cast<std::int64_t>(rows.size()), cols});
+      tape.backward_input_rows(*m, dy_rows.data_ptr<float>(), rows, dx_rows.data_ptr<float>(), first, cols);
+      CHECK(torch::allclose(dx_rows, dx.index_select(0, idx).slice(1, first, in), 1e-5, 1e-5));
     }
     const auto xr = x.clone().requires_grad_(true);
     (m->forward(xr) * dy).sum().backward();

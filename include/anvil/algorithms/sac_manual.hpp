@@ -45,7 +45,9 @@ struct SacManual {
   // actor part
   nn::GaussianActorTape actor_tape;
   nn::MlpTape aq1, aq2;
-  at::Tensor xa, dqa1, dqa2, dx1, dx2, da, dlp;
+  at::Tensor xa, da, dlp;
+  std::vector<std::int64_t> rows1, rows2;  // the rows whose min(q1, q2) is each critic's
+  std::vector<float> dqa1, dqa2, dxa1, dxa2;  // those rows' output and action gradients
   // act()
   nn::GaussianActorTape act_tape;
 };
@@ -146,34 +148,39 @@ inline SacActorResult manual_actor(SacManual& m, const nn::GaussianActorImpl& ac
   const float* q1 = m.aq1.forward(*critic.q1(), m.xa).data_ptr<float>();
   const float* q2 = m.aq2.forward(*critic.q2(), m.xa).data_ptr<float>();
 
-  ensure(m.dqa1, {n, 1}, obs);
-  ensure(m.dqa2, {n, 1}, obs);
-  float *d1 = m.dqa1.data_ptr<float>(), *d2 = m.dqa2.data_ptr<float>();
   const float fa = static_cast<float>(alpha), inv_n = 1.0f / static_cast<float>(n);
   if (per_row) ensure(m.dlp, {n}, obs);
   float* dlp = per_row ? m.dlp.data_ptr<float>() : nullptr;
+  m.rows1.clear();
+  m.rows2.clear();
+  m.dqa1.clear();
+  m.dqa2.clear();
   double loss = 0, lp_sum = 0;
   for (std::int64_t i = 0; i < n; ++i) {
-    // d min(q1, q2) goes to the smaller one (ties: to both halves, as torch's minimum)
+    // d min(q1, q2) goes to the smaller one (ties: to both halves, as torch's minimum), so
+    // each critic backpropagates only its own rows
     const float qmin = std::min(q1[i], q2[i]);
     const float ai = ar ? ar[i] : fa, wi = wt ? wt[i] : 1.0f;
     loss += static_cast<double>(wi * (ai * lp[i] - qmin));
     lp_sum += lp[i];
     const float g1 = q1[i] < q2[i] ? 1.0f : q1[i] > q2[i] ? 0.0f : 0.5f;
-    d1[i] = -g1 * wi * inv_n;
-    d2[i] = -(1.0f - g1) * wi * inv_n;
+    if (g1 > 0.0f) m.rows1.push_back(i), m.dqa1.push_back(-g1 * wi * inv_n);
+    if (g1 < 1.0f) m.rows2.push_back(i), m.dqa2.push_back(-(1.0f - g1) * wi * inv_n);
     if (dlp) dlp[i] = ai * wi * inv_n;
   }
-  ensure(m.dx1, {n, w}, obs);
-  ensure(m.dx2, {n, w}, obs);
-  m.aq1.backward(*critic.q1(), m.dqa1, nullptr, &m.dx1);
-  m.aq2.backward(*critic.q2(), m.dqa2, nullptr, &m.dx2);
+  // the critics' input gradients in the action's columns, for their rows only
+  m.dxa1.resize(m.rows1.size() * static_cast<std::size_t>(ad));
+  m.dxa2.resize(m.rows2.size() * static_cast<std::size_t>(ad));
+  m.aq1.backward_input_rows(*critic.q1(), m.dqa1.data(), m.rows1, m.dxa1.data(), od, ad);
+  m.aq2.backward_input_rows(*critic.q2(), m.dqa2.data(), m.rows2, m.dxa2.data(), od, ad);
   ensure(m.da, {n, ad}, obs);
   {
-    const float *x1 = m.dx1.data_ptr<float>(), *x2 = m.dx2.data_ptr<float>();
     float* da = m.da.data_ptr<float>();
-    for (std::int64_t i = 0; i < n; ++i)
-      for (std::int64_t j = 0; j < ad; ++j) da[i * ad + j] = x1[i * w + od + j] + x2[i * w + od + j];
+    std::fill_n(da, n * ad, 0.0f);
+    for (std::size_t j = 0; j < m.rows1.size(); ++j)
+      for (std::int64_t c = 0; c < ad; ++c) da[m.rows1[j] * ad + c] = m.dxa1[j * static_cast<std::size_t>(ad) + static_cast<std::size_t>(c)];
+    for (std::size_t j = 0; j < m.rows2.size(); ++j)
+      for (std::int64_t c = 0; c < ad; ++c) da[m.rows2[j] * ad + c] += m.dxa2[j * static_cast<std::size_t>(ad) + static_cast<std::size_t>(c)];
   }
   m.actor_tape.backward(actor, m.da, fa * inv_n, m.actor_grads, dlp);
 

@@ -239,6 +239,50 @@ class MlpTape {
     }
   }
 
+  /// The input gradient of some rows of the last `forward` alone, for a loss whose other
+  /// rows have a zero output gradient (so a zero input gradient: nothing is computed for
+  /// them). `dy` [R, out] holds the output gradients of the rows `rows` (indices into the
+  /// forward's batch), in that order; `dx` [R, cols] receives columns [first_col,
+  /// first_col + cols) of their input gradients, in the same order. No parameter gradients.
+  /// Each row's result is `backward`'s for that row: only the rows and columns asked are
+  /// multiplied. SAC's actor loss takes min(Q1, Q2), whose gradient reaches one critic per
+  /// row, and needs only the action's columns: this halves its products through the critics.
+  void backward_input_rows(const MlpImpl& m, const float* dy, const std::vector<std::int64_t>& rows, float* dx,
+                           std::int64_t first_col, std::int64_t cols) {
+    const auto& layers = m.layers();
+    const auto r = static_cast<std::int64_t>(rows.size());
+    if (r == 0) return;
+    const float* d = dy;
+    if (const auto& heads = m.heads(); heads.count > 1) {
+      // Several heads: each row's gradient goes to its head's outputs, zero to the others'.
+      const std::int64_t out = m.out_features(), wide = out * heads.count;
+      rows_d_.assign(static_cast<std::size_t>(r * wide), 0.f);
+      for (std::int64_t j = 0; j < r; ++j)
+        std::copy_n(dy + j * out, out,
+                    rows_d_.data() + j * wide + head_[static_cast<std::size_t>(rows[static_cast<std::size_t>(j)])] * out);
+      d = rows_d_.data();
+    }
+    rows_g_.resize(layers.size());
+    for (std::size_t k = layers.size(); k-- > 0;) {
+      const std::int64_t out_dim = layers[k]->weight.size(0), in_dim = layers[k]->weight.size(1);
+      const float* w = layers[k]->weight.data_ptr<float>();
+      if (k == 0) {
+        detail::gemm(false, false, r, cols, out_dim, 1.f, d, out_dim, w + first_col, in_dim, 0.f, dx, cols);
+        break;
+      }
+      // g = d W for these rows, then the activation's derivative from their outputs
+      auto& g = rows_g_[k - 1];
+      g.resize(static_cast<std::size_t>(r * in_dim));
+      rows_y_.resize(g.size());
+      const float* y = h_[k - 1].data_ptr<float>();
+      for (std::int64_t j = 0; j < r; ++j)
+        std::copy_n(y + rows[static_cast<std::size_t>(j)] * in_dim, in_dim, rows_y_.data() + j * in_dim);
+      detail::gemm(false, false, r, in_dim, out_dim, 1.f, d, out_dim, w, in_dim, 0.f, g.data(), in_dim);
+      detail::activation_backward_inplace(g.data(), rows_y_.data(), r * in_dim, m.activation());
+      d = g.data();
+    }
+  }
+
   /// Output of hidden layer `i` (after its activation) from the last forward.
   [[nodiscard]] const at::Tensor& hidden(std::size_t i) const { return h_.at(i); }
 
@@ -249,6 +293,9 @@ class MlpTape {
   std::vector<float> wt_;      // a layer's weight transposed, when that is faster (blas::transposed_copy_pays)
   at::Tensor y_;                     // with several heads: each row's head's outputs
   std::vector<std::int64_t> head_;  // with several heads: each row's head
+  // backward_input_rows: the rows' gradients per layer, their outputs, the heads' spread
+  std::vector<std::vector<float>> rows_g_;
+  std::vector<float> rows_y_, rows_d_;
 };
 
 }  // namespace anvil::nn
