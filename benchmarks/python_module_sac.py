@@ -62,11 +62,17 @@ def main():
                          "difference in returns is the env's); pytorch_flush: the reference with "
                          "torch.set_flush_denormal(True), PyTorch's switch for CPUs slow on denormal floats (anvil's "
                          "Adam flushes them itself)")
+    ap.add_argument("--before", metavar="DIR",
+                    help="another build's python folder (its anvil package): adds the side anvil_before, anvil.train "
+                         "of that build, interleaved with the others, for a before/after comparison")
     args = ap.parse_args()
+    if args.before:
+        args.sides.append("anvil_before")
     env = dict(os.environ, OMP_NUM_THREADS="1")
     for k in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"):
         env.pop(k, None)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (env.get("PYTHONPATH", ""), ENVS) if p)
+    before_env = dict(env, PYTHONPATH=os.pathsep.join((os.path.abspath(args.before or "."), env["PYTHONPATH"])))
     rows = {s: [] for s in args.sides}
     with tempfile.TemporaryDirectory() as tmp:
         for i, seed in enumerate(args.seeds):
@@ -77,10 +83,11 @@ def main():
                                         "--seed", str(seed), "--threads", "1", "--steps", str(args.steps),
                                         "--flush-denormal"]),
                      ("anvil_cxx_env", [sys.executable, "-c", ANVIL, str(seed), str(args.steps), f"{tmp}/cxx{seed}",
-                                        "Pendulum-v1"])]
+                                        "Pendulum-v1"]),
+                     ("anvil_before", [sys.executable, "-c", ANVIL, str(seed), str(args.steps), f"{tmp}/before{seed}"])]
             sides = [s for s in sides if s[0] in args.sides]
             for side, cmd in (sides if i % 2 == 0 else sides[::-1]):
-                out, wall = run(cmd, env)
+                out, wall = run(cmd, before_env if side == "anvil_before" else env)
                 row = {"name": f"sac_numpy_pendulum_{side}", "seed": seed, "steps": args.steps,
                        "final_eval_return": round(out["final_eval_return"], 1),
                        "train_seconds": round(out["train_seconds"], 2), "process_seconds": round(wall, 2),
@@ -90,6 +97,11 @@ def main():
     if "anvil" not in rows:
         return
     med = {s: {k: statistics.median(r[k] for r in rows[s]) for k in ("train_seconds", "process_seconds")} for s in rows}
+    if "anvil_before" in rows:
+        print(json.dumps({"name": "sac_numpy_pendulum_anvil_before_after", "before": args.before,
+                          "train_ratio": round(med["anvil"]["train_seconds"] / med["anvil_before"]["train_seconds"], 3),
+                          "process_ratio": round(med["anvil"]["process_seconds"] / med["anvil_before"]["process_seconds"], 3),
+                          "cpu": cpu_model(), "seeds": args.seeds}))
     a_ret = [r["final_eval_return"] for r in rows["anvil"]]
     for ref in ("pytorch", "pytorch_flush"):
         if ref not in rows:
