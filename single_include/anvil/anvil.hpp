@@ -8949,6 +8949,16 @@ inline void head_of_rows(const float* x, std::int64_t batch, std::int64_t in, co
   }
 }
 
+// Spreads each of `rows` rows of output gradients `dy` [rows, out] onto its head's outputs in
+// `wide` [rows, out * heads.count], zeros elsewhere: row j takes head `head(j)`.
+template <class HeadOf>
+void spread_to_heads(const float* dy, std::int64_t rows, std::int64_t out, const MlpHeads& heads, HeadOf head,
+                     float* wide) {
+  const std::int64_t w = out * heads.count;
+  std::fill_n(wide, rows * w, 0.f);
+  for (std::int64_t j = 0; j < rows; ++j) std::copy_n(dy + j * out, out, wide + j * w + head(j) * out);
+}
+
 }  // namespace detail
 
 /// One hand-written forward pass of an `Mlp` and what its backward needs (see file comment).
@@ -9032,12 +9042,8 @@ class MlpTape {
     const float* d = dy.data_ptr<float>();
     if (const auto& heads = m.heads(); heads.count > 1) {
       // Several heads: each row's gradient goes to its head's outputs, zero to the others'.
-      const std::int64_t out = m.out_features();
-      at::Tensor& full = g_.back();  // the output layer's gradient buffer, unused otherwise
-      full.zero_();
-      float* f = full.data_ptr<float>();
-      for (std::int64_t i = 0; i < batch; ++i)
-        std::copy_n(d + i * out, out, f + (i * heads.count + head_[static_cast<std::size_t>(i)]) * out);
+      float* f = g_.back().data_ptr<float>();  // the output layer's gradient buffer, unused otherwise
+      detail::spread_to_heads(d, batch, m.out_features(), heads, [&](std::int64_t i) { return head_[static_cast<std::size_t>(i)]; }, f);
       d = f;
     }
     for (std::size_t k = layers.size(); k-- > 0;) {
@@ -9070,19 +9076,27 @@ class MlpTape {
   /// Each row's result is `backward`'s for that row: only the rows and columns asked are
   /// multiplied. SAC's actor loss takes min(Q1, Q2), whose gradient reaches one critic per
   /// row, and needs only the action's columns: this halves its products through the critics.
+  /// A row outside the last forward's batch or columns outside the input are refused.
   void backward_input_rows(const MlpImpl& m, const float* dy, const std::vector<std::int64_t>& rows, float* dx,
                            std::int64_t first_col, std::int64_t cols) {
     const auto& layers = m.layers();
     const auto r = static_cast<std::int64_t>(rows.size());
+    const std::int64_t batch = x_.defined() ? x_.size(0) : 0, in = layers.front()->weight.size(1);
+    if (first_col < 0 || cols < 0 || first_col + cols > in)
+      throw Error("MlpTape::backward_input_rows: columns [" + std::to_string(first_col) + ", " +
+                  std::to_string(first_col + cols) + ") are not inside the input's " + std::to_string(in));
+    for (const auto i : rows)
+      if (i < 0 || i >= batch)
+        throw Error("MlpTape::backward_input_rows: row " + std::to_string(i) + " is not one of the last forward's " +
+                    std::to_string(batch) + " rows");
     if (r == 0) return;
     const float* d = dy;
     if (const auto& heads = m.heads(); heads.count > 1) {
       // Several heads: each row's gradient goes to its head's outputs, zero to the others'.
-      const std::int64_t out = m.out_features(), wide = out * heads.count;
-      rows_d_.assign(static_cast<std::size_t>(r * wide), 0.f);
-      for (std::int64_t j = 0; j < r; ++j)
-        std::copy_n(dy + j * out, out,
-                    rows_d_.data() + j * wide + head_[static_cast<std::size_t>(rows[static_cast<std::size_t>(j)])] * out);
+      rows_d_.resize(static_cast<std::size_t>(r * m.out_features() * heads.count));
+      detail::spread_to_heads(dy, r, m.out_features(), heads,
+                              [&](std::int64_t j) { return head_[static_cast<std::size_t>(rows[static_cast<std::size_t>(j)])]; },
+                              rows_d_.data());
       d = rows_d_.data();
     }
     rows_g_.resize(layers.size());

@@ -380,6 +380,10 @@ TEST_CASE("MlpTape: forward and backward match autograd for every activation it 
       auto dx_rows = torch::empty({static_cast<std::int64_t>(rows.size()), cols});
       tape.backward_input_rows(*m, dy_rows.data_ptr<float>(), rows, dx_rows.data_ptr<float>(), first, cols);
       CHECK(torch::allclose(dx_rows, dx.index_select(0, idx).slice(1, first, in), 1e-5, 1e-5));
+      CHECK_THROWS_WITH_AS(tape.backward_input_rows(*m, dy_rows.data_ptr<float>(), {batch}, dx_rows.data_ptr<float>(), 0, 1),
+                           doctest::Contains("is not one of the last forward's"), anvil::Error);
+      CHECK_THROWS_WITH_AS(tape.backward_input_rows(*m, dy_rows.data_ptr<float>(), rows, dx_rows.data_ptr<float>(), first, in),
+                           doctest::Contains("are not inside the input's"), anvil::Error);
     }
     const auto xr = x.clone().requires_grad_(true);
     (m->forward(xr) * dy).sum().backward();
