@@ -7,7 +7,9 @@
 # flags) go to every run, replacing the settings below where they name the same key. Each single-task run gets STEPS_PER_TASK env
 # steps on 2 envs; the multi-task run gets N x STEPS_PER_TASK on 2N envs (2 per task) with
 # task-balanced batches and a temperature per task. Same networks, learning rates and
-# update-to-data ratio everywhere.
+# update-to-data ratio everywhere. Runs longer than a sitting: add --run.checkpoint_interval=N
+# --run.checkpoint_buffer=true --run.resume=auto to EXTRA_ARGS and give the same command again
+# after a stop; each run goes on from its last checkpoint, replay buffer included.
 # The single-task runs go as one sweep (--multirun, two at a time). benchmarks/mt_sac_table.py
 # then prints a markdown table of each task's final success rate and return and the first
 # evaluation at 80% success, and writes it to OUT_DIR/table.md.
@@ -47,6 +49,6 @@ elif [[ $parts == *single* ]]; then
 fi
 if [[ $parts == *multi* ]]; then
   "$build/examples/mt_sac" --env.tasks="$tasks" --env.num_envs=$((2 * n)) --train.steps=$((n * steps)) \
-    --run_dir="$out/multi" "${common[@]}" > "$out/multi.log" 2>&1
+    --run_dir="$out/multi" "${common[@]}" >> "$out/multi.log" 2>&1  # appended: a resumed run adds to it
 fi
 if [[ $parts == *single* && $parts == *multi* ]]; then python3 benchmarks/mt_sac_table.py "$out" "$tasks" "$steps"; fi

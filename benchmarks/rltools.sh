@@ -1,10 +1,15 @@
 #!/usr/bin/env bash
-# benchmarks/rltools.sh [--dir DIR] [--repeat N] [--seed S] [--only sac|ppo|ppo_upstream|compile]
+# benchmarks/rltools.sh [--dir DIR] [--repeat N] [--seed S] [--only sac|sac_learn|ppo|ppo_upstream|compile]
 # Times RLtools' own Pendulum benchmark mains, built from an RLtools checkout in DIR
 # (default benchmarks/.rltools, gitignored) with the flags of RLtools' CMake targets
 # rl_environments_pendulum_{sac,ppo}_benchmark, OpenBLAS as the BLAS backend:
 #   sac           src/rl/environments/pendulum/sac/cpu/training.cpp (10,000 steps, no
 #                 evaluation in its BENCHMARK build)
+#   sac_learn     the same SAC (its BENCHMARK configuration, the same networks and steps) in a
+#                 copy that takes the seed as its first argument (upstream: seed 0 only) and
+#                 evaluates the final actor with RLtools' own evaluation step: 100 episodes,
+#                 deterministic actions, random start states ("Final return:"). For learning
+#                 comparisons only: the evaluations make it no timing run.
 #   ppo           src/rl/environments/pendulum/ppo/cpu/training.cpp at its best: a copy with
 #                 the one include RLtools had until commit 30580624 restored
 #                 (rl_tools/nn/operations_cpu_mux.h, right after the Adam instance include),
@@ -31,7 +36,7 @@ while [[ $# -gt 0 ]]; do
     --dir) [[ $# -ge 2 ]] || usage; dir=$2; shift 2 ;;
     --repeat) [[ ${2:-} =~ ^[1-9][0-9]*$ ]] || usage; repeat=$2; shift 2 ;;
     --seed) [[ ${2:-} =~ ^[0-9]+$ ]] || usage; seed=$2; shift 2 ;;
-    --only) [[ ${2:-} =~ ^(sac|ppo|ppo_upstream|compile)$ ]] || usage; only=$2; shift 2 ;;
+    --only) [[ ${2:-} =~ ^(sac|sac_learn|ppo|ppo_upstream|compile)$ ]] || usage; only=$2; shift 2 ;;
     -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) usage ;;
   esac
@@ -91,6 +96,28 @@ make_ppo_best() {
     { echo "rltools.sh: $build/ppo_pendulum does not call cblas_sgemm: not RLtools' BLAS build" >&2; exit 1; }
 }
 
+# The SAC main for learning comparisons (see the head of this file): a copy of training.h
+# whose BENCHMARK loop gains RLtools' evaluation step (100 episodes, scheduled at step 0 only:
+# the interval is the step limit), seeded from the command line, and a main that runs that
+# step's evaluation once more on the final actor.
+sac_learn=$build/sac_training_learn.h
+make_sac_learn() {
+  local h=$dir/$(dirname "$sac_src")/training.h
+  local core='using LOOP_TIMING_CONFIG = rlt::rl::loop::steps::timing::Config<LOOP_CORE_CONFIG>;'
+  grep -qF "$core" "$h" && grep -qF 'rlt::init(device, ts, 0);' "$h" ||
+    { echo "rltools.sh: $h no longer has the BENCHMARK loop config or the seed-0 init; update this script" >&2; exit 1; }
+  sed -e "s|^$core\$|struct LOOP_EVAL_PARAMETERS_LEARN: rlt::rl::loop::steps::evaluation::Parameters<TYPE_POLICY, TI, LOOP_CORE_CONFIG, 100, LOOP_CORE_PARAMETERS::STEP_LIMIT>{};  // anvil's benchmarks/rltools.sh\nusing LOOP_TIMING_CONFIG = rlt::rl::loop::steps::timing::Config<rlt::rl::loop::steps::evaluation::Config<LOOP_CORE_CONFIG, LOOP_EVAL_PARAMETERS_LEARN>>;|" \
+    -e 's|rlt::init(device, ts, 0);|rlt::init(device, ts, seed);|' \
+    -e 's|^    rlt::free(device, device.logger);$|    {  // anvil'"'"'s benchmarks/rltools.sh: the final actor, by the evaluation step'"'"'s own call\n        std::remove_reference_t<decltype(rlt::get(ts.evaluation_results, 0, 0))> result;\n        auto actor = rlt::get_actor(ts);\n        rlt::evaluate(device, ts.env_eval, ts.ui, actor, ts.actor_deterministic_evaluation_state, ts.actor_deterministic_evaluation_buffers, ts.evaluation_buffer, result, ts.rng_eval_on_demand, ts.evaluation_mode);\n        std::cout << "Final return: " << result.returns_mean << " (" << decltype(result)::SPEC::N_EPISODES << " episodes)" << std::endl;\n    }\n&|' \
+    "$h" > "$sac_learn"
+  grep -q 'LOOP_EVAL_PARAMETERS_LEARN' "$sac_learn" && grep -q 'rlt::init(device, ts, seed);' "$sac_learn" &&
+    grep -q 'Final return: ' "$sac_learn" ||
+    { echo "rltools.sh: could not patch $h (the loop config, the init or the end of run moved); update this script" >&2; exit 1; }
+  printf '#include "sac_training_learn.h"\n#include <cstdlib>\nint main(int argc, char** argv){ run(argc > 1 ? static_cast<TI>(std::atoll(argv[1])) : 0); }\n' \
+    > "$build/sac_learn.cpp"
+  "${cxx[@]}" -DRL_TOOLS_DISABLE_HDF5 -I"$build" "$build/sac_learn.cpp" -o "$build/sac_pendulum_learn" "${libs[@]}"
+}
+
 # A binary built before is reused when it is newer than this script and than its main in
 # the checkout (another RLtools commit rebuilds it).
 fresh() { [[ -x $1 && $1 -nt $0 && $1 -nt $2 ]]; }
@@ -102,6 +129,10 @@ elif [[ $only == sac ]]; then
 fi
 if [[ -z $only || $only == sac ]]; then
   for ((i = 0; i < repeat; i++)); do timed rltools_sac_pendulum "$build/sac_pendulum"; done
+fi
+if [[ $only == sac_learn ]]; then
+  fresh "$build/sac_pendulum_learn" "$dir/$(dirname "$sac_src")/training.h" || make_sac_learn
+  for ((i = 0; i < repeat; i++)); do timed rltools_sac_pendulum_learn "$build/sac_pendulum_learn" "$seed"; done
 fi
 if [[ -z $only || $only == ppo ]]; then
   fresh "$build/ppo_pendulum" "$dir/$ppo_src" || make_ppo_best

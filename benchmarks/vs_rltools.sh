@@ -17,8 +17,11 @@
 #              second row against the same anvil runs).
 #   compile    compiling examples/train_sac_pendulum.cpp without the precompiled header
 #              (benchmarks/compile_time.py) against RLtools' SAC main (benchmarks/rltools.sh)
-#   learn      anvil's SAC at the sac config, --seeds seeds (default 10), 10 evaluation episodes
-#              at the end: the mean final return (RLtools' benchmark main does not evaluate)
+#   learn      SAC at the sac config, seeds 1 .. --seeds (default 10) on both sides, each final
+#              actor evaluated over 100 episodes (deterministic actions, random start states):
+#              anvil with train.eval_episodes=100, RLtools through benchmarks/rltools.sh's
+#              sac_learn copy of its SAC main (seeded, with its own evaluation step); then
+#              both sides' mean, spread and range
 #   ppo_learn  PPO at the ppo config, seeds 0 .. --seeds - 1 on both sides: each final return
 #              (1,000 episodes), then both sides' mean, spread and range.
 # Prints one JSON line per run and side, then one per workload with the medians of the whole
@@ -130,7 +133,10 @@ print(json.dumps({"bench":"vs_rltools","workload":"compile","side":"anvil","seco
   fi
 done
 if [[ -z $only || $only == learn ]]; then
-  for ((s = 1; s <= seeds; s++)); do anvil learn 0 "$sac_bin" "${sac_args[@]}" run.update_threads=1 run.seed=$s; done
+  for ((s = 1; s <= seeds; s++)); do
+    anvil learn 0 "$sac_bin" "${sac_args[@]/#train.eval_episodes=*/train.eval_episodes=100}" run.update_threads=1 run.seed=$s
+    rl learn sac_learn $s
+  done
 fi
 if [[ -z $only || $only == ppo_learn ]]; then
   for ((s = 0; s < seeds; s++)); do
