@@ -7,6 +7,9 @@ learning rate 1e-3, 10 evaluation episodes every 2,000 steps and at the end; one
 (torch.set_num_threads(1); anvil's run.threads=1, run.update_threads=1; OMP_NUM_THREADS=1).
 Each run is a fresh process, the two sides interleaved seed by seed. One JSON line per run
 (training seconds, whole-process seconds, final evaluation return) and one for the ratios.
+--eval-episodes and --eval-interval change the evaluations on every side alike: a learning
+comparison wants many episodes (100: a 10-episode figure carries ~27 of noise from the
+start states alone), the timing one the defaults.
 
     PYTHONPATH=build/python /usr/bin/python3 benchmarks/python_module_sac.py [--seeds 0 1 2]
 """
@@ -28,9 +31,10 @@ ENVS = os.path.join(HERE, "..", "tests", "python", "envs")
 ANVIL = """
 import ctypes, json, sys, time
 import anvil, pendulum
-seed, steps, run_dir = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
-env = sys.argv[4] if len(sys.argv) > 4 else pendulum.Pendulum  # "Pendulum-v1": anvil's C++ Pendulum
-config = {"train.steps": steps, "train.learning_starts": 1000, "train.eval_interval": 2000, "train.eval_episodes": 10,
+seed, steps, run_dir, eval_interval, eval_episodes = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
+env = sys.argv[6] if len(sys.argv) > 6 else pendulum.Pendulum  # "Pendulum-v1": anvil's C++ Pendulum
+config = {"train.steps": steps, "train.learning_starts": 1000, "train.eval_interval": eval_interval,
+          "train.eval_episodes": eval_episodes,
           "sac.actor_lr": 1e-3, "sac.critic_lr": 1e-3, "sac.alpha_lr": 1e-3, "sac.batch_size": 256,
           "run.seed": seed, "run.threads": 1, "run.update_threads": 1, "run.progress": "off"}
 t0 = time.perf_counter()
@@ -56,6 +60,9 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--steps", type=int, default=20_000)
+    ap.add_argument("--eval-episodes", type=int, default=10, help="episodes per evaluation, every side")
+    ap.add_argument("--eval-interval", type=int, default=2_000,
+                    help="env steps between evaluations, every side (each run also evaluates at its end)")
     ap.add_argument("--sides", nargs="+", default=["anvil", "pytorch"],
                     choices=["anvil", "pytorch", "pytorch_flush", "anvil_cxx_env"],
                     help="anvil_cxx_env: anvil.train on anvil's C++ Pendulum-v1, the same settings (how much of a "
@@ -76,19 +83,20 @@ def main():
     rows = {s: [] for s in args.sides}
     with tempfile.TemporaryDirectory() as tmp:
         for i, seed in enumerate(args.seeds):
-            sides = [("anvil", [sys.executable, "-c", ANVIL, str(seed), str(args.steps), f"{tmp}/run{seed}"]),
-                     ("pytorch", [sys.executable, os.path.join(HERE, "reference", "sac_pendulum_train.py"),
-                                  "--seed", str(seed), "--threads", "1", "--steps", str(args.steps)]),
-                     ("pytorch_flush", [sys.executable, os.path.join(HERE, "reference", "sac_pendulum_train.py"),
-                                        "--seed", str(seed), "--threads", "1", "--steps", str(args.steps),
-                                        "--flush-denormal"]),
-                     ("anvil_cxx_env", [sys.executable, "-c", ANVIL, str(seed), str(args.steps), f"{tmp}/cxx{seed}",
+            ev = [str(args.eval_interval), str(args.eval_episodes)]
+            ref = [sys.executable, os.path.join(HERE, "reference", "sac_pendulum_train.py"), "--seed", str(seed),
+                   "--threads", "1", "--steps", str(args.steps), "--eval-interval", ev[0], "--eval-episodes", ev[1]]
+            sides = [("anvil", [sys.executable, "-c", ANVIL, str(seed), str(args.steps), f"{tmp}/run{seed}", *ev]),
+                     ("pytorch", ref),
+                     ("pytorch_flush", ref + ["--flush-denormal"]),
+                     ("anvil_cxx_env", [sys.executable, "-c", ANVIL, str(seed), str(args.steps), f"{tmp}/cxx{seed}", *ev,
                                         "Pendulum-v1"]),
-                     ("anvil_before", [sys.executable, "-c", ANVIL, str(seed), str(args.steps), f"{tmp}/before{seed}"])]
+                     ("anvil_before", [sys.executable, "-c", ANVIL, str(seed), str(args.steps), f"{tmp}/before{seed}", *ev])]
             sides = [s for s in sides if s[0] in args.sides]
             for side, cmd in (sides if i % 2 == 0 else sides[::-1]):
                 out, wall = run(cmd, before_env if side == "anvil_before" else env)
                 row = {"name": f"sac_numpy_pendulum_{side}", "seed": seed, "steps": args.steps,
+                       "eval_interval": args.eval_interval, "eval_episodes": args.eval_episodes,
                        "final_eval_return": round(out["final_eval_return"], 1),
                        "train_seconds": round(out["train_seconds"], 2), "process_seconds": round(wall, 2),
                        "cpu": cpu_model(), "openblas_core": out.get("openblas_core")}
