@@ -97,9 +97,11 @@ make_ppo_best() {
 }
 
 # The SAC main for learning comparisons (see the head of this file): a copy of training.h
-# whose BENCHMARK loop gains RLtools' evaluation step (100 episodes, scheduled at step 0 only:
-# the interval is the step limit), seeded from the command line, and a main that runs that
-# step's evaluation once more on the final actor.
+# whose BENCHMARK loop gains RLtools' evaluation step (100 episodes; the interval is the step
+# limit, so its loop evaluates at step 0 and at the limit, printing "Step: ... Mean return:"),
+# seeded from the command line, and a main that evaluates the final actor once more with that
+# step's own call and on-demand generator: the "Final return:" the comparisons read (a second
+# sample of 100 episodes beside the loop's own; this copy is for learning runs, never timed).
 sac_learn=$build/sac_training_learn.h
 make_sac_learn() {
   local h=$dir/$(dirname "$sac_src")/training.h
