@@ -66,6 +66,8 @@ def main():
     tags = tags_of(ap, a)
     if bool(a.source) == bool(a.outs):
         ap.error("give output directories or --from FILE, one of the two")
+    if not a.source and (a.where or a.seeds):
+        ap.error("--where and --seeds filter the lines --from FILE reads; give --from FILE")
     if a.source:
         if a.jsonl:
             ap.error("--jsonl writes lines read from output directories; --from reads lines already written")
@@ -126,9 +128,15 @@ def lines_of_file(ap, path, where):
     seeds = wanted.pop("seed", None)  # one seed, or a list of them
     if seeds is not None and not isinstance(seeds, list):
         seeds = [seeds]
+    rows = []
     try:
         with open(path) as f:
-            rows = [json.loads(line) for line in f if line.strip()]
+            for n, line in enumerate(f, 1):
+                if line.strip():
+                    try:
+                        rows.append(json.loads(line))
+                    except json.JSONDecodeError as e:
+                        ap.error(f"--from {path}:{n}: not a JSON line ({e.msg})")
     except OSError as e:
         ap.error(f"--from {path}: {e.strerror}")
     kept = [r for r in rows if r.get("name") in ("sac_mt10_success", "mt_sac_mt10_success")
@@ -159,8 +167,8 @@ def print_table(lines):
 
     def n_seeds(side):
         return f"{len(seeds[side])} seed{'' if len(seeds[side]) == 1 else 's'}"
-    head = {"sac": lambda: f"one SAC per task ({n_seeds('sac')})", "mt_sac": lambda: f"MT-SAC ({n_seeds('mt_sac')})"}
-    rows = ["| task | " + " | ".join(head[x]() for x in sides) + " |", "| --- " * (len(sides) + 1) + "|"]
+    head = {"sac": "one SAC per task", "mt_sac": "MT-SAC"}
+    rows = ["| task | " + " | ".join(f"{head[x]} ({n_seeds(x)})" for x in sides) + " |", "| --- " * (len(sides) + 1) + "|"]
     rows += [f"| {t} | " + " | ".join(cell(x, t) for x in sides) + " |" for t in tasks]
     means = {x: [sum(v) / len(v) for (side, _), v in success.items() if side == x] for x in sides}
     rows.append("| mean | " + " | ".join(f"{sum(means[x]) / len(means[x]):.2f}" for x in sides) + " |")
