@@ -2,7 +2,8 @@
 //
 // speed: env steps/s and minibatch steps/s (one critic and one actor step each) of
 //   Trainer<COMA, EpisodeBuffer> on an env (default: the mapping mission) with 1 and 8
-//   vectorised copies, FP32 and BF16 (CPU autocast), each run `bench.steps` env steps.
+//   vectorised copies, FP32 and BF16 (CPU autocast), each run `bench.steps` env steps; on
+//   CUDA, `bench.cuda_graph=[on,off]` times the minibatch steps graphed and op by op.
 // reference: the random and lawnmower policies on a mapping mission (`bench.env`: Mapping,
 //   or MappingWestheider, the published one), `bench.episodes` missions per seed.
 // policy: the trained policies of COMA runs (`bench.runs`: run directories of
@@ -37,6 +38,10 @@ struct BenchConfig {
   anvil::Param<int, "rounds", "speed: rounds, each timing every setting once (interleaved)", anvil::at_least(1)> rounds{3};
   anvil::Param<int, "batch_size", "coma.batch_size of the speed runs", anvil::at_least(1)> batch_size{128};
   anvil::Param<std::string, "device", "run.device of the speed runs: cpu, cuda, cuda:N or auto"> device{"cpu"};
+  anvil::Param<std::vector<std::string>, "cuda_graph",
+               "coma.cuda_graph values of the speed runs: on (on CUDA, each minibatch's steps replayed from a "
+               "CUDA graph), off (op by op)">
+      cuda_graph{"on"};
   anvil::Param<int, "episodes", "missions per seed (reference, policy)", anvil::at_least(1)> episodes{200};
   anvil::Param<std::vector<int>, "seeds", "seeds of the missions (reference; policy: the first)"> seeds{1, 2, 3};
   anvil::Param<std::vector<std::string>, "runs", "run directories of trained COMA policies (policy)"> runs{};
@@ -48,7 +53,7 @@ struct Config {
 namespace {
 
 template <class X>
-void speed(const BenchConfig& b, int n, const std::string& precision, int round) {
+void speed(const BenchConfig& b, int n, const std::string& precision, const std::string& graph, int round) {
   using Trainer = anvil::Trainer<anvil::COMA, anvil::EpisodeBuffer, anvil::SingleDevice, X>;
   typename Trainer::Config t;
   t.run->device = *b.device;
@@ -64,13 +69,14 @@ void speed(const BenchConfig& b, int n, const std::string& precision, int round)
   t.train->eval_interval = 0;
   t.train->eval_episodes = 1;
   t.algorithm->batch_size = b.batch_size;
+  t.algorithm->cuda_graph = graph == "on";
   anvil::envs::with_team_env(*b.env, [&](const auto& env) {
     Trainer trainer(env, t, "bench_coma");
     const auto r = trainer.fit();
     const double wall = r.wall_seconds - trainer.times().seconds(anvil::Phase::eval);
     const std::vector<std::pair<std::string, bench::Value>> cfg{
         {"env", *b.env}, {"num_envs", n}, {"precision", precision}, {"batch_size", *b.batch_size}, {"steps", r.env_steps},
-        {"round", round}};
+        {"cuda_graph", graph}, {"round", round}};
     const std::string dev = trainer.context().device.str();
     bench::emit("coma_env_steps_per_s", static_cast<double>(r.env_steps) / wall, "env steps/s", cfg, dev);
     bench::emit("coma_minibatch_steps_per_s",
@@ -364,11 +370,14 @@ int main(int argc, char** argv) {
   }
   if (*b.mode != "speed")
     throw anvil::ConfigError("bench.mode: '" + *b.mode + "' is not one of speed, reference, policy, diagnose");
+  for (const auto& g : *b.cuda_graph)
+    if (g != "on" && g != "off") throw anvil::ConfigError("bench.cuda_graph: '" + g + "' is neither on nor off");
   for (int round = 0; round < b.rounds; ++round)
     for (int n : *b.num_envs)
-      for (const auto& p : *b.precision) {
-        if (p == "fp32") speed<anvil::FP32>(b, n, p, round);
-        else if (p == "bf16") speed<anvil::BF16>(b, n, p, round);
-        else throw anvil::ConfigError("bench.precision: '" + p + "' is neither fp32 nor bf16");
-      }
+      for (const auto& p : *b.precision)
+        for (const auto& g : *b.cuda_graph) {
+          if (p == "fp32") speed<anvil::FP32>(b, n, p, g, round);
+          else if (p == "bf16") speed<anvil::BF16>(b, n, p, g, round);
+          else throw anvil::ConfigError("bench.precision: '" + p + "' is neither fp32 nor bf16");
+        }
 }

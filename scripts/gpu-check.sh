@@ -24,7 +24,8 @@
 #                                               (nvidia-smi, every 100 ms) over its run: the CUDA tests,
 #                                               PPO (bench_ppo, 8 and 64 envs), COMA at its users'
 #                                               schedule (bench_coma: batch 128 x 5 minibatches x 5
-#                                               passes, FP32 and BF16), the U-Net at batch 256
+#                                               passes, FP32 and BF16), PPO's and COMA's updates each
+#                                               graphed and op by op, the U-Net at batch 256
 #                                               (bench_diffusion) and the main job graphed
 #   scripts/gpu-check.sh crash [doctest args]   the CUDA tests and bench_ppo on CUDA under cuda-gdb
 #                                               (GPU_CXXFLAGS=-g1 for line numbers): backtraces
@@ -171,14 +172,16 @@ PYEOF
 run_ppo() {
   if [[ -x $bin/bench_ppo ]]; then
     echo "== bench_ppo (CUDA)"
-    util ppo_cuda "$bin/bench_ppo" bench.device=cuda 'bench.num_envs=[8,64]' 'bench.modes=[sync]' bench.steps=32768 ||
+    util ppo_cuda "$bin/bench_ppo" bench.device=cuda 'bench.num_envs=[8,64]' 'bench.modes=[sync]' bench.steps=32768 \
+      "bench.cuda_graph=[${PPO_GRAPHS:-on,off}]" ||
       echo "gpu-check: bench_ppo failed" >&2
   fi
 }
 run_coma() {
   if [[ -x $bin/bench_coma ]]; then
     echo "== bench_coma (CUDA, 128 x 5 x 5)"
-    util coma_cuda "$bin/bench_coma" bench.device=cuda 'bench.num_envs=[8]' bench.steps=${COMA_STEPS:-6000} bench.rounds=1 ||
+    util coma_cuda "$bin/bench_coma" bench.device=cuda 'bench.num_envs=[8]' bench.steps=${COMA_STEPS:-6000} bench.rounds=1 \
+      "bench.cuda_graph=[${COMA_GRAPHS:-on,off}]" ||
       echo "gpu-check: bench_coma failed" >&2
   fi
 }

@@ -18826,6 +18826,15 @@ class Graph {
 
 namespace anvil {
 
+/// Why an algorithm's update cannot be captured through `ctx`, "" where neither its switch
+/// nor the context stands in the way: "off (<who>.cuda_graph=false)" with its switch `on`
+/// off (`who`: its config section), else the context's reason (DDP, FP16's loss scaler;
+/// gradient accumulation's micro-batches are looped over inside a graph).
+inline std::string why_not_captured(bool on, std::string_view who, const StepContext& ctx) {
+  if (!on) return "off (" + std::string(who) + ".cuda_graph=false)";
+  return ctx.why_not_graphable(/*loops_micro_batches=*/true);
+}
+
 /// One captured form of an update (see file comment).
 class GraphedUpdate {
  public:
@@ -20228,6 +20237,14 @@ namespace anvil::categorical {
   return (1 - eps) * p + eps * a / a.sum(-1, true);
 }
 
+/// `mixed` with the weights as tensors, `keep` = 1 - epsilon and `eps` (float32 scalars,
+/// where a CUDA graph reads them each replay): the same arithmetic.
+[[nodiscard]] inline at::Tensor mixed(const at::Tensor& p, const at::Tensor& avail, const at::Tensor& keep,
+                                      const at::Tensor& eps) {
+  const auto a = avail.to(at::kFloat);
+  return keep * p + eps * a / a.sum(-1, true);
+}
+
 /// An action index drawn from each row of probabilities `p` [..., n]: shape [...] (int64).
 [[nodiscard]] inline at::Tensor sample(const at::Tensor& p) {
   auto s = p.sizes().vec();
@@ -20312,6 +20329,11 @@ struct ComaConfig {
       epsilon_anneal_episodes{5000};
   Param<double, "ent_coef", "weight of the policy's entropy bonus", at_least(0)> ent_coef{0.0};
   Param<double, "max_grad_norm", "clip each network's gradient norm (0: off)", at_least(0)> max_grad_norm{10.0};
+  Param<bool, "cuda_graph",
+        "on CUDA, capture each minibatch's critic and actor steps as one CUDA graph and replay it (one "
+        "process, no loss scaling, an MLP actor; gradient accumulation's micro-batches included; false: "
+        "op by op)">
+      cuda_graph{true};
   Section<"actor", ComaActorConfig> actor;
   Section<"critic_net", ComaNetConfig> critic_net;
   Section<"map_encoder", ComaMapEncoderConfig> map_encoder;
@@ -20319,6 +20341,99 @@ struct ComaConfig {
 
 }  // namespace anvil
 // ---- end <anvil/algorithms/coma_config.hpp> ----
+// ---- begin <anvil/algorithms/coma_graph.hpp> ----
+/// @file
+/// COMA's minibatch steps in a CUDA graph (optim/graphed_update.hpp): a minibatch's critic
+/// step and then its actor step (advantages from the stepped critic), each with its clipped
+/// Adam step, as one graph per exploration setting (epsilon mixed in or not), their losses
+/// and statistics kept on the device and read back once per training. The minibatch's rows
+/// are gathered op by op and copied into the graph's inputs, with epsilon's mixing weights
+/// (device scalars, so the annealing reaches every replay); the target critic's copies stay
+/// op by op between minibatches. The same work op by op on any device is
+/// `COMA::update_as_captured`, which the tests compare with the eager update on the CPU.
+/// Static functions on a `COMA` (algorithms/coma.hpp), whose friend they are. A recurrent
+/// actor unrolls every held episode in each step, so its steps stay op by op.
+
+#include <string>
+#include <vector>
+
+
+namespace anvil::detail {
+
+/// A captured COMA minibatch leaves its losses and statistics (float64 [5]).
+using ComaGraphs = GraphedUpdates<at::Tensor>;
+
+/// COMA's captured minibatch steps (see file comment).
+struct ComaGraphed {
+  /// Why `s`'s minibatch steps cannot be captured through `ctx`, "" where they can
+  /// (`cuda_graph` on, one process, no loss scaling, an MLP actor); not whether CUDA graphs
+  /// are built (`cuda::kCudaGraphs`).
+  template <class S>
+  static std::string why_not(const S& s, const StepContext& ctx) {
+    const std::string why = why_not_captured(s.cfg_.cuda_graph, S::config_section.view(), ctx);
+    if (why.empty() && s.recurrent())
+      return std::string(S::config_section.view()) + ".actor.gru: a recurrent actor unrolls every held episode in each step";
+    return why;
+  }
+
+  /// Whether graphs hold this training's minibatch steps: CUDA graphs built, the model on the
+  /// GPU, and nothing in `why_not`.
+  template <class S>
+  static bool graphable(const S& s, const StepContext& ctx) {
+    return cuda::kCudaGraphs && s.device_.is_cuda() && why_not(s, ctx).empty();
+  }
+
+  /// A minibatch's steps from a graph (one per minibatch size and exploration setting),
+  /// warmed up op by op, captured, then replayed on the minibatch's rows and `mix`.
+  template <class S, class Rows, class Mixing>
+  static at::Tensor minibatch(S& s, const Rows& mb, StepContext& ctx, const Mixing& mix) {
+    auto& g = s.graphs_.of(mb.u.size(0) * 2 + (mix.keep.defined() ? 1 : 0), s.device_);
+    if (g.update.warming()) {
+      at::Tensor m;
+      g.update.warm_up([&] { m = s.minibatch(mb, ctx, mix); });
+      return m;
+    }
+    s.actor_opt_.sync_device_state();
+    s.critic_opt_.sync_device_state();
+    const std::vector<at::Tensor> values{mb.actor_in, mb.critic_in, mb.avail, mb.u, mb.target, mix.keep, mix.eps};
+    if (!g.update.captured()) {
+      auto& u = g.update;
+      const Rows in{u.input(mb.actor_in), u.input(mb.critic_in), u.input(mb.avail), u.input(mb.u), u.input(mb.target), {}};
+      const Mixing in_mix{u.input(mix.keep), u.input(mix.eps)};
+      u.capture(ctx, S::config_section.view(), [&] { g.out = s.minibatch(in, ctx, in_mix); });
+    }
+    s.graphs_.replay(g, values);
+    finish(s, ctx);
+    return g.out.clone();  // the next replay writes over the graph's own
+  }
+
+  /// The captured minibatch's work op by op (`COMA::update_as_captured`).
+  template <class S, class Rows, class Mixing>
+  static at::Tensor as_captured(S& s, const Rows& mb, StepContext& ctx, const Mixing& mix) {
+    s.actor_opt_.sync_device_state();
+    s.critic_opt_.sync_device_state();
+    at::Tensor m;
+    {
+      const StepContext::Capture capture(ctx);
+      m = s.minibatch(mb, ctx, mix);
+    }
+    finish(s, ctx);
+    return m;
+  }
+
+ private:
+  // The host's part after the device work: the two optimizer steps counted (the host's
+  // counts, for checkpoints).
+  template <class S>
+  static void finish(S& s, StepContext& ctx) {
+    s.critic_opt_.count_step();
+    s.actor_opt_.count_step();
+    ctx.count_steps(2);
+  }
+};
+
+}  // namespace anvil::detail
+// ---- end <anvil/algorithms/coma_graph.hpp> ----
 // ---- begin <anvil/algorithms/td_lambda.hpp> ----
 /// @file
 /// TD(lambda) targets of whole episodes (Sutton and Barto 2018, section 12.1), as COMA's
@@ -20553,8 +20668,40 @@ class COMA {
 
   /// Learns from a round of episodes: holds them until batch_size x batch_number
   /// agent-transitions are collected (on average over the ranks), then trains on them all
-  /// (see file comment). Reports nothing for a round that is only held.
+  /// (see file comment). Reports nothing for a round that is only held. On a GPU, with
+  /// `cuda_graph` on and steps a graph can hold (one process, no loss scaling, an MLP actor),
+  /// each minibatch's critic and actor steps are replayed from a CUDA graph
+  /// (algorithms/coma_graph.hpp).
   UpdateInfo update(const EpisodeBatch& b, StepContext& ctx) {
+    return hold(b, ctx, detail::ComaGraphed::graphable(*this, ctx) ? StepsAs::graph : StepsAs::eager);
+  }
+  /// `update` with each minibatch's steps run as a CUDA graph holds them, op by op on any
+  /// device: device work alone (the losses stay tensors until the training's end), then the
+  /// host's counts. It gives what `update` gives within float rounding; the tests check the
+  /// two agree on the CPU, where no graph runs. Refused, saying why, where a graph could not
+  /// hold the steps.
+  UpdateInfo update_as_captured(const EpisodeBatch& b, StepContext& ctx) {
+    const std::string why = detail::ComaGraphed::why_not(*this, ctx);
+    if (!why.empty()) throw Error("coma: these steps cannot be captured: " + why);
+    return hold(b, ctx, StepsAs::captured);
+  }
+  /// Minibatches replayed from a CUDA graph so far (0 without CUDA or with `cuda_graph` off).
+  [[nodiscard]] std::int64_t graphed_updates() const noexcept { return graphs_.replays(); }
+  /// What the run header says of CUDA graphs on a GPU: what is captured, and why not where not.
+  [[nodiscard]] std::string cuda_graph_note(const StepContext& ctx) const {
+    const std::string why = detail::ComaGraphed::why_not(*this, ctx);
+    if (!why.empty()) return "coma's update runs op by op: " + why + "; acting runs op by op";
+    return "coma's critic and actor steps are captured (a graph per minibatch size, after " +
+           std::to_string(GraphedUpdate::kWarmups) + " warm-ups op by op each); acting runs op by op";
+  }
+
+ private:
+  // How `train` runs each minibatch's critic and actor steps: op by op, from a CUDA graph,
+  // or the graph's work op by op (`update_as_captured`).
+  enum class StepsAs { eager, graph, captured };
+
+  // `update`'s body: holds the round's episodes, and trains once enough are held.
+  UpdateInfo hold(const EpisodeBatch& b, StepContext& ctx, StepsAs as) {
     // Held past this round: copies, as a buffer's batch may view storage the next round reuses.
     pending_.push_back(EpisodeBatch{b.obs.clone(), b.action.clone(), b.reward.clone(), b.terminated.clone(),
                                     b.mask.clone(), b.length.clone(), b.last_obs.clone()});
@@ -20562,13 +20709,14 @@ class COMA {
     episodes_ += b.obs.size(0);
     const double wanted = static_cast<double>(*cfg_.batch_size) * cfg_.batch_number;
     if (ctx.mean_over_ranks(static_cast<double>(pending_rows_)) < wanted) return {};
-    UpdateInfo info = train(ctx);
+    UpdateInfo info = train(ctx, as);
     pending_.clear();
     pending_rows_ = 0;
     ++updates_;
     return info;
   }
 
+ public:
   /// The epsilon of the current episode count.
   [[nodiscard]] double epsilon() const noexcept {
     const double f = std::min(1.0, static_cast<double>(episodes_) / static_cast<double>(*cfg_.epsilon_anneal_episodes));
@@ -20738,6 +20886,7 @@ class COMA {
     updates_ = s.updates;
     pending_.clear();
     pending_rows_ = 0;
+    graphs_.clear();  // captured again from the restored state (warm-ups first)
     for (const auto& b : s.pending) {
       EpisodeBatch d{b.obs.to(device_), b.action.to(device_), b.reward.to(device_), b.terminated.to(device_),
                      b.mask.to(device_), b.length.to(device_), b.last_obs.to(device_)};
@@ -20781,6 +20930,9 @@ class COMA {
   [[nodiscard]] nn::Mlp& actor() noexcept { return actor_; }
   [[nodiscard]] nn::GruActor& recurrent_actor() noexcept { return gru_; }
   [[nodiscard]] nn::Mlp& critic() noexcept { return critic_; }
+  /// The target critic (the TD(lambda) targets' values; a copy of the critic every
+  /// `target_update_interval` critic steps).
+  [[nodiscard]] nn::Mlp& critic_target() noexcept { return target_; }
   /// The actor's and the critic's map encoders (null unless `maps()`).
   [[nodiscard]] nn::MapEncoder& actor_encoder() noexcept { return actor_enc_; }
   [[nodiscard]] nn::MapEncoder& critic_encoder() noexcept { return critic_enc_; }
@@ -20858,6 +21010,11 @@ class COMA {
   struct Rows {
     at::Tensor actor_in, critic_in, avail, u, target, index;
   };
+  // Exploration's mixing weights (1 - epsilon, epsilon) as float32 scalars on the device;
+  // undefined when epsilon is 0 (no mixing).
+  struct Mixing {
+    at::Tensor keep, eps;
+  };
   // The held episodes, for a recurrent actor: rows [B, T, row] and which of their
   // steps are real ([B*T], in flatten_rows' order).
   struct Sequences {
@@ -20905,13 +21062,17 @@ class COMA {
     return at::cat(y);
   }
 
-  UpdateInfo train(StepContext& ctx) {
+  UpdateInfo train(StepContext& ctx, StepsAs as) {
     sequences_.clear();
     Rows rows = flatten_rows();
     const std::int64_t R = rows.u.size(0), bs = cfg_.batch_size;
-    double critic_loss = 0, actor_loss = 0, advantage = 0, entropy = 0, q_taken = 0;
+    at::Tensor sums;  // the minibatches' losses and statistics (float64 [5], see `minibatch`)
     int steps = 0;
     const double eps = epsilon();
+    // The mixing weights as device scalars (a graph reads them where they live): the same
+    // float32 values the op-by-op mixing multiplies by.
+    const auto f = at::TensorOptions().dtype(at::kFloat).device(device_);
+    const Mixing mix = eps > 0 ? Mixing{at::scalar_tensor(1 - eps, f), at::scalar_tensor(eps, f)} : Mixing{};
     for (int pass = 0; pass < cfg_.data_passes; ++pass) {
       if (pass > 0) rows.target = flatten_targets();
       const auto perm = at::randperm(R, at::TensorOptions().dtype(at::kLong)).to(device_);
@@ -20920,26 +21081,51 @@ class COMA {
         const auto idx = perm.index({(at::arange(bs, perm.options()) + j * bs).remainder(R)});
         const Rows mb{recurrent() ? at::Tensor() : rows.actor_in.index({idx}), rows.critic_in.index({idx}),
                       rows.avail.index({idx}), rows.u.index({idx}), rows.target.index({idx}), idx};
-        auto scaler_step = ctx.one_scaler_step();
-        critic_loss += critic_step(mb, ctx, q_taken);
-        actor_loss += actor_step(mb, ctx, eps, advantage, entropy);
+        at::Tensor m;
+        if (as == StepsAs::graph) {
+          m = detail::ComaGraphed::minibatch(*this, mb, ctx, mix);
+        } else if (as == StepsAs::captured) {
+          m = detail::ComaGraphed::as_captured(*this, mb, ctx, mix);
+        } else {
+          auto scaler_step = ctx.one_scaler_step();
+          m = minibatch(mb, ctx, mix);
+        }
+        sums = sums.defined() ? sums + m : m;
         ++steps;
         if (++critic_steps_ % cfg_.target_update_interval == 0) update_target();
       }
     }
+    const auto h = sums.to(at::kCPU).contiguous();  // one copy back, after every minibatch
+    const double* v = h.data_ptr<double>();
     UpdateInfo info;
-    info.metrics = {{"critic_loss", critic_loss / steps}, {"actor_loss", actor_loss / steps},
-                    {"advantage_abs", advantage / steps},  {"entropy", entropy / steps},
-                    {"q_taken", q_taken / steps},          {"epsilon", eps},
+    info.metrics = {{"critic_loss", v[0] / steps}, {"actor_loss", v[2] / steps},
+                    {"advantage_abs", v[3] / steps}, {"entropy", v[4] / steps},
+                    {"q_taken", v[1] / steps},       {"epsilon", eps},
                     {"transitions", static_cast<double>(R)}};
     return info;
   }
 
-  // One critic step on a minibatch (micro-batches summed); returns its loss.
-  double critic_step(const Rows& mb, StepContext& ctx, double& q_taken) {
+  // A minibatch's critic step, then its actor step with advantages from the stepped critic,
+  // as device work with no value read back (what a CUDA graph holds): the critic's loss and
+  // mean Q of the taken actions, the actor's loss, mean |advantage| and entropy, each summed
+  // over the micro-batches weighed by their shares, as float64 [5].
+  at::Tensor minibatch(const Rows& mb, StepContext& ctx, const Mixing& mix) {
+    auto [critic_loss, q_taken] = critic_step(mb, ctx);
+    auto [actor_loss, adv_abs, entropy] = actor_step(mb, ctx, mix);
+    return at::stack({critic_loss, q_taken, actor_loss, adv_abs, entropy});
+  }
+
+  // A share-weighted sum of micro-batches' values (float64): `sum` += share * `value`.
+  static void add_share(at::Tensor& sum, const at::Tensor& value, const MicroBatch& part) {
+    const auto v = value.detach().to(at::kDouble) * part.share;
+    sum = sum.defined() ? sum + v : v;
+  }
+
+  // One critic step on a minibatch (micro-batches summed): its loss and mean Q of the taken
+  // actions (float64 scalars on the device).
+  std::pair<at::Tensor, at::Tensor> critic_step(const Rows& mb, StepContext& ctx) {
     const auto parts = ctx.micro_batches(mb.u.size(0));
-    at::Tensor grad;
-    double loss_sum = 0, q_sum = 0;
+    at::Tensor grad, loss_sum, q_sum;
     for (const auto& part : parts) {
       const auto ci = mb.critic_in.narrow(0, part.begin, part.rows);
       const auto u = mb.u.narrow(0, part.begin, part.rows);
@@ -20953,19 +21139,19 @@ class COMA {
       }
       auto g = ctx.gradient(loss, critic_opt_);
       accumulate(grad, std::move(g), part);
-      loss_sum += part.share * loss.item<double>();
-      q_sum += part.share * taken.detach().mean().item<double>();
+      add_share(loss_sum, loss, part);
+      add_share(q_sum, taken.detach().mean(), part);
     }
     ctx.apply(critic_opt_, grad, cfg_.max_grad_norm);
-    q_taken += q_sum;
-    return loss_sum;
+    return {loss_sum, q_sum};
   }
 
-  // One actor step on a minibatch with advantages from the (just stepped) critic.
-  double actor_step(const Rows& mb, StepContext& ctx, double eps, double& adv_abs, double& ent) {
+  // One actor step on a minibatch with advantages from the (just stepped) critic, its
+  // exploration mixed in with `mix`: its loss, mean |advantage| and entropy (float64 scalars
+  // on the device).
+  std::array<at::Tensor, 3> actor_step(const Rows& mb, StepContext& ctx, const Mixing& mix) {
     const auto parts = ctx.micro_batches(mb.u.size(0));
-    at::Tensor grad;
-    double loss_sum = 0, adv_sum = 0, ent_sum = 0;
+    at::Tensor grad, loss_sum, adv_sum, ent_sum;
     for (const auto& part : parts) {
       const auto ci = mb.critic_in.narrow(0, part.begin, part.rows);
       const auto av = mb.avail.narrow(0, part.begin, part.rows);
@@ -20980,7 +21166,7 @@ class COMA {
                                        : actor_net(mb.actor_in.narrow(0, part.begin, part.rows)).to(at::kFloat),
                            av);
         auto pi = logits.softmax(-1);
-        pi = categorical::mixed(pi, av, eps);
+        if (mix.keep.defined()) pi = categorical::mixed(pi, av, mix.keep, mix.eps);
         const auto log_pi = pi.gather(-1, u.unsqueeze(-1)).squeeze(-1).clamp_min(1e-10).log();
         {
           torch::NoGradGuard no_grad;
@@ -20993,14 +21179,12 @@ class COMA {
       }
       auto g = ctx.gradient(loss, actor_opt_);
       accumulate(grad, std::move(g), part);
-      loss_sum += part.share * loss.item<double>();
-      adv_sum += part.share * adv.abs().mean().item<double>();
-      ent_sum += part.share * h.item<double>();
+      add_share(loss_sum, loss, part);
+      add_share(adv_sum, adv.abs().mean(), part);
+      add_share(ent_sum, h, part);
     }
     ctx.apply(actor_opt_, grad, cfg_.max_grad_norm);
-    adv_abs += adv_sum;
-    ent += ent_sum;
-    return loss_sum;
+    return {loss_sum, adv_sum, ent_sum};
   }
 
   void update_target() {
@@ -21032,6 +21216,9 @@ class COMA {
   FlatAdam actor_opt_, critic_opt_;
   std::vector<EpisodeBatch> pending_;
   std::int64_t pending_rows_ = 0, episodes_ = 0, critic_steps_ = 0, updates_ = 0;
+  detail::ComaGraphs graphs_;  // minibatch steps in CUDA graphs (algorithms/coma_graph.hpp)
+
+  friend struct detail::ComaGraphed;
 };
 
 static_assert(Algorithm<COMA>);
@@ -22141,6 +22328,11 @@ struct PpoConfig {
         "hand-written passes for the default networks in float32 on the CPU: acting and updates without "
         "LibTorch ops (false: autograd; same result, slower)">
       manual_backward{true};
+  Param<bool, "cuda_graph",
+        "on CUDA, capture each minibatch update as a CUDA graph and replay it: one launch instead of "
+        "hundreds of dispatched ops (one process, no loss scaling, no random image shifts; "
+        "gradient accumulation's micro-batches included; false: op by op)">
+      cuda_graph{true};
   Section<"actor", PpoNetConfig> actor;
   Section<"critic", PpoNetConfig> critic;
   /// Observations with images: the encoder the actor and critic share (no random shift by
@@ -22207,20 +22399,19 @@ struct policy_config<RecurrentPPO> {
 
 }  // namespace anvil
 // ---- end <anvil/algorithms/ppo_config.hpp> ----
-// ---- begin <anvil/algorithms/ppo_manual.hpp> ----
+// ---- begin <anvil/algorithms/ppo_graph.hpp> ----
 /// @file
-/// PPO's CPU backend (`ppo.manual_backward`): acting and the loss's gradient with
-/// hand-written arithmetic over the MLPs' tapes (nn/manual_mlp.hpp), the same as autograd's
-/// (ties of max and the bounds of clamp included), into the flat gradient the optimizer
-/// reads. Gaussian (a log standard deviation given) or categorical policies; float32 on
-/// the CPU.
+/// PPO's minibatch update in a CUDA graph (optim/graphed_update.hpp): the update's device
+/// work with no host synchronisation (the loss, its gradient, the clipped Adam step, the
+/// loss's parts as a device tensor), one graph per minibatch size, and the host's part after
+/// a replay (the step counted, the parts read back once, the epoch's KL). The same work op
+/// by op on any device is `PPO::update_as_captured`, which the tests compare with the eager
+/// update on the CPU. Static functions on a `PPO` (algorithms/ppo.hpp), whose friend they
+/// are. Gradient accumulation is a loop over the micro-batches inside the graph, as op by
+/// op; the learning rate's annealing reaches a replay through the optimizer's device state.
 
-#include <torch/utils.h>
-
-#include <algorithm>
-#include <cmath>
 #include <cstdint>
-#include <numbers>
+#include <string>
 #include <vector>
 
 // ---- begin <anvil/algorithms/ppo_objective.hpp> ----
@@ -22256,6 +22447,13 @@ struct PpoLosses {
     approx_kl += w * o.approx_kl;
     clip_fraction += w * o.clip_fraction;
   }
+  /// The parts from `clipped_objective_parts`'s tensor (read on the host: a device tensor
+  /// is copied back once).
+  static PpoLosses of(const at::Tensor& parts) {
+    const auto h = parts.to(at::kCPU, at::kDouble).contiguous();
+    const double* v = h.data_ptr<double>();
+    return {.policy = v[2], .value = v[3], .entropy = v[4], .approx_kl = v[0], .clip_fraction = v[1]};
+  }
   /// As an update's metrics.
   [[nodiscard]] std::vector<std::pair<std::string, double>> metrics() const {
     return {{"policy_loss", policy}, {"value_loss", value}, {"entropy", entropy},
@@ -22265,11 +22463,13 @@ struct PpoLosses {
 
 /// PPO's loss of a (micro-)batch `b`: the clipped surrogate + vf_coef * the value loss
 /// (clipped with `clip_value`) - ent_coef * the mean entropy, from the current policy's
-/// `log_prob`, `entropy` and value `v` of its rows ([B] each, float32); its parts in `out`.
-/// `Cfg` has PPO's fields (clip, clip_value, vf_coef, ent_coef).
+/// `log_prob`, `entropy` and value `v` of its rows ([B] each, float32), and its parts as a
+/// float64 tensor [5] (approximate KL, clip fraction, policy loss, value loss, entropy:
+/// `PpoLosses::of` reads them), with no value read back to the host: what a CUDA graph can
+/// hold. `Cfg` has PPO's fields (clip, clip_value, vf_coef, ent_coef).
 template <class Cfg>
-at::Tensor clipped_objective(const at::Tensor& log_prob, const at::Tensor& entropy, const at::Tensor& v,
-                             const RolloutBatch& b, const Cfg& cfg, PpoLosses& out) {
+std::pair<at::Tensor, at::Tensor> clipped_objective_parts(const at::Tensor& log_prob, const at::Tensor& entropy,
+                                                          const at::Tensor& v, const RolloutBatch& b, const Cfg& cfg) {
   const auto log_ratio = log_prob - b.log_prob;
   const auto ratio = log_ratio.exp();
   const double c = cfg.clip;
@@ -22285,11 +22485,19 @@ at::Tensor clipped_objective(const at::Tensor& log_prob, const at::Tensor& entro
   auto loss = policy_loss + *cfg.vf_coef * value_loss - *cfg.ent_coef * ent;
   torch::NoGradGuard no_grad;
   // KL(old || new) estimated as E[(r - 1) - log r], unbiased and never negative.
-  out.approx_kl = ((ratio - 1.0) - log_ratio).mean().item().toDouble();
-  out.clip_fraction = ((ratio - 1.0).abs() > c).to(at::kFloat).mean().item().toDouble();
-  out.policy = policy_loss.item().toDouble();
-  out.value = value_loss.item().toDouble();
-  out.entropy = ent.item().toDouble();
+  const auto approx_kl = ((ratio - 1.0) - log_ratio).mean();
+  const auto clip_fraction = ((ratio - 1.0).abs() > c).to(at::kFloat).mean();
+  auto parts = at::stack({approx_kl.to(at::kDouble), clip_fraction.to(at::kDouble), policy_loss.detach().to(at::kDouble),
+                          value_loss.detach().to(at::kDouble), ent.detach().to(at::kDouble)});
+  return {loss, parts};
+}
+
+/// `clipped_objective_parts` with its parts read into `out` (one copy to the host).
+template <class Cfg>
+at::Tensor clipped_objective(const at::Tensor& log_prob, const at::Tensor& entropy, const at::Tensor& v,
+                             const RolloutBatch& b, const Cfg& cfg, PpoLosses& out) {
+  auto [loss, parts] = clipped_objective_parts(log_prob, entropy, v, b, cfg);
+  out = PpoLosses::of(parts);
   return loss;
 }
 
@@ -22346,6 +22554,12 @@ class PpoOptimizer {
   UpdateInfo step(StepContext& ctx, const at::Tensor& grad, double max_grad_norm, const PpoLosses& sum,
                   const at::Tensor& log_std) {
     ctx.apply(opt_, grad, max_grad_norm);
+    return counted(sum, log_std);
+  }
+  /// The host's part of an update whose optimizer step was taken (`step`, or a replayed
+  /// CUDA graph, whose step the caller counted): counts it, with its losses `sum` and, for a
+  /// Gaussian policy, the actions' mean standard deviation as its metrics.
+  UpdateInfo counted(const PpoLosses& sum, const at::Tensor& log_std) {
     count(sum.approx_kl);
     UpdateInfo info;
     info.metrics = sum.metrics();
@@ -22414,6 +22628,119 @@ class PpoOptimizer {
 
 }  // namespace anvil::detail
 // ---- end <anvil/algorithms/ppo_objective.hpp> ----
+
+namespace anvil::detail {
+
+/// A captured PPO update leaves the loss's parts (float64 [5], `PpoLosses::of` reads them).
+using PpoGraphs = GraphedUpdates<at::Tensor>;
+
+/// PPO's captured minibatch update (see file comment).
+struct PpoGraphed {
+  /// Why `s`'s update cannot be captured through `ctx` on its device, "" where it can
+  /// (`cuda_graph` on, one process, no loss scaling, no random image shifts inside the
+  /// update); not whether CUDA graphs are built (`cuda::kCudaGraphs`).
+  template <class S>
+  static std::string why_not(const S& s, const StepContext& ctx) {
+    const std::string why = why_not_captured(s.cfg_.cuda_graph, S::config_section.view(), ctx);
+    if (why.empty() && s.encoder_ && *s.cfg_.encoder->shift > 0)
+      return std::string(S::config_section.view()) +
+             ".encoder.shift: the update draws random image shifts (set it to 0 to capture the update)";
+    return why;
+  }
+
+  /// Whether a graph holds this update: CUDA graphs built, the model and the batch on the
+  /// GPU, and nothing in `why_not`.
+  template <class S>
+  static bool graphable(const S& s, const RolloutBatch& b, const StepContext& ctx) {
+    return cuda::kCudaGraphs && s.device_.is_cuda() && b.obs.is_cuda() && why_not(s, ctx).empty();
+  }
+
+  /// The update from a graph: one per minibatch size, warmed up op by op, captured, then
+  /// replayed on the minibatch's rows.
+  template <class S>
+  static UpdateInfo update(S& s, const RolloutBatch& b, StepContext& ctx) {
+    auto& g = s.graphs_.of(b.obs.size(0), s.device_);
+    if (g.update.warming()) {
+      UpdateInfo info;
+      g.update.warm_up([&] { info = s.eager_update(b, ctx); });
+      return info;
+    }
+    s.opt_.adam().sync_device_state();
+    const std::vector<at::Tensor> values{b.obs, b.action, b.log_prob, b.advantage, b.returns, b.value};
+    if (!g.update.captured()) {
+      auto& u = g.update;
+      const RolloutBatch in{u.input(b.obs),     u.input(b.action),  u.input(b.log_prob),
+                            u.input(b.advantage), u.input(b.returns), u.input(b.value)};
+      u.capture(ctx, S::config_section.view(), [&] { g.out = device_update(s, in, ctx); });
+    }
+    s.graphs_.replay(g, values);
+    return finish(s, ctx, g.out);
+  }
+
+  /// The captured update's work op by op (`PPO::update_as_captured`).
+  template <class S>
+  static UpdateInfo as_captured(S& s, const RolloutBatch& b, StepContext& ctx) {
+    const std::string why = why_not(s, ctx);
+    if (!why.empty())
+      throw Error(std::string(S::config_section.view()) + ": this update cannot be captured: " + why);
+    s.opt_.adam().sync_device_state();
+    at::Tensor parts;
+    {
+      const StepContext::Capture capture(ctx);
+      parts = device_update(s, b, ctx);
+    }
+    return finish(s, ctx, parts);
+  }
+
+ private:
+  // The update's device work with no host synchronisation: what a graph captures. The
+  // minibatch in micro-batches (a fixed split for a minibatch size), each part's gradient
+  // and loss parts weighed by its share, one clipped Adam step on their sum. Returns the
+  // loss's parts (float64 [5]).
+  template <class S>
+  static at::Tensor device_update(S& s, const RolloutBatch& b, StepContext& ctx) {
+    const auto micro = ctx.micro_batches(b.obs.size(0));
+    const bool whole = micro.size() == 1;
+    at::Tensor grad, sum;
+    for (const auto& part : micro) {
+      const RolloutBatch& mb = whole ? b : S::slice(b, part.begin, part.rows);
+      auto [loss, parts] = s.loss_parts(mb, ctx);
+      accumulate(grad, ctx.gradient(loss, s.opt_.adam()), part);
+      sum = whole ? parts : (sum.defined() ? sum + parts * part.share : parts * part.share);
+    }
+    ctx.apply(s.opt_.adam(), grad, s.cfg_.max_grad_norm);
+    return sum;
+  }
+
+  // The host's part after the device work: the optimizer step counted (the host's count, for
+  // checkpoints), the loss's parts read back (one copy, which waits for the device), the
+  // update counted with its KL for the epoch's early stop.
+  template <class S>
+  static UpdateInfo finish(S& s, StepContext& ctx, const at::Tensor& parts) {
+    s.opt_.adam().count_step();
+    ctx.count_steps(1);
+    return s.opt_.counted(PpoLosses::of(parts), s.log_std_);
+  }
+};
+
+}  // namespace anvil::detail
+// ---- end <anvil/algorithms/ppo_graph.hpp> ----
+// ---- begin <anvil/algorithms/ppo_manual.hpp> ----
+/// @file
+/// PPO's CPU backend (`ppo.manual_backward`): acting and the loss's gradient with
+/// hand-written arithmetic over the MLPs' tapes (nn/manual_mlp.hpp), the same as autograd's
+/// (ties of max and the bounds of clamp included), into the flat gradient the optimizer
+/// reads. Gaussian (a log standard deviation given) or categorical policies; float32 on
+/// the CPU.
+
+#include <torch/utils.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <numbers>
+#include <vector>
+
 
 namespace anvil::detail {
 
@@ -22727,21 +23054,31 @@ class PPO {
 
   /// One gradient step on a minibatch: clipped surrogate + vf_coef * value loss -
   /// ent_coef * entropy. With gradient accumulation the minibatch is split into the
-  /// context's micro-batches and their weighted gradients summed before one step.
+  /// context's micro-batches and their weighted gradients summed before one step. On a GPU,
+  /// with `cuda_graph` on and an update a graph can hold (one process, no loss scaling, no
+  /// random image shifts), each minibatch size's update is replayed from a CUDA graph
+  /// (algorithms/ppo_graph.hpp).
   UpdateInfo update(const RolloutBatch& b, StepContext& ctx) {
-    const auto parts = ctx.micro_batches(b.obs.size(0));
-    at::Tensor grad;
-    Losses sum;
-    for (const auto& part : parts) {
-      const bool whole = parts.size() == 1;
-      Losses l;
-      const RolloutBatch& mb = whole ? b : slice(b, part.begin, part.rows);
-      auto g = manual_ && !ctx.autocasts() ? manual_->gradient(*actor_, *critic_, log_std_, cfg_, mb, l)
-                                            : ctx.gradient(losses(mb, ctx, l), opt_.adam());
-      accumulate(grad, std::move(g), part);
-      sum.add(l, part.share);
-    }
-    return opt_.step(ctx, grad, cfg_.max_grad_norm, sum, log_std_);
+    if (detail::PpoGraphed::graphable(*this, b, ctx)) return detail::PpoGraphed::update(*this, b, ctx);
+    return eager_update(b, ctx);
+  }
+
+  /// The update as a CUDA graph holds it, run op by op on any device: device work alone (the
+  /// loss's parts stay a tensor until the step is taken), then the host's bookkeeping. It
+  /// gives what `update` gives within float rounding; the tests check the two agree on the
+  /// CPU, where no graph runs. Refused, saying why, where a graph could not hold the update.
+  UpdateInfo update_as_captured(const RolloutBatch& b, StepContext& ctx) {
+    return detail::PpoGraphed::as_captured(*this, b, ctx);
+  }
+  /// Updates replayed from a CUDA graph so far (0 without CUDA or with `cuda_graph` off).
+  [[nodiscard]] std::int64_t graphed_updates() const noexcept { return graphs_.replays(); }
+  /// What the run header says of CUDA graphs on a GPU: what is captured, and why not where not.
+  [[nodiscard]] std::string cuda_graph_note(const StepContext& ctx) const {
+    const std::string who(config_section.view());
+    const std::string why = detail::PpoGraphed::why_not(*this, ctx);
+    if (!why.empty()) return who + "'s update runs op by op: " + why + "; acting runs op by op";
+    return who + "'s minibatch update is captured (a graph per minibatch size, after " +
+           std::to_string(GraphedUpdate::kWarmups) + " warm-ups op by op each); acting runs op by op";
   }
 
   /// Ends an epoch over the rollout: whether to run another. With `target_kl` set, the
@@ -22777,7 +23114,10 @@ class PPO {
   using Saved = detail::PpoOptimizer::Saved;
   void save(BinaryWriter& w) const { opt_.save(w); }
   [[nodiscard]] Saved read(BinaryReader& r) const { return opt_.read(r); }
-  void restore(const Saved& s) { opt_.restore(s); }
+  void restore(const Saved& s) {
+    opt_.restore(s);
+    graphs_.clear();  // captured again from the restored state (warm-ups first)
+  }
 
   /// The acting network for policy.safetensors (`ExportsTensors`): the actor MLP as `net.fc0`,
   /// `net.fc1`, ...; its deterministic action is the argmax (discrete) or the mean
@@ -22832,8 +23172,33 @@ class PPO {
     return obs.to(device_, at::kFloat);
   }
 
+  // The update op by op (what `update` runs when no graph holds it).
+  UpdateInfo eager_update(const RolloutBatch& b, StepContext& ctx) {
+    const auto parts = ctx.micro_batches(b.obs.size(0));
+    at::Tensor grad;
+    Losses sum;
+    for (const auto& part : parts) {
+      const bool whole = parts.size() == 1;
+      Losses l;
+      const RolloutBatch& mb = whole ? b : slice(b, part.begin, part.rows);
+      auto g = manual_ && !ctx.autocasts() ? manual_->gradient(*actor_, *critic_, log_std_, cfg_, mb, l)
+                                            : ctx.gradient(losses(mb, ctx, l), opt_.adam());
+      accumulate(grad, std::move(g), part);
+      sum.add(l, part.share);
+    }
+    return opt_.step(ctx, grad, cfg_.max_grad_norm, sum, log_std_);
+  }
+
+
   // The loss of a (micro-)batch; its parts reported in `out`.
   at::Tensor losses(const RolloutBatch& b, StepContext& ctx, Losses& out) {
+    auto [loss, parts] = loss_parts(b, ctx);
+    out = Losses::of(parts);
+    return loss;
+  }
+  // The loss of a (micro-)batch and its parts as a tensor (`detail::clipped_objective_parts`),
+  // with no value read back to the host.
+  std::pair<at::Tensor, at::Tensor> loss_parts(const RolloutBatch& b, StepContext& ctx) {
     auto guard = ctx.autocast();
     at::Tensor x = b.obs;
     if (encoder_) {  // images: encoded once for both heads (randomly shifted first with encoder.shift, as RAD does)
@@ -22850,7 +23215,7 @@ class PPO {
       entropy = detail::gaussian_entropy(log_std_, b.obs.size(0));
     }
     const auto v = critic_->forward(x).squeeze(-1).to(at::kFloat);
-    return detail::clipped_objective(log_prob, entropy, v, b, cfg_, out);
+    return detail::clipped_objective_parts(log_prob, entropy, v, b, cfg_);
   }
 
   at::Tensor gaussian_log_prob(const at::Tensor& mean, const at::Tensor& action) const {
@@ -22882,6 +23247,9 @@ class PPO {
   nn::ObsEncoder encoder_{nullptr};  ///< observations with images: the heads' shared encoder
   std::unique_ptr<detail::PpoManual> manual_;  ///< the hand-written path, when it applies
   std::string autograd_why_;                   ///< why not ("" when it applies)
+  detail::PpoGraphs graphs_;  ///< the update in CUDA graphs, one per minibatch size (algorithms/ppo_graph.hpp)
+
+  friend struct detail::PpoGraphed;
 };
 
 static_assert(OnPolicyAlgorithm<PPO>);

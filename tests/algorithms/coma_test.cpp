@@ -653,3 +653,126 @@ TEST_CASE("Trainer<COMA>: a policy with a map encoder acts in PyTorch as the run
 }
 
 }  // namespace
+
+namespace {
+// Random episodes of 1-3 steps in `l`'s rows (observations, states and rewards drawn, every
+// action available, the first step flagged) with random joint actions of `joint` choices.
+EpisodeBatch random_episodes(const AgentLayout& l, std::int64_t episodes, std::int64_t joint) {
+  const std::int64_t T = 3;
+  auto obs = torch::randn({episodes, T, l.row_size()});
+  obs.narrow(-1, l.avail_offset(), l.agents * l.num_actions).fill_(1.0);
+  obs.select(-1, l.first_offset()).fill_(0.0);
+  obs.select(1, 0).select(-1, l.first_offset()).fill_(1.0);
+  const auto length = torch::randint(1, T + 1, {episodes}, torch::kLong);
+  const auto mask = (torch::arange(T).unsqueeze(0) < length.unsqueeze(1)).to(torch::kFloat);
+  auto last_obs = torch::randn({episodes, l.row_size()});
+  last_obs.narrow(-1, l.avail_offset(), l.agents * l.num_actions).fill_(1.0);
+  last_obs.select(-1, l.first_offset()).fill_(0.0);
+  const auto terminated = mask * (torch::rand({episodes, T}) < 0.5).to(torch::kFloat) *
+                          (torch::arange(T).unsqueeze(0) == (length - 1).unsqueeze(1)).to(torch::kFloat);
+  return EpisodeBatch{obs, torch::randint(0, joint, {episodes, T}, torch::kLong), torch::randn({episodes, T}) * mask,
+                      terminated, mask, length, last_obs};
+}
+
+// Two COMAs from one seed, one updated by `update`, one by `update_as_captured` (each
+// minibatch's critic and actor steps as a CUDA graph holds them, op by op), on the same
+// rounds of episodes through step contexts with `options`: their metrics, weights, target
+// critics and step counts agree within float rounding.
+void check_coma_captured_matches(const COMA::Config& cfg, const StepContext::Options& options = {}) {
+  const auto game = envs::MatrixGame::credit(3, 1.0, 10.0);
+  const auto spec = envs::spec_of(envs::Joint<envs::MatrixGame>(game));
+  torch::manual_seed(41);
+  COMA eager(spec, cfg, cpu_context());
+  torch::manual_seed(41);
+  COMA captured(spec, cfg, cpu_context());
+  StepContext ce(options), cc(options);
+  int trained = 0;
+  for (int round = 0; round < 6; ++round) {
+    torch::manual_seed(42 + round);
+    const auto b = random_episodes(spec.agents, 16, spec.agents.joint_actions());
+    torch::manual_seed(100 + round);  // the same minibatch order on both sides
+    const auto x = eager.update(b, ce);
+    torch::manual_seed(100 + round);
+    const auto y = captured.update_as_captured(b, cc);
+    REQUIRE(x.metrics.size() == y.metrics.size());
+    trained += x.metrics.empty() ? 0 : 1;
+    for (std::size_t i = 0; i < x.metrics.size(); ++i) {
+      CAPTURE(round);
+      CHECK(x.metrics[i].first == y.metrics[i].first);
+      CHECK(y.metrics[i].second == doctest::Approx(x.metrics[i].second).epsilon(1e-4));
+    }
+  }
+  CHECK(trained >= 2);
+  auto close = [](const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b) {
+    bool ok = a.size() == b.size();
+    for (std::size_t i = 0; ok && i < a.size(); ++i) ok = torch::allclose(a[i], b[i], 1e-4, 1e-5);
+    return ok;
+  };
+  CHECK(close(eager.actor()->parameters(), captured.actor()->parameters()));
+  CHECK(close(eager.critic()->parameters(), captured.critic()->parameters()));
+  CHECK(close(eager.critic_target()->parameters(), captured.critic_target()->parameters()));
+  CHECK(captured.updates() == eager.updates());
+  CHECK(cc.steps() == ce.steps());
+  CHECK(captured.graphed_updates() == 0);
+}
+}  // namespace
+
+TEST_CASE("COMA: a minibatch's critic and actor steps as a CUDA graph holds them match the op-by-op steps, per critic kind") {
+  // On the CPU no graph runs, but the captured form of the steps runs op by op
+  // (update_as_captured): the arithmetic a replay does on CUDA, with epsilon's mixing
+  // weights as device scalars and the losses kept as tensors until the training's end.
+  // Every critic kind with epsilon mixed in, then none, then gradient accumulation's
+  // micro-batches looped over inside.
+  COMA::Config cfg;
+  cfg.actor->hidden = {32};
+  cfg.critic_net->hidden = {32};
+  cfg.batch_size = 24;
+  cfg.batch_number = 2;
+  cfg.data_passes = 2;
+  cfg.target_update_interval = 3;
+  cfg.ent_coef = 0.01;
+  cfg.epsilon_anneal_episodes = 40;
+  for (const auto critic : {ComaCritic::counterfactual, ComaCritic::central_v, ComaCritic::independent}) {
+    CAPTURE(static_cast<int>(critic));
+    cfg.critic = critic;
+    check_coma_captured_matches(cfg);
+  }
+  cfg.critic = ComaCritic::counterfactual;
+  cfg.epsilon_start = 0.0;
+  cfg.epsilon_finish = 0.0;
+  check_coma_captured_matches(cfg);
+  cfg.epsilon_start = 0.5;
+  StepContext::Options accumulating;
+  accumulating.micro_batches = 4;
+  check_coma_captured_matches(cfg, accumulating);
+}
+
+TEST_CASE("COMA: steps a CUDA graph cannot hold are refused by name, and the run header says why") {
+  const auto spec = envs::spec_of(envs::Joint<envs::MatrixGame>(envs::MatrixGame::credit(3, 1.0, 10.0)));
+  COMA::Config cfg;
+  StepContext::Options o;
+  o.loss_scaling = LossScaler::Options{};
+  StepContext scaled(o);
+  COMA coma(spec, cfg, cpu_context());
+  const auto b = random_episodes(spec.agents, 4, spec.agents.joint_actions());
+  CHECK_THROWS_WITH_AS((void)coma.update_as_captured(b, scaled),
+                       "coma: these steps cannot be captured: FP16's loss scaler decides on the host whether to skip a "
+                       "step (BF16 needs no scaler)",
+                       Error);
+  CHECK(cuda_graph_note(coma, scaled).find("coma's update runs op by op: FP16's loss scaler") == 0);
+  CHECK(cuda_graph_note(coma, StepContext{}) ==
+        "coma's critic and actor steps are captured (a graph per minibatch size, after 2 warm-ups op by op each); "
+        "acting runs op by op");
+  auto gru = cfg;
+  gru.actor->gru = 8;
+  StepContext plain;
+  COMA recurrent(spec, gru, cpu_context());
+  CHECK_THROWS_WITH_AS((void)recurrent.update_as_captured(b, plain),
+                       "coma: these steps cannot be captured: coma.actor.gru: a recurrent actor unrolls every held "
+                       "episode in each step",
+                       Error);
+  auto off = cfg;
+  off.cuda_graph = false;
+  CHECK(cuda_graph_note(COMA(spec, off, cpu_context()), plain) ==
+        "coma's update runs op by op: off (coma.cuda_graph=false); acting runs op by op");
+}

@@ -293,6 +293,106 @@ TEST_CASE("PPO: the hand-written path acts and updates as autograd does (Gaussia
     }
 }
 
+namespace {
+// Two copies of PPO (the same seed), one updated by `update`, one by `update_as_captured`
+// (the CUDA graph's arithmetic op by op), on the same 12 minibatches through step contexts
+// with `options`, the learning rate annealed halfway: their metrics, weights, step and update
+// counts and the epoch's KL stop agree within float rounding.
+void check_ppo_captured_matches(const PPO::Config& cfg, bool discrete, const StepContext::Options& options = {}) {
+  const auto s = discrete ? spec(5, envs::Discrete{4}) : spec(5, envs::Box{{-1, -1, -1}, {1, 1, 1}});
+  torch::manual_seed(31);
+  PPO eager(s, cfg, RunContext{});
+  torch::manual_seed(31);
+  PPO captured(s, cfg, RunContext{});
+  StepContext ce(options), cc(options);
+  torch::manual_seed(32);
+  for (int k = 0; k < 12; ++k) {
+    const auto obs = torch::randn({48, 5});
+    const auto a = eager.act_for_rollout(obs);
+    // advantages of both signs, large enough to push ratios past the clip range
+    RolloutBatch b{obs, a.action, a.log_prob + 0.3 * torch::randn({48}), 3 * torch::randn({48}),
+                   torch::randn({48}), a.value + 0.2 * torch::randn({48})};
+    if (k == 6)
+      for (PPO* p : {&eager, &captured}) p->set_progress(0.5);
+    const auto x = eager.update(b, ce);
+    const auto y = captured.update_as_captured(b, cc);
+    REQUIRE(x.metrics.size() == y.metrics.size());
+    for (std::size_t i = 0; i < x.metrics.size(); ++i) {
+      CAPTURE(k);
+      CHECK(x.metrics[i].first == y.metrics[i].first);
+      CHECK(y.metrics[i].second == doctest::Approx(x.metrics[i].second).epsilon(1e-4));
+    }
+  }
+  CHECK(torch::allclose(eager.optimizer().parameters().flat(), captured.optimizer().parameters().flat(), 1e-4, 1e-5));
+  CHECK(captured.updates() == eager.updates());
+  CHECK(captured.optimizer().steps() == eager.optimizer().steps());
+  CHECK(cc.steps() == ce.steps());
+  CHECK(captured.optimizer().lr() == eager.optimizer().lr());
+  CHECK(captured.end_epoch(cc) == eager.end_epoch(ce));
+  CHECK(captured.graphed_updates() == 0);
+}
+}  // namespace
+
+TEST_CASE("PPO: the update as a CUDA graph holds it (device work, then the host's bookkeeping) matches the op-by-op update") {
+  // On the CPU no graph runs, but the captured form of the update runs op by op
+  // (update_as_captured): the arithmetic a replay does on CUDA, with the loss's parts kept as
+  // a tensor until the step is taken. Both action spaces, against the hand-written path and
+  // autograd, with value clipping, an entropy bonus, gradient clipping and an annealed
+  // learning rate; then gradient accumulation's micro-batches looped over inside.
+  for (const bool discrete : {false, true})
+    for (const bool manual : {true, false}) {
+      CAPTURE(discrete);
+      CAPTURE(manual);
+      PPO::Config cfg;
+      cfg.manual_backward = manual;
+      cfg.lr = 3e-3;
+      cfg.clip_value = 0.1;
+      cfg.ent_coef = 0.01;
+      cfg.target_kl = 0.01;
+      check_ppo_captured_matches(cfg, discrete);
+    }
+  StepContext::Options accumulating;
+  accumulating.micro_batches = 4;
+  PPO::Config cfg;
+  cfg.manual_backward = false;
+  check_ppo_captured_matches(cfg, false, accumulating);
+}
+
+TEST_CASE("PPO: an update a CUDA graph cannot hold is refused by name, and the run header says why") {
+  const auto s = spec(4, envs::Box{{-1}, {1}});
+  torch::manual_seed(0);
+  PPO ppo(s, PPO::Config{}, RunContext{});
+  const auto obs = torch::randn({8, 4});
+  const auto a = ppo.act_for_rollout(obs);
+  const RolloutBatch b{obs, a.action, a.log_prob, torch::randn({8}), torch::randn({8}), a.value};
+  // the loss scaler's skip is a host decision
+  StepContext::Options o;
+  o.loss_scaling = LossScaler::Options{};
+  StepContext scaled(o);
+  CHECK_THROWS_WITH_AS((void)ppo.update_as_captured(b, scaled),
+                       "ppo: this update cannot be captured: FP16's loss scaler decides on the host whether to skip a "
+                       "step (BF16 needs no scaler)",
+                       Error);
+  CHECK(ppo.updates() == 0);  // refused before anything changed
+  CHECK(cuda_graph_note(ppo, scaled).find("ppo's update runs op by op: FP16's loss scaler") == 0);
+  StepContext::Options ddp;
+  ddp.all_reduce_mean = [](std::vector<at::Tensor>&) {};
+  CHECK(cuda_graph_note(ppo, StepContext(ddp)).find(": DDP: the all-reduce") != std::string::npos);
+  StepContext::Options accumulating;
+  accumulating.micro_batches = 4;
+  CHECK(cuda_graph_note(ppo, StepContext(accumulating)) ==
+        "ppo's minibatch update is captured (a graph per minibatch size, after 2 warm-ups op by op each); acting runs "
+        "op by op");
+  PPO::Config off;
+  off.cuda_graph = false;
+  PPO unplugged(s, off, RunContext{});
+  CHECK(cuda_graph_note(unplugged, StepContext{}) ==
+        "ppo's update runs op by op: off (ppo.cuda_graph=false); acting runs op by op");
+  StepContext plain;
+  CHECK_THROWS_WITH_AS((void)unplugged.update_as_captured(b, plain),
+                       "ppo: this update cannot be captured: off (ppo.cuda_graph=false)", Error);
+}
+
 TEST_CASE("PPO: the hand-written path draws acting noise as at::randn does, below and above 16 values") {
   // Under 16 values it draws them itself from torch's generator (PpoManual::randn); the
   // autograd path calls randn_like. Same seed, same actions and log-probabilities.

@@ -1,5 +1,5 @@
-// SAC's (and MultiTaskSAC's, a temperature per task) and DiffusionPolicy's updates replayed
-// from CUDA graphs against the same updates op by op, on a GPU.
+// SAC's (and MultiTaskSAC's, a temperature per task), PPO's, COMA's and DiffusionPolicy's
+// updates replayed from CUDA graphs against the same updates op by op, on a GPU.
 // Built only with LibTorch's CUDA (ANVIL_WITH_CUDA; CMake's anvil_cuda_tests, or
 // scripts/gpu-check.sh graph on a machine with PyTorch); on such a build without a GPU
 // each case says so and checks nothing.
@@ -14,9 +14,13 @@
 #include <unistd.h>
 #include <vector>
 
+#include <anvil/algorithms/coma.hpp>
 #include <anvil/algorithms/diffusion_policy.hpp>
+#include <anvil/algorithms/ppo.hpp>
 #include <anvil/algorithms/sac.hpp>
 #include <anvil/core/binary_io.hpp>
+#include <anvil/envs/multi_agent/multi_agent_env.hpp>
+#include <anvil/envs/multi_agent/matrix_game.hpp>
 #include <anvil/envs/pendulum.hpp>
 
 #include "../skip.hpp"
@@ -118,6 +122,113 @@ TEST_CASE("SAC on CUDA: graphs per update shape (actor every 2nd, target every 3
   cfg.target_update_freq = 3;
   cfg.max_grad_norm = 1.0;
   compare(cfg, {}, 40, true, 1e-4);
+}
+
+TEST_CASE("PPO on CUDA: minibatch updates replayed from a CUDA graph match op by op (50 updates, both action spaces, micro-batches, an annealed learning rate)") {
+  if (!torch::cuda::is_available()) ANVIL_SKIP("no CUDA device on this machine");
+  const c10::Device d(c10::kCUDA, 0);
+  RunContext run;
+  run.device = d;
+  for (const bool discrete : {false, true})
+    for (const int micro : {1, 4}) {
+      CAPTURE(discrete);
+      CAPTURE(micro);
+      const auto spec = discrete ? EnvSpec{"test", envs::Box{std::vector<float>(5, -1), std::vector<float>(5, 1)}, envs::Discrete{4}, {}}
+                                 : EnvSpec{"test", envs::Box{std::vector<float>(5, -1), std::vector<float>(5, 1)},
+                                           envs::Box{{-1, -1, -1}, {1, 1, 1}}, {}};
+      PPO::Config cfg;
+      cfg.lr = 3e-3;
+      cfg.clip_value = 0.1;
+      cfg.ent_coef = 0.01;
+      auto make = [&](bool graph) {
+        cfg.cuda_graph = graph;
+        torch::manual_seed(0);
+        return PPO(spec, cfg, run);
+      };
+      PPO graphed = make(true), eager = make(false);
+      StepContext::Options so;
+      so.device = d;
+      so.micro_batches = micro;
+      StepContext cg(so), ce(so);
+      torch::manual_seed(5);
+      for (int i = 0; i < 50; ++i) {
+        const auto obs = torch::randn({128, 5}, at::TensorOptions().device(d));
+        const auto a = eager.act_for_rollout(obs);
+        const RolloutBatch b{obs, a.action, a.log_prob + 0.3 * torch::randn_like(a.log_prob), 3 * torch::randn_like(a.log_prob),
+                             torch::randn_like(a.log_prob), a.value + 0.2 * torch::randn_like(a.value)};
+        if (i == 25)
+          for (PPO* p : {&graphed, &eager}) p->set_progress(0.5);
+        const auto x = eager.update(b, ce);
+        const auto y = graphed.update(b, cg);
+        REQUIRE(x.metrics.size() == y.metrics.size());
+        for (std::size_t k = 0; k < x.metrics.size(); ++k) {
+          CHECK(x.metrics[k].first == y.metrics[k].first);
+          CHECK(y.metrics[k].second == doctest::Approx(x.metrics[k].second).epsilon(1e-4));
+        }
+        CHECK(torch::allclose(eager.optimizer().parameters().flat(), graphed.optimizer().parameters().flat(), 1e-4, 1e-4));
+      }
+      CHECK(graphed.graphed_updates() == 50 - GraphedUpdate::kWarmups);  // every update after the warm-ups, the captured one too
+      CHECK(eager.graphed_updates() == 0);
+      CHECK(graphed.updates() == eager.updates());
+      CHECK(graphed.optimizer().steps() == eager.optimizer().steps());
+      CHECK(cg.steps() == ce.steps());
+    }
+}
+
+TEST_CASE("COMA on CUDA: minibatch critic and actor steps replayed from a CUDA graph match op by op (every critic kind, epsilon annealing)") {
+  if (!torch::cuda::is_available()) ANVIL_SKIP("no CUDA device on this machine");
+  const c10::Device d(c10::kCUDA, 0);
+  RunContext run;
+  run.device = d;
+  const auto spec = envs::spec_of(envs::Joint<envs::MatrixGame>(envs::MatrixGame::credit(3, 1.0, 10.0)));
+  const auto& l = spec.agents;
+  for (const auto critic : {ComaCritic::counterfactual, ComaCritic::central_v, ComaCritic::independent}) {
+    CAPTURE(static_cast<int>(critic));
+    COMA::Config cfg;
+    cfg.critic = critic;
+    cfg.batch_size = 64;
+    cfg.batch_number = 2;
+    cfg.data_passes = 2;
+    cfg.target_update_interval = 3;
+    cfg.epsilon_anneal_episodes = 200;
+    auto make = [&](bool graph) {
+      cfg.cuda_graph = graph;
+      torch::manual_seed(0);
+      return COMA(spec, cfg, run);
+    };
+    COMA graphed = make(true), eager = make(false);
+    StepContext::Options so;
+    so.device = d;
+    StepContext cg(so), ce(so);
+    for (int round = 0; round < 12; ++round) {
+      torch::manual_seed(10 + round);
+      const std::int64_t B = 32, T = 3;
+      auto obs = torch::randn({B, T, l.row_size()});
+      obs.narrow(-1, l.avail_offset(), l.agents * l.num_actions).fill_(1.0);
+      obs.select(-1, l.first_offset()).fill_(0.0);
+      obs.select(1, 0).select(-1, l.first_offset()).fill_(1.0);
+      auto last = torch::randn({B, l.row_size()});
+      last.narrow(-1, l.avail_offset(), l.agents * l.num_actions).fill_(1.0);
+      const EpisodeBatch b{obs.to(d), torch::randint(0, l.joint_actions(), {B, T}, torch::kLong).to(d),
+                           torch::randn({B, T}).to(d), torch::zeros({B, T}).to(d), torch::ones({B, T}).to(d),
+                           torch::full({B}, T, torch::kLong).to(d), last.to(d)};
+      torch::manual_seed(100 + round);  // the same minibatch order on both sides
+      const auto x = eager.update(b, ce);
+      torch::manual_seed(100 + round);
+      const auto y = graphed.update(b, cg);
+      REQUIRE(x.metrics.size() == y.metrics.size());
+      for (std::size_t k = 0; k < x.metrics.size(); ++k) {
+        CHECK(x.metrics[k].first == y.metrics[k].first);
+        CHECK(y.metrics[k].second == doctest::Approx(x.metrics[k].second).epsilon(1e-4));
+      }
+    }
+    CHECK(graphed.graphed_updates() > 0);
+    CHECK(eager.graphed_updates() == 0);
+    CHECK(close(eager.actor()->parameters(), graphed.actor()->parameters(), 1e-4, 1e-4));
+    CHECK(close(eager.critic()->parameters(), graphed.critic()->parameters(), 1e-4, 1e-4));
+    CHECK(close(eager.critic_target()->parameters(), graphed.critic_target()->parameters(), 1e-4, 1e-4));
+    CHECK(cg.steps() == ce.steps());
+  }
 }
 
 TEST_CASE("MultiTaskSAC on CUDA: a temperature per task and the tasks' loss weights in the graph match op by op (50 updates)") {

@@ -24,6 +24,14 @@ namespace anvil::categorical {
   return (1 - eps) * p + eps * a / a.sum(-1, true);
 }
 
+/// `mixed` with the weights as tensors, `keep` = 1 - epsilon and `eps` (float32 scalars,
+/// where a CUDA graph reads them each replay): the same arithmetic.
+[[nodiscard]] inline at::Tensor mixed(const at::Tensor& p, const at::Tensor& avail, const at::Tensor& keep,
+                                      const at::Tensor& eps) {
+  const auto a = avail.to(at::kFloat);
+  return keep * p + eps * a / a.sum(-1, true);
+}
+
 /// An action index drawn from each row of probabilities `p` [..., n]: shape [...] (int64).
 [[nodiscard]] inline at::Tensor sample(const at::Tensor& p) {
   auto s = p.sizes().vec();

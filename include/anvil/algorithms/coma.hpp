@@ -54,6 +54,7 @@
 
 #include <anvil/algorithms/categorical.hpp>
 #include <anvil/algorithms/coma_config.hpp>
+#include <anvil/algorithms/coma_graph.hpp>
 #include <anvil/algorithms/td_lambda.hpp>
 #include <anvil/core/batch.hpp>
 #include <anvil/core/binary_io.hpp>
@@ -68,6 +69,7 @@
 #include <anvil/nn/map_encoder.hpp>
 #include <anvil/nn/mlp.hpp>
 #include <anvil/optim/flat_adam.hpp>
+#include <anvil/optim/graphed_update.hpp>
 #include <anvil/optim/step_context.hpp>
 
 namespace anvil {
@@ -156,8 +158,40 @@ class COMA {
 
   /// Learns from a round of episodes: holds them until batch_size x batch_number
   /// agent-transitions are collected (on average over the ranks), then trains on them all
-  /// (see file comment). Reports nothing for a round that is only held.
+  /// (see file comment). Reports nothing for a round that is only held. On a GPU, with
+  /// `cuda_graph` on and steps a graph can hold (one process, no loss scaling, an MLP actor),
+  /// each minibatch's critic and actor steps are replayed from a CUDA graph
+  /// (algorithms/coma_graph.hpp).
   UpdateInfo update(const EpisodeBatch& b, StepContext& ctx) {
+    return hold(b, ctx, detail::ComaGraphed::graphable(*this, ctx) ? StepsAs::graph : StepsAs::eager);
+  }
+  /// `update` with each minibatch's steps run as a CUDA graph holds them, op by op on any
+  /// device: device work alone (the losses stay tensors until the training's end), then the
+  /// host's counts. It gives what `update` gives within float rounding; the tests check the
+  /// two agree on the CPU, where no graph runs. Refused, saying why, where a graph could not
+  /// hold the steps.
+  UpdateInfo update_as_captured(const EpisodeBatch& b, StepContext& ctx) {
+    const std::string why = detail::ComaGraphed::why_not(*this, ctx);
+    if (!why.empty()) throw Error("coma: these steps cannot be captured: " + why);
+    return hold(b, ctx, StepsAs::captured);
+  }
+  /// Minibatches replayed from a CUDA graph so far (0 without CUDA or with `cuda_graph` off).
+  [[nodiscard]] std::int64_t graphed_updates() const noexcept { return graphs_.replays(); }
+  /// What the run header says of CUDA graphs on a GPU: what is captured, and why not where not.
+  [[nodiscard]] std::string cuda_graph_note(const StepContext& ctx) const {
+    const std::string why = detail::ComaGraphed::why_not(*this, ctx);
+    if (!why.empty()) return "coma's update runs op by op: " + why + "; acting runs op by op";
+    return "coma's critic and actor steps are captured (a graph per minibatch size, after " +
+           std::to_string(GraphedUpdate::kWarmups) + " warm-ups op by op each); acting runs op by op";
+  }
+
+ private:
+  // How `train` runs each minibatch's critic and actor steps: op by op, from a CUDA graph,
+  // or the graph's work op by op (`update_as_captured`).
+  enum class StepsAs { eager, graph, captured };
+
+  // `update`'s body: holds the round's episodes, and trains once enough are held.
+  UpdateInfo hold(const EpisodeBatch& b, StepContext& ctx, StepsAs as) {
     // Held past this round: copies, as a buffer's batch may view storage the next round reuses.
     pending_.push_back(EpisodeBatch{b.obs.clone(), b.action.clone(), b.reward.clone(), b.terminated.clone(),
                                     b.mask.clone(), b.length.clone(), b.last_obs.clone()});
@@ -165,13 +199,14 @@ class COMA {
     episodes_ += b.obs.size(0);
     const double wanted = static_cast<double>(*cfg_.batch_size) * cfg_.batch_number;
     if (ctx.mean_over_ranks(static_cast<double>(pending_rows_)) < wanted) return {};
-    UpdateInfo info = train(ctx);
+    UpdateInfo info = train(ctx, as);
     pending_.clear();
     pending_rows_ = 0;
     ++updates_;
     return info;
   }
 
+ public:
   /// The epsilon of the current episode count.
   [[nodiscard]] double epsilon() const noexcept {
     const double f = std::min(1.0, static_cast<double>(episodes_) / static_cast<double>(*cfg_.epsilon_anneal_episodes));
@@ -341,6 +376,7 @@ class COMA {
     updates_ = s.updates;
     pending_.clear();
     pending_rows_ = 0;
+    graphs_.clear();  // captured again from the restored state (warm-ups first)
     for (const auto& b : s.pending) {
       EpisodeBatch d{b.obs.to(device_), b.action.to(device_), b.reward.to(device_), b.terminated.to(device_),
                      b.mask.to(device_), b.length.to(device_), b.last_obs.to(device_)};
@@ -384,6 +420,9 @@ class COMA {
   [[nodiscard]] nn::Mlp& actor() noexcept { return actor_; }
   [[nodiscard]] nn::GruActor& recurrent_actor() noexcept { return gru_; }
   [[nodiscard]] nn::Mlp& critic() noexcept { return critic_; }
+  /// The target critic (the TD(lambda) targets' values; a copy of the critic every
+  /// `target_update_interval` critic steps).
+  [[nodiscard]] nn::Mlp& critic_target() noexcept { return target_; }
   /// The actor's and the critic's map encoders (null unless `maps()`).
   [[nodiscard]] nn::MapEncoder& actor_encoder() noexcept { return actor_enc_; }
   [[nodiscard]] nn::MapEncoder& critic_encoder() noexcept { return critic_enc_; }
@@ -461,6 +500,11 @@ class COMA {
   struct Rows {
     at::Tensor actor_in, critic_in, avail, u, target, index;
   };
+  // Exploration's mixing weights (1 - epsilon, epsilon) as float32 scalars on the device;
+  // undefined when epsilon is 0 (no mixing).
+  struct Mixing {
+    at::Tensor keep, eps;
+  };
   // The held episodes, for a recurrent actor: rows [B, T, row] and which of their
   // steps are real ([B*T], in flatten_rows' order).
   struct Sequences {
@@ -508,13 +552,17 @@ class COMA {
     return at::cat(y);
   }
 
-  UpdateInfo train(StepContext& ctx) {
+  UpdateInfo train(StepContext& ctx, StepsAs as) {
     sequences_.clear();
     Rows rows = flatten_rows();
     const std::int64_t R = rows.u.size(0), bs = cfg_.batch_size;
-    double critic_loss = 0, actor_loss = 0, advantage = 0, entropy = 0, q_taken = 0;
+    at::Tensor sums;  // the minibatches' losses and statistics (float64 [5], see `minibatch`)
     int steps = 0;
     const double eps = epsilon();
+    // The mixing weights as device scalars (a graph reads them where they live): the same
+    // float32 values the op-by-op mixing multiplies by.
+    const auto f = at::TensorOptions().dtype(at::kFloat).device(device_);
+    const Mixing mix = eps > 0 ? Mixing{at::scalar_tensor(1 - eps, f), at::scalar_tensor(eps, f)} : Mixing{};
     for (int pass = 0; pass < cfg_.data_passes; ++pass) {
       if (pass > 0) rows.target = flatten_targets();
       const auto perm = at::randperm(R, at::TensorOptions().dtype(at::kLong)).to(device_);
@@ -523,26 +571,51 @@ class COMA {
         const auto idx = perm.index({(at::arange(bs, perm.options()) + j * bs).remainder(R)});
         const Rows mb{recurrent() ? at::Tensor() : rows.actor_in.index({idx}), rows.critic_in.index({idx}),
                       rows.avail.index({idx}), rows.u.index({idx}), rows.target.index({idx}), idx};
-        auto scaler_step = ctx.one_scaler_step();
-        critic_loss += critic_step(mb, ctx, q_taken);
-        actor_loss += actor_step(mb, ctx, eps, advantage, entropy);
+        at::Tensor m;
+        if (as == StepsAs::graph) {
+          m = detail::ComaGraphed::minibatch(*this, mb, ctx, mix);
+        } else if (as == StepsAs::captured) {
+          m = detail::ComaGraphed::as_captured(*this, mb, ctx, mix);
+        } else {
+          auto scaler_step = ctx.one_scaler_step();
+          m = minibatch(mb, ctx, mix);
+        }
+        sums = sums.defined() ? sums + m : m;
         ++steps;
         if (++critic_steps_ % cfg_.target_update_interval == 0) update_target();
       }
     }
+    const auto h = sums.to(at::kCPU).contiguous();  // one copy back, after every minibatch
+    const double* v = h.data_ptr<double>();
     UpdateInfo info;
-    info.metrics = {{"critic_loss", critic_loss / steps}, {"actor_loss", actor_loss / steps},
-                    {"advantage_abs", advantage / steps},  {"entropy", entropy / steps},
-                    {"q_taken", q_taken / steps},          {"epsilon", eps},
+    info.metrics = {{"critic_loss", v[0] / steps}, {"actor_loss", v[2] / steps},
+                    {"advantage_abs", v[3] / steps}, {"entropy", v[4] / steps},
+                    {"q_taken", v[1] / steps},       {"epsilon", eps},
                     {"transitions", static_cast<double>(R)}};
     return info;
   }
 
-  // One critic step on a minibatch (micro-batches summed); returns its loss.
-  double critic_step(const Rows& mb, StepContext& ctx, double& q_taken) {
+  // A minibatch's critic step, then its actor step with advantages from the stepped critic,
+  // as device work with no value read back (what a CUDA graph holds): the critic's loss and
+  // mean Q of the taken actions, the actor's loss, mean |advantage| and entropy, each summed
+  // over the micro-batches weighed by their shares, as float64 [5].
+  at::Tensor minibatch(const Rows& mb, StepContext& ctx, const Mixing& mix) {
+    auto [critic_loss, q_taken] = critic_step(mb, ctx);
+    auto [actor_loss, adv_abs, entropy] = actor_step(mb, ctx, mix);
+    return at::stack({critic_loss, q_taken, actor_loss, adv_abs, entropy});
+  }
+
+  // A share-weighted sum of micro-batches' values (float64): `sum` += share * `value`.
+  static void add_share(at::Tensor& sum, const at::Tensor& value, const MicroBatch& part) {
+    const auto v = value.detach().to(at::kDouble) * part.share;
+    sum = sum.defined() ? sum + v : v;
+  }
+
+  // One critic step on a minibatch (micro-batches summed): its loss and mean Q of the taken
+  // actions (float64 scalars on the device).
+  std::pair<at::Tensor, at::Tensor> critic_step(const Rows& mb, StepContext& ctx) {
     const auto parts = ctx.micro_batches(mb.u.size(0));
-    at::Tensor grad;
-    double loss_sum = 0, q_sum = 0;
+    at::Tensor grad, loss_sum, q_sum;
     for (const auto& part : parts) {
       const auto ci = mb.critic_in.narrow(0, part.begin, part.rows);
       const auto u = mb.u.narrow(0, part.begin, part.rows);
@@ -556,19 +629,19 @@ class COMA {
       }
       auto g = ctx.gradient(loss, critic_opt_);
       accumulate(grad, std::move(g), part);
-      loss_sum += part.share * loss.item<double>();
-      q_sum += part.share * taken.detach().mean().item<double>();
+      add_share(loss_sum, loss, part);
+      add_share(q_sum, taken.detach().mean(), part);
     }
     ctx.apply(critic_opt_, grad, cfg_.max_grad_norm);
-    q_taken += q_sum;
-    return loss_sum;
+    return {loss_sum, q_sum};
   }
 
-  // One actor step on a minibatch with advantages from the (just stepped) critic.
-  double actor_step(const Rows& mb, StepContext& ctx, double eps, double& adv_abs, double& ent) {
+  // One actor step on a minibatch with advantages from the (just stepped) critic, its
+  // exploration mixed in with `mix`: its loss, mean |advantage| and entropy (float64 scalars
+  // on the device).
+  std::array<at::Tensor, 3> actor_step(const Rows& mb, StepContext& ctx, const Mixing& mix) {
     const auto parts = ctx.micro_batches(mb.u.size(0));
-    at::Tensor grad;
-    double loss_sum = 0, adv_sum = 0, ent_sum = 0;
+    at::Tensor grad, loss_sum, adv_sum, ent_sum;
     for (const auto& part : parts) {
       const auto ci = mb.critic_in.narrow(0, part.begin, part.rows);
       const auto av = mb.avail.narrow(0, part.begin, part.rows);
@@ -583,7 +656,7 @@ class COMA {
                                        : actor_net(mb.actor_in.narrow(0, part.begin, part.rows)).to(at::kFloat),
                            av);
         auto pi = logits.softmax(-1);
-        pi = categorical::mixed(pi, av, eps);
+        if (mix.keep.defined()) pi = categorical::mixed(pi, av, mix.keep, mix.eps);
         const auto log_pi = pi.gather(-1, u.unsqueeze(-1)).squeeze(-1).clamp_min(1e-10).log();
         {
           torch::NoGradGuard no_grad;
@@ -596,14 +669,12 @@ class COMA {
       }
       auto g = ctx.gradient(loss, actor_opt_);
       accumulate(grad, std::move(g), part);
-      loss_sum += part.share * loss.item<double>();
-      adv_sum += part.share * adv.abs().mean().item<double>();
-      ent_sum += part.share * h.item<double>();
+      add_share(loss_sum, loss, part);
+      add_share(adv_sum, adv.abs().mean(), part);
+      add_share(ent_sum, h, part);
     }
     ctx.apply(actor_opt_, grad, cfg_.max_grad_norm);
-    adv_abs += adv_sum;
-    ent += ent_sum;
-    return loss_sum;
+    return {loss_sum, adv_sum, ent_sum};
   }
 
   void update_target() {
@@ -635,6 +706,9 @@ class COMA {
   FlatAdam actor_opt_, critic_opt_;
   std::vector<EpisodeBatch> pending_;
   std::int64_t pending_rows_ = 0, episodes_ = 0, critic_steps_ = 0, updates_ = 0;
+  detail::ComaGraphs graphs_;  // minibatch steps in CUDA graphs (algorithms/coma_graph.hpp)
+
+  friend struct detail::ComaGraphed;
 };
 
 static_assert(Algorithm<COMA>);

@@ -33,6 +33,7 @@
 #include <vector>
 
 #include <anvil/algorithms/ppo_config.hpp>
+#include <anvil/algorithms/ppo_graph.hpp>
 #include <anvil/algorithms/ppo_manual.hpp>
 #include <anvil/algorithms/ppo_objective.hpp>
 #include <anvil/core/batch.hpp>
@@ -48,6 +49,7 @@
 #include <anvil/nn/observation_encoder.hpp>
 #include <anvil/optim/ema.hpp>
 #include <anvil/optim/flat_adam.hpp>
+#include <anvil/optim/graphed_update.hpp>
 #include <anvil/optim/step_context.hpp>
 
 namespace anvil {
@@ -165,21 +167,31 @@ class PPO {
 
   /// One gradient step on a minibatch: clipped surrogate + vf_coef * value loss -
   /// ent_coef * entropy. With gradient accumulation the minibatch is split into the
-  /// context's micro-batches and their weighted gradients summed before one step.
+  /// context's micro-batches and their weighted gradients summed before one step. On a GPU,
+  /// with `cuda_graph` on and an update a graph can hold (one process, no loss scaling, no
+  /// random image shifts), each minibatch size's update is replayed from a CUDA graph
+  /// (algorithms/ppo_graph.hpp).
   UpdateInfo update(const RolloutBatch& b, StepContext& ctx) {
-    const auto parts = ctx.micro_batches(b.obs.size(0));
-    at::Tensor grad;
-    Losses sum;
-    for (const auto& part : parts) {
-      const bool whole = parts.size() == 1;
-      Losses l;
-      const RolloutBatch& mb = whole ? b : slice(b, part.begin, part.rows);
-      auto g = manual_ && !ctx.autocasts() ? manual_->gradient(*actor_, *critic_, log_std_, cfg_, mb, l)
-                                            : ctx.gradient(losses(mb, ctx, l), opt_.adam());
-      accumulate(grad, std::move(g), part);
-      sum.add(l, part.share);
-    }
-    return opt_.step(ctx, grad, cfg_.max_grad_norm, sum, log_std_);
+    if (detail::PpoGraphed::graphable(*this, b, ctx)) return detail::PpoGraphed::update(*this, b, ctx);
+    return eager_update(b, ctx);
+  }
+
+  /// The update as a CUDA graph holds it, run op by op on any device: device work alone (the
+  /// loss's parts stay a tensor until the step is taken), then the host's bookkeeping. It
+  /// gives what `update` gives within float rounding; the tests check the two agree on the
+  /// CPU, where no graph runs. Refused, saying why, where a graph could not hold the update.
+  UpdateInfo update_as_captured(const RolloutBatch& b, StepContext& ctx) {
+    return detail::PpoGraphed::as_captured(*this, b, ctx);
+  }
+  /// Updates replayed from a CUDA graph so far (0 without CUDA or with `cuda_graph` off).
+  [[nodiscard]] std::int64_t graphed_updates() const noexcept { return graphs_.replays(); }
+  /// What the run header says of CUDA graphs on a GPU: what is captured, and why not where not.
+  [[nodiscard]] std::string cuda_graph_note(const StepContext& ctx) const {
+    const std::string who(config_section.view());
+    const std::string why = detail::PpoGraphed::why_not(*this, ctx);
+    if (!why.empty()) return who + "'s update runs op by op: " + why + "; acting runs op by op";
+    return who + "'s minibatch update is captured (a graph per minibatch size, after " +
+           std::to_string(GraphedUpdate::kWarmups) + " warm-ups op by op each); acting runs op by op";
   }
 
   /// Ends an epoch over the rollout: whether to run another. With `target_kl` set, the
@@ -215,7 +227,10 @@ class PPO {
   using Saved = detail::PpoOptimizer::Saved;
   void save(BinaryWriter& w) const { opt_.save(w); }
   [[nodiscard]] Saved read(BinaryReader& r) const { return opt_.read(r); }
-  void restore(const Saved& s) { opt_.restore(s); }
+  void restore(const Saved& s) {
+    opt_.restore(s);
+    graphs_.clear();  // captured again from the restored state (warm-ups first)
+  }
 
   /// The acting network for policy.safetensors (`ExportsTensors`): the actor MLP as `net.fc0`,
   /// `net.fc1`, ...; its deterministic action is the argmax (discrete) or the mean
@@ -270,8 +285,33 @@ class PPO {
     return obs.to(device_, at::kFloat);
   }
 
+  // The update op by op (what `update` runs when no graph holds it).
+  UpdateInfo eager_update(const RolloutBatch& b, StepContext& ctx) {
+    const auto parts = ctx.micro_batches(b.obs.size(0));
+    at::Tensor grad;
+    Losses sum;
+    for (const auto& part : parts) {
+      const bool whole = parts.size() == 1;
+      Losses l;
+      const RolloutBatch& mb = whole ? b : slice(b, part.begin, part.rows);
+      auto g = manual_ && !ctx.autocasts() ? manual_->gradient(*actor_, *critic_, log_std_, cfg_, mb, l)
+                                            : ctx.gradient(losses(mb, ctx, l), opt_.adam());
+      accumulate(grad, std::move(g), part);
+      sum.add(l, part.share);
+    }
+    return opt_.step(ctx, grad, cfg_.max_grad_norm, sum, log_std_);
+  }
+
+
   // The loss of a (micro-)batch; its parts reported in `out`.
   at::Tensor losses(const RolloutBatch& b, StepContext& ctx, Losses& out) {
+    auto [loss, parts] = loss_parts(b, ctx);
+    out = Losses::of(parts);
+    return loss;
+  }
+  // The loss of a (micro-)batch and its parts as a tensor (`detail::clipped_objective_parts`),
+  // with no value read back to the host.
+  std::pair<at::Tensor, at::Tensor> loss_parts(const RolloutBatch& b, StepContext& ctx) {
     auto guard = ctx.autocast();
     at::Tensor x = b.obs;
     if (encoder_) {  // images: encoded once for both heads (randomly shifted first with encoder.shift, as RAD does)
@@ -288,7 +328,7 @@ class PPO {
       entropy = detail::gaussian_entropy(log_std_, b.obs.size(0));
     }
     const auto v = critic_->forward(x).squeeze(-1).to(at::kFloat);
-    return detail::clipped_objective(log_prob, entropy, v, b, cfg_, out);
+    return detail::clipped_objective_parts(log_prob, entropy, v, b, cfg_);
   }
 
   at::Tensor gaussian_log_prob(const at::Tensor& mean, const at::Tensor& action) const {
@@ -320,6 +360,9 @@ class PPO {
   nn::ObsEncoder encoder_{nullptr};  ///< observations with images: the heads' shared encoder
   std::unique_ptr<detail::PpoManual> manual_;  ///< the hand-written path, when it applies
   std::string autograd_why_;                   ///< why not ("" when it applies)
+  detail::PpoGraphs graphs_;  ///< the update in CUDA graphs, one per minibatch size (algorithms/ppo_graph.hpp)
+
+  friend struct detail::PpoGraphed;
 };
 
 static_assert(OnPolicyAlgorithm<PPO>);

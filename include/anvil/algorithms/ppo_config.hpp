@@ -57,6 +57,11 @@ struct PpoConfig {
         "hand-written passes for the default networks in float32 on the CPU: acting and updates without "
         "LibTorch ops (false: autograd; same result, slower)">
       manual_backward{true};
+  Param<bool, "cuda_graph",
+        "on CUDA, capture each minibatch update as a CUDA graph and replay it: one launch instead of "
+        "hundreds of dispatched ops (one process, no loss scaling, no random image shifts; "
+        "gradient accumulation's micro-batches included; false: op by op)">
+      cuda_graph{true};
   Section<"actor", PpoNetConfig> actor;
   Section<"critic", PpoNetConfig> critic;
   /// Observations with images: the encoder the actor and critic share (no random shift by

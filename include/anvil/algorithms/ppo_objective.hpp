@@ -36,6 +36,13 @@ struct PpoLosses {
     approx_kl += w * o.approx_kl;
     clip_fraction += w * o.clip_fraction;
   }
+  /// The parts from `clipped_objective_parts`'s tensor (read on the host: a device tensor
+  /// is copied back once).
+  static PpoLosses of(const at::Tensor& parts) {
+    const auto h = parts.to(at::kCPU, at::kDouble).contiguous();
+    const double* v = h.data_ptr<double>();
+    return {.policy = v[2], .value = v[3], .entropy = v[4], .approx_kl = v[0], .clip_fraction = v[1]};
+  }
   /// As an update's metrics.
   [[nodiscard]] std::vector<std::pair<std::string, double>> metrics() const {
     return {{"policy_loss", policy}, {"value_loss", value}, {"entropy", entropy},
@@ -45,11 +52,13 @@ struct PpoLosses {
 
 /// PPO's loss of a (micro-)batch `b`: the clipped surrogate + vf_coef * the value loss
 /// (clipped with `clip_value`) - ent_coef * the mean entropy, from the current policy's
-/// `log_prob`, `entropy` and value `v` of its rows ([B] each, float32); its parts in `out`.
-/// `Cfg` has PPO's fields (clip, clip_value, vf_coef, ent_coef).
+/// `log_prob`, `entropy` and value `v` of its rows ([B] each, float32), and its parts as a
+/// float64 tensor [5] (approximate KL, clip fraction, policy loss, value loss, entropy:
+/// `PpoLosses::of` reads them), with no value read back to the host: what a CUDA graph can
+/// hold. `Cfg` has PPO's fields (clip, clip_value, vf_coef, ent_coef).
 template <class Cfg>
-at::Tensor clipped_objective(const at::Tensor& log_prob, const at::Tensor& entropy, const at::Tensor& v,
-                             const RolloutBatch& b, const Cfg& cfg, PpoLosses& out) {
+std::pair<at::Tensor, at::Tensor> clipped_objective_parts(const at::Tensor& log_prob, const at::Tensor& entropy,
+                                                          const at::Tensor& v, const RolloutBatch& b, const Cfg& cfg) {
   const auto log_ratio = log_prob - b.log_prob;
   const auto ratio = log_ratio.exp();
   const double c = cfg.clip;
@@ -65,11 +74,19 @@ at::Tensor clipped_objective(const at::Tensor& log_prob, const at::Tensor& entro
   auto loss = policy_loss + *cfg.vf_coef * value_loss - *cfg.ent_coef * ent;
   torch::NoGradGuard no_grad;
   // KL(old || new) estimated as E[(r - 1) - log r], unbiased and never negative.
-  out.approx_kl = ((ratio - 1.0) - log_ratio).mean().item().toDouble();
-  out.clip_fraction = ((ratio - 1.0).abs() > c).to(at::kFloat).mean().item().toDouble();
-  out.policy = policy_loss.item().toDouble();
-  out.value = value_loss.item().toDouble();
-  out.entropy = ent.item().toDouble();
+  const auto approx_kl = ((ratio - 1.0) - log_ratio).mean();
+  const auto clip_fraction = ((ratio - 1.0).abs() > c).to(at::kFloat).mean();
+  auto parts = at::stack({approx_kl.to(at::kDouble), clip_fraction.to(at::kDouble), policy_loss.detach().to(at::kDouble),
+                          value_loss.detach().to(at::kDouble), ent.detach().to(at::kDouble)});
+  return {loss, parts};
+}
+
+/// `clipped_objective_parts` with its parts read into `out` (one copy to the host).
+template <class Cfg>
+at::Tensor clipped_objective(const at::Tensor& log_prob, const at::Tensor& entropy, const at::Tensor& v,
+                             const RolloutBatch& b, const Cfg& cfg, PpoLosses& out) {
+  auto [loss, parts] = clipped_objective_parts(log_prob, entropy, v, b, cfg);
+  out = PpoLosses::of(parts);
   return loss;
 }
 
@@ -126,6 +143,12 @@ class PpoOptimizer {
   UpdateInfo step(StepContext& ctx, const at::Tensor& grad, double max_grad_norm, const PpoLosses& sum,
                   const at::Tensor& log_std) {
     ctx.apply(opt_, grad, max_grad_norm);
+    return counted(sum, log_std);
+  }
+  /// The host's part of an update whose optimizer step was taken (`step`, or a replayed
+  /// CUDA graph, whose step the caller counted): counts it, with its losses `sum` and, for a
+  /// Gaussian policy, the actions' mean standard deviation as its metrics.
+  UpdateInfo counted(const PpoLosses& sum, const at::Tensor& log_std) {
     count(sum.approx_kl);
     UpdateInfo info;
     info.metrics = sum.metrics();
