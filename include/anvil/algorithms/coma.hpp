@@ -602,17 +602,24 @@ class COMA {
   at::Tensor minibatch(const Rows& mb, StepContext& ctx, const Mixing& mix) {
     auto [critic_loss, q_taken] = critic_step(mb, ctx);
     auto [actor_loss, adv_abs, entropy] = actor_step(mb, ctx, mix);
-    return at::stack({critic_loss, q_taken, actor_loss, adv_abs, entropy});
+    torch::NoGradGuard no_grad;
+    return at::stack({critic_loss, q_taken, actor_loss, adv_abs, entropy}).to(at::kDouble);
   }
 
-  // A share-weighted sum of micro-batches' values (float64): `sum` += share * `value`.
-  static void add_share(at::Tensor& sum, const at::Tensor& value, const MicroBatch& part) {
-    const auto v = value.detach().to(at::kDouble) * part.share;
+  // A step's statistic over its micro-batches: a whole minibatch's value as it is, else the
+  // sum of the parts' values weighed by their shares, in float64 (no autograd either way).
+  static void add_share(at::Tensor& sum, const at::Tensor& value, const MicroBatch& part, bool whole) {
+    torch::NoGradGuard no_grad;
+    if (whole) {
+      sum = value.detach();
+      return;
+    }
+    const auto v = value.to(at::kDouble) * part.share;
     sum = sum.defined() ? sum + v : v;
   }
 
   // One critic step on a minibatch (micro-batches summed): its loss and mean Q of the taken
-  // actions (float64 scalars on the device).
+  // actions (scalars on the device: float32 for a whole minibatch, float64 sums of parts).
   std::pair<at::Tensor, at::Tensor> critic_step(const Rows& mb, StepContext& ctx) {
     const auto parts = ctx.micro_batches(mb.u.size(0));
     at::Tensor grad, loss_sum, q_sum;
@@ -629,16 +636,16 @@ class COMA {
       }
       auto g = ctx.gradient(loss, critic_opt_);
       accumulate(grad, std::move(g), part);
-      add_share(loss_sum, loss, part);
-      add_share(q_sum, taken.detach().mean(), part);
+      add_share(loss_sum, loss, part, parts.size() == 1);
+      add_share(q_sum, taken.detach().mean(), part, parts.size() == 1);
     }
     ctx.apply(critic_opt_, grad, cfg_.max_grad_norm);
     return {loss_sum, q_sum};
   }
 
   // One actor step on a minibatch with advantages from the (just stepped) critic, its
-  // exploration mixed in with `mix`: its loss, mean |advantage| and entropy (float64 scalars
-  // on the device).
+  // exploration mixed in with `mix`: its loss, mean |advantage| and entropy (scalars on the
+  // device, as `critic_step`'s).
   std::array<at::Tensor, 3> actor_step(const Rows& mb, StepContext& ctx, const Mixing& mix) {
     const auto parts = ctx.micro_batches(mb.u.size(0));
     at::Tensor grad, loss_sum, adv_sum, ent_sum;
@@ -669,9 +676,10 @@ class COMA {
       }
       auto g = ctx.gradient(loss, actor_opt_);
       accumulate(grad, std::move(g), part);
-      add_share(loss_sum, loss, part);
-      add_share(adv_sum, adv.abs().mean(), part);
-      add_share(ent_sum, h, part);
+      const bool whole = parts.size() == 1;
+      add_share(loss_sum, loss, part, whole);
+      add_share(adv_sum, adv.abs().mean(), part, whole);
+      add_share(ent_sum, h, part, whole);
     }
     ctx.apply(actor_opt_, grad, cfg_.max_grad_norm);
     return {loss_sum, adv_sum, ent_sum};
