@@ -3,8 +3,8 @@
 // present). On the CPU that is FP32 (with and without the hand-written float32 fast path,
 // sac.manual_backward) against BF16; TF32 is FP32 there and FP16 needs CUDA, so both are
 // left out. On CUDA: FP32 op by op (sac.cuda_graph=false), then FP32, TF32, BF16 and FP16
-// as a run has them (the update replayed from a CUDA graph where it can be: not under
-// FP16's loss scaler). Each update samples its batch from a replay buffer stored on the same
+// as a run has them (the update replayed from a CUDA graph, FP16's loss scaler's check and
+// skip included). Each update samples its batch from a replay buffer stored on the same
 // device, as the Trainer does.
 //
 // Settings are timed in interleaved rounds (every setting once per round), and each figure

@@ -231,8 +231,8 @@ run_graph() {
 }
 # The figures of issue 53, in its order, each with the GPU's utilisation over its run:
 # MT-SAC at batch 2048 (the one-GPU MT10 config, examples/mt_sac_ddp: env steps/s and
-# updates/s) graphed and op by op, SAC per precision (bench_precision: FP16 stays op by op
-# under its loss scaler), COMA at 128 x 5 x 5, acting (the main job with 16 envs, graphed and
+# updates/s) graphed and op by op, SAC per precision (bench_precision: FP16 graphed with its
+# loss scaler on the device), COMA at 128 x 5 x 5, acting (the main job with 16 envs, graphed and
 # op by op: its act phase), PPO, the U-Net at batch 256. MT10_STEPS: the MT10 runs' env steps.
 run_figures() {
   local steps=${MT10_STEPS:-30000} g dir

@@ -10687,12 +10687,12 @@ class FlatAdam {
   /// One Adam step with flat gradient `g` (same size as the parameters).
   void step(const at::Tensor& g) {
     const auto& p = params_.flat();
-    if (p.device().is_cpu() && p.scalar_type() == at::kFloat && g.device().is_cpu() &&
+    if (!gated_ && p.device().is_cpu() && p.scalar_type() == at::kFloat && g.device().is_cpu() &&
         g.scalar_type() == at::kFloat && g.is_contiguous()) {
       // One pass over plain floats, the same arithmetic as `step_on_device`'s ops: at RL
       // sizes the seven ops' dispatch costs more than the arithmetic.
       ++steps_;
-      device_state_stale_ = true;
+      steps_stale_ = true;
       const double bc1 = 1.0 - std::pow(opt_.beta1, static_cast<double>(steps_));
       const double bc2 = 1.0 - std::pow(opt_.beta2, static_cast<double>(steps_));
       simd::adam(p.data_ptr<float>(), m_.data_ptr<float>(), v_.data_ptr<float>(), g.data_ptr<float>(), p.numel(),
@@ -10724,19 +10724,36 @@ class FlatAdam {
     denom_.div_(bc2.sqrt()).add_(opt_.eps);
     p.sub_(m_ / denom_ * (lr_t_ / bc1));
   }
-  /// Makes the device's step count and learning rate those of the host (two fills when
-  /// they changed: a step not taken on the device, a new learning rate, a restore).
+  /// `step_on_device` for a step a loss scaler may skip (precision/loss_scaler.hpp): `ok`, a
+  /// 0-dim bool tensor on the device, says whether the gradient was finite. Where it is
+  /// false the parameters, both moments and the step count stay as they were, as when the
+  /// host skips the step; no host read. From the first such step on, the device's step count
+  /// is the optimizer's (`steps()` reads it back).
+  void step_on_device(const at::Tensor& g, const at::Tensor& ok) {
+    gated_ = true;
+    const auto& p = params_.flat();
+    step_t_.add_(ok);
+    const auto bc1 = 1.0 - at::pow(opt_.beta1, step_t_), bc2 = 1.0 - at::pow(opt_.beta2, step_t_);
+    const auto m = m_ * opt_.beta1 + g * (1.0 - opt_.beta1);
+    const auto v = v_ * opt_.beta2 + g * g * (1.0 - opt_.beta2);
+    const auto decayed = opt_.weight_decay > 0 ? p * (1.0 - lr_t_ * opt_.weight_decay) : p;
+    const auto stepped = decayed - m / (v.sqrt() / bc2.sqrt() + opt_.eps) * (lr_t_ / bc1);
+    m_.copy_(at::where(ok, m, m_));
+    v_.copy_(at::where(ok, v, v_));
+    p.copy_(at::where(ok, stepped, p));
+  }
+  /// Makes the device's step count and learning rate those of the host (a fill for each
+  /// that changed: a step taken on the host, a new learning rate, a restore).
   void sync_device_state() {
     if (!step_t_.defined()) {
       const auto o = params_.flat().options().dtype(at::kDouble);
       step_t_ = at::zeros({}, o);
       lr_t_ = at::zeros({}, o);
-      device_state_stale_ = true;
+      steps_stale_ = lr_stale_ = true;
     }
-    if (!device_state_stale_) return;
-    step_t_.fill_(static_cast<double>(steps_));
-    lr_t_.fill_(opt_.lr);
-    device_state_stale_ = false;
+    if (steps_stale_) step_t_.fill_(static_cast<double>(steps_));
+    if (lr_stale_) lr_t_.fill_(opt_.lr);
+    steps_stale_ = lr_stale_ = false;
   }
   /// Counts a step `step_on_device` took in a replay.
   void count_step() noexcept { ++steps_; }
@@ -10744,10 +10761,12 @@ class FlatAdam {
   [[nodiscard]] const FlatParameters& parameters() const noexcept { return params_; }
   [[nodiscard]] double lr() const noexcept { return opt_.lr; }
   void set_lr(double lr) noexcept {
-    if (lr != opt_.lr) device_state_stale_ = true;
+    if (lr != opt_.lr) lr_stale_ = true;
     opt_.lr = lr;
   }
-  [[nodiscard]] std::int64_t steps() const noexcept { return steps_; }
+  /// Steps taken (skipped ones not counted). After a step a loss scaler could skip on the
+  /// device, read back from it (waiting for the device's work so far).
+  [[nodiscard]] std::int64_t steps() const { return gated_ ? std::llround(step_t_.item<double>()) : steps_; }
   /// First and second moment estimates, for checkpoints.
   [[nodiscard]] const at::Tensor& exp_avg() const noexcept { return m_; }
   [[nodiscard]] const at::Tensor& exp_avg_sq() const noexcept { return v_; }
@@ -10764,7 +10783,7 @@ class FlatAdam {
     write_tensor(w, params_.flat(), "the parameters");
     write_tensor(w, m_, "Adam's first moments");
     write_tensor(w, v_, "Adam's second moments");
-    w.value(steps_);
+    w.value(steps());
     w.value(opt_.lr);
   }
   /// Reads what `save` wrote into host tensors, checking sizes; changes nothing here.
@@ -10785,7 +10804,8 @@ class FlatAdam {
     v_.copy_(s.v);
     steps_ = s.steps;
     opt_.lr = s.lr;
-    device_state_stale_ = true;
+    gated_ = false;
+    steps_stale_ = lr_stale_ = true;
   }
 
  private:
@@ -10793,8 +10813,9 @@ class FlatAdam {
   Options opt_;
   at::Tensor m_, v_, denom_;
   std::int64_t steps_ = 0;
-  at::Tensor step_t_, lr_t_;         // step_on_device's step count and learning rate (float64, 0-dim)
-  bool device_state_stale_ = true;  // they differ from steps_ and opt_.lr
+  at::Tensor step_t_, lr_t_;  // step_on_device's step count and learning rate (float64, 0-dim)
+  bool steps_stale_ = true, lr_stale_ = true;  // they differ from steps_ and opt_.lr
+  bool gated_ = false;  // a step a loss scaler could skip was taken on the device: step_t_ is the count
 };
 
 }  // namespace anvil
@@ -11035,10 +11056,14 @@ inline std::string shares_line(const PhaseTimes& t) {
 /// 2018), with the schedule of the standard scaler: start at 2^16, double after
 /// `growth_interval` consecutive finite steps, halve on a step whose gradients hold an inf
 /// or a NaN and skip that step. It sees one flat gradient per optimizer step (the
-/// StepContext gathers it), so the check for infs is one reduction.
+/// StepContext gathers it), so the check for infs is one reduction. Its state lives on the
+/// host, or (`keep_on`) in tensors on the device: then the check, the skip and the scale's
+/// update are device work with no host read (`unscale_and_check_on_device`), which a CUDA
+/// graph can hold, and the same arithmetic runs op by op on any device.
 
 #include <ATen/ATen.h>
 
+#include <cmath>
 #include <cstdint>
 
 // ---- begin <anvil/precision/detail/common.hpp> ----
@@ -11112,13 +11137,49 @@ class LossScaler {
   LossScaler() = default;
   explicit LossScaler(Options o) : opt_(o), scale_(o.init_scale) {}
 
+  /// Moves the state (scale, growth count, skipped steps) into float64 tensors on `device`,
+  /// from where `unscale_and_check_on_device` reads and updates it.
+  void keep_on(c10::Device device) {
+    const auto o = at::TensorOptions().dtype(at::kDouble).device(device);
+    scale_t_ = at::full({}, scale_, o);
+    good_t_ = at::full({}, static_cast<double>(good_steps_), o);
+    skipped_t_ = at::full({}, static_cast<double>(skipped_), o);
+    group_inf_t_ = at::zeros({}, o.dtype(at::kBool));
+  }
+  /// Whether the state lives in device tensors (`keep_on`).
+  [[nodiscard]] bool on_device() const noexcept { return scale_t_.defined(); }
+
   /// The loss to differentiate: `loss * scale`.
-  [[nodiscard]] at::Tensor scale(const at::Tensor& loss) const { return loss * scale_; }
+  [[nodiscard]] at::Tensor scale(const at::Tensor& loss) const {
+    return on_device() ? loss * scale_t_.to(loss.scalar_type()) : loss * scale_;
+  }
+
+  /// `unscale_and_check` as device work, for a scaler `on_device`: divides the flat gradient
+  /// by the scale in place, counts a skip and (outside `begin_step`/`end_step`) updates the
+  /// scale, all in tensors, and returns whether the gradient is finite as a 0-dim bool tensor
+  /// (`FlatAdam::step_on_device` takes the step only where it is true). The same values as
+  /// the host's schedule: the reciprocal is taken in float64 and cast as the host's scalar is.
+  [[nodiscard]] at::Tensor unscale_and_check_on_device(at::Tensor& flat_grad) {
+    if (!on_device()) throw Error("LossScaler::unscale_and_check_on_device: the scale is on the host (keep_on)");
+    flat_grad.mul_(scale_t_.reciprocal().to(flat_grad.scalar_type()));
+    const auto finite = flat_grad.isfinite().all();
+    const auto bad = finite.logical_not();
+    skipped_t_.add_(bad);
+    if (grouped_) {
+      group_checked_ = true;
+      group_inf_t_.logical_or_(bad);
+    } else {
+      advance(finite);
+    }
+    return finite;
+  }
 
   /// Divides the flat gradient by the scale in place and reports whether it is finite. A
   /// non-finite gradient backs the scale off and resets the growth count: the caller must
-  /// skip the step. A finite one counts towards growth.
+  /// skip the step. A finite one counts towards growth. A scaler `on_device` does it as
+  /// device work and reads the answer back.
   [[nodiscard]] bool unscale_and_check(at::Tensor& flat_grad) {
+    if (on_device()) return unscale_and_check_on_device(flat_grad).item<bool>();
     flat_grad.mul_(1.0 / scale_);
     const bool finite = flat_grad.isfinite().all().item<bool>();
     if (grouped_) {  // one update of the scale when the group ends (`end_step`)
@@ -11148,13 +11209,18 @@ class LossScaler {
   /// each optimizer's gradient is unscaled and checked (a non-finite one skips that
   /// optimizer's step), and `end_step` backs the scale off once if any was non-finite, else
   /// counts one finite step towards growth.
-  void begin_step() noexcept {
+  void begin_step() {
     grouped_ = true;
     group_inf_ = group_checked_ = false;
+    if (on_device()) group_inf_t_.fill_(false);
   }
-  void end_step() noexcept {
+  void end_step() {
     grouped_ = false;
     if (!group_checked_) return;
+    if (on_device()) {
+      advance(group_inf_t_.logical_not());
+      return;
+    }
     if (group_inf_) {
       scale_ *= opt_.backoff_factor;
       good_steps_ = 0;
@@ -11164,26 +11230,47 @@ class LossScaler {
     }
   }
 
-  [[nodiscard]] double current_scale() const noexcept { return scale_; }
-  /// Finite steps since the last growth or backoff.
-  [[nodiscard]] std::int64_t good_steps() const noexcept { return good_steps_; }
-  /// Steps skipped for non-finite gradients since construction.
-  [[nodiscard]] std::int64_t skipped() const noexcept { return skipped_; }
+  /// The scale, the finite steps since its last change, and the steps skipped since
+  /// construction (read back from the device for a scaler `on_device`: it waits for the
+  /// device's work so far).
+  [[nodiscard]] double current_scale() const { return on_device() ? scale_t_.item<double>() : scale_; }
+  [[nodiscard]] std::int64_t good_steps() const {
+    return on_device() ? std::llround(good_t_.item<double>()) : good_steps_;
+  }
+  [[nodiscard]] std::int64_t skipped() const {
+    return on_device() ? std::llround(skipped_t_.item<double>()) : skipped_;
+  }
   [[nodiscard]] const Options& options() const noexcept { return opt_; }
 
   /// For checkpoints: the scale and the growth count are the whole state.
-  void restore(double scale, std::int64_t good_steps, std::int64_t skipped = 0) noexcept {
+  void restore(double scale, std::int64_t good_steps, std::int64_t skipped = 0) {
     scale_ = scale;
     good_steps_ = good_steps;
     skipped_ = skipped;
+    if (on_device()) {
+      scale_t_.fill_(scale);
+      good_t_.fill_(static_cast<double>(good_steps));
+      skipped_t_.fill_(static_cast<double>(skipped));
+    }
   }
 
  private:
+  // One step of the schedule on the device, `finite` a 0-dim bool tensor: back off and reset
+  // the count where it is false, else count it and grow after `growth_interval` in a row.
+  void advance(const at::Tensor& finite) {
+    const auto good = at::where(finite, good_t_ + 1.0, at::zeros_like(good_t_));
+    const auto grow = finite.logical_and(good >= static_cast<double>(opt_.growth_interval));
+    const auto kept_or_grown = at::where(grow, scale_t_ * opt_.growth_factor, scale_t_);
+    scale_t_.copy_(at::where(finite, kept_or_grown, scale_t_ * opt_.backoff_factor));
+    good_t_.copy_(at::where(grow, at::zeros_like(good), good));
+  }
+
   Options opt_{};
   double scale_ = 65536.0;
   std::int64_t good_steps_ = 0;
   bool grouped_ = false, group_inf_ = false, group_checked_ = false;  // inside begin_step/end_step
   std::int64_t skipped_ = 0;
+  at::Tensor scale_t_, good_t_, skipped_t_, group_inf_t_;  // the state on the device (`keep_on`)
 };
 
 }  // namespace anvil
@@ -11209,8 +11296,17 @@ class StepContext {
     c10::ScalarType autocast_dtype = c10::ScalarType::Float;
     /// Averages gradients across ranks in place; empty for one process.
     std::function<void(std::vector<at::Tensor>&)> all_reduce_mean;
+    /// The all-reduce may be captured in a CUDA graph (NCCL, `parallel.capture_all_reduce`):
+    /// an update through this context is then captured with the all-reduce inside it, where
+    /// a multi-GPU run has it (after the gradients, before the loss scaler's check, clipping
+    /// and the optimizer steps). Otherwise an update with an all-reduce runs op by op.
+    bool all_reduce_in_graph = false;
     /// Dynamic loss scaling (float16); empty for no scaling.
     std::optional<LossScaler::Options> loss_scaling;
+    /// Keep the loss scaler's state in tensors on `device` (`LossScaler::keep_on`), so its
+    /// check and skip are device work a CUDA graph can hold. Always so on CUDA; set it on the
+    /// CPU to run that arithmetic op by op (`update_as_captured`, as the tests do).
+    bool loss_scaler_on_device = false;
     /// Threads that run an update's independent parts at once (`concurrently`); 1 runs
     /// them one after another. Only used on the CPU: CUDA work is already asynchronous.
     int threads = 1;
@@ -11224,7 +11320,10 @@ class StepContext {
 
   StepContext() = default;
   explicit StepContext(Options o) : opt_(std::move(o)) {
-    if (opt_.loss_scaling) scaler_ = LossScaler(*opt_.loss_scaling);
+    if (opt_.loss_scaling) {
+      scaler_ = LossScaler(*opt_.loss_scaling);
+      if (opt_.device.is_cuda() || opt_.loss_scaler_on_device) scaler_->keep_on(opt_.device);
+    }
     if (opt_.threads > 1 && opt_.device.is_cpu())
       // A new thread starts with OpenMP's default thread count (all cores), not the one
       // torch was given, and OpenBLAS's GEMMs follow OpenMP's: give each worker torch's.
@@ -11240,6 +11339,9 @@ class StepContext {
 
   /// Whether forward passes run under autocast (a lower-precision policy).
   [[nodiscard]] bool autocasts() const noexcept { return opt_.autocast; }
+  /// Whether losses are scaled before their gradients are taken (a loss scaler: FP16). A
+  /// hand-written backward pass, which differentiates the unscaled loss, is then not used.
+  [[nodiscard]] bool scales_losses() const noexcept { return scaler_.has_value(); }
 
   /// Scope for forward passes and losses: autocast to the precision's dtype when it has one.
   /// Keep targets, losses' reductions and anything numerically delicate in float32 (cast
@@ -11261,6 +11363,7 @@ class StepContext {
     for (std::size_t i = 0; i < params.size(); ++i)
       if (!grads[i].defined()) grads[i] = torch::zeros_like(params[i]);
     all_reduce(grads);
+    ++attempts_;
     if (scaler_) {
       std::vector<at::Tensor> parts;
       for (auto& g : grads) parts.push_back(g.reshape(-1));
@@ -11276,7 +11379,6 @@ class StepContext {
     for (std::size_t i = 0; i < params.size(); ++i) params[i].mutable_grad() = grads[i];
     if (max_grad_norm > 0) torch::nn::utils::clip_grad_norm_(params, max_grad_norm);
     optimizer.step();
-    ++steps_;
     return true;
   }
 
@@ -11376,24 +11478,30 @@ class StepContext {
   }
 
   /// Whether an update through this context can be captured as a CUDA graph
-  /// (core/cuda_graph.hpp): one process (no all-reduce), no loss scaler (its skip is a host
-  /// decision), and one micro-batch unless the algorithm's captured update loops over the
-  /// micro-batches itself (`loops_micro_batches`: SAC's does; the split is fixed for a batch
-  /// size, so a graph holds the loop).
+  /// (core/cuda_graph.hpp): one process or an all-reduce a graph can hold
+  /// (`all_reduce_in_graph`), no loss scaler or one on the device (its check, skip and new
+  /// scale are then device work), and one micro-batch unless the algorithm's captured update
+  /// loops over the micro-batches itself (`loops_micro_batches`: SAC's does; the split is
+  /// fixed for a batch size, so a graph holds the loop).
   [[nodiscard]] bool graphable(bool loops_micro_batches = false) const noexcept {
-    return !opt_.all_reduce_mean && !scaler_ && (loops_micro_batches || opt_.micro_batches == 1);
+    return (!opt_.all_reduce_mean || opt_.all_reduce_in_graph) && (!scaler_ || scaler_->on_device()) &&
+           (loops_micro_batches || opt_.micro_batches == 1);
   }
   /// Why an update through this context cannot be captured (empty where it can: `graphable`),
   /// for the run header.
   [[nodiscard]] std::string why_not_graphable(bool loops_micro_batches = false) const {
-    if (opt_.all_reduce_mean) return "DDP: the all-reduce of gradients across ranks is not captured yet";
-    if (scaler_) return "FP16's loss scaler decides on the host whether to skip a step (BF16 needs no scaler)";
+    if (opt_.all_reduce_mean && !opt_.all_reduce_in_graph)
+      return "DDP: the all-reduce of gradients across ranks is not captured (parallel.capture_all_reduce=true "
+             "captures it with NCCL)";
+    if (scaler_ && !scaler_->on_device())
+      return "the loss scaler's state is on the host (StepContext::Options::loss_scaler_on_device)";
     if (!loops_micro_batches && opt_.micro_batches > 1) return "gradient accumulation's micro-batches";
     return {};
   }
-  /// Scope of a CUDA graph's capture: optimizer steps take `FlatAdam::step_on_device`, and
-  /// nothing is timed (a timer's device synchronisation would break the capture) or
-  /// counted (the caller counts each replay's steps: `count_steps`).
+  /// Scope of a CUDA graph's capture: optimizer steps take `FlatAdam::step_on_device` (with
+  /// a loss scaler, gated on the device by its check: no host decision), and nothing is
+  /// timed (a timer's device synchronisation would break the capture) or counted (the
+  /// caller counts each replay's steps: `count_steps`).
   class Capture {
    public:
     explicit Capture(StepContext& c) noexcept : c_(c), times_(c.opt_.times) {
@@ -11414,11 +11522,13 @@ class StepContext {
   /// Whether a `Capture` scope is open: the update's device work is being captured, so an
   /// algorithm reads no value back to the host (its metrics stay tensors).
   [[nodiscard]] bool capturing() const noexcept { return capturing_; }
-  /// Counts `n` optimizer steps a replayed graph took.
-  void count_steps(int n) noexcept { steps_ += n; }
+  /// Counts `n` optimizer steps a replayed graph took (or, with a loss scaler, tried: the
+  /// scaler counts those it skipped).
+  void count_steps(int n) noexcept { attempts_ += n; }
 
-  /// Optimizer steps taken through this context (skipped ones not counted).
-  [[nodiscard]] std::int64_t steps() const noexcept { return steps_; }
+  /// Optimizer steps taken through this context (skipped ones not counted; with a scaler on
+  /// the device, read back from it).
+  [[nodiscard]] std::int64_t steps() const { return attempts_ - (scaler_ ? scaler_->skipped() : 0); }
   /// The loss scaler, when the precision scales losses.
   [[nodiscard]] LossScaler* scaler() noexcept { return scaler_ ? &*scaler_ : nullptr; }
 
@@ -11430,7 +11540,7 @@ class StepContext {
     std::int64_t good_steps = 0, skipped = 0;
   };
   void save(BinaryWriter& w) const {
-    w.value(steps_);
+    w.value(steps());
     w.value(scaler_.has_value());
     if (scaler_) {
       w.value(scaler_->current_scale());
@@ -11453,8 +11563,8 @@ class StepContext {
     }
     return s;
   }
-  void restore(const Saved& s) noexcept {
-    steps_ = s.steps;
+  void restore(const Saved& s) {
+    attempts_ = s.steps + (scaler_ ? s.skipped : 0);
     if (scaler_) scaler_->restore(s.scale, s.good_steps, s.skipped);
   }
 
@@ -11470,15 +11580,20 @@ class StepContext {
   // The rest of `apply` once `grad` is averaged across ranks: unscale and check, clip, step.
   bool step_reduced(FlatAdam& optimizer, at::Tensor& grad, double max_grad_norm) {
     InnerPhase timer(opt_.times, Phase::optimizer);
-    if (scaler_ && !scaler_->unscale_and_check(grad)) return skip();
+    if (!capturing_) ++attempts_;  // a replay's are counted by `count_steps`
+    at::Tensor finite;             // a captured step's check (a scaler on the device)
+    if (scaler_) {
+      if (capturing_) finite = scaler_->unscale_and_check_on_device(grad);
+      else if (!scaler_->unscale_and_check(grad)) return skip();
+    }
     if (max_grad_norm > 0)  // as torch's clip_grad_norm_, without a host sync
       grad.mul_((max_grad_norm / (grad.norm() + 1e-6)).clamp_max(1.0));
     if (capturing_) {
-      optimizer.step_on_device(grad);
+      if (finite.defined()) optimizer.step_on_device(grad, finite);
+      else optimizer.step_on_device(grad);
       return true;
     }
     optimizer.step(grad);
-    ++steps_;
     return true;
   }
   // Averages `grads` across ranks (timed as the all-reduce phase).
@@ -11503,7 +11618,7 @@ class StepContext {
   Options opt_;
   std::optional<LossScaler> scaler_;
   std::shared_ptr<detail::ThreadPool> pool_;
-  std::int64_t steps_ = 0;
+  std::int64_t attempts_ = 0;  // optimizer steps tried: taken, or skipped by the scaler
   bool capturing_ = false;  // inside a Capture scope
 };
 
@@ -12349,6 +12464,10 @@ struct DDPConfig {
       interface{""};
   Param<double, "bucket_mb", "largest piece of the gradient all-reduced in one call", Range{.lo = 0.01, .hi = 4096}>
       bucket_mb{25};
+  Param<bool, "capture_all_reduce",
+        "with NCCL, capture the gradient all-reduce inside the algorithm's CUDA graph, where a multi-GPU run has it "
+        "(false: an update with an all-reduce runs op by op; tested on one rank, not yet measured on several GPUs)">
+      capture_all_reduce{false};
 };
 
 namespace dist {
@@ -12675,6 +12794,10 @@ class DDP {
   }
 
   void all_reduce_mean(std::vector<at::Tensor>& ts) { group_.all_reduce_mean(ts); }
+  /// Whether a CUDA graph may hold the all-reduce (`parallel.capture_all_reduce`, NCCL).
+  [[nodiscard]] bool all_reduce_in_graph() const noexcept {
+    return *cfg_.capture_all_reduce && group_.backend() == DistBackend::nccl;
+  }
   void broadcast(std::vector<at::Tensor>& ts) { group_.broadcast(ts); }
   [[nodiscard]] double comm_seconds() const noexcept { return group_.comm_seconds(); }
 
@@ -17236,7 +17359,10 @@ class StepCollector {
 /// and a pre-tanh error there changes nothing the policy does yet dominates the squared error.
 ///
 /// One AdamW over the whole network; BF16/FP16 through the precision policy, gradient
-/// accumulation, `train.ema_decay` and `DDP<N>` as every algorithm. Acting needs the env
+/// accumulation, `train.ema_decay` and `DDP<N>` as every algorithm. On a GPU the update is
+/// captured as a CUDA graph (`distill.cuda_graph`): the transformer's forward and backward
+/// passes, the losses, clipping and the AdamW step in one launch, the losses read back in one
+/// copy (op by op too). Acting needs the env
 /// seen through `envs::History<E>` (the history tokens, their mask, the state), as the
 /// dataset's windows are: the collective infers the task from the history.
 
@@ -17415,6 +17541,263 @@ TORCH_MODULE(CollectiveTransformer);
 
 }  // namespace anvil::nn
 // ---- end <anvil/nn/collective_transformer.hpp> ----
+// ---- begin <anvil/optim/graphed_update.hpp> ----
+/// @file
+/// `GraphedUpdate`: an algorithm's update as a CUDA graph (core/cuda_graph.hpp). The first
+/// `kWarmups` updates run op by op on the graph's stream; the next is captured through the
+/// step context (optimizer steps read their step count and learning rate from the device,
+/// nothing is timed) and then every update copies its inputs into fixed tensors and replays.
+/// The algorithm keeps what is its own: which updates a graph can hold, its inputs and
+/// outputs, and reading no host value while capturing. `GraphedUpdates` keeps an
+/// algorithm's graphs, one per shape of update. Compiled in every build; without
+/// `ANVIL_WITH_CUDA` nothing is ever captured (`cuda::kCudaGraphs` is false).
+
+#include <ATen/autocast_mode.h>
+
+#include <cstdint>
+#include <exception>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+// ---- begin <anvil/core/cuda_graph.hpp> ----
+/// @file
+/// `cuda::Graph`: a piece of device work captured once as a CUDA graph and replayed with one
+/// launch. Small RL networks on a GPU are bound by the host: an autograd SAC update
+/// dispatches about 1,100 ATen operators, each a few microseconds of host work and a kernel
+/// launch of a few microseconds of GPU work, so the GPU idles (benchmarks/RESULTS.md, "On a
+/// GPU"). A replay launches the same kernels from the GPU's side with no host work per
+/// kernel.
+///
+/// What is captured must be device work alone: no host synchronisation (`item()`, a copy to
+/// the host), no host value that changes between replays (read such values from device
+/// tensors), and inputs and outputs in fixed tensors (copy new inputs in before a replay;
+/// read or copy outputs before the next). Capture runs on a side stream after warm-ups on
+/// that stream (cuBLAS workspaces, autograd's state and the caching allocator see the work
+/// once first), with the capture mode local to the capturing thread, so other threads'
+/// CUDA calls go on. Tensors made inside the capture live in the graph's private memory pool.
+///
+/// Captures only when `ANVIL_WITH_CUDA` is 1: CMake defines it when LibTorch has CUDA
+/// (target torch_cuda), scripts/gpu-check.sh on its g++ line. Without it `kCudaGraphs` is
+/// false and the class has the same interface but never captures (each call that would
+/// says so), so callers compile one path and choose it at run time, with no `#if`.
+
+#if defined(ANVIL_WITH_CUDA) && ANVIL_WITH_CUDA
+#include <ATen/cuda/CUDAGraph.h>
+#include <c10/cuda/CUDAFunctions.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+
+#include <memory>
+#include <utility>
+#endif
+
+#include <c10/core/Device.h>
+
+
+namespace anvil::cuda {
+
+#if defined(ANVIL_WITH_CUDA) && ANVIL_WITH_CUDA
+/// Whether this build can capture CUDA graphs.
+inline constexpr bool kCudaGraphs = true;
+
+/// One captured piece of device work (see file comment).
+class Graph {
+ public:
+  /// A graph for work on CUDA device `device`, with a side stream of its own.
+  explicit Graph(c10::Device device)
+      : stream_(c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device.index() < 0
+                                                                          ? c10::cuda::current_device()
+                                                                          : device.index())) {}
+
+  /// Runs `f` eagerly on the capture stream, the device idle before and after.
+  template <class F>
+  void warm_up(F&& f) {
+    c10::cuda::device_synchronize();
+    {
+      c10::cuda::CUDAStreamGuard on(stream_);
+      std::forward<F>(f)();
+    }
+    c10::cuda::device_synchronize();
+  }
+
+  /// Captures the device work `f` enqueues (nothing runs: `replay` runs it). If `f` throws,
+  /// the capture is ended and dropped, and the error passes on.
+  template <class F>
+  void capture(F&& f) {
+    c10::cuda::device_synchronize();
+    graph_ = std::make_unique<at::cuda::CUDAGraph>();
+    {
+      c10::cuda::CUDAStreamGuard on(stream_);
+      graph_->capture_begin({0, 0}, cudaStreamCaptureModeThreadLocal);
+      try {
+        std::forward<F>(f)();
+      } catch (...) {
+        try {
+          graph_->capture_end();
+        } catch (...) {  // the capture was already broken: the first error is the one to report
+        }
+        graph_.reset();
+        throw;
+      }
+      graph_->capture_end();
+    }
+    c10::cuda::device_synchronize();
+  }
+
+  /// Runs the captured work on the current stream (after what is already queued there).
+  void replay() { graph_->replay(); }
+  [[nodiscard]] bool captured() const noexcept { return graph_ != nullptr; }
+
+ private:
+  c10::cuda::CUDAStream stream_;
+  std::unique_ptr<at::cuda::CUDAGraph> graph_;
+};
+#else
+inline constexpr bool kCudaGraphs = false;
+
+/// Without CUDA: the interface above; callers check `kCudaGraphs` before using it.
+class Graph {
+ public:
+  explicit Graph(c10::Device /*device*/) {}
+  template <class F>
+  void warm_up(F&& /*f*/) { unavailable(); }
+  template <class F>
+  void capture(F&& /*f*/) { unavailable(); }
+  void replay() { unavailable(); }
+  [[nodiscard]] bool captured() const noexcept { return false; }
+
+ private:
+  [[noreturn]] static void unavailable() {
+    throw Error("CUDA graphs: this program was built without them (ANVIL_WITH_CUDA is not 1)");
+  }
+};
+#endif
+
+}  // namespace anvil::cuda
+// ---- end <anvil/core/cuda_graph.hpp> ----
+
+namespace anvil {
+
+/// Why an algorithm's update cannot be captured through `ctx`, "" where neither its switch
+/// nor the context stands in the way: "off (<who>.cuda_graph=false)" with its switch `on`
+/// off (`who`: its config section), else the context's reason (DDP, a loss scaler on the
+/// host; gradient accumulation's micro-batches are looped over inside a graph).
+inline std::string why_not_captured(bool on, std::string_view who, const StepContext& ctx) {
+  if (!on) return "off (" + std::string(who) + ".cuda_graph=false)";
+  return ctx.why_not_graphable(/*loops_micro_batches=*/true);
+}
+
+/// One captured form of an update (see file comment).
+class GraphedUpdate {
+ public:
+  static constexpr int kWarmups = 2;
+
+  explicit GraphedUpdate(c10::Device d) : graph_(d) {}
+
+  /// Whether the next update is a warm-up (run it op by op through `warm_up`).
+  [[nodiscard]] bool warming() const noexcept { return warmups_ < kWarmups; }
+  [[nodiscard]] bool captured() const noexcept { return graph_.captured(); }
+
+  /// Runs one update op by op on the graph's stream.
+  template <class F>
+  void warm_up(F&& f) {
+    ++warmups_;
+    graph_.warm_up(std::forward<F>(f));
+  }
+
+  /// A fixed tensor shaped like `t` (undefined for an undefined `t`): an input of the
+  /// capture, filled by each `replay` from the value in its place.
+  at::Tensor input(const at::Tensor& t) {
+    inputs_.push_back(t.defined() ? at::empty(t.sizes(), t.options()) : t);
+    return inputs_.back();
+  }
+  /// A fixed input of `sizes` with `options` (e.g. on the device for a value given on the
+  /// host: the replay's copy moves and converts it).
+  at::Tensor input(at::IntArrayRef sizes, const at::TensorOptions& options) {
+    inputs_.push_back(at::empty(sizes, options));
+    return inputs_.back();
+  }
+
+  /// Captures `f` (the update's device work, on the `input` tensors) through `ctx`, with
+  /// autocast's cache off (cached casts would outlive the capture). A failure names `who`
+  /// (the config section) and its `cuda_graph` switch.
+  template <class F>
+  void capture(StepContext& ctx, std::string_view who, F&& f) {
+    const StepContext::Capture capturing(ctx);
+    capture(who, "the update", std::forward<F>(f));
+  }
+  /// Captures `f`, device work that steps no optimizer (acting: `what` names it in a failure).
+  template <class F>
+  void capture(std::string_view who, std::string_view what, F&& f) {
+    const bool cache = at::autocast::is_autocast_cache_enabled();
+    at::autocast::set_autocast_cache_enabled(false);
+    try {
+      graph_.capture(std::forward<F>(f));
+    } catch (const std::exception& e) {
+      at::autocast::set_autocast_cache_enabled(cache);
+      throw Error(std::string(who) + ": capturing " + std::string(what) + " as a CUDA graph failed (" + e.what() +
+                  "); run with " + std::string(who) + ".cuda_graph=false");
+    }
+    at::autocast::set_autocast_cache_enabled(cache);
+  }
+
+  /// Copies `values` (one per `input`, in the same order; undefined where the input is)
+  /// into the fixed inputs, then replays the update on the current stream.
+  void replay(const std::vector<at::Tensor>& values) {
+    if (values.size() != inputs_.size())
+      throw Error("GraphedUpdate::replay: " + std::to_string(values.size()) + " values for " +
+                  std::to_string(inputs_.size()) + " inputs");
+    for (std::size_t i = 0; i < values.size(); ++i)
+      if (inputs_[i].defined()) inputs_[i].copy_(values[i], /*non_blocking=*/true);
+    graph_.replay();
+  }
+
+ private:
+  cuda::Graph graph_;
+  int warmups_ = 0;
+  std::vector<at::Tensor> inputs_;
+};
+
+/// An algorithm's captured updates, one per shape (a key the algorithm makes of what
+/// changes the captured work: batch rows, which optimizers step, which inputs are given),
+/// each with `Out`, the fixed output tensors its capture left (valid until its next replay).
+template <class Out>
+class GraphedUpdates {
+ public:
+  struct Graphed {
+    explicit Graphed(c10::Device d) : update(d) {}
+    GraphedUpdate update;
+    Out out;
+  };
+
+  /// The graph for updates of shape `key` on `device` (made, uncaptured, on first use).
+  Graphed& of(std::int64_t key, c10::Device device) {
+    auto it = graphs_.find(key);
+    if (it == graphs_.end()) it = graphs_.emplace(key, std::make_unique<Graphed>(device)).first;
+    return *it->second;
+  }
+  /// Replays `g` on `values` (see `GraphedUpdate::replay`) and counts it.
+  void replay(Graphed& g, const std::vector<at::Tensor>& values) {
+    g.update.replay(values);
+    ++replays_;
+  }
+  /// Updates replayed so far (0 without CUDA graphs).
+  [[nodiscard]] std::int64_t replays() const noexcept { return replays_; }
+  /// Drops every graph (after a restore: captured again from the restored state, warm-ups
+  /// first); the count stays.
+  void clear() noexcept { graphs_.clear(); }
+
+ private:
+  std::map<std::int64_t, std::unique_ptr<Graphed>> graphs_;
+  std::int64_t replays_ = 0;
+};
+
+}  // namespace anvil
+// ---- end <anvil/optim/graphed_update.hpp> ----
 // ---- begin <anvil/algorithms/policy.hpp> ----
 /// @file
 /// `load_policy`: a trained policy without its trainer, for deployment. A run writes
@@ -18002,6 +18385,11 @@ class CollectiveDistillation {
     Param<double, "log_std_weight", "weight of the log-std regression in the actor loss", at_least(0)> log_std_weight{0.1};
     Param<double, "critic_weight", "weight of the Q regression", at_least(0)> critic_weight{1.0};
     Param<double, "max_grad_norm", "clip the gradient's global norm (0: off)", at_least(0)> max_grad_norm{1.0};
+    Param<bool, "cuda_graph",
+          "on CUDA, capture the update as a CUDA graph and replay it: one launch instead of the transformer's "
+          "hundreds of dispatched ops (one process, or DDP with parallel.capture_all_reduce; FP16's loss scaler and "
+          "gradient accumulation's micro-batches included; false: op by op)">
+        cuda_graph{true};
     Section<"net", nn::CollectiveTransformerImpl::Config> net;
 
     /// A run of seconds (`run.smoke`): small batches.
@@ -18038,6 +18426,7 @@ class CollectiveDistillation {
     const auto half = (hi - lo) * 0.5;
     net_->set_normalizer(((hi + lo) * 0.5).to(device_), at::where(half > 1e-6, 1.0 / half.clamp_min(1e-6), at::ones_like(half)).to(device_));
     normalised_ = true;
+    graphs_.clear();  // they read the old normalisation's tensors
   }
   [[nodiscard]] bool has_normalizer() const noexcept { return normalised_; }
 
@@ -18054,35 +18443,44 @@ class CollectiveDistillation {
     return (mean.to(at::kFloat) + at::randn_like(mean, at::kFloat) * log_std.to(at::kFloat).exp()).tanh();
   }
 
-  /// One optimizer step (micro-batches with gradient accumulation).
+  /// One optimizer step (micro-batches with gradient accumulation). On a GPU, with
+  /// `cuda_graph` on and an update a graph can hold (one process), each batch size's update
+  /// is replayed from a CUDA graph.
   UpdateInfo update(const CollectiveBatch& b, StepContext& ctx) {
-    const auto parts = ctx.micro_batches(b.obs.size(0));
-    at::Tensor grad;
-    Losses sum;
-    for (const auto& part : parts) {
-      const bool whole = parts.size() == 1;
-      CollectiveBatch rows;
-      const CollectiveBatch& mb = whole ? b : (rows = rows_of(b, part.begin, part.rows));
-      Losses l;
-      auto g = ctx.gradient(loss(mb, ctx, l), opt_);
-      accumulate(grad, std::move(g), part);
-      sum.total += part.share * l.total;
-      sum.mean += part.share * l.mean;
-      sum.log_std += part.share * l.log_std;
-      sum.q += part.share * l.q;
-    }
-    ctx.apply(opt_, grad, cfg_.max_grad_norm);
-    ++updates_;
-    UpdateInfo info;
-    info.metrics = {{"loss", sum.total}, {"mean_mse", sum.mean}, {"log_std_mse", sum.log_std}, {"q_mse", sum.q}};
-    return info;
+    if (cuda::kCudaGraphs && cfg_.cuda_graph && device_.is_cuda() && ctx.graphable(/*loops_micro_batches=*/true))
+      return graphed_update(b, ctx);
+    return finish(device_update(b, ctx), /*replayed=*/false, ctx);
   }
 
-  /// The losses of a batch (see file comment); their floats in `out`.
-  struct Losses {
-    double total = 0, mean = 0, log_std = 0, q = 0;
-  };
-  at::Tensor loss(const CollectiveBatch& b, StepContext& ctx, Losses& out) {
+  /// The update as a CUDA graph holds it, run op by op on any device (what a replay computes
+  /// on CUDA, for tests on the CPU): the AdamW step reads its step count and learning rate
+  /// from tensors, and nothing is read back until the losses at the end. Refused by name
+  /// where a graph could not hold the update.
+  UpdateInfo update_as_captured(const CollectiveBatch& b, StepContext& ctx) {
+    if (const auto why = why_not_captured(cfg_.cuda_graph, config_section.view(), ctx); !why.empty())
+      throw Error("distill: this update cannot be captured: " + why);
+    opt_.sync_device_state();
+    at::Tensor losses;
+    {
+      const StepContext::Capture capture(ctx);
+      losses = device_update(b, ctx);
+    }
+    return finish(losses, /*replayed=*/true, ctx);
+  }
+
+  /// What the run header says of CUDA graphs (trainer_parts.hpp's `cuda_graph_note`).
+  [[nodiscard]] std::string cuda_graph_note(const StepContext& ctx) const {
+    const auto why = why_not_captured(cfg_.cuda_graph, config_section.view(), ctx);
+    if (!why.empty()) return "distill's update runs op by op: " + why + "; acting runs op by op";
+    return "distill's update is captured (a graph per batch size, after " + std::to_string(GraphedUpdate::kWarmups) +
+           " warm-ups op by op each); acting runs op by op";
+  }
+  /// Updates replayed from a CUDA graph so far (0 without CUDA or with `cuda_graph` off).
+  [[nodiscard]] std::int64_t graphed_updates() const noexcept { return graphs_.replays(); }
+
+  /// The loss of a batch (see file comment) and its parts as float64 [4] on the device (the
+  /// loss, the mean's, the log-std's and the Q's squared errors), detached.
+  std::pair<at::Tensor, at::Tensor> loss(const CollectiveBatch& b, StepContext& ctx) {
     const auto dev = [&](const at::Tensor& t) { return t.to(device_, at::kFloat); };
     const auto tokens = dev(b.tokens), mask = dev(b.mask), obs = dev(b.obs), action = dev(b.action);
     at::Tensor total, lm, ls, lq;
@@ -18098,8 +18496,8 @@ class CollectiveDistillation {
       lq = 0.5 * ((q1.to(at::kFloat) - y).square().mean() + (q2.to(at::kFloat) - y).square().mean());
       total = lm + *cfg_.log_std_weight * ls + *cfg_.critic_weight * lq;
     }
-    out = {total.item<double>(), lm.item<double>(), ls.item<double>(), lq.item<double>()};
-    return total;
+    torch::NoGradGuard no_grad;
+    return {total, at::stack({total, lm, ls, lq}).detach().to(at::kDouble)};
   }
 
   [[nodiscard]] std::int64_t batch_size() const noexcept { return cfg_.batch_size; }
@@ -18192,6 +18590,7 @@ class CollectiveDistillation {
     ema_.restore(s.ema);
     normalised_ = s.normalised;
     net_->set_normalizer(s.shift.to(device_), s.scale.to(device_));
+    graphs_.clear();  // captured again from the restored state
   }
 
   /// Sets the network's weights (flat, in the order of its parameters), e.g. a saved collective's.
@@ -18205,6 +18604,63 @@ class CollectiveDistillation {
   [[nodiscard]] std::int64_t obs_dim() const noexcept { return od_; }
 
  private:
+  // The update's device work with no host read (what a graph captures): the batch in
+  // micro-batches (a fixed split for a batch size), each part's gradient and losses weighed
+  // by its share, one clipped AdamW step on their sum. Returns the losses (float64 [4]).
+  at::Tensor device_update(const CollectiveBatch& b, StepContext& ctx) {
+    const auto parts = ctx.micro_batches(b.obs.size(0));
+    const bool whole = parts.size() == 1;
+    at::Tensor grad, sum;
+    for (const auto& part : parts) {
+      CollectiveBatch rows;
+      const CollectiveBatch& mb = whole ? b : (rows = rows_of(b, part.begin, part.rows));
+      auto [total, losses] = loss(mb, ctx);
+      accumulate(grad, ctx.gradient(total, opt_), part);
+      sum = whole ? losses : (sum.defined() ? sum + losses * part.share : losses * part.share);
+    }
+    ctx.apply(opt_, grad, cfg_.max_grad_norm);
+    return sum;
+  }
+
+  // The host's part after the device work: the step counted where a graph took it (or its
+  // arithmetic, `update_as_captured`), the update counted, the losses read back in one copy.
+  UpdateInfo finish(const at::Tensor& losses, bool replayed, StepContext& ctx) {
+    if (replayed) {
+      opt_.count_step();
+      ctx.count_steps(1);
+    }
+    ++updates_;
+    const auto h = losses.to(at::kCPU).contiguous();
+    const double* v = h.data_ptr<double>();
+    UpdateInfo info;
+    info.metrics = {{"loss", v[0]}, {"mean_mse", v[1]}, {"log_std_mse", v[2]}, {"q_mse", v[3]}};
+    return info;
+  }
+
+  // The update from a CUDA graph (optim/graphed_update.hpp), one per batch size: warmed up
+  // op by op, captured, then replayed. The batch may be on the host (the loader's): the
+  // graph's fixed inputs are float32 on the device, and the replay's copy moves it there.
+  UpdateInfo graphed_update(const CollectiveBatch& b, StepContext& ctx) {
+    auto& g = graphs_.of(b.obs.size(0), device_);
+    if (g.update.warming()) {
+      UpdateInfo info;
+      g.update.warm_up([&] { info = finish(device_update(b, ctx), /*replayed=*/false, ctx); });
+      return info;
+    }
+    const std::vector<at::Tensor> values{b.tokens, b.mask, b.obs, b.action, b.mean, b.log_std, b.q_target};
+    opt_.sync_device_state();
+    if (!g.update.captured()) {
+      auto& u = g.update;
+      const auto on_device = at::TensorOptions().device(device_).dtype(at::kFloat);
+      auto in = [&](const at::Tensor& t) { return u.input(t.sizes(), on_device); };
+      const CollectiveBatch fixed{in(b.tokens), in(b.mask),    in(b.obs),      in(b.action),
+                                  in(b.mean),   in(b.log_std), in(b.q_target), {}};
+      u.capture(ctx, config_section.view(), [&] { g.out = device_update(fixed, ctx); });
+    }
+    graphs_.replay(g, values);
+    return finish(g.out, /*replayed=*/true, ctx);
+  }
+
   Config cfg_;
   c10::Device device_;
   std::string env_;
@@ -18214,6 +18670,7 @@ class CollectiveDistillation {
   std::int64_t updates_ = 0;
   Ema ema_;
   bool normalised_ = false;
+  GraphedUpdates<at::Tensor> graphs_;  // CUDA graphs of the update by batch rows; their output is the losses
 };
 
 static_assert(Algorithm<CollectiveDistillation>);
@@ -18415,9 +18872,9 @@ struct SacConfig {
         "autograd; same result, slower)">
       manual_backward{true};
   Param<bool, "cuda_graph",
-        "on CUDA, capture the update and acting as CUDA graphs and replay them: one launch instead "
-        "of hundreds of dispatched ops (the update: one process, no loss scaling; a temperature per "
-        "task and gradient accumulation's micro-batches included; false: op by op)">
+        "on CUDA, capture the update and acting as CUDA graphs and replay them: one launch instead of hundreds of "
+        "dispatched ops (the update: one process, or DDP with parallel.capture_all_reduce; a temperature per task, "
+        "FP16's loss scaler and gradient accumulation's micro-batches included; false: op by op)">
       cuda_graph{true};
   Section<"actor", ActorConfig> actor;
   Section<"critic", CriticConfig> critic;
@@ -18685,263 +19142,6 @@ inline TaskTemperatures task_temperatures(const at::Tensor& log_alpha, const at:
 }  // namespace detail
 }  // namespace anvil
 // ---- end <anvil/algorithms/sac_parts.hpp> ----
-// ---- begin <anvil/optim/graphed_update.hpp> ----
-/// @file
-/// `GraphedUpdate`: an algorithm's update as a CUDA graph (core/cuda_graph.hpp). The first
-/// `kWarmups` updates run op by op on the graph's stream; the next is captured through the
-/// step context (optimizer steps read their step count and learning rate from the device,
-/// nothing is timed) and then every update copies its inputs into fixed tensors and replays.
-/// The algorithm keeps what is its own: which updates a graph can hold, its inputs and
-/// outputs, and reading no host value while capturing. `GraphedUpdates` keeps an
-/// algorithm's graphs, one per shape of update. Compiled in every build; without
-/// `ANVIL_WITH_CUDA` nothing is ever captured (`cuda::kCudaGraphs` is false).
-
-#include <ATen/autocast_mode.h>
-
-#include <cstdint>
-#include <exception>
-#include <map>
-#include <memory>
-#include <string>
-#include <string_view>
-#include <utility>
-#include <vector>
-
-// ---- begin <anvil/core/cuda_graph.hpp> ----
-/// @file
-/// `cuda::Graph`: a piece of device work captured once as a CUDA graph and replayed with one
-/// launch. Small RL networks on a GPU are bound by the host: an autograd SAC update
-/// dispatches about 1,100 ATen operators, each a few microseconds of host work and a kernel
-/// launch of a few microseconds of GPU work, so the GPU idles (benchmarks/RESULTS.md, "On a
-/// GPU"). A replay launches the same kernels from the GPU's side with no host work per
-/// kernel.
-///
-/// What is captured must be device work alone: no host synchronisation (`item()`, a copy to
-/// the host), no host value that changes between replays (read such values from device
-/// tensors), and inputs and outputs in fixed tensors (copy new inputs in before a replay;
-/// read or copy outputs before the next). Capture runs on a side stream after warm-ups on
-/// that stream (cuBLAS workspaces, autograd's state and the caching allocator see the work
-/// once first), with the capture mode local to the capturing thread, so other threads'
-/// CUDA calls go on. Tensors made inside the capture live in the graph's private memory pool.
-///
-/// Captures only when `ANVIL_WITH_CUDA` is 1: CMake defines it when LibTorch has CUDA
-/// (target torch_cuda), scripts/gpu-check.sh on its g++ line. Without it `kCudaGraphs` is
-/// false and the class has the same interface but never captures (each call that would
-/// says so), so callers compile one path and choose it at run time, with no `#if`.
-
-#if defined(ANVIL_WITH_CUDA) && ANVIL_WITH_CUDA
-#include <ATen/cuda/CUDAGraph.h>
-#include <c10/cuda/CUDAFunctions.h>
-#include <c10/cuda/CUDAGuard.h>
-#include <c10/cuda/CUDAStream.h>
-
-#include <memory>
-#include <utility>
-#endif
-
-#include <c10/core/Device.h>
-
-
-namespace anvil::cuda {
-
-#if defined(ANVIL_WITH_CUDA) && ANVIL_WITH_CUDA
-/// Whether this build can capture CUDA graphs.
-inline constexpr bool kCudaGraphs = true;
-
-/// One captured piece of device work (see file comment).
-class Graph {
- public:
-  /// A graph for work on CUDA device `device`, with a side stream of its own.
-  explicit Graph(c10::Device device)
-      : stream_(c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device.index() < 0
-                                                                          ? c10::cuda::current_device()
-                                                                          : device.index())) {}
-
-  /// Runs `f` eagerly on the capture stream, the device idle before and after.
-  template <class F>
-  void warm_up(F&& f) {
-    c10::cuda::device_synchronize();
-    {
-      c10::cuda::CUDAStreamGuard on(stream_);
-      std::forward<F>(f)();
-    }
-    c10::cuda::device_synchronize();
-  }
-
-  /// Captures the device work `f` enqueues (nothing runs: `replay` runs it). If `f` throws,
-  /// the capture is ended and dropped, and the error passes on.
-  template <class F>
-  void capture(F&& f) {
-    c10::cuda::device_synchronize();
-    graph_ = std::make_unique<at::cuda::CUDAGraph>();
-    {
-      c10::cuda::CUDAStreamGuard on(stream_);
-      graph_->capture_begin({0, 0}, cudaStreamCaptureModeThreadLocal);
-      try {
-        std::forward<F>(f)();
-      } catch (...) {
-        try {
-          graph_->capture_end();
-        } catch (...) {  // the capture was already broken: the first error is the one to report
-        }
-        graph_.reset();
-        throw;
-      }
-      graph_->capture_end();
-    }
-    c10::cuda::device_synchronize();
-  }
-
-  /// Runs the captured work on the current stream (after what is already queued there).
-  void replay() { graph_->replay(); }
-  [[nodiscard]] bool captured() const noexcept { return graph_ != nullptr; }
-
- private:
-  c10::cuda::CUDAStream stream_;
-  std::unique_ptr<at::cuda::CUDAGraph> graph_;
-};
-#else
-inline constexpr bool kCudaGraphs = false;
-
-/// Without CUDA: the interface above; callers check `kCudaGraphs` before using it.
-class Graph {
- public:
-  explicit Graph(c10::Device /*device*/) {}
-  template <class F>
-  void warm_up(F&& /*f*/) { unavailable(); }
-  template <class F>
-  void capture(F&& /*f*/) { unavailable(); }
-  void replay() { unavailable(); }
-  [[nodiscard]] bool captured() const noexcept { return false; }
-
- private:
-  [[noreturn]] static void unavailable() {
-    throw Error("CUDA graphs: this program was built without them (ANVIL_WITH_CUDA is not 1)");
-  }
-};
-#endif
-
-}  // namespace anvil::cuda
-// ---- end <anvil/core/cuda_graph.hpp> ----
-
-namespace anvil {
-
-/// Why an algorithm's update cannot be captured through `ctx`, "" where neither its switch
-/// nor the context stands in the way: "off (<who>.cuda_graph=false)" with its switch `on`
-/// off (`who`: its config section), else the context's reason (DDP, FP16's loss scaler;
-/// gradient accumulation's micro-batches are looped over inside a graph).
-inline std::string why_not_captured(bool on, std::string_view who, const StepContext& ctx) {
-  if (!on) return "off (" + std::string(who) + ".cuda_graph=false)";
-  return ctx.why_not_graphable(/*loops_micro_batches=*/true);
-}
-
-/// One captured form of an update (see file comment).
-class GraphedUpdate {
- public:
-  static constexpr int kWarmups = 2;
-
-  explicit GraphedUpdate(c10::Device d) : graph_(d) {}
-
-  /// Whether the next update is a warm-up (run it op by op through `warm_up`).
-  [[nodiscard]] bool warming() const noexcept { return warmups_ < kWarmups; }
-  [[nodiscard]] bool captured() const noexcept { return graph_.captured(); }
-
-  /// Runs one update op by op on the graph's stream.
-  template <class F>
-  void warm_up(F&& f) {
-    ++warmups_;
-    graph_.warm_up(std::forward<F>(f));
-  }
-
-  /// A fixed tensor shaped like `t` (undefined for an undefined `t`): an input of the
-  /// capture, filled by each `replay` from the value in its place.
-  at::Tensor input(const at::Tensor& t) {
-    inputs_.push_back(t.defined() ? at::empty(t.sizes(), t.options()) : t);
-    return inputs_.back();
-  }
-  /// A fixed input of `sizes` with `options` (e.g. on the device for a value given on the
-  /// host: the replay's copy moves and converts it).
-  at::Tensor input(at::IntArrayRef sizes, const at::TensorOptions& options) {
-    inputs_.push_back(at::empty(sizes, options));
-    return inputs_.back();
-  }
-
-  /// Captures `f` (the update's device work, on the `input` tensors) through `ctx`, with
-  /// autocast's cache off (cached casts would outlive the capture). A failure names `who`
-  /// (the config section) and its `cuda_graph` switch.
-  template <class F>
-  void capture(StepContext& ctx, std::string_view who, F&& f) {
-    const StepContext::Capture capturing(ctx);
-    capture(who, "the update", std::forward<F>(f));
-  }
-  /// Captures `f`, device work that steps no optimizer (acting: `what` names it in a failure).
-  template <class F>
-  void capture(std::string_view who, std::string_view what, F&& f) {
-    const bool cache = at::autocast::is_autocast_cache_enabled();
-    at::autocast::set_autocast_cache_enabled(false);
-    try {
-      graph_.capture(std::forward<F>(f));
-    } catch (const std::exception& e) {
-      at::autocast::set_autocast_cache_enabled(cache);
-      throw Error(std::string(who) + ": capturing " + std::string(what) + " as a CUDA graph failed (" + e.what() +
-                  "); run with " + std::string(who) + ".cuda_graph=false");
-    }
-    at::autocast::set_autocast_cache_enabled(cache);
-  }
-
-  /// Copies `values` (one per `input`, in the same order; undefined where the input is)
-  /// into the fixed inputs, then replays the update on the current stream.
-  void replay(const std::vector<at::Tensor>& values) {
-    if (values.size() != inputs_.size())
-      throw Error("GraphedUpdate::replay: " + std::to_string(values.size()) + " values for " +
-                  std::to_string(inputs_.size()) + " inputs");
-    for (std::size_t i = 0; i < values.size(); ++i)
-      if (inputs_[i].defined()) inputs_[i].copy_(values[i], /*non_blocking=*/true);
-    graph_.replay();
-  }
-
- private:
-  cuda::Graph graph_;
-  int warmups_ = 0;
-  std::vector<at::Tensor> inputs_;
-};
-
-/// An algorithm's captured updates, one per shape (a key the algorithm makes of what
-/// changes the captured work: batch rows, which optimizers step, which inputs are given),
-/// each with `Out`, the fixed output tensors its capture left (valid until its next replay).
-template <class Out>
-class GraphedUpdates {
- public:
-  struct Graphed {
-    explicit Graphed(c10::Device d) : update(d) {}
-    GraphedUpdate update;
-    Out out;
-  };
-
-  /// The graph for updates of shape `key` on `device` (made, uncaptured, on first use).
-  Graphed& of(std::int64_t key, c10::Device device) {
-    auto it = graphs_.find(key);
-    if (it == graphs_.end()) it = graphs_.emplace(key, std::make_unique<Graphed>(device)).first;
-    return *it->second;
-  }
-  /// Replays `g` on `values` (see `GraphedUpdate::replay`) and counts it.
-  void replay(Graphed& g, const std::vector<at::Tensor>& values) {
-    g.update.replay(values);
-    ++replays_;
-  }
-  /// Updates replayed so far (0 without CUDA graphs).
-  [[nodiscard]] std::int64_t replays() const noexcept { return replays_; }
-  /// Drops every graph (after a restore: captured again from the restored state, warm-ups
-  /// first); the count stays.
-  void clear() noexcept { graphs_.clear(); }
-
- private:
-  std::map<std::int64_t, std::unique_ptr<Graphed>> graphs_;
-  std::int64_t replays_ = 0;
-};
-
-}  // namespace anvil
-// ---- end <anvil/optim/graphed_update.hpp> ----
 
 namespace anvil::detail {
 
@@ -18958,8 +19158,8 @@ using SacActGraphs = GraphedUpdates<at::Tensor>;
 struct SacGraphed {
   /// Whether a graph can hold this update: CUDA graphs built and on (`cuda_graph`), the
   /// batch on the GPU (with its task ids when there is a temperature per task), one
-  /// process, no loss scaling (micro-batches of gradient accumulation are looped over in
-  /// the graph).
+  /// process or an all-reduce a graph holds, no loss scaler on the host (micro-batches of
+  /// gradient accumulation are looped over in the graph).
   template <class S, class Noise>
   static bool graphable(const S& s, const ReplayBatch& b, const StepContext& ctx, const Noise& noise) {
     return cuda::kCudaGraphs && s.cfg_.cuda_graph && s.device_.is_cuda() && b.obs.is_cuda() &&
@@ -19035,7 +19235,8 @@ struct SacGraphed {
   template <class S, class Noise>
   static UpdateInfo as_captured(S& s, const ReplayBatch& b, StepContext& ctx, const Noise& noise) {
     if (!ctx.graphable(/*loops_micro_batches=*/true))
-      throw Error(std::string(S::config_section.view()) + ": a captured update holds one process and no loss scaling");
+      throw Error(std::string(S::config_section.view()) + ": this update cannot be captured: " +
+                  ctx.why_not_graphable(/*loops_micro_batches=*/true));
     if (s.alphas_ > 1 && !b.task.defined())
       throw Error(std::string(S::config_section.view()) + ": the batch has no task ids, but the env has " +
                   std::to_string(s.alphas_) + " tasks (a replay buffer of this run stores them)");
@@ -19649,7 +19850,7 @@ class BasicSAC {
 
   /// `update` with given noise: the same draws give the same update however the batch is
   /// split, e.g. across ranks (the data-parallel equivalence test uses this). On CUDA, with
-  /// `cuda_graph` on and an update a graph can hold (one process, no loss scaling; one
+  /// `cuda_graph` on and an update a graph can hold (one process; one
   /// temperature or one per task, micro-batches or not), the update is replayed from a CUDA
   /// graph.
   UpdateInfo update(const ReplayBatch& batch, StepContext& ctx, const UpdateNoise& noise) {
@@ -19698,7 +19899,8 @@ class BasicSAC {
 
     bool manual = false;
     if constexpr (kDefaultNetworks)
-      manual = manual_ && !ctx.autocasts() && b.obs.device().is_cpu() && b.obs.scalar_type() == at::kFloat;
+      manual = manual_ && !ctx.autocasts() && !ctx.scales_losses() && b.obs.device().is_cpu() &&
+               b.obs.scalar_type() == at::kFloat;
 
     detail::SacCriticResult critic;
     detail::SacActorResult actor;
@@ -20330,9 +20532,9 @@ struct ComaConfig {
   Param<double, "ent_coef", "weight of the policy's entropy bonus", at_least(0)> ent_coef{0.0};
   Param<double, "max_grad_norm", "clip each network's gradient norm (0: off)", at_least(0)> max_grad_norm{10.0};
   Param<bool, "cuda_graph",
-        "on CUDA, capture each minibatch's critic and actor steps as one CUDA graph and replay it (one "
-        "process, no loss scaling, an MLP actor; gradient accumulation's micro-batches included; false: "
-        "op by op)">
+        "on CUDA, capture each minibatch's critic and actor steps as one CUDA graph and replay it (one process, or "
+        "DDP with parallel.capture_all_reduce; an MLP actor; FP16's loss scaler and gradient accumulation's "
+        "micro-batches included; false: op by op)">
       cuda_graph{true};
   Section<"actor", ComaActorConfig> actor;
   Section<"critic_net", ComaNetConfig> critic_net;
@@ -20366,7 +20568,7 @@ using ComaGraphs = GraphedUpdates<at::Tensor>;
 /// COMA's captured minibatch steps (see file comment).
 struct ComaGraphed {
   /// Why `s`'s minibatch steps cannot be captured through `ctx`, "" where they can
-  /// (`cuda_graph` on, one process, no loss scaling, an MLP actor); not whether CUDA graphs
+  /// (`cuda_graph` on, one process, an MLP actor); not whether CUDA graphs
   /// are built (`cuda::kCudaGraphs`).
   template <class S>
   static std::string why_not(const S& s, const StepContext& ctx) {
@@ -20669,7 +20871,7 @@ class COMA {
   /// Learns from a round of episodes: holds them until batch_size x batch_number
   /// agent-transitions are collected (on average over the ranks), then trains on them all
   /// (see file comment). Reports nothing for a round that is only held. On a GPU, with
-  /// `cuda_graph` on and steps a graph can hold (one process, no loss scaling, an MLP actor),
+  /// `cuda_graph` on and steps a graph can hold (one process, an MLP actor),
   /// each minibatch's critic and actor steps are replayed from a CUDA graph
   /// (algorithms/coma_graph.hpp).
   UpdateInfo update(const EpisodeBatch& b, StepContext& ctx) {
@@ -21087,7 +21289,6 @@ class COMA {
         } else if (as == StepsAs::captured) {
           m = detail::ComaGraphed::as_captured(*this, mb, ctx, mix);
         } else {
-          auto scaler_step = ctx.one_scaler_step();
           m = minibatch(mb, ctx, mix);
         }
         sums = sums.defined() ? sums + m : m;
@@ -21108,10 +21309,18 @@ class COMA {
   // A minibatch's critic step, then its actor step with advantages from the stepped critic,
   // as device work with no value read back (what a CUDA graph holds): the critic's loss and
   // mean Q of the taken actions, the actor's loss, mean |advantage| and entropy, each summed
-  // over the micro-batches weighed by their shares, as float64 [5].
+  // over the micro-batches weighed by their shares, as float64 [5]. The two steps are one
+  // step of a loss scaler (FP16): its scale changes once per minibatch, on the device too.
   at::Tensor minibatch(const Rows& mb, StepContext& ctx, const Mixing& mix) {
-    auto [critic_loss, q_taken] = critic_step(mb, ctx);
-    auto [actor_loss, adv_abs, entropy] = actor_step(mb, ctx, mix);
+    std::pair<at::Tensor, at::Tensor> critic;
+    std::array<at::Tensor, 3> actor;
+    {
+      const auto scaler_step = ctx.one_scaler_step();
+      critic = critic_step(mb, ctx);
+      actor = actor_step(mb, ctx, mix);
+    }
+    const auto& [critic_loss, q_taken] = critic;
+    const auto& [actor_loss, adv_abs, entropy] = actor;
     torch::NoGradGuard no_grad;
     return at::stack({critic_loss, q_taken, actor_loss, adv_abs, entropy}).to(at::kDouble);
   }
@@ -21495,8 +21704,9 @@ class DiffusionPolicy {
         ema_power{0.75};
     Param<double, "max_grad_norm", "clip the gradient's global norm (0: off)", at_least(0)> max_grad_norm{0.0};
     Param<bool, "cuda_graph",
-          "on CUDA, capture the update as a CUDA graph and replay it (one process, no loss scaling or gradient "
-          "accumulation; false: op by op; never with image observations)">
+          "on CUDA, capture the update as a CUDA graph and replay it (one process, or DDP with "
+          "parallel.capture_all_reduce; FP16's loss scaler included, no gradient accumulation; false: op by op; "
+          "never with image observations)">
         cuda_graph{true};
     Param<double, "crop",
           "image observations: the crop's side as a fraction of the image's, at a random place in training and at the "
@@ -22337,9 +22547,9 @@ struct PpoConfig {
         "LibTorch ops (false: autograd; same result, slower)">
       manual_backward{true};
   Param<bool, "cuda_graph",
-        "on CUDA, capture each minibatch update as a CUDA graph and replay it: one launch instead of "
-        "hundreds of dispatched ops (one process, no loss scaling, no random image shifts; "
-        "gradient accumulation's micro-batches included; false: op by op)">
+        "on CUDA, capture each minibatch update as a CUDA graph and replay it: one launch instead of hundreds of "
+        "dispatched ops (one process, or DDP with parallel.capture_all_reduce; no random image shifts; FP16's loss "
+        "scaler and gradient accumulation's micro-batches included; false: op by op)">
       cuda_graph{true};
   Section<"actor", PpoNetConfig> actor;
   Section<"critic", PpoNetConfig> critic;
@@ -22645,7 +22855,7 @@ using PpoGraphs = GraphedUpdates<at::Tensor>;
 /// PPO's captured minibatch update (see file comment).
 struct PpoGraphed {
   /// Why `s`'s update cannot be captured through `ctx` on its device, "" where it can
-  /// (`cuda_graph` on, one process, no loss scaling, no random image shifts inside the
+  /// (`cuda_graph` on, one process, no random image shifts inside the
   /// update); not whether CUDA graphs are built (`cuda::kCudaGraphs`).
   template <class S>
   static std::string why_not(const S& s, const StepContext& ctx) {
@@ -23063,7 +23273,7 @@ class PPO {
   /// One gradient step on a minibatch: clipped surrogate + vf_coef * value loss -
   /// ent_coef * entropy. With gradient accumulation the minibatch is split into the
   /// context's micro-batches and their weighted gradients summed before one step. On a GPU,
-  /// with `cuda_graph` on and an update a graph can hold (one process, no loss scaling, no
+  /// with `cuda_graph` on and an update a graph can hold (one process, no
   /// random image shifts), each minibatch size's update is replayed from a CUDA graph
   /// (algorithms/ppo_graph.hpp).
   UpdateInfo update(const RolloutBatch& b, StepContext& ctx) {
@@ -23189,8 +23399,9 @@ class PPO {
       const bool whole = parts.size() == 1;
       Losses l;
       const RolloutBatch& mb = whole ? b : slice(b, part.begin, part.rows);
-      auto g = manual_ && !ctx.autocasts() ? manual_->gradient(*actor_, *critic_, log_std_, cfg_, mb, l)
-                                            : ctx.gradient(losses(mb, ctx, l), opt_.adam());
+      auto g = manual_ && !ctx.autocasts() && !ctx.scales_losses()
+                   ? manual_->gradient(*actor_, *critic_, log_std_, cfg_, mb, l)
+                   : ctx.gradient(losses(mb, ctx, l), opt_.adam());
       accumulate(grad, std::move(g), part);
       sum.add(l, part.share);
     }
@@ -27496,10 +27707,12 @@ inline int update_threads(int configured, int ranks_here) {
 
 /// The step context's options for the run: autocast and loss scaling by the precision,
 /// `threads` for an update's parts, micro-batches, the phase timers (on with `run.timings`,
-/// waiting for the GPU with `run.sync_timings`), and the ranks' gradient all-reduce.
+/// waiting for the GPU with `run.sync_timings`), and the ranks' gradient all-reduce (which
+/// a CUDA graph may hold where `all_reduce_in_graph`).
 inline StepContext::Options step_options(const RunContext& ctx, const PrecisionSettings& precision, int threads,
                                          const RunConfig& run, PhaseTimes& times,
-                                         std::function<void(std::vector<at::Tensor>&)> all_reduce_mean) {
+                                         std::function<void(std::vector<at::Tensor>&)> all_reduce_mean,
+                                         bool all_reduce_in_graph = false) {
   StepContext::Options so;
   so.device = ctx.device;
   so.autocast = precision.autocast;
@@ -27510,7 +27723,10 @@ inline StepContext::Options step_options(const RunContext& ctx, const PrecisionS
   so.loss_scaling = precision.loss_scaling;
   times.enabled = run.timings;
   if (ctx.device.is_cuda() && run.sync_timings) times.sync = [] { torch::cuda::synchronize(); };
-  if (ctx.world_size > 1) so.all_reduce_mean = std::move(all_reduce_mean);
+  if (ctx.world_size > 1) {
+    so.all_reduce_mean = std::move(all_reduce_mean);
+    so.all_reduce_in_graph = all_reduce_in_graph;
+  }
   return so;
 }
 
@@ -27710,8 +27926,11 @@ class BasicTrainer {
     notes.push_back("gradients: " + gradients_);
     if (images) notes.push_back(*images);
     buffer_ = std::make_unique<B>(collector_->spec(), *cfg_.buffer, ctx_);
+    bool all_reduce_in_graph = false;
+    if constexpr (requires { parallel_->all_reduce_in_graph(); }) all_reduce_in_graph = parallel_->all_reduce_in_graph();
     step_ctx_ = StepContext(step_options(ctx_, precision, threads(), *cfg_.run, times_,
-                                         [p = parallel_.get()](std::vector<at::Tensor>& g) { p->all_reduce_mean(g); }));
+                                         [p = parallel_.get()](std::vector<at::Tensor>& g) { p->all_reduce_mean(g); },
+                                         all_reduce_in_graph));
     if (ctx_.device.is_cuda() && cuda::kCudaGraphs) notes.push_back("cuda graphs: " + cuda_graph_note(*algo_, step_ctx_));
     runner_ = std::make_unique<Runner>(
         *cfg_.train, LoopParts<A, B>{*algo_, *buffer_, step_ctx_, *collector_, clock_, ranks_, times_, metrics_});

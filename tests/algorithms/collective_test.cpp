@@ -1,8 +1,9 @@
 // Collective distillation: the data loader (every row once an epoch, an order fixed by the
 // seed, exact resume mid-epoch), the collective network's distillation loss on a tiny
-// dataset, and with HDF5: a SAC worker's copies labelled with the expert's own outputs in
-// the dataset file, appends that keep the old rows, bad and truncated files refused by name,
-// and a distillation run through the Trainer that resumes exactly.
+// dataset, its update as a CUDA graph holds it (run op by op), and with HDF5: a SAC
+// worker's copies labelled with the expert's own outputs in the dataset file, appends that
+// keep the old rows, bad and truncated files refused by name, and a distillation run
+// through the Trainer that resumes exactly.
 #include <doctest/doctest.h>
 
 #include <torch/torch.h>
@@ -11,6 +12,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <set>
 #include <vector>
 
@@ -26,6 +28,7 @@
 #include <anvil/data/collective_file.hpp>
 #endif
 
+#include "../captured_checks.hpp"
 #include "../skip.hpp"
 #include "../python_policy_check.hpp"
 #include "../temp_run_dir.hpp"
@@ -48,14 +51,7 @@ std::vector<std::int64_t> ids_of(const LoaderBatch& b) {
   return v;
 }
 
-EnvSpec history_spec(int h, int od, int ad) {
-  EnvSpec s;
-  s.name = "history";
-  const auto w = static_cast<std::size_t>(h * (od + ad + 1) + h + od);
-  s.observation = Box{std::vector<float>(w, -10.0f), std::vector<float>(w, 10.0f)};
-  s.action = Box{std::vector<float>(static_cast<std::size_t>(ad), -1.0f), std::vector<float>(static_cast<std::size_t>(ad), 1.0f)};
-  return s;
-}
+using test::history_spec;
 
 }  // namespace
 
@@ -185,6 +181,118 @@ TEST_CASE("Collective: distillation drives a tiny collective network's loss to n
   auto obs = torch::cat({b.tokens.reshape({n, -1}), b.mask, b.obs}, 1);
   const auto a = algo.act(obs, ActMode::deterministic);
   CHECK((a - b.mean.tanh()).abs().max().item<double>() < 0.15);
+}
+
+namespace {
+using test::random_windows;
+
+CollectiveDistillation::Config tiny_distill(int h) {
+  CollectiveDistillation::Config c;
+  c.history = h;
+  c.batch_size = 48;
+  c.lr = 3e-3;
+  c.weight_decay = 0.01;
+  c.max_grad_norm = 0.5;
+  c.net->d_model = 16;
+  c.net->heads = 2;
+  c.net->layers = 1;
+  c.net->feedforward = 32;
+  c.net->hidden = {32, 32};
+  return c;
+}
+
+// 12 updates of two collectives from one seed on the same batches, one op by op and one as a
+// CUDA graph holds the update (`update_as_captured`, op by op on the CPU): the same losses,
+// weights, step counts and (with a loss scaler) decisions of the scaler.
+void check_distill_captured_matches(const CollectiveDistillation::Config& c, const StepContext::Options& options = {},
+                                    const std::optional<StepContext::Options>& captured_options = {}) {
+  const int h = 4, od = 3, ad = 2;
+  torch::manual_seed(11);
+  CollectiveDistillation eager(history_spec(h, od, ad), c, RunContext{});
+  torch::manual_seed(11);
+  CollectiveDistillation captured(history_spec(h, od, ad), c, RunContext{});
+  StepContext ce(options), cc(captured_options.value_or(options));
+  torch::manual_seed(12);
+  for (int k = 0; k < 12; ++k) {
+    CAPTURE(k);
+    const auto b = random_windows(48, h, od, ad);
+    const auto x = eager.update(b, ce);
+    const auto y = captured.update_as_captured(b, cc);
+    REQUIRE(x.metrics.size() == y.metrics.size());
+    for (std::size_t i = 0; i < x.metrics.size(); ++i) {
+      CHECK(x.metrics[i].first == y.metrics[i].first);
+      CHECK(y.metrics[i].second == doctest::Approx(x.metrics[i].second).epsilon(1e-4));
+    }
+  }
+  // Every weight within float rounding, but for the attention's key bias: adding one vector
+  // to every key shifts each row of scores by a constant, which softmax ignores, so its
+  // gradient is zero but for float noise, which Adam scales up to steps of up to lr (a few
+  // 1e-4 apart after 12 steps; the outputs above agree).
+  const auto theirs = captured.network()->named_parameters();
+  for (const auto& p : eager.network()->named_parameters()) {
+    CAPTURE(p.key());
+    const auto& mine = p.value();
+    const auto& other = theirs[p.key()];
+    if (p.key().ends_with("qkv.bias")) {
+      const auto d = mine.size(0) / 3;
+      CHECK(torch::allclose(mine.narrow(0, 0, d), other.narrow(0, 0, d), 1e-4, 1e-5));          // queries
+      CHECK(torch::allclose(mine.narrow(0, d, d), other.narrow(0, d, d), 0.0, 5e-3));           // keys
+      CHECK(torch::allclose(mine.narrow(0, 2 * d, d), other.narrow(0, 2 * d, d), 1e-4, 1e-5));  // values
+    } else {
+      CHECK(torch::allclose(mine, other, 1e-4, 1e-5));
+    }
+  }
+  CHECK(captured.optimizer().steps() == eager.optimizer().steps());
+  CHECK(cc.steps() == ce.steps());
+  CHECK(captured.updates() == eager.updates());
+  CHECK(captured.graphed_updates() == 0);
+  test::check_same_scaler_decisions(ce, cc);  // with a loss scaler: the same decisions on the device
+}
+}  // namespace
+
+TEST_CASE("Collective: the distillation update as a CUDA graph holds it matches the op-by-op update, micro-batches and FP16's scaler included") {
+  // On the CPU no graph runs, but the captured form of the update runs op by op
+  // (update_as_captured): the transformer's passes, the losses kept as a tensor until the
+  // end, the clipped AdamW step reading its step count and learning rate from tensors; then
+  // gradient accumulation's micro-batches looped over inside, then a loss scaler checking
+  // and skipping on the device (a scale near float32's limit overflows as float16 does).
+  const auto c = tiny_distill(4);
+  check_distill_captured_matches(c);
+  StepContext::Options accumulating;
+  accumulating.micro_batches = 3;
+  check_distill_captured_matches(c, accumulating);
+  StepContext::Options eager;
+  eager.loss_scaling = LossScaler::Options{.init_scale = std::ldexp(1.0, 124), .growth_factor = 2.0,
+                                           .backoff_factor = 0.5, .growth_interval = 3};
+  auto captured = eager;
+  captured.loss_scaler_on_device = true;
+  check_distill_captured_matches(c, eager, captured);
+}
+
+TEST_CASE("Collective: a distillation update a CUDA graph cannot hold is refused by name, and the run header says why") {
+  const int h = 4, od = 3, ad = 2;
+  auto c = tiny_distill(h);
+  CollectiveDistillation d(history_spec(h, od, ad), c, RunContext{});
+  const auto b = random_windows(8, h, od, ad);
+  StepContext::Options o;  // a loss scaler whose state is on the host (on CUDA it is on the device)
+  o.loss_scaling = LossScaler::Options{};
+  StepContext scaled(o);
+  CHECK_THROWS_WITH_AS((void)d.update_as_captured(b, scaled),
+                       "distill: this update cannot be captured: the loss scaler's state is on the host "
+                       "(StepContext::Options::loss_scaler_on_device)",
+                       Error);
+  CHECK(d.updates() == 0);  // refused before anything changed
+  StepContext::Options ddp;
+  ddp.all_reduce_mean = [](std::vector<at::Tensor>&) {};
+  CHECK(cuda_graph_note(d, StepContext(ddp)).find("distill's update runs op by op: DDP: the all-reduce") == 0);
+  CHECK(cuda_graph_note(d, StepContext{}) ==
+        "distill's update is captured (a graph per batch size, after 2 warm-ups op by op each); acting runs op by op");
+  c.cuda_graph = false;
+  CollectiveDistillation off(history_spec(h, od, ad), c, RunContext{});
+  CHECK(cuda_graph_note(off, StepContext{}) == "distill's update runs op by op: off (distill.cuda_graph=false); acting runs op by op");
+  StepContext plain;
+  CHECK_THROWS_WITH_AS((void)off.update_as_captured(b, plain),
+                       "distill: this update cannot be captured: off (distill.cuda_graph=false)", Error);
 }
 
 TEST_CASE("Collective: envs::History keeps the episode's last steps as tokens, in the policy's units") {

@@ -13,10 +13,12 @@
 #include <span>
 #include <string_view>
 #include <filesystem>
+#include <optional>
 #include <vector>
 
 #include <anvil/anvil.hpp>
 
+#include "../captured_checks.hpp"
 #include "../python_policy_check.hpp"
 #include "../skip.hpp"
 #include "../temp_run_dir.hpp"
@@ -678,14 +680,15 @@ EpisodeBatch random_episodes(const AgentLayout& l, std::int64_t episodes, std::i
 // minibatch's critic and actor steps as a CUDA graph holds them, op by op), on the same
 // rounds of episodes through step contexts with `options`: their metrics, weights, target
 // critics and step counts agree within float rounding.
-void check_coma_captured_matches(const COMA::Config& cfg, const StepContext::Options& options = {}) {
+void check_coma_captured_matches(const COMA::Config& cfg, const StepContext::Options& options = {},
+                                 const std::optional<StepContext::Options>& captured_options = {}) {
   const auto game = envs::MatrixGame::credit(3, 1.0, 10.0);
   const auto spec = envs::spec_of(envs::Joint<envs::MatrixGame>(game));
   torch::manual_seed(41);
   COMA eager(spec, cfg, cpu_context());
   torch::manual_seed(41);
   COMA captured(spec, cfg, cpu_context());
-  StepContext ce(options), cc(options);
+  StepContext ce(options), cc(captured_options.value_or(options));
   int trained = 0;
   for (int round = 0; round < 6; ++round) {
     torch::manual_seed(42 + round);
@@ -714,10 +717,11 @@ void check_coma_captured_matches(const COMA::Config& cfg, const StepContext::Opt
   CHECK(captured.updates() == eager.updates());
   CHECK(cc.steps() == ce.steps());
   CHECK(captured.graphed_updates() == 0);
+  test::check_same_scaler_decisions(ce, cc);  // with a loss scaler: the same decisions on the device
 }
 }  // namespace
 
-TEST_CASE("COMA: a minibatch's critic and actor steps as a CUDA graph holds them match the op-by-op steps, per critic kind") {
+TEST_CASE("COMA: a minibatch's critic and actor steps as a CUDA graph holds them match the op-by-op steps, per critic kind, FP16's scaler included") {
   // On the CPU no graph runs, but the captured form of the steps runs op by op
   // (update_as_captured): the arithmetic a replay does on CUDA, with epsilon's mixing
   // weights as device scalars and the losses kept as tensors until the training's end.
@@ -745,21 +749,30 @@ TEST_CASE("COMA: a minibatch's critic and actor steps as a CUDA graph holds them
   StepContext::Options accumulating;
   accumulating.micro_batches = 4;
   check_coma_captured_matches(cfg, accumulating);
+  // A minibatch's critic and actor steps are one step of FP16's loss scaler, captured or
+  // not. A scale near float32's limit makes gradients overflow as float16's do at 2^16:
+  // steps are skipped and the scale halves, then grows back after 2 finite minibatches.
+  StepContext::Options eager;
+  eager.loss_scaling = LossScaler::Options{.init_scale = std::ldexp(1.0, 124), .growth_factor = 2.0,
+                                           .backoff_factor = 0.5, .growth_interval = 2};
+  auto captured = eager;
+  captured.loss_scaler_on_device = true;
+  check_coma_captured_matches(cfg, eager, captured);
 }
 
 TEST_CASE("COMA: steps a CUDA graph cannot hold are refused by name, and the run header says why") {
   const auto spec = envs::spec_of(envs::Joint<envs::MatrixGame>(envs::MatrixGame::credit(3, 1.0, 10.0)));
   COMA::Config cfg;
-  StepContext::Options o;
+  StepContext::Options o;  // a loss scaler whose state is on the host (on CUDA it is on the device)
   o.loss_scaling = LossScaler::Options{};
   StepContext scaled(o);
   COMA coma(spec, cfg, cpu_context());
   const auto b = random_episodes(spec.agents, 4, spec.agents.joint_actions());
   CHECK_THROWS_WITH_AS((void)coma.update_as_captured(b, scaled),
-                       "coma: these steps cannot be captured: FP16's loss scaler decides on the host whether to skip a "
-                       "step (BF16 needs no scaler)",
+                       "coma: these steps cannot be captured: the loss scaler's state is on the host "
+                       "(StepContext::Options::loss_scaler_on_device)",
                        Error);
-  CHECK(cuda_graph_note(coma, scaled).find("coma's update runs op by op: FP16's loss scaler") == 0);
+  CHECK(cuda_graph_note(coma, scaled).find("coma's update runs op by op: the loss scaler's state is on the host") == 0);
   CHECK(cuda_graph_note(coma, StepContext{}) ==
         "coma's critic and actor steps are captured (a graph per minibatch size, after 2 warm-ups op by op each); "
         "acting runs op by op");

@@ -3,13 +3,16 @@
 
 #include <torch/torch.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <latch>
+#include <optional>
 #include <thread>
 
 #include <anvil/anvil.hpp>
 
+#include "../captured_checks.hpp"
 #include "../python_policy_check.hpp"
 #include "../temp_run_dir.hpp"
 
@@ -298,13 +301,14 @@ namespace {
 // (the CUDA graph's arithmetic op by op), on the same 12 minibatches through step contexts
 // with `options`, the learning rate annealed halfway: their metrics, weights, step and update
 // counts and the epoch's KL stop agree within float rounding.
-void check_ppo_captured_matches(const PPO::Config& cfg, bool discrete, const StepContext::Options& options = {}) {
+void check_ppo_captured_matches(const PPO::Config& cfg, bool discrete, const StepContext::Options& options = {},
+                                const std::optional<StepContext::Options>& captured_options = {}) {
   const auto s = discrete ? spec(5, envs::Discrete{4}) : spec(5, envs::Box{{-1, -1, -1}, {1, 1, 1}});
   torch::manual_seed(31);
   PPO eager(s, cfg, RunContext{});
   torch::manual_seed(31);
   PPO captured(s, cfg, RunContext{});
-  StepContext ce(options), cc(options);
+  StepContext ce(options), cc(captured_options.value_or(options));
   torch::manual_seed(32);
   for (int k = 0; k < 12; ++k) {
     const auto obs = torch::randn({48, 5});
@@ -330,6 +334,7 @@ void check_ppo_captured_matches(const PPO::Config& cfg, bool discrete, const Ste
   CHECK(captured.optimizer().lr() == eager.optimizer().lr());
   CHECK(captured.end_epoch(cc) == eager.end_epoch(ce));
   CHECK(captured.graphed_updates() == 0);
+  test::check_same_scaler_decisions(ce, cc);  // with a loss scaler: the same decisions on the device
 }
 }  // namespace
 
@@ -358,6 +363,25 @@ TEST_CASE("PPO: the update as a CUDA graph holds it (device work, then the host'
   check_ppo_captured_matches(cfg, false, accumulating);
 }
 
+TEST_CASE("PPO: with FP16's loss scaler on the device, the captured update skips, backs off and grows as op by op") {
+  // A scale near float32's limit makes gradients overflow as float16's do at 2^16: growing
+  // every 2 finite steps it reaches 2^128, where the scaled loss itself overflows, so steps
+  // are skipped and the scale halves; the captured update checks and skips on the device,
+  // the op-by-op one on the host.
+  for (const bool discrete : {false, true}) {
+    CAPTURE(discrete);
+    StepContext::Options eager;
+    eager.loss_scaling = LossScaler::Options{.init_scale = std::ldexp(1.0, 126), .growth_factor = 2.0,
+                                             .backoff_factor = 0.5, .growth_interval = 2};
+    auto captured = eager;
+    captured.loss_scaler_on_device = true;
+    PPO::Config cfg;
+    cfg.lr = 3e-3;
+    cfg.ent_coef = 0.01;
+    check_ppo_captured_matches(cfg, discrete, eager, captured);
+  }
+}
+
 TEST_CASE("PPO: an update a CUDA graph cannot hold is refused by name, and the run header says why") {
   const auto s = spec(4, envs::Box{{-1}, {1}});
   torch::manual_seed(0);
@@ -365,16 +389,16 @@ TEST_CASE("PPO: an update a CUDA graph cannot hold is refused by name, and the r
   const auto obs = torch::randn({8, 4});
   const auto a = ppo.act_for_rollout(obs);
   const RolloutBatch b{obs, a.action, a.log_prob, torch::randn({8}), torch::randn({8}), a.value};
-  // the loss scaler's skip is a host decision
+  // a loss scaler whose state is on the host (on CUDA it is always on the device)
   StepContext::Options o;
   o.loss_scaling = LossScaler::Options{};
   StepContext scaled(o);
   CHECK_THROWS_WITH_AS((void)ppo.update_as_captured(b, scaled),
-                       "ppo: this update cannot be captured: FP16's loss scaler decides on the host whether to skip a "
-                       "step (BF16 needs no scaler)",
+                       "ppo: this update cannot be captured: the loss scaler's state is on the host "
+                       "(StepContext::Options::loss_scaler_on_device)",
                        Error);
   CHECK(ppo.updates() == 0);  // refused before anything changed
-  CHECK(cuda_graph_note(ppo, scaled).find("ppo's update runs op by op: FP16's loss scaler") == 0);
+  CHECK(cuda_graph_note(ppo, scaled).find("ppo's update runs op by op: the loss scaler's state is on the host") == 0);
   StepContext::Options ddp;
   ddp.all_reduce_mean = [](std::vector<at::Tensor>&) {};
   CHECK(cuda_graph_note(ppo, StepContext(ddp)).find(": DDP: the all-reduce") != std::string::npos);

@@ -4,9 +4,11 @@
 
 #include <torch/torch.h>
 
+#include <cmath>
 #include <filesystem>
 #include <functional>
 #include <map>
+#include <optional>
 #include <unistd.h>
 
 #include <anvil/algorithms/policy.hpp>
@@ -15,6 +17,7 @@
 #include <anvil/envs/pendulum.hpp>
 #include <anvil/train/trainer_parts.hpp>
 
+#include "../captured_checks.hpp"
 #include "../python_policy_check.hpp"
 
 using namespace anvil;
@@ -638,12 +641,13 @@ namespace {
 // temperatures and step counts agree within float rounding.
 template <class A>
 void check_captured_matches(const std::function<A()>& make, const std::function<ReplayBatch()>& batch,
-                            const StepContext::Options& options = {}) {
+                            const StepContext::Options& options = {},
+                            const std::optional<StepContext::Options>& captured_options = {}) {
   torch::manual_seed(0);
   A eager = make();
   torch::manual_seed(0);
   A captured = make();
-  StepContext ce(options), cc(options);
+  StepContext ce(options), cc(captured_options.value_or(options));
   torch::manual_seed(7);
   for (int i = 0; i < 12; ++i) {
     const auto b = batch();
@@ -672,6 +676,7 @@ void check_captured_matches(const std::function<A()>& make, const std::function<
   for (auto opt : {&A::actor_optimizer, &A::critic_optimizer, &A::alpha_optimizer})
     CHECK((captured.*opt)().steps() == (eager.*opt)().steps());
   CHECK(captured.graphed_updates() == 0);
+  test::check_same_scaler_decisions(ce, cc);  // with a loss scaler: the same decisions on the device
 }
 }  // namespace
 
@@ -708,16 +713,19 @@ TEST_CASE("SAC: the update as a CUDA graph holds it (device work alone, then the
         },
         options);
   }
-  // What a graph cannot hold is refused by name: the loss scaler's skip is a host decision.
+  // What a graph cannot hold is refused by name: a loss scaler whose state is on the host
+  // (on CUDA it is always on the device).
   StepContext::Options o;
   o.loss_scaling = LossScaler::Options{};
   StepContext scaled(o);
   torch::manual_seed(0);
   SAC sac(spec, small(), RunContext{});
   CHECK_THROWS_WITH_AS((void)sac.update_as_captured(random_batch(8), scaled, {torch::randn({8, 1}), torch::randn({8, 1})}),
-                       doctest::Contains("no loss scaling"), Error);
+                       doctest::Contains("sac: this update cannot be captured: the loss scaler's state is on the host"), Error);
   // ... and the run header says why (trainer_parts.hpp's cuda_graph_note asks the algorithm).
-  CHECK(cuda_graph_note(sac, scaled).find("sac's update runs op by op (FP16's loss scaler") == 0);
+  CHECK(cuda_graph_note(sac, scaled).find("sac's update runs op by op (the loss scaler's state is on the host") == 0);
+  o.loss_scaler_on_device = true;
+  CHECK(cuda_graph_note(sac, StepContext(o)).find("sac's update and acting are captured") == 0);
   CHECK(cuda_graph_note(sac, StepContext{}).find("sac's update and acting are captured") == 0);
   StepContext::Options ddp;
   ddp.all_reduce_mean = [](std::vector<at::Tensor>&) {};
@@ -729,6 +737,26 @@ TEST_CASE("SAC: the update as a CUDA graph holds it (device work alone, then the
   off.cuda_graph = false;
   CHECK(cuda_graph_note(SAC(spec, off, RunContext{}), StepContext{}) ==
         "off (sac.cuda_graph=false): the update and acting run op by op");
+}
+
+TEST_CASE("SAC: with FP16's loss scaler on the device, the captured update skips, backs off and grows as op by op") {
+  // A CUDA graph holds the scaler's check and the skip as device work. A scale near float32's
+  // limit makes gradients overflow as float16's do at 2^16: steps are skipped and the scale
+  // halves, then grows back after 3 finite steps. The eager update decides on the host.
+  const auto spec = envs::spec_of(envs::Pendulum{});
+  for (const int micro_batches : {1, 2}) {
+    CAPTURE(micro_batches);
+    StepContext::Options eager;
+    eager.loss_scaling = LossScaler::Options{.init_scale = std::ldexp(1.0, 124), .growth_factor = 2.0,
+                                             .backoff_factor = 0.5, .growth_interval = 3};
+    eager.micro_batches = micro_batches;
+    auto captured = eager;
+    captured.loss_scaler_on_device = true;
+    auto cfg = small();
+    cfg.max_grad_norm = 1.0;
+    check_captured_matches<SAC>([&] { return SAC(spec, cfg, RunContext{}); }, [] { return random_batch(48); }, eager,
+                                captured);
+  }
 }
 
 TEST_CASE("MultiTaskSAC: the captured update (a CUDA graph's arithmetic) matches the op-by-op update with a temperature per task") {

@@ -1,5 +1,6 @@
-// SAC's (and MultiTaskSAC's, a temperature per task), PPO's, COMA's and DiffusionPolicy's
-// updates replayed from CUDA graphs against the same updates op by op, on a GPU.
+// SAC's (and MultiTaskSAC's, a temperature per task; FP16's loss scaler), PPO's, COMA's,
+// DiffusionPolicy's and CollectiveDistillation's updates, and one DDP rank's with its NCCL
+// all-reduce, replayed from CUDA graphs against the same updates op by op, on a GPU.
 // Built only with LibTorch's CUDA (ANVIL_WITH_CUDA; CMake's anvil_cuda_tests, or
 // scripts/gpu-check.sh graph on a machine with PyTorch); on such a build without a GPU
 // each case says so and checks nothing.
@@ -9,11 +10,14 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <string>
 #include <unistd.h>
 #include <vector>
 
+#include <anvil/algorithms/collective_distillation.hpp>
 #include <anvil/algorithms/coma.hpp>
 #include <anvil/algorithms/diffusion_policy.hpp>
 #include <anvil/algorithms/ppo.hpp>
@@ -22,7 +26,9 @@
 #include <anvil/envs/multi_agent/multi_agent_env.hpp>
 #include <anvil/envs/multi_agent/matrix_game.hpp>
 #include <anvil/envs/pendulum.hpp>
+#include <anvil/parallel/ddp.hpp>
 
+#include "../captured_checks.hpp"
 #include "../skip.hpp"
 
 using namespace anvil;
@@ -95,6 +101,10 @@ void compare(typename A::Config cfg, StepContext::Options so, int updates, bool 
   CHECK(cg.steps() == ce.steps());
   for (auto opt : {&A::actor_optimizer, &A::critic_optimizer, &A::alpha_optimizer})
     CHECK((graphed.*opt)().steps() == (eager.*opt)().steps());
+  test::check_same_scaler_decisions(ce, cg);  // FP16: the graphs' checks and skips decided alike
+  if (ce.scaler()) {
+    MESSAGE("steps skipped: " << ce.scaler()->skipped() << ", scale at the end: " << ce.scaler()->current_scale());
+  }
 }
 
 SAC::Config small() {
@@ -303,19 +313,20 @@ TEST_CASE("SAC on CUDA: acting replayed from CUDA graphs matches op by op (explo
   CHECK(eager.graphed_acts() == 0);
 }
 
-TEST_CASE("SAC on CUDA: a loss scaler (FP16) keeps the update op by op") {
+TEST_CASE("SAC on CUDA: FP16 graphs hold the loss scaler's check, skip and new scale, and match op by op over 50 updates") {
+  // The scaler's state lives on the GPU: a replay checks the gradients, skips a step whose
+  // gradients overflowed float16 and backs the scale off, or counts it towards growth, with
+  // no host decision. Starting at 2^24 the first steps overflow; growth every 5 finite steps
+  // overflows again.
   if (!torch::cuda::is_available()) ANVIL_SKIP("no CUDA device on this machine");
-  RunContext run;
-  run.device = c10::Device(c10::kCUDA, 0);
-  const auto spec = envs::spec_of(envs::Pendulum{});
-  SAC sac(spec, small(), run);
   StepContext::Options so;
-  so.device = run.device;
-  so.loss_scaling = LossScaler::Options{};
-  StepContext ctx(so);
-  for (int i = 0; i < 4; ++i) (void)sac.update(random_batch(128, run.device, false), ctx);
-  CHECK(sac.graphed_updates() == 0);
-  CHECK(sac.updates() == 4);
+  so.autocast = true;
+  so.autocast_dtype = at::kHalf;
+  so.loss_scaling = LossScaler::Options{.init_scale = std::ldexp(1.0, 24), .growth_factor = 2.0, .backoff_factor = 0.5,
+                                        .growth_interval = 5};
+  auto cfg = small();
+  cfg.max_grad_norm = 1.0;
+  compare(cfg, so, 50, false, 1e-3);
 }
 
 TEST_CASE("DiffusionPolicy on CUDA: updates replayed from a CUDA graph match op by op, also after a new normalisation") {
@@ -423,6 +434,80 @@ TEST_CASE("SAC on CUDA: a restore drops the captured graphs, and the updates aft
   CHECK(sac.critic_optimizer().steps() == steps);
   phase = "end";
   std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("CollectiveDistillation on CUDA: updates replayed from a CUDA graph match op by op over 50 updates, micro-batches included") {
+  // The loader's batches are on the host: a replay's copy moves them into the graph's inputs.
+  if (!torch::cuda::is_available()) ANVIL_SKIP("no CUDA device on this machine");
+  const int h = 8, od = 6, ad = 3;
+  const auto spec = test::history_spec(h, od, ad);
+  RunContext run;
+  run.device = c10::Device(c10::kCUDA, 0);
+  for (const int micro : {1, 4}) {
+    CAPTURE(micro);
+    CollectiveDistillation::Config c;
+    c.history = h;
+    c.batch_size = 256;
+    c.weight_decay = 0.01;
+    c.net->d_model = 64;
+    c.net->heads = 4;
+    c.net->layers = 2;
+    c.net->feedforward = 128;
+    c.net->hidden = {128, 128};
+    c.cuda_graph = true;
+    torch::manual_seed(0);
+    CollectiveDistillation graphed(spec, c, run);
+    c.cuda_graph = false;
+    torch::manual_seed(0);
+    CollectiveDistillation eager(spec, c, run);
+    StepContext::Options so;
+    so.device = run.device;
+    so.micro_batches = micro;
+    StepContext cg(so), ce(so);
+    torch::manual_seed(5);
+    for (int i = 0; i < 50; ++i) {
+      const auto b = test::random_windows(256, h, od, ad);
+      const auto x = eager.update(b, ce);
+      const auto y = graphed.update(b, cg);
+      REQUIRE(x.metrics.size() == y.metrics.size());
+      for (std::size_t k = 0; k < x.metrics.size(); ++k)
+        CHECK(y.metrics[k].second == doctest::Approx(x.metrics[k].second).epsilon(1e-4));
+    }
+    CHECK(graphed.graphed_updates() > 0);
+    CHECK(eager.graphed_updates() == 0);
+    // Every weight within 1e-4 but the attention's key bias, whose gradient softmax makes zero
+    // but for float noise that Adam scales up (tests/algorithms/collective_test.cpp).
+    const auto theirs = eager.network()->named_parameters();
+    for (const auto& p : graphed.network()->named_parameters()) {
+      CAPTURE(p.key());
+      if (p.key().ends_with("qkv.bias")) {
+        const auto d = p.value().size(0) / 3;
+        CHECK(torch::allclose(p.value().narrow(0, 0, d), theirs[p.key()].narrow(0, 0, d), 1e-4, 1e-4));
+        CHECK(torch::allclose(p.value().narrow(0, 2 * d, d), theirs[p.key()].narrow(0, 2 * d, d), 1e-4, 1e-4));
+      } else {
+        CHECK(torch::allclose(p.value(), theirs[p.key()], 1e-4, 1e-4));
+      }
+    }
+    CHECK(graphed.optimizer().steps() == eager.optimizer().steps());
+    CHECK(cg.steps() == ce.steps());
+  }
+}
+
+TEST_CASE("DDP on CUDA: one rank's SAC graph holds the NCCL all-reduce (parallel.capture_all_reduce) and matches op by op") {
+  // NCCL cannot put two ranks on one GPU: a world of one rank with its NCCL group
+  // (even_alone) puts the all-reduce inside the graph where a multi-GPU run has it; whether
+  // that is faster than op by op across GPUs waits for a machine with several.
+  if (!torch::cuda::is_available()) ANVIL_SKIP("no CUDA device on this machine");
+  if (!compat::has_nccl) ANVIL_SKIP("this LibTorch has no NCCL");
+  const c10::Device d(c10::kCUDA, 0);
+  dist::World w;
+  dist::Group group(w, c10::make_intrusive<c10d::HashStore>(), d, DistBackend::nccl, std::chrono::seconds(60), "", 25,
+                    /*even_alone=*/true);
+  REQUIRE(group.backend() == DistBackend::nccl);
+  StepContext::Options so;
+  so.all_reduce_mean = [&](std::vector<at::Tensor>& ts) { group.all_reduce_mean(ts); };
+  so.all_reduce_in_graph = true;
+  compare(small(), so, 50, false, 1e-4);
 }
 
 TEST_SUITE_END();

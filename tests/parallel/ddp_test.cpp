@@ -5,8 +5,12 @@
 #include <torch/torch.h>
 
 #include <array>
+#include <cstdint>
 #include <functional>
+#include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include <anvil/algorithms/discrete_sac.hpp>
 #include <anvil/algorithms/recurrent_ppo.hpp>
@@ -71,6 +75,33 @@ SAC::Config small() {
   return c;
 }
 
+// `updates` fixed Pendulum batches of `rows` rows and the noise of each update, drawn from
+// `seed`: shared by every run of a test.
+struct FixedUpdates {
+  std::vector<ReplayBatch> batches;
+  std::vector<SAC::UpdateNoise> noise;
+  // Rows [r * n, (r + 1) * n) of update i's batch and noise: rank r's part.
+  [[nodiscard]] std::pair<ReplayBatch, SAC::UpdateNoise> part(int i, int r, std::int64_t n) const {
+    const auto k = static_cast<std::size_t>(i);
+    return {rows_of(batches[k], r * n, n), SAC::UpdateNoise{noise[k].next.narrow(0, r * n, n), noise[k].obs.narrow(0, r * n, n)}};
+  }
+};
+FixedUpdates fixed_updates(int updates, std::int64_t rows, std::uint64_t seed) {
+  torch::manual_seed(seed);
+  FixedUpdates f;
+  for (int i = 0; i < updates; ++i) {
+    ReplayBatch b;
+    b.obs = torch::randn({rows, 3});
+    b.action = torch::rand({rows, 1}) * 2 - 1;
+    b.reward = torch::randn({rows});
+    b.next_obs = torch::randn({rows, 3});
+    b.terminated = (torch::rand({rows}) < 0.1).to(torch::kFloat);
+    f.batches.push_back(b);
+    f.noise.push_back({torch::randn({rows, 1}), torch::randn({rows, 1})});
+  }
+  return f;
+}
+
 std::vector<at::Tensor> state_of(SAC& s) {
   std::vector<at::Tensor> v{s.actor_optimizer().parameters().flat(), s.critic_optimizer().parameters().flat(),
                             s.alpha_optimizer().parameters().flat(), s.actor_optimizer().exp_avg_sq(),
@@ -115,68 +146,74 @@ TEST_CASE("DDP: broadcast_bytes over a Gloo group hands rank 0's bytes of any le
   CHECK(got[2] == got[0]);
 }
 
-TEST_CASE("DDP: 2 ranks taking half a batch each end, after 20 SAC updates, where one process taking the whole batch ends") {
+TEST_CASE("DDP: 2 ranks taking half a batch each end, after 20 SAC updates, where one process taking the whole batch ends, op by op and captured") {
+  // Then again with the update as a CUDA graph holds it (`update_as_captured`, run op by op
+  // here) and the all-reduce inside it, where parallel.capture_all_reduce puts it on GPUs
+  // (NCCL cannot put two ranks on one GPU, so the graphs themselves wait for a machine with
+  // several): after the gradients, before clipping and the optimizer steps.
   torch::set_num_threads(1);
   const auto spec = envs::spec_of(envs::Pendulum{});
-  const auto cfg = small();
+  auto cfg = small();
+  cfg.max_grad_norm = 1.0;
   constexpr int kUpdates = 20;
   constexpr std::int64_t kBatch = 64, kHalf = kBatch / 2;
   // The fixed batches and the noise of each update, shared by every run.
-  torch::manual_seed(11);
-  std::vector<ReplayBatch> batches;
-  std::vector<SAC::UpdateNoise> noise;
-  for (int i = 0; i < kUpdates; ++i) {
-    ReplayBatch b;
-    b.obs = torch::randn({kBatch, 3});
-    b.action = torch::rand({kBatch, 1}) * 2 - 1;
-    b.reward = torch::randn({kBatch});
-    b.next_obs = torch::randn({kBatch, 3});
-    b.terminated = (torch::rand({kBatch}) < 0.1).to(torch::kFloat);
-    batches.push_back(b);
-    noise.push_back({torch::randn({kBatch, 1}), torch::randn({kBatch, 1})});
-  }
-  auto half = [&](int i, int r) {
-    return std::pair{rows_of(batches[static_cast<std::size_t>(i)], r * kHalf, kHalf),
-                     SAC::UpdateNoise{noise[static_cast<std::size_t>(i)].next.narrow(0, r * kHalf, kHalf),
-                                      noise[static_cast<std::size_t>(i)].obs.narrow(0, r * kHalf, kHalf)}};
-  };
+  const auto fixed = fixed_updates(kUpdates, kBatch, 11);
+  const auto& batches = fixed.batches;
+  const auto& noise = fixed.noise;
+  auto half = [&](int i, int r) { return fixed.part(i, r, kHalf); };
 
   // One process, whole batches.
   torch::manual_seed(0);
   SAC one(spec, cfg, RunContext{});
   StepContext whole;
   for (int i = 0; i < kUpdates; ++i) one.update(batches[static_cast<std::size_t>(i)], whole, noise[static_cast<std::size_t>(i)]);
+  const auto s1 = state_of(one);
 
-  // Two ranks, built with different weights (as ranks seeded apart are); rank 0's state is
-  // broadcast first, as the Trainer does.
-  torch::manual_seed(0);
-  SAC rank0(spec, cfg, RunContext{});
-  torch::manual_seed(5);
-  SAC rank1(spec, cfg, RunContext{});
-  CHECK_FALSE(torch::equal(rank0.critic_optimizer().parameters().flat(), rank1.critic_optimizer().parameters().flat()));
-  std::array<SAC*, 2> ranks{&rank0, &rank1};
-  std::array<int, 2> reduces{};
-  with_ranks(2, [&](int r, dist::Group& g) {
-    SAC& me = *ranks[static_cast<std::size_t>(r)];
-    take_rank0_state(me, r, g);
-    StepContext::Options o;
-    o.all_reduce_mean = [&, r](std::vector<at::Tensor>& ts) {
-      ++reduces[static_cast<std::size_t>(r)];
-      g.all_reduce_mean(ts);
-    };
-    StepContext ctx(o);
-    for (int i = 0; i < kUpdates; ++i) {
-      auto [b, n] = half(i, r);
-      me.update(b, ctx, n);
+  for (const bool captured : {false, true}) {
+    CAPTURE(captured);
+    // Two ranks, built with different weights (as ranks seeded apart are); rank 0's state is
+    // broadcast first, as the Trainer does.
+    torch::manual_seed(0);
+    SAC rank0(spec, cfg, RunContext{});
+    torch::manual_seed(5);
+    SAC rank1(spec, cfg, RunContext{});
+    CHECK_FALSE(torch::equal(rank0.critic_optimizer().parameters().flat(), rank1.critic_optimizer().parameters().flat()));
+    std::array<SAC*, 2> ranks{&rank0, &rank1};
+    std::array<int, 2> reduces{};
+    std::array<std::int64_t, 2> steps{};
+    std::array<std::string, 2> why_not;  // doctest's checks stay on this thread
+    with_ranks(2, [&](int r, dist::Group& g) {
+      SAC& me = *ranks[static_cast<std::size_t>(r)];
+      take_rank0_state(me, r, g);
+      StepContext::Options o;
+      o.all_reduce_mean = [&, r](std::vector<at::Tensor>& ts) {
+        ++reduces[static_cast<std::size_t>(r)];
+        g.all_reduce_mean(ts);
+      };
+      o.all_reduce_in_graph = captured;
+      StepContext ctx(o);
+      why_not[static_cast<std::size_t>(r)] = ctx.why_not_graphable(/*loops_micro_batches=*/true);
+      for (int i = 0; i < kUpdates; ++i) {
+        auto [b, n] = half(i, r);
+        if (captured) me.update_as_captured(b, ctx, n);
+        else me.update(b, ctx, n);
+      }
+      steps[static_cast<std::size_t>(r)] = ctx.steps();
+    });
+    CHECK(reduces[0] == kUpdates);  // one all-reduce per update: critic, actor and temperature together
+    CHECK(reduces[1] == kUpdates);
+    CHECK(steps[0] == whole.steps());
+    CHECK(steps[1] == whole.steps());
+    // Without parallel.capture_all_reduce the all-reduce keeps updates op by op, and the run
+    // header says why.
+    CHECK(why_not[0] == (captured ? "" : "DDP: the all-reduce of gradients across ranks is not captured "
+                                        "(parallel.capture_all_reduce=true captures it with NCCL)"));
+    const auto s0 = state_of(rank0), s2 = state_of(rank1);
+    for (std::size_t i = 0; i < s1.size(); ++i) {
+      CHECK(torch::allclose(s0[i], s1[i], 1e-4, 1e-6));  // float tolerance: sums in another order
+      CHECK(torch::equal(s0[i], s2[i]));                  // the ranks: bitwise
     }
-  });
-  CHECK(reduces[0] == kUpdates);  // one all-reduce per update: critic, actor and temperature together
-  CHECK(reduces[1] == kUpdates);
-
-  const auto s1 = state_of(one), s0 = state_of(rank0), s2 = state_of(rank1);
-  for (std::size_t i = 0; i < s1.size(); ++i) {
-    CHECK(torch::allclose(s0[i], s1[i], 1e-4, 1e-6));  // float tolerance: sums in another order
-    CHECK(torch::equal(s0[i], s2[i]));                  // the ranks: bitwise
   }
 
   // The control: a rank that learns from its half alone, without the all-reduce, does not

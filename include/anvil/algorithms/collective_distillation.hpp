@@ -18,7 +18,10 @@
 /// and a pre-tanh error there changes nothing the policy does yet dominates the squared error.
 ///
 /// One AdamW over the whole network; BF16/FP16 through the precision policy, gradient
-/// accumulation, `train.ema_decay` and `DDP<N>` as every algorithm. Acting needs the env
+/// accumulation, `train.ema_decay` and `DDP<N>` as every algorithm. On a GPU the update is
+/// captured as a CUDA graph (`distill.cuda_graph`): the transformer's forward and backward
+/// passes, the losses, clipping and the AdamW step in one launch, the losses read back in one
+/// copy (op by op too). Acting needs the env
 /// seen through `envs::History<E>` (the history tokens, their mask, the state), as the
 /// dataset's windows are: the collective infers the task from the history.
 
@@ -44,6 +47,7 @@
 #include <anvil/nn/collective_transformer.hpp>
 #include <anvil/optim/ema.hpp>
 #include <anvil/optim/flat_adam.hpp>
+#include <anvil/optim/graphed_update.hpp>
 #include <anvil/optim/step_context.hpp>
 #include <anvil/algorithms/policy.hpp>
 
@@ -86,6 +90,11 @@ class CollectiveDistillation {
     Param<double, "log_std_weight", "weight of the log-std regression in the actor loss", at_least(0)> log_std_weight{0.1};
     Param<double, "critic_weight", "weight of the Q regression", at_least(0)> critic_weight{1.0};
     Param<double, "max_grad_norm", "clip the gradient's global norm (0: off)", at_least(0)> max_grad_norm{1.0};
+    Param<bool, "cuda_graph",
+          "on CUDA, capture the update as a CUDA graph and replay it: one launch instead of the transformer's "
+          "hundreds of dispatched ops (one process, or DDP with parallel.capture_all_reduce; FP16's loss scaler and "
+          "gradient accumulation's micro-batches included; false: op by op)">
+        cuda_graph{true};
     Section<"net", nn::CollectiveTransformerImpl::Config> net;
 
     /// A run of seconds (`run.smoke`): small batches.
@@ -122,6 +131,7 @@ class CollectiveDistillation {
     const auto half = (hi - lo) * 0.5;
     net_->set_normalizer(((hi + lo) * 0.5).to(device_), at::where(half > 1e-6, 1.0 / half.clamp_min(1e-6), at::ones_like(half)).to(device_));
     normalised_ = true;
+    graphs_.clear();  // they read the old normalisation's tensors
   }
   [[nodiscard]] bool has_normalizer() const noexcept { return normalised_; }
 
@@ -138,35 +148,44 @@ class CollectiveDistillation {
     return (mean.to(at::kFloat) + at::randn_like(mean, at::kFloat) * log_std.to(at::kFloat).exp()).tanh();
   }
 
-  /// One optimizer step (micro-batches with gradient accumulation).
+  /// One optimizer step (micro-batches with gradient accumulation). On a GPU, with
+  /// `cuda_graph` on and an update a graph can hold (one process), each batch size's update
+  /// is replayed from a CUDA graph.
   UpdateInfo update(const CollectiveBatch& b, StepContext& ctx) {
-    const auto parts = ctx.micro_batches(b.obs.size(0));
-    at::Tensor grad;
-    Losses sum;
-    for (const auto& part : parts) {
-      const bool whole = parts.size() == 1;
-      CollectiveBatch rows;
-      const CollectiveBatch& mb = whole ? b : (rows = rows_of(b, part.begin, part.rows));
-      Losses l;
-      auto g = ctx.gradient(loss(mb, ctx, l), opt_);
-      accumulate(grad, std::move(g), part);
-      sum.total += part.share * l.total;
-      sum.mean += part.share * l.mean;
-      sum.log_std += part.share * l.log_std;
-      sum.q += part.share * l.q;
-    }
-    ctx.apply(opt_, grad, cfg_.max_grad_norm);
-    ++updates_;
-    UpdateInfo info;
-    info.metrics = {{"loss", sum.total}, {"mean_mse", sum.mean}, {"log_std_mse", sum.log_std}, {"q_mse", sum.q}};
-    return info;
+    if (cuda::kCudaGraphs && cfg_.cuda_graph && device_.is_cuda() && ctx.graphable(/*loops_micro_batches=*/true))
+      return graphed_update(b, ctx);
+    return finish(device_update(b, ctx), /*replayed=*/false, ctx);
   }
 
-  /// The losses of a batch (see file comment); their floats in `out`.
-  struct Losses {
-    double total = 0, mean = 0, log_std = 0, q = 0;
-  };
-  at::Tensor loss(const CollectiveBatch& b, StepContext& ctx, Losses& out) {
+  /// The update as a CUDA graph holds it, run op by op on any device (what a replay computes
+  /// on CUDA, for tests on the CPU): the AdamW step reads its step count and learning rate
+  /// from tensors, and nothing is read back until the losses at the end. Refused by name
+  /// where a graph could not hold the update.
+  UpdateInfo update_as_captured(const CollectiveBatch& b, StepContext& ctx) {
+    if (const auto why = why_not_captured(cfg_.cuda_graph, config_section.view(), ctx); !why.empty())
+      throw Error("distill: this update cannot be captured: " + why);
+    opt_.sync_device_state();
+    at::Tensor losses;
+    {
+      const StepContext::Capture capture(ctx);
+      losses = device_update(b, ctx);
+    }
+    return finish(losses, /*replayed=*/true, ctx);
+  }
+
+  /// What the run header says of CUDA graphs (trainer_parts.hpp's `cuda_graph_note`).
+  [[nodiscard]] std::string cuda_graph_note(const StepContext& ctx) const {
+    const auto why = why_not_captured(cfg_.cuda_graph, config_section.view(), ctx);
+    if (!why.empty()) return "distill's update runs op by op: " + why + "; acting runs op by op";
+    return "distill's update is captured (a graph per batch size, after " + std::to_string(GraphedUpdate::kWarmups) +
+           " warm-ups op by op each); acting runs op by op";
+  }
+  /// Updates replayed from a CUDA graph so far (0 without CUDA or with `cuda_graph` off).
+  [[nodiscard]] std::int64_t graphed_updates() const noexcept { return graphs_.replays(); }
+
+  /// The loss of a batch (see file comment) and its parts as float64 [4] on the device (the
+  /// loss, the mean's, the log-std's and the Q's squared errors), detached.
+  std::pair<at::Tensor, at::Tensor> loss(const CollectiveBatch& b, StepContext& ctx) {
     const auto dev = [&](const at::Tensor& t) { return t.to(device_, at::kFloat); };
     const auto tokens = dev(b.tokens), mask = dev(b.mask), obs = dev(b.obs), action = dev(b.action);
     at::Tensor total, lm, ls, lq;
@@ -182,8 +201,8 @@ class CollectiveDistillation {
       lq = 0.5 * ((q1.to(at::kFloat) - y).square().mean() + (q2.to(at::kFloat) - y).square().mean());
       total = lm + *cfg_.log_std_weight * ls + *cfg_.critic_weight * lq;
     }
-    out = {total.item<double>(), lm.item<double>(), ls.item<double>(), lq.item<double>()};
-    return total;
+    torch::NoGradGuard no_grad;
+    return {total, at::stack({total, lm, ls, lq}).detach().to(at::kDouble)};
   }
 
   [[nodiscard]] std::int64_t batch_size() const noexcept { return cfg_.batch_size; }
@@ -276,6 +295,7 @@ class CollectiveDistillation {
     ema_.restore(s.ema);
     normalised_ = s.normalised;
     net_->set_normalizer(s.shift.to(device_), s.scale.to(device_));
+    graphs_.clear();  // captured again from the restored state
   }
 
   /// Sets the network's weights (flat, in the order of its parameters), e.g. a saved collective's.
@@ -289,6 +309,63 @@ class CollectiveDistillation {
   [[nodiscard]] std::int64_t obs_dim() const noexcept { return od_; }
 
  private:
+  // The update's device work with no host read (what a graph captures): the batch in
+  // micro-batches (a fixed split for a batch size), each part's gradient and losses weighed
+  // by its share, one clipped AdamW step on their sum. Returns the losses (float64 [4]).
+  at::Tensor device_update(const CollectiveBatch& b, StepContext& ctx) {
+    const auto parts = ctx.micro_batches(b.obs.size(0));
+    const bool whole = parts.size() == 1;
+    at::Tensor grad, sum;
+    for (const auto& part : parts) {
+      CollectiveBatch rows;
+      const CollectiveBatch& mb = whole ? b : (rows = rows_of(b, part.begin, part.rows));
+      auto [total, losses] = loss(mb, ctx);
+      accumulate(grad, ctx.gradient(total, opt_), part);
+      sum = whole ? losses : (sum.defined() ? sum + losses * part.share : losses * part.share);
+    }
+    ctx.apply(opt_, grad, cfg_.max_grad_norm);
+    return sum;
+  }
+
+  // The host's part after the device work: the step counted where a graph took it (or its
+  // arithmetic, `update_as_captured`), the update counted, the losses read back in one copy.
+  UpdateInfo finish(const at::Tensor& losses, bool replayed, StepContext& ctx) {
+    if (replayed) {
+      opt_.count_step();
+      ctx.count_steps(1);
+    }
+    ++updates_;
+    const auto h = losses.to(at::kCPU).contiguous();
+    const double* v = h.data_ptr<double>();
+    UpdateInfo info;
+    info.metrics = {{"loss", v[0]}, {"mean_mse", v[1]}, {"log_std_mse", v[2]}, {"q_mse", v[3]}};
+    return info;
+  }
+
+  // The update from a CUDA graph (optim/graphed_update.hpp), one per batch size: warmed up
+  // op by op, captured, then replayed. The batch may be on the host (the loader's): the
+  // graph's fixed inputs are float32 on the device, and the replay's copy moves it there.
+  UpdateInfo graphed_update(const CollectiveBatch& b, StepContext& ctx) {
+    auto& g = graphs_.of(b.obs.size(0), device_);
+    if (g.update.warming()) {
+      UpdateInfo info;
+      g.update.warm_up([&] { info = finish(device_update(b, ctx), /*replayed=*/false, ctx); });
+      return info;
+    }
+    const std::vector<at::Tensor> values{b.tokens, b.mask, b.obs, b.action, b.mean, b.log_std, b.q_target};
+    opt_.sync_device_state();
+    if (!g.update.captured()) {
+      auto& u = g.update;
+      const auto on_device = at::TensorOptions().device(device_).dtype(at::kFloat);
+      auto in = [&](const at::Tensor& t) { return u.input(t.sizes(), on_device); };
+      const CollectiveBatch fixed{in(b.tokens), in(b.mask),    in(b.obs),      in(b.action),
+                                  in(b.mean),   in(b.log_std), in(b.q_target), {}};
+      u.capture(ctx, config_section.view(), [&] { g.out = device_update(fixed, ctx); });
+    }
+    graphs_.replay(g, values);
+    return finish(g.out, /*replayed=*/true, ctx);
+  }
+
   Config cfg_;
   c10::Device device_;
   std::string env_;
@@ -298,6 +375,7 @@ class CollectiveDistillation {
   std::int64_t updates_ = 0;
   Ema ema_;
   bool normalised_ = false;
+  GraphedUpdates<at::Tensor> graphs_;  // CUDA graphs of the update by batch rows; their output is the losses
 };
 
 static_assert(Algorithm<CollectiveDistillation>);

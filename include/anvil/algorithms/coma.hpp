@@ -159,7 +159,7 @@ class COMA {
   /// Learns from a round of episodes: holds them until batch_size x batch_number
   /// agent-transitions are collected (on average over the ranks), then trains on them all
   /// (see file comment). Reports nothing for a round that is only held. On a GPU, with
-  /// `cuda_graph` on and steps a graph can hold (one process, no loss scaling, an MLP actor),
+  /// `cuda_graph` on and steps a graph can hold (one process, an MLP actor),
   /// each minibatch's critic and actor steps are replayed from a CUDA graph
   /// (algorithms/coma_graph.hpp).
   UpdateInfo update(const EpisodeBatch& b, StepContext& ctx) {
@@ -577,7 +577,6 @@ class COMA {
         } else if (as == StepsAs::captured) {
           m = detail::ComaGraphed::as_captured(*this, mb, ctx, mix);
         } else {
-          auto scaler_step = ctx.one_scaler_step();
           m = minibatch(mb, ctx, mix);
         }
         sums = sums.defined() ? sums + m : m;
@@ -598,10 +597,18 @@ class COMA {
   // A minibatch's critic step, then its actor step with advantages from the stepped critic,
   // as device work with no value read back (what a CUDA graph holds): the critic's loss and
   // mean Q of the taken actions, the actor's loss, mean |advantage| and entropy, each summed
-  // over the micro-batches weighed by their shares, as float64 [5].
+  // over the micro-batches weighed by their shares, as float64 [5]. The two steps are one
+  // step of a loss scaler (FP16): its scale changes once per minibatch, on the device too.
   at::Tensor minibatch(const Rows& mb, StepContext& ctx, const Mixing& mix) {
-    auto [critic_loss, q_taken] = critic_step(mb, ctx);
-    auto [actor_loss, adv_abs, entropy] = actor_step(mb, ctx, mix);
+    std::pair<at::Tensor, at::Tensor> critic;
+    std::array<at::Tensor, 3> actor;
+    {
+      const auto scaler_step = ctx.one_scaler_step();
+      critic = critic_step(mb, ctx);
+      actor = actor_step(mb, ctx, mix);
+    }
+    const auto& [critic_loss, q_taken] = critic;
+    const auto& [actor_loss, adv_abs, entropy] = actor;
     torch::NoGradGuard no_grad;
     return at::stack({critic_loss, q_taken, actor_loss, adv_abs, entropy}).to(at::kDouble);
   }

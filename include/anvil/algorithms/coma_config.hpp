@@ -76,9 +76,9 @@ struct ComaConfig {
   Param<double, "ent_coef", "weight of the policy's entropy bonus", at_least(0)> ent_coef{0.0};
   Param<double, "max_grad_norm", "clip each network's gradient norm (0: off)", at_least(0)> max_grad_norm{10.0};
   Param<bool, "cuda_graph",
-        "on CUDA, capture each minibatch's critic and actor steps as one CUDA graph and replay it (one "
-        "process, no loss scaling, an MLP actor; gradient accumulation's micro-batches included; false: "
-        "op by op)">
+        "on CUDA, capture each minibatch's critic and actor steps as one CUDA graph and replay it (one process, or "
+        "DDP with parallel.capture_all_reduce; an MLP actor; FP16's loss scaler and gradient accumulation's "
+        "micro-batches included; false: op by op)">
       cuda_graph{true};
   Section<"actor", ComaActorConfig> actor;
   Section<"critic_net", ComaNetConfig> critic_net;

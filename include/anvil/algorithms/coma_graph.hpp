@@ -27,7 +27,7 @@ using ComaGraphs = GraphedUpdates<at::Tensor>;
 /// COMA's captured minibatch steps (see file comment).
 struct ComaGraphed {
   /// Why `s`'s minibatch steps cannot be captured through `ctx`, "" where they can
-  /// (`cuda_graph` on, one process, no loss scaling, an MLP actor); not whether CUDA graphs
+  /// (`cuda_graph` on, one process, an MLP actor); not whether CUDA graphs
   /// are built (`cuda::kCudaGraphs`).
   template <class S>
   static std::string why_not(const S& s, const StepContext& ctx) {

@@ -121,8 +121,9 @@ class DiffusionPolicy {
         ema_power{0.75};
     Param<double, "max_grad_norm", "clip the gradient's global norm (0: off)", at_least(0)> max_grad_norm{0.0};
     Param<bool, "cuda_graph",
-          "on CUDA, capture the update as a CUDA graph and replay it (one process, no loss scaling or gradient "
-          "accumulation; false: op by op; never with image observations)">
+          "on CUDA, capture the update as a CUDA graph and replay it (one process, or DDP with "
+          "parallel.capture_all_reduce; FP16's loss scaler included, no gradient accumulation; false: op by op; "
+          "never with image observations)">
         cuda_graph{true};
     Param<double, "crop",
           "image observations: the crop's side as a fraction of the image's, at a random place in training and at the "

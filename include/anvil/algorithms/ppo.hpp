@@ -168,7 +168,7 @@ class PPO {
   /// One gradient step on a minibatch: clipped surrogate + vf_coef * value loss -
   /// ent_coef * entropy. With gradient accumulation the minibatch is split into the
   /// context's micro-batches and their weighted gradients summed before one step. On a GPU,
-  /// with `cuda_graph` on and an update a graph can hold (one process, no loss scaling, no
+  /// with `cuda_graph` on and an update a graph can hold (one process, no
   /// random image shifts), each minibatch size's update is replayed from a CUDA graph
   /// (algorithms/ppo_graph.hpp).
   UpdateInfo update(const RolloutBatch& b, StepContext& ctx) {
@@ -294,8 +294,9 @@ class PPO {
       const bool whole = parts.size() == 1;
       Losses l;
       const RolloutBatch& mb = whole ? b : slice(b, part.begin, part.rows);
-      auto g = manual_ && !ctx.autocasts() ? manual_->gradient(*actor_, *critic_, log_std_, cfg_, mb, l)
-                                            : ctx.gradient(losses(mb, ctx, l), opt_.adam());
+      auto g = manual_ && !ctx.autocasts() && !ctx.scales_losses()
+                   ? manual_->gradient(*actor_, *critic_, log_std_, cfg_, mb, l)
+                   : ctx.gradient(losses(mb, ctx, l), opt_.adam());
       accumulate(grad, std::move(g), part);
       sum.add(l, part.share);
     }

@@ -58,9 +58,9 @@ struct PpoConfig {
         "LibTorch ops (false: autograd; same result, slower)">
       manual_backward{true};
   Param<bool, "cuda_graph",
-        "on CUDA, capture each minibatch update as a CUDA graph and replay it: one launch instead of "
-        "hundreds of dispatched ops (one process, no loss scaling, no random image shifts; "
-        "gradient accumulation's micro-batches included; false: op by op)">
+        "on CUDA, capture each minibatch update as a CUDA graph and replay it: one launch instead of hundreds of "
+        "dispatched ops (one process, or DDP with parallel.capture_all_reduce; no random image shifts; FP16's loss "
+        "scaler and gradient accumulation's micro-batches included; false: op by op)">
       cuda_graph{true};
   Section<"actor", PpoNetConfig> actor;
   Section<"critic", PpoNetConfig> critic;

@@ -28,7 +28,7 @@ using PpoGraphs = GraphedUpdates<at::Tensor>;
 /// PPO's captured minibatch update (see file comment).
 struct PpoGraphed {
   /// Why `s`'s update cannot be captured through `ctx` on its device, "" where it can
-  /// (`cuda_graph` on, one process, no loss scaling, no random image shifts inside the
+  /// (`cuda_graph` on, one process, no random image shifts inside the
   /// update); not whether CUDA graphs are built (`cuda::kCudaGraphs`).
   template <class S>
   static std::string why_not(const S& s, const StepContext& ctx) {

@@ -237,7 +237,7 @@ class BasicSAC {
 
   /// `update` with given noise: the same draws give the same update however the batch is
   /// split, e.g. across ranks (the data-parallel equivalence test uses this). On CUDA, with
-  /// `cuda_graph` on and an update a graph can hold (one process, no loss scaling; one
+  /// `cuda_graph` on and an update a graph can hold (one process; one
   /// temperature or one per task, micro-batches or not), the update is replayed from a CUDA
   /// graph.
   UpdateInfo update(const ReplayBatch& batch, StepContext& ctx, const UpdateNoise& noise) {
@@ -286,7 +286,8 @@ class BasicSAC {
 
     bool manual = false;
     if constexpr (kDefaultNetworks)
-      manual = manual_ && !ctx.autocasts() && b.obs.device().is_cpu() && b.obs.scalar_type() == at::kFloat;
+      manual = manual_ && !ctx.autocasts() && !ctx.scales_losses() && b.obs.device().is_cpu() &&
+               b.obs.scalar_type() == at::kFloat;
 
     detail::SacCriticResult critic;
     detail::SacActorResult actor;

@@ -90,9 +90,9 @@ struct SacConfig {
         "autograd; same result, slower)">
       manual_backward{true};
   Param<bool, "cuda_graph",
-        "on CUDA, capture the update and acting as CUDA graphs and replay them: one launch instead "
-        "of hundreds of dispatched ops (the update: one process, no loss scaling; a temperature per "
-        "task and gradient accumulation's micro-batches included; false: op by op)">
+        "on CUDA, capture the update and acting as CUDA graphs and replay them: one launch instead of hundreds of "
+        "dispatched ops (the update: one process, or DDP with parallel.capture_all_reduce; a temperature per task, "
+        "FP16's loss scaler and gradient accumulation's micro-batches included; false: op by op)">
       cuda_graph{true};
   Section<"actor", ActorConfig> actor;
   Section<"critic", CriticConfig> critic;

@@ -43,8 +43,8 @@ using SacActGraphs = GraphedUpdates<at::Tensor>;
 struct SacGraphed {
   /// Whether a graph can hold this update: CUDA graphs built and on (`cuda_graph`), the
   /// batch on the GPU (with its task ids when there is a temperature per task), one
-  /// process, no loss scaling (micro-batches of gradient accumulation are looped over in
-  /// the graph).
+  /// process or an all-reduce a graph holds, no loss scaler on the host (micro-batches of
+  /// gradient accumulation are looped over in the graph).
   template <class S, class Noise>
   static bool graphable(const S& s, const ReplayBatch& b, const StepContext& ctx, const Noise& noise) {
     return cuda::kCudaGraphs && s.cfg_.cuda_graph && s.device_.is_cuda() && b.obs.is_cuda() &&
@@ -120,7 +120,8 @@ struct SacGraphed {
   template <class S, class Noise>
   static UpdateInfo as_captured(S& s, const ReplayBatch& b, StepContext& ctx, const Noise& noise) {
     if (!ctx.graphable(/*loops_micro_batches=*/true))
-      throw Error(std::string(S::config_section.view()) + ": a captured update holds one process and no loss scaling");
+      throw Error(std::string(S::config_section.view()) + ": this update cannot be captured: " +
+                  ctx.why_not_graphable(/*loops_micro_batches=*/true));
     if (s.alphas_ > 1 && !b.task.defined())
       throw Error(std::string(S::config_section.view()) + ": the batch has no task ids, but the env has " +
                   std::to_string(s.alphas_) + " tasks (a replay buffer of this run stores them)");

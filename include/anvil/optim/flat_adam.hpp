@@ -115,12 +115,12 @@ class FlatAdam {
   /// One Adam step with flat gradient `g` (same size as the parameters).
   void step(const at::Tensor& g) {
     const auto& p = params_.flat();
-    if (p.device().is_cpu() && p.scalar_type() == at::kFloat && g.device().is_cpu() &&
+    if (!gated_ && p.device().is_cpu() && p.scalar_type() == at::kFloat && g.device().is_cpu() &&
         g.scalar_type() == at::kFloat && g.is_contiguous()) {
       // One pass over plain floats, the same arithmetic as `step_on_device`'s ops: at RL
       // sizes the seven ops' dispatch costs more than the arithmetic.
       ++steps_;
-      device_state_stale_ = true;
+      steps_stale_ = true;
       const double bc1 = 1.0 - std::pow(opt_.beta1, static_cast<double>(steps_));
       const double bc2 = 1.0 - std::pow(opt_.beta2, static_cast<double>(steps_));
       simd::adam(p.data_ptr<float>(), m_.data_ptr<float>(), v_.data_ptr<float>(), g.data_ptr<float>(), p.numel(),
@@ -152,19 +152,36 @@ class FlatAdam {
     denom_.div_(bc2.sqrt()).add_(opt_.eps);
     p.sub_(m_ / denom_ * (lr_t_ / bc1));
   }
-  /// Makes the device's step count and learning rate those of the host (two fills when
-  /// they changed: a step not taken on the device, a new learning rate, a restore).
+  /// `step_on_device` for a step a loss scaler may skip (precision/loss_scaler.hpp): `ok`, a
+  /// 0-dim bool tensor on the device, says whether the gradient was finite. Where it is
+  /// false the parameters, both moments and the step count stay as they were, as when the
+  /// host skips the step; no host read. From the first such step on, the device's step count
+  /// is the optimizer's (`steps()` reads it back).
+  void step_on_device(const at::Tensor& g, const at::Tensor& ok) {
+    gated_ = true;
+    const auto& p = params_.flat();
+    step_t_.add_(ok);
+    const auto bc1 = 1.0 - at::pow(opt_.beta1, step_t_), bc2 = 1.0 - at::pow(opt_.beta2, step_t_);
+    const auto m = m_ * opt_.beta1 + g * (1.0 - opt_.beta1);
+    const auto v = v_ * opt_.beta2 + g * g * (1.0 - opt_.beta2);
+    const auto decayed = opt_.weight_decay > 0 ? p * (1.0 - lr_t_ * opt_.weight_decay) : p;
+    const auto stepped = decayed - m / (v.sqrt() / bc2.sqrt() + opt_.eps) * (lr_t_ / bc1);
+    m_.copy_(at::where(ok, m, m_));
+    v_.copy_(at::where(ok, v, v_));
+    p.copy_(at::where(ok, stepped, p));
+  }
+  /// Makes the device's step count and learning rate those of the host (a fill for each
+  /// that changed: a step taken on the host, a new learning rate, a restore).
   void sync_device_state() {
     if (!step_t_.defined()) {
       const auto o = params_.flat().options().dtype(at::kDouble);
       step_t_ = at::zeros({}, o);
       lr_t_ = at::zeros({}, o);
-      device_state_stale_ = true;
+      steps_stale_ = lr_stale_ = true;
     }
-    if (!device_state_stale_) return;
-    step_t_.fill_(static_cast<double>(steps_));
-    lr_t_.fill_(opt_.lr);
-    device_state_stale_ = false;
+    if (steps_stale_) step_t_.fill_(static_cast<double>(steps_));
+    if (lr_stale_) lr_t_.fill_(opt_.lr);
+    steps_stale_ = lr_stale_ = false;
   }
   /// Counts a step `step_on_device` took in a replay.
   void count_step() noexcept { ++steps_; }
@@ -172,10 +189,12 @@ class FlatAdam {
   [[nodiscard]] const FlatParameters& parameters() const noexcept { return params_; }
   [[nodiscard]] double lr() const noexcept { return opt_.lr; }
   void set_lr(double lr) noexcept {
-    if (lr != opt_.lr) device_state_stale_ = true;
+    if (lr != opt_.lr) lr_stale_ = true;
     opt_.lr = lr;
   }
-  [[nodiscard]] std::int64_t steps() const noexcept { return steps_; }
+  /// Steps taken (skipped ones not counted). After a step a loss scaler could skip on the
+  /// device, read back from it (waiting for the device's work so far).
+  [[nodiscard]] std::int64_t steps() const { return gated_ ? std::llround(step_t_.item<double>()) : steps_; }
   /// First and second moment estimates, for checkpoints.
   [[nodiscard]] const at::Tensor& exp_avg() const noexcept { return m_; }
   [[nodiscard]] const at::Tensor& exp_avg_sq() const noexcept { return v_; }
@@ -192,7 +211,7 @@ class FlatAdam {
     write_tensor(w, params_.flat(), "the parameters");
     write_tensor(w, m_, "Adam's first moments");
     write_tensor(w, v_, "Adam's second moments");
-    w.value(steps_);
+    w.value(steps());
     w.value(opt_.lr);
   }
   /// Reads what `save` wrote into host tensors, checking sizes; changes nothing here.
@@ -213,7 +232,8 @@ class FlatAdam {
     v_.copy_(s.v);
     steps_ = s.steps;
     opt_.lr = s.lr;
-    device_state_stale_ = true;
+    gated_ = false;
+    steps_stale_ = lr_stale_ = true;
   }
 
  private:
@@ -221,8 +241,9 @@ class FlatAdam {
   Options opt_;
   at::Tensor m_, v_, denom_;
   std::int64_t steps_ = 0;
-  at::Tensor step_t_, lr_t_;         // step_on_device's step count and learning rate (float64, 0-dim)
-  bool device_state_stale_ = true;  // they differ from steps_ and opt_.lr
+  at::Tensor step_t_, lr_t_;  // step_on_device's step count and learning rate (float64, 0-dim)
+  bool steps_stale_ = true, lr_stale_ = true;  // they differ from steps_ and opt_.lr
+  bool gated_ = false;  // a step a loss scaler could skip was taken on the device: step_t_ is the count
 };
 
 }  // namespace anvil

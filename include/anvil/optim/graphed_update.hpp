@@ -28,8 +28,8 @@ namespace anvil {
 
 /// Why an algorithm's update cannot be captured through `ctx`, "" where neither its switch
 /// nor the context stands in the way: "off (<who>.cuda_graph=false)" with its switch `on`
-/// off (`who`: its config section), else the context's reason (DDP, FP16's loss scaler;
-/// gradient accumulation's micro-batches are looped over inside a graph).
+/// off (`who`: its config section), else the context's reason (DDP, a loss scaler on the
+/// host; gradient accumulation's micro-batches are looped over inside a graph).
 inline std::string why_not_captured(bool on, std::string_view who, const StepContext& ctx) {
   if (!on) return "off (" + std::string(who) + ".cuda_graph=false)";
   return ctx.why_not_graphable(/*loops_micro_batches=*/true);

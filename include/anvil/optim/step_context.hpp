@@ -48,8 +48,17 @@ class StepContext {
     c10::ScalarType autocast_dtype = c10::ScalarType::Float;
     /// Averages gradients across ranks in place; empty for one process.
     std::function<void(std::vector<at::Tensor>&)> all_reduce_mean;
+    /// The all-reduce may be captured in a CUDA graph (NCCL, `parallel.capture_all_reduce`):
+    /// an update through this context is then captured with the all-reduce inside it, where
+    /// a multi-GPU run has it (after the gradients, before the loss scaler's check, clipping
+    /// and the optimizer steps). Otherwise an update with an all-reduce runs op by op.
+    bool all_reduce_in_graph = false;
     /// Dynamic loss scaling (float16); empty for no scaling.
     std::optional<LossScaler::Options> loss_scaling;
+    /// Keep the loss scaler's state in tensors on `device` (`LossScaler::keep_on`), so its
+    /// check and skip are device work a CUDA graph can hold. Always so on CUDA; set it on the
+    /// CPU to run that arithmetic op by op (`update_as_captured`, as the tests do).
+    bool loss_scaler_on_device = false;
     /// Threads that run an update's independent parts at once (`concurrently`); 1 runs
     /// them one after another. Only used on the CPU: CUDA work is already asynchronous.
     int threads = 1;
@@ -63,7 +72,10 @@ class StepContext {
 
   StepContext() = default;
   explicit StepContext(Options o) : opt_(std::move(o)) {
-    if (opt_.loss_scaling) scaler_ = LossScaler(*opt_.loss_scaling);
+    if (opt_.loss_scaling) {
+      scaler_ = LossScaler(*opt_.loss_scaling);
+      if (opt_.device.is_cuda() || opt_.loss_scaler_on_device) scaler_->keep_on(opt_.device);
+    }
     if (opt_.threads > 1 && opt_.device.is_cpu())
       // A new thread starts with OpenMP's default thread count (all cores), not the one
       // torch was given, and OpenBLAS's GEMMs follow OpenMP's: give each worker torch's.
@@ -79,6 +91,9 @@ class StepContext {
 
   /// Whether forward passes run under autocast (a lower-precision policy).
   [[nodiscard]] bool autocasts() const noexcept { return opt_.autocast; }
+  /// Whether losses are scaled before their gradients are taken (a loss scaler: FP16). A
+  /// hand-written backward pass, which differentiates the unscaled loss, is then not used.
+  [[nodiscard]] bool scales_losses() const noexcept { return scaler_.has_value(); }
 
   /// Scope for forward passes and losses: autocast to the precision's dtype when it has one.
   /// Keep targets, losses' reductions and anything numerically delicate in float32 (cast
@@ -100,6 +115,7 @@ class StepContext {
     for (std::size_t i = 0; i < params.size(); ++i)
       if (!grads[i].defined()) grads[i] = torch::zeros_like(params[i]);
     all_reduce(grads);
+    ++attempts_;
     if (scaler_) {
       std::vector<at::Tensor> parts;
       for (auto& g : grads) parts.push_back(g.reshape(-1));
@@ -115,7 +131,6 @@ class StepContext {
     for (std::size_t i = 0; i < params.size(); ++i) params[i].mutable_grad() = grads[i];
     if (max_grad_norm > 0) torch::nn::utils::clip_grad_norm_(params, max_grad_norm);
     optimizer.step();
-    ++steps_;
     return true;
   }
 
@@ -215,24 +230,30 @@ class StepContext {
   }
 
   /// Whether an update through this context can be captured as a CUDA graph
-  /// (core/cuda_graph.hpp): one process (no all-reduce), no loss scaler (its skip is a host
-  /// decision), and one micro-batch unless the algorithm's captured update loops over the
-  /// micro-batches itself (`loops_micro_batches`: SAC's does; the split is fixed for a batch
-  /// size, so a graph holds the loop).
+  /// (core/cuda_graph.hpp): one process or an all-reduce a graph can hold
+  /// (`all_reduce_in_graph`), no loss scaler or one on the device (its check, skip and new
+  /// scale are then device work), and one micro-batch unless the algorithm's captured update
+  /// loops over the micro-batches itself (`loops_micro_batches`: SAC's does; the split is
+  /// fixed for a batch size, so a graph holds the loop).
   [[nodiscard]] bool graphable(bool loops_micro_batches = false) const noexcept {
-    return !opt_.all_reduce_mean && !scaler_ && (loops_micro_batches || opt_.micro_batches == 1);
+    return (!opt_.all_reduce_mean || opt_.all_reduce_in_graph) && (!scaler_ || scaler_->on_device()) &&
+           (loops_micro_batches || opt_.micro_batches == 1);
   }
   /// Why an update through this context cannot be captured (empty where it can: `graphable`),
   /// for the run header.
   [[nodiscard]] std::string why_not_graphable(bool loops_micro_batches = false) const {
-    if (opt_.all_reduce_mean) return "DDP: the all-reduce of gradients across ranks is not captured yet";
-    if (scaler_) return "FP16's loss scaler decides on the host whether to skip a step (BF16 needs no scaler)";
+    if (opt_.all_reduce_mean && !opt_.all_reduce_in_graph)
+      return "DDP: the all-reduce of gradients across ranks is not captured (parallel.capture_all_reduce=true "
+             "captures it with NCCL)";
+    if (scaler_ && !scaler_->on_device())
+      return "the loss scaler's state is on the host (StepContext::Options::loss_scaler_on_device)";
     if (!loops_micro_batches && opt_.micro_batches > 1) return "gradient accumulation's micro-batches";
     return {};
   }
-  /// Scope of a CUDA graph's capture: optimizer steps take `FlatAdam::step_on_device`, and
-  /// nothing is timed (a timer's device synchronisation would break the capture) or
-  /// counted (the caller counts each replay's steps: `count_steps`).
+  /// Scope of a CUDA graph's capture: optimizer steps take `FlatAdam::step_on_device` (with
+  /// a loss scaler, gated on the device by its check: no host decision), and nothing is
+  /// timed (a timer's device synchronisation would break the capture) or counted (the
+  /// caller counts each replay's steps: `count_steps`).
   class Capture {
    public:
     explicit Capture(StepContext& c) noexcept : c_(c), times_(c.opt_.times) {
@@ -253,11 +274,13 @@ class StepContext {
   /// Whether a `Capture` scope is open: the update's device work is being captured, so an
   /// algorithm reads no value back to the host (its metrics stay tensors).
   [[nodiscard]] bool capturing() const noexcept { return capturing_; }
-  /// Counts `n` optimizer steps a replayed graph took.
-  void count_steps(int n) noexcept { steps_ += n; }
+  /// Counts `n` optimizer steps a replayed graph took (or, with a loss scaler, tried: the
+  /// scaler counts those it skipped).
+  void count_steps(int n) noexcept { attempts_ += n; }
 
-  /// Optimizer steps taken through this context (skipped ones not counted).
-  [[nodiscard]] std::int64_t steps() const noexcept { return steps_; }
+  /// Optimizer steps taken through this context (skipped ones not counted; with a scaler on
+  /// the device, read back from it).
+  [[nodiscard]] std::int64_t steps() const { return attempts_ - (scaler_ ? scaler_->skipped() : 0); }
   /// The loss scaler, when the precision scales losses.
   [[nodiscard]] LossScaler* scaler() noexcept { return scaler_ ? &*scaler_ : nullptr; }
 
@@ -269,7 +292,7 @@ class StepContext {
     std::int64_t good_steps = 0, skipped = 0;
   };
   void save(BinaryWriter& w) const {
-    w.value(steps_);
+    w.value(steps());
     w.value(scaler_.has_value());
     if (scaler_) {
       w.value(scaler_->current_scale());
@@ -292,8 +315,8 @@ class StepContext {
     }
     return s;
   }
-  void restore(const Saved& s) noexcept {
-    steps_ = s.steps;
+  void restore(const Saved& s) {
+    attempts_ = s.steps + (scaler_ ? s.skipped : 0);
     if (scaler_) scaler_->restore(s.scale, s.good_steps, s.skipped);
   }
 
@@ -309,15 +332,20 @@ class StepContext {
   // The rest of `apply` once `grad` is averaged across ranks: unscale and check, clip, step.
   bool step_reduced(FlatAdam& optimizer, at::Tensor& grad, double max_grad_norm) {
     InnerPhase timer(opt_.times, Phase::optimizer);
-    if (scaler_ && !scaler_->unscale_and_check(grad)) return skip();
+    if (!capturing_) ++attempts_;  // a replay's are counted by `count_steps`
+    at::Tensor finite;             // a captured step's check (a scaler on the device)
+    if (scaler_) {
+      if (capturing_) finite = scaler_->unscale_and_check_on_device(grad);
+      else if (!scaler_->unscale_and_check(grad)) return skip();
+    }
     if (max_grad_norm > 0)  // as torch's clip_grad_norm_, without a host sync
       grad.mul_((max_grad_norm / (grad.norm() + 1e-6)).clamp_max(1.0));
     if (capturing_) {
-      optimizer.step_on_device(grad);
+      if (finite.defined()) optimizer.step_on_device(grad, finite);
+      else optimizer.step_on_device(grad);
       return true;
     }
     optimizer.step(grad);
-    ++steps_;
     return true;
   }
   // Averages `grads` across ranks (timed as the all-reduce phase).
@@ -342,7 +370,7 @@ class StepContext {
   Options opt_;
   std::optional<LossScaler> scaler_;
   std::shared_ptr<detail::ThreadPool> pool_;
-  std::int64_t steps_ = 0;
+  std::int64_t attempts_ = 0;  // optimizer steps tried: taken, or skipped by the scaler
   bool capturing_ = false;  // inside a Capture scope
 };
 

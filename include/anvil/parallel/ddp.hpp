@@ -76,6 +76,10 @@ struct DDPConfig {
       interface{""};
   Param<double, "bucket_mb", "largest piece of the gradient all-reduced in one call", Range{.lo = 0.01, .hi = 4096}>
       bucket_mb{25};
+  Param<bool, "capture_all_reduce",
+        "with NCCL, capture the gradient all-reduce inside the algorithm's CUDA graph, where a multi-GPU run has it "
+        "(false: an update with an all-reduce runs op by op; tested on one rank, not yet measured on several GPUs)">
+      capture_all_reduce{false};
 };
 
 namespace dist {
@@ -402,6 +406,10 @@ class DDP {
   }
 
   void all_reduce_mean(std::vector<at::Tensor>& ts) { group_.all_reduce_mean(ts); }
+  /// Whether a CUDA graph may hold the all-reduce (`parallel.capture_all_reduce`, NCCL).
+  [[nodiscard]] bool all_reduce_in_graph() const noexcept {
+    return *cfg_.capture_all_reduce && group_.backend() == DistBackend::nccl;
+  }
   void broadcast(std::vector<at::Tensor>& ts) { group_.broadcast(ts); }
   [[nodiscard]] double comm_seconds() const noexcept { return group_.comm_seconds(); }
 

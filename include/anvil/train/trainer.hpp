@@ -93,8 +93,11 @@ class BasicTrainer {
     notes.push_back("gradients: " + gradients_);
     if (images) notes.push_back(*images);
     buffer_ = std::make_unique<B>(collector_->spec(), *cfg_.buffer, ctx_);
+    bool all_reduce_in_graph = false;
+    if constexpr (requires { parallel_->all_reduce_in_graph(); }) all_reduce_in_graph = parallel_->all_reduce_in_graph();
     step_ctx_ = StepContext(step_options(ctx_, precision, threads(), *cfg_.run, times_,
-                                         [p = parallel_.get()](std::vector<at::Tensor>& g) { p->all_reduce_mean(g); }));
+                                         [p = parallel_.get()](std::vector<at::Tensor>& g) { p->all_reduce_mean(g); },
+                                         all_reduce_in_graph));
     if (ctx_.device.is_cuda() && cuda::kCudaGraphs) notes.push_back("cuda graphs: " + cuda_graph_note(*algo_, step_ctx_));
     runner_ = std::make_unique<Runner>(
         *cfg_.train, LoopParts<A, B>{*algo_, *buffer_, step_ctx_, *collector_, clock_, ranks_, times_, metrics_});

@@ -113,10 +113,12 @@ inline int update_threads(int configured, int ranks_here) {
 
 /// The step context's options for the run: autocast and loss scaling by the precision,
 /// `threads` for an update's parts, micro-batches, the phase timers (on with `run.timings`,
-/// waiting for the GPU with `run.sync_timings`), and the ranks' gradient all-reduce.
+/// waiting for the GPU with `run.sync_timings`), and the ranks' gradient all-reduce (which
+/// a CUDA graph may hold where `all_reduce_in_graph`).
 inline StepContext::Options step_options(const RunContext& ctx, const PrecisionSettings& precision, int threads,
                                          const RunConfig& run, PhaseTimes& times,
-                                         std::function<void(std::vector<at::Tensor>&)> all_reduce_mean) {
+                                         std::function<void(std::vector<at::Tensor>&)> all_reduce_mean,
+                                         bool all_reduce_in_graph = false) {
   StepContext::Options so;
   so.device = ctx.device;
   so.autocast = precision.autocast;
@@ -127,7 +129,10 @@ inline StepContext::Options step_options(const RunContext& ctx, const PrecisionS
   so.loss_scaling = precision.loss_scaling;
   times.enabled = run.timings;
   if (ctx.device.is_cuda() && run.sync_timings) times.sync = [] { torch::cuda::synchronize(); };
-  if (ctx.world_size > 1) so.all_reduce_mean = std::move(all_reduce_mean);
+  if (ctx.world_size > 1) {
+    so.all_reduce_mean = std::move(all_reduce_mean);
+    so.all_reduce_in_graph = all_reduce_in_graph;
+  }
   return so;
 }
 
