@@ -11,8 +11,10 @@
 #                                               header-only) on CUDA and on this machine's CPU, on
 #                                               CUDA without phase syncs, and on CUDA with 16 envs
 #                                               and batch 2048: one JSON line per run (summary.json)
-#   scripts/gpu-check.sh graph                  updates as CUDA graphs: the CUDA tests (SAC's and
-#                                               Diffusion Policy's graphs against op by op), then
+#   scripts/gpu-check.sh graph                  updates as CUDA graphs: the CUDA tests (every captured
+#                                               update against op by op: SAC, MT-SAC, FP16's scaler,
+#                                               PPO, COMA, Diffusion Policy, distillation, one DDP
+#                                               rank with NCCL), then
 #                                               what GRAPH_RUNS names (default "precision main
 #                                               diffusion"): bench_precision at 256x256 (op by op
 #                                               against each precision as a run has it), the main

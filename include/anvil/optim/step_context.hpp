@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <exception>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -185,8 +186,18 @@ class StepContext {
     }
     ScalerStep(const ScalerStep&) = delete;
     ScalerStep& operator=(const ScalerStep&) = delete;
-    ~ScalerStep() {
-      if (s_) s_->end_step();
+    // A scaler on the device ends its step with device work, which can fail: the failure is
+    // thrown, unless another exception (e.g. a failed capture) is already on its way out.
+    ~ScalerStep() noexcept(false) {
+      if (!s_) return;
+      if (std::uncaught_exceptions() == 0) {
+        s_->end_step();
+        return;
+      }
+      try {
+        s_->end_step();
+      } catch (...) {  // the exception in flight says what went wrong first
+      }
     }
 
    private:
