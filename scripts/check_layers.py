@@ -14,6 +14,8 @@ The layers, bottom up (docs/design.md, "Layers and layout"):
     train/trainer_select.hpp, train/run_envs.hpp, train/process_settings.hpp, train/trainer_parts.hpp
   7 anvil.hpp (the umbrella header), compiled.hpp (a main's header on prebuilt Trainers)
 
+Every header also begins with `#pragma once`.
+
 Usage: scripts/check_layers.py [--include DIR]   (exit 1 naming each include that goes up)
 """
 import argparse
@@ -62,6 +64,9 @@ def main():
             unknown.append(rel)
             continue
         checked += 1
+        if not header.read_text().startswith("#pragma once\n"):
+            problems.append(f"include/anvil/{rel}:1: does not begin with #pragma once (a header includes "
+                            f"cleanly twice; the self-sufficiency check relies on it)")
         for m in include.finditer(header.read_text()):
             target = m.group(1)
             theirs = layer_of(target)

@@ -4,6 +4,7 @@
 // worker's copies labelled with the expert's own outputs in the dataset file, appends that
 // keep the old rows, bad and truncated files refused by name, and a distillation run
 // through the Trainer that resumes exactly.
+#include <anvil/algorithms/collective_distillation.hpp>  // first: the header under test compiles on its own here
 #include <doctest/doctest.h>
 
 #include <torch/torch.h>
@@ -17,7 +18,6 @@
 #include <vector>
 
 #include <anvil/anvil.hpp>
-#include <anvil/algorithms/collective_distillation.hpp>
 #include <anvil/algorithms/collective_student.hpp>
 #include <anvil/data/loader.hpp>
 #include <anvil/envs/history.hpp>

@@ -4,6 +4,7 @@
 // agent's credit where the baselines' advantages do not, COMA learning a credit-assignment
 // game that independent actor-critic does not, bitwise resume, BF16 and the loss scaler's
 // one update per step of two optimizers.
+#include <anvil/algorithms/coma.hpp>  // first: the header under test compiles on its own here
 #include <doctest/doctest.h>
 
 #include <torch/torch.h>

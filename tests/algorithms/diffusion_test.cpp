@@ -3,6 +3,7 @@
 // diffusion policy fits and MSE behaviour cloning averages, the env wrapper that acts in
 // chunks, and (with HDF5) training through the offline loop from demonstrations on disk
 // with exact resume.
+#include <anvil/algorithms/diffusion_policy.hpp>  // first: the header under test compiles on its own here
 #include <doctest/doctest.h>
 
 #include <torch/torch.h>

@@ -1,13 +1,13 @@
 // Discrete SAC (Christodoulou 2019): its losses by hand, its refusals, its actions, the
 // prioritized buffer with n-step returns and an exact resume through the Trainer, and a short
 // learning test on CartPole.
+#include <anvil/algorithms/discrete_sac.hpp>  // first: the header under test compiles on its own here
 #include <doctest/doctest.h>
 
 #include <torch/torch.h>
 
 #include <filesystem>
 
-#include <anvil/algorithms/discrete_sac.hpp>
 #include <anvil/buffers/prioritized_buffer.hpp>
 #include <anvil/buffers/uniform_buffer.hpp>
 #include <anvil/envs/acrobot.hpp>

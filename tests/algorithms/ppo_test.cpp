@@ -1,4 +1,5 @@
 // PPO, the RolloutBuffer's advantages and minibatches, and the normalisation wrappers.
+#include <anvil/algorithms/ppo_graph.hpp>  // first: the header under test compiles on its own here
 #include <doctest/doctest.h>
 
 #include <torch/torch.h>

@@ -1,6 +1,7 @@
 // Recurrent PPO: the rollout's sequences with their stored memory, the memory the policy
 // acts with against the one its update unrolls, exact resume, refusals, and learning
 // CartPole with its velocities hidden.
+#include <anvil/algorithms/recurrent_ppo.hpp>  // first: the header under test compiles on its own here
 #include <doctest/doctest.h>
 
 #include <torch/torch.h>

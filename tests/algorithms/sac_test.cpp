@@ -1,5 +1,6 @@
 // SAC's parts: target networks are deep copies, Polyak averaging, actions in bounds,
 // the temperature moves toward the target entropy, and a swapped-in network works.
+#include <anvil/algorithms/sac.hpp>  // first: the header under test compiles on its own here
 #include <doctest/doctest.h>
 
 #include <torch/torch.h>
@@ -12,7 +13,6 @@
 #include <unistd.h>
 
 #include <anvil/algorithms/policy.hpp>
-#include <anvil/algorithms/sac.hpp>
 #include <anvil/core/config.hpp>
 #include <anvil/envs/pendulum.hpp>
 #include <anvil/train/trainer_parts.hpp>

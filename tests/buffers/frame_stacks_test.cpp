@@ -3,10 +3,10 @@
 // stacks; every sampled observation is the bytes put in, whatever the episodes, the ring's
 // wrapping, the stacks' shape or a checkpoint in between.
 
+#include <anvil/buffers/detail/transition_store.hpp>  // first: the header under test compiles on its own here
 #include <doctest/doctest.h>
 #include <torch/torch.h>
 
-#include <anvil/buffers/detail/transition_store.hpp>
 #include <anvil/buffers/uniform_buffer.hpp>
 #include <anvil/envs/pendulum.hpp>
 #include <anvil/envs/render/classic_views.hpp>

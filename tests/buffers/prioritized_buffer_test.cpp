@@ -1,5 +1,6 @@
 // PrioritizedBuffer: sampling follows the priorities, importance weights follow the
 // formula, the ring wraps, stale priority updates are skipped, and bad input is refused.
+#include <anvil/buffers/prioritized_buffer.hpp>  // first: the header under test compiles on its own here
 #include <doctest/doctest.h>
 
 
@@ -11,7 +12,6 @@
 #include <filesystem>
 #include <set>
 
-#include <anvil/buffers/prioritized_buffer.hpp>
 #include <anvil/buffers/uniform_buffer.hpp>
 #include <anvil/envs/pendulum.hpp>
 

@@ -1,5 +1,6 @@
 // PriorityTree: sums and minimums stay exact under batched updates, and `find` maps each
 // prefix mass to the leaf whose interval holds it.
+#include <anvil/buffers/sum_tree.hpp>  // first: the header under test compiles on its own here
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -9,7 +10,6 @@
 #include <random>
 #include <vector>
 
-#include <anvil/buffers/sum_tree.hpp>
 
 using anvil::detail::PriorityTree;
 

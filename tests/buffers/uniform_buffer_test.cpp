@@ -1,9 +1,9 @@
 // UniformBuffer: batched add, wraparound, uniform sampling, terminated vs truncated.
+#include <anvil/buffers/uniform_buffer.hpp>  // first: the header under test compiles on its own here
 #include <doctest/doctest.h>
 
 #include <torch/torch.h>
 
-#include <anvil/buffers/uniform_buffer.hpp>
 #include <anvil/envs/pendulum.hpp>
 
 #include "steps.hpp"

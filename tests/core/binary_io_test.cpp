@@ -1,5 +1,6 @@
 // BinaryWriter / BinaryReader: atomic replacement, and damaged files refused with the
 // file and the field named; CRC-32C against its published check value.
+#include <anvil/core/binary_io.hpp>  // first: the header under test compiles on its own here
 #include <doctest/doctest.h>
 
 #include <sys/wait.h>
@@ -13,7 +14,6 @@
 #include <string>
 #include <vector>
 
-#include <anvil/core/binary_io.hpp>
 #include <anvil/core/detail/crc32c.hpp>
 
 #include "../damaged_files.hpp"

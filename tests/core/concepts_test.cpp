@@ -1,5 +1,6 @@
 // The four policy concepts accept the policies anvil ships, and Trainer accepts the good
 // combinations. The rejections are proven by tests/compile_fail.
+#include <anvil/train/trainer_select.hpp>  // first: the header under test compiles on its own here
 #include <doctest/doctest.h>
 
 #include <anvil/anvil.hpp>

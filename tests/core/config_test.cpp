@@ -1,8 +1,8 @@
 // Tests of the config system: Param fields walked with Boost.PFR, the command line in both
 // styles, YAML files, help, printing, hashing and every kind of bad input.
+#include <anvil/core/config.hpp>  // first: the header under test compiles on its own here
 #include <doctest/doctest.h>
 
-#include <anvil/core/config.hpp>
 
 #include <array>
 #include <filesystem>

@@ -1,4 +1,5 @@
 // Device policy, seeding, the LibTorch-version shim, and the cores a process may use.
+#include <anvil/core/context.hpp>  // first: the header under test compiles on its own here
 #include <doctest/doctest.h>
 
 #include <torch/torch.h>
@@ -11,7 +12,6 @@
 #include <fstream>
 #include <sstream>
 
-#include <anvil/core/context.hpp>
 #include <anvil/core/detail/thread_pool.hpp>
 #include <anvil/core/torch_compat.hpp>
 #include <anvil/parallel/c10d.hpp>

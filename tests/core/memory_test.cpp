@@ -1,12 +1,12 @@
 // The memory a run may take: MemAvailable and every cgroup limit above the process, read from
 // made-up /proc and cgroup trees (available_memory's root stands for "/").
+#include <anvil/core/memory.hpp>  // first: the header under test compiles on its own here
 #include <doctest/doctest.h>
 
 #include <filesystem>
 #include <fstream>
 #include <string>
 
-#include <anvil/core/memory.hpp>
 
 #include "../temp_run_dir.hpp"
 

@@ -1,6 +1,7 @@
 // safetensors (core/safetensors.hpp): round trips of every dtype anvil reads, files written
 // and read by a numpy reader and writer written independently in the test
 // (tests/python/safetensors_numpy.py), and damaged files refused, naming the tensor.
+#include <anvil/core/safetensors.hpp>  // first: the header under test compiles on its own here
 #include <doctest/doctest.h>
 
 #include <unistd.h>
@@ -14,7 +15,6 @@
 
 #include <nlohmann/json.hpp>
 
-#include <anvil/core/safetensors.hpp>
 
 #include "../damaged_files.hpp"
 #include "../python_policy_check.hpp"

@@ -1,5 +1,6 @@
 // The state protocol: named sections written as a table and read back all or nothing,
 // naming the section at fault.
+#include <anvil/core/state.hpp>  // first: the header under test compiles on its own here
 #include <doctest/doctest.h>
 
 #include <cstdint>
@@ -7,7 +8,6 @@
 #include <string>
 #include <vector>
 
-#include <anvil/core/state.hpp>
 
 #include "../damaged_files.hpp"
 #include "../temp_run_dir.hpp"

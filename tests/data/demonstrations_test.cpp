@@ -2,6 +2,7 @@
 // written reads back, Python's h5py opens it, a killed write leaves the old file, and a
 // malformed or truncated file is refused naming the file and the dataset at fault.
 
+#include <anvil/data/demonstrations.hpp>  // first: the header under test compiles on its own here
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -12,7 +13,6 @@
 #include <string>
 #include <vector>
 
-#include <anvil/data/demonstrations.hpp>
 #include <anvil/data/hdf5.hpp>
 
 #include "../skip.hpp"

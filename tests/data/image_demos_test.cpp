@@ -5,6 +5,7 @@
 // uncompressed) read the same; h5py opens anvil's; what does not fit is refused naming the
 // file, the dataset and (for a filter this HDF5 lacks) the filter.
 
+#include <anvil/data/demo_reader.hpp>  // first: the header under test compiles on its own here
 #include <doctest/doctest.h>
 
 #include <cstdint>
@@ -16,7 +17,6 @@
 #include <string>
 #include <vector>
 
-#include <anvil/data/demo_reader.hpp>
 #include <anvil/data/demonstrations.hpp>
 #include <anvil/data/frames.hpp>
 #include <anvil/data/hdf5.hpp>

@@ -2,6 +2,7 @@
 // (Gymnasium) equations worked by hand, and each env's contract — spaces, time limit,
 // termination, seeding, and the errors bad input raises — against its header.
 
+#include <anvil/envs/pendulum.hpp>  // first: the header under test compiles on its own here
 #include <doctest/doctest.h>
 
 #include <array>
@@ -15,7 +16,6 @@
 #include <anvil/envs/acrobot.hpp>
 #include <anvil/envs/cart_pole.hpp>
 #include <anvil/envs/mountain_car_continuous.hpp>
-#include <anvil/envs/pendulum.hpp>
 
 namespace {
 

@@ -1,6 +1,7 @@
 // The MuJoCo manipulation suite: every task is solvable as built (a scripted controller,
 // written here, reaches success), the observation's layout and bounds hold, episodes are
 // 500 steps, resets are reproducible, and a saved state steps on bitwise alike.
+#include <anvil/envs/mujoco/manipulation.hpp>  // first: the header under test compiles on its own here
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -15,7 +16,6 @@
 
 #include <anvil/core/binary_io.hpp>
 #include <anvil/core/random.hpp>
-#include <anvil/envs/mujoco/manipulation.hpp>
 
 using namespace anvil;
 using anvil::envs::mujoco::Manipulation;

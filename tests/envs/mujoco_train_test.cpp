@@ -1,6 +1,7 @@
 // The MuJoCo manipulation suite in training runs: VecEnvs spread over tasks and say when
 // episodes succeed, checkpoints hold the simulations' state, evaluations report each task,
 // and SAC learns reach.
+#include <anvil/envs/mujoco/manipulation_tasks.hpp>  // first: the header under test compiles on its own here
 #include <doctest/doctest.h>
 
 #include <torch/torch.h>

@@ -2,6 +2,7 @@
 // worked by hand, the mapping mission's sensor, belief and budget, the matrix games'
 // payoffs, and Joint's layout of a team step as one observation row and one joint action.
 
+#include <anvil/envs/multi_agent/mapping.hpp>  // first: the header under test compiles on its own here
 #include <doctest/doctest.h>
 
 #include <array>
@@ -10,7 +11,6 @@
 #include <span>
 #include <vector>
 
-#include <anvil/envs/multi_agent/mapping.hpp>
 #include <anvil/envs/multi_agent/mapping_published.hpp>
 #include <anvil/envs/multi_agent/matrix_game.hpp>
 #include <anvil/envs/multi_agent/multi_agent_env.hpp>

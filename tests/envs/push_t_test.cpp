@@ -2,6 +2,7 @@
 // overlaps against areas worked by hand, a pushed block moving as the push says, the
 // published start, reward and termination, and checkpoints.
 
+#include <anvil/envs/detail/convex_polygon.hpp>  // first: the header under test compiles on its own here
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -15,7 +16,6 @@
 #include <vector>
 
 #include <anvil/core/binary_io.hpp>
-#include <anvil/envs/detail/convex_polygon.hpp>
 
 #if ANVIL_WITH_CHIPMUNK
 #include <anvil/envs/chipmunk/push_t.hpp>

@@ -2,6 +2,7 @@
 // and in worker processes (src/python_envs/workers.cpp), through the door a Trainer takes
 // them by: the test envs are in tests/python/envs (put on PYTHONPATH here). Light: the envs
 // are stepped as an EnvBatch, without torch.
+#include <anvil/envs/python_env.hpp>  // first: the header under test compiles on its own here
 #include <doctest/doctest.h>
 
 #include <unistd.h>
@@ -23,7 +24,6 @@
 #include <anvil/envs/any_env.hpp>
 #include <anvil/envs/env_batch.hpp>
 #include <anvil/envs/pendulum.hpp>
-#include <anvil/envs/python_env.hpp>
 
 namespace {
 

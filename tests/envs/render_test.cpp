@@ -1,13 +1,13 @@
 // The software rasteriser (envs/render/canvas.hpp) and Pendulum's view: a known state gives a
 // known image (where the rod is, and is not), drawings are exact mirror images where the
 // state is mirrored, and each shape covers its area to within the antialiasing.
+#include <anvil/envs/render/classic_views.hpp>  // first: the header under test compiles on its own here
 #include <doctest/doctest.h>
 
 #include <array>
 #include <cmath>
 #include <numbers>
 
-#include <anvil/envs/render/classic_views.hpp>
 
 using namespace anvil::envs::render;
 

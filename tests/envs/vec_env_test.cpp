@@ -1,4 +1,5 @@
 // VecEnv: batched stepping, autoreset, distinct seeds, errors naming the env, sync = async.
+#include <anvil/envs/vec_env.hpp>  // first: the header under test compiles on its own here
 #include <doctest/doctest.h>
 
 #include <torch/torch.h>
@@ -13,7 +14,6 @@
 #include <anvil/envs/multi_agent/mapping.hpp>
 #include <anvil/envs/pendulum.hpp>
 #include <anvil/envs/render/classic_views.hpp>
-#include <anvil/envs/vec_env.hpp>
 #include <anvil/train/run_envs.hpp>
 
 using namespace anvil;

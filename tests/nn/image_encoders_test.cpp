@@ -3,6 +3,7 @@
 // keypoint of a known map, uint8 pixels against the same floats, gradients under FP32 and
 // BF16 autocast, clones that do not alias, and each augmentation against the windows it
 // should cut.
+#include <anvil/nn/image_encoders.hpp>  // first: the header under test compiles on its own here
 #include <doctest/doctest.h>
 
 #include <torch/torch.h>
@@ -14,7 +15,6 @@
 
 #include <anvil/core/autocast.hpp>
 #include <anvil/nn/image_augment.hpp>
-#include <anvil/nn/image_encoders.hpp>
 #include <anvil/nn/resnet18_gn.hpp>
 
 using namespace anvil;

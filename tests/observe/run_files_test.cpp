@@ -1,5 +1,6 @@
 // metrics.csv on its own: one row per logged step, whatever the run before left in the file;
 // and metrics on the console at their own scale.
+#include <anvil/observe/run_files.hpp>  // first: the header under test compiles on its own here
 #include <doctest/doctest.h>
 
 #include <filesystem>
@@ -8,7 +9,6 @@
 #include <string>
 
 #include <anvil/observe/progress.hpp>
-#include <anvil/observe/run_files.hpp>
 
 #include "../skip.hpp"
 #include "../temp_run_dir.hpp"

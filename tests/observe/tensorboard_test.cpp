@@ -1,5 +1,6 @@
 // TensorBoard event files read back byte by byte: TFRecord framing with both masked CRCs,
 // then the Event, Summary, Value and HistogramProto messages decoded field by field.
+#include <anvil/observe/tensorboard.hpp>  // first: the header under test compiles on its own here
 #include <doctest/doctest.h>
 
 #include <cstring>
@@ -8,7 +9,6 @@
 #include <string>
 #include <vector>
 
-#include <anvil/observe/tensorboard.hpp>
 
 #include "../damaged_files.hpp"
 #include "tfevents.hpp"

@@ -2,6 +2,7 @@
 // over it matching torch's Adam step for step. Also the kernels of the hand-written fast
 // paths: BLAS called directly (and LibTorch's products where no BLAS is found), and both
 // builds of the element-wise kernels (the baseline one runs on CPUs without AVX-512).
+#include <anvil/optim/flat_adam.hpp>  // first: the header under test compiles on its own here
 #include <doctest/doctest.h>
 
 #include <torch/torch.h>
@@ -16,7 +17,6 @@
 #include <anvil/core/simd.hpp>
 #include <anvil/nn/manual_mlp.hpp>
 #include <anvil/nn/mlp.hpp>
-#include <anvil/optim/flat_adam.hpp>
 
 TEST_CASE("FlatParameters: every parameter becomes a view of one buffer, values kept") {
   torch::manual_seed(0);

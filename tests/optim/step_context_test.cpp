@@ -1,10 +1,10 @@
 // StepContext: gradients for the optimizer's parameters only, clipping, autocast scope.
+#include <anvil/optim/step_context.hpp>  // first: the header under test compiles on its own here
 #include <doctest/doctest.h>
 
 #include <torch/torch.h>
 
 #include <anvil/nn/mlp.hpp>
-#include <anvil/optim/step_context.hpp>
 
 TEST_CASE("StepContext: minimize differentiates only the optimizer's parameters") {
   torch::manual_seed(0);

@@ -1,5 +1,6 @@
 // DDP's collectives on real c10d Gloo: two ranks as two threads of this process, meeting
 // through an in-memory store and talking over loopback TCP.
+#include <anvil/parallel/ddp.hpp>  // first: the header under test compiles on its own here
 #include <doctest/doctest.h>
 
 #include <torch/torch.h>
@@ -19,7 +20,6 @@
 #include <anvil/envs/cart_pole.hpp>
 #include <anvil/envs/pendulum.hpp>
 #include <anvil/parallel/collectives.hpp>
-#include <anvil/parallel/ddp.hpp>
 
 using namespace anvil;
 

@@ -1,10 +1,10 @@
 // Reading the world a launcher describes in the environment (light header: no torch).
+#include <anvil/parallel/world.hpp>  // first: the header under test compiles on its own here
 #include <doctest/doctest.h>
 
 #include <cstdlib>
 #include <string>
 
-#include <anvil/parallel/world.hpp>
 
 using namespace anvil;
 

@@ -1,6 +1,7 @@
 // The dynamic loss scaler inside StepContext: scale, unscale before clipping, skip and
 // back off on inf/nan without touching parameters or optimizer state, grow after a run of
 // finite steps. Runs on the CPU: the scaler's logic does not depend on float16.
+#include <anvil/precision/loss_scaler.hpp>  // first: the header under test compiles on its own here
 #include <doctest/doctest.h>
 
 #include <torch/torch.h>
@@ -11,7 +12,6 @@
 
 #include <anvil/core/binary_io.hpp>
 #include <anvil/core/error.hpp>
-#include <anvil/precision/loss_scaler.hpp>
 #include <anvil/optim/flat_adam.hpp>
 #include <anvil/optim/step_context.hpp>
 

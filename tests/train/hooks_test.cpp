@@ -1,6 +1,7 @@
 // The hooks on their own, without a training run: evaluation (with its per-task breakdown),
 // checkpoints (files, keep_last, resume=auto, refusals), the metrics log (CSV, TensorBoard,
 // training.log, summary.json) and the console; and the clock they fire on.
+#include <anvil/train/hooks/checkpoint.hpp>  // first: the header under test compiles on its own here
 #include <doctest/doctest.h>
 
 #include <torch/torch.h>
@@ -20,7 +21,6 @@
 #include <anvil/envs/pendulum.hpp>
 #include <anvil/envs/vec_env.hpp>
 #include <anvil/train/clock.hpp>
-#include <anvil/train/hooks/checkpoint.hpp>
 #include <anvil/train/hooks/evaluation.hpp>
 #include <anvil/train/hooks/metrics.hpp>
 #include <anvil/train/hooks/progress.hpp>

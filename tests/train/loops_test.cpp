@@ -2,6 +2,7 @@
 // off-policy loop, the offline loop over a dataset on disk, Staged (offline, then online,
 // the stage kept in checkpoints), and the episodic loop with a policy-gradient algorithm
 // written here. Real training runs with fixed seeds on the CPU.
+#include <anvil/train/loops/on_policy.hpp>  // first: the header under test compiles on its own here
 #include <doctest/doctest.h>
 
 #include <torch/torch.h>

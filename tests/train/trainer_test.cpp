@@ -1,4 +1,5 @@
 // The Trainer end to end: real training runs with fixed seeds on the CPU.
+#include <anvil/train/trainer.hpp>  // first: the header under test compiles on its own here
 #include <doctest/doctest.h>
 
 #include <torch/torch.h>
