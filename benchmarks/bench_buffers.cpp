@@ -7,6 +7,7 @@
 // and the process's peak resident memory. Transitions come from chained envs (next_obs is
 // the next step's obs), so the buffers store each observation once, as in training. One
 // JSON line per figure.
+#include <anvil/buffers/detail/replay_core.hpp>  // first: the header compiles on its own here (tests/CMakeLists.txt)
 #include "bench_common.hpp"
 
 #include <sys/resource.h>

@@ -8,12 +8,12 @@
 // - distillation updates of the default collective network at that batch, FP32 and BF16:
 //   samples/s.
 //   build/benchmarks/bench_collective                  (5M rows: a 2.2 GB file in runs/)
+#include <anvil/buffers/collective_dataset.hpp>  // first: the header compiles on its own here (tests/CMakeLists.txt)
 #include "bench_common.hpp"
 
 #include <fstream>
 
 #include <anvil/algorithms/collective_distillation.hpp>
-#include <anvil/buffers/collective_dataset.hpp>
 #include <anvil/data/collective_file.hpp>
 #include <anvil/optim/step_context.hpp>
 #include <anvil/precision/bf16.hpp>

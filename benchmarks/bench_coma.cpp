@@ -13,6 +13,7 @@
 //   their advantages and their critics' error by altitude (see `diagnose`).
 // A mission's figures: its return (the weighted entropy removed, a fraction of the prior's),
 // the weighted and the plain entropy left at its end, and the map's error.
+#include <anvil/buffers/episode_buffer.hpp>  // first: the header compiles on its own here (tests/CMakeLists.txt)
 #include "bench_common.hpp"
 
 #include <algorithm>
@@ -23,7 +24,6 @@
 #include <unistd.h>
 
 #include <anvil/algorithms/coma.hpp>
-#include <anvil/buffers/episode_buffer.hpp>
 #include <anvil/core/config.hpp>
 #include <anvil/envs/multi_agent/registry.hpp>
 #include <anvil/precision/bf16.hpp>

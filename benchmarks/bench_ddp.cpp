@@ -4,6 +4,7 @@
 // launches its ranks like any DDP program; rank 0 prints the JSON lines.
 //   bench_ddp bench.ranks=2            (Gloo on the CPU)
 //   bench_ddp bench.ranks=1 bench.device=cuda   (NCCL on a GPU, one rank)
+#include <anvil/parallel/collectives.hpp>  // first: the header compiles on its own here (tests/CMakeLists.txt)
 #include "bench_common.hpp"
 
 #include <filesystem>

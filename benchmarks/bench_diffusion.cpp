@@ -10,6 +10,7 @@
 // timed too, and FP32 op by op, diffusion.cuda_graph=false, against the update replayed from
 // a CUDA graph as a run has it). One JSON line per figure. scripts/gpu-check.sh builds and runs it against the
 // LibTorch inside a PyTorch installation.
+#include <anvil/nn/unet1d.hpp>  // first: the header compiles on its own here (tests/CMakeLists.txt)
 #include "bench_common.hpp"
 
 #include <anvil/algorithms/diffusion_policy.hpp>

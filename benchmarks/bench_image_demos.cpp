@@ -12,6 +12,7 @@
 //  - image_demos_loader_images_per_s: a DataLoader handing out batches of bench.batch
 //    windows of bench.sequence frames in a shuffled order, read from the file on demand
 //    (DemoReader::read) by 0, 1 or 2 worker threads.
+#include <anvil/data/loader.hpp>  // first: the header compiles on its own here (tests/CMakeLists.txt)
 #include "bench_common.hpp"
 
 #include <filesystem>
@@ -20,7 +21,6 @@
 #include <anvil/core/random.hpp>
 #include <anvil/data/demo_reader.hpp>
 #include <anvil/data/demonstrations.hpp>
-#include <anvil/data/loader.hpp>
 #include <anvil/envs/chipmunk/push_t.hpp>
 #include <anvil/envs/chipmunk/push_t_view.hpp>
 

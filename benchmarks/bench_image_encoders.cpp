@@ -11,6 +11,7 @@
 //    Push-T's at 96x96 (with Chipmunk2D), one core.
 //
 // Runs on `bench.device` (default: CUDA when present). One JSON line per figure.
+#include <anvil/nn/resnet18_gn.hpp>  // first: the header compiles on its own here (tests/CMakeLists.txt)
 #include "bench_common.hpp"
 
 #include <anvil/core/autocast.hpp>
@@ -21,7 +22,6 @@
 #endif
 #include <anvil/nn/image_augment.hpp>
 #include <anvil/nn/image_encoders.hpp>
-#include <anvil/nn/resnet18_gn.hpp>
 
 struct BenchConfig {
   anvil::Param<double, "seconds", "seconds per timed repeat", anvil::positive> seconds{2.0};

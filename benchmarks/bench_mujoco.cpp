@@ -1,6 +1,7 @@
 // The MuJoCo manipulation suite's throughput: env steps per second of each MT10 task alone
 // (1 env) and of the whole suite spread over 16 envs (MT10's setting), stepped in the
 // calling thread and on a pool of threads. Random actions in [-1, 1]; one JSON line per figure.
+#include <anvil/envs/mujoco/sim.hpp>  // first: the header compiles on its own here (tests/CMakeLists.txt)
 #include "bench_common.hpp"
 
 #include <anvil/core/config.hpp>

@@ -18,6 +18,7 @@
 //    timed alone at the same batch.
 //
 // One JSON line per figure (benchmarks/bench_common.hpp).
+#include <anvil/nn/image_augment.hpp>  // first: the header compiles on its own here (tests/CMakeLists.txt)
 #include "bench_common.hpp"
 
 #include <malloc.h>
@@ -26,7 +27,6 @@
 #include <anvil/buffers/uniform_buffer.hpp>
 #include <anvil/envs/env_batch.hpp>
 #include <anvil/envs/render/classic_views.hpp>
-#include <anvil/nn/image_augment.hpp>
 #include <anvil/train/process_settings.hpp>
 
 struct BenchConfig {

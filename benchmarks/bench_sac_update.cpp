@@ -7,6 +7,7 @@
 // Python thread setting does. Each side's best setting is the one with the highest median;
 // the speed-up is the median over rounds of the per-round ratio of those two settings, so
 // both halves of a ratio saw the same machine. One JSON line per figure.
+#include <anvil/algorithms/sac_graph.hpp>  // first: the header compiles on its own here (tests/CMakeLists.txt)
 #include "bench_common.hpp"
 
 #include <filesystem>

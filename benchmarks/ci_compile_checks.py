@@ -14,6 +14,7 @@ Every compile is the build's own command (compile_commands.json) with -fsyntax-o
 compile-fail programs (as their tests run them), `--jobs` at a time.
 
 Usage: python3 benchmarks/ci_compile_checks.py --build build [--jobs 2] [--rounds 2]
+                                              [--only compile_fail|self_sufficiency]
 """
 import argparse
 import glob
@@ -62,12 +63,21 @@ def main():
     ap.add_argument("--build", default="build")
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--only", choices=["compile_fail", "self_sufficiency"])
     a = ap.parse_args()
     build = pathlib.Path(a.build).resolve()
     entries = json.loads((build / "compile_commands.json").read_text())
-    base = dict(machine(), command=f"python3 benchmarks/ci_compile_checks.py --build {a.build} --jobs {a.jobs} --rounds {a.rounds}")
+    only = f" --only {a.only}" if a.only else ""
+    base = dict(machine(), command=f"python3 benchmarks/ci_compile_checks.py --build {a.build} --jobs {a.jobs} "
+                                   f"--rounds {a.rounds}{only}")
+    if a.only != "self_sufficiency":
+        compile_fail(a, build, entries, base)
+    if a.only != "compile_fail":
+        self_sufficiency(a, build, entries, base)
 
-    # 1. compile-fail: alone vs joined.
+
+def compile_fail(a, build, entries, base):
+    """1. compile-fail: alone vs joined."""
     cf = ROOT / "tests" / "compile_fail"
     joined = build / "tests" / "compile_fail" / "all_bad_programs.cpp"
     cmd = command_of(entries, "all_bad_programs.cpp") + f" -I{shlex.quote(str(cf))} -fsyntax-only "
@@ -81,10 +91,13 @@ def main():
                               config={"compiles": len(alone if side == "before" else together), "jobs": a.jobs},
                               order="/".join(order))), flush=True)
 
-    # 2. the self-sufficiency units no longer built.
+
+
+def self_sufficiency(a, build, entries, base):
+    """2. the self-sufficiency units no longer built."""
     heavy = command_of(entries, "anvil_self_sufficient_heavy.dir")
     light = command_of(entries, "anvil_self_sufficient_light.dir")
-    generated = {p.name for p in (build / "tests" / "self_sufficient").glob("*.cpp")}
+    generated = {pathlib.Path(e["file"]).name for e in entries if "anvil_self_sufficient_" in e["command"]}
     with tempfile.TemporaryDirectory() as d:
         commands, n_light = [], 0
         for p in sorted((ROOT / "include").rglob("*.hpp")):

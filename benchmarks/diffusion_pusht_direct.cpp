@@ -4,10 +4,10 @@
 // scored on the test seeds by the published protocol. For machines that have PyTorch with
 // CUDA but not anvil's Debian packages (scripts/gpu-check.sh builds it); the example program
 // examples/diffusion_pusht is the way to train with checkpoints, evaluations and DDP.
+#include <anvil/buffers/demo_dataset.hpp>  // first: the header compiles on its own here (tests/CMakeLists.txt)
 #include "bench_common.hpp"
 
 #include <anvil/algorithms/diffusion_policy.hpp>
-#include <anvil/buffers/demo_dataset.hpp>
 #include <anvil/core/context.hpp>
 #include <anvil/envs/chipmunk/push_t.hpp>
 #include <anvil/envs/chipmunk/push_t_expert.hpp>
