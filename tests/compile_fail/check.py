@@ -12,7 +12,7 @@ program's own file and line. Each case then reads that one compile's diagnostics
       writes the one translation unit (at configure time).
   check.py compile --build-dir B --source S --log LOG (--ninja N --object O | --target T)
       compiles it as the build would (the build's own command, from `ninja -t commands`,
-      with -fsyntax-only; with another generator the target is built) and writes the
+      with -fsyntax-only; with another generator the target is built, --cmake C) and writes the
       compiler's exit status and diagnostics to LOG.
   check.py case --log LOG --source bad_x.cpp
       passes when the compile failed, the first error attributed to bad_x.cpp carries the
@@ -66,7 +66,7 @@ def compile_once(a):
             sys.exit(f"ninja gave no compile command for {a.object} ({r.returncode}): {r.stderr}\n{r.stdout}")
         r = subprocess.run(command + " -fsyntax-only", shell=True, cwd=a.build_dir, capture_output=True, text=True)
     else:  # another generator: build the target (builds in one tree never run at once)
-        r = subprocess.run(["cmake", "--build", a.build_dir, "--target", a.target], capture_output=True, text=True)
+        r = subprocess.run([a.cmake, "--build", a.build_dir, "--target", a.target], capture_output=True, text=True)
     return r.returncode, r.stdout + r.stderr
 
 
@@ -95,6 +95,7 @@ def main():
     p.add_argument("--ninja")
     p.add_argument("--object")
     p.add_argument("--target")
+    p.add_argument("--cmake", default="cmake")  # the CMake that configured the build
     p.add_argument("sources", nargs="*")
     a = p.parse_intermixed_args()
     if a.mode == "generate":
