@@ -2,7 +2,7 @@
 // versions it was measured with, and a median over repeats (these machines are noisy).
 #pragma once
 
-#include <torch/torch.h>
+#include <torch/types.h>
 #include <unistd.h>
 
 #include <algorithm>

@@ -1,6 +1,6 @@
 # How anvil's own tests, examples and benchmarks are built: one shared precompiled header
-# for torch (a translation unit that includes <torch/torch.h> costs ~15 s and 1.3 GB here
-# without it), the same warnings everywhere, and a tuned environment for running them.
+# for torch in examples and tools (a translation unit that includes <torch/torch.h> costs
+# ~15 s and 1.3 GB here without it; tests and benchmarks go without it, see anvil_program), the same warnings everywhere, and a tuned environment for running them.
 
 # GCC 12 reports false positives inside yaml-cpp and libstdc++ headers (dangling-pointer,
 # restrict); they are not ours and not real.
@@ -37,11 +37,18 @@ function(anvil_test_optimize target)
   endif()
 endfunction()
 
-# anvil_program(<name> <sources>... [LIGHT] [TEST]): an executable linked with anvil. LIGHT
-# ones include no torch and skip the precompiled header (it would only slow them down);
-# TEST ones are optimised with ANVIL_TEST_OPTIMIZE.
+# anvil_program(<name> <sources>... [LIGHT] [TEST] [ALONE]): an executable linked with
+# anvil. LIGHT ones include no torch and skip the precompiled header (it would only slow
+# them down). TEST ones are optimised with ANVIL_TEST_OPTIMIZE and, like ALONE ones (the
+# benchmarks), skip it too: each test file includes the header it tests first (some
+# benchmarks a header they use), and that checks the header compiles on its own only
+# without the precompiled header (which puts all of torch and the common standard headers
+# first).
+# Measured on a sample of seven test files: 366 s against 316 s of compile time with it,
+# where checking those headers in units of their own instead would cost ~520 s more
+# (docs/benchmarks/build.md).
 function(anvil_program name)
-  cmake_parse_arguments(ARG "LIGHT;TEST" "" "" ${ARGN})
+  cmake_parse_arguments(ARG "LIGHT;TEST;ALONE" "" "" ${ARGN})
   add_executable(${name} ${ARG_UNPARSED_ARGUMENTS})
   target_link_libraries(${name} PRIVATE anvil::anvil)
   anvil_target_provenance(${name})
@@ -49,7 +56,7 @@ function(anvil_program name)
   if(ARG_TEST)
     anvil_test_optimize(${name})
   endif()
-  if(NOT ARG_LIGHT)
+  if(NOT ARG_LIGHT AND NOT ARG_TEST AND NOT ARG_ALONE)
     target_precompile_headers(${name} REUSE_FROM anvil_pch)
   endif()
 endfunction()

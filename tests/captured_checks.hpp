@@ -4,7 +4,7 @@
 
 #include <doctest/doctest.h>
 
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include <cstdint>
 #include <vector>

@@ -8616,6 +8616,10 @@ decltype(auto) with_env(const VecEnvConfig& cfg, F&& f) {
 #include <string_view>
 
 #include <ATen/core/Tensor.h>
+#include <ATen/ops/elu.h>
+#include <ATen/ops/gelu.h>
+#include <ATen/ops/leaky_relu.h>
+#include <ATen/ops/silu.h>
 
 // ---- begin <anvil/nn/network_config.hpp> ----
 /// @file
@@ -10867,6 +10871,7 @@ struct MicroBatch {
 #include <ATen/Parallel.h>
 #include <dlfcn.h>
 #include <torch/autograd.h>
+#include <torch/types.h>  // before clip_grad.h, which names torch's `Tensor` without including it
 #include <torch/nn/utils/clip_grad.h>
 #include <torch/optim/optimizer.h>
 

@@ -7,7 +7,7 @@
 #include <anvil/algorithms/coma.hpp>  // first: the header under test compiles on its own here
 #include <doctest/doctest.h>
 
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include <array>
 #include <cmath>

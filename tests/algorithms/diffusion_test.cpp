@@ -6,7 +6,7 @@
 #include <anvil/algorithms/diffusion_policy.hpp>  // first: the header under test compiles on its own here
 #include <doctest/doctest.h>
 
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include <cmath>
 #include <filesystem>

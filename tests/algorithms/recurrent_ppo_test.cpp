@@ -4,7 +4,7 @@
 #include <anvil/algorithms/recurrent_ppo.hpp>  // first: the header under test compiles on its own here
 #include <doctest/doctest.h>
 
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include <filesystem>
 #include <set>

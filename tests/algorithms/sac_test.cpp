@@ -3,7 +3,7 @@
 #include <anvil/algorithms/sac.hpp>  // first: the header under test compiles on its own here
 #include <doctest/doctest.h>
 
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include <cmath>
 #include <filesystem>

@@ -5,7 +5,7 @@
 
 #include <anvil/buffers/detail/transition_store.hpp>  // first: the header under test compiles on its own here
 #include <doctest/doctest.h>
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include <anvil/buffers/uniform_buffer.hpp>
 #include <anvil/envs/pendulum.hpp>

@@ -1,7 +1,7 @@
 // Test helper shared by the replay buffer tests.
 #pragma once
 
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include <anvil/core/batch.hpp>
 #include <anvil/envs/pendulum.hpp>

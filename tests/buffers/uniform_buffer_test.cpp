@@ -2,7 +2,7 @@
 #include <anvil/buffers/uniform_buffer.hpp>  // first: the header under test compiles on its own here
 #include <doctest/doctest.h>
 
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include <anvil/envs/pendulum.hpp>
 

@@ -2,7 +2,7 @@
 #include <anvil/core/context.hpp>  // first: the header under test compiles on its own here
 #include <doctest/doctest.h>
 
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include <sched.h>
 #include <sys/wait.h>

@@ -2,9 +2,8 @@
 // episodes succeed, checkpoints hold the simulations' state, evaluations report each task,
 // and SAC learns reach.
 #include <anvil/envs/mujoco/manipulation_tasks.hpp>  // first: the header under test compiles on its own here
+#include <torch/types.h>  // before doctest: c10's glog logging defines a CHECK of its own
 #include <doctest/doctest.h>
-
-#include <torch/torch.h>
 
 #include <filesystem>
 #include <fstream>

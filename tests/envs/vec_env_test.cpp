@@ -2,7 +2,7 @@
 #include <anvil/envs/vec_env.hpp>  // first: the header under test compiles on its own here
 #include <doctest/doctest.h>
 
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include <array>
 #include <cmath>

@@ -6,7 +6,8 @@
 #include <anvil/nn/image_encoders.hpp>  // first: the header under test compiles on its own here
 #include <doctest/doctest.h>
 
-#include <torch/torch.h>
+#include <torch/nn/modules/batchnorm.h>
+#include <torch/types.h>
 
 #include <cmath>
 #include <cstdint>

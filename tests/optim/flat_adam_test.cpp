@@ -5,7 +5,8 @@
 #include <anvil/optim/flat_adam.hpp>  // first: the header under test compiles on its own here
 #include <doctest/doctest.h>
 
-#include <torch/torch.h>
+#include <torch/optim/adam.h>
+#include <torch/types.h>
 
 #include <array>
 #include <cmath>

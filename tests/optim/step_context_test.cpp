@@ -2,7 +2,9 @@
 #include <anvil/optim/step_context.hpp>  // first: the header under test compiles on its own here
 #include <doctest/doctest.h>
 
-#include <torch/torch.h>
+#include <torch/optim/adam.h>
+#include <torch/optim/sgd.h>
+#include <torch/types.h>
 
 #include <anvil/nn/mlp.hpp>
 

@@ -4,7 +4,9 @@
 #include <anvil/precision/loss_scaler.hpp>  // first: the header under test compiles on its own here
 #include <doctest/doctest.h>
 
-#include <torch/torch.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/optim/adam.h>
+#include <torch/types.h>
 
 #include <cstdint>
 #include <limits>

@@ -2,9 +2,8 @@
 // checkpoints (files, keep_last, resume=auto, refusals), the metrics log (CSV, TensorBoard,
 // training.log, summary.json) and the console; and the clock they fire on.
 #include <anvil/train/hooks/checkpoint.hpp>  // first: the header under test compiles on its own here
+#include <torch/types.h>  // before doctest: c10's glog logging defines a CHECK of its own
 #include <doctest/doctest.h>
-
-#include <torch/torch.h>
 
 #include <unistd.h>
 

@@ -5,7 +5,7 @@
 #include <anvil/train/loops/on_policy.hpp>  // first: the header under test compiles on its own here
 #include <doctest/doctest.h>
 
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include <algorithm>
 #include <filesystem>

@@ -6,6 +6,10 @@
 #include <string_view>
 
 #include <ATen/core/Tensor.h>
+#include <ATen/ops/elu.h>
+#include <ATen/ops/gelu.h>
+#include <ATen/ops/leaky_relu.h>
+#include <ATen/ops/silu.h>
 
 #include <anvil/nn/network_config.hpp>
 

@@ -9,6 +9,7 @@
 #include <ATen/Parallel.h>
 #include <dlfcn.h>
 #include <torch/autograd.h>
+#include <torch/types.h>  // before clip_grad.h, which names torch's `Tensor` without including it
 #include <torch/nn/utils/clip_grad.h>
 #include <torch/optim/optimizer.h>
 
