@@ -16,14 +16,15 @@
    interleaved with/alone/alone/with. Without it a unit parses only the torch headers it
    includes; with it, it pays the precompiled header's deferred template instantiation
    (~8 s). The test programs also without it but with <torch/torch.h> (`-include`), as they
-   included it until then instead of the torch headers they use.
+   included it until then instead of the torch headers they use. The examples that use
+   the precompiled header, with it and without it (`--group examples`).
 
 Every compile is the build's own command (compile_commands.json) with -fsyntax-only for the
 compile-fail programs (as their tests run them), `--jobs` at a time.
 
 Usage: python3 benchmarks/ci_compile_checks.py --build build [--jobs 2] [--rounds 2]
                                               [--only compile_fail|self_sufficiency|alone]
-                                              [--sample 4] [--group heavy_header_units|test_programs]
+                                              [--sample 4] [--group heavy_header_units|test_programs|examples]
 """
 import argparse
 import glob
@@ -76,7 +77,8 @@ def main():
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--only", choices=["compile_fail", "self_sufficiency", "alone"])
     ap.add_argument("--sample", type=int, default=4, help="alone: every n-th heavy header and test program")
-    ap.add_argument("--group", choices=["heavy_header_units", "test_programs"], help="alone: only this group")
+    ap.add_argument("--group", choices=["heavy_header_units", "test_programs", "examples"],
+                    help="alone: only this group")
     a = ap.parse_args()
     build = pathlib.Path(a.build).resolve()
     entries = json.loads((build / "compile_commands.json").read_text())
@@ -151,7 +153,11 @@ def alone(a, build, entries, base):
         if not (build / "CMakeFiles" / "anvil_pch.dir" / "cmake_pch.hxx.gch").exists():
             raise SystemExit(f"{pch}.gch is not built: build the examples first")
         flags = {"with_pch": f" -Winvalid-pch -include {pch}", "alone_torch_h": " -include torch/torch.h", "alone": ""}
+        examples = sorted((e for e in entries if PCH.search(e["command"]) and "/examples/" in e["file"]),
+                          key=lambda e: e["file"])[:: a.sample]
+        shown = [PCH.sub("", e["command"].split(" -o ")[0]) + f" -o {out}.e{i} -c {e['file']}" for i, e in enumerate(examples)]
         groups = {"heavy_header_units": (units, ["with_pch", "alone", "alone", "with_pch"]),
+                  "examples": (shown, ["with_pch", "alone", "alone", "with_pch"]),
                   "test_programs": (programs, ["with_pch", "alone_torch_h", "alone", "alone", "alone_torch_h", "with_pch"])}
         for group, (commands, sides) in groups.items():
             if a.group and group != a.group:
