@@ -76,7 +76,7 @@ def main():
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--only", choices=["compile_fail", "self_sufficiency", "alone"])
-    ap.add_argument("--sample", type=int, default=4, help="alone: every n-th heavy header and test program")
+    ap.add_argument("--sample", type=int, default=4, help="alone: every n-th heavy header, test program and example")
     ap.add_argument("--group", choices=["heavy_header_units", "test_programs", "examples"],
                     help="alone: only this group")
     a = ap.parse_args()
@@ -155,9 +155,9 @@ def alone(a, build, entries, base):
         flags = {"with_pch": f" -Winvalid-pch -include {pch}", "alone_torch_h": " -include torch/torch.h", "alone": ""}
         examples = sorted((e for e in entries if PCH.search(e["command"]) and "/examples/" in e["file"]),
                           key=lambda e: e["file"])[:: a.sample]
-        shown = [PCH.sub("", e["command"].split(" -o ")[0]) + f" -o {out}.e{i} -c {e['file']}" for i, e in enumerate(examples)]
+        example_commands = [PCH.sub("", e["command"].split(" -o ")[0]) + f" -o {out}.e{i} -c {e['file']}" for i, e in enumerate(examples)]
         groups = {"heavy_header_units": (units, ["with_pch", "alone", "alone", "with_pch"]),
-                  "examples": (shown, ["with_pch", "alone", "alone", "with_pch"]),
+                  "examples": (example_commands, ["with_pch", "alone", "alone", "with_pch"]),
                   "test_programs": (programs, ["with_pch", "alone_torch_h", "alone", "alone", "alone_torch_h", "with_pch"])}
         for group, (commands, sides) in groups.items():
             if a.group and group != a.group:

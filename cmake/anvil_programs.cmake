@@ -1,6 +1,6 @@
-# How anvil's own tests, examples and benchmarks are built: one shared precompiled header
-# for torch in examples and tools (a translation unit that includes <torch/torch.h> costs
-# ~15 s and 1.3 GB here without it; tests and benchmarks go without it, see anvil_program), the same warnings everywhere, and a tuned environment for running them.
+# How anvil's own tests, examples and benchmarks are built: a shared precompiled header for
+# torch that examples and tools opt into (see anvil_program), the same warnings everywhere,
+# and a tuned environment for running them.
 
 # GCC 12 reports false positives inside yaml-cpp and libstdc++ headers (dangling-pointer,
 # restrict); they are not ours and not real.
@@ -37,18 +37,19 @@ function(anvil_test_optimize target)
   endif()
 endfunction()
 
-# anvil_program(<name> <sources>... [LIGHT] [TEST] [ALONE]): an executable linked with
-# anvil. LIGHT ones include no torch and skip the precompiled header (it would only slow
-# them down). TEST ones are optimised with ANVIL_TEST_OPTIMIZE and, like ALONE ones (the
-# benchmarks), skip it too: each test file includes the header it tests first (some
-# benchmarks a header they use), and that checks the header compiles on its own only
-# without the precompiled header (which puts all of torch and the common standard headers
-# first).
-# Measured on a sample of seven test files: 366 s against 316 s of compile time with it,
-# where checking those headers in units of their own instead would cost ~520 s more
-# (docs/benchmarks/build.md).
+# anvil_program(<name> <sources>... [LIGHT] [TEST] [PCH]): an executable linked with anvil.
+# LIGHT ones include no torch. TEST ones are optimised with ANVIL_TEST_OPTIMIZE. PCH ones
+# (the examples and tools) reuse the torch precompiled header. The others go without it, so
+# that the header a test file includes first (the one it tests; some benchmarks include
+# first a header they use) is checked there for compiling on its own, as a user's program
+# includes it: the precompiled header would put all of torch and the common standard
+# headers before it (tests/CMakeLists.txt). Test files that include the torch headers they
+# use compile faster without it than they did with it (docs/benchmarks/build.md).
 function(anvil_program name)
-  cmake_parse_arguments(ARG "LIGHT;TEST;ALONE" "" "" ${ARGN})
+  cmake_parse_arguments(ARG "LIGHT;TEST;PCH" "" "" ${ARGN})
+  if(ARG_LIGHT AND ARG_PCH)
+    message(FATAL_ERROR "anvil_program(${name}): LIGHT includes no torch, so it takes no torch precompiled header (PCH)")
+  endif()
   add_executable(${name} ${ARG_UNPARSED_ARGUMENTS})
   target_link_libraries(${name} PRIVATE anvil::anvil)
   anvil_target_provenance(${name})
@@ -56,7 +57,7 @@ function(anvil_program name)
   if(ARG_TEST)
     anvil_test_optimize(${name})
   endif()
-  if(NOT ARG_LIGHT AND NOT ARG_TEST AND NOT ARG_ALONE)
+  if(ARG_PCH)
     target_precompile_headers(${name} REUSE_FROM anvil_pch)
   endif()
 endfunction()
