@@ -242,6 +242,7 @@ int main(int argc, char** argv) {
     if (*e.mode == "train_student") return train_student(args);
     if (*e.mode == "staged") return staged(args, e);
     if (*e.mode == "merge") {  // workers that ran at once, each into its own file
+      anvil::exit_if_print_config(args, own);  // no Trainer: --print-config prints the experiment section
       for (const auto& f : *e.merge) anvil::merge_collective(*e.dataset, f);
       std::printf("collective: %lld rows of %zu tasks in %s\n", static_cast<long long>(anvil::CollectiveFile(*e.dataset).rows()),
                   anvil::CollectiveFile(*e.dataset).tasks().size(), e.dataset->c_str());

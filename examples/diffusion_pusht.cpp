@@ -232,6 +232,7 @@ int evaluate_run(const Experiment& e, const anvil::Args& args) {
   t.run->run_dir = (std::filesystem::temp_directory_path() / ("anvil_diffusion_eval_" + std::to_string(::getpid()))).string();
   t.run->progress = anvil::ProgressMode::off;
   t.run->tensorboard = false;
+  anvil::exit_if_print_config(args, t);  // --print-config: the config the evaluation runs with
   return with_pusht_env(*t.algorithm, *t.env, [&](const auto& env) {
     Trainer trainer(env, t, "diffusion_pusht");
     trainer.begin();
@@ -306,8 +307,11 @@ int main(int argc, char** argv) {
   const auto [args, own] = anvil::start_with_section<ExperimentConfig>(argc, argv, "experiment");
   const Experiment& e = *own.experiment;
   try {
-    if (*e.mode == "record") return record(e, env_section(args));
-    if (*e.mode == "expert") return expert_score(e);
+    if (*e.mode == "record" || *e.mode == "expert") {  // no Trainer: --print-config prints the experiment section
+      const auto env = env_section(args);
+      anvil::exit_if_print_config(args, own);
+      return *e.mode == "record" ? record(e, env) : expert_score(e);
+    }
     if (*e.mode == "eval") {
       if (e.run->empty()) throw anvil::ConfigError("experiment.run: name the training run's directory to evaluate (experiment.mode=eval)");
       const auto precision = precision_for(e, *e.run);

@@ -2,7 +2,8 @@
 """Checks the shell commands in anvil's docs (README.md and docs/*.md, ```sh and ```bash
 blocks) against the build: every anvil program a command runs exists in the build, and its
 command line is valid: the program parses it with `--print-config` appended (every key
-known, every value in range, every --config file readable), which runs nothing. A sweep
+known, every value in range, every --config file readable), which runs nothing (a file or
+run directory the command names that appears is a fault: the program ran it). A sweep
 (`--multirun k=a,b ...`) is checked run by run. Scripts a command runs must exist and be
 executable. A YAML config in the docs (```yaml) is given to a main as `--config FILE`
 with `--print-config` (train_sac_pendulum, or the main YAML_PROGRAMS names), and a CMake
@@ -153,6 +154,9 @@ def check(root, build):
                 made.update(outputs)
                 continue
             made.update(outputs)
+            # --print-config runs nothing: a file or run directory the command names, absent
+            # before, that is there after, was written by a run it should not have started.
+            absent = [o for o in outputs if not (root / o).exists()]
             for run in sweep_runs(words[1:]):
                 r = subprocess.run([str(exe), *run, "--print-config"], cwd=root, env=env, capture_output=True,
                                    text=True, timeout=120)
@@ -160,6 +164,9 @@ def check(root, build):
                 if r.returncode != 0:
                     err = (r.stderr.strip() or r.stdout.strip()).splitlines()
                     faults.append(f"{rel}:{n}: {cmd}: exit {r.returncode}: {err[-1] if err else ''}")
+            for o in absent:
+                if (root / o).exists():
+                    faults.append(f"{rel}:{n}: {cmd}: with --print-config it ran: it wrote {o}")
     return faults, notes, checked
 
 

@@ -8,6 +8,7 @@ looked up at start, by the program or any library, must be found in the same obj
 linked in the order: its direct dependencies (DT_NEEDED) are ORDERED's, in the same order.
 Exits 1 naming the first differences; 0 saying how many bindings were compared.
 """
+import functools
 import os
 import re
 import subprocess
@@ -23,7 +24,10 @@ def bindings(program):
     except RuntimeError as e:
         sys.exit(str(e))
     exe = os.path.realpath(program)
-    name = lambda f: "<program>" if os.path.realpath(f) == exe else os.path.realpath(f)
+
+    @functools.lru_cache(maxsize=None)  # ~140,000 bindings name a few hundred files
+    def name(f):
+        return "<program>" if os.path.realpath(f) == exe else os.path.realpath(f)
     found = {}
     for line in lines:
         m = BINDING.search(line)

@@ -5,7 +5,7 @@
 /// epsilon of a uniform choice among the available actions, and a sample from each row's
 /// distribution. Used by COMA's actor (algorithms/coma.hpp).
 
-#include <torch/torch.h>
+#include <ATen/ATen.h>
 
 #include <cstdint>
 

@@ -67,6 +67,16 @@ inline Args start(int argc, char** argv) {
   }
 }
 
+namespace detail {
+/// `--print-config`'s answer: the resolved config as YAML (with its hash), then exit 0.
+template <class Config>
+[[noreturn]] void print_config_and_exit(const Args& args, const Config& cfg) {
+  std::printf("# %s config, hash %s\n%s", args.program.c_str(), config_hash_hex(cfg).c_str(), to_yaml(cfg).c_str());
+  std::fflush(stdout);
+  std::exit(0);
+}
+}  // namespace detail
+
 /// A config of type `Config` from `args` over `defaults`: answers `--help` and
 /// `--print-config` (exit 0) and reports bad input (exit 2). For programs whose config is
 /// not a Trainer's (benchmarks, tools); a Trainer's main calls `start<Trainer>`.
@@ -83,11 +93,7 @@ Config start_config(const Args& args, Config defaults = {}) {
   } catch (const ConfigError& e) {
     detail::exit_with(e);
   }
-  if (args.print_config) {
-    std::printf("# %s config, hash %s\n%s", args.program.c_str(), config_hash_hex(cfg).c_str(), to_yaml(cfg).c_str());
-    std::fflush(stdout);
-    std::exit(0);
-  }
+  if (args.print_config) detail::print_config_and_exit(args, cfg);
   return cfg;
 }
 
@@ -115,6 +121,15 @@ std::pair<Args, Own> start_with_section(int argc, char** argv, std::string_view 
   Own own{};
   if (!args.help) own = start_config<Own>(static_cast<int>(mine.size()), mine.data());
   return {std::move(args), std::move(own)};
+}
+
+/// For a mode of such a program that starts no Trainer (a recording, a merge of files): under
+/// `--print-config`, prints the program's own section, the config the mode runs on, and exits
+/// 0, so that the mode runs nothing, as `--print-config` promises; otherwise returns. (A mode
+/// that starts a Trainer needs no call: `start<Trainer>` prints the Trainer's config.)
+template <class Own>
+void exit_if_print_config(const Args& args, const Own& own) {
+  if (args.print_config) detail::print_config_and_exit(args, own);
 }
 
 namespace detail {
