@@ -123,13 +123,14 @@ std::pair<Args, Own> start_with_section(int argc, char** argv, std::string_view 
   return {std::move(args), std::move(own)};
 }
 
-/// For a mode of such a program that starts no Trainer (a recording, a merge of files): under
-/// `--print-config`, prints the program's own section, the config the mode runs on, and exits
-/// 0, so that the mode runs nothing, as `--print-config` promises; otherwise returns. (A mode
-/// that starts a Trainer needs no call: `start<Trainer>` prints the Trainer's config.)
-template <class Own>
-void exit_if_print_config(const Args& args, const Own& own) {
-  if (args.print_config) detail::print_config_and_exit(args, own);
+/// For a mode of such a program that does not go through `start<Trainer>` (a recording or a
+/// merge of files, which start no Trainer; an evaluation that builds its Trainer's config
+/// itself): under `--print-config`, prints `cfg`, the config the mode runs on (the program's
+/// own section, or the config it built), and exits 0, so that the mode runs nothing, as
+/// `--print-config` promises; otherwise returns. (`start<Trainer>` prints on its own.)
+template <class Config>
+void exit_if_print_config(const Args& args, const Config& cfg) {
+  if (args.print_config) detail::print_config_and_exit(args, cfg);
 }
 
 namespace detail {
