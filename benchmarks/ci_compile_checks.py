@@ -31,13 +31,16 @@ import glob
 import json
 import os
 import pathlib
-import platform
 import re
 import shlex
 import subprocess
+import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from machine import cpu_model, utc_now  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
@@ -64,10 +67,8 @@ def timed(build, jobs, commands, must_compile=False):
 
 
 def machine():
-    cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), platform.processor())
     cxx = subprocess.run(["c++", "--version"], capture_output=True, text=True).stdout.split("\n")[0]
-    return {"host": "vm", "cpu": cpu, "cores": os.cpu_count(), "compiler": cxx, "device": "cpu",
-            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    return {"host": "vm", "cpu": cpu_model(), "cores": os.cpu_count(), "compiler": cxx, "device": "cpu", "date": utc_now()}
 
 
 def main():

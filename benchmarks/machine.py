@@ -5,6 +5,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 
 def cpu_model():
@@ -27,6 +28,11 @@ def blas_kernel():
     except (OSError, subprocess.SubprocessError):
         return "unknown"
     return "OpenBLAS " + out.stdout.strip() if out.returncode == 0 else "unknown"
+
+
+def utc_now():
+    """The time of a run as the JSON lines give it: 2026-12-06T13:58:00Z."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
 def append_jsonl(path, rows):
