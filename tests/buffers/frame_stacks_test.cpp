@@ -111,7 +111,7 @@ std::vector<std::uint8_t> bytes_of(const at::Tensor& r) {
 
 // Every stored transition of `store`, gathered on the host and by tensor indexing (a GPU's
 // way), which must agree.
-ReplayBatch gather_all(const anvil::detail::TransitionStore& store) {
+ReplayBatch gather_all(anvil::detail::TransitionStore& store) {
   std::vector<std::int64_t> slots;
   for (std::int64_t k = 0; k < store.stored(); ++k)
     if (store.valid(k)) slots.push_back(k);
@@ -125,7 +125,7 @@ ReplayBatch gather_all(const anvil::detail::TransitionStore& store) {
 }
 
 // Every stored transition of `store` is what `s` put in.
-void check_all(const anvil::detail::TransitionStore& store, const Stacker& s) {
+void check_all(anvil::detail::TransitionStore& store, const Stacker& s) {
   const auto a = gather_all(store);
   for (std::int64_t i = 0; i < a.obs.size(0); ++i) {
     const auto& want = s.put.at(a.action[i][0].item<float>());

@@ -142,8 +142,13 @@ TEST_CASE("PrioritizedBuffer: bad priorities, ids and batch sizes are clear erro
                        "PrioritizedBuffer: sample(5) from a buffer holding 4 transitions; the batch "
                        "size must be between 1 and the size",
                        anvil::Error);
-  // Nothing changed: the refused calls set no priority.
+  // Nothing changed: the refused calls set no priority, counted nothing stale, and left the
+  // largest priority (where new transitions enter) as it was, though the first call's entry
+  // 0 was a good one.
   CHECK(b.total_priority() == 4.0);
+  CHECK(b.stale_updates() == 0);
+  b.add(step_of(1, 4));
+  CHECK(b.priority(4) == 1.0);
 }
 
 TEST_CASE("PrioritizedBuffer: n-step transitions enter at the largest priority when their window completes") {
@@ -301,4 +306,52 @@ TEST_CASE("PrioritizedBuffer: with tasks, each task's share of a batch is drawn 
   CHECK(torch::equal(x.index, y.index));
   CHECK(torch::equal(x.weight, y.weight));
   CHECK(back.total_priority() == doctest::Approx(b.total_priority()));
+}
+
+TEST_CASE("Replay buffers: a batch still held is never written again, and a dropped batch's tensors are reused") {
+  // Drawing a batch on the host allocates nothing once the caller has let go of the last
+  // one (detail::ReusedTensor): the same tensors are written again. A batch the caller
+  // still holds, or a view of it, must keep its values.
+  auto check = [](auto& buffer) {
+    buffer.add(step_of(64, 0));
+    auto first = buffer.sample(16);
+    const auto obs = first.obs.clone(), reward = first.reward.clone(), index = first.index.clone();
+    const bool weighted = first.weight.defined();  // (prioritized only)
+    const auto weight = weighted ? first.weight.clone() : torch::Tensor();
+    auto second = buffer.sample(16);  // `first` held: new tensors
+    CHECK(second.obs.data_ptr() != first.obs.data_ptr());
+    CHECK(second.index.data_ptr() != first.index.data_ptr());
+    if (weighted) CHECK(second.weight.data_ptr() != first.weight.data_ptr());
+    CHECK(torch::equal(first.obs, obs));
+    CHECK(torch::equal(first.reward, reward));
+    CHECK(torch::equal(first.index, index));
+    if (weighted) CHECK(torch::equal(first.weight, weight));
+    const void* reused = second.obs.data_ptr();
+    const void* reused_index = second.index.data_ptr();
+    second = {};
+    auto third = buffer.sample(16);  // `second` dropped: its tensors again, every value rewritten
+    CHECK(third.obs.data_ptr() == reused);
+    CHECK(third.index.data_ptr() == reused_index);
+    for (int k = 0; k < 16; ++k) {
+      const auto id = third.index[k].template item<std::int64_t>();
+      CHECK(third.reward[k].template item<float>() == static_cast<float>(id));
+      CHECK(third.obs[k][0].template item<float>() == static_cast<float>(id));
+      CHECK(third.next_obs[k][0].template item<float>() == static_cast<float>(id) + 0.5f);
+    }
+    const auto view = third.obs.narrow(0, 0, 4);  // a view keeps the storage held
+    const auto seen = view.clone();
+    third = {};
+    auto fourth = buffer.sample(16);
+    CHECK(fourth.obs.data_ptr() != view.data_ptr());
+    CHECK(torch::equal(view, seen));
+    auto fifth = buffer.sample(8);  // another batch size: tensors of its own shape
+    CHECK(fifth.obs.size(0) == 8);
+    CHECK(fifth.index.size(0) == 8);
+  };
+  auto prioritized = make(128);
+  check(prioritized);
+  UniformBuffer::Config c;
+  c.capacity = 128;
+  UniformBuffer uniform(envs::spec_of(envs::Pendulum{}), c, RunContext{.seed = 5});
+  check(uniform);
 }

@@ -104,7 +104,8 @@ class PrioritizedBuffer : public detail::ReplayBase<PrioritizedBuffer, Prioritiz
         begin += quota[k];
       }
     }
-    auto w = at::empty({n}, at::TensorOptions().dtype(at::kFloat));
+    // (on the host, the last batch's weights again once let go of: detail::ReusedTensor)
+    auto w = store_.device().is_cpu() ? weight_.take({n}, at::kFloat) : at::empty({n}, at::TensorOptions().dtype(at::kFloat));
     const double b = beta();
     for (std::int64_t k = 0; k < n; ++k)
       log_p_[static_cast<std::size_t>(k)] = -b * (log_p_[static_cast<std::size_t>(k)] - log_p_min);
@@ -266,15 +267,16 @@ class PrioritizedBuffer : public detail::ReplayBase<PrioritizedBuffer, Prioritiz
 
   // Checks ids and values, maps the values to priorities all at once with `to_priorities`
   // (given values, priorities out, count: one vectorised pass; a non-finite value's result
-  // is ignored and the value itself reported), and sets the live ones.
+  // is ignored and the value itself reported), and sets the live ones. Bad input changes
+  // nothing.
   template <class F>
   void assign(const char* fn, const char* what, const at::Tensor& index, const at::Tensor& values,
               F to_priorities) {
-    const std::string who = std::string("PrioritizedBuffer::") + fn + ": ";
+    const auto who = [fn] { return std::string("PrioritizedBuffer::") + fn + ": "; };
     const auto idx = detail::host_as(index, at::kLong);
     const auto val = detail::host_as(values, values.scalar_type() == at::kFloat ? at::kFloat : at::kDouble);
     if (idx.numel() != val.numel())
-      throw Error(who + std::to_string(idx.numel()) + " ids but " + std::to_string(val.numel()) + " " +
+      throw Error(who() + std::to_string(idx.numel()) + " ids but " + std::to_string(val.numel()) + " " +
                   what + " values");
     const std::int64_t n = val.numel();
     given_.resize(static_cast<std::size_t>(n));
@@ -285,26 +287,33 @@ class PrioritizedBuffer : public detail::ReplayBase<PrioritizedBuffer, Prioritiz
     priority_.resize(static_cast<std::size_t>(n));
     to_priorities(given_.data(), priority_.data(), n);  // all at once (vectorised); checked below
     const auto* ip = idx.data_ptr<std::int64_t>();
-    slots_.clear();
-    values_.clear();
+    slots_.resize(static_cast<std::size_t>(n));
+    values_.resize(static_cast<std::size_t>(n));
+    const auto lap = store_.lap();  // ids to rows without a division each
+    const std::int64_t added = store_.added();
+    std::size_t live = 0;
+    double top = max_priority_;
     for (std::int64_t k = 0; k < n; ++k) {
       const double v = given_[static_cast<std::size_t>(k)];
       const double p = std::isfinite(v) ? priority_[static_cast<std::size_t>(k)] : v;
       if (!std::isfinite(p) || p < 0)
-        throw Error(who + what + " " + std::to_string(k) + " (id " + std::to_string(ip[k]) + ") is " +
+        throw Error(who() + what + " " + std::to_string(k) + " (id " + std::to_string(ip[k]) + ") is " +
                     std::to_string(v) + "; priorities must be finite and >= 0 (a NaN TD error "
                     "usually means the losses diverged)");
-      if (ip[k] < 0 || ip[k] >= store_.added())
-        throw Error(who + "id " + std::to_string(ip[k]) + " (entry " + std::to_string(k) +
-                    ") is out of range: " + std::to_string(store_.added()) + " transitions were added");
-      if (!store_.live(ip[k])) {  // overwritten since it was sampled
-        ++stale_;
-        continue;
-      }
-      slots_.push_back(store_.slot_of(ip[k]));
-      values_.push_back(p);
-      max_priority_ = std::max(max_priority_, p);
+      if (ip[k] < 0 || ip[k] >= added)
+        throw Error(who() + "id " + std::to_string(ip[k]) + " (entry " + std::to_string(k) +
+                    ") is out of range: " + std::to_string(added) + " transitions were added");
+      const std::int64_t slot = lap.slot(ip[k]);
+      if (!lap.recent(ip[k]) || !store_.valid(slot)) continue;  // overwritten since it was sampled
+      slots_[live] = slot;
+      values_[live] = p;
+      ++live;
+      top = std::max(top, p);
     }
+    stale_ += n - static_cast<std::int64_t>(live);
+    max_priority_ = top;
+    slots_.resize(live);
+    values_.resize(live);
     if (!balance_) {
       trees_[0].set(slots_, values_);
       return;
@@ -322,6 +331,7 @@ class PrioritizedBuffer : public detail::ReplayBase<PrioritizedBuffer, Prioritiz
   std::vector<std::int64_t> slots_, sampled_;
   std::vector<double> values_, mass_;
   std::vector<double> priority_, log_p_, given_;  // scratch of sample and assign
+  detail::ReusedTensor weight_;                   // sample's importance weights
 };
 
 static_assert(PrioritizedReplay<PrioritizedBuffer>);

@@ -198,24 +198,25 @@ class TransitionStore {
   }
 
   /// The transitions in rows `slots` (each must be `valid`) as a batch of contiguous
-  /// tensors on the storage device, with their ids in `index`.
-  ReplayBatch gather(std::span<const std::int64_t> slots) const {
+  /// tensors on the storage device, with their ids in `index`. On the host, the tensors of
+  /// the previous batch are written again once the caller has let go of them (`ReusedTensor`).
+  ReplayBatch gather(std::span<const std::int64_t> slots) {
     const auto n = static_cast<std::int64_t>(slots.size());
     ReplayBatch b;
     if (device_.is_cpu()) {
-      const auto f = data_.options();
-      b.obs = at::empty({n, od_}, f.dtype(bytes_ ? at::kByte : at::kFloat));
-      b.next_obs = at::empty({n, od_}, b.obs.options());
-      at::Tensor action = at::empty({n, ad_}, f);
-      b.reward = at::empty({n}, f);
-      b.terminated = at::empty({n}, f);
-      if (with_discount_) b.discount = at::empty({n}, f);
+      auto& c = batch_cache_;
+      b.obs = c.obs.take({n, od_}, bytes_ ? at::kByte : at::kFloat);
+      b.next_obs = c.next_obs.take({n, od_}, b.obs.scalar_type());
+      at::Tensor action = c.action.take({n, ad_}, at::kFloat);
+      b.reward = c.reward.take({n}, at::kFloat);
+      b.terminated = c.terminated.take({n}, at::kFloat);
+      if (with_discount_) b.discount = c.discount.take({n}, at::kFloat);
       float* a = action.data_ptr<float>();
       float *r = b.reward.data_ptr<float>(), *t = b.terminated.data_ptr<float>();
       float* d = with_discount_ ? b.discount.data_ptr<float>() : nullptr;
       std::int64_t* tk = nullptr;
       if (tasks_ > 0) {
-        b.task = at::empty({n}, at::TensorOptions().dtype(at::kLong));
+        b.task = c.task.take({n}, at::kLong);
         tk = b.task.data_ptr<std::int64_t>();
       }
       const HostGather g{data_.data_ptr<float>(), width_, link_.data(), ad_, tasks_ > 0 ? ad_ + 2 + (with_discount_ ? 1 : 0) : -1,
@@ -234,7 +235,8 @@ class TransitionStore {
     } else {
       return gather_indexed(slots);
     }
-    b.index = ids(slots);
+    b.index = batch_cache_.index.take({n}, at::kLong);
+    write_ids(slots, b.index);
     return b;
   }
 
@@ -396,6 +398,25 @@ class TransitionStore {
   [[nodiscard]] bool live(std::int64_t id) const noexcept {
     return id >= 0 && id < added_ && id + capacity_ >= added_ && valid(slot_of(id));
   }
+  /// Where the ring is: the newest row, and the id stored in row 0 of this lap. `id` maps a
+  /// row to the id of the transition in it; `recent` and `slot` map an id back without the
+  /// division per id that `live` and `slot_of` take.
+  struct Lap {
+    std::int64_t newest_slot, base, capacity;
+    [[nodiscard]] std::int64_t id(std::int64_t slot) const noexcept {
+      return slot <= newest_slot ? base + slot : base - capacity + slot;
+    }
+    /// Whether id `id` (>= 0) is among the last `capacity` added; then `slot` gives its row.
+    [[nodiscard]] bool recent(std::int64_t id) const noexcept {
+      return id <= base + newest_slot && id > base + newest_slot - capacity;
+    }
+    [[nodiscard]] std::int64_t slot(std::int64_t id) const noexcept { return id >= base ? id - base : id - base + capacity; }
+  };
+  /// The ring's `Lap` now (one division; valid until the next add).
+  [[nodiscard]] Lap lap() const noexcept {
+    const std::int64_t newest_slot = (added_ - 1) % capacity_;
+    return {newest_slot, added_ - 1 - newest_slot, capacity_};
+  }
   /// Whether row `slot` holds a stored transition.
   [[nodiscard]] bool valid(std::int64_t slot) const noexcept { return link_[static_cast<std::size_t>(slot)].obs >= 0; }
   [[nodiscard]] std::int64_t slot_of(std::int64_t id) const noexcept { return id % capacity_; }
@@ -450,22 +471,14 @@ class TransitionStore {
   // The ids of the transitions in rows `slots`, as a host int64 tensor.
   at::Tensor ids(std::span<const std::int64_t> slots) const {
     auto t = at::empty({static_cast<std::int64_t>(slots.size())}, at::TensorOptions().dtype(at::kLong));
+    write_ids(slots, t);
+    return t;
+  }
+  // ... written into `t` (host int64, as many as `slots`).
+  void write_ids(std::span<const std::int64_t> slots, const at::Tensor& t) const {
     auto* id = t.data_ptr<std::int64_t>();
     const Lap now = lap();  // (its division once for the batch)
     for (std::size_t i = 0; i < slots.size(); ++i) id[i] = now.id(slots[i]);
-    return t;
-  }
-  // Where the ring is: the newest row, and the id stored in row 0 of this lap; `id` maps a
-  // row to the id of the transition in it.
-  struct Lap {
-    std::int64_t newest_slot, base, capacity;
-    [[nodiscard]] std::int64_t id(std::int64_t slot) const noexcept {
-      return slot <= newest_slot ? base + slot : base - capacity + slot;
-    }
-  };
-  [[nodiscard]] Lap lap() const noexcept {
-    const std::int64_t newest_slot = (added_ - 1) % capacity_;
-    return {newest_slot, added_ - 1 - newest_slot, capacity_};
   }
   [[nodiscard]] std::int64_t obs_stored() const noexcept { return std::min(obs_added_, obs_capacity_); }
   // Whether observation `id` is still in the ring, and with frame stacks, every row its
@@ -584,6 +597,9 @@ class TransitionStore {
   std::int64_t added_ = 0, obs_added_ = 0, live_ = 0, dropped_ = 0;
   std::vector<std::int64_t> open_;  // per env: id of the observation its last step led to
   std::vector<std::uint8_t> open_obs_;  // ... and that observation's bytes, to recognise it
+  struct BatchCache {  // gather's tensors, handed out again once let go of
+    ReusedTensor obs, next_obs, action, reward, terminated, discount, task, index;
+  } batch_cache_;
   NStepWindow window_;
   std::vector<NStepWindow::Done> done_;
   std::vector<std::int64_t> killed_;
