@@ -30,6 +30,10 @@ struct BenchConfig {
   anvil::Param<std::string, "reference", "the Python reference script"> reference{ANVIL_BENCH_REFERENCE};
   anvil::Param<std::vector<int>, "python_threads", "torch.set_num_threads settings of the reference", anvil::at_least(1)> python_threads{1, 2};
   anvil::Param<std::int64_t, "run_steps", "env steps of the main-job run (0: skip)", anvil::at_least(0)> run_steps{20000};
+  anvil::Param<std::vector<anvil::Matmul>, "matmul",
+               "run.matmul settings to measure (auto, blas, anvil): the updates interleaved, a main-job run each",
+               anvil::at_least(1)>
+      matmul{std::vector<anvil::Matmul>{anvil::Matmul::auto_}};
 };
 struct Config {
   anvil::Section<"bench", BenchConfig> bench;
@@ -64,9 +68,12 @@ double sac_update_fmas(double obs, double act, double h, double batch) {
 }
 
 struct Setting {
-  int threads, update_threads, manual;
+  int threads = 1, update_threads = 1, manual = 1;
   std::vector<double> rates;
+  anvil::Matmul matmul = anvil::Matmul::auto_;
 };
+
+std::string name_of(anvil::Matmul m) { return std::string(enum_names(m)[static_cast<std::size_t>(m)]); }
 
 }  // namespace
 
@@ -96,6 +103,7 @@ int main(int argc, char** argv) {
       std::unique_ptr<anvil::StepContext> ctx;
     };
     std::vector<Run> runs;
+    for (anvil::Matmul matmul : *b.matmul)
     for (int threads : *b.threads)
       for (int tasks : *b.update_threads)
         for (int manual : *b.manual_backward) {
@@ -106,7 +114,9 @@ int main(int argc, char** argv) {
           sc.actor->hidden = {h, h};
           sc.critic->hidden = {h, h};
           sc.manual_backward = manual;
-          Run r{{threads, tasks, manual, {}}, std::make_unique<anvil::SAC>(spec, sc, anvil::RunContext{}), {}, {}};
+          Run r;
+          r.s.threads = threads, r.s.update_threads = tasks, r.s.manual = manual, r.s.matmul = matmul;
+          r.sac = std::make_unique<anvil::SAC>(spec, sc, anvil::RunContext{});
           anvil::UniformBuffer::Config bc;
           bc.capacity = 100'000;
           r.buffer = std::make_unique<anvil::UniformBuffer>(spec, bc, anvil::RunContext{});
@@ -123,6 +133,7 @@ int main(int argc, char** argv) {
     for (int round = 0; round < b.rounds; ++round) {
       for (auto& r : runs) {
         torch::set_num_threads(r.s.threads);
+        anvil::blas::set_matmul(r.s.matmul);
         r.s.rates.push_back(bench::median_rate(
             [&] { r.sac->update(r.buffer->sample(*b.batch), *r.ctx); }, b.seconds, 1, round ? 5 : 50));
       }
@@ -135,7 +146,7 @@ int main(int argc, char** argv) {
       bench::emit("sac_update", median(r.s.rates), "updates/s",
                   {{"hidden", size}, {"batch", *b.batch}, {"threads", r.s.threads},
                    {"update_threads", r.s.update_threads}, {"manual_backward", r.s.manual ? 1 : 0},
-                   {"rounds", *b.rounds}, {"impl", "anvil"}});
+                   {"matmul", name_of(r.s.matmul)}, {"rounds", *b.rounds}, {"impl", "anvil"}});
       if (!best || median(r.s.rates) > median(best->rates)) best = &r.s;
       // The matrix products' arithmetic rate, and its share of one core's peak (one update
       // thread: the products run on one core).
@@ -143,7 +154,8 @@ int main(int argc, char** argv) {
         const double gflops = 2 * sac_update_fmas(static_cast<double>(spec.obs_dim()), static_cast<double>(spec.action_dim()), h, *b.batch) * median(r.s.rates) / 1e9;
         bench::emit("sac_update_matmul_gflops", gflops, "GFLOP/s",
                     {{"hidden", size}, {"batch", *b.batch}, {"threads", 1}, {"update_threads", 1},
-                     {"share_of_core_peak", peak > 0 ? gflops / peak : 0.0}, {"rounds", *b.rounds}});
+                     {"matmul", name_of(r.s.matmul)}, {"share_of_core_peak", peak > 0 ? gflops / peak : 0.0},
+                     {"rounds", *b.rounds}});
       }
     }
     const Setting* best_py = nullptr;
@@ -156,11 +168,13 @@ int main(int argc, char** argv) {
     if (best && best_py)
       bench::emit("sac_update_speedup_vs_python", bench::median_ratio(best->rates, best_py->rates), "x",
                   {{"hidden", size}, {"batch", *b.batch}, {"threads", best->threads},
-                   {"update_threads", best->update_threads}, {"python_threads", best_py->threads},
+                   {"update_threads", best->update_threads}, {"matmul", name_of(best->matmul)},
+                   {"python_threads", best_py->threads},
                    {"rounds", *b.rounds}});
   }
 
-  if (b.run_steps > 0) {
+  for (anvil::Matmul matmul : *b.matmul) {
+    if (*b.run_steps == 0) break;
     using T = anvil::Trainer<anvil::SAC, anvil::UniformBuffer>;
     T::Config c;  // the main job's settings (examples/train_sac_pendulum.cpp)
     c.train->steps = b.run_steps;
@@ -169,6 +183,7 @@ int main(int argc, char** argv) {
     c.algorithm->critic_lr = 1e-3;
     c.algorithm->alpha_lr = 1e-3;
     c.run->device = "cpu";
+    c.run->matmul = matmul;
     c.run->progress = anvil::ProgressMode::off;
     // A directory of its own each time (a second run must not find the first's run there).
     c.run->run_dir = (std::filesystem::temp_directory_path() / ("anvil_bench_sac_update_" + std::to_string(::getpid()))).string();
@@ -178,7 +193,7 @@ int main(int argc, char** argv) {
                 "env steps/s",
                 {{"env", "Pendulum-v1"}, {"steps", static_cast<long long>(r.env_steps)},
                  {"final_eval_return", r.final_eval_return}, {"threads", *c.run->threads},
-                 {"update_threads", *c.run->update_threads}});
+                 {"update_threads", *c.run->update_threads}, {"matmul", name_of(matmul)}});
     // The update phase's FLOP rate (the matrix products of every update over the seconds
     // timed as update and optimizer) against both vCPUs' ceiling, and what the optimizer
     // phase (Adam on each network's flat parameters, the critics' Polyak average) takes.
@@ -190,7 +205,8 @@ int main(int argc, char** argv) {
                                  static_cast<double>(r.updates) / learn / 1e9;
     bench::emit("main_job_update_gflops", update_gflops, "GFLOP/s",
                 {{"env", "Pendulum-v1"}, {"updates", static_cast<long long>(r.updates)},
-                 {"update_threads", *c.run->update_threads}, {"share_of_two_vcpu_peak", peak2 > 0 ? update_gflops / peak2 : 0.0},
+                 {"update_threads", *c.run->update_threads}, {"matmul", name_of(matmul)},
+                 {"share_of_two_vcpu_peak", peak2 > 0 ? update_gflops / peak2 : 0.0},
                  {"update_seconds", times.seconds(anvil::Phase::update)},
                  {"optimizer_seconds", times.seconds(anvil::Phase::optimizer)},
                  {"optimizer_share_of_run", times.share(anvil::Phase::optimizer)}});

@@ -729,16 +729,40 @@ struct UpdateInfo {
 /// `blas::gemm` is a row-major single-precision matrix product that calls the BLAS Torch
 /// uses directly (found at run time, so nothing more is linked), for the hand-written fast
 /// paths of small networks: at RL sizes a LibTorch op costs as much again as its arithmetic
-/// (see nn/manual_mlp.hpp). Light header.
+/// (see nn/manual_mlp.hpp). Where anvil's own AVX-512 product (core/sgemm.hpp) is faster,
+/// `gemm` runs that instead (`Matmul`, the `run.matmul` field). Light header.
 
 #include <dlfcn.h>
 #include <unistd.h>
 
+#include <array>
+#include <atomic>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <string>
+#include <string_view>
+
+// ---- begin <anvil/core/sgemm.hpp> ----
+/// @file
+/// anvil's own single-precision matrix product for AVX-512 cores, for the sizes of RL
+/// networks (a few hundred rows and columns). Light header.
+///
+/// Why: on Intel Xeons with two AVX-512 FMA units a core does 64 float FLOPs a cycle, and
+/// OpenBLAS 0.3.21's SkylakeX sgemm reaches about 55% of that on the 256 x 256 x 256
+/// products of a 256-wide SAC update (docs/benchmarks/main-job.md). This product keeps a
+/// 8 x 32 block of C in 16 registers, streams a packed 32-column panel of op(B) from L1
+/// and broadcasts op(A) from where it lies, or from a copy in blocks of 8 rows when A is
+/// transposed; both are packed once a call (16 x 16 register transposes for B^T).
+///
+/// `sgemm_avx512` is row-major C[m, n] = alpha op(A) op(B) + beta C, as `blas::gemm`; with
+/// beta 0, C is not read. Each element of C sums its k products in order, one fused
+/// multiply-add at a time, so a result does not depend on the blocking or the thread.
+
+#include <cstdint>
+#include <cstring>
+#include <vector>
 
 // ---- begin <anvil/core/simd.hpp> ----
 /// @file
@@ -1145,6 +1169,220 @@ inline void transpose(float* __restrict dst, const float* __restrict src, std::i
 }  // namespace anvil::simd
 // ---- end <anvil/core/simd.hpp> ----
 
+namespace anvil::simd {
+
+#if ANVIL_SIMD_X86
+namespace detail::sgemm {
+
+inline constexpr int kRows = 8;   // rows of C a tile holds
+inline constexpr int kCols = 32;  // columns of C a tile holds: two registers of 16 floats
+
+ANVIL_TARGET_AVX512 inline __mmask16 low_mask(std::int64_t count) {
+  return count >= 16 ? __mmask16(0xFFFF) : count <= 0 ? __mmask16(0) : __mmask16((1u << count) - 1u);
+}
+
+// In-register transpose of 16 rows of 16 floats. The interleaves and lane shuffles are
+// written as two-source permutes (GCC 12 warns on its unpack and shuffle intrinsics'
+// undefined operand).
+ANVIL_TARGET_AVX512 inline void transpose16(__m512 r[16]) {
+  const __m512i lo_ps = _mm512_setr_epi32(0, 16, 1, 17, 4, 20, 5, 21, 8, 24, 9, 25, 12, 28, 13, 29);
+  const __m512i hi_ps = _mm512_setr_epi32(2, 18, 3, 19, 6, 22, 7, 23, 10, 26, 11, 27, 14, 30, 15, 31);
+  const __m512i lo_pd = _mm512_setr_epi32(0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29);
+  const __m512i hi_pd = _mm512_setr_epi32(2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31);
+  const __m512i even_lanes = _mm512_setr_epi32(0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27);
+  const __m512i odd_lanes = _mm512_setr_epi32(4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31);
+  __m512 t[16];
+  for (int i = 0; i < 8; ++i) {  // pairs of rows interleaved by float within each 128-bit lane
+    t[2 * i] = _mm512_permutex2var_ps(r[2 * i], lo_ps, r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_permutex2var_ps(r[2 * i], hi_ps, r[2 * i + 1]);
+  }
+  for (int i = 0; i < 4; ++i) {  // then by pairs of floats: each lane holds 4 rows' column
+    r[4 * i] = _mm512_permutex2var_ps(t[4 * i], lo_pd, t[4 * i + 2]);
+    r[4 * i + 1] = _mm512_permutex2var_ps(t[4 * i], hi_pd, t[4 * i + 2]);
+    r[4 * i + 2] = _mm512_permutex2var_ps(t[4 * i + 1], lo_pd, t[4 * i + 3]);
+    r[4 * i + 3] = _mm512_permutex2var_ps(t[4 * i + 1], hi_pd, t[4 * i + 3]);
+  }
+  // r[4i + q] now holds, in 128-bit lane L, column 4L + q of rows 4i .. 4i+3; the lanes of
+  // four such registers make a column.
+  for (int q = 0; q < 4; ++q) {
+    const __m512 u0 = _mm512_permutex2var_ps(r[q], even_lanes, r[4 + q]);
+    const __m512 u1 = _mm512_permutex2var_ps(r[q], odd_lanes, r[4 + q]);
+    const __m512 u2 = _mm512_permutex2var_ps(r[8 + q], even_lanes, r[12 + q]);
+    const __m512 u3 = _mm512_permutex2var_ps(r[8 + q], odd_lanes, r[12 + q]);
+    t[q] = _mm512_permutex2var_ps(u0, even_lanes, u2);
+    t[4 + q] = _mm512_permutex2var_ps(u1, even_lanes, u3);
+    t[8 + q] = _mm512_permutex2var_ps(u0, odd_lanes, u2);
+    t[12 + q] = _mm512_permutex2var_ps(u1, odd_lanes, u3);
+  }
+  for (int i = 0; i < 16; ++i) r[i] = t[i];
+}
+
+// Packs op(B) [k, n] into panels of kCols columns: panel j holds, for each p, the 32 values
+// op(B)[p, 32j .. 32j+31] (zeros past column n), one panel after another. B is packed too:
+// read in place, a panel's rows lie a row of B apart, and at 256 columns (1 KiB) they fall
+// in a few of L1's sets and evict each other (the products ran 1.1-1.2x slower so).
+ANVIL_TARGET_AVX512 inline void pack_b(bool trans_b, std::int64_t n, std::int64_t k, const float* b, std::int64_t ldb,
+                                       float* out) {
+  const std::int64_t panels = (n + kCols - 1) / kCols;
+  for (std::int64_t j = 0; j < panels; ++j) {
+    float* dst = out + j * k * kCols;
+    const std::int64_t j0 = j * kCols, w = n - j0;
+    if (!trans_b) {  // op(B) = B [k, n]: each p copies a row's 32 columns
+      const __mmask16 m0 = low_mask(w), m1 = low_mask(w - 16);
+      for (std::int64_t p = 0; p < k; ++p) {
+        const float* src = b + p * ldb + j0;
+        _mm512_store_ps(dst + p * kCols, _mm512_maskz_loadu_ps(m0, src));
+        _mm512_store_ps(dst + p * kCols + 16, _mm512_maskz_loadu_ps(m1, src + 16));
+      }
+      continue;
+    }
+    // op(B) = B^T, B [n, k]: columns j0.. of op(B) are rows j0.. of B; 16 x 16 transposes.
+    for (int half = 0; half < 2; ++half) {
+      const std::int64_t rows = w - 16 * half;  // rows of B this half reads (may be <= 0)
+      for (std::int64_t p0 = 0; p0 < k; p0 += 16) {
+        const __mmask16 kmask = low_mask(k - p0);
+        __m512 r[16];
+        for (int i = 0; i < 16; ++i)
+          r[i] = i < rows ? _mm512_maskz_loadu_ps(kmask, b + (j0 + 16 * half + i) * ldb + p0) : _mm512_setzero_ps();
+        transpose16(r);
+        const std::int64_t qs = k - p0 < 16 ? k - p0 : 16;
+        for (std::int64_t q = 0; q < qs; ++q) _mm512_store_ps(dst + (p0 + q) * kCols + 16 * half, r[q]);
+      }
+    }
+  }
+}
+
+// Packs op(A) = A^T (A [k, m]) into blocks of kRows rows: block i holds, for each p, the 8
+// values op(A)[8i .. 8i+7, p] = A[p, 8i .. 8i+7] (zeros past row m). Read in place, a
+// tile's column p of op(A) lies a row of A after column p - 1: at 256 columns (1 KiB) the
+// k lines fall in 4 of L1's 64 sets and evict each other, and half of each line is
+// another tile's. Two blocks at a time, so each line of A is read once.
+ANVIL_TARGET_AVX512 inline void pack_a_trans(std::int64_t m, std::int64_t k, const float* a, std::int64_t lda,
+                                             float* out) {
+  for (std::int64_t i0 = 0; i0 < m; i0 += 2 * kRows) {
+    const __mmask16 mask = low_mask(m - i0);
+    const __mmask8 mlo = static_cast<__mmask8>(mask & 0xFF), mhi = static_cast<__mmask8>(mask >> 8);
+    float* lo = out + (i0 / kRows) * k * kRows;
+    float* hi = lo + k * kRows;  // the second block (unused past m)
+    for (std::int64_t p = 0; p < k; ++p) {
+      const float* src = a + p * lda + i0;
+      _mm256_store_ps(lo + p * kRows, _mm256_maskz_loadu_ps(mlo, src));
+      if (mhi) _mm256_store_ps(hi + p * kRows, _mm256_maskz_loadu_ps(mhi, src + kRows));
+    }
+  }
+}
+
+// One tile: C[R rows, up to 32 columns] from R rows of op(A) and a packed panel of op(B).
+// op(A)[r, p] is a[r * lda + p] (A as stored) or a[p * kRows + r] (`Packed`: a block of
+// pack_a_trans).
+template <int R, bool Packed>
+ANVIL_TARGET_AVX512 inline void tile(const float* a, std::int64_t lda, const float* panel, std::int64_t k, float* c,
+                                     std::int64_t ldc, std::int64_t cols, float alpha, float beta) {
+  __m512 lo[R], hi[R];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) lo[r] = hi[r] = _mm512_setzero_ps();
+  if constexpr (Packed) {  // op(A)'s column p is R consecutive floats of the block
+    const float* ap = a;
+#pragma GCC unroll 2
+    for (std::int64_t p = 0; p < k; ++p, ap += kRows) {
+      const __m512 b0 = _mm512_load_ps(panel + p * kCols), b1 = _mm512_load_ps(panel + p * kCols + 16);
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) {
+        const __m512 x = _mm512_set1_ps(ap[r]);
+        lo[r] = _mm512_fmadd_ps(x, b0, lo[r]);
+        hi[r] = _mm512_fmadd_ps(x, b1, hi[r]);
+      }
+    }
+  } else {  // R rows of A, each read along p
+    const float* ar[R];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) ar[r] = a + r * lda;
+#pragma GCC unroll 2
+    for (std::int64_t p = 0; p < k; ++p) {
+      const __m512 b0 = _mm512_load_ps(panel + p * kCols), b1 = _mm512_load_ps(panel + p * kCols + 16);
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) {
+        const __m512 x = _mm512_set1_ps(ar[r][p]);
+        lo[r] = _mm512_fmadd_ps(x, b0, lo[r]);
+        hi[r] = _mm512_fmadd_ps(x, b1, hi[r]);
+      }
+    }
+  }
+  const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
+  const __mmask16 m0 = low_mask(cols), m1 = low_mask(cols - 16);
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+    float* cr = c + r * ldc;
+    __m512 x0 = _mm512_mul_ps(va, lo[r]), x1 = _mm512_mul_ps(va, hi[r]);
+    if (beta != 0.f) {
+      x0 = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m0, cr), x0);
+      x1 = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m1, cr + 16), x1);
+    }
+    _mm512_mask_storeu_ps(cr, m0, x0);
+    _mm512_mask_storeu_ps(cr + 16, m1, x1);
+  }
+}
+
+template <int R, bool Packed>
+ANVIL_TARGET_AVX512 inline void tile_rows(int rows, const float* a, std::int64_t lda, const float* panel,
+                                          std::int64_t k, float* c, std::int64_t ldc, std::int64_t cols, float alpha,
+                                          float beta) {
+  if constexpr (R > 1)
+    if (rows < R) return tile_rows<R - 1, Packed>(rows, a, lda, panel, k, c, ldc, cols, alpha, beta);
+  tile<R, Packed>(a, lda, panel, k, c, ldc, cols, alpha, beta);
+}
+
+// Every tile of C, panel by panel (a panel of op(B) stays in L1 while the rows pass); op(A)
+// is A as it lies or, `Packed`, pack_a_trans's blocks.
+template <bool Packed>
+ANVIL_TARGET_AVX512 inline void tiles(std::int64_t m, std::int64_t n, std::int64_t k, float alpha, const float* a,
+                                      std::int64_t lda, const float* packed, float beta, float* c,
+                                      std::int64_t ldc) {
+  const std::int64_t panels = (n + kCols - 1) / kCols;
+  for (std::int64_t j = 0; j < panels; ++j) {
+    const std::int64_t j0 = j * kCols, cols = n - j0;
+    const float* panel = packed + j * k * kCols;
+    for (std::int64_t i0 = 0; i0 < m; i0 += kRows) {
+      const int rows = static_cast<int>(m - i0 < kRows ? m - i0 : kRows);
+      tile_rows<kRows, Packed>(rows, Packed ? a + i0 * k : a + i0 * lda, lda, panel, k, c + i0 * ldc + j0, ldc, cols,
+                               alpha, beta);
+    }
+  }
+}
+
+// This thread's packed op(B) (`which` 0) or op(A) (1): reused call after call, 64-byte aligned.
+inline float* pack_buffer(int which, std::int64_t floats) {
+  thread_local std::vector<float> storage[2];
+  const std::size_t need = static_cast<std::size_t>(floats) + 16;
+  if (storage[which].size() < need) storage[which].resize(need);
+  auto addr = reinterpret_cast<std::uintptr_t>(storage[which].data());
+  return reinterpret_cast<float*>((addr + 63) & ~std::uintptr_t(63));
+}
+
+}  // namespace detail::sgemm
+
+/// Row-major C[m, n] = alpha op(A) op(B) + beta C on AVX-512 (call only where `avx512()`);
+/// lda, ldb, ldc are the row strides as stored. With beta 0, C is not read.
+ANVIL_TARGET_AVX512 inline void sgemm_avx512(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n,
+                                             std::int64_t k, float alpha, const float* a, std::int64_t lda,
+                                             const float* b, std::int64_t ldb, float beta, float* c,
+                                             std::int64_t ldc) {
+  namespace d = detail::sgemm;
+  if (m <= 0 || n <= 0) return;
+  const std::int64_t panels = (n + d::kCols - 1) / d::kCols;
+  float* packed = d::pack_buffer(0, panels * (k > 0 ? k : 1) * d::kCols);
+  if (k > 0) d::pack_b(trans_b, n, k, b, ldb, packed);
+  if (!trans_a) return d::tiles<false>(m, n, k, alpha, a, lda, packed, beta, c, ldc);
+  const std::int64_t blocks = (m + 2 * d::kRows - 1) / (2 * d::kRows) * 2;
+  float* packed_a = d::pack_buffer(1, blocks * (k > 0 ? k : 1) * d::kRows);
+  d::pack_a_trans(m, k, a, lda, packed_a);
+  d::tiles<true>(m, n, k, alpha, packed_a, d::kRows, packed, beta, c, ldc);
+}
+#endif
+
+}  // namespace anvil::simd
+// ---- end <anvil/core/sgemm.hpp> ----
+
 namespace anvil {
 
 /// What the running process uses for BLAS.
@@ -1207,7 +1445,55 @@ inline void prefer_fast_blas(int argc, char** argv) {
   // exec failed: carry on with the kernels we have.
 }
 
+/// Which code runs the CPU matrix products of the hand-written fast paths (`blas::gemm`):
+/// anvil's AVX-512 product (core/sgemm.hpp) for the shapes it is faster at, or always the
+/// BLAS Torch uses. `auto_` picks anvil's on Intel cores with AVX-512, where it was measured
+/// faster (docs/benchmarks/main-job.md), and the BLAS elsewhere (AMD's AVX-512 cores have
+/// not been measured with it yet).
+enum class Matmul { auto_, blas, anvil };
+constexpr auto enum_names(Matmul) { return std::array<std::string_view, 3>{"auto", "blas", "anvil"}; }
+
 namespace blas {
+
+namespace detail {
+inline std::atomic<Matmul>& matmul_choice() {
+  static std::atomic<Matmul> choice{Matmul::auto_};
+  return choice;
+}
+}  // namespace detail
+
+/// Chooses the code of every later `gemm` in this process (`run.matmul`; a Trainer sets it
+/// when it is built). `anvil` on a CPU without AVX-512 means the BLAS.
+inline void set_matmul(Matmul m) noexcept { detail::matmul_choice().store(m, std::memory_order_relaxed); }
+
+/// Whether `gemm` may run anvil's AVX-512 product at all: the CPU has AVX-512 and the
+/// choice (`set_matmul`, resolved for `auto_`) is anvil's.
+inline bool own_matmul() noexcept {
+#if ANVIL_SIMD_X86
+  if (!simd::avx512()) return false;
+  switch (detail::matmul_choice().load(std::memory_order_relaxed)) {
+    case Matmul::anvil: return true;
+    case Matmul::blas: return false;
+    case Matmul::auto_: {
+      static const bool intel = [] {
+        __builtin_cpu_init();
+        return __builtin_cpu_is("intel") != 0;
+      }();
+      return intel;
+    }
+  }
+#endif
+  return false;
+}
+
+/// Whether row-major C [m, n] (inner dimension k) goes to anvil's AVX-512 product: where
+/// `own_matmul()` and the shape is one it beats OpenBLAS's SkylakeX kernels at (measured on
+/// an Intel Xeon, benchmarks/bench_gemm.cpp): at least 8 rows and 32 columns of C and an
+/// inner dimension of 4 to 512 (a packed panel of op(B) then stays in a core's L1 or L2).
+/// Thin products (a network's one-column head, a batch of a few rows) stay with the BLAS.
+inline bool own_kernel_takes(std::int64_t m, std::int64_t n, std::int64_t k) noexcept {
+  return m >= 8 && n >= 32 && k >= 4 && k <= 512 && own_matmul();
+}
 
 /// The Fortran BLAS single-precision matrix product (column-major).
 using sgemm_fn = void (*)(const char* transa, const char* transb, const int* m, const int* n, const int* k,
@@ -1234,6 +1520,10 @@ inline void gemm(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std
                  const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float beta, float* c,
                  std::int64_t ldc) {
   if (m == 0 || n == 0) return;
+#if ANVIL_SIMD_X86
+  if (own_kernel_takes(m, n, k))
+    return simd::sgemm_avx512(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+#endif
   if (const sgemm_fn f = sgemm()) {
     // Row-major C is column-major C^T = op(B)^T op(A)^T: swap the operands.
     const char ta = trans_a ? 'T' : 'N', tb = trans_b ? 'T' : 'N';
@@ -1264,8 +1554,10 @@ inline void gemm(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std
 /// (benchmarks/transposed_gemm.cpp): 9.3 -> 7.6 us at m = 100; 1.10 -> 0.66 us for a
 /// first layer with k = 3; even at m = 256 (past 1e6). Below m = 8 the gain is mixed
 /// (0.12 against 0.13 us at m = 1, k = 3), so the plain product stays. Never with another
-/// BLAS or OpenBLAS's other kernels.
+/// BLAS or OpenBLAS's other kernels, nor where anvil's own product takes the shape (it packs
+/// B^T itself).
 inline bool transposed_copy_pays(std::int64_t m, std::int64_t n, std::int64_t k) {
+  if (own_kernel_takes(m, n, k)) return false;
   static const bool small_kernels = [] {
     if (sgemm() == nullptr) return false;
     const BlasInfo b = blas_info();
@@ -8926,11 +9218,13 @@ inline void torch_gemm(bool trans_a, bool trans_b, std::int64_t m, std::int64_t 
   C.addmm_(trans_a ? A.t() : A, trans_b ? B.t() : B, beta, alpha);  // beta 0: C's old values ignored
 }
 
-// The tapes' matrix products: BLAS directly when the process has one, else LibTorch.
+// The tapes' matrix products: anvil's AVX-512 product or BLAS directly (`blas::gemm`)
+// when either applies, else LibTorch.
 inline void gemm(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, float alpha,
                  const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float beta, float* c,
                  std::int64_t ldc) {
-  if (blas::sgemm()) return blas::gemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  if (blas::sgemm() || blas::own_kernel_takes(m, n, k))
+    return blas::gemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
   torch_gemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
@@ -11424,6 +11718,21 @@ class StepContext {
     grads.reserve(steps.size());
     for (auto& s : steps) grads.push_back(std::move(s.flat_grad));
     all_reduce(grads);
+    // On the CPU with update threads and no loss scaler (whose state every step reads and
+    // writes), the optimizers step at once: each touches its own parameters, moments and
+    // gradient, so the results are those of the steps in turn.
+    if (pool_ && !scaler_ && !capturing_ && steps.size() > 1) {
+      InnerPhase timer(opt_.times, Phase::optimizer);
+      attempts_ += static_cast<std::int64_t>(steps.size());
+      std::vector<std::function<void()>> tasks;
+      for (std::size_t i = 0; i < steps.size(); ++i)
+        tasks.emplace_back([&, i] {
+          at::NoGradGuard no_grad;  // grad mode is per thread: a worker's is on
+          step_optimizer(*steps[i].optimizer, grads[i], steps[i].max_grad_norm);
+        });
+      concurrently(tasks);
+      return static_cast<int>(steps.size());
+    }
     int stepped = 0;
     for (std::size_t i = 0; i < steps.size(); ++i) stepped += step_reduced(*steps[i].optimizer, grads[i], steps[i].max_grad_norm);
     return stepped;
@@ -11602,15 +11911,23 @@ class StepContext {
       if (capturing_) finite = scaler_->unscale_and_check_on_device(grad);
       else if (!scaler_->unscale_and_check(grad)) return skip();
     }
-    if (max_grad_norm > 0)  // as torch's clip_grad_norm_, without a host sync
-      grad.mul_((max_grad_norm / (grad.norm() + 1e-6)).clamp_max(1.0));
     if (capturing_) {
+      clip(grad, max_grad_norm);
       if (finite.defined()) optimizer.step_on_device(grad, finite);
       else optimizer.step_on_device(grad);
       return true;
     }
-    optimizer.step(grad);
+    step_optimizer(optimizer, grad, max_grad_norm);
     return true;
+  }
+  // Clips `grad` to `max_grad_norm` (0: not at all), as torch's clip_grad_norm_, without a host sync.
+  static void clip(at::Tensor& grad, double max_grad_norm) {
+    if (max_grad_norm > 0) grad.mul_((max_grad_norm / (grad.norm() + 1e-6)).clamp_max(1.0));
+  }
+  // The host step after the scaler's check: clip, then the optimizer's step.
+  static void step_optimizer(FlatAdam& optimizer, at::Tensor& grad, double max_grad_norm) {
+    clip(grad, max_grad_norm);
+    optimizer.step(grad);
   }
   // Averages `grads` across ranks (timed as the all-reduce phase).
   void all_reduce(std::vector<at::Tensor>& grads) {
@@ -19446,9 +19763,12 @@ struct SacGraphed {
 #include <torch/utils.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
+#include <exception>
 #include <initializer_list>
+#include <thread>
 #include <vector>
 
 
@@ -19499,25 +19819,67 @@ inline void ensure(at::Tensor& t, std::initializer_list<std::int64_t> sizes, con
 }
 inline const float* opt_ptr(const at::Tensor& t) { return t.defined() ? t.data_ptr<float>() : nullptr; }
 
+// The actor's actions and log-densities at the next observations, for the target (into
+// m.next_tape and m.x_next's action columns). When the critic part and the actor part run
+// at once (`run.update_threads` 2), the actor part's thread samples them first and hands
+// them over: the critic part is the longer one (two target forwards, two forwards, two
+// backward passes against the actor's forward, the critics' forwards at its actions and
+// their input gradients for half the rows each), and the move evens the two out. The same
+// arithmetic either way.
+class SacNextHandoff {
+ public:
+  // On the actor part's thread, first: samples, then tells the critic part (also when the
+  // sampling throws: the critic part then stops instead of waiting).
+  template <class Sample>
+  void provide(Sample&& sample) {
+    try {
+      sample();
+    } catch (...) {
+      state_.store(kFailed, std::memory_order_release);
+      throw;
+    }
+    state_.store(kReady, std::memory_order_release);
+  }
+  // On the critic part's thread: waits for `provide` (long done by then: the critic part's
+  // own forwards come first).
+  void wait() const {
+    int s;
+    while ((s = state_.load(std::memory_order_acquire)) == kPending) std::this_thread::yield();
+    if (s == kFailed)
+      throw Error("sac: the actor part failed while sampling the next observations' actions for the critic part");
+  }
+
+ private:
+  static constexpr int kPending = 0, kReady = 1, kFailed = 2;
+  std::atomic<int> state_{kPending};
+};
+
+inline void manual_next_actions(SacManual& m, const nn::GaussianActorImpl& actor, const ReplayBatch& batch,
+                                const at::Tensor& noise_next) {
+  torch::NoGradGuard no_grad;
+  const auto next_obs = batch.next_obs.contiguous();
+  const std::int64_t od = next_obs.size(1), ad = actor.action_dim();
+  obs_into(m.x_next, next_obs, ad);
+  m.next_tape.sample(actor, next_obs, noise_next, m.x_next.data_ptr<float>() + od, od + ad);
+}
+
 // SAC's critic part with hand-written gradients: the same arithmetic as autograd_critic.
+// With `next`, the next observations' actions come from the actor part's thread
+// (SacNextHandoff); without, this part samples them.
 inline SacCriticResult manual_critic(SacManual& m, const nn::GaussianActorImpl& actor,
                                    const nn::TwinQImpl& critic, const nn::TwinQImpl& target,
                                    const ReplayBatch& batch, double alpha, double gamma_,
-                                   const at::Tensor& noise_next, const at::Tensor& alpha_row = {}) {
+                                   const at::Tensor& noise_next, const at::Tensor& alpha_row = {},
+                                   const SacNextHandoff* next = nullptr) {
   torch::NoGradGuard no_grad;
-  const auto obs = batch.obs.contiguous(), next_obs = batch.next_obs.contiguous();
+  const auto obs = batch.obs.contiguous();
   const auto action = batch.action.contiguous(), reward = batch.reward.contiguous();
   const auto terminated = batch.terminated.contiguous();
   const auto discount = batch.discount.defined() ? batch.discount.contiguous() : at::Tensor();
   const auto weight = batch.weight.defined() ? batch.weight.contiguous() : at::Tensor();
   const std::int64_t n = obs.size(0), od = obs.size(1), ad = actor.action_dim(), w = od + ad;
 
-  obs_into(m.x_next, next_obs, ad);
-  m.next_tape.sample(actor, next_obs, noise_next, m.x_next.data_ptr<float>() + od, w);
-  const float* lp = m.next_tape.log_prob().data_ptr<float>();
-  const float* tq1 = m.tq1.forward(*target.q1(), m.x_next).data_ptr<float>();
-  const float* tq2 = m.tq2.forward(*target.q2(), m.x_next).data_ptr<float>();
-
+  // The critics at the stored actions first: they need nothing from the actor.
   obs_into(m.x, obs, ad);
   {
     const float* a = action.data_ptr<float>();
@@ -19527,6 +19889,12 @@ inline SacCriticResult manual_critic(SacManual& m, const nn::GaussianActorImpl& 
   }
   const float* q1 = m.q1.forward(*critic.q1(), m.x).data_ptr<float>();
   const float* q2 = m.q2.forward(*critic.q2(), m.x).data_ptr<float>();
+
+  if (next) next->wait();
+  else manual_next_actions(m, actor, batch, noise_next);
+  const float* lp = m.next_tape.log_prob().data_ptr<float>();
+  const float* tq1 = m.tq1.forward(*target.q1(), m.x_next).data_ptr<float>();
+  const float* tq2 = m.tq2.forward(*target.q2(), m.x_next).data_ptr<float>();
 
   ensure(m.dq1, {n, 1}, obs);
   ensure(m.dq2, {n, 1}, obs);
@@ -20007,19 +20375,27 @@ class BasicSAC {
       }
       const ReplayBatch& cb = layout_.parts.empty() ? mb : critic_in;
       const ReplayBatch& ab = layout_.parts.empty() ? mb : actor_in;
+      // On the hand-written path with both parts, the actor part's thread samples the next
+      // observations' actions for the critic part (detail::SacNextHandoff), so it runs first
+      // when they run one after the other.
+      detail::SacNextHandoff next_actions;
+      bool hand_next = false;
+      if constexpr (kDefaultNetworks) hand_next = manual && actor_step;
       auto critic_part = [&] {
         if constexpr (kDefaultNetworks)
           if (manual)
             return void(c = detail::manual_critic(*manual_, *actor_, *critic_, *critic_target_, mb, alpha,
-                                                  *cfg_.gamma, nn, ar));
+                                                  *cfg_.gamma, nn, ar, hand_next ? &next_actions : nullptr));
         c = detail::autograd_critic(actor_, critic_, critic_target_, critic_opt_, *cfg_.gamma, cb, {alpha, ar}, nn, ctx,
                                     target_next);
       };
       auto actor_part = [&] {
         if constexpr (kDefaultNetworks)
-          if (manual)
+          if (manual) {
+            if (hand_next) next_actions.provide([&] { detail::manual_next_actions(*manual_, *actor_, mb, nn); });
             return void(a = detail::manual_actor(*manual_, *actor_, *critic_, mb, alpha, cfg_.auto_alpha,
                                                  target_entropy_[0], no, ar, tw));
+          }
         a = detail::autograd_actor(actor_, critic_, actor_opt_, ab, {alpha, ar}, no, ctx, tw);
         if (!per_task && cfg_.auto_alpha) detail::autograd_temperature(a, log_alpha_, alpha_opt_, target_entropy_[0], ctx);
       };
@@ -20031,7 +20407,8 @@ class BasicSAC {
         a.alpha_grad = t.grad;
         a.alpha_loss = t.loss_sum.item<double>() / static_cast<double>(task.numel());
       };
-      if (actor_step) ctx.concurrently({critic_part, actor_part});
+      if (hand_next) ctx.concurrently({actor_part, critic_part});
+      else if (actor_step) ctx.concurrently({critic_part, actor_part});
       else critic_part();
       temperature_part();
       if (whole) {
@@ -24194,6 +24571,10 @@ struct RunConfig {
         "actor; 0: 2 when each process may use 2 cores: its affinity and CPU quota)",
         in_range(0, 64)>
       update_threads{0};
+  Param<Matmul, "matmul",
+        "CPU matrix products of the hand-written fast paths: anvil (anvil's AVX-512 product where it is "
+        "faster), blas (always the BLAS Torch uses), or auto (anvil on Intel AVX-512 cores, blas elsewhere)">
+      matmul{Matmul::auto_};
   Param<std::int64_t, "log_interval",
         "env steps between log lines and CSV rows (gradient updates in an offline loop)", at_least(1)>
       log_interval{1000};
@@ -26642,10 +27023,6 @@ class TorchGenerators {
   c10::Device device_{c10::kCPU};
 };
 
-/// Applies a run's process-wide settings (see file comment): `threads` intra-op threads,
-/// precision `p`'s switches, and Torch's generators seeded from `ctx` (its seed and rank).
-/// Returns what the run should say about them and about the CPU's BLAS (with the
-/// `update_threads` the step context uses).
 /// Keeps the C library's heap from shrinking and growing again around every update (glibc):
 /// an update's large temporaries (convolutions' activations: megabytes a tensor) are freed at
 /// its end, and by default the top of the heap then goes back to the system, to be faulted in
@@ -26663,9 +27040,15 @@ inline bool keep_heap() noexcept {
 #endif
 }
 
+/// Applies a run's process-wide settings (see file comment): `threads` intra-op threads,
+/// precision `p`'s switches, and Torch's generators seeded from `ctx` (its seed and rank),
+/// the heap kept (`keep_heap`) and the fast paths' matrix products (`matmul`, `blas::set_matmul`).
+/// Returns what the run should say about them and about the CPU's BLAS (with the
+/// `update_threads` the step context uses).
 inline std::vector<std::string> apply_process_settings(int threads, const PrecisionSettings& p, const RunContext& ctx,
-                                                       int update_threads) {
+                                                       int update_threads, Matmul matmul = Matmul::auto_) {
   keep_heap();
+  blas::set_matmul(matmul);
   torch::set_num_threads(threads);
   seed_torch(ctx);
   const c10::Device& device = ctx.device;
@@ -26690,7 +27073,8 @@ inline std::vector<std::string> apply_process_settings(int threads, const Precis
     else if (b.openblas)
       notes.push_back("cpu: OpenBLAS" + (b.core.empty() ? std::string() : " (" + b.core + " kernels)") + ", " +
                       std::to_string(at::get_num_threads()) + " intra-op thread(s), " + std::to_string(update_threads) +
-                      " update thread(s)");
+                      " update thread(s); fast paths' matrix products: " +
+                      (blas::own_matmul() ? "anvil's AVX-512 product where faster (run.matmul)" : "the BLAS"));
   }
   return notes;
 }
@@ -27723,7 +28107,8 @@ namespace anvil {
 /// How the run's networks take their gradients, as the run's "gradients:" line and its
 /// provenance (config.yaml's header, summary.json) say it: by the algorithm's hand-written
 /// passes, or by autograd and why. `paths`: the algorithm's `gradient_paths()`
-/// (anvil::DescribesGradients), empty for an algorithm (`section`) without such passes.
+/// (anvil::DescribesGradients), empty for an algorithm (`section`) without such passes. The
+/// matrix products are named as `blas::own_matmul()` says now (`run.matmul`, set first).
 inline std::string describe_gradients(const std::vector<std::pair<std::string, std::string>>& paths,
                                       std::string_view section, const PrecisionSettings& precision) {
   if (paths.empty()) return "autograd (" + std::string(section) + " has no hand-written passes)";
@@ -27733,7 +28118,9 @@ inline std::string describe_gradients(const std::vector<std::pair<std::string, s
         !why.empty()        ? "autograd (" + why + ")"
         : precision.autocast ? "autograd (" + std::string(precision.name) +
                                   " autocast; the hand-written passes are float32)"
-                             : std::string("hand-written passes (float32, BLAS products, vectorised loops)");
+                             : std::string("hand-written passes (float32, ") +
+                                   (blas::own_matmul() ? "anvil's AVX-512 and BLAS products" : "BLAS products") +
+                                   ", vectorised loops)";
     out += (out.empty() ? "" : "; ") + networks + " by " + how;
   }
   return out;
@@ -27998,7 +28385,7 @@ class BasicTrainer {
     const PrecisionSettings precision = X::settings(*cfg_.precision);
     ctx_ = run_context(device, cfg_.run->seed, parallel_->rank(), parallel_->world_size(), L::settings(*cfg_.train), precision);
     ranks_ = Ranks(*parallel_, ctx_.device);
-    auto notes = apply_process_settings(cfg_.run->threads, precision, ctx_, threads());
+    auto notes = apply_process_settings(cfg_.run->threads, precision, ctx_, threads(), cfg_.run->matmul);
     auto envs = make_run_envs(env, *cfg_.env, *cfg_.normalize, ctx_.seed_for(Stream::env), ctx_.rank, ctx_.world_size);
     norm_ = envs.normalizer;
     notes.insert(notes.end(), envs.notes.begin(), envs.notes.end());

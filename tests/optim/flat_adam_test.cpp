@@ -341,6 +341,14 @@ TEST_CASE("simd::exp and simd::log: within 2 ulp of std::exp and std::log in bot
 TEST_CASE("MlpTape: forward and backward match autograd for every activation it takes, with and without the transposed-weight products, and for chosen rows alone") {
   torch::manual_seed(7);
   using anvil::nn::Activation;
+  struct RestoreMatmul {
+    ~RestoreMatmul() { anvil::blas::set_matmul(anvil::Matmul::auto_); }
+  } restore;
+  // The products by the BLAS (with its transposed copies) and by anvil's AVX-512 product
+  // where the CPU has it (run.matmul; on other CPUs both rounds take the BLAS).
+  for (const auto matmul : {anvil::Matmul::blas, anvil::Matmul::anvil}) {
+  CAPTURE(static_cast<int>(matmul));
+  anvil::blas::set_matmul(matmul);
   // Every activation: those with a hand-written derivative are checked against autograd,
   // the others must be refused (the algorithms then keep autograd).
   for (const auto act : {Activation::relu, Activation::tanh, Activation::elu, Activation::leaky_relu,
@@ -393,6 +401,8 @@ TEST_CASE("MlpTape: forward and backward match autograd for every activation it 
     CHECK(torch::allclose(dx, xr.grad(), 1e-4, 1e-4));
   }
   }
+  }
+  anvil::blas::set_matmul(anvil::Matmul::blas);
   const auto blas = anvil::blas_info();
   if (blas.openblas && anvil::is_avx512_core(blas.core) && anvil::blas::sgemm()) {
     CHECK(anvil::blas::transposed_copy_pays(100, 64, 64));

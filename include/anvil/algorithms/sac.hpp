@@ -325,19 +325,27 @@ class BasicSAC {
       }
       const ReplayBatch& cb = layout_.parts.empty() ? mb : critic_in;
       const ReplayBatch& ab = layout_.parts.empty() ? mb : actor_in;
+      // On the hand-written path with both parts, the actor part's thread samples the next
+      // observations' actions for the critic part (detail::SacNextHandoff), so it runs first
+      // when they run one after the other.
+      detail::SacNextHandoff next_actions;
+      bool hand_next = false;
+      if constexpr (kDefaultNetworks) hand_next = manual && actor_step;
       auto critic_part = [&] {
         if constexpr (kDefaultNetworks)
           if (manual)
             return void(c = detail::manual_critic(*manual_, *actor_, *critic_, *critic_target_, mb, alpha,
-                                                  *cfg_.gamma, nn, ar));
+                                                  *cfg_.gamma, nn, ar, hand_next ? &next_actions : nullptr));
         c = detail::autograd_critic(actor_, critic_, critic_target_, critic_opt_, *cfg_.gamma, cb, {alpha, ar}, nn, ctx,
                                     target_next);
       };
       auto actor_part = [&] {
         if constexpr (kDefaultNetworks)
-          if (manual)
+          if (manual) {
+            if (hand_next) next_actions.provide([&] { detail::manual_next_actions(*manual_, *actor_, mb, nn); });
             return void(a = detail::manual_actor(*manual_, *actor_, *critic_, mb, alpha, cfg_.auto_alpha,
                                                  target_entropy_[0], no, ar, tw));
+          }
         a = detail::autograd_actor(actor_, critic_, actor_opt_, ab, {alpha, ar}, no, ctx, tw);
         if (!per_task && cfg_.auto_alpha) detail::autograd_temperature(a, log_alpha_, alpha_opt_, target_entropy_[0], ctx);
       };
@@ -349,7 +357,8 @@ class BasicSAC {
         a.alpha_grad = t.grad;
         a.alpha_loss = t.loss_sum.item<double>() / static_cast<double>(task.numel());
       };
-      if (actor_step) ctx.concurrently({critic_part, actor_part});
+      if (hand_next) ctx.concurrently({actor_part, critic_part});
+      else if (actor_step) ctx.concurrently({critic_part, actor_part});
       else critic_part();
       temperature_part();
       if (whole) {

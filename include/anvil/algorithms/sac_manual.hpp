@@ -8,13 +8,17 @@
 #include <torch/utils.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
+#include <exception>
 #include <initializer_list>
+#include <thread>
 #include <vector>
 
 #include <anvil/algorithms/sac_parts.hpp>
 #include <anvil/core/batch.hpp>
+#include <anvil/core/error.hpp>
 #include <anvil/nn/gaussian_actor.hpp>
 #include <anvil/nn/manual_mlp.hpp>
 #include <anvil/nn/twin_q.hpp>
@@ -67,25 +71,67 @@ inline void ensure(at::Tensor& t, std::initializer_list<std::int64_t> sizes, con
 }
 inline const float* opt_ptr(const at::Tensor& t) { return t.defined() ? t.data_ptr<float>() : nullptr; }
 
+// The actor's actions and log-densities at the next observations, for the target (into
+// m.next_tape and m.x_next's action columns). When the critic part and the actor part run
+// at once (`run.update_threads` 2), the actor part's thread samples them first and hands
+// them over: the critic part is the longer one (two target forwards, two forwards, two
+// backward passes against the actor's forward, the critics' forwards at its actions and
+// their input gradients for half the rows each), and the move evens the two out. The same
+// arithmetic either way.
+class SacNextHandoff {
+ public:
+  // On the actor part's thread, first: samples, then tells the critic part (also when the
+  // sampling throws: the critic part then stops instead of waiting).
+  template <class Sample>
+  void provide(Sample&& sample) {
+    try {
+      sample();
+    } catch (...) {
+      state_.store(kFailed, std::memory_order_release);
+      throw;
+    }
+    state_.store(kReady, std::memory_order_release);
+  }
+  // On the critic part's thread: waits for `provide` (long done by then: the critic part's
+  // own forwards come first).
+  void wait() const {
+    int s;
+    while ((s = state_.load(std::memory_order_acquire)) == kPending) std::this_thread::yield();
+    if (s == kFailed)
+      throw Error("sac: the actor part failed while sampling the next observations' actions for the critic part");
+  }
+
+ private:
+  static constexpr int kPending = 0, kReady = 1, kFailed = 2;
+  std::atomic<int> state_{kPending};
+};
+
+inline void manual_next_actions(SacManual& m, const nn::GaussianActorImpl& actor, const ReplayBatch& batch,
+                                const at::Tensor& noise_next) {
+  torch::NoGradGuard no_grad;
+  const auto next_obs = batch.next_obs.contiguous();
+  const std::int64_t od = next_obs.size(1), ad = actor.action_dim();
+  obs_into(m.x_next, next_obs, ad);
+  m.next_tape.sample(actor, next_obs, noise_next, m.x_next.data_ptr<float>() + od, od + ad);
+}
+
 // SAC's critic part with hand-written gradients: the same arithmetic as autograd_critic.
+// With `next`, the next observations' actions come from the actor part's thread
+// (SacNextHandoff); without, this part samples them.
 inline SacCriticResult manual_critic(SacManual& m, const nn::GaussianActorImpl& actor,
                                    const nn::TwinQImpl& critic, const nn::TwinQImpl& target,
                                    const ReplayBatch& batch, double alpha, double gamma_,
-                                   const at::Tensor& noise_next, const at::Tensor& alpha_row = {}) {
+                                   const at::Tensor& noise_next, const at::Tensor& alpha_row = {},
+                                   const SacNextHandoff* next = nullptr) {
   torch::NoGradGuard no_grad;
-  const auto obs = batch.obs.contiguous(), next_obs = batch.next_obs.contiguous();
+  const auto obs = batch.obs.contiguous();
   const auto action = batch.action.contiguous(), reward = batch.reward.contiguous();
   const auto terminated = batch.terminated.contiguous();
   const auto discount = batch.discount.defined() ? batch.discount.contiguous() : at::Tensor();
   const auto weight = batch.weight.defined() ? batch.weight.contiguous() : at::Tensor();
   const std::int64_t n = obs.size(0), od = obs.size(1), ad = actor.action_dim(), w = od + ad;
 
-  obs_into(m.x_next, next_obs, ad);
-  m.next_tape.sample(actor, next_obs, noise_next, m.x_next.data_ptr<float>() + od, w);
-  const float* lp = m.next_tape.log_prob().data_ptr<float>();
-  const float* tq1 = m.tq1.forward(*target.q1(), m.x_next).data_ptr<float>();
-  const float* tq2 = m.tq2.forward(*target.q2(), m.x_next).data_ptr<float>();
-
+  // The critics at the stored actions first: they need nothing from the actor.
   obs_into(m.x, obs, ad);
   {
     const float* a = action.data_ptr<float>();
@@ -95,6 +141,12 @@ inline SacCriticResult manual_critic(SacManual& m, const nn::GaussianActorImpl& 
   }
   const float* q1 = m.q1.forward(*critic.q1(), m.x).data_ptr<float>();
   const float* q2 = m.q2.forward(*critic.q2(), m.x).data_ptr<float>();
+
+  if (next) next->wait();
+  else manual_next_actions(m, actor, batch, noise_next);
+  const float* lp = m.next_tape.log_prob().data_ptr<float>();
+  const float* tq1 = m.tq1.forward(*target.q1(), m.x_next).data_ptr<float>();
+  const float* tq2 = m.tq2.forward(*target.q2(), m.x_next).data_ptr<float>();
 
   ensure(m.dq1, {n, 1}, obs);
   ensure(m.dq2, {n, 1}, obs);

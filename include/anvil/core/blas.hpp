@@ -14,17 +14,22 @@
 /// `blas::gemm` is a row-major single-precision matrix product that calls the BLAS Torch
 /// uses directly (found at run time, so nothing more is linked), for the hand-written fast
 /// paths of small networks: at RL sizes a LibTorch op costs as much again as its arithmetic
-/// (see nn/manual_mlp.hpp). Light header.
+/// (see nn/manual_mlp.hpp). Where anvil's own AVX-512 product (core/sgemm.hpp) is faster,
+/// `gemm` runs that instead (`Matmul`, the `run.matmul` field). Light header.
 
 #include <dlfcn.h>
 #include <unistd.h>
 
+#include <array>
+#include <atomic>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <string>
+#include <string_view>
 
+#include <anvil/core/sgemm.hpp>
 #include <anvil/core/simd.hpp>
 
 namespace anvil {
@@ -89,7 +94,55 @@ inline void prefer_fast_blas(int argc, char** argv) {
   // exec failed: carry on with the kernels we have.
 }
 
+/// Which code runs the CPU matrix products of the hand-written fast paths (`blas::gemm`):
+/// anvil's AVX-512 product (core/sgemm.hpp) for the shapes it is faster at, or always the
+/// BLAS Torch uses. `auto_` picks anvil's on Intel cores with AVX-512, where it was measured
+/// faster (docs/benchmarks/main-job.md), and the BLAS elsewhere (AMD's AVX-512 cores have
+/// not been measured with it yet).
+enum class Matmul { auto_, blas, anvil };
+constexpr auto enum_names(Matmul) { return std::array<std::string_view, 3>{"auto", "blas", "anvil"}; }
+
 namespace blas {
+
+namespace detail {
+inline std::atomic<Matmul>& matmul_choice() {
+  static std::atomic<Matmul> choice{Matmul::auto_};
+  return choice;
+}
+}  // namespace detail
+
+/// Chooses the code of every later `gemm` in this process (`run.matmul`; a Trainer sets it
+/// when it is built). `anvil` on a CPU without AVX-512 means the BLAS.
+inline void set_matmul(Matmul m) noexcept { detail::matmul_choice().store(m, std::memory_order_relaxed); }
+
+/// Whether `gemm` may run anvil's AVX-512 product at all: the CPU has AVX-512 and the
+/// choice (`set_matmul`, resolved for `auto_`) is anvil's.
+inline bool own_matmul() noexcept {
+#if ANVIL_SIMD_X86
+  if (!simd::avx512()) return false;
+  switch (detail::matmul_choice().load(std::memory_order_relaxed)) {
+    case Matmul::anvil: return true;
+    case Matmul::blas: return false;
+    case Matmul::auto_: {
+      static const bool intel = [] {
+        __builtin_cpu_init();
+        return __builtin_cpu_is("intel") != 0;
+      }();
+      return intel;
+    }
+  }
+#endif
+  return false;
+}
+
+/// Whether row-major C [m, n] (inner dimension k) goes to anvil's AVX-512 product: where
+/// `own_matmul()` and the shape is one it beats OpenBLAS's SkylakeX kernels at (measured on
+/// an Intel Xeon, benchmarks/bench_gemm.cpp): at least 8 rows and 32 columns of C and an
+/// inner dimension of 4 to 512 (a packed panel of op(B) then stays in a core's L1 or L2).
+/// Thin products (a network's one-column head, a batch of a few rows) stay with the BLAS.
+inline bool own_kernel_takes(std::int64_t m, std::int64_t n, std::int64_t k) noexcept {
+  return m >= 8 && n >= 32 && k >= 4 && k <= 512 && own_matmul();
+}
 
 /// The Fortran BLAS single-precision matrix product (column-major).
 using sgemm_fn = void (*)(const char* transa, const char* transb, const int* m, const int* n, const int* k,
@@ -116,6 +169,10 @@ inline void gemm(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std
                  const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float beta, float* c,
                  std::int64_t ldc) {
   if (m == 0 || n == 0) return;
+#if ANVIL_SIMD_X86
+  if (own_kernel_takes(m, n, k))
+    return simd::sgemm_avx512(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+#endif
   if (const sgemm_fn f = sgemm()) {
     // Row-major C is column-major C^T = op(B)^T op(A)^T: swap the operands.
     const char ta = trans_a ? 'T' : 'N', tb = trans_b ? 'T' : 'N';
@@ -146,8 +203,10 @@ inline void gemm(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std
 /// (benchmarks/transposed_gemm.cpp): 9.3 -> 7.6 us at m = 100; 1.10 -> 0.66 us for a
 /// first layer with k = 3; even at m = 256 (past 1e6). Below m = 8 the gain is mixed
 /// (0.12 against 0.13 us at m = 1, k = 3), so the plain product stays. Never with another
-/// BLAS or OpenBLAS's other kernels.
+/// BLAS or OpenBLAS's other kernels, nor where anvil's own product takes the shape (it packs
+/// B^T itself).
 inline bool transposed_copy_pays(std::int64_t m, std::int64_t n, std::int64_t k) {
+  if (own_kernel_takes(m, n, k)) return false;
   static const bool small_kernels = [] {
     if (sgemm() == nullptr) return false;
     const BlasInfo b = blas_info();

@@ -172,6 +172,21 @@ class StepContext {
     grads.reserve(steps.size());
     for (auto& s : steps) grads.push_back(std::move(s.flat_grad));
     all_reduce(grads);
+    // On the CPU with update threads and no loss scaler (whose state every step reads and
+    // writes), the optimizers step at once: each touches its own parameters, moments and
+    // gradient, so the results are those of the steps in turn.
+    if (pool_ && !scaler_ && !capturing_ && steps.size() > 1) {
+      InnerPhase timer(opt_.times, Phase::optimizer);
+      attempts_ += static_cast<std::int64_t>(steps.size());
+      std::vector<std::function<void()>> tasks;
+      for (std::size_t i = 0; i < steps.size(); ++i)
+        tasks.emplace_back([&, i] {
+          at::NoGradGuard no_grad;  // grad mode is per thread: a worker's is on
+          step_optimizer(*steps[i].optimizer, grads[i], steps[i].max_grad_norm);
+        });
+      concurrently(tasks);
+      return static_cast<int>(steps.size());
+    }
     int stepped = 0;
     for (std::size_t i = 0; i < steps.size(); ++i) stepped += step_reduced(*steps[i].optimizer, grads[i], steps[i].max_grad_norm);
     return stepped;
@@ -350,15 +365,23 @@ class StepContext {
       if (capturing_) finite = scaler_->unscale_and_check_on_device(grad);
       else if (!scaler_->unscale_and_check(grad)) return skip();
     }
-    if (max_grad_norm > 0)  // as torch's clip_grad_norm_, without a host sync
-      grad.mul_((max_grad_norm / (grad.norm() + 1e-6)).clamp_max(1.0));
     if (capturing_) {
+      clip(grad, max_grad_norm);
       if (finite.defined()) optimizer.step_on_device(grad, finite);
       else optimizer.step_on_device(grad);
       return true;
     }
-    optimizer.step(grad);
+    step_optimizer(optimizer, grad, max_grad_norm);
     return true;
+  }
+  // Clips `grad` to `max_grad_norm` (0: not at all), as torch's clip_grad_norm_, without a host sync.
+  static void clip(at::Tensor& grad, double max_grad_norm) {
+    if (max_grad_norm > 0) grad.mul_((max_grad_norm / (grad.norm() + 1e-6)).clamp_max(1.0));
+  }
+  // The host step after the scaler's check: clip, then the optimizer's step.
+  static void step_optimizer(FlatAdam& optimizer, at::Tensor& grad, double max_grad_norm) {
+    clip(grad, max_grad_norm);
+    optimizer.step(grad);
   }
   // Averages `grads` across ranks (timed as the all-reduce phase).
   void all_reduce(std::vector<at::Tensor>& grads) {

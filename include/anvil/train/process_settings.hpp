@@ -66,10 +66,6 @@ class TorchGenerators {
   c10::Device device_{c10::kCPU};
 };
 
-/// Applies a run's process-wide settings (see file comment): `threads` intra-op threads,
-/// precision `p`'s switches, and Torch's generators seeded from `ctx` (its seed and rank).
-/// Returns what the run should say about them and about the CPU's BLAS (with the
-/// `update_threads` the step context uses).
 /// Keeps the C library's heap from shrinking and growing again around every update (glibc):
 /// an update's large temporaries (convolutions' activations: megabytes a tensor) are freed at
 /// its end, and by default the top of the heap then goes back to the system, to be faulted in
@@ -87,9 +83,15 @@ inline bool keep_heap() noexcept {
 #endif
 }
 
+/// Applies a run's process-wide settings (see file comment): `threads` intra-op threads,
+/// precision `p`'s switches, and Torch's generators seeded from `ctx` (its seed and rank),
+/// the heap kept (`keep_heap`) and the fast paths' matrix products (`matmul`, `blas::set_matmul`).
+/// Returns what the run should say about them and about the CPU's BLAS (with the
+/// `update_threads` the step context uses).
 inline std::vector<std::string> apply_process_settings(int threads, const PrecisionSettings& p, const RunContext& ctx,
-                                                       int update_threads) {
+                                                       int update_threads, Matmul matmul = Matmul::auto_) {
   keep_heap();
+  blas::set_matmul(matmul);
   torch::set_num_threads(threads);
   seed_torch(ctx);
   const c10::Device& device = ctx.device;
@@ -114,7 +116,8 @@ inline std::vector<std::string> apply_process_settings(int threads, const Precis
     else if (b.openblas)
       notes.push_back("cpu: OpenBLAS" + (b.core.empty() ? std::string() : " (" + b.core + " kernels)") + ", " +
                       std::to_string(at::get_num_threads()) + " intra-op thread(s), " + std::to_string(update_threads) +
-                      " update thread(s)");
+                      " update thread(s); fast paths' matrix products: " +
+                      (blas::own_matmul() ? "anvil's AVX-512 product where faster (run.matmul)" : "the BLAS"));
   }
   return notes;
 }

@@ -9,6 +9,7 @@
 #include <string>
 #include <string_view>
 
+#include <anvil/core/blas.hpp>
 #include <anvil/core/param.hpp>
 
 namespace anvil {
@@ -32,6 +33,10 @@ struct RunConfig {
         "actor; 0: 2 when each process may use 2 cores: its affinity and CPU quota)",
         in_range(0, 64)>
       update_threads{0};
+  Param<Matmul, "matmul",
+        "CPU matrix products of the hand-written fast paths: anvil (anvil's AVX-512 product where it is "
+        "faster), blas (always the BLAS Torch uses), or auto (anvil on Intel AVX-512 cores, blas elsewhere)">
+      matmul{Matmul::auto_};
   Param<std::int64_t, "log_interval",
         "env steps between log lines and CSV rows (gradient updates in an offline loop)", at_least(1)>
       log_interval{1000};

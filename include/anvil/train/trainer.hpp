@@ -80,7 +80,7 @@ class BasicTrainer {
     const PrecisionSettings precision = X::settings(*cfg_.precision);
     ctx_ = run_context(device, cfg_.run->seed, parallel_->rank(), parallel_->world_size(), L::settings(*cfg_.train), precision);
     ranks_ = Ranks(*parallel_, ctx_.device);
-    auto notes = apply_process_settings(cfg_.run->threads, precision, ctx_, threads());
+    auto notes = apply_process_settings(cfg_.run->threads, precision, ctx_, threads(), cfg_.run->matmul);
     auto envs = make_run_envs(env, *cfg_.env, *cfg_.normalize, ctx_.seed_for(Stream::env), ctx_.rank, ctx_.world_size);
     norm_ = envs.normalizer;
     notes.insert(notes.end(), envs.notes.begin(), envs.notes.end());

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include <anvil/algorithms/policy.hpp>
+#include <anvil/core/blas.hpp>
 #include <anvil/core/context.hpp>
 #include <anvil/core/detail/thread_pool.hpp>
 #include <anvil/core/error.hpp>
@@ -44,7 +45,8 @@ namespace anvil {
 /// How the run's networks take their gradients, as the run's "gradients:" line and its
 /// provenance (config.yaml's header, summary.json) say it: by the algorithm's hand-written
 /// passes, or by autograd and why. `paths`: the algorithm's `gradient_paths()`
-/// (anvil::DescribesGradients), empty for an algorithm (`section`) without such passes.
+/// (anvil::DescribesGradients), empty for an algorithm (`section`) without such passes. The
+/// matrix products are named as `blas::own_matmul()` says now (`run.matmul`, set first).
 inline std::string describe_gradients(const std::vector<std::pair<std::string, std::string>>& paths,
                                       std::string_view section, const PrecisionSettings& precision) {
   if (paths.empty()) return "autograd (" + std::string(section) + " has no hand-written passes)";
@@ -54,7 +56,9 @@ inline std::string describe_gradients(const std::vector<std::pair<std::string, s
         !why.empty()        ? "autograd (" + why + ")"
         : precision.autocast ? "autograd (" + std::string(precision.name) +
                                   " autocast; the hand-written passes are float32)"
-                             : std::string("hand-written passes (float32, BLAS products, vectorised loops)");
+                             : std::string("hand-written passes (float32, ") +
+                                   (blas::own_matmul() ? "anvil's AVX-512 and BLAS products" : "BLAS products") +
+                                   ", vectorised loops)";
     out += (out.empty() ? "" : "; ") + networks + " by " + how;
   }
   return out;

@@ -1,0 +1,234 @@
+#pragma once
+/// @file
+/// anvil's own single-precision matrix product for AVX-512 cores, for the sizes of RL
+/// networks (a few hundred rows and columns). Light header.
+///
+/// Why: on Intel Xeons with two AVX-512 FMA units a core does 64 float FLOPs a cycle, and
+/// OpenBLAS 0.3.21's SkylakeX sgemm reaches about 55% of that on the 256 x 256 x 256
+/// products of a 256-wide SAC update (docs/benchmarks/main-job.md). This product keeps a
+/// 8 x 32 block of C in 16 registers, streams a packed 32-column panel of op(B) from L1
+/// and broadcasts op(A) from where it lies, or from a copy in blocks of 8 rows when A is
+/// transposed; both are packed once a call (16 x 16 register transposes for B^T).
+///
+/// `sgemm_avx512` is row-major C[m, n] = alpha op(A) op(B) + beta C, as `blas::gemm`; with
+/// beta 0, C is not read. Each element of C sums its k products in order, one fused
+/// multiply-add at a time, so a result does not depend on the blocking or the thread.
+
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include <anvil/core/simd.hpp>
+
+namespace anvil::simd {
+
+#if ANVIL_SIMD_X86
+namespace detail::sgemm {
+
+inline constexpr int kRows = 8;   // rows of C a tile holds
+inline constexpr int kCols = 32;  // columns of C a tile holds: two registers of 16 floats
+
+ANVIL_TARGET_AVX512 inline __mmask16 low_mask(std::int64_t count) {
+  return count >= 16 ? __mmask16(0xFFFF) : count <= 0 ? __mmask16(0) : __mmask16((1u << count) - 1u);
+}
+
+// In-register transpose of 16 rows of 16 floats. The interleaves and lane shuffles are
+// written as two-source permutes (GCC 12 warns on its unpack and shuffle intrinsics'
+// undefined operand).
+ANVIL_TARGET_AVX512 inline void transpose16(__m512 r[16]) {
+  const __m512i lo_ps = _mm512_setr_epi32(0, 16, 1, 17, 4, 20, 5, 21, 8, 24, 9, 25, 12, 28, 13, 29);
+  const __m512i hi_ps = _mm512_setr_epi32(2, 18, 3, 19, 6, 22, 7, 23, 10, 26, 11, 27, 14, 30, 15, 31);
+  const __m512i lo_pd = _mm512_setr_epi32(0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29);
+  const __m512i hi_pd = _mm512_setr_epi32(2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31);
+  const __m512i even_lanes = _mm512_setr_epi32(0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27);
+  const __m512i odd_lanes = _mm512_setr_epi32(4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31);
+  __m512 t[16];
+  for (int i = 0; i < 8; ++i) {  // pairs of rows interleaved by float within each 128-bit lane
+    t[2 * i] = _mm512_permutex2var_ps(r[2 * i], lo_ps, r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_permutex2var_ps(r[2 * i], hi_ps, r[2 * i + 1]);
+  }
+  for (int i = 0; i < 4; ++i) {  // then by pairs of floats: each lane holds 4 rows' column
+    r[4 * i] = _mm512_permutex2var_ps(t[4 * i], lo_pd, t[4 * i + 2]);
+    r[4 * i + 1] = _mm512_permutex2var_ps(t[4 * i], hi_pd, t[4 * i + 2]);
+    r[4 * i + 2] = _mm512_permutex2var_ps(t[4 * i + 1], lo_pd, t[4 * i + 3]);
+    r[4 * i + 3] = _mm512_permutex2var_ps(t[4 * i + 1], hi_pd, t[4 * i + 3]);
+  }
+  // r[4i + q] now holds, in 128-bit lane L, column 4L + q of rows 4i .. 4i+3; the lanes of
+  // four such registers make a column.
+  for (int q = 0; q < 4; ++q) {
+    const __m512 u0 = _mm512_permutex2var_ps(r[q], even_lanes, r[4 + q]);
+    const __m512 u1 = _mm512_permutex2var_ps(r[q], odd_lanes, r[4 + q]);
+    const __m512 u2 = _mm512_permutex2var_ps(r[8 + q], even_lanes, r[12 + q]);
+    const __m512 u3 = _mm512_permutex2var_ps(r[8 + q], odd_lanes, r[12 + q]);
+    t[q] = _mm512_permutex2var_ps(u0, even_lanes, u2);
+    t[4 + q] = _mm512_permutex2var_ps(u1, even_lanes, u3);
+    t[8 + q] = _mm512_permutex2var_ps(u0, odd_lanes, u2);
+    t[12 + q] = _mm512_permutex2var_ps(u1, odd_lanes, u3);
+  }
+  for (int i = 0; i < 16; ++i) r[i] = t[i];
+}
+
+// Packs op(B) [k, n] into panels of kCols columns: panel j holds, for each p, the 32 values
+// op(B)[p, 32j .. 32j+31] (zeros past column n), one panel after another. B is packed too:
+// read in place, a panel's rows lie a row of B apart, and at 256 columns (1 KiB) they fall
+// in a few of L1's sets and evict each other (the products ran 1.1-1.2x slower so).
+ANVIL_TARGET_AVX512 inline void pack_b(bool trans_b, std::int64_t n, std::int64_t k, const float* b, std::int64_t ldb,
+                                       float* out) {
+  const std::int64_t panels = (n + kCols - 1) / kCols;
+  for (std::int64_t j = 0; j < panels; ++j) {
+    float* dst = out + j * k * kCols;
+    const std::int64_t j0 = j * kCols, w = n - j0;
+    if (!trans_b) {  // op(B) = B [k, n]: each p copies a row's 32 columns
+      const __mmask16 m0 = low_mask(w), m1 = low_mask(w - 16);
+      for (std::int64_t p = 0; p < k; ++p) {
+        const float* src = b + p * ldb + j0;
+        _mm512_store_ps(dst + p * kCols, _mm512_maskz_loadu_ps(m0, src));
+        _mm512_store_ps(dst + p * kCols + 16, _mm512_maskz_loadu_ps(m1, src + 16));
+      }
+      continue;
+    }
+    // op(B) = B^T, B [n, k]: columns j0.. of op(B) are rows j0.. of B; 16 x 16 transposes.
+    for (int half = 0; half < 2; ++half) {
+      const std::int64_t rows = w - 16 * half;  // rows of B this half reads (may be <= 0)
+      for (std::int64_t p0 = 0; p0 < k; p0 += 16) {
+        const __mmask16 kmask = low_mask(k - p0);
+        __m512 r[16];
+        for (int i = 0; i < 16; ++i)
+          r[i] = i < rows ? _mm512_maskz_loadu_ps(kmask, b + (j0 + 16 * half + i) * ldb + p0) : _mm512_setzero_ps();
+        transpose16(r);
+        const std::int64_t qs = k - p0 < 16 ? k - p0 : 16;
+        for (std::int64_t q = 0; q < qs; ++q) _mm512_store_ps(dst + (p0 + q) * kCols + 16 * half, r[q]);
+      }
+    }
+  }
+}
+
+// Packs op(A) = A^T (A [k, m]) into blocks of kRows rows: block i holds, for each p, the 8
+// values op(A)[8i .. 8i+7, p] = A[p, 8i .. 8i+7] (zeros past row m). Read in place, a
+// tile's column p of op(A) lies a row of A after column p - 1: at 256 columns (1 KiB) the
+// k lines fall in 4 of L1's 64 sets and evict each other, and half of each line is
+// another tile's. Two blocks at a time, so each line of A is read once.
+ANVIL_TARGET_AVX512 inline void pack_a_trans(std::int64_t m, std::int64_t k, const float* a, std::int64_t lda,
+                                             float* out) {
+  for (std::int64_t i0 = 0; i0 < m; i0 += 2 * kRows) {
+    const __mmask16 mask = low_mask(m - i0);
+    const __mmask8 mlo = static_cast<__mmask8>(mask & 0xFF), mhi = static_cast<__mmask8>(mask >> 8);
+    float* lo = out + (i0 / kRows) * k * kRows;
+    float* hi = lo + k * kRows;  // the second block (unused past m)
+    for (std::int64_t p = 0; p < k; ++p) {
+      const float* src = a + p * lda + i0;
+      _mm256_store_ps(lo + p * kRows, _mm256_maskz_loadu_ps(mlo, src));
+      if (mhi) _mm256_store_ps(hi + p * kRows, _mm256_maskz_loadu_ps(mhi, src + kRows));
+    }
+  }
+}
+
+// One tile: C[R rows, up to 32 columns] from R rows of op(A) and a packed panel of op(B).
+// op(A)[r, p] is a[r * lda + p] (A as stored) or a[p * kRows + r] (`Packed`: a block of
+// pack_a_trans).
+template <int R, bool Packed>
+ANVIL_TARGET_AVX512 inline void tile(const float* a, std::int64_t lda, const float* panel, std::int64_t k, float* c,
+                                     std::int64_t ldc, std::int64_t cols, float alpha, float beta) {
+  __m512 lo[R], hi[R];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) lo[r] = hi[r] = _mm512_setzero_ps();
+  if constexpr (Packed) {  // op(A)'s column p is R consecutive floats of the block
+    const float* ap = a;
+#pragma GCC unroll 2
+    for (std::int64_t p = 0; p < k; ++p, ap += kRows) {
+      const __m512 b0 = _mm512_load_ps(panel + p * kCols), b1 = _mm512_load_ps(panel + p * kCols + 16);
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) {
+        const __m512 x = _mm512_set1_ps(ap[r]);
+        lo[r] = _mm512_fmadd_ps(x, b0, lo[r]);
+        hi[r] = _mm512_fmadd_ps(x, b1, hi[r]);
+      }
+    }
+  } else {  // R rows of A, each read along p
+    const float* ar[R];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) ar[r] = a + r * lda;
+#pragma GCC unroll 2
+    for (std::int64_t p = 0; p < k; ++p) {
+      const __m512 b0 = _mm512_load_ps(panel + p * kCols), b1 = _mm512_load_ps(panel + p * kCols + 16);
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) {
+        const __m512 x = _mm512_set1_ps(ar[r][p]);
+        lo[r] = _mm512_fmadd_ps(x, b0, lo[r]);
+        hi[r] = _mm512_fmadd_ps(x, b1, hi[r]);
+      }
+    }
+  }
+  const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
+  const __mmask16 m0 = low_mask(cols), m1 = low_mask(cols - 16);
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+    float* cr = c + r * ldc;
+    __m512 x0 = _mm512_mul_ps(va, lo[r]), x1 = _mm512_mul_ps(va, hi[r]);
+    if (beta != 0.f) {
+      x0 = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m0, cr), x0);
+      x1 = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m1, cr + 16), x1);
+    }
+    _mm512_mask_storeu_ps(cr, m0, x0);
+    _mm512_mask_storeu_ps(cr + 16, m1, x1);
+  }
+}
+
+template <int R, bool Packed>
+ANVIL_TARGET_AVX512 inline void tile_rows(int rows, const float* a, std::int64_t lda, const float* panel,
+                                          std::int64_t k, float* c, std::int64_t ldc, std::int64_t cols, float alpha,
+                                          float beta) {
+  if constexpr (R > 1)
+    if (rows < R) return tile_rows<R - 1, Packed>(rows, a, lda, panel, k, c, ldc, cols, alpha, beta);
+  tile<R, Packed>(a, lda, panel, k, c, ldc, cols, alpha, beta);
+}
+
+// Every tile of C, panel by panel (a panel of op(B) stays in L1 while the rows pass); op(A)
+// is A as it lies or, `Packed`, pack_a_trans's blocks.
+template <bool Packed>
+ANVIL_TARGET_AVX512 inline void tiles(std::int64_t m, std::int64_t n, std::int64_t k, float alpha, const float* a,
+                                      std::int64_t lda, const float* packed, float beta, float* c,
+                                      std::int64_t ldc) {
+  const std::int64_t panels = (n + kCols - 1) / kCols;
+  for (std::int64_t j = 0; j < panels; ++j) {
+    const std::int64_t j0 = j * kCols, cols = n - j0;
+    const float* panel = packed + j * k * kCols;
+    for (std::int64_t i0 = 0; i0 < m; i0 += kRows) {
+      const int rows = static_cast<int>(m - i0 < kRows ? m - i0 : kRows);
+      tile_rows<kRows, Packed>(rows, Packed ? a + i0 * k : a + i0 * lda, lda, panel, k, c + i0 * ldc + j0, ldc, cols,
+                               alpha, beta);
+    }
+  }
+}
+
+// This thread's packed op(B) (`which` 0) or op(A) (1): reused call after call, 64-byte aligned.
+inline float* pack_buffer(int which, std::int64_t floats) {
+  thread_local std::vector<float> storage[2];
+  const std::size_t need = static_cast<std::size_t>(floats) + 16;
+  if (storage[which].size() < need) storage[which].resize(need);
+  auto addr = reinterpret_cast<std::uintptr_t>(storage[which].data());
+  return reinterpret_cast<float*>((addr + 63) & ~std::uintptr_t(63));
+}
+
+}  // namespace detail::sgemm
+
+/// Row-major C[m, n] = alpha op(A) op(B) + beta C on AVX-512 (call only where `avx512()`);
+/// lda, ldb, ldc are the row strides as stored. With beta 0, C is not read.
+ANVIL_TARGET_AVX512 inline void sgemm_avx512(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n,
+                                             std::int64_t k, float alpha, const float* a, std::int64_t lda,
+                                             const float* b, std::int64_t ldb, float beta, float* c,
+                                             std::int64_t ldc) {
+  namespace d = detail::sgemm;
+  if (m <= 0 || n <= 0) return;
+  const std::int64_t panels = (n + d::kCols - 1) / d::kCols;
+  float* packed = d::pack_buffer(0, panels * (k > 0 ? k : 1) * d::kCols);
+  if (k > 0) d::pack_b(trans_b, n, k, b, ldb, packed);
+  if (!trans_a) return d::tiles<false>(m, n, k, alpha, a, lda, packed, beta, c, ldc);
+  const std::int64_t blocks = (m + 2 * d::kRows - 1) / (2 * d::kRows) * 2;
+  float* packed_a = d::pack_buffer(1, blocks * (k > 0 ? k : 1) * d::kRows);
+  d::pack_a_trans(m, k, a, lda, packed_a);
+  d::tiles<true>(m, n, k, alpha, packed_a, d::kRows, packed, beta, c, ldc);
+}
+#endif
+
+}  // namespace anvil::simd

@@ -1,0 +1,162 @@
+// anvil's AVX-512 matrix product (core/sgemm.hpp) against a double-precision product, and
+// the choice blas::gemm makes between it and the BLAS (run.matmul). Skipped, visibly, on a
+// CPU without AVX-512.
+#include <anvil/core/sgemm.hpp>  // first: the header under test compiles on its own here
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include <anvil/core/blas.hpp>
+
+#include "../skip.hpp"
+
+namespace {
+
+struct Product {
+  bool ta = false, tb = false;
+  std::int64_t m = 0, n = 0, k = 0, lda = 0, ldb = 0, ldc = 0;
+  float alpha = 1.f, beta = 0.f;
+  std::vector<float> a, b, c;
+};
+
+Product random_product(std::mt19937& g, bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, int pad,
+                       float alpha, float beta) {
+  std::normal_distribution<float> normal;
+  Product p;
+  p.ta = ta, p.tb = tb, p.m = m, p.n = n, p.k = k, p.alpha = alpha, p.beta = beta;
+  p.lda = (ta ? m : k) + pad, p.ldb = (tb ? k : n) + pad, p.ldc = n + pad;
+  // Rows exactly as long as the layout needs (the last row without its padding): a read
+  // past the matrix shows under a sanitizer, and past a page it would fault.
+  p.a.resize(static_cast<std::size_t>(((ta ? k : m) - 1) * p.lda + (ta ? m : k) + 1) * (m > 0 && k > 0));
+  p.b.resize(static_cast<std::size_t>(((tb ? n : k) - 1) * p.ldb + (tb ? k : n) + 1) * (n > 0 && k > 0));
+  p.c.resize(static_cast<std::size_t>((m - 1) * p.ldc + n));
+  for (float& x : p.a) x = normal(g);
+  for (float& x : p.b) x = normal(g);
+  for (float& x : p.c) x = beta == 0.f ? std::numeric_limits<float>::quiet_NaN() : normal(g);
+  return p;
+}
+
+float at_a(const Product& p, std::int64_t i, std::int64_t q) { return p.ta ? p.a[q * p.lda + i] : p.a[i * p.lda + q]; }
+float at_b(const Product& p, std::int64_t q, std::int64_t j) { return p.tb ? p.b[j * p.ldb + q] : p.b[q * p.ldb + j]; }
+
+// Checks C (computed from `before`) against the product in double precision: each element
+// within the bound of float rounding over its k terms ((k + 2) epsilon times the sum of the
+// terms' magnitudes; one term missing or counted twice is far outside it), and C's padding
+// between rows untouched.
+void check(const Product& before, const std::vector<float>& c) {
+  for (std::int64_t i = 0; i < before.m; ++i)
+    for (std::int64_t j = 0; j < before.n; ++j) {
+      double sum = 0, mag = 0;
+      for (std::int64_t q = 0; q < before.k; ++q) {
+        const double t = double(at_a(before, i, q)) * double(at_b(before, q, j));
+        sum += t, mag += std::fabs(t);
+      }
+      const double old = before.beta == 0.f ? 0.0 : double(before.c[i * before.ldc + j]);
+      const double want = before.alpha * sum + before.beta * old;
+      const double got = c[i * before.ldc + j];
+      const double tol = double(before.k + 2) * std::numeric_limits<float>::epsilon() *
+                             (std::fabs(before.alpha) * mag + std::fabs(before.beta * old)) +
+                         1e-30;
+      INFO("m " << before.m << " n " << before.n << " k " << before.k << " trans_a " << before.ta << " trans_b "
+                << before.tb << " beta " << before.beta << " at (" << i << ", " << j << ")");
+      REQUIRE(std::fabs(got - want) <= tol);
+    }
+  for (std::int64_t i = 0; i + 1 < before.m; ++i)
+    for (std::int64_t j = before.n; j < before.ldc; ++j) {
+      const float was = before.c[i * before.ldc + j], now = c[i * before.ldc + j];
+      REQUIRE(std::memcmp(&was, &now, sizeof was) == 0);
+    }
+}
+
+}  // namespace
+
+TEST_CASE("sgemm_avx512: every layout, edge tile, stride and beta against a double-precision product") {
+  if (!anvil::simd::avx512()) ANVIL_SKIP("this CPU has no AVX-512, so anvil's AVX-512 product never runs here");
+#if ANVIL_SIMD_X86
+  std::mt19937 g(7);
+  int cases = 0;
+  // Shapes around the tile's 8 rows and 32 columns and the transpose's 16, the sizes of a
+  // SAC update, an empty inner dimension, and random ones.
+  const std::int64_t fixed[][3] = {{1, 1, 1},   {8, 32, 16},   {9, 33, 17},    {7, 31, 15},  {16, 64, 1},
+                                   {5, 100, 0}, {256, 256, 4}, {256, 256, 256}, {100, 64, 3}, {13, 47, 300}};
+  for (const auto& s : fixed)
+    for (int t = 0; t < 4; ++t) {
+      const float beta = t == 3 ? 0.5f : 0.f;
+      Product p = random_product(g, t & 1, (t >> 1) & 1, s[0], s[1], s[2], t == 2 ? 3 : 0, t == 1 ? -0.5f : 1.f, beta);
+      std::vector<float> c = p.c;
+      anvil::simd::sgemm_avx512(p.ta, p.tb, p.m, p.n, p.k, p.alpha, p.a.data(), p.lda, p.b.data(), p.ldb, p.beta,
+                                c.data(), p.ldc);
+      check(p, c);
+      ++cases;
+    }
+  for (int t = 0; t < 150; ++t) {
+    const bool ta = g() % 2, tb = g() % 2;
+    const std::int64_t m = 1 + g() % 70, n = 1 + g() % 90, k = g() % 80;
+    Product p = random_product(g, ta, tb, m, n, k, static_cast<int>(g() % 4), g() % 3 ? 1.f : 0.75f,
+                               g() % 2 ? 0.f : -1.25f);
+    std::vector<float> c = p.c;
+    anvil::simd::sgemm_avx512(p.ta, p.tb, p.m, p.n, p.k, p.alpha, p.a.data(), p.lda, p.b.data(), p.ldb, p.beta,
+                              c.data(), p.ldc);
+    check(p, c);
+    ++cases;
+  }
+  CHECK(cases == 190);
+#endif
+}
+
+TEST_CASE("sgemm_avx512: a row's result is the same bits whatever rows are computed beside it") {
+  if (!anvil::simd::avx512()) ANVIL_SKIP("this CPU has no AVX-512, so anvil's AVX-512 product never runs here");
+#if ANVIL_SIMD_X86
+  std::mt19937 g(3);
+  for (int t = 0; t < 4; ++t) {
+    Product p = random_product(g, t & 1, (t >> 1) & 1, 37, 70, 129, 0, 1.f, 0.f);
+    std::vector<float> all(p.c.size());
+    anvil::simd::sgemm_avx512(p.ta, p.tb, p.m, p.n, p.k, 1.f, p.a.data(), p.lda, p.b.data(), p.ldb, 0.f, all.data(),
+                              p.ldc);
+    for (std::int64_t i = 0; i < p.m; ++i) {
+      std::vector<float> one(static_cast<std::size_t>(p.n));
+      const float* a_row = p.ta ? p.a.data() + i : p.a.data() + i * p.lda;  // op(A)'s row i as a 1-row matrix
+      anvil::simd::sgemm_avx512(p.ta, p.tb, 1, p.n, p.k, 1.f, a_row, p.lda, p.b.data(), p.ldb, 0.f, one.data(),
+                                p.n);
+      INFO("trans_a " << p.ta << " trans_b " << p.tb << " row " << i);
+      REQUIRE(std::memcmp(one.data(), all.data() + i * p.ldc, sizeof(float) * static_cast<std::size_t>(p.n)) == 0);
+    }
+  }
+#endif
+}
+
+TEST_CASE("blas::gemm: run.matmul picks anvil's product for the shapes it is faster at, the BLAS for the rest") {
+  if (!anvil::simd::avx512()) ANVIL_SKIP("this CPU has no AVX-512, so anvil's AVX-512 product never runs here");
+  if (anvil::blas::sgemm() == nullptr) ANVIL_SKIP("no BLAS sgemm_ on this machine to compare with");
+  struct Restore {
+    ~Restore() { anvil::blas::set_matmul(anvil::Matmul::auto_); }
+  } restore;
+  anvil::blas::set_matmul(anvil::Matmul::anvil);
+  CHECK(anvil::blas::own_matmul());
+  CHECK(anvil::blas::own_kernel_takes(256, 256, 256));
+  CHECK(anvil::blas::own_kernel_takes(8, 32, 4));
+  CHECK_FALSE(anvil::blas::own_kernel_takes(256, 1, 256));   // a one-column head
+  CHECK_FALSE(anvil::blas::own_kernel_takes(4, 256, 256));   // acting for a few envs
+  CHECK_FALSE(anvil::blas::own_kernel_takes(256, 256, 1));   // an outer product
+  CHECK_FALSE(anvil::blas::own_kernel_takes(256, 256, 1024));  // a panel past a core's L2
+  CHECK_FALSE(anvil::blas::transposed_copy_pays(100, 64, 64));  // the product packs B^T itself
+  // The same product both ways: equal to float rounding, and the BLAS's when chosen.
+  std::mt19937 g(11);
+  Product p = random_product(g, false, true, 64, 96, 48, 1, 1.f, 0.f);
+  std::vector<float> own = p.c, theirs = p.c, direct = p.c;
+  anvil::blas::gemm(false, true, p.m, p.n, p.k, 1.f, p.a.data(), p.lda, p.b.data(), p.ldb, 0.f, own.data(), p.ldc);
+  check(p, own);
+  anvil::simd::sgemm_avx512(false, true, p.m, p.n, p.k, 1.f, p.a.data(), p.lda, p.b.data(), p.ldb, 0.f, direct.data(),
+                            p.ldc);
+  CHECK(std::memcmp(own.data(), direct.data(), sizeof(float) * own.size()) == 0);  // it ran anvil's
+  anvil::blas::set_matmul(anvil::Matmul::blas);
+  CHECK_FALSE(anvil::blas::own_matmul());
+  CHECK_FALSE(anvil::blas::own_kernel_takes(256, 256, 256));
+  anvil::blas::gemm(false, true, p.m, p.n, p.k, 1.f, p.a.data(), p.lda, p.b.data(), p.ldb, 0.f, theirs.data(), p.ldc);
+  check(p, theirs);
+}
