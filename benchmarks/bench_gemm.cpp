@@ -46,8 +46,15 @@ double median(std::vector<double> v) {
 int main(int argc, char** argv) {
   int rounds = 5;
   for (int i = 1; i < argc; ++i) {
-    if (std::strncmp(argv[i], "--rounds=", 9) == 0) rounds = std::atoi(argv[i] + 9);
-    else {
+    if (std::strncmp(argv[i], "--rounds=", 9) == 0) {
+      char* end = nullptr;
+      const long v = std::strtol(argv[i] + 9, &end, 10);
+      if (end == argv[i] + 9 || *end != '\0') {
+        std::fprintf(stderr, "bench_gemm: %s: --rounds takes a whole number\n", argv[i]);
+        return 2;
+      }
+      rounds = v > 1000000 ? 1000000 : static_cast<int>(v);
+    } else {
       std::fprintf(stderr, "bench_gemm: unknown argument %s (known: --rounds=N)\n", argv[i]);
       return 2;
     }
