@@ -1171,6 +1171,56 @@ inline void transpose(float* __restrict dst, const float* __restrict src, std::i
 
 namespace anvil::simd {
 
+/// What a product does to each element of C once alpha op(A) op(B) + beta C is summed, in
+/// this order: add `bias[j]` (one per column of C); ReLU (`v > 0 ? v : 0`); keep it only where
+/// `keep[i * ldkeep + j] > 0` (ReLU's backward from its output), else 0. Each is the same
+/// float operation as the element-wise kernel it replaces (`add_bias`, `relu_backward`), so
+/// fused into the product's last pass over C or run after it, the results are the same bits.
+/// `row_sums`, where given, receives the sums over p of op(A)[i, p] (one per row of C),
+/// summed in order from 0 as `column_sums` does: a weight gradient's bias gradient, read
+/// while op(A) = dy^T is packed.
+struct Epilogue {
+  const float* bias = nullptr;
+  bool relu = false;
+  const float* keep = nullptr;
+  std::int64_t ldkeep = 0;
+  float* row_sums = nullptr;
+  [[nodiscard]] bool empty() const noexcept { return !bias && !relu && !keep && !row_sums; }
+};
+
+/// The epilogue `e` as element-wise passes after a product that did not fuse it: C [m, n]
+/// with row stride ldc, op(A) [m, k] as `trans_a`, a, lda describe it.
+inline void apply_epilogue(const Epilogue& e, bool trans_a, std::int64_t m, std::int64_t n, std::int64_t k,
+                           const float* a, std::int64_t lda, float* c, std::int64_t ldc) {
+  if (e.row_sums) {
+    if (trans_a && lda == m) {
+      column_sums(e.row_sums, a, k, m);
+    } else {
+      for (std::int64_t i = 0; i < m; ++i) {
+        float t = 0.f;
+        for (std::int64_t p = 0; p < k; ++p) t += trans_a ? a[p * lda + i] : a[i * lda + p];
+        e.row_sums[i] = t;
+      }
+    }
+  }
+  if (e.bias || e.relu) {
+    if (ldc == n) {
+      if (e.bias) add_bias(c, e.bias, m, n, e.relu);
+      else relu(c, m * n);
+    } else {
+      for (std::int64_t i = 0; i < m; ++i) {
+        if (e.bias) add_bias(c + i * ldc, e.bias, 1, n, e.relu);
+        else relu(c + i * ldc, n);
+      }
+    }
+  }
+  if (e.keep) {
+    if (ldc == n && e.ldkeep == n) relu_backward(c, e.keep, m * n);
+    else
+      for (std::int64_t i = 0; i < m; ++i) relu_backward(c + i * ldc, e.keep + i * e.ldkeep, n);
+  }
+}
+
 #if ANVIL_SIMD_X86
 namespace detail::sgemm {
 
@@ -1256,28 +1306,59 @@ ANVIL_TARGET_AVX512 inline void pack_b(bool trans_b, std::int64_t n, std::int64_
 // values op(A)[8i .. 8i+7, p] = A[p, 8i .. 8i+7] (zeros past row m). Read in place, a
 // tile's column p of op(A) lies a row of A after column p - 1: at 256 columns (1 KiB) the
 // k lines fall in 4 of L1's 64 sets and evict each other, and half of each line is
-// another tile's. Two blocks at a time, so each line of A is read once.
+// another tile's. Eight blocks (64 columns of A) at a time, so each line of A is read once;
+// with `sums`, sums[i] = the sum over p of A[p, i], in order from 0 (a bias gradient, as
+// `column_sums`), four independent chains of additions at a time.
 ANVIL_TARGET_AVX512 inline void pack_a_trans(std::int64_t m, std::int64_t k, const float* a, std::int64_t lda,
-                                             float* out) {
-  for (std::int64_t i0 = 0; i0 < m; i0 += 2 * kRows) {
-    const __mmask16 mask = low_mask(m - i0);
-    const __mmask8 mlo = static_cast<__mmask8>(mask & 0xFF), mhi = static_cast<__mmask8>(mask >> 8);
-    float* lo = out + (i0 / kRows) * k * kRows;
-    float* hi = lo + k * kRows;  // the second block (unused past m)
-    for (std::int64_t p = 0; p < k; ++p) {
-      const float* src = a + p * lda + i0;
-      _mm256_store_ps(lo + p * kRows, _mm256_maskz_loadu_ps(mlo, src));
-      if (mhi) _mm256_store_ps(hi + p * kRows, _mm256_maskz_loadu_ps(mhi, src + kRows));
+                                             float* out, float* sums) {
+  constexpr int kGroups = 4;  // 16 columns of A each
+  for (std::int64_t c0 = 0; c0 < m; c0 += 16 * kGroups) {
+    __mmask8 mlo[kGroups], mhi[kGroups];
+    float* lo[kGroups];
+    __m512 s[kGroups];
+    int groups = 0;
+    for (int g = 0; g < kGroups && c0 + 16 * g < m; ++g, ++groups) {
+      const std::int64_t i0 = c0 + 16 * g;
+      const __mmask16 mask = low_mask(m - i0);
+      mlo[g] = static_cast<__mmask8>(mask & 0xFF);
+      mhi[g] = static_cast<__mmask8>(mask >> 8);
+      lo[g] = out + (i0 / kRows) * k * kRows;  // then the second block (unused past m)
+      s[g] = _mm512_setzero_ps();
     }
+    for (std::int64_t p = 0; p < k; ++p) {
+      const float* src = a + p * lda + c0;
+      for (int g = 0; g < groups; ++g) {
+        const __m256 x0 = _mm256_maskz_loadu_ps(mlo[g], src + 16 * g);
+        _mm256_store_ps(lo[g] + p * kRows, x0);
+        if (mhi[g]) {
+          const __m256 x1 = _mm256_maskz_loadu_ps(mhi[g], src + 16 * g + kRows);
+          _mm256_store_ps(lo[g] + k * kRows + p * kRows, x1);
+          if (sums) s[g] = _mm512_add_ps(s[g], _mm512_insertf32x8(_mm512_castps256_ps512(x0), x1, 1));
+        } else if (sums) {
+          s[g] = _mm512_add_ps(s[g], _mm512_castps256_ps512(x0));
+        }
+      }
+    }
+    if (sums)
+      for (int g = 0; g < groups; ++g) _mm512_mask_storeu_ps(sums + c0 + 16 * g, low_mask(m - c0 - 16 * g), s[g]);
   }
 }
 
-// One tile: C[R rows, up to 32 columns] from R rows of op(A) and a packed panel of op(B).
+// A tile's share of an Epilogue: its columns' biases and its first row's `keep`.
+struct Fused {
+  const float* bias;
+  bool relu;
+  const float* keep;
+  std::int64_t ldkeep;
+};
+
+// One tile: C[R rows, up to 32 columns] from R rows of op(A) and a packed panel of op(B),
+// then the epilogue's steps on it (`f`).
 // op(A)[r, p] is a[r * lda + p] (A as stored) or a[p * kRows + r] (`Packed`: a block of
 // pack_a_trans).
 template <int R, bool Packed>
 ANVIL_TARGET_AVX512 inline void tile(const float* a, std::int64_t lda, const float* panel, std::int64_t k, float* c,
-                                     std::int64_t ldc, std::int64_t cols, float alpha, float beta) {
+                                     std::int64_t ldc, std::int64_t cols, float alpha, float beta, const Fused& f) {
   __m512 lo[R], hi[R];
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) lo[r] = hi[r] = _mm512_setzero_ps();
@@ -1318,6 +1399,20 @@ ANVIL_TARGET_AVX512 inline void tile(const float* a, std::int64_t lda, const flo
       x0 = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m0, cr), x0);
       x1 = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m1, cr + 16), x1);
     }
+    if (f.bias) {
+      x0 = _mm512_add_ps(x0, _mm512_maskz_loadu_ps(m0, f.bias));
+      x1 = _mm512_add_ps(x1, _mm512_maskz_loadu_ps(m1, f.bias + 16));
+    }
+    if (f.relu) {
+      x0 = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x0, _mm512_setzero_ps(), _CMP_GT_OQ), x0);
+      x1 = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x1, _mm512_setzero_ps(), _CMP_GT_OQ), x1);
+    }
+    if (f.keep) {
+      const float* kr = f.keep + r * f.ldkeep;
+      x0 = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(_mm512_maskz_loadu_ps(m0, kr), _mm512_setzero_ps(), _CMP_GT_OQ), x0);
+      x1 = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(_mm512_maskz_loadu_ps(m1, kr + 16), _mm512_setzero_ps(), _CMP_GT_OQ),
+                               x1);
+    }
     _mm512_mask_storeu_ps(cr, m0, x0);
     _mm512_mask_storeu_ps(cr + 16, m1, x1);
   }
@@ -1326,10 +1421,10 @@ ANVIL_TARGET_AVX512 inline void tile(const float* a, std::int64_t lda, const flo
 template <int R, bool Packed>
 ANVIL_TARGET_AVX512 inline void tile_rows(int rows, const float* a, std::int64_t lda, const float* panel,
                                           std::int64_t k, float* c, std::int64_t ldc, std::int64_t cols, float alpha,
-                                          float beta) {
+                                          float beta, const Fused& f) {
   if constexpr (R > 1)
-    if (rows < R) return tile_rows<R - 1, Packed>(rows, a, lda, panel, k, c, ldc, cols, alpha, beta);
-  tile<R, Packed>(a, lda, panel, k, c, ldc, cols, alpha, beta);
+    if (rows < R) return tile_rows<R - 1, Packed>(rows, a, lda, panel, k, c, ldc, cols, alpha, beta, f);
+  tile<R, Packed>(a, lda, panel, k, c, ldc, cols, alpha, beta, f);
 }
 
 // Every tile of C, panel by panel (a panel of op(B) stays in L1 while the rows pass); op(A)
@@ -1337,15 +1432,16 @@ ANVIL_TARGET_AVX512 inline void tile_rows(int rows, const float* a, std::int64_t
 template <bool Packed>
 ANVIL_TARGET_AVX512 inline void tiles(std::int64_t m, std::int64_t n, std::int64_t k, float alpha, const float* a,
                                       std::int64_t lda, const float* packed, float beta, float* c,
-                                      std::int64_t ldc) {
+                                      std::int64_t ldc, const Epilogue& e) {
   const std::int64_t panels = (n + kCols - 1) / kCols;
   for (std::int64_t j = 0; j < panels; ++j) {
     const std::int64_t j0 = j * kCols, cols = n - j0;
     const float* panel = packed + j * k * kCols;
     for (std::int64_t i0 = 0; i0 < m; i0 += kRows) {
       const int rows = static_cast<int>(m - i0 < kRows ? m - i0 : kRows);
+      const Fused f{e.bias ? e.bias + j0 : nullptr, e.relu, e.keep ? e.keep + i0 * e.ldkeep + j0 : nullptr, e.ldkeep};
       tile_rows<kRows, Packed>(rows, Packed ? a + i0 * k : a + i0 * lda, lda, panel, k, c + i0 * ldc + j0, ldc, cols,
-                               alpha, beta);
+                               alpha, beta, f);
     }
   }
 }
@@ -1362,21 +1458,29 @@ inline float* pack_buffer(int which, std::int64_t floats) {
 }  // namespace detail::sgemm
 
 /// Row-major C[m, n] = alpha op(A) op(B) + beta C on AVX-512 (call only where `avx512()`);
-/// lda, ldb, ldc are the row strides as stored. With beta 0, C is not read.
+/// lda, ldb, ldc are the row strides as stored. With beta 0, C is not read. `e`'s steps run
+/// on each tile as it is stored (Epilogue; `row_sums` while op(A) is packed when transposed).
 ANVIL_TARGET_AVX512 inline void sgemm_avx512(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n,
                                              std::int64_t k, float alpha, const float* a, std::int64_t lda,
                                              const float* b, std::int64_t ldb, float beta, float* c,
-                                             std::int64_t ldc) {
+                                             std::int64_t ldc, const Epilogue& e = {}) {
   namespace d = detail::sgemm;
-  if (m <= 0 || n <= 0) return;
+  if (m <= 0 || n <= 0) {
+    if (m > 0 && e.row_sums) apply_epilogue(Epilogue{.row_sums = e.row_sums}, trans_a, m, n, k, a, lda, c, ldc);
+    return;
+  }
   const std::int64_t panels = (n + d::kCols - 1) / d::kCols;
   float* packed = d::pack_buffer(0, panels * (k > 0 ? k : 1) * d::kCols);
   if (k > 0) d::pack_b(trans_b, n, k, b, ldb, packed);
-  if (!trans_a) return d::tiles<false>(m, n, k, alpha, a, lda, packed, beta, c, ldc);
+  if (!trans_a) {
+    d::tiles<false>(m, n, k, alpha, a, lda, packed, beta, c, ldc, e);
+    if (e.row_sums) apply_epilogue(Epilogue{.row_sums = e.row_sums}, false, m, n, k, a, lda, c, ldc);
+    return;
+  }
   const std::int64_t blocks = (m + 2 * d::kRows - 1) / (2 * d::kRows) * 2;
   float* packed_a = d::pack_buffer(1, blocks * (k > 0 ? k : 1) * d::kRows);
-  d::pack_a_trans(m, k, a, lda, packed_a);
-  d::tiles<true>(m, n, k, alpha, packed_a, d::kRows, packed, beta, c, ldc);
+  d::pack_a_trans(m, k, a, lda, packed_a, e.row_sums);
+  d::tiles<true>(m, n, k, alpha, packed_a, d::kRows, packed, beta, c, ldc, e);
 }
 #endif
 
@@ -1491,8 +1595,14 @@ inline bool own_matmul() noexcept {
 /// an Intel Xeon, benchmarks/bench_gemm.cpp): at least 8 rows and 32 columns of C and an
 /// inner dimension of 4 to 512 (a packed panel of op(B) then stays in a core's L1 or L2).
 /// Thin products (a network's one-column head, a batch of a few rows) stay with the BLAS.
-inline bool own_kernel_takes(std::int64_t m, std::int64_t n, std::int64_t k) noexcept {
-  return m >= 8 && n >= 32 && k >= 4 && k <= 512 && own_matmul();
+/// With element-wise steps to fuse (`after`: bias, ReLU or its derivative), an inner dimension
+/// of 1 to 3 goes to it too: OpenBLAS is faster at the bare product there (256 x 256 x 1:
+/// 7.9 us against 10.8), but the pass after it makes the pair slower than the fused product
+/// (a ReLU's backward through a one-output layer: 14.7 us against 12.5; a 3-input first layer
+/// with its bias and ReLU: 17.0 against 7.9).
+inline bool own_kernel_takes(std::int64_t m, std::int64_t n, std::int64_t k, const simd::Epilogue& after = {}) noexcept {
+  const bool fuses = after.bias || after.relu || after.keep;
+  return m >= 8 && n >= 32 && k >= (fuses ? 1 : 4) && k <= 512 && own_matmul();
 }
 
 /// The Fortran BLAS single-precision matrix product (column-major).
@@ -1515,34 +1625,38 @@ inline sgemm_fn sgemm() {
 }
 
 /// Row-major C[m, n] = alpha * op(A) op(B) + beta * C, op(X) = X or X^T (`trans_a`,
-/// `trans_b`); lda, ldb, ldc are the row strides of A, B and C as stored.
+/// `trans_b`); lda, ldb, ldc are the row strides of A, B and C as stored. Then `after`'s
+/// steps (bias, ReLU, ReLU's backward, op(A)'s row sums: `simd::Epilogue`), fused into the
+/// product where anvil's runs, as passes after it otherwise; the same bits either way.
 inline void gemm(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, float alpha,
                  const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float beta, float* c,
-                 std::int64_t ldc) {
-  if (m == 0 || n == 0) return;
+                 std::int64_t ldc, const simd::Epilogue& after = {}) {
+  if (m == 0) return;
 #if ANVIL_SIMD_X86
-  if (own_kernel_takes(m, n, k))
-    return simd::sgemm_avx512(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  if (n > 0 && own_kernel_takes(m, n, k, after))
+    return simd::sgemm_avx512(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, after);
 #endif
-  if (const sgemm_fn f = sgemm()) {
+  if (n == 0) {
+  } else if (const sgemm_fn f = sgemm()) {
     // Row-major C is column-major C^T = op(B)^T op(A)^T: swap the operands.
     const char ta = trans_a ? 'T' : 'N', tb = trans_b ? 'T' : 'N';
     const int M = static_cast<int>(n), N = static_cast<int>(m), K = static_cast<int>(k);
     const int la = static_cast<int>(lda), lb = static_cast<int>(ldb), lc = static_cast<int>(ldc);
     f(&tb, &ta, &M, &N, &K, &alpha, b, &lb, a, &la, &beta, c, &lc);
-    return;
-  }
-  for (std::int64_t i = 0; i < m; ++i) {
-    float* ci = c + i * ldc;
-    for (std::int64_t j = 0; j < n; ++j) ci[j] = beta == 0.f ? 0.f : beta * ci[j];
-    for (std::int64_t p = 0; p < k; ++p) {
-      const float aip = alpha * (trans_a ? a[p * lda + i] : a[i * lda + p]);
-      if (trans_b)
-        for (std::int64_t j = 0; j < n; ++j) ci[j] += aip * b[j * ldb + p];
-      else
-        for (std::int64_t j = 0; j < n; ++j) ci[j] += aip * b[p * ldb + j];
+  } else {
+    for (std::int64_t i = 0; i < m; ++i) {
+      float* ci = c + i * ldc;
+      for (std::int64_t j = 0; j < n; ++j) ci[j] = beta == 0.f ? 0.f : beta * ci[j];
+      for (std::int64_t p = 0; p < k; ++p) {
+        const float aip = alpha * (trans_a ? a[p * lda + i] : a[i * lda + p]);
+        if (trans_b)
+          for (std::int64_t j = 0; j < n; ++j) ci[j] += aip * b[j * ldb + p];
+        else
+          for (std::int64_t j = 0; j < n; ++j) ci[j] += aip * b[p * ldb + j];
+      }
     }
   }
+  if (!after.empty()) simd::apply_epilogue(after, trans_a, m, n, k, a, lda, c, ldc);
 }
 
 /// Whether row-major C [m, n] = A B^T (inner dimension k) runs faster as A (B^T) with B^T
@@ -9220,12 +9334,14 @@ inline void torch_gemm(bool trans_a, bool trans_b, std::int64_t m, std::int64_t 
 
 // The tapes' matrix products: anvil's AVX-512 product or BLAS directly (`blas::gemm`)
 // when either applies, else LibTorch.
+// Then `after`'s steps (simd::Epilogue: fused into anvil's product, passes after the others).
 inline void gemm(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, float alpha,
                  const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float beta, float* c,
-                 std::int64_t ldc) {
-  if (blas::sgemm() || blas::own_kernel_takes(m, n, k))
-    return blas::gemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+                 std::int64_t ldc, const simd::Epilogue& after = {}) {
+  if (blas::sgemm() || blas::own_kernel_takes(m, n, k, after))
+    return blas::gemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, after);
   torch_gemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  if (!after.empty()) simd::apply_epilogue(after, trans_a, m, n, k, a, lda, c, ldc);
 }
 
 // Which head each row of `x` [B, in] takes: the one positive number of its one-hot (a
@@ -9302,16 +9418,18 @@ class MlpTape {
       float* h = h_[i].data_ptr<float>();
       const float* bias = layers[i]->bias.data_ptr<float>();
       const float* w = layers[i]->weight.data_ptr<float>();
-      if (blas::transposed_copy_pays(batch, out_dim, in_dim)) {  // x (W^T) on a copy of W^T
+      const bool hidden = i + 1 < layers.size();
+      // the bias, and ReLU, as the product stores its result; other activations after it
+      const simd::Epilogue after{.bias = bias, .relu = hidden && m.activation() == Activation::relu};
+      if (blas::transposed_copy_pays(batch, out_dim, in_dim) && !blas::own_kernel_takes(batch, out_dim, in_dim, after)) {
+        // x (W^T) on a copy of W^T
         wt_.resize(static_cast<std::size_t>(out_dim * in_dim));
         simd::transpose(wt_.data(), w, out_dim, in_dim);
-        detail::gemm(false, false, batch, out_dim, in_dim, 1.f, in, in_dim, wt_.data(), out_dim, 0.f, h, out_dim);
+        detail::gemm(false, false, batch, out_dim, in_dim, 1.f, in, in_dim, wt_.data(), out_dim, 0.f, h, out_dim,
+                     after);
       } else {
-        detail::gemm(false, true, batch, out_dim, in_dim, 1.f, in, in_dim, w, in_dim, 0.f, h, out_dim);
+        detail::gemm(false, true, batch, out_dim, in_dim, 1.f, in, in_dim, w, in_dim, 0.f, h, out_dim, after);
       }
-      const bool hidden = i + 1 < layers.size();
-      // the bias, and ReLU in the same pass; other activations after it
-      simd::add_bias(h, bias, batch, out_dim, hidden && m.activation() == Activation::relu);
       if (hidden && m.activation() != Activation::relu) detail::activate_inplace(h, batch * out_dim, m.activation());
       in = h;
       in_dim = out_dim;
@@ -9349,15 +9467,21 @@ class MlpTape {
       const float* in = k ? h_[k - 1].data_ptr<float>() : x_.data_ptr<float>();
       const float* w = layers[k]->weight.data_ptr<float>();
       if (grads) {
-        // dW = d^T in; db = the column sums of d
+        // dW = d^T in; db = the column sums of d (op(A)'s row sums, read as d^T is packed)
         detail::gemm(true, false, out_dim, in_dim, batch, 1.f, d, out_dim, in, in_dim, 0.f,
-                   (*grads)[2 * k].data_ptr<float>(), in_dim);
-        simd::column_sums((*grads)[2 * k + 1].data_ptr<float>(), d, batch, out_dim);
+                     (*grads)[2 * k].data_ptr<float>(), in_dim,
+                     simd::Epilogue{.row_sums = (*grads)[2 * k + 1].data_ptr<float>()});
       }
       if (k > 0) {
         float* g = g_[k - 1].data_ptr<float>();
-        detail::gemm(false, false, batch, in_dim, out_dim, 1.f, d, out_dim, w, in_dim, 0.f, g, in_dim);
-        detail::activation_backward_inplace(g, h_[k - 1].data_ptr<float>(), batch * in_dim, m.activation());
+        const float* y = h_[k - 1].data_ptr<float>();
+        if (m.activation() == Activation::relu) {  // ReLU's backward as the product stores g
+          detail::gemm(false, false, batch, in_dim, out_dim, 1.f, d, out_dim, w, in_dim, 0.f, g, in_dim,
+                       simd::Epilogue{.keep = y, .ldkeep = in_dim});
+        } else {
+          detail::gemm(false, false, batch, in_dim, out_dim, 1.f, d, out_dim, w, in_dim, 0.f, g, in_dim);
+          detail::activation_backward_inplace(g, y, batch * in_dim, m.activation());
+        }
         d = g;
       } else if (dx) {
         detail::gemm(false, false, batch, in_dim, out_dim, 1.f, d, out_dim, w, in_dim, 0.f, dx->data_ptr<float>(),
@@ -9412,8 +9536,13 @@ class MlpTape {
       const float* y = h_[k - 1].data_ptr<float>();
       for (std::int64_t j = 0; j < r; ++j)
         std::copy_n(y + rows[static_cast<std::size_t>(j)] * in_dim, in_dim, rows_y_.data() + j * in_dim);
-      detail::gemm(false, false, r, in_dim, out_dim, 1.f, d, out_dim, w, in_dim, 0.f, g.data(), in_dim);
-      detail::activation_backward_inplace(g.data(), rows_y_.data(), r * in_dim, m.activation());
+      if (m.activation() == Activation::relu) {
+        detail::gemm(false, false, r, in_dim, out_dim, 1.f, d, out_dim, w, in_dim, 0.f, g.data(), in_dim,
+                     simd::Epilogue{.keep = rows_y_.data(), .ldkeep = in_dim});
+      } else {
+        detail::gemm(false, false, r, in_dim, out_dim, 1.f, d, out_dim, w, in_dim, 0.f, g.data(), in_dim);
+        detail::activation_backward_inplace(g.data(), rows_y_.data(), r * in_dim, m.activation());
+      }
       d = g.data();
     }
   }
@@ -10794,10 +10923,17 @@ namespace anvil {
 
 /// Polyak averaging: `target` moves a fraction `tau` towards `source` (same size), as
 /// `target.lerp_(source, tau)`; one pass over plain floats on the CPU.
+/// Whether `polyak(target, source, tau)` takes the plain loop over floats (`simd::lerp`), which
+/// a caller may also run in pieces (StepContext fuses it into an optimizer's step); torch's
+/// `lerp_` otherwise (it switches formula at tau 0.5).
+inline bool polyak_is_simd(const at::Tensor& target, const at::Tensor& source, double tau) {
+  return tau < 0.5 && target.device().is_cpu() && target.scalar_type() == at::kFloat && target.is_contiguous() &&
+         source.device().is_cpu() && source.scalar_type() == at::kFloat && source.is_contiguous() &&
+         source.numel() == target.numel();
+}
+
 inline void polyak(const at::Tensor& target, const at::Tensor& source, double tau) {
-  if (tau < 0.5 && target.device().is_cpu() && target.scalar_type() == at::kFloat && target.is_contiguous() &&
-      source.device().is_cpu() && source.scalar_type() == at::kFloat && source.is_contiguous() &&
-      source.numel() == target.numel())
+  if (polyak_is_simd(target, source, tau))
     return simd::lerp(target.data_ptr<float>(), source.data_ptr<float>(), target.numel(), static_cast<float>(tau));
   at::NoGradGuard no_grad;
   target.lerp_(source, tau);
@@ -10982,22 +11118,73 @@ class FlatAdam {
     denom_ = at::empty_like(params_.flat());
   }
 
+  /// One step of the CPU fast path cut into ranges of elements (`begin_step`): each range
+  /// takes the same arithmetic as `step`, so ranges run on several threads, or each followed
+  /// by a Polyak average of those elements (`then_polyak`), give `step`'s result.
+  class RangeStep {
+   public:
+    /// Steps elements [begin, end) of the parameters. Start ranges at multiples of 16 from 0
+    /// (`kAlign`): each element then takes the same vector lane as in one whole pass.
+    void run(std::int64_t begin, std::int64_t end) const {
+      if (end <= begin) return;
+      simd::adam(w_ + begin, m_ + begin, v_ + begin, g_ + begin, end - begin, b1_, b2_, c1_, c2_, decay_, sqrt_bc2_,
+                 eps_, step_);
+    }
+    /// Then target[i] += tau (w[i] - target[i]) over the same range, as `polyak` does.
+    void then_polyak(float* target, std::int64_t begin, std::int64_t end, float tau) const {
+      if (end > begin) simd::lerp(target + begin, w_ + begin, end - begin, tau);
+    }
+    [[nodiscard]] std::int64_t size() const noexcept { return n_; }
+    [[nodiscard]] const float* weights() const noexcept { return w_; }
+    static constexpr std::int64_t kAlign = 16;
+
+   private:
+    friend class FlatAdam;
+    float *w_ = nullptr, *m_ = nullptr, *v_ = nullptr;
+    const float* g_ = nullptr;
+    std::int64_t n_ = 0;
+    float b1_ = 0, b2_ = 0, c1_ = 0, c2_ = 0, decay_ = 1, sqrt_bc2_ = 1, eps_ = 0, step_ = 0;
+  };
+
+  /// Whether a step with gradient `g` takes the CPU fast path (`begin_step` can cut it).
+  [[nodiscard]] bool steps_in_ranges(const at::Tensor& g) const {
+    const auto& p = params_.flat();
+    return !gated_ && p.device().is_cpu() && p.scalar_type() == at::kFloat && g.device().is_cpu() &&
+           g.scalar_type() == at::kFloat && g.is_contiguous() && g.numel() == p.numel();
+  }
+
+  /// Counts a step with gradient `g` (where `steps_in_ranges(g)`) and returns it to run in
+  /// ranges; `g` must outlive the ranges' runs.
+  [[nodiscard]] RangeStep begin_step(const at::Tensor& g) {
+    if (!steps_in_ranges(g)) throw Error("FlatAdam::begin_step: not a CPU float32 step with a contiguous gradient");
+    ++steps_;
+    steps_stale_ = true;
+    const double bc1 = 1.0 - std::pow(opt_.beta1, static_cast<double>(steps_));
+    const double bc2 = 1.0 - std::pow(opt_.beta2, static_cast<double>(steps_));
+    RangeStep r;
+    r.w_ = params_.flat().data_ptr<float>();
+    r.m_ = m_.data_ptr<float>();
+    r.v_ = v_.data_ptr<float>();
+    r.g_ = g.data_ptr<float>();
+    r.n_ = params_.flat().numel();
+    r.b1_ = static_cast<float>(opt_.beta1);
+    r.b2_ = static_cast<float>(opt_.beta2);
+    r.c1_ = static_cast<float>(1.0 - opt_.beta1);
+    r.c2_ = static_cast<float>(1.0 - opt_.beta2);
+    r.decay_ = opt_.weight_decay > 0 ? static_cast<float>(1.0 - opt_.lr * opt_.weight_decay) : 1.0f;
+    r.sqrt_bc2_ = static_cast<float>(std::sqrt(bc2));
+    r.eps_ = static_cast<float>(opt_.eps);
+    r.step_ = static_cast<float>(-opt_.lr / bc1);
+    return r;
+  }
+
   /// One Adam step with flat gradient `g` (same size as the parameters).
   void step(const at::Tensor& g) {
-    const auto& p = params_.flat();
-    if (!gated_ && p.device().is_cpu() && p.scalar_type() == at::kFloat && g.device().is_cpu() &&
-        g.scalar_type() == at::kFloat && g.is_contiguous()) {
+    if (steps_in_ranges(g)) {
       // One pass over plain floats, the same arithmetic as `step_on_device`'s ops: at RL
       // sizes the seven ops' dispatch costs more than the arithmetic.
-      ++steps_;
-      steps_stale_ = true;
-      const double bc1 = 1.0 - std::pow(opt_.beta1, static_cast<double>(steps_));
-      const double bc2 = 1.0 - std::pow(opt_.beta2, static_cast<double>(steps_));
-      simd::adam(p.data_ptr<float>(), m_.data_ptr<float>(), v_.data_ptr<float>(), g.data_ptr<float>(), p.numel(),
-                 static_cast<float>(opt_.beta1), static_cast<float>(opt_.beta2), static_cast<float>(1.0 - opt_.beta1),
-                 static_cast<float>(1.0 - opt_.beta2),
-                 opt_.weight_decay > 0 ? static_cast<float>(1.0 - opt_.lr * opt_.weight_decay) : 1.0f,
-                 static_cast<float>(std::sqrt(bc2)), static_cast<float>(opt_.eps), static_cast<float>(-opt_.lr / bc1));
+      const RangeStep r = begin_step(g);
+      r.run(0, r.size());
       return;
     }
     // Elsewhere (CUDA, other dtypes) the tensor ops a CUDA graph replays: an update op by op
@@ -11708,6 +11895,11 @@ class StepContext {
     FlatAdam* optimizer;
     at::Tensor flat_grad;
     double max_grad_norm = 0.0;
+    /// When defined, once the step is taken (or skipped): `polyak(then_polyak, parameters,
+    /// tau)`, a target network's average. On the CPU with update threads it runs in the
+    /// step's own pass over each range of elements, while they are in cache.
+    at::Tensor then_polyak = {};
+    double tau = 0.0;
   };
 
   /// `apply` for several optimizers at once: their gradients cross ranks in one all-reduce
@@ -11720,21 +11912,35 @@ class StepContext {
     all_reduce(grads);
     // On the CPU with update threads and no loss scaler (whose state every step reads and
     // writes), the optimizers step at once: each touches its own parameters, moments and
-    // gradient, so the results are those of the steps in turn.
+    // gradient, so the results are those of the steps in turn. Where every step takes the
+    // fast path, all their elements are cut into one even range per thread (a critic's
+    // optimizer holds twice the actor's parameters: whole steps would leave a thread idle).
     if (pool_ && !scaler_ && !capturing_ && steps.size() > 1) {
       InnerPhase timer(opt_.times, Phase::optimizer);
       attempts_ += static_cast<std::int64_t>(steps.size());
+      if (std::all_of(steps.begin(), steps.end(), [&](const Step& s) {
+            const auto i = static_cast<std::size_t>(&s - steps.data());
+            return s.optimizer->steps_in_ranges(grads[i]) &&
+                   (!s.then_polyak.defined() || polyak_is_simd(s.then_polyak, s.optimizer->parameters().flat(), s.tau));
+          })) {
+        step_in_ranges(steps, grads);
+        return static_cast<int>(steps.size());
+      }
       std::vector<std::function<void()>> tasks;
       for (std::size_t i = 0; i < steps.size(); ++i)
         tasks.emplace_back([&, i] {
           at::NoGradGuard no_grad;  // grad mode is per thread: a worker's is on
           step_optimizer(*steps[i].optimizer, grads[i], steps[i].max_grad_norm);
+          then_polyak(steps[i]);
         });
       concurrently(tasks);
       return static_cast<int>(steps.size());
     }
     int stepped = 0;
-    for (std::size_t i = 0; i < steps.size(); ++i) stepped += step_reduced(*steps[i].optimizer, grads[i], steps[i].max_grad_norm);
+    for (std::size_t i = 0; i < steps.size(); ++i) {
+      stepped += step_reduced(*steps[i].optimizer, grads[i], steps[i].max_grad_norm);
+      then_polyak(steps[i]);
+    }
     return stepped;
   }
 
@@ -11928,6 +12134,61 @@ class StepContext {
   static void step_optimizer(FlatAdam& optimizer, at::Tensor& grad, double max_grad_norm) {
     clip(grad, max_grad_norm);
     optimizer.step(grad);
+  }
+  // A step's Polyak average after it (Step::then_polyak), unless fused into the step.
+  static void then_polyak(const Step& s) {
+    if (!s.then_polyak.defined()) return;
+    at::NoGradGuard no_grad;
+    polyak(s.then_polyak, s.optimizer->parameters().flat(), s.tau);
+  }
+  // The steps' elements (every step on the fast path) in one even range per thread, each
+  // range cut at a multiple of FlatAdam::RangeStep::kAlign from its optimizer's start: the
+  // same arithmetic per element as the steps one after another. Clipping reads a whole
+  // gradient, so it runs first.
+  void step_in_ranges(std::vector<Step>& steps, std::vector<at::Tensor>& grads) {
+    for (std::size_t i = 0; i < steps.size(); ++i) clip(grads[i], steps[i].max_grad_norm);
+    std::vector<FlatAdam::RangeStep> ranges;
+    std::int64_t total = 0;
+    for (std::size_t i = 0; i < steps.size(); ++i) {
+      ranges.push_back(steps[i].optimizer->begin_step(grads[i]));
+      total += ranges.back().size();
+    }
+    struct Piece {
+      std::size_t step;
+      std::int64_t begin, end;
+    };
+    const int threads = this->threads();
+    std::vector<std::vector<Piece>> work(static_cast<std::size_t>(threads));
+    const std::int64_t share = (total + threads - 1) / threads;
+    std::int64_t room = share;  // what the current thread still takes
+    std::size_t t = 0;
+    for (std::size_t i = 0; i < ranges.size(); ++i) {
+      const std::int64_t n = ranges[i].size();
+      for (std::int64_t b = 0; b < n;) {
+        std::int64_t e = n;
+        if (n - b > room && t + 1 < work.size()) {
+          constexpr std::int64_t a = FlatAdam::RangeStep::kAlign;
+          e = std::min(n, (b + room + a / 2) / a * a);  // the nearest cut at a multiple of kAlign
+          if (e <= b) e = std::min(n, b + a);
+        }
+        work[t].push_back({i, b, e});
+        room -= e - b;
+        b = e;
+        if (room <= 0 && t + 1 < work.size()) ++t, room += share;
+      }
+    }
+    std::vector<std::function<void()>> tasks;
+    for (const auto& pieces : work)
+      if (!pieces.empty())
+        tasks.emplace_back([&, pieces] {
+          for (const auto& p : pieces) {
+            const auto& r = ranges[p.step];
+            r.run(p.begin, p.end);
+            if (const auto& target = steps[p.step].then_polyak; target.defined())
+              r.then_polyak(target.data_ptr<float>(), p.begin, p.end, static_cast<float>(steps[p.step].tau));
+          }
+        });
+    concurrently(tasks);
   }
   // Averages `grads` across ranks (timed as the all-reduce phase).
   void all_reduce(std::vector<at::Tensor>& grads) {
@@ -19793,6 +20054,11 @@ struct SacManual {
   // critic part
   nn::GaussianActorTape next_tape;
   nn::MlpTape tq1, tq2, q1, q2;
+  // the target critics on the first `head_rows` next observations, when the actor part's
+  // thread computes them (manual_next_actions)
+  nn::MlpTape head_tq1, head_tq2;
+  std::int64_t head_rows = 0;
+  const float *head_q1 = nullptr, *head_q2 = nullptr;  // their outputs [head_rows]
   at::Tensor x_next, x, dq1, dq2;
   // actor part
   nn::GaussianActorTape actor_tape;
@@ -19854,13 +20120,28 @@ class SacNextHandoff {
   std::atomic<int> state_{kPending};
 };
 
+// Rows of the target critics' forwards that the actor part's thread takes when it hands the
+// next actions over: a quarter of the batch (a multiple of 8, a tile's rows), which evens the
+// two parts out at the main job's sizes (the critic part was ~10% longer at 256 x 256,
+// batch 256). Each row's result is the same bits wherever it is computed. Only with two
+// update threads: on one, the split would only pack the target's weights twice.
+inline std::int64_t sac_head_rows(std::int64_t batch) { return batch / 4 / 8 * 8; }
+
+// With `target`, then the target critics' forwards on the first `head_rows` rows (into
+// m.head_tq1, m.head_tq2; m.head_rows says how many).
 inline void manual_next_actions(SacManual& m, const nn::GaussianActorImpl& actor, const ReplayBatch& batch,
-                                const at::Tensor& noise_next) {
+                                const at::Tensor& noise_next, const nn::TwinQImpl* target = nullptr,
+                                std::int64_t head_rows = 0) {
   torch::NoGradGuard no_grad;
   const auto next_obs = batch.next_obs.contiguous();
   const std::int64_t od = next_obs.size(1), ad = actor.action_dim();
   obs_into(m.x_next, next_obs, ad);
   m.next_tape.sample(actor, next_obs, noise_next, m.x_next.data_ptr<float>() + od, od + ad);
+  m.head_rows = target ? std::clamp<std::int64_t>(head_rows, 0, next_obs.size(0)) : 0;
+  if (m.head_rows == 0) return;
+  const auto head = m.x_next.narrow(0, 0, m.head_rows);
+  m.head_q1 = m.head_tq1.forward(*target->q1(), head).data_ptr<float>();
+  m.head_q2 = m.head_tq2.forward(*target->q2(), head).data_ptr<float>();
 }
 
 // SAC's critic part with hand-written gradients: the same arithmetic as autograd_critic.
@@ -19893,8 +20174,15 @@ inline SacCriticResult manual_critic(SacManual& m, const nn::GaussianActorImpl& 
   if (next) next->wait();
   else manual_next_actions(m, actor, batch, noise_next);
   const float* lp = m.next_tape.log_prob().data_ptr<float>();
-  const float* tq1 = m.tq1.forward(*target.q1(), m.x_next).data_ptr<float>();
-  const float* tq2 = m.tq2.forward(*target.q2(), m.x_next).data_ptr<float>();
+  // The target critics: the rows the actor part's thread did not take (all, without it).
+  const std::int64_t h = next ? m.head_rows : 0;
+  const float *tq1 = nullptr, *tq2 = nullptr;  // rows h.. of the batch
+  if (h < n) {
+    const auto tail = m.x_next.narrow(0, h, n - h);
+    tq1 = m.tq1.forward(*target.q1(), tail).data_ptr<float>();
+    tq2 = m.tq2.forward(*target.q2(), tail).data_ptr<float>();
+  }
+  const float *hq1 = m.head_q1, *hq2 = m.head_q2;
 
   ensure(m.dq1, {n, 1}, obs);
   ensure(m.dq2, {n, 1}, obs);
@@ -19909,7 +20197,7 @@ inline SacCriticResult manual_critic(SacManual& m, const nn::GaussianActorImpl& 
   const float inv_n = 1.0f / static_cast<float>(n);
   double loss = 0, q_sum = 0;
   for (std::int64_t i = 0; i < n; ++i) {
-    const float v = std::min(tq1[i], tq2[i]) - (ar ? ar[i] : fa) * lp[i];
+    const float v = (i < h ? std::min(hq1[i], hq2[i]) : std::min(tq1[i - h], tq2[i - h])) - (ar ? ar[i] : fa) * lp[i];
     const float y = rw[i] + (disc ? disc[i] : gamma) * (1.0f - term[i]) * v;
     const float e1 = q1[i] - y, e2 = q2[i] - y, wi = wt ? wt[i] : 1.0f;
     loss += static_cast<double>(wi * 0.5f * (e1 * e1 + e2 * e2));
@@ -20392,7 +20680,10 @@ class BasicSAC {
       auto actor_part = [&] {
         if constexpr (kDefaultNetworks)
           if (manual) {
-            if (hand_next) next_actions.provide([&] { detail::manual_next_actions(*manual_, *actor_, mb, nn); });
+            if (hand_next) next_actions.provide([&] {
+                detail::manual_next_actions(*manual_, *actor_, mb, nn, critic_target_.get(),
+                                            ctx.threads() > 1 ? detail::sac_head_rows(mb.obs.size(0)) : 0);
+              });
             return void(a = detail::manual_actor(*manual_, *actor_, *critic_, mb, alpha, cfg_.auto_alpha,
                                                  target_entropy_[0], no, ar, tw));
           }
@@ -20433,7 +20724,12 @@ class BasicSAC {
 
     UpdateInfo info;
     // One step for the three optimizers: their gradients cross ranks in one all-reduce.
+    // The target critics' average follows the critics' step (in its pass where it can).
     std::vector<StepContext::Step> steps{{&critic_opt_, critic.grad, cfg_.max_grad_norm}};
+    if (updates_ % cfg_.target_update_freq == 0) {
+      steps[0].then_polyak = target_.flat();
+      steps[0].tau = *cfg_.tau;
+    }
     info.metrics.emplace_back("critic_loss", critic.loss);
     info.metrics.emplace_back("q_mean", critic.q_mean);
     if (actor_step) {
@@ -20454,10 +20750,6 @@ class BasicSAC {
       }
     }
 
-    if (updates_ % cfg_.target_update_freq == 0) {
-      torch::NoGradGuard no_grad;
-      polyak(target_.flat(), critic_opt_.parameters().flat(), *cfg_.tau);
-    }
     ++updates_;
     info.td_error = critic.td;
     return info;
@@ -22734,7 +23026,12 @@ class DiscreteSAC {
       }
     }
     UpdateInfo info;
+    // The target critics' average follows the critics' step (in its pass where it can).
     std::vector<StepContext::Step> steps{{&critic_opt_, critic.grad, cfg_.max_grad_norm}};
+    if (updates_ % cfg_.target_update_freq == 0) {
+      steps[0].then_polyak = target_.flat();
+      steps[0].tau = *cfg_.tau;
+    }
     info.metrics.emplace_back("critic_loss", critic.loss);
     info.metrics.emplace_back("q_mean", critic.q_mean);
     if (actor_step) {
@@ -22748,10 +23045,6 @@ class DiscreteSAC {
     }
     ctx.apply(std::move(steps));
     info.metrics.emplace_back("alpha", this->alpha());
-    if (updates_ % cfg_.target_update_freq == 0) {
-      torch::NoGradGuard no_grad;
-      polyak(target_.flat(), critic_opt_.parameters().flat(), *cfg_.tau);
-    }
     ++updates_;
     info.td_error = td_parts.size() == 1 ? td_parts[0] : at::cat(td_parts);
     return info;

@@ -137,12 +137,18 @@ TEST_CASE("blas::gemm: run.matmul picks anvil's product for the shapes it is fas
     ~Restore() { anvil::blas::set_matmul(anvil::Matmul::auto_); }
   } restore;
   anvil::blas::set_matmul(anvil::Matmul::anvil);
+  const float p_dummy[1] = {0.f};
+  float row_sum_dummy = 0.f;
   CHECK(anvil::blas::own_matmul());
   CHECK(anvil::blas::own_kernel_takes(256, 256, 256));
   CHECK(anvil::blas::own_kernel_takes(8, 32, 4));
   CHECK_FALSE(anvil::blas::own_kernel_takes(256, 1, 256));   // a one-column head
   CHECK_FALSE(anvil::blas::own_kernel_takes(4, 256, 256));   // acting for a few envs
   CHECK_FALSE(anvil::blas::own_kernel_takes(256, 256, 1));   // an outer product
+  // ... unless it has element-wise steps to fuse (a ReLU's backward through a one-output layer)
+  CHECK(anvil::blas::own_kernel_takes(256, 256, 1, anvil::simd::Epilogue{.keep = p_dummy, .ldkeep = 256}));
+  CHECK(anvil::blas::own_kernel_takes(256, 256, 3, anvil::simd::Epilogue{.relu = true}));
+  CHECK_FALSE(anvil::blas::own_kernel_takes(256, 256, 1, anvil::simd::Epilogue{.row_sums = &row_sum_dummy}));
   CHECK_FALSE(anvil::blas::own_kernel_takes(256, 256, 1024));  // a panel past a core's L2
   CHECK_FALSE(anvil::blas::transposed_copy_pays(100, 64, 64));  // the product packs B^T itself
   // The same product both ways: equal to float rounding, and the BLAS's when chosen.
@@ -159,4 +165,62 @@ TEST_CASE("blas::gemm: run.matmul picks anvil's product for the shapes it is fas
   CHECK_FALSE(anvil::blas::own_kernel_takes(256, 256, 256));
   anvil::blas::gemm(false, true, p.m, p.n, p.k, 1.f, p.a.data(), p.lda, p.b.data(), p.ldb, 0.f, theirs.data(), p.ldc);
   check(p, theirs);
+}
+
+TEST_CASE("sgemm_avx512's epilogue: fused, the same bits as the product followed by the element-wise passes") {
+  if (!anvil::simd::avx512()) ANVIL_SKIP("this CPU has no AVX-512, so anvil's AVX-512 product never runs here");
+#if ANVIL_SIMD_X86
+  std::mt19937 g(5);
+  std::normal_distribution<float> normal;
+  int cases = 0, zeroed = 0;
+  const std::int64_t fixed[][3] = {{256, 256, 256}, {9, 33, 17}, {7, 31, 15}, {100, 64, 3}, {70, 90, 0}, {1, 16, 5}};
+  for (int t = 0; t < 120; ++t) {
+    const bool ta = t % 2, tb = (t / 2) % 2;
+    const auto* s = t < 24 ? fixed[t / 4] : nullptr;
+    const std::int64_t m = s ? s[0] : 1 + g() % 70, n = s ? s[1] : 1 + g() % 90, k = s ? s[2] : g() % 80;
+    const int pad = static_cast<int>(g() % 3);
+    Product p = random_product(g, ta, tb, m, n, k, pad, g() % 3 ? 1.f : 0.75f, g() % 4 ? 0.f : 0.5f);
+    // Which steps: every subset in turn; ReLU's output `keep` has zeros, negatives and
+    // positives, with its own row stride.
+    const int steps = t % 16;
+    std::vector<float> bias(static_cast<std::size_t>(n)), sums_fused(static_cast<std::size_t>(m), -1.f),
+        sums_after(static_cast<std::size_t>(m), -2.f);
+    for (float& x : bias) x = normal(g);
+    const std::int64_t ldkeep = n + static_cast<std::int64_t>(g() % 3);
+    std::vector<float> keep(static_cast<std::size_t>(m * ldkeep));
+    for (float& x : keep) x = g() % 3 == 0 ? 0.f : normal(g);
+    const auto epilogue = [&](std::vector<float>& sums) {
+      anvil::simd::Epilogue e;
+      if (steps & 1) e.bias = bias.data();
+      if (steps & 2) e.relu = true;
+      if (steps & 4) e.keep = keep.data(), e.ldkeep = ldkeep;
+      if (steps & 8) e.row_sums = sums.data();
+      return e;
+    };
+    std::vector<float> fused = p.c, after = p.c;
+    anvil::simd::sgemm_avx512(p.ta, p.tb, m, n, k, p.alpha, p.a.data(), p.lda, p.b.data(), p.ldb, p.beta, fused.data(),
+                              p.ldc, epilogue(sums_fused));
+    anvil::simd::sgemm_avx512(p.ta, p.tb, m, n, k, p.alpha, p.a.data(), p.lda, p.b.data(), p.ldb, p.beta, after.data(),
+                              p.ldc);
+    if (steps == 0) check(p, after);
+    anvil::simd::apply_epilogue(epilogue(sums_after), p.ta, m, n, k, p.a.data(), p.lda, after.data(), p.ldc);
+    INFO("m " << m << " n " << n << " k " << k << " trans_a " << ta << " trans_b " << tb << " steps " << steps);
+    REQUIRE(std::memcmp(fused.data(), after.data(), sizeof(float) * fused.size()) == 0);
+    if (steps & 8) {
+      REQUIRE(std::memcmp(sums_fused.data(), sums_after.data(), sizeof(float) * sums_fused.size()) == 0);
+      for (std::int64_t i = 0; i < m; ++i) {  // and they are op(A)'s row sums
+        double want = 0, mag = 0;
+        for (std::int64_t q = 0; q < k; ++q) want += at_a(p, i, q), mag += std::fabs(at_a(p, i, q));
+        REQUIRE(std::fabs(sums_fused[static_cast<std::size_t>(i)] - want) <=
+                double(k + 1) * std::numeric_limits<float>::epsilon() * mag + 1e-30);
+      }
+    }
+    if (steps & 6)
+      for (std::int64_t i = 0; i < m; ++i)
+        for (std::int64_t j = 0; j < n; ++j) zeroed += fused[static_cast<std::size_t>(i * p.ldc + j)] == 0.f;
+    ++cases;
+  }
+  CHECK(cases == 120);
+  CHECK(zeroed > 1000);  // ReLU and its backward did zero elements
+#endif
 }

@@ -143,9 +143,12 @@ TEST_CASE("blas::gemm and the LibTorch fallback compute op(A) op(B) for every tr
       for (const bool fallback : {false, true}) {
         CAPTURE(fallback);
         auto c = c0.clone();
-        (fallback ? anvil::nn::detail::torch_gemm : anvil::blas::gemm)(
-            ta, tb, m, n, k, 2.f, a_full.data_ptr<float>(), a_full.size(1), b_full.data_ptr<float>(), b_full.size(1),
-            0.5f, c.data_ptr<float>(), c.size(1));
+        const auto product = [&](auto gemm) {
+          gemm(ta, tb, m, n, k, 2.f, a_full.data_ptr<float>(), a_full.size(1), b_full.data_ptr<float>(),
+               b_full.size(1), 0.5f, c.data_ptr<float>(), c.size(1));
+        };
+        if (fallback) product([](auto... x) { anvil::nn::detail::torch_gemm(x...); });
+        else product([](auto... x) { anvil::blas::gemm(x...); });
         CHECK(torch::allclose(c.narrow(1, 0, n), want, 1e-5, 1e-5));
         CHECK(torch::equal(c.narrow(1, n, pad), c0.narrow(1, n, pad)));  // padding untouched
       }

@@ -90,3 +90,51 @@ TEST_CASE("StepContext: under BF16 an Mlp's hidden layers run in bfloat16, its o
   const anvil::Float32Scope none(c10::DeviceType::CPU);
   CHECK_FALSE(none.active());
 }
+
+TEST_CASE("StepContext: with update threads, the steps cut into ranges and the fused Polyak average are the same bits as one after another") {
+  // Three optimizers of uneven sizes (as SAC's critics, actor and temperature), odd sizes so
+  // that the ranges' cuts and the vector loops' tails both fall inside; clipping on one.
+  const std::vector<std::int64_t> sizes{20011, 9973, 1};
+  const auto make = [&](std::vector<anvil::FlatAdam>& opts, std::vector<at::Tensor>& params, at::Tensor& target) {
+    torch::manual_seed(3);
+    for (const auto n : sizes) {
+      params.push_back(torch::randn({n}));
+      opts.emplace_back(std::vector<at::Tensor>{params.back()}, anvil::FlatAdam::Options{.lr = 3e-3});
+    }
+    target = torch::randn({sizes[0]});
+  };
+  std::vector<anvil::FlatAdam> serial_opts, ranged_opts;
+  std::vector<at::Tensor> serial_params, ranged_params;
+  at::Tensor serial_target, ranged_target;
+  make(serial_opts, serial_params, serial_target);
+  make(ranged_opts, ranged_params, ranged_target);
+  std::vector<at::Tensor> initial;
+  for (const auto& p : serial_params) initial.push_back(p.clone());
+  const auto initial_target = serial_target.clone();
+  anvil::StepContext serial;  // one thread: each step whole, then the average
+  anvil::StepContext::Options o;
+  o.threads = 2;
+  anvil::StepContext ranged(o);
+  for (int step = 0; step < 5; ++step) {
+    torch::manual_seed(100 + step);
+    std::vector<at::Tensor> grads;
+    for (const auto n : sizes) grads.push_back(torch::randn({n}) * (step == 2 ? 1e-20 : 1.0));  // one step's denormal-ish moments
+    const auto steps_for = [&](std::vector<anvil::FlatAdam>& opts, const at::Tensor& target) {
+      std::vector<anvil::StepContext::Step> s;
+      for (std::size_t i = 0; i < opts.size(); ++i) s.push_back({&opts[i], grads[i].clone(), i == 1 ? 0.5 : 0.0});
+      if (step % 2 == 0) s[0].then_polyak = target, s[0].tau = 0.005;
+      return s;
+    };
+    CHECK(serial.apply(steps_for(serial_opts, serial_target)) == 3);
+    CHECK(ranged.apply(steps_for(ranged_opts, ranged_target)) == 3);
+  }
+  for (std::size_t i = 0; i < sizes.size(); ++i) {
+    INFO("optimizer " << i);
+    CHECK(serial_opts[i].steps() == 5);
+    CHECK(ranged_opts[i].steps() == 5);
+    CHECK_FALSE(torch::equal(serial_params[i], initial[i]));  // they moved
+    CHECK(torch::equal(serial_params[i], ranged_params[i]));
+  }
+  CHECK_FALSE(torch::equal(serial_target, initial_target));  // the average followed them
+  CHECK(torch::equal(serial_target, ranged_target));
+}

@@ -135,7 +135,12 @@ class DiscreteSAC {
       }
     }
     UpdateInfo info;
+    // The target critics' average follows the critics' step (in its pass where it can).
     std::vector<StepContext::Step> steps{{&critic_opt_, critic.grad, cfg_.max_grad_norm}};
+    if (updates_ % cfg_.target_update_freq == 0) {
+      steps[0].then_polyak = target_.flat();
+      steps[0].tau = *cfg_.tau;
+    }
     info.metrics.emplace_back("critic_loss", critic.loss);
     info.metrics.emplace_back("q_mean", critic.q_mean);
     if (actor_step) {
@@ -149,10 +154,6 @@ class DiscreteSAC {
     }
     ctx.apply(std::move(steps));
     info.metrics.emplace_back("alpha", this->alpha());
-    if (updates_ % cfg_.target_update_freq == 0) {
-      torch::NoGradGuard no_grad;
-      polyak(target_.flat(), critic_opt_.parameters().flat(), *cfg_.tau);
-    }
     ++updates_;
     info.td_error = td_parts.size() == 1 ? td_parts[0] : at::cat(td_parts);
     return info;

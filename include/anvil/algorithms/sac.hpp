@@ -342,7 +342,10 @@ class BasicSAC {
       auto actor_part = [&] {
         if constexpr (kDefaultNetworks)
           if (manual) {
-            if (hand_next) next_actions.provide([&] { detail::manual_next_actions(*manual_, *actor_, mb, nn); });
+            if (hand_next) next_actions.provide([&] {
+                detail::manual_next_actions(*manual_, *actor_, mb, nn, critic_target_.get(),
+                                            ctx.threads() > 1 ? detail::sac_head_rows(mb.obs.size(0)) : 0);
+              });
             return void(a = detail::manual_actor(*manual_, *actor_, *critic_, mb, alpha, cfg_.auto_alpha,
                                                  target_entropy_[0], no, ar, tw));
           }
@@ -383,7 +386,12 @@ class BasicSAC {
 
     UpdateInfo info;
     // One step for the three optimizers: their gradients cross ranks in one all-reduce.
+    // The target critics' average follows the critics' step (in its pass where it can).
     std::vector<StepContext::Step> steps{{&critic_opt_, critic.grad, cfg_.max_grad_norm}};
+    if (updates_ % cfg_.target_update_freq == 0) {
+      steps[0].then_polyak = target_.flat();
+      steps[0].tau = *cfg_.tau;
+    }
     info.metrics.emplace_back("critic_loss", critic.loss);
     info.metrics.emplace_back("q_mean", critic.q_mean);
     if (actor_step) {
@@ -404,10 +412,6 @@ class BasicSAC {
       }
     }
 
-    if (updates_ % cfg_.target_update_freq == 0) {
-      torch::NoGradGuard no_grad;
-      polyak(target_.flat(), critic_opt_.parameters().flat(), *cfg_.tau);
-    }
     ++updates_;
     info.td_error = critic.td;
     return info;

@@ -45,6 +45,11 @@ struct SacManual {
   // critic part
   nn::GaussianActorTape next_tape;
   nn::MlpTape tq1, tq2, q1, q2;
+  // the target critics on the first `head_rows` next observations, when the actor part's
+  // thread computes them (manual_next_actions)
+  nn::MlpTape head_tq1, head_tq2;
+  std::int64_t head_rows = 0;
+  const float *head_q1 = nullptr, *head_q2 = nullptr;  // their outputs [head_rows]
   at::Tensor x_next, x, dq1, dq2;
   // actor part
   nn::GaussianActorTape actor_tape;
@@ -106,13 +111,28 @@ class SacNextHandoff {
   std::atomic<int> state_{kPending};
 };
 
+// Rows of the target critics' forwards that the actor part's thread takes when it hands the
+// next actions over: a quarter of the batch (a multiple of 8, a tile's rows), which evens the
+// two parts out at the main job's sizes (the critic part was ~10% longer at 256 x 256,
+// batch 256). Each row's result is the same bits wherever it is computed. Only with two
+// update threads: on one, the split would only pack the target's weights twice.
+inline std::int64_t sac_head_rows(std::int64_t batch) { return batch / 4 / 8 * 8; }
+
+// With `target`, then the target critics' forwards on the first `head_rows` rows (into
+// m.head_tq1, m.head_tq2; m.head_rows says how many).
 inline void manual_next_actions(SacManual& m, const nn::GaussianActorImpl& actor, const ReplayBatch& batch,
-                                const at::Tensor& noise_next) {
+                                const at::Tensor& noise_next, const nn::TwinQImpl* target = nullptr,
+                                std::int64_t head_rows = 0) {
   torch::NoGradGuard no_grad;
   const auto next_obs = batch.next_obs.contiguous();
   const std::int64_t od = next_obs.size(1), ad = actor.action_dim();
   obs_into(m.x_next, next_obs, ad);
   m.next_tape.sample(actor, next_obs, noise_next, m.x_next.data_ptr<float>() + od, od + ad);
+  m.head_rows = target ? std::clamp<std::int64_t>(head_rows, 0, next_obs.size(0)) : 0;
+  if (m.head_rows == 0) return;
+  const auto head = m.x_next.narrow(0, 0, m.head_rows);
+  m.head_q1 = m.head_tq1.forward(*target->q1(), head).data_ptr<float>();
+  m.head_q2 = m.head_tq2.forward(*target->q2(), head).data_ptr<float>();
 }
 
 // SAC's critic part with hand-written gradients: the same arithmetic as autograd_critic.
@@ -145,8 +165,15 @@ inline SacCriticResult manual_critic(SacManual& m, const nn::GaussianActorImpl& 
   if (next) next->wait();
   else manual_next_actions(m, actor, batch, noise_next);
   const float* lp = m.next_tape.log_prob().data_ptr<float>();
-  const float* tq1 = m.tq1.forward(*target.q1(), m.x_next).data_ptr<float>();
-  const float* tq2 = m.tq2.forward(*target.q2(), m.x_next).data_ptr<float>();
+  // The target critics: the rows the actor part's thread did not take (all, without it).
+  const std::int64_t h = next ? m.head_rows : 0;
+  const float *tq1 = nullptr, *tq2 = nullptr;  // rows h.. of the batch
+  if (h < n) {
+    const auto tail = m.x_next.narrow(0, h, n - h);
+    tq1 = m.tq1.forward(*target.q1(), tail).data_ptr<float>();
+    tq2 = m.tq2.forward(*target.q2(), tail).data_ptr<float>();
+  }
+  const float *hq1 = m.head_q1, *hq2 = m.head_q2;
 
   ensure(m.dq1, {n, 1}, obs);
   ensure(m.dq2, {n, 1}, obs);
@@ -161,7 +188,7 @@ inline SacCriticResult manual_critic(SacManual& m, const nn::GaussianActorImpl& 
   const float inv_n = 1.0f / static_cast<float>(n);
   double loss = 0, q_sum = 0;
   for (std::int64_t i = 0; i < n; ++i) {
-    const float v = std::min(tq1[i], tq2[i]) - (ar ? ar[i] : fa) * lp[i];
+    const float v = (i < h ? std::min(hq1[i], hq2[i]) : std::min(tq1[i - h], tq2[i - h])) - (ar ? ar[i] : fa) * lp[i];
     const float y = rw[i] + (disc ? disc[i] : gamma) * (1.0f - term[i]) * v;
     const float e1 = q1[i] - y, e2 = q2[i] - y, wi = wt ? wt[i] : 1.0f;
     loss += static_cast<double>(wi * 0.5f * (e1 * e1 + e2 * e2));

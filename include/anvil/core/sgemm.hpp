@@ -22,6 +22,56 @@
 
 namespace anvil::simd {
 
+/// What a product does to each element of C once alpha op(A) op(B) + beta C is summed, in
+/// this order: add `bias[j]` (one per column of C); ReLU (`v > 0 ? v : 0`); keep it only where
+/// `keep[i * ldkeep + j] > 0` (ReLU's backward from its output), else 0. Each is the same
+/// float operation as the element-wise kernel it replaces (`add_bias`, `relu_backward`), so
+/// fused into the product's last pass over C or run after it, the results are the same bits.
+/// `row_sums`, where given, receives the sums over p of op(A)[i, p] (one per row of C),
+/// summed in order from 0 as `column_sums` does: a weight gradient's bias gradient, read
+/// while op(A) = dy^T is packed.
+struct Epilogue {
+  const float* bias = nullptr;
+  bool relu = false;
+  const float* keep = nullptr;
+  std::int64_t ldkeep = 0;
+  float* row_sums = nullptr;
+  [[nodiscard]] bool empty() const noexcept { return !bias && !relu && !keep && !row_sums; }
+};
+
+/// The epilogue `e` as element-wise passes after a product that did not fuse it: C [m, n]
+/// with row stride ldc, op(A) [m, k] as `trans_a`, a, lda describe it.
+inline void apply_epilogue(const Epilogue& e, bool trans_a, std::int64_t m, std::int64_t n, std::int64_t k,
+                           const float* a, std::int64_t lda, float* c, std::int64_t ldc) {
+  if (e.row_sums) {
+    if (trans_a && lda == m) {
+      column_sums(e.row_sums, a, k, m);
+    } else {
+      for (std::int64_t i = 0; i < m; ++i) {
+        float t = 0.f;
+        for (std::int64_t p = 0; p < k; ++p) t += trans_a ? a[p * lda + i] : a[i * lda + p];
+        e.row_sums[i] = t;
+      }
+    }
+  }
+  if (e.bias || e.relu) {
+    if (ldc == n) {
+      if (e.bias) add_bias(c, e.bias, m, n, e.relu);
+      else relu(c, m * n);
+    } else {
+      for (std::int64_t i = 0; i < m; ++i) {
+        if (e.bias) add_bias(c + i * ldc, e.bias, 1, n, e.relu);
+        else relu(c + i * ldc, n);
+      }
+    }
+  }
+  if (e.keep) {
+    if (ldc == n && e.ldkeep == n) relu_backward(c, e.keep, m * n);
+    else
+      for (std::int64_t i = 0; i < m; ++i) relu_backward(c + i * ldc, e.keep + i * e.ldkeep, n);
+  }
+}
+
 #if ANVIL_SIMD_X86
 namespace detail::sgemm {
 
@@ -107,28 +157,59 @@ ANVIL_TARGET_AVX512 inline void pack_b(bool trans_b, std::int64_t n, std::int64_
 // values op(A)[8i .. 8i+7, p] = A[p, 8i .. 8i+7] (zeros past row m). Read in place, a
 // tile's column p of op(A) lies a row of A after column p - 1: at 256 columns (1 KiB) the
 // k lines fall in 4 of L1's 64 sets and evict each other, and half of each line is
-// another tile's. Two blocks at a time, so each line of A is read once.
+// another tile's. Eight blocks (64 columns of A) at a time, so each line of A is read once;
+// with `sums`, sums[i] = the sum over p of A[p, i], in order from 0 (a bias gradient, as
+// `column_sums`), four independent chains of additions at a time.
 ANVIL_TARGET_AVX512 inline void pack_a_trans(std::int64_t m, std::int64_t k, const float* a, std::int64_t lda,
-                                             float* out) {
-  for (std::int64_t i0 = 0; i0 < m; i0 += 2 * kRows) {
-    const __mmask16 mask = low_mask(m - i0);
-    const __mmask8 mlo = static_cast<__mmask8>(mask & 0xFF), mhi = static_cast<__mmask8>(mask >> 8);
-    float* lo = out + (i0 / kRows) * k * kRows;
-    float* hi = lo + k * kRows;  // the second block (unused past m)
-    for (std::int64_t p = 0; p < k; ++p) {
-      const float* src = a + p * lda + i0;
-      _mm256_store_ps(lo + p * kRows, _mm256_maskz_loadu_ps(mlo, src));
-      if (mhi) _mm256_store_ps(hi + p * kRows, _mm256_maskz_loadu_ps(mhi, src + kRows));
+                                             float* out, float* sums) {
+  constexpr int kGroups = 4;  // 16 columns of A each
+  for (std::int64_t c0 = 0; c0 < m; c0 += 16 * kGroups) {
+    __mmask8 mlo[kGroups], mhi[kGroups];
+    float* lo[kGroups];
+    __m512 s[kGroups];
+    int groups = 0;
+    for (int g = 0; g < kGroups && c0 + 16 * g < m; ++g, ++groups) {
+      const std::int64_t i0 = c0 + 16 * g;
+      const __mmask16 mask = low_mask(m - i0);
+      mlo[g] = static_cast<__mmask8>(mask & 0xFF);
+      mhi[g] = static_cast<__mmask8>(mask >> 8);
+      lo[g] = out + (i0 / kRows) * k * kRows;  // then the second block (unused past m)
+      s[g] = _mm512_setzero_ps();
     }
+    for (std::int64_t p = 0; p < k; ++p) {
+      const float* src = a + p * lda + c0;
+      for (int g = 0; g < groups; ++g) {
+        const __m256 x0 = _mm256_maskz_loadu_ps(mlo[g], src + 16 * g);
+        _mm256_store_ps(lo[g] + p * kRows, x0);
+        if (mhi[g]) {
+          const __m256 x1 = _mm256_maskz_loadu_ps(mhi[g], src + 16 * g + kRows);
+          _mm256_store_ps(lo[g] + k * kRows + p * kRows, x1);
+          if (sums) s[g] = _mm512_add_ps(s[g], _mm512_insertf32x8(_mm512_castps256_ps512(x0), x1, 1));
+        } else if (sums) {
+          s[g] = _mm512_add_ps(s[g], _mm512_castps256_ps512(x0));
+        }
+      }
+    }
+    if (sums)
+      for (int g = 0; g < groups; ++g) _mm512_mask_storeu_ps(sums + c0 + 16 * g, low_mask(m - c0 - 16 * g), s[g]);
   }
 }
 
-// One tile: C[R rows, up to 32 columns] from R rows of op(A) and a packed panel of op(B).
+// A tile's share of an Epilogue: its columns' biases and its first row's `keep`.
+struct Fused {
+  const float* bias;
+  bool relu;
+  const float* keep;
+  std::int64_t ldkeep;
+};
+
+// One tile: C[R rows, up to 32 columns] from R rows of op(A) and a packed panel of op(B),
+// then the epilogue's steps on it (`f`).
 // op(A)[r, p] is a[r * lda + p] (A as stored) or a[p * kRows + r] (`Packed`: a block of
 // pack_a_trans).
 template <int R, bool Packed>
 ANVIL_TARGET_AVX512 inline void tile(const float* a, std::int64_t lda, const float* panel, std::int64_t k, float* c,
-                                     std::int64_t ldc, std::int64_t cols, float alpha, float beta) {
+                                     std::int64_t ldc, std::int64_t cols, float alpha, float beta, const Fused& f) {
   __m512 lo[R], hi[R];
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) lo[r] = hi[r] = _mm512_setzero_ps();
@@ -169,6 +250,20 @@ ANVIL_TARGET_AVX512 inline void tile(const float* a, std::int64_t lda, const flo
       x0 = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m0, cr), x0);
       x1 = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m1, cr + 16), x1);
     }
+    if (f.bias) {
+      x0 = _mm512_add_ps(x0, _mm512_maskz_loadu_ps(m0, f.bias));
+      x1 = _mm512_add_ps(x1, _mm512_maskz_loadu_ps(m1, f.bias + 16));
+    }
+    if (f.relu) {
+      x0 = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x0, _mm512_setzero_ps(), _CMP_GT_OQ), x0);
+      x1 = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x1, _mm512_setzero_ps(), _CMP_GT_OQ), x1);
+    }
+    if (f.keep) {
+      const float* kr = f.keep + r * f.ldkeep;
+      x0 = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(_mm512_maskz_loadu_ps(m0, kr), _mm512_setzero_ps(), _CMP_GT_OQ), x0);
+      x1 = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(_mm512_maskz_loadu_ps(m1, kr + 16), _mm512_setzero_ps(), _CMP_GT_OQ),
+                               x1);
+    }
     _mm512_mask_storeu_ps(cr, m0, x0);
     _mm512_mask_storeu_ps(cr + 16, m1, x1);
   }
@@ -177,10 +272,10 @@ ANVIL_TARGET_AVX512 inline void tile(const float* a, std::int64_t lda, const flo
 template <int R, bool Packed>
 ANVIL_TARGET_AVX512 inline void tile_rows(int rows, const float* a, std::int64_t lda, const float* panel,
                                           std::int64_t k, float* c, std::int64_t ldc, std::int64_t cols, float alpha,
-                                          float beta) {
+                                          float beta, const Fused& f) {
   if constexpr (R > 1)
-    if (rows < R) return tile_rows<R - 1, Packed>(rows, a, lda, panel, k, c, ldc, cols, alpha, beta);
-  tile<R, Packed>(a, lda, panel, k, c, ldc, cols, alpha, beta);
+    if (rows < R) return tile_rows<R - 1, Packed>(rows, a, lda, panel, k, c, ldc, cols, alpha, beta, f);
+  tile<R, Packed>(a, lda, panel, k, c, ldc, cols, alpha, beta, f);
 }
 
 // Every tile of C, panel by panel (a panel of op(B) stays in L1 while the rows pass); op(A)
@@ -188,15 +283,16 @@ ANVIL_TARGET_AVX512 inline void tile_rows(int rows, const float* a, std::int64_t
 template <bool Packed>
 ANVIL_TARGET_AVX512 inline void tiles(std::int64_t m, std::int64_t n, std::int64_t k, float alpha, const float* a,
                                       std::int64_t lda, const float* packed, float beta, float* c,
-                                      std::int64_t ldc) {
+                                      std::int64_t ldc, const Epilogue& e) {
   const std::int64_t panels = (n + kCols - 1) / kCols;
   for (std::int64_t j = 0; j < panels; ++j) {
     const std::int64_t j0 = j * kCols, cols = n - j0;
     const float* panel = packed + j * k * kCols;
     for (std::int64_t i0 = 0; i0 < m; i0 += kRows) {
       const int rows = static_cast<int>(m - i0 < kRows ? m - i0 : kRows);
+      const Fused f{e.bias ? e.bias + j0 : nullptr, e.relu, e.keep ? e.keep + i0 * e.ldkeep + j0 : nullptr, e.ldkeep};
       tile_rows<kRows, Packed>(rows, Packed ? a + i0 * k : a + i0 * lda, lda, panel, k, c + i0 * ldc + j0, ldc, cols,
-                               alpha, beta);
+                               alpha, beta, f);
     }
   }
 }
@@ -213,21 +309,29 @@ inline float* pack_buffer(int which, std::int64_t floats) {
 }  // namespace detail::sgemm
 
 /// Row-major C[m, n] = alpha op(A) op(B) + beta C on AVX-512 (call only where `avx512()`);
-/// lda, ldb, ldc are the row strides as stored. With beta 0, C is not read.
+/// lda, ldb, ldc are the row strides as stored. With beta 0, C is not read. `e`'s steps run
+/// on each tile as it is stored (Epilogue; `row_sums` while op(A) is packed when transposed).
 ANVIL_TARGET_AVX512 inline void sgemm_avx512(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n,
                                              std::int64_t k, float alpha, const float* a, std::int64_t lda,
                                              const float* b, std::int64_t ldb, float beta, float* c,
-                                             std::int64_t ldc) {
+                                             std::int64_t ldc, const Epilogue& e = {}) {
   namespace d = detail::sgemm;
-  if (m <= 0 || n <= 0) return;
+  if (m <= 0 || n <= 0) {
+    if (m > 0 && e.row_sums) apply_epilogue(Epilogue{.row_sums = e.row_sums}, trans_a, m, n, k, a, lda, c, ldc);
+    return;
+  }
   const std::int64_t panels = (n + d::kCols - 1) / d::kCols;
   float* packed = d::pack_buffer(0, panels * (k > 0 ? k : 1) * d::kCols);
   if (k > 0) d::pack_b(trans_b, n, k, b, ldb, packed);
-  if (!trans_a) return d::tiles<false>(m, n, k, alpha, a, lda, packed, beta, c, ldc);
+  if (!trans_a) {
+    d::tiles<false>(m, n, k, alpha, a, lda, packed, beta, c, ldc, e);
+    if (e.row_sums) apply_epilogue(Epilogue{.row_sums = e.row_sums}, false, m, n, k, a, lda, c, ldc);
+    return;
+  }
   const std::int64_t blocks = (m + 2 * d::kRows - 1) / (2 * d::kRows) * 2;
   float* packed_a = d::pack_buffer(1, blocks * (k > 0 ? k : 1) * d::kRows);
-  d::pack_a_trans(m, k, a, lda, packed_a);
-  d::tiles<true>(m, n, k, alpha, packed_a, d::kRows, packed, beta, c, ldc);
+  d::pack_a_trans(m, k, a, lda, packed_a, e.row_sums);
+  d::tiles<true>(m, n, k, alpha, packed_a, d::kRows, packed, beta, c, ldc, e);
 }
 #endif
 

@@ -101,12 +101,14 @@ inline void torch_gemm(bool trans_a, bool trans_b, std::int64_t m, std::int64_t 
 
 // The tapes' matrix products: anvil's AVX-512 product or BLAS directly (`blas::gemm`)
 // when either applies, else LibTorch.
+// Then `after`'s steps (simd::Epilogue: fused into anvil's product, passes after the others).
 inline void gemm(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, float alpha,
                  const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float beta, float* c,
-                 std::int64_t ldc) {
-  if (blas::sgemm() || blas::own_kernel_takes(m, n, k))
-    return blas::gemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+                 std::int64_t ldc, const simd::Epilogue& after = {}) {
+  if (blas::sgemm() || blas::own_kernel_takes(m, n, k, after))
+    return blas::gemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, after);
   torch_gemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  if (!after.empty()) simd::apply_epilogue(after, trans_a, m, n, k, a, lda, c, ldc);
 }
 
 // Which head each row of `x` [B, in] takes: the one positive number of its one-hot (a
@@ -183,16 +185,18 @@ class MlpTape {
       float* h = h_[i].data_ptr<float>();
       const float* bias = layers[i]->bias.data_ptr<float>();
       const float* w = layers[i]->weight.data_ptr<float>();
-      if (blas::transposed_copy_pays(batch, out_dim, in_dim)) {  // x (W^T) on a copy of W^T
+      const bool hidden = i + 1 < layers.size();
+      // the bias, and ReLU, as the product stores its result; other activations after it
+      const simd::Epilogue after{.bias = bias, .relu = hidden && m.activation() == Activation::relu};
+      if (blas::transposed_copy_pays(batch, out_dim, in_dim) && !blas::own_kernel_takes(batch, out_dim, in_dim, after)) {
+        // x (W^T) on a copy of W^T
         wt_.resize(static_cast<std::size_t>(out_dim * in_dim));
         simd::transpose(wt_.data(), w, out_dim, in_dim);
-        detail::gemm(false, false, batch, out_dim, in_dim, 1.f, in, in_dim, wt_.data(), out_dim, 0.f, h, out_dim);
+        detail::gemm(false, false, batch, out_dim, in_dim, 1.f, in, in_dim, wt_.data(), out_dim, 0.f, h, out_dim,
+                     after);
       } else {
-        detail::gemm(false, true, batch, out_dim, in_dim, 1.f, in, in_dim, w, in_dim, 0.f, h, out_dim);
+        detail::gemm(false, true, batch, out_dim, in_dim, 1.f, in, in_dim, w, in_dim, 0.f, h, out_dim, after);
       }
-      const bool hidden = i + 1 < layers.size();
-      // the bias, and ReLU in the same pass; other activations after it
-      simd::add_bias(h, bias, batch, out_dim, hidden && m.activation() == Activation::relu);
       if (hidden && m.activation() != Activation::relu) detail::activate_inplace(h, batch * out_dim, m.activation());
       in = h;
       in_dim = out_dim;
@@ -230,15 +234,21 @@ class MlpTape {
       const float* in = k ? h_[k - 1].data_ptr<float>() : x_.data_ptr<float>();
       const float* w = layers[k]->weight.data_ptr<float>();
       if (grads) {
-        // dW = d^T in; db = the column sums of d
+        // dW = d^T in; db = the column sums of d (op(A)'s row sums, read as d^T is packed)
         detail::gemm(true, false, out_dim, in_dim, batch, 1.f, d, out_dim, in, in_dim, 0.f,
-                   (*grads)[2 * k].data_ptr<float>(), in_dim);
-        simd::column_sums((*grads)[2 * k + 1].data_ptr<float>(), d, batch, out_dim);
+                     (*grads)[2 * k].data_ptr<float>(), in_dim,
+                     simd::Epilogue{.row_sums = (*grads)[2 * k + 1].data_ptr<float>()});
       }
       if (k > 0) {
         float* g = g_[k - 1].data_ptr<float>();
-        detail::gemm(false, false, batch, in_dim, out_dim, 1.f, d, out_dim, w, in_dim, 0.f, g, in_dim);
-        detail::activation_backward_inplace(g, h_[k - 1].data_ptr<float>(), batch * in_dim, m.activation());
+        const float* y = h_[k - 1].data_ptr<float>();
+        if (m.activation() == Activation::relu) {  // ReLU's backward as the product stores g
+          detail::gemm(false, false, batch, in_dim, out_dim, 1.f, d, out_dim, w, in_dim, 0.f, g, in_dim,
+                       simd::Epilogue{.keep = y, .ldkeep = in_dim});
+        } else {
+          detail::gemm(false, false, batch, in_dim, out_dim, 1.f, d, out_dim, w, in_dim, 0.f, g, in_dim);
+          detail::activation_backward_inplace(g, y, batch * in_dim, m.activation());
+        }
         d = g;
       } else if (dx) {
         detail::gemm(false, false, batch, in_dim, out_dim, 1.f, d, out_dim, w, in_dim, 0.f, dx->data_ptr<float>(),
@@ -293,8 +303,13 @@ class MlpTape {
       const float* y = h_[k - 1].data_ptr<float>();
       for (std::int64_t j = 0; j < r; ++j)
         std::copy_n(y + rows[static_cast<std::size_t>(j)] * in_dim, in_dim, rows_y_.data() + j * in_dim);
-      detail::gemm(false, false, r, in_dim, out_dim, 1.f, d, out_dim, w, in_dim, 0.f, g.data(), in_dim);
-      detail::activation_backward_inplace(g.data(), rows_y_.data(), r * in_dim, m.activation());
+      if (m.activation() == Activation::relu) {
+        detail::gemm(false, false, r, in_dim, out_dim, 1.f, d, out_dim, w, in_dim, 0.f, g.data(), in_dim,
+                     simd::Epilogue{.keep = rows_y_.data(), .ldkeep = in_dim});
+      } else {
+        detail::gemm(false, false, r, in_dim, out_dim, 1.f, d, out_dim, w, in_dim, 0.f, g.data(), in_dim);
+        detail::activation_backward_inplace(g.data(), rows_y_.data(), r * in_dim, m.activation());
+      }
       d = g.data();
     }
   }

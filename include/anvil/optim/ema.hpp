@@ -19,10 +19,17 @@ namespace anvil {
 
 /// Polyak averaging: `target` moves a fraction `tau` towards `source` (same size), as
 /// `target.lerp_(source, tau)`; one pass over plain floats on the CPU.
+/// Whether `polyak(target, source, tau)` takes the plain loop over floats (`simd::lerp`), which
+/// a caller may also run in pieces (StepContext fuses it into an optimizer's step); torch's
+/// `lerp_` otherwise (it switches formula at tau 0.5).
+inline bool polyak_is_simd(const at::Tensor& target, const at::Tensor& source, double tau) {
+  return tau < 0.5 && target.device().is_cpu() && target.scalar_type() == at::kFloat && target.is_contiguous() &&
+         source.device().is_cpu() && source.scalar_type() == at::kFloat && source.is_contiguous() &&
+         source.numel() == target.numel();
+}
+
 inline void polyak(const at::Tensor& target, const at::Tensor& source, double tau) {
-  if (tau < 0.5 && target.device().is_cpu() && target.scalar_type() == at::kFloat && target.is_contiguous() &&
-      source.device().is_cpu() && source.scalar_type() == at::kFloat && source.is_contiguous() &&
-      source.numel() == target.numel())
+  if (polyak_is_simd(target, source, tau))
     return simd::lerp(target.data_ptr<float>(), source.data_ptr<float>(), target.numel(), static_cast<float>(tau));
   at::NoGradGuard no_grad;
   target.lerp_(source, tau);

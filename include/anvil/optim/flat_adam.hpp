@@ -112,22 +112,73 @@ class FlatAdam {
     denom_ = at::empty_like(params_.flat());
   }
 
+  /// One step of the CPU fast path cut into ranges of elements (`begin_step`): each range
+  /// takes the same arithmetic as `step`, so ranges run on several threads, or each followed
+  /// by a Polyak average of those elements (`then_polyak`), give `step`'s result.
+  class RangeStep {
+   public:
+    /// Steps elements [begin, end) of the parameters. Start ranges at multiples of 16 from 0
+    /// (`kAlign`): each element then takes the same vector lane as in one whole pass.
+    void run(std::int64_t begin, std::int64_t end) const {
+      if (end <= begin) return;
+      simd::adam(w_ + begin, m_ + begin, v_ + begin, g_ + begin, end - begin, b1_, b2_, c1_, c2_, decay_, sqrt_bc2_,
+                 eps_, step_);
+    }
+    /// Then target[i] += tau (w[i] - target[i]) over the same range, as `polyak` does.
+    void then_polyak(float* target, std::int64_t begin, std::int64_t end, float tau) const {
+      if (end > begin) simd::lerp(target + begin, w_ + begin, end - begin, tau);
+    }
+    [[nodiscard]] std::int64_t size() const noexcept { return n_; }
+    [[nodiscard]] const float* weights() const noexcept { return w_; }
+    static constexpr std::int64_t kAlign = 16;
+
+   private:
+    friend class FlatAdam;
+    float *w_ = nullptr, *m_ = nullptr, *v_ = nullptr;
+    const float* g_ = nullptr;
+    std::int64_t n_ = 0;
+    float b1_ = 0, b2_ = 0, c1_ = 0, c2_ = 0, decay_ = 1, sqrt_bc2_ = 1, eps_ = 0, step_ = 0;
+  };
+
+  /// Whether a step with gradient `g` takes the CPU fast path (`begin_step` can cut it).
+  [[nodiscard]] bool steps_in_ranges(const at::Tensor& g) const {
+    const auto& p = params_.flat();
+    return !gated_ && p.device().is_cpu() && p.scalar_type() == at::kFloat && g.device().is_cpu() &&
+           g.scalar_type() == at::kFloat && g.is_contiguous() && g.numel() == p.numel();
+  }
+
+  /// Counts a step with gradient `g` (where `steps_in_ranges(g)`) and returns it to run in
+  /// ranges; `g` must outlive the ranges' runs.
+  [[nodiscard]] RangeStep begin_step(const at::Tensor& g) {
+    if (!steps_in_ranges(g)) throw Error("FlatAdam::begin_step: not a CPU float32 step with a contiguous gradient");
+    ++steps_;
+    steps_stale_ = true;
+    const double bc1 = 1.0 - std::pow(opt_.beta1, static_cast<double>(steps_));
+    const double bc2 = 1.0 - std::pow(opt_.beta2, static_cast<double>(steps_));
+    RangeStep r;
+    r.w_ = params_.flat().data_ptr<float>();
+    r.m_ = m_.data_ptr<float>();
+    r.v_ = v_.data_ptr<float>();
+    r.g_ = g.data_ptr<float>();
+    r.n_ = params_.flat().numel();
+    r.b1_ = static_cast<float>(opt_.beta1);
+    r.b2_ = static_cast<float>(opt_.beta2);
+    r.c1_ = static_cast<float>(1.0 - opt_.beta1);
+    r.c2_ = static_cast<float>(1.0 - opt_.beta2);
+    r.decay_ = opt_.weight_decay > 0 ? static_cast<float>(1.0 - opt_.lr * opt_.weight_decay) : 1.0f;
+    r.sqrt_bc2_ = static_cast<float>(std::sqrt(bc2));
+    r.eps_ = static_cast<float>(opt_.eps);
+    r.step_ = static_cast<float>(-opt_.lr / bc1);
+    return r;
+  }
+
   /// One Adam step with flat gradient `g` (same size as the parameters).
   void step(const at::Tensor& g) {
-    const auto& p = params_.flat();
-    if (!gated_ && p.device().is_cpu() && p.scalar_type() == at::kFloat && g.device().is_cpu() &&
-        g.scalar_type() == at::kFloat && g.is_contiguous()) {
+    if (steps_in_ranges(g)) {
       // One pass over plain floats, the same arithmetic as `step_on_device`'s ops: at RL
       // sizes the seven ops' dispatch costs more than the arithmetic.
-      ++steps_;
-      steps_stale_ = true;
-      const double bc1 = 1.0 - std::pow(opt_.beta1, static_cast<double>(steps_));
-      const double bc2 = 1.0 - std::pow(opt_.beta2, static_cast<double>(steps_));
-      simd::adam(p.data_ptr<float>(), m_.data_ptr<float>(), v_.data_ptr<float>(), g.data_ptr<float>(), p.numel(),
-                 static_cast<float>(opt_.beta1), static_cast<float>(opt_.beta2), static_cast<float>(1.0 - opt_.beta1),
-                 static_cast<float>(1.0 - opt_.beta2),
-                 opt_.weight_decay > 0 ? static_cast<float>(1.0 - opt_.lr * opt_.weight_decay) : 1.0f,
-                 static_cast<float>(std::sqrt(bc2)), static_cast<float>(opt_.eps), static_cast<float>(-opt_.lr / bc1));
+      const RangeStep r = begin_step(g);
+      r.run(0, r.size());
       return;
     }
     // Elsewhere (CUDA, other dtypes) the tensor ops a CUDA graph replays: an update op by op

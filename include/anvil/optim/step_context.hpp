@@ -26,6 +26,7 @@
 #include <anvil/core/binary_io.hpp>
 #include <anvil/core/detail/thread_pool.hpp>
 #include <anvil/observe/timers.hpp>
+#include <anvil/optim/ema.hpp>
 #include <anvil/optim/flat_adam.hpp>
 #include <anvil/optim/micro_batches.hpp>
 #include <anvil/precision/loss_scaler.hpp>
@@ -162,6 +163,11 @@ class StepContext {
     FlatAdam* optimizer;
     at::Tensor flat_grad;
     double max_grad_norm = 0.0;
+    /// When defined, once the step is taken (or skipped): `polyak(then_polyak, parameters,
+    /// tau)`, a target network's average. On the CPU with update threads it runs in the
+    /// step's own pass over each range of elements, while they are in cache.
+    at::Tensor then_polyak = {};
+    double tau = 0.0;
   };
 
   /// `apply` for several optimizers at once: their gradients cross ranks in one all-reduce
@@ -174,21 +180,35 @@ class StepContext {
     all_reduce(grads);
     // On the CPU with update threads and no loss scaler (whose state every step reads and
     // writes), the optimizers step at once: each touches its own parameters, moments and
-    // gradient, so the results are those of the steps in turn.
+    // gradient, so the results are those of the steps in turn. Where every step takes the
+    // fast path, all their elements are cut into one even range per thread (a critic's
+    // optimizer holds twice the actor's parameters: whole steps would leave a thread idle).
     if (pool_ && !scaler_ && !capturing_ && steps.size() > 1) {
       InnerPhase timer(opt_.times, Phase::optimizer);
       attempts_ += static_cast<std::int64_t>(steps.size());
+      if (std::all_of(steps.begin(), steps.end(), [&](const Step& s) {
+            const auto i = static_cast<std::size_t>(&s - steps.data());
+            return s.optimizer->steps_in_ranges(grads[i]) &&
+                   (!s.then_polyak.defined() || polyak_is_simd(s.then_polyak, s.optimizer->parameters().flat(), s.tau));
+          })) {
+        step_in_ranges(steps, grads);
+        return static_cast<int>(steps.size());
+      }
       std::vector<std::function<void()>> tasks;
       for (std::size_t i = 0; i < steps.size(); ++i)
         tasks.emplace_back([&, i] {
           at::NoGradGuard no_grad;  // grad mode is per thread: a worker's is on
           step_optimizer(*steps[i].optimizer, grads[i], steps[i].max_grad_norm);
+          then_polyak(steps[i]);
         });
       concurrently(tasks);
       return static_cast<int>(steps.size());
     }
     int stepped = 0;
-    for (std::size_t i = 0; i < steps.size(); ++i) stepped += step_reduced(*steps[i].optimizer, grads[i], steps[i].max_grad_norm);
+    for (std::size_t i = 0; i < steps.size(); ++i) {
+      stepped += step_reduced(*steps[i].optimizer, grads[i], steps[i].max_grad_norm);
+      then_polyak(steps[i]);
+    }
     return stepped;
   }
 
@@ -382,6 +402,61 @@ class StepContext {
   static void step_optimizer(FlatAdam& optimizer, at::Tensor& grad, double max_grad_norm) {
     clip(grad, max_grad_norm);
     optimizer.step(grad);
+  }
+  // A step's Polyak average after it (Step::then_polyak), unless fused into the step.
+  static void then_polyak(const Step& s) {
+    if (!s.then_polyak.defined()) return;
+    at::NoGradGuard no_grad;
+    polyak(s.then_polyak, s.optimizer->parameters().flat(), s.tau);
+  }
+  // The steps' elements (every step on the fast path) in one even range per thread, each
+  // range cut at a multiple of FlatAdam::RangeStep::kAlign from its optimizer's start: the
+  // same arithmetic per element as the steps one after another. Clipping reads a whole
+  // gradient, so it runs first.
+  void step_in_ranges(std::vector<Step>& steps, std::vector<at::Tensor>& grads) {
+    for (std::size_t i = 0; i < steps.size(); ++i) clip(grads[i], steps[i].max_grad_norm);
+    std::vector<FlatAdam::RangeStep> ranges;
+    std::int64_t total = 0;
+    for (std::size_t i = 0; i < steps.size(); ++i) {
+      ranges.push_back(steps[i].optimizer->begin_step(grads[i]));
+      total += ranges.back().size();
+    }
+    struct Piece {
+      std::size_t step;
+      std::int64_t begin, end;
+    };
+    const int threads = this->threads();
+    std::vector<std::vector<Piece>> work(static_cast<std::size_t>(threads));
+    const std::int64_t share = (total + threads - 1) / threads;
+    std::int64_t room = share;  // what the current thread still takes
+    std::size_t t = 0;
+    for (std::size_t i = 0; i < ranges.size(); ++i) {
+      const std::int64_t n = ranges[i].size();
+      for (std::int64_t b = 0; b < n;) {
+        std::int64_t e = n;
+        if (n - b > room && t + 1 < work.size()) {
+          constexpr std::int64_t a = FlatAdam::RangeStep::kAlign;
+          e = std::min(n, (b + room + a / 2) / a * a);  // the nearest cut at a multiple of kAlign
+          if (e <= b) e = std::min(n, b + a);
+        }
+        work[t].push_back({i, b, e});
+        room -= e - b;
+        b = e;
+        if (room <= 0 && t + 1 < work.size()) ++t, room += share;
+      }
+    }
+    std::vector<std::function<void()>> tasks;
+    for (const auto& pieces : work)
+      if (!pieces.empty())
+        tasks.emplace_back([&, pieces] {
+          for (const auto& p : pieces) {
+            const auto& r = ranges[p.step];
+            r.run(p.begin, p.end);
+            if (const auto& target = steps[p.step].then_polyak; target.defined())
+              r.then_polyak(target.data_ptr<float>(), p.begin, p.end, static_cast<float>(steps[p.step].tau));
+          }
+        });
+    concurrently(tasks);
   }
   // Averages `grads` across ranks (timed as the all-reduce phase).
   void all_reduce(std::vector<at::Tensor>& grads) {
