@@ -1,6 +1,7 @@
-// anvil's AVX-512 matrix product (include/anvil/core/sgemm.hpp) against the BLAS Torch uses
-// (`sgemm_`, called as blas::gemm calls it), on the products of a SAC update and of acting:
-// the figures behind `blas::own_kernel_takes` and `run.matmul`'s auto choice. One thread,
+// anvil's AVX-512 matrix products (include/anvil/core/sgemm.hpp: the tiles' product, and the
+// few-rows one where blas::gemm takes it) against the BLAS Torch uses (`sgemm_`, called as
+// blas::gemm calls it), on the products of a SAC update and of acting: the figures behind
+// `blas::own_kernel_takes`, `blas::own_rows_kernel_takes` and `run.matmul`'s auto choice. One thread,
 // interleaved rounds (each round times every shape on both sides, in alternating order), the
 // best of 3 repeats a side a round; one JSON line per shape with the median time of each and
 // the median of the per-round ratios. No torch in this program.
@@ -90,6 +91,9 @@ int main(int argc, char** argv) {
       {"forward 512x512, batch 256", false, true, 256, 512, 512},
       {"thin: head 256 -> 1, batch 256 (BLAS in run.matmul=auto)", false, true, 256, 1, 256},
       {"thin: acting 256x256, one row (BLAS in run.matmul=auto)", false, true, 1, 256, 256},
+      {"acting 64x64, 4 rows (PPO at RLtools' config)", false, true, 4, 64, 64},
+      {"acting first layer 3 -> 64, 4 rows", false, true, 4, 64, 3},
+      {"acting 256x256, 4 rows", false, true, 4, 256, 256},
   };
   const anvil::BlasInfo blas = anvil::blas_info();
   const std::string cpu = cpu_model(), blas_name = blas.openblas ? "OpenBLAS " + blas.core : blas.library;
@@ -106,12 +110,16 @@ int main(int argc, char** argv) {
     for (float& x : a) x = normal(gen);
     for (float& x : b) x = normal(gen);
     const long iters = std::max<long>(20, 40'000'000L / (s.m * s.n * s.k + 2000));
+    // anvil's side: its few-rows product where blas::gemm would take it, else the tiles'
+    const bool rows = anvil::blas::own_rows_kernel_takes(s.trans_a, s.trans_b, s.m, s.n, s.k, 0.f);
     auto time_side = [&](bool own) {
       double best = 1e30;
       for (int rep = 0; rep < 3; ++rep) {
         const auto t0 = std::chrono::steady_clock::now();
         for (long i = 0; i < iters; ++i) {
-          if (own)
+          if (own && rows)
+            anvil::simd::sgemm_rows_bt_avx512(s.m, s.n, s.k, 1.f, a.data(), lda, b.data(), ldb, c.data(), s.n);
+          else if (own)
             anvil::simd::sgemm_avx512(s.trans_a, s.trans_b, s.m, s.n, s.k, 1.f, a.data(), lda, b.data(), ldb, 0.f,
                                       c.data(), s.n);
           else {  // the BLAS as blas::gemm calls it (row-major C is column-major C^T)
@@ -137,12 +145,12 @@ int main(int argc, char** argv) {
     std::printf(
         "{\"name\": \"gemm_anvil_vs_blas\", \"shape\": \"%s\", \"trans_a\": %d, \"trans_b\": %d, \"m\": %lld, "
         "\"n\": %lld, \"k\": %lld, \"anvil_us\": %.3f, \"blas_us\": %.3f, \"anvil_gflops\": %.1f, \"blas_gflops\": %.1f, "
-        "\"speedup\": %.3f, \"taken_by_anvil_in_auto\": %s, \"rounds\": %d, \"cpu\": \"%s\", \"blas\": \"%s\", "
+        "\"speedup\": %.3f, \"anvil_kernel\": \"%s\", \"taken_by_anvil_in_auto\": %s, \"rounds\": %d, \"cpu\": \"%s\", \"blas\": \"%s\", "
         "\"date\": \"%s\"}\n",
         s.what, s.trans_a ? 1 : 0, s.trans_b ? 1 : 0, static_cast<long long>(s.m), static_cast<long long>(s.n),
         static_cast<long long>(s.k), median(own_us), median(blas_us), flops / median(own_us) / 1e3,
-        flops / median(blas_us) / 1e3, median(ratio),
-        anvil::blas::own_kernel_takes(s.m, s.n, s.k) ? "true" : "false", rounds, cpu.c_str(), blas_name.c_str(),
+        flops / median(blas_us) / 1e3, median(ratio), rows ? "rows" : "tiles",
+        anvil::blas::own_kernel_takes(s.m, s.n, s.k) || rows ? "true" : "false", rounds, cpu.c_str(), blas_name.c_str(),
         date);
     std::fflush(stdout);
   }

@@ -441,6 +441,29 @@ TEST_CASE("PPO: the hand-written path draws acting noise as at::randn does, belo
   }
 }
 
+TEST_CASE("PPO: acting for a rollout writes the outputs of a step before again once let go of, never ones still held") {
+  torch::manual_seed(5);
+  PPO ppo(spec(5, envs::Box{{-1, -1, -1}, {1, 1, 1}}), PPO::Config{}, RunContext{});
+  const auto obs = torch::randn({4, 5});
+  auto first = ppo.act_for_rollout(obs);
+  const auto kept_action = first.action.clone(), kept_log_prob = first.log_prob.clone(), kept_value = first.value.clone();
+  auto second = ppo.act_for_rollout(obs);  // `first` held: other tensors, its values intact
+  CHECK(second.action.data_ptr() != first.action.data_ptr());
+  CHECK(second.log_prob.data_ptr() != first.log_prob.data_ptr());
+  CHECK(second.value.data_ptr() != first.value.data_ptr());
+  CHECK(torch::equal(first.action, kept_action));
+  CHECK(torch::equal(first.log_prob, kept_log_prob));
+  CHECK(torch::equal(first.value, kept_value));
+  CHECK_FALSE(torch::equal(second.action, first.action));  // new noise
+  const void* reused = first.action.data_ptr();
+  first = {};
+  const auto third = ppo.act_for_rollout(obs);  // `first` dropped: its tensors again, rewritten
+  CHECK(third.action.data_ptr() == reused);
+  CHECK_FALSE(torch::equal(third.action, kept_action));
+  CHECK(torch::equal(third.value, kept_value));  // the same observations' values
+  CHECK(torch::equal(second.value, kept_value));
+}
+
 TEST_CASE("PPO: the hand-written path is the default for both action spaces, and can be turned off") {
   PPO::Config cfg;
   CHECK(PPO(spec(4, envs::Discrete{3}), cfg, RunContext{}).manual_backward());

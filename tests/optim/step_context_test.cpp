@@ -6,6 +6,9 @@
 #include <torch/optim/sgd.h>
 #include <torch/types.h>
 
+#include <cmath>
+#include <limits>
+
 #include <anvil/nn/mlp.hpp>
 
 TEST_CASE("StepContext: minimize differentiates only the optimizer's parameters") {
@@ -137,4 +140,37 @@ TEST_CASE("StepContext: with update threads, the steps cut into ranges and the f
   }
   CHECK_FALSE(torch::equal(serial_target, initial_target));  // the average followed them
   CHECK(torch::equal(serial_target, ranged_target));
+}
+
+TEST_CASE("StepContext::clip: a float gradient on the host is clipped as LibTorch's ops clip it") {
+  torch::manual_seed(5);
+  const auto torch_clip = [](at::Tensor g, double max) {
+    return g.mul((max / (g.norm() + 1e-6)).clamp_max(1.0));
+  };
+  // Too long: scaled to max_grad_norm, the direction kept (odd size: the loops' tails).
+  auto g = torch::randn({8837}) * 3.0;
+  const auto expected = torch_clip(g, 0.5);
+  anvil::StepContext::clip(g, 0.5);
+  CHECK(g.norm().item<double>() == doctest::Approx(0.5).epsilon(1e-5));
+  CHECK(torch::allclose(g, expected, 1e-5, 1e-9));
+  // Short enough: the same bits; 0: not clipped at all.
+  auto s = torch::randn({33}) * 1e-3;
+  const auto before = s.clone();
+  anvil::StepContext::clip(s, 0.5);
+  CHECK(torch::equal(s, before));
+  auto l = torch::randn({33}) * 100.0;
+  const auto long_before = l.clone();
+  anvil::StepContext::clip(l, 0.0);
+  CHECK(torch::equal(l, long_before));
+  // A NaN anywhere makes the whole gradient NaN, as with LibTorch's ops (the step's weights
+  // then fail the finite check instead of moving silently).
+  auto n = torch::randn({100});
+  n[17] = std::numeric_limits<float>::quiet_NaN();
+  anvil::StepContext::clip(n, 0.5);
+  CHECK(n.isnan().all().item<bool>());
+  // Elsewhere (here a double gradient) LibTorch's ops run: the same figures.
+  auto d = torch::randn({500}, torch::kDouble) * 3.0;
+  const auto d_expected = torch_clip(d, 0.5);
+  anvil::StepContext::clip(d, 0.5);
+  CHECK(torch::allclose(d, d_expected));
 }

@@ -40,6 +40,7 @@
 #include <anvil/core/binary_io.hpp>
 #include <anvil/core/concepts.hpp>
 #include <anvil/core/policy_tensors.hpp>
+#include <anvil/core/reused_tensor.hpp>
 #include <anvil/core/context.hpp>
 #include <anvil/core/error.hpp>
 #include <anvil/core/spaces.hpp>
@@ -133,11 +134,12 @@ class PPO {
       const auto o = ready ? obs : obs.to(device_, at::kFloat).contiguous();
       const std::int64_t n = o.size(0);
       RolloutAct r;
-      r.log_prob = at::empty({n}, o.options());
+      // (the outputs: the last step's tensors again, once the rollout has copied and dropped them)
+      r.log_prob = rollout_log_prob_.take({n}, at::kFloat);
       const auto& out = manual_->act_actor.forward(*actor_, o);
       r.action = discrete_ ? manual_->categorical(out, &r.log_prob) : manual_->sample(out, log_std_, &r.log_prob);
       const auto& v = manual_->act_critic.forward(*critic_, o);  // [n, 1], the tape's buffer
-      r.value = at::empty({n}, o.options());
+      r.value = rollout_value_.take({n}, at::kFloat);
       std::memcpy(r.value.data_ptr<float>(), v.data_ptr<float>(), static_cast<std::size_t>(n) * sizeof(float));
       return r;
     }
@@ -360,6 +362,7 @@ class PPO {
   detail::PpoOptimizer opt_;         ///< Adam, its schedule, the averaged weights (train.ema_decay)
   nn::ObsEncoder encoder_{nullptr};  ///< observations with images: the heads' shared encoder
   std::unique_ptr<detail::PpoManual> manual_;  ///< the hand-written path, when it applies
+  detail::ReusedTensor rollout_log_prob_, rollout_value_;  ///< act_for_rollout's outputs on that path
   std::string autograd_why_;                   ///< why not ("" when it applies)
   detail::PpoGraphs graphs_;  ///< the update in CUDA graphs, one per minibatch size (algorithms/ppo_graph.hpp)
 

@@ -18,6 +18,7 @@
 #include <anvil/algorithms/ppo_objective.hpp>
 #include <anvil/core/batch.hpp>
 #include <anvil/core/randn.hpp>
+#include <anvil/core/reused_tensor.hpp>
 #include <anvil/nn/manual_mlp.hpp>
 #include <anvil/nn/mlp.hpp>
 #include <anvil/optim/flat_adam.hpp>
@@ -39,7 +40,9 @@ class PpoManual {
   /// as the autograd path), and when `log_prob` is given each row's log-density into it.
   at::Tensor sample(const at::Tensor& mean, const at::Tensor& log_std, at::Tensor* log_prob) const {
     const std::int64_t n = mean.size(0), ad = mean.size(1);
-    auto action = anvil::randn(n, ad, mean.options());  // torch's draws, cheap for a few envs
+    // torch's draws (cheap for a few envs), into the last call's tensor once it is let go of
+    auto action = actions_.take({n, ad}, at::kFloat);
+    anvil::randn_into(action);
     const float *m = mean.data_ptr<float>(), *ls = log_std.data_ptr<float>();
     float* a = action.data_ptr<float>();
     float* lp = log_prob ? log_prob->data_ptr<float>() : nullptr;
@@ -213,6 +216,7 @@ class PpoManual {
 
  private:
   mutable std::vector<float> sd_, inv_sd_;  // sample's per-column exp(+-log_std)
+  mutable ReusedTensor actions_;             // sample's output
   std::vector<at::Tensor> actor_grads, critic_grads;
 };
 

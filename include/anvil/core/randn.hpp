@@ -17,19 +17,30 @@
 
 namespace anvil {
 
+/// Standard normal draws [rows, cols] into `out` (a contiguous float tensor of that shape on
+/// the host, e.g. one kept for the next call), as `at::randn` draws them (see file comment).
+inline void randn_into(at::Tensor& out) {
+  const std::int64_t count = out.numel();
+  if (count >= 16) {
+    out.normal_();  // torch's op: at::randn is empty then normal_
+    return;
+  }
+  float* x = out.data_ptr<float>();
+  at::Generator gen = at::detail::getDefaultCPUGenerator();
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  auto* impl = at::check_generator<at::CPUGeneratorImpl>(gen);
+  for (std::int64_t i = 0; i < count; ++i) {
+    at::normal_distribution<double> normal(0.0, 1.0);
+    x[i] = static_cast<float>(normal(impl));
+  }
+}
+
 /// Standard normal draws [rows, cols], as `at::randn` draws them (see file comment).
 [[nodiscard]] inline at::Tensor randn(std::int64_t rows, std::int64_t cols, const at::TensorOptions& options) {
   const bool small = rows * cols < 16 && options.device().is_cpu() && options.dtype() == at::kFloat;
   if (!small) return at::randn({rows, cols}, options);
   auto out = at::empty({rows, cols}, options);
-  float* x = out.data_ptr<float>();
-  at::Generator gen = at::detail::getDefaultCPUGenerator();
-  std::lock_guard<std::mutex> lock(gen.mutex());
-  auto* impl = at::check_generator<at::CPUGeneratorImpl>(gen);
-  for (std::int64_t i = 0; i < rows * cols; ++i) {
-    at::normal_distribution<double> normal(0.0, 1.0);
-    x[i] = static_cast<float>(normal(impl));
-  }
+  randn_into(out);
   return out;
 }
 

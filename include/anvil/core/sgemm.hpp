@@ -82,16 +82,26 @@ ANVIL_TARGET_AVX512 inline __mmask16 low_mask(std::int64_t count) {
   return count >= 16 ? __mmask16(0xFFFF) : count <= 0 ? __mmask16(0) : __mmask16((1u << count) - 1u);
 }
 
+// The two-source permutes' indices that transpose16 and lane_sums16 interleave with: by
+// float and by pairs of floats within each 128-bit lane (the low and high halves of two
+// registers), and the even and odd 128-bit lanes of two registers.
+struct Interleaves {
+  __m512i lo_ps, hi_ps, lo_pd, hi_pd, even_lanes, odd_lanes;
+};
+ANVIL_TARGET_AVX512 inline Interleaves interleaves() {
+  return {_mm512_setr_epi32(0, 16, 1, 17, 4, 20, 5, 21, 8, 24, 9, 25, 12, 28, 13, 29),
+          _mm512_setr_epi32(2, 18, 3, 19, 6, 22, 7, 23, 10, 26, 11, 27, 14, 30, 15, 31),
+          _mm512_setr_epi32(0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29),
+          _mm512_setr_epi32(2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31),
+          _mm512_setr_epi32(0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27),
+          _mm512_setr_epi32(4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31)};
+}
+
 // In-register transpose of 16 rows of 16 floats. The interleaves and lane shuffles are
 // written as two-source permutes (GCC 12 warns on its unpack and shuffle intrinsics'
 // undefined operand).
 ANVIL_TARGET_AVX512 inline void transpose16(__m512 r[16]) {
-  const __m512i lo_ps = _mm512_setr_epi32(0, 16, 1, 17, 4, 20, 5, 21, 8, 24, 9, 25, 12, 28, 13, 29);
-  const __m512i hi_ps = _mm512_setr_epi32(2, 18, 3, 19, 6, 22, 7, 23, 10, 26, 11, 27, 14, 30, 15, 31);
-  const __m512i lo_pd = _mm512_setr_epi32(0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29);
-  const __m512i hi_pd = _mm512_setr_epi32(2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31);
-  const __m512i even_lanes = _mm512_setr_epi32(0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27);
-  const __m512i odd_lanes = _mm512_setr_epi32(4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31);
+  const auto [lo_ps, hi_ps, lo_pd, hi_pd, even_lanes, odd_lanes] = interleaves();
   __m512 t[16];
   for (int i = 0; i < 8; ++i) {  // pairs of rows interleaved by float within each 128-bit lane
     t[2 * i] = _mm512_permutex2var_ps(r[2 * i], lo_ps, r[2 * i + 1]);
@@ -306,6 +316,70 @@ inline float* pack_buffer(int which, std::int64_t floats) {
   return reinterpret_cast<float*>((addr + 63) & ~std::uintptr_t(63));
 }
 
+// v[l] = the sum of a[l]'s 16 lanes, for 16 registers: pairs of registers interleaved and
+// added, then pairs of floats, then 128-bit lanes (each sum's additions in a fixed order).
+ANVIL_TARGET_AVX512 inline __m512 lane_sums16(const __m512 a[16]) {
+  const auto [lo_ps, hi_ps, lo_pd, hi_pd, even_lanes, odd_lanes] = interleaves();
+  __m512 p[8], v[4];
+#pragma GCC unroll 8
+  for (int i = 0; i < 8; ++i)  // p[i]: per 128-bit lane, partial sums of a[2i] and a[2i + 1]
+    p[i] = _mm512_add_ps(_mm512_permutex2var_ps(a[2 * i], lo_ps, a[2 * i + 1]),
+                         _mm512_permutex2var_ps(a[2 * i], hi_ps, a[2 * i + 1]));
+#pragma GCC unroll 4
+  for (int j = 0; j < 4; ++j)  // v[j]'s 128-bit lane L: a[4j .. 4j+3]'s sums over that lane
+    v[j] = _mm512_add_ps(_mm512_permutex2var_ps(p[2 * j], lo_pd, p[2 * j + 1]),
+                         _mm512_permutex2var_ps(p[2 * j], hi_pd, p[2 * j + 1]));
+  const __m512 s01 = _mm512_add_ps(_mm512_permutex2var_ps(v[0], even_lanes, v[1]),
+                                   _mm512_permutex2var_ps(v[0], odd_lanes, v[1]));
+  const __m512 s23 = _mm512_add_ps(_mm512_permutex2var_ps(v[2], even_lanes, v[3]),
+                                   _mm512_permutex2var_ps(v[2], odd_lanes, v[3]));
+  return _mm512_add_ps(_mm512_permutex2var_ps(s01, even_lanes, s23), _mm512_permutex2var_ps(s01, odd_lanes, s23));
+}
+
+// R rows of C = alpha A B^T (+ bias, ReLU), B [n, k] read as it lies: 16 / R columns at a
+// time, each (row, column) a register of 16 partial dot products along k, summed across
+// lanes at the end (lane_sums16). No packing: what acting for a few envs needs, where each
+// weight is used R times and transposing it would cost as much as using it.
+template <int R>
+ANVIL_TARGET_AVX512 inline void rows_bt(const float* a, std::int64_t lda, const float* b, std::int64_t ldb,
+                                        std::int64_t n, std::int64_t k, float alpha, float* c, std::int64_t ldc,
+                                        const float* bias, bool relu) {
+  constexpr int T = 16 / R;
+  const __m512 zero = _mm512_setzero_ps(), va = _mm512_set1_ps(alpha);
+  const __m512i iota = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  for (std::int64_t j0 = 0; j0 < n; j0 += T) {
+    const int tn = static_cast<int>(n - j0 < T ? n - j0 : T);
+    __m512 acc[16];
+#pragma GCC unroll 16
+    for (int l = 0; l < 16; ++l) acc[l] = zero;
+    for (std::int64_t p0 = 0; p0 < k; p0 += 16) {
+      const __mmask16 km = low_mask(k - p0);
+      __m512 x[R];
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) x[r] = _mm512_maskz_loadu_ps(km, a + r * lda + p0);
+#pragma GCC unroll 16
+      for (int t = 0; t < T; ++t) {
+        const __m512 w = t < tn ? _mm512_maskz_loadu_ps(km, b + (j0 + t) * ldb + p0) : zero;
+#pragma GCC unroll 4
+        for (int r = 0; r < R; ++r) acc[r * T + t] = _mm512_fmadd_ps(x[r], w, acc[r * T + t]);
+      }
+    }
+    __m512 s = _mm512_mul_ps(va, lane_sums16(acc));  // lane r * T + t: row r, column j0 + t
+    const __mmask16 tm = low_mask(tn);
+    // (lane moves as two-source permutes: GCC 12 warns on the one-source ones' undefined operand)
+    if (bias) {
+      __m512 bv = _mm512_maskz_loadu_ps(tm, bias + j0);  // columns in lanes 0 .. T-1, repeated per row
+      if constexpr (T < 16) bv = _mm512_permutex2var_ps(bv, _mm512_and_epi32(iota, _mm512_set1_epi32(T - 1)), bv);
+      s = _mm512_add_ps(s, bv);
+    }
+    if (relu) s = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(s, zero, _CMP_GT_OQ), s);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r)
+      _mm512_mask_storeu_ps(c + r * ldc + j0, tm,
+                            r == 0 ? s : _mm512_permutex2var_ps(s, _mm512_add_epi32(iota, _mm512_set1_epi32(r * T)), s));
+  }
+}
+
 }  // namespace detail::sgemm
 
 /// Row-major C[m, n] = alpha op(A) op(B) + beta C on AVX-512 (call only where `avx512()`);
@@ -332,6 +406,24 @@ ANVIL_TARGET_AVX512 inline void sgemm_avx512(bool trans_a, bool trans_b, std::in
   float* packed_a = d::pack_buffer(1, blocks * (k > 0 ? k : 1) * d::kRows);
   d::pack_a_trans(m, k, a, lda, packed_a, e.row_sums);
   d::tiles<true>(m, n, k, alpha, packed_a, d::kRows, packed, beta, c, ldc, e);
+}
+
+/// Row-major C[m, n] = alpha A B^T for a few rows (acting for a few envs: m below 8, where
+/// `sgemm_avx512` would pack B for a handful of uses of each weight), on AVX-512 (call only
+/// where `avx512()`): B [n, k] read where it lies, each element of C a dot product of 16
+/// lanes along k summed across them at the end, then `e`'s bias and ReLU (its `keep` and
+/// `row_sums` are not taken here: the forward pass's steps only). C is not read. Each row's
+/// result depends on that row alone (rows are taken 4, 2 and 1 at a time; the order of its
+/// additions is the same in each).
+ANVIL_TARGET_AVX512 inline void sgemm_rows_bt_avx512(std::int64_t m, std::int64_t n, std::int64_t k, float alpha,
+                                                     const float* a, std::int64_t lda, const float* b,
+                                                     std::int64_t ldb, float* c, std::int64_t ldc,
+                                                     const Epilogue& e = {}) {
+  namespace d = detail::sgemm;
+  std::int64_t i = 0;
+  for (; i + 4 <= m; i += 4) d::rows_bt<4>(a + i * lda, lda, b, ldb, n, k, alpha, c + i * ldc, ldc, e.bias, e.relu);
+  if (i + 2 <= m) d::rows_bt<2>(a + i * lda, lda, b, ldb, n, k, alpha, c + i * ldc, ldc, e.bias, e.relu), i += 2;
+  if (i < m) d::rows_bt<1>(a + i * lda, lda, b, ldb, n, k, alpha, c + i * ldc, ldc, e.bias, e.relu);
 }
 #endif
 

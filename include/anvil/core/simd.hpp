@@ -93,6 +93,22 @@ ANVIL_SIMD_KERNEL(column_sums, (float* __restrict s, const float* __restrict x, 
                       for (std::int64_t j = 0; j < cols; ++j) s[j] += x[r * cols + j];
                   })
 
+/// *out = the sum of x[i]^2 over n floats, in double: eight running sums (element i goes to
+/// sum i % 8), added at the end (a gradient's norm for clipping).
+ANVIL_SIMD_KERNEL(sum_squares, (const float* __restrict x, std::int64_t n, double* __restrict out), (x, n, out), {
+  double s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  std::int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int l = 0; l < 8; ++l) s[l] += static_cast<double>(x[i + l]) * static_cast<double>(x[i + l]);
+  for (; i < n; ++i) s[i % 8] += static_cast<double>(x[i]) * static_cast<double>(x[i]);
+  *out = ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
+})
+
+/// x *= f, n floats.
+ANVIL_SIMD_KERNEL(scale, (float* __restrict x, std::int64_t n, float f), (x, n, f), {
+  for (std::int64_t i = 0; i < n; ++i) x[i] *= f;
+})
+
 /// x = max(x, 0), n floats.
 ANVIL_SIMD_KERNEL(relu, (float* __restrict x, std::int64_t n), (x, n), {
   for (std::int64_t i = 0; i < n; ++i) x[i] = x[i] > 0.f ? x[i] : 0.f;

@@ -20,6 +20,7 @@
 
 #include <anvil/core/agent_memory.hpp>
 #include <anvil/core/error.hpp>
+#include <anvil/core/reused_tensor.hpp>
 #include <anvil/core/spaces.hpp>
 #include <anvil/data/episode_stats.hpp>
 #include <anvil/envs/vec_env.hpp>
@@ -82,7 +83,7 @@ class StepCollector {
     if (a.is_cpu() && a.scalar_type() == at::kFloat && a.is_contiguous() && a.dim() == 2 &&
         a.size(1) == scale_.size(0)) {
       // The usual case, once per env step: one allocation and a loop, no LibTorch ops.
-      auto out = at::empty(a.sizes(), a.options());
+      auto out = env_actions_.take(a.sizes(), at::kFloat);  // the last step's, once the envs let go of it
       const float* in = a.data_ptr<float>();
       const float *lo = low_.data_ptr<float>(), *hi = high_.data_ptr<float>();
       const float *sc = scale_.data_ptr<float>(), *off = offset_.data_ptr<float>();
@@ -182,6 +183,7 @@ class StepCollector {
   PhaseTimes* times_;
   at::Tensor obs_, last_obs_;
   at::Tensor scale_, offset_, low_, high_;
+  mutable detail::ReusedTensor env_actions_;  // to_env's output, step after step
   bool in_flight_ = false;
   EpisodeStats stats_;
   AgentMemory memory_;

@@ -99,13 +99,14 @@ inline void torch_gemm(bool trans_a, bool trans_b, std::int64_t m, std::int64_t 
   C.addmm_(trans_a ? A.t() : A, trans_b ? B.t() : B, beta, alpha);  // beta 0: C's old values ignored
 }
 
-// The tapes' matrix products: anvil's AVX-512 product or BLAS directly (`blas::gemm`)
-// when either applies, else LibTorch.
+// The tapes' matrix products: anvil's AVX-512 products or BLAS directly (`blas::gemm`)
+// when one applies, else LibTorch.
 // Then `after`'s steps (simd::Epilogue: fused into anvil's product, passes after the others).
 inline void gemm(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, float alpha,
                  const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float beta, float* c,
                  std::int64_t ldc, const simd::Epilogue& after = {}) {
-  if (blas::sgemm() || blas::own_kernel_takes(m, n, k, after))
+  if (blas::sgemm() || blas::own_kernel_takes(m, n, k, after) ||
+      blas::own_rows_kernel_takes(trans_a, trans_b, m, n, k, beta, after))
     return blas::gemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, after);
   torch_gemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
   if (!after.empty()) simd::apply_epilogue(after, trans_a, m, n, k, a, lda, c, ldc);

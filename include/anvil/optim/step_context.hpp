@@ -17,6 +17,7 @@
 #include <cmath>
 #include <exception>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <utility>
@@ -25,6 +26,7 @@
 #include <anvil/core/autocast.hpp>
 #include <anvil/core/binary_io.hpp>
 #include <anvil/core/detail/thread_pool.hpp>
+#include <anvil/core/simd.hpp>
 #include <anvil/observe/timers.hpp>
 #include <anvil/optim/ema.hpp>
 #include <anvil/optim/flat_adam.hpp>
@@ -156,6 +158,24 @@ class StepContext {
     std::vector<at::Tensor> flat{std::move(flat_grad)};
     all_reduce(flat);
     return step_reduced(optimizer, flat[0], max_grad_norm);
+  }
+
+  /// Clips `grad` to `max_grad_norm` (0: not at all), as torch's clip_grad_norm_: scaled by
+  /// max_grad_norm / (norm + 1e-6) where that is below 1. A float gradient on the host (once
+  /// per update on the fast paths) is read in one pass of plain loops, its squares summed in
+  /// double, and left alone when it is short enough; elsewhere LibTorch's ops, without a
+  /// host sync (a captured step's arithmetic).
+  static void clip(at::Tensor& grad, double max_grad_norm) {
+    if (max_grad_norm <= 0) return;
+    if (grad.is_cpu() && grad.scalar_type() == at::kFloat && grad.is_contiguous()) {
+      double squares = 0.0;
+      simd::sum_squares(grad.data_ptr<float>(), grad.numel(), &squares);
+      const double factor = max_grad_norm / (std::sqrt(squares) + 1e-6);
+      if (factor < 1.0) simd::scale(grad.data_ptr<float>(), grad.numel(), static_cast<float>(factor));
+      else if (!std::isfinite(squares)) grad.fill_(std::numeric_limits<float>::quiet_NaN());  // as torch: NaN stays NaN
+      return;
+    }
+    grad.mul_((max_grad_norm / (grad.norm() + 1e-6)).clamp_max(1.0));
   }
 
   /// One optimizer's part of a combined step (`apply(std::vector<Step>)`).
@@ -393,10 +413,6 @@ class StepContext {
     }
     step_optimizer(optimizer, grad, max_grad_norm);
     return true;
-  }
-  // Clips `grad` to `max_grad_norm` (0: not at all), as torch's clip_grad_norm_, without a host sync.
-  static void clip(at::Tensor& grad, double max_grad_norm) {
-    if (max_grad_norm > 0) grad.mul_((max_grad_norm / (grad.norm() + 1e-6)).clamp_max(1.0));
   }
   // The host step after the scaler's check: clip, then the optimizer's step.
   static void step_optimizer(FlatAdam& optimizer, at::Tensor& grad, double max_grad_norm) {

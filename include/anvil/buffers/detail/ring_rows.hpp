@@ -15,6 +15,7 @@
 
 #include <anvil/buffers/detail/frame_chains.hpp>
 #include <anvil/core/detail/huge_pages.hpp>
+#include <anvil/core/reused_tensor.hpp>
 
 namespace anvil::detail {
 
@@ -25,28 +26,6 @@ inline at::Tensor host_as(const at::Tensor& t, at::ScalarType dtype) {
   if (t.is_cpu() && t.scalar_type() == dtype && t.is_contiguous()) return t;
   return t.detach().to(at::kCPU, dtype).contiguous();
 }
-
-/// A host tensor that a buffer hands out batch after batch: `take` gives the one it holds
-/// again when nothing else holds it or its storage any more (the caller has dropped the
-/// last batch, views included) and it has the shape and dtype asked for; else a new one,
-/// which it keeps. A batch's gather writes every element, so nothing of an earlier batch
-/// shows. Drawing a batch then allocates nothing: the eight tensors of 1-17 KB allocated
-/// and freed per batch before cost glibc's malloc a consolidation of its free chunks on
-/// most frees, ~13% of a prioritized sample and update in perf on an Intel Xeon
-/// (docs/benchmarks/peers.md). A caller that keeps its batches (a queue of them, a graph
-/// that saved them) gets new tensors, as before.
-class ReusedTensor {
- public:
-  at::Tensor take(at::IntArrayRef sizes, at::ScalarType dtype) {
-    if (!t_.defined() || t_.use_count() != 1 || t_.storage().use_count() != 1 || t_.scalar_type() != dtype ||
-        t_.sizes() != sizes)
-      t_ = at::empty(sizes, at::TensorOptions().dtype(dtype));
-    return t_;
-  }
-
- private:
-  at::Tensor t_;
-};
 
 /// Copies `stage` (rows of `w` elements of `dtype`: float32, or the bytes of observation
 /// rows; `stage_bytes` in all) into `ring` from row `first` on, wrapping (at most two
