@@ -73,6 +73,14 @@ void check(const Product& before, const std::vector<float>& c) {
     }
 }
 
+// run.matmul=anvil for a test's scope, auto again after it (whatever way the test ends).
+struct AnvilMatmul {
+  AnvilMatmul() { anvil::blas::set_matmul(anvil::Matmul::anvil); }
+  ~AnvilMatmul() { anvil::blas::set_matmul(anvil::Matmul::auto_); }
+  AnvilMatmul(const AnvilMatmul&) = delete;
+  AnvilMatmul& operator=(const AnvilMatmul&) = delete;
+};
+
 }  // namespace
 
 TEST_CASE("sgemm_avx512: every layout, edge tile, stride and beta against a double-precision product") {
@@ -133,10 +141,7 @@ TEST_CASE("sgemm_avx512: a row's result is the same bits whatever rows are compu
 TEST_CASE("blas::gemm: run.matmul picks anvil's product for the shapes it is faster at, the BLAS for the rest") {
   if (!anvil::simd::avx512()) ANVIL_SKIP("this CPU has no AVX-512, so anvil's AVX-512 product never runs here");
   if (anvil::blas::sgemm() == nullptr) ANVIL_SKIP("no BLAS sgemm_ on this machine to compare with");
-  struct Restore {
-    ~Restore() { anvil::blas::set_matmul(anvil::Matmul::auto_); }
-  } restore;
-  anvil::blas::set_matmul(anvil::Matmul::anvil);
+  const AnvilMatmul matmul;  // run.matmul=anvil until the test ends
   const float p_dummy[1] = {0.f};
   float row_sum_dummy = 0.f;
   CHECK(anvil::blas::own_matmul());
@@ -268,10 +273,7 @@ TEST_CASE("sgemm_rows_bt_avx512: a few rows against a double-precision product, 
 
 TEST_CASE("blas::gemm: a few rows through a layer take anvil's few-rows product where it is faster") {
   if (!anvil::simd::avx512()) ANVIL_SKIP("this CPU has no AVX-512, so anvil's AVX-512 product never runs here");
-  struct Restore {
-    ~Restore() { anvil::blas::set_matmul(anvil::Matmul::auto_); }
-  } restore;
-  anvil::blas::set_matmul(anvil::Matmul::anvil);
+  const AnvilMatmul matmul;  // run.matmul=anvil until the test ends
   const float dummy[1] = {0.f};
   float row_sum_dummy = 0.f;
   using anvil::blas::own_rows_kernel_takes;
