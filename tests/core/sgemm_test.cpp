@@ -230,44 +230,57 @@ TEST_CASE("sgemm_avx512's epilogue: fused, the same bits as the product followed
 #endif
 }
 
-TEST_CASE("sgemm_rows_bt_avx512: a few rows against a double-precision product, fused steps the same bits, each row alone the same") {
-  if (!anvil::simd::avx512()) ANVIL_SKIP("this CPU has no AVX-512, so anvil's AVX-512 product never runs here");
-#if ANVIL_SIMD_X86
+// A few-rows product (`run`, called as sgemm_rows_b*_avx512 are) for rows 1-7 (taken 4, 2
+// and 1 at a time), columns around the 4, 8 and 16 a pass of dot products takes and the 16
+// and 64 a pass of broadcasts takes, inner dimensions around a register's 16 (a first
+// layer's 3), strides with padding; B transposed (`tb`, B [n, k]) or as stored (B [k, n]).
+// Each against a double-precision product, its fused bias and ReLU the same bits as the
+// passes after it, and each row alone the same bits as in the group it fell in.
+template <class Run>
+void check_rows_kernel(bool tb, Run run) {
   std::mt19937 g(13);
   std::normal_distribution<float> normal;
   int cases = 0;
-  // Rows 1-7 (taken 4, 2 and 1 at a time), columns around the 4, 8 and 16 a pass takes, inner
-  // dimensions around a register's 16 (a first layer's 3), strides with padding.
-  const std::int64_t ns[] = {1, 3, 4, 5, 8, 9, 16, 17, 37, 64};
+  const std::int64_t ns[] = {1, 3, 4, 5, 8, 9, 16, 17, 37, 48, 64, 65, 130};
   const std::int64_t ks[] = {1, 3, 15, 16, 17, 64, 70};
   for (std::int64_t m = 1; m < 8; ++m)
     for (const auto n : ns)
       for (const auto k : ks) {
         const int pad = static_cast<int>(g() % 3);
         const float alpha = g() % 4 ? 1.f : -0.5f;
-        Product p = random_product(g, false, true, m, n, k, pad, alpha, 0.f);
+        Product p = random_product(g, false, tb, m, n, k, pad, alpha, 0.f);
         std::vector<float> bare = p.c, fused = p.c, after = p.c;
-        anvil::simd::sgemm_rows_bt_avx512(m, n, k, alpha, p.a.data(), p.lda, p.b.data(), p.ldb, bare.data(), p.ldc);
+        run(m, n, k, alpha, p.a.data(), p.lda, p.b.data(), p.ldb, bare.data(), p.ldc, anvil::simd::Epilogue{});
         check(p, bare);  // C's padding untouched too
-        // With a bias and ReLU: the same bits as the product followed by their passes.
         std::vector<float> bias(static_cast<std::size_t>(n));
         for (float& x : bias) x = normal(g);
         const anvil::simd::Epilogue e{.bias = bias.data(), .relu = (cases % 2) == 0};
-        anvil::simd::sgemm_rows_bt_avx512(m, n, k, alpha, p.a.data(), p.lda, p.b.data(), p.ldb, fused.data(), p.ldc, e);
+        run(m, n, k, alpha, p.a.data(), p.lda, p.b.data(), p.ldb, fused.data(), p.ldc, e);
         after = bare;
         anvil::simd::apply_epilogue(e, false, m, n, k, p.a.data(), p.lda, after.data(), p.ldc);
-        INFO("m " << m << " n " << n << " k " << k << " pad " << pad);
+        INFO("m " << m << " n " << n << " k " << k << " pad " << pad << " B transposed " << tb);
         REQUIRE(std::memcmp(fused.data(), after.data(), sizeof(float) * fused.size()) == 0);
-        // Each row alone gives its row's bits (whichever group of 4, 2 or 1 it fell in).
         for (std::int64_t i = 0; i < m; ++i) {
           std::vector<float> one(static_cast<std::size_t>(n));
-          anvil::simd::sgemm_rows_bt_avx512(1, n, k, alpha, p.a.data() + i * p.lda, p.lda, p.b.data(), p.ldb,
-                                            one.data(), n, e);
+          run(1, n, k, alpha, p.a.data() + i * p.lda, p.lda, p.b.data(), p.ldb, one.data(), n, e);
           REQUIRE(std::memcmp(one.data(), fused.data() + i * p.ldc, sizeof(float) * static_cast<std::size_t>(n)) == 0);
         }
         ++cases;
       }
-  CHECK(cases == 7 * 10 * 7);
+  CHECK(cases == 7 * 13 * 7);
+}
+
+TEST_CASE("sgemm_rows_bt_avx512: a few rows against a double-precision product, fused steps the same bits, each row alone the same") {
+  if (!anvil::simd::avx512()) ANVIL_SKIP("this CPU has no AVX-512, so anvil's AVX-512 product never runs here");
+#if ANVIL_SIMD_X86
+  check_rows_kernel(true, [](auto... x) { anvil::simd::sgemm_rows_bt_avx512(x...); });
+#endif
+}
+
+TEST_CASE("sgemm_rows_b_avx512: a few rows from B^T as stored, the same checks") {
+  if (!anvil::simd::avx512()) ANVIL_SKIP("this CPU has no AVX-512, so anvil's AVX-512 product never runs here");
+#if ANVIL_SIMD_X86
+  check_rows_kernel(false, [](auto... x) { anvil::simd::sgemm_rows_b_avx512(x...); });
 #endif
 }
 
@@ -290,6 +303,15 @@ TEST_CASE("blas::gemm: a few rows through a layer take anvil's few-rows product 
   CHECK_FALSE(own_rows_kernel_takes(false, true, 4, 64, 64, 0.f, anvil::simd::Epilogue{.keep = dummy, .ldkeep = 64}));
   CHECK_FALSE(own_rows_kernel_takes(false, true, 4, 64, 64, 0.f, anvil::simd::Epilogue{.row_sums = &row_sum_dummy}));
   CHECK_FALSE(own_rows_kernel_takes(false, true, 4, 0, 64, 0.f));
+  // from a kept transpose: 16 columns or more (a one-output head stays with the dot products)
+  using anvil::blas::own_rows_kernel_takes_copy;
+  CHECK(own_rows_kernel_takes_copy(4, 64, 64, 0.f));
+  CHECK(own_rows_kernel_takes_copy(4, 64, 3, 0.f, anvil::simd::Epilogue{.bias = dummy, .relu = true}));
+  CHECK(own_rows_kernel_takes_copy(1, 16, 64, 0.f));
+  CHECK_FALSE(own_rows_kernel_takes_copy(4, 15, 64, 0.f));
+  CHECK_FALSE(own_rows_kernel_takes_copy(7, 1, 64, 0.f));
+  CHECK_FALSE(own_rows_kernel_takes_copy(8, 64, 64, 0.f));
+  CHECK_FALSE(own_rows_kernel_takes_copy(1, 256, 256, 0.f));
 #if ANVIL_SIMD_X86
   std::mt19937 g(17);
   Product p = random_product(g, false, true, 4, 64, 64, 2, 1.f, 0.f);

@@ -18,6 +18,9 @@
 #include <anvil/core/simd.hpp>
 #include <anvil/nn/manual_mlp.hpp>
 #include <anvil/nn/mlp.hpp>
+#include <anvil/optim/ema.hpp>
+
+#include "../skip.hpp"
 
 TEST_CASE("FlatParameters: every parameter becomes a view of one buffer, values kept") {
   torch::manual_seed(0);
@@ -364,7 +367,7 @@ TEST_CASE("MlpTape: forward and backward match autograd for every activation it 
   // (batch, in, hidden): the first two take the transposed copy of their weights under
   // OpenBLAS's AVX-512 kernels (blas::transposed_copy_pays), the others the plain X W^T.
   for (const auto& [batch, in, hidden] : std::vector<std::array<std::int64_t, 3>>{
-           {100, 3, 64}, {100, 64, 64}, {1, 3, 64}, {256, 17, 256}}) {
+           {100, 3, 64}, {100, 64, 64}, {1, 3, 64}, {4, 3, 64}, {256, 17, 256}}) {
     CAPTURE(batch);
     CAPTURE(in);
     CAPTURE(hidden);
@@ -414,3 +417,92 @@ TEST_CASE("MlpTape: forward and backward match autograd for every activation it 
   CHECK_FALSE(anvil::blas::transposed_copy_pays(1, 64, 3));     // the copy costs more than the product
   CHECK_FALSE(anvil::blas::transposed_copy_pays(256, 256, 256));  // past the small-matrix kernel
 }
+
+TEST_CASE("FlatParameters: the parameters share the buffer's count of in-place writes, and Adam's step moves it") {
+  torch::manual_seed(3);
+  anvil::nn::Mlp net(3, std::vector<std::int64_t>{8}, 2);
+  anvil::FlatAdam adam(net->parameters(), anvil::AdamOptions{});
+  const auto& flat = adam.parameters().flat();
+  const auto w = net->parameters().front();
+  torch::NoGradGuard no_grad;
+  auto v = w._version();
+  flat.add_(0.0);  // a write to the buffer is a write to each parameter
+  CHECK(w._version() > v);
+  v = flat._version();
+  w.add_(0.0);  // and a write to a parameter is one to the buffer
+  CHECK(flat._version() > v);
+  v = w._version();
+  REQUIRE(adam.steps_in_ranges(torch::ones_like(flat)));  // Adam's pass over plain floats
+  adam.step(torch::ones_like(flat));
+  CHECK(w._version() > v);
+  v = w._version();
+  anvil::polyak(flat, torch::zeros_like(flat), 0.1);  // Polyak's pass over plain floats
+  CHECK(w._version() > v);
+}
+
+TEST_CASE("MlpTape: a few rows act from a kept transpose of each weight, made again after every kind of write") {
+  if (!anvil::simd::avx512()) ANVIL_SKIP("this CPU has no AVX-512, so the few-rows products never run here");
+  struct RestoreMatmul {
+    ~RestoreMatmul() { anvil::blas::set_matmul(anvil::Matmul::auto_); }
+  } restore;
+  anvil::blas::set_matmul(anvil::Matmul::anvil);
+  REQUIRE(anvil::blas::own_rows_kernel_takes_copy(4, 64, 3, 0.f));
+  torch::manual_seed(11);
+  anvil::nn::Mlp m(3, std::vector<std::int64_t>{64, 64}, 1);
+  anvil::FlatAdam adam(m->parameters(), anvil::AdamOptions{});
+  const auto& flat = adam.parameters().flat();
+  const auto x = torch::randn({4, 3});
+  torch::NoGradGuard no_grad;
+  anvil::nn::MlpTape kept;  // lives through every write below
+  at::Tensor last;          // its output from the transposes before the write
+  // After each write: the first forward reads the weights where they lie and the second
+  // makes the two hidden layers' transposes (the one-output head always reads its weight),
+  // each the bits of a fresh tape's first and second forward, and the second not the
+  // output before the write (the write changed the weights).
+  const auto follows = [&](const char* write) {
+    CAPTURE(write);
+    anvil::nn::MlpTape fresh;
+    const auto made = kept.kept_transposes();
+    const auto first = kept.forward(*m, x).clone();
+    CHECK(kept.kept_transposes() == made);
+    CHECK(torch::equal(first, fresh.forward(*m, x)));
+    const auto second = kept.forward(*m, x).clone();
+    CHECK(kept.kept_transposes() == made + 2);
+    CHECK(torch::equal(second, fresh.forward(*m, x)));
+    CHECK(torch::allclose(first, m->forward(x), 1e-5, 1e-5));
+    CHECK(torch::allclose(second, m->forward(x), 1e-5, 1e-5));
+    if (last.defined()) CHECK_FALSE(torch::equal(second, last));
+    last = second;
+  };
+  follows("none yet (a new tape)");
+  adam.step(torch::randn_like(flat));
+  follows("Adam's step");
+  flat.copy_(flat * 0.5);
+  follows("a copy into the buffer (a checkpoint's restore)");
+  m->parameters()[2].add_(0.25);  // the second layer's weight
+  follows("an in-place op on one parameter");
+  anvil::polyak(flat, torch::randn_like(flat), 0.2);
+  follows("Polyak's average into the buffer");
+  anvil::Ema ema;
+  ema.update(flat, 0.0);
+  flat.mul_(0.5);
+  follows("a multiplication of the buffer");
+  ema.with_weights(flat, [&] { follows("the averaged weights swapped in"); });  // (and back on return)
+  follows("the trained weights swapped back");
+  float* raw = flat.data_ptr<float>();
+  for (std::int64_t i = 0; i < flat.numel(); ++i) raw[i] *= -1.f;
+  anvil::mark_written(flat);
+  follows("a write through the pointer, marked");
+  // No write, no new transpose.
+  const auto made = kept.kept_transposes();
+  CHECK(torch::equal(kept.forward(*m, x), last));
+  CHECK(kept.kept_transposes() == made);
+  // A weight written between every two uses (an update per env step) is never transposed.
+  for (int i = 0; i < 3; ++i) {
+    adam.step(torch::randn_like(flat));
+    anvil::nn::MlpTape fresh;
+    CHECK(torch::equal(kept.forward(*m, x), fresh.forward(*m, x)));
+  }
+  CHECK(kept.kept_transposes() == made);
+}
+

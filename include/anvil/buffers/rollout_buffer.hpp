@@ -32,6 +32,7 @@
 #include <memory>
 #include <ranges>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include <anvil/buffers/replay_config.hpp>
@@ -319,8 +320,21 @@ class RolloutBuffer : public BufferPolicy<"rollout", RolloutBatch, RolloutStep, 
       const auto bytes = static_cast<std::size_t>(src.numel() / std::max<std::int64_t>(1, m)) * src.element_size();
       const auto* from = static_cast<const char*>(src.data_ptr());
       auto* to = static_cast<char*>(out.data_ptr());
-      for (std::int64_t i = 0; i < k; ++i)
-        std::memcpy(to + static_cast<std::size_t>(i) * bytes, from + static_cast<std::size_t>(id[i]) * bytes, bytes);
+      // rows of one to four 4-byte words (a value, an action, a small observation): copies
+      // of a size known here, moves rather than calls
+      const auto each = [&]<std::size_t B>(std::integral_constant<std::size_t, B>) {
+        for (std::int64_t i = 0; i < k; ++i)
+          std::memcpy(to + static_cast<std::size_t>(i) * B, from + static_cast<std::size_t>(id[i]) * B, B);
+      };
+      switch (bytes) {
+        case 4: each(std::integral_constant<std::size_t, 4>{}); break;
+        case 8: each(std::integral_constant<std::size_t, 8>{}); break;
+        case 12: each(std::integral_constant<std::size_t, 12>{}); break;
+        case 16: each(std::integral_constant<std::size_t, 16>{}); break;
+        default:
+          for (std::int64_t i = 0; i < k; ++i)
+            std::memcpy(to + static_cast<std::size_t>(i) * bytes, from + static_cast<std::size_t>(id[i]) * bytes, bytes);
+      }
       return out;
     };
     RolloutBatch b{gather(flat_.obs),       gather(flat_.action),  gather(flat_.log_prob),

@@ -164,6 +164,18 @@ inline bool own_rows_kernel_takes(bool trans_a, bool trans_b, std::int64_t m, st
          !after.row_sums && (m > 1 || n * k <= 32768) && own_matmul();
 }
 
+/// Whether a few-rows product that `own_rows_kernel_takes` runs faster from a kept copy of
+/// B^T (`simd::sgemm_rows_b_avx512`, B^T [k, n] as stored): at 16 columns or more, where
+/// broadcasting A along the rows of B^T beats n dot products summed across lanes (Intel
+/// Xeon, Sapphire Rapids class: 4 x 64 x 64 with bias and ReLU 0.24 us against 0.50, 4 x 64
+/// x 3 0.024 against 0.25, 1 x 64 x 64 0.12 against 0.20; 4 x 8 x 64 0.087 against 0.063).
+/// Only for a copy made once and used many times (a weight used for acting between two
+/// updates): transposing a 64 x 64 weight costs 0.3 us, more than the product.
+inline bool own_rows_kernel_takes_copy(std::int64_t m, std::int64_t n, std::int64_t k, float beta,
+                                       const simd::Epilogue& after = {}) noexcept {
+  return n >= 16 && own_rows_kernel_takes(false, true, m, n, k, beta, after);
+}
+
 /// The Fortran BLAS single-precision matrix product (column-major).
 using sgemm_fn = void (*)(const char* transa, const char* transb, const int* m, const int* n, const int* k,
                           const float* alpha, const float* a, const int* lda, const float* b, const int* ldb,

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include <anvil/core/blas.hpp>
+#include <anvil/core/kept_copy.hpp>
 #include <anvil/core/simd.hpp>
 #include <anvil/nn/activation.hpp>
 #include <anvil/nn/mlp.hpp>
@@ -189,6 +190,17 @@ class MlpTape {
       const bool hidden = i + 1 < layers.size();
       // the bias, and ReLU, as the product stores its result; other activations after it
       const simd::Epilogue after{.bias = bias, .relu = hidden && m.activation() == Activation::relu};
+      // a few rows (acting): x (W^T) from the kept transpose, once W has held still for two uses
+      const float* kept = nullptr;
+#if ANVIL_SIMD_X86
+      if (blas::own_rows_kernel_takes_copy(batch, out_dim, in_dim, 0.f, after)) {
+        if (kept_.size() < layers.size()) kept_.resize(layers.size());
+        kept = kept_[i].of(layers[i]->weight);
+      }
+      if (kept) {
+        simd::sgemm_rows_b_avx512(batch, out_dim, in_dim, 1.f, in, in_dim, kept, out_dim, h, out_dim, after);
+      } else
+#endif
       if (blas::transposed_copy_pays(batch, out_dim, in_dim) && !blas::own_kernel_takes(batch, out_dim, in_dim, after)) {
         // x (W^T) on a copy of W^T
         wt_.resize(static_cast<std::size_t>(out_dim * in_dim));
@@ -315,6 +327,14 @@ class MlpTape {
     }
   }
 
+  /// The weight transposes made so far for forwards of a few rows (each kept while its
+  /// weight is not written; core/kept_copy.hpp).
+  [[nodiscard]] std::int64_t kept_transposes() const noexcept {
+    std::int64_t n = 0;
+    for (const auto& k : kept_) n += k.copies();
+    return n;
+  }
+
   /// Output of hidden layer `i` (after its activation) from the last forward.
   [[nodiscard]] const at::Tensor& hidden(std::size_t i) const { return h_.at(i); }
 
@@ -323,6 +343,7 @@ class MlpTape {
   std::vector<at::Tensor> h_;  // each layer's output (activated for hidden layers)
   std::vector<at::Tensor> g_;  // gradient buffers, one per layer
   std::vector<float> wt_;      // a layer's weight transposed, when that is faster (blas::transposed_copy_pays)
+  std::vector<KeptTranspose> kept_;  // each layer's weight transposed for a few rows, while it stays the same
   at::Tensor y_;                     // with several heads: each row's head's outputs
   std::vector<std::int64_t> head_;  // with several heads: each row's head
   // backward_input_rows: the rows' gradients per layer, their outputs, the heads' spread

@@ -12,6 +12,7 @@
 #include <utility>
 
 #include <anvil/core/binary_io.hpp>
+#include <anvil/core/kept_copy.hpp>
 #include <anvil/core/simd.hpp>
 #include <anvil/core/tensor_io.hpp>
 
@@ -29,8 +30,10 @@ inline bool polyak_is_simd(const at::Tensor& target, const at::Tensor& source, d
 }
 
 inline void polyak(const at::Tensor& target, const at::Tensor& source, double tau) {
-  if (polyak_is_simd(target, source, tau))
-    return simd::lerp(target.data_ptr<float>(), source.data_ptr<float>(), target.numel(), static_cast<float>(tau));
+  if (polyak_is_simd(target, source, tau)) {
+    simd::lerp(target.data_ptr<float>(), source.data_ptr<float>(), target.numel(), static_cast<float>(tau));
+    return mark_written(target);
+  }
   at::NoGradGuard no_grad;
   target.lerp_(source, tau);
 }

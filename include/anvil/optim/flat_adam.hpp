@@ -16,6 +16,7 @@
 #include <vector>
 
 #include <anvil/core/binary_io.hpp>
+#include <anvil/core/kept_copy.hpp>
 #include <anvil/core/simd.hpp>
 #include <anvil/core/error.hpp>
 #include <anvil/core/tensor_io.hpp>
@@ -42,6 +43,9 @@ class FlatParameters {
       auto slice = flat_.narrow(0, off, p.numel()).view(p.sizes());
       slice.copy_(p.detach());
       p.set_data(slice);
+      // (set_data keeps p's own count of in-place writes; a view shares its buffer's, and so
+      // do these: a write to the buffer is a write to each, core/kept_copy.hpp)
+      p.unsafeGetTensorImpl()->set_version_counter(flat_.unsafeGetTensorImpl()->version_counter());
       off += p.numel();
     }
   }
@@ -153,6 +157,7 @@ class FlatAdam {
     if (!steps_in_ranges(g)) throw Error("FlatAdam::begin_step: not a CPU float32 step with a contiguous gradient");
     ++steps_;
     steps_stale_ = true;
+    mark_written(params_.flat());  // the ranges write the weights through their pointer
     const double bc1 = 1.0 - std::pow(opt_.beta1, static_cast<double>(steps_));
     const double bc2 = 1.0 - std::pow(opt_.beta2, static_cast<double>(steps_));
     RangeStep r;

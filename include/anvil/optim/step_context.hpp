@@ -26,6 +26,7 @@
 #include <anvil/core/autocast.hpp>
 #include <anvil/core/binary_io.hpp>
 #include <anvil/core/detail/thread_pool.hpp>
+#include <anvil/core/kept_copy.hpp>
 #include <anvil/core/simd.hpp>
 #include <anvil/observe/timers.hpp>
 #include <anvil/optim/ema.hpp>
@@ -473,6 +474,7 @@ class StepContext {
           }
         });
     concurrently(tasks);
+    for (const auto& s : steps) mark_written(s.then_polyak);  // written through its pointer
   }
   // Averages `grads` across ranks (timed as the all-reduce phase).
   void all_reduce(std::vector<at::Tensor>& grads) {

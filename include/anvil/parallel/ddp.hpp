@@ -33,6 +33,7 @@
 #include <unistd.h>
 
 #include <anvil/core/concepts.hpp>
+#include <anvil/core/kept_copy.hpp>
 #include <anvil/core/param.hpp>
 #include <anvil/parallel/c10d.hpp>
 #include <anvil/parallel/launch.hpp>
@@ -183,6 +184,7 @@ class Group {
         c10d::BroadcastOptions o;
         o.rootRank = 0;
         pg_->broadcast(v, o)->wait(timeout_);
+        mark_written(d);  // received through its pointer
         if (!d.is_same(t)) t.copy_(d);
       }
     });
@@ -228,6 +230,7 @@ class Group {
       pending.push_back(pg_->allreduce(pieces.back(), o));
     }
     for (auto& w : pending) w->wait(timeout_);
+    mark_written(flat);  // received through its pointer
   }
 
   // Whether process `pid` of this host has ended (gone, or a zombie not yet reaped).

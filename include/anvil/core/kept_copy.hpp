@@ -1,0 +1,73 @@
+#pragma once
+/// @file
+/// Copies of a tensor's values kept between calls, and when they are stale.
+///
+/// LibTorch counts the in-place writes to a tensor: its version, which every in-place op
+/// moves and which a view shares with the tensor it views (a network's parameters share the
+/// count of the flat buffer they live in, optim/flat_adam.hpp). A copy made at one version
+/// is current while the count stays there. Writes through raw pointers do not move it:
+/// anvil's own (Adam's and Polyak's loops over floats, a collective's receive) call
+/// `mark_written`, and so must any code that writes a parameter's memory itself.
+///
+/// `KeptTranspose` keeps a weight's transpose for acting (nn::MlpTape): PPO acts 1,024
+/// times between two updates with the same weights, and the few-rows product is about twice
+/// as fast from the transpose (core/blas.hpp, `own_rows_kernel_takes_copy`); SAC acts once
+/// between two updates, where making the transpose would cost more than it saves.
+
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <vector>
+
+#include <anvil/core/simd.hpp>
+
+namespace anvil {
+
+/// Marks `t` (and every tensor that shares its version count: its views, the parameters of
+/// a flat buffer) as written, after a write through its data pointer.
+inline void mark_written(const at::Tensor& t) {
+  if (t.defined() && !t.is_inference()) t.unsafeGetTensorImpl()->bump_version();
+}
+
+/// A matrix's transpose, made when the matrix holds still: at its second use with the same
+/// tensor, data and version count. A matrix written between every two uses (SAC's actor,
+/// updated once per env step) is never transposed: `of` then says to read it where it lies.
+class KeptTranspose {
+ public:
+  /// The transpose [cols, rows] of `w` (a contiguous float32 CPU matrix [rows, cols]), or
+  /// null where the caller should read `w` itself: its first use since it was written (or
+  /// ever), or a tensor that keeps no version count (an inference tensor: nothing tells a
+  /// change).
+  const float* of(const at::Tensor& w) {
+    if (w.is_inference()) return nullptr;
+    const std::int64_t version = w._version();
+    if (source_.defined() && source_.unsafeGetTensorImpl() == w.unsafeGetTensorImpl() && data_ == w.data_ptr() &&
+        version_ == version && rows_ == w.size(0) && cols_ == w.size(1)) {
+      if (!made_) {  // used twice unchanged: transposing pays from here on
+        t_.resize(static_cast<std::size_t>(rows_ * cols_));
+        simd::transpose(t_.data(), w.data_ptr<float>(), rows_, cols_);
+        made_ = true;
+        ++copies_;
+      }
+      return t_.data();
+    }
+    source_ = w;  // held: its address is not reused by another tensor while kept
+    data_ = w.data_ptr();
+    version_ = version;
+    rows_ = w.size(0);
+    cols_ = w.size(1);
+    made_ = false;
+    return nullptr;
+  }
+  /// Transposes made so far.
+  [[nodiscard]] std::int64_t copies() const noexcept { return copies_; }
+
+ private:
+  at::Tensor source_;
+  const void* data_ = nullptr;
+  std::int64_t version_ = -1, rows_ = 0, cols_ = 0, copies_ = 0;
+  bool made_ = false;
+  std::vector<float> t_;
+};
+
+}  // namespace anvil
