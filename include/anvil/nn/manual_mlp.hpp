@@ -190,7 +190,7 @@ class MlpTape {
       const bool hidden = i + 1 < layers.size();
       // the bias, and ReLU, as the product stores its result; other activations after it
       const simd::Epilogue after{.bias = bias, .relu = hidden && m.activation() == Activation::relu};
-      // a few rows (acting): x (W^T) from the kept transpose, once W has held still for two uses
+      // a few rows (acting): x (W^T) from the kept transpose, made again when W is written
       const float* kept = nullptr;
 #if ANVIL_SIMD_X86
       if (blas::own_rows_kernel_takes_copy(batch, out_dim, in_dim, 0.f, after)) {
