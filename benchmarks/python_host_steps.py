@@ -2,8 +2,11 @@
 """Envs in Python stepped in process (env.workers=0) with the interpreter that hosts them:
 anvil's VecEnv stepping the numpy Pendulum (tests/python/envs/pendulum.py) under
 
-  - a C++ main, whose bridge embeds the shared libpython (bench_python_envs, as a main
-    with --env.id=python:... runs it), and
+  - a C++ main (bench_python_envs, as a main with --env.id=python:... runs it), which holds
+    the interpreter's own archive (CMake's anvil_python_in_program, as the mains that take
+    --env.id do; the shared libpython where the build found no archive or
+    -DANVIL_PYTHON_IN_PROGRAM=OFF), and any other C++ mains named by --main (an older build's
+    bench_python_envs, say: LABEL=PATH), and
   - `/usr/bin/python3` itself, which imported anvil (`import anvil`: the module's Trainers
     step a Python env in the interpreter that called anvil.train),
 
@@ -15,6 +18,7 @@ figure and per round, then a summary line per env count and host: the median ove
 of anvil / bare loop (issue 44's figure, target 0.85).
 
     PYTHONPATH=build/python /usr/bin/python3 benchmarks/python_host_steps.py [--build build] [--rounds 3]
+        [--main LABEL=PATH]...
 """
 import argparse
 import json
@@ -57,8 +61,8 @@ def under_python3(n, seconds, env):
     return float(run([PYTHON, "-c", code], env).strip().splitlines()[-1])
 
 
-def under_main(n, seconds, env, build):
-    out = run([os.path.join(build, "benchmarks", "bench_python_envs"), f"--bench.seconds={seconds}",
+def under_main(n, seconds, env, program):
+    out = run([program, f"--bench.seconds={seconds}",
                "--bench.workers=[]", f"--bench.num_envs=[{n}]", "--bench.python="], env)
     rows = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
     return next(r["value"] for r in rows if r["name"] == "python_env_steps")
@@ -70,23 +74,31 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--seconds", type=float, default=1.0)
     ap.add_argument("--num-envs", type=int, nargs="+", default=[1, 16])
+    ap.add_argument("--main", action="append", default=[], metavar="LABEL=PATH",
+                    help="another C++ main to time beside the build's bench_python_envs")
     add_jsonl_arguments(ap)
     a = ap.parse_args()
     env = env_with_paths(os.path.abspath(a.build))
     machine = {"cpu": cpu_model(), "blas": blas_kernel()}
+    mains = {"C++ main": os.path.join(os.path.abspath(a.build), "benchmarks", "bench_python_envs")}
+    for m in a.main:
+        label, sep, path = m.partition("=")
+        if not sep or not os.access(path, os.X_OK):
+            sys.exit(f"python_host_steps: --main {m}: expected LABEL=PATH of a bench_python_envs program")
+        mains[f"C++ main ({label})"] = path
     rows, ratios = [], {}
     for r in range(1, a.rounds + 1):
         for n in a.num_envs:
             bare = bare_loop(n, a.seconds, env)
-            sides = {"C++ main (embedded shared libpython)": under_main(n, a.seconds, env, os.path.abspath(a.build)),
-                     "python3 (import anvil)": under_python3(n, a.seconds, env)}
+            sides = {label: under_main(n, a.seconds, env, path) for label, path in mains.items()}
+            sides["python3 (import anvil)"] = under_python3(n, a.seconds, env)
             rows.append({"name": "python_env_bare_loop_steps", "value": bare, "unit": "env steps/s", "num_envs": n,
                          "round": r, **machine})
             for host, steps in sides.items():
                 rows.append({"name": "python_env_steps", "value": steps, "unit": "env steps/s", "host": host,
                              "num_envs": n, "workers": 0, "round": r, **machine})
                 ratios.setdefault((host, n), []).append(steps / bare)
-            for row in rows[-3:]:
+            for row in rows[-1 - len(sides):]:
                 print(json.dumps(row), flush=True)
     for (host, n), v in ratios.items():
         row = {"name": "python_env_vs_bare_loop_median", "host": host, "num_envs": n, "rounds": v,

@@ -1,7 +1,8 @@
-// The Python interpreter as anvil's bridge embeds it (linked as the bridge links it: the
-// interpreter's PIC archive where the build found one, else the shared libpython), not the
-// python3 program (which Debian links from its own, profile-guided build). bench_python_envs
-// runs the bare-loop reference under both, to tell the bridge's own cost from the interpreter's.
+// The Python interpreter as bench_python_envs holds it: Python's own archive linked into the
+// program (CMake's anvil_python_in_program, as the mains that take --env.id are linked) where
+// the build found it, else as the bridge embeds it (the PIC archive or the shared libpython).
+// bench_python_envs runs the bare-loop reference under it and under the python3 program, to
+// tell the bridge's own cost from the interpreter's.
 #include <Python.h>
 
 int main(int argc, char** argv) { return Py_BytesMain(argc, argv); }

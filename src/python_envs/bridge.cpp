@@ -2,8 +2,10 @@
 // Python, stepped by anvil as an `EnvBatch` (python_env_batch.hpp) in an interpreter embedded
 // in this process. Built as its own shared library when pybind11 and Python's headers are
 // found, and loaded only by a program that names a `python:` env, so no other program links
-// or starts an interpreter. (In a Python process, `import anvil` steps them itself:
-// python/module.cpp.)
+// or starts an interpreter. Built twice: libanvil_python_envs.so links the shared libpython;
+// libanvil_python_envs_host.so (ANVIL_PYTHON_HOSTED) links no Python and binds to the
+// interpreter a program holds itself (CMake's anvil_python_in_program). (In a Python process,
+// `import anvil` steps them itself: python/module.cpp.)
 
 #include <pybind11/embed.h>
 
@@ -53,8 +55,14 @@ AnyEnv make_env(const std::string& id, const std::map<std::string, std::string>&
   }
   return door(std::move(factory), id, kwargs,
               "python: " + id + " steps in Python " + python_version() +
-                  ", embedded in this process (the build's ANVIL_PYTHON, " ANVIL_PYTHON_INTERPRETER
-                  "); the GIL is taken once per batched step");
+#ifdef ANVIL_PYTHON_HOSTED
+                  ", linked into this program (the archive of the build's ANVIL_PYTHON, " ANVIL_PYTHON_INTERPRETER
+                  ", as python3 is)"
+#else
+                  ", embedded in this process (the shared libpython of the build's ANVIL_PYTHON, " ANVIL_PYTHON_INTERPRETER
+                  ")"
+#endif
+                  "; the GIL is taken once per batched step");
 }
 
 }  // namespace anvil::envs::python

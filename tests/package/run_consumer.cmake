@@ -1,4 +1,4 @@
-# cmake -DMODE=install|subdirectory -DBUILD_DIR= -DSOURCE_DIR= -DCONSUMER_DIR= -DWORK_DIR= -P run_consumer.cmake
+# cmake -DMODE=install|subdirectory -DBUILD_DIR= -DSOURCE_DIR= -DCONSUMER_DIR= -DWORK_DIR= [-DHOLDS_PYTHON=1] -P run_consumer.cmake
 file(REMOVE_RECURSE "${WORK_DIR}")
 file(MAKE_DIRECTORY "${WORK_DIR}")
 
@@ -34,6 +34,14 @@ run("${CMAKE_COMMAND}" -S "${CONSUMER_DIR}" -B "${WORK_DIR}/build" -G "${GENERAT
 run("${CMAKE_COMMAND}" --build "${WORK_DIR}/build")
 if(NOT EXISTS "${WORK_DIR}/build/anvil_link_order.rsp")
   message(FATAL_ERROR "anvil_fast_start(consumer) made no library order (anvil_link_order.rsp)")
+endif()
+# anvil_python_in_program(consumer): a program that holds Python's archive is not a
+# position-independent executable (ELF type 2, EXEC; else 3, DYN).
+file(READ "${WORK_DIR}/build/consumer" elf_type OFFSET 16 LIMIT 1 HEX)
+if(HOLDS_PYTHON AND NOT elf_type STREQUAL "02")
+  message(FATAL_ERROR "anvil_python_in_program(consumer) left a position-independent program (ELF type ${elf_type})")
+elseif(NOT HOLDS_PYTHON AND NOT elf_type STREQUAL "03")
+  message(FATAL_ERROR "the consumer is not position-independent (ELF type ${elf_type}), yet anvil has no Python archive")
 endif()
 run("${WORK_DIR}/build/consumer" --config=${CONSUMER_DIR}/consumer.yaml steps=5)
 if(NOT last_output MATCHES "seed=42 steps=5 obs_dim=3")

@@ -167,3 +167,26 @@ def test_a_python_env_id_names_a_plain_run_directory(tmp_path):
     assert p.returncode == 0, p.stdout
     names = [d.name for d in (tmp_path / "runs").iterdir()]
     assert len(names) == 1 and names[0].startswith("sac-python_pendulum_make-seed0-"), names
+
+
+@pytest.mark.skipif(os.environ.get("ANVIL_PYTHON_HELD") not in ("0", "1"),
+                    reason="ANVIL_PYTHON_HELD (set by ctest) does not say how the build linked the mains")
+def test_the_mains_that_take_env_id_step_python_in_the_interpreter_they_hold(tmp_path):
+    """train_sac links Python's own archive (CMake's anvil_python_in_program) where the build
+    found it: its Python envs in process then step in that interpreter, through the bridge
+    built with no Python, and the shared libpython is never loaded; else the bridge embeds the
+    shared libpython. The run header says which."""
+    run_dir = tmp_path / "run"
+    p = subprocess.run([TRAIN_SAC, "--smoke", "--env.id=python:pendulum:make", f"--run_dir={run_dir}",
+                        "--run.progress=off"], env=dict(environment(), LD_DEBUG="files"),
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120)
+    assert p.returncode == 0, p.stdout[-3000:]
+    loaded = [line for line in p.stdout.splitlines() if "file=" in line]  # the loader's record (LD_DEBUG)
+    shared_libpython = [line for line in loaded if "libpython3" in line]
+    if os.environ["ANVIL_PYTHON_HELD"] == "1":
+        assert "linked into this program" in p.stdout, p.stdout[-3000:]
+        assert any("libanvil_python_envs_host.so" in line for line in loaded)
+        assert not shared_libpython, shared_libpython[:3]
+    else:
+        assert "embedded in this process (the shared libpython" in p.stdout, p.stdout[-3000:]
+        assert shared_libpython

@@ -8,15 +8,17 @@
 /// terminated, truncated, info)`; a multi-task env lists its `tasks` and names each step's
 /// task in `info["task"]`. See docs/python.md.
 ///
-/// `python_env(id, kwargs, workers)` loads one of two libraries with `dlopen` and asks it
+/// `python_env(id, kwargs, workers)` loads one of three libraries with `dlopen` and asks it
 /// for the door (`AnyEnv`): with `env.workers=0` the bridge (src/python_envs/bridge.cpp,
 /// built when pybind11 and Python's headers are found), which steps the envs in an
-/// interpreter embedded in this process; with W > 0 the workers (src/python_envs/workers.cpp,
+/// interpreter embedded in this process (the shared libpython; or, in a program that holds
+/// the interpreter itself, linked by CMake's `anvil_python_in_program`, the same bridge
+/// built with no Python, `libanvil_python_envs_host.so`); with W > 0 the workers (src/python_envs/workers.cpp,
 /// built when a python3 with numpy is found; it links no Python), which exec W fresh
 /// interpreters that step slices of the envs through shared memory. A program links no
 /// Python and starts no interpreter until a `python:` env is named. Each library is found by
-/// an environment variable (`ANVIL_PYTHON_ENVS`, `ANVIL_PYTHON_WORKERS`), else where the
-/// build put it (defined by CMake), else beside the program or in ../lib. Both export
+/// an environment variable (`ANVIL_PYTHON_ENVS`, `ANVIL_PYTHON_ENVS_HOST`, `ANVIL_PYTHON_WORKERS`), else where the
+/// build put it (defined by CMake), else beside the program or in ../lib. Each exports
 /// `anvil_python_abi`, the fingerprint of the types that cross between them and the program
 /// (`abi_fingerprint`): a library built from other anvil headers than the program is refused,
 /// naming both, rather than misreading the program's fields. Light header.
@@ -63,6 +65,16 @@ inline constexpr Library kBridge{"libanvil_python_envs.so", "ANVIL_PYTHON_ENVS",
                                  "",
 #endif
                                  "anvil_python_make_env"};
+/// The bridge for a process that already holds an interpreter (a program linked with
+/// CMake's `anvil_python_in_program`, which holds Python's own archive, as python3 does): the
+/// same bridge linked with no Python, bound to the process's interpreter.
+inline constexpr Library kHostBridge{"libanvil_python_envs_host.so", "ANVIL_PYTHON_ENVS_HOST",
+#ifdef ANVIL_PYTHON_ENVS_HOST_LIBRARY
+                                     ANVIL_PYTHON_ENVS_HOST_LIBRARY,
+#else
+                                     "",
+#endif
+                                     "anvil_python_make_env"};
 /// The workers: envs stepped in worker processes (env.workers=W > 0); links no Python.
 inline constexpr Library kWorkers{"libanvil_python_workers.so", "ANVIL_PYTHON_WORKERS",
 #ifdef ANVIL_PYTHON_WORKERS_LIBRARY
@@ -112,11 +124,17 @@ inline constexpr Library kWorkers{"libanvil_python_workers.so", "ANVIL_PYTHON_WO
 /// load, or (in this process) the module or attribute cannot be imported.
 [[nodiscard]] inline AnyEnv python_env(const std::string& id, const KeyValues& kwargs, int workers = 0) {
   using Entry = void (*)(const std::string*, const KeyValues*, std::optional<AnyEnv>*);
-  const python::Library& lib = workers > 0 ? python::kWorkers : python::kBridge;
   static Entry entries[2] = {nullptr, nullptr};
   Entry& entry = entries[workers > 0 ? 1 : 0];
   if (!entry) {
+    // In this process: the host bridge where Python's symbols are here already (the program
+    // holds the interpreter), else the bridge that embeds the shared libpython.
+    const bool hosted = workers == 0 && dlsym(RTLD_DEFAULT, "Py_IsInitialized") != nullptr;
+    const python::Library& lib = workers > 0 ? python::kWorkers : hosted ? python::kHostBridge : python::kBridge;
     const auto path = python::library_path(lib);
+    if (path.empty() && hosted)
+      throw ConfigError("env.id=" + id + ": this program holds a Python interpreter (anvil_python_in_program), but " +
+                        lib.file + " is not found; rebuild, or point " + lib.variable + " at it");
     if (path.empty())
       throw ConfigError("env.id=" + id + ": this build has no " +
                         (workers > 0 ? std::string("Python env workers (") : std::string("Python env bridge (")) +
