@@ -13,6 +13,7 @@ function(anvil_python_in_program target)
     return()
   endif()
   target_link_options(${target} PRIVATE -no-pie "LINKER:--dynamic-list=${ANVIL_PYTHON_DYNLIST}")
+  set_property(TARGET ${target} APPEND PROPERTY LINK_DEPENDS "${ANVIL_PYTHON_DYNLIST}" "${ANVIL_PYTHON_ARCHIVE}")
   target_link_libraries(${target} PRIVATE "-Wl,--whole-archive" "${ANVIL_PYTHON_ARCHIVE}" "-Wl,--no-whole-archive"
                         ${ANVIL_PYTHON_ARCHIVE_LIBS})
   if(TARGET anvil_python_envs_host)  # anvil's own build (or add_subdirectory): built before the program
