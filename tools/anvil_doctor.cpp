@@ -117,6 +117,50 @@ bool validate_config(const std::string& file, const std::vector<std::string>& na
 
 }  // namespace
 
+// Python envs: each door a `python:` env id takes (in this process, env.workers=0; in worker
+// processes, env.workers > 0), tried by making two of anvil's own check envs through it
+// (python:anvil_envs:Check, src/python_envs/anvil_envs.py) and stepping them through an
+// episode: the library found and built from these headers, the interpreter started, its numpy
+// imported, the rows back. A build without the library says so and passes.
+void check_python_envs() {
+  namespace python = anvil::envs::python;
+  for (const int workers : {0, 1}) {
+    const python::Library& lib = workers > 0 ? python::kWorkers : python::kBridge;
+    const std::string door = workers > 0 ? "Python envs in worker processes (env.workers > 0)"
+                                         : "Python envs in this process (env.workers=0)";
+    const auto path = python::library_path(lib);
+    if (path.empty()) {
+      ok(door + ": not built (" + lib.file + "); python: env ids need " +
+         (workers > 0 ? "python3-numpy" : "pybind11-dev, python3-dev and python3-numpy") +
+         " (scripts/install-deps.sh) and a rebuild");
+      continue;
+    }
+    try {
+      const auto env = anvil::envs::python_env("python:anvil_envs:Check", {}, workers);
+      anvil::envs::VecEnvConfig cfg;
+      cfg.num_envs = 2;
+      cfg.workers = workers;
+      const auto batch = env.batch_maker()(cfg, 1, 0, 0);
+      constexpr int kLength = 8;  // Check's episode
+      std::vector<float> obs(2), next(2), reward(2), terminated(2), truncated(2);
+      std::vector<anvil::envs::EpisodeEnd> ended(2);
+      batch->reset(obs.data(), 0);
+      const float actions[2] = {0.25F, -0.25F};
+      for (int t = 0; t < kLength; ++t)
+        batch->step(0, 2, actions, {obs.data(), next.data(), reward.data(), terminated.data(), truncated.data(), nullptr,
+                                    ended.data()}, t);
+      if (ended[0].length != kLength || ended[1].length != kLength || truncated[0] != 1 || truncated[1] != 1)
+        fail(door + ": " + path.string() + " made the check env, but its episodes did not end after " +
+             std::to_string(kLength) + " steps (lengths " + std::to_string(ended[0].length) + ", " +
+             std::to_string(ended[1].length) + ")");
+      else
+        ok(door + ": a numpy env made and stepped through " + path.filename().string() + "; " + env.note());
+    } catch (const std::exception& e) {
+      fail(door + ": " + e.what());
+    }
+  }
+}
+
 int main(int argc, char** argv) {
   std::string config;
   for (int i = 1; i < argc; ++i) {
@@ -125,7 +169,8 @@ int main(int argc, char** argv) {
     else if (a.rfind("--config=", 0) == 0) config = a.substr(9);
     else if (a == "--help" || a == "-h") {
       std::puts("usage: anvil-doctor [--config FILE]\nChecks BLAS, threads, LibTorch, CUDA devices, NCCL and Gloo, "
-                "matrix-product speed, the default networks, and (with --config) a config file.");
+                "Python envs (each door, with a real env), matrix-product speed, the default networks, and (with "
+                "--config) a config file.");
       return 0;
     } else {
       std::fprintf(stderr, "anvil-doctor: unknown argument '%s' (see --help)\n", a.c_str());
@@ -180,6 +225,8 @@ int main(int argc, char** argv) {
   if (anvil::compat::has_nccl && gpus > 0) check_backend(anvil::DistBackend::nccl, c10::Device(c10::kCUDA, 0), "NCCL");
   else if (gpus > 0) warn("NCCL: this LibTorch was built without it; DDP on GPUs falls back to Gloo");
   else ok("NCCL: not needed without GPUs");
+
+  check_python_envs();
 
   // Matrix products on each device.
   try {
