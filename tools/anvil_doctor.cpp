@@ -159,6 +159,18 @@ void check_python_envs() {
       fail(door + ": " + e.what());
     }
   }
+  // The programs that hold the interpreter (CMake's anvil_python_in_program: anvil's train_sac,
+  // train_ppo, mt_sac, coma) step Python envs through the same bridge linked with no Python,
+  // which this program, holding none, cannot load: where the build makes it, it is there.
+  if (*python::kHostBridge.built) {
+    const std::string door = "Python envs in the programs that hold the interpreter (train_sac, train_ppo, mt_sac, coma)";
+    const auto host = python::library_path(python::kHostBridge);
+    if (host.empty())
+      warn(door + ": " + python::kHostBridge.file + " is not built yet (" + python::kHostBridge.built +
+           "); building those programs builds it");
+    else
+      ok(door + ": " + host.string() + ", the same bridge linked with no Python");
+  }
 }
 
 int main(int argc, char** argv) {

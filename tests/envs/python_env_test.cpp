@@ -5,6 +5,7 @@
 #include <anvil/envs/python_env.hpp>  // first: the header under test compiles on its own here
 #include <doctest/doctest.h>
 
+#include <dlfcn.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -118,6 +119,17 @@ TEST_CASE("Python envs: a numpy Pendulum from Gymnasium's dynamics stays within 
     CHECK(worst < 1e-5);
     CHECK(r.ended[0].length == 200);  // truncated after 200 steps, as published
   }
+}
+
+TEST_CASE("Python envs: a program that embeds the shared libpython does not hold the interpreter, before or after the bridge loads it") {
+  // This test program links no Python: the bridge brings the shared libpython, whose symbols
+  // are then in the process; the program itself still defines none, so every later env takes
+  // the same bridge (the host bridge is for programs that define Python's symbols themselves).
+  CHECK_FALSE(anvil::envs::python::interpreter_in_program());
+  auto b = make("python:pendulum:make");
+  CHECK(dlsym(RTLD_DEFAULT, "Py_IsInitialized") != nullptr);
+  CHECK_FALSE(anvil::envs::python::interpreter_in_program());
+  CHECK(anvil::envs::python_env("python:pendulum:make", {}).note().find("the shared libpython") != std::string::npos);
 }
 
 TEST_CASE("Python envs: kwargs reach the factory as Python literals, with each env's index") {

@@ -175,10 +175,13 @@ def test_the_mains_that_take_env_id_step_python_in_the_interpreter_they_hold(tmp
     """train_sac links Python's own archive (CMake's anvil_python_in_program) where the build
     found it: its Python envs in process then step in that interpreter, through the bridge
     built with no Python, and the shared libpython is never loaded; else the bridge embeds the
-    shared libpython. The run header says which."""
+    shared libpython. The run header says which. ANVIL_PYTHON_ENVS (the shared bridge's path)
+    does not change that in a program that holds the interpreter: it says it loads the other."""
     run_dir = tmp_path / "run"
+    elsewhere = str(tmp_path / "libanvil_python_envs.so")  # no such file: never loaded
     p = subprocess.run([TRAIN_SAC, "--smoke", "--env.id=python:pendulum:make", f"--run_dir={run_dir}",
-                        "--run.progress=off"], env=dict(environment(), LD_DEBUG="files"),
+                        "--run.progress=off"], env=dict(environment(), LD_DEBUG="files", ANVIL_PYTHON_ENVS=elsewhere)
+                       if os.environ["ANVIL_PYTHON_HELD"] == "1" else dict(environment(), LD_DEBUG="files"),
                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120)
     assert p.returncode == 0, p.stdout[-3000:]
     loaded = [line for line in p.stdout.splitlines() if "file=" in line]  # the loader's record (LD_DEBUG)
@@ -187,6 +190,8 @@ def test_the_mains_that_take_env_id_step_python_in_the_interpreter_they_hold(tmp
         assert "linked into this program" in p.stdout, p.stdout[-3000:]
         assert any("libanvil_python_envs_host.so" in line for line in loaded)
         assert not shared_libpython, shared_libpython[:3]
+        assert f"ANVIL_PYTHON_ENVS is set, but this program holds the interpreter: it loads " \
+               f"libanvil_python_envs_host.so" in p.stdout and elsewhere in p.stdout, p.stdout[-3000:]
     else:
         assert "embedded in this process (the shared libpython" in p.stdout, p.stdout[-3000:]
         assert shared_libpython

@@ -122,36 +122,31 @@ class StepCollector {
   /// observations move on and finished episodes are counted (unless the caller counts them
   /// itself: `count_episodes` false). The step's tensors stay valid until the step after next.
   const envs::VecStep& step(const at::Tensor& actions, bool count_episodes = true) {
-    launch(actions);
-    return land(count_episodes);
+    const envs::VecStep* s = nullptr;
+    {
+      ScopedPhase ph(*times_, Phase::env);  // one timed phase for the launch and the wait
+      start(actions);
+      s = &finish();
+    }
+    return take_in(*s, count_episodes);
   }
 
   /// Starts a step with `actions` without waiting for it: with `env.mode=async` the envs
   /// step in the background while the caller works (e.g. updates) until `land`.
   void launch(const at::Tensor& actions) {
-    if (in_flight_) throw Error("StepCollector::launch: a step is already in flight; land() it first");
     ScopedPhase ph(*times_, Phase::env);
-    if (!obs_.defined()) obs_ = envs_->reset();
-    envs_->step_async(to_env(actions));
-    in_flight_ = true;
+    start(actions);
   }
   /// Whether a launched step has not landed yet.
   [[nodiscard]] bool in_flight() const noexcept { return in_flight_; }
   /// Waits for the launched step and takes it in (as `step` does).
   const envs::VecStep& land(bool count_episodes = true) {
-    if (!in_flight_) throw Error("StepCollector::land: no step in flight");
     const envs::VecStep* s = nullptr;
     {
       ScopedPhase ph(*times_, Phase::env);
-      in_flight_ = false;
-      s = &envs_->step_wait();
+      s = &finish();
     }
-    last_obs_ = obs_;
-    obs_ = s->obs;
-    memory_.mark_starts(s->terminated, s->truncated);
-    if (count_episodes)
-      for (const auto& e : s->ended) stats_.record(e.episode_return, e.length, env_step() + num_envs());
-    return *s;
+    return take_in(*s, count_episodes);
   }
 
   /// Every env starts a new episode now (the episodic loop's rounds); a step in flight
@@ -179,6 +174,26 @@ class StepCollector {
   }
 
  private:
+  // launch's and land's work, untimed (the callers time it).
+  void start(const at::Tensor& actions) {
+    if (in_flight_) throw Error("StepCollector::launch: a step is already in flight; land() it first");
+    if (!obs_.defined()) obs_ = envs_->reset();
+    envs_->step_async(to_env(actions));
+    in_flight_ = true;
+  }
+  const envs::VecStep& finish() {
+    if (!in_flight_) throw Error("StepCollector::land: no step in flight");
+    in_flight_ = false;
+    return envs_->step_wait();
+  }
+  const envs::VecStep& take_in(const envs::VecStep& s, bool count_episodes) {
+    last_obs_ = obs_;
+    obs_ = s.obs;
+    memory_.mark_starts(s.terminated, s.truncated);
+    if (count_episodes)
+      for (const auto& e : s.ended) stats_.record(e.episode_return, e.length, env_step() + num_envs());
+    return s;
+  }
   std::unique_ptr<envs::VecEnvBase> envs_;
   PhaseTimes* times_;
   at::Tensor obs_, last_obs_;

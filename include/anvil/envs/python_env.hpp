@@ -24,8 +24,10 @@
 /// naming both, rather than misreading the program's fields. Light header.
 
 #include <dlfcn.h>
+#include <link.h>
 
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <initializer_list>
@@ -115,6 +117,23 @@ inline constexpr Library kWorkers{"libanvil_python_workers.so", "ANVIL_PYTHON_WO
   return find_file(lib.variable, lib.built, lib.file, {".", "../lib"});
 }
 
+/// Whether this program holds the interpreter itself: Python's symbols defined in the
+/// executable (python3, or a program linked with CMake's `anvil_python_in_program`), not in a
+/// shared libpython some library brought (a program embedding Python through pybind11, or a
+/// bridge loaded earlier), which the shared bridge then uses as its own.
+[[nodiscard]] inline bool interpreter_in_program() noexcept {
+  void* symbol = dlsym(RTLD_DEFAULT, "Py_IsInitialized");
+  if (!symbol) return false;
+  Dl_info info{};
+  link_map* where = nullptr;
+  if (dladdr1(symbol, &info, reinterpret_cast<void**>(&where), RTLD_DL_LINKMAP) == 0 || !where) return false;
+  void* self = dlopen(nullptr, RTLD_LAZY | RTLD_NOLOAD);
+  link_map* program = nullptr;
+  const bool known = self && dlinfo(self, RTLD_DI_LINKMAP, &program) == 0;
+  if (self) dlclose(self);
+  return known && where == program;
+}
+
 }  // namespace python
 
 /// The Python env `id` (`python:module:attr`) with `kwargs`, through the door every env
@@ -127,14 +146,18 @@ inline constexpr Library kWorkers{"libanvil_python_workers.so", "ANVIL_PYTHON_WO
   static Entry entries[2] = {nullptr, nullptr};
   Entry& entry = entries[workers > 0 ? 1 : 0];
   if (!entry) {
-    // In this process: the host bridge where Python's symbols are here already (the program
+    // In this process: the host bridge where the program itself defines Python's symbols (it
     // holds the interpreter), else the bridge that embeds the shared libpython.
-    const bool hosted = workers == 0 && dlsym(RTLD_DEFAULT, "Py_IsInitialized") != nullptr;
+    const bool hosted = workers == 0 && python::interpreter_in_program();
     const python::Library& lib = workers > 0 ? python::kWorkers : hosted ? python::kHostBridge : python::kBridge;
     const auto path = python::library_path(lib);
+    if (const char* other = std::getenv(python::kBridge.variable); hosted && other && *other)
+      std::fprintf(stderr, "anvil: %s is set, but this program holds the interpreter: it loads %s (%s), not %s\n",
+                   python::kBridge.variable, lib.file, path.empty() ? "not found" : path.c_str(), other);
     if (path.empty() && hosted)
       throw ConfigError("env.id=" + id + ": this program holds a Python interpreter (anvil_python_in_program), but " +
-                        lib.file + " is not found; rebuild, or point " + lib.variable + " at it");
+                        lib.file + " is not found; build it (anvil's build makes it for such programs), install it "
+                        "beside the program or in ../lib, or point " + lib.variable + " at it");
     if (path.empty())
       throw ConfigError("env.id=" + id + ": this build has no " +
                         (workers > 0 ? std::string("Python env workers (") : std::string("Python env bridge (")) +
@@ -145,13 +168,18 @@ inline constexpr Library kWorkers{"libanvil_python_workers.so", "ANVIL_PYTHON_WO
     void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_GLOBAL);
     if (!handle) throw ConfigError("env.id=" + id + ": cannot load " + path.string() + ": " + dlerror());
     entry = reinterpret_cast<Entry>(dlsym(handle, lib.entry));
-    if (!entry) throw ConfigError("env.id=" + id + ": " + path.string() + " is not " + lib.file);
+    if (!entry) {
+      dlclose(handle);
+      throw ConfigError("env.id=" + id + ": " + path.string() + " is not " + lib.file);
+    }
     using Abi = std::uint64_t (*)();
     const auto abi = reinterpret_cast<Abi>(dlsym(handle, "anvil_python_abi"));
     if (!abi || abi() != python::abi_fingerprint()) {
       entry = nullptr;
+      const bool predates = !abi;
+      dlclose(handle);
       throw ConfigError("env.id=" + id + ": " + path.string() + " was built from other anvil headers than this program (" +
-                        (abi ? "their shared types differ" : "it predates the check") +
+                        (predates ? "it predates the check" : "their shared types differ") +
                         "); rebuild both (a stale build directory?), or point " + lib.variable + " at a matching library");
     }
   }
