@@ -8814,6 +8814,24 @@ inline constexpr Library kWorkers{"libanvil_python_workers.so", "ANVIL_PYTHON_WO
   return {};
 }
 
+/// A file of anvil's Python support that a library of Python envs reads (anvil_envs.py, the
+/// env workers' script): the path in the environment variable `variable` when set, else
+/// `file` in `from_library` (e.g. ../share/anvil) relative to the folder of the library that
+/// holds `in_library` (an installed anvil's, wherever it was installed or moved to), else
+/// `built` (where the build found it); empty when it is nowhere.
+[[nodiscard]] inline std::filesystem::path find_support_file(const char* variable, const char* built, const char* file,
+                                                             const char* from_library, const void* in_library) {
+  std::error_code ec;
+  if (const char* p = std::getenv(variable); p && *p) return p;
+  Dl_info info{};
+  if (dladdr(in_library, &info) != 0 && info.dli_fname && *info.dli_fname) {
+    const auto beside = std::filesystem::path(info.dli_fname).parent_path() / from_library / file;
+    if (std::filesystem::exists(beside, ec)) return beside;
+  }
+  if (*built && std::filesystem::exists(built, ec)) return built;
+  return {};
+}
+
 /// The sizes of the types a program and the Python env libraries hand each other, folded
 /// into one number (FNV-1a): any field added to one of them changes it.
 [[nodiscard]] constexpr std::uint64_t abi_fingerprint() noexcept {

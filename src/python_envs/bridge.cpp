@@ -22,10 +22,11 @@
 
 namespace anvil::envs::python {
 
-// anvil's Python support: src/python_envs, or ../share/anvil beside the program when installed.
+// anvil's Python support: ../share/anvil beside this library when installed, else
+// src/python_envs (the build's).
 std::filesystem::path support_dir() {
-  const auto file = find_file("ANVIL_PYTHON_SUPPORT", ANVIL_PYTHON_SUPPORT "/anvil_envs.py", "anvil_envs.py",
-                              {"../share/anvil"});
+  const auto file = find_support_file("ANVIL_PYTHON_SUPPORT", ANVIL_PYTHON_SUPPORT "/anvil_envs.py", "anvil_envs.py",
+                                      ANVIL_PYTHON_SUPPORT_FROM_LIBRARY, reinterpret_cast<const void*>(&support_dir));
   if (file.empty()) throw ConfigError("cannot find anvil_envs.py, anvil's Python support (set ANVIL_PYTHON_SUPPORT)");
   return file.parent_path();
 }

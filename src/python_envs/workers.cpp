@@ -92,7 +92,9 @@ std::string interpreter() {
   return ANVIL_PYTHON_EXE;
 }
 std::string worker_script() {
-  return find_file("ANVIL_PYTHON_WORKER", ANVIL_PYTHON_WORKER, "env_worker.py", {".", "../share/anvil"}).string();
+  return find_support_file("ANVIL_PYTHON_WORKER", ANVIL_PYTHON_WORKER, "env_worker.py", ANVIL_PYTHON_SUPPORT_FROM_LIBRARY,
+                           reinterpret_cast<const void*>(&worker_script))
+      .string();
 }
 
 std::string signal_text(int sig) {

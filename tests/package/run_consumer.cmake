@@ -1,4 +1,4 @@
-# cmake -DMODE=install|subdirectory -DBUILD_DIR= -DSOURCE_DIR= -DCONSUMER_DIR= -DWORK_DIR= [-DHOLDS_PYTHON=1] -P run_consumer.cmake
+# cmake -DMODE=install|subdirectory -DBUILD_DIR= -DSOURCE_DIR= -DCONSUMER_DIR= -DWORK_DIR= [-DHOLDS_PYTHON=1] [-DPYTHON_ENVS=1] -P run_consumer.cmake
 file(REMOVE_RECURSE "${WORK_DIR}")
 file(MAKE_DIRECTORY "${WORK_DIR}")
 
@@ -48,3 +48,29 @@ if(NOT last_output MATCHES "seed=42 steps=5 obs_dim=3")
   message(FATAL_ERROR "consumer printed:\n${last_output}")
 endif()
 message(STATUS "consumer (${MODE}) ran: ${last_output}")
+# PYTHON_ENVS: a Python env made and stepped through each door, from the libraries of the
+# anvil the consumer was built against (installed: the prefix's, with the prefix's support
+# files; the loader's record names the library it loaded).
+if(PYTHON_ENVS)
+  if(MODE STREQUAL "install")
+    set(libdir "${WORK_DIR}/prefix/lib")
+  else()
+    set(libdir "${WORK_DIR}/build/")
+  endif()
+  foreach(workers 0 1)
+    set(lib libanvil_python_envs)
+    if(workers EQUAL 1)
+      set(lib libanvil_python_workers)
+    endif()
+    run("${CMAKE_COMMAND}" -E env LD_DEBUG=files "${WORK_DIR}/build/consumer" --config=${CONSUMER_DIR}/consumer.yaml
+        steps=8 run.python=python:anvil_envs:Check run.workers=${workers})
+    if(NOT last_output MATCHES "python env stepped 8 times: python: python:anvil_envs:Check steps in")
+      message(FATAL_ERROR "consumer with a Python env (run.workers=${workers}) printed:\n${last_output}")
+    endif()
+    string(REGEX MATCH "file=[^ ]*${lib}[^ ]*\\.so" loaded "${last_output}")
+    if(NOT loaded OR NOT loaded MATCHES "^file=${libdir}")
+      message(FATAL_ERROR "consumer (${MODE}, run.workers=${workers}) loaded '${loaded}', not a library under ${libdir}")
+    endif()
+    message(STATUS "consumer (${MODE}) stepped a Python env with run.workers=${workers} through ${loaded}")
+  endforeach()
+endif()
