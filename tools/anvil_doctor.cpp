@@ -130,8 +130,7 @@ void check_python_envs() {
                                          : "Python envs in this process (env.workers=0)";
     const auto path = python::library_path(lib);
     if (path.empty()) {
-      ok(door + ": not built (" + lib.file + "); python: env ids need " +
-         (workers > 0 ? "python3-numpy" : "pybind11-dev, python3-dev and python3-numpy") +
+      ok(door + ": not built (" + lib.file + "); python: env ids need " + lib.packages +
          " (scripts/install-deps.sh) and a rebuild");
       continue;
     }

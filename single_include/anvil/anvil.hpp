@@ -8764,12 +8764,14 @@ inline constexpr std::string_view kPrefix = "python:";
 [[nodiscard]] inline bool is_python_id(std::string_view id) noexcept { return id.substr(0, kPrefix.size()) == kPrefix; }
 
 /// A library of Python envs loaded at run time: its file, the environment variable that
-/// points at it, and where the build put it (empty when not built here).
+/// points at it, where the build put it (empty when not built here), and the Debian packages
+/// a build needs to make it.
 struct Library {
   const char* file;
   const char* variable;
   const char* built;
   const char* entry;  // the C entry point: void(const std::string*, const KeyValues*, std::optional<AnyEnv>*)
+  const char* packages;
 };
 
 /// The bridge: envs stepped in this process (env.workers=0), an embedded interpreter.
@@ -8779,7 +8781,7 @@ inline constexpr Library kBridge{"libanvil_python_envs.so", "ANVIL_PYTHON_ENVS",
 #else
                                  "",
 #endif
-                                 "anvil_python_make_env"};
+                                 "anvil_python_make_env", "pybind11-dev, python3-dev and python3-numpy"};
 /// The bridge for a process that already holds an interpreter (a program linked with
 /// CMake's `anvil_python_in_program`, which holds Python's own archive, as python3 does): the
 /// same bridge linked with no Python, bound to the process's interpreter.
@@ -8789,7 +8791,7 @@ inline constexpr Library kHostBridge{"libanvil_python_envs_host.so", "ANVIL_PYTH
 #else
                                      "",
 #endif
-                                     "anvil_python_make_env"};
+                                     "anvil_python_make_env", "pybind11-dev, python3-dev and python3-numpy"};
 /// The workers: envs stepped in worker processes (env.workers=W > 0); links no Python.
 inline constexpr Library kWorkers{"libanvil_python_workers.so", "ANVIL_PYTHON_WORKERS",
 #ifdef ANVIL_PYTHON_WORKERS_LIBRARY
@@ -8797,7 +8799,7 @@ inline constexpr Library kWorkers{"libanvil_python_workers.so", "ANVIL_PYTHON_WO
 #else
                                   "",
 #endif
-                                  "anvil_python_worker_env"};
+                                  "anvil_python_worker_env", "python3-numpy"};
 
 /// A file of anvil's Python envs: the path in the environment variable `variable` when set,
 /// else `built` (where the build put it) when it is there, else `file` in one of the folders
@@ -8892,9 +8894,8 @@ inline constexpr Library kWorkers{"libanvil_python_workers.so", "ANVIL_PYTHON_WO
     if (path.empty())
       throw ConfigError("env.id=" + id + ": this build has no " +
                         (workers > 0 ? std::string("Python env workers (") : std::string("Python env bridge (")) +
-                        lib.file + "); install " +
-                        (workers > 0 ? "python3-numpy" : "pybind11-dev, python3-dev and python3-numpy") +
-                        " (scripts/install-deps.sh) and rebuild, or point " + lib.variable + " at the library");
+                        lib.file + "); install " + lib.packages + " (scripts/install-deps.sh) and rebuild, or point " +
+                        lib.variable + " at the library");
     // RTLD_GLOBAL: Python's extension modules (numpy's) find the interpreter's symbols.
     void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_GLOBAL);
     if (!handle) throw ConfigError("env.id=" + id + ": cannot load " + path.string() + ": " + dlerror());

@@ -251,16 +251,6 @@ def spec(env, env_id):
     return "\n".join(lines) + "\n", (obs_dim, discrete, action_shape, rows)
 
 
-class _Box:
-    """A float32 Box, duck-typed as anvil reads spaces (shape, low, high, dtype)."""
-
-    def __init__(self, low, high):
-        self.low = np.asarray(low, dtype=np.float32)
-        self.high = np.asarray(high, dtype=np.float32)
-        self.shape = self.low.shape
-        self.dtype = np.dtype(np.float32)
-
-
 class Check:
     """The env anvil-doctor makes and steps through each door of anvil's Python envs
     (`python:anvil_envs:Check`, in this process and in worker processes): a point on a line,
@@ -268,8 +258,8 @@ class Check:
     Its numpy arrays prove the interpreter, its numpy and the door at once."""
 
     def __init__(self, index=0, length=8):
-        self.observation_space = _Box([-100.0], [100.0])
-        self.action_space = _Box([-1.0], [1.0])
+        self.observation_space = anvil_team.Box([-100.0], [100.0])
+        self.action_space = anvil_team.Box([-1.0], [1.0])
         self.length = int(length)
         self.rng = np.random.default_rng(index)
         self.x, self.t = 0.0, 0

@@ -35,7 +35,9 @@ def is_team(env):
     return hasattr(env, "possible_agents")
 
 
-class _Box:
+class Box:
+    """A float32 Box, duck-typed as anvil reads spaces (shape, low, high, dtype)."""
+
     def __init__(self, low, high):
         self.low = np.asarray(low, dtype=np.float32)
         self.high = np.asarray(high, dtype=np.float32)
@@ -92,7 +94,7 @@ class Team:
         low[k * self.obs_dim:k * (self.obs_dim + self.num_actions)] = 0.0
         high[k * self.obs_dim:k * (self.obs_dim + self.num_actions)] = 1.0
         low[-1], high[-1] = 0.0, 1.0
-        self.observation_space = _Box(low, high)
+        self.observation_space = Box(low, high)
         if self.num_actions ** k >= 2 ** 62:
             raise TeamFault(f"{self.num_actions} actions ^ {k} agents joint actions do not fit in an int64")
         self.action_space = _Discrete(self.num_actions ** k)
