@@ -95,6 +95,9 @@ int main(int argc, char** argv) {
       {"acting first layer 3 -> 64, 4 rows", false, true, 4, 64, 3},
       {"acting 256x256, 4 rows", false, true, 4, 256, 256},
   };
+  // What run.matmul=auto picks on this CPU; then anvil's side is measured whatever auto picks.
+  const bool auto_takes_own = anvil::blas::own_matmul();
+  anvil::blas::set_matmul(anvil::Matmul::anvil);
   const anvil::BlasInfo blas = anvil::blas_info();
   const std::string cpu = cpu_model(), blas_name = blas.openblas ? "OpenBLAS " + blas.core : blas.library;
   char date[32];
@@ -150,7 +153,7 @@ int main(int argc, char** argv) {
         s.what, s.trans_a ? 1 : 0, s.trans_b ? 1 : 0, static_cast<long long>(s.m), static_cast<long long>(s.n),
         static_cast<long long>(s.k), median(own_us), median(blas_us), flops / median(own_us) / 1e3,
         flops / median(blas_us) / 1e3, median(ratio), rows ? "rows" : "tiles",
-        anvil::blas::own_kernel_takes(s.m, s.n, s.k) || rows ? "true" : "false", rounds, cpu.c_str(), blas_name.c_str(),
+        auto_takes_own && (anvil::blas::own_kernel_takes(s.m, s.n, s.k) || rows) ? "true" : "false", rounds, cpu.c_str(), blas_name.c_str(),
         date);
     std::fflush(stdout);
   }

@@ -1685,6 +1685,10 @@ ANVIL_TARGET_AVX512 inline void sgemm_rows_b_avx512(std::int64_t m, std::int64_t
 }  // namespace anvil::simd
 // ---- end <anvil/core/sgemm.hpp> ----
 
+#if ANVIL_SIMD_X86
+#include <cpuid.h>
+#endif
+
 namespace anvil {
 
 /// What the running process uses for BLAS.
@@ -1749,15 +1753,28 @@ inline void prefer_fast_blas(int argc, char** argv) {
 
 /// Which code runs the CPU matrix products of the hand-written fast paths (`blas::gemm`):
 /// anvil's AVX-512 product (core/sgemm.hpp) for the shapes it is faster at, or always the
-/// BLAS Torch uses. `auto_` picks anvil's on Intel cores with AVX-512, where it was measured
-/// faster (docs/benchmarks/main-job.md), and the BLAS elsewhere (AMD's AVX-512 cores have
-/// not been measured with it yet).
+/// BLAS Torch uses. `auto_` picks anvil's on the cores whose AVX-512 multiply-adds are a full
+/// 512 bits wide, where it was measured faster (docs/benchmarks/main-job.md): Intel's, and
+/// AMD's from Zen 5 (family 0x1A); the BLAS elsewhere (Zen 4's AVX-512 runs on 256-bit halves
+/// and has not been measured with it).
 enum class Matmul { auto_, blas, anvil };
 constexpr auto enum_names(Matmul) { return std::array<std::string_view, 3>{"auto", "blas", "anvil"}; }
 
 namespace blas {
 
 namespace detail {
+#if ANVIL_SIMD_X86
+/// The CPU's family (base plus extended family, CPUID leaf 1; /proc/cpuinfo's "cpu family").
+/// On AMD, 0x19 is Zen 3 and Zen 4 (whose AVX-512 runs on 256-bit halves), 0x1A Zen 5 (full
+/// 512-bit multiply-adds).
+inline unsigned cpu_family() noexcept {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (__get_cpuid(1, &a, &b, &c, &d) == 0) return 0;
+  const unsigned base = (a >> 8) & 0xF;
+  return base == 0xF ? base + ((a >> 20) & 0xFF) : base;
+}
+#endif
+
 inline std::atomic<Matmul>& matmul_choice() {
   static std::atomic<Matmul> choice{Matmul::auto_};
   return choice;
@@ -1777,11 +1794,11 @@ inline bool own_matmul() noexcept {
     case Matmul::anvil: return true;
     case Matmul::blas: return false;
     case Matmul::auto_: {
-      static const bool intel = [] {
+      static const bool full_width = [] {
         __builtin_cpu_init();
-        return __builtin_cpu_is("intel") != 0;
+        return __builtin_cpu_is("intel") != 0 || (__builtin_cpu_is("amd") != 0 && detail::cpu_family() >= 0x1A);
       }();
-      return intel;
+      return full_width;
     }
   }
 #endif
@@ -25332,7 +25349,7 @@ struct RunConfig {
       update_threads{0};
   Param<Matmul, "matmul",
         "CPU matrix products of the hand-written fast paths: anvil (anvil's AVX-512 product where it is "
-        "faster), blas (always the BLAS Torch uses), or auto (anvil on Intel AVX-512 cores, blas elsewhere)">
+        "faster), blas (always the BLAS Torch uses), or auto (anvil on cores with full-width AVX-512: Intel, AMD Zen 5; blas elsewhere)">
       matmul{Matmul::auto_};
   Param<std::int64_t, "log_interval",
         "env steps between log lines and CSV rows (gradient updates in an offline loop)", at_least(1)>

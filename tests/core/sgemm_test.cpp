@@ -7,8 +7,10 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <fstream>
 #include <limits>
 #include <random>
+#include <string>
 #include <vector>
 
 #include <anvil/core/blas.hpp>
@@ -170,6 +172,30 @@ TEST_CASE("blas::gemm: run.matmul picks anvil's product for the shapes it is fas
   CHECK_FALSE(anvil::blas::own_kernel_takes(256, 256, 256));
   anvil::blas::gemm(false, true, p.m, p.n, p.k, 1.f, p.a.data(), p.lda, p.b.data(), p.ldb, 0.f, theirs.data(), p.ldc);
   check(p, theirs);
+}
+
+TEST_CASE("blas: run.matmul=auto takes anvil's product on the CPUs with full-width AVX-512 (Intel; AMD from Zen 5)") {
+  if (!anvil::simd::avx512()) ANVIL_SKIP("this CPU has no AVX-512, so auto always means the BLAS here");
+  // The vendor and family as the kernel reads them, against the choice's own reading (CPUID).
+  std::ifstream info("/proc/cpuinfo");
+  std::string line, vendor;
+  int family = -1;
+  while (std::getline(info, line) && (vendor.empty() || family < 0)) {
+    const auto colon = line.find(':');
+    if (colon == std::string::npos) continue;
+    const auto start = line.find_first_not_of(" \t", colon + 1);
+    const std::string value = start == std::string::npos ? std::string() : line.substr(start);
+    if (line.rfind("vendor_id", 0) == 0) vendor = value;
+    if (line.rfind("cpu family", 0) == 0 && !value.empty()) family = std::stoi(value);
+  }
+  if (vendor.empty() || family < 0) ANVIL_SKIP("/proc/cpuinfo names no vendor_id and cpu family here");
+  CHECK(anvil::blas::detail::cpu_family() == static_cast<unsigned>(family));
+  const bool expected = vendor == "GenuineIntel" || (vendor == "AuthenticAMD" && family >= 0x1A);
+  anvil::blas::set_matmul(anvil::Matmul::auto_);
+  CHECK(anvil::blas::own_matmul() == expected);
+  anvil::blas::set_matmul(anvil::Matmul::blas);
+  CHECK_FALSE(anvil::blas::own_matmul());
+  anvil::blas::set_matmul(anvil::Matmul::auto_);
 }
 
 TEST_CASE("sgemm_avx512's epilogue: fused, the same bits as the product followed by the element-wise passes") {

@@ -35,7 +35,7 @@ struct RunConfig {
       update_threads{0};
   Param<Matmul, "matmul",
         "CPU matrix products of the hand-written fast paths: anvil (anvil's AVX-512 product where it is "
-        "faster), blas (always the BLAS Torch uses), or auto (anvil on Intel AVX-512 cores, blas elsewhere)">
+        "faster), blas (always the BLAS Torch uses), or auto (anvil on cores with full-width AVX-512: Intel, AMD Zen 5; blas elsewhere)">
       matmul{Matmul::auto_};
   Param<std::int64_t, "log_interval",
         "env steps between log lines and CSV rows (gradient updates in an offline loop)", at_least(1)>
