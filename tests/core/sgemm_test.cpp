@@ -174,7 +174,7 @@ TEST_CASE("blas::gemm: run.matmul picks anvil's product for the shapes it is fas
   check(p, theirs);
 }
 
-TEST_CASE("blas: run.matmul=auto takes anvil's product on the CPUs with full-width AVX-512 (Intel; AMD from Zen 5)") {
+TEST_CASE("blas: run.matmul=auto takes anvil's product on the CPUs with full-width AVX-512: Intel, AMD from Zen 5") {
   if (!anvil::simd::avx512()) ANVIL_SKIP("this CPU has no AVX-512, so auto always means the BLAS here");
   // The vendor and family as the kernel reads them, against the choice's own reading (CPUID).
   std::ifstream info("/proc/cpuinfo");
