@@ -174,6 +174,7 @@ TEST_CASE("blas::gemm: run.matmul picks anvil's product for the shapes it is fas
   check(p, theirs);
 }
 
+#if ANVIL_SIMD_X86  // cpu_family() reads CPUID; elsewhere own_matmul() is always false
 TEST_CASE("blas: run.matmul=auto takes anvil's product on the CPUs with full-width AVX-512: Intel, AMD from Zen 5") {
   if (!anvil::simd::avx512()) ANVIL_SKIP("this CPU has no AVX-512, so auto always means the BLAS here");
   // The vendor and family as the kernel reads them, against the choice's own reading (CPUID).
@@ -197,6 +198,7 @@ TEST_CASE("blas: run.matmul=auto takes anvil's product on the CPUs with full-wid
   CHECK_FALSE(anvil::blas::own_matmul());
   anvil::blas::set_matmul(anvil::Matmul::auto_);
 }
+#endif
 
 TEST_CASE("sgemm_avx512's epilogue: fused, the same bits as the product followed by the element-wise passes") {
   if (!anvil::simd::avx512()) ANVIL_SKIP("this CPU has no AVX-512, so anvil's AVX-512 product never runs here");
