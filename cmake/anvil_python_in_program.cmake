@@ -9,7 +9,9 @@
 # done where anvil found no archive (ANVIL_PYTHON_ARCHIVE empty), where the archive anvil was
 # built against is gone (an installed anvil, the Python dev package since removed or
 # upgraded: said once), or ANVIL_PYTHON_IN_PROGRAM is OFF. <target> must be an executable (the
-# archive is not position-independent); it takes target_link_libraries' keyword form.
+# archive is not position-independent). The archive goes straight onto the target's
+# LINK_LIBRARIES, so the program's own target_link_libraries calls may take either form
+# (keyword, `PRIVATE ...`, or plain): CMake refuses a target that mixes the two.
 function(anvil_python_in_program target)
   get_target_property(_type ${target} TYPE)
   if(NOT _type STREQUAL "EXECUTABLE")
@@ -30,8 +32,9 @@ function(anvil_python_in_program target)
   endif()
   target_link_options(${target} PRIVATE -no-pie "LINKER:--dynamic-list=${ANVIL_PYTHON_DYNLIST}")
   set_property(TARGET ${target} APPEND PROPERTY LINK_DEPENDS "${ANVIL_PYTHON_DYNLIST}" "${ANVIL_PYTHON_ARCHIVE}")
-  target_link_libraries(${target} PRIVATE "-Wl,--whole-archive" "${ANVIL_PYTHON_ARCHIVE}" "-Wl,--no-whole-archive"
-                        ${ANVIL_PYTHON_ARCHIVE_LIBS})
+  # As target_link_libraries(PRIVATE) would, without taking a side in its two forms.
+  set_property(TARGET ${target} APPEND PROPERTY LINK_LIBRARIES "-Wl,--whole-archive" "${ANVIL_PYTHON_ARCHIVE}"
+               "-Wl,--no-whole-archive" ${ANVIL_PYTHON_ARCHIVE_LIBS})
   if(TARGET anvil_python_envs_host)  # anvil's own build (or add_subdirectory): built before the program
     add_dependencies(${target} anvil_python_envs_host)
   endif()
