@@ -14,7 +14,9 @@ Bootstraps through truncation (time limit), not through termination, as anvil do
     /usr/bin/python3 benchmarks/reference/sac_pendulum_train.py --seed 0 --threads 1
 
 Prints one JSON line: final evaluation return, training seconds (first reset to the end of
-the last evaluation), updates.
+the last evaluation), updates. With --common-eval N, after the timed run, also the final
+actor's return over benchmarks/pendulum_eval.py's N fixed start states, the evaluation every
+side of a comparison shares (`common_eval_return`).
 """
 import argparse
 import json
@@ -26,8 +28,9 @@ import numpy as np
 import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path[:0] = [HERE, os.path.join(HERE, "..", "..", "tests", "python", "envs")]
+sys.path[:0] = [HERE, os.path.join(HERE, ".."), os.path.join(HERE, "..", "..", "tests", "python", "envs")]
 import pendulum  # noqa: E402
+import pendulum_eval  # noqa: E402
 from sac_update import SAC, openblas_core  # noqa: E402
 
 
@@ -78,6 +81,8 @@ def main():
     ap.add_argument("--eval-episodes", type=int, default=10)
     ap.add_argument("--batch", type=int, default=256)
     ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--common-eval", type=int, default=0, metavar="N",
+                    help="after the timed run, score the final actor on pendulum_eval.py's N fixed start states")
     ap.add_argument("--flush-denormal", action="store_true",
                     help="torch.set_flush_denormal(True): PyTorch's own switch for the CPUs where arithmetic on "
                          "denormal floats (Adam's decayed moments) is slow")
@@ -116,9 +121,15 @@ def main():
             print(f"step {t}/{args.steps}  {updates} updates  eval {ret:.1f}  {time.perf_counter() - start:.1f} s",
                   file=sys.stderr, flush=True)
     seconds = time.perf_counter() - start
-    print(json.dumps({"name": "sac_pendulum_pytorch_reference", "seed": args.seed, "final_eval_return": ret,
-                      "train_seconds": seconds, "updates": updates, "threads": args.threads,
-                      "torch": torch.__version__, "openblas_core": openblas_core()}))
+    out = {"name": "sac_pendulum_pytorch_reference", "seed": args.seed, "final_eval_return": ret,
+           "train_seconds": seconds, "updates": updates, "threads": args.threads,
+           "torch": torch.__version__, "openblas_core": openblas_core()}
+    if args.common_eval:
+        def policy(obs):  # as evaluate() above acts: tanh of the mean, in the env's units
+            return torch.tanh(sac.actor.net(obs).chunk(2, dim=-1)[0]) * scale
+        out["common_eval_return"], _ = pendulum_eval.evaluate(policy, pendulum_eval.start_states(args.common_eval))
+        out["common_eval_episodes"] = args.common_eval
+    print(json.dumps(out))
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@ worker processes), the config's errors, Ctrl-C, the GIL, and anvil's C++ envs as
 vector env (shapes, seeds, autoreset, threads). The package is the build's (the folder
 ANVIL_PYTHON_PACKAGE names: build/python); the test envs are tests/python/envs."""
 
+import json
 import os
 import signal
 import subprocess
@@ -416,3 +417,43 @@ def test_a_ppo_run_writes_a_policy_torch_loads_and_a_state_dict_starts_another_r
     with pytest.raises(anvil.ConfigError, match=r"'net.fc0.weight' is \[3, 4\] in the file, \[64, 4\] in the ppo actor"):
         anvil.train("ppo", "CartPole-v1", config={**ppo, "init.weights": str(tmp_path / "bad.safetensors")},
                     run_dir=tmp_path / "c")
+
+
+# ---- the SAC comparison's shared evaluation (benchmarks/python_module_sac.py --common-eval) --
+
+BENCHMARKS = Path(__file__).resolve().parent.parent.parent / "benchmarks"
+
+
+def test_the_shared_pendulum_evaluation_scores_known_controllers_exactly():
+    torch = pytest.importorskip("torch", reason="the shared evaluation acts through torch (Debian: python3-torch)")
+    sys.path.insert(0, str(BENCHMARKS))
+    import pendulum_eval
+    starts = pendulum_eval.start_states(50)
+    assert np.array_equal(starts, pendulum_eval.start_states(50))  # the same states on every side
+    assert np.all(np.abs(starts[:, 0]) <= np.pi) and np.all(np.abs(starts[:, 1]) <= 1.0)
+    # upright and still, no torque: cost 0 every step; hanging still, no torque: pi^2 on each of 200 steps
+    still = lambda obs: torch.zeros(obs.shape[0], 1)  # noqa: E731
+    mean, per_episode = pendulum_eval.evaluate(still, np.array([[0.0, 0.0], [np.pi, 0.0]]))
+    assert per_episode[0] == 0.0 and per_episode[1] == pytest.approx(-200 * np.pi ** 2, rel=1e-9)
+    assert mean == pytest.approx(per_episode.mean())
+    # each episode steps the test env from its own start: a batch of one gives the same return
+    push = lambda obs: 2.0 * torch.tanh(obs[:, 2:3] - obs[:, 1:2])  # noqa: E731
+    _, batch = pendulum_eval.evaluate(push, starts[:7])
+    assert np.allclose([pendulum_eval.evaluate(push, starts[i:i + 1])[0] for i in range(7)], batch, rtol=1e-6)
+    with pytest.raises(ValueError, match="non-finite action"):
+        pendulum_eval.evaluate(lambda obs: torch.full((obs.shape[0], 1), float("nan")), starts[:2])
+
+
+def test_the_sac_comparison_scores_both_sides_on_the_same_start_states():
+    pytest.importorskip("torch", reason="the PyTorch reference needs torch (Debian: python3-torch)")
+    r = subprocess.run([sys.executable, str(BENCHMARKS / "python_module_sac.py"), "--seeds", "0", "--steps", "1200",
+                        "--eval-interval", "1200", "--eval-episodes", "2", "--common-eval", "20"],
+                       env=dict(os.environ, PYTHONPATH=PACKAGE), capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    lines = [json.loads(line) for line in r.stdout.splitlines()]
+    runs = {d["name"]: d for d in lines if "seed" in d}
+    for side in ("sac_numpy_pendulum_anvil", "sac_numpy_pendulum_pytorch"):
+        assert runs[side]["common_eval_episodes"] == 20 and np.isfinite(runs[side]["common_eval_return"])
+    summary = next(d for d in lines if d["name"] == "sac_numpy_pendulum_common_eval")
+    assert summary["anvil_returns"] == [runs["sac_numpy_pendulum_anvil"]["common_eval_return"]]
+    assert summary["reference_range"] == [runs["sac_numpy_pendulum_pytorch"]["common_eval_return"]] * 2
