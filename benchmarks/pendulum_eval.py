@@ -41,14 +41,13 @@ def evaluate(policy, starts):
     envs = [pendulum.Pendulum(theta0=th, theta_dot0=thd) for th, thd in starts]
     obs = np.stack([e.reset()[0] for e in envs])
     returns = np.zeros(len(envs))
-    done = False
-    while not done:
+    # Pendulum never terminates: every episode runs its 200 steps, all in step with each other
+    for step in range(pendulum.Pendulum.max_episode_steps):
         with torch.no_grad():
             act = policy(torch.from_numpy(obs)).numpy().reshape(len(envs), -1)
         if not np.all(np.isfinite(act)):
-            raise ValueError("evaluate: the policy returned a non-finite action")
+            raise ValueError(f"evaluate: the policy returned a non-finite action at step {step}")
         for i, e in enumerate(envs):
-            o, r, terminated, truncated, _ = e.step(act[i])
-            obs[i], returns[i] = o, returns[i] + r
-            done = terminated or truncated  # Pendulum never terminates; all truncate at step 200
+            obs[i], r, _, _, _ = e.step(act[i])
+            returns[i] += r
     return float(returns.mean()), returns

@@ -85,6 +85,8 @@ def main():
                     help="another build's python folder (its anvil package): adds the side anvil_before, anvil.train "
                          "of that build, interleaved with the others, for a before/after comparison")
     args = ap.parse_args()
+    if args.common_eval < 0:
+        ap.error(f"--common-eval: {args.common_eval} start states; give 0 (off) or more")
     if args.before:
         args.sides.append("anvil_before")
     env = dict(os.environ, OMP_NUM_THREADS="1")
@@ -138,7 +140,7 @@ def main():
                           # learning within the reference's range: no anvil seed below the reference's worst
                           "anvil_within_reference_range": min(a_ret) >= min(p_ret),
                           "cpu": cpu_model(), "seeds": args.seeds}))
-        if args.common_eval:  # each anvil seed inside the reference's range, on the shared start states
+        if args.common_eval:  # the same comparison on the start states every side shares
             a_c, p_c = [r["common_eval_return"] for r in rows["anvil"]], [r["common_eval_return"] for r in rows[ref]]
             print(json.dumps({"name": "sac_numpy_pendulum_common_eval", "reference": ref,
                               "episodes": args.common_eval, "start_seed": pendulum_eval.START_SEED,

@@ -56,6 +56,11 @@ class Replay:
         return tuple(torch.from_numpy(x[idx]) for x in (self.obs, self.act, self.rew, self.next_obs, self.done))
 
 
+def deterministic(sac, obs, scale):
+    """The actor's deterministic action for observations [n, 3]: tanh of the mean, in the env's units."""
+    return torch.tanh(sac.actor.net(obs).chunk(2, dim=-1)[0]) * scale
+
+
 def evaluate(sac, env, episodes, scale):
     total = 0.0
     for _ in range(episodes):
@@ -63,9 +68,8 @@ def evaluate(sac, env, episodes, scale):
         done = False
         while not done:
             with torch.no_grad():
-                mean = sac.actor.net(torch.from_numpy(obs).unsqueeze(0)).chunk(2, dim=-1)[0]
-                a = torch.tanh(mean)[0].numpy()
-            obs, r, terminated, truncated, _ = env.step(a * scale)
+                a = deterministic(sac, torch.from_numpy(obs).unsqueeze(0), scale)[0].numpy()
+            obs, r, terminated, truncated, _ = env.step(a)
             total += r
             done = terminated or truncated
     return total / episodes
@@ -87,6 +91,8 @@ def main():
                     help="torch.set_flush_denormal(True): PyTorch's own switch for the CPUs where arithmetic on "
                          "denormal floats (Adam's decayed moments) is slow")
     args = ap.parse_args()
+    if args.common_eval < 0:
+        ap.error(f"--common-eval: {args.common_eval} start states; give 0 (off) or more")
 
     torch.set_num_threads(args.threads)
     if args.flush_denormal and not torch.set_flush_denormal(True):
@@ -125,9 +131,8 @@ def main():
            "train_seconds": seconds, "updates": updates, "threads": args.threads,
            "torch": torch.__version__, "openblas_core": openblas_core()}
     if args.common_eval:
-        def policy(obs):  # as evaluate() above acts: tanh of the mean, in the env's units
-            return torch.tanh(sac.actor.net(obs).chunk(2, dim=-1)[0]) * scale
-        out["common_eval_return"], _ = pendulum_eval.evaluate(policy, pendulum_eval.start_states(args.common_eval))
+        out["common_eval_return"], _ = pendulum_eval.evaluate(lambda obs: deterministic(sac, obs, scale),
+                                                              pendulum_eval.start_states(args.common_eval))
         out["common_eval_episodes"] = args.common_eval
     print(json.dumps(out))
 

@@ -457,3 +457,7 @@ def test_the_sac_comparison_scores_both_sides_on_the_same_start_states():
     summary = next(d for d in lines if d["name"] == "sac_numpy_pendulum_common_eval")
     assert summary["anvil_returns"] == [runs["sac_numpy_pendulum_anvil"]["common_eval_return"]]
     assert summary["reference_range"] == [runs["sac_numpy_pendulum_pytorch"]["common_eval_return"]] * 2
+    for script in ("python_module_sac.py", "reference/sac_pendulum_train.py"):  # a bad count is named, before any run
+        bad = subprocess.run([sys.executable, str(BENCHMARKS / script), "--common-eval", "-3"], capture_output=True,
+                             text=True, timeout=60)
+        assert bad.returncode == 2 and "--common-eval: -3 start states" in bad.stderr, (script, bad.stderr)
